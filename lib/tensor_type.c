@@ -1,0 +1,63 @@
+/* tensor_type.c: block sizes of every GGML type id corral knows. */
+#include "lib/prelude.h"
+#include "lib/tensor_type.h"
+
+/* Block layouts (elements, bytes) from the GGUF/GGML definitions:
+ * Q4_0 = f16 scale + 16 bytes of nibbles for 32 values, Q8_0 = f16 + 32 int8,
+ * K-quants are super-blocks of 256 values. */
+static const cr_type_info_t type_table[CR_TYPE__COUNT] = {
+    [CR_TYPE_F32] = {"F32", 1, 4},
+    [CR_TYPE_F16] = {"F16", 1, 2},
+    [CR_TYPE_Q4_0] = {"Q4_0", 32, 18},
+    [CR_TYPE_Q4_1] = {"Q4_1", 32, 20},
+    [CR_TYPE_Q5_0] = {"Q5_0", 32, 22},
+    [CR_TYPE_Q5_1] = {"Q5_1", 32, 24},
+    [CR_TYPE_Q8_0] = {"Q8_0", 32, 34},
+    [CR_TYPE_Q8_1] = {"Q8_1", 32, 36},
+    [CR_TYPE_Q2_K] = {"Q2_K", 256, 84},
+    [CR_TYPE_Q3_K] = {"Q3_K", 256, 110},
+    [CR_TYPE_Q4_K] = {"Q4_K", 256, 144},
+    [CR_TYPE_Q5_K] = {"Q5_K", 256, 176},
+    [CR_TYPE_Q6_K] = {"Q6_K", 256, 210},
+    [CR_TYPE_Q8_K] = {"Q8_K", 256, 292},
+    [CR_TYPE_I8] = {"I8", 1, 1},
+    [CR_TYPE_I16] = {"I16", 1, 2},
+    [CR_TYPE_I32] = {"I32", 1, 4},
+    [CR_TYPE_I64] = {"I64", 1, 8},
+    [CR_TYPE_F64] = {"F64", 1, 8},
+    [CR_TYPE_BF16] = {"BF16", 1, 2},
+};
+
+const cr_type_info_t *cr_type_info(uint32_t t)
+{
+    if (t >= CR_TYPE__COUNT || !type_table[t].name)
+        return NULL;
+    return &type_table[t];
+}
+
+bool cr_type_row_bytes(uint32_t t, uint64_t n, uint64_t *out)
+{
+    const cr_type_info_t *ti = cr_type_info(t);
+    if (!ti || n % ti->block_elems)
+        return false;
+    uint64_t blocks = n / ti->block_elems;
+    if (blocks > UINT64_MAX / ti->block_bytes)
+        return false;
+    *out = blocks * ti->block_bytes;
+    return true;
+}
+
+const char *cr_file_type_name(uint32_t ft)
+{
+    /* llama_ftype values as written to general.file_type. */
+    static const char *const names[] = {
+        [0] = "F32",     [1] = "F16",     [2] = "Q4_0",    [3] = "Q4_1",
+        [7] = "Q8_0",    [8] = "Q5_0",    [9] = "Q5_1",    [10] = "Q2_K",
+        [11] = "Q3_K_S", [12] = "Q3_K_M", [13] = "Q3_K_L", [14] = "Q4_K_S",
+        [15] = "Q4_K_M", [16] = "Q5_K_S", [17] = "Q5_K_M", [18] = "Q6_K",
+        [32] = "BF16",
+    };
+    if (ft < CR_ARRAY_LEN(names) && names[ft])
+        return names[ft];
+    return "unknown";
+}

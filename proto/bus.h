@@ -1,0 +1,52 @@
+/* bus.h: moving msg_t frames over CZMQ sockets, and where the sockets live.
+ *
+ * Topology (see docs/architecture.md):
+ *   scheduler binds ROUTER "scheduler" (gateways) and ROUTER "runners";
+ *   registry binds ROUTER "registry"; clients connect DEALERs.
+ * A DEALER sends one frame (the encoded message); a ROUTER sees
+ * [identity][frame] and replies to the identity.
+ *
+ * Endpoints default to ipc://$CORRAL_RUNTIME_DIR/<name>.sock, with the
+ * runtime dir created mode 0700; CORRAL_<NAME>_ENDPOINT (e.g.
+ * CORRAL_SCHEDULER_ENDPOINT=tcp://10.0.0.2:7001) overrides one endpoint. */
+#ifndef CR_BUS_H
+#define CR_BUS_H
+
+#include "lib/prelude.h"
+#include "lib/status.h"
+#include "proto/msg.h"
+
+#include <czmq.h>
+
+#define BUS_ENDPOINT_MAX 512
+
+/* The runtime dir: $CORRAL_RUNTIME_DIR, else $XDG_RUNTIME_DIR/corral, else
+ * ~/.corral/run. Created (with parents) mode 0700 if missing; refused if it
+ * exists with group/other access. */
+cr_status_t bus_runtime_dir(char *out, size_t cap, cr_err_t *err);
+
+/* The endpoint for a named service socket ("scheduler", "runners",
+ * "registry"), honouring CORRAL_<NAME>_ENDPOINT. */
+cr_status_t bus_endpoint(const char *name, char *out, size_t cap,
+                         cr_err_t *err);
+
+/* Encodes and sends m on a DEALER (or any non-ROUTER socket). */
+cr_status_t bus_send(zsock_t *sock, const msg_t *m, cr_err_t *err);
+
+/* Encodes and sends m on a ROUTER to the peer `identity` (borrowed). */
+cr_status_t bus_send_to(zsock_t *router, zframe_t *identity, const msg_t *m,
+                        cr_err_t *err);
+
+/* Receives one message. For a ROUTER pass identity_out to receive the
+ * sender's identity (caller owns; zframe_destroy), else NULL. Malformed frames
+ * are consumed and reported as CR_E_PROTO with *out zeroed (the caller
+ * decides whether to answer the sender with an error). CR_E_TIMEOUT if
+ * timeout_ms (>= 0) passes with nothing to read; -1 waits forever.
+ * CR_E_CANCELED if interrupted (zsys_interrupted). */
+cr_status_t bus_recv(zsock_t *sock, int timeout_ms, msg_t *out,
+                     zframe_t **identity_out, cr_err_t *err);
+
+/* A fresh random request id (32 hex chars) into out (>= 33 bytes). */
+void bus_new_id(char *out);
+
+#endif

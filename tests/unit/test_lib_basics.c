@@ -1,0 +1,70 @@
+/* test_lib_basics.c: status names, error records and the bounded buffer. */
+#include "lib/prelude.h"
+#include "lib/buf.h"
+#include "lib/cursor.h"
+#include "lib/status.h"
+#include "lib/tensor_type.h"
+#include "tests/unit/check.h"
+
+static void test_status(void)
+{
+    CHECK_EQ_STR(cr_status_str(CR_OK), "ok");
+    CHECK_EQ_STR(cr_status_str(CR_E_NOT_FOUND), "not found");
+    CHECK_EQ_STR(cr_status_str((cr_status_t)999), "unknown status");
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(cr_err_set(&err, CR_E_INVALID, "field '%s' bad", "x"), CR_E_INVALID);
+    CHECK_EQ_STR(err.msg, "field 'x' bad");
+    cr_err_wrap(&err, "generate");
+    CHECK_EQ_STR(err.msg, "generate: field 'x' bad");
+    CHECK_EQ_INT(cr_err_set(NULL, CR_E_IO, "ignored"), CR_E_IO);
+}
+
+static void test_buf(void)
+{
+    cr_buf_t b;
+    cr_buf_init(&b, 10);
+    CHECK_EQ_INT(cr_buf_puts(&b, "hello"), CR_OK);
+    CHECK_EQ_INT(cr_buf_printf(&b, "%d", 1234), CR_OK);
+    CHECK_EQ_STR(b.data, "hello1234");
+    CHECK_EQ_INT(cr_buf_puts(&b, "xy"), CR_E_TOO_LARGE);
+    CHECK_EQ_STR(b.data, "hello1234"); /* unchanged on error */
+    CHECK_EQ_INT(cr_buf_putc(&b, '!'), CR_OK);
+    CHECK_EQ_INT(b.len, 10);
+    char *s = cr_buf_steal(&b);
+    CHECK_EQ_STR(s, "hello1234!");
+    free(s);
+    CHECK(b.data == NULL && b.len == 0);
+    cr_buf_free(&b);
+}
+
+static void test_cursor(void)
+{
+    uint8_t bytes[] = {1, 0, 0, 0, 2};
+    cr_cursor_t c = cr_cursor_make(bytes, sizeof bytes);
+    uint32_t v32 = 0;
+    uint64_t v64 = 0;
+    CHECK(cr_cursor_u32(&c, &v32) && v32 == 1);
+    CHECK(!cr_cursor_u64(&c, &v64)); /* only 1 byte left: refused */
+    CHECK_EQ_INT(cr_cursor_left(&c), 1);
+    CHECK(cr_cursor_take(&c, 2) == NULL);
+}
+
+static void test_types(void)
+{
+    uint64_t n = 0;
+    CHECK(cr_type_row_bytes(CR_TYPE_Q4_0, 64, &n) && n == 36);
+    CHECK(cr_type_row_bytes(CR_TYPE_Q4_K, 512, &n) && n == 288);
+    CHECK(!cr_type_row_bytes(CR_TYPE_Q8_0, 33, &n)); /* not whole blocks */
+    CHECK(cr_type_info(5) == NULL);                   /* removed type id */
+    CHECK_EQ_STR(cr_file_type_name(15), "Q4_K_M");
+}
+
+int main(void)
+{
+    test_status();
+    test_buf();
+    test_cursor();
+    test_types();
+    return check_finish("lib_basics");
+}
