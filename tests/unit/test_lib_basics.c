@@ -2,6 +2,8 @@
 #include "lib/prelude.h"
 #include "lib/buf.h"
 #include "lib/cursor.h"
+#include "lib/duration.h"
+#include "lib/env.h"
 #include "lib/status.h"
 #include "lib/tensor_type.h"
 #include "tests/unit/check.h"
@@ -60,8 +62,46 @@ static void test_types(void)
     CHECK_EQ_STR(cr_file_type_name(15), "Q4_K_M");
 }
 
+static void test_duration(void)
+{
+    int64_t ms = 0;
+    CHECK(!cr_duration_parse("5m", &ms, NULL) && ms == 300000);
+    CHECK(!cr_duration_parse("1h30m", &ms, NULL) && ms == 5400000);
+    CHECK(!cr_duration_parse("1.5h", &ms, NULL) && ms == 5400000);
+    CHECK(!cr_duration_parse("300", &ms, NULL) && ms == 300000);
+    CHECK(!cr_duration_parse("0", &ms, NULL) && ms == 0);
+    CHECK(!cr_duration_parse("-1", &ms, NULL) && ms == -1);
+    CHECK(!cr_duration_parse("-5m", &ms, NULL) && ms == -1);
+    CHECK(!cr_duration_parse("250ms", &ms, NULL) && ms == 250);
+    cr_err_t err;
+    CHECK_EQ_INT(cr_duration_parse("5 minutes", &ms, &err), CR_E_INVALID);
+    CHECK_EQ_STR(err.msg, "invalid duration \"5 minutes\"");
+    CHECK_EQ_INT(cr_duration_parse("m", &ms, NULL), CR_E_INVALID);
+    CHECK_EQ_INT(cr_duration_parse("", &ms, NULL), CR_E_INVALID);
+    CHECK_EQ_INT(cr_duration_from_seconds(-3), -1);
+}
+
+static void test_env(void)
+{
+    char v[64];
+    setenv("OLLAMA_KEEP_ALIVE", " \"10m\" ", 1);
+    CHECK(cr_env_get("KEEP_ALIVE", v, sizeof v));
+    CHECK_EQ_STR(v, "10m");
+    setenv("CORRAL_KEEP_ALIVE", "1h", 1);
+    CHECK(cr_env_get("KEEP_ALIVE", v, sizeof v));
+    CHECK_EQ_STR(v, "1h"); /* CORRAL_ wins */
+    setenv("OLLAMA_MAX_QUEUE", "abc", 1);
+    CHECK_EQ_INT(cr_env_int("MAX_QUEUE", 512), 512);
+    setenv("OLLAMA_NOPRUNE", "maybe", 1);
+    CHECK(cr_env_bool("NOPRUNE", false)); /* invalid counts as true */
+    setenv("OLLAMA_NOPRUNE", "false", 1);
+    CHECK(!cr_env_bool("NOPRUNE", true));
+}
+
 int main(void)
 {
+    test_duration();
+    test_env();
     test_status();
     test_buf();
     test_cursor();
