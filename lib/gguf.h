@@ -50,7 +50,9 @@ typedef struct cr_gguf_str {
 typedef struct cr_gguf_array {
     cr_gguf_vtype_t type;      /* element type (never ARRAY: nested refused) */
     uint64_t n;                /* element count */
-    const void *data;          /* packed elements, for non-string types */
+    const void *data;          /* packed little-endian elements, for
+                                  non-string types; may be unaligned, so read
+                                  with memcpy or cr_gguf_arr_get_*() */
     const cr_gguf_str_t *strs; /* n strings, for STRING arrays; else NULL */
 } cr_gguf_array_t;
 
@@ -98,6 +100,8 @@ void cr_gguf_close(cr_gguf_t **self_p);
 uint32_t cr_gguf_version(const cr_gguf_t *g);
 uint64_t cr_gguf_file_size(const cr_gguf_t *g);
 uint32_t cr_gguf_alignment(const cr_gguf_t *g);
+/* File offset of the data section (tensor offsets are relative to it). */
+uint64_t cr_gguf_data_offset(const cr_gguf_t *g);
 
 /* Metadata. Index access in file order; lookup by exact key. */
 size_t cr_gguf_kv_count(const cr_gguf_t *g);
@@ -119,6 +123,15 @@ bool cr_gguf_get_strz(const cr_gguf_t *g, const char *key, char *buf,
 bool cr_gguf_get_arr(const cr_gguf_t *g, const char *key,
                      const cr_gguf_array_t **out);
 
+/* Element i of an array, converted like the typed getters (integers of any
+ * width when in range, F32/F64 for floats, STRING for strings). False if i is
+ * out of range or the element type does not convert. */
+bool cr_gguf_arr_get_u64(const cr_gguf_array_t *a, uint64_t i, uint64_t *out);
+bool cr_gguf_arr_get_i64(const cr_gguf_array_t *a, uint64_t i, int64_t *out);
+bool cr_gguf_arr_get_f32(const cr_gguf_array_t *a, uint64_t i, float *out);
+bool cr_gguf_arr_get_str(const cr_gguf_array_t *a, uint64_t i,
+                         cr_gguf_str_t *out);
+
 /* The architecture (`general.architecture`) as a NUL-terminated string in a
  * static-per-handle buffer, or "" if absent. Handy for "<arch>.block_count". */
 const char *cr_gguf_arch(const cr_gguf_t *g);
@@ -131,5 +144,8 @@ const cr_gguf_tensor_t *cr_gguf_tensor_find(const cr_gguf_t *g,
 
 /* Compares a GGUF string with a C string. */
 bool cr_gguf_str_eq(cr_gguf_str_t s, const char *cstr);
+
+/* Static name of a value type ("u32", "string", ...); "unknown" otherwise. */
+const char *cr_gguf_vtype_name(cr_gguf_vtype_t t);
 
 #endif
