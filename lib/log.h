@@ -30,10 +30,11 @@ void cr_log_write(cr_log_level_t lvl, const char *file, int line,
             cr_log_write((lvl), __FILE__, __LINE__, __VA_ARGS__);          \
     } while (0)
 
-#define LOG_ERROR(...) CR_LOG(CR_LOG_ERROR, __VA_ARGS__)
-#define LOG_WARN(...) CR_LOG(CR_LOG_WARN, __VA_ARGS__)
-#define LOG_INFO(...) CR_LOG(CR_LOG_INFO, __VA_ARGS__)
-#define LOG_DEBUG(...) CR_LOG(CR_LOG_DEBUG, __VA_ARGS__)
-#define LOG_TRACE(...) CR_LOG(CR_LOG_TRACE, __VA_ARGS__)
+/* Lower-case names: <syslog.h> (pulled in by czmq.h) owns LOG_INFO etc. */
+#define cr_log_error(...) CR_LOG(CR_LOG_ERROR, __VA_ARGS__)
+#define cr_log_warn(...) CR_LOG(CR_LOG_WARN, __VA_ARGS__)
+#define cr_log_info(...) CR_LOG(CR_LOG_INFO, __VA_ARGS__)
+#define cr_log_debug(...) CR_LOG(CR_LOG_DEBUG, __VA_ARGS__)
+#define cr_log_trace(...) CR_LOG(CR_LOG_TRACE, __VA_ARGS__)
 
 #endif
