@@ -1,8 +1,49 @@
-/* main.c: corral-scheduler entry point (placeholder until the service lands). */
+/* main.c: corral-scheduler: the broker between gateways and runners.
+ *
+ * Settings come from the environment (docs/architecture.md lists them):
+ * CORRAL_RUNTIME_DIR / endpoint overrides, OLLAMA_KEEP_ALIVE,
+ * OLLAMA_LOAD_TIMEOUT, OLLAMA_MAX_LOADED_MODELS, OLLAMA_MAX_QUEUE,
+ * OLLAMA_NUM_PARALLEL, CORRAL_RUNNER_BIN. */
 #include "lib/prelude.h"
 
-int main(void)
+#include <signal.h>
+
+#include "lib/log.h"
+#include "services/scheduler/sched.h"
+
+static void usage(void)
 {
-    fprintf(stderr, "corral-scheduler: not built yet\n");
-    return 1;
+    fprintf(stderr,
+            "usage: corral-scheduler\n"
+            "  Runs the scheduler; configured by the environment.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) {
+        usage();
+        return strcmp(argv[1], "--help") && strcmp(argv[1], "-h") ? 2 : 0;
+    }
+    cr_log_init("scheduler");
+    signal(SIGPIPE, SIG_IGN);
+    zsys_init();
+    zsys_set_logstream(NULL);
+
+    sch_config_t cfg;
+    cr_err_t err;
+    if (sch_config_from_env(&cfg, &err)) {
+        cr_log_error("%s", err.msg);
+        return 1;
+    }
+    sch_server_t *server = NULL;
+    if (sch_server_new(&cfg, &server, &err)) {
+        cr_log_error("%s", err.msg);
+        return 1;
+    }
+    cr_log_info("scheduler listening on %s (runners on %s)", cfg.front_endpoint,
+             cfg.runners_endpoint);
+    sch_server_run(server);
+    cr_log_info("scheduler stopping");
+    sch_server_destroy(&server);
+    return 0;
 }

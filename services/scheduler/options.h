@@ -1,0 +1,29 @@
+/* options.h: merging request options over model defaults, and deciding
+ * whether two option sets need different runner processes.
+ *
+ * Precedence (as Ollama): built-in defaults < the model's params layer <
+ * the request's options. Built-in defaults are applied by the runner, so
+ * the merge here only layers what was given. */
+#ifndef SCH_OPTIONS_H
+#define SCH_OPTIONS_H
+
+#include "lib/prelude.h"
+#include "proto/msg.h"
+
+/* Copies every field set in src over dst (dst's has_ flags updated). String
+ * arrays are borrowed from src: src must outlive dst's use. */
+void sch_options_overlay(msg_options_t *dst, const msg_options_t *src);
+
+/* Load options are those fixed when a runner starts: num_ctx, num_batch,
+ * num_gpu (unless -1), main_gpu, num_thread, use_mmap. True if a runner
+ * started with `loaded` can serve a request wanting `want`. A field unset in
+ * `want` matches anything. */
+bool sch_options_load_compatible(const msg_options_t *loaded,
+                                 const msg_options_t *want);
+
+/* The default context length: OLLAMA_CONTEXT_LENGTH, else 4096 (the tier
+ * for machines with less than 23 GiB of VRAM; GPU tiers come with GPU
+ * placement). */
+int64_t sch_options_default_ctx(void);
+
+#endif

@@ -1,0 +1,1069 @@
+/* sched.c: request brokering, runner residency and keep-alive.
+ *
+ * Every request lives in one list in arrival order and moves through
+ *   RESOLVING (asked the registry) -> PENDING (waiting for a runner)
+ *   -> RUNNING (forwarded; replies relayed) -> freed.
+ * Runners move through STARTING (spawned, no hello yet) -> LOADING (load
+ * sent) -> READY -> STOPPING (shutdown sent) -> reaped. schedule() is run
+ * after every event and is the only place that attaches requests to
+ * runners, starts loads and evicts, so the policy reads in one function. */
+#include "lib/prelude.h"
+#include "services/scheduler/sched.h"
+
+#include <signal.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "lib/duration.h"
+#include "lib/env.h"
+#include "lib/log.h"
+#include "services/scheduler/options.h"
+#include "services/scheduler/spawn.h"
+
+#define STOP_GRACE_MS 5000        /* shutdown -> SIGKILL */
+#define TICK_MS 100               /* timer resolution of the loop */
+#define FOREVER_MS INT64_MAX
+
+typedef enum runner_state {
+    RS_STARTING,
+    RS_LOADING,
+    RS_READY,
+    RS_STOPPING,
+} runner_state_t;
+
+typedef enum req_state {
+    RQ_RESOLVING,
+    RQ_PENDING,
+    RQ_RUNNING,
+} req_state_t;
+
+typedef struct runner {
+    char id[48];
+    pid_t pid;
+    runner_state_t state;
+    msg_t resolved;          /* owned copy of what the registry said */
+    msg_options_t load_opts; /* options the runner was started with */
+    int64_t keep_alive_ms;   /* session duration; <0 forever */
+    int64_t expires_ms;      /* monotonic; 0 = not armed */
+    int64_t state_since_ms;  /* when the current state began */
+    int64_t last_used_ms;
+    int n_slots, n_active;
+    int64_t size, size_vram, context_length;
+    bool unload_when_idle;
+    struct runner *next;
+} runner_t;
+
+typedef struct request {
+    char id[MSG_ID_MAX + 1];
+    zframe_t *client;        /* gateway identity (owned) */
+    msg_t msg;               /* the request as received (owned) */
+    msg_t resolved;          /* registry answer (owned) */
+    req_state_t state;
+    runner_t *runner;        /* set while RUNNING */
+    bool load_only;          /* empty prompt: load (or unload) only */
+    bool has_keep_alive;
+    int64_t keep_alive_ms;
+    int64_t arrived_ns, dispatched_ns;
+    int64_t resolve_sent_ms;
+    struct request *next;
+} request_t;
+
+struct sch_server {
+    sch_config_t cfg;
+    zsock_t *front;    /* ROUTER: gateways */
+    zsock_t *runners;  /* ROUTER: runners */
+    zsock_t *registry; /* DEALER: registry */
+    zpoller_t *poller;
+    runner_t *runner_list;
+    request_t *req_list; /* arrival order */
+    unsigned runner_seq;
+};
+
+/* ---- clocks ---- */
+
+static int64_t mono_ms_default(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t now_ms(const sch_server_t *s)
+{
+    return s->cfg.now_ms ? s->cfg.now_ms() : mono_ms_default();
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* RFC 3339 UTC time `delta_ms` from now (Ollama's expires_at). */
+static void rfc3339_from_now(int64_t delta_ms, char *out, size_t cap)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    time_t t = ts.tv_sec;
+    /* Forever: a date ~290 years ahead, as Ollama reports. */
+    if (delta_ms == FOREVER_MS)
+        t += (time_t)290 * 365 * 24 * 3600;
+    else
+        t += (time_t)(delta_ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* ---- config ---- */
+
+static int64_t env_duration_ms(const char *name, int64_t def, cr_err_t *err,
+                               bool *bad)
+{
+    char v[64];
+    if (!cr_env_get(name, v, sizeof v))
+        return def;
+    int64_t ms;
+    if (cr_duration_parse(v, &ms, err)) {
+        cr_err_wrap(err, "OLLAMA_%s", name);
+        *bad = true;
+        return def;
+    }
+    return ms;
+}
+
+cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cr_status_t st;
+    if ((st = bus_endpoint("scheduler", cfg->front_endpoint,
+                           sizeof cfg->front_endpoint, err)) ||
+        (st = bus_endpoint("runners", cfg->runners_endpoint,
+                           sizeof cfg->runners_endpoint, err)) ||
+        (st = bus_endpoint("registry", cfg->registry_endpoint,
+                           sizeof cfg->registry_endpoint, err)))
+        return st;
+    if ((st = sch_runner_bin(cfg->runner_bin, sizeof cfg->runner_bin, err)))
+        return st;
+    bool bad = false;
+    cfg->keep_alive_ms = env_duration_ms("KEEP_ALIVE", 5 * 60 * 1000, err, &bad);
+    cfg->load_timeout_ms =
+        env_duration_ms("LOAD_TIMEOUT", 5 * 60 * 1000, err, &bad);
+    if (bad)
+        return CR_E_INVALID;
+    cfg->resolve_timeout_ms = 60 * 1000;
+    cfg->max_loaded = (int)cr_env_int("MAX_LOADED_MODELS", 0);
+    cfg->max_queue = (int)cr_env_int("MAX_QUEUE", 512);
+    cfg->num_parallel = (int)cr_env_int("NUM_PARALLEL", 1);
+    if (cfg->max_queue <= 0)
+        cfg->max_queue = 512;
+    if (cfg->num_parallel <= 0)
+        cfg->num_parallel = 1;
+    return CR_OK;
+}
+
+/* ---- replies to gateways ---- */
+
+static void send_client(sch_server_t *s, zframe_t *client, const msg_t *m)
+{
+    cr_err_t err;
+    if (bus_send_to(s->front, client, m, &err))
+        cr_log_debug("reply %s to a gone client dropped: %s",
+                  msg_type_name(m->type), err.msg);
+}
+
+static void reply_error(sch_server_t *s, zframe_t *client, const char *id,
+                        cr_status_t st, const char *text)
+{
+    msg_t m;
+    msg_make_error(&m, id, st, "%s", text);
+    send_client(s, client, &m);
+    msg_clear(&m);
+}
+
+/* ---- request helpers ---- */
+
+static msg_options_t **req_options_slot(msg_t *m)
+{
+    switch (m->type) {
+    case MSG_generate:
+        return &m->u.generate.options;
+    case MSG_chat:
+        return &m->u.chat.options;
+    case MSG_embed:
+        return &m->u.embed.options;
+    default:
+        return NULL;
+    }
+}
+
+static const char *req_model(const msg_t *m)
+{
+    switch (m->type) {
+    case MSG_generate:
+        return m->u.generate.model;
+    case MSG_chat:
+        return m->u.chat.model;
+    case MSG_embed:
+        return m->u.embed.model;
+    default:
+        return NULL;
+    }
+}
+
+/* Reads keep_alive and whether the request only loads (empty prompt). */
+static void req_inspect(request_t *r)
+{
+    msg_t *m = &r->msg;
+    switch (m->type) {
+    case MSG_generate:
+        r->has_keep_alive = m->u.generate.has_keep_alive_ms;
+        r->keep_alive_ms = m->u.generate.keep_alive_ms;
+        r->load_only = (!m->u.generate.prompt || !*m->u.generate.prompt) &&
+                       (!m->u.generate.suffix || !*m->u.generate.suffix) &&
+                       !m->u.generate.has_context;
+        break;
+    case MSG_chat:
+        r->has_keep_alive = m->u.chat.has_keep_alive_ms;
+        r->keep_alive_ms = m->u.chat.keep_alive_ms;
+        r->load_only = m->u.chat.messages.n == 0;
+        break;
+    case MSG_embed:
+        r->has_keep_alive = m->u.embed.has_keep_alive_ms;
+        r->keep_alive_ms = m->u.embed.keep_alive_ms;
+        r->load_only = false; /* empty input is answered by the runner */
+        break;
+    default:
+        break;
+    }
+}
+
+static request_t *req_find(sch_server_t *s, const char *id)
+{
+    for (request_t *r = s->req_list; r; r = r->next)
+        if (!strcmp(r->id, id))
+            return r;
+    return NULL;
+}
+
+static void req_unlink_free(sch_server_t *s, request_t *r)
+{
+    for (request_t **pp = &s->req_list; *pp; pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    }
+    zframe_destroy(&r->client);
+    msg_clear(&r->msg);
+    msg_clear(&r->resolved);
+    free(r);
+}
+
+static void req_fail(sch_server_t *s, request_t *r, cr_status_t st,
+                     const char *text)
+{
+    reply_error(s, r->client, r->id, st, text);
+    req_unlink_free(s, r);
+}
+
+/* ---- runners ---- */
+
+static runner_t *runner_by_id(sch_server_t *s, const char *id)
+{
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
+        if (!strcmp(rn->id, id))
+            return rn;
+    return NULL;
+}
+
+static runner_t *runner_by_pid(sch_server_t *s, pid_t pid)
+{
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
+        if (rn->pid == pid)
+            return rn;
+    return NULL;
+}
+
+static void runner_set_state(sch_server_t *s, runner_t *rn, runner_state_t st)
+{
+    rn->state = st;
+    rn->state_since_ms = now_ms(s);
+}
+
+static void send_runner(sch_server_t *s, runner_t *rn, const msg_t *m)
+{
+    cr_err_t err;
+    zframe_t *ident = zframe_new(rn->id, strlen(rn->id));
+    if (bus_send_to(s->runners, ident, m, &err))
+        cr_log_warn("runner %s: send %s failed: %s", rn->id,
+                 msg_type_name(m->type), err.msg);
+    zframe_destroy(&ident);
+}
+
+static void runner_stop(sch_server_t *s, runner_t *rn, const char *why)
+{
+    if (rn->state == RS_STOPPING)
+        return;
+    cr_log_info("unloading %s (runner %s, pid %d): %s", rn->resolved.u.resolved.name,
+             rn->id, (int)rn->pid, why);
+    msg_t m;
+    msg_init(&m, MSG_shutdown, rn->id);
+    send_runner(s, rn, &m);
+    runner_set_state(s, rn, RS_STOPPING);
+    rn->expires_ms = 0;
+}
+
+static void runner_free(sch_server_t *s, runner_t *rn)
+{
+    for (runner_t **pp = &s->runner_list; *pp; pp = &(*pp)->next) {
+        if (*pp == rn) {
+            *pp = rn->next;
+            break;
+        }
+    }
+    msg_clear(&rn->resolved);
+    free(rn);
+}
+
+/* Fails every request waiting for (or running on) this runner's model. */
+static void fail_model_requests(sch_server_t *s, runner_t *rn, cr_status_t st,
+                                const char *text, bool pending_too)
+{
+    request_t *next;
+    for (request_t *r = s->req_list; r; r = next) {
+        next = r->next;
+        bool running_here = r->state == RQ_RUNNING && r->runner == rn;
+        bool waiting = pending_too && r->state == RQ_PENDING &&
+                       !strcmp(r->resolved.u.resolved.model_path,
+                               rn->resolved.u.resolved.model_path);
+        if (running_here || waiting)
+            req_fail(s, r, st, text);
+    }
+}
+
+static void runner_arm_keep_alive(sch_server_t *s, runner_t *rn)
+{
+    if (rn->n_active > 0 || rn->state != RS_READY)
+        return;
+    if (rn->unload_when_idle || rn->keep_alive_ms == 0) {
+        runner_stop(s, rn, rn->unload_when_idle ? "options changed or evicted"
+                                                : "keep_alive 0");
+        return;
+    }
+    rn->expires_ms = rn->keep_alive_ms < 0
+                         ? FOREVER_MS
+                         : now_ms(s) + rn->keep_alive_ms;
+}
+
+static runner_t *runner_start(sch_server_t *s, request_t *r)
+{
+    runner_t *rn = calloc(1, sizeof *rn);
+    if (!rn)
+        return NULL;
+    snprintf(rn->id, sizeof rn->id, "r%d-%u", (int)getpid(), ++s->runner_seq);
+    if (msg_copy(&r->resolved, &rn->resolved)) {
+        free(rn);
+        return NULL;
+    }
+    msg_options_t **opts = req_options_slot(&r->msg);
+    if (opts && *opts)
+        sch_options_overlay(&rn->load_opts, *opts);
+    rn->load_opts.stop = (msg_strs_t){0}; /* not a load option; not owned */
+    rn->load_opts.has_stop = false;
+    rn->n_slots = s->cfg.num_parallel;
+    rn->keep_alive_ms = r->has_keep_alive ? r->keep_alive_ms
+                                          : s->cfg.keep_alive_ms;
+    cr_err_t err;
+    if (sch_spawn_runner(s->cfg.runner_bin, s->cfg.runners_endpoint, rn->id,
+                         &rn->pid, &err)) {
+        cr_log_error("cannot start a runner: %s", err.msg);
+        msg_clear(&rn->resolved);
+        free(rn);
+        return NULL;
+    }
+    runner_set_state(s, rn, RS_STARTING);
+    rn->last_used_ms = now_ms(s);
+    rn->next = s->runner_list;
+    s->runner_list = rn;
+    cr_log_info("loading %s in runner %s (pid %d)", r->resolved.u.resolved.name,
+             rn->id, (int)rn->pid);
+    return rn;
+}
+
+/* ---- dispatch ---- */
+
+static void reply_load_done(sch_server_t *s, request_t *r, const char *reason)
+{
+    msg_t m;
+    msg_init(&m, MSG_done, r->id);
+    m.u.done.done_reason = (char *)reason;
+    m.u.done.has_done_reason = true;
+    m.u.done.total_duration = mono_ns() - r->arrived_ns;
+    m.u.done.has_total_duration = true;
+    m.u.done.load_duration = m.u.done.total_duration;
+    m.u.done.has_load_duration = true;
+    send_client(s, r->client, &m);
+}
+
+static void dispatch(sch_server_t *s, request_t *r, runner_t *rn)
+{
+    if (r->has_keep_alive)
+        rn->keep_alive_ms = r->keep_alive_ms;
+    rn->expires_ms = 0;
+    rn->last_used_ms = now_ms(s);
+    r->dispatched_ns = mono_ns();
+    if (r->load_only) {
+        reply_load_done(s, r, "load");
+        req_unlink_free(s, r);
+        runner_arm_keep_alive(s, rn);
+        return;
+    }
+    /* The runner gets the request with the model's params under its options. */
+    msg_options_t **slot = req_options_slot(&r->msg);
+    msg_options_t *merged = msg_alloc(&r->msg, sizeof *merged);
+    if (!merged) {
+        req_fail(s, r, CR_E_NOMEM, "out of memory");
+        return;
+    }
+    memset(merged, 0, sizeof *merged);
+    sch_options_overlay(merged, r->resolved.u.resolved.params);
+    sch_options_overlay(merged, *slot);
+    sch_options_overlay(merged, &rn->load_opts);
+    *slot = merged;
+    switch (r->msg.type) {
+    case MSG_generate: r->msg.u.generate.has_options = true; break;
+    case MSG_chat: r->msg.u.chat.has_options = true; break;
+    case MSG_embed: r->msg.u.embed.has_options = true; break;
+    default: break;
+    }
+    r->state = RQ_RUNNING;
+    r->runner = rn;
+    rn->n_active++;
+    send_runner(s, rn, &r->msg);
+}
+
+static size_t loaded_count(const sch_server_t *s)
+{
+    size_t n = 0;
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
+        n++;
+    return n;
+}
+
+static bool any_loading(const sch_server_t *s)
+{
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
+        if (rn->state == RS_STARTING || rn->state == RS_LOADING)
+            return true;
+    return false;
+}
+
+static bool same_model(const runner_t *rn, const request_t *r)
+{
+    return !strcmp(rn->resolved.u.resolved.model_path,
+                   r->resolved.u.resolved.model_path) &&
+           !strcmp(rn->resolved.u.resolved.name, r->resolved.u.resolved.name);
+}
+
+/* The idle runner to evict: least recently used (users expect LRU; Ollama
+ * picks the shortest keep-alive, which surprises people who set one model
+ * to stay forever and then watch a recent one vanish). */
+static runner_t *eviction_victim(sch_server_t *s)
+{
+    runner_t *best = NULL;
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
+        if (rn->state == RS_READY && rn->n_active == 0 &&
+            (!best || rn->last_used_ms < best->last_used_ms))
+            best = rn;
+    return best;
+}
+
+static void schedule(sch_server_t *s)
+{
+    size_t max_loaded = s->cfg.max_loaded > 0 ? (size_t)s->cfg.max_loaded : 3;
+    request_t *next;
+    for (request_t *r = s->req_list; r; r = next) {
+        next = r->next;
+        if (r->state != RQ_PENDING)
+            continue;
+        msg_options_t **opts = req_options_slot(&r->msg);
+        runner_t *match = NULL;
+        runner_t *stale = NULL;
+        for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
+            if (rn->state == RS_STOPPING || !same_model(rn, r))
+                continue;
+            if (sch_options_load_compatible(&rn->load_opts, opts ? *opts : NULL))
+                match = rn;
+            else
+                stale = rn;
+        }
+        if (match) {
+            if (match->state == RS_READY && match->n_active < match->n_slots)
+                dispatch(s, r, match);
+            continue; /* loading or busy: wait for it */
+        }
+        if (stale) {
+            /* Load options differ: reload once the old one is idle. */
+            stale->unload_when_idle = true;
+            runner_arm_keep_alive(s, stale);
+            continue;
+        }
+        if (any_loading(s))
+            continue; /* one load at a time */
+        if (loaded_count(s) >= max_loaded) {
+            runner_t *victim = eviction_victim(s);
+            if (victim)
+                runner_stop(s, victim, "evicted for another model");
+            continue; /* wait for the victim (or a busy one) to go */
+        }
+        if (!runner_start(s, r))
+            req_fail(s, r, CR_E_RUNNER, "failed to start a runner process");
+    }
+}
+
+/* ---- inbound: gateways ---- */
+
+static size_t pending_count(const sch_server_t *s)
+{
+    size_t n = 0;
+    for (const request_t *r = s->req_list; r; r = r->next)
+        if (r->state != RQ_RUNNING)
+            n++;
+    return n;
+}
+
+/* `keep_alive: 0` with an empty prompt: unload without loading. */
+static void handle_unload(sch_server_t *s, request_t *r)
+{
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
+        if (!same_model(rn, r) || rn->state == RS_STOPPING)
+            continue;
+        rn->keep_alive_ms = 0;
+        if (rn->n_active == 0 && rn->state == RS_READY)
+            runner_stop(s, rn, "unload requested");
+        else
+            rn->unload_when_idle = true;
+    }
+    reply_load_done(s, r, "unload");
+    req_unlink_free(s, r);
+}
+
+static void handle_ps(sch_server_t *s, zframe_t *client, const char *id)
+{
+    size_t n = loaded_count(s);
+    msg_t m;
+    msg_init(&m, MSG_ps_reply, id);
+    msg_loaded_model_t *v = n ? msg_alloc(&m, n * sizeof *v) : NULL;
+    char (*times)[40] = n ? msg_alloc(&m, n * sizeof *times) : NULL;
+    if (n && (!v || !times)) {
+        msg_clear(&m);
+        reply_error(s, client, id, CR_E_NOMEM, "out of memory");
+        return;
+    }
+    size_t i = 0;
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next, i++) {
+        msg_resolved_body_t *res = &rn->resolved.u.resolved;
+        msg_loaded_model_t *e = &v[i];
+        memset(e, 0, sizeof *e);
+        e->name = res->name;
+        e->has_name = true;
+        e->size = rn->size ? rn->size : res->size;
+        e->has_size = true;
+        e->size_vram = rn->size_vram;
+        e->has_size_vram = true;
+        if (res->digest) {
+            e->digest = res->digest;
+            e->has_digest = true;
+        }
+        if (res->details) {
+            e->details = res->details;
+            e->has_details = true;
+        }
+        int64_t delta;
+        if (rn->keep_alive_ms < 0)
+            delta = FOREVER_MS;
+        else if (rn->expires_ms && rn->expires_ms != FOREVER_MS)
+            delta = rn->expires_ms - now_ms(s);
+        else
+            delta = rn->keep_alive_ms; /* busy or loading: now + keep-alive */
+        rfc3339_from_now(delta < 0 ? 0 : delta, times[i], sizeof times[i]);
+        e->expires_at = times[i];
+        e->has_expires_at = true;
+        e->context_length = rn->context_length;
+        e->has_context_length = rn->context_length > 0;
+        e->active = rn->n_active;
+        e->has_active = true;
+        int queued = 0;
+        for (request_t *r = s->req_list; r; r = r->next)
+            if (r->state == RQ_PENDING && same_model(rn, r))
+                queued++;
+        e->queued = queued;
+        e->has_queued = true;
+        e->loading = rn->state == RS_STARTING || rn->state == RS_LOADING;
+        e->has_loading = true;
+    }
+    m.u.ps_reply.models.v = v;
+    m.u.ps_reply.models.n = n;
+    m.u.ps_reply.has_models = true;
+    send_client(s, client, &m);
+    msg_clear(&m);
+}
+
+static void handle_cancel(sch_server_t *s, const char *id)
+{
+    request_t *r = req_find(s, id);
+    if (!r)
+        return;
+    if (r->state == RQ_RUNNING) {
+        msg_t m;
+        msg_init(&m, MSG_cancel, id);
+        send_runner(s, r->runner, &m);
+        return; /* the runner answers done/error, which ends the request */
+    }
+    req_fail(s, r, CR_E_CANCELED, "request canceled");
+}
+
+static void on_front(sch_server_t *s)
+{
+    msg_t m;
+    zframe_t *client = NULL;
+    cr_err_t err;
+    cr_status_t st = bus_recv(s->front, 0, &m, &client, &err);
+    if (st) {
+        if (client && st == CR_E_PROTO)
+            reply_error(s, client, "", CR_E_PROTO, err.msg);
+        zframe_destroy(&client);
+        return;
+    }
+    switch (m.type) {
+    case MSG_generate:
+    case MSG_chat:
+    case MSG_embed: {
+        if (req_find(s, m.id)) {
+            reply_error(s, client, m.id, CR_E_INVALID, "duplicate request id");
+            break;
+        }
+        if (pending_count(s) >= (size_t)s->cfg.max_queue) {
+            reply_error(s, client, m.id, CR_E_BUSY,
+                        "server busy, please try again.  maximum pending "
+                        "requests exceeded");
+            break;
+        }
+        request_t *r = calloc(1, sizeof *r);
+        if (!r) {
+            reply_error(s, client, m.id, CR_E_NOMEM, "out of memory");
+            break;
+        }
+        snprintf(r->id, sizeof r->id, "%s", m.id);
+        r->client = client;
+        client = NULL;
+        r->msg = m;
+        memset(&m, 0, sizeof m); /* ownership moved */
+        r->arrived_ns = mono_ns();
+        req_inspect(r);
+        /* Append: the list is in arrival order (FIFO scheduling). */
+        request_t **pp = &s->req_list;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = r;
+        msg_t q;
+        msg_init(&q, MSG_resolve, r->id);
+        q.u.resolve.model = (char *)req_model(&r->msg);
+        q.u.resolve.has_model = true;
+        r->state = RQ_RESOLVING;
+        r->resolve_sent_ms = now_ms(s);
+        if (bus_send(s->registry, &q, &err))
+            req_fail(s, r, CR_E_UNAVAILABLE, "registry unavailable");
+        break;
+    }
+    case MSG_cancel:
+        handle_cancel(s, m.id);
+        break;
+    case MSG_ps:
+        handle_ps(s, client, m.id);
+        break;
+    case MSG_ping: {
+        msg_t pong;
+        msg_init(&pong, MSG_pong, m.id);
+        send_client(s, client, &pong);
+        break;
+    }
+    default:
+        reply_error(s, client, m.id, CR_E_PROTO, "unexpected message type");
+        break;
+    }
+    zframe_destroy(&client);
+    msg_clear(&m);
+}
+
+/* ---- inbound: registry ---- */
+
+static void on_registry(sch_server_t *s)
+{
+    msg_t m;
+    cr_err_t err;
+    if (bus_recv(s->registry, 0, &m, NULL, &err)) {
+        cr_log_warn("bad message from the registry: %s", err.msg);
+        return;
+    }
+    request_t *r = req_find(s, m.id);
+    if (!r || r->state != RQ_RESOLVING) {
+        msg_clear(&m);
+        return; /* canceled meanwhile */
+    }
+    if (m.type == MSG_error) {
+        cr_status_t st = (cr_status_t)m.u.error.status;
+        if (st == CR_E_NOT_FOUND) {
+            char text[600];
+            snprintf(text, sizeof text,
+                     "model \"%s\" not found, try pulling it first",
+                     req_model(&r->msg));
+            req_fail(s, r, st, text);
+        } else {
+            req_fail(s, r, st, m.u.error.message);
+        }
+        msg_clear(&m);
+        return;
+    }
+    if (m.type != MSG_resolved) {
+        req_fail(s, r, CR_E_PROTO, "registry sent an unexpected reply");
+        msg_clear(&m);
+        return;
+    }
+    r->resolved = m; /* ownership moved */
+    if (r->load_only && r->has_keep_alive && r->keep_alive_ms == 0) {
+        handle_unload(s, r);
+        return;
+    }
+    if (r->msg.type != MSG_embed && r->resolved.u.resolved.has_capabilities) {
+        /* Embedding-only models cannot chat or generate. */
+        bool completion = false;
+        for (size_t i = 0; i < r->resolved.u.resolved.capabilities.n; i++)
+            if (!strcmp(r->resolved.u.resolved.capabilities.v[i], "completion"))
+                completion = true;
+        if (!completion) {
+            char text[600];
+            snprintf(text, sizeof text, "\"%s\" does not support %s",
+                     req_model(&r->msg),
+                     r->msg.type == MSG_chat ? "chat" : "generate");
+            req_fail(s, r, CR_E_INVALID, text);
+            return;
+        }
+    }
+    r->state = RQ_PENDING;
+}
+
+/* ---- inbound: runners ---- */
+
+static void finish_request(sch_server_t *s, request_t *r, msg_t *m)
+{
+    runner_t *rn = r->runner;
+    if (m->type == MSG_done) {
+        m->u.done.total_duration = mono_ns() - r->arrived_ns;
+        m->u.done.has_total_duration = true;
+        m->u.done.load_duration = r->dispatched_ns - r->arrived_ns;
+        m->u.done.has_load_duration = true;
+    }
+    send_client(s, r->client, m);
+    req_unlink_free(s, r);
+    if (rn) {
+        rn->n_active--;
+        rn->last_used_ms = now_ms(s);
+        runner_arm_keep_alive(s, rn);
+    }
+}
+
+static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
+{
+    switch (m->type) {
+    case MSG_hello: {
+        if (rn->state != RS_STARTING)
+            break;
+        msg_t load;
+        msg_init(&load, MSG_load, rn->id);
+        msg_resolved_body_t *res = &rn->resolved.u.resolved;
+        msg_load_body_t *b = &load.u.load;
+        b->name = res->name;
+        b->has_name = true;
+        b->model_path = res->model_path;
+        b->has_model_path = true;
+        b->template = res->template;
+        b->has_template = res->has_template;
+        b->system = res->system;
+        b->has_system = res->has_system;
+        b->messages.v = res->messages.v;
+        b->messages.n = res->messages.n;
+        b->has_messages = res->has_messages;
+        msg_options_t opts = {0};
+        sch_options_overlay(&opts, res->params);
+        sch_options_overlay(&opts, &rn->load_opts);
+        if (!opts.has_num_ctx) {
+            opts.num_ctx = sch_options_default_ctx();
+            opts.has_num_ctx = true;
+        }
+        opts.stop = (msg_strs_t){0};
+        opts.has_stop = false;
+        b->options = &opts;
+        b->has_options = true;
+        b->num_parallel = rn->n_slots;
+        b->has_num_parallel = true;
+        send_runner(s, rn, &load);
+        runner_set_state(s, rn, RS_LOADING);
+        break;
+    }
+    case MSG_ready:
+        if (rn->state != RS_LOADING)
+            break;
+        rn->size = m->u.ready.size;
+        rn->size_vram = m->u.ready.size_vram;
+        rn->context_length = m->u.ready.context_length;
+        runner_set_state(s, rn, RS_READY);
+        rn->last_used_ms = now_ms(s);
+        cr_log_info("runner %s ready: %s, %" PRId64 " bytes, ctx %" PRId64,
+                 rn->id, rn->resolved.u.resolved.name, rn->size,
+                 rn->context_length);
+        /* Stays loaded for its keep-alive even if the waiting requests
+         * were canceled meanwhile. */
+        runner_arm_keep_alive(s, rn);
+        break;
+    case MSG_error: {
+        /* A load failure: tell everyone waiting for this model. */
+        char text[700];
+        snprintf(text, sizeof text, "failed to load model: %s",
+                 m->u.error.message);
+        cr_log_error("runner %s: %s", rn->id, text);
+        fail_model_requests(s, rn, (cr_status_t)m->u.error.status, text, true);
+        runner_stop(s, rn, "load failed");
+        break;
+    }
+    case MSG_pong:
+        break;
+    default:
+        cr_log_warn("runner %s sent unexpected %s", rn->id, msg_type_name(m->type));
+        break;
+    }
+}
+
+static void on_runners(sch_server_t *s)
+{
+    msg_t m;
+    zframe_t *ident = NULL;
+    cr_err_t err;
+    cr_status_t st = bus_recv(s->runners, 0, &m, &ident, &err);
+    char id[64] = "";
+    if (ident) {
+        size_t n = zframe_size(ident);
+        if (n < sizeof id) {
+            memcpy(id, zframe_data(ident), n);
+            id[n] = '\0';
+        }
+    }
+    zframe_destroy(&ident);
+    if (st) {
+        cr_log_warn("bad message from runner %s: %s", id, err.msg);
+        return;
+    }
+    runner_t *rn = runner_by_id(s, id);
+    if (!rn) {
+        cr_log_warn("message from unknown runner '%s' ignored", id);
+        msg_clear(&m);
+        return;
+    }
+    request_t *r = NULL;
+    if (m.type == MSG_chunk || m.type == MSG_done || m.type == MSG_error ||
+        m.type == MSG_embeddings || m.type == MSG_progress)
+        r = req_find(s, m.id);
+    if (r && r->runner == rn) {
+        if (m.type == MSG_chunk || m.type == MSG_progress)
+            send_client(s, r->client, &m);
+        else
+            finish_request(s, r, &m);
+    } else if (!strcmp(m.id, rn->id)) {
+        on_runner_control(s, rn, &m);
+    }
+    msg_clear(&m);
+}
+
+/* ---- timers and child exits ---- */
+
+static void reap_children(sch_server_t *s)
+{
+    char how[128];
+    pid_t pid;
+    while ((pid = sch_reap_one(how, sizeof how)) > 0) {
+        runner_t *rn = runner_by_pid(s, pid);
+        if (!rn)
+            continue;
+        if (rn->state == RS_STOPPING) {
+            cr_log_info("runner %s (pid %d) exited: %s", rn->id, (int)pid, how);
+        } else {
+            char text[300];
+            snprintf(text, sizeof text,
+                     "model runner has unexpectedly stopped (%s); the next "
+                     "request will load it again",
+                     how);
+            cr_log_error("runner %s (pid %d): %s", rn->id, (int)pid, text);
+            /* A runner that dies while loading fails its waiters too, or a
+             * model that always crashes would be respawned forever. */
+            bool loading = rn->state != RS_READY;
+            fail_model_requests(s, rn, CR_E_RUNNER, text, loading);
+        }
+        runner_free(s, rn);
+    }
+}
+
+static void run_timers(sch_server_t *s)
+{
+    int64_t now = now_ms(s);
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
+        if (rn->state == RS_READY && rn->n_active == 0 && rn->expires_ms &&
+            rn->expires_ms != FOREVER_MS && now >= rn->expires_ms)
+            runner_stop(s, rn, "keep-alive expired");
+        if ((rn->state == RS_STARTING || rn->state == RS_LOADING) &&
+            s->cfg.load_timeout_ms > 0 &&
+            now - rn->state_since_ms > s->cfg.load_timeout_ms) {
+            fail_model_requests(s, rn, CR_E_TIMEOUT,
+                                "timed out waiting for the model runner to "
+                                "start",
+                                true);
+            runner_stop(s, rn, "load timed out");
+        }
+        if (rn->state == RS_STOPPING &&
+            now - rn->state_since_ms > STOP_GRACE_MS && rn->pid > 0) {
+            kill(rn->pid, SIGKILL);
+            rn->state_since_ms = now; /* once per grace period */
+        }
+    }
+    request_t *next;
+    for (request_t *r = s->req_list; r; r = next) {
+        next = r->next;
+        if (r->state == RQ_RESOLVING &&
+            now - r->resolve_sent_ms > s->cfg.resolve_timeout_ms)
+            req_fail(s, r, CR_E_UNAVAILABLE, "registry did not answer");
+    }
+}
+
+/* ---- lifecycle ---- */
+
+cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
+                           cr_err_t *err)
+{
+    sch_server_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    s->cfg = *cfg;
+    s->front = zsock_new(ZMQ_ROUTER);
+    s->runners = zsock_new(ZMQ_ROUTER);
+    s->registry = zsock_new(ZMQ_DEALER);
+    if (!s->front || !s->runners || !s->registry)
+        goto fail_sockets;
+    /* Replies to a gone peer fail fast instead of queueing forever. */
+    zsock_set_router_mandatory(s->front, 1);
+    zsock_set_router_mandatory(s->runners, 1);
+    zsock_set_sndtimeo(s->front, 1000);
+    zsock_set_sndtimeo(s->runners, 1000);
+    zsock_set_linger(s->front, 0);
+    zsock_set_linger(s->runners, 0);
+    zsock_set_linger(s->registry, 0);
+    if (zsock_bind(s->front, "%s", cfg->front_endpoint) < 0) {
+        cr_err_set(err, CR_E_IO, "cannot bind %s: %s", cfg->front_endpoint,
+                   zmq_strerror(zmq_errno()));
+        goto fail_sockets;
+    }
+    if (zsock_bind(s->runners, "%s", cfg->runners_endpoint) < 0) {
+        cr_err_set(err, CR_E_IO, "cannot bind %s: %s", cfg->runners_endpoint,
+                   zmq_strerror(zmq_errno()));
+        goto fail_sockets;
+    }
+    if (zsock_connect(s->registry, "%s", cfg->registry_endpoint) < 0) {
+        cr_err_set(err, CR_E_IO, "cannot connect %s", cfg->registry_endpoint);
+        goto fail_sockets;
+    }
+    s->poller = zpoller_new(s->front, s->runners, s->registry, NULL);
+    if (!s->poller) {
+        cr_err_set(err, CR_E_NOMEM, "cannot create a poller");
+        goto fail_sockets;
+    }
+    *out = s;
+    return CR_OK;
+
+fail_sockets:
+    if (err && err->status == CR_OK)
+        cr_err_set(err, CR_E_IO, "cannot create sockets");
+    zsock_destroy(&s->front);
+    zsock_destroy(&s->runners);
+    zsock_destroy(&s->registry);
+    free(s);
+    return err ? err->status : CR_E_IO;
+}
+
+void sch_server_run_once(sch_server_t *s, int timeout_ms)
+{
+    void *which = zpoller_wait(s->poller, timeout_ms);
+    /* Drain everything that is ready, not just one socket. */
+    for (int spin = 0; which && spin < 256; spin++) {
+        if (which == s->front)
+            on_front(s);
+        else if (which == s->runners)
+            on_runners(s);
+        else if (which == s->registry)
+            on_registry(s);
+        which = zpoller_wait(s->poller, 0);
+    }
+    reap_children(s);
+    run_timers(s);
+    schedule(s);
+}
+
+void sch_server_run(sch_server_t *s)
+{
+    while (!zsys_interrupted)
+        sch_server_run_once(s, TICK_MS);
+}
+
+size_t sch_server_runner_count(const sch_server_t *s)
+{
+    return loaded_count(s);
+}
+
+size_t sch_server_pending_count(const sch_server_t *s)
+{
+    return pending_count(s);
+}
+
+void sch_server_destroy(sch_server_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    sch_server_t *s = *self_p;
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
+        runner_stop(s, rn, "scheduler shutting down");
+    /* Wait for them to exit, then make sure. */
+    int64_t start = mono_ms_default();
+    while (s->runner_list && mono_ms_default() - start < STOP_GRACE_MS) {
+        reap_children(s);
+        if (s->runner_list)
+            zclock_sleep(20);
+    }
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
+        if (rn->pid > 0)
+            kill(rn->pid, SIGKILL);
+    zclock_sleep(50);
+    reap_children(s);
+    while (s->runner_list)
+        runner_free(s, s->runner_list);
+    while (s->req_list) {
+        request_t *r = s->req_list;
+        reply_error(s, r->client, r->id, CR_E_UNAVAILABLE,
+                    "scheduler shutting down");
+        req_unlink_free(s, r);
+    }
+    zpoller_destroy(&s->poller);
+    zsock_destroy(&s->front);
+    zsock_destroy(&s->runners);
+    zsock_destroy(&s->registry);
+    free(s);
+    *self_p = NULL;
+}

@@ -1,0 +1,60 @@
+/* sched.h: the scheduler service: broker between gateways and runners.
+ *
+ * It owns three sockets: a ROUTER for gateways ("scheduler"), a ROUTER for
+ * runners ("runners") and a DEALER to the registry. A request (generate,
+ * chat, embed) is resolved through the registry, attached to a runner of
+ * that model with compatible load options (spawning one if needed, one load
+ * at a time, evicting the least recently used idle runner at the
+ * OLLAMA_MAX_LOADED_MODELS cap), forwarded, and its replies relayed back.
+ * When a runner goes idle its keep-alive timer is armed; expiry unloads it.
+ * A runner that dies fails its in-flight requests with a clear error; the
+ * next request loads the model again.
+ *
+ * It does not know how models compute, how the store is laid out, or HTTP. */
+#ifndef SCH_SCHED_H
+#define SCH_SCHED_H
+
+#include "lib/prelude.h"
+#include "lib/status.h"
+#include "proto/bus.h"
+
+typedef struct sch_config {
+    char front_endpoint[BUS_ENDPOINT_MAX];    /* ROUTER for gateways */
+    char runners_endpoint[BUS_ENDPOINT_MAX];  /* ROUTER for runners */
+    char registry_endpoint[BUS_ENDPOINT_MAX]; /* DEALER to the registry */
+    char runner_bin[4096];                    /* corral-runner path */
+    int64_t keep_alive_ms;   /* OLLAMA_KEEP_ALIVE, default 5m; <0 forever */
+    int64_t load_timeout_ms; /* OLLAMA_LOAD_TIMEOUT, default 5m; <=0 none */
+    int64_t resolve_timeout_ms; /* registry answer deadline */
+    int max_loaded;          /* OLLAMA_MAX_LOADED_MODELS, 0 = 3 */
+    int max_queue;           /* OLLAMA_MAX_QUEUE, default 512 */
+    int num_parallel;        /* OLLAMA_NUM_PARALLEL, default 1 */
+    /* Monotonic clock in ms; NULL = CLOCK_MONOTONIC. Tests set their own. */
+    int64_t (*now_ms)(void);
+} sch_config_t;
+
+/* Fills cfg from the environment (endpoints from bus_endpoint, the runner
+ * binary beside this executable). Errors name the bad setting. */
+cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err);
+
+typedef struct sch_server sch_server_t;
+
+/* Binds the sockets. Caller owns the result; free with sch_server_destroy. */
+cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
+                           cr_err_t *err);
+
+/* Stops every runner (shutdown message, then SIGKILL after a grace period)
+ * and frees the server. Accepts NULL. */
+void sch_server_destroy(sch_server_t **self_p);
+
+/* Handles whatever arrives within timeout_ms, then runs timers. */
+void sch_server_run_once(sch_server_t *s, int timeout_ms);
+
+/* Loops until SIGINT/SIGTERM (zsys_interrupted). */
+void sch_server_run(sch_server_t *s);
+
+/* Counts for tests and metrics. */
+size_t sch_server_runner_count(const sch_server_t *s);
+size_t sch_server_pending_count(const sch_server_t *s);
+
+#endif

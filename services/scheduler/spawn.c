@@ -1,0 +1,78 @@
+/* spawn.c: fork/exec and reaping of runner processes. */
+#include "lib/prelude.h"
+#include "services/scheduler/spawn.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lib/env.h"
+
+cr_status_t sch_runner_bin(char *out, size_t cap, cr_err_t *err)
+{
+    const char *env = getenv("CORRAL_RUNNER_BIN");
+    if (env && *env) {
+        if (access(env, X_OK))
+            return cr_err_set(err, CR_E_NOT_FOUND,
+                              "CORRAL_RUNNER_BIN '%s' is not executable", env);
+        snprintf(out, cap, "%s", env);
+        return CR_OK;
+    }
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return cr_err_set(err, CR_E_IO, "cannot read /proc/self/exe: %s",
+                          strerror(errno));
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    int w = snprintf(out, cap, "%s/corral-runner", self);
+    if (w < 0 || (size_t)w >= cap)
+        return cr_err_set(err, CR_E_TOO_LARGE, "runner path too long");
+    if (access(out, X_OK))
+        return cr_err_set(err, CR_E_NOT_FOUND,
+                          "corral-runner not found beside the scheduler (%s)",
+                          out);
+    return CR_OK;
+}
+
+cr_status_t sch_spawn_runner(const char *bin, const char *endpoint,
+                             const char *runner_id, pid_t *pid_out,
+                             cr_err_t *err)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return cr_err_set(err, CR_E_IO, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        /* Child: a clean signal state, then the runner. */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        execl(bin, "corral-runner", "serve", "--endpoint", endpoint, "--id",
+              runner_id, (char *)NULL);
+        fprintf(stderr, "corral-scheduler: exec %s: %s\n", bin, strerror(errno));
+        _exit(127);
+    }
+    *pid_out = pid;
+    return CR_OK;
+}
+
+pid_t sch_reap_one(char *how, size_t cap)
+{
+    int wstatus = 0;
+    pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+    if (pid <= 0)
+        return 0;
+    if (WIFEXITED(wstatus))
+        snprintf(how, cap, "exit status %d", WEXITSTATUS(wstatus));
+    else if (WIFSIGNALED(wstatus))
+        snprintf(how, cap, "signal %d (%s)", WTERMSIG(wstatus),
+                 strsignal(WTERMSIG(wstatus)));
+    else
+        snprintf(how, cap, "status %d", wstatus);
+    return pid;
+}
