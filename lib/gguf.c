@@ -303,9 +303,15 @@ static cr_status_t parse_array(parser_t *p, cr_gguf_kv_t *kv, const char *what)
     kv->v.arr.strs = strs;
     kv->v.arr.data = p->c.p;
     for (uint64_t i = 0; i < n; i++) {
-        st = rd_str(p, &strs[i], UINT64_MAX, what);
-        if (st)
-            return cr_err_wrap(p->err, "element %" PRIu64, i), st;
+        const uint8_t *elem_start = p->c.p;
+        if (!rd_str(p, &strs[i], UINT64_MAX, what))
+            continue;
+        /* Failed: read it again under a name that says which element, so
+         * the common path formats nothing. */
+        char ewhat[224];
+        snprintf(ewhat, sizeof ewhat, "%s element %" PRIu64, what, i);
+        p->c.p = elem_start;
+        return rd_str(p, &strs[i], UINT64_MAX, ewhat);
     }
     return CR_OK;
 }
