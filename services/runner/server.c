@@ -1,0 +1,277 @@
+/* server.c: the runner's bus loop (hello, load, requests, cancel, shutdown).
+ *
+ * Messages that arrive while a request runs are read between tokens: a
+ * cancel for the running request stops it, a shutdown stops it and ends the
+ * loop, anything else waits in a small queue for its turn. */
+#include "lib/prelude.h"
+#include "services/runner/server.h"
+
+#include <unistd.h>
+
+#include "lib/log.h"
+#include "proto/bus.h"
+#include "services/runner/engine.h"
+
+#define DEFERRED_MAX 1024 /* requests queued behind the running one */
+
+struct rn_server {
+    zsock_t *sock;
+    char id[MSG_ID_MAX + 1];
+    rn_engine_t *engine;
+    zlist_t *deferred; /* msg_t* waiting to run (owned) */
+    pid_t parent;
+    bool shutdown;
+    /* The request running now, for the sink callbacks. */
+    const char *running_id;
+    bool running_canceled;
+};
+
+static void send_msg(rn_server_t *s, const msg_t *m)
+{
+    cr_err_t err;
+    if (bus_send(s->sock, m, &err))
+        cr_log_warn("send %s failed: %s", msg_type_name(m->type), err.msg);
+}
+
+static void send_error(rn_server_t *s, const char *id, cr_status_t st,
+                       const char *text)
+{
+    msg_t m;
+    msg_make_error(&m, id, st, "%s", text);
+    send_msg(s, &m);
+    msg_clear(&m);
+}
+
+/* Reads whatever is waiting without blocking; returns true if it saw a
+ * cancel for the running request or a shutdown. */
+static void drain_inbox(rn_server_t *s)
+{
+    for (;;) {
+        msg_t m;
+        cr_err_t err;
+        cr_status_t st = bus_recv(s->sock, 0, &m, NULL, &err);
+        if (st == CR_E_TIMEOUT)
+            return;
+        if (st) {
+            if (st == CR_E_CANCELED) {
+                s->shutdown = true;
+                return;
+            }
+            cr_log_warn("bad message from the scheduler: %s", err.msg);
+            continue;
+        }
+        if (m.type == MSG_cancel) {
+            if (s->running_id && !strcmp(m.id, s->running_id))
+                s->running_canceled = true;
+            msg_clear(&m);
+        } else if (m.type == MSG_shutdown) {
+            s->shutdown = true;
+            msg_clear(&m);
+        } else if (m.type == MSG_ping) {
+            msg_t pong;
+            msg_init(&pong, MSG_pong, m.id);
+            send_msg(s, &pong);
+            msg_clear(&m);
+        } else if (zlist_size(s->deferred) < DEFERRED_MAX) {
+            msg_t *copy = malloc(sizeof *copy);
+            if (copy) {
+                *copy = m; /* ownership moves into the queue */
+                zlist_append(s->deferred, copy);
+            } else {
+                send_error(s, m.id, CR_E_NOMEM, "out of memory");
+                msg_clear(&m);
+            }
+        } else {
+            send_error(s, m.id, CR_E_BUSY, "runner queue is full");
+            msg_clear(&m);
+        }
+    }
+}
+
+static bool sink_chunk(void *ctx, const msg_chunk_body_t *chunk)
+{
+    rn_server_t *s = ctx;
+    msg_t m;
+    msg_init(&m, MSG_chunk, s->running_id);
+    m.u.chunk = *chunk;
+    send_msg(s, &m);
+    return !s->running_canceled && !s->shutdown;
+}
+
+static bool sink_canceled(void *ctx)
+{
+    rn_server_t *s = ctx;
+    drain_inbox(s);
+    if (getppid() != s->parent)
+        s->shutdown = true; /* the scheduler is gone: nobody is listening */
+    return s->running_canceled || s->shutdown;
+}
+
+static void handle_load(rn_server_t *s, const msg_t *m)
+{
+    if (s->engine) {
+        send_error(s, s->id, CR_E_INVALID, "a model is already loaded");
+        return;
+    }
+    cr_err_t err;
+    cr_err_clear(&err);
+    if (rn_engine_load(&m->u.load, &s->engine, &err)) {
+        cr_log_error("load %s: %s", m->u.load.name, err.msg);
+        send_error(s, s->id, err.status, err.msg);
+        return;
+    }
+    msg_t r;
+    msg_init(&r, MSG_ready, s->id);
+    r.u.ready.size = rn_engine_size_bytes(s->engine);
+    r.u.ready.has_size = true;
+    r.u.ready.size_vram = 0;
+    r.u.ready.has_size_vram = true;
+    r.u.ready.context_length = rn_engine_ctx(s->engine);
+    r.u.ready.has_context_length = true;
+    send_msg(s, &r);
+    cr_log_info("loaded %s (%" PRId64 " bytes, ctx %" PRId64 ")",
+                m->u.load.name, r.u.ready.size, r.u.ready.context_length);
+}
+
+static void handle_request(rn_server_t *s, const msg_t *m)
+{
+    if (!s->engine) {
+        send_error(s, m->id, CR_E_RUNNER, "no model is loaded");
+        return;
+    }
+    if (m->type == MSG_embed) {
+        send_error(s, m->id, CR_E_UNSUPPORTED,
+                   "embeddings are not supported by this runner yet");
+        return;
+    }
+    s->running_id = m->id;
+    s->running_canceled = false;
+    rn_sink_t sink = {s, sink_chunk, sink_canceled};
+    msg_t done;
+    msg_init(&done, MSG_done, m->id);
+    cr_err_t err;
+    cr_err_clear(&err);
+    cr_status_t st = rn_engine_generate(s->engine, m, &sink, &done.u.done, &err);
+    if (st == CR_OK) {
+        send_msg(s, &done);
+    } else if (st == CR_E_CANCELED) {
+        send_error(s, m->id, CR_E_CANCELED, "request canceled");
+    } else {
+        cr_log_warn("request %s failed: %s", m->id, err.msg);
+        send_error(s, m->id, st, err.msg[0] ? err.msg : cr_status_str(st));
+    }
+    s->running_id = NULL;
+}
+
+static void handle(rn_server_t *s, msg_t *m)
+{
+    switch (m->type) {
+    case MSG_load:
+        handle_load(s, m);
+        break;
+    case MSG_generate:
+    case MSG_chat:
+    case MSG_embed:
+        handle_request(s, m);
+        break;
+    case MSG_shutdown:
+        s->shutdown = true;
+        break;
+    case MSG_ping: {
+        msg_t pong;
+        msg_init(&pong, MSG_pong, m->id);
+        send_msg(s, &pong);
+        break;
+    }
+    case MSG_cancel:
+        break; /* for a request that already finished */
+    default:
+        cr_log_warn("unexpected %s ignored", msg_type_name(m->type));
+        break;
+    }
+}
+
+cr_status_t rn_server_new(const char *endpoint, const char *runner_id,
+                          rn_server_t **out, cr_err_t *err)
+{
+    if (!runner_id || !*runner_id || strlen(runner_id) > MSG_ID_MAX)
+        return cr_err_set(err, CR_E_INVALID, "invalid runner id");
+    rn_server_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    snprintf(s->id, sizeof s->id, "%s", runner_id);
+    s->parent = getppid();
+    s->deferred = zlist_new();
+    s->sock = zsock_new(ZMQ_DEALER);
+    if (!s->deferred || !s->sock) {
+        rn_server_destroy(&s);
+        return cr_err_set(err, CR_E_NOMEM, "cannot create the socket");
+    }
+    zsock_set_identity(s->sock, s->id);
+    zsock_set_linger(s->sock, 1000);
+    if (zsock_connect(s->sock, "%s", endpoint) < 0) {
+        rn_server_destroy(&s);
+        return cr_err_set(err, CR_E_IO, "cannot connect to %s", endpoint);
+    }
+    *out = s;
+    return CR_OK;
+}
+
+int rn_server_run(rn_server_t *s)
+{
+    msg_t hello;
+    msg_init(&hello, MSG_hello, s->id);
+    hello.u.hello.runner_id = s->id;
+    hello.u.hello.has_runner_id = true;
+    hello.u.hello.pid = getpid();
+    hello.u.hello.has_pid = true;
+    send_msg(s, &hello);
+
+    while (!s->shutdown && !zsys_interrupted) {
+        msg_t *queued = zlist_pop(s->deferred);
+        if (queued) {
+            handle(s, queued);
+            msg_clear(queued);
+            free(queued);
+            continue;
+        }
+        msg_t m;
+        cr_err_t err;
+        cr_status_t st = bus_recv(s->sock, 1000, &m, NULL, &err);
+        if (st == CR_E_TIMEOUT) {
+            if (getppid() != s->parent) {
+                cr_log_info("scheduler went away; exiting");
+                break;
+            }
+            continue;
+        }
+        if (st == CR_E_CANCELED)
+            break;
+        if (st) {
+            cr_log_warn("bad message from the scheduler: %s", err.msg);
+            continue;
+        }
+        handle(s, &m);
+        msg_clear(&m);
+    }
+    return 0;
+}
+
+void rn_server_destroy(rn_server_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rn_server_t *s = *self_p;
+    if (s->deferred) {
+        msg_t *m;
+        while ((m = zlist_pop(s->deferred))) {
+            msg_clear(m);
+            free(m);
+        }
+        zlist_destroy(&s->deferred);
+    }
+    rn_engine_destroy(&s->engine);
+    zsock_destroy(&s->sock);
+    free(s);
+    *self_p = NULL;
+}

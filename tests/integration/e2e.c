@@ -1,0 +1,358 @@
+/* e2e.c: start/stop the real services and talk HTTP to them. */
+#include "lib/prelude.h"
+#include "tests/integration/e2e.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
+        !getsockname(fd, (struct sockaddr *)&a, &len))
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+bool e2e_start(e2e_t *t)
+{
+    memset(t, 0, sizeof *t);
+    const char *build = getenv("CORRAL_BUILD_DIR");
+    if (!build) {
+        fprintf(stderr, "CORRAL_BUILD_DIR is not set\n");
+        return false;
+    }
+    snprintf(t->bin_dir, sizeof t->bin_dir, "%s/bin", build);
+    snprintf(t->tmp, sizeof t->tmp, "/tmp/corral-e2e-XXXXXX");
+    if (!mkdtemp(t->tmp)) {
+        perror("mkdtemp");
+        return false;
+    }
+    int port = free_port();
+    if (port <= 0)
+        return false;
+    snprintf(t->host, sizeof t->host, "127.0.0.1:%d", port);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/run", t->tmp);
+    setenv("CORRAL_RUNTIME_DIR", path, 1);
+    snprintf(path, sizeof path, "%s/models", t->tmp);
+    setenv("CORRAL_MODELS", path, 1);
+    setenv("CORRAL_HOST", t->host, 1);
+    unsetenv("OLLAMA_HOST");
+    unsetenv("OLLAMA_MODELS");
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+
+    char serve_log[1200];
+    snprintf(serve_log, sizeof serve_log, "%s/serve.log", t->tmp);
+    pid_t pid = fork();
+    if (pid < 0)
+        return false;
+    if (pid == 0) {
+        /* Logs go to a file the test prints on failure. */
+        int fd = open(serve_log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        char exe[1200];
+        snprintf(exe, sizeof exe, "%s/corral", t->bin_dir);
+        execl(exe, "corral", "serve", (char *)NULL);
+        _exit(127);
+    }
+    t->serve_pid = pid;
+    for (int i = 0; i < 200; i++) { /* up to 20 s */
+        e2e_resp_t r = e2e_http(t, "GET", "/", NULL, NULL, NULL);
+        bool up = r.status == 200;
+        e2e_resp_free(&r);
+        if (up)
+            return true;
+        int wst;
+        if (waitpid(pid, &wst, WNOHANG) == pid) {
+            fprintf(stderr, "corral serve exited early; log:\n");
+            t->serve_pid = 0;
+            return false;
+        }
+        sleep_ms(100);
+    }
+    fprintf(stderr, "corral serve did not answer on %s\n", t->host);
+    return false;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag,
+                    struct FTW *ftw)
+{
+    CR_UNUSED(sb);
+    CR_UNUSED(flag);
+    CR_UNUSED(ftw);
+    remove(path);
+    return 0;
+}
+
+void e2e_stop(e2e_t *t)
+{
+    if (t->serve_pid > 0) {
+        kill(t->serve_pid, SIGTERM);
+        int wst;
+        bool gone = false;
+        for (int i = 0; i < 150 && !gone; i++) { /* up to 15 s */
+            if (waitpid(t->serve_pid, &wst, WNOHANG) == t->serve_pid)
+                gone = true;
+            else
+                sleep_ms(100);
+        }
+        if (!gone) {
+            fprintf(stderr, "corral serve ignored SIGTERM; killing it\n");
+            kill(t->serve_pid, SIGKILL);
+            waitpid(t->serve_pid, &wst, 0);
+        }
+        t->serve_pid = 0;
+    }
+    if (getenv("CORRAL_E2E_KEEP")) {
+        fprintf(stderr, "kept %s\n", t->tmp);
+        return;
+    }
+    if (t->tmp[0])
+        nftw(t->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+typedef struct sink {
+    char *buf;
+    size_t len, cap;
+    e2e_on_data_fn on_data;
+    void *ctx;
+} sink_t;
+
+static size_t on_write(char *p, size_t size, size_t n, void *ud)
+{
+    sink_t *s = ud;
+    size_t len = size * n;
+    if (s->len + len + 1 > s->cap) {
+        size_t cap = (s->len + len + 1) * 2;
+        char *b = realloc(s->buf, cap);
+        if (!b)
+            return 0;
+        s->buf = b;
+        s->cap = cap;
+    }
+    memcpy(s->buf + s->len, p, len);
+    s->len += len;
+    s->buf[s->len] = '\0';
+    if (s->on_data && !s->on_data(s->ctx, p, len))
+        return 0; /* abort: the client goes away */
+    return len;
+}
+
+e2e_resp_t e2e_http(e2e_t *t, const char *method, const char *path,
+                    const char *body, e2e_on_data_fn on_data, void *ctx)
+{
+    e2e_resp_t r = {0};
+    CURL *c = curl_easy_init();
+    if (!c)
+        return r;
+    char url[1200];
+    snprintf(url, sizeof url, "http://%s%s", t->host, path);
+    sink_t s = {0};
+    s.on_data = on_data;
+    s.ctx = ctx;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (!strcmp(method, "HEAD"))
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    struct curl_slist *hdr = NULL;
+    if (body) {
+        hdr = curl_slist_append(hdr, "Content-Type: application/json");
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    }
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 300L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    if (curl_easy_perform(c) == CURLE_OK || s.len)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_slist_free_all(hdr);
+    curl_easy_cleanup(c);
+    r.body = s.buf ? s.buf : strdup("");
+    r.len = s.len;
+    return r;
+}
+
+void e2e_resp_free(e2e_resp_t *r)
+{
+    free(r->body);
+    r->body = NULL;
+}
+
+static int run_child(const char *exe, const char *argv0, va_list ap,
+                     const char *input, char **out)
+{
+    const char *argv[32];
+    int argc = 0;
+    argv[argc++] = argv0;
+    const char *a;
+    while ((a = va_arg(ap, const char *)) && argc < 31)
+        argv[argc++] = a;
+    argv[argc] = NULL;
+
+    int outp[2], inp[2];
+    if (pipe(outp) || pipe(inp))
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        dup2(inp[0], 0);
+        dup2(outp[1], 1);
+        close(inp[1]);
+        close(outp[0]);
+        execv(exe, (char *const *)argv);
+        _exit(127);
+    }
+    close(inp[0]);
+    close(outp[1]);
+    if (input) {
+        size_t n = strlen(input);
+        if (write(inp[1], input, n) != (ssize_t)n)
+            perror("write");
+    }
+    close(inp[1]);
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        char tmp[4096];
+        ssize_t n = read(outp[0], tmp, sizeof tmp);
+        if (n <= 0)
+            break;
+        if (len + (size_t)n + 1 > cap) {
+            cap = (len + (size_t)n + 1) * 2;
+            buf = realloc(buf, cap);
+        }
+        memcpy(buf + len, tmp, (size_t)n);
+        len += (size_t)n;
+        buf[len] = '\0';
+    }
+    close(outp[0]);
+    int wst = 0;
+    waitpid(pid, &wst, 0);
+    if (out)
+        *out = buf ? buf : strdup("");
+    else
+        free(buf);
+    return WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
+}
+
+int e2e_cli(e2e_t *t, const char *input, char **out, ...)
+{
+    char exe[1200];
+    snprintf(exe, sizeof exe, "%s/corral", t->bin_dir);
+    va_list ap;
+    va_start(ap, out);
+    int rc = run_child(exe, "corral", ap, input, out);
+    va_end(ap);
+    return rc;
+}
+
+int e2e_run_bin(e2e_t *t, const char *prog, ...)
+{
+    char exe[1200];
+    snprintf(exe, sizeof exe, "%s/%s", t->bin_dir, prog);
+    va_list ap;
+    va_start(ap, prog);
+    int rc = run_child(exe, prog, ap, NULL, NULL);
+    va_end(ap);
+    return rc;
+}
+
+static pid_t parent_of(pid_t pid, char *comm, size_t cap)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *l = strchr(buf, '('), *r = strrchr(buf, ')');
+    if (!l || !r)
+        return -1;
+    if (comm) {
+        size_t m = (size_t)(r - l - 1);
+        if (m >= cap)
+            m = cap - 1;
+        memcpy(comm, l + 1, m);
+        comm[m] = '\0';
+    }
+    int ppid = -1;
+    char state;
+    if (sscanf(r + 1, " %c %d", &state, &ppid) != 2)
+        return -1;
+    return ppid;
+}
+
+size_t e2e_find_procs(e2e_t *t, const char *comm, pid_t *out, size_t cap)
+{
+    size_t n = 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < cap) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 0)
+            continue;
+        char name[64];
+        pid_t pp = parent_of(pid, name, sizeof name);
+        if (pp < 0 || strcmp(name, comm))
+            continue;
+        /* Walk up to serve. */
+        for (int depth = 0; pp > 1 && depth < 8; depth++) {
+            if (pp == t->serve_pid) {
+                out[n++] = pid;
+                break;
+            }
+            pp = parent_of(pp, NULL, 0);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+json_t *e2e_ndjson(const char *body)
+{
+    json_t *arr = json_array();
+    const char *p = body;
+    while (p && *p) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (n) {
+            json_t *j = json_loadb(p, n, 0, NULL);
+            json_array_append_new(arr, j ? j : json_null());
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+    return arr;
+}

@@ -1,0 +1,57 @@
+/* e2e.h: helpers for end-to-end tests that run the real binaries.
+ *
+ * An e2e test starts `corral serve` with a private runtime dir, store and
+ * loopback port, talks HTTP to it with libcurl, runs the CLI as a child
+ * process, and stops everything it started, by PID, at the end. */
+#ifndef CR_E2E_H
+#define CR_E2E_H
+
+#include "lib/prelude.h"
+
+#include <jansson.h>
+#include <sys/types.h>
+
+typedef struct e2e {
+    char bin_dir[1024];     /* build/bin */
+    char tmp[1024];         /* private temp dir (removed at the end) */
+    char host[64];          /* 127.0.0.1:PORT */
+    pid_t serve_pid;
+} e2e_t;
+
+typedef struct e2e_resp {
+    long status;
+    char *body;     /* NUL-terminated; owned */
+    size_t len;
+} e2e_resp_t;
+
+/* Makes the temp dir, picks a free port, sets CORRAL_RUNTIME_DIR,
+ * CORRAL_MODELS and CORRAL_HOST, starts `corral serve` and waits for HEAD /
+ * to answer. False (with a message on stderr) on failure. */
+bool e2e_start(e2e_t *t);
+
+/* SIGTERM to serve, wait (then SIGKILL), remove the temp dir. */
+void e2e_stop(e2e_t *t);
+
+/* One HTTP request; body may be NULL. Called `on_data` (if set) for every
+ * received piece: returning false aborts the transfer (a client that goes
+ * away). */
+typedef bool (*e2e_on_data_fn)(void *ctx, const char *data, size_t len);
+e2e_resp_t e2e_http(e2e_t *t, const char *method, const char *path,
+                    const char *body, e2e_on_data_fn on_data, void *ctx);
+void e2e_resp_free(e2e_resp_t *r);
+
+/* Runs the CLI with args (NULL-terminated); captures stdout into *out
+ * (owned, may be NULL) and returns the exit status. stdin is /dev/null
+ * unless `input` is given. */
+int e2e_cli(e2e_t *t, const char *input, char **out, ...);
+
+/* Runs a program from bin_dir with args (NULL-terminated); exit status. */
+int e2e_run_bin(e2e_t *t, const char *prog, ...);
+
+/* PIDs of running processes named `comm` that descend from serve. */
+size_t e2e_find_procs(e2e_t *t, const char *comm, pid_t *out, size_t cap);
+
+/* Parses NDJSON: returns a JSON array of the lines' objects (owned). */
+json_t *e2e_ndjson(const char *body);
+
+#endif
