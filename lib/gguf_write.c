@@ -527,6 +527,9 @@ cr_status_t cr_gguf_writer_add_tensor(cr_gguf_writer_t *w, const char *name,
                                       cr_type_t type, const void *data,
                                       uint64_t *size_bytes_out, cr_err_t *err)
 {
+    if (!data)
+        return cr_err_set(err, CR_E_INVALID,
+                          "gguf writer: tensor '%s' has no data", name);
     return add_tensor(w, name, n_dims, ne, type, data, NULL, NULL,
                       size_bytes_out, err);
 }
