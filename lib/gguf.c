@@ -460,6 +460,43 @@ static cr_status_t parse_tensor_info(parser_t *p, cr_gguf_t *g, size_t i)
     return CR_OK;
 }
 
+static int cmp_by_offset(const void *a, const void *b)
+{
+    const cr_gguf_tensor_t *x = *(const cr_gguf_tensor_t *const *)a;
+    const cr_gguf_tensor_t *y = *(const cr_gguf_tensor_t *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Refuses tensors whose data overlap: real files never share bytes, and a
+ * file that did could claim far more weight memory than it holds. */
+static cr_status_t check_overlap(parser_t *p, cr_gguf_t *g)
+{
+    if (g->n_tensors < 2)
+        return CR_OK;
+    const cr_gguf_tensor_t **order = malloc(g->n_tensors * sizeof *order);
+    if (!order)
+        return cr_err_set(p->err, CR_E_NOMEM, "gguf: out of memory");
+    for (size_t i = 0; i < g->n_tensors; i++)
+        order[i] = &g->tensors[i];
+    qsort(order, g->n_tensors, sizeof *order, cmp_by_offset);
+    cr_status_t st = CR_OK;
+    for (size_t i = 0; i + 1 < g->n_tensors; i++) {
+        const cr_gguf_tensor_t *a = order[i], *b = order[i + 1];
+        /* place_tensors bounded both ranges by the file: no overflow. */
+        if (a->offset + a->size_bytes > b->offset) {
+            st = cr_err_set(p->err, CR_E_CORRUPT,
+                            "gguf: tensor '%s' data [offset %" PRIu64
+                            ", %" PRIu64 " bytes] overlaps tensor '%s' at "
+                            "offset %" PRIu64,
+                            a->name, a->offset, a->size_bytes, b->name,
+                            b->offset);
+            break;
+        }
+    }
+    free(order);
+    return st;
+}
+
 /* Checks each tensor's data range once the data section start is known. */
 static cr_status_t place_tensors(parser_t *p, cr_gguf_t *g)
 {
@@ -590,6 +627,8 @@ static cr_status_t parse(cr_gguf_t *g, cr_err_t *err)
     if (g->data_offset > g->size)
         g->data_offset = g->size; /* vocab-only file without padding */
     st = place_tensors(&p, g);
+    if (!st)
+        st = check_overlap(&p, g);
     if (st)
         return st;
 

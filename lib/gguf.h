@@ -4,8 +4,8 @@
  * version (2 or 3), every metadata key and value (lengths against the bytes
  * that remain and against named limits, duplicate keys refused), every tensor
  * (name, dims, known type, row size a whole number of blocks, data offset
- * aligned and inside the file, no overflow). Only then does it return a
- * handle, so users of this module never see an unchecked byte.
+ * aligned and inside the file, no overflow, no overlap). Only then does it
+ * return a handle, so users of this module never see an unchecked byte.
  *
  * Strings returned point into the mapping (not NUL-terminated; use the
  * length) and stay valid until cr_gguf_close(). Used by the runner (load),

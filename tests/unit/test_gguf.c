@@ -817,6 +817,7 @@ static void test_corrupt(void)
     CASE("tensor data past EOF", CR_E_TRUNCATED, "outside the file", put64(b, t_a + 24, 1u << 20));
     CASE("tensor offset 2^63", CR_E_TRUNCATED, "outside the file", put64(b, t_a + 24, 1ull << 63));
     CASE("tensor size past EOF", CR_E_TRUNCATED, "a.weight", put64(b, t_a + 12, 400));
+    CASE("tensor data overlap", CR_E_CORRUPT, "overlaps", put64(b, t_a + 24, 0));
     CASE("duplicate tensor name", CR_E_CORRUPT, "duplicate tensor name 'a.weight'",
          memcpy(b + t_b - 8, "a.weight", 8));
     CASE("tensor name over limit", CR_E_CORRUPT, "limit", put64(b, t_b - 16, 300));
