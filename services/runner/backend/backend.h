@@ -1,0 +1,148 @@
+/* backend.h: the one compute interface the forward pass sees.
+ *
+ * A backend is a struct of function pointers (be_ops_t) behind a handle.
+ * The forward pass allocates its activations and KV cache through the
+ * backend, and then only calls ops on those buffers; it never dereferences
+ * them itself, so a device backend (CUDA) can keep them in device memory.
+ * Pointer arithmetic on backend buffers is allowed (offsets into a cache).
+ * Host <-> backend copies go through upload/download.
+ *
+ * Weights are described by be_weight_t views of host memory (the model's
+ * mmap); weight_prepare lets a backend make its own copy (device upload) and
+ * record it in `dev`. The CPU backend uses the host bytes in place.
+ *
+ * Conventions for every op: row-major activations, float32, shapes given in
+ * elements. Ops do not fail (shapes are checked when the model loads and the
+ * context is created); anything fallible returns cr_status_t.
+ *
+ * Owns no model logic (forward.c) and no file parsing (model.c). */
+#ifndef BE_BACKEND_H
+#define BE_BACKEND_H
+
+#include "lib/prelude.h"
+#include "lib/status.h"
+#include "lib/tensor_type.h"
+
+typedef struct be_backend be_backend_t;
+
+/* A borrowed 2-D weight: n_rows rows of n_cols elements of `type`
+ * (vectors have n_rows = 1). Valid while the model that owns the mapping
+ * lives. */
+typedef struct be_weight {
+    const char *name;   /* tensor name, for messages */
+    cr_type_t type;
+    int64_t n_cols;     /* elements per row (GGUF ne[0]) */
+    int64_t n_rows;     /* rows (GGUF ne[1]) */
+    size_t row_bytes;   /* bytes per row */
+    const void *data;   /* host bytes, n_rows * row_bytes */
+    void *dev;          /* backend-private copy (NULL on CPU) */
+} be_weight_t;
+
+/* Causal attention of one sequence over its cache. */
+typedef struct be_attn {
+    int n_tok;      /* queries in this call */
+    int pos0;       /* position of query 0; query i sees keys 0..pos0+i */
+    int n_head;     /* query heads */
+    int n_head_kv;  /* key/value heads (n_head % n_head_kv == 0: GQA) */
+    int head_dim;   /* elements per head */
+    float scale;    /* applied to q.k before softmax, usually 1/sqrt(hd) */
+} be_attn_t;
+
+typedef struct be_ops {
+    const char *name; /* "cpu", "cuda" */
+
+    void (*destroy)(be_backend_t **self_p);
+
+    /* ---- devices and memory ---- */
+    int (*device_count)(const be_backend_t *be);
+    /* Free and total bytes of device i (for the CPU: system RAM). */
+    cr_status_t (*device_memory)(const be_backend_t *be, int device,
+                                 uint64_t *free_bytes, uint64_t *total_bytes,
+                                 cr_err_t *err);
+    /* A zeroed buffer of `bytes`, or NULL when out of memory. */
+    void *(*alloc)(be_backend_t *be, size_t bytes);
+    void (*free)(be_backend_t *be, void *buf);
+    void (*upload)(be_backend_t *be, void *dst, const void *host_src,
+                   size_t bytes);
+    void (*download)(be_backend_t *be, void *host_dst, const void *src,
+                     size_t bytes);
+    /* Makes w usable by the ops below (device upload, repacking). Checks
+     * the type is one this backend multiplies: CR_E_UNSUPPORTED naming the
+     * tensor otherwise. */
+    cr_status_t (*weight_prepare)(be_backend_t *be, be_weight_t *w,
+                                  cr_err_t *err);
+    void (*weight_release)(be_backend_t *be, be_weight_t *w);
+    /* Sizes scratch space once (outside the token path) for calls with up
+     * to max_tok tokens, rows up to max_cols elements and caches up to
+     * max_ctx positions with n_head heads. Keeps the largest seen. */
+    cr_status_t (*reserve)(be_backend_t *be, int max_tok, int64_t max_cols,
+                           int max_ctx, int n_head, cr_err_t *err);
+
+    /* ---- ops ---- */
+    /* out[i][:] = dequantized row ids[i] of w.  ids: host [n];
+     * out: [n][w->n_cols]. ids must be < w->n_rows (caller checks). */
+    void (*get_rows)(be_backend_t *be, const be_weight_t *w,
+                     const int32_t *ids, int n, float *out);
+    /* y[t][r] = sum_c w[r][c] * x[t][c].  x: [n][w->n_cols],
+     * y: [n][w->n_rows]. Activations are first converted to the weight
+     * type's dot format (F16, Q8_0, Q8_K...) as the reference engine does. */
+    void (*matmul)(be_backend_t *be, const be_weight_t *w, const float *x,
+                   int n, float *y);
+    /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w.  x, y: [n][dim] (may
+     * alias); w: F32 vector [dim]. */
+    void (*rmsnorm)(be_backend_t *be, float *y, const float *x,
+                    const be_weight_t *w, int n, int dim, float eps);
+    /* In-place rotary embedding, "normal" mode (adjacent pairs), of x:
+     * [n][n_head][head_dim]; the first n_rot dims of each head rotate by
+     * pos[t] * freq_base^(-2i/n_rot) / ff[i] (ff = freq_factors, an F32
+     * vector [n_rot/2], or NULL for 1). pos: host [n]. */
+    void (*rope)(be_backend_t *be, float *x, int n, int n_head, int head_dim,
+                 int n_rot, const int32_t *pos, float freq_base,
+                 const be_weight_t *freq_factors);
+    /* Stores n rows of f32 src [n][row] into an F16 cache at row index
+     * `at`: cache[(at + t) * row + j] = f16(src[t][j]). */
+    void (*kv_store)(be_backend_t *be, uint16_t *cache, const float *src,
+                     int n, int at, int row);
+    /* out[t][h][:] = softmax_j(scale * q[t][h] . k[j][h/g]) v[j][h/g]
+     * for j in 0..pos0+t (g = n_head / n_head_kv).  q, out:
+     * [n_tok][n_head][head_dim]; k, v: F16 caches [ctx][n_head_kv*head_dim]
+     * with rows 0..pos0+n_tok-1 filled. Like the reference engine, q and the
+     * probabilities are rounded to F16 before meeting the F16 cache. */
+    void (*attention)(be_backend_t *be, float *out, const float *q,
+                      const uint16_t *k, const uint16_t *v,
+                      const be_attn_t *a);
+    /* y = silu(gate) * up, elementwise over n (y may alias either). */
+    void (*swiglu)(be_backend_t *be, float *y, const float *gate,
+                   const float *up, size_t n);
+    /* y += x over n. */
+    void (*add)(be_backend_t *be, float *y, const float *x, size_t n);
+    /* Row-wise softmax of x: [n_rows][n_cols], in place. */
+    void (*softmax)(be_backend_t *be, float *x, int n_rows, int n_cols);
+} be_ops_t;
+
+/* Every backend's handle starts with this header. */
+struct be_backend {
+    const be_ops_t *ops;
+};
+
+/* ---- the CPU backend (always built) ---- */
+
+/* Creates the CPU backend with a persistent pool of n_threads (<= 0: one per
+ * core). On success *out is owned by the caller; free with
+ * be_destroy(&be). CR_E_NOMEM / CR_E_INTERNAL on failure. */
+cr_status_t be_cpu_new(int n_threads, be_backend_t **out, cr_err_t *err);
+
+/* Threads the CPU backend runs (1 for other backends). */
+int be_cpu_threads(const be_backend_t *be);
+
+/* Kernel level in use by the CPU backend: "scalar" or "avx2". */
+const char *be_cpu_simd(const be_backend_t *be);
+
+/* Destroys any backend (NULL-safe); sets *be_p = NULL. */
+static inline void be_destroy(be_backend_t **be_p)
+{
+    if (be_p && *be_p)
+        (*be_p)->ops->destroy(be_p);
+}
+
+#endif

@@ -1,0 +1,458 @@
+/* backend_cpu.c: the CPU backend: be_ops_t over host memory.
+ *
+ * Owns the thread pool and the scratch space kernels need (activations
+ * converted to a weight's dot format, per-thread attention rows), sized once
+ * by reserve(). matmul and attention split their work over the pool; the
+ * small elementwise ops run on the calling thread. Kernels for each element
+ * type come from quant.h (scalar or AVX2, chosen at run time).
+ *
+ * One backend serves one thread at a time: contexts sharing it must not run
+ * ops concurrently (the runner evaluates one batch at a time). */
+#include "lib/prelude.h"
+#include "services/runner/backend/backend.h"
+#include "services/runner/backend/cpu/quant.h"
+#include "services/runner/threadpool.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#define ALIGN_BYTES 64
+#define ROW_TILE 16 /* weight rows per tile: reused across the batch */
+
+typedef struct be_cpu {
+    be_backend_t base;
+    rn_threadpool_t *pool;
+    int n_threads;
+    be_simd_t simd;
+
+    void *wdata;          /* activations in a weight's dot format */
+    size_t wdata_bytes;
+    float *att;           /* per thread: scores [max_ctx] + acc [max_hd] */
+    uint16_t *att16;      /* per thread: probs [max_ctx] + q [max_hd] */
+    size_t att_ctx;       /* positions reserved per thread */
+    size_t att_hd;        /* head elements reserved per thread */
+} be_cpu_t;
+
+static be_cpu_t *cpu_of(be_backend_t *be)
+{
+    return (be_cpu_t *)be;
+}
+
+static void *alloc_aligned(size_t bytes)
+{
+    void *p = NULL;
+    size_t n = (bytes + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES;
+    if (n == 0)
+        n = ALIGN_BYTES;
+    if (posix_memalign(&p, ALIGN_BYTES, n))
+        return NULL;
+    memset(p, 0, n);
+    return p;
+}
+
+/* ---- devices and memory ----------------------------------------------- */
+
+static int cpu_device_count(const be_backend_t *be)
+{
+    CR_UNUSED(be);
+    return 1;
+}
+
+static cr_status_t cpu_device_memory(const be_backend_t *be, int device,
+                                     uint64_t *free_bytes, uint64_t *total_bytes,
+                                     cr_err_t *err)
+{
+    CR_UNUSED(be);
+    if (device != 0)
+        return cr_err_set(err, CR_E_INVALID, "cpu backend has no device %d", device);
+    long page = sysconf(_SC_PAGESIZE);
+    long total = sysconf(_SC_PHYS_PAGES);
+    long avail = sysconf(_SC_AVPHYS_PAGES);
+    if (page <= 0 || total <= 0 || avail < 0)
+        return cr_err_set(err, CR_E_IO, "cannot read system memory size");
+    *total_bytes = (uint64_t)total * (uint64_t)page;
+    *free_bytes = (uint64_t)avail * (uint64_t)page;
+    return CR_OK;
+}
+
+static void *cpu_alloc(be_backend_t *be, size_t bytes)
+{
+    CR_UNUSED(be);
+    return alloc_aligned(bytes);
+}
+
+static void cpu_free(be_backend_t *be, void *buf)
+{
+    CR_UNUSED(be);
+    free(buf);
+}
+
+static void cpu_copy(be_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    CR_UNUSED(be);
+    if (bytes)
+        memmove(dst, src, bytes);
+}
+
+static cr_status_t cpu_weight_prepare(be_backend_t *be, be_weight_t *w,
+                                      cr_err_t *err)
+{
+    CR_UNUSED(be);
+    const be_type_traits_t *tt = be_type_traits(w->type);
+    if (!tt || !tt->vec_dot) {
+        const cr_type_info_t *ti = cr_type_info(w->type);
+        return cr_err_set(err, CR_E_UNSUPPORTED,
+                          "tensor '%s': type %s is not supported by the cpu backend",
+                          w->name ? w->name : "?", ti ? ti->name : "unknown");
+    }
+    uint64_t rb = 0;
+    if (w->n_cols <= 0 || w->n_rows <= 0 ||
+        !cr_type_row_bytes(w->type, (uint64_t)w->n_cols, &rb) || rb != w->row_bytes)
+        return cr_err_set(err, CR_E_INVALID,
+                          "tensor '%s': %" PRId64 " columns of %s do not make whole "
+                          "rows", w->name ? w->name : "?", w->n_cols, tt->name);
+    w->dev = NULL;
+    return CR_OK;
+}
+
+static void cpu_weight_release(be_backend_t *be, be_weight_t *w)
+{
+    CR_UNUSED(be);
+    w->dev = NULL;
+}
+
+static cr_status_t cpu_reserve(be_backend_t *be, int max_tok, int64_t max_cols,
+                               int max_ctx, int n_head, cr_err_t *err)
+{
+    CR_UNUSED(n_head);
+    be_cpu_t *c = cpu_of(be);
+    if (max_tok < 1 || max_cols < 1 || max_ctx < 1)
+        return cr_err_set(err, CR_E_INVALID, "reserve: sizes must be positive");
+    /* Every dot format takes at most 4 bytes per element (F32); Q8_K's
+     * 292 bytes per 256 is less. Checked for overflow. */
+    if ((uint64_t)max_cols > SIZE_MAX / 4 / (uint64_t)max_tok)
+        return cr_err_set(err, CR_E_TOO_LARGE, "reserve: batch too large");
+    size_t need = (size_t)max_tok * (size_t)max_cols * 4;
+    if (need > c->wdata_bytes) {
+        void *p = alloc_aligned(need);
+        if (!p)
+            return cr_err_set(err, CR_E_NOMEM, "cpu backend: cannot allocate %zu "
+                              "bytes of scratch", need);
+        free(c->wdata);
+        c->wdata = p;
+        c->wdata_bytes = need;
+    }
+    size_t ctx = (size_t)max_ctx, hd = (size_t)max_cols;
+    if (ctx > c->att_ctx || hd > c->att_hd) {
+        ctx = CR_MAX(ctx, c->att_ctx);
+        hd = CR_MAX(hd, c->att_hd);
+        size_t per = ctx + hd;
+        float *a = alloc_aligned(per * sizeof(float) * (size_t)c->n_threads);
+        uint16_t *a16 = alloc_aligned(per * sizeof(uint16_t) * (size_t)c->n_threads);
+        if (!a || !a16) {
+            free(a);
+            free(a16);
+            return cr_err_set(err, CR_E_NOMEM, "cpu backend: cannot allocate "
+                              "attention scratch for %zu positions", ctx);
+        }
+        free(c->att);
+        free(c->att16);
+        c->att = a;
+        c->att16 = a16;
+        c->att_ctx = ctx;
+        c->att_hd = hd;
+    }
+    return CR_OK;
+}
+
+/* ---- get_rows --------------------------------------------------------- */
+
+static void cpu_get_rows(be_backend_t *be, const be_weight_t *w,
+                         const int32_t *ids, int n, float *out)
+{
+    CR_UNUSED(be);
+    const be_type_traits_t *tt = be_type_traits(w->type);
+    const uint8_t *base = w->data;
+    for (int i = 0; i < n; i++)
+        tt->to_float(base + (size_t)ids[i] * w->row_bytes, out + (size_t)i * w->n_cols,
+                     w->n_cols);
+}
+
+/* ---- matmul ----------------------------------------------------------- */
+
+typedef struct matmul_job {
+    const be_weight_t *w;
+    const be_type_traits_t *tt;
+    const be_type_traits_t *vt;
+    const float *x;   /* [n][n_cols] */
+    void *xq;         /* [n] rows of act_bytes, in vt's format */
+    size_t act_bytes;
+    int n;
+    float *y;         /* [n][n_rows] */
+} matmul_job_t;
+
+static void convert_task(void *ctx, int ith, int nth)
+{
+    matmul_job_t *j = ctx;
+    for (int t = ith; t < j->n; t += nth)
+        j->vt->from_float(j->x + (size_t)t * j->w->n_cols,
+                          (uint8_t *)j->xq + (size_t)t * j->act_bytes, j->w->n_cols);
+}
+
+static void matmul_task(void *ctx, int ith, int nth)
+{
+    matmul_job_t *j = ctx;
+    int64_t rows = j->w->n_rows;
+    int64_t per = (rows + nth - 1) / nth;
+    int64_t r0 = per * ith, r1 = CR_MIN(rows, r0 + per);
+    const uint8_t *wb = j->w->data;
+    const uint8_t *xb = j->xq;
+    for (int64_t rt = r0; rt < r1; rt += ROW_TILE) {
+        int64_t re = CR_MIN(r1, rt + ROW_TILE);
+        for (int t = 0; t < j->n; t++) {
+            const void *xr = xb + (size_t)t * j->act_bytes;
+            float *yr = j->y + (size_t)t * (size_t)rows;
+            for (int64_t r = rt; r < re; r++)
+                j->tt->vec_dot(j->w->n_cols, &yr[r], wb + (size_t)r * j->w->row_bytes, xr);
+        }
+    }
+}
+
+static void cpu_matmul(be_backend_t *be, const be_weight_t *w, const float *x,
+                       int n, float *y)
+{
+    be_cpu_t *c = cpu_of(be);
+    matmul_job_t j = {.w = w, .x = x, .n = n, .y = y};
+    j.tt = be_type_traits(w->type);
+    j.vt = be_type_traits(j.tt->vec_dot_type);
+    j.act_bytes = (size_t)(w->n_cols / j.vt->block_elems) * j.vt->block_bytes;
+    if (j.tt->vec_dot_type == CR_TYPE_F32) {
+        j.xq = (void *)x; /* used as is: the kernels only read it */
+    } else {
+        j.xq = c->wdata;
+        rn_threadpool_run(c->pool, convert_task, &j, n);
+    }
+    /* Small matrices are not worth waking the pool for. */
+    int tasks = w->n_rows * w->n_cols * (int64_t)n < 4096 ? 1 : c->n_threads;
+    rn_threadpool_run(c->pool, matmul_task, &j, tasks);
+}
+
+/* ---- norms, rope, elementwise ----------------------------------------- */
+
+static void cpu_rmsnorm(be_backend_t *be, float *y, const float *x,
+                        const be_weight_t *w, int n, int dim, float eps)
+{
+    CR_UNUSED(be);
+    const float *g = w->data;
+    for (int t = 0; t < n; t++) {
+        const float *xr = x + (size_t)t * dim;
+        float *yr = y + (size_t)t * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++)
+            ss += (double)xr[i] * (double)xr[i];
+        float scale = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int i = 0; i < dim; i++)
+            yr[i] = (xr[i] * scale) * g[i];
+    }
+}
+
+static void cpu_rope(be_backend_t *be, float *x, int n, int n_head, int head_dim,
+                     int n_rot, const int32_t *pos, float freq_base,
+                     const be_weight_t *freq_factors)
+{
+    CR_UNUSED(be);
+    const float *ff = freq_factors ? freq_factors->data : NULL;
+    /* The angle for pair i is pos * base^(-2i/n_rot), built by repeated
+     * multiplication in float as the reference engine does. */
+    float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < n_head; h++) {
+            float *v = x + ((size_t)t * n_head + h) * head_dim;
+            float theta = (float)pos[t];
+            for (int i = 0; i < n_rot; i += 2) {
+                float th = ff ? theta / ff[i / 2] : theta;
+                float cs = cosf(th), sn = sinf(th);
+                float x0 = v[i], x1 = v[i + 1];
+                v[i] = x0 * cs - x1 * sn;
+                v[i + 1] = x0 * sn + x1 * cs;
+                theta *= theta_scale;
+            }
+        }
+    }
+}
+
+static void cpu_kv_store(be_backend_t *be, uint16_t *cache, const float *src,
+                         int n, int at, int row)
+{
+    CR_UNUSED(be);
+    be_f32_to_f16_row(src, cache + (size_t)at * row, (int64_t)n * row);
+}
+
+static void cpu_swiglu(be_backend_t *be, float *y, const float *gate,
+                       const float *up, size_t n)
+{
+    CR_UNUSED(be);
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        y[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+static void cpu_add(be_backend_t *be, float *y, const float *x, size_t n)
+{
+    CR_UNUSED(be);
+    for (size_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+/* Softmax of one row in place; exp sums in double. */
+static void softmax_row(float *x, int n)
+{
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++)
+        max = fmaxf(max, x[i]);
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+static void cpu_softmax(be_backend_t *be, float *x, int n_rows, int n_cols)
+{
+    CR_UNUSED(be);
+    for (int r = 0; r < n_rows; r++)
+        softmax_row(x + (size_t)r * n_cols, n_cols);
+}
+
+/* ---- attention -------------------------------------------------------- */
+
+typedef struct attn_job {
+    be_cpu_t *c;
+    float *out;
+    const float *q;
+    const uint16_t *k, *v;
+    const be_attn_t *a;
+    be_vec_dot_fn dot_f16;
+} attn_job_t;
+
+static void attn_task(void *ctx, int ith, int nth)
+{
+    attn_job_t *j = ctx;
+    const be_attn_t *a = j->a;
+    int hd = a->head_dim, group = a->n_head / a->n_head_kv;
+    size_t kv_row = (size_t)a->n_head_kv * hd;
+    size_t per = j->c->att_ctx + j->c->att_hd;
+    float *scores = j->c->att + per * (size_t)ith;
+    float *acc = scores + j->c->att_ctx;
+    uint16_t *p16 = j->c->att16 + per * (size_t)ith;
+    uint16_t *q16 = p16 + j->c->att_ctx;
+
+    for (int task = ith; task < a->n_tok * a->n_head; task += nth) {
+        int t = task / a->n_head, h = task % a->n_head, hk = h / group;
+        int n_kv = a->pos0 + t + 1;
+        const float *qh = j->q + ((size_t)t * a->n_head + h) * hd;
+        be_f32_to_f16_row(qh, q16, hd);
+        for (int p = 0; p < n_kv; p++) {
+            float s;
+            j->dot_f16(hd, &s, j->k + (size_t)p * kv_row + (size_t)hk * hd, q16);
+            scores[p] = s * a->scale;
+        }
+        softmax_row(scores, n_kv);
+        be_f32_to_f16_row(scores, p16, n_kv);
+        float *o = j->out + ((size_t)t * a->n_head + h) * hd;
+        for (int d = 0; d < hd; d++)
+            acc[d] = 0;
+        for (int p = 0; p < n_kv; p++) {
+            float pw = be_f16_to_f32(p16[p]);
+            if (pw == 0)
+                continue;
+            const uint16_t *vr = j->v + (size_t)p * kv_row + (size_t)hk * hd;
+            for (int d = 0; d < hd; d++)
+                acc[d] += pw * be_f16_to_f32(vr[d]);
+        }
+        memcpy(o, acc, (size_t)hd * sizeof(float));
+    }
+}
+
+static void cpu_attention(be_backend_t *be, float *out, const float *q,
+                          const uint16_t *k, const uint16_t *v, const be_attn_t *a)
+{
+    be_cpu_t *c = cpu_of(be);
+    attn_job_t j = {c, out, q, k, v, a, be_type_traits(CR_TYPE_F16)->vec_dot};
+    int tasks = a->n_tok * a->n_head;
+    rn_threadpool_run(c->pool, attn_task, &j, tasks);
+}
+
+/* ---- lifecycle -------------------------------------------------------- */
+
+static void cpu_destroy(be_backend_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    be_cpu_t *c = cpu_of(*self_p);
+    rn_threadpool_destroy(&c->pool);
+    free(c->wdata);
+    free(c->att);
+    free(c->att16);
+    free(c);
+    *self_p = NULL;
+}
+
+static const be_ops_t cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .device_count = cpu_device_count,
+    .device_memory = cpu_device_memory,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .weight_prepare = cpu_weight_prepare,
+    .weight_release = cpu_weight_release,
+    .reserve = cpu_reserve,
+    .get_rows = cpu_get_rows,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .softmax = cpu_softmax,
+};
+
+cr_status_t be_cpu_new(int n_threads, be_backend_t **out, cr_err_t *err)
+{
+    *out = NULL;
+    be_cpu_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return cr_err_set(err, CR_E_NOMEM, "cpu backend: out of memory");
+    c->base.ops = &cpu_ops;
+    c->simd = be_simd_detect();
+    cr_status_t st = rn_threadpool_new(n_threads, &c->pool, err);
+    if (st) {
+        free(c);
+        return st;
+    }
+    c->n_threads = rn_threadpool_size(c->pool);
+    *out = &c->base;
+    return CR_OK;
+}
+
+int be_cpu_threads(const be_backend_t *be)
+{
+    if (!be || be->ops != &cpu_ops)
+        return 1;
+    return ((const be_cpu_t *)be)->n_threads;
+}
+
+const char *be_cpu_simd(const be_backend_t *be)
+{
+    if (!be || be->ops != &cpu_ops)
+        return "none";
+    return be_simd_name(((const be_cpu_t *)be)->simd);
+}

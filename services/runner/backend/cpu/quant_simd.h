@@ -1,0 +1,20 @@
+/* quant_simd.h: private to backend/cpu: the AVX2 kernels quant.c may pick.
+ *
+ * Each function has the contract of the scalar kernel of the same name in
+ * quant.c. They are compiled with target("avx2,fma,f16c") and must only be
+ * called after be_simd_detect() said the CPU has those features. */
+#ifndef BE_CPU_QUANT_SIMD_H
+#define BE_CPU_QUANT_SIMD_H
+
+#include "lib/prelude.h"
+
+void be_avx2_dot_f32(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_f16(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_bf16(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_q8_0(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_q4_0(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_q6_k(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_f32_to_f16(const float *x, void *y, int64_t n);
+void be_avx2_f16_to_f32(const void *x, float *y, int64_t n);
+
+#endif

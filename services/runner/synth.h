@@ -1,0 +1,54 @@
+/* synth.h: synthetic llama-architecture GGUF models for tests and tools.
+ *
+ * Writes a complete, loadable model: llama.* hyperparameters, a tokenizer
+ * (a small built-in SentencePiece-style vocabulary, or the tokenizer.* keys
+ * of another GGUF file), and weights drawn from N(0, 0.02) by a seeded
+ * generator (norm weights are 1), stored in the chosen type. The same
+ * options always produce the same bytes. Used by tools/gguf_synth.c
+ * (corral-gguf-synth) and the engine's unit tests. Knows nothing of loading
+ * (model.c) or running (forward.c). */
+#ifndef RN_SYNTH_H
+#define RN_SYNTH_H
+
+#include "lib/prelude.h"
+#include "lib/status.h"
+#include "lib/tensor_type.h"
+
+typedef struct rn_synth_opts {
+    uint64_t seed;
+    cr_type_t type;     /* matrices (and token_embd): F32, F16, BF16, Q8_0,
+                           Q4_0, Q6_K. Norms are always F32. */
+    int dim;            /* embedding length */
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int ffn;            /* feed-forward length */
+    int ctx;            /* context length recorded in metadata */
+    float rope_base;    /* llama.rope.freq_base */
+    float rms_eps;      /* llama.attention.layer_norm_rms_epsilon */
+    bool tied_output;   /* omit output.weight (tied to token_embd) */
+    bool rope_freqs;    /* add rope_freqs.weight (Llama-3 style factors) */
+    bool vocab_only;    /* metadata only, no tensors */
+    const char *vocab_from; /* GGUF to copy tokenizer.* from, or NULL for
+                               the built-in vocabulary */
+    const char *name;   /* general.name; NULL for "synth" */
+} rn_synth_opts_t;
+
+/* Defaults: seed 1, F32, dim 64, 2 layers, 4 heads, 2 KV heads, ffn 128,
+ * ctx 256, rope base 10000, eps 1e-5, built-in vocabulary. */
+void rn_synth_defaults(rn_synth_opts_t *o);
+
+/* Number of tokens in the built-in vocabulary. */
+int rn_synth_builtin_vocab_size(void);
+
+/* Writes the model to path (atomically). CR_E_INVALID names a bad option
+ * ("dim 40 is not a multiple of 32 for Q4_0"); CR_E_IO / CR_E_CORRUPT from
+ * files; CR_E_NOMEM. */
+cr_status_t rn_synth_write(const rn_synth_opts_t *o, const char *path,
+                           cr_err_t *err);
+
+/* Same, into memory: *out (caller owns; free with free()) of *len bytes. */
+cr_status_t rn_synth_write_memory(const rn_synth_opts_t *o, void **out,
+                                  size_t *len, cr_err_t *err);
+
+#endif

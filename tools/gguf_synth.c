@@ -1,0 +1,127 @@
+/* gguf_synth.c: corral-gguf-synth, writes a synthetic llama GGUF model.
+ *
+ *   corral-gguf-synth --out FILE [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]
+ *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ffn N] [--ctx N]
+ *       [--rope-base F] [--tied] [--rope-freqs] [--vocab-from FILE.gguf]
+ *       [--vocab-only] [--name NAME]
+ *
+ * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
+ * writing itself lives in services/runner/synth.c, shared with the tests. */
+#include "lib/prelude.h"
+#include "services/runner/synth.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: corral-gguf-synth --out FILE [--seed N] [--type "
+            "f32|f16|bf16|q8_0|q4_0|q6_k]\n"
+            "         [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ffn N]"
+            " [--ctx N]\n"
+            "         [--rope-base F] [--tied] [--rope-freqs] [--vocab-from "
+            "FILE.gguf] [--vocab-only]\n"
+            "         [--name NAME]\n"
+            "defaults: f32, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 128, ctx "
+            "256, built-in vocab\n");
+}
+
+static bool parse_int(const char *s, long lo, long hi, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+static bool parse_type(const char *s, cr_type_t *t)
+{
+    static const struct {
+        const char *name;
+        cr_type_t t;
+    } types[] = {{"f32", CR_TYPE_F32},   {"f16", CR_TYPE_F16},
+                 {"bf16", CR_TYPE_BF16}, {"q8_0", CR_TYPE_Q8_0},
+                 {"q4_0", CR_TYPE_Q4_0}, {"q6_k", CR_TYPE_Q6_K}};
+    for (size_t i = 0; i < CR_ARRAY_LEN(types); i++) {
+        if (!strcasecmp(s, types[i].name)) {
+            *t = types[i].t;
+            return true;
+        }
+    }
+    return false;
+}
+
+int main(int argc, char **argv)
+{
+    rn_synth_opts_t o;
+    rn_synth_defaults(&o);
+    const char *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true, takes = true;
+        if (!strcmp(a, "--out")) {
+            out = v;
+        } else if (!strcmp(a, "--seed")) {
+            char *end = NULL;
+            ok = v && (o.seed = strtoull(v, &end, 10), end != v && !*end);
+        } else if (!strcmp(a, "--type")) {
+            ok = v && parse_type(v, &o.type);
+        } else if (!strcmp(a, "--dim")) {
+            ok = v && parse_int(v, 1, 1 << 16, &o.dim);
+        } else if (!strcmp(a, "--layers")) {
+            ok = v && parse_int(v, 1, 256, &o.n_layers);
+        } else if (!strcmp(a, "--heads")) {
+            ok = v && parse_int(v, 1, 1024, &o.n_heads);
+        } else if (!strcmp(a, "--kv-heads")) {
+            ok = v && parse_int(v, 1, 1024, &o.n_kv_heads);
+        } else if (!strcmp(a, "--ffn")) {
+            ok = v && parse_int(v, 1, 1 << 16, &o.ffn);
+        } else if (!strcmp(a, "--ctx")) {
+            ok = v && parse_int(v, 1, 1 << 24, &o.ctx);
+        } else if (!strcmp(a, "--rope-base")) {
+            char *end = NULL;
+            ok = v && (o.rope_base = strtof(v, &end), end != v && !*end && o.rope_base > 0);
+        } else if (!strcmp(a, "--vocab-from")) {
+            o.vocab_from = v;
+            ok = v != NULL;
+        } else if (!strcmp(a, "--name")) {
+            o.name = v;
+            ok = v != NULL;
+        } else {
+            takes = false;
+            if (!strcmp(a, "--tied")) {
+                o.tied_output = true;
+            } else if (!strcmp(a, "--rope-freqs")) {
+                o.rope_freqs = true;
+            } else if (!strcmp(a, "--vocab-only")) {
+                o.vocab_only = true;
+            } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+                usage(stdout);
+                return 0;
+            } else {
+                fprintf(stderr, "corral-gguf-synth: unknown option '%s'\n", a);
+                usage(stderr);
+                return 2;
+            }
+        }
+        if (!ok) {
+            fprintf(stderr, "corral-gguf-synth: bad or missing value for %s\n", a);
+            return 2;
+        }
+        if (takes)
+            i++;
+    }
+    if (!out) {
+        usage(stderr);
+        return 2;
+    }
+    cr_err_t err;
+    cr_err_clear(&err);
+    if (rn_synth_write(&o, out, &err)) {
+        fprintf(stderr, "corral-gguf-synth: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
