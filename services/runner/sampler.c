@@ -1,0 +1,766 @@
+/* sampler.c: the sampling chain (see sampler.h for the contract).
+ *
+ * Candidates live in one array of n_vocab entries allocated at creation; each
+ * stage shrinks `n` in place. `sorted` says whether the array is in
+ * descending logit order (ties by lower id), which top_p and min_p use and
+ * top_k and the full sort establish. */
+#include "lib/prelude.h"
+#include "services/runner/sampler.h"
+
+#include <float.h>
+#include <math.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct cand {
+    int32_t id;
+    float logit;
+    float p;   /* probability after the last softmax */
+    float key; /* scratch sort key (typical_p's shifted score) */
+} cand_t;
+
+struct rn_sampler {
+    rn_sampler_params_t params;
+    int32_t n_vocab;
+    int32_t n_ctx;
+    rn_rng_t rng;
+
+    cand_t *cands; /* [n_vocab] candidates of the current pick */
+    cand_t *tmp;   /* [n_vocab] scratch for typical_p */
+    size_t n;      /* live candidates in cands */
+    bool sorted;   /* cands[0..n) in descending logit order */
+    bool picked;   /* a pick has happened since the last reset */
+
+    int32_t *ring;   /* [n_ctx] the last n_ctx accepted tokens */
+    size_t ring_head;  /* next write position */
+    size_t ring_total; /* tokens stored, <= n_ctx */
+    size_t window;     /* resolved repeat_last_n, <= n_ctx */
+    int32_t *counts;   /* [n_vocab] occurrences inside the window */
+};
+
+/* ---- the generator: xoshiro256** seeded by splitmix64 ---- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void rn_rng_seed(rn_rng_t *r, uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&x);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+uint64_t rn_rng_next(rn_rng_t *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double rn_rng_uniform(rn_rng_t *r)
+{
+    return (double)(rn_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static uint64_t os_seed(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) == (ssize_t)sizeof v)
+        return v;
+    /* getrandom can only fail on ancient kernels: mix what we have. */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ((uint64_t)ts.tv_sec * 1000000007ULL) ^ (uint64_t)ts.tv_nsec ^
+           ((uint64_t)getpid() << 32);
+}
+
+/* ---- params ---- */
+
+void rn_sampler_params_default(rn_sampler_params_t *p)
+{
+    p->temperature = 0.8f;
+    p->top_k = 40;
+    p->top_p = 0.9f;
+    p->min_p = 0.0f;
+    p->typical_p = 1.0f;
+    p->repeat_last_n = 64;
+    p->repeat_penalty = 1.0f;
+    p->presence_penalty = 0.0f;
+    p->frequency_penalty = 0.0f;
+    p->seed = -1;
+}
+
+cr_status_t rn_sampler_params_check(const rn_sampler_params_t *p, cr_err_t *err)
+{
+    const struct {
+        const char *name;
+        float v;
+    } floats[] = {
+        {"temperature", p->temperature},
+        {"top_p", p->top_p},
+        {"min_p", p->min_p},
+        {"typical_p", p->typical_p},
+        {"repeat_penalty", p->repeat_penalty},
+        {"presence_penalty", p->presence_penalty},
+        {"frequency_penalty", p->frequency_penalty},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(floats); i++)
+        if (!isfinite(floats[i].v))
+            return cr_err_set(err, CR_E_INVALID, "option \"%s\" must be a finite number",
+                              floats[i].name);
+    if (!(p->repeat_penalty > 0.0f))
+        return cr_err_set(err, CR_E_INVALID,
+                          "option \"repeat_penalty\" must be greater than 0, got %g",
+                          (double)p->repeat_penalty);
+    if (p->repeat_last_n < -1)
+        return cr_err_set(err, CR_E_INVALID,
+                          "option \"repeat_last_n\" must be -1 or more, got %" PRId32,
+                          p->repeat_last_n);
+    return CR_OK;
+}
+
+/* ---- construction ---- */
+
+static size_t resolve_window(const rn_sampler_params_t *p, int32_t n_ctx)
+{
+    if (p->repeat_last_n < 0)
+        return (size_t)n_ctx;
+    return (size_t)CR_MIN(p->repeat_last_n, n_ctx);
+}
+
+/* Token at position i of the history, oldest first. */
+static int32_t ring_at(const rn_sampler_t *s, size_t i)
+{
+    size_t cap = (size_t)s->n_ctx;
+    return s->ring[(s->ring_head + cap - s->ring_total + i) % cap];
+}
+
+static void clear_history(rn_sampler_t *s)
+{
+    size_t w = CR_MIN(s->window, s->ring_total);
+    for (size_t i = s->ring_total - w; i < s->ring_total; i++)
+        s->counts[ring_at(s, i)] = 0;
+    s->ring_head = 0;
+    s->ring_total = 0;
+}
+
+static void apply_params(rn_sampler_t *s, const rn_sampler_params_t *p)
+{
+    s->params = *p;
+    s->window = resolve_window(p, s->n_ctx);
+    rn_rng_seed(&s->rng, p->seed == -1 ? os_seed() : (uint64_t)p->seed);
+    s->n = 0;
+    s->sorted = false;
+    s->picked = false;
+}
+
+rn_sampler_t *rn_sampler_new(int32_t n_vocab, int32_t n_ctx,
+                             const rn_sampler_params_t *params, cr_err_t *err)
+{
+    if (n_vocab <= 0 || n_vocab > RN_SAMPLER_MAX_VOCAB) {
+        cr_err_set(err, CR_E_INVALID, "sampler: n_vocab %" PRId32 " out of range 1..%d",
+                   n_vocab, RN_SAMPLER_MAX_VOCAB);
+        return NULL;
+    }
+    if (n_ctx <= 0 || n_ctx > RN_SAMPLER_MAX_HISTORY) {
+        cr_err_set(err, CR_E_INVALID, "sampler: n_ctx %" PRId32 " out of range 1..%d",
+                   n_ctx, RN_SAMPLER_MAX_HISTORY);
+        return NULL;
+    }
+    rn_sampler_params_t defaults;
+    if (!params) {
+        rn_sampler_params_default(&defaults);
+        params = &defaults;
+    }
+    if (rn_sampler_params_check(params, err))
+        return NULL;
+
+    rn_sampler_t *s = calloc(1, sizeof *s);
+    if (!s)
+        goto fail_nomem;
+    s->n_vocab = n_vocab;
+    s->n_ctx = n_ctx;
+    s->cands = malloc((size_t)n_vocab * sizeof *s->cands);
+    s->tmp = malloc((size_t)n_vocab * sizeof *s->tmp);
+    s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+    s->ring = malloc((size_t)n_ctx * sizeof *s->ring);
+    if (!s->cands || !s->tmp || !s->counts || !s->ring)
+        goto fail_nomem;
+    apply_params(s, params);
+    return s;
+
+fail_nomem:
+    rn_sampler_destroy(&s);
+    cr_err_set(err, CR_E_NOMEM, "sampler: out of memory for %" PRId32 " tokens", n_vocab);
+    return NULL;
+}
+
+void rn_sampler_destroy(rn_sampler_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rn_sampler_t *s = *self_p;
+    free(s->cands);
+    free(s->tmp);
+    free(s->counts);
+    free(s->ring);
+    free(s);
+    *self_p = NULL;
+}
+
+cr_status_t rn_sampler_reset(rn_sampler_t *s, const rn_sampler_params_t *params,
+                             cr_err_t *err)
+{
+    rn_sampler_params_t defaults;
+    if (!params) {
+        rn_sampler_params_default(&defaults);
+        params = &defaults;
+    }
+    cr_status_t st = rn_sampler_params_check(params, err);
+    if (st)
+        return st;
+    clear_history(s);
+    apply_params(s, params);
+    return CR_OK;
+}
+
+const rn_sampler_params_t *rn_sampler_params(const rn_sampler_t *s)
+{
+    return &s->params;
+}
+
+bool rn_sampler_accept(rn_sampler_t *s, int32_t token)
+{
+    if (token < 0 || token >= s->n_vocab)
+        return false;
+    size_t cap = (size_t)s->n_ctx;
+    if (s->window > 0) {
+        /* The token leaving the window is the window-th newest. */
+        if (s->ring_total >= s->window)
+            s->counts[ring_at(s, s->ring_total - s->window)]--;
+        s->counts[token]++;
+    }
+    s->ring[s->ring_head] = token;
+    s->ring_head = (s->ring_head + 1) % cap;
+    if (s->ring_total < cap)
+        s->ring_total++;
+    return true;
+}
+
+/* ---- ordering ---- */
+
+/* true if a comes before b in descending logit order, ties by lower id. */
+static inline bool logit_before(const cand_t *a, const cand_t *b)
+{
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+/* true if a comes before b in ascending key order, then logit order. */
+static inline bool key_before(const cand_t *a, const cand_t *b)
+{
+    if (a->key != b->key)
+        return a->key < b->key;
+    return logit_before(a, b);
+}
+
+typedef bool (*before_fn)(const cand_t *a, const cand_t *b);
+
+static inline void swap_cand(cand_t *a, cand_t *b)
+{
+    cand_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Sift-down in a heap whose root is the element that comes LAST in the
+ * `before` order (so the heap holds the best elements seen). */
+static void sift_down(cand_t *c, size_t n, size_t i, before_fn before)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, worst = i;
+        if (l < n && before(&c[worst], &c[l]))
+            worst = l;
+        if (l + 1 < n && before(&c[worst], &c[l + 1]))
+            worst = l + 1;
+        if (worst == i)
+            return;
+        swap_cand(&c[i], &c[worst]);
+        i = worst;
+    }
+}
+
+/* Heapsort: after it c[0..n) is in `before` order. */
+static void heap_sort(cand_t *c, size_t n, before_fn before)
+{
+    if (n < 2)
+        return;
+    for (size_t i = n / 2; i-- > 0;)
+        sift_down(c, n, i, before);
+    for (size_t end = n - 1; end > 0; end--) {
+        swap_cand(&c[0], &c[end]);
+        sift_down(c, end, 0, before);
+    }
+}
+
+static void insertion_sort(cand_t *c, size_t n, before_fn before)
+{
+    for (size_t i = 1; i < n; i++) {
+        cand_t x = c[i];
+        size_t j = i;
+        while (j > 0 && before(&x, &c[j - 1])) {
+            c[j] = c[j - 1];
+            j--;
+        }
+        c[j] = x;
+    }
+}
+
+/* Introsort: quicksort with median-of-three, recursing on the smaller side,
+ * heapsort past a depth limit, insertion sort for short runs. No allocation. */
+static void intro_sort(cand_t *c, size_t n, int depth, before_fn before)
+{
+    while (n > 16) {
+        if (depth-- == 0) {
+            heap_sort(c, n, before);
+            return;
+        }
+        size_t mid = n / 2;
+        if (before(&c[mid], &c[0]))
+            swap_cand(&c[mid], &c[0]);
+        if (before(&c[n - 1], &c[0]))
+            swap_cand(&c[n - 1], &c[0]);
+        if (before(&c[n - 1], &c[mid]))
+            swap_cand(&c[n - 1], &c[mid]);
+        cand_t pivot = c[mid];
+        size_t i = 0, j = n - 1;
+        for (;;) {
+            while (before(&c[i], &pivot))
+                i++;
+            while (before(&pivot, &c[j]))
+                j--;
+            if (i >= j)
+                break;
+            swap_cand(&c[i], &c[j]);
+            i++;
+            j--;
+        }
+        /* [0, j] and [j+1, n) */
+        size_t left = j + 1, right = n - left;
+        if (left < right) {
+            intro_sort(c, left, depth, before);
+            c += left;
+            n = right;
+        } else {
+            intro_sort(c + left, right, depth, before);
+            n = left;
+        }
+    }
+    insertion_sort(c, n, before);
+}
+
+static void sort_cands(cand_t *c, size_t n, before_fn before)
+{
+    int depth = 0;
+    for (size_t m = n; m > 1; m >>= 1)
+        depth += 2;
+    intro_sort(c, n, depth, before);
+}
+
+static void sort_by_logit(rn_sampler_t *s)
+{
+    if (!s->sorted) {
+        sort_cands(s->cands, s->n, logit_before);
+        s->sorted = true;
+    }
+}
+
+/* ---- stages ---- */
+
+static bool penalties_active(const rn_sampler_t *s)
+{
+    const rn_sampler_params_t *p = &s->params;
+    return s->window > 0 && s->ring_total > 0 &&
+           (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
+            p->frequency_penalty != 0.0f);
+}
+
+static float clean_logit(float l)
+{
+    if (isnan(l))
+        return -INFINITY;
+    if (l == INFINITY)
+        return FLT_MAX;
+    return l;
+}
+
+/* llama.cpp's penalty arithmetic for a token seen `count` times. */
+static float penalize(const rn_sampler_params_t *p, float l, int32_t count)
+{
+    if (l <= 0.0f)
+        l *= p->repeat_penalty;
+    else
+        l /= p->repeat_penalty;
+    return l - (float)count * p->frequency_penalty - p->presence_penalty;
+}
+
+void rn_sampler_penalized(const rn_sampler_t *s, const float *logits, float *out)
+{
+    bool pen = penalties_active(s);
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        float l = clean_logit(logits[i]);
+        if (pen && s->counts[i] > 0 && l != -INFINITY)
+            l = penalize(&s->params, l, s->counts[i]);
+        out[i] = l;
+    }
+}
+
+/* Builds the candidate list from the penalized logits, dropping -inf. */
+static void stage_penalties(rn_sampler_t *s, const float *logits)
+{
+    bool pen = penalties_active(s);
+    size_t n = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        float l = clean_logit(logits[i]);
+        if (l == -INFINITY)
+            continue;
+        if (pen && s->counts[i] > 0)
+            l = penalize(&s->params, l, s->counts[i]);
+        if (l == -INFINITY)
+            continue;
+        s->cands[n].id = i;
+        s->cands[n].logit = l;
+        s->cands[n].p = 0.0f;
+        s->cands[n].key = 0.0f;
+        n++;
+    }
+    s->n = n;
+    s->sorted = false;
+}
+
+/* Keeps the k best candidates, sorted, with a bounded heap: O(n log k). */
+static void stage_top_k(rn_sampler_t *s)
+{
+    int32_t k = s->params.top_k;
+    if (k <= 0 || (size_t)k >= s->n)
+        return;
+    cand_t *c = s->cands;
+    size_t kk = (size_t)k;
+    /* Heap over c[0..k) with the worst of the k at the root. */
+    for (size_t i = kk / 2; i-- > 0;)
+        sift_down(c, kk, i, logit_before);
+    for (size_t i = kk; i < s->n; i++) {
+        if (logit_before(&c[i], &c[0])) {
+            c[0] = c[i];
+            sift_down(c, kk, 0, logit_before);
+        }
+    }
+    s->n = kk;
+    /* Pop the heap: repeatedly move the worst to the end. */
+    for (size_t end = kk - 1; end > 0; end--) {
+        swap_cand(&c[0], &c[end]);
+        sift_down(c, end, 0, logit_before);
+    }
+    s->sorted = true;
+}
+
+/* Softmax over the live candidates; sorts first when `need_sorted`. */
+static void softmax(rn_sampler_t *s, bool need_sorted)
+{
+    if (need_sorted)
+        sort_by_logit(s);
+    cand_t *c = s->cands;
+    float max = -INFINITY;
+    if (s->sorted) {
+        max = c[0].logit;
+    } else {
+        for (size_t i = 0; i < s->n; i++)
+            max = c[i].logit > max ? c[i].logit : max;
+    }
+    double sum = 0.0;
+    for (size_t i = 0; i < s->n; i++) {
+        double e = exp((double)c[i].logit - (double)max);
+        c[i].p = (float)e;
+        sum += e;
+    }
+    for (size_t i = 0; i < s->n; i++)
+        c[i].p = (float)((double)c[i].p / sum);
+}
+
+/* Locally typical sampling (Meister et al.), as llama.cpp implements it:
+ * keep the tokens whose surprisal is closest to the entropy until their
+ * probability mass exceeds typical_p. */
+static void stage_typical(rn_sampler_t *s)
+{
+    float tp = s->params.typical_p;
+    if (tp >= 1.0f || s->n <= 1)
+        return;
+    softmax(s, true);
+    cand_t *c = s->cands;
+    double entropy = 0.0;
+    for (size_t i = 0; i < s->n; i++)
+        if (c[i].p > 0.0f)
+            entropy -= (double)c[i].p * log((double)c[i].p);
+    for (size_t i = 0; i < s->n; i++) {
+        double surprisal = c[i].p > 0.0f ? -log((double)c[i].p) : INFINITY;
+        c[i].key = (float)fabs(surprisal - entropy);
+    }
+    memcpy(s->tmp, c, s->n * sizeof *c);
+    sort_cands(s->tmp, s->n, key_before);
+    double cum = 0.0;
+    size_t last = s->n;
+    for (size_t i = 0; i < s->n; i++) {
+        cum += (double)s->tmp[i].p;
+        if (cum > (double)tp) { /* min_keep is 1: i + 1 >= 1 always */
+            last = i + 1;
+            break;
+        }
+    }
+    memcpy(c, s->tmp, last * sizeof *c);
+    s->n = last;
+    s->sorted = false;
+}
+
+/* Nucleus sampling: the smallest best-first prefix whose mass reaches top_p. */
+static void stage_top_p(rn_sampler_t *s)
+{
+    float tp = s->params.top_p;
+    if (tp >= 1.0f || s->n <= 1)
+        return;
+    softmax(s, true);
+    double cum = 0.0;
+    size_t last = s->n;
+    for (size_t i = 0; i < s->n; i++) {
+        cum += (double)s->cands[i].p;
+        if (cum >= (double)tp) {
+            last = i + 1;
+            break;
+        }
+    }
+    s->n = last;
+}
+
+/* min_p: drop tokens whose probability is below min_p times the best one's,
+ * i.e. whose logit is below max + log(min_p). */
+static void stage_min_p(rn_sampler_t *s)
+{
+    float mp = s->params.min_p;
+    if (mp <= 0.0f || s->n <= 1)
+        return;
+    cand_t *c = s->cands;
+    if (s->sorted) {
+        float min_logit = c[0].logit + logf(mp);
+        size_t i = 1;
+        while (i < s->n && c[i].logit >= min_logit)
+            i++;
+        s->n = i;
+        return;
+    }
+    float max = -INFINITY;
+    for (size_t i = 0; i < s->n; i++)
+        max = c[i].logit > max ? c[i].logit : max;
+    float min_logit = max + logf(mp);
+    size_t kept = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (c[i].logit >= min_logit)
+            c[kept++] = c[i];
+    s->n = kept; /* the max itself always survives, so kept >= 1 */
+}
+
+/* Divides by the temperature. The max is subtracted first (softmax does not
+ * care) so a tiny temperature underflows the losers to -inf instead of
+ * overflowing the winner to +inf. */
+static void stage_temperature(rn_sampler_t *s)
+{
+    float t = s->params.temperature;
+    if (t == 1.0f)
+        return;
+    float max = -INFINITY;
+    for (size_t i = 0; i < s->n; i++)
+        max = s->cands[i].logit > max ? s->cands[i].logit : max;
+    for (size_t i = 0; i < s->n; i++)
+        s->cands[i].logit = (float)(((double)s->cands[i].logit - (double)max) / (double)t);
+}
+
+/* Draws one candidate by its probability. */
+static int32_t draw(rn_sampler_t *s)
+{
+    double u = rn_rng_uniform(&s->rng);
+    double cum = 0.0;
+    for (size_t i = 0; i < s->n; i++) {
+        cum += (double)s->cands[i].p;
+        if (u < cum)
+            return s->cands[i].id;
+    }
+    /* Rounding left cum a hair under 1: take the last with mass. */
+    for (size_t i = s->n; i-- > 0;)
+        if (s->cands[i].p > 0.0f)
+            return s->cands[i].id;
+    return s->cands[0].id;
+}
+
+static void pick_greedy(rn_sampler_t *s)
+{
+    size_t best = 0;
+    for (size_t i = 1; i < s->n; i++)
+        if (logit_before(&s->cands[i], &s->cands[best]))
+            best = i;
+    s->cands[0] = s->cands[best];
+    s->cands[0].p = 1.0f;
+    s->n = 1;
+    s->sorted = true;
+}
+
+cr_status_t rn_sampler_pick(rn_sampler_t *s, const float *logits,
+                            int32_t *token_out, cr_err_t *err)
+{
+    stage_penalties(s, logits);
+    if (s->n == 0) {
+        s->picked = false;
+        return cr_err_set(err, CR_E_INVALID,
+                          "sampler: every logit is -inf or NaN (%" PRId32 " tokens)",
+                          s->n_vocab);
+    }
+    s->picked = true;
+    if (s->params.temperature <= 0.0f) {
+        pick_greedy(s);
+        *token_out = s->cands[0].id;
+        return CR_OK;
+    }
+    stage_top_k(s);
+    stage_typical(s);
+    stage_top_p(s);
+    stage_min_p(s);
+    stage_temperature(s);
+    softmax(s, false);
+    *token_out = draw(s);
+    return CR_OK;
+}
+
+/* ---- final distribution and logprobs ---- */
+
+size_t rn_sampler_final_count(const rn_sampler_t *s)
+{
+    return s->picked ? s->n : 0;
+}
+
+bool rn_sampler_final_get(const rn_sampler_t *s, size_t i, int32_t *token, float *prob)
+{
+    if (!s->picked || i >= s->n)
+        return false;
+    if (token)
+        *token = s->cands[i].id;
+    if (prob)
+        *prob = s->cands[i].p;
+    return true;
+}
+
+/* Inserts (id, value) into top[0..*n) kept best-first with at most cap
+ * entries; ties keep the earlier (lower) id first because ids arrive in
+ * ascending order. */
+static void top_insert(rn_logprob_t *top, size_t *n, size_t cap, int32_t id, float v)
+{
+    if (cap == 0)
+        return;
+    if (*n == cap && !(v > top[cap - 1].logprob))
+        return;
+    size_t i = *n < cap ? (*n)++ : cap - 1;
+    while (i > 0 && v > top[i - 1].logprob) {
+        top[i] = top[i - 1];
+        i--;
+    }
+    top[i].token = id;
+    top[i].logprob = v;
+}
+
+size_t rn_sampler_final_logprobs(const rn_sampler_t *s, int32_t token,
+                                 float *token_logprob, rn_logprob_t *top,
+                                 size_t top_n)
+{
+    top_n = CR_MIN(top_n, (size_t)RN_LOGPROB_MAX_TOP);
+    if (token_logprob)
+        *token_logprob = -INFINITY;
+    if (!s->picked)
+        return 0;
+    /* Candidates may be in any order; collect in id order for the tie rule
+     * by scanning ids through a small selection instead of sorting. */
+    size_t n_top = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const cand_t *c = &s->cands[i];
+        float lp = c->p > 0.0f ? logf(c->p) : -INFINITY;
+        if (c->id == token && token_logprob)
+            *token_logprob = lp;
+        if (lp == -INFINITY)
+            continue;
+        /* Equal values: keep lower id first, whatever the candidate order. */
+        size_t j = n_top;
+        if (n_top == top_n) {
+            if (!top_n)
+                continue;
+            const rn_logprob_t *w = &top[top_n - 1];
+            if (lp < w->logprob || (lp == w->logprob && c->id > w->token))
+                continue;
+            j = top_n - 1;
+        } else {
+            n_top++;
+        }
+        while (j > 0 && (lp > top[j - 1].logprob ||
+                         (lp == top[j - 1].logprob && c->id < top[j - 1].token))) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j].token = c->id;
+        top[j].logprob = lp;
+    }
+    return n_top;
+}
+
+size_t rn_logprobs_from_logits(const float *logits, int32_t n_vocab,
+                               int32_t token, float *token_logprob,
+                               rn_logprob_t *top, size_t top_n)
+{
+    top_n = CR_MIN(top_n, (size_t)RN_LOGPROB_MAX_TOP);
+    if (token_logprob)
+        *token_logprob = -INFINITY;
+    if (n_vocab <= 0)
+        return 0;
+    float max = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        float l = clean_logit(logits[i]);
+        max = l > max ? l : max;
+    }
+    if (max == -INFINITY)
+        return 0;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; i++)
+        sum += exp((double)clean_logit(logits[i]) - (double)max);
+    double lse = (double)max + log(sum);
+    size_t n_top = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        float l = clean_logit(logits[i]);
+        if (l == -INFINITY)
+            continue;
+        float lp = (float)((double)l - lse);
+        if (i == token && token_logprob)
+            *token_logprob = lp;
+        top_insert(top, &n_top, top_n, i, lp);
+    }
+    return n_top;
+}
