@@ -21,27 +21,38 @@
 #define BUS_ENDPOINT_MAX 512
 
 /* The runtime dir: $CORRAL_RUNTIME_DIR, else $XDG_RUNTIME_DIR/corral, else
- * ~/.corral/run. Created (with parents) mode 0700 if missing; refused if it
- * exists with group/other access. */
+ * ~/.corral/run. Created (with parents) mode 0700 if missing; refused with
+ * CR_E_FORBIDDEN if it has group/other access or another owner; CR_E_IO if
+ * it cannot be made or is not a directory. */
 cr_status_t bus_runtime_dir(char *out, size_t cap, cr_err_t *err);
 
 /* The endpoint for a named service socket ("scheduler", "runners",
- * "registry"), honouring CORRAL_<NAME>_ENDPOINT. */
+ * "registry"; lowercase letters, digits, '_'), honouring
+ * CORRAL_<NAME>_ENDPOINT, else ipc://<runtime dir>/<name>.sock (created
+ * through bus_runtime_dir). CR_E_TOO_LARGE when that socket path is over
+ * the 107 bytes a Unix socket allows, CR_E_INVALID for a bad name or an
+ * override without "://". */
 cr_status_t bus_endpoint(const char *name, char *out, size_t cap,
                          cr_err_t *err);
 
-/* Encodes and sends m on a DEALER (or any non-ROUTER socket). */
+/* Encodes and sends m on a DEALER (or any non-ROUTER socket; CR_E_INTERNAL
+ * on a ROUTER). Encoding errors as msg_encode; CR_E_IO if zmq refuses. */
 cr_status_t bus_send(zsock_t *sock, const msg_t *m, cr_err_t *err);
 
-/* Encodes and sends m on a ROUTER to the peer `identity` (borrowed). */
+/* Encodes and sends m on a ROUTER to the peer `identity` (borrowed). Like
+ * any ROUTER, it drops a message to an unknown peer silently unless the
+ * socket has ZMQ_ROUTER_MANDATORY set (then CR_E_IO). CR_E_INTERNAL if
+ * `router` is not a ROUTER. */
 cr_status_t bus_send_to(zsock_t *router, zframe_t *identity, const msg_t *m,
                         cr_err_t *err);
 
 /* Receives one message. For a ROUTER pass identity_out to receive the
  * sender's identity (caller owns; zframe_destroy), else NULL. Malformed frames
- * are consumed and reported as CR_E_PROTO with *out zeroed (the caller
- * decides whether to answer the sender with an error). CR_E_TIMEOUT if
- * timeout_ms (>= 0) passes with nothing to read; -1 waits forever.
+ * (bad msgpack, or the wrong number of frames) are consumed and reported as
+ * CR_E_PROTO with *out zeroed but for out->id when one was readable; on a
+ * ROUTER *identity_out is still set then, so the caller can decide whether
+ * to answer the sender with an error. CR_E_TIMEOUT if timeout_ms (>= 0)
+ * passes with nothing to read; a negative timeout waits forever.
  * CR_E_CANCELED if interrupted (zsys_interrupted). */
 cr_status_t bus_recv(zsock_t *sock, int timeout_ms, msg_t *out,
                      zframe_t **identity_out, cr_err_t *err);

@@ -18,6 +18,10 @@
 #define MSG_FRAME_MAX (64u * 1024 * 1024) /* largest frame we decode */
 #define MSG_MAX_ARRAY 1048576             /* elements in any one array */
 #define MSG_MAX_DEPTH 4                   /* record nesting */
+/* Containers (maps and arrays) nested in one frame, counting the top map:
+ * each record level is a map inside an array at most, plus a leaf array. */
+#define MSG_MAX_WIRE_DEPTH (2 * MSG_MAX_DEPTH + 2)
+#define MSG_MAX_VALUES (4u * MSG_MAX_ARRAY) /* msgpack values in one frame */
 
 typedef struct msg_bytes {
     uint8_t *data;
@@ -75,6 +79,59 @@ typedef enum msg_type {
     MSG__COUNT
 } msg_type_t;
 
+/* ---- descriptors: the tables the codec walks ----
+ *
+ * One descriptor per record and per message body, expanded from
+ * messages.def. They are public so tests and JSON converters can walk
+ * messages generically; nothing in them is mutable. */
+
+typedef enum msg_kind {
+    MSG_KIND_STR = 1,
+    MSG_KIND_I64,
+    MSG_KIND_F64,
+    MSG_KIND_BOOL,
+    MSG_KIND_BIN,
+    MSG_KIND_I32S,
+    MSG_KIND_STRS,
+    MSG_KIND_REC,
+    MSG_KIND_RECS,
+} msg_kind_t;
+
+/* Nested record types, in MSG_RECORDS order. */
+typedef enum msg_record {
+    MSG_RECORD_NONE = 0,
+#define MSG_RECORD_ENUM(r) MSG_RECORD_##r,
+    MSG_RECORDS(MSG_RECORD_ENUM)
+#undef MSG_RECORD_ENUM
+    MSG_RECORD__COUNT
+} msg_record_t;
+
+typedef struct msg_field_desc {
+    const char *name;  /* wire key and C member name */
+    msg_kind_t kind;
+    bool required;     /* REQ in messages.def */
+    size_t offset;     /* offsetof the value in its struct */
+    size_t has_offset; /* offsetof has_<name> in its struct */
+    msg_record_t sub;  /* REC/RECS: the nested record; else MSG_RECORD_NONE */
+} msg_field_desc_t;
+
+typedef struct msg_desc {
+    const char *name;               /* "generate", "options", ... */
+    size_t size;                    /* sizeof the body or record struct */
+    const msg_field_desc_t *fields; /* n_fields entries, messages.def order */
+    size_t n_fields;
+} msg_desc_t;
+
+/* The body descriptor of a message type (offsets are from &m->u), or NULL
+ * for MSG_NONE and out-of-range values. Static; never freed. */
+const msg_desc_t *msg_body_desc(msg_type_t t);
+
+/* The descriptor of a nested record, or NULL when out of range. */
+const msg_desc_t *msg_record_desc(msg_record_t r);
+
+/* "STR", "I64", ... or "unknown". */
+const char *msg_kind_name(msg_kind_t k);
+
 struct msg_arena;
 
 /* One bus message: header plus the body selected by type. */
@@ -91,7 +148,8 @@ typedef struct msg {
 } msg_t;
 
 /* Zeroes m and sets type, version and id (id may be NULL; truncated to
- * MSG_ID_MAX). For building a message to encode. */
+ * MSG_ID_MAX). For building a message to encode. m is overwritten, not
+ * freed: msg_clear a decoded message before reusing it. */
 void msg_init(msg_t *m, msg_type_t type, const char *id);
 
 /* Frees what a decode allocated and zeroes m. Accepts a zeroed message. */
@@ -104,27 +162,41 @@ msg_type_t msg_type_from_name(const char *name);
 
 /* Encodes m (fields whose has_ flag is set; required fields must be set)
  * and appends the frame to out. CR_E_INVALID if a required field is unset
- * (err names it), CR_E_TOO_LARGE over MSG_FRAME_MAX. */
+ * (err names it: "chat: field 'messages[1].role' is missing"), or set with a
+ * NULL string/record or an array with n > 0 and a NULL pointer;
+ * CR_E_TOO_LARGE over MSG_FRAME_MAX or an array over MSG_MAX_ARRAY, or past
+ * out->max_bytes. On error out is left as it was. */
 cr_status_t msg_encode(const msg_t *m, cr_buf_t *out, cr_err_t *err);
 
 /* Decodes one frame into *out (which the caller then owns; msg_clear it).
+ * *out is overwritten, not freed.
  * Never trusts a length. Errors (CR_E_PROTO) name the field and message,
  * e.g. "generate: field 'model' is missing", "chat: field 'messages[2].role'
  * must be a string", "frame is truncated", "unsupported protocol version 7".
- * Unknown fields are ignored. On error *out is left zeroed. */
+ * Unknown fields are ignored; a field whose value is nil counts as absent; a
+ * known field given twice, or a string with a NUL byte, is an error.
+ * CR_E_NOMEM if the arena cannot grow. On error *out is left zeroed except
+ * out->id, which keeps the request id when the frame had a readable one (so
+ * the receiver can address an error reply). */
 cr_status_t msg_decode(const void *data, size_t len, msg_t *out, cr_err_t *err);
 
-/* Deep-copies src into *dst with its own arena (dst owned by the caller). */
+/* Deep-copies src into *dst with its own arena (dst owned by the caller;
+ * msg_clear it). Only fields whose has_ flag is set are copied; the others
+ * are zeroed. dst is overwritten, not freed, and must not be src.
+ * CR_E_NOMEM on failure, with *dst zeroed. */
 cr_status_t msg_copy(const msg_t *src, msg_t *dst);
 
 /* Arena allocation for building owned messages (e.g. a scheduler that edits
  * a decoded message): allocates from m's arena, creating it if needed.
- * Returns NULL on failure. The memory lives until msg_clear(m). */
+ * The memory is zeroed and aligned for any type; bytes == 0 still yields a
+ * unique pointer. Returns NULL on failure. The memory lives until
+ * msg_clear(m). msg_strdup(m, NULL) returns NULL. */
 void *msg_alloc(msg_t *m, size_t bytes);
 char *msg_strdup(msg_t *m, const char *s);
 
 /* Makes an error reply: type error with status and formatted message, id
- * copied from `id`. The message text is stored in m's arena. */
+ * copied from `id`. The message text is stored in m's arena (a static
+ * "out of memory" text if that fails). m is overwritten as by msg_init. */
 void msg_make_error(msg_t *m, const char *id, cr_status_t st,
                     const char *fmt, ...) CR_PRINTF(4, 5);
 

@@ -1,0 +1,348 @@
+/* bus.c: moving encoded messages over CZMQ sockets, and where sockets live.
+ *
+ * Owns the runtime dir rules, endpoint names, framing ([frame] on a DEALER,
+ * [identity][frame] on a ROUTER) and request ids. The codec is msg.c's;
+ * which socket a service binds, and what it answers, are the service's.
+ * Only CZMQ's stable API is used (zsock, zmsg, zframe, zpoller). */
+#include "lib/prelude.h"
+#include "proto/bus.h"
+
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PATH_CAP 4096
+#define NAME_MAX_LEN 32
+
+/* ---- runtime dir ---- */
+
+/* Creates every missing directory of path (mode 0700). Sets *created when
+ * the last component was made here. */
+static cr_status_t mkdir_p(char *path, bool *created, cr_err_t *err)
+{
+    *created = false;
+    size_t len = strlen(path);
+    for (size_t i = 1; i <= len; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        char saved = path[i];
+        path[i] = '\0';
+        int rc = mkdir(path, 0700);
+        int e = errno;
+        path[i] = saved;
+        if (rc == 0) {
+            if (i == len)
+                *created = true;
+        } else if (e != EEXIST) {
+            char part[PATH_CAP];
+            snprintf(part, sizeof part, "%.*s", (int)i, path);
+            return cr_err_set(err, CR_E_IO, "cannot create directory %s: %s",
+                              part, strerror(e));
+        }
+    }
+    return CR_OK;
+}
+
+cr_status_t bus_runtime_dir(char *out, size_t cap, cr_err_t *err)
+{
+    char path[PATH_CAP];
+    const char *env = getenv("CORRAL_RUNTIME_DIR");
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    int n;
+    if (env && *env) {
+        n = snprintf(path, sizeof path, "%s", env);
+    } else if (xdg && *xdg) {
+        n = snprintf(path, sizeof path, "%s/corral", xdg);
+    } else {
+        const char *home = getenv("HOME");
+        if (!home || !*home) {
+            struct passwd *pw = getpwuid(geteuid());
+            home = pw ? pw->pw_dir : NULL;
+        }
+        if (!home || !*home)
+            return cr_err_set(err, CR_E_IO,
+                              "no runtime dir: set CORRAL_RUNTIME_DIR (no "
+                              "XDG_RUNTIME_DIR and no home dir)");
+        n = snprintf(path, sizeof path, "%s/.corral/run", home);
+    }
+    if (n < 0 || (size_t)n >= sizeof path)
+        return cr_err_set(err, CR_E_TOO_LARGE, "runtime dir path is too long");
+    size_t len = (size_t)n;
+    while (len > 1 && path[len - 1] == '/')
+        path[--len] = '\0';
+
+    bool created;
+    cr_status_t st = mkdir_p(path, &created, err);
+    if (st)
+        return st;
+    /* mkdir's mode is filtered by the umask; make ours exactly 0700. */
+    if (created && chmod(path, 0700) != 0)
+        return cr_err_set(err, CR_E_IO, "cannot chmod runtime dir %s: %s",
+                          path, strerror(errno));
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return cr_err_set(err, CR_E_IO, "cannot stat runtime dir %s: %s",
+                          path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return cr_err_set(err, CR_E_IO, "runtime dir %s is not a directory",
+                          path);
+    if (sb.st_uid != geteuid())
+        return cr_err_set(err, CR_E_FORBIDDEN,
+                          "runtime dir %s is owned by uid %u, not by this "
+                          "user (uid %u)", path, (unsigned)sb.st_uid,
+                          (unsigned)geteuid());
+    if (sb.st_mode & 077)
+        return cr_err_set(err, CR_E_FORBIDDEN,
+                          "runtime dir %s is open to group or others (mode "
+                          "%04o); run chmod 700 on it", path,
+                          (unsigned)(sb.st_mode & 07777));
+    if (len >= cap)
+        return cr_err_set(err, CR_E_TOO_LARGE,
+                          "runtime dir %s does not fit %zu bytes", path, cap);
+    memcpy(out, path, len + 1);
+    return CR_OK;
+}
+
+/* ---- endpoints ---- */
+
+cr_status_t bus_endpoint(const char *name, char *out, size_t cap,
+                         cr_err_t *err)
+{
+    size_t nlen = name ? strlen(name) : 0;
+    if (nlen == 0 || nlen > NAME_MAX_LEN)
+        return cr_err_set(err, CR_E_INVALID, "bad bus endpoint name");
+    char var[NAME_MAX_LEN + 32] = "CORRAL_";
+    size_t j = strlen(var);
+    for (size_t i = 0; i < nlen; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
+            return cr_err_set(err, CR_E_INVALID,
+                              "bad bus endpoint name '%s'", name);
+        var[j++] = (c >= 'a' && c <= 'z') ? (char)(c - 'a' + 'A') : c;
+    }
+    memcpy(var + j, "_ENDPOINT", sizeof "_ENDPOINT");
+
+    const char *v = getenv(var);
+    if (v && *v) {
+        if (!strstr(v, "://"))
+            return cr_err_set(err, CR_E_INVALID,
+                              "%s='%s' is not an endpoint (want "
+                              "tcp://host:port or ipc:///path)", var, v);
+        if (strlen(v) >= cap)
+            return cr_err_set(err, CR_E_TOO_LARGE, "%s is too long", var);
+        memcpy(out, v, strlen(v) + 1);
+        return CR_OK;
+    }
+
+    char dir[PATH_CAP];
+    cr_status_t st = bus_runtime_dir(dir, sizeof dir, err);
+    if (st)
+        return st;
+    char sock[PATH_CAP + NAME_MAX_LEN + 8];
+    int n = snprintf(sock, sizeof sock, "%s/%s.sock", dir, name);
+    struct sockaddr_un sun;
+    if (n < 0 || (size_t)n >= sizeof sun.sun_path)
+        return cr_err_set(err, CR_E_TOO_LARGE,
+                          "socket path %s is %d bytes, over the %zu a Unix "
+                          "socket allows; set CORRAL_RUNTIME_DIR to a shorter "
+                          "dir or %s", sock, n, sizeof sun.sun_path - 1, var);
+    n = snprintf(out, cap, "ipc://%s", sock);
+    if (n < 0 || (size_t)n >= cap)
+        return cr_err_set(err, CR_E_TOO_LARGE,
+                          "endpoint ipc://%s does not fit %zu bytes", sock,
+                          cap);
+    return CR_OK;
+}
+
+/* ---- sending and receiving ---- */
+
+static bool is_router(zsock_t *sock)
+{
+    return zsock_type(sock) == ZMQ_ROUTER;
+}
+
+/* Encodes m into a new frame (caller owns). */
+static cr_status_t encode_frame(const msg_t *m, zframe_t **out, cr_err_t *err)
+{
+    cr_buf_t b;
+    cr_buf_init(&b, MSG_FRAME_MAX);
+    cr_status_t st = msg_encode(m, &b, err);
+    if (st) {
+        cr_buf_free(&b);
+        return st;
+    }
+    *out = zframe_new(b.data, b.len);
+    cr_buf_free(&b);
+    if (!*out)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory for a frame");
+    return CR_OK;
+}
+
+cr_status_t bus_send(zsock_t *sock, const msg_t *m, cr_err_t *err)
+{
+    if (!sock || !m)
+        return cr_err_set(err, CR_E_INTERNAL, "bus_send: no socket or message");
+    if (is_router(sock))
+        return cr_err_set(err, CR_E_INTERNAL,
+                          "bus_send on a ROUTER socket; use bus_send_to");
+    zframe_t *f = NULL;
+    cr_status_t st = encode_frame(m, &f, err);
+    if (st)
+        return st;
+    int rc = zframe_send(&f, sock, 0);
+    int e = zmq_errno();
+    zframe_destroy(&f);
+    if (rc != 0)
+        return cr_err_set(err, CR_E_IO, "sending %s: %s",
+                          msg_type_name(m->type), zmq_strerror(e));
+    return CR_OK;
+}
+
+cr_status_t bus_send_to(zsock_t *router, zframe_t *identity, const msg_t *m,
+                        cr_err_t *err)
+{
+    if (!router || !identity || !m)
+        return cr_err_set(err, CR_E_INTERNAL,
+                          "bus_send_to: no socket, identity or message");
+    if (!is_router(router))
+        return cr_err_set(err, CR_E_INTERNAL,
+                          "bus_send_to on a socket that is not a ROUTER");
+    zframe_t *f = NULL;
+    cr_status_t st = encode_frame(m, &f, err);
+    if (st)
+        return st;
+    zmsg_t *zm = zmsg_new();
+    zframe_t *id = zframe_dup(identity);
+    if (!zm || !id) {
+        zmsg_destroy(&zm);
+        zframe_destroy(&id);
+        zframe_destroy(&f);
+        return cr_err_set(err, CR_E_NOMEM, "out of memory for a message");
+    }
+    zmsg_append(zm, &id);
+    zmsg_append(zm, &f);
+    int rc = zmsg_send(&zm, router);
+    int e = zmq_errno();
+    zmsg_destroy(&zm);
+    if (rc != 0)
+        return cr_err_set(err, CR_E_IO, "sending %s: %s",
+                          msg_type_name(m->type), zmq_strerror(e));
+    return CR_OK;
+}
+
+/* Waits until sock is readable. */
+static cr_status_t wait_readable(zsock_t *sock, int timeout_ms, cr_err_t *err)
+{
+    zpoller_t *poller = zpoller_new(sock, NULL);
+    if (!poller)
+        return cr_err_set(err, CR_E_NOMEM, "cannot create a poller");
+    void *which = zpoller_wait(poller, timeout_ms);
+    bool terminated = zpoller_terminated(poller);
+    zpoller_destroy(&poller);
+    if (which)
+        return CR_OK;
+    if (terminated)
+        return cr_err_set(err, CR_E_CANCELED, "interrupted");
+    return cr_err_set(err, CR_E_TIMEOUT, "no message within %d ms",
+                      timeout_ms);
+}
+
+cr_status_t bus_recv(zsock_t *sock, int timeout_ms, msg_t *out,
+                     zframe_t **identity_out, cr_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    if (identity_out)
+        *identity_out = NULL;
+    if (!sock)
+        return cr_err_set(err, CR_E_INTERNAL, "bus_recv: no socket");
+    cr_status_t st;
+    if (timeout_ms >= 0 && (st = wait_readable(sock, timeout_ms, err)))
+        return st;
+    zmsg_t *zm = zmsg_recv(sock);
+    if (!zm) {
+        if (zsys_interrupted || zmq_errno() == EINTR)
+            return cr_err_set(err, CR_E_CANCELED, "interrupted");
+        return cr_err_set(err, CR_E_IO, "receiving: %s",
+                          zmq_strerror(zmq_errno()));
+    }
+    bool router = is_router(sock);
+    zframe_t *identity = NULL;
+    if (router)
+        identity = zmsg_pop(zm); /* the ROUTER always prepends it */
+    if (zmsg_size(zm) != 1) {
+        st = cr_err_set(err, CR_E_PROTO,
+                        "a bus message has %zu frames, expected %d",
+                        zmsg_size(zm) + (identity ? 1 : 0), router ? 2 : 1);
+    } else {
+        zframe_t *body = zmsg_first(zm);
+        st = msg_decode(zframe_data(body), zframe_size(body), out, err);
+    }
+    zmsg_destroy(&zm);
+    /* The identity comes back with CR_E_PROTO too, so the caller can answer
+     * the sender with an error. */
+    if (identity_out && (st == CR_OK || st == CR_E_PROTO))
+        *identity_out = identity;
+    else
+        zframe_destroy(&identity);
+    return st;
+}
+
+/* ---- request ids ---- */
+
+static bool urandom_bytes(uint8_t *p, size_t n)
+{
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, p + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    return got == n;
+}
+
+/* Last resort when no randomness source works: unique within a process and
+ * unlikely to collide across processes, though not unpredictable. */
+static void fallback_bytes(uint8_t *p, size_t n)
+{
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    x ^= (uint64_t)getpid() << 32;
+    x += ++counter * 0x9e3779b97f4a7c15u;
+    for (size_t i = 0; i < n; i++) {
+        /* splitmix64 step per 8 bytes */
+        if (i % 8 == 0) {
+            x += 0x9e3779b97f4a7c15u;
+            uint64_t z = x;
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+            x = z ^ (z >> 31);
+        }
+        p[i] = (uint8_t)(x >> (8 * (i % 8)));
+    }
+}
+
+void bus_new_id(char *out)
+{
+    uint8_t raw[16];
+    if (RAND_bytes(raw, (int)sizeof raw) != 1 && !urandom_bytes(raw, sizeof raw))
+        fallback_bytes(raw, sizeof raw);
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof raw; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[2 * sizeof raw] = '\0';
+}
