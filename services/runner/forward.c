@@ -1,0 +1,320 @@
+/* forward.c: the llama forward pass over one sequence (see forward.h).
+ *
+ * Read it top to bottom like llama2.c: rn_ctx_new sizes every buffer, and
+ * forward_chunk runs the model's stages in order, one labelled step each,
+ * for a chunk of up to n_batch tokens. Every buffer is backend memory: this
+ * file only passes pointers to backend ops and never touches the numbers,
+ * except the final logits it downloads.
+ *
+ * Shapes below use B = tokens in the chunk, D = dim, Hq = n_heads,
+ * Hk = n_kv_heads, hd = head_dim, KV = Hk*hd, F = ffn, V = n_vocab,
+ * C = n_ctx. Weights are [rows][cols] (see model.h). */
+#include "lib/prelude.h"
+#include "services/runner/forward.h"
+
+#include <math.h>
+
+/* Rows of logits computed per output matmul when all are requested: keeps
+ * the device logits buffer at LOGITS_ROWS x V instead of n_batch x V. */
+#define LOGITS_ROWS 8
+
+struct rn_ctx {
+    const rn_model_t *m;
+    be_backend_t *be;
+    const rn_hparams_t *hp;
+    const rn_weights_t *w;
+    int n_ctx, n_batch, n_past;
+
+    /* KV cache, F16: [n_layers][C][KV] each. */
+    uint16_t *k_cache;
+    uint16_t *v_cache;
+
+    /* Activations (backend memory). */
+    float *x;      /* [B][D] residual stream */
+    float *xb;     /* [B][D] normed input of a sub-layer */
+    float *xb2;    /* [B][D] sub-layer output before the residual add */
+    float *q;      /* [B][Hq*hd] queries */
+    float *k;      /* [B][KV] keys of this chunk */
+    float *v;      /* [B][KV] values of this chunk */
+    float *att;    /* [B][Hq*hd] attention output */
+    float *hb;     /* [B][F] ffn gate, then silu(gate)*up */
+    float *hb2;    /* [B][F] ffn up */
+    float *out;    /* [LOGITS_ROWS][V] logits on the backend */
+
+    /* Host. */
+    int32_t *pos;    /* [B] positions of the chunk */
+    float *logits;   /* [V] last token's logits */
+
+    uint64_t kv_bytes, buf_bytes;
+};
+
+/* ---- creation --------------------------------------------------------- */
+
+/* a * b * c * elem bytes, or false on overflow. */
+static bool mul_size(uint64_t a, uint64_t b, uint64_t c, uint64_t elem, size_t *out)
+{
+    if (a && b > UINT64_MAX / a)
+        return false;
+    uint64_t r = a * b;
+    if (r && c > UINT64_MAX / r)
+        return false;
+    r *= c;
+    if (r && elem > UINT64_MAX / r)
+        return false;
+    r *= elem;
+    if (r > SIZE_MAX)
+        return false;
+    *out = (size_t)r;
+    return true;
+}
+
+static cr_status_t alloc_buf(rn_ctx_t *c, void **p, uint64_t a, uint64_t b,
+                             uint64_t elem, const char *what, cr_err_t *err)
+{
+    size_t bytes = 0;
+    if (!mul_size(a, b, 1, elem, &bytes))
+        return cr_err_set(err, CR_E_TOO_LARGE, "buffer '%s' size overflows", what);
+    *p = c->be->ops->alloc(c->be, bytes);
+    if (!*p)
+        return cr_err_set(err, CR_E_NOMEM, "cannot allocate %zu bytes for '%s'", bytes,
+                          what);
+    c->buf_bytes += bytes;
+    return CR_OK;
+}
+
+void rn_ctx_destroy(rn_ctx_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rn_ctx_t *c = *self_p;
+    be_backend_t *be = c->be;
+    void *bufs[] = {c->k_cache, c->v_cache, c->x, c->xb, c->xb2, c->q, c->k,
+                    c->v, c->att, c->hb, c->hb2, c->out};
+    for (size_t i = 0; i < CR_ARRAY_LEN(bufs); i++)
+        if (bufs[i])
+            be->ops->free(be, bufs[i]);
+    free(c->pos);
+    free(c->logits);
+    free(c);
+    *self_p = NULL;
+}
+
+cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **out,
+                       cr_err_t *err)
+{
+    *out = NULL;
+    if (!o || o->n_ctx < 1 || o->n_ctx > RN_MODEL_MAX_CTX)
+        return cr_err_set(err, CR_E_INVALID, "n_ctx %d is out of range 1..%d",
+                          o ? o->n_ctx : 0, RN_MODEL_MAX_CTX);
+    rn_ctx_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    c->m = m;
+    c->be = rn_model_backend(m);
+    c->hp = rn_model_hparams(m);
+    c->w = rn_model_weights(m);
+    c->n_ctx = o->n_ctx;
+    c->n_batch = o->n_batch > 0 ? o->n_batch : RN_CTX_DEFAULT_BATCH;
+    if (c->n_batch > c->n_ctx)
+        c->n_batch = c->n_ctx;
+
+    const rn_hparams_t *hp = c->hp;
+    uint64_t B = (uint64_t)c->n_batch, D = (uint64_t)hp->dim;
+    uint64_t QD = (uint64_t)hp->n_heads * (uint64_t)hp->head_dim;
+    uint64_t KV = (uint64_t)hp->kv_dim, F = (uint64_t)hp->ffn;
+    uint64_t V = (uint64_t)hp->n_vocab;
+    size_t cache_bytes = 0;
+    cr_status_t st = CR_OK;
+    if (!mul_size((uint64_t)hp->n_layers, (uint64_t)c->n_ctx, KV, sizeof(uint16_t),
+                  &cache_bytes)) {
+        st = cr_err_set(err, CR_E_TOO_LARGE, "KV cache for n_ctx %d overflows",
+                        c->n_ctx);
+        goto fail;
+    }
+    c->k_cache = c->be->ops->alloc(c->be, cache_bytes);
+    c->v_cache = c->k_cache ? c->be->ops->alloc(c->be, cache_bytes) : NULL;
+    if (!c->v_cache) {
+        st = cr_err_set(err, CR_E_NOMEM, "cannot allocate the KV cache (2 x %zu bytes "
+                        "for n_ctx %d)", cache_bytes, c->n_ctx);
+        goto fail;
+    }
+    c->kv_bytes = 2 * (uint64_t)cache_bytes;
+
+    if ((st = alloc_buf(c, (void **)&c->x, B, D, sizeof(float), "x", err)) ||
+        (st = alloc_buf(c, (void **)&c->xb, B, D, sizeof(float), "xb", err)) ||
+        (st = alloc_buf(c, (void **)&c->xb2, B, D, sizeof(float), "xb2", err)) ||
+        (st = alloc_buf(c, (void **)&c->q, B, QD, sizeof(float), "q", err)) ||
+        (st = alloc_buf(c, (void **)&c->k, B, KV, sizeof(float), "k", err)) ||
+        (st = alloc_buf(c, (void **)&c->v, B, KV, sizeof(float), "v", err)) ||
+        (st = alloc_buf(c, (void **)&c->att, B, QD, sizeof(float), "att", err)) ||
+        (st = alloc_buf(c, (void **)&c->hb, B, F, sizeof(float), "hb", err)) ||
+        (st = alloc_buf(c, (void **)&c->hb2, B, F, sizeof(float), "hb2", err)) ||
+        (st = alloc_buf(c, (void **)&c->out, LOGITS_ROWS, V, sizeof(float), "logits",
+                        err)))
+        goto fail;
+    c->pos = calloc(B, sizeof *c->pos);
+    c->logits = calloc(V, sizeof *c->logits);
+    if (!c->pos || !c->logits) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory for logits (%" PRIu64 ")", V);
+        goto fail;
+    }
+    int64_t max_cols = (int64_t)CR_MAX(CR_MAX(D, QD), F);
+    st = c->be->ops->reserve(c->be, c->n_batch, max_cols, c->n_ctx, hp->n_heads, err);
+    if (st)
+        goto fail;
+    *out = c;
+    return CR_OK;
+fail:
+    rn_ctx_destroy(&c);
+    return st;
+}
+
+/* ---- the forward pass ------------------------------------------------- */
+
+/* Runs tokens tok[0..n) at positions p..p+n-1 through every layer, leaving
+ * the final residual stream in c->x. The cache must hold 0..p-1. */
+static void forward_chunk(rn_ctx_t *c, const int32_t *tok, int n, int p)
+{
+    be_backend_t *be = c->be;
+    const be_ops_t *op = be->ops;
+    const rn_hparams_t *hp = c->hp;
+    const rn_weights_t *w = c->w;
+    int D = hp->dim, KV = hp->kv_dim, F = hp->ffn;
+    size_t layer_cache = (size_t)c->n_ctx * (size_t)KV; /* elements per layer */
+    const be_weight_t *ff = w->has_rope_freqs ? &w->rope_freqs : NULL;
+    be_attn_t attn = {
+        .n_tok = n,
+        .pos0 = p,
+        .n_head = hp->n_heads,
+        .n_head_kv = hp->n_kv_heads,
+        .head_dim = hp->head_dim,
+        .scale = 1.0f / sqrtf((float)hp->head_dim),
+    };
+    for (int t = 0; t < n; t++)
+        c->pos[t] = p + t;
+
+    /* 1. token embedding: x[t] = token_embd[tok[t]]          x: [B][D] */
+    op->get_rows(be, &w->token_embd, tok, n, c->x);
+
+    for (int l = 0; l < hp->n_layers; l++) {
+        const rn_layer_t *L = &w->layers[l];
+        uint16_t *kc = c->k_cache + (size_t)l * layer_cache; /* [C][KV] */
+        uint16_t *vc = c->v_cache + (size_t)l * layer_cache; /* [C][KV] */
+
+        /* 2. attention rmsnorm: xb = x / rms(x) * attn_norm      xb: [B][D] */
+        op->rmsnorm(be, c->xb, c->x, &L->attn_norm, n, D, hp->rms_eps);
+
+        /* 3. projections: q = xb Wq^T [B][Hq*hd], k = xb Wk^T [B][KV],
+         *    v = xb Wv^T [B][KV] */
+        op->matmul(be, &L->wq, c->xb, n, c->q);
+        op->matmul(be, &L->wk, c->xb, n, c->k);
+        op->matmul(be, &L->wv, c->xb, n, c->v);
+
+        /* 4. rotary position embedding of q and k, adjacent pairs, at
+         *    positions p..p+n-1 (Llama-3 frequency factors if present) */
+        op->rope(be, c->q, n, hp->n_heads, hp->head_dim, hp->n_rot, c->pos,
+                 hp->rope_base, ff);
+        op->rope(be, c->k, n, hp->n_kv_heads, hp->head_dim, hp->n_rot, c->pos,
+                 hp->rope_base, ff);
+
+        /* 5. append k and v to the F16 cache at rows p..p+n-1 */
+        op->kv_store(be, kc, c->k, n, p, KV);
+        op->kv_store(be, vc, c->v, n, p, KV);
+
+        /* 6. causal attention with grouped KV heads: query head h reads KV
+         *    head h / (Hq/Hk) over cache rows 0..p+t     att: [B][Hq*hd] */
+        op->attention(be, c->att, c->q, kc, vc, &attn);
+
+        /* 7. output projection: xb2 = att Wo^T               xb2: [B][D] */
+        op->matmul(be, &L->wo, c->att, n, c->xb2);
+
+        /* 8. residual: x += xb2 */
+        op->add(be, c->x, c->xb2, (size_t)n * D);
+
+        /* 9. ffn rmsnorm: xb = x / rms(x) * ffn_norm */
+        op->rmsnorm(be, c->xb, c->x, &L->ffn_norm, n, D, hp->rms_eps);
+
+        /* 10. swiglu: hb = silu(xb Wgate^T) * (xb Wup^T)       hb: [B][F] */
+        op->matmul(be, &L->w_gate, c->xb, n, c->hb);
+        op->matmul(be, &L->w_up, c->xb, n, c->hb2);
+        op->swiglu(be, c->hb, c->hb, c->hb2, (size_t)n * F);
+
+        /* 11. down projection and residual: x += hb Wdown^T */
+        op->matmul(be, &L->w_down, c->hb, n, c->xb2);
+        op->add(be, c->x, c->xb2, (size_t)n * D);
+    }
+}
+
+/* Final norm and logits for rows [r0, r0+nr) of the chunk (nr <=
+ * LOGITS_ROWS), downloaded to host dst [nr][V]. */
+static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
+{
+    be_backend_t *be = c->be;
+    const rn_hparams_t *hp = c->hp;
+    size_t D = (size_t)hp->dim;
+    /* 12. final rmsnorm: xb = x / rms(x) * output_norm      xb: [nr][D] */
+    be->ops->rmsnorm(be, c->xb, c->x + (size_t)r0 * D, &c->w->output_norm, nr,
+                     hp->dim, hp->rms_eps);
+    /* 13. logits = xb Wout^T                                 out: [nr][V] */
+    be->ops->matmul(be, &c->w->output, c->xb, nr, c->out);
+    be->ops->download(be, dst, c->out, (size_t)nr * (size_t)hp->n_vocab * sizeof(float));
+}
+
+cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
+                        float *logits_all, cr_err_t *err)
+{
+    if (n < 1 || !tokens)
+        return cr_err_set(err, CR_E_INVALID, "no tokens to evaluate");
+    if (pos < 0 || pos > c->n_past)
+        return cr_err_set(err, CR_E_INVALID, "position %d is past the cache (%d "
+                          "positions filled)", pos, c->n_past);
+    if (n > c->n_ctx - pos)
+        return cr_err_set(err, CR_E_TOO_LARGE, "%d tokens at position %d do not fit "
+                          "in the context (%d)", n, pos, c->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->hp->n_vocab)
+            return cr_err_set(err, CR_E_INVALID, "token %" PRId32 " at index %d is "
+                              "outside the vocabulary (%d)", tokens[i], i,
+                              c->hp->n_vocab);
+    c->n_past = pos;
+    size_t V = (size_t)c->hp->n_vocab;
+    for (int done = 0; done < n;) {
+        int nb = CR_MIN(c->n_batch, n - done);
+        forward_chunk(c, tokens + done, nb, pos + done);
+        c->n_past = pos + done + nb;
+        if (logits_all) {
+            for (int r = 0; r < nb; r += LOGITS_ROWS) {
+                int nr = CR_MIN(LOGITS_ROWS, nb - r);
+                logits_rows(c, r, nr, logits_all + (size_t)(done + r) * V);
+            }
+        }
+        done += nb;
+        if (done == n) {
+            if (logits_all)
+                memcpy(c->logits, logits_all + (size_t)(n - 1) * V, V * sizeof(float));
+            else
+                logits_rows(c, nb - 1, 1, c->logits);
+        }
+    }
+    return CR_OK;
+}
+
+const float *rn_ctx_logits(const rn_ctx_t *c) { return c->logits; }
+int rn_ctx_n_past(const rn_ctx_t *c) { return c->n_past; }
+int rn_ctx_n_ctx(const rn_ctx_t *c) { return c->n_ctx; }
+int rn_ctx_n_vocab(const rn_ctx_t *c) { return c->hp->n_vocab; }
+uint64_t rn_ctx_kv_bytes(const rn_ctx_t *c) { return c->kv_bytes; }
+uint64_t rn_ctx_buffer_bytes(const rn_ctx_t *c) { return c->buf_bytes; }
+
+void rn_ctx_truncate(rn_ctx_t *c, int n_keep)
+{
+    if (n_keep < 0)
+        n_keep = 0;
+    if (n_keep < c->n_past)
+        c->n_past = n_keep;
+}
+
+void rn_ctx_clear(rn_ctx_t *c)
+{
+    c->n_past = 0;
+}

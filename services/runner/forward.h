@@ -1,0 +1,72 @@
+/* forward.h: one sequence's evaluation state over a loaded model.
+ *
+ * An rn_ctx_t (a "slot") owns the KV cache (F16, n_ctx positions, like the
+ * reference engine) and every activation buffer, all allocated once by
+ * rn_ctx_new: evaluating tokens allocates nothing. It runs the llama forward
+ * pass through the model's backend (backend.h) and keeps the logits of the
+ * last evaluated token.
+ *
+ * The cache holds positions 0..n_past-1. rn_ctx_eval appends (or, with
+ * pos < n_past, first drops the tail from pos on, so a caller can keep a
+ * common prompt prefix); rn_ctx_truncate/clear drop the tail explicitly.
+ *
+ * Owns no model (borrowed; must outlive the context) and no sampling,
+ * tokenizing or request logic. Not thread-safe: one thread per context, and
+ * contexts sharing a backend must not evaluate concurrently. */
+#ifndef RN_FORWARD_H
+#define RN_FORWARD_H
+
+#include "lib/prelude.h"
+#include "lib/status.h"
+#include "services/runner/model.h"
+
+#define RN_CTX_DEFAULT_BATCH 512
+
+typedef struct rn_ctx_opts {
+    int n_ctx;   /* cache positions, 1..RN_MODEL_MAX_CTX */
+    int n_batch; /* tokens per internal step (<= 0: RN_CTX_DEFAULT_BATCH,
+                    capped at n_ctx); larger evals are split */
+} rn_ctx_opts_t;
+
+typedef struct rn_ctx rn_ctx_t;
+
+/* Creates a context for model m (borrowed; must outlive it). On success *out
+ * is owned by the caller: free with rn_ctx_destroy. CR_E_INVALID for bad
+ * options, CR_E_TOO_LARGE if sizes overflow, CR_E_NOMEM when the cache or
+ * buffers cannot be allocated (message gives the bytes). */
+cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o,
+                       rn_ctx_t **out, cr_err_t *err);
+
+void rn_ctx_destroy(rn_ctx_t **self_p);
+
+/* Evaluates tokens[0..n) at positions pos..pos+n-1 (pos <= n_past; the
+ * cache tail from pos on is dropped first). Afterwards n_past = pos + n and
+ * rn_ctx_logits() holds the last token's logits. If logits_all is not NULL
+ * it receives every token's logits: [n][n_vocab] (caller-owned).
+ * CR_E_INVALID (n < 1, pos > n_past, a token id outside the vocabulary:
+ * "token 600 at index 3 is outside the vocabulary (512)"), CR_E_TOO_LARGE
+ * (pos + n > n_ctx). On error the cache is left as before the call, except
+ * that pos..n_past may have been dropped. */
+cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
+                        float *logits_all, cr_err_t *err);
+
+/* Logits [n_vocab] of the last evaluated token (zeros before any eval).
+ * Borrowed; overwritten by the next eval. */
+const float *rn_ctx_logits(const rn_ctx_t *c);
+
+/* Positions in the cache. */
+int rn_ctx_n_past(const rn_ctx_t *c);
+int rn_ctx_n_ctx(const rn_ctx_t *c);
+int rn_ctx_n_vocab(const rn_ctx_t *c);
+
+/* Keeps the first n_keep positions (no-op if n_keep >= n_past). */
+void rn_ctx_truncate(rn_ctx_t *c, int n_keep);
+
+/* Empties the cache. */
+void rn_ctx_clear(rn_ctx_t *c);
+
+/* Bytes of KV cache and of activation buffers this context holds. */
+uint64_t rn_ctx_kv_bytes(const rn_ctx_t *c);
+uint64_t rn_ctx_buffer_bytes(const rn_ctx_t *c);
+
+#endif
