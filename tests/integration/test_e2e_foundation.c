@@ -179,15 +179,20 @@ static void test_chat(void)
     free(streamed);
 }
 
+static void seeded_body(char *out, size_t cap, int seed)
+{
+    snprintf(out, cap,
+             "{\"model\":\"synth\",\"prompt\":\"tell me\","
+             "\"stream\":false,\"options\":{\"temperature\":1.5,"
+             "\"top_k\":0,\"top_p\":1.0,\"seed\":%d,\"num_predict\":16}}",
+             seed);
+}
+
 static void test_seed_determinism(void)
 {
-    const char *body = "{\"model\":\"synth\",\"prompt\":\"tell me\","
-                       "\"stream\":false,\"options\":{\"temperature\":1.5,"
-                       "\"top_k\":0,\"top_p\":1.0,\"seed\":%d,"
-                       "\"num_predict\":16}}";
     char b1[512], b2[512];
-    snprintf(b1, sizeof b1, body, 42);
-    snprintf(b2, sizeof b2, body, 4242);
+    seeded_body(b1, sizeof b1, 42);
+    seeded_body(b2, sizeof b2, 4242);
     long st;
     json_t *a = post_json("/api/generate", b1, &st);
     CHECK_EQ_INT(st, 200);
