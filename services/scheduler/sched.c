@@ -521,6 +521,11 @@ static void schedule(sch_server_t *s)
         if (!runner_start(s, r))
             req_fail(s, r, CR_E_RUNNER, "failed to start a runner process");
     }
+    /* A runner that became ready with nobody waiting (they were canceled)
+     * stays for its keep-alive like any idle runner. */
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
+        if (rn->state == RS_READY && rn->n_active == 0 && rn->expires_ms == 0)
+            runner_arm_keep_alive(s, rn);
 }
 
 /* ---- inbound: gateways ---- */
@@ -824,9 +829,7 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
         cr_log_info("runner %s ready: %s, %" PRId64 " bytes, ctx %" PRId64,
                  rn->id, rn->resolved.u.resolved.name, rn->size,
                  rn->context_length);
-        /* Stays loaded for its keep-alive even if the waiting requests
-         * were canceled meanwhile. */
-        runner_arm_keep_alive(s, rn);
+        /* Keep-alive is armed by schedule() if no request takes it. */
         break;
     case MSG_error: {
         /* A load failure: tell everyone waiting for this model. */

@@ -1,0 +1,471 @@
+/* test_scheduler.c: the scheduler's brokering, residency and fault handling.
+ *
+ * The scheduler runs in-process; the test plays gateway (a DEALER) and
+ * registry (a ROUTER) itself, and the runners are this same executable
+ * re-executed as a scripted fake runner (CORRAL_RUNNER_BIN = ourselves), so
+ * real processes are spawned, killed and reaped. Time is a test clock, so
+ * keep-alive expiry is checked without waiting minutes. */
+#include "lib/prelude.h"
+
+#include <ftw.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "proto/bus.h"
+#include "services/scheduler/sched.h"
+#include "tests/unit/check.h"
+
+/* ---- the fake runner (a child process) ---- */
+
+static void fake_send(zsock_t *d, msg_t *m)
+{
+    bus_send(d, m, NULL);
+}
+
+static void fake_chunk(zsock_t *d, const char *id, const char *text)
+{
+    msg_t m;
+    msg_init(&m, MSG_chunk, id);
+    m.u.chunk.response = (char *)text;
+    m.u.chunk.has_response = true;
+    fake_send(d, &m);
+}
+
+static int fake_runner(const char *endpoint, const char *id)
+{
+    zsock_t *d = zsock_new(ZMQ_DEALER);
+    zsock_set_identity(d, id);
+    zsock_set_linger(d, 1000);
+    if (zsock_connect(d, "%s", endpoint) < 0)
+        return 2;
+    pid_t parent = getppid();
+    msg_t m;
+    msg_init(&m, MSG_hello, id);
+    m.u.hello.runner_id = (char *)id;
+    m.u.hello.has_runner_id = true;
+    fake_send(d, &m);
+    for (;;) {
+        cr_status_t st = bus_recv(d, 200, &m, NULL, NULL);
+        if (getppid() != parent)
+            return 0;
+        if (st == CR_E_TIMEOUT)
+            continue;
+        if (st)
+            return 3;
+        if (m.type == MSG_shutdown) {
+            msg_clear(&m);
+            break;
+        }
+        if (m.type == MSG_load) {
+            msg_t r;
+            if (strstr(m.u.load.model_path, "bad")) {
+                msg_make_error(&r, id, CR_E_CORRUPT, "%s is not a GGUF file",
+                               m.u.load.model_path);
+            } else {
+                msg_init(&r, MSG_ready, id);
+                r.u.ready.size = 1234;
+                r.u.ready.has_size = true;
+                r.u.ready.context_length = m.u.load.options->num_ctx;
+                r.u.ready.has_context_length = true;
+            }
+            fake_send(d, &r);
+            msg_clear(&r);
+        } else if (m.type == MSG_generate) {
+            const char *p = m.u.generate.prompt ? m.u.generate.prompt : "";
+            if (!strcmp(p, "crash")) {
+                fake_chunk(d, m.id, "partial");
+                zclock_sleep(50);
+                _exit(3);
+            }
+            if (!strcmp(p, "slow")) {
+                fake_chunk(d, m.id, "first");
+                msg_t c;
+                bool canceled = false;
+                for (int i = 0; i < 50 && !canceled; i++)
+                    if (!bus_recv(d, 100, &c, NULL, NULL)) {
+                        canceled = c.type == MSG_cancel;
+                        msg_clear(&c);
+                    }
+                msg_t e;
+                msg_make_error(&e, m.id, CR_E_CANCELED, "request canceled");
+                fake_send(d, &e);
+                msg_clear(&e);
+            } else {
+                /* Echo the merged options so the test can check merging. */
+                char text[128];
+                snprintf(text, sizeof text, "temp=%.2f ctx=%" PRId64,
+                         m.u.generate.options->temperature,
+                         m.u.generate.options->num_ctx);
+                fake_chunk(d, m.id, text);
+                msg_t done;
+                msg_init(&done, MSG_done, m.id);
+                done.u.done.done_reason = "stop";
+                done.u.done.has_done_reason = true;
+                done.u.done.eval_count = 1;
+                done.u.done.has_eval_count = true;
+                fake_send(d, &done);
+            }
+        }
+        msg_clear(&m);
+    }
+    zsock_destroy(&d);
+    return 0;
+}
+
+/* ---- the test side ---- */
+
+static int64_t clock_ms_g;
+static int64_t test_clock(void) { return clock_ms_g; }
+
+typedef struct env {
+    char dir[256];
+    sch_server_t *sched;
+    zsock_t *client;   /* gateway */
+    zsock_t *registry; /* fake registry ROUTER */
+    bool registry_silent;
+} env_t;
+
+static void pump(env_t *e, int rounds)
+{
+    for (int i = 0; i < rounds; i++) {
+        sch_server_run_once(e->sched, 5);
+        /* Answer resolves as the registry would. */
+        msg_t m;
+        zframe_t *ident = NULL;
+        while (!e->registry_silent &&
+               bus_recv(e->registry, 0, &m, &ident, NULL) == CR_OK) {
+            msg_t r;
+            const char *name = m.u.resolve.model;
+            if (!strcmp(name, "missing")) {
+                msg_make_error(&r, m.id, CR_E_NOT_FOUND, "model not found");
+            } else {
+                msg_init(&r, MSG_resolved, m.id);
+                char display[128], path[128];
+                snprintf(display, sizeof display, "%s:latest", name);
+                snprintf(path, sizeof path, "/fake/%s.gguf", name);
+                r.u.resolved.name = msg_strdup(&r, display);
+                r.u.resolved.has_name = true;
+                r.u.resolved.model_path = msg_strdup(&r, path);
+                r.u.resolved.has_model_path = true;
+                msg_options_t *p = msg_alloc(&r, sizeof *p);
+                p->temperature = 0.25; /* a model default */
+                p->has_temperature = true;
+                r.u.resolved.params = p;
+                r.u.resolved.has_params = true;
+            }
+            bus_send_to(e->registry, ident, &r, NULL);
+            msg_clear(&r);
+            msg_clear(&m);
+            zframe_destroy(&ident);
+        }
+        zframe_destroy(&ident);
+    }
+}
+
+/* Pumps until the client has a message (or ~5 s pass). */
+static bool client_recv(env_t *e, msg_t *out)
+{
+    for (int i = 0; i < 1000; i++) {
+        if (bus_recv(e->client, 0, out, NULL, NULL) == CR_OK)
+            return true;
+        pump(e, 1);
+    }
+    return false;
+}
+
+static void send_generate(env_t *e, const char *id, const char *model,
+                          const char *prompt, const char *keep_alive_or_null,
+                          int64_t keep_alive_ms)
+{
+    msg_t m;
+    msg_init(&m, MSG_generate, id);
+    m.u.generate.model = (char *)model;
+    m.u.generate.has_model = true;
+    if (prompt) {
+        m.u.generate.prompt = (char *)prompt;
+        m.u.generate.has_prompt = true;
+    }
+    if (keep_alive_or_null) {
+        m.u.generate.keep_alive_ms = keep_alive_ms;
+        m.u.generate.has_keep_alive_ms = true;
+    }
+    msg_options_t o = {0};
+    o.num_ctx = 512;
+    o.has_num_ctx = true;
+    m.u.generate.options = &o;
+    m.u.generate.has_options = true;
+    CHECK_EQ_INT(bus_send(e->client, &m, NULL), CR_OK);
+}
+
+/* Runs one request to its end; returns the final message type and copies
+ * the first chunk's text. */
+static msg_type_t run_request(env_t *e, const char *id, const char *model,
+                              const char *prompt, char *first_chunk,
+                              msg_t *final_out)
+{
+    send_generate(e, id, model, prompt, NULL, 0);
+    if (first_chunk)
+        first_chunk[0] = '\0';
+    for (;;) {
+        msg_t m;
+        if (!client_recv(e, &m))
+            return MSG_NONE;
+        CHECK_EQ_STR(m.id, id);
+        if (m.type == MSG_chunk) {
+            if (first_chunk && !first_chunk[0] && m.u.chunk.response)
+                snprintf(first_chunk, 128, "%s", m.u.chunk.response);
+            msg_clear(&m);
+            continue;
+        }
+        msg_type_t t = m.type;
+        if (final_out)
+            *final_out = m;
+        else
+            msg_clear(&m);
+        return t;
+    }
+}
+
+static void wait_runners(env_t *e, size_t n)
+{
+    for (int i = 0; i < 400 && sch_server_runner_count(e->sched) != n; i++)
+        pump(e, 2);
+    CHECK_EQ_INT(sch_server_runner_count(e->sched), n);
+}
+
+static void env_start(env_t *e, int max_loaded, int max_queue)
+{
+    memset(e, 0, sizeof *e);
+    snprintf(e->dir, sizeof e->dir, "/tmp/corral-sched-XXXXXX");
+    CHECK(mkdtemp(e->dir) != NULL);
+    sch_config_t cfg = {0};
+    snprintf(cfg.front_endpoint, sizeof cfg.front_endpoint,
+             "ipc://%s/scheduler.sock", e->dir);
+    snprintf(cfg.runners_endpoint, sizeof cfg.runners_endpoint,
+             "ipc://%s/runners.sock", e->dir);
+    snprintf(cfg.registry_endpoint, sizeof cfg.registry_endpoint,
+             "ipc://%s/registry.sock", e->dir);
+    ssize_t n = readlink("/proc/self/exe", cfg.runner_bin,
+                         sizeof cfg.runner_bin - 1);
+    CHECK(n > 0);
+    cfg.keep_alive_ms = 5 * 60 * 1000;
+    cfg.load_timeout_ms = 60 * 1000;
+    cfg.resolve_timeout_ms = 2000;
+    cfg.max_loaded = max_loaded;
+    cfg.max_queue = max_queue;
+    cfg.num_parallel = 1;
+    cfg.now_ms = test_clock;
+    e->registry = zsock_new(ZMQ_ROUTER);
+    CHECK(zsock_bind(e->registry, "%s", cfg.registry_endpoint) >= 0);
+    cr_err_t err;
+    CHECK_EQ_INT(sch_server_new(&cfg, &e->sched, &err), CR_OK);
+    e->client = zsock_new(ZMQ_DEALER);
+    CHECK(zsock_connect(e->client, "%s", cfg.front_endpoint) >= 0);
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int f, struct FTW *w)
+{
+    CR_UNUSED(sb);
+    CR_UNUSED(f);
+    CR_UNUSED(w);
+    return remove(p);
+}
+
+static void env_stop(env_t *e)
+{
+    sch_server_destroy(&e->sched);
+    zsock_destroy(&e->client);
+    zsock_destroy(&e->registry);
+    nftw(e->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static void test_request_and_keep_alive(void)
+{
+    env_t e;
+    env_start(&e, 3, 16);
+    char first[128];
+    msg_t done;
+    CHECK_EQ_INT(run_request(&e, "req-1", "alpha", "hi", first, &done),
+                 MSG_done);
+    /* Model params (0.25) under request options; num_ctx from the request. */
+    CHECK_EQ_STR(first, "temp=0.25 ctx=512");
+    CHECK(done.u.done.has_total_duration && done.u.done.total_duration > 0);
+    CHECK(done.u.done.has_load_duration);
+    CHECK_EQ_STR(done.u.done.done_reason, "stop");
+    msg_clear(&done);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+
+    /* ps reports it. */
+    msg_t ps;
+    msg_init(&ps, MSG_ps, "ps-1");
+    bus_send(e.client, &ps, NULL);
+    msg_t r;
+    CHECK(client_recv(&e, &r));
+    CHECK_EQ_INT(r.type, MSG_ps_reply);
+    CHECK_EQ_INT(r.u.ps_reply.models.n, 1);
+    if (r.u.ps_reply.models.n == 1) {
+        CHECK_EQ_STR(r.u.ps_reply.models.v[0].name, "alpha:latest");
+        CHECK_EQ_INT(r.u.ps_reply.models.v[0].context_length, 512);
+        CHECK_EQ_INT(r.u.ps_reply.models.v[0].size, 1234);
+        CHECK(r.u.ps_reply.models.v[0].expires_at != NULL);
+    }
+    msg_clear(&r);
+
+    /* A second request reuses the runner. */
+    CHECK_EQ_INT(run_request(&e, "req-2", "alpha", "hi", NULL, NULL), MSG_done);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+
+    /* Keep-alive: nothing happens before 5 minutes, unload after. */
+    clock_ms_g += 5 * 60 * 1000 - 1000;
+    pump(&e, 20);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    clock_ms_g += 2000;
+    wait_runners(&e, 0);
+    env_stop(&e);
+}
+
+static void test_keep_alive_zero_and_unload(void)
+{
+    env_t e;
+    env_start(&e, 3, 16);
+    /* keep_alive 0 on a request: unloaded as soon as it finishes. */
+    send_generate(&e, "k0", "beta", "hi", "0", 0);
+    msg_t m;
+    int got_done = 0;
+    while (client_recv(&e, &m)) {
+        bool end = m.type != MSG_chunk;
+        got_done += m.type == MSG_done;
+        msg_clear(&m);
+        if (end)
+            break;
+    }
+    CHECK_EQ_INT(got_done, 1);
+    wait_runners(&e, 0);
+
+    /* Empty prompt loads (done_reason load) and stays (forever: -1). */
+    send_generate(&e, "load", "beta", NULL, "-1", -1);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    CHECK_EQ_STR(m.u.done.done_reason, "load");
+    msg_clear(&m);
+    clock_ms_g += 24LL * 3600 * 1000;
+    pump(&e, 20);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+
+    /* Empty prompt with keep_alive 0: unload. */
+    send_generate(&e, "unload", "beta", NULL, "0", 0);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    CHECK_EQ_STR(m.u.done.done_reason, "unload");
+    msg_clear(&m);
+    wait_runners(&e, 0);
+    env_stop(&e);
+}
+
+static void test_errors(void)
+{
+    env_t e;
+    env_start(&e, 3, 16);
+    msg_t m;
+    CHECK_EQ_INT(run_request(&e, "nf", "missing", "hi", NULL, &m), MSG_error);
+    CHECK_EQ_INT(m.u.error.status, CR_E_NOT_FOUND);
+    CHECK_EQ_STR(m.u.error.message,
+                 "model \"missing\" not found, try pulling it first");
+    msg_clear(&m);
+
+    /* A model whose load fails: clear error, no runner left behind. */
+    CHECK_EQ_INT(run_request(&e, "bad", "bad", "hi", NULL, &m), MSG_error);
+    CHECK(strstr(m.u.error.message, "failed to load model") != NULL);
+    CHECK(strstr(m.u.error.message, "not a GGUF") != NULL);
+    msg_clear(&m);
+    wait_runners(&e, 0);
+
+    /* A runner that dies mid-request: error for it, reload for the next. */
+    CHECK_EQ_INT(run_request(&e, "crash", "gamma", "crash", NULL, &m),
+                 MSG_error);
+    CHECK_EQ_INT(m.u.error.status, CR_E_RUNNER);
+    CHECK(strstr(m.u.error.message, "unexpectedly stopped") != NULL);
+    msg_clear(&m);
+    wait_runners(&e, 0);
+    CHECK_EQ_INT(run_request(&e, "after", "gamma", "hi", NULL, NULL), MSG_done);
+
+    /* Cancel while running: forwarded to the runner, which stops. */
+    send_generate(&e, "slow", "gamma", "slow", NULL, 0);
+    CHECK(client_recv(&e, &m)); /* the first chunk */
+    CHECK_EQ_INT(m.type, MSG_chunk);
+    msg_clear(&m);
+    msg_t c;
+    msg_init(&c, MSG_cancel, "slow");
+    bus_send(e.client, &c, NULL);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_error);
+    CHECK_EQ_INT(m.u.error.status, CR_E_CANCELED);
+    msg_clear(&m);
+
+    /* A garbage frame is answered, and the scheduler keeps serving. */
+    zframe_t *junk = zframe_new("\xc1\xc1\xc1", 3);
+    zframe_send(&junk, e.client, 0);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_error);
+    CHECK_EQ_INT(m.u.error.status, CR_E_PROTO);
+    msg_clear(&m);
+    CHECK_EQ_INT(run_request(&e, "alive", "gamma", "hi", NULL, NULL), MSG_done);
+    env_stop(&e);
+}
+
+static void test_eviction_and_queue(void)
+{
+    env_t e;
+    env_start(&e, 1, 2);
+    CHECK_EQ_INT(run_request(&e, "a1", "alpha", "hi", NULL, NULL), MSG_done);
+    clock_ms_g += 10;
+    /* At the cap of one: alpha (idle) is evicted for beta. */
+    CHECK_EQ_INT(run_request(&e, "b1", "beta", "hi", NULL, NULL), MSG_done);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    CHECK_EQ_INT(run_request(&e, "a2", "alpha", "hi", NULL, NULL), MSG_done);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+
+    /* The queue: with the registry silent, requests pile up unresolved;
+     * the third is refused with Ollama's 503 text. */
+    e.registry_silent = true;
+    send_generate(&e, "q1", "alpha", "hi", NULL, 0);
+    send_generate(&e, "q2", "alpha", "hi", NULL, 0);
+    pump(&e, 10);
+    send_generate(&e, "q3", "alpha", "hi", NULL, 0);
+    msg_t m;
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_STR(m.id, "q3");
+    CHECK_EQ_INT(m.u.error.status, CR_E_BUSY);
+    CHECK_EQ_STR(m.u.error.message, "server busy, please try again.  maximum "
+                                    "pending requests exceeded");
+    msg_clear(&m);
+    /* A queued request that is canceled is removed with 499's status. */
+    msg_t c;
+    msg_init(&c, MSG_cancel, "q1");
+    bus_send(e.client, &c, NULL);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_STR(m.id, "q1");
+    CHECK_EQ_INT(m.u.error.status, CR_E_CANCELED);
+    msg_clear(&m);
+    /* The registry never answers q2: it fails after the resolve deadline. */
+    clock_ms_g += 3000;
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_STR(m.id, "q2");
+    CHECK_EQ_INT(m.u.error.status, CR_E_UNAVAILABLE);
+    msg_clear(&m);
+    env_stop(&e);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 6 && !strcmp(argv[1], "serve"))
+        return fake_runner(argv[3], argv[5]);
+    zsys_init();
+    zsys_set_logstream(NULL);
+    clock_ms_g = 1000000;
+    test_request_and_keep_alive();
+    test_keep_alive_zero_and_unload();
+    test_errors();
+    test_eviction_and_queue();
+    return check_finish("scheduler");
+}
