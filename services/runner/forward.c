@@ -44,6 +44,8 @@ struct rn_ctx {
     /* Host. */
     int32_t *pos;    /* [B] positions of the chunk */
     float *logits;   /* [V] last token's logits */
+    float *hrow;     /* [D] one downloaded hidden row (embeddings) */
+    double *pool;    /* [D] sum of hidden rows (embeddings) */
 
     uint64_t kv_bytes, buf_bytes;
 };
@@ -95,6 +97,8 @@ void rn_ctx_destroy(rn_ctx_t **self_p)
             be->ops->free(be, bufs[i]);
     free(c->pos);
     free(c->logits);
+    free(c->hrow);
+    free(c->pool);
     free(c);
     *self_p = NULL;
 }
@@ -154,7 +158,9 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
         goto fail;
     c->pos = calloc(B, sizeof *c->pos);
     c->logits = calloc(V, sizeof *c->logits);
-    if (!c->pos || !c->logits) {
+    c->hrow = calloc(D, sizeof *c->hrow);
+    c->pool = calloc(D, sizeof *c->pool);
+    if (!c->pos || !c->logits || !c->hrow || !c->pool) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory for logits (%" PRIu64 ")", V);
         goto fail;
     }
@@ -260,8 +266,8 @@ static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
     be->ops->download(be, dst, c->out, (size_t)nr * (size_t)hp->n_vocab * sizeof(float));
 }
 
-cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
-                        float *logits_all, cr_err_t *err)
+static cr_status_t check_eval(const rn_ctx_t *c, const int32_t *tokens, int n, int pos,
+                              cr_err_t *err)
 {
     if (n < 1 || !tokens)
         return cr_err_set(err, CR_E_INVALID, "no tokens to evaluate");
@@ -276,6 +282,15 @@ cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
             return cr_err_set(err, CR_E_INVALID, "token %" PRId32 " at index %d is "
                               "outside the vocabulary (%d)", tokens[i], i,
                               c->hp->n_vocab);
+    return CR_OK;
+}
+
+cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
+                        float *logits_all, cr_err_t *err)
+{
+    cr_status_t st = check_eval(c, tokens, n, pos, err);
+    if (st)
+        return st;
     c->n_past = pos;
     size_t V = (size_t)c->hp->n_vocab;
     for (int done = 0; done < n;) {
@@ -296,6 +311,42 @@ cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
                 logits_rows(c, nb - 1, 1, c->logits);
         }
     }
+    return CR_OK;
+}
+
+cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n, bool normalize,
+                         float *out, cr_err_t *err)
+{
+    cr_status_t st = check_eval(c, tokens, n, 0, err);
+    if (st)
+        return st;
+    be_backend_t *be = c->be;
+    const rn_hparams_t *hp = c->hp;
+    int D = hp->dim;
+    for (int i = 0; i < D; i++)
+        c->pool[i] = 0;
+    c->n_past = 0;
+    for (int done = 0; done < n;) {
+        int nb = CR_MIN(c->n_batch, n - done);
+        forward_chunk(c, tokens + done, nb, done);
+        c->n_past = done + nb;
+        /* final rmsnorm of every row, summed on the host */
+        be->ops->rmsnorm(be, c->xb, c->x, &c->w->output_norm, nb, D, hp->rms_eps);
+        for (int r = 0; r < nb; r++) {
+            be->ops->download(be, c->hrow, c->xb + (size_t)r * D, (size_t)D * sizeof(float));
+            for (int i = 0; i < D; i++)
+                c->pool[i] += c->hrow[i];
+        }
+        done += nb;
+    }
+    double norm = 0;
+    for (int i = 0; i < D; i++) {
+        c->pool[i] /= n;
+        norm += c->pool[i] * c->pool[i];
+    }
+    norm = normalize && norm > 0 ? 1.0 / sqrt(norm) : 1.0;
+    for (int i = 0; i < D; i++)
+        out[i] = (float)(c->pool[i] * norm);
     return CR_OK;
 }
 

@@ -50,6 +50,14 @@ void rn_ctx_destroy(rn_ctx_t **self_p);
 cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
                         float *logits_all, cr_err_t *err);
 
+/* Sentence embedding: clears the cache, evaluates tokens[0..n) from
+ * position 0, and writes to out [dim] (caller-owned) the mean over all n
+ * positions of the final-normed hidden state (what the output matrix would
+ * multiply), L2-normalized if `normalize` (llama.cpp's mean pooling). The
+ * cache then holds the n tokens. Errors as rn_ctx_eval. */
+cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n,
+                         bool normalize, float *out, cr_err_t *err);
+
 /* Logits [n_vocab] of the last evaluated token (zeros before any eval).
  * Borrowed; overwritten by the next eval. */
 const float *rn_ctx_logits(const rn_ctx_t *c);

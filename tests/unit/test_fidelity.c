@@ -25,6 +25,11 @@
  * quantization occasionally flips one int8 rounding (a step of amax/127,
  * ~0.8% of that element), which propagates: cosine >= 0.999.
  *
+ * Embeddings (reference/stories260K-embed): mean pooling of the final-normed
+ * hidden state over all positions, L2-normalized, from stories260K with the
+ * prompt tokenized by our tokenizer (BOS added): cosine >= 0.9999 with
+ * llama-embedding's vectors, for the same reasons as the F32 logits.
+ *
  * With AVX2 present the test runs again under CORRAL_CPU_SIMD=scalar (a
  * re-exec of itself), so the scalar reference kernels pass the same bar. */
 #include "lib/prelude.h"
@@ -32,6 +37,7 @@
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/forward.h"
 #include "services/runner/model.h"
+#include "services/runner/tokenizer.h"
 #include "tests/unit/check.h"
 
 #include <sys/wait.h>
@@ -239,6 +245,86 @@ out:
     rn_model_destroy(&m);
 }
 
+/* Reads the next JSON string after *p (simple escapes only) into buf. */
+static bool next_json_string(const char **p, char *buf, size_t cap)
+{
+    const char *q = strchr(*p, '"');
+    if (!q)
+        return false;
+    size_t n = 0;
+    for (q++; *q && *q != '"'; q++) {
+        if (*q == '\\' && q[1])
+            q++;
+        if (n + 1 < cap)
+            buf[n++] = *q;
+    }
+    buf[n] = 0;
+    *p = *q ? q + 1 : q;
+    return true;
+}
+
+static void test_embeddings(be_backend_t *be)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/reference/stories260K-embed/embeddings.json", root_g);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        printf("test_fidelity: no embeddings reference; skipped\n");
+        return;
+    }
+    static char json[1 << 16];
+    size_t len = fread(json, 1, sizeof json - 1, f);
+    fclose(f);
+    json[len] = 0;
+    char inputs[3][256];
+    const char *p = strstr(json, "\"inputs\"");
+    const char *e = strstr(json, "\"embeddings\"");
+    CHECK(p && e);
+    if (!p || !e)
+        return;
+    p = strchr(p, '[');
+    for (int i = 0; i < 3; i++)
+        CHECK(p && next_json_string(&p, inputs[i], sizeof inputs[i]) && p < e);
+    static float ref[3][64];
+    p = strchr(e, '[') + 1;
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 64; j++) {
+            while (*p && !(*p == '-' || (*p >= '0' && *p <= '9')))
+                p++;
+            char *end = NULL;
+            ref[i][j] = strtof(p, &end);
+            p = end;
+        }
+    }
+
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", root_g);
+    cr_err_t err;
+    cr_err_clear(&err);
+    rn_model_t *m = NULL;
+    rn_tokenizer_t *tok = NULL;
+    rn_ctx_t *c = NULL;
+    CHECK_EQ_INT(rn_model_load(path, be, &m, &err), CR_OK);
+    if (!m)
+        return;
+    CHECK_EQ_INT(rn_tokenizer_load(rn_model_gguf(m), &tok, &err), CR_OK);
+    rn_ctx_opts_t o = {.n_ctx = 128};
+    CHECK_EQ_INT(rn_ctx_new(m, &o, &c, &err), CR_OK);
+    for (int i = 0; tok && c && i < 3; i++) {
+        int32_t ids[128];
+        size_t n = 0;
+        CHECK_EQ_INT(rn_tokenize(tok, inputs[i], strlen(inputs[i]), true, true, ids, 128,
+                                 &n, &err), CR_OK);
+        float emb[64];
+        CHECK_EQ_INT(rn_ctx_embed(c, ids, (int)n, true, emb, &err), CR_OK);
+        double cs = cosine(emb, ref[i], 64);
+        printf("embedding %d (%zu tokens): cosine %.7f\n", i, n, cs);
+        CHECK_MSG(cs >= 0.9999, "embedding %d cosine %.7f", i, cs);
+    }
+    rn_ctx_destroy(&c);
+    rn_tokenizer_destroy(&tok);
+    rn_model_destroy(&m);
+}
+
 int main(int argc, char **argv)
 {
     CR_UNUSED(argc);
@@ -267,6 +353,7 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++)
         run_case(be, &cases[i]);
+    test_embeddings(be);
     bool was_simd = be_simd_detect() != BE_SIMD_SCALAR;
     be_destroy(&be);
 

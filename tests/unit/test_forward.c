@@ -356,6 +356,49 @@ static void test_eval_errors(void)
     mem_free(&mm);
 }
 
+/* Embeddings: unit length when normalized, same direction otherwise,
+ * independent of batch splitting, and they leave the prompt in the cache. */
+static void test_embed(void)
+{
+    rn_synth_opts_t o;
+    rn_synth_defaults(&o);
+    o.type = CR_TYPE_F16;
+    mem_model_t mm;
+    cr_err_t err;
+    cr_err_clear(&err);
+    if (!synth_mem(&o, &mm)) {
+        mem_free(&mm);
+        return;
+    }
+    rn_ctx_t *a = new_ctx(mm.m, 32, 0), *b = new_ctx(mm.m, 32, 3);
+    float e1[64], e2[64], e3[64];
+    if (a && b) {
+        CHECK_EQ_INT(rn_ctx_embed(a, toks_g, N_TOKS, true, e1, &err), CR_OK);
+        CHECK_EQ_INT(rn_ctx_n_past(a), N_TOKS);
+        CHECK_EQ_INT(rn_ctx_embed(b, toks_g, N_TOKS, true, e2, &err), CR_OK);
+        CHECK(same(e1, e2, 64));
+        CHECK_EQ_INT(rn_ctx_embed(a, toks_g, N_TOKS, false, e3, &err), CR_OK);
+        double n1 = 0, n3 = 0, dot = 0;
+        for (int i = 0; i < 64; i++) {
+            n1 += (double)e1[i] * e1[i];
+            n3 += (double)e3[i] * e3[i];
+            dot += (double)e1[i] * e3[i];
+        }
+        CHECK_NEAR(n1, 1.0, 1e-5);
+        CHECK(fabs(n3 - 1.0) > 1e-3);          /* really unnormalized */
+        CHECK_NEAR(dot / sqrt(n1 * n3), 1.0, 1e-6); /* same direction */
+        /* a different text gives a different embedding */
+        CHECK_EQ_INT(rn_ctx_embed(a, toks_g + 1, N_TOKS - 1, true, e3, &err), CR_OK);
+        CHECK(!same(e1, e3, 64));
+        int32_t bad = 99999;
+        CHECK_EQ_INT(rn_ctx_embed(a, &bad, 1, true, e3, &err), CR_E_INVALID);
+        CHECK_EQ_INT(rn_ctx_embed(a, toks_g, 33, true, e3, &err), CR_E_TOO_LARGE);
+    }
+    rn_ctx_destroy(&a);
+    rn_ctx_destroy(&b);
+    mem_free(&mm);
+}
+
 /* ---- broken models ---------------------------------------------------- */
 
 typedef struct edit {
@@ -863,6 +906,7 @@ int main(void)
     test_determinism();
     test_variants();
     test_eval_errors();
+    test_embed();
     test_corrupt();
     test_ops();
     test_builtin_vocab();
