@@ -1,8 +1,94 @@
-/* main.c: corral-registry entry point (placeholder until the service lands). */
+/* main.c: corral-registry, the model store service.
+ *
+ * Parses flags, builds the server object (services/registry/server.h),
+ * binds the ROUTER the gateway and scheduler talk to, and serves until
+ * SIGINT/SIGTERM. */
 #include "lib/prelude.h"
+#include "lib/env.h"
+#include "lib/log.h"
+#include "proto/bus.h"
+#include "services/registry/server.h"
 
-int main(void)
+#include <czmq.h>
+
+static void usage(FILE *f)
 {
-    fprintf(stderr, "corral-registry: not built yet\n");
-    return 1;
+    fprintf(f,
+            "usage: corral-registry [--endpoint ENDPOINT] [--models DIR]\n"
+            "  --endpoint  socket to bind (default: CORRAL_REGISTRY_ENDPOINT or\n"
+            "              ipc://$CORRAL_RUNTIME_DIR/registry.sock)\n"
+            "  --models    model store (default: CORRAL_MODELS, OLLAMA_MODELS\n"
+            "              or ~/.corral/models)\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *endpoint_arg = NULL, *models_arg = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if ((!strcmp(a, "--endpoint") || !strcmp(a, "--models")) && i + 1 < argc) {
+            if (!strcmp(a, "--endpoint"))
+                endpoint_arg = argv[++i];
+            else
+                models_arg = argv[++i];
+        } else if (!strncmp(a, "--endpoint=", 11)) {
+            endpoint_arg = a + 11;
+        } else if (!strncmp(a, "--models=", 9)) {
+            models_arg = a + 9;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--version")) {
+            printf("corral-registry %s\n", CORRAL_VERSION);
+            return 0;
+        } else {
+            fprintf(stderr, "corral-registry: unknown argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    cr_log_init("registry");
+
+    char models[4096], endpoint[BUS_ENDPOINT_MAX];
+    cr_err_t err;
+    cr_err_clear(&err);
+    if (models_arg)
+        snprintf(models, sizeof models, "%s", models_arg);
+    else
+        cr_env_models_dir(models, sizeof models);
+    if (endpoint_arg)
+        snprintf(endpoint, sizeof endpoint, "%s", endpoint_arg);
+    else if (bus_endpoint("registry", endpoint, sizeof endpoint, &err)) {
+        cr_log_error("no endpoint: %s", err.msg);
+        return 1;
+    }
+
+    int rc = 1;
+    zsock_t *router = NULL;
+    reg_server_t *srv = reg_server_new(models, &err);
+    if (!srv) {
+        cr_log_error("cannot open the model store %s: %s", models, err.msg);
+        goto out;
+    }
+    router = zsock_new(ZMQ_ROUTER);
+    if (!router) {
+        cr_log_error("cannot create the registry socket");
+        goto out;
+    }
+    zsock_set_linger(router, 0);
+    if (zsock_bind(router, "%s", endpoint) < 0) {
+        cr_log_error("cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        goto out;
+    }
+    cr_log_info("serving %s on %s", reg_store_root(reg_server_store(srv)),
+                endpoint);
+    if (reg_server_run(srv, router, &err) == CR_OK)
+        rc = 0;
+    else
+        cr_log_error("stopped: %s", err.msg);
+    cr_log_info("shutting down");
+out:
+    zsock_destroy(&router);
+    reg_server_destroy(&srv);
+    return rc;
 }

@@ -1,0 +1,472 @@
+/* create.c: /api/create (see create.h). */
+#include "lib/prelude.h"
+#include "services/registry/create.h"
+#include "lib/env.h"
+#include "lib/gguf.h"
+#include "lib/log.h"
+#include "lib/model_name.h"
+#include "services/registry/ggufinfo.h"
+#include "services/registry/gojson.h"
+#include "services/registry/manifest.h"
+#include "services/registry/model.h"
+#include "services/registry/ops.h"
+#include "services/registry/params.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#define MAX_FILES 1024 /* files + adapters in one create */
+
+#if defined(__aarch64__)
+#define HOST_ARCH "arm64"
+#else
+#define HOST_ARCH "amd64"
+#endif
+
+typedef struct build {
+    reg_store_t *s;
+    reg_progress_fn fn;
+    void *ctx;
+    reg_manifest_t man;  /* the manifest being built */
+    json_t *params;      /* inherited params object, or NULL */
+    char format[16];     /* config fields: the first GGUF layer wins */
+    char family[128];
+    char model_type[32];
+    char file_type[32];
+    json_t *families;    /* array of unique architectures */
+    char (*created)[REG_HEX_LEN + 1]; /* blobs this create wrote */
+    size_t n_created;
+} build_t;
+
+static void progress(build_t *b, const char *fmt, ...) CR_PRINTF(2, 3);
+static void progress(build_t *b, const char *fmt, ...)
+{
+    char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (b->fn)
+        b->fn(b->ctx, text);
+}
+
+static bool was_created(const build_t *b, const char *hex)
+{
+    for (size_t i = 0; i < b->n_created; i++)
+        if (!strcmp(b->created[i], hex))
+            return true;
+    return false;
+}
+
+static cr_status_t put_blob(build_t *b, const void *data, size_t len,
+                            char hex[REG_HEX_LEN + 1], cr_err_t *err)
+{
+    bool created = false;
+    cr_status_t st = reg_store_blob_put(b->s, data, len, hex, &created, err);
+    if (st || !created || was_created(b, hex))
+        return st;
+    void *v = realloc(b->created, (b->n_created + 1) * sizeof *b->created);
+    if (!v)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    b->created = v;
+    memcpy(b->created[b->n_created++], hex, REG_HEX_LEN + 1);
+    return CR_OK;
+}
+
+static cr_status_t add_blob_layer(build_t *b, const char *mt, const void *data,
+                                  size_t len, cr_err_t *err)
+{
+    char hex[REG_HEX_LEN + 1];
+    cr_status_t st = put_blob(b, data, len, hex, err);
+    if (st)
+        return st;
+    if (reg_manifest_add(&b->man, mt, hex, (int64_t)len, NULL, NULL))
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    return CR_OK;
+}
+
+static cr_status_t add_json_layer(build_t *b, const char *mt, const json_t *v,
+                                  cr_err_t *err)
+{
+    cr_buf_t text;
+    cr_buf_init(&text, REG_MESSAGES_LAYER_MAX);
+    cr_status_t st = reg_gojson_dump_line(v, &text);
+    if (st)
+        st = cr_err_set(err, st, "encoding %s: %s", mt, cr_status_str(st));
+    else
+        st = add_blob_layer(b, mt, text.data, text.len, err);
+    cr_buf_free(&text);
+    return st;
+}
+
+/* Records a GGUF layer's metadata in the config fields. */
+static void note_gguf(build_t *b, const cr_gguf_t *g)
+{
+    const char *fam = reg_gguf_family(g);
+    if (!b->format[0])
+        snprintf(b->format, sizeof b->format, "gguf");
+    if (!b->family[0])
+        snprintf(b->family, sizeof b->family, "%s", fam);
+    if (!b->model_type[0])
+        reg_human_number(reg_gguf_param_count(g), b->model_type,
+                         sizeof b->model_type);
+    if (!b->file_type[0])
+        snprintf(b->file_type, sizeof b->file_type, "%s",
+                 reg_gguf_file_type(g));
+    for (size_t i = 0; i < json_array_size(b->families); i++)
+        if (!strcmp(json_string_value(json_array_get(b->families, i)), fam))
+            return;
+    json_array_append_new(b->families, json_string(fam));
+}
+
+/* Opens blob hex as GGUF: CR_E_NOT_FOUND if it was never uploaded,
+ * CR_E_INVALID if it is not GGUF or does not validate. */
+static cr_status_t open_blob_gguf(build_t *b, const char *hex, cr_gguf_t **g,
+                                  cr_err_t *err)
+{
+    char path[REG_PATH_MAX];
+    *g = NULL;
+    if (!reg_store_blob_path(b->s, hex, path, sizeof path))
+        return cr_err_set(err, CR_E_INVALID, "invalid digest format");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return cr_err_set(err, CR_E_NOT_FOUND,
+                          "blob sha256:%s not found; upload it first", hex);
+    char magic[4] = {0};
+    ssize_t r = read(fd, magic, sizeof magic);
+    close(fd);
+    if (r != 4 || memcmp(magic, "GGUF", 4) != 0)
+        return cr_err_set(err, CR_E_INVALID,
+                          "supplied file was not in GGUF format");
+    cr_err_t gerr;
+    if (cr_gguf_open(path, g, &gerr))
+        return cr_err_set(err, CR_E_INVALID, "invalid GGUF file: %s", gerr.msg);
+    return CR_OK;
+}
+
+/* Go's fs.ValidPath: relative, slash-separated, no "", "." or ".."
+ * elements (backslashes refused too). */
+static bool valid_rel_path(const char *p)
+{
+    if (!p || !*p || strchr(p, '\\'))
+        return false;
+    if (!strcmp(p, "."))
+        return true;
+    const char *e = p;
+    for (;;) {
+        const char *slash = strchr(e, '/');
+        size_t n = slash ? (size_t)(slash - e) : strlen(e);
+        if (n == 0 || (n == 1 && e[0] == '.') ||
+            (n == 2 && e[0] == '.' && e[1] == '.'))
+            return false;
+        if (!slash)
+            return true;
+        e = slash + 1;
+    }
+}
+
+static bool has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
+                              bool adapters, cr_err_t *err)
+{
+    if (n == 0)
+        return cr_err_set(err, CR_E_INVALID, "no files provided to convert");
+    if (n > MAX_FILES)
+        return cr_err_set(err, CR_E_INVALID, "too many files (%zu)", n);
+    if (adapters && n > 1)
+        return cr_err_set(err, CR_E_INVALID,
+                          "only one adapter is currently supported");
+    for (size_t i = 0; i < n; i++) {
+        const char *fname = files[i].name ? files[i].name : "";
+        if (!valid_rel_path(fname))
+            return cr_err_set(err, CR_E_INVALID,
+                              "file path must be relative: %s", fname);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *fname = files[i].name;
+        if (has_suffix(fname, ".safetensors") || !strcmp(fname, "config.json") ||
+            has_suffix(fname, ".json"))
+            return cr_err_set(err, CR_E_UNSUPPORTED,
+                              "importing safetensors models is not supported; "
+                              "convert %s to GGUF first", fname);
+        char hex[REG_HEX_LEN + 1];
+        cr_status_t st = reg_digest_parse(files[i].digest, hex, err);
+        if (st)
+            return st;
+        progress(b, "parsing GGUF");
+        cr_gguf_t *g = NULL;
+        st = open_blob_gguf(b, hex, &g, err);
+        if (st)
+            return st;
+        const char *mt = adapters ? REG_MT_ADAPTER : reg_gguf_media_type(g);
+        note_gguf(b, g);
+        cr_gguf_close(&g);
+        uint64_t size = 0;
+        reg_store_blob_exists(b->s, hex, &size);
+        if (reg_manifest_add(&b->man, mt, hex, (int64_t)size, NULL, NULL))
+            return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
+    return CR_OK;
+}
+
+static cr_status_t from_model(build_t *b, const char *from, cr_err_t *err)
+{
+    cr_model_name_t fname;
+    if (cr_model_name_parse(from, &fname, NULL))
+        return cr_err_set(err, CR_E_INVALID, CR_NAME_INVALID_MSG);
+    reg_model_t *base = NULL;
+    cr_status_t st = reg_model_load(b->s, &fname, &base, err);
+    if (st == CR_E_NOT_FOUND)
+        return cr_err_set(err, st, "model \"%s\" not found", from);
+    if (st)
+        return st;
+    for (size_t i = 0; !st && i < base->manifest.n_layers; i++) {
+        const reg_layer_t *l = &base->manifest.layers[i];
+        if (!strcmp(l->media_type, REG_MT_MODEL) ||
+            !strcmp(l->media_type, REG_MT_PROJECTOR) ||
+            !strcmp(l->media_type, REG_MT_ADAPTER)) {
+            cr_gguf_t *g = NULL;
+            st = open_blob_gguf(b, l->hex, &g, err);
+            if (st)
+                break;
+            note_gguf(b, g);
+            cr_gguf_close(&g);
+        }
+        if (reg_manifest_add(&b->man, l->media_type, l->hex, l->size,
+                             base->display, l->name))
+            st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
+    if (!st && base->params)
+        b->params = json_incref(base->params);
+    reg_model_destroy(&base);
+    return st;
+}
+
+static json_t *message_json(const msg_message_t *m)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "role", json_string(m->role ? m->role : ""));
+    json_object_set_new(o, "content",
+                        json_string(m->has_content && m->content ? m->content : ""));
+    if (m->has_thinking && m->thinking && *m->thinking)
+        json_object_set_new(o, "thinking", json_string(m->thinking));
+    if (m->has_images && m->images.n) {
+        json_t *imgs = json_array();
+        for (size_t i = 0; i < m->images.n; i++)
+            json_array_append_new(imgs, json_string(m->images.v[i]));
+        json_object_set_new(o, "images", imgs);
+    }
+    if (m->has_tool_calls && m->tool_calls && *m->tool_calls) {
+        json_t *tc = json_loads(m->tool_calls, 0, NULL);
+        if (tc)
+            json_object_set_new(o, "tool_calls", tc);
+    }
+    if (m->has_tool_name && m->tool_name && *m->tool_name)
+        json_object_set_new(o, "tool_name", json_string(m->tool_name));
+    if (m->has_tool_call_id && m->tool_call_id && *m->tool_call_id)
+        json_object_set_new(o, "tool_call_id", json_string(m->tool_call_id));
+    return o;
+}
+
+static void warn_param(void *ctx, const char *key, const char *why)
+{
+    CR_UNUSED(ctx);
+    cr_log_warn("create: ignoring %s parameter '%s'", why, key);
+}
+
+static cr_status_t write_config(build_t *b, cr_err_t *err)
+{
+    json_t *cfg = json_object();
+    json_object_set_new(cfg, "model_format", json_string(b->format));
+    json_object_set_new(cfg, "model_family", json_string(b->family));
+    json_object_set_new(cfg, "model_families", json_incref(b->families));
+    json_object_set_new(cfg, "model_type", json_string(b->model_type));
+    json_object_set_new(cfg, "file_type", json_string(b->file_type));
+    json_object_set_new(cfg, "architecture", json_string(HOST_ARCH));
+    json_object_set_new(cfg, "os", json_string("linux"));
+    json_t *rootfs = json_object();
+    json_t *diff = json_array();
+    for (size_t i = 0; i < b->man.n_layers; i++) {
+        char d[8 + REG_HEX_LEN];
+        snprintf(d, sizeof d, "sha256:%s", b->man.layers[i].hex);
+        json_array_append_new(diff, json_string(d));
+    }
+    json_object_set_new(rootfs, "type", json_string("layers"));
+    json_object_set_new(rootfs, "diff_ids", diff);
+    json_object_set_new(cfg, "rootfs", rootfs);
+    cr_buf_t text;
+    cr_buf_init(&text, REG_CONFIG_MAX);
+    cr_status_t st = reg_gojson_dump_line(cfg, &text);
+    json_decref(cfg);
+    char hex[REG_HEX_LEN + 1];
+    if (!st)
+        st = put_blob(b, text.data, text.len, hex, err);
+    else
+        cr_err_set(err, st, "encoding config: %s", cr_status_str(st));
+    if (!st && reg_manifest_set_config(&b->man, hex, (int64_t)text.len))
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    cr_buf_free(&text);
+    return st;
+}
+
+static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
+                                cr_err_t *err)
+{
+    cr_status_t st;
+    bool has_from = req->has_from && req->from && *req->from;
+    if (has_from)
+        st = from_model(b, req->from, err);
+    else if (req->has_files)
+        st = from_files(b, req->files.v, req->files.n, false, err);
+    else
+        return cr_err_set(err, CR_E_INVALID,
+                          "neither 'from' or 'files' was specified");
+    if (st)
+        return st;
+    if (req->has_adapters && req->adapters.n) {
+        st = from_files(b, req->adapters.v, req->adapters.n, true, err);
+        if (st)
+            return st;
+    }
+
+    if (req->has_quantize && req->quantize && *req->quantize) {
+        if (strcmp(b->file_type, "F16") && strcmp(b->file_type, "BF16") &&
+            strcmp(b->file_type, "F32"))
+            return cr_err_set(err, CR_E_INVALID,
+                              "quantization is only supported for F16, BF16 "
+                              "and F32 models");
+        return cr_err_set(err, CR_E_UNSUPPORTED,
+                          "quantizing to %s is not supported yet",
+                          req->quantize);
+    }
+
+    /* Validate parameters before anything is written. */
+    json_t *newp = NULL;
+    if (req->has_parameters && req->parameters && *req->parameters) {
+        json_error_t jerr;
+        json_t *in = json_loads(req->parameters, JSON_REJECT_DUPLICATES, &jerr);
+        if (!in)
+            return cr_err_set(err, CR_E_INVALID, "parameters: %s", jerr.text);
+        st = reg_params_validate(in, warn_param, NULL, &newp, err);
+        json_decref(in);
+        if (st)
+            return st;
+    }
+
+    if (req->has_template && req->template && *req->template) {
+        reg_manifest_remove(&b->man, REG_MT_TEMPLATE);
+        reg_manifest_remove(&b->man, REG_MT_PROMPT);
+        st = add_blob_layer(b, REG_MT_TEMPLATE, req->template,
+                            strlen(req->template), err);
+    }
+    if (!st && req->has_system && req->system && *req->system) {
+        reg_manifest_remove(&b->man, REG_MT_SYSTEM);
+        st = add_blob_layer(b, REG_MT_SYSTEM, req->system, strlen(req->system),
+                            err);
+    }
+    for (size_t i = 0; !st && req->has_license && i < req->license.n; i++) {
+        const char *l = req->license.v[i];
+        if (l && *l)
+            st = add_blob_layer(b, REG_MT_LICENSE, l, strlen(l), err);
+    }
+    if (!st) {
+        json_t *merged = json_object();
+        if (b->params)
+            reg_params_merge(merged, b->params);
+        if (newp)
+            reg_params_merge(merged, newp);
+        if (json_object_size(merged) > 0) {
+            reg_manifest_remove(&b->man, REG_MT_PARAMS);
+            st = add_json_layer(b, REG_MT_PARAMS, merged, err);
+        }
+        json_decref(merged);
+    }
+    json_decref(newp);
+    if (!st && req->has_messages && req->messages.n > 0) {
+        reg_manifest_remove(&b->man, REG_MT_MESSAGES);
+        json_t *arr = json_array();
+        for (size_t i = 0; i < req->messages.n; i++)
+            json_array_append_new(arr, message_json(&req->messages.v[i]));
+        st = add_json_layer(b, REG_MT_MESSAGES, arr, err);
+        json_decref(arr);
+    }
+    return st;
+}
+
+cr_status_t reg_create(reg_store_t *s, const msg_create_body_t *req,
+                       reg_progress_fn fn, void *ctx, cr_err_t *err)
+{
+    cr_model_name_t name;
+    if (!req->model || cr_model_name_parse(req->model, &name, NULL))
+        return cr_err_set(err, CR_E_INVALID, CR_NAME_INVALID_MSG);
+    /* An existing model of the same name (any case) is replaced in place. */
+    cr_model_name_t stored;
+    reg_manifest_t old = {0};
+    bool have_old = false;
+    if (reg_store_manifest_find(s, &name, &stored) == CR_OK) {
+        name = stored;
+        char *bytes = NULL;
+        size_t len = 0;
+        if (!reg_store_manifest_read(s, &name, &bytes, &len, NULL, NULL) &&
+            !reg_manifest_parse(bytes, len, &old, NULL))
+            have_old = true;
+        free(bytes);
+    }
+
+    build_t b = {.s = s, .fn = fn, .ctx = ctx};
+    cr_buf_t text;
+    cr_buf_init(&text, REG_MANIFEST_MAX);
+    cr_status_t st = reg_manifest_init(&b.man);
+    b.families = json_array();
+    if (st || !b.families) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+        goto out;
+    }
+    st = build_layers(&b, req, err);
+    if (st)
+        goto out;
+    st = write_config(&b, err);
+    if (st)
+        goto out;
+    for (size_t i = 0; i < b.man.n_layers; i++) {
+        const char *hex = b.man.layers[i].hex;
+        bool created = was_created(&b, hex);
+        if (!created)
+            reg_store_blob_touch(s, hex);
+        progress(&b, "%s sha256:%s",
+                 created ? "creating new layer" : "using existing layer", hex);
+    }
+    progress(&b, "writing manifest");
+    st = reg_manifest_encode(&b.man, &text);
+    if (st) {
+        cr_err_set(err, st, "encoding manifest: %s", cr_status_str(st));
+        goto out;
+    }
+    st = reg_store_manifest_write(s, &name, text.data, text.len, err);
+    if (st)
+        goto out;
+    if (have_old && !cr_env_bool("NOPRUNE", false))
+        reg_prune_unreferenced(s, &old);
+    progress(&b, "success");
+out:
+    if (st && b.n_created) {
+        /* Nothing will reference what this failed create wrote. */
+        reg_manifest_t orphans = {0};
+        for (size_t i = 0; i < b.n_created; i++)
+            reg_manifest_add(&orphans, REG_MT_MODEL, b.created[i], 0, NULL, NULL);
+        reg_prune_unreferenced(s, &orphans);
+        reg_manifest_free(&orphans);
+    }
+    cr_buf_free(&text);
+    reg_manifest_free(&b.man);
+    reg_manifest_free(&old);
+    json_decref(b.params);
+    json_decref(b.families);
+    free(b.created);
+    return st;
+}

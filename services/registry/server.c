@@ -1,0 +1,290 @@
+/* server.c: request dispatch and the ROUTER loop (see server.h). */
+#include "lib/prelude.h"
+#include "services/registry/server.h"
+#include "lib/log.h"
+#include "proto/bus.h"
+#include "services/registry/create.h"
+#include "services/registry/ops.h"
+#include "services/registry/uploads.h"
+
+#include <time.h>
+
+#define TICK_MS 1000 /* how often run() wakes with nothing to read */
+
+struct reg_server {
+    reg_store_t *store;
+    reg_uploads_t *uploads;
+};
+
+int64_t reg_server_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+reg_server_t *reg_server_new(const char *models_dir, cr_err_t *err)
+{
+    reg_server_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        cr_err_set(err, CR_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    s->store = reg_store_new(models_dir, err);
+    if (!s->store)
+        goto fail;
+    s->uploads = reg_uploads_new(s->store, REG_UPLOAD_TIMEOUT_MS);
+    if (!s->uploads) {
+        cr_err_set(err, CR_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    return s;
+fail:
+    reg_server_destroy(&s);
+    return NULL;
+}
+
+void reg_server_destroy(reg_server_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    reg_server_t *s = *self_p;
+    reg_uploads_destroy(&s->uploads);
+    reg_store_destroy(&s->store);
+    free(s);
+    *self_p = NULL;
+}
+
+reg_store_t *reg_server_store(reg_server_t *s)
+{
+    return s->store;
+}
+
+void reg_server_set_upload_timeout(reg_server_t *s, int64_t ms)
+{
+    reg_uploads_t *u = reg_uploads_new(s->store, ms);
+    if (!u)
+        return;
+    reg_uploads_destroy(&s->uploads);
+    s->uploads = u;
+}
+
+size_t reg_server_uploads(const reg_server_t *s)
+{
+    return reg_uploads_count(s->uploads);
+}
+
+void reg_server_tick(reg_server_t *s, int64_t now_ms)
+{
+    reg_uploads_expire(s->uploads, now_ms);
+}
+
+/* ---- replies ---- */
+
+static void send_reply(reg_reply_fn fn, void *ctx, const msg_t *m)
+{
+    cr_status_t st = fn(ctx, m);
+    if (st)
+        cr_log_warn("request %s: sending %s failed: %s", m->id,
+                    msg_type_name(m->type), cr_status_str(st));
+}
+
+static void reply_error(reg_reply_fn fn, void *ctx, const char *id,
+                        const cr_err_t *err)
+{
+    msg_t m;
+    cr_status_t st = err->status ? err->status : CR_E_INTERNAL;
+    msg_make_error(&m, id, st, "%s", err->msg[0] ? err->msg : cr_status_str(st));
+    cr_log_debug("request %s: error %d: %s", id, (int)st, m.u.error.message);
+    send_reply(fn, ctx, &m);
+    msg_clear(&m);
+}
+
+static void reply_ok(reg_reply_fn fn, void *ctx, const char *id, bool has_created,
+                     bool created)
+{
+    msg_t m;
+    msg_init(&m, MSG_ok, id);
+    if (has_created) {
+        m.u.ok.created = created;
+        m.u.ok.has_created = true;
+    }
+    send_reply(fn, ctx, &m);
+    msg_clear(&m);
+}
+
+/* Progress of a create, forwarded as it happens. */
+typedef struct progress_ctx {
+    reg_reply_fn fn;
+    void *ctx;
+    const char *id;
+} progress_ctx_t;
+
+static void on_progress(void *ctx, const char *status)
+{
+    progress_ctx_t *p = ctx;
+    msg_t m;
+    msg_init(&m, MSG_progress, p->id);
+    m.u.progress.status = (char *)status;
+    m.u.progress.has_status = true;
+    send_reply(p->fn, p->ctx, &m);
+    msg_clear(&m);
+}
+
+/* ---- dispatch ---- */
+
+void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
+                       void *ctx)
+{
+    cr_err_t err;
+    cr_err_clear(&err);
+    msg_t reply;
+    memset(&reply, 0, sizeof reply);
+    cr_status_t st = CR_OK;
+    const char *id = req->id;
+    cr_log_debug("request %s: %s", id, msg_type_name(req->type));
+    switch (req->type) {
+    case MSG_tags:
+        st = reg_op_tags(s->store, id, &reply, &err);
+        break;
+    case MSG_show:
+        st = reg_op_show(s->store, id, &req->u.show, &reply, &err);
+        break;
+    case MSG_resolve:
+        st = reg_op_resolve(s->store, id, &req->u.resolve, &reply, &err);
+        break;
+    case MSG_copy:
+        st = reg_op_copy(s->store, &req->u.copy, &err);
+        if (!st)
+            msg_init(&reply, MSG_ok, id);
+        break;
+    case MSG_delete:
+        st = reg_op_delete(s->store, &req->u.delete, &err);
+        if (!st)
+            msg_init(&reply, MSG_ok, id);
+        break;
+    case MSG_blob_head:
+        st = reg_op_blob_head(s->store, &req->u.blob_head, &err);
+        if (!st)
+            msg_init(&reply, MSG_ok, id);
+        break;
+    case MSG_create: {
+        progress_ctx_t p = {fn, ctx, id};
+        st = reg_create(s->store, &req->u.create, on_progress, &p, &err);
+        if (!st)
+            msg_init(&reply, MSG_ok, id);
+        else
+            cr_log_info("create %s failed: %s",
+                        req->u.create.model ? req->u.create.model : "?",
+                        err.msg);
+        break;
+    }
+    case MSG_blob_put: {
+        bool done = false, created = false;
+        st = reg_uploads_put(s->uploads, id, &req->u.blob_put,
+                             reg_server_now_ms(), &done, &created, &err);
+        if (!st) {
+            reply_ok(fn, ctx, id, done, created);
+            return;
+        }
+        break;
+    }
+    case MSG_ping:
+        msg_init(&reply, MSG_pong, id);
+        break;
+    default:
+        st = cr_err_set(&err, CR_E_PROTO,
+                        "registry: unexpected message type '%s'",
+                        msg_type_name(req->type));
+        break;
+    }
+    if (st) {
+        msg_clear(&reply);
+        reply_error(fn, ctx, id, &err);
+        return;
+    }
+    send_reply(fn, ctx, &reply);
+    msg_clear(&reply);
+}
+
+void reg_server_handle_frame(reg_server_t *s, const void *data, size_t len,
+                             reg_reply_fn fn, void *ctx)
+{
+    msg_t m;
+    cr_err_t err;
+    cr_err_clear(&err);
+    if (msg_decode(data, len, &m, &err) != CR_OK) {
+        char id[MSG_ID_MAX + 1];
+        snprintf(id, sizeof id, "%s", m.id);
+        msg_clear(&m);
+        cr_log_warn("request %s: malformed frame: %s", id, err.msg);
+        err.status = CR_E_PROTO;
+        reply_error(fn, ctx, id, &err);
+        return;
+    }
+    reg_server_handle(s, &m, fn, ctx);
+    msg_clear(&m);
+}
+
+/* ---- ROUTER loop ---- */
+
+typedef struct peer {
+    zsock_t *router;
+    zframe_t *identity;
+} peer_t;
+
+static cr_status_t send_to_peer(void *ctx, const msg_t *reply)
+{
+    peer_t *p = ctx;
+    cr_err_t err;
+    cr_status_t st = bus_send_to(p->router, p->identity, reply, &err);
+    if (st)
+        cr_log_warn("request %s: %s", reply->id, err.msg);
+    return st;
+}
+
+cr_status_t reg_server_run(reg_server_t *s, zsock_t *router, cr_err_t *err)
+{
+    int64_t last_tick = reg_server_now_ms();
+    while (!zsys_interrupted) {
+        msg_t m;
+        zframe_t *identity = NULL;
+        cr_err_t rerr;
+        cr_err_clear(&rerr);
+        cr_status_t st = bus_recv(router, TICK_MS, &m, &identity, &rerr);
+        int64_t now = reg_server_now_ms();
+        if (now - last_tick >= TICK_MS) {
+            reg_server_tick(s, now);
+            last_tick = now;
+        }
+        if (st == CR_E_TIMEOUT) {
+            zframe_destroy(&identity);
+            continue;
+        }
+        if (st == CR_E_CANCELED) {
+            zframe_destroy(&identity);
+            break;
+        }
+        peer_t peer = {router, identity};
+        if (st) {
+            /* A malformed frame: answer it if we know who sent it. */
+            if (identity) {
+                char id[MSG_ID_MAX + 1];
+                snprintf(id, sizeof id, "%s", m.id);
+                rerr.status = CR_E_PROTO;
+                cr_log_warn("request %s: malformed frame: %s", id, rerr.msg);
+                reply_error(send_to_peer, &peer, id, &rerr);
+            } else {
+                cr_log_warn("bad frame on the registry socket: %s", rerr.msg);
+            }
+            msg_clear(&m);
+            zframe_destroy(&identity);
+            continue;
+        }
+        reg_server_handle(s, &m, send_to_peer, &peer);
+        msg_clear(&m);
+        zframe_destroy(&identity);
+    }
+    CR_UNUSED(err);
+    return CR_OK;
+}
