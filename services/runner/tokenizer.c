@@ -343,15 +343,21 @@ static bool in_list(const rn_tokenizer_t *tok, uint32_t id, const char *const *l
 /* End-of-generation set, after llama.cpp's text heuristics. */
 static void mark_eog(rn_tokenizer_t *tok, bool eot_from_key, bool eom_from_key)
 {
+    /* The first text of the list that the vocabulary has is its EOT (so
+     * Llama 3 gets <|eot_id|>, not <|end_of_text|>). */
+    for (size_t i = 0; !eot_from_key && tok->eot < 0 && i < CR_ARRAY_LEN(EOT_TEXTS); i++) {
+        int32_t id = rn_tok_lookup(tok, EOT_TEXTS[i], strlen(EOT_TEXTS[i]));
+        if (id >= 0 && (uint32_t)id < tok->n_vocab) {
+            tok->eot = id;
+            tok->attr[id] |= RN_ATTR_CONTROL;
+        }
+    }
+    int32_t eom = rn_tok_lookup(tok, "<|eom_id|>", 10);
+    if (!eom_from_key && tok->eom < 0 && eom >= 0 && (uint32_t)eom < tok->n_vocab) {
+        tok->eom = eom;
+        tok->attr[eom] |= RN_ATTR_CONTROL;
+    }
     for (uint32_t id = 0; id < tok->n_vocab; id++) {
-        if (!eot_from_key && tok->eot < 0 && in_list(tok, id, EOT_TEXTS, CR_ARRAY_LEN(EOT_TEXTS))) {
-            tok->eot = (int32_t)id;
-            tok->attr[id] |= RN_ATTR_CONTROL;
-        }
-        if (!eom_from_key && tok->eom < 0 && text_is(tok, id, "<|eom_id|>")) {
-            tok->eom = (int32_t)id;
-            tok->attr[id] |= RN_ATTR_CONTROL;
-        }
         if (in_list(tok, id, EOG_TEXTS, CR_ARRAY_LEN(EOG_TEXTS))) {
             tok->attr[id] |= RN_ATTR_EOG | RN_ATTR_CONTROL;
         }

@@ -3,7 +3,8 @@
  * caller asks), the text is cut into UTF-8 characters, and the adjacent pair
  * whose concatenation is a vocabulary piece with the highest score is merged
  * (leftmost on ties) until no pair spells a piece. A final symbol that is no
- * piece falls back to its bytes' <0xXX> tokens. Owns no state. */
+ * piece falls back to its bytes' <0xXX> tokens (or <unk> where the
+ * vocabulary has none). Owns no state. */
 #include "lib/prelude.h"
 #include "services/runner/tokenizer_internal.h"
 #include "services/runner/unicode.h"
@@ -61,14 +62,17 @@ cr_status_t rn_spm_encode(const rn_tokenizer_t *tok, const char *text,
         goto out;
     }
 
-    /* One symbol per character; a lead byte's announced length is trusted
-     * (clamped to the text), as SentencePiece does. */
+    /* One symbol per character. A byte that is not valid UTF-8 is a symbol
+     * of its own (llama.cpp trusts a lead byte's length instead, which lets
+     * a stray lead byte swallow part of a following U+2581; on valid UTF-8
+     * the two agree). */
     s = malloc(n * sizeof *s);
     if (!s)
         goto out;
     int32_t n_sym = 0;
     for (size_t off = 0; off < n;) {
-        size_t cl = CR_MIN(rn_utf8_lead_len((uint8_t)buf[off]), n - off);
+        uint32_t cp;
+        size_t cl = rn_utf8_decode((const uint8_t *)buf + off, n - off, &cp);
         s[n_sym].start = (uint32_t)off;
         s[n_sym].n = (uint32_t)cl;
         s[n_sym].prev = n_sym - 1;
