@@ -1,8 +1,76 @@
-/* main.c: corral-gateway entry point (placeholder until the service lands). */
+/* main.c: corral-gateway: flags, start the HTTP server, wait for a signal.
+ *
+ * The server and everything it does live in server.c and its modules. */
 #include "lib/prelude.h"
 
-int main(void)
+#include "lib/log.h"
+#include "services/gateway/server.h"
+
+#include <czmq.h>
+#include <signal.h>
+
+static void usage(FILE *f)
 {
-    fprintf(stderr, "corral-gateway: not built yet\n");
-    return 1;
+    fprintf(f,
+            "usage: corral-gateway [--host HOST[:PORT]] [--version]\n"
+            "\n"
+            "Serves the Ollama HTTP API and forwards requests over the bus to\n"
+            "corral-scheduler and corral-registry.\n"
+            "\n"
+            "  --host H   listen address (default: CORRAL_HOST / OLLAMA_HOST,\n"
+            "             else 127.0.0.1:11434)\n"
+            "  --version  print the version and exit\n"
+            "\n"
+            "Environment: OLLAMA_HOST, OLLAMA_ORIGINS, OLLAMA_LOAD_TIMEOUT,\n"
+            "CORRAL_RUNTIME_DIR, CORRAL_SCHEDULER_ENDPOINT,\n"
+            "CORRAL_REGISTRY_ENDPOINT, OLLAMA_DEBUG (each OLLAMA_ name is\n"
+            "also read as CORRAL_).\n");
+}
+
+int main(int argc, char **argv)
+{
+    cr_log_init("gateway");
+    gw_config_t cfg;
+    cr_err_t err;
+    if (gw_config_from_env(&cfg, &err)) {
+        cr_log_error("%s", err.msg);
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--host") && i + 1 < argc) {
+            snprintf(cfg.host, sizeof cfg.host, "%s", argv[++i]);
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("corral-gateway %s\n", CORRAL_VERSION);
+            return 0;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "corral-gateway: unknown argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+
+    /* Signals are taken by sigwait below: block them before any thread
+     * starts so every thread inherits the mask, and keep CZMQ from
+     * installing its own handlers. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    zsys_handler_set(NULL);
+
+    gw_server_t *srv = NULL;
+    if (gw_server_new(&cfg, &srv, &err)) {
+        cr_log_error("cannot start: %s", err.msg);
+        return 1;
+    }
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    cr_log_info("signal %d: shutting down", sig);
+    gw_server_destroy(&srv);
+    return 0;
 }

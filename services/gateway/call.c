@@ -1,0 +1,250 @@
+/* call.c: a DEALER per HTTP request, with liveness checks (see call.h).
+ *
+ * The monitor is libzmq's stable zmq_socket_monitor(): the DEALER reports
+ * its connection events on an inproc PAIR that we poll beside it, so a
+ * refused connect or a dropped connection ends a wait at once instead of
+ * at a timeout. */
+#include "lib/prelude.h"
+#include "services/gateway/call.h"
+
+#include "lib/log.h"
+#include "proto/bus.h"
+
+#include <time.h>
+
+#define SEND_SLICE_MS 50
+#define CANCEL_LINGER_MS 1000
+
+struct gw_call {
+    zsock_t *sock;     /* DEALER to the peer */
+    zsock_t *mon;      /* PAIR receiving the DEALER's monitor events */
+    zpoller_t *poller; /* sock and mon */
+    char id[MSG_ID_MAX + 1];
+    char peer[32];
+    int connect_timeout_ms;
+    bool refused;      /* a connect attempt failed (CONNECT_RETRIED) */
+    bool connected;    /* the connection came up at least once */
+    bool dropped;      /* the connection went down after coming up */
+    bool sent;         /* the request left */
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+cr_status_t gw_call_open(const char *endpoint, const char *peer,
+                         int connect_timeout_ms, gw_call_t **out,
+                         cr_err_t *err)
+{
+    *out = NULL;
+    gw_call_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    bus_new_id(c->id);
+    snprintf(c->peer, sizeof c->peer, "%s", peer ? peer : "peer");
+    c->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 1;
+
+    c->sock = zsock_new(ZMQ_DEALER);
+    if (!c->sock)
+        goto fail_sock;
+    zsock_set_linger(c->sock, 0);
+    zsock_set_immediate(c->sock, 1);
+    zsock_set_sndtimeo(c->sock, SEND_SLICE_MS);
+
+    char mon_ep[64 + MSG_ID_MAX];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://gw-call-%s", c->id);
+    if (zmq_socket_monitor(zsock_resolve(c->sock), mon_ep,
+                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED |
+                               ZMQ_EVENT_DISCONNECTED) != 0)
+        goto fail_mon;
+    c->mon = zsock_new(ZMQ_PAIR);
+    if (!c->mon)
+        goto fail_mon;
+    zsock_set_linger(c->mon, 0);
+    if (zsock_connect(c->mon, "%s", mon_ep) != 0)
+        goto fail_mon;
+    c->poller = zpoller_new(c->sock, c->mon, NULL);
+    if (!c->poller)
+        goto fail_mon;
+    if (zsock_connect(c->sock, "%s", endpoint) != 0) {
+        cr_err_set(err, CR_E_IO, "cannot connect to %s at %s", c->peer,
+                   endpoint);
+        gw_call_destroy(&c);
+        return CR_E_IO;
+    }
+    *out = c;
+    return CR_OK;
+
+fail_mon:
+    gw_call_destroy(&c);
+    return cr_err_set(err, CR_E_IO, "cannot monitor the %s socket", peer);
+fail_sock:
+    free(c);
+    return cr_err_set(err, CR_E_IO, "cannot create a socket for the %s",
+                      peer);
+}
+
+const char *gw_call_id(const gw_call_t *c)
+{
+    return c->id;
+}
+
+/* Reads every pending monitor event into the call's flags. */
+static void drain_monitor(gw_call_t *c)
+{
+    while (zsock_events(c->mon) & ZMQ_POLLIN) {
+        zmsg_t *ev = zmsg_recv(c->mon);
+        if (!ev)
+            return;
+        zframe_t *f = zmsg_first(ev);
+        if (f && zframe_size(f) >= 6) {
+            uint16_t event;
+            memcpy(&event, zframe_data(f), sizeof event);
+            if (event == ZMQ_EVENT_CONNECTED) {
+                c->connected = true;
+            } else if (event == ZMQ_EVENT_CONNECT_RETRIED) {
+                c->refused = true;
+            } else if (event == ZMQ_EVENT_DISCONNECTED) {
+                if (c->connected)
+                    c->dropped = true;
+            }
+        }
+        zmsg_destroy(&ev);
+    }
+}
+
+static cr_status_t unavailable(gw_call_t *c, cr_err_t *err)
+{
+    return cr_err_set(err, CR_E_UNAVAILABLE, "%s unavailable", c->peer);
+}
+
+cr_status_t gw_call_send(gw_call_t *c, msg_t *m, cr_err_t *err)
+{
+    memcpy(m->id, c->id, sizeof m->id);
+    int64_t deadline = mono_ms() + c->connect_timeout_ms;
+    for (;;) {
+        cr_err_t e;
+        cr_status_t st = bus_send(c->sock, m, &e);
+        if (st == CR_OK) {
+            c->sent = true;
+            return CR_OK;
+        }
+        if (st != CR_E_IO) { /* the message itself is bad */
+            if (err)
+                *err = e;
+            return st;
+        }
+        /* No connected peer yet: the connect may still be on its way. A
+         * refused connect means nobody listens; do not wait it out. */
+        drain_monitor(c);
+        if (c->refused || mono_ms() >= deadline) {
+            cr_log_debug("%s: %s %s: %s", c->id, msg_type_name(m->type),
+                         c->refused ? "connect refused" : "send timed out",
+                         e.msg);
+            return unavailable(c, err);
+        }
+    }
+}
+
+cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
+                         cr_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    int64_t last = mono_ms();
+    bool pinged = false;
+    for (;;) {
+        if (w->abort_fn && w->abort_fn(w->abort_arg))
+            return cr_err_set(err, CR_E_CANCELED, "request canceled");
+        void *which = zpoller_wait(c->poller, GW_CALL_SLICE_MS);
+        if (which == c->mon) {
+            drain_monitor(c);
+            if (c->dropped) {
+                cr_log_warn("%s: connection to the %s dropped", c->id,
+                            c->peer);
+                return unavailable(c, err);
+            }
+            continue;
+        }
+        int64_t now = mono_ms();
+        if (which == c->sock) {
+            msg_t m;
+            cr_err_t e;
+            cr_status_t st = bus_recv(c->sock, 0, &m, NULL, &e);
+            if (st == CR_E_TIMEOUT)
+                continue;
+            if (st) {
+                cr_log_warn("%s: bad reply from the %s: %s", c->id, c->peer,
+                            e.msg);
+                return cr_err_set(err, CR_E_PROTO, "bad reply from the %s: %s",
+                                  c->peer, e.msg);
+            }
+            last = now;
+            pinged = false;
+            if (strcmp(m.id, c->id) != 0) {
+                cr_log_debug("%s: dropped a stray %s for %s", c->id,
+                             msg_type_name(m.type), m.id);
+                msg_clear(&m);
+                continue;
+            }
+            if (m.type == MSG_pong) {
+                msg_clear(&m);
+                continue;
+            }
+            *out = m;
+            return CR_OK;
+        }
+        if (zpoller_terminated(c->poller))
+            return cr_err_set(err, CR_E_CANCELED, "interrupted");
+        int64_t quiet = now - last;
+        if (w->idle_timeout_ms > 0 && quiet >= w->idle_timeout_ms) {
+            cr_log_warn("%s: no reply from the %s in %d ms", c->id, c->peer,
+                        w->idle_timeout_ms);
+            return unavailable(c, err);
+        }
+        if (w->ping_after_ms > 0 && quiet >= w->ping_after_ms) {
+            if (pinged) {
+                cr_log_warn("%s: the %s does not answer pings", c->id,
+                            c->peer);
+                return unavailable(c, err);
+            }
+            msg_t ping;
+            msg_init(&ping, MSG_ping, c->id);
+            cr_err_t e;
+            if (bus_send(c->sock, &ping, &e) != CR_OK)
+                return unavailable(c, err);
+            pinged = true;
+            /* The pong has ping_after_ms to come back. */
+            last = now;
+        }
+    }
+}
+
+void gw_call_cancel(gw_call_t *c)
+{
+    if (!c || !c->sent)
+        return;
+    msg_t m;
+    msg_init(&m, MSG_cancel, c->id);
+    cr_err_t e;
+    zsock_set_sndtimeo(c->sock, 0);
+    if (bus_send(c->sock, &m, &e) != CR_OK)
+        cr_log_debug("%s: cancel not sent: %s", c->id, e.msg);
+    zsock_set_linger(c->sock, CANCEL_LINGER_MS);
+}
+
+void gw_call_destroy(gw_call_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    gw_call_t *c = *self_p;
+    zpoller_destroy(&c->poller);
+    if (c->sock && c->mon)
+        zmq_socket_monitor(zsock_resolve(c->sock), NULL, 0);
+    zsock_destroy(&c->mon);
+    zsock_destroy(&c->sock);
+    free(c);
+    *self_p = NULL;
+}

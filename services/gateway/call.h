@@ -1,0 +1,73 @@
+/* call.h: one bus exchange on behalf of one HTTP request.
+ *
+ * Each HTTP request that needs the scheduler or the registry opens its own
+ * DEALER socket (so a request can block on it in its connection thread),
+ * sends one message under a fresh request id and reads the replies that
+ * carry that id until a terminal one. This module owns the socket, the
+ * liveness rules and the timeouts; it does not know what the messages mean.
+ *
+ * Liveness, so that a dead peer never hangs a client:
+ *   - the socket is ZMQ_IMMEDIATE: a send with no connected peer fails
+ *     after connect_timeout_ms (or at once when the connect is refused)
+ *     with CR_E_UNAVAILABLE "<peer> unavailable";
+ *   - a socket monitor reports a dropped connection once the request was
+ *     sent: the peer died or restarted, the request is lost, and the wait
+ *     ends with CR_E_UNAVAILABLE;
+ *   - with ping_after_ms set, silence that long sends a `ping` under the
+ *     request id; no reply at all within another ping_after_ms is
+ *     CR_E_UNAVAILABLE (the scheduler answers `pong`, which is consumed);
+ *   - idle_timeout_ms bounds the silence between two replies.
+ * A wait also polls an abort callback every GW_CALL_SLICE_MS (the client
+ * went away, the server is stopping) and ends with CR_E_CANCELED. */
+#ifndef GW_CALL_H
+#define GW_CALL_H
+
+#include "lib/prelude.h"
+#include "lib/status.h"
+#include "proto/msg.h"
+
+#define GW_CALL_SLICE_MS 100
+
+typedef struct gw_call gw_call_t;
+
+/* True when the waiting request should give up (client gone, stopping). */
+typedef bool (*gw_abort_fn)(void *arg);
+
+typedef struct gw_wait {
+    int idle_timeout_ms; /* max silence between replies; <= 0 = no limit */
+    int ping_after_ms;   /* silence before a liveness ping; 0 = never */
+    gw_abort_fn abort_fn; /* may be NULL */
+    void *abort_arg;
+} gw_wait_t;
+
+/* Opens a DEALER to endpoint (borrowed). peer names the service in error
+ * messages ("scheduler", "registry"). A fresh request id is drawn. Caller
+ * owns the call; free with gw_call_destroy. CR_E_NOMEM / CR_E_IO on failure
+ * (err says why). */
+cr_status_t gw_call_open(const char *endpoint, const char *peer,
+                         int connect_timeout_ms, gw_call_t **out,
+                         cr_err_t *err);
+
+/* The request id every message of this call carries. */
+const char *gw_call_id(const gw_call_t *c);
+
+/* Sends m with this call's id (m->id is overwritten). CR_E_UNAVAILABLE
+ * "<peer> unavailable" when no peer takes it; other codes if m does not
+ * encode. */
+cr_status_t gw_call_send(gw_call_t *c, msg_t *m, cr_err_t *err);
+
+/* Waits for the next reply to this call (replies with other ids are
+ * dropped, `pong` is consumed). On CR_OK *out holds the message (caller
+ * owns; msg_clear). CR_E_UNAVAILABLE when the peer is silent or gone,
+ * CR_E_CANCELED when w->abort_fn said so. */
+cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
+                         cr_err_t *err);
+
+/* Best effort: tells the peer to stop this request (`cancel` with the
+ * call's id) and lets the socket linger so the message leaves. */
+void gw_call_cancel(gw_call_t *c);
+
+/* Closes the socket and frees the call. Accepts NULL. */
+void gw_call_destroy(gw_call_t **self_p);
+
+#endif

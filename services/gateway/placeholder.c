@@ -1,4 +1,0 @@
-/* placeholder so the library has a source until its modules land */
-#include "lib/prelude.h"
-int cr_placeholder_gateway(void);
-int cr_placeholder_gateway(void) { return 0; }

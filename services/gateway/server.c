@@ -1,0 +1,388 @@
+/* server.c: the MHD daemon, request bodies, and the middleware order.
+ *
+ * Per request: CORS (403 for a disallowed Origin, 204 for a preflight),
+ * then the Host check when bound to loopback (403), then OPTIONS -> 204,
+ * then routing (404 / 405), then the body: JSON bodies are read into a
+ * capped buffer (413 past cfg.max_body_bytes), a streamed body goes to the
+ * route's data hook; last, the route's handler answers. */
+#include "lib/prelude.h"
+#include "services/gateway/server.h"
+
+#include "lib/duration.h"
+#include "lib/env.h"
+#include "lib/log.h"
+#include "services/gateway/access.h"
+#include "services/gateway/routes.h"
+
+#include <time.h>
+
+struct gw_server {
+    gw_ctx_t ctx;
+    struct MHD_Daemon *daemon;
+    uint16_t port;
+};
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- config ---- */
+
+cr_status_t gw_config_from_env(gw_config_t *cfg, cr_err_t *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->max_body_bytes = GW_DEFAULT_MAX_BODY;
+    cfg->connect_timeout_ms = GW_DEFAULT_CONNECT_TIMEOUT_MS;
+    cfg->reply_timeout_ms = GW_DEFAULT_REPLY_TIMEOUT_MS;
+    cfg->ping_after_ms = GW_DEFAULT_PING_AFTER_MS;
+    cr_env_get("HOST", cfg->host, sizeof cfg->host);
+    cr_env_get("ORIGINS", cfg->origins, sizeof cfg->origins);
+
+    int64_t load_ms = 5 * 60 * 1000;
+    char v[64];
+    if (cr_env_get("LOAD_TIMEOUT", v, sizeof v)) {
+        cr_err_t e;
+        if (cr_duration_parse(v, &load_ms, &e))
+            return cr_err_set(err, CR_E_INVALID, "OLLAMA_LOAD_TIMEOUT: %s",
+                              e.msg);
+    }
+    if (load_ms <= 0)
+        cfg->create_timeout_ms = 0;
+    else
+        cfg->create_timeout_ms =
+            (int)CR_MIN(load_ms + 60 * 1000, (int64_t)INT_MAX);
+    return CR_OK;
+}
+
+/* ---- requests ---- */
+
+static const char *header(gw_req_t *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+static gw_req_t *req_new(gw_server_t *s, struct MHD_Connection *conn,
+                         const char *url, const char *method)
+{
+    gw_req_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->conn = conn;
+    r->ctx = &s->ctx;
+    r->start_ns = mono_ns();
+    snprintf(r->method, sizeof r->method, "%s", method);
+    snprintf(r->path, sizeof r->path, "%s", url);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->fd = ci ? ci->connect_fd : -1;
+    cr_buf_init(&r->body, s->ctx.cfg.max_body_bytes);
+    return r;
+}
+
+static void req_free(gw_req_t *r)
+{
+    if (!r)
+        return;
+    if (r->state_free)
+        r->state_free(r->state);
+    cr_buf_free(&r->body);
+    free(r);
+}
+
+static enum MHD_Result reply_text(gw_req_t *r, unsigned status,
+                                  const char *text)
+{
+    return gw_reply(r, status, "text/plain; charset=utf-8", text,
+                    strlen(text));
+}
+
+static enum MHD_Result reply_preflight(gw_req_t *r)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    if (r->allow_origin[0]) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods",
+                                GW_CORS_ALLOW_METHODS);
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                GW_CORS_ALLOW_HEADERS);
+        MHD_add_response_header(resp, "Access-Control-Max-Age",
+                                GW_CORS_MAX_AGE);
+    }
+    enum MHD_Result ret = gw_reply_response(r, MHD_HTTP_NO_CONTENT, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* Answers decided from the headers wait for the end of the request (any
+ * body is drained, within limits) so the connection can be kept alive. */
+enum {
+    DEFER_NONE = 0,
+    DEFER_FORBIDDEN,
+    DEFER_PREFLIGHT,
+    DEFER_NOT_FOUND,
+    DEFER_BAD_METHOD,
+};
+
+/* CORS: sets r->allow_origin, or defers 403 / the preflight. */
+static void apply_cors(gw_req_t *r)
+{
+    const char *origin = header(r, "Origin");
+    if (!origin || !*origin)
+        return;
+    const char *host = header(r, "Host");
+    if (host) {
+        char same[600];
+        snprintf(same, sizeof same, "http://%s", host);
+        if (!strcmp(origin, same))
+            return;
+        snprintf(same, sizeof same, "https://%s", host);
+        if (!strcmp(origin, same))
+            return;
+    }
+    if (!gw_cors_allowed(r->ctx->cors, origin)) {
+        cr_log_info("%s %s: origin %s not allowed", r->method, r->path,
+                    origin);
+        r->deferred = DEFER_FORBIDDEN;
+        return;
+    }
+    snprintf(r->allow_origin, sizeof r->allow_origin, "%s",
+             gw_cors_allows_all(r->ctx->cors) ? "*" : origin);
+    if (!strcmp(r->method, "OPTIONS"))
+        r->deferred = DEFER_PREFLIGHT;
+}
+
+static enum MHD_Result too_large(gw_req_t *r)
+{
+    char text[128];
+    snprintf(text, sizeof text,
+             "request body is larger than the %zu-byte limit",
+             r->ctx->cfg.max_body_bytes);
+    return gw_reply_error(r, CR_E_TOO_LARGE, text);
+}
+
+/* The first call: everything that can be decided from the headers. */
+static enum MHD_Result on_headers(gw_req_t *r)
+{
+    apply_cors(r);
+    if (r->deferred)
+        return MHD_YES;
+    if (r->ctx->loopback && !gw_host_allowed(header(r, "Host"))) {
+        cr_log_info("%s %s: host %s refused (DNS rebinding check)", r->method,
+                    r->path, header(r, "Host") ? header(r, "Host") : "");
+        r->deferred = DEFER_FORBIDDEN;
+        return MHD_YES;
+    }
+    if (!strcmp(r->method, "OPTIONS")) {
+        r->deferred = DEFER_PREFLIGHT;
+        return MHD_YES;
+    }
+    switch (gw_route_find(r->path, r->method, &r->route, r->param,
+                          sizeof r->param)) {
+    case GW_ROUTE_NOT_FOUND:
+        r->deferred = DEFER_NOT_FOUND;
+        return MHD_YES;
+    case GW_ROUTE_BAD_METHOD:
+        r->deferred = DEFER_BAD_METHOD;
+        return MHD_YES;
+    case GW_ROUTE_FOUND:
+        break;
+    }
+    bool post = !strcmp(r->method, "POST");
+    if (post && r->route->body_begin)
+        return r->route->body_begin(r);
+    const char *cl = header(r, "Content-Length");
+    if (cl && (post || !strcmp(r->method, "DELETE")) &&
+        strtoull(cl, NULL, 10) > r->ctx->cfg.max_body_bytes)
+        return too_large(r); /* early: the body is never read */
+    return MHD_YES;
+}
+
+static enum MHD_Result on_body(gw_req_t *r, const char *data, size_t n)
+{
+    r->body_bytes += n;
+    if (r->deferred) /* drained, within the same bound */
+        return r->body_bytes > 4 * (uint64_t)r->ctx->cfg.max_body_bytes
+                   ? MHD_NO
+                   : MHD_YES;
+    bool post = !strcmp(r->method, "POST");
+    if (post && r->route->body_data)
+        return r->route->body_data(r, data, n);
+    if (!post && strcmp(r->method, "DELETE") != 0)
+        return MHD_YES; /* bodies of GET/HEAD are ignored */
+    if (r->body_too_large) {
+        /* A chunked body that will not stop: close rather than drain. */
+        return r->body_bytes > 4 * (uint64_t)r->ctx->cfg.max_body_bytes
+                   ? MHD_NO
+                   : MHD_YES;
+    }
+    if (cr_buf_append(&r->body, data, n)) {
+        r->body_too_large = true;
+        cr_buf_free(&r->body);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result on_complete(gw_req_t *r)
+{
+    switch (r->deferred) {
+    case DEFER_FORBIDDEN:
+        return gw_reply(r, MHD_HTTP_FORBIDDEN, NULL, NULL, 0);
+    case DEFER_PREFLIGHT:
+        return reply_preflight(r);
+    case DEFER_NOT_FOUND:
+        return reply_text(r, MHD_HTTP_NOT_FOUND, "404 page not found");
+    case DEFER_BAD_METHOD:
+        return reply_text(r, MHD_HTTP_METHOD_NOT_ALLOWED,
+                          "405 method not allowed");
+    default:
+        break;
+    }
+    if (r->body_too_large)
+        return too_large(r);
+    return r->route->handler(r);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *data,
+                                  size_t *size, void **con_cls)
+{
+    CR_UNUSED(version);
+    gw_server_t *s = cls;
+    gw_req_t *r = *con_cls;
+    if (!r) {
+        r = req_new(s, conn, url, method);
+        if (!r)
+            return MHD_NO;
+        *con_cls = r;
+        return on_headers(r);
+    }
+    if (r->responded) { /* answered early: drop the rest */
+        *size = 0;
+        return MHD_YES;
+    }
+    if (*size) {
+        enum MHD_Result ret = on_body(r, data, *size);
+        *size = 0;
+        return ret;
+    }
+    return on_complete(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn,
+                         void **con_cls, enum MHD_RequestTerminationCode why)
+{
+    CR_UNUSED(cls);
+    CR_UNUSED(conn);
+    gw_req_t *r = *con_cls;
+    if (!r)
+        return;
+    double secs = (double)(mono_ns() - r->start_ns) / 1e9;
+    if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        cr_log_info("%u | %.6fs | %s %s", r->status, secs, r->method, r->path);
+    else
+        cr_log_info("%u | %.6fs | %s %s | ended early (%d)", r->status, secs,
+                    r->method, r->path, (int)why);
+    req_free(r);
+    *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    CR_UNUSED(cls);
+    char text[512];
+    vsnprintf(text, sizeof text, fmt, ap);
+    size_t n = strlen(text);
+    while (n && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+        text[--n] = '\0';
+    cr_log_debug("microhttpd: %s", text);
+}
+
+/* ---- lifecycle ---- */
+
+cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
+                          cr_err_t *err)
+{
+    *out = NULL;
+    gw_server_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    s->ctx.cfg = *cfg;
+    atomic_init(&s->ctx.stopping, false);
+    cr_status_t st;
+    if ((st = bus_endpoint("scheduler", s->ctx.scheduler_ep,
+                           sizeof s->ctx.scheduler_ep, err)) ||
+        (st = bus_endpoint("registry", s->ctx.registry_ep,
+                           sizeof s->ctx.registry_ep, err)))
+        goto fail;
+    s->ctx.cors = gw_cors_new(cfg->origins);
+    if (!s->ctx.cors) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+        goto fail;
+    }
+
+    char host[300];
+    uint16_t port;
+    gw_listen_split(cfg->host, host, sizeof host, &port);
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    if ((st = gw_listen_resolve(host, port, &ss, &sslen, &s->ctx.loopback,
+                                err)))
+        goto fail;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(
+        flags, port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+        MHD_OPTION_CONNECTION_TIMEOUT, 0u, MHD_OPTION_END);
+    if (!s->daemon) {
+        st = cr_err_set(err, CR_E_IO, "cannot listen on %s port %u: %s",
+                        host[0] ? host : "*", (unsigned)port,
+                        errno ? strerror(errno) : "microhttpd failed");
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di =
+        MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : port;
+    cr_log_info("listening on %s port %u (version %s); scheduler %s, "
+                "registry %s",
+                host[0] ? host : "*", (unsigned)s->port, CORRAL_VERSION,
+                s->ctx.scheduler_ep, s->ctx.registry_ep);
+    *out = s;
+    return CR_OK;
+
+fail:
+    gw_cors_destroy(&s->ctx.cors);
+    free(s);
+    return st;
+}
+
+uint16_t gw_server_port(const gw_server_t *s)
+{
+    return s->port;
+}
+
+void gw_server_destroy(gw_server_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    gw_server_t *s = *self_p;
+    /* Waiting requests see the flag within one poll slice and give up,
+     * so the connection threads that MHD joins below do end. */
+    atomic_store(&s->ctx.stopping, true);
+    if (s->daemon)
+        MHD_stop_daemon(s->daemon);
+    gw_cors_destroy(&s->ctx.cors);
+    free(s);
+    *self_p = NULL;
+}

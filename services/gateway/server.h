@@ -1,0 +1,43 @@
+/* server.h: the gateway's HTTP server (libmicrohttpd), start to stop.
+ *
+ * One thread per connection (each request may block on its own bus
+ * socket), HTTP/1.1 keep-alive, the native Ollama API (routes.h), CORS and
+ * the DNS-rebinding Host check (access.h). The server holds no model state;
+ * everything it answers comes from the scheduler or the registry.
+ *
+ * Tests run it in-process: set CORRAL_RUNTIME_DIR (or the CORRAL_*_ENDPOINT
+ * variables), fill a config with host "127.0.0.1:0", and read the port. */
+#ifndef GW_SERVER_H
+#define GW_SERVER_H
+
+#include "lib/prelude.h"
+#include "lib/status.h"
+#include "services/gateway/http.h"
+
+#define GW_DEFAULT_MAX_BODY (32u * 1024 * 1024)
+#define GW_DEFAULT_CONNECT_TIMEOUT_MS 3000
+#define GW_DEFAULT_REPLY_TIMEOUT_MS 60000
+#define GW_DEFAULT_PING_AFTER_MS 10000
+
+typedef struct gw_server gw_server_t;
+
+/* Defaults, then the environment: HOST and ORIGINS (CORRAL_/OLLAMA_), and
+ * LOAD_TIMEOUT (default 5m) which sets create_timeout_ms to that plus a
+ * minute (<= 0: no limit). CR_E_INVALID names a malformed setting. */
+cr_status_t gw_config_from_env(gw_config_t *cfg, cr_err_t *err);
+
+/* Resolves the bus endpoints, binds cfg->host and starts serving. Caller
+ * owns the server (gw_server_destroy). CR_E_INVALID for a bad host,
+ * CR_E_IO when the port cannot be bound (err says which). */
+cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
+                          cr_err_t *err);
+
+/* The TCP port actually bound (useful with port 0). */
+uint16_t gw_server_port(const gw_server_t *s);
+
+/* Stops accepting, ends requests that wait on the bus (their bus requests
+ * are canceled), joins the connection threads and frees the server.
+ * Accepts NULL. */
+void gw_server_destroy(gw_server_t **self_p);
+
+#endif
