@@ -223,18 +223,13 @@ AVX2 void be_avx2_f16_to_f32(const void *x, float *y, int64_t n)
 
 #else /* not x86: never selected (be_simd_detect says scalar) */
 
-void be_avx2_dot_f32(int64_t n, float *s, const void *w, const void *a)
-{
-    CR_UNUSED(n), CR_UNUSED(w), CR_UNUSED(a);
-    *s = 0;
-}
-/* ... the other stubs follow the same shape. */
 #define STUB_DOT(name)                                                     \
     void name(int64_t n, float *s, const void *w, const void *a)           \
     {                                                                      \
         CR_UNUSED(n), CR_UNUSED(w), CR_UNUSED(a);                          \
         *s = 0;                                                            \
     }
+STUB_DOT(be_avx2_dot_f32)
 STUB_DOT(be_avx2_dot_f16)
 STUB_DOT(be_avx2_dot_bf16)
 STUB_DOT(be_avx2_dot_q8_0)
