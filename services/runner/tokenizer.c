@@ -278,8 +278,10 @@ static cr_status_t get_bool(const cr_gguf_t *g, const char *key, bool *v, cr_err
     return CR_OK;
 }
 
-/* An optional token id key. Strict ids must be in [0, n_vocab); lenient ones
- * out of range are ignored (the default stays). */
+/* An optional token id key. -1 (as i32/i64, or 0xFFFFFFFF as u32, which
+ * converters write for "none") counts as absent: the default stays. Other
+ * values must be in [0, n_vocab) for strict keys; lenient keys out of range
+ * are ignored with a warning. */
 static cr_status_t get_id(const cr_gguf_t *g, const char *key, uint32_t n_vocab,
                           bool strict, int32_t *id, cr_err_t *err)
 {
@@ -295,6 +297,9 @@ static cr_status_t get_id(const cr_gguf_t *g, const char *key, uint32_t n_vocab,
     else
         return cr_err_set(err, CR_E_CORRUPT, "%s must be an integer, not %s", key,
                           cr_gguf_vtype_name(kv->type));
+    if (v == -1 || (kv->type == CR_GGUF_U32 && v == (int64_t)UINT32_MAX) ||
+        (kv->type == CR_GGUF_U64 && kv->v.u64 == UINT64_MAX))
+        return CR_OK;
     if (v < 0 || v >= (int64_t)n_vocab) {
         if (!strict) {
             cr_log_warn("tokenizer: ignoring %s = %" PRId64 " (vocabulary has %u tokens)",

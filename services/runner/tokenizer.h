@@ -67,8 +67,9 @@ typedef enum rn_token_type {
  * 32000"); CR_E_NOT_FOUND when tokenizer.ggml.model or .tokens is missing;
  * CR_E_UNSUPPORTED for a model ("bert", "t5", ...) or pre-tokenizer this
  * module does not implement (the message names it); CR_E_TOO_LARGE past
- * the RN_TOK_MAX_* limits; CR_E_NOMEM. The padding id alone may be out of
- * range (real files have that): it is then ignored. */
+ * the RN_TOK_MAX_* limits; CR_E_NOMEM. An id of -1 (0xFFFFFFFF as u32)
+ * means "none" and keeps llama.cpp's default; the padding and separator ids
+ * may be out of range (real files have that): they are then ignored. */
 cr_status_t rn_tokenizer_load(const cr_gguf_t *g, rn_tokenizer_t **out,
                               cr_err_t *err);
 

@@ -32,6 +32,8 @@ typedef enum rn_pre {
     RN_PRE_FALCON,
     RN_PRE_DEEPSEEK_LLM,
     RN_PRE_DEEPSEEK_CODER,
+    RN_PRE_TEKKEN,
+    RN_PRE_GPT4O,
     RN_PRE_PORO,
     RN_PRE_VIKING,
 } rn_pre_t;

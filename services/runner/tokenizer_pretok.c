@@ -62,7 +62,7 @@ static size_t run(const seg_t *s, size_t i, uint8_t f)
 /* 's|'t|'re|'ve|'m|'ll|'d, optionally case-insensitive: length or 0. */
 static size_t contraction(const seg_t *s, size_t pos, bool icase)
 {
-    if (s->cp[pos] != '\'' || pos + 1 >= s->end)
+    if (pos + 1 >= s->end || s->cp[pos] != '\'')
         return 0;
     uint32_t a = s->cp[pos + 1];
     if (icase)
@@ -103,6 +103,33 @@ static size_t m_gpt2(seg_t *s, size_t pos)
     return ws ? ws : 1;
 }
 
+/* The common tail of the Llama 3 family:
+ *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * (with slash, the trailing class is [\r\n/]*). */
+static size_t symbols_or_space(const seg_t *s, size_t pos, bool slash)
+{
+    size_t q = pos + (s->cp[pos] == ' ' ? 1 : 0);
+    if (other(s, q)) {
+        size_t j = q;
+        while (other(s, j))
+            j++;
+        while (j < s->end && (is_crlf(s->cp[j]) || (slash && s->cp[j] == '/')))
+            j++;
+        return j - pos;
+    }
+    size_t ws = 0, last_nl = 0;
+    while (has(s, pos + ws, F_WS)) {
+        if (is_crlf(s->cp[pos + ws]))
+            last_nl = ws + 1;
+        ws++;
+    }
+    if (last_nl)
+        return last_nl; /* \s*[\r\n]+ ends at the last line break */
+    if (ws > 1 && pos + ws < s->end)
+        return ws - 1;
+    return ws ? ws : 1;
+}
+
 /* Llama 3 (max_digits 3) and Qwen 2 (1):
  * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max}|
  * ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
@@ -122,27 +149,64 @@ static size_t llama3_like(const seg_t *s, size_t pos, size_t max_digits)
             j++;
         return j - pos;
     }
-    size_t q = pos + (c == ' ' ? 1 : 0);
-    if (other(s, q)) {
-        size_t j = q;
-        while (other(s, j))
-            j++;
-        while (j < s->end && is_crlf(s->cp[j]))
+    return symbols_or_space(s, pos, false);
+}
+
+/* Tekken and GPT-4o split words at case changes. llama.cpp runs their
+ * regexes over text where every non-ASCII letter stands for one placeholder
+ * that is neither a-z nor A-Z, so "upper" here is a letter other than a-z
+ * and "lower" a letter other than A-Z (a non-ASCII letter is both):
+ *   [^\r\n\p{L}\p{N}]?UPPER*LOWER+C?|[^\r\n\p{L}\p{N}]?UPPER+LOWER*C?|
+ *   \p{N}{1,max}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * where C is the (case-insensitive) contraction, GPT-4o only. */
+static bool upper_ish(const seg_t *s, size_t i)
+{
+    return has(s, i, F_L) && !(s->cp[i] >= 'a' && s->cp[i] <= 'z');
+}
+
+static bool lower_ish(const seg_t *s, size_t i)
+{
+    return has(s, i, F_L) && !(s->cp[i] >= 'A' && s->cp[i] <= 'Z');
+}
+
+static size_t cased_words(const seg_t *s, size_t pos, size_t max_digits, bool contractions)
+{
+    uint32_t c = s->cp[pos];
+    /* The optional leading character; without it the word would have to
+     * start at pos, which is then not a letter, so only one start exists. */
+    size_t q = (!is_crlf(c) && !has(s, pos, F_L | F_N)) ? pos + 1 : pos;
+    size_t u = q, end = 0;
+    while (upper_ish(s, u))
+        u++;
+    if (lower_ish(s, u)) {
+        end = u; /* UPPER* then LOWER+ */
+        while (lower_ish(s, end))
+            end++;
+    } else {
+        /* UPPER* gives back until a LOWER can follow: the last lower-ish
+         * letter of the run ends the word. */
+        for (size_t k = u; k > q && !end; k--)
+            if (lower_ish(s, k - 1))
+                end = k;
+        if (!end && u > q)
+            end = u; /* UPPER+ LOWER* (LOWER* is empty here) */
+    }
+    if (end) {
+        if (contractions)
+            end += contraction(s, end, true);
+        return end - pos;
+    }
+    if (has(s, pos, F_N)) {
+        size_t j = pos;
+        while (has(s, j, F_N) && j - pos < max_digits)
             j++;
         return j - pos;
     }
-    size_t ws = 0, last_nl = 0;
-    while (has(s, pos + ws, F_WS)) {
-        if (is_crlf(s->cp[pos + ws]))
-            last_nl = ws + 1;
-        ws++;
-    }
-    if (last_nl)
-        return last_nl; /* \s*[\r\n]+ ends at the last line break */
-    if (ws > 1 && pos + ws < s->end)
-        return ws - 1;
-    return ws ? ws : 1;
+    return symbols_or_space(s, pos, true);
 }
+
+static size_t m_tekken(seg_t *s, size_t pos) { return cased_words(s, pos, 1, false); }
+static size_t m_gpt4o(seg_t *s, size_t pos) { return cased_words(s, pos, 3, true); }
 
 static size_t m_llama3(seg_t *s, size_t pos) { return llama3_like(s, pos, 3); }
 static size_t m_qwen2(seg_t *s, size_t pos) { return llama3_like(s, pos, 1); }
@@ -348,6 +412,8 @@ static const pretok_def_t DEFS[] = {
     {RN_PRE_DEEPSEEK_LLM,
      {m_crlf, m_dsl_letters, m_dsl_punct, m_ws_end, m_cjk, m_num_run}},
     {RN_PRE_DEEPSEEK_CODER, {m_crlf, m_ds_letters, m_ds_punct, m_cjk, m_num1}},
+    {RN_PRE_TEKKEN, {m_tekken}},
+    {RN_PRE_GPT4O, {m_gpt4o}},
     {RN_PRE_PORO, {m_poro}},
     {RN_PRE_VIKING, {m_poro, m_num1}},
 };
@@ -408,6 +474,11 @@ static const pre_name_t NAMES[] = {
     {"falcon", RN_PRE_FALCON, false, false, false},
     {"deepseek-llm", RN_PRE_DEEPSEEK_LLM, false, false, false},
     {"deepseek-coder", RN_PRE_DEEPSEEK_CODER, false, false, false},
+    {"tekken", RN_PRE_TEKKEN, true, true, false},
+    {"gpt-4o", RN_PRE_GPT4O, false, false, false},
+    {"llama4", RN_PRE_GPT4O, false, false, false},
+    {"kanana2", RN_PRE_GPT4O, false, false, false},
+    {"minimax-m2", RN_PRE_GPT4O, false, false, false},
     {"poro-chat", RN_PRE_PORO, false, false, false},
     {"bloom", RN_PRE_PORO, false, false, false},
     {"gpt3-finnish", RN_PRE_PORO, false, false, false},

@@ -242,7 +242,7 @@ typedef enum mut {
     M_NONE, M_NO_MODEL, M_MODEL_U32, M_MODEL_T5, M_MODEL_BERT, M_NO_TOKENS,
     M_TOKENS_U32, M_TOKENS_EMPTY, M_SCORES_SHORT, M_SCORES_STR, M_TYPE_9,
     M_TYPE_NEG, M_TYPES_SHORT, M_BOS_RANGE, M_EOS_NEG, M_BOS_STR, M_PAD_RANGE,
-    M_ADD_BOS_U8, M_TOKEN_HUGE, M_NO_SPACE_PREFIX, M_ADD_EOS,
+    M_ADD_BOS_U8, M_TOKEN_HUGE, M_NO_SPACE_PREFIX, M_ADD_EOS, M_EOS_NONE,
     /* BPE only */
     M_NO_MERGES, M_MERGE_NOSEP, M_MERGES_U32, M_PRE_UNKNOWN, M_PRE_U32,
     M_PRE_LLAMA3, M_ADD_EOS_NO_EOS, M_EOT_KEY,
@@ -324,7 +324,9 @@ static void *spm_vocab(mut_t m, size_t *len)
     else
         cr_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", S_BOS, &e);
     if (m == M_EOS_NEG)
-        cr_gguf_writer_add_i32(w, "tokenizer.ggml.eos_token_id", -1, &e);
+        cr_gguf_writer_add_i32(w, "tokenizer.ggml.eos_token_id", -5, &e);
+    else if (m == M_EOS_NONE)
+        cr_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", UINT32_MAX, &e);
     else
         cr_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", S_EOS, &e);
     cr_gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", S_UNK, &e);
@@ -569,6 +571,10 @@ static void test_spm_memory(void)
         CHECK_IDS(tok, "ab", false, false, S_SPAB);
     }
     rn_tokenizer_destroy(&tok);
+    /* eos 0xFFFFFFFF means "none": llama's default (2) stays. */
+    tok = spm_tok(M_EOS_NONE);
+    CHECK(tok && rn_tokenizer_eos(tok) == S_EOS);
+    rn_tokenizer_destroy(&tok);
     /* An out-of-range padding id is ignored, not fatal. */
     tok = spm_tok(M_PAD_RANGE);
     CHECK(tok && rn_tokenizer_pad(tok) == -1);
@@ -654,8 +660,92 @@ static void check_split(rn_pre_t pre, const char *text, const char *want)
     free(ends);
 }
 
+/* Splits of three mixed strings by every pre-tokenizer, as llama.cpp's
+ * regex path produces them (generated with a Python re-implementation of
+ * its category-collapsing std::regex splitter, which agreed with this
+ * module on 54,000 random strings). */
+static const struct {
+    rn_pre_t pre;
+    const char *text, *want;
+} SPLITS[] = {
+        {RN_PRE_DEFAULT, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
+         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'|ve| |123|45|/|x|\x0a" "\x0a" " | ok"},
+        {RN_PRE_DEFAULT, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
+         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "|x|+=|y|;| |$|1|,|000|.|50|!!| |\xe3\x80\x80" "|z"},
+        {RN_PRE_DEFAULT, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
+         "They|'|RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "|b| |\xc2\xb2" "\xd9\xa3" "| \x09" "\x0d" "|\x0a" "|end|.|  "},
+        {RN_PRE_LLAMA3, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
+         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'ve| |123|45|/x|\x0a" "\x0a" "| | ok"},
+        {RN_PRE_LLAMA3, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
+         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "x|+=|y|;| $|1|,|000|.|50|!!| |\xe3\x80\x80" "z"},
+        {RN_PRE_LLAMA3, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
+         "They|'RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "b| |\xc2\xb2" "\xd9\xa3" "| \x09" "\x0d" "\x0a" "|end|.|  "},
+        {RN_PRE_QWEN2, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
+         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'ve| |1|2|3|4|5|/x|\x0a" "\x0a" "| | ok"},
+        {RN_PRE_QWEN2, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
+         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "x|+=|y|;| $|1|,|0|0|0|.|5|0|!!| |\xe3\x80\x80" "z"},
+        {RN_PRE_QWEN2, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
+         "They|'RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "b| |\xc2\xb2" "|\xd9\xa3" "| \x09" "\x0d" "\x0a" "|end|.|  "},
+        {RN_PRE_GPT2, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
+         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'ve| 12345|/|x|\x0a" "\x0a" " | ok"},
+        {RN_PRE_GPT2, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
+         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "|x|+=|y|;| $|1|,|000|.|50|!!| |\xe3\x80\x80" "|z"},
+        {RN_PRE_GPT2, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
+         "They|'|RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "|b| \xc2\xb2" "\xd9\xa3" "| \x09" "\x0d" "|\x0a" "|end|.|  "},
+        {RN_PRE_STARCODER, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
+         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'ve| |1|2|3|4|5|/|x|\x0a" "\x0a" " | ok"},
+        {RN_PRE_STARCODER, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
+         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "|x|+=|y|;| $|1|,|0|0|0|.|5|0|!!| |\xe3\x80\x80" "|z"},
+        {RN_PRE_STARCODER, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
+         "They|'|RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "|b| |\xc2\xb2" "|\xd9\xa3" "| \x09" "\x0d" "|\x0a" "|end|.|  "},
+        {RN_PRE_FALCON, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
+         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'|ve| |123|45|/|x|\x0a" "\x0a" " | ok"},
+        {RN_PRE_FALCON, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
+         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "|x|+=|y|;| |$|1|,|000|.|50|!!| |\xe3\x80\x80" "|z"},
+        {RN_PRE_FALCON, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
+         "They|'|RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "|b| \xc2\xb2" "\xd9\xa3" "| \x09" "\x0d" "|\x0a" "|end|.|  "},
+        {RN_PRE_DEEPSEEK_LLM, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
+         "HELLOworld| HeLLo| \xc3\x89" "|COLEs| I|'|ve| |12345|/|x|\x0a" "|\x0a" "| | ok"},
+        {RN_PRE_DEEPSEEK_LLM, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
+         "caf|\xc3\xa9" "| |\xe4\xb8\xad" "\xe6\x96\x87" "| |\xea\xb0\x80" "|\xc2\xa0" "x|+=|y|;| $|1|,|000|.|50|!!| |\xe3\x80\x80" "z"},
+        {RN_PRE_DEEPSEEK_LLM, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
+         "They|'|RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "|b| |\xc2\xb2" "\xd9\xa3" "| \x09" "|\x0d" "|\x0a" "|end|.|  "},
+        {RN_PRE_DEEPSEEK_CODER, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
+         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'|ve| |1|2|3|4|5|/|x|\x0a" "|\x0a" "| | ok"},
+        {RN_PRE_DEEPSEEK_CODER, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
+         "caf\xc3\xa9" "| |\xe4\xb8\xad" "\xe6\x96\x87" "| |\xea\xb0\x80" "|\xc2\xa0" "x|+=|y|;| $|1|,|0|0|0|.|5|0|!!| |\xe3\x80\x80" "z"},
+        {RN_PRE_DEEPSEEK_CODER, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
+         "They|'|RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "|b| |\xc2\xb2" "|\xd9\xa3" "| \x09" "|\x0d" "|\x0a" "|end|.|  "},
+        {RN_PRE_TEKKEN, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
+         "HELLOworld| He|LLo| \xc3\x89" "COLEs| I|'ve| |1|2|3|4|5|/x|\x0a" "\x0a" "| | ok"},
+        {RN_PRE_TEKKEN, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
+         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "x|+=|y|;| $|1|,|0|0|0|.|5|0|!!| |\xe3\x80\x80" "z"},
+        {RN_PRE_TEKKEN, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
+         "They|'RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "b| |\xc2\xb2" "|\xd9\xa3" "| \x09" "\x0d" "\x0a" "|end|.|  "},
+        {RN_PRE_GPT4O, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
+         "HELLOworld| He|LLo| \xc3\x89" "COLEs| I've| |123|45|/x|\x0a" "\x0a" "| | ok"},
+        {RN_PRE_GPT4O, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
+         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "x|+=|y|;| $|1|,|000|.|50|!!| |\xe3\x80\x80" "z"},
+        {RN_PRE_GPT4O, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
+         "They'RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "b| |\xc2\xb2" "\xd9\xa3" "| \x09" "\x0d" "\x0a" "|end|.|  "},
+        {RN_PRE_PORO, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
+         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I've| 12345/x|\x0a" "\x0a" " | ok"},
+        {RN_PRE_PORO, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
+         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "|x+=y;| $1|,|000|.|50|!! \xe3\x80\x80" "|z"},
+        {RN_PRE_PORO, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
+         "They'RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a\xcc\x81" "b| \xc2\xb2" "\xd9\xa3" "| \x09" "\x0d" "\x0a" "|end|.  "},
+        {RN_PRE_VIKING, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
+         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I've| |1|2|3|4|5|/x|\x0a" "\x0a" " | ok"},
+        {RN_PRE_VIKING, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
+         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "|x+=y;| $|1|,|0|0|0|.|5|0|!! \xe3\x80\x80" "|z"},
+        {RN_PRE_VIKING, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
+         "They'RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a\xcc\x81" "b| |\xc2\xb2" "|\xd9\xa3" "| \x09" "\x0d" "\x0a" "|end|.  "},
+};
+
 static void test_pretok(void)
 {
+    for (size_t i = 0; i < CR_ARRAY_LEN(SPLITS); i++)
+        check_split(SPLITS[i].pre, SPLITS[i].text, SPLITS[i].want);
     check_split(RN_PRE_QWEN2, "abc 12345 x", "abc| |1|2|3|4|5| x");
     check_split(RN_PRE_LLAMA3, "abc 12345 x", "abc| |123|45| x");
     check_split(RN_PRE_LLAMA3, "I'M here\n\n  ok", "I|'M| here|\n\n| | ok");
@@ -664,6 +754,8 @@ static void test_pretok(void)
     check_split(RN_PRE_VIKING, "ab12 c", "ab|1|2| c");
     check_split(RN_PRE_DEFAULT, "a+=b 1234", "a|+=|b| |123|4");
     check_split(RN_PRE_STARCODER, "x12", "x|1|2");
+    check_split(RN_PRE_TEKKEN, "HELLOworld HeLLo abc/d\n", "HELLOworld| He|LLo| abc|/d|\n");
+    check_split(RN_PRE_GPT4O, "HELLO'S they'RE 12345", "HELLO'S| they'RE| |123|45");
     /* deepseek-llm's punctuation class spans the ASCII letters, so a word
      * ending in a non-ASCII letter splits there. */
     check_split(RN_PRE_DEEPSEEK_LLM, "caf\xc3\xa9 ok  ", "caf|\xc3\xa9| ok|  ");
@@ -734,7 +826,7 @@ static void test_corrupt(void)
         {"token type -1", false, M_TYPE_NEG, CR_E_CORRUPT, "tokenizer.ggml.token_type[262]"},
         {"token types short", false, M_TYPES_SHORT, CR_E_CORRUPT, "tokenizer.ggml.token_type has"},
         {"bos out of range", false, M_BOS_RANGE, CR_E_CORRUPT, "bos_token_id"},
-        {"eos negative", false, M_EOS_NEG, CR_E_CORRUPT, "eos_token_id = -1"},
+        {"eos negative", false, M_EOS_NEG, CR_E_CORRUPT, "eos_token_id = -5"},
         {"bos a string", false, M_BOS_STR, CR_E_CORRUPT, "bos_token_id"},
         {"add_bos not a bool", false, M_ADD_BOS_U8, CR_E_CORRUPT, "add_bos_token"},
         {"token too long", false, M_TOKEN_HUGE, CR_E_TOO_LARGE, "tokenizer.ggml.tokens[267]"},
@@ -758,7 +850,7 @@ static void test_corrupt(void)
         free(data);
     }
     CHECK(rn_tokenizer_pre_supported("llama-bpe") && rn_tokenizer_pre_supported(NULL) &&
-          rn_tokenizer_pre_supported("qwen2") && !rn_tokenizer_pre_supported("tekken"));
+          rn_tokenizer_pre_supported("qwen2") && rn_tokenizer_pre_supported("tekken") && !rn_tokenizer_pre_supported("deepseek-v3"));
 }
 
 /* ---- testdata: specials, streaming, hostile input --------------------------- */
@@ -994,6 +1086,90 @@ static void test_hostile_real(const char *root)
     }
 }
 
+/* Parses whitespace-separated ids; returns how many (at most cap). */
+static size_t parse_ids(const char *s, int32_t *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = s; *p && n < cap;) {
+        char *q;
+        long v = strtol(p, &q, 10);
+        if (q == p)
+            break;
+        out[n++] = (int32_t)v;
+        p = q;
+    }
+    return n;
+}
+
+/* The models' own vocabularies against llama.cpp's reference runs: the
+ * prompt's ids (BOS added, specials parsed) and the generated text. */
+static void test_models_real(const char *root)
+{
+    static const char *models[][2] = {
+        {"stories260K.gguf", "stories260K-F32"},
+        {"tiny-spm-f16.gguf", "tiny-spm-f16"},
+    };
+    for (size_t m = 0; m < CR_ARRAY_LEN(models); m++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/models/%s", root, models[m][0]);
+        cr_gguf_t *g = NULL;
+        rn_tokenizer_t *tok = NULL;
+        cr_err_t err;
+        if (cr_gguf_open(path, &g, &err) || rn_tokenizer_load(g, &tok, &err)) {
+            CHECK_MSG(false, "%s: %s", models[m][0], err.msg);
+            cr_gguf_close(&g);
+            continue;
+        }
+        cr_gguf_close(&g); /* the tokenizer keeps its own copy */
+        size_t len = 0;
+        snprintf(path, sizeof path, "%s/reference/%s/ref.prompt_ids.txt", root, models[m][1]);
+        char *txt = read_file(path, &len);
+        int32_t want[64], gen[256];
+        size_t nw = txt ? parse_ids(txt, want, 64) : 0;
+        free(txt);
+        const char *prompt = "Once upon a time";
+        size_t n = 0;
+        int32_t *got = enc(tok, prompt, strlen(prompt), true, true, &n);
+        CHECK_MSG(got && nw > 1 && ids_eq(got, n, want, nw), "%s: prompt ids", models[m][0]);
+        free(got);
+
+        snprintf(path, sizeof path, "%s/reference/%s/ref.greedy_ids.txt", root, models[m][1]);
+        txt = read_file(path, &len);
+        size_t ng = txt ? parse_ids(txt, gen, 256) : 0;
+        free(txt);
+        snprintf(path, sizeof path, "%s/reference/%s/ref.greedy_text.txt", root, models[m][1]);
+        char *want_text = read_file(path, &len);
+        size_t dl = 0;
+        char *d = dec(tok, gen, ng, 0, &dl);
+        CHECK_MSG(d && want_text && ng > 10 && dl == len && !memcmp(d, want_text, len),
+                  "%s: generated text differs:\n  got  \"%s\"\n  want \"%s\"", models[m][0],
+                  d ? d : "", want_text ? want_text : "");
+        /* The stream gives the same text (the reference is valid UTF-8). */
+        rn_detok_t *ds = rn_detok_new(tok, 0);
+        cr_buf_t b;
+        cr_buf_init(&b, 1 << 20);
+        for (size_t i = 0; ds && i < ng; i++) {
+            const char *c;
+            size_t cl;
+            if (!rn_detok_push(ds, gen[i], &c, &cl, &err))
+                cr_buf_append(&b, c, cl);
+        }
+        if (ds) {
+            const char *c;
+            size_t cl;
+            rn_detok_flush(ds, &c, &cl);
+            cr_buf_append(&b, c, cl);
+        }
+        CHECK_MSG(want_text && b.len == len && !memcmp(b.data, want_text, len),
+                  "%s: streamed text differs", models[m][0]);
+        cr_buf_free(&b);
+        rn_detok_destroy(&ds);
+        free(d);
+        free(want_text);
+        rn_tokenizer_destroy(&tok);
+    }
+}
+
 int main(void)
 {
     test_spm_memory();
@@ -1011,5 +1187,7 @@ int main(void)
     test_specials_real(root);
     test_stream_real(root);
     test_hostile_real(root);
+    if (check_testdata("models/stories260K.gguf"))
+        test_models_real(root);
     return check_finish("test_tokenizer");
 }
