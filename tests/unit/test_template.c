@@ -1,0 +1,509 @@
+/* test_template.c: the Go text/template subset (services/runner/template.h):
+ * each construct, Go's printing and JSON rules, Ollama's touch-ups (the
+ * appended {{ .Response }}, Vars, the legacy cut, tag inference), and
+ * hostile templates (parse errors, execution errors, bombs), each named. */
+#include "lib/prelude.h"
+#include "lib/buf.h"
+#include "services/runner/template.h"
+#include "tests/unit/check.h"
+
+#include <time.h>
+
+#define OUT_MAX (1u << 20)
+
+/* Renders tmpl over JSON data (ints kept, key order kept unless sorted);
+ * returns the status; *out gets the output (caller frees) on success. */
+static cr_status_t render_opts(const char *tmpl, const char *json, unsigned json_opts,
+                               const rn_tmpl_opts_t *opts, size_t max_out, char **out,
+                               cr_err_t *err)
+{
+    *out = NULL;
+    rn_val_t *data = rn_val_nil();
+    if (json) {
+        json_error_t je;
+        json_t *j = json_loads(json, JSON_DECODE_ANY, &je);
+        if (!j) {
+            fprintf(stderr, "bad test JSON: %s: %s\n", json, je.text);
+            return CR_E_INTERNAL;
+        }
+        cr_status_t st = rn_val_from_json(j, json_opts, &data, err);
+        json_decref(j);
+        if (st)
+            return st;
+    }
+    rn_tmpl_t *t = NULL;
+    cr_status_t st = rn_tmpl_parse_plain(tmpl, strlen(tmpl), &t, err);
+    if (!st) {
+        cr_buf_t b;
+        cr_buf_init(&b, max_out);
+        st = rn_tmpl_exec(t, data, opts, &b, err);
+        if (!st)
+            *out = cr_buf_steal(&b);
+        cr_buf_free(&b);
+    }
+    rn_tmpl_destroy(&t);
+    rn_val_destroy(&data);
+    return st;
+}
+
+static void check_render_at(int line, const char *tmpl, const char *json, const char *want)
+{
+    cr_err_t err;
+    char *out = NULL;
+    cr_status_t st = render_opts(tmpl, json, RN_JSON_KEEP_INTS | RN_JSON_ORDERED, NULL, OUT_MAX,
+                                 &out, &err);
+    if (st == CR_OK && out && !strcmp(out, want)) {
+        check_passed_g++;
+    } else {
+        check_failed_g++;
+        fprintf(stderr, "FAIL %s:%d: template %s\n  got:  \"%s\"\n  want: \"%s\"\n  err:  %s\n",
+                __FILE__, line, tmpl, out ? out : "(null)", want, st ? err.msg : "");
+    }
+    free(out);
+}
+
+/* Expects an error with the status and a message containing substr. */
+static void check_error_at(int line, const char *tmpl, const char *json, cr_status_t want_st,
+                           const char *substr)
+{
+    cr_err_t err;
+    char *out = NULL;
+    cr_status_t st = render_opts(tmpl, json, RN_JSON_KEEP_INTS | RN_JSON_ORDERED, NULL, OUT_MAX,
+                                 &out, &err);
+    if (st == want_st && strstr(err.msg, substr)) {
+        check_passed_g++;
+    } else {
+        check_failed_g++;
+        fprintf(stderr, "FAIL %s:%d: template %s\n  status %d (%s), want %d\n  msg \"%s\"\n"
+                        "  want substring \"%s\"\n  out \"%s\"\n",
+                __FILE__, line, tmpl, st, cr_status_str(st), want_st, st ? err.msg : "", substr,
+                out ? out : "");
+    }
+    free(out);
+}
+
+#define CHECK_RENDER(tmpl, json, want) check_render_at(__LINE__, tmpl, json, want)
+#define CHECK_ERROR(tmpl, json, st, substr) check_error_at(__LINE__, tmpl, json, st, substr)
+
+static const char *DATA =
+    "{\"s\":\"str\",\"n\":3,\"f\":1.5,\"t\":true,\"no\":false,\"z\":0,\"e\":\"\","
+    "\"l\":[\"a\",\"b\"],\"nums\":[1,2,3,4,5],\"empty\":[],\"m\":{\"b\":1,\"a\":2},"
+    "\"a\":{\"b\":\"c\"},\"objs\":[{\"name\":\"x\"},{\"name\":\"y\"}],"
+    "\"nested\":[[1,2],[3,4]],\"null\":null}";
+
+static void test_text_and_trim(void)
+{
+    CHECK_RENDER("plain text", NULL, "plain text");
+    CHECK_RENDER("", NULL, "");
+    CHECK_RENDER("a  {{- 1 -}}  b", NULL, "a1b");
+    CHECK_RENDER("a \n\t{{- 1 }} b", NULL, "a1 b");
+    CHECK_RENDER("a {{ 1 -}} \n b", NULL, "a 1b");
+    CHECK_RENDER("{{ 3 }} {{- 4 }}", NULL, "34");
+    CHECK_RENDER("{{-3}}", NULL, "-3"); /* no space after '-': a number */
+    CHECK_RENDER("{{ 3 -}}\n\n{{- 4 }}", NULL, "34");
+    CHECK_RENDER("x\n{{- \"y\" }}\n", NULL, "xy\n");
+    CHECK_RENDER("a {{/* comment */}} b", NULL, "a  b");
+    CHECK_RENDER("a {{- /* comment\nspanning */ -}} b", NULL, "ab");
+    CHECK_RENDER("{{/* c */}}", NULL, "");
+    CHECK_RENDER("{{ \"{{ not an action }}\" }}", NULL, "{{ not an action }}");
+    CHECK_RENDER("a}}b", NULL, "a}}b");
+    CHECK_RENDER("{{\n.s\n}}", DATA, "str"); /* newlines inside an action */
+}
+
+static void test_fields(void)
+{
+    CHECK_RENDER("{{ .s }}", DATA, "str");
+    CHECK_RENDER("{{.a.b}}", DATA, "c");
+    CHECK_RENDER("{{ .missing }}", DATA, "<no value>");
+    CHECK_RENDER("{{ .a.missing }}", DATA, "<no value>");
+    CHECK_RENDER("{{ .null }}", DATA, "<no value>");
+    CHECK_RENDER("{{ .l }}", DATA, "[a b]");
+    CHECK_RENDER("{{ .m }}", DATA, "map[b:1 a:2]"); /* ordered map keeps order */
+    CHECK_RENDER("{{ .f }} {{ .n }} {{ .t }}", DATA, "1.5 3 true");
+    CHECK_RENDER("{{ . }}", "\"top\"", "top");
+    CHECK_RENDER("{{ with .a }}{{ .b }}{{ end }}", DATA, "c");
+    CHECK_RENDER("{{ $.a.b }}", DATA, "c");
+    CHECK_RENDER("{{ (index .objs 1).name }}", DATA, "y");
+    CHECK_RENDER("{{ range .objs }}{{ .name }}{{ end }}", DATA, "xy");
+    CHECK_ERROR("{{ .missing.deeper }}", DATA, CR_E_INVALID,
+                "template: :1:3: executing \"\" at <.missing.deeper>: nil pointer evaluating "
+                "interface {}.deeper");
+    CHECK_ERROR("{{ .s.x }}", DATA, CR_E_INVALID,
+                "can't evaluate field x in type interface {}");
+    CHECK_ERROR("{{ with .s }}{{ .x }}{{ end }}", DATA, CR_E_INVALID,
+                "executing \"\" at <.x>: can't evaluate field x in type string");
+    CHECK_ERROR("{{ .l.x }}", DATA, CR_E_INVALID, "can't evaluate field x");
+    CHECK_ERROR("{{ .s 1 }}", DATA, CR_E_INVALID, "s is not a method but has arguments");
+    CHECK_ERROR("{{ 1 | .s }}", DATA, CR_E_INVALID, "s is not a method but has arguments");
+}
+
+static void test_if_else(void)
+{
+    CHECK_RENDER("{{ if .t }}T{{ end }}", DATA, "T");
+    CHECK_RENDER("{{ if .no }}T{{ else }}F{{ end }}", DATA, "F");
+    CHECK_RENDER("{{ if .no }}1{{ else if .z }}2{{ else if .s }}3{{ else }}4{{ end }}", DATA,
+                 "3");
+    CHECK_RENDER("{{ if .no }}1{{ else if .z }}2{{ else }}4{{ end }}", DATA, "4");
+    /* Go's truth: 0, "", empty list, nil, missing are false; maps by len. */
+    CHECK_RENDER("{{ if .z }}y{{ end }}{{ if .e }}y{{ end }}{{ if .empty }}y{{ end }}"
+                 "{{ if .null }}y{{ end }}{{ if .missing }}y{{ end }}{{ if .m }}m{{ end }}"
+                 "{{ if .f }}f{{ end }}{{ if .nums }}l{{ end }}",
+                 DATA, "mfl");
+    CHECK_RENDER("{{ with .missing }}x{{ else }}none{{ end }}", DATA, "none");
+    CHECK_RENDER("{{ with .missing }}x{{ else with .s }}{{ . }}{{ end }}", DATA, "str");
+    CHECK_RENDER("{{ if $x := .s }}{{ $x }}{{ end }}", DATA, "str");
+}
+
+static void test_range(void)
+{
+    CHECK_RENDER("{{ range $i, $e := .l }}{{ $i }}={{ $e }};{{ end }}", DATA, "0=a;1=b;");
+    CHECK_RENDER("{{ range $e := .l }}{{ $e }}{{ end }}", DATA, "ab");
+    CHECK_RENDER("{{ range .l }}{{ . }}{{ else }}empty{{ end }}", DATA, "ab");
+    CHECK_RENDER("{{ range .empty }}{{ . }}{{ else }}empty{{ end }}", DATA, "empty");
+    CHECK_RENDER("{{ range .missing }}{{ . }}{{ else }}none{{ end }}", DATA, "none");
+    CHECK_RENDER("{{ range $k, $v := .m }}{{ $k }}{{ $v }}{{ end }}", DATA, "b1a2");
+    CHECK_RENDER("{{ range .nums }}{{ if eq . 2 }}{{ continue }}{{ end }}"
+                 "{{ if eq . 4 }}{{ break }}{{ end }}{{ . }}{{ end }}",
+                 DATA, "13");
+    CHECK_RENDER("{{ range 3 }}{{ . }}{{ end }}", NULL, "012");
+    CHECK_RENDER("{{ range $i := 2 }}{{ $i }}{{ end }}", NULL, "01");
+    CHECK_RENDER("{{ range 0 }}x{{ else }}zero{{ end }}", NULL, "zero");
+    CHECK_RENDER("{{ range .nested }}{{ range . }}{{ . }}{{ end }}|{{ end }}", DATA, "12|34|");
+    CHECK_RENDER("{{ range $i, $_ := .l }}{{ $.s }}{{ $i }}{{ end }}", DATA, "str0str1");
+    /* Assigning range: with =, existing variables take index and element. */
+    CHECK_RENDER("{{ $i := 9 }}{{ $e := 9 }}{{ range $i, $e = .l }}{{ end }}{{ $i }}{{ $e }}",
+                 DATA, "1b");
+    CHECK_ERROR("{{ range .s }}{{ end }}", DATA, CR_E_INVALID, "range can't iterate over str");
+    CHECK_ERROR("{{ range $i, $e := 3 }}{{ end }}", NULL, CR_E_INVALID,
+                "can't use 3 to iterate over more than one variable");
+}
+
+static void test_variables(void)
+{
+    CHECK_RENDER("{{ $x := 1 }}{{ if true }}{{ $x = 2 }}{{ $y := 3 }}{{ end }}{{ $x }}", NULL,
+                 "2");
+    CHECK_RENDER("{{ $x := \"outer\" }}{{ range .l }}{{ $x := . }}{{ $x }}{{ end }}{{ $x }}",
+                 DATA, "abouter");
+    CHECK_RENDER("{{ $x := .l }}{{ len $x }}", DATA, "2");
+    CHECK_RENDER("{{ $ }}", "7", "7");
+    CHECK_RENDER("{{ $x := 1 }}{{ $x }}{{ $x := 2 }}{{ $x }}", NULL, "12");
+    CHECK_ERROR("{{ if true }}{{ $y := 3 }}{{ end }}{{ $y }}", NULL, CR_E_INVALID,
+                "template: :1: undefined variable \"$y\"");
+    CHECK_ERROR("{{ $nope }}", NULL, CR_E_INVALID, "undefined variable \"$nope\"");
+    CHECK_ERROR("{{ $z = 1 }}", NULL, CR_E_INVALID, "undefined variable: $z");
+}
+
+static void test_comparisons(void)
+{
+    CHECK_RENDER("{{ eq 1 2 3 1 }} {{ eq 1 2 3 }} {{ eq \"a\" \"a\" }}", NULL,
+                 "true false true");
+    CHECK_RENDER("{{ ne 1 2 }} {{ lt 1 2 }} {{ le 2 2 }} {{ gt \"b\" \"a\" }} {{ ge 1.5 2.5 }}",
+                 NULL, "true true true true false");
+    CHECK_RENDER("{{ eq .missing \"a\" }} {{ eq .s \"str\" }} {{ eq .t true }}", DATA,
+                 "false true true");
+    CHECK_RENDER("{{ if eq .n 1 2 3 }}yes{{ end }}", DATA, "yes");
+    CHECK_ERROR("{{ eq 1 \"a\" }}", NULL, CR_E_INVALID,
+                "at <eq 1 \"a\">: error calling eq: incompatible types for comparison");
+    CHECK_ERROR("{{ lt 1 1.5 }}", NULL, CR_E_INVALID, "incompatible types for comparison");
+    CHECK_ERROR("{{ lt .l .l }}", DATA, CR_E_INVALID, "invalid type for comparison");
+    CHECK_ERROR("{{ lt true false }}", NULL, CR_E_INVALID, "invalid type for comparison");
+    CHECK_ERROR("{{ eq 1 }}", NULL, CR_E_INVALID, "missing argument for comparison");
+    CHECK_ERROR("{{ eq .l .l }}", DATA, CR_E_INVALID, "non-comparable");
+    CHECK_ERROR("{{ ne 1 }}", NULL, CR_E_INVALID, "wrong number of args for ne: want 2 got 1");
+}
+
+static void test_and_or_not(void)
+{
+    CHECK_RENDER("{{ and 1 0 2 }}|{{ and 1 2 }}|{{ or 0 \"\" \"x\" }}|{{ or 0 \"\" }}|", NULL,
+                 "0|2|x||");
+    /* Short-circuit: the failing index is never evaluated. */
+    CHECK_RENDER("{{ or 1 (index .l 99) }} {{ and 0 (index .l 99) }}", DATA, "1 0");
+    CHECK_RENDER("{{ not 0 }} {{ not .s }} {{ not .missing }}", DATA, "true false true");
+    CHECK_RENDER("{{ if and .t .s }}both{{ end }}{{ if or .no .z }}x{{ else }}neither{{ end }}",
+                 DATA, "bothneither");
+    CHECK_RENDER("{{ 0 | or 5 }} {{ 5 | and 6 }}", NULL, "5 5");
+    CHECK_ERROR("{{ and 1 (index .l 99) }}", DATA, CR_E_INVALID, "index out of range: 99");
+    CHECK_ERROR("{{ and }}", NULL, CR_E_INVALID, "wrong number of args for and: want at least 1");
+    CHECK_ERROR("{{ not 1 2 }}", NULL, CR_E_INVALID, "wrong number of args for not: want 1 got 2");
+}
+
+static void test_len_index_slice(void)
+{
+    CHECK_RENDER("{{ len .l }} {{ len \"h\xc3\xa9llo\" }} {{ len .m }} {{ len .empty }}", DATA,
+                 "2 6 2 0");
+    CHECK_RENDER("{{ index .l 1 }} {{ index .m \"a\" }} {{ index .nested 1 0 }}", DATA, "b 2 3");
+    CHECK_RENDER("{{ index .m \"zz\" }}", DATA, "<no value>");
+    CHECK_RENDER("{{ index \"abc\" 1 }}", NULL, "98");
+    CHECK_RENDER("{{ index .l }}", DATA, "[a b]");
+    CHECK_RENDER("{{ slice .l 1 }} {{ slice .nums 1 3 }} {{ slice .nums }}", DATA,
+                 "[b] [2 3] [1 2 3 4 5]");
+    CHECK_RENDER("{{ slice \"hello\" 1 3 }} {{ slice \"hello\" 2 }}", NULL, "el llo");
+    CHECK_RENDER("{{ len (slice .nums 3) }} {{ slice .nums 2 2 }}", DATA, "2 []");
+    CHECK_RENDER("{{ slice .nums 1 2 3 }}", DATA, "[2]");
+    CHECK_ERROR("{{ len 3 }}", NULL, CR_E_INVALID, "error calling len: len of type int");
+    CHECK_ERROR("{{ len .missing }}", DATA, CR_E_INVALID, "len of nil pointer");
+    CHECK_ERROR("{{ index .l 5 }}", DATA, CR_E_INVALID,
+                "at <index .l 5>: error calling index: index out of range: 5");
+    CHECK_ERROR("{{ index .l 2 }}", DATA, CR_E_INVALID, "error calling index");
+    CHECK_ERROR("{{ index .l -1 }}", DATA, CR_E_INVALID, "index out of range: -1");
+    CHECK_ERROR("{{ index .l \"x\" }}", DATA, CR_E_INVALID,
+                "cannot index slice/array with type string");
+    CHECK_ERROR("{{ index .m 1 }}", DATA, CR_E_INVALID, "value has type int; should be string");
+    CHECK_ERROR("{{ index .missing 1 }}", DATA, CR_E_INVALID, "index of untyped nil");
+    CHECK_ERROR("{{ index .n 1 }}", DATA, CR_E_INVALID, "can't index item of type int");
+    CHECK_ERROR("{{ slice .nums 2 1 }}", DATA, CR_E_INVALID, "invalid slice index: 2 > 1");
+    CHECK_ERROR("{{ slice .nums 9 }}", DATA, CR_E_INVALID, "index out of range: 9");
+    CHECK_ERROR("{{ slice \"abc\" 0 1 2 }}", NULL, CR_E_INVALID, "cannot 3-index slice a string");
+    CHECK_ERROR("{{ slice .m 1 }}", DATA, CR_E_INVALID, "can't slice item of type");
+    CHECK_ERROR("{{ slice .missing }}", DATA, CR_E_INVALID, "slice of untyped nil");
+}
+
+static void test_print_printf(void)
+{
+    CHECK_RENDER("{{ printf \"%d-%s-%v-%5.2f|%-4s|%04d|%q|%x|%X|%o|%b\" 42 \"hi\" true 3.14159 "
+                 "\"ab\" 7 \"q\\\"\" 255 255 8 5 }}",
+                 NULL, "42-hi-true- 3.14|ab  |0007|\"q\\\"\"|ff|FF|10|101");
+    CHECK_RENDER("{{ printf \"%d\" \"x\" }}", NULL, "%!d(string=x)");
+    CHECK_RENDER("{{ printf \"%s %s\" \"a\" }}", NULL, "a %!s(MISSING)");
+    CHECK_RENDER("{{ printf \"%s\" \"a\" \"b\" 1 }}", NULL, "a%!(EXTRA string=b, int=1)");
+    CHECK_RENDER("{{ printf \"%v|%s\" .l .l }}", DATA, "[a b]|[a b]");
+    CHECK_RENDER("{{ printf \"%v %v %v %v\" 1e6 123456.0 0.00001 1e21 }}", NULL,
+                 "1e+06 123456 1e-05 1e+21");
+    CHECK_RENDER("{{ printf \"%.3e|%g|%.2g|%+d|% d|%+.1f\" 1234.5678 0.5 1234.5 5 5 2.25 }}",
+                 NULL, "1.235e+03|0.5|1.2e+03|+5| 5|+2.2");
+    CHECK_RENDER("{{ printf \"%5s|%-5d|%05.1f|%x|% x|%#x\" \"ab\" 3 -2.5 \"hi\" \"hi\" 255 }}",
+                 NULL, "   ab|3    |-02.5|6869|68 69|0xff");
+    CHECK_RENDER("{{ printf \"%c%c|%q|%U|%t|%%|%.2s\" 72 233 'x' 0x1F600 true \"h\xc3\xa9llo\" }}",
+                 NULL, "H\xc3\xa9|'x'|U+1F600|true|%|h\xc3\xa9");
+    CHECK_RENDER("{{ printf \"%v %d\" .missing .missing }}", DATA, "<nil> %!d(<nil>)");
+    CHECK_RENDER("{{ printf \"%*d|%-*d|\" 4 7 3 8 }}", NULL, "   7|8  |");
+    CHECK_RENDER("{{ printf \"%d\" .nums }}", DATA, "[1 2 3 4 5]");
+    CHECK_RENDER("{{ printf \"%#q\" \"raw\" }}", NULL, "`raw`");
+    CHECK_RENDER("{{ printf \"%q\" \"tab\\there\\x01\" }}", NULL, "\"tab\\there\\x01\"");
+    CHECK_RENDER("{{ printf \"%T %T %T\" 1 \"s\" .l }}", DATA, "int string []interface {}");
+    CHECK_RENDER("{{ printf \"100%\" }}", NULL, "100%!(NOVERB)");
+    CHECK_RENDER("{{ print 1 2 \"a\" \"b\" 3 .missing }}", DATA, "1 2ab3 <nil>");
+    CHECK_RENDER("{{ println 1 \"a\" }}", NULL, "1 a\n");
+    CHECK_RENDER("{{ print }}", NULL, "");
+    CHECK_RENDER("{{ \"x\" | printf \"%s!\" }}", NULL, "x!");
+    CHECK_ERROR("{{ printf 1 }}", NULL, CR_E_INVALID, "expected string; got int");
+    CHECK_ERROR("{{ printf }}", NULL, CR_E_INVALID, "want at least 1 got 0");
+}
+
+static void test_escapers(void)
+{
+    CHECK_RENDER("{{ html \"<a href='x'>&\\\"\" }}", NULL, "&lt;a href=&#39;x&#39;&gt;&amp;&#34;");
+    CHECK_RENDER("{{ js \"a'b\\\"<=>&\\\\\\n\" }}", NULL,
+                 "a\\'b\\\"\\u003C\\u003D\\u003E\\u0026\\\\\\u000A");
+    CHECK_RENDER("{{ urlquery \"a b&c/\xc3\xa9~\" }}", NULL, "a+b%26c%2F%C3%A9~");
+    CHECK_RENDER("{{ html 1 \"<\" }}", NULL, "1&lt;");
+    CHECK_RENDER("{{ .s | html }}", DATA, "str");
+}
+
+static void test_json_func(void)
+{
+    /* Go map semantics (sorted keys, floats) and HTML-safe escaping. */
+    cr_err_t err;
+    char *out = NULL;
+    cr_status_t st = render_opts("{{ json .x }}",
+                                 "{\"x\":{\"b\":[1,2.5,\"s\",null,true],\"a\":\"<&>\\u2028\"}}", 0,
+                                 NULL, OUT_MAX, &out, &err);
+    CHECK_EQ_INT(st, CR_OK);
+    CHECK_EQ_STR(out, "{\"a\":\"\\u003c\\u0026\\u003e\\u2028\",\"b\":[1,2.5,\"s\",null,true]}");
+    free(out);
+    /* Ordered maps keep their key order. */
+    CHECK_RENDER("{{ json .m }}", DATA, "{\"b\":1,\"a\":2}");
+    CHECK_RENDER("{{ json .nested }} {{ json .s }} {{ json .missing }} {{ json 1.0 }}", DATA,
+                 "[[1,2],[3,4]] \"str\" null 1");
+    CHECK_RENDER("{{ json \"\\x01\\b\\f\\n\\r\\t\\\\\" }}", NULL,
+                 "\"\\u0001\\b\\f\\n\\r\\t\\\\\"");
+    CHECK_RENDER("{{ json \"\xff\" }}", NULL, "\"\\ufffd\"");
+    CHECK_ERROR("{{ json 1 2 }}", NULL, CR_E_INVALID, "wrong number of args for json: want 1 got 2");
+}
+
+static void test_pipelines_literals(void)
+{
+    CHECK_RENDER("{{ .l | len }} {{ 3 | eq 3 }} {{ (len .l) }}", DATA, "2 true 2");
+    CHECK_RENDER("{{ .a | printf \"%v\" | len }}", DATA, "8"); /* "map[b:c]" */
+    CHECK_RENDER("{{ \"a\\tb\\u00e9\\x41\\101\\\\\" }}", NULL, "a\tb\xc3\xa9" "AA\\");
+    CHECK_RENDER("{{ `x\\ny` }}", NULL, "x\\ny");
+    CHECK_RENDER("{{ 'a' }} {{ '\\n' }} {{ 0x1F }} {{ 1_000 }} {{ 1.5e3 }} {{ -2 }} {{ 0o17 }} "
+                 "{{ 0b101 }} {{ 017 }} {{ .5 }}",
+                 NULL, "97 10 31 1000 1500 -2 15 5 15 0.5");
+    CHECK_RENDER("{{ true }} {{ false }}", NULL, "true false");
+    CHECK_ERROR("{{ nil }}", NULL, CR_E_INVALID, "nil is not a command");
+    CHECK_ERROR("{{ \"a\" \"b\" }}", NULL, CR_E_INVALID, "can't give argument to non-function \"a\"");
+    CHECK_ERROR("{{ 1 | 2 }}", NULL, CR_E_INVALID, "non executable command in pipeline stage 2");
+    CHECK_ERROR("{{ 1.2.3 }}", NULL, CR_E_INVALID, "template: :1:");
+    CHECK_ERROR("{{ 99999999999999999999 }}", NULL, CR_E_INVALID, "overflows int");
+    CHECK_ERROR("{{ \"bad \\q escape\" }}", NULL, CR_E_INVALID, "invalid syntax");
+    CHECK_ERROR("{{ 3i }}", NULL, CR_E_INVALID, "illegal number syntax");
+}
+
+static void test_define_template_block(void)
+{
+    CHECK_RENDER("{{ define \"x\" }}[{{ . }}]{{ end }}{{ template \"x\" \"a\" }}{{ template \"x\" 1 }}",
+                 NULL, "[a][1]");
+    CHECK_RENDER("{{ block \"b\" .n }}<{{ . }}>{{ end }}", DATA, "<3>");
+    CHECK_RENDER("{{ define \"v\" }}{{ $ }}{{ end }}{{ $x := 1 }}{{ template \"v\" .s }}", DATA,
+                 "str");
+    CHECK_RENDER("{{ range .l }}{{ template \"t\" . }}{{ end }}{{ define \"t\" }}({{ . }}){{ end }}",
+                 DATA, "(a)(b)");
+    CHECK_ERROR("{{ template \"nope\" . }}", NULL, CR_E_INVALID, "template \"nope\" not defined");
+    /* Ollama refuses a template call without a pipeline at parse time. */
+    CHECK_ERROR("{{ define \"x\" }}a{{ end }}{{ template \"x\" }}", NULL, CR_E_INVALID,
+                "undefined template specified");
+    CHECK_ERROR("{{ define \"x\" }}a{{ end }}{{ define \"x\" }}b{{ end }}", NULL, CR_E_INVALID,
+                "multiple definition of template");
+    CHECK_ERROR("{{ if 1 }}{{ define \"x\" }}{{ end }}{{ end }}", NULL, CR_E_INVALID,
+                "unexpected <define>");
+    /* A defined template does not see the caller's variables. */
+    CHECK_ERROR("{{ define \"x\" }}{{ $v }}{{ end }}", NULL, CR_E_INVALID,
+                "undefined variable \"$v\"");
+}
+
+static void test_dates(void)
+{
+    rn_tmpl_opts_t o = {.now_unix = 1700000000}; /* 2023-11-14T22:13:20Z */
+    char *out = NULL;
+    cr_err_t err;
+    setenv("TZ", "UTC", 1);
+    tzset();
+    CHECK_EQ_INT(render_opts("{{ currentDate }} {{ yesterdayDate }} {{ currentDate \"fmt\" }}",
+                             NULL, 0, &o, OUT_MAX, &out, &err),
+                 CR_OK);
+    CHECK_EQ_STR(out, "2023-11-14 2023-11-13 2023-11-14");
+    free(out);
+    o.now_unix = 1704067200; /* 2024-01-01: yesterday crosses a year */
+    CHECK_EQ_INT(render_opts("{{ yesterdayDate }}", NULL, 0, &o, OUT_MAX, &out, &err), CR_OK);
+    CHECK_EQ_STR(out, "2023-12-31");
+    free(out);
+    CHECK_ERROR("{{ currentDate 1 }}", NULL, CR_E_INVALID, "expected string; got int");
+}
+
+static void test_parse_errors(void)
+{
+    CHECK_ERROR("{{ .Prompt ", NULL, CR_E_INVALID, "template: :1: unclosed action");
+    CHECK_ERROR("a\n{{ .X\n\n", NULL, CR_E_INVALID, "unclosed action started at :2");
+    CHECK_ERROR("{{ foo 1 }}", NULL, CR_E_INVALID, "template: :1: function \"foo\" not defined");
+    CHECK_ERROR("line1\n{{ end }}", NULL, CR_E_INVALID, "template: :2: unexpected {{end}}");
+    CHECK_ERROR("{{ else }}", NULL, CR_E_INVALID, "unexpected {{else}}");
+    CHECK_ERROR("{{ if 1 }}x", NULL, CR_E_INVALID, "unexpected EOF");
+    CHECK_ERROR("{{ range .l }}x{{ else }}y", NULL, CR_E_INVALID, "unexpected EOF");
+    CHECK_ERROR("{{ if 1 }}{{ else }}{{ else }}{{ end }}", NULL, CR_E_INVALID,
+                "expected end; found {{else}}");
+    CHECK_ERROR("{{ range .l }}{{ else if 1 }}{{ end }}", NULL, CR_E_INVALID, "unexpected <if>");
+    CHECK_ERROR("{{ end 1 }}", NULL, CR_E_INVALID, "unexpected \"1\" in end");
+    CHECK_ERROR("{{/* open", NULL, CR_E_INVALID, "unclosed comment");
+    CHECK_ERROR("{{/* c */ x}}", NULL, CR_E_INVALID, "comment ends before closing delimiter");
+    CHECK_ERROR("{{ \"open }}", NULL, CR_E_INVALID, "unterminated quoted string");
+    CHECK_ERROR("{{ `open }}", NULL, CR_E_INVALID, "unterminated raw quoted string");
+    CHECK_ERROR("{{ 'ab' }}", NULL, CR_E_INVALID, "malformed character constant");
+    CHECK_ERROR("{{ }}", NULL, CR_E_INVALID, "missing value for command");
+    CHECK_ERROR("{{ if }}{{ end }}", NULL, CR_E_INVALID, "missing value for if");
+    CHECK_ERROR("{{ break }}", NULL, CR_E_INVALID, "{{break}} outside {{range}}");
+    CHECK_ERROR("{{ continue }}", NULL, CR_E_INVALID, "{{continue}} outside {{range}}");
+    CHECK_ERROR("{{ (1 }}", NULL, CR_E_INVALID, "unclosed left paren");
+    CHECK_ERROR("{{ 1) }}", NULL, CR_E_INVALID, "unexpected right paren");
+    CHECK_ERROR("{{ .a:b }}", NULL, CR_E_INVALID, "expected :=");
+    CHECK_ERROR("{{ .a # }}", NULL, CR_E_INVALID, "unexpected \"#\" in operand");
+    CHECK_ERROR("{{ \"x\".y }}", NULL, CR_E_INVALID, "unexpected . after term");
+    CHECK_ERROR("{{ range $a, $b, $c := .l }}{{ end }}", NULL, CR_E_INVALID,
+                "too many declarations in range");
+    CHECK_ERROR("{{ $a, $b := 1 }}", NULL, CR_E_INVALID, "too many declarations in command");
+    CHECK_ERROR("{{ .x\x01 }}", NULL, CR_E_INVALID, "bad character");
+    CHECK_ERROR("{{ \x01 }}", NULL, CR_E_INVALID, "unrecognized character in action");
+    CHECK_ERROR("{{ define 1 }}{{ end }}", NULL, CR_E_INVALID, "unexpected \"1\" in define clause");
+}
+
+/* Hostile templates: each bounded and answered with an error, no crash. */
+static void test_bombs(void)
+{
+    /* Deep nesting of blocks and parentheses. */
+    cr_buf_t b;
+    cr_buf_init(&b, 1 << 20);
+    for (int i = 0; i < 200; i++)
+        cr_buf_puts(&b, "{{ if 1 }}");
+    CHECK_ERROR(b.data, NULL, CR_E_INVALID, "nesting deeper than 100");
+    cr_buf_reset(&b);
+    cr_buf_puts(&b, "{{ ");
+    for (int i = 0; i < 5000; i++)
+        cr_buf_putc(&b, '(');
+    cr_buf_puts(&b, "1 }}");
+    CHECK_ERROR(b.data, NULL, CR_E_INVALID, "nested deeper than 100");
+    cr_buf_free(&b);
+    /* Recursion through template calls. */
+    CHECK_ERROR("{{ define \"r\" }}{{ template \"r\" . }}{{ end }}{{ template \"r\" . }}", NULL,
+                CR_E_TOO_LARGE, "exceeded maximum template depth");
+    CHECK_ERROR("{{ define \"r\" }}x{{ template \"r\" . }}{{ template \"r\" . }}{{ end }}"
+                "{{ template \"r\" . }}",
+                NULL, CR_E_TOO_LARGE, "exceed");
+    /* Loops that run too long or write too much. */
+    CHECK_ERROR("{{ range 1000000000 }}{{ end }}", NULL, CR_E_TOO_LARGE,
+                "template execution exceeded");
+    CHECK_ERROR("{{ range 100000 }}{{ range 100000 }}{{ end }}{{ end }}", NULL, CR_E_TOO_LARGE,
+                "steps");
+    cr_err_t err;
+    char *out = NULL;
+    CHECK_EQ_INT(render_opts("{{ range 100000 }}0123456789{{ end }}", NULL, 0, NULL, 1000, &out,
+                             &err),
+                 CR_E_TOO_LARGE);
+    CHECK(strstr(err.msg, "template output exceeds 1000 bytes") != NULL);
+    CHECK(out == NULL);
+    /* printf widths cannot blow up memory past the output cap. */
+    CHECK_EQ_INT(render_opts("{{ printf \"%999999d\" 1 }}", NULL, 0, NULL, 1000, &out, &err),
+                 CR_E_TOO_LARGE);
+    /* Source size. */
+    size_t big = RN_TMPL_MAX_SOURCE + 1;
+    char *src = malloc(big + 1);
+    memset(src, 'a', big);
+    src[big] = '\0';
+    rn_tmpl_t *t = NULL;
+    CHECK_EQ_INT(rn_tmpl_parse(src, big, &t, &err), CR_E_TOO_LARGE);
+    CHECK(t == NULL);
+    free(src);
+    /* Garbage bytes never crash the parser. */
+    unsigned seed = 12345;
+    char junk[256];
+    const char alphabet[] = "{}-/*. $|()\"'`:=,abc123\n\t\\iferangewithendelse";
+    for (int round = 0; round < 3000; round++) {
+        size_t n = (size_t)(seed % 200);
+        for (size_t i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            junk[i] = alphabet[(seed >> 16) % (sizeof alphabet - 1)];
+        }
+        junk[n] = '\0';
+        seed = seed * 1103515245u + 12345u;
+        if (rn_tmpl_parse(junk, n, &t, &err) == CR_OK) {
+            cr_buf_t o;
+            cr_buf_init(&o, 4096);
+            rn_tmpl_opts_t opts = {.max_steps = 10000};
+            (void)rn_tmpl_exec(t, NULL, &opts, &o, &err);
+            cr_buf_free(&o);
+            rn_tmpl_destroy(&t);
+        } else {
+            CHECK_MSG(!strncmp(err.msg, "template: ", 10), "%s", err.msg);
+        }
+    }
+}
+
+int main(void)
+{
+    test_text_and_trim();
+    test_fields();
+    test_if_else();
+    test_range();
+    test_variables();
+    test_comparisons();
+    test_and_or_not();
+    test_len_index_slice();
+    test_print_printf();
+    test_escapers();
+    test_json_func();
+    test_pipelines_literals();
+    test_define_template_block();
+    test_dates();
+    test_parse_errors();
+    test_bombs();
+    return check_finish("test_template");
+}
