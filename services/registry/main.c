@@ -7,6 +7,7 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "proto/bus.h"
+#include "services/registry/ops.h"
 #include "services/registry/server.h"
 
 #include <czmq.h>
@@ -70,6 +71,8 @@ int main(int argc, char **argv)
         cr_log_error("cannot open the model store %s: %s", models, err.msg);
         goto out;
     }
+    if (!cr_env_bool("NOPRUNE", false))
+        reg_prune_store(reg_server_store(srv), 3600); /* 1 h grace, as Ollama */
     router = zsock_new(ZMQ_ROUTER);
     if (!router) {
         cr_log_error("cannot create the registry socket");

@@ -26,12 +26,15 @@ static void go_q(const char *text, char *buf, size_t cap)
 
 /* ---- pruning ---- */
 
-size_t reg_prune_unreferenced(reg_store_t *s, const reg_manifest_t *old)
+/* Every stored manifest, parsed; false (and nothing to free) if any fails. */
+static bool load_all(reg_store_t *s, reg_manifest_t **out, size_t *n_out)
 {
     cr_model_name_t *names = NULL;
     size_t n = 0;
+    *out = NULL;
+    *n_out = 0;
     if (reg_store_manifest_list(s, &names, &n, NULL))
-        return 0;
+        return false;
     reg_manifest_t *all = calloc(n ? n : 1, sizeof *all);
     size_t parsed = 0;
     bool ok = all != NULL;
@@ -51,24 +54,74 @@ size_t reg_prune_unreferenced(reg_store_t *s, const reg_manifest_t *old)
         }
         free(bytes);
     }
+    free(names);
+    if (!ok) {
+        for (size_t j = 0; j < parsed; j++)
+            reg_manifest_free(&all[j]);
+        free(all);
+        return false;
+    }
+    *out = all;
+    *n_out = parsed;
+    return true;
+}
+
+static void free_all(reg_manifest_t *all, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        reg_manifest_free(&all[j]);
+    free(all);
+}
+
+static bool referenced(const reg_manifest_t *all, size_t n, const char *hex)
+{
+    for (size_t j = 0; j < n; j++)
+        if (reg_manifest_references(&all[j], hex))
+            return true;
+    return false;
+}
+
+size_t reg_prune_unreferenced(reg_store_t *s, const reg_manifest_t *old)
+{
+    reg_manifest_t *all = NULL;
+    size_t n = 0;
+    if (!load_all(s, &all, &n))
+        return 0;
     size_t removed = 0;
-    for (size_t i = 0; ok && i <= old->n_layers; i++) {
+    for (size_t i = 0; i <= old->n_layers; i++) {
         const char *hex = i < old->n_layers ? old->layers[i].hex : old->config.hex;
-        if (!hex[0])
+        if (!hex[0] || referenced(all, n, hex))
             continue;
-        bool used = false;
-        for (size_t j = 0; !used && j < parsed; j++)
-            used = reg_manifest_references(&all[j], hex);
-        if (!used && reg_store_blob_exists(s, hex, NULL) &&
+        if (reg_store_blob_exists(s, hex, NULL) &&
             reg_store_blob_remove(s, hex, NULL) == CR_OK) {
             cr_log_debug("removed unused blob sha256:%s", hex);
             removed++;
         }
     }
-    for (size_t j = 0; j < parsed; j++)
-        reg_manifest_free(&all[j]);
-    free(all);
-    free(names);
+    free_all(all, n);
+    return removed;
+}
+
+size_t reg_prune_store(reg_store_t *s, int64_t grace_s)
+{
+    reg_manifest_t *all = NULL;
+    size_t n = 0;
+    if (!load_all(s, &all, &n))
+        return 0;
+    char (*hexes)[REG_HEX_LEN + 1] = NULL;
+    size_t nb = 0, removed = 0;
+    if (reg_store_blob_list(s, &hexes, &nb, grace_s) == CR_OK) {
+        for (size_t i = 0; i < nb; i++) {
+            if (referenced(all, n, hexes[i]))
+                continue;
+            if (reg_store_blob_remove(s, hexes[i], NULL) == CR_OK)
+                removed++;
+        }
+    }
+    free(hexes);
+    free_all(all, n);
+    if (removed)
+        cr_log_info("pruned %zu unused blobs", removed);
     return removed;
 }
 

@@ -57,4 +57,9 @@ cr_status_t reg_op_blob_head(reg_store_t *s, const msg_blob_head_body_t *req,
  * needs could otherwise go). Returns how many blobs were removed. */
 size_t reg_prune_unreferenced(reg_store_t *s, const reg_manifest_t *old);
 
+/* Startup pruning (§6.4): if every manifest parses, deletes each blob that
+ * no manifest references and whose mtime is at least grace_s seconds old
+ * (Ollama skips files touched within the last hour). Returns how many. */
+size_t reg_prune_store(reg_store_t *s, int64_t grace_s);
+
 #endif

@@ -189,6 +189,10 @@ void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
         }
         break;
     }
+    case MSG_cancel:
+        /* The client went away: drop its upload. Nothing to answer. */
+        reg_uploads_cancel(s->uploads, id);
+        return;
     case MSG_ping:
         msg_init(&reply, MSG_pong, id);
         break;

@@ -37,7 +37,8 @@ void reg_server_set_upload_timeout(reg_server_t *s, int64_t ms);
 size_t reg_server_uploads(const reg_server_t *s);
 
 /* Handles one request: create sends progress replies then ok or error;
- * every other request sends exactly one reply. */
+ * cancel (of a chunked upload) drops that upload and sends nothing; every
+ * other request sends exactly one reply. */
 void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
                        void *ctx);
 

@@ -164,6 +164,28 @@ static bool is_hex64(const char *hex)
 
 /* ---- store ---- */
 
+/* Old Ollama stores named blobs "sha256:<hex>"; the current name is
+ * "sha256-<hex>". Renames those (unless the new name exists). */
+static void fix_legacy_blob_names(reg_store_t *s)
+{
+    DIR *d = opendir(s->blobs);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char hex[REG_HEX_LEN + 1];
+        if (strncmp(e->d_name, "sha256:", 7) != 0 ||
+            reg_digest_parse(e->d_name, hex, NULL) != CR_OK)
+            continue;
+        char from[REG_PATH_MAX], to[REG_PATH_MAX];
+        struct stat sb;
+        if (join(from, sizeof from, s->blobs, e->d_name) &&
+            reg_store_blob_path(s, hex, to, sizeof to) && stat(to, &sb) != 0)
+            (void)rename(from, to);
+    }
+    closedir(d);
+}
+
 reg_store_t *reg_store_new(const char *root, cr_err_t *err)
 {
     if (!root || !*root) {
@@ -199,6 +221,7 @@ reg_store_t *reg_store_new(const char *root, cr_err_t *err)
         return NULL;
     }
     reg_store_clean_temp(s, 3600);
+    fix_legacy_blob_names(s);
     return s;
 }
 
@@ -711,6 +734,48 @@ static size_t clean_dir(const char *dir, int depth, int64_t min_age_s,
     }
     closedir(d);
     return removed;
+}
+
+cr_status_t reg_store_blob_list(const reg_store_t *s, char (**hexes)[REG_HEX_LEN + 1],
+                                size_t *n, int64_t min_age_s)
+{
+    *hexes = NULL;
+    *n = 0;
+    DIR *d = opendir(s->blobs);
+    if (!d)
+        return CR_E_IO;
+    size_t cap = 0;
+    cr_status_t st = CR_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char hex[REG_HEX_LEN + 1], path[REG_PATH_MAX];
+        struct stat sb;
+        if (strncmp(e->d_name, "sha256-", 7) != 0 ||
+            reg_digest_parse(e->d_name, hex, NULL) != CR_OK ||
+            strcmp(e->d_name + 7, hex) != 0 ||
+            !join(path, sizeof path, s->blobs, e->d_name) ||
+            lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+            !old_enough(&sb, min_age_s))
+            continue;
+        if (*n == cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            void *v = realloc(*hexes, nc * sizeof **hexes);
+            if (!v) {
+                st = CR_E_NOMEM;
+                break;
+            }
+            *hexes = v;
+            cap = nc;
+        }
+        memcpy((*hexes)[(*n)++], hex, sizeof hex);
+    }
+    closedir(d);
+    if (st) {
+        free(*hexes);
+        *hexes = NULL;
+        *n = 0;
+    }
+    return st;
 }
 
 size_t reg_store_clean_temp(reg_store_t *s, int64_t min_age_s)

@@ -28,7 +28,8 @@
 typedef struct reg_store reg_store_t;
 
 /* Opens (creating if needed, mode 0755) the store at root with its blobs/
- * and manifests/ folders. Removes stale temp files older than an hour.
+ * and manifests/ folders. Removes stale temp files older than an hour and
+ * renames legacy "sha256:<hex>" blob names to "sha256-<hex>".
  * Caller owns; free with reg_store_destroy. NULL on failure (err says why:
  * CR_E_IO with the path and errno text, CR_E_INVALID for a relative or
  * over-long root). */
@@ -79,6 +80,13 @@ void reg_store_blob_touch(const reg_store_t *s, const char *hex);
 /* Removes a blob; absent is not an error. */
 cr_status_t reg_store_blob_remove(reg_store_t *s, const char *hex,
                                   cr_err_t *err);
+
+/* Every blob file (sha256-<lower-case hex>) whose mtime is at least
+ * min_age_s seconds old: *hexes (caller owns; free()) of *n entries.
+ * Other files in blobs/ are not listed. */
+cr_status_t reg_store_blob_list(const reg_store_t *s,
+                                char (**hexes)[REG_HEX_LEN + 1], size_t *n,
+                                int64_t min_age_s);
 
 /* A streaming blob write: bytes go to a temp file in blobs/ while SHA-256
  * is computed; finish verifies and renames. */

@@ -137,6 +137,17 @@ cr_status_t reg_uploads_put(reg_uploads_t *u, const char *id,
     return st;
 }
 
+bool reg_uploads_cancel(reg_uploads_t *u, const char *id)
+{
+    upload_t *up = find(u, id ? id : "");
+    if (!up)
+        return false;
+    cr_log_info("blob upload %s of sha256:%s canceled after %" PRId64 " bytes",
+                up->id, up->hex, up->offset);
+    drop(up);
+    return true;
+}
+
 size_t reg_uploads_expire(reg_uploads_t *u, int64_t now_ms)
 {
     size_t n = 0;

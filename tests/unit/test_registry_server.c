@@ -304,6 +304,18 @@ static void test_uploads(reg_server_t *s)
     CHECK_EQ_INT(count_temp_blobs(s), 0);
     reg_server_set_upload_timeout(s, 60 * 1000);
 
+    /* canceled mid-upload: dropped at once, no reply */
+    send_msg(s, &m, &c);
+    CHECK_EQ_INT(reg_server_uploads(s), 1);
+    msg_t cancel;
+    msg_init(&cancel, MSG_cancel, "u5");
+    send_msg(s, &cancel, &c);
+    CHECK_EQ_INT(c.n, 0);
+    CHECK_EQ_INT(reg_server_uploads(s), 0);
+    CHECK_EQ_INT(count_temp_blobs(s), 0);
+    send_msg(s, &cancel, &c); /* nothing to cancel: still silent */
+    CHECK_EQ_INT(c.n, 0);
+
     /* two interleaved uploads with different ids */
     char d3[80];
     digest_of(data, 500, d3);

@@ -1012,6 +1012,56 @@ static void test_listing_and_caps(void)
     reg_store_destroy(&s);
 }
 
+/* Startup pruning and legacy blob names. */
+static void test_prune_store(void)
+{
+    reg_store_t *s = fresh_store();
+    char digest[80];
+    upload_tiny(s, digest);
+    cr_err_t err;
+    create_args_t a = {.model = "keep", .file_digest = digest, .system = "s"};
+    CHECK(do_create(s, &a, NULL, &err) == CR_OK);
+    int used = count_blob_files(s, false);
+    char stray[80];
+    upload(s, "stray bytes", 11, stray);
+    /* a non-blob file in blobs/ is left alone */
+    char p[700];
+    snprintf(p, sizeof p, "%s/blobs/sha256-%s-partial", reg_store_root(s), stray + 7);
+    FILE *f = fopen(p, "w");
+    fclose(f);
+    CHECK_EQ_INT(count_blob_files(s, false), used + 2);
+    /* within the grace period nothing goes */
+    CHECK_EQ_INT(reg_prune_store(s, 3600), 0);
+    CHECK_EQ_INT(reg_prune_store(s, 0), 1);
+    CHECK_EQ_INT(count_blob_files(s, false), used + 1);
+    CHECK(!reg_store_blob_exists(s, stray + 7, NULL));
+    remove(p);
+    /* with an unreadable manifest nothing is pruned */
+    upload(s, "stray bytes", 11, stray);
+    snprintf(p, sizeof p, "%s/manifests/registry.ollama.ai/library/keep/bad", reg_store_root(s));
+    f = fopen(p, "w");
+    fputs("[", f);
+    fclose(f);
+    CHECK_EQ_INT(reg_prune_store(s, 0), 0);
+    CHECK(reg_store_blob_exists(s, stray + 7, NULL));
+    remove(p);
+    /* a legacy "sha256:<hex>" name is renamed when the store opens */
+    char from[700], to[700];
+    snprintf(to, sizeof to, "%s/blobs/sha256-%s", reg_store_root(s), stray + 7);
+    snprintf(from, sizeof from, "%s/blobs/sha256:%s", reg_store_root(s), stray + 7);
+    CHECK(rename(to, from) == 0);
+    CHECK(!reg_store_blob_exists(s, stray + 7, NULL));
+    char root[600];
+    snprintf(root, sizeof root, "%s", reg_store_root(s));
+    reg_store_destroy(&s);
+    s = reg_store_new(root, &err);
+    CHECK(s != NULL);
+    if (s) {
+        CHECK(reg_store_blob_exists(s, stray + 7, NULL));
+        reg_store_destroy(&s);
+    }
+}
+
 static void test_template_uses(void)
 {
     CHECK(reg_template_uses("{{ if .Tools }}x{{ end }}", "Tools"));
@@ -1036,6 +1086,7 @@ int main(void)
     test_create_errors();
     test_crash_before_rename();
     test_listing_and_caps();
+    test_prune_store();
     test_template_uses();
     if (root_g[0])
         nftw(root_g, rm_one, 16, FTW_DEPTH | FTW_PHYS);
