@@ -1,0 +1,1428 @@
+/* test_gateway_http.c: the gateway end to end, in-process, over real HTTP.
+ *
+ * The gateway listens on a private 127.0.0.1 port with CORRAL_RUNTIME_DIR
+ * a temp dir; FAKE scheduler and registry threads bind ROUTERs at the bus
+ * endpoints and answer scripted replies chosen by the model name or the
+ * message type. libcurl drives it: streaming and stream:false shapes,
+ * metrics omitted when zero, error mapping, validation, 404/405/413,
+ * CORS and the Host check, blob pieces reassembled in order, a client that
+ * disconnects mid-stream causing a cancel, dead and silent peers giving a
+ * timely error, and the server staying up after every bad request. */
+#include "lib/prelude.h"
+#include "lib/buf.h"
+#include "proto/bus.h"
+#include "services/gateway/server.h"
+#include "tests/unit/check.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ================= fake bus peers ================= */
+
+typedef struct fake fake_t;
+typedef void (*fake_fn)(fake_t *f, zframe_t *who, const msg_t *m);
+
+struct fake {
+    char ep[BUS_ENDPOINT_MAX];
+    fake_fn fn;
+    pthread_t th;
+    atomic_bool stop, ready, die, ignore_ping, silent;
+    zsock_t *sock; /* the fake thread's own */
+    pthread_mutex_t mu;
+    /* what arrived (under mu) */
+    msg_t last;        /* last request other than ping/cancel */
+    int n_requests, n_cancels, n_pings;
+    char cancel_id[MSG_ID_MAX + 1];
+    char last_id[MSG_ID_MAX + 1];
+    cr_buf_t blob;     /* blob_put data, in arrival order */
+    int64_t offsets[64];
+    bool lasts[64];
+    int n_pieces;
+};
+
+static void fake_reply(fake_t *f, zframe_t *who, msg_t *m)
+{
+    cr_err_t err;
+    if (bus_send_to(f->sock, who, m, &err))
+        fprintf(stderr, "fake: send failed: %s\n", err.msg);
+}
+
+/* Records a ping or cancel (answering pings); true if it was a cancel. */
+static bool fake_note(fake_t *f, zframe_t *who, const msg_t *m)
+{
+    if (m->type == MSG_ping) {
+        pthread_mutex_lock(&f->mu);
+        f->n_pings++;
+        pthread_mutex_unlock(&f->mu);
+        if (!atomic_load(&f->ignore_ping)) {
+            msg_t pong;
+            msg_init(&pong, MSG_pong, m->id);
+            fake_reply(f, who, &pong);
+        }
+        return false;
+    }
+    if (m->type == MSG_cancel) {
+        pthread_mutex_lock(&f->mu);
+        f->n_cancels++;
+        snprintf(f->cancel_id, sizeof f->cancel_id, "%s", m->id);
+        pthread_mutex_unlock(&f->mu);
+        return true;
+    }
+    return false;
+}
+
+/* Reads what arrives for up to ms; true once a cancel came. */
+static bool fake_wait_cancel(fake_t *f, int ms)
+{
+    int64_t end = now_ms() + ms;
+    while (now_ms() < end) {
+        msg_t m;
+        zframe_t *who = NULL;
+        cr_err_t err;
+        if (bus_recv(f->sock, 20, &m, &who, &err) == CR_OK) {
+            bool c = fake_note(f, who, &m);
+            msg_clear(&m);
+            zframe_destroy(&who);
+            if (c)
+                return true;
+        }
+    }
+    return false;
+}
+
+static void *fake_main(void *arg)
+{
+    fake_t *f = arg;
+    f->sock = zsock_new(ZMQ_ROUTER);
+    zsock_set_linger(f->sock, 0);
+    if (zsock_bind(f->sock, "%s", f->ep) != 0)
+        fprintf(stderr, "fake: cannot bind %s\n", f->ep);
+    atomic_store(&f->ready, true);
+    while (!atomic_load(&f->stop)) {
+        if (atomic_load(&f->die)) {
+            zsock_destroy(&f->sock);
+            sleep_ms(20);
+            continue;
+        }
+        msg_t m;
+        zframe_t *who = NULL;
+        cr_err_t err;
+        if (bus_recv(f->sock, 20, &m, &who, &err) != CR_OK)
+            continue;
+        if (m.type == MSG_ping || m.type == MSG_cancel) {
+            fake_note(f, who, &m);
+        } else {
+            pthread_mutex_lock(&f->mu);
+            msg_clear(&f->last);
+            msg_copy(&m, &f->last);
+            f->n_requests++;
+            snprintf(f->last_id, sizeof f->last_id, "%s", m.id);
+            pthread_mutex_unlock(&f->mu);
+            if (!atomic_load(&f->silent))
+                f->fn(f, who, &m);
+        }
+        msg_clear(&m);
+        zframe_destroy(&who);
+    }
+    zsock_destroy(&f->sock);
+    return NULL;
+}
+
+static fake_t *fake_start(const char *name, fake_fn fn)
+{
+    fake_t *f = calloc(1, sizeof *f);
+    cr_err_t err;
+    if (bus_endpoint(name, f->ep, sizeof f->ep, &err)) {
+        fprintf(stderr, "fake: %s\n", err.msg);
+        abort();
+    }
+    f->fn = fn;
+    pthread_mutex_init(&f->mu, NULL);
+    cr_buf_init(&f->blob, 64u << 20);
+    pthread_create(&f->th, NULL, fake_main, f);
+    while (!atomic_load(&f->ready))
+        sleep_ms(1);
+    return f;
+}
+
+static void fake_stop(fake_t **fp)
+{
+    fake_t *f = *fp;
+    if (!f)
+        return;
+    atomic_store(&f->stop, true);
+    pthread_join(f->th, NULL);
+    msg_clear(&f->last);
+    cr_buf_free(&f->blob);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+    *fp = NULL;
+}
+
+static int fake_cancels(fake_t *f)
+{
+    pthread_mutex_lock(&f->mu);
+    int n = f->n_cancels;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+/* Waits up to ms for a cancel to be recorded. */
+static bool fake_saw_cancel(fake_t *f, int before, int ms)
+{
+    int64_t end = now_ms() + ms;
+    while (now_ms() < end) {
+        if (fake_cancels(f) > before)
+            return true;
+        sleep_ms(10);
+    }
+    return false;
+}
+
+/* ---- scripts ---- */
+
+static const char *req_model(const msg_t *m)
+{
+    switch (m->type) {
+    case MSG_generate: return m->u.generate.model;
+    case MSG_chat: return m->u.chat.model;
+    case MSG_embed: return m->u.embed.model;
+    default: return "";
+    }
+}
+
+static void send_chunk(fake_t *f, zframe_t *who, const char *id,
+                       const char *response, const char *thinking,
+                       const char *tools, const char *logprobs)
+{
+    msg_t c;
+    msg_init(&c, MSG_chunk, id);
+    if (response) {
+        c.u.chunk.response = (char *)response;
+        c.u.chunk.has_response = true;
+    }
+    if (thinking) {
+        c.u.chunk.thinking = (char *)thinking;
+        c.u.chunk.has_thinking = true;
+    }
+    if (tools) {
+        c.u.chunk.tool_calls = (char *)tools;
+        c.u.chunk.has_tool_calls = true;
+    }
+    if (logprobs) {
+        c.u.chunk.logprobs = (char *)logprobs;
+        c.u.chunk.has_logprobs = true;
+    }
+    fake_reply(f, who, &c);
+}
+
+static void send_done(fake_t *f, zframe_t *who, const char *id,
+                      const char *reason, bool metrics)
+{
+    static int32_t ctx[] = {1, 2, 3};
+    msg_t d;
+    msg_init(&d, MSG_done, id);
+    d.u.done.done_reason = (char *)reason;
+    d.u.done.has_done_reason = true;
+    if (metrics) {
+        d.u.done.context.v = ctx;
+        d.u.done.context.n = 3;
+        d.u.done.has_context = true;
+        d.u.done.total_duration = 1000;
+        d.u.done.has_total_duration = true;
+        d.u.done.load_duration = 0; /* zero: must be omitted */
+        d.u.done.has_load_duration = true;
+        d.u.done.prompt_eval_count = 5;
+        d.u.done.has_prompt_eval_count = true;
+        d.u.done.eval_count = 2;
+        d.u.done.has_eval_count = true;
+        d.u.done.eval_duration = 50;
+        d.u.done.has_eval_duration = true;
+    }
+    fake_reply(f, who, &d);
+}
+
+static void send_error(fake_t *f, zframe_t *who, const char *id,
+                       cr_status_t st, const char *text)
+{
+    msg_t e;
+    msg_make_error(&e, id, st, "%s", text);
+    fake_reply(f, who, &e);
+    msg_clear(&e);
+}
+
+static void scheduler_fn(fake_t *f, zframe_t *who, const msg_t *m)
+{
+    const char *id = m->id;
+    if (m->type == MSG_ps) {
+        msg_loaded_model_t lm = {.name = "llama3:latest", .has_name = true,
+                                 .size = 100, .has_size = true,
+                                 .size_vram = 60, .has_size_vram = true,
+                                 .expires_at = "2030-01-01T00:00:00Z",
+                                 .has_expires_at = true,
+                                 .context_length = 4096,
+                                 .has_context_length = true};
+        msg_t r;
+        msg_init(&r, MSG_ps_reply, id);
+        r.u.ps_reply.models.v = &lm;
+        r.u.ps_reply.models.n = 1;
+        r.u.ps_reply.has_models = true;
+        fake_reply(f, who, &r);
+        return;
+    }
+    const char *model = req_model(m);
+    if (m->type == MSG_embed) {
+        float v[6] = {0.5f, -0.25f, 0.1f, 1, 0, -1};
+        msg_t r;
+        msg_init(&r, MSG_embeddings, id);
+        size_t n = m->u.embed.input.n;
+        r.u.embeddings.n_inputs = (int64_t)n;
+        r.u.embeddings.has_n_inputs = true;
+        r.u.embeddings.dims = n ? 3 : 0;
+        r.u.embeddings.has_dims = true;
+        r.u.embeddings.data.data = (uint8_t *)v;
+        r.u.embeddings.data.len = n * 3 * sizeof(float);
+        r.u.embeddings.has_data = true;
+        r.u.embeddings.prompt_eval_count = 4;
+        r.u.embeddings.has_prompt_eval_count = true;
+        r.u.embeddings.total_duration = 9;
+        r.u.embeddings.has_total_duration = true;
+        if (!strcmp(model, "emb-bad"))
+            r.u.embeddings.dims = 5; /* data does not match the shape */
+        if (!strcmp(model, "emb-missing"))
+            send_error(f, who, id, CR_E_NOT_FOUND,
+                       "model \"emb-missing\" not found, try pulling it first");
+        else
+            fake_reply(f, who, &r);
+        return;
+    }
+    if (!strcmp(model, "ok")) {
+        send_chunk(f, who, id, "Hel", NULL, NULL, NULL);
+        send_chunk(f, who, id, "lo", NULL, NULL, NULL);
+        send_done(f, who, id, "stop", true);
+    } else if (!strcmp(model, "think")) {
+        msg_t p; /* load progress is liveness only */
+        msg_init(&p, MSG_progress, id);
+        p.u.progress.status = "loading";
+        p.u.progress.has_status = true;
+        fake_reply(f, who, &p);
+        send_chunk(f, who, id, "", "hm", NULL, "[{\"token\":\"a\",\"logprob\":-0.5}]");
+        send_chunk(f, who, id, "A", "m", NULL, "[{\"token\":\"b\",\"logprob\":-1}]");
+        send_chunk(f, who, id, "",
+                   NULL, "[{\"function\":{\"name\":\"f\",\"arguments\":{\"x\":1}}}]",
+                   NULL);
+        send_chunk(f, who, id, "", NULL, "not json", NULL);
+        send_done(f, who, id, "stop", false);
+    } else if (!strcmp(model, "load")) {
+        send_done(f, who, id, "load", false);
+    } else if (!strcmp(model, "missing")) {
+        send_error(f, who, id, CR_E_NOT_FOUND,
+                   "model \"missing\" not found, try pulling it first");
+    } else if (!strcmp(model, "busy")) {
+        send_error(f, who, id, CR_E_BUSY,
+                   "server busy, please try again.  maximum pending requests "
+                   "exceeded");
+    } else if (!strcmp(model, "midfail")) {
+        send_chunk(f, who, id, "a", NULL, NULL, NULL);
+        send_error(f, who, id, CR_E_RUNNER, "model runner has unexpectedly "
+                                            "stopped");
+    } else if (!strcmp(model, "slow")) {
+        for (int i = 0; i < 200; i++) {
+            send_chunk(f, who, id, "tok ", NULL, NULL, NULL);
+            if (fake_wait_cancel(f, 50))
+                return;
+        }
+        send_done(f, who, id, "stop", false);
+    } else if (!strcmp(model, "die")) {
+        atomic_store(&f->die, true);
+    } else if (!strcmp(model, "stray")) {
+        msg_t c;
+        msg_init(&c, MSG_chunk, "someone-else");
+        c.u.chunk.response = "WRONG";
+        c.u.chunk.has_response = true;
+        fake_reply(f, who, &c);
+        send_chunk(f, who, id, "right", NULL, NULL, NULL);
+        send_done(f, who, id, "stop", false);
+    } else if (!strcmp(model, "weird")) {
+        msg_t r;
+        msg_init(&r, MSG_tags_reply, id);
+        fake_reply(f, who, &r);
+    } else if (!strcmp(model, "silent")) {
+        /* answers pings, never the request */
+    } else if (!strcmp(model, "mute")) {
+        atomic_store(&f->ignore_ping, true);
+    }
+}
+
+#define DIGEST_EXISTS                                                       \
+    "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define DIGEST_MISMATCH                                                     \
+    "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define DIGEST_NEW                                                          \
+    "sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+
+static void registry_fn(fake_t *f, zframe_t *who, const msg_t *m)
+{
+    const char *id = m->id;
+    msg_t r;
+    switch (m->type) {
+    case MSG_tags: {
+        msg_model_entry_t e = {.name = "llama3:latest", .has_name = true,
+                               .modified_at = "2024-05-01T10:00:00Z",
+                               .has_modified_at = true, .size = 42,
+                               .has_size = true, .digest = "abc",
+                               .has_digest = true};
+        msg_init(&r, MSG_tags_reply, id);
+        r.u.tags_reply.models.v = &e;
+        r.u.tags_reply.models.n = 1;
+        r.u.tags_reply.has_models = true;
+        fake_reply(f, who, &r);
+        return;
+    }
+    case MSG_show:
+        if (!strcmp(m->u.show.model, "missing")) {
+            send_error(f, who, id, CR_E_NOT_FOUND, "model 'missing' not found");
+            return;
+        }
+        msg_init(&r, MSG_show_reply, id);
+        r.u.show_reply.body = "{\"modelfile\":\"# x\",\"template\":\"{{ .Prompt }}\","
+                              "\"model_info\":{}}";
+        r.u.show_reply.has_body = true;
+        fake_reply(f, who, &r);
+        return;
+    case MSG_copy:
+    case MSG_delete: {
+        const char *name = m->type == MSG_copy ? m->u.copy.source
+                                               : m->u.delete.model;
+        if (!strcmp(name, "missing")) {
+            send_error(f, who, id, CR_E_NOT_FOUND, "model \"missing\" not found");
+            return;
+        }
+        msg_init(&r, MSG_ok, id);
+        fake_reply(f, who, &r);
+        return;
+    }
+    case MSG_create: {
+        const char *steps[] = {"parsing GGUF", "writing manifest", "success"};
+        size_t n = !strcmp(m->u.create.model, "nosuccess") ? 1 : 3;
+        for (size_t i = 0; i < n; i++) {
+            msg_init(&r, MSG_progress, id);
+            r.u.progress.status = (char *)steps[i];
+            r.u.progress.has_status = true;
+            if (i == 0) {
+                r.u.progress.total = 10;
+                r.u.progress.has_total = true;
+            }
+            fake_reply(f, who, &r);
+        }
+        if (!strcmp(m->u.create.model, "fails")) {
+            send_error(f, who, id, CR_E_INVALID, "unsupported GGUF version 9");
+            return;
+        }
+        msg_init(&r, MSG_ok, id);
+        fake_reply(f, who, &r);
+        return;
+    }
+    case MSG_blob_head:
+        if (!strcmp(m->u.blob_head.digest, DIGEST_EXISTS)) {
+            msg_init(&r, MSG_ok, id);
+            fake_reply(f, who, &r);
+        } else {
+            send_error(f, who, id, CR_E_NOT_FOUND, "blob not found");
+        }
+        return;
+    case MSG_blob_put: {
+        const msg_blob_put_body_t *p = &m->u.blob_put;
+        pthread_mutex_lock(&f->mu);
+        if (f->n_pieces < 64) {
+            f->offsets[f->n_pieces] = p->offset;
+            f->lasts[f->n_pieces] = p->has_last && p->last;
+            f->n_pieces++;
+        }
+        if (p->has_data)
+            cr_buf_append(&f->blob, p->data.data, p->data.len);
+        pthread_mutex_unlock(&f->mu);
+        if (p->last && !strcmp(p->digest, DIGEST_MISMATCH)) {
+            send_error(f, who, id, CR_E_INVALID,
+                       "digest mismatch, expected \"" DIGEST_MISMATCH
+                       "\", got \"sha256:1234\"");
+            return;
+        }
+        msg_init(&r, MSG_ok, id);
+        if (p->last) {
+            r.u.ok.created = true;
+            r.u.ok.has_created = true;
+        }
+        fake_reply(f, who, &r);
+        return;
+    }
+    default:
+        send_error(f, who, id, CR_E_PROTO, "unexpected");
+    }
+}
+
+/* ================= HTTP client ================= */
+
+typedef struct resp {
+    long status;
+    cr_buf_t body;
+    cr_buf_t headers;
+    char ctype[128];
+    double secs;
+    CURLcode rc;
+    long connects; /* new connections this transfer opened */
+} resp_t;
+
+static size_t on_write(char *p, size_t sz, size_t n, void *ud)
+{
+    cr_buf_append(ud, p, sz * n);
+    return sz * n;
+}
+
+static int port_g;
+static CURL *curl_g; /* shared: keep-alive across requests */
+
+typedef struct req_opts {
+    const char *const *headers; /* NULL-terminated */
+    long timeout_ms;
+    bool fresh; /* a new handle (no reuse) */
+} req_opts_t;
+
+static void resp_free(resp_t *r)
+{
+    cr_buf_free(&r->body);
+    cr_buf_free(&r->headers);
+}
+
+static long http_ex(resp_t *r, const char *method, const char *path,
+                    const char *body, size_t len, const req_opts_t *o)
+{
+    memset(r, 0, sizeof *r);
+    cr_buf_init(&r->body, 256u << 20);
+    cr_buf_init(&r->headers, 1 << 20);
+    CURL *c = o && o->fresh ? curl_easy_init() : curl_g;
+    curl_easy_reset(c);
+    char url[1200];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port_g, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r->body);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_write);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r->headers);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, o && o->timeout_ms ? o->timeout_ms
+                                                               : 15000L);
+    if (!strcmp(method, "HEAD"))
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    else if (strcmp(method, "GET") != 0)
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    struct curl_slist *hl = NULL;
+    for (const char *const *h = o ? o->headers : NULL; h && *h; h++)
+        hl = curl_slist_append(hl, *h);
+    if (hl)
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    int64_t t0 = now_ms();
+    r->rc = curl_easy_perform(c);
+    r->secs = (double)(now_ms() - t0) / 1000.0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &r->connects);
+    char *ct = NULL;
+    curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+    snprintf(r->ctype, sizeof r->ctype, "%s", ct ? ct : "");
+    curl_slist_free_all(hl);
+    if (c != curl_g)
+        curl_easy_cleanup(c);
+    if (!r->body.data)
+        cr_buf_puts(&r->body, "");
+    if (!r->headers.data)
+        cr_buf_puts(&r->headers, "");
+    return r->status;
+}
+
+static long http(resp_t *r, const char *method, const char *path,
+                 const char *body)
+{
+    return http_ex(r, method, path, body, body ? strlen(body) : 0, NULL);
+}
+
+/* The "error" of a JSON body, or "" (static buffer). */
+static const char *error_of(const char *body)
+{
+    static char out[1024];
+    out[0] = '\0';
+    json_t *j = json_loads(body, 0, NULL);
+    const char *e = json_string_value(json_object_get(j, "error"));
+    snprintf(out, sizeof out, "%s", e ? e : "");
+    json_decref(j);
+    return out;
+}
+
+/* Posts body to path; expects status and the error text. */
+static void expect_error(const char *path, const char *body, long status,
+                         const char *text)
+{
+    resp_t r;
+    http(&r, "POST", path, body);
+    CHECK_MSG(r.status == status, "%s %s: status %ld, want %ld (%s)", path,
+              body, r.status, status, r.body.data);
+    CHECK_EQ_STR(error_of(r.body.data), text);
+    CHECK_EQ_STR(r.ctype, "application/json; charset=utf-8");
+    resp_free(&r);
+}
+
+/* Splits an NDJSON body into parsed lines (max n). Returns the count. */
+static size_t ndjson(const char *body, json_t **lines, size_t max)
+{
+    size_t n = 0;
+    const char *p = body;
+    while (*p && n < max) {
+        const char *nl = strchr(p, '\n');
+        if (!nl)
+            break;
+        lines[n++] = json_loadb(p, (size_t)(nl - p), 0, NULL);
+        p = nl + 1;
+    }
+    CHECK_MSG(*p == '\0', "trailing bytes after the last newline: %s", p);
+    return n;
+}
+
+static void free_lines(json_t **lines, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        json_decref(lines[i]);
+}
+
+static const char *jstr(json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "(absent)";
+}
+
+static bool has(json_t *o, const char *key)
+{
+    return json_object_get(o, key) != NULL;
+}
+
+static const char *header_value(resp_t *r, const char *name, char *out,
+                                size_t cap)
+{
+    out[0] = '\0';
+    size_t n = strlen(name);
+    for (const char *p = r->headers.data; p && *p;) {
+        const char *eol = strstr(p, "\r\n");
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        if (len > n + 1 && !strncasecmp(p, name, n) && p[n] == ':') {
+            const char *v = p + n + 1;
+            while (*v == ' ')
+                v++;
+            snprintf(out, cap, "%.*s", (int)(len - (size_t)(v - p)), v);
+            return out;
+        }
+        p = eol ? eol + 2 : p + len;
+    }
+    return out;
+}
+
+/* ================= tests ================= */
+
+static fake_t *sched_g, *reg_g;
+
+static void test_basics(void)
+{
+    resp_t r;
+    CHECK_EQ_INT(http(&r, "GET", "/", NULL), 200);
+    CHECK_EQ_STR(r.body.data, "Ollama is running");
+    CHECK_EQ_STR(r.ctype, "text/plain; charset=utf-8");
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "HEAD", "/", NULL), 200);
+    CHECK_EQ_STR(r.body.data, "");
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "GET", "/api/version", NULL), 200);
+    CHECK_EQ_STR(r.body.data, "{\"version\":\"" CORRAL_VERSION "\"}");
+    CHECK_EQ_STR(r.ctype, "application/json; charset=utf-8");
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "HEAD", "/api/version", NULL), 200);
+    resp_free(&r);
+    /* keep-alive: the next request reuses the connection */
+    CHECK_EQ_INT(http(&r, "GET", "/api/version", NULL), 200);
+    CHECK_EQ_INT(r.connects, 0);
+    resp_free(&r);
+
+    CHECK_EQ_INT(http(&r, "GET", "/nope", NULL), 404);
+    CHECK_EQ_STR(r.body.data, "404 page not found");
+    CHECK_EQ_STR(r.ctype, "text/plain; charset=utf-8");
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "GET", "/api/blobs/", NULL), 404);
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "POST", "/api/blobs/a/b", "x"), 404);
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "GET", "/api/generate", NULL), 405);
+    CHECK_EQ_STR(r.body.data, "405 method not allowed");
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "POST", "/api/tags", "{}"), 405);
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "DELETE", "/api/show", "{}"), 405);
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "POST", "/api/delete", "{}"), 405);
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "PUT", "/api/chat", "{}"), 405);
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "GET", "/api/blobs/" DIGEST_NEW, NULL), 405);
+    resp_free(&r);
+    /* still alive and still keeping connections */
+    CHECK_EQ_INT(http(&r, "GET", "/", NULL), 200);
+    resp_free(&r);
+
+    expect_error("/api/pull", "{\"model\":\"llama3\"}", 501,
+                 "pull is not supported by this server yet; copy the model "
+                 "files and use /api/create");
+    expect_error("/api/push", "{\"model\":\"me/llama3\"}", 501,
+                 "push is not supported by this server yet; copy the model "
+                 "files and use /api/create");
+    expect_error("/api/pull", "{}", 400, "invalid model name");
+}
+
+static void test_generate_stream(void)
+{
+    resp_t r;
+    CHECK_EQ_INT(http(&r, "POST", "/api/generate",
+                      "{\"model\":\"ok\",\"prompt\":\"hi\"}"),
+                 200);
+    CHECK_EQ_STR(r.ctype, "application/x-ndjson");
+    json_t *l[16];
+    size_t n = ndjson(r.body.data, l, 16);
+    CHECK_EQ_INT(n, 3);
+    if (n == 3) {
+        CHECK_EQ_STR(jstr(l[0], "model"), "ok");
+        CHECK_EQ_STR(jstr(l[0], "response"), "Hel");
+        CHECK(json_is_false(json_object_get(l[0], "done")));
+        CHECK_EQ_INT(json_object_size(l[0]), 4); /* model created_at response done */
+        CHECK_EQ_STR(jstr(l[1], "response"), "lo");
+        const char *ca = jstr(l[0], "created_at");
+        CHECK(strlen(ca) >= 20 && ca[strlen(ca) - 1] == 'Z');
+        CHECK_EQ_STR(jstr(l[2], "response"), "");
+        CHECK(json_is_true(json_object_get(l[2], "done")));
+        CHECK_EQ_STR(jstr(l[2], "done_reason"), "stop");
+        CHECK_EQ_INT(json_array_size(json_object_get(l[2], "context")), 3);
+        CHECK_EQ_INT(json_integer_value(json_object_get(l[2], "total_duration")),
+                     1000);
+        CHECK(!has(l[2], "load_duration"));        /* zero: omitted */
+        CHECK(!has(l[2], "prompt_eval_duration")); /* absent: omitted */
+        CHECK_EQ_INT(json_integer_value(json_object_get(l[2], "prompt_eval_count")),
+                     5);
+        CHECK_EQ_INT(json_integer_value(json_object_get(l[2], "eval_count")), 2);
+        CHECK_EQ_INT(json_integer_value(json_object_get(l[2], "eval_duration")),
+                     50);
+    }
+    free_lines(l, n);
+    resp_free(&r);
+
+    /* What the scheduler got. */
+    http(&r, "POST", "/api/generate",
+         "{\"model\":\"ok\",\"prompt\":\"p\",\"options\":{\"temperature\":1,"
+         "\"num_predict\":7.9},\"keep_alive\":\"2m\",\"think\":true,"
+         "\"format\":{\"type\":\"object\"}}");
+    resp_free(&r);
+    pthread_mutex_lock(&sched_g->mu);
+    const msg_t *m = &sched_g->last;
+    CHECK_EQ_INT(m->type, MSG_generate);
+    CHECK_EQ_STR(m->u.generate.prompt, "p");
+    CHECK(m->u.generate.has_options && m->u.generate.options->temperature == 1.0);
+    CHECK(m->u.generate.options->num_predict == 7);
+    CHECK(m->u.generate.keep_alive_ms == 120000);
+    CHECK_EQ_STR(m->u.generate.think, "true");
+    CHECK_EQ_STR(m->u.generate.format, "{\"type\":\"object\"}");
+    CHECK_EQ_INT(strlen(m->id), 32);
+    pthread_mutex_unlock(&sched_g->mu);
+
+    /* Load only: one object, done_reason load, no metrics. */
+    CHECK_EQ_INT(http(&r, "POST", "/api/generate", "{\"model\":\"load\"}"), 200);
+    n = ndjson(r.body.data, l, 16);
+    CHECK_EQ_INT(n, 1);
+    if (n == 1) {
+        CHECK_EQ_STR(jstr(l[0], "done_reason"), "load");
+        CHECK_EQ_INT(json_object_size(l[0]), 5);
+    }
+    free_lines(l, n);
+    resp_free(&r);
+
+    /* Replies under another id are dropped. */
+    CHECK_EQ_INT(http(&r, "POST", "/api/generate",
+                      "{\"model\":\"stray\",\"stream\":false}"),
+                 200);
+    json_t *o = json_loads(r.body.data, 0, NULL);
+    CHECK_EQ_STR(jstr(o, "response"), "right");
+    json_decref(o);
+    resp_free(&r);
+}
+
+static void test_generate_nonstream(void)
+{
+    resp_t r;
+    CHECK_EQ_INT(http(&r, "POST", "/api/generate",
+                      "{\"model\":\"ok\",\"prompt\":\"hi\",\"stream\":false}"),
+                 200);
+    CHECK_EQ_STR(r.ctype, "application/json; charset=utf-8");
+    json_t *o = json_loads(r.body.data, 0, NULL);
+    CHECK(o != NULL);
+    CHECK_EQ_STR(jstr(o, "model"), "ok");
+    CHECK_EQ_STR(jstr(o, "response"), "Hello");
+    CHECK(json_is_true(json_object_get(o, "done")));
+    CHECK_EQ_STR(jstr(o, "done_reason"), "stop");
+    CHECK(has(o, "context") && has(o, "total_duration") && has(o, "eval_count"));
+    CHECK(!has(o, "load_duration"));
+    CHECK(strchr(r.body.data, '\n') == NULL);
+    json_decref(o);
+    resp_free(&r);
+
+    /* thinking, tool calls and logprobs accumulate; bad JSON is dropped */
+    CHECK_EQ_INT(http(&r, "POST", "/api/chat",
+                      "{\"model\":\"think\",\"messages\":[{\"role\":\"user\","
+                      "\"content\":\"q\"}],\"stream\":false}"),
+                 200);
+    o = json_loads(r.body.data, 0, NULL);
+    json_t *msg = json_object_get(o, "message");
+    CHECK_EQ_STR(jstr(msg, "role"), "assistant");
+    CHECK_EQ_STR(jstr(msg, "content"), "A");
+    CHECK_EQ_STR(jstr(msg, "thinking"), "hmm");
+    CHECK_EQ_INT(json_array_size(json_object_get(msg, "tool_calls")), 1);
+    CHECK_EQ_INT(json_array_size(json_object_get(o, "logprobs")), 2);
+    CHECK(!has(o, "context"));
+    CHECK_EQ_STR(jstr(o, "done_reason"), "stop");
+    json_decref(o);
+    resp_free(&r);
+}
+
+static void test_chat_stream(void)
+{
+    resp_t r;
+    CHECK_EQ_INT(http(&r, "POST", "/api/chat",
+                      "{\"model\":\"think\",\"messages\":[{\"role\":\"user\","
+                      "\"content\":\"q\"}]}"),
+                 200);
+    json_t *l[16];
+    size_t n = ndjson(r.body.data, l, 16);
+    CHECK_EQ_INT(n, 5); /* 4 chunks (one with bad tool JSON) + done */
+    if (n == 5) {
+        json_t *m0 = json_object_get(l[0], "message");
+        CHECK_EQ_STR(jstr(m0, "role"), "assistant");
+        CHECK_EQ_STR(jstr(m0, "content"), "");
+        CHECK_EQ_STR(jstr(m0, "thinking"), "hm");
+        CHECK(has(l[0], "logprobs"));
+        CHECK(json_is_false(json_object_get(l[0], "done")));
+        CHECK_EQ_STR(jstr(json_object_get(l[1], "message"), "content"), "A");
+        json_t *tc = json_object_get(json_object_get(l[2], "message"),
+                                     "tool_calls");
+        CHECK_EQ_INT(json_array_size(tc), 1);
+        CHECK_EQ_STR(jstr(json_object_get(json_array_get(tc, 0), "function"),
+                          "name"),
+                     "f");
+        CHECK(!has(json_object_get(l[3], "message"), "tool_calls"));
+        CHECK(json_is_true(json_object_get(l[4], "done")));
+        CHECK_EQ_STR(jstr(l[4], "done_reason"), "stop");
+        CHECK(!has(l[4], "total_duration"));
+    }
+    free_lines(l, n);
+    resp_free(&r);
+
+    /* empty messages: load */
+    CHECK_EQ_INT(http(&r, "POST", "/api/chat",
+                      "{\"model\":\"load\",\"stream\":false}"),
+                 200);
+    json_t *o = json_loads(r.body.data, 0, NULL);
+    CHECK_EQ_STR(jstr(o, "done_reason"), "load");
+    CHECK_EQ_STR(jstr(json_object_get(o, "message"), "content"), "");
+    json_decref(o);
+    resp_free(&r);
+}
+
+static void test_errors(void)
+{
+    /* scheduler errors before anything was written: the real status */
+    expect_error("/api/generate", "{\"model\":\"missing\"}", 404,
+                 "model \"missing\" not found, try pulling it first");
+    expect_error("/api/chat", "{\"model\":\"missing\",\"stream\":false}", 404,
+                 "model \"missing\" not found, try pulling it first");
+    expect_error("/api/generate", "{\"model\":\"busy\"}", 503,
+                 "server busy, please try again.  maximum pending requests "
+                 "exceeded");
+    expect_error("/api/generate", "{\"model\":\"weird\"}", 500,
+                 "unexpected reply 'tags_reply' from the scheduler");
+    /* an error after bytes went out: a last error line, status 200 */
+    resp_t r;
+    CHECK_EQ_INT(http(&r, "POST", "/api/generate", "{\"model\":\"midfail\"}"),
+                 200);
+    json_t *l[8];
+    size_t n = ndjson(r.body.data, l, 8);
+    CHECK_EQ_INT(n, 2);
+    if (n == 2) {
+        CHECK_EQ_STR(jstr(l[0], "response"), "a");
+        CHECK_EQ_STR(jstr(l[1], "error"), "model runner has unexpectedly stopped");
+        CHECK_EQ_INT(json_object_size(l[1]), 1);
+    }
+    free_lines(l, n);
+    resp_free(&r);
+    /* the same with stream:false: the real status */
+    expect_error("/api/generate", "{\"model\":\"midfail\",\"stream\":false}", 500,
+                 "model runner has unexpectedly stopped");
+
+    /* validation (each must leave the server up) */
+    expect_error("/api/generate", "", 400, "missing request body");
+    expect_error("/api/chat", " ", 400, "missing request body");
+    expect_error("/api/generate", "{\"model\":", 400,
+                 "unexpected token near end of file (line 1, column 9)");
+    expect_error("/api/generate", "{}", 400, "model is required");
+    expect_error("/api/chat", "{\"messages\":[]}", 400, "model is required");
+    expect_error("/api/generate",
+                 "{\"model\":\"ok\",\"options\":{\"temperature\":\"hot\"}}", 400,
+                 "option \"temperature\" must be of type float32");
+    expect_error("/api/generate", "{\"model\":\"ok\",\"keep_alive\":\"soon\"}",
+                 400, "time: invalid duration \"soon\"");
+    expect_error("/api/generate", "{\"model\":\"ok\",\"think\":\"lots\"}", 400,
+                 "invalid think value: \"lots\" (must be \"high\", \"medium\", "
+                 "\"low\", \"max\", true, or false)");
+    expect_error("/api/generate", "{\"model\":\"ok\",\"format\":\"xml\"}", 400,
+                 "invalid format: \"\\\"xml\\\"\"; expected \"json\" or a valid "
+                 "JSON Schema object");
+    expect_error("/api/generate", "{\"model\":\"ok\",\"top_logprobs\":21}", 400,
+                 "top_logprobs must be between 0 and 20");
+    expect_error("/api/generate",
+                 "{\"model\":\"ok\",\"raw\":true,\"system\":\"x\"}", 400,
+                 "raw mode does not support template, system, or context");
+    expect_error("/api/generate", "{\"model\":\"ok\",\"prompt\":1}", 400,
+                 "json: cannot unmarshal number into Go struct field "
+                 "GenerateRequest.prompt of type string");
+    expect_error("/api/embed", "{\"model\":\"emb\",\"input\":[1]}", 400,
+                 "invalid input type");
+    expect_error("/api/show", "{}", 400, "model is required");
+    expect_error("/api/copy", "{\"source\":\"a\"}", 400,
+                 "destination \"\" is invalid");
+    expect_error("/api/create", "{\"model\":\"x\"}", 400,
+                 "neither 'from' or 'files' was specified");
+    /* hostile bodies */
+    static const char nul_body[] = "{\"model\":\"ok\"\0}";
+    http_ex(&r, "POST", "/api/generate", nul_body, sizeof nul_body - 1, NULL);
+    CHECK_EQ_INT(r.status, 400);
+    resp_free(&r);
+    http(&r, "POST", "/api/generate", "{\"model\":\"\xc3\x28\"}");
+    CHECK_EQ_INT(r.status, 400);
+    resp_free(&r);
+    char deep[20001];
+    memset(deep, '[', sizeof deep - 1);
+    deep[sizeof deep - 1] = '\0';
+    http(&r, "POST", "/api/chat", deep);
+    CHECK_EQ_INT(r.status, 400);
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "GET", "/", NULL), 200);
+    resp_free(&r);
+}
+
+static void test_embed(void)
+{
+    resp_t r;
+    CHECK_EQ_INT(http(&r, "POST", "/api/embed",
+                      "{\"model\":\"emb\",\"input\":[\"a\",\"b\"]}"),
+                 200);
+    CHECK_EQ_STR(r.body.data,
+                 "{\"model\":\"emb\",\"embeddings\":[[0.5,-0.25,0.1],[1,0,-1]],"
+                 "\"total_duration\":9,\"prompt_eval_count\":4}");
+    resp_free(&r);
+    pthread_mutex_lock(&sched_g->mu);
+    CHECK_EQ_INT(sched_g->last.type, MSG_embed);
+    CHECK_EQ_INT(sched_g->last.u.embed.input.n, 2);
+    pthread_mutex_unlock(&sched_g->mu);
+
+    CHECK_EQ_INT(http(&r, "POST", "/api/embed", "{\"model\":\"emb\",\"input\":\"\"}"),
+                 200);
+    CHECK_EQ_STR(r.body.data, "{\"model\":\"emb\",\"embeddings\":[],"
+                              "\"total_duration\":9,\"prompt_eval_count\":4}");
+    resp_free(&r);
+
+    CHECK_EQ_INT(http(&r, "POST", "/api/embeddings",
+                      "{\"model\":\"emb\",\"prompt\":\"a\"}"),
+                 200);
+    CHECK_EQ_STR(r.body.data,
+                 "{\"embedding\":[0.5,-0.25,0.10000000149011612]}");
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "POST", "/api/embeddings", "{\"model\":\"emb\"}"), 200);
+    CHECK_EQ_STR(r.body.data, "{\"embedding\":[]}");
+    resp_free(&r);
+
+    expect_error("/api/embed", "{\"model\":\"emb-missing\",\"input\":\"a\"}", 404,
+                 "model \"emb-missing\" not found, try pulling it first");
+    expect_error("/api/embed", "{\"model\":\"emb-bad\",\"input\":\"a\"}", 500,
+                 "embeddings: 12 bytes of data for 1 x 5 floats");
+}
+
+static void test_control_routes(void)
+{
+    resp_t r;
+    CHECK_EQ_INT(http(&r, "GET", "/api/tags", NULL), 200);
+    json_t *o = json_loads(r.body.data, 0, NULL);
+    json_t *m0 = json_array_get(json_object_get(o, "models"), 0);
+    CHECK_EQ_STR(jstr(m0, "name"), "llama3:latest");
+    CHECK_EQ_STR(jstr(m0, "model"), "llama3:latest");
+    CHECK_EQ_INT(json_integer_value(json_object_get(m0, "size")), 42);
+    CHECK(json_is_null(json_object_get(json_object_get(m0, "details"),
+                                       "families")));
+    json_decref(o);
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "HEAD", "/api/tags", NULL), 200);
+    resp_free(&r);
+
+    CHECK_EQ_INT(http(&r, "GET", "/api/ps", NULL), 200);
+    o = json_loads(r.body.data, 0, NULL);
+    m0 = json_array_get(json_object_get(o, "models"), 0);
+    CHECK_EQ_STR(jstr(m0, "name"), "llama3:latest");
+    CHECK_EQ_INT(json_integer_value(json_object_get(m0, "size_vram")), 60);
+    CHECK_EQ_INT(json_integer_value(json_object_get(m0, "context_length")), 4096);
+    CHECK_EQ_STR(jstr(m0, "expires_at"), "2030-01-01T00:00:00Z");
+    json_decref(o);
+    resp_free(&r);
+
+    CHECK_EQ_INT(http(&r, "POST", "/api/show", "{\"model\":\"llama3\"}"), 200);
+    CHECK_EQ_STR(r.body.data, "{\"modelfile\":\"# x\",\"template\":\"{{ .Prompt }}\","
+                              "\"model_info\":{}}");
+    resp_free(&r);
+    expect_error("/api/show", "{\"name\":\"missing\"}", 404,
+                 "model 'missing' not found");
+
+    CHECK_EQ_INT(http(&r, "POST", "/api/copy",
+                      "{\"source\":\"llama3\",\"destination\":\"mine\"}"),
+                 200);
+    CHECK_EQ_STR(r.body.data, "");
+    resp_free(&r);
+    expect_error("/api/copy", "{\"source\":\"missing\",\"destination\":\"x\"}", 404,
+                 "model \"missing\" not found");
+    CHECK_EQ_INT(http(&r, "DELETE", "/api/delete", "{\"model\":\"mine\"}"), 200);
+    CHECK_EQ_STR(r.body.data, "");
+    resp_free(&r);
+    pthread_mutex_lock(&reg_g->mu);
+    CHECK_EQ_INT(reg_g->last.type, MSG_delete);
+    CHECK_EQ_STR(reg_g->last.u.delete.model, "mine");
+    pthread_mutex_unlock(&reg_g->mu);
+}
+
+static void test_create(void)
+{
+    resp_t r;
+    CHECK_EQ_INT(http(&r, "POST", "/api/create",
+                      "{\"model\":\"mine\",\"from\":\"llama3\"}"),
+                 200);
+    CHECK_EQ_STR(r.ctype, "application/x-ndjson");
+    CHECK_EQ_STR(r.body.data, "{\"status\":\"parsing GGUF\",\"total\":10}\n"
+                              "{\"status\":\"writing manifest\"}\n"
+                              "{\"status\":\"success\"}\n");
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "POST", "/api/create",
+                      "{\"model\":\"mine\",\"from\":\"llama3\",\"stream\":false}"),
+                 200);
+    CHECK_EQ_STR(r.body.data, "{\"status\":\"success\"}");
+    resp_free(&r);
+    /* an ok without a final "success" progress still ends with one */
+    CHECK_EQ_INT(http(&r, "POST", "/api/create",
+                      "{\"model\":\"nosuccess\",\"from\":\"llama3\"}"),
+                 200);
+    CHECK_EQ_STR(r.body.data, "{\"status\":\"parsing GGUF\",\"total\":10}\n"
+                              "{\"status\":\"success\"}\n");
+    resp_free(&r);
+    /* error after progress: last line; stream:false: the real status */
+    CHECK_EQ_INT(http(&r, "POST", "/api/create",
+                      "{\"model\":\"fails\",\"from\":\"x\"}"),
+                 200);
+    CHECK(strstr(r.body.data, "{\"error\":\"unsupported GGUF version 9\"}\n") !=
+          NULL);
+    resp_free(&r);
+    expect_error("/api/create", "{\"model\":\"fails\",\"from\":\"x\",\"stream\":false}",
+                 400, "unsupported GGUF version 9");
+}
+
+static void test_blobs(void)
+{
+    resp_t r;
+    CHECK_EQ_INT(http(&r, "HEAD", "/api/blobs/" DIGEST_EXISTS, NULL), 200);
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "HEAD", "/api/blobs/" DIGEST_NEW, NULL), 404);
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "HEAD", "/api/blobs/sha256:123", NULL), 400);
+    resp_free(&r);
+    expect_error("/api/blobs/sha256:../../x", "data", 400, "invalid digest format");
+
+    /* 3.5 MiB in 1 MiB pieces, in order, reassembled */
+    size_t len = 3 * (1u << 20) + (1u << 19);
+    char *data = malloc(len);
+    for (size_t i = 0; i < len; i++)
+        data[i] = (char)(i * 2654435761u >> 13);
+    pthread_mutex_lock(&reg_g->mu);
+    cr_buf_reset(&reg_g->blob);
+    reg_g->n_pieces = 0;
+    pthread_mutex_unlock(&reg_g->mu);
+    http_ex(&r, "POST", "/api/blobs/" DIGEST_NEW, data, len, NULL);
+    CHECK_EQ_INT(r.status, 201);
+    CHECK_EQ_STR(r.body.data, "");
+    resp_free(&r);
+    pthread_mutex_lock(&reg_g->mu);
+    CHECK_EQ_INT(reg_g->n_pieces, 4);
+    CHECK(reg_g->offsets[0] == 0 && reg_g->offsets[1] == (1 << 20) &&
+          reg_g->offsets[2] == (2 << 20) && reg_g->offsets[3] == (3 << 20));
+    CHECK(!reg_g->lasts[0] && !reg_g->lasts[2] && reg_g->lasts[3]);
+    CHECK_EQ_INT(reg_g->blob.len, len);
+    CHECK(reg_g->blob.len == len && !memcmp(reg_g->blob.data, data, len));
+    pthread_mutex_unlock(&reg_g->mu);
+
+    /* exactly 2 MiB: the last piece is empty */
+    pthread_mutex_lock(&reg_g->mu);
+    cr_buf_reset(&reg_g->blob);
+    reg_g->n_pieces = 0;
+    pthread_mutex_unlock(&reg_g->mu);
+    http_ex(&r, "POST", "/api/blobs/sha256-cccccccccccccccccccccccccccccccc"
+            "cccccccccccccccccccccccccccccccc", data, 2u << 20, NULL);
+    CHECK_EQ_INT(r.status, 201);
+    resp_free(&r);
+    pthread_mutex_lock(&reg_g->mu);
+    CHECK_EQ_INT(reg_g->n_pieces, 3);
+    CHECK(reg_g->offsets[2] == (2 << 20) && reg_g->lasts[2]);
+    CHECK_EQ_INT(reg_g->blob.len, 2u << 20);
+    pthread_mutex_unlock(&reg_g->mu);
+
+    /* empty body */
+    pthread_mutex_lock(&reg_g->mu);
+    reg_g->n_pieces = 0;
+    pthread_mutex_unlock(&reg_g->mu);
+    http_ex(&r, "POST", "/api/blobs/" DIGEST_NEW, "", 0, NULL);
+    CHECK_EQ_INT(r.status, 201);
+    resp_free(&r);
+    pthread_mutex_lock(&reg_g->mu);
+    CHECK(reg_g->n_pieces == 1 && reg_g->lasts[0] && reg_g->offsets[0] == 0);
+    pthread_mutex_unlock(&reg_g->mu);
+
+    /* already stored: 200, and nothing is uploaded */
+    pthread_mutex_lock(&reg_g->mu);
+    reg_g->n_pieces = 0;
+    pthread_mutex_unlock(&reg_g->mu);
+    http_ex(&r, "POST", "/api/blobs/" DIGEST_EXISTS, data, len, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+    pthread_mutex_lock(&reg_g->mu);
+    CHECK_EQ_INT(reg_g->n_pieces, 0);
+    pthread_mutex_unlock(&reg_g->mu);
+
+    /* mismatch: 400 with the registry's message */
+    http_ex(&r, "POST", "/api/blobs/" DIGEST_MISMATCH, data, 1000, NULL);
+    CHECK_EQ_INT(r.status, 400);
+    CHECK_EQ_STR(error_of(r.body.data),
+                 "digest mismatch, expected \"" DIGEST_MISMATCH
+                 "\", got \"sha256:1234\"");
+    resp_free(&r);
+    free(data);
+}
+
+static void test_limits(void)
+{
+    /* JSON bodies over the cap: 413, by Content-Length and chunked */
+    size_t big = 300 * 1024;
+    char *body = malloc(big + 1);
+    memset(body, ' ', big);
+    memcpy(body, "{\"model\":\"ok\",\"prompt\":\"", 24);
+    body[big - 2] = '"';
+    body[big - 1] = '}';
+    body[big] = '\0';
+    resp_t r;
+    http_ex(&r, "POST", "/api/generate", body, big, NULL);
+    CHECK_EQ_INT(r.status, 413);
+    CHECK_EQ_STR(error_of(r.body.data),
+                 "request body is larger than the 262144-byte limit");
+    resp_free(&r);
+    static const char *const chunked[] = {"Transfer-Encoding: chunked", NULL};
+    req_opts_t o = {.headers = chunked};
+    http_ex(&r, "POST", "/api/chat", body, big, &o);
+    CHECK_EQ_INT(r.status, 413);
+    CHECK_EQ_STR(error_of(r.body.data),
+                 "request body is larger than the 262144-byte limit");
+    resp_free(&r);
+    free(body);
+    CHECK_EQ_INT(http(&r, "GET", "/", NULL), 200);
+    resp_free(&r);
+}
+
+static void test_cors_and_host(void)
+{
+    resp_t r;
+    char v[512];
+    static const char *const ok_origin[] = {"Origin: http://localhost:3000",
+                                            NULL};
+    req_opts_t o = {.headers = ok_origin};
+    http_ex(&r, "GET", "/api/version", NULL, 0, &o);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_EQ_STR(header_value(&r, "Access-Control-Allow-Origin", v, sizeof v),
+                 "http://localhost:3000");
+    resp_free(&r);
+    http_ex(&r, "OPTIONS", "/api/chat", NULL, 0, &o);
+    CHECK_EQ_INT(r.status, 204);
+    CHECK_EQ_STR(header_value(&r, "Access-Control-Allow-Origin", v, sizeof v),
+                 "http://localhost:3000");
+    CHECK(strstr(header_value(&r, "Access-Control-Allow-Headers", v, sizeof v),
+                 "Content-Type") != NULL);
+    CHECK(strstr(header_value(&r, "Access-Control-Allow-Methods", v, sizeof v),
+                 "POST") != NULL);
+    resp_free(&r);
+    static const char *const bad_origin[] = {"Origin: https://evil.example",
+                                             NULL};
+    o.headers = bad_origin;
+    http_ex(&r, "GET", "/api/version", NULL, 0, &o);
+    CHECK_EQ_INT(r.status, 403);
+    CHECK_EQ_STR(header_value(&r, "Access-Control-Allow-Origin", v, sizeof v),
+                 "");
+    resp_free(&r);
+    http_ex(&r, "OPTIONS", "/api/chat", NULL, 0, &o);
+    CHECK_EQ_INT(r.status, 403);
+    resp_free(&r);
+    /* OPTIONS without an Origin */
+    CHECK_EQ_INT(http(&r, "OPTIONS", "/api/chat", NULL), 204);
+    resp_free(&r);
+    /* DNS rebinding: we are bound to loopback */
+    static const char *const evil_host[] = {"Host: evil.example", NULL};
+    o.headers = evil_host;
+    http_ex(&r, "GET", "/", NULL, 0, &o);
+    CHECK_EQ_INT(r.status, 403);
+    resp_free(&r);
+    static const char *const lh[] = {"Host: localhost:11434", NULL};
+    o.headers = lh;
+    http_ex(&r, "GET", "/", NULL, 0, &o);
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+    static const char *const loc[] = {"Host: box.local", NULL};
+    o.headers = loc;
+    http_ex(&r, "GET", "/", NULL, 0, &o);
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+}
+
+/* ---- disconnects and dead peers ---- */
+
+typedef struct first_line {
+    cr_buf_t got;
+} first_line_t;
+
+/* Takes bytes until one full line arrived, then aborts the transfer. */
+static size_t on_write_one_line(char *p, size_t sz, size_t n, void *ud)
+{
+    first_line_t *f = ud;
+    cr_buf_append(&f->got, p, sz * n);
+    return memchr(f->got.data, '\n', f->got.len) ? 0 : sz * n;
+}
+
+static void test_disconnect(void)
+{
+    /* mid-stream: the client reads one line and hangs up */
+    int before = fake_cancels(sched_g);
+    first_line_t fl;
+    cr_buf_init(&fl.got, 1 << 20);
+    CURL *c = curl_easy_init();
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/api/generate", port_g);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, "{\"model\":\"slow\"}");
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write_one_line);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &fl);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+    CURLcode rc = curl_easy_perform(c);
+    curl_easy_cleanup(c);
+    CHECK_EQ_INT(rc, CURLE_WRITE_ERROR);
+    CHECK(fl.got.data && strstr(fl.got.data, "\"response\":\"tok \"") != NULL);
+    cr_buf_free(&fl.got);
+    CHECK_MSG(fake_saw_cancel(sched_g, before, 5000),
+              "no cancel after a mid-stream disconnect");
+    pthread_mutex_lock(&sched_g->mu);
+    CHECK_EQ_STR(sched_g->cancel_id, sched_g->last_id); /* same request id */
+    pthread_mutex_unlock(&sched_g->mu);
+
+    /* while waiting for the first reply (a model load) */
+    before = fake_cancels(sched_g);
+    resp_t r;
+    req_opts_t o = {.timeout_ms = 300, .fresh = true};
+    http_ex(&r, "POST", "/api/chat", "{\"model\":\"silent\"}", 18, &o);
+    CHECK_EQ_INT(r.rc, CURLE_OPERATION_TIMEDOUT);
+    resp_free(&r);
+    CHECK_MSG(fake_saw_cancel(sched_g, before, 3000),
+              "no cancel after a disconnect during the wait");
+
+    /* stream:false too */
+    before = fake_cancels(sched_g);
+    http_ex(&r, "POST", "/api/generate",
+            "{\"model\":\"silent\",\"stream\":false}", 33, &o);
+    resp_free(&r);
+    CHECK(fake_saw_cancel(sched_g, before, 3000));
+
+    /* a silent model that still answers pings is not an error */
+    o.timeout_ms = 1500;
+    http_ex(&r, "POST", "/api/generate", "{\"model\":\"silent\"}", 18, &o);
+    CHECK_EQ_INT(r.rc, CURLE_OPERATION_TIMEDOUT);
+    resp_free(&r);
+    pthread_mutex_lock(&sched_g->mu);
+    CHECK(sched_g->n_pings >= 1);
+    pthread_mutex_unlock(&sched_g->mu);
+    CHECK_EQ_INT(http(&r, "GET", "/", NULL), 200);
+    resp_free(&r);
+}
+
+static void test_dead_peers(void)
+{
+    resp_t r;
+    /* a scheduler that never answers pings: "scheduler unavailable" */
+    http(&r, "POST", "/api/generate", "{\"model\":\"mute\"}");
+    CHECK_EQ_INT(r.status, 502);
+    CHECK_EQ_STR(error_of(r.body.data), "scheduler unavailable");
+    CHECK_MSG(r.secs < 3.0, "mute scheduler took %.2fs", r.secs);
+    resp_free(&r);
+    atomic_store(&sched_g->ignore_ping, false);
+
+    /* a registry that never answers: the reply timeout */
+    atomic_store(&reg_g->silent, true);
+    http(&r, "GET", "/api/tags", NULL);
+    CHECK_EQ_INT(r.status, 502);
+    CHECK_EQ_STR(error_of(r.body.data), "registry unavailable");
+    CHECK_MSG(r.secs < 3.0, "silent registry took %.2fs", r.secs);
+    resp_free(&r);
+    atomic_store(&reg_g->silent, false);
+
+    /* a scheduler that dies holding the request: the dropped connection */
+    int64_t t0 = now_ms();
+    http(&r, "POST", "/api/chat", "{\"model\":\"die\"}");
+    CHECK_EQ_INT(r.status, 502);
+    CHECK_EQ_STR(error_of(r.body.data), "scheduler unavailable");
+    CHECK_MSG(now_ms() - t0 < 1500, "dead scheduler took %lld ms",
+              (long long)(now_ms() - t0));
+    resp_free(&r);
+    fake_stop(&sched_g);
+
+    /* no scheduler at all: fails at once */
+    t0 = now_ms();
+    http(&r, "POST", "/api/generate", "{\"model\":\"ok\"}");
+    CHECK_EQ_INT(r.status, 502);
+    CHECK_EQ_STR(error_of(r.body.data), "scheduler unavailable");
+    CHECK_MSG(now_ms() - t0 < 1500, "absent scheduler took %lld ms",
+              (long long)(now_ms() - t0));
+    resp_free(&r);
+    http(&r, "GET", "/api/ps", NULL);
+    CHECK_EQ_INT(r.status, 502);
+    resp_free(&r);
+
+    /* and it comes back */
+    sched_g = fake_start("scheduler", scheduler_fn);
+    CHECK_EQ_INT(http(&r, "POST", "/api/generate",
+                      "{\"model\":\"ok\",\"stream\":false}"),
+                 200);
+    resp_free(&r);
+}
+
+typedef struct bg {
+    pthread_t th;
+    resp_t r;
+} bg_t;
+
+static void *bg_main(void *arg)
+{
+    bg_t *b = arg;
+    req_opts_t o = {.timeout_ms = 10000, .fresh = true};
+    http_ex(&b->r, "POST", "/api/generate", "{\"model\":\"silent\"}", 18, &o);
+    return NULL;
+}
+
+/* Stopping the server ends requests that wait on the bus. */
+static void test_stop(gw_server_t **srv)
+{
+    bg_t b;
+    memset(&b, 0, sizeof b);
+    int before = fake_cancels(sched_g);
+    pthread_create(&b.th, NULL, bg_main, &b);
+    sleep_ms(300);
+    int64_t t0 = now_ms();
+    gw_server_destroy(srv);
+    CHECK(*srv == NULL);
+    CHECK_MSG(now_ms() - t0 < 3000, "stop took %lld ms",
+              (long long)(now_ms() - t0));
+    pthread_join(b.th, NULL);
+    CHECK(b.r.rc != CURLE_OK || b.r.status != 200);
+    resp_free(&b.r);
+    CHECK(fake_saw_cancel(sched_g, before, 3000));
+}
+
+int main(void)
+{
+    zsys_handler_set(NULL);
+    char dir[] = "/tmp/corral-gw-test-XXXXXX";
+    if (!mkdtemp(dir))
+        return check_skip("test_gateway_http", "cannot make a temp dir");
+    setenv("CORRAL_RUNTIME_DIR", dir, 1);
+    unsetenv("CORRAL_SCHEDULER_ENDPOINT");
+    unsetenv("CORRAL_REGISTRY_ENDPOINT");
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    curl_g = curl_easy_init();
+
+    sched_g = fake_start("scheduler", scheduler_fn);
+    reg_g = fake_start("registry", registry_fn);
+
+    gw_config_t cfg;
+    cr_err_t err;
+    CHECK_EQ_INT(gw_config_from_env(&cfg, &err), CR_OK);
+    snprintf(cfg.host, sizeof cfg.host, "127.0.0.1:0");
+    cfg.origins[0] = '\0';
+    cfg.max_body_bytes = 256 * 1024;
+    cfg.connect_timeout_ms = 1000;
+    cfg.reply_timeout_ms = 800;
+    cfg.create_timeout_ms = 2000;
+    cfg.ping_after_ms = 300;
+    gw_server_t *srv = NULL;
+    CHECK_EQ_INT(gw_server_new(&cfg, &srv, &err), CR_OK);
+    if (!srv) {
+        fprintf(stderr, "cannot start: %s\n", err.msg);
+        return check_finish("test_gateway_http");
+    }
+    port_g = gw_server_port(srv);
+    CHECK(port_g > 0);
+
+    test_basics();
+    test_generate_stream();
+    test_generate_nonstream();
+    test_chat_stream();
+    test_errors();
+    test_embed();
+    test_control_routes();
+    test_create();
+    test_blobs();
+    test_limits();
+    test_cors_and_host();
+    test_disconnect();
+    test_dead_peers();
+    test_stop(&srv);
+
+    fake_stop(&sched_g);
+    fake_stop(&reg_g);
+    curl_easy_cleanup(curl_g);
+    curl_global_cleanup();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return check_finish("test_gateway_http");
+}
