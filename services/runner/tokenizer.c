@@ -35,7 +35,8 @@ static bool str_is(const rn_tokenizer_t *tok, uint32_t id, const char *p, size_t
 
 int32_t rn_tok_lookup(const rn_tokenizer_t *tok, const char *text, size_t len)
 {
-    for (uint32_t i = hash_bytes(text, len) & tok->map_mask;; i = (i + 1) & tok->map_mask) {
+    for (uint32_t i = hash_bytes(text, len) & tok->map_mask;;
+         i = (i + 1) & tok->map_mask) {
         uint32_t v = tok->map[i];
         if (v == 0)
             return -1;
@@ -231,16 +232,19 @@ static cr_status_t get_array(const cr_gguf_t *g, const char *key, bool required,
     if (!kv)
         return required ? cr_err_set(err, CR_E_NOT_FOUND, "%s is missing", key) : CR_OK;
     if (kv->type != CR_GGUF_ARRAY || !ok(kv->v.arr.type))
-        return cr_err_set(err, CR_E_CORRUPT, "%s must be an array of %s, not %s%s%s",
-                          key, want, cr_gguf_vtype_name(kv->type),
-                          kv->type == CR_GGUF_ARRAY ? " of " : "",
-                          kv->type == CR_GGUF_ARRAY ? cr_gguf_vtype_name(kv->v.arr.type) : "");
+        return cr_err_set(
+            err, CR_E_CORRUPT, "%s must be an array of %s, not %s%s%s", key, want,
+            cr_gguf_vtype_name(kv->type), kv->type == CR_GGUF_ARRAY ? " of " : "",
+            kv->type == CR_GGUF_ARRAY ? cr_gguf_vtype_name(kv->v.arr.type) : "");
     *out = &kv->v.arr;
     return CR_OK;
 }
 
 static bool t_string(cr_gguf_vtype_t t) { return t == CR_GGUF_STRING; }
-static bool t_score(cr_gguf_vtype_t t) { return t == CR_GGUF_F32 || t == CR_GGUF_F64 || is_int_type(t); }
+static bool t_score(cr_gguf_vtype_t t)
+{
+    return t == CR_GGUF_F32 || t == CR_GGUF_F64 || is_int_type(t);
+}
 static bool t_int(cr_gguf_vtype_t t) { return is_int_type(t); }
 
 /* An optional string key copied into buf; CR_E_CORRUPT if not a string. */
@@ -306,7 +310,8 @@ static cr_status_t get_id(const cr_gguf_t *g, const char *key, uint32_t n_vocab,
                         key, v, n_vocab);
             return CR_OK;
         }
-        return cr_err_set(err, CR_E_CORRUPT, "%s = %" PRId64 " is out of range (vocabulary has %u tokens)",
+        return cr_err_set(err, CR_E_CORRUPT,
+                          "%s = %" PRId64 " is out of range (vocabulary has %u tokens)",
                           key, v, n_vocab);
     }
     *id = (int32_t)v;
@@ -337,7 +342,8 @@ static const char *const FIM_EOG_TEXTS[] = {
     "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>",
 };
 
-static bool in_list(const rn_tokenizer_t *tok, uint32_t id, const char *const *l, size_t n)
+static bool in_list(const rn_tokenizer_t *tok, uint32_t id, const char *const *l,
+                    size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (text_is(tok, id, l[i]))
@@ -350,7 +356,8 @@ static void mark_eog(rn_tokenizer_t *tok, bool eot_from_key, bool eom_from_key)
 {
     /* The first text of the list that the vocabulary has is its EOT (so
      * Llama 3 gets <|eot_id|>, not <|end_of_text|>). */
-    for (size_t i = 0; !eot_from_key && tok->eot < 0 && i < CR_ARRAY_LEN(EOT_TEXTS); i++) {
+    for (size_t i = 0; !eot_from_key && tok->eot < 0 && i < CR_ARRAY_LEN(EOT_TEXTS);
+         i++) {
         int32_t id = rn_tok_lookup(tok, EOT_TEXTS[i], strlen(EOT_TEXTS[i]));
         if (id >= 0 && (uint32_t)id < tok->n_vocab) {
             tok->eot = id;
@@ -380,8 +387,10 @@ static void mark_eog(rn_tokenizer_t *tok, bool eot_from_key, bool eom_from_key)
      * generating: drop it when <|return|> and <|call|> exist. */
     int32_t end_id = rn_tok_lookup(tok, "<|end|>", 7);
     if (end_id >= 0 && (uint32_t)end_id < tok->n_vocab &&
-        ((rn_tok_lookup(tok, "<|return|>", 10) >= 0 && rn_tok_lookup(tok, "<|call|>", 8) >= 0) ||
-         (rn_tok_lookup(tok, "<|calls|>", 9) >= 0 && rn_tok_lookup(tok, "<|flush|>", 9) >= 0))) {
+        ((rn_tok_lookup(tok, "<|return|>", 10) >= 0 &&
+          rn_tok_lookup(tok, "<|call|>", 8) >= 0) ||
+         (rn_tok_lookup(tok, "<|calls|>", 9) >= 0 &&
+          rn_tok_lookup(tok, "<|flush|>", 9) >= 0))) {
         tok->attr[end_id] &= (uint16_t)~(RN_ATTR_EOG | RN_ATTR_CONTROL);
         tok->attr[end_id] |= RN_ATTR_USER_DEFINED;
     }
@@ -409,14 +418,16 @@ static cr_status_t build_specials(rn_tokenizer_t *tok, const cr_gguf_t *g)
 {
     uint32_t n = 0;
     for (uint32_t id = 0; id < tok->n_vocab; id++)
-        if ((tok->attr[id] & (RN_ATTR_CONTROL | RN_ATTR_USER_DEFINED | RN_ATTR_UNKNOWN)) &&
+        if ((tok->attr[id] &
+             (RN_ATTR_CONTROL | RN_ATTR_USER_DEFINED | RN_ATTR_UNKNOWN)) &&
             tok->str_len[id] > 0)
             n++;
     tok->specials = malloc((n ? n : 1) * sizeof *tok->specials);
     if (!tok->specials)
         return CR_E_NOMEM;
     for (uint32_t id = 0; id < tok->n_vocab; id++)
-        if ((tok->attr[id] & (RN_ATTR_CONTROL | RN_ATTR_USER_DEFINED | RN_ATTR_UNKNOWN)) &&
+        if ((tok->attr[id] &
+             (RN_ATTR_CONTROL | RN_ATTR_USER_DEFINED | RN_ATTR_UNKNOWN)) &&
             tok->str_len[id] > 0)
             tok->specials[tok->n_specials++] = (int32_t)id;
     qsort_r(tok->specials, tok->n_specials, sizeof *tok->specials, cmp_special, tok);
@@ -489,12 +500,14 @@ static cr_status_t load_tokens(rn_tokenizer_t *tok, const cr_gguf_array_t *toks,
     for (uint64_t i = 0; i < n; i++) {
         uint64_t l = toks->strs[i].len;
         if (l > RN_TOK_MAX_TOKEN_BYTES)
-            return cr_err_set(err, CR_E_TOO_LARGE, "%s[%" PRIu64 "] is %" PRIu64 " bytes (limit %u)",
-                              K_TOKENS, i, l, RN_TOK_MAX_TOKEN_BYTES);
+            return cr_err_set(err, CR_E_TOO_LARGE,
+                              "%s[%" PRIu64 "] is %" PRIu64 " bytes (limit %u)", K_TOKENS,
+                              i, l, RN_TOK_MAX_TOKEN_BYTES);
         total += l;
     }
     if (total > ARENA_MAX_BYTES / 2)
-        return cr_err_set(err, CR_E_TOO_LARGE, "%s holds %" PRIu64 " bytes of text", K_TOKENS, total);
+        return cr_err_set(err, CR_E_TOO_LARGE, "%s holds %" PRIu64 " bytes of text",
+                          K_TOKENS, total);
     tok->n_vocab = (uint32_t)n;
     strtab_caps_t *c = caps_of(tok);
     c->arena_cap = (size_t)total + 4096;
@@ -512,12 +525,15 @@ static cr_status_t load_tokens(rn_tokenizer_t *tok, const cr_gguf_array_t *toks,
     tok->type = malloc((size_t)n);
     if (!tok->arena || !tok->str_off || !tok->str_len || !tok->map || !tok->scores ||
         !tok->attr || !tok->type)
-        return cr_err_set(err, CR_E_NOMEM, "tokenizer: no memory for %" PRIu64 " tokens", n);
+        return cr_err_set(err, CR_E_NOMEM, "tokenizer: no memory for %" PRIu64 " tokens",
+                          n);
     for (uint64_t i = 0; i < n; i++) {
         uint32_t id;
-        cr_status_t st = str_append(tok, toks->strs[i].ptr, (size_t)toks->strs[i].len, &id);
+        cr_status_t st =
+            str_append(tok, toks->strs[i].ptr, (size_t)toks->strs[i].len, &id);
         if (st)
-            return cr_err_set(err, st, "tokenizer: cannot store %s[%" PRIu64 "]", K_TOKENS, i);
+            return cr_err_set(err, st, "tokenizer: cannot store %s[%" PRIu64 "]",
+                              K_TOKENS, i);
         /* An empty token can never match text; llama.cpp renames it. */
         if (toks->strs[i].len)
             map_insert(tok, id);
@@ -528,7 +544,8 @@ static cr_status_t load_tokens(rn_tokenizer_t *tok, const cr_gguf_array_t *toks,
     return CR_OK;
 }
 
-static cr_status_t load_scores_types(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
+static cr_status_t load_scores_types(rn_tokenizer_t *tok, const cr_gguf_t *g,
+                                     cr_err_t *err)
 {
     const cr_gguf_array_t *a;
     cr_status_t st = get_array(g, K_SCORES, false, t_score, "f32", &a, err);
@@ -543,10 +560,12 @@ static cr_status_t load_scores_types(rn_tokenizer_t *tok, const cr_gguf_t *g, cr
             int64_t v;
             if (a->type == CR_GGUF_F32 || a->type == CR_GGUF_F64) {
                 if (!cr_gguf_arr_get_f32(a, i, &f))
-                    return cr_err_set(err, CR_E_CORRUPT, "%s[%u] is unreadable", K_SCORES, i);
+                    return cr_err_set(err, CR_E_CORRUPT, "%s[%u] is unreadable", K_SCORES,
+                                      i);
             } else {
                 if (!cr_gguf_arr_get_i64(a, i, &v))
-                    return cr_err_set(err, CR_E_CORRUPT, "%s[%u] is unreadable", K_SCORES, i);
+                    return cr_err_set(err, CR_E_CORRUPT, "%s[%u] is unreadable", K_SCORES,
+                                      i);
                 f = (float)v;
             }
             tok->scores[i] = isnan(f) ? -INFINITY : f; /* keep the order total */
@@ -561,7 +580,8 @@ static cr_status_t load_scores_types(rn_tokenizer_t *tok, const cr_gguf_t *g, cr
         for (uint32_t i = 0; i < tok->n_vocab; i++) {
             int64_t v;
             if (!cr_gguf_arr_get_i64(a, i, &v) || v < 0 || v > RN_TOKEN_BYTE)
-                return cr_err_set(err, CR_E_CORRUPT, "%s[%u] is not a token type (0..6)", K_TYPES, i);
+                return cr_err_set(err, CR_E_CORRUPT, "%s[%u] is not a token type (0..6)",
+                                  K_TYPES, i);
             tok->attr[i] = TYPE_ATTR[v];
             tok->type[i] = (uint8_t)v;
         }
@@ -675,7 +695,8 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
         return cr_err_set(err, CR_E_UNSUPPORTED,
                           "%s 'bert' (WordPiece) is not supported yet", K_MODEL);
     } else {
-        return cr_err_set(err, CR_E_UNSUPPORTED, "%s '%s' is not supported", K_MODEL, model);
+        return cr_err_set(err, CR_E_UNSUPPORTED, "%s '%s' is not supported", K_MODEL,
+                          model);
     }
 
     const cr_gguf_array_t *toks;
@@ -704,14 +725,17 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
     tok->add_eos = false;
     if ((st = get_bool(g, "tokenizer.ggml.add_bos_token", &tok->add_bos, err)) ||
         (st = get_bool(g, "tokenizer.ggml.add_eos_token", &tok->add_eos, err)) ||
-        (st = get_bool(g, "tokenizer.ggml.add_space_prefix", &tok->add_space_prefix, err)))
+        (st =
+             get_bool(g, "tokenizer.ggml.add_space_prefix", &tok->add_space_prefix, err)))
         return st;
     if (tok->add_bos && tok->bos < 0)
-        return cr_err_set(err, CR_E_CORRUPT,
-                          "tokenizer.ggml.add_bos_token is true but there is no bos_token_id");
+        return cr_err_set(
+            err, CR_E_CORRUPT,
+            "tokenizer.ggml.add_bos_token is true but there is no bos_token_id");
     if (tok->add_eos && tok->eos < 0)
-        return cr_err_set(err, CR_E_CORRUPT,
-                          "tokenizer.ggml.add_eos_token is true but there is no eos_token_id");
+        return cr_err_set(
+            err, CR_E_CORRUPT,
+            "tokenizer.ggml.add_eos_token is true but there is no eos_token_id");
 
     mark_eog(tok, eot_key, eom_key);
     if ((st = build_specials(tok, g)))
@@ -871,7 +895,8 @@ cr_status_t rn_tokenize(const rn_tokenizer_t *tok, const char *text, size_t len,
             rn_emit_id(&e, f.id);
             prev_special = true;
         } else if (tok->kind == RN_TOK_SPM) {
-            st = rn_spm_encode(tok, text + f.off, f.len, tok->add_space_prefix && prev_special, &e);
+            st = rn_spm_encode(tok, text + f.off, f.len,
+                               tok->add_space_prefix && prev_special, &e);
             prev_special = false;
         } else {
             st = rn_bpe_encode(tok, text + f.off, f.len, &e);
@@ -883,7 +908,8 @@ cr_status_t rn_tokenize(const rn_tokenizer_t *tok, const char *text, size_t len,
         rn_emit_id(&e, tok->eos);
     *n_out = e.n;
     if (e.n > cap)
-        st = cr_err_set(err, CR_E_TOO_LARGE, "tokenize: %zu tokens do not fit in %zu", e.n, cap);
+        st = cr_err_set(err, CR_E_TOO_LARGE, "tokenize: %zu tokens do not fit in %zu",
+                        e.n, cap);
 out:
     if (st == CR_E_NOMEM)
         cr_err_set(err, st, "tokenize: out of memory (%zu bytes of input)", len);
@@ -899,26 +925,53 @@ static bool id_ok(const rn_tokenizer_t *tok, int32_t id)
     return id >= 0 && (uint32_t)id < tok->n_vocab;
 }
 
-/* Writes the piece of id into buf (room for max_piece_bytes); returns its
- * length. */
-static size_t piece(const rn_tokenizer_t *tok, int32_t id, unsigned flags, char *buf)
+/* Where piece bytes go: at most cap stored, all counted; with strip, a
+ * first byte that is a space is dropped. */
+typedef struct sink {
+    char *buf;
+    size_t cap, n;
+    bool strip;
+} sink_t;
+
+static inline void put(sink_t *k, char c)
+{
+    if (k->strip) {
+        k->strip = false;
+        if (c == ' ')
+            return;
+    }
+    if (k->n < k->cap)
+        k->buf[k->n] = c;
+    k->n++;
+}
+
+static void put_all(sink_t *k, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        put(k, p[i]);
+}
+
+/* Writes the piece of id (with LSTRIP as flags say) into buf, at most cap
+ * bytes; returns its full length. Allocates nothing. */
+static size_t piece(const rn_tokenizer_t *tok, int32_t id, unsigned flags, char *buf,
+                    size_t cap)
 {
     uint16_t attr = tok->attr[id];
     const char *t = tok->arena + tok->str_off[id];
-    size_t tl = tok->str_len[id], n = 0;
+    size_t tl = tok->str_len[id];
+    sink_t k = {buf, cap, 0, (flags & RN_PIECE_LSTRIP) != 0};
     if ((attr & (RN_ATTR_UNKNOWN | RN_ATTR_CONTROL)) && !(flags & RN_PIECE_SPECIAL))
         return 0;
     if (attr & (RN_ATTR_UNKNOWN | RN_ATTR_CONTROL | RN_ATTR_USER_DEFINED)) {
-        memcpy(buf, t, tl);
-        n = tl;
+        put_all(&k, t, tl);
     } else if (attr & RN_ATTR_NORMAL) {
         if (tok->kind == RN_TOK_SPM) {
             for (size_t i = 0; i < tl; i++) {
                 if (i + 3 <= tl && !memcmp(t + i, "\xe2\x96\x81", 3)) {
-                    buf[n++] = ' ';
+                    put(&k, ' ');
                     i += 2;
                 } else {
-                    buf[n++] = t[i];
+                    put(&k, t[i]);
                 }
             }
         } else {
@@ -926,35 +979,21 @@ static size_t piece(const rn_tokenizer_t *tok, int32_t id, unsigned flags, char 
                 uint32_t cp;
                 size_t cl = rn_utf8_decode((const uint8_t *)t + i, tl - i, &cp);
                 int b = rn_bpe_cp_to_byte(cp);
-                if (b >= 0) {
-                    buf[n++] = (char)b;
-                } else {
-                    memcpy(buf + n, t + i, cl); /* not in the alphabet: as is */
-                    n += cl;
-                }
+                if (b >= 0)
+                    put(&k, (char)b);
+                else
+                    put_all(&k, t + i, cl); /* not in the alphabet: as is */
                 i += cl;
             }
         }
     } else if (attr & RN_ATTR_BYTE) {
         int b = byte_of_text(t, tl);
-        if (b >= 0) {
-            buf[n++] = (char)b;
-        } else {
-            memcpy(buf, t, tl);
-            n = tl;
-        }
+        if (b >= 0)
+            put(&k, (char)b);
+        else
+            put_all(&k, t, tl);
     }
-    return n;
-}
-
-/* Drops a leading space from buf[0..n); returns the new length. */
-static size_t lstrip(char *buf, size_t n)
-{
-    if (n > 0 && buf[0] == ' ') {
-        memmove(buf, buf + 1, n - 1);
-        n--;
-    }
-    return n;
+    return k.n;
 }
 
 cr_status_t rn_token_piece(const rn_tokenizer_t *tok, int32_t id, unsigned flags,
@@ -962,25 +1001,15 @@ cr_status_t rn_token_piece(const rn_tokenizer_t *tok, int32_t id, unsigned flags
 {
     *n_out = 0;
     if (!id_ok(tok, id))
-        return cr_err_set(err, CR_E_INVALID, "token id %" PRId32 " is out of range (vocabulary has %u)",
-                          id, tok->n_vocab);
-    char stack[256];
-    char *tmp = tok->max_piece_bytes <= sizeof stack ? stack : malloc(tok->max_piece_bytes);
-    if (!tmp)
-        return cr_err_set(err, CR_E_NOMEM, "token piece: out of memory");
-    size_t n = piece(tok, id, flags, tmp);
-    if (flags & RN_PIECE_LSTRIP)
-        n = lstrip(tmp, n);
+        return cr_err_set(err, CR_E_INVALID,
+                          "token id %" PRId32 " is out of range (vocabulary has %u)", id,
+                          tok->n_vocab);
+    size_t n = piece(tok, id, flags, buf, cap);
     *n_out = n;
-    cr_status_t st = CR_OK;
     if (n > cap)
-        st = cr_err_set(err, CR_E_TOO_LARGE, "token %" PRId32 " needs %zu bytes, room for %zu",
-                        id, n, cap);
-    else
-        memcpy(buf, tmp, n);
-    if (tmp != stack)
-        free(tmp);
-    return st;
+        return cr_err_set(err, CR_E_TOO_LARGE,
+                          "token %" PRId32 " needs %zu bytes, room for %zu", id, n, cap);
+    return CR_OK;
 }
 
 cr_status_t rn_detokenize(const rn_tokenizer_t *tok, const int32_t *ids, size_t n,
@@ -993,13 +1022,18 @@ cr_status_t rn_detokenize(const rn_tokenizer_t *tok, const int32_t *ids, size_t 
     cr_status_t st = CR_OK;
     for (size_t i = 0; i < n; i++) {
         if (!id_ok(tok, ids[i])) {
-            st = cr_err_set(err, CR_E_INVALID, "token id %" PRId32 " at [%zu] is out of range (vocabulary has %u)",
+            st = cr_err_set(err, CR_E_INVALID,
+                            "token id %" PRId32
+                            " at [%zu] is out of range (vocabulary has %u)",
                             ids[i], i, tok->n_vocab);
             break;
         }
-        size_t len = piece(tok, ids[i], flags, tmp);
+        size_t len =
+            piece(tok, ids[i], flags & RN_PIECE_SPECIAL, tmp, tok->max_piece_bytes);
         if (strip && len > 0) {
-            len = lstrip(tmp, len); /* only the first piece that has text */
+            /* Only the first piece that has text loses its space. */
+            len = piece(tok, ids[i], (flags & RN_PIECE_SPECIAL) | RN_PIECE_LSTRIP, tmp,
+                        tok->max_piece_bytes);
             strip = false;
         }
         if ((st = cr_buf_append(out, tmp, len))) {
@@ -1056,12 +1090,16 @@ cr_status_t rn_detok_push(rn_detok_t *d, int32_t id, const char **chunk, size_t 
     *chunk = d->out;
     *len = 0;
     if (!id_ok(d->tok, id))
-        return cr_err_set(err, CR_E_INVALID, "token id %" PRId32 " is out of range (vocabulary has %u)",
-                          id, d->tok->n_vocab);
-    size_t pl = piece(d->tok, id, d->flags, d->work + d->n_pending);
+        return cr_err_set(err, CR_E_INVALID,
+                          "token id %" PRId32 " is out of range (vocabulary has %u)", id,
+                          d->tok->n_vocab);
+    char *dst = d->work + d->n_pending;
+    unsigned special = d->flags & RN_PIECE_SPECIAL;
+    size_t pl = piece(d->tok, id, special, dst, d->tok->max_piece_bytes);
     if (d->first && pl > 0) {
         if (d->flags & RN_PIECE_LSTRIP)
-            pl = lstrip(d->work + d->n_pending, pl);
+            pl = piece(d->tok, id, special | RN_PIECE_LSTRIP, dst,
+                       d->tok->max_piece_bytes);
         d->first = false;
     }
     size_t n = d->n_pending + pl;
@@ -1114,8 +1152,14 @@ int32_t rn_tokenizer_unk(const rn_tokenizer_t *tok) { return tok->unk; }
 int32_t rn_tokenizer_pad(const rn_tokenizer_t *tok) { return tok->pad; }
 bool rn_tokenizer_add_bos(const rn_tokenizer_t *tok) { return tok->add_bos; }
 bool rn_tokenizer_add_eos(const rn_tokenizer_t *tok) { return tok->add_eos; }
-bool rn_tokenizer_add_space_prefix(const rn_tokenizer_t *tok) { return tok->add_space_prefix; }
-size_t rn_tokenizer_max_piece_bytes(const rn_tokenizer_t *tok) { return tok->max_piece_bytes; }
+bool rn_tokenizer_add_space_prefix(const rn_tokenizer_t *tok)
+{
+    return tok->add_space_prefix;
+}
+size_t rn_tokenizer_max_piece_bytes(const rn_tokenizer_t *tok)
+{
+    return tok->max_piece_bytes;
+}
 
 bool rn_tokenizer_is_eog(const rn_tokenizer_t *tok, int32_t id)
 {

@@ -114,8 +114,9 @@ enum {
  * nothing. Not NUL-terminated; may be invalid UTF-8 on its own (byte tokens).
  *
  * Writes at most cap bytes to buf and sets *n_out to the piece length;
- * CR_E_TOO_LARGE if that exceeds cap; CR_E_INVALID if id is out of range.
- * A buffer of rn_tokenizer_max_piece_bytes() always suffices. */
+ * CR_E_TOO_LARGE if that exceeds cap (buf then holds the first cap bytes);
+ * CR_E_INVALID if id is out of range. A buffer of
+ * rn_tokenizer_max_piece_bytes() always suffices. Allocates nothing. */
 cr_status_t rn_token_piece(const rn_tokenizer_t *tok, int32_t id,
                            unsigned flags, char *buf, size_t cap,
                            size_t *n_out, cr_err_t *err);

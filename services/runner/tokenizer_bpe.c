@@ -93,9 +93,9 @@ cr_status_t rn_bpe_build_merges(rn_tokenizer_t *tok, const rn_span_t *merges,
          * part may itself start with a space (llama.cpp splits the same). */
         const char *sp = len > 1 ? memchr(p + 1, ' ', len - 1) : NULL;
         if (!sp) {
-            st = cr_err_set(err, CR_E_CORRUPT,
-                            "tokenizer.ggml.merges[%zu] has no space separating its two parts",
-                            i);
+            st = cr_err_set(
+                err, CR_E_CORRUPT,
+                "tokenizer.ggml.merges[%zu] has no space separating its two parts", i);
             break;
         }
         size_t ll = (size_t)(sp - p), rl = len - ll - 1;

@@ -169,7 +169,8 @@ static bool lower_ish(const seg_t *s, size_t i)
     return has(s, i, F_L) && !(s->cp[i] >= 'A' && s->cp[i] <= 'Z');
 }
 
-static size_t cased_words(const seg_t *s, size_t pos, size_t max_digits, bool contractions)
+static size_t cased_words(const seg_t *s, size_t pos, size_t max_digits,
+                          bool contractions)
 {
     uint32_t c = s->cp[pos];
     /* The optional leading character; without it the word would have to
@@ -231,7 +232,10 @@ static size_t punct_sym_run(const seg_t *s, size_t pos, bool backtick)
     return j - pos;
 }
 
-static size_t m_punct_default(seg_t *s, size_t pos) { return punct_sym_run(s, pos, false); }
+static size_t m_punct_default(seg_t *s, size_t pos)
+{
+    return punct_sym_run(s, pos, false);
+}
 static size_t m_punct_falcon(seg_t *s, size_t pos) { return punct_sym_run(s, pos, true); }
 
 /* \p{N}+ and \p{N} */

@@ -44,7 +44,8 @@ static int32_t *enc(const rn_tokenizer_t *tok, const char *s, size_t len,
     size_t cap = len + 16;
     int32_t *ids = malloc(cap * sizeof *ids);
     cr_err_t err;
-    cr_status_t st = rn_tokenize(tok, s, len, add_special, parse_special, ids, cap, n, &err);
+    cr_status_t st =
+        rn_tokenize(tok, s, len, add_special, parse_special, ids, cap, n, &err);
     if (st) {
         fprintf(stderr, "tokenize failed: %s\n", err.msg);
         free(ids);
@@ -92,7 +93,8 @@ static bool utf8_valid(const char *s, size_t n)
     return true;
 }
 
-static rn_tokenizer_t *load_mem(const void *data, size_t len, cr_status_t *st_out, cr_err_t *err)
+static rn_tokenizer_t *load_mem(const void *data, size_t len, cr_status_t *st_out,
+                                cr_err_t *err)
 {
     cr_gguf_t *g = NULL;
     rn_tokenizer_t *tok = NULL;
@@ -151,7 +153,8 @@ static int run_vectors(const char *root, const vocab_case_t *vc, int *n_cases, i
     cr_err_t err;
     rn_tokenizer_t *tok = open_vocab(root, vc->name, &st, &err);
     if (!tok) {
-        printf("  %-15s NOT IMPLEMENTED: %s (%s)\n", vc->name, err.msg, cr_status_str(st));
+        printf("  %-15s NOT IMPLEMENTED: %s (%s)\n", vc->name, err.msg,
+               cr_status_str(st));
         CHECK_MSG(!vc->required && st == CR_E_UNSUPPORTED, "%s: %s", vc->name, err.msg);
         free(inp), free(outs);
         return 0;
@@ -184,7 +187,8 @@ static int run_vectors(const char *root, const vocab_case_t *vc, int *n_cases, i
         cases++;
         if (!got || !ids_eq(got, ng, want, nw)) {
             fails++;
-            fprintf(stderr, "%s case %d mismatch: \"%.*s\"\n", vc->name, cases, (int)CR_MIN(slen, 80), ip);
+            fprintf(stderr, "%s case %d mismatch: \"%.*s\"\n", vc->name, cases,
+                    (int)CR_MIN(slen, 80), ip);
             print_ids("want", want, nw);
             if (got)
                 print_ids("got ", got, ng);
@@ -195,16 +199,17 @@ static int run_vectors(const char *root, const vocab_case_t *vc, int *n_cases, i
             if (d && dl == slen && !memcmp(d, ip, slen))
                 rt_ok++;
             else if (vc->required)
-                fprintf(stderr, "%s case %d: no round trip: \"%.*s\" -> \"%.*s\"\n", vc->name,
-                        cases, (int)CR_MIN(slen, 60), ip, (int)CR_MIN(dl, 60), d ? d : "");
+                fprintf(stderr, "%s case %d: no round trip: \"%.*s\" -> \"%.*s\"\n",
+                        vc->name, cases, (int)CR_MIN(slen, 60), ip, (int)CR_MIN(dl, 60),
+                        d ? d : "");
             free(d);
         }
         free(got);
         ip = end + sizeof SEP - 1;
         op = nl + 1;
     }
-    printf("  %-15s %d/%d cases match llama.cpp, %d/%d round-trip\n", vc->name, cases - fails,
-           cases, rt_ok, cases - fails);
+    printf("  %-15s %d/%d cases match llama.cpp, %d/%d round-trip\n", vc->name,
+           cases - fails, cases, rt_ok, cases - fails);
     CHECK_MSG(fails == 0, "%s: %d of %d cases differ", vc->name, fails, cases);
     CHECK_MSG(cases > 10, "%s: only %d cases parsed", vc->name, cases);
     if (vc->required)
@@ -272,11 +277,14 @@ static void *spm_vocab(mut_t m, size_t *len)
         toks[S_BYTE0 + b] = bytes[b];
         types[S_BYTE0 + b] = 6;
     }
-    static const struct { int id; const char *t; float score; int type; } rest[] = {
-        {S_SP, SP, -1.0f, 1},      {S_A, "a", -2.0f, 1},     {S_B, "b", -2.0f, 1},
-        {S_C, "c", -2.0f, 1},      {S_AB, "ab", -1.5f, 1},   {S_SPA, SP "a", -1.2f, 1},
-        {S_SPAB, SP "ab", -0.5f, 1}, {S_BC, "bc", -0.6f, 1}, {S_ABC, "abc", -3.0f, 1},
-        {S_BA, "ba", -1.5f, 1},    {S_USER, "<|user|>", 0, 4}, {S_EOT, "<|eot_id|>", 0, 3},
+    static const struct { int id; const char *t; float score; int type;
+    } rest[] = {
+        {S_SP, SP, -1.0f, 1},          {S_A, "a", -2.0f, 1},
+        {S_B, "b", -2.0f, 1},          {S_C, "c", -2.0f, 1},
+        {S_AB, "ab", -1.5f, 1},        {S_SPA, SP "a", -1.2f, 1},
+        {S_SPAB, SP "ab", -0.5f, 1},   {S_BC, "bc", -0.6f, 1},
+        {S_ABC, "abc", -3.0f, 1},      {S_BA, "ba", -1.5f, 1},
+        {S_USER, "<|user|>", 0, 4},    {S_EOT, "<|eot_id|>", 0, 3},
         {S_UNUSED, "<unused0>", 0, 5},
     };
     for (int i = 0; i < S_N; i++)
@@ -298,7 +306,10 @@ static void *spm_vocab(mut_t m, size_t *len)
         cr_gguf_writer_add_u32(w, "tokenizer.ggml.model", 1, &e);
     else if (m != M_NO_MODEL)
         cr_gguf_writer_add_str(w, "tokenizer.ggml.model",
-                               m == M_MODEL_T5 ? "t5" : m == M_MODEL_BERT ? "bert" : "llama", &e);
+                               m == M_MODEL_T5     ? "t5"
+                               : m == M_MODEL_BERT ? "bert"
+                                                   : "llama",
+                               &e);
     uint32_t n = S_N;
     if (m == M_TOKENS_U32)
         cr_gguf_writer_add_arr(w, "tokenizer.ggml.tokens", CR_GGUF_U32, types, n, &e);
@@ -330,7 +341,8 @@ static void *spm_vocab(mut_t m, size_t *len)
     else
         cr_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", S_EOS, &e);
     cr_gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", S_UNK, &e);
-    cr_gguf_writer_add_u32(w, "tokenizer.ggml.padding_token_id", m == M_PAD_RANGE ? 99999 : S_UNK, &e);
+    cr_gguf_writer_add_u32(w, "tokenizer.ggml.padding_token_id",
+                           m == M_PAD_RANGE ? 99999 : S_UNK, &e);
     if (m == M_ADD_BOS_U8)
         cr_gguf_writer_add_u8(w, "tokenizer.ggml.add_bos_token", 1, &e);
     else
@@ -356,7 +368,9 @@ static void *bpe_vocab(mut_t m, size_t *len)
         toks[b] = alpha[b];
         types[b] = 1;
     }
-    toks[B_GA] = "\xc4\xa0" "a", toks[B_BC] = "bc", toks[B_AB] = "ab", toks[B_ABC] = "abc";
+    toks[B_GA] = "\xc4\xa0"
+                 "a",
+    toks[B_BC] = "bc", toks[B_AB] = "ab", toks[B_ABC] = "abc";
     toks[B_EOT] = "<|endoftext|>", toks[B_IMEND] = "<|im_end|>";
     for (int i = B_GA; i < B_N; i++)
         types[i] = i >= B_EOT ? 3 : 1;
@@ -372,7 +386,8 @@ static void *bpe_vocab(mut_t m, size_t *len)
     else if (m == M_PRE_U32)
         cr_gguf_writer_add_u32(w, "tokenizer.ggml.pre", 3, &e);
     else
-        cr_gguf_writer_add_str(w, "tokenizer.ggml.pre", m == M_PRE_LLAMA3 ? "llama-bpe" : "gpt-2", &e);
+        cr_gguf_writer_add_str(w, "tokenizer.ggml.pre",
+                               m == M_PRE_LLAMA3 ? "llama-bpe" : "gpt-2", &e);
     cr_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, B_N, &e);
     cr_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", CR_GGUF_I32, types, B_N, &e);
     if (m == M_MERGES_U32)
@@ -433,14 +448,16 @@ static rn_tokenizer_t *bpe_tok(mut_t m)
         free(got_);                                                            \
     } while (0)
 
-static void check_piece(const rn_tokenizer_t *tok, int32_t id, unsigned flags, const char *want)
+static void check_piece(const rn_tokenizer_t *tok, int32_t id, unsigned flags,
+                        const char *want)
 {
     char buf[64];
     size_t n = 0;
     cr_err_t err;
     cr_status_t st = rn_token_piece(tok, id, flags, buf, sizeof buf, &n, &err);
     CHECK_MSG(st == CR_OK && n == strlen(want) && !memcmp(buf, want, n),
-              "piece of %d (flags %u): \"%.*s\" want \"%s\"", id, flags, (int)n, buf, want);
+              "piece of %d (flags %u): \"%.*s\" want \"%s\"", id, flags, (int)n, buf,
+              want);
 }
 
 static void test_spm_memory(void)
@@ -521,9 +538,11 @@ static void test_spm_memory(void)
         char small[1];
         size_t n = 0;
         cr_err_t err;
-        CHECK_EQ_INT(rn_token_piece(tok, S_SPAB, 0, small, sizeof small, &n, &err), CR_E_TOO_LARGE);
+        CHECK_EQ_INT(rn_token_piece(tok, S_SPAB, 0, small, sizeof small, &n, &err),
+                     CR_E_TOO_LARGE);
         CHECK_EQ_INT(n, 3);
-        CHECK_EQ_INT(rn_token_piece(tok, S_N, 0, small, sizeof small, &n, &err), CR_E_INVALID);
+        CHECK_EQ_INT(rn_token_piece(tok, S_N, 0, small, sizeof small, &n, &err),
+                     CR_E_INVALID);
         CHECK(strstr(err.msg, "out of range") != NULL);
     }
     /* Whole-sequence decode: LSTRIP skips pieces that render empty. */
@@ -548,10 +567,12 @@ static void test_spm_memory(void)
         int32_t out[2];
         size_t n = 0;
         cr_err_t err;
-        CHECK_EQ_INT(rn_tokenize(tok, "a a a a", 7, true, false, out, 2, &n, &err), CR_E_TOO_LARGE);
+        CHECK_EQ_INT(rn_tokenize(tok, "a a a a", 7, true, false, out, 2, &n, &err),
+                     CR_E_TOO_LARGE);
         CHECK_EQ_INT(n, 5);
         CHECK(out[0] == S_BOS && out[1] == S_SPA);
-        CHECK_EQ_INT(rn_tokenize(tok, "a", 1, false, false, NULL, 0, &n, &err), CR_E_TOO_LARGE);
+        CHECK_EQ_INT(rn_tokenize(tok, "a", 1, false, false, NULL, 0, &n, &err),
+                     CR_E_TOO_LARGE);
         CHECK_EQ_INT(n, 1);
     }
     rn_tokenizer_destroy(&tok);
@@ -656,7 +677,8 @@ static void check_split(rn_pre_t pre, const char *text, const char *want)
         start = ends[k];
     }
     got[g] = 0;
-    CHECK_MSG(!strcmp(got, want), "pre %d on \"%s\": got \"%s\" want \"%s\"", pre, text, got, want);
+    CHECK_MSG(!strcmp(got, want), "pre %d on \"%s\": got \"%s\" want \"%s\"", pre, text,
+              got, want);
     free(ends);
 }
 
@@ -668,78 +690,114 @@ static const struct {
     rn_pre_t pre;
     const char *text, *want;
 } SPLITS[] = {
-        {RN_PRE_DEFAULT, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
-         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'|ve| |123|45|/|x|\x0a" "\x0a" " | ok"},
-        {RN_PRE_DEFAULT, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
-         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "|x|+=|y|;| |$|1|,|000|.|50|!!| |\xe3\x80\x80" "|z"},
-        {RN_PRE_DEFAULT, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
-         "They|'|RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "|b| |\xc2\xb2" "\xd9\xa3" "| \x09" "\x0d" "|\x0a" "|end|.|  "},
-        {RN_PRE_LLAMA3, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
-         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'ve| |123|45|/x|\x0a" "\x0a" "| | ok"},
-        {RN_PRE_LLAMA3, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
-         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "x|+=|y|;| $|1|,|000|.|50|!!| |\xe3\x80\x80" "z"},
-        {RN_PRE_LLAMA3, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
-         "They|'RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "b| |\xc2\xb2" "\xd9\xa3" "| \x09" "\x0d" "\x0a" "|end|.|  "},
-        {RN_PRE_QWEN2, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
-         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'ve| |1|2|3|4|5|/x|\x0a" "\x0a" "| | ok"},
-        {RN_PRE_QWEN2, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
-         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "x|+=|y|;| $|1|,|0|0|0|.|5|0|!!| |\xe3\x80\x80" "z"},
-        {RN_PRE_QWEN2, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
-         "They|'RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "b| |\xc2\xb2" "|\xd9\xa3" "| \x09" "\x0d" "\x0a" "|end|.|  "},
-        {RN_PRE_GPT2, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
-         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'ve| 12345|/|x|\x0a" "\x0a" " | ok"},
-        {RN_PRE_GPT2, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
-         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "|x|+=|y|;| $|1|,|000|.|50|!!| |\xe3\x80\x80" "|z"},
-        {RN_PRE_GPT2, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
-         "They|'|RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "|b| \xc2\xb2" "\xd9\xa3" "| \x09" "\x0d" "|\x0a" "|end|.|  "},
-        {RN_PRE_STARCODER, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
-         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'ve| |1|2|3|4|5|/|x|\x0a" "\x0a" " | ok"},
-        {RN_PRE_STARCODER, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
-         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "|x|+=|y|;| $|1|,|0|0|0|.|5|0|!!| |\xe3\x80\x80" "|z"},
-        {RN_PRE_STARCODER, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
-         "They|'|RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "|b| |\xc2\xb2" "|\xd9\xa3" "| \x09" "\x0d" "|\x0a" "|end|.|  "},
-        {RN_PRE_FALCON, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
-         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'|ve| |123|45|/|x|\x0a" "\x0a" " | ok"},
-        {RN_PRE_FALCON, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
-         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "|x|+=|y|;| |$|1|,|000|.|50|!!| |\xe3\x80\x80" "|z"},
-        {RN_PRE_FALCON, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
-         "They|'|RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "|b| \xc2\xb2" "\xd9\xa3" "| \x09" "\x0d" "|\x0a" "|end|.|  "},
-        {RN_PRE_DEEPSEEK_LLM, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
-         "HELLOworld| HeLLo| \xc3\x89" "|COLEs| I|'|ve| |12345|/|x|\x0a" "|\x0a" "| | ok"},
-        {RN_PRE_DEEPSEEK_LLM, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
-         "caf|\xc3\xa9" "| |\xe4\xb8\xad" "\xe6\x96\x87" "| |\xea\xb0\x80" "|\xc2\xa0" "x|+=|y|;| $|1|,|000|.|50|!!| |\xe3\x80\x80" "z"},
-        {RN_PRE_DEEPSEEK_LLM, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
-         "They|'|RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "|b| |\xc2\xb2" "\xd9\xa3" "| \x09" "|\x0d" "|\x0a" "|end|.|  "},
-        {RN_PRE_DEEPSEEK_CODER, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
-         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'|ve| |1|2|3|4|5|/|x|\x0a" "|\x0a" "| | ok"},
-        {RN_PRE_DEEPSEEK_CODER, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
-         "caf\xc3\xa9" "| |\xe4\xb8\xad" "\xe6\x96\x87" "| |\xea\xb0\x80" "|\xc2\xa0" "x|+=|y|;| $|1|,|0|0|0|.|5|0|!!| |\xe3\x80\x80" "z"},
-        {RN_PRE_DEEPSEEK_CODER, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
-         "They|'|RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "|b| |\xc2\xb2" "|\xd9\xa3" "| \x09" "|\x0d" "|\x0a" "|end|.|  "},
-        {RN_PRE_TEKKEN, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
-         "HELLOworld| He|LLo| \xc3\x89" "COLEs| I|'ve| |1|2|3|4|5|/x|\x0a" "\x0a" "| | ok"},
-        {RN_PRE_TEKKEN, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
-         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "x|+=|y|;| $|1|,|0|0|0|.|5|0|!!| |\xe3\x80\x80" "z"},
-        {RN_PRE_TEKKEN, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
-         "They|'RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "b| |\xc2\xb2" "|\xd9\xa3" "| \x09" "\x0d" "\x0a" "|end|.|  "},
-        {RN_PRE_GPT4O, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
-         "HELLOworld| He|LLo| \xc3\x89" "COLEs| I've| |123|45|/x|\x0a" "\x0a" "| | ok"},
-        {RN_PRE_GPT4O, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
-         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "x|+=|y|;| $|1|,|000|.|50|!!| |\xe3\x80\x80" "z"},
-        {RN_PRE_GPT4O, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
-         "They'RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a|\xcc\x81" "b| |\xc2\xb2" "\xd9\xa3" "| \x09" "\x0d" "\x0a" "|end|.|  "},
-        {RN_PRE_PORO, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
-         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I've| 12345/x|\x0a" "\x0a" " | ok"},
-        {RN_PRE_PORO, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
-         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "|x+=y;| $1|,|000|.|50|!! \xe3\x80\x80" "|z"},
-        {RN_PRE_PORO, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
-         "They'RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a\xcc\x81" "b| \xc2\xb2" "\xd9\xa3" "| \x09" "\x0d" "\x0a" "|end|.  "},
-        {RN_PRE_VIKING, "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\x0a" "\x0a" "  ok",
-         "HELLOworld| HeLLo| \xc3\x89" "COLEs| I've| |1|2|3|4|5|/x|\x0a" "\x0a" " | ok"},
-        {RN_PRE_VIKING, "caf\xc3\xa9" " \xe4\xb8\xad" "\xe6\x96\x87" " \xea\xb0\x80" "\xc2\xa0" "x+=y; $1,000.50!! \xe3\x80\x80" "z",
-         "caf\xc3\xa9" "| \xe4\xb8\xad" "\xe6\x96\x87" "| \xea\xb0\x80" "|\xc2\xa0" "|x+=y;| $|1|,|0|0|0|.|5|0|!! \xe3\x80\x80" "|z"},
-        {RN_PRE_VIKING, "They'RE \xd0\x96" "\xd0\xb6" "\xd0\x96" " a\xcc\x81" "b \xc2\xb2" "\xd9\xa3" " \x09" "\x0d" "\x0a" "end.  ",
-         "They'RE| \xd0\x96" "\xd0\xb6" "\xd0\x96" "| a\xcc\x81" "b| |\xc2\xb2" "|\xd9\xa3" "| \x09" "\x0d" "\x0a" "|end|.  "},
+    {RN_PRE_DEFAULT,
+     "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\n\n  ok",
+     "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'|ve| |123|45|/|x|\n\n | ok"},
+    {RN_PRE_DEFAULT,
+     "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xea\xb0\x80\xc2\xa0x+=y; $1,000.50!! \xe3\x80\x80z",
+     "caf\xc3\xa9| \xe4\xb8\xad\xe6\x96\x87| \xea\xb0\x80|\xc2\xa0|x|+=|y|;| |$|1|,|000|.|50|!!| |\xe3\x80\x80|z"},
+    {RN_PRE_DEFAULT,
+     "They'RE \xd0\x96\xd0\xb6\xd0\x96 a\xcc\x81" "b \xc2\xb2\xd9\xa3 \t\r\nend.  ",
+     "They|'|RE| \xd0\x96\xd0\xb6\xd0\x96| a|\xcc\x81|b| |\xc2\xb2\xd9\xa3| \t\r|\n|end|.|  "},
+    {RN_PRE_LLAMA3,
+     "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\n\n  ok",
+     "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'ve| |123|45|/x|\n\n| | ok"},
+    {RN_PRE_LLAMA3,
+     "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xea\xb0\x80\xc2\xa0x+=y; $1,000.50!! \xe3\x80\x80z",
+     "caf\xc3\xa9| \xe4\xb8\xad\xe6\x96\x87| \xea\xb0\x80|\xc2\xa0x|+=|y|;| $|1|,|000|.|50|!!| |\xe3\x80\x80z"},
+    {RN_PRE_LLAMA3,
+     "They'RE \xd0\x96\xd0\xb6\xd0\x96 a\xcc\x81" "b \xc2\xb2\xd9\xa3 \t\r\nend.  ",
+     "They|'RE| \xd0\x96\xd0\xb6\xd0\x96| a|\xcc\x81" "b| |\xc2\xb2\xd9\xa3| \t\r\n|end|.|  "},
+    {RN_PRE_QWEN2,
+     "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\n\n  ok",
+     "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'ve| |1|2|3|4|5|/x|\n\n| | ok"},
+    {RN_PRE_QWEN2,
+     "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xea\xb0\x80\xc2\xa0x+=y; $1,000.50!! \xe3\x80\x80z",
+     "caf\xc3\xa9| \xe4\xb8\xad\xe6\x96\x87| \xea\xb0\x80|\xc2\xa0x|+=|y|;| $|1|,|0|0|0|.|5|0|!!| |\xe3\x80\x80z"},
+    {RN_PRE_QWEN2,
+     "They'RE \xd0\x96\xd0\xb6\xd0\x96 a\xcc\x81" "b \xc2\xb2\xd9\xa3 \t\r\nend.  ",
+     "They|'RE| \xd0\x96\xd0\xb6\xd0\x96| a|\xcc\x81" "b| |\xc2\xb2|\xd9\xa3| \t\r\n|end|.|  "},
+    {RN_PRE_GPT2,
+     "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\n\n  ok",
+     "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'ve| 12345|/|x|\n\n | ok"},
+    {RN_PRE_GPT2,
+     "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xea\xb0\x80\xc2\xa0x+=y; $1,000.50!! \xe3\x80\x80z",
+     "caf\xc3\xa9| \xe4\xb8\xad\xe6\x96\x87| \xea\xb0\x80|\xc2\xa0|x|+=|y|;| $|1|,|000|.|50|!!| |\xe3\x80\x80|z"},
+    {RN_PRE_GPT2,
+     "They'RE \xd0\x96\xd0\xb6\xd0\x96 a\xcc\x81" "b \xc2\xb2\xd9\xa3 \t\r\nend.  ",
+     "They|'|RE| \xd0\x96\xd0\xb6\xd0\x96| a|\xcc\x81|b| \xc2\xb2\xd9\xa3| \t\r|\n|end|.|  "},
+    {RN_PRE_STARCODER,
+     "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\n\n  ok",
+     "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'ve| |1|2|3|4|5|/|x|\n\n | ok"},
+    {RN_PRE_STARCODER,
+     "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xea\xb0\x80\xc2\xa0x+=y; $1,000.50!! \xe3\x80\x80z",
+     "caf\xc3\xa9| \xe4\xb8\xad\xe6\x96\x87| \xea\xb0\x80|\xc2\xa0|x|+=|y|;| $|1|,|0|0|0|.|5|0|!!| |\xe3\x80\x80|z"},
+    {RN_PRE_STARCODER,
+     "They'RE \xd0\x96\xd0\xb6\xd0\x96 a\xcc\x81" "b \xc2\xb2\xd9\xa3 \t\r\nend.  ",
+     "They|'|RE| \xd0\x96\xd0\xb6\xd0\x96| a|\xcc\x81|b| |\xc2\xb2|\xd9\xa3| \t\r|\n|end|.|  "},
+    {RN_PRE_FALCON,
+     "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\n\n  ok",
+     "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'|ve| |123|45|/|x|\n\n | ok"},
+    {RN_PRE_FALCON,
+     "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xea\xb0\x80\xc2\xa0x+=y; $1,000.50!! \xe3\x80\x80z",
+     "caf\xc3\xa9| \xe4\xb8\xad\xe6\x96\x87| \xea\xb0\x80|\xc2\xa0|x|+=|y|;| |$|1|,|000|.|50|!!| |\xe3\x80\x80|z"},
+    {RN_PRE_FALCON,
+     "They'RE \xd0\x96\xd0\xb6\xd0\x96 a\xcc\x81" "b \xc2\xb2\xd9\xa3 \t\r\nend.  ",
+     "They|'|RE| \xd0\x96\xd0\xb6\xd0\x96| a|\xcc\x81|b| \xc2\xb2\xd9\xa3| \t\r|\n|end|.|  "},
+    {RN_PRE_DEEPSEEK_LLM,
+     "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\n\n  ok",
+     "HELLOworld| HeLLo| \xc3\x89|COLEs| I|'|ve| |12345|/|x|\n|\n| | ok"},
+    {RN_PRE_DEEPSEEK_LLM,
+     "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xea\xb0\x80\xc2\xa0x+=y; $1,000.50!! \xe3\x80\x80z",
+     "caf|\xc3\xa9| |\xe4\xb8\xad\xe6\x96\x87| |\xea\xb0\x80|\xc2\xa0x|+=|y|;| $|1|,|000|.|50|!!| |\xe3\x80\x80z"},
+    {RN_PRE_DEEPSEEK_LLM,
+     "They'RE \xd0\x96\xd0\xb6\xd0\x96 a\xcc\x81" "b \xc2\xb2\xd9\xa3 \t\r\nend.  ",
+     "They|'|RE| \xd0\x96\xd0\xb6\xd0\x96| a|\xcc\x81|b| |\xc2\xb2\xd9\xa3| \t|\r|\n|end|.|  "},
+    {RN_PRE_DEEPSEEK_CODER,
+     "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\n\n  ok",
+     "HELLOworld| HeLLo| \xc3\x89" "COLEs| I|'|ve| |1|2|3|4|5|/|x|\n|\n| | ok"},
+    {RN_PRE_DEEPSEEK_CODER,
+     "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xea\xb0\x80\xc2\xa0x+=y; $1,000.50!! \xe3\x80\x80z",
+     "caf\xc3\xa9| |\xe4\xb8\xad\xe6\x96\x87| |\xea\xb0\x80|\xc2\xa0x|+=|y|;| $|1|,|0|0|0|.|5|0|!!| |\xe3\x80\x80z"},
+    {RN_PRE_DEEPSEEK_CODER,
+     "They'RE \xd0\x96\xd0\xb6\xd0\x96 a\xcc\x81" "b \xc2\xb2\xd9\xa3 \t\r\nend.  ",
+     "They|'|RE| \xd0\x96\xd0\xb6\xd0\x96| a|\xcc\x81|b| |\xc2\xb2|\xd9\xa3| \t|\r|\n|end|.|  "},
+    {RN_PRE_TEKKEN,
+     "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\n\n  ok",
+     "HELLOworld| He|LLo| \xc3\x89" "COLEs| I|'ve| |1|2|3|4|5|/x|\n\n| | ok"},
+    {RN_PRE_TEKKEN,
+     "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xea\xb0\x80\xc2\xa0x+=y; $1,000.50!! \xe3\x80\x80z",
+     "caf\xc3\xa9| \xe4\xb8\xad\xe6\x96\x87| \xea\xb0\x80|\xc2\xa0x|+=|y|;| $|1|,|0|0|0|.|5|0|!!| |\xe3\x80\x80z"},
+    {RN_PRE_TEKKEN,
+     "They'RE \xd0\x96\xd0\xb6\xd0\x96 a\xcc\x81" "b \xc2\xb2\xd9\xa3 \t\r\nend.  ",
+     "They|'RE| \xd0\x96\xd0\xb6\xd0\x96| a|\xcc\x81" "b| |\xc2\xb2|\xd9\xa3| \t\r\n|end|.|  "},
+    {RN_PRE_GPT4O,
+     "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\n\n  ok",
+     "HELLOworld| He|LLo| \xc3\x89" "COLEs| I've| |123|45|/x|\n\n| | ok"},
+    {RN_PRE_GPT4O,
+     "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xea\xb0\x80\xc2\xa0x+=y; $1,000.50!! \xe3\x80\x80z",
+     "caf\xc3\xa9| \xe4\xb8\xad\xe6\x96\x87| \xea\xb0\x80|\xc2\xa0x|+=|y|;| $|1|,|000|.|50|!!| |\xe3\x80\x80z"},
+    {RN_PRE_GPT4O,
+     "They'RE \xd0\x96\xd0\xb6\xd0\x96 a\xcc\x81" "b \xc2\xb2\xd9\xa3 \t\r\nend.  ",
+     "They'RE| \xd0\x96\xd0\xb6\xd0\x96| a|\xcc\x81" "b| |\xc2\xb2\xd9\xa3| \t\r\n|end|.|  "},
+    {RN_PRE_PORO,
+     "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\n\n  ok",
+     "HELLOworld| HeLLo| \xc3\x89" "COLEs| I've| 12345/x|\n\n | ok"},
+    {RN_PRE_PORO,
+     "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xea\xb0\x80\xc2\xa0x+=y; $1,000.50!! \xe3\x80\x80z",
+     "caf\xc3\xa9| \xe4\xb8\xad\xe6\x96\x87| \xea\xb0\x80|\xc2\xa0|x+=y;| $1|,|000|.|50|!! \xe3\x80\x80|z"},
+    {RN_PRE_PORO,
+     "They'RE \xd0\x96\xd0\xb6\xd0\x96 a\xcc\x81" "b \xc2\xb2\xd9\xa3 \t\r\nend.  ",
+     "They'RE| \xd0\x96\xd0\xb6\xd0\x96| a\xcc\x81" "b| \xc2\xb2\xd9\xa3| \t\r\n|end|.  "},
+    {RN_PRE_VIKING,
+     "HELLOworld HeLLo \xc3\x89" "COLEs I've 12345/x\n\n  ok",
+     "HELLOworld| HeLLo| \xc3\x89" "COLEs| I've| |1|2|3|4|5|/x|\n\n | ok"},
+    {RN_PRE_VIKING,
+     "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xea\xb0\x80\xc2\xa0x+=y; $1,000.50!! \xe3\x80\x80z",
+     "caf\xc3\xa9| \xe4\xb8\xad\xe6\x96\x87| \xea\xb0\x80|\xc2\xa0|x+=y;| $|1|,|0|0|0|.|5|0|!! \xe3\x80\x80|z"},
+    {RN_PRE_VIKING,
+     "They'RE \xd0\x96\xd0\xb6\xd0\x96 a\xcc\x81" "b \xc2\xb2\xd9\xa3 \t\r\nend.  ",
+     "They'RE| \xd0\x96\xd0\xb6\xd0\x96| a\xcc\x81" "b| |\xc2\xb2|\xd9\xa3| \t\r\n|end|.  "},
 };
 
 static void test_pretok(void)
@@ -754,14 +812,16 @@ static void test_pretok(void)
     check_split(RN_PRE_VIKING, "ab12 c", "ab|1|2| c");
     check_split(RN_PRE_DEFAULT, "a+=b 1234", "a|+=|b| |123|4");
     check_split(RN_PRE_STARCODER, "x12", "x|1|2");
-    check_split(RN_PRE_TEKKEN, "HELLOworld HeLLo abc/d\n", "HELLOworld| He|LLo| abc|/d|\n");
+    check_split(RN_PRE_TEKKEN, "HELLOworld HeLLo abc/d\n",
+                "HELLOworld| He|LLo| abc|/d|\n");
     check_split(RN_PRE_GPT4O, "HELLO'S they'RE 12345", "HELLO'S| they'RE| |123|45");
     /* deepseek-llm's punctuation class spans the ASCII letters, so a word
      * ending in a non-ASCII letter splits there. */
     check_split(RN_PRE_DEEPSEEK_LLM, "caf\xc3\xa9 ok  ", "caf|\xc3\xa9| ok|  ");
     uint32_t *ends = (uint32_t *)1;
     size_t n = 7;
-    CHECK(rn_pretok_split(RN_PRE_GPT2, NULL, 0, &ends, &n) == CR_OK && ends == NULL && n == 0);
+    CHECK(rn_pretok_split(RN_PRE_GPT2, NULL, 0, &ends, &n) == CR_OK && ends == NULL &&
+          n == 0);
 }
 
 static void test_detok_memory(void)
@@ -778,11 +838,16 @@ static void test_detok_memory(void)
     CHECK(!rn_detok_push(d, S_SP, &c, &n, &err) && n == 0); /* stripped */
     CHECK(!rn_detok_push(d, S_BYTE0 + 0xC3, &c, &n, &err) && n == 0);
     CHECK_EQ_INT(rn_detok_pending(d), 1);
-    CHECK(!rn_detok_push(d, S_BYTE0 + 0xA9, &c, &n, &err) && n == 2 && !memcmp(c, "\xc3\xa9", 2));
+    CHECK(!rn_detok_push(d, S_BYTE0 + 0xA9, &c, &n, &err) && n == 2 &&
+          !memcmp(c, "\xc3\xa9", 2));
     CHECK(!rn_detok_push(d, S_SPA, &c, &n, &err) && n == 2 && !memcmp(c, " a", 2));
     /* A lead byte followed by something else becomes U+FFFD. */
     CHECK(!rn_detok_push(d, S_BYTE0 + 0xE2, &c, &n, &err) && n == 0);
-    CHECK(!rn_detok_push(d, S_A, &c, &n, &err) && n == 4 && !memcmp(c, "\xef\xbf\xbd" "a", 4));
+    CHECK(!rn_detok_push(d, S_A, &c, &n, &err) && n == 4 &&
+          !memcmp(c,
+                  "\xef\xbf\xbd"
+                  "a",
+                  4));
     /* A stray continuation byte can never complete. */
     CHECK(!rn_detok_push(d, S_BYTE0 + 0x80, &c, &n, &err) && n == 3);
     /* An id out of range is refused and changes nothing. */
@@ -795,7 +860,8 @@ static void test_detok_memory(void)
     CHECK_EQ_INT(rn_detok_pending(d), 0);
     rn_detok_flush(d, &c, &n);
     CHECK_EQ_INT(n, 0);
-    CHECK(!rn_detok_push(d, S_SPA, &c, &n, &err) && n == 1 && c[0] == 'a'); /* LSTRIP again */
+    CHECK(!rn_detok_push(d, S_SPA, &c, &n, &err) && n == 1 &&
+          c[0] == 'a'); /* LSTRIP again */
     rn_detok_destroy(&d);
     CHECK(d == NULL);
     rn_detok_destroy(&d);
@@ -818,18 +884,24 @@ static void test_corrupt(void)
         {"model t5", false, M_MODEL_T5, CR_E_UNSUPPORTED, "'t5'"},
         {"model bert", false, M_MODEL_BERT, CR_E_UNSUPPORTED, "WordPiece"},
         {"tokens missing", false, M_NO_TOKENS, CR_E_NOT_FOUND, "tokenizer.ggml.tokens"},
-        {"tokens not strings", false, M_TOKENS_U32, CR_E_CORRUPT, "tokenizer.ggml.tokens"},
+        {"tokens not strings", false, M_TOKENS_U32, CR_E_CORRUPT,
+         "tokenizer.ggml.tokens"},
         {"tokens empty", false, M_TOKENS_EMPTY, CR_E_CORRUPT, "empty"},
-        {"scores short", false, M_SCORES_SHORT, CR_E_CORRUPT, "tokenizer.ggml.scores has"},
-        {"scores not numbers", false, M_SCORES_STR, CR_E_CORRUPT, "tokenizer.ggml.scores"},
+        {"scores short", false, M_SCORES_SHORT, CR_E_CORRUPT,
+         "tokenizer.ggml.scores has"},
+        {"scores not numbers", false, M_SCORES_STR, CR_E_CORRUPT,
+         "tokenizer.ggml.scores"},
         {"token type 9", false, M_TYPE_9, CR_E_CORRUPT, "tokenizer.ggml.token_type[262]"},
-        {"token type -1", false, M_TYPE_NEG, CR_E_CORRUPT, "tokenizer.ggml.token_type[262]"},
-        {"token types short", false, M_TYPES_SHORT, CR_E_CORRUPT, "tokenizer.ggml.token_type has"},
+        {"token type -1", false, M_TYPE_NEG, CR_E_CORRUPT,
+         "tokenizer.ggml.token_type[262]"},
+        {"token types short", false, M_TYPES_SHORT, CR_E_CORRUPT,
+         "tokenizer.ggml.token_type has"},
         {"bos out of range", false, M_BOS_RANGE, CR_E_CORRUPT, "bos_token_id"},
         {"eos negative", false, M_EOS_NEG, CR_E_CORRUPT, "eos_token_id = -5"},
         {"bos a string", false, M_BOS_STR, CR_E_CORRUPT, "bos_token_id"},
         {"add_bos not a bool", false, M_ADD_BOS_U8, CR_E_CORRUPT, "add_bos_token"},
-        {"token too long", false, M_TOKEN_HUGE, CR_E_TOO_LARGE, "tokenizer.ggml.tokens[267]"},
+        {"token too long", false, M_TOKEN_HUGE, CR_E_TOO_LARGE,
+         "tokenizer.ggml.tokens[267]"},
         {"merges missing", true, M_NO_MERGES, CR_E_NOT_FOUND, "tokenizer.ggml.merges"},
         {"merge without separator", true, M_MERGE_NOSEP, CR_E_CORRUPT, "merges[2]"},
         {"merges not strings", true, M_MERGES_U32, CR_E_CORRUPT, "tokenizer.ggml.merges"},
@@ -839,18 +911,21 @@ static void test_corrupt(void)
     };
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
         size_t len = 0;
-        void *data = cases[i].bpe ? bpe_vocab(cases[i].m, &len) : spm_vocab(cases[i].m, &len);
+        void *data =
+            cases[i].bpe ? bpe_vocab(cases[i].m, &len) : spm_vocab(cases[i].m, &len);
         cr_err_t err;
         cr_err_clear(&err);
         cr_status_t st = CR_OK;
         rn_tokenizer_t *tok = data ? load_mem(data, len, &st, &err) : NULL;
         CHECK_MSG(data && !tok && st == cases[i].want && strstr(err.msg, cases[i].msg),
-                  "corrupt case '%s': status %s, msg \"%s\"", cases[i].name, cr_status_str(st), err.msg);
+                  "corrupt case '%s': status %s, msg \"%s\"", cases[i].name,
+                  cr_status_str(st), err.msg);
         rn_tokenizer_destroy(&tok);
         free(data);
     }
     CHECK(rn_tokenizer_pre_supported("llama-bpe") && rn_tokenizer_pre_supported(NULL) &&
-          rn_tokenizer_pre_supported("qwen2") && rn_tokenizer_pre_supported("tekken") && !rn_tokenizer_pre_supported("deepseek-v3"));
+          rn_tokenizer_pre_supported("qwen2") && rn_tokenizer_pre_supported("tekken") &&
+          !rn_tokenizer_pre_supported("deepseek-v3"));
 }
 
 /* ---- testdata: specials, streaming, hostile input --------------------------- */
@@ -958,13 +1033,17 @@ static void test_stream_real(const char *root)
     rn_tokenizer_t *bpe = open_vocab(root, "llama-bpe", &st, &err);
     if (spm) {
         /* 🦙 and ᑌ have no piece in LLaMA's vocabulary: byte tokens. */
-        int held = stream_check(spm, "\xf0\x9f\xa6\x99\xf0\x9f\xa6\x99 h\xc3\xa9llo \xe1\x91\x8c!",
-                                RN_PIECE_LSTRIP);
+        int held = stream_check(
+            spm, "\xf0\x9f\xa6\x99\xf0\x9f\xa6\x99 h\xc3\xa9llo \xe1\x91\x8c!",
+            RN_PIECE_LSTRIP);
         CHECK_MSG(held >= 6, "llama-spm held back only %d times", held);
     }
     if (bpe) {
-        int held = stream_check(bpe, "\xf0\x9f\x98\xb6\xe2\x80\x8d\xf0\x9f\x8c\xab\xef\xb8\x8f "
-                                     "\xe1\x9e\x80\xe1\x9e\xb6\xe1\x9e\x93", 0);
+        int held =
+            stream_check(bpe,
+                         "\xf0\x9f\x98\xb6\xe2\x80\x8d\xf0\x9f\x8c\xab\xef\xb8\x8f "
+                         "\xe1\x9e\x80\xe1\x9e\xb6\xe1\x9e\x93",
+                         0);
         CHECK_MSG(held >= 1, "llama-bpe held back only %d times", held);
     }
     rn_tokenizer_destroy(&spm);
@@ -972,8 +1051,8 @@ static void test_stream_real(const char *root)
 }
 
 /* Encodes s and checks the round trip (and no failure). */
-static void hostile_one(const rn_tokenizer_t *tok, const char *what, const char *s, size_t len,
-                        bool want_rt)
+static void hostile_one(const rn_tokenizer_t *tok, const char *what, const char *s,
+                        size_t len, bool want_rt)
 {
     size_t n = 0, dl = 0;
     int32_t *ids = enc(tok, s, len, false, false, &n);
@@ -1018,8 +1097,9 @@ static void test_hostile_real(const char *root)
      * of newlines, and every byte value. */
     size_t big_len = (size_t)1 << 20;
     char *big = malloc(big_len);
-    static const char sample[] = "Hello, y'all! 12345 \xf0\x9f\xa6\x99 \xe4\xbd\xa0\xe5\xa5\xbd  \t\n\n"
-                                 "caf\xc3\xa9 <s> \xff\xfe ";
+    static const char sample[] =
+        "Hello, y'all! 12345 \xf0\x9f\xa6\x99 \xe4\xbd\xa0\xe5\xa5\xbd  \t\n\n"
+        "caf\xc3\xa9 <s> \xff\xfe ";
     size_t k = 0;
     while (k < big_len / 2) {
         size_t c = CR_MIN(sizeof sample - 1, big_len / 2 - k);
@@ -1033,8 +1113,9 @@ static void test_hostile_real(const char *root)
         x = x * 1103515245u + 12345u;
         big[k] = (char)(x >> 16);
     }
-    static const char bad[] = "\xff\xfe abc \xc3\x28 \xe2\x82 \xf0\x9f\x98 \x80\x80 \xed\xa0\x80 "
-                              "\xc0\xaf \xf4\x90\x80\x80 end\xe2";
+    static const char bad[] =
+        "\xff\xfe abc \xc3\x28 \xe2\x82 \xf0\x9f\x98 \x80\x80 \xed\xa0\x80 "
+        "\xc0\xaf \xf4\x90\x80\x80 end\xe2";
     for (size_t i = 0; i < CR_ARRAY_LEN(names); i++) {
         cr_status_t st;
         cr_err_t err;
@@ -1072,8 +1153,9 @@ static void test_hostile_real(const char *root)
         size_t n = 0;
         int32_t out[1];
         if (tok)
-            CHECK_EQ_INT(rn_tokenize(tok, "x", (size_t)RN_TOK_MAX_INPUT_BYTES + 1, false, false, out,
-                                     1, &n, &err), CR_E_TOO_LARGE);
+            CHECK_EQ_INT(rn_tokenize(tok, "x", (size_t)RN_TOK_MAX_INPUT_BYTES + 1, false,
+                                     false, out, 1, &n, &err),
+                         CR_E_TOO_LARGE);
         rn_tokenizer_destroy(&tok);
     }
     /* The vocabulary with a duplicated key never reaches the tokenizer. */
@@ -1122,7 +1204,8 @@ static void test_models_real(const char *root)
         }
         cr_gguf_close(&g); /* the tokenizer keeps its own copy */
         size_t len = 0;
-        snprintf(path, sizeof path, "%s/reference/%s/ref.prompt_ids.txt", root, models[m][1]);
+        snprintf(path, sizeof path, "%s/reference/%s/ref.prompt_ids.txt", root,
+                 models[m][1]);
         char *txt = read_file(path, &len);
         int32_t want[64], gen[256];
         size_t nw = txt ? parse_ids(txt, want, 64) : 0;
@@ -1130,20 +1213,23 @@ static void test_models_real(const char *root)
         const char *prompt = "Once upon a time";
         size_t n = 0;
         int32_t *got = enc(tok, prompt, strlen(prompt), true, true, &n);
-        CHECK_MSG(got && nw > 1 && ids_eq(got, n, want, nw), "%s: prompt ids", models[m][0]);
+        CHECK_MSG(got && nw > 1 && ids_eq(got, n, want, nw), "%s: prompt ids",
+                  models[m][0]);
         free(got);
 
-        snprintf(path, sizeof path, "%s/reference/%s/ref.greedy_ids.txt", root, models[m][1]);
+        snprintf(path, sizeof path, "%s/reference/%s/ref.greedy_ids.txt", root,
+                 models[m][1]);
         txt = read_file(path, &len);
         size_t ng = txt ? parse_ids(txt, gen, 256) : 0;
         free(txt);
-        snprintf(path, sizeof path, "%s/reference/%s/ref.greedy_text.txt", root, models[m][1]);
+        snprintf(path, sizeof path, "%s/reference/%s/ref.greedy_text.txt", root,
+                 models[m][1]);
         char *want_text = read_file(path, &len);
         size_t dl = 0;
         char *d = dec(tok, gen, ng, 0, &dl);
         CHECK_MSG(d && want_text && ng > 10 && dl == len && !memcmp(d, want_text, len),
-                  "%s: generated text differs:\n  got  \"%s\"\n  want \"%s\"", models[m][0],
-                  d ? d : "", want_text ? want_text : "");
+                  "%s: generated text differs:\n  got  \"%s\"\n  want \"%s\"",
+                  models[m][0], d ? d : "", want_text ? want_text : "");
         /* The stream gives the same text (the reference is valid UTF-8). */
         rn_detok_t *ds = rn_detok_new(tok, 0);
         cr_buf_t b;
@@ -1179,8 +1265,9 @@ int main(void)
     test_corrupt();
     const char *root = check_testdata("vocab/ggml-vocab-llama-spm.gguf");
     if (!root) {
-        printf("test_tokenizer: testdata absent (CORRAL_TESTDATA): vocabulary vectors, "
-               "specials, streaming and hostile-input cases on real vocabularies skipped\n");
+        printf(
+            "test_tokenizer: testdata absent (CORRAL_TESTDATA): vocabulary vectors, "
+            "specials, streaming and hostile-input cases on real vocabularies skipped\n");
         return check_finish("test_tokenizer");
     }
     test_vectors(root);
