@@ -36,7 +36,71 @@ typedef struct build {
     json_t *families;    /* array of unique architectures */
     char (*created)[REG_HEX_LEN + 1]; /* blobs this create wrote */
     size_t n_created;
+    char auto_hex[REG_HEX_LEN + 1]; /* autodetected template layer, or "" */
+    const char *auto_name;          /* its name */
 } build_t;
+
+/* Chat templates for GGUF imports without one, chosen by the markers of the
+ * file's tokenizer.chat_template (Ollama matches known Jinja templates and
+ * reports "using autodetected template <name>"). Each template ranges over
+ * .Messages; stop strings become default parameters. */
+typedef struct auto_tmpl {
+    const char *name;
+    const char *marker, *marker2; /* both must appear (marker2 may be NULL) */
+    const char *tmpl;
+    const char *stops[4];
+} auto_tmpl_t;
+
+static const auto_tmpl_t auto_tmpls[] = {
+    {"chatml", "<|im_start|>", NULL,
+     "{{- range .Messages }}<|im_start|>{{ .Role }}\n"
+     "{{ .Content }}<|im_end|>\n"
+     "{{ end }}<|im_start|>assistant\n",
+     {"<|im_start|>", "<|im_end|>", NULL}},
+    {"llama3-instruct", "<|start_header_id|>", "<|eot_id|>",
+     "{{- range .Messages }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n\n"
+     "{{ .Content }}<|eot_id|>"
+     "{{ end }}<|start_header_id|>assistant<|end_header_id|>\n\n",
+     {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", NULL}},
+    {"gemma-instruct", "<start_of_turn>", NULL,
+     "{{- range .Messages }}<start_of_turn>"
+     "{{ if eq .Role \"assistant\" }}model{{ else }}user{{ end }}\n"
+     "{{ .Content }}<end_of_turn>\n"
+     "{{ end }}<start_of_turn>model\n",
+     {"<start_of_turn>", "<end_of_turn>", NULL}},
+    {"phi-3", "<|user|>", "<|end|>",
+     "{{- range .Messages }}<|{{ .Role }}|>\n"
+     "{{ .Content }}<|end|>\n"
+     "{{ end }}<|assistant|>\n",
+     {"<|end|>", "<|user|>", "<|assistant|>", NULL}},
+    {"zephyr", "<|user|>", NULL,
+     "{{- range .Messages }}<|{{ .Role }}|>\n"
+     "{{ .Content }}</s>\n"
+     "{{ end }}<|assistant|>\n",
+     {"<|system|>", "<|user|>", "<|assistant|>", "</s>"}},
+    {"mistral-instruct", "[INST]", NULL,
+     "{{- range .Messages }}"
+     "{{- if eq .Role \"assistant\" }} {{ .Content }}</s>"
+     "{{- else }}[INST] {{ .Content }} [/INST]{{ end }}"
+     "{{- end }}",
+     {"[INST]", "[/INST]", NULL}},
+};
+
+/* The template for a GGUF's tokenizer.chat_template, or NULL. */
+static const auto_tmpl_t *detect_template(const cr_gguf_t *g)
+{
+    cr_gguf_str_t jinja;
+    if (!cr_gguf_get_str(g, "tokenizer.chat_template", &jinja) || !jinja.len)
+        return NULL;
+    for (size_t i = 0; i < CR_ARRAY_LEN(auto_tmpls); i++) {
+        const auto_tmpl_t *t = &auto_tmpls[i];
+        if (memmem(jinja.ptr, (size_t)jinja.len, t->marker, strlen(t->marker)) &&
+            (!t->marker2 || memmem(jinja.ptr, (size_t)jinja.len, t->marker2,
+                                   strlen(t->marker2))))
+            return t;
+    }
+    return NULL;
+}
 
 static void progress(build_t *b, const char *fmt, ...) CR_PRINTF(2, 3);
 static void progress(build_t *b, const char *fmt, ...)
@@ -171,6 +235,29 @@ static bool has_suffix(const char *s, const char *suf)
     return a >= b && !strcmp(s + a - b, suf);
 }
 
+static cr_status_t add_auto_template(build_t *b, const auto_tmpl_t *at,
+                                     cr_err_t *err)
+{
+    cr_status_t st = add_blob_layer(b, REG_MT_TEMPLATE, at->tmpl,
+                                    strlen(at->tmpl), err);
+    if (st)
+        return st;
+    memcpy(b->auto_hex, b->man.layers[b->man.n_layers - 1].hex,
+           sizeof b->auto_hex);
+    b->auto_name = at->name;
+    json_t *stops = json_array();
+    for (size_t i = 0; i < CR_ARRAY_LEN(at->stops) && at->stops[i]; i++)
+        json_array_append_new(stops, json_string(at->stops[i]));
+    if (!b->params)
+        b->params = json_object();
+    if (!b->params || !stops) {
+        json_decref(stops);
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
+    json_object_set_new(b->params, "stop", stops);
+    return CR_OK;
+}
+
 static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
                               bool adapters, cr_err_t *err)
 {
@@ -205,11 +292,19 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
             return st;
         const char *mt = adapters ? REG_MT_ADAPTER : reg_gguf_media_type(g);
         note_gguf(b, g);
+        const auto_tmpl_t *at = NULL;
+        if (!strcmp(mt, REG_MT_MODEL) && !b->auto_hex[0])
+            at = detect_template(g);
         cr_gguf_close(&g);
         uint64_t size = 0;
         reg_store_blob_exists(b->s, hex, &size);
         if (reg_manifest_add(&b->man, mt, hex, (int64_t)size, NULL, NULL))
             return cr_err_set(err, CR_E_NOMEM, "out of memory");
+        if (at) {
+            st = add_auto_template(b, at, err);
+            if (st)
+                return st;
+        }
     }
     return CR_OK;
 }
@@ -438,8 +533,13 @@ cr_status_t reg_create(reg_store_t *s, const msg_create_body_t *req,
         bool created = was_created(&b, hex);
         if (!created)
             reg_store_blob_touch(s, hex);
-        progress(&b, "%s sha256:%s",
-                 created ? "creating new layer" : "using existing layer", hex);
+        if (b.auto_name && !strcmp(hex, b.auto_hex) &&
+            !strcmp(b.man.layers[i].media_type, REG_MT_TEMPLATE))
+            progress(&b, "using autodetected template %s", b.auto_name);
+        else
+            progress(&b, "%s sha256:%s",
+                     created ? "creating new layer" : "using existing layer",
+                     hex);
     }
     progress(&b, "writing manifest");
     st = reg_manifest_encode(&b.man, &text);
@@ -450,6 +550,12 @@ cr_status_t reg_create(reg_store_t *s, const msg_create_body_t *req,
     st = reg_store_manifest_write(s, &name, text.data, text.len, err);
     if (st)
         goto out;
+    /* A blob this create wrote but then replaced (an autodetected template
+     * overridden by the request's) is referenced by nothing: it did not
+     * exist before, so no other manifest can use it. */
+    for (size_t i = 0; i < b.n_created; i++)
+        if (!reg_manifest_references(&b.man, b.created[i]))
+            reg_store_blob_remove(s, b.created[i], NULL);
     if (have_old && !cr_env_bool("NOPRUNE", false))
         reg_prune_unreferenced(s, &old);
     progress(&b, "success");

@@ -74,6 +74,9 @@ static int count_blob_files(const reg_store_t *s, bool temp_only)
     return n;
 }
 
+/* The tokenizer.chat_template tiny_gguf writes. */
+static const char *chat_template_g = "{{ x }}";
+
 /* A tiny llama-ish GGUF in memory: 36 parameters, F32. */
 static void *tiny_gguf(size_t *len, const char *arch, bool embedding)
 {
@@ -91,7 +94,7 @@ static void *tiny_gguf(size_t *len, const char *arch, bool embedding)
               !cr_gguf_writer_add_u32(w, "general.file_type", 0, &err) &&
               !cr_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, 8, &err) &&
               !cr_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama", &err) &&
-              !cr_gguf_writer_add_str(w, "tokenizer.chat_template", "{{ x }}", &err);
+              !cr_gguf_writer_add_str(w, "tokenizer.chat_template", chat_template_g, &err);
     snprintf(key, sizeof key, "%s.context_length", arch);
     ok = ok && !cr_gguf_writer_add_u32(w, key, 2048, &err);
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
@@ -1062,6 +1065,71 @@ static void test_prune_store(void)
     }
 }
 
+/* A GGUF without a TEMPLATE gets one from its Jinja chat template. */
+static void test_autodetect(void)
+{
+    reg_store_t *s = fresh_store();
+    cr_err_t err;
+    struct {
+        const char *jinja, *name, *tmpl_has, *stop0;
+    } cases[] = {
+        {"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", "chatml",
+         "<|im_start|>{{ .Role }}", "<|im_start|>"},
+        {"<|start_header_id|>{{ role }}<|end_header_id|>{{ c }}<|eot_id|>",
+         "llama3-instruct", "<|eot_id|>", "<|start_header_id|>"},
+        {"<start_of_turn>user", "gemma-instruct", "<start_of_turn>model", "<start_of_turn>"},
+        {"<|user|>{{ x }}<|end|>", "phi-3", "<|end|>", "<|end|>"},
+        {"<|user|>{{ x }}</s>", "zephyr", "</s>", "<|system|>"},
+        {"[INST] {{ x }} [/INST]", "mistral-instruct", "[INST]", "[INST]"},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
+        chat_template_g = cases[i].jinja;
+        char digest[80];
+        upload_tiny(s, digest);
+        statuses_t sts = {0};
+        create_args_t a = {.model = "auto", .file_digest = digest,
+                           .params = "{\"temperature\":0.2}"};
+        CHECK(do_create(s, &a, &sts, &err) == CR_OK);
+        char want[80];
+        snprintf(want, sizeof want, "using autodetected template %s", cases[i].name);
+        bool seen = false;
+        for (int k = 0; k < sts.n; k++)
+            seen |= !strcmp(sts.v[k], want);
+        CHECK_MSG(seen, "%s", want);
+        cr_model_name_t n;
+        cr_model_name_parse("auto", &n, NULL);
+        reg_model_t *m = NULL;
+        CHECK(reg_model_load(s, &n, &m, &err) == CR_OK);
+        if (m) {
+            CHECK_MSG(m->template_text && strstr(m->template_text, cases[i].tmpl_has),
+                      "%s: %s", cases[i].name, m->template_text ? m->template_text : "(none)");
+            json_t *stop = json_object_get(m->params, "stop");
+            CHECK_EQ_STR(json_string_value(json_array_get(stop, 0)), cases[i].stop0);
+            CHECK(json_real_value(json_object_get(m->params, "temperature")) == 0.2);
+            reg_model_destroy(&m);
+        }
+    }
+    /* the request's template wins, and the detected one is not kept */
+    chat_template_g = "<|im_start|>";
+    char digest[80];
+    upload_tiny(s, digest);
+    create_args_t a = {.model = "own", .file_digest = digest, .tmpl = "{{ .Prompt }}!"};
+    int before = count_blob_files(s, false);
+    CHECK(do_create(s, &a, NULL, &err) == CR_OK);
+    cr_model_name_t n;
+    cr_model_name_parse("own", &n, NULL);
+    reg_model_t *m = NULL;
+    CHECK(reg_model_load(s, &n, &m, &err) == CR_OK);
+    if (m) {
+        CHECK_EQ_STR(m->template_text, "{{ .Prompt }}!");
+        reg_model_destroy(&m);
+    }
+    /* new blobs: the template, the params (stops), the config */
+    CHECK_EQ_INT(count_blob_files(s, false), before + 3);
+    chat_template_g = "{{ x }}";
+    reg_store_destroy(&s);
+}
+
 static void test_template_uses(void)
 {
     CHECK(reg_template_uses("{{ if .Tools }}x{{ end }}", "Tools"));
@@ -1087,6 +1155,7 @@ int main(void)
     test_crash_before_rename();
     test_listing_and_caps();
     test_prune_store();
+    test_autodetect();
     test_template_uses();
     if (root_g[0])
         nftw(root_g, rm_one, 16, FTW_DEPTH | FTW_PHYS);
