@@ -30,7 +30,7 @@
 #define RN_TOK_MAX_VOCAB (1u << 22)       /* tokens */
 #define RN_TOK_MAX_MERGES (1u << 23)      /* BPE merges */
 #define RN_TOK_MAX_TOKEN_BYTES 65536u     /* one token's text */
-#define RN_TOK_MAX_INPUT_BYTES (64u << 20) /* one rn_tokenize() input */
+#define RN_TOK_MAX_INPUT_BYTES (16u << 20) /* one rn_tokenize() input */
 
 typedef struct rn_tokenizer rn_tokenizer_t;
 

@@ -1145,7 +1145,7 @@ static void test_hostile_real(const char *root)
         rn_tokenizer_destroy(&tok);
     }
     free(big);
-    /* A 64 MiB + 1 input is refused before any work. */
+    /* An input over the limit is refused before any work. */
     {
         cr_status_t st;
         cr_err_t err;
