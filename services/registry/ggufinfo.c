@@ -45,9 +45,26 @@ const char *reg_gguf_family(const cr_gguf_t *g)
 const char *reg_gguf_file_type(const cr_gguf_t *g)
 {
     uint32_t ft;
-    if (!cr_gguf_get_u32(g, "general.file_type", &ft))
-        return "unknown";
-    return cr_file_type_name(ft);
+    if (cr_gguf_get_u32(g, "general.file_type", &ft))
+        return cr_file_type_name(ft);
+    /* No file type recorded (some converters omit it): name the type that
+     * holds most of the weight matrices' elements. */
+    uint64_t elems[CR_TYPE__COUNT] = {0};
+    for (size_t i = 0; i < cr_gguf_tensor_count(g); i++) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        if (t->n_dims >= 2 && (unsigned)t->type < CR_TYPE__COUNT)
+            elems[t->type] += t->n_elems;
+    }
+    const char *best = "unknown";
+    uint64_t most = 0;
+    for (unsigned ty = 0; ty < CR_TYPE__COUNT; ty++) {
+        const cr_type_info_t *ti = cr_type_info(ty);
+        if (elems[ty] > most && ti && ti->name) {
+            most = elems[ty];
+            best = ti->name;
+        }
+    }
+    return best;
 }
 
 void reg_gguf_kind(const cr_gguf_t *g, char *buf, size_t cap)

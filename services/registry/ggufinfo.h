@@ -26,7 +26,9 @@ char *reg_human_number(uint64_t n, char *buf, size_t cap);
 /* general.architecture, or "unknown" when absent. Borrowed from g. */
 const char *reg_gguf_family(const cr_gguf_t *g);
 
-/* The name of general.file_type ("Q4_K_M"), or "unknown". */
+/* The name of general.file_type ("Q4_K_M"); without that key, the name of
+ * the tensor type holding most elements of the 2-D tensors ("F32"); else
+ * "unknown". Static string. */
 const char *reg_gguf_file_type(const cr_gguf_t *g);
 
 /* general.type ("model", "adapter", "projector"), or "" when absent, into

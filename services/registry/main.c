@@ -6,6 +6,7 @@
 #include "lib/prelude.h"
 #include "lib/env.h"
 #include "lib/log.h"
+#include "lib/sd_notify.h"
 #include "proto/bus.h"
 #include "services/registry/ops.h"
 #include "services/registry/server.h"
@@ -85,11 +86,14 @@ int main(int argc, char **argv)
     }
     cr_log_info("serving %s on %s", reg_store_root(reg_server_store(srv)),
                 endpoint);
+    if (cr_sd_notify_ready(&err))
+        cr_log_warn("sd_notify: %s", err.msg);
     if (reg_server_run(srv, router, &err) == CR_OK)
         rc = 0;
     else
         cr_log_error("stopped: %s", err.msg);
     cr_log_info("shutting down");
+    (void)cr_sd_notify_stopping(NULL);
 out:
     zsock_destroy(&router);
     reg_server_destroy(&srv);

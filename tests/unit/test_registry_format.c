@@ -3,6 +3,8 @@
  * parameters text, parameter validation and conversions, human parameter
  * counts and times. */
 #include "lib/prelude.h"
+#include "lib/gguf.h"
+#include "lib/gguf_write.h"
 #include "proto/msg.h"
 #include "services/registry/ggufinfo.h"
 #include "services/registry/gojson.h"
@@ -350,6 +352,91 @@ static void test_human_and_time(void)
     tzset();
 }
 
+/* Builds a GGUF in memory with the given tensors (types, ne0 x ne1). */
+static cr_gguf_t *gguf_with(bool file_type, const cr_type_t *types,
+                            const uint64_t (*ne)[2], size_t n, void **mem)
+{
+    cr_gguf_writer_t *w = cr_gguf_writer_new();
+    cr_err_t err;
+    static uint8_t zeros[1 << 16];
+    cr_gguf_writer_add_str(w, "general.architecture", "llama", &err);
+    if (file_type)
+        cr_gguf_writer_add_u32(w, "general.file_type", 15, &err);
+    for (size_t i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "t%zu", i);
+        uint32_t dims = ne[i][1] > 1 ? 2 : 1;
+        CHECK(cr_gguf_writer_add_tensor(w, name, dims, ne[i], types[i], zeros,
+                                        NULL, &err) == CR_OK);
+    }
+    size_t len;
+    CHECK(cr_gguf_writer_write_memory(w, mem, &len, &err) == CR_OK);
+    cr_gguf_writer_destroy(&w);
+    cr_gguf_t *g = NULL;
+    CHECK(cr_gguf_open_memory(*mem, len, &g, &err) == CR_OK);
+    return g;
+}
+
+static void test_gguf_info(void)
+{
+    const cr_type_t types[] = {CR_TYPE_F32, CR_TYPE_Q8_0, CR_TYPE_F16, CR_TYPE_F32};
+    const uint64_t ne[][2] = {{64, 1}, {64, 64}, {32, 32}, {4096, 1}};
+    void *mem = NULL;
+    /* no general.file_type: the 2-D majority type (the big F32 vector does
+     * not count) */
+    cr_gguf_t *g = gguf_with(false, types, ne, 4, &mem);
+    if (g) {
+        CHECK_EQ_STR(reg_gguf_file_type(g), "Q8_0");
+        CHECK_EQ_INT(reg_gguf_param_count(g), 64 + 4096 + 1024 + 4096);
+        CHECK_EQ_STR(reg_gguf_family(g), "llama");
+        CHECK_EQ_STR(reg_gguf_media_type(g), "application/vnd.ollama.image.model");
+        CHECK(!reg_gguf_is_embedding(g) && !reg_gguf_has_vision(g));
+        cr_gguf_close(&g);
+    }
+    free(mem);
+    g = gguf_with(true, types, ne, 4, &mem);
+    if (g) {
+        CHECK_EQ_STR(reg_gguf_file_type(g), "Q4_K_M");
+        cr_gguf_close(&g);
+    }
+    free(mem);
+    /* media types: a standalone vision model is a projector, general.type
+     * adapter an adapter; pooling_type makes an embedding model */
+    const char *kinds[][4] = {
+        {"clip", "clip.vision.block_count", "", "application/vnd.ollama.image.projector"},
+        {"llama", "llama.block_count", "adapter", "application/vnd.ollama.image.adapter"},
+        {"llama", "llama.vision.block_count", "", "application/vnd.ollama.image.projector"},
+        {"llama", "llama.pooling_type", "", "application/vnd.ollama.image.model"},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(kinds); i++) {
+        cr_gguf_writer_t *w = cr_gguf_writer_new();
+        cr_err_t err;
+        cr_gguf_writer_add_str(w, "general.architecture", kinds[i][0], &err);
+        cr_gguf_writer_add_u32(w, kinds[i][1], 12, &err);
+        if (kinds[i][2][0])
+            cr_gguf_writer_add_str(w, "general.type", kinds[i][2], &err);
+        size_t len;
+        void *m2 = NULL;
+        CHECK(cr_gguf_writer_write_memory(w, &m2, &len, &err) == CR_OK);
+        cr_gguf_writer_destroy(&w);
+        cr_gguf_t *k = NULL;
+        CHECK(cr_gguf_open_memory(m2, len, &k, &err) == CR_OK);
+        if (k) {
+            CHECK_EQ_STR(reg_gguf_media_type(k), kinds[i][3]);
+            CHECK(reg_gguf_is_embedding(k) == (i == 3));
+            CHECK(reg_gguf_has_vision(k) == (i == 0 || i == 2));
+            cr_gguf_close(&k);
+        }
+        free(m2);
+    }
+    g = gguf_with(false, types, ne, 1, &mem); /* only a vector */
+    if (g) {
+        CHECK_EQ_STR(reg_gguf_file_type(g), "unknown");
+        cr_gguf_close(&g);
+    }
+    free(mem);
+}
+
 int main(void)
 {
     test_floats();
@@ -358,5 +445,6 @@ int main(void)
     test_modelfile_quote();
     test_params();
     test_human_and_time();
+    test_gguf_info();
     return check_finish("test_registry_format");
 }
