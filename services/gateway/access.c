@@ -318,8 +318,9 @@ cr_status_t gw_listen_resolve(const char *host, uint16_t port,
     struct addrinfo *res = NULL;
     int rc = getaddrinfo(host, NULL, &hints, &res);
     if (rc != 0 || !res)
-        return cr_err_set(err, CR_E_INVALID, "cannot resolve listen host %s: %s",
-                          host, gai_strerror(rc));
+        return cr_err_set(err, CR_E_INVALID,
+                          "cannot resolve listen host %s: %s", host,
+                          gai_strerror(rc));
     /* Prefer IPv4 ("localhost" gives both). */
     struct addrinfo *pick = res;
     for (struct addrinfo *a = res; a; a = a->ai_next)

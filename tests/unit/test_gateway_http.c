@@ -1217,6 +1217,60 @@ static void test_cors_and_host(void)
     resp_free(&r);
 }
 
+/* ---- many clients at once ---- */
+
+#define N_CLIENTS 12
+#define N_ROUNDS 4
+
+typedef struct client {
+    pthread_t th;
+    int ok;     /* answers that were exactly right */
+    int bad;
+} client_t;
+
+static void *client_main(void *arg)
+{
+    client_t *c = arg;
+    req_opts_t o = {.fresh = true};
+    for (int i = 0; i < N_ROUNDS; i++) {
+        resp_t r;
+        if (i % 2 == 0) {
+            static const char body[] = "{\"model\":\"ok\",\"stream\":false}";
+            http_ex(&r, "POST", "/api/generate", body, sizeof body - 1, &o);
+            json_t *j = json_loads(r.body.data, 0, NULL);
+            bool good = r.status == 200 &&
+                        !strcmp(jstr(j, "response"), "Hello");
+            json_decref(j);
+            good ? c->ok++ : c->bad++;
+        } else {
+            static const char body[] = "{\"model\":\"think\"}";
+            http_ex(&r, "POST", "/api/chat", body, sizeof body - 1, &o);
+            bool good = r.status == 200 &&
+                        strstr(r.body.data, "\"done\":true") != NULL &&
+                        strstr(r.body.data, "WRONG") == NULL;
+            good ? c->ok++ : c->bad++;
+        }
+        resp_free(&r);
+    }
+    return NULL;
+}
+
+static void test_concurrent(void)
+{
+    client_t cl[N_CLIENTS];
+    memset(cl, 0, sizeof cl);
+    for (int i = 0; i < N_CLIENTS; i++)
+        pthread_create(&cl[i].th, NULL, client_main, &cl[i]);
+    int ok = 0, bad = 0;
+    for (int i = 0; i < N_CLIENTS; i++) {
+        pthread_join(cl[i].th, NULL);
+        ok += cl[i].ok;
+        bad += cl[i].bad;
+    }
+    CHECK_EQ_INT(ok, N_CLIENTS * N_ROUNDS);
+    CHECK_EQ_INT(bad, 0);
+}
+
 /* ---- disconnects and dead peers ---- */
 
 typedef struct first_line {
@@ -1412,6 +1466,7 @@ int main(void)
     test_blobs();
     test_limits();
     test_cors_and_host();
+    test_concurrent();
     test_disconnect();
     test_dead_peers();
     test_stop(&srv);
