@@ -153,7 +153,7 @@ static cr_status_t end_line(relay_t *x, size_t mark, cr_status_t st)
         x->out.len = mark;
         if (x->out.data)
             x->out.data[mark] = '\0';
-        fail(x, st, "reply too large to send");
+        fail(x, CR_E_INTERNAL, "reply too large to send");
     }
     return st;
 }
@@ -167,7 +167,7 @@ static void render_answer(relay_t *x, const gw_answer_t *a)
     if (x->stream)
         end_line(x, mark, st);
     else if (st)
-        fail(x, st, "reply too large to send");
+        fail(x, CR_E_INTERNAL, "reply too large to send");
 }
 
 /* The accumulated arrays as "[...]" texts (in out bufs), or NULL. */
@@ -245,7 +245,7 @@ static void feed_progress(relay_t *x, const msg_t *m)
         if (x->stream)
             end_line(x, mark, st);
         else if (st)
-            fail(x, st, "reply too large to send");
+            fail(x, CR_E_INTERNAL, "reply too large to send");
     }
     x->finished = true;
 }

@@ -1455,6 +1455,17 @@ int main(void)
     port_g = gw_server_port(srv);
     CHECK(port_g > 0);
 
+    /* A second server on the same port, or on a host that does not
+     * resolve, fails with a clear error. */
+    gw_config_t c2 = cfg;
+    gw_server_t *s2 = NULL;
+    snprintf(c2.host, sizeof c2.host, "127.0.0.1:%d", port_g);
+    CHECK_EQ_INT(gw_server_new(&c2, &s2, &err), CR_E_IO);
+    CHECK(s2 == NULL && strstr(err.msg, "cannot listen on 127.0.0.1 port") != NULL);
+    snprintf(c2.host, sizeof c2.host, "no-such-host.invalid:0");
+    CHECK_EQ_INT(gw_server_new(&c2, &s2, &err), CR_E_INVALID);
+    CHECK(s2 == NULL);
+
     test_basics();
     test_generate_stream();
     test_generate_nonstream();

@@ -8,6 +8,7 @@
 #include "services/gateway/convert.h"
 #include "services/gateway/http.h"
 #include "services/gateway/render.h"
+#include "services/gateway/server.h"
 #include "tests/unit/check.h"
 
 /* ---- helpers ---- */
@@ -905,6 +906,39 @@ static void test_listen(void)
                  CR_E_INVALID);
 }
 
+static void test_config(void)
+{
+    gw_config_t cfg;
+    cr_err_t err;
+    unsetenv("CORRAL_HOST");
+    unsetenv("CORRAL_ORIGINS");
+    unsetenv("CORRAL_LOAD_TIMEOUT");
+    setenv("OLLAMA_HOST", "0.0.0.0:9999", 1);
+    setenv("OLLAMA_ORIGINS", "https://a.example", 1);
+    unsetenv("OLLAMA_LOAD_TIMEOUT");
+    CHECK_EQ_INT(gw_config_from_env(&cfg, &err), CR_OK);
+    CHECK_EQ_STR(cfg.host, "0.0.0.0:9999");
+    CHECK_EQ_STR(cfg.origins, "https://a.example");
+    CHECK_EQ_INT(cfg.max_body_bytes, GW_DEFAULT_MAX_BODY);
+    CHECK_EQ_INT(cfg.create_timeout_ms, 6 * 60 * 1000); /* 5m + 1m */
+    CHECK_EQ_INT(cfg.ping_after_ms, GW_DEFAULT_PING_AFTER_MS);
+    setenv("OLLAMA_LOAD_TIMEOUT", "2m", 1);
+    CHECK_EQ_INT(gw_config_from_env(&cfg, &err), CR_OK);
+    CHECK_EQ_INT(cfg.create_timeout_ms, 3 * 60 * 1000);
+    setenv("CORRAL_LOAD_TIMEOUT", "0", 1); /* CORRAL_ wins; 0 = no limit */
+    CHECK_EQ_INT(gw_config_from_env(&cfg, &err), CR_OK);
+    CHECK_EQ_INT(cfg.create_timeout_ms, 0);
+    setenv("CORRAL_LOAD_TIMEOUT", "soon", 1);
+    CHECK_EQ_INT(gw_config_from_env(&cfg, &err), CR_E_INVALID);
+    CHECK_EQ_STR(err.msg, "OLLAMA_LOAD_TIMEOUT: invalid duration \"soon\"");
+    unsetenv("CORRAL_LOAD_TIMEOUT");
+    unsetenv("OLLAMA_LOAD_TIMEOUT");
+    unsetenv("OLLAMA_HOST");
+    unsetenv("OLLAMA_ORIGINS");
+    CHECK_EQ_INT(gw_config_from_env(&cfg, &err), CR_OK);
+    CHECK_EQ_STR(cfg.host, "");
+}
+
 int main(void)
 {
     test_body_errors();
@@ -924,5 +958,6 @@ int main(void)
     test_cors();
     test_host_check();
     test_listen();
+    test_config();
     return check_finish("test_gateway_units");
 }
