@@ -1,4 +1,0 @@
-/* placeholder so the library has a source until its modules land */
-#include "lib/prelude.h"
-int cr_placeholder_cli(void);
-int cr_placeholder_cli(void) { return 0; }
