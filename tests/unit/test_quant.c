@@ -235,6 +235,232 @@ static void test_dequant_known(void)
     CHECK(qq.qs[0] == 0);
 }
 
+/* ---- hand-built blocks of the types added with the K-quants ----------- */
+
+/* Reports the first few mismatches; returns how many elements differ. */
+static int compare_row(const char *what, const float *got, const float *want, int n)
+{
+    int bad = 0;
+    for (int e = 0; e < n; e++) {
+        if (got[e] != want[e]) {
+            if (bad < 4)
+                fprintf(stderr, "%s element %d: %.9g, want %.9g\n", what, e, got[e],
+                        want[e]);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* Every block below is packed here straight from the layout comments in
+ * quant.h, with power-of-two scales and small integers so that every
+ * expected value is exact in float. */
+static void test_dequant_known_more(void)
+{
+    float out[256], want[256];
+
+    /* Q4_1: d = 0.5, m = -2; byte j = q_j | q_{j+16} << 4 with q_j = j,
+     * q_{j+16} = 15 - j. value = d*q + m: element 0 -> -2, element 16 ->
+     * 0.5*15 - 2 = 5.5, element 15 -> 5.5, element 31 -> -2. */
+    be_block_q4_1_t q41;
+    q41.d = 0x3800;
+    q41.m = 0xc000;
+    for (int j = 0; j < 16; j++) {
+        q41.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+        want[j] = 0.5f * (float)j - 2.0f;
+        want[j + 16] = 0.5f * (float)(15 - j) - 2.0f;
+    }
+    be_type_traits_at(CR_TYPE_Q4_1, BE_SIMD_SCALAR)->to_float(&q41, out, 32);
+    CHECK_EQ_INT(compare_row("q4_1", out, want, 32), 0);
+    CHECK(out[0] == -2.0f && out[16] == 5.5f && out[31] == -2.0f);
+
+    /* Q5_0: d = 0.25, quant of element e L(e) = (5e + 3) % 32; low nibbles
+     * as Q4_0, bit 4 of element e in bit e of qh (little-endian uint32).
+     * value = d * (L - 16): element 0: L 3 -> -3.25; element 3: L 18 ->
+     * 0.5 (needs the qh bit). */
+    be_block_q5_0_t q50;
+    memset(&q50, 0, sizeof q50);
+    q50.d = 0x3400;
+    for (int e = 0; e < 32; e++) {
+        int L = (5 * e + 3) % 32;
+        q50.qs[e % 16] |= (uint8_t)((L & 15) << (e < 16 ? 0 : 4));
+        q50.qh[e / 8] |= (uint8_t)((L >> 4) << (e % 8));
+        want[e] = 0.25f * (float)(L - 16);
+    }
+    be_type_traits_at(CR_TYPE_Q5_0, BE_SIMD_SCALAR)->to_float(&q50, out, 32);
+    CHECK_EQ_INT(compare_row("q5_0", out, want, 32), 0);
+    CHECK(out[0] == -3.25f && out[3] == 0.5f);
+
+    /* Q5_1: d = 0.5, m = 1, L(e) = (11e + 7) % 32, value = d*L + m:
+     * element 0: L 7 -> 4.5; element 5: L 62 % 32 = 30 -> 16. */
+    be_block_q5_1_t q51;
+    memset(&q51, 0, sizeof q51);
+    q51.d = 0x3800;
+    q51.m = 0x3c00;
+    for (int e = 0; e < 32; e++) {
+        int L = (11 * e + 7) % 32;
+        q51.qs[e % 16] |= (uint8_t)((L & 15) << (e < 16 ? 0 : 4));
+        q51.qh[e / 8] |= (uint8_t)((L >> 4) << (e % 8));
+        want[e] = 0.5f * (float)L + 1.0f;
+    }
+    be_type_traits_at(CR_TYPE_Q5_1, BE_SIMD_SCALAR)->to_float(&q51, out, 32);
+    CHECK_EQ_INT(compare_row("q5_1", out, want, 32), 0);
+    CHECK(out[0] == 4.5f && out[5] == 16.0f);
+
+    /* Q8_1: value = d * qs (s is only read by dot products). */
+    be_block_q8_1_t q81;
+    q81.d = 0x3800;
+    q81.s = 0x7bff; /* ignored here */
+    for (int e = 0; e < 32; e++) {
+        q81.qs[e] = (int8_t)(e - 16);
+        want[e] = 0.5f * (float)(e - 16);
+    }
+    be_type_traits_at(CR_TYPE_Q8_1, BE_SIMD_SCALAR)->to_float(&q81, out, 32);
+    CHECK_EQ_INT(compare_row("q8_1", out, want, 32), 0);
+
+    /* Q2_K: d = 0.5, dmin = 0.25; sub-block k has scale k and min 15 - k
+     * (scales[k] = k | (15-k) << 4); element e = 128h + 32j + l has quant
+     * L(e) = (3e + e/7) % 4 in bits 2j of qs[32h + l].
+     * value = 0.5 * k * L - 0.25 * (15 - k): element 0 (k 0) -> -3.75;
+     * element 255 (k 15, L (765 + 36) % 4 = 1) -> 7.5. */
+    be_block_q2_k_t q2;
+    memset(&q2, 0, sizeof q2);
+    q2.d = 0x3800;
+    q2.dmin = 0x3400;
+    for (int k = 0; k < 16; k++)
+        q2.scales[k] = (uint8_t)(k | ((15 - k) << 4));
+    for (int e = 0; e < 256; e++) {
+        int L = (3 * e + e / 7) % 4, k = e / 16;
+        int h = e / 128, j = (e % 128) / 32, l = e % 32;
+        q2.qs[32 * h + l] |= (uint8_t)(L << (2 * j));
+        want[e] = 0.5f * (float)k * (float)L - 0.25f * (float)(15 - k);
+    }
+    be_type_traits_at(CR_TYPE_Q2_K, BE_SIMD_SCALAR)->to_float(&q2, out, 256);
+    CHECK_EQ_INT(compare_row("q2_k", out, want, 256), 0);
+    CHECK(out[0] == -3.75f && out[255] == 7.5f);
+
+    /* Q3_K: d = 0.5; sub-block k has 6-bit u_k = (13k + 5) % 64 (scale
+     * u_k - 32): low 4 bits in scales[k] (k < 8) or the high nibble of
+     * scales[k-8], top 2 bits in scales[8 + k%4] at bit 2*(k/4). Element
+     * e = 128h + 32j + l: low bits lo(e) = (5e + 1) % 4 at bits 2j of
+     * qs[32h + l], high bit hi(e) = (7e >> 3) & 1 at bit 4h + j of
+     * hmask[l]; q = lo - (hi ? 0 : 4). value = 0.5 * (u_k - 32) * q.
+     * Element 0: u 5, lo 1, hi 0 -> q -3 -> 0.5 * -27 * -3 = 40.5. */
+    be_block_q3_k_t q3;
+    memset(&q3, 0, sizeof q3);
+    q3.d = 0x3800;
+    for (int k = 0; k < 16; k++) {
+        int u = (13 * k + 5) % 64;
+        if (k < 8)
+            q3.scales[k] |= (uint8_t)(u & 15);
+        else
+            q3.scales[k - 8] |= (uint8_t)((u & 15) << 4);
+        q3.scales[8 + k % 4] |= (uint8_t)((u >> 4) << (2 * (k / 4)));
+    }
+    for (int e = 0; e < 256; e++) {
+        int lo = (5 * e + 1) % 4, hi = (7 * e >> 3) & 1;
+        int h = e / 128, j = (e % 128) / 32, l = e % 32;
+        q3.qs[32 * h + l] |= (uint8_t)(lo << (2 * j));
+        q3.hmask[l] |= (uint8_t)(hi << (4 * h + j));
+        int u = (13 * (e / 16) + 5) % 64;
+        want[e] = 0.5f * (float)(u - 32) * (float)(lo - (hi ? 0 : 4));
+    }
+    be_type_traits_at(CR_TYPE_Q3_K, BE_SIMD_SCALAR)->to_float(&q3, out, 256);
+    CHECK_EQ_INT(compare_row("q3_k", out, want, 256), 0);
+    CHECK(out[0] == 40.5f);
+
+    /* Q4_K: d = 0.5, dmin = 0.25; sub-block j (32 elements) has scale
+     * 3 + 7j and min 60 - 5j (j >= 4 exercise the split 6-bit packing:
+     * scales 31, 38, 45, 52, mins 40, 35, 30, 25). Packing, from the
+     * layout: s[j] = sc_j | (sc_{j+4} >> 4) << 6, s[j+4] = m_j |
+     * (m_{j+4} >> 4) << 6, s[j+8] = (sc_{j+4} & 15) | (m_{j+4} & 15) << 4
+     * for j < 4. Element 64i + l (l < 32) is the low nibble of qs[32i + l],
+     * 64i + 32 + l the high nibble; L(e) = (7e + 2) % 16.
+     * value = 0.5 * sc * L - 0.25 * m: element 0: 0.5*3*2 - 15 = -12;
+     * element 255 (j 7: sc 52, m 25; L 1787 % 16 = 11) -> 286 - 6.25. */
+    be_block_q4_k_t q4k;
+    be_block_q5_k_t q5k;
+    memset(&q4k, 0, sizeof q4k);
+    memset(&q5k, 0, sizeof q5k);
+    q4k.d = q5k.d = 0x3800;
+    q4k.dmin = q5k.dmin = 0x3400;
+    for (int j = 0; j < 4; j++) {
+        int sc = 3 + 7 * j, m = 60 - 5 * j, sc4 = 3 + 7 * (j + 4), m4 = 60 - 5 * (j + 4);
+        q4k.scales[j] = (uint8_t)(sc | ((sc4 >> 4) << 6));
+        q4k.scales[j + 4] = (uint8_t)(m | ((m4 >> 4) << 6));
+        q4k.scales[j + 8] = (uint8_t)((sc4 & 15) | ((m4 & 15) << 4));
+    }
+    memcpy(q5k.scales, q4k.scales, sizeof q4k.scales);
+    for (int e = 0; e < 256; e++) {
+        int L = (7 * e + 2) % 16, i = e / 64, l = e % 32, high = (e % 64) >= 32;
+        q4k.qs[32 * i + l] |= (uint8_t)(L << (high ? 4 : 0));
+        int j = e / 32;
+        want[e] = 0.5f * (float)(3 + 7 * j) * (float)L - 0.25f * (float)(60 - 5 * j);
+    }
+    be_type_traits_at(CR_TYPE_Q4_K, BE_SIMD_SCALAR)->to_float(&q4k, out, 256);
+    CHECK_EQ_INT(compare_row("q4_k", out, want, 256), 0);
+    CHECK(out[0] == -12.0f && out[255] == 279.75f);
+
+    /* Q5_K: same scales; L(e) = (11e + 5) % 32, low 4 bits as Q4_K, bit 4
+     * of element 64i + l in qh[l] bit 2i, of 64i + 32 + l in bit 2i + 1.
+     * Element 0: L 5 -> 7.5 - 15 = -7.5; element 1: L 16 -> 24 - 15 = 9. */
+    for (int e = 0; e < 256; e++) {
+        int L = (11 * e + 5) % 32, i = e / 64, l = e % 32, high = (e % 64) >= 32;
+        q5k.qs[32 * i + l] |= (uint8_t)((L & 15) << (high ? 4 : 0));
+        q5k.qh[l] |= (uint8_t)((L >> 4) << (2 * i + high));
+        int j = e / 32;
+        want[e] = 0.5f * (float)(3 + 7 * j) * (float)L - 0.25f * (float)(60 - 5 * j);
+    }
+    be_type_traits_at(CR_TYPE_Q5_K, BE_SIMD_SCALAR)->to_float(&q5k, out, 256);
+    CHECK_EQ_INT(compare_row("q5_k", out, want, 256), 0);
+    CHECK(out[0] == -7.5f && out[1] == 9.0f);
+
+    /* Quantizers on rows they represent exactly. */
+    float row[256];
+    /* Q4_1: values 0..15 twice: min 0, max 15 -> d 1, m 0, q = value. */
+    for (int i = 0; i < 32; i++)
+        row[i] = (float)(i % 16);
+    be_type_traits_at(CR_TYPE_Q4_1, BE_SIMD_SCALAR)->from_float(row, &q41, 32);
+    CHECK_EQ_INT(q41.d, 0x3c00);
+    CHECK_EQ_INT(q41.m, 0);
+    CHECK_EQ_INT(q41.qs[0], 0x00);
+    CHECK_EQ_INT(q41.qs[9], 0x99);
+    /* Q5_0: -16..15: the largest magnitude -16 maps to 0, d = 1, q = v + 16;
+     * element 31 = 15 -> q 31: low nibble 15 in byte 15's high half, qh bit
+     * 31 set; element 0 = -16 -> q 0. */
+    for (int i = 0; i < 32; i++)
+        row[i] = (float)(i - 16);
+    be_type_traits_at(CR_TYPE_Q5_0, BE_SIMD_SCALAR)->from_float(row, &q50, 32);
+    CHECK_EQ_INT(q50.d, 0x3c00);
+    CHECK_EQ_INT(q50.qs[15] >> 4, 15);
+    CHECK_EQ_INT(q50.qh[3] >> 7, 1);
+    CHECK_EQ_INT(q50.qs[0] & 15, 0);
+    CHECK_EQ_INT(q50.qh[0] & 1, 0);
+    /* Q4_K / Q5_K / Q2_K on the values they just dequantized give the same
+     * values back (the fit covers every sub-block's range, so a grid row
+     * stays within half a step; here exactly on the grid or within it). An
+     * all-zero row gives all-zero blocks and zeros back. */
+    memset(row, 0, sizeof row);
+    static const cr_type_t kt[] = {CR_TYPE_Q2_K, CR_TYPE_Q3_K, CR_TYPE_Q4_K,
+                                   CR_TYPE_Q5_K, CR_TYPE_Q4_1, CR_TYPE_Q5_1};
+    for (size_t t = 0; t < CR_ARRAY_LEN(kt); t++) {
+        const be_type_traits_t *tt = be_type_traits_at(kt[t], BE_SIMD_SCALAR);
+        uint8_t blk[176 * 8];
+        tt->from_float(row, blk, 256);
+        tt->to_float(blk, out, 256);
+        int nz = 0;
+        for (int e = 0; e < 256; e++)
+            nz += out[e] != 0.0f;
+        CHECK_MSG(nz == 0, "%s: zero row dequantizes to %d non-zeros", tt->name, nz);
+        /* nan and inf inputs leave defined (finite or inf, never UB) blocks */
+        float bad_row[256];
+        for (int e = 0; e < 256; e++)
+            bad_row[e] = e % 5 == 0 ? NAN : (e % 7 == 0 ? INFINITY : 1.0f);
+        tt->from_float(bad_row, blk, 256);
+        tt->to_float(blk, out, 256);
+    }
+}
+
 /* ---- quantize -> dequantize ------------------------------------------- */
 
 static void test_roundtrip(void)
@@ -295,6 +521,115 @@ static void test_roundtrip(void)
     }
 }
 
+/* Reads an f16 field at byte offset off of a block. */
+static double f16_at(const uint8_t *blk, size_t off)
+{
+    uint16_t h;
+    memcpy(&h, blk + off, sizeof h);
+    return be_f16_to_f32(h);
+}
+
+/* Quantization step of element e (0..255) of a K-quant block, decoded here
+ * from the layout comments in quant.h (not through the kernels). */
+static double k_step(cr_type_t t, const uint8_t *blk, int e)
+{
+    if (t == CR_TYPE_Q2_K)
+        return f16_at(blk, 80) * (blk[e / 16] & 15);
+    if (t == CR_TYPE_Q3_K) {
+        const uint8_t *s = blk + 96;
+        int k = e / 16;
+        int lo = k < 8 ? (s[k] & 15) : (s[k - 8] >> 4);
+        int hi = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
+        return fabs(f16_at(blk, 108) * ((lo | (hi << 4)) - 32));
+    }
+    /* Q4_K / Q5_K: d at 0, scales at 4 */
+    const uint8_t *s = blk + 4;
+    int j = e / 32;
+    int sc = j < 4 ? (s[j] & 63) : ((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+    return f16_at(blk, 0) * sc;
+}
+
+/* The new types: relative rms error, and a per-element bound that follows
+ * from each quantizer's construction:
+ * - Q4_1/Q5_1 (GGML's min/max fit): half a step (hi-lo)/qmax, plus the f16
+ *   rounding of d (qmax*step*2^-11) and of m (|lo|*2^-11);
+ * - Q5_0 (largest magnitude -> -16): one step amax/16 (the opposite side
+ *   clamps at +15) plus the f16 rounding of d;
+ * - Q2_K/Q4_K/Q5_K: the fit covers each sub-block's [min(0, lo), hi] with
+ *   rounded-up integer scales and mins, so half of the element's decoded
+ *   step;
+ * - Q3_K (largest magnitude -> -4): one decoded step.
+ * Each with 1e-4 relative slack for float rounding in the division. */
+static void test_roundtrip_more(void)
+{
+    enum { N = 256 * 16 };
+    static float x[N], y[N];
+    static uint8_t q[N * 4];
+    for (int i = 0; i < N; i++)
+        x[i] = rnd_normal() * (i % 97 == 0 ? 8.0f : 1.0f) + (i / 512 == 3 ? 2.0f : 0.0f);
+    /* a sub-block of one sign and one of a constant: the min/offset paths */
+    for (int i = 0; i < 32; i++) {
+        x[1024 + i] = -1.0f - 0.01f * (float)i;
+        x[2048 + i] = 0.75f;
+    }
+    struct {
+        cr_type_t t;
+        double max_rel_rms;
+    } cases[] = {
+        /* measured on this data: 0.084, 0.064, 0.041, 0.35, 0.19, 0.087,
+         * 0.042; limits about 1.3x, so a regression in a fit shows */
+        {CR_TYPE_Q4_1, 0.11}, {CR_TYPE_Q5_0, 0.08}, {CR_TYPE_Q5_1, 0.055},
+        {CR_TYPE_Q2_K, 0.45}, {CR_TYPE_Q3_K, 0.25}, {CR_TYPE_Q4_K, 0.11},
+        {CR_TYPE_Q5_K, 0.055},
+    };
+    for (size_t c = 0; c < CR_ARRAY_LEN(cases); c++) {
+        cr_type_t t = cases[c].t;
+        const be_type_traits_t *tt = be_type_traits_at(t, BE_SIMD_SCALAR);
+        tt->from_float(x, q, N);
+        tt->to_float(q, y, N);
+        double se = 0, sx = 0;
+        int over = 0;
+        for (int b = 0; b < N; b += 32) {
+            float amax = 0, lo = INFINITY, hi = -INFINITY;
+            for (int i = b; i < b + 32; i++) {
+                amax = fmaxf(amax, fabsf(x[i]));
+                lo = fminf(lo, x[i]);
+                hi = fmaxf(hi, x[i]);
+            }
+            for (int i = b; i < b + 32; i++) {
+                double e = fabs((double)y[i] - x[i]);
+                se += e * e;
+                sx += (double)x[i] * x[i];
+                double bound;
+                if (t == CR_TYPE_Q4_1 || t == CR_TYPE_Q5_1) {
+                    double qmax = t == CR_TYPE_Q4_1 ? 15 : 31;
+                    double step = (hi - lo) / qmax;
+                    bound = step * 0.5 + qmax * step / 2048 + fabs(lo) / 2048;
+                } else if (t == CR_TYPE_Q5_0) {
+                    bound = amax / 16.0 + amax / 2048.0;
+                } else {
+                    const uint8_t *blk = q + (size_t)(i / 256) * tt->block_bytes;
+                    double step = k_step(t, blk, i % 256);
+                    bound = t == CR_TYPE_Q3_K ? step : 0.5 * step;
+                }
+                if (e > bound * (1 + 1e-4) + 1e-6 * amax) {
+                    if (over < 4)
+                        fprintf(stderr, "%s element %d: x %g y %g bound %g\n", tt->name, i,
+                                x[i], y[i], bound);
+                    over++;
+                }
+            }
+        }
+        double rel = sqrt(se / sx);
+        printf("test_quant: %s relative rms error %.4f (limit %.2f)\n", tt->name, rel,
+               cases[c].max_rel_rms);
+        CHECK_MSG(rel <= cases[c].max_rel_rms, "%s: relative rms error %g > %g",
+                  tt->name, rel, cases[c].max_rel_rms);
+        CHECK_MSG(over == 0, "%s: %d elements past the per-element bound", tt->name,
+                  over);
+    }
+}
+
 /* ---- dot products ----------------------------------------------------- */
 
 /* Bound on |kernel - exact| for a dot product of n elements whose exact
@@ -318,11 +653,47 @@ static const dot_case_t dot_cases[] = {
     {CR_TYPE_F32, 161},  {CR_TYPE_F32, 7},     {CR_TYPE_F16, 173},
     {CR_TYPE_F16, 5},    {CR_TYPE_BF16, 139},  {CR_TYPE_Q8_0, 32 * 7},
     {CR_TYPE_Q4_0, 32 * 9}, {CR_TYPE_Q6_K, 256 * 3}, {CR_TYPE_Q8_0, 32},
-    {CR_TYPE_Q4_0, 32},
+    {CR_TYPE_Q4_0, 32},    {CR_TYPE_Q4_1, 32 * 9}, {CR_TYPE_Q4_1, 32},
+    {CR_TYPE_Q5_0, 32 * 7}, {CR_TYPE_Q5_0, 32},    {CR_TYPE_Q5_1, 32 * 5},
+    {CR_TYPE_Q2_K, 256 * 3}, {CR_TYPE_Q3_K, 256 * 2}, {CR_TYPE_Q4_K, 256 * 3},
+    {CR_TYPE_Q4_K, 256},   {CR_TYPE_Q5_K, 256 * 2}, {CR_TYPE_Q6_K, 256},
 };
 
+/* Per-element offset of a weight row for the types with a minimum
+ * (value = step * q + offset), decoded from the layouts in quant.h; 0 for
+ * the others. Their kernels sum the scaled-quant and offset parts apart,
+ * so float rounding there is relative to both parts, not their sum. */
+static double elem_offset(cr_type_t t, const uint8_t *row, int64_t e)
+{
+    switch (t) {
+    case CR_TYPE_Q4_1:
+        return f16_at(row + (size_t)(e / 32) * 20, 2);
+    case CR_TYPE_Q5_1:
+        return f16_at(row + (size_t)(e / 32) * 24, 2);
+    case CR_TYPE_Q2_K: {
+        const uint8_t *blk = row + (size_t)(e / 256) * 84;
+        return -f16_at(blk, 82) * (blk[(e % 256) / 16] >> 4);
+    }
+    case CR_TYPE_Q4_K:
+    case CR_TYPE_Q5_K: {
+        const uint8_t *blk = row + (size_t)(e / 256) * (t == CR_TYPE_Q4_K ? 144 : 176);
+        const uint8_t *s = blk + 4;
+        int j = (int)(e % 256) / 32;
+        int m = j < 4 ? (s[j + 4] & 63) : ((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+        return -f16_at(blk, 2) * m;
+    }
+    default:
+        return 0;
+    }
+}
+
 /* Exact value of the dot product the kernel is defined to compute: both
- * operands dequantized, products summed in double. */
+ * operands dequantized, products summed in double. With Q8_1 activations
+ * the weights' minimum meets the block's stored s (f16 of d * sum(qs)),
+ * not the sum of the dequantized activations: that difference is part of
+ * the definition (llama.cpp's), so it is added here exactly.
+ * *mag: sum of |terms| (with |offset * a| counted twice more for types
+ * with a minimum, see elem_offset). */
 static double exact_dot(const be_type_traits_t *tt, const be_type_traits_t *vt,
                         const void *w, const void *a, int64_t n, double *mag)
 {
@@ -333,11 +704,45 @@ static double exact_dot(const be_type_traits_t *tt, const be_type_traits_t *vt,
     for (int64_t i = 0; i < n; i++) {
         s += (double)wf[i] * af[i];
         m += fabs((double)wf[i] * af[i]);
+        m += 2 * fabs(elem_offset(tt->type, w, i) * af[i]);
+    }
+    if (vt->type == CR_TYPE_Q8_1) {
+        const be_block_q8_1_t *y = a;
+        for (int64_t b = 0; b < n / 32; b++) {
+            double d = be_f16_to_f32(y[b].d), sum = 0;
+            for (int j = 0; j < 32; j++)
+                sum += y[b].qs[j];
+            double off = elem_offset(tt->type, w, b * 32);
+            s += off * ((double)be_f16_to_f32(y[b].s) - d * sum);
+            m += fabs(off * be_f16_to_f32(y[b].s));
+        }
     }
     free(wf);
     free(af);
     *mag = m;
     return s;
+}
+
+/* Terms for dot_tol (each allows two unit roundoffs of mag): one per block
+ * for the symmetric types (scale product, accumulate); three for the types
+ * with a minimum, which also form, scale and subtract (or add) the offset
+ * part (up to 6 roundings per block). */
+static int64_t dot_terms(const be_type_traits_t *tt, int64_t n)
+{
+    if (tt->block_elems == 1)
+        return n;
+    int64_t blocks = n / tt->block_elems;
+    bool has_min = tt->type == CR_TYPE_Q4_1 || tt->type == CR_TYPE_Q5_1 ||
+                   tt->type == CR_TYPE_Q2_K || tt->type == CR_TYPE_Q4_K ||
+                   tt->type == CR_TYPE_Q5_K;
+    return has_min ? 3 * blocks : blocks;
+}
+
+/* Types whose AVX2 dot product must equal the scalar one bit for bit. */
+static bool same_bits(cr_type_t t)
+{
+    return t == CR_TYPE_Q2_K || t == CR_TYPE_Q3_K || t == CR_TYPE_Q4_K ||
+           t == CR_TYPE_Q5_K;
 }
 
 static void test_dots(void)
@@ -361,7 +766,7 @@ static void test_dots(void)
         for (int64_t i = 0; i < n; i++)
             af[i] = rnd_normal();
         vs->from_float(af, a, n);
-        int bad_exact = 0, bad_simd = 0;
+        int bad_exact = 0, bad_simd = 0, bad_same = 0;
         for (int r = 0; r < ROWS; r++) {
             for (int64_t i = 0; i < n; i++)
                 xf[i] = rnd_normal() * 0.05f * (float)(r + 1);
@@ -371,13 +776,17 @@ static void test_dots(void)
             float s_scalar = 0, s_simd = 0;
             ts->vec_dot(n, &s_scalar, wr, a);
             tv->vec_dot(n, &s_simd, wr, a);
-            int64_t terms = ts->block_elems > 1 ? n / ts->block_elems : n;
+            int64_t terms = dot_terms(ts, n);
             double tol = dot_tol(terms, mag);
             if (fabs(s_scalar - ex) > tol) {
                 bad_exact++;
                 fprintf(stderr, "%s n=%" PRId64 " row %d: scalar %.9g exact %.9g tol %g\n",
                         ts->name, n, r, s_scalar, ex, tol);
             }
+            /* The K-quant SIMD kernels do the scalar kernels' float steps
+             * in the same order: same bits. */
+            if (same_bits(t) && f_bits(s_simd) != f_bits(s_scalar))
+                bad_same++;
             /* SIMD and scalar each lie within tol of the exact value. */
             if (fabs(s_simd - ex) > tol) {
                 bad_simd++;
@@ -386,6 +795,8 @@ static void test_dots(void)
             }
         }
         CHECK_MSG(bad_exact == 0, "%s n=%" PRId64 ": scalar dot off", ts->name, n);
+        CHECK_MSG(bad_same == 0, "%s n=%" PRId64 ": simd differs from scalar", ts->name,
+                  n);
         CHECK_MSG(bad_simd == 0, "%s n=%" PRId64 ": simd dot off", ts->name, n);
         free(xf);
         free(af);
@@ -447,12 +858,102 @@ static void test_dot_extremes(void)
     CHECK(s1 == (float)want && s2 == (float)want);
 }
 
+/* Every bit pattern: weight blocks of random bytes (their f16 scales set to
+ * finite values in [2^-8, 2^-4) with random sign) against activation blocks
+ * of random int8 with consistent sums (Q8_K: including -128, which the
+ * quantizer never makes but the K-quant kernels take; Q8_0/Q8_1: -127..127
+ * as their quantizer guarantees). SIMD must match the scalar kernel: bit for bit for the
+ * K-quants, within dot_tol for the rest. */
+static void test_dot_random_blocks(void)
+{
+    static const cr_type_t types[] = {CR_TYPE_Q4_1, CR_TYPE_Q5_0, CR_TYPE_Q5_1,
+                                      CR_TYPE_Q2_K, CR_TYPE_Q3_K, CR_TYPE_Q4_K,
+                                      CR_TYPE_Q5_K, CR_TYPE_Q4_0, CR_TYPE_Q6_K};
+    enum { NB = 4, TRIALS = 50 };
+    for (size_t k = 0; k < CR_ARRAY_LEN(types); k++) {
+        const be_type_traits_t *ts = be_type_traits_at(types[k], BE_SIMD_SCALAR);
+        const be_type_traits_t *tv = be_type_traits_at(types[k], BE_SIMD_AVX2);
+        const be_type_traits_t *vs = be_type_traits_at(ts->vec_dot_type, BE_SIMD_SCALAR);
+        int64_t n = (int64_t)ts->block_elems * NB;
+        uint8_t w[210 * NB], act[292 * NB]; /* largest: Q6_K, Q8_K */
+        int bad = 0;
+        for (int trial = 0; trial < TRIALS; trial++) {
+            for (size_t i = 0; i < sizeof w; i++)
+                w[i] = (uint8_t)rnd();
+            /* f16 fields: d (and m/dmin) at the offsets of each layout */
+            size_t offs[2] = {0, 2}, n_off = 1;
+            if (types[k] == CR_TYPE_Q4_1 || types[k] == CR_TYPE_Q5_1 ||
+                types[k] == CR_TYPE_Q4_K || types[k] == CR_TYPE_Q5_K)
+                n_off = 2;
+            if (types[k] == CR_TYPE_Q2_K)
+                offs[0] = 80, offs[1] = 82, n_off = 2;
+            if (types[k] == CR_TYPE_Q3_K)
+                offs[0] = 108;
+            if (types[k] == CR_TYPE_Q6_K)
+                offs[0] = 208;
+            for (int b = 0; b < NB; b++)
+                for (size_t o = 0; o < n_off; o++) {
+                    uint16_t h = (uint16_t)(0x1c00 + rnd() % 0x0c00) | (rnd() & 1 ? 0x8000 : 0);
+                    memcpy(w + (size_t)b * ts->block_bytes + offs[o], &h, 2);
+                }
+            if (ts->vec_dot_type == CR_TYPE_Q8_K) {
+                be_block_q8_k_t *y = (be_block_q8_k_t *)act;
+                for (int b = 0; b < NB; b++) {
+                    y[b].d = 0.01f * (float)(1 + rnd() % 100);
+                    for (int g = 0; g < 16; g++) {
+                        int sum = 0;
+                        for (int j = 0; j < 16; j++) {
+                            y[b].qs[16 * g + j] = (int8_t)(rnd() & 0xff);
+                            sum += y[b].qs[16 * g + j];
+                        }
+                        y[b].bsums[g] = (int16_t)sum;
+                    }
+                }
+            } else {
+                /* Q8_0 / Q8_1: random quants, d finite, s = f16(d * sum) */
+                for (int b = 0; b < NB; b++) {
+                    uint8_t *blk = act + (size_t)b * vs->block_bytes;
+                    size_t qoff = vs->type == CR_TYPE_Q8_1 ? 4 : 2;
+                    int sum = 0;
+                    for (int j = 0; j < 32; j++) {
+                        /* -127..127: the Q8_0/Q8_1 contract (the sign trick
+                         * in the SIMD kernels cannot negate -128) */
+                        int8_t v = (int8_t)(rnd() % 255 - 127);
+                        memcpy(&blk[qoff + j], &v, 1);
+                        sum += v;
+                    }
+                    uint16_t d = (uint16_t)(0x2000 + rnd() % 0x0800);
+                    memcpy(blk, &d, 2);
+                    if (vs->type == CR_TYPE_Q8_1) {
+                        uint16_t sh = be_f32_to_f16(be_f16_to_f32(d) * (float)sum);
+                        memcpy(blk + 2, &sh, 2);
+                    }
+                }
+            }
+            float s1 = 0, s2 = 0;
+            ts->vec_dot(n, &s1, w, act);
+            tv->vec_dot(n, &s2, w, act);
+            double mag = 0, ex = exact_dot(ts, vs, w, act, n, &mag);
+            double tol = dot_tol(dot_terms(ts, n), mag);
+            bool ok = fabs(s1 - ex) <= tol && fabs(s2 - ex) <= tol;
+            if (same_bits(types[k]))
+                ok = ok && f_bits(s1) == f_bits(s2);
+            if (!ok && bad++ < 3)
+                fprintf(stderr, "%s trial %d: scalar %.9g simd %.9g exact %.9g tol %g\n",
+                        ts->name, trial, s1, s2, ex, tol);
+        }
+        CHECK_MSG(bad == 0, "%s: %d random-block trials off", ts->name, bad);
+    }
+}
+
 /* ---- backend matmul with threads -------------------------------------- */
 
 static void test_backend_matmul(void)
 {
-    cr_type_t types[] = {CR_TYPE_F32, CR_TYPE_F16, CR_TYPE_BF16, CR_TYPE_Q8_0,
-                         CR_TYPE_Q4_0, CR_TYPE_Q6_K};
+    cr_type_t types[] = {CR_TYPE_F32,  CR_TYPE_F16,  CR_TYPE_BF16, CR_TYPE_Q8_0,
+                         CR_TYPE_Q4_0, CR_TYPE_Q6_K, CR_TYPE_Q4_1, CR_TYPE_Q5_0,
+                         CR_TYPE_Q5_1, CR_TYPE_Q2_K, CR_TYPE_Q3_K, CR_TYPE_Q4_K,
+                         CR_TYPE_Q5_K};
     be_backend_t *be1 = NULL, *be3 = NULL;
     cr_err_t err;
     cr_err_clear(&err);
@@ -505,10 +1006,19 @@ static void test_backend_matmul(void)
         free(y3);
         free(xa);
     }
-    /* unsupported types are refused by name */
-    be_weight_t w5 = {"blk.0.attn_q.weight", CR_TYPE_Q5_K, 256, 1, 176, NULL, NULL};
+    /* unsupported types (activation-only, integer) are refused by name */
+    be_weight_t w5 = {"blk.0.attn_q.weight", CR_TYPE_Q8_1, 256, 1, 288, NULL, NULL};
     CHECK_EQ_INT(be1->ops->weight_prepare(be1, &w5, &err), CR_E_UNSUPPORTED);
-    CHECK(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "Q5_K"));
+    CHECK(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "Q8_1"));
+    be_weight_t wk = {"blk.0.attn_k.weight", CR_TYPE_Q8_K, 256, 1, 292, NULL, NULL};
+    CHECK_EQ_INT(be1->ops->weight_prepare(be1, &wk, &err), CR_E_UNSUPPORTED);
+    CHECK(strstr(err.msg, "Q8_K") != NULL);
+    be_weight_t wi = {"blk.0.attn_v.weight", CR_TYPE_I32, 8, 1, 32, NULL, NULL};
+    CHECK_EQ_INT(be1->ops->weight_prepare(be1, &wi, &err), CR_E_UNSUPPORTED);
+    /* a K-quant row that is not a whole number of super-blocks */
+    be_weight_t wr = {"blk.0.ffn_up.weight", CR_TYPE_Q4_K, 320, 1, 180, NULL, NULL};
+    CHECK_EQ_INT(be1->ops->weight_prepare(be1, &wr, &err), CR_E_INVALID);
+    CHECK(strstr(err.msg, "blk.0.ffn_up.weight") != NULL);
     be_destroy(&be1);
     be_destroy(&be3);
     CHECK(be1 == NULL);
@@ -517,8 +1027,10 @@ static void test_backend_matmul(void)
 
 static void test_traits_table(void)
 {
-    cr_type_t have[] = {CR_TYPE_F32, CR_TYPE_F16, CR_TYPE_BF16, CR_TYPE_Q8_0,
-                        CR_TYPE_Q4_0, CR_TYPE_Q6_K};
+    cr_type_t have[] = {CR_TYPE_F32,  CR_TYPE_F16,  CR_TYPE_BF16, CR_TYPE_Q8_0,
+                        CR_TYPE_Q4_0, CR_TYPE_Q6_K, CR_TYPE_Q4_1, CR_TYPE_Q5_0,
+                        CR_TYPE_Q5_1, CR_TYPE_Q2_K, CR_TYPE_Q3_K, CR_TYPE_Q4_K,
+                        CR_TYPE_Q5_K};
     for (size_t i = 0; i < CR_ARRAY_LEN(have); i++) {
         const be_type_traits_t *tt = be_type_traits(have[i]);
         const cr_type_info_t *ti = cr_type_info(have[i]);
@@ -528,8 +1040,28 @@ static void test_traits_table(void)
               tt->block_bytes == ti->block_bytes && !strcmp(tt->name, ti->name));
         CHECK(be_type_is_supported(have[i]));
     }
-    CHECK(!be_type_is_supported(CR_TYPE_Q4_K));
     CHECK(!be_type_is_supported(CR_TYPE_Q8_K)); /* activation-only */
+    CHECK(!be_type_is_supported(CR_TYPE_Q8_1)); /* activation-only */
+    CHECK(!be_type_is_supported(CR_TYPE_I8));
+    /* activation formats: geometry also matches lib/tensor_type.c */
+    cr_type_t acts[] = {CR_TYPE_Q8_1, CR_TYPE_Q8_K};
+    for (size_t i = 0; i < CR_ARRAY_LEN(acts); i++) {
+        const be_type_traits_t *tt = be_type_traits(acts[i]);
+        const cr_type_info_t *ti = cr_type_info(acts[i]);
+        CHECK(tt && ti && tt->block_bytes == ti->block_bytes &&
+              tt->block_elems == ti->block_elems && tt->to_float && tt->from_float);
+    }
+    /* every weight type pairs with the activation format llama.cpp uses */
+    static const struct {
+        cr_type_t w, a;
+    } pairs[] = {{CR_TYPE_Q4_1, CR_TYPE_Q8_1}, {CR_TYPE_Q5_0, CR_TYPE_Q8_0},
+                 {CR_TYPE_Q5_1, CR_TYPE_Q8_1}, {CR_TYPE_Q2_K, CR_TYPE_Q8_K},
+                 {CR_TYPE_Q3_K, CR_TYPE_Q8_K}, {CR_TYPE_Q4_K, CR_TYPE_Q8_K},
+                 {CR_TYPE_Q5_K, CR_TYPE_Q8_K}};
+    for (size_t i = 0; i < CR_ARRAY_LEN(pairs); i++) {
+        CHECK(be_type_traits_at(pairs[i].w, BE_SIMD_SCALAR)->vec_dot_type == pairs[i].a);
+        CHECK(be_type_traits_at(pairs[i].w, BE_SIMD_AVX2)->vec_dot_type == pairs[i].a);
+    }
     CHECK(be_type_traits((cr_type_t)999) == NULL);
     CHECK(be_type_traits_at(CR_TYPE_Q4_0, BE_SIMD_SCALAR)->vec_dot_type == CR_TYPE_Q8_0);
     CHECK(be_type_traits_at(CR_TYPE_Q6_K, BE_SIMD_SCALAR)->vec_dot_type == CR_TYPE_Q8_K);
@@ -541,9 +1073,12 @@ int main(void)
     test_f16_known();
     test_bf16_known();
     test_dequant_known();
+    test_dequant_known_more();
     test_roundtrip();
+    test_roundtrip_more();
     test_dots();
     test_dot_extremes();
+    test_dot_random_blocks();
     test_backend_matmul();
     test_traits_table();
     return check_finish("test_quant");

@@ -2,11 +2,14 @@
  * half/bfloat conversions, and the traits tables (scalar and AVX2).
  *
  * Numerics follow the reference engine (llama.cpp on x86): activations for
- * Q8_0/Q4_0 weights are quantized to Q8_0 with id = 127/amax and
- * round-half-even, for Q6_K to Q8_K with iscale = -127/max; block sums of
- * int8 products are exact integers, scaled once per block. */
+ * Q8_0/Q4_0/Q5_0 weights are quantized to Q8_0 with id = 127/amax and
+ * round-half-even, for Q4_1/Q5_1 to Q8_1 the same way (plus s = d*sum in
+ * f16), for K-quants to Q8_K with iscale = -127/max; block sums of int8
+ * products are exact integers, scaled once per block. The K-quants other
+ * than Q6_K are in quant_k.c. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/quant.h"
+#include "services/runner/backend/cpu/quant_impl.h"
 #include "services/runner/backend/cpu/quant_simd.h"
 
 #include <math.h>
@@ -94,18 +97,6 @@ uint16_t be_f32_to_bf16(float f)
     return (uint16_t)(x >> 16);
 }
 
-/* Rounds half to even and clamps to [lo, hi]; nan gives 0 (never UB). */
-static int round_clamp(float v, int lo, int hi)
-{
-    float r = nearbyintf(v);
-    if (!(r == r))
-        return 0;
-    if (r < (float)lo)
-        return lo;
-    if (r > (float)hi)
-        return hi;
-    return (int)r;
-}
 
 /* ---- F32 -------------------------------------------------------------- */
 
@@ -200,7 +191,7 @@ static void q8_0_from_float(const float *x, void *y, int64_t n)
         float id = amax != 0 ? 127.0f / amax : 0.0f;
         b[i].d = be_f32_to_f16(d);
         for (int j = 0; j < BE_QK8_0; j++)
-            b[i].qs[j] = (int8_t)round_clamp(v[j] * id, -127, 127);
+            b[i].qs[j] = (int8_t)be_round_clamp(v[j] * id, -127, 127);
     }
 }
 
@@ -251,8 +242,8 @@ static void q4_0_from_float(const float *x, void *y, int64_t n)
         for (int j = 0; j < BE_QK4_0 / 2; j++) {
             /* GGML truncates x*id + 8.5 (x*id >= -8 here, so this is
                  * rounding half up); clamp keeps a nan or inf harmless. */
-            int q0 = round_clamp(floorf(v[j] * id + 8.5f), 0, 15);
-            int q1 = round_clamp(floorf(v[j + 16] * id + 8.5f), 0, 15);
+            int q0 = be_round_clamp(floorf(v[j] * id + 8.5f), 0, 15);
+            int q1 = be_round_clamp(floorf(v[j + 16] * id + 8.5f), 0, 15);
             b[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
         }
     }
@@ -270,6 +261,227 @@ static void dot_q4_0(int64_t n, float *s, const void *w, const void *a)
             isum += ((x[i].qs[j] >> 4) - 8) * (int32_t)y[i].qs[j + 16];
         }
         sum += (float)isum * (be_f16_to_f32(x[i].d) * be_f16_to_f32(y[i].d));
+    }
+    *s = sum;
+}
+
+/* ---- Q8_1 (activations for Q4_1 / Q5_1) ------------------------------- */
+
+static void q8_1_to_float(const void *x, float *y, int64_t n)
+{
+    const be_block_q8_1_t *b = x;
+    for (int64_t i = 0; i < n / BE_QK8_0; i++) {
+        float d = be_f16_to_f32(b[i].d);
+        for (int j = 0; j < BE_QK8_0; j++)
+            y[i * BE_QK8_0 + j] = d * (float)b[i].qs[j];
+    }
+}
+
+/* As Q8_0, plus s = d * sum(qs) rounded to f16 (what llama.cpp stores; the
+ * dot product uses it for the weights' minimum term). */
+static void q8_1_from_float(const float *x, void *y, int64_t n)
+{
+    be_block_q8_1_t *b = y;
+    for (int64_t i = 0; i < n / BE_QK8_0; i++) {
+        const float *v = x + i * BE_QK8_0;
+        float amax = 0;
+        for (int j = 0; j < BE_QK8_0; j++)
+            amax = fmaxf(amax, fabsf(v[j]));
+        float d = amax / 127.0f;
+        float id = amax != 0 ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < BE_QK8_0; j++) {
+            b[i].qs[j] = (int8_t)be_round_clamp(v[j] * id, -127, 127);
+            sum += b[i].qs[j];
+        }
+        b[i].d = be_f32_to_f16(d);
+        b[i].s = be_f32_to_f16(d * (float)sum);
+    }
+}
+
+/* ---- Q4_1 ------------------------------------------------------------- */
+
+static void q4_1_to_float(const void *x, float *y, int64_t n)
+{
+    const be_block_q4_1_t *b = x;
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        float d = be_f16_to_f32(b[i].d), m = be_f16_to_f32(b[i].m);
+        float *o = y + i * BE_QK4_0;
+        for (int j = 0; j < BE_QK4_0 / 2; j++) {
+            o[j] = d * (float)(b[i].qs[j] & 0x0f) + m;
+            o[j + 16] = d * (float)(b[i].qs[j] >> 4) + m;
+        }
+    }
+}
+
+/* Minimum and maximum of the block over 2^bits - 1 steps (GGML's reference
+ * quantizer for Q4_1/Q5_1: q = trunc((x - min) / d + 0.5)). */
+static void minmax_fit(const float *v, int qmax, uint16_t *dh, uint16_t *mh, float *id,
+                       float *min)
+{
+    float lo = INFINITY, hi = -INFINITY;
+    for (int j = 0; j < BE_QK4_0; j++) {
+        lo = fminf(lo, v[j]);
+        hi = fmaxf(hi, v[j]);
+    }
+    if (!(lo <= hi)) /* all nan */
+        lo = hi = 0;
+    float d = (hi - lo) / (float)qmax;
+    *id = d != 0 ? 1.0f / d : 0.0f;
+    *dh = be_f32_to_f16(d);
+    *mh = be_f32_to_f16(lo);
+    *min = lo;
+}
+
+static void q4_1_from_float(const float *x, void *y, int64_t n)
+{
+    be_block_q4_1_t *b = y;
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        const float *v = x + i * BE_QK4_0;
+        float id, min;
+        minmax_fit(v, 15, &b[i].d, &b[i].m, &id, &min);
+        for (int j = 0; j < BE_QK4_0 / 2; j++) {
+            int q0 = be_round_clamp(floorf((v[j] - min) * id + 0.5f), 0, 15);
+            int q1 = be_round_clamp(floorf((v[j + 16] - min) * id + 0.5f), 0, 15);
+            b[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+/* sum d*q*a + m*a = dx*dy * sum(q*qa) + m * s: the min meets the
+ * activation block's stored sum. */
+static void dot_q4_1(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_q4_1_t *x = w;
+    const be_block_q8_1_t *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        int32_t isum = 0;
+        for (int j = 0; j < BE_QK4_0 / 2; j++) {
+            isum += (x[i].qs[j] & 0x0f) * (int32_t)y[i].qs[j];
+            isum += (x[i].qs[j] >> 4) * (int32_t)y[i].qs[j + 16];
+        }
+        sum += (be_f16_to_f32(x[i].d) * be_f16_to_f32(y[i].d)) * (float)isum +
+               be_f16_to_f32(x[i].m) * be_f16_to_f32(y[i].s);
+    }
+    *s = sum;
+}
+
+/* ---- Q5_0 / Q5_1 ------------------------------------------------------ */
+
+/* The 32 unsigned 5-bit quants of a Q5 block in element order. */
+static void q5_unpack(const uint8_t qh4[4], const uint8_t qs[16], uint8_t q[32])
+{
+    uint32_t qh = (uint32_t)qh4[0] | (uint32_t)qh4[1] << 8 | (uint32_t)qh4[2] << 16 |
+                  (uint32_t)qh4[3] << 24;
+    for (int j = 0; j < 16; j++) {
+        q[j] = (uint8_t)((qs[j] & 0x0f) | (((qh >> j) & 1) << 4));
+        q[j + 16] = (uint8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+    }
+}
+
+static void q5_pack(const uint8_t q[32], uint8_t qh4[4], uint8_t qs[16])
+{
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((q[j] & 0x0f) | ((q[j + 16] & 0x0f) << 4));
+        qh |= (uint32_t)(q[j] >> 4) << j;
+        qh |= (uint32_t)(q[j + 16] >> 4) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++)
+        qh4[k] = (uint8_t)(qh >> (8 * k));
+}
+
+static void q5_0_to_float(const void *x, float *y, int64_t n)
+{
+    const be_block_q5_0_t *b = x;
+    uint8_t q[32];
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        float d = be_f16_to_f32(b[i].d);
+        q5_unpack(b[i].qh, b[i].qs, q);
+        for (int j = 0; j < 32; j++)
+            y[i * BE_QK4_0 + j] = d * (float)(q[j] - 16);
+    }
+}
+
+/* GGML's reference rounding, as Q4_0: the largest magnitude maps to -16. */
+static void q5_0_from_float(const float *x, void *y, int64_t n)
+{
+    be_block_q5_0_t *b = y;
+    uint8_t q[32];
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        const float *v = x + i * BE_QK4_0;
+        float amax = 0, max = 0;
+        for (int j = 0; j < BE_QK4_0; j++) {
+            if (fabsf(v[j]) > amax) {
+                amax = fabsf(v[j]);
+                max = v[j];
+            }
+        }
+        float d = max / -16.0f;
+        float id = d != 0 ? 1.0f / d : 0.0f;
+        b[i].d = be_f32_to_f16(d);
+        for (int j = 0; j < 32; j++)
+            q[j] = (uint8_t)be_round_clamp(floorf(v[j] * id + 16.5f), 0, 31);
+        q5_pack(q, b[i].qh, b[i].qs);
+    }
+}
+
+static void dot_q5_0(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_q5_0_t *x = w;
+    const be_block_q8_0_t *y = a;
+    uint8_t q[32];
+    float sum = 0;
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        q5_unpack(x[i].qh, x[i].qs, q);
+        int32_t isum = 0;
+        for (int j = 0; j < 32; j++)
+            isum += (q[j] - 16) * (int32_t)y[i].qs[j];
+        sum += (float)isum * (be_f16_to_f32(x[i].d) * be_f16_to_f32(y[i].d));
+    }
+    *s = sum;
+}
+
+static void q5_1_to_float(const void *x, float *y, int64_t n)
+{
+    const be_block_q5_1_t *b = x;
+    uint8_t q[32];
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        float d = be_f16_to_f32(b[i].d), m = be_f16_to_f32(b[i].m);
+        q5_unpack(b[i].qh, b[i].qs, q);
+        for (int j = 0; j < 32; j++)
+            y[i * BE_QK4_0 + j] = d * (float)q[j] + m;
+    }
+}
+
+static void q5_1_from_float(const float *x, void *y, int64_t n)
+{
+    be_block_q5_1_t *b = y;
+    uint8_t q[32];
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        const float *v = x + i * BE_QK4_0;
+        float id, min;
+        minmax_fit(v, 31, &b[i].d, &b[i].m, &id, &min);
+        for (int j = 0; j < 32; j++)
+            q[j] = (uint8_t)be_round_clamp(floorf((v[j] - min) * id + 0.5f), 0, 31);
+        q5_pack(q, b[i].qh, b[i].qs);
+    }
+}
+
+static void dot_q5_1(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_q5_1_t *x = w;
+    const be_block_q8_1_t *y = a;
+    uint8_t q[32];
+    float sum = 0;
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        q5_unpack(x[i].qh, x[i].qs, q);
+        int32_t isum = 0;
+        for (int j = 0; j < 32; j++)
+            isum += q[j] * (int32_t)y[i].qs[j];
+        sum += (be_f16_to_f32(x[i].d) * be_f16_to_f32(y[i].d)) * (float)isum +
+               be_f16_to_f32(x[i].m) * be_f16_to_f32(y[i].s);
     }
     *s = sum;
 }
@@ -339,11 +551,11 @@ static void q6_k_from_float(const float *x, void *y, int64_t n)
             b[i].d = be_f32_to_f16(1.0f / iscale);
             float d = be_f16_to_f32(b[i].d);
             for (int ib = 0; ib < 16; ib++) {
-                int sc = round_clamp(iscale * scales[ib], -128, 127);
+                int sc = be_round_clamp(iscale * scales[ib], -128, 127);
                 b[i].scales[ib] = (int8_t)sc;
                 float ds = d * (float)sc;
                 for (int j = 0; j < 16; j++) {
-                    int l = ds != 0 ? round_clamp(v[16 * ib + j] / ds, -32, 31) : 0;
+                    int l = ds != 0 ? be_round_clamp(v[16 * ib + j] / ds, -32, 31) : 0;
                     L[16 * ib + j] = (uint8_t)(l + 32);
                 }
             }
@@ -408,7 +620,7 @@ static void q8_k_from_float(const float *x, void *y, int64_t n)
             continue;
         float iscale = -127.0f / max;
         for (int j = 0; j < BE_QK_K; j++) {
-            b[i].qs[j] = (int8_t)round_clamp(iscale * v[j], -128, 127);
+            b[i].qs[j] = (int8_t)be_round_clamp(iscale * v[j], -128, 127);
         }
         for (int g = 0; g < 16; g++) {
             int sum = 0;
@@ -438,6 +650,22 @@ static const be_type_traits_t scalar_table[CR_TYPE__COUNT] = {
         q4_0_from_float, dot_q4_0, CR_TYPE_Q8_0),
     ROW(CR_TYPE_Q6_K, "Q6_K", BE_QK_K, sizeof(be_block_q6_k_t), q6_k_to_float,
         q6_k_from_float, dot_q6_k, CR_TYPE_Q8_K),
+    ROW(CR_TYPE_Q4_1, "Q4_1", BE_QK4_0, sizeof(be_block_q4_1_t), q4_1_to_float,
+        q4_1_from_float, dot_q4_1, CR_TYPE_Q8_1),
+    ROW(CR_TYPE_Q5_0, "Q5_0", BE_QK4_0, sizeof(be_block_q5_0_t), q5_0_to_float,
+        q5_0_from_float, dot_q5_0, CR_TYPE_Q8_0),
+    ROW(CR_TYPE_Q5_1, "Q5_1", BE_QK4_0, sizeof(be_block_q5_1_t), q5_1_to_float,
+        q5_1_from_float, dot_q5_1, CR_TYPE_Q8_1),
+    ROW(CR_TYPE_Q8_1, "Q8_1", BE_QK8_0, sizeof(be_block_q8_1_t), q8_1_to_float,
+        q8_1_from_float, NULL, CR_TYPE_Q8_1),
+    ROW(CR_TYPE_Q2_K, "Q2_K", BE_QK_K, sizeof(be_block_q2_k_t), be_q2_k_to_float,
+        be_q2_k_from_float, be_q2_k_dot, CR_TYPE_Q8_K),
+    ROW(CR_TYPE_Q3_K, "Q3_K", BE_QK_K, sizeof(be_block_q3_k_t), be_q3_k_to_float,
+        be_q3_k_from_float, be_q3_k_dot, CR_TYPE_Q8_K),
+    ROW(CR_TYPE_Q4_K, "Q4_K", BE_QK_K, sizeof(be_block_q4_k_t), be_q4_k_to_float,
+        be_q4_k_from_float, be_q4_k_dot, CR_TYPE_Q8_K),
+    ROW(CR_TYPE_Q5_K, "Q5_K", BE_QK_K, sizeof(be_block_q5_k_t), be_q5_k_to_float,
+        be_q5_k_from_float, be_q5_k_dot, CR_TYPE_Q8_K),
     ROW(CR_TYPE_Q8_K, "Q8_K", BE_QK_K, sizeof(be_block_q8_k_t), q8_k_to_float,
         q8_k_from_float, NULL, CR_TYPE_Q8_K),
 };
@@ -458,6 +686,13 @@ static void detect(void)
     avx2_table[CR_TYPE_Q8_0].vec_dot = be_avx2_dot_q8_0;
     avx2_table[CR_TYPE_Q4_0].vec_dot = be_avx2_dot_q4_0;
     avx2_table[CR_TYPE_Q6_K].vec_dot = be_avx2_dot_q6_k;
+    avx2_table[CR_TYPE_Q4_1].vec_dot = be_avx2_dot_q4_1;
+    avx2_table[CR_TYPE_Q5_0].vec_dot = be_avx2_dot_q5_0;
+    avx2_table[CR_TYPE_Q5_1].vec_dot = be_avx2_dot_q5_1;
+    avx2_table[CR_TYPE_Q2_K].vec_dot = be_avx2_dot_q2_k;
+    avx2_table[CR_TYPE_Q3_K].vec_dot = be_avx2_dot_q3_k;
+    avx2_table[CR_TYPE_Q4_K].vec_dot = be_avx2_dot_q4_k;
+    avx2_table[CR_TYPE_Q5_K].vec_dot = be_avx2_dot_q5_k;
 
     hw_level = BE_SIMD_SCALAR;
 #if defined(__x86_64__) || defined(__i386__)

@@ -12,7 +12,10 @@
  *   BF16     BF16         activations rounded to bfloat first
  *   Q8_0     Q8_0         activations quantized to 32-element int8 blocks
  *   Q4_0     Q8_0         idem
- *   Q6_K     Q8_K         activations quantized to 256-element int8 blocks
+ *   Q5_0     Q8_0         idem
+ *   Q4_1     Q8_1         Q8_0 plus s = d * sum(qs), which carries the min
+ *   Q5_1     Q8_1         idem
+ *   Q2_K..Q6_K  Q8_K      activations quantized to 256-element int8 blocks
  *
  * Every kernel exists as a scalar reference; where the CPU has AVX2+FMA+F16C
  * (checked at run time), faster versions of the same contract are chosen.
@@ -39,6 +42,7 @@ uint16_t be_f32_to_bf16(float f);
 #define BE_QK8_0 32
 #define BE_QK4_0 32
 #define BE_QK_K 256
+#define BE_K_SCALE_SIZE 12
 
 typedef struct be_block_q8_0 {
     uint16_t d;            /* f16 scale */
@@ -52,6 +56,95 @@ typedef struct be_block_q4_0 {
                                   j+16 (high nibble); value = d * (q - 8) */
 } be_block_q4_0_t;
 _Static_assert(sizeof(be_block_q4_0_t) == 18, "Q4_0 block is 18 bytes");
+
+/* Activation format for Q4_1/Q5_1 dot products (never a weight here). */
+typedef struct be_block_q8_1 {
+    uint16_t d;            /* f16 scale */
+    uint16_t s;            /* f16 of d * sum(qs) */
+    int8_t qs[BE_QK8_0];   /* value i = d * qs[i] */
+} be_block_q8_1_t;
+_Static_assert(sizeof(be_block_q8_1_t) == 36, "Q8_1 block is 36 bytes");
+
+/* Like Q4_0 with a minimum: value = d * q + m, q = 0..15 unsigned, same
+ * nibble order (byte j: element j low, element j+16 high). */
+typedef struct be_block_q4_1 {
+    uint16_t d;                /* f16 scale */
+    uint16_t m;                /* f16 minimum (added) */
+    uint8_t qs[BE_QK4_0 / 2];
+} be_block_q4_1_t;
+_Static_assert(sizeof(be_block_q4_1_t) == 20, "Q4_1 block is 20 bytes");
+
+/* 5-bit: low 4 bits as in Q4_0; bit j of qh (read as a little-endian
+ * uint32) is bit 4 of element j, for j = 0..31. value = d * (q - 16). */
+typedef struct be_block_q5_0 {
+    uint16_t d;                /* f16 scale */
+    uint8_t qh[4];             /* high bits, element j = bit j */
+    uint8_t qs[BE_QK4_0 / 2];  /* low nibbles as in Q4_0 */
+} be_block_q5_0_t;
+_Static_assert(sizeof(be_block_q5_0_t) == 22, "Q5_0 block is 22 bytes");
+
+/* Q5_0's quants with a minimum: value = d * q + m, q = 0..31. */
+typedef struct be_block_q5_1 {
+    uint16_t d;                /* f16 scale */
+    uint16_t m;                /* f16 minimum (added) */
+    uint8_t qh[4];
+    uint8_t qs[BE_QK4_0 / 2];
+} be_block_q5_1_t;
+_Static_assert(sizeof(be_block_q5_1_t) == 24, "Q5_1 block is 24 bytes");
+
+/* 2-bit super-block of 256: 16 sub-blocks of 16, each with a 4-bit scale
+ * (low nibble of scales[k]) and 4-bit min (high nibble). Element
+ * e = 128h + 32j + l (h = 0..1, j = 0..3, l = 0..31) has quant
+ * (qs[32h + l] >> 2j) & 3 and sub-block k = e / 16.
+ * value = d * (scales[k] & 15) * q - dmin * (scales[k] >> 4). */
+typedef struct be_block_q2_k {
+    uint8_t scales[BE_QK_K / 16]; /* scale | min << 4 */
+    uint8_t qs[BE_QK_K / 4];      /* 2-bit quants */
+    uint16_t d;                   /* f16 super-scale of the scales */
+    uint16_t dmin;                /* f16 super-scale of the mins */
+} be_block_q2_k_t;
+_Static_assert(sizeof(be_block_q2_k_t) == 84, "Q2_K block is 84 bytes");
+
+/* 3-bit super-block of 256: 16 sub-blocks of 16 with signed 6-bit scales.
+ * Element e = 128h + 32j + l: low bits (qs[32h + l] >> 2j) & 3, high bit
+ * hmask[l] bit (4h + j); q = low - (high ? 0 : 4), in -4..3. Scale k
+ * (k = e / 16) has low 4 bits scales[k] & 15 (k < 8) or scales[k-8] >> 4
+ * (k >= 8), high 2 bits (scales[8 + k % 4] >> 2 * (k / 4)) & 3, and is
+ * that 6-bit number minus 32. value = d * scale * q. */
+typedef struct be_block_q3_k {
+    uint8_t hmask[BE_QK_K / 8];   /* high bits */
+    uint8_t qs[BE_QK_K / 4];      /* low 2 bits */
+    uint8_t scales[12];           /* 16 6-bit scales, packed as above */
+    uint16_t d;                   /* f16 super-scale */
+} be_block_q3_k_t;
+_Static_assert(sizeof(be_block_q3_k_t) == 110, "Q3_K block is 110 bytes");
+
+/* Q4_K and Q5_K pack 8 6-bit scales and 8 6-bit mins in 12 bytes: for
+ * sub-block j < 4, scale = s[j] & 63, min = s[j+4] & 63; for j >= 4,
+ * scale = (s[j+4] & 15) | (s[j-4] >> 6) << 4, min = (s[j+4] >> 4) |
+ * (s[j] >> 6) << 4. Sub-blocks are 32 elements.
+ *
+ * 4-bit: element e = 64i + l (i = 0..3, l = 0..31) is qs[32i + l] & 15 in
+ * sub-block 2i; element 64i + 32 + l is qs[32i + l] >> 4 in sub-block
+ * 2i+1. value = d * scale * q - dmin * min. */
+typedef struct be_block_q4_k {
+    uint16_t d;                       /* f16 super-scale of the scales */
+    uint16_t dmin;                    /* f16 super-scale of the mins */
+    uint8_t scales[BE_K_SCALE_SIZE];  /* packed as above */
+    uint8_t qs[BE_QK_K / 2];          /* 4-bit quants */
+} be_block_q4_k_t;
+_Static_assert(sizeof(be_block_q4_k_t) == 144, "Q4_K block is 144 bytes");
+
+/* 5-bit: Q4_K's layout plus bit 4 of element 64i + l in qh[l] bit 2i, and
+ * of element 64i + 32 + l in qh[l] bit 2i+1. */
+typedef struct be_block_q5_k {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[BE_K_SCALE_SIZE];
+    uint8_t qh[BE_QK_K / 8];          /* high bits */
+    uint8_t qs[BE_QK_K / 2];          /* low 4 bits */
+} be_block_q5_k_t;
+_Static_assert(sizeof(be_block_q5_k_t) == 176, "Q5_K block is 176 bytes");
 
 /* 6-bit super-block of 256: 16 sub-blocks of 16 with int8 scales.
  * Per 128-element half h (ql += 64h, qh += 32h, scales += 8h), l in 0..31:

@@ -8,6 +8,7 @@
  * never selected. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/quant.h"
+#include "services/runner/backend/cpu/quant_impl.h"
 #include "services/runner/backend/cpu/quant_simd.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -199,6 +200,227 @@ AVX2 void be_avx2_dot_q6_k(int64_t n, float *s, const void *w, const void *a)
     *s = sum;
 }
 
+/* Unsigned 4-bit quants of a 32-element block as 32 bytes: low lane the low
+ * nibbles (elements 0..15), high lane the high nibbles (16..31). */
+static inline AVX2 __m256i nibbles32(const uint8_t *qs)
+{
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(raw),
+                                        _mm_srli_epi16(raw, 4), 1);
+    return _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
+}
+
+/* Bit 4 of the 32 elements of a Q5 block: byte e is 16 if bit e of qh (a
+ * little-endian uint32) is set, else 0. Byte e/8 of qh is broadcast to
+ * bytes 8*(e/8)..+7, then each byte tests its own bit. */
+static inline AVX2 __m256i q5_high_bits(const uint8_t qh[4])
+{
+    uint32_t v;
+    memcpy(&v, qh, sizeof v);
+    const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101LL,
+                                              0x0202020202020202LL,
+                                              0x0303030303030303LL);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), spread);
+    b = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+    return _mm256_and_si256(b, _mm256_set1_epi8(16));
+}
+
+/* Sum of u[i]*y[i] as 8 int32 lanes, u unsigned (<= 31), y signed int8:
+ * pair sums stay far below int16 saturation (2 * 31 * 128). */
+static inline AVX2 __m256i dot_u8_epi32(__m256i u, __m256i y)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+}
+
+AVX2 void be_avx2_dot_q4_1(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_q4_1_t *x = w;
+    const be_block_q8_1_t *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        __m256 d = _mm256_set1_ps(_cvtsh_ss(x[i].d) * _cvtsh_ss(y[i].d));
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256i p = dot_u8_epi32(nibbles32(x[i].qs), qy);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+        summ += _cvtsh_ss(x[i].m) * _cvtsh_ss(y[i].s);
+    }
+    *s = hsum_ps(acc) + summ;
+}
+
+AVX2 void be_avx2_dot_q5_0(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_q5_0_t *x = w;
+    const be_block_q8_0_t *y = a;
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        __m256 d = _mm256_set1_ps(_cvtsh_ss(x[i].d) * _cvtsh_ss(y[i].d));
+        __m256i q = _mm256_or_si256(nibbles32(x[i].qs), q5_high_bits(x[i].qh));
+        q = _mm256_sub_epi8(q, sixteen);
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_epi32(q, qy)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+AVX2 void be_avx2_dot_q5_1(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_q5_1_t *x = w;
+    const be_block_q8_1_t *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        __m256 d = _mm256_set1_ps(_cvtsh_ss(x[i].d) * _cvtsh_ss(y[i].d));
+        __m256i q = _mm256_or_si256(nibbles32(x[i].qs), q5_high_bits(x[i].qh));
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8_epi32(q, qy)), acc);
+        summ += _cvtsh_ss(x[i].m) * _cvtsh_ss(y[i].s);
+    }
+    *s = hsum_ps(acc) + summ;
+}
+
+/* Two 16-element sub-block scales as int16 lanes: s0 in the low 128 bits,
+ * s1 in the high (matching 32 quants of two consecutive sub-blocks). */
+static inline AVX2 __m256i scale_pair(int s0, int s1)
+{
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)s0)),
+                                   _mm_set1_epi16((short)s1), 1);
+}
+
+/* Q2_K: 2-bit quants times activations per 16-element sub-block, weighted
+ * by the 4-bit scales; the mins meet the activation block sums. Integer
+ * parts are exact, float steps as in the scalar kernel (same result). */
+AVX2 void be_avx2_dot_q2_k(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_q2_k_t *x = w;
+    const be_block_q8_k_t *y = a;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    float sum = 0;
+    for (int64_t i = 0; i < n / BE_QK_K; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+                const int8_t *ay = y[i].qs + 128 * h + 32 * j;
+                __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)ay));
+                int k = 8 * h + 2 * j;
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(
+                    p, scale_pair(x[i].scales[k] & 15, x[i].scales[k + 1] & 15)));
+            }
+        }
+        int32_t isum = hsum_epi32(acc), msum = 0;
+        for (int k = 0; k < 16; k++)
+            msum += (int32_t)(x[i].scales[k] >> 4) * (int32_t)y[i].bsums[k];
+        float dall = y[i].d * _cvtsh_ss(x[i].d);
+        float dmin = y[i].d * _cvtsh_ss(x[i].dmin);
+        sum += dall * (float)isum - dmin * (float)msum;
+    }
+    *s = sum;
+}
+
+/* Q3_K: the quants are used unsigned (low | hbit << 2, 0..7) and the -4
+ * offset folded in through the activation block sums:
+ * sum sc*(u-4)*a = sum sc*u*a - 4 * sum sc*bsum. */
+AVX2 void be_avx2_dot_q3_k(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_q3_k_t *x = w;
+    const be_block_q8_k_t *y = a;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i four = _mm256_set1_epi8(4);
+    float sum = 0;
+    for (int64_t i = 0; i < n / BE_QK_K; i++) {
+        int8_t sc[16];
+        be_q3_k_scales(x[i].scales, sc);
+        __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + j)));
+                __m256i hb = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+                __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3),
+                                            _mm256_and_si256(hb, four));
+                const int8_t *ay = y[i].qs + 128 * h + 32 * j;
+                __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)ay));
+                int k = 8 * h + 2 * j;
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair(sc[k], sc[k + 1])));
+            }
+        }
+        int32_t isum = hsum_epi32(acc), off = 0;
+        for (int k = 0; k < 16; k++)
+            off += (int32_t)sc[k] * (int32_t)y[i].bsums[k];
+        isum -= 4 * off;
+        sum += _cvtsh_ss(x[i].d) * y[i].d * (float)isum;
+    }
+    *s = sum;
+}
+
+/* Q4_K / Q5_K: 32-byte loads of quants give two 32-element sub-blocks (low
+ * and high nibbles); each is multiplied with its activations and weighted
+ * by its 6-bit scale; the mins meet the activation block sums. Same float
+ * steps as the scalar kernels, so the same results. */
+static inline AVX2 float k4_block_dot(const uint8_t *qs, const uint8_t *qh,
+                                      const uint8_t *scales, uint16_t dh, uint16_t dminh,
+                                      const be_block_q8_k_t *y)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i b4 = _mm256_set1_epi8(16);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; j++)
+        be_k4_scale_min(j, scales, &sc[j], &m[j]);
+    __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(raw, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        if (qh) {
+            __m256i bl = _mm256_set1_epi8((char)(1 << (2 * c)));
+            __m256i bh = _mm256_set1_epi8((char)(1 << (2 * c + 1)));
+            lo = _mm256_or_si256(lo, _mm256_and_si256(
+                _mm256_cmpeq_epi8(_mm256_and_si256(hbits, bl), bl), b4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(
+                _mm256_cmpeq_epi8(_mm256_and_si256(hbits, bh), bh), b4));
+        }
+        __m256i a0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c));
+        __m256i a1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c + 32));
+        __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0),
+                                       _mm256_set1_epi16(sc[2 * c]));
+        __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1),
+                                       _mm256_set1_epi16(sc[2 * c + 1]));
+        acc = _mm256_add_epi32(acc, _mm256_add_epi32(p0, p1));
+    }
+    int32_t isum = hsum_epi32(acc), msum = 0;
+    for (int j = 0; j < 8; j++)
+        msum += (int32_t)m[j] * ((int32_t)y->bsums[2 * j] + (int32_t)y->bsums[2 * j + 1]);
+    float d = y->d * _cvtsh_ss(dh);
+    float dmin = y->d * _cvtsh_ss(dminh);
+    return d * (float)isum - dmin * (float)msum;
+}
+
+AVX2 void be_avx2_dot_q4_k(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_q4_k_t *x = w;
+    const be_block_q8_k_t *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / BE_QK_K; i++)
+        sum += k4_block_dot(x[i].qs, NULL, x[i].scales, x[i].d, x[i].dmin, &y[i]);
+    *s = sum;
+}
+
+AVX2 void be_avx2_dot_q5_k(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_q5_k_t *x = w;
+    const be_block_q8_k_t *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / BE_QK_K; i++)
+        sum += k4_block_dot(x[i].qs, x[i].qh, x[i].scales, x[i].d, x[i].dmin, &y[i]);
+    *s = sum;
+}
+
 AVX2 void be_avx2_f32_to_f16(const float *x, void *y, int64_t n)
 {
     uint16_t *h = y;
@@ -235,6 +457,13 @@ STUB_DOT(be_avx2_dot_bf16)
 STUB_DOT(be_avx2_dot_q8_0)
 STUB_DOT(be_avx2_dot_q4_0)
 STUB_DOT(be_avx2_dot_q6_k)
+STUB_DOT(be_avx2_dot_q4_1)
+STUB_DOT(be_avx2_dot_q5_0)
+STUB_DOT(be_avx2_dot_q5_1)
+STUB_DOT(be_avx2_dot_q2_k)
+STUB_DOT(be_avx2_dot_q3_k)
+STUB_DOT(be_avx2_dot_q4_k)
+STUB_DOT(be_avx2_dot_q5_k)
 void be_avx2_f32_to_f16(const float *x, void *y, int64_t n)
 {
     CR_UNUSED(x), CR_UNUSED(y), CR_UNUSED(n);

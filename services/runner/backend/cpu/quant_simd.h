@@ -14,6 +14,13 @@ void be_avx2_dot_bf16(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_q8_0(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_q4_0(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_q6_k(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_q4_1(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_q5_0(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_q5_1(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_q2_k(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_q3_k(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_q4_k(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_q5_k(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_f32_to_f16(const float *x, void *y, int64_t n);
 void be_avx2_f16_to_f32(const void *x, float *y, int64_t n);
 
