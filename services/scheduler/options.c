@@ -17,6 +17,20 @@ void sch_options_overlay(msg_options_t *dst, const msg_options_t *src)
     MSG_REC_options(OVERLAY_FIELD)
 }
 
+void sch_options_overlay_load(msg_options_t *dst, const msg_options_t *src)
+{
+    if (!src)
+        return;
+#define LOAD_FIELD(name) OVERLAY_FIELD(name, _, _, _)
+    LOAD_FIELD(num_ctx)
+    LOAD_FIELD(num_batch)
+    LOAD_FIELD(num_gpu)
+    LOAD_FIELD(main_gpu)
+    LOAD_FIELD(num_thread)
+    LOAD_FIELD(use_mmap)
+#undef LOAD_FIELD
+}
+
 #undef OVERLAY_FIELD
 
 static bool int_compatible(bool loaded_has, int64_t loaded, bool want_has,

@@ -368,10 +368,11 @@ static runner_t *runner_start(sch_server_t *s, request_t *r)
         return NULL;
     }
     msg_options_t **opts = req_options_slot(&r->msg);
+    /* Only load options: the loading request's sampling knobs must not
+     * stick to later requests. */
+    sch_options_overlay_load(&rn->load_opts, r->resolved.u.resolved.params);
     if (opts && *opts)
-        sch_options_overlay(&rn->load_opts, *opts);
-    rn->load_opts.stop = (msg_strs_t){0}; /* not a load option; not owned */
-    rn->load_opts.has_stop = false;
+        sch_options_overlay_load(&rn->load_opts, *opts);
     rn->n_slots = s->cfg.num_parallel;
     rn->keep_alive_ms = r->has_keep_alive ? r->keep_alive_ms
                                           : s->cfg.keep_alive_ms;

@@ -173,6 +173,8 @@ static bool client_recv(env_t *e, msg_t *out)
     return false;
 }
 
+static double next_temp_g = -1; /* >= 0: the next request sets temperature */
+
 static void send_generate(env_t *e, const char *id, const char *model,
                           const char *prompt, const char *keep_alive_or_null,
                           int64_t keep_alive_ms)
@@ -192,6 +194,11 @@ static void send_generate(env_t *e, const char *id, const char *model,
     msg_options_t o = {0};
     o.num_ctx = 512;
     o.has_num_ctx = true;
+    if (next_temp_g >= 0) {
+        o.temperature = next_temp_g;
+        o.has_temperature = true;
+        next_temp_g = -1;
+    }
     m.u.generate.options = &o;
     m.u.generate.has_options = true;
     CHECK_EQ_INT(bus_send(e->client, &m, NULL), CR_OK);
@@ -285,10 +292,11 @@ static void test_request_and_keep_alive(void)
     env_start(&e, 3, 16);
     char first[128];
     msg_t done;
+    next_temp_g = 0.6;
     CHECK_EQ_INT(run_request(&e, "req-1", "alpha", "hi", first, &done),
                  MSG_done);
-    /* Model params (0.25) under request options; num_ctx from the request. */
-    CHECK_EQ_STR(first, "temp=0.25 ctx=512");
+    /* Request options over the model's params; num_ctx from the request. */
+    CHECK_EQ_STR(first, "temp=0.60 ctx=512");
     CHECK(done.u.done.has_total_duration && done.u.done.total_duration > 0);
     CHECK(done.u.done.has_load_duration);
     CHECK_EQ_STR(done.u.done.done_reason, "stop");
@@ -311,8 +319,11 @@ static void test_request_and_keep_alive(void)
     }
     msg_clear(&r);
 
-    /* A second request reuses the runner. */
-    CHECK_EQ_INT(run_request(&e, "req-2", "alpha", "hi", NULL, NULL), MSG_done);
+    /* A second request reuses the runner, and the loading request's
+     * sampling options do not stick to it (only load options do): it gets
+     * the model's default temperature. */
+    CHECK_EQ_INT(run_request(&e, "req-2", "alpha", "hi", first, NULL), MSG_done);
+    CHECK_EQ_STR(first, "temp=0.25 ctx=512");
     CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
 
     /* Keep-alive: nothing happens before 5 minutes, unload after. */
