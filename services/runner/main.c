@@ -1,8 +1,86 @@
-/* main.c: corral-runner entry point (placeholder until the service lands). */
+/* main.c: corral-runner: the runner service, and engine tools over a file.
+ *
+ *   corral-runner serve --endpoint EP --id ID
+ *       (started by the scheduler) serve one model on the bus.
+ *   corral-runner tokenize --model FILE [--no-bos] [--special]
+ *       UTF-8 text on stdin -> token ids on one line.
+ *   corral-runner logits --model FILE --tokens "ID ID ..." --out FILE.f32
+ *       float32 logits of every position, row after row. */
 #include "lib/prelude.h"
 
-int main(void)
+#include <czmq.h>
+#include <signal.h>
+
+#include "lib/log.h"
+#include "services/runner/server.h"
+#include "services/runner/tools.h"
+
+static const char *flag(int argc, char **argv, const char *name)
 {
-    fprintf(stderr, "corral-runner: not built yet\n");
-    return 1;
+    for (int i = 2; i + 1 < argc; i++)
+        if (!strcmp(argv[i], name))
+            return argv[i + 1];
+    return NULL;
+}
+
+static bool has(int argc, char **argv, const char *name)
+{
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], name))
+            return true;
+    return false;
+}
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: corral-runner serve --endpoint EP --id ID\n"
+            "       corral-runner tokenize --model FILE [--no-bos] [--special]\n"
+            "       corral-runner logits --model FILE --tokens \"ID ...\" "
+            "--out FILE.f32\n");
+    return 2;
+}
+
+static int serve(int argc, char **argv)
+{
+    const char *ep = flag(argc, argv, "--endpoint");
+    const char *id = flag(argc, argv, "--id");
+    if (!ep || !id)
+        return usage();
+    cr_log_init("runner");
+    signal(SIGPIPE, SIG_IGN);
+    zsys_init();
+    zsys_set_logstream(NULL);
+    rn_server_t *s = NULL;
+    cr_err_t err;
+    if (rn_server_new(ep, id, &s, &err)) {
+        cr_log_error("%s", err.msg);
+        return 1;
+    }
+    int rc = rn_server_run(s);
+    rn_server_destroy(&s);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return usage();
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "serve"))
+        return serve(argc, argv);
+    const char *model = flag(argc, argv, "--model");
+    if (!model)
+        return usage();
+    if (!strcmp(cmd, "tokenize"))
+        return rn_tool_tokenize(model, !has(argc, argv, "--no-bos"),
+                                has(argc, argv, "--special"));
+    if (!strcmp(cmd, "logits")) {
+        const char *tokens = flag(argc, argv, "--tokens");
+        const char *out = flag(argc, argv, "--out");
+        if (!tokens || !out)
+            return usage();
+        return rn_tool_logits(model, tokens, out);
+    }
+    return usage();
 }

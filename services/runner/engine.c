@@ -1,0 +1,587 @@
+/* engine.c: one loaded model answering generate and chat requests.
+ *
+ * A request runs in five steps, each a function below:
+ *   options  -> sampler params, num_predict, stop strings, num_keep
+ *   prompt   -> text through the template (prompt.c), then token ids
+ *   prefill  -> evaluate what the cache does not already hold
+ *   decode   -> sample, detokenize (whole UTF-8 only), hold back stop
+ *               strings, send pieces, shift the context when it fills
+ *   done     -> reason, counts, durations, context ids
+ * Everything sized by n_ctx is allocated once at load; a request allocates
+ * only its prompt text. */
+#include "lib/prelude.h"
+#include "services/runner/engine.h"
+
+#include <math.h>
+#include <time.h>
+
+#include "lib/buf.h"
+#include "lib/log.h"
+#include "services/runner/backend/backend.h"
+#include "services/runner/forward.h"
+#include "services/runner/model.h"
+#include "services/runner/prompt.h"
+#include "services/runner/sampler.h"
+#include "services/runner/stop.h"
+#include "services/runner/template.h"
+#include "services/runner/tokenizer.h"
+
+#include <jansson.h>
+
+#define PROMPT_TEXT_MAX (64u << 20) /* rendered prompt bytes */
+#define PREFILL_STEP 64             /* tokens between cancel checks */
+#define DEFAULT_NUM_KEEP 4
+
+struct rn_engine {
+    be_backend_t *be;
+    rn_model_t *model;
+    rn_tokenizer_t *tok;
+    rn_ctx_t *ctx;
+    rn_sampler_t *sampler;
+    rn_detok_t *detok;
+    msg_t load;       /* owned copy of the load message (template, ...) */
+    rn_tmpl_t *tmpl;  /* the model's template, parsed once */
+    int n_ctx;
+    int32_t *seq;     /* tokens in the KV cache, in order [n_ctx] */
+    int n_seq;
+    int32_t *prompt;  /* this request's prompt tokens [n_ctx] */
+    cr_buf_t out;     /* text released by the stop matcher */
+};
+
+/* The effective knobs of one request. */
+typedef struct req_opts {
+    rn_sampler_params_t sp;
+    int64_t num_predict; /* >= 1 */
+    int num_keep;
+    const msg_strs_t *stop;
+} req_opts_t;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* ---- load ---- */
+
+cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
+                           cr_err_t *err)
+{
+    cr_status_t st;
+    rn_engine_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    cr_buf_init(&e->out, 1u << 20);
+    /* Keep our own copy: the message the pointers came from is freed. */
+    msg_t wrap = {0};
+    wrap.type = MSG_load;
+    wrap.u.load = *load;
+    if ((st = msg_copy(&wrap, &e->load))) {
+        cr_err_set(err, st, "out of memory");
+        goto fail;
+    }
+    const msg_options_t *o = e->load.u.load.options;
+    int threads = o && o->has_num_thread ? (int)o->num_thread : 0;
+    if ((st = be_cpu_new(threads, &e->be, err)))
+        goto fail;
+    if ((st = rn_model_load(load->model_path, e->be, &e->model, err)))
+        goto fail;
+    if ((st = rn_tokenizer_load(rn_model_gguf(e->model), &e->tok, err))) {
+        cr_err_wrap(err, "%s", load->model_path);
+        goto fail;
+    }
+    const char *tsrc = load->template && *load->template ? load->template
+                                                         : "{{ .Prompt }}";
+    if ((st = rn_tmpl_parse(tsrc, strlen(tsrc), &e->tmpl, err))) {
+        cr_err_wrap(err, "template of %s", load->name);
+        goto fail;
+    }
+    const rn_hparams_t *hp = rn_model_hparams(e->model);
+    int64_t n_ctx = o && o->has_num_ctx ? o->num_ctx : 4096;
+    if (n_ctx < 4)
+        n_ctx = 4; /* Ollama's floor */
+    if (hp->n_ctx_train > 0 && n_ctx > hp->n_ctx_train)
+        n_ctx = hp->n_ctx_train; /* capped to the trained context */
+    e->n_ctx = (int)n_ctx;
+    rn_ctx_opts_t co = {e->n_ctx, o && o->has_num_batch ? (int)o->num_batch : 0};
+    if ((st = rn_ctx_new(e->model, &co, &e->ctx, err)))
+        goto fail;
+    rn_sampler_params_t sp;
+    rn_sampler_params_default(&sp);
+    e->sampler = rn_sampler_new(hp->n_vocab, e->n_ctx, &sp, err);
+    e->detok = rn_detok_new(e->tok, 0);
+    e->seq = calloc((size_t)e->n_ctx, sizeof *e->seq);
+    e->prompt = calloc((size_t)e->n_ctx, sizeof *e->prompt);
+    if (!e->sampler || !e->detok || !e->seq || !e->prompt) {
+        st = err && err->status ? err->status : CR_E_NOMEM;
+        if (st == CR_E_NOMEM)
+            cr_err_set(err, st, "out of memory for the context buffers");
+        goto fail;
+    }
+    *out = e;
+    return CR_OK;
+fail:
+    rn_engine_destroy(&e);
+    return st;
+}
+
+void rn_engine_destroy(rn_engine_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rn_engine_t *e = *self_p;
+    rn_detok_destroy(&e->detok);
+    rn_sampler_destroy(&e->sampler);
+    rn_ctx_destroy(&e->ctx);
+    rn_tokenizer_destroy(&e->tok);
+    rn_tmpl_destroy(&e->tmpl);
+    rn_model_destroy(&e->model);
+    be_destroy(&e->be);
+    msg_clear(&e->load);
+    cr_buf_free(&e->out);
+    free(e->seq);
+    free(e->prompt);
+    free(e);
+    *self_p = NULL;
+}
+
+int64_t rn_engine_size_bytes(const rn_engine_t *e)
+{
+    return (int64_t)(rn_model_weight_bytes(e->model) + rn_ctx_kv_bytes(e->ctx) +
+                     rn_ctx_buffer_bytes(e->ctx));
+}
+
+int64_t rn_engine_ctx(const rn_engine_t *e)
+{
+    return e->n_ctx;
+}
+
+/* ---- options ---- */
+
+static cr_status_t request_opts(const rn_engine_t *e, const msg_options_t *o,
+                                req_opts_t *r, cr_err_t *err)
+{
+    rn_sampler_params_default(&r->sp);
+    r->num_predict = -1;
+    r->num_keep = DEFAULT_NUM_KEEP;
+    r->stop = NULL;
+    if (o) {
+        if (o->has_temperature) r->sp.temperature = (float)o->temperature;
+        if (o->has_top_k) r->sp.top_k = (int32_t)o->top_k;
+        if (o->has_top_p) r->sp.top_p = (float)o->top_p;
+        if (o->has_min_p) r->sp.min_p = (float)o->min_p;
+        if (o->has_typical_p) r->sp.typical_p = (float)o->typical_p;
+        if (o->has_repeat_last_n) r->sp.repeat_last_n = (int32_t)o->repeat_last_n;
+        if (o->has_repeat_penalty) r->sp.repeat_penalty = (float)o->repeat_penalty;
+        if (o->has_presence_penalty)
+            r->sp.presence_penalty = (float)o->presence_penalty;
+        if (o->has_frequency_penalty)
+            r->sp.frequency_penalty = (float)o->frequency_penalty;
+        if (o->has_seed) r->sp.seed = o->seed;
+        if (o->has_num_predict) r->num_predict = o->num_predict;
+        if (o->has_num_keep) r->num_keep = (int)o->num_keep;
+        if (o->has_stop) r->stop = &o->stop;
+    }
+    /* Negative or huge num_predict is clamped to 10 x num_ctx (Ollama). */
+    int64_t cap = 10LL * e->n_ctx;
+    if (r->num_predict < 0 || r->num_predict > cap)
+        r->num_predict = cap;
+    if (r->num_keep < 0)
+        r->num_keep = DEFAULT_NUM_KEEP;
+    if (r->num_keep > e->n_ctx / 2)
+        r->num_keep = e->n_ctx / 2;
+    return rn_sampler_params_check(&r->sp, err);
+}
+
+static const msg_options_t *req_options(const msg_t *req)
+{
+    return req->type == MSG_chat ? req->u.chat.options : req->u.generate.options;
+}
+
+/* ---- prompt ---- */
+
+static cr_status_t count_tokens(void *ctx, const char *text, size_t len,
+                                int64_t *n_tokens, cr_err_t *err)
+{
+    /* Asking with no room returns the count with CR_E_TOO_LARGE. */
+    size_t n = 0;
+    cr_status_t st = rn_tokenize(ctx, text, len, true, true, NULL, 0, &n, err);
+    *n_tokens = (int64_t)n;
+    return st == CR_E_TOO_LARGE || st == CR_OK ? CR_OK : st;
+}
+
+/* Tokenizes text (BOS as the vocabulary says, special tokens parsed: the
+ * text is ours, from the template) after `prefix` context ids into
+ * e->prompt. Over-long prompts keep num_keep tokens at the head and the
+ * newest tokens, leaving room to generate. */
+static cr_status_t tokenize_prompt(rn_engine_t *e, const char *text,
+                                   int num_keep, int *n_out, cr_err_t *err)
+{
+    size_t n_text = 0;
+    cr_status_t st = rn_tokenize(e->tok, text, strlen(text), true, true, NULL,
+                                 0, &n_text, err);
+    if (st && st != CR_E_TOO_LARGE)
+        return st;
+    int32_t *all = malloc((n_text ? n_text : 1) * sizeof *all);
+    if (!all)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory for the prompt");
+    size_t total = 0;
+    st = rn_tokenize(e->tok, text, strlen(text), true, true, all, n_text,
+                     &total, err);
+    if (st) {
+        free(all);
+        return st;
+    }
+    if (total == 0) {
+        free(all);
+        return cr_err_set(err, CR_E_INVALID, "the prompt is empty");
+    }
+    /* Room for at least one new token. */
+    size_t limit = (size_t)e->n_ctx - 1;
+    if (total > limit) {
+        size_t keep = CR_MIN((size_t)num_keep, limit / 2);
+        size_t tail = limit - keep;
+        cr_log_warn("prompt of %zu tokens truncated to %zu (num_ctx %d)", total,
+                    limit, e->n_ctx);
+        memcpy(e->prompt, all, keep * sizeof *all);
+        memcpy(e->prompt + keep, all + total - tail, tail * sizeof *all);
+        total = limit;
+    } else {
+        memcpy(e->prompt, all, total * sizeof *all);
+    }
+    free(all);
+    *n_out = (int)total;
+    return CR_OK;
+}
+
+/* The messages of a request as the prompt builder wants them. tool_calls
+ * travel as JSON text; parsed values are kept in `json` for freeing. */
+typedef struct msgs_view {
+    rn_prompt_msg_t *v;
+    json_t **json;
+    size_t n;
+} msgs_view_t;
+
+static cr_status_t view_messages(const msg_message_t *src, size_t n,
+                                 msgs_view_t *out, cr_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!n)
+        return CR_OK;
+    out->v = calloc(n, sizeof *out->v);
+    out->json = calloc(n, sizeof *out->json);
+    if (!out->v || !out->json)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    out->n = n;
+    for (size_t i = 0; i < n; i++) {
+        const msg_message_t *m = &src[i];
+        rn_prompt_msg_t *d = &out->v[i];
+        d->role = m->role;
+        d->content = m->content;
+        d->thinking = m->thinking;
+        d->n_images = m->images.n;
+        d->tool_name = m->tool_name;
+        d->tool_call_id = m->tool_call_id;
+        if (m->tool_calls && *m->tool_calls) {
+            out->json[i] = json_loads(m->tool_calls, 0, NULL);
+            if (!out->json[i])
+                return cr_err_set(err, CR_E_INVALID,
+                                  "messages[%zu].tool_calls is not JSON", i);
+            d->tool_calls = out->json[i];
+        }
+    }
+    return CR_OK;
+}
+
+static void view_free(msgs_view_t *v)
+{
+    for (size_t i = 0; i < v->n; i++)
+        json_decref(v->json[i]);
+    free(v->json);
+    free(v->v);
+    memset(v, 0, sizeof *v);
+}
+
+static rn_prompt_think_t think_of(const char *s)
+{
+    rn_prompt_think_t t = {RN_THINK_UNSET, NULL};
+    if (!s || !*s)
+        return t;
+    if (!strcmp(s, "false"))
+        t.mode = RN_THINK_FALSE;
+    else if (!strcmp(s, "true"))
+        t.mode = RN_THINK_TRUE;
+    else {
+        t.mode = RN_THINK_LEVEL;
+        t.level = s;
+    }
+    return t;
+}
+
+/* Renders the request into prompt text (caller frees). */
+static cr_status_t render(rn_engine_t *e, const msg_t *req, char **text_out,
+                          cr_err_t *err)
+{
+    const msg_load_body_t *ld = &e->load.u.load;
+    rn_prompt_fit_t fit = {true, e->n_ctx, false, count_tokens, e->tok};
+    rn_prompt_result_t res = {0};
+    msgs_view_t model_msgs, msgs = {0};
+    json_t *tools = NULL;
+    rn_tmpl_t *req_tmpl = NULL;
+    char *context_text = NULL;
+    cr_status_t st = view_messages(ld->messages.v, ld->messages.n, &model_msgs,
+                                   err);
+    if (st)
+        goto out;
+    if (req->type == MSG_chat) {
+        const msg_chat_body_t *c = &req->u.chat;
+        if ((st = view_messages(c->messages.v, c->messages.n, &msgs, err)))
+            goto out;
+        if (c->tools && *c->tools && !(tools = json_loads(c->tools, 0, NULL))) {
+            st = cr_err_set(err, CR_E_INVALID, "tools is not valid JSON");
+            goto out;
+        }
+        fit.truncate = !c->has_truncate || c->truncate;
+        rn_prompt_chat_t in = {0};
+        in.tmpl = e->tmpl;
+        in.model_system = ld->system;
+        in.model_msgs = model_msgs.v;
+        in.n_model_msgs = model_msgs.n;
+        in.msgs = msgs.v;
+        in.n_msgs = msgs.n;
+        in.tools = tools;
+        in.think = think_of(c->think);
+        in.fit = fit;
+        st = rn_prompt_chat(&in, &res, err);
+    } else {
+        const msg_generate_body_t *g = &req->u.generate;
+        rn_prompt_gen_t in = {0};
+        in.tmpl = e->tmpl;
+        if (g->has_template && !g->raw) {
+            if ((st = rn_tmpl_parse(g->template, strlen(g->template), &req_tmpl,
+                                    err))) {
+                cr_err_wrap(err, "template");
+                goto out;
+            }
+            in.tmpl = req_tmpl;
+            in.tmpl_from_request = true;
+        }
+        in.prompt = g->prompt;
+        in.suffix = g->suffix;
+        in.system = g->has_system ? g->system : NULL;
+        in.model_system = ld->system;
+        in.model_msgs = model_msgs.v;
+        in.n_model_msgs = model_msgs.n;
+        in.n_images = g->images.n;
+        in.raw = g->raw;
+        if (g->has_context && g->context.n) {
+            /* Ollama detokenizes a deprecated `context` and prepends it. */
+            cr_buf_t b;
+            cr_buf_init(&b, PROMPT_TEXT_MAX);
+            st = rn_detokenize(e->tok, g->context.v, g->context.n, 0, &b, err);
+            context_text = cr_buf_steal(&b);
+            if (st)
+                goto out;
+            in.context_text = context_text;
+        }
+        in.think = think_of(g->think);
+        fit.truncate = !g->has_truncate || g->truncate;
+        in.fit = fit;
+        st = rn_prompt_generate(&in, &res, err);
+    }
+    if (!st) {
+        *text_out = res.text;
+        res.text = NULL;
+    }
+out:
+    rn_prompt_result_free(&res);
+    rn_tmpl_destroy(&req_tmpl);
+    json_decref(tools);
+    free(context_text);
+    view_free(&model_msgs);
+    view_free(&msgs);
+    return st;
+}
+
+/* ---- prefill and decode ---- */
+
+/* Evaluates e->prompt[0..n), reusing the cached common prefix. */
+static cr_status_t prefill(rn_engine_t *e, int n, const rn_sink_t *sink,
+                           cr_err_t *err)
+{
+    int common = 0;
+    while (common < e->n_seq && common < n && e->seq[common] == e->prompt[common])
+        common++;
+    if (common == n)
+        common = n - 1; /* re-evaluate the last token for fresh logits */
+    rn_ctx_truncate(e->ctx, common);
+    e->n_seq = common;
+    for (int at = common; at < n; at += PREFILL_STEP) {
+        if (sink->canceled(sink->ctx))
+            return CR_E_CANCELED;
+        int step = CR_MIN(PREFILL_STEP, n - at);
+        cr_status_t st = rn_ctx_eval(e->ctx, e->prompt + at, step, at, NULL, err);
+        if (st) {
+            rn_ctx_clear(e->ctx);
+            e->n_seq = 0;
+            return st;
+        }
+        memcpy(e->seq + at, e->prompt + at, (size_t)step * sizeof *e->seq);
+        e->n_seq = at + step;
+    }
+    return CR_OK;
+}
+
+/* The cache is full: keep num_keep tokens, drop half of the rest, and
+ * evaluate the kept tail again at its new positions. */
+static cr_status_t shift_context(rn_engine_t *e, int num_keep, cr_err_t *err)
+{
+    int keep = CR_MIN(num_keep, e->n_seq / 2);
+    int discard = (e->n_seq - keep) / 2;
+    if (discard <= 0)
+        return cr_err_set(err, CR_E_TOO_LARGE, "context is full");
+    int left = e->n_seq - discard;
+    memmove(e->seq + keep, e->seq + keep + discard,
+            (size_t)(left - keep) * sizeof *e->seq);
+    rn_ctx_truncate(e->ctx, keep);
+    cr_status_t st = left > keep
+                         ? rn_ctx_eval(e->ctx, e->seq + keep, left - keep, keep,
+                                       NULL, err)
+                         : CR_OK;
+    e->n_seq = st ? 0 : left;
+    if (st)
+        rn_ctx_clear(e->ctx);
+    return st;
+}
+
+static bool send_text(const rn_sink_t *sink, const char *text, size_t len)
+{
+    if (!len)
+        return true;
+    char *copy = strndup(text, len);
+    if (!copy)
+        return false;
+    msg_chunk_body_t c = {0};
+    c.response = copy;
+    c.has_response = true;
+    bool more = sink->chunk(sink->ctx, &c);
+    free(copy);
+    return more;
+}
+
+cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
+                               const rn_sink_t *sink, msg_done_body_t *done,
+                               cr_err_t *err)
+{
+    int64_t t_start = mono_ns();
+    const msg_t *r = req;
+    if (r->type != MSG_generate && r->type != MSG_chat)
+        return cr_err_set(err, CR_E_INVALID, "unsupported request type");
+    const char *format = r->type == MSG_chat ? r->u.chat.format
+                                             : r->u.generate.format;
+    if (format && *format)
+        return cr_err_set(err, CR_E_UNSUPPORTED,
+                          "structured output (format) is not supported yet");
+
+    req_opts_t ro;
+    cr_status_t st = request_opts(e, req_options(r), &ro, err);
+    if (st)
+        return st;
+    rn_stop_t *stop = rn_stop_new(ro.stop ? (const char *const *)ro.stop->v : NULL,
+                                  ro.stop ? ro.stop->n : 0, err);
+    if (!stop)
+        return err && err->status ? err->status : CR_E_NOMEM;
+    if ((st = rn_sampler_reset(e->sampler, &ro.sp, err)))
+        goto out;
+
+    char *text = NULL;
+    if ((st = render(e, r, &text, err)))
+        goto out;
+    int n_prompt = 0;
+    st = tokenize_prompt(e, text, ro.num_keep, &n_prompt, err);
+    free(text);
+    if (st)
+        goto out;
+
+    int64_t t_prompt = mono_ns();
+    if ((st = prefill(e, n_prompt, sink, err)))
+        goto out;
+    for (int i = 0; i < n_prompt; i++)
+        rn_sampler_accept(e->sampler, e->prompt[i]);
+    int64_t t_decode = mono_ns();
+
+    const char *reason = "length";
+    int64_t n_gen = 0;
+    bool stopped = false;
+    const char *piece;
+    size_t piece_len;
+    rn_detok_flush(e->detok, &piece, &piece_len); /* fresh stream */
+    while (n_gen < ro.num_predict) {
+        if (sink->canceled(sink->ctx)) {
+            st = CR_E_CANCELED;
+            goto out;
+        }
+        int32_t token;
+        if ((st = rn_sampler_pick(e->sampler, rn_ctx_logits(e->ctx), &token,
+                                  err)))
+            goto out;
+        rn_sampler_accept(e->sampler, token);
+        n_gen++;
+        if (rn_tokenizer_is_eog(e->tok, token)) {
+            reason = "stop";
+            break;
+        }
+        if ((st = rn_detok_push(e->detok, token, &piece, &piece_len, err)))
+            goto out;
+        cr_buf_reset(&e->out);
+        if ((st = rn_stop_push(stop, piece, piece_len, &e->out, &stopped)))
+            goto out;
+        if (!send_text(sink, e->out.data, e->out.len)) {
+            st = CR_E_CANCELED;
+            goto out;
+        }
+        if (stopped) {
+            reason = "stop";
+            break;
+        }
+        if (n_gen == ro.num_predict)
+            break;
+        if (e->n_seq >= e->n_ctx && (st = shift_context(e, ro.num_keep, err)))
+            goto out;
+        if ((st = rn_ctx_eval(e->ctx, &token, 1, e->n_seq, NULL, err)))
+            goto out;
+        e->seq[e->n_seq++] = token;
+    }
+    if (!stopped) {
+        rn_detok_flush(e->detok, &piece, &piece_len);
+        cr_buf_reset(&e->out);
+        rn_stop_push(stop, piece, piece_len, &e->out, &stopped);
+        if (!stopped)
+            rn_stop_flush(stop, &e->out);
+        send_text(sink, e->out.data, e->out.len);
+    }
+    int64_t t_end = mono_ns();
+
+    done->done_reason = (char *)reason;
+    done->has_done_reason = true;
+    done->prompt_eval_count = n_prompt;
+    done->has_prompt_eval_count = true;
+    done->prompt_eval_duration = t_decode - t_prompt;
+    done->has_prompt_eval_duration = true;
+    done->eval_count = n_gen;
+    done->has_eval_count = true;
+    done->eval_duration = t_end - t_decode;
+    done->has_eval_duration = true;
+    done->total_duration = t_end - t_start;
+    done->has_total_duration = true;
+    /* generate (not raw) returns the ids for a follow-up `context`. */
+    if (r->type == MSG_generate && !r->u.generate.raw) {
+        done->context.v = e->seq;
+        done->context.n = (size_t)e->n_seq;
+        done->has_context = true;
+    }
+out:
+    rn_stop_destroy(&stop);
+    return st;
+}

@@ -1,0 +1,147 @@
+/* tools.c: `corral-runner tokenize` and `corral-runner logits`. */
+#include "lib/prelude.h"
+#include "services/runner/tools.h"
+
+#include "lib/buf.h"
+#include "lib/gguf.h"
+#include "services/runner/backend/backend.h"
+#include "services/runner/forward.h"
+#include "services/runner/model.h"
+#include "services/runner/tokenizer.h"
+
+#define TOOL_INPUT_MAX (64u << 20)
+#define TOOL_MAX_TOKENS 1000000
+
+int rn_tool_tokenize(const char *model_path, bool add_special,
+                     bool parse_special)
+{
+    cr_err_t err;
+    cr_gguf_t *g = NULL;
+    rn_tokenizer_t *tok = NULL;
+    int32_t *ids = NULL;
+    int rc = 1;
+    cr_buf_t in;
+    cr_buf_init(&in, TOOL_INPUT_MAX);
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0)
+        if (cr_buf_append(&in, chunk, n)) {
+            fprintf(stderr, "input is over %u bytes\n", TOOL_INPUT_MAX);
+            goto out;
+        }
+    if (cr_gguf_open(model_path, &g, &err) ||
+        rn_tokenizer_load(g, &tok, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        goto out;
+    }
+    size_t need = 0;
+    const char *text = in.data ? in.data : "";
+    cr_status_t st = rn_tokenize(tok, text, in.len, add_special, parse_special,
+                                 NULL, 0, &need, &err);
+    if (st && st != CR_E_TOO_LARGE) {
+        fprintf(stderr, "%s\n", err.msg);
+        goto out;
+    }
+    ids = malloc((need ? need : 1) * sizeof *ids);
+    if (!ids || rn_tokenize(tok, text, in.len, add_special, parse_special, ids,
+                            need, &need, &err)) {
+        fprintf(stderr, "tokenize failed\n");
+        goto out;
+    }
+    for (size_t i = 0; i < need; i++)
+        printf(i ? " %d" : "%d", ids[i]);
+    printf("\n");
+    rc = 0;
+out:
+    free(ids);
+    cr_buf_free(&in);
+    rn_tokenizer_destroy(&tok);
+    cr_gguf_close(&g);
+    return rc;
+}
+
+static int parse_ids(const char *s, int32_t **out, int *n_out)
+{
+    int cap = 64, n = 0;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    while (v && *s) {
+        while (*s == ' ' || *s == ',' || *s == '\n' || *s == '\t')
+            s++;
+        if (!*s)
+            break;
+        char *end;
+        errno = 0;
+        long x = strtol(s, &end, 10);
+        if (end == s || errno || x < 0 || x > INT32_MAX || n >= TOOL_MAX_TOKENS) {
+            free(v);
+            return -1;
+        }
+        if (n == cap) {
+            cap *= 2;
+            int32_t *w = realloc(v, (size_t)cap * sizeof *v);
+            if (!w) {
+                free(v);
+                return -1;
+            }
+            v = w;
+        }
+        v[n++] = (int32_t)x;
+        s = end;
+    }
+    *out = v;
+    *n_out = n;
+    return v && n > 0 ? 0 : -1;
+}
+
+int rn_tool_logits(const char *model_path, const char *tokens,
+                   const char *out_path)
+{
+    cr_err_t err;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (parse_ids(tokens, &ids, &n)) {
+        fprintf(stderr, "--tokens must be non-negative integer ids\n");
+        return 2;
+    }
+    be_backend_t *be = NULL;
+    rn_model_t *m = NULL;
+    rn_ctx_t *ctx = NULL;
+    float *logits = NULL;
+    FILE *f = NULL;
+    int rc = 1;
+    if (be_cpu_new(0, &be, &err) || rn_model_load(model_path, be, &m, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        goto out;
+    }
+    rn_ctx_opts_t co = {n, 0};
+    if (rn_ctx_new(m, &co, &ctx, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        goto out;
+    }
+    size_t n_vocab = (size_t)rn_ctx_n_vocab(ctx);
+    logits = malloc((size_t)n * n_vocab * sizeof *logits);
+    if (!logits) {
+        fprintf(stderr, "out of memory\n");
+        goto out;
+    }
+    if (rn_ctx_eval(ctx, ids, n, 0, logits, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        goto out;
+    }
+    f = fopen(out_path, "wb");
+    if (!f || fwrite(logits, sizeof *logits, (size_t)n * n_vocab, f) !=
+                  (size_t)n * n_vocab) {
+        fprintf(stderr, "cannot write %s\n", out_path);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (f && fclose(f))
+        rc = 1;
+    free(logits);
+    free(ids);
+    rn_ctx_destroy(&ctx);
+    rn_model_destroy(&m);
+    be_destroy(&be);
+    return rc;
+}

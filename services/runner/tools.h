@@ -1,0 +1,21 @@
+/* tools.h: the runner binary's command-line tools over a GGUF file, for
+ * people who debug models (no services needed). Each returns an exit code
+ * and prints errors to stderr. */
+#ifndef RN_TOOLS_H
+#define RN_TOOLS_H
+
+#include "lib/prelude.h"
+
+/* Reads UTF-8 text from stdin, prints token ids space-separated on one line.
+ * add_special: BOS/EOS as the vocabulary says (off: none at all);
+ * parse_special: special-token texts become their ids. Works on
+ * vocabulary-only files. */
+int rn_tool_tokenize(const char *model_path, bool add_special,
+                     bool parse_special);
+
+/* Evaluates the ids in `tokens` ("1 2 3") and writes float32 logits of every
+ * position, row after row, to out_path. */
+int rn_tool_logits(const char *model_path, const char *tokens,
+                   const char *out_path);
+
+#endif
