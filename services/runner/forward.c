@@ -1,14 +1,20 @@
-/* forward.c: the llama forward pass over one sequence (see forward.h).
+/* forward.c: the decoder forward pass over one sequence (see forward.h).
  *
  * Read it top to bottom like llama2.c: rn_ctx_new sizes every buffer, and
  * forward_chunk runs the model's stages in order, one labelled step each,
- * for a chunk of up to n_batch tokens. Every buffer is backend memory: this
- * file only passes pointers to backend ops and never touches the numbers,
- * except the final logits it downloads.
+ * for a chunk of up to n_batch tokens. One pass serves every architecture
+ * in model.h: the llama stages always run, and the lettered steps (3a, 4a,
+ * 7a, ...) run only for architectures whose hparams/weights ask for them
+ * (qwen2 biases, qwen3/gemma3 q/k norms, gemma scaling, post-norms, GELU,
+ * soft-caps and sliding windows, NEOX rope). Those use the backend's
+ * optional ops (be_ops_ext); llama never touches them. Every buffer is
+ * backend memory: this file only passes pointers to backend ops and never
+ * touches the numbers, except the final logits it downloads (where gemma2's
+ * final soft-cap is applied).
  *
  * Shapes below use B = tokens in the chunk, D = dim, Hq = n_heads,
- * Hk = n_kv_heads, hd = head_dim, KV = Hk*hd, F = ffn, V = n_vocab,
- * C = n_ctx. Weights are [rows][cols] (see model.h). */
+ * Hk = n_kv_heads, hd = head_dim, Q = Hq*hd, KV = Hk*hd, F = ffn,
+ * V = n_vocab, C = n_ctx. Weights are [rows][cols] (see model.h). */
 #include "lib/prelude.h"
 #include "services/runner/forward.h"
 
@@ -23,6 +29,7 @@ struct rn_ctx {
     be_backend_t *be;
     const rn_hparams_t *hp;
     const rn_weights_t *w;
+    const be_ops_ext_t *ext; /* optional ops; NULL for llama */
     int n_ctx, n_batch, n_past;
 
     /* KV cache, F16: [n_layers][C][KV] each. */
@@ -33,13 +40,14 @@ struct rn_ctx {
     float *x;      /* [B][D] residual stream */
     float *xb;     /* [B][D] normed input of a sub-layer */
     float *xb2;    /* [B][D] sub-layer output before the residual add */
-    float *q;      /* [B][Hq*hd] queries */
+    float *q;      /* [B][Q] queries */
     float *k;      /* [B][KV] keys of this chunk */
     float *v;      /* [B][KV] values of this chunk */
-    float *att;    /* [B][Hq*hd] attention output */
+    float *att;    /* [B][Q] attention output */
     float *hb;     /* [B][F] ffn gate, then silu(gate)*up */
     float *hb2;    /* [B][F] ffn up */
     float *out;    /* [LOGITS_ROWS][V] logits on the backend */
+    float *scratch; /* attention_ext scratch (soft-cap / window layers) */
 
     /* Host. */
     int32_t *pos;    /* [B] positions of the chunk */
@@ -91,7 +99,7 @@ void rn_ctx_destroy(rn_ctx_t **self_p)
     rn_ctx_t *c = *self_p;
     be_backend_t *be = c->be;
     void *bufs[] = {c->k_cache, c->v_cache, c->x, c->xb, c->xb2, c->q, c->k,
-                    c->v, c->att, c->hb, c->hb2, c->out};
+                    c->v, c->att, c->hb, c->hb2, c->out, c->scratch};
     for (size_t i = 0; i < CR_ARRAY_LEN(bufs); i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
@@ -117,6 +125,14 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
     c->be = rn_model_backend(m);
     c->hp = rn_model_hparams(m);
     c->w = rn_model_weights(m);
+    c->ext = c->hp->arch_id == RN_ARCH_LLAMA ? NULL : be_ops_ext(c->be);
+    if (c->hp->arch_id != RN_ARCH_LLAMA && !c->ext) {
+        cr_status_t st = cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs "
+                                    "ops the %s backend does not have", c->hp->arch,
+                                    c->be->ops->name);
+        free(c);
+        return st;
+    }
     c->n_ctx = o->n_ctx;
     c->n_batch = o->n_batch > 0 ? o->n_batch : RN_CTX_DEFAULT_BATCH;
     if (c->n_batch > c->n_ctx)
@@ -124,7 +140,7 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
 
     const rn_hparams_t *hp = c->hp;
     uint64_t B = (uint64_t)c->n_batch, D = (uint64_t)hp->dim;
-    uint64_t QD = (uint64_t)hp->n_heads * (uint64_t)hp->head_dim;
+    uint64_t QD = (uint64_t)hp->q_dim;
     uint64_t KV = (uint64_t)hp->kv_dim, F = (uint64_t)hp->ffn;
     uint64_t V = (uint64_t)hp->n_vocab;
     size_t cache_bytes = 0;
@@ -156,6 +172,10 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
         (st = alloc_buf(c, (void **)&c->out, LOGITS_ROWS, V, sizeof(float), "logits",
                         err)))
         goto fail;
+    if (c->ext && (st = alloc_buf(c, (void **)&c->scratch, 1,
+                                  be_attention_ext_scratch(c->n_ctx, hp->head_dim),
+                                  sizeof(float), "attention scratch", err)))
+        goto fail;
     c->pos = calloc(B, sizeof *c->pos);
     c->logits = calloc(V, sizeof *c->logits);
     c->hrow = calloc(D, sizeof *c->hrow);
@@ -177,30 +197,52 @@ fail:
 
 /* ---- the forward pass ------------------------------------------------- */
 
+/* Step 4: rotary position embedding of x: [B][heads][hd] for layer L. */
+static void rope_layer(rn_ctx_t *c, const rn_layer_t *L, float *x, int n, int heads)
+{
+    const rn_hparams_t *hp = c->hp;
+    if (!hp->rope_neox) {
+        /* llama: adjacent pairs, Llama-3 frequency factors if present */
+        const be_weight_t *ff = c->w->has_rope_freqs ? &c->w->rope_freqs : NULL;
+        c->be->ops->rope(c->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos,
+                         hp->rope_base, ff);
+        return;
+    }
+    /* NEOX: pairs (i, i + n_rot/2); gemma3's sliding layers have their own
+     * base and no position scaling */
+    float base = L->swa ? hp->rope_base_swa : hp->rope_base;
+    float scale = L->swa ? 1.0f : hp->rope_scale;
+    c->ext->rope_neox(c->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos, base, scale);
+}
+
 /* Runs tokens tok[0..n) at positions p..p+n-1 through every layer, leaving
  * the final residual stream in c->x. The cache must hold 0..p-1. */
 static void forward_chunk(rn_ctx_t *c, const int32_t *tok, int n, int p)
 {
     be_backend_t *be = c->be;
     const be_ops_t *op = be->ops;
+    const be_ops_ext_t *ext = c->ext;
     const rn_hparams_t *hp = c->hp;
     const rn_weights_t *w = c->w;
     int D = hp->dim, KV = hp->kv_dim, F = hp->ffn;
     size_t layer_cache = (size_t)c->n_ctx * (size_t)KV; /* elements per layer */
-    const be_weight_t *ff = w->has_rope_freqs ? &w->rope_freqs : NULL;
     be_attn_t attn = {
         .n_tok = n,
         .pos0 = p,
         .n_head = hp->n_heads,
         .n_head_kv = hp->n_kv_heads,
         .head_dim = hp->head_dim,
-        .scale = 1.0f / sqrtf((float)hp->head_dim),
+        .scale = hp->attn_scale,
     };
     for (int t = 0; t < n; t++)
         c->pos[t] = p + t;
 
     /* 1. token embedding: x[t] = token_embd[tok[t]]          x: [B][D] */
     op->get_rows(be, &w->token_embd, tok, n, c->x);
+
+    /* 1a. gemma: x *= sqrt(D) */
+    if (hp->embd_scale != 1.0f)
+        ext->scale(be, c->x, (size_t)n * D, hp->embd_scale);
 
     for (int l = 0; l < hp->n_layers; l++) {
         const rn_layer_t *L = &w->layers[l];
@@ -210,29 +252,54 @@ static void forward_chunk(rn_ctx_t *c, const int32_t *tok, int n, int p)
         /* 2. attention rmsnorm: xb = x / rms(x) * attn_norm      xb: [B][D] */
         op->rmsnorm(be, c->xb, c->x, &L->attn_norm, n, D, hp->rms_eps);
 
-        /* 3. projections: q = xb Wq^T [B][Hq*hd], k = xb Wk^T [B][KV],
-         *    v = xb Wv^T [B][KV] */
+        /* 3. projections: q = xb Wq^T [B][Q], k = xb Wk^T [B][KV],
+         *    v = xb Wv^T [B][KV] (phi3: row blocks of the fused attn_qkv) */
         op->matmul(be, &L->wq, c->xb, n, c->q);
         op->matmul(be, &L->wk, c->xb, n, c->k);
         op->matmul(be, &L->wv, c->xb, n, c->v);
 
-        /* 4. rotary position embedding of q and k, adjacent pairs, at
-         *    positions p..p+n-1 (Llama-3 frequency factors if present) */
-        op->rope(be, c->q, n, hp->n_heads, hp->head_dim, hp->n_rot, c->pos,
-                 hp->rope_base, ff);
-        op->rope(be, c->k, n, hp->n_kv_heads, hp->head_dim, hp->n_rot, c->pos,
-                 hp->rope_base, ff);
+        /* 3a. qwen2: q += bq, k += bk, v += bv (per token) */
+        if (L->bq.data) {
+            ext->add_rows(be, c->q, &L->bq, n);
+            ext->add_rows(be, c->k, &L->bk, n);
+            ext->add_rows(be, c->v, &L->bv, n);
+        }
+
+        /* 3b. qwen3, gemma3: rmsnorm of each head of q and k over hd,
+         *    weights q_norm/k_norm [hd]     q: [B*Hq][hd], k: [B*Hk][hd] */
+        if (L->q_norm.data) {
+            op->rmsnorm(be, c->q, c->q, &L->q_norm, n * hp->n_heads, hp->head_dim,
+                        hp->rms_eps);
+            op->rmsnorm(be, c->k, c->k, &L->k_norm, n * hp->n_kv_heads, hp->head_dim,
+                        hp->rms_eps);
+        }
+
+        /* 4. rotary position embedding of q and k at positions p..p+n-1
+         *    (llama: adjacent pairs; the others: NEOX halves) */
+        rope_layer(c, L, c->q, n, hp->n_heads);
+        rope_layer(c, L, c->k, n, hp->n_kv_heads);
 
         /* 5. append k and v to the F16 cache at rows p..p+n-1 */
         op->kv_store(be, kc, c->k, n, p, KV);
         op->kv_store(be, vc, c->v, n, p, KV);
 
         /* 6. causal attention with grouped KV heads: query head h reads KV
-         *    head h / (Hq/Hk) over cache rows 0..p+t     att: [B][Hq*hd] */
-        op->attention(be, c->att, c->q, kc, vc, &attn);
+         *    head h / (Hq/Hk) over cache rows 0..p+t          att: [B][Q]
+         * 6a. gemma: scores soft-capped (gemma2), and on sliding layers
+         *    only rows p+t-W+1..p+t (W = n_swa) once the window binds */
+        int window = L->swa && p + n > hp->n_swa ? hp->n_swa : 0;
+        if (hp->attn_softcap > 0 || window > 0)
+            ext->attention_ext(be, c->att, c->q, kc, vc, &attn, hp->attn_softcap, window,
+                               c->scratch);
+        else
+            op->attention(be, c->att, c->q, kc, vc, &attn);
 
         /* 7. output projection: xb2 = att Wo^T               xb2: [B][D] */
         op->matmul(be, &L->wo, c->att, n, c->xb2);
+
+        /* 7a. gemma: xb2 = rmsnorm(xb2) * post_attention_norm */
+        if (L->attn_post_norm.data)
+            op->rmsnorm(be, c->xb2, c->xb2, &L->attn_post_norm, n, D, hp->rms_eps);
 
         /* 8. residual: x += xb2 */
         op->add(be, c->x, c->xb2, (size_t)n * D);
@@ -240,13 +307,22 @@ static void forward_chunk(rn_ctx_t *c, const int32_t *tok, int n, int p)
         /* 9. ffn rmsnorm: xb = x / rms(x) * ffn_norm */
         op->rmsnorm(be, c->xb, c->x, &L->ffn_norm, n, D, hp->rms_eps);
 
-        /* 10. swiglu: hb = silu(xb Wgate^T) * (xb Wup^T)       hb: [B][F] */
+        /* 10. gated ffn: hb = act(xb Wgate^T) * (xb Wup^T)     hb: [B][F]
+         *    act = silu (swiglu), or gelu_tanh for gemma; phi3's gate and
+         *    up are the two row halves of its ffn_up */
         op->matmul(be, &L->w_gate, c->xb, n, c->hb);
         op->matmul(be, &L->w_up, c->xb, n, c->hb2);
-        op->swiglu(be, c->hb, c->hb, c->hb2, (size_t)n * F);
+        if (hp->ffn_gelu)
+            ext->geglu(be, c->hb, c->hb, c->hb2, (size_t)n * F);
+        else
+            op->swiglu(be, c->hb, c->hb, c->hb2, (size_t)n * F);
 
-        /* 11. down projection and residual: x += hb Wdown^T */
+        /* 11. down projection: xb2 = hb Wdown^T               xb2: [B][D]
+         * 11a. gemma: xb2 = rmsnorm(xb2) * post_ffw_norm
+         * 11b. residual: x += xb2 */
         op->matmul(be, &L->w_down, c->hb, n, c->xb2);
+        if (L->ffn_post_norm.data)
+            op->rmsnorm(be, c->xb2, c->xb2, &L->ffn_post_norm, n, D, hp->rms_eps);
         op->add(be, c->x, c->xb2, (size_t)n * D);
     }
 }
@@ -264,6 +340,13 @@ static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
     /* 13. logits = xb Wout^T                                 out: [nr][V] */
     be->ops->matmul(be, &c->w->output, c->xb, nr, c->out);
     be->ops->download(be, dst, c->out, (size_t)nr * (size_t)hp->n_vocab * sizeof(float));
+    /* 14. gemma2: logits = cap * tanh(logits / cap), on the host copy */
+    if (hp->final_softcap > 0) {
+        float cap = hp->final_softcap;
+        size_t total = (size_t)nr * (size_t)hp->n_vocab;
+        for (size_t i = 0; i < total; i++)
+            dst[i] = cap * tanhf(dst[i] / cap);
+    }
 }
 
 static cr_status_t check_eval(const rn_ctx_t *c, const int32_t *tokens, int n, int pos,

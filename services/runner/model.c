@@ -1,10 +1,12 @@
-/* model.c: loads and checks a llama GGUF model (see model.h).
+/* model.c: loads and checks a decoder GGUF model (see model.h).
  *
  * Order: architecture, hyperparameters (each range-checked), then every
  * tensor (present, shape, type, alignment, backend support). Nothing is
  * copied: weight views point into the GGUF mapping. */
 #include "lib/prelude.h"
 #include "services/runner/model.h"
+
+#include <math.h>
 
 struct rn_model {
     cr_gguf_t *g;
@@ -59,15 +61,97 @@ static cr_status_t get_float(const cr_gguf_t *g, const char *arch, const char *s
     return CR_OK;
 }
 
+static const struct {
+    const char *name;
+    rn_arch_t id;
+} arch_names[] = {
+    {"llama", RN_ARCH_LLAMA},   {"qwen2", RN_ARCH_QWEN2}, {"qwen3", RN_ARCH_QWEN3},
+    {"gemma2", RN_ARCH_GEMMA2}, {"gemma3", RN_ARCH_GEMMA3}, {"phi3", RN_ARCH_PHI3},
+};
+
+/* Features each architecture fixes (llama.cpp's graph for it), before the
+ * metadata that may refine them. */
+static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
+{
+    const cr_gguf_t *g = m->g;
+    rn_hparams_t *hp = &m->hp;
+    const char *arch = hp->arch;
+    cr_status_t st;
+    hp->rope_neox = hp->arch_id != RN_ARCH_LLAMA;
+    hp->rope_scale = 1.0f;
+    hp->rope_base_swa = hp->rope_base;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->embd_scale = 1.0f;
+    if (hp->arch_id != RN_ARCH_GEMMA2 && hp->arch_id != RN_ARCH_GEMMA3)
+        return CR_OK;
+
+    /* Gemma: embeddings scaled by sqrt(dim); norms are plain RMSNorm because
+     * the converter stores (1 + w); GELU-gated FFN; post-norms; the query
+     * scale is 1/sqrt(head_dim) except for the 27B models (46 / 62 blocks),
+     * which use 1/sqrt(dim / heads) (gemma_pytorch's query_pre_attn_scalar;
+     * GGUF has no key for it, llama.cpp derives it the same way). */
+    hp->embd_scale = sqrtf((float)hp->dim);
+    hp->ffn_gelu = true;
+    hp->post_norms = true;
+    bool is_27b = (hp->arch_id == RN_ARCH_GEMMA2 && hp->n_layers == 46) ||
+                  (hp->arch_id == RN_ARCH_GEMMA3 && hp->n_layers == 62);
+    if (is_27b)
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->dim / hp->n_heads));
+    if ((st = get_int(g, arch, "attention.sliding_window_pattern", false,
+                      hp->arch_id == RN_ARCH_GEMMA2 ? 2 : 6, 0, RN_MODEL_MAX_LAYERS,
+                      &hp->swa_pattern, err)))
+        return st;
+    if (hp->arch_id == RN_ARCH_GEMMA2) {
+        if ((st = get_int(g, arch, "attention.sliding_window", false, 4096, 0,
+                          RN_MODEL_MAX_CTX, &hp->n_swa, err)) ||
+            (st = get_float(g, arch, "attn_logit_softcapping", 50.0f, &hp->attn_softcap,
+                            err)) ||
+            (st = get_float(g, arch, "final_logit_softcapping", 30.0f,
+                            &hp->final_softcap, err)))
+            return st;
+        return CR_OK;
+    }
+    /* gemma3: sliding layers use base 10000 and no position scaling; full
+     * layers use <arch>.rope.freq_base and a linear rope.scaling.factor. */
+    if ((st = get_int(g, arch, "attention.sliding_window", false, 0, 0, RN_MODEL_MAX_CTX,
+                      &hp->n_swa, err)) ||
+        (st = get_float(g, arch, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa,
+                        err)) ||
+        (st = get_float(g, arch, "final_logit_softcapping", 0.0f, &hp->final_softcap,
+                        err)))
+        return st;
+    char key[128], type[32] = "";
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    bool has_type = cr_gguf_kv_find(g, key) != NULL;
+    if (has_type && !cr_gguf_get_strz(g, key, type, sizeof type))
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a short string", key);
+    float factor = 1.0f;
+    if ((st = get_float(g, arch, "rope.scaling.factor", 1.0f, &factor, err)))
+        return st;
+    if (has_type && strcmp(type, "linear") && strcmp(type, "none"))
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s': only linear rope "
+                          "scaling is supported", key, type);
+    if (strcmp(type, "none"))
+        hp->rope_scale = 1.0f / factor;
+    return CR_OK;
+}
+
 static cr_status_t read_hparams(rn_model_t *m, cr_err_t *err)
 {
     const cr_gguf_t *g = m->g;
     rn_hparams_t *hp = &m->hp;
     const char *arch = cr_gguf_arch(g);
-    if (strcmp(arch, "llama") != 0)
+    size_t ai = 0;
+    while (ai < CR_ARRAY_LEN(arch_names) && strcmp(arch, arch_names[ai].name))
+        ai++;
+    if (ai == CR_ARRAY_LEN(arch_names))
         return cr_err_set(err, CR_E_UNSUPPORTED, "unsupported architecture '%.64s'",
                           arch);
     snprintf(hp->arch, sizeof hp->arch, "%s", arch);
+    hp->arch_id = arch_names[ai].id;
+    if (hp->arch_id != RN_ARCH_LLAMA && !be_ops_ext(m->be))
+        return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the %s "
+                          "backend does not have", arch, m->be->ops->name);
 
     cr_status_t st;
     if ((st = get_int(g, arch, "embedding_length", true, 0, 1, RN_MODEL_MAX_DIM,
@@ -83,24 +167,35 @@ static cr_status_t read_hparams(rn_model_t *m, cr_err_t *err)
         (st = get_int(g, arch, "context_length", true, 0, 1, RN_MODEL_MAX_CTX,
                       &hp->n_ctx_train, err)))
         return st;
-    if (hp->dim % hp->n_heads)
-        return cr_err_set(err, CR_E_CORRUPT, "%s.embedding_length %d is not a multiple "
-                          "of %s.attention.head_count %d", arch, hp->dim, arch,
-                          hp->n_heads);
     if (hp->n_heads % hp->n_kv_heads)
         return cr_err_set(err, CR_E_CORRUPT, "%s.attention.head_count %d is not a "
                           "multiple of %s.attention.head_count_kv %d", arch,
                           hp->n_heads, arch, hp->n_kv_heads);
-    hp->head_dim = hp->dim / hp->n_heads;
-    hp->kv_dim = hp->head_dim * hp->n_kv_heads;
-    int key_len = hp->head_dim;
-    if ((st = get_int(g, arch, "attention.key_length", false, hp->head_dim, 1,
-                      RN_MODEL_MAX_DIM, &key_len, err)))
+    /* Head size: key_length when given (qwen3 and gemma heads need not
+     * divide dim), else dim / heads. */
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.key_length", arch);
+    if (!cr_gguf_kv_find(g, key) && hp->dim % hp->n_heads)
+        return cr_err_set(err, CR_E_CORRUPT, "%s.embedding_length %d is not a multiple "
+                          "of %s.attention.head_count %d", arch, hp->dim, arch,
+                          hp->n_heads);
+    int def_hd = hp->dim % hp->n_heads ? 1 : hp->dim / hp->n_heads;
+    int val_len = 0;
+    if ((st = get_int(g, arch, "attention.key_length", false, def_hd, 1,
+                      RN_MODEL_MAX_DIM, &hp->head_dim, err)) ||
+        (st = get_int(g, arch, "attention.value_length", false, hp->head_dim, 1,
+                      RN_MODEL_MAX_DIM, &val_len, err)))
         return st;
-    if (key_len != hp->head_dim)
-        return cr_err_set(err, CR_E_UNSUPPORTED, "%s.attention.key_length %d differs "
-                          "from embedding_length / head_count = %d", arch, key_len,
+    if (val_len != hp->head_dim)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "%s.attention.value_length %d differs "
+                          "from %s.attention.key_length %d", arch, val_len, arch,
                           hp->head_dim);
+    if ((int64_t)hp->n_heads * hp->head_dim > RN_MODEL_MAX_DIM)
+        return cr_err_set(err, CR_E_CORRUPT, "%s.attention.head_count %d x key_length "
+                          "%d exceeds %d", arch, hp->n_heads, hp->head_dim,
+                          RN_MODEL_MAX_DIM);
+    hp->q_dim = hp->n_heads * hp->head_dim;
+    hp->kv_dim = hp->head_dim * hp->n_kv_heads;
     if ((st = get_int(g, arch, "rope.dimension_count", false, hp->head_dim, 2,
                       hp->head_dim, &hp->n_rot, err)))
         return st;
@@ -111,7 +206,7 @@ static cr_status_t read_hparams(rn_model_t *m, cr_err_t *err)
         (st = get_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f,
                         &hp->rms_eps, err)))
         return st;
-    return CR_OK;
+    return read_arch_features(m, err);
 }
 
 /* ---- tensors ---------------------------------------------------------- */
@@ -126,14 +221,13 @@ static void format_shape(const cr_gguf_tensor_t *t, char *buf, size_t cap)
         snprintf(buf + n, cap - n, "]");
 }
 
-/* Binds tensor `name` of shape [rows][cols] (GGUF ne {cols, rows}) into *w.
- * Vectors (rows == 1) must be F32. Missing optional tensors leave *found
- * false. */
-static cr_status_t bind(rn_model_t *m, const char *name, int64_t cols, int64_t rows,
-                        bool required, be_weight_t *w, bool *found, cr_err_t *err)
+/* Finds tensor `name` and checks it has shape [rows][cols] (GGUF ne {cols,
+ * rows}), F32 if a vector (rows == 1), and aligned data. A missing optional
+ * tensor leaves *out NULL. */
+static cr_status_t lookup(rn_model_t *m, const char *name, int64_t cols, int64_t rows,
+                          bool required, const cr_gguf_tensor_t **out, cr_err_t *err)
 {
-    if (found)
-        *found = false;
+    *out = NULL;
     const cr_gguf_tensor_t *t = cr_gguf_tensor_find(m->g, name);
     if (!t) {
         if (required)
@@ -160,20 +254,134 @@ static cr_status_t bind(rn_model_t *m, const char *name, int64_t cols, int64_t r
     if ((uintptr_t)t->data % align)
         return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s' data at offset %" PRIu64
                           " is not %zu-byte aligned", name, t->offset, align);
+    *out = t;
+    return CR_OK;
+}
+
+/* Makes *w a view of rows [r0, r0+rows) of t and prepares it. */
+static cr_status_t view(rn_model_t *m, const cr_gguf_tensor_t *t, int64_t r0,
+                        int64_t rows, be_weight_t *w, cr_err_t *err)
+{
+    size_t row_bytes = (size_t)(t->size_bytes / t->ne[1]);
     *w = (be_weight_t){
         .name = t->name,
         .type = t->type,
-        .n_cols = cols,
+        .n_cols = (int64_t)t->ne[0],
         .n_rows = rows,
-        .row_bytes = (size_t)(t->size_bytes / (uint64_t)rows),
-        .data = t->data,
+        .row_bytes = row_bytes,
+        .data = (const uint8_t *)t->data + (size_t)r0 * row_bytes,
     };
-    cr_status_t st = m->be->ops->weight_prepare(m->be, w, err);
-    if (st)
+    return m->be->ops->weight_prepare(m->be, w, err);
+}
+
+/* Binds tensor `name` of shape [rows][cols] into *w (see lookup). Missing
+ * optional tensors leave *found false and *w untouched. */
+static cr_status_t bind(rn_model_t *m, const char *name, int64_t cols, int64_t rows,
+                        bool required, be_weight_t *w, bool *found, cr_err_t *err)
+{
+    if (found)
+        *found = false;
+    const cr_gguf_tensor_t *t = NULL;
+    cr_status_t st = lookup(m, name, cols, rows, required, &t, err);
+    if (st || !t)
+        return st;
+    if ((st = view(m, t, 0, rows, w, err)))
         return st;
     m->weight_bytes += t->size_bytes;
     if (found)
         *found = true;
+    return CR_OK;
+}
+
+/* Binds a fused tensor of sum(rows[]) rows as n consecutive row views. */
+static cr_status_t bind_split(rn_model_t *m, const char *name, int64_t cols,
+                              const int64_t *rows, be_weight_t *const *dst, int n,
+                              cr_err_t *err)
+{
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += rows[i];
+    const cr_gguf_tensor_t *t = NULL;
+    cr_status_t st = lookup(m, name, cols, total, true, &t, err);
+    if (st)
+        return st;
+    int64_t r0 = 0;
+    for (int i = 0; i < n; i++) {
+        if ((st = view(m, t, r0, rows[i], dst[i], err)))
+            return st;
+        r0 += rows[i];
+    }
+    m->weight_bytes += t->size_bytes;
+    return CR_OK;
+}
+
+/* One per-layer tensor: blk.N.<what>.<kind>, [rows][cols]. */
+typedef struct layer_tensor {
+    const char *what, *kind;
+    int64_t cols, rows;
+    be_weight_t *dst;
+} layer_tensor_t;
+
+static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
+{
+    const rn_hparams_t *hp = &m->hp;
+    rn_layer_t *L = &m->w.layers[l];
+    rn_arch_t a = hp->arch_id;
+    int64_t D = hp->dim, Q = hp->q_dim, KV = hp->kv_dim, F = hp->ffn, HD = hp->head_dim;
+    layer_tensor_t per[24];
+    int n = 0;
+    char name[96];
+    cr_status_t st;
+
+    per[n++] = (layer_tensor_t){"attn_norm", "weight", D, 1, &L->attn_norm};
+    if (a == RN_ARCH_PHI3) {
+        /* q, k and v are consecutive row blocks of one matrix. */
+        snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
+        int64_t rows[3] = {Q, KV, KV};
+        be_weight_t *dst[3] = {&L->wq, &L->wk, &L->wv};
+        if ((st = bind_split(m, name, D, rows, dst, 3, err)))
+            return st;
+    } else {
+        per[n++] = (layer_tensor_t){"attn_q", "weight", D, Q, &L->wq};
+        per[n++] = (layer_tensor_t){"attn_k", "weight", D, KV, &L->wk};
+        per[n++] = (layer_tensor_t){"attn_v", "weight", D, KV, &L->wv};
+    }
+    if (a == RN_ARCH_QWEN2) {
+        per[n++] = (layer_tensor_t){"attn_q", "bias", Q, 1, &L->bq};
+        per[n++] = (layer_tensor_t){"attn_k", "bias", KV, 1, &L->bk};
+        per[n++] = (layer_tensor_t){"attn_v", "bias", KV, 1, &L->bv};
+    }
+    if (a == RN_ARCH_QWEN3 || a == RN_ARCH_GEMMA3) {
+        per[n++] = (layer_tensor_t){"attn_q_norm", "weight", HD, 1, &L->q_norm};
+        per[n++] = (layer_tensor_t){"attn_k_norm", "weight", HD, 1, &L->k_norm};
+    }
+    per[n++] = (layer_tensor_t){"attn_output", "weight", Q, D, &L->wo};
+    if (hp->post_norms)
+        per[n++] = (layer_tensor_t){"post_attention_norm", "weight", D, 1,
+                                    &L->attn_post_norm};
+    per[n++] = (layer_tensor_t){"ffn_norm", "weight", D, 1, &L->ffn_norm};
+    if (a == RN_ARCH_PHI3) {
+        /* ffn_up holds the gate rows, then the up rows. */
+        snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
+        int64_t rows[2] = {F, F};
+        be_weight_t *dst[2] = {&L->w_gate, &L->w_up};
+        if ((st = bind_split(m, name, D, rows, dst, 2, err)))
+            return st;
+    } else {
+        per[n++] = (layer_tensor_t){"ffn_gate", "weight", D, F, &L->w_gate};
+        per[n++] = (layer_tensor_t){"ffn_up", "weight", D, F, &L->w_up};
+    }
+    per[n++] = (layer_tensor_t){"ffn_down", "weight", F, D, &L->w_down};
+    if (hp->post_norms)
+        per[n++] = (layer_tensor_t){"post_ffw_norm", "weight", D, 1, &L->ffn_post_norm};
+
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s.%s", l, per[i].what, per[i].kind);
+        if ((st = bind(m, name, per[i].cols, per[i].rows, true, per[i].dst, NULL, err)))
+            return st;
+    }
+    L->swa = hp->n_swa > 0 &&
+             (hp->swa_pattern == 0 || l % hp->swa_pattern < hp->swa_pattern - 1);
     return CR_OK;
 }
 
@@ -196,44 +404,35 @@ static cr_status_t bind_all(rn_model_t *m, cr_err_t *err)
         (st = bind(m, "output_norm.weight", hp->dim, 1, true, &w->output_norm, NULL,
                    err)) ||
         (st = bind(m, "output.weight", hp->dim, hp->n_vocab, false, &w->output,
-                   &have_output, err)) ||
-        (st = bind(m, "rope_freqs.weight", hp->n_rot / 2, 1, false, &w->rope_freqs,
-                   &w->has_rope_freqs, err)))
+                   &have_output, err)))
         return st;
     if (!have_output) {
         w->output = w->token_embd;
         w->tied_output = true;
     }
+    if (hp->arch_id == RN_ARCH_LLAMA) {
+        if ((st = bind(m, "rope_freqs.weight", hp->n_rot / 2, 1, false, &w->rope_freqs,
+                       &w->has_rope_freqs, err)))
+            return st;
+    } else {
+        /* Frequency factors (Llama-3 style, Phi-3 LongRoPE) are not wired
+         * into the NEOX rope yet: refuse rather than run a wrong model. */
+        static const char *const factors[] = {"rope_freqs.weight",
+                                              "rope_factors_long.weight",
+                                              "rope_factors_short.weight"};
+        for (size_t i = 0; i < CR_ARRAY_LEN(factors); i++)
+            if (cr_gguf_tensor_find(m->g, factors[i]))
+                return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s': rope frequency "
+                                  "factors are not supported for %s", factors[i],
+                                  hp->arch);
+    }
 
     w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
     if (!w->layers)
         return cr_err_set(err, CR_E_NOMEM, "out of memory for %d layers", hp->n_layers);
-    int q_dim = hp->n_heads * hp->head_dim;
-    for (int l = 0; l < hp->n_layers; l++) {
-        rn_layer_t *L = &w->layers[l];
-        struct {
-            const char *what;
-            int64_t cols, rows;
-            be_weight_t *dst;
-        } per[] = {
-            {"attn_norm", hp->dim, 1, &L->attn_norm},
-            {"attn_q", hp->dim, q_dim, &L->wq},
-            {"attn_k", hp->dim, hp->kv_dim, &L->wk},
-            {"attn_v", hp->dim, hp->kv_dim, &L->wv},
-            {"attn_output", q_dim, hp->dim, &L->wo},
-            {"ffn_norm", hp->dim, 1, &L->ffn_norm},
-            {"ffn_gate", hp->dim, hp->ffn, &L->w_gate},
-            {"ffn_up", hp->dim, hp->ffn, &L->w_up},
-            {"ffn_down", hp->ffn, hp->dim, &L->w_down},
-        };
-        for (size_t i = 0; i < CR_ARRAY_LEN(per); i++) {
-            char name[96];
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, per[i].what);
-            if ((st = bind(m, name, per[i].cols, per[i].rows, true, per[i].dst, NULL,
-                           err)))
-                return st;
-        }
-    }
+    for (int l = 0; l < hp->n_layers; l++)
+        if ((st = bind_layer(m, l, err)))
+            return st;
     return CR_OK;
 }
 
@@ -257,8 +456,10 @@ static void release_weights(rn_model_t *m)
         be->ops->weight_release(be, &w->rope_freqs);
     for (int l = 0; w->layers && l < m->hp.n_layers; l++) {
         rn_layer_t *L = &w->layers[l];
-        be_weight_t *all[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
-                              &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+        be_weight_t *all[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq,
+                              &L->bk, &L->bv, &L->q_norm, &L->k_norm, &L->wo,
+                              &L->attn_post_norm, &L->ffn_norm, &L->w_gate,
+                              &L->w_up, &L->w_down, &L->ffn_post_norm};
         for (size_t i = 0; i < CR_ARRAY_LEN(all); i++)
             if (all[i]->data)
                 be->ops->weight_release(be, all[i]);

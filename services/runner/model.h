@@ -1,7 +1,9 @@
-/* model.h: a llama-architecture model loaded from a GGUF file.
+/* model.h: a decoder model (llama, qwen2, qwen3, gemma2, gemma3, phi3)
+ * loaded from a GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
- * header), reads the hyperparameters from `llama.*` metadata, finds every
+ * header), reads the hyperparameters from `<arch>.*` metadata (key and
+ * tensor names as llama.cpp writes them), finds every
  * tensor the forward pass needs, and checks each one's shape against the
  * hyperparameters and its type against what the backend can multiply, all
  * before returning. Weights stay in the mapping (no copy); the backend may
@@ -25,34 +27,74 @@
 #define RN_MODEL_MAX_VOCAB (1 << 24)
 #define RN_MODEL_MAX_CTX (1 << 24)
 
+/* Architectures the runner can evaluate (general.architecture). */
+typedef enum rn_arch {
+    RN_ARCH_LLAMA,  /* "llama" */
+    RN_ARCH_QWEN2,  /* "qwen2": q/k/v biases, NEOX rope */
+    RN_ARCH_QWEN3,  /* "qwen3": per-head q/k RMSNorm, NEOX rope */
+    RN_ARCH_GEMMA2, /* "gemma2": scaled embedding, post-norms, GELU, soft-caps,
+                       sliding window on even layers */
+    RN_ARCH_GEMMA3, /* "gemma3": gemma2 less soft-caps, plus q/k norms, 5 of 6
+                       layers sliding with their own rope base */
+    RN_ARCH_PHI3,   /* "phi3": fused qkv and gate/up, NEOX rope */
+} rn_arch_t;
+
 typedef struct rn_hparams {
     char arch[32];      /* general.architecture ("llama") */
+    rn_arch_t arch_id;
     int n_vocab;        /* token_embd rows */
-    int dim;            /* llama.embedding_length */
-    int n_layers;       /* llama.block_count */
-    int n_heads;        /* llama.attention.head_count */
-    int n_kv_heads;     /* llama.attention.head_count_kv (default n_heads) */
-    int head_dim;       /* dim / n_heads */
+    int dim;            /* <arch>.embedding_length */
+    int n_layers;       /* <arch>.block_count */
+    int n_heads;        /* <arch>.attention.head_count */
+    int n_kv_heads;     /* <arch>.attention.head_count_kv (default n_heads) */
+    int head_dim;       /* <arch>.attention.key_length (default dim / n_heads) */
+    int q_dim;          /* n_heads * head_dim (may differ from dim: qwen3, gemma) */
     int kv_dim;         /* n_kv_heads * head_dim */
-    int ffn;            /* llama.feed_forward_length */
-    int n_ctx_train;    /* llama.context_length */
-    int n_rot;          /* llama.rope.dimension_count (default head_dim) */
-    float rope_base;    /* llama.rope.freq_base (default 10000) */
-    float rms_eps;      /* llama.attention.layer_norm_rms_epsilon (1e-5) */
+    int ffn;            /* <arch>.feed_forward_length */
+    int n_ctx_train;    /* <arch>.context_length */
+    int n_rot;          /* <arch>.rope.dimension_count (default head_dim) */
+    float rope_base;    /* <arch>.rope.freq_base (default 10000) */
+    float rms_eps;      /* <arch>.attention.layer_norm_rms_epsilon (1e-5) */
+
+    /* Architecture features; the llama values are the neutral ones. */
+    bool rope_neox;       /* rotate dims (i, i+n_rot/2), not (2i, 2i+1) */
+    float rope_scale;     /* position multiplier of full-attention layers:
+                             1 / <arch>.rope.scaling.factor when linear */
+    float rope_base_swa;  /* rope base of sliding layers (gemma3: 10000) */
+    float attn_scale;     /* multiplies q.k: 1/sqrt(head_dim), or gemma's
+                             query_pre_attn_scalar rule */
+    float attn_softcap;   /* > 0: scores = c * tanh(scores / c) (gemma2) */
+    float final_softcap;  /* > 0: logits = c * tanh(logits / c) (gemma2) */
+    float embd_scale;     /* token embeddings times this (gemma: sqrt(dim)) */
+    int n_swa;            /* sliding window in keys; 0 = none */
+    int swa_pattern;      /* layer l slides iff n_swa > 0 and (pattern == 0
+                             or l % pattern < pattern - 1) */
+    bool ffn_gelu;        /* gelu_tanh(gate) * up instead of silu */
+    bool post_norms;      /* rmsnorm of attention and ffn outputs (gemma) */
 } rn_hparams_t;
 
 /* Shapes are [rows][cols] as the forward pass uses them (GGUF ne = {cols,
- * rows}); every matrix multiplies an activation of `cols` elements. */
+ * rows}); every matrix multiplies an activation of `cols` elements.
+ * Optional weights have data == NULL when absent. Q = q_dim, KV = kv_dim,
+ * hd = head_dim. */
 typedef struct rn_layer {
     be_weight_t attn_norm; /* [dim] F32 */
-    be_weight_t wq;        /* [n_heads*head_dim][dim] */
-    be_weight_t wk;        /* [kv_dim][dim] */
-    be_weight_t wv;        /* [kv_dim][dim] */
-    be_weight_t wo;        /* [dim][n_heads*head_dim] */
+    be_weight_t wq;        /* [Q][dim] (phi3: rows 0..Q of attn_qkv) */
+    be_weight_t wk;        /* [KV][dim] (phi3: rows Q..Q+KV of attn_qkv) */
+    be_weight_t wv;        /* [KV][dim] (phi3: the last KV rows of attn_qkv) */
+    be_weight_t bq;        /* [Q] F32 bias (qwen2) */
+    be_weight_t bk;        /* [KV] F32 bias (qwen2) */
+    be_weight_t bv;        /* [KV] F32 bias (qwen2) */
+    be_weight_t q_norm;    /* [hd] F32 per-head rmsnorm (qwen3, gemma3) */
+    be_weight_t k_norm;    /* [hd] F32 per-head rmsnorm (qwen3, gemma3) */
+    be_weight_t wo;        /* [dim][Q] */
+    be_weight_t attn_post_norm; /* [dim] F32 (gemma: post_attention_norm) */
     be_weight_t ffn_norm;  /* [dim] F32 */
-    be_weight_t w_gate;    /* [ffn][dim] */
-    be_weight_t w_up;      /* [ffn][dim] */
+    be_weight_t w_gate;    /* [ffn][dim] (phi3: rows 0..ffn of ffn_up) */
+    be_weight_t w_up;      /* [ffn][dim] (phi3: rows ffn..2ffn of ffn_up) */
     be_weight_t w_down;    /* [dim][ffn] */
+    be_weight_t ffn_post_norm;  /* [dim] F32 (gemma: post_ffw_norm) */
+    bool swa;              /* this layer uses the sliding window */
 } rn_layer_t;
 
 typedef struct rn_weights {

@@ -504,8 +504,8 @@ static void test_corrupt(void)
         {"wrong shape rope_freqs", {.reshape_tensor = "rope_freqs.weight"}, CR_OK, NULL,
          NULL}, /* not present: edit is a no-op */
         {"unsupported type", {.retype_tensor = "blk.0.attn_q.weight",
-                              .type = CR_TYPE_Q4_1},
-         CR_E_UNSUPPORTED, "blk.0.attn_q.weight", "Q4_1"},
+                              .type = CR_TYPE_I32},
+         CR_E_UNSUPPORTED, "blk.0.attn_q.weight", "I32"},
         {"f16 norm", {.retype_tensor = "output_norm.weight", .type = CR_TYPE_F16},
          CR_E_UNSUPPORTED, "output_norm.weight", "expected F32"},
         {"architecture", {.str_key = "general.architecture", .str_val = "gpt9"},

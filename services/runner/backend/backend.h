@@ -120,6 +120,49 @@ typedef struct be_ops {
     void (*softmax)(be_backend_t *be, float *x, int n_rows, int n_cols);
 } be_ops_t;
 
+/* ---- optional ops ------------------------------------------------------
+ *
+ * Ops that only the non-llama architectures need (qwen2/qwen3, gemma2/3,
+ * phi3). They live in a second table so a backend can gain them without
+ * touching be_ops_t; be_ops_ext() returns NULL for a backend that has none,
+ * and the model loader then refuses those architectures on it. Same
+ * conventions as be_ops_t: backend buffers, float32, shapes in elements. */
+typedef struct be_ops_ext {
+    /* In-place rotary embedding, "NEOX" mode (dims i and i + n_rot/2 of a
+     * head form a pair) of x: [n][n_head][head_dim]; pair i rotates by
+     * pos[t] * freq_scale * freq_base^(-2i/n_rot). pos: host [n]. */
+    void (*rope_neox)(be_backend_t *be, float *x, int n, int n_head,
+                      int head_dim, int n_rot, const int32_t *pos,
+                      float freq_base, float freq_scale);
+    /* y[t][:] += b over t in 0..n; y: [n][b->n_cols], b: F32 vector. */
+    void (*add_rows)(be_backend_t *be, float *y, const be_weight_t *b, int n);
+    /* x *= s over n. */
+    void (*scale)(be_backend_t *be, float *x, size_t n, float s);
+    /* y = gelu_tanh(gate) * up, elementwise over n (y may alias either). */
+    void (*geglu)(be_backend_t *be, float *y, const float *gate,
+                  const float *up, size_t n);
+    /* The attention op with two extras: scores s = scale * q.k become
+     * softcap * tanh(s / softcap) when softcap > 0, and with window > 0
+     * query t (at position pos0+t) sees only keys pos0+t-window+1 ..
+     * pos0+t (llama.cpp's standard sliding window). scratch: a backend
+     * buffer of be_attention_ext_scratch(ctx, head_dim) floats, ctx >=
+     * pos0 + n_tok. Rounds q and probabilities to F16 like attention. */
+    void (*attention_ext)(be_backend_t *be, float *out, const float *q,
+                          const uint16_t *k, const uint16_t *v,
+                          const be_attn_t *a, float softcap, int window,
+                          float *scratch);
+} be_ops_ext_t;
+
+/* The optional ops of be, or NULL if its backend has none. Borrowed,
+ * static. */
+const be_ops_ext_t *be_ops_ext(const be_backend_t *be);
+
+/* Floats of scratch attention_ext needs for caches of ctx positions. */
+static inline size_t be_attention_ext_scratch(int ctx, int head_dim)
+{
+    return 2 * (size_t)ctx + 2 * (size_t)head_dim;
+}
+
 /* Every backend's handle starts with this header. */
 struct be_backend {
     const be_ops_t *ops;

@@ -1,0 +1,155 @@
+/* ops_extra.c: the CPU backend's optional ops (be_ops_ext_t, backend.h).
+ *
+ * NEOX rotary embedding, row-broadcast bias add, scaling, GELU-tanh gating,
+ * and attention with logit soft-capping and a sliding window: what qwen2,
+ * qwen3, gemma2, gemma3 and phi3 need beyond the llama ops. CPU backend
+ * buffers are plain host memory, so these run on them directly. They are
+ * single-threaded: this file cannot reach the CPU backend's thread pool
+ * (backend_cpu.c owns it); attention_ext is the one op where that costs
+ * time on long contexts.
+ *
+ * Owns no state. Does not own the llama ops (backend_cpu.c) or any kernel
+ * of a quant format (quant.c). */
+#include "lib/prelude.h"
+#include "services/runner/backend/backend.h"
+#include "services/runner/backend/cpu/quant.h"
+
+#include <math.h>
+
+static void ext_rope_neox(be_backend_t *be, float *x, int n, int n_head, int head_dim,
+                          int n_rot, const int32_t *pos, float freq_base,
+                          float freq_scale)
+{
+    CR_UNUSED(be);
+    int half = n_rot / 2;
+    /* Pair i's angle is pos * scale * base^(-2i/n_rot), built by repeated
+     * multiplication in float as the reference engine does. */
+    float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < n_head; h++) {
+            float *v = x + ((size_t)t * n_head + h) * head_dim;
+            float theta = (float)pos[t] * freq_scale;
+            for (int i = 0; i < half; i++) {
+                float cs = cosf(theta), sn = sinf(theta);
+                float x0 = v[i], x1 = v[i + half];
+                v[i] = x0 * cs - x1 * sn;
+                v[i + half] = x0 * sn + x1 * cs;
+                theta *= theta_scale;
+            }
+        }
+    }
+}
+
+static void ext_add_rows(be_backend_t *be, float *y, const be_weight_t *b, int n)
+{
+    CR_UNUSED(be);
+    const float *bv = b->data;
+    size_t cols = (size_t)b->n_cols;
+    for (int t = 0; t < n; t++) {
+        float *yr = y + (size_t)t * cols;
+        for (size_t i = 0; i < cols; i++)
+            yr[i] += bv[i];
+    }
+}
+
+static void ext_scale(be_backend_t *be, float *x, size_t n, float s)
+{
+    CR_UNUSED(be);
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+static void ext_geglu(be_backend_t *be, float *y, const float *gate, const float *up,
+                      size_t n)
+{
+    CR_UNUSED(be);
+    /* GELU, tanh approximation (what Gemma's gelu_pytorch_tanh and ggml's
+     * gelu compute). */
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        float gl = 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
+        y[i] = gl * up[i];
+    }
+}
+
+static void softmax_span(float *x, int n)
+{
+    float mx = x[0];
+    for (int i = 1; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+static void ext_attention(be_backend_t *be, float *out, const float *q, const uint16_t *k,
+                          const uint16_t *v, const be_attn_t *a, float softcap,
+                          int window, float *scratch)
+{
+    CR_UNUSED(be);
+    be_vec_dot_fn dot_f16 = be_type_traits(CR_TYPE_F16)->vec_dot;
+    int hd = a->head_dim, group = a->n_head / a->n_head_kv;
+    int ctx = a->pos0 + a->n_tok;
+    size_t kv_row = (size_t)a->n_head_kv * hd;
+    /* scratch: scores [ctx] f32 | probs [ctx] f16 (ctx floats reserved) |
+     * q [hd] f16 (hd floats reserved) | acc [hd] f32 */
+    float *scores = scratch;
+    uint16_t *p16 = (uint16_t *)(scratch + ctx);
+    uint16_t *q16 = (uint16_t *)(scratch + 2 * (size_t)ctx);
+    float *acc = scratch + 2 * (size_t)ctx + hd;
+
+    for (int t = 0; t < a->n_tok; t++) {
+        int qpos = a->pos0 + t;
+        int first = window > 0 && qpos - window + 1 > 0 ? qpos - window + 1 : 0;
+        int n_kv = qpos - first + 1;
+        for (int h = 0; h < a->n_head; h++) {
+            int hk = h / group;
+            const float *qh = q + ((size_t)t * a->n_head + h) * hd;
+            be_f32_to_f16_row(qh, q16, hd);
+            for (int j = 0; j < n_kv; j++) {
+                float s;
+                dot_f16(hd, &s, k + (size_t)(first + j) * kv_row + (size_t)hk * hd, q16);
+                s *= a->scale;
+                if (softcap > 0)
+                    s = softcap * tanhf(s / softcap);
+                scores[j] = s;
+            }
+            softmax_span(scores, n_kv);
+            be_f32_to_f16_row(scores, p16, n_kv);
+            for (int d = 0; d < hd; d++)
+                acc[d] = 0;
+            for (int j = 0; j < n_kv; j++) {
+                float pw = be_f16_to_f32(p16[j]);
+                if (pw == 0)
+                    continue;
+                const uint16_t *vr = v + (size_t)(first + j) * kv_row + (size_t)hk * hd;
+                for (int d = 0; d < hd; d++)
+                    acc[d] += pw * be_f16_to_f32(vr[d]);
+            }
+            memcpy(out + ((size_t)t * a->n_head + h) * hd, acc, (size_t)hd * sizeof(float));
+        }
+    }
+}
+
+static const be_ops_ext_t cpu_ext_ops = {
+    .rope_neox = ext_rope_neox,
+    .add_rows = ext_add_rows,
+    .scale = ext_scale,
+    .geglu = ext_geglu,
+    .attention_ext = ext_attention,
+};
+
+const be_ops_ext_t *be_ops_ext(const be_backend_t *be)
+{
+    /* Only the CPU backend's buffers are host memory these kernels can
+     * read; any other backend has no optional ops yet. */
+    if (be && be->ops && be->ops->name && !strcmp(be->ops->name, "cpu"))
+        return &cpu_ext_ops;
+    return NULL;
+}
