@@ -196,17 +196,37 @@ static cr_status_t gen_tensor(void *ctx, const char *name, uint64_t size_bytes,
 
 /* ---- the model -------------------------------------------------------- */
 
-static uint32_t file_type_of(cr_type_t t)
+/* llama_ftype of a file whose matrices are mostly t (_M when mixed). */
+static uint32_t file_type_of(cr_type_t t, bool mix)
 {
     switch (t) {
     case CR_TYPE_F32: return 0;
     case CR_TYPE_F16: return 1;
     case CR_TYPE_Q4_0: return 2;
+    case CR_TYPE_Q4_1: return 3;
     case CR_TYPE_Q8_0: return 7;
+    case CR_TYPE_Q5_0: return 8;
+    case CR_TYPE_Q5_1: return 9;
+    case CR_TYPE_Q2_K: return 10;
+    case CR_TYPE_Q3_K: return mix ? 12 : 11;
+    case CR_TYPE_Q4_K: return mix ? 15 : 14;
+    case CR_TYPE_Q5_K: return mix ? 17 : 16;
     case CR_TYPE_Q6_K: return 18;
     case CR_TYPE_BF16: return 32;
     default: return 0;
     }
+}
+
+static cr_status_t check_type(cr_type_t t, const rn_synth_opts_t *o, cr_err_t *err)
+{
+    const be_type_traits_t *tt = be_type_traits_at(t, BE_SIMD_SCALAR);
+    if (!tt || !tt->vec_dot)
+        return cr_err_set(err, CR_E_INVALID, "type %d cannot be written", (int)t);
+    if (o->dim % (int)tt->block_elems || o->ffn % (int)tt->block_elems)
+        return cr_err_set(err, CR_E_INVALID,
+                          "dim %d and ffn %d must be multiples of %u for %s",
+                          o->dim, o->ffn, tt->block_elems, tt->name);
+    return CR_OK;
 }
 
 static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
@@ -230,11 +250,10 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
                           o->dim / o->n_heads);
     if (o->ctx < 1)
         return cr_err_set(err, CR_E_INVALID, "ctx %d must be positive", o->ctx);
-    if (o->dim % (int)tt->block_elems || o->ffn % (int)tt->block_elems)
-        return cr_err_set(err, CR_E_INVALID,
-                          "dim %d and ffn %d must be multiples of %u for %s",
-                          o->dim, o->ffn, tt->block_elems, tt->name);
-    return CR_OK;
+    cr_status_t st = check_type(o->type, o, err);
+    if (!st && o->mix)
+        st = check_type(o->mix_type, o, err);
+    return st;
 }
 
 /* Everything the writer borrows until it is written. */
@@ -281,7 +300,7 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
 
     st = cr_gguf_writer_add_str(w, "general.architecture", "llama", err);
     st = st ? st : cr_gguf_writer_add_str(w, "general.name", o->name ? o->name : "synth", err);
-    st = st ? st : cr_gguf_writer_add_u32(w, "general.file_type", file_type_of(o->type), err);
+    st = st ? st : cr_gguf_writer_add_u32(w, "general.file_type", file_type_of(o->type, o->mix), err);
     if (!st && be_type_traits_at(o->type, BE_SIMD_SCALAR)->block_elems > 1)
         st = cr_gguf_writer_add_u32(w, "general.quantization_version", 2, err);
     st = st ? st : cr_gguf_writer_add_u32(w, "llama.context_length", (uint32_t)o->ctx, err);
@@ -348,8 +367,9 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
     /* Tensors, in llama.cpp's order. Shapes are GGUF ne = {cols, rows}. */
     st = add_gen(s, o, "token_embd.weight", o->type, o->dim, n_vocab, FILL_NORMAL, err);
     st = st ? st : add_gen(s, o, "output_norm.weight", CR_TYPE_F32, o->dim, 1, FILL_ONES, err);
+    cr_type_t hi = o->mix ? o->mix_type : o->type;
     if (!st && !o->tied_output)
-        st = add_gen(s, o, "output.weight", o->type, o->dim, n_vocab, FILL_NORMAL, err);
+        st = add_gen(s, o, "output.weight", hi, o->dim, n_vocab, FILL_NORMAL, err);
     if (!st && o->rope_freqs)
         st = add_gen(s, o, "rope_freqs.weight", CR_TYPE_F32, head_dim / 2, 1,
                      FILL_ROPE_FREQS, err);
@@ -373,6 +393,8 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
         for (size_t i = 0; i < CR_ARRAY_LEN(per) && !st; i++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, per[i].what);
             cr_type_t t = per[i].fill == FILL_ONES ? CR_TYPE_F32 : o->type;
+            if (!strcmp(per[i].what, "attn_v") || !strcmp(per[i].what, "ffn_down"))
+                t = hi;
             st = add_gen(s, o, name, t, per[i].ne0, per[i].rows, per[i].fill, err);
         }
     }

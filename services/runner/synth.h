@@ -16,8 +16,12 @@
 
 typedef struct rn_synth_opts {
     uint64_t seed;
-    cr_type_t type;     /* matrices (and token_embd): F32, F16, BF16, Q8_0,
-                           Q4_0, Q6_K. Norms are always F32. */
+    cr_type_t type;     /* matrices (and token_embd): any type with a CPU
+                           dot product (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+                           Q5_0, Q5_1, Q2_K..Q6_K). Norms are always F32. */
+    bool mix;           /* like llama.cpp's _M files: output.weight and every
+                           layer's attn_v and ffn_down in mix_type instead */
+    cr_type_t mix_type; /* used when mix (Q6_K for a Q4_K_M-like file) */
     int dim;            /* embedding length */
     int n_layers;
     int n_heads;
@@ -42,7 +46,7 @@ void rn_synth_defaults(rn_synth_opts_t *o);
 int rn_synth_builtin_vocab_size(void);
 
 /* Writes the model to path (atomically). CR_E_INVALID names a bad option
- * ("dim 40 is not a multiple of 32 for Q4_0"); CR_E_IO / CR_E_CORRUPT from
+ * ("dim 40 is not a multiple of 32 for Q4_0", also for mix_type); CR_E_IO / CR_E_CORRUPT from
  * files; CR_E_NOMEM. */
 cr_status_t rn_synth_write(const rn_synth_opts_t *o, const char *path,
                            cr_err_t *err);
