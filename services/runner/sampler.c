@@ -267,21 +267,13 @@ bool rn_sampler_accept(rn_sampler_t *s, int32_t token)
 
 /* ---- ordering ---- */
 
-/* true if a comes before b in descending logit order, ties by lower id. */
-static inline bool logit_before(const cand_t *a, const cand_t *b)
+/* The one order every sort uses: descending logit, ties by lower id.
+ * typical_p sorts by its own key by parking that key in `logit` for the
+ * sort (see stage_typical). One comparator means it is inlined. */
+static inline bool before(const cand_t *a, const cand_t *b)
 {
     return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
 }
-
-/* true if a comes before b in ascending key order, then logit order. */
-static inline bool key_before(const cand_t *a, const cand_t *b)
-{
-    if (a->key != b->key)
-        return a->key < b->key;
-    return logit_before(a, b);
-}
-
-typedef bool (*before_fn)(const cand_t *a, const cand_t *b);
 
 static inline void swap_cand(cand_t *a, cand_t *b)
 {
@@ -291,8 +283,8 @@ static inline void swap_cand(cand_t *a, cand_t *b)
 }
 
 /* Sift-down in a heap whose root is the element that comes LAST in the
- * `before` order (so the heap holds the best elements seen). */
-static void sift_down(cand_t *c, size_t n, size_t i, before_fn before)
+ * order (so the heap holds the best elements seen). */
+static void sift_down(cand_t *c, size_t n, size_t i)
 {
     for (;;) {
         size_t l = 2 * i + 1, worst = i;
@@ -307,20 +299,23 @@ static void sift_down(cand_t *c, size_t n, size_t i, before_fn before)
     }
 }
 
-/* Heapsort: after it c[0..n) is in `before` order. */
-static void heap_sort(cand_t *c, size_t n, before_fn before)
+/* Turns a heap of n (worst at the root) into best-first order. */
+static void heap_pop_all(cand_t *c, size_t n)
 {
-    if (n < 2)
-        return;
-    for (size_t i = n / 2; i-- > 0;)
-        sift_down(c, n, i, before);
-    for (size_t end = n - 1; end > 0; end--) {
+    for (size_t end = n; end-- > 1;) {
         swap_cand(&c[0], &c[end]);
-        sift_down(c, end, 0, before);
+        sift_down(c, end, 0);
     }
 }
 
-static void insertion_sort(cand_t *c, size_t n, before_fn before)
+static void heap_sort(cand_t *c, size_t n)
+{
+    for (size_t i = n / 2; i-- > 0;)
+        sift_down(c, n, i);
+    heap_pop_all(c, n);
+}
+
+static void insertion_sort(cand_t *c, size_t n)
 {
     for (size_t i = 1; i < n; i++) {
         cand_t x = c[i];
@@ -335,11 +330,11 @@ static void insertion_sort(cand_t *c, size_t n, before_fn before)
 
 /* Introsort: quicksort with median-of-three, recursing on the smaller side,
  * heapsort past a depth limit, insertion sort for short runs. No allocation. */
-static void intro_sort(cand_t *c, size_t n, int depth, before_fn before)
+static void intro_sort(cand_t *c, size_t n, int depth)
 {
     while (n > 16) {
         if (depth-- == 0) {
-            heap_sort(c, n, before);
+            heap_sort(c, n);
             return;
         }
         size_t mid = n / 2;
@@ -365,29 +360,44 @@ static void intro_sort(cand_t *c, size_t n, int depth, before_fn before)
         /* [0, j] and [j+1, n) */
         size_t left = j + 1, right = n - left;
         if (left < right) {
-            intro_sort(c, left, depth, before);
+            intro_sort(c, left, depth);
             c += left;
             n = right;
         } else {
-            intro_sort(c + left, right, depth, before);
+            intro_sort(c + left, right, depth);
             n = left;
         }
     }
-    insertion_sort(c, n, before);
+    insertion_sort(c, n);
 }
 
-static void sort_cands(cand_t *c, size_t n, before_fn before)
+static void sort_cands(cand_t *c, size_t n)
 {
     int depth = 0;
     for (size_t m = n; m > 1; m >>= 1)
         depth += 2;
-    intro_sort(c, n, depth, before);
+    intro_sort(c, n, depth);
+}
+
+/* Moves the k best of c[0..n) to c[0..k), best first, keeping c a
+ * permutation of what it held: O(n log k). 0 < k <= n. */
+static void select_top(cand_t *c, size_t n, size_t k)
+{
+    for (size_t i = k / 2; i-- > 0;)
+        sift_down(c, k, i);
+    for (size_t i = k; i < n; i++) {
+        if (before(&c[i], &c[0])) {
+            swap_cand(&c[0], &c[i]);
+            sift_down(c, k, 0);
+        }
+    }
+    heap_pop_all(c, k);
 }
 
 static void sort_by_logit(rn_sampler_t *s)
 {
     if (!s->sorted) {
-        sort_cands(s->cands, s->n, logit_before);
+        sort_cands(s->cands, s->n);
         s->sorted = true;
     }
 }
@@ -402,7 +412,7 @@ static bool penalties_active(const rn_sampler_t *s)
             p->frequency_penalty != 0.0f);
 }
 
-static float clean_logit(float l)
+static inline float clean_logit(float l)
 {
     if (isnan(l))
         return -INFINITY;
@@ -421,71 +431,60 @@ static float penalize(const rn_sampler_params_t *p, float l, int32_t count)
     return l - (float)count * p->frequency_penalty - p->presence_penalty;
 }
 
+/* The logit of token i after penalties; -inf for a masked token. */
+static inline float penalized(const rn_sampler_t *s, const float *logits, int32_t i, bool pen)
+{
+    float l = clean_logit(logits[i]);
+    if (pen && l != -INFINITY && s->counts[i] > 0)
+        l = penalize(&s->params, l, s->counts[i]);
+    return l;
+}
+
 void rn_sampler_penalized(const rn_sampler_t *s, const float *logits, float *out)
 {
     bool pen = penalties_active(s);
-    for (int32_t i = 0; i < s->n_vocab; i++) {
-        float l = clean_logit(logits[i]);
-        if (pen && s->counts[i] > 0 && l != -INFINITY)
-            l = penalize(&s->params, l, s->counts[i]);
-        out[i] = l;
-    }
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        out[i] = penalized(s, logits, i, pen);
 }
 
-/* Builds the candidate list from the penalized logits, dropping -inf. */
-static void stage_penalties(rn_sampler_t *s, const float *logits)
+/* Penalties, then top_k, in one pass: candidates come from the penalized
+ * logits (masked ones dropped) and, when top_k cuts, only the k best are
+ * kept as they stream by (a bounded heap), so the common path writes k
+ * entries instead of n_vocab. */
+static void stage_penalties_top_k(rn_sampler_t *s, const float *logits)
 {
     bool pen = penalties_active(s);
+    int32_t k = s->params.top_k;
+    size_t cap = k > 0 && k < s->n_vocab ? (size_t)k : (size_t)s->n_vocab;
+    bool cutting = cap < (size_t)s->n_vocab;
+    cand_t *c = s->cands;
     size_t n = 0;
     for (int32_t i = 0; i < s->n_vocab; i++) {
-        float l = clean_logit(logits[i]);
+        float l = penalized(s, logits, i, pen);
         if (l == -INFINITY)
             continue;
-        if (pen && s->counts[i] > 0)
-            l = penalize(&s->params, l, s->counts[i]);
-        if (l == -INFINITY)
-            continue;
-        s->cands[n].id = i;
-        s->cands[n].logit = l;
-        s->cands[n].p = 0.0f;
-        s->cands[n].key = 0.0f;
-        n++;
+        cand_t x = {.id = i, .logit = l, .p = 0.0f, .key = 0.0f};
+        if (n < cap) {
+            c[n++] = x;
+            if (cutting && n == cap)
+                for (size_t j = cap / 2; j-- > 0;)
+                    sift_down(c, cap, j);
+        } else if (before(&x, &c[0])) {
+            c[0] = x;
+            sift_down(c, cap, 0);
+        }
     }
     s->n = n;
     s->sorted = false;
+    if (cutting && n == cap) {
+        heap_pop_all(c, n);
+        s->sorted = true;
+    }
 }
 
-/* Keeps the k best candidates, sorted, with a bounded heap: O(n log k). */
-static void stage_top_k(rn_sampler_t *s)
+/* Softmax over the live candidates (any order). */
+static void softmax(rn_sampler_t *s)
 {
-    int32_t k = s->params.top_k;
-    if (k <= 0 || (size_t)k >= s->n)
-        return;
-    cand_t *c = s->cands;
-    size_t kk = (size_t)k;
-    /* Heap over c[0..k) with the worst of the k at the root. */
-    for (size_t i = kk / 2; i-- > 0;)
-        sift_down(c, kk, i, logit_before);
-    for (size_t i = kk; i < s->n; i++) {
-        if (logit_before(&c[i], &c[0])) {
-            c[0] = c[i];
-            sift_down(c, kk, 0, logit_before);
-        }
-    }
-    s->n = kk;
-    /* Pop the heap: repeatedly move the worst to the end. */
-    for (size_t end = kk - 1; end > 0; end--) {
-        swap_cand(&c[0], &c[end]);
-        sift_down(c, end, 0, logit_before);
-    }
-    s->sorted = true;
-}
-
-/* Softmax over the live candidates; sorts first when `need_sorted`. */
-static void softmax(rn_sampler_t *s, bool need_sorted)
-{
-    if (need_sorted)
-        sort_by_logit(s);
     cand_t *c = s->cands;
     float max = -INFINITY;
     if (s->sorted) {
@@ -506,24 +505,28 @@ static void softmax(rn_sampler_t *s, bool need_sorted)
 
 /* Locally typical sampling (Meister et al.), as llama.cpp implements it:
  * keep the tokens whose surprisal is closest to the entropy until their
- * probability mass exceeds typical_p. */
+ * probability mass exceeds typical_p. Equal distances keep the lower id
+ * first. */
 static void stage_typical(rn_sampler_t *s)
 {
     float tp = s->params.typical_p;
     if (tp >= 1.0f || s->n <= 1)
         return;
-    softmax(s, true);
+    softmax(s);
     cand_t *c = s->cands;
     double entropy = 0.0;
     for (size_t i = 0; i < s->n; i++)
         if (c[i].p > 0.0f)
             entropy -= (double)c[i].p * log((double)c[i].p);
+    /* Sort ascending by distance: park the logit in `key` and sort on
+     * -distance with the common (descending) order. */
     for (size_t i = 0; i < s->n; i++) {
         double surprisal = c[i].p > 0.0f ? -log((double)c[i].p) : INFINITY;
-        c[i].key = (float)fabs(surprisal - entropy);
+        s->tmp[i] = c[i];
+        s->tmp[i].key = c[i].logit;
+        s->tmp[i].logit = -(float)fabs(surprisal - entropy);
     }
-    memcpy(s->tmp, c, s->n * sizeof *c);
-    sort_cands(s->tmp, s->n, key_before);
+    sort_cands(s->tmp, s->n);
     double cum = 0.0;
     size_t last = s->n;
     for (size_t i = 0; i < s->n; i++) {
@@ -533,28 +536,51 @@ static void stage_typical(rn_sampler_t *s)
             break;
         }
     }
-    memcpy(c, s->tmp, last * sizeof *c);
+    for (size_t i = 0; i < last; i++) {
+        c[i] = s->tmp[i];
+        c[i].logit = s->tmp[i].key;
+        c[i].key = 0.0f;
+    }
     s->n = last;
     s->sorted = false;
 }
 
-/* Nucleus sampling: the smallest best-first prefix whose mass reaches top_p. */
+/* Cuts the best-first c[0..n) where the mass first reaches tp; returns
+ * false if it never does within n. */
+static bool cut_mass(rn_sampler_t *s, size_t n, double tp)
+{
+    double cum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        cum += (double)s->cands[i].p;
+        if (cum >= tp) {
+            s->n = i + 1;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Nucleus sampling: the smallest best-first prefix whose mass reaches top_p.
+ * Unsorted candidates are not fully sorted at first: growing partial
+ * selections find the prefix when the distribution is peaked, as it nearly
+ * always is; a flat one falls back to the full sort. */
 static void stage_top_p(rn_sampler_t *s)
 {
     float tp = s->params.top_p;
     if (tp >= 1.0f || s->n <= 1)
         return;
-    softmax(s, true);
-    double cum = 0.0;
-    size_t last = s->n;
-    for (size_t i = 0; i < s->n; i++) {
-        cum += (double)s->cands[i].p;
-        if (cum >= (double)tp) {
-            last = i + 1;
-            break;
+    softmax(s);
+    if (!s->sorted) {
+        for (size_t k = 64; k < s->n / 4; k *= 8) {
+            select_top(s->cands, s->n, k);
+            if (cut_mass(s, k, (double)tp)) {
+                s->sorted = true;
+                return;
+            }
         }
+        sort_by_logit(s);
     }
-    s->n = last;
+    cut_mass(s, s->n, (double)tp);
 }
 
 /* min_p: drop tokens whose probability is below min_p times the best one's,
@@ -616,23 +642,40 @@ static int32_t draw(rn_sampler_t *s)
     return s->cands[0].id;
 }
 
-static void pick_greedy(rn_sampler_t *s)
+/* Greedy: the best penalized logit, lowest id on ties, without building
+ * the candidate list. False when every token is masked. */
+static bool pick_greedy(rn_sampler_t *s, const float *logits)
 {
-    size_t best = 0;
-    for (size_t i = 1; i < s->n; i++)
-        if (logit_before(&s->cands[i], &s->cands[best]))
+    bool pen = penalties_active(s);
+    int32_t best = -1;
+    float best_l = -INFINITY;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        float l = penalized(s, logits, i, pen);
+        if (l != -INFINITY && (best < 0 || l > best_l)) {
             best = i;
-    s->cands[0] = s->cands[best];
-    s->cands[0].p = 1.0f;
+            best_l = l;
+        }
+    }
+    if (best < 0)
+        return false;
+    s->cands[0] = (cand_t){.id = best, .logit = best_l, .p = 1.0f, .key = 0.0f};
     s->n = 1;
     s->sorted = true;
+    return true;
 }
 
 cr_status_t rn_sampler_pick(rn_sampler_t *s, const float *logits,
                             int32_t *token_out, cr_err_t *err)
 {
-    stage_penalties(s, logits);
-    if (s->n == 0) {
+    bool any;
+    if (s->params.temperature <= 0.0f) {
+        any = pick_greedy(s, logits);
+    } else {
+        stage_penalties_top_k(s, logits);
+        any = s->n > 0;
+    }
+    if (!any) {
+        s->n = 0;
         s->picked = false;
         return cr_err_set(err, CR_E_INVALID,
                           "sampler: every logit is -inf or NaN (%" PRId32 " tokens)",
@@ -640,16 +683,14 @@ cr_status_t rn_sampler_pick(rn_sampler_t *s, const float *logits,
     }
     s->picked = true;
     if (s->params.temperature <= 0.0f) {
-        pick_greedy(s);
         *token_out = s->cands[0].id;
         return CR_OK;
     }
-    stage_top_k(s);
     stage_typical(s);
     stage_top_p(s);
     stage_min_p(s);
     stage_temperature(s);
-    softmax(s, false);
+    softmax(s);
     *token_out = draw(s);
     return CR_OK;
 }
