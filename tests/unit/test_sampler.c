@@ -358,6 +358,34 @@ static void test_top_p_random_large(void)
     free(sorted);
 }
 
+/* A peaked 20k vocabulary: top_p is found by a partial selection (the
+ * first 64 best) without sorting everything; the cut matches the exact one. */
+static void test_top_p_peaked(void)
+{
+    enum { N = 20000 };
+    float *l = malloc(N * sizeof *l);
+    /* ids shuffled so the best are spread out: id (i * 7919) % N has logit -0.1 i */
+    for (int i = 0; i < N; i++)
+        l[(i * 7919) % N] = -0.1f * (float)i;
+    double z = 0.0;
+    for (int i = 0; i < N; i++)
+        z += exp(-0.1 * i);
+    double cum = 0.0;
+    int want = 0;
+    while (cum < 0.9)
+        cum += exp(-0.1 * want++) / z;
+    rn_sampler_params_t p = plain_params(8);
+    p.top_p = 0.9f;
+    rn_sampler_t *s = make(N, &p);
+    pick(s, l);
+    CHECK_EQ_INT(rn_sampler_final_count(s), want);
+    int32_t tok;
+    for (size_t i = 0; rn_sampler_final_get(s, i, &tok, NULL); i++)
+        CHECK_MSG(tok == (int32_t)((i * 7919) % N), "rank %zu is id %d", i, tok);
+    rn_sampler_destroy(&s);
+    free(l);
+}
+
 static void test_min_p(void)
 {
     double probs[5] = {0.0625, 0.25, 0.5, 0.125, 0.0625};
@@ -788,6 +816,7 @@ int main(void)
     test_top_p();
     test_top_p_flat_large();
     test_top_p_random_large();
+    test_top_p_peaked();
     test_min_p();
     test_typical_p();
     test_temperature();
