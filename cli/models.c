@@ -173,7 +173,7 @@ cr_status_t cli_cmd_ps(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
         time_t exp = 0;
         if (!cli_parse_rfc3339(cli_jstr(m, "expires_at"), &exp))
             exp = 0;
-        if (exp && exp < now)
+        if (exp && exp <= now) /* expired: the unload is under way */
             snprintf(until, sizeof until, "Stopping...");
         else
             cli_fmt_human_time(exp, now, "Never", until, sizeof until);
