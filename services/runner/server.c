@@ -155,6 +155,7 @@ static void handle_request(rn_server_t *s, const msg_t *m)
     if (st == CR_OK) {
         send_msg(s, &done);
     } else if (st == CR_E_CANCELED) {
+        cr_log_info("request %s canceled", m->id);
         send_error(s, m->id, CR_E_CANCELED, "request canceled");
     } else {
         cr_log_warn("request %s failed: %s", m->id, err.msg);

@@ -9,6 +9,7 @@
 #include "lib/prelude.h"
 
 #include <signal.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -293,6 +294,58 @@ static void test_runner_crash(void)
     json_decref(j);
 }
 
+static bool abort_on_first(void *ud, const char *data, size_t len)
+{
+    CR_UNUSED(data);
+    CR_UNUSED(len);
+    int *chunks = ud;
+    return ++*chunks < 2; /* go away after the first piece */
+}
+
+static size_t count_in_log(const char *needle)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/serve.log", T.tmp);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = 0;
+    char line[4096];
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* A client that disconnects mid-stream stops the generation: the runner
+ * reports the request canceled (rather than running to its end), and the
+ * service goes on answering. */
+static void test_disconnect_cancels(void)
+{
+    size_t before = count_in_log("canceled");
+    const char *body = "{\"model\":\"synth\",\"prompt\":\"go on\","
+                       "\"options\":{\"num_predict\":20000,\"num_ctx\":2048}}";
+    int chunks = 0;
+    e2e_resp_t r = e2e_http(&T, "POST", "/api/generate", body, abort_on_first,
+                            &chunks);
+    e2e_resp_free(&r);
+    CHECK(chunks >= 1);
+    bool seen = false;
+    for (int i = 0; i < 50 && !seen; i++) {
+        seen = count_in_log("canceled") > before;
+        if (!seen)
+            usleep(100000);
+    }
+    CHECK_MSG(seen, "no cancellation in the runner's log");
+    long st;
+    json_t *j = post_json("/api/generate",
+                          "{\"model\":\"synth\",\"prompt\":\"hi\",\"stream\":"
+                          "false,\"options\":{\"num_ctx\":2048}}",
+                          &st);
+    CHECK_EQ_INT(st, 200);
+    json_decref(j);
+}
+
 static void test_copy_delete(void)
 {
     long st;
@@ -432,6 +485,7 @@ int main(void)
     test_seed_determinism();
     test_ps_and_unload();
     test_runner_crash();
+    test_disconnect_cancels();
     test_copy_delete();
     test_bad_input();
     test_cli();
