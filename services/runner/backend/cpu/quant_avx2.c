@@ -368,9 +368,20 @@ static inline AVX2 float k4_block_dot(const uint8_t *qs, const uint8_t *qh,
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i b4 = _mm256_set1_epi8(16);
-    uint8_t sc[8], m[8];
-    for (int j = 0; j < 8; j++)
-        be_k4_scale_min(j, scales, &sc[j], &m[j]);
+    /* The 12 packed bytes as three little-endian words w0 (bytes 0..3),
+     * w1 (4..7), w2 (8..11); per the layout, byte-wise:
+     * scales 0..3 = w0 & 63, mins 0..3 = w1 & 63,
+     * scales 4..7 = (w2 & 15) | (w0 >> 6) << 4,
+     * mins 4..7 = (w2 >> 4 & 15) | (w1 >> 6) << 4. */
+    uint32_t w0, w1, w2;
+    memcpy(&w0, scales, 4);
+    memcpy(&w1, scales + 4, 4);
+    memcpy(&w2, scales + 8, 4);
+    uint32_t sc_lo = w0 & 0x3f3f3f3fu;
+    uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4);
+    uint32_t m_lo = w1 & 0x3f3f3f3fu;
+    uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4);
+    uint64_t sc64 = (uint64_t)sc_lo | (uint64_t)sc_hi << 32;
     __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     __m256i acc = _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
@@ -388,14 +399,21 @@ static inline AVX2 float k4_block_dot(const uint8_t *qs, const uint8_t *qh,
         __m256i a0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c));
         __m256i a1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c + 32));
         __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0),
-                                       _mm256_set1_epi16(sc[2 * c]));
+                                       _mm256_set1_epi16((short)((sc64 >> (16 * c)) & 0xff)));
         __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1),
-                                       _mm256_set1_epi16(sc[2 * c + 1]));
+                                       _mm256_set1_epi16((short)((sc64 >> (16 * c + 8)) & 0xff)));
         acc = _mm256_add_epi32(acc, _mm256_add_epi32(p0, p1));
     }
-    int32_t isum = hsum_epi32(acc), msum = 0;
-    for (int j = 0; j < 8; j++)
-        msum += (int32_t)m[j] * ((int32_t)y->bsums[2 * j] + (int32_t)y->bsums[2 * j + 1]);
+    /* sum_j min_j * (bsums[2j] + bsums[2j+1]): pair sums by hadd (each
+     * <= 2 * 16 * 128, no int16 overflow), then madd with the mins. */
+    __m128i bs0 = _mm_loadu_si128((const __m128i *)y->bsums);
+    __m128i bs1 = _mm_loadu_si128((const __m128i *)(y->bsums + 8));
+    __m128i pairs = _mm_hadd_epi16(bs0, bs1);
+    __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
+    __m128i mp = _mm_madd_epi16(mins, pairs);
+    mp = _mm_add_epi32(mp, _mm_shuffle_epi32(mp, _MM_SHUFFLE(1, 0, 3, 2)));
+    mp = _mm_add_epi32(mp, _mm_shuffle_epi32(mp, _MM_SHUFFLE(2, 3, 0, 1)));
+    int32_t isum = hsum_epi32(acc), msum = _mm_cvtsi128_si32(mp);
     float d = y->d * _cvtsh_ss(dh);
     float dmin = y->d * _cvtsh_ss(dminh);
     return d * (float)isum - dmin * (float)msum;
