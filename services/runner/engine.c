@@ -490,8 +490,12 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
         return st;
     rn_stop_t *stop = rn_stop_new(ro.stop ? (const char *const *)ro.stop->v : NULL,
                                   ro.stop ? ro.stop->n : 0, err);
-    if (!stop)
+    if (!stop) {
+        /* Too many or too long stop strings are the client's mistake. */
+        if (err && err->status == CR_E_TOO_LARGE)
+            err->status = CR_E_INVALID;
         return err && err->status ? err->status : CR_E_NOMEM;
+    }
     if ((st = rn_sampler_reset(e->sampler, &ro.sp, err)))
         goto out;
 
