@@ -190,10 +190,10 @@ AVX2 void be_avx2_dot_q6_k(int64_t n, float *s, const void *w, const void *a)
                 acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, scv));
             }
         }
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
         int32_t isum = hsum_epi32(acc);
-        int32_t off = 0;
-        for (int g = 0; g < 16; g++)
-            off += (int32_t)x[i].scales[g] * (int32_t)y[i].bsums[g];
+        int32_t off = hsum_epi32(_mm256_madd_epi16(sc16, bs));
         isum -= 32 * off;
         sum += _cvtsh_ss(x[i].d) * y[i].d * (float)isum;
     }
