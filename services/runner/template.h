@@ -143,6 +143,8 @@ enum {
     /* Integers stay RN_VAL_INT; default: every number is a float64, as
      * Go's `any` decoding gives. */
     RN_JSON_KEEP_INTS = 1u << 1,
+    /* The outermost list or map gets RN_VAL_F_JSON_PRINT. */
+    RN_JSON_TOP_PRINTS_JSON = 1u << 2,
 };
 
 /* Converts JSON into a value (caller owns *out). Errors: CR_E_TOO_LARGE

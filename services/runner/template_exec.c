@@ -35,9 +35,9 @@ rn_val_t *exec_fail(exec_t *x, cr_status_t st, const char *fmt, ...)
     cr_buf_init(&ctx, 4096);
     tnode_to_string(x->at, &ctx);
     const char *c = ctx.data ? ctx.data : "";
-    /* Go shows at most 20 bytes of the node. */
-    if (ctx.len > 20)
-        cr_err_set(x->err, st, "template: :%d:%d: executing \"%s\" at <%.20s...>: %s", line, col,
+    /* Long nodes are cut so the message itself survives. */
+    if (ctx.len > 120)
+        cr_err_set(x->err, st, "template: :%d:%d: executing \"%s\" at <%.120s...>: %s", line, col,
                    x->name, c, msg);
     else
         cr_err_set(x->err, st, "template: :%d:%d: executing \"%s\" at <%s>: %s", line, col,
@@ -363,7 +363,7 @@ static rn_val_t *eval_command(exec_t *x, rn_val_t *dot, const tnode_t *cmd, rn_v
     case TN_FIELD:
         x->at = first;
         return eval_field_chain(x, dot, first->u.field.idents, first->u.field.n,
-                                has_args(n, final), false);
+                                has_args(n, final), x->dot_iface);
     case TN_CHAIN:
         return eval_chain(x, dot, first, has_args(n, final));
     case TN_IDENT:
@@ -404,7 +404,7 @@ static rn_val_t *eval_arg(exec_t *x, rn_val_t *dot, const tnode_t *n)
     case TN_NIL:
         return rn_val_nil();
     case TN_FIELD:
-        return eval_field_chain(x, dot, n->u.field.idents, n->u.field.n, false, false);
+        return eval_field_chain(x, dot, n->u.field.idents, n->u.field.n, false, x->dot_iface);
     case TN_VAR:
         return eval_var_node(x, n, false);
     case TN_PIPE:
@@ -475,10 +475,15 @@ static int walk_if_with(exec_t *x, rn_val_t *dot, const tnode_t *n)
     rn_val_t *v = eval_pipeline(x, dot, n->u.branch.pipe);
     if (!v)
         goto out;
-    if (rn_val_truth(v))
+    if (rn_val_truth(v)) {
+        bool iface = x->dot_iface;
+        if (n->type == TN_WITH)
+            x->dot_iface = false; /* a pipeline's value is concrete */
         r = walk_list(x, n->type == TN_WITH ? v : dot, n->u.branch.list);
-    else
+        x->dot_iface = iface;
+    } else {
         r = walk_list(x, dot, n->u.branch.else_list);
+    }
 out:
     rn_val_destroy(&v);
     var_pop(x, mark);
@@ -504,7 +509,12 @@ static int range_once(exec_t *x, const tnode_t *n, size_t mark, rn_val_t *index,
                 var_set_top(x, 2, index);
         }
     }
+    bool iface = x->dot_iface;
+    /* Elements of Go's []any and map[string]any are interface values;
+     * lists of structs are typed slices. */
+    x->dot_iface = elem->kind != RN_VAL_STRUCT && elem != index; /* ints: elem == index */
     int r = walk_list(x, elem, n->u.branch.list);
+    x->dot_iface = iface;
     var_pop(x, mark);
     if (r == WALK_CONTINUE)
         r = WALK_OK;
@@ -640,9 +650,12 @@ static int walk_template(exec_t *x, rn_val_t *dot, const tnode_t *n)
     x->vars = NULL;
     x->n_vars = x->cap_vars = 0;
     x->name = def->name;
+    bool iface = x->dot_iface;
+    x->dot_iface = false;
     int r = WALK_ERR;
     if (var_push(x, "$", v))
         r = walk_list(x, v, def->body);
+    x->dot_iface = iface;
     var_pop(x, 0);
     free(x->vars);
     x->vars = saved;

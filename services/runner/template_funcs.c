@@ -143,7 +143,14 @@ static int eq_pair(exec_t *x, tfunc_t f, const rn_val_t *a, const rn_val_t *b)
     case K_OTHER:
         if (a->kind == RN_VAL_STRUCT && b->kind == RN_VAL_STRUCT)
             return a == b;
-        call_fail(x, f, "non-comparable types %s: %s", val_type_name(a), val_type_name(b));
+        {
+            cr_buf_t vb;
+            cr_buf_init(&vb, 200);
+            val_print_depth(b, &vb, 1);
+            call_fail(x, f, "non-comparable type %s: %s", vb.data ? vb.data : "",
+                      val_type_name(b));
+            cr_buf_free(&vb);
+        }
         return -1;
     }
     return 0;
@@ -361,6 +368,7 @@ static rn_val_t *fn_slice(exec_t *x, rn_val_t **a, size_t n)
 
 typedef struct spec {
     bool minus, plus, sharp, zero, space;
+    bool plus_v; /* %+v: struct field names */
     int width; /* -1: none */
     int prec;  /* -1: none */
 } spec_t;
@@ -502,8 +510,13 @@ static bool can_backquote(const char *s, size_t n)
 static cr_status_t fmt_value(exec_t *x, const rn_val_t *v, char verb, const spec_t *sp,
                              cr_buf_t *out, int depth);
 
-/* %!verb(type=value) */
-static cr_status_t bad_verb(const rn_val_t *v, char verb, cr_buf_t *out)
+static cr_status_t fmt_string(const char *s, size_t n, char verb, const spec_t *sp,
+                              cr_buf_t *out);
+
+/* %!verb(type=value), the value printed with %v and the same flags, as
+ * Go's badVerb does. */
+static cr_status_t bad_verb(exec_t *x, const rn_val_t *v, char verb, const spec_t *sp,
+                            cr_buf_t *out, int depth)
 {
     cr_status_t st = cr_buf_printf(out, "%%!%c(", verb);
     if (st)
@@ -511,7 +524,20 @@ static cr_status_t bad_verb(const rn_val_t *v, char verb, cr_buf_t *out)
     if (v->kind == RN_VAL_NIL)
         st = cr_buf_puts(out, "<nil>");
     else if (!(st = cr_buf_puts(out, val_type_name(v))) && !(st = cr_buf_putc(out, '=')))
-        st = val_print_depth(v, out, 1);
+        st = fmt_value(x, v, 'v', sp, out, depth + 1);
+    return st ? st : cr_buf_putc(out, ')');
+}
+
+/* A string (a map key) with a verb, or its bad-verb form. */
+static cr_status_t fmt_str_verb(const char *s, size_t n, char verb, const spec_t *sp,
+                                cr_buf_t *out)
+{
+    cr_status_t st = fmt_string(s, n, verb, sp, out);
+    if (st != CR_E_INVALID)
+        return st;
+    st = cr_buf_printf(out, "%%!%c(string=", verb);
+    if (!st)
+        st = fmt_string(s, n, 'v', sp, out);
     return st ? st : cr_buf_putc(out, ')');
 }
 
@@ -658,6 +684,29 @@ static cr_status_t fmt_float(double f, char verb, const spec_t *sp, cr_buf_t *ou
         return st;
     }
     switch (verb) {
+    case 'x':
+    case 'X': {
+        /* Go's %x of a float: hex mantissa, at least two exponent digits. */
+        char tmp[64];
+        int n = snprintf(tmp, sizeof tmp, verb == 'x' ? "%a" : "%A", f);
+        if (n < 0 || (size_t)n >= sizeof tmp) {
+            cr_buf_free(&b);
+            return CR_E_INVALID;
+        }
+        char *pe = strchr(tmp, verb == 'x' ? 'p' : 'P');
+        if (!signbit(f) && (sp->plus || sp->space))
+            st = cr_buf_putc(&b, sp->plus ? '+' : ' ');
+        if (!st)
+            st = cr_buf_append(&b, tmp, pe ? (size_t)(pe - tmp) + 2 : (size_t)n);
+        if (!st && pe) {
+            const char *digits = pe + 2;
+            if (strlen(digits) < 2)
+                st = cr_buf_putc(&b, '0');
+            if (!st)
+                st = cr_buf_puts(&b, digits);
+        }
+        break;
+    }
     case 'v':
     case 'g':
     case 'G':
@@ -735,20 +784,20 @@ static cr_status_t fmt_value(exec_t *x, const rn_val_t *v, char verb, const spec
     case RN_VAL_NIL:
         if (verb == 'v' || depth > 0)
             return pad(out, sp, "<nil>", 5, false);
-        return bad_verb(v, verb, out);
+        return bad_verb(x, v, verb, sp, out, depth);
     case RN_VAL_BOOL:
         if (verb != 'v' && verb != 't')
-            return bad_verb(v, verb, out);
+            return bad_verb(x, v, verb, sp, out, depth);
         return pad(out, sp, v->u.b ? "true" : "false", v->u.b ? 4 : 5, false);
     case RN_VAL_INT:
         st = fmt_int(v->u.i, verb, sp, out);
-        return st == CR_E_INVALID ? bad_verb(v, verb, out) : st;
+        return st == CR_E_INVALID ? bad_verb(x, v, verb, sp, out, depth) : st;
     case RN_VAL_FLOAT:
         st = fmt_float(v->u.f, verb, sp, out);
-        return st == CR_E_INVALID ? bad_verb(v, verb, out) : st;
+        return st == CR_E_INVALID ? bad_verb(x, v, verb, sp, out, depth) : st;
     case RN_VAL_STRING:
         st = fmt_string(v->u.s.p, v->u.s.len, verb, sp, out);
-        return st == CR_E_INVALID ? bad_verb(v, verb, out) : st;
+        return st == CR_E_INVALID ? bad_verb(x, v, verb, sp, out, depth) : st;
     case RN_VAL_LIST:
         st = cr_buf_putc(out, '[');
         for (size_t i = 0; !st && i < v->u.list.len; i++) {
@@ -770,9 +819,7 @@ static cr_status_t fmt_value(exec_t *x, const rn_val_t *v, char verb, const spec
             if (i)
                 st = cr_buf_putc(out, ' ');
             if (!st)
-                st = fmt_string(e->key, strlen(e->key), verb == 'd' ? 'v' : verb, sp, out);
-            if (st == CR_E_INVALID)
-                st = cr_buf_puts(out, e->key);
+                st = fmt_str_verb(e->key, strlen(e->key), verb, sp, out);
             if (!st)
                 st = cr_buf_putc(out, ':');
             if (!st)
@@ -786,7 +833,7 @@ static cr_status_t fmt_value(exec_t *x, const rn_val_t *v, char verb, const spec
         for (size_t i = 0; !st && i < v->u.map.len; i++) {
             if (i)
                 st = cr_buf_putc(out, ' ');
-            if (!st && sp->plus && verb == 'v')
+            if (!st && sp->plus_v && verb == 'v')
                 st = cr_buf_printf(out, "%s:", v->u.map.ents[i].key);
             if (!st)
                 st = fmt_value(x, v->u.map.ents[i].val, verb, sp, out, depth + 1);
@@ -796,11 +843,41 @@ static cr_status_t fmt_value(exec_t *x, const rn_val_t *v, char verb, const spec
     return CR_E_INTERNAL;
 }
 
+/* An explicit argument index "[n]" at f[*i]: moves *argi to n-1. Returns
+ * whether one was there; a bad one sets *bad. */
+static bool arg_index(const char *f, size_t flen, size_t *i, size_t n, size_t *argi,
+                      bool *reordered, bool *bad)
+{
+    if (*i >= flen || f[*i] != '[')
+        return false;
+    *reordered = true;
+    size_t j = *i + 1;
+    size_t v = 0;
+    bool digits = false;
+    while (j < flen && f[j] >= '0' && f[j] <= '9' && v < 1000000) {
+        v = v * 10 + (size_t)(f[j] - '0');
+        digits = true;
+        j++;
+    }
+    if (j >= flen || f[j] != ']' || !digits || v < 1 || v > n) {
+        /* Go skips to the closing bracket, if any. */
+        while (j < flen && f[j] != ']')
+            j++;
+        *i = j < flen ? j + 1 : j;
+        *bad = true;
+        return true;
+    }
+    *argi = v - 1;
+    *i = j + 1;
+    return true;
+}
+
 /* Go's fmt.Sprintf over template values. */
 static cr_status_t go_sprintf(exec_t *x, const char *f, size_t flen, rn_val_t **args, size_t n,
                               cr_buf_t *out)
 {
     size_t argi = 0;
+    bool reordered = false, bad_index = false;
     cr_status_t st = CR_OK;
     size_t i = 0;
     while (!st && i < flen) {
@@ -828,6 +905,7 @@ static cr_status_t go_sprintf(exec_t *x, const char *f, size_t flen, rn_val_t **
             else
                 break;
         }
+        arg_index(f, flen, &i, n, &argi, &reordered, &bad_index);
         if (i < flen && f[i] == '*') {
             i++;
             if (argi < n && args[argi]->kind == RN_VAL_INT && llabs(args[argi]->u.i) <= 1000000) {
@@ -854,6 +932,7 @@ static cr_status_t go_sprintf(exec_t *x, const char *f, size_t flen, rn_val_t **
         if (i < flen && f[i] == '.') {
             i++;
             sp.prec = 0;
+            arg_index(f, flen, &i, n, &argi, &reordered, &bad_index);
             if (i < flen && f[i] == '*') {
                 i++;
                 if (argi < n && args[argi]->kind == RN_VAL_INT && args[argi]->u.i >= 0 &&
@@ -874,6 +953,7 @@ static cr_status_t go_sprintf(exec_t *x, const char *f, size_t flen, rn_val_t **
                 }
             }
         }
+        arg_index(f, flen, &i, n, &argi, &reordered, &bad_index);
         if (st)
             break;
         if (i >= flen) {
@@ -881,8 +961,17 @@ static cr_status_t go_sprintf(exec_t *x, const char *f, size_t flen, rn_val_t **
             break;
         }
         char verb = f[i++];
+        if (verb == 'v') { /* %+v asks for field names, not a sign */
+            sp.plus_v = sp.plus;
+            sp.plus = false;
+        }
         if (verb == '%') {
             st = cr_buf_putc(out, '%');
+            continue;
+        }
+        if (bad_index) {
+            bad_index = false;
+            st = cr_buf_printf(out, "%%!%c(BADINDEX)", verb);
             continue;
         }
         if (argi >= n) {
@@ -891,7 +980,7 @@ static cr_status_t go_sprintf(exec_t *x, const char *f, size_t flen, rn_val_t **
         }
         st = fmt_value(x, args[argi++], verb, &sp, out, 0);
     }
-    if (!st && argi < n) {
+    if (!st && !reordered && argi < n) {
         st = cr_buf_puts(out, "%!(EXTRA ");
         for (size_t k = argi; !st && k < n; k++) {
             if (k > argi)
@@ -933,12 +1022,23 @@ static cr_status_t go_sprint(rn_val_t **args, size_t n, bool ln, cr_buf_t *out)
 }
 
 /* The text/template escapers' argument rule: one string as is, else
- * fmt.Sprint of all. */
+ * fmt.Sprint of all, where a nil has become the string "<no value>". */
 static cr_status_t escaper_arg(rn_val_t **args, size_t n, cr_buf_t *out)
 {
     if (n == 1 && args[0]->kind == RN_VAL_STRING)
         return cr_buf_append(out, args[0]->u.s.p, args[0]->u.s.len);
-    return go_sprint(args, n, false, out);
+    cr_status_t st = CR_OK;
+    bool prev_string = false;
+    for (size_t i = 0; !st && i < n; i++) {
+        bool nil = args[i]->kind == RN_VAL_NIL;
+        bool is_string = nil || args[i]->kind == RN_VAL_STRING;
+        if (i > 0 && !is_string && !prev_string)
+            st = cr_buf_putc(out, ' ');
+        if (!st)
+            st = nil ? cr_buf_puts(out, "<no value>") : val_print_depth(args[i], out, 1);
+        prev_string = is_string;
+    }
+    return st;
 }
 
 static cr_status_t html_escape(const char *s, size_t n, cr_buf_t *out)
@@ -1109,6 +1209,8 @@ rn_val_t *tfunc_call(exec_t *x, tfunc_t f, rn_val_t **a, size_t n)
         st = go_sprint(a, n, f == TF_PRINTLN, &b);
         return buf_val(x, &b, st);
     case TF_PRINTF:
+        if (a[0]->kind == RN_VAL_NIL)
+            return exec_fail(x, CR_E_INVALID, "invalid value; expected string");
         if (a[0]->kind != RN_VAL_STRING)
             return exec_fail(x, CR_E_INVALID, "wrong type for value; expected string; got %s",
                              val_type_name(a[0]));

@@ -248,6 +248,8 @@ typedef struct exec {
     int depth;
     int64_t now_unix;
     const tnode_t *at; /* node being evaluated, for messages */
+    bool dot_iface;    /* dot is a range element of a []any or map: Go sees
+                        * it through interface {} (nil is an error there) */
     cr_err_t *err;
     cr_status_t st; /* first error */
 } exec_t;

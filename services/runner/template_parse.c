@@ -141,6 +141,7 @@ typedef struct parser {
     size_t n_vars, cap_vars;
     int nesting;
     int range_depth;
+    uint32_t bare_template_pos; /* 1 + offset of a {{template "x"}} without data */
     uint32_t err_pos;
     cr_err_t *err;
     cr_status_t st;
@@ -426,7 +427,7 @@ static tok_t lex_action(parser_t *p)
         while (p->pos < p->len && is_alnum((unsigned char)p->src[p->pos]))
             p->pos++;
         if (!at_terminator(p))
-            return lex_error(p, (uint32_t)p->pos, "bad character %#x", (unsigned char)p->src[p->pos]);
+            return lex_error(p, (uint32_t)p->pos, "bad character U+%04X", (unsigned char)p->src[p->pos]);
         return (tok_t){T_VAR, (uint32_t)start, (uint32_t)(p->pos - start)};
     case '\'':
         return lex_char(p, start);
@@ -436,8 +437,9 @@ static tok_t lex_action(parser_t *p)
                              RN_TMPL_MAX_NESTING);
         return (tok_t){T_LPAREN, (uint32_t)start, 1};
     case ')':
-        if (--p->paren_depth < 0)
-            return lex_error(p, (uint32_t)start, "unexpected right paren");
+        /* A stray ')' is reported by the parser ("unexpected \")\" in
+         * command"), which sees it first, as in Go. */
+        p->paren_depth--;
         return (tok_t){T_RPAREN, (uint32_t)start, 1};
     default:
         break;
@@ -446,7 +448,7 @@ static tok_t lex_action(parser_t *p)
         while (p->pos < p->len && is_alnum((unsigned char)p->src[p->pos]))
             p->pos++;
         if (!at_terminator(p))
-            return lex_error(p, (uint32_t)p->pos, "bad character %#x", (unsigned char)p->src[p->pos]);
+            return lex_error(p, (uint32_t)p->pos, "bad character U+%04X", (unsigned char)p->src[p->pos]);
         return (tok_t){p->pos - start == 1 ? T_DOT : T_FIELD, (uint32_t)start,
                        (uint32_t)(p->pos - start)};
     }
@@ -456,7 +458,7 @@ static tok_t lex_action(parser_t *p)
         while (p->pos < p->len && is_alnum((unsigned char)p->src[p->pos]))
             p->pos++;
         if (!at_terminator(p))
-            return lex_error(p, (uint32_t)p->pos, "bad character %#x", (unsigned char)p->src[p->pos]);
+            return lex_error(p, (uint32_t)p->pos, "bad character U+%04X", (unsigned char)p->src[p->pos]);
         size_t n = p->pos - start;
         for (size_t i = 0; i < CR_ARRAY_LEN(keywords); i++)
             if (strlen(keywords[i].word) == n && !memcmp(keywords[i].word, p->src + start, n))
@@ -465,7 +467,7 @@ static tok_t lex_action(parser_t *p)
     }
     if (c < 0x80 && isprint(c))
         return (tok_t){T_OTHER, (uint32_t)start, 1};
-    return lex_error(p, (uint32_t)start, "unrecognized character in action: %#x", c);
+    return lex_error(p, (uint32_t)start, "unrecognized character in action: U+%04X", c);
 }
 
 static tok_t next_tok(parser_t *p)
@@ -517,7 +519,7 @@ static void tok_describe(parser_t *p, tok_t t, char *buf, size_t cap)
         snprintf(buf, cap, "EOF");
     } else if (t.type == T_ERROR) {
         snprintf(buf, cap, "%s", p->lex_err);
-    } else if (t.type >= T_KW_BLOCK || t.type == T_LEFT || t.type == T_RIGHT) {
+    } else if (t.type >= T_KW_BLOCK) {
         snprintf(buf, cap, "<%.*s>", (int)t.len, p->src + t.pos);
     } else if (t.len > 10) {
         snprintf(buf, cap, "\"%.10s\"...", p->src + t.pos);
@@ -861,6 +863,36 @@ static long utf8_one(const unsigned char *s, size_t n)
     return cp;
 }
 
+/* Go's rule for underscores in number literals: only between digits (or
+ * right after a base prefix). */
+static bool underscores_ok(const char *s, size_t n)
+{
+    size_t i = 0;
+    if (i < n && (s[i] == '+' || s[i] == '-'))
+        i++;
+    bool hex = false;
+    char prev = '^'; /* start */
+    if (i + 1 < n && s[i] == '0' && strchr("xXbBoO", s[i + 1])) {
+        hex = s[i + 1] == 'x' || s[i + 1] == 'X';
+        i += 2;
+        prev = '0'; /* a prefix counts as a digit */
+    }
+    for (; i < n; i++) {
+        char c = s[i];
+        bool digit = isdigit((unsigned char)c) || (hex && isxdigit((unsigned char)c));
+        if (c == '_') {
+            if (prev != '0')
+                return false;
+            prev = '_';
+        } else {
+            if (prev == '_' && !digit)
+                return false;
+            prev = digit ? '0' : '.';
+        }
+    }
+    return prev != '_';
+}
+
 /* Parses a number token (or a character constant) the way Go's parser
  * does for the cases templates meet: ints (with 0x/0o/0b/0 prefixes and
  * underscores), floats, chars. Complex numbers are refused. */
@@ -879,7 +911,11 @@ static tnode_t *number_node(parser_t *p, tok_t t)
         char buf[16];
         const char *why = NULL;
         long k = t.len - 2 < sizeof buf ? unquote(s + 1, t.len - 2, '\'', buf, &why) : -1;
-        long cp = k >= 1 ? utf8_one((const unsigned char *)buf, (size_t)k) : -1;
+        if (k <= 0) {
+            perr(p, t.pos, "invalid syntax");
+            return NULL;
+        }
+        long cp = utf8_one((const unsigned char *)buf, (size_t)k);
         if (cp < 0) {
             perr(p, t.pos, "malformed character constant: %.*s", (int)t.len, s);
             return NULL;
@@ -888,6 +924,10 @@ static tnode_t *number_node(parser_t *p, tok_t t)
         n->u.num.i = cp;
         n->u.num.f = (double)cp;
         return n;
+    }
+    if (!underscores_ok(s, t.len)) {
+        perr(p, t.pos, "illegal number syntax: \"%.*s\"", (int)t.len, s);
+        return NULL;
     }
     /* Copy without underscores. */
     char buf[128];
@@ -937,13 +977,13 @@ static tnode_t *number_node(parser_t *p, tok_t t)
             return n;
         }
         if (errno == ERANGE) {
-            perr(p, t.pos, "%s overflows int", n->u.num.text);
+            perr(p, t.pos, "integer overflow: \"%s\"", n->u.num.text);
             return NULL;
         }
-        if (base != 8) {
-            perr(p, t.pos, "illegal number syntax: \"%.*s\"", (int)t.len, s);
-            return NULL;
-        }
+        /* An integer-looking number that is no valid integer: Go reports
+         * the float it would parse as an overflow ("08"). */
+        perr(p, t.pos, "integer overflow: \"%.*s\"", (int)t.len, s);
+        return NULL;
     }
     char *end = NULL;
     double f = strtod(buf, &end);
@@ -955,6 +995,8 @@ static tnode_t *number_node(parser_t *p, tok_t t)
     n->u.num.f = f;
     return n;
 }
+
+static void quote_go(const char *s, size_t len, cr_buf_t *out);
 
 /* ---- grammar ---- */
 
@@ -1052,6 +1094,7 @@ static tnode_t *parse_operand(parser_t *p)
     case TN_FIELD:
     case TN_VAR:
         add_idents(p, &node->u.field.idents, &node->u.field.n, more, m);
+        node->pos = chain_pos; /* Go places the merged node at the chain */
         return p->st ? NULL : node;
     case TN_BOOL:
     case TN_STRING:
@@ -1061,7 +1104,11 @@ static tnode_t *parse_operand(parser_t *p)
         cr_buf_t b;
         cr_buf_init(&b, 256);
         tnode_to_string(node, &b);
-        perr(p, chain_pos, "unexpected . after term \"%s\"", b.data ? b.data : "");
+        cr_buf_t q;
+        cr_buf_init(&q, 512);
+        quote_go(b.data ? b.data : "", b.len, &q);
+        perr(p, chain_pos, "unexpected . after term %s", q.data ? q.data : "");
+        cr_buf_free(&q);
         cr_buf_free(&b);
         return NULL;
     }
@@ -1414,10 +1461,8 @@ static tnode_t *parse_action(parser_t *p, tok_t *term)
             n->u.tmpl.pipe = parse_pipeline(p, "template clause", T_RIGHT);
             if (!n->u.tmpl.pipe)
                 return NULL;
-        } else {
-            /* Ollama's Vars() refuses a template call without data. */
-            perr(p, t.pos, "undefined template specified");
-            return NULL;
+        } else if (!p->bare_template_pos) {
+            p->bare_template_pos = t.pos + 1; /* Ollama refuses these */
         }
         return n;
     }
@@ -1786,6 +1831,10 @@ static cr_status_t tmpl_parse(const char *src, size_t len, bool ollama, rn_tmpl_
     free(p.vars);
     p.vars = NULL;
 
+    if (ollama && !p.st && p.bare_template_pos) {
+        /* Ollama's Vars() refuses a template call without a pipeline. */
+        perr(&p, p.bare_template_pos - 1, "undefined template specified");
+    }
     if (!p.st) {
         collect_idents(&p, t->root, 0);
         for (size_t i = 0; i < t->n_defs; i++)

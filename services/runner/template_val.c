@@ -908,5 +908,9 @@ cr_status_t rn_val_from_json(const json_t *j, unsigned opts, rn_val_t **out,
         *out = rn_val_nil();
         return CR_OK;
     }
-    return from_json(j, opts, 0, out, err);
+    cr_status_t st = from_json(j, opts, 0, out, err);
+    if (!st && (opts & RN_JSON_TOP_PRINTS_JSON) &&
+        ((*out)->kind == RN_VAL_LIST || (*out)->kind == RN_VAL_MAP))
+        (*out)->flags |= RN_VAL_F_JSON_PRINT;
+    return st;
 }
