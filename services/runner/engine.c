@@ -45,6 +45,8 @@ struct rn_engine {
     int32_t *seq;     /* tokens in the KV cache, in order [n_ctx] */
     int n_seq;
     int32_t *prompt;  /* this request's prompt tokens [n_ctx] */
+    float *embed;     /* embedding output of the last embed request */
+    size_t embed_cap; /* floats allocated in embed */
     cr_buf_t out;     /* text released by the stop matcher */
 };
 
@@ -142,6 +144,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
     cr_buf_free(&e->out);
     free(e->seq);
     free(e->prompt);
+    free(e->embed);
     free(e);
     *self_p = NULL;
 }
@@ -588,4 +591,84 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
 out:
     rn_stop_destroy(&stop);
     return st;
+}
+
+/* ---- embeddings ---- */
+
+#define EMBED_MAX_INPUTS 4096
+
+cr_status_t rn_engine_embed(rn_engine_t *e, const msg_embed_body_t *req,
+                            const rn_sink_t *sink, msg_embeddings_body_t *out,
+                            cr_err_t *err)
+{
+    int64_t t_start = mono_ns();
+    memset(out, 0, sizeof *out);
+    const rn_hparams_t *hp = rn_model_hparams(e->model);
+    size_t n_in = req->input.n;
+    if (n_in > EMBED_MAX_INPUTS)
+        return cr_err_set(err, CR_E_INVALID, "too many inputs (%zu > %d)",
+                          n_in, EMBED_MAX_INPUTS);
+    size_t dim = (size_t)hp->dim;
+    size_t dims = dim;
+    if (req->has_dimensions && req->dimensions > 0 &&
+        (size_t)req->dimensions < dim)
+        dims = (size_t)req->dimensions;
+    if (n_in * dim > e->embed_cap) {
+        float *p = realloc(e->embed, n_in * dim * sizeof *p);
+        if (!p)
+            return cr_err_set(err, CR_E_NOMEM, "out of memory for embeddings");
+        e->embed = p;
+        e->embed_cap = n_in * dim;
+    }
+    bool truncate = !req->has_truncate || req->truncate;
+    bool normalize = !req->has_normalize || req->normalize;
+    int64_t n_tokens = 0;
+    for (size_t i = 0; i < n_in; i++) {
+        if (sink->canceled(sink->ctx))
+            return CR_E_CANCELED;
+        const char *text = req->input.v[i] ? req->input.v[i] : "";
+        size_t need = 0;
+        cr_status_t st = rn_tokenize(e->tok, text, strlen(text), true, false,
+                                     e->prompt, (size_t)e->n_ctx, &need, err);
+        if (st && st != CR_E_TOO_LARGE)
+            return st;
+        if (need > (size_t)e->n_ctx) {
+            if (!truncate)
+                return cr_err_set(err, CR_E_INVALID,
+                                  "the input length exceeds the context length");
+            need = (size_t)e->n_ctx; /* the head that fits */
+        }
+        if (need == 0)
+            return cr_err_set(err, CR_E_INVALID, "input %zu is empty", i);
+        float *row = e->embed + i * dims;
+        /* Pool into the row's slot (dim wide, then cut to dims). */
+        float *full = e->embed + i * dim;
+        if ((st = rn_ctx_embed(e->ctx, e->prompt, (int)need, false, full, err)))
+            return st;
+        e->n_seq = 0; /* the cache now holds this input, not a prompt */
+        n_tokens += (int64_t)need;
+        if (row != full)
+            memmove(row, full, dims * sizeof *row);
+        if (normalize) {
+            double ss = 0;
+            for (size_t j = 0; j < dims; j++)
+                ss += (double)row[j] * row[j];
+            double norm = sqrt(ss);
+            float scale = (float)(1.0 / (norm > 1e-12 ? norm : 1e-12));
+            for (size_t j = 0; j < dims; j++)
+                row[j] *= scale;
+        }
+    }
+    out->n_inputs = (int64_t)n_in;
+    out->has_n_inputs = true;
+    out->dims = (int64_t)dims;
+    out->has_dims = true;
+    out->data.data = (uint8_t *)e->embed;
+    out->data.len = n_in * dims * sizeof(float);
+    out->has_data = true;
+    out->prompt_eval_count = n_tokens;
+    out->has_prompt_eval_count = true;
+    out->total_duration = mono_ns() - t_start;
+    out->has_total_duration = true;
+    return CR_OK;
 }

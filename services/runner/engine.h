@@ -49,4 +49,14 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
                                const rn_sink_t *sink, msg_done_body_t *done,
                                cr_err_t *err);
 
+/* Runs an embed request: each input tokenized (BOS/EOS as the vocabulary
+ * says), cut to the context unless truncate is false (then CR_E_INVALID
+ * "the input length exceeds the context length"), mean-pooled, L2-normalized
+ * unless normalize is false, cut to `dimensions` and normalized again.
+ * Fills *out (an `embeddings` body whose data points into the engine,
+ * valid until the next call). Empty input gives n_inputs 0. */
+cr_status_t rn_engine_embed(rn_engine_t *e, const msg_embed_body_t *req,
+                            const rn_sink_t *sink, msg_embeddings_body_t *out,
+                            cr_err_t *err);
+
 #endif

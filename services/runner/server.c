@@ -139,18 +139,25 @@ static void handle_request(rn_server_t *s, const msg_t *m)
         send_error(s, m->id, CR_E_RUNNER, "no model is loaded");
         return;
     }
-    if (m->type == MSG_embed) {
-        send_error(s, m->id, CR_E_UNSUPPORTED,
-                   "embeddings are not supported by this runner yet");
-        return;
-    }
     s->running_id = m->id;
     s->running_canceled = false;
     rn_sink_t sink = {s, sink_chunk, sink_canceled};
-    msg_t done;
-    msg_init(&done, MSG_done, m->id);
     cr_err_t err;
     cr_err_clear(&err);
+    if (m->type == MSG_embed) {
+        msg_t r;
+        msg_init(&r, MSG_embeddings, m->id);
+        cr_status_t st = rn_engine_embed(s->engine, &m->u.embed, &sink,
+                                         &r.u.embeddings, &err);
+        if (st == CR_OK)
+            send_msg(s, &r);
+        else
+            send_error(s, m->id, st, err.msg[0] ? err.msg : cr_status_str(st));
+        s->running_id = NULL;
+        return;
+    }
+    msg_t done;
+    msg_init(&done, MSG_done, m->id);
     cr_status_t st = rn_engine_generate(s->engine, m, &sink, &done.u.done, &err);
     if (st == CR_OK) {
         send_msg(s, &done);

@@ -209,6 +209,28 @@ static void test_seed_determinism(void)
     json_decref(c);
 }
 
+static void test_embed(void)
+{
+    long st;
+    json_t *j = post_json("/api/embed",
+                          "{\"model\":\"synth\",\"input\":[\"hello\","
+                          "\"world\"]}",
+                          &st);
+    CHECK_EQ_INT(st, 200);
+    json_t *embs = json_object_get(j, "embeddings");
+    CHECK_EQ_INT(json_array_size(embs), 2);
+    json_t *e0 = json_array_get(embs, 0);
+    double ss = 0;
+    for (size_t i = 0; i < json_array_size(e0); i++) {
+        double x = json_number_value(json_array_get(e0, i));
+        ss += x * x;
+    }
+    CHECK(json_array_size(e0) > 0);
+    CHECK_NEAR(ss, 1.0, 1e-4);
+    CHECK(json_integer_value(json_object_get(j, "prompt_eval_count")) > 0);
+    json_decref(j);
+}
+
 static void test_ps_and_unload(void)
 {
     e2e_resp_t r = e2e_http(&T, "GET", "/api/ps", NULL, NULL, NULL);
@@ -483,6 +505,7 @@ int main(void)
     test_tags_show();
     test_chat();
     test_seed_determinism();
+    test_embed();
     test_ps_and_unload();
     test_runner_crash();
     test_disconnect_cancels();

@@ -174,6 +174,72 @@ static void test_stop_and_cancel(rn_engine_t *e)
     cr_buf_free(&c.text);
 }
 
+static void test_embed(rn_engine_t *e)
+{
+    char *inputs[2] = {"hello world", "a different sentence"};
+    msg_embed_body_t req = {0};
+    req.model = "synth";
+    req.input.v = inputs;
+    req.input.n = 2;
+    req.has_input = true;
+    capture_t cp = {0};
+    rn_sink_t sink = {&cp, cap_chunk, cap_canceled};
+    msg_embeddings_body_t out;
+    cr_err_t err;
+    CHECK_EQ_INT(rn_engine_embed(e, &req, &sink, &out, &err), CR_OK);
+    CHECK_EQ_INT(out.n_inputs, 2);
+    CHECK(out.dims > 16);
+    CHECK_EQ_INT(out.data.len, 2 * out.dims * sizeof(float));
+    const float *v = (const float *)out.data.data;
+    double n0 = 0, dot = 0;
+    for (int64_t j = 0; j < out.dims; j++) {
+        n0 += (double)v[j] * v[j];
+        dot += (double)v[j] * v[out.dims + j];
+    }
+    CHECK_NEAR(n0, 1.0, 1e-5); /* L2-normalized */
+    CHECK(dot < 0.99999);      /* different inputs, different vectors */
+    float first[64];
+    int64_t full_dims = out.dims;
+    memcpy(first, v, 16 * sizeof *first);
+
+    /* dimensions: the first k components, normalized again. */
+    req.dimensions = 16;
+    req.has_dimensions = true;
+    CHECK_EQ_INT(rn_engine_embed(e, &req, &sink, &out, &err), CR_OK);
+    CHECK_EQ_INT(out.dims, 16);
+    v = (const float *)out.data.data;
+    double n1 = 0, scale = 0;
+    for (int j = 0; j < 16; j++)
+        n1 += (double)v[j] * v[j];
+    CHECK_NEAR(n1, 1.0, 1e-5);
+    scale = v[0] / first[0];
+    for (int j = 1; j < 16; j++)
+        CHECK_NEAR(v[j], first[j] * scale, 1e-5); /* same direction */
+    CHECK(full_dims > 16);
+
+    /* Too long with truncate:false is Ollama's 400; with truncate it fits. */
+    static char longtext[20000];
+    for (size_t i = 0; i + 2 < sizeof longtext; i += 2)
+        memcpy(longtext + i, "a ", 2);
+    char *one[1] = {longtext};
+    req.input.v = one;
+    req.input.n = 1;
+    req.has_dimensions = false;
+    req.truncate = false;
+    req.has_truncate = true;
+    CHECK_EQ_INT(rn_engine_embed(e, &req, &sink, &out, &err), CR_E_INVALID);
+    CHECK_EQ_STR(err.msg, "the input length exceeds the context length");
+    req.truncate = true;
+    CHECK_EQ_INT(rn_engine_embed(e, &req, &sink, &out, &err), CR_OK);
+
+    /* The cache held the embedding input: generation afterwards is sane. */
+    msg_options_t o = greedy(3);
+    capture_t g = {0};
+    msg_done_body_t d;
+    CHECK_EQ_INT(gen(e, "hello", true, &o, &g, &d, &err), CR_OK);
+    cr_buf_free(&g.text);
+}
+
 static void test_templates_and_errors(void)
 {
     /* A template that reads .Messages: chat renders through it. */
@@ -309,6 +375,7 @@ int main(void)
         test_length_and_determinism(e);
         test_prefix_reuse(e);
         test_stop_and_cancel(e);
+        test_embed(e);
         rn_engine_destroy(&e);
     }
     test_templates_and_errors();
