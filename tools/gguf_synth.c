@@ -1,9 +1,11 @@
-/* gguf_synth.c: corral-gguf-synth, writes a synthetic llama GGUF model.
+/* gguf_synth.c: corral-gguf-synth, writes a synthetic GGUF model.
  *
- *   corral-gguf-synth --out FILE [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]
- *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ffn N] [--ctx N]
- *       [--rope-base F] [--tied] [--rope-freqs] [--vocab-from FILE.gguf]
- *       [--vocab-only] [--name NAME]
+ *   corral-gguf-synth --out FILE [--arch llama|qwen2|qwen3|gemma2|gemma3|phi3]
+ *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]
+ *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
+ *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
+ *       [--attn-softcap F] [--final-softcap F] [--std F] [--tied]
+ *       [--rope-freqs] [--vocab-from FILE.gguf] [--vocab-only] [--name NAME]
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
  * writing itself lives in services/runner/synth.c, shared with the tests. */
@@ -13,8 +15,11 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: corral-gguf-synth --out FILE [--seed N] [--type "
-            "f32|f16|bf16|q8_0|q4_0|q6_k]\n"
+            "usage: corral-gguf-synth --out FILE [--arch "
+            "llama|qwen2|qwen3|gemma2|gemma3|phi3]\n"
+            "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]\n"
+            "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
+            "         [--final-softcap F] [--std F]\n"
             "         [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ffn N]"
             " [--ctx N]\n"
             "         [--rope-base F] [--tied] [--rope-freqs] [--vocab-from "
@@ -32,6 +37,16 @@ static bool parse_int(const char *s, long lo, long hi, int *out)
     if (errno || end == s || *end || v < lo || v > hi)
         return false;
     *out = (int)v;
+    return true;
+}
+
+static bool parse_pos_float(const char *s, float *out)
+{
+    char *end = NULL;
+    float v = strtof(s, &end);
+    if (end == s || *end || !(v > 0) || v > 1e30f)
+        return false;
+    *out = v;
     return true;
 }
 
@@ -83,6 +98,21 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--rope-base")) {
             char *end = NULL;
             ok = v && (o.rope_base = strtof(v, &end), end != v && !*end && o.rope_base > 0);
+        } else if (!strcmp(a, "--arch")) {
+            o.arch = v;
+            ok = v != NULL;
+        } else if (!strcmp(a, "--head-dim")) {
+            ok = v && parse_int(v, 1, 1 << 16, &o.head_dim);
+        } else if (!strcmp(a, "--window")) {
+            ok = v && parse_int(v, 1, 1 << 24, &o.sliding_window);
+        } else if (!strcmp(a, "--swa-pattern")) {
+            ok = v && parse_int(v, 1, 1024, &o.swa_pattern);
+        } else if (!strcmp(a, "--attn-softcap")) {
+            ok = v && parse_pos_float(v, &o.attn_softcap);
+        } else if (!strcmp(a, "--final-softcap")) {
+            ok = v && parse_pos_float(v, &o.final_softcap);
+        } else if (!strcmp(a, "--std")) {
+            ok = v && parse_pos_float(v, &o.weight_std);
         } else if (!strcmp(a, "--vocab-from")) {
             o.vocab_from = v;
             ok = v != NULL;

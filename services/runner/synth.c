@@ -1,4 +1,4 @@
-/* synth.c: writes synthetic llama GGUF models (see synth.h).
+/* synth.c: writes synthetic GGUF models (see synth.h).
  *
  * Tensor data is generated at write time, one row at a time, by a callback
  * per tensor; each tensor has its own generator seeded from (seed, tensor
@@ -155,6 +155,7 @@ typedef struct tensor_gen {
     cr_type_t type;
     int64_t ne0, rows;
     fill_t fill;
+    double mean, std;   /* FILL_NORMAL */
 } tensor_gen_t;
 
 static cr_status_t gen_tensor(void *ctx, const char *name, uint64_t size_bytes,
@@ -183,8 +184,10 @@ static cr_status_t gen_tensor(void *ctx, const char *name, uint64_t size_bytes,
                 row[j] = 1.0f;
             else if (g->fill == FILL_ROPE_FREQS) /* 1 for fast pairs .. 8 */
                 row[j] = 1.0f + 7.0f * (float)j / (float)CR_MAX(1, g->ne0 - 1);
+            else if (g->mean != 0)
+                row[j] = (float)g->mean + rng_normal(&r, g->std);
             else
-                row[j] = rng_normal(&r, SYNTH_STD);
+                row[j] = rng_normal(&r, g->std);
         }
         tt->from_float(row, q, g->ne0);
         st = cr_gguf_sink_write(sink, q, (size_t)row_bytes, err);
@@ -229,6 +232,21 @@ static cr_status_t check_type(cr_type_t t, const rn_synth_opts_t *o, cr_err_t *e
     return CR_OK;
 }
 
+static const char *arch_of(const rn_synth_opts_t *o)
+{
+    return o->arch ? o->arch : "llama";
+}
+
+static bool is_arch(const rn_synth_opts_t *o, const char *name)
+{
+    return !strcmp(arch_of(o), name);
+}
+
+static int head_dim_of(const rn_synth_opts_t *o)
+{
+    return o->head_dim > 0 && !is_arch(o, "llama") ? o->head_dim : o->dim / o->n_heads;
+}
+
 static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
 {
     const be_type_traits_t *tt = be_type_traits_at(o->type, BE_SIMD_SCALAR);
@@ -240,19 +258,32 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
     if (o->n_layers < 1 || o->n_layers > SYNTH_MAX_LAYERS)
         return cr_err_set(err, CR_E_INVALID, "layers %d out of range 1..%d",
                           o->n_layers, SYNTH_MAX_LAYERS);
-    if (o->n_heads < 1 || o->n_kv_heads < 1 || o->dim % o->n_heads ||
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3",
+                                        "phi3"};
+    size_t ai = 0;
+    while (ai < CR_ARRAY_LEN(archs) && !is_arch(o, archs[ai]))
+        ai++;
+    if (ai == CR_ARRAY_LEN(archs))
+        return cr_err_set(err, CR_E_INVALID, "unknown architecture '%.64s'", arch_of(o));
+    bool own_hd = o->head_dim > 0 && !is_arch(o, "llama");
+    if (o->n_heads < 1 || o->n_kv_heads < 1 || (!own_hd && o->dim % o->n_heads) ||
         o->n_heads % o->n_kv_heads)
         return cr_err_set(err, CR_E_INVALID,
                           "heads %d / kv-heads %d must divide dim %d and each other",
                           o->n_heads, o->n_kv_heads, o->dim);
-    if ((o->dim / o->n_heads) % 2)
-        return cr_err_set(err, CR_E_INVALID, "head size %d must be even",
-                          o->dim / o->n_heads);
+    int hd = head_dim_of(o);
+    if (hd % 2 || hd > SYNTH_MAX_DIM || (int64_t)hd * o->n_heads > SYNTH_MAX_DIM)
+        return cr_err_set(err, CR_E_INVALID, "head size %d must be even and heads x "
+                          "head size at most %d", hd, SYNTH_MAX_DIM);
+
     if (o->ctx < 1)
         return cr_err_set(err, CR_E_INVALID, "ctx %d must be positive", o->ctx);
     cr_status_t st = check_type(o->type, o, err);
     if (!st && o->mix)
         st = check_type(o->mix_type, o, err);
+    if (!st && tt->block_elems > 1 && (hd * o->n_heads) % (int)tt->block_elems)
+        st = cr_err_set(err, CR_E_INVALID, "heads x head size %d must be a multiple "
+                        "of %u for %s", hd * o->n_heads, tt->block_elems, tt->name);
     return st;
 }
 
@@ -263,9 +294,10 @@ typedef struct synth {
     int n_gens, cap_gens;
 } synth_t;
 
-static cr_status_t add_gen(synth_t *s, const rn_synth_opts_t *o, const char *name,
-                           cr_type_t type, int64_t ne0, int64_t rows, fill_t fill,
-                           cr_err_t *err)
+static cr_status_t add_gen_dist(synth_t *s, const rn_synth_opts_t *o,
+                                const char *name, cr_type_t type, int64_t ne0,
+                                int64_t rows, fill_t fill, double mean, double std,
+                                cr_err_t *err)
 {
     if (s->n_gens == s->cap_gens)
         return cr_err_set(err, CR_E_INTERNAL, "synth: too many tensors");
@@ -278,10 +310,73 @@ static cr_status_t add_gen(synth_t *s, const rn_synth_opts_t *o, const char *nam
     g->ne0 = ne0;
     g->rows = rows;
     g->fill = fill;
+    g->mean = mean;
+    g->std = std;
     s->n_gens++;
     uint64_t ne[2] = {(uint64_t)ne0, (uint64_t)rows};
     return cr_gguf_writer_add_tensor_fn(s->w, g->name, rows > 1 ? 2 : 1, ne, type,
                                         gen_tensor, g, NULL, err);
+}
+
+static cr_status_t add_gen(synth_t *s, const rn_synth_opts_t *o, const char *name,
+                           cr_type_t type, int64_t ne0, int64_t rows, fill_t fill,
+                           cr_err_t *err)
+{
+    double std = o->weight_std > 0 ? o->weight_std : SYNTH_STD;
+    return add_gen_dist(s, o, name, type, ne0, rows, fill, 0, std, err);
+}
+
+/* One per-layer tensor blk.N.<what>.<kind> of GGUF ne {ne0, rows}. */
+typedef enum part { PART_MAT, PART_MAT_HI, PART_NORM, PART_BIAS } part_t;
+typedef struct layer_part {
+    const char *what, *kind;
+    int64_t ne0, rows;
+    part_t part;
+} layer_part_t;
+
+/* The tensors of one layer of o's architecture, in llama.cpp's order;
+ * returns how many (at most 16). */
+static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
+{
+    int64_t D = o->dim, F = o->ffn, hd = head_dim_of(o);
+    int64_t Q = hd * o->n_heads, KV = hd * o->n_kv_heads;
+    bool qwen2 = is_arch(o, "qwen2"), qwen3 = is_arch(o, "qwen3");
+    bool gemma = is_arch(o, "gemma2") || is_arch(o, "gemma3");
+    bool qk_norm = qwen3 || is_arch(o, "gemma3");
+    int n = 0;
+    p[n++] = (layer_part_t){"attn_norm", "weight", D, 1, PART_NORM};
+    if (is_arch(o, "phi3")) {
+        p[n++] = (layer_part_t){"attn_qkv", "weight", D, Q + 2 * KV, PART_MAT};
+    } else {
+        p[n++] = (layer_part_t){"attn_q", "weight", D, Q, PART_MAT};
+        if (qwen2)
+            p[n++] = (layer_part_t){"attn_q", "bias", Q, 1, PART_BIAS};
+        if (qk_norm)
+            p[n++] = (layer_part_t){"attn_q_norm", "weight", hd, 1, PART_NORM};
+        p[n++] = (layer_part_t){"attn_k", "weight", D, KV, PART_MAT};
+        if (qwen2)
+            p[n++] = (layer_part_t){"attn_k", "bias", KV, 1, PART_BIAS};
+        if (qk_norm)
+            p[n++] = (layer_part_t){"attn_k_norm", "weight", hd, 1, PART_NORM};
+        p[n++] = (layer_part_t){"attn_v", "weight", D, KV, PART_MAT_HI};
+        if (qwen2)
+            p[n++] = (layer_part_t){"attn_v", "bias", KV, 1, PART_BIAS};
+    }
+    p[n++] = (layer_part_t){"attn_output", "weight", Q, D, PART_MAT};
+    if (gemma)
+        p[n++] = (layer_part_t){"post_attention_norm", "weight", D, 1, PART_NORM};
+    p[n++] = (layer_part_t){"ffn_norm", "weight", D, 1, PART_NORM};
+    if (is_arch(o, "phi3")) {
+        p[n++] = (layer_part_t){"ffn_up", "weight", D, 2 * F, PART_MAT};
+        p[n++] = (layer_part_t){"ffn_down", "weight", F, D, PART_MAT_HI};
+    } else {
+        p[n++] = (layer_part_t){"ffn_gate", "weight", D, F, PART_MAT};
+        p[n++] = (layer_part_t){"ffn_down", "weight", F, D, PART_MAT_HI};
+        p[n++] = (layer_part_t){"ffn_up", "weight", D, F, PART_MAT};
+    }
+    if (gemma)
+        p[n++] = (layer_part_t){"post_ffw_norm", "weight", D, 1, PART_NORM};
+    return n;
 }
 
 static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
@@ -290,31 +385,52 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
     if (st)
         return st;
     s->w = cr_gguf_writer_new();
-    s->cap_gens = 4 + 9 * o->n_layers;
+    s->cap_gens = 4 + 16 * o->n_layers;
     s->gens = calloc((size_t)s->cap_gens, sizeof *s->gens);
     if (!s->w || !s->gens)
         return cr_err_set(err, CR_E_NOMEM, "synth: out of memory");
     cr_gguf_writer_t *w = s->w;
-    int head_dim = o->dim / o->n_heads;
-    int kv_dim = head_dim * o->n_kv_heads;
+    int head_dim = head_dim_of(o);
+    const char *arch = arch_of(o);
+    bool llama = is_arch(o, "llama");
+    char key[96];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
 
-    st = cr_gguf_writer_add_str(w, "general.architecture", "llama", err);
+    st = cr_gguf_writer_add_str(w, "general.architecture", arch, err);
     st = st ? st : cr_gguf_writer_add_str(w, "general.name", o->name ? o->name : "synth", err);
     st = st ? st : cr_gguf_writer_add_u32(w, "general.file_type", file_type_of(o->type, o->mix), err);
     if (!st && be_type_traits_at(o->type, BE_SIMD_SCALAR)->block_elems > 1)
         st = cr_gguf_writer_add_u32(w, "general.quantization_version", 2, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, "llama.context_length", (uint32_t)o->ctx, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)o->dim, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, "llama.block_count", (uint32_t)o->n_layers, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)o->ffn, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)o->n_heads, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, "llama.attention.head_count_kv",
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)o->ctx, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)o->dim, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)o->n_layers, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->ffn, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)o->n_heads, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.head_count_kv"),
                                           (uint32_t)o->n_kv_heads, err);
-    st = st ? st : cr_gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon",
+    st = st ? st : cr_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"),
                                           o->rms_eps, err);
-    st = st ? st : cr_gguf_writer_add_f32(w, "llama.rope.freq_base", o->rope_base, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, "llama.rope.dimension_count",
+    st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.freq_base"), o->rope_base, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
                                           (uint32_t)head_dim, err);
+    if (!llama) {
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.key_length"),
+                                              (uint32_t)head_dim, err);
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.value_length"),
+                                              (uint32_t)head_dim, err);
+    }
+    if (!st && o->sliding_window > 0)
+        st = cr_gguf_writer_add_u32(w, KEY("attention.sliding_window"),
+                                    (uint32_t)o->sliding_window, err);
+    if (!st && o->swa_pattern > 0)
+        st = cr_gguf_writer_add_u32(w, KEY("attention.sliding_window_pattern"),
+                                    (uint32_t)o->swa_pattern, err);
+    if (!st && o->attn_softcap > 0)
+        st = cr_gguf_writer_add_f32(w, KEY("attn_logit_softcapping"), o->attn_softcap,
+                                    err);
+    if (!st && o->final_softcap > 0)
+        st = cr_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), o->final_softcap,
+                                    err);
     if (st)
         return st;
 
@@ -360,44 +476,51 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
         if (st)
             return st;
     }
-    st = cr_gguf_writer_add_u32(w, "llama.vocab_size", (uint32_t)n_vocab, err);
+    st = cr_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)n_vocab, err);
     if (st || o->vocab_only)
         return st;
 
     /* Tensors, in llama.cpp's order. Shapes are GGUF ne = {cols, rows}. */
     st = add_gen(s, o, "token_embd.weight", o->type, o->dim, n_vocab, FILL_NORMAL, err);
-    st = st ? st : add_gen(s, o, "output_norm.weight", CR_TYPE_F32, o->dim, 1, FILL_ONES, err);
+    if (llama)
+        st = st ? st : add_gen(s, o, "output_norm.weight", CR_TYPE_F32, o->dim, 1,
+                               FILL_ONES, err);
+    else
+        st = st ? st : add_gen_dist(s, o, "output_norm.weight", CR_TYPE_F32, o->dim, 1,
+                                    FILL_NORMAL, 1.0, 0.1, err);
     cr_type_t hi = o->mix ? o->mix_type : o->type;
     if (!st && !o->tied_output)
         st = add_gen(s, o, "output.weight", hi, o->dim, n_vocab, FILL_NORMAL, err);
     if (!st && o->rope_freqs)
         st = add_gen(s, o, "rope_freqs.weight", CR_TYPE_F32, head_dim / 2, 1,
                      FILL_ROPE_FREQS, err);
+    /* Non-llama models get norms and biases that are not neutral, so a
+     * test comparing against an independent reference sees each one. */
     char name[64];
+    layer_part_t per[16];
+    int n_per = layer_parts(o, per);
     for (int l = 0; l < o->n_layers && !st; l++) {
-        struct {
-            const char *what;
-            int64_t ne0, rows;
-            fill_t fill;
-        } per[] = {
-            {"attn_norm", o->dim, 1, FILL_ONES},
-            {"attn_q", o->dim, o->dim, FILL_NORMAL},
-            {"attn_k", o->dim, kv_dim, FILL_NORMAL},
-            {"attn_v", o->dim, kv_dim, FILL_NORMAL},
-            {"attn_output", o->dim, o->dim, FILL_NORMAL},
-            {"ffn_norm", o->dim, 1, FILL_ONES},
-            {"ffn_gate", o->dim, o->ffn, FILL_NORMAL},
-            {"ffn_down", o->ffn, o->dim, FILL_NORMAL},
-            {"ffn_up", o->dim, o->ffn, FILL_NORMAL},
-        };
-        for (size_t i = 0; i < CR_ARRAY_LEN(per) && !st; i++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, per[i].what);
-            cr_type_t t = per[i].fill == FILL_ONES ? CR_TYPE_F32 : o->type;
-            if (!strcmp(per[i].what, "attn_v") || !strcmp(per[i].what, "ffn_down"))
-                t = hi;
-            st = add_gen(s, o, name, t, per[i].ne0, per[i].rows, per[i].fill, err);
+        for (int i = 0; i < n_per && !st; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.%s", l, per[i].what, per[i].kind);
+            switch (per[i].part) {
+            case PART_MAT:
+            case PART_MAT_HI:
+                st = add_gen(s, o, name, per[i].part == PART_MAT_HI ? hi : o->type,
+                             per[i].ne0, per[i].rows, FILL_NORMAL, err);
+                break;
+            case PART_NORM:
+                st = llama ? add_gen(s, o, name, CR_TYPE_F32, per[i].ne0, 1, FILL_ONES, err)
+                           : add_gen_dist(s, o, name, CR_TYPE_F32, per[i].ne0, 1,
+                                          FILL_NORMAL, 1.0, 0.1, err);
+                break;
+            case PART_BIAS:
+                st = add_gen_dist(s, o, name, CR_TYPE_F32, per[i].ne0, 1, FILL_NORMAL, 0,
+                                  0.1, err);
+                break;
+            }
         }
     }
+#undef KEY
     return st;
 }
 

@@ -1,6 +1,7 @@
-/* synth.h: synthetic llama-architecture GGUF models for tests and tools.
+/* synth.h: synthetic GGUF models (llama, qwen2, qwen3, gemma2, gemma3,
+ * phi3) for tests and tools.
  *
- * Writes a complete, loadable model: llama.* hyperparameters, a tokenizer
+ * Writes a complete, loadable model: <arch>.* hyperparameters, a tokenizer
  * (a small built-in SentencePiece-style vocabulary, or the tokenizer.* keys
  * of another GGUF file), and weights drawn from N(0, 0.02) by a seeded
  * generator (norm weights are 1), stored in the chosen type. The same
@@ -22,6 +23,19 @@ typedef struct rn_synth_opts {
     bool mix;           /* like llama.cpp's _M files: output.weight and every
                            layer's attn_v and ffn_down in mix_type instead */
     cr_type_t mix_type; /* used when mix (Q6_K for a Q4_K_M-like file) */
+    const char *arch;   /* general.architecture: NULL or "llama", "qwen2",
+                           "qwen3", "gemma2", "gemma3", "phi3"; keys are
+                           <arch>.*, tensors as llama.cpp names them */
+    int head_dim;       /* attention.key_length; 0: dim / heads (llama
+                           always uses dim / heads) */
+    int sliding_window; /* gemma: attention.sliding_window; 0: not written */
+    int swa_pattern;    /* gemma: attention.sliding_window_pattern; 0: not
+                           written */
+    float attn_softcap; /* gemma2: attn_logit_softcapping; 0: not written */
+    float final_softcap; /* gemma2/3: final_logit_softcapping; 0: not written */
+    float weight_std;   /* std of matrix weights; 0: 0.02. Non-llama models
+                           also get norms 1 + N(0, 0.1) and biases N(0, 0.1)
+                           so every weight matters */
     int dim;            /* embedding length */
     int n_layers;
     int n_heads;

@@ -1,0 +1,838 @@
+/* test_arch_forward.c: the non-llama architectures (qwen2, qwen3, gemma2,
+ * gemma3, phi3) against an independent reference.
+ *
+ * For each architecture a small random F32 model is written by synth.c
+ * (the code behind corral-gguf-synth --arch), loaded, and run. Checks:
+ * logits finite, deterministic, identical for one batch, single steps and
+ * split batches; and, the real check, the logits at every position agree
+ * with ref_forward below, a plain double-precision implementation of each
+ * architecture written from its definition (llama.cpp's graph and the HF
+ * model), reading the same weights and metadata straight from the GGUF and
+ * sharing no code with forward.c, model.c or the backend.
+ *
+ * Why cosine >= 0.9999: the engine rounds K/V, queries and attention
+ * probabilities to F16 (relative error ~5e-4 each) exactly as llama.cpp
+ * does, so its logits differ from the double reference by ~1e-3 relative;
+ * a cosine of 0.9999 allows a relative L2 error of ~1.4%, far above that
+ * noise. A structural mistake (wrong rope pairing, missing bias or norm,
+ * soft-cap or window not applied, gate/up halves swapped, wrong scale) is
+ * far below it: each such mistake is injected into the reference
+ * ("mutants") and must drop the cosine under 0.999, which shows the check
+ * can see it. Broken files of each architecture are refused with errors
+ * naming the tensor or key. */
+#include "lib/prelude.h"
+#include "lib/gguf.h"
+#include "lib/gguf_write.h"
+#include "services/runner/backend/backend.h"
+#include "services/runner/forward.h"
+#include "services/runner/model.h"
+#include "services/runner/synth.h"
+#include "tests/unit/check.h"
+
+#include <math.h>
+#include <stdarg.h>
+
+#define N_TOK 12
+
+static be_backend_t *be_g;
+static const int32_t toks_g[N_TOK] = {1, 45, 300, 7, 99, 410, 12, 12, 256, 3, 77, 150};
+
+/* ---- the reference ---------------------------------------------------- */
+
+/* Deliberate mistakes, to show the comparison notices each one. */
+typedef enum mutant {
+    MUT_NONE,
+    MUT_ROPE_ADJACENT, /* llama's adjacent pairs instead of NEOX halves */
+    MUT_NO_BIAS,       /* qwen2 biases ignored */
+    MUT_NO_QK_NORM,    /* qwen3/gemma3 q/k norms ignored */
+    MUT_NO_SOFTCAP,    /* gemma2 attention soft-cap ignored */
+    MUT_NO_WINDOW,     /* gemma sliding window ignored */
+    MUT_NO_POST_NORM,  /* gemma post-norms ignored */
+    MUT_SILU,          /* silu instead of gelu (gemma) */
+    MUT_NO_EMBD_SCALE, /* gemma's sqrt(dim) ignored */
+    MUT_SWAP_HALVES,   /* phi3 gate/up halves swapped */
+    MUT_SWA_BASE,      /* gemma3 sliding layers with the global rope base */
+    MUT_NO_FINAL_CAP,  /* gemma2 final logit soft-cap ignored */
+} mutant_t;
+
+static const char *const mutant_names[] = {
+    "none", "rope-adjacent", "no-bias", "no-qk-norm", "no-softcap", "no-window",
+    "no-post-norm", "silu", "no-embd-scale", "swap-halves", "swa-base",
+    "no-final-cap",
+};
+
+typedef struct ref {
+    const cr_gguf_t *g;
+    char arch[16];
+    int D, L, H, Hkv, hd, F, V, W, pattern;
+    double eps, base, base_swa, attn_cap, final_cap;
+    bool qwen2, qwen3, gemma2, gemma3, phi3, gemma;
+    mutant_t mut;
+} ref_t;
+
+static const float *tensor(const ref_t *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static const float *tensor(const ref_t *r, const char *fmt, ...)
+{
+    char name[96];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const cr_gguf_tensor_t *t = cr_gguf_tensor_find(r->g, name);
+    if (!t || t->type != CR_TYPE_F32) {
+        fprintf(stderr, "reference: no F32 tensor %s\n", name);
+        return NULL;
+    }
+    return t->data;
+}
+
+static int u32_key(const ref_t *r, const char *suffix, int def)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", r->arch, suffix);
+    uint32_t v = 0;
+    return cr_gguf_get_u32(r->g, key, &v) ? (int)v : def;
+}
+
+static double f32_key(const ref_t *r, const char *suffix, double def)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", r->arch, suffix);
+    float v = 0;
+    return cr_gguf_get_f32(r->g, key, &v) ? v : def;
+}
+
+static bool ref_init(ref_t *r, const cr_gguf_t *g, mutant_t mut)
+{
+    memset(r, 0, sizeof *r);
+    r->g = g;
+    r->mut = mut;
+    snprintf(r->arch, sizeof r->arch, "%s", cr_gguf_arch(g));
+    r->qwen2 = !strcmp(r->arch, "qwen2");
+    r->qwen3 = !strcmp(r->arch, "qwen3");
+    r->gemma2 = !strcmp(r->arch, "gemma2");
+    r->gemma3 = !strcmp(r->arch, "gemma3");
+    r->phi3 = !strcmp(r->arch, "phi3");
+    r->gemma = r->gemma2 || r->gemma3;
+    r->D = u32_key(r, "embedding_length", 0);
+    r->L = u32_key(r, "block_count", 0);
+    r->H = u32_key(r, "attention.head_count", 0);
+    r->Hkv = u32_key(r, "attention.head_count_kv", r->H);
+    r->hd = u32_key(r, "attention.key_length", r->H ? r->D / r->H : 0);
+    r->F = u32_key(r, "feed_forward_length", 0);
+    r->eps = f32_key(r, "attention.layer_norm_rms_epsilon", 1e-5);
+    r->base = f32_key(r, "rope.freq_base", 10000);
+    r->base_swa = r->gemma3 ? 10000 : r->base;
+    r->W = r->gemma ? u32_key(r, "attention.sliding_window", r->gemma2 ? 4096 : 0) : 0;
+    r->pattern = u32_key(r, "attention.sliding_window_pattern", r->gemma2 ? 2 : 6);
+    r->attn_cap = r->gemma2 ? f32_key(r, "attn_logit_softcapping", 50) : 0;
+    r->final_cap = r->gemma2 ? f32_key(r, "final_logit_softcapping", 30) : 0;
+    const cr_gguf_tensor_t *emb = cr_gguf_tensor_find(g, "token_embd.weight");
+    r->V = emb ? (int)emb->ne[1] : 0;
+    return r->D && r->L && r->H && r->hd && r->F && r->V;
+}
+
+/* y[r] = sum_c w[r][c] x[c], w: [rows][cols] F32. */
+static void matvec(const float *w, const double *x, int rows, int cols, double *y)
+{
+    for (int i = 0; i < rows; i++) {
+        double s = 0;
+        for (int c = 0; c < cols; c++)
+            s += (double)w[(size_t)i * cols + c] * x[c];
+        y[i] = s;
+    }
+}
+
+static void rmsnorm(double *y, const double *x, const float *w, int n, double eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    double s = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++)
+        y[i] = x[i] * s * (double)w[i];
+}
+
+/* Rotates one head of hd values at position pos. */
+static void rope_head(const ref_t *r, double *v, int pos, double base)
+{
+    int half = r->hd / 2;
+    for (int i = 0; i < half; i++) {
+        double ang = pos * pow(base, -2.0 * i / r->hd);
+        double c = cos(ang), s = sin(ang);
+        int a = i + 0, b = i + half; /* NEOX: first half with second half */
+        if (r->mut == MUT_ROPE_ADJACENT) {
+            a = 2 * i;
+            b = 2 * i + 1;
+        }
+        double x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+    }
+}
+
+static double gelu_tanh(double x)
+{
+    return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static double silu(double x)
+{
+    return x / (1 + exp(-x));
+}
+
+/* Logits of every position: out [n][V]. Returns false if a tensor is
+ * missing. */
+static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
+{
+    int D = r->D, H = r->H, Hkv = r->Hkv, hd = r->hd, F = r->F, V = r->V;
+    int Q = H * hd, KV = Hkv * hd;
+    size_t nD = (size_t)n * D;
+    double *x = calloc(nD, sizeof *x), *xb = calloc(D, sizeof *xb);
+    double *q = calloc((size_t)n * Q, sizeof *q), *k = calloc((size_t)n * KV, sizeof *k);
+    double *v = calloc((size_t)n * KV, sizeof *v), *att = calloc(Q, sizeof *att);
+    double *o = calloc(D, sizeof *o), *g = calloc(2 * (size_t)F, sizeof *g);
+    double *u = calloc(F, sizeof *u), *sc = calloc(n, sizeof *sc);
+    double *qkv = calloc((size_t)Q + 2 * KV, sizeof *qkv);
+    bool ok = x && xb && q && k && v && att && o && g && u && sc && qkv;
+    const float *emb = ok ? tensor(r, "token_embd.weight") : NULL;
+    ok = ok && emb;
+
+    /* embeddings (gemma: times sqrt(D)) */
+    double es = r->gemma && r->mut != MUT_NO_EMBD_SCALE ? sqrt((double)D) : 1.0;
+    for (int t = 0; ok && t < n; t++)
+        for (int i = 0; i < D; i++)
+            x[(size_t)t * D + i] = emb[(size_t)tok[t] * D + i] * es;
+
+    for (int l = 0; ok && l < r->L; l++) {
+        bool swa = r->W > 0 && (r->pattern == 0 || l % r->pattern < r->pattern - 1);
+        if (r->mut == MUT_NO_WINDOW)
+            swa = false;
+        double base = swa && r->mut != MUT_SWA_BASE ? r->base_swa : r->base;
+        const float *an = tensor(r, "blk.%d.attn_norm.weight", l);
+        const float *wo = tensor(r, "blk.%d.attn_output.weight", l);
+        const float *fn = tensor(r, "blk.%d.ffn_norm.weight", l);
+        const float *wd = tensor(r, "blk.%d.ffn_down.weight", l);
+        ok = an && wo && fn && wd;
+        /* q, k, v for every position */
+        for (int t = 0; ok && t < n; t++) {
+            rmsnorm(xb, x + (size_t)t * D, an, D, r->eps);
+            double *qt = q + (size_t)t * Q, *kt = k + (size_t)t * KV, *vt = v + (size_t)t * KV;
+            if (r->phi3) {
+                const float *w = tensor(r, "blk.%d.attn_qkv.weight", l);
+                if (!(ok = w != NULL))
+                    break;
+                matvec(w, xb, Q + 2 * KV, D, qkv);
+                memcpy(qt, qkv, (size_t)Q * sizeof *qt);
+                memcpy(kt, qkv + Q, (size_t)KV * sizeof *kt);
+                memcpy(vt, qkv + Q + KV, (size_t)KV * sizeof *vt);
+            } else {
+                const float *wq = tensor(r, "blk.%d.attn_q.weight", l);
+                const float *wk = tensor(r, "blk.%d.attn_k.weight", l);
+                const float *wv = tensor(r, "blk.%d.attn_v.weight", l);
+                if (!(ok = wq && wk && wv))
+                    break;
+                matvec(wq, xb, Q, D, qt);
+                matvec(wk, xb, KV, D, kt);
+                matvec(wv, xb, KV, D, vt);
+            }
+            if (r->qwen2 && r->mut != MUT_NO_BIAS) {
+                const float *bq = tensor(r, "blk.%d.attn_q.bias", l);
+                const float *bk = tensor(r, "blk.%d.attn_k.bias", l);
+                const float *bv = tensor(r, "blk.%d.attn_v.bias", l);
+                if (!(ok = bq && bk && bv))
+                    break;
+                for (int i = 0; i < Q; i++)
+                    qt[i] += bq[i];
+                for (int i = 0; i < KV; i++) {
+                    kt[i] += bk[i];
+                    vt[i] += bv[i];
+                }
+            }
+            if ((r->qwen3 || r->gemma3) && r->mut != MUT_NO_QK_NORM) {
+                const float *qn = tensor(r, "blk.%d.attn_q_norm.weight", l);
+                const float *kn = tensor(r, "blk.%d.attn_k_norm.weight", l);
+                if (!(ok = qn && kn))
+                    break;
+                for (int h = 0; h < H; h++)
+                    rmsnorm(qt + h * hd, qt + h * hd, qn, hd, r->eps);
+                for (int h = 0; h < Hkv; h++)
+                    rmsnorm(kt + h * hd, kt + h * hd, kn, hd, r->eps);
+            }
+            for (int h = 0; h < H; h++)
+                rope_head(r, qt + h * hd, t, base);
+            for (int h = 0; h < Hkv; h++)
+                rope_head(r, kt + h * hd, t, base);
+        }
+        /* attention, output projection, residual (positions in order; x of
+         * earlier positions is no longer needed for k/v) */
+        double scale = 1.0 / sqrt((double)hd);
+        for (int t = 0; ok && t < n; t++) {
+            int first = swa && t - r->W + 1 > 0 ? t - r->W + 1 : 0;
+            for (int h = 0; h < H; h++) {
+                int hk = h / (H / Hkv);
+                double mx = -INFINITY, sum = 0;
+                for (int j = first; j <= t; j++) {
+                    double s = 0;
+                    for (int d = 0; d < hd; d++)
+                        s += q[(size_t)t * Q + h * hd + d] * k[(size_t)j * KV + hk * hd + d];
+                    s *= scale;
+                    if (r->attn_cap > 0 && r->mut != MUT_NO_SOFTCAP)
+                        s = r->attn_cap * tanh(s / r->attn_cap);
+                    sc[j] = s;
+                    mx = fmax(mx, s);
+                }
+                for (int j = first; j <= t; j++) {
+                    sc[j] = exp(sc[j] - mx);
+                    sum += sc[j];
+                }
+                for (int d = 0; d < hd; d++) {
+                    double a = 0;
+                    for (int j = first; j <= t; j++)
+                        a += sc[j] / sum * v[(size_t)j * KV + hk * hd + d];
+                    att[h * hd + d] = a;
+                }
+            }
+            matvec(wo, att, D, Q, o);
+            if (r->gemma && r->mut != MUT_NO_POST_NORM) {
+                const float *pn = tensor(r, "blk.%d.post_attention_norm.weight", l);
+                if (!(ok = pn != NULL))
+                    break;
+                rmsnorm(o, o, pn, D, r->eps);
+            }
+            for (int i = 0; i < D; i++)
+                x[(size_t)t * D + i] += o[i];
+        }
+        /* feed-forward, residual */
+        for (int t = 0; ok && t < n; t++) {
+            double *xt = x + (size_t)t * D;
+            rmsnorm(xb, xt, fn, D, r->eps);
+            if (r->phi3) {
+                const float *w = tensor(r, "blk.%d.ffn_up.weight", l);
+                if (!(ok = w != NULL))
+                    break;
+                matvec(w, xb, 2 * F, D, g); /* gate rows, then up rows */
+                for (int i = 0; i < F; i++) {
+                    double gate = g[i], up = g[F + i];
+                    if (r->mut == MUT_SWAP_HALVES) {
+                        gate = g[F + i];
+                        up = g[i];
+                    }
+                    u[i] = silu(gate) * up;
+                }
+            } else {
+                const float *wg = tensor(r, "blk.%d.ffn_gate.weight", l);
+                const float *wu = tensor(r, "blk.%d.ffn_up.weight", l);
+                if (!(ok = wg && wu))
+                    break;
+                matvec(wg, xb, F, D, g);
+                matvec(wu, xb, F, D, u);
+                for (int i = 0; i < F; i++) {
+                    bool gelu = r->gemma && r->mut != MUT_SILU;
+                    u[i] *= gelu ? gelu_tanh(g[i]) : silu(g[i]);
+                }
+            }
+            matvec(wd, u, D, F, o);
+            if (r->gemma && r->mut != MUT_NO_POST_NORM) {
+                const float *pn = tensor(r, "blk.%d.post_ffw_norm.weight", l);
+                if (!(ok = pn != NULL))
+                    break;
+                rmsnorm(o, o, pn, D, r->eps);
+            }
+            for (int i = 0; i < D; i++)
+                xt[i] += o[i];
+        }
+    }
+    /* final norm, output (tied to token_embd when absent), soft-cap */
+    const float *on = ok ? tensor(r, "output_norm.weight") : NULL;
+    const float *wout = cr_gguf_tensor_find(r->g, "output.weight")
+                            ? tensor(r, "output.weight") : emb;
+    ok = ok && on && wout;
+    for (int t = 0; ok && t < n; t++) {
+        rmsnorm(xb, x + (size_t)t * D, on, D, r->eps);
+        matvec(wout, xb, V, D, out + (size_t)t * V);
+        if (r->final_cap > 0 && r->mut != MUT_NO_FINAL_CAP)
+            for (int i = 0; i < V; i++)
+                out[(size_t)t * V + i] = r->final_cap * tanh(out[(size_t)t * V + i] /
+                                                             r->final_cap);
+    }
+    free(x);
+    free(xb);
+    free(q);
+    free(k);
+    free(v);
+    free(att);
+    free(o);
+    free(g);
+    free(u);
+    free(sc);
+    free(qkv);
+    return ok;
+}
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static double cosine(const float *a, const double *b, size_t n)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) {
+        ab += a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += b[i] * b[i];
+    }
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0;
+}
+
+static bool all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return false;
+    return true;
+}
+
+static bool same(const float *a, const float *b, size_t n)
+{
+    return !memcmp(a, b, n * sizeof *a);
+}
+
+static rn_ctx_t *new_ctx(const rn_model_t *m, int n_ctx, int n_batch)
+{
+    rn_ctx_opts_t o = {.n_ctx = n_ctx, .n_batch = n_batch};
+    rn_ctx_t *c = NULL;
+    cr_err_t err;
+    cr_err_clear(&err);
+    cr_status_t st = rn_ctx_new(m, &o, &c, &err);
+    CHECK_MSG(st == CR_OK, "ctx: %s", err.msg);
+    return c;
+}
+
+/* The small models: dim 64, 4 heads / 2 KV heads, ffn 96; qwen3 and gemma
+ * with 24-wide heads so Q = 96 != dim; windows of 4 over 12 tokens. */
+static void arch_opts(const char *arch, rn_synth_opts_t *o)
+{
+    rn_synth_defaults(o);
+    o->arch = arch;
+    o->seed = 7;
+    o->n_layers = 3;
+    o->ffn = 96;
+    o->weight_std = 0.1f;
+    o->rope_base = 10000.0f;
+    if (!strcmp(arch, "qwen3") || !strcmp(arch, "gemma2") || !strcmp(arch, "gemma3"))
+        o->head_dim = 24;
+    if (!strcmp(arch, "gemma2")) {
+        o->tied_output = true;
+        o->sliding_window = 4;
+        o->attn_softcap = 1.0f; /* small enough to bite on these scores */
+        o->final_softcap = 2.0f;
+    }
+    if (!strcmp(arch, "gemma3")) {
+        o->tied_output = true;
+        o->sliding_window = 4;
+        o->swa_pattern = 3;        /* layers 0, 1 slide; 2 is global */
+        o->rope_base = 1000000.0f; /* global layers; sliding ones use 10000 */
+    }
+}
+
+/* ---- the tests -------------------------------------------------------- */
+
+static void check_arch(const char *arch, const mutant_t *mutants, int n_mut)
+{
+    rn_synth_opts_t o;
+    arch_opts(arch, &o);
+    void *bytes = NULL;
+    size_t len = 0;
+    cr_err_t err;
+    cr_err_clear(&err);
+    cr_status_t st = rn_synth_write_memory(&o, &bytes, &len, &err);
+    CHECK_MSG(st == CR_OK, "%s: synth: %s", arch, err.msg);
+    if (st)
+        return;
+    cr_gguf_t *g = NULL, *gr = NULL;
+    rn_model_t *m = NULL;
+    CHECK_EQ_INT(cr_gguf_open_memory(bytes, len, &gr, &err), CR_OK);
+    CHECK_EQ_INT(cr_gguf_open_memory(bytes, len, &g, &err), CR_OK);
+    st = rn_model_load_gguf(&g, be_g, &m, &err);
+    CHECK_MSG(st == CR_OK, "%s: load: %s", arch, err.msg);
+    if (!m || !gr)
+        goto out;
+    const rn_hparams_t *hp = rn_model_hparams(m);
+    CHECK_EQ_STR(hp->arch, arch);
+    size_t V = (size_t)hp->n_vocab;
+    float *all = calloc(V * N_TOK, sizeof *all), *step = calloc(V * N_TOK, sizeof *step);
+    double *ref = calloc(V * N_TOK, sizeof *ref);
+    rn_ctx_t *a = new_ctx(m, 32, 0), *b = new_ctx(m, 32, 5), *c = new_ctx(m, 32, 0);
+    if (!all || !step || !ref || !a || !b || !c)
+        goto done;
+
+    /* one batch: finite, not flat */
+    CHECK_EQ_INT(rn_ctx_eval(a, toks_g, N_TOK, 0, all, &err), CR_OK);
+    CHECK_MSG(all_finite(all, V * N_TOK), "%s: non-finite logits", arch);
+    float spread = 0;
+    for (size_t i = 1; i < V; i++)
+        spread = fmaxf(spread, fabsf(all[i] - all[0]));
+    CHECK_MSG(spread > 0.01f, "%s: flat logits", arch);
+    /* deterministic: a second context gives the same bits */
+    CHECK_EQ_INT(rn_ctx_eval(c, toks_g, N_TOK, 0, step, &err), CR_OK);
+    CHECK_MSG(same(all, step, V * N_TOK), "%s: not deterministic", arch);
+    /* single steps == the batch (bitwise: same kernels per token) */
+    for (int t = 0; t < N_TOK; t++) {
+        CHECK_EQ_INT(rn_ctx_eval(b, &toks_g[t], 1, t, NULL, &err), CR_OK);
+        memcpy(step + V * t, rn_ctx_logits(b), V * sizeof(float));
+    }
+    CHECK_MSG(same(all, step, V * N_TOK), "%s: batch != single steps", arch);
+    /* batches of 5 inside one call, then truncate and re-evaluate */
+    rn_ctx_clear(b);
+    CHECK_EQ_INT(rn_ctx_eval(b, toks_g, N_TOK, 0, step, &err), CR_OK);
+    CHECK_MSG(same(all, step, V * N_TOK), "%s: chunked batch differs", arch);
+    rn_ctx_truncate(b, 6);
+    CHECK_EQ_INT(rn_ctx_eval(b, toks_g + 6, N_TOK - 6, 6, NULL, &err), CR_OK);
+    CHECK_MSG(same(rn_ctx_logits(b), all + V * (N_TOK - 1), V),
+              "%s: truncate + re-eval differs", arch);
+
+    /* the reference */
+    ref_t r;
+    CHECK_MSG(ref_init(&r, gr, MUT_NONE), "%s: reference hparams", arch);
+    CHECK_MSG(ref_forward(&r, toks_g, N_TOK, ref), "%s: reference failed", arch);
+    double cs = cosine(all, ref, V * N_TOK);
+    double worst = 1;
+    for (int t = 0; t < N_TOK; t++)
+        worst = fmin(worst, cosine(all + V * t, ref + V * t, V));
+    double maxd = 0;
+    for (size_t i = 0; i < V * N_TOK; i++)
+        maxd = fmax(maxd, fabs(all[i] - ref[i]));
+    printf("  %-7s cosine vs reference %.7f (worst position %.7f), max |diff| %.2e\n",
+           arch, cs, worst, maxd);
+    CHECK_MSG(worst >= 0.9999, "%s: cosine %.7f < 0.9999", arch, worst);
+
+    /* each mutant of the reference must be told apart */
+    for (int i = 0; i < n_mut; i++) {
+        ref_init(&r, gr, mutants[i]);
+        CHECK(ref_forward(&r, toks_g, N_TOK, ref));
+        double cm = cosine(all, ref, V * N_TOK);
+        printf("  %-7s mutant %-14s cosine %.5f\n", arch, mutant_names[mutants[i]], cm);
+        CHECK_MSG(cm < 0.999, "%s: mutant %s not detected (cosine %.6f)", arch,
+                  mutant_names[mutants[i]], cm);
+    }
+done:
+    rn_ctx_destroy(&a);
+    rn_ctx_destroy(&b);
+    rn_ctx_destroy(&c);
+    free(all);
+    free(step);
+    free(ref);
+out:
+    rn_model_destroy(&m);
+    cr_gguf_close(&gr);
+    free(bytes);
+}
+
+static void test_archs(void)
+{
+    static const mutant_t qwen2[] = {MUT_ROPE_ADJACENT, MUT_NO_BIAS};
+    static const mutant_t qwen3[] = {MUT_ROPE_ADJACENT, MUT_NO_QK_NORM};
+    static const mutant_t gemma2[] = {MUT_ROPE_ADJACENT, MUT_NO_SOFTCAP, MUT_NO_WINDOW,
+                                      MUT_NO_POST_NORM, MUT_SILU, MUT_NO_EMBD_SCALE,
+                                      MUT_NO_FINAL_CAP};
+    static const mutant_t gemma3[] = {MUT_ROPE_ADJACENT, MUT_NO_QK_NORM, MUT_NO_WINDOW,
+                                      MUT_NO_POST_NORM, MUT_SILU, MUT_SWA_BASE};
+    static const mutant_t phi3[] = {MUT_ROPE_ADJACENT, MUT_SWAP_HALVES};
+    check_arch("qwen2", qwen2, (int)CR_ARRAY_LEN(qwen2));
+    check_arch("qwen3", qwen3, (int)CR_ARRAY_LEN(qwen3));
+    check_arch("gemma2", gemma2, (int)CR_ARRAY_LEN(gemma2));
+    check_arch("gemma3", gemma3, (int)CR_ARRAY_LEN(gemma3));
+    check_arch("phi3", phi3, (int)CR_ARRAY_LEN(phi3));
+}
+
+/* Quantized weights load and run for every architecture (the reference
+ * above needs F32; here only finiteness and batch == steps). */
+static void test_quantized(void)
+{
+    static const char *const archs[] = {"qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
+        rn_synth_opts_t o;
+        arch_opts(archs[i], &o);
+        o.type = CR_TYPE_Q8_0;
+        if (o.head_dim)
+            o.head_dim = 16; /* Q = 64: whole Q8_0 blocks for attn_output */
+        void *bytes = NULL;
+        size_t len = 0;
+        cr_err_t err;
+        cr_err_clear(&err);
+        cr_status_t st = rn_synth_write_memory(&o, &bytes, &len, &err);
+        CHECK_MSG(st == CR_OK, "%s q8_0: synth: %s", archs[i], err.msg);
+        cr_gguf_t *g = NULL;
+        rn_model_t *m = NULL;
+        if (!st && !cr_gguf_open_memory(bytes, len, &g, &err))
+            st = rn_model_load_gguf(&g, be_g, &m, &err);
+        CHECK_MSG(m != NULL, "%s q8_0: load: %s", archs[i], err.msg);
+        if (m) {
+            size_t V = (size_t)rn_model_hparams(m)->n_vocab;
+            rn_ctx_t *a = new_ctx(m, 16, 0), *b = new_ctx(m, 16, 1);
+            float *all = calloc(V * N_TOK, sizeof *all);
+            if (a && b && all) {
+                CHECK_EQ_INT(rn_ctx_eval(a, toks_g, N_TOK, 0, all, &err), CR_OK);
+                CHECK(all_finite(all, V * N_TOK));
+                CHECK_EQ_INT(rn_ctx_eval(b, toks_g, N_TOK, 0, NULL, &err), CR_OK);
+                CHECK_MSG(same(rn_ctx_logits(b), all + V * (N_TOK - 1), V),
+                          "%s q8_0: batch of 1 differs", archs[i]);
+            }
+            free(all);
+            rn_ctx_destroy(&a);
+            rn_ctx_destroy(&b);
+        }
+        rn_model_destroy(&m);
+        free(bytes);
+    }
+}
+
+/* ---- broken models ---------------------------------------------------- */
+
+typedef struct edit {
+    const char *skip_tensor;
+    const char *reshape_tensor; /* to ne {ne0, ne1}, zero data */
+    uint64_t ne0, ne1;
+    const char *add_tensor;     /* an extra F32 vector of ne0 zeros */
+    const char *drop_key;
+    const char *str_key, *str_val;
+    const char *u32_key;
+    uint32_t u32_val;
+} edit_t;
+
+static cr_status_t load_edited(const char *arch, const edit_t *e, cr_err_t *err)
+{
+    rn_synth_opts_t o;
+    arch_opts(arch, &o);
+    void *src = NULL, *out = NULL;
+    size_t len = 0, out_len = 0;
+    cr_err_t e2;
+    cr_err_clear(&e2);
+    cr_gguf_t *g = NULL;
+    if (rn_synth_write_memory(&o, &src, &len, &e2) ||
+        cr_gguf_open_memory(src, len, &g, &e2)) {
+        free(src);
+        return CR_E_INTERNAL;
+    }
+    cr_gguf_writer_t *w = cr_gguf_writer_new();
+    void *zeros = calloc(1, 1 << 20);
+    cr_status_t st = w && zeros ? cr_gguf_writer_copy_prefix(w, g, "", &e2) : CR_E_NOMEM;
+    if (!st && e->drop_key)
+        cr_gguf_writer_remove(w, e->drop_key);
+    if (!st && e->str_key) {
+        cr_gguf_writer_remove(w, e->str_key);
+        st = cr_gguf_writer_add_str(w, e->str_key, e->str_val, &e2);
+    }
+    if (!st && e->u32_key) {
+        cr_gguf_writer_remove(w, e->u32_key);
+        st = cr_gguf_writer_add_u32(w, e->u32_key, e->u32_val, &e2);
+    }
+    for (size_t i = 0; !st && i < cr_gguf_tensor_count(g); i++) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        if (e->skip_tensor && !strcmp(t->name, e->skip_tensor))
+            continue;
+        if (e->reshape_tensor && !strcmp(t->name, e->reshape_tensor)) {
+            uint64_t ne[2] = {e->ne0, e->ne1};
+            st = cr_gguf_writer_add_tensor(w, t->name, e->ne1 > 1 ? 2 : 1, ne, t->type,
+                                           zeros, NULL, &e2);
+        } else {
+            st = cr_gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type,
+                                           t->data, NULL, &e2);
+        }
+    }
+    if (!st && e->add_tensor) {
+        uint64_t ne[1] = {e->ne0};
+        st = cr_gguf_writer_add_tensor(w, e->add_tensor, 1, ne, CR_TYPE_F32, zeros, NULL,
+                                       &e2);
+    }
+    if (!st)
+        st = cr_gguf_writer_write_memory(w, &out, &out_len, &e2);
+    cr_gguf_writer_destroy(&w);
+    cr_gguf_close(&g);
+    free(zeros);
+    free(src);
+    if (st) {
+        fprintf(stderr, "rebuild failed: %s\n", e2.msg);
+        free(out);
+        return CR_E_INTERNAL;
+    }
+    rn_model_t *m = NULL;
+    st = cr_gguf_open_memory(out, out_len, &g, err);
+    if (!st)
+        st = rn_model_load_gguf(&g, be_g, &m, err);
+    rn_model_destroy(&m);
+    free(out);
+    return st;
+}
+
+static void test_corrupt(void)
+{
+    static const struct {
+        const char *name, *arch;
+        edit_t e;
+        cr_status_t want;
+        const char *msg1, *msg2;
+    } cases[] = {
+        {"qwen2 unchanged", "qwen2", {0}, CR_OK, NULL, NULL},
+        {"qwen2 missing bias", "qwen2", {.skip_tensor = "blk.1.attn_k.bias"},
+         CR_E_CORRUPT, "missing tensor", "blk.1.attn_k.bias"},
+        {"qwen2 bias shape", "qwen2",
+         {.reshape_tensor = "blk.0.attn_q.bias", .ne0 = 32, .ne1 = 1}, CR_E_CORRUPT,
+         "blk.0.attn_q.bias", "expected [64]"},
+        {"qwen2 rope factors", "qwen2", {.add_tensor = "rope_freqs.weight", .ne0 = 8},
+         CR_E_UNSUPPORTED, "rope_freqs.weight", "qwen2"},
+        {"qwen3 missing q norm", "qwen3", {.skip_tensor = "blk.2.attn_q_norm.weight"},
+         CR_E_CORRUPT, "missing tensor", "blk.2.attn_q_norm.weight"},
+        {"qwen3 k norm shape", "qwen3",
+         {.reshape_tensor = "blk.0.attn_k_norm.weight", .ne0 = 64, .ne1 = 1},
+         CR_E_CORRUPT, "blk.0.attn_k_norm.weight", "expected [24]"},
+        {"qwen3 value length", "qwen3",
+         {.u32_key = "qwen3.attention.value_length", .u32_val = 32}, CR_E_UNSUPPORTED,
+         "qwen3.attention.value_length", NULL},
+        {"qwen3 key length", "qwen3",
+         {.u32_key = "qwen3.attention.key_length", .u32_val = 0}, CR_E_CORRUPT,
+         "qwen3.attention.key_length", "out of range"},
+        {"qwen3 output shape", "qwen3",
+         {.reshape_tensor = "blk.0.attn_output.weight", .ne0 = 64, .ne1 = 64},
+         CR_E_CORRUPT, "blk.0.attn_output.weight", "expected [96, 64]"},
+        {"gemma2 missing post ffw norm", "gemma2",
+         {.skip_tensor = "blk.1.post_ffw_norm.weight"}, CR_E_CORRUPT, "missing tensor",
+         "blk.1.post_ffw_norm.weight"},
+        {"gemma2 missing post attention norm", "gemma2",
+         {.skip_tensor = "blk.0.post_attention_norm.weight"}, CR_E_CORRUPT,
+         "missing tensor", "blk.0.post_attention_norm.weight"},
+        {"gemma2 string window", "gemma2",
+         {.str_key = "gemma2.attention.sliding_window", .str_val = "4"}, CR_E_CORRUPT,
+         "gemma2.attention.sliding_window", NULL},
+        {"gemma2 string softcap", "gemma2",
+         {.str_key = "gemma2.attn_logit_softcapping", .str_val = "x"}, CR_E_CORRUPT,
+         "gemma2.attn_logit_softcapping", NULL},
+        {"gemma3 yarn", "gemma3",
+         {.str_key = "gemma3.rope.scaling.type", .str_val = "yarn"}, CR_E_UNSUPPORTED,
+         "gemma3.rope.scaling.type", "yarn"},
+        {"gemma3 linear", "gemma3",
+         {.str_key = "gemma3.rope.scaling.type", .str_val = "linear"}, CR_OK, NULL, NULL},
+        {"gemma3 missing k norm", "gemma3", {.skip_tensor = "blk.0.attn_k_norm.weight"},
+         CR_E_CORRUPT, "missing tensor", "blk.0.attn_k_norm.weight"},
+        {"phi3 missing qkv", "phi3", {.skip_tensor = "blk.0.attn_qkv.weight"},
+         CR_E_CORRUPT, "missing tensor", "blk.0.attn_qkv.weight"},
+        {"phi3 qkv shape", "phi3",
+         {.reshape_tensor = "blk.1.attn_qkv.weight", .ne0 = 64, .ne1 = 64},
+         CR_E_CORRUPT, "blk.1.attn_qkv.weight", "expected [64, 128]"},
+        {"phi3 up not fused", "phi3",
+         {.reshape_tensor = "blk.0.ffn_up.weight", .ne0 = 64, .ne1 = 96}, CR_E_CORRUPT,
+         "blk.0.ffn_up.weight", "expected [64, 192]"},
+        {"phi3 longrope", "phi3", {.add_tensor = "rope_factors_long.weight", .ne0 = 8},
+         CR_E_UNSUPPORTED, "rope_factors_long.weight", NULL},
+        {"phi3 missing block_count", "phi3", {.drop_key = "phi3.block_count"},
+         CR_E_CORRUPT, "phi3.block_count", NULL},
+        {"unknown architecture", "qwen2",
+         {.str_key = "general.architecture", .str_val = "bert"}, CR_E_UNSUPPORTED,
+         "unsupported architecture 'bert'", NULL},
+        {"gemma (v1) is not gemma2", "gemma2",
+         {.str_key = "general.architecture", .str_val = "gemma"}, CR_E_UNSUPPORTED,
+         "unsupported architecture 'gemma'", NULL},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
+        cr_err_t err;
+        cr_err_clear(&err);
+        cr_status_t st = load_edited(cases[i].arch, &cases[i].e, &err);
+        CHECK_MSG(st == cases[i].want, "%s: status %d (%s), want %d", cases[i].name,
+                  (int)st, err.msg, (int)cases[i].want);
+        if (cases[i].msg1)
+            CHECK_MSG(strstr(err.msg, cases[i].msg1), "%s: message '%s' lacks '%s'",
+                      cases[i].name, err.msg, cases[i].msg1);
+        if (cases[i].msg2)
+            CHECK_MSG(strstr(err.msg, cases[i].msg2), "%s: message '%s' lacks '%s'",
+                      cases[i].name, err.msg, cases[i].msg2);
+    }
+
+    /* synth refuses an unknown architecture and odd head sizes */
+    rn_synth_opts_t o;
+    rn_synth_defaults(&o);
+    o.arch = "bert";
+    void *b = NULL;
+    size_t len = 0;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(rn_synth_write_memory(&o, &b, &len, &err), CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "bert"), "%s", err.msg);
+    arch_opts("qwen3", &o);
+    o.head_dim = 7;
+    CHECK_EQ_INT(rn_synth_write_memory(&o, &b, &len, &err), CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "head size 7"), "%s", err.msg);
+    free(b);
+}
+
+/* hparams the loader derives, as llama.cpp does. */
+static void test_hparams(void)
+{
+    static const char *const archs[] = {"qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
+        rn_synth_opts_t o;
+        arch_opts(archs[i], &o);
+        void *bytes = NULL;
+        size_t len = 0;
+        cr_err_t err;
+        cr_err_clear(&err);
+        CHECK_EQ_INT(rn_synth_write_memory(&o, &bytes, &len, &err), CR_OK);
+        cr_gguf_t *g = NULL;
+        rn_model_t *m = NULL;
+        if (bytes && !cr_gguf_open_memory(bytes, len, &g, &err))
+            rn_model_load_gguf(&g, be_g, &m, &err);
+        CHECK_MSG(m != NULL, "%s: %s", archs[i], err.msg);
+        if (m) {
+            const rn_hparams_t *hp = rn_model_hparams(m);
+            const rn_weights_t *w = rn_model_weights(m);
+            int hd = o.head_dim ? o.head_dim : 16;
+            CHECK(hp->rope_neox);
+            CHECK_EQ_INT(hp->head_dim, hd);
+            CHECK_EQ_INT(hp->q_dim, 4 * hd);
+            CHECK_NEAR(hp->attn_scale, 1.0 / sqrt(hd), 1e-7);
+            bool gemma = !strncmp(archs[i], "gemma", 5);
+            CHECK(hp->ffn_gelu == gemma && hp->post_norms == gemma);
+            CHECK_NEAR(hp->embd_scale, gemma ? 8.0 : 1.0, 1e-6);
+            if (!strcmp(archs[i], "gemma2")) {
+                CHECK_NEAR(hp->attn_softcap, 1.0, 0);
+                CHECK_NEAR(hp->final_softcap, 2.0, 0);
+                CHECK_EQ_INT(hp->n_swa, 4);
+                CHECK(w->layers[0].swa && !w->layers[1].swa && w->layers[2].swa);
+            }
+            if (!strcmp(archs[i], "gemma3")) {
+                CHECK_NEAR(hp->attn_softcap, 0, 0);
+                CHECK_NEAR(hp->rope_base_swa, 10000, 0);
+                CHECK_NEAR(hp->rope_base, 1e6, 0);
+                CHECK(w->layers[0].swa && w->layers[1].swa && !w->layers[2].swa);
+            }
+            if (!strcmp(archs[i], "phi3")) {
+                /* views of the fused tensors, in order */
+                const rn_layer_t *L = &w->layers[0];
+                CHECK(L->wk.data == (const char *)L->wq.data + 64 * L->wq.row_bytes);
+                CHECK(L->wv.data == (const char *)L->wk.data + 32 * L->wk.row_bytes);
+                CHECK(L->w_up.data == (const char *)L->w_gate.data + 96 * L->w_gate.row_bytes);
+                CHECK_EQ_INT(L->w_up.n_rows, 96);
+            }
+            if (!strcmp(archs[i], "qwen2"))
+                CHECK(w->layers[2].bq.data && w->layers[2].bv.n_cols == 32);
+        }
+        rn_model_destroy(&m);
+        free(bytes);
+    }
+}
+
+int main(void)
+{
+    cr_err_t err;
+    cr_err_clear(&err);
+    if (be_cpu_new(2, &be_g, &err)) {
+        fprintf(stderr, "cpu backend: %s\n", err.msg);
+        return 1;
+    }
+    test_hparams();
+    test_archs();
+    test_quantized();
+    test_corrupt();
+    be_destroy(&be_g);
+    return check_finish("test_arch_forward");
+}
