@@ -17,10 +17,14 @@
 #include "lib/duration.h"
 #include "lib/env.h"
 #include "lib/log.h"
+#include "services/scheduler/estimate.h"
 #include "services/scheduler/options.h"
+#include "services/scheduler/place.h"
 #include "services/scheduler/spawn.h"
 
 #define STOP_GRACE_MS 5000        /* shutdown -> SIGKILL */
+#define HEARTBEAT_INTERVAL_MS 5000
+#define HEARTBEAT_TIMEOUT_MS 60000
 #define TICK_MS 100               /* timer resolution of the loop */
 #define FOREVER_MS INT64_MAX
 
@@ -50,6 +54,11 @@ typedef struct runner {
     int n_slots, n_active;
     int64_t size, size_vram, context_length;
     bool unload_when_idle;
+    bool has_plan;           /* placed from an estimate (else unaccounted
+                                until ready reports a size) */
+    sch_plan_t plan;
+    int64_t last_seen_ms;    /* last message from it */
+    int64_t ping_sent_ms;    /* unanswered ping; 0 = none */
     struct runner *next;
 } runner_t;
 
@@ -65,6 +74,9 @@ typedef struct request {
     int64_t keep_alive_ms;
     int64_t arrived_ns, dispatched_ns;
     int64_t resolve_sent_ms;
+    sch_estimate_t *est;     /* owned; estimated once, when it must load */
+    cr_status_t est_status;  /* CR_OK, or why the GGUF could not be read */
+    bool est_done;
     struct request *next;
 } request_t;
 
@@ -77,6 +89,7 @@ struct sch_server {
     runner_t *runner_list;
     request_t *req_list; /* arrival order */
     unsigned runner_seq;
+    sch_inventory_t inv;
 };
 
 /* ---- clocks ---- */
@@ -156,6 +169,29 @@ cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
     cfg->max_loaded = (int)cr_env_int("MAX_LOADED_MODELS", 0);
     cfg->max_queue = (int)cr_env_int("MAX_QUEUE", 512);
     cfg->num_parallel = (int)cr_env_int("NUM_PARALLEL", 1);
+    cfg->gpu_overhead_bytes = cr_env_int("GPU_OVERHEAD", 0);
+    if (cfg->gpu_overhead_bytes < 0)
+        cfg->gpu_overhead_bytes = 0;
+    cfg->sched_spread = cr_env_bool("SCHED_SPREAD", false);
+    char kv[16];
+    double kv_bytes;
+    if (cr_env_get("KV_CACHE_TYPE", kv, sizeof kv)) {
+        if (!sch_kv_cache_bytes(kv, &kv_bytes))
+            return cr_err_set(err, CR_E_INVALID,
+                              "OLLAMA_KV_CACHE_TYPE '%s' is not f16, q8_0 or "
+                              "q4_0",
+                              kv);
+        snprintf(cfg->kv_cache_type, sizeof cfg->kv_cache_type, "%s", kv);
+    }
+    cfg->heartbeat_interval_ms =
+        env_duration_ms("HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL_MS, err, &bad);
+    cfg->heartbeat_timeout_ms =
+        env_duration_ms("HEARTBEAT_TIMEOUT", HEARTBEAT_TIMEOUT_MS, err, &bad);
+    if (bad)
+        return CR_E_INVALID;
+    if ((st = sch_inventory_discover(&cfg->inventory, err)))
+        return st;
+    cfg->has_inventory = true;
     if (cfg->max_queue <= 0)
         cfg->max_queue = 512;
     if (cfg->num_parallel <= 0)
@@ -258,6 +294,7 @@ static void req_unlink_free(sch_server_t *s, request_t *r)
     zframe_destroy(&r->client);
     msg_clear(&r->msg);
     msg_clear(&r->resolved);
+    free(r->est);
     free(r);
 }
 
@@ -357,7 +394,8 @@ static void runner_arm_keep_alive(sch_server_t *s, runner_t *rn)
                          : now_ms(s) + rn->keep_alive_ms;
 }
 
-static runner_t *runner_start(sch_server_t *s, request_t *r)
+static runner_t *runner_start(sch_server_t *s, request_t *r,
+                              const sch_plan_t *plan)
 {
     runner_t *rn = calloc(1, sizeof *rn);
     if (!rn)
@@ -386,10 +424,19 @@ static runner_t *runner_start(sch_server_t *s, request_t *r)
     }
     runner_set_state(s, rn, RS_STARTING);
     rn->last_used_ms = now_ms(s);
+    rn->last_seen_ms = rn->last_used_ms;
+    char where[512] = "no estimate: CPU";
+    if (plan) {
+        rn->plan = *plan;
+        rn->has_plan = true;
+        rn->size = plan->total_bytes;
+        rn->size_vram = plan->vram_bytes;
+        sch_plan_describe(plan, where, sizeof where);
+    }
     rn->next = s->runner_list;
     s->runner_list = rn;
-    cr_log_info("loading %s in runner %s (pid %d)", r->resolved.u.resolved.name,
-             rn->id, (int)rn->pid);
+    cr_log_info("loading %s in runner %s (pid %d): %s",
+                r->resolved.u.resolved.name, rn->id, (int)rn->pid, where);
     return rn;
 }
 
@@ -468,6 +515,103 @@ static bool same_model(const runner_t *rn, const request_t *r)
            !strcmp(rn->resolved.u.resolved.name, r->resolved.u.resolved.name);
 }
 
+/* ---- the memory ledger ---- */
+
+/* What is left on GPU slot `slot` (or system memory, slot -1) after every
+ * runner that has not been reaped yet: a stopping runner still holds its
+ * memory until its process is gone. A runner without a plan counts what it
+ * reported in ready (on the CPU). */
+static int64_t ledger_free(const sch_server_t *s, int slot)
+{
+    int64_t left = slot < 0 ? s->inv.ram_free_bytes
+                            : s->inv.gpus[slot].free_bytes;
+    for (const runner_t *rn = s->runner_list; rn; rn = rn->next) {
+        if (!rn->has_plan) {
+            if (slot < 0)
+                left -= rn->size;
+            continue;
+        }
+        if (slot < 0) {
+            left -= rn->plan.cpu_bytes;
+            continue;
+        }
+        for (size_t j = 0; j < rn->plan.n_devs; j++)
+            if (rn->plan.devs[j].slot == slot)
+                left -= rn->plan.devs[j].bytes;
+    }
+    return left > 0 ? left : 0;
+}
+
+/* The load options a runner for r would be started with. */
+static void request_load_opts(const request_t *r, msg_options_t *out)
+{
+    memset(out, 0, sizeof *out);
+    msg_options_t **opts = req_options_slot((msg_t *)&r->msg);
+    sch_options_overlay_load(out, r->resolved.u.resolved.params);
+    if (opts && *opts)
+        sch_options_overlay_load(out, *opts);
+}
+
+/* Estimates r's model once (header only). A file that cannot be read is
+ * not an error here: the runner's load reports it in its own words. */
+static const sch_estimate_t *request_estimate(sch_server_t *s, request_t *r)
+{
+    if (r->est_done)
+        return r->est_status ? NULL : r->est;
+    r->est_done = true;
+    r->est = calloc(1, sizeof *r->est);
+    if (!r->est) {
+        r->est_status = CR_E_NOMEM;
+        return NULL;
+    }
+    msg_options_t lo;
+    request_load_opts(r, &lo);
+    sch_estimate_opts_t eo = {
+        .num_ctx = lo.has_num_ctx ? lo.num_ctx : sch_options_default_ctx(),
+        .num_batch = lo.has_num_batch ? lo.num_batch : 0,
+        .num_parallel = s->cfg.num_parallel,
+    };
+    sch_kv_cache_bytes(s->cfg.kv_cache_type, &eo.kv_bytes_per_elem);
+    cr_err_t err;
+    r->est_status = sch_estimate_file(r->resolved.u.resolved.model_path, &eo,
+                                      r->est, &err);
+    if (r->est_status) {
+        cr_log_warn("%s: no memory estimate (%s); placing it on the CPU "
+                    "unaccounted",
+                    r->resolved.u.resolved.name, err.msg);
+        return NULL;
+    }
+    return r->est;
+}
+
+/* Plans r's model over the memory the ledger has left. Returns CR_OK with
+ * *has_plan false when there is no estimate; CR_E_NOMEM (err set) when
+ * the CPU part does not fit. */
+static cr_status_t plan_request(sch_server_t *s, request_t *r, sch_plan_t *plan,
+                                bool *has_plan, cr_err_t *err)
+{
+    *has_plan = false;
+    const sch_estimate_t *est = request_estimate(s, r);
+    if (!est)
+        return CR_OK;
+    int64_t gpu_free[SCH_MAX_GPUS];
+    for (size_t i = 0; i < s->inv.n_gpus; i++)
+        gpu_free[i] = ledger_free(s, (int)i);
+    msg_options_t lo;
+    request_load_opts(r, &lo);
+    sch_place_opts_t po = {
+        .num_gpu = lo.has_num_gpu ? lo.num_gpu : -1,
+        .main_gpu = lo.has_main_gpu ? lo.main_gpu : -1,
+        .spread = s->cfg.sched_spread,
+        .gpu_overhead_bytes = s->cfg.gpu_overhead_bytes,
+    };
+    int64_t ram = s->inv.ram_total_bytes > 0 ? ledger_free(s, -1) : 0;
+    if (s->inv.ram_total_bytes > 0 && ram == 0)
+        ram = 1; /* nothing left: any CPU part fails */
+    *has_plan = true;
+    return sch_place(&s->inv, gpu_free, ram, est, &po, plan, err);
+}
+
 /* The idle runner to evict: least recently used (users expect LRU; Ollama
  * picks the shortest keep-alive, which surprises people who set one model
  * to stay forever and then watch a recent one vanish). */
@@ -483,7 +627,9 @@ static runner_t *eviction_victim(sch_server_t *s)
 
 static void schedule(sch_server_t *s)
 {
-    size_t max_loaded = s->cfg.max_loaded > 0 ? (size_t)s->cfg.max_loaded : 3;
+    size_t max_loaded = s->cfg.max_loaded > 0
+                            ? (size_t)s->cfg.max_loaded
+                            : 3 * CR_MAX(s->inv.n_gpus, (size_t)1);
     request_t *next;
     for (request_t *r = s->req_list; r; r = next) {
         next = r->next;
@@ -519,7 +665,30 @@ static void schedule(sch_server_t *s)
                 runner_stop(s, victim, "evicted for another model");
             continue; /* wait for the victim (or a busy one) to go */
         }
-        if (!runner_start(s, r))
+        /* Memory: a model loads beside others only if it fits whole (on
+         * GPUs when there are any); otherwise idle runners are evicted, LRU
+         * first, and busy ones waited for. Alone, it may spill layers to
+         * the CPU; if even that does not fit, it fails. */
+        sch_plan_t plan;
+        bool has_plan;
+        cr_err_t err;
+        cr_status_t st = plan_request(s, r, &plan, &has_plan, &err);
+        msg_options_t lo;
+        request_load_opts(r, &lo);
+        bool forced = lo.has_num_gpu && lo.num_gpu >= 0;
+        bool fits = !st && (!has_plan || s->inv.n_gpus == 0 || forced ||
+                            plan.full_offload);
+        if (!fits && s->runner_list) {
+            runner_t *victim = eviction_victim(s);
+            if (victim)
+                runner_stop(s, victim, "evicted to make room");
+            continue; /* memory returns when the victim is reaped */
+        }
+        if (st) {
+            req_fail(s, r, st, err.msg);
+            continue;
+        }
+        if (!runner_start(s, r, has_plan ? &plan : NULL))
             req_fail(s, r, CR_E_RUNNER, "failed to start a runner process");
     }
     /* A runner that became ready with nobody waiting (they were canceled)
@@ -815,6 +984,35 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
         b->has_options = true;
         b->num_parallel = rn->n_slots;
         b->has_num_parallel = true;
+        msg_device_split_t devs[SCH_MAX_GPUS];
+        char uuids[SCH_MAX_GPUS][SCH_GPU_NAME_MAX];
+        if (rn->has_plan) {
+            b->gpu_layers = rn->plan.gpu_layers;
+            b->has_gpu_layers = true;
+            for (size_t j = 0; j < rn->plan.n_devs; j++) {
+                const sch_plan_dev_t *d = &rn->plan.devs[j];
+                memset(&devs[j], 0, sizeof devs[j]);
+                devs[j].index = d->index;
+                devs[j].has_index = true;
+                snprintf(uuids[j], sizeof uuids[j], "%s",
+                         s->inv.gpus[d->slot].uuid);
+                devs[j].uuid = uuids[j];
+                devs[j].has_uuid = uuids[j][0] != '\0';
+                devs[j].first_layer = d->first_layer;
+                devs[j].has_first_layer = true;
+                devs[j].layers = d->n_layers;
+                devs[j].has_layers = true;
+                devs[j].bytes = d->bytes;
+                devs[j].has_bytes = true;
+            }
+            b->devices.v = devs;
+            b->devices.n = rn->plan.n_devs;
+            b->has_devices = rn->plan.n_devs > 0;
+        }
+        if (s->cfg.kv_cache_type[0]) {
+            b->kv_cache_type = s->cfg.kv_cache_type;
+            b->has_kv_cache_type = true;
+        }
         send_runner(s, rn, &load);
         runner_set_state(s, rn, RS_LOADING);
         break;
@@ -822,8 +1020,15 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
     case MSG_ready:
         if (rn->state != RS_LOADING)
             break;
-        rn->size = m->u.ready.size;
-        rn->size_vram = m->u.ready.size_vram;
+        /* The runner's own figures, unless it ran on the CPU while the plan
+         * put layers on GPUs (a fake inventory, or a CPU-only runner):
+         * then the plan is what ps reports, so PROCESSOR reads the plan. */
+        if (!rn->has_plan || rn->plan.vram_bytes == 0 ||
+            m->u.ready.size_vram > 0) {
+            if (m->u.ready.size > 0 || !rn->has_plan)
+                rn->size = m->u.ready.size;
+            rn->size_vram = m->u.ready.size_vram;
+        }
         rn->context_length = m->u.ready.context_length;
         runner_set_state(s, rn, RS_READY);
         rn->last_used_ms = now_ms(s);
@@ -875,6 +1080,9 @@ static void on_runners(sch_server_t *s)
         msg_clear(&m);
         return;
     }
+    /* Anything it says proves it alive. */
+    rn->last_seen_ms = now_ms(s);
+    rn->ping_sent_ms = 0;
     request_t *r = NULL;
     if (m.type == MSG_chunk || m.type == MSG_done || m.type == MSG_error ||
         m.type == MSG_embeddings || m.type == MSG_progress)
@@ -918,10 +1126,48 @@ static void reap_children(sch_server_t *s)
     }
 }
 
+/* Heartbeats: a ready runner that has been quiet for the interval gets a
+ * ping; one that leaves a ping unanswered for the timeout is hung (stopped,
+ * deadlocked, swapping to death): it is killed, its requests fail now, and
+ * its memory returns to the ledger when it is reaped. Loading runners are
+ * covered by the load timeout instead (a load does not answer pings). */
+static void heartbeat(sch_server_t *s, runner_t *rn, int64_t now)
+{
+    int64_t interval = s->cfg.heartbeat_interval_ms > 0
+                           ? s->cfg.heartbeat_interval_ms
+                           : HEARTBEAT_INTERVAL_MS;
+    int64_t timeout = s->cfg.heartbeat_timeout_ms > 0
+                          ? s->cfg.heartbeat_timeout_ms
+                          : HEARTBEAT_TIMEOUT_MS;
+    if (rn->state != RS_READY)
+        return;
+    if (rn->ping_sent_ms && now - rn->ping_sent_ms > timeout) {
+        char text[300];
+        snprintf(text, sizeof text,
+                 "model runner stopped responding (no heartbeat for %" PRId64
+                 " s); the next request will load it again",
+                 (now - rn->ping_sent_ms) / 1000);
+        cr_log_error("runner %s (pid %d): %s", rn->id, (int)rn->pid, text);
+        fail_model_requests(s, rn, CR_E_RUNNER, text, false);
+        runner_set_state(s, rn, RS_STOPPING);
+        rn->expires_ms = 0;
+        if (rn->pid > 0)
+            kill(rn->pid, SIGKILL);
+        return;
+    }
+    if (!rn->ping_sent_ms && now - rn->last_seen_ms >= interval) {
+        msg_t m;
+        msg_init(&m, MSG_ping, rn->id);
+        send_runner(s, rn, &m);
+        rn->ping_sent_ms = now;
+    }
+}
+
 static void run_timers(sch_server_t *s)
 {
     int64_t now = now_ms(s);
     for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
+        heartbeat(s, rn, now);
         if (rn->state == RS_READY && rn->n_active == 0 && rn->expires_ms &&
             rn->expires_ms != FOREVER_MS && now >= rn->expires_ms)
             runner_stop(s, rn, "keep-alive expired");
@@ -958,6 +1204,16 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
     if (!s)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     s->cfg = *cfg;
+    if (cfg->has_inventory) {
+        s->inv = cfg->inventory;
+    } else {
+        cr_status_t st = sch_inventory_discover(&s->inv, err);
+        if (st) {
+            free(s);
+            return st;
+        }
+    }
+    sch_inventory_log(&s->inv);
     s->front = zsock_new(ZMQ_ROUTER);
     s->runners = zsock_new(ZMQ_ROUTER);
     s->registry = zsock_new(ZMQ_DEALER);
@@ -1035,6 +1291,18 @@ size_t sch_server_runner_count(const sch_server_t *s)
 size_t sch_server_pending_count(const sch_server_t *s)
 {
     return pending_count(s);
+}
+
+int64_t sch_server_free_bytes(const sch_server_t *s, int slot)
+{
+    if (slot >= (int)s->inv.n_gpus)
+        return 0;
+    return ledger_free(s, slot < 0 ? -1 : slot);
+}
+
+const sch_inventory_t *sch_server_inventory(const sch_server_t *s)
+{
+    return &s->inv;
 }
 
 void sch_server_destroy(sch_server_t **self_p)

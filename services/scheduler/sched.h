@@ -5,10 +5,14 @@
  * chat, embed) is resolved through the registry, attached to a runner of
  * that model with compatible load options (spawning one if needed, one load
  * at a time, evicting the least recently used idle runner at the
- * OLLAMA_MAX_LOADED_MODELS cap), forwarded, and its replies relayed back.
+ * OLLAMA_MAX_LOADED_MODELS cap or when the model does not fit the memory
+ * left), forwarded, and its replies relayed back. Placement on GPUs and
+ * the CPU comes from estimate.h and place.h over the inventory (gpus.h);
+ * a ledger of every live runner's plan says what memory is left.
  * When a runner goes idle its keep-alive timer is armed; expiry unloads it.
- * A runner that dies fails its in-flight requests with a clear error; the
- * next request loads the model again.
+ * A runner that dies, or stops answering heartbeat pings, fails its
+ * in-flight requests with a clear error; the next request loads the model
+ * again.
  *
  * It does not know how models compute, how the store is laid out, or HTTP. */
 #ifndef SCH_SCHED_H
@@ -17,6 +21,7 @@
 #include "lib/prelude.h"
 #include "lib/status.h"
 #include "proto/bus.h"
+#include "services/scheduler/gpus.h"
 
 typedef struct sch_config {
     char front_endpoint[BUS_ENDPOINT_MAX];    /* ROUTER for gateways */
@@ -26,9 +31,21 @@ typedef struct sch_config {
     int64_t keep_alive_ms;   /* OLLAMA_KEEP_ALIVE, default 5m; <0 forever */
     int64_t load_timeout_ms; /* OLLAMA_LOAD_TIMEOUT, default 5m; <=0 none */
     int64_t resolve_timeout_ms; /* registry answer deadline */
-    int max_loaded;          /* OLLAMA_MAX_LOADED_MODELS, 0 = 3 */
+    int max_loaded;          /* OLLAMA_MAX_LOADED_MODELS, 0 = 3 per GPU
+                                (3 without GPUs) */
     int max_queue;           /* OLLAMA_MAX_QUEUE, default 512 */
     int num_parallel;        /* OLLAMA_NUM_PARALLEL, default 1 */
+    /* The machine. has_inventory false: sch_server_new discovers it
+     * (CORRAL_GPU_INVENTORY, else NVML and /proc/meminfo). */
+    bool has_inventory;
+    sch_inventory_t inventory;
+    int64_t gpu_overhead_bytes;  /* OLLAMA_GPU_OVERHEAD, per GPU */
+    bool sched_spread;           /* OLLAMA_SCHED_SPREAD */
+    char kv_cache_type[16];      /* OLLAMA_KV_CACHE_TYPE; "" = f16 */
+    int64_t heartbeat_interval_ms; /* ping an idle runner this often; 0 =
+                                      5 s (CORRAL_HEARTBEAT_INTERVAL) */
+    int64_t heartbeat_timeout_ms;  /* unanswered ping -> killed; 0 = 60 s
+                                      (CORRAL_HEARTBEAT_TIMEOUT) */
     /* Monotonic clock in ms; NULL = CLOCK_MONOTONIC. Tests set their own. */
     int64_t (*now_ms)(void);
 } sch_config_t;
@@ -56,5 +73,12 @@ void sch_server_run(sch_server_t *s);
 /* Counts for tests and metrics. */
 size_t sch_server_runner_count(const sch_server_t *s);
 size_t sch_server_pending_count(const sch_server_t *s);
+
+/* The memory ledger: what GPU slot `slot` of the inventory (or the system
+ * memory, slot -1) has left after every live runner's plan. */
+int64_t sch_server_free_bytes(const sch_server_t *s, int slot);
+
+/* The inventory the server places over (borrowed). */
+const sch_inventory_t *sch_server_inventory(const sch_server_t *s);
 
 #endif

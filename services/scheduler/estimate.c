@@ -1,0 +1,209 @@
+/* estimate.c: memory estimate of a GGUF model (formulas in estimate.h). */
+#include "lib/prelude.h"
+#include "services/scheduler/estimate.h"
+
+#define LOGIT_ROWS 8 /* the runner's device logits buffer (forward.c) */
+#define MAX_DIM (1 << 24)
+
+bool sch_kv_cache_bytes(const char *type, double *bytes_per_elem)
+{
+    if (!type || !*type || !strcmp(type, "f16"))
+        *bytes_per_elem = 2.0;
+    else if (!strcmp(type, "q8_0"))
+        *bytes_per_elem = 34.0 / 32.0;
+    else if (!strcmp(type, "q4_0"))
+        *bytes_per_elem = 18.0 / 32.0;
+    else
+        return false;
+    return true;
+}
+
+/* <arch>.<name>: a scalar, or an array with one value per layer (max taken
+ * when layer < 0). */
+static bool arch_u64(const cr_gguf_t *g, const char *name, int layer,
+                     uint64_t *out)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", cr_gguf_arch(g), name);
+    if (cr_gguf_get_u64(g, key, out))
+        return true;
+    const cr_gguf_array_t *a;
+    if (!cr_gguf_get_arr(g, key, &a) || a->n == 0)
+        return false;
+    if (layer >= 0)
+        return cr_gguf_arr_get_u64(a, (uint64_t)layer < a->n
+                                          ? (uint64_t)layer
+                                          : a->n - 1,
+                                   out);
+    uint64_t best = 0, v;
+    for (uint64_t i = 0; i < a->n; i++)
+        if (cr_gguf_arr_get_u64(a, i, &v) && v > best)
+            best = v;
+    *out = best;
+    return true;
+}
+
+static cr_status_t need_dim(const cr_gguf_t *g, const char *name,
+                            uint64_t *out, cr_err_t *err)
+{
+    if (!arch_u64(g, name, -1, out))
+        return cr_err_set(err, CR_E_CORRUPT, "%s.%s is missing",
+                          cr_gguf_arch(g), name);
+    if (*out == 0 || *out > MAX_DIM)
+        return cr_err_set(err, CR_E_CORRUPT, "%s.%s = %" PRIu64
+                          " is out of range 1..%d",
+                          cr_gguf_arch(g), name, *out, MAX_DIM);
+    return CR_OK;
+}
+
+/* "blk.<n>." -> n; -1 if the name is not a block tensor. */
+static int64_t block_of(const char *name)
+{
+    if (strncmp(name, "blk.", 4))
+        return -1;
+    int64_t n = 0;
+    const char *p = name + 4;
+    if (*p < '0' || *p > '9')
+        return -1;
+    while (*p >= '0' && *p <= '9' && n < 1000000)
+        n = n * 10 + (*p++ - '0');
+    return *p == '.' ? n : -1;
+}
+
+static bool add_ok(int64_t *acc, double v)
+{
+    if (v < 0 || v > (double)(INT64_MAX - *acc))
+        return false;
+    *acc += (int64_t)v;
+    return true;
+}
+
+cr_status_t sch_estimate_gguf(const cr_gguf_t *g, const sch_estimate_opts_t *o,
+                              sch_estimate_t *out, cr_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!*cr_gguf_arch(g))
+        return cr_err_set(err, CR_E_CORRUPT, "general.architecture is missing");
+    cr_status_t st;
+    uint64_t layers, dim, heads, ffn;
+    if ((st = need_dim(g, "block_count", &layers, err)))
+        return st;
+    if (layers > SCH_EST_MAX_LAYERS)
+        return cr_err_set(err, CR_E_TOO_LARGE,
+                          "%s.block_count = %" PRIu64 " exceeds %d layers",
+                          cr_gguf_arch(g), layers, SCH_EST_MAX_LAYERS);
+    if ((st = need_dim(g, "embedding_length", &dim, err)) ||
+        (st = need_dim(g, "attention.head_count", &heads, err)))
+        return st;
+    if (!arch_u64(g, "feed_forward_length", -1, &ffn) || ffn > MAX_DIM)
+        ffn = 4 * dim;
+    out->n_layers = (int)layers;
+
+    /* Weights by tensor, each at its own type's size. */
+    uint64_t n_vocab = 0;
+    const cr_gguf_tensor_t *output = NULL, *embd = NULL;
+    for (size_t i = 0; i < cr_gguf_tensor_count(g); i++) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        if (!add_ok(&out->weights_bytes, (double)t->size_bytes))
+            return cr_err_set(err, CR_E_TOO_LARGE, "tensor sizes overflow");
+        int64_t blk = block_of(t->name);
+        if (blk >= 0) {
+            if (blk >= (int64_t)layers)
+                return cr_err_set(err, CR_E_CORRUPT,
+                                  "tensor '%s' names layer %" PRId64 " of %d",
+                                  t->name, blk, out->n_layers);
+            out->layer_bytes[blk] += (int64_t)t->size_bytes;
+        } else if (!strcmp(t->name, "output.weight")) {
+            output = t;
+        } else if (!strcmp(t->name, "output_norm.weight") ||
+                   !strcmp(t->name, "output_norm.bias") ||
+                   !strcmp(t->name, "output.bias")) {
+            out->output_bytes += (int64_t)t->size_bytes;
+        } else {
+            if (!strcmp(t->name, "token_embd.weight"))
+                embd = t;
+            out->embd_bytes += (int64_t)t->size_bytes;
+        }
+    }
+    if (output) {
+        out->output_bytes += (int64_t)output->size_bytes;
+        n_vocab = output->ne[1];
+    } else if (embd) {
+        out->output_bytes += (int64_t)embd->size_bytes; /* tied: a copy */
+    }
+    if (embd && !n_vocab)
+        n_vocab = embd->ne[1];
+    const cr_gguf_array_t *toks;
+    if (!n_vocab && cr_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks))
+        n_vocab = toks->n;
+
+    /* Context as the runner will allocate it. */
+    int64_t n_ctx = o && o->num_ctx > 0 ? o->num_ctx : 4096;
+    uint64_t trained;
+    if (arch_u64(g, "context_length", -1, &trained) && trained > 0 &&
+        (uint64_t)n_ctx > trained)
+        n_ctx = (int64_t)trained;
+    if (n_ctx < 4)
+        n_ctx = 4;
+    out->n_ctx = n_ctx;
+    int64_t n_par = o && o->num_parallel > 0 ? o->num_parallel : 1;
+    double kv_elem = o && o->kv_bytes_per_elem > 0 ? o->kv_bytes_per_elem : 2;
+
+    /* KV cache, layer by layer (kv heads may differ per layer). */
+    uint64_t head_dim_k, head_dim_v;
+    if (!arch_u64(g, "attention.key_length", -1, &head_dim_k) ||
+        head_dim_k == 0 || head_dim_k > MAX_DIM)
+        head_dim_k = dim / heads;
+    if (!arch_u64(g, "attention.value_length", -1, &head_dim_v) ||
+        head_dim_v == 0 || head_dim_v > MAX_DIM)
+        head_dim_v = head_dim_k;
+    uint64_t max_kv_heads = 0;
+    for (int l = 0; l < out->n_layers; l++) {
+        uint64_t kvh;
+        if (!arch_u64(g, "attention.head_count_kv", l, &kvh) || kvh > MAX_DIM)
+            kvh = heads;
+        max_kv_heads = CR_MAX(max_kv_heads, kvh);
+        double kv = (double)n_ctx * (double)n_par * (double)kvh *
+                    (double)(head_dim_k + head_dim_v) * kv_elem;
+        if (!add_ok(&out->layer_bytes[l], kv) ||
+            !add_ok(&out->kv_bytes, kv))
+            return cr_err_set(err, CR_E_TOO_LARGE,
+                              "KV cache for num_ctx %" PRId64 " overflows",
+                              n_ctx);
+    }
+
+    /* Activations: the runner's buffers for one batch. */
+    int64_t batch = o && o->num_batch > 0 ? o->num_batch : 512;
+    if (batch > n_ctx)
+        batch = n_ctx;
+    double q_dim = (double)heads * (double)head_dim_k;
+    double kv_dim = (double)max_kv_heads * (double)head_dim_k;
+    double act = 4.0 * (double)batch *
+                     (3.0 * (double)dim + 2.0 * q_dim + 2.0 * kv_dim +
+                      2.0 * (double)ffn) +
+                 4.0 * LOGIT_ROWS * (double)n_vocab +
+                 4.0 * (2.0 * (double)n_ctx + 2.0 * (double)head_dim_k);
+    double scores = 4.0 * (double)heads * (double)n_ctx * (double)batch;
+    if (!add_ok(&out->cpu_graph_bytes, act) ||
+        !add_ok(&out->graph_bytes, act + scores))
+        return cr_err_set(err, CR_E_TOO_LARGE, "compute buffers overflow");
+    out->cpu_total_bytes = out->weights_bytes;
+    if (!add_ok(&out->cpu_total_bytes, (double)out->kv_bytes) ||
+        !add_ok(&out->cpu_total_bytes, (double)out->cpu_graph_bytes))
+        return cr_err_set(err, CR_E_TOO_LARGE, "model size overflows");
+    return CR_OK;
+}
+
+cr_status_t sch_estimate_file(const char *path, const sch_estimate_opts_t *o,
+                              sch_estimate_t *out, cr_err_t *err)
+{
+    cr_gguf_t *g = NULL;
+    cr_status_t st = cr_gguf_open(path, &g, err); /* names the path */
+    if (st)
+        return st;
+    st = sch_estimate_gguf(g, o, out, err);
+    cr_gguf_close(&g);
+    if (st)
+        cr_err_wrap(err, "%s", path);
+    return st;
+}

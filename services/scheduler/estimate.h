@@ -1,0 +1,73 @@
+/* estimate.h: how much memory a model will take, from GGUF metadata alone.
+ *
+ * Nothing is read but the header (cr_gguf_open maps the file and checks it;
+ * tensor data is never touched). The parts, in bytes:
+ *
+ *   layer i   = the sizes of every blk.i.* tensor (their real types, so a
+ *               Q4_K_M file's Q6_K attn_v/ffn_down count as such)
+ *             + KV cache of layer i
+ *               = n_ctx x num_parallel x kv_heads(i)
+ *                 x (key_length + value_length) x bytes per element
+ *               (f16 = 2; OLLAMA_KV_CACHE_TYPE q8_0 = 34/32, q4_0 = 18/32,
+ *               the real block sizes, so never under the runner's use)
+ *   output    = output.weight (token_embd.weight when tied) + output_norm:
+ *               the "output layer", counted as layer n_layers by num_gpu
+ *   embd      = token_embd and every other tensor outside the blocks: it
+ *               stays where the input is (the CPU)
+ *   cpu_graph = what corral's runner allocates for activations, exactly:
+ *               4 x B x (3 dim + 2 q_dim + 2 kv_dim + 2 ffn)
+ *               + 4 x 8 x n_vocab (logit rows) + 4 x (2 n_ctx + 2 head_dim)
+ *               with B = min(num_batch (512), n_ctx)
+ *   graph     = a device's compute buffer: cpu_graph plus the attention
+ *               scores of one batch, 4 x n_heads x n_ctx x B (what a GPU
+ *               backend without flash attention materialises)
+ *
+ * n_ctx is the requested context capped at the trained one
+ * (<arch>.context_length) and floored at 4, as the runner does.
+ * OLLAMA_GPU_OVERHEAD is per GPU and added by placement (place.h). */
+#ifndef SCH_ESTIMATE_H
+#define SCH_ESTIMATE_H
+
+#include "lib/prelude.h"
+#include "lib/gguf.h"
+#include "lib/status.h"
+
+#define SCH_EST_MAX_LAYERS 1024
+
+typedef struct sch_estimate_opts {
+    int64_t num_ctx;          /* requested context; <= 0: 4096 */
+    int64_t num_batch;        /* <= 0: 512 */
+    int64_t num_parallel;     /* <= 0: 1 */
+    double kv_bytes_per_elem; /* <= 0: 2 (f16) */
+} sch_estimate_opts_t;
+
+typedef struct sch_estimate {
+    int n_layers;            /* repeating blocks */
+    int64_t n_ctx;           /* context the runner will allocate */
+    int64_t layer_bytes[SCH_EST_MAX_LAYERS]; /* weights + KV of block i */
+    int64_t kv_bytes;        /* KV cache of all layers */
+    int64_t weights_bytes;   /* every tensor */
+    int64_t output_bytes;    /* the output layer */
+    int64_t embd_bytes;      /* tensors that stay on the CPU */
+    int64_t graph_bytes;     /* compute buffer of a device with layers */
+    int64_t cpu_graph_bytes; /* the CPU runner's activation buffers */
+    int64_t cpu_total_bytes; /* all on the CPU: weights + KV + cpu_graph */
+} sch_estimate_t;
+
+/* Bytes per KV element for an OLLAMA_KV_CACHE_TYPE value: "" or NULL or
+ * "f16" -> 2, "q8_0" -> 34/32, "q4_0" -> 18/32. False for anything else. */
+bool sch_kv_cache_bytes(const char *type, double *bytes_per_elem);
+
+/* Estimates the model in g (borrowed). CR_E_CORRUPT names what is missing
+ * or wrong ("llama.embedding_length is missing", "tensor 'blk.99.x' names
+ * layer 99 of 32"), CR_E_TOO_LARGE for more than SCH_EST_MAX_LAYERS
+ * layers or sizes that overflow. */
+cr_status_t sch_estimate_gguf(const cr_gguf_t *g, const sch_estimate_opts_t *o,
+                              sch_estimate_t *out, cr_err_t *err);
+
+/* Opens path (header only) and estimates it. Errors as cr_gguf_open and
+ * sch_estimate_gguf, prefixed with the path. */
+cr_status_t sch_estimate_file(const char *path, const sch_estimate_opts_t *o,
+                              sch_estimate_t *out, cr_err_t *err);
+
+#endif
