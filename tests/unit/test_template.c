@@ -436,16 +436,30 @@ static void test_bombs(void)
     /* Recursion through template calls. */
     CHECK_ERROR("{{ define \"r\" }}{{ template \"r\" . }}{{ end }}{{ template \"r\" . }}", NULL,
                 CR_E_TOO_LARGE, "exceeded maximum template depth");
-    CHECK_ERROR("{{ define \"r\" }}x{{ template \"r\" . }}{{ template \"r\" . }}{{ end }}"
-                "{{ template \"r\" . }}",
-                NULL, CR_E_TOO_LARGE, "exceed");
-    /* Loops that run too long or write too much. */
-    CHECK_ERROR("{{ range 1000000000 }}{{ end }}", NULL, CR_E_TOO_LARGE,
-                "template execution exceeded");
-    CHECK_ERROR("{{ range 100000 }}{{ range 100000 }}{{ end }}{{ end }}", NULL, CR_E_TOO_LARGE,
-                "steps");
     cr_err_t err;
     char *out = NULL;
+    /* Exponential recursion: the depth bound alone would allow 2^256
+     * calls; the step budget stops it. */
+    rn_tmpl_opts_t small = {.max_steps = 100000};
+    CHECK_EQ_INT(render_opts("{{ define \"r\" }}{{ template \"r\" . }}{{ template \"r\" . }}"
+                             "{{ end }}{{ template \"r\" . }}",
+                             NULL, 0, &small, OUT_MAX, &out, &err),
+                 CR_E_TOO_LARGE);
+    CHECK(strstr(err.msg, "exceeded") != NULL);
+    /* Loops that run too long: the default budget, then a small one. */
+    CHECK_ERROR("{{ range 1000000000 }}{{ end }}", NULL, CR_E_TOO_LARGE,
+                "template execution exceeded 20000000 steps");
+    CHECK_EQ_INT(render_opts("{{ range 100000 }}{{ range 100000 }}{{ end }}{{ end }}", NULL, 0,
+                             &small, OUT_MAX, &out, &err),
+                 CR_E_TOO_LARGE);
+    CHECK(strstr(err.msg, "exceeded 100000 steps") != NULL);
+    CHECK_EQ_INT(render_opts("{{ range $x := .l }}{{ range $.l }}{{ range $.l }}{{ end }}{{ end }}"
+                             "{{ end }}",
+                             "{\"l\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,"
+                             "23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,"
+                             "45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60]}",
+                             0, &small, OUT_MAX, &out, &err),
+                 CR_E_TOO_LARGE);
     CHECK_EQ_INT(render_opts("{{ range 100000 }}0123456789{{ end }}", NULL, 0, NULL, 1000, &out,
                              &err),
                  CR_E_TOO_LARGE);
@@ -488,6 +502,298 @@ static void test_bombs(void)
     }
 }
 
+
+/* Ollama's touch-ups: the appended {{ .Response }}, Vars, the cut tree. */
+static void test_ollama_parse(void)
+{
+    rn_tmpl_t *t = NULL;
+    cr_err_t err;
+    const char *src = "{{ .System }} {{ .Prompt }}";
+    CHECK_EQ_INT(rn_tmpl_parse(src, strlen(src), &t, &err), CR_OK);
+    CHECK(rn_tmpl_uses(t, "response") && rn_tmpl_uses(t, "SYSTEM") && rn_tmpl_uses(t, "prompt"));
+    CHECK(!rn_tmpl_uses(t, "messages"));
+    CHECK_EQ_STR(rn_tmpl_source(t), src);
+    json_t *j = json_loads("{\"System\":\"s\",\"Prompt\":\"p\",\"Response\":\"r\"}", 0, NULL);
+    rn_val_t *data = NULL;
+    CHECK_EQ_INT(rn_val_from_json(j, 0, &data, &err), CR_OK);
+    json_decref(j);
+    cr_buf_t b;
+    cr_buf_init(&b, 4096);
+    CHECK_EQ_INT(rn_tmpl_exec(t, data, NULL, &b, &err), CR_OK);
+    CHECK_EQ_STR(b.data, "s pr"); /* the appended response */
+    rn_tmpl_destroy(&t);
+    CHECK(t == NULL);
+    rn_tmpl_destroy(&t); /* twice is harmless */
+    rn_tmpl_destroy(NULL);
+
+    /* The cut: everything after the first .Response goes, the field stays. */
+    src = "A{{ .Prompt }}B{{ .Response }}C{{ if .Prompt }}D{{ end }}";
+    CHECK_EQ_INT(rn_tmpl_parse(src, strlen(src), &t, &err), CR_OK);
+    rn_tmpl_opts_t cut = {.cut_after_response = true};
+    cr_buf_reset(&b);
+    CHECK_EQ_INT(rn_tmpl_exec(t, data, &cut, &b, &err), CR_OK);
+    CHECK_EQ_STR(b.data, "ApBr");
+    cr_buf_reset(&b);
+    CHECK_EQ_INT(rn_tmpl_exec(t, data, NULL, &b, &err), CR_OK);
+    CHECK_EQ_STR(b.data, "ApBrCD");
+    rn_tmpl_destroy(&t);
+    /* A template with nothing before .Response cuts to nothing after it. */
+    src = "{{ .Response }}{{ .Prompt }}";
+    CHECK_EQ_INT(rn_tmpl_parse(src, strlen(src), &t, &err), CR_OK);
+    cr_buf_reset(&b);
+    CHECK_EQ_INT(rn_tmpl_exec(t, data, &cut, &b, &err), CR_OK);
+    CHECK_EQ_STR(b.data, "r");
+    rn_tmpl_destroy(&t);
+    cr_buf_free(&b);
+    rn_val_destroy(&data);
+
+    /* Messages templates get nothing appended; $.Messages and identifiers
+     * inside defined templates count. */
+    const char *msgs[] = {"{{ range .Messages }}{{ .Content }}{{ end }}",
+                          "{{ range $.Messages }}{{ end }}",
+                          "{{ define \"x\" }}{{ .Messages }}{{ end }}hello"};
+    for (size_t i = 0; i < CR_ARRAY_LEN(msgs); i++) {
+        CHECK_EQ_INT(rn_tmpl_parse(msgs[i], strlen(msgs[i]), &t, &err), CR_OK);
+        CHECK_MSG(rn_tmpl_uses(t, "messages") && !rn_tmpl_uses(t, "response"), "%s", msgs[i]);
+        rn_tmpl_destroy(&t);
+    }
+    /* Ollama refuses a template call without a pipeline. */
+    src = "{{ define \"x\" }}a{{ end }}{{ template \"x\" }}";
+    CHECK_EQ_INT(rn_tmpl_parse(src, strlen(src), &t, &err), CR_E_INVALID);
+    CHECK_EQ_STR(err.msg, "template: :1: undefined template specified");
+    CHECK(t == NULL);
+    CHECK(!rn_tmpl_uses(NULL, "x"));
+}
+
+static void test_tag_inference(void)
+{
+    struct {
+        const char *src, *tool_tag, *open, *close;
+    } cases[] = {
+        {"{{ range .Messages }}{{ if .ToolCalls }}<tool_call>\n{{ range .ToolCalls }}{\"name\": "
+         "\"{{ .Function.Name }}\"}{{ end }}</tool_call>{{ end }}{{ end }}",
+         "<tool_call>", "", ""},
+        {"{{ range $i, $_ := .Messages }}{{ if eq .Role \"user\" }}[INST]{{ .Content }}[/INST]"
+         "{{ else if eq .Role \"assistant\" }}{{ if .Content }}{{ .Content }}{{ else if .ToolCalls }}"
+         "[TOOL_CALLS] [{{ range .ToolCalls }}{{ .Function.Name }}{{ end }}]{{ end }}{{ end }}{{ end }}",
+         "[TOOL_CALLS] [", "", ""},
+        {"{{ range .Messages }}{{ if .ToolCalls }}\n\n{{ range .ToolCalls }}{\"name\": 1}{{ end }}"
+         "{{ end }}{{ end }}",
+         "{", "", ""},
+        {"{{ .Prompt }}", "{", "", ""},
+        {"{{ range $i, $_ := .Messages }}{{ $last := eq (len (slice $.Messages $i)) 1 -}}\n"
+         "<|im_start|>{{ .Role }}\n{{ if and $last .Thinking }}<think>{{ .Thinking }}</think>\n"
+         "{{ end }}{{ .Content }}<|im_end|>\n{{ end }}",
+         "{", "<think>", "</think>"},
+        /* .Thinking outside a range over Messages does not count. */
+        {"{{ if .Thinking }}<t>{{ .Thinking }}</t>{{ end }}{{ range .Messages }}{{ end }}", "{", "", ""},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
+        rn_tmpl_t *t = NULL;
+        cr_err_t err;
+        CHECK_EQ_INT(rn_tmpl_parse(cases[i].src, strlen(cases[i].src), &t, &err), CR_OK);
+        char tag[64], open[64], close[64];
+        rn_tmpl_tool_tag(t, tag, sizeof tag);
+        rn_tmpl_thinking_tags(t, open, sizeof open, close, sizeof close);
+        CHECK_EQ_STR(tag, cases[i].tool_tag);
+        CHECK_EQ_STR(open, cases[i].open);
+        CHECK_EQ_STR(close, cases[i].close);
+        rn_tmpl_destroy(&t);
+    }
+    char small[4];
+    rn_tmpl_t *t = NULL;
+    cr_err_t err;
+    CHECK_EQ_INT(rn_tmpl_parse(cases[0].src, strlen(cases[0].src), &t, &err), CR_OK);
+    rn_tmpl_tool_tag(t, small, sizeof small);
+    CHECK_EQ_STR(small, "<to"); /* truncated to the buffer */
+    rn_tmpl_destroy(&t);
+}
+
+static char *print_str(const rn_val_t *v)
+{
+    cr_buf_t b;
+    cr_buf_init(&b, 1 << 16);
+    cr_status_t st = rn_val_print(v, &b);
+    char *s = st ? NULL : cr_buf_steal(&b);
+    cr_buf_free(&b);
+    return s;
+}
+
+static char *json_str(const rn_val_t *v, cr_status_t *st)
+{
+    cr_buf_t b;
+    cr_buf_init(&b, 1 << 16);
+    *st = rn_val_to_json(v, &b);
+    char *s = *st ? NULL : cr_buf_steal(&b);
+    cr_buf_free(&b);
+    return s;
+}
+
+static void check_float_at(int line, double f, const char *print_want, const char *json_want)
+{
+    rn_val_t *v = rn_val_float_new(f);
+    char *p = print_str(v);
+    cr_status_t st;
+    char *j = json_str(v, &st);
+    bool ok = p && !strcmp(p, print_want) &&
+              (json_want ? (j && !strcmp(j, json_want)) : st == CR_E_INVALID);
+    if (ok) {
+        check_passed_g++;
+    } else {
+        check_failed_g++;
+        fprintf(stderr, "FAIL %s:%d: %.17g printed \"%s\" (want \"%s\"), JSON \"%s\" (want \"%s\")\n",
+                __FILE__, line, f, p ? p : "(null)", print_want, j ? j : "(error)",
+                json_want ? json_want : "(error)");
+    }
+    free(p);
+    free(j);
+    rn_val_destroy(&v);
+}
+#define CHECK_FLOAT(f, p, j) check_float_at(__LINE__, f, p, j)
+
+static void test_values(void)
+{
+    /* Floats as fmt's %v and encoding/json write them. */
+    CHECK_FLOAT(1e6, "1e+06", "1000000");
+    CHECK_FLOAT(123456.0, "123456", "123456");
+    CHECK_FLOAT(1234567.0, "1.234567e+06", "1234567");
+    CHECK_FLOAT(0.0001, "0.0001", "0.0001");
+    CHECK_FLOAT(0.00001, "1e-05", "0.00001");
+    CHECK_FLOAT(1e-7, "1e-07", "1e-7");
+    CHECK_FLOAT(-2.5, "-2.5", "-2.5");
+    CHECK_FLOAT(1e20, "1e+20", "100000000000000000000");
+    CHECK_FLOAT(1e21, "1e+21", "1e+21");
+    CHECK_FLOAT(0.1 + 0.2, "0.30000000000000004", "0.30000000000000004");
+    CHECK_FLOAT(3.0, "3", "3");
+    CHECK_FLOAT(-0.0, "-0", "-0");
+    CHECK_FLOAT(5e-324, "5e-324", "5e-324");
+    CHECK_FLOAT(1.7976931348623157e308, "1.7976931348623157e+308", "1.7976931348623157e+308");
+    CHECK_FLOAT(NAN, "NaN", NULL);
+    CHECK_FLOAT(INFINITY, "+Inf", NULL);
+    CHECK_FLOAT(-INFINITY, "-Inf", NULL);
+
+    /* Structs: Go field order, JSON names, omitempty, "-". */
+    rn_val_t *st_v = rn_val_struct_new("pkg.T", RN_VAL_F_POINTER);
+    CHECK_EQ_INT(rn_val_struct_add(st_v, "Name", "name", 0, &(rn_val_t *){rn_val_str_new("n")}),
+                 CR_OK);
+    CHECK_EQ_INT(rn_val_struct_add(st_v, "Empty", "empty", RN_FIELD_OMITEMPTY,
+                                   &(rn_val_t *){rn_val_str_new("")}),
+                 CR_OK);
+    CHECK_EQ_INT(rn_val_struct_add(st_v, "Zero", NULL, RN_FIELD_OMITEMPTY,
+                                   &(rn_val_t *){rn_val_int_new(0)}),
+                 CR_OK);
+    CHECK_EQ_INT(rn_val_struct_add(st_v, "List", NULL, 0,
+                                   &(rn_val_t *){rn_val_list_new(RN_VAL_F_NIL)}),
+                 CR_OK);
+    CHECK_EQ_INT(rn_val_struct_add(st_v, "Secret", "-", 0, &(rn_val_t *){rn_val_bool_new(true)}),
+                 CR_OK);
+    CHECK_EQ_INT(rn_val_struct_add(st_v, "Args", "args", 0,
+                                   &(rn_val_t *){rn_val_map_new(RN_VAL_F_NIL | RN_VAL_F_JSON_PRINT)}),
+                 CR_OK);
+    cr_status_t st;
+    char *s = json_str(st_v, &st);
+    CHECK_EQ_STR(s, "{\"name\":\"n\",\"List\":null,\"args\":null}");
+    free(s);
+    s = print_str(st_v);
+    CHECK_EQ_STR(s, "&{n  0 [] true {}}");
+    free(s);
+    CHECK_EQ_INT(rn_val_len(st_v), 6);
+    CHECK_EQ_STR(rn_val_key_at(st_v, 4), "Secret");
+    CHECK(rn_val_as_bool(rn_val_get(st_v, "Secret")));
+    CHECK(rn_val_get(st_v, "nope") == NULL);
+    CHECK(rn_val_truth(st_v));
+    /* Wrong kinds and cycles are refused, the item released. */
+    CHECK_EQ_INT(rn_val_list_push(st_v, &(rn_val_t *){rn_val_int_new(1)}), CR_E_INVALID);
+    CHECK_EQ_INT(rn_val_map_set(st_v, "k", &(rn_val_t *){rn_val_int_new(1)}), CR_E_INVALID);
+    rn_val_t *list = rn_val_list_new(0);
+    rn_val_t *self = rn_val_ref(list);
+    CHECK_EQ_INT(rn_val_list_push(list, &self), CR_E_INVALID);
+    CHECK(self == NULL);
+    rn_val_t *inner = rn_val_list_new(0);
+    rn_val_t *outer_ref = rn_val_ref(list);
+    CHECK_EQ_INT(rn_val_list_push(inner, &outer_ref), CR_OK);
+    rn_val_t *inner_ref = rn_val_ref(inner);
+    CHECK_EQ_INT(rn_val_list_push(list, &inner_ref), CR_E_INVALID); /* list -> inner -> list */
+    rn_val_destroy(&inner);
+    rn_val_t *none = NULL;
+    CHECK_EQ_INT(rn_val_list_push(list, &none), CR_E_NOMEM); /* a failed constructor */
+    rn_val_destroy(&list);
+    rn_val_destroy(&st_v);
+
+    /* Maps: set replaces in place; sorted vs ordered. */
+    rn_val_t *m = rn_val_map_new(0);
+    CHECK_EQ_INT(rn_val_map_set(m, "b", &(rn_val_t *){rn_val_int_new(1)}), CR_OK);
+    CHECK_EQ_INT(rn_val_map_set(m, "a", &(rn_val_t *){rn_val_int_new(2)}), CR_OK);
+    CHECK_EQ_INT(rn_val_map_set(m, "b", &(rn_val_t *){rn_val_int_new(3)}), CR_OK);
+    s = json_str(m, &st);
+    CHECK_EQ_STR(s, "{\"a\":2,\"b\":3}");
+    free(s);
+    s = print_str(m);
+    CHECK_EQ_STR(s, "map[a:2 b:3]");
+    free(s);
+    CHECK_EQ_INT(rn_val_len(m), 2);
+    rn_val_destroy(&m);
+
+    /* JSON in: Go's any (floats, sorted maps) or kept ints and order. */
+    json_t *j = json_loads("{\"z\":1,\"a\":[1.5,true,null,\"s\"],\"big\":12345678901234567}", 0, NULL);
+    rn_val_t *v = NULL;
+    cr_err_t err;
+    CHECK_EQ_INT(rn_val_from_json(j, 0, &v, &err), CR_OK);
+    CHECK(rn_val_kind(rn_val_get(v, "z")) == RN_VAL_FLOAT);
+    s = json_str(v, &st);
+    CHECK_EQ_STR(s, "{\"a\":[1.5,true,null,\"s\"],\"big\":12345678901234568,\"z\":1}");
+    free(s);
+    rn_val_destroy(&v);
+    CHECK_EQ_INT(rn_val_from_json(j, RN_JSON_ORDERED | RN_JSON_KEEP_INTS, &v, &err), CR_OK);
+    CHECK(rn_val_kind(rn_val_get(v, "z")) == RN_VAL_INT);
+    CHECK_EQ_INT(rn_val_as_int(rn_val_get(v, "z")), 1);
+    s = json_str(v, &st);
+    CHECK_EQ_STR(s, "{\"z\":1,\"a\":[1.5,true,null,\"s\"],\"big\":12345678901234567}");
+    free(s);
+    s = print_str(v);
+    CHECK_EQ_STR(s, "map[z:1 a:[1.5 true <nil> s] big:12345678901234567]");
+    free(s);
+    rn_val_destroy(&v);
+    json_decref(j);
+    /* Embedded NULs survive. */
+    j = json_loads("\"a\\u0000b\"", JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    CHECK_EQ_INT(rn_val_from_json(j, 0, &v, &err), CR_OK);
+    CHECK_EQ_INT(rn_val_str_len(v), 3);
+    s = json_str(v, &st);
+    CHECK_EQ_STR(s, "\"a\\u0000b\"");
+    free(s);
+    rn_val_destroy(&v);
+    json_decref(j);
+    /* Too deep JSON is refused. */
+    cr_buf_t b;
+    cr_buf_init(&b, 1 << 20);
+    for (int i = 0; i < 500; i++)
+        cr_buf_putc(&b, '[');
+    for (int i = 0; i < 500; i++)
+        cr_buf_putc(&b, ']');
+    j = json_loads(b.data, 0, NULL);
+    CHECK(j != NULL);
+    CHECK_EQ_INT(rn_val_from_json(j, 0, &v, &err), CR_E_TOO_LARGE);
+    CHECK(v == NULL);
+    CHECK(strstr(err.msg, "nested deeper than") != NULL);
+    json_decref(j);
+    cr_buf_free(&b);
+    CHECK_EQ_INT(rn_val_from_json(NULL, 0, &v, &err), CR_OK);
+    CHECK(v == rn_val_nil());
+
+    /* The shared nil and NULL are harmless everywhere. */
+    rn_val_t *nil = rn_val_nil();
+    rn_val_destroy(&nil);
+    CHECK(nil == NULL);
+    CHECK(rn_val_nil() != NULL);
+    rn_val_destroy(NULL);
+    CHECK(rn_val_kind(NULL) == RN_VAL_NIL && rn_val_len(NULL) == 0 && !rn_val_truth(NULL));
+    CHECK_EQ_STR(rn_val_as_str(NULL), "");
+    s = print_str(rn_val_nil());
+    CHECK_EQ_STR(s, "<nil>");
+    free(s);
+}
+
 int main(void)
 {
     test_text_and_trim();
@@ -506,5 +812,8 @@ int main(void)
     test_dates();
     test_parse_errors();
     test_bombs();
+    test_ollama_parse();
+    test_tag_inference();
+    test_values();
     return check_finish("test_template");
 }

@@ -1,0 +1,172 @@
+/* prompt.h: Ollama's prompt construction on top of the template engine.
+ *
+ * Owns turning a chat or generate request into the prompt text: the data
+ * Ollama hands its templates (collated messages, tools, thinking flags),
+ * the three rendering modes (messages, legacy System/Prompt/Response with
+ * the final turn cut after {{ .Response }}, suffix/FIM), image tags
+ * ([img-N]) and dropping old history to fit num_ctx. It does not tokenize
+ * (the caller passes a counter), parse templates from model files (the
+ * caller parses once with rn_tmpl_parse and keeps the template), or decode
+ * HTTP/bus requests (the caller fills the plain structs below, borrowing
+ * its strings and JSON).
+ *
+ * Modes, as Ollama's template.Execute picks them:
+ *  - suffix: prompt and suffix both non-empty -> {Prompt, Suffix}.
+ *  - messages: the template mentions Messages -> executed once over
+ *    {System, Messages, Tools, Response:"", Think, ThinkLevel, IsThinkSet}.
+ *  - legacy: messages walked; each time a user turn follows a response (or
+ *    a system message follows either) the template runs for the collected
+ *    (System, Prompt, Response); the last turn runs the template cut after
+ *    its first .Response field, so the prompt ends where the model goes on.
+ */
+#ifndef RN_PROMPT_H
+#define RN_PROMPT_H
+
+#include "lib/prelude.h"
+#include "lib/buf.h"
+#include "lib/status.h"
+#include "services/runner/template.h"
+
+#include <jansson.h>
+
+/* One chat message. Everything is borrowed for the duration of a call. */
+typedef struct rn_prompt_msg {
+    const char *role;         /* "system", "user", "assistant", "tool" (lower case) */
+    const char *content;      /* NULL = "" */
+    const char *thinking;     /* earlier reasoning; NULL = "" */
+    size_t n_images;          /* images attached to this message */
+    const json_t *tool_calls; /* [{id?, function:{index?, name, arguments{}}}] or NULL */
+    const char *tool_name;    /* tool messages: which tool answered; NULL = "" */
+    const char *tool_call_id; /* tool messages: the call answered; NULL = "" */
+} rn_prompt_msg_t;
+
+/* The request's `think`: absent, a bool, or a level string. */
+typedef enum rn_think_mode {
+    RN_THINK_UNSET = 0,
+    RN_THINK_FALSE,
+    RN_THINK_TRUE, /* ThinkLevel "medium" */
+    RN_THINK_LEVEL /* level in `think_level`: "low", "medium", "high", "max" */
+} rn_think_mode_t;
+
+typedef struct rn_prompt_think {
+    rn_think_mode_t mode;
+    const char *level; /* RN_THINK_LEVEL only */
+} rn_prompt_think_t;
+
+/* Counts the tokens of text (the runner's tokenizer, with whatever BOS
+ * handling it applies to prompts). Returns a status; fills *n_tokens. */
+typedef cr_status_t (*rn_prompt_count_fn)(void *ctx, const char *text, size_t len,
+                                          int64_t *n_tokens, cr_err_t *err);
+
+/* History truncation (Ollama's chatPrompt): when truncate is set and a
+ * counter is given, the oldest messages are dropped until the rendered
+ * prompt (plus 768 tokens per image when the model has a projector) fits
+ * num_ctx; system messages from the dropped part are kept, and the last
+ * message is always kept even if it alone does not fit. */
+typedef struct rn_prompt_fit {
+    bool truncate;
+    int64_t num_ctx;
+    bool has_projector;
+    rn_prompt_count_fn count_tokens; /* NULL: no truncation */
+    void *count_ctx;
+} rn_prompt_fit_t;
+
+#define RN_PROMPT_IMAGE_TOKENS 768
+#define RN_PROMPT_DEFAULT_MAX_BYTES (32u << 20)
+
+/* Options shared by both entry points. */
+typedef struct rn_prompt_opts {
+    size_t max_bytes;       /* cap on any rendering; 0 = RN_PROMPT_DEFAULT_MAX_BYTES */
+    int64_t now_unix;       /* clock for currentDate; 0 = now */
+    bool tool_args_ordered; /* tool-call arguments keep their key order in
+                             * templates; default false sorts them as
+                             * Ollama's templateArgs (a Go map) does */
+} rn_prompt_opts_t;
+
+/* /api/chat. */
+typedef struct rn_prompt_chat {
+    const rn_tmpl_t *tmpl;                 /* the model's template (required) */
+    const char *model_system;              /* model SYSTEM, NULL/"" for none */
+    const rn_prompt_msg_t *model_msgs;     /* Modelfile MESSAGEs, prepended */
+    size_t n_model_msgs;
+    const rn_prompt_msg_t *msgs;           /* the request's messages */
+    size_t n_msgs;
+    const json_t *tools;                   /* request tools (array) or NULL */
+    rn_prompt_think_t think;
+    /* qwen3 / deepseek-r1: strip <think>...</think> from assistant messages
+     * before the last user message, as Ollama's filterThinkTags does. */
+    bool strip_old_thinking;
+    rn_prompt_fit_t fit;
+    rn_prompt_opts_t opts;
+} rn_prompt_chat_t;
+
+/* /api/generate. */
+typedef struct rn_prompt_gen {
+    const rn_tmpl_t *tmpl;   /* the model's template, or the request's own */
+    bool tmpl_from_request;  /* `template` was given: executed directly over
+                              * the messages, without truncation or tags */
+    const char *prompt;      /* NULL = "" */
+    const char *suffix;      /* FIM suffix; NULL/"" for none */
+    const char *system;      /* request `system`, overrides model_system */
+    const char *model_system;
+    const rn_prompt_msg_t *model_msgs; /* used only without context */
+    size_t n_model_msgs;
+    size_t n_images;          /* images of the request */
+    const char *context_text; /* the request `context`, detokenized; NULL if absent */
+    bool raw;                 /* prompt verbatim */
+    rn_prompt_think_t think;
+    rn_prompt_fit_t fit;
+    rn_prompt_opts_t opts;
+} rn_prompt_gen_t;
+
+typedef struct rn_prompt_result {
+    char *text;            /* the prompt; owned (free with rn_prompt_result_free) */
+    size_t len;            /* bytes of text */
+    size_t n_images;       /* images the prompt refers to as [img-0], [img-1], ... */
+    size_t images_skipped; /* images of dropped messages: [img-k] is the request's
+                            * (images_skipped + k)-th image in message order */
+    size_t msgs_dropped;   /* leading messages dropped to fit num_ctx */
+} rn_prompt_result_t;
+
+/* Builds the chat prompt. On success *out is filled (caller frees with
+ * rn_prompt_result_free). Errors: CR_E_INVALID for a template execution
+ * error or malformed tools/tool_calls JSON (message names the field),
+ * CR_E_TOO_LARGE over opts.max_bytes, the counter's own errors, CR_E_NOMEM.
+ * *out is zeroed on error. */
+cr_status_t rn_prompt_chat(const rn_prompt_chat_t *in, rn_prompt_result_t *out, cr_err_t *err);
+
+/* Builds the generate prompt: raw -> the prompt as is (CR_E_INVALID "raw
+ * mode does not support template, system, or context" when combined with
+ * those); suffix -> the suffix mode; otherwise messages [system] + [model
+ * MESSAGEs unless context] + user(prompt, images), rendered like chat
+ * (tools empty) unless the template came from the request. The context
+ * text, when given, is prepended. Errors and ownership as rn_prompt_chat. */
+cr_status_t rn_prompt_generate(const rn_prompt_gen_t *in, rn_prompt_result_t *out,
+                               cr_err_t *err);
+
+/* Frees the text and zeroes the result; accepts NULL. */
+void rn_prompt_result_free(rn_prompt_result_t *r);
+
+/* Ollama's template.Execute(Values): renders msgs (collated here), tools
+ * (NULL = nil), prompt/suffix and think into out, choosing the mode as
+ * described above. No truncation and no image tags. Errors as
+ * rn_prompt_chat. */
+typedef struct rn_prompt_values {
+    const rn_prompt_msg_t *msgs;
+    size_t n_msgs;
+    const json_t *tools;
+    const char *prompt;
+    const char *suffix;
+    rn_prompt_think_t think;
+} rn_prompt_values_t;
+
+cr_status_t rn_prompt_render(const rn_tmpl_t *tmpl, const rn_prompt_values_t *v,
+                             const rn_prompt_opts_t *opts, cr_buf_t *out, cr_err_t *err);
+
+/* Converts request tools JSON into the template's .Tools value (Ollama's
+ * templateTools: tools, functions and their property maps print as JSON).
+ * NULL tools gives a nil list. Caller owns *out. CR_E_INVALID names the
+ * offending field ("tools[0].function.name: expected a string"). */
+cr_status_t rn_prompt_tools_value(const json_t *tools, rn_val_t **out, cr_err_t *err);
+
+#endif
