@@ -14,6 +14,8 @@ struct rn_model {
     rn_hparams_t hp;
     rn_weights_t w;
     uint64_t weight_bytes;
+    uint8_t *swa_layers; /* [n_layers] 1 = sliding, from a per-layer
+                            sliding_window_pattern array; else NULL */
 };
 
 /* ---- hyperparameters -------------------------------------------------- */
@@ -69,6 +71,36 @@ static const struct {
     {"gemma2", RN_ARCH_GEMMA2}, {"gemma3", RN_ARCH_GEMMA3}, {"phi3", RN_ARCH_PHI3},
 };
 
+/* <arch>.attention.sliding_window_pattern: a period p (layer l slides iff
+ * l % p < p - 1; def when absent) or, as Ollama writes it, one bool per
+ * layer (true = sliding). */
+static cr_status_t read_swa_pattern(rn_model_t *m, int def, cr_err_t *err)
+{
+    rn_hparams_t *hp = &m->hp;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch);
+    const cr_gguf_array_t *a = NULL;
+    if (!cr_gguf_get_arr(m->g, key, &a))
+        return get_int(m->g, hp->arch, "attention.sliding_window_pattern", false, def, 0,
+                       RN_MODEL_MAX_LAYERS, &hp->swa_pattern, err);
+    if (a->n != (uint64_t)hp->n_layers)
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' has %" PRIu64 " values for %d "
+                          "layers", key, a->n, hp->n_layers);
+    m->swa_layers = calloc((size_t)hp->n_layers, 1);
+    if (!m->swa_layers)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    for (int l = 0; l < hp->n_layers; l++) {
+        uint64_t v = 0;
+        if (a->type == CR_GGUF_BOOL)
+            v = ((const uint8_t *)a->data)[l] != 0;
+        else if (!cr_gguf_arr_get_u64(a, (uint64_t)l, &v))
+            return cr_err_set(err, CR_E_CORRUPT, "key '%s' value %d is not a bool or "
+                              "non-negative integer", key, l);
+        m->swa_layers[l] = v != 0;
+    }
+    return CR_OK;
+}
+
 /* Features each architecture fixes (llama.cpp's graph for it), before the
  * metadata that may refine them. */
 static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
@@ -97,9 +129,7 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
                   (hp->arch_id == RN_ARCH_GEMMA3 && hp->n_layers == 62);
     if (is_27b)
         hp->attn_scale = 1.0f / sqrtf((float)(hp->dim / hp->n_heads));
-    if ((st = get_int(g, arch, "attention.sliding_window_pattern", false,
-                      hp->arch_id == RN_ARCH_GEMMA2 ? 2 : 6, 0, RN_MODEL_MAX_LAYERS,
-                      &hp->swa_pattern, err)))
+    if ((st = read_swa_pattern(m, hp->arch_id == RN_ARCH_GEMMA2 ? 2 : 6, err)))
         return st;
     if (hp->arch_id == RN_ARCH_GEMMA2) {
         if ((st = get_int(g, arch, "attention.sliding_window", false, 4096, 0,
@@ -113,10 +143,20 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
     }
     /* gemma3: sliding layers use base 10000 and no position scaling; full
      * layers use <arch>.rope.freq_base and a linear rope.scaling.factor. */
+    /* Bases: llama.cpp writes rope.freq_base (+ optional rope.freq_base_swa),
+     * Ollama's converter rope.global.freq_base and rope.local.freq_base. */
+    char bkey[128];
+    snprintf(bkey, sizeof bkey, "%s.rope.freq_base", arch);
+    if (!cr_gguf_kv_find(g, bkey) &&
+        (st = get_float(g, arch, "rope.global.freq_base", 1000000.0f, &hp->rope_base,
+                        err)))
+        return st;
+    snprintf(bkey, sizeof bkey, "%s.rope.freq_base_swa", arch);
+    const char *swa_base_key = cr_gguf_kv_find(g, bkey) ? "rope.freq_base_swa"
+                                                         : "rope.local.freq_base";
     if ((st = get_int(g, arch, "attention.sliding_window", false, 0, 0, RN_MODEL_MAX_CTX,
                       &hp->n_swa, err)) ||
-        (st = get_float(g, arch, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa,
-                        err)) ||
+        (st = get_float(g, arch, swa_base_key, 10000.0f, &hp->rope_base_swa, err)) ||
         (st = get_float(g, arch, "final_logit_softcapping", 0.0f, &hp->final_softcap,
                         err)))
         return st;
@@ -380,8 +420,11 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         if ((st = bind(m, name, per[i].cols, per[i].rows, true, per[i].dst, NULL, err)))
             return st;
     }
-    L->swa = hp->n_swa > 0 &&
-             (hp->swa_pattern == 0 || l % hp->swa_pattern < hp->swa_pattern - 1);
+    if (m->swa_layers)
+        L->swa = hp->n_swa > 0 && m->swa_layers[l];
+    else
+        L->swa = hp->n_swa > 0 &&
+                 (hp->swa_pattern == 0 || l % hp->swa_pattern < hp->swa_pattern - 1);
     return CR_OK;
 }
 
@@ -473,6 +516,7 @@ void rn_model_destroy(rn_model_t **self_p)
     rn_model_t *m = *self_p;
     release_weights(m);
     free(m->w.layers);
+    free(m->swa_layers);
     cr_gguf_close(&m->g);
     free(m);
     *self_p = NULL;

@@ -590,6 +590,8 @@ static void test_quantized(void)
 
 /* ---- broken models ---------------------------------------------------- */
 
+static void *kept_bytes_g; /* bytes behind a model load_edited kept */
+
 typedef struct edit {
     const char *skip_tensor;
     const char *reshape_tensor; /* to ne {ne0, ne1}, zero data */
@@ -599,9 +601,17 @@ typedef struct edit {
     const char *str_key, *str_val;
     const char *u32_key;
     uint32_t u32_val;
+    const char *f32_key, *f32_key2; /* set to f32_val, f32_val2 */
+    float f32_val, f32_val2;
+    const char *bools_key;          /* a bool array of n_bools */
+    uint8_t bools[4];
+    int n_bools;
 } edit_t;
 
-static cr_status_t load_edited(const char *arch, const edit_t *e, cr_err_t *err)
+/* Rebuilds the synth model of arch with edit e and loads it; the model is
+ * kept in *keep (caller destroys) when keep is not NULL. */
+static cr_status_t load_edited(const char *arch, const edit_t *e, cr_err_t *err,
+                               rn_model_t **keep)
 {
     rn_synth_opts_t o;
     arch_opts(arch, &o);
@@ -627,6 +637,19 @@ static cr_status_t load_edited(const char *arch, const edit_t *e, cr_err_t *err)
     if (!st && e->u32_key) {
         cr_gguf_writer_remove(w, e->u32_key);
         st = cr_gguf_writer_add_u32(w, e->u32_key, e->u32_val, &e2);
+    }
+    if (!st && e->f32_key) {
+        cr_gguf_writer_remove(w, e->f32_key);
+        st = cr_gguf_writer_add_f32(w, e->f32_key, e->f32_val, &e2);
+    }
+    if (!st && e->f32_key2) {
+        cr_gguf_writer_remove(w, e->f32_key2);
+        st = cr_gguf_writer_add_f32(w, e->f32_key2, e->f32_val2, &e2);
+    }
+    if (!st && e->bools_key) {
+        cr_gguf_writer_remove(w, e->bools_key);
+        st = cr_gguf_writer_add_arr(w, e->bools_key, CR_GGUF_BOOL, e->bools,
+                                    (uint64_t)e->n_bools, &e2);
     }
     for (size_t i = 0; !st && i < cr_gguf_tensor_count(g); i++) {
         const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
@@ -661,6 +684,12 @@ static cr_status_t load_edited(const char *arch, const edit_t *e, cr_err_t *err)
     st = cr_gguf_open_memory(out, out_len, &g, err);
     if (!st)
         st = rn_model_load_gguf(&g, be_g, &m, err);
+    if (keep && m) {
+        /* the model reads its own copy: keep the bytes alive with it */
+        *keep = m;
+        kept_bytes_g = out;
+        return st;
+    }
     rn_model_destroy(&m);
     free(out);
     return st;
@@ -727,6 +756,13 @@ static void test_corrupt(void)
          CR_E_UNSUPPORTED, "rope_factors_long.weight", NULL},
         {"phi3 missing block_count", "phi3", {.drop_key = "phi3.block_count"},
          CR_E_CORRUPT, "phi3.block_count", NULL},
+        {"gemma3 pattern length", "gemma3",
+         {.bools_key = "gemma3.attention.sliding_window_pattern", .bools = {1, 0},
+          .n_bools = 2},
+         CR_E_CORRUPT, "gemma3.attention.sliding_window_pattern", "2 values for 3"},
+        {"gemma3 negative base", "gemma3",
+         {.f32_key = "gemma3.rope.freq_base", .f32_val = -1}, CR_E_CORRUPT,
+         "gemma3.rope.freq_base", NULL},
         {"unknown architecture", "qwen2",
          {.str_key = "general.architecture", .str_val = "bert"}, CR_E_UNSUPPORTED,
          "unsupported architecture 'bert'", NULL},
@@ -737,7 +773,7 @@ static void test_corrupt(void)
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
         cr_err_t err;
         cr_err_clear(&err);
-        cr_status_t st = load_edited(cases[i].arch, &cases[i].e, &err);
+        cr_status_t st = load_edited(cases[i].arch, &cases[i].e, &err, NULL);
         CHECK_MSG(st == cases[i].want, "%s: status %d (%s), want %d", cases[i].name,
                   (int)st, err.msg, (int)cases[i].want);
         if (cases[i].msg1)
@@ -763,6 +799,36 @@ static void test_corrupt(void)
     CHECK_EQ_INT(rn_synth_write_memory(&o, &b, &len, &err), CR_E_INVALID);
     CHECK_MSG(strstr(err.msg, "head size 7"), "%s", err.msg);
     free(b);
+}
+
+/* Gemma 3 as Ollama's converter writes it: rope.global/local.freq_base and
+ * a per-layer bool array for the sliding pattern. */
+static void test_ollama_gemma3(void)
+{
+    edit_t e = {
+        .drop_key = "gemma3.rope.freq_base",
+        .f32_key = "gemma3.rope.global.freq_base",
+        .f32_val = 500000.0f,
+        .f32_key2 = "gemma3.rope.local.freq_base",
+        .f32_val2 = 20000.0f,
+        .bools_key = "gemma3.attention.sliding_window_pattern",
+        .bools = {0, 1, 0},
+        .n_bools = 3,
+    };
+    cr_err_t err;
+    cr_err_clear(&err);
+    rn_model_t *m = NULL;
+    CHECK_EQ_INT(load_edited("gemma3", &e, &err, &m), CR_OK);
+    if (m) {
+        const rn_hparams_t *hp = rn_model_hparams(m);
+        const rn_weights_t *w = rn_model_weights(m);
+        CHECK_NEAR(hp->rope_base, 500000.0, 0);
+        CHECK_NEAR(hp->rope_base_swa, 20000.0, 0);
+        CHECK(!w->layers[0].swa && w->layers[1].swa && !w->layers[2].swa);
+    }
+    rn_model_destroy(&m);
+    free(kept_bytes_g);
+    kept_bytes_g = NULL;
 }
 
 /* hparams the loader derives, as llama.cpp does. */
@@ -833,6 +899,7 @@ int main(void)
     test_archs();
     test_quantized();
     test_corrupt();
+    test_ollama_gemma3();
     be_destroy(&be_g);
     return check_finish("test_arch_forward");
 }
