@@ -22,6 +22,7 @@
 
 struct gw_cors;
 struct gw_route;
+struct gw_metrics;
 
 /* Settings of one gateway (server.h fills it from the environment). */
 typedef struct gw_config {
@@ -33,6 +34,7 @@ typedef struct gw_config {
     int create_timeout_ms;     /* create: max silence between progress */
     int ping_after_ms;         /* inference: silence before a liveness ping
                                   (no answer in as long again = gone) */
+    char api_key[512];         /* CORRAL_API_KEY; "" = no auth */
 } gw_config_t;
 
 /* What every handler may read: settings, peers, and whether we stop. */
@@ -42,6 +44,7 @@ typedef struct gw_ctx {
     char registry_ep[BUS_ENDPOINT_MAX];
     struct gw_cors *cors; /* allowed origins */
     bool loopback;        /* bound to a loopback address: check Host */
+    struct gw_metrics *metrics; /* counters (metrics.h) */
     atomic_bool stopping; /* the server is shutting down */
 } gw_ctx_t;
 

@@ -9,10 +9,12 @@
 #include "services/gateway/relay.h"
 
 #include "lib/log.h"
+#include "services/gateway/metrics.h"
 #include "services/gateway/render.h"
 
 #include <jansson.h>
 #include <poll.h>
+#include <time.h>
 
 #define LINE_CAP (64u * 1024 * 1024)  /* one NDJSON line */
 #define TEXT_CAP (256u * 1024 * 1024) /* accumulated text of stream:false */
@@ -37,7 +39,20 @@ typedef struct relay {
     /* a terminal error (stream:false, or before the stream started) */
     cr_status_t err_status;
     char err_msg[CR_ERR_MSG_MAX];
+    /* another wire shape (NULL: Ollama's NDJSON) */
+    const gw_relay_fmt_t *fmt;
+    void *fmt_arg;
+    /* metrics */
+    int64_t start_ns;  /* the request's arrival (monotonic) */
+    bool first_token;  /* the first token was seen */
 } relay_t;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static bool relay_should_abort(void *arg)
 {
@@ -69,6 +84,7 @@ static relay_t *relay_new(gw_req_t *r, gw_relay_kind_t kind, const char *model,
     x->wait.abort_arg = x;
     x->ctx = r->ctx;
     x->fd = r->fd;
+    x->start_ns = r->start_ns;
     cr_buf_init(&x->out, LINE_CAP);
     cr_buf_init(&x->text, TEXT_CAP);
     cr_buf_init(&x->thinking, TEXT_CAP);
@@ -82,6 +98,8 @@ static void relay_free(relay_t *x)
     if (!x)
         return;
     gw_call_destroy(&x->call);
+    if (x->fmt && x->fmt->free_arg)
+        x->fmt->free_arg(x->fmt_arg);
     cr_buf_free(&x->out);
     cr_buf_free(&x->text);
     cr_buf_free(&x->thinking);
@@ -161,6 +179,15 @@ static cr_status_t end_line(relay_t *x, size_t mark, cr_status_t st)
 static void render_answer(relay_t *x, const gw_answer_t *a)
 {
     size_t mark = x->out.len;
+    if (x->fmt) {
+        if (x->fmt->render(x->fmt_arg, &x->out, x->stream, a)) {
+            x->out.len = mark;
+            if (x->out.data)
+                x->out.data[mark] = '\0';
+            fail(x, CR_E_INTERNAL, "reply too large to send");
+        }
+        return;
+    }
     cr_status_t st = x->kind == GW_RELAY_CHAT
                          ? gw_render_chat(&x->out, x->model, a)
                          : gw_render_generate(&x->out, x->model, a);
@@ -186,6 +213,13 @@ static void feed_answer(relay_t *x, const msg_t *m)
 {
     if (m->type == MSG_chunk) {
         const msg_chunk_body_t *c = &m->u.chunk;
+        if (!x->first_token &&
+            ((c->response && *c->response) || (c->thinking && *c->thinking) ||
+             (c->has_tool_calls && c->tool_calls))) {
+            x->first_token = true;
+            gw_metrics_first_token(x->ctx->metrics,
+                                   (double)(mono_ns() - x->start_ns) / 1e9);
+        }
         if (x->stream) {
             gw_answer_t a = {
                 .response = c->response,
@@ -211,6 +245,7 @@ static void feed_answer(relay_t *x, const msg_t *m)
     }
     /* done */
     x->peer_ended = true;
+    gw_metrics_done(x->ctx->metrics, &m->u.done);
     gw_answer_t a = {.response = "", .done = &m->u.done};
     cr_buf_t t1 = {0}, t2 = {0};
     if (!x->stream) {
@@ -305,9 +340,14 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
             if (!x->err_status)
                 return MHD_CONTENT_READER_END_OF_STREAM;
             /* Bytes went out already: the error is the last line. */
-            cr_status_t st = gw_render_error(&x->out, x->err_msg);
-            if (!st)
-                st = cr_buf_putc(&x->out, '\n');
+            cr_status_t st;
+            if (x->fmt) {
+                st = x->fmt->stream_error(x->fmt_arg, &x->out, x->err_msg);
+            } else {
+                st = gw_render_error(&x->out, x->err_msg);
+                if (!st)
+                    st = cr_buf_putc(&x->out, '\n');
+            }
             x->err_status = CR_OK;
             if (st)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -344,6 +384,8 @@ static void reader_free(void *cls)
 
 /* ---- entry ---- */
 
+static enum MHD_Result run(gw_req_t *r, relay_t *x);
+
 enum MHD_Result gw_relay(gw_req_t *r, gw_relay_kind_t kind, const char *model,
                          bool stream, gw_call_t **call, const gw_wait_t *wait)
 {
@@ -352,6 +394,28 @@ enum MHD_Result gw_relay(gw_req_t *r, gw_relay_kind_t kind, const char *model,
         gw_call_destroy(call);
         return gw_reply_error(r, CR_E_NOMEM, "out of memory");
     }
+    return run(r, x);
+}
+
+enum MHD_Result gw_relay_fmt(gw_req_t *r, const gw_relay_fmt_t *fmt,
+                             void *arg, bool stream, gw_call_t **call,
+                             const gw_wait_t *wait)
+{
+    relay_t *x = relay_new(r, GW_RELAY_CHAT, "", stream, call, wait);
+    if (!x) {
+        gw_call_destroy(call);
+        if (fmt->free_arg)
+            fmt->free_arg(arg);
+        return fmt->error_reply(r, CR_E_NOMEM, "out of memory");
+    }
+    x->fmt = fmt;
+    x->fmt_arg = arg;
+    return run(r, x);
+}
+
+/* Waits for the first output (or the end) and answers. Takes x. */
+static enum MHD_Result run(gw_req_t *r, relay_t *x)
+{
     /* Until the first line (stream) or the end (stream:false). */
     while (!x->finished && !(x->stream && x->out.len)) {
         msg_t m;
@@ -374,7 +438,8 @@ enum MHD_Result gw_relay(gw_req_t *r, gw_relay_kind_t kind, const char *model,
     if (x->err_status) {
         if (!x->peer_ended)
             gw_call_cancel(x->call);
-        ret = gw_reply_error(r, x->err_status, x->err_msg);
+        ret = x->fmt ? x->fmt->error_reply(r, x->err_status, x->err_msg)
+                     : gw_reply_error(r, x->err_status, x->err_msg);
         relay_free(x);
         return ret;
     }
@@ -391,7 +456,8 @@ enum MHD_Result gw_relay(gw_req_t *r, gw_relay_kind_t kind, const char *model,
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            "application/x-ndjson");
+                            x->fmt ? x->fmt->content_type
+                                   : "application/x-ndjson");
     ret = gw_reply_response(r, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp); /* MHD holds it (and x) from here */
     return ret;

@@ -17,6 +17,7 @@
 #include "lib/prelude.h"
 #include "services/gateway/call.h"
 #include "services/gateway/http.h"
+#include "services/gateway/render.h"
 
 typedef enum gw_relay_kind {
     GW_RELAY_GENERATE, /* chunk* done -> /api/generate objects */
@@ -30,5 +31,30 @@ typedef enum gw_relay_kind {
  * the MHD access handler returns. */
 enum MHD_Result gw_relay(gw_req_t *r, gw_relay_kind_t kind, const char *model,
                          bool stream, gw_call_t **call, const gw_wait_t *wait);
+
+/* Other wire shapes for generate/chat answers (the OpenAI routes): the
+ * relay still reads the bus, accumulates stream:false answers and decides
+ * the status; these hooks write the bytes. */
+typedef struct gw_relay_fmt {
+    const char *content_type; /* of a streamed answer */
+    /* Appends what one answer piece becomes: a streamed chunk (a->done
+     * NULL), or the end (a->done set; with stream:false a holds everything
+     * accumulated and the output is the whole reply body). */
+    cr_status_t (*render)(void *arg, cr_buf_t *out, bool stream,
+                          const gw_answer_t *a);
+    /* Appends the last bytes of a stream that failed after it started. */
+    cr_status_t (*stream_error)(void *arg, cr_buf_t *out, const char *msg);
+    /* Answers an error before anything was sent. */
+    enum MHD_Result (*error_reply)(gw_req_t *r, cr_status_t st,
+                                   const char *msg);
+    void (*free_arg)(void *arg); /* may be NULL */
+} gw_relay_fmt_t;
+
+/* gw_relay for a chunk* done answer written through fmt (borrowed; lives
+ * as long as the server). Takes ownership of arg (fmt->free_arg) and of
+ * *call, in every case. */
+enum MHD_Result gw_relay_fmt(gw_req_t *r, const gw_relay_fmt_t *fmt,
+                             void *arg, bool stream, gw_call_t **call,
+                             const gw_wait_t *wait);
 
 #endif

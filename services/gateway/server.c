@@ -2,7 +2,7 @@
  *
  * Per request: CORS (403 for a disallowed Origin, 204 for a preflight),
  * then the Host check when bound to loopback (403), then OPTIONS -> 204,
- * then routing (404 / 405), then the body: JSON bodies are read into a
+ * then the API key when one is set (401, auth.h), then routing (404 / 405), then the body: JSON bodies are read into a
  * capped buffer (413 past cfg.max_body_bytes), a streamed body goes to the
  * route's data hook; last, the route's handler answers. */
 #include "lib/prelude.h"
@@ -12,6 +12,8 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "services/gateway/access.h"
+#include "services/gateway/auth.h"
+#include "services/gateway/metrics.h"
 #include "services/gateway/routes.h"
 
 #include <time.h>
@@ -40,6 +42,9 @@ cr_status_t gw_config_from_env(gw_config_t *cfg, cr_err_t *err)
     cfg->ping_after_ms = GW_DEFAULT_PING_AFTER_MS;
     cr_env_get("HOST", cfg->host, sizeof cfg->host);
     cr_env_get("ORIGINS", cfg->origins, sizeof cfg->origins);
+    /* Not OLLAMA_API_KEY: Ollama's clients use that name for ollama.com. */
+    const char *key = getenv("CORRAL_API_KEY");
+    snprintf(cfg->api_key, sizeof cfg->api_key, "%s", key ? key : "");
 
     int64_t load_ms = 5 * 60 * 1000;
     char v[64];
@@ -79,6 +84,7 @@ static gw_req_t *req_new(gw_server_t *s, struct MHD_Connection *conn,
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->fd = ci ? ci->connect_fd : -1;
     cr_buf_init(&r->body, s->ctx.cfg.max_body_bytes);
+    gw_metrics_request_begin(s->ctx.metrics);
     return r;
 }
 
@@ -126,6 +132,7 @@ enum {
     DEFER_PREFLIGHT,
     DEFER_NOT_FOUND,
     DEFER_BAD_METHOD,
+    DEFER_UNAUTHORIZED,
 };
 
 /* CORS: sets r->allow_origin, or defers 403 / the preflight. */
@@ -179,6 +186,12 @@ static enum MHD_Result on_headers(gw_req_t *r)
     }
     if (!strcmp(r->method, "OPTIONS")) {
         r->deferred = DEFER_PREFLIGHT;
+        return MHD_YES;
+    }
+    if (gw_auth_required(r->ctx->cfg.api_key, r->path) &&
+        !gw_auth_check(r->ctx->cfg.api_key, header(r, "Authorization"))) {
+        cr_log_info("%s %s: missing or wrong API key", r->method, r->path);
+        r->deferred = DEFER_UNAUTHORIZED;
         return MHD_YES;
     }
     switch (gw_route_find(r->path, r->method, &r->route, r->param,
@@ -239,6 +252,8 @@ static enum MHD_Result on_complete(gw_req_t *r)
     case DEFER_BAD_METHOD:
         return reply_text(r, MHD_HTTP_METHOD_NOT_ALLOWED,
                           "405 method not allowed");
+    case DEFER_UNAUTHORIZED:
+        return gw_reply_error_http(r, MHD_HTTP_UNAUTHORIZED, "unauthorized");
     default:
         break;
     }
@@ -283,6 +298,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     if (!r)
         return;
     double secs = (double)(mono_ns() - r->start_ns) / 1e9;
+    char label[GW_METRICS_LABEL_MAX];
+    if (r->route)
+        snprintf(label, sizeof label, "%s%s", r->route->path,
+                 r->route->has_param ? "{param}" : "");
+    else
+        snprintf(label, sizeof label, "other");
+    gw_metrics_request_end(r->ctx->metrics, label,
+                           r->status ? r->status : 499, secs);
     if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         cr_log_info("%u | %.6fs | %s %s", r->status, secs, r->method, r->path);
     else
@@ -321,7 +344,8 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
                            sizeof s->ctx.registry_ep, err)))
         goto fail;
     s->ctx.cors = gw_cors_new(cfg->origins);
-    if (!s->ctx.cors) {
+    s->ctx.metrics = gw_metrics_new();
+    if (!s->ctx.cors || !s->ctx.metrics) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -363,6 +387,7 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
 
 fail:
     gw_cors_destroy(&s->ctx.cors);
+    gw_metrics_destroy(&s->ctx.metrics);
     free(s);
     return st;
 }
@@ -383,6 +408,7 @@ void gw_server_destroy(gw_server_t **self_p)
     if (s->daemon)
         MHD_stop_daemon(s->daemon);
     gw_cors_destroy(&s->ctx.cors);
+    gw_metrics_destroy(&s->ctx.metrics);
     free(s);
     *self_p = NULL;
 }
