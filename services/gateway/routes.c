@@ -13,6 +13,8 @@
 #include "lib/log.h"
 #include "services/gateway/call.h"
 #include "services/gateway/convert.h"
+#include "services/gateway/extras.h"
+#include "services/gateway/openai.h"
 #include "services/gateway/relay.h"
 #include "services/gateway/render.h"
 
@@ -594,15 +596,13 @@ static const gw_route_t routes[] = {
     {"/api/ps", false, GW_M_GET, h_ps, NULL, NULL},
 };
 
-gw_route_result_t gw_route_find(const char *path, const char *method,
-                                const gw_route_t **route, char *param,
-                                size_t cap)
+static gw_route_result_t find_in(const gw_route_t *table, size_t n_routes,
+                                 const char *path, const char *method,
+                                 const gw_route_t **route, char *param,
+                                 size_t cap)
 {
-    *route = NULL;
-    if (cap)
-        param[0] = '\0';
-    for (size_t i = 0; i < CR_ARRAY_LEN(routes); i++) {
-        const gw_route_t *rt = &routes[i];
+    for (size_t i = 0; i < n_routes; i++) {
+        const gw_route_t *rt = &table[i];
         if (rt->has_param) {
             size_t n = strlen(rt->path);
             const char *rest = path + n;
@@ -619,4 +619,25 @@ gw_route_result_t gw_route_find(const char *path, const char *method,
         return GW_ROUTE_FOUND;
     }
     return GW_ROUTE_NOT_FOUND;
+}
+
+/* The native table, then the /v1 routes (openai.h), then the extras
+ * (extras.h: tokenize, detokenize, metrics). */
+gw_route_result_t gw_route_find(const char *path, const char *method,
+                                const gw_route_t **route, char *param,
+                                size_t cap)
+{
+    *route = NULL;
+    if (cap)
+        param[0] = '\0';
+    size_t n_oai, n_extra;
+    const gw_route_t *oai = gw_openai_routes(&n_oai);
+    const gw_route_t *extra = gw_extra_routes(&n_extra);
+    gw_route_result_t res =
+        find_in(routes, CR_ARRAY_LEN(routes), path, method, route, param, cap);
+    if (res == GW_ROUTE_NOT_FOUND)
+        res = find_in(oai, n_oai, path, method, route, param, cap);
+    if (res == GW_ROUTE_NOT_FOUND)
+        res = find_in(extra, n_extra, path, method, route, param, cap);
+    return res;
 }
