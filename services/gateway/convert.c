@@ -991,6 +991,17 @@ static cr_status_t parse_pull_push(ctx_t *c, const json_t *o, gw_request_t *r,
         return cr_err_set(c->err, CR_E_INVALID, CR_NAME_INVALID_MSG);
     if (!pull && !*model)
         return cr_err_set(c->err, CR_E_INVALID, "model is required");
+    if (pull) {
+        c->m->u.pull.model = model;
+        c->m->u.pull.has_model = true;
+        c->m->u.pull.insecure = insecure;
+        c->m->u.pull.has_insecure = true;
+    } else {
+        c->m->u.push.model = model;
+        c->m->u.push.has_model = true;
+        c->m->u.push.insecure = insecure;
+        c->m->u.push.has_insecure = true;
+    }
     r->model = model;
     return CR_OK;
 }
@@ -1007,8 +1018,8 @@ static const struct api_spec {
     [GW_API_COPY] = {MSG_copy, "CopyRequest"},
     [GW_API_DELETE] = {MSG_delete, "DeleteRequest"},
     [GW_API_CREATE] = {MSG_create, "CreateRequest"},
-    [GW_API_PULL] = {MSG_NONE, "PullRequest"},
-    [GW_API_PUSH] = {MSG_NONE, "PushRequest"},
+    [GW_API_PULL] = {MSG_pull, "PullRequest"},
+    [GW_API_PUSH] = {MSG_push, "PushRequest"},
 };
 
 static bool all_space(const char *p, size_t n)

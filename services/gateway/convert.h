@@ -27,13 +27,13 @@ typedef enum gw_api {
     GW_API_COPY,
     GW_API_DELETE,
     GW_API_CREATE,
-    GW_API_PULL, /* parsed and checked only: no bus message yet */
+    GW_API_PULL,
     GW_API_PUSH,
 } gw_api_t;
 
 /* One parsed request. */
 typedef struct gw_request {
-    msg_t msg;         /* the bus message (MSG_NONE for pull/push); owns all
+    msg_t msg;         /* the bus message; owns all
                           its data in its arena */
     bool stream;       /* NDJSON (the default) or one object */
     const char *model; /* the model as the client spelled it (in msg's

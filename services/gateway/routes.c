@@ -331,31 +331,21 @@ static enum MHD_Result h_create(gw_req_t *r)
     return relay_request(r, GW_API_CREATE, GW_RELAY_PROGRESS, "registry", w);
 }
 
-/* pull and push need registry messages that do not exist yet: the body is
- * checked like Ollama's, then the answer is 501. */
-static enum MHD_Result pull_push(gw_req_t *r, gw_api_t api, const char *what)
-{
-    enum MHD_Result ret;
-    gw_request_t q;
-    if (!parse(r, api, &q, &ret))
-        return ret;
-    gw_request_clear(&q);
-    char text[128];
-    snprintf(text, sizeof text,
-             "%s is not supported by this server yet; copy the model files "
-             "and use /api/create",
-             what);
-    return gw_reply_error_http(r, MHD_HTTP_NOT_IMPLEMENTED, text);
-}
-
+/* pull and push: progress lines from the registry, like create. Their
+ * silences can be long (a manifest behind a slow registry, a stalled part
+ * being restarted), so they wait as long as create does. */
 static enum MHD_Result h_pull(gw_req_t *r)
 {
-    return pull_push(r, GW_API_PULL, "pull");
+    gw_wait_t w = control_wait(r);
+    w.idle_timeout_ms = r->ctx->cfg.create_timeout_ms;
+    return relay_request(r, GW_API_PULL, GW_RELAY_PROGRESS, "registry", w);
 }
 
 static enum MHD_Result h_push(gw_req_t *r)
 {
-    return pull_push(r, GW_API_PUSH, "push");
+    gw_wait_t w = control_wait(r);
+    w.idle_timeout_ms = r->ctx->cfg.create_timeout_ms;
+    return relay_request(r, GW_API_PUSH, GW_RELAY_PROGRESS, "registry", w);
 }
 
 /* ---- blobs ---- */

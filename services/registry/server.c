@@ -3,7 +3,9 @@
 #include "services/registry/server.h"
 #include "lib/log.h"
 #include "proto/bus.h"
+#include "lib/env.h"
 #include "services/registry/create.h"
+#include "services/registry/jobs.h"
 #include "services/registry/ops.h"
 #include "services/registry/uploads.h"
 
@@ -14,7 +16,14 @@
 struct reg_server {
     reg_store_t *store;
     reg_uploads_t *uploads;
+    reg_transfers_t *transfers; /* downloads shared between pulls */
+    reg_dl_opts_t dl_opts;
+    reg_xfer_env_t env;         /* what jobs see (points into this) */
+    reg_jobs_t *jobs;           /* pulls and pushes in flight */
+    const zframe_t *peer;       /* identity of the request being handled */
 };
+
+static void send_reply(reg_reply_fn fn, void *ctx, const msg_t *m);
 
 int64_t reg_server_now_ms(void)
 {
@@ -34,7 +43,14 @@ reg_server_t *reg_server_new(const char *models_dir, cr_err_t *err)
     if (!s->store)
         goto fail;
     s->uploads = reg_uploads_new(s->store, REG_UPLOAD_TIMEOUT_MS);
-    if (!s->uploads) {
+    s->transfers = reg_transfers_new();
+    reg_dl_opts_default(&s->dl_opts);
+    s->env.transfers = s->transfers;
+    s->env.opts = &s->dl_opts;
+    s->env.noprune = cr_env_bool("NOPRUNE", false);
+    if (s->uploads && s->transfers)
+        s->jobs = reg_jobs_new(s->store, &s->env);
+    if (!s->uploads || !s->transfers || !s->jobs) {
         cr_err_set(err, CR_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -49,6 +65,8 @@ void reg_server_destroy(reg_server_t **self_p)
     if (!self_p || !*self_p)
         return;
     reg_server_t *s = *self_p;
+    reg_jobs_destroy(&s->jobs); /* joins: before what the jobs borrow */
+    reg_transfers_destroy(&s->transfers);
     reg_uploads_destroy(&s->uploads);
     reg_store_destroy(&s->store);
     free(s);
@@ -77,6 +95,34 @@ size_t reg_server_uploads(const reg_server_t *s)
 void reg_server_tick(reg_server_t *s, int64_t now_ms)
 {
     reg_uploads_expire(s->uploads, now_ms);
+    reg_jobs_reap(s->jobs);
+}
+
+void reg_server_set_dl_opts(reg_server_t *s, const reg_dl_opts_t *o)
+{
+    s->dl_opts = *o;
+}
+
+size_t reg_server_jobs(reg_server_t *s)
+{
+    return reg_jobs_reap(s->jobs);
+}
+
+bool reg_server_pump(reg_server_t *s, int timeout_ms, reg_reply_fn fn, void *ctx)
+{
+    zframe_t *who = NULL, *frame = NULL;
+    if (!reg_jobs_recv(s->jobs, timeout_ms, &who, &frame))
+        return false;
+    msg_t m;
+    cr_err_t err;
+    if (msg_decode(zframe_data(frame), zframe_size(frame), &m, &err) == CR_OK)
+        send_reply(fn, ctx, &m);
+    else
+        cr_log_warn("job reply does not decode: %s", err.msg);
+    msg_clear(&m);
+    zframe_destroy(&who);
+    zframe_destroy(&frame);
+    return true;
 }
 
 /* ---- replies ---- */
@@ -190,9 +236,22 @@ void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
         break;
     }
     case MSG_cancel:
-        /* The client went away: drop its upload. Nothing to answer. */
+        /* The client went away: drop its upload or stop waiting for its
+         * pull/push. Nothing to answer. */
         reg_uploads_cancel(s->uploads, id);
+        reg_jobs_cancel(s->jobs, id);
         return;
+    case MSG_pull:
+    case MSG_push: {
+        /* Runs in a job thread; its replies come through the job socket
+         * (run() forwards them, tests reg_server_pump()). */
+        const void *who = s->peer ? zframe_data((zframe_t *)s->peer) : NULL;
+        size_t who_len = s->peer ? zframe_size((zframe_t *)s->peer) : 0;
+        st = reg_jobs_start(s->jobs, req, who, who_len, &err);
+        if (!st)
+            return;
+        break;
+    }
     case MSG_ping:
         msg_init(&reply, MSG_pong, id);
         break;
@@ -247,20 +306,48 @@ static cr_status_t send_to_peer(void *ctx, const msg_t *reply)
     return st;
 }
 
+/* Sends every queued job reply on to its peer. */
+static void forward_job_replies(reg_server_t *s, zsock_t *router)
+{
+    zframe_t *who, *frame;
+    while (reg_jobs_recv(s->jobs, 0, &who, &frame)) {
+        zmsg_t *zm = zmsg_new();
+        zmsg_append(zm, &who);
+        zmsg_append(zm, &frame);
+        if (zmsg_send(&zm, router) != 0) {
+            cr_log_warn("forwarding a job reply failed");
+            zmsg_destroy(&zm);
+        }
+    }
+}
+
 cr_status_t reg_server_run(reg_server_t *s, zsock_t *router, cr_err_t *err)
 {
     int64_t last_tick = reg_server_now_ms();
+    zpoller_t *poller = zpoller_new(router, reg_jobs_socket(s->jobs), NULL);
+    if (!poller)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
     while (!zsys_interrupted) {
-        msg_t m;
-        zframe_t *identity = NULL;
-        cr_err_t rerr;
-        cr_err_clear(&rerr);
-        cr_status_t st = bus_recv(router, TICK_MS, &m, &identity, &rerr);
+        void *which = zpoller_wait(poller, TICK_MS);
         int64_t now = reg_server_now_ms();
         if (now - last_tick >= TICK_MS) {
             reg_server_tick(s, now);
             last_tick = now;
         }
+        if (which == reg_jobs_socket(s->jobs)) {
+            forward_job_replies(s, router);
+            continue;
+        }
+        if (which != router) {
+            if (zpoller_terminated(poller))
+                break;
+            continue;
+        }
+        msg_t m;
+        zframe_t *identity = NULL;
+        cr_err_t rerr;
+        cr_err_clear(&rerr);
+        cr_status_t st = bus_recv(router, 0, &m, &identity, &rerr);
         if (st == CR_E_TIMEOUT) {
             zframe_destroy(&identity);
             continue;
@@ -285,10 +372,12 @@ cr_status_t reg_server_run(reg_server_t *s, zsock_t *router, cr_err_t *err)
             zframe_destroy(&identity);
             continue;
         }
+        s->peer = identity;
         reg_server_handle(s, &m, send_to_peer, &peer);
+        s->peer = NULL;
         msg_clear(&m);
         zframe_destroy(&identity);
     }
-    CR_UNUSED(err);
+    zpoller_destroy(&poller);
     return CR_OK;
 }

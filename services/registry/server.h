@@ -12,6 +12,7 @@
 #include "lib/prelude.h"
 #include "lib/status.h"
 #include "proto/msg.h"
+#include "services/registry/download.h"
 #include "services/registry/store.h"
 
 #include <czmq.h>
@@ -49,6 +50,18 @@ void reg_server_handle_frame(reg_server_t *s, const void *data, size_t len,
 
 /* Housekeeping at now_ms (monotonic): drops abandoned uploads. */
 void reg_server_tick(reg_server_t *s, int64_t now_ms);
+
+/* Pull and push run in job threads: reg_server_handle() starts them and
+ * returns at once; their replies (progress..., ok or error) queue up until
+ * run() forwards them or, in tests, reg_server_pump() hands the next one
+ * to fn (false if none came within timeout_ms). */
+bool reg_server_pump(reg_server_t *s, int timeout_ms, reg_reply_fn fn, void *ctx);
+
+/* Pulls and pushes still running (finished ones are joined). */
+size_t reg_server_jobs(reg_server_t *s);
+
+/* Part sizes, retries and stall time of downloads (tests shrink them). */
+void reg_server_set_dl_opts(reg_server_t *s, const reg_dl_opts_t *o);
 
 /* Monotonic milliseconds, the clock tick() and uploads use. */
 int64_t reg_server_now_ms(void);

@@ -439,6 +439,33 @@ static void registry_fn(fake_t *f, zframe_t *who, const msg_t *m)
         fake_reply(f, who, &r);
         return;
     }
+    case MSG_pull:
+    case MSG_push: {
+        const char *model = m->type == MSG_pull ? m->u.pull.model : m->u.push.model;
+        bool insecure = m->type == MSG_pull ? m->u.pull.insecure : m->u.push.insecure;
+        if (!strcmp(model, "missing")) {
+            send_error(f, who, id, CR_E_NOT_FOUND,
+                       "pull model manifest: file does not exist");
+            return;
+        }
+        msg_init(&r, MSG_progress, id);
+        r.u.progress.status = insecure ? "insecure" : "pulling manifest";
+        r.u.progress.has_status = true;
+        fake_reply(f, who, &r);
+        msg_init(&r, MSG_progress, id);
+        r.u.progress.status = "pulling 0123456789ab";
+        r.u.progress.has_status = true;
+        r.u.progress.digest = "sha256:0123456789ab";
+        r.u.progress.has_digest = true;
+        r.u.progress.total = 100;
+        r.u.progress.has_total = true;
+        r.u.progress.completed = 40;
+        r.u.progress.has_completed = true;
+        fake_reply(f, who, &r);
+        msg_init(&r, MSG_ok, id);
+        fake_reply(f, who, &r);
+        return;
+    }
     case MSG_blob_head:
         if (!strcmp(m->u.blob_head.digest, DIGEST_EXISTS)) {
             msg_init(&r, MSG_ok, id);
@@ -692,13 +719,8 @@ static void test_basics(void)
     CHECK_EQ_INT(http(&r, "GET", "/", NULL), 200);
     resp_free(&r);
 
-    expect_error("/api/pull", "{\"model\":\"llama3\"}", 501,
-                 "pull is not supported by this server yet; copy the model "
-                 "files and use /api/create");
-    expect_error("/api/push", "{\"model\":\"me/llama3\"}", 501,
-                 "push is not supported by this server yet; copy the model "
-                 "files and use /api/create");
     expect_error("/api/pull", "{}", 400, "invalid model name");
+    expect_error("/api/push", "{}", 400, "model is required");
 }
 
 static void test_generate_stream(void)
@@ -1054,6 +1076,36 @@ static void test_create(void)
     resp_free(&r);
     expect_error("/api/create", "{\"model\":\"fails\",\"from\":\"x\",\"stream\":false}",
                  400, "unsupported GGUF version 9");
+}
+
+static void test_pull_push(void)
+{
+    resp_t r;
+    CHECK_EQ_INT(http(&r, "POST", "/api/pull", "{\"model\":\"llama3\"}"), 200);
+    CHECK_EQ_STR(r.ctype, "application/x-ndjson");
+    CHECK_EQ_STR(r.body.data,
+                 "{\"status\":\"pulling manifest\"}\n"
+                 "{\"status\":\"pulling 0123456789ab\",\"digest\":"
+                 "\"sha256:0123456789ab\",\"total\":100,\"completed\":40}\n"
+                 "{\"status\":\"success\"}\n");
+    resp_free(&r);
+    /* insecure travels to the registry; name is the deprecated alias */
+    CHECK_EQ_INT(http(&r, "POST", "/api/push",
+                      "{\"name\":\"me/llama3\",\"insecure\":true,\"stream\":false}"),
+                 200);
+    CHECK_EQ_STR(r.body.data, "{\"status\":\"success\"}");
+    resp_free(&r);
+    CHECK_EQ_INT(http(&r, "POST", "/api/pull",
+                      "{\"model\":\"x\",\"insecure\":true}"), 200);
+    CHECK(strstr(r.body.data, "{\"status\":\"insecure\"}") != NULL);
+    resp_free(&r);
+    expect_error("/api/pull", "{\"model\":\"missing\",\"stream\":false}", 404,
+                 "pull model manifest: file does not exist");
+    expect_error("/api/pull", "{\"model\":\"a/b/c/d/e\"}", 400,
+                 "invalid model name");
+    expect_error("/api/pull", "{\"model\":\"x\",\"insecure\":\"yes\"}", 400,
+                 "json: cannot unmarshal string into Go struct field "
+                 "PullRequest.insecure of type bool");
 }
 
 static void test_blobs(void)
@@ -1474,6 +1526,7 @@ int main(void)
     test_embed();
     test_control_routes();
     test_create();
+    test_pull_push();
     test_blobs();
     test_limits();
     test_cors_and_host();

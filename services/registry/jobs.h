@@ -1,0 +1,50 @@
+/* jobs.h: pulls and pushes running beside the registry's request loop.
+ *
+ * Each pull or push runs in a thread of its own, so the service keeps
+ * answering tags, show and resolve while it transfers. A job never touches
+ * the service's sockets: it encodes its replies (progress..., then ok or
+ * error) and sends them with the requester's ROUTER identity to an inproc
+ * PULL socket that the service loop polls and forwards (see
+ * docs/architecture.md). Cancel sets the job's flag; its download goes on
+ * while another pull still waits for the same blob. */
+#ifndef REG_JOBS_H
+#define REG_JOBS_H
+
+#include "lib/prelude.h"
+#include "lib/status.h"
+#include "proto/msg.h"
+#include "services/registry/pull.h"
+#include "services/registry/store.h"
+
+#include <czmq.h>
+
+#define REG_JOBS_MAX 32 /* pulls and pushes at once */
+
+typedef struct reg_jobs reg_jobs_t;
+
+/* Jobs over store s with env (both borrowed; must outlive the table).
+ * Caller owns; free with reg_jobs_destroy, which cancels and joins every
+ * job. NULL on failure. */
+reg_jobs_t *reg_jobs_new(reg_store_t *s, const reg_xfer_env_t *env);
+void reg_jobs_destroy(reg_jobs_t **self_p);
+
+/* The socket whose readability means reg_jobs_recv has something. */
+zsock_t *reg_jobs_socket(reg_jobs_t *j);
+
+/* Starts req (a pull or push) for the peer identity (id_len bytes; may be
+ * 0). CR_E_BUSY with REG_JOBS_MAX jobs running; CR_E_NOMEM. */
+cr_status_t reg_jobs_start(reg_jobs_t *j, const msg_t *req,
+                           const void *identity, size_t id_len, cr_err_t *err);
+
+/* Sets the cancel flag of the job with request id; false if none. */
+bool reg_jobs_cancel(reg_jobs_t *j, const char *id);
+
+/* Takes one queued reply: the peer identity and the encoded message
+ * (caller owns both). False if none came within timeout_ms. */
+bool reg_jobs_recv(reg_jobs_t *j, int timeout_ms, zframe_t **identity,
+                   zframe_t **frame);
+
+/* Joins finished jobs; returns how many still run. */
+size_t reg_jobs_reap(reg_jobs_t *j);
+
+#endif
