@@ -81,6 +81,15 @@ static void fmt_gib(int64_t bytes, char *out, size_t cap)
     snprintf(out, cap, "%.1f GiB", (double)bytes / (1024.0 * 1024 * 1024));
 }
 
+/* GiB, or MiB below one GiB (logs of small models). */
+static void fmt_size(int64_t bytes, char *out, size_t cap)
+{
+    if (bytes >= (1LL << 30))
+        fmt_gib(bytes, out, cap);
+    else
+        snprintf(out, cap, "%.1f MiB", (double)bytes / (1024.0 * 1024));
+}
+
 cr_status_t sch_place(const sch_inventory_t *inv, const int64_t *gpu_free_bytes,
                       int64_t ram_free_bytes, const sch_estimate_t *est,
                       const sch_place_opts_t *o, sch_plan_t *plan,
@@ -160,9 +169,9 @@ void sch_plan_describe(const sch_plan_t *plan, char *out, size_t cap)
          j++) {
         used += (size_t)w;
         char gib[32];
-        fmt_gib(plan->devs[j].bytes, gib, sizeof gib);
-        w = snprintf(out + used, cap - used, "%s gpu %d: layers %d-%d (%s)",
-                     j ? ";" : "", plan->devs[j].index,
+        fmt_size(plan->devs[j].bytes, gib, sizeof gib);
+        w = snprintf(out + used, cap - used, "; gpu %d: layers %d-%d (%s)",
+                     plan->devs[j].index,
                      plan->devs[j].first_layer,
                      plan->devs[j].first_layer + plan->devs[j].n_layers - 1,
                      gib);
@@ -170,7 +179,7 @@ void sch_plan_describe(const sch_plan_t *plan, char *out, size_t cap)
     if (w > 0 && (size_t)w < cap - used) {
         used += (size_t)w;
         char gib[32];
-        fmt_gib(plan->cpu_bytes, gib, sizeof gib);
+        fmt_size(plan->cpu_bytes, gib, sizeof gib);
         snprintf(out + used, cap - used, "; cpu: %d layers (%s)",
                  plan->n_layers_total - plan->gpu_layers, gib);
     }

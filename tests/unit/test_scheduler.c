@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "proto/bus.h"
+#include "services/runner/synth.h"
+#include "services/scheduler/estimate.h"
 #include "services/scheduler/sched.h"
 #include "tests/unit/check.h"
 
@@ -44,6 +46,7 @@ static int fake_runner(const char *endpoint, const char *id)
     m.u.hello.runner_id = (char *)id;
     m.u.hello.has_runner_id = true;
     fake_send(d, &m);
+    char plan[256] = "no plan";
     for (;;) {
         cr_status_t st = bus_recv(d, 200, &m, NULL, NULL);
         if (getppid() != parent)
@@ -56,12 +59,29 @@ static int fake_runner(const char *endpoint, const char *id)
             msg_clear(&m);
             break;
         }
+        if (m.type == MSG_ping) {
+            msg_t pong;
+            msg_init(&pong, MSG_pong, m.id);
+            fake_send(d, &pong);
+        }
         if (m.type == MSG_load) {
             msg_t r;
             if (strstr(m.u.load.model_path, "bad")) {
                 msg_make_error(&r, id, CR_E_CORRUPT, "%s is not a GGUF file",
                                m.u.load.model_path);
             } else {
+                /* Remember the plan for a "plan" prompt to echo. */
+                int w = snprintf(plan, sizeof plan, "gpu_layers=%" PRId64,
+                                 m.u.load.has_gpu_layers ? m.u.load.gpu_layers
+                                                         : -1);
+                for (size_t i = 0; i < m.u.load.devices.n && w > 0 &&
+                                   (size_t)w < sizeof plan;
+                     i++) {
+                    const msg_device_split_t *dv = &m.u.load.devices.v[i];
+                    w += snprintf(plan + w, sizeof plan - (size_t)w,
+                                  " gpu%" PRId64 ":%" PRId64 "+%" PRId64,
+                                  dv->index, dv->first_layer, dv->layers);
+                }
                 msg_init(&r, MSG_ready, id);
                 r.u.ready.size = 1234;
                 r.u.ready.has_size = true;
@@ -72,6 +92,23 @@ static int fake_runner(const char *endpoint, const char *id)
             msg_clear(&r);
         } else if (m.type == MSG_generate) {
             const char *p = m.u.generate.prompt ? m.u.generate.prompt : "";
+            if (!strcmp(p, "plan")) {
+                fake_chunk(d, m.id, plan);
+                msg_t done;
+                msg_init(&done, MSG_done, m.id);
+                done.u.done.done_reason = "stop";
+                done.u.done.has_done_reason = true;
+                fake_send(d, &done);
+                msg_clear(&m);
+                continue;
+            }
+            if (!strcmp(p, "hang")) {
+                /* Stops answering anything, as a SIGSTOPped or wedged
+                 * runner would. */
+                fake_chunk(d, m.id, "first");
+                zclock_sleep(50);
+                raise(SIGSTOP);
+            }
             if (!strcmp(p, "crash")) {
                 fake_chunk(d, m.id, "partial");
                 zclock_sleep(50);
@@ -140,9 +177,12 @@ static void pump(env_t *e, int rounds)
                 msg_make_error(&r, m.id, CR_E_NOT_FOUND, "model not found");
             } else {
                 msg_init(&r, MSG_resolved, m.id);
-                char display[128], path[128];
+                char display[128], path[400];
                 snprintf(display, sizeof display, "%s:latest", name);
-                snprintf(path, sizeof path, "/fake/%s.gguf", name);
+                /* A real (synthetic) GGUF when the test wrote one. */
+                snprintf(path, sizeof path, "%s/%s.gguf", e->dir, name);
+                if (access(path, R_OK))
+                    snprintf(path, sizeof path, "/fake/%s.gguf", name);
                 r.u.resolved.name = msg_strdup(&r, display);
                 r.u.resolved.has_name = true;
                 r.u.resolved.model_path = msg_strdup(&r, path);
@@ -240,6 +280,12 @@ static void wait_runners(env_t *e, size_t n)
     CHECK_EQ_INT(sch_server_runner_count(e->sched), n);
 }
 
+/* >= 0: the next env_start sets these heartbeat timings. */
+static int64_t hb_interval_g = -1, hb_timeout_g = -1;
+
+/* A described inventory for the next env_start (NULL: discover). */
+static const char *inventory_g;
+
 static void env_start(env_t *e, int max_loaded, int max_queue)
 {
     memset(e, 0, sizeof *e);
@@ -262,6 +308,18 @@ static void env_start(env_t *e, int max_loaded, int max_queue)
     cfg.max_queue = max_queue;
     cfg.num_parallel = 1;
     cfg.now_ms = test_clock;
+    if (hb_interval_g >= 0) {
+        cfg.heartbeat_interval_ms = hb_interval_g;
+        cfg.heartbeat_timeout_ms = hb_timeout_g;
+    }
+    if (inventory_g) {
+        cr_err_t ierr;
+        cfg.inventory.ram_total_bytes = 64LL << 30;
+        cfg.inventory.ram_free_bytes = 64LL << 30;
+        CHECK_EQ_INT(sch_inventory_parse(inventory_g, &cfg.inventory, &ierr),
+                     CR_OK);
+        cfg.has_inventory = true;
+    }
     e->registry = zsock_new(ZMQ_ROUTER);
     CHECK(zsock_bind(e->registry, "%s", cfg.registry_endpoint) >= 0);
     cr_err_t err;
@@ -467,6 +525,217 @@ static void test_eviction_and_queue(void)
     env_stop(&e);
 }
 
+/* Writes a small synthetic model as <dir>/<name>.gguf (the fake registry
+ * then resolves <name> to it) and returns its estimated size whole on a
+ * GPU at the tests' num_ctx (512): weights + KV + compute buffer. */
+static int64_t write_model(env_t *e, const char *name, int64_t *layer_bytes)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s.gguf", e->dir, name);
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.ctx = 1024;
+    cr_err_t err;
+    CHECK_EQ_INT(rn_synth_write(&so, path, &err), CR_OK);
+    sch_estimate_t *est = calloc(1, sizeof *est);
+    sch_estimate_opts_t eo = {.num_ctx = 512, .num_parallel = 1};
+    CHECK_EQ_INT(sch_estimate_file(path, &eo, est, &err), CR_OK);
+    int64_t whole = est->weights_bytes + est->kv_bytes + est->graph_bytes;
+    if (!est->output_bytes || !est->embd_bytes)
+        whole = -1;
+    /* The output layer carries the embeddings: counted twice if tied. */
+    if (layer_bytes)
+        *layer_bytes = est->layer_bytes[0];
+    free(est);
+    return whole;
+}
+
+/* ps for the one model expected; returns false if not exactly one. */
+static bool ps_one(env_t *e, char *name, size_t cap, int64_t *size,
+                   int64_t *size_vram)
+{
+    msg_t ps;
+    msg_init(&ps, MSG_ps, "ps");
+    bus_send(e->client, &ps, NULL);
+    msg_t r;
+    if (!client_recv(e, &r))
+        return false;
+    bool one = r.type == MSG_ps_reply && r.u.ps_reply.models.n == 1;
+    if (one) {
+        snprintf(name, cap, "%s", r.u.ps_reply.models.v[0].name);
+        *size = r.u.ps_reply.models.v[0].size;
+        *size_vram = r.u.ps_reply.models.v[0].size_vram;
+    }
+    msg_clear(&r);
+    return one;
+}
+
+static void test_heartbeat(void)
+{
+    hb_interval_g = 1000;
+    hb_timeout_g = 3000;
+    inventory_g = "0:Fake GPU:100000000000";
+    env_t e;
+    env_start(&e, 3, 16);
+    int64_t whole = write_model(&e, "hb", NULL);
+    CHECK(whole > 0);
+    int64_t total = 100000000000LL;
+    CHECK_EQ_INT(sch_server_free_bytes(e.sched, 0), total);
+
+    /* A runner that stops answering mid-request. */
+    send_generate(&e, "hang", "hb", "hang", NULL, 0);
+    msg_t m;
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_chunk);
+    msg_clear(&m);
+    CHECK_EQ_INT(sch_server_free_bytes(e.sched, 0), total - whole);
+    zclock_sleep(100); /* let it stop itself */
+    clock_ms_g += 1500; /* quiet for the interval: pinged */
+    pump(&e, 20);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    clock_ms_g += 2000; /* not yet the timeout */
+    pump(&e, 20);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    clock_ms_g += 1500; /* past it: killed, its request failed */
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_STR(m.id, "hang");
+    CHECK_EQ_INT(m.type, MSG_error);
+    CHECK_EQ_INT(m.u.error.status, CR_E_RUNNER);
+    CHECK(strstr(m.u.error.message, "stopped responding") != NULL);
+    msg_clear(&m);
+    wait_runners(&e, 0);
+    /* Its memory is back in the ledger; the next request reloads. */
+    CHECK_EQ_INT(sch_server_free_bytes(e.sched, 0), total);
+    CHECK_EQ_INT(run_request(&e, "after", "hb", "hi", NULL, NULL), MSG_done);
+
+    /* A healthy idle runner answers its pings and stays, however long. */
+    for (int i = 0; i < 6; i++) {
+        clock_ms_g += 1500;
+        pump(&e, 30);
+    }
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    CHECK_EQ_INT(run_request(&e, "still", "hb", "hi", NULL, NULL), MSG_done);
+    env_stop(&e);
+    hb_interval_g = hb_timeout_g = -1;
+    inventory_g = NULL;
+}
+
+static void test_memory_eviction(void)
+{
+    /* Size the GPU from the estimate: one model fits whole, two do not. */
+    env_t e;
+    inventory_g = "none"; /* replaced below once sizes are known */
+    env_start(&e, 3, 16);
+    int64_t whole = write_model(&e, "alpha", NULL);
+    env_stop(&e);
+    CHECK(whole > 0);
+    char spec[128];
+    snprintf(spec, sizeof spec, "0:Fake GPU:%" PRId64, whole * 3 / 2);
+    inventory_g = spec;
+    env_start(&e, 3, 16);
+    CHECK_EQ_INT(write_model(&e, "alpha", NULL), whole);
+    CHECK_EQ_INT(write_model(&e, "beta", NULL), whole);
+
+    char first[128], name[128];
+    int64_t size = 0, vram = 0;
+    CHECK_EQ_INT(run_request(&e, "a1", "alpha", "plan", first, NULL),
+                 MSG_done);
+    /* The plan travelled in load: 2 blocks + output on GPU 0. */
+    CHECK_EQ_STR(first, "gpu_layers=3 gpu0:0+3");
+    /* ps reports the plan (the fake runner ran on the CPU): 100% GPU. */
+    CHECK(ps_one(&e, name, sizeof name, &size, &vram));
+    CHECK_EQ_STR(name, "alpha:latest");
+    CHECK_EQ_INT(size, whole);
+    CHECK_EQ_INT(vram, whole);
+
+    /* beta does not fit beside alpha: idle alpha is evicted (the count cap
+     * of 3 is not the reason). */
+    clock_ms_g += 10;
+    CHECK_EQ_INT(run_request(&e, "b1", "beta", "hi", NULL, NULL), MSG_done);
+    CHECK(ps_one(&e, name, sizeof name, &size, &vram));
+    CHECK_EQ_STR(name, "beta:latest");
+
+    /* A busy runner is waited for, not killed. */
+    send_generate(&e, "slow", "beta", "slow", NULL, 0);
+    msg_t m;
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_chunk);
+    msg_clear(&m);
+    send_generate(&e, "a2", "alpha", "hi", NULL, 0);
+    pump(&e, 60);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    CHECK(ps_one(&e, name, sizeof name, &size, &vram));
+    CHECK_EQ_STR(name, "beta:latest");
+    CHECK_EQ_INT(sch_server_pending_count(e.sched), 1);
+    /* beta's request ends; then beta goes and alpha comes. */
+    msg_t c;
+    msg_init(&c, MSG_cancel, "slow");
+    bus_send(e.client, &c, NULL);
+    int got_slow = 0, got_a2 = 0;
+    while ((got_slow == 0 || got_a2 == 0) && client_recv(&e, &m)) {
+        if (!strcmp(m.id, "slow") && m.type != MSG_chunk)
+            got_slow = 1;
+        if (!strcmp(m.id, "a2") && m.type == MSG_done)
+            got_a2 = 1;
+        msg_clear(&m);
+    }
+    CHECK(got_slow && got_a2);
+    CHECK(ps_one(&e, name, sizeof name, &size, &vram));
+    CHECK_EQ_STR(name, "alpha:latest");
+    env_stop(&e);
+    inventory_g = NULL;
+}
+
+static void test_spill_and_cannot_load(void)
+{
+    /* A GPU a bit smaller than the model: the first block spills to the
+     * CPU; ps shows the split. */
+    env_t e;
+    inventory_g = "none";
+    env_start(&e, 3, 16);
+    int64_t layer = 0;
+    int64_t whole = write_model(&e, "gamma", &layer);
+    env_stop(&e);
+    char spec[128];
+    snprintf(spec, sizeof spec, "0:Fake GPU:%" PRId64, whole - layer / 2);
+    inventory_g = spec;
+    env_start(&e, 3, 16);
+    write_model(&e, "gamma", NULL);
+    char first[128], name[128];
+    CHECK_EQ_INT(run_request(&e, "g1", "gamma", "plan", first, NULL),
+                 MSG_done);
+    CHECK_EQ_STR(first, "gpu_layers=2 gpu0:1+2");
+    int64_t size = 0, vram = 0;
+    CHECK(ps_one(&e, name, sizeof name, &size, &vram));
+    CHECK(vram > 0 && vram < size);
+    env_stop(&e);
+
+    /* num_gpu 0 in the model's options... here via CPU only: no GPU and
+     * too little system memory: a clear error, nothing started. */
+    inventory_g = "cpu:1000";
+    env_start(&e, 3, 16);
+    write_model(&e, "delta", NULL);
+    msg_t m;
+    CHECK_EQ_INT(run_request(&e, "d1", "delta", "hi", NULL, &m), MSG_error);
+    CHECK_EQ_INT(m.u.error.status, CR_E_NOMEM);
+    CHECK(strstr(m.u.error.message, "model requires more system memory") !=
+          NULL);
+    msg_clear(&m);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0);
+    env_stop(&e);
+
+    /* OLLAMA_MAX_LOADED_MODELS unset: 3 per GPU (here 2 GPUs: 6). */
+    inventory_g = "0:a:1000000000000,1:b:1000000000000";
+    env_start(&e, 0, 16);
+    const char *models[] = {"m1", "m2", "m3", "m4"};
+    for (size_t i = 0; i < CR_ARRAY_LEN(models); i++)
+        CHECK_EQ_INT(run_request(&e, models[i], models[i], "hi", NULL, NULL),
+                     MSG_done);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 4);
+    env_stop(&e);
+    inventory_g = NULL;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "serve"))
@@ -478,5 +747,8 @@ int main(int argc, char **argv)
     test_keep_alive_zero_and_unload();
     test_errors();
     test_eviction_and_queue();
+    test_heartbeat();
+    test_memory_eviction();
+    test_spill_and_cannot_load();
     return check_finish("scheduler");
 }
