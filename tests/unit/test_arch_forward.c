@@ -31,6 +31,9 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define N_TOK 12
 
@@ -831,6 +834,54 @@ static void test_ollama_gemma3(void)
     kept_bytes_g = NULL;
 }
 
+/* corral-gguf-synth --arch writes what the library writes. */
+static void test_tool(void)
+{
+    const char *bd = getenv("CORRAL_BUILD_DIR");
+    char tool[1024];
+    snprintf(tool, sizeof tool, "%s/bin/corral-gguf-synth", bd ? bd : ".");
+    if (!bd || access(tool, X_OK) != 0) {
+        printf("test_arch_forward: %s not built; tool checks skipped\n", tool);
+        return;
+    }
+    char dir[] = "/tmp/corral-test-arch-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    char out[128], cmd[2048];
+    snprintf(out, sizeof out, "%s/gemma2.gguf", dir);
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --arch gemma2 --seed 7 --layers 3 "
+             "--ffn 96 --head-dim 24 --window 4 --attn-softcap 1 --final-softcap 2 "
+             "--std 0.1 --tied", tool, out);
+    CHECK_EQ_INT(system(cmd), 0);
+    rn_synth_opts_t o;
+    arch_opts("gemma2", &o);
+    void *b = NULL;
+    size_t l = 0;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(rn_synth_write_memory(&o, &b, &l, &err), CR_OK);
+    FILE *f = fopen(out, "rb");
+    char *fb = malloc(l + 1);
+    size_t got = f && fb ? fread(fb, 1, l + 1, f) : 0;
+    if (f)
+        fclose(f);
+    CHECK_MSG(got == l && b && !memcmp(fb, b, l), "tool bytes differ (%zu vs %zu)", got, l);
+    free(fb);
+    free(b);
+    /* an unknown architecture is refused (exit 1), a bad value too (2) */
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --arch bert 2>/dev/null", tool, out);
+    int rc = system(cmd);
+    CHECK_EQ_INT(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 1);
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --arch qwen2 --std -1 2>/dev/null", tool,
+             out);
+    rc = system(cmd);
+    CHECK_EQ_INT(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 2);
+    unlink(out);
+    rmdir(dir);
+}
+
 /* hparams the loader derives, as llama.cpp does. */
 static void test_hparams(void)
 {
@@ -900,6 +951,7 @@ int main(void)
     test_quantized();
     test_corrupt();
     test_ollama_gemma3();
+    test_tool();
     be_destroy(&be_g);
     return check_finish("test_arch_forward");
 }
