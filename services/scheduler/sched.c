@@ -14,83 +14,11 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "lib/duration.h"
 #include "lib/env.h"
 #include "lib/log.h"
-#include "services/scheduler/estimate.h"
 #include "services/scheduler/options.h"
-#include "services/scheduler/place.h"
+#include "services/scheduler/sched_int.h"
 #include "services/scheduler/spawn.h"
-
-#define STOP_GRACE_MS 5000        /* shutdown -> SIGKILL */
-#define HEARTBEAT_INTERVAL_MS 5000
-#define HEARTBEAT_TIMEOUT_MS 60000
-#define TICK_MS 100               /* timer resolution of the loop */
-#define FOREVER_MS INT64_MAX
-
-typedef enum runner_state {
-    RS_STARTING,
-    RS_LOADING,
-    RS_READY,
-    RS_STOPPING,
-} runner_state_t;
-
-typedef enum req_state {
-    RQ_RESOLVING,
-    RQ_PENDING,
-    RQ_RUNNING,
-} req_state_t;
-
-typedef struct runner {
-    char id[48];
-    pid_t pid;
-    runner_state_t state;
-    msg_t resolved;          /* owned copy of what the registry said */
-    msg_options_t load_opts; /* options the runner was started with */
-    int64_t keep_alive_ms;   /* session duration; <0 forever */
-    int64_t expires_ms;      /* monotonic; 0 = not armed */
-    int64_t state_since_ms;  /* when the current state began */
-    int64_t last_used_ms;
-    int n_slots, n_active;
-    int64_t size, size_vram, context_length;
-    bool unload_when_idle;
-    bool has_plan;           /* placed from an estimate (else unaccounted
-                                until ready reports a size) */
-    sch_plan_t plan;
-    int64_t last_seen_ms;    /* last message from it */
-    int64_t ping_sent_ms;    /* unanswered ping; 0 = none */
-    struct runner *next;
-} runner_t;
-
-typedef struct request {
-    char id[MSG_ID_MAX + 1];
-    zframe_t *client;        /* gateway identity (owned) */
-    msg_t msg;               /* the request as received (owned) */
-    msg_t resolved;          /* registry answer (owned) */
-    req_state_t state;
-    runner_t *runner;        /* set while RUNNING */
-    bool load_only;          /* empty prompt: load (or unload) only */
-    bool has_keep_alive;
-    int64_t keep_alive_ms;
-    int64_t arrived_ns, dispatched_ns;
-    int64_t resolve_sent_ms;
-    sch_estimate_t *est;     /* owned; estimated once, when it must load */
-    cr_status_t est_status;  /* CR_OK, or why the GGUF could not be read */
-    bool est_done;
-    struct request *next;
-} request_t;
-
-struct sch_server {
-    sch_config_t cfg;
-    zsock_t *front;    /* ROUTER: gateways */
-    zsock_t *runners;  /* ROUTER: runners */
-    zsock_t *registry; /* DEALER: registry */
-    zpoller_t *poller;
-    runner_t *runner_list;
-    request_t *req_list; /* arrival order */
-    unsigned runner_seq;
-    sch_inventory_t inv;
-};
 
 /* ---- clocks ---- */
 
@@ -101,7 +29,7 @@ static int64_t mono_ms_default(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int64_t now_ms(const sch_server_t *s)
+int64_t sch_now_ms(const sch_server_t *s)
 {
     return s->cfg.now_ms ? s->cfg.now_ms() : mono_ms_default();
 }
@@ -129,76 +57,6 @@ static void rfc3339_from_now(int64_t delta_ms, char *out, size_t cap)
     strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* ---- config ---- */
-
-static int64_t env_duration_ms(const char *name, int64_t def, cr_err_t *err,
-                               bool *bad)
-{
-    char v[64];
-    if (!cr_env_get(name, v, sizeof v))
-        return def;
-    int64_t ms;
-    if (cr_duration_parse(v, &ms, err)) {
-        cr_err_wrap(err, "OLLAMA_%s", name);
-        *bad = true;
-        return def;
-    }
-    return ms;
-}
-
-cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
-{
-    memset(cfg, 0, sizeof *cfg);
-    cr_status_t st;
-    if ((st = bus_endpoint("scheduler", cfg->front_endpoint,
-                           sizeof cfg->front_endpoint, err)) ||
-        (st = bus_endpoint("runners", cfg->runners_endpoint,
-                           sizeof cfg->runners_endpoint, err)) ||
-        (st = bus_endpoint("registry", cfg->registry_endpoint,
-                           sizeof cfg->registry_endpoint, err)))
-        return st;
-    if ((st = sch_runner_bin(cfg->runner_bin, sizeof cfg->runner_bin, err)))
-        return st;
-    bool bad = false;
-    cfg->keep_alive_ms = env_duration_ms("KEEP_ALIVE", 5 * 60 * 1000, err, &bad);
-    cfg->load_timeout_ms =
-        env_duration_ms("LOAD_TIMEOUT", 5 * 60 * 1000, err, &bad);
-    if (bad)
-        return CR_E_INVALID;
-    cfg->resolve_timeout_ms = 60 * 1000;
-    cfg->max_loaded = (int)cr_env_int("MAX_LOADED_MODELS", 0);
-    cfg->max_queue = (int)cr_env_int("MAX_QUEUE", 512);
-    cfg->num_parallel = (int)cr_env_int("NUM_PARALLEL", 1);
-    cfg->gpu_overhead_bytes = cr_env_int("GPU_OVERHEAD", 0);
-    if (cfg->gpu_overhead_bytes < 0)
-        cfg->gpu_overhead_bytes = 0;
-    cfg->sched_spread = cr_env_bool("SCHED_SPREAD", false);
-    char kv[16];
-    double kv_bytes;
-    if (cr_env_get("KV_CACHE_TYPE", kv, sizeof kv)) {
-        if (!sch_kv_cache_bytes(kv, &kv_bytes))
-            return cr_err_set(err, CR_E_INVALID,
-                              "OLLAMA_KV_CACHE_TYPE '%s' is not f16, q8_0 or "
-                              "q4_0",
-                              kv);
-        snprintf(cfg->kv_cache_type, sizeof cfg->kv_cache_type, "%s", kv);
-    }
-    cfg->heartbeat_interval_ms =
-        env_duration_ms("HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL_MS, err, &bad);
-    cfg->heartbeat_timeout_ms =
-        env_duration_ms("HEARTBEAT_TIMEOUT", HEARTBEAT_TIMEOUT_MS, err, &bad);
-    if (bad)
-        return CR_E_INVALID;
-    if ((st = sch_inventory_discover(&cfg->inventory, err)))
-        return st;
-    cfg->has_inventory = true;
-    if (cfg->max_queue <= 0)
-        cfg->max_queue = 512;
-    if (cfg->num_parallel <= 0)
-        cfg->num_parallel = 1;
-    return CR_OK;
-}
-
 /* ---- replies to gateways ---- */
 
 static void send_client(sch_server_t *s, zframe_t *client, const msg_t *m)
@@ -219,20 +77,6 @@ static void reply_error(sch_server_t *s, zframe_t *client, const char *id,
 }
 
 /* ---- request helpers ---- */
-
-static msg_options_t **req_options_slot(msg_t *m)
-{
-    switch (m->type) {
-    case MSG_generate:
-        return &m->u.generate.options;
-    case MSG_chat:
-        return &m->u.chat.options;
-    case MSG_embed:
-        return &m->u.embed.options;
-    default:
-        return NULL;
-    }
-}
 
 static const char *req_model(const msg_t *m)
 {
@@ -326,7 +170,7 @@ static runner_t *runner_by_pid(sch_server_t *s, pid_t pid)
 static void runner_set_state(sch_server_t *s, runner_t *rn, runner_state_t st)
 {
     rn->state = st;
-    rn->state_since_ms = now_ms(s);
+    rn->state_since_ms = sch_now_ms(s);
 }
 
 static void send_runner(sch_server_t *s, runner_t *rn, const msg_t *m)
@@ -391,7 +235,7 @@ static void runner_arm_keep_alive(sch_server_t *s, runner_t *rn)
     }
     rn->expires_ms = rn->keep_alive_ms < 0
                          ? FOREVER_MS
-                         : now_ms(s) + rn->keep_alive_ms;
+                         : sch_now_ms(s) + rn->keep_alive_ms;
 }
 
 static runner_t *runner_start(sch_server_t *s, request_t *r,
@@ -405,7 +249,7 @@ static runner_t *runner_start(sch_server_t *s, request_t *r,
         free(rn);
         return NULL;
     }
-    msg_options_t **opts = req_options_slot(&r->msg);
+    msg_options_t **opts = sch_req_options_slot(&r->msg);
     /* Only load options: the loading request's sampling knobs must not
      * stick to later requests. */
     sch_options_overlay_load(&rn->load_opts, r->resolved.u.resolved.params);
@@ -423,7 +267,7 @@ static runner_t *runner_start(sch_server_t *s, request_t *r,
         return NULL;
     }
     runner_set_state(s, rn, RS_STARTING);
-    rn->last_used_ms = now_ms(s);
+    rn->last_used_ms = sch_now_ms(s);
     rn->last_seen_ms = rn->last_used_ms;
     char where[512] = "no estimate: CPU";
     if (plan) {
@@ -460,7 +304,7 @@ static void dispatch(sch_server_t *s, request_t *r, runner_t *rn)
     if (r->has_keep_alive)
         rn->keep_alive_ms = r->keep_alive_ms;
     rn->expires_ms = 0;
-    rn->last_used_ms = now_ms(s);
+    rn->last_used_ms = sch_now_ms(s);
     r->dispatched_ns = mono_ns();
     if (r->load_only) {
         reply_load_done(s, r, "load");
@@ -469,7 +313,7 @@ static void dispatch(sch_server_t *s, request_t *r, runner_t *rn)
         return;
     }
     /* The runner gets the request with the model's params under its options. */
-    msg_options_t **slot = req_options_slot(&r->msg);
+    msg_options_t **slot = sch_req_options_slot(&r->msg);
     msg_options_t *merged = msg_alloc(&r->msg, sizeof *merged);
     if (!merged) {
         req_fail(s, r, CR_E_NOMEM, "out of memory");
@@ -515,103 +359,6 @@ static bool same_model(const runner_t *rn, const request_t *r)
            !strcmp(rn->resolved.u.resolved.name, r->resolved.u.resolved.name);
 }
 
-/* ---- the memory ledger ---- */
-
-/* What is left on GPU slot `slot` (or system memory, slot -1) after every
- * runner that has not been reaped yet: a stopping runner still holds its
- * memory until its process is gone. A runner without a plan counts what it
- * reported in ready (on the CPU). */
-static int64_t ledger_free(const sch_server_t *s, int slot)
-{
-    int64_t left = slot < 0 ? s->inv.ram_free_bytes
-                            : s->inv.gpus[slot].free_bytes;
-    for (const runner_t *rn = s->runner_list; rn; rn = rn->next) {
-        if (!rn->has_plan) {
-            if (slot < 0)
-                left -= rn->size;
-            continue;
-        }
-        if (slot < 0) {
-            left -= rn->plan.cpu_bytes;
-            continue;
-        }
-        for (size_t j = 0; j < rn->plan.n_devs; j++)
-            if (rn->plan.devs[j].slot == slot)
-                left -= rn->plan.devs[j].bytes;
-    }
-    return left > 0 ? left : 0;
-}
-
-/* The load options a runner for r would be started with. */
-static void request_load_opts(const request_t *r, msg_options_t *out)
-{
-    memset(out, 0, sizeof *out);
-    msg_options_t **opts = req_options_slot((msg_t *)&r->msg);
-    sch_options_overlay_load(out, r->resolved.u.resolved.params);
-    if (opts && *opts)
-        sch_options_overlay_load(out, *opts);
-}
-
-/* Estimates r's model once (header only). A file that cannot be read is
- * not an error here: the runner's load reports it in its own words. */
-static const sch_estimate_t *request_estimate(sch_server_t *s, request_t *r)
-{
-    if (r->est_done)
-        return r->est_status ? NULL : r->est;
-    r->est_done = true;
-    r->est = calloc(1, sizeof *r->est);
-    if (!r->est) {
-        r->est_status = CR_E_NOMEM;
-        return NULL;
-    }
-    msg_options_t lo;
-    request_load_opts(r, &lo);
-    sch_estimate_opts_t eo = {
-        .num_ctx = lo.has_num_ctx ? lo.num_ctx : sch_options_default_ctx(),
-        .num_batch = lo.has_num_batch ? lo.num_batch : 0,
-        .num_parallel = s->cfg.num_parallel,
-    };
-    sch_kv_cache_bytes(s->cfg.kv_cache_type, &eo.kv_bytes_per_elem);
-    cr_err_t err;
-    r->est_status = sch_estimate_file(r->resolved.u.resolved.model_path, &eo,
-                                      r->est, &err);
-    if (r->est_status) {
-        cr_log_warn("%s: no memory estimate (%s); placing it on the CPU "
-                    "unaccounted",
-                    r->resolved.u.resolved.name, err.msg);
-        return NULL;
-    }
-    return r->est;
-}
-
-/* Plans r's model over the memory the ledger has left. Returns CR_OK with
- * *has_plan false when there is no estimate; CR_E_NOMEM (err set) when
- * the CPU part does not fit. */
-static cr_status_t plan_request(sch_server_t *s, request_t *r, sch_plan_t *plan,
-                                bool *has_plan, cr_err_t *err)
-{
-    *has_plan = false;
-    const sch_estimate_t *est = request_estimate(s, r);
-    if (!est)
-        return CR_OK;
-    int64_t gpu_free[SCH_MAX_GPUS];
-    for (size_t i = 0; i < s->inv.n_gpus; i++)
-        gpu_free[i] = ledger_free(s, (int)i);
-    msg_options_t lo;
-    request_load_opts(r, &lo);
-    sch_place_opts_t po = {
-        .num_gpu = lo.has_num_gpu ? lo.num_gpu : -1,
-        .main_gpu = lo.has_main_gpu ? lo.main_gpu : -1,
-        .spread = s->cfg.sched_spread,
-        .gpu_overhead_bytes = s->cfg.gpu_overhead_bytes,
-    };
-    int64_t ram = s->inv.ram_total_bytes > 0 ? ledger_free(s, -1) : 0;
-    if (s->inv.ram_total_bytes > 0 && ram == 0)
-        ram = 1; /* nothing left: any CPU part fails */
-    *has_plan = true;
-    return sch_place(&s->inv, gpu_free, ram, est, &po, plan, err);
-}
-
 /* The idle runner to evict: least recently used (users expect LRU; Ollama
  * picks the shortest keep-alive, which surprises people who set one model
  * to stay forever and then watch a recent one vanish). */
@@ -635,7 +382,7 @@ static void schedule(sch_server_t *s)
         next = r->next;
         if (r->state != RQ_PENDING)
             continue;
-        msg_options_t **opts = req_options_slot(&r->msg);
+        msg_options_t **opts = sch_req_options_slot(&r->msg);
         runner_t *match = NULL;
         runner_t *stale = NULL;
         for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
@@ -672,9 +419,9 @@ static void schedule(sch_server_t *s)
         sch_plan_t plan;
         bool has_plan;
         cr_err_t err;
-        cr_status_t st = plan_request(s, r, &plan, &has_plan, &err);
+        cr_status_t st = sch_request_plan(s, r, &plan, &has_plan, &err);
         msg_options_t lo;
-        request_load_opts(r, &lo);
+        sch_request_load_opts(r, &lo);
         bool forced = lo.has_num_gpu && lo.num_gpu >= 0;
         bool fits = !st && (!has_plan || s->inv.n_gpus == 0 || forced ||
                             plan.full_offload);
@@ -760,7 +507,7 @@ static void handle_ps(sch_server_t *s, zframe_t *client, const char *id)
         if (rn->keep_alive_ms < 0)
             delta = FOREVER_MS;
         else if (rn->expires_ms && rn->expires_ms != FOREVER_MS)
-            delta = rn->expires_ms - now_ms(s);
+            delta = rn->expires_ms - sch_now_ms(s);
         else
             delta = rn->keep_alive_ms; /* busy or loading: now + keep-alive */
         rfc3339_from_now(delta < 0 ? 0 : delta, times[i], sizeof times[i]);
@@ -848,7 +595,7 @@ static void on_front(sch_server_t *s)
         q.u.resolve.model = (char *)req_model(&r->msg);
         q.u.resolve.has_model = true;
         r->state = RQ_RESOLVING;
-        r->resolve_sent_ms = now_ms(s);
+        r->resolve_sent_ms = sch_now_ms(s);
         if (bus_send(s->registry, &q, &err))
             req_fail(s, r, CR_E_UNAVAILABLE, "registry unavailable");
         break;
@@ -945,7 +692,7 @@ static void finish_request(sch_server_t *s, request_t *r, msg_t *m)
     req_unlink_free(s, r);
     if (rn) {
         rn->n_active--;
-        rn->last_used_ms = now_ms(s);
+        rn->last_used_ms = sch_now_ms(s);
         runner_arm_keep_alive(s, rn);
     }
 }
@@ -1031,7 +778,7 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
         }
         rn->context_length = m->u.ready.context_length;
         runner_set_state(s, rn, RS_READY);
-        rn->last_used_ms = now_ms(s);
+        rn->last_used_ms = sch_now_ms(s);
         cr_log_info("runner %s ready: %s, %" PRId64 " bytes, ctx %" PRId64,
                  rn->id, rn->resolved.u.resolved.name, rn->size,
                  rn->context_length);
@@ -1081,7 +828,7 @@ static void on_runners(sch_server_t *s)
         return;
     }
     /* Anything it says proves it alive. */
-    rn->last_seen_ms = now_ms(s);
+    rn->last_seen_ms = sch_now_ms(s);
     rn->ping_sent_ms = 0;
     request_t *r = NULL;
     if (m.type == MSG_chunk || m.type == MSG_done || m.type == MSG_error ||
@@ -1165,7 +912,7 @@ static void heartbeat(sch_server_t *s, runner_t *rn, int64_t now)
 
 static void run_timers(sch_server_t *s)
 {
-    int64_t now = now_ms(s);
+    int64_t now = sch_now_ms(s);
     for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
         heartbeat(s, rn, now);
         if (rn->state == RS_READY && rn->n_active == 0 && rn->expires_ms &&
@@ -1297,7 +1044,7 @@ int64_t sch_server_free_bytes(const sch_server_t *s, int slot)
 {
     if (slot >= (int)s->inv.n_gpus)
         return 0;
-    return ledger_free(s, slot < 0 ? -1 : slot);
+    return sch_ledger_free(s, slot < 0 ? -1 : slot);
 }
 
 const sch_inventory_t *sch_server_inventory(const sch_server_t *s)

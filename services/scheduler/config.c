@@ -1,0 +1,76 @@
+/* config.c: the scheduler's settings from the environment. */
+#include "lib/prelude.h"
+#include "services/scheduler/sched_int.h"
+
+#include "lib/duration.h"
+#include "lib/env.h"
+#include "services/scheduler/spawn.h"
+
+static int64_t env_duration_ms(const char *name, int64_t def, cr_err_t *err,
+                               bool *bad)
+{
+    char v[64];
+    if (!cr_env_get(name, v, sizeof v))
+        return def;
+    int64_t ms;
+    if (cr_duration_parse(v, &ms, err)) {
+        cr_err_wrap(err, "OLLAMA_%s", name);
+        *bad = true;
+        return def;
+    }
+    return ms;
+}
+
+cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cr_status_t st;
+    if ((st = bus_endpoint("scheduler", cfg->front_endpoint,
+                           sizeof cfg->front_endpoint, err)) ||
+        (st = bus_endpoint("runners", cfg->runners_endpoint,
+                           sizeof cfg->runners_endpoint, err)) ||
+        (st = bus_endpoint("registry", cfg->registry_endpoint,
+                           sizeof cfg->registry_endpoint, err)))
+        return st;
+    if ((st = sch_runner_bin(cfg->runner_bin, sizeof cfg->runner_bin, err)))
+        return st;
+    bool bad = false;
+    cfg->keep_alive_ms = env_duration_ms("KEEP_ALIVE", 5 * 60 * 1000, err, &bad);
+    cfg->load_timeout_ms =
+        env_duration_ms("LOAD_TIMEOUT", 5 * 60 * 1000, err, &bad);
+    if (bad)
+        return CR_E_INVALID;
+    cfg->resolve_timeout_ms = 60 * 1000;
+    cfg->max_loaded = (int)cr_env_int("MAX_LOADED_MODELS", 0);
+    cfg->max_queue = (int)cr_env_int("MAX_QUEUE", 512);
+    cfg->num_parallel = (int)cr_env_int("NUM_PARALLEL", 1);
+    cfg->gpu_overhead_bytes = cr_env_int("GPU_OVERHEAD", 0);
+    if (cfg->gpu_overhead_bytes < 0)
+        cfg->gpu_overhead_bytes = 0;
+    cfg->sched_spread = cr_env_bool("SCHED_SPREAD", false);
+    char kv[16];
+    double kv_bytes;
+    if (cr_env_get("KV_CACHE_TYPE", kv, sizeof kv)) {
+        if (!sch_kv_cache_bytes(kv, &kv_bytes))
+            return cr_err_set(err, CR_E_INVALID,
+                              "OLLAMA_KV_CACHE_TYPE '%s' is not f16, q8_0 or "
+                              "q4_0",
+                              kv);
+        snprintf(cfg->kv_cache_type, sizeof cfg->kv_cache_type, "%s", kv);
+    }
+    cfg->heartbeat_interval_ms =
+        env_duration_ms("HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL_MS, err, &bad);
+    cfg->heartbeat_timeout_ms =
+        env_duration_ms("HEARTBEAT_TIMEOUT", HEARTBEAT_TIMEOUT_MS, err, &bad);
+    if (bad)
+        return CR_E_INVALID;
+    if ((st = sch_inventory_discover(&cfg->inventory, err)))
+        return st;
+    cfg->has_inventory = true;
+    if (cfg->max_queue <= 0)
+        cfg->max_queue = 512;
+    if (cfg->num_parallel <= 0)
+        cfg->num_parallel = 1;
+    return CR_OK;
+}
+

@@ -1,0 +1,104 @@
+/* ledger.c: the memory ledger (what every live runner's plan holds) and
+ * the planning of a request's model over what is left. Policy (when to
+ * evict, when to wait) stays in sched.c's schedule(). */
+#include "lib/prelude.h"
+#include "services/scheduler/sched_int.h"
+
+#include "lib/log.h"
+#include "services/scheduler/options.h"
+
+/* What is left on GPU slot `slot` (or system memory, slot -1) after every
+ * runner that has not been reaped yet: a stopping runner still holds its
+ * memory until its process is gone. A runner without a plan counts what it
+ * reported in ready (on the CPU). */
+int64_t sch_ledger_free(const sch_server_t *s, int slot)
+{
+    int64_t left = slot < 0 ? s->inv.ram_free_bytes
+                            : s->inv.gpus[slot].free_bytes;
+    for (const runner_t *rn = s->runner_list; rn; rn = rn->next) {
+        if (!rn->has_plan) {
+            if (slot < 0)
+                left -= rn->size;
+            continue;
+        }
+        if (slot < 0) {
+            left -= rn->plan.cpu_bytes;
+            continue;
+        }
+        for (size_t j = 0; j < rn->plan.n_devs; j++)
+            if (rn->plan.devs[j].slot == slot)
+                left -= rn->plan.devs[j].bytes;
+    }
+    return left > 0 ? left : 0;
+}
+
+/* The load options a runner for r would be started with. */
+void sch_request_load_opts(const request_t *r, msg_options_t *out)
+{
+    memset(out, 0, sizeof *out);
+    msg_options_t **opts = sch_req_options_slot((msg_t *)&r->msg);
+    sch_options_overlay_load(out, r->resolved.u.resolved.params);
+    if (opts && *opts)
+        sch_options_overlay_load(out, *opts);
+}
+
+/* Estimates r's model once (header only). A file that cannot be read is
+ * not an error here: the runner's load reports it in its own words. */
+static const sch_estimate_t *request_estimate(sch_server_t *s, request_t *r)
+{
+    if (r->est_done)
+        return r->est_status ? NULL : r->est;
+    r->est_done = true;
+    r->est = calloc(1, sizeof *r->est);
+    if (!r->est) {
+        r->est_status = CR_E_NOMEM;
+        return NULL;
+    }
+    msg_options_t lo;
+    sch_request_load_opts(r, &lo);
+    sch_estimate_opts_t eo = {
+        .num_ctx = lo.has_num_ctx ? lo.num_ctx : sch_options_default_ctx(),
+        .num_batch = lo.has_num_batch ? lo.num_batch : 0,
+        .num_parallel = s->cfg.num_parallel,
+    };
+    sch_kv_cache_bytes(s->cfg.kv_cache_type, &eo.kv_bytes_per_elem);
+    cr_err_t err;
+    r->est_status = sch_estimate_file(r->resolved.u.resolved.model_path, &eo,
+                                      r->est, &err);
+    if (r->est_status) {
+        cr_log_warn("%s: no memory estimate (%s); placing it on the CPU "
+                    "unaccounted",
+                    r->resolved.u.resolved.name, err.msg);
+        return NULL;
+    }
+    return r->est;
+}
+
+/* Plans r's model over the memory the ledger has left. Returns CR_OK with
+ * *has_plan false when there is no estimate; CR_E_NOMEM (err set) when
+ * the CPU part does not fit. */
+cr_status_t sch_request_plan(sch_server_t *s, request_t *r, sch_plan_t *plan,
+                             bool *has_plan, cr_err_t *err)
+{
+    *has_plan = false;
+    const sch_estimate_t *est = request_estimate(s, r);
+    if (!est)
+        return CR_OK;
+    int64_t gpu_free[SCH_MAX_GPUS];
+    for (size_t i = 0; i < s->inv.n_gpus; i++)
+        gpu_free[i] = sch_ledger_free(s, (int)i);
+    msg_options_t lo;
+    sch_request_load_opts(r, &lo);
+    sch_place_opts_t po = {
+        .num_gpu = lo.has_num_gpu ? lo.num_gpu : -1,
+        .main_gpu = lo.has_main_gpu ? lo.main_gpu : -1,
+        .spread = s->cfg.sched_spread,
+        .gpu_overhead_bytes = s->cfg.gpu_overhead_bytes,
+    };
+    int64_t ram = s->inv.ram_total_bytes > 0 ? sch_ledger_free(s, -1) : 0;
+    if (s->inv.ram_total_bytes > 0 && ram == 0)
+        ram = 1; /* nothing left: any CPU part fails */
+    *has_plan = true;
+    return sch_place(&s->inv, gpu_free, ram, est, &po, plan, err);
+}
+

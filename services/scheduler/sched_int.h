@@ -1,0 +1,122 @@
+/* sched_int.h: the scheduler's internal state, shared by its own modules
+ * (sched.c, ledger.c, config.c) and nobody else.
+ *
+ * Runners and requests live in two lists owned by the server object; see
+ * sched.c for their state machines. */
+#ifndef SCH_SCHED_INT_H
+#define SCH_SCHED_INT_H
+
+#include "lib/prelude.h"
+#include "proto/msg.h"
+#include "services/scheduler/estimate.h"
+#include "services/scheduler/place.h"
+#include "services/scheduler/sched.h"
+
+#include <sys/types.h>
+
+#define STOP_GRACE_MS 5000        /* shutdown -> SIGKILL */
+#define HEARTBEAT_INTERVAL_MS 5000
+#define HEARTBEAT_TIMEOUT_MS 60000
+#define TICK_MS 100               /* timer resolution of the loop */
+#define FOREVER_MS INT64_MAX
+
+typedef enum runner_state {
+    RS_STARTING,
+    RS_LOADING,
+    RS_READY,
+    RS_STOPPING,
+} runner_state_t;
+
+typedef enum req_state {
+    RQ_RESOLVING,
+    RQ_PENDING,
+    RQ_RUNNING,
+} req_state_t;
+
+typedef struct runner {
+    char id[48];
+    pid_t pid;
+    runner_state_t state;
+    msg_t resolved;          /* owned copy of what the registry said */
+    msg_options_t load_opts; /* options the runner was started with */
+    int64_t keep_alive_ms;   /* session duration; <0 forever */
+    int64_t expires_ms;      /* monotonic; 0 = not armed */
+    int64_t state_since_ms;  /* when the current state began */
+    int64_t last_used_ms;
+    int n_slots, n_active;
+    int64_t size, size_vram, context_length;
+    bool unload_when_idle;
+    bool has_plan;           /* placed from an estimate (else unaccounted
+                                until ready reports a size) */
+    sch_plan_t plan;
+    int64_t last_seen_ms;    /* last message from it */
+    int64_t ping_sent_ms;    /* unanswered ping; 0 = none */
+    struct runner *next;
+} runner_t;
+
+typedef struct request {
+    char id[MSG_ID_MAX + 1];
+    zframe_t *client;        /* gateway identity (owned) */
+    msg_t msg;               /* the request as received (owned) */
+    msg_t resolved;          /* registry answer (owned) */
+    req_state_t state;
+    runner_t *runner;        /* set while RUNNING */
+    bool load_only;          /* empty prompt: load (or unload) only */
+    bool has_keep_alive;
+    int64_t keep_alive_ms;
+    int64_t arrived_ns, dispatched_ns;
+    int64_t resolve_sent_ms;
+    sch_estimate_t *est;     /* owned; estimated once, when it must load */
+    cr_status_t est_status;  /* CR_OK, or why the GGUF could not be read */
+    bool est_done;
+    struct request *next;
+} request_t;
+
+struct sch_server {
+    sch_config_t cfg;
+    zsock_t *front;    /* ROUTER: gateways */
+    zsock_t *runners;  /* ROUTER: runners */
+    zsock_t *registry; /* DEALER: registry */
+    zpoller_t *poller;
+    runner_t *runner_list;
+    request_t *req_list; /* arrival order */
+    unsigned runner_seq;
+    sch_inventory_t inv;
+};
+
+/* The options slot of a generate, chat or embed request; NULL otherwise. */
+static inline msg_options_t **sch_req_options_slot(msg_t *m)
+{
+    switch (m->type) {
+    case MSG_generate:
+        return &m->u.generate.options;
+    case MSG_chat:
+        return &m->u.chat.options;
+    case MSG_embed:
+        return &m->u.embed.options;
+    default:
+        return NULL;
+    }
+}
+
+/* The scheduler's monotonic clock in ms (the config's, for tests). */
+int64_t sch_now_ms(const sch_server_t *s);
+
+/* ---- ledger.c ---- */
+
+/* What is left on GPU slot `slot` of the inventory (or of system memory,
+ * slot -1) after every runner not yet reaped. */
+int64_t sch_ledger_free(const sch_server_t *s, int slot);
+
+/* The load options a runner for r would be started with (r's own over the
+ * model's params). Strings are borrowed from r. */
+void sch_request_load_opts(const request_t *r, msg_options_t *out);
+
+/* Plans r's model over what the ledger has left. CR_OK with *has_plan
+ * false when the model has no estimate (unreadable GGUF: the runner's
+ * load will say why); CR_E_NOMEM with err set when the CPU part does not
+ * fit. */
+cr_status_t sch_request_plan(sch_server_t *s, request_t *r, sch_plan_t *plan,
+                             bool *has_plan, cr_err_t *err);
+
+#endif
