@@ -37,9 +37,11 @@ done
 if command -v dpkg >/dev/null 2>&1; then
     step "runtime-deps.sh" sh -c \
         "sh '$src/deploy/docker/runtime-deps.sh' '$bin' >'$tmp/out/runtime-packages.txt'"
+    # shellcheck disable=SC2046
+    dpkg-query -W -f='${Package} ${Status}\n' \
+        $(cat "$tmp/out/runtime-packages.txt") >"$tmp/status" 2>&1
     for p in $(cat "$tmp/out/runtime-packages.txt"); do
-        step "package $p installed" sh -c \
-            "dpkg-query -W -f='\${Status}' '$p' 2>/dev/null | grep -q 'ok installed'"
+        step "package $p installed" grep -q "^$p install ok installed$" "$tmp/status"
     done
     step "runtime-deps names libzmq5" grep -qx libzmq5 "$tmp/out/runtime-packages.txt"
 else
