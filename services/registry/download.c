@@ -593,6 +593,10 @@ static cr_status_t fetch_blob(reg_store_t *s, reg_oci_t *c, const char *hex,
         unlink(f.partial);
         if ((st = plan_parts(&f, o, err)))
             goto out;
+        for (size_t i = 0; i < f.n_parts; i++) {
+            f.parts[i].f = &f;
+            save_part(&f.parts[i]);
+        }
     }
     f.fd = open(f.partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (f.fd < 0) {

@@ -1,0 +1,918 @@
+/* test_registry_pull.c: pull against a fake OCI registry of our own (a
+ * thread serving plain-socket HTTP/1.1, one request per connection).
+ *
+ * Cases: a multi-part pull with Ollama's progress statuses; a 404
+ * manifest; wrong blob bytes (digest mismatch, nothing left behind); a
+ * truncated body, then a resume that fetches only the missing bytes
+ * (counted on the server); the 401 Bearer flow through a token endpoint;
+ * a redirect to another host that must not see the Authorization header; a
+ * refused token; two concurrent pulls sharing one download; pruning after a
+ * tag is replaced (and not with noprune); hostile names; the server's pull
+ * running in a job while tags is answered; challenge and URL helpers. */
+#include "lib/prelude.h"
+#include "proto/msg.h"
+#include "services/registry/download.h"
+#include "services/registry/manifest.h"
+#include "services/registry/oci_client.h"
+#include "services/registry/pull.h"
+#include "services/registry/server.h"
+#include "services/registry/store.h"
+#include "tests/unit/check.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- the fake registry ---- */
+
+#define MAX_BLOBS 8
+
+typedef struct blob {
+    char hex[REG_HEX_LEN + 1];
+    unsigned char *data;
+    size_t len;
+} blob_t;
+
+typedef struct fake {
+    int lfd;
+    int port;
+    pthread_t th;
+    atomic_bool stop;
+    pthread_mutex_t mu;
+    /* what it serves */
+    char manifest[4096];
+    blob_t blobs[MAX_BLOBS];
+    int n_blobs;
+    bool corrupt;            /* flip the first byte of every blob body */
+    int truncate_count;      /* responses to cut short */
+    int64_t truncate_after;  /* body bytes sent before cutting */
+    bool require_token;      /* /v2/ wants Bearer tok-123 */
+    bool token_refuse;       /* the token endpoint answers 401 */
+    char redirect_to[128];   /* blob requests -> 307 <redirect_to>/cdn/... */
+    int delay_ms;            /* before each blob body */
+    /* what it saw */
+    atomic_int token_hits;
+    atomic_int auth_seen;    /* requests that carried Authorization */
+    atomic_llong blob_bytes; /* blob body bytes sent */
+    char last_token_query[512];
+} fake_t;
+
+static bool send_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return false;
+        c += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+static void respond(int fd, int code, const char *extra, const void *body,
+                    size_t len, bool head)
+{
+    char h[1024];
+    int n = snprintf(h, sizeof h,
+                     "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
+                     code, len, extra ? extra : "");
+    send_all(fd, h, (size_t)n);
+    if (!head && len)
+        send_all(fd, body, len);
+}
+
+static const char *header(const char *req, const char *name, char *out,
+                          size_t cap)
+{
+    out[0] = '\0';
+    const char *p = strcasestr(req, name);
+    if (!p)
+        return NULL;
+    p += strlen(name);
+    while (*p == ' ')
+        p++;
+    size_t n = strcspn(p, "\r\n");
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return out;
+}
+
+static void serve_blob(fake_t *f, int fd, const blob_t *b, const char *req,
+                       bool head)
+{
+    char range[128];
+    int64_t a = 0, z = (int64_t)b->len - 1;
+    int code = 200;
+    if (header(req, "\r\nRange:", range, sizeof range)) {
+        long long x, y;
+        if (sscanf(range, "bytes=%lld-%lld", &x, &y) == 2) {
+            a = x;
+            z = y < (long long)b->len ? y : (long long)b->len - 1;
+            code = 206;
+        }
+    }
+    if (a > z || a >= (int64_t)b->len) {
+        respond(fd, 416, NULL, NULL, 0, false);
+        return;
+    }
+    size_t len = (size_t)(z - a + 1);
+    char extra[256];
+    snprintf(extra, sizeof extra,
+             "Accept-Ranges: bytes\r\nContent-Range: bytes %lld-%lld/%zu\r\n",
+             (long long)a, (long long)z, b->len);
+    if (head) {
+        respond(fd, code == 206 ? 200 : 200, extra, NULL, len, true);
+        return;
+    }
+    if (f->delay_ms)
+        usleep((useconds_t)f->delay_ms * 1000);
+    unsigned char *copy = malloc(len);
+    memcpy(copy, b->data + a, len);
+    if (f->corrupt && a == 0)
+        copy[0] ^= 0xff;
+    size_t send_len = len;
+    pthread_mutex_lock(&f->mu);
+    if (f->truncate_count > 0) {
+        f->truncate_count--;
+        if ((int64_t)send_len > f->truncate_after)
+            send_len = (size_t)f->truncate_after;
+    }
+    pthread_mutex_unlock(&f->mu);
+    char h[512];
+    int n = snprintf(h, sizeof h,
+                     "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
+                     code, len, extra);
+    send_all(fd, h, (size_t)n);
+    if (send_all(fd, copy, send_len))
+        atomic_fetch_add(&f->blob_bytes, (long long)send_len);
+    free(copy);
+}
+
+static void handle(fake_t *f, int fd)
+{
+    char req[8192];
+    size_t got = 0;
+    while (got < sizeof req - 1) {
+        ssize_t r = recv(fd, req + got, sizeof req - 1 - got, 0);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+        req[got] = '\0';
+        if (strstr(req, "\r\n\r\n"))
+            break;
+    }
+    req[got] = '\0';
+    char method[16], path[1024];
+    if (sscanf(req, "%15s %1023s", method, path) != 2)
+        return;
+    bool head = !strcmp(method, "HEAD");
+    char auth[512];
+    bool has_auth = header(req, "\r\nAuthorization:", auth, sizeof auth) != NULL;
+    if (has_auth)
+        atomic_fetch_add(&f->auth_seen, 1);
+
+    if (!strncmp(path, "/token", 6)) {
+        atomic_fetch_add(&f->token_hits, 1);
+        snprintf(f->last_token_query, sizeof f->last_token_query, "%.500s", path);
+        if (f->token_refuse) {
+            respond(fd, 401, NULL, "{}", 2, false);
+            return;
+        }
+        const char *t = "{\"token\":\"tok-123\"}";
+        respond(fd, 200, "Content-Type: application/json\r\n", t, strlen(t), false);
+        return;
+    }
+    if (!strncmp(path, "/cdn/sha256:", 12)) {
+        for (int i = 0; i < f->n_blobs; i++)
+            if (!strcmp(path + 12, f->blobs[i].hex)) {
+                serve_blob(f, fd, &f->blobs[i], req, head);
+                return;
+            }
+        respond(fd, 404, NULL, NULL, 0, false);
+        return;
+    }
+    if (f->require_token && (!has_auth || strcmp(auth, "Bearer tok-123") != 0)) {
+        char extra[512];
+        snprintf(extra, sizeof extra,
+                 "WWW-Authenticate: Bearer realm=\"http://127.0.0.1:%d/token\","
+                 "service=\"fake-registry\",scope=\"repository:library/m:pull\"\r\n",
+                 f->port);
+        respond(fd, 401, extra, "{\"errors\":[]}", 13, head);
+        return;
+    }
+    const char *mp = "/v2/library/m/manifests/";
+    if (!strncmp(path, mp, strlen(mp))) {
+        if (!f->manifest[0] || strcmp(path + strlen(mp), "t") != 0) {
+            const char *e = "{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\"}]}";
+            respond(fd, 404, NULL, e, strlen(e), head);
+            return;
+        }
+        respond(fd, 200,
+                "Content-Type: application/vnd.docker.distribution.manifest.v2+json\r\n",
+                f->manifest, strlen(f->manifest), head);
+        return;
+    }
+    const char *bp = "/v2/library/m/blobs/sha256:";
+    if (!strncmp(path, bp, strlen(bp))) {
+        const char *hex = path + strlen(bp);
+        if (f->redirect_to[0]) {
+            char extra[512];
+            snprintf(extra, sizeof extra, "Location: %s/cdn/sha256:%s\r\n",
+                     f->redirect_to, hex);
+            respond(fd, 307, extra, NULL, 0, false);
+            return;
+        }
+        for (int i = 0; i < f->n_blobs; i++)
+            if (!strcmp(hex, f->blobs[i].hex)) {
+                serve_blob(f, fd, &f->blobs[i], req, head);
+                return;
+            }
+    }
+    respond(fd, 404, NULL, NULL, 0, head);
+}
+
+static void *fake_main(void *arg)
+{
+    fake_t *f = arg;
+    while (!atomic_load(&f->stop)) {
+        struct pollfd p = {f->lfd, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        int fd = accept(f->lfd, NULL, NULL);
+        if (fd < 0)
+            continue;
+        handle(f, fd);
+        shutdown(fd, SHUT_WR);
+        char sink[256];
+        struct pollfd q = {fd, POLLIN, 0};
+        while (poll(&q, 1, 100) > 0 && recv(fd, sink, sizeof sink, 0) > 0) {
+        }
+        close(fd);
+    }
+    return NULL;
+}
+
+static void fake_start(fake_t *f)
+{
+    memset(f, 0, sizeof *f);
+    pthread_mutex_init(&f->mu, NULL);
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(bind(f->lfd, (struct sockaddr *)&a, sizeof a) == 0);
+    socklen_t al = sizeof a;
+    getsockname(f->lfd, (struct sockaddr *)&a, &al);
+    f->port = ntohs(a.sin_port);
+    CHECK(listen(f->lfd, 64) == 0);
+    pthread_create(&f->th, NULL, fake_main, f);
+}
+
+static void fake_stop(fake_t *f)
+{
+    atomic_store(&f->stop, true);
+    pthread_join(f->th, NULL);
+    close(f->lfd);
+    for (int i = 0; i < f->n_blobs; i++)
+        free(f->blobs[i].data);
+    pthread_mutex_destroy(&f->mu);
+}
+
+static const char *fake_add_blob(fake_t *f, size_t len, unsigned seed)
+{
+    blob_t *b = &f->blobs[f->n_blobs++];
+    b->data = malloc(len ? len : 1);
+    for (size_t i = 0; i < len; i++) {
+        seed = seed * 1103515245u + 12345u;
+        b->data[i] = (unsigned char)(seed >> 16);
+    }
+    b->len = len;
+    reg_sha256_hex(b->data, len, b->hex);
+    return b->hex;
+}
+
+/* A manifest of the config (blob 0) and layers (the rest). */
+static void fake_set_manifest(fake_t *f)
+{
+    int n = snprintf(f->manifest, sizeof f->manifest,
+                     "{\"schemaVersion\":2,\"mediaType\":\"" REG_MT_MANIFEST
+                     "\",\"config\":{\"mediaType\":\"" REG_MT_CONFIG
+                     "\",\"digest\":\"sha256:%s\",\"size\":%zu},\"layers\":[",
+                     f->blobs[0].hex, f->blobs[0].len);
+    for (int i = 1; i < f->n_blobs; i++)
+        n += snprintf(f->manifest + n, sizeof f->manifest - (size_t)n,
+                      "%s{\"mediaType\":\"%s\",\"digest\":\"sha256:%s\",\"size\":%zu}",
+                      i > 1 ? "," : "", i == 1 ? REG_MT_MODEL : REG_MT_LICENSE,
+                      f->blobs[i].hex, f->blobs[i].len);
+    snprintf(f->manifest + n, sizeof f->manifest - (size_t)n, "]}");
+}
+
+/* ---- the store and progress capture ---- */
+
+static char tmp_g[256];
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    CR_UNUSED(sb);
+    CR_UNUSED(flag);
+    CR_UNUSED(ftw);
+    return remove(p);
+}
+
+static reg_store_t *fresh_store(void)
+{
+    nftw(tmp_g, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    mkdir(tmp_g, 0755);
+    cr_err_t err;
+    reg_store_t *s = reg_store_new(tmp_g, &err);
+    CHECK(s != NULL);
+    return s;
+}
+
+#define MAX_EVENTS 4096
+
+typedef struct events {
+    pthread_mutex_t mu;
+    char status[MAX_EVENTS][40];
+    int64_t completed[MAX_EVENTS];
+    int n;
+} events_t;
+
+static void on_event(void *ctx, const msg_progress_body_t *p)
+{
+    events_t *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    if (e->n < MAX_EVENTS) {
+        snprintf(e->status[e->n], sizeof e->status[0], "%s", p->status);
+        e->completed[e->n] = p->has_completed ? p->completed : 0;
+        e->n++;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+static bool saw(const events_t *e, const char *status)
+{
+    for (int i = 0; i < e->n; i++)
+        if (!strcmp(e->status[i], status))
+            return true;
+    return false;
+}
+
+static int first(const events_t *e, const char *prefix)
+{
+    for (int i = 0; i < e->n; i++)
+        if (!strncmp(e->status[i], prefix, strlen(prefix)))
+            return i;
+    return -1;
+}
+
+static void small_parts(reg_dl_opts_t *o)
+{
+    reg_dl_opts_default(o);
+    o->part_min_bytes = 4000;
+    o->part_max_bytes = 4000;
+    o->max_active = 4;
+    o->max_attempts = 3;
+    o->backoff_ms = 10;
+    o->stall_ms = 3000;
+}
+
+static char model_g[128];
+
+static cr_status_t do_pull(reg_store_t *s, const reg_xfer_env_t *env,
+                           events_t *ev, cr_err_t *err)
+{
+    memset(ev, 0, sizeof *ev);
+    pthread_mutex_init(&ev->mu, NULL);
+    cr_err_clear(err);
+    return reg_pull(s, env, model_g, true, NULL, on_event, ev, err);
+}
+
+static bool has_manifest(reg_store_t *s)
+{
+    cr_model_name_t n, st;
+    cr_model_name_parse(model_g, &n, NULL);
+    return reg_store_manifest_find(s, &n, &st) == CR_OK;
+}
+
+static size_t count_files(const char *suffix_part)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/blobs", tmp_g);
+    DIR *d = opendir(dir);
+    size_t n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, suffix_part))
+            n++;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* ---- cases ---- */
+
+static void test_pull_ok(void)
+{
+    fake_t f;
+    fake_start(&f);
+    fake_add_blob(&f, 300, 1);              /* config */
+    const char *big = fake_add_blob(&f, 18000, 2); /* 5 parts of 4000 */
+    fake_add_blob(&f, 0, 3);                /* empty license */
+    fake_set_manifest(&f);
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    reg_dl_opts_t o;
+    small_parts(&o);
+    reg_xfer_env_t env = {NULL, &o, false};
+    events_t ev;
+    cr_err_t err;
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_OK);
+    CHECK_EQ_STR(ev.status[0], "pulling manifest");
+    char want[40];
+    snprintf(want, sizeof want, "pulling %.12s", big);
+    CHECK(saw(&ev, want));
+    CHECK(first(&ev, "pulling ") < first(&ev, "verifying sha256 digest"));
+    CHECK_EQ_STR(ev.status[ev.n - 3], "verifying sha256 digest");
+    CHECK_EQ_STR(ev.status[ev.n - 2], "writing manifest");
+    CHECK_EQ_STR(ev.status[ev.n - 1], "success");
+    CHECK(!saw(&ev, "removing unused layers"));
+    for (int i = 0; i < f.n_blobs; i++) {
+        uint64_t sz = 0;
+        CHECK(reg_store_blob_exists(s, f.blobs[i].hex, &sz));
+        CHECK_EQ_INT((long long)sz, (long long)f.blobs[i].len);
+    }
+    CHECK(has_manifest(s));
+    /* The manifest is stored byte for byte. */
+    cr_model_name_t n;
+    cr_model_name_parse(model_g, &n, NULL);
+    char *data = NULL;
+    size_t len = 0;
+    CHECK_EQ_INT(reg_store_manifest_read(s, &n, &data, &len, NULL, NULL), CR_OK);
+    CHECK_EQ_STR(data, f.manifest);
+    free(data);
+    CHECK_EQ_INT(count_files("-partial"), 0);
+    CHECK_EQ_INT(atomic_load(&f.blob_bytes), 18300);
+    /* Pulling again downloads nothing. */
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_OK);
+    CHECK_EQ_INT(atomic_load(&f.blob_bytes), 18300);
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
+static void test_manifest_404(void)
+{
+    fake_t f;
+    fake_start(&f);
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    events_t ev;
+    cr_err_t err;
+    CHECK_EQ_INT(do_pull(s, NULL, &ev, &err), CR_E_NOT_FOUND);
+    CHECK_EQ_STR(err.msg, "pull model manifest: file does not exist");
+    CHECK(!has_manifest(s));
+    /* Plain http needs insecure. */
+    cr_err_clear(&err);
+    snprintf(model_g, sizeof model_g, "http://127.0.0.1:%d/library/m:t", f.port);
+    CHECK_EQ_INT(reg_pull(s, NULL, model_g, false, NULL, NULL, NULL, &err),
+                 CR_E_INVALID);
+    CHECK_EQ_STR(err.msg, "insecure protocol http");
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
+static void test_bad_manifest(void)
+{
+    fake_t f;
+    fake_start(&f);
+    snprintf(f.manifest, sizeof f.manifest, "{\"schemaVersion\":2,\"layers\":[{\"digest\":\"sha256:zz\"}]}");
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    events_t ev;
+    cr_err_t err;
+    CHECK_EQ_INT(do_pull(s, NULL, &ev, &err), CR_E_CORRUPT);
+    CHECK(!strncmp(err.msg, "pull model manifest: ", 21));
+    CHECK(!has_manifest(s));
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
+static void test_digest_mismatch(void)
+{
+    fake_t f;
+    fake_start(&f);
+    fake_add_blob(&f, 100, 4);
+    const char *hex = fake_add_blob(&f, 9000, 5);
+    fake_set_manifest(&f);
+    f.corrupt = true;
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    reg_dl_opts_t o;
+    small_parts(&o);
+    reg_xfer_env_t env = {NULL, &o, false};
+    events_t ev;
+    cr_err_t err;
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_E_CORRUPT);
+    CHECK_MSG(!strncmp(err.msg,
+                       "digest mismatch, file must be downloaded again: want sha256:",
+                       60),
+              "got: %s", err.msg);
+    CHECK(strstr(err.msg, hex) != NULL);
+    CHECK(strstr(err.msg, ", got sha256:") != NULL);
+    CHECK_EQ_STR(ev.status[ev.n - 1], "verifying sha256 digest");
+    CHECK(!reg_store_blob_exists(s, hex, NULL));
+    CHECK_EQ_INT(count_files("-partial"), 0);
+    CHECK(!has_manifest(s));
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
+static int64_t saved_completed(const char *hex)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < 64; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/blobs/sha256-%s-partial-%d", tmp_g, hex, i);
+        FILE *fp = fopen(path, "r");
+        if (!fp)
+            break;
+        char text[256] = "";
+        size_t n = fread(text, 1, sizeof text - 1, fp);
+        text[n] = '\0';
+        fclose(fp);
+        const char *c = strstr(text, "\"Completed\":");
+        if (c)
+            sum += atoll(c + 12);
+    }
+    return sum;
+}
+
+static void test_truncated_then_resume(void)
+{
+    fake_t f;
+    fake_start(&f);
+    fake_add_blob(&f, 100, 6);
+    const char *hex = fake_add_blob(&f, 20000, 7);
+    fake_set_manifest(&f);
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    reg_dl_opts_t o;
+    small_parts(&o);
+    o.max_attempts = 1; /* no retries: the truncation ends the pull */
+    o.max_active = 1;
+    reg_xfer_env_t env = {NULL, &o, false};
+    /* Parts 0 and 1 arrive whole, part 2 is cut after 1500 bytes. */
+    f.truncate_count = 0;
+    events_t ev;
+    cr_err_t err;
+    /* Let two parts through, then truncate: emulate with a byte budget. */
+    f.truncate_after = 1500;
+    f.truncate_count = 1;
+    CHECK(do_pull(s, &env, &ev, &err) != CR_OK);
+    CHECK(!has_manifest(s));
+    CHECK(!reg_store_blob_exists(s, hex, NULL));
+    CHECK_EQ_INT(count_files("-partial"), 6); /* data + 5 part files */
+    int64_t saved = saved_completed(hex);
+    CHECK_MSG(saved >= 1500 && saved < 20000, "saved %lld", (long long)saved);
+    /* Layers come before the config, so the config (100 bytes) is still
+     * to fetch. */
+    long long before = atomic_load(&f.blob_bytes);
+
+    /* Resume: only the missing bytes are served. */
+    o.max_attempts = 3;
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_OK);
+    long long served = atomic_load(&f.blob_bytes) - before;
+    CHECK_MSG(served == 20100 - saved, "served %lld, expected %lld", served,
+              (long long)(20100 - saved));
+    CHECK(reg_store_blob_exists(s, hex, NULL));
+    CHECK(has_manifest(s));
+    CHECK_EQ_INT(count_files("-partial"), 0);
+
+    /* A truncation with retries left is retried within the same pull. */
+    reg_store_destroy(&s);
+    s = fresh_store();
+    f.truncate_count = 2;
+    before = atomic_load(&f.blob_bytes);
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_OK);
+    CHECK(reg_store_blob_exists(s, hex, NULL));
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
+static void test_bearer_and_cdn_redirect(void)
+{
+    fake_t f, cdn;
+    fake_start(&f);
+    fake_start(&cdn);
+    fake_add_blob(&f, 500, 8);
+    fake_add_blob(&f, 9000, 9);
+    fake_set_manifest(&f);
+    /* The CDN holds the same bytes. */
+    for (int i = 0; i < f.n_blobs; i++) {
+        cdn.blobs[i] = f.blobs[i];
+        cdn.blobs[i].data = malloc(f.blobs[i].len ? f.blobs[i].len : 1);
+        memcpy(cdn.blobs[i].data, f.blobs[i].data, f.blobs[i].len);
+    }
+    cdn.n_blobs = f.n_blobs;
+    f.require_token = true;
+    snprintf(f.redirect_to, sizeof f.redirect_to, "http://localhost:%d", cdn.port);
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    reg_dl_opts_t o;
+    small_parts(&o);
+    reg_xfer_env_t env = {NULL, &o, false};
+    events_t ev;
+    cr_err_t err;
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_OK);
+    CHECK_EQ_INT(atomic_load(&f.token_hits), 1);
+    CHECK(strstr(f.last_token_query, "service=fake-registry") != NULL);
+    CHECK(strstr(f.last_token_query, "scope=repository%3Alibrary%2Fm%3Apull") != NULL);
+    CHECK(strstr(f.last_token_query, "&ts=") != NULL);
+    CHECK(strstr(f.last_token_query, "&nonce=") != NULL);
+    CHECK(atomic_load(&f.auth_seen) > 0);
+    /* Every byte came from the CDN, which never saw our Authorization. */
+    CHECK_EQ_INT(atomic_load(&cdn.blob_bytes), 9500);
+    CHECK_EQ_INT(atomic_load(&f.blob_bytes), 0);
+    CHECK_EQ_INT(atomic_load(&cdn.auth_seen), 0);
+    CHECK(has_manifest(s));
+    reg_store_destroy(&s);
+
+    /* A token endpoint that refuses: unauthorized. */
+    s = fresh_store();
+    f.token_refuse = true;
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_E_UNAUTHORIZED);
+    CHECK_EQ_STR(err.msg, "pull model manifest: unauthorized: access denied");
+    CHECK(!has_manifest(s));
+    reg_store_destroy(&s);
+    fake_stop(&cdn);
+    fake_stop(&f);
+}
+
+typedef struct puller {
+    reg_store_t *s;
+    const reg_xfer_env_t *env;
+    cr_status_t st;
+    events_t ev;
+} puller_t;
+
+static void *pull_thread(void *arg)
+{
+    puller_t *p = arg;
+    cr_err_t err;
+    memset(&p->ev, 0, sizeof p->ev);
+    pthread_mutex_init(&p->ev.mu, NULL);
+    p->st = reg_pull(p->s, p->env, model_g, true, NULL, on_event, &p->ev, &err);
+    return NULL;
+}
+
+static void test_shared_download(void)
+{
+    fake_t f;
+    fake_start(&f);
+    fake_add_blob(&f, 100, 10);
+    fake_add_blob(&f, 16000, 11);
+    fake_set_manifest(&f);
+    f.delay_ms = 150; /* slow enough for the two pulls to overlap */
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    reg_dl_opts_t o;
+    small_parts(&o);
+    reg_transfers_t *t = reg_transfers_new();
+    reg_xfer_env_t env = {t, &o, false};
+    static puller_t a, b;
+    a.s = b.s = s;
+    a.env = b.env = &env;
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, pull_thread, &a);
+    usleep(100 * 1000);
+    pthread_create(&tb, NULL, pull_thread, &b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK_EQ_INT(a.st, CR_OK);
+    CHECK_EQ_INT(b.st, CR_OK);
+    CHECK_EQ_STR(b.ev.status[b.ev.n - 1], "success");
+    /* One download: each byte served once. */
+    CHECK_MSG(atomic_load(&f.blob_bytes) == 16100, "served %lld",
+              (long long)atomic_load(&f.blob_bytes));
+    CHECK(!reg_transfers_busy(t, f.blobs[1].hex));
+    reg_transfers_destroy(&t);
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
+static void test_prune_after_replace(void)
+{
+    fake_t f;
+    fake_start(&f);
+    fake_add_blob(&f, 100, 12);
+    const char *old_hex = fake_add_blob(&f, 5000, 13);
+    fake_set_manifest(&f);
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    reg_dl_opts_t o;
+    small_parts(&o);
+    reg_xfer_env_t env = {NULL, &o, false};
+    events_t ev;
+    cr_err_t err;
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_OK);
+    char old_copy[REG_HEX_LEN + 1];
+    snprintf(old_copy, sizeof old_copy, "%s", old_hex);
+    /* The tag moves to new weights. */
+    free(f.blobs[1].data);
+    f.n_blobs = 1;
+    fake_add_blob(&f, 6000, 14);
+    fake_set_manifest(&f);
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_OK);
+    CHECK(saw(&ev, "removing unused layers"));
+    CHECK_EQ_STR(ev.status[ev.n - 1], "success");
+    CHECK(!reg_store_blob_exists(s, old_copy, NULL));
+    CHECK(reg_store_blob_exists(s, f.blobs[0].hex, NULL)); /* config kept */
+
+    /* With noprune the replaced blob stays. */
+    free(f.blobs[1].data);
+    f.n_blobs = 1;
+    fake_add_blob(&f, 7000, 15);
+    char prev[REG_HEX_LEN + 1];
+    uint64_t dummy;
+    snprintf(prev, sizeof prev, "%s", ev.status[0]); /* unused */
+    CR_UNUSED(dummy);
+    reg_manifest_t m;
+    cr_model_name_t n;
+    cr_model_name_parse(model_g, &n, NULL);
+    char *data = NULL;
+    size_t len = 0;
+    reg_store_manifest_read(s, &n, &data, &len, NULL, NULL);
+    reg_manifest_parse(data, len, &m, NULL);
+    snprintf(prev, sizeof prev, "%s", m.layers[0].hex);
+    reg_manifest_free(&m);
+    free(data);
+    fake_set_manifest(&f);
+    env.noprune = true;
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_OK);
+    CHECK(!saw(&ev, "removing unused layers"));
+    CHECK(reg_store_blob_exists(s, prev, NULL));
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
+static void test_hostile_names(void)
+{
+    reg_store_t *s = fresh_store();
+    const char *bad[] = {"../../etc/passwd", "a/../b", "/abs", "x:../y",
+                         "host/ns/m/extra/part", "", "m:", "-lead", "a b"};
+    for (size_t i = 0; i < CR_ARRAY_LEN(bad); i++) {
+        cr_err_t err;
+        CHECK_EQ_INT(reg_pull(s, NULL, bad[i], true, NULL, NULL, NULL, &err),
+                     CR_E_INVALID);
+        CHECK_EQ_STR(err.msg, "invalid model name");
+    }
+    cr_err_t err;
+    CHECK_EQ_INT(reg_pull(s, NULL, NULL, true, NULL, NULL, NULL, &err), CR_E_INVALID);
+    reg_store_destroy(&s);
+}
+
+static void test_helpers(void)
+{
+    char realm[256], service[128], scope[256];
+    CHECK(reg_parse_bearer("Bearer realm=\"https://auth.example/token\","
+                           "service=\"registry.example\",scope=\"repository:a/b:pull,push\"",
+                           realm, sizeof realm, service, sizeof service, scope,
+                           sizeof scope));
+    CHECK_EQ_STR(realm, "https://auth.example/token");
+    CHECK_EQ_STR(service, "registry.example");
+    CHECK_EQ_STR(scope, "repository:a/b:pull,push");
+    CHECK(!reg_parse_bearer("Basic realm=\"x\"", realm, sizeof realm, service,
+                            sizeof service, scope, sizeof scope));
+    CHECK(!reg_parse_bearer("Bearer service=\"x\"", realm, sizeof realm, service,
+                            sizeof service, scope, sizeof scope));
+    /* truncated quotes do not overrun */
+    CHECK(reg_parse_bearer("Bearer realm=\"http://a", realm, sizeof realm, service,
+                           sizeof service, scope, sizeof scope));
+    CHECK_EQ_STR(realm, "http://a");
+    CHECK(reg_url_same_origin("http://a:80/x", "http://A/y"));
+    CHECK(!reg_url_same_origin("http://a:5000/x", "http://a:5001/x"));
+    CHECK(!reg_url_same_origin("http://a/x", "https://a/x"));
+    char out[256];
+    CHECK(reg_url_resolve("http://h:1/v2/x/blobs/uploads/", "/v2/x/up/1?_state=a",
+                          out, sizeof out));
+    CHECK_EQ_STR(out, "http://h:1/v2/x/up/1?_state=a");
+    CHECK(reg_url_resolve("http://h:1/a", "http://other/b", out, sizeof out));
+    CHECK_EQ_STR(out, "http://other/b");
+}
+
+/* ---- the server runs pulls beside its loop ---- */
+
+typedef struct cap {
+    int n_progress, n_ok, n_error, n_tags;
+    char last_error[256];
+} cap_t;
+
+static cr_status_t cap_fn(void *ctx, const msg_t *m)
+{
+    cap_t *c = ctx;
+    if (m->type == MSG_progress)
+        c->n_progress++;
+    else if (m->type == MSG_ok)
+        c->n_ok++;
+    else if (m->type == MSG_tags_reply)
+        c->n_tags++;
+    else if (m->type == MSG_error) {
+        c->n_error++;
+        snprintf(c->last_error, sizeof c->last_error, "%s", m->u.error.message);
+    }
+    return CR_OK;
+}
+
+static void test_server_job(void)
+{
+    fake_t f;
+    fake_start(&f);
+    fake_add_blob(&f, 100, 16);
+    fake_add_blob(&f, 8000, 17);
+    fake_set_manifest(&f);
+    f.delay_ms = 300;
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    nftw(tmp_g, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    cr_err_t err;
+    reg_server_t *srv = reg_server_new(tmp_g, &err);
+    CHECK(srv != NULL);
+    reg_dl_opts_t o;
+    small_parts(&o);
+    reg_server_set_dl_opts(srv, &o);
+    msg_t req;
+    msg_init(&req, MSG_pull, "job-1");
+    req.u.pull.model = model_g;
+    req.u.pull.has_model = true;
+    req.u.pull.insecure = true;
+    req.u.pull.has_insecure = true;
+    cap_t c = {0};
+    reg_server_handle(srv, &req, cap_fn, &c);
+    CHECK_EQ_INT(c.n_ok + c.n_error + c.n_progress, 0); /* returned at once */
+    CHECK_EQ_INT((int)reg_server_jobs(srv), 1);
+    /* tags is answered while the pull runs */
+    msg_t tags;
+    msg_init(&tags, MSG_tags, "tags-1");
+    reg_server_handle(srv, &tags, cap_fn, &c);
+    CHECK_EQ_INT(c.n_tags, 1);
+    CHECK_EQ_INT(c.n_ok, 0);
+    for (int i = 0; i < 400 && !c.n_ok && !c.n_error; i++)
+        reg_server_pump(srv, 50, cap_fn, &c);
+    CHECK_EQ_INT(c.n_ok, 1);
+    CHECK(c.n_progress >= 4);
+    for (int i = 0; i < 50 && reg_server_jobs(srv); i++)
+        usleep(10000);
+    CHECK_EQ_INT((int)reg_server_jobs(srv), 0);
+
+    /* A canceled pull ends with an error. */
+    f.delay_ms = 200;
+    free(f.blobs[1].data);
+    f.n_blobs = 1;
+    fake_add_blob(&f, 40000, 18);
+    fake_set_manifest(&f);
+    msg_init(&req, MSG_pull, "job-2");
+    req.u.pull.model = model_g;
+    req.u.pull.has_model = true;
+    req.u.pull.insecure = true;
+    req.u.pull.has_insecure = true;
+    memset(&c, 0, sizeof c);
+    reg_server_handle(srv, &req, cap_fn, &c);
+    usleep(100 * 1000);
+    msg_t cancel;
+    msg_init(&cancel, MSG_cancel, "job-2");
+    reg_server_handle(srv, &cancel, cap_fn, &c);
+    for (int i = 0; i < 400 && !c.n_ok && !c.n_error; i++)
+        reg_server_pump(srv, 50, cap_fn, &c);
+    CHECK_EQ_INT(c.n_error, 1);
+    CHECK_EQ_STR(c.last_error, "canceled");
+    reg_server_destroy(&srv);
+    fake_stop(&f);
+}
+
+int main(void)
+{
+    snprintf(tmp_g, sizeof tmp_g, "/tmp/corral-test-pull-%d", (int)getpid());
+    test_helpers();
+    test_hostile_names();
+    test_pull_ok();
+    test_manifest_404();
+    test_bad_manifest();
+    test_digest_mismatch();
+    test_truncated_then_resume();
+    test_bearer_and_cdn_redirect();
+    test_shared_download();
+    test_prune_after_replace();
+    test_server_job();
+    nftw(tmp_g, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    return check_finish("test_registry_pull");
+}
