@@ -227,8 +227,9 @@ static enum MHD_Result h_metrics(gw_req_t *r)
     cr_status_t st = gw_metrics_render(r->ctx->metrics, &b, &s);
     enum MHD_Result ret =
         st ? gw_reply_error(r, st, "out of memory")
-           : gw_reply(r, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
-                      b.data, b.len);
+           : gw_reply(r, MHD_HTTP_OK,
+                      "text/plain; version=0.0.4; charset=utf-8", b.data,
+                      b.len);
     cr_buf_free(&b);
     return ret;
 }

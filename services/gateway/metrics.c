@@ -110,7 +110,8 @@ static series_t *find_series(gw_metrics_t *m, const char *route,
     for (size_t i = 0; i < m->n_req; i++)
         if (m->req[i].status == status && !strcmp(m->req[i].route, route))
             return &m->req[i];
-    if (m->n_req == GW_METRICS_MAX_SERIES)
+    /* the last slot is kept for "other" */
+    if (m->n_req + (strcmp(route, "other") ? 1 : 0) >= GW_METRICS_MAX_SERIES)
         return NULL;
     series_t *s = &m->req[m->n_req++];
     snprintf(s->route, sizeof s->route, "%s", route);
@@ -123,7 +124,7 @@ static route_hist_t *find_route_hist(gw_metrics_t *m, const char *route)
     for (size_t i = 0; i < m->n_dur; i++)
         if (!strcmp(m->dur[i].route, route))
             return &m->dur[i];
-    if (m->n_dur == GW_METRICS_MAX_ROUTES)
+    if (m->n_dur + (strcmp(route, "other") ? 1 : 0) >= GW_METRICS_MAX_ROUTES)
         return NULL;
     route_hist_t *r = &m->dur[m->n_dur++];
     snprintf(r->route, sizeof r->route, "%s", route);

@@ -973,7 +973,8 @@ static void legacy_logprobs(gw_jw_t *w, const char *native)
     gw_jw_obj(w);
     gw_jw_key(w, "tokens");
     gw_jw_arr(w);
-    json_array_foreach(arr, i, e) gw_jw_str(w, json_string_value(member(e, "token")));
+    json_array_foreach(arr, i, e)
+        gw_jw_str(w, json_string_value(member(e, "token")));
     gw_jw_end_arr(w);
     gw_jw_key(w, "token_logprobs");
     gw_jw_arr(w);
@@ -1161,7 +1162,8 @@ static cr_status_t render_embeddings(cr_buf_t *b, const char *model,
                                      bool base64, cr_err_t *err)
 {
     int64_t n = e->n_inputs, d = e->dims;
-    if (n < 0 || d < 0 || (d && (uint64_t)n > SIZE_MAX / sizeof(float) / (uint64_t)d) ||
+    if (n < 0 || d < 0 ||
+        (d && (uint64_t)n > SIZE_MAX / sizeof(float) / (uint64_t)d) ||
         (size_t)n * (size_t)d * sizeof(float) != e->data.len)
         return cr_err_set(err, CR_E_PROTO,
                           "embeddings: %zu bytes for %" PRId64 " x %" PRId64,

@@ -301,7 +301,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     char label[GW_METRICS_LABEL_MAX];
     if (r->route)
         snprintf(label, sizeof label, "%s%s", r->route->path,
-                 r->route->has_param ? "{param}" : "");
+                 r->route->has_param ? ":param" : "");
     else
         snprintf(label, sizeof label, "other");
     gw_metrics_request_end(r->ctx->metrics, label,
