@@ -293,6 +293,8 @@ static cr_status_t one_message(const json_t *all, size_t idx, json_t *msgs,
     if (rolev && !json_is_string(rolev))
         return type_error(err, "messages.role", rolev, "string");
     const char *role = rolev ? json_string_value(rolev) : "";
+    if (!strcmp(role, "developer")) /* OpenAI's newer name for system */
+        role = "system";
     json_t *content = member(m, "content");
     json_t *calls = member(m, "tool_calls");
 
@@ -427,8 +429,9 @@ static cr_status_t get_reasoning(const json_t *o, json_t *n, cr_err_t *err)
     return put(n, "think", json_string(level), err);
 }
 
-/* tools, minus what tool_choice rules out ("none" drops them; "required"
- * and a named function are accepted but not enforced). */
+/* tools, minus what tool_choice rules out: "none" drops them, a named
+ * function keeps only that one; "auto" and "required" keep them all (the
+ * model is not forced to call one: see docs/api.md). */
 static cr_status_t get_tools(const json_t *o, json_t *n, cr_err_t *err)
 {
     json_t *tools = member(o, "tools");
@@ -437,7 +440,29 @@ static cr_status_t get_tools(const json_t *o, json_t *n, cr_err_t *err)
     json_t *choice = member(o, "tool_choice");
     if (json_is_string(choice) && !strcmp(json_string_value(choice), "none"))
         return CR_OK;
-    return put(n, "tools", json_copy(tools), err);
+    json_t *fn = json_is_object(choice) ? member(choice, "function") : NULL;
+    const char *want = json_string_value(member(fn, "name"));
+    if (!want || !json_is_array(tools))
+        return put(n, "tools", json_copy(tools), err);
+    json_t *keep = json_array();
+    if (!keep)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *name =
+            json_string_value(member(member(t, "function"), "name"));
+        if (name && !strcmp(name, want))
+            json_array_append(keep, t);
+    }
+    if (json_array_size(keep) == 0) {
+        json_decref(keep);
+        return cr_err_set(err, CR_E_INVALID,
+                          "tool_choice names function '%s', which is not in "
+                          "tools",
+                          want);
+    }
+    return put(n, "tools", keep, err);
 }
 
 static cr_status_t translate_chat(const json_t *o, json_t *n,
@@ -450,7 +475,10 @@ static cr_status_t translate_chat(const json_t *o, json_t *n,
         (st = get_reasoning(o, n, err)) || (st = get_tools(o, n, err)) ||
         (st = base_options(o, &opts, err)))
         return st;
-    if ((st = copy_number(o, "max_tokens", opts, "num_predict", true, err)) ||
+    /* max_completion_tokens (newer SDKs) when max_tokens is absent */
+    const char *max_key = member(o, "max_tokens") ? "max_tokens"
+                                                  : "max_completion_tokens";
+    if ((st = copy_number(o, max_key, opts, "num_predict", true, err)) ||
         (st = copy_number(o, "seed", opts, "seed", true, err)) ||
         (st = copy_number(o, "frequency_penalty", opts, "frequency_penalty",
                           false, err)) ||

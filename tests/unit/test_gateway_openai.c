@@ -563,6 +563,28 @@ static void test_translate_chat(void)
     CHECK(n && json_object_get(n, "tools"));
     json_decref(n);
 
+    /* a named function keeps only that tool; an unknown name is 400 */
+    n = translate(GW_OAI_CHAT,
+                  "{\"model\":\"m\",\"tool_choice\":{\"type\":\"function\","
+                  "\"function\":{\"name\":\"g\"}},\"tools\":["
+                  "{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+                  "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],"
+                  "\"messages\":[{\"role\":\"developer\",\"content\":\"x\"}],"
+                  "\"max_completion_tokens\":9}",
+                  NULL, &err);
+    CHECK(n && json_array_size(jget(n, "tools")) == 1);
+    CHECK_EQ_STR(jpstr(n, "tools.0.function.name"), "g");
+    CHECK_EQ_STR(jpstr(n, "messages.0.role"), "system");
+    CHECK_EQ_INT(json_integer_value(jget(n, "options.num_predict")), 9);
+    json_decref(n);
+    expect_translate_error(
+        GW_OAI_CHAT,
+        "{\"model\":\"m\",\"tool_choice\":{\"type\":\"function\","
+        "\"function\":{\"name\":\"h\"}},\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"f\"}}],\"messages\":[{\"role\":\"user\","
+        "\"content\":\"x\"}]}",
+        "tool_choice names function 'h', which is not in tools");
+
     /* json_schema, stop arrays, effort mapping, text format */
     n = translate(GW_OAI_CHAT,
                   "{\"model\":\"m\",\"stop\":[\"a\",\"b\"],"
