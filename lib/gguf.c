@@ -224,7 +224,7 @@ static cr_status_t rd_str(parser_t *p, cr_gguf_str_t *s, uint64_t max_len,
                           const char *what)
 {
     size_t start = at(p);
-    uint64_t len;
+    uint64_t len = 0;
     cr_status_t st = rd_u64(p, &len, what);
     if (st)
         return st;

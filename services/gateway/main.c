@@ -4,6 +4,7 @@
 #include "lib/prelude.h"
 
 #include "lib/log.h"
+#include "lib/sd_notify.h"
 #include "services/gateway/server.h"
 
 #include <czmq.h>
@@ -68,8 +69,11 @@ int main(int argc, char **argv)
         cr_log_error("cannot start: %s", err.msg);
         return 1;
     }
+    if (cr_sd_notify_ready(&err))
+        cr_log_warn("sd_notify: %s", err.msg);
     int sig = 0;
     sigwait(&sigs, &sig);
+    cr_sd_notify_stopping(NULL);
     cr_log_info("signal %d: shutting down", sig);
     gw_server_destroy(&srv);
     return 0;

@@ -11,6 +11,7 @@
 #include <signal.h>
 
 #include "lib/log.h"
+#include "lib/sd_notify.h"
 #include "services/scheduler/sched.h"
 
 static void usage(void)
@@ -44,7 +45,10 @@ int main(int argc, char **argv)
     }
     cr_log_info("scheduler listening on %s (runners on %s)", cfg.front_endpoint,
              cfg.runners_endpoint);
+    if (cr_sd_notify_ready(&err))
+        cr_log_warn("sd_notify: %s", err.msg);
     sch_server_run(server);
+    cr_sd_notify_stopping(NULL);
     cr_log_info("scheduler stopping");
     sch_server_destroy(&server);
     return 0;
