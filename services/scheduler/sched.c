@@ -822,6 +822,21 @@ static void on_runners(sch_server_t *s)
         return;
     }
     runner_t *rn = runner_by_id(s, id);
+    if (!rn && m.type == MSG_hello) {
+        /* A runner from before a scheduler restart: adopt its model, or
+         * (holding none) tell it to go. */
+        rn = sch_runner_adopt(s, id, &m.u.hello);
+        if (!rn && id[0]) {
+            cr_log_info("runner '%s' holds no model; asking it to exit", id);
+            msg_t bye;
+            msg_init(&bye, MSG_shutdown, id);
+            zframe_t *to = zframe_new(id, strlen(id));
+            bus_send_to(s->runners, to, &bye, NULL);
+            zframe_destroy(&to);
+        }
+        msg_clear(&m);
+        return;
+    }
     if (!rn) {
         cr_log_warn("message from unknown runner '%s' ignored", id);
         msg_clear(&m);
@@ -847,29 +862,52 @@ static void on_runners(sch_server_t *s)
 
 /* ---- timers and child exits ---- */
 
+/* A runner's process is gone: its requests fail (unless it was being
+ * stopped) and it leaves the list, returning its memory to the ledger. */
+static void runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,
+                        const char *how)
+{
+    if (rn->state == RS_STOPPING) {
+        cr_log_info("runner %s (pid %d) exited: %s", rn->id, (int)pid, how);
+    } else {
+        char text[300];
+        snprintf(text, sizeof text,
+                 "model runner has unexpectedly stopped (%s); the next "
+                 "request will load it again",
+                 how);
+        cr_log_error("runner %s (pid %d): %s", rn->id, (int)pid, text);
+        /* A runner that dies while loading fails its waiters too, or a
+         * model that always crashes would be respawned forever. */
+        bool loading = rn->state != RS_READY;
+        fail_model_requests(s, rn, CR_E_RUNNER, text, loading);
+    }
+    runner_free(s, rn);
+}
+
 static void reap_children(sch_server_t *s)
 {
     char how[128];
     pid_t pid;
     while ((pid = sch_reap_one(how, sizeof how)) > 0) {
         runner_t *rn = runner_by_pid(s, pid);
-        if (!rn)
+        if (rn)
+            runner_gone(s, rn, pid, how);
+    }
+    /* Adopted runners are not our children: ask /proc instead (a zombie,
+     * a dead pid or a reused one no longer shows the runner binary). One
+     * without a usable pid is gone once it stops (heartbeat or shutdown)
+     * and its grace period has passed. */
+    runner_t *next;
+    int64_t now = sch_now_ms(s);
+    for (runner_t *rn = s->runner_list; rn; rn = next) {
+        next = rn->next;
+        if (!rn->adopted)
             continue;
-        if (rn->state == RS_STOPPING) {
-            cr_log_info("runner %s (pid %d) exited: %s", rn->id, (int)pid, how);
-        } else {
-            char text[300];
-            snprintf(text, sizeof text,
-                     "model runner has unexpectedly stopped (%s); the next "
-                     "request will load it again",
-                     how);
-            cr_log_error("runner %s (pid %d): %s", rn->id, (int)pid, text);
-            /* A runner that dies while loading fails its waiters too, or a
-             * model that always crashes would be respawned forever. */
-            bool loading = rn->state != RS_READY;
-            fail_model_requests(s, rn, CR_E_RUNNER, text, loading);
-        }
-        runner_free(s, rn);
+        if (rn->pid > 0 && !sch_pid_is_runner(rn->pid, s->cfg.runner_bin))
+            runner_gone(s, rn, rn->pid, "exited");
+        else if (rn->pid <= 0 && rn->state == RS_STOPPING &&
+                 now - rn->state_since_ms > STOP_GRACE_MS)
+            runner_gone(s, rn, 0, "stopped");
     }
 }
 

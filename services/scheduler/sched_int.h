@@ -46,6 +46,9 @@ typedef struct runner {
     int n_slots, n_active;
     int64_t size, size_vram, context_length;
     bool unload_when_idle;
+    bool adopted;            /* not our child: it re-registered after a
+                                scheduler restart; liveness by kill(pid, 0)
+                                and heartbeats, never waitpid */
     bool has_plan;           /* placed from an estimate (else unaccounted
                                 until ready reports a size) */
     sch_plan_t plan;
@@ -101,6 +104,17 @@ static inline msg_options_t **sch_req_options_slot(msg_t *m)
 
 /* The scheduler's monotonic clock in ms (the config's, for tests). */
 int64_t sch_now_ms(const sch_server_t *s);
+
+/* ---- adopt.c ---- */
+
+/* Adopts a runner that says hello from outside (it outlived the scheduler
+ * that started it) holding a loaded model: a READY runner with its load
+ * options, sizes and a fresh keep-alive, prepended to s's list. Its pid is
+ * kept only if /proc says it is the runner binary (so a stray hello cannot
+ * make the scheduler signal another process). NULL if the hello names no
+ * model, the id is unusable, or memory runs out. */
+runner_t *sch_runner_adopt(sch_server_t *s, const char *id,
+                           const msg_hello_body_t *hello);
 
 /* ---- ledger.c ---- */
 

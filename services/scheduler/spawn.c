@@ -61,6 +61,21 @@ cr_status_t sch_spawn_runner(const char *bin, const char *endpoint,
     return CR_OK;
 }
 
+bool sch_pid_is_runner(pid_t pid, const char *bin)
+{
+    if (pid <= 0 || !bin || !*bin)
+        return false;
+    char link[64], exe[4096], want[4096];
+    snprintf(link, sizeof link, "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(link, exe, sizeof exe - 1);
+    if (n <= 0)
+        return false;
+    exe[n] = '\0';
+    if (!realpath(bin, want))
+        snprintf(want, sizeof want, "%s", bin);
+    return !strcmp(exe, want);
+}
+
 pid_t sch_reap_one(char *how, size_t cap)
 {
     int wstatus = 0;

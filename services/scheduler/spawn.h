@@ -20,6 +20,9 @@ cr_status_t sch_spawn_runner(const char *bin, const char *endpoint,
                              const char *runner_id, pid_t *pid_out,
                              cr_err_t *err);
 
+/* True if process pid runs the executable at bin (by /proc/<pid>/exe). */
+bool sch_pid_is_runner(pid_t pid, const char *bin);
+
 /* Returns the pid of one exited child (and a description of how it ended,
  * e.g. "exit status 1" or "signal 9 (Killed)") or 0 if none has exited. */
 pid_t sch_reap_one(char *how, size_t cap);

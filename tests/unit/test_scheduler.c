@@ -736,6 +736,119 @@ static void test_spill_and_cannot_load(void)
     inventory_g = NULL;
 }
 
+/* After a scheduler restart a runner that kept its model says hello with
+ * it; the scheduler adopts it and serves the model without a load. The
+ * test plays that runner (a DEALER) with a sleeping child as its process. */
+static void test_adopt_after_restart(void)
+{
+    env_t e;
+    env_start(&e, 3, 16);
+    /* Not our child (its parent exits), as after a real restart. */
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t mid = fork();
+    if (mid == 0) {
+        pid_t g = fork();
+        if (g == 0) {
+            close(fds[1]);
+            for (;;)
+                pause();
+        }
+        ssize_t w = write(fds[1], &g, sizeof g);
+        _exit(w == sizeof g ? 0 : 1);
+    }
+    pid_t sleeper = 0;
+    close(fds[1]);
+    CHECK(read(fds[0], &sleeper, sizeof sleeper) == sizeof sleeper);
+    close(fds[0]);
+    CHECK(sleeper > 0);
+    zsock_t *rn = zsock_new(ZMQ_DEALER);
+    zsock_set_identity(rn, "old-runner-1");
+    CHECK(zsock_connect(rn, "ipc://%s/runners.sock", e.dir) >= 0);
+    msg_t h;
+    msg_init(&h, MSG_hello, "old-runner-1");
+    h.u.hello.runner_id = "old-runner-1";
+    h.u.hello.has_runner_id = true;
+    h.u.hello.pid = sleeper;
+    h.u.hello.has_pid = true;
+    h.u.hello.name = "alpha:latest";
+    h.u.hello.has_name = true;
+    h.u.hello.model_path = "/fake/alpha.gguf";
+    h.u.hello.has_model_path = true;
+    msg_options_t o = {0};
+    o.num_ctx = 512;
+    o.has_num_ctx = true;
+    h.u.hello.options = &o;
+    h.u.hello.has_options = true;
+    h.u.hello.size = 4321;
+    h.u.hello.has_size = true;
+    h.u.hello.context_length = 512;
+    h.u.hello.has_context_length = true;
+    CHECK_EQ_INT(bus_send(rn, &h, NULL), CR_OK);
+    wait_runners(&e, 1);
+    char name[128];
+    int64_t size = 0, vram = 0;
+    CHECK(ps_one(&e, name, sizeof name, &size, &vram));
+    CHECK_EQ_STR(name, "alpha:latest");
+    CHECK_EQ_INT(size, 4321);
+
+    /* A request for it goes to the adopted runner: no load, no spawn. */
+    send_generate(&e, "ad1", "alpha", "hi", NULL, 0);
+    msg_t m;
+    bool forwarded = false;
+    for (int i = 0; i < 400 && !forwarded; i++) {
+        pump(&e, 1);
+        if (bus_recv(rn, 0, &m, NULL, NULL) == CR_OK) {
+            if (m.type == MSG_generate) {
+                forwarded = true;
+                CHECK_EQ_STR(m.id, "ad1");
+                CHECK_EQ_INT(m.u.generate.options->num_ctx, 512);
+                msg_t d;
+                msg_init(&d, MSG_done, "ad1");
+                d.u.done.done_reason = "stop";
+                d.u.done.has_done_reason = true;
+                bus_send(rn, &d, NULL);
+            }
+            msg_clear(&m);
+        }
+    }
+    CHECK(forwarded);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_STR(m.id, "ad1");
+    CHECK_EQ_INT(m.type, MSG_done);
+    msg_clear(&m);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+
+    /* Its process dies: noticed, the next request loads the model anew. */
+    kill(sleeper, SIGKILL);
+    wait_runners(&e, 0);
+    CHECK_EQ_INT(run_request(&e, "ad2", "alpha", "hi", NULL, NULL), MSG_done);
+
+    /* A hello naming no model from an unknown runner: told to exit. */
+    zsock_t *orphan = zsock_new(ZMQ_DEALER);
+    zsock_set_identity(orphan, "orphan-1");
+    CHECK(zsock_connect(orphan, "ipc://%s/runners.sock", e.dir) >= 0);
+    msg_init(&h, MSG_hello, "orphan-1");
+    h.u.hello.runner_id = "orphan-1";
+    h.u.hello.has_runner_id = true;
+    h.u.hello.pid = 1; /* not a runner: never signalled */
+    h.u.hello.has_pid = true;
+    CHECK_EQ_INT(bus_send(orphan, &h, NULL), CR_OK);
+    bool told = false;
+    for (int i = 0; i < 400 && !told; i++) {
+        pump(&e, 1);
+        if (bus_recv(orphan, 0, &m, NULL, NULL) == CR_OK) {
+            told = m.type == MSG_shutdown;
+            msg_clear(&m);
+        }
+    }
+    CHECK(told);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    zsock_destroy(&orphan);
+    zsock_destroy(&rn);
+    env_stop(&e);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "serve"))
@@ -750,5 +863,6 @@ int main(int argc, char **argv)
     test_heartbeat();
     test_memory_eviction();
     test_spill_and_cannot_load();
+    test_adopt_after_restart();
     return check_finish("scheduler");
 }
