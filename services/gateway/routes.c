@@ -14,6 +14,7 @@
 #include "services/gateway/call.h"
 #include "services/gateway/convert.h"
 #include "services/gateway/extras.h"
+#include "services/gateway/metrics.h"
 #include "services/gateway/openai.h"
 #include "services/gateway/relay.h"
 #include "services/gateway/render.h"
@@ -210,6 +211,8 @@ static enum MHD_Result embed_common(gw_req_t *r, gw_api_t api)
     if (ok && reply.type != MSG_embeddings)
         ret = unexpected(r, &reply, "scheduler");
     else if (ok) {
+        gw_metrics_prompt_tokens(r->ctx->metrics,
+                                 reply.u.embeddings.prompt_eval_count);
         cr_buf_t b;
         cr_buf_init(&b, REPLY_CAP);
         cr_err_t err;

@@ -1275,6 +1275,9 @@ static void test_metrics_http(void)
     resp_free(&r);
     http(&r, "GET", "/no/such/route", NULL);
     resp_free(&r);
+    http(&r, "POST", "/api/embed", "{\"model\":\"e\",\"input\":\"a\"}");
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
     http(&r, "POST", "/v1/chat/completions", "{}");
     resp_free(&r);
     http(&r, "GET", "/metrics", NULL);
@@ -1282,7 +1285,7 @@ static void test_metrics_http(void)
     CHECK(metric(r.body.data, "corral_http_requests_total{route=\"/v1/chat/"
                               "completions\",code=\"200\"}") == chat200 + 1);
     CHECK(metric(r.body.data, "corral_completion_tokens_total") == out + 2);
-    CHECK(metric(r.body.data, "corral_prompt_tokens_total") == in + 5);
+    CHECK(metric(r.body.data, "corral_prompt_tokens_total") == in + 5 + 7);
     CHECK(metric(r.body.data, "corral_time_to_first_token_seconds_count") ==
           ttft + 1);
     CHECK(metric(r.body.data, "corral_token_latency_seconds_count") == tok + 2);
