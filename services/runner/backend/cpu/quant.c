@@ -14,6 +14,9 @@
 
 #include <math.h>
 #include <pthread.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 /* ---- half and bfloat -------------------------------------------------- */
 
@@ -696,9 +699,13 @@ static void detect(void)
 
     hw_level = BE_SIMD_SCALAR;
 #if defined(__x86_64__) || defined(__i386__)
+    /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
+     * does not know "f16c". AVX2 and FMA imply the OS saves YMM state in
+     * the builtin's check. */
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)
         hw_level = BE_SIMD_AVX2;
 #endif
     detected_level = hw_level;
