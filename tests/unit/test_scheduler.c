@@ -849,6 +849,56 @@ static void test_adopt_after_restart(void)
     env_stop(&e);
 }
 
+/* Settings from the environment: the new ones, and bad values named. */
+static void test_config(void)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(n > 0);
+    self[n > 0 ? n : 0] = '\0';
+    setenv("CORRAL_RUNNER_BIN", self, 1);
+    char rt[64] = "/tmp/corral-cfg-XXXXXX";
+    CHECK(mkdtemp(rt) != NULL);
+    setenv("CORRAL_RUNTIME_DIR", rt, 1);
+    setenv("CORRAL_GPU_INVENTORY", "0:A:1000,1:B:2000,cpu:5000", 1);
+    setenv("OLLAMA_GPU_OVERHEAD", "123", 1);
+    setenv("OLLAMA_SCHED_SPREAD", "1", 1);
+    setenv("OLLAMA_KV_CACHE_TYPE", "q8_0", 1);
+    setenv("CORRAL_HEARTBEAT_TIMEOUT", "2m", 1);
+    sch_config_t *cfg = calloc(1, sizeof *cfg);
+    cr_err_t err;
+    cr_status_t st = sch_config_from_env(cfg, &err);
+    CHECK_MSG(st == CR_OK, "config: %s", err.msg);
+    CHECK(cfg->has_inventory);
+    CHECK_EQ_INT(cfg->inventory.n_gpus, 2);
+    CHECK(cfg->inventory.fake);
+    CHECK_EQ_INT(cfg->inventory.ram_total_bytes, 5000);
+    CHECK_EQ_INT(cfg->gpu_overhead_bytes, 123);
+    CHECK(cfg->sched_spread);
+    CHECK_EQ_STR(cfg->kv_cache_type, "q8_0");
+    CHECK_EQ_INT(cfg->heartbeat_timeout_ms, 120000);
+    CHECK_EQ_INT(cfg->heartbeat_interval_ms, 5000);
+
+    setenv("OLLAMA_KV_CACHE_TYPE", "f32", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_E_INVALID);
+    CHECK(strstr(err.msg, "OLLAMA_KV_CACHE_TYPE 'f32'") != NULL);
+    unsetenv("OLLAMA_KV_CACHE_TYPE");
+    setenv("CORRAL_GPU_INVENTORY", "0:A:lots", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_E_INVALID);
+    CHECK(strstr(err.msg, "CORRAL_GPU_INVENTORY") != NULL);
+    unsetenv("CORRAL_GPU_INVENTORY");
+    setenv("CORRAL_HEARTBEAT_TIMEOUT", "soon", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_E_INVALID);
+    CHECK(strstr(err.msg, "HEARTBEAT_TIMEOUT") != NULL);
+    unsetenv("CORRAL_HEARTBEAT_TIMEOUT");
+    unsetenv("OLLAMA_GPU_OVERHEAD");
+    unsetenv("OLLAMA_SCHED_SPREAD");
+    unsetenv("CORRAL_RUNTIME_DIR");
+    unsetenv("CORRAL_RUNNER_BIN");
+    rmdir(rt);
+    free(cfg);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "serve"))
@@ -856,6 +906,7 @@ int main(int argc, char **argv)
     zsys_init();
     zsys_set_logstream(NULL);
     clock_ms_g = 1000000;
+    test_config();
     test_request_and_keep_alive();
     test_keep_alive_zero_and_unload();
     test_errors();
