@@ -332,8 +332,21 @@ AVX2 void be_avx2_dot_q3_k(int64_t n, float *s, const void *w, const void *a)
     const __m256i four = _mm256_set1_epi8(4);
     float sum = 0;
     for (int64_t i = 0; i < n / BE_QK_K; i++) {
+        /* The 16 6-bit scales from three little-endian words (layout in
+         * quant.h): low nibbles of bytes 0..7, then their high nibbles; top
+         * bits of scale k at bit 2*(k/4) of byte 8 + k%4. */
+        uint32_t w0, w1, w2;
+        memcpy(&w0, x[i].scales, 4);
+        memcpy(&w1, x[i].scales + 4, 4);
+        memcpy(&w2, x[i].scales + 8, 4);
+        const uint32_t m4w = 0x0f0f0f0fu, m2w = 0x03030303u;
+        __m128i sc6 = _mm_set_epi32((int)(((w1 >> 4) & m4w) | (((w2 >> 6) & m2w) << 4)),
+                                    (int)(((w0 >> 4) & m4w) | (((w2 >> 4) & m2w) << 4)),
+                                    (int)((w1 & m4w) | (((w2 >> 2) & m2w) << 4)),
+                                    (int)((w0 & m4w) | ((w2 & m2w) << 4)));
+        __m128i sc8 = _mm_sub_epi8(sc6, _mm_set1_epi8(32));
         int8_t sc[16];
-        be_q3_k_scales(x[i].scales, sc);
+        _mm_storeu_si128((__m128i *)sc, sc8);
         __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
         __m256i acc = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
@@ -349,9 +362,9 @@ AVX2 void be_avx2_dot_q3_k(int64_t n, float *s, const void *w, const void *a)
                 acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair(sc[k], sc[k + 1])));
             }
         }
-        int32_t isum = hsum_epi32(acc), off = 0;
-        for (int k = 0; k < 16; k++)
-            off += (int32_t)sc[k] * (int32_t)y[i].bsums[k];
+        __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+        int32_t isum = hsum_epi32(acc);
+        int32_t off = hsum_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), bs));
         isum -= 4 * off;
         sum += _cvtsh_ss(x[i].d) * y[i].d * (float)isum;
     }
