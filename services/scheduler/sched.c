@@ -352,6 +352,14 @@ static bool any_loading(const sch_server_t *s)
     return false;
 }
 
+static bool any_stopping(const sch_server_t *s)
+{
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
+        if (rn->state == RS_STOPPING)
+            return true;
+    return false;
+}
+
 static bool same_model(const runner_t *rn, const request_t *r)
 {
     return !strcmp(rn->resolved.u.resolved.model_path,
@@ -372,11 +380,24 @@ static runner_t *eviction_victim(sch_server_t *s)
     return best;
 }
 
+/* Evicts the LRU idle runner unless one is already on its way out (its
+ * memory and slot return when it is reaped; evicting a second one before
+ * then would unload more than needed). */
+static void evict_one(sch_server_t *s, const char *why)
+{
+    if (any_stopping(s))
+        return;
+    runner_t *victim = eviction_victim(s);
+    if (victim)
+        runner_stop(s, victim, why);
+}
+
 static void schedule(sch_server_t *s)
 {
     size_t max_loaded = s->cfg.max_loaded > 0
                             ? (size_t)s->cfg.max_loaded
                             : 3 * CR_MAX(s->inv.n_gpus, (size_t)1);
+    bool load_waiting = false; /* loads go in arrival order */
     request_t *next;
     for (request_t *r = s->req_list; r; r = next) {
         next = r->next;
@@ -404,12 +425,11 @@ static void schedule(sch_server_t *s)
             runner_arm_keep_alive(s, stale);
             continue;
         }
-        if (any_loading(s))
-            continue; /* one load at a time */
+        if (load_waiting || any_loading(s))
+            continue; /* one load at a time, first come first served */
+        load_waiting = true;
         if (loaded_count(s) >= max_loaded) {
-            runner_t *victim = eviction_victim(s);
-            if (victim)
-                runner_stop(s, victim, "evicted for another model");
+            evict_one(s, "evicted for another model");
             continue; /* wait for the victim (or a busy one) to go */
         }
         /* Memory: a model loads beside others only if it fits whole (on
@@ -426,9 +446,7 @@ static void schedule(sch_server_t *s)
         bool fits = !st && (!has_plan || s->inv.n_gpus == 0 || forced ||
                             plan.full_offload);
         if (!fits && s->runner_list) {
-            runner_t *victim = eviction_victim(s);
-            if (victim)
-                runner_stop(s, victim, "evicted to make room");
+            evict_one(s, "evicted to make room");
             continue; /* memory returns when the victim is reaped */
         }
         if (st) {
@@ -777,6 +795,10 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
             rn->size_vram = m->u.ready.size_vram;
         }
         rn->context_length = m->u.ready.context_length;
+        if (rn->has_plan && m->u.ready.has_gpu_layers &&
+            m->u.ready.gpu_layers != rn->plan.gpu_layers)
+            cr_log_info("runner %s offloaded %" PRId64 " layers (planned %d)",
+                        rn->id, m->u.ready.gpu_layers, rn->plan.gpu_layers);
         runner_set_state(s, rn, RS_READY);
         rn->last_used_ms = sch_now_ms(s);
         cr_log_info("runner %s ready: %s, %" PRId64 " bytes, ctx %" PRId64,
