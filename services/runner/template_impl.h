@@ -3,7 +3,10 @@
  * and the execution state the builtins see.
  *
  * template_val.c    values: constructors, printing (%v), JSON
- * template_parse.c  lexer and parser -> tree; Ollama's Vars and cut tree
+ * template_parse.c  lexer and parser -> tree
+ * template_lit.c    Go literal syntax: string escapes, chars, numbers
+ * template_tree.c   Ollama's touch-ups (Vars, appended Response, cut tree),
+ *                   Node.String()
  * template_exec.c   walking the tree over values
  * template_funcs.c  the builtin functions (printf, eq, index, json, ...)
  * template_infer.c  tag inference from the tree (tool-call, thinking) */
@@ -221,12 +224,28 @@ struct rn_tmpl {
     size_t n_idents;
 };
 
+/* Decodes the body of a Go "..." or '...' literal (quotes stripped) into
+ * out, which has room for len bytes (escapes never grow). Returns the
+ * decoded length, or -1 for invalid syntax. */
+long tlit_unquote(const char *s, size_t len, char quote, char *out);
+
+/* Parses a number or character-constant token's text into n->u.num
+ * (is_int, i, f). On error returns false with Go's message in msg. */
+bool tlit_number(const char *s, size_t len, bool is_char, tnode_t *n, char *msg, size_t cap);
+
 /* Builtin lookup by name: TF__COUNT when unknown. */
 tfunc_t tfunc_lookup(const char *name, size_t len);
 const char *tfunc_name(tfunc_t f);
 
 /* Appends the node as Go's Node.String() writes it (for "at <...>"). */
 void tnode_to_string(const tnode_t *n, cr_buf_t *out);
+/* Appends s as a Go double-quoted string (%q). */
+void tmpl_quote_go(const char *s, size_t len, cr_buf_t *out);
+
+/* After parsing: collects the identifiers, appends {{ .Response }} when
+ * `ollama` asks for it and the template lacks Messages and Response, and
+ * builds the cut tree. CR_E_NOMEM when the arena is exhausted. */
+cr_status_t tmpl_touch_up(rn_tmpl_t *t, bool ollama);
 
 /* 1-based line and 0-based byte column of a source offset. */
 void tmpl_line_col(const rn_tmpl_t *t, uint32_t pos, int *line, int *col);
