@@ -31,13 +31,22 @@ static cr_status_t load_body(gw_req_t *r, const char *sname, json_t **out,
     if (!o)
         return cr_err_set(err, CR_E_INVALID, "%s (line %d, column %d)",
                           je.text, je.line, je.column);
-    json_t *m = json_object_get(o, "model");
-    if (m && !json_is_null(m) && !json_is_string(m)) {
+    if (!json_is_object(o)) {
         json_decref(o);
         return cr_err_set(err, CR_E_INVALID,
-                          "json: cannot unmarshal %s into Go struct field "
-                          "%s.model of type string",
-                          json_is_number(m) ? "number" : "value", sname);
+                          "json: cannot unmarshal value into Go value of "
+                          "type api.%s",
+                          sname);
+    }
+    json_t *m = json_object_get(o, "model");
+    if (m && !json_is_null(m) && !json_is_string(m)) {
+        const char *kind = json_is_number(m) ? "number" : "value";
+        cr_err_set(err, CR_E_INVALID,
+                   "json: cannot unmarshal %s into Go struct field %s.model "
+                   "of type string",
+                   kind, sname);
+        json_decref(o);
+        return CR_E_INVALID;
     }
     *model = json_is_string(m) ? json_string_value(m) : "";
     if (!**model) {
