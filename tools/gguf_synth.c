@@ -1,11 +1,12 @@
 /* gguf_synth.c: corral-gguf-synth, writes a synthetic GGUF model.
  *
- *   corral-gguf-synth --out FILE [--arch llama|qwen2|qwen3|gemma2|gemma3|phi3]
+ *   corral-gguf-synth --out FILE [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3]
  *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]
  *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
  *       [--attn-softcap F] [--final-softcap F] [--std F] [--tied]
- *       [--rope-freqs] [--vocab-from FILE.gguf] [--vocab-only] [--name NAME]
+ *       [--rope-freqs] [--longrope] [--vocab-from FILE.gguf] [--vocab-only]
+ *       [--name NAME]
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
  * writing itself lives in services/runner/synth.c, shared with the tests. */
@@ -16,10 +17,10 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: corral-gguf-synth --out FILE [--arch "
-            "llama|qwen2|qwen3|gemma2|gemma3|phi3]\n"
+            "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3]\n"
             "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
-            "         [--final-softcap F] [--std F]\n"
+            "         [--final-softcap F] [--std F] [--longrope]\n"
             "         [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ffn N]"
             " [--ctx N]\n"
             "         [--rope-base F] [--tied] [--rope-freqs] [--vocab-from "
@@ -125,6 +126,8 @@ int main(int argc, char **argv)
                 o.tied_output = true;
             } else if (!strcmp(a, "--rope-freqs")) {
                 o.rope_freqs = true;
+            } else if (!strcmp(a, "--longrope")) {
+                o.longrope = true;
             } else if (!strcmp(a, "--vocab-only")) {
                 o.vocab_only = true;
             } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

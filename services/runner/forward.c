@@ -30,6 +30,8 @@ struct rn_ctx {
     const rn_hparams_t *hp;
     const rn_weights_t *w;
     const be_ops_ext_t *ext; /* optional ops; NULL for llama */
+    const be_weight_t *rope_ff; /* NEOX frequency factors for this n_ctx, or
+                                   NULL */
     int n_ctx, n_batch, n_past;
 
     /* KV cache, F16: [n_layers][C][KV] each. */
@@ -134,6 +136,12 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
         return st;
     }
     c->n_ctx = o->n_ctx;
+    /* NEOX factors: rope_freqs, else LongRoPE long/short by context length
+     * against the original one (as llama.cpp chooses per context) */
+    if (c->w->has_rope_freqs)
+        c->rope_ff = &c->w->rope_freqs;
+    else if (c->w->rope_long.data)
+        c->rope_ff = c->n_ctx > c->hp->n_ctx_orig ? &c->w->rope_long : &c->w->rope_short;
     c->n_batch = o->n_batch > 0 ? o->n_batch : RN_CTX_DEFAULT_BATCH;
     if (c->n_batch > c->n_ctx)
         c->n_batch = c->n_ctx;
@@ -212,7 +220,8 @@ static void rope_layer(rn_ctx_t *c, const rn_layer_t *L, float *x, int n, int he
      * base and no position scaling */
     float base = L->swa ? hp->rope_base_swa : hp->rope_base;
     float scale = L->swa ? 1.0f : hp->rope_scale;
-    c->ext->rope_neox(c->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos, base, scale);
+    c->ext->rope_neox(c->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos, base, scale,
+                      c->rope_ff, hp->rope_attn_factor);
 }
 
 /* Runs tokens tok[0..n) at positions p..p+n-1 through every layer, leaving

@@ -69,6 +69,7 @@ static const struct {
 } arch_names[] = {
     {"llama", RN_ARCH_LLAMA},   {"qwen2", RN_ARCH_QWEN2}, {"qwen3", RN_ARCH_QWEN3},
     {"gemma2", RN_ARCH_GEMMA2}, {"gemma3", RN_ARCH_GEMMA3}, {"phi3", RN_ARCH_PHI3},
+    {"gemma", RN_ARCH_GEMMA},
 };
 
 /* <arch>.attention.sliding_window_pattern: a period p (layer l slides iff
@@ -114,6 +115,23 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
     hp->rope_base_swa = hp->rope_base;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->embd_scale = 1.0f;
+    hp->rope_attn_factor = 1.0f;
+    hp->n_ctx_orig = hp->n_ctx_train;
+    if (hp->arch_id == RN_ARCH_LLAMA)
+        return CR_OK;
+    /* Rope scaling the NEOX path understands: frequency factors (LongRoPE
+     * for phi3) with an attention factor, and gemma3's linear scaling. */
+    if ((st = get_float(g, arch, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor,
+                        err)) ||
+        (st = get_int(g, arch, "rope.scaling.original_context_length", false,
+                      hp->n_ctx_train, 1, RN_MODEL_MAX_CTX, &hp->n_ctx_orig, err)))
+        return st;
+    if (hp->arch_id == RN_ARCH_GEMMA) {
+        /* Gemma 1: sqrt(dim) embeddings, GELU, (1 + w) norms stored folded */
+        hp->embd_scale = sqrtf((float)hp->dim);
+        hp->ffn_gelu = true;
+        return CR_OK;
+    }
     if (hp->arch_id != RN_ARCH_GEMMA2 && hp->arch_id != RN_ARCH_GEMMA3)
         return CR_OK;
 
@@ -458,16 +476,22 @@ static cr_status_t bind_all(rn_model_t *m, cr_err_t *err)
                        &w->has_rope_freqs, err)))
             return st;
     } else {
-        /* Frequency factors (Llama-3 style, Phi-3 LongRoPE) are not wired
-         * into the NEOX rope yet: refuse rather than run a wrong model. */
-        static const char *const factors[] = {"rope_freqs.weight",
-                                              "rope_factors_long.weight",
-                                              "rope_factors_short.weight"};
-        for (size_t i = 0; i < CR_ARRAY_LEN(factors); i++)
-            if (cr_gguf_tensor_find(m->g, factors[i]))
-                return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s': rope frequency "
-                                  "factors are not supported for %s", factors[i],
-                                  hp->arch);
+        /* NEOX frequency factors: rope_freqs for every layer when present
+         * (llama.cpp's precedence), else phi3's LongRoPE pair, long for
+         * contexts past n_ctx_orig (forward.c picks). */
+        bool have_long = false, have_short = false;
+        if ((st = bind(m, "rope_freqs.weight", hp->n_rot / 2, 1, false, &w->rope_freqs,
+                       &w->has_rope_freqs, err)) ||
+            (st = bind(m, "rope_factors_long.weight", hp->n_rot / 2, 1, false,
+                       &w->rope_long, &have_long, err)) ||
+            (st = bind(m, "rope_factors_short.weight", hp->n_rot / 2, 1, false,
+                       &w->rope_short, &have_short, err)))
+            return st;
+        if (have_long != have_short)
+            return cr_err_set(err, CR_E_CORRUPT, "missing tensor '%s' (the other "
+                              "LongRoPE factors are present)",
+                              have_long ? "rope_factors_short.weight"
+                                        : "rope_factors_long.weight");
     }
 
     w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
@@ -497,6 +521,10 @@ static void release_weights(rn_model_t *m)
         be->ops->weight_release(be, &w->output);
     if (w->rope_freqs.data)
         be->ops->weight_release(be, &w->rope_freqs);
+    if (w->rope_long.data)
+        be->ops->weight_release(be, &w->rope_long);
+    if (w->rope_short.data)
+        be->ops->weight_release(be, &w->rope_short);
     for (int l = 0; w->layers && l < m->hp.n_layers; l++) {
         rn_layer_t *L = &w->layers[l];
         be_weight_t *all[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq,

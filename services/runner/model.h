@@ -1,4 +1,5 @@
-/* model.h: a decoder model (llama, qwen2, qwen3, gemma2, gemma3, phi3)
+/* model.h: a decoder model (llama, qwen2, qwen3, gemma, gemma2, gemma3,
+ * phi3)
  * loaded from a GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
@@ -36,7 +37,9 @@ typedef enum rn_arch {
                        sliding window on even layers */
     RN_ARCH_GEMMA3, /* "gemma3": gemma2 less soft-caps, plus q/k norms, 5 of 6
                        layers sliding with their own rope base */
-    RN_ARCH_PHI3,   /* "phi3": fused qkv and gate/up, NEOX rope */
+    RN_ARCH_PHI3,   /* "phi3": fused qkv and gate/up, NEOX rope (LongRoPE
+                       factors when present) */
+    RN_ARCH_GEMMA,  /* "gemma" (v1): scaled embedding, GELU, NEOX rope */
 } rn_arch_t;
 
 typedef struct rn_hparams {
@@ -61,6 +64,11 @@ typedef struct rn_hparams {
     float rope_scale;     /* position multiplier of full-attention layers:
                              1 / <arch>.rope.scaling.factor when linear */
     float rope_base_swa;  /* rope base of sliding layers (gemma3: 10000) */
+    float rope_attn_factor; /* <arch>.rope.scaling.attn_factor (LongRoPE
+                               mscale on rotated dims; 1 = none) */
+    int n_ctx_orig;       /* <arch>.rope.scaling.original_context_length
+                             (default n_ctx_train): contexts longer than
+                             this use rope_factors_long */
     float attn_scale;     /* multiplies q.k: 1/sqrt(head_dim), or gemma's
                              query_pre_attn_scalar rule */
     float attn_softcap;   /* > 0: scores = c * tanh(scores / c) (gemma2) */
@@ -103,6 +111,9 @@ typedef struct rn_weights {
     be_weight_t output;      /* [n_vocab][dim]; token_embd's bytes if tied */
     be_weight_t rope_freqs;  /* [n_rot/2] F32; valid if has_rope_freqs */
     bool has_rope_freqs;
+    be_weight_t rope_long;   /* [n_rot/2] F32 rope_factors_long (phi3
+                                LongRoPE); data NULL if absent */
+    be_weight_t rope_short;  /* [n_rot/2] F32 rope_factors_short */
     bool tied_output;        /* no output.weight in the file */
     rn_layer_t *layers;      /* [n_layers] */
 } rn_weights_t;

@@ -147,7 +147,7 @@ static float rng_normal(rng_t *r, double std)
     return (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-typedef enum fill { FILL_NORMAL, FILL_ONES, FILL_ROPE_FREQS } fill_t;
+typedef enum fill { FILL_NORMAL, FILL_ONES, FILL_ROPE_FREQS, FILL_ROPE_SHORT } fill_t;
 
 typedef struct tensor_gen {
     char name[64];
@@ -184,6 +184,8 @@ static cr_status_t gen_tensor(void *ctx, const char *name, uint64_t size_bytes,
                 row[j] = 1.0f;
             else if (g->fill == FILL_ROPE_FREQS) /* 1 for fast pairs .. 8 */
                 row[j] = 1.0f + 7.0f * (float)j / (float)CR_MAX(1, g->ne0 - 1);
+            else if (g->fill == FILL_ROPE_SHORT) /* 1 .. 1.5 */
+                row[j] = 1.0f + 0.5f * (float)j / (float)CR_MAX(1, g->ne0 - 1);
             else if (g->mean != 0)
                 row[j] = (float)g->mean + rng_normal(&r, g->std);
             else
@@ -258,8 +260,8 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
     if (o->n_layers < 1 || o->n_layers > SYNTH_MAX_LAYERS)
         return cr_err_set(err, CR_E_INVALID, "layers %d out of range 1..%d",
                           o->n_layers, SYNTH_MAX_LAYERS);
-    static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3",
-                                        "phi3"};
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma",
+                                        "gemma2", "gemma3", "phi3"};
     size_t ai = 0;
     while (ai < CR_ARRAY_LEN(archs) && !is_arch(o, archs[ai]))
         ai++;
@@ -428,6 +430,11 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
     if (!st && o->attn_softcap > 0)
         st = cr_gguf_writer_add_f32(w, KEY("attn_logit_softcapping"), o->attn_softcap,
                                     err);
+    if (!st && o->longrope) {
+        st = cr_gguf_writer_add_f32(w, KEY("rope.scaling.attn_factor"), 1.2f, err);
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"),
+                                              16, err);
+    }
     if (!st && o->final_softcap > 0)
         st = cr_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), o->final_softcap,
                                     err);
@@ -494,6 +501,12 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
     if (!st && o->rope_freqs)
         st = add_gen(s, o, "rope_freqs.weight", CR_TYPE_F32, head_dim / 2, 1,
                      FILL_ROPE_FREQS, err);
+    if (!st && o->longrope) {
+        st = add_gen(s, o, "rope_factors_long.weight", CR_TYPE_F32, head_dim / 2, 1,
+                     FILL_ROPE_FREQS, err);
+        st = st ? st : add_gen(s, o, "rope_factors_short.weight", CR_TYPE_F32,
+                               head_dim / 2, 1, FILL_ROPE_SHORT, err);
+    }
     /* Non-llama models get norms and biases that are not neutral, so a
      * test comparing against an independent reference sees each one. */
     char name[64];

@@ -24,7 +24,7 @@ typedef struct rn_synth_opts {
                            layer's attn_v and ffn_down in mix_type instead */
     cr_type_t mix_type; /* used when mix (Q6_K for a Q4_K_M-like file) */
     const char *arch;   /* general.architecture: NULL or "llama", "qwen2",
-                           "qwen3", "gemma2", "gemma3", "phi3"; keys are
+                           "qwen3", "gemma", "gemma2", "gemma3", "phi3"; keys are
                            <arch>.*, tensors as llama.cpp names them */
     int head_dim;       /* attention.key_length; 0: dim / heads (llama
                            always uses dim / heads) */
@@ -46,6 +46,10 @@ typedef struct rn_synth_opts {
     float rms_eps;      /* llama.attention.layer_norm_rms_epsilon */
     bool tied_output;   /* omit output.weight (tied to token_embd) */
     bool rope_freqs;    /* add rope_freqs.weight (Llama-3 style factors) */
+    bool longrope;      /* add rope_factors_long/short.weight (1..8 and
+                           1..1.5), rope.scaling.attn_factor 1.2 and
+                           rope.scaling.original_context_length 16 (phi3
+                           LongRoPE, scaled down) */
     bool vocab_only;    /* metadata only, no tensors */
     const char *vocab_from; /* GGUF to copy tokenizer.* from, or NULL for
                                the built-in vocabulary */

@@ -56,20 +56,26 @@ typedef enum mutant {
     MUT_SWAP_HALVES,   /* phi3 gate/up halves swapped */
     MUT_SWA_BASE,      /* gemma3 sliding layers with the global rope base */
     MUT_NO_FINAL_CAP,  /* gemma2 final logit soft-cap ignored */
+    MUT_NO_FACTORS,    /* rope frequency factors ignored */
+    MUT_NO_MSCALE,     /* LongRoPE attention factor ignored */
+    MUT_WRONG_FACTORS, /* LongRoPE long/short factors swapped */
 } mutant_t;
 
 static const char *const mutant_names[] = {
     "none", "rope-adjacent", "no-bias", "no-qk-norm", "no-softcap", "no-window",
     "no-post-norm", "silu", "no-embd-scale", "swap-halves", "swa-base",
-    "no-final-cap",
+    "no-final-cap", "no-factors", "no-mscale", "wrong-factors",
 };
 
 typedef struct ref {
     const cr_gguf_t *g;
     char arch[16];
     int D, L, H, Hkv, hd, F, V, W, pattern;
-    double eps, base, base_swa, attn_cap, final_cap;
-    bool qwen2, qwen3, gemma2, gemma3, phi3, gemma;
+    double eps, base, base_swa, attn_cap, final_cap, mscale;
+    bool qwen2, qwen3, gemma1, gemma2, gemma3, phi3;
+    bool gemma;      /* any gemma: sqrt(D) embeddings, GELU */
+    bool post_norms; /* gemma2/3 */
+    const float *ff; /* rope frequency factors [hd/2] or NULL */
     mutant_t mut;
 } ref_t;
 
@@ -107,7 +113,8 @@ static double f32_key(const ref_t *r, const char *suffix, double def)
     return cr_gguf_get_f32(r->g, key, &v) ? v : def;
 }
 
-static bool ref_init(ref_t *r, const cr_gguf_t *g, mutant_t mut)
+/* n_ctx: the context the engine runs with (picks LongRoPE factors). */
+static bool ref_init(ref_t *r, const cr_gguf_t *g, mutant_t mut, int n_ctx)
 {
     memset(r, 0, sizeof *r);
     r->g = g;
@@ -118,7 +125,9 @@ static bool ref_init(ref_t *r, const cr_gguf_t *g, mutant_t mut)
     r->gemma2 = !strcmp(r->arch, "gemma2");
     r->gemma3 = !strcmp(r->arch, "gemma3");
     r->phi3 = !strcmp(r->arch, "phi3");
-    r->gemma = r->gemma2 || r->gemma3;
+    r->gemma1 = !strcmp(r->arch, "gemma");
+    r->gemma = r->gemma1 || r->gemma2 || r->gemma3;
+    r->post_norms = r->gemma2 || r->gemma3;
     r->D = u32_key(r, "embedding_length", 0);
     r->L = u32_key(r, "block_count", 0);
     r->H = u32_key(r, "attention.head_count", 0);
@@ -128,12 +137,27 @@ static bool ref_init(ref_t *r, const cr_gguf_t *g, mutant_t mut)
     r->eps = f32_key(r, "attention.layer_norm_rms_epsilon", 1e-5);
     r->base = f32_key(r, "rope.freq_base", 10000);
     r->base_swa = r->gemma3 ? 10000 : r->base;
-    r->W = r->gemma ? u32_key(r, "attention.sliding_window", r->gemma2 ? 4096 : 0) : 0;
+    r->W = r->post_norms ? u32_key(r, "attention.sliding_window", r->gemma2 ? 4096 : 0) : 0;
     r->pattern = u32_key(r, "attention.sliding_window_pattern", r->gemma2 ? 2 : 6);
     r->attn_cap = r->gemma2 ? f32_key(r, "attn_logit_softcapping", 50) : 0;
     r->final_cap = r->gemma2 ? f32_key(r, "final_logit_softcapping", 30) : 0;
     const cr_gguf_tensor_t *emb = cr_gguf_tensor_find(g, "token_embd.weight");
     r->V = emb ? (int)emb->ne[1] : 0;
+    /* rope factors: rope_freqs, else LongRoPE long past the original
+     * context, short within it; the attention factor scales rotations */
+    int orig = u32_key(r, "rope.scaling.original_context_length",
+                       u32_key(r, "context_length", 0));
+    bool use_long = n_ctx > orig;
+    if (mut == MUT_WRONG_FACTORS)
+        use_long = !use_long;
+    if (cr_gguf_tensor_find(g, "rope_freqs.weight"))
+        r->ff = tensor(r, "rope_freqs.weight");
+    else if (cr_gguf_tensor_find(g, "rope_factors_long.weight"))
+        r->ff = tensor(r, use_long ? "rope_factors_long.weight"
+                                   : "rope_factors_short.weight");
+    if (mut == MUT_NO_FACTORS)
+        r->ff = NULL;
+    r->mscale = mut == MUT_NO_MSCALE ? 1.0 : f32_key(r, "rope.scaling.attn_factor", 1.0);
     return r->D && r->L && r->H && r->hd && r->F && r->V;
 }
 
@@ -164,7 +188,9 @@ static void rope_head(const ref_t *r, double *v, int pos, double base)
     int half = r->hd / 2;
     for (int i = 0; i < half; i++) {
         double ang = pos * pow(base, -2.0 * i / r->hd);
-        double c = cos(ang), s = sin(ang);
+        if (r->ff)
+            ang /= r->ff[i];
+        double c = cos(ang) * r->mscale, s = sin(ang) * r->mscale;
         int a = i + 0, b = i + half; /* NEOX: first half with second half */
         if (r->mut == MUT_ROPE_ADJACENT) {
             a = 2 * i;
@@ -299,7 +325,7 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
                 }
             }
             matvec(wo, att, D, Q, o);
-            if (r->gemma && r->mut != MUT_NO_POST_NORM) {
+            if (r->post_norms && r->mut != MUT_NO_POST_NORM) {
                 const float *pn = tensor(r, "blk.%d.post_attention_norm.weight", l);
                 if (!(ok = pn != NULL))
                     break;
@@ -338,7 +364,7 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
                 }
             }
             matvec(wd, u, D, F, o);
-            if (r->gemma && r->mut != MUT_NO_POST_NORM) {
+            if (r->post_norms && r->mut != MUT_NO_POST_NORM) {
                 const float *pn = tensor(r, "blk.%d.post_ffw_norm.weight", l);
                 if (!(ok = pn != NULL))
                     break;
@@ -423,8 +449,10 @@ static void arch_opts(const char *arch, rn_synth_opts_t *o)
     o->ffn = 96;
     o->weight_std = 0.1f;
     o->rope_base = 10000.0f;
-    if (!strcmp(arch, "qwen3") || !strcmp(arch, "gemma2") || !strcmp(arch, "gemma3"))
+    if (!strcmp(arch, "qwen3") || !strncmp(arch, "gemma", 5))
         o->head_dim = 24;
+    if (!strcmp(arch, "gemma"))
+        o->tied_output = true;
     if (!strcmp(arch, "gemma2")) {
         o->tied_output = true;
         o->sliding_window = 4;
@@ -441,10 +469,19 @@ static void arch_opts(const char *arch, rn_synth_opts_t *o)
 
 /* ---- the tests -------------------------------------------------------- */
 
-static void check_arch(const char *arch, const mutant_t *mutants, int n_mut)
+/* variant: NULL, "longrope" (phi3 factors; also checked at n_ctx 16, where
+ * the short factors apply) or "rope_freqs". */
+static void check_arch(const char *arch, const char *variant, const mutant_t *mutants,
+                       int n_mut)
 {
     rn_synth_opts_t o;
     arch_opts(arch, &o);
+    o.longrope = variant && !strcmp(variant, "longrope");
+    o.rope_freqs = variant && !strcmp(variant, "rope_freqs");
+    char label[48];
+    snprintf(label, sizeof label, "%s%s%s", arch, variant ? "+" : "",
+             variant ? variant : "");
+    arch = label; /* messages name the variant */
     void *bytes = NULL;
     size_t len = 0;
     cr_err_t err;
@@ -462,7 +499,7 @@ static void check_arch(const char *arch, const mutant_t *mutants, int n_mut)
     if (!m || !gr)
         goto out;
     const rn_hparams_t *hp = rn_model_hparams(m);
-    CHECK_EQ_STR(hp->arch, arch);
+    CHECK(!strncmp(arch, hp->arch, strlen(hp->arch)));
     size_t V = (size_t)hp->n_vocab;
     float *all = calloc(V * N_TOK, sizeof *all), *step = calloc(V * N_TOK, sizeof *step);
     double *ref = calloc(V * N_TOK, sizeof *ref);
@@ -497,7 +534,7 @@ static void check_arch(const char *arch, const mutant_t *mutants, int n_mut)
 
     /* the reference */
     ref_t r;
-    CHECK_MSG(ref_init(&r, gr, MUT_NONE), "%s: reference hparams", arch);
+    CHECK_MSG(ref_init(&r, gr, MUT_NONE, 32), "%s: reference hparams", arch);
     CHECK_MSG(ref_forward(&r, toks_g, N_TOK, ref), "%s: reference failed", arch);
     double cs = cosine(all, ref, V * N_TOK);
     double worst = 1;
@@ -506,18 +543,36 @@ static void check_arch(const char *arch, const mutant_t *mutants, int n_mut)
     double maxd = 0;
     for (size_t i = 0; i < V * N_TOK; i++)
         maxd = fmax(maxd, fabs(all[i] - ref[i]));
-    printf("  %-7s cosine vs reference %.7f (worst position %.7f), max |diff| %.2e\n",
+    printf("  %-15s cosine vs reference %.7f (worst position %.7f), max |diff| %.2e\n",
            arch, cs, worst, maxd);
     CHECK_MSG(worst >= 0.9999, "%s: cosine %.7f < 0.9999", arch, worst);
 
     /* each mutant of the reference must be told apart */
     for (int i = 0; i < n_mut; i++) {
-        ref_init(&r, gr, mutants[i]);
+        ref_init(&r, gr, mutants[i], 32);
         CHECK(ref_forward(&r, toks_g, N_TOK, ref));
         double cm = cosine(all, ref, V * N_TOK);
-        printf("  %-7s mutant %-14s cosine %.5f\n", arch, mutant_names[mutants[i]], cm);
+        printf("  %-15s mutant %-14s cosine %.5f\n", arch, mutant_names[mutants[i]], cm);
         CHECK_MSG(cm < 0.999, "%s: mutant %s not detected (cosine %.6f)", arch,
                   mutant_names[mutants[i]], cm);
+    }
+    /* LongRoPE within the original context (16): the short factors */
+    if (o.longrope) {
+        rn_ctx_t *s16 = new_ctx(m, 16, 0);
+        if (s16) {
+            CHECK_EQ_INT(rn_ctx_eval(s16, toks_g, N_TOK, 0, all, &err), CR_OK);
+            ref_init(&r, gr, MUT_NONE, 16);
+            CHECK(ref_forward(&r, toks_g, N_TOK, ref));
+            double c16 = cosine(all, ref, V * N_TOK);
+            ref_init(&r, gr, MUT_WRONG_FACTORS, 16);
+            CHECK(ref_forward(&r, toks_g, N_TOK, ref));
+            double w16 = cosine(all, ref, V * N_TOK);
+            printf("  %-15s n_ctx 16 (short factors) cosine %.7f, long factors %.5f\n",
+                   arch, c16, w16);
+            CHECK_MSG(c16 >= 0.9999, "%s: n_ctx 16 cosine %.7f", arch, c16);
+            CHECK_MSG(w16 < 0.999, "%s: factors choice not detected (%.6f)", arch, w16);
+        }
+        rn_ctx_destroy(&s16);
     }
 done:
     rn_ctx_destroy(&a);
@@ -542,18 +597,26 @@ static void test_archs(void)
     static const mutant_t gemma3[] = {MUT_ROPE_ADJACENT, MUT_NO_QK_NORM, MUT_NO_WINDOW,
                                       MUT_NO_POST_NORM, MUT_SILU, MUT_SWA_BASE};
     static const mutant_t phi3[] = {MUT_ROPE_ADJACENT, MUT_SWAP_HALVES};
-    check_arch("qwen2", qwen2, (int)CR_ARRAY_LEN(qwen2));
-    check_arch("qwen3", qwen3, (int)CR_ARRAY_LEN(qwen3));
-    check_arch("gemma2", gemma2, (int)CR_ARRAY_LEN(gemma2));
-    check_arch("gemma3", gemma3, (int)CR_ARRAY_LEN(gemma3));
-    check_arch("phi3", phi3, (int)CR_ARRAY_LEN(phi3));
+    static const mutant_t gemma1[] = {MUT_ROPE_ADJACENT, MUT_SILU, MUT_NO_EMBD_SCALE};
+    static const mutant_t longrope[] = {MUT_NO_FACTORS, MUT_NO_MSCALE,
+                                        MUT_WRONG_FACTORS};
+    static const mutant_t freqs[] = {MUT_NO_FACTORS};
+    check_arch("qwen2", NULL, qwen2, (int)CR_ARRAY_LEN(qwen2));
+    check_arch("qwen3", NULL, qwen3, (int)CR_ARRAY_LEN(qwen3));
+    check_arch("gemma", NULL, gemma1, (int)CR_ARRAY_LEN(gemma1));
+    check_arch("gemma2", NULL, gemma2, (int)CR_ARRAY_LEN(gemma2));
+    check_arch("gemma3", NULL, gemma3, (int)CR_ARRAY_LEN(gemma3));
+    check_arch("phi3", NULL, phi3, (int)CR_ARRAY_LEN(phi3));
+    check_arch("phi3", "longrope", longrope, (int)CR_ARRAY_LEN(longrope));
+    check_arch("qwen2", "rope_freqs", freqs, (int)CR_ARRAY_LEN(freqs));
 }
 
 /* Quantized weights load and run for every architecture (the reference
  * above needs F32; here only finiteness and batch == steps). */
 static void test_quantized(void)
 {
-    static const char *const archs[] = {"qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    static const char *const archs[] = {"qwen2", "qwen3", "gemma", "gemma2", "gemma3",
+                                        "phi3"};
     for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
         rn_synth_opts_t o;
         arch_opts(archs[i], &o);
@@ -712,8 +775,9 @@ static void test_corrupt(void)
         {"qwen2 bias shape", "qwen2",
          {.reshape_tensor = "blk.0.attn_q.bias", .ne0 = 32, .ne1 = 1}, CR_E_CORRUPT,
          "blk.0.attn_q.bias", "expected [64]"},
-        {"qwen2 rope factors", "qwen2", {.add_tensor = "rope_freqs.weight", .ne0 = 8},
-         CR_E_UNSUPPORTED, "rope_freqs.weight", "qwen2"},
+        {"qwen2 rope factors length", "qwen2",
+         {.add_tensor = "rope_freqs.weight", .ne0 = 5}, CR_E_CORRUPT,
+         "rope_freqs.weight", "expected [8]"},
         {"qwen3 missing q norm", "qwen3", {.skip_tensor = "blk.2.attn_q_norm.weight"},
          CR_E_CORRUPT, "missing tensor", "blk.2.attn_q_norm.weight"},
         {"qwen3 k norm shape", "qwen3",
@@ -755,8 +819,12 @@ static void test_corrupt(void)
         {"phi3 up not fused", "phi3",
          {.reshape_tensor = "blk.0.ffn_up.weight", .ne0 = 64, .ne1 = 96}, CR_E_CORRUPT,
          "blk.0.ffn_up.weight", "expected [64, 192]"},
-        {"phi3 longrope", "phi3", {.add_tensor = "rope_factors_long.weight", .ne0 = 8},
-         CR_E_UNSUPPORTED, "rope_factors_long.weight", NULL},
+        {"phi3 half longrope", "phi3",
+         {.add_tensor = "rope_factors_long.weight", .ne0 = 8}, CR_E_CORRUPT,
+         "missing tensor", "rope_factors_short.weight"},
+        {"phi3 string attn factor", "phi3",
+         {.str_key = "phi3.rope.scaling.attn_factor", .str_val = "1"}, CR_E_CORRUPT,
+         "phi3.rope.scaling.attn_factor", NULL},
         {"phi3 missing block_count", "phi3", {.drop_key = "phi3.block_count"},
          CR_E_CORRUPT, "phi3.block_count", NULL},
         {"gemma3 pattern length", "gemma3",
@@ -769,9 +837,9 @@ static void test_corrupt(void)
         {"unknown architecture", "qwen2",
          {.str_key = "general.architecture", .str_val = "bert"}, CR_E_UNSUPPORTED,
          "unsupported architecture 'bert'", NULL},
-        {"gemma (v1) is not gemma2", "gemma2",
-         {.str_key = "general.architecture", .str_val = "gemma"}, CR_E_UNSUPPORTED,
-         "unsupported architecture 'gemma'", NULL},
+        {"gemma3n is not gemma3", "gemma3",
+         {.str_key = "general.architecture", .str_val = "gemma3n"}, CR_E_UNSUPPORTED,
+         "unsupported architecture 'gemma3n'", NULL},
     };
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
         cr_err_t err;
@@ -885,7 +953,8 @@ static void test_tool(void)
 /* hparams the loader derives, as llama.cpp does. */
 static void test_hparams(void)
 {
-    static const char *const archs[] = {"qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    static const char *const archs[] = {"qwen2", "qwen3", "gemma", "gemma2", "gemma3",
+                                        "phi3"};
     for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
         rn_synth_opts_t o;
         arch_opts(archs[i], &o);
@@ -908,7 +977,8 @@ static void test_hparams(void)
             CHECK_EQ_INT(hp->q_dim, 4 * hd);
             CHECK_NEAR(hp->attn_scale, 1.0 / sqrt(hd), 1e-7);
             bool gemma = !strncmp(archs[i], "gemma", 5);
-            CHECK(hp->ffn_gelu == gemma && hp->post_norms == gemma);
+            CHECK(hp->ffn_gelu == gemma);
+            CHECK(hp->post_norms == (gemma && strcmp(archs[i], "gemma")));
             CHECK_NEAR(hp->embd_scale, gemma ? 8.0 : 1.0, 1e-6);
             if (!strcmp(archs[i], "gemma2")) {
                 CHECK_NEAR(hp->attn_softcap, 1.0, 0);

@@ -130,10 +130,14 @@ typedef struct be_ops {
 typedef struct be_ops_ext {
     /* In-place rotary embedding, "NEOX" mode (dims i and i + n_rot/2 of a
      * head form a pair) of x: [n][n_head][head_dim]; pair i rotates by
-     * pos[t] * freq_scale * freq_base^(-2i/n_rot). pos: host [n]. */
+     * pos[t] * freq_scale * freq_base^(-2i/n_rot) / ff[i] (ff =
+     * freq_factors, F32 [n_rot/2], or NULL for 1), and the rotated dims are
+     * multiplied by mscale (LongRoPE's attention factor; 1 for none), as
+     * ggml_rope_ext does without YaRN. pos: host [n]. */
     void (*rope_neox)(be_backend_t *be, float *x, int n, int n_head,
                       int head_dim, int n_rot, const int32_t *pos,
-                      float freq_base, float freq_scale);
+                      float freq_base, float freq_scale,
+                      const be_weight_t *freq_factors, float mscale);
     /* y[t][:] += b over t in 0..n; y: [n][b->n_cols], b: F32 vector. */
     void (*add_rows)(be_backend_t *be, float *y, const be_weight_t *b, int n);
     /* x *= s over n. */

@@ -18,9 +18,11 @@
 
 static void ext_rope_neox(be_backend_t *be, float *x, int n, int n_head, int head_dim,
                           int n_rot, const int32_t *pos, float freq_base,
-                          float freq_scale)
+                          float freq_scale, const be_weight_t *freq_factors,
+                          float mscale)
 {
     CR_UNUSED(be);
+    const float *ff = freq_factors ? freq_factors->data : NULL;
     int half = n_rot / 2;
     /* Pair i's angle is pos * scale * base^(-2i/n_rot), built by repeated
      * multiplication in float as the reference engine does. */
@@ -30,7 +32,8 @@ static void ext_rope_neox(be_backend_t *be, float *x, int n, int n_head, int hea
             float *v = x + ((size_t)t * n_head + h) * head_dim;
             float theta = (float)pos[t] * freq_scale;
             for (int i = 0; i < half; i++) {
-                float cs = cosf(theta), sn = sinf(theta);
+                float th = ff ? theta / ff[i] : theta;
+                float cs = cosf(th) * mscale, sn = sinf(th) * mscale;
                 float x0 = v[i], x1 = v[i + half];
                 v[i] = x0 * cs - x1 * sn;
                 v[i + half] = x0 * sn + x1 * cs;
