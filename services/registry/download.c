@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #define MAX_PARTS 1024          /* parts of one blob (state files) */
-#define STATE_SAVE_MS 1000      /* how often a running part's state is saved */
+#define STATE_SAVE_MS 200       /* how often a running part's state is saved */
 #define POLL_MS 50              /* multi loop wake-up */
 #define RESOLVE_REDIRECTS 10    /* same-host redirects followed */
 #define STATE_MAX 4096          /* bytes of one part state file */
@@ -616,6 +616,7 @@ static cr_status_t fetch_blob(reg_store_t *s, reg_oci_t *c, const char *hex,
     if (have)
         cr_log_info("sha256:%.12s: resuming at %lld of %lld bytes", hex,
                     (long long)have, (long long)size);
+    int64_t t0 = now_ms(), t_dl = t0, t_sync = t0;
     if (have < size) {
         if ((st = resolve_url(&f, c, o, &e->clients, err)))
             goto out;
@@ -624,13 +625,20 @@ static cr_status_t fetch_blob(reg_store_t *s, reg_oci_t *c, const char *hex,
     } else if (fn) {
         fn(ctx, size, size);
     }
+    t_dl = now_ms();
     if (fsync(f.fd) != 0) {
         st = cr_err_set(err, CR_E_IO, "%s: %s", f.partial, strerror(errno));
         goto out;
     }
+    t_sync = now_ms();
     char got[REG_HEX_LEN + 1];
     if ((st = hash_file(f.fd, got, err)))
         goto out;
+    cr_log_info("sha256:%.12s: %lld bytes (%lld new) in %lld ms: download %lld, "
+                "sync %lld, verify %lld",
+                hex, (long long)size, (long long)(size - have),
+                (long long)(now_ms() - t0), (long long)(t_dl - t0),
+                (long long)(t_sync - t_dl), (long long)(now_ms() - t_sync));
     if (strcmp(got, hex) != 0) {
         close(f.fd);
         f.fd = -1;

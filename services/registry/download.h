@@ -4,7 +4,7 @@
  * A blob is written at its parts' offsets into `blobs/sha256-<hex>-partial`
  * (sized to the blob up front); each part's progress is kept in
  * `blobs/sha256-<hex>-partial-<N>` as JSON {"N","Offset","Size",
- * "Completed"}, saved about once a second and whenever a part stops, so a
+ * "Completed"}, saved five times a second and whenever a part stops, so a
  * pull killed at any point resumes from there. The blob URL is first
  * resolved: same-host redirects are followed, the first redirect to another
  * host becomes the direct URL and is fetched without the Authorization
