@@ -1562,6 +1562,9 @@ struct rn_grammar_vocab {
     uint32_t *off;    /* [n] */
     uint16_t *len;    /* [n] */
     uint8_t *flags;   /* [n] TF_* */
+    uint16_t *chars;  /* [n] characters if the piece is "plain": whole valid
+                         UTF-8 with no quote, backslash or control byte, so
+                         it may be appended to a string as is; else 0 */
     int32_t *order;   /* [n_order] ids with bytes, sorted by bytes */
     uint16_t *lcp;    /* [n_order] common prefix with the previous in order */
     int32_t n_order;
@@ -1579,6 +1582,7 @@ void rn_grammar_vocab_destroy(rn_grammar_vocab_t **self_p)
     free(v->off);
     free(v->len);
     free(v->flags);
+    free(v->chars);
     free(v->order);
     free(v->lcp);
     free(v->other);
@@ -1605,8 +1609,49 @@ static int cmp_tok(const void *pa, const void *pb, void *arg)
 }
 
 /* Fills order/lcp/other once bytes, off, len and flags are set. */
+/* Characters in p[0..len) if it is plain string content, else 0. */
+static uint16_t plain_chars(const uint8_t *p, size_t len)
+{
+    uint16_t chars = 0;
+    for (size_t i = 0; i < len;) {
+        unsigned b = p[i], r, code = 0;
+        if (b < 0x20 || b == '"' || b == '\\')
+            return 0;
+        if (b < 0x80)
+            r = 0;
+        else if (b >= 0xC2 && b <= 0xDF)
+            r = 1;
+        else if (b == 0xE0)
+            r = 2, code = 1;
+        else if (b == 0xED)
+            r = 2, code = 2;
+        else if (b >= 0xE1 && b <= 0xEF)
+            r = 2;
+        else if (b == 0xF0)
+            r = 3, code = 3;
+        else if (b >= 0xF1 && b <= 0xF3)
+            r = 3;
+        else if (b == 0xF4)
+            r = 3, code = 4;
+        else
+            return 0;
+        i++;
+        for (unsigned k = 0; k < r; k++, i++) {
+            if (i >= len || p[i] < cont_lo_g[k ? 0 : code] || p[i] > cont_hi_g[k ? 0 : code])
+                return 0;
+        }
+        chars++;
+    }
+    return chars;
+}
+
 static cr_status_t vocab_index(rn_grammar_vocab_t *v, cr_err_t *err)
 {
+    v->chars = malloc((size_t)v->n * sizeof *v->chars);
+    if (!v->chars)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    for (int32_t i = 0; i < v->n; i++)
+        v->chars[i] = v->flags[i] ? 0 : plain_chars(v->bytes + v->off[i], v->len[i]);
     v->order = malloc((size_t)v->n * sizeof *v->order);
     v->lcp = malloc((size_t)v->n * sizeof *v->lcp);
     v->other = malloc((size_t)v->n * sizeof *v->other);
@@ -1734,6 +1779,47 @@ out:
     return st;
 }
 
+/* Masking's fast path: inside a string, a plain piece of `chars`
+ * characters and `bytes` bytes is accepted as is if some thread has room.
+ * The check is conservative; what it does not accept goes the slow way. */
+typedef struct str_room {
+    uint32_t n;
+    struct {
+        uint32_t chars_left;  /* before maxLength */
+        uint32_t bytes_left;  /* before max_string_bytes */
+        uint32_t below_min;   /* characters still under minLength */
+    } t[MAX_THREADS];
+} str_room_t;
+
+static bool string_room(const rn_grammar_t *g, str_room_t *r)
+{
+    r->n = 0;
+    for (uint32_t i = 0; i < g->cur.n; i++) {
+        const thread_t *t = &g->cur.t[i];
+        if (!t->depth)
+            continue;
+        const frame_t *f = &t->f[t->depth - 1];
+        if (f->kind != K_STR || f->st != S_NORMAL || (f->ws & 3))
+            continue;
+        const node_t *n = &g->nodes[f->node];
+        uint32_t mb = (uint32_t)g->o.max_string_bytes;
+        r->t[r->n].chars_left = n->max_len - f->c;
+        r->t[r->n].bytes_left = f->a < mb ? mb - f->a : 0;
+        r->t[r->n].below_min = f->c < n->min_len ? n->min_len - f->c : 0;
+        r->n++;
+    }
+    return r->n > 0;
+}
+
+static bool room_fits(const str_room_t *r, uint32_t chars, uint32_t bytes)
+{
+    for (uint32_t i = 0; i < r->n; i++)
+        if (chars <= r->t[i].chars_left &&
+            (bytes <= r->t[i].bytes_left || chars <= r->t[i].below_min))
+            return true;
+    return false;
+}
+
 static bool ensure_dfs(rn_grammar_t *g, size_t depth)
 {
     if (g->dfs_cap >= depth)
@@ -1771,6 +1857,8 @@ size_t rn_grammar_mask(rn_grammar_t *g, const rn_grammar_vocab_t *v, float *logi
         return allowed;
     }
     copy_state(&g->dfs[0], &g->cur);
+    str_room_t room;
+    bool in_str = string_room(g, &room);
     uint32_t valid = 0; /* dfs[0..valid] hold the states of the current prefix */
     for (int32_t k = 0; k < v->n_order; k++) {
         int32_t id = v->order[k];
@@ -1778,6 +1866,10 @@ size_t rn_grammar_mask(rn_grammar_t *g, const rn_grammar_vocab_t *v, float *logi
         const uint8_t *p = v->bytes + v->off[id];
         if (valid > v->lcp[k])
             valid = v->lcp[k];
+        if (in_str && v->chars[id] && room_fits(&room, v->chars[id], len)) {
+            allowed += id < n_vocab; /* plain text inside a string */
+            continue;
+        }
         bool ok = true;
         while (valid < len) {
             if (!step_state(g, &g->dfs[valid], p[valid], &g->dfs[valid + 1])) {

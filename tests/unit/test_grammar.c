@@ -19,6 +19,7 @@
 #include "tests/unit/check.h"
 
 #include <jansson.h>
+#include <time.h>
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -938,6 +939,120 @@ static void generate(const rn_model_t *m, rn_ctx_t *ctx, const rn_tokenizer_t *t
     rn_grammar_destroy(&g);
 }
 
+/* ---- a real 128k vocabulary: same masks as brute force, and fast ------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void check_mask_brute(rn_grammar_t *g, const rn_grammar_vocab_t *v,
+                             const rn_tokenizer_t *tok, const char *label)
+{
+    int32_t n = rn_grammar_vocab_size(v);
+    float *l = malloc((size_t)n * sizeof *l);
+    for (int32_t i = 0; i < n; i++)
+        l[i] = 1.0f;
+    size_t allowed = rn_grammar_mask(g, v, l, n);
+    bool complete = rn_grammar_is_complete(g);
+    size_t count = 0;
+    int bad = -1;
+    char piece[1024];
+    for (int32_t i = 0; i < n; i++) {
+        size_t pl = 0;
+        bool want;
+        if (rn_tokenizer_is_eog(tok, i))
+            want = complete;
+        else if (rn_token_piece(tok, i, 0, piece, sizeof piece, &pl, NULL) || !pl ||
+                 pl > RN_GRAMMAR_MAX_TOKEN_BYTES)
+            want = false;
+        else
+            want = rn_grammar_allows(g, piece, pl);
+        count += want;
+        if (want != (l[i] == 1.0f) && bad < 0)
+            bad = i;
+    }
+    CHECK_MSG(bad < 0, "%s: token %d masked wrongly", label, bad);
+    CHECK_EQ_INT(allowed, count);
+    free(l);
+}
+
+static void test_real_vocab(void)
+{
+    const char *root = check_testdata("vocab/ggml-vocab-llama-bpe.gguf");
+    char path[4200];
+    if (root)
+        snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-bpe.gguf", root);
+    if (!root) {
+        printf("  (no testdata: real-vocabulary checks skipped)\n");
+        return;
+    }
+    cr_err_t err;
+    cr_err_clear(&err);
+    cr_gguf_t *gg = NULL;
+    rn_tokenizer_t *tok = NULL;
+    rn_grammar_vocab_t *v = NULL;
+    double t0 = now_s();
+    if (cr_gguf_open(path, &gg, &err) || rn_tokenizer_load(gg, &tok, &err) ||
+        ((t0 = now_s()), rn_grammar_vocab_new(tok, &v, &err))) {
+        CHECK_MSG(false, "llama-bpe: %s", err.msg);
+        goto out;
+    }
+    double t_vocab = now_s() - t0;
+    int32_t n = rn_grammar_vocab_size(v);
+    CHECK(n > 128000);
+    rn_grammar_t *g = mk(nested_schema_g, NULL);
+    rn_grammar_t *j = mk("json", NULL);
+    if (!g || !j)
+        goto out2;
+    /* states: start, inside a key, inside a string value, after a value,
+     * inside a number, complete */
+    static const char *const prefixes[] = {
+        "", "{\"", "{\"kind\":\"a\",\"owner\":{\"name\":\"ab", "{\"kind\":3",
+        "{\"kind\":3,\"owner\":{\"name\":\"x\",\"age\":12",
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(prefixes); i++) {
+        CHECK(run(g, prefixes[i]) == strlen(prefixes[i]));
+        check_mask_brute(g, v, tok, prefixes[i]);
+    }
+    static const char *const jprefixes[] = {"", "{\"a\":\"xy", "{\"a\":[1,", "{\"a\":{}}"};
+    for (size_t i = 0; i < CR_ARRAY_LEN(jprefixes); i++) {
+        CHECK(run(j, jprefixes[i]) == strlen(jprefixes[i]));
+        check_mask_brute(j, v, tok, jprefixes[i]);
+    }
+    /* timing: the worst case is inside a string, where most tokens pass */
+    float *l = malloc((size_t)n * sizeof *l);
+    run(j, "{\"a\":\"xy");
+    double t1 = now_s();
+    int reps = 20;
+    size_t allowed = 0;
+    for (int r = 0; r < reps; r++) {
+        for (int32_t i = 0; i < n; i++)
+            l[i] = 0;
+        allowed = rn_grammar_mask(j, v, l, n);
+    }
+    double per = (now_s() - t1) / reps;
+    run(j, "{\"a\":1");
+    double t2 = now_s();
+    for (int r = 0; r < reps; r++)
+        rn_grammar_mask(j, v, l, n);
+    double per2 = (now_s() - t2) / reps;
+    printf("  llama-bpe (%d tokens): vocab cache %.0f ms; mask in a string %.2f ms (%zu "
+           "allowed), after a number %.2f ms\n",
+           (int)n, t_vocab * 1e3, per * 1e3, allowed, per2 * 1e3);
+    CHECK_MSG(per < 0.25, "masking took %.1f ms", per * 1e3);
+    free(l);
+out2:
+    rn_grammar_destroy(&g);
+    rn_grammar_destroy(&j);
+out:
+    rn_grammar_vocab_destroy(&v);
+    rn_tokenizer_destroy(&tok);
+    cr_gguf_close(&gg);
+}
+
 static void test_generation(void)
 {
     cr_err_t err;
@@ -1003,6 +1118,7 @@ int main(void)
     test_hostile_formats();
     test_mask();
     test_validator_itself();
+    test_real_vocab();
     test_generation();
     return check_finish("test_grammar");
 }
