@@ -899,6 +899,37 @@ static void test_config(void)
     free(cfg);
 }
 
+/* At the cap, exactly one runner goes: the least recently used. */
+static void test_evict_lru_only_one(void)
+{
+    env_t e;
+    env_start(&e, 2, 16);
+    CHECK_EQ_INT(run_request(&e, "l1", "alpha", "hi", NULL, NULL), MSG_done);
+    clock_ms_g += 10;
+    CHECK_EQ_INT(run_request(&e, "l2", "beta", "hi", NULL, NULL), MSG_done);
+    clock_ms_g += 10;
+    CHECK_EQ_INT(run_request(&e, "l3", "alpha", "hi", NULL, NULL), MSG_done);
+    clock_ms_g += 10;
+    /* beta is now the least recently used. */
+    CHECK_EQ_INT(run_request(&e, "l4", "gamma", "hi", NULL, NULL), MSG_done);
+    wait_runners(&e, 2);
+    msg_t ps;
+    msg_init(&ps, MSG_ps, "ps-lru");
+    bus_send(e.client, &ps, NULL);
+    msg_t r;
+    CHECK(client_recv(&e, &r));
+    bool alpha = false, beta = false, gamma = false;
+    for (size_t i = 0; i < r.u.ps_reply.models.n; i++) {
+        const char *n = r.u.ps_reply.models.v[i].name;
+        alpha |= !strcmp(n, "alpha:latest");
+        beta |= !strcmp(n, "beta:latest");
+        gamma |= !strcmp(n, "gamma:latest");
+    }
+    CHECK(alpha && gamma && !beta);
+    msg_clear(&r);
+    env_stop(&e);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "serve"))
@@ -911,6 +942,7 @@ int main(int argc, char **argv)
     test_keep_alive_zero_and_unload();
     test_errors();
     test_eviction_and_queue();
+    test_evict_lru_only_one();
     test_heartbeat();
     test_memory_eviction();
     test_spill_and_cannot_load();
