@@ -4,7 +4,7 @@
  *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]
  *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
- *       [--attn-softcap F] [--final-softcap F] [--std F] [--tied]
+ *       [--attn-softcap F] [--final-softcap F] [--rope-linear F] [--std F] [--tied]
  *       [--rope-freqs] [--longrope] [--vocab-from FILE.gguf] [--vocab-only]
  *       [--name NAME]
  *
@@ -20,7 +20,7 @@ static void usage(FILE *f)
             "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3]\n"
             "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
-            "         [--final-softcap F] [--std F] [--longrope]\n"
+            "         [--final-softcap F] [--rope-linear F] [--std F] [--longrope]\n"
             "         [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ffn N]"
             " [--ctx N]\n"
             "         [--rope-base F] [--tied] [--rope-freqs] [--vocab-from "
@@ -112,6 +112,8 @@ int main(int argc, char **argv)
             ok = v && parse_pos_float(v, &o.attn_softcap);
         } else if (!strcmp(a, "--final-softcap")) {
             ok = v && parse_pos_float(v, &o.final_softcap);
+        } else if (!strcmp(a, "--rope-linear")) {
+            ok = v && parse_pos_float(v, &o.rope_linear);
         } else if (!strcmp(a, "--std")) {
             ok = v && parse_pos_float(v, &o.weight_std);
         } else if (!strcmp(a, "--vocab-from")) {

@@ -160,7 +160,8 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
         return CR_OK;
     }
     /* gemma3: sliding layers use base 10000 and no position scaling; full
-     * layers use <arch>.rope.freq_base and a linear rope.scaling.factor. */
+     * layers use <arch>.rope.freq_base and a linear rope.scaling.factor
+     * (read_rope_scaling). */
     /* Bases: llama.cpp writes rope.freq_base (+ optional rope.freq_base_swa),
      * Ollama's converter rope.global.freq_base and rope.local.freq_base. */
     char bkey[128];
@@ -178,18 +179,30 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
         (st = get_float(g, arch, "final_logit_softcapping", 0.0f, &hp->final_softcap,
                         err)))
         return st;
+    return CR_OK;
+}
+
+/* <arch>.rope.scaling.*: linear (positions times 1/factor; gemma3 keeps its
+ * sliding layers unscaled), LongRoPE (factor tensors, see bind_all), or
+ * none. YaRN and anything else are refused rather than run wrong. */
+static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
+{
+    const cr_gguf_t *g = m->g;
+    rn_hparams_t *hp = &m->hp;
     char key[128], type[32] = "";
-    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
     bool has_type = cr_gguf_kv_find(g, key) != NULL;
     if (has_type && !cr_gguf_get_strz(g, key, type, sizeof type))
         return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a short string", key);
+    if (has_type && strcmp(type, "linear") && strcmp(type, "none") &&
+        strcmp(type, "longrope"))
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s': only linear and "
+                          "LongRoPE scaling are supported", key, type);
     float factor = 1.0f;
-    if ((st = get_float(g, arch, "rope.scaling.factor", 1.0f, &factor, err)))
+    cr_status_t st = get_float(g, hp->arch, "rope.scaling.factor", 1.0f, &factor, err);
+    if (st)
         return st;
-    if (has_type && strcmp(type, "linear") && strcmp(type, "none"))
-        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s': only linear rope "
-                          "scaling is supported", key, type);
-    if (strcmp(type, "none"))
+    if (!has_type || !strcmp(type, "linear"))
         hp->rope_scale = 1.0f / factor;
     return CR_OK;
 }
@@ -262,9 +275,10 @@ static cr_status_t read_hparams(rn_model_t *m, cr_err_t *err)
                           hp->n_rot);
     if ((st = get_float(g, arch, "rope.freq_base", 10000.0f, &hp->rope_base, err)) ||
         (st = get_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f,
-                        &hp->rms_eps, err)))
+                        &hp->rms_eps, err)) ||
+        (st = read_arch_features(m, err)))
         return st;
-    return read_arch_features(m, err);
+    return hp->arch_id == RN_ARCH_LLAMA ? CR_OK : read_rope_scaling(m, err);
 }
 
 /* ---- tensors ---------------------------------------------------------- */

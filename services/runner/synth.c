@@ -435,6 +435,11 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
         st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"),
                                               16, err);
     }
+    if (!st && o->rope_linear > 0) {
+        st = cr_gguf_writer_add_str(w, KEY("rope.scaling.type"), "linear", err);
+        st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), o->rope_linear,
+                                              err);
+    }
     if (!st && o->final_softcap > 0)
         st = cr_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), o->final_softcap,
                                     err);

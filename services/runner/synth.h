@@ -33,6 +33,7 @@ typedef struct rn_synth_opts {
                            written */
     float attn_softcap; /* gemma2: attn_logit_softcapping; 0: not written */
     float final_softcap; /* gemma2/3: final_logit_softcapping; 0: not written */
+    float rope_linear;  /* > 0: rope.scaling.type "linear" with this factor */
     float weight_std;   /* std of matrix weights; 0: 0.02. Non-llama models
                            also get norms 1 + N(0, 0.1) and biases N(0, 0.1)
                            so every weight matters */

@@ -59,12 +59,13 @@ typedef enum mutant {
     MUT_NO_FACTORS,    /* rope frequency factors ignored */
     MUT_NO_MSCALE,     /* LongRoPE attention factor ignored */
     MUT_WRONG_FACTORS, /* LongRoPE long/short factors swapped */
+    MUT_NO_LINEAR,     /* linear rope scaling ignored */
 } mutant_t;
 
 static const char *const mutant_names[] = {
     "none", "rope-adjacent", "no-bias", "no-qk-norm", "no-softcap", "no-window",
     "no-post-norm", "silu", "no-embd-scale", "swap-halves", "swa-base",
-    "no-final-cap", "no-factors", "no-mscale", "wrong-factors",
+    "no-final-cap", "no-factors", "no-mscale", "wrong-factors", "no-linear",
 };
 
 typedef struct ref {
@@ -72,6 +73,7 @@ typedef struct ref {
     char arch[16];
     int D, L, H, Hkv, hd, F, V, W, pattern;
     double eps, base, base_swa, attn_cap, final_cap, mscale;
+    double pos_scale; /* linear rope scaling of full-attention layers */
     bool qwen2, qwen3, gemma1, gemma2, gemma3, phi3;
     bool gemma;      /* any gemma: sqrt(D) embeddings, GELU */
     bool post_norms; /* gemma2/3 */
@@ -157,6 +159,11 @@ static bool ref_init(ref_t *r, const cr_gguf_t *g, mutant_t mut, int n_ctx)
                                    : "rope_factors_short.weight");
     if (mut == MUT_NO_FACTORS)
         r->ff = NULL;
+    char tkey[96], type[16] = "";
+    snprintf(tkey, sizeof tkey, "%s.rope.scaling.type", r->arch);
+    cr_gguf_get_strz(g, tkey, type, sizeof type);
+    r->pos_scale = !strcmp(type, "linear") && mut != MUT_NO_LINEAR
+                       ? 1.0 / f32_key(r, "rope.scaling.factor", 1.0) : 1.0;
     r->mscale = mut == MUT_NO_MSCALE ? 1.0 : f32_key(r, "rope.scaling.attn_factor", 1.0);
     return r->D && r->L && r->H && r->hd && r->F && r->V;
 }
@@ -182,8 +189,8 @@ static void rmsnorm(double *y, const double *x, const float *w, int n, double ep
         y[i] = x[i] * s * (double)w[i];
 }
 
-/* Rotates one head of hd values at position pos. */
-static void rope_head(const ref_t *r, double *v, int pos, double base)
+/* Rotates one head of hd values at position pos (already scaled). */
+static void rope_head(const ref_t *r, double *v, double pos, double base)
 {
     int half = r->hd / 2;
     for (int i = 0; i < half; i++) {
@@ -240,6 +247,7 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
         if (r->mut == MUT_NO_WINDOW)
             swa = false;
         double base = swa && r->mut != MUT_SWA_BASE ? r->base_swa : r->base;
+        double ps = swa ? 1.0 : r->pos_scale; /* gemma3: sliding layers unscaled */
         const float *an = tensor(r, "blk.%d.attn_norm.weight", l);
         const float *wo = tensor(r, "blk.%d.attn_output.weight", l);
         const float *fn = tensor(r, "blk.%d.ffn_norm.weight", l);
@@ -291,9 +299,9 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
                     rmsnorm(kt + h * hd, kt + h * hd, kn, hd, r->eps);
             }
             for (int h = 0; h < H; h++)
-                rope_head(r, qt + h * hd, t, base);
+                rope_head(r, qt + h * hd, t * ps, base);
             for (int h = 0; h < Hkv; h++)
-                rope_head(r, kt + h * hd, t, base);
+                rope_head(r, kt + h * hd, t * ps, base);
         }
         /* attention, output projection, residual (positions in order; x of
          * earlier positions is no longer needed for k/v) */
@@ -478,6 +486,8 @@ static void check_arch(const char *arch, const char *variant, const mutant_t *mu
     arch_opts(arch, &o);
     o.longrope = variant && !strcmp(variant, "longrope");
     o.rope_freqs = variant && !strcmp(variant, "rope_freqs");
+    if (variant && !strcmp(variant, "linear"))
+        o.rope_linear = 8.0f;
     char label[48];
     snprintf(label, sizeof label, "%s%s%s", arch, variant ? "+" : "",
              variant ? variant : "");
@@ -609,6 +619,9 @@ static void test_archs(void)
     check_arch("phi3", NULL, phi3, (int)CR_ARRAY_LEN(phi3));
     check_arch("phi3", "longrope", longrope, (int)CR_ARRAY_LEN(longrope));
     check_arch("qwen2", "rope_freqs", freqs, (int)CR_ARRAY_LEN(freqs));
+    static const mutant_t linear[] = {MUT_NO_LINEAR};
+    check_arch("gemma3", "linear", linear, (int)CR_ARRAY_LEN(linear));
+    check_arch("qwen3", "linear", linear, (int)CR_ARRAY_LEN(linear));
 }
 
 /* Quantized weights load and run for every architecture (the reference
@@ -809,6 +822,10 @@ static void test_corrupt(void)
          "gemma3.rope.scaling.type", "yarn"},
         {"gemma3 linear", "gemma3",
          {.str_key = "gemma3.rope.scaling.type", .str_val = "linear"}, CR_OK, NULL, NULL},
+        {"qwen2 yarn", "qwen2", {.str_key = "qwen2.rope.scaling.type", .str_val = "yarn"},
+         CR_E_UNSUPPORTED, "qwen2.rope.scaling.type", "yarn"},
+        {"phi3 longrope type", "phi3",
+         {.str_key = "phi3.rope.scaling.type", .str_val = "longrope"}, CR_OK, NULL, NULL},
         {"gemma3 missing k norm", "gemma3", {.skip_tensor = "blk.0.attn_k_norm.weight"},
          CR_E_CORRUPT, "missing tensor", "blk.0.attn_k_norm.weight"},
         {"phi3 missing qkv", "phi3", {.skip_tensor = "blk.0.attn_qkv.weight"},
