@@ -32,6 +32,16 @@ int64_t sch_ledger_free(const sch_server_t *s, int slot)
     return left > 0 ? left : 0;
 }
 
+int64_t sch_vram_total(const sch_server_t *s)
+{
+    if (s->inv.fake || !s->gpu_offload_seen)
+        return 0;
+    int64_t total = 0;
+    for (size_t i = 0; i < s->inv.n_gpus; i++)
+        total += s->inv.gpus[i].total_bytes;
+    return total;
+}
+
 /* The load options a runner for r would be started with. */
 void sch_request_load_opts(const request_t *r, msg_options_t *out)
 {
@@ -57,7 +67,7 @@ static const sch_estimate_t *request_estimate(sch_server_t *s, request_t *r)
     msg_options_t lo;
     sch_request_load_opts(r, &lo);
     sch_estimate_opts_t eo = {
-        .num_ctx = lo.has_num_ctx ? lo.num_ctx : sch_options_default_ctx(),
+        .num_ctx = lo.has_num_ctx ? lo.num_ctx : sch_options_default_ctx(sch_vram_total(s)),
         .num_batch = lo.has_num_batch ? lo.num_batch : 0,
         .num_parallel = s->cfg.num_parallel,
     };

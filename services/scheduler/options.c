@@ -65,8 +65,15 @@ bool sch_options_load_compatible(const msg_options_t *loaded,
                           want->has_num_thread, want->num_thread);
 }
 
-int64_t sch_options_default_ctx(void)
+int64_t sch_options_default_ctx(int64_t vram_total_bytes)
 {
     long long v = cr_env_int("CONTEXT_LENGTH", 0);
-    return v > 0 ? v : 4096;
+    if (v > 0)
+        return v;
+    const int64_t gib = 1LL << 30;
+    if (vram_total_bytes >= 47 * gib)
+        return 262144;
+    if (vram_total_bytes >= 23 * gib)
+        return 32768;
+    return 4096;
 }

@@ -24,9 +24,10 @@ void sch_options_overlay_load(msg_options_t *dst, const msg_options_t *src);
 bool sch_options_load_compatible(const msg_options_t *loaded,
                                  const msg_options_t *want);
 
-/* The default context length: OLLAMA_CONTEXT_LENGTH, else 4096 (the tier
- * for machines with less than 23 GiB of VRAM; GPU tiers come with GPU
- * placement). */
-int64_t sch_options_default_ctx(void);
+/* The default context length: OLLAMA_CONTEXT_LENGTH, else by the total
+ * VRAM of the GPUs models run on, as Ollama: 4096 below 23 GiB (and on
+ * the CPU), 32768 from 23 GiB, 262144 from 47 GiB. The runner caps it at
+ * the model's trained context. */
+int64_t sch_options_default_ctx(int64_t vram_total_bytes);
 
 #endif

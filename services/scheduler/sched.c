@@ -740,7 +740,7 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
         sch_options_overlay(&opts, res->params);
         sch_options_overlay(&opts, &rn->load_opts);
         if (!opts.has_num_ctx) {
-            opts.num_ctx = sch_options_default_ctx();
+            opts.num_ctx = sch_options_default_ctx(sch_vram_total(s));
             opts.has_num_ctx = true;
         }
         opts.stop = (msg_strs_t){0};
@@ -785,14 +785,33 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
     case MSG_ready:
         if (rn->state != RS_LOADING)
             break;
-        /* The runner's own figures, unless it ran on the CPU while the plan
-         * put layers on GPUs (a fake inventory, or a CPU-only runner):
-         * then the plan is what ps reports, so PROCESSOR reads the plan. */
-        if (!rn->has_plan || rn->plan.vram_bytes == 0 ||
-            m->u.ready.size_vram > 0) {
+        /* The runner's own figures, except with a described inventory
+         * (runners run on the CPU while the ledger plays GPUs): then ps
+         * shows the plan, so PROCESSOR reads it. A real GPU plan that the
+         * runner did not follow (a CPU-only runner) becomes a CPU one, so
+         * the ledger does not hold VRAM nobody uses. */
+        if (m->u.ready.size_vram > 0)
+            s->gpu_offload_seen = true;
+        bool show_plan = rn->has_plan && s->inv.fake &&
+                         rn->plan.vram_bytes > 0 &&
+                         m->u.ready.size_vram == 0;
+        if (!show_plan) {
             if (m->u.ready.size > 0 || !rn->has_plan)
                 rn->size = m->u.ready.size;
             rn->size_vram = m->u.ready.size_vram;
+        }
+        if (rn->has_plan && !s->inv.fake && rn->plan.vram_bytes > 0 &&
+            m->u.ready.size_vram == 0) {
+            cr_log_info("runner %s loaded %s on the CPU only (planned: %d "
+                        "layers on GPUs)",
+                        rn->id, rn->resolved.u.resolved.name,
+                        rn->plan.gpu_layers);
+            rn->plan.n_devs = 0;
+            rn->plan.gpu_layers = 0;
+            rn->plan.vram_bytes = 0;
+            rn->plan.full_offload = false;
+            rn->plan.cpu_bytes = rn->size;
+            rn->plan.total_bytes = rn->size;
         }
         rn->context_length = m->u.ready.context_length;
         if (rn->has_plan && m->u.ready.has_gpu_layers &&

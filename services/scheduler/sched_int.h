@@ -85,6 +85,7 @@ struct sch_server {
     request_t *req_list; /* arrival order */
     unsigned runner_seq;
     sch_inventory_t inv;
+    bool gpu_offload_seen; /* a runner reported VRAM: runners use GPUs */
 };
 
 /* The options slot of a generate, chat or embed request; NULL otherwise. */
@@ -101,6 +102,12 @@ static inline msg_options_t **sch_req_options_slot(msg_t *m)
         return NULL;
     }
 }
+
+/* Total memory of the GPUs runners really use, for the default context
+ * tier: 0 for a described (CORRAL_GPU_INVENTORY) inventory, whose runners
+ * run on the CPU, and 0 until a runner has reported VRAM (today's runner
+ * is CPU-only: a 256k default context would be allocated in RAM). */
+int64_t sch_vram_total(const sch_server_t *s);
 
 /* The scheduler's monotonic clock in ms (the config's, for tests). */
 int64_t sch_now_ms(const sch_server_t *s);

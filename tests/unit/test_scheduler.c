@@ -285,6 +285,7 @@ static int64_t hb_interval_g = -1, hb_timeout_g = -1;
 
 /* A described inventory for the next env_start (NULL: discover). */
 static const char *inventory_g;
+static bool inventory_real_g; /* pretend it was discovered, not described */
 
 static void env_start(env_t *e, int max_loaded, int max_queue)
 {
@@ -318,6 +319,7 @@ static void env_start(env_t *e, int max_loaded, int max_queue)
         cfg.inventory.ram_free_bytes = 64LL << 30;
         CHECK_EQ_INT(sch_inventory_parse(inventory_g, &cfg.inventory, &ierr),
                      CR_OK);
+        cfg.inventory.fake = !inventory_real_g;
         cfg.has_inventory = true;
     }
     e->registry = zsock_new(ZMQ_ROUTER);
@@ -930,6 +932,28 @@ static void test_evict_lru_only_one(void)
     env_stop(&e);
 }
 
+/* Real GPUs but a runner that loaded on the CPU (today's runner): ps
+ * shows what the runner says, and the ledger gives the VRAM back. */
+static void test_real_gpu_cpu_runner(void)
+{
+    inventory_g = "0:Real GPU:100000000000";
+    inventory_real_g = true;
+    env_t e;
+    env_start(&e, 3, 16);
+    int64_t whole = write_model(&e, "eps", NULL);
+    CHECK(whole > 0);
+    CHECK_EQ_INT(run_request(&e, "r1", "eps", "hi", NULL, NULL), MSG_done);
+    char name[128];
+    int64_t size = 0, vram = -1;
+    CHECK(ps_one(&e, name, sizeof name, &size, &vram));
+    CHECK_EQ_INT(size, 1234);
+    CHECK_EQ_INT(vram, 0);
+    CHECK_EQ_INT(sch_server_free_bytes(e.sched, 0), 100000000000LL);
+    env_stop(&e);
+    inventory_g = NULL;
+    inventory_real_g = false;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "serve"))
@@ -947,5 +971,6 @@ int main(int argc, char **argv)
     test_memory_eviction();
     test_spill_and_cannot_load();
     test_adopt_after_restart();
+    test_real_gpu_cpu_runner();
     return check_finish("scheduler");
 }

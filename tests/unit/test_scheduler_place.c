@@ -13,6 +13,7 @@
 #include "services/runner/synth.h"
 #include "services/scheduler/estimate.h"
 #include "services/scheduler/gpus.h"
+#include "services/scheduler/options.h"
 #include "services/scheduler/place.h"
 #include "tests/unit/check.h"
 
@@ -711,6 +712,24 @@ static void test_plan_describe(void)
     free(e);
 }
 
+/* The default context by VRAM tier, as Ollama; OLLAMA_CONTEXT_LENGTH wins. */
+static void test_default_ctx(void)
+{
+    unsetenv("CORRAL_CONTEXT_LENGTH");
+    unsetenv("OLLAMA_CONTEXT_LENGTH");
+    const int64_t gib = 1LL << 30;
+    CHECK_EQ_INT(sch_options_default_ctx(0), 4096);
+    CHECK_EQ_INT(sch_options_default_ctx(23 * gib - 1), 4096);
+    CHECK_EQ_INT(sch_options_default_ctx(23 * gib), 32768);
+    CHECK_EQ_INT(sch_options_default_ctx(47 * gib - 1), 32768);
+    CHECK_EQ_INT(sch_options_default_ctx(141 * gib), 262144);
+    setenv("OLLAMA_CONTEXT_LENGTH", "8192", 1);
+    CHECK_EQ_INT(sch_options_default_ctx(141 * gib), 8192);
+    setenv("OLLAMA_CONTEXT_LENGTH", "garbage", 1);
+    CHECK_EQ_INT(sch_options_default_ctx(0), 4096);
+    unsetenv("OLLAMA_CONTEXT_LENGTH");
+}
+
 int main(void)
 {
     snprintf(dir_g, sizeof dir_g, "/tmp/corral-place-XXXXXX");
@@ -728,6 +747,7 @@ int main(void)
     test_place_two_gpus();
     test_place_eight_gpus();
     test_plan_describe();
+    test_default_ctx();
     rmdir(dir_g);
     return check_finish("scheduler_place");
 }
