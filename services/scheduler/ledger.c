@@ -84,6 +84,33 @@ static const sch_estimate_t *request_estimate(sch_server_t *s, request_t *r)
     return r->est;
 }
 
+/* Real GPUs: what NVML says is free now, at most once a second, matched
+ * to inventory slots by UUID. The plan takes the smaller of that and the
+ * ledger (which already subtracts corral's own runners). */
+static void refresh_nvml(sch_server_t *s)
+{
+    if (s->inv.fake || s->inv.n_gpus == 0)
+        return;
+    int64_t now = sch_now_ms(s);
+    if (s->nvml_at_ms && now - s->nvml_at_ms < 1000)
+        return;
+    sch_inventory_t *now_inv = calloc(1, sizeof *now_inv);
+    cr_err_t err;
+    if (!now_inv || sch_nvml_query(now_inv, &err)) {
+        free(now_inv);
+        return;
+    }
+    for (size_t i = 0; i < s->inv.n_gpus; i++) {
+        s->nvml_free[i] = s->inv.gpus[i].free_bytes;
+        for (size_t j = 0; j < now_inv->n_gpus; j++)
+            if (s->inv.gpus[i].uuid[0] &&
+                !strcmp(s->inv.gpus[i].uuid, now_inv->gpus[j].uuid))
+                s->nvml_free[i] = now_inv->gpus[j].free_bytes;
+    }
+    s->nvml_at_ms = now ? now : 1;
+    free(now_inv);
+}
+
 /* Plans r's model over the memory the ledger has left. Returns CR_OK with
  * *has_plan false when there is no estimate; CR_E_NOMEM (err set) when
  * the CPU part does not fit. */
@@ -95,8 +122,13 @@ cr_status_t sch_request_plan(sch_server_t *s, request_t *r, sch_plan_t *plan,
     if (!est)
         return CR_OK;
     int64_t gpu_free[SCH_MAX_GPUS];
-    for (size_t i = 0; i < s->inv.n_gpus; i++)
+    refresh_nvml(s);
+    for (size_t i = 0; i < s->inv.n_gpus; i++) {
         gpu_free[i] = sch_ledger_free(s, (int)i);
+        /* Other processes may have taken memory since discovery. */
+        if (s->nvml_at_ms && s->nvml_free[i] < gpu_free[i])
+            gpu_free[i] = s->nvml_free[i];
+    }
     msg_options_t lo;
     sch_request_load_opts(r, &lo);
     sch_place_opts_t po = {

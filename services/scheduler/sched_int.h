@@ -86,6 +86,8 @@ struct sch_server {
     unsigned runner_seq;
     sch_inventory_t inv;
     bool gpu_offload_seen; /* a runner reported VRAM: runners use GPUs */
+    int64_t nvml_free[SCH_MAX_GPUS]; /* per inventory slot, last query */
+    int64_t nvml_at_ms;    /* when; 0 = never */
 };
 
 /* The options slot of a generate, chat or embed request; NULL otherwise. */
