@@ -45,6 +45,7 @@ struct fake {
     pthread_mutex_t mu;
     msg_t last; /* last request other than ping/cancel (under mu) */
     int n_requests;
+    atomic_int n_cancels;
 };
 
 static void fake_reply(fake_t *f, zframe_t *who, msg_t *m)
@@ -72,7 +73,9 @@ static void *fake_main(void *arg)
             msg_t pong;
             msg_init(&pong, MSG_pong, m.id);
             fake_reply(f, who, &pong);
-        } else if (m.type != MSG_cancel) {
+        } else if (m.type == MSG_cancel) {
+            atomic_fetch_add(&f->n_cancels, 1);
+        } else {
             pthread_mutex_lock(&f->mu);
             msg_clear(&f->last);
             msg_copy(&m, &f->last);
@@ -268,6 +271,24 @@ static void scheduler_fn(fake_t *f, zframe_t *who, const msg_t *m)
                    "model \"missing\" not found, try pulling it first");
     } else if (!strcmp(model, "busy")) {
         send_error(f, who, id, CR_E_BUSY, "server busy");
+    } else if (!strcmp(model, "slow")) {
+        /* streams until the gateway cancels (the client went away) */
+        for (int i = 0; i < 200; i++) {
+            send_chunk(f, who, id, "tok ", NULL, NULL, NULL);
+            msg_t in;
+            zframe_t *from = NULL;
+            cr_err_t err;
+            if (bus_recv(f->sock, 25, &in, &from, &err) == CR_OK) {
+                bool cancel = in.type == MSG_cancel && !strcmp(in.id, id);
+                msg_clear(&in);
+                zframe_destroy(&from);
+                if (cancel) {
+                    atomic_fetch_add(&f->n_cancels, 1);
+                    return;
+                }
+            }
+        }
+        send_done(f, who, id, "stop");
     } else if (!strcmp(model, "midfail")) {
         send_chunk(f, who, id, "a", NULL, NULL, NULL);
         send_error(f, who, id, CR_E_RUNNER, "runner died");
@@ -480,7 +501,8 @@ static void test_translate_chat(void)
     gw_oai_info_t info;
     json_t *n = translate(
         GW_OAI_CHAT,
-        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
+        "\"content\":\"hi\"}]}",
         &info, &err);
     CHECK(n != NULL);
     CHECK(!info.stream && !info.include_usage);
@@ -511,7 +533,8 @@ static void test_translate_chat(void)
         "{\"type\":\"image_url\",\"image_url\":\"data:;base64,aGk=\"}]},"
         "{\"role\":\"assistant\",\"content\":null,\"reasoning\":\"hmm\","
         "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":"
-        "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},"
+        "{\"name\":\"get_weather\","
+        "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},"
         "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"sunny\"}"
         "]}",
         &info, &err);
@@ -557,7 +580,8 @@ static void test_translate_chat(void)
     CHECK(n && !json_object_get(n, "tools"));
     json_decref(n);
     n = translate(GW_OAI_CHAT,
-                  "{\"model\":\"m\",\"tool_choice\":\"required\",\"tools\":[{}],"
+                  "{\"model\":\"m\",\"tool_choice\":\"required\","
+                  "\"tools\":[{}],"
                   "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
                   NULL, &err);
     CHECK(n && json_object_get(n, "tools"));
@@ -628,7 +652,8 @@ static void test_translate_chat(void)
     expect_translate_error(
         GW_OAI_CHAT,
         "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{"
-        "\"type\":\"image_url\",\"image_url\":\"data:text/html;base64,aGk=\"}]}]}",
+        "\"type\":\"image_url\","
+        "\"image_url\":\"data:text/html;base64,aGk=\"}]}]}",
         "invalid image input");
     expect_translate_error(
         GW_OAI_CHAT,
@@ -655,7 +680,8 @@ static void test_translate_chat(void)
         "invalid message content type: number");
     expect_translate_error(
         GW_OAI_CHAT,
-        "{\"model\":\"m\",\"max_tokens\":\"7\",\"messages\":[{\"role\":\"user\","
+        "{\"model\":\"m\",\"max_tokens\":\"7\",\"messages\":[{"
+        "\"role\":\"user\","
         "\"content\":\"x\"}]}",
         "cannot unmarshal string into field 'max_tokens'");
     expect_translate_error(
@@ -824,7 +850,8 @@ static void test_chat_http(void)
     CHECK(done);
     if (n == 6) {
         const char *id = jstr(ev[0], "id");
-        json_int_t created = json_integer_value(json_object_get(ev[0], "created"));
+        json_int_t created =
+            json_integer_value(json_object_get(ev[0], "created"));
         CHECK(!strncmp(id, "chatcmpl-", 9));
         for (int i = 0; i < 5; i++)
             check_chunk_common(ev[i], id, created, "chat.completion.chunk");
@@ -846,7 +873,8 @@ static void test_chat_http(void)
     free_events(ev, n);
     resp_free(&r);
     /* the exact bytes of one chunk */
-    http(&r, "POST", "/v1/chat/completions", chat_body("ok", ",\"stream\":true"));
+    http(&r, "POST", "/v1/chat/completions",
+         chat_body("ok", ",\"stream\":true"));
     CHECK_MSG(strstr(r.body.data,
                      "\"system_fingerprint\":\"fp_ollama\",\"choices\":[{"
                      "\"index\":0,\"delta\":{\"content\":\"Hel\"},"
@@ -886,7 +914,8 @@ static void test_chat_http(void)
                  "get_weather");
     CHECK_EQ_STR(jpstr(j, "choices.0.message.tool_calls.0.function.arguments"),
                  "{\"city\":\"Paris\",\"days\":2}");
-    CHECK_EQ_INT(json_integer_value(jget(j, "choices.0.message.tool_calls.0.index")),
+    CHECK_EQ_INT(
+        json_integer_value(jget(j, "choices.0.message.tool_calls.0.index")),
                  0);
     const char *cid = jpstr(j, "choices.0.message.tool_calls.0.id");
     CHECK_MSG(!strncmp(cid, "call_", 5) && strlen(cid) == 13, "%s", cid);
@@ -955,6 +984,48 @@ static void test_chat_http(void)
     CHECK_EQ_INT(http(&r, "GET", "/v1/chat/completions", NULL), 405);
     resp_free(&r);
     (void)CHAT_OK;
+}
+
+/* Takes bytes until the first SSE event is complete, then hangs up. */
+static size_t on_write_one_event(char *p, size_t sz, size_t n, void *ud)
+{
+    cr_buf_t *b = ud;
+    cr_buf_append(b, p, sz * n);
+    return b->data && strstr(b->data, "\n\n") ? 0 : sz * n;
+}
+
+static void test_sse_disconnect(void)
+{
+    int before = atomic_load(&sched_g->n_cancels);
+    cr_buf_t got;
+    cr_buf_init(&got, 1 << 20);
+    CURL *c = curl_easy_init();
+    char url[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions",
+             port_g);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS,
+                     chat_body("slow", ",\"stream\":true"));
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write_one_event);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &got);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+    CURLcode rc = curl_easy_perform(c);
+    CHECK_EQ_INT(rc, CURLE_WRITE_ERROR);
+    curl_easy_cleanup(c);
+    CHECK(got.data && !strncmp(got.data, "data: {", 7));
+    bool seen = false;
+    for (int i = 0; i < 200 && !seen; i++) {
+        seen = atomic_load(&sched_g->n_cancels) > before;
+        sleep_ms(10);
+    }
+    CHECK_MSG(seen, "no cancel reached the scheduler");
+    cr_buf_free(&got);
+    /* and the server still answers */
+    resp_t r;
+    CHECK_EQ_INT(http(&r, "POST", "/v1/chat/completions",
+                      chat_body("ok", NULL)),
+                 200);
+    resp_free(&r);
 }
 
 static void test_completions_http(void)
@@ -1218,7 +1289,8 @@ static void check_exposition(const char *text)
         char line[512];
         snprintf(line, sizeof line, "%.*s", (int)(eol - p), p);
         if (line[0] == '#') {
-            CHECK_MSG(!strncmp(line, "# HELP ", 7) || !strncmp(line, "# TYPE ", 7),
+            CHECK_MSG(!strncmp(line, "# HELP ", 7) ||
+                          !strncmp(line, "# TYPE ", 7),
                       "%s", line);
         } else {
             const char *q = line;
@@ -1250,19 +1322,23 @@ static void test_metrics_http(void)
     check_exposition(r.body.data);
     double chat200 = metric(
         r.body.data,
-        "corral_http_requests_total{route=\"/v1/chat/completions\",code=\"200\"}");
+        "corral_http_requests_total{route=\"/v1/chat/completions\","
+        "code=\"200\"}");
     double out = metric(r.body.data, "corral_completion_tokens_total");
     double in = metric(r.body.data, "corral_prompt_tokens_total");
-    double ttft = metric(r.body.data, "corral_time_to_first_token_seconds_count");
+    double ttft =
+        metric(r.body.data, "corral_time_to_first_token_seconds_count");
     double tok = metric(r.body.data, "corral_token_latency_seconds_count");
     double load = metric(r.body.data, "corral_load_duration_seconds_count");
     CHECK(chat200 >= 1 && out >= 2 && in >= 5 && ttft >= 1 && tok >= 2);
     CHECK_EQ_INT((long)metric(r.body.data, "corral_scheduler_up"), 1);
     CHECK_EQ_INT((long)metric(r.body.data, "corral_models_loaded"), 2);
-    CHECK_EQ_INT((long)metric(r.body.data, "corral_scheduler_requests_active"), 2);
+    CHECK_EQ_INT(
+        (long)metric(r.body.data, "corral_scheduler_requests_active"), 2);
     CHECK_EQ_INT((long)metric(r.body.data, "corral_scheduler_queue_depth"), 4);
     /* the scrape itself is in flight */
-    CHECK_EQ_INT((long)metric(r.body.data, "corral_http_requests_in_flight"), 1);
+    CHECK_EQ_INT((long)metric(r.body.data, "corral_http_requests_in_flight"),
+                 1);
     CHECK(strstr(r.body.data, "# TYPE corral_time_to_first_token_seconds "
                               "histogram\n") != NULL);
     CHECK(metric(r.body.data, "corral_http_requests_total{route=\"other\","
@@ -1289,7 +1365,8 @@ static void test_metrics_http(void)
     CHECK(metric(r.body.data, "corral_time_to_first_token_seconds_count") ==
           ttft + 1);
     CHECK(metric(r.body.data, "corral_token_latency_seconds_count") == tok + 2);
-    CHECK(metric(r.body.data, "corral_load_duration_seconds_count") == load + 1);
+    CHECK(metric(r.body.data, "corral_load_duration_seconds_count") ==
+          load + 1);
     /* 10 ms per token lands in the 0.01 bucket and above */
     CHECK(metric(r.body.data,
                  "corral_token_latency_seconds_bucket{le=\"0.005\"}") == 0);
@@ -1297,7 +1374,8 @@ static void test_metrics_http(void)
                  "corral_token_latency_seconds_bucket{le=\"0.01\"}") ==
           tok + 2);
     CHECK(metric(r.body.data,
-                 "corral_http_requests_total{route=\"other\",code=\"404\"}") >= 1);
+                 "corral_http_requests_total{route=\"other\","
+                 "code=\"404\"}") >= 1);
     CHECK(metric(r.body.data, "corral_http_requests_total{route=\"/v1/chat/"
                               "completions\",code=\"400\"}") >= 1);
     CHECK(metric(r.body.data, "corral_http_request_duration_seconds_count{"
@@ -1321,7 +1399,8 @@ static void test_metrics_unit(void)
     gw_metrics_first_token(m, -1); /* a clock oddity counts as 0 */
     msg_done_body_t d = {.prompt_eval_count = 3, .has_prompt_eval_count = true,
                          .eval_count = 4, .has_eval_count = true,
-                         .eval_duration = 4000000000, .has_eval_duration = true};
+                         .eval_duration = 4000000000,
+                         .has_eval_duration = true};
     gw_metrics_done(m, &d);
     gw_metrics_done(m, NULL);
     gw_metrics_prompt_tokens(m, -5);
@@ -1345,7 +1424,8 @@ static void test_metrics_unit(void)
     CHECK_EQ_INT((long)metric(b.data, "corral_token_latency_seconds_count"), 4);
     CHECK_NEAR(metric(b.data, "corral_token_latency_seconds_sum"), 4.0, 1e-9);
     CHECK_EQ_INT((long)metric(b.data,
-                              "corral_token_latency_seconds_bucket{le=\"0.5\"}"),
+                              "corral_token_latency_seconds_bucket{"
+                              "le=\"0.5\"}"),
                  0);
     CHECK_EQ_INT((long)metric(b.data,
                               "corral_token_latency_seconds_bucket{le=\"1\"}"),
@@ -1472,6 +1552,7 @@ int main(void)
         port_g = gw_server_port(srv);
         test_chat_http();
         test_completions_http();
+        test_sse_disconnect();
         test_embeddings_http();
         test_models_http();
         test_tokenize_http();
