@@ -521,10 +521,26 @@ static int range_once(exec_t *x, const tnode_t *n, size_t mark, rn_val_t *index,
     return r;
 }
 
+/* The index value for iteration i: the previous one reused in place when
+ * nothing else kept it (no allocation per iteration), else a new one. */
+static rn_val_t *range_index(exec_t *x, rn_val_t **idx, int64_t i)
+{
+    if (*idx && (*idx)->refs == 1) {
+        (*idx)->u.i = i;
+        return *idx;
+    }
+    rn_val_destroy(idx);
+    *idx = rn_val_int_new(i);
+    if (!*idx)
+        exec_fail(x, CR_E_NOMEM, "out of memory");
+    return *idx;
+}
+
 static int walk_range(exec_t *x, rn_val_t *dot, const tnode_t *n)
 {
     size_t outer_mark = x->n_vars;
     int r = WALK_ERR;
+    rn_val_t *idx = NULL;
     rn_val_t *v = eval_pipeline(x, dot, n->u.branch.pipe);
     if (!v)
         goto out;
@@ -533,15 +549,9 @@ static int walk_range(exec_t *x, rn_val_t *dot, const tnode_t *n)
     switch (v->kind) {
     case RN_VAL_LIST:
         for (size_t i = 0; i < v->u.list.len; i++) {
-            if (!step(x))
+            if (!step(x) || !range_index(x, &idx, (int64_t)i))
                 goto out;
-            rn_val_t *idx = rn_val_int_new((int64_t)i);
-            if (!idx) {
-                exec_fail(x, CR_E_NOMEM, "out of memory");
-                goto out;
-            }
             r = range_once(x, n, mark, idx, v->u.list.items[i]);
-            rn_val_destroy(&idx);
             ran = true;
             if (r == WALK_BREAK)
                 break;
@@ -592,15 +602,9 @@ static int walk_range(exec_t *x, rn_val_t *dot, const tnode_t *n)
             goto out;
         }
         for (int64_t i = 0; i < v->u.i; i++) {
-            if (!step(x))
+            if (!step(x) || !range_index(x, &idx, i))
                 goto out;
-            rn_val_t *idx = rn_val_int_new(i);
-            if (!idx) {
-                exec_fail(x, CR_E_NOMEM, "out of memory");
-                goto out;
-            }
             r = range_once(x, n, mark, idx, idx);
-            rn_val_destroy(&idx);
             ran = true;
             if (r == WALK_BREAK)
                 break;
@@ -624,6 +628,7 @@ static int walk_range(exec_t *x, rn_val_t *dot, const tnode_t *n)
     if (!ran && n->u.branch.else_list)
         r = walk_list(x, dot, n->u.branch.else_list);
 out:
+    rn_val_destroy(&idx);
     rn_val_destroy(&v);
     var_pop(x, outer_mark);
     return x->st ? WALK_ERR : r;
