@@ -469,6 +469,17 @@ static cr_status_t message_value(const pmsg_t *m, rn_val_t **out)
 
 /* ---- template.Execute ---- */
 
+rn_prompt_think_t rn_prompt_think_parse(const char *s)
+{
+    if (!s || !*s)
+        return (rn_prompt_think_t){RN_THINK_UNSET, NULL};
+    if (!strcmp(s, "true"))
+        return (rn_prompt_think_t){RN_THINK_TRUE, NULL};
+    if (!strcmp(s, "false"))
+        return (rn_prompt_think_t){RN_THINK_FALSE, NULL};
+    return (rn_prompt_think_t){RN_THINK_LEVEL, s};
+}
+
 static void think_values(const rn_prompt_think_t *t, bool *think, const char **level, bool *set)
 {
     *set = t->mode != RN_THINK_UNSET;

@@ -29,7 +29,8 @@
 
 #include <jansson.h>
 
-/* One chat message. Everything is borrowed for the duration of a call. */
+/* One chat message. Everything is borrowed for the duration of a call.
+ * tool_calls is the parsed JSON the bus carries as text (json_loads). */
 typedef struct rn_prompt_msg {
     const char *role;         /* "system", "user", "assistant", "tool" (lower case) */
     const char *content;      /* NULL = "" */
@@ -50,8 +51,15 @@ typedef enum rn_think_mode {
 
 typedef struct rn_prompt_think {
     rn_think_mode_t mode;
-    const char *level; /* RN_THINK_LEVEL only */
+    const char *level; /* RN_THINK_LEVEL only; borrowed */
 } rn_prompt_think_t;
+
+/* The bus carries `think` as a string: NULL/"" unset, "true", "false", or a
+ * level. The level string is borrowed by the result. */
+rn_prompt_think_t rn_prompt_think_parse(const char *s);
+
+/* The template of models imported without one (Ollama's default). */
+#define RN_PROMPT_DEFAULT_TEMPLATE "{{ .Prompt }}"
 
 /* Counts the tokens of text (the runner's tokenizer, with whatever BOS
  * handling it applies to prompts). Returns a status; fills *n_tokens. */

@@ -865,6 +865,13 @@ static void test_think_values(void)
         CHECK_TEXT(out, cases[i].want);
         free(out);
     }
+    /* The bus's string form. */
+    CHECK(rn_prompt_think_parse(NULL).mode == RN_THINK_UNSET);
+    CHECK(rn_prompt_think_parse("").mode == RN_THINK_UNSET);
+    CHECK(rn_prompt_think_parse("true").mode == RN_THINK_TRUE);
+    CHECK(rn_prompt_think_parse("false").mode == RN_THINK_FALSE);
+    rn_prompt_think_t hi = rn_prompt_think_parse("high");
+    CHECK(hi.mode == RN_THINK_LEVEL && !strcmp(hi.level, "high"));
 }
 
 /* ---- legacy templates and the cut after .Response ---- */
@@ -929,7 +936,7 @@ static void test_legacy_cut(void)
     CHECK_TEXT(out, ":pr");
     free(out);
     /* The default template. */
-    out = render_msgs("{{ .Prompt }}", C_BASIC, CR_ARRAY_LEN(C_BASIC), NULL, no, NULL, &st, &err);
+    out = render_msgs(RN_PROMPT_DEFAULT_TEMPLATE, C_BASIC, CR_ARRAY_LEN(C_BASIC), NULL, no, NULL, &st, &err);
     CHECK_TEXT(out, "Hello, how are you?I'm doing great. How can I help you today?"
                     "I'd like to show off how chat templating works!");
     free(out);
