@@ -109,6 +109,7 @@ bool reg_transfers_busy(reg_transfers_t *t, const char *hex)
 typedef struct part {
     int n;
     int64_t offset, size, completed;
+    atomic_llong avail;    /* completed, for the hashing thread */
     int attempts;
     int64_t retry_at_ms, last_byte_ms, saved_ms;
     bool active, done;
@@ -279,6 +280,7 @@ static size_t on_data(char *data, size_t sz, size_t nm, void *ud)
         }
         off += (size_t)w;
         p->completed += w;
+        atomic_store(&p->avail, (long long)p->completed);
         atomic_fetch_add(p->f->completed, (long long)w);
     }
     p->last_byte_ms = now_ms();
@@ -513,43 +515,124 @@ static cr_status_t resolve_url(fetch_t *f, reg_oci_t *c, const reg_dl_opts_t *o,
     }
 }
 
-static cr_status_t hash_file(int fd, char hex[REG_HEX_LEN + 1], cr_err_t *err)
+/* SHA-256 of the partial file, computed by a thread that follows the
+ * contiguous prefix of bytes in place while the parts still download, so
+ * verification mostly overlaps the transfer. */
+typedef struct hasher {
+    const fetch_t *f;
+    EVP_MD_CTX *md;
+    unsigned char *buf;
+    int64_t hashed;      /* bytes fed to md; owned by whoever runs */
+    atomic_bool stop;    /* the download is over */
+    int read_errno;
+    pthread_t th;
+    bool running;
+} hasher_t;
+
+#define HASH_CHUNK (1 << 20)
+
+static int64_t frontier(const fetch_t *f)
 {
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    unsigned char *buf = malloc(1 << 20);
-    cr_status_t st = CR_OK;
-    if (!md || !buf || !EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
-        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
-        goto out;
+    for (size_t i = 0; i < f->n_parts; i++) {
+        const part_t *p = &f->parts[i];
+        int64_t a = atomic_load(&p->avail);
+        if (a < p->size)
+            return p->offset + a;
     }
-    off_t off = 0;
-    for (;;) {
-        ssize_t r = pread(fd, buf, 1 << 20, off);
+    return f->total;
+}
+
+static bool hash_upto(hasher_t *h, int64_t upto)
+{
+    while (h->hashed < upto) {
+        int64_t want = upto - h->hashed;
+        if (want > HASH_CHUNK)
+            want = HASH_CHUNK;
+        ssize_t r = pread(h->f->fd, h->buf, (size_t)want, h->hashed);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r < 0) {
-            st = cr_err_set(err, CR_E_IO, "reading the download: %s",
-                            strerror(errno));
-            goto out;
+        if (r <= 0) {
+            h->read_errno = r < 0 ? errno : EIO;
+            return false;
         }
-        if (r == 0)
-            break;
-        EVP_DigestUpdate(md, buf, (size_t)r);
-        off += r;
+        EVP_DigestUpdate(h->md, h->buf, (size_t)r);
+        h->hashed += r;
     }
+    return true;
+}
+
+static void *hasher_main(void *arg)
+{
+    hasher_t *h = arg;
+    for (;;) {
+        bool stop = atomic_load(&h->stop);
+        int64_t fr = frontier(h->f);
+        if (h->hashed < fr) {
+            int64_t from = h->hashed;
+            int64_t upto = fr - from > 8 * HASH_CHUNK ? from + 8 * HASH_CHUNK : fr;
+            if (!hash_upto(h, upto))
+                return NULL;
+            /* Start writing back what is verified-so-far, so the final
+             * fsync has little left to do. */
+            (void)sync_file_range(h->f->fd, from, upto - from,
+                                  SYNC_FILE_RANGE_WRITE);
+            continue;
+        }
+        if (stop)
+            return NULL;
+        struct timespec ts = {0, 2 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static cr_status_t hasher_start(hasher_t *h, const fetch_t *f, cr_err_t *err)
+{
+    memset(h, 0, sizeof *h);
+    h->f = f;
+    h->md = EVP_MD_CTX_new();
+    h->buf = malloc(HASH_CHUNK);
+    atomic_init(&h->stop, false);
+    if (!h->md || !h->buf || !EVP_DigestInit_ex(h->md, EVP_sha256(), NULL))
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    h->running = pthread_create(&h->th, NULL, hasher_main, h) == 0;
+    return CR_OK; /* without a thread, finish hashes everything */
+}
+
+static void hasher_join(hasher_t *h)
+{
+    atomic_store(&h->stop, true);
+    if (h->running)
+        pthread_join(h->th, NULL);
+    h->running = false;
+}
+
+/* Stops the thread, hashes what is left, writes the hex digest. */
+static cr_status_t hasher_finish(hasher_t *h, char hex[REG_HEX_LEN + 1],
+                                 cr_err_t *err)
+{
+    hasher_join(h);
+    if (h->read_errno || !hash_upto(h, h->f->total))
+        return cr_err_set(err, CR_E_IO, "reading the download: %s",
+                          strerror(h->read_errno ? h->read_errno : EIO));
     unsigned char d[32];
     unsigned int dl = 0;
-    EVP_DigestFinal_ex(md, d, &dl);
+    EVP_DigestFinal_ex(h->md, d, &dl);
     static const char digits[] = "0123456789abcdef";
     for (int i = 0; i < 32; i++) {
         hex[2 * i] = digits[d[i] >> 4];
         hex[2 * i + 1] = digits[d[i] & 15];
     }
     hex[REG_HEX_LEN] = '\0';
-out:
-    free(buf);
-    EVP_MD_CTX_free(md);
-    return st;
+    return CR_OK;
+}
+
+static void hasher_free(hasher_t *h)
+{
+    hasher_join(h);
+    free(h->buf);
+    EVP_MD_CTX_free(h->md);
+    h->buf = NULL;
+    h->md = NULL;
 }
 
 static void fsync_parent(const char *path)
@@ -575,6 +658,8 @@ static cr_status_t fetch_blob(reg_store_t *s, reg_oci_t *c, const char *hex,
 {
     fetch_t f;
     memset(&f, 0, sizeof f);
+    hasher_t hash;
+    memset(&hash, 0, sizeof hash);
     f.store = s;
     f.hex = hex;
     f.total = size;
@@ -610,8 +695,11 @@ static cr_status_t fetch_blob(reg_store_t *s, reg_oci_t *c, const char *hex,
     int64_t have = 0;
     for (size_t i = 0; i < f.n_parts; i++) {
         f.parts[i].f = &f;
+        atomic_store(&f.parts[i].avail, (long long)f.parts[i].completed);
         have += f.parts[i].completed;
     }
+    if ((st = hasher_start(&hash, &f, err)))
+        goto out;
     atomic_store(&e->completed, (long long)have);
     if (have)
         cr_log_info("sha256:%.12s: resuming at %lld of %lld bytes", hex,
@@ -626,16 +714,16 @@ static cr_status_t fetch_blob(reg_store_t *s, reg_oci_t *c, const char *hex,
         fn(ctx, size, size);
     }
     t_dl = now_ms();
+    char got[REG_HEX_LEN + 1];
+    if ((st = hasher_finish(&hash, got, err)))
+        goto out;
+    t_sync = now_ms();
     if (fsync(f.fd) != 0) {
         st = cr_err_set(err, CR_E_IO, "%s: %s", f.partial, strerror(errno));
         goto out;
     }
-    t_sync = now_ms();
-    char got[REG_HEX_LEN + 1];
-    if ((st = hash_file(f.fd, got, err)))
-        goto out;
     cr_log_info("sha256:%.12s: %lld bytes (%lld new) in %lld ms: download %lld, "
-                "sync %lld, verify %lld",
+                "verify (rest) %lld, sync %lld",
                 hex, (long long)size, (long long)(size - have),
                 (long long)(now_ms() - t0), (long long)(t_dl - t0),
                 (long long)(t_sync - t_dl), (long long)(now_ms() - t_sync));
@@ -658,6 +746,7 @@ static cr_status_t fetch_blob(reg_store_t *s, reg_oci_t *c, const char *hex,
     fsync_parent(final);
     remove_states(&f, f.n_parts);
 out:
+    hasher_free(&hash); /* before the fd and parts it reads */
     if (f.fd >= 0)
         close(f.fd);
     free(f.parts);

@@ -10,6 +10,11 @@
 #include "services/registry/params.h"
 #include "services/registry/show.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
 /* Go's %q of text, for error messages naming what the client sent. */
 static void go_q(const char *text, char *buf, size_t cap)
 {
@@ -102,8 +107,41 @@ size_t reg_prune_unreferenced(reg_store_t *s, const reg_manifest_t *old)
     return removed;
 }
 
+/* Removes download state (`sha256-<hex>-partial`, `…-partial-<N>`) not
+ * touched for grace_s seconds: a pull younger than that may resume. */
+static size_t prune_partials(reg_store_t *s, int64_t grace_s)
+{
+    char dir[REG_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/blobs", reg_store_root(s));
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    size_t removed = 0;
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *n = e->d_name;
+        if (strncmp(n, "sha256-", 7) != 0 || strlen(n) < 7 + REG_HEX_LEN + 8 ||
+            strncmp(n + 7 + REG_HEX_LEN, "-partial", 8) != 0)
+            continue;
+        char path[REG_PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", dir, n);
+        struct stat sb;
+        if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+            (int64_t)(now - sb.st_mtime) < grace_s)
+            continue;
+        if (unlink(path) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
+}
+
 size_t reg_prune_store(reg_store_t *s, int64_t grace_s)
 {
+    size_t partials = prune_partials(s, grace_s);
+    if (partials)
+        cr_log_info("pruned %zu stale partial download files", partials);
     reg_manifest_t *all = NULL;
     size_t n = 0;
     if (!load_all(s, &all, &n))

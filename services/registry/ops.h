@@ -59,7 +59,10 @@ size_t reg_prune_unreferenced(reg_store_t *s, const reg_manifest_t *old);
 
 /* Startup pruning (§6.4): if every manifest parses, deletes each blob that
  * no manifest references and whose mtime is at least grace_s seconds old
- * (Ollama skips files touched within the last hour). Returns how many. */
+ * (Ollama skips files touched within the last hour). Partial download
+ * files (`-partial`, `-partial-<N>`) that old go too, whatever the
+ * manifests say; younger ones stay so their pulls can resume. Returns how
+ * many blobs were removed. */
 size_t reg_prune_store(reg_store_t *s, int64_t grace_s);
 
 #endif

@@ -14,6 +14,7 @@
 #include "services/registry/download.h"
 #include "services/registry/manifest.h"
 #include "services/registry/oci_client.h"
+#include "services/registry/ops.h"
 #include "services/registry/pull.h"
 #include "services/registry/server.h"
 #include "services/registry/store.h"
@@ -21,6 +22,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -766,6 +768,29 @@ static void test_prune_after_replace(void)
     fake_stop(&f);
 }
 
+static void test_startup_prune_partials(void)
+{
+    reg_store_t *s = fresh_store();
+    const char *hex = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const char *names[] = {"-partial", "-partial-0", "-partial-1"};
+    char path[600];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/blobs/sha256-%s%s", tmp_g, hex, names[i]);
+        FILE *fp = fopen(path, "w");
+        fputs("{}", fp);
+        fclose(fp);
+        if (i < 2) { /* two of them two hours old */
+            struct timespec ts[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+            utimensat(AT_FDCWD, path, ts, 0);
+        }
+    }
+    reg_prune_store(s, 3600);
+    CHECK_EQ_INT(count_files("-partial"), 1); /* the young one stays */
+    reg_prune_store(s, 0);
+    CHECK_EQ_INT(count_files("-partial"), 0);
+    reg_store_destroy(&s);
+}
+
 static void test_hostile_names(void)
 {
     reg_store_t *s = fresh_store();
@@ -904,6 +929,7 @@ int main(void)
     snprintf(tmp_g, sizeof tmp_g, "/tmp/corral-test-pull-%d", (int)getpid());
     test_helpers();
     test_hostile_names();
+    test_startup_prune_partials();
     test_pull_ok();
     test_manifest_404();
     test_bad_manifest();
