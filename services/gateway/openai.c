@@ -430,8 +430,8 @@ static cr_status_t get_reasoning(const json_t *o, json_t *n, cr_err_t *err)
 }
 
 /* tools, minus what tool_choice rules out: "none" drops them, a named
- * function keeps only that one; "auto" and "required" keep them all (the
- * model is not forced to call one: see docs/api.md). */
+ * function keeps only that one; "auto" and "required" keep them all
+ * (force_tools then makes a call the only possible answer). */
 static cr_status_t get_tools(const json_t *o, json_t *n, cr_err_t *err)
 {
     json_t *tools = member(o, "tools");
@@ -465,6 +465,60 @@ static cr_status_t get_tools(const json_t *o, json_t *n, cr_err_t *err)
     return put(n, "tools", keep, err);
 }
 
+/* tool_choice "required" or a named function: the answer must be a call.
+ * Generation is constrained to {"name": <one of the tools>, "arguments":
+ * <that tool's parameters>} through `format` (a JSON Schema), and the
+ * renderers turn that text back into a tool call. */
+static cr_status_t force_tools(const json_t *o, json_t *n,
+                               gw_oai_info_t *info, cr_err_t *err)
+{
+    json_t *choice = member(o, "tool_choice");
+    bool required =
+        json_is_string(choice) && !strcmp(json_string_value(choice), "required");
+    bool named = json_is_object(choice) &&
+                 json_is_string(member(member(choice, "function"), "name"));
+    json_t *tools = json_object_get(n, "tools");
+    if ((!required && !named) || json_array_size(tools) == 0)
+        return CR_OK;
+    if (json_object_get(n, "format"))
+        return cr_err_set(err, CR_E_INVALID,
+                          "response_format cannot be combined with "
+                          "tool_choice \"required\" or a named function");
+    json_t *alts = json_array();
+    if (!alts)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *fn = member(t, "function");
+        const char *name = json_string_value(member(fn, "name"));
+        if (!name)
+            continue;
+        json_t *params = member(fn, "parameters");
+        json_t *args = json_is_object(params) ? json_deep_copy(params)
+                                              : json_pack("{s:s}", "type",
+                                                          "object");
+        json_t *alt = json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s]}", "type",
+                                "object", "properties", "name", "const", name,
+                                "arguments", args, "required", "name",
+                                "arguments");
+        if (!alt || json_array_append_new(alts, alt)) {
+            json_decref(alts);
+            return cr_err_set(err, CR_E_NOMEM, "out of memory");
+        }
+    }
+    if (json_array_size(alts) == 0) {
+        json_decref(alts);
+        return CR_OK;
+    }
+    json_t *schema = json_array_size(alts) == 1
+                         ? json_incref(json_array_get(alts, 0))
+                         : json_pack("{s:O}", "anyOf", alts);
+    json_decref(alts);
+    info->forced_call = true;
+    return put(n, "format", schema, err);
+}
+
 static cr_status_t translate_chat(const json_t *o, json_t *n,
                                   gw_oai_info_t *info, cr_err_t *err)
 {
@@ -473,6 +527,7 @@ static cr_status_t translate_chat(const json_t *o, json_t *n,
     if ((st = copy_common(o, n, err)) || (st = get_stream(o, info, err)) ||
         (st = get_messages(o, n, err)) || (st = get_format(o, n, err)) ||
         (st = get_reasoning(o, n, err)) || (st = get_tools(o, n, err)) ||
+        (st = force_tools(o, n, info, err)) ||
         (st = base_options(o, &opts, err)))
         return st;
     /* max_completion_tokens (newer SDKs) when max_tokens is absent */
@@ -721,6 +776,8 @@ static enum MHD_Result reply_error(gw_req_t *r, cr_status_t st,
 
 typedef struct oai {
     bool chat;
+    bool forced;     /* the answer is a forced tool call (force_tools) */
+    cr_buf_t held;   /* its text, withheld until the end */
     bool include_usage;
     bool role_sent;
     bool saw_tools;
@@ -735,6 +792,7 @@ static void oai_free(void *arg)
     oai_t *x = arg;
     if (!x)
         return;
+    cr_buf_free(&x->held);
     free(x->model);
     free(x);
 }
@@ -926,6 +984,24 @@ static cr_status_t usage_chunk(cr_buf_t *b, oai_t *x, const char *object,
     return sse_end(b, w.st);
 }
 
+/* The forced call's text {"name","arguments"} as a native tool-call array
+ * (caller frees), or NULL when it is not one (then it stays content). */
+static char *forced_call(const char *text)
+{
+    json_t *v = json_loads(text ? text : "", JSON_DECODE_ANY, NULL);
+    json_t *name = member(v, "name");
+    json_t *args = member(v, "arguments");
+    char *out = NULL;
+    if (json_is_object(v) && json_is_string(name) && json_is_object(args)) {
+        json_t *arr = json_pack("[{s:{s:i,s:O,s:O}}]", "function", "index", 0,
+                                "name", name, "arguments", args);
+        out = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
+        json_decref(arr);
+    }
+    json_decref(v);
+    return out;
+}
+
 static cr_status_t chat_stream(oai_t *x, cr_buf_t *b, const gw_answer_t *a)
 {
     cr_status_t st = CR_OK;
@@ -935,15 +1011,32 @@ static cr_status_t chat_stream(oai_t *x, cr_buf_t *b, const gw_answer_t *a)
     }
     if (!st && nonempty(a->thinking))
         st = chat_chunk(b, x, false, NULL, a->thinking, NULL, NULL, NULL);
-    if (!st && (nonempty(a->response) || a->logprobs))
-        st = chat_chunk(b, x, false, a->response ? a->response : "", NULL,
-                        NULL, a->logprobs, NULL);
+    const char *response = a->response;
+    if (x->forced && !st && nonempty(response)) {
+        st = cr_buf_puts(&x->held, response);
+        response = NULL;
+    }
+    if (!st && (nonempty(response) || a->logprobs))
+        st = chat_chunk(b, x, false, response ? response : "", NULL, NULL,
+                        a->logprobs, NULL);
     if (!st && a->tool_calls) {
         x->saw_tools = true;
         st = chat_chunk(b, x, false, NULL, NULL, a->tool_calls, NULL, NULL);
     }
     if (st || !a->done)
         return st;
+    if (x->forced && x->held.len) {
+        char *calls = x->saw_tools ? NULL : forced_call(x->held.data);
+        if (calls) {
+            x->saw_tools = true;
+            st = chat_chunk(b, x, false, NULL, NULL, calls, NULL, NULL);
+            free(calls);
+        } else {
+            st = chat_chunk(b, x, false, x->held.data, NULL, NULL, NULL, NULL);
+        }
+        if (st)
+            return st;
+    }
     st = chat_chunk(b, x, false, NULL, NULL, NULL, NULL,
                     finish_reason(x, a->done));
     if (!st && x->include_usage)
@@ -953,6 +1046,15 @@ static cr_status_t chat_stream(oai_t *x, cr_buf_t *b, const gw_answer_t *a)
 
 static cr_status_t chat_whole(oai_t *x, cr_buf_t *b, const gw_answer_t *a)
 {
+    char *forced = x->forced && !a->tool_calls ? forced_call(a->response)
+                                               : NULL;
+    gw_answer_t conv;
+    if (forced) {
+        conv = *a;
+        conv.response = "";
+        conv.tool_calls = forced;
+        a = &conv;
+    }
     if (a->tool_calls)
         x->saw_tools = true;
     gw_jw_t w;
@@ -987,6 +1089,7 @@ static cr_status_t chat_whole(oai_t *x, cr_buf_t *b, const gw_answer_t *a)
     gw_jw_end_arr(&w);
     usage(&w, a->done);
     gw_jw_end_obj(&w);
+    free(forced);
     return w.st;
 }
 
@@ -1141,6 +1244,8 @@ static enum MHD_Result generate_like(gw_req_t *r, bool chat)
         return reply_error(r, CR_E_NOMEM, "out of memory");
     }
     x->chat = chat;
+    x->forced = info.forced_call;
+    cr_buf_init(&x->held, REPLY_CAP);
     x->include_usage = info.stream && info.include_usage;
     x->created = (int64_t)time(NULL);
     make_id(x->id, sizeof x->id, chat ? "chatcmpl-" : "cmpl-", r);

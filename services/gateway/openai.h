@@ -32,6 +32,8 @@ typedef struct gw_oai_info {
     bool stream;        /* "stream" (default false) */
     bool include_usage; /* stream_options.include_usage */
     bool base64;        /* embeddings: encoding_format "base64" */
+    bool forced_call;   /* chat: tool_choice forces a call (the native
+                           format is the call's schema) */
 } gw_oai_info_t;
 
 /* Translates an OpenAI request body (len bytes) into the native JSON body

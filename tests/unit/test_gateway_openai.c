@@ -271,6 +271,14 @@ static void scheduler_fn(fake_t *f, zframe_t *who, const msg_t *m)
                    "model \"missing\" not found, try pulling it first");
     } else if (!strcmp(model, "busy")) {
         send_error(f, who, id, CR_E_BUSY, "server busy");
+    } else if (!strcmp(model, "forced")) {
+        /* what a format-constrained model writes for a forced call */
+        send_chunk(f, who, id, "", "let me see", NULL, NULL);
+        send_chunk(f, who, id, "{\"name\":\"get_weather\",", NULL, NULL,
+                   NULL);
+        send_chunk(f, who, id, "\"arguments\":{\"city\":\"Paris\"}}", NULL,
+                   NULL, NULL);
+        send_done(f, who, id, "stop");
     } else if (!strcmp(model, "slow")) {
         /* streams until the gateway cancels (the client went away) */
         for (int i = 0; i < 200; i++) {
@@ -609,6 +617,60 @@ static void test_translate_chat(void)
         "\"content\":\"x\"}]}",
         "tool_choice names function 'h', which is not in tools");
 
+    /* required / named: generation constrained to a call's schema */
+    n = translate(
+        GW_OAI_CHAT,
+        "{\"model\":\"m\",\"tool_choice\":\"required\",\"tools\":["
+        "{\"type\":\"function\",\"function\":{\"name\":\"f\","
+        "\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":"
+        "{\"type\":\"string\"}},\"required\":[\"a\"]}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+        &info, &err);
+    CHECK_MSG(n != NULL, "%s", err.msg);
+    CHECK(info.forced_call);
+    CHECK_EQ_INT(json_array_size(jget(n, "format.anyOf")), 2);
+    CHECK_EQ_STR(jpstr(n, "format.anyOf.0.properties.name.const"), "f");
+    CHECK_EQ_STR(jpstr(n, "format.anyOf.0.properties.arguments.required.0"),
+                 "a");
+    CHECK_EQ_STR(jpstr(n, "format.anyOf.0.required.1"), "arguments");
+    CHECK_EQ_STR(jpstr(n, "format.anyOf.1.properties.name.const"), "g");
+    CHECK_EQ_STR(jpstr(n, "format.anyOf.1.properties.arguments.type"),
+                 "object");
+    CHECK_EQ_INT(json_array_size(jget(n, "tools")), 2);
+    json_decref(n);
+    n = translate(GW_OAI_CHAT,
+                  "{\"model\":\"m\",\"tool_choice\":{\"type\":"
+                  "\"function\",\"function\":{\"name\":\"g\"}},"
+                  "\"tools\":[{\"type\":\"function\",\"function\":{"
+                  "\"name\":\"f\"}},{\"type\":\"function\",\"function\":"
+                  "{\"name\":\"g\"}}],\"messages\":[{\"role\":\"user\","
+                  "\"content\":\"x\"}]}",
+                  &info, &err);
+    CHECK(n && info.forced_call);
+    CHECK_EQ_STR(jpstr(n, "format.properties.name.const"), "g");
+    json_decref(n);
+    n = translate(GW_OAI_CHAT,
+                  "{\"model\":\"m\",\"tool_choice\":\"required\","
+                  "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                  &info, &err);
+    CHECK(n && !info.forced_call && !jget(n, "format"));
+    json_decref(n);
+    n = translate(GW_OAI_CHAT,
+                  "{\"model\":\"m\",\"tool_choice\":\"auto\",\"tools\":["
+                  "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+                  "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                  &info, &err);
+    CHECK(n && !info.forced_call && !jget(n, "format"));
+    json_decref(n);
+    expect_translate_error(
+        GW_OAI_CHAT,
+        "{\"model\":\"m\",\"tool_choice\":\"required\",\"tools\":["
+        "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+        "\"response_format\":{\"type\":\"json_object\"},"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+        "response_format cannot be combined with tool_choice");
+
     /* json_schema, stop arrays, effort mapping, text format */
     n = translate(GW_OAI_CHAT,
                   "{\"model\":\"m\",\"stop\":[\"a\",\"b\"],"
@@ -931,6 +993,59 @@ static void test_chat_http(void)
                      "{\"city\":\"Paris\",\"days\":2}");
         CHECK_EQ_STR(jpstr(ev[2], "choices.0.finish_reason"), "tool_calls");
     }
+    free_events(ev, n);
+    resp_free(&r);
+
+    /* a forced call: the constrained JSON text becomes a tool call */
+    static const char forced_tools[] =
+        ",\"tool_choice\":\"required\",\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"get_weather\"}}]";
+    http(&r, "POST", "/v1/chat/completions",
+         chat_body("forced", forced_tools));
+    j = json_loads(r.body.data, 0, NULL);
+    CHECK_EQ_STR(jpstr(j, "choices.0.finish_reason"), "tool_calls");
+    CHECK_EQ_STR(jpstr(j, "choices.0.message.content"), "");
+    CHECK_EQ_STR(jpstr(j, "choices.0.message.reasoning"), "let me see");
+    CHECK_EQ_STR(jpstr(j, "choices.0.message.tool_calls.0.function.name"),
+                 "get_weather");
+    CHECK_EQ_STR(
+        jpstr(j, "choices.0.message.tool_calls.0.function.arguments"),
+        "{\"city\":\"Paris\"}");
+    json_decref(j);
+    resp_free(&r);
+    fake_last(sched_g, &last);
+    CHECK(last.u.chat.format &&
+          strstr(last.u.chat.format, "\"const\":\"get_weather\"") != NULL);
+    msg_clear(&last);
+    char fbody[1024];
+    snprintf(fbody, sizeof fbody, "%s,\"stream\":true", forced_tools);
+    http(&r, "POST", "/v1/chat/completions", chat_body("forced", fbody));
+    n = sse(r.body.data, ev, 32, &done);
+    CHECK_EQ_INT(n, 5);
+    CHECK(done);
+    if (n == 5) {
+        CHECK_EQ_STR(jpstr(ev[0], "choices.0.delta.role"), "assistant");
+        CHECK_EQ_STR(jpstr(ev[1], "choices.0.delta.reasoning"), "let me see");
+        CHECK_EQ_STR(jpstr(ev[2], "choices.0.delta.tool_calls.0.function.name"),
+                     "get_weather");
+        CHECK(!jget(ev[2], "choices.0.delta.content"));
+        CHECK_EQ_STR(jpstr(ev[3], "choices.0.finish_reason"), "tool_calls");
+    }
+    free_events(ev, n);
+    resp_free(&r);
+    /* text that is not a call stays text */
+    http(&r, "POST", "/v1/chat/completions", chat_body("ok", forced_tools));
+    j = json_loads(r.body.data, 0, NULL);
+    CHECK_EQ_STR(jpstr(j, "choices.0.message.content"), "Hello");
+    CHECK_EQ_STR(jpstr(j, "choices.0.finish_reason"), "stop");
+    json_decref(j);
+    resp_free(&r);
+    snprintf(fbody, sizeof fbody, "%s,\"stream\":true", forced_tools);
+    http(&r, "POST", "/v1/chat/completions", chat_body("ok", fbody));
+    n = sse(r.body.data, ev, 32, &done);
+    CHECK_EQ_INT(n, 4);
+    if (n == 4)
+        CHECK_EQ_STR(jpstr(ev[1], "choices.0.delta.content"), "Hello");
     free_events(ev, n);
     resp_free(&r);
 
