@@ -16,6 +16,7 @@
 #include "services/registry/oci_client.h"
 #include "services/registry/ops.h"
 #include "services/registry/pull.h"
+#include "services/registry/push.h"
 #include "services/registry/server.h"
 #include "services/registry/store.h"
 #include "tests/unit/check.h"
@@ -64,6 +65,12 @@ typedef struct fake {
     atomic_int auth_seen;    /* requests that carried Authorization */
     atomic_llong blob_bytes; /* blob body bytes sent */
     char last_token_query[512];
+    /* push side */
+    unsigned char *upload;   /* bytes of the upload in progress */
+    size_t upload_len;
+    int uploads_opened, patches, mounts;
+    char manifest_ctype[128];
+    char last_mount_query[512];
 } fake_t;
 
 static bool send_all(int fd, const void *p, size_t n)
@@ -160,6 +167,10 @@ static void serve_blob(fake_t *f, int fd, const blob_t *b, const char *req,
     free(copy);
 }
 
+static void handle_req(fake_t *f, int fd, const char *req, const char *method,
+                       const char *path, const unsigned char *body,
+                       size_t body_len);
+
 static void handle(fake_t *f, int fd)
 {
     char req[8192];
@@ -177,6 +188,36 @@ static void handle(fake_t *f, int fd)
     char method[16], path[1024];
     if (sscanf(req, "%15s %1023s", method, path) != 2)
         return;
+    /* The body: what followed the headers, then the rest. */
+    unsigned char *body = NULL;
+    size_t body_len = 0;
+    char cl[64];
+    char *hend = strstr(req, "\r\n\r\n");
+    if (hend && header(req, "\r\nContent-Length:", cl, sizeof cl)) {
+        body_len = (size_t)atoll(cl);
+        if (body_len > (1u << 22))
+            body_len = 0;
+        body = malloc(body_len + 1);
+        size_t have = got - (size_t)(hend + 4 - req);
+        if (have > body_len)
+            have = body_len;
+        memcpy(body, hend + 4, have);
+        while (have < body_len) {
+            ssize_t r = recv(fd, body + have, body_len - have, 0);
+            if (r <= 0)
+                break;
+            have += (size_t)r;
+        }
+        body_len = have;
+    }
+    handle_req(f, fd, req, method, path, body, body_len);
+    free(body);
+}
+
+static void handle_req(fake_t *f, int fd, const char *req, const char *method,
+                       const char *path, const unsigned char *body,
+                       size_t body_len)
+{
     bool head = !strcmp(method, "HEAD");
     char auth[512];
     bool has_auth = header(req, "\r\nAuthorization:", auth, sizeof auth) != NULL;
@@ -212,7 +253,61 @@ static void handle(fake_t *f, int fd)
         respond(fd, 401, extra, "{\"errors\":[]}", 13, head);
         return;
     }
+    const char *up = "/v2/library/m/blobs/uploads/";
+    if (!strcmp(method, "POST") && !strncmp(path, up, strlen(up))) {
+        if (strstr(path, "mount=")) {
+            snprintf(f->last_mount_query, sizeof f->last_mount_query, "%.500s", path);
+            f->mounts++;
+            respond(fd, 201, NULL, NULL, 0, false);
+            return;
+        }
+        f->uploads_opened++;
+        free(f->upload);
+        f->upload = NULL;
+        f->upload_len = 0;
+        respond(fd, 202, "Location: /v2/library/m/blobs/uploads/u1?_state=0\r\n",
+                NULL, 0, false);
+        return;
+    }
+    if (!strcmp(method, "PATCH") && !strncmp(path, up, strlen(up))) {
+        f->patches++;
+        unsigned char *n = realloc(f->upload, f->upload_len + body_len + 1);
+        memcpy(n + f->upload_len, body, body_len);
+        f->upload = n;
+        f->upload_len += body_len;
+        char extra[128];
+        snprintf(extra, sizeof extra,
+                 "Location: http://127.0.0.1:%d/v2/library/m/blobs/uploads/u1?_state=%zu\r\n",
+                 f->port, f->upload_len);
+        respond(fd, 202, extra, NULL, 0, false);
+        return;
+    }
+    if (!strcmp(method, "PUT") && !strncmp(path, up, strlen(up))) {
+        const char *d = strstr(path, "digest=sha256:");
+        char hex[REG_HEX_LEN + 1];
+        reg_sha256_hex(f->upload ? f->upload : (const unsigned char *)"", f->upload_len, hex);
+        if (!d || strncmp(d + 14, hex, REG_HEX_LEN) != 0 || f->n_blobs >= MAX_BLOBS) {
+            respond(fd, 400, NULL, "{\"errors\":[{\"code\":\"DIGEST_INVALID\"}]}", 39, false);
+            return;
+        }
+        blob_t *b = &f->blobs[f->n_blobs++];
+        snprintf(b->hex, sizeof b->hex, "%s", hex);
+        b->data = f->upload ? f->upload : malloc(1);
+        b->len = f->upload_len;
+        f->upload = NULL;
+        f->upload_len = 0;
+        respond(fd, 201, NULL, NULL, 0, false);
+        return;
+    }
     const char *mp = "/v2/library/m/manifests/";
+    if (!strcmp(method, "PUT") && !strncmp(path, mp, strlen(mp))) {
+        header(req, "\r\nContent-Type:", f->manifest_ctype, sizeof f->manifest_ctype);
+        size_t n = body_len < sizeof f->manifest - 1 ? body_len : sizeof f->manifest - 1;
+        memcpy(f->manifest, body, n);
+        f->manifest[n] = '\0';
+        respond(fd, 201, NULL, NULL, 0, false);
+        return;
+    }
     if (!strncmp(path, mp, strlen(mp))) {
         if (!f->manifest[0] || strcmp(path + strlen(mp), "t") != 0) {
             const char *e = "{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\"}]}";
@@ -288,6 +383,7 @@ static void fake_stop(fake_t *f)
     close(f->lfd);
     for (int i = 0; i < f->n_blobs; i++)
         free(f->blobs[i].data);
+    free(f->upload);
     pthread_mutex_destroy(&f->mu);
 }
 
@@ -836,6 +932,109 @@ static void test_helpers(void)
     CHECK_EQ_STR(out, "http://other/b");
 }
 
+/* ---- push ---- */
+
+static void put_local_model(reg_store_t *s, const char *name, const char *from,
+                            char model_hex[REG_HEX_LEN + 1])
+{
+    size_t n = 10000;
+    unsigned char *w = malloc(n);
+    unsigned seed = 99;
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        w[i] = (unsigned char)(seed >> 16);
+    }
+    const char *cfg = "{\"model_format\":\"gguf\"}";
+    char cfg_hex[REG_HEX_LEN + 1];
+    CHECK_EQ_INT(reg_store_blob_put(s, w, n, model_hex, NULL, NULL), CR_OK);
+    CHECK_EQ_INT(reg_store_blob_put(s, cfg, strlen(cfg), cfg_hex, NULL, NULL), CR_OK);
+    free(w);
+    reg_manifest_t m;
+    reg_manifest_init(&m);
+    reg_manifest_set_config(&m, cfg_hex, (int64_t)strlen(cfg));
+    reg_manifest_add(&m, REG_MT_MODEL, model_hex, (int64_t)n, from, NULL);
+    cr_buf_t b;
+    cr_buf_init(&b, 1 << 20);
+    reg_manifest_encode(&m, &b);
+    cr_model_name_t nm;
+    CHECK_EQ_INT(cr_model_name_parse(name, &nm, NULL), CR_OK);
+    CHECK_EQ_INT(reg_store_manifest_write(s, &nm, b.data, b.len, NULL), CR_OK);
+    cr_buf_free(&b);
+    reg_manifest_free(&m);
+}
+
+static void test_push(void)
+{
+    fake_t f;
+    fake_start(&f);
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    char model_hex[REG_HEX_LEN + 1];
+    put_local_model(s, model_g, NULL, model_hex);
+    reg_dl_opts_t o;
+    small_parts(&o);
+    reg_xfer_env_t env = {NULL, &o, false};
+    events_t ev;
+    memset(&ev, 0, sizeof ev);
+    pthread_mutex_init(&ev.mu, NULL);
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(reg_push(s, &env, model_g, true, NULL, on_event, &ev, &err), CR_OK);
+    CHECK_EQ_STR(ev.status[0], "retrieving manifest");
+    char want[40];
+    snprintf(want, sizeof want, "pushing %.12s", model_hex);
+    CHECK(saw(&ev, want));
+    CHECK_EQ_STR(ev.status[ev.n - 2], "pushing manifest");
+    CHECK_EQ_STR(ev.status[ev.n - 1], "success");
+    CHECK_EQ_INT(f.uploads_opened, 2);
+    CHECK_EQ_INT(f.patches, 4); /* 10000 bytes in parts of 4000 + config */
+    CHECK_EQ_STR(f.manifest_ctype, REG_MT_MANIFEST);
+    bool found = false;
+    for (int i = 0; i < f.n_blobs; i++)
+        if (!strcmp(f.blobs[i].hex, model_hex) && f.blobs[i].len == 10000)
+            found = true;
+    CHECK(found);
+    /* the manifest went up byte for byte */
+    cr_model_name_t nm;
+    cr_model_name_parse(model_g, &nm, NULL);
+    char *data = NULL;
+    size_t len = 0;
+    reg_store_manifest_read(s, &nm, &data, &len, NULL, NULL);
+    CHECK_EQ_STR(f.manifest, data);
+    free(data);
+    /* Again: every blob is there already (HEAD), nothing uploads. */
+    int patches = f.patches;
+    CHECK_EQ_INT(reg_push(s, &env, model_g, true, NULL, NULL, NULL, &err), CR_OK);
+    CHECK_EQ_INT(f.patches, patches);
+
+    /* Bearer auth on every request, and a layer mounted from its parent. */
+    reg_store_destroy(&s);
+    s = fresh_store();
+    char parent[160];
+    snprintf(parent, sizeof parent, "127.0.0.1:%d/library/base:v1", f.port);
+    for (int i = 0; i < f.n_blobs; i++)
+        free(f.blobs[i].data);
+    f.n_blobs = 0;
+    put_local_model(s, model_g, parent, model_hex);
+    f.require_token = true;
+    CHECK_EQ_INT(reg_push(s, &env, model_g, true, NULL, NULL, NULL, &err), CR_OK);
+    CHECK_EQ_INT(f.mounts, 1);
+    CHECK(strstr(f.last_mount_query, "from=library/base") != NULL);
+    CHECK(atomic_load(&f.token_hits) >= 1);
+    /* A refused token: unauthorized. */
+    f.token_refuse = true;
+    CHECK_EQ_INT(reg_push(s, &env, model_g, true, NULL, NULL, NULL, &err),
+                 CR_E_UNAUTHORIZED);
+    CHECK_EQ_STR(err.msg, "unauthorized: access denied");
+    /* Unknown model, bad name, http without insecure. */
+    CHECK_EQ_INT(reg_push(s, &env, "nope:t", true, NULL, NULL, NULL, &err),
+                 CR_E_NOT_FOUND);
+    CHECK_EQ_STR(err.msg, "model \"nope:t\" not found");
+    CHECK_EQ_INT(reg_push(s, &env, "../x", true, NULL, NULL, NULL, &err), CR_E_INVALID);
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
 /* ---- the server runs pulls beside its loop ---- */
 
 typedef struct cap {
@@ -938,6 +1137,7 @@ int main(void)
     test_bearer_and_cdn_redirect();
     test_shared_download();
     test_prune_after_replace();
+    test_push();
     test_server_job();
     nftw(tmp_g, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return check_finish("test_registry_pull");
