@@ -722,62 +722,8 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
         if (rn->state != RS_STARTING)
             break;
         msg_t load;
-        msg_init(&load, MSG_load, rn->id);
-        msg_resolved_body_t *res = &rn->resolved.u.resolved;
-        msg_load_body_t *b = &load.u.load;
-        b->name = res->name;
-        b->has_name = true;
-        b->model_path = res->model_path;
-        b->has_model_path = true;
-        b->template = res->template;
-        b->has_template = res->has_template;
-        b->system = res->system;
-        b->has_system = res->has_system;
-        b->messages.v = res->messages.v;
-        b->messages.n = res->messages.n;
-        b->has_messages = res->has_messages;
-        msg_options_t opts = {0};
-        sch_options_overlay(&opts, res->params);
-        sch_options_overlay(&opts, &rn->load_opts);
-        if (!opts.has_num_ctx) {
-            opts.num_ctx = sch_options_default_ctx(sch_vram_total(s));
-            opts.has_num_ctx = true;
-        }
-        opts.stop = (msg_strs_t){0};
-        opts.has_stop = false;
-        b->options = &opts;
-        b->has_options = true;
-        b->num_parallel = rn->n_slots;
-        b->has_num_parallel = true;
-        msg_device_split_t devs[SCH_MAX_GPUS];
-        char uuids[SCH_MAX_GPUS][SCH_GPU_NAME_MAX];
-        if (rn->has_plan) {
-            b->gpu_layers = rn->plan.gpu_layers;
-            b->has_gpu_layers = true;
-            for (size_t j = 0; j < rn->plan.n_devs; j++) {
-                const sch_plan_dev_t *d = &rn->plan.devs[j];
-                memset(&devs[j], 0, sizeof devs[j]);
-                devs[j].index = d->index;
-                devs[j].has_index = true;
-                snprintf(uuids[j], sizeof uuids[j], "%s",
-                         s->inv.gpus[d->slot].uuid);
-                devs[j].uuid = uuids[j];
-                devs[j].has_uuid = uuids[j][0] != '\0';
-                devs[j].first_layer = d->first_layer;
-                devs[j].has_first_layer = true;
-                devs[j].layers = d->n_layers;
-                devs[j].has_layers = true;
-                devs[j].bytes = d->bytes;
-                devs[j].has_bytes = true;
-            }
-            b->devices.v = devs;
-            b->devices.n = rn->plan.n_devs;
-            b->has_devices = rn->plan.n_devs > 0;
-        }
-        if (s->cfg.kv_cache_type[0]) {
-            b->kv_cache_type = s->cfg.kv_cache_type;
-            b->has_kv_cache_type = true;
-        }
+        sch_load_scratch_t scratch;
+        sch_load_build(s, rn, &load, &scratch);
         send_runner(s, rn, &load);
         runner_set_state(s, rn, RS_LOADING);
         break;

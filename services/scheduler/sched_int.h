@@ -125,6 +125,22 @@ int64_t sch_now_ms(const sch_server_t *s);
 runner_t *sch_runner_adopt(sch_server_t *s, const char *id,
                            const msg_hello_body_t *hello);
 
+/* ---- load.c ---- */
+
+/* Storage a load message borrows (lives as long as the message). */
+typedef struct sch_load_scratch {
+    msg_options_t opts;
+    msg_device_split_t devs[SCH_MAX_GPUS];
+} sch_load_scratch_t;
+
+/* Fills *load (initialised here) for runner rn: name, path, template,
+ * system, messages from its resolved model; its load options over the
+ * model's params with the default num_ctx; num_parallel; the plan
+ * (gpu_layers, devices) and kv_cache_type. Strings are borrowed from rn,
+ * s and scratch: send it before any of them changes; do not msg_clear. */
+void sch_load_build(const sch_server_t *s, const runner_t *rn, msg_t *load,
+                    sch_load_scratch_t *scratch);
+
 /* ---- ledger.c ---- */
 
 /* What is left on GPU slot `slot` of the inventory (or of system memory,
