@@ -7,7 +7,7 @@
  * 7a, ...) run only for architectures whose hparams/weights ask for them
  * (qwen2 biases, qwen3/gemma3 q/k norms, gemma scaling, post-norms, GELU,
  * soft-caps and sliding windows, NEOX rope). Those use the backend's
- * optional ops (be_ops_ext); llama never touches them. Every buffer is
+ * optional ops (be_ext_ops); llama never touches them. Every buffer is
  * backend memory: this file only passes pointers to backend ops and never
  * touches the numbers, except the final logits it downloads (where gemma2's
  * final soft-cap is applied).
@@ -127,7 +127,7 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
     c->be = rn_model_backend(m);
     c->hp = rn_model_hparams(m);
     c->w = rn_model_weights(m);
-    c->ext = c->hp->arch_id == RN_ARCH_LLAMA ? NULL : be_ops_ext(c->be);
+    c->ext = c->hp->arch_id == RN_ARCH_LLAMA ? NULL : be_ext_ops(c->be);
     if (c->hp->arch_id != RN_ARCH_LLAMA && !c->ext) {
         cr_status_t st = cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs "
                                     "ops the %s backend does not have", c->hp->arch,

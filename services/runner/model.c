@@ -220,7 +220,7 @@ static cr_status_t read_hparams(rn_model_t *m, cr_err_t *err)
                           arch);
     snprintf(hp->arch, sizeof hp->arch, "%s", arch);
     hp->arch_id = arch_names[ai].id;
-    if (hp->arch_id != RN_ARCH_LLAMA && !be_ops_ext(m->be))
+    if (hp->arch_id != RN_ARCH_LLAMA && !be_ext_ops(m->be))
         return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the %s "
                           "backend does not have", arch, m->be->ops->name);
 

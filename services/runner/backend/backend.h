@@ -124,7 +124,7 @@ typedef struct be_ops {
  *
  * Ops that only the non-llama architectures need (qwen2/qwen3, gemma2/3,
  * phi3). They live in a second table so a backend can gain them without
- * touching be_ops_t; be_ops_ext() returns NULL for a backend that has none,
+ * touching be_ops_t; be_ext_ops() returns NULL for a backend that has none,
  * and the model loader then refuses those architectures on it. Same
  * conventions as be_ops_t: backend buffers, float32, shapes in elements. */
 typedef struct be_ops_ext {
@@ -159,7 +159,7 @@ typedef struct be_ops_ext {
 
 /* The optional ops of be, or NULL if its backend has none. Borrowed,
  * static. */
-const be_ops_ext_t *be_ops_ext(const be_backend_t *be);
+const be_ops_ext_t *be_ext_ops(const be_backend_t *be);
 
 /* Floats of scratch attention_ext needs for caches of ctx positions. */
 static inline size_t be_attention_ext_scratch(int ctx, int head_dim)

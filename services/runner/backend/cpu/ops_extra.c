@@ -148,7 +148,7 @@ static const be_ops_ext_t cpu_ext_ops = {
     .attention_ext = ext_attention,
 };
 
-const be_ops_ext_t *be_ops_ext(const be_backend_t *be)
+const be_ops_ext_t *be_ext_ops(const be_backend_t *be)
 {
     /* Only the CPU backend's buffers are host memory these kernels can
      * read; any other backend has no optional ops yet. */
