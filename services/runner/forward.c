@@ -224,6 +224,33 @@ static void rope_layer(rn_ctx_t *c, const rn_layer_t *L, float *x, int n, int he
                       c->rope_ff, hp->rope_attn_factor);
 }
 
+/* Step 6 on a sliding-window layer without soft-cap, through the threaded
+ * attention op: queries whose window starts at key 0 go in one call; each
+ * later query t sees only keys qpos-W+1..qpos, so it is one call over the
+ * cache rows from qpos-W+1 (pointer offset), as if at position W-1. Same
+ * kernels and summation order as one masked call: bitwise equal. */
+static void attention_window(rn_ctx_t *c, const uint16_t *kc, const uint16_t *vc,
+                             const be_attn_t *attn, int W)
+{
+    const be_ops_t *op = c->be->ops;
+    size_t KV = (size_t)c->hp->kv_dim, Q = (size_t)c->hp->q_dim;
+    int p = attn->pos0, n = attn->n_tok;
+    int n_full = CR_MAX(0, CR_MIN(n, W - p)); /* queries with qpos < W */
+    if (n_full > 0) {
+        be_attn_t a = *attn;
+        a.n_tok = n_full;
+        op->attention(c->be, c->att, c->q, kc, vc, &a);
+    }
+    for (int t = n_full; t < n; t++) {
+        int first = p + t - W + 1;
+        be_attn_t a = *attn;
+        a.n_tok = 1;
+        a.pos0 = W - 1;
+        op->attention(c->be, c->att + (size_t)t * Q, c->q + (size_t)t * Q,
+                      kc + (size_t)first * KV, vc + (size_t)first * KV, &a);
+    }
+}
+
 /* Runs tokens tok[0..n) at positions p..p+n-1 through every layer, leaving
  * the final residual stream in c->x. The cache must hold 0..p-1. */
 static void forward_chunk(rn_ctx_t *c, const int32_t *tok, int n, int p)
@@ -297,9 +324,11 @@ static void forward_chunk(rn_ctx_t *c, const int32_t *tok, int n, int p)
          * 6a. gemma: scores soft-capped (gemma2), and on sliding layers
          *    only rows p+t-W+1..p+t (W = n_swa) once the window binds */
         int window = L->swa && p + n > hp->n_swa ? hp->n_swa : 0;
-        if (hp->attn_softcap > 0 || window > 0)
+        if (hp->attn_softcap > 0)
             ext->attention_ext(be, c->att, c->q, kc, vc, &attn, hp->attn_softcap, window,
                                c->scratch);
+        else if (window > 0)
+            attention_window(c, kc, vc, &attn, window);
         else
             op->attention(be, c->att, c->q, kc, vc, &attn);
 

@@ -24,6 +24,7 @@
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
 #include "services/runner/backend/backend.h"
+#include "services/runner/backend/cpu/quant.h"
 #include "services/runner/forward.h"
 #include "services/runner/model.h"
 #include "services/runner/synth.h"
@@ -1025,6 +1026,113 @@ static void test_hparams(void)
     }
 }
 
+/* ---- the optional ops against plain references ------------------------ */
+
+static float frand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void test_ext_ops(void)
+{
+    const be_ops_ext_t *ext = be_ext_ops(be_g);
+    CHECK(ext != NULL);
+    if (!ext)
+        return;
+    uint64_t seed = 42;
+    enum { T = 7, H = 4, HKV = 2, HD = 8, KVD = HKV * HD };
+    float q[T * H * HD], x[T * H * HD], out1[T * H * HD], out2[T * H * HD];
+    float kf[T * KVD], vf[T * KVD];
+    uint16_t k16[T * KVD], v16[T * KVD];
+    for (int i = 0; i < T * H * HD; i++)
+        q[i] = 2 * frand(&seed);
+    for (int i = 0; i < T * KVD; i++) {
+        kf[i] = 2 * frand(&seed);
+        vf[i] = frand(&seed);
+    }
+    be_f32_to_f16_row(kf, k16, T * KVD);
+    be_f32_to_f16_row(vf, v16, T * KVD);
+
+    /* rope_neox: pairs (i, i + 4) of each 8-wide head, factors and mscale */
+    int32_t pos[T];
+    for (int t = 0; t < T; t++)
+        pos[t] = 3 * t + 1;
+    float ffv[HD / 2] = {1, 2, 4, 8};
+    be_weight_t ff = {.name = "ff", .type = CR_TYPE_F32, .n_cols = HD / 2, .n_rows = 1,
+                      .row_bytes = sizeof ffv, .data = ffv};
+    memcpy(x, q, sizeof x);
+    ext->rope_neox(be_g, x, T, H, HD, HD, pos, 100.0f, 0.5f, &ff, 1.5f);
+    double maxe = 0;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < HD / 2; i++) {
+                const float *src = q + (t * H + h) * HD;
+                double ang = pos[t] * 0.5 * pow(100.0, -2.0 * i / HD) / ffv[i];
+                double e0 = 1.5 * (src[i] * cos(ang) - src[i + 4] * sin(ang));
+                double e1 = 1.5 * (src[i] * sin(ang) + src[i + 4] * cos(ang));
+                maxe = fmax(maxe, fabs(x[(t * H + h) * HD + i] - e0));
+                maxe = fmax(maxe, fabs(x[(t * H + h) * HD + i + 4] - e1));
+            }
+    CHECK_MSG(maxe < 1e-5, "rope_neox error %g", maxe);
+
+    /* add_rows, scale, geglu */
+    float b[HD] = {1, -1, 2, -2, 0.5f, 0, 3, -3}, y[3 * HD];
+    be_weight_t bw = {.name = "b", .type = CR_TYPE_F32, .n_cols = HD, .n_rows = 1,
+                      .row_bytes = sizeof b, .data = b};
+    for (int i = 0; i < 3 * HD; i++)
+        y[i] = (float)i;
+    ext->add_rows(be_g, y, &bw, 3);
+    bool ok = true;
+    for (int i = 0; i < 3 * HD; i++)
+        ok = ok && y[i] == (float)i + b[i % HD];
+    CHECK(ok);
+    ext->scale(be_g, y, 3 * HD, 0.5f);
+    CHECK(y[HD + 2] == 0.5f * (float)(HD + 2 + 2));
+    float gt[5] = {-3, -0.5f, 0, 0.7f, 4}, up[5] = {1, 2, 3, 4, 5}, gg[5];
+    ext->geglu(be_g, gg, gt, up, 5);
+    for (int i = 0; i < 5; i++)
+        CHECK_NEAR(gg[i], gelu_tanh(gt[i]) * up[i], 1e-6);
+
+    /* attention_ext without window or cap == the attention op, bitwise */
+    be_attn_t a = {.n_tok = 3, .pos0 = T - 3, .n_head = H, .n_head_kv = HKV,
+                   .head_dim = HD, .scale = 0.35f};
+    float scratch[2 * T + 2 * HD];
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(be_g->ops->reserve(be_g, T, 64, T, H, &err), CR_OK); /* op scratch */
+    CHECK(be_attention_ext_scratch(T, HD) <= CR_ARRAY_LEN(scratch));
+    be_g->ops->attention(be_g, out1, q, k16, v16, &a);
+    ext->attention_ext(be_g, out2, q, k16, v16, &a, 0, 0, scratch);
+    CHECK(same(out1, out2, 3 * H * HD));
+    /* with a window of 2 and a cap of 0.8: against a double reference on
+     * the same F16 keys and values */
+    ext->attention_ext(be_g, out2, q, k16, v16, &a, 0.8f, 2, scratch);
+    maxe = 0;
+    for (int t = 0; t < 3; t++)
+        for (int h = 0; h < H; h++) {
+            int qp = T - 3 + t, hk = h / (H / HKV);
+            double sc[T], mx = -INFINITY, sum = 0;
+            for (int j = qp - 1; j <= qp; j++) {
+                double d = 0;
+                for (int e = 0; e < HD; e++)
+                    d += q[(t * H + h) * HD + e] *
+                         (double)be_f16_to_f32(k16[j * KVD + hk * HD + e]);
+                sc[j] = 0.8 * tanh(d * 0.35 / 0.8);
+                mx = fmax(mx, sc[j]);
+            }
+            for (int j = qp - 1; j <= qp; j++)
+                sum += (sc[j] = exp(sc[j] - mx));
+            for (int e = 0; e < HD; e++) {
+                double o = 0;
+                for (int j = qp - 1; j <= qp; j++)
+                    o += sc[j] / sum * be_f16_to_f32(v16[j * KVD + hk * HD + e]);
+                maxe = fmax(maxe, fabs(o - out2[(t * H + h) * HD + e]));
+            }
+        }
+    CHECK_MSG(maxe < 2e-3, "attention_ext error %g", maxe); /* F16 q and probs */
+}
+
 int main(void)
 {
     cr_err_t err;
@@ -1033,6 +1141,7 @@ int main(void)
         fprintf(stderr, "cpu backend: %s\n", err.msg);
         return 1;
     }
+    test_ext_ops();
     test_hparams();
     test_archs();
     test_quantized();
