@@ -127,7 +127,9 @@ typedef struct rn_model rn_model_t;
  * 'blk.0.attn_q.weight'", wrong shape "tensor 'output.weight' has shape
  * [64, 500], expected [64, 512]", bad or missing hyperparameter),
  * CR_E_UNSUPPORTED ("unsupported architecture 'x'", a tensor type the
- * backend cannot multiply), CR_E_NOMEM. */
+ * backend cannot multiply, a non-llama architecture on a backend without
+ * be_ext_ops, rope scaling other than linear/LongRoPE, value_length !=
+ * key_length), CR_E_NOMEM. */
 cr_status_t rn_model_load(const char *path, be_backend_t *be,
                           rn_model_t **out, cr_err_t *err);
 
