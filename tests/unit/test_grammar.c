@@ -892,6 +892,14 @@ static void generate(const rn_model_t *m, rn_ctx_t *ctx, const rn_tokenizer_t *t
             }
             pos++;
             memcpy(logits, rn_ctx_logits(ctx), (size_t)n_vocab * sizeof *logits);
+            int finite = 0;
+            for (int i = 0; i < n_vocab; i++)
+                finite += isfinite(logits[i]);
+            if (finite != n_vocab) { /* the forward pass, not the grammar */
+                CHECK_MSG(false, "run %d: the model gave %d non-finite logits at position %d",
+                          run_i, n_vocab - finite, pos - 1);
+                break;
+            }
             size_t allowed = rn_grammar_mask(g, v, logits, n_vocab);
             if (!allowed) {
                 CHECK_MSG(false, "run %d: no token allowed after '%s'", run_i, text.data);
