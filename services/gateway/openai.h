@@ -4,7 +4,10 @@
  * (§3 of the API reference: messages and content parts, tools and
  * JSON-string tool arguments, response_format, stop, max_tokens,
  * temperature/top_p defaulting to 1.0, penalties, seed, reasoning effort,
- * plus the extras `options` and `tool_choice:"none"`), which then goes
+ * plus the extras `options` and `tool_choice`: "none" drops the tools,
+ * "required" or a named function constrain generation to a call through
+ * `format` and the answer's text is turned back into a tool call), which
+ * then goes
  * through convert.h's checks and the same bus path as /api/chat,
  * /api/generate and /api/embed. Answers are rendered in OpenAI's shapes:
  * chat.completion / text_completion objects, SSE chunks ending in
