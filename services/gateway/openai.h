@@ -7,8 +7,7 @@
  * plus the extras `options` and `tool_choice`: "none" drops the tools,
  * "required" or a named function constrain generation to a call through
  * `format` and the answer's text is turned back into a tool call), which
- * then goes
- * through convert.h's checks and the same bus path as /api/chat,
+ * then goes through convert.h's checks and the same bus path as /api/chat,
  * /api/generate and /api/embed. Answers are rendered in OpenAI's shapes:
  * chat.completion / text_completion objects, SSE chunks ending in
  * `data: [DONE]`, embedding lists (float or base64), model lists, and
