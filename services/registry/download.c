@@ -419,6 +419,7 @@ static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
         curl_multi_perform(m, &running);
         CURLMsg *msg;
         int left;
+        bool ended = false;
         while ((msg = curl_multi_info_read(m, &left))) {
             if (msg->msg != CURLMSG_DONE)
                 continue;
@@ -426,6 +427,7 @@ static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&p);
             if ((st = part_ended(f, m, p, msg->data.result, o, err)))
                 goto out;
+            ended = true;
         }
         now = now_ms();
         for (size_t i = 0; i < f->n_parts; i++) {
@@ -444,7 +446,9 @@ static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
         }
         if (fn)
             fn(ctx, atomic_load(f->completed), f->total);
-        curl_multi_poll(m, NULL, 0, POLL_MS, NULL);
+        /* A part just ended: start the next one (or finish) at once. */
+        if (!ended)
+            curl_multi_poll(m, NULL, 0, POLL_MS, NULL);
     }
 out:
     for (size_t i = 0; i < f->n_parts; i++)
