@@ -1,0 +1,60 @@
+/* be_cuda.h: the CUDA backend's C entry points.
+ *
+ * The backend itself is a be_ops_t (backend.h) whose buffers live in device
+ * memory of one GPU: weights are uploaded by weight_prepare, activations and
+ * the KV cache come from alloc, and every op runs as kernels (and cuBLAS
+ * GEMMs for prefill batches) on one stream. Host <-> device copies go
+ * through upload/download only; download waits for the stream.
+ *
+ * This header is plain C and includes no CUDA header: the implementation
+ * lives in the .cu files of backend/cuda/, built into corral_cuda only when
+ * CMake finds the toolkit (CORRAL_HAVE_CUDA=1 for corral_engine). Without
+ * it, nothing here is linked and callers must test CORRAL_HAVE_CUDA.
+ *
+ * Ops cannot return a status (backend.h), so a CUDA or cuBLAS error inside
+ * an op is kept (the first one) and later ops become no-ops; the caller
+ * reads it with be_cuda_check() after a batch (download, which ends every
+ * forward pass, already waits for the stream). */
+#ifndef BE_CUDA_H
+#define BE_CUDA_H
+
+#include "lib/prelude.h"
+#include "lib/status.h"
+#include "services/runner/backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of CUDA devices usable by this process: 0 without a GPU, without
+ * a driver, or when the driver is older than the runtime. Never fails. */
+int be_cuda_device_count(void);
+
+/* Creates the CUDA backend on device `device` (0-based). On success *out is
+ * owned by the caller; free with be_destroy(&be). CR_E_UNAVAILABLE when
+ * there is no such device (or no driver), CR_E_NOMEM when the stream,
+ * cuBLAS handle or staging buffers cannot be allocated, CR_E_INTERNAL for
+ * any other CUDA error; the message names the CUDA error. */
+cr_status_t be_cuda_new(int device, be_backend_t **out, cr_err_t *err);
+
+/* Waits for every queued op of a CUDA backend and returns the first error an
+ * op met since the last call (then clears it): CR_E_NOMEM when a kernel ran
+ * out of device memory, CR_E_INTERNAL for other CUDA/cuBLAS errors, with a
+ * message naming the op. CR_OK for a backend that is not CUDA. */
+cr_status_t be_cuda_check(be_backend_t *be, cr_err_t *err);
+
+/* Device bytes this backend holds in weights (weight_prepare) and in
+ * buffers (alloc, scratch), for reporting real allocations. */
+uint64_t be_cuda_weight_bytes(const be_backend_t *be);
+uint64_t be_cuda_buffer_bytes(const be_backend_t *be);
+
+/* Test hook: batches of more than this many tokens use the cuBLAS GEMM path
+ * in matmul (default 8); smaller ones use the matrix-vector kernels. Lets
+ * tests exercise both paths on small shapes. */
+void be_cuda_set_gemm_min_tokens(be_backend_t *be, int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
