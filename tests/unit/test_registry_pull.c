@@ -27,8 +27,11 @@
 #include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <time.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -58,6 +61,7 @@ typedef struct fake {
     int64_t truncate_after;  /* body bytes sent before cutting */
     bool require_token;      /* /v2/ wants Bearer tok-123 */
     bool token_refuse;       /* the token endpoint answers 401 */
+    bool require_basic;      /* /v2/ wants Basic user:pass */
     char redirect_to[128];   /* blob requests -> 307 <redirect_to>/cdn/... */
     int delay_ms;            /* before each blob body */
     /* what it saw */
@@ -242,6 +246,10 @@ static void handle_req(fake_t *f, int fd, const char *req, const char *method,
                 return;
             }
         respond(fd, 404, NULL, NULL, 0, false);
+        return;
+    }
+    if (f->require_basic && (!has_auth || strcmp(auth, "Basic dXNlcjpwYXNz") != 0)) {
+        respond(fd, 401, "WWW-Authenticate: Basic realm=\"fake\"\r\n", NULL, 0, head);
         return;
     }
     if (f->require_token && (!has_auth || strcmp(auth, "Bearer tok-123") != 0)) {
@@ -757,6 +765,78 @@ static void test_bearer_and_cdn_redirect(void)
     fake_stop(&f);
 }
 
+static void test_basic_credentials(void)
+{
+    fake_t f;
+    fake_start(&f);
+    fake_add_blob(&f, 100, 20);
+    fake_add_blob(&f, 5000, 21);
+    fake_set_manifest(&f);
+    f.require_basic = true;
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    reg_dl_opts_t o;
+    small_parts(&o);
+    reg_xfer_env_t env = {NULL, &o, false};
+    events_t ev;
+    cr_err_t err;
+    /* No credentials: unauthorized. */
+    setenv("CORRAL_REGISTRY_AUTH_FILE", "/nonexistent/auth", 1);
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_E_UNAUTHORIZED);
+    /* The file's line for this host answers the Basic challenge. */
+    char path[400], text[300];
+    snprintf(path, sizeof path, "%s.auth", tmp_g);
+    snprintf(text, sizeof text, "# registries\nother.example u:p\n127.0.0.1:%d user:pass\n",
+             f.port);
+    FILE *fp = fopen(path, "w");
+    fputs(text, fp);
+    fclose(fp);
+    setenv("CORRAL_REGISTRY_AUTH_FILE", path, 1);
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_OK);
+    CHECK(has_manifest(s));
+    unsetenv("CORRAL_REGISTRY_AUTH_FILE");
+    unlink(path);
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
+/* A write that fails (here: over RLIMIT_FSIZE, as a full disk would)
+ * ends the pull at once, without retries. */
+static void test_write_failure(void)
+{
+    fake_t f;
+    fake_start(&f);
+    fake_add_blob(&f, 100, 22);
+    fake_add_blob(&f, 300000, 23);
+    fake_set_manifest(&f);
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    reg_dl_opts_t o;
+    small_parts(&o);
+    o.max_attempts = 6;
+    o.backoff_ms = 1000; /* a retry would show in the time taken */
+    reg_xfer_env_t env = {NULL, &o, false};
+    events_t ev;
+    cr_err_t err;
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 100000;
+    signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_status_t st = do_pull(s, &env, &ev, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK_EQ_INT(st, CR_E_IO);
+    CHECK_MSG(strstr(err.msg, "File too large") != NULL, "got %s", err.msg);
+    CHECK(t1.tv_sec - t0.tv_sec < 2);
+    CHECK(!has_manifest(s));
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
 typedef struct puller {
     reg_store_t *s;
     const reg_xfer_env_t *env;
@@ -1136,6 +1216,8 @@ int main(void)
     test_truncated_then_resume();
     test_bearer_and_cdn_redirect();
     test_shared_download();
+    test_basic_credentials();
+    test_write_failure();
     test_prune_after_replace();
     test_push();
     test_server_job();
