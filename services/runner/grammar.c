@@ -222,12 +222,131 @@ static void step_string(const rn_grammar_t *g, thread_t *t, int b, mstate_t *out
     emit(out, t);
 }
 
-/* Returns true if the number ended before b (the caller re-steps b). */
-static bool step_number(thread_t *t, int b, mstate_t *out)
+static int64_t pow10_i64(int e)
+{
+    int64_t r = 1;
+    while (e-- > 0)
+        r *= 10;
+    return r;
+}
+
+/* Bounded numbers: is some value reachable from this prefix within the
+ * node's bounds (all in units of 10^-scale)? The completions of a prefix
+ * form one integer range per count of integer digits still to come. */
+static bool range_meets(const node_t *n, bool neg, int64_t lo, int64_t hi)
+{
+    if (neg) {
+        int64_t t = lo;
+        lo = -hi;
+        hi = -t;
+    }
+    return lo <= n->hi && hi >= n->lo;
+}
+
+static bool bounded_feasible(const node_t *n, const frame_t *f)
+{
+    int S = n->scale, D = S ? MAX_BOUNDED_NUM_DIGITS : MAX_INT_DIGITS;
+    bool neg = f->x & 2;
+    int64_t unit = pow10_i64(S);
+    switch (f->st) {
+    case N_START:
+    case N_MINUS:
+        return range_meets(n, neg, 0, pow10_i64(D + S) - 1);
+    case N_ZERO:
+        return range_meets(n, neg, 0, unit - 1);
+    case N_INT:
+        for (int j = 0; (int)f->a + j <= D; j++) {
+            int64_t w = pow10_i64(j + S);
+            if (range_meets(n, neg, (int64_t)f->m * w, ((int64_t)f->m + 1) * w - 1))
+                return true;
+        }
+        return false;
+    case N_DOT:
+        return range_meets(n, neg, (int64_t)f->m * unit, (int64_t)f->m * unit + unit - 1);
+    case N_FRAC: {
+        int64_t w = pow10_i64(S - (int)f->c);
+        int64_t v = (int64_t)f->m * unit + (int64_t)f->pad * w;
+        return range_meets(n, neg, v, v + w - 1);
+    }
+    default:
+        return false;
+    }
+}
+
+/* The exact value of a finished bounded number, in units of 10^-scale. */
+static bool bounded_value_ok(const node_t *n, const frame_t *f)
+{
+    int S = n->scale;
+    int64_t v = (int64_t)f->m * pow10_i64(S);
+    if (f->st == N_FRAC)
+        v += (int64_t)f->pad * pow10_i64(S - (int)f->c);
+    if (f->x & 2)
+        v = -v;
+    return v >= n->lo && v <= n->hi;
+}
+
+/* A bounded number's step: plain syntax (no exponent, at most `scale`
+ * fraction digits) and a prefix that can still land in the bounds. */
+static bool step_bounded(const node_t *n, thread_t *t, int b, mstate_t *out)
 {
     frame_t *f = &t->f[t->depth - 1];
+    int d = b >= '0' && b <= '9' ? b - '0' : -1;
+    int S = n->scale, D = S ? MAX_BOUNDED_NUM_DIGITS : MAX_INT_DIGITS;
+    switch (f->st) {
+    case N_START:
+    case N_MINUS:
+        if (b == '-' && f->st == N_START)
+            f->st = N_MINUS, f->x |= 2;
+        else if (d == 0)
+            f->st = N_ZERO, f->m = 0;
+        else if (d > 0)
+            f->st = N_INT, f->a = 1, f->m = (uint64_t)d;
+        else
+            return false;
+        break;
+    case N_ZERO:
+    case N_INT:
+        if (d >= 0) {
+            if (f->st == N_ZERO || (int)f->a >= D)
+                return false;
+            f->a++;
+            f->m = f->m * 10 + (uint64_t)d;
+        } else if (b == '.' && S > 0) {
+            f->st = N_DOT;
+        } else {
+            return bounded_value_ok(n, f);
+        }
+        break;
+    case N_DOT:
+        if (d < 0)
+            return false;
+        f->st = N_FRAC, f->c = 1, f->pad = (uint32_t)d;
+        break;
+    case N_FRAC:
+        if (d < 0)
+            return bounded_value_ok(n, f);
+        if ((int)f->c >= S)
+            return false;
+        f->c++;
+        f->pad = f->pad * 10 + (uint32_t)d;
+        break;
+    default:
+        return false;
+    }
+    if (bounded_feasible(n, f))
+        emit(out, t);
+    return false;
+}
+
+/* Returns true if the number ended before b (the caller re-steps b). */
+static bool step_number(const rn_grammar_t *g, thread_t *t, int b, mstate_t *out)
+{
+    frame_t *f = &t->f[t->depth - 1];
+    const node_t *n = &g->nodes[f->node];
+    if (n->bounded)
+        return step_bounded(n, t, b, out);
     bool digit = b >= '0' && b <= '9';
-    bool integer = f->x;
+    bool integer = f->x & 1;
     switch (f->st) {
     case N_START:
     case N_MINUS:
@@ -293,9 +412,11 @@ static bool step_number(thread_t *t, int b, mstate_t *out)
     return false;
 }
 
-static bool number_can_end(const frame_t *f)
+static bool number_can_end(const rn_grammar_t *g, const frame_t *f)
 {
-    return f->st == N_ZERO || f->st == N_INT || f->st == N_FRAC || f->st == N_EXP;
+    const node_t *n = &g->nodes[f->node];
+    bool syntax = f->st == N_ZERO || f->st == N_INT || f->st == N_FRAC || f->st == N_EXP;
+    return syntax && (!n->bounded || bounded_value_ok(n, f));
 }
 
 static bool lit_can_end(const rn_grammar_t *g, const frame_t *f)
@@ -509,7 +630,7 @@ static void step_thread(const rn_grammar_t *g, thread_t *t, int b, mstate_t *out
             step_string(g, t, b, out);
             return;
         case K_NUM:
-            if (!step_number(t, b, out))
+            if (!step_number(g, t, b, out))
                 return;
             pop_done(t);
             continue;
@@ -603,7 +724,7 @@ static bool thread_can_end(const rn_grammar_t *g, const thread_t *t)
     if (t->depth != 1)
         return false;
     const frame_t *f = &t->f[0];
-    return (f->kind == K_NUM && number_can_end(f)) || (f->kind == K_LIT && lit_can_end(g, f));
+    return (f->kind == K_NUM && number_can_end(g, f)) || (f->kind == K_LIT && lit_can_end(g, f));
 }
 
 void rn_grammar_reset(rn_grammar_t *g)

@@ -14,13 +14,17 @@
  *   type (a name or a list), enum, const, properties, required,
  *   additionalProperties (false/true/schema; when absent: no extra keys if
  *   `properties` is given, any keys otherwise, as llama.cpp does), items,
- *   minItems, maxItems, minLength, maxLength (in characters), anyOf,
+ *   minItems, maxItems, minLength, maxLength (in characters), minimum,
+ *   maximum, exclusiveMinimum, exclusiveMaximum (numbers or draft 4's
+ *   booleans; a bounded integer has at most 16 digits, a bounded number at
+ *   most 12 integer digits, 6 decimals and no exponent, and bounds are
+ *   rounded inward to that grid), anyOf,
  *   oneOf (as anyOf: exclusivity is not enforced), allOf with one entry,
  *   $ref to "#", "#/$defs/..." or "#/definitions/..." (any JSON pointer into
  *   the document; recursion allowed), true/false schemas. Annotations
  *   (title, description, default, examples, format, $schema, $id, $comment,
  *   ...) and unknown keywords are ignored. Keywords this matcher cannot
- *   honour (pattern, minimum, maximum, multipleOf, not, if/then/else,
+ *   honour (pattern, multipleOf, not, if/then/else,
  *   prefixItems, uniqueItems:true, min/maxProperties, patternProperties,
  *   propertyNames, contains, ...) make the format invalid rather than be
  *   silently dropped.
@@ -109,7 +113,7 @@ typedef struct rn_grammar rn_grammar_t;
  * Schema object. opts NULL means defaults. Caller owns *out; free with
  * rn_grammar_destroy. The matcher starts at the empty document.
  * Errors: CR_E_INVALID with Ollama's wording, e.g. `invalid format:
- * properties.age: unsupported keyword "minimum"; expected "json" or a valid
+ * properties.age: unsupported keyword "multipleOf"; expected "json" or a valid
  * JSON Schema object` (the middle part names the place in the schema);
  * CR_E_TOO_LARGE past RN_GRAMMAR_MAX_FORMAT_BYTES / _NODES; CR_E_NOMEM. */
 cr_status_t rn_grammar_new(const char *format, size_t len,

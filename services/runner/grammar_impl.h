@@ -35,6 +35,11 @@ typedef struct node {
     uint32_t min_items, max_items;
     uint32_t max_members;        /* extra keys at most */
     uint32_t min_len, max_len;   /* string length in characters */
+    bool bounded;                /* minimum/maximum: numbers are written
+                                    with at most `scale` fraction digits and
+                                    no exponent, and must lie in lo..hi */
+    uint8_t scale;               /* 0 for integers, NUM_SCALE for numbers */
+    int64_t lo, hi;              /* bounds in units of 10^-scale */
     uint32_t need, need_obj, need_arr; /* container levels needed to finish
                                           a value (as an object, an array) */
 } node_t;
@@ -65,6 +70,8 @@ enum { STR_VALUE = 0, STR_KEY = 1 };
 #define MAX_INT_DIGITS 16
 #define MAX_FRAC_DIGITS 16
 #define MAX_EXP_DIGITS 2
+#define NUM_SCALE 6             /* fraction digits of a bounded number */
+#define MAX_BOUNDED_NUM_DIGITS 12 /* integer digits of a bounded number */
 
 /* One stack entry; 32 bytes and no padding, so threads compare with memcmp.
  *   K_VALUE: ws = whitespace state.
@@ -74,8 +81,9 @@ enum { STR_VALUE = 0, STR_KEY = 1 };
  *   K_ARR:   b = items started.
  *   K_STR:   a = bytes, c = characters, x = STR_VALUE/STR_KEY,
  *            ws = UTF-8 continuation state, m = \u value so far.
- *   K_NUM:   x = 1 for integers only, a = integer digits, c = fraction or
- *            exponent digits.
+ *   K_NUM:   x bit 0 = integers only, bit 1 = negative; a = integer digits,
+ *            c = fraction or exponent digits; for bounded numbers m = the
+ *            integer part and pad = the fraction digits' value.
  *   K_LIT:   a..m = candidate range in lits, c = bytes matched. */
 typedef struct frame {
     uint8_t kind, st, ws, x;

@@ -152,8 +152,7 @@ static char *encode_key(const char *s, size_t len, uint32_t *out_len)
 }
 
 static const char *const unsupported_g[] = {
-    "pattern", "patternProperties", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "multipleOf", "not", "if", "then", "else",
+    "pattern", "patternProperties", "multipleOf", "not", "if", "then", "else",
     "dependentRequired", "dependentSchemas", "dependencies", "propertyNames",
     "minProperties", "maxProperties", "contains", "minContains", "maxContains",
     "prefixItems", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
@@ -498,6 +497,69 @@ static bool compile_string(cc_t *cc, json_t *s, int32_t idx, const char *path)
     return true;
 }
 
+/* x (a bound) in units of 10^-scale, rounded inward (up for a lower bound,
+ * down for an upper one); exclusive bounds move one unit further in. Values
+ * within 1e-9 (relative) of a unit count as that unit, so 0.1 stays 0.1. */
+static int64_t scaled_bound(double x, int scale, bool lower, bool exclusive)
+{
+    double y = x * pow(10, scale), r = nearbyint(y);
+    double lim = 9e18;
+    if (fabs(y - r) <= 1e-9 * fmax(1.0, fabs(y)))
+        y = r;
+    else
+        y = lower ? ceil(y) : floor(y), exclusive = false;
+    if (exclusive)
+        y += lower ? 1 : -1;
+    if (y > lim)
+        y = lim;
+    if (y < -lim)
+        y = -lim;
+    return (int64_t)y;
+}
+
+static bool compile_bounds(cc_t *cc, json_t *s, int32_t idx, const char *path)
+{
+    node_t *n = &cc->g->nodes[idx];
+    json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum");
+    json_t *emn = json_object_get(s, "exclusiveMinimum");
+    json_t *emx = json_object_get(s, "exclusiveMaximum");
+    if (!mn && !mx && !emn && !emx)
+        return true;
+    int scale = (n->types & T_NUM) ? NUM_SCALE : 0;
+    int digits = scale ? MAX_BOUNDED_NUM_DIGITS : MAX_INT_DIGITS;
+    int64_t top = 1;
+    for (int i = 0; i < digits + scale; i++)
+        top *= 10;
+    int64_t lo = -(top - 1), hi = top - 1;
+    const char *names[4] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    json_t *vals[4] = {mn, mx, emn, emx};
+    for (int i = 0; i < 4; i++) {
+        json_t *v = vals[i];
+        if (!v)
+            continue;
+        if (json_is_boolean(v) && i >= 2) /* draft 4: modifies minimum/maximum */
+            continue;
+        if (!json_is_number(v))
+            return fail(cc, CR_E_INVALID, path, "%s must be a number", names[i]), false;
+        bool lower = i == 0 || i == 2;
+        bool excl = i >= 2 || json_is_true(vals[i + 2]); /* draft 4's boolean */
+        int64_t b = scaled_bound(json_number_value(v), scale, lower, excl);
+        if (lower)
+            lo = CR_MAX(lo, b);
+        else
+            hi = CR_MIN(hi, b);
+    }
+    if (lo > hi)
+        return fail(cc, CR_E_INVALID, path, "no %s lies between the bounds",
+                    scale ? "number (to 6 decimals)" : "integer"),
+               false;
+    n->bounded = true;
+    n->scale = (uint8_t)scale;
+    n->lo = lo;
+    n->hi = hi;
+    return true;
+}
+
 static bool memo_add(cc_t *cc, const json_t *s, int32_t node, const char *path)
 {
     if (!grow((void **)&cc->memo, &cc->cap_memo, cc->n_memo + 1, sizeof(memo_t))) {
@@ -610,6 +672,8 @@ static int32_t compile(cc_t *cc, json_t *s, const char *path, int depth, int ref
     if ((types & T_ARR) && !compile_array(cc, s, idx, path, depth))
         return NO_NODE;
     if ((types & T_STR) && !compile_string(cc, s, idx, path))
+        return NO_NODE;
+    if ((types & (T_INT | T_NUM)) && !compile_bounds(cc, s, idx, path))
         return NO_NODE;
     return idx;
 }

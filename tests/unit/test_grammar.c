@@ -320,6 +320,72 @@ static void test_schema_scalars(void)
     }
 }
 
+static void test_schema_bounds(void)
+{
+    rn_grammar_t *g = mk("{\"type\":\"integer\",\"minimum\":0,\"maximum\":100}", NULL);
+    if (g) {
+        ACCEPT(g, "0", true);
+        ACCEPT(g, "100", true);
+        ACCEPT(g, "57", true);
+        ACCEPT(g, "-0", true); /* zero */
+        REFUSE(g, "-1", 1);
+        REFUSE(g, "101", 2);
+        REFUSE(g, "1000", 3);
+        REFUSE(g, "1.0", 1);
+        rn_grammar_destroy(&g);
+    }
+    /* the value is checked where the number ends */
+    g = mk("{\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":10,\"maximum\":20}},"
+           "\"required\":[\"n\"]}",
+           NULL);
+    if (g) {
+        ACCEPT(g, "{\"n\":15}", true);
+        REFUSE(g, "{\"n\":-", 5);
+        REFUSE(g, "{\"n\":1}", 6);
+        REFUSE(g, "{\"n\":5", 5);
+        REFUSE(g, "{\"n\":21", 6);
+        rn_grammar_destroy(&g);
+    }
+    g = mk("{\"type\":\"integer\",\"exclusiveMinimum\":0}", NULL);
+    if (g) {
+        ACCEPT(g, "1", true);
+        ACCEPT(g, "1234567890123456", true);
+        REFUSE(g, "0", 0);
+        REFUSE(g, "-", 0);
+        rn_grammar_destroy(&g);
+    }
+    g = mk("{\"type\":\"integer\",\"maximum\":5,\"exclusiveMaximum\":true}", NULL); /* draft 4 */
+    if (g) {
+        ACCEPT(g, "4", true);
+        ACCEPT(g, "-30", true);
+        REFUSE(g, "5", 0);
+        rn_grammar_destroy(&g);
+    }
+    g = mk("{\"type\":\"number\",\"minimum\":0.5,\"maximum\":1.25}", NULL);
+    if (g) {
+        ACCEPT(g, "0.5", true);
+        ACCEPT(g, "1.25", true);
+        ACCEPT(g, "1", true);
+        ACCEPT(g, "0.999999", true);
+        ACCEPT(g, "0.", false);
+        REFUSE(g, "1.251", 4);
+        REFUSE(g, "0.4", 2);
+        REFUSE(g, "2", 0);
+        REFUSE(g, "1e0", 1);           /* no exponent when bounded */
+        REFUSE(g, "0.5000001", 8);     /* at most 6 decimals */
+        rn_grammar_destroy(&g);
+    }
+    g = mk("{\"type\":\"number\",\"exclusiveMaximum\":0.1}", NULL);
+    if (g) {
+        ACCEPT(g, "0.099999", true);
+        ACCEPT(g, "-7", true);
+        ACCEPT(g, "0.09", true);
+        REFUSE(g, "0.1", 2);           /* every 0.1... is too big */
+        REFUSE(g, "0.2", 2);
+        rn_grammar_destroy(&g);
+    }
+}
+
 static void test_schema_enum_const(void)
 {
     rn_grammar_t *g = mk("{\"enum\":[\"red\",\"green\",1,12,null,{\"a\":[1]},\"r\"]}", NULL);
@@ -462,8 +528,15 @@ static void test_bad_formats(void)
     bad_format("{\"type\":[]}", "type is an empty list");
     bad_format("{\"type\":5}", "type must be");
     bad_format("{\"type\":\"string\",\"pattern\":\"^a\"}", "unsupported keyword \"pattern\"");
-    bad_format("{\"properties\":{\"age\":{\"type\":\"integer\",\"minimum\":0}}}",
-               "properties.age: unsupported keyword \"minimum\"");
+    bad_format("{\"properties\":{\"age\":{\"type\":\"integer\",\"multipleOf\":2}}}",
+               "properties.age: unsupported keyword \"multipleOf\"");
+    bad_format("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}",
+               "no integer lies between the bounds");
+    bad_format("{\"type\":\"integer\",\"exclusiveMinimum\":1,\"exclusiveMaximum\":2}",
+               "no integer lies between the bounds");
+    bad_format("{\"type\":\"number\",\"minimum\":0.0000001,\"maximum\":0.0000009}",
+               "no number (to 6 decimals)");
+    bad_format("{\"type\":\"integer\",\"minimum\":\"a\"}", "minimum must be a number");
     bad_format("{\"not\":{}}", "\"not\"");
     bad_format("{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems");
     bad_format("{\"type\":\"array\",\"items\":[{}]}", "tuple");
@@ -795,6 +868,17 @@ static bool validate(const json_t *v, const json_t *s, const json_t *root, int d
             if (!validate(json_array_get(v, i), items, root, depth + 1))
                 return false;
     }
+    if (json_is_number(v)) {
+        double d = json_number_value(v);
+        if ((x = json_object_get(s, "minimum")) && d < json_number_value(x))
+            return false;
+        if ((x = json_object_get(s, "maximum")) && d > json_number_value(x))
+            return false;
+        if ((x = json_object_get(s, "exclusiveMinimum")) && d <= json_number_value(x))
+            return false;
+        if ((x = json_object_get(s, "exclusiveMaximum")) && d >= json_number_value(x))
+            return false;
+    }
     if (json_is_string(v)) {
         size_t n = utf8_chars(json_string_value(v), json_string_length(v));
         if ((x = json_object_get(s, "minLength")) && n < (size_t)json_integer_value(x))
@@ -828,14 +912,14 @@ static void test_validator_itself(void)
 static const char *const nested_schema_g =
     "{\"$defs\":{\"person\":{\"type\":\"object\",\"properties\":{"
     "\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":8},"
-    "\"age\":{\"type\":\"integer\"},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},"
     "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":4},\"maxItems\":3},"
     "\"friend\":{\"anyOf\":[{\"$ref\":\"#/$defs/person\"},{\"type\":\"null\"}]}},"
     "\"required\":[\"name\",\"age\"]}},"
     "\"type\":\"object\",\"properties\":{"
     "\"kind\":{\"enum\":[\"a\",\"bb\",3,null]},"
     "\"owner\":{\"$ref\":\"#/$defs/person\"},"
-    "\"score\":{\"type\":\"number\"},"
+    "\"score\":{\"type\":\"number\",\"minimum\":-1,\"exclusiveMaximum\":1},"
     "\"ok\":{\"type\":\"boolean\"},"
     "\"nothing\":{\"type\":\"null\"},"
     "\"list\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":1,\"maxItems\":4},"
@@ -1119,6 +1203,7 @@ int main(void)
     test_json_limits();
     test_schema_object();
     test_schema_scalars();
+    test_schema_bounds();
     test_schema_enum_const();
     test_schema_arrays();
     test_schema_anyof_ref();
