@@ -133,8 +133,11 @@ bool rn_grammar_allows(rn_grammar_t *g, const char *bytes, size_t n);
  * returns false and leaves the state unchanged. */
 bool rn_grammar_feed(rn_grammar_t *g, const char *bytes, size_t n);
 
-/* True if the text so far is a whole document the format accepts (the
- * engine stops here; an EOG token is allowed only now). */
+/* True if the text so far is a whole document the format accepts; an EOG
+ * token is allowed only now. The engine should stop generating as soon as
+ * rn_grammar_is_complete() && !rn_grammar_can_continue() (always the case
+ * right after the closing brace of an object root); a root that can still
+ * grow (a bare number) stops at EOG or when the next token would break it. */
 bool rn_grammar_is_complete(const rn_grammar_t *g);
 
 /* True if some byte may still follow (false once an object root closed). */
