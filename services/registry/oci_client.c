@@ -361,6 +361,8 @@ static cr_status_t perform(const reg_http_req_t *req, const char *auth,
     explicit_bzero(line, sizeof line);
 
     curl_easy_setopt(h, CURLOPT_URL, req->url);
+    if (req->range)
+        curl_easy_setopt(h, CURLOPT_RANGE, req->range);
     curl_easy_setopt(h, CURLOPT_USERAGENT, REG_USER_AGENT);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hs);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);

@@ -37,6 +37,7 @@ typedef struct reg_http_req {
     const char *accept;        /* Accept header or NULL */
     const char *content_type;  /* Content-Type or NULL */
     const char *content_range; /* Content-Range or NULL */
+    const char *range;         /* Range ("0-0") or NULL */
     const void *body;
     size_t body_len;
     int fd;                    /* -1 for none */

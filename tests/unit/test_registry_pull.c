@@ -62,6 +62,7 @@ typedef struct fake {
     bool require_token;      /* /v2/ wants Bearer tok-123 */
     bool token_refuse;       /* the token endpoint answers 401 */
     bool require_basic;      /* /v2/ wants Basic user:pass */
+    bool ignore_range;       /* answer every blob GET 200 with all bytes */
     char redirect_to[128];   /* blob requests -> 307 <redirect_to>/cdn/... */
     int delay_ms;            /* before each blob body */
     /* what it saw */
@@ -126,7 +127,7 @@ static void serve_blob(fake_t *f, int fd, const blob_t *b, const char *req,
     char range[128];
     int64_t a = 0, z = (int64_t)b->len - 1;
     int code = 200;
-    if (header(req, "\r\nRange:", range, sizeof range)) {
+    if (!f->ignore_range && header(req, "\r\nRange:", range, sizeof range)) {
         long long x, y;
         if (sscanf(range, "bytes=%lld-%lld", &x, &y) == 2) {
             a = x;
@@ -154,8 +155,11 @@ static void serve_blob(fake_t *f, int fd, const blob_t *b, const char *req,
     if (f->corrupt && a == 0)
         copy[0] ^= 0xff;
     size_t send_len = len;
+    /* The client's one-byte probe (resolving the URL) is neither counted
+     * nor cut. */
+    bool probe = code == 206 && a == 0 && z == 0;
     pthread_mutex_lock(&f->mu);
-    if (f->truncate_count > 0) {
+    if (f->truncate_count > 0 && !probe) {
         f->truncate_count--;
         if ((int64_t)send_len > f->truncate_after)
             send_len = (size_t)f->truncate_after;
@@ -166,7 +170,7 @@ static void serve_blob(fake_t *f, int fd, const blob_t *b, const char *req,
                      "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
                      code, len, extra);
     send_all(fd, h, (size_t)n);
-    if (send_all(fd, copy, send_len))
+    if (send_all(fd, copy, send_len) && !probe)
         atomic_fetch_add(&f->blob_bytes, (long long)send_len);
     free(copy);
 }
@@ -765,6 +769,38 @@ static void test_bearer_and_cdn_redirect(void)
     fake_stop(&f);
 }
 
+/* A server that ignores Range: the probe is cut off by its body cap, a
+ * one-part blob still arrives, a multi-part one fails clearly. */
+static void test_range_ignored(void)
+{
+    fake_t f;
+    fake_start(&f);
+    fake_add_blob(&f, 100, 24);
+    fake_add_blob(&f, 10000, 25);
+    fake_set_manifest(&f);
+    f.ignore_range = true;
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    reg_dl_opts_t o;
+    small_parts(&o);
+    o.part_min_bytes = o.part_max_bytes = 20000;
+    reg_xfer_env_t env = {NULL, &o, false};
+    events_t ev;
+    cr_err_t err;
+    CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_OK);
+    CHECK(has_manifest(s));
+    reg_store_destroy(&s);
+    s = fresh_store();
+    small_parts(&o);
+    o.max_attempts = 1;
+    CHECK(do_pull(s, &env, &ev, &err) != CR_OK);
+    CHECK_MSG(strstr(err.msg, "unexpected response 200 to a range request") != NULL,
+              "got %s", err.msg);
+    CHECK(!has_manifest(s));
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
 static void test_basic_credentials(void)
 {
     fake_t f;
@@ -1217,6 +1253,7 @@ int main(void)
     test_bearer_and_cdn_redirect();
     test_shared_download();
     test_basic_credentials();
+    test_range_ignored();
     test_write_failure();
     test_prune_after_replace();
     test_push();
