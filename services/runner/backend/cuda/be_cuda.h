@@ -53,6 +53,17 @@ uint64_t be_cuda_buffer_bytes(const be_backend_t *be);
  * tests exercise both paths on small shapes. */
 void be_cuda_set_gemm_min_tokens(be_backend_t *be, int n);
 
+/* Test hooks: the device kernels' per-lane arithmetic run on the host (no
+ * GPU needed), so CI checks the block decoding against the CPU backend.
+ * host_matvec_row: *out = the matrix-vector kernel's result for one weight
+ * row of `type` (cr_type_t) and f32 activations x [cols] (cols a multiple of
+ * 256), activations quantized as the kernel does. host_dequant_row: out
+ * [cols] = the row as get_rows and the GEMM tiles dequantize it. Both
+ * false for a type without kernels. */
+bool be_cuda_host_matvec_row(int type, const void *w_row, const float *x, int64_t cols,
+                             float *out);
+bool be_cuda_host_dequant_row(int type, const void *row, int64_t cols, float *out);
+
 #ifdef __cplusplus
 }
 #endif

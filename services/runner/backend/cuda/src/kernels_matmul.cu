@@ -20,6 +20,7 @@
  *
  * Does not own memory, streams or error reporting (backend_cuda.cu). */
 #include "services/runner/backend/cuda/src/cuda_int.cuh"
+#include "services/runner/backend/cuda/be_cuda.h"
 
 #include <cuda_bf16.h>
 
@@ -56,30 +57,66 @@ bool cu_type_supported(int t)
 
 /* ---- loads and scalars ------------------------------------------------ */
 
-__device__ __forceinline__ float ld_f16(const uint8_t *p)
+/* Everything a lane computes is __host__ __device__, so the same code runs
+ * on the host in the test hooks at the end of this file. */
+#define HD __host__ __device__ __forceinline__
+#ifdef __CUDA_ARCH__
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
+
+HD float ld_f16(const uint8_t *p)
 {
-    return __half2float(__ushort_as_half(*(const uint16_t *)p));
+    __half_raw r;
+    r.x = *(const uint16_t *)p;
+    return __half2float(__half(r));
 }
 
-__device__ __forceinline__ float bf16_to_f32(uint16_t h)
+HD float bf16_to_f32(uint16_t h)
 {
-    return __uint_as_float((uint32_t)h << 16);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+HD float round_f16(float x)
+{
+    return __half2float(__float2half_rn(x));
+}
+
+HD float round_bf16(float x)
+{
+    return __bfloat162float(__float2bfloat16_rn(x));
 }
 
 /* 4 bytes at a 2-byte aligned address. */
-__device__ __forceinline__ int ld32_a2(const uint8_t *p)
+HD int ld32_a2(const uint8_t *p)
 {
     const uint16_t *h = (const uint16_t *)p;
     return (int)((uint32_t)h[0] | ((uint32_t)h[1] << 16));
 }
 
-__device__ __forceinline__ int ld32_a4(const uint8_t *p)
+HD int ld32_a4(const uint8_t *p)
 {
     return *(const int *)p;
 }
 
+/* c + the dot product of a's and b's four signed bytes. */
+HD int dp4a(int a, int b, int c)
+{
+#ifdef __CUDA_ARCH__
+    return __dp4a(a, b, c);
+#else
+    for (int i = 0; i < 4; i++)
+        c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+    return c;
+#endif
+}
+
 /* be_k4_scale_min (quant_impl.h) on the device. */
-__device__ __forceinline__ void k4_scale_min(int j, const uint8_t *s, int *sc, int *m)
+HD void k4_scale_min(int j, const uint8_t *s, int *sc, int *m)
 {
     if (j < 4) {
         *sc = s[j] & 63;
@@ -91,7 +128,7 @@ __device__ __forceinline__ void k4_scale_min(int j, const uint8_t *s, int *sc, i
 }
 
 /* nearbyintf with the CPU's clamp (be_round_clamp): NaN becomes 0. */
-__device__ __forceinline__ int round_clamp(float v, int lo, int hi)
+HD int round_clamp(float v, int lo, int hi)
 {
     float r = rintf(v);
     if (!(r == r))
@@ -106,7 +143,7 @@ __device__ __forceinline__ int round_clamp(float v, int lo, int hi)
 /* ---- element dequantization (every supported type) -------------------- */
 
 /* Element e of a row of type t, as the CPU's to_float computes it. */
-__device__ float dequant_elem(int t, const uint8_t *row, int64_t e)
+__host__ __device__ float dequant_elem(int t, const uint8_t *row, int64_t e)
 {
     switch (t) {
     case T_F32:
@@ -278,8 +315,8 @@ __device__ __forceinline__ float warp_sum(float v)
 /* Sum over one row of w times one activation row: each lane takes a share
  * of the row's groups; the warp adds the shares. */
 template <int T>
-__device__ float row_dot(const uint8_t *w, const void *act, const float *x, int64_t cols,
-                         int lane, int gtype)
+__host__ __device__ float lane_dot(const uint8_t *w, const void *act, const float *x,
+                                   int64_t cols, int lane, int gtype)
 {
     float sum = 0;
     if (T == T_F32 || T == T_F16 || T == T_BF16) {
@@ -289,10 +326,10 @@ __device__ float row_dot(const uint8_t *w, const void *act, const float *x, int6
                 wv = ((const float *)w)[c];
             } else if (T == T_F16) {
                 wv = __half2float(((const __half *)w)[c]);
-                xv = __half2float(__float2half_rn(xv));
+                xv = round_f16(xv);
             } else {
                 wv = bf16_to_f32(((const uint16_t *)w)[c]);
-                xv = __bfloat162float(__float2bfloat16_rn(xv));
+                xv = round_bf16(xv);
             }
             sum = fmaf(wv, xv, sum);
         }
@@ -306,20 +343,20 @@ __device__ float row_dot(const uint8_t *w, const void *act, const float *x, int6
             if (T == T_Q8_0) {
                 const uint8_t *b = w + ib * 34;
                 dw = ld_f16(b);
-#pragma unroll
+                UNROLL
                 for (int k = 0; k < 8; k++)
-                    isum = __dp4a(ld32_a2(b + 2 + 4 * k), aq[k], isum);
+                    isum = dp4a(ld32_a2(b + 2 + 4 * k), aq[k], isum);
             } else {
                 const uint8_t *b = w + ib * 18;
                 dw = ld_f16(b);
                 int asum = 0;
-#pragma unroll
+                UNROLL
                 for (int k = 0; k < 4; k++) {
                     int q = ld32_a2(b + 2 + 4 * k);
-                    isum = __dp4a(q & 0x0f0f0f0f, aq[k], isum);
-                    isum = __dp4a((q >> 4) & 0x0f0f0f0f, aq[4 + k], isum);
-                    asum = __dp4a(0x01010101, aq[k], asum);
-                    asum = __dp4a(0x01010101, aq[4 + k], asum);
+                    isum = dp4a(q & 0x0f0f0f0f, aq[k], isum);
+                    isum = dp4a((q >> 4) & 0x0f0f0f0f, aq[4 + k], isum);
+                    asum = dp4a(0x01010101, aq[k], asum);
+                    asum = dp4a(0x01010101, aq[4 + k], asum);
                 }
                 isum -= 8 * asum;
             }
@@ -338,7 +375,7 @@ __device__ float row_dot(const uint8_t *w, const void *act, const float *x, int6
                 const uint8_t *b = w + ib * (five ? 176 : 144);
                 const uint8_t *qs = b + (five ? 48 : 16) + 32 * (j / 2);
                 int isum = 0, asum = 0;
-#pragma unroll
+                UNROLL
                 for (int k = 0; k < 8; k++) {
                     int q = ld32_a4(qs + 4 * k);
                     q = (j & 1) ? ((q >> 4) & 0x0f0f0f0f) : (q & 0x0f0f0f0f);
@@ -346,8 +383,8 @@ __device__ float row_dot(const uint8_t *w, const void *act, const float *x, int6
                         int h = ld32_a4(b + 16 + 4 * k);
                         q |= ((h >> j) & 0x01010101) << 4;
                     }
-                    isum = __dp4a(q, aq[k], isum);
-                    asum = __dp4a(0x01010101, aq[k], asum);
+                    isum = dp4a(q, aq[k], isum);
+                    asum = dp4a(0x01010101, aq[k], asum);
                 }
                 int sc, m;
                 k4_scale_min(j, b + 4, &sc, &m);
@@ -359,18 +396,18 @@ __device__ float row_dot(const uint8_t *w, const void *act, const float *x, int6
                 const uint8_t *ql = b + 64 * h + 32 * (g & 1);
                 const uint8_t *qh = b + 128 + 32 * h;
                 int part = 0;
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
+                UNROLL
+                for (int hf = 0; hf < 2; hf++) {
                     int isum = 0, asum = 0;
-#pragma unroll
-                    for (int k = 4 * half; k < 4 * half + 4; k++) {
+                    UNROLL
+                    for (int k = 4 * hf; k < 4 * hf + 4; k++) {
                         int lo = ld32_a2(ql + 4 * k);
                         lo = (g & 2) ? ((lo >> 4) & 0x0f0f0f0f) : (lo & 0x0f0f0f0f);
                         int hi = (ld32_a2(qh + 4 * k) >> (2 * g)) & 0x03030303;
-                        isum = __dp4a(lo | (hi << 4), aq[k], isum);
-                        asum = __dp4a(0x01010101, aq[k], asum);
+                        isum = dp4a(lo | (hi << 4), aq[k], isum);
+                        asum = dp4a(0x01010101, aq[k], asum);
                     }
-                    int s = (int8_t)b[192 + 8 * h + 2 * g + half];
+                    int s = (int8_t)b[192 + 8 * h + 2 * g + hf];
                     part += s * (isum - 32 * asum);
                 }
                 sum += (ld_f16(b + 208) * da) * (float)part;
@@ -380,7 +417,7 @@ __device__ float row_dot(const uint8_t *w, const void *act, const float *x, int6
         for (int64_t c = lane; c < cols; c += 32)
             sum = fmaf(dequant_elem(gtype, w, c), x[c], sum);
     }
-    return warp_sum(sum);
+    return sum;
 }
 
 /* One warp per (row, token); grid (ceil(rows / 4), n). */
@@ -394,8 +431,8 @@ __global__ void matvec_kernel(const uint8_t *w, int64_t rows, int64_t cols, size
     int lane = threadIdx.x % 32;
     if (r >= rows)
         return;
-    float s = row_dot<T>(w + r * row_bytes, act + (size_t)t * act_row_bytes,
-                         x + (size_t)t * cols, cols, lane, gtype);
+    float s = warp_sum(lane_dot<T>(w + r * row_bytes, act + (size_t)t * act_row_bytes,
+                                   x + (size_t)t * cols, cols, lane, gtype));
     if (lane == 0)
         y[(size_t)t * rows + r] = s;
 }
@@ -534,4 +571,89 @@ void cu_f32_to_bf16(cudaStream_t s, const float *x, void *y, size_t n)
 {
     f32_to_bf16_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(x, (__nv_bfloat16 *)y,
                                                                    n);
+}
+
+/* ---- test hooks: the lanes' arithmetic on the host --------------------- */
+
+/* The quantize kernels' results, computed serially (same formulas, same
+ * tie rule). */
+static void host_quantize_q8_0(const float *x, cu_q8_0_t *y, int64_t n_blocks)
+{
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const float *v = x + b * 32;
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fmaxf(amax, fabsf(v[i]));
+        float d = amax / 127.0f;
+        float id = amax != 0 ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < 32; i++)
+            y[b].qs[i] = (int8_t)round_clamp(v[i] * id, -127, 127);
+        y[b].d = round_f16(d);
+    }
+}
+
+static void host_quantize_q8_k(const float *x, cu_q8_k_t *y, int64_t n_blocks)
+{
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const float *v = x + b * 256;
+        float amax = 0, mx = 0;
+        for (int i = 0; i < 256; i++)
+            if (fabsf(v[i]) > amax) {
+                amax = fabsf(v[i]);
+                mx = v[i];
+            }
+        if (amax == 0) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        float iscale = -127.0f / mx;
+        for (int i = 0; i < 256; i++)
+            y[b].qs[i] = (int8_t)round_clamp(iscale * v[i], -128, 127);
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+extern "C" bool be_cuda_host_matvec_row(int type, const void *w_row, const float *x,
+                                        int64_t cols, float *out)
+{
+    if (!cu_type_supported(type) || cols <= 0 || cols % 256)
+        return false;
+    void *act = NULL;
+    int fmt = act_format(type);
+    if (fmt) {
+        act = malloc(act_row_bytes(type, cols));
+        if (!act)
+            return false;
+        if (fmt == 1)
+            host_quantize_q8_0(x, (cu_q8_0_t *)act, cols / 32);
+        else
+            host_quantize_q8_k(x, (cu_q8_k_t *)act, cols / 256);
+    }
+    const uint8_t *w = (const uint8_t *)w_row;
+    float sum = 0;
+    for (int lane = 0; lane < 32; lane++) {
+        switch (type) {
+        case T_F32: sum += lane_dot<T_F32>(w, act, x, cols, lane, type); break;
+        case T_F16: sum += lane_dot<T_F16>(w, act, x, cols, lane, type); break;
+        case T_BF16: sum += lane_dot<T_BF16>(w, act, x, cols, lane, type); break;
+        case T_Q8_0: sum += lane_dot<T_Q8_0>(w, act, x, cols, lane, type); break;
+        case T_Q4_0: sum += lane_dot<T_Q4_0>(w, act, x, cols, lane, type); break;
+        case T_Q4_K: sum += lane_dot<T_Q4_K>(w, act, x, cols, lane, type); break;
+        case T_Q5_K: sum += lane_dot<T_Q5_K>(w, act, x, cols, lane, type); break;
+        case T_Q6_K: sum += lane_dot<T_Q6_K>(w, act, x, cols, lane, type); break;
+        default: sum += lane_dot<T_GENERIC>(w, act, x, cols, lane, type); break;
+        }
+    }
+    free(act);
+    *out = sum;
+    return true;
+}
+
+extern "C" bool be_cuda_host_dequant_row(int type, const void *row, int64_t cols, float *out)
+{
+    if (!cu_type_supported(type) || cols <= 0)
+        return false;
+    for (int64_t c = 0; c < cols; c++)
+        out[c] = dequant_elem(type, (const uint8_t *)row, c);
+    return true;
 }
