@@ -521,7 +521,11 @@ static cr_status_t resolve_url(fetch_t *f, reg_oci_t *c, const reg_dl_opts_t *o,
         if (st == CR_E_NOT_FOUND || st == CR_E_UNAUTHORIZED ||
             attempt >= o->max_attempts || atomic_load(clients) <= 0)
             return st;
-        sleep_ms(delay, NULL);
+        for (int64_t slept = 0; slept < delay && atomic_load(clients) > 0;
+             slept += 50)
+            sleep_ms(50, NULL);
+        if (atomic_load(clients) <= 0)
+            return cr_err_set(err, CR_E_CANCELED, "canceled");
         delay *= 2;
     }
 }

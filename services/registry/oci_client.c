@@ -525,11 +525,16 @@ cr_status_t reg_oci_send(reg_oci_t *c, const reg_http_req_t *req,
                          reg_http_resp_t *resp, cr_err_t *err)
 {
     char auth[REG_TOKEN_MAX + 16];
+    /* Credentials go to the registry's own origin only (an upload
+     * Location or a redirect elsewhere gets none). */
+    bool own = !req->no_auth && reg_url_same_origin(req->url, c->base);
     for (int attempt = 0;; attempt++) {
-        reg_oci_auth_header(c, auth, sizeof auth);
+        auth[0] = '\0';
+        if (own)
+            reg_oci_auth_header(c, auth, sizeof auth);
         cr_status_t st = perform(req, auth, resp, err);
         explicit_bzero(auth, sizeof auth);
-        if (st || resp->status != 401 || req->no_auth)
+        if (st || resp->status != 401 || !own)
             return st;
         if (attempt > 0)
             return cr_err_set(err, CR_E_UNAUTHORIZED, "unauthorized: access denied");

@@ -75,7 +75,8 @@ const char *reg_oci_repo(const reg_oci_t *c);
  * into buf; for the download loop, which drives libcurl itself. */
 void reg_oci_auth_header(reg_oci_t *c, char *buf, size_t cap);
 
-/* Sends req, handling a 401 challenge as described above. CR_OK for any
+/* Sends req, handling a 401 challenge as described above. Authorization
+ * is sent only to URLs of the registry's own scheme, host and port. CR_OK for any
  * HTTP status except a 401 that persists after authenticating
  * (CR_E_UNAUTHORIZED `unauthorized: access denied`); a transport failure
  * is CR_E_UNAVAILABLE with curl's message. *resp is filled either way
