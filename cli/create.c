@@ -177,7 +177,9 @@ static cr_status_t add_dir(cli_http_t *h, json_t *map, const char *dir, cli_prog
         if (is_gguf && fnmatch("*.gguf", names[i], 0))
             continue;
         char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        int w = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (w < 0 || (size_t)w >= sizeof path)
+            continue; /* a name too long to open */
         struct stat sb;
         if (stat(path, &sb) || !S_ISREG(sb.st_mode))
             continue;

@@ -92,7 +92,7 @@ cr_status_t cli_cmd_list(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
     }
     char *ops[1];
     int n_ops;
-    cli_http_t *h;
+    cli_http_t *h = NULL;
     cr_status_t st = operands(argc, argv, ops, 1, &n_ops, err);
     if (st || (st = cli_ctx_http(ctx, &h, err)))
         return st;
@@ -142,7 +142,7 @@ cr_status_t cli_cmd_ps(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
     }
     char *ops[1];
     int n_ops;
-    cli_http_t *h;
+    cli_http_t *h = NULL;
     cr_status_t st = operands(argc, argv, ops, 1, &n_ops, err);
     if (st || (st = cli_ctx_http(ctx, &h, err)))
         return st;
@@ -193,7 +193,7 @@ cr_status_t cli_cmd_ps(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
 
 cr_status_t cli_show_model(cli_ctx_t *ctx, const char *model, json_t **out, cr_err_t *err)
 {
-    cli_http_t *h;
+    cli_http_t *h = NULL;
     cr_status_t st = cli_ctx_http(ctx, &h, err);
     if (st)
         return st;
@@ -434,7 +434,7 @@ cr_status_t cli_cmd_rm(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
     }
     char *ops[256];
     int n_ops;
-    cli_http_t *h;
+    cli_http_t *h = NULL;
     cr_status_t st = operands(argc, argv, ops, 256, &n_ops, err);
     if (st || (st = cli_ctx_http(ctx, &h, err)))
         return st;
@@ -467,7 +467,7 @@ cr_status_t cli_cmd_cp(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
     }
     char *ops[2];
     int n_ops;
-    cli_http_t *h;
+    cli_http_t *h = NULL;
     cr_status_t st = operands(argc, argv, ops, 2, &n_ops, err);
     if (st)
         return st;
@@ -493,7 +493,7 @@ cr_status_t cli_cmd_stop(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
     }
     char *ops[1];
     int n_ops;
-    cli_http_t *h;
+    cli_http_t *h = NULL;
     cr_status_t st = operands(argc, argv, ops, 1, &n_ops, err);
     if (st)
         return st;
@@ -569,7 +569,7 @@ static bool progress_line(void *ctx, json_t *obj)
 cr_status_t cli_pull_push(cli_ctx_t *ctx, const char *verb, const char *model, bool insecure,
                           cr_err_t *err)
 {
-    cli_http_t *h;
+    cli_http_t *h = NULL;
     cr_status_t st = cli_ctx_http(ctx, &h, err);
     if (st)
         return st;
@@ -633,7 +633,7 @@ cr_status_t cli_cmd_version(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err
 {
     CR_UNUSED(argc);
     CR_UNUSED(argv);
-    cli_http_t *h;
+    cli_http_t *h = NULL;
     cr_status_t st = cli_ctx_http(ctx, &h, err);
     if (st)
         return st;

@@ -61,7 +61,7 @@ cr_status_t cr_sd_notify(const char *state, cr_err_t *err)
                           CR_SD_NOTIFY_MAX);
 
     struct sockaddr_un sa;
-    socklen_t sa_len;
+    socklen_t sa_len = 0;
     cr_status_t st = notify_addr(path, &sa, &sa_len, err);
     if (st)
         return st;

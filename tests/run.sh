@@ -15,4 +15,4 @@ cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug \
       -DCORRAL_SANITIZE=ON -DCORRAL_CUDA=OFF -DCORRAL_WERROR=ON >/dev/null
 cmake --build "$root/build-asan" -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" -L unit
+    ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" -L unit -LE slow

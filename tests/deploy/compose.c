@@ -474,7 +474,9 @@ static bool port_string_ok(const char *s, char *host_ip, size_t cap)
         if (!end || end[1] != ':')
             return false;
         *end = '\0';
-        snprintf(host_ip, cap, "%s", p + 1);
+        int w = snprintf(host_ip, cap, "%s", p + 1);
+        if (w < 0 || (size_t)w >= cap)
+            return false; /* no address is that long */
         parts[np++] = p + 1;
         p = end + 2;
     }
@@ -973,7 +975,8 @@ static void policy_ports(ctx_t *c, const char *name, const dc_yaml_t *svc)
         if (p->kind == DC_YAML_MAP) {
             const char *h = value_of(dc_yaml_get(p, "host_ip"), buf,
                                      sizeof buf);
-            snprintf(ip, sizeof ip, "%s", h ? h : "");
+            if (snprintf(ip, sizeof ip, "%s", h ? h : "") >= (int)sizeof ip)
+                ip[0] = '\0'; /* not an address; checked below as such */
         } else {
             const char *s = value_of(p, buf, sizeof buf);
             if (!s || !port_string_ok(s, ip, sizeof ip))

@@ -309,8 +309,9 @@ static void do_copy(df_t *d, int stage, int line, char *args, bool is_add)
         size_t fl = strcspn(args, " \t");
         char flag[256];
         snprintf(flag, sizeof flag, "%.*s", (int)fl, args);
-        if (!strncmp(flag, "--from=", 7))
-            snprintf(from, sizeof from, "%s", flag + 7);
+        if (!strncmp(flag, "--from=", 7) &&
+            snprintf(from, sizeof from, "%s", flag + 7) >= (int)sizeof from)
+            from[0] = '\0'; /* an over-long stage name matches none */
         else if (strncmp(flag, "--chown=", 8) && strncmp(flag, "--chmod=", 8) &&
                  strcmp(flag, "--link"))
             dc_problem(d->rep, d->path, line, "%s flag %s is not checked by "
@@ -406,9 +407,10 @@ static void do_copy(df_t *d, int stage, int line, char *args, bool is_add)
             snprintf(target, sizeof target, "%s", dest);
         } else {
             const char *base = strrchr(local, '/');
-            snprintf(target, sizeof target, "%s%s%s", dest,
-                     dest[strlen(dest) - 1] == '/' ? "" : "/",
-                     base ? base + 1 : local);
+            if (snprintf(target, sizeof target, "%s%s%s", dest,
+                         dest[strlen(dest) - 1] == '/' ? "" : "/",
+                         base ? base + 1 : local) >= (int)sizeof target)
+                target[0] = '\0'; /* too long to exist */
         }
         size_t tl = strlen(target);
         while (tl > 1 && target[tl - 1] == '/')

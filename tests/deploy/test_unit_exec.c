@@ -104,7 +104,11 @@ static int notify_listener(const char *path)
     int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     struct sockaddr_un sa = {0};
     sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path) >=
+        (int)sizeof sa.sun_path) {
+        close(fd);
+        return -1;
+    }
     int one = 1;
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) ||
         setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one)) {
@@ -192,8 +196,10 @@ static bool unix_connects(const char *path)
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un sa = {0};
     sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    bool ok = fd >= 0 && !connect(fd, (struct sockaddr *)&sa, sizeof sa);
+    bool fits = snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path) <
+                (int)sizeof sa.sun_path;
+    bool ok = fd >= 0 && fits &&
+              !connect(fd, (struct sockaddr *)&sa, sizeof sa);
     if (fd >= 0)
         close(fd);
     return ok;

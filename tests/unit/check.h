@@ -71,7 +71,7 @@ static inline int check_skip(const char *name, const char *why)
  * `rel` inside it, else NULL. */
 static inline const char *check_testdata(const char *rel)
 {
-    static char path[4096];
+    static char path[1024];
     const char *root = getenv("CORRAL_TESTDATA");
     if (!root || !*root)
         return NULL;

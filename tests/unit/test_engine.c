@@ -36,7 +36,7 @@ static bool cap_canceled(void *ctx)
     return cp->cancel_after && cp->chunks >= cp->cancel_after;
 }
 
-static char model_path[256];
+static char model_path[2048];
 
 static rn_engine_t *load(const char *template_src, int64_t num_ctx)
 {
@@ -332,7 +332,7 @@ static void test_stories(void)
         printf("engine: stories260K check skipped: no shared testdata\n");
         return;
     }
-    char ref_path[512];
+    char ref_path[2048];
     snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", root);
     snprintf(ref_path, sizeof ref_path,
              "%s/reference/stories260K-F32/ref.greedy_text.txt", root);

@@ -905,7 +905,9 @@ static void test_fuzz(void)
 static void test_transplant(const char *root)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-spm.gguf", root);
+    if (snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-spm.gguf",
+                 root) >= (int)sizeof path)
+        return;
     cr_gguf_t *src = NULL;
     cr_err_t err;
     if (cr_gguf_open(path, &src, &err)) {

@@ -123,7 +123,7 @@ static void test_vocab_vectors(void)
         printf("runner_tools: vocabulary vectors skipped: no shared testdata\n");
         return;
     }
-    char p_inp[1100], p_out[1100], p_voc[1024];
+    char p_inp[2100], p_out[2100], p_voc[2048];
     snprintf(p_voc, sizeof p_voc, "%s/vocab/ggml-vocab-llama-spm.gguf", root);
     snprintf(p_inp, sizeof p_inp, "%s.inp", p_voc);
     snprintf(p_out, sizeof p_out, "%s.out", p_voc);
