@@ -1,0 +1,205 @@
+// run.mjs: start a private corral, create the test models, run every
+// tests/*.test.mjs against it with node's built-in test runner (one file at
+// a time), and always stop the server by its PID at the end.
+//
+// Env: CORRAL_BUILD_DIR (required: its bin/ holds corral and
+// corral-gguf-synth), CORRAL_TESTDATA (optional: stories260K and the
+// llama.cpp reference text), CORRAL_CLIENTS_KEEP=1 keeps the temp dir.
+// Exit: 0 all passed, 1 a failure, 77 skipped (nothing to run against).
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, openSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const SKIP = 77;
+
+function skip(why) {
+  console.log(`clients: skipped: ${why}`);
+  process.exit(SKIP);
+}
+
+const build = process.env.CORRAL_BUILD_DIR;
+if (!build) skip('CORRAL_BUILD_DIR is not set');
+const bin = join(build, 'bin');
+for (const prog of ['corral', 'corral-gguf-synth']) {
+  if (!existsSync(join(bin, prog))) skip(`${join(bin, prog)} is not built`);
+}
+for (const pkg of ['ollama', 'openai']) {
+  if (!existsSync(join(here, 'node_modules', pkg, 'package.json')))
+    skip(`node_modules/${pkg} is absent (run npm ci in tests/clients)`);
+}
+
+const t0 = Date.now();
+const stamp = () => `${((Date.now() - t0) / 1000).toFixed(1)}s`;
+const log = (msg) => console.log(`clients [${stamp()}]: ${msg}`);
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const tmp = mkdtempSync(join(tmpdir(), 'corral-clients-'));
+const port = await freePort();
+const host = `127.0.0.1:${port}`;
+const env = { ...process.env };
+delete env.OLLAMA_HOST;
+delete env.OLLAMA_MODELS;
+delete env.CORRAL_API_KEY;
+env.CORRAL_RUNTIME_DIR = join(tmp, 'run');
+env.CORRAL_MODELS = join(tmp, 'models');
+env.CORRAL_HOST = host;
+
+let server = null;
+let serverExited = false;
+const serveLog = join(tmp, 'serve.log');
+
+async function stopServer() {
+  if (!server || serverExited) return;
+  const pid = server.pid;
+  try { process.kill(pid, 'SIGTERM'); } catch { return; }
+  for (let i = 0; i < 150 && !serverExited; i++) await sleep(100);
+  if (!serverExited) {
+    console.log(`clients: corral serve (pid ${pid}) ignored SIGTERM; killing it`);
+    try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+    for (let i = 0; i < 50 && !serverExited; i++) await sleep(100);
+  }
+}
+
+function stopServerNow() {
+  // Synchronous last resort (process exit, signals): SIGTERM by PID.
+  if (server && !serverExited) {
+    try { process.kill(server.pid, 'SIGTERM'); } catch { /* gone */ }
+  }
+}
+
+function cleanup() {
+  if (process.env.CORRAL_CLIENTS_KEEP) {
+    console.log(`clients: kept ${tmp}`);
+    return;
+  }
+  rmSync(tmp, { recursive: true, force: true });
+}
+
+function dumpServeLog() {
+  try {
+    const text = readFileSync(serveLog, 'utf8');
+    console.log('---- corral serve log (last 4000 chars) ----');
+    console.log(text.slice(-4000));
+    console.log('---- end of log ----');
+  } catch { /* none */ }
+}
+
+process.on('exit', stopServerNow);
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.on(sig, () => {
+    stopServerNow();
+    process.exit(1);
+  });
+}
+
+function run(prog, args, what) {
+  const r = spawnSync(join(bin, prog), args, { env, cwd: tmp, encoding: 'utf8', timeout: 300_000 });
+  if (r.status !== 0) {
+    throw new Error(`${what}: ${prog} ${args.join(' ')} exited ${r.status ?? r.signal}\n${r.stdout}${r.stderr}`);
+  }
+  return r.stdout;
+}
+
+async function waitUp() {
+  for (let i = 0; i < 300; i++) { // up to 30 s
+    if (serverExited) throw new Error('corral serve exited early');
+    try {
+      const res = await fetch(`http://${host}/`);
+      const body = await res.text();
+      if (res.status === 200 && body === 'Ollama is running') return;
+    } catch { /* not yet */ }
+    await sleep(100);
+  }
+  throw new Error(`corral serve did not answer on ${host}`);
+}
+
+// The chat template: messages by role, tool definitions, earlier tool calls
+// in a llama3.1-like bare-JSON form (the tool-call parser's tag is "{").
+const TEMPLATE = [
+  '{{- if .System }}[system] {{ .System }}',
+  '{{ end }}',
+  '{{- if .Tools }}[tools] {{ range .Tools }}{{ json . }} {{ end }}',
+  '{{ end }}',
+  '{{- range .Messages }}[{{ .Role }}] {{ if .ToolCalls }}{{ range .ToolCalls }}{"name": "{{ .Function.Name }}", "arguments": {{ json .Function.Arguments }}}{{ end }}',
+  '{{- else }}{{ .Content }}{{ end }}',
+  '{{ end }}[assistant] ',
+].join('\n');
+
+let status = 1;
+try {
+  log(`temp dir ${tmp}, host ${host}`);
+  run('corral-gguf-synth', ['--out', join(tmp, 'synth.gguf'), '--type', 'q8_0', '--seed', '7'], 'synthetic model');
+  writeFileSync(join(tmp, 'Modelfile'),
+    'FROM ./synth.gguf\n' +
+    `TEMPLATE """${TEMPLATE}"""\n` +
+    'PARAMETER temperature 0\n' +
+    'PARAMETER num_predict 16\n');
+
+  const out = openSync(serveLog, 'w');
+  server = spawn(join(bin, 'corral'), ['serve'], { env, cwd: tmp, stdio: ['ignore', out, out] });
+  server.on('exit', () => { serverExited = true; });
+  await waitUp();
+  log(`corral serve (pid ${server.pid}) is up`);
+
+  run('corral', ['create', 'synth', '-f', join(tmp, 'Modelfile')], 'create synth');
+  log('created synth');
+
+  const testEnv = { ...env, CORRAL_CLIENTS_HOST: host };
+  const td = process.env.CORRAL_TESTDATA;
+  const stories = td && join(td, 'models', 'stories260K.gguf');
+  const ref = td && join(td, 'reference', 'stories260K-F32', 'ref.greedy_text.txt');
+  if (stories && existsSync(stories) && existsSync(ref)) {
+    writeFileSync(join(tmp, 'Modelfile.stories'), `FROM ${stories}\n`);
+    run('corral', ['create', 'stories', '-f', join(tmp, 'Modelfile.stories')], 'create stories');
+    testEnv.CORRAL_CLIENTS_STORIES_REF = ref;
+    log('created stories');
+  } else {
+    log('no stories260K testdata; the fidelity test will skip');
+  }
+
+  const files = readdirSync(join(here, 'tests')).filter((f) => f.endsWith('.test.mjs')).sort();
+  const only = process.env.CORRAL_CLIENTS_ONLY;
+  let failed = [];
+  for (const f of files) {
+    if (only && !f.includes(only)) continue;
+    const start = Date.now();
+    const r = spawnSync(process.execPath, ['--test', join(here, 'tests', f)],
+      { env: testEnv, cwd: here, stdio: 'inherit', timeout: 400_000 });
+    const secs = ((Date.now() - start) / 1000).toFixed(1);
+    log(`${f}: ${r.status === 0 ? 'ok' : 'FAILED'} in ${secs}s`);
+    if (r.status !== 0) failed.push(f);
+  }
+  // The server must still be healthy after everything above (aborts too).
+  const res = await fetch(`http://${host}/`);
+  if (res.status !== 200) failed.push('final health check');
+  if (failed.length) {
+    log(`failed: ${failed.join(', ')}`);
+    dumpServeLog();
+  } else {
+    log('all client tests passed');
+    status = 0;
+  }
+} catch (e) {
+  console.log(`clients: ${e.stack || e}`);
+  dumpServeLog();
+}
+await stopServer();
+log('server stopped');
+cleanup();
+process.exit(status);
