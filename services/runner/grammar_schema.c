@@ -32,7 +32,7 @@ typedef struct memo {
 typedef struct cc {
     rn_grammar_t *g;
     json_t *doc;
-    memo_t *memo;
+    memo_t *memo; /* open addressing by schema pointer, cap_memo a power of 2 */
     uint32_t n_memo, cap_memo;
     cr_status_t st;
     char msg[400];
@@ -560,13 +560,43 @@ static bool compile_bounds(cc_t *cc, json_t *s, int32_t idx, const char *path)
     return true;
 }
 
+static uint32_t memo_slot(const cc_t *cc, const json_t *s)
+{
+    uint64_t h = (uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull;
+    uint32_t i = (uint32_t)(h >> 32) & (cc->cap_memo - 1);
+    while (cc->memo[i].schema && cc->memo[i].schema != s)
+        i = (i + 1) & (cc->cap_memo - 1);
+    return i;
+}
+
+static int32_t memo_find(const cc_t *cc, const json_t *s)
+{
+    if (!cc->cap_memo)
+        return NO_NODE;
+    const memo_t *m = &cc->memo[memo_slot(cc, s)];
+    return m->schema ? m->node : NO_NODE;
+}
+
 static bool memo_add(cc_t *cc, const json_t *s, int32_t node, const char *path)
 {
-    if (!grow((void **)&cc->memo, &cc->cap_memo, cc->n_memo + 1, sizeof(memo_t))) {
-        fail(cc, CR_E_NOMEM, path, "out of memory");
-        return false;
+    if ((cc->n_memo + 1) * 2 > cc->cap_memo) {
+        uint32_t old_cap = cc->cap_memo, cap = old_cap ? old_cap * 2 : 64;
+        memo_t *old = cc->memo, *m = calloc(cap, sizeof *m);
+        if (!m) {
+            fail(cc, CR_E_NOMEM, path, "out of memory");
+            return false;
+        }
+        cc->memo = m;
+        cc->cap_memo = cap;
+        for (uint32_t i = 0; i < old_cap; i++)
+            if (old[i].schema)
+                cc->memo[memo_slot(cc, old[i].schema)] = old[i];
+        free(old);
     }
-    cc->memo[cc->n_memo++] = (memo_t){s, node};
+    memo_t *e = &cc->memo[memo_slot(cc, s)];
+    if (!e->schema)
+        cc->n_memo++;
+    *e = (memo_t){s, node};
     return true;
 }
 
@@ -579,9 +609,9 @@ static int32_t compile(cc_t *cc, json_t *s, const char *path, int depth, int ref
         return fail(cc, CR_E_INVALID, path, "schema nested more than 128 levels");
     if (refs > 64)
         return fail(cc, CR_E_INVALID, path, "circular $ref");
-    for (uint32_t i = 0; i < cc->n_memo; i++)
-        if (cc->memo[i].schema == s)
-            return cc->memo[i].node;
+    int32_t known = memo_find(cc, s);
+    if (known != NO_NODE)
+        return known;
     if (json_is_true(s))
         return g->any;
     if (json_is_false(s))

@@ -617,6 +617,41 @@ static void test_hostile_formats(void)
     CHECK_EQ_INT(rn_grammar_new(bin, sizeof bin - 1, NULL, &g, &err), CR_E_INVALID);
     CHECK_EQ_INT(rn_grammar_new(NULL, 0, NULL, &g, &err), CR_E_INVALID);
     CHECK(g == NULL);
+    /* 64,000 schema objects compile quickly (the $ref memo is hashed) */
+    cr_buf_init(&b, 1 << 22);
+    cr_buf_puts(&b, "{\"anyOf\":[");
+    for (int i = 0; i < 1000; i++) {
+        cr_buf_puts(&b, i ? ",{\"anyOf\":[" : "{\"anyOf\":[");
+        for (int j = 0; j < 64; j++)
+            cr_buf_puts(&b, j ? ",{}" : "{}");
+        cr_buf_puts(&b, "]}");
+    }
+    cr_buf_puts(&b, "]}");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    g = mk(b.data, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    CHECK_MSG(secs < 5, "64k nodes took %.1f s", secs);
+    if (g) {
+        ACCEPT(g, "{\"a\":[1]}", true);
+        ACCEPT(g, "\"s\"", true);
+        rn_grammar_destroy(&g);
+    }
+    cr_buf_free(&b);
+    /* one more and the node limit answers */
+    cr_buf_init(&b, 1 << 22);
+    cr_buf_puts(&b, "{\"anyOf\":[");
+    for (int i = 0; i < 1024; i++) {
+        cr_buf_puts(&b, i ? ",{\"anyOf\":[" : "{\"anyOf\":[");
+        for (int j = 0; j < 64; j++)
+            cr_buf_puts(&b, j ? ",{}" : "{}");
+        cr_buf_puts(&b, "]}");
+    }
+    cr_buf_puts(&b, "]}");
+    CHECK_EQ_INT(rn_grammar_new(b.data, b.len, NULL, &g, &err), CR_E_TOO_LARGE);
+    CHECK(strstr(err.msg, "schema nodes") != NULL);
+    cr_buf_free(&b);
     /* many anyOf branches: threads are capped, output stays valid */
     cr_buf_init(&b, 1 << 20);
     cr_buf_puts(&b, "{\"anyOf\":[");
