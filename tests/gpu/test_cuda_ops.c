@@ -15,6 +15,9 @@
  *   - attention: 3e-3 absolute (the CPU rounds probabilities to F16, the
  *     GPU keeps them in f32), decode and prefill, GQA, head sizes 64, 80,
  *     128, contexts long enough to split the keys across blocks.
+ *   - the optional ops (be_cuda_ops_ext): NEOX rope with factors, scale
+ *     and mscale 1e-5 absolute; add_rows, scale 1e-6 and geglu 1e-5
+ *     relative; attention_ext with soft-cap and sliding window 3e-3.
  * Plus the error contract: unsupported types and bad rows refused with the
  * tensor's name, no device -> CR_E_UNAVAILABLE, a huge alloc -> NULL,
  * device memory and byte counts. Skips (77) without a CUDA device. */
@@ -473,6 +476,166 @@ static void test_attention(void)
     check_attention(32, 500, 8, 4, 64);   /* larger prefill */
 }
 
+/* ---- optional ops ------------------------------------------------------- */
+
+static const be_ops_ext_t *gpu_ext(void)
+{
+    return gpu_on_cpu_g ? be_ext_ops(gpu_g) : be_cuda_ops_ext();
+}
+
+static void check_rope_neox(int n_rot, bool ff, float freq_scale, float mscale)
+{
+    const int n = 4, heads = 3, hd = 64;
+    const int32_t pos[] = {0, 9, 250, 4000};
+    size_t nx = (size_t)n * heads * hd;
+    float *x = malloc(nx * sizeof(float)), *yc = malloc(nx * sizeof(float)),
+          *yg = malloc(nx * sizeof(float));
+    rng_seed(800 + (uint64_t)n_rot);
+    rng_fill(x, nx, 1.0f);
+    float fac[32];
+    for (int i = 0; i < n_rot / 2; i++)
+        fac[i] = 1.0f + (float)i * 0.5f;
+    wpair_t w = {0};
+    if (ff) {
+        w.c = (be_weight_t){.name = "rope_long", .type = CR_TYPE_F32, .n_cols = n_rot / 2,
+                            .n_rows = 1, .row_bytes = (size_t)(n_rot / 2) * 4, .data = fac};
+        w.g = w.c;
+        cr_err_t err;
+        cr_err_clear(&err);
+        w.ok = !cpu_g->ops->weight_prepare(cpu_g, &w.c, &err) &&
+               !gpu_g->ops->weight_prepare(gpu_g, &w.g, &err);
+        CHECK_MSG(w.ok, "prepare factors: %s", err.msg);
+    }
+    const float *host[3] = {x, NULL, NULL};
+    size_t sizes[3] = {nx, 0, 0};
+    bufs_t b;
+    if (bufs_make(&b, host, sizes)) {
+        be_ext_ops(cpu_g)->rope_neox(cpu_g, b.c[0], n, heads, hd, n_rot, pos, 10000.0f,
+                                     freq_scale, ff ? &w.c : NULL, mscale);
+        gpu_ext()->rope_neox(gpu_g, b.g[0], n, heads, hd, n_rot, pos, 10000.0f, freq_scale,
+                             ff ? &w.g : NULL, mscale);
+        fetch(cpu_g, yc, b.c[0], nx);
+        fetch(gpu_g, yg, b.g[0], nx);
+        GPU_CHECK_OK(gpu_g);
+        double e = max_abs_err(yg, yc, nx);
+        CHECK_MSG(e <= 1e-5, "rope_neox n_rot %d ff %d: abs err %.3g", n_rot, ff, e);
+    }
+    bufs_free(&b);
+    if (w.ok) {
+        cpu_g->ops->weight_release(cpu_g, &w.c);
+        gpu_g->ops->weight_release(gpu_g, &w.g);
+    }
+    free(x);
+    free(yc);
+    free(yg);
+}
+
+static void test_ext_elementwise(void)
+{
+    const int n = 7, cols = 96;
+    size_t nx = (size_t)n * cols;
+    float *a = malloc(nx * sizeof(float)), *u = malloc(nx * sizeof(float)),
+          *yc = malloc(nx * sizeof(float)), *yg = malloc(nx * sizeof(float));
+    rng_seed(900);
+    rng_fill(a, nx, 5.0f);
+    rng_fill(u, nx, 1.0f);
+    wpair_t bias;
+    const float *host[3] = {a, u, NULL};
+    size_t sizes[3] = {nx, nx, nx};
+    bufs_t b;
+    if (wpair_make(&bias, CR_TYPE_F32, 1, cols, 1.0f) && bufs_make(&b, host, sizes)) {
+        const be_ops_ext_t *ce = be_ext_ops(cpu_g), *ge = gpu_ext();
+        ce->add_rows(cpu_g, b.c[0], &bias.c, n);
+        ge->add_rows(gpu_g, b.g[0], &bias.g, n);
+        ce->scale(cpu_g, b.c[0], nx, 0.75f);
+        ge->scale(gpu_g, b.g[0], nx, 0.75f);
+        fetch(cpu_g, yc, b.c[0], nx);
+        fetch(gpu_g, yg, b.g[0], nx);
+        GPU_CHECK_OK(gpu_g);
+        double e = rel_err(yg, yc, nx, 1e-6);
+        CHECK_MSG(e <= 1e-6, "add_rows + scale: rel err %.3g", e);
+        ce->geglu(cpu_g, b.c[2], b.c[0], b.c[1], nx);
+        ge->geglu(gpu_g, b.g[2], b.g[0], b.g[1], nx);
+        fetch(cpu_g, yc, b.c[2], nx);
+        fetch(gpu_g, yg, b.g[2], nx);
+        GPU_CHECK_OK(gpu_g);
+        e = rel_err(yg, yc, nx, 1e-6);
+        CHECK_MSG(e <= 1e-5, "geglu: rel err %.3g", e);
+        bufs_free(&b);
+    }
+    wpair_free(&bias);
+    free(a);
+    free(u);
+    free(yc);
+    free(yg);
+}
+
+/* attention_ext against the CPU's, with a soft-cap and/or a window. */
+static void check_attention_ext(int n_tok, int pos0, int hd, float softcap, int window)
+{
+    const int n_head = 4, n_head_kv = 2;
+    int ctx = pos0 + n_tok;
+    size_t kv_row = (size_t)n_head_kv * hd;
+    size_t nq = (size_t)n_tok * n_head * hd, nkv = (size_t)ctx * kv_row;
+    float *q = malloc(nq * sizeof(float)), *kf = malloc(nkv * sizeof(float)),
+          *vf = malloc(nkv * sizeof(float)), *yc = malloc(nq * sizeof(float)),
+          *yg = malloc(nq * sizeof(float));
+    rng_seed(1000 + (uint64_t)(pos0 + window));
+    rng_fill(q, nq, 4.0f);
+    rng_fill(kf, nkv, 4.0f);
+    rng_fill(vf, nkv, 1.0f);
+    const float *host[3] = {q, kf, vf};
+    size_t sizes[3] = {nq, nkv, nkv};
+    bufs_t b;
+    size_t scr = be_attention_ext_scratch(ctx, hd);
+    void *kc = cpu_g->ops->alloc(cpu_g, nkv * 2), *vc = cpu_g->ops->alloc(cpu_g, nkv * 2);
+    void *kg = gpu_g->ops->alloc(gpu_g, nkv * 2), *vg = gpu_g->ops->alloc(gpu_g, nkv * 2);
+    void *oc = cpu_g->ops->alloc(cpu_g, nq * 4), *og = gpu_g->ops->alloc(gpu_g, nq * 4);
+    void *sc = cpu_g->ops->alloc(cpu_g, scr * 4), *sg = gpu_g->ops->alloc(gpu_g, scr * 4);
+    if (bufs_make(&b, host, sizes) && kc && vc && kg && vg && oc && og && sc && sg) {
+        cpu_g->ops->kv_store(cpu_g, kc, b.c[1], ctx, 0, (int)kv_row);
+        cpu_g->ops->kv_store(cpu_g, vc, b.c[2], ctx, 0, (int)kv_row);
+        gpu_g->ops->kv_store(gpu_g, kg, b.g[1], ctx, 0, (int)kv_row);
+        gpu_g->ops->kv_store(gpu_g, vg, b.g[2], ctx, 0, (int)kv_row);
+        be_attn_t a = {.n_tok = n_tok, .pos0 = pos0, .n_head = n_head, .n_head_kv = n_head_kv,
+                       .head_dim = hd, .scale = 1.0f / sqrtf((float)hd)};
+        be_ext_ops(cpu_g)->attention_ext(cpu_g, oc, b.c[0], kc, vc, &a, softcap, window, sc);
+        gpu_ext()->attention_ext(gpu_g, og, b.g[0], kg, vg, &a, softcap, window, sg);
+        fetch(cpu_g, yc, oc, nq);
+        fetch(gpu_g, yg, og, nq);
+        GPU_CHECK_OK(gpu_g);
+        double e = max_abs_err(yg, yc, nq);
+        CHECK_MSG(e <= 3e-3, "attention_ext n_tok %d pos0 %d cap %g window %d: abs err %.3g",
+                  n_tok, pos0, softcap, window, e);
+    } else {
+        CHECK(false);
+    }
+    bufs_free(&b);
+    void *all[] = {kc, vc, oc, sc};
+    void *allg[] = {kg, vg, og, sg};
+    for (int i = 0; i < 4; i++) {
+        cpu_g->ops->free(cpu_g, all[i]);
+        gpu_g->ops->free(gpu_g, allg[i]);
+    }
+    free(q);
+    free(kf);
+    free(vf);
+    free(yc);
+    free(yg);
+}
+
+static void test_ext(void)
+{
+    check_rope_neox(64, false, 1.0f, 1.0f);
+    check_rope_neox(64, true, 0.25f, 1.2f); /* LongRoPE-style factors and mscale */
+    check_rope_neox(32, false, 1.0f, 1.0f); /* partial rotation */
+    test_ext_elementwise();
+    check_attention_ext(1, 100, 64, 50.0f, 0);  /* gemma2 soft-cap, decode */
+    check_attention_ext(1, 600, 128, 0.0f, 64); /* sliding window, decode, split keys */
+    check_attention_ext(16, 40, 64, 30.0f, 20); /* prefill with both */
+    check_attention_ext(5, 0, 80, 0.0f, 3);     /* window smaller than the prompt */
+}
+
 /* ---- contract ----------------------------------------------------------- */
 
 static void test_contract(void)
@@ -558,6 +721,7 @@ int main(void)
         test_elementwise();
         test_kv_store();
         test_attention();
+        test_ext();
         GPU_CHECK_OK(gpu_g);
     }
     be_destroy(&cpu_g);

@@ -48,6 +48,12 @@ cr_status_t be_cuda_check(be_backend_t *be, cr_err_t *err);
 uint64_t be_cuda_weight_bytes(const be_backend_t *be);
 uint64_t be_cuda_buffer_bytes(const be_backend_t *be);
 
+/* The CUDA backend's optional ops (backend.h: NEOX rope, bias rows,
+ * scale, GELU gating, attention with soft-cap and sliding window) for the
+ * non-llama architectures. Static; valid for any CUDA backend. be_ext_ops()
+ * (backend/cpu/ops_extra.c) should return it for backends named "cuda". */
+const be_ops_ext_t *be_cuda_ops_ext(void);
+
 /* Test hook: batches of more than this many tokens use the cuBLAS GEMM path
  * in matmul (default 8); smaller ones use the matrix-vector kernels. Lets
  * tests exercise both paths on small shapes. */

@@ -506,19 +506,26 @@ static void cuda_kv_store(be_backend_t *be, uint16_t *cache, const float *src, i
     leave(g, "kv_store");
 }
 
+static bool attn_shape_ok(be_cuda_t *g, const be_attn_t *a)
+{
+    if (a->head_dim >= 1 && a->head_dim <= 256 && a->n_head_kv >= 1 &&
+        a->n_head % a->n_head_kv == 0)
+        return true;
+    record(g, CR_E_UNSUPPORTED, "attention: head_dim %d (max 256) or heads %d/%d "
+           "not supported", a->head_dim, a->n_head, a->n_head_kv);
+    return false;
+}
+
 static void cuda_attention(be_backend_t *be, float *out, const float *q, const uint16_t *k,
                            const uint16_t *v, const be_attn_t *a)
 {
     be_cuda_t *g = cu_of(be);
     if (a->n_tok <= 0 || !enter(g))
         return;
-    if (a->head_dim < 1 || a->head_dim > 256 || a->n_head_kv < 1 ||
-        a->n_head % a->n_head_kv) {
-        record(g, CR_E_UNSUPPORTED, "attention: head_dim %d (max 256) or heads %d/%d "
-               "not supported", a->head_dim, a->n_head, a->n_head_kv);
+    if (!attn_shape_ok(g, a))
         return;
-    }
-    cu_attention(g->stream, out, q, k, v, a, g->att_part, g->att_part_floats, g->n_sm);
+    cu_attention(g->stream, out, q, k, v, a, 0.0f, 0, g->att_part, g->att_part_floats,
+                 g->n_sm);
     leave(g, "attention");
 }
 
@@ -548,6 +555,83 @@ static void cuda_softmax(be_backend_t *be, float *x, int n_rows, int n_cols)
         return;
     cu_softmax(g->stream, x, n_rows, n_cols);
     leave(g, "softmax");
+}
+
+/* ---- optional ops (be_ops_ext_t) ---------------------------------------- */
+
+static void ext_rope_neox(be_backend_t *be, float *x, int n, int n_head, int head_dim,
+                          int n_rot, const int32_t *pos, float freq_base, float freq_scale,
+                          const be_weight_t *freq_factors, float mscale)
+{
+    be_cuda_t *g = cu_of(be);
+    if (n <= 0 || !enter(g) || (freq_factors && !has_dev(g, freq_factors, "rope_neox")) ||
+        !put_ids(g, pos, n, "rope_neox"))
+        return;
+    float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    cu_rope_neox(g->stream, x, n, n_head, head_dim, n_rot, g->ids, theta_scale, freq_scale,
+                 freq_factors ? (const float *)freq_factors->dev : NULL, mscale);
+    leave(g, "rope_neox");
+}
+
+static void ext_add_rows(be_backend_t *be, float *y, const be_weight_t *b, int n)
+{
+    be_cuda_t *g = cu_of(be);
+    if (n <= 0 || !enter(g) || !has_dev(g, b, "add_rows"))
+        return;
+    cu_add_rows(g->stream, y, (const float *)b->dev, b->n_cols, n);
+    leave(g, "add_rows");
+}
+
+static void ext_scale(be_backend_t *be, float *x, size_t n, float s)
+{
+    be_cuda_t *g = cu_of(be);
+    if (!enter(g))
+        return;
+    cu_scale(g->stream, x, n, s);
+    leave(g, "scale");
+}
+
+static void ext_geglu(be_backend_t *be, float *y, const float *gate, const float *up,
+                      size_t n)
+{
+    be_cuda_t *g = cu_of(be);
+    if (!enter(g))
+        return;
+    cu_geglu(g->stream, y, gate, up, n);
+    leave(g, "geglu");
+}
+
+/* scratch is not needed: the kernel keeps its softmax state in registers */
+static void ext_attention(be_backend_t *be, float *out, const float *q, const uint16_t *k,
+                          const uint16_t *v, const be_attn_t *a, float softcap, int window,
+                          float *scratch)
+{
+    CR_UNUSED(scratch);
+    be_cuda_t *g = cu_of(be);
+    if (a->n_tok <= 0 || !enter(g) || !attn_shape_ok(g, a))
+        return;
+    cu_attention(g->stream, out, q, k, v, a, softcap, window, g->att_part,
+                 g->att_part_floats, g->n_sm);
+    leave(g, "attention_ext");
+}
+
+static be_ops_ext_t make_ext_ops(void)
+{
+    be_ops_ext_t o;
+    memset(&o, 0, sizeof o);
+    o.rope_neox = ext_rope_neox;
+    o.add_rows = ext_add_rows;
+    o.scale = ext_scale;
+    o.geglu = ext_geglu;
+    o.attention_ext = ext_attention;
+    return o;
+}
+
+static const be_ops_ext_t cuda_ext_ops = make_ext_ops();
+
+extern "C" const be_ops_ext_t *be_cuda_ops_ext(void)
+{
+    return &cuda_ext_ops;
 }
 
 /* ---- lifecycle ---------------------------------------------------------- */

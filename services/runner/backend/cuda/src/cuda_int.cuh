@@ -130,8 +130,18 @@ void cu_softmax(cudaStream_t s, float *x, int n_rows, int n_cols);
 /* Floats of partials cu_attention may use for a call (0: none needed). */
 size_t cu_attention_part_floats(int n_tok, int n_head, int head_dim, int n_kv_max,
                                 int n_sm);
+/* softcap > 0: scores become softcap * tanh(s / softcap); window > 0: each
+ * query sees only its last `window` keys. */
 void cu_attention(cudaStream_t s, float *out, const float *q, const uint16_t *k,
-                  const uint16_t *v, const be_attn_t *a, float *part, size_t part_floats,
-                  int n_sm);
+                  const uint16_t *v, const be_attn_t *a, float softcap, int window,
+                  float *part, size_t part_floats, int n_sm);
+
+/* the optional ops (be_ops_ext_t) */
+void cu_rope_neox(cudaStream_t s, float *x, int n, int n_head, int head_dim, int n_rot,
+                  const int32_t *pos, float theta_scale, float freq_scale, const float *ff,
+                  float mscale);
+void cu_add_rows(cudaStream_t s, float *y, const float *b, int64_t cols, int n);
+void cu_scale(cudaStream_t s, float *x, size_t n, float f);
+void cu_geglu(cudaStream_t s, float *y, const float *gate, const float *up, size_t n);
 
 #endif

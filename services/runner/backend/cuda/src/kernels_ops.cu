@@ -182,6 +182,89 @@ void cu_add(cudaStream_t s, float *y, const float *x, size_t n)
         add_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(y, x, n);
 }
 
+/* ---- optional ops (be_ops_ext_t) -------------------------------------- */
+
+/* NEOX rotation: pair p is dims (p, p + n_rot/2); one thread per pair. */
+__global__ void rope_neox_kernel(float *x, int n, int n_head, int head_dim, int n_rot,
+                                 const int32_t *pos, float theta_scale, float freq_scale,
+                                 const float *ff, float mscale)
+{
+    int half = n_rot / 2;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n * n_head * half)
+        return;
+    int p = (int)(i % half);
+    int64_t th_idx = i / half;
+    int t = (int)(th_idx / n_head);
+    float theta = (float)pos[t] * freq_scale;
+    for (int k = 0; k < p; k++)
+        theta *= theta_scale;
+    float th = ff ? theta / ff[p] : theta;
+    float sn, cs;
+    sincosf(th, &sn, &cs);
+    cs *= mscale;
+    sn *= mscale;
+    float *v = x + th_idx * head_dim;
+    float x0 = v[p], x1 = v[p + half];
+    v[p] = x0 * cs - x1 * sn;
+    v[p + half] = x0 * sn + x1 * cs;
+}
+
+void cu_rope_neox(cudaStream_t s, float *x, int n, int n_head, int head_dim, int n_rot,
+                  const int32_t *pos, float theta_scale, float freq_scale, const float *ff,
+                  float mscale)
+{
+    int64_t total = (int64_t)n * n_head * (n_rot / 2);
+    if (total > 0)
+        rope_neox_kernel<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(
+            x, n, n_head, head_dim, n_rot, pos, theta_scale, freq_scale, ff, mscale);
+}
+
+__global__ void add_rows_kernel(float *y, const float *b, int64_t cols, int64_t total)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total)
+        y[i] += b[i % cols];
+}
+
+void cu_add_rows(cudaStream_t s, float *y, const float *b, int64_t cols, int n)
+{
+    int64_t total = cols * n;
+    if (total > 0)
+        add_rows_kernel<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(y, b, cols, total);
+}
+
+__global__ void scale_kernel(float *x, size_t n, float f)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] *= f;
+}
+
+void cu_scale(cudaStream_t s, float *x, size_t n, float f)
+{
+    if (n)
+        scale_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(x, n, f);
+}
+
+__global__ void geglu_kernel(float *y, const float *gate, const float *up, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        /* GELU, tanh approximation, as the CPU backend computes it */
+        const float c = 0.7978845608028654f;
+        float g = gate[i];
+        float gl = 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
+        y[i] = gl * up[i];
+    }
+}
+
+void cu_geglu(cudaStream_t s, float *y, const float *gate, const float *up, size_t n)
+{
+    if (n)
+        geglu_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(y, gate, up, n);
+}
+
 /* ---- attention -------------------------------------------------------- */
 
 /* Block (head h, token t, split sp) over keys [sp*chunk, min(+chunk, n_kv)).
@@ -189,7 +272,8 @@ void cu_add(cudaStream_t s, float *y, const float *x, size_t n)
  * (max, sum, acc[hd]) to part[((t*n_head + h)*n_split + sp)*(hd+2)]. */
 __global__ void attention_kernel(float *out, const float *q, const __half *k,
                                  const __half *v, int n_head, int n_head_kv, int head_dim,
-                                 int pos0, float scale, int chunk, int n_split, float *part)
+                                 int pos0, float scale, float softcap, int window, int chunk,
+                                 int n_split, float *part)
 {
     __shared__ float sq[ATT_MAX_HD];
     __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
@@ -204,8 +288,10 @@ __global__ void attention_kernel(float *out, const float *q, const __half *k,
         sq[d] = __half2float(__float2half_rn(qh[d]));
     __syncthreads();
 
+    /* keys first..pos0+t: all of them, or the last `window` */
     int n_kv = pos0 + t + 1;
-    int j0 = sp * chunk, j1 = min(n_kv, j0 + chunk);
+    int first = window > 0 ? max(0, n_kv - window) : 0;
+    int j0 = max(first, sp * chunk), j1 = min(n_kv, sp * chunk + chunk);
     float m = -INFINITY, l = 0;
     float acc[ATT_PER_LANE];
 #pragma unroll
@@ -222,6 +308,8 @@ __global__ void attention_kernel(float *out, const float *q, const __half *k,
                 sdot = fmaf(sq[d], __half2float(kr[d]), sdot);
         }
         float sc = warp_sum_f(sdot) * scale;
+        if (softcap > 0)
+            sc = softcap * tanhf(sc / softcap);
         float m_new = fmaxf(m, sc);
         float corr = expf(m - m_new); /* 0 when m was -inf */
         float p = expf(sc - m_new);
@@ -315,8 +403,8 @@ size_t cu_attention_part_floats(int n_tok, int n_head, int head_dim, int n_kv_ma
 }
 
 void cu_attention(cudaStream_t s, float *out, const float *q, const uint16_t *k,
-                  const uint16_t *v, const be_attn_t *a, float *part, size_t part_floats,
-                  int n_sm)
+                  const uint16_t *v, const be_attn_t *a, float softcap, int window,
+                  float *part, size_t part_floats, int n_sm)
 {
     int n_kv_max = a->pos0 + a->n_tok;
     int pairs = a->n_tok * a->n_head;
@@ -335,7 +423,7 @@ void cu_attention(cudaStream_t s, float *out, const float *q, const uint16_t *k,
     dim3 grid((unsigned)a->n_head, (unsigned)a->n_tok, (unsigned)n_split);
     attention_kernel<<<grid, 32 * ATT_WARPS, 0, s>>>(
         out, q, (const __half *)k, (const __half *)v, a->n_head, a->n_head_kv, a->head_dim,
-        a->pos0, a->scale, chunk, n_split, part);
+        a->pos0, a->scale, softcap, window, chunk, n_split, part);
     if (n_split > 1)
         attention_merge_kernel<<<dim3((unsigned)a->n_head, (unsigned)a->n_tok), 128, 0, s>>>(
             out, part, a->n_head, a->head_dim, n_split);
