@@ -27,6 +27,7 @@ void reg_dl_opts_default(reg_dl_opts_t *o)
     o->max_attempts = 6;
     o->backoff_ms = 1000;
     o->stall_ms = 30 * 1000;
+    o->ramp_ms = 250;
 }
 
 static int64_t now_ms(void)
@@ -393,6 +394,7 @@ static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
     if (!m)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     cr_status_t st = CR_OK;
+    int64_t last_start_ms = 0;
     for (;;) {
         if (atomic_load(clients) <= 0) {
             st = cr_err_set(err, CR_E_CANCELED, "canceled");
@@ -411,9 +413,12 @@ static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
             part_t *p = &f->parts[i];
             if (p->done || p->active || p->retry_at_ms > now)
                 continue;
+            if (active > 0 && now - last_start_ms < o->ramp_ms)
+                break;
             if ((st = start_part(f, m, p, err)))
                 goto out;
             active++;
+            last_start_ms = now;
         }
         int running = 0;
         curl_multi_perform(m, &running);

@@ -37,10 +37,14 @@ typedef struct reg_dl_opts {
     int max_attempts;       /* failures of one part before giving up */
     int64_t backoff_ms;     /* first retry delay; doubles each time */
     int64_t stall_ms;       /* silence after which a part is restarted */
+    int64_t ramp_ms;        /* a further part starts at most this often */
 } reg_dl_opts_t;
 
 /* Ollama's values: parts of 100..1000 MB, 16 at once, 6 attempts from 1 s,
- * 30 s stall. */
+ * 30 s stall; parts ramp up one per 250 ms. The ramp keeps a fast link
+ * (where one connection finishes a part before the next would start)
+ * close to sequential, so hashing follows the download instead of
+ * trailing it; a slow link reaches 16 parts within 4 s. */
 void reg_dl_opts_default(reg_dl_opts_t *o);
 
 /* Shared downloads, one per blob digest. Caller owns; free with

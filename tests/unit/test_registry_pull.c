@@ -496,6 +496,7 @@ static void small_parts(reg_dl_opts_t *o)
     o->max_attempts = 3;
     o->backoff_ms = 10;
     o->stall_ms = 3000;
+    o->ramp_ms = 0;
 }
 
 static char model_g[128];
