@@ -419,38 +419,48 @@ static bool number_can_end(const rn_grammar_t *g, const frame_t *f)
     return syntax && (!n->bounded || bounded_value_ok(n, f));
 }
 
+/* The candidates lits[a..m) share their first c bytes and are sorted, so
+ * a literal that ends here comes first, and those continuing with a given
+ * byte are one run: key(i) = -1 if it ends at c, else its byte at c, never
+ * decreases over the range. */
+static int lit_key(const rn_grammar_t *g, uint32_t i, uint32_t c)
+{
+    const lit_t *l = &g->lits[i];
+    return l->len == c ? -1 : (unsigned char)l->s[c];
+}
+
+/* First index in [lo, hi) whose key is >= k. */
+static uint32_t lit_lower(const rn_grammar_t *g, uint32_t lo, uint32_t hi, uint32_t c, int k)
+{
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (lit_key(g, mid, c) < k)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static bool lit_can_end(const rn_grammar_t *g, const frame_t *f)
 {
-    for (uint64_t i = f->a; i < f->m; i++)
-        if (g->lits[i].len == f->c)
-            return true;
-    return false;
+    return f->a < f->m && g->lits[f->a].len == f->c;
 }
 
 /* Returns true if the literal ended before b (the caller re-steps b). */
 static bool step_lit(const rn_grammar_t *g, thread_t *t, int b, mstate_t *out)
 {
     frame_t *f = &t->f[t->depth - 1];
-    uint32_t lo = UINT32_MAX, hi = 0;
-    bool can_end = false;
-    for (uint32_t i = f->a; i < (uint32_t)f->m; i++) {
-        const lit_t *l = &g->lits[i];
-        if (l->len == f->c)
-            can_end = true;
-        else if ((unsigned char)l->s[f->c] == b) {
-            if (lo == UINT32_MAX)
-                lo = i;
-            hi = i + 1;
-        }
-    }
-    if (lo != UINT32_MAX) {
+    uint32_t a = f->a, m = (uint32_t)f->m;
+    uint32_t lo = lit_lower(g, a, m, f->c, b), hi = lit_lower(g, lo, m, f->c, b + 1);
+    if (lo < hi) {
         f->a = lo;
         f->m = hi;
         f->c++;
         emit(out, t);
         return false;
     }
-    return can_end;
+    return lit_can_end(g, f);
 }
 
 static void start_key(const rn_grammar_t *g, thread_t *t, mstate_t *out)

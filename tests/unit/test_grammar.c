@@ -414,6 +414,30 @@ static void test_schema_enum_const(void)
         REFUSE(g, "{\"c\":1,\"d\":\"y", 12);
         rn_grammar_destroy(&g);
     }
+    /* a large enum: numbers that prefix each other, strings */
+    cr_buf_t b;
+    cr_buf_init(&b, 1 << 20);
+    cr_buf_puts(&b, "{\"enum\":[");
+    for (int i = 0; i < 5000; i++)
+        cr_buf_printf(&b, "%s%d,\"v%d\"", i ? "," : "", i * 7, i);
+    cr_buf_puts(&b, "]}");
+    g = mk(b.data, NULL);
+    if (g) {
+        ACCEPT(g, "0", true);
+        ACCEPT(g, "7", true);
+        ACCEPT(g, "70", true);
+        ACCEPT(g, "34993", true);
+        ACCEPT(g, "\"v4999\"", true);
+        ACCEPT(g, "\"v4\"", true);
+        ACCEPT(g, "\"v49", false);
+        REFUSE(g, "349931", 5);
+        REFUSE(g, "35000", 4);
+        REFUSE(g, "-", 0);
+        REFUSE(g, "\"v5000", 5);
+        REFUSE(g, "\"v01", 3);
+        rn_grammar_destroy(&g);
+    }
+    cr_buf_free(&b);
     /* enum values the type forbids are dropped */
     g = mk("{\"type\":\"string\",\"enum\":[\"a\",1]}", NULL);
     if (g) {
