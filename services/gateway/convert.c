@@ -768,6 +768,9 @@ static cr_status_t parse_embeddings(ctx_t *c, const json_t *o,
         e->input.n = 1;
     }
     e->has_input = true;
+    /* The legacy route returns the raw pooled vector (§1.5). */
+    e->normalize = false;
+    e->has_normalize = true;
     r->model = e->model;
     r->stream = false;
     return CR_OK;

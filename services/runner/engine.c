@@ -672,3 +672,50 @@ cr_status_t rn_engine_embed(rn_engine_t *e, const msg_embed_body_t *req,
     out->has_total_duration = true;
     return CR_OK;
 }
+
+/* ---- tokenize / detokenize ---- */
+
+cr_status_t rn_engine_tokenize(rn_engine_t *e, const char *content,
+                               int32_t **ids, size_t *n, cr_err_t *err)
+{
+    const char *text = content ? content : "";
+    size_t len = strlen(text), need = 0;
+    *ids = NULL;
+    *n = 0;
+    cr_status_t st = rn_tokenize(e->tok, text, len, false, true, NULL, 0, &need,
+                                 err);
+    if (st && st != CR_E_TOO_LARGE)
+        return st;
+    if (!need)
+        return CR_OK;
+    int32_t *v = malloc(need * sizeof *v);
+    if (!v)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    if ((st = rn_tokenize(e->tok, text, len, false, true, v, need, n, err))) {
+        free(v);
+        return st;
+    }
+    *ids = v;
+    return CR_OK;
+}
+
+cr_status_t rn_engine_detokenize(rn_engine_t *e, const int32_t *ids, size_t n,
+                                 char **text, cr_err_t *err)
+{
+    size_t n_vocab = rn_tokenizer_n_vocab(e->tok);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (size_t)ids[i] >= n_vocab)
+            return cr_err_set(err, CR_E_INVALID,
+                              "token %d at index %zu is outside the vocabulary "
+                              "(%zu)",
+                              ids[i], i, n_vocab);
+    cr_buf_t b;
+    cr_buf_init(&b, PROMPT_TEXT_MAX);
+    cr_status_t st = rn_detokenize(e->tok, ids, n, 0, &b, err);
+    if (st) {
+        cr_buf_free(&b);
+        return st;
+    }
+    *text = cr_buf_steal(&b);
+    return *text ? CR_OK : cr_err_set(err, CR_E_NOMEM, "out of memory");
+}

@@ -59,4 +59,14 @@ cr_status_t rn_engine_embed(rn_engine_t *e, const msg_embed_body_t *req,
                             const rn_sink_t *sink, msg_embeddings_body_t *out,
                             cr_err_t *err);
 
+/* /api/tokenize: the ids of `content` in this model's vocabulary (no BOS,
+ * special-token texts parsed). *ids is owned by the caller (free()). */
+cr_status_t rn_engine_tokenize(rn_engine_t *e, const char *content,
+                               int32_t **ids, size_t *n, cr_err_t *err);
+
+/* /api/detokenize: the text of ids (CR_E_INVALID naming the first id
+ * outside the vocabulary). *text is owned by the caller (free()). */
+cr_status_t rn_engine_detokenize(rn_engine_t *e, const int32_t *ids, size_t n,
+                                 char **text, cr_err_t *err);
+
 #endif

@@ -133,6 +133,40 @@ static void handle_load(rn_server_t *s, const msg_t *m)
                 m->u.load.name, r.u.ready.size, r.u.ready.context_length);
 }
 
+/* tokenize / detokenize: quick, no generation slot. */
+static void handle_tokens(rn_server_t *s, const msg_t *m)
+{
+    cr_err_t err;
+    cr_err_clear(&err);
+    msg_t r;
+    cr_status_t st;
+    if (m->type == MSG_tokenize) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        st = rn_engine_tokenize(s->engine, m->u.tokenize.content, &ids, &n,
+                                &err);
+        msg_init(&r, MSG_tokens, m->id);
+        r.u.tokens.tokens.v = ids;
+        r.u.tokens.tokens.n = n;
+        r.u.tokens.has_tokens = true;
+        if (!st)
+            send_msg(s, &r);
+        free(ids);
+    } else {
+        char *text = NULL;
+        st = rn_engine_detokenize(s->engine, m->u.detokenize.tokens.v,
+                                  m->u.detokenize.tokens.n, &text, &err);
+        msg_init(&r, MSG_text, m->id);
+        r.u.text.text = text;
+        r.u.text.has_text = true;
+        if (!st)
+            send_msg(s, &r);
+        free(text);
+    }
+    if (st)
+        send_error(s, m->id, st, err.msg[0] ? err.msg : cr_status_str(st));
+}
+
 static void handle_request(rn_server_t *s, const msg_t *m)
 {
     if (!s->engine) {
@@ -144,6 +178,11 @@ static void handle_request(rn_server_t *s, const msg_t *m)
     rn_sink_t sink = {s, sink_chunk, sink_canceled};
     cr_err_t err;
     cr_err_clear(&err);
+    if (m->type == MSG_tokenize || m->type == MSG_detokenize) {
+        handle_tokens(s, m);
+        s->running_id = NULL;
+        return;
+    }
     if (m->type == MSG_embed) {
         msg_t r;
         msg_init(&r, MSG_embeddings, m->id);
@@ -180,6 +219,8 @@ static void handle(rn_server_t *s, msg_t *m)
     case MSG_generate:
     case MSG_chat:
     case MSG_embed:
+    case MSG_tokenize:
+    case MSG_detokenize:
         handle_request(s, m);
         break;
     case MSG_shutdown:

@@ -87,6 +87,10 @@ static const char *req_model(const msg_t *m)
         return m->u.chat.model;
     case MSG_embed:
         return m->u.embed.model;
+    case MSG_tokenize:
+        return m->u.tokenize.model;
+    case MSG_detokenize:
+        return m->u.detokenize.model;
     default:
         return NULL;
     }
@@ -314,20 +318,23 @@ static void dispatch(sch_server_t *s, request_t *r, runner_t *rn)
     }
     /* The runner gets the request with the model's params under its options. */
     msg_options_t **slot = sch_req_options_slot(&r->msg);
-    msg_options_t *merged = msg_alloc(&r->msg, sizeof *merged);
-    if (!merged) {
+    msg_options_t *merged = slot ? msg_alloc(&r->msg, sizeof *merged) : NULL;
+    if (slot && !merged) {
         req_fail(s, r, CR_E_NOMEM, "out of memory");
         return;
     }
-    memset(merged, 0, sizeof *merged);
-    sch_options_overlay(merged, r->resolved.u.resolved.params);
-    sch_options_overlay(merged, *slot);
-    sch_options_overlay(merged, &rn->load_opts);
-    *slot = merged;
+    if (slot) {
+        memset(merged, 0, sizeof *merged);
+        sch_options_overlay(merged, r->resolved.u.resolved.params);
+        sch_options_overlay(merged, *slot);
+        sch_options_overlay(merged, &rn->load_opts);
+        *slot = merged;
+    }
     switch (r->msg.type) {
     case MSG_generate: r->msg.u.generate.has_options = true; break;
     case MSG_chat: r->msg.u.chat.has_options = true; break;
     case MSG_embed: r->msg.u.embed.has_options = true; break;
+    case MSG_tokenize: r->msg.u.tokenize.has_options = true; break;
     default: break;
     }
     r->state = RQ_RUNNING;
@@ -580,7 +587,9 @@ static void on_front(sch_server_t *s)
     switch (m.type) {
     case MSG_generate:
     case MSG_chat:
-    case MSG_embed: {
+    case MSG_embed:
+    case MSG_tokenize:
+    case MSG_detokenize: {
         if (req_find(s, m.id)) {
             reply_error(s, client, m.id, CR_E_INVALID, "duplicate request id");
             break;
@@ -677,7 +686,8 @@ static void on_registry(sch_server_t *s)
         handle_unload(s, r);
         return;
     }
-    if (r->msg.type != MSG_embed && r->resolved.u.resolved.has_capabilities) {
+    bool completes = r->msg.type == MSG_generate || r->msg.type == MSG_chat;
+    if (completes && r->resolved.u.resolved.has_capabilities) {
         /* Embedding-only models cannot chat or generate. */
         bool completion = false;
         for (size_t i = 0; i < r->resolved.u.resolved.capabilities.n; i++)
@@ -705,6 +715,11 @@ static void finish_request(sch_server_t *s, request_t *r, msg_t *m)
         m->u.done.has_total_duration = true;
         m->u.done.load_duration = r->dispatched_ns - r->arrived_ns;
         m->u.done.has_load_duration = true;
+    } else if (m->type == MSG_embeddings) {
+        m->u.embeddings.total_duration = mono_ns() - r->arrived_ns;
+        m->u.embeddings.has_total_duration = true;
+        m->u.embeddings.load_duration = r->dispatched_ns - r->arrived_ns;
+        m->u.embeddings.has_load_duration = true;
     }
     send_client(s, r->client, m);
     req_unlink_free(s, r);
@@ -834,7 +849,8 @@ static void on_runners(sch_server_t *s)
     rn->ping_sent_ms = 0;
     request_t *r = NULL;
     if (m.type == MSG_chunk || m.type == MSG_done || m.type == MSG_error ||
-        m.type == MSG_embeddings || m.type == MSG_progress)
+        m.type == MSG_embeddings || m.type == MSG_progress ||
+        m.type == MSG_tokens || m.type == MSG_text)
         r = req_find(s, m.id);
     if (r && r->runner == rn) {
         if (m.type == MSG_chunk || m.type == MSG_progress)

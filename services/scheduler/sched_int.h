@@ -90,7 +90,8 @@ struct sch_server {
     int64_t nvml_at_ms;    /* when; 0 = never */
 };
 
-/* The options slot of a generate, chat or embed request; NULL otherwise. */
+/* The options slot of a generate, chat, embed or tokenize request; NULL
+ * otherwise. */
 static inline msg_options_t **sch_req_options_slot(msg_t *m)
 {
     switch (m->type) {
@@ -100,6 +101,8 @@ static inline msg_options_t **sch_req_options_slot(msg_t *m)
         return &m->u.chat.options;
     case MSG_embed:
         return &m->u.embed.options;
+    case MSG_tokenize:
+        return &m->u.tokenize.options;
     default:
         return NULL;
     }

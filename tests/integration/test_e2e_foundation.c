@@ -231,6 +231,34 @@ static void test_embed(void)
     json_decref(j);
 }
 
+static void test_tokenize(void)
+{
+    long st;
+    json_t *j = post_json("/api/tokenize",
+                          "{\"model\":\"synth\",\"content\":\"hello world\"}",
+                          &st);
+    CHECK_EQ_INT(st, 200);
+    json_t *toks = json_object_get(j, "tokens");
+    CHECK(json_array_size(toks) > 0);
+    char *dumped = json_dumps(toks, JSON_COMPACT);
+    char body[1024];
+    snprintf(body, sizeof body, "{\"model\":\"synth\",\"tokens\":%s}",
+             dumped ? dumped : "[]");
+    free(dumped);
+    json_decref(j);
+    j = post_json("/api/detokenize", body, &st);
+    CHECK_EQ_INT(st, 200);
+    const char *text = jstr(j, "text");
+    /* SentencePiece adds a leading space to the first word. */
+    CHECK_MSG(text && strstr(text, "hello world"), "text '%s'",
+              text ? text : "(null)");
+    json_decref(j);
+    j = post_json("/api/detokenize",
+                  "{\"model\":\"synth\",\"tokens\":[999999]}", &st);
+    CHECK_EQ_INT(st, 400);
+    json_decref(j);
+}
+
 static void test_ps_and_unload(void)
 {
     e2e_resp_t r = e2e_http(&T, "GET", "/api/ps", NULL, NULL, NULL);
@@ -506,6 +534,7 @@ int main(void)
     test_chat();
     test_seed_determinism();
     test_embed();
+    test_tokenize();
     test_ps_and_unload();
     test_runner_crash();
     test_disconnect_cancels();
