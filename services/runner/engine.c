@@ -93,8 +93,9 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
         cr_err_wrap(err, "%s", load->model_path);
         goto fail;
     }
-    const char *tsrc = load->template && *load->template ? load->template
-                                                         : "{{ .Prompt }}";
+    const char *tsrc = load->template && *load->template
+                           ? load->template
+                           : RN_PROMPT_DEFAULT_TEMPLATE;
     if ((st = rn_tmpl_parse(tsrc, strlen(tsrc), &e->tmpl, err))) {
         cr_err_wrap(err, "template of %s", load->name);
         goto fail;
@@ -306,22 +307,6 @@ static void view_free(msgs_view_t *v)
     memset(v, 0, sizeof *v);
 }
 
-static rn_prompt_think_t think_of(const char *s)
-{
-    rn_prompt_think_t t = {RN_THINK_UNSET, NULL};
-    if (!s || !*s)
-        return t;
-    if (!strcmp(s, "false"))
-        t.mode = RN_THINK_FALSE;
-    else if (!strcmp(s, "true"))
-        t.mode = RN_THINK_TRUE;
-    else {
-        t.mode = RN_THINK_LEVEL;
-        t.level = s;
-    }
-    return t;
-}
-
 /* Renders the request into prompt text (caller frees). */
 static cr_status_t render(rn_engine_t *e, const msg_t *req, char **text_out,
                           cr_err_t *err)
@@ -354,14 +339,18 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req, char **text_out,
         in.msgs = msgs.v;
         in.n_msgs = msgs.n;
         in.tools = tools;
-        in.think = think_of(c->think);
+        in.think = rn_prompt_think_parse(c->think);
+        /* Ollama strips earlier turns' <think> spans for qwen3 (and the
+         * deepseek-r1 distills, which do not say so in their metadata). */
+        in.strip_old_thinking =
+            !strcmp(rn_model_hparams(e->model)->arch, "qwen3");
         in.fit = fit;
         st = rn_prompt_chat(&in, &res, err);
     } else {
         const msg_generate_body_t *g = &req->u.generate;
         rn_prompt_gen_t in = {0};
         in.tmpl = e->tmpl;
-        if (g->has_template && !g->raw) {
+        if (g->has_template) {
             if ((st = rn_tmpl_parse(g->template, strlen(g->template), &req_tmpl,
                                     err))) {
                 cr_err_wrap(err, "template");
@@ -388,7 +377,7 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req, char **text_out,
                 goto out;
             in.context_text = context_text;
         }
-        in.think = think_of(g->think);
+        in.think = rn_prompt_think_parse(g->think);
         fit.truncate = !g->has_truncate || g->truncate;
         in.fit = fit;
         st = rn_prompt_generate(&in, &res, err);
