@@ -77,7 +77,7 @@ typedef struct rn_grammar_opts {
     int max_items;        /* items/members where the schema sets no bound
                              (maxItems overrides for arrays) (256) */
     int max_string_bytes; /* bytes in one string, escapes counted as written
-                             (1024) */
+                             (8192) */
     int max_indent;       /* spaces/tabs after a newline, 0..200 (20) */
 } rn_grammar_opts_t;
 

@@ -18,7 +18,7 @@ void rn_grammar_opts_default(rn_grammar_opts_t *o)
 {
     o->max_depth = 16;
     o->max_items = 256;
-    o->max_string_bytes = 1024;
+    o->max_string_bytes = 8192;
     o->max_indent = 20;
 }
 

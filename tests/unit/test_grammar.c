@@ -156,6 +156,8 @@ static void test_json_limits(void)
 {
     rn_grammar_opts_t o;
     rn_grammar_opts_default(&o);
+    CHECK(o.max_depth == 16 && o.max_items == 256 && o.max_string_bytes == 8192 &&
+          o.max_indent == 20);
     o.max_depth = 2;
     o.max_items = 2;
     o.max_string_bytes = 4;
