@@ -67,6 +67,18 @@ static void on_blob_progress(void *ud, int64_t completed, int64_t total)
     blob_say(b, completed, total);
 }
 
+#define PULL_ROUNDS 3 /* passes over the blobs before giving up */
+
+static bool all_present(reg_store_t *s, const reg_manifest_t *m)
+{
+    for (size_t i = 0; i <= m->n_layers; i++) {
+        const reg_layer_t *l = i < m->n_layers ? &m->layers[i] : &m->config;
+        if (!reg_store_blob_exists(s, l->hex, NULL))
+            return false;
+    }
+    return true;
+}
+
 static cr_status_t fetch_manifest(reg_oci_t *c, const char *tag, char **data,
                                   size_t *len, cr_err_t *err)
 {
@@ -130,7 +142,12 @@ cr_status_t reg_pull(reg_store_t *s, const reg_xfer_env_t *env,
         goto out;
     }
 
-    /* Layers, then the config, as Ollama does. */
+    /* Layers, then the config, as Ollama does. A blob another model had
+     * may be pruned by a concurrent delete while we fetch the rest, so
+     * the set is checked again before the manifest goes in (a few
+     * rounds; the remaining window is the manifest write itself). */
+    for (int round = 0; round < PULL_ROUNDS && (round == 0 || !all_present(s, &m));
+         round++)
     for (size_t i = 0; i <= m.n_layers; i++) {
         const reg_layer_t *l = i < m.n_layers ? &m.layers[i] : &m.config;
         blob_progress_t b = {.fn = fn, .ctx = ctx, .last_completed = -1};
@@ -152,6 +169,11 @@ cr_status_t reg_pull(reg_store_t *s, const reg_xfer_env_t *env,
             say(fn, ctx, "verifying sha256 digest");
         if (st)
             goto out;
+    }
+    if (!all_present(s, &m)) {
+        st = cr_err_set(err, CR_E_IO, "blobs of %s were removed while pulling",
+                        model);
+        goto out;
     }
     say(fn, ctx, "verifying sha256 digest");
 

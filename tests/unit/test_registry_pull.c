@@ -575,9 +575,55 @@ static void test_pull_ok(void)
     free(data);
     CHECK_EQ_INT(count_files("-partial"), 0);
     CHECK_EQ_INT(atomic_load(&f.blob_bytes), 18300);
-    /* Pulling again downloads nothing. */
+    /* Pulling again downloads nothing, and reports each blob complete. */
     CHECK_EQ_INT(do_pull(s, &env, &ev, &err), CR_OK);
     CHECK_EQ_INT(atomic_load(&f.blob_bytes), 18300);
+    int k = first(&ev, want);
+    CHECK(k > 0 && ev.completed[k] == 18000);
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
+/* A blob removed (by a concurrent delete's pruning) after it was fetched
+ * is fetched again before the manifest is written. */
+typedef struct remover {
+    reg_store_t *s;
+    char trigger[40];        /* status that triggers the removal */
+    char hex[REG_HEX_LEN + 1];
+    int removed;
+} remover_t;
+
+static void remove_once(void *ctx, const msg_progress_body_t *p)
+{
+    remover_t *r = ctx;
+    if (!r->removed && !strcmp(p->status, r->trigger)) {
+        reg_store_blob_remove(r->s, r->hex, NULL);
+        r->removed++;
+    }
+}
+
+static void test_blob_removed_midway(void)
+{
+    fake_t f;
+    fake_start(&f);
+    fake_add_blob(&f, 200, 30);
+    const char *first_layer = fake_add_blob(&f, 3000, 31);
+    fake_add_blob(&f, 50, 32);
+    fake_set_manifest(&f);
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    reg_dl_opts_t o;
+    small_parts(&o);
+    reg_xfer_env_t env = {NULL, &o, false};
+    remover_t r = {.s = s};
+    snprintf(r.trigger, sizeof r.trigger, "pulling %.12s", f.blobs[2].hex);
+    snprintf(r.hex, sizeof r.hex, "%s", first_layer);
+    cr_err_t err;
+    CHECK_EQ_INT(reg_pull(s, &env, model_g, true, NULL, remove_once, &r, &err), CR_OK);
+    CHECK_EQ_INT(r.removed, 1);
+    CHECK(reg_store_blob_exists(s, first_layer, NULL));
+    CHECK(has_manifest(s));
+    CHECK_EQ_INT(atomic_load(&f.blob_bytes), 3250 + 3000);
     reg_store_destroy(&s);
     fake_stop(&f);
 }
@@ -1248,6 +1294,7 @@ int main(void)
     test_startup_prune_partials();
     test_pull_ok();
     test_manifest_404();
+    test_blob_removed_midway();
     test_bad_manifest();
     test_digest_mismatch();
     test_truncated_then_resume();
