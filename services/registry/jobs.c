@@ -127,6 +127,9 @@ static void *job_main(void *arg)
     sink_t k = {job, zsock_new(ZMQ_PUSH)};
     if (k.out) {
         zsock_set_linger(k.out, JOB_LINGER_MS);
+        /* A loop that stopped reading (shutting down) must not hold the
+         * job forever: a progress line is dropped instead. */
+        zsock_set_sndtimeo(k.out, JOB_LINGER_MS);
         if (zsock_connect(k.out, "%s", j->endpoint) < 0)
             zsock_destroy(&k.out);
     }
