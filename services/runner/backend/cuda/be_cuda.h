@@ -59,6 +59,12 @@ const be_ops_ext_t *be_cuda_ops_ext(void);
  * tests exercise both paths on small shapes. */
 void be_cuda_set_gemm_min_tokens(be_backend_t *be, int n);
 
+/* Bench: the device's memory-read bandwidth in GB/s (best of 4 timed
+ * reads of a `bytes` buffer). CR_E_INVALID for a non-CUDA backend,
+ * CR_E_INTERNAL on a CUDA error. */
+cr_status_t be_cuda_read_bandwidth(be_backend_t *be, size_t bytes, double *gb_s,
+                                   cr_err_t *err);
+
 /* Test hooks: the device kernels' per-lane arithmetic run on the host (no
  * GPU needed), so CI checks the block decoding against the CPU backend.
  * host_matvec_row: *out = the matrix-vector kernel's result for one weight

@@ -791,3 +791,51 @@ extern "C" void be_cuda_set_gemm_min_tokens(be_backend_t *be, int n)
     if (is_cuda(be))
         cu_of(be)->gemm_min_tokens = n < 0 ? 0 : n;
 }
+
+extern "C" cr_status_t be_cuda_read_bandwidth(be_backend_t *be, size_t bytes, double *gb_s,
+                                              cr_err_t *err)
+{
+    *gb_s = 0;
+    if (!is_cuda(be))
+        return cr_err_set(err, CR_E_INVALID, "not a cuda backend");
+    be_cuda_t *g = cu_of(be);
+    bytes -= bytes % 16;
+    void *buf = NULL;
+    float *sink = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    cudaError_t e = cudaSetDevice(g->device);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&buf, bytes);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&sink, sizeof(float));
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(buf, 0, bytes, g->stream);
+    if (e == cudaSuccess)
+        e = cudaEventCreate(&e0);
+    if (e == cudaSuccess)
+        e = cudaEventCreate(&e1);
+    float best_ms = 0;
+    for (int r = 0; r < 5 && e == cudaSuccess; r++) {
+        cudaEventRecord(e0, g->stream);
+        cu_read_probe(g->stream, buf, bytes, sink, g->n_sm);
+        cudaEventRecord(e1, g->stream);
+        e = cudaEventSynchronize(e1);
+        float ms = 0;
+        if (e == cudaSuccess)
+            e = cudaEventElapsedTime(&ms, e0, e1);
+        if (e == cudaSuccess && r > 0 && (best_ms == 0 || ms < best_ms))
+            best_ms = ms; /* round 0 warms up */
+    }
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(buf);
+    cudaFree(sink);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return cr_err_set(err, CR_E_INTERNAL, "bandwidth probe: %s", cudaGetErrorString(e));
+    }
+    *gb_s = best_ms > 0 ? (double)bytes / (best_ms * 1e-3) / 1e9 : 0;
+    return CR_OK;
+}

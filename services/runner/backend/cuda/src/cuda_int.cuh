@@ -144,4 +144,7 @@ void cu_add_rows(cudaStream_t s, float *y, const float *b, int64_t cols, int n);
 void cu_scale(cudaStream_t s, float *x, size_t n, float f);
 void cu_geglu(cudaStream_t s, float *y, const float *gate, const float *up, size_t n);
 
+/* Queues one read of bytes (a multiple of 16) of buf (bench). */
+void cu_read_probe(cudaStream_t s, const void *buf, size_t bytes, float *sink, int n_sm);
+
 #endif

@@ -428,3 +428,23 @@ void cu_attention(cudaStream_t s, float *out, const float *q, const uint16_t *k,
         attention_merge_kernel<<<dim3((unsigned)a->n_head, (unsigned)a->n_tok), 128, 0, s>>>(
             out, part, a->n_head, a->head_dim, n_split);
 }
+
+/* ---- bandwidth probe (bench) ------------------------------------------ */
+
+/* Reads n float4s once; the sum is written so the loads are not removed. */
+__global__ void read_kernel(const float4 *x, size_t n, float *sink)
+{
+    float acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float4 v = x[i];
+        acc += v.x + v.y + v.z + v.w;
+    }
+    if (acc == 1234.5f)
+        *sink = acc;
+}
+
+void cu_read_probe(cudaStream_t s, const void *buf, size_t bytes, float *sink, int n_sm)
+{
+    read_kernel<<<(unsigned)(n_sm * 8), 512, 0, s>>>((const float4 *)buf, bytes / 16, sink);
+}
