@@ -8,18 +8,32 @@
 
 #include <unistd.h>
 
+#include "lib/duration.h"
+#include "lib/env.h"
 #include "lib/log.h"
 #include "proto/bus.h"
 #include "services/runner/engine.h"
 
 #define DEFERRED_MAX 1024 /* requests queued behind the running one */
+/* The scheduler pings an idle runner every CORRAL_HEARTBEAT_INTERVAL
+ * (default 5 s). Idle and unheard for three intervals, a runner assumes its
+ * scheduler restarted and says hello again, once an interval, with the
+ * model it holds, so the new scheduler adopts it without a reload. Unheard
+ * for CORRAL_RUNNER_ORPHAN_TIMEOUT seconds (default 60) it exits, so no
+ * runner outlives its scheduler for good. */
+#define HEARTBEAT_MS_DEFAULT 5000
+#define ORPHAN_MS_DEFAULT 60000
 
 struct rn_server {
     zsock_t *sock;
     char id[MSG_ID_MAX + 1];
     rn_engine_t *engine;
     zlist_t *deferred; /* msg_t* waiting to run (owned) */
-    pid_t parent;
+    int64_t heard_ms;     /* last message from the scheduler (monotonic) */
+    int64_t rehello_ms;   /* last hello sent while unheard */
+    int64_t orphan_ms;    /* silence after which the runner exits */
+    int64_t heartbeat_ms; /* the scheduler's ping interval */
+    msg_t load_msg;       /* the load it answered, for hellos after it */
     bool shutdown;
     /* The request running now, for the sink callbacks. */
     const char *running_id;
@@ -31,6 +45,41 @@ static void send_msg(rn_server_t *s, const msg_t *m)
     cr_err_t err;
     if (bus_send(s->sock, m, &err))
         cr_log_warn("send %s failed: %s", msg_type_name(m->type), err.msg);
+}
+
+static int64_t mono_ms(void)
+{
+    return zclock_mono();
+}
+
+/* hello, with the model this runner holds once it holds one. */
+static void send_hello(rn_server_t *s)
+{
+    msg_t m;
+    msg_init(&m, MSG_hello, s->id);
+    msg_hello_body_t *h = &m.u.hello;
+    h->runner_id = s->id;
+    h->has_runner_id = true;
+    h->pid = getpid();
+    h->has_pid = true;
+    if (s->engine && s->load_msg.type == MSG_load) {
+        const msg_load_body_t *ld = &s->load_msg.u.load;
+        h->name = ld->name;
+        h->has_name = true;
+        h->model_path = ld->model_path;
+        h->has_model_path = true;
+        h->options = ld->options;
+        h->has_options = ld->options != NULL;
+        h->num_parallel = ld->has_num_parallel ? ld->num_parallel : 1;
+        h->has_num_parallel = true;
+        h->size = rn_engine_size_bytes(s->engine);
+        h->has_size = true;
+        h->size_vram = 0;
+        h->has_size_vram = true;
+        h->context_length = rn_engine_ctx(s->engine);
+        h->has_context_length = true;
+    }
+    send_msg(s, &m);
 }
 
 static void send_error(rn_server_t *s, const char *id, cr_status_t st,
@@ -60,6 +109,7 @@ static void drain_inbox(rn_server_t *s)
             cr_log_warn("bad message from the scheduler: %s", err.msg);
             continue;
         }
+        s->heard_ms = mono_ms();
         if (m.type == MSG_cancel) {
             if (s->running_id && !strcmp(m.id, s->running_id))
                 s->running_canceled = true;
@@ -102,8 +152,6 @@ static bool sink_canceled(void *ctx)
 {
     rn_server_t *s = ctx;
     drain_inbox(s);
-    if (getppid() != s->parent)
-        s->shutdown = true; /* the scheduler is gone: nobody is listening */
     return s->running_canceled || s->shutdown;
 }
 
@@ -120,6 +168,12 @@ static void handle_load(rn_server_t *s, const msg_t *m)
         send_error(s, s->id, err.status, err.msg);
         return;
     }
+    msg_t wrap;
+    msg_init(&wrap, MSG_load, s->id);
+    wrap.u.load = m->u.load;
+    if (msg_copy(&wrap, &s->load_msg))
+        cr_log_warn("cannot keep the load message; a restarted scheduler "
+                    "will not adopt this runner");
     msg_t r;
     msg_init(&r, MSG_ready, s->id);
     r.u.ready.size = rn_engine_size_bytes(s->engine);
@@ -249,7 +303,15 @@ cr_status_t rn_server_new(const char *endpoint, const char *runner_id,
     if (!s)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     snprintf(s->id, sizeof s->id, "%s", runner_id);
-    s->parent = getppid();
+    s->heard_ms = mono_ms();
+    long long orphan = cr_env_int("RUNNER_ORPHAN_TIMEOUT", 0);
+    s->orphan_ms = orphan > 0 ? orphan * 1000 : ORPHAN_MS_DEFAULT;
+    char hb[64];
+    int64_t hb_ms = 0;
+    if (!cr_env_get("HEARTBEAT_INTERVAL", hb, sizeof hb) ||
+        cr_duration_parse(hb, &hb_ms, NULL) || hb_ms <= 0)
+        hb_ms = HEARTBEAT_MS_DEFAULT;
+    s->heartbeat_ms = hb_ms;
     s->deferred = zlist_new();
     s->sock = zsock_new(ZMQ_DEALER);
     if (!s->deferred || !s->sock) {
@@ -268,13 +330,7 @@ cr_status_t rn_server_new(const char *endpoint, const char *runner_id,
 
 int rn_server_run(rn_server_t *s)
 {
-    msg_t hello;
-    msg_init(&hello, MSG_hello, s->id);
-    hello.u.hello.runner_id = s->id;
-    hello.u.hello.has_runner_id = true;
-    hello.u.hello.pid = getpid();
-    hello.u.hello.has_pid = true;
-    send_msg(s, &hello);
+    send_hello(s);
 
     while (!s->shutdown && !zsys_interrupted) {
         msg_t *queued = zlist_pop(s->deferred);
@@ -288,12 +344,21 @@ int rn_server_run(rn_server_t *s)
         cr_err_t err;
         cr_status_t st = bus_recv(s->sock, 1000, &m, NULL, &err);
         if (st == CR_E_TIMEOUT) {
-            if (getppid() != s->parent) {
-                cr_log_info("scheduler went away; exiting");
+            int64_t silent = mono_ms() - s->heard_ms;
+            if (silent > s->orphan_ms) {
+                cr_log_info("no scheduler for %lld s; exiting",
+                            (long long)(silent / 1000));
                 break;
+            }
+            if (silent > 3 * s->heartbeat_ms &&
+                mono_ms() - s->rehello_ms > s->heartbeat_ms) {
+                /* A restarted scheduler adopts us from this. */
+                s->rehello_ms = mono_ms();
+                send_hello(s);
             }
             continue;
         }
+        s->heard_ms = mono_ms();
         if (st == CR_E_CANCELED)
             break;
         if (st) {
@@ -320,6 +385,7 @@ void rn_server_destroy(rn_server_t **self_p)
         zlist_destroy(&s->deferred);
     }
     rn_engine_destroy(&s->engine);
+    msg_clear(&s->load_msg);
     zsock_destroy(&s->sock);
     free(s);
     *self_p = NULL;

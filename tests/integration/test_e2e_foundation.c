@@ -480,6 +480,53 @@ static void test_cli(void)
     free(out);
 }
 
+/* The scheduler dies (SIGKILL); `corral serve` restarts it, and the
+ * running runner says hello again and is adopted: the model stays loaded
+ * (same runner process) and answers at once. */
+static void test_scheduler_restart(void)
+{
+    long st;
+    json_t *j = post_json("/api/generate",
+                          "{\"model\":\"synth\",\"prompt\":\"warm\","
+                          "\"stream\":false}",
+                          &st);
+    CHECK_EQ_INT(st, 200);
+    json_decref(j);
+    pid_t runners[8], scheds[4];
+    size_t nr = e2e_find_procs(&T, "corral-runner", runners, 8);
+    size_t ns = e2e_find_procs(&T, "corral-schedule", scheds, 4);
+    CHECK(nr >= 1);
+    CHECK_EQ_INT(ns, 1);
+    if (nr < 1 || ns != 1)
+        return;
+    kill(scheds[0], SIGKILL);
+    /* Wait for the adoption: ps lists synth again. */
+    bool back = false;
+    for (int i = 0; i < 150 && !back; i++) {
+        usleep(100000);
+        e2e_resp_t r = e2e_http(&T, "GET", "/api/ps", NULL, NULL, NULL);
+        back = r.status == 200 && strstr(r.body, "\"synth:latest\"");
+        e2e_resp_free(&r);
+    }
+    CHECK_MSG(back, "the restarted scheduler did not adopt the runner");
+    j = post_json("/api/generate",
+                  "{\"model\":\"synth\",\"prompt\":\"again\","
+                  "\"stream\":false}",
+                  &st);
+    CHECK_EQ_INT(st, 200);
+    json_decref(j);
+    /* The same processes, still alive (now children of init: the dead
+     * scheduler was their parent, so they are not found under serve). */
+    size_t alive = 0;
+    for (size_t k = 0; k < nr; k++)
+        alive += kill(runners[k], 0) == 0;
+    CHECK_MSG(alive == nr, "%zu of %zu runners survived the restart", alive,
+              nr);
+    pid_t fresh[8];
+    CHECK_MSG(e2e_find_procs(&T, "corral-runner", fresh, 8) == 0,
+              "the model was loaded again instead of adopted");
+}
+
 /* stories260K through the service: same greedy text as llama.cpp. */
 static void test_stories_fidelity(void)
 {
@@ -523,6 +570,8 @@ static void test_stories_fidelity(void)
 
 int main(void)
 {
+    /* Fast heartbeats so a restarted scheduler is found in seconds. */
+    setenv("CORRAL_HEARTBEAT_INTERVAL", "1s", 1);
     if (!e2e_start(&T)) {
         CHECK_MSG(false, "the services did not start");
         e2e_stop(&T);
@@ -541,6 +590,7 @@ int main(void)
     test_copy_delete();
     test_bad_input();
     test_cli();
+    test_scheduler_restart();
     test_stories_fidelity();
     if (check_failed_g) {
         char cmd[1300];
