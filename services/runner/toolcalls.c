@@ -289,6 +289,8 @@ static json_t *args_in(json_t *o, const char *name, int depth)
 {
     static const char *const keys[] = {"arguments", "parameters"};
     if (json_is_array(o)) {
+        if (depth >= NEST_MAX)
+            return NULL;
         size_t i;
         json_t *el;
         json_array_foreach(o, i, el) {

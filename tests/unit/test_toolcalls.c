@@ -3,8 +3,10 @@
  * mistral [TOOL_CALLS]) fed whole, at every one- and two-cut split and byte
  * by byte (same output each time); argument rules; ids and indexes; text
  * that is not a call; leftovers; bad tool lists and tags; an object past the
- * hold cap; hostile bytes; full output buffers. */
+ * hold cap; hostile bytes; full output buffers; and the runner's chain
+ * (thinking parser, then tool parser on its content) at every split. */
 #include "lib/prelude.h"
+#include "services/runner/thinking.h"
 #include "services/runner/toolcalls.h"
 #include "tests/unit/check.h"
 
@@ -581,6 +583,80 @@ static void test_full_output_buffers(void)
     cr_buf_free(&calls);
 }
 
+/* ---- the chain the engine runs: thinking first, tools on its content ---- */
+
+typedef struct chain_out {
+    char thinking[4096], content[4096], calls[8192];
+} chain_out_t;
+
+static void run_chain(const char *text, const size_t *cuts, size_t n_cuts,
+                      chain_out_t *o)
+{
+    cr_err_t err = {0};
+    rn_thinking_t *th = rn_thinking_new("<think>", "</think>", false, &err);
+    rn_toolcalls_t *tc = make("<tool_call>");
+    cr_buf_t think_out, tmp, content, calls;
+    cr_buf_init(&think_out, 1 << 16);
+    cr_buf_init(&tmp, 1 << 16);
+    cr_buf_init(&content, 1 << 16);
+    cr_buf_init(&calls, 1 << 16);
+    result_t r = {0};
+    size_t len = strlen(text), at = 0;
+    for (size_t i = 0; i <= n_cuts + 1; i++) {
+        cr_buf_reset(&tmp);
+        cr_buf_reset(&calls);
+        if (i <= n_cuts) {
+            size_t end = i < n_cuts ? cuts[i] : len;
+            CHECK_EQ_INT(rn_thinking_push(th, text + at, end - at, &think_out,
+                                          &tmp), CR_OK);
+            at = end;
+        } else {
+            CHECK_EQ_INT(rn_thinking_flush(th, &think_out, &tmp), CR_OK);
+        }
+        CHECK_EQ_INT(rn_toolcalls_push(tc, tmp.data ? tmp.data : "", tmp.len,
+                                       &content, &calls), CR_OK);
+        add_calls(&r, &calls);
+    }
+    CHECK_EQ_INT(rn_toolcalls_finish(tc, &content), CR_OK);
+    snprintf(o->thinking, sizeof o->thinking, "%s",
+             think_out.data ? think_out.data : "");
+    snprintf(o->content, sizeof o->content, "%s", content.data ? content.data : "");
+    snprintf(o->calls, sizeof o->calls, "%s", r.calls);
+    cr_buf_free(&think_out);
+    cr_buf_free(&tmp);
+    cr_buf_free(&content);
+    cr_buf_free(&calls);
+    rn_thinking_destroy(&th);
+    rn_toolcalls_destroy(&tc);
+}
+
+static void test_thinking_then_tools_chain(void)
+{
+    const char *text =
+        "<think>\nThe user wants the weather. {maybe}\n</think>\n\n"
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+        "{\"city\": \"Paris\"}}\n</tool_call>";
+    chain_out_t whole, o;
+    run_chain(text, NULL, 0, &whole);
+    CHECK_EQ_STR(whole.thinking, "The user wants the weather. {maybe}\n");
+    CHECK_EQ_STR(whole.content, "");
+    result_t r = {0};
+    snprintf(r.calls, sizeof r.calls, "%s", whole.calls);
+    check_call(&r, 0, "get_weather", "{\"city\":\"Paris\"}");
+    size_t len = strlen(text);
+    int bad = 0;
+    for (size_t i = 0; i <= len; i++) {
+        for (size_t j = i; j <= len; j++) {
+            size_t cuts[2] = {i, j};
+            run_chain(text, cuts, 2, &o);
+            if (strcmp(o.thinking, whole.thinking) ||
+                strcmp(o.content, whole.content) || strcmp(o.calls, whole.calls))
+                bad++;
+        }
+    }
+    CHECK_MSG(bad == 0, "%d split pairs differ", bad);
+}
+
 int main(void)
 {
     test_llama31_bare_json();
@@ -595,5 +671,6 @@ int main(void)
     test_hold_cap();
     test_hostile_bytes();
     test_full_output_buffers();
+    test_thinking_then_tools_chain();
     return check_finish("test_toolcalls");
 }
