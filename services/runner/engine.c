@@ -19,6 +19,7 @@
 #include "lib/log.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/forward.h"
+#include "services/runner/grammar.h"
 #include "services/runner/model.h"
 #include "services/runner/prompt.h"
 #include "services/runner/sampler.h"
@@ -45,6 +46,9 @@ struct rn_engine {
     int32_t *seq;     /* tokens in the KV cache, in order [n_ctx] */
     int n_seq;
     int32_t *prompt;  /* this request's prompt tokens [n_ctx] */
+    rn_grammar_vocab_t *gvocab; /* token bytes for structured output; made
+                                   on the first request with a format */
+    float *masked;    /* logits after the grammar mask [n_vocab] */
     float *embed;     /* embedding output of the last embed request */
     size_t embed_cap; /* floats allocated in embed */
     cr_buf_t out;     /* text released by the stop matcher */
@@ -146,6 +150,8 @@ void rn_engine_destroy(rn_engine_t **self_p)
     free(e->seq);
     free(e->prompt);
     free(e->embed);
+    free(e->masked);
+    rn_grammar_vocab_destroy(&e->gvocab);
     free(e);
     *self_p = NULL;
 }
@@ -472,21 +478,36 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
         return cr_err_set(err, CR_E_INVALID, "unsupported request type");
     const char *format = r->type == MSG_chat ? r->u.chat.format
                                              : r->u.generate.format;
-    if (format && *format)
-        return cr_err_set(err, CR_E_UNSUPPORTED,
-                          "structured output (format) is not supported yet");
+    rn_grammar_t *grammar = NULL;
+    if (format && *format) {
+        cr_status_t gst = rn_grammar_new(format, strlen(format), NULL,
+                                         &grammar, err);
+        if (gst)
+            return gst;
+        if (!e->gvocab && (gst = rn_grammar_vocab_new(e->tok, &e->gvocab, err))) {
+            rn_grammar_destroy(&grammar);
+            return gst;
+        }
+        int n_vocab = rn_model_hparams(e->model)->n_vocab;
+        if (!e->masked && !(e->masked = malloc((size_t)n_vocab * sizeof(float)))) {
+            rn_grammar_destroy(&grammar);
+            return cr_err_set(err, CR_E_NOMEM, "out of memory");
+        }
+    }
 
     req_opts_t ro;
+    rn_stop_t *stop = NULL;
     cr_status_t st = request_opts(e, req_options(r), &ro, err);
     if (st)
-        return st;
-    rn_stop_t *stop = rn_stop_new(ro.stop ? (const char *const *)ro.stop->v : NULL,
-                                  ro.stop ? ro.stop->n : 0, err);
+        goto out;
+    stop = rn_stop_new(ro.stop ? (const char *const *)ro.stop->v : NULL,
+                       ro.stop ? ro.stop->n : 0, err);
     if (!stop) {
         /* Too many or too long stop strings are the client's mistake. */
         if (err && err->status == CR_E_TOO_LARGE)
             err->status = CR_E_INVALID;
-        return err && err->status ? err->status : CR_E_NOMEM;
+        st = err && err->status ? err->status : CR_E_NOMEM;
+        goto out;
     }
     if ((st = rn_sampler_reset(e->sampler, &ro.sp, err)))
         goto out;
@@ -519,8 +540,21 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
             goto out;
         }
         int32_t token;
-        if ((st = rn_sampler_pick(e->sampler, rn_ctx_logits(e->ctx), &token,
-                                  err)))
+        const float *logits = rn_ctx_logits(e->ctx);
+        if (grammar) {
+            /* Only tokens that keep the output a valid prefix survive. */
+            int n_vocab = rn_ctx_n_vocab(e->ctx);
+            memcpy(e->masked, logits, (size_t)n_vocab * sizeof *logits);
+            if (!rn_grammar_mask(grammar, e->gvocab, e->masked, n_vocab)) {
+                st = cr_err_set(err, CR_E_INTERNAL,
+                                "no token can continue the formatted output");
+                goto out;
+            }
+            logits = e->masked;
+        }
+        if ((st = rn_sampler_pick(e->sampler, logits, &token, err)))
+            goto out;
+        if (grammar && (st = rn_grammar_accept(grammar, e->gvocab, token, err)))
             goto out;
         rn_sampler_accept(e->sampler, token);
         n_gen++;
@@ -537,7 +571,8 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
             st = CR_E_CANCELED;
             goto out;
         }
-        if (stopped) {
+        if (stopped || (grammar && rn_grammar_is_complete(grammar) &&
+                        !rn_grammar_can_continue(grammar))) {
             reason = "stop";
             break;
         }
@@ -579,6 +614,7 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
     }
 out:
     rn_stop_destroy(&stop);
+    rn_grammar_destroy(&grammar);
     return st;
 }
 

@@ -231,6 +231,33 @@ static void test_embed(void)
     json_decref(j);
 }
 
+/* Structured output through the API: a schema-shaped answer. */
+static void test_format(void)
+{
+    long st;
+    json_t *j = post_json(
+        "/api/generate",
+        "{\"model\":\"synth\",\"prompt\":\"count\",\"stream\":false,"
+        "\"format\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":"
+        "\"integer\"},\"ok\":{\"type\":\"boolean\"}},\"required\":[\"n\","
+        "\"ok\"],\"additionalProperties\":false},"
+        "\"options\":{\"num_predict\":64,\"temperature\":1,\"seed\":1}}",
+        &st);
+    CHECK_EQ_INT(st, 200);
+    const char *resp = jstr(j, "response");
+    json_t *doc = json_loads(resp ? resp : "", 0, NULL);
+    CHECK_MSG(json_is_integer(json_object_get(doc, "n")) &&
+                  json_is_boolean(json_object_get(doc, "ok")),
+              "response '%s'", resp ? resp : "(null)");
+    json_decref(doc);
+    json_decref(j);
+    j = post_json("/api/generate",
+                  "{\"model\":\"synth\",\"prompt\":\"x\",\"format\":\"yaml\"}",
+                  &st);
+    CHECK_EQ_INT(st, 400);
+    json_decref(j);
+}
+
 static void test_tokenize(void)
 {
     long st;
@@ -584,6 +611,7 @@ int main(void)
     test_seed_determinism();
     test_embed();
     test_tokenize();
+    test_format();
     test_ps_and_unload();
     test_runner_crash();
     test_disconnect_cancels();
