@@ -14,6 +14,7 @@
 #include <time.h>
 
 #define NEST_MAX 16 /* levels the nested argument search descends */
+#define TAG_WS_MAX 32 /* output whitespace one tag space may match */
 
 typedef enum state { LOOKING, CALLING, PASS } state_t;
 
@@ -21,7 +22,9 @@ struct rn_toolcalls {
     state_t state;
     char tag[RN_TOOLCALLS_TAG_MAX + 1];
     size_t tag_len;
-    char close_tag[RN_TOOLCALLS_TAG_MAX + 2]; /* "</x>" / "[/X]", or "" */
+    size_t word_len; /* the tag's first word: tag[0..word_len) */
+    char close_tag[RN_TOOLCALLS_TAG_MAX + 2]; /* "</x>" / "[/X]" of the
+                                                 first word, or "" */
     size_t close_len;
     bool brace_tag; /* "{" or "[": only as the first output */
 
@@ -155,12 +158,15 @@ rn_toolcalls_t *rn_toolcalls_new(const char *tag, const char *tools_json,
     p->tag[n] = '\0';
     p->tag_len = n;
     p->brace_tag = n == 1 && (s[0] == '{' || s[0] == '[');
-    if (!p->brace_tag && n >= 2 && (s[0] == '<' || s[0] == '[')) {
+    while (p->word_len < n && !is_ws(s[p->word_len]))
+        p->word_len++;
+    size_t w = p->word_len;
+    if (!p->brace_tag && w >= 2 && (s[0] == '<' || s[0] == '[')) {
         /* The closing form, removed from the leftover after calls. */
         p->close_tag[0] = s[0];
         p->close_tag[1] = '/';
-        memcpy(p->close_tag + 2, s + 1, n - 1);
-        p->close_len = n + 1;
+        memcpy(p->close_tag + 2, s + 1, w - 1);
+        p->close_len = w + 1;
     }
     if (load_names(p, tools_json, err))
         goto fail;
@@ -453,7 +459,7 @@ static size_t name_pos(const rn_toolcalls_t *p, size_t i, size_t end)
             break;
         size_t pos = (size_t)(hit - p->buf);
         if (p->brace_tag ||
-            (!covered_by(p, pos, n, end, p->tag, p->tag_len) &&
+            (!covered_by(p, pos, n, end, p->tag, p->word_len) &&
              !covered_by(p, pos, n, end, p->close_tag, p->close_len)))
             return pos;
         from = pos + 1;
@@ -532,21 +538,55 @@ static cr_status_t cut_calls(rn_toolcalls_t *p, cr_buf_t *content,
     return CR_OK;
 }
 
-/* LOOKING: passes on what cannot start the tag; moves to CALLING at it. */
+typedef enum match { NONE, PARTIAL, FULL } match_t;
+
+/* Matches the tag at buf[i..]: whitespace in the tag matches a run of up
+ * to TAG_WS_MAX whitespace bytes, none included ("[TOOL_CALLS] [" matches
+ * "[TOOL_CALLS][").
+ * PARTIAL when the text ends first; FULL with *end past the match. */
+static match_t match_at(const rn_toolcalls_t *p, size_t i, size_t *end)
+{
+    size_t t = 0, b = i;
+    while (t < p->tag_len) {
+        if (is_ws(p->tag[t])) {
+            while (t < p->tag_len && is_ws(p->tag[t]))
+                t++;
+            size_t run = 0;
+            while (b < p->len && is_ws(p->buf[b]) && run++ < TAG_WS_MAX)
+                b++;
+            if (run > TAG_WS_MAX)
+                return NONE;
+            continue;
+        }
+        if (b == p->len)
+            return PARTIAL;
+        if (p->buf[b] != p->tag[t])
+            return NONE;
+        b++;
+        t++;
+    }
+    *end = b;
+    return FULL;
+}
+
+/* LOOKING: passes on what cannot start the tag; moves to CALLING at it.
+ * The earliest position that matches or may still match decides, which
+ * keeps the result independent of how the text was split. */
 static cr_status_t look(rn_toolcalls_t *p, cr_buf_t *content)
 {
-    const char *hit = memmem(p->buf, p->len, p->tag, p->tag_len);
-    size_t keep; /* bytes kept from the end of buf */
-    if (hit) {
-        keep = p->len - (size_t)(hit - p->buf);
-    } else {
-        keep = 0;
-        for (size_t k = CR_MIN(p->tag_len - 1, p->len); k > 0; k--) {
-            if (!memcmp(p->buf + p->len - k, p->tag, k)) {
-                keep = k;
-                break;
-            }
-        }
+    size_t keep = 0; /* bytes kept from the end of buf */
+    size_t tag_end = 0;
+    bool hit = false;
+    for (size_t i = 0; i < p->len; i++) {
+        if (p->buf[i] != p->tag[0])
+            continue;
+        match_t m = match_at(p, i, &tag_end);
+        if (m == NONE)
+            continue;
+        keep = p->len - i;
+        hit = m == FULL;
+        tag_end -= hit ? i : 0;
+        break;
     }
     size_t out = p->len - keep;
     if (p->brace_tag && has_non_ws(p->buf, out))
@@ -559,7 +599,7 @@ static cr_status_t look(rn_toolcalls_t *p, cr_buf_t *content)
         /* A brace tag is the call's own first byte; other tags are skipped
          * by the searches (a tool named "call" must not match
          * "<tool_call>"). */
-        scan_reset(p, p->brace_tag ? 0 : p->tag_len);
+        scan_reset(p, p->brace_tag ? 0 : tag_end);
     }
     return st;
 }
@@ -607,9 +647,9 @@ static cr_status_t put_leftover(rn_toolcalls_t *p, cr_buf_t *content)
         if (p->close_len && p->len - r >= p->close_len &&
             !memcmp(p->buf + r, p->close_tag, p->close_len)) {
             r += p->close_len;
-        } else if (!p->brace_tag && p->len - r >= p->tag_len &&
-                   !memcmp(p->buf + r, p->tag, p->tag_len)) {
-            r += p->tag_len;
+        } else if (!p->brace_tag && p->len - r >= p->word_len &&
+                   !memcmp(p->buf + r, p->tag, p->word_len)) {
+            r += p->word_len;
         } else {
             p->buf[w++] = p->buf[r++];
         }

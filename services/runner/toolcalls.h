@@ -5,7 +5,10 @@
  * `<tool_call>`, `[TOOL_CALLS]`, or "{" for bare JSON). Generated text is
  * fed one piece at a time:
  *   1. Until the tag appears, text passes through as content; a trailing
- *      partial match of the tag is held back. With tag "{" or "[", calls are
+ *      partial match of the tag is held back. Whitespace inside the tag
+ *      matches up to 32 whitespace bytes, none included (the mistral
+ *      template's tag "[TOOL_CALLS] [" matches "[TOOL_CALLS][" too); the
+ *      rest matches byte for byte. With tag "{" or "[", calls are
  *      only looked for when the very first non-whitespace output is the tag;
  *      otherwise everything is content.
  *   2. After the tag, text is held and calls are cut out of it, repeatedly:
@@ -22,9 +25,10 @@
  *      or not valid JSON), or held text that would pass the hold cap, ends
  *      tool parsing: everything held and everything after is content.
  *   5. At the end, text still held is content if no call was found; after
- *      calls, the leftover with the tag, its closing form (`</tool_call>`,
- *      `[/TOOL_CALLS]`), whitespace, ',' and ']' removed is content when
- *      anything remains.
+ *      calls, the leftover with the tag's first word and its closing form
+ *      (`<tool_call>`/`</tool_call>`, `[TOOL_CALLS]`/`[/TOOL_CALLS]`)
+ *      removed, leading whitespace, ',' and ']' and trailing whitespace
+ *      trimmed, is content when anything remains.
  * The output is the same however the text is split into pieces.
  *
  * Memory: the hold buffer (RN_TOOLCALLS_HOLD_BYTES) and the tool names are
