@@ -3,6 +3,7 @@
  * every split point (one and two cuts, and byte by byte) giving the same
  * output, flush, bad tags, hostile text, and a full output buffer. */
 #include "lib/prelude.h"
+#include "services/runner/template.h"
 #include "services/runner/thinking.h"
 #include "tests/unit/check.h"
 
@@ -291,6 +292,45 @@ static void test_full_output_buffer(void)
     cr_buf_free(&co);
 }
 
+/* The tool parts of Ollama's qwen3 template: tags come from the template,
+ * the prompt of a thinking turn ends with the assistant header, and the
+ * parser splits the answer. */
+static const char qwen3_tmpl[] =
+"{{- range $i, $_ := .Messages }}\n"
+"{{- $last := eq (len (slice $.Messages $i)) 1 -}}\n"
+"{{- if eq .Role \"user\" }}<|im_start|>user\n{{ .Content }}<|im_end|>\n"
+"{{ else if eq .Role \"assistant\" }}<|im_start|>assistant\n"
+"{{ if (and $.IsThinkSet (and .Thinking (or $last (not $.IsThinkSet)))) -}}\n"
+"<think>{{ .Thinking }}</think>\n"
+"{{ end -}}\n"
+"{{ if .Content }}{{ .Content }}{{ end }}{{ if not $last }}<|im_end|>\n{{ end }}\n"
+"{{- end }}\n"
+"{{- if and (ne .Role \"assistant\") $last }}<|im_start|>assistant\n"
+"{{ if and $.IsThinkSet (not $.Think) -}}\n<think>\n\n</think>\n\n{{ end -}}\n"
+"{{ end }}\n"
+"{{- end }}";
+
+static void test_tags_from_template(void)
+{
+    rn_tmpl_t *t = NULL;
+    cr_err_t err = {0};
+    CHECK_MSG(rn_tmpl_parse(qwen3_tmpl, strlen(qwen3_tmpl), &t, &err) == CR_OK,
+              "%s", err.msg);
+    char open[64] = "", close[64] = "";
+    if (t)
+        rn_tmpl_thinking_tags(t, open, sizeof open, close, sizeof close);
+    rn_tmpl_destroy(&t);
+    CHECK_EQ_STR(open, "<think>");
+    CHECK_EQ_STR(close, "</think>");
+    CHECK(!rn_thinking_prompt_opens("<|im_start|>user\nhi<|im_end|>\n"
+                                    "<|im_start|>assistant\n", open));
+    /* deepseek-r1 style: the template opens the reasoning itself */
+    CHECK(rn_thinking_prompt_opens("<｜Assistant｜><think>\n", open));
+    check_all_splits(open, close, false,
+                     "<think>\nUser greets.\n</think>\n\nHello!", "User greets.\n",
+                     "Hello!");
+}
+
 int main(void)
 {
     test_basic_split();
@@ -308,5 +348,6 @@ int main(void)
     test_hostile_whitespace_flood();
     test_hostile_bytes();
     test_full_output_buffer();
+    test_tags_from_template();
     return check_finish("test_thinking");
 }
