@@ -9,7 +9,8 @@
  * killing the corral-registry service mid-transfer, then resumes and
  * checks that fewer bytes than the blob were served the second time;
  * tampers with the registry's stored bytes and expects `digest mismatch`.
- * Prints the pull throughput of the larger blob against plain curl
+ * Then the Bearer token flow through the service against a fake registry
+ * of our own (tests/unit/fake_oci.h). Prints the pull throughput of the larger blob against plain curl
  * fetching the same blob from the same registry (median of 3 each).
  * Skips (77) when /usr/bin/docker-registry is not installed. */
 #include "lib/prelude.h"
@@ -27,6 +28,7 @@
 
 #include "tests/integration/e2e.h"
 #include "tests/unit/check.h"
+#include "tests/unit/fake_oci.h"
 
 #define DOCKER_REGISTRY "/usr/bin/docker-registry"
 
@@ -648,6 +650,50 @@ static void test_tampered_blob(void)
     json_decref(lines);
 }
 
+/* The Bearer flow through the whole service: a fake registry of our own
+ * that answers 401 with a token challenge (the real one would need JWT
+ * certificates to do so). */
+static void test_bearer_via_service(void)
+{
+    fake_t f;
+    fake_start(&f);
+    const char *cfg = "{\"model_format\":\"gguf\",\"model_family\":\"llama\","
+                      "\"model_families\":[\"llama\"],\"model_type\":\"1M\","
+                      "\"file_type\":\"F32\",\"architecture\":\"amd64\",\"os\":\"linux\"}";
+    blob_t *b = &f.blobs[f.n_blobs++];
+    b->len = strlen(cfg);
+    b->data = malloc(b->len);
+    memcpy(b->data, cfg, b->len);
+    fake_sha256_hex(b->data, b->len, b->hex);
+    fake_add_blob(&f, 50000, 77);
+    fake_set_manifest(&f);
+    f.require_token = true;
+    char name[128], body[300];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/m:t", f.port);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true}", name);
+    long st;
+    json_t *lines = post_stream("/api/pull", body, &st);
+    CHECK_EQ_INT(st, 200);
+    CHECK_MSG(has_status(lines, "success"), "bearer pull: %s",
+              last_error(lines) ? last_error(lines) : "?");
+    json_decref(lines);
+    CHECK(atomic_load(&f.token_hits) >= 1);
+    CHECK(strstr(f.last_token_query, "service=fake-registry") != NULL);
+    char d[80];
+    tag_digest(name, d, sizeof d);
+    CHECK(strlen(d) == 64);
+    /* A refused token: 401 with Ollama's message. */
+    CHECK_EQ_INT(api_delete(name), 200);
+    f.token_refuse = true;
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}",
+             name);
+    e2e_resp_t r = e2e_http(&T, "POST", "/api/pull", body, NULL, NULL);
+    CHECK_EQ_INT(r.status, 401);
+    CHECK(r.body && strstr(r.body, "pull model manifest: unauthorized: access denied"));
+    e2e_resp_free(&r);
+    fake_stop(&f);
+}
+
 int main(void)
 {
     if (access(DOCKER_REGISTRY, X_OK) != 0)
@@ -665,6 +711,7 @@ int main(void)
         test_big_resume_and_speed();
         test_tampered_blob();
     }
+    test_bearer_via_service();
     {
         /* the registry's own timing of each big download */
         char cmd[1300];
