@@ -6,7 +6,7 @@
 // corral-gguf-synth), CORRAL_TESTDATA (optional: stories260K and the
 // llama.cpp reference text), CORRAL_CLIENTS_KEEP=1 keeps the temp dir.
 // Exit: 0 all passed, 1 a failure, 77 skipped (nothing to run against).
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, openSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -100,20 +100,58 @@ function dumpServeLog() {
   } catch { /* none */ }
 }
 
+// The child running now (a CLI call or a test file), killed by PID when
+// this script is told to stop.
+let current = null;
+let stopping = false;
+
+async function interrupted(sig) {
+  if (stopping) return;
+  stopping = true;
+  console.log(`clients: ${sig}: stopping`);
+  if (current && current.exitCode === null && current.signalCode === null) {
+    try { process.kill(current.pid, 'SIGTERM'); } catch { /* gone */ }
+  }
+  await stopServer();
+  cleanup();
+  process.exit(1);
+}
+
 process.on('exit', stopServerNow);
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-  process.on(sig, () => {
-    stopServerNow();
-    process.exit(1);
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(sig, () => interrupted(sig));
+
+// Runs a program to its end without blocking the event loop (so signals
+// are handled); resolves with its exit status and, unless inherit, output.
+function runChild(exe, args, { inherit = false, timeoutMs = 300_000 } = {}) {
+  return new Promise((resolve) => {
+    const child = spawn(exe, args, { env: childEnv, cwd: tmp, stdio: inherit ? 'inherit' : ['ignore', 'pipe', 'pipe'] });
+    current = child;
+    let output = '';
+    if (!inherit) {
+      child.stdout.on('data', (d) => { output += d; });
+      child.stderr.on('data', (d) => { output += d; });
+    }
+    const timer = setTimeout(() => {
+      console.log(`clients: ${exe} ran past ${timeoutMs / 1000}s; killing it`);
+      try { process.kill(child.pid, 'SIGKILL'); } catch { /* gone */ }
+    }, timeoutMs);
+    child.on('error', (e) => { output += String(e); });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      if (current === child) current = null;
+      resolve({ status: code, signal, output });
+    });
   });
 }
 
-function run(prog, args, what) {
-  const r = spawnSync(join(bin, prog), args, { env, cwd: tmp, encoding: 'utf8', timeout: 300_000 });
+let childEnv = env;
+
+async function run(prog, args, what) {
+  const r = await runChild(join(bin, prog), args);
   if (r.status !== 0) {
-    throw new Error(`${what}: ${prog} ${args.join(' ')} exited ${r.status ?? r.signal}\n${r.stdout}${r.stderr}`);
+    throw new Error(`${what}: ${prog} ${args.join(' ')} exited ${r.status ?? r.signal}\n${r.output}`);
   }
-  return r.stdout;
+  return r.output;
 }
 
 async function waitUp() {
@@ -144,7 +182,7 @@ const TEMPLATE = [
 let status = 1;
 try {
   log(`temp dir ${tmp}, host ${host}`);
-  run('corral-gguf-synth', ['--out', join(tmp, 'synth.gguf'), '--type', 'q8_0', '--seed', '7'], 'synthetic model');
+  await run('corral-gguf-synth', ['--out', join(tmp, 'synth.gguf'), '--type', 'q8_0', '--seed', '7'], 'synthetic model');
   writeFileSync(join(tmp, 'Modelfile'),
     'FROM ./synth.gguf\n' +
     `TEMPLATE """${TEMPLATE}"""\n` +
@@ -157,7 +195,7 @@ try {
   await waitUp();
   log(`corral serve (pid ${server.pid}) is up`);
 
-  run('corral', ['create', 'synth', '-f', join(tmp, 'Modelfile')], 'create synth');
+  await run('corral', ['create', 'synth', '-f', join(tmp, 'Modelfile')], 'create synth');
   log('created synth');
 
   const testEnv = { ...env, CORRAL_CLIENTS_HOST: host };
@@ -166,7 +204,7 @@ try {
   const ref = td && join(td, 'reference', 'stories260K-F32', 'ref.greedy_text.txt');
   if (stories && existsSync(stories) && existsSync(ref)) {
     writeFileSync(join(tmp, 'Modelfile.stories'), `FROM ${stories}\n`);
-    run('corral', ['create', 'stories', '-f', join(tmp, 'Modelfile.stories')], 'create stories');
+    await run('corral', ['create', 'stories', '-f', join(tmp, 'Modelfile.stories')], 'create stories');
     testEnv.CORRAL_CLIENTS_STORIES_REF = ref;
     log('created stories');
   } else {
@@ -179,8 +217,9 @@ try {
   for (const f of files) {
     if (only && !f.includes(only)) continue;
     const start = Date.now();
-    const r = spawnSync(process.execPath, ['--test', join(here, 'tests', f)],
-      { env: testEnv, cwd: here, stdio: 'inherit', timeout: 400_000 });
+    childEnv = testEnv;
+    const r = await runChild(process.execPath, ['--test', join(here, 'tests', f)], { inherit: true, timeoutMs: 400_000 });
+    if (stopping) await new Promise(() => {}); // interrupted() exits
     const secs = ((Date.now() - start) / 1000).toFixed(1);
     log(`${f}: ${r.status === 0 ? 'ok' : 'FAILED'} in ${secs}s`);
     if (r.status !== 0) failed.push(f);
@@ -196,6 +235,7 @@ try {
     status = 0;
   }
 } catch (e) {
+  if (stopping) await new Promise(() => {});
   console.log(`clients: ${e.stack || e}`);
   dumpServeLog();
 }
