@@ -715,7 +715,7 @@ int main(void)
     {
         /* the registry's own timing of each big download */
         char cmd[1300];
-        snprintf(cmd, sizeof cmd, "grep ' new) in ' %s/serve.log | grep -v ' 0 new' | tail -n 8 >&2", T.tmp);
+        snprintf(cmd, sizeof cmd, "grep ' new) in ' %s/serve.log | grep -v ' 0 new' | tail -n 30 >&2", T.tmp);
         if (system(cmd) != 0)
             fprintf(stderr, "(no timings)\n");
     }
