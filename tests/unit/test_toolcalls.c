@@ -596,6 +596,60 @@ static void test_full_output_buffers(void)
     cr_buf_free(&calls);
 }
 
+/* Random texts built from call-like fragments, fed whole and cut at random
+ * places: the output must never depend on the cuts. */
+static void test_random_split_invariance(void)
+{
+    static const char *const frags[] = {
+        "<tool_call>", "</tool_call>", "{", "}", "\"", "\\", "get_time",
+        "get", "call", "\"name\":", "\"arguments\":", "\"parameters\":", " ",
+        "\n", "x", "[", "]", ",", "[TOOL_CALLS]", "{}", "null", "\"{}\"",
+        "<tool_", "[TOOL_", "<think>", "\"get_time\"",
+        "{\"name\":\"get_time\",\"arguments\":{}}",
+        "<tool_call>{\"name\":\"get\",\"parameters\":{\"a\":\"}\"}}"};
+    static const char *const tags[] = {"<tool_call>", "{", "[TOOL_CALLS] [", "["};
+    uint32_t seed = 2024;
+    int bad = 0, with_calls = 0;
+    char text[1024];
+    for (int n = 0; n < 400; n++) {
+        size_t len = 0;
+        text[0] = '\0';
+        seed = seed * 1103515245u + 12345u;
+        int k = 4 + (int)((seed >> 16) % 24);
+        for (int f = 0; f < k; f++) {
+            seed = seed * 1103515245u + 12345u;
+            const char *fr = frags[(seed >> 16) % CR_ARRAY_LEN(frags)];
+            len += (size_t)snprintf(text + len, sizeof text - len, "%s", fr);
+        }
+        const char *tag = tags[n % CR_ARRAY_LEN(tags)];
+        result_t whole, r;
+        run_cuts(tag, text, len, NULL, 0, &whole);
+        with_calls += whole.n_calls > 0;
+        for (int rep = 0; rep < 6; rep++) {
+            size_t cuts[6];
+            for (int c = 0; c < 6; c++) {
+                seed = seed * 1103515245u + 12345u;
+                cuts[c] = (seed >> 16) % (len + 1);
+            }
+            for (int x = 1; x < 6; x++) /* sort ascending */
+                for (int y = x; y > 0 && cuts[y - 1] > cuts[y]; y--) {
+                    size_t t = cuts[y];
+                    cuts[y] = cuts[y - 1];
+                    cuts[y - 1] = t;
+                }
+            run_cuts(tag, text, len, cuts, 6, &r);
+            if (strcmp(r.content, whole.content) || strcmp(r.calls, whole.calls)) {
+                if (!bad++)
+                    fprintf(stderr, "tag %s text %s\n whole: %s | %s\n cut: %s | %s\n",
+                            tag, text, whole.content, whole.calls, r.content,
+                            r.calls);
+            }
+        }
+    }
+    CHECK_MSG(bad == 0, "%d random splits differ", bad);
+    CHECK_MSG(with_calls >= 40, "only %d random texts held calls", with_calls);
+}
+
 /* ---- tags inferred from real-style templates ---- */
 
 /* Ollama's llama3.1, qwen2.5 and mistral templates (tool parts as shipped;
@@ -814,6 +868,7 @@ int main(void)
     test_hostile_bytes();
     test_full_output_buffers();
     test_template_tags();
+    test_random_split_invariance();
     test_thinking_then_tools_chain();
     return check_finish("test_toolcalls");
 }
