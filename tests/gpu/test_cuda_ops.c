@@ -2,11 +2,9 @@
  *
  * Random inputs (seeded), the same op on both backends, and the difference
  * bounded by a stated tolerance:
- *   - matmul, matrix-vector path (n <= 8): for F32/F16/BF16 and the types
- *     whose activations the GPU quantizes exactly like the CPU (Q8_0, Q4_0,
- *     Q4_K, Q5_K, Q6_K) the error is float summation order only: 1e-4 of
- *     the largest output; Q4_1/Q5_0/Q5_1/Q2_K/Q3_K multiply f32 activations
- *     where the CPU uses 8-bit ones: 3e-2.
+ *   - matmul, matrix-vector path (n <= 8): the GPU quantizes activations
+ *     exactly as the CPU does (Q8_0/Q8_1/Q8_K; f16/bf16 rounding), so the
+ *     error is float summation order only: 1e-4 of the largest output.
  *   - matmul, cuBLAS path (n > 8 or forced): F32 1e-4, F16/BF16 (the CPU
  *     rounds activations the same way) 1e-3, quantized types (F16
  *     activations against the CPU's 8-bit ones) 3e-2.
@@ -94,21 +92,10 @@ static void fetch(be_backend_t *be, float *host, const void *buf, size_t n)
 
 /* ---- matmul ------------------------------------------------------------- */
 
-static bool exact_act(cr_type_t t)
-{
-    switch (t) {
-    case CR_TYPE_F32: case CR_TYPE_F16: case CR_TYPE_BF16: case CR_TYPE_Q8_0:
-    case CR_TYPE_Q4_0: case CR_TYPE_Q4_K: case CR_TYPE_Q5_K: case CR_TYPE_Q6_K:
-        return true;
-    default:
-        return false;
-    }
-}
-
 static double matmul_tol(cr_type_t t, bool gemm)
 {
     if (!gemm)
-        return exact_act(t) ? 1e-4 : 3e-2;
+        return 1e-4;
     if (t == CR_TYPE_F32)
         return 1e-4;
     if (t == CR_TYPE_F16 || t == CR_TYPE_BF16)

@@ -36,12 +36,19 @@ extern "C" {
 
 /* Activations quantized on the device for the integer dot products. The
  * layouts are ours (4-byte aligned for int loads), the numbers are exactly
- * what the CPU's Q8_0 / Q8_K from_float produce. */
+ * what the CPU's Q8_0 / Q8_1 / Q8_K from_float produce. */
 typedef struct cu_q8_0 {
     float d;          /* the f16-rounded scale, as a float */
     int8_t qs[CU_QK];
 } cu_q8_0_t;
 static_assert(sizeof(cu_q8_0_t) == 36, "cu_q8_0 is 36 bytes");
+
+typedef struct cu_q8_1 {
+    float d;          /* the f16-rounded scale, as a float */
+    float s;          /* f16-rounded d * sum(qs) (d before rounding) */
+    int8_t qs[CU_QK];
+} cu_q8_1_t;
+static_assert(sizeof(cu_q8_1_t) == 40, "cu_q8_1 is 40 bytes");
 
 typedef struct cu_q8_k {
     float d;            /* f32 scale */

@@ -8,10 +8,9 @@
  *   weight            activation     kernel
  *   F32/F16/BF16      f32 (rounded   one warp per (row, token), float
  *                     to f16/bf16)   accumulation
- *   Q8_0, Q4_0        Q8_0           integer dot products (dp4a) per
- *   Q4_K, Q5_K, Q6_K  Q8_K           32-element group, scaled in float
- *   Q4_1, Q5_0, Q5_1, f32            dequantize each element on the fly
- *   Q2_K, Q3_K
+ *   Q8_0, Q4_0, Q5_0  Q8_0           integer dot products (dp4a) per
+ *   Q4_1, Q5_1        Q8_1           32-element group, scaled in float
+ *   Q2_K..Q6_K        Q8_K
  *
  * and the pieces of the prefill GEMM (weight rows dequantized to F16
  * tiles, activations to F16/BF16; backend_cuda.cu calls cuBLAS). Blocks
@@ -113,6 +112,12 @@ HD int dp4a(int a, int b, int c)
         c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
     return c;
 #endif
+}
+
+/* Bits 0..3 of b moved to bit 4 of bytes 0..3 (Q5 high bits). */
+HD int spread4(uint32_t b)
+{
+    return (int)(((b & 1) << 4) | ((b & 2) << 11) | ((b & 4) << 18) | ((b & 8) << 25));
 }
 
 /* be_k4_scale_min (quant_impl.h) on the device. */
@@ -253,6 +258,31 @@ __global__ void quantize_q8_0_kernel(const float *x, cu_q8_0_t *y, int64_t n_blo
         y[b].d = __half2float(__float2half_rn(d));
 }
 
+/* Q8_0 plus s = d * sum(qs) rounded to f16 (d before its rounding), as
+ * the CPU's Q8_1. */
+__global__ void quantize_q8_1_kernel(const float *x, cu_q8_1_t *y, int64_t n_blocks)
+{
+    int64_t b = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (b >= n_blocks)
+        return;
+    float v = x[b * 32 + lane];
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float d = amax / 127.0f;
+    float id = amax != 0 ? 127.0f / amax : 0.0f;
+    int q = round_clamp(v * id, -127, 127);
+    y[b].qs[lane] = (int8_t)q;
+    int sum = q;
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) {
+        y[b].d = round_f16(d);
+        y[b].s = round_f16(d * (float)sum);
+    }
+}
+
 /* One 256-thread block per super-block: x [n][cols] -> Q8_K rows. The
  * scale comes from the value of largest magnitude, the first one on ties,
  * as the CPU picks it. */
@@ -362,6 +392,97 @@ __host__ __device__ float lane_dot(const uint8_t *w, const void *act, const floa
             }
             sum += (float)isum * (dw * a[ib].d);
         }
+    } else if (T == T_Q5_0) {
+        const cu_q8_0_t *a = (const cu_q8_0_t *)act;
+        int64_t nb = cols / 32;
+        for (int64_t ib = lane; ib < nb; ib += 32) {
+            const int *aq = (const int *)a[ib].qs;
+            const uint8_t *b = w + ib * 22;
+            uint32_t qh = (uint32_t)ld32_a2(b + 2);
+            int isum = 0, asum = 0;
+            UNROLL
+            for (int k = 0; k < 4; k++) {
+                int q = ld32_a2(b + 6 + 4 * k);
+                int lo = (q & 0x0f0f0f0f) | spread4(qh >> (4 * k));
+                int hi = ((q >> 4) & 0x0f0f0f0f) | spread4(qh >> (16 + 4 * k));
+                isum = dp4a(lo, aq[k], isum);
+                isum = dp4a(hi, aq[4 + k], isum);
+                asum = dp4a(0x01010101, aq[k], asum);
+                asum = dp4a(0x01010101, aq[4 + k], asum);
+            }
+            isum -= 16 * asum;
+            sum += (float)isum * (ld_f16(b) * a[ib].d);
+        }
+    } else if (T == T_Q4_1 || T == T_Q5_1) {
+        const cu_q8_1_t *a = (const cu_q8_1_t *)act;
+        const bool five = T == T_Q5_1;
+        int64_t nb = cols / 32;
+        for (int64_t ib = lane; ib < nb; ib += 32) {
+            const int *aq = (const int *)a[ib].qs;
+            const uint8_t *b = w + ib * (five ? 24 : 20);
+            const uint8_t *qs = b + (five ? 8 : 4);
+            uint32_t qh = five ? (uint32_t)ld32_a2(b + 4) : 0;
+            int isum = 0;
+            UNROLL
+            for (int k = 0; k < 4; k++) {
+                int q = ld32_a2(qs + 4 * k);
+                int lo = q & 0x0f0f0f0f, hi = (q >> 4) & 0x0f0f0f0f;
+                if (five) {
+                    lo |= spread4(qh >> (4 * k));
+                    hi |= spread4(qh >> (16 + 4 * k));
+                }
+                isum = dp4a(lo, aq[k], isum);
+                isum = dp4a(hi, aq[4 + k], isum);
+            }
+            sum += (ld_f16(b) * a[ib].d) * (float)isum + ld_f16(b + 2) * a[ib].s;
+        }
+    } else if (T == T_Q2_K || T == T_Q3_K) {
+        const cu_q8_k_t *a = (const cu_q8_k_t *)act;
+        int64_t n_items = cols / 32;
+        for (int64_t it = lane; it < n_items; it += 32) {
+            int64_t ib = it / 8;
+            int j = (int)(it % 8), h = j / 4, jj = j % 4;
+            const int *aq = (const int *)(a[ib].qs + 32 * j);
+            if (T == T_Q2_K) {
+                const uint8_t *b = w + ib * 84;
+                int isum = 0, msum = 0;
+                UNROLL
+                for (int hf = 0; hf < 2; hf++) {
+                    int is = 0, as = 0;
+                    UNROLL
+                    for (int k = 4 * hf; k < 4 * hf + 4; k++) {
+                        int q = (ld32_a4(b + 16 + 32 * h + 4 * k) >> (2 * jj)) & 0x03030303;
+                        is = dp4a(q, aq[k], is);
+                        as = dp4a(0x01010101, aq[k], as);
+                    }
+                    int sc = b[2 * j + hf];
+                    isum += is * (sc & 15);
+                    msum += as * (sc >> 4);
+                }
+                float dall = a[ib].d * ld_f16(b + 80), dmin = a[ib].d * ld_f16(b + 82);
+                sum += dall * (float)isum - dmin * (float)msum;
+            } else {
+                const uint8_t *b = w + ib * 110;
+                const uint8_t *sc = b + 96;
+                int isum = 0;
+                UNROLL
+                for (int hf = 0; hf < 2; hf++) {
+                    int is = 0, as = 0;
+                    UNROLL
+                    for (int k = 4 * hf; k < 4 * hf + 4; k++) {
+                        int lo = (ld32_a2(b + 32 + 32 * h + 4 * k) >> (2 * jj)) & 0x03030303;
+                        int hb = (ld32_a2(b + 4 * k) >> (4 * h + jj)) & 0x01010101;
+                        is = dp4a(lo | (hb << 2), aq[k], is);
+                        as = dp4a(0x01010101, aq[k], as);
+                    }
+                    int k16 = 2 * j + hf;
+                    int s4 = k16 < 8 ? (sc[k16] & 15) : (sc[k16 - 8] >> 4);
+                    int s2 = (sc[8 + k16 % 4] >> (2 * (k16 / 4))) & 3;
+                    isum += (is - 4 * as) * ((s4 | (s2 << 4)) - 32);
+                }
+                sum += (ld_f16(b + 108) * a[ib].d) * (float)isum;
+            }
+        }
     } else if (T == T_Q4_K || T == T_Q5_K || T == T_Q6_K) {
         const cu_q8_k_t *a = (const cu_q8_k_t *)act;
         int64_t n_items = cols / 32; /* 8 groups of 32 per super-block */
@@ -438,14 +559,16 @@ __global__ void matvec_kernel(const uint8_t *w, int64_t rows, int64_t cols, size
 }
 
 /* Which activation format a weight type's kernel reads: 0 none (f32), 1
- * Q8_0, 2 Q8_K. */
+ * Q8_0, 2 Q8_K, 3 Q8_1. */
 static int act_format(int type)
 {
     switch (type) {
-    case T_Q8_0: case T_Q4_0:
+    case T_Q8_0: case T_Q4_0: case T_Q5_0:
         return 1;
-    case T_Q4_K: case T_Q5_K: case T_Q6_K:
+    case T_Q2_K: case T_Q3_K: case T_Q4_K: case T_Q5_K: case T_Q6_K:
         return 2;
+    case T_Q4_1: case T_Q5_1:
+        return 3;
     default:
         return 0;
     }
@@ -458,6 +581,8 @@ static size_t act_row_bytes(int type, int64_t cols)
         return (size_t)(cols / 32) * sizeof(cu_q8_0_t);
     case 2:
         return (size_t)(cols / 256) * sizeof(cu_q8_k_t);
+    case 3:
+        return (size_t)(cols / 32) * sizeof(cu_q8_1_t);
     default:
         return 0;
     }
@@ -479,6 +604,10 @@ void cu_matvec(cudaStream_t s, int type, const void *w, int64_t rows, int64_t co
     } else if (fmt == 2) {
         unsigned grid = (unsigned)((int64_t)n * (cols / 256));
         quantize_q8_k_kernel<<<grid, 256, 0, s>>>(x, (cu_q8_k_t *)act);
+    } else if (fmt == 3) {
+        int64_t nb = (int64_t)n * (cols / 32);
+        unsigned grid = (unsigned)((nb + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK);
+        quantize_q8_1_kernel<<<grid, 32 * WARPS_PER_BLOCK, 0, s>>>(x, (cu_q8_1_t *)act, nb);
     }
     size_t arb = act_row_bytes(type, cols);
     const uint8_t *wb = (const uint8_t *)w;
@@ -499,6 +628,11 @@ void cu_matvec(cudaStream_t s, int type, const void *w, int64_t rows, int64_t co
         case T_BF16: LAUNCH(T_BF16); break;
         case T_Q8_0: LAUNCH(T_Q8_0); break;
         case T_Q4_0: LAUNCH(T_Q4_0); break;
+        case T_Q5_0: LAUNCH(T_Q5_0); break;
+        case T_Q4_1: LAUNCH(T_Q4_1); break;
+        case T_Q5_1: LAUNCH(T_Q5_1); break;
+        case T_Q2_K: LAUNCH(T_Q2_K); break;
+        case T_Q3_K: LAUNCH(T_Q3_K); break;
         case T_Q4_K: LAUNCH(T_Q4_K); break;
         case T_Q5_K: LAUNCH(T_Q5_K); break;
         case T_Q6_K: LAUNCH(T_Q6_K); break;
@@ -592,6 +726,25 @@ static void host_quantize_q8_0(const float *x, cu_q8_0_t *y, int64_t n_blocks)
     }
 }
 
+static void host_quantize_q8_1(const float *x, cu_q8_1_t *y, int64_t n_blocks)
+{
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const float *v = x + b * 32;
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fmaxf(amax, fabsf(v[i]));
+        float d = amax / 127.0f;
+        float id = amax != 0 ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < 32; i++) {
+            y[b].qs[i] = (int8_t)round_clamp(v[i] * id, -127, 127);
+            sum += y[b].qs[i];
+        }
+        y[b].d = round_f16(d);
+        y[b].s = round_f16(d * (float)sum);
+    }
+}
+
 static void host_quantize_q8_k(const float *x, cu_q8_k_t *y, int64_t n_blocks)
 {
     for (int64_t b = 0; b < n_blocks; b++) {
@@ -626,8 +779,10 @@ extern "C" bool be_cuda_host_matvec_row(int type, const void *w_row, const float
             return false;
         if (fmt == 1)
             host_quantize_q8_0(x, (cu_q8_0_t *)act, cols / 32);
-        else
+        else if (fmt == 2)
             host_quantize_q8_k(x, (cu_q8_k_t *)act, cols / 256);
+        else
+            host_quantize_q8_1(x, (cu_q8_1_t *)act, cols / 32);
     }
     const uint8_t *w = (const uint8_t *)w_row;
     float sum = 0;
@@ -638,6 +793,11 @@ extern "C" bool be_cuda_host_matvec_row(int type, const void *w_row, const float
         case T_BF16: sum += lane_dot<T_BF16>(w, act, x, cols, lane, type); break;
         case T_Q8_0: sum += lane_dot<T_Q8_0>(w, act, x, cols, lane, type); break;
         case T_Q4_0: sum += lane_dot<T_Q4_0>(w, act, x, cols, lane, type); break;
+        case T_Q5_0: sum += lane_dot<T_Q5_0>(w, act, x, cols, lane, type); break;
+        case T_Q4_1: sum += lane_dot<T_Q4_1>(w, act, x, cols, lane, type); break;
+        case T_Q5_1: sum += lane_dot<T_Q5_1>(w, act, x, cols, lane, type); break;
+        case T_Q2_K: sum += lane_dot<T_Q2_K>(w, act, x, cols, lane, type); break;
+        case T_Q3_K: sum += lane_dot<T_Q3_K>(w, act, x, cols, lane, type); break;
         case T_Q4_K: sum += lane_dot<T_Q4_K>(w, act, x, cols, lane, type); break;
         case T_Q5_K: sum += lane_dot<T_Q5_K>(w, act, x, cols, lane, type); break;
         case T_Q6_K: sum += lane_dot<T_Q6_K>(w, act, x, cols, lane, type); break;
