@@ -292,7 +292,50 @@ static void test_full_output_buffer(void)
     cr_buf_free(&co);
 }
 
-/* The tool parts of Ollama's qwen3 template: tags come from the template,
+/* Random texts of tag fragments and whitespace, cut at random places:
+ * the output never depends on the cuts. */
+static void test_random_split_invariance(void)
+{
+    static const char *const frags[] = {"<think>", "</think>", "<", "</", "<th",
+                                        "</thi", "nk>", " ", "\n", "x", "y z",
+                                        ">", "think"};
+    uint32_t seed = 99;
+    int bad = 0;
+    char text[512];
+    for (int n = 0; n < 600; n++) {
+        size_t len = 0;
+        seed = seed * 1103515245u + 12345u;
+        int k = 1 + (int)((seed >> 16) % 20);
+        for (int f = 0; f < k; f++) {
+            seed = seed * 1103515245u + 12345u;
+            len += (size_t)snprintf(text + len, sizeof text - len, "%s",
+                                    frags[(seed >> 16) % CR_ARRAY_LEN(frags)]);
+        }
+        bool in = n % 3 == 0;
+        result_t whole, r;
+        run_cuts("<think>", "</think>", in, text, NULL, 0, &whole);
+        for (int rep = 0; rep < 6; rep++) {
+            size_t cuts[4];
+            for (int c = 0; c < 4; c++) {
+                seed = seed * 1103515245u + 12345u;
+                cuts[c] = (seed >> 16) % (len + 1);
+            }
+            for (int x = 1; x < 4; x++)
+                for (int y = x; y > 0 && cuts[y - 1] > cuts[y]; y--) {
+                    size_t t = cuts[y];
+                    cuts[y] = cuts[y - 1];
+                    cuts[y - 1] = t;
+                }
+            run_cuts("<think>", "</think>", in, text, cuts, 4, &r);
+            if (strcmp(r.thinking, whole.thinking) ||
+                strcmp(r.content, whole.content))
+                bad++;
+        }
+    }
+    CHECK_MSG(bad == 0, "%d random splits differ", bad);
+}
+
+/* The message parts of Ollama's qwen3 template: tags come from the template,
  * the prompt of a thinking turn ends with the assistant header, and the
  * parser splits the answer. */
 static const char qwen3_tmpl[] =
@@ -349,5 +392,6 @@ int main(void)
     test_hostile_bytes();
     test_full_output_buffer();
     test_tags_from_template();
+    test_random_split_invariance();
     return check_finish("test_thinking");
 }
