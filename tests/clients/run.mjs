@@ -213,7 +213,7 @@ try {
 
   const files = readdirSync(join(here, 'tests')).filter((f) => f.endsWith('.test.mjs')).sort();
   const only = process.env.CORRAL_CLIENTS_ONLY;
-  let failed = [];
+  const failed = [];
   for (const f of files) {
     if (only && !f.includes(only)) continue;
     const start = Date.now();
@@ -241,5 +241,17 @@ try {
 }
 await stopServer();
 log('server stopped');
+// A sanitizer build of the services reports into the serve log (leaks at
+// exit, so only now): any report fails the run.
+try {
+  const text = readFileSync(serveLog, 'utf8');
+  const m = text.match(/ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:/);
+  if (m) {
+    log(`the serve log has a sanitizer report (${m[0]})`);
+    const at = text.indexOf(m[0]);
+    console.log(text.slice(Math.max(0, at - 500), at + 6000));
+    status = 1;
+  }
+} catch { /* no log */ }
 cleanup();
 process.exit(status);
