@@ -330,8 +330,11 @@ static void handle_req(fake_t *f, int fd, const char *req, const char *method,
         const char *hex = path + strlen(bp);
         if (f->redirect_to[0]) {
             char extra[512];
-            snprintf(extra, sizeof extra, "Location: %s/cdn/sha256:%s\r\n",
-                     f->redirect_to, hex);
+            if (snprintf(extra, sizeof extra, "Location: %s/cdn/sha256:%s\r\n",
+                         f->redirect_to, hex) >= (int)sizeof extra) {
+                respond(fd, 414, "", NULL, 0, false); /* URI too long */
+                return;
+            }
             respond(fd, 307, extra, NULL, 0, false);
             return;
         }
