@@ -21,9 +21,11 @@
 #include "services/runner/forward.h"
 #include "services/runner/grammar.h"
 #include "services/runner/model.h"
+#include "services/runner/output.h"
 #include "services/runner/prompt.h"
 #include "services/runner/sampler.h"
 #include "services/runner/stop.h"
+#include "services/runner/thinking.h"
 #include "services/runner/template.h"
 #include "services/runner/tokenizer.h"
 
@@ -49,6 +51,7 @@ struct rn_engine {
     rn_grammar_vocab_t *gvocab; /* token bytes for structured output; made
                                    on the first request with a format */
     float *masked;    /* logits after the grammar mask [n_vocab] */
+    rn_output_t *output; /* thinking / tool-call split of the answer */
     float *embed;     /* embedding output of the last embed request */
     size_t embed_cap; /* floats allocated in embed */
     cr_buf_t out;     /* text released by the stop matcher */
@@ -118,9 +121,10 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     rn_sampler_params_default(&sp);
     e->sampler = rn_sampler_new(hp->n_vocab, e->n_ctx, &sp, err);
     e->detok = rn_detok_new(e->tok, 0);
+    e->output = rn_output_new();
     e->seq = calloc((size_t)e->n_ctx, sizeof *e->seq);
     e->prompt = calloc((size_t)e->n_ctx, sizeof *e->prompt);
-    if (!e->sampler || !e->detok || !e->seq || !e->prompt) {
+    if (!e->sampler || !e->detok || !e->seq || !e->prompt || !e->output) {
         st = err && err->status ? err->status : CR_E_NOMEM;
         if (st == CR_E_NOMEM)
             cr_err_set(err, st, "out of memory for the context buffers");
@@ -151,6 +155,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
     free(e->prompt);
     free(e->embed);
     free(e->masked);
+    rn_output_destroy(&e->output);
     rn_grammar_vocab_destroy(&e->gvocab);
     free(e);
     *self_p = NULL;
@@ -453,19 +458,37 @@ static cr_status_t shift_context(rn_engine_t *e, int num_keep, cr_err_t *err)
     return st;
 }
 
-static bool send_text(const rn_sink_t *sink, const char *text, size_t len)
+/* Decides the thinking and tool-call split of a request's answer from the
+ * template (Ollama's capabilities) and starts the output stages. */
+static cr_status_t begin_output(rn_engine_t *e, const msg_t *r,
+                                const char *prompt_text, cr_err_t *err)
 {
-    if (!len)
-        return true;
-    char *copy = strndup(text, len);
-    if (!copy)
-        return false;
-    msg_chunk_body_t c = {0};
-    c.response = copy;
-    c.has_response = true;
-    bool more = sink->chunk(sink->ctx, &c);
-    free(copy);
-    return more;
+    const char *model = r->type == MSG_chat ? r->u.chat.model
+                                            : r->u.generate.model;
+    char open[128] = "", close[128] = "";
+    rn_tmpl_thinking_tags(e->tmpl, open, sizeof open, close, sizeof close);
+    bool can_think = open[0] && close[0];
+    rn_prompt_think_t think = rn_prompt_think_parse(
+        r->type == MSG_chat ? r->u.chat.think : r->u.generate.think);
+    if ((think.mode == RN_THINK_TRUE || think.mode == RN_THINK_LEVEL) &&
+        !can_think)
+        return cr_err_set(err, CR_E_INVALID, "\"%s\" does not support thinking",
+                          model);
+    /* Thinking models think unless told not to (think omitted = on). */
+    bool split = can_think && think.mode != RN_THINK_FALSE;
+    const char *tools = r->type == MSG_chat ? r->u.chat.tools : NULL;
+    char tag[128] = "";
+    if (tools && *tools && strcmp(tools, "[]")) {
+        if (!rn_tmpl_uses(e->tmpl, "tools"))
+            return cr_err_set(err, CR_E_INVALID,
+                              "\"%s\" does not support tools", model);
+        rn_tmpl_tool_tag(e->tmpl, tag, sizeof tag);
+    } else {
+        tools = NULL;
+    }
+    return rn_output_begin(e->output, split ? open : NULL, split ? close : NULL,
+                           split && rn_thinking_prompt_opens(prompt_text, open),
+                           tools ? tag : NULL, tools, err);
 }
 
 cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
@@ -516,7 +539,9 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
     if ((st = render(e, r, &text, err)))
         goto out;
     int n_prompt = 0;
-    st = tokenize_prompt(e, text, ro.num_keep, &n_prompt, err);
+    st = begin_output(e, r, text, err);
+    if (!st)
+        st = tokenize_prompt(e, text, ro.num_keep, &n_prompt, err);
     free(text);
     if (st)
         goto out;
@@ -567,7 +592,7 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
         cr_buf_reset(&e->out);
         if ((st = rn_stop_push(stop, piece, piece_len, &e->out, &stopped)))
             goto out;
-        if (!send_text(sink, e->out.data, e->out.len)) {
+        if (!rn_output_push(e->output, e->out.data, e->out.len, sink)) {
             st = CR_E_CANCELED;
             goto out;
         }
@@ -584,14 +609,15 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
             goto out;
         e->seq[e->n_seq++] = token;
     }
+    /* Release what the detokenizer, stop matcher and parsers held. */
+    cr_buf_reset(&e->out);
     if (!stopped) {
         rn_detok_flush(e->detok, &piece, &piece_len);
-        cr_buf_reset(&e->out);
         rn_stop_push(stop, piece, piece_len, &e->out, &stopped);
         if (!stopped)
             rn_stop_flush(stop, &e->out);
-        send_text(sink, e->out.data, e->out.len);
     }
+    rn_output_finish(e->output, e->out.data, e->out.len, sink);
     int64_t t_end = mono_ns();
 
     done->done_reason = (char *)reason;

@@ -20,6 +20,8 @@
 
 typedef struct capture {
     cr_buf_t text;
+    cr_buf_t thinking;
+    cr_buf_t calls;
     int chunks;
     int cancel_after; /* cancel once this many chunks arrived (0 = never) */
 } capture_t;
@@ -30,6 +32,10 @@ static bool cap_chunk(void *ctx, const msg_chunk_body_t *c)
     cp->chunks++;
     if (c->response)
         cr_buf_puts(&cp->text, c->response);
+    if (c->thinking && cp->thinking.max_bytes)
+        cr_buf_puts(&cp->thinking, c->thinking);
+    if (c->tool_calls && cp->calls.max_bytes)
+        cr_buf_puts(&cp->calls, c->tool_calls);
     return true;
 }
 
@@ -345,6 +351,129 @@ static void test_templates_and_errors(void)
     CHECK(e == NULL);
 }
 
+/* Tool calls on a real token stream: the synthetic model's output is forced
+ * into a call by a schema, and the llama3.1-style parser (tag "{") turns it
+ * into tool_calls instead of content. A template without .Tools refuses
+ * tools; a template without thinking tags refuses think:true. */
+static void test_tool_calls(void)
+{
+    rn_engine_t *e = load("{{ if .Tools }}{{ json .Tools }}{{ end }}"
+                          "{{ range .Messages }}[{{ .Role }}] {{ .Content }}\n"
+                          "{{ end }}[assistant] ",
+                          256);
+    if (!e)
+        return;
+    msg_t m;
+    msg_init(&m, MSG_chat, "tc");
+    m.u.chat.model = "synth";
+    m.u.chat.has_model = true;
+    msg_message_t msgs[1] = {{0}};
+    msgs[0].role = "user";
+    msgs[0].content = "weather in Paris?";
+    m.u.chat.messages.v = msgs;
+    m.u.chat.messages.n = 1;
+    m.u.chat.has_messages = true;
+    m.u.chat.tools = "[{\"type\":\"function\",\"function\":{\"name\":"
+                     "\"get_weather\",\"parameters\":{\"type\":\"object\","
+                     "\"properties\":{\"city\":{\"type\":\"string\"}}}}}]";
+    m.u.chat.has_tools = true;
+    m.u.chat.format = "{\"type\":\"object\",\"properties\":{\"name\":{"
+                      "\"enum\":[\"get_weather\"]},\"parameters\":{\"type\":"
+                      "\"object\",\"properties\":{\"city\":{\"enum\":"
+                      "[\"Paris\"]}},\"required\":[\"city\"],"
+                      "\"additionalProperties\":false}},\"required\":[\"name\","
+                      "\"parameters\"],\"additionalProperties\":false}";
+    m.u.chat.has_format = true;
+    msg_options_t o = greedy(200);
+    m.u.chat.options = &o;
+    m.u.chat.has_options = true;
+    capture_t cp = {0};
+    cr_buf_init(&cp.text, 1 << 20);
+    cr_buf_init(&cp.calls, 1 << 20);
+    rn_sink_t sink = {&cp, cap_chunk, cap_canceled};
+    msg_done_body_t d = {0};
+    cr_err_t err;
+    cr_status_t st = rn_engine_generate(e, &m, &sink, &d, &err);
+    CHECK_MSG(st == CR_OK, "%s", err.msg);
+    json_t *calls = json_loads(cp.calls.data ? cp.calls.data : "", 0, NULL);
+    json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+    CHECK_MSG(json_is_string(json_object_get(fn, "name")) &&
+                  !strcmp(json_string_value(json_object_get(fn, "name")),
+                          "get_weather"),
+              "calls '%s', content '%s'", cp.calls.data ? cp.calls.data : "",
+              cp.text.data ? cp.text.data : "");
+    json_t *city = json_object_get(json_object_get(fn, "arguments"), "city");
+    CHECK(json_is_string(city) && !strcmp(json_string_value(city), "Paris"));
+    CHECK(!cp.text.data || !strstr(cp.text.data, "get_weather"));
+    json_decref(calls);
+    cr_buf_free(&cp.text);
+    cr_buf_free(&cp.calls);
+
+    /* No thinking tags in this template: think:true is a 400. */
+    m.u.chat.has_format = false;
+    m.u.chat.format = NULL;
+    m.u.chat.think = "true";
+    m.u.chat.has_think = true;
+    CHECK_EQ_INT(rn_engine_generate(e, &m, &sink, &d, &err), CR_E_INVALID);
+    CHECK_EQ_STR(err.msg, "\"synth\" does not support thinking");
+    rn_engine_destroy(&e);
+
+    /* A template without .Tools: tools are a 400. */
+    e = load("{{ range .Messages }}{{ .Content }}{{ end }}", 128);
+    if (!e)
+        return;
+    m.u.chat.has_think = false;
+    m.u.chat.think = NULL;
+    CHECK_EQ_INT(rn_engine_generate(e, &m, &sink, &d, &err), CR_E_INVALID);
+    CHECK_EQ_STR(err.msg, "\"synth\" does not support tools");
+    rn_engine_destroy(&e);
+}
+
+/* Thinking split on a forced stream: the prompt ends with the open tag, so
+ * everything until the close tag is reasoning. */
+static void test_thinking(void)
+{
+    rn_engine_t *e = load("{{ range .Messages }}{{ .Content }}"
+                          "{{ if .Thinking }}<think>{{ .Thinking }}</think>"
+                          "{{ end }}{{ end }}<think>",
+                          128);
+    if (!e)
+        return;
+    msg_t m;
+    msg_init(&m, MSG_chat, "th");
+    m.u.chat.model = "synth";
+    m.u.chat.has_model = true;
+    msg_message_t msgs[1] = {{0}};
+    msgs[0].role = "user";
+    msgs[0].content = "think";
+    m.u.chat.messages.v = msgs;
+    m.u.chat.messages.n = 1;
+    m.u.chat.has_messages = true;
+    msg_options_t o = greedy(12);
+    m.u.chat.options = &o;
+    m.u.chat.has_options = true;
+    capture_t cp = {0};
+    cr_buf_init(&cp.text, 1 << 20);
+    cr_buf_init(&cp.thinking, 1 << 20);
+    rn_sink_t sink = {&cp, cap_chunk, cap_canceled};
+    msg_done_body_t d = {0};
+    cr_err_t err;
+    CHECK_EQ_INT(rn_engine_generate(e, &m, &sink, &d, &err), CR_OK);
+    /* The random model never closes the tag: all of it is reasoning. */
+    CHECK(cp.thinking.len > 0);
+    CHECK_EQ_INT(cp.text.len, 0);
+    /* think:false: no split, the same text is content. */
+    m.u.chat.think = "false";
+    m.u.chat.has_think = true;
+    cr_buf_reset(&cp.thinking);
+    CHECK_EQ_INT(rn_engine_generate(e, &m, &sink, &d, &err), CR_OK);
+    CHECK_EQ_INT(cp.thinking.len, 0);
+    CHECK(cp.text.len > 0);
+    cr_buf_free(&cp.text);
+    cr_buf_free(&cp.thinking);
+    rn_engine_destroy(&e);
+}
+
 static void test_context_shift(void)
 {
     /* A 32-token context with 100 tokens asked: generation goes on past
@@ -419,6 +548,8 @@ int main(void)
         rn_engine_destroy(&e);
     }
     test_templates_and_errors();
+    test_tool_calls();
+    test_thinking();
     test_context_shift();
     unlink(model_path);
     test_stories();
