@@ -965,6 +965,69 @@ static void test_dot_random_blocks(void)
     }
 }
 
+/* ---- four-row dot products (prompt GEMM) ------------------------------- */
+
+/* vec_dot4 of every type that has one equals vec_dot per activation row bit
+ * for bit, on rows of realistic values and on random bytes, with strided
+ * outputs and activations. Types without vec_dot4 stay that way at the
+ * scalar level (the reference has none). */
+static void test_dot4(void)
+{
+    static const cr_type_t types[] = {CR_TYPE_Q8_0, CR_TYPE_Q4_0, CR_TYPE_Q4_K,
+                                      CR_TYPE_Q6_K};
+    int have = 0;
+    for (size_t k = 0; k < CR_ARRAY_LEN(types); k++) {
+        const be_type_traits_t *ts = be_type_traits_at(types[k], BE_SIMD_SCALAR);
+        const be_type_traits_t *tv = be_type_traits_at(types[k], BE_SIMD_AVX2);
+        const be_type_traits_t *vs = be_type_traits_at(ts->vec_dot_type, BE_SIMD_SCALAR);
+        CHECK(ts->vec_dot4 == NULL);
+        if (!tv->vec_dot4)
+            continue;
+        have++;
+        int64_t n = 768; /* 3 super-blocks, 24 blocks of 32 */
+        uint64_t wb = 0, ab = 0;
+        CHECK(cr_type_row_bytes(types[k], (uint64_t)n, &wb));
+        CHECK(cr_type_row_bytes(ts->vec_dot_type, (uint64_t)n, &ab));
+        size_t astride = (size_t)ab + 64; /* not the row size: stride honoured */
+        uint8_t *w = malloc((size_t)wb), *a = malloc(astride * 4);
+        float *f = malloc((size_t)n * sizeof *f);
+        int bad = 0;
+        for (int trial = 0; trial < 40; trial++) {
+            for (int64_t i = 0; i < n; i++)
+                f[i] = rnd_normal() * 0.02f * (float)(1 + trial % 5);
+            ts->from_float(f, w, n);
+            if (trial >= 20) /* random bytes, finite f16 scales kept */
+                for (uint64_t i = 0; i < wb; i++)
+                    if (rnd() % 3 == 0)
+                        w[i] ^= (uint8_t)(rnd() & 0x77);
+            for (int c = 0; c < 4; c++) {
+                for (int64_t i = 0; i < n; i++)
+                    f[i] = rnd_normal() * (float)(1 + c);
+                vs->from_float(f, a + (size_t)c * astride, n);
+            }
+            float out[4 * 3];
+            for (int i = 0; i < 12; i++)
+                out[i] = -1;
+            tv->vec_dot4(n, out, 3, w, a, astride);
+            for (int c = 0; c < 4; c++) {
+                float want = 0;
+                tv->vec_dot(n, &want, w, a + (size_t)c * astride);
+                if (f_bits(out[3 * c]) != f_bits(want) && bad++ < 3)
+                    fprintf(stderr, "%s trial %d col %d: dot4 %.9g dot %.9g\n", ts->name,
+                            trial, c, out[3 * c], want);
+                /* only every third float written */
+                bad += out[3 * c + 1] != -1 || out[3 * c + 2] != -1;
+            }
+        }
+        CHECK_MSG(bad == 0, "%s: vec_dot4 differs from vec_dot %d times", ts->name, bad);
+        free(w);
+        free(a);
+        free(f);
+    }
+    if (be_simd_detect() == BE_SIMD_AVX2)
+        CHECK_EQ_INT(have, 4);
+}
+
 /* ---- backend matmul with threads -------------------------------------- */
 
 static void test_backend_matmul(void)
@@ -981,7 +1044,7 @@ static void test_backend_matmul(void)
     if (!be1 || !be3)
         return;
     CHECK_EQ_INT(be_cpu_threads(be3), 3);
-    enum { ROWS = 37, NTOK = 3 };
+    enum { ROWS = 37, NTOK = 9 }; /* two groups of four tokens and one more */
     for (size_t k = 0; k < CR_ARRAY_LEN(types); k++) {
         int64_t n = 512;
         const be_type_traits_t *tt = be_type_traits(types[k]);
@@ -1098,6 +1161,7 @@ int main(void)
     test_dots();
     test_dot_extremes();
     test_dot_random_blocks();
+    test_dot4();
     test_backend_matmul();
     test_traits_table();
     return check_finish("test_quant");

@@ -14,6 +14,7 @@
 #include "services/runner/threadpool.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #define ALIGN_BYTES 64
@@ -189,6 +190,8 @@ typedef struct matmul_job {
     size_t act_bytes;
     int n;
     float *y;         /* [n][n_rows] */
+    int64_t chunk;    /* rows per work unit */
+    atomic_int_fast64_t next; /* first row of the next unclaimed unit */
 } matmul_job_t;
 
 static void convert_task(void *ctx, int ith, int nth)
@@ -199,22 +202,57 @@ static void convert_task(void *ctx, int ith, int nth)
                           (uint8_t *)j->xq + (size_t)t * j->act_bytes, j->w->n_cols);
 }
 
-static void matmul_task(void *ctx, int ith, int nth)
+/* Rows r0..r1 against every token. One token: a plain pass over the rows
+ * (decode streams the weights once). More: tiles of ROW_TILE rows stay in
+ * cache while groups of four tokens go by, each weight row decoded once
+ * per group (vec_dot4). */
+static void matmul_rows(const matmul_job_t *j, int64_t r0, int64_t r1)
 {
-    matmul_job_t *j = ctx;
-    int64_t rows = j->w->n_rows;
-    int64_t per = (rows + nth - 1) / nth;
-    int64_t r0 = per * ith, r1 = CR_MIN(rows, r0 + per);
-    const uint8_t *wb = j->w->data;
+    const be_weight_t *w = j->w;
+    int64_t rows = w->n_rows;
+    const uint8_t *wb = w->data;
     const uint8_t *xb = j->xq;
+    be_vec_dot_fn dot = j->tt->vec_dot;
+    if (j->n == 1) {
+        for (int64_t r = r0; r < r1; r++)
+            dot(w->n_cols, &j->y[r], wb + (size_t)r * w->row_bytes, xb);
+        return;
+    }
+    be_vec_dot4_fn dot4 = j->tt->vec_dot4;
     for (int64_t rt = r0; rt < r1; rt += ROW_TILE) {
         int64_t re = CR_MIN(r1, rt + ROW_TILE);
-        for (int t = 0; t < j->n; t++) {
+        int t = 0;
+        if (dot4) {
+            for (; t + 4 <= j->n; t += 4) {
+                const void *xr = xb + (size_t)t * j->act_bytes;
+                float *yr = j->y + (size_t)t * (size_t)rows;
+                for (int64_t r = rt; r < re; r++)
+                    dot4(w->n_cols, &yr[r], (size_t)rows, wb + (size_t)r * w->row_bytes, xr,
+                         j->act_bytes);
+            }
+        }
+        for (; t < j->n; t++) {
             const void *xr = xb + (size_t)t * j->act_bytes;
             float *yr = j->y + (size_t)t * (size_t)rows;
             for (int64_t r = rt; r < re; r++)
-                j->tt->vec_dot(j->w->n_cols, &yr[r], wb + (size_t)r * j->w->row_bytes, xr);
+                dot(w->n_cols, &yr[r], wb + (size_t)r * w->row_bytes, xr);
         }
+    }
+}
+
+/* Threads claim units of `chunk` rows from a shared counter until none are
+ * left, so a thread slowed by anything else on the machine takes fewer and
+ * all finish together. */
+static void matmul_task(void *ctx, int ith, int nth)
+{
+    CR_UNUSED(ith), CR_UNUSED(nth);
+    matmul_job_t *j = ctx;
+    int64_t rows = j->w->n_rows;
+    for (;;) {
+        int64_t r0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (r0 >= rows)
+            return;
+        matmul_rows(j, r0, CR_MIN(rows, r0 + j->chunk));
     }
 }
 
@@ -234,6 +272,11 @@ static void cpu_matmul(be_backend_t *be, const be_weight_t *w, const float *x,
     }
     /* Small matrices are not worth waking the pool for. */
     int tasks = w->n_rows * w->n_cols * (int64_t)n < 4096 ? 1 : c->n_threads;
+    /* About 8 units per thread, whole row tiles. */
+    int64_t chunk = w->n_rows / ((int64_t)tasks * 8);
+    chunk = CR_MAX(ROW_TILE, chunk / ROW_TILE * ROW_TILE);
+    j.chunk = chunk;
+    atomic_init(&j.next, 0);
     rn_threadpool_run(c->pool, matmul_task, &j, tasks);
 }
 

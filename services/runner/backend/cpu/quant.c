@@ -696,6 +696,10 @@ static void detect(void)
     avx2_table[CR_TYPE_Q3_K].vec_dot = be_avx2_dot_q3_k;
     avx2_table[CR_TYPE_Q4_K].vec_dot = be_avx2_dot_q4_k;
     avx2_table[CR_TYPE_Q5_K].vec_dot = be_avx2_dot_q5_k;
+    avx2_table[CR_TYPE_Q8_0].vec_dot4 = be_avx2_dot4_q8_0;
+    avx2_table[CR_TYPE_Q4_0].vec_dot4 = be_avx2_dot4_q4_0;
+    avx2_table[CR_TYPE_Q4_K].vec_dot4 = be_avx2_dot4_q4_k;
+    avx2_table[CR_TYPE_Q6_K].vec_dot4 = be_avx2_dot4_q6_k;
 
     hw_level = BE_SIMD_SCALAR;
 #if defined(__x86_64__) || defined(__i386__)

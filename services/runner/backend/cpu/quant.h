@@ -178,6 +178,13 @@ typedef void (*be_from_float_fn)(const float *x, void *y, int64_t n);
  * a an activation row of vec_dot_type. */
 typedef void (*be_vec_dot_fn)(int64_t n, float *s, const void *w,
                               const void *a);
+/* Four dot products of one weight row with four activation rows:
+ * s[k * s_stride] = sum_i w[i] * a_k[i] for a_k = a + k * a_stride bytes,
+ * k = 0..3. Bit for bit what vec_dot gives for each pair (same float steps
+ * per column); faster because the weight block is decoded once for all
+ * four. Used by matmul for prompts (n > 1). */
+typedef void (*be_vec_dot4_fn)(int64_t n, float *s, size_t s_stride,
+                               const void *w, const void *a, size_t a_stride);
 
 typedef struct be_type_traits {
     cr_type_t type;
@@ -188,6 +195,7 @@ typedef struct be_type_traits {
     be_from_float_fn from_float; /* quantize a row */
     be_vec_dot_fn vec_dot;       /* NULL for activation-only types (Q8_K) */
     cr_type_t vec_dot_type;      /* activation format vec_dot wants */
+    be_vec_dot4_fn vec_dot4;     /* NULL: matmul calls vec_dot four times */
 } be_type_traits_t;
 
 typedef enum be_simd {

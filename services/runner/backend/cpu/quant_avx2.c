@@ -452,6 +452,183 @@ AVX2 void be_avx2_dot_q5_k(int64_t n, float *s, const void *w, const void *a)
     *s = sum;
 }
 
+/* ---- four activation rows per weight row (prompt GEMM) ----------------
+ * Each column k keeps its own accumulator and takes exactly the steps the
+ * one-row kernel above takes, so results match it bit for bit; the weight
+ * block is loaded and decoded once for all four. */
+
+#define ACT(k) ((const uint8_t *)a + (size_t)(k) * as)
+
+AVX2 void be_avx2_dot4_q8_0(int64_t n, float *s, size_t ss, const void *w, const void *a,
+                            size_t as)
+{
+    const be_block_q8_0_t *x = w;
+    const be_block_q8_0_t *y[4] = {(const void *)ACT(0), (const void *)ACT(1),
+                                   (const void *)ACT(2), (const void *)ACT(3)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / BE_QK8_0; i++) {
+        float dx = _cvtsh_ss(x[i].d);
+        __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        __m256i ax = _mm256_sign_epi8(qx, qx);
+        for (int k = 0; k < 4; k++) {
+            __m256 d = _mm256_set1_ps(dx * _cvtsh_ss(y[k][i].d));
+            __m256i qy = _mm256_loadu_si256((const __m256i *)y[k][i].qs);
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(qy, qx)),
+                                          _mm256_set1_epi16(1));
+            acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[k]);
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        s[(size_t)k * ss] = hsum_ps(acc[k]);
+}
+
+AVX2 void be_avx2_dot4_q4_0(int64_t n, float *s, size_t ss, const void *w, const void *a,
+                            size_t as)
+{
+    const be_block_q4_0_t *x = w;
+    const be_block_q8_0_t *y[4] = {(const void *)ACT(0), (const void *)ACT(1),
+                                   (const void *)ACT(2), (const void *)ACT(3)};
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i eight = _mm256_set1_epi8(8);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        float dx = _cvtsh_ss(x[i].d);
+        __m128i raw = _mm_loadu_si128((const __m128i *)x[i].qs);
+        __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(raw),
+                                            _mm_srli_epi16(raw, 4), 1);
+        q = _mm256_sub_epi8(_mm256_and_si256(q, low4), eight);
+        __m256i aq = _mm256_sign_epi8(q, q);
+        for (int k = 0; k < 4; k++) {
+            __m256 d = _mm256_set1_ps(dx * _cvtsh_ss(y[k][i].d));
+            __m256i qy = _mm256_loadu_si256((const __m256i *)y[k][i].qs);
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(qy, q)),
+                                          _mm256_set1_epi16(1));
+            acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[k]);
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        s[(size_t)k * ss] = hsum_ps(acc[k]);
+}
+
+/* sum_j min_j * (bsums[2j] + bsums[2j+1]) as in k4_block_dot. */
+static inline AVX2 int32_t k4_min_sum(__m128i mins, const be_block_q8_k_t *y)
+{
+    __m128i bs0 = _mm_loadu_si128((const __m128i *)y->bsums);
+    __m128i bs1 = _mm_loadu_si128((const __m128i *)(y->bsums + 8));
+    __m128i mp = _mm_madd_epi16(mins, _mm_hadd_epi16(bs0, bs1));
+    mp = _mm_add_epi32(mp, _mm_shuffle_epi32(mp, _MM_SHUFFLE(1, 0, 3, 2)));
+    mp = _mm_add_epi32(mp, _mm_shuffle_epi32(mp, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(mp);
+}
+
+AVX2 void be_avx2_dot4_q4_k(int64_t n, float *s, size_t ss, const void *w, const void *a,
+                            size_t as)
+{
+    const be_block_q4_k_t *x = w;
+    const be_block_q8_k_t *y[4] = {(const void *)ACT(0), (const void *)ACT(1),
+                                   (const void *)ACT(2), (const void *)ACT(3)};
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    float sum[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n / BE_QK_K; i++) {
+        uint32_t w0, w1, w2;
+        memcpy(&w0, x[i].scales, 4);
+        memcpy(&w1, x[i].scales + 4, 4);
+        memcpy(&w2, x[i].scales + 8, 4);
+        uint32_t sc_lo = w0 & 0x3f3f3f3fu;
+        uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4);
+        uint32_t m_lo = w1 & 0x3f3f3f3fu;
+        uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4);
+        uint64_t sc64 = (uint64_t)sc_lo | (uint64_t)sc_hi << 32;
+        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
+                          _mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int c = 0; c < 4; c++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c));
+            __m256i lo = _mm256_and_si256(raw, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            __m256i s0 = _mm256_set1_epi16((short)((sc64 >> (16 * c)) & 0xff));
+            __m256i s1 = _mm256_set1_epi16((short)((sc64 >> (16 * c + 8)) & 0xff));
+            for (int k = 0; k < 4; k++) {
+                __m256i a0 = _mm256_loadu_si256((const __m256i *)(y[k][i].qs + 64 * c));
+                __m256i a1 = _mm256_loadu_si256((const __m256i *)(y[k][i].qs + 64 * c + 32));
+                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0), s0);
+                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1), s1);
+                acc[k] = _mm256_add_epi32(acc[k], _mm256_add_epi32(p0, p1));
+            }
+        }
+        __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
+        float dh = _cvtsh_ss(x[i].d), dminh = _cvtsh_ss(x[i].dmin);
+        for (int k = 0; k < 4; k++) {
+            int32_t isum = hsum_epi32(acc[k]), msum = k4_min_sum(mins, &y[k][i]);
+            float d = y[k][i].d * dh;
+            float dmin = y[k][i].d * dminh;
+            sum[k] += d * (float)isum - dmin * (float)msum;
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        s[(size_t)k * ss] = sum[k];
+}
+
+AVX2 void be_avx2_dot4_q6_k(int64_t n, float *s, size_t ss, const void *w, const void *a,
+                            size_t as)
+{
+    const be_block_q6_k_t *x = w;
+    const be_block_q8_k_t *y[4] = {(const void *)ACT(0), (const void *)ACT(1),
+                                   (const void *)ACT(2), (const void *)ACT(3)};
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i m2 = _mm256_set1_epi8(0x03);
+    float sum[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n / BE_QK_K; i++) {
+        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
+                          _mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x[i].ql + 64 * h;
+            const uint8_t *qh = x[i].qh + 32 * h;
+            const int8_t *sc = x[i].scales + 8 * h;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
+            q[1] = _mm256_or_si256(
+                _mm256_and_si256(l1, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
+            q[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
+            q[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
+            for (int j = 0; j < 4; j++) {
+                __m256i scv = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_set1_epi16(sc[2 * j])),
+                    _mm_set1_epi16(sc[2 * j + 1]), 1);
+                for (int k = 0; k < 4; k++) {
+                    const int8_t *q8 = y[k][i].qs + 128 * h + 32 * j;
+                    __m256i p16 = _mm256_maddubs_epi16(
+                        q[j], _mm256_loadu_si256((const __m256i *)q8));
+                    acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(p16, scv));
+                }
+            }
+        }
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        float dx = _cvtsh_ss(x[i].d);
+        for (int k = 0; k < 4; k++) {
+            __m256i bs = _mm256_loadu_si256((const __m256i *)y[k][i].bsums);
+            int32_t isum = hsum_epi32(acc[k]);
+            int32_t off = hsum_epi32(_mm256_madd_epi16(sc16, bs));
+            isum -= 32 * off;
+            sum[k] += dx * y[k][i].d * (float)isum;
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        s[(size_t)k * ss] = sum[k];
+}
+
+#undef ACT
+
 AVX2 void be_avx2_f32_to_f16(const float *x, void *y, int64_t n)
 {
     uint16_t *h = y;
@@ -495,6 +672,17 @@ STUB_DOT(be_avx2_dot_q2_k)
 STUB_DOT(be_avx2_dot_q3_k)
 STUB_DOT(be_avx2_dot_q4_k)
 STUB_DOT(be_avx2_dot_q5_k)
+#define STUB_DOT4(name)                                                    \
+    void name(int64_t n, float *s, size_t ss, const void *w, const void *a,  \
+              size_t as)                                                   \
+    {                                                                      \
+        CR_UNUSED(n), CR_UNUSED(ss), CR_UNUSED(w), CR_UNUSED(a), CR_UNUSED(as); \
+        s[0] = 0;                                                          \
+    }
+STUB_DOT4(be_avx2_dot4_q8_0)
+STUB_DOT4(be_avx2_dot4_q4_0)
+STUB_DOT4(be_avx2_dot4_q4_k)
+STUB_DOT4(be_avx2_dot4_q6_k)
 void be_avx2_f32_to_f16(const float *x, void *y, int64_t n)
 {
     CR_UNUSED(x), CR_UNUSED(y), CR_UNUSED(n);

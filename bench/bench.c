@@ -1,0 +1,515 @@
+/* bench.c: CPU speed of the engine beside llama.cpp, on one GGUF file.
+ *
+ *   bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH]
+ *   bench-bench --synth SHAPE TYPE OUT.gguf
+ *
+ * Each round measures, in this order and in this one process: the machine's
+ * memory-read bandwidth (a streaming AVX2 read of a 1 GiB buffer on the same
+ * number of threads), our prompt processing of 128 and 512 random tokens
+ * (pp128, pp512: tokens/s, cache cleared first) and text generation of 128
+ * tokens one at a time (tg128), and then, with --llama-bench, one run of
+ * llama.cpp's llama-bench (`-p 512 -n 128 -r 1 -o jsonl`) on the same file
+ * and threads. Rounds interleave ours and theirs, so both see the same
+ * machine state; medians over rounds are reported with our/their ratios.
+ *
+ * The decode rate's fraction of the bandwidth limit is
+ * tg * (bytes of weights read per token) / bandwidth, where a token reads
+ * every matrix once and one row of token_embd (all of it when the output is
+ * tied). Peak RSS during tg is VmHWM after a reset (clear_refs) before tg;
+ * llama-bench's is its whole-life maxrss.
+ *
+ * --synth writes a model of realistic shape with random weights:
+ * SHAPE tinyllama (dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632,
+ * vocab 32000) or llama32 (dim 2048, 16 layers, 32/8 heads, FFN 8192,
+ * vocab 128256, tied output), TYPE q4_0, q8_0 or q4_k_m (Q4_K with Q6_K
+ * output/attn_v/ffn_down). Vocabularies come from CORRAL_TESTDATA
+ * (ggml-vocab-llama-spm.gguf / ggml-vocab-llama-bpe.gguf).
+ *
+ * Never part of ctest: it takes minutes and needs gigabytes. */
+#include "lib/prelude.h"
+#include "lib/status.h"
+#include "services/runner/backend/backend.h"
+#include "services/runner/forward.h"
+#include "services/runner/model.h"
+#include "services/runner/synth.h"
+#include "services/runner/threadpool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#define MAX_ROUNDS 32
+#define BW_BYTES ((size_t)1 << 30)
+#define PP_SHORT 128
+#define PP_LONG 512
+#define TG_TOKENS 128
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n)
+{
+    if (n <= 0)
+        return 0;
+    double s[MAX_ROUNDS];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+/* ---- memory bandwidth ------------------------------------------------- */
+
+typedef struct bw_job {
+    const uint8_t *buf;
+    size_t bytes;
+    double sums[RN_THREADPOOL_MAX_THREADS];
+} bw_job_t;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static double read_span(const uint8_t *p, size_t n)
+{
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    int64_t out[4];
+    _mm256_storeu_si256((__m256i *)out, a0);
+    return (double)(out[0] + out[1] + out[2] + out[3]);
+}
+#else
+static double read_span(const uint8_t *p, size_t n)
+{
+    uint64_t s = 0;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        s += v;
+    }
+    return (double)s;
+}
+#endif
+
+static void bw_task(void *ctx, int ith, int nth)
+{
+    bw_job_t *j = ctx;
+    size_t per = j->bytes / (size_t)nth / 4096 * 4096;
+    j->sums[ith] = read_span(j->buf + per * (size_t)ith, per);
+}
+
+/* Median GB/s of 5 reads of a 1 GiB buffer (filled first, so the pages
+ * are real), on pool's threads. 0 if the buffer cannot be had. */
+static double measure_bandwidth(rn_threadpool_t *pool)
+{
+    uint8_t *buf = mmap(NULL, BW_BYTES, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED)
+        return 0;
+    for (size_t i = 0; i < BW_BYTES; i += 4096)
+        memset(buf + i, (int)(i >> 12), 4096);
+    static bw_job_t j;
+    j.buf = buf;
+    j.bytes = BW_BYTES;
+    int nth = rn_threadpool_size(pool);
+    rn_threadpool_run(pool, bw_task, &j, nth); /* warm */
+    double gbs[5];
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_s();
+        rn_threadpool_run(pool, bw_task, &j, nth);
+        double dt = now_s() - t0;
+        size_t per = BW_BYTES / (size_t)nth / 4096 * 4096;
+        gbs[r] = (double)(per * (size_t)nth) / dt / 1e9;
+    }
+    munmap(buf, BW_BYTES);
+    return median(gbs, 5);
+}
+
+/* ---- RSS -------------------------------------------------------------- */
+
+static void reset_peak_rss(void)
+{
+    int fd = open("/proc/self/clear_refs", O_WRONLY);
+    if (fd >= 0) {
+        ssize_t w = write(fd, "5", 1);
+        CR_UNUSED(w);
+        close(fd);
+    }
+}
+
+/* VmHWM in bytes, or 0. */
+static uint64_t peak_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6))
+            kb = strtoull(line + 6, NULL, 10);
+    fclose(f);
+    return kb * 1024;
+}
+
+/* ---- ours ------------------------------------------------------------- */
+
+typedef struct ours {
+    be_backend_t *be;
+    rn_model_t *model;
+    rn_ctx_t *ctx;
+    int32_t toks[PP_LONG];
+    int n_vocab;
+    uint64_t bytes_per_token;
+    double load_s;
+} ours_t;
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static cr_status_t ours_open(ours_t *o, const char *path, int threads, cr_err_t *err)
+{
+    double t0 = now_s();
+    cr_status_t st = be_cpu_new(threads, &o->be, err);
+    if (st)
+        return st;
+    if ((st = rn_model_load(path, o->be, &o->model, err)))
+        return st;
+    rn_ctx_opts_t co = {.n_ctx = PP_LONG + TG_TOKENS, .n_batch = PP_LONG};
+    if ((st = rn_ctx_new(o->model, &co, &o->ctx, err)))
+        return st;
+    o->n_vocab = rn_ctx_n_vocab(o->ctx);
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < PP_LONG; i++)
+        o->toks[i] = (int32_t)(rng_next(&seed) % (uint64_t)o->n_vocab);
+    if ((st = rn_ctx_eval(o->ctx, o->toks, 1, 0, NULL, err)))
+        return st;
+    o->load_s = now_s() - t0;
+    const rn_weights_t *w = rn_model_weights(o->model);
+    uint64_t embd = (uint64_t)w->token_embd.row_bytes * (uint64_t)w->token_embd.n_rows;
+    o->bytes_per_token = rn_model_weight_bytes(o->model) - embd + w->token_embd.row_bytes;
+    if (w->tied_output)
+        o->bytes_per_token += embd;
+    return CR_OK;
+}
+
+static void ours_close(ours_t *o)
+{
+    rn_ctx_destroy(&o->ctx);
+    rn_model_destroy(&o->model);
+    if (o->be)
+        o->be->ops->destroy(&o->be);
+}
+
+/* tokens/s of one prompt of n tokens from an empty cache; < 0 on error. */
+static double ours_pp(ours_t *o, int n)
+{
+    cr_err_t err = {0};
+    rn_ctx_clear(o->ctx);
+    double t0 = now_s();
+    if (rn_ctx_eval(o->ctx, o->toks, n, 0, NULL, &err)) {
+        fprintf(stderr, "bench: pp%d: %s\n", n, err.msg);
+        return -1;
+    }
+    return n / (now_s() - t0);
+}
+
+/* tokens/s of TG_TOKENS single-token evals from an empty cache. */
+static double ours_tg(ours_t *o)
+{
+    cr_err_t err = {0};
+    rn_ctx_clear(o->ctx);
+    double t0 = now_s();
+    for (int i = 0; i < TG_TOKENS; i++) {
+        if (rn_ctx_eval(o->ctx, &o->toks[i], 1, i, NULL, &err)) {
+            fprintf(stderr, "bench: tg: %s\n", err.msg);
+            return -1;
+        }
+    }
+    return TG_TOKENS / (now_s() - t0);
+}
+
+/* ---- theirs (llama-bench) --------------------------------------------- */
+
+typedef struct theirs {
+    double pp, tg, load_s;
+    uint64_t maxrss;
+} theirs_t;
+
+/* Mean of the numbers in "samples_ts": [...] or the "avg_ts" value. */
+static double json_rate(const char *line)
+{
+    const char *p = strstr(line, "\"samples_ts\"");
+    if (p && (p = strchr(p, '['))) {
+        double sum = 0;
+        int n = 0;
+        for (p++; *p && *p != ']';) {
+            char *end;
+            double v = strtod(p, &end);
+            if (end == p) {
+                p++;
+                continue;
+            }
+            sum += v;
+            n++;
+            p = end;
+        }
+        if (n)
+            return sum / n;
+    }
+    if ((p = strstr(line, "\"avg_ts\"")) && (p = strchr(p, ':')))
+        return strtod(p + 1, NULL);
+    return -1;
+}
+
+static int json_int(const char *line, const char *key)
+{
+    const char *p = strstr(line, key);
+    if (!p || !(p = strchr(p, ':')))
+        return -1;
+    return atoi(p + 1);
+}
+
+static bool theirs_run(const char *bin, const char *model, int threads, theirs_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->pp = out->tg = out->load_s = -1;
+    int fds[2];
+    if (pipe(fds))
+        return false;
+    pid_t pid = fork();
+    if (pid < 0)
+        return false;
+    if (pid == 0) {
+        char tbuf[16];
+        snprintf(tbuf, sizeof tbuf, "%d", threads);
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        int dn = open("/dev/null", O_WRONLY);
+        if (dn >= 0)
+            dup2(dn, 2);
+        execl(bin, bin, "-m", model, "-t", tbuf, "-p", "512", "-n", "128", "-r", "1",
+              "-o", "jsonl", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    char line[8192];
+    while (f && fgets(line, sizeof line, f)) {
+        int np = json_int(line, "\"n_prompt\""), ng = json_int(line, "\"n_gen\"");
+        double rate = json_rate(line);
+        if (np > 0 && ng == 0)
+            out->pp = rate;
+        else if (ng > 0 && np == 0)
+            out->tg = rate;
+        const char *ls = strstr(line, "\"load_s\"");
+        if (ls && (ls = strchr(ls, ':')))
+            out->load_s = strtod(ls + 1, NULL);
+    }
+    if (f)
+        fclose(f);
+    int status = 0;
+    struct rusage ru;
+    if (wait4(pid, &status, 0, &ru) < 0)
+        return false;
+    out->maxrss = (uint64_t)ru.ru_maxrss * 1024;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 && out->pp > 0 && out->tg > 0;
+}
+
+/* ---- synth ------------------------------------------------------------ */
+
+static int synth_main(const char *shape, const char *type, const char *out)
+{
+    rn_synth_opts_t o;
+    rn_synth_defaults(&o);
+    const char *td = getenv("CORRAL_TESTDATA");
+    if (!td)
+        td = "/work/shared/testdata";
+    static char vocab[4096];
+    o.dim = 2048;
+    o.n_heads = 32;
+    o.ctx = 4096;
+    if (!strcmp(shape, "tinyllama")) {
+        o.n_layers = 22;
+        o.n_kv_heads = 4;
+        o.ffn = 5632;
+        snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-llama-spm.gguf", td);
+        o.name = "synth-tinyllama-1.1b";
+    } else if (!strcmp(shape, "llama32")) {
+        o.n_layers = 16;
+        o.n_kv_heads = 8;
+        o.ffn = 8192;
+        o.rope_base = 500000;
+        o.tied_output = true;
+        snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-llama-bpe.gguf", td);
+        o.name = "synth-llama-3.2-1b";
+    } else {
+        fprintf(stderr, "bench: unknown shape '%s' (tinyllama, llama32)\n", shape);
+        return 2;
+    }
+    o.vocab_from = vocab;
+    if (!strcmp(type, "q4_0")) {
+        o.type = CR_TYPE_Q4_0;
+    } else if (!strcmp(type, "q8_0")) {
+        o.type = CR_TYPE_Q8_0;
+    } else if (!strcmp(type, "q4_k_m")) {
+        o.type = CR_TYPE_Q4_K;
+        o.mix = true;
+        o.mix_type = CR_TYPE_Q6_K;
+    } else {
+        fprintf(stderr, "bench: unknown type '%s' (q4_0, q8_0, q4_k_m)\n", type);
+        return 2;
+    }
+    cr_err_t err = {0};
+    if (rn_synth_write(&o, out, &err)) {
+        fprintf(stderr, "bench: synth: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- main ------------------------------------------------------------- */
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH]\n"
+            "       bench-bench --synth tinyllama|llama32 q4_0|q8_0|q4_k_m OUT.gguf\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 5 && !strcmp(argv[1], "--synth"))
+        return synth_main(argv[2], argv[3], argv[4]);
+    const char *model = NULL, *lb = NULL;
+    int threads = 2, rounds = 5;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-t") && v) {
+            threads = atoi(v);
+            i++;
+        } else if (!strcmp(a, "-r") && v) {
+            rounds = atoi(v);
+            i++;
+        } else if (!strcmp(a, "--llama-bench") && v) {
+            lb = v;
+            i++;
+        } else if (a[0] != '-' && !model) {
+            model = a;
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    if (!model || threads < 1 || rounds < 1 || rounds > MAX_ROUNDS) {
+        usage();
+        return 2;
+    }
+    struct stat sb;
+    if (stat(model, &sb)) {
+        fprintf(stderr, "bench: %s: %s\n", model, strerror(errno));
+        return 1;
+    }
+    rn_threadpool_t *bwpool = NULL;
+    cr_err_t err = {0};
+    if (rn_threadpool_new(threads, &bwpool, &err)) {
+        fprintf(stderr, "bench: %s\n", err.msg);
+        return 1;
+    }
+    ours_t o = {0};
+    if (ours_open(&o, model, threads, &err)) {
+        fprintf(stderr, "bench: %s: %s\n", model, err.msg);
+        ours_close(&o);
+        rn_threadpool_destroy(&bwpool);
+        return 1;
+    }
+    printf("model %s: %.2f GB file, %.2f GB read per token, %d threads, simd %s, "
+           "load+first token %.2f s\n",
+           model, (double)sb.st_size / 1e9, (double)o.bytes_per_token / 1e9, threads,
+           be_cpu_simd(o.be), o.load_s);
+    ours_pp(&o, PP_SHORT); /* warm */
+    ours_tg(&o);
+
+    double bw[MAX_ROUNDS], pp128[MAX_ROUNDS], pp512[MAX_ROUNDS], tg[MAX_ROUNDS];
+    double frac[MAX_ROUNDS], tpp[MAX_ROUNDS], ttg[MAX_ROUNDS], tfrac[MAX_ROUNDS];
+    double tload[MAX_ROUNDS];
+    uint64_t rss_tg = 0, trss = 0;
+    int nt = 0;
+    printf("%-5s %8s %9s %9s %9s %6s", "round", "bw GB/s", "pp128", "pp512", "tg128", "bw%");
+    if (lb)
+        printf(" | %9s %9s %6s", "lb pp512", "lb tg128", "bw%");
+    printf("\n");
+    for (int r = 0; r < rounds; r++) {
+        bw[r] = measure_bandwidth(bwpool);
+        pp128[r] = ours_pp(&o, PP_SHORT);
+        pp512[r] = ours_pp(&o, PP_LONG);
+        reset_peak_rss();
+        tg[r] = ours_tg(&o);
+        rss_tg = CR_MAX(rss_tg, peak_rss_bytes());
+        frac[r] = bw[r] > 0 ? tg[r] * (double)o.bytes_per_token / (bw[r] * 1e9) : 0;
+        printf("%-5d %8.1f %9.1f %9.1f %9.2f %5.0f%%", r, bw[r], pp128[r], pp512[r], tg[r],
+               100 * frac[r]);
+        if (lb) {
+            theirs_t t;
+            if (theirs_run(lb, model, threads, &t)) {
+                tpp[nt] = t.pp;
+                ttg[nt] = t.tg;
+                tload[nt] = t.load_s;
+                tfrac[nt] = bw[r] > 0 ? t.tg * (double)o.bytes_per_token / (bw[r] * 1e9) : 0;
+                trss = CR_MAX(trss, t.maxrss);
+                printf(" | %9.1f %9.2f %5.0f%%", t.pp, t.tg, 100 * tfrac[nt]);
+                nt++;
+            } else {
+                printf(" | llama-bench failed");
+            }
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    double m_pp512 = median(pp512, rounds), m_tg = median(tg, rounds);
+    printf("median: bw %.1f GB/s  pp128 %.1f  pp512 %.1f  tg128 %.2f t/s  "
+           "(%.0f%% of the bandwidth limit)\n",
+           median(bw, rounds), median(pp128, rounds), m_pp512, m_tg,
+           100 * median(frac, rounds));
+    printf("peak RSS during tg: %.2f GB (file %.2f GB, KV cache %.3f GB, buffers %.3f GB)\n",
+           (double)rss_tg / 1e9, (double)sb.st_size / 1e9,
+           (double)rn_ctx_kv_bytes(o.ctx) / 1e9, (double)rn_ctx_buffer_bytes(o.ctx) / 1e9);
+    if (lb && nt > 0) {
+        double t_pp = median(tpp, nt), t_tg = median(ttg, nt);
+        printf("llama-bench median: pp512 %.1f  tg128 %.2f t/s (%.0f%% of the bandwidth "
+               "limit), max RSS %.2f GB, load+first token %.2f s\n",
+               t_pp, t_tg, 100 * median(tfrac, nt), (double)trss / 1e9, median(tload, nt));
+        printf("ratio ours/llama.cpp: pp512 %.2fx  tg128 %.2fx  load %.2fx\n", m_pp512 / t_pp,
+               m_tg / t_tg, median(tload, nt) > 0 ? o.load_s / median(tload, nt) : 0);
+    }
+    ours_close(&o);
+    rn_threadpool_destroy(&bwpool);
+    return 0;
+}
