@@ -458,6 +458,45 @@ static cr_status_t shift_context(rn_engine_t *e, int num_keep, cr_err_t *err)
     return st;
 }
 
+/* One token's entry of Ollama's `logprobs`: {token, logprob, bytes,
+ * top_logprobs:[{token, logprob, bytes}]}, from the raw logits (a full
+ * log-softmax, as Ollama reports them). */
+static json_t *piece_json(const rn_tokenizer_t *tok, int32_t id, float lp)
+{
+    char piece[1024];
+    size_t n = 0;
+    if (rn_token_piece(tok, id, 0, piece, sizeof piece, &n, NULL))
+        n = 0;
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(bytes, json_integer((unsigned char)piece[i]));
+    /* A byte token alone may not be valid UTF-8: its text is then "" and
+     * `bytes` has the truth. */
+    json_t *text = json_stringn(piece, n);
+    return json_pack("{s:o,s:f,s:o}", "token", text ? text : json_string(""),
+                     "logprob", (double)lp, "bytes", bytes);
+}
+
+static cr_status_t add_logprobs(rn_engine_t *e, const float *logits,
+                                int32_t token, int64_t top_n, cr_err_t *err)
+{
+    rn_logprob_t top[RN_LOGPROB_MAX_TOP];
+    float lp = 0;
+    size_t n_top = rn_logprobs_from_logits(logits, rn_ctx_n_vocab(e->ctx), token,
+                                           &lp, top, top_n > 0 ? (size_t)top_n : 0);
+    json_t *entry = piece_json(e->tok, token, lp);
+    json_t *alts = json_array();
+    for (size_t i = 0; i < n_top; i++)
+        json_array_append_new(alts, piece_json(e->tok, top[i].token,
+                                               top[i].logprob));
+    json_object_set_new(entry, "top_logprobs", alts);
+    char *text = json_dumps(entry, JSON_COMPACT);
+    json_decref(entry);
+    cr_status_t st = text ? rn_output_add_logprob(e->output, text) : CR_E_NOMEM;
+    free(text);
+    return st ? cr_err_set(err, st, "logprobs: out of memory") : CR_OK;
+}
+
 /* Decides the thinking and tool-call split of a request's answer from the
  * template (Ollama's capabilities) and starts the output stages. */
 static cr_status_t begin_output(rn_engine_t *e, const msg_t *r,
@@ -553,6 +592,10 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
         rn_sampler_accept(e->sampler, e->prompt[i]);
     int64_t t_decode = mono_ns();
 
+    bool want_logprobs = r->type == MSG_chat ? r->u.chat.logprobs
+                                             : r->u.generate.logprobs;
+    int64_t top_logprobs = r->type == MSG_chat ? r->u.chat.top_logprobs
+                                               : r->u.generate.top_logprobs;
     const char *reason = "length";
     int64_t n_gen = 0;
     bool stopped = false;
@@ -578,6 +621,10 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
             logits = e->masked;
         }
         if ((st = rn_sampler_pick(e->sampler, logits, &token, err)))
+            goto out;
+        if (want_logprobs &&
+            (st = add_logprobs(e, rn_ctx_logits(e->ctx), token, top_logprobs,
+                               err)))
             goto out;
         if (grammar && (st = rn_grammar_accept(grammar, e->gvocab, token, err)))
             goto out;

@@ -12,6 +12,7 @@ struct rn_output {
     rn_thinking_t *th;
     rn_toolcalls_t *tc;
     cr_buf_t think, mid, content, calls;
+    cr_buf_t logprobs; /* queued entries, comma-joined, inside [ ] */
     int n_calls;
 };
 
@@ -24,6 +25,7 @@ rn_output_t *rn_output_new(void)
     cr_buf_init(&o->mid, OUT_PIECE_MAX);
     cr_buf_init(&o->content, OUT_PIECE_MAX);
     cr_buf_init(&o->calls, OUT_PIECE_MAX);
+    cr_buf_init(&o->logprobs, OUT_PIECE_MAX);
     return o;
 }
 
@@ -43,6 +45,7 @@ void rn_output_destroy(rn_output_t **self_p)
     cr_buf_free(&o->mid);
     cr_buf_free(&o->content);
     cr_buf_free(&o->calls);
+    cr_buf_free(&o->logprobs);
     free(o);
     *self_p = NULL;
 }
@@ -54,6 +57,7 @@ cr_status_t rn_output_begin(rn_output_t *o, const char *think_open,
 {
     end_parsers(o);
     o->n_calls = 0;
+    cr_buf_reset(&o->logprobs);
     if (think_open && *think_open && think_close && *think_close) {
         o->th = rn_thinking_new(think_open, think_close, starts_thinking, err);
         if (!o->th)
@@ -69,11 +73,21 @@ cr_status_t rn_output_begin(rn_output_t *o, const char *think_open,
     return CR_OK;
 }
 
+cr_status_t rn_output_add_logprob(rn_output_t *o, const char *json_object)
+{
+    cr_status_t st = cr_buf_putc(&o->logprobs, o->logprobs.len ? ',' : '[');
+    return st ? st : cr_buf_puts(&o->logprobs, json_object);
+}
+
 static bool send(rn_output_t *o, const rn_sink_t *sink, const cr_buf_t *resp)
 {
-    if (!resp->len && !o->think.len && !o->calls.len)
+    if (!resp->len && !o->think.len && !o->calls.len && !o->logprobs.len)
         return true;
     msg_chunk_body_t c = {0};
+    if (o->logprobs.len && !cr_buf_putc(&o->logprobs, ']')) {
+        c.logprobs = o->logprobs.data;
+        c.has_logprobs = true;
+    }
     if (resp->len) {
         c.response = resp->data;
         c.has_response = true;
@@ -86,7 +100,9 @@ static bool send(rn_output_t *o, const rn_sink_t *sink, const cr_buf_t *resp)
         c.tool_calls = o->calls.data;
         c.has_tool_calls = true;
     }
-    return sink->chunk(sink->ctx, &c);
+    bool more = sink->chunk(sink->ctx, &c);
+    cr_buf_reset(&o->logprobs);
+    return more;
 }
 
 /* Runs text through the stages into think / content / calls. */

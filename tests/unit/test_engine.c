@@ -22,6 +22,7 @@ typedef struct capture {
     cr_buf_t text;
     cr_buf_t thinking;
     cr_buf_t calls;
+    json_t *logprobs; /* entries of every chunk, in order (or NULL) */
     int chunks;
     int cancel_after; /* cancel once this many chunks arrived (0 = never) */
 } capture_t;
@@ -36,6 +37,14 @@ static bool cap_chunk(void *ctx, const msg_chunk_body_t *c)
         cr_buf_puts(&cp->thinking, c->thinking);
     if (c->tool_calls && cp->calls.max_bytes)
         cr_buf_puts(&cp->calls, c->tool_calls);
+    if (c->logprobs && cp->logprobs) {
+        json_t *arr = json_loads(c->logprobs, 0, NULL);
+        if (json_is_array(arr))
+            json_array_extend(cp->logprobs, arr);
+        else
+            json_array_append_new(cp->logprobs, json_string("not an array"));
+        json_decref(arr);
+    }
     return true;
 }
 
@@ -247,6 +256,46 @@ static void test_embed(rn_engine_t *e)
     msg_done_body_t d;
     CHECK_EQ_INT(gen(e, "hello", true, &o, &g, &d, &err), CR_OK);
     cr_buf_free(&g.text);
+}
+
+static void test_logprobs(rn_engine_t *e)
+{
+    msg_t m;
+    msg_init(&m, MSG_generate, "lp");
+    m.u.generate.model = "synth";
+    m.u.generate.has_model = true;
+    m.u.generate.prompt = "abc";
+    m.u.generate.has_prompt = true;
+    m.u.generate.raw = true;
+    m.u.generate.logprobs = true;
+    m.u.generate.has_logprobs = true;
+    m.u.generate.top_logprobs = 3;
+    m.u.generate.has_top_logprobs = true;
+    msg_options_t o = greedy(6);
+    m.u.generate.options = &o;
+    m.u.generate.has_options = true;
+    capture_t cp = {0};
+    cr_buf_init(&cp.text, 1 << 20);
+    cp.logprobs = json_array();
+    rn_sink_t sink = {&cp, cap_chunk, cap_canceled};
+    msg_done_body_t d = {0};
+    cr_err_t err;
+    CHECK_EQ_INT(rn_engine_generate(e, &m, &sink, &d, &err), CR_OK);
+    /* One entry per generated token, greedy = the best alternative. */
+    CHECK_EQ_INT(json_array_size(cp.logprobs), d.eval_count);
+    json_t *first = json_array_get(cp.logprobs, 0);
+    double lp = json_real_value(json_object_get(first, "logprob"));
+    json_t *top = json_object_get(first, "top_logprobs");
+    CHECK_EQ_INT(json_array_size(top), 3);
+    CHECK(lp <= 0.0);
+    CHECK_NEAR(lp, json_real_value(json_object_get(json_array_get(top, 0),
+                                                   "logprob")),
+               1e-6);
+    CHECK(json_real_value(json_object_get(json_array_get(top, 1), "logprob")) <=
+          lp);
+    CHECK(json_is_array(json_object_get(first, "bytes")));
+    json_decref(cp.logprobs);
+    cr_buf_free(&cp.text);
 }
 
 static void test_templates_and_errors(void)
@@ -545,6 +594,7 @@ int main(void)
         test_prefix_reuse(e);
         test_stop_and_cancel(e);
         test_embed(e);
+        test_logprobs(e);
         rn_engine_destroy(&e);
     }
     test_templates_and_errors();
