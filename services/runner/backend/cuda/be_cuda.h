@@ -7,9 +7,10 @@
  * through upload/download only; download waits for the stream.
  *
  * This header is plain C and includes no CUDA header: the implementation
- * lives in the .cu files of backend/cuda/, built into corral_cuda only when
- * CMake finds the toolkit (CORRAL_HAVE_CUDA=1 for corral_engine). Without
- * it, nothing here is linked and callers must test CORRAL_HAVE_CUDA.
+ * lives in the .cu files of backend/cuda/src/, built into corral_cuda only
+ * when CMake finds the toolkit (CORRAL_HAVE_CUDA=1 for corral_engine).
+ * Without it, nothing here is linked and callers must test
+ * CORRAL_HAVE_CUDA.
  *
  * Ops cannot return a status (backend.h), so a CUDA or cuBLAS error inside
  * an op is kept (the first one) and later ops become no-ops; the caller
