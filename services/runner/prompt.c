@@ -58,6 +58,7 @@ typedef struct pmsg {
     const char *role, *content, *thinking, *tool_name, *tool_call_id;
     size_t n_images;
     rn_val_t *tool_calls; /* borrowed from the owner array's conversion */
+    bool trusted;         /* role and content are the model's own (Modelfile) */
 } pmsg_t;
 
 static cr_status_t set_field(rn_val_t *st, const char *name, const char *json_name,
@@ -437,6 +438,13 @@ static cr_status_t tool_calls_value(const json_t *calls, size_t msg_idx, bool or
     return CR_OK;
 }
 
+/* A string value, marked trusted when it is the model's own data. */
+static rn_val_t *str_val(const char *s, bool trusted)
+{
+    rn_val_t *v = rn_val_str_new(s);
+    return trusted ? rn_val_trust(v) : v;
+}
+
 static cr_status_t message_value(const pmsg_t *m, rn_val_t **out)
 {
     rn_val_t *v = rn_val_struct_new("*template.templateMessage", RN_VAL_F_POINTER);
@@ -453,8 +461,8 @@ static cr_status_t message_value(const pmsg_t *m, rn_val_t **out)
         rn_val_destroy(&v);
         return st;
     }
-    if ((st = set_field(v, "Role", NULL, 0, rn_val_str_new(m->role))) ||
-        (st = set_field(v, "Content", NULL, 0, rn_val_str_new(m->content))) ||
+    if ((st = set_field(v, "Role", NULL, 0, str_val(m->role, m->trusted))) ||
+        (st = set_field(v, "Content", NULL, 0, str_val(m->content, m->trusted))) ||
         (st = set_field(v, "Thinking", NULL, 0, rn_val_str_new(m->thinking))) ||
         (st = set_field(v, "Images", NULL, 0, images)) ||
         (st = set_field(v, "ToolCalls", NULL, 0, rn_val_ref(m->tool_calls))) ||
@@ -509,26 +517,39 @@ static cr_status_t put_think(rn_val_t *data, const rn_prompt_think_t *t)
     return CR_OK;
 }
 
+/* Where one rendering goes: the text, and the trust spans when wanted. */
+typedef struct sink {
+    cr_buf_t *buf;
+    rn_tmpl_spans_t *spans; /* NULL: not recorded */
+} sink_t;
+
 static cr_status_t exec_data(const rn_tmpl_t *t, rn_val_t *data, bool cut,
-                             const rn_prompt_opts_t *o, cr_buf_t *out, cr_err_t *err)
+                             const rn_prompt_opts_t *o, const sink_t *out, cr_err_t *err)
 {
-    rn_tmpl_opts_t topts = {.now_unix = o->now_unix, .cut_after_response = cut};
-    return rn_tmpl_exec(t, data, &topts, out, err);
+    rn_tmpl_opts_t topts = {.now_unix = o->now_unix, .cut_after_response = cut,
+                            .spans = out->spans};
+    return rn_tmpl_exec(t, data, &topts, out->buf, err);
 }
 
+/* A legacy turn's fields, each with its trust. */
+typedef struct legacy {
+    const char *system, *prompt, *response;
+    bool system_trusted, prompt_trusted, response_trusted;
+} legacy_t;
+
 /* A legacy turn: {System, Prompt, Response, Think...}. */
-static cr_status_t exec_legacy(const rn_tmpl_t *t, const char *system, const char *prompt,
-                               const char *response, const rn_prompt_think_t *think, bool cut,
-                               const rn_prompt_opts_t *o, cr_buf_t *out, cr_err_t *err)
+static cr_status_t exec_legacy(const rn_tmpl_t *t, const legacy_t *l,
+                               const rn_prompt_think_t *think, bool cut,
+                               const rn_prompt_opts_t *o, const sink_t *out, cr_err_t *err)
 {
     rn_val_t *data = rn_val_map_new(0);
     cr_status_t st = data ? CR_OK : CR_E_NOMEM;
     if (!st)
-        st = set_key(data, "System", rn_val_str_new(system));
+        st = set_key(data, "System", str_val(l->system, l->system_trusted));
     if (!st)
-        st = set_key(data, "Prompt", rn_val_str_new(prompt));
+        st = set_key(data, "Prompt", str_val(l->prompt, l->prompt_trusted));
     if (!st)
-        st = set_key(data, "Response", rn_val_str_new(response));
+        st = set_key(data, "Response", str_val(l->response, l->response_trusted));
     if (!st)
         st = put_think(data, think);
     if (st)
@@ -543,7 +564,7 @@ static cr_status_t exec_legacy(const rn_tmpl_t *t, const char *system, const cha
  * (borrowed). */
 static cr_status_t execute(const rn_tmpl_t *t, const pmsg_t *msgs, size_t n, rn_val_t *tools,
                            const char *prompt, const char *suffix, const rn_prompt_think_t *think,
-                           const rn_prompt_opts_t *o, cr_buf_t *out, cr_err_t *err)
+                           const rn_prompt_opts_t *o, const sink_t *out, cr_err_t *err)
 {
     pool_t pool = {0};
     pmsg_t *col = n ? malloc(n * sizeof *col) : NULL;
@@ -552,7 +573,7 @@ static cr_status_t execute(const rn_tmpl_t *t, const pmsg_t *msgs, size_t n, rn_
     rn_val_t *data = NULL;
     cr_status_t st = (n && !col) ? CR_E_NOMEM : CR_OK;
     size_t nc = 0;
-    bool any_system = false;
+    bool any_system = false, system_trusted = true;
 
     /* collate: consecutive same-role messages merge with a blank line
      * (tool messages never); all system contents join into .System. */
@@ -563,6 +584,7 @@ static cr_status_t execute(const rn_tmpl_t *t, const pmsg_t *msgs, size_t n, rn_
             if (!st)
                 st = cr_buf_puts(&sys, msgs[i].content);
             any_system = true;
+            system_trusted = system_trusted && msgs[i].trusted;
         }
         if (!st && nc > 0 && !strcmp(col[nc - 1].role, msgs[i].role) &&
             strcmp(msgs[i].role, "tool") != 0) {
@@ -573,6 +595,7 @@ static cr_status_t execute(const rn_tmpl_t *t, const pmsg_t *msgs, size_t n, rn_
                 st = CR_E_NOMEM;
             else
                 col[nc - 1].content = merged;
+            col[nc - 1].trusted = col[nc - 1].trusted && msgs[i].trusted;
         } else if (!st) {
             col[nc++] = msgs[i];
         }
@@ -623,7 +646,7 @@ static cr_status_t execute(const rn_tmpl_t *t, const pmsg_t *msgs, size_t n, rn_
         else
             rn_val_destroy(&list);
         if (!st)
-            st = set_key(data, "System", rn_val_str_new(system));
+            st = set_key(data, "System", str_val(system, any_system && system_trusted));
         if (!st)
             st = set_key(data, "Tools", rn_val_ref(tools));
         if (!st)
@@ -639,27 +662,32 @@ static cr_status_t execute(const rn_tmpl_t *t, const pmsg_t *msgs, size_t n, rn_
     }
 
     /* Legacy: one execution per turn, then the cut template. */
-    const char *l_system = "", *l_prompt = "", *l_response = "";
+    static const legacy_t empty = {"", "", "", true, true, true};
+    legacy_t l = empty;
     for (size_t i = 0; !st && i < nc; i++) {
         const pmsg_t *m = &col[i];
         bool flush = false;
         if (!strcmp(m->role, "system"))
-            flush = *l_prompt || *l_response;
+            flush = *l.prompt || *l.response;
         else if (!strcmp(m->role, "user"))
-            flush = *l_response != '\0';
+            flush = *l.response != '\0';
         if (flush) {
-            st = exec_legacy(t, l_system, l_prompt, l_response, think, false, o, out, err);
-            l_system = l_prompt = l_response = "";
+            st = exec_legacy(t, &l, think, false, o, out, err);
+            l = empty;
         }
-        if (!strcmp(m->role, "system"))
-            l_system = m->content;
-        else if (!strcmp(m->role, "user"))
-            l_prompt = m->content;
-        else if (!strcmp(m->role, "assistant"))
-            l_response = m->content;
+        if (!strcmp(m->role, "system")) {
+            l.system = m->content;
+            l.system_trusted = m->trusted;
+        } else if (!strcmp(m->role, "user")) {
+            l.prompt = m->content;
+            l.prompt_trusted = m->trusted;
+        } else if (!strcmp(m->role, "assistant")) {
+            l.response = m->content;
+            l.response_trusted = m->trusted;
+        }
     }
     if (!st)
-        st = exec_legacy(t, l_system, l_prompt, l_response, think, true, o, out, err);
+        st = exec_legacy(t, &l, think, true, o, out, err);
 out:
     rn_val_destroy(&data);
     cr_buf_free(&sys);
@@ -700,10 +728,11 @@ static cr_status_t msgset_init(msgset_t *s, size_t cap, cr_err_t *err)
 }
 
 /* Appends a message; idx is its index in the request for error paths. */
-static cr_status_t msgset_add(msgset_t *s, const rn_prompt_msg_t *in, size_t idx,
+static cr_status_t msgset_add(msgset_t *s, const rn_prompt_msg_t *in, size_t idx, bool trusted,
                               const rn_prompt_opts_t *o, cr_err_t *err)
 {
     pmsg_t *m = &s->m[s->n];
+    m->trusted = trusted;
     m->role = nz(in->role);
     m->content = nz(in->content);
     m->thinking = nz(in->thinking);
@@ -795,12 +824,28 @@ static void opts_fill(rn_prompt_opts_t *o, const rn_prompt_opts_t *in)
         o->max_bytes = RN_PROMPT_DEFAULT_MAX_BYTES;
 }
 
-static cr_status_t steal_result(cr_buf_t *b, rn_prompt_result_t *out, cr_err_t *err)
+/* Moves the text and its spans into the result. Spans must cover the
+ * text exactly (checked: a gap would let bytes escape the tokenizer's
+ * trust split). */
+static cr_status_t steal_result(cr_buf_t *b, rn_tmpl_spans_t *spans, rn_prompt_result_t *out,
+                                cr_err_t *err)
 {
+    size_t at = 0;
+    for (size_t i = 0; i < spans->n; i++) {
+        if (spans->v[i].offset != at)
+            return cr_err_set(err, CR_E_INTERNAL, "prompt: span %zu starts at %zu, not %zu", i,
+                              spans->v[i].offset, at);
+        at += spans->v[i].len;
+    }
+    if (at != b->len)
+        return cr_err_set(err, CR_E_INTERNAL, "prompt: spans cover %zu of %zu bytes", at, b->len);
     out->len = b->len;
     out->text = cr_buf_steal(b);
     if (!out->text)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    out->spans = spans->v;
+    out->n_spans = spans->n;
+    memset(spans, 0, sizeof *spans);
     return CR_OK;
 }
 
@@ -813,6 +858,8 @@ static cr_status_t chat_prompt(const rn_tmpl_t *t, msgset_t *set, rn_val_t *tool
     pmsg_t *work = calloc(n ? n : 1, sizeof *work);
     cr_buf_t buf;
     cr_buf_init(&buf, o->max_bytes);
+    rn_tmpl_spans_t spans = {0};
+    const sink_t count_sink = {&buf, NULL}, final_sink = {&buf, &spans};
     cr_status_t st = work ? CR_OK : cr_err_set(err, CR_E_NOMEM, "out of memory");
 
     if (!st && fit->truncate && fit->count_tokens && n > 0) {
@@ -824,7 +871,7 @@ static cr_status_t chat_prompt(const rn_tmpl_t *t, msgset_t *set, rn_val_t *tool
             for (size_t j = i; j < n; j++)
                 work[k++] = set->m[j];
             cr_buf_reset(&buf);
-            if ((st = execute(t, work, k, tools, NULL, NULL, think, o, &buf, err)))
+            if ((st = execute(t, work, k, tools, NULL, NULL, think, o, &count_sink, err)))
                 goto out;
             int64_t ntok = 0;
             if ((st = fit->count_tokens(fit->count_ctx, buf.data ? buf.data : "", buf.len, &ntok,
@@ -859,12 +906,13 @@ static cr_status_t chat_prompt(const rn_tmpl_t *t, msgset_t *set, rn_val_t *tool
     if (st)
         goto out;
     cr_buf_reset(&buf);
-    if ((st = execute(t, work, k, tools, NULL, NULL, think, o, &buf, err)))
+    if ((st = execute(t, work, k, tools, NULL, NULL, think, o, &final_sink, err)))
         goto out;
     out->n_images = next_id;
     out->msgs_dropped = curr;
-    st = steal_result(&buf, out, err);
+    st = steal_result(&buf, &spans, out, err);
 out:
+    rn_tmpl_spans_free(&spans);
     cr_buf_free(&buf);
     free(work);
     return st;
@@ -875,6 +923,7 @@ void rn_prompt_result_free(rn_prompt_result_t *r)
     if (!r)
         return;
     free(r->text);
+    free(r->spans);
     memset(r, 0, sizeof *r);
 }
 
@@ -894,11 +943,12 @@ cr_status_t rn_prompt_render(const rn_tmpl_t *tmpl, const rn_prompt_values_t *v,
         return st;
     rn_val_t *tools = NULL;
     for (size_t i = 0; !st && i < v->n_msgs; i++)
-        st = msgset_add(&set, &v->msgs[i], i, &o, err);
+        st = msgset_add(&set, &v->msgs[i], i, false, &o, err);
     if (!st)
         st = rn_prompt_tools_value(v->tools, &tools, err);
+    const sink_t sink = {out, NULL};
     if (!st)
-        st = execute(tmpl, set.m, set.n, tools, v->prompt, v->suffix, &v->think, &o, out, err);
+        st = execute(tmpl, set.m, set.n, tools, v->prompt, v->suffix, &v->think, &o, &sink, err);
     rn_val_destroy(&tools);
     msgset_free(&set);
     return st;
@@ -926,12 +976,12 @@ cr_status_t rn_prompt_chat(const rn_prompt_chat_t *in, rn_prompt_result_t *out, 
     rn_val_t *tools = NULL;
     if (add_system) {
         rn_prompt_msg_t sys = {.role = "system", .content = in->model_system};
-        st = msgset_add(&set, &sys, 0, &o, err);
+        st = msgset_add(&set, &sys, 0, true, &o, err);
     }
     for (size_t i = 0; !st && i < in->n_model_msgs; i++)
-        st = msgset_add(&set, &in->model_msgs[i], i, &o, err);
+        st = msgset_add(&set, &in->model_msgs[i], i, true, &o, err);
     for (size_t i = 0; !st && i < in->n_msgs; i++)
-        st = msgset_add(&set, &in->msgs[i], i, &o, err);
+        st = msgset_add(&set, &in->msgs[i], i, false, &o, err);
     if (!st && in->strip_old_thinking) {
         size_t last_user = SIZE_MAX;
         for (size_t i = 0; i < set.n; i++)
@@ -963,48 +1013,65 @@ cr_status_t rn_prompt_generate(const rn_prompt_gen_t *in, rn_prompt_result_t *ou
     opts_fill(&o, &in->opts);
     cr_buf_t buf;
     cr_buf_init(&buf, o.max_bytes);
+    rn_tmpl_spans_t spans = {0};
+    const sink_t sink = {&buf, &spans};
     cr_status_t st;
 
     if (in->raw) {
-        if (in->tmpl_from_request || *nz(in->system) || in->context_text)
-            return cr_err_set(err, CR_E_INVALID,
-                              "raw mode does not support template, system, or context");
-        st = cr_buf_puts(&buf, nz(in->prompt));
-        if (st) {
-            cr_buf_free(&buf);
-            return cr_err_set(err, st, "prompt exceeds %zu bytes", o.max_bytes);
+        if (in->tmpl_from_request || *nz(in->system) || in->context_text) {
+            st = cr_err_set(err, CR_E_INVALID,
+                            "raw mode does not support template, system, or context");
+            goto fail;
+        }
+        /* The client asked for its bytes verbatim, control tokens included. */
+        if ((st = cr_buf_puts(&buf, nz(in->prompt)))) {
+            cr_err_set(err, st, "prompt exceeds %zu bytes", o.max_bytes);
+            goto fail;
+        }
+        if ((st = rn_tmpl_spans_add(&spans, 0, buf.len, true))) {
+            cr_err_set(err, st, "out of memory");
+            goto fail;
         }
         out->n_images = in->n_images;
-        return steal_result(&buf, out, err);
+        st = steal_result(&buf, &spans, out, err);
+        goto fail; /* frees what is left either way */
     }
-    if (!in->tmpl)
-        return cr_err_set(err, CR_E_INVALID, "prompt: no template");
+    if (!in->tmpl) {
+        st = cr_err_set(err, CR_E_INVALID, "prompt: no template");
+        goto fail;
+    }
 
-    /* The detokenized context goes first, whatever follows. */
+    /* The detokenized context goes first, whatever follows. It is trusted:
+     * the client could send the same token ids (control ones included) in
+     * `context` directly, so parsing its text grants nothing new. */
     if (in->context_text && (st = cr_buf_puts(&buf, in->context_text))) {
-        cr_buf_free(&buf);
-        return cr_err_set(err, st, "prompt exceeds %zu bytes", o.max_bytes);
+        cr_err_set(err, st, "prompt exceeds %zu bytes", o.max_bytes);
+        goto fail;
+    }
+    if ((st = rn_tmpl_spans_add(&spans, 0, buf.len, true))) {
+        cr_err_set(err, st, "out of memory");
+        goto fail;
     }
 
     msgset_t set;
     size_t cap = 2 + (in->context_text ? 0 : in->n_model_msgs);
-    if ((st = msgset_init(&set, cap, err))) {
-        cr_buf_free(&buf);
-        return st;
-    }
+    if ((st = msgset_init(&set, cap, err)))
+        goto fail;
     rn_val_t *tools = NULL;
     bool suffix = *nz(in->suffix) != '\0';
     if (!suffix) {
-        const char *system = *nz(in->system) ? in->system : nz(in->model_system);
+        /* The request's system is request data; the model's is its own. */
+        bool req_system = *nz(in->system) != '\0';
+        const char *system = req_system ? in->system : nz(in->model_system);
         if (*system) {
             rn_prompt_msg_t sys = {.role = "system", .content = system};
-            st = msgset_add(&set, &sys, 0, &o, err);
+            st = msgset_add(&set, &sys, 0, !req_system, &o, err);
         }
         for (size_t i = 0; !st && !in->context_text && i < in->n_model_msgs; i++)
-            st = msgset_add(&set, &in->model_msgs[i], i, &o, err);
+            st = msgset_add(&set, &in->model_msgs[i], i, true, &o, err);
         rn_prompt_msg_t user = {.role = "user", .content = in->prompt, .n_images = in->n_images};
         if (!st)
-            st = msgset_add(&set, &user, 0, &o, err);
+            st = msgset_add(&set, &user, 0, false, &o, err);
     }
     if (st)
         goto out;
@@ -1019,9 +1086,14 @@ cr_status_t rn_prompt_generate(const rn_prompt_gen_t *in, rn_prompt_result_t *ou
         if (!st)
             st = chat_prompt(in->tmpl, &set, tools, &in->think, &in->fit, &o, &r, err);
         if (!st) {
+            size_t base = buf.len;
             st = cr_buf_append(&buf, r.text, r.len);
             if (st)
                 cr_err_set(err, st, "prompt exceeds %zu bytes", o.max_bytes);
+            for (size_t i = 0; !st && i < r.n_spans; i++)
+                if ((st = rn_tmpl_spans_add(&spans, base + r.spans[i].offset, r.spans[i].len,
+                                            r.spans[i].trusted)))
+                    cr_err_set(err, st, "out of memory");
             out->n_images = r.n_images;
             out->images_skipped = r.images_skipped;
             out->msgs_dropped = r.msgs_dropped;
@@ -1032,14 +1104,16 @@ cr_status_t rn_prompt_generate(const rn_prompt_gen_t *in, rn_prompt_result_t *ou
         st = rn_prompt_tools_value(NULL, &tools, err);
         if (!st)
             st = execute(in->tmpl, set.m, set.n, tools, suffix ? in->prompt : NULL,
-                         suffix ? in->suffix : NULL, &in->think, &o, &buf, err);
+                         suffix ? in->suffix : NULL, &in->think, &o, &sink, err);
         out->n_images = in->n_images;
     }
     if (!st)
-        st = steal_result(&buf, out, err);
+        st = steal_result(&buf, &spans, out, err);
 out:
     rn_val_destroy(&tools);
     msgset_free(&set);
+fail:
+    rn_tmpl_spans_free(&spans);
     cr_buf_free(&buf);
     if (st)
         rn_prompt_result_free(out);

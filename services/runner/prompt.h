@@ -127,9 +127,26 @@ typedef struct rn_prompt_gen {
     rn_prompt_opts_t opts;
 } rn_prompt_gen_t;
 
+/* Which bytes of the prompt may be read as control tokens. Trusted: the
+ * template's own text and literals, the model's Modelfile data (SYSTEM,
+ * MESSAGE, its TEMPLATE), the detokenized `context` (the client may send
+ * those ids directly anyway) and the whole prompt in raw mode (the client
+ * asked for it verbatim). Untrusted: everything printed out of request
+ * data: message roles, contents and thinking, the request's system and
+ * prompt/suffix, tools, tool calls and results, and anything a template
+ * function computed from them. A request `template` is executed like the
+ * model's: its literal text is trusted (the client wrote the whole
+ * template, so it could write the tokens there anyway). Tokenize with
+ * rn_prompt_tokenize (prompt_tokens.h). */
+typedef rn_tmpl_span_t rn_prompt_span_t;
+
 typedef struct rn_prompt_result {
     char *text;            /* the prompt; owned (free with rn_prompt_result_free) */
     size_t len;            /* bytes of text */
+    /* Ascending, adjacent, non-empty spans covering text[0..len) exactly
+     * (none when len is 0); owned like text. */
+    rn_prompt_span_t *spans;
+    size_t n_spans;
     size_t n_images;       /* images the prompt refers to as [img-0], [img-1], ... */
     size_t images_skipped; /* images of dropped messages: [img-k] is the request's
                             * (images_skipped + k)-th image in message order */
@@ -152,7 +169,7 @@ cr_status_t rn_prompt_chat(const rn_prompt_chat_t *in, rn_prompt_result_t *out, 
 cr_status_t rn_prompt_generate(const rn_prompt_gen_t *in, rn_prompt_result_t *out,
                                cr_err_t *err);
 
-/* Frees the text and zeroes the result; accepts NULL. */
+/* Frees the text and spans and zeroes the result; accepts NULL. */
 void rn_prompt_result_free(rn_prompt_result_t *r);
 
 /* Ollama's template.Execute(Values): renders msgs (collated here), tools

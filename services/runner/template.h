@@ -66,6 +66,15 @@ enum {
     RN_VAL_F_ORDERED = 1u << 2,
     /* Structs only: a pointer to the struct; %v prints "&{...}". */
     RN_VAL_F_POINTER = 1u << 3,
+    /* Any kind: the value's printed text is trusted, i.e. may be read as
+     * control tokens ("<|eot_id|>") when the prompt is tokenized. Values
+     * without it are request data and print into untrusted spans (see
+     * rn_tmpl_spans_t). Template literals get it from the executor; the
+     * prompt builder sets it on the model's own data (Modelfile SYSTEM and
+     * MESSAGEs). Containers print trusted only when they carry it
+     * themselves; nil, bools and numbers always print trusted (their text
+     * is not chosen by a client). */
+    RN_VAL_F_TRUSTED = 1u << 4,
 };
 
 /* Struct field flags. */
@@ -93,6 +102,14 @@ rn_val_t *rn_val_strn_new(const char *s, size_t n); /* copies n bytes */
 rn_val_t *rn_val_list_new(unsigned flags);
 rn_val_t *rn_val_map_new(unsigned flags);
 rn_val_t *rn_val_struct_new(const char *type_name, unsigned flags);
+
+/* Sets RN_VAL_F_TRUSTED on v and returns it (NULL and the shared nil pass
+ * through unchanged). Only for a value the caller just created: flags are
+ * not copied on write, so marking a shared value marks it everywhere. */
+rn_val_t *rn_val_trust(rn_val_t *v);
+
+/* Whether v prints as trusted text (see RN_VAL_F_TRUSTED). */
+bool rn_val_is_trusted(const rn_val_t *v);
 
 /* Adds a reference: returns v. */
 rn_val_t *rn_val_ref(rn_val_t *v);
@@ -196,6 +213,32 @@ const char *rn_tmpl_source(const rn_tmpl_t *t);
  * is Ollama's Vars() test, e.g. rn_tmpl_uses(t, "messages"). */
 bool rn_tmpl_uses(const rn_tmpl_t *t, const char *ident);
 
+/* Where the output came from, for tokenizing it safely: each span is a
+ * byte range of the output buffer (offsets from out->data, so text already
+ * in the buffer before execution is not covered) that was written either
+ * by template text and trusted values (trusted) or by printing request
+ * data (untrusted). Adjacent spans of the same kind are merged and empty
+ * ones are not recorded, so spans ascend without gaps over what the
+ * execution wrote. */
+typedef struct rn_tmpl_span {
+    size_t offset;
+    size_t len;
+    bool trusted;
+} rn_tmpl_span_t;
+
+typedef struct rn_tmpl_spans {
+    rn_tmpl_span_t *v; /* owned; free with rn_tmpl_spans_free */
+    size_t n, cap;
+} rn_tmpl_spans_t;
+
+/* Records [offset, offset+len) as trusted or not, merging with the last
+ * span when it is adjacent and of the same kind; len 0 records nothing.
+ * Offsets must not go backwards (CR_E_INVALID). CR_E_NOMEM. */
+cr_status_t rn_tmpl_spans_add(rn_tmpl_spans_t *s, size_t offset, size_t len, bool trusted);
+
+/* Frees the array and zeroes s; accepts NULL. */
+void rn_tmpl_spans_free(rn_tmpl_spans_t *s);
+
 typedef struct rn_tmpl_opts {
     uint64_t max_steps; /* 0 = RN_TMPL_DEFAULT_STEPS */
     int64_t now_unix;   /* clock for currentDate; 0 = time(NULL) */
@@ -203,6 +246,9 @@ typedef struct rn_tmpl_opts {
      * .Response field (in tree order) removed, as Ollama renders the
      * final turn of a legacy template. */
     bool cut_after_response;
+    /* When set, every byte the execution appends is recorded here (see
+     * rn_tmpl_span_t); on error the spans cover what was written. */
+    rn_tmpl_spans_t *spans;
 } rn_tmpl_opts_t;
 
 /* Executes t over data (borrowed; `.` and `$` start there; its reference

@@ -71,6 +71,19 @@ static void leave(exec_t *x)
     x->depth--;
 }
 
+/* Records what the last append wrote, from offset `from` to the end. */
+static bool out_span(exec_t *x, size_t from, bool trusted)
+{
+    if (!x->spans || x->out->len <= from)
+        return true;
+    cr_status_t st = rn_tmpl_spans_add(x->spans, from, x->out->len - from, trusted);
+    if (st) {
+        exec_fail(x, st, st == CR_E_NOMEM ? "out of memory" : "output spans out of order");
+        return false;
+    }
+    return true;
+}
+
 static bool out_append(exec_t *x, cr_status_t st)
 {
     if (!st)
@@ -234,7 +247,8 @@ static rn_val_t *literal(exec_t *x, const tnode_t *n)
         v = n->u.num.is_int ? rn_val_int_new(n->u.num.i) : rn_val_float_new(n->u.num.f);
         break;
     case TN_STRING:
-        v = rn_val_strn_new(n->u.text.s, n->u.text.len);
+        /* The template's own text: trusted like its literal text. */
+        v = rn_val_trust(rn_val_strn_new(n->u.text.s, n->u.text.len));
         break;
     default:
         return exec_fail(x, CR_E_INTERNAL, "not a literal");
@@ -313,6 +327,18 @@ static rn_val_t *eval_function(exec_t *x, rn_val_t *dot, const tnode_t *ident,
         argv[k++] = rn_val_ref(final);
     x->at = cmd;
     result = tfunc_call(x, f, argv, k);
+    /* A value the function made (only this call holds it) is trusted when
+     * everything it was made from is; values handed through (index, a
+     * map's element) keep their own mark. */
+    if (result && result->refs == 1) {
+        bool trusted = true;
+        for (size_t i = 0; i < k; i++)
+            trusted = trusted && rn_val_is_trusted(argv[i]);
+        if (trusted)
+            result->flags |= RN_VAL_F_TRUSTED;
+        else
+            result->flags &= ~(unsigned)RN_VAL_F_TRUSTED;
+    }
 out:
     for (size_t i = 0; i < k; i++)
         rn_val_destroy(&argv[i]);
@@ -678,9 +704,12 @@ static int walk(exec_t *x, rn_val_t *dot, const tnode_t *n)
         return WALK_ERR;
     x->at = n;
     switch (n->type) {
-    case TN_TEXT:
-        return out_append(x, cr_buf_append(x->out, n->u.text.s, n->u.text.len)) ? WALK_OK
-                                                                                : WALK_ERR;
+    case TN_TEXT: {
+        size_t from = x->out->len;
+        bool ok = out_append(x, cr_buf_append(x->out, n->u.text.s, n->u.text.len));
+        /* On error the buffer may hold part of it: record that too. */
+        return out_span(x, from, true) && ok ? WALK_OK : WALK_ERR;
+    }
     case TN_ACTION: {
         rn_val_t *v = eval_pipeline(x, dot, n->u.action.pipe);
         if (!v)
@@ -688,7 +717,9 @@ static int walk(exec_t *x, rn_val_t *dot, const tnode_t *n)
         int r = WALK_OK;
         if (n->u.action.pipe->u.pipe.n_decl == 0) {
             x->at = n;
-            if (!out_append(x, val_print_depth(v, x->out, 0)))
+            size_t from = x->out->len;
+            bool ok = out_append(x, val_print_depth(v, x->out, 0));
+            if (!out_span(x, from, rn_val_is_trusted(v)) || !ok)
                 r = WALK_ERR;
         }
         rn_val_destroy(&v);
@@ -723,6 +754,40 @@ static int walk(exec_t *x, rn_val_t *dot, const tnode_t *n)
     }
 }
 
+cr_status_t rn_tmpl_spans_add(rn_tmpl_spans_t *s, size_t offset, size_t len, bool trusted)
+{
+    if (!len)
+        return CR_OK;
+    if (s->n > 0) {
+        rn_tmpl_span_t *last = &s->v[s->n - 1];
+        size_t end = last->offset + last->len;
+        if (offset < end)
+            return CR_E_INVALID;
+        if (offset == end && last->trusted == trusted) {
+            last->len += len;
+            return CR_OK;
+        }
+    }
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        rn_tmpl_span_t *p = realloc(s->v, cap * sizeof *p);
+        if (!p)
+            return CR_E_NOMEM;
+        s->v = p;
+        s->cap = cap;
+    }
+    s->v[s->n++] = (rn_tmpl_span_t){offset, len, trusted};
+    return CR_OK;
+}
+
+void rn_tmpl_spans_free(rn_tmpl_spans_t *s)
+{
+    if (!s)
+        return;
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
 cr_status_t rn_tmpl_exec(const rn_tmpl_t *t, rn_val_t *data, const rn_tmpl_opts_t *opts,
                          cr_buf_t *out, cr_err_t *err)
 {
@@ -736,6 +801,7 @@ cr_status_t rn_tmpl_exec(const rn_tmpl_t *t, rn_val_t *data, const rn_tmpl_opts_
         .out = out,
         .max_steps = opts && opts->max_steps ? opts->max_steps : RN_TMPL_DEFAULT_STEPS,
         .now_unix = opts && opts->now_unix ? opts->now_unix : (int64_t)time(NULL),
+        .spans = opts ? opts->spans : NULL,
         .err = err,
     };
     rn_val_t *dot = data ? data : rn_val_nil();

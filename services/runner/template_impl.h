@@ -261,6 +261,7 @@ typedef struct exec {
     const rn_tmpl_t *t;
     const char *name; /* template being executed, for messages */
     cr_buf_t *out;
+    rn_tmpl_spans_t *spans; /* NULL: not recorded */
     exec_var_t *vars;
     size_t n_vars, cap_vars;
     uint64_t steps, max_steps;

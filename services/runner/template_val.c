@@ -99,6 +99,28 @@ rn_val_t *rn_val_struct_new(const char *type_name, unsigned flags)
     return v;
 }
 
+rn_val_t *rn_val_trust(rn_val_t *v)
+{
+    if (v && v->refs != VAL_IMMORTAL)
+        v->flags |= RN_VAL_F_TRUSTED;
+    return v;
+}
+
+bool rn_val_is_trusted(const rn_val_t *v)
+{
+    if (!v)
+        return true; /* reads as nil */
+    switch (v->kind) {
+    case RN_VAL_NIL:
+    case RN_VAL_BOOL:
+    case RN_VAL_INT:
+    case RN_VAL_FLOAT:
+        return true;
+    default:
+        return (v->flags & RN_VAL_F_TRUSTED) != 0;
+    }
+}
+
 rn_val_t *rn_val_ref(rn_val_t *v)
 {
     if (v && v->refs != VAL_IMMORTAL)
