@@ -652,7 +652,7 @@ static void set_byte_tokens(rn_tokenizer_t *tok)
             }
             if (id >= 0 && (uint32_t)id < tok->n_vocab)
                 tok->byte_tok[b] = id;
-        } else {
+        } else if (tok->kind == RN_TOK_BPE) {
             size_t n = rn_utf8_encode(rn_bpe_byte_to_cp((uint8_t)b), s);
             int32_t id = rn_tok_lookup(tok, s, n);
             tok->byte_sym[b] = id;
@@ -692,8 +692,8 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
             return cr_err_set(err, CR_E_UNSUPPORTED, "%s '%s' is not supported", K_PRE,
                               tok->pre_name);
     } else if (!strcmp(model, "bert")) {
-        return cr_err_set(err, CR_E_UNSUPPORTED,
-                          "%s 'bert' (WordPiece) is not supported yet", K_MODEL);
+        tok->kind = RN_TOK_WPM; /* BOS = [CLS], EOS = [SEP], both added */
+        add_bos_default = true;
     } else {
         return cr_err_set(err, CR_E_UNSUPPORTED, "%s '%s' is not supported", K_MODEL,
                           model);
@@ -713,6 +713,12 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
         tok->bos = n > 1 ? 1 : -1;
         tok->eos = n > 2 ? 2 : -1;
         tok->unk = 0;
+    } else if (tok->kind == RN_TOK_WPM) {
+        /* BERT's [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102 */
+        tok->bos = n > 101 ? 101 : -1;
+        tok->eos = tok->sep = n > 102 ? 102 : -1;
+        tok->unk = n > 100 ? 100 : -1;
+        tok->pad = 0;
     } else {
         tok->bos = tok->eos = n > 11 ? 11 : -1; /* Falcon's <|endoftext|> */
     }
@@ -723,6 +729,16 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
         return st;
     tok->add_bos = add_bos_default;
     tok->add_eos = false;
+    if (tok->kind == RN_TOK_WPM) {
+        /* [CLS] is the BOS (cls_token_id wins), [SEP] the EOS unless the file
+         * names an eos_token_id; both are added. */
+        if ((st = get_id(g, "tokenizer.ggml.cls_token_id", n, true, &tok->bos, err)))
+            return st;
+        if (!cr_gguf_kv_find(g, "tokenizer.ggml.eos_token_id") && tok->sep >= 0)
+            tok->eos = tok->sep;
+        tok->add_bos = tok->bos >= 0;
+        tok->add_eos = tok->eos >= 0;
+    }
     if ((st = get_bool(g, "tokenizer.ggml.add_bos_token", &tok->add_bos, err)) ||
         (st = get_bool(g, "tokenizer.ggml.add_eos_token", &tok->add_eos, err)) ||
         (st =
@@ -898,6 +914,8 @@ cr_status_t rn_tokenize(const rn_tokenizer_t *tok, const char *text, size_t len,
             st = rn_spm_encode(tok, text + f.off, f.len,
                                tok->add_space_prefix && prev_special, &e);
             prev_special = false;
+        } else if (tok->kind == RN_TOK_WPM) {
+            st = rn_wpm_encode(tok, text + f.off, f.len, &e);
         } else {
             st = rn_bpe_encode(tok, text + f.off, f.len, &e);
         }
@@ -965,7 +983,7 @@ static size_t piece(const rn_tokenizer_t *tok, int32_t id, unsigned flags, char 
     if (attr & (RN_ATTR_UNKNOWN | RN_ATTR_CONTROL | RN_ATTR_USER_DEFINED)) {
         put_all(&k, t, tl);
     } else if (attr & RN_ATTR_NORMAL) {
-        if (tok->kind == RN_TOK_SPM) {
+        if (tok->kind == RN_TOK_SPM || tok->kind == RN_TOK_WPM) {
             for (size_t i = 0; i < tl; i++) {
                 if (i + 3 <= tl && !memcmp(t + i, "\xe2\x96\x81", 3)) {
                     put(&k, ' ');

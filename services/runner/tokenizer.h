@@ -1,9 +1,12 @@
 /* tokenizer.h: text <-> token ids from a model's GGUF vocabulary.
  *
  * Owns: reading and validating the tokenizer.ggml.* metadata, SentencePiece
- * (model "llama": BPE by piece score with byte fallback) and byte-level BPE
+ * (model "llama": BPE by piece score with byte fallback), byte-level BPE
  * (model "gpt2": GPT-2 byte alphabet, merges by rank, pre-tokenized by the
- * splitter that tokenizer.ggml.pre names), special-token parsing, BOS/EOS,
+ * splitter that tokenizer.ggml.pre names), WordPiece (model "bert": NFD
+ * first code point, lowercase, split on white space, punctuation and CJK,
+ * greedy longest match with "##" continuations, [UNK] for a word it cannot
+ * spell), special-token parsing, BOS/EOS,
  * token -> bytes, and a streaming detokenizer that never splits a UTF-8
  * character. Does not own: chat templates, stop strings, sampling.
  *
@@ -38,7 +41,7 @@ typedef struct rn_tokenizer rn_tokenizer_t;
 typedef enum rn_tok_kind {
     RN_TOK_SPM = 1, /* "llama": SentencePiece BPE by score */
     RN_TOK_BPE = 2, /* "gpt2": byte-level BPE */
-    RN_TOK_WPM = 3, /* "bert": WordPiece (not implemented yet: load fails) */
+    RN_TOK_WPM = 3, /* "bert": WordPiece (BOS = [CLS], EOS = [SEP]) */
 } rn_tok_kind_t;
 
 /* tokenizer.ggml.token_type values, as GGUF stores them. */
@@ -55,7 +58,7 @@ typedef enum rn_token_type {
 /* Builds a tokenizer from g's metadata (the vocabulary-only files of the
  * testdata work; tensors are never read). Reads tokenizer.ggml.model, .pre,
  * .tokens, .scores, .token_type, .merges, .bos/.eos/.unknown/.padding/
- * .eot/.eom/.seperator_token_id, .add_bos_token, .add_eos_token,
+ * .eot/.eom/.seperator/.cls_token_id, .add_bos_token, .add_eos_token,
  * .add_space_prefix, and general.name (phi-3 strips spaces after its
  * special tokens, as llama.cpp does).
  *
@@ -65,11 +68,15 @@ typedef enum rn_token_type {
  * separator, or add_bos/add_eos is set without the id (err->msg names the
  * key and index, e.g. "tokenizer.ggml.scores has 31999 entries, tokens
  * 32000"); CR_E_NOT_FOUND when tokenizer.ggml.model or .tokens is missing;
- * CR_E_UNSUPPORTED for a model ("bert", "t5", ...) or pre-tokenizer this
+ * CR_E_UNSUPPORTED for a model ("t5", ...) or pre-tokenizer this
  * module does not implement (the message names it); CR_E_TOO_LARGE past
  * the RN_TOK_MAX_* limits; CR_E_NOMEM. An id of -1 (0xFFFFFFFF as u32)
  * means "none" and keeps llama.cpp's default; the padding and separator ids
- * may be out of range (real files have that): they are then ignored. */
+ * may be out of range (real files have that): they are then ignored.
+ * WordPiece ("bert"): BOS is [CLS] (cls_token_id, else bos_token_id, else
+ * 101), EOS is [SEP] (eos_token_id, else seperator_token_id, else 102),
+ * unknown 100, padding 0 by default; add_special adds both unless
+ * add_bos_token / add_eos_token say otherwise. */
 cr_status_t rn_tokenizer_load(const cr_gguf_t *g, rn_tokenizer_t **out,
                               cr_err_t *err);
 

@@ -1,6 +1,6 @@
 /* tokenizer_internal.h: the tokenizer's private state, shared by its files
  * (tokenizer.c: load, special tokens, decode; tokenizer_spm.c;
- * tokenizer_bpe.c; tokenizer_pretok.c). Nothing else may include it except
+ * tokenizer_bpe.c; tokenizer_pretok.c; tokenizer_wpm.c). Nothing else may include it except
  * the tokenizer's own unit test (tests/unit/test_tokenizer.c), which checks
  * the pre-tokenizers directly. */
 #ifndef RN_TOKENIZER_INTERNAL_H
@@ -125,6 +125,12 @@ cr_status_t rn_spm_encode(const rn_tokenizer_t *tok, const char *text,
 /* Byte-level BPE over one raw-text fragment (pre-tokenized first).
  * CR_E_NOMEM. */
 cr_status_t rn_bpe_encode(const rn_tokenizer_t *tok, const char *text,
+                          size_t len, rn_emit_t *e);
+
+/* WordPiece over one raw-text fragment (normalized, split into words,
+ * greedy longest match, the unknown token for a word that cannot be
+ * spelled). CR_E_NOMEM. */
+cr_status_t rn_wpm_encode(const rn_tokenizer_t *tok, const char *text,
                           size_t len, rn_emit_t *e);
 
 /* Builds the BPE merge table from tokenizer.ggml.merges (strings as

@@ -139,3 +139,39 @@ bool rn_unicode_is_space(uint32_t cp)
             return true;
     return false;
 }
+
+uint32_t rn_unicode_nfd_first(uint32_t cp)
+{
+    if (cp < 0xC0 || cp > 0x10FFFF)
+        return cp; /* ASCII and Latin-1 controls/symbols have no NFD change */
+    /* Last range whose first code point is <= cp. */
+    size_t lo = 0, hi = rn_unicode_nfd_n_g;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (rn_unicode_nfd_g[mid][0] <= cp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return cp;
+    const uint32_t *r = rn_unicode_nfd_g[lo - 1];
+    return cp <= r[1] ? r[2] : cp;
+}
+
+uint32_t rn_unicode_tolower(uint32_t cp)
+{
+    if (cp < 128)
+        return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp;
+    size_t lo = 0, hi = rn_unicode_lower_n_g;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (rn_unicode_lower_g[mid][0] < cp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < rn_unicode_lower_n_g && rn_unicode_lower_g[lo][0] == cp)
+        return rn_unicode_lower_g[lo][1];
+    return cp;
+}

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """unicode_gen.py: writes services/runner/unicode_data.c, the compact Unicode
 tables the tokenizer's pre-tokenizers use (general category classes and the
-White_Space property).
+White_Space property), plus WordPiece's two maps: each code point to the first
+code point of its NFD decomposition (what llama.cpp's WPM normalizer keeps,
+which also drops the accents of precomposed letters) and to the first code
+point of its lowercase form.
 
 Usage: python3 services/runner/unicode_gen.py > services/runner/unicode_data.c
 
@@ -30,6 +33,46 @@ def cls(cp):
     return CLASSES[cat[0]]
 
 
+def nfd_ranges():
+    """[first, last, to]: code points first..last map to `to` (only code
+    points whose NFD differs; consecutive ones sharing a target merge)."""
+    out = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        to = ord(unicodedata.normalize("NFD", chr(cp))[0])
+        if to == cp:
+            continue
+        if out and out[-1][1] == cp - 1 and out[-1][2] == to:
+            out[-1][1] = cp
+        else:
+            out.append([cp, cp, to])
+    return out
+
+
+def lower_pairs():
+    out = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        lo = ord(chr(cp).lower()[0])
+        if lo != cp:
+            out.append((cp, lo))
+    return out
+
+
+def write_table(out, decl, items, fmt):
+    out.write(decl + " = {\n")
+    line = "   "
+    for it in items:
+        item = " " + fmt % it + ","
+        if len(line) + len(item) > 78:
+            out.write(line + "\n")
+            line = "   "
+        line += item
+    out.write(line + "\n};\n")
+
+
 def main():
     runs = []
     prev = None
@@ -46,7 +89,8 @@ def main():
     out.write(" *\n")
     out.write(" * rn_unicode_runs_g: %d runs over U+0000..U+10FFFF, each\n" % len(runs))
     out.write(" * (first code point << 3) | class (rn_ucat_t); a run lasts until the next\n")
-    out.write(" * entry. rn_unicode_space_g: the White_Space property as [lo, hi] pairs. */\n")
+    out.write(" * entry. rn_unicode_space_g: the White_Space property as [lo, hi] pairs.\n")
+    out.write(" * rn_unicode_nfd_g / rn_unicode_lower_g: WordPiece's maps (sorted). */\n")
     out.write('#include "lib/prelude.h"\n')
     out.write('#include "services/runner/unicode.h"\n\n')
     out.write('const char rn_unicode_version_g[] = "%s";\n\n' % unicodedata.unidata_version)
@@ -64,7 +108,16 @@ def main():
     for lo, hi in WHITE_SPACE:
         out.write("    {0x%04x, 0x%04x},\n" % (lo, hi))
     out.write("};\n")
-    out.write("const size_t rn_unicode_space_n_g = %d;\n" % len(WHITE_SPACE))
+    out.write("const size_t rn_unicode_space_n_g = %d;\n\n" % len(WHITE_SPACE))
+    nfd = nfd_ranges()
+    out.write("/* [first, last, first code point of the NFD form] */\n")
+    write_table(out, "const uint32_t rn_unicode_nfd_g[][3]", [tuple(r) for r in nfd],
+                "{0x%x, 0x%x, 0x%x}")
+    out.write("const size_t rn_unicode_nfd_n_g = %d;\n\n" % len(nfd))
+    low = lower_pairs()
+    out.write("/* [code point, first code point of its lowercase form] */\n")
+    write_table(out, "const uint32_t rn_unicode_lower_g[][2]", low, "{0x%x, 0x%x}")
+    out.write("const size_t rn_unicode_lower_n_g = %d;\n" % len(low))
 
 
 if __name__ == "__main__":

@@ -118,7 +118,7 @@ static const vocab_case_t VOCABS[] = {
     {"llama-spm", true},     {"llama-bpe", true},      {"phi-3", false},
     {"gpt-2", false},        {"deepseek-llm", false},  {"deepseek-coder", false},
     {"falcon", false},       {"mpt", false},           {"starcoder", false},
-    {"refact", false},       {"bert-bge", false},
+    {"refact", false},       {"bert-bge", true},
 };
 
 static rn_tokenizer_t *open_vocab(const char *root, const char *name, cr_status_t *st,
@@ -350,6 +350,36 @@ static void *spm_vocab(mut_t m, size_t *len)
     cr_gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", m == M_ADD_EOS, &e);
     if (m == M_NO_SPACE_PREFIX)
         cr_gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", false, &e);
+    return write_vocab(w, len);
+}
+
+/* A tiny WordPiece vocabulary (as the GGUF converter writes BERT's: word
+ * starts with U+2581, "##" continuations bare). */
+enum {
+    W_PAD, W_UNK, W_CLS, W_SEP, W_HELLO, W_PLAY, W_ING, W_BANG, W_CAFE, W_ZHONG,
+    W_S, W_COMMA, W_DOLLAR, W_N
+};
+
+static void *wpm_vocab(bool with_ids, size_t *len)
+{
+    const char *toks[W_N] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", SP "hello", SP "play",
+                             "ing", SP "!", SP "cafe", SP "\xe4\xb8\xad", "s", SP ",",
+                             SP "$"};
+    int32_t types[W_N];
+    for (int i = 0; i < W_N; i++)
+        types[i] = i <= W_SEP ? 3 : 1;
+    cr_gguf_writer_t *w = cr_gguf_writer_new();
+    cr_err_t e;
+    cr_gguf_writer_add_str(w, "general.architecture", "bert", &e);
+    cr_gguf_writer_add_str(w, "tokenizer.ggml.model", "bert", &e);
+    cr_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, W_N, &e);
+    cr_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", CR_GGUF_I32, types, W_N, &e);
+    if (with_ids) {
+        cr_gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", W_UNK, &e);
+        cr_gguf_writer_add_u32(w, "tokenizer.ggml.cls_token_id", W_CLS, &e);
+        cr_gguf_writer_add_u32(w, "tokenizer.ggml.seperator_token_id", W_SEP, &e);
+        cr_gguf_writer_add_u32(w, "tokenizer.ggml.padding_token_id", W_PAD, &e);
+    }
     return write_vocab(w, len);
 }
 
@@ -800,6 +830,75 @@ static const struct {
      "They'RE| \xd0\x96\xd0\xb6\xd0\x96| a\xcc\x81" "b| |\xc2\xb2|\xd9\xa3| \t\r\n|end|.  "},
 };
 
+static void test_wpm_memory(void)
+{
+    size_t len = 0;
+    void *data = wpm_vocab(true, &len);
+    cr_status_t st = CR_OK;
+    cr_err_t err;
+    rn_tokenizer_t *tok = data ? load_mem(data, len, &st, &err) : NULL;
+    CHECK_MSG(tok, "wordpiece vocab: %s", tok ? "" : err.msg);
+    free(data);
+    if (!tok)
+        return;
+    CHECK(rn_tokenizer_kind(tok) == RN_TOK_WPM);
+    CHECK_EQ_INT(rn_tokenizer_bos(tok), W_CLS);
+    CHECK_EQ_INT(rn_tokenizer_eos(tok), W_SEP);
+    CHECK_EQ_INT(rn_tokenizer_unk(tok), W_UNK);
+    CHECK(rn_tokenizer_add_bos(tok) && rn_tokenizer_add_eos(tok));
+    /* [CLS] ... [SEP] with add_special; lowercase; "##" continuation */
+    CHECK_IDS(tok, "Hello PLAYING!", true, false, W_CLS, W_HELLO, W_PLAY, W_ING, W_BANG,
+              W_SEP);
+    CHECK_IDS(tok, "Hello", false, false, W_HELLO);
+    CHECK_IDS(tok, "", true, false, W_CLS, W_SEP);
+    /* longest match first, then the rest of the word */
+    CHECK_IDS(tok, "plays playing", false, false, W_PLAY, W_S, W_PLAY, W_ING);
+    /* precomposed accents drop (NFD first code point), uppercase too */
+    CHECK_IDS(tok, "CAF\xc3\x89 caf\xc3\xa9", false, false, W_CAFE, W_CAFE);
+    /* a word it cannot spell is one [UNK], pieces already matched dropped */
+    CHECK_IDS(tok, "hello xyz hello", false, false, W_HELLO, W_UNK, W_HELLO);
+    CHECK_IDS(tok, "playx", false, false, W_UNK);
+    /* punctuation, ASCII symbols and CJK ideographs are words of their own */
+    CHECK_IDS(tok, "hello,hello", false, false, W_HELLO, W_COMMA, W_HELLO);
+    CHECK_IDS(tok, "$hello", false, false, W_DOLLAR, W_HELLO);
+    CHECK_IDS(tok, "\xe4\xb8\xad\xe4\xb8\xad", false, false, W_ZHONG, W_ZHONG);
+    /* white space of any kind splits; controls, NUL and invalid bytes vanish */
+    CHECK_IDS(tok, " \t hello\xe3\x80\x80\nhello  ", false, false, W_HELLO, W_HELLO);
+    {
+        static const char s[] = "hel\x01lo hel\xfflo he\0llo";
+        size_t n = 0;
+        int32_t *ids = enc(tok, s, sizeof s - 1, false, false, &n);
+        const int32_t want[] = {W_HELLO, W_HELLO, W_HELLO};
+        CHECK(ids && ids_eq(ids, n, want, 3));
+        free(ids);
+    }
+    /* special tokens only when parsing is allowed */
+    CHECK_IDS(tok, "[CLS]hello", false, true, W_CLS, W_HELLO);
+    CHECK_IDS(tok, "[CLS]hello", false, false, W_UNK, W_UNK, W_UNK, W_HELLO);
+    /* pieces: word starts get their space back, continuations none */
+    check_piece(tok, W_HELLO, 0, " hello");
+    check_piece(tok, W_ING, 0, "ing");
+    check_piece(tok, W_CLS, 0, "");
+    check_piece(tok, W_CLS, RN_PIECE_SPECIAL, "[CLS]");
+    {
+        const int32_t ids[] = {W_CLS, W_HELLO, W_PLAY, W_ING, W_SEP};
+        size_t dl = 0;
+        char *d = dec(tok, ids, 5, RN_PIECE_LSTRIP, &dl);
+        CHECK(d && dl == 13 && !memcmp(d, "hello playing", 13));
+        free(d);
+    }
+    rn_tokenizer_destroy(&tok);
+
+    /* without id keys: BERT's default ids (past this vocabulary: none) */
+    data = wpm_vocab(false, &len);
+    tok = data ? load_mem(data, len, &st, &err) : NULL;
+    CHECK(tok && rn_tokenizer_bos(tok) == -1 && rn_tokenizer_unk(tok) == -1);
+    if (tok)
+        CHECK_IDS(tok, "xyz hello", false, false, W_HELLO);
+    rn_tokenizer_destroy(&tok);
+    free(data);
+}
+
 static void test_pretok(void)
 {
     for (size_t i = 0; i < CR_ARRAY_LEN(SPLITS); i++)
@@ -882,7 +981,6 @@ static void test_corrupt(void)
         {"model missing", false, M_NO_MODEL, CR_E_NOT_FOUND, "tokenizer.ggml.model"},
         {"model not a string", false, M_MODEL_U32, CR_E_CORRUPT, "tokenizer.ggml.model"},
         {"model t5", false, M_MODEL_T5, CR_E_UNSUPPORTED, "'t5'"},
-        {"model bert", false, M_MODEL_BERT, CR_E_UNSUPPORTED, "WordPiece"},
         {"tokens missing", false, M_NO_TOKENS, CR_E_NOT_FOUND, "tokenizer.ggml.tokens"},
         {"tokens not strings", false, M_TOKENS_U32, CR_E_CORRUPT,
          "tokenizer.ggml.tokens"},
@@ -1260,6 +1358,7 @@ int main(void)
 {
     test_spm_memory();
     test_bpe_memory();
+    test_wpm_memory();
     test_pretok();
     test_detok_memory();
     test_corrupt();
