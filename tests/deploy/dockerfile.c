@@ -309,10 +309,10 @@ static void do_copy(df_t *d, int stage, int line, char *args, bool is_add)
         size_t fl = strcspn(args, " \t");
         char flag[256];
         snprintf(flag, sizeof flag, "%.*s", (int)fl, args);
-        if (!strncmp(flag, "--from=", 7) &&
-            snprintf(from, sizeof from, "%s", flag + 7) >= (int)sizeof from)
-            from[0] = '\0'; /* an over-long stage name matches none */
-        else if (strncmp(flag, "--chown=", 8) && strncmp(flag, "--chmod=", 8) &&
+        if (!strncmp(flag, "--from=", 7)) {
+            if (snprintf(from, sizeof from, "%s", flag + 7) >= (int)sizeof from)
+                from[0] = '\0'; /* an over-long stage name matches none */
+        } else if (strncmp(flag, "--chown=", 8) && strncmp(flag, "--chmod=", 8) &&
                  strcmp(flag, "--link"))
             dc_problem(d->rep, d->path, line, "%s flag %s is not checked by "
                        "this test", ins, flag);
