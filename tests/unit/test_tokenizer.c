@@ -198,7 +198,7 @@ static int run_vectors(const char *root, const vocab_case_t *vc, int *n_cases, i
             char *d = dec(tok, got, ng, fl, &dl);
             if (d && dl == slen && !memcmp(d, ip, slen))
                 rt_ok++;
-            else if (vc->required)
+            else if (vc->required && rn_tokenizer_kind(tok) != RN_TOK_WPM)
                 fprintf(stderr, "%s case %d: no round trip: \"%.*s\" -> \"%.*s\"\n",
                         vc->name, cases, (int)CR_MIN(slen, 60), ip, (int)CR_MIN(dl, 60),
                         d ? d : "");
@@ -212,7 +212,8 @@ static int run_vectors(const char *root, const vocab_case_t *vc, int *n_cases, i
            cases - fails, cases, rt_ok, cases - fails);
     CHECK_MSG(fails == 0, "%s: %d of %d cases differ", vc->name, fails, cases);
     CHECK_MSG(cases > 10, "%s: only %d cases parsed", vc->name, cases);
-    if (vc->required)
+    /* WordPiece is lossy (lowercase, accents, spacing): no round trip */
+    if (vc->required && rn_tokenizer_kind(tok) != RN_TOK_WPM)
         CHECK_MSG(rt_ok == cases, "%s: %d of %d round-trip", vc->name, rt_ok, cases);
     *n_cases += cases;
     *n_rt += rt_ok;
