@@ -1,9 +1,7 @@
 // format.test.mjs: structured output (JSON format, JSON schema) and the
 // tools round trip through both clients. The model has random weights, so
 // a schema with fixed values forces what it writes; a tool call is forced
-// the same way and must come back parsed as a tool call. Until corral's
-// structured output lands these skip on the server's "not supported yet";
-// the tool round trips also skip while calls are not parsed (see below).
+// the same way and must come back parsed as a tool call.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { MODEL, ollamaClient, openaiClient, withFormat, collect } from './lib.mjs';
@@ -54,20 +52,6 @@ const CALL_SCHEMA = {
   required: ['name', 'arguments'],
   additionalProperties: false,
 };
-
-// Tool-call parsing of the model's output may land after structured output:
-// then the forced call comes back as plain content. That exact answer (and
-// only it) marks the test skipped; once calls are parsed the test runs.
-const TOOLS_UNPARSED = 'server does not parse tool calls from the output yet (the forced call came back as content)';
-
-function toolsUnparsed(t, content, calls) {
-  if (calls?.length) return false;
-  let v;
-  try { v = JSON.parse(content ?? ''); } catch { return false; }
-  if (v?.name !== 'get_weather' || v?.arguments?.city !== 'Paris') return false;
-  t.skip(TOOLS_UNPARSED);
-  return true;
-}
 
 const ASK = [{ role: 'user', content: 'What is the weather in Paris?' }];
 
@@ -121,7 +105,6 @@ test('tools round trip through the ollama library', async (t) => {
       } else {
         msg = (await ollama.chat({ ...req, stream: false })).message;
       }
-      if (toolsUnparsed(t, msg.content, msg.tool_calls)) return;
       assert.ok(msg.tool_calls?.length === 1, `one tool call (stream ${stream}): ${JSON.stringify(msg)}`);
       const call = msg.tool_calls[0];
       assert.equal(call.function.name, 'get_weather');
@@ -145,7 +128,6 @@ test('tools round trip through the openai SDK', async (t) => {
       response_format: { type: 'json_schema', json_schema: { name: 'call', schema: CALL_SCHEMA } },
     });
     const c = r.choices[0];
-    if (toolsUnparsed(t, c.message.content, c.message.tool_calls)) return;
     assert.equal(c.finish_reason, 'tool_calls');
     assert.equal(c.message.tool_calls?.length, 1, JSON.stringify(c.message));
     const call = c.message.tool_calls[0];
