@@ -682,6 +682,39 @@ static void check_text_at(int line, const char *got, const char *want)
 
 /* ---- golden conversations ---- */
 
+/* The spans as "T[...]U[...]", with GAP/UNCOVERED where they fail to
+ * cover the text exactly. */
+static void spans_desc(const rn_prompt_result_t *r, char *d, size_t cap)
+{
+    size_t at = 0, used = 0;
+    d[0] = '\0';
+    for (size_t i = 0; i < r->n_spans; i++) {
+        if (r->spans[i].offset != at || !r->spans[i].len)
+            snprintf(d + used, cap - used, "GAP@%zu", r->spans[i].offset);
+        used = strlen(d);
+        snprintf(d + used, cap - used, "%c[%.*s]", r->spans[i].trusted ? 'T' : 'U',
+                 (int)r->spans[i].len, r->text + r->spans[i].offset);
+        used = strlen(d);
+        at = r->spans[i].offset + r->spans[i].len;
+    }
+    if (at != r->len)
+        snprintf(d + used, cap - used, "UNCOVERED");
+}
+
+static bool spans_cover(const rn_prompt_result_t *r)
+{
+    char d[1 << 16];
+    spans_desc(r, d, sizeof d);
+    return !strstr(d, "GAP@") && !strstr(d, "UNCOVERED");
+}
+
+#define CHECK_SPANS(r, want)             \
+    do {                                 \
+        char d_[4096];                   \
+        spans_desc(&(r), d_, sizeof d_); \
+        CHECK_EQ_STR(d_, want);          \
+    } while (0)
+
 static void test_golden(void)
 {
     json_t *tools = tools_json();
@@ -715,6 +748,7 @@ static void test_golden(void)
             CHECK_MSG(r.len == strlen(g->want), "%s: len %zu", g->name, r.len);
             CHECK_MSG(r.n_images == g->n_images, "%s: %zu images", g->name, r.n_images);
             CHECK_MSG(r.msgs_dropped == g->dropped, "%s: %zu dropped", g->name, r.msgs_dropped);
+            CHECK_MSG(spans_cover(&r), "%s: spans do not cover the prompt", g->name);
             rn_prompt_result_free(&r);
         } else {
             rn_prompt_values_t v = {.msgs = m.m, .n_msgs = m.n, .tools = g->tools ? tools : NULL,
@@ -1350,6 +1384,138 @@ static void test_bad_input(void)
     rn_tmpl_destroy(&t);
 }
 
+/* Which bytes came from the template and the model, which from the
+ * request (prompt.h: rn_prompt_span_t). */
+static void test_spans(void)
+{
+    static const char tmpl[] =
+        "{{ if .System }}<S>{{ .System }}</S>{{ end }}"
+        "{{ range .Messages }}<{{ .Role }}>{{ .Content }}{{ .Thinking }}{{ .ToolName }}"
+        "{{ range .ToolCalls }}{{ .Function.Name }}{{ .Function.Arguments }}{{ end }}|{{ end }}";
+    rn_tmpl_t *t = parse(tmpl);
+    rn_prompt_result_t r;
+    cr_err_t err;
+    /* Modelfile SYSTEM and MESSAGEs are trusted; request messages not. */
+    static const tmsg_t model[] = {{.role = "user", .content = "mu"},
+                                   {.role = "assistant", .content = "ma"}};
+    static const tmsg_t req[] = {
+        {.role = "user", .content = "hi", .thinking = "th"},
+        {.role = "assistant", .content = "", .tool_calls = "[{\"function\":{\"name\":\"f\","
+                                                           "\"arguments\":{\"a\":1}}}]"},
+        {.role = "tool", .content = "42", .tool_name = "f"}};
+    msgs_t mm, rm;
+    msgs_make(&mm, model, 2);
+    msgs_make(&rm, req, 3);
+    rn_prompt_chat_t in = {.tmpl = t, .model_system = "MS", .model_msgs = mm.m, .n_model_msgs = 2,
+                           .msgs = rm.m, .n_msgs = 3, .opts = OPTS};
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
+    CHECK_SPANS(r, "T[<S>MS</S><system>MS|<user>mu|<assistant>ma|<]U[user]T[>]U[hith]T[|<]"
+                   "U[assistant]T[>]"
+                   "U[f{\"a\":1}]T[|<]U[tool]T[>]U[42f]T[|]");
+    rn_prompt_result_free(&r);
+    /* A request system message replaces the model's: untrusted. */
+    static const tmsg_t sys_req[] = {{.role = "system", .content = "RS"},
+                                     {.role = "user", .content = "u"}};
+    msgs_t sm;
+    msgs_make(&sm, sys_req, 2);
+    in = (rn_prompt_chat_t){.tmpl = t, .model_system = "MS", .msgs = sm.m, .n_msgs = 2,
+                            .opts = OPTS};
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
+    CHECK_SPANS(r, "T[<S>]U[RS]T[</S><]U[system]T[>]U[RS]T[|<]U[user]T[>]U[u]T[|]");
+    rn_prompt_result_free(&r);
+    /* Merged with request content, model data turns untrusted: consecutive
+     * user turns (a Modelfile MESSAGE then the request's) merge. */
+    in = (rn_prompt_chat_t){.tmpl = t, .model_msgs = mm.m, .n_model_msgs = 1, .msgs = sm.m + 1,
+                            .n_msgs = 1, .opts = OPTS};
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
+    CHECK_SPANS(r, "T[<]U[user]T[>]U[mu\n\nu]T[|]");
+    rn_prompt_result_free(&r);
+    /* Both systems in .System (the model's, then a request system later):
+     * untrusted as a whole. */
+    static const tmsg_t late_sys[] = {{.role = "user", .content = "u"},
+                                      {.role = "system", .content = "RS"}};
+    msgs_t lm;
+    msgs_make(&lm, late_sys, 2);
+    in = (rn_prompt_chat_t){.tmpl = parse("{{ .System }}{{ range .Messages }}{{ end }}"),
+                            .model_system = "MS", .msgs = lm.m,
+                            .n_msgs = 2, .opts = OPTS};
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
+    CHECK_SPANS(r, "U[MS\n\nRS]");
+    rn_prompt_result_free(&r);
+    rn_tmpl_destroy((rn_tmpl_t **)&in.tmpl);
+    /* Truncation renders more than once: the spans are the final one's. */
+    static const tmsg_t many[] = {{.role = "user", .content = "one two three"},
+                                  {.role = "assistant", .content = "four five"},
+                                  {.role = "user", .content = "six"}};
+    msgs_t nm;
+    msgs_make(&nm, many, 3);
+    in = (rn_prompt_chat_t){.tmpl = t, .msgs = nm.m, .n_msgs = 3, .opts = OPTS,
+                            .fit = {.truncate = true, .num_ctx = 1, .count_tokens = count_words}};
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
+    CHECK(r.msgs_dropped > 0);
+    CHECK(spans_cover(&r));
+    CHECK_SPANS(r, "T[<]U[user]T[>]U[six]T[|]");
+    rn_prompt_result_free(&r);
+
+    /* Legacy templates: System from the Modelfile trusted, Prompt and
+     * Response from the request not. */
+    rn_tmpl_t *lt = parse("{{ if .System }}[{{ .System }}]{{ end }}Q:{{ .Prompt }} A:{{ .Response }}");
+    static const tmsg_t turns[] = {{.role = "user", .content = "q1"},
+                                   {.role = "assistant", .content = "a1"},
+                                   {.role = "user", .content = "q2"}};
+    msgs_t tm;
+    msgs_make(&tm, turns, 3);
+    in = (rn_prompt_chat_t){.tmpl = lt, .model_system = "MS", .msgs = tm.m, .n_msgs = 3,
+                            .opts = OPTS};
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
+    CHECK_SPANS(r, "T[[MS]Q:]U[q1]T[ A:]U[a1]T[Q:]U[q2]T[ A:]");
+    rn_prompt_result_free(&r);
+
+    /* Generate: the request system and prompt are untrusted, the model's
+     * system trusted; context (prepended) trusted; raw all trusted. */
+    rn_prompt_gen_t g = {.tmpl = lt, .prompt = "p", .model_system = "MS", .opts = OPTS};
+    CHECK_EQ_INT(rn_prompt_generate(&g, &r, &err), CR_OK);
+    CHECK_SPANS(r, "T[[MS]Q:]U[p]T[ A:]");
+    rn_prompt_result_free(&r);
+    g.system = "RS";
+    g.context_text = "CTX ";
+    CHECK_EQ_INT(rn_prompt_generate(&g, &r, &err), CR_OK);
+    CHECK_SPANS(r, "T[CTX []U[RS]T[]Q:]U[p]T[ A:]");
+    rn_prompt_result_free(&r);
+    g.tmpl_from_request = true; /* executed directly, same marks */
+    CHECK_EQ_INT(rn_prompt_generate(&g, &r, &err), CR_OK);
+    CHECK_SPANS(r, "T[CTX []U[RS]T[]Q:]U[p]T[ A:]");
+    rn_prompt_result_free(&r);
+    g = (rn_prompt_gen_t){.tmpl = parse("<PRE>{{ .Prompt }}<SUF>{{ .Suffix }}<MID>"),
+                          .prompt = "a", .suffix = "b", .opts = OPTS};
+    CHECK_EQ_INT(rn_prompt_generate(&g, &r, &err), CR_OK);
+    CHECK_SPANS(r, "T[<PRE>]U[a]T[<SUF>]U[b]T[<MID>]");
+    rn_prompt_result_free(&r);
+    rn_tmpl_destroy((rn_tmpl_t **)&g.tmpl);
+    g = (rn_prompt_gen_t){.raw = true, .prompt = "<s>x", .opts = OPTS};
+    CHECK_EQ_INT(rn_prompt_generate(&g, &r, &err), CR_OK);
+    CHECK_SPANS(r, "T[<s>x]");
+    rn_prompt_result_free(&r);
+    g.prompt = "";
+    CHECK_EQ_INT(rn_prompt_generate(&g, &r, &err), CR_OK);
+    CHECK_EQ_INT(r.n_spans, 0);
+    CHECK(r.spans == NULL && r.len == 0);
+    rn_prompt_result_free(&r);
+    /* Errors leave nothing behind. */
+    g.system = "x";
+    CHECK_EQ_INT(rn_prompt_generate(&g, &r, &err), CR_E_INVALID);
+    CHECK(r.text == NULL && r.spans == NULL && r.n_spans == 0);
+
+    msgs_free(&mm);
+    msgs_free(&rm);
+    msgs_free(&sm);
+    msgs_free(&lm);
+    msgs_free(&nm);
+    msgs_free(&tm);
+    rn_tmpl_destroy(&lt);
+    rn_tmpl_destroy(&t);
+}
+
 int main(void)
 {
     test_golden();
@@ -1364,5 +1530,6 @@ int main(void)
     test_chat_assembly();
     test_generate();
     test_bad_input();
+    test_spans();
     return check_finish("test_prompt");
 }

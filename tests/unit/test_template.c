@@ -794,6 +794,152 @@ static void test_values(void)
     free(s);
 }
 
+/* ---- trust spans ---- */
+
+static rn_val_t *span_data(void)
+{
+    rn_val_t *d = rn_val_map_new(0), *l = rn_val_list_new(0), *m = rn_val_map_new(0);
+    rn_val_map_set(d, "U", (rn_val_t *[]){rn_val_str_new("bob")});
+    rn_val_map_set(d, "T", (rn_val_t *[]){rn_val_trust(rn_val_str_new("sys"))});
+    rn_val_map_set(d, "E", (rn_val_t *[]){rn_val_str_new("")});
+    rn_val_list_push(l, (rn_val_t *[]){rn_val_trust(rn_val_str_new("a"))});
+    rn_val_list_push(l, (rn_val_t *[]){rn_val_str_new("b")});
+    rn_val_map_set(d, "L", &l);
+    rn_val_map_set(m, "k<", (rn_val_t *[]){rn_val_str_new("v")});
+    rn_val_map_set(d, "M", &m);
+    return d;
+}
+
+/* Renders over span_data() after `pre` already in the buffer and writes
+ * the spans as "T[...]U[...]" into desc (the bytes of pre are not
+ * covered, so they do not appear). Returns the status. */
+static cr_status_t render_spans(const char *tmpl, const char *pre, size_t max_out, char *desc,
+                                size_t cap, cr_err_t *err)
+{
+    rn_val_t *data = span_data();
+    rn_tmpl_t *t = NULL;
+    desc[0] = '\0';
+    cr_status_t st = rn_tmpl_parse_plain(tmpl, strlen(tmpl), &t, err);
+    if (st) {
+        rn_val_destroy(&data);
+        return st;
+    }
+    cr_buf_t b;
+    cr_buf_init(&b, max_out);
+    cr_buf_puts(&b, pre);
+    rn_tmpl_spans_t sp = {0};
+    rn_tmpl_opts_t o = {.spans = &sp};
+    st = rn_tmpl_exec(t, data, &o, &b, err);
+    size_t at = strlen(pre), used = 0;
+    for (size_t i = 0; i < sp.n; i++) {
+        if (sp.v[i].offset != at)
+            snprintf(desc + used, cap - used, "GAP@%zu", sp.v[i].offset);
+        used = strlen(desc);
+        snprintf(desc + used, cap - used, "%c[%.*s]", sp.v[i].trusted ? 'T' : 'U',
+                 (int)sp.v[i].len, b.data + sp.v[i].offset);
+        used = strlen(desc);
+        at = sp.v[i].offset + sp.v[i].len;
+    }
+    if (at != b.len)
+        snprintf(desc + used, cap - used, "UNCOVERED");
+    rn_tmpl_spans_free(&sp);
+    rn_tmpl_spans_free(&sp);
+    cr_buf_free(&b);
+    rn_tmpl_destroy(&t);
+    rn_val_destroy(&data);
+    return st;
+}
+
+#define CHECK_SPANS(tmpl, want)                                                     \
+    do {                                                                            \
+        char d_[512];                                                               \
+        cr_err_t e_;                                                                \
+        CHECK_EQ_INT(render_spans(tmpl, "", OUT_MAX, d_, sizeof d_, &e_), CR_OK); \
+        CHECK_EQ_STR(d_, want);                                                     \
+    } while (0)
+
+static void test_spans(void)
+{
+    /* Template text is trusted, request data not; neighbours merge. */
+    CHECK_SPANS("<a>{{ .U }}</a>", "T[<a>]U[bob]T[</a>]");
+    CHECK_SPANS("<a>{{ .T }}</a>", "T[<a>sys</a>]");
+    CHECK_SPANS("{{ .U }}{{ .U }}", "U[bobbob]");
+    /* Literals in actions are the template's own. */
+    CHECK_SPANS("{{ \"<|eot_id|>\" }}{{ `x` }}", "T[<|eot_id|>x]");
+    /* Computed values: trusted only when made from trusted values. */
+    CHECK_SPANS("{{ printf \"%s!\" .U }}", "U[bob!]");
+    CHECK_SPANS("{{ printf \"%s!\" .T }}", "T[sys!]");
+    CHECK_SPANS("{{ .U | printf \"<%s>\" }}", "U[<bob>]");
+    CHECK_SPANS("{{ print .T .U }}", "U[sysbob]");
+    CHECK_SPANS("{{ slice .U 1 }}", "U[ob]");
+    CHECK_SPANS("{{ html .U }}{{ js .T }}", "U[bob]T[sys]");
+    CHECK_SPANS("{{ json .M }}", "U[{\"k\\u003c\":\"v\"}]");
+    CHECK_SPANS("{{ .M }}", "U[map[k<:v]]");
+    /* Values handed through keep their own mark. */
+    CHECK_SPANS("{{ index .L 0 }}|{{ index .L 1 }}", "T[a|]U[b]");
+    CHECK_SPANS("{{ or .E .U }}{{ or .T .U }}", "U[bob]T[sys]");
+    CHECK_SPANS("{{ $x := .U }}{{ $x }}", "U[bob]");
+    CHECK_SPANS("{{ range .L }}{{ . }}{{ end }}", "T[a]U[b]");
+    CHECK_SPANS("{{ range $k, $v := .M }}{{ $k }}={{ $v }}{{ end }}", "U[k<]T[=]U[v]");
+    CHECK_SPANS("{{ with .U }}({{ . }}){{ end }}", "T[(]U[bob]T[)]");
+    /* Numbers, bools and nil print trusted (no client-chosen text). */
+    CHECK_SPANS("{{ len .U }} {{ eq .U \"bob\" }} {{ .Missing }}", "T[3 true <no value>]");
+    CHECK_SPANS("{{ define \"t\" }}[{{ . }}]{{ end }}{{ template \"t\" .U }}", "T[[]U[bob]T[]]");
+    /* Nothing written, nothing recorded. */
+    CHECK_SPANS("{{ .E }}{{ if false }}x{{ end }}", "");
+    CHECK_SPANS("", "");
+
+    char d[512];
+    cr_err_t err;
+    /* Offsets count from the buffer's start: text already there is not
+     * covered. */
+    CHECK_EQ_INT(render_spans("<{{ .U }}", "ctx", OUT_MAX, d, sizeof d, &err), CR_OK);
+    CHECK_EQ_STR(d, "T[<]U[bob]");
+    /* Execution error: the spans cover what was written before it. */
+    CHECK_EQ_INT(render_spans("<a>{{ .U }}{{ index .L 5 }}tail", "", OUT_MAX, d, sizeof d, &err),
+                 CR_E_INVALID);
+    CHECK_EQ_STR(d, "T[<a>]U[bob]");
+    /* Output cap: the same. */
+    CHECK_EQ_INT(render_spans("<a>{{ .U }}{{ .U }}", "", 7, d, sizeof d, &err), CR_E_TOO_LARGE);
+    CHECK(strstr(d, "UNCOVERED") == NULL && strstr(d, "GAP") == NULL);
+
+    /* rn_tmpl_spans_add itself. */
+    rn_tmpl_spans_t sp = {0};
+    CHECK_EQ_INT(rn_tmpl_spans_add(&sp, 0, 0, true), CR_OK);
+    CHECK_EQ_INT(sp.n, 0);
+    CHECK_EQ_INT(rn_tmpl_spans_add(&sp, 0, 3, true), CR_OK);
+    CHECK_EQ_INT(rn_tmpl_spans_add(&sp, 3, 2, true), CR_OK);
+    CHECK_EQ_INT(sp.n, 1);
+    CHECK_EQ_INT(sp.v[0].len, 5);
+    CHECK_EQ_INT(rn_tmpl_spans_add(&sp, 5, 1, false), CR_OK);
+    CHECK_EQ_INT(rn_tmpl_spans_add(&sp, 9, 1, false), CR_OK); /* gap: a new span */
+    CHECK_EQ_INT(sp.n, 3);
+    CHECK_EQ_INT(rn_tmpl_spans_add(&sp, 4, 1, true), CR_E_INVALID); /* backwards */
+    CHECK_EQ_INT(sp.n, 3);
+    for (int i = 0; i < 100; i++)
+        CHECK_EQ_INT(rn_tmpl_spans_add(&sp, 10 + (size_t)i, 1, i % 2), CR_OK);
+    CHECK_EQ_INT(sp.n, 102);
+    rn_tmpl_spans_free(&sp);
+    CHECK(sp.v == NULL && sp.n == 0);
+    rn_tmpl_spans_free(NULL);
+
+    /* The trust mark itself. */
+    CHECK(rn_val_is_trusted(NULL));
+    CHECK(rn_val_is_trusted(rn_val_nil()));
+    CHECK(rn_val_trust(NULL) == NULL);
+    CHECK(rn_val_trust(rn_val_nil()) == rn_val_nil());
+    rn_val_t *v = rn_val_str_new("x");
+    CHECK(!rn_val_is_trusted(v));
+    CHECK(rn_val_trust(v) == v && rn_val_is_trusted(v));
+    rn_val_destroy(&v);
+    v = rn_val_int_new(1);
+    CHECK(rn_val_is_trusted(v));
+    rn_val_destroy(&v);
+    v = rn_val_list_new(0);
+    CHECK(!rn_val_is_trusted(v));
+    rn_val_destroy(&v);
+}
+
 int main(void)
 {
     test_text_and_trim();
@@ -815,5 +961,6 @@ int main(void)
     test_ollama_parse();
     test_tag_inference();
     test_values();
+    test_spans();
     return check_finish("test_template");
 }
