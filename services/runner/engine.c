@@ -18,6 +18,10 @@
 #include "lib/buf.h"
 #include "lib/log.h"
 #include "services/runner/backend/backend.h"
+#ifdef CORRAL_HAVE_CUDA
+#include "services/runner/backend/cuda/be_cuda.h"
+#endif
+#include "lib/env.h"
 #include "services/runner/forward.h"
 #include "services/runner/grammar.h"
 #include "services/runner/model.h"
@@ -92,7 +96,21 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     }
     const msg_options_t *o = e->load.u.load.options;
     int threads = o && o->has_num_thread ? (int)o->num_thread : 0;
-    if ((st = be_cpu_new(threads, &e->be, err)))
+#ifdef CORRAL_HAVE_CUDA
+    /* The CUDA backend has not yet run on a GPU in CI or development: it
+     * is used only when asked (CORRAL_EXPERIMENTAL_CUDA=1) and the
+     * scheduler's plan puts layers on a GPU. Full offload only. */
+    if (cr_env_bool("EXPERIMENTAL_CUDA", false) && load->has_gpu_layers &&
+        load->gpu_layers > 0 && be_cuda_device_count() > 0) {
+        int dev = o && o->has_main_gpu ? (int)o->main_gpu : 0;
+        cr_err_t gerr;
+        cr_err_clear(&gerr);
+        if (be_cuda_new(dev, &e->be, &gerr))
+            cr_log_warn("cuda device %d unavailable (%s): running on the cpu",
+                        dev, gerr.msg);
+    }
+#endif
+    if (!e->be && (st = be_cpu_new(threads, &e->be, err)))
         goto fail;
     if ((st = rn_model_load(load->model_path, e->be, &e->model, err)))
         goto fail;
@@ -165,6 +183,17 @@ int64_t rn_engine_size_bytes(const rn_engine_t *e)
 {
     return (int64_t)(rn_model_weight_bytes(e->model) + rn_ctx_kv_bytes(e->ctx) +
                      rn_ctx_buffer_bytes(e->ctx));
+}
+
+int64_t rn_engine_vram_bytes(const rn_engine_t *e)
+{
+#ifdef CORRAL_HAVE_CUDA
+    if (!strcmp(e->be->ops->name, "cuda"))
+        return (int64_t)(be_cuda_weight_bytes(e->be) +
+                         be_cuda_buffer_bytes(e->be));
+#endif
+    CR_UNUSED(e);
+    return 0;
 }
 
 int64_t rn_engine_ctx(const rn_engine_t *e)
@@ -409,6 +438,18 @@ out:
 
 /* ---- prefill and decode ---- */
 
+/* Ops on a device queue their errors; this surfaces them as a status. */
+static cr_status_t backend_check(rn_engine_t *e, cr_err_t *err)
+{
+#ifdef CORRAL_HAVE_CUDA
+    if (!strcmp(e->be->ops->name, "cuda"))
+        return be_cuda_check(e->be, err);
+#endif
+    CR_UNUSED(e);
+    CR_UNUSED(err);
+    return CR_OK;
+}
+
 /* Evaluates e->prompt[0..n), reusing the cached common prefix. */
 static cr_status_t prefill(rn_engine_t *e, int n, const rn_sink_t *sink,
                            cr_err_t *err)
@@ -425,6 +466,8 @@ static cr_status_t prefill(rn_engine_t *e, int n, const rn_sink_t *sink,
             return CR_E_CANCELED;
         int step = CR_MIN(PREFILL_STEP, n - at);
         cr_status_t st = rn_ctx_eval(e->ctx, e->prompt + at, step, at, NULL, err);
+        if (!st)
+            st = backend_check(e, err);
         if (st) {
             rn_ctx_clear(e->ctx);
             e->n_seq = 0;
@@ -652,7 +695,8 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
             break;
         if (e->n_seq >= e->n_ctx && (st = shift_context(e, ro.num_keep, err)))
             goto out;
-        if ((st = rn_ctx_eval(e->ctx, &token, 1, e->n_seq, NULL, err)))
+        if ((st = rn_ctx_eval(e->ctx, &token, 1, e->n_seq, NULL, err)) ||
+            (st = backend_check(e, err)))
             goto out;
         e->seq[e->n_seq++] = token;
     }

@@ -74,7 +74,7 @@ static void send_hello(rn_server_t *s)
         h->has_num_parallel = true;
         h->size = rn_engine_size_bytes(s->engine);
         h->has_size = true;
-        h->size_vram = 0;
+        h->size_vram = rn_engine_vram_bytes(s->engine);
         h->has_size_vram = true;
         h->context_length = rn_engine_ctx(s->engine);
         h->has_context_length = true;
@@ -178,7 +178,7 @@ static void handle_load(rn_server_t *s, const msg_t *m)
     msg_init(&r, MSG_ready, s->id);
     r.u.ready.size = rn_engine_size_bytes(s->engine);
     r.u.ready.has_size = true;
-    r.u.ready.size_vram = 0;
+    r.u.ready.size_vram = rn_engine_vram_bytes(s->engine);
     r.u.ready.has_size_vram = true;
     r.u.ready.context_length = rn_engine_ctx(s->engine);
     r.u.ready.has_context_length = true;
