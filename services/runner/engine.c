@@ -352,7 +352,10 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req, char **text_out,
                           cr_err_t *err)
 {
     const msg_load_body_t *ld = &e->load.u.load;
-    rn_prompt_fit_t fit = {true, e->n_ctx, false, count_tokens, e->tok};
+    rn_prompt_fit_t fit = {.truncate = true,
+                           .num_ctx = e->n_ctx,
+                           .count_tokens = count_tokens,
+                           .count_ctx = e->tok};
     rn_prompt_result_t res = {0};
     msgs_view_t model_msgs, msgs = {0};
     json_t *tools = NULL;
