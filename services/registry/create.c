@@ -11,11 +11,16 @@
 #include "services/registry/model.h"
 #include "services/registry/ops.h"
 #include "services/registry/params.h"
+#include "services/registry/quantize.h"
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_FILES 1024 /* files + adapters in one create */
+#define COPY_CHUNK (1u << 20) /* bytes read at a time into a blob */
+/* Ollama sends this placeholder digest with quantizing progress. */
+#define QUANT_DIGEST "0000000000000000000"
 
 #if defined(__aarch64__)
 #define HOST_ARCH "arm64"
@@ -25,7 +30,7 @@
 
 typedef struct build {
     reg_store_t *s;
-    reg_progress_fn fn;
+    reg_create_progress_fn fn;
     void *ctx;
     reg_manifest_t man;  /* the manifest being built */
     json_t *params;      /* inherited params object, or NULL */
@@ -110,8 +115,10 @@ static void progress(build_t *b, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    if (b->fn)
-        b->fn(b->ctx, text);
+    if (b->fn) {
+        msg_progress_body_t p = {.status = text, .has_status = true};
+        b->fn(b->ctx, &p);
+    }
 }
 
 static bool was_created(const build_t *b, const char *hex)
@@ -122,19 +129,27 @@ static bool was_created(const build_t *b, const char *hex)
     return false;
 }
 
-static cr_status_t put_blob(build_t *b, const void *data, size_t len,
-                            char hex[REG_HEX_LEN + 1], cr_err_t *err)
+/* Records that this create wrote blob hex (so a failure removes it). */
+static cr_status_t note_created(build_t *b, const char *hex, cr_err_t *err)
 {
-    bool created = false;
-    cr_status_t st = reg_store_blob_put(b->s, data, len, hex, &created, err);
-    if (st || !created || was_created(b, hex))
-        return st;
+    if (was_created(b, hex))
+        return CR_OK;
     void *v = realloc(b->created, (b->n_created + 1) * sizeof *b->created);
     if (!v)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     b->created = v;
     memcpy(b->created[b->n_created++], hex, REG_HEX_LEN + 1);
     return CR_OK;
+}
+
+static cr_status_t put_blob(build_t *b, const void *data, size_t len,
+                            char hex[REG_HEX_LEN + 1], cr_err_t *err)
+{
+    bool created = false;
+    cr_status_t st = reg_store_blob_put(b->s, data, len, hex, &created, err);
+    if (st || !created)
+        return st;
+    return note_created(b, hex, err);
 }
 
 static cr_status_t add_blob_layer(build_t *b, const char *mt, const void *data,
@@ -409,6 +424,121 @@ static cr_status_t write_config(build_t *b, cr_err_t *err)
     return st;
 }
 
+/* ---- quantize ---- */
+
+typedef struct quant_progress {
+    build_t *b;
+    char status[96];
+} quant_progress_t;
+
+static void on_quant_progress(void *ctx, int64_t done, int64_t total)
+{
+    quant_progress_t *q = ctx;
+    if (!q->b->fn)
+        return;
+    msg_progress_body_t p = {.status = q->status, .has_status = true,
+                             .digest = QUANT_DIGEST, .has_digest = true,
+                             .total = total, .has_total = true,
+                             .completed = done, .has_completed = true};
+    q->b->fn(q->b->ctx, &p);
+}
+
+/* Streams the file at path into the store; *hex and *size describe the
+ * blob. */
+static cr_status_t store_file(build_t *b, const char *path,
+                              char hex[REG_HEX_LEN + 1], int64_t *size,
+                              cr_err_t *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return cr_err_set(err, CR_E_IO, "open %s: %s", path, strerror(errno));
+    reg_blob_writer_t *w = NULL;
+    char *buf = malloc(COPY_CHUNK);
+    cr_status_t st = buf ? reg_blob_writer_new(b->s, NULL, &w, err)
+                         : cr_err_set(err, CR_E_NOMEM, "out of memory");
+    while (!st) {
+        ssize_t n = read(fd, buf, COPY_CHUNK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            st = cr_err_set(err, CR_E_IO, "read %s: %s", path, strerror(errno));
+        if (n <= 0)
+            break;
+        st = reg_blob_writer_write(w, buf, (size_t)n, err);
+    }
+    bool created = false;
+    if (!st) {
+        *size = (int64_t)reg_blob_writer_size(w);
+        st = reg_blob_writer_finish(w, hex, &created, err);
+    }
+    if (!st && created)
+        st = note_created(b, hex, err);
+    reg_blob_writer_destroy(&w);
+    free(buf);
+    close(fd);
+    return st;
+}
+
+/* Replaces the model layer with its quantization to type (canonical name,
+ * GGUF file type ftype). */
+static cr_status_t quantize_model(build_t *b, const char *type, uint32_t ftype,
+                                  cr_err_t *err)
+{
+    reg_layer_t *layer = NULL;
+    for (size_t i = 0; i < b->man.n_layers && !layer; i++)
+        if (!strcmp(b->man.layers[i].media_type, REG_MT_MODEL))
+            layer = &b->man.layers[i];
+    if (!layer)
+        return cr_err_set(err, CR_E_INVALID, "no model layer to quantize");
+    char src[REG_PATH_MAX], out[REG_PATH_MAX];
+    if (!reg_store_blob_path(b->s, layer->hex, src, sizeof src))
+        return cr_err_set(err, CR_E_INVALID, "invalid digest format");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int w = snprintf(out, sizeof out, "%s/blobs/.corral-tmp-quantize-%ld-%ld.gguf",
+                     reg_store_root(b->s), (long)getpid(), (long)ts.tv_nsec);
+    if (w < 0 || (size_t)w >= sizeof out)
+        return cr_err_set(err, CR_E_TOO_LARGE, "store path too long");
+
+    quant_progress_t qp = {.b = b};
+    snprintf(qp.status, sizeof qp.status, "quantizing %s model to %s",
+             b->file_type, type);
+    cr_status_t st = reg_quantize_run(src, out, type, on_quant_progress, &qp,
+                                      err);
+    if (st)
+        goto out;
+    progress(b, "verifying conversion");
+    cr_gguf_t *g = NULL;
+    cr_err_t gerr;
+    if (cr_gguf_open(out, &g, &gerr)) {
+        st = cr_err_set(err, CR_E_RUNNER, "quantized model is not valid GGUF: %s",
+                        gerr.msg);
+        goto out;
+    }
+    uint32_t got = 0;
+    bool ok = cr_gguf_get_u32(g, "general.file_type", &got) && got == ftype;
+    cr_gguf_close(&g);
+    if (!ok) {
+        st = cr_err_set(err, CR_E_RUNNER, "quantized model has file type %s, "
+                        "not %s", cr_file_type_name(got), type);
+        goto out;
+    }
+    char hex[REG_HEX_LEN + 1];
+    int64_t size = 0;
+    st = store_file(b, out, hex, &size, err);
+    if (st)
+        goto out;
+    memcpy(layer->hex, hex, sizeof layer->hex);
+    layer->size = size;
+    free(layer->from);
+    free(layer->name);
+    layer->from = layer->name = NULL;
+    snprintf(b->file_type, sizeof b->file_type, "%s", type);
+out:
+    unlink(out);
+    return st;
+}
+
 static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
                                 cr_err_t *err)
 {
@@ -429,15 +559,19 @@ static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
             return st;
     }
 
+    const char *qtype = NULL;
+    uint32_t qftype = 0;
     if (req->has_quantize && req->quantize && *req->quantize) {
         if (strcmp(b->file_type, "F16") && strcmp(b->file_type, "BF16") &&
             strcmp(b->file_type, "F32"))
             return cr_err_set(err, CR_E_INVALID,
                               "quantization is only supported for F16, BF16 "
                               "and F32 models");
-        return cr_err_set(err, CR_E_UNSUPPORTED,
-                          "quantizing to %s is not supported yet",
-                          req->quantize);
+        qtype = reg_quantize_type(req->quantize, &qftype);
+        if (!qtype)
+            return cr_err_set(err, CR_E_INVALID,
+                              "unsupported quantization type %s",
+                              req->quantize);
     }
 
     /* Validate parameters before anything is written. */
@@ -490,11 +624,33 @@ static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
         st = add_json_layer(b, REG_MT_MESSAGES, arr, err);
         json_decref(arr);
     }
+    /* Last, so that bad parameters fail before minutes of work. */
+    if (!st && qtype)
+        st = quantize_model(b, qtype, qftype, err);
     return st;
+}
+
+typedef struct status_only {
+    reg_progress_fn fn;
+    void *ctx;
+} status_only_t;
+
+static void forward_status(void *ctx, const msg_progress_body_t *p)
+{
+    status_only_t *so = ctx;
+    so->fn(so->ctx, p->status);
 }
 
 cr_status_t reg_create(reg_store_t *s, const msg_create_body_t *req,
                        reg_progress_fn fn, void *ctx, cr_err_t *err)
+{
+    status_only_t so = {fn, ctx};
+    return reg_create_ex(s, req, fn ? forward_status : NULL, &so, err);
+}
+
+cr_status_t reg_create_ex(reg_store_t *s, const msg_create_body_t *req,
+                          reg_create_progress_fn fn, void *ctx,
+                          cr_err_t *err)
 {
     cr_model_name_t name;
     if (!req->model || cr_model_name_parse(req->model, &name, NULL))

@@ -6,8 +6,14 @@
  * content-addressed blobs, writes the config blob from the GGUF metadata,
  * and writes the manifest last, so a model appears only when all its blobs
  * are in place. Progress goes through a callback with Ollama's statuses:
- * "parsing GGUF", "using existing layer sha256:…", "creating new layer
- * sha256:…", "writing manifest", "success". */
+ * "parsing GGUF", "quantizing F16 model to Q4_K_M" (with digest, total and
+ * completed), "verifying conversion", "using existing layer sha256:…",
+ * "creating new layer sha256:…", "writing manifest", "success".
+ *
+ * `quantize` runs `corral-runner quantize` as a child process (quantize.h)
+ * on the model layer's GGUF, writing into a hidden temp file in blobs/;
+ * the result is checked (it opens as GGUF with the requested
+ * general.file_type), stored as a blob, and replaces the model layer. */
 #ifndef REG_CREATE_H
 #define REG_CREATE_H
 
@@ -20,15 +26,27 @@
  * call. */
 typedef void (*reg_progress_fn)(void *ctx, const char *status);
 
+/* Same, with the whole progress message (digest/total/completed are set
+ * while quantizing). p and its strings are borrowed for the call. */
+typedef void (*reg_create_progress_fn)(void *ctx, const msg_progress_body_t *p);
+
 /* Runs a create. Errors carry Ollama's messages: CR_E_INVALID for
  * `invalid model name`, `neither 'from' or 'files' was specified`,
  * `file path must be relative: <name>`, `invalid digest format`,
  * `supplied file was not in GGUF format`, `invalid GGUF file: …`, option
  * type errors (`option "temperature" must be of type float32`),
- * `quantization is only supported for F16, BF16 and F32 models`;
- * CR_E_NOT_FOUND for `model "<from>" not found` or a blob not uploaded;
- * CR_E_UNSUPPORTED for safetensors input and quantizing; CR_E_IO. */
+ * `quantization is only supported for F16, BF16 and F32 models`,
+ * `unsupported quantization type <name>`;
+ * CR_E_NOT_FOUND for `model "<from>" not found` or a blob not uploaded (or
+ * no corral-runner to quantize with); CR_E_UNSUPPORTED for safetensors
+ * input; CR_E_RUNNER when the quantize tool fails; CR_E_IO. */
 cr_status_t reg_create(reg_store_t *s, const msg_create_body_t *req,
                        reg_progress_fn fn, void *ctx, cr_err_t *err);
+
+/* reg_create with whole progress messages: what the server should call so
+ * that quantizing progress reaches the client with its counts. */
+cr_status_t reg_create_ex(reg_store_t *s, const msg_create_body_t *req,
+                          reg_create_progress_fn fn, void *ctx,
+                          cr_err_t *err);
 
 #endif

@@ -1,0 +1,218 @@
+/* quantize.c: running `corral-runner quantize` for create (see
+ * quantize.h). */
+#include "lib/prelude.h"
+#include "services/registry/quantize.h"
+
+#include "lib/tensor_type.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define LINE_MAX_BYTES 256  /* one progress line */
+#define ERR_MAX_BYTES 1024  /* the tool's error text kept */
+
+static const char *const types[] = {
+    "Q4_0",   "Q4_1",   "Q5_0",   "Q5_1",   "Q8_0",   "Q2_K",   "Q3_K_S",
+    "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",
+};
+
+const char *reg_quantize_type(const char *name, uint32_t *ftype)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < CR_ARRAY_LEN(types); i++) {
+        if (strcasecmp(name, types[i]))
+            continue;
+        /* The number is lib's file-type table's. */
+        for (uint32_t ft = 0; ft < 64; ft++)
+            if (!strcmp(cr_file_type_name(ft), types[i])) {
+                if (ftype)
+                    *ftype = ft;
+                return types[i];
+            }
+    }
+    return NULL;
+}
+
+cr_status_t reg_quantize_runner_bin(char *out, size_t cap, cr_err_t *err)
+{
+    const char *env = getenv("CORRAL_RUNNER_BIN");
+    if (env && *env) {
+        if (access(env, X_OK))
+            return cr_err_set(err, CR_E_NOT_FOUND,
+                              "CORRAL_RUNNER_BIN '%s' is not executable", env);
+        if (strlen(env) >= cap)
+            return cr_err_set(err, CR_E_TOO_LARGE, "runner path too long");
+        snprintf(out, cap, "%s", env);
+        return CR_OK;
+    }
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return cr_err_set(err, CR_E_IO, "cannot read /proc/self/exe: %s",
+                          strerror(errno));
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    int w = snprintf(out, cap, "%s/corral-runner", self);
+    if (w < 0 || (size_t)w >= cap)
+        return cr_err_set(err, CR_E_TOO_LARGE, "runner path too long");
+    if (access(out, X_OK))
+        return cr_err_set(err, CR_E_NOT_FOUND,
+                          "corral-runner not found beside the registry (%s); "
+                          "it is needed to quantize", out);
+    return CR_OK;
+}
+
+typedef struct reader {
+    char line[LINE_MAX_BYTES];
+    size_t n;
+    bool overlong; /* the current line was cut: ignored */
+} reader_t;
+
+/* Handles one complete stdout line: "DONE/TOTAL". */
+static void on_line(const char *line, reg_quantize_progress_fn fn, void *ctx)
+{
+    char *end = NULL;
+    errno = 0;
+    long long done = strtoll(line, &end, 10);
+    if (errno || end == line || *end != '/')
+        return;
+    const char *t = end + 1;
+    long long total = strtoll(t, &end, 10);
+    if (errno || end == t || *end || done < 0 || total < 0 || done > total)
+        return;
+    if (fn)
+        fn(ctx, done, total);
+}
+
+static void feed(reader_t *r, const char *buf, size_t n,
+                 reg_quantize_progress_fn fn, void *ctx)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] == '\n') {
+            r->line[r->n] = '\0';
+            if (!r->overlong)
+                on_line(r->line, fn, ctx);
+            r->n = 0;
+            r->overlong = false;
+        } else if (r->n + 1 < sizeof r->line) {
+            r->line[r->n++] = buf[i];
+        } else {
+            r->overlong = true;
+        }
+    }
+}
+
+/* The tool's stderr without its trailing newlines, one line. */
+static void tidy(char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r'))
+        s[--n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '\n')
+            s[i] = ' ';
+}
+
+cr_status_t reg_quantize_run(const char *src_path, const char *out_path,
+                             const char *type, reg_quantize_progress_fn fn,
+                             void *ctx, cr_err_t *err)
+{
+    char bin[4096];
+    cr_status_t st = reg_quantize_runner_bin(bin, sizeof bin, err);
+    if (st)
+        return st;
+    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
+    if (pipe2(out_p, O_CLOEXEC) || pipe2(err_p, O_CLOEXEC)) {
+        st = cr_err_set(err, CR_E_IO, "pipe: %s", strerror(errno));
+        goto fail_pipes;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out_p[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, err_p[1], 2);
+    char *argv[] = {bin, "quantize", "--in", (char *)src_path, "--out",
+                    (char *)out_path, "--type", (char *)type, "--progress",
+                    NULL};
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out_p[1]);
+    close(err_p[1]);
+    out_p[1] = err_p[1] = -1;
+    if (rc) {
+        st = cr_err_set(err, CR_E_IO, "cannot start %s: %s", bin,
+                        strerror(rc));
+        goto fail_pipes;
+    }
+
+    reader_t r = {.n = 0};
+    char errtext[ERR_MAX_BYTES] = "";
+    size_t errlen = 0;
+    struct pollfd pf[2] = {{.fd = out_p[0], .events = POLLIN},
+                           {.fd = err_p[0], .events = POLLIN}};
+    int open_fds = 2;
+    while (open_fds > 0) {
+        int n = poll(pf, 2, -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            char buf[4096];
+            ssize_t got = read(pf[i].fd, buf, sizeof buf);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got <= 0) {
+                pf[i].fd = -1;
+                open_fds--;
+                continue;
+            }
+            if (i == 0) {
+                feed(&r, buf, (size_t)got, fn, ctx);
+            } else {
+                size_t room = sizeof errtext - 1 - errlen;
+                size_t take = (size_t)got < room ? (size_t)got : room;
+                memcpy(errtext + errlen, buf, take);
+                errlen += take;
+                errtext[errlen] = '\0';
+            }
+        }
+    }
+    if (open_fds > 0)
+        kill(pid, SIGKILL); /* poll failed: do not leave it running */
+    int wst = 0;
+    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR)
+        ;
+    tidy(errtext);
+    if (WIFEXITED(wst) && WEXITSTATUS(wst) == 0)
+        st = CR_OK;
+    else if (WIFSIGNALED(wst))
+        st = cr_err_set(err, CR_E_RUNNER, "quantizing failed: runner killed "
+                        "by signal %d%s%s", WTERMSIG(wst),
+                        errtext[0] ? ": " : "", errtext);
+    else
+        st = cr_err_set(err, CR_E_RUNNER, "quantizing failed: %s",
+                        errtext[0] ? errtext : "runner exited with an error");
+fail_pipes:
+    for (int i = 0; i < 2; i++) {
+        if (out_p[i] >= 0)
+            close(out_p[i]);
+        if (err_p[i] >= 0)
+            close(err_p[i]);
+    }
+    return st;
+}
