@@ -852,6 +852,7 @@ static cr_status_t steal_result(cr_buf_t *b, rn_tmpl_spans_t *spans, rn_prompt_r
 /* Ollama's chatPrompt: truncation, image tags, the final render. */
 static cr_status_t chat_prompt(const rn_tmpl_t *t, msgset_t *set, rn_val_t *tools,
                                const rn_prompt_think_t *think, const rn_prompt_fit_t *fit,
+                               rn_prompt_count_spans_fn count_prompt,
                                const rn_prompt_opts_t *o, rn_prompt_result_t *out, cr_err_t *err)
 {
     size_t n = set->n, curr = 0;
@@ -862,7 +863,7 @@ static cr_status_t chat_prompt(const rn_tmpl_t *t, msgset_t *set, rn_val_t *tool
     const sink_t count_sink = {&buf, NULL}, final_sink = {&buf, &spans};
     cr_status_t st = work ? CR_OK : cr_err_set(err, CR_E_NOMEM, "out of memory");
 
-    if (!st && fit->truncate && fit->count_tokens && n > 0) {
+    if (!st && fit->truncate && (fit->count_tokens || count_prompt) && n > 0) {
         for (size_t i = 0; i < n; i++) {
             size_t k = 0;
             for (size_t j = 0; j < i; j++)
@@ -871,11 +872,22 @@ static cr_status_t chat_prompt(const rn_tmpl_t *t, msgset_t *set, rn_val_t *tool
             for (size_t j = i; j < n; j++)
                 work[k++] = set->m[j];
             cr_buf_reset(&buf);
-            if ((st = execute(t, work, k, tools, NULL, NULL, think, o, &count_sink, err)))
+            spans.n = 0;
+            if ((st = execute(t, work, k, tools, NULL, NULL, think, o,
+                              count_prompt ? &final_sink : &count_sink, err)))
                 goto out;
             int64_t ntok = 0;
-            if ((st = fit->count_tokens(fit->count_ctx, buf.data ? buf.data : "", buf.len, &ntok,
-                                        err)))
+            if (count_prompt) {
+                rn_prompt_result_t view = {.text = buf.data ? buf.data : "",
+                                           .len = buf.len,
+                                           .spans = spans.v,
+                                           .n_spans = spans.n};
+                st = count_prompt(fit->count_ctx, &view, &ntok, err);
+            } else {
+                st = fit->count_tokens(fit->count_ctx, buf.data ? buf.data : "", buf.len, &ntok,
+                                       err);
+            }
+            if (st)
                 goto out;
             if (fit->has_projector)
                 for (size_t j = i; j < n; j++)
@@ -906,6 +918,7 @@ static cr_status_t chat_prompt(const rn_tmpl_t *t, msgset_t *set, rn_val_t *tool
     if (st)
         goto out;
     cr_buf_reset(&buf);
+    spans.n = 0;
     if ((st = execute(t, work, k, tools, NULL, NULL, think, o, &final_sink, err)))
         goto out;
     out->n_images = next_id;
@@ -994,7 +1007,8 @@ cr_status_t rn_prompt_chat(const rn_prompt_chat_t *in, rn_prompt_result_t *out, 
     if (!st)
         st = rn_prompt_tools_value(in->tools, &tools, err);
     if (!st)
-        st = chat_prompt(in->tmpl, &set, tools, &in->think, &in->fit, &o, out, err);
+        st = chat_prompt(in->tmpl, &set, tools, &in->think, &in->fit, in->count_prompt, &o, out,
+                             err);
     rn_val_destroy(&tools);
     msgset_free(&set);
     if (st)
@@ -1084,7 +1098,8 @@ cr_status_t rn_prompt_generate(const rn_prompt_gen_t *in, rn_prompt_result_t *ou
         json_decref(empty);
         rn_prompt_result_t r = {0};
         if (!st)
-            st = chat_prompt(in->tmpl, &set, tools, &in->think, &in->fit, &o, &r, err);
+            st = chat_prompt(in->tmpl, &set, tools, &in->think, &in->fit, in->count_prompt, &o,
+                             &r, err);
         if (!st) {
             size_t base = buf.len;
             st = cr_buf_append(&buf, r.text, r.len);

@@ -66,6 +66,15 @@ rn_prompt_think_t rn_prompt_think_parse(const char *s);
 typedef cr_status_t (*rn_prompt_count_fn)(void *ctx, const char *text, size_t len,
                                           int64_t *n_tokens, cr_err_t *err);
 
+/* Counts the tokens of a rendered prompt with its trust spans (a
+ * rn_prompt_result_t borrowed for the call; text, len, spans and n_spans
+ * are set, the other fields are not), e.g. rn_prompt_tokenize with no
+ * room. Preferred over rn_prompt_count_fn: it counts request text holding
+ * control-token text as the plain text it will be tokenized as. */
+typedef struct rn_prompt_result rn_prompt_result_t;
+typedef cr_status_t (*rn_prompt_count_spans_fn)(void *ctx, const rn_prompt_result_t *prompt,
+                                                int64_t *n_tokens, cr_err_t *err);
+
 /* History truncation (Ollama's chatPrompt): when truncate is set and a
  * counter is given, the oldest messages are dropped until the rendered
  * prompt (plus 768 tokens per image when the model has a projector) fits
@@ -75,8 +84,8 @@ typedef struct rn_prompt_fit {
     bool truncate;
     int64_t num_ctx;
     bool has_projector;
-    rn_prompt_count_fn count_tokens; /* NULL: no truncation */
-    void *count_ctx;
+    rn_prompt_count_fn count_tokens; /* NULL (and no count_prompt): no truncation */
+    void *count_ctx;                 /* passed to either counter */
 } rn_prompt_fit_t;
 
 #define RN_PROMPT_IMAGE_TOKENS 768
@@ -105,6 +114,9 @@ typedef struct rn_prompt_chat {
      * before the last user message, as Ollama's filterThinkTags does. */
     bool strip_old_thinking;
     rn_prompt_fit_t fit;
+    /* Optional: counts for truncation instead of fit.count_tokens (with
+     * fit.count_ctx), seeing the trust spans. */
+    rn_prompt_count_spans_fn count_prompt;
     rn_prompt_opts_t opts;
 } rn_prompt_chat_t;
 
@@ -124,6 +136,7 @@ typedef struct rn_prompt_gen {
     bool raw;                 /* prompt verbatim */
     rn_prompt_think_t think;
     rn_prompt_fit_t fit;
+    rn_prompt_count_spans_fn count_prompt; /* as in rn_prompt_chat_t */
     rn_prompt_opts_t opts;
 } rn_prompt_gen_t;
 

@@ -1384,6 +1384,21 @@ static void test_bad_input(void)
     rn_tmpl_destroy(&t);
 }
 
+/* count_words through the span-aware counter; counts renderings whose
+ * spans do not cover the text exactly. */
+static int count_prompt_calls_g, count_prompt_bad_g;
+static cr_status_t count_prompt_words(void *ctx, const rn_prompt_result_t *p, int64_t *n,
+                                      cr_err_t *err)
+{
+    count_prompt_calls_g++;
+    if (!spans_cover(p))
+        count_prompt_bad_g++;
+    int saved = count_calls_g;
+    cr_status_t st = count_words(ctx, p->text, p->len, n, err);
+    count_calls_g = saved;
+    return st;
+}
+
 /* Which bytes came from the template and the model, which from the
  * request (prompt.h: rn_prompt_span_t). */
 static void test_spans(void)
@@ -1456,6 +1471,26 @@ static void test_spans(void)
     CHECK(spans_cover(&r));
     CHECK_SPANS(r, "T[<]U[user]T[>]U[six]T[|]");
     rn_prompt_result_free(&r);
+    /* The span-aware counter is used instead when given, and sees spans
+     * covering each rendering. */
+    in.fit = (rn_prompt_fit_t){.truncate = true, .num_ctx = 1, .count_tokens = count_words};
+    in.count_prompt = count_prompt_words;
+    count_calls_g = 0;
+    count_prompt_calls_g = count_prompt_bad_g = 0;
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
+    CHECK_EQ_INT(count_calls_g, 0);
+    CHECK_EQ_INT(count_prompt_calls_g, 3);
+    CHECK_EQ_INT(count_prompt_bad_g, 0);
+    CHECK_EQ_INT(r.msgs_dropped, 2);
+    CHECK_SPANS(r, "T[<]U[user]T[>]U[six]T[|]");
+    rn_prompt_result_free(&r);
+    in.fit.count_tokens = NULL; /* alone it is enough to truncate */
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
+    CHECK_EQ_INT(r.msgs_dropped, 2);
+    rn_prompt_result_free(&r);
+    in.fit.count_ctx = (void *)"fail";
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_E_RUNNER);
+    CHECK(r.text == NULL && r.spans == NULL);
 
     /* Legacy templates: System from the Modelfile trusted, Prompt and
      * Response from the request not. */

@@ -451,6 +451,63 @@ static void test_phi3_rstrip(void)
     rn_tokenizer_destroy(&tok);
 }
 
+/* The span-aware truncation counter the engine can use: rn_prompt_tokenize
+ * with no room, the count coming back with CR_E_TOO_LARGE. */
+static cr_status_t count_prompt(void *ctx, const rn_prompt_result_t *p, int64_t *n,
+                                cr_err_t *err)
+{
+    size_t got = 0;
+    cr_status_t st = rn_prompt_tokenize(ctx, p, true, NULL, 0, &got, err);
+    *n = (int64_t)got;
+    return st == CR_E_TOO_LARGE || st == CR_OK ? CR_OK : st;
+}
+
+static cr_status_t count_whole(void *ctx, const char *text, size_t len, int64_t *n,
+                               cr_err_t *err)
+{
+    size_t got = 0;
+    cr_status_t st = rn_tokenize(ctx, text, len, true, true, NULL, 0, &got, err);
+    *n = (int64_t)got;
+    return st == CR_E_TOO_LARGE || st == CR_OK ? CR_OK : st;
+}
+
+/* Truncation counts the user's control text as the plain text it will be
+ * tokenized as, so the kept history really fits. */
+static void test_truncation_count(rn_tokenizer_t *tok)
+{
+    rn_tmpl_t *t = parse(T_LLAMA3);
+    rn_prompt_msg_t msgs[] = {{.role = "user", .content = "old question"},
+                              {.role = "assistant", .content = "old answer"},
+                              {.role = "user", .content = "<|eot_id|><|eot_id|><|eot_id|>"}};
+    rn_prompt_result_t r;
+    cr_err_t err;
+    /* The last turn alone, counted both ways. */
+    rn_prompt_chat_t in = {.tmpl = t, .msgs = msgs + 2, .n_msgs = 1};
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
+    int64_t n_safe = 0, n_whole = 0;
+    CHECK_EQ_INT(count_prompt(tok, &r, &n_safe, &err), CR_OK);
+    CHECK_EQ_INT(count_whole(tok, r.text, r.len, &n_whole, &err), CR_OK);
+    ids_t ids = spans(tok, &r);
+    CHECK_EQ_INT(n_safe, (int64_t)ids.n);
+    CHECK(n_safe > n_whole);
+    free(ids.v);
+    rn_prompt_result_free(&r);
+    /* A context that fits the last turn only by the whole-text count: the
+     * span-aware counter drops the earlier turns, the other keeps one. */
+    in = (rn_prompt_chat_t){.tmpl = t, .msgs = msgs, .n_msgs = 3,
+                            .fit = {.truncate = true, .num_ctx = n_safe, .count_ctx = tok},
+                            .count_prompt = count_prompt};
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
+    CHECK_EQ_INT(r.msgs_dropped, 2);
+    rn_prompt_result_free(&r);
+    in.count_prompt = NULL;
+    in.fit.count_tokens = count_whole;
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
+    CHECK(r.msgs_dropped < 2);
+    rn_prompt_result_free(&r);
+    rn_tmpl_destroy(&t);
+}
+
 /* ---- bad input and edges ---- */
 
 static void test_bad_spans(rn_tokenizer_t *tok)
@@ -547,6 +604,7 @@ int main(void)
     test_rendered_equal(spm, T_LLAMA2);
     test_rendered_equal(spm, T_CHATML);
     test_phi3_rstrip();
+    test_truncation_count(bpe);
     test_bad_spans(bpe);
     test_small_buffer(bpe);
     rn_tokenizer_destroy(&bpe);
