@@ -553,6 +553,13 @@ static cr_status_t begin_output(rn_engine_t *e, const msg_t *r,
     char open[128] = "", close[128] = "";
     rn_tmpl_thinking_tags(e->tmpl, open, sizeof open, close, sizeof close);
     bool can_think = open[0] && close[0];
+    /* No vision support yet: images are refused, never silently dropped. */
+    size_t n_images = r->type == MSG_generate ? r->u.generate.images.n : 0;
+    for (size_t i = 0; r->type == MSG_chat && i < r->u.chat.messages.n; i++)
+        n_images += r->u.chat.messages.v[i].images.n;
+    if (n_images)
+        return cr_err_set(err, CR_E_INVALID, "\"%s\" does not support images",
+                          model);
     rn_prompt_think_t think = rn_prompt_think_parse(
         r->type == MSG_chat ? r->u.chat.think : r->u.generate.think);
     if ((think.mode == RN_THINK_TRUE || think.mode == RN_THINK_LEVEL) &&

@@ -465,7 +465,18 @@ static void test_tool_calls(void)
     m.u.chat.has_think = true;
     CHECK_EQ_INT(rn_engine_generate(e, &m, &sink, &d, &err), CR_E_INVALID);
     CHECK_EQ_STR(err.msg, "\"synth\" does not support thinking");
+
+    /* Images on a model without vision: a clear 400. */
+    char *imgs[1] = {"aGVsbG8="};
+    msgs[0].images.v = imgs;
+    msgs[0].images.n = 1;
+    m.u.chat.has_think = false;
+    CHECK_EQ_INT(rn_engine_generate(e, &m, &sink, &d, &err), CR_E_INVALID);
+    CHECK_EQ_STR(err.msg, "\"synth\" does not support images");
+    msgs[0].images.n = 0;
+    msgs[0].images.v = NULL;
     rn_engine_destroy(&e);
+    e = NULL;
 
     /* A template without .Tools: tools are a 400. */
     e = load("{{ range .Messages }}{{ .Content }}{{ end }}", 128);
