@@ -1,12 +1,13 @@
 /* gguf_synth.c: corral-gguf-synth, writes a synthetic GGUF model.
  *
- *   corral-gguf-synth --out FILE [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3]
+ *   corral-gguf-synth --out FILE
+ *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert]
  *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]
  *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
  *       [--attn-softcap F] [--final-softcap F] [--rope-linear F] [--std F] [--tied]
  *       [--rope-freqs] [--longrope] [--vocab-from FILE.gguf] [--vocab-only]
- *       [--name NAME]
+ *       [--name NAME] [--pooling mean|cls|last]
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
  * writing itself lives in services/runner/synth.c, shared with the tests. */
@@ -17,7 +18,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: corral-gguf-synth --out FILE [--arch "
-            "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3]\n"
+            "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert]\n"
             "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
             "         [--final-softcap F] [--rope-linear F] [--std F] [--longrope]\n"
@@ -25,7 +26,7 @@ static void usage(FILE *f)
             " [--ctx N]\n"
             "         [--rope-base F] [--tied] [--rope-freqs] [--vocab-from "
             "FILE.gguf] [--vocab-only]\n"
-            "         [--name NAME]\n"
+            "         [--name NAME] [--pooling mean|cls|last] (bert family)\n"
             "defaults: f32, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 128, ctx "
             "256, built-in vocab\n");
 }
@@ -119,6 +120,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--vocab-from")) {
             o.vocab_from = v;
             ok = v != NULL;
+        } else if (!strcmp(a, "--pooling")) {
+            ok = v && (!strcmp(v, "mean") || !strcmp(v, "cls") || !strcmp(v, "last"));
+            if (ok)
+                o.pooling_type = !strcmp(v, "mean") ? 1 : !strcmp(v, "cls") ? 2 : 3;
         } else if (!strcmp(a, "--name")) {
             o.name = v;
             ok = v != NULL;

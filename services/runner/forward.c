@@ -12,6 +12,10 @@
  * touches the numbers, except the final logits it downloads (where gemma2's
  * final soft-cap is applied).
  *
+ * The bert family (encoders) has its own pass, forward_encoder: the whole
+ * sequence in one chunk, bidirectional attention, post-LayerNorms; it makes
+ * hidden states for embeddings only.
+ *
  * Shapes below use B = tokens in the chunk, D = dim, Hq = n_heads,
  * Hk = n_kv_heads, hd = head_dim, Q = Hq*hd, KV = Hk*hd, F = ffn,
  * V = n_vocab, C = n_ctx. Weights are [rows][cols] (see model.h). */
@@ -53,6 +57,7 @@ struct rn_ctx {
 
     /* Host. */
     int32_t *pos;    /* [B] positions of the chunk */
+    int32_t *zeros;  /* [B] token type 0 of every token (encoders) */
     float *logits;   /* [V] last token's logits */
     float *hrow;     /* [D] one downloaded hidden row (embeddings) */
     double *pool;    /* [D] sum of hidden rows (embeddings) */
@@ -106,6 +111,7 @@ void rn_ctx_destroy(rn_ctx_t **self_p)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
     free(c->pos);
+    free(c->zeros);
     free(c->logits);
     free(c->hrow);
     free(c->pool);
@@ -143,8 +149,8 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
     else if (c->w->rope_long.data)
         c->rope_ff = c->n_ctx > c->hp->n_ctx_orig ? &c->w->rope_long : &c->w->rope_short;
     c->n_batch = o->n_batch > 0 ? o->n_batch : RN_CTX_DEFAULT_BATCH;
-    if (c->n_batch > c->n_ctx)
-        c->n_batch = c->n_ctx;
+    if (c->n_batch > c->n_ctx || c->hp->non_causal)
+        c->n_batch = c->n_ctx; /* an encoder sees the whole sequence at once */
 
     const rn_hparams_t *hp = c->hp;
     uint64_t B = (uint64_t)c->n_batch, D = (uint64_t)hp->dim;
@@ -185,10 +191,11 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
                                   sizeof(float), "attention scratch", err)))
         goto fail;
     c->pos = calloc(B, sizeof *c->pos);
+    c->zeros = calloc(B, sizeof *c->zeros);
     c->logits = calloc(V, sizeof *c->logits);
     c->hrow = calloc(D, sizeof *c->hrow);
     c->pool = calloc(D, sizeof *c->pool);
-    if (!c->pos || !c->logits || !c->hrow || !c->pool) {
+    if (!c->pos || !c->zeros || !c->logits || !c->hrow || !c->pool) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory for logits (%" PRIu64 ")", V);
         goto fail;
     }
@@ -365,6 +372,100 @@ static void forward_chunk(rn_ctx_t *c, const int32_t *tok, int n, int p)
     }
 }
 
+/* The bert family: tokens tok[0..n) at positions 0..n-1, all at once,
+ * leaving the last layer's output (the hidden states an embedding pools)
+ * in c->x. Every position attends to every position. */
+static void forward_encoder(rn_ctx_t *c, const int32_t *tok, int n)
+{
+    be_backend_t *be = c->be;
+    const be_ops_t *op = be->ops;
+    const be_ops_ext_t *ext = c->ext;
+    const rn_hparams_t *hp = c->hp;
+    const rn_weights_t *w = c->w;
+    int D = hp->dim, KV = hp->kv_dim, F = hp->ffn;
+    size_t Q = (size_t)hp->q_dim;
+    size_t layer_cache = (size_t)c->n_ctx * (size_t)KV;
+    for (int t = 0; t < n; t++)
+        c->pos[t] = t;
+
+    /* 1. embeddings: x[t] = token_embd[tok[t]] + token_types[0]
+     *    (+ position_embd[t] for bert)                       x: [B][D] */
+    op->get_rows(be, &w->token_embd, tok, n, c->x);
+    if (w->token_types.data) {
+        op->get_rows(be, &w->token_types, c->zeros, n, c->xb);
+        op->add(be, c->x, c->xb, (size_t)n * D);
+    }
+    if (w->pos_embd.data) {
+        op->get_rows(be, &w->pos_embd, c->pos, n, c->xb);
+        op->add(be, c->x, c->xb, (size_t)n * D);
+    }
+    /* 2. x = layernorm(x) * token_embd_norm + bias */
+    ext->layernorm(be, c->x, c->x, &w->tok_norm, &w->tok_norm_b, n, D, hp->norm_eps);
+
+    for (int l = 0; l < hp->n_layers; l++) {
+        const rn_layer_t *L = &w->layers[l];
+        uint16_t *kc = c->k_cache + (size_t)l * layer_cache; /* [C][KV] */
+        uint16_t *vc = c->v_cache + (size_t)l * layer_cache; /* [C][KV] */
+
+        /* 3. q = x Wq^T + bq [B][Q], k = x Wk^T + bk [B][KV],
+         *    v = x Wv^T + bv [B][KV] (nomic-bert: row blocks of attn_qkv) */
+        op->matmul(be, &L->wq, c->x, n, c->q);
+        op->matmul(be, &L->wk, c->x, n, c->k);
+        op->matmul(be, &L->wv, c->x, n, c->v);
+        if (L->bq.data) {
+            ext->add_rows(be, c->q, &L->bq, n);
+            ext->add_rows(be, c->k, &L->bk, n);
+            ext->add_rows(be, c->v, &L->bv, n);
+        }
+        /* 3a. nomic-bert: NEOX rope of q and k at positions 0..n-1 */
+        if (hp->rope_neox) {
+            rope_layer(c, L, c->q, n, hp->n_heads);
+            rope_layer(c, L, c->k, n, hp->n_kv_heads);
+        }
+        /* 4. k, v into the F16 cache rows 0..n-1; each query attends to all
+         *    n keys: one call per query as if it sat at position n-1 */
+        op->kv_store(be, kc, c->k, n, 0, KV);
+        op->kv_store(be, vc, c->v, n, 0, KV);
+        for (int t = 0; t < n; t++) {
+            be_attn_t a = {
+                .n_tok = 1,
+                .pos0 = n - 1,
+                .n_head = hp->n_heads,
+                .n_head_kv = hp->n_kv_heads,
+                .head_dim = hp->head_dim,
+                .scale = hp->attn_scale,
+            };
+            op->attention(be, c->att + (size_t)t * Q, c->q + (size_t)t * Q, kc, vc, &a);
+        }
+        /* 5. xb2 = att Wo^T + bo                              xb2: [B][D] */
+        op->matmul(be, &L->wo, c->att, n, c->xb2);
+        if (L->bo.data)
+            ext->add_rows(be, c->xb2, &L->bo, n);
+        /* 6. x = layernorm(x + xb2) * attn_output_norm + bias */
+        op->add(be, c->x, c->xb2, (size_t)n * D);
+        ext->layernorm(be, c->x, c->x, &L->ln_attn, &L->ln_attn_b, n, D, hp->norm_eps);
+        /* 7. ffn                                              hb: [B][F]
+         *    bert: hb = gelu(x Wup^T + b_up)
+         *    nomic-bert: hb = silu(x Wgate^T) * (x Wup^T) */
+        op->matmul(be, &L->w_up, c->x, n, c->hb);
+        if (L->b_up.data)
+            ext->add_rows(be, c->hb, &L->b_up, n);
+        if (L->w_gate.data) {
+            op->matmul(be, &L->w_gate, c->x, n, c->hb2);
+            op->swiglu(be, c->hb, c->hb2, c->hb, (size_t)n * F);
+        } else {
+            ext->gelu(be, c->hb, c->hb, (size_t)n * F);
+        }
+        /* 8. xb2 = hb Wdown^T + b_down                         xb2: [B][D] */
+        op->matmul(be, &L->w_down, c->hb, n, c->xb2);
+        if (L->b_down.data)
+            ext->add_rows(be, c->xb2, &L->b_down, n);
+        /* 9. x = layernorm(x + xb2) * layer_output_norm + bias */
+        op->add(be, c->x, c->xb2, (size_t)n * D);
+        ext->layernorm(be, c->x, c->x, &L->ln_out, &L->ln_out_b, n, D, hp->norm_eps);
+    }
+}
+
 /* Final norm and logits for rows [r0, r0+nr) of the chunk (nr <=
  * LOGITS_ROWS), downloaded to host dst [nr][V]. */
 static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
@@ -409,6 +510,9 @@ static cr_status_t check_eval(const rn_ctx_t *c, const int32_t *tokens, int n, i
 cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
                         float *logits_all, cr_err_t *err)
 {
+    if (!c->w->output.data)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "embedding-only model ('%s' has no "
+                          "output matrix)", c->hp->arch);
     cr_status_t st = check_eval(c, tokens, n, pos, err);
     if (st)
         return st;
@@ -435,6 +539,15 @@ cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
     return CR_OK;
 }
 
+/* Adds hidden row r of backend buffer h [.][D] to c->pool. */
+static void pool_row(rn_ctx_t *c, const float *h, int r)
+{
+    int D = c->hp->dim;
+    c->be->ops->download(c->be, c->hrow, h + (size_t)r * D, (size_t)D * sizeof(float));
+    for (int i = 0; i < D; i++)
+        c->pool[i] += c->hrow[i];
+}
+
 cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n, bool normalize,
                          float *out, cr_err_t *err)
 {
@@ -443,26 +556,50 @@ cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n, bool normali
         return st;
     be_backend_t *be = c->be;
     const rn_hparams_t *hp = c->hp;
+    rn_pooling_t pool = hp->pooling;
     int D = hp->dim;
     for (int i = 0; i < D; i++)
         c->pool[i] = 0;
     c->n_past = 0;
-    for (int done = 0; done < n;) {
-        int nb = CR_MIN(c->n_batch, n - done);
-        forward_chunk(c, tokens + done, nb, done);
-        c->n_past = done + nb;
-        /* final rmsnorm of every row, summed on the host */
-        be->ops->rmsnorm(be, c->xb, c->x, &c->w->output_norm, nb, D, hp->rms_eps);
-        for (int r = 0; r < nb; r++) {
-            be->ops->download(be, c->hrow, c->xb + (size_t)r * D, (size_t)D * sizeof(float));
-            for (int i = 0; i < D; i++)
-                c->pool[i] += c->hrow[i];
+    if (hp->non_causal && c->w->pos_embd.data && n > hp->n_ctx_train)
+        return cr_err_set(err, CR_E_TOO_LARGE, "%d tokens exceed the %d learned "
+                          "positions of '%s'", n, hp->n_ctx_train, hp->arch);
+    if (hp->non_causal) {
+        /* encoders: the last layer's output, no final norm, one chunk
+         * (n_batch == n_ctx) */
+        forward_encoder(c, tokens, n);
+        c->n_past = n;
+        if (pool == RN_POOL_CLS)
+            pool_row(c, c->x, 0);
+        else if (pool == RN_POOL_LAST)
+            pool_row(c, c->x, n - 1);
+        else
+            for (int r = 0; r < n; r++)
+                pool_row(c, c->x, r);
+    } else {
+        for (int done = 0; done < n;) {
+            int nb = CR_MIN(c->n_batch, n - done);
+            forward_chunk(c, tokens + done, nb, done);
+            c->n_past = done + nb;
+            /* final rmsnorm of every row, pooled on the host */
+            be->ops->rmsnorm(be, c->xb, c->x, &c->w->output_norm, nb, D, hp->rms_eps);
+            if (pool == RN_POOL_CLS) {
+                if (done == 0)
+                    pool_row(c, c->xb, 0);
+            } else if (pool == RN_POOL_LAST) {
+                if (done + nb == n)
+                    pool_row(c, c->xb, nb - 1);
+            } else {
+                for (int r = 0; r < nb; r++)
+                    pool_row(c, c->xb, r);
+            }
+            done += nb;
         }
-        done += nb;
     }
     double norm = 0;
+    int n_pooled = pool == RN_POOL_MEAN ? n : 1;
     for (int i = 0; i < D; i++) {
-        c->pool[i] /= n;
+        c->pool[i] /= n_pooled;
         norm += c->pool[i] * c->pool[i];
     }
     norm = normalize && norm > 0 ? 1.0 / sqrt(norm) : 1.0;

@@ -45,16 +45,24 @@ void rn_ctx_destroy(rn_ctx_t **self_p);
  * it receives every token's logits: [n][n_vocab] (caller-owned).
  * CR_E_INVALID (n < 1, pos > n_past, a token id outside the vocabulary:
  * "token 600 at index 3 is outside the vocabulary (512)"), CR_E_TOO_LARGE
- * (pos + n > n_ctx). On error the cache is left as before the call, except
+ * (pos + n > n_ctx), CR_E_UNSUPPORTED for an embedding-only model (the bert
+ * family: "embedding-only model ('bert' has no output matrix)"). On error the cache is left as before the call, except
  * that pos..n_past may have been dropped. */
 cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
                         float *logits_all, cr_err_t *err);
 
 /* Sentence embedding: clears the cache, evaluates tokens[0..n) from
- * position 0, and writes to out [dim] (caller-owned) the mean over all n
- * positions of the final-normed hidden state (what the output matrix would
- * multiply), L2-normalized if `normalize` (llama.cpp's mean pooling). The
- * cache then holds the n tokens. Errors as rn_ctx_eval. */
+ * position 0, and writes to out [dim] (caller-owned) the pooled hidden
+ * state, L2-normalized if `normalize`, pooled as the model's
+ * hparams.pooling says (<arch>.pooling_type; mean when absent, as
+ * llama.cpp's mean pooling): the mean over all n positions, the first
+ * position (CLS) or the last. Decoders pool the final-normed hidden state
+ * (what the output matrix would multiply); the bert family pools its last
+ * layer's output, with bidirectional attention over all n tokens at once
+ * (an encoder context's n_batch is always n_ctx). The cache then holds the
+ * n tokens. Errors as rn_ctx_eval (never CR_E_UNSUPPORTED), and
+ * CR_E_TOO_LARGE when a bert input is longer than its learned positions
+ * (<arch>.context_length). */
 cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n,
                          bool normalize, float *out, cr_err_t *err);
 

@@ -69,7 +69,7 @@ static const struct {
 } arch_names[] = {
     {"llama", RN_ARCH_LLAMA},   {"qwen2", RN_ARCH_QWEN2}, {"qwen3", RN_ARCH_QWEN3},
     {"gemma2", RN_ARCH_GEMMA2}, {"gemma3", RN_ARCH_GEMMA3}, {"phi3", RN_ARCH_PHI3},
-    {"gemma", RN_ARCH_GEMMA},
+    {"gemma", RN_ARCH_GEMMA},   {"bert", RN_ARCH_BERT},   {"nomic-bert", RN_ARCH_NOMIC_BERT},
 };
 
 /* <arch>.attention.sliding_window_pattern: a period p (layer l slides iff
@@ -102,6 +102,42 @@ static cr_status_t read_swa_pattern(rn_model_t *m, int def, cr_err_t *err)
     return CR_OK;
 }
 
+/* <arch>.pooling_type (any architecture): 0 none and absent pool by mean,
+ * as the embed endpoint always did; 4 (rank: a reranker's classifier head)
+ * is not implemented. */
+static cr_status_t read_pooling(rn_model_t *m, cr_err_t *err)
+{
+    rn_hparams_t *hp = &m->hp;
+    int v = 0;
+    cr_status_t st = get_int(m->g, hp->arch, "pooling_type", false, 0, 0, 4, &v, err);
+    if (st)
+        return st;
+    if (v == 4)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s.pooling_type' = 4 (rank) is "
+                          "not supported", hp->arch);
+    hp->pooling = v == 0 ? RN_POOL_MEAN : (rn_pooling_t)v;
+    return CR_OK;
+}
+
+/* The bert family: LayerNorm epsilon, bidirectional attention unless the
+ * file says causal, nomic-bert's NEOX rope (bert has learned positions). */
+static cr_status_t read_encoder(rn_model_t *m, cr_err_t *err)
+{
+    rn_hparams_t *hp = &m->hp;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.causal", hp->arch);
+    bool causal = false;
+    if (cr_gguf_kv_find(m->g, key) && !cr_gguf_get_bool(m->g, key, &causal))
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a bool", key);
+    if (causal)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = true: a causal %s is not "
+                          "supported", key, hp->arch);
+    hp->non_causal = true;
+    hp->rope_neox = hp->arch_id == RN_ARCH_NOMIC_BERT;
+    return get_float(m->g, hp->arch, "attention.layer_norm_epsilon", 1e-12f,
+                     &hp->norm_eps, err);
+}
+
 /* Features each architecture fixes (llama.cpp's graph for it), before the
  * metadata that may refine them. */
 static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
@@ -119,6 +155,8 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
     hp->n_ctx_orig = hp->n_ctx_train;
     if (hp->arch_id == RN_ARCH_LLAMA)
         return CR_OK;
+    if (rn_arch_is_encoder(hp->arch_id) && (st = read_encoder(m, err)))
+        return st;
     /* Rope scaling the NEOX path understands: frequency factors (LongRoPE
      * for phi3) with an attention factor, and gemma3's linear scaling. */
     if ((st = get_float(g, arch, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor,
@@ -220,7 +258,9 @@ static cr_status_t read_hparams(rn_model_t *m, cr_err_t *err)
                           arch);
     snprintf(hp->arch, sizeof hp->arch, "%s", arch);
     hp->arch_id = arch_names[ai].id;
-    if (hp->arch_id != RN_ARCH_LLAMA && !be_ext_ops(m->be))
+    const be_ops_ext_t *ext = be_ext_ops(m->be);
+    if ((hp->arch_id != RN_ARCH_LLAMA && !ext) ||
+        (rn_arch_is_encoder(hp->arch_id) && (!ext->layernorm || !ext->gelu)))
         return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the %s "
                           "backend does not have", arch, m->be->ops->name);
 
@@ -276,7 +316,7 @@ static cr_status_t read_hparams(rn_model_t *m, cr_err_t *err)
     if ((st = get_float(g, arch, "rope.freq_base", 10000.0f, &hp->rope_base, err)) ||
         (st = get_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f,
                         &hp->rms_eps, err)) ||
-        (st = read_arch_features(m, err)))
+        (st = read_pooling(m, err)) || (st = read_arch_features(m, err)))
         return st;
     return hp->arch_id == RN_ARCH_LLAMA ? CR_OK : read_rope_scaling(m, err);
 }
@@ -460,6 +500,130 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
     return CR_OK;
 }
 
+/* nomic-bert's optional attn_qkv.bias [Q+2KV] as three F32 vectors. */
+static cr_status_t bind_qkv_bias(rn_model_t *m, int l, rn_layer_t *L, cr_err_t *err)
+{
+    const rn_hparams_t *hp = &m->hp;
+    int64_t Q = hp->q_dim, KV = hp->kv_dim;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.bias", l);
+    const cr_gguf_tensor_t *t = NULL;
+    cr_status_t st = lookup(m, name, Q + 2 * KV, 1, false, &t, err);
+    if (st || !t)
+        return st;
+    int64_t len[3] = {Q, KV, KV}, off = 0;
+    be_weight_t *dst[3] = {&L->bq, &L->bk, &L->bv};
+    for (int i = 0; i < 3; i++) {
+        *dst[i] = (be_weight_t){
+            .name = t->name,
+            .type = CR_TYPE_F32,
+            .n_cols = len[i],
+            .n_rows = 1,
+            .row_bytes = (size_t)len[i] * sizeof(float),
+            .data = (const float *)t->data + off,
+        };
+        if ((st = m->be->ops->weight_prepare(m->be, dst[i], err)))
+            return st;
+        off += len[i];
+    }
+    m->weight_bytes += t->size_bytes;
+    return CR_OK;
+}
+
+/* One layer of the bert family (llama.cpp's tensor names). Optional biases
+ * stay NULL when absent; nomic-bert's ffn biases are not used (llama.cpp's
+ * SwiGLU path ignores them), so they are not bound. */
+static cr_status_t bind_layer_encoder(rn_model_t *m, int l, cr_err_t *err)
+{
+    const rn_hparams_t *hp = &m->hp;
+    rn_layer_t *L = &m->w.layers[l];
+    bool bert = hp->arch_id == RN_ARCH_BERT;
+    int64_t D = hp->dim, Q = hp->q_dim, KV = hp->kv_dim, F = hp->ffn;
+    char name[96];
+    cr_status_t st;
+    typedef struct {
+        const char *what, *kind;
+        int64_t cols, rows;
+        bool required;
+        be_weight_t *dst;
+    } part_t;
+    part_t per[20];
+    int n = 0;
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
+    if (cr_gguf_tensor_find(m->g, name)) {
+        int64_t rows[3] = {Q, KV, KV};
+        be_weight_t *dst[3] = {&L->wq, &L->wk, &L->wv};
+        if ((st = bind_split(m, name, D, rows, dst, 3, err)) ||
+            (st = bind_qkv_bias(m, l, L, err)))
+            return st;
+    } else {
+        per[n++] = (part_t){"attn_q", "weight", D, Q, true, &L->wq};
+        per[n++] = (part_t){"attn_q", "bias", Q, 1, false, &L->bq};
+        per[n++] = (part_t){"attn_k", "weight", D, KV, true, &L->wk};
+        per[n++] = (part_t){"attn_k", "bias", KV, 1, false, &L->bk};
+        per[n++] = (part_t){"attn_v", "weight", D, KV, true, &L->wv};
+        per[n++] = (part_t){"attn_v", "bias", KV, 1, false, &L->bv};
+    }
+    per[n++] = (part_t){"attn_output", "weight", Q, D, true, &L->wo};
+    per[n++] = (part_t){"attn_output", "bias", D, 1, false, &L->bo};
+    per[n++] = (part_t){"attn_output_norm", "weight", D, 1, true, &L->ln_attn};
+    per[n++] = (part_t){"attn_output_norm", "bias", D, 1, true, &L->ln_attn_b};
+    per[n++] = (part_t){"ffn_up", "weight", D, F, true, &L->w_up};
+    if (bert) {
+        per[n++] = (part_t){"ffn_up", "bias", F, 1, false, &L->b_up};
+        per[n++] = (part_t){"ffn_down", "bias", D, 1, false, &L->b_down};
+    } else {
+        per[n++] = (part_t){"ffn_gate", "weight", D, F, true, &L->w_gate};
+    }
+    per[n++] = (part_t){"ffn_down", "weight", F, D, true, &L->w_down};
+    per[n++] = (part_t){"layer_output_norm", "weight", D, 1, true, &L->ln_out};
+    per[n++] = (part_t){"layer_output_norm", "bias", D, 1, true, &L->ln_out_b};
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s.%s", l, per[i].what, per[i].kind);
+        if ((st = bind(m, name, per[i].cols, per[i].rows, per[i].required, per[i].dst,
+                       NULL, err)))
+            return st;
+    }
+    /* q, k and v biases come together or not at all */
+    if ((L->bq.data != NULL) != (L->bk.data != NULL) ||
+        (L->bq.data != NULL) != (L->bv.data != NULL))
+        return cr_err_set(err, CR_E_CORRUPT, "blk.%d: attn_q/attn_k/attn_v biases must "
+                          "all be present or all absent", l);
+    return CR_OK;
+}
+
+/* The bert family's global tensors: embeddings, token types, positions
+ * (bert) and the embedding LayerNorm; no output norm or matrix. */
+static cr_status_t bind_encoder(rn_model_t *m, cr_err_t *err)
+{
+    rn_hparams_t *hp = &m->hp;
+    rn_weights_t *w = &m->w;
+    cr_status_t st;
+    const cr_gguf_tensor_t *tt = cr_gguf_tensor_find(m->g, "token_types.weight");
+    if (tt && (tt->ne[1] < 1 || tt->ne[1] > 64))
+        return cr_err_set(err, CR_E_CORRUPT, "tensor 'token_types.weight' has %" PRIu64
+                          " rows, expected 1..64", tt->ne[1]);
+    if ((st = bind(m, "token_embd.weight", hp->dim, hp->n_vocab, true, &w->token_embd,
+                   NULL, err)) ||
+        (tt && (st = bind(m, "token_types.weight", hp->dim, (int64_t)tt->ne[1], true,
+                          &w->token_types, NULL, err))) ||
+        (hp->arch_id == RN_ARCH_BERT &&
+         (st = bind(m, "position_embd.weight", hp->dim, hp->n_ctx_train, true,
+                    &w->pos_embd, NULL, err))) ||
+        (st = bind(m, "token_embd_norm.weight", hp->dim, 1, true, &w->tok_norm, NULL,
+                   err)) ||
+        (st = bind(m, "token_embd_norm.bias", hp->dim, 1, true, &w->tok_norm_b, NULL,
+                   err)))
+        return st;
+    w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
+    if (!w->layers)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory for %d layers", hp->n_layers);
+    for (int l = 0; l < hp->n_layers; l++)
+        if ((st = bind_layer_encoder(m, l, err)))
+            return st;
+    return CR_OK;
+}
+
 static cr_status_t bind_all(rn_model_t *m, cr_err_t *err)
 {
     rn_hparams_t *hp = &m->hp;
@@ -471,6 +635,8 @@ static cr_status_t bind_all(rn_model_t *m, cr_err_t *err)
         return cr_err_set(err, CR_E_CORRUPT, "tensor 'token_embd.weight' has %" PRIu64
                           " rows, expected 1..%d", emb->ne[1], RN_MODEL_MAX_VOCAB);
     hp->n_vocab = (int)emb->ne[1];
+    if (rn_arch_is_encoder(hp->arch_id))
+        return bind_encoder(m, err);
 
     cr_status_t st;
     bool have_output = false;
@@ -539,12 +705,18 @@ static void release_weights(rn_model_t *m)
         be->ops->weight_release(be, &w->rope_long);
     if (w->rope_short.data)
         be->ops->weight_release(be, &w->rope_short);
+    be_weight_t *enc[] = {&w->token_types, &w->pos_embd, &w->tok_norm, &w->tok_norm_b};
+    for (size_t i = 0; i < CR_ARRAY_LEN(enc); i++)
+        if (enc[i]->data)
+            be->ops->weight_release(be, enc[i]);
     for (int l = 0; w->layers && l < m->hp.n_layers; l++) {
         rn_layer_t *L = &w->layers[l];
         be_weight_t *all[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq,
                               &L->bk, &L->bv, &L->q_norm, &L->k_norm, &L->wo,
                               &L->attn_post_norm, &L->ffn_norm, &L->w_gate,
-                              &L->w_up, &L->w_down, &L->ffn_post_norm};
+                              &L->w_up, &L->w_down, &L->ffn_post_norm,
+                              &L->bo, &L->ln_attn, &L->ln_attn_b, &L->b_up,
+                              &L->b_down, &L->ln_out, &L->ln_out_b};
         for (size_t i = 0; i < CR_ARRAY_LEN(all); i++)
             if (all[i]->data)
                 be->ops->weight_release(be, all[i]);

@@ -1,6 +1,6 @@
 /* model.h: a decoder model (llama, qwen2, qwen3, gemma, gemma2, gemma3,
- * phi3)
- * loaded from a GGUF file.
+ * phi3) or an encoder embedding model (bert, nomic-bert) loaded from a
+ * GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
  * header), reads the hyperparameters from `<arch>.*` metadata (key and
@@ -40,7 +40,27 @@ typedef enum rn_arch {
     RN_ARCH_PHI3,   /* "phi3": fused qkv and gate/up, NEOX rope (LongRoPE
                        factors when present) */
     RN_ARCH_GEMMA,  /* "gemma" (v1): scaled embedding, GELU, NEOX rope */
+    RN_ARCH_BERT,   /* "bert": encoder (embedding only): learned position
+                       and token-type embeddings, LayerNorms with biases,
+                       q/k/v/o and ffn biases, GELU, bidirectional */
+    RN_ARCH_NOMIC_BERT, /* "nomic-bert": bert with fused attn_qkv, NEOX
+                           rope instead of position embeddings, SwiGLU */
 } rn_arch_t;
+
+/* How an embedding pools the hidden states (<arch>.pooling_type, numbered
+ * as llama.cpp numbers them). */
+typedef enum rn_pooling {
+    RN_POOL_MEAN = 1, /* mean over every position (also for "none"/absent) */
+    RN_POOL_CLS = 2,  /* the first position ([CLS]) */
+    RN_POOL_LAST = 3, /* the last position */
+} rn_pooling_t;
+
+/* True for the encoder architectures (bert family): bidirectional
+ * attention, no output matrix, embeddings only. */
+static inline bool rn_arch_is_encoder(rn_arch_t a)
+{
+    return a == RN_ARCH_BERT || a == RN_ARCH_NOMIC_BERT;
+}
 
 typedef struct rn_hparams {
     char arch[32];      /* general.architecture ("llama") */
@@ -79,6 +99,13 @@ typedef struct rn_hparams {
                              or l % pattern < pattern - 1) */
     bool ffn_gelu;        /* gelu_tanh(gate) * up instead of silu */
     bool post_norms;      /* rmsnorm of attention and ffn outputs (gemma) */
+
+    /* Encoders (bert family). */
+    bool non_causal;      /* every position attends to every position
+                             (!<arch>.attention.causal; bert family) */
+    float norm_eps;       /* <arch>.attention.layer_norm_epsilon (1e-12) */
+    rn_pooling_t pooling; /* <arch>.pooling_type; RN_POOL_MEAN if absent or
+                             0 (none); 4 (rank) is refused */
 } rn_hparams_t;
 
 /* Shapes are [rows][cols] as the forward pass uses them (GGUF ne = {cols,
@@ -103,6 +130,16 @@ typedef struct rn_layer {
     be_weight_t w_down;    /* [dim][ffn] */
     be_weight_t ffn_post_norm;  /* [dim] F32 (gemma: post_ffw_norm) */
     bool swa;              /* this layer uses the sliding window */
+
+    /* bert family (attn_norm and ffn_norm are unused there; bq/bk/bv hold
+     * the q/k/v biases, nomic-bert's as views of attn_qkv.bias) */
+    be_weight_t bo;          /* [dim] F32 attn_output.bias (optional) */
+    be_weight_t ln_attn;     /* [dim] F32 attn_output_norm.weight */
+    be_weight_t ln_attn_b;   /* [dim] F32 attn_output_norm.bias */
+    be_weight_t b_up;        /* [ffn] F32 ffn_up.bias (bert, optional) */
+    be_weight_t b_down;      /* [dim] F32 ffn_down.bias (bert, optional) */
+    be_weight_t ln_out;      /* [dim] F32 layer_output_norm.weight */
+    be_weight_t ln_out_b;    /* [dim] F32 layer_output_norm.bias */
 } rn_layer_t;
 
 typedef struct rn_weights {
@@ -115,6 +152,13 @@ typedef struct rn_weights {
                                 LongRoPE); data NULL if absent */
     be_weight_t rope_short;  /* [n_rot/2] F32 rope_factors_short */
     bool tied_output;        /* no output.weight in the file */
+    /* bert family: no output_norm and no output (their data is NULL) */
+    be_weight_t token_types; /* [n_types][dim] token_types.weight; row 0 is
+                                added to every token; data NULL if absent */
+    be_weight_t pos_embd;    /* [n_ctx_train][dim] position_embd.weight
+                                (bert) */
+    be_weight_t tok_norm;    /* [dim] F32 token_embd_norm.weight */
+    be_weight_t tok_norm_b;  /* [dim] F32 token_embd_norm.bias */
     rn_layer_t *layers;      /* [n_layers] */
 } rn_weights_t;
 
@@ -128,8 +172,9 @@ typedef struct rn_model rn_model_t;
  * [64, 500], expected [64, 512]", bad or missing hyperparameter),
  * CR_E_UNSUPPORTED ("unsupported architecture 'x'", a tensor type the
  * backend cannot multiply, a non-llama architecture on a backend without
- * be_ext_ops, rope scaling other than linear/LongRoPE, value_length !=
- * key_length), CR_E_NOMEM. */
+ * be_ext_ops (or, for the bert family, without its layernorm/gelu ops),
+ * rope scaling other than linear/LongRoPE, value_length != key_length,
+ * pooling_type 4 "rank"), CR_E_NOMEM. */
 cr_status_t rn_model_load(const char *path, be_backend_t *be,
                           rn_model_t **out, cr_err_t *err);
 

@@ -244,6 +244,11 @@ static bool is_arch(const rn_synth_opts_t *o, const char *name)
     return !strcmp(arch_of(o), name);
 }
 
+static bool is_encoder(const rn_synth_opts_t *o)
+{
+    return is_arch(o, "bert") || is_arch(o, "nomic-bert");
+}
+
 static int head_dim_of(const rn_synth_opts_t *o)
 {
     return o->head_dim > 0 && !is_arch(o, "llama") ? o->head_dim : o->dim / o->n_heads;
@@ -260,8 +265,8 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
     if (o->n_layers < 1 || o->n_layers > SYNTH_MAX_LAYERS)
         return cr_err_set(err, CR_E_INVALID, "layers %d out of range 1..%d",
                           o->n_layers, SYNTH_MAX_LAYERS);
-    static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma",
-                                        "gemma2", "gemma3", "phi3"};
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma", "gemma2",
+                                        "gemma3", "phi3", "bert", "nomic-bert"};
     size_t ai = 0;
     while (ai < CR_ARRAY_LEN(archs) && !is_arch(o, archs[ai]))
         ai++;
@@ -280,6 +285,9 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
 
     if (o->ctx < 1)
         return cr_err_set(err, CR_E_INVALID, "ctx %d must be positive", o->ctx);
+    if (o->pooling_type < 0 || o->pooling_type > 4)
+        return cr_err_set(err, CR_E_INVALID, "pooling type %d is out of range 0..4",
+                          o->pooling_type);
     cr_status_t st = check_type(o->type, o, err);
     if (!st && o->mix)
         st = check_type(o->mix_type, o, err);
@@ -337,7 +345,7 @@ typedef struct layer_part {
 } layer_part_t;
 
 /* The tensors of one layer of o's architecture, in llama.cpp's order;
- * returns how many (at most 16). */
+ * returns how many (at most 20). */
 static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
 {
     int64_t D = o->dim, F = o->ffn, hd = head_dim_of(o);
@@ -346,6 +354,35 @@ static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
     bool gemma = is_arch(o, "gemma2") || is_arch(o, "gemma3");
     bool qk_norm = qwen3 || is_arch(o, "gemma3");
     int n = 0;
+    if (is_encoder(o)) {
+        bool bert = is_arch(o, "bert");
+        if (bert) {
+            p[n++] = (layer_part_t){"attn_q", "weight", D, Q, PART_MAT};
+            p[n++] = (layer_part_t){"attn_q", "bias", Q, 1, PART_BIAS};
+            p[n++] = (layer_part_t){"attn_k", "weight", D, KV, PART_MAT};
+            p[n++] = (layer_part_t){"attn_k", "bias", KV, 1, PART_BIAS};
+            p[n++] = (layer_part_t){"attn_v", "weight", D, KV, PART_MAT_HI};
+            p[n++] = (layer_part_t){"attn_v", "bias", KV, 1, PART_BIAS};
+        } else {
+            p[n++] = (layer_part_t){"attn_qkv", "weight", D, Q + 2 * KV, PART_MAT};
+        }
+        p[n++] = (layer_part_t){"attn_output", "weight", Q, D, PART_MAT};
+        if (bert)
+            p[n++] = (layer_part_t){"attn_output", "bias", D, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"attn_output_norm", "weight", D, 1, PART_NORM};
+        p[n++] = (layer_part_t){"attn_output_norm", "bias", D, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"ffn_up", "weight", D, F, PART_MAT};
+        if (bert)
+            p[n++] = (layer_part_t){"ffn_up", "bias", F, 1, PART_BIAS};
+        else
+            p[n++] = (layer_part_t){"ffn_gate", "weight", D, F, PART_MAT};
+        p[n++] = (layer_part_t){"ffn_down", "weight", F, D, PART_MAT_HI};
+        if (bert)
+            p[n++] = (layer_part_t){"ffn_down", "bias", D, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"layer_output_norm", "weight", D, 1, PART_NORM};
+        p[n++] = (layer_part_t){"layer_output_norm", "bias", D, 1, PART_BIAS};
+        return n;
+    }
     p[n++] = (layer_part_t){"attn_norm", "weight", D, 1, PART_NORM};
     if (is_arch(o, "phi3")) {
         p[n++] = (layer_part_t){"attn_qkv", "weight", D, Q + 2 * KV, PART_MAT};
@@ -387,14 +424,14 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
     if (st)
         return st;
     s->w = cr_gguf_writer_new();
-    s->cap_gens = 4 + 16 * o->n_layers;
+    s->cap_gens = 8 + 20 * o->n_layers;
     s->gens = calloc((size_t)s->cap_gens, sizeof *s->gens);
     if (!s->w || !s->gens)
         return cr_err_set(err, CR_E_NOMEM, "synth: out of memory");
     cr_gguf_writer_t *w = s->w;
     int head_dim = head_dim_of(o);
     const char *arch = arch_of(o);
-    bool llama = is_arch(o, "llama");
+    bool llama = is_arch(o, "llama"), encoder = is_encoder(o);
     char key[96];
 #define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
 
@@ -410,11 +447,24 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
     st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)o->n_heads, err);
     st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.head_count_kv"),
                                           (uint32_t)o->n_kv_heads, err);
-    st = st ? st : cr_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"),
-                                          o->rms_eps, err);
-    st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.freq_base"), o->rope_base, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
-                                          (uint32_t)head_dim, err);
+    if (encoder) {
+        /* LayerNorm epsilon (rms_eps's value), bidirectional, pooling */
+        st = st ? st : cr_gguf_writer_add_f32(w, KEY("attention.layer_norm_epsilon"),
+                                              o->rms_eps, err);
+        st = st ? st : cr_gguf_writer_add_bool(w, KEY("attention.causal"), false, err);
+        if (!st && o->pooling_type > 0)
+            st = cr_gguf_writer_add_u32(w, KEY("pooling_type"), (uint32_t)o->pooling_type,
+                                        err);
+        st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.token_type_count", 2, err);
+    } else {
+        st = st ? st : cr_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"),
+                                              o->rms_eps, err);
+    }
+    if (!is_arch(o, "bert")) {
+        st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.freq_base"), o->rope_base, err);
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
+                                              (uint32_t)head_dim, err);
+    }
     if (!llama) {
         st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.key_length"),
                                               (uint32_t)head_dim, err);
@@ -469,7 +519,10 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
     } else {
         vocab_t v = {0};
         st = vocab_builtin(&v, err);
-        st = st ? st : cr_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama", err);
+        /* encoders read the same pieces as WordPiece: U+2581 word starts,
+         * bare continuations; <unk> <s> </s> serve as [UNK] [CLS] [SEP] */
+        st = st ? st : cr_gguf_writer_add_str(w, "tokenizer.ggml.model",
+                                              encoder ? "bert" : "llama", err);
         st = st ? st : cr_gguf_writer_add_str(w, "tokenizer.ggml.pre", "default", err);
         st = st ? st : cr_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens",
                                                   (const char *const *)v.tokens,
@@ -478,11 +531,18 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
                                               v.scores, (uint64_t)v.n, err);
         st = st ? st : cr_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", CR_GGUF_I32,
                                               v.types, (uint64_t)v.n, err);
-        st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1, err);
-        st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2, err);
+        if (encoder) {
+            st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.cls_token_id", 1, err);
+            st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.seperator_token_id", 2,
+                                                  err);
+        } else {
+            st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1, err);
+            st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2, err);
+        }
         st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0, err);
         st = st ? st : cr_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true, err);
-        st = st ? st : cr_gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false, err);
+        st = st ? st : cr_gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", encoder,
+                                               err);
         n_vocab = v.n;
         vocab_free(&v);
         if (st)
@@ -494,14 +554,26 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
 
     /* Tensors, in llama.cpp's order. Shapes are GGUF ne = {cols, rows}. */
     st = add_gen(s, o, "token_embd.weight", o->type, o->dim, n_vocab, FILL_NORMAL, err);
-    if (llama)
+    if (encoder) {
+        /* token types (2), learned positions (bert), embedding LayerNorm;
+         * no output norm or matrix */
+        st = st ? st : add_gen(s, o, "token_types.weight", o->type, o->dim, 2,
+                               FILL_NORMAL, err);
+        if (!st && is_arch(o, "bert"))
+            st = add_gen(s, o, "position_embd.weight", o->type, o->dim, o->ctx,
+                         FILL_NORMAL, err);
+        st = st ? st : add_gen_dist(s, o, "token_embd_norm.weight", CR_TYPE_F32, o->dim,
+                                    1, FILL_NORMAL, 1.0, 0.1, err);
+        st = st ? st : add_gen_dist(s, o, "token_embd_norm.bias", CR_TYPE_F32, o->dim, 1,
+                                    FILL_NORMAL, 0, 0.1, err);
+    } else if (llama)
         st = st ? st : add_gen(s, o, "output_norm.weight", CR_TYPE_F32, o->dim, 1,
                                FILL_ONES, err);
     else
         st = st ? st : add_gen_dist(s, o, "output_norm.weight", CR_TYPE_F32, o->dim, 1,
                                     FILL_NORMAL, 1.0, 0.1, err);
     cr_type_t hi = o->mix ? o->mix_type : o->type;
-    if (!st && !o->tied_output)
+    if (!st && !o->tied_output && !encoder)
         st = add_gen(s, o, "output.weight", hi, o->dim, n_vocab, FILL_NORMAL, err);
     if (!st && o->rope_freqs)
         st = add_gen(s, o, "rope_freqs.weight", CR_TYPE_F32, head_dim / 2, 1,
@@ -515,7 +587,7 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
     /* Non-llama models get norms and biases that are not neutral, so a
      * test comparing against an independent reference sees each one. */
     char name[64];
-    layer_part_t per[16];
+    layer_part_t per[20];
     int n_per = layer_parts(o, per);
     for (int l = 0; l < o->n_layers && !st; l++) {
         for (int i = 0; i < n_per && !st; i++) {

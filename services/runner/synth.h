@@ -1,5 +1,5 @@
 /* synth.h: synthetic GGUF models (llama, qwen2, qwen3, gemma2, gemma3,
- * phi3) for tests and tools.
+ * phi3, bert, nomic-bert) for tests and tools.
  *
  * Writes a complete, loadable model: <arch>.* hyperparameters, a tokenizer
  * (a small built-in SentencePiece-style vocabulary, or the tokenizer.* keys
@@ -24,8 +24,14 @@ typedef struct rn_synth_opts {
                            layer's attn_v and ffn_down in mix_type instead */
     cr_type_t mix_type; /* used when mix (Q6_K for a Q4_K_M-like file) */
     const char *arch;   /* general.architecture: NULL or "llama", "qwen2",
-                           "qwen3", "gemma", "gemma2", "gemma3", "phi3"; keys are
-                           <arch>.*, tensors as llama.cpp names them */
+                           "qwen3", "gemma", "gemma2", "gemma3", "phi3",
+                           "bert", "nomic-bert"; keys are <arch>.*, tensors
+                           as llama.cpp names them. The bert family gets
+                           token_types (2 rows), position_embd (bert, ctx
+                           rows), LayerNorms with biases, no output tensors,
+                           attention.layer_norm_epsilon = rms_eps,
+                           attention.causal false, and the built-in
+                           vocabulary as a WordPiece ("bert") one */
     int head_dim;       /* attention.key_length; 0: dim / heads (llama
                            always uses dim / heads) */
     int sliding_window; /* gemma: attention.sliding_window; 0: not written */
@@ -55,6 +61,8 @@ typedef struct rn_synth_opts {
     const char *vocab_from; /* GGUF to copy tokenizer.* from, or NULL for
                                the built-in vocabulary */
     const char *name;   /* general.name; NULL for "synth" */
+    int pooling_type;   /* bert family: <arch>.pooling_type (1 mean, 2 cls,
+                           3 last); 0: not written */
 } rn_synth_opts_t;
 
 /* Defaults: seed 1, F32, dim 64, 2 layers, 4 heads, 2 KV heads, ffn 128,

@@ -853,8 +853,8 @@ static void test_corrupt(void)
          {.f32_key = "gemma3.rope.freq_base", .f32_val = -1}, CR_E_CORRUPT,
          "gemma3.rope.freq_base", NULL},
         {"unknown architecture", "qwen2",
-         {.str_key = "general.architecture", .str_val = "bert"}, CR_E_UNSUPPORTED,
-         "unsupported architecture 'bert'", NULL},
+         {.str_key = "general.architecture", .str_val = "t5encoder"}, CR_E_UNSUPPORTED,
+         "unsupported architecture 't5encoder'", NULL},
         {"gemma3n is not gemma3", "gemma3",
          {.str_key = "general.architecture", .str_val = "gemma3n"}, CR_E_UNSUPPORTED,
          "unsupported architecture 'gemma3n'", NULL},
@@ -876,13 +876,13 @@ static void test_corrupt(void)
     /* synth refuses an unknown architecture and odd head sizes */
     rn_synth_opts_t o;
     rn_synth_defaults(&o);
-    o.arch = "bert";
+    o.arch = "t5encoder";
     void *b = NULL;
     size_t len = 0;
     cr_err_t err;
     cr_err_clear(&err);
     CHECK_EQ_INT(rn_synth_write_memory(&o, &b, &len, &err), CR_E_INVALID);
-    CHECK_MSG(strstr(err.msg, "bert"), "%s", err.msg);
+    CHECK_MSG(strstr(err.msg, "t5encoder"), "%s", err.msg);
     arch_opts("qwen3", &o);
     o.head_dim = 7;
     CHECK_EQ_INT(rn_synth_write_memory(&o, &b, &len, &err), CR_E_INVALID);

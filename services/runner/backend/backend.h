@@ -123,7 +123,7 @@ typedef struct be_ops {
 /* ---- optional ops ------------------------------------------------------
  *
  * Ops that only the non-llama architectures need (qwen2/qwen3, gemma2/3,
- * phi3). They live in a second table so a backend can gain them without
+ * phi3, bert/nomic-bert). They live in a second table so a backend can gain them without
  * touching be_ops_t; be_ext_ops() returns NULL for a backend that has none,
  * and the model loader then refuses those architectures on it. Same
  * conventions as be_ops_t: backend buffers, float32, shapes in elements. */
@@ -155,6 +155,17 @@ typedef struct be_ops_ext {
                           const uint16_t *k, const uint16_t *v,
                           const be_attn_t *a, float softcap, int window,
                           float *scratch);
+    /* LayerNorm (bert, nomic-bert): y[t] = (x[t] - mean(x[t])) /
+     * sqrt(var(x[t]) + eps) * w + b, statistics over dim as ggml_norm
+     * takes them. x, y: [n][dim] (may alias); w: F32 vector [dim]; b: F32
+     * vector [dim] or NULL. A backend without it leaves this NULL, and the
+     * model loader then refuses the bert family on it. */
+    void (*layernorm)(be_backend_t *be, float *y, const float *x,
+                      const be_weight_t *w, const be_weight_t *b, int n,
+                      int dim, float eps);
+    /* y = gelu_tanh(x), elementwise over n (may alias); bert's FFN. NULL
+     * as for layernorm. */
+    void (*gelu)(be_backend_t *be, float *y, const float *x, size_t n);
 } be_ops_ext_t;
 
 /* The optional ops of be, or NULL if its backend has none. Borrowed,

@@ -1,8 +1,9 @@
 /* ops_extra.c: the CPU backend's optional ops (be_ops_ext_t, backend.h).
  *
  * NEOX rotary embedding, row-broadcast bias add, scaling, GELU-tanh gating,
- * and attention with logit soft-capping and a sliding window: what qwen2,
- * qwen3, gemma2, gemma3 and phi3 need beyond the llama ops. CPU backend
+ * attention with logit soft-capping and a sliding window, LayerNorm and
+ * plain GELU: what qwen2, qwen3, gemma2, gemma3, phi3, bert and nomic-bert
+ * need beyond the llama ops. CPU backend
  * buffers are plain host memory, so these run on them directly. They are
  * single-threaded: this file cannot reach the CPU backend's thread pool
  * (backend_cpu.c owns it); attention_ext is the one op where that costs
@@ -76,6 +77,46 @@ static void ext_geglu(be_backend_t *be, float *y, const float *gate, const float
     }
 }
 
+static float gelu_tanh(float g)
+{
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
+}
+
+static void ext_gelu(be_backend_t *be, float *y, const float *x, size_t n)
+{
+    CR_UNUSED(be);
+    for (size_t i = 0; i < n; i++)
+        y[i] = gelu_tanh(x[i]);
+}
+
+static void ext_layernorm(be_backend_t *be, float *y, const float *x, const be_weight_t *w,
+                          const be_weight_t *b, int n, int dim, float eps)
+{
+    CR_UNUSED(be);
+    const float *wv = w->data;
+    const float *bv = b ? b->data : NULL;
+    for (int t = 0; t < n; t++) {
+        const float *xr = x + (size_t)t * dim;
+        float *yr = y + (size_t)t * dim;
+        /* ggml_norm: mean, then the variance of the centred row, sums in
+         * double */
+        double sum = 0;
+        for (int i = 0; i < dim; i++)
+            sum += xr[i];
+        float mean = (float)(sum / dim);
+        double ss = 0;
+        for (int i = 0; i < dim; i++) {
+            float d = xr[i] - mean;
+            yr[i] = d;
+            ss += (double)d * d;
+        }
+        float scale = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int i = 0; i < dim; i++)
+            yr[i] = yr[i] * scale * wv[i] + (bv ? bv[i] : 0.0f);
+    }
+}
+
 static void softmax_span(float *x, int n)
 {
     float mx = x[0];
@@ -146,6 +187,8 @@ static const be_ops_ext_t cpu_ext_ops = {
     .scale = ext_scale,
     .geglu = ext_geglu,
     .attention_ext = ext_attention,
+    .layernorm = ext_layernorm,
+    .gelu = ext_gelu,
 };
 
 const be_ops_ext_t *be_ext_ops(const be_backend_t *be)
