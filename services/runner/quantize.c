@@ -5,10 +5,12 @@
 
 #include "lib/gguf_write.h"
 #include "services/runner/backend/cpu/quant.h"
+#include "services/runner/threadpool.h"
 
 #include <strings.h>
 
 #define ROW_MAX_ELEMS (1u << 24) /* longest row converted (64 MiB of f32) */
+#define CHUNK_BYTES (16u << 20)  /* converted rows written at a time */
 
 /* ---- file types ------------------------------------------------------- */
 
@@ -194,16 +196,42 @@ bool rn_quant_source_ok(const cr_gguf_t *g)
 
 /* ---- the conversion --------------------------------------------------- */
 
-typedef struct job {
-    const cr_gguf_tensor_t *src;
-    cr_type_t dst;
-    uint64_t *done;        /* shared progress counter */
+/* What every tensor's conversion shares. */
+typedef struct shared {
+    rn_threadpool_t *pool;
+    uint64_t done;         /* progress: source bytes */
     uint64_t total;
     rn_quant_progress_fn fn;
     void *ctx;
-    float *rowf;           /* shared scratch: one row of floats */
-    void *rowq;            /* shared scratch: one converted row */
+    float *rowf;           /* [threads][max_row] floats */
+    uint64_t max_row;
+    uint8_t *chunk;        /* CHUNK_BYTES + one converted row */
+} shared_t;
+
+typedef struct job {
+    const cr_gguf_tensor_t *src;
+    cr_type_t dst;
+    shared_t *sh;
 } job_t;
+
+/* Rows r0..r0+nrows of one tensor, converted by the pool's threads into
+ * chunk (row r at r * out_row). */
+typedef struct chunk_task {
+    const be_type_traits_t *in, *out;
+    const uint8_t *src;
+    uint64_t in_row, out_row, ne0, r0, nrows;
+    shared_t *sh;
+} chunk_task_t;
+
+static void convert_rows(void *ctx, int ith, int nth)
+{
+    chunk_task_t *c = ctx;
+    float *f = c->sh->rowf + (size_t)ith * c->sh->max_row;
+    for (uint64_t r = (uint64_t)ith; r < c->nrows; r += (uint64_t)nth) {
+        c->in->to_float(c->src + (c->r0 + r) * c->in_row, f, (int64_t)c->ne0);
+        c->out->from_float(f, c->sh->chunk + r * c->out_row, (int64_t)c->ne0);
+    }
+}
 
 /* Writes one tensor's rows converted from src->type to dst. */
 static cr_status_t convert_tensor(void *ctx, const char *name,
@@ -211,6 +239,7 @@ static cr_status_t convert_tensor(void *ctx, const char *name,
                                   cr_err_t *err)
 {
     job_t *j = ctx;
+    shared_t *sh = j->sh;
     const cr_gguf_tensor_t *t = j->src;
     const be_type_traits_t *in = be_type_traits(t->type);
     const be_type_traits_t *out = be_type_traits(j->dst);
@@ -226,17 +255,21 @@ static cr_status_t convert_tensor(void *ctx, const char *name,
     if (out_row * rows != size_bytes)
         return cr_err_set(err, CR_E_INVALID, "tensor '%s': size mismatch",
                           name);
-    const uint8_t *p = t->data;
-    for (uint64_t r = 0; r < rows; r++) {
-        in->to_float(p + r * in_row, j->rowf, (int64_t)ne0);
-        out->from_float(j->rowf, j->rowq, (int64_t)ne0);
-        cr_status_t st = cr_gguf_sink_write(sink, j->rowq, out_row, err);
+    uint64_t per_chunk = CHUNK_BYTES / out_row ? CHUNK_BYTES / out_row : 1;
+    chunk_task_t c = {.in = in, .out = out, .src = t->data, .in_row = in_row,
+                      .out_row = out_row, .ne0 = ne0, .sh = sh};
+    for (c.r0 = 0; c.r0 < rows; c.r0 += c.nrows) {
+        c.nrows = rows - c.r0 < per_chunk ? rows - c.r0 : per_chunk;
+        rn_threadpool_run(sh->pool, convert_rows, &c,
+                          c.nrows > INT_MAX ? INT_MAX : (int)c.nrows);
+        cr_status_t st = cr_gguf_sink_write(sink, sh->chunk,
+                                            c.nrows * out_row, err);
         if (st)
             return st;
     }
-    *j->done += t->size_bytes;
-    if (j->fn)
-        j->fn(j->ctx, *j->done, j->total);
+    sh->done += t->size_bytes;
+    if (sh->fn)
+        sh->fn(sh->ctx, sh->done, sh->total);
     return CR_OK;
 }
 
@@ -275,8 +308,7 @@ cr_status_t rn_quantize_file(const char *in_path, const char *out_path,
     cr_gguf_t *g = NULL;
     cr_gguf_writer_t *w = NULL;
     job_t *jobs = NULL;
-    float *rowf = NULL;
-    void *rowq = NULL;
+    shared_t sh = {.fn = fn, .ctx = ctx};
     cr_status_t st = cr_gguf_open(in_path, &g, err);
     if (st)
         return st;
@@ -287,12 +319,12 @@ cr_status_t rn_quantize_file(const char *in_path, const char *out_path,
         goto out;
     }
     size_t n = cr_gguf_tensor_count(g);
-    uint64_t max_row = 1, total = 0, done = 0;
+    uint64_t max_row = 1;
     for (size_t i = 0; i < n; i++) {
         const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
         if (t->ne[0] > max_row)
             max_row = t->ne[0];
-        total += t->size_bytes;
+        sh.total += t->size_bytes;
     }
     if (max_row > ROW_MAX_ELEMS) {
         st = cr_err_set(err, CR_E_TOO_LARGE, "a row of %" PRIu64
@@ -300,11 +332,16 @@ cr_status_t rn_quantize_file(const char *in_path, const char *out_path,
                         ROW_MAX_ELEMS);
         goto out;
     }
+    st = rn_threadpool_new(0, &sh.pool, err);
+    if (st)
+        goto out;
+    sh.max_row = max_row;
     w = cr_gguf_writer_new();
     jobs = calloc(n ? n : 1, sizeof *jobs);
-    rowf = malloc(max_row * sizeof(float));
-    rowq = malloc(max_row * sizeof(float) + 256); /* any type fits */
-    if (!w || !jobs || !rowf || !rowq) {
+    sh.rowf = malloc((size_t)rn_threadpool_size(sh.pool) * max_row * sizeof(float));
+    /* One converted row is at most a row of f32 (any type fits). */
+    sh.chunk = malloc(CHUNK_BYTES + max_row * sizeof(float));
+    if (!w || !jobs || !sh.rowf || !sh.chunk) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
         goto out;
     }
@@ -326,13 +363,12 @@ cr_status_t rn_quantize_file(const char *in_path, const char *out_path,
         if (strstr(t->name, "ffn_down"))
             pos.i_ffn_down++;
         job_t *j = &jobs[i];
-        *j = (job_t){.src = t, .dst = dst, .done = &done, .total = total,
-                     .fn = fn, .ctx = ctx, .rowf = rowf, .rowq = rowq};
+        *j = (job_t){.src = t, .dst = dst, .sh = &sh};
         if (dst == t->type) {
             /* Kept: borrowed from the mapping, which outlives the write. */
             st = cr_gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne,
                                            t->type, t->data, NULL, err);
-            done += t->size_bytes;
+            sh.done += t->size_bytes;
         } else {
             st = cr_gguf_writer_add_tensor_fn(w, t->name, t->n_dims, t->ne,
                                               dst, convert_tensor, j, NULL,
@@ -343,13 +379,14 @@ cr_status_t rn_quantize_file(const char *in_path, const char *out_path,
     }
     /* Kept tensors count from the start; converted ones as they finish. */
     if (fn)
-        fn(ctx, done, total);
+        fn(ctx, sh.done, sh.total);
     st = cr_gguf_writer_write(w, out_path, err);
     if (!st && fn)
-        fn(ctx, total, total);
+        fn(ctx, sh.total, sh.total);
 out:
-    free(rowq);
-    free(rowf);
+    free(sh.chunk);
+    free(sh.rowf);
+    rn_threadpool_destroy(&sh.pool);
     free(jobs);
     cr_gguf_writer_destroy(&w);
     cr_gguf_close(&g);
