@@ -4,7 +4,10 @@
  * Ollama hands its templates (collated messages, tools, thinking flags),
  * the three rendering modes (messages, legacy System/Prompt/Response with
  * the final turn cut after {{ .Response }}, suffix/FIM), image tags
- * ([img-N]) and dropping old history to fit num_ctx. It does not tokenize
+ * ([img-N]), dropping old history to fit num_ctx, and recording which
+ * bytes of the prompt are the template's and the model's own (trusted: may
+ * be read as control tokens) and which were printed out of request data
+ * (rn_prompt_span_t; prompt_tokens.h tokenizes by them). It does not tokenize
  * (the caller passes a counter), parse templates from model files (the
  * caller parses once with rn_tmpl_parse and keeps the template), or decode
  * HTTP/bus requests (the caller fills the plain structs below, borrowing
@@ -142,7 +145,8 @@ typedef struct rn_prompt_gen {
 
 /* Which bytes of the prompt may be read as control tokens. Trusted: the
  * template's own text and literals, the model's Modelfile data (SYSTEM,
- * MESSAGE, its TEMPLATE), the detokenized `context` (the client may send
+ * MESSAGE, its TEMPLATE: whoever wrote the Modelfile wrote the template,
+ * so could put the tokens there anyway), the detokenized `context` (the client may send
  * those ids directly anyway) and the whole prompt in raw mode (the client
  * asked for it verbatim). Untrusted: everything printed out of request
  * data: message roles, contents and thinking, the request's system and

@@ -21,6 +21,11 @@
  * parse errors, "template: :1:3: executing \"\" at <.Foo>: can't evaluate
  * field Foo in type string" for execution errors.
  *
+ * Trust: values carry RN_VAL_F_TRUSTED or not, and an execution can
+ * record which output bytes came from template text and trusted values
+ * and which from printing other (request) data (rn_tmpl_spans_t), so the
+ * caller can keep control-token text in request data from being parsed.
+ *
  * Limits (untrusted input): source size, parse nesting, execution depth
  * (nested actions and template calls), an execution step budget and the
  * output buffer's own max_bytes. */
