@@ -15,7 +15,12 @@ for dir in "$@"; do
         [ -f "$f" ] && [ -x "$f" ] || continue
         ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'
     done
-done | sort -u >"$tmp/libs"
+done | sort -u | {
+    # The CUDA runtime and cuBLAS come with the CUDA base image (or a
+    # toolkit installed outside dpkg, as on a build host): not packages to
+    # install here.
+    grep -v '^/usr/local/cuda' || true
+} >"$tmp/libs"
 # With a merged /usr, ldd and dpkg may spell a path with or without /usr,
 # through a symlink or not: ask dpkg about every spelling at once.
 while read -r lib; do
