@@ -1,6 +1,6 @@
 /* bench.c: CPU speed of the engine beside llama.cpp, on one GGUF file.
  *
- *   bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH]
+ *   bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] [--no-pp]
  *   bench-bench --synth SHAPE TYPE OUT.gguf
  *
  * Each round measures, in this order and in this one process: the machine's
@@ -400,16 +400,19 @@ static int synth_main(const char *shape, const char *type, const char *out)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH]\n"
+            "usage: bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] "
+            "[--no-pp]\n"
             "       bench-bench --synth tinyllama|llama32 q4_0|q8_0|q4_k_m OUT.gguf\n");
 }
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 5 && !strcmp(argv[1], "--synth"))
         return synth_main(argv[2], argv[3], argv[4]);
     const char *model = NULL, *lb = NULL;
     int threads = 2, rounds = 5;
+    bool no_pp = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-t") && v) {
@@ -421,6 +424,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--llama-bench") && v) {
             lb = v;
             i++;
+        } else if (!strcmp(a, "--no-pp")) {
+            no_pp = true; /* tg only (quick checks); pp columns read 0 */
         } else if (a[0] != '-' && !model) {
             model = a;
         } else {
@@ -454,7 +459,8 @@ int main(int argc, char **argv)
            "load+first token %.2f s\n",
            model, (double)sb.st_size / 1e9, (double)o.bytes_per_token / 1e9, threads,
            be_cpu_simd(o.be), o.load_s);
-    ours_pp(&o, PP_SHORT); /* warm */
+    if (!no_pp)
+        ours_pp(&o, PP_SHORT); /* warm */
     ours_tg(&o);
 
     double bw[MAX_ROUNDS], pp128[MAX_ROUNDS], pp512[MAX_ROUNDS], tg[MAX_ROUNDS];
@@ -468,8 +474,8 @@ int main(int argc, char **argv)
     printf("\n");
     for (int r = 0; r < rounds; r++) {
         bw[r] = measure_bandwidth(bwpool);
-        pp128[r] = ours_pp(&o, PP_SHORT);
-        pp512[r] = ours_pp(&o, PP_LONG);
+        pp128[r] = no_pp ? 0 : ours_pp(&o, PP_SHORT);
+        pp512[r] = no_pp ? 0 : ours_pp(&o, PP_LONG);
         reset_peak_rss();
         tg[r] = ours_tg(&o);
         rss_tg = CR_MAX(rss_tg, peak_rss_bytes());

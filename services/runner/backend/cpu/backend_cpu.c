@@ -202,41 +202,48 @@ static void convert_task(void *ctx, int ith, int nth)
                           (uint8_t *)j->xq + (size_t)t * j->act_bytes, j->w->n_cols);
 }
 
-/* Rows r0..r1 against every token. One token: a plain pass over the rows
- * (decode streams the weights once). More: tiles of ROW_TILE rows stay in
- * cache while groups of four tokens go by, each weight row decoded once
- * per group (vec_dot4). */
+/* Rows r0..r1 (r0 a multiple of ROW_TILE) against every token, a tile of
+ * ROW_TILE rows at a time, so the tile stays in cache while the tokens go
+ * by. Types with four-row kernels group rows by four (from multiples of 4)
+ * for any number of tokens, so every (row, token) takes the same float steps
+ * in a batch as alone; the rest use vec_dot4 (four tokens per weight row,
+ * each bitwise vec_dot) or vec_dot. */
 static void matmul_rows(const matmul_job_t *j, int64_t r0, int64_t r1)
 {
     const be_weight_t *w = j->w;
-    int64_t rows = w->n_rows;
+    size_t rows = (size_t)w->n_rows, rb = w->row_bytes, ab = j->act_bytes;
+    int64_t nc = w->n_cols;
     const uint8_t *wb = w->data;
     const uint8_t *xb = j->xq;
     be_vec_dot_fn dot = j->tt->vec_dot;
-    if (j->n == 1) {
-        for (int64_t r = r0; r < r1; r++)
-            dot(w->n_cols, &j->y[r], wb + (size_t)r * w->row_bytes, xb);
-        return;
-    }
     be_vec_dot4_fn dot4 = j->tt->vec_dot4;
-    for (int64_t rt = r0; rt < r1; rt += ROW_TILE) {
-        int64_t re = CR_MIN(r1, rt + ROW_TILE);
+    be_vec_dot_r4_fn dot_r4 = j->tt->vec_dot_r4;
+    be_vec_dot44_fn dot44 = j->tt->vec_dot44;
+    int64_t tile = j->n == 1 ? r1 - r0 : ROW_TILE;
+    for (int64_t rt = r0; rt < r1; rt += tile) {
+        int64_t re = CR_MIN(r1, rt + tile);
+        int64_t rg = dot_r4 ? rt + (re - rt) / 4 * 4 : rt; /* end of four-row groups */
         int t = 0;
-        if (dot4) {
-            for (; t + 4 <= j->n; t += 4) {
-                const void *xr = xb + (size_t)t * j->act_bytes;
-                float *yr = j->y + (size_t)t * (size_t)rows;
-                for (int64_t r = rt; r < re; r++)
-                    dot4(w->n_cols, &yr[r], (size_t)rows, wb + (size_t)r * w->row_bytes, xr,
-                         j->act_bytes);
-            }
-        }
-        for (; t < j->n; t++) {
-            const void *xr = xb + (size_t)t * j->act_bytes;
-            float *yr = j->y + (size_t)t * (size_t)rows;
-            for (int64_t r = rt; r < re; r++)
-                dot(w->n_cols, &yr[r], wb + (size_t)r * w->row_bytes, xr);
-        }
+        if (dot44)
+            for (; t + 4 <= j->n; t += 4)
+                for (int64_t r = rt; r < rg; r += 4)
+                    dot44(nc, j->y + (size_t)t * rows + (size_t)r, rows, wb + (size_t)r * rb,
+                          rb, xb + (size_t)t * ab, ab);
+        if (dot_r4)
+            for (; t < j->n; t++)
+                for (int64_t r = rt; r < rg; r += 4)
+                    dot_r4(nc, j->y + (size_t)t * rows + (size_t)r, wb + (size_t)r * rb, rb,
+                           xb + (size_t)t * ab);
+        t = 0;
+        if (dot4 && !dot_r4)
+            for (; t + 4 <= j->n; t += 4)
+                for (int64_t r = rg; r < re; r++)
+                    dot4(nc, j->y + (size_t)t * rows + (size_t)r, rows, wb + (size_t)r * rb,
+                         xb + (size_t)t * ab, ab);
+        for (; t < j->n; t++)
+            for (int64_t r = rg; r < re; r++)
+                dot(nc, j->y + (size_t)t * rows + (size_t)r, wb + (size_t)r * rb,
+                    xb + (size_t)t * ab);
     }
 }
 

@@ -700,6 +700,10 @@ static void detect(void)
     avx2_table[CR_TYPE_Q4_0].vec_dot4 = be_avx2_dot4_q4_0;
     avx2_table[CR_TYPE_Q4_K].vec_dot4 = be_avx2_dot4_q4_k;
     avx2_table[CR_TYPE_Q6_K].vec_dot4 = be_avx2_dot4_q6_k;
+    avx2_table[CR_TYPE_Q8_0].vec_dot_r4 = be_avx2_dotr4_q8_0;
+    avx2_table[CR_TYPE_Q4_0].vec_dot_r4 = be_avx2_dotr4_q4_0;
+    avx2_table[CR_TYPE_Q8_0].vec_dot44 = be_avx2_dot44_q8_0;
+    avx2_table[CR_TYPE_Q4_0].vec_dot44 = be_avx2_dot44_q4_0;
 
     hw_level = BE_SIMD_SCALAR;
 #if defined(__x86_64__) || defined(__i386__)

@@ -178,6 +178,16 @@ typedef void (*be_from_float_fn)(const float *x, void *y, int64_t n);
  * a an activation row of vec_dot_type. */
 typedef void (*be_vec_dot_fn)(int64_t n, float *s, const void *w,
                               const void *a);
+/* Four dot products of four weight rows (w, w + w_stride bytes, ...) with
+ * one activation row: s[0..3]. Same sums as vec_dot per row up to float
+ * rounding (the order differs). Used by matmul for decode (n == 1). */
+typedef void (*be_vec_dot_r4_fn)(int64_t n, float *s, const void *w,
+                                 size_t w_stride, const void *a);
+/* vec_dot_r4 for four activation rows (a + k * a_stride bytes): writes
+ * s[k * s_stride + r] with, per k, exactly vec_dot_r4's bits. */
+typedef void (*be_vec_dot44_fn)(int64_t n, float *s, size_t s_stride,
+                                const void *w, size_t w_stride, const void *a,
+                                size_t a_stride);
 /* Four dot products of one weight row with four activation rows:
  * s[k * s_stride] = sum_i w[i] * a_k[i] for a_k = a + k * a_stride bytes,
  * k = 0..3. Bit for bit what vec_dot gives for each pair (same float steps
@@ -196,6 +206,10 @@ typedef struct be_type_traits {
     be_vec_dot_fn vec_dot;       /* NULL for activation-only types (Q8_K) */
     cr_type_t vec_dot_type;      /* activation format vec_dot wants */
     be_vec_dot4_fn vec_dot4;     /* NULL: matmul calls vec_dot four times */
+    be_vec_dot_r4_fn vec_dot_r4; /* NULL: matmul calls vec_dot per row;
+                                    else matmul groups rows by four for
+                                    any n (batch == single steps, bitwise) */
+    be_vec_dot44_fn vec_dot44;   /* with vec_dot_r4: four tokens at once */
 } be_type_traits_t;
 
 typedef enum be_simd {

@@ -29,6 +29,14 @@ void be_avx2_dot4_q4_k(int64_t n, float *s, size_t ss, const void *w, const void
                        size_t as);
 void be_avx2_dot4_q6_k(int64_t n, float *s, size_t ss, const void *w, const void *a,
                        size_t as);
+void be_avx2_dotr4_q4_0(int64_t n, float *s, const void *w, size_t w_stride,
+                        const void *a);
+void be_avx2_dotr4_q8_0(int64_t n, float *s, const void *w, size_t w_stride,
+                        const void *a);
+void be_avx2_dot44_q4_0(int64_t n, float *s, size_t s_stride, const void *w,
+                        size_t w_stride, const void *a, size_t a_stride);
+void be_avx2_dot44_q8_0(int64_t n, float *s, size_t s_stride, const void *w,
+                        size_t w_stride, const void *a, size_t a_stride);
 void be_avx2_f32_to_f16(const float *x, void *y, int64_t n);
 void be_avx2_f16_to_f32(const void *x, float *y, int64_t n);
 
