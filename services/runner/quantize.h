@@ -10,7 +10,8 @@
  * general.quantization_version are set, and the file is written atomically
  * (lib/gguf_write.h). Rows whose length is not a whole number of the chosen
  * type's blocks fall back as llama.cpp does (Q4_K -> Q5_0, Q5_K -> Q5_1,
- * Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0; then F16).
+ * Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0; then F16). Rows are converted on a
+ * thread pool of all cores, 16 MiB of output at a time, written in order.
  *
  * The registry runs this through `corral-runner quantize` as a child
  * process so that it never links the engine. */

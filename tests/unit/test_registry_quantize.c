@@ -242,6 +242,21 @@ static void test_server_create(reg_server_t *s, const char *f16_digest)
         if (!strcmp(st, "success"))
             i_ok = i;
     }
+    /* The server forwards the counts once it calls reg_create_ex (with
+     * reg_create only the statuses arrive); when present they must rise to
+     * the total. */
+    int64_t last = -1, total = -1;
+    for (int i = 0; i < c->n; i++) {
+        const msg_progress_body_t *pb = &c->v[i].u.progress;
+        if (c->v[i].type != MSG_progress || !pb->has_total)
+            continue;
+        CHECK_EQ_STR(pb->status, "quantizing F16 model to Q4_K_M");
+        CHECK(pb->has_completed && pb->has_digest);
+        CHECK(pb->completed >= last && pb->completed <= pb->total);
+        last = pb->completed;
+        total = pb->total;
+    }
+    CHECK(last == total);
     CHECK(i_parse == 0);
     CHECK(i_quant > i_parse);
     CHECK(i_verify > i_quant);
