@@ -1069,16 +1069,16 @@ static void test_dot_r4(void)
                  * each group of four is vec_dot_r4's bits */
                 if (tv->vec_dot44) {
                     uint8_t *a4 = malloc(((size_t)ab + 34) * 4);
-                    for (int k = 0; k < 4; k++)
-                        memcpy(a4 + (size_t)k * ((size_t)ab + 34), a, (size_t)ab);
+                    for (int c = 0; c < 4; c++)
+                        memcpy(a4 + (size_t)c * ((size_t)ab + 34), a, (size_t)ab);
                     float o4[24];
                     for (int i = 0; i < 24; i++)
                         o4[i] = -3;
                     tv->vec_dot44(n, o4, 6, w, wstride, a4, (size_t)ab + 34);
-                    for (int k = 0; k < 4; k++)
+                    for (int c = 0; c < 4; c++)
                         for (int r = 0; r < 6; r++)
-                            bad += r < 4 ? f_bits(o4[6 * k + r]) != f_bits(out[r])
-                                         : o4[6 * k + r] != -3;
+                            bad += r < 4 ? f_bits(o4[6 * c + r]) != f_bits(out[r])
+                                         : o4[6 * c + r] != -3;
                     free(a4);
                 }
                 for (int r = 0; r < 4; r++) {
