@@ -27,6 +27,7 @@
 #include "services/runner/model.h"
 #include "services/runner/output.h"
 #include "services/runner/prompt.h"
+#include "services/runner/prompt_tokens.h"
 #include "services/runner/sampler.h"
 #include "services/runner/stop.h"
 #include "services/runner/thinking.h"
@@ -245,34 +246,35 @@ static const msg_options_t *req_options(const msg_t *req)
 
 /* ---- prompt ---- */
 
-static cr_status_t count_tokens(void *ctx, const char *text, size_t len,
+/* Counts a rendered prompt as tokenize_prompt will tokenize it (control
+ * tokens only where the template put them), for history truncation. */
+static cr_status_t count_prompt(void *ctx, const rn_prompt_result_t *p,
                                 int64_t *n_tokens, cr_err_t *err)
 {
     /* Asking with no room returns the count with CR_E_TOO_LARGE. */
     size_t n = 0;
-    cr_status_t st = rn_tokenize(ctx, text, len, true, true, NULL, 0, &n, err);
+    cr_status_t st = rn_prompt_tokenize(ctx, p, true, NULL, 0, &n, err);
     *n_tokens = (int64_t)n;
     return st == CR_E_TOO_LARGE || st == CR_OK ? CR_OK : st;
 }
 
-/* Tokenizes text (BOS as the vocabulary says, special tokens parsed: the
- * text is ours, from the template) after `prefix` context ids into
- * e->prompt. Over-long prompts keep num_keep tokens at the head and the
- * newest tokens, leaving room to generate. */
-static cr_status_t tokenize_prompt(rn_engine_t *e, const char *text,
+/* Tokenizes the rendered prompt into e->prompt: BOS as the vocabulary says,
+ * control tokens parsed only in the template's own text (and the model's
+ * Modelfile data, or everything in raw mode), never in request data (see
+ * prompt_tokens.h). Over-long prompts keep num_keep tokens at the head and
+ * the newest tokens, leaving room to generate. */
+static cr_status_t tokenize_prompt(rn_engine_t *e, const rn_prompt_result_t *p,
                                    int num_keep, int *n_out, cr_err_t *err)
 {
     size_t n_text = 0;
-    cr_status_t st = rn_tokenize(e->tok, text, strlen(text), true, true, NULL,
-                                 0, &n_text, err);
+    cr_status_t st = rn_prompt_tokenize(e->tok, p, true, NULL, 0, &n_text, err);
     if (st && st != CR_E_TOO_LARGE)
         return st;
     int32_t *all = malloc((n_text ? n_text : 1) * sizeof *all);
     if (!all)
         return cr_err_set(err, CR_E_NOMEM, "out of memory for the prompt");
     size_t total = 0;
-    st = rn_tokenize(e->tok, text, strlen(text), true, true, all, n_text,
-                     &total, err);
+    st = rn_prompt_tokenize(e->tok, p, true, all, n_text, &total, err);
     if (st) {
         free(all);
         return st;
@@ -347,14 +349,14 @@ static void view_free(msgs_view_t *v)
     memset(v, 0, sizeof *v);
 }
 
-/* Renders the request into prompt text (caller frees). */
-static cr_status_t render(rn_engine_t *e, const msg_t *req, char **text_out,
-                          cr_err_t *err)
+/* Renders the request into the prompt: text and trust spans (caller frees
+ * with rn_prompt_result_free). */
+static cr_status_t render(rn_engine_t *e, const msg_t *req,
+                          rn_prompt_result_t *out, cr_err_t *err)
 {
     const msg_load_body_t *ld = &e->load.u.load;
     rn_prompt_fit_t fit = {.truncate = true,
                            .num_ctx = e->n_ctx,
-                           .count_tokens = count_tokens,
                            .count_ctx = e->tok};
     rn_prompt_result_t res = {0};
     msgs_view_t model_msgs, msgs = {0};
@@ -388,6 +390,7 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req, char **text_out,
         in.strip_old_thinking =
             !strcmp(rn_model_hparams(e->model)->arch, "qwen3");
         in.fit = fit;
+        in.count_prompt = count_prompt;
         st = rn_prompt_chat(&in, &res, err);
     } else {
         const msg_generate_body_t *g = &req->u.generate;
@@ -423,11 +426,12 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req, char **text_out,
         in.think = rn_prompt_think_parse(g->think);
         fit.truncate = !g->has_truncate || g->truncate;
         in.fit = fit;
+        in.count_prompt = count_prompt;
         st = rn_prompt_generate(&in, &res, err);
     }
     if (!st) {
-        *text_out = res.text;
-        res.text = NULL;
+        *out = res;
+        memset(&res, 0, sizeof res);
     }
 out:
     rn_prompt_result_free(&res);
@@ -627,14 +631,14 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
     if ((st = rn_sampler_reset(e->sampler, &ro.sp, err)))
         goto out;
 
-    char *text = NULL;
-    if ((st = render(e, r, &text, err)))
+    rn_prompt_result_t prompt = {0};
+    if ((st = render(e, r, &prompt, err)))
         goto out;
     int n_prompt = 0;
-    st = begin_output(e, r, text, err);
+    st = begin_output(e, r, prompt.text, err);
     if (!st)
-        st = tokenize_prompt(e, text, ro.num_keep, &n_prompt, err);
-    free(text);
+        st = tokenize_prompt(e, &prompt, ro.num_keep, &n_prompt, err);
+    rn_prompt_result_free(&prompt);
     if (st)
         goto out;
 
