@@ -31,6 +31,8 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define N_TOK 12
 #define MAX_D 64
@@ -584,6 +586,60 @@ static void test_corrupt(void)
     CHECK_EQ_INT(load_edited("bert", "blk.0.ffn_up.bias", NULL, 0, NULL, &err), CR_OK);
 }
 
+/* corral-gguf-synth --arch bert|nomic-bert --pooling writes the bytes
+ * synth.c does. */
+static void test_tool(void)
+{
+    const char *bd = getenv("CORRAL_BUILD_DIR");
+    char tool[1024];
+    snprintf(tool, sizeof tool, "%s/bin/corral-gguf-synth", bd ? bd : ".");
+    if (!bd || access(tool, X_OK) != 0) {
+        printf("test_bert_forward: %s not built; tool checks skipped\n", tool);
+        return;
+    }
+    char dir[] = "/tmp/corral-test-bert-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    static const struct {
+        const char *arch, *pooling;
+        int pooling_type;
+    } cases[] = {{"bert", "cls", 2}, {"nomic-bert", "last", 3}};
+    char out[128], cmd[2048];
+    snprintf(out, sizeof out, "%s/m.gguf", dir);
+    for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
+        snprintf(cmd, sizeof cmd, "'%s' --out '%s' --arch %s --pooling %s --seed 11 "
+                 "--layers 2 --heads 4 --kv-heads 4 --ffn 96 --ctx 32 --std 0.3", tool,
+                 out, cases[i].arch, cases[i].pooling);
+        CHECK_EQ_INT(system(cmd), 0);
+        rn_synth_opts_t o;
+        bert_opts(cases[i].arch, cases[i].pooling_type, &o);
+        o.rms_eps = 1e-5f; /* the tool's default epsilon */
+        void *b = NULL;
+        size_t l = 0;
+        cr_err_t err;
+        cr_err_clear(&err);
+        CHECK_EQ_INT(rn_synth_write_memory(&o, &b, &l, &err), CR_OK);
+        FILE *f = fopen(out, "rb");
+        char *fb = malloc(l + 1);
+        size_t got = f && fb ? fread(fb, 1, l + 1, f) : 0;
+        if (f)
+            fclose(f);
+        CHECK_MSG(got == l && b && !memcmp(fb, b, l), "%s: tool bytes differ",
+                  cases[i].arch);
+        free(fb);
+        free(b);
+    }
+    /* a pooling the tool does not know is a usage error (2) */
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --arch bert --pooling rank 2>/dev/null",
+             tool, out);
+    int rc = system(cmd);
+    CHECK_EQ_INT(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 2);
+    unlink(out);
+    rmdir(dir);
+}
+
 /* The ext ops the bert family adds: layernorm and gelu. */
 static void test_ext_ops(void)
 {
@@ -625,6 +681,7 @@ int main(void)
     test_tokenizer();
     test_archs();
     test_corrupt();
+    test_tool();
     be_destroy(&be_g);
     return check_finish("test_bert_forward");
 }
