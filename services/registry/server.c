@@ -166,13 +166,12 @@ typedef struct progress_ctx {
     const char *id;
 } progress_ctx_t;
 
-static void on_progress(void *ctx, const char *status)
+static void on_progress(void *ctx, const msg_progress_body_t *pb)
 {
     progress_ctx_t *p = ctx;
     msg_t m;
     msg_init(&m, MSG_progress, p->id);
-    m.u.progress.status = (char *)status;
-    m.u.progress.has_status = true;
+    m.u.progress = *pb; /* borrowed for the send */
     send_reply(p->fn, p->ctx, &m);
     msg_clear(&m);
 }
@@ -216,7 +215,7 @@ void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
         break;
     case MSG_create: {
         progress_ctx_t p = {fn, ctx, id};
-        st = reg_create(s->store, &req->u.create, on_progress, &p, &err);
+        st = reg_create_ex(s->store, &req->u.create, on_progress, &p, &err);
         if (!st)
             msg_init(&reply, MSG_ok, id);
         else

@@ -5,13 +5,18 @@
  *   corral-runner tokenize --model FILE [--no-bos] [--special]
  *       UTF-8 text on stdin -> token ids on one line.
  *   corral-runner logits --model FILE --tokens "ID ID ..." --out FILE.f32
- *       float32 logits of every position, row after row. */
+ *       float32 logits of every position, row after row.
+ *   corral-runner quantize --in SRC.gguf --out DST.gguf --type Q4_K_M
+ *           [--progress]
+ *       requantize an F32/F16/BF16 model (the registry's create --quantize
+ *       runs this); --progress prints DONE/TOTAL lines. */
 #include "lib/prelude.h"
 
 #include <czmq.h>
 #include <signal.h>
 
 #include "lib/log.h"
+#include "services/runner/quantize.h"
 #include "services/runner/server.h"
 #include "services/runner/tools.h"
 
@@ -37,7 +42,9 @@ static int usage(void)
             "usage: corral-runner serve --endpoint EP --id ID\n"
             "       corral-runner tokenize --model FILE [--no-bos] [--special]\n"
             "       corral-runner logits --model FILE --tokens \"ID ...\" "
-            "--out FILE.f32\n");
+            "--out FILE.f32\n"
+            "       corral-runner quantize --in SRC.gguf --out DST.gguf "
+            "--type Q4_K_M [--progress]\n");
     return 2;
 }
 
@@ -69,6 +76,8 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "serve"))
         return serve(argc, argv);
+    if (!strcmp(cmd, "quantize"))
+        return rn_tool_quantize(argc, argv);
     const char *model = flag(argc, argv, "--model");
     if (!model)
         return usage();

@@ -916,10 +916,13 @@ static void test_create_errors(void)
     CHECK(do_create(s, &a, NULL, &err) == CR_E_INVALID);
     CHECK_MSG(!strncmp(err.msg, "invalid GGUF file: ", 19), "%s", err.msg);
     free(bad);
-    /* quantizing an F32 model is not implemented; a Q4 source is refused */
+    /* quantizing needs corral-runner's quantize tool (test_registry_quantize
+     * covers it); without a runner the create fails and writes nothing */
     a.file_digest = digest;
     a.quantize = "q4_K_M";
-    CHECK(do_create(s, &a, NULL, &err) == CR_E_UNSUPPORTED);
+    setenv("CORRAL_RUNNER_BIN", "/nonexistent/corral-runner", 1);
+    CHECK(do_create(s, &a, NULL, &err) == CR_E_NOT_FOUND);
+    unsetenv("CORRAL_RUNNER_BIN");
     free(g);
     tags(s, &reply);
     CHECK_EQ_INT(reply.u.tags_reply.models.n, 0);
