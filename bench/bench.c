@@ -296,7 +296,8 @@ static int json_int(const char *line, const char *key)
     return atoi(p + 1);
 }
 
-static bool theirs_run(const char *bin, const char *model, int threads, theirs_t *out)
+static bool theirs_run(const char *bin, const char *model, int threads, bool no_pp,
+                       theirs_t *out)
 {
     memset(out, 0, sizeof *out);
     out->pp = out->tg = out->load_s = -1;
@@ -315,7 +316,7 @@ static bool theirs_run(const char *bin, const char *model, int threads, theirs_t
         int dn = open("/dev/null", O_WRONLY);
         if (dn >= 0)
             dup2(dn, 2);
-        execl(bin, bin, "-m", model, "-t", tbuf, "-p", "512", "-n", "128", "-r", "1",
+        execl(bin, bin, "-m", model, "-t", tbuf, "-p", no_pp ? "0" : "512", "-n", "128", "-r", "1",
               "-o", "jsonl", (char *)NULL);
         _exit(127);
     }
@@ -340,7 +341,10 @@ static bool theirs_run(const char *bin, const char *model, int threads, theirs_t
     if (wait4(pid, &status, 0, &ru) < 0)
         return false;
     out->maxrss = (uint64_t)ru.ru_maxrss * 1024;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 && out->pp > 0 && out->tg > 0;
+    if (no_pp)
+        out->pp = 0;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 && (no_pp || out->pp > 0) &&
+           out->tg > 0;
 }
 
 /* ---- synth ------------------------------------------------------------ */
@@ -484,7 +488,7 @@ int main(int argc, char **argv)
                100 * frac[r]);
         if (lb) {
             theirs_t t;
-            if (theirs_run(lb, model, threads, &t)) {
+            if (theirs_run(lb, model, threads, no_pp, &t)) {
                 tpp[nt] = t.pp;
                 ttg[nt] = t.tg;
                 tload[nt] = t.load_s;
@@ -512,7 +516,8 @@ int main(int argc, char **argv)
         printf("llama-bench median: pp512 %.1f  tg128 %.2f t/s (%.0f%% of the bandwidth "
                "limit), max RSS %.2f GB, load+first token %.2f s\n",
                t_pp, t_tg, 100 * median(tfrac, nt), (double)trss / 1e9, median(tload, nt));
-        printf("ratio ours/llama.cpp: pp512 %.2fx  tg128 %.2fx  load %.2fx\n", m_pp512 / t_pp,
+        printf("ratio ours/llama.cpp: pp512 %.2fx  tg128 %.2fx  load %.2fx\n",
+               t_pp > 0 ? m_pp512 / t_pp : 0,
                m_tg / t_tg, median(tload, nt) > 0 ? o.load_s / median(tload, nt) : 0);
     }
     ours_close(&o);
