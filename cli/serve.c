@@ -13,9 +13,9 @@
 #include "lib/prelude.h"
 #include "cli/serve.h"
 #include "lib/env.h"
+#include "lib/self_path.h"
 #include "lib/log.h"
 
-#include <libgen.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -56,14 +56,7 @@ static cr_status_t bin_dir(char *out, size_t cap, cr_err_t *err)
         snprintf(out, cap, "%s", env);
         return CR_OK;
     }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-        return cr_err_set(err, CR_E_IO, "cannot find this program's directory: %s",
-                          strerror(errno));
-    exe[n] = '\0';
-    snprintf(out, cap, "%s", dirname(exe));
-    return CR_OK;
+    return cr_self_dir(out, cap, err);
 }
 
 static cr_status_t start(svc_t *s, const sigset_t *old_mask, cr_err_t *err)

@@ -3,6 +3,8 @@
 #include "lib/prelude.h"
 #include "services/registry/quantize.h"
 
+#include "lib/self_path.h"
+
 #include "lib/tensor_type.h"
 
 #include <fcntl.h>
@@ -43,33 +45,11 @@ const char *reg_quantize_type(const char *name, uint32_t *ftype)
 
 cr_status_t reg_quantize_runner_bin(char *out, size_t cap, cr_err_t *err)
 {
-    const char *env = getenv("CORRAL_RUNNER_BIN");
-    if (env && *env) {
-        if (access(env, X_OK))
-            return cr_err_set(err, CR_E_NOT_FOUND,
-                              "CORRAL_RUNNER_BIN '%s' is not executable", env);
-        if (strlen(env) >= cap)
-            return cr_err_set(err, CR_E_TOO_LARGE, "runner path too long");
-        snprintf(out, cap, "%s", env);
-        return CR_OK;
-    }
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        return cr_err_set(err, CR_E_IO, "cannot read /proc/self/exe: %s",
-                          strerror(errno));
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    int w = snprintf(out, cap, "%s/corral-runner", self);
-    if (w < 0 || (size_t)w >= cap)
-        return cr_err_set(err, CR_E_TOO_LARGE, "runner path too long");
-    if (access(out, X_OK))
-        return cr_err_set(err, CR_E_NOT_FOUND,
-                          "corral-runner not found beside the registry (%s); "
-                          "it is needed to quantize", out);
-    return CR_OK;
+    cr_status_t st =
+        cr_sibling_bin("corral-runner", "CORRAL_RUNNER_BIN", out, cap, err);
+    if (st == CR_E_NOT_FOUND)
+        cr_err_wrap(err, "quantizing needs corral-runner");
+    return st;
 }
 
 typedef struct reader {

@@ -7,34 +7,11 @@
 #include <unistd.h>
 
 #include "lib/env.h"
+#include "lib/self_path.h"
 
 cr_status_t sch_runner_bin(char *out, size_t cap, cr_err_t *err)
 {
-    const char *env = getenv("CORRAL_RUNNER_BIN");
-    if (env && *env) {
-        if (access(env, X_OK))
-            return cr_err_set(err, CR_E_NOT_FOUND,
-                              "CORRAL_RUNNER_BIN '%s' is not executable", env);
-        snprintf(out, cap, "%s", env);
-        return CR_OK;
-    }
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        return cr_err_set(err, CR_E_IO, "cannot read /proc/self/exe: %s",
-                          strerror(errno));
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    int w = snprintf(out, cap, "%s/corral-runner", self);
-    if (w < 0 || (size_t)w >= cap)
-        return cr_err_set(err, CR_E_TOO_LARGE, "runner path too long");
-    if (access(out, X_OK))
-        return cr_err_set(err, CR_E_NOT_FOUND,
-                          "corral-runner not found beside the scheduler (%s)",
-                          out);
-    return CR_OK;
+    return cr_sibling_bin("corral-runner", "CORRAL_RUNNER_BIN", out, cap, err);
 }
 
 cr_status_t sch_spawn_runner(const char *bin, const char *endpoint,
