@@ -843,6 +843,19 @@ static void test_wpm_memory(void)
     if (!tok)
         return;
     CHECK(rn_tokenizer_kind(tok) == RN_TOK_WPM);
+    /* the normalizer's maps: first code point of NFD, first of lowercase */
+    CHECK_EQ_INT(rn_unicode_nfd_first(0xE9), 'e');      /* e acute */
+    CHECK_EQ_INT(rn_unicode_nfd_first(0x1E09), 'c');    /* c cedilla acute */
+    CHECK_EQ_INT(rn_unicode_nfd_first(0xAC00), 0x1100); /* Hangul GA -> G */
+    CHECK_EQ_INT(rn_unicode_nfd_first('a'), 'a');
+    CHECK_EQ_INT(rn_unicode_nfd_first(0x4E2D), 0x4E2D);
+    CHECK_EQ_INT(rn_unicode_nfd_first(RN_UTF8_RAW + 0xFF), RN_UTF8_RAW + 0xFF);
+    CHECK_EQ_INT(rn_unicode_tolower('Q'), 'q');
+    CHECK_EQ_INT(rn_unicode_tolower(0x391), 0x3B1);  /* Greek Alpha */
+    CHECK_EQ_INT(rn_unicode_tolower(0x130), 'i');    /* I with dot above */
+    CHECK_EQ_INT(rn_unicode_tolower(0x10400), 0x10428); /* Deseret */
+    CHECK_EQ_INT(rn_unicode_tolower(0x3B1), 0x3B1);
+    CHECK_EQ_INT(rn_unicode_tolower(0x110000), 0x110000);
     CHECK_EQ_INT(rn_tokenizer_bos(tok), W_CLS);
     CHECK_EQ_INT(rn_tokenizer_eos(tok), W_SEP);
     CHECK_EQ_INT(rn_tokenizer_unk(tok), W_UNK);
