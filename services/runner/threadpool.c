@@ -1,16 +1,21 @@
 /* threadpool.c: persistent workers woken per job by a generation counter.
  *
  * Workers spin briefly on the counter (jobs arrive back to back during a
- * forward pass) and then sleep on a condition variable, so an idle runner
- * costs no CPU. */
+ * forward pass), then yield the core a number of times (on a machine with
+ * more runnable threads than cores, a spinning thread would take time from
+ * the very thread it waits for), and then sleep on a condition variable, so
+ * an idle runner costs no CPU. The caller waits for the job's end the same
+ * way. */
 #include "lib/prelude.h"
 #include "services/runner/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
-#define SPIN_ITERS 20000
+#define SPIN_ITERS 4000  /* pause loops before yielding */
+#define YIELD_ITERS 200  /* sched_yield calls before sleeping */
 
 typedef struct worker {
     rn_threadpool_t *pool;
@@ -56,8 +61,11 @@ static void *worker_main(void *arg)
     unsigned seen = 0;
     for (;;) {
         unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
-        for (int i = 0; g == seen && i < SPIN_ITERS; i++) {
-            cpu_relax();
+        for (int i = 0; g == seen && i < SPIN_ITERS + YIELD_ITERS; i++) {
+            if (i < SPIN_ITERS)
+                cpu_relax();
+            else
+                sched_yield();
             g = atomic_load_explicit(&p->gen, memory_order_acquire);
         }
         if (g == seen) {
@@ -165,10 +173,13 @@ void rn_threadpool_run(rn_threadpool_t *p, rn_task_fn fn, void *ctx, int n_tasks
 
     fn(ctx, 0, p->nth);
 
-    for (int i = 0; i < SPIN_ITERS; i++) {
+    for (int i = 0; i < SPIN_ITERS + YIELD_ITERS; i++) {
         if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0)
             return;
-        cpu_relax();
+        if (i < SPIN_ITERS)
+            cpu_relax();
+        else
+            sched_yield();
     }
     pthread_mutex_lock(&p->mu);
     while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
