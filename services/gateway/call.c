@@ -13,6 +13,7 @@
 #include <time.h>
 
 #define SEND_SLICE_MS 50
+#define REFUSED_GRACE_MS 1000 /* how long a refused connect is retried */
 #define CANCEL_LINGER_MS 1000
 
 struct gw_call {
@@ -124,7 +125,8 @@ static cr_status_t unavailable(gw_call_t *c, cr_err_t *err)
 cr_status_t gw_call_send(gw_call_t *c, msg_t *m, cr_err_t *err)
 {
     memcpy(m->id, c->id, sizeof m->id);
-    int64_t deadline = mono_ms() + c->connect_timeout_ms;
+    int64_t start = mono_ms();
+    int64_t deadline = start + c->connect_timeout_ms;
     for (;;) {
         cr_err_t e;
         cr_status_t st = bus_send(c->sock, m, &e);
@@ -138,9 +140,12 @@ cr_status_t gw_call_send(gw_call_t *c, msg_t *m, cr_err_t *err)
             return st;
         }
         /* No connected peer yet: the connect may still be on its way. A
-         * refused connect means nobody listens; do not wait it out. */
+         * refused connect means nobody listens yet: a service that is
+         * starting or being restarted (by serve or systemd) gets a short
+         * grace, not the whole connect timeout. */
         drain_monitor(c);
-        if (c->refused || mono_ms() >= deadline) {
+        int64_t now = mono_ms();
+        if (now >= deadline || (c->refused && now - start >= REFUSED_GRACE_MS)) {
             cr_log_debug("%s: %s %s: %s", c->id, msg_type_name(m->type),
                          c->refused ? "connect refused" : "send timed out",
                          e.msg);

@@ -1391,6 +1391,14 @@ static void test_disconnect(void)
     resp_free(&r);
 }
 
+static void *start_scheduler_later(void *arg)
+{
+    CR_UNUSED(arg);
+    usleep(300000);
+    sched_g = fake_start("scheduler", scheduler_fn);
+    return NULL;
+}
+
 static void test_dead_peers(void)
 {
     resp_t r;
@@ -1439,6 +1447,18 @@ static void test_dead_peers(void)
                       "{\"model\":\"ok\",\"stream\":false}"),
                  200);
     resp_free(&r);
+
+    /* A scheduler that is (re)starting: nobody listens when the request
+     * comes, it binds 300 ms later, and the request is served (a refused
+     * connect is retried for a short grace). */
+    fake_stop(&sched_g);
+    pthread_t late;
+    pthread_create(&late, NULL, start_scheduler_later, NULL);
+    CHECK_EQ_INT(http(&r, "POST", "/api/generate",
+                      "{\"model\":\"ok\",\"stream\":false}"),
+                 200);
+    resp_free(&r);
+    pthread_join(late, NULL);
 }
 
 typedef struct bg {
