@@ -13,7 +13,7 @@
 #include <time.h>
 
 #define SEND_SLICE_MS 50
-#define REFUSED_GRACE_MS 1000 /* how long a refused connect is retried */
+#define REFUSED_GRACE_MS 2000 /* how long a refused connect is retried */
 #define CANCEL_LINGER_MS 1000
 
 struct gw_call {

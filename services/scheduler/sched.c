@@ -853,8 +853,10 @@ static void on_runners(sch_server_t *s)
         m.type == MSG_tokens || m.type == MSG_text)
         r = req_find(s, m.id);
     if (r && r->runner == rn) {
-        if (m.type == MSG_chunk || m.type == MSG_progress)
+        if (m.type == MSG_chunk || m.type == MSG_progress) {
+            r->got_output |= m.type == MSG_chunk;
             send_client(s, r->client, &m);
+        }
         else
             finish_request(s, r, &m);
     } else if (!strcmp(m.id, rn->id)) {
@@ -879,6 +881,19 @@ static void runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,
                  "request will load it again",
                  how);
         cr_log_error("runner %s (pid %d): %s", rn->id, (int)pid, text);
+        /* A request the dead runner had not answered at all runs again on
+         * a fresh runner, once: its client never sees the crash. One that
+         * already got output fails (its text cannot be taken back). */
+        for (request_t *r = s->req_list; r; r = r->next)
+            if (r->state == RQ_RUNNING && r->runner == rn && !r->got_output &&
+                !r->retried) {
+                r->state = RQ_PENDING;
+                r->runner = NULL;
+                r->retried = true;
+                cr_log_info("request %s: runner died before answering; "
+                            "running it again",
+                            r->id);
+            }
         /* A runner that dies while loading fails its waiters too, or a
          * model that always crashes would be respawned forever. */
         bool loading = rn->state != RS_READY;

@@ -72,6 +72,8 @@ typedef struct request {
     sch_estimate_t *est;     /* owned; estimated once, when it must load */
     cr_status_t est_status;  /* CR_OK, or why the GGUF could not be read */
     bool est_done;
+    bool got_output;         /* a chunk was relayed to the client */
+    bool retried;            /* already re-queued once after a runner died */
     struct request *next;
 } request_t;
 

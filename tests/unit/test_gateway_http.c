@@ -1394,7 +1394,7 @@ static void test_disconnect(void)
 static void *start_scheduler_later(void *arg)
 {
     CR_UNUSED(arg);
-    usleep(300000);
+    usleep(200000);
     sched_g = fake_start("scheduler", scheduler_fn);
     return NULL;
 }
@@ -1429,12 +1429,13 @@ static void test_dead_peers(void)
     resp_free(&r);
     fake_stop(&sched_g);
 
-    /* no scheduler at all: fails at once */
+    /* no scheduler at all: fails after the short grace a restarting
+     * service gets (2 s), not the whole connect timeout */
     t0 = now_ms();
     http(&r, "POST", "/api/generate", "{\"model\":\"ok\"}");
     CHECK_EQ_INT(r.status, 502);
     CHECK_EQ_STR(error_of(r.body.data), "scheduler unavailable");
-    CHECK_MSG(now_ms() - t0 < 1500, "absent scheduler took %lld ms",
+    CHECK_MSG(now_ms() - t0 < 2900, "absent scheduler took %lld ms",
               (long long)(now_ms() - t0));
     resp_free(&r);
     http(&r, "GET", "/api/ps", NULL);
@@ -1449,7 +1450,7 @@ static void test_dead_peers(void)
     resp_free(&r);
 
     /* A scheduler that is (re)starting: nobody listens when the request
-     * comes, it binds 300 ms later, and the request is served (a refused
+     * comes, it binds 200 ms later, and the request is served (a refused
      * connect is retried for a short grace). */
     fake_stop(&sched_g);
     pthread_t late;

@@ -114,6 +114,16 @@ static int fake_runner(const char *endpoint, const char *id)
                 zclock_sleep(50);
                 _exit(3);
             }
+            /* Dies before answering, the first time only (a marker file
+             * named by the prompt's suffix remembers it). */
+            if (!strncmp(p, "die-once:", 9) && access(p + 9, F_OK)) {
+                FILE *mk = fopen(p + 9, "w");
+                if (mk)
+                    fclose(mk);
+                _exit(4);
+            }
+            if (!strcmp(p, "die-always"))
+                _exit(4);
             if (!strcmp(p, "slow")) {
                 fake_chunk(d, m.id, "first");
                 msg_t c;
@@ -459,6 +469,21 @@ static void test_errors(void)
     msg_clear(&m);
     wait_runners(&e, 0);
     CHECK_EQ_INT(run_request(&e, "after", "gamma", "hi", NULL, NULL), MSG_done);
+
+    /* A runner that dies before answering anything: the request runs again
+     * on a fresh runner and its client never sees the crash... */
+    char marker[300], prompt[400];
+    snprintf(marker, sizeof marker, "%s/died-once", e.dir);
+    snprintf(prompt, sizeof prompt, "die-once:%s", marker);
+    CHECK_EQ_INT(run_request(&e, "retry", "gamma", prompt, NULL, NULL),
+                 MSG_done);
+    CHECK(access(marker, F_OK) == 0); /* it did die once */
+    /* ...but only once: a request that kills every runner fails. */
+    CHECK_EQ_INT(run_request(&e, "doomed", "gamma", "die-always", NULL, &m),
+                 MSG_error);
+    CHECK_EQ_INT(m.u.error.status, CR_E_RUNNER);
+    msg_clear(&m);
+    wait_runners(&e, 0);
 
     /* Cancel while running: forwarded to the runner, which stops. */
     send_generate(&e, "slow", "gamma", "slow", NULL, 0);
