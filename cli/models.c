@@ -84,12 +84,17 @@ static cr_status_t operands(int argc, char **argv, char **ops, int cap, int *n_o
 
 /* ---- list / ps ---- */
 
-cr_status_t cli_cmd_list(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
+/* One row of a model table from one entry of `models`; fills row[] with
+ * strings that live in buf (cap bytes per column). */
+typedef void (*row_fn)(json_t *m, const char *name, time_t now,
+                       char buf[][64], const char **row);
+
+/* `list` and `ps`: GET path, keep the models whose name starts with the
+ * optional PREFIX operand, print them as a table under head. */
+static cr_status_t model_table(cli_ctx_t *ctx, int argc, char **argv,
+                               const char *path, const char *const *head,
+                               size_t n_cols, row_fn fill, cr_err_t *err)
 {
-    if (cli_wants_help(argc, argv)) {
-        printf("List models\n\nUsage:\n  corral list [PREFIX]\n\nAliases:\n  list, ls\n");
-        return CR_OK;
-    }
     char *ops[1];
     int n_ops;
     cli_http_t *h = NULL;
@@ -97,15 +102,13 @@ cr_status_t cli_cmd_list(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
     if (st || (st = cli_ctx_http(ctx, &h, err)))
         return st;
     json_t *resp = NULL;
-    st = cli_http_json(h, "GET", "/api/tags", NULL, NULL, NULL, &resp, NULL, err);
-    if (st)
+    if ((st = cli_http_json(h, "GET", path, NULL, NULL, NULL, &resp, NULL, err)))
         return st;
-    cli_table_t *t = cli_table_new(4);
+    cli_table_t *t = cli_table_new(n_cols);
     if (!t) {
         json_decref(resp);
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     }
-    const char *head[] = {"NAME", "ID", "SIZE", "MODIFIED"};
     st = cli_table_add(t, head);
     json_t *models = json_object_get(resp, "models");
     time_t now = time(NULL);
@@ -114,15 +117,9 @@ cr_status_t cli_cmd_list(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
         const char *name = cli_jstr(m, "name") ? cli_jstr(m, "name") : cli_jstr(m, "model");
         if (!name || (n_ops && strncmp(name, ops[0], strlen(ops[0]))))
             continue;
-        const char *digest = cli_jstr(m, "digest");
-        char id[13], size[32], mod[64];
-        snprintf(id, sizeof id, "%.12s", digest ? digest : "");
-        cli_fmt_bytes(jint(m, "size"), size, sizeof size);
-        time_t t_mod = 0;
-        if (!cli_parse_rfc3339(cli_jstr(m, "modified_at"), &t_mod))
-            t_mod = 0;
-        cli_fmt_human_time(t_mod, now, "Never", mod, sizeof mod);
-        const char *row[] = {name, id, size, mod};
+        char buf[8][64];
+        const char *row[8];
+        fill(m, name, now, buf, row);
         st = cli_table_add(t, row);
     }
     if (!st)
@@ -134,59 +131,66 @@ cr_status_t cli_cmd_list(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
     return st;
 }
 
+/* The ID column: the first 12 hex digits of the manifest digest. */
+static void id_of(json_t *m, char *out, size_t cap)
+{
+    const char *digest = cli_jstr(m, "digest");
+    snprintf(out, cap, "%.12s", digest ? digest : "");
+}
+
+static void list_row(json_t *m, const char *name, time_t now, char buf[][64],
+                     const char **row)
+{
+    id_of(m, buf[1], sizeof buf[1]);
+    cli_fmt_bytes(jint(m, "size"), buf[2], sizeof buf[2]);
+    time_t t_mod = 0;
+    if (!cli_parse_rfc3339(cli_jstr(m, "modified_at"), &t_mod))
+        t_mod = 0;
+    cli_fmt_human_time(t_mod, now, "Never", buf[3], sizeof buf[3]);
+    row[0] = name;
+    for (int c = 1; c < 4; c++)
+        row[c] = buf[c];
+}
+
+static void ps_row(json_t *m, const char *name, time_t now, char buf[][64],
+                   const char **row)
+{
+    id_of(m, buf[1], sizeof buf[1]);
+    cli_fmt_bytes(jint(m, "size"), buf[2], sizeof buf[2]);
+    cli_fmt_processor(jint(m, "size"), jint(m, "size_vram"), buf[3],
+                      sizeof buf[3]);
+    snprintf(buf[4], sizeof buf[4], "%" PRId64, jint(m, "context_length"));
+    time_t exp = 0;
+    if (!cli_parse_rfc3339(cli_jstr(m, "expires_at"), &exp))
+        exp = 0;
+    if (exp && exp <= now) /* expired: the unload is under way */
+        snprintf(buf[5], sizeof buf[5], "Stopping...");
+    else
+        cli_fmt_human_time(exp, now, "Never", buf[5], sizeof buf[5]);
+    row[0] = name;
+    for (int c = 1; c < 6; c++)
+        row[c] = buf[c];
+}
+
+cr_status_t cli_cmd_list(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
+{
+    if (cli_wants_help(argc, argv)) {
+        printf("List models\n\nUsage:\n  corral list [PREFIX]\n\nAliases:\n  list, ls\n");
+        return CR_OK;
+    }
+    static const char *const head[] = {"NAME", "ID", "SIZE", "MODIFIED"};
+    return model_table(ctx, argc, argv, "/api/tags", head, 4, list_row, err);
+}
+
 cr_status_t cli_cmd_ps(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
 {
     if (cli_wants_help(argc, argv)) {
         printf("List running models\n\nUsage:\n  corral ps [PREFIX]\n");
         return CR_OK;
     }
-    char *ops[1];
-    int n_ops;
-    cli_http_t *h = NULL;
-    cr_status_t st = operands(argc, argv, ops, 1, &n_ops, err);
-    if (st || (st = cli_ctx_http(ctx, &h, err)))
-        return st;
-    json_t *resp = NULL;
-    st = cli_http_json(h, "GET", "/api/ps", NULL, NULL, NULL, &resp, NULL, err);
-    if (st)
-        return st;
-    cli_table_t *t = cli_table_new(6);
-    if (!t) {
-        json_decref(resp);
-        return cr_err_set(err, CR_E_NOMEM, "out of memory");
-    }
-    const char *head[] = {"NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"};
-    st = cli_table_add(t, head);
-    json_t *models = json_object_get(resp, "models");
-    time_t now = time(NULL);
-    for (size_t i = 0; i < json_array_size(models) && !st; i++) {
-        json_t *m = json_array_get(models, i);
-        const char *name = cli_jstr(m, "name") ? cli_jstr(m, "name") : cli_jstr(m, "model");
-        if (!name || (n_ops && strncmp(name, ops[0], strlen(ops[0]))))
-            continue;
-        const char *digest = cli_jstr(m, "digest");
-        char id[13], size[32], proc[48], ctxlen[32], until[64];
-        snprintf(id, sizeof id, "%.12s", digest ? digest : "");
-        cli_fmt_bytes(jint(m, "size"), size, sizeof size);
-        cli_fmt_processor(jint(m, "size"), jint(m, "size_vram"), proc, sizeof proc);
-        snprintf(ctxlen, sizeof ctxlen, "%" PRId64, jint(m, "context_length"));
-        time_t exp = 0;
-        if (!cli_parse_rfc3339(cli_jstr(m, "expires_at"), &exp))
-            exp = 0;
-        if (exp && exp <= now) /* expired: the unload is under way */
-            snprintf(until, sizeof until, "Stopping...");
-        else
-            cli_fmt_human_time(exp, now, "Never", until, sizeof until);
-        const char *row[] = {name, id, size, proc, ctxlen, until};
-        st = cli_table_add(t, row);
-    }
-    if (!st)
-        cli_table_print(t, stdout);
-    else
-        cr_err_set(err, st, "out of memory");
-    cli_table_destroy(&t);
-    json_decref(resp);
-    return st;
+    static const char *const head[] = {"NAME", "ID", "SIZE", "PROCESSOR",
+                                       "CONTEXT", "UNTIL"};
+    return model_table(ctx, argc, argv, "/api/ps", head, 6, ps_row, err);
 }
 
 /* ---- show ---- */
