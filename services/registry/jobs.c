@@ -1,7 +1,8 @@
-/* jobs.c: pull and push threads (see jobs.h). */
+/* jobs.c: pull, push and quantizing-create threads (see jobs.h). */
 #include "lib/prelude.h"
 #include "services/registry/jobs.h"
 #include "lib/log.h"
+#include "services/registry/create.h"
 #include "services/registry/push.h"
 
 #include <pthread.h>
@@ -11,9 +12,7 @@
 
 typedef struct job {
     char id[MSG_ID_MAX + 1];
-    msg_type_t type;
-    char *model;
-    bool insecure;
+    msg_t req; /* deep copy of the request: the loop frees its own */
     unsigned char *identity;
     size_t id_len;
     atomic_bool cancel;
@@ -51,7 +50,7 @@ reg_jobs_t *reg_jobs_new(reg_store_t *s, const reg_xfer_env_t *env)
 
 static void job_free(job_t *job)
 {
-    free(job->model);
+    msg_clear(&job->req);
     free(job->identity);
     free(job);
 }
@@ -141,12 +140,18 @@ static void *job_main(void *arg)
     cr_err_t err;
     cr_err_clear(&err);
     cr_status_t st;
-    if (job->type == MSG_pull)
-        st = reg_pull(j->store, j->env, job->model, job->insecure, &job->cancel,
-                      on_progress, &k, &err);
+    const msg_t *r = &job->req;
+    if (r->type == MSG_pull)
+        st = reg_pull(j->store, j->env, r->u.pull.model, r->u.pull.insecure,
+                      &job->cancel, on_progress, &k, &err);
+    else if (r->type == MSG_push)
+        st = reg_push(j->store, j->env, r->u.push.model, r->u.push.insecure,
+                      &job->cancel, on_progress, &k, &err);
     else
-        st = reg_push(j->store, j->env, job->model, job->insecure, &job->cancel,
-                      on_progress, &k, &err);
+        st = reg_create_ex(j->store, &r->u.create, on_progress, &k, &err);
+    if (st && r->type == MSG_create)
+        cr_log_info("create %s failed: %s",
+                    r->u.create.model ? r->u.create.model : "?", err.msg);
     msg_t m;
     if (st)
         msg_make_error(&m, job->id, st, "%s", err.msg[0] ? err.msg : cr_status_str(st));
@@ -162,22 +167,19 @@ static void *job_main(void *arg)
 cr_status_t reg_jobs_start(reg_jobs_t *j, const msg_t *req,
                            const void *identity, size_t id_len, cr_err_t *err)
 {
-    if (req->type != MSG_pull && req->type != MSG_push)
-        return cr_err_set(err, CR_E_INTERNAL, "not a pull or push");
+    if (req->type != MSG_pull && req->type != MSG_push && req->type != MSG_create)
+        return cr_err_set(err, CR_E_INTERNAL, "not a pull, push or create");
     if (reg_jobs_reap(j) >= REG_JOBS_MAX)
-        return cr_err_set(err, CR_E_BUSY, "too many pulls and pushes at once");
+        return cr_err_set(err, CR_E_BUSY,
+                          "too many pulls, pushes and quantizations at once");
     job_t *job = calloc(1, sizeof *job);
     if (!job)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     snprintf(job->id, sizeof job->id, "%s", req->id);
-    job->type = req->type;
-    const char *model = req->type == MSG_pull ? req->u.pull.model : req->u.push.model;
-    job->insecure = req->type == MSG_pull ? req->u.pull.insecure : req->u.push.insecure;
-    job->model = strdup(model ? model : "");
     job->identity = malloc(id_len ? id_len : 1);
     job->id_len = id_len;
     job->owner = j;
-    if (!job->model || !job->identity) {
+    if (!job->identity || msg_copy(req, &job->req)) {
         job_free(job);
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     }
@@ -194,8 +196,12 @@ cr_status_t reg_jobs_start(reg_jobs_t *j, const msg_t *req,
     job->next = j->head;
     j->head = job;
     pthread_mutex_unlock(&j->mu);
-    cr_log_info("request %s: %s %s", job->id, msg_type_name(job->type),
-                job->model);
+    const msg_t *r = &job->req;
+    const char *model = r->type == MSG_pull   ? r->u.pull.model
+                        : r->type == MSG_push ? r->u.push.model
+                                              : r->u.create.model;
+    cr_log_info("request %s: %s %s", job->id, msg_type_name(r->type),
+                model ? model : "?");
     return CR_OK;
 }
 

@@ -1,7 +1,9 @@
-/* jobs.h: pulls and pushes running beside the registry's request loop.
+/* jobs.h: pulls, pushes and quantizing creates running beside the
+ * registry's request loop.
  *
- * Each pull or push runs in a thread of its own, so the service keeps
- * answering tags, show and resolve while it transfers. A job never touches
+ * Each pull, push or create with `quantize` (minutes of work in a child
+ * corral-runner) runs in a thread of its own, so the service keeps
+ * answering tags, show and resolve meanwhile. A job never touches
  * the service's sockets: it encodes its replies (progress..., then ok or
  * error) and sends them with the requester's ROUTER identity to an inproc
  * PULL socket that the service loop polls and forwards (see
@@ -18,7 +20,7 @@
 
 #include <czmq.h>
 
-#define REG_JOBS_MAX 32 /* pulls and pushes at once */
+#define REG_JOBS_MAX 32 /* pulls, pushes and quantizations at once */
 
 typedef struct reg_jobs reg_jobs_t;
 
@@ -31,8 +33,10 @@ void reg_jobs_destroy(reg_jobs_t **self_p);
 /* The socket whose readability means reg_jobs_recv has something. */
 zsock_t *reg_jobs_socket(reg_jobs_t *j);
 
-/* Starts req (a pull or push) for the peer identity (id_len bytes; may be
- * 0). CR_E_BUSY with REG_JOBS_MAX jobs running; CR_E_NOMEM. */
+/* Starts req (a pull, push or create; deep-copied) for the peer identity
+ * (id_len bytes; may be 0). CR_E_BUSY with REG_JOBS_MAX jobs running;
+ * CR_E_NOMEM. A create's cancel flag is not read: a quantization runs to
+ * its end (the result is a normal model the client can delete). */
 cr_status_t reg_jobs_start(reg_jobs_t *j, const msg_t *req,
                            const void *identity, size_t id_len, cr_err_t *err);
 

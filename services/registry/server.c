@@ -214,6 +214,16 @@ void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
             msg_init(&reply, MSG_ok, id);
         break;
     case MSG_create: {
+        if (req->u.create.has_quantize && req->u.create.quantize &&
+            *req->u.create.quantize) {
+            /* Minutes of work: a job thread, like a pull. */
+            const void *who = s->peer ? zframe_data((zframe_t *)s->peer) : NULL;
+            size_t who_len = s->peer ? zframe_size((zframe_t *)s->peer) : 0;
+            st = reg_jobs_start(s->jobs, req, who, who_len, &err);
+            if (!st)
+                return;
+            break;
+        }
         progress_ctx_t p = {fn, ctx, id};
         st = reg_create_ex(s->store, &req->u.create, on_progress, &p, &err);
         if (!st)

@@ -51,7 +51,7 @@ void reg_server_handle_frame(reg_server_t *s, const void *data, size_t len,
 /* Housekeeping at now_ms (monotonic): drops abandoned uploads. */
 void reg_server_tick(reg_server_t *s, int64_t now_ms);
 
-/* Pull and push run in job threads: reg_server_handle() starts them and
+/* Pull, push and create with `quantize` run in job threads: reg_server_handle() starts them and
  * returns at once; their replies (progress..., ok or error) queue up until
  * run() forwards them or, in tests, reg_server_pump() hands the next one
  * to fn (false if none came within timeout_ms). */

@@ -81,6 +81,13 @@ static void send_msg(reg_server_t *s, const msg_t *m, capture_t *c)
     capture_clear(c);
     reg_server_handle_frame(s, b.data, b.len, capture_fn, c);
     cr_buf_free(&b);
+    /* A quantizing create answers from a job thread: collect until its
+     * ok or error (a minute at most). */
+    for (int waited = 0; waited < 600; waited++) {
+        if (c->n && c->v[c->n - 1].type != MSG_progress)
+            break;
+        reg_server_pump(s, 100, capture_fn, c);
+    }
 }
 
 /* Progress messages of reg_create_ex, copied. */
@@ -416,6 +423,59 @@ static void test_errors(reg_server_t *s, const char *q8_digest)
     expect_error(s, &m, CR_E_INVALID, "temperature", "bad8");
 }
 
+/* A quantization runs in a job thread: while a slow one runs, the loop
+ * answers tags at once, and the create's error arrives afterwards. */
+static void test_loop_not_blocked(reg_server_t *s)
+{
+    char slow[300];
+    snprintf(slow, sizeof slow, "%s/slow-runner.sh", tmp_g);
+    FILE *f = fopen(slow, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fputs("#!/bin/sh\nsleep 2\nexit 1\n", f);
+    fclose(f);
+    chmod(slow, 0755);
+    setenv("CORRAL_RUNNER_BIN", slow, 1);
+
+    capture_t *cq = calloc(1, sizeof *cq);
+    capture_t *ct = calloc(1, sizeof *ct);
+    msg_t m;
+    create_msg(&m, "slowq", "slow", NULL, "src-f16", "q8_0");
+    cr_buf_t b;
+    cr_buf_init(&b, MSG_FRAME_MAX);
+    cr_err_t err;
+    CHECK(msg_encode(&m, &b, &err) == CR_OK);
+    reg_server_handle_frame(s, b.data, b.len, capture_fn, cq);
+    cr_buf_free(&b);
+    for (int i = 0; i < cq->n; i++)
+        CHECK_MSG(cq->v[i].type == MSG_progress,
+                  "create answered %s before its job ran",
+                  msg_type_name(cq->v[i].type));
+
+    msg_init(&m, MSG_tags, "tags-meanwhile");
+    send_msg(s, &m, ct);
+    CHECK(ct->n == 1 && ct->v[0].type == MSG_tags_reply);
+    /* Still running (an earlier job may be finishing its exit too). */
+    CHECK(reg_server_jobs(s) >= 1);
+
+    for (int waited = 0; waited < 300; waited++) {
+        if (cq->n && cq->v[cq->n - 1].type != MSG_progress)
+            break;
+        reg_server_pump(s, 100, capture_fn, cq);
+    }
+    CHECK(cq->n > 0 && cq->v[cq->n - 1].type == MSG_error);
+    if (cq->n > 0 && cq->v[cq->n - 1].type == MSG_error) {
+        CHECK_EQ_STR(cq->v[cq->n - 1].id, "slowq");
+        CHECK(strstr(cq->v[cq->n - 1].u.error.message, "quantizing failed"));
+    }
+    setenv("CORRAL_RUNNER_BIN", runner_g, 1);
+    capture_clear(cq);
+    capture_clear(ct);
+    free(cq);
+    free(ct);
+}
+
 /* The runner must have the quantize tool: its usage names --in. */
 static bool runner_has_quantize(const char *bin)
 {
@@ -452,6 +512,7 @@ int main(void)
         test_server_create(s, f16);
         test_counts_and_from(s);
         test_errors(s, q8);
+        test_loop_not_blocked(s);
     }
     reg_server_destroy(&s);
     nftw(tmp_g, rm_one, 16, FTW_DEPTH | FTW_PHYS);
