@@ -4,6 +4,7 @@
 
 #include "lib/duration.h"
 #include "lib/env.h"
+#include "lib/log.h"
 #include "services/scheduler/spawn.h"
 
 static int64_t env_duration_ms(const char *name, int64_t def, cr_err_t *err,
@@ -56,7 +57,12 @@ cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
                               "OLLAMA_KV_CACHE_TYPE '%s' is not f16, q8_0 or "
                               "q4_0",
                               kv);
-        snprintf(cfg->kv_cache_type, sizeof cfg->kv_cache_type, "%s", kv);
+        /* The runner keeps its KV cache in f16 whatever it is told (like
+         * Ollama without flash attention): estimate what it allocates. */
+        if (kv[0] && strcmp(kv, "f16"))
+            cr_log_warn("OLLAMA_KV_CACHE_TYPE=%s: corral's runner stores the "
+                        "KV cache as f16; memory is planned for f16", kv);
+        cfg->kv_cache_type[0] = '\0';
     }
     cfg->heartbeat_interval_ms =
         env_duration_ms("HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL_MS, err, &bad);
