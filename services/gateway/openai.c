@@ -1185,6 +1185,8 @@ static cr_status_t fmt_render(void *arg, cr_buf_t *out, bool stream,
                               const gw_answer_t *a)
 {
     oai_t *x = arg;
+    if (stream && a->status && !a->done) /* load progress: an SSE comment */
+        return cr_buf_printf(out, ": %s\n\n", a->status);
     if (stream)
         return x->chat ? chat_stream(x, out, a)
                        : completions_stream(x, out, a);

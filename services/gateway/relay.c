@@ -285,6 +285,11 @@ static void feed_progress(relay_t *x, const msg_t *m)
     x->finished = true;
 }
 
+static const char *nonempty_or(const char *s, const char *def)
+{
+    return s && *s ? s : def;
+}
+
 static const char *peer_name(const relay_t *x)
 {
     return x->kind == GW_RELAY_PROGRESS ? "registry" : "scheduler";
@@ -308,8 +313,18 @@ static void feed(relay_t *x, const msg_t *m)
         }
         break;
     case MSG_progress:
-        if (x->kind != GW_RELAY_PROGRESS)
-            return; /* load progress: liveness only */
+        if (x->kind != GW_RELAY_PROGRESS) {
+            /* Load progress: a stream shows it as an empty, not-done
+             * object with "status" (SSE: a comment line), which Ollama
+             * and OpenAI clients skip; stream:false only stays alive. */
+            if (x->stream && !x->first_token) {
+                gw_answer_t a = {.response = "",
+                                 .status = nonempty_or(m->u.progress.status,
+                                                       "loading model")};
+                render_answer(x, &a);
+            }
+            return;
+        }
         feed_progress(x, m);
         return;
     case MSG_ok:

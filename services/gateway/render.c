@@ -437,6 +437,10 @@ cr_status_t gw_render_generate(cr_buf_t *b, const char *model,
     }
     gw_jw_key(&w, "done");
     gw_jw_bool(&w, a->done != NULL);
+    if (!a->done && nonempty(a->status)) {
+        gw_jw_key(&w, "status");
+        gw_jw_str(&w, a->status);
+    }
     if (a->done) {
         const msg_done_body_t *d = a->done;
         if (nonempty(d->done_reason)) {
@@ -478,6 +482,10 @@ cr_status_t gw_render_chat(cr_buf_t *b, const char *model,
     gw_jw_end_obj(&w);
     gw_jw_key(&w, "done");
     gw_jw_bool(&w, a->done != NULL);
+    if (!a->done && nonempty(a->status)) {
+        gw_jw_key(&w, "status");
+        gw_jw_str(&w, a->status);
+    }
     if (a->done) {
         if (nonempty(a->done->done_reason)) {
             gw_jw_key(&w, "done_reason");
@@ -602,6 +610,21 @@ cr_status_t gw_render_ps(cr_buf_t *b, const msg_ps_reply_body_t *r)
         gw_jw_i64(&w, e->size_vram);
         gw_jw_key(&w, "context_length");
         gw_jw_i64(&w, e->context_length);
+        /* corral's additions (clients ignore unknown fields): requests
+         * running on the model and waiting for it, and whether it is
+         * still loading. */
+        if (e->has_active) {
+            gw_jw_key(&w, "active");
+            gw_jw_i64(&w, e->active);
+        }
+        if (e->has_queued) {
+            gw_jw_key(&w, "queued");
+            gw_jw_i64(&w, e->queued);
+        }
+        if (e->has_loading) {
+            gw_jw_key(&w, "loading");
+            gw_jw_bool(&w, e->loading);
+        }
         gw_jw_end_obj(&w);
     }
     gw_jw_end_arr(&w);

@@ -74,6 +74,9 @@ typedef struct gw_answer {
     const char *tool_calls;
     const char *logprobs;
     const msg_done_body_t *done;
+    /* corral's load progress line ("loading model"): an empty,
+     * not-done object with this extra "status" field; NULL otherwise */
+    const char *status;
 } gw_answer_t;
 
 /* {"model","created_at","response",["thinking"],"done",["done_reason"],

@@ -29,6 +29,7 @@
 #include "services/runner/prompt.h"
 #include "services/runner/prompt_tokens.h"
 #include "services/runner/sampler.h"
+#include "services/runner/script.h"
 #include "services/runner/stop.h"
 #include "services/runner/thinking.h"
 #include "services/runner/template.h"
@@ -46,6 +47,7 @@ struct rn_engine {
     rn_tokenizer_t *tok;
     rn_ctx_t *ctx;
     rn_sampler_t *sampler;
+    rn_script_t *script; /* CORRAL_TEST_SCRIPT: forced answers, or NULL */
     rn_detok_t *detok;
     msg_t load;       /* owned copy of the load message (template, ...) */
     rn_tmpl_t *tmpl;  /* the model's template, parsed once */
@@ -78,6 +80,27 @@ static int64_t mono_ns(void)
 }
 
 /* ---- load ---- */
+
+/* Test hook, from the runner's environment only (no request can set it):
+ * CORRAL_TEST_SLOW_LOAD="<text>:<ms>" makes loads of models whose name
+ * contains <text> take <ms> longer, so tests can watch a load in progress. */
+static void test_slow_load(const char *name)
+{
+    const char *v = getenv("CORRAL_TEST_SLOW_LOAD");
+    const char *colon = v ? strrchr(v, ':') : NULL;
+    if (!colon || colon == v || !name)
+        return;
+    char part[128];
+    size_t n = CR_MIN((size_t)(colon - v), sizeof part - 1);
+    memcpy(part, v, n);
+    part[n] = '\0';
+    long ms = strtol(colon + 1, NULL, 10);
+    if (ms > 0 && ms <= 600000 && strstr(name, part)) {
+        cr_log_warn("CORRAL_TEST_SLOW_LOAD: loading %s %ld ms slower", name, ms);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
 
 cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
                            cr_err_t *err)
@@ -126,6 +149,9 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
         cr_err_wrap(err, "template of %s", load->name);
         goto fail;
     }
+    if ((st = rn_script_from_env(e->tok, &e->script, err)))
+        goto fail;
+    test_slow_load(load->name);
     const rn_hparams_t *hp = rn_model_hparams(e->model);
     int64_t n_ctx = o && o->has_num_ctx ? o->num_ctx : 4096;
     if (n_ctx < 4)
@@ -163,6 +189,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
     rn_engine_t *e = *self_p;
     rn_detok_destroy(&e->detok);
     rn_sampler_destroy(&e->sampler);
+    rn_script_destroy(&e->script);
     rn_ctx_destroy(&e->ctx);
     rn_tokenizer_destroy(&e->tok);
     rn_tmpl_destroy(&e->tmpl);
@@ -630,6 +657,8 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
     }
     if ((st = rn_sampler_reset(e->sampler, &ro.sp, err)))
         goto out;
+    if (e->script)
+        rn_script_begin(e->script);
 
     rn_prompt_result_t prompt = {0};
     if ((st = render(e, r, &prompt, err)))
@@ -677,7 +706,9 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
             }
             logits = e->masked;
         }
-        if ((st = rn_sampler_pick(e->sampler, logits, &token, err)))
+        if (e->script)
+            token = rn_script_next(e->script); /* a test forces the answer */
+        else if ((st = rn_sampler_pick(e->sampler, logits, &token, err)))
             goto out;
         if (want_logprobs &&
             (st = add_logprobs(e, rn_ctx_logits(e->ctx), token, top_logprobs,

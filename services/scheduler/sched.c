@@ -966,6 +966,37 @@ static void heartbeat(sch_server_t *s, runner_t *rn, int64_t now)
     }
 }
 
+/* Load progress for a waiting request: a generate or chat whose model has
+ * been loading for LOAD_NOTICE_MS gets `progress` {status: "loading
+ * model"}, then again every LOAD_NOTICE_REPEAT_MS while the load lasts.
+ * Fast loads send nothing, so their answers stay byte for byte Ollama's
+ * (and an early load failure keeps its HTTP status). */
+#define LOAD_NOTICE_MS 1000
+#define LOAD_NOTICE_REPEAT_MS 5000
+
+static void notify_loading(sch_server_t *s, int64_t now)
+{
+    for (request_t *r = s->req_list; r; r = r->next) {
+        if (r->state != RQ_PENDING || r->load_only ||
+            (r->msg.type != MSG_generate && r->msg.type != MSG_chat))
+            continue;
+        if (r->load_notice_ms && now - r->load_notice_ms < LOAD_NOTICE_REPEAT_MS)
+            continue;
+        for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
+            if ((rn->state != RS_STARTING && rn->state != RS_LOADING) ||
+                !same_model(rn, r) || now - rn->state_since_ms < LOAD_NOTICE_MS)
+                continue;
+            msg_t m;
+            msg_init(&m, MSG_progress, r->id);
+            m.u.progress.status = "loading model";
+            m.u.progress.has_status = true;
+            send_client(s, r->client, &m);
+            r->load_notice_ms = now;
+            break;
+        }
+    }
+}
+
 static void run_timers(sch_server_t *s)
 {
     int64_t now = sch_now_ms(s);
@@ -989,6 +1020,7 @@ static void run_timers(sch_server_t *s)
             rn->state_since_ms = now; /* once per grace period */
         }
     }
+    notify_loading(s, now);
     request_t *next;
     for (request_t *r = s->req_list; r; r = next) {
         next = r->next;

@@ -74,6 +74,7 @@ typedef struct request {
     bool est_done;
     bool got_output;         /* a chunk was relayed to the client */
     bool retried;            /* already re-queued once after a runner died */
+    int64_t load_notice_ms;  /* last `loading model` progress sent; 0 none */
     struct request *next;
 } request_t;
 

@@ -59,6 +59,9 @@ delete env.CORRAL_API_KEY;
 env.CORRAL_RUNTIME_DIR = join(tmp, 'run');
 env.CORRAL_MODELS = join(tmp, 'models');
 env.CORRAL_HOST = host;
+// The runner's test hook: loads of "slowload" take 2.5 s, so
+// loading.test.mjs sees the load progress events.
+env.CORRAL_TEST_SLOW_LOAD = 'slowload:2500';
 
 let server = null;
 let serverExited = false;
@@ -196,7 +199,8 @@ try {
   log(`corral serve (pid ${server.pid}) is up`);
 
   await run('corral', ['create', 'synth', '-f', join(tmp, 'Modelfile')], 'create synth');
-  log('created synth');
+  await run('corral', ['cp', 'synth', 'slowload'], 'copy synth to slowload');
+  log('created synth and slowload');
 
   const testEnv = { ...env, CORRAL_CLIENTS_HOST: host };
   const td = process.env.CORRAL_TESTDATA;

@@ -317,9 +317,9 @@ static void scheduler_fn(fake_t *f, zframe_t *who, const msg_t *m)
         send_chunk(f, who, id, "lo", NULL, NULL, NULL);
         send_done(f, who, id, "stop", true);
     } else if (!strcmp(model, "think")) {
-        msg_t p; /* load progress is liveness only */
+        msg_t p; /* load progress: a status line when streaming */
         msg_init(&p, MSG_progress, id);
-        p.u.progress.status = "loading";
+        p.u.progress.status = "loading model";
         p.u.progress.has_status = true;
         fake_reply(f, who, &p);
         send_chunk(f, who, id, "", "hm", NULL, "[{\"token\":\"a\",\"logprob\":-0.5}]");
@@ -841,10 +841,23 @@ static void test_chat_stream(void)
                       "{\"model\":\"think\",\"messages\":[{\"role\":\"user\","
                       "\"content\":\"q\"}]}"),
                  200);
-    json_t *l[16];
-    size_t n = ndjson(r.body.data, l, 16);
-    CHECK_EQ_INT(n, 5); /* 4 chunks (one with bad tool JSON) + done */
-    if (n == 5) {
+    json_t *all[16];
+    size_t n = ndjson(r.body.data, all, 16);
+    /* the load progress line, then 4 chunks (one with bad tool JSON) and
+     * done */
+    CHECK_EQ_INT(n, 6);
+    if (n == 6) {
+        CHECK_EQ_STR(jstr(all[0], "status"), "loading model");
+        CHECK_EQ_STR(jstr(json_object_get(all[0], "message"), "content"), "");
+        CHECK_EQ_STR(jstr(json_object_get(all[0], "message"), "role"),
+                     "assistant");
+        CHECK(json_is_false(json_object_get(all[0], "done")));
+        CHECK_EQ_STR(jstr(all[0], "model"), "think");
+        CHECK(has(all[0], "created_at"));
+        CHECK(!has(all[1], "status"));
+    }
+    json_t **l = all + 1;
+    if (n == 6) {
         json_t *m0 = json_object_get(l[0], "message");
         CHECK_EQ_STR(jstr(m0, "role"), "assistant");
         CHECK_EQ_STR(jstr(m0, "content"), "");
@@ -863,7 +876,7 @@ static void test_chat_stream(void)
         CHECK_EQ_STR(jstr(l[4], "done_reason"), "stop");
         CHECK(!has(l[4], "total_duration"));
     }
-    free_lines(l, n);
+    free_lines(all, n);
     resp_free(&r);
 
     /* empty messages: load */

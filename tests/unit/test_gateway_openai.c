@@ -256,6 +256,11 @@ static void scheduler_fn(fake_t *f, zframe_t *who, const msg_t *m)
         send_chunk(f, who, id, "lo", NULL, NULL, NULL);
         send_done(f, who, id, "stop");
     } else if (!strcmp(model, "think")) {
+        msg_t p; /* a slow load's progress: an SSE comment when streaming */
+        msg_init(&p, MSG_progress, id);
+        p.u.progress.status = "loading model";
+        p.u.progress.has_status = true;
+        fake_reply(f, who, &p);
         send_chunk(f, who, id, "A", "hm", NULL, NULL); /* both: split */
         send_done(f, who, id, "stop");
     } else if (!strcmp(model, "tools")) {
@@ -951,7 +956,10 @@ static void test_chat_http(void)
     /* reasoning and content in one native chunk: two SSE chunks */
     http(&r, "POST", "/v1/chat/completions",
          chat_body("think", ",\"stream\":true"));
-    n = sse(r.body.data, ev, 32, &done);
+    static const char comment[] = ": loading model\n\n";
+    CHECK_MSG(!strncmp(r.body.data, comment, strlen(comment)), "%s",
+              r.body.data);
+    n = sse(r.body.data + strlen(comment), ev, 32, &done);
     CHECK_EQ_INT(n, 5);
     if (n == 5) {
         CHECK_EQ_STR(jpstr(ev[1], "choices.0.delta.reasoning"), "hm");

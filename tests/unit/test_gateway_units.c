@@ -705,7 +705,8 @@ static void test_lists(void)
                              .expires_at = "2024-05-01T10:05:00Z",
                              .has_expires_at = true, .context_length = 4096,
                              .has_context_length = true, .active = 1,
-                             .has_active = true};
+                             .has_active = true, .queued = 2,
+                             .has_queued = true, .has_loading = true};
     msg_ps_reply_body_t ps = {.models = {&lm, 1}, .has_models = true};
     CHECK_EQ_INT(gw_render_ps(&b, &ps), CR_OK);
     CHECK_EQ_STR(b.data,
@@ -715,7 +716,7 @@ static void test_lists(void)
                  "\"families\":null,\"parameter_size\":\"\","
                  "\"quantization_level\":\"\"},\"expires_at\":"
                  "\"2024-05-01T10:05:00Z\",\"size_vram\":60,\"context_length\":"
-                 "4096}]}");
+                 "4096,\"active\":1,\"queued\":2,\"loading\":false}]}");
     cr_buf_free(&b);
 }
 

@@ -64,6 +64,10 @@ static int fake_runner(const char *endpoint, const char *id)
             msg_init(&pong, MSG_pong, m.id);
             fake_send(d, &pong);
         }
+        if (m.type == MSG_load && strstr(m.u.load.model_path, "stuck")) {
+            msg_clear(&m); /* a load that never finishes */
+            continue;
+        }
         if (m.type == MSG_load) {
             msg_t r;
             if (strstr(m.u.load.model_path, "bad")) {
@@ -506,6 +510,45 @@ static void test_errors(void)
     CHECK_EQ_INT(m.u.error.status, CR_E_PROTO);
     msg_clear(&m);
     CHECK_EQ_INT(run_request(&e, "alive", "gamma", "hi", NULL, NULL), MSG_done);
+    env_stop(&e);
+}
+
+/* A load that makes no progress: a waiting request hears `loading model`
+ * once the load has lasted a second (not before: fast loads send nothing),
+ * then fails cleanly at OLLAMA_LOAD_TIMEOUT, and the runner is stopped. */
+static void test_load_progress_and_timeout(void)
+{
+    env_t e;
+    env_start(&e, 3, 16);
+    send_generate(&e, "st", "stuck", "hi", NULL, 0);
+    for (int i = 0; i < 400 && sch_server_runner_count(e.sched) != 1; i++)
+        pump(&e, 2);
+    pump(&e, 20);
+    msg_t m;
+    CHECK(bus_recv(e.client, 0, &m, NULL, NULL) != CR_OK); /* nothing yet */
+    clock_ms_g += 1500;
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_progress);
+    CHECK_EQ_STR(m.id, "st");
+    if (m.type == MSG_progress)
+        CHECK_EQ_STR(m.u.progress.status, "loading model");
+    msg_clear(&m);
+    clock_ms_g += 1000; /* repeats only every 5 s */
+    pump(&e, 20);
+    CHECK(bus_recv(e.client, 0, &m, NULL, NULL) != CR_OK);
+    clock_ms_g += 60 * 1000; /* past the load timeout */
+    int progress = 0;
+    while (client_recv(&e, &m) && m.type == MSG_progress) {
+        progress++;
+        msg_clear(&m);
+    }
+    CHECK(progress <= 1);
+    CHECK_EQ_INT(m.type, MSG_error);
+    CHECK_EQ_INT(m.u.error.status, CR_E_TIMEOUT);
+    CHECK_EQ_STR(m.u.error.message,
+                 "timed out waiting for the model runner to start");
+    msg_clear(&m);
+    wait_runners(&e, 0);
     env_stop(&e);
 }
 
@@ -991,6 +1034,7 @@ int main(int argc, char **argv)
     test_request_and_keep_alive();
     test_keep_alive_zero_and_unload();
     test_errors();
+    test_load_progress_and_timeout();
     test_eviction_and_queue();
     test_evict_lru_only_one();
     test_heartbeat();

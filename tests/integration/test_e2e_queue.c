@@ -1,0 +1,247 @@
+/* test_e2e_queue.c: the bounded queue and stream isolation through the
+ * real services.
+ *
+ * `corral serve` runs with OLLAMA_MAX_QUEUE=1 and OLLAMA_NUM_PARALLEL=1.
+ * Queue: one streaming request holds the runner's slot, a second waits
+ * (ps shows active 1, queued 1), and every further request gets the exact
+ * 503 body Ollama sends; once the first ends, the waiting one succeeds.
+ * Isolation: a client that stops reading its stream (its callback blocks,
+ * so TCP and bus buffers fill behind it) must not stall another client's
+ * stream from another model. */
+#include "lib/prelude.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/integration/e2e.h"
+#include "tests/unit/check.h"
+
+static e2e_t T;
+
+static const char BUSY[] = "{\"error\":\"server busy, please try again.  "
+                           "maximum pending requests exceeded\"}";
+
+static bool write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    fputs(text, f);
+    return fclose(f) == 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static bool create_models(void)
+{
+    char gguf[1200], mf[1200];
+    snprintf(gguf, sizeof gguf, "%s/synth.gguf", T.tmp);
+    snprintf(mf, sizeof mf, "%s/Modelfile", T.tmp);
+    CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
+                             "3", NULL),
+                 0);
+    CHECK(write_file(mf, "FROM ./synth.gguf\nTEMPLATE \"{{ .Prompt }}\"\n"));
+    char *out = NULL;
+    int rc = e2e_cli(&T, NULL, &out, "create", "synth", "-f", mf, NULL);
+    CHECK_MSG(rc == 0, "corral create exited %d: %s", rc, out ? out : "");
+    free(out);
+    e2e_resp_t r = e2e_http(&T, "POST", "/api/copy",
+                            "{\"source\":\"synth\",\"destination\":\"synth2\"}",
+                            NULL, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    e2e_resp_free(&r);
+    return rc == 0 && r.status == 200;
+}
+
+/* A streaming request that runs until released. */
+typedef struct holder {
+    const char *model;
+    atomic_int bytes;     /* received so far */
+    atomic_bool release;  /* stop (abort the transfer) */
+    bool stall;           /* block in the callback instead of reading */
+    long status;
+    pthread_t th;
+} holder_t;
+
+static bool holder_data(void *ctx, const char *data, size_t len)
+{
+    CR_UNUSED(data);
+    holder_t *h = ctx;
+    atomic_fetch_add(&h->bytes, (int)len);
+    /* A stalled client stops reading: the callback does not return until
+     * released (at most 60 s). */
+    for (int i = 0; h->stall && !atomic_load(&h->release) && i < 6000; i++)
+        usleep(10 * 1000);
+    return !atomic_load(&h->release);
+}
+
+static void *holder_main(void *arg)
+{
+    holder_t *h = arg;
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"model\":\"%s\",\"prompt\":\"hold\",\"options\":{"
+             "\"num_predict\":1000000}}",
+             h->model);
+    e2e_resp_t r = e2e_http(&T, "POST", "/api/generate", body, holder_data, h);
+    h->status = r.status;
+    e2e_resp_free(&r);
+    return NULL;
+}
+
+static bool wait_bytes(holder_t *h)
+{
+    for (int i = 0; i < 2000 && atomic_load(&h->bytes) == 0; i++)
+        usleep(10 * 1000);
+    return atomic_load(&h->bytes) > 0;
+}
+
+typedef struct quick {
+    long status;
+    char *body;
+    pthread_t th;
+} quick_t;
+
+static void *quick_main(void *arg)
+{
+    quick_t *q = arg;
+    e2e_resp_t r = e2e_http(&T, "POST", "/api/generate",
+                            "{\"model\":\"synth\",\"prompt\":\"queued\","
+                            "\"stream\":false,\"options\":{\"num_predict\":3}}",
+                            NULL, NULL);
+    q->status = r.status;
+    q->body = r.body;
+    r.body = NULL;
+    e2e_resp_free(&r);
+    return NULL;
+}
+
+/* ps of "synth:latest": active and queued, or -1 when absent. */
+static void ps_counts(json_int_t *active, json_int_t *queued)
+{
+    *active = *queued = -1;
+    e2e_resp_t r = e2e_http(&T, "GET", "/api/ps", NULL, NULL, NULL);
+    json_t *j = json_loads(r.body ? r.body : "", 0, NULL);
+    json_t *models = json_object_get(j, "models");
+    for (size_t i = 0; i < json_array_size(models); i++) {
+        json_t *m = json_array_get(models, i);
+        const char *name = json_string_value(json_object_get(m, "name"));
+        if (!name || strcmp(name, "synth:latest"))
+            continue;
+        *active = json_integer_value(json_object_get(m, "active"));
+        *queued = json_integer_value(json_object_get(m, "queued"));
+    }
+    json_decref(j);
+    e2e_resp_free(&r);
+}
+
+static void test_queue_overflow(void)
+{
+    holder_t a = {.model = "synth"};
+    pthread_create(&a.th, NULL, holder_main, &a);
+    CHECK_MSG(wait_bytes(&a), "the holding stream never started");
+    quick_t b = {0};
+    pthread_create(&b.th, NULL, quick_main, &b);
+    json_int_t active = -1, queued = -1;
+    for (int i = 0; i < 500 && queued != 1; i++) {
+        ps_counts(&active, &queued);
+        if (queued != 1)
+            usleep(10 * 1000);
+    }
+    CHECK_EQ_INT(active, 1);
+    CHECK_EQ_INT(queued, 1);
+    /* the queue (1) is full: the exact 503 Ollama sends, for every route */
+    static const char *const bodies[][2] = {
+        {"/api/generate", "{\"model\":\"synth\",\"prompt\":\"x\"}"},
+        {"/api/generate", "{\"model\":\"synth\",\"prompt\":\"x\",\"stream\":false}"},
+        {"/api/chat", "{\"model\":\"synth\",\"messages\":[{\"role\":\"user\","
+                      "\"content\":\"x\"}]}"},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(bodies); i++) {
+        e2e_resp_t r = e2e_http(&T, "POST", bodies[i][0], bodies[i][1], NULL,
+                                NULL);
+        CHECK_EQ_INT(r.status, 503);
+        CHECK_EQ_STR(r.body ? r.body : "", BUSY);
+        e2e_resp_free(&r);
+    }
+    atomic_store(&a.release, true);
+    pthread_join(a.th, NULL);
+    pthread_join(b.th, NULL);
+    CHECK_EQ_INT(a.status, 200);
+    CHECK_EQ_INT(b.status, 200);
+    json_t *j = json_loads(b.body ? b.body : "", 0, NULL);
+    CHECK_MSG(json_is_true(json_object_get(j, "done")), "queued answer: %s",
+              b.body ? b.body : "");
+    json_decref(j);
+    free(b.body);
+}
+
+/* Counts the lines of a stream that must finish while another client
+ * is stalled. */
+typedef struct counter {
+    int lines;
+} counter_t;
+
+static bool count_lines(void *ctx, const char *data, size_t len)
+{
+    counter_t *c = ctx;
+    for (size_t i = 0; i < len; i++)
+        c->lines += data[i] == '\n';
+    return true;
+}
+
+static void test_slow_reader(void)
+{
+    holder_t x = {.model = "synth2", .stall = true};
+    pthread_create(&x.th, NULL, holder_main, &x);
+    CHECK_MSG(wait_bytes(&x), "the stalled stream never started");
+    /* let the stalled stream's buffers fill up behind it */
+    usleep(1500 * 1000);
+    double t0 = now_s();
+    counter_t c = {0};
+    e2e_resp_t r = e2e_http(&T, "POST", "/api/generate",
+                            "{\"model\":\"synth\",\"prompt\":\"other\","
+                            "\"options\":{\"num_predict\":40}}",
+                            count_lines, &c);
+    double took = now_s() - t0;
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_MSG(c.lines >= 2 && r.body && strstr(r.body, "\"done\":true"),
+              "%d lines: %s", c.lines, r.body ? r.body : "");
+    /* generous: the stalled client holds it for up to 60 s if it blocks */
+    CHECK_MSG(took < 30.0, "the other stream took %.1f s", took);
+    e2e_resp_free(&r);
+    atomic_store(&x.release, true);
+    pthread_join(x.th, NULL);
+    /* the server is healthy afterwards */
+    r = e2e_http(&T, "GET", "/api/version", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    e2e_resp_free(&r);
+}
+
+int main(void)
+{
+    setenv("OLLAMA_MAX_QUEUE", "1", 1);
+    setenv("OLLAMA_NUM_PARALLEL", "1", 1);
+    unsetenv("CORRAL_TEST_SCRIPT");
+    if (!e2e_start(&T))
+        return 1;
+    if (create_models()) {
+        /* load first, so the queue holds requests, not a load */
+        e2e_resp_t r = e2e_http(&T, "POST", "/api/generate",
+                                "{\"model\":\"synth\"}", NULL, NULL);
+        CHECK_EQ_INT(r.status, 200);
+        e2e_resp_free(&r);
+        test_queue_overflow();
+        test_slow_reader();
+    }
+    e2e_stop(&T);
+    return check_finish("e2e_queue");
+}
