@@ -18,6 +18,7 @@
 
 #define TICK_MS 100
 #define STOP_GRACE_MS 3000
+#define FETCH_TIMEOUT_MS 30000 /* a blob_get unanswered this long fails */
 
 typedef struct nd_runner {
     char id[BUS_RELAY_TO_MAX + 1];
@@ -43,6 +44,7 @@ struct nd_agent {
     nd_fetch_t *fetch;       /* the one blob being fetched, or NULL */
     char fetch_id[MSG_ID_MAX + 1]; /* request id of its blob_get */
     int64_t fetch_started_ms;
+    int64_t fetch_asked_ms;  /* when the last blob_get went out */
     int64_t last_hello_ms;
     int64_t last_heard_ms;   /* last frame from the scheduler */
     int64_t started_ms;
@@ -121,9 +123,16 @@ cr_status_t nd_config_from_env(nd_config_t *cfg, cr_err_t *err)
 static void send_up(nd_agent_t *a, const char *to, const msg_t *m)
 {
     cr_err_t err;
-    if (bus_relay_send_msg(a->up, NULL, to, m, &err))
-        cr_log_warn("to the scheduler: %s dropped: %s", msg_type_name(m->type),
-                    err.msg);
+    if (bus_relay_send_msg(a->up, NULL, to, m, &err)) {
+        /* Until the CURVE handshake succeeds there is no connection to
+         * queue on; the heartbeat says hello again. */
+        if (a->joined)
+            cr_log_warn("to the scheduler: %s dropped: %s",
+                        msg_type_name(m->type), err.msg);
+        else
+            cr_log_debug("to the scheduler: %s dropped: %s",
+                         msg_type_name(m->type), err.msg);
+    }
 }
 
 static void send_hello(nd_agent_t *a)
@@ -295,6 +304,7 @@ static void ask_next_chunk(nd_agent_t *a)
     g.u.blob_get.length = ND_CHUNK_BYTES;
     g.u.blob_get.has_length = true;
     send_up(a, "", &g);
+    a->fetch_asked_ms = mono_ms();
 }
 
 /* Starts the fetch of the first waiting load's blob, if none runs. */
@@ -521,6 +531,8 @@ static void timers(nd_agent_t *a)
     int64_t now = mono_ms();
     if (now - a->last_hello_ms >= a->cfg.heartbeat_ms)
         send_hello(a);
+    if (a->fetch && now - a->fetch_asked_ms > FETCH_TIMEOUT_MS)
+        end_fetch(a, CR_E_TIMEOUT, "the scheduler stopped sending the blob");
     int64_t heard = a->last_heard_ms ? a->last_heard_ms : a->started_ms;
     if (now - heard <= a->cfg.timeout_ms)
         return;
@@ -563,7 +575,10 @@ cr_status_t nd_agent_new(const nd_config_t *cfg, nd_agent_t **out,
     }
     zsock_set_linger(a->up, 0);
     zsock_set_linger(a->runners, 0);
-    zsock_set_sndtimeo(a->up, 1000);
+    /* Never block the loop on the network: a frame that cannot be queued
+     * now is dropped (a lost link is the heartbeat's business). */
+    zsock_set_sndtimeo(a->up, 0);
+    zsock_set_sndhwm(a->up, 10000);
     zsock_set_sndtimeo(a->runners, 1000);
     zsock_set_router_mandatory(a->runners, 1);
     if ((st = bus_curve_client(a->up, cfg->cert, cfg->server_cert, err)))

@@ -196,7 +196,9 @@ static void on_blob_get(sch_server_t *s, sch_node_t *nd, const msg_t *m)
         goto send;
     }
     reply.u.blob_data.offset = g->offset;
+    reply.u.blob_data.has_offset = true;
     reply.u.blob_data.total = total;
+    reply.u.blob_data.has_total = true;
     reply.u.blob_data.data.data = buf;
     reply.u.blob_data.data.len = (size_t)want;
     reply.u.blob_data.has_data = want > 0;
