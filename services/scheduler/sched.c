@@ -633,6 +633,11 @@ static void on_front(sch_server_t *s)
             reply_error(s, client, m.id, CR_E_INVALID, "duplicate request id");
             break;
         }
+        if (s->draining) {
+            reply_error(s, client, m.id, CR_E_UNAVAILABLE,
+                        "server is shutting down");
+            break;
+        }
         if (pending_count(s) >= (size_t)s->cfg.max_queue) {
             reply_error(s, client, m.id, CR_E_BUSY,
                         "server busy, please try again.  maximum pending "
@@ -1159,6 +1164,19 @@ void sch_server_run(sch_server_t *s)
 {
     while (!zsys_interrupted)
         sch_server_run_once(s, TICK_MS);
+}
+
+int sch_server_drain(sch_server_t *s, int64_t timeout_ms)
+{
+    s->draining = true;
+    zpoller_set_nonstop(s->poller, true); /* past the SIGTERM */
+    int64_t start = mono_ms_default();
+    while (s->req_list && mono_ms_default() - start < timeout_ms)
+        sch_server_run_once(s, TICK_MS);
+    int n = 0;
+    for (const request_t *r = s->req_list; r; r = r->next)
+        n++;
+    return n;
 }
 
 size_t sch_server_runner_count(const sch_server_t *s)

@@ -77,6 +77,11 @@ void sch_server_run_once(sch_server_t *s, int timeout_ms);
 /* Loops until SIGINT/SIGTERM (zsys_interrupted). */
 void sch_server_run(sch_server_t *s);
 
+/* Graceful stop: refuses new requests ("server is shutting down") and
+ * keeps serving the ones it has until none is left or timeout_ms passes.
+ * Returns how many are left (sch_server_destroy fails them). */
+int sch_server_drain(sch_server_t *s, int64_t timeout_ms);
+
 /* Counts for tests and metrics. */
 size_t sch_server_runner_count(const sch_server_t *s);
 size_t sch_server_pending_count(const sch_server_t *s);

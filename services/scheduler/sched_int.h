@@ -105,6 +105,7 @@ struct sch_server {
     request_t *req_list; /* arrival order */
     unsigned runner_seq;
     cr_inventory_t inv;
+    bool draining;         /* SIGTERM: finishing what runs, refusing new */
     bool gpu_offload_seen; /* a runner reported VRAM: runners use GPUs */
     int64_t nvml_free[CR_MAX_GPUS]; /* per inventory slot, last query */
     int64_t nvml_at_ms;    /* when; 0 = never */
