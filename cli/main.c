@@ -26,6 +26,7 @@ static const struct {
     {"ps", cli_cmd_ps, "List running models"},
     {"cp", cli_cmd_cp, "Copy a model"},
     {"rm", cli_cmd_rm, "Remove a model"},
+    {"keygen", cli_cmd_keygen, "Generate a CURVE keypair for a GPU node"},
 };
 
 static void usage(FILE *f)

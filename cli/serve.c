@@ -156,7 +156,9 @@ static void signal_all(svc_t *svcs, int sig)
 static void stop_all(svc_t *svcs, int sig, const sigset_t *set)
 {
     signal_all(svcs, sig);
-    double deadline = now_s() + STOP_GRACE_S;
+    /* The gateway and scheduler drain in-flight requests first. */
+    double drain_s = (double)cr_env_duration_ms("DRAIN_TIMEOUT", 30 * 1000) / 1000;
+    double deadline = now_s() + drain_s + STOP_GRACE_S;
     bool killed = false;
     while (live(svcs)) {
         struct timespec ts = {0, 200 * 1000 * 1000};

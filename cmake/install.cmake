@@ -24,7 +24,7 @@ set(CORRAL_SYSUSERSDIR "lib/sysusers.d" CACHE STRING
     "Where the sysusers.d entry for the corral user is installed")
 
 set(CORRAL_INSTALL_PROGRAMS corral corral-gateway corral-scheduler
-    corral-registry corral-runner)
+    corral-registry corral-runner corral-node)
 foreach(prog ${CORRAL_INSTALL_PROGRAMS})
   if(NOT TARGET ${prog})
     message(FATAL_ERROR "install.cmake: no target ${prog}; include this file "

@@ -1,6 +1,7 @@
 /* env.c: CORRAL_/OLLAMA_ settings. */
 #include "lib/prelude.h"
 #include "lib/env.h"
+#include "lib/duration.h"
 
 #include <ctype.h>
 
@@ -66,4 +67,14 @@ void cr_env_models_dir(char *buf, size_t cap)
         return;
     const char *home = getenv("HOME");
     snprintf(buf, cap, "%s/.corral/models", home && *home ? home : ".");
+}
+
+int64_t cr_env_duration_ms(const char *name, int64_t def)
+{
+    char v[64];
+    int64_t ms;
+    if (!cr_env_get(name, v, sizeof v) || cr_duration_parse(v, &ms, NULL) ||
+        ms < 0)
+        return def;
+    return ms;
 }

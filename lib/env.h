@@ -19,6 +19,10 @@ long long cr_env_int(const char *name, long long def);
  * other value -> true (Ollama counts invalid values as true). */
 bool cr_env_bool(const char *name, bool def);
 
+/* Duration setting (Go syntax "30s", "1m", or plain seconds) in ms; `def`
+ * when unset, unparsable or negative. */
+int64_t cr_env_duration_ms(const char *name, int64_t def);
+
 /* The models dir: CORRAL_MODELS, OLLAMA_MODELS, else ~/.corral/models. */
 void cr_env_models_dir(char *buf, size_t cap);
 

@@ -3,6 +3,7 @@
  * The server and everything it does live in server.c and its modules. */
 #include "lib/prelude.h"
 
+#include "lib/env.h"
 #include "lib/log.h"
 #include "lib/sd_notify.h"
 #include "services/gateway/server.h"
@@ -74,7 +75,14 @@ int main(int argc, char **argv)
     int sig = 0;
     sigwait(&sigs, &sig);
     cr_sd_notify_stopping(NULL);
-    cr_log_info("signal %d: shutting down", sig);
+    int64_t drain_ms = cr_env_duration_ms("DRAIN_TIMEOUT", 30 * 1000);
+    cr_log_info("signal %d: draining (up to %.1f s), then shutting down", sig,
+                (double)drain_ms / 1000);
+    int left = gw_server_drain(srv, drain_ms);
+    if (left)
+        cr_log_warn("%d requests still running after the drain timeout; "
+                    "ending them",
+                    left);
     gw_server_destroy(&srv);
     return 0;
 }

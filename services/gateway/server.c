@@ -22,6 +22,8 @@ struct gw_server {
     gw_ctx_t ctx;
     struct MHD_Daemon *daemon;
     uint16_t port;
+    atomic_int in_flight;    /* requests begun and not yet completed */
+    atomic_bool draining;    /* SIGTERM: new requests are refused */
 };
 
 static int64_t mono_ns(void)
@@ -85,6 +87,7 @@ static gw_req_t *req_new(gw_server_t *s, struct MHD_Connection *conn,
     r->fd = ci ? ci->connect_fd : -1;
     cr_buf_init(&r->body, s->ctx.cfg.max_body_bytes);
     gw_metrics_request_begin(s->ctx.metrics);
+    atomic_fetch_add(&s->in_flight, 1);
     return r;
 }
 
@@ -275,6 +278,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         if (!r)
             return MHD_NO;
         *con_cls = r;
+        if (atomic_load(&s->draining)) {
+            /* A kept-alive connection asking again while we drain. */
+            r->responded = true;
+            return gw_reply_error_http(r, MHD_HTTP_SERVICE_UNAVAILABLE,
+                                       "server is shutting down");
+        }
         return on_headers(r);
     }
     if (r->responded) { /* answered early: drop the rest */
@@ -292,7 +301,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 static void on_completed(void *cls, struct MHD_Connection *conn,
                          void **con_cls, enum MHD_RequestTerminationCode why)
 {
-    CR_UNUSED(cls);
     CR_UNUSED(conn);
     gw_req_t *r = *con_cls;
     if (!r)
@@ -313,6 +321,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
                     r->method, r->path, (int)why);
     req_free(r);
     *con_cls = NULL;
+    atomic_fetch_sub(&((gw_server_t *)cls)->in_flight, 1);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -337,6 +346,8 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     s->ctx.cfg = *cfg;
     atomic_init(&s->ctx.stopping, false);
+    atomic_init(&s->in_flight, 0);
+    atomic_init(&s->draining, false);
     cr_status_t st;
     if ((st = bus_endpoint("scheduler", s->ctx.scheduler_ep,
                            sizeof s->ctx.scheduler_ep, err)) ||
@@ -360,7 +371,7 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
         goto fail;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG;
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(
@@ -390,6 +401,22 @@ fail:
     gw_metrics_destroy(&s->ctx.metrics);
     free(s);
     return st;
+}
+
+int gw_server_drain(gw_server_t *s, int64_t timeout_ms)
+{
+    atomic_store(&s->draining, true);
+    /* Close the listen socket: new connections are refused at once (a
+     * load balancer moves on), the open ones finish. */
+    MHD_socket lfd = MHD_quiesce_daemon(s->daemon);
+    if (lfd != MHD_INVALID_SOCKET)
+        close(lfd);
+    int64_t start = mono_ns();
+    int n;
+    while ((n = atomic_load(&s->in_flight)) > 0 &&
+           (mono_ns() - start) / 1000000 < timeout_ms)
+        zclock_sleep(20);
+    return n;
 }
 
 uint16_t gw_server_port(const gw_server_t *s)

@@ -35,6 +35,12 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
 /* The TCP port actually bound (useful with port 0). */
 uint16_t gw_server_port(const gw_server_t *s);
 
+/* Graceful stop (SIGTERM): closes the listen socket (new connections are
+ * refused; a new request on a kept-alive connection is answered 503
+ * "server is shutting down") and waits up to timeout_ms for the requests
+ * in flight to finish. Returns how many are still running. */
+int gw_server_drain(gw_server_t *s, int64_t timeout_ms);
+
 /* Stops accepting, ends requests that wait on the bus (their bus requests
  * are canceled), joins the connection threads and frees the server.
  * Accepts NULL. */

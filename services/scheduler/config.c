@@ -70,7 +70,29 @@ cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
         env_duration_ms("HEARTBEAT_TIMEOUT", HEARTBEAT_TIMEOUT_MS, err, &bad);
     if (bad)
         return CR_E_INVALID;
-    if ((st = sch_inventory_discover(&cfg->inventory, err)))
+    cfg->node_timeout_ms =
+        env_duration_ms("NODE_TIMEOUT", NODE_TIMEOUT_MS, err, &bad);
+    if (bad)
+        return CR_E_INVALID;
+    if (cr_env_get("NODES_ENDPOINT", cfg->nodes_endpoint,
+                   sizeof cfg->nodes_endpoint)) {
+        /* Nodes speak over the network: never without CURVE. */
+        if (!cr_env_get("NODES_CERT", cfg->nodes_cert, sizeof cfg->nodes_cert))
+            return cr_err_set(err, CR_E_INVALID,
+                              "CORRAL_NODES_ENDPOINT needs CORRAL_NODES_CERT "
+                              "(the scheduler's certificate from `corral "
+                              "keygen`)");
+        if (!cr_env_get("NODE_KEYS_DIR", cfg->node_keys_dir,
+                        sizeof cfg->node_keys_dir))
+            return cr_err_set(err, CR_E_INVALID,
+                              "CORRAL_NODES_ENDPOINT needs CORRAL_NODE_KEYS_DIR "
+                              "(the directory of admitted node public keys)");
+        if (strncmp(cfg->nodes_endpoint, "tcp://", 6))
+            return cr_err_set(err, CR_E_INVALID,
+                              "CORRAL_NODES_ENDPOINT '%s' must be tcp://ADDR:PORT",
+                              cfg->nodes_endpoint);
+    }
+    if ((st = cr_inventory_discover(&cfg->inventory, err)))
         return st;
     cfg->has_inventory = true;
     if (cfg->max_queue <= 0)

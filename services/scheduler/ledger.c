@@ -13,9 +13,18 @@
  * reported in ready (on the CPU). */
 int64_t sch_ledger_free(const sch_server_t *s, int slot)
 {
-    int64_t left = slot < 0 ? s->inv.ram_free_bytes
-                            : s->inv.gpus[slot].free_bytes;
+    return sch_ledger_free_on(s, NULL, slot);
+}
+
+/* One ledger per host: a node's runners count against its inventory. */
+int64_t sch_ledger_free_on(const sch_server_t *s, const sch_node_t *node,
+                           int slot)
+{
+    const cr_inventory_t *inv = node ? &node->inv : &s->inv;
+    int64_t left = slot < 0 ? inv->ram_free_bytes : inv->gpus[slot].free_bytes;
     for (const runner_t *rn = s->runner_list; rn; rn = rn->next) {
+        if (rn->node != node)
+            continue;
         if (!rn->has_plan) {
             if (slot < 0)
                 left -= rn->size;
@@ -94,9 +103,9 @@ static void refresh_nvml(sch_server_t *s)
     int64_t now = sch_now_ms(s);
     if (s->nvml_at_ms && now - s->nvml_at_ms < 1000)
         return;
-    sch_inventory_t *now_inv = calloc(1, sizeof *now_inv);
+    cr_inventory_t *now_inv = calloc(1, sizeof *now_inv);
     cr_err_t err;
-    if (!now_inv || sch_nvml_query(now_inv, &err)) {
+    if (!now_inv || cr_nvml_query(now_inv, &err)) {
         free(now_inv);
         return;
     }
@@ -111,22 +120,37 @@ static void refresh_nvml(sch_server_t *s)
     free(now_inv);
 }
 
+static cr_status_t plan_on(sch_server_t *s, const sch_node_t *node,
+                           request_t *r, sch_plan_t *plan, bool *has_plan,
+                           int64_t *best_free_out, cr_err_t *err);
+
 /* Plans r's model over the memory the ledger has left. Returns CR_OK with
  * *has_plan false when there is no estimate; CR_E_NOMEM (err set) when
  * the CPU part does not fit. */
 cr_status_t sch_request_plan(sch_server_t *s, request_t *r, sch_plan_t *plan,
                              bool *has_plan, cr_err_t *err)
 {
+    return plan_on(s, NULL, r, plan, has_plan, NULL, err);
+}
+
+/* Plans r on host node (NULL: this machine). best_free_out (optional) gets
+ * what the plan's first GPU had free before it. */
+static cr_status_t plan_on(sch_server_t *s, const sch_node_t *node,
+                           request_t *r, sch_plan_t *plan, bool *has_plan,
+                           int64_t *best_free_out, cr_err_t *err)
+{
     *has_plan = false;
     const sch_estimate_t *est = request_estimate(s, r);
     if (!est)
         return CR_OK;
-    int64_t gpu_free[SCH_MAX_GPUS];
-    refresh_nvml(s);
-    for (size_t i = 0; i < s->inv.n_gpus; i++) {
-        gpu_free[i] = sch_ledger_free(s, (int)i);
+    const cr_inventory_t *inv = node ? &node->inv : &s->inv;
+    int64_t gpu_free[CR_MAX_GPUS];
+    if (!node)
+        refresh_nvml(s);
+    for (size_t i = 0; i < inv->n_gpus; i++) {
+        gpu_free[i] = sch_ledger_free_on(s, node, (int)i);
         /* Other processes may have taken memory since discovery. */
-        if (s->nvml_at_ms && s->nvml_free[i] < gpu_free[i])
+        if (!node && s->nvml_at_ms && s->nvml_free[i] < gpu_free[i])
             gpu_free[i] = s->nvml_free[i];
     }
     msg_options_t lo;
@@ -137,10 +161,57 @@ cr_status_t sch_request_plan(sch_server_t *s, request_t *r, sch_plan_t *plan,
         .spread = s->cfg.sched_spread,
         .gpu_overhead_bytes = s->cfg.gpu_overhead_bytes,
     };
-    int64_t ram = s->inv.ram_total_bytes > 0 ? sch_ledger_free(s, -1) : 0;
-    if (s->inv.ram_total_bytes > 0 && ram == 0)
+    int64_t ram = inv->ram_total_bytes > 0 ? sch_ledger_free_on(s, node, -1)
+                                           : 0;
+    if (inv->ram_total_bytes > 0 && ram == 0)
         ram = 1; /* nothing left: any CPU part fails */
     *has_plan = true;
-    return sch_place(&s->inv, gpu_free, ram, est, &po, plan, err);
+    cr_status_t st = sch_place(inv, gpu_free, ram, est, &po, plan, err);
+    if (!st && best_free_out)
+        *best_free_out = plan->n_devs ? gpu_free[plan->devs[0].slot] : 0;
+    return st;
+}
+
+/* Is candidate plan a better host than the best so far? (see sched_int.h) */
+static bool better_host(const sch_plan_t *a, int64_t a_free,
+                        const sch_plan_t *b, int64_t b_free)
+{
+    if (a->full_offload != b->full_offload)
+        return a->full_offload;
+    if (a->full_offload)
+        return a_free > b_free;
+    return a->gpu_layers > b->gpu_layers;
+}
+
+cr_status_t sch_request_place(sch_server_t *s, request_t *r, sch_plan_t *plan,
+                              bool *has_plan, sch_node_t **host,
+                              cr_err_t *err)
+{
+    *host = NULL;
+    int64_t best_free = 0;
+    cr_status_t st = plan_on(s, NULL, r, plan, has_plan, &best_free, err);
+    if (!*has_plan && !st && !s->node_list)
+        return CR_OK;
+    bool have_best = !st && *has_plan;
+    sch_plan_t cand;
+    for (sch_node_t *nd = s->node_list; nd; nd = nd->next) {
+        bool cand_has = false;
+        int64_t cand_free = 0;
+        cr_err_t cerr;
+        if (plan_on(s, nd, r, &cand, &cand_has, &cand_free, &cerr) ||
+            !cand_has)
+            continue;
+        if (!have_best || better_host(&cand, cand_free, plan, best_free)) {
+            *plan = cand;
+            best_free = cand_free;
+            *host = nd;
+            have_best = true;
+        }
+    }
+    if (*host) {
+        *has_plan = true;
+        return CR_OK;
+    }
+    return st;
 }
 

@@ -45,7 +45,7 @@ void sch_load_build(const sch_server_t *s, const runner_t *rn, msg_t *load,
             memset(&devs[j], 0, sizeof devs[j]);
             devs[j].index = d->index;
             devs[j].has_index = true;
-            devs[j].uuid = (char *)s->inv.gpus[d->slot].uuid;
+            devs[j].uuid = (char *)sch_runner_inv(s, rn)->gpus[d->slot].uuid;
             devs[j].has_uuid = devs[j].uuid[0] != '\0';
             devs[j].first_layer = d->first_layer;
             devs[j].has_first_layer = true;

@@ -10,6 +10,7 @@
 
 #include <signal.h>
 
+#include "lib/env.h"
 #include "lib/log.h"
 #include "lib/sd_notify.h"
 #include "services/scheduler/sched.h"
@@ -49,6 +50,12 @@ int main(int argc, char **argv)
         cr_log_warn("sd_notify: %s", err.msg);
     sch_server_run(server);
     cr_sd_notify_stopping(NULL);
+    int64_t drain_ms = cr_env_duration_ms("DRAIN_TIMEOUT", 30 * 1000);
+    cr_log_info("draining: letting running requests finish (up to %.1f s)",
+                (double)drain_ms / 1000);
+    int left = sch_server_drain(server, drain_ms);
+    if (left)
+        cr_log_warn("%d requests still running after the drain timeout", left);
     cr_log_info("scheduler stopping");
     sch_server_destroy(&server);
     return 0;

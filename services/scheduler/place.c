@@ -22,13 +22,13 @@ static int64_t layer_room(const sch_estimate_t *est, const sch_place_opts_t *o,
  * order, contiguous ranges). proportional: each GPU's share of the bytes
  * follows its room; otherwise each is filled in turn. Returns whether all
  * k fit; devs/n_devs describe the split. */
-static bool fill(const sch_inventory_t *inv, const int64_t *gpu_free,
+static bool fill(const cr_inventory_t *inv, const int64_t *gpu_free,
                  const sch_estimate_t *est, const sch_place_opts_t *o,
                  const int *set, size_t n, int k, bool proportional,
                  sch_plan_dev_t *devs, size_t *n_devs)
 {
     int n_total = est->n_layers + 1;
-    int64_t room[SCH_MAX_GPUS], room_sum = 0, need = 0;
+    int64_t room[CR_MAX_GPUS], room_sum = 0, need = 0;
     for (size_t j = 0; j < n; j++) {
         room[j] = layer_room(est, o, gpu_free[set[j]]);
         room_sum += room[j];
@@ -67,7 +67,7 @@ static bool fill(const sch_inventory_t *inv, const int64_t *gpu_free,
     return l == n_total;
 }
 
-static bool fill_any(const sch_inventory_t *inv, const int64_t *gpu_free,
+static bool fill_any(const cr_inventory_t *inv, const int64_t *gpu_free,
                      const sch_estimate_t *est, const sch_place_opts_t *o,
                      const int *set, size_t n, int k, sch_plan_dev_t *devs,
                      size_t *n_devs)
@@ -90,7 +90,7 @@ static void fmt_size(int64_t bytes, char *out, size_t cap)
         snprintf(out, cap, "%.1f MiB", (double)bytes / (1024.0 * 1024));
 }
 
-cr_status_t sch_place(const sch_inventory_t *inv, const int64_t *gpu_free_bytes,
+cr_status_t sch_place(const cr_inventory_t *inv, const int64_t *gpu_free_bytes,
                       int64_t ram_free_bytes, const sch_estimate_t *est,
                       const sch_place_opts_t *o, sch_plan_t *plan,
                       cr_err_t *err)
@@ -100,8 +100,8 @@ cr_status_t sch_place(const sch_inventory_t *inv, const int64_t *gpu_free_bytes,
     plan->n_layers_total = n_total;
 
     /* GPUs by free memory, most first; main_gpu ahead of them all. */
-    int order[SCH_MAX_GPUS];
-    size_t n = CR_MIN(inv->n_gpus, (size_t)SCH_MAX_GPUS);
+    int order[CR_MAX_GPUS];
+    size_t n = CR_MIN(inv->n_gpus, (size_t)CR_MAX_GPUS);
     for (size_t i = 0; i < n; i++)
         order[i] = (int)i;
     for (size_t i = 1; i < n; i++)

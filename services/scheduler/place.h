@@ -28,7 +28,7 @@
 #include "lib/prelude.h"
 #include "lib/status.h"
 #include "services/scheduler/estimate.h"
-#include "services/scheduler/gpus.h"
+#include "lib/gpus.h"
 
 typedef struct sch_place_opts {
     int64_t num_gpu;            /* layers to offload; < 0 automatic */
@@ -49,7 +49,7 @@ typedef struct sch_plan {
     int n_layers_total;      /* blocks + the output layer */
     int gpu_layers;          /* layers offloaded (the last ones) */
     size_t n_devs;
-    sch_plan_dev_t devs[SCH_MAX_GPUS];
+    sch_plan_dev_t devs[CR_MAX_GPUS];
     int64_t vram_bytes;      /* sum over devs */
     int64_t cpu_bytes;       /* on the CPU */
     int64_t total_bytes;     /* vram + cpu */
@@ -61,7 +61,7 @@ typedef struct sch_plan {
  * system memory still available. CR_E_NOMEM when the CPU part does not fit
  * ("model requires more system memory (8.2 GiB) than is available
  * (3.1 GiB)", Ollama's words); plan is filled either way. */
-cr_status_t sch_place(const sch_inventory_t *inv, const int64_t *gpu_free_bytes,
+cr_status_t sch_place(const cr_inventory_t *inv, const int64_t *gpu_free_bytes,
                       int64_t ram_free_bytes, const sch_estimate_t *est,
                       const sch_place_opts_t *o, sch_plan_t *plan,
                       cr_err_t *err);

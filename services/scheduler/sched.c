@@ -179,12 +179,30 @@ static void runner_set_state(sch_server_t *s, runner_t *rn, runner_state_t st)
 
 static void send_runner(sch_server_t *s, runner_t *rn, const msg_t *m)
 {
+    if (rn->node) {
+        sch_node_send(s, rn->node, rn->id, m);
+        return;
+    }
     cr_err_t err;
     zframe_t *ident = zframe_new(rn->id, strlen(rn->id));
     if (bus_send_to(s->runners, ident, m, &err))
         cr_log_warn("runner %s: send %s failed: %s", rn->id,
                  msg_type_name(m->type), err.msg);
     zframe_destroy(&ident);
+}
+
+/* SIGKILL: a local child directly, a node's runner through its node. */
+static void runner_kill(sch_server_t *s, runner_t *rn)
+{
+    if (rn->node) {
+        msg_t m;
+        msg_init(&m, MSG_node_kill, "");
+        m.u.node_kill.runner_id = rn->id;
+        m.u.node_kill.has_runner_id = true;
+        sch_node_send(s, rn->node, "", &m);
+    } else if (rn->pid > 0) {
+        kill(rn->pid, SIGKILL);
+    }
 }
 
 static void runner_stop(sch_server_t *s, runner_t *rn, const char *why)
@@ -243,7 +261,7 @@ static void runner_arm_keep_alive(sch_server_t *s, runner_t *rn)
 }
 
 static runner_t *runner_start(sch_server_t *s, request_t *r,
-                              const sch_plan_t *plan)
+                              const sch_plan_t *plan, sch_node_t *host)
 {
     runner_t *rn = calloc(1, sizeof *rn);
     if (!rn)
@@ -263,8 +281,20 @@ static runner_t *runner_start(sch_server_t *s, request_t *r,
     rn->keep_alive_ms = r->has_keep_alive ? r->keep_alive_ms
                                           : s->cfg.keep_alive_ms;
     cr_err_t err;
-    if (sch_spawn_runner(s->cfg.runner_bin, s->cfg.runners_endpoint, rn->id,
-                         &rn->pid, &err)) {
+    if (host) {
+        /* The node forks it; its frames come back through the node. */
+        msg_t sp;
+        msg_init(&sp, MSG_node_spawn, "");
+        sp.u.node_spawn.runner_id = rn->id;
+        sp.u.node_spawn.has_runner_id = true;
+        if (!sch_node_send(s, host, "", &sp)) {
+            msg_clear(&rn->resolved);
+            free(rn);
+            return NULL;
+        }
+        rn->node = host;
+    } else if (sch_spawn_runner(s->cfg.runner_bin, s->cfg.runners_endpoint,
+                                rn->id, &rn->pid, &err)) {
         cr_log_error("cannot start a runner: %s", err.msg);
         msg_clear(&rn->resolved);
         free(rn);
@@ -283,8 +313,12 @@ static runner_t *runner_start(sch_server_t *s, request_t *r,
     }
     rn->next = s->runner_list;
     s->runner_list = rn;
-    cr_log_info("loading %s in runner %s (pid %d): %s",
-                r->resolved.u.resolved.name, rn->id, (int)rn->pid, where);
+    if (host)
+        cr_log_info("loading %s in runner %s on node '%s': %s",
+                    r->resolved.u.resolved.name, rn->id, host->name, where);
+    else
+        cr_log_info("loading %s in runner %s (pid %d): %s",
+                    r->resolved.u.resolved.name, rn->id, (int)rn->pid, where);
     return rn;
 }
 
@@ -401,9 +435,12 @@ static void evict_one(sch_server_t *s, const char *why)
 
 static void schedule(sch_server_t *s)
 {
+    size_t all_gpus = s->inv.n_gpus;
+    for (const sch_node_t *nd = s->node_list; nd; nd = nd->next)
+        all_gpus += nd->inv.n_gpus;
     size_t max_loaded = s->cfg.max_loaded > 0
                             ? (size_t)s->cfg.max_loaded
-                            : 3 * CR_MAX(s->inv.n_gpus, (size_t)1);
+                            : 3 * CR_MAX(all_gpus, (size_t)1);
     bool load_waiting = false; /* loads go in arrival order */
     request_t *next;
     for (request_t *r = s->req_list; r; r = next) {
@@ -446,11 +483,13 @@ static void schedule(sch_server_t *s)
         sch_plan_t plan;
         bool has_plan;
         cr_err_t err;
-        cr_status_t st = sch_request_plan(s, r, &plan, &has_plan, &err);
+        sch_node_t *host = NULL;
+        cr_status_t st = sch_request_place(s, r, &plan, &has_plan, &host, &err);
         msg_options_t lo;
         sch_request_load_opts(r, &lo);
         bool forced = lo.has_num_gpu && lo.num_gpu >= 0;
-        bool fits = !st && (!has_plan || s->inv.n_gpus == 0 || forced ||
+        const cr_inventory_t *hinv = host ? &host->inv : &s->inv;
+        bool fits = !st && (!has_plan || hinv->n_gpus == 0 || forced ||
                             plan.full_offload);
         if (!fits && s->runner_list) {
             evict_one(s, "evicted to make room");
@@ -460,7 +499,7 @@ static void schedule(sch_server_t *s)
             req_fail(s, r, st, err.msg);
             continue;
         }
-        if (!runner_start(s, r, has_plan ? &plan : NULL))
+        if (!runner_start(s, r, has_plan ? &plan : NULL, host))
             req_fail(s, r, CR_E_RUNNER, "failed to start a runner process");
     }
     /* A runner that became ready with nobody waiting (they were canceled)
@@ -592,6 +631,11 @@ static void on_front(sch_server_t *s)
     case MSG_detokenize: {
         if (req_find(s, m.id)) {
             reply_error(s, client, m.id, CR_E_INVALID, "duplicate request id");
+            break;
+        }
+        if (s->draining) {
+            reply_error(s, client, m.id, CR_E_UNAVAILABLE,
+                        "server is shutting down");
             break;
         }
         if (pending_count(s) >= (size_t)s->cfg.max_queue) {
@@ -751,9 +795,10 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
          * shows the plan, so PROCESSOR reads it. A real GPU plan that the
          * runner did not follow (a CPU-only runner) becomes a CPU one, so
          * the ledger does not hold VRAM nobody uses. */
-        if (m->u.ready.size_vram > 0)
+        if (m->u.ready.size_vram > 0 && !rn->node)
             s->gpu_offload_seen = true;
-        bool show_plan = rn->has_plan && s->inv.fake &&
+        const cr_inventory_t *hinv = sch_runner_inv(s, rn);
+        bool show_plan = rn->has_plan && hinv->fake &&
                          rn->plan.vram_bytes > 0 &&
                          m->u.ready.size_vram == 0;
         if (!show_plan) {
@@ -761,7 +806,7 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
                 rn->size = m->u.ready.size;
             rn->size_vram = m->u.ready.size_vram;
         }
-        if (rn->has_plan && !s->inv.fake && rn->plan.vram_bytes > 0 &&
+        if (rn->has_plan && !hinv->fake && rn->plan.vram_bytes > 0 &&
             m->u.ready.size_vram == 0) {
             cr_log_info("runner %s loaded %s on the CPU only (planned: %d "
                         "layers on GPUs)",
@@ -823,7 +868,34 @@ static void on_runners(sch_server_t *s)
         cr_log_warn("bad message from runner %s: %s", id, err.msg);
         return;
     }
+    sch_runner_msg(s, NULL, id, &m);
+}
+
+void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
+                    msg_t *mp)
+{
+    msg_t m = *mp;
+    memset(mp, 0, sizeof *mp); /* ownership moved */
     runner_t *rn = runner_by_id(s, id);
+    if (rn && rn->node != node) {
+        /* A node speaks only for its own runners. */
+        cr_log_warn("message for runner '%s' from %s%s%s ignored", id,
+                    node ? "node '" : "this host", node ? node->name : "",
+                    node ? "'" : "");
+        msg_clear(&m);
+        return;
+    }
+    if (!rn && m.type == MSG_hello && node) {
+        /* A runner on a node that outlived its scheduler (or its node's
+         * loss) is not adopted: the node's memory was already given back. */
+        cr_log_info("runner '%s' on node '%s' is unknown; asking it to exit",
+                    id, node->name);
+        msg_t bye;
+        msg_init(&bye, MSG_shutdown, id);
+        sch_node_send(s, node, id, &bye);
+        msg_clear(&m);
+        return;
+    }
     if (!rn && m.type == MSG_hello) {
         /* A runner from before a scheduler restart: adopt its model, or
          * (holding none) tell it to go. */
@@ -869,8 +941,8 @@ static void on_runners(sch_server_t *s)
 
 /* A runner's process is gone: its requests fail (unless it was being
  * stopped) and it leaves the list, returning its memory to the ledger. */
-static void runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,
-                        const char *how)
+void sch_runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,
+                     const char *how)
 {
     if (rn->state == RS_STOPPING) {
         cr_log_info("runner %s (pid %d) exited: %s", rn->id, (int)pid, how);
@@ -909,7 +981,7 @@ static void reap_children(sch_server_t *s)
     while ((pid = sch_reap_one(how, sizeof how)) > 0) {
         runner_t *rn = runner_by_pid(s, pid);
         if (rn)
-            runner_gone(s, rn, pid, how);
+            sch_runner_gone(s, rn, pid, how);
     }
     /* Adopted runners are not our children: ask /proc instead (a zombie,
      * a dead pid or a reused one no longer shows the runner binary). One
@@ -922,10 +994,10 @@ static void reap_children(sch_server_t *s)
         if (!rn->adopted)
             continue;
         if (rn->pid > 0 && !sch_pid_is_runner(rn->pid, s->cfg.runner_bin))
-            runner_gone(s, rn, rn->pid, "exited");
+            sch_runner_gone(s, rn, rn->pid, "exited");
         else if (rn->pid <= 0 && rn->state == RS_STOPPING &&
                  now - rn->state_since_ms > STOP_GRACE_MS)
-            runner_gone(s, rn, 0, "stopped");
+            sch_runner_gone(s, rn, 0, "stopped");
     }
 }
 
@@ -954,8 +1026,7 @@ static void heartbeat(sch_server_t *s, runner_t *rn, int64_t now)
         fail_model_requests(s, rn, CR_E_RUNNER, text, false);
         runner_set_state(s, rn, RS_STOPPING);
         rn->expires_ms = 0;
-        if (rn->pid > 0)
-            kill(rn->pid, SIGKILL);
+        runner_kill(s, rn);
         return;
     }
     if (!rn->ping_sent_ms && now - rn->last_seen_ms >= interval) {
@@ -1015,8 +1086,9 @@ static void run_timers(sch_server_t *s)
             runner_stop(s, rn, "load timed out");
         }
         if (rn->state == RS_STOPPING &&
-            now - rn->state_since_ms > STOP_GRACE_MS && rn->pid > 0) {
-            kill(rn->pid, SIGKILL);
+            now - rn->state_since_ms > STOP_GRACE_MS &&
+            (rn->pid > 0 || rn->node)) {
+            runner_kill(s, rn);
             rn->state_since_ms = now; /* once per grace period */
         }
     }
@@ -1042,13 +1114,13 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
     if (cfg->has_inventory) {
         s->inv = cfg->inventory;
     } else {
-        cr_status_t st = sch_inventory_discover(&s->inv, err);
+        cr_status_t st = cr_inventory_discover(&s->inv, err);
         if (st) {
             free(s);
             return st;
         }
     }
-    sch_inventory_log(&s->inv);
+    cr_inventory_log(&s->inv);
     s->front = zsock_new(ZMQ_ROUTER);
     s->runners = zsock_new(ZMQ_ROUTER);
     s->registry = zsock_new(ZMQ_DEALER);
@@ -1081,12 +1153,16 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
         cr_err_set(err, CR_E_NOMEM, "cannot create a poller");
         goto fail_sockets;
     }
+    if (sch_nodes_open(s, err) || (s->nodes && zpoller_add(s->poller, s->nodes)))
+        goto fail_sockets;
     *out = s;
     return CR_OK;
 
 fail_sockets:
     if (err && err->status == CR_OK)
         cr_err_set(err, CR_E_IO, "cannot create sockets");
+    zpoller_destroy(&s->poller);
+    sch_nodes_close(s);
     zsock_destroy(&s->front);
     zsock_destroy(&s->runners);
     zsock_destroy(&s->registry);
@@ -1105,9 +1181,13 @@ void sch_server_run_once(sch_server_t *s, int timeout_ms)
             on_runners(s);
         else if (which == s->registry)
             on_registry(s);
+        else if (s->nodes && which == s->nodes)
+            sch_nodes_on_readable(s);
         which = zpoller_wait(s->poller, 0);
     }
     reap_children(s);
+    if (s->nodes)
+        sch_nodes_check(s);
     run_timers(s);
     schedule(s);
 }
@@ -1116,6 +1196,19 @@ void sch_server_run(sch_server_t *s)
 {
     while (!zsys_interrupted)
         sch_server_run_once(s, TICK_MS);
+}
+
+int sch_server_drain(sch_server_t *s, int64_t timeout_ms)
+{
+    s->draining = true;
+    zpoller_set_nonstop(s->poller, true); /* past the SIGTERM */
+    int64_t start = mono_ms_default();
+    while (s->req_list && mono_ms_default() - start < timeout_ms)
+        sch_server_run_once(s, TICK_MS);
+    int n = 0;
+    for (const request_t *r = s->req_list; r; r = r->next)
+        n++;
+    return n;
 }
 
 size_t sch_server_runner_count(const sch_server_t *s)
@@ -1135,7 +1228,7 @@ int64_t sch_server_free_bytes(const sch_server_t *s, int slot)
     return sch_ledger_free(s, slot < 0 ? -1 : slot);
 }
 
-const sch_inventory_t *sch_server_inventory(const sch_server_t *s)
+const cr_inventory_t *sch_server_inventory(const sch_server_t *s)
 {
     return &s->inv;
 }
@@ -1147,6 +1240,14 @@ void sch_server_destroy(sch_server_t **self_p)
     sch_server_t *s = *self_p;
     for (runner_t *rn = s->runner_list; rn; rn = rn->next)
         runner_stop(s, rn, "scheduler shutting down");
+    /* A node's runners got their shutdown through it; the node reaps them
+     * (and kills what is left once it loses this scheduler). */
+    runner_t *rnext;
+    for (runner_t *rn = s->runner_list; rn; rn = rnext) {
+        rnext = rn->next;
+        if (rn->node)
+            runner_free(s, rn);
+    }
     /* Wait for them to exit, then make sure. */
     int64_t start = mono_ms_default();
     while (s->runner_list && mono_ms_default() - start < STOP_GRACE_MS) {
@@ -1171,6 +1272,7 @@ void sch_server_destroy(sch_server_t **self_p)
     zsock_destroy(&s->front);
     zsock_destroy(&s->runners);
     zsock_destroy(&s->registry);
+    sch_nodes_close(s);
     free(s);
     *self_p = NULL;
 }

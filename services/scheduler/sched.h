@@ -21,7 +21,7 @@
 #include "lib/prelude.h"
 #include "lib/status.h"
 #include "proto/bus.h"
-#include "services/scheduler/gpus.h"
+#include "lib/gpus.h"
 
 typedef struct sch_config {
     char front_endpoint[BUS_ENDPOINT_MAX];    /* ROUTER for gateways */
@@ -38,7 +38,7 @@ typedef struct sch_config {
     /* The machine. has_inventory false: sch_server_new discovers it
      * (CORRAL_GPU_INVENTORY, else NVML and /proc/meminfo). */
     bool has_inventory;
-    sch_inventory_t inventory;
+    cr_inventory_t inventory;
     int64_t gpu_overhead_bytes;  /* OLLAMA_GPU_OVERHEAD, per GPU */
     bool sched_spread;           /* OLLAMA_SCHED_SPREAD */
     char kv_cache_type[16];      /* OLLAMA_KV_CACHE_TYPE; "" = f16 */
@@ -46,6 +46,13 @@ typedef struct sch_config {
                                       5 s (CORRAL_HEARTBEAT_INTERVAL) */
     int64_t heartbeat_timeout_ms;  /* unanswered ping -> killed; 0 = 60 s
                                       (CORRAL_HEARTBEAT_TIMEOUT) */
+    /* Nodes (docs/deploy.md "Adding a GPU host"): "" = off. */
+    char nodes_endpoint[BUS_ENDPOINT_MAX]; /* CORRAL_NODES_ENDPOINT, tcp:// */
+    char nodes_cert[4096];     /* CORRAL_NODES_CERT: the scheduler's
+                                  certificate (and its _secret) */
+    char node_keys_dir[4096];  /* CORRAL_NODE_KEYS_DIR: admitted node keys */
+    int64_t node_timeout_ms;   /* CORRAL_NODE_TIMEOUT: a silent node is lost
+                                  after this; 0 = 10 s */
     /* Monotonic clock in ms; NULL = CLOCK_MONOTONIC. Tests set their own. */
     int64_t (*now_ms)(void);
 } sch_config_t;
@@ -70,6 +77,11 @@ void sch_server_run_once(sch_server_t *s, int timeout_ms);
 /* Loops until SIGINT/SIGTERM (zsys_interrupted). */
 void sch_server_run(sch_server_t *s);
 
+/* Graceful stop: refuses new requests ("server is shutting down") and
+ * keeps serving the ones it has until none is left or timeout_ms passes.
+ * Returns how many are left (sch_server_destroy fails them). */
+int sch_server_drain(sch_server_t *s, int64_t timeout_ms);
+
 /* Counts for tests and metrics. */
 size_t sch_server_runner_count(const sch_server_t *s);
 size_t sch_server_pending_count(const sch_server_t *s);
@@ -79,6 +91,6 @@ size_t sch_server_pending_count(const sch_server_t *s);
 int64_t sch_server_free_bytes(const sch_server_t *s, int slot);
 
 /* The inventory the server places over (borrowed). */
-const sch_inventory_t *sch_server_inventory(const sch_server_t *s);
+const cr_inventory_t *sch_server_inventory(const sch_server_t *s);
 
 #endif

@@ -17,6 +17,8 @@
 #define STOP_GRACE_MS 5000        /* shutdown -> SIGKILL */
 #define HEARTBEAT_INTERVAL_MS 5000
 #define HEARTBEAT_TIMEOUT_MS 60000
+#define NODE_TIMEOUT_MS 10000   /* a silent node is lost */
+#define NODE_BLOB_CHUNK_MAX (4 << 20) /* bytes per blob_data */
 #define TICK_MS 100               /* timer resolution of the loop */
 #define FOREVER_MS INT64_MAX
 
@@ -33,8 +35,21 @@ typedef enum req_state {
     RQ_RUNNING,
 } req_state_t;
 
+/* A GPU host whose node agent joined over CORRAL_NODES_ENDPOINT (nodes.c).
+ * Its runners are runner_t entries with `node` pointing here. */
+typedef struct sch_node {
+    char name[64];           /* from node_hello; unique among nodes */
+    zframe_t *ident;         /* its ROUTER identity on the nodes socket */
+    cr_inventory_t inv;      /* what it announced; the ledger subtracts its
+                                runners' plans from this */
+    int64_t last_seen_ms;    /* last frame from it */
+    struct sch_node *next;
+} sch_node_t;
+
 typedef struct runner {
     char id[48];
+    sch_node_t *node;        /* NULL: a local child; else the host it runs on
+                                (pid is then 0: the node owns the process) */
     pid_t pid;
     runner_state_t state;
     msg_t resolved;          /* owned copy of what the registry said */
@@ -83,13 +98,17 @@ struct sch_server {
     zsock_t *front;    /* ROUTER: gateways */
     zsock_t *runners;  /* ROUTER: runners */
     zsock_t *registry; /* DEALER: registry */
+    zsock_t *nodes;    /* ROUTER: node agents (CURVE); NULL when off */
+    zactor_t *auth;    /* ZAP handler admitting listed node keys */
+    sch_node_t *node_list;
     zpoller_t *poller;
     runner_t *runner_list;
     request_t *req_list; /* arrival order */
     unsigned runner_seq;
-    sch_inventory_t inv;
+    cr_inventory_t inv;
+    bool draining;         /* SIGTERM: finishing what runs, refusing new */
     bool gpu_offload_seen; /* a runner reported VRAM: runners use GPUs */
-    int64_t nvml_free[SCH_MAX_GPUS]; /* per inventory slot, last query */
+    int64_t nvml_free[CR_MAX_GPUS]; /* per inventory slot, last query */
     int64_t nvml_at_ms;    /* when; 0 = never */
 };
 
@@ -120,6 +139,45 @@ int64_t sch_vram_total(const sch_server_t *s);
 /* The scheduler's monotonic clock in ms (the config's, for tests). */
 int64_t sch_now_ms(const sch_server_t *s);
 
+/* The inventory runner rn is placed over: its node's or this machine's. */
+static inline const cr_inventory_t *sch_runner_inv(const sch_server_t *s,
+                                                   const runner_t *rn)
+{
+    return rn->node ? &rn->node->inv : &s->inv;
+}
+
+/* ---- sched.c, for nodes.c ---- */
+
+/* Handles one message from runner `id` (a local one when node is NULL, else
+ * one relayed by node). Takes ownership of *m (cleared). */
+void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
+                    msg_t *m);
+
+/* Runner rn is gone (exited, or its node was lost, as `how` says): its
+ * requests fail or run again, and it leaves the list (freed). */
+void sch_runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,
+                     const char *how);
+
+/* ---- nodes.c ---- */
+
+/* Binds the nodes ROUTER (CURVE server, ZAP over the keys dir) when
+ * cfg.nodes_endpoint is set; a no-op otherwise. Errors name the setting. */
+cr_status_t sch_nodes_open(sch_server_t *s, cr_err_t *err);
+
+/* Reads everything waiting on the nodes socket. */
+void sch_nodes_on_readable(sch_server_t *s);
+
+/* Drops nodes silent for the node timeout (their runners are gone). */
+void sch_nodes_check(sch_server_t *s);
+
+/* Sends m to node nd, addressed to runner `to` ("" for the node itself).
+ * False (logged) if the node cannot be reached. */
+bool sch_node_send(sch_server_t *s, sch_node_t *nd, const char *to,
+                   const msg_t *m);
+
+/* Frees every node and the socket (runners must be gone already). */
+void sch_nodes_close(sch_server_t *s);
+
 /* ---- adopt.c ---- */
 
 /* Adopts a runner that says hello from outside (it outlived the scheduler
@@ -136,7 +194,7 @@ runner_t *sch_runner_adopt(sch_server_t *s, const char *id,
 /* Storage a load message borrows (lives as long as the message). */
 typedef struct sch_load_scratch {
     msg_options_t opts;
-    msg_device_split_t devs[SCH_MAX_GPUS];
+    msg_device_split_t devs[CR_MAX_GPUS];
 } sch_load_scratch_t;
 
 /* Fills *load (initialised here) for runner rn: name, path, template,
@@ -153,6 +211,10 @@ void sch_load_build(const sch_server_t *s, const runner_t *rn, msg_t *load,
  * slot -1) after every runner not yet reaped. */
 int64_t sch_ledger_free(const sch_server_t *s, int slot);
 
+/* The same for host node (NULL: this machine): only its runners count. */
+int64_t sch_ledger_free_on(const sch_server_t *s, const sch_node_t *node,
+                           int slot);
+
 /* The load options a runner for r would be started with (r's own over the
  * model's params). Strings are borrowed from r. */
 void sch_request_load_opts(const request_t *r, msg_options_t *out);
@@ -163,5 +225,16 @@ void sch_request_load_opts(const request_t *r, msg_options_t *out);
  * fit. */
 cr_status_t sch_request_plan(sch_server_t *s, request_t *r, sch_plan_t *plan,
                              bool *has_plan, cr_err_t *err);
+
+/* Plans r's model on every host (this machine, then each node in join
+ * order) and picks one, the local policy lifted to hosts: a host that
+ * holds the whole model on GPUs wins; among those, the one whose chosen
+ * GPU has the most free memory; otherwise the most layers on GPUs; ties
+ * go to the earlier host (this machine first). *host is NULL for this
+ * machine. Errors as sch_request_plan, from this machine's plan when no
+ * host can take it. */
+cr_status_t sch_request_place(sch_server_t *s, request_t *r, sch_plan_t *plan,
+                              bool *has_plan, sch_node_t **host,
+                              cr_err_t *err);
 
 #endif

@@ -331,7 +331,7 @@ static void env_start(env_t *e, int max_loaded, int max_queue)
         cr_err_t ierr;
         cfg.inventory.ram_total_bytes = 64LL << 30;
         cfg.inventory.ram_free_bytes = 64LL << 30;
-        CHECK_EQ_INT(sch_inventory_parse(inventory_g, &cfg.inventory, &ierr),
+        CHECK_EQ_INT(cr_inventory_parse(inventory_g, &cfg.inventory, &ierr),
                      CR_OK);
         cfg.inventory.fake = !inventory_real_g;
         cfg.has_inventory = true;

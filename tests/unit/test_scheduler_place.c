@@ -12,7 +12,7 @@
 #include "services/runner/engine.h"
 #include "services/runner/synth.h"
 #include "services/scheduler/estimate.h"
-#include "services/scheduler/gpus.h"
+#include "lib/gpus.h"
 #include "services/scheduler/options.h"
 #include "services/scheduler/place.h"
 #include "tests/unit/check.h"
@@ -24,9 +24,9 @@
 
 static void test_inventory_parse(void)
 {
-    sch_inventory_t inv = {0};
+    cr_inventory_t inv = {0};
     cr_err_t err;
-    CHECK_EQ_INT(sch_inventory_parse("0:NVIDIA H200:141000000000,1:RTX 4090:"
+    CHECK_EQ_INT(cr_inventory_parse("0:NVIDIA H200:141000000000,1:RTX 4090:"
                                      "24000000000",
                                      &inv, &err),
                  CR_OK);
@@ -42,7 +42,7 @@ static void test_inventory_parse(void)
 
     /* A name with colons; spaces around entries; a cpu: entry. */
     inv.ram_total_bytes = 5;
-    CHECK_EQ_INT(sch_inventory_parse(" 3:A:B:100 , cpu:64000000000", &inv,
+    CHECK_EQ_INT(cr_inventory_parse(" 3:A:B:100 , cpu:64000000000", &inv,
                                      &err),
                  CR_OK);
     CHECK_EQ_INT(inv.n_gpus, 1);
@@ -51,9 +51,9 @@ static void test_inventory_parse(void)
     CHECK(inv.ram_total_bytes == 64 * GB && inv.ram_free_bytes == 64 * GB);
 
     /* Empty and "none": no GPUs, memory untouched. */
-    CHECK_EQ_INT(sch_inventory_parse("", &inv, &err), CR_OK);
+    CHECK_EQ_INT(cr_inventory_parse("", &inv, &err), CR_OK);
     CHECK_EQ_INT(inv.n_gpus, 0);
-    CHECK_EQ_INT(sch_inventory_parse("none", &inv, &err), CR_OK);
+    CHECK_EQ_INT(cr_inventory_parse("none", &inv, &err), CR_OK);
     CHECK_EQ_INT(inv.n_gpus, 0);
     CHECK(inv.ram_total_bytes == 64 * GB);
 }
@@ -78,9 +78,9 @@ static void test_inventory_parse_bad(void)
         {"5000:a:1", "index '5000'"},
     };
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
-        sch_inventory_t inv = {0};
+        cr_inventory_t inv = {0};
         cr_err_t err = {0};
-        cr_status_t st = sch_inventory_parse(cases[i].spec, &inv, &err);
+        cr_status_t st = cr_inventory_parse(cases[i].spec, &inv, &err);
         CHECK_MSG(st == CR_E_INVALID, "'%s' gave %d", cases[i].spec, st);
         CHECK_MSG(strstr(err.msg, cases[i].want) != NULL, "'%s': %s",
                   cases[i].spec, err.msg);
@@ -88,19 +88,19 @@ static void test_inventory_parse_bad(void)
     }
     /* Too many devices. */
     char spec[1024] = "";
-    for (int i = 0; i < SCH_MAX_GPUS + 1; i++) {
+    for (int i = 0; i < CR_MAX_GPUS + 1; i++) {
         char e[32];
         snprintf(e, sizeof e, "%s%d:g:10", i ? "," : "", i);
         strcat(spec, e);
     }
-    sch_inventory_t inv = {0};
+    cr_inventory_t inv = {0};
     cr_err_t err;
-    CHECK_EQ_INT(sch_inventory_parse(spec, &inv, &err), CR_E_TOO_LARGE);
+    CHECK_EQ_INT(cr_inventory_parse(spec, &inv, &err), CR_E_TOO_LARGE);
     /* Hostile length. */
-    char *big = malloc(SCH_INVENTORY_SPEC_MAX + 10);
-    memset(big, '1', SCH_INVENTORY_SPEC_MAX + 9);
-    big[SCH_INVENTORY_SPEC_MAX + 9] = '\0';
-    CHECK_EQ_INT(sch_inventory_parse(big, &inv, &err), CR_E_TOO_LARGE);
+    char *big = malloc(CR_INVENTORY_SPEC_MAX + 10);
+    memset(big, '1', CR_INVENTORY_SPEC_MAX + 9);
+    big[CR_INVENTORY_SPEC_MAX + 9] = '\0';
+    CHECK_EQ_INT(cr_inventory_parse(big, &inv, &err), CR_E_TOO_LARGE);
     free(big);
 }
 
@@ -108,7 +108,7 @@ static void test_meminfo(void)
 {
     int64_t total = 0, avail = 0;
     cr_err_t err;
-    CHECK_EQ_INT(sch_meminfo_parse("MemTotal:       16384000 kB\n"
+    CHECK_EQ_INT(cr_meminfo_parse("MemTotal:       16384000 kB\n"
                                    "MemFree:         1000000 kB\n"
                                    "MemAvailable:    8192000 kB\n",
                                    &total, &avail, &err),
@@ -116,42 +116,42 @@ static void test_meminfo(void)
     CHECK(total == 16384000LL * 1024);
     CHECK(avail == 8192000LL * 1024);
     /* No MemAvailable (old kernels): MemFree. */
-    CHECK_EQ_INT(sch_meminfo_parse("MemTotal: 100 kB\nMemFree: 40 kB\n",
+    CHECK_EQ_INT(cr_meminfo_parse("MemTotal: 100 kB\nMemFree: 40 kB\n",
                                    &total, &avail, &err),
                  CR_OK);
     CHECK(avail == 40 * 1024);
     /* Neither: everything. */
-    CHECK_EQ_INT(sch_meminfo_parse("MemTotal: 100 kB\n", &total, &avail,
+    CHECK_EQ_INT(cr_meminfo_parse("MemTotal: 100 kB\n", &total, &avail,
                                    &err),
                  CR_OK);
     CHECK(avail == 100 * 1024);
     /* Garbage. */
-    CHECK_EQ_INT(sch_meminfo_parse("", &total, &avail, &err), CR_E_CORRUPT);
-    CHECK_EQ_INT(sch_meminfo_parse("MemTotal: lots kB\n", &total, &avail,
+    CHECK_EQ_INT(cr_meminfo_parse("", &total, &avail, &err), CR_E_CORRUPT);
+    CHECK_EQ_INT(cr_meminfo_parse("MemTotal: lots kB\n", &total, &avail,
                                    &err),
                  CR_E_CORRUPT);
-    CHECK_EQ_INT(sch_meminfo_parse("MemTotal: 99999999999999999999 kB\n",
+    CHECK_EQ_INT(cr_meminfo_parse("MemTotal: 99999999999999999999 kB\n",
                                    &total, &avail, &err),
                  CR_E_CORRUPT);
-    CHECK_EQ_INT(sch_meminfo_parse(NULL, &total, &avail, &err), CR_E_CORRUPT);
+    CHECK_EQ_INT(cr_meminfo_parse(NULL, &total, &avail, &err), CR_E_CORRUPT);
 }
 
-static void four_gpus(sch_inventory_t *inv)
+static void four_gpus(cr_inventory_t *inv)
 {
     cr_err_t err;
-    CHECK_EQ_INT(sch_inventory_parse("0:a:10,1:b:20,2:c:30,3:d:40", inv, &err),
+    CHECK_EQ_INT(cr_inventory_parse("0:a:10,1:b:20,2:c:30,3:d:40", inv, &err),
                  CR_OK);
 }
 
 static void test_visible_devices(void)
 {
-    sch_inventory_t inv;
+    cr_inventory_t inv;
     four_gpus(&inv);
-    sch_inventory_filter_visible(&inv, NULL);
+    cr_inventory_filter_visible(&inv, NULL);
     CHECK_EQ_INT(inv.n_gpus, 4);
 
     /* Order follows the list, numbering restarts at 0. */
-    sch_inventory_filter_visible(&inv, "2,0");
+    cr_inventory_filter_visible(&inv, "2,0");
     CHECK_EQ_INT(inv.n_gpus, 2);
     CHECK_EQ_STR(inv.gpus[0].name, "c");
     CHECK_EQ_INT(inv.gpus[0].index, 0);
@@ -160,30 +160,30 @@ static void test_visible_devices(void)
 
     /* UUIDs (or prefixes of them). */
     four_gpus(&inv);
-    sch_inventory_filter_visible(&inv, "GPU-fake-3, 1");
+    cr_inventory_filter_visible(&inv, "GPU-fake-3, 1");
     CHECK_EQ_INT(inv.n_gpus, 2);
     CHECK_EQ_STR(inv.gpus[0].name, "d");
     CHECK_EQ_STR(inv.gpus[1].name, "b");
 
     /* An invalid entry ends the list, as CUDA does. */
     four_gpus(&inv);
-    sch_inventory_filter_visible(&inv, "1,7,2");
+    cr_inventory_filter_visible(&inv, "1,7,2");
     CHECK_EQ_INT(inv.n_gpus, 1);
     CHECK_EQ_STR(inv.gpus[0].name, "b");
     /* An ambiguous UUID prefix is invalid. */
     four_gpus(&inv);
-    sch_inventory_filter_visible(&inv, "GPU-fake");
+    cr_inventory_filter_visible(&inv, "GPU-fake");
     CHECK_EQ_INT(inv.n_gpus, 0);
     /* Hidden: "" and "-1". */
     four_gpus(&inv);
-    sch_inventory_filter_visible(&inv, "");
+    cr_inventory_filter_visible(&inv, "");
     CHECK_EQ_INT(inv.n_gpus, 0);
     four_gpus(&inv);
-    sch_inventory_filter_visible(&inv, "-1");
+    cr_inventory_filter_visible(&inv, "-1");
     CHECK_EQ_INT(inv.n_gpus, 0);
     /* Repeats stop the list. */
     four_gpus(&inv);
-    sch_inventory_filter_visible(&inv, "0,0,1");
+    cr_inventory_filter_visible(&inv, "0,0,1");
     CHECK_EQ_INT(inv.n_gpus, 1);
 }
 
@@ -191,9 +191,9 @@ static void test_visible_devices(void)
  * GPU host) lists devices with memory. */
 static void test_nvml(void)
 {
-    sch_inventory_t inv = {0};
+    cr_inventory_t inv = {0};
     cr_err_t err;
-    cr_status_t st = sch_nvml_query(&inv, &err);
+    cr_status_t st = cr_nvml_query(&inv, &err);
     if (st) {
         CHECK(st == CR_E_NOT_FOUND || st == CR_E_UNAVAILABLE);
         CHECK_EQ_INT(inv.n_gpus, 0);
@@ -440,7 +440,7 @@ static int64_t sum_layers(const sch_estimate_t *e, int from, int to)
 
 /* Invariants every plan keeps: contiguous ranges ending at the last layer,
  * bytes that add up, nothing over a GPU's free memory. */
-static void check_plan(const sch_inventory_t *inv, const int64_t *free_b,
+static void check_plan(const cr_inventory_t *inv, const int64_t *free_b,
                        const sch_estimate_t *e, const sch_place_opts_t *o,
                        const sch_plan_t *p)
 {
@@ -471,8 +471,8 @@ static void check_plan(const sch_inventory_t *inv, const int64_t *free_b,
 }
 
 typedef struct placed {
-    sch_inventory_t inv;
-    int64_t free_b[SCH_MAX_GPUS];
+    cr_inventory_t inv;
+    int64_t free_b[CR_MAX_GPUS];
     sch_plan_t plan;
     cr_status_t st;
     cr_err_t err;
@@ -482,7 +482,7 @@ static void place(placed_t *p, const char *spec, int64_t ram,
                   const sch_estimate_t *e, const sch_place_opts_t *o)
 {
     memset(p, 0, sizeof *p);
-    CHECK_EQ_INT(sch_inventory_parse(spec, &p->inv, &p->err), CR_OK);
+    CHECK_EQ_INT(cr_inventory_parse(spec, &p->inv, &p->err), CR_OK);
     for (size_t i = 0; i < p->inv.n_gpus; i++)
         p->free_b[i] = p->inv.gpus[i].free_bytes;
     p->st = sch_place(&p->inv, p->free_b, ram, e, o, &p->plan, &p->err);
@@ -603,7 +603,7 @@ static void test_place_two_gpus(void)
     CHECK_EQ_INT(p->plan.devs[0].index, 1);
 
     /* The free memory given (what the ledger left), not the total, counts. */
-    CHECK_EQ_INT(sch_inventory_parse("0:A:16000000000,1:B:24000000000",
+    CHECK_EQ_INT(cr_inventory_parse("0:A:16000000000,1:B:24000000000",
                                      &p->inv, &p->err),
                  CR_OK);
     int64_t free_b[2] = {16 * GB, 5 * GB};

@@ -1,6 +1,6 @@
 /* gpus.c: GPU discovery (NVML via dlopen), fake inventories, /proc/meminfo. */
 #include "lib/prelude.h"
-#include "services/scheduler/gpus.h"
+#include "lib/gpus.h"
 
 #include <dlfcn.h>
 
@@ -36,7 +36,7 @@ static void trim(const char **s, size_t *n)
 
 /* One `index:name:total` or `cpu:total` entry of length n. */
 static cr_status_t parse_entry(const char *e, size_t n, int which,
-                               sch_inventory_t *inv, cr_err_t *err)
+                               cr_inventory_t *inv, cr_err_t *err)
 {
     trim(&e, &n);
     const char *c1 = memchr(e, ':', n);
@@ -91,11 +91,11 @@ static cr_status_t parse_entry(const char *e, size_t n, int which,
                               "CORRAL_GPU_INVENTORY entry %d: index %d is "
                               "listed twice",
                               which, (int)index);
-    if (inv->n_gpus >= SCH_MAX_GPUS)
+    if (inv->n_gpus >= CR_MAX_GPUS)
         return cr_err_set(err, CR_E_TOO_LARGE,
                           "CORRAL_GPU_INVENTORY lists more than %d GPUs",
-                          SCH_MAX_GPUS);
-    sch_gpu_t *g = &inv->gpus[inv->n_gpus++];
+                          CR_MAX_GPUS);
+    cr_gpu_t *g = &inv->gpus[inv->n_gpus++];
     memset(g, 0, sizeof *g);
     g->index = (int)index;
     snprintf(g->name, sizeof g->name, "%.*s", (int)CR_MIN(nn, 95), name);
@@ -105,7 +105,7 @@ static cr_status_t parse_entry(const char *e, size_t n, int which,
     return CR_OK;
 }
 
-cr_status_t sch_inventory_parse(const char *spec, sch_inventory_t *inv,
+cr_status_t cr_inventory_parse(const char *spec, cr_inventory_t *inv,
                                 cr_err_t *err)
 {
     inv->n_gpus = 0;
@@ -113,10 +113,10 @@ cr_status_t sch_inventory_parse(const char *spec, sch_inventory_t *inv,
     if (!spec)
         return CR_OK;
     size_t len = strlen(spec);
-    if (len > SCH_INVENTORY_SPEC_MAX)
+    if (len > CR_INVENTORY_SPEC_MAX)
         return cr_err_set(err, CR_E_TOO_LARGE,
                           "CORRAL_GPU_INVENTORY is longer than %d bytes",
-                          SCH_INVENTORY_SPEC_MAX);
+                          CR_INVENTORY_SPEC_MAX);
     const char *p = spec;
     size_t n = len;
     trim(&p, &n);
@@ -171,7 +171,7 @@ static bool meminfo_kb(const char *text, const char *key, int64_t *bytes)
     return false;
 }
 
-cr_status_t sch_meminfo_parse(const char *text, int64_t *total_bytes,
+cr_status_t cr_meminfo_parse(const char *text, int64_t *total_bytes,
                               int64_t *avail_bytes, cr_err_t *err)
 {
     int64_t total, avail;
@@ -186,7 +186,7 @@ cr_status_t sch_meminfo_parse(const char *text, int64_t *total_bytes,
     return CR_OK;
 }
 
-static void read_meminfo(sch_inventory_t *inv)
+static void read_meminfo(cr_inventory_t *inv)
 {
     char text[8192];
     FILE *f = fopen("/proc/meminfo", "r");
@@ -199,21 +199,21 @@ static void read_meminfo(sch_inventory_t *inv)
     fclose(f);
     text[n] = '\0';
     cr_err_t err;
-    if (sch_meminfo_parse(text, &inv->ram_total_bytes, &inv->ram_free_bytes,
+    if (cr_meminfo_parse(text, &inv->ram_total_bytes, &inv->ram_free_bytes,
                           &err))
         cr_log_warn("%s; system memory unknown", err.msg);
 }
 
 /* ---- CUDA_VISIBLE_DEVICES ---- */
 
-void sch_inventory_filter_visible(sch_inventory_t *inv, const char *visible)
+void cr_inventory_filter_visible(cr_inventory_t *inv, const char *visible)
 {
     if (!visible)
         return;
-    sch_gpu_t kept[SCH_MAX_GPUS];
+    cr_gpu_t kept[CR_MAX_GPUS];
     size_t n_kept = 0;
     const char *p = visible;
-    while (*p && n_kept < SCH_MAX_GPUS) {
+    while (*p && n_kept < CR_MAX_GPUS) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
         trim(&p, &len);
@@ -283,7 +283,7 @@ static void *sym(void *lib, const char *name)
         memcpy(&api.field, &f_, sizeof f_);                      \
     } while (0)
 
-cr_status_t sch_nvml_query(sch_inventory_t *inv, cr_err_t *err)
+cr_status_t cr_nvml_query(cr_inventory_t *inv, cr_err_t *err)
 {
     inv->n_gpus = 0;
     void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -318,14 +318,14 @@ cr_status_t sch_nvml_query(sch_inventory_t *inv, cr_err_t *err)
                         "nvmlDeviceGetCount_v2 failed (%d)", rc);
         goto out_shutdown;
     }
-    for (unsigned int i = 0; i < count && inv->n_gpus < SCH_MAX_GPUS; i++) {
+    for (unsigned int i = 0; i < count && inv->n_gpus < CR_MAX_GPUS; i++) {
         nvml_device_t dev = NULL;
         nvml_memory_t mem = {0};
         if (api.handle(i, &dev) != 0 || api.memory(dev, &mem) != 0) {
             cr_log_warn("NVML device %u: cannot read its memory; skipped", i);
             continue;
         }
-        sch_gpu_t *g = &inv->gpus[inv->n_gpus++];
+        cr_gpu_t *g = &inv->gpus[inv->n_gpus++];
         memset(g, 0, sizeof *g);
         g->index = (int)i;
         if (!api.name || api.name(dev, g->name, sizeof g->name) != 0)
@@ -351,27 +351,27 @@ out_close:
 
 #undef LOAD_SYM
 
-cr_status_t sch_inventory_discover(sch_inventory_t *inv, cr_err_t *err)
+cr_status_t cr_inventory_discover(cr_inventory_t *inv, cr_err_t *err)
 {
     memset(inv, 0, sizeof *inv);
     read_meminfo(inv);
     const char *spec = getenv("CORRAL_GPU_INVENTORY");
     if (spec)
-        return sch_inventory_parse(spec, inv, err);
+        return cr_inventory_parse(spec, inv, err);
     cr_err_t nerr;
-    if (sch_nvml_query(inv, &nerr)) {
+    if (cr_nvml_query(inv, &nerr)) {
         cr_log_info("no NVIDIA GPUs (%s); models run on the CPU", nerr.msg);
         inv->n_gpus = 0;
         return CR_OK;
     }
-    sch_inventory_filter_visible(inv, getenv("CUDA_VISIBLE_DEVICES"));
+    cr_inventory_filter_visible(inv, getenv("CUDA_VISIBLE_DEVICES"));
     return CR_OK;
 }
 
-void sch_inventory_log(const sch_inventory_t *inv)
+void cr_inventory_log(const cr_inventory_t *inv)
 {
     for (size_t i = 0; i < inv->n_gpus; i++) {
-        const sch_gpu_t *g = &inv->gpus[i];
+        const cr_gpu_t *g = &inv->gpus[i];
         cr_log_info("gpu %d: %s (cc %d.%d) %s, %.1f GiB total, %.1f GiB free%s",
                     g->index, g->name, g->cc_major, g->cc_minor, g->uuid,
                     (double)g->total_bytes / (1 << 30),

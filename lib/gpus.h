@@ -20,46 +20,46 @@
  * still started in CPU mode.
  *
  * Knows nothing of models or placement (estimate.h, place.h). */
-#ifndef SCH_GPUS_H
-#define SCH_GPUS_H
+#ifndef CR_GPUS_H
+#define CR_GPUS_H
 
 #include "lib/prelude.h"
 #include "lib/status.h"
 
-#define SCH_MAX_GPUS 16
-#define SCH_GPU_NAME_MAX 96
-#define SCH_INVENTORY_SPEC_MAX 2048
+#define CR_MAX_GPUS 16
+#define CR_GPU_NAME_MAX 96
+#define CR_INVENTORY_SPEC_MAX 2048
 
-typedef struct sch_gpu {
+typedef struct cr_gpu {
     int index;                   /* as the runner will number it (CUDA order) */
-    char name[SCH_GPU_NAME_MAX]; /* "NVIDIA H200" */
-    char uuid[SCH_GPU_NAME_MAX]; /* "GPU-..."; "" when unknown */
+    char name[CR_GPU_NAME_MAX]; /* "NVIDIA H200" */
+    char uuid[CR_GPU_NAME_MAX]; /* "GPU-..."; "" when unknown */
     int cc_major, cc_minor;      /* compute capability; 0.0 when unknown */
     int64_t total_bytes;         /* device memory */
     int64_t free_bytes;          /* free when discovered (before corral
                                     placed anything) */
-} sch_gpu_t;
+} cr_gpu_t;
 
-typedef struct sch_inventory {
-    sch_gpu_t gpus[SCH_MAX_GPUS];
+typedef struct cr_inventory {
+    cr_gpu_t gpus[CR_MAX_GPUS];
     size_t n_gpus;
     int64_t ram_total_bytes;     /* MemTotal */
     int64_t ram_free_bytes;      /* MemAvailable when discovered */
     bool fake;                   /* from CORRAL_GPU_INVENTORY: runners run
                                     on the CPU whatever the plan says */
-} sch_inventory_t;
+} cr_inventory_t;
 
 /* Parses a CORRAL_GPU_INVENTORY value (grammar above) into inv. System
  * memory is left as inv had it unless a `cpu:` entry sets it. CR_E_INVALID
  * names the bad entry ("entry 2 'x:y': total bytes 'y' is not a number");
- * more than SCH_MAX_GPUS devices is CR_E_TOO_LARGE. */
-cr_status_t sch_inventory_parse(const char *spec, sch_inventory_t *inv,
+ * more than CR_MAX_GPUS devices is CR_E_TOO_LARGE. */
+cr_status_t cr_inventory_parse(const char *spec, cr_inventory_t *inv,
                                 cr_err_t *err);
 
 /* Reads MemTotal and MemAvailable (kB lines) from the text of
  * /proc/meminfo. CR_E_CORRUPT if MemTotal is missing or malformed;
  * MemAvailable falls back to MemFree, then to MemTotal. */
-cr_status_t sch_meminfo_parse(const char *text, int64_t *total_bytes,
+cr_status_t cr_meminfo_parse(const char *text, int64_t *total_bytes,
                               int64_t *avail_bytes, cr_err_t *err);
 
 /* Keeps only the devices CUDA_VISIBLE_DEVICES-style `visible` selects, in
@@ -67,20 +67,20 @@ cr_status_t sch_meminfo_parse(const char *text, int64_t *total_bytes,
  * indices into inv's current order or UUID prefixes ("GPU-8f3a"); an
  * unknown entry ends the list, as CUDA does. NULL keeps everything; "" or
  * "-1" hides all devices. */
-void sch_inventory_filter_visible(sch_inventory_t *inv, const char *visible);
+void cr_inventory_filter_visible(cr_inventory_t *inv, const char *visible);
 
 /* Fills inv with what this machine has: CORRAL_GPU_INVENTORY if set,
  * otherwise NVML devices (none if NVML is absent) filtered by
  * CUDA_VISIBLE_DEVICES, and system memory from /proc/meminfo. Only a bad
  * CORRAL_GPU_INVENTORY is an error; a missing NVML is logged and is not. */
-cr_status_t sch_inventory_discover(sch_inventory_t *inv, cr_err_t *err);
+cr_status_t cr_inventory_discover(cr_inventory_t *inv, cr_err_t *err);
 
 /* Asks NVML for devices. CR_E_NOT_FOUND if the library cannot be loaded,
- * CR_E_UNAVAILABLE if it fails to initialise. For sch_inventory_discover
+ * CR_E_UNAVAILABLE if it fails to initialise. For cr_inventory_discover
  * and the GPU test. */
-cr_status_t sch_nvml_query(sch_inventory_t *inv, cr_err_t *err);
+cr_status_t cr_nvml_query(cr_inventory_t *inv, cr_err_t *err);
 
 /* One line per device for logs ("0: NVIDIA H200 (9.0), 139.8 GiB total"). */
-void sch_inventory_log(const sch_inventory_t *inv);
+void cr_inventory_log(const cr_inventory_t *inv);
 
 #endif

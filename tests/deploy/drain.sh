@@ -1,0 +1,62 @@
+#!/bin/sh
+# drain.sh: graceful SIGTERM. A streamed answer in flight when `corral
+# serve` gets SIGTERM completes normally; a new request afterwards is
+# refused (connection refused, or 503 on a kept-alive connection); serve
+# exits within CORRAL_DRAIN_TIMEOUT (30 s here) plus its grace period (10 s).
+set -u
+BIN="${CORRAL_BUILD_DIR:?}/bin"
+T=$(mktemp -d /tmp/corral-drain.XXXXXX)
+PORT=$((20000 + ($$ * 7) % 20000))
+SERVE_PID=""; CURL_PID=""; FAILS=0
+cleanup() {
+    [ -n "$CURL_PID" ] && kill -9 "$CURL_PID" 2>/dev/null
+    [ -n "$SERVE_PID" ] && kill -9 "$SERVE_PID" 2>/dev/null
+    [ "$FAILS" -ne 0 ] && tail -30 "$T/serve.log"
+    rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+fail() { echo "FAIL: $*"; FAILS=$((FAILS+1)); }
+ok() { echo "ok: $*"; }
+
+export CORRAL_RUNTIME_DIR="$T/run" CORRAL_MODELS="$T/models" \
+    CORRAL_HOST="127.0.0.1:$PORT" CORRAL_DRAIN_TIMEOUT=30s
+"$BIN/corral" serve >"$T/serve.log" 2>&1 &
+SERVE_PID=$!
+for i in $(seq 1 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break
+    sleep 0.1
+done
+"$BIN/corral-gguf-synth" --out "$T/m.gguf" --type q8_0 >/dev/null || fail "synth"
+printf 'FROM ./m.gguf\nPARAMETER temperature 0\n' >"$T/Modelfile"
+(cd "$T" && "$BIN/corral" create dm -f Modelfile >/dev/null) || fail "create"
+# Load it first, so the timed part is generation only.
+curl -s -m 30 -d '{"model":"dm","prompt":""}' "http://127.0.0.1:$PORT/api/generate" >/dev/null
+
+curl -s -N -m 60 -d '{"model":"dm","prompt":"go","options":{"num_predict":800}}' \
+    "http://127.0.0.1:$PORT/api/generate" >"$T/stream.out" &
+CURL_PID=$!
+for i in $(seq 1 100); do [ -s "$T/stream.out" ] && break; sleep 0.02; done
+grep -q '"done":true' "$T/stream.out" && fail "the answer ended before SIGTERM"
+t0=$(date +%s.%N)
+kill -TERM "$SERVE_PID"
+sleep 0.3
+code=$(curl -s -o "$T/new.out" -w '%{http_code}' -m 5 \
+    -d '{"model":"dm","prompt":"x","stream":false}' "http://127.0.0.1:$PORT/api/generate")
+rc=$?
+if [ $rc = 7 ] || [ "$code" = 503 ]; then ok "new request refused (curl rc $rc, http $code)"
+else fail "new request during drain: rc $rc http $code $(cat "$T/new.out")"; fi
+wait "$CURL_PID"; CURL_PID=""
+tail -1 "$T/stream.out" | grep -q '"done":true' &&
+    ok "in-flight answer completed: $(tail -1 "$T/stream.out" | grep -o '"done_reason":"[a-z]*"')" ||
+    fail "in-flight answer cut: $(tail -c 200 "$T/stream.out")"
+exited=0
+for i in $(seq 1 450); do
+    kill -0 "$SERVE_PID" 2>/dev/null || { exited=1; break; }
+    sleep 0.1
+done
+t1=$(date +%s.%N)
+[ $exited = 1 ] && ok "serve exited $(echo "$t1 - $t0" | bc) s after SIGTERM" ||
+    fail "serve still running 45 s after SIGTERM"
+wait "$SERVE_PID"; echo "serve exit status $?"; SERVE_PID=""
+[ "$FAILS" -eq 0 ] || exit 1
+echo "drain: all checks passed"

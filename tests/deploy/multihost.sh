@@ -1,0 +1,172 @@
+#!/bin/sh
+# multihost.sh: two "hosts" on one machine. Network namespaces A and B are
+# joined by a veth pair; `corral serve` runs in A with no GPUs and a nodes
+# endpoint, a node agent runs in B with a described GPU (so the model is
+# placed there) and its own blob cache. Checks: the runner of a chat lives
+# in B and its blob was streamed and verified into B's cache; a node whose
+# key is not listed is refused; killing the node fails the in-flight
+# request with a clear error and the next request is placed on A.
+# Needs root (ip netns); skips with 77 where namespaces cannot be made.
+set -u
+BIN="${CORRAL_BUILD_DIR:?}/bin"
+T=$(mktemp -d /tmp/corral-mh.XXXXXX)
+NSA="crA$$"; NSB="crB$$"
+VA="vcA$$"; VB="vcB$$"
+IPA=10.231.0.1; IPB=10.231.0.2
+PORT=$((20000 + $$ % 20000)); NPORT=$((PORT + 1))
+SERVE_PID=""; NODE_PID=""; EVIL_PID=""; CURL_PID=""
+FAILS=0
+
+cleanup() {
+    [ -n "${MH_HOLD:-}" ] && sleep "$MH_HOLD"
+    for p in $CURL_PID $EVIL_PID $NODE_PID $SERVE_PID; do
+        [ -n "$p" ] && kill -CONT "$p" 2>/dev/null
+    done
+    for p in $CURL_PID $EVIL_PID $NODE_PID; do
+        [ -n "$p" ] && kill -9 "$p" 2>/dev/null
+    done
+    if [ -n "$SERVE_PID" ]; then
+        kill -TERM "$SERVE_PID" 2>/dev/null
+        i=0; while kill -0 "$SERVE_PID" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.2; i=$((i+1)); done
+        kill -9 "$SERVE_PID" 2>/dev/null
+    fi
+    # Runners whose node was killed die with it (PDEATHSIG); make sure.
+    for ns in $NSA $NSB; do
+        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+        ip netns del "$ns" 2>/dev/null
+    done
+    if [ "$FAILS" -ne 0 ]; then
+        for f in "$T"/serve.log "$T"/node.log "$T"/evil.log; do echo "---- $f"; tail -40 "$f"; done
+    fi
+    rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+
+fail() { echo "FAIL: $*"; FAILS=$((FAILS+1)); }
+ok() { echo "ok: $*"; }
+
+if [ "$(id -u)" != 0 ] || ! ip netns add "$NSA" 2>/dev/null; then
+    echo "SKIP: cannot create network namespaces (needs root and ip netns)"
+    exit 77
+fi
+ip netns add "$NSB" || { echo "SKIP: second namespace"; exit 77; }
+ip link add "$VA" type veth peer name "$VB" || { echo "SKIP: no veth"; exit 77; }
+ip link set "$VA" netns "$NSA" && ip link set "$VB" netns "$NSB" || exit 1
+ip -n "$NSA" addr add $IPA/24 dev "$VA"; ip -n "$NSA" link set "$VA" up
+ip -n "$NSB" addr add $IPB/24 dev "$VB"; ip -n "$NSB" link set "$VB" up
+ip -n "$NSA" link set lo up; ip -n "$NSB" link set lo up
+
+inA() { ip netns exec "$NSA" env "$@"; }
+# Starts a program in a namespace in the background and prints its real
+# pid (`ip netns exec` may fork, so $! would be the wrong process).
+spawn() {
+    ns=$1; log=$2; shift 2
+    ip netns exec "$ns" sh -c 'echo $$ >"$0.pid"; exec env "$@"' "$log" "$@" >"$log" 2>&1 &
+    for i in $(seq 1 50); do [ -s "$log.pid" ] && break; sleep 0.02; done
+    cat "$log.pid"
+}
+inB() { ip netns exec "$NSB" env "$@"; }
+http() { inA curl -s -m 30 "$@"; }
+
+# Keys: the scheduler's, an admitted node's, and one nobody listed.
+"$BIN/corral" keygen --out "$T/keys" scheduler >/dev/null || fail "keygen scheduler"
+"$BIN/corral" keygen --out "$T/keys" nodeb >/dev/null || fail "keygen nodeb"
+"$BIN/corral" keygen --out "$T/keys" evil >/dev/null || fail "keygen evil"
+mode=$(stat -c %a "$T/keys/nodeb_secret")
+[ "$mode" = 600 ] && ok "secret key mode 0600" || fail "secret key mode $mode"
+mkdir -p "$T/admitted" && cp "$T/keys/nodeb" "$T/admitted/"
+
+# Host A: corral serve, no GPUs, nodes endpoint.
+SERVE_PID=$(spawn "$NSA" "$T/serve.log" CORRAL_RUNTIME_DIR="$T/runA" CORRAL_MODELS="$T/models" \
+    CORRAL_HOST="127.0.0.1:$PORT" CORRAL_GPU_INVENTORY=none \
+    CORRAL_NODES_ENDPOINT="tcp://$IPA:$NPORT" \
+    CORRAL_NODES_CERT="$T/keys/scheduler" CORRAL_NODE_KEYS_DIR="$T/admitted" \
+    CORRAL_NODE_TIMEOUT=2s CORRAL_DEBUG= \
+    "$BIN/corral" serve)
+up=0
+for i in $(seq 1 100); do
+    if http -o /dev/null "http://127.0.0.1:$PORT/"; then up=1; break; fi
+    sleep 0.1
+done
+[ $up = 1 ] || { fail "corral serve did not answer"; exit 1; }
+
+# A small synthetic model.
+"$BIN/corral-gguf-synth" --out "$T/m.gguf" --type q8_0 >/dev/null || fail "synth"
+printf 'FROM ./m.gguf\nPARAMETER temperature 0\n' >"$T/Modelfile"
+(cd "$T" && inA CORRAL_HOST="127.0.0.1:$PORT" "$BIN/corral" create mh -f Modelfile >/dev/null) ||
+    fail "create"
+
+# Host B: the node, one described 8 GB GPU, its own cache, no shared store.
+NODE_ENV="CORRAL_RUNTIME_DIR=$T/runB CORRAL_NODE_SCHEDULER=tcp://$IPA:$NPORT CORRAL_NODE_SERVER_CERT=$T/keys/scheduler CORRAL_NODE_TIMEOUT=2s CORRAL_GPU_INVENTORY=0:FakeGPU:8000000000,cpu:8000000000"
+NODE_PID=$(spawn "$NSB" "$T/node.log" $NODE_ENV CORRAL_NODE_NAME=nodeb CORRAL_NODE_CERT="$T/keys/nodeb" \
+    CORRAL_NODE_CACHE="$T/cacheB" "$BIN/corral-node")
+joined=0
+for i in $(seq 1 50); do
+    grep -q "node 'nodeb' joined" "$T/serve.log" && { joined=1; break; }
+    sleep 0.1
+done
+[ $joined = 1 ] && ok "node joined over CURVE" || fail "node did not join"
+
+# A node with an unlisted key is refused.
+EVIL_PID=$(spawn "$NSB" "$T/evil.log" CORRAL_RUNTIME_DIR="$T/runE" CORRAL_NODE_SCHEDULER="tcp://$IPA:$NPORT" \
+    CORRAL_NODE_SERVER_CERT="$T/keys/scheduler" CORRAL_NODE_TIMEOUT=1s \
+    CORRAL_GPU_INVENTORY="0:Evil GPU:80000000000" CORRAL_NODE_NAME=evil \
+    CORRAL_NODE_CERT="$T/keys/evil" CORRAL_NODE_CACHE="$T/cacheE" \
+    "$BIN/corral-node")
+
+CHAT='{"model":"mh","messages":[{"role":"user","content":"hi"}],"stream":false,"options":{"num_predict":8}}'
+r=$(http -X POST -d "$CHAT" "http://127.0.0.1:$PORT/api/chat")
+echo "$r" | grep -q '"done":true' && ok "chat answered" || fail "chat: $r"
+rpids=""
+for p in $(ip netns pids "$NSB"); do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = corral-runner ] && rpids="$rpids $p"
+done
+[ -n "$rpids" ] && ok "the runner lives in namespace B (pid$rpids)" ||
+    fail "no corral-runner in namespace B"
+digest=$(basename "$(ls "$T/cacheB/blobs/" 2>/dev/null | grep -v partial | head -1)")
+[ -n "$digest" ] && [ -f "$T/models/blobs/$digest" ] &&
+    ok "blob $digest streamed into B's cache" || fail "no blob in B's cache"
+ps=$(http "http://127.0.0.1:$PORT/api/ps")
+echo "$ps" | grep -q '"size_vram":[1-9]' && ok "ps accounts it on B's GPU" ||
+    fail "ps: $ps"
+
+for i in $(seq 1 40); do
+    grep -q "no answer from the scheduler" "$T/evil.log" && break
+    sleep 0.1
+done
+if grep -q "node 'evil' joined" "$T/serve.log"; then fail "unlisted key joined"
+else ok "unlisted key refused"; fi
+grep -q "no answer from the scheduler" "$T/evil.log" &&
+    ok "refused node says why" || fail "refused node silent"
+kill -9 "$EVIL_PID"; EVIL_PID=""
+
+# Kill the node while a streamed answer is in flight: freeze it first so
+# the answer cannot finish, then kill -9 (its runner dies with it).
+LONG='{"model":"mh","messages":[{"role":"user","content":"tell me more"}],"options":{"num_predict":100000}}'
+inA curl -s -N -m 20 -X POST -d "$LONG" "http://127.0.0.1:$PORT/api/chat" >"$T/stream.out" &
+CURL_PID=$!
+for i in $(seq 1 100); do
+    [ -s "$T/stream.out" ] && break
+    sleep 0.05
+done
+kill -STOP "$NODE_PID" $rpids 2>/dev/null
+kill -9 "$NODE_PID"
+wait "$CURL_PID" 2>/dev/null; CURL_PID=""; NODE_PID=""
+if grep -q '"done":true' "$T/stream.out"; then
+    fail "the answer finished before the node was killed"
+fi
+grep -q "node 'nodeb' lost" "$T/stream.out" &&
+    ok "in-flight request failed: $(grep -o '"error":"[^"]*"' "$T/stream.out" | head -1)" ||
+    fail "no clear error in the stream: $(tail -c 300 "$T/stream.out")"
+
+# The next request is placed on A (the only host left).
+r=$(http -X POST -d "$CHAT" "http://127.0.0.1:$PORT/api/chat")
+echo "$r" | grep -q '"done":true' && ok "next request recovered" || fail "after loss: $r"
+apids=""
+for p in $(ip netns pids "$NSA"); do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = corral-runner ] && apids="$apids $p"
+done
+[ -n "$apids" ] && ok "re-placed on A (pid$apids)" || fail "no runner on A"
+
+[ "$FAILS" -eq 0 ] || exit 1
+echo "multihost: all checks passed"

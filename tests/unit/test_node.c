@@ -1,0 +1,213 @@
+/* test_node.c: the node agent's blob cache and fetch (services/node/blobs),
+ * the relay framing and CURVE key files (proto/relay). */
+#include "lib/prelude.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "proto/relay.h"
+#include "services/node/blobs.h"
+#include "tests/unit/check.h"
+
+/* sha256("hello world") */
+#define HELLO_DIGEST \
+    "sha256-b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9"
+
+static char tmp_g[256];
+
+static bool exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+static void test_digest_names(void)
+{
+    CHECK(nd_digest_valid(HELLO_DIGEST));
+    CHECK(!nd_digest_valid("sha256-B94D27B9934D3E08A52E52D7DA7DABFAC484EFE37A5380EE9088F7ACE2EFCDE9"));
+    CHECK(!nd_digest_valid("sha256-b94d"));
+    CHECK(!nd_digest_valid("sha256-../../../../etc/passwd"));
+    CHECK(!nd_digest_valid(NULL));
+    nd_fetch_t *f = NULL;
+    cr_err_t err;
+    CHECK_EQ_INT(nd_fetch_new(tmp_g, "../x", &f, &err), CR_E_INVALID);
+}
+
+/* Two chunks, verified, renamed into place, found afterwards. */
+static void test_fetch_whole(void)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/c1", tmp_g);
+    nd_fetch_t *f = NULL;
+    cr_err_t err;
+    CHECK_EQ_INT(nd_fetch_new(dir, HELLO_DIGEST, &f, &err), CR_OK);
+    CHECK_EQ_INT((int)nd_fetch_offset(f), 0);
+    bool done = true;
+    CHECK_EQ_INT(nd_fetch_feed(f, 0, 11, "hello ", 6, &done, &err), CR_OK);
+    CHECK(!done);
+    CHECK_EQ_INT((int)nd_fetch_offset(f), 6);
+    CHECK_EQ_INT(nd_fetch_feed(f, 6, 11, "world", 5, &done, &err), CR_OK);
+    CHECK(done);
+    char path[512], found[512];
+    snprintf(path, sizeof path, "%s", nd_fetch_path(f));
+    nd_fetch_destroy(&f);
+    CHECK(exists(path));
+    char partial[600];
+    snprintf(partial, sizeof partial, "%s-partial", path);
+    CHECK(!exists(partial));
+    CHECK(nd_blob_find(dir, NULL, HELLO_DIGEST, found, sizeof found));
+    CHECK_EQ_STR(found, path);
+}
+
+/* A fetch that stopped halfway resumes from the partial file. */
+static void test_fetch_resume(void)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/c2", tmp_g);
+    nd_fetch_t *f = NULL;
+    cr_err_t err;
+    bool done;
+    CHECK_EQ_INT(nd_fetch_new(dir, HELLO_DIGEST, &f, &err), CR_OK);
+    CHECK_EQ_INT(nd_fetch_feed(f, 0, 11, "hello w", 7, &done, &err), CR_OK);
+    nd_fetch_destroy(&f); /* the node stops */
+    CHECK_EQ_INT(nd_fetch_new(dir, HELLO_DIGEST, &f, &err), CR_OK);
+    CHECK_EQ_INT((int)nd_fetch_offset(f), 7);
+    CHECK_EQ_INT(nd_fetch_feed(f, 7, 11, "orld", 4, &done, &err), CR_OK);
+    CHECK(done);
+    nd_fetch_destroy(&f);
+    char found[512];
+    CHECK(nd_blob_find(dir, NULL, HELLO_DIGEST, found, sizeof found));
+}
+
+/* Wrong bytes never land in the cache; protocol slips are errors. */
+static void test_fetch_bad(void)
+{
+    char dir[300], found[512];
+    snprintf(dir, sizeof dir, "%s/c3", tmp_g);
+    nd_fetch_t *f = NULL;
+    cr_err_t err;
+    bool done;
+    CHECK_EQ_INT(nd_fetch_new(dir, HELLO_DIGEST, &f, &err), CR_OK);
+    CHECK_EQ_INT(nd_fetch_feed(f, 0, 11, "HELLO WORLD", 11, &done, &err),
+                 CR_E_CORRUPT);
+    CHECK(strstr(err.msg, "hash to") != NULL);
+    nd_fetch_destroy(&f);
+    CHECK(!nd_blob_find(dir, NULL, HELLO_DIGEST, found, sizeof found));
+    /* The partial file went with it: a new fetch starts at 0. */
+    CHECK_EQ_INT(nd_fetch_new(dir, HELLO_DIGEST, &f, &err), CR_OK);
+    CHECK_EQ_INT((int)nd_fetch_offset(f), 0);
+    CHECK_EQ_INT(nd_fetch_feed(f, 3, 11, "lo", 2, &done, &err), CR_E_PROTO);
+    CHECK_EQ_INT(nd_fetch_feed(f, 0, 11, "", 0, &done, &err), CR_E_TRUNCATED);
+    CHECK_EQ_INT(nd_fetch_feed(f, 0, 11, "hello world!", 12, &done, &err),
+                 CR_E_PROTO);
+    CHECK_EQ_INT(nd_fetch_feed(f, 0, 11, "hel", 3, &done, &err), CR_OK);
+    CHECK_EQ_INT(nd_fetch_feed(f, 3, 12, "lo", 2, &done, &err), CR_E_PROTO);
+    nd_fetch_destroy(&f);
+    /* A shared store is read when the cache lacks the blob. */
+    char store[300], blobs[320], path[400];
+    snprintf(store, sizeof store, "%s/store", tmp_g);
+    snprintf(blobs, sizeof blobs, "%s/blobs", store);
+    mkdir(store, 0700);
+    mkdir(blobs, 0700);
+    snprintf(path, sizeof path, "%s/%s", blobs, HELLO_DIGEST);
+    FILE *fp = fopen(path, "w");
+    CHECK(fp != NULL);
+    if (fp)
+        fclose(fp);
+    CHECK(nd_blob_find(dir, store, HELLO_DIGEST, found, sizeof found));
+    CHECK_EQ_STR(found, path);
+}
+
+static void test_relay_frames(void)
+{
+    zsock_t *router = zsock_new(ZMQ_ROUTER);
+    zsock_t *dealer = zsock_new(ZMQ_DEALER);
+    CHECK(zsock_bind(router, "inproc://relay-test") == 0);
+    CHECK(zsock_connect(dealer, "inproc://relay-test") == 0);
+    cr_err_t err;
+    msg_t m;
+    msg_init(&m, MSG_node_spawn, "q1");
+    m.u.node_spawn.runner_id = (char *)"r1-2";
+    m.u.node_spawn.has_runner_id = true;
+    CHECK_EQ_INT(bus_relay_send_msg(dealer, NULL, "r1-2", &m, &err), CR_OK);
+    zframe_t *peer = NULL, *payload = NULL;
+    char to[BUS_RELAY_TO_MAX + 1];
+    CHECK_EQ_INT(bus_relay_recv(router, &peer, to, sizeof to, &payload, &err),
+                 CR_OK);
+    CHECK_EQ_STR(to, "r1-2");
+    msg_t got;
+    CHECK_EQ_INT(msg_decode(zframe_data(payload), zframe_size(payload), &got,
+                            &err),
+                 CR_OK);
+    CHECK_EQ_INT(got.type, MSG_node_spawn);
+    CHECK_EQ_STR(got.u.node_spawn.runner_id, "r1-2");
+    msg_clear(&got);
+    zframe_destroy(&payload);
+    /* Back to the dealer, addressed to the node itself. */
+    CHECK_EQ_INT(bus_relay_send(router, peer, "", "xyz", 3, &err), CR_OK);
+    CHECK_EQ_INT(bus_relay_recv(dealer, NULL, to, sizeof to, &payload, &err),
+                 CR_OK);
+    CHECK_EQ_STR(to, "");
+    CHECK_EQ_INT((int)zframe_size(payload), 3);
+    zframe_destroy(&payload);
+    /* A bare frame (no `to`) is a protocol error, and a ROUTER send
+     * without a peer a programming error. */
+    zstr_send(dealer, "just one");
+    CHECK_EQ_INT(bus_relay_recv(router, NULL, to, sizeof to, &payload, &err),
+                 CR_E_PROTO);
+    CHECK_EQ_INT(bus_relay_send(router, NULL, "", "x", 1, &err), CR_E_INTERNAL);
+    zframe_destroy(&peer);
+    zsock_destroy(&dealer);
+    zsock_destroy(&router);
+}
+
+static void test_keygen(void)
+{
+    if (!bus_curve_available()) {
+        fprintf(stderr, "libzmq without CURVE: keygen not tested\n");
+        return;
+    }
+    char dir[300], pub[400], sec[420];
+    snprintf(dir, sizeof dir, "%s/keys", tmp_g);
+    cr_err_t err;
+    char txt[41];
+    CHECK_EQ_INT(bus_curve_keygen(dir, "gpu1", txt, &err), CR_OK);
+    CHECK_EQ_INT((int)strlen(txt), 40);
+    snprintf(pub, sizeof pub, "%s/gpu1", dir);
+    snprintf(sec, sizeof sec, "%s/gpu1_secret", dir);
+    struct stat sb;
+    CHECK(stat(sec, &sb) == 0 && (sb.st_mode & 0777) == 0600);
+    CHECK(stat(pub, &sb) == 0 && (sb.st_mode & 0777) == 0644);
+    CHECK_EQ_INT(bus_curve_keygen(dir, "gpu1", NULL, &err), CR_E_EXISTS);
+    CHECK_EQ_INT(bus_curve_keygen(dir, "../evil", NULL, &err), CR_E_INVALID);
+    CHECK_EQ_INT(bus_curve_keygen(dir, "", NULL, &err), CR_E_INVALID);
+    /* A client needs the secret half; the public file alone will not do. */
+    zsock_t *s = zsock_new(ZMQ_DEALER);
+    CHECK_EQ_INT(bus_curve_client(s, pub, pub, &err), CR_OK);
+    char pubonly[400];
+    snprintf(pubonly, sizeof pubonly, "%s/pubonly", dir);
+    CHECK(link(pub, pubonly) == 0);
+    CHECK_EQ_INT(bus_curve_client(s, pubonly, pub, &err), CR_E_NOT_FOUND);
+    CHECK_EQ_INT(bus_curve_server(s, "/nonexistent/cert", &err),
+                 CR_E_NOT_FOUND);
+    zsock_destroy(&s);
+}
+
+int main(void)
+{
+    zsys_init();
+    zsys_set_logstream(NULL);
+    snprintf(tmp_g, sizeof tmp_g, "/tmp/corral-test-node.XXXXXX");
+    if (!mkdtemp(tmp_g))
+        return 1;
+    test_digest_names();
+    test_fetch_whole();
+    test_fetch_resume();
+    test_fetch_bad();
+    test_relay_frames();
+    test_keygen();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_g);
+    if (system(cmd)) {
+    }
+    return check_finish("node");
+}
