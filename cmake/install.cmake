@@ -2,14 +2,16 @@
 # the top CMakeLists.txt, after every program's target exists.
 #
 #   <prefix>/bin/                     corral, corral-gateway, corral-scheduler,
-#                                     corral-registry, corral-runner (the
+#                                     corral-registry, corral-runner, corral-node (the
 #                                     scheduler finds the runner beside it)
-#   <prefix>/lib/systemd/system/      corral-{gateway,scheduler,registry}
+#   <prefix>/lib/systemd/system/      corral-{gateway,scheduler,registry,node}
 #                                     .service and corral.target, ExecStart=
 #                                     naming <prefix>/bin (filled in at
 #                                     install time, so --prefix is honoured)
 #   <prefix>/lib/sysusers.d/corral.conf   the `corral` system user
 #   <prefix>/share/corral/corral.env  example for /etc/corral/corral.env
+#   <prefix>/share/corral/node.env    example for a GPU host's
+#                                     /etc/corral/node.env
 #   <prefix>/share/doc/corral/deploy.md
 #
 # The unit dir and the sysusers dir can be moved with CORRAL_SYSTEMD_UNITDIR
@@ -40,7 +42,7 @@ install(FILES ${CORRAL_UNIT_SRC}/corral.target
 install(FILES ${CORRAL_UNIT_SRC}/corral.sysusers
         DESTINATION ${CORRAL_SYSUSERSDIR} RENAME corral.conf
         COMPONENT systemd)
-install(FILES ${CORRAL_UNIT_SRC}/corral.env
+install(FILES ${CORRAL_UNIT_SRC}/corral.env ${CORRAL_UNIT_SRC}/node.env
         DESTINATION ${CMAKE_INSTALL_DATADIR}/corral COMPONENT systemd)
 install(FILES ${CMAKE_SOURCE_DIR}/docs/deploy.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT doc)
@@ -65,7 +67,7 @@ install(CODE [==[
   else()
     set(unitdir "${CMAKE_INSTALL_PREFIX}/${CORRAL_UNIT_DEST}")
   endif()
-  foreach(svc corral-gateway corral-scheduler corral-registry)
+  foreach(svc corral-gateway corral-scheduler corral-registry corral-node)
     file(READ "${CORRAL_UNIT_SRC}/${svc}.service.in" text)
     string(REPLACE "@CORRAL_BINDIR@" "${bindir}" text "${text}")
     if(text MATCHES "@[A-Z_]+@")

@@ -17,10 +17,11 @@ if ! DESTDIR="$root" cmake --install "$build" --prefix "$prefix" >"$tmp/install.
 fi
 missing=0
 for f in bin/corral bin/corral-gateway bin/corral-scheduler bin/corral-registry \
-         bin/corral-runner lib/systemd/system/corral.target \
+         bin/corral-runner bin/corral-node lib/systemd/system/corral.target \
          lib/systemd/system/corral-gateway.service \
          lib/systemd/system/corral-scheduler.service \
          lib/systemd/system/corral-registry.service \
+         lib/systemd/system/corral-node.service share/corral/node.env \
          lib/sysusers.d/corral.conf share/corral/corral.env \
          share/doc/corral/deploy.md; do
     if [ ! -e "$root$prefix/$f" ]; then
