@@ -5,7 +5,8 @@
  * their streams overlap (each receives data before the other's stream
  * ends: both ran in the runner's slots at once; sent while the model
  * loads, both are attached when it is ready), one runner serves both, and
- * each answer is exactly what the same chat gives alone afterwards. */
+ * each answer is exactly what the same chat gives alone afterwards. A
+ * client that goes away mid-answer does not disturb the other stream. */
 #include "lib/prelude.h"
 
 #include <pthread.h>
@@ -24,6 +25,8 @@ typedef struct stream {
     char content[8192];
     bool done;
     long status;
+    int abort_after; /* the client goes away after this many pieces */
+    int pieces;
 } stream_t;
 
 static bool on_data(void *ctx, const char *data, size_t len)
@@ -34,7 +37,8 @@ static bool on_data(void *ctx, const char *data, size_t len)
     if (!s->first)
         s->first = ev;
     s->last = ev;
-    return true;
+    s->pieces++;
+    return !s->abort_after || s->pieces < s->abort_after;
 }
 
 /* One streaming chat; the concatenated content and whether it ended with
@@ -44,8 +48,8 @@ static void chat(stream_t *s, bool watch)
     char body[512];
     snprintf(body, sizeof body,
              "{\"model\":\"par\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],"
-             "\"stream\":true,\"options\":{\"num_predict\":64}}",
-             s->question);
+             "\"stream\":true,\"options\":{\"num_predict\":%d}}",
+             s->question, s->abort_after ? 4000 : 64);
     e2e_resp_t r = e2e_http(&T, "POST", "/api/chat", body, watch ? on_data : NULL, s);
     s->status = r.status;
     json_t *lines = e2e_ndjson(r.body);
@@ -61,7 +65,7 @@ static void chat(stream_t *s, bool watch)
         if (json_is_true(json_object_get(line, "done")))
             s->done = true;
     }
-    if (!s->done)
+    if (!s->done && !s->abort_after)
         fprintf(stderr, "chat '%s': %ld %s\n", s->question, r.status, r.body);
     json_decref(lines);
     e2e_resp_free(&r);
@@ -127,6 +131,23 @@ int main(void)
         CHECK(a.done);
         CHECK_EQ_STR(a.content, s[i].content);
     }
+
+    /* One client goes away after two pieces of a long answer: the other
+     * stream still completes with its answer. */
+    stream_t gone = {.question = "tell me a story", .abort_after = 2};
+    stream_t stay = {.question = "why is the sky blue"};
+    pthread_create(&th[0], NULL, worker, &gone);
+    pthread_create(&th[1], NULL, worker, &stay);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CHECK(!gone.done);
+    CHECK(stay.done);
+    CHECK_EQ_STR(stay.content, s[1].content);
+    /* and the runner is free again for a new chat */
+    stream_t after = {.question = s[0].question};
+    chat(&after, false);
+    CHECK(after.done);
+    CHECK_EQ_STR(after.content, s[0].content);
     e2e_stop(&T);
     return check_finish("e2e_parallel");
 }
