@@ -1,14 +1,19 @@
-/* engine.c: one loaded model answering generate and chat requests.
+/* engine.c: one loaded model answering generate and chat requests in
+ * parallel slots.
  *
  * A request runs in five steps, each a function below:
  *   options  -> sampler params, num_predict, stop strings, num_keep
- *   prompt   -> text through the template (prompt.c), then token ids
- *   prefill  -> evaluate what the cache does not already hold
+ *   prompt   -> text through the template (prompt.c), then token ids, then
+ *               the free slot whose cached tokens share the longest prefix
+ *   prefill  -> evaluate what the slot's cache does not already hold
  *   decode   -> sample, detokenize (whole UTF-8 only), hold back stop
  *               strings, send pieces, shift the context when it fills
  *   done     -> reason, counts, durations, context ids
- * Everything sized by n_ctx is allocated once at load; a request allocates
- * only its prompt text. */
+ * rn_engine_start does the first two; rn_engine_step advances every busy
+ * slot by one forward pass (one token per decoding slot plus prompt chunks
+ * of prefilling ones, all in one rn_ctx_eval_batch) and ends the slots that
+ * finish. Everything sized by n_ctx is allocated per slot at load; a
+ * request allocates only its prompt text, stop matcher and grammar. */
 #include "lib/prelude.h"
 #include "services/runner/engine.h"
 
@@ -41,36 +46,71 @@
 #define PREFILL_STEP 64             /* tokens between cancel checks */
 #define DEFAULT_NUM_KEEP 4
 
-struct rn_engine {
-    be_backend_t *be;
-    rn_model_t *model;
-    rn_tokenizer_t *tok;
-    rn_ctx_t *ctx;
-    rn_sampler_t *sampler;
-    rn_script_t *script; /* CORRAL_TEST_SCRIPT: forced answers, or NULL */
-    rn_detok_t *detok;
-    msg_t load;       /* owned copy of the load message (template, ...) */
-    rn_tmpl_t *tmpl;  /* the model's template, parsed once */
-    int n_ctx;
-    int32_t *seq;     /* tokens in the KV cache, in order [n_ctx] */
-    int n_seq;
-    int32_t *prompt;  /* this request's prompt tokens [n_ctx] */
-    rn_grammar_vocab_t *gvocab; /* token bytes for structured output; made
-                                   on the first request with a format */
-    float *masked;    /* logits after the grammar mask [n_vocab] */
-    rn_output_t *output; /* thinking / tool-call split of the answer */
-    float *embed;     /* embedding output of the last embed request */
-    size_t embed_cap; /* floats allocated in embed */
-    cr_buf_t out;     /* text released by the stop matcher */
-};
-
 /* The effective knobs of one request. */
 typedef struct req_opts {
     rn_sampler_params_t sp;
     int64_t num_predict; /* >= 1 */
     int num_keep;
-    const msg_strs_t *stop;
+    const msg_strs_t *stop; /* borrowed from the request, during start only */
 } req_opts_t;
+
+typedef enum slot_state { SLOT_FREE, SLOT_PREFILL, SLOT_DECODE } slot_state_t;
+
+/* One parallel request: its sequence in the context and all its state. */
+typedef struct slot {
+    int id;              /* its sequence in the context */
+    slot_state_t state;
+    int64_t used;        /* engine clock when it last ended (LRU choice) */
+    int32_t *seq;        /* tokens in its KV cache, in order [n_ctx] */
+    int n_seq;
+    int32_t *prompt;     /* this request's prompt tokens [n_ctx] */
+    int n_prompt, at;    /* prompt length; prefilled up to `at` */
+    rn_sampler_t *sampler;
+    rn_script_cursor_t script; /* with a test script: where its answer is */
+    rn_detok_t *detok;
+    rn_output_t *output; /* thinking / tool-call split of the answer */
+    float *masked;       /* logits after the grammar mask [n_vocab], made on
+                            the slot's first request with a format */
+    /* The running request. */
+    rn_sink_t sink;
+    rn_finish_fn finish;
+    rn_grammar_t *grammar;
+    rn_stop_t *stop;
+    req_opts_t ro;
+    bool with_context;   /* generate (not raw): done carries the ids */
+    bool want_logprobs;
+    int64_t top_logprobs;
+    int64_t n_gen;
+    int32_t pending;     /* sampled, to evaluate next step */
+    bool has_pending;
+    bool stopped;        /* a stop string matched */
+    const char *reason;
+    int64_t t_start, t_prompt, t_decode; /* ns */
+} slot_t;
+
+struct rn_engine {
+    be_backend_t *be;
+    rn_model_t *model;
+    rn_tokenizer_t *tok;
+    rn_ctx_t *ctx;    /* one sequence per slot */
+    rn_script_t *script; /* CORRAL_TEST_SCRIPT: forced answers, or NULL */
+    msg_t load;       /* owned copy of the load message (template, ...) */
+    rn_tmpl_t *tmpl;  /* the model's template, parsed once */
+    int n_ctx;
+    int n_slots;
+    slot_t *slots;    /* [n_slots] */
+    int32_t *prompt;  /* a prompt before it has a slot, embed inputs [n_ctx] */
+    rn_ctx_span_t *spans; /* one step's batch [n_slots] */
+    int *span_slot;   /* the slot of each span [n_slots] */
+    int64_t clock;    /* counts ended requests, for the LRU slot */
+    rn_engine_stats_t stats;
+    rn_grammar_vocab_t *gvocab; /* token bytes for structured output; made
+                                   on the first request with a format */
+    float *embed;     /* embedding output of the last embed request */
+    size_t embed_cap; /* floats allocated in embed */
+    cr_buf_t out;     /* text released by the stop matcher (one slot at a
+                         time) */
+};
 
 static int64_t mono_ns(void)
 {
@@ -159,21 +199,42 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     if (hp->n_ctx_train > 0 && n_ctx > hp->n_ctx_train)
         n_ctx = hp->n_ctx_train; /* capped to the trained context */
     e->n_ctx = (int)n_ctx;
-    rn_ctx_opts_t co = {e->n_ctx, o && o->has_num_batch ? (int)o->num_batch : 0};
+    int64_t n_par = load->has_num_parallel ? load->num_parallel : 1;
+    if (n_par < 1 || n_par > RN_CTX_MAX_SEQ) {
+        st = cr_err_set(err, CR_E_INVALID, "num_parallel %" PRId64 " is out of "
+                        "range 1..%d", n_par, RN_CTX_MAX_SEQ);
+        goto fail;
+    }
+    e->n_slots = (int)n_par;
+    rn_ctx_opts_t co = {.n_ctx = e->n_ctx,
+                        .n_batch = o && o->has_num_batch ? (int)o->num_batch : 0,
+                        .n_seq = e->n_slots};
     if ((st = rn_ctx_new(e->model, &co, &e->ctx, err)))
         goto fail;
+    e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
+    e->spans = calloc((size_t)e->n_slots, sizeof *e->spans);
+    e->span_slot = calloc((size_t)e->n_slots, sizeof *e->span_slot);
+    e->prompt = calloc((size_t)e->n_ctx, sizeof *e->prompt);
+    if (!e->slots || !e->spans || !e->span_slot || !e->prompt) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory for the slots");
+        goto fail;
+    }
     rn_sampler_params_t sp;
     rn_sampler_params_default(&sp);
-    e->sampler = rn_sampler_new(hp->n_vocab, e->n_ctx, &sp, err);
-    e->detok = rn_detok_new(e->tok, 0);
-    e->output = rn_output_new();
-    e->seq = calloc((size_t)e->n_ctx, sizeof *e->seq);
-    e->prompt = calloc((size_t)e->n_ctx, sizeof *e->prompt);
-    if (!e->sampler || !e->detok || !e->seq || !e->prompt || !e->output) {
-        st = err && err->status ? err->status : CR_E_NOMEM;
-        if (st == CR_E_NOMEM)
-            cr_err_set(err, st, "out of memory for the context buffers");
-        goto fail;
+    for (int i = 0; i < e->n_slots; i++) {
+        slot_t *sl = &e->slots[i];
+        sl->id = i;
+        sl->sampler = rn_sampler_new(hp->n_vocab, e->n_ctx, &sp, err);
+        sl->detok = rn_detok_new(e->tok, 0);
+        sl->output = rn_output_new();
+        sl->seq = calloc((size_t)e->n_ctx, sizeof *sl->seq);
+        sl->prompt = calloc((size_t)e->n_ctx, sizeof *sl->prompt);
+        if (!sl->sampler || !sl->detok || !sl->seq || !sl->prompt || !sl->output) {
+            st = err && err->status ? err->status : CR_E_NOMEM;
+            if (st == CR_E_NOMEM)
+                cr_err_set(err, st, "out of memory for the context buffers");
+            goto fail;
+        }
     }
     *out = e;
     return CR_OK;
@@ -187,8 +248,20 @@ void rn_engine_destroy(rn_engine_t **self_p)
     if (!self_p || !*self_p)
         return;
     rn_engine_t *e = *self_p;
-    rn_detok_destroy(&e->detok);
-    rn_sampler_destroy(&e->sampler);
+    for (int i = 0; e->slots && i < e->n_slots; i++) {
+        slot_t *sl = &e->slots[i];
+        rn_detok_destroy(&sl->detok);
+        rn_sampler_destroy(&sl->sampler);
+        rn_output_destroy(&sl->output);
+        rn_stop_destroy(&sl->stop);
+        rn_grammar_destroy(&sl->grammar);
+        free(sl->seq);
+        free(sl->prompt);
+        free(sl->masked);
+    }
+    free(e->slots);
+    free(e->spans);
+    free(e->span_slot);
     rn_script_destroy(&e->script);
     rn_ctx_destroy(&e->ctx);
     rn_tokenizer_destroy(&e->tok);
@@ -197,11 +270,8 @@ void rn_engine_destroy(rn_engine_t **self_p)
     be_destroy(&e->be);
     msg_clear(&e->load);
     cr_buf_free(&e->out);
-    free(e->seq);
     free(e->prompt);
     free(e->embed);
-    free(e->masked);
-    rn_output_destroy(&e->output);
     rn_grammar_vocab_destroy(&e->gvocab);
     free(e);
     *self_p = NULL;
@@ -227,6 +297,24 @@ int64_t rn_engine_vram_bytes(const rn_engine_t *e)
 int64_t rn_engine_ctx(const rn_engine_t *e)
 {
     return e->n_ctx;
+}
+
+int rn_engine_slots(const rn_engine_t *e)
+{
+    return e->n_slots;
+}
+
+int rn_engine_busy(const rn_engine_t *e)
+{
+    int n = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        n += e->slots[i].state != SLOT_FREE;
+    return n;
+}
+
+void rn_engine_get_stats(const rn_engine_t *e, rn_engine_stats_t *out)
+{
+    *out = e->stats;
 }
 
 /* ---- options ---- */
@@ -484,54 +572,29 @@ static cr_status_t backend_check(rn_engine_t *e, cr_err_t *err)
     return CR_OK;
 }
 
-/* Evaluates e->prompt[0..n), reusing the cached common prefix. */
-static cr_status_t prefill(rn_engine_t *e, int n, const rn_sink_t *sink,
-                           cr_err_t *err)
+/* The cache of slot sl is full: keep num_keep tokens, drop half of the
+ * rest, and evaluate the kept tail again at its new positions (that slot
+ * alone, at once: rare, and the others simply wait a step). */
+static cr_status_t shift_context(rn_engine_t *e, slot_t *sl, int num_keep,
+                                 cr_err_t *err)
 {
-    int common = 0;
-    while (common < e->n_seq && common < n && e->seq[common] == e->prompt[common])
-        common++;
-    if (common == n)
-        common = n - 1; /* re-evaluate the last token for fresh logits */
-    rn_ctx_truncate(e->ctx, common);
-    e->n_seq = common;
-    for (int at = common; at < n; at += PREFILL_STEP) {
-        if (sink->canceled(sink->ctx))
-            return CR_E_CANCELED;
-        int step = CR_MIN(PREFILL_STEP, n - at);
-        cr_status_t st = rn_ctx_eval(e->ctx, e->prompt + at, step, at, NULL, err);
-        if (!st)
-            st = backend_check(e, err);
-        if (st) {
-            rn_ctx_clear(e->ctx);
-            e->n_seq = 0;
-            return st;
-        }
-        memcpy(e->seq + at, e->prompt + at, (size_t)step * sizeof *e->seq);
-        e->n_seq = at + step;
-    }
-    return CR_OK;
-}
-
-/* The cache is full: keep num_keep tokens, drop half of the rest, and
- * evaluate the kept tail again at its new positions. */
-static cr_status_t shift_context(rn_engine_t *e, int num_keep, cr_err_t *err)
-{
-    int keep = CR_MIN(num_keep, e->n_seq / 2);
-    int discard = (e->n_seq - keep) / 2;
+    int keep = CR_MIN(num_keep, sl->n_seq / 2);
+    int discard = (sl->n_seq - keep) / 2;
     if (discard <= 0)
         return cr_err_set(err, CR_E_TOO_LARGE, "context is full");
-    int left = e->n_seq - discard;
-    memmove(e->seq + keep, e->seq + keep + discard,
-            (size_t)(left - keep) * sizeof *e->seq);
-    rn_ctx_truncate(e->ctx, keep);
+    int left = sl->n_seq - discard;
+    memmove(sl->seq + keep, sl->seq + keep + discard,
+            (size_t)(left - keep) * sizeof *sl->seq);
+    rn_ctx_seq_truncate(e->ctx, sl->id, keep);
     cr_status_t st = left > keep
-                         ? rn_ctx_eval(e->ctx, e->seq + keep, left - keep, keep,
-                                       NULL, err)
+                         ? rn_ctx_eval_seq(e->ctx, sl->id, sl->seq + keep,
+                                           left - keep, keep, NULL, err)
                          : CR_OK;
-    e->n_seq = st ? 0 : left;
+    if (!st)
+        st = backend_check(e, err);
+    sl->n_seq = st ? 0 : left;
     if (st)
-        rn_ctx_clear(e->ctx);
+        rn_ctx_seq_truncate(e->ctx, sl->id, 0);
     return st;
 }
 
@@ -554,7 +617,7 @@ static json_t *piece_json(const rn_tokenizer_t *tok, int32_t id, float lp)
                      "logprob", (double)lp, "bytes", bytes);
 }
 
-static cr_status_t add_logprobs(rn_engine_t *e, const float *logits,
+static cr_status_t add_logprobs(rn_engine_t *e, slot_t *sl, const float *logits,
                                 int32_t token, int64_t top_n, cr_err_t *err)
 {
     rn_logprob_t top[RN_LOGPROB_MAX_TOP];
@@ -569,15 +632,16 @@ static cr_status_t add_logprobs(rn_engine_t *e, const float *logits,
     json_object_set_new(entry, "top_logprobs", alts);
     char *text = json_dumps(entry, JSON_COMPACT);
     json_decref(entry);
-    cr_status_t st = text ? rn_output_add_logprob(e->output, text) : CR_E_NOMEM;
+    cr_status_t st = text ? rn_output_add_logprob(sl->output, text) : CR_E_NOMEM;
     free(text);
     return st ? cr_err_set(err, st, "logprobs: out of memory") : CR_OK;
 }
 
 /* Decides the thinking and tool-call split of a request's answer from the
  * template (Ollama's capabilities) and starts the output stages. */
-static cr_status_t begin_output(rn_engine_t *e, const msg_t *r,
-                                const char *prompt_text, cr_err_t *err)
+static cr_status_t begin_output(rn_engine_t *e, rn_output_t *output,
+                                const msg_t *r, const char *prompt_text,
+                                cr_err_t *err)
 {
     const char *model = r->type == MSG_chat ? r->u.chat.model
                                             : r->u.generate.model;
@@ -609,42 +673,126 @@ static cr_status_t begin_output(rn_engine_t *e, const msg_t *r,
     } else {
         tools = NULL;
     }
-    return rn_output_begin(e->output, split ? open : NULL, split ? close : NULL,
+    return rn_output_begin(output, split ? open : NULL, split ? close : NULL,
                            split && rn_thinking_prompt_opens(prompt_text, open),
                            tools ? tag : NULL, tools, err);
 }
 
-cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
-                               const rn_sink_t *sink, msg_done_body_t *done,
-                               cr_err_t *err)
+/* ---- slots ---- */
+
+static int common_prefix(const slot_t *sl, const int32_t *prompt, int n)
+{
+    int k = 0;
+    while (k < sl->n_seq && k < n && sl->seq[k] == prompt[k])
+        k++;
+    return k;
+}
+
+/* The free slot for a prompt (Ollama's choice): the longest cached common
+ * prefix, else the least recently used. NULL when all are busy. */
+static slot_t *pick_slot(rn_engine_t *e, const int32_t *prompt, int n)
+{
+    slot_t *best = NULL;
+    int best_common = -1;
+    for (int i = 0; i < e->n_slots; i++) {
+        slot_t *sl = &e->slots[i];
+        if (sl->state != SLOT_FREE)
+            continue;
+        int k = prompt ? common_prefix(sl, prompt, n) : 0;
+        if (k > best_common || (k == best_common && sl->used < best->used)) {
+            best = sl;
+            best_common = k;
+        }
+    }
+    return best;
+}
+
+/* Ends the slot's request: releases its per-request state and tells the
+ * caller through finish (status st; done only when st is CR_OK). */
+static void end_slot(rn_engine_t *e, slot_t *sl, cr_status_t st,
+                     const msg_done_body_t *done, const cr_err_t *err)
+{
+    rn_stop_destroy(&sl->stop);
+    rn_grammar_destroy(&sl->grammar);
+    sl->state = SLOT_FREE;
+    sl->has_pending = false;
+    sl->used = ++e->clock;
+    rn_sink_t sink = sl->sink;
+    rn_finish_fn finish = sl->finish;
+    memset(&sl->sink, 0, sizeof sl->sink);
+    sl->finish = NULL;
+    if (finish)
+        finish(sink.ctx, st, done, err);
+}
+
+static void fail_slot(rn_engine_t *e, slot_t *sl, cr_status_t st,
+                      const cr_err_t *err)
+{
+    end_slot(e, sl, st, NULL, err);
+}
+
+/* The answer is complete: flush what the detokenizer, stop matcher and
+ * parsers held, fill done and end the slot. */
+static void complete_slot(rn_engine_t *e, slot_t *sl)
+{
+    const char *piece;
+    size_t piece_len;
+    cr_buf_reset(&e->out);
+    if (!sl->stopped) {
+        bool stopped = false;
+        rn_detok_flush(sl->detok, &piece, &piece_len);
+        rn_stop_push(sl->stop, piece, piece_len, &e->out, &stopped);
+        if (!stopped)
+            rn_stop_flush(sl->stop, &e->out);
+    }
+    rn_output_finish(sl->output, e->out.data, e->out.len, &sl->sink);
+    int64_t t_end = mono_ns();
+    msg_done_body_t done = {0};
+    done.done_reason = (char *)sl->reason;
+    done.has_done_reason = true;
+    done.prompt_eval_count = sl->n_prompt;
+    done.has_prompt_eval_count = true;
+    done.prompt_eval_duration = sl->t_decode - sl->t_prompt;
+    done.has_prompt_eval_duration = true;
+    done.eval_count = sl->n_gen;
+    done.has_eval_count = true;
+    done.eval_duration = t_end - sl->t_decode;
+    done.has_eval_duration = true;
+    done.total_duration = t_end - sl->t_start;
+    done.has_total_duration = true;
+    /* generate (not raw) returns the ids for a follow-up `context`. */
+    if (sl->with_context) {
+        done.context.v = sl->seq;
+        done.context.n = (size_t)sl->n_seq;
+        done.has_context = true;
+    }
+    end_slot(e, sl, CR_OK, &done, NULL);
+}
+
+cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
+                            const rn_sink_t *sink, rn_finish_fn finish,
+                            cr_err_t *err)
 {
     int64_t t_start = mono_ns();
     const msg_t *r = req;
     if (r->type != MSG_generate && r->type != MSG_chat)
         return cr_err_set(err, CR_E_INVALID, "unsupported request type");
+    if (!pick_slot(e, NULL, 0))
+        return cr_err_set(err, CR_E_BUSY, "all %d slots are busy", e->n_slots);
     const char *format = r->type == MSG_chat ? r->u.chat.format
                                              : r->u.generate.format;
     rn_grammar_t *grammar = NULL;
-    if (format && *format) {
-        cr_status_t gst = rn_grammar_new(format, strlen(format), NULL,
-                                         &grammar, err);
-        if (gst)
-            return gst;
-        if (!e->gvocab && (gst = rn_grammar_vocab_new(e->tok, &e->gvocab, err))) {
-            rn_grammar_destroy(&grammar);
-            return gst;
-        }
-        int n_vocab = rn_model_hparams(e->model)->n_vocab;
-        if (!e->masked && !(e->masked = malloc((size_t)n_vocab * sizeof(float)))) {
-            rn_grammar_destroy(&grammar);
-            return cr_err_set(err, CR_E_NOMEM, "out of memory");
-        }
-    }
-
-    req_opts_t ro;
     rn_stop_t *stop = NULL;
-    cr_status_t st = request_opts(e, req_options(r), &ro, err);
-    if (st)
+    rn_prompt_result_t prompt = {0};
+    req_opts_t ro;
+    cr_status_t st;
+    if (format && *format) {
+        if ((st = rn_grammar_new(format, strlen(format), NULL, &grammar, err)))
+            goto out;
+        if (!e->gvocab && (st = rn_grammar_vocab_new(e->tok, &e->gvocab, err)))
+            goto out;
+    }
+    if ((st = request_opts(e, req_options(r), &ro, err)))
         goto out;
     stop = rn_stop_new(ro.stop ? (const char *const *)ro.stop->v : NULL,
                        ro.stop ? ro.stop->n : 0, err);
@@ -655,129 +803,259 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
         st = err && err->status ? err->status : CR_E_NOMEM;
         goto out;
     }
-    if ((st = rn_sampler_reset(e->sampler, &ro.sp, err)))
-        goto out;
-    if (e->script)
-        rn_script_begin(e->script);
-
-    rn_prompt_result_t prompt = {0};
+    ro.stop = NULL;
     if ((st = render(e, r, &prompt, err)))
         goto out;
     int n_prompt = 0;
-    st = begin_output(e, r, prompt.text, err);
-    if (!st)
-        st = tokenize_prompt(e, &prompt, ro.num_keep, &n_prompt, err);
-    rn_prompt_result_free(&prompt);
-    if (st)
+    if ((st = tokenize_prompt(e, &prompt, ro.num_keep, &n_prompt, err)))
         goto out;
-
-    int64_t t_prompt = mono_ns();
-    if ((st = prefill(e, n_prompt, sink, err)))
+    slot_t *sl = pick_slot(e, e->prompt, n_prompt);
+    if ((st = begin_output(e, sl->output, r, prompt.text, err)))
         goto out;
-    for (int i = 0; i < n_prompt; i++)
-        rn_sampler_accept(e->sampler, e->prompt[i]);
-    int64_t t_decode = mono_ns();
+    if ((st = rn_sampler_reset(sl->sampler, &ro.sp, err)))
+        goto out;
+    if (e->script)
+        rn_script_begin(e->script, &sl->script);
+    if (grammar && !sl->masked) {
+        int n_vocab = rn_ctx_n_vocab(e->ctx);
+        if (!(sl->masked = malloc((size_t)n_vocab * sizeof(float)))) {
+            st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+            goto out;
+        }
+    }
 
-    bool want_logprobs = r->type == MSG_chat ? r->u.chat.logprobs
-                                             : r->u.generate.logprobs;
-    int64_t top_logprobs = r->type == MSG_chat ? r->u.chat.top_logprobs
-                                               : r->u.generate.top_logprobs;
-    const char *reason = "length";
-    int64_t n_gen = 0;
-    bool stopped = false;
+    /* The slot is taken: from here on it ends through finish. */
+    memcpy(sl->prompt, e->prompt, (size_t)n_prompt * sizeof *sl->prompt);
+    sl->n_prompt = n_prompt;
+    sl->sink = *sink;
+    sl->finish = finish;
+    sl->grammar = grammar;
+    sl->stop = stop;
+    grammar = NULL;
+    stop = NULL;
+    sl->ro = ro;
+    sl->with_context = r->type == MSG_generate && !r->u.generate.raw;
+    sl->want_logprobs = r->type == MSG_chat ? r->u.chat.logprobs
+                                            : r->u.generate.logprobs;
+    sl->top_logprobs = r->type == MSG_chat ? r->u.chat.top_logprobs
+                                           : r->u.generate.top_logprobs;
+    sl->n_gen = 0;
+    sl->has_pending = false;
+    sl->stopped = false;
+    sl->reason = "length";
+    sl->t_start = t_start;
+    sl->t_prompt = mono_ns();
     const char *piece;
     size_t piece_len;
-    rn_detok_flush(e->detok, &piece, &piece_len); /* fresh stream */
-    while (n_gen < ro.num_predict) {
-        if (sink->canceled(sink->ctx)) {
-            st = CR_E_CANCELED;
-            goto out;
-        }
-        int32_t token;
-        const float *logits = rn_ctx_logits(e->ctx);
-        if (grammar) {
-            /* Only tokens that keep the output a valid prefix survive. */
-            int n_vocab = rn_ctx_n_vocab(e->ctx);
-            memcpy(e->masked, logits, (size_t)n_vocab * sizeof *logits);
-            if (!rn_grammar_mask(grammar, e->gvocab, e->masked, n_vocab)) {
-                st = cr_err_set(err, CR_E_INTERNAL,
-                                "no token can continue the formatted output");
-                goto out;
-            }
-            logits = e->masked;
-        }
-        if (e->script)
-            token = rn_script_next(e->script); /* a test forces the answer */
-        else if ((st = rn_sampler_pick(e->sampler, logits, &token, err)))
-            goto out;
-        if (want_logprobs &&
-            (st = add_logprobs(e, rn_ctx_logits(e->ctx), token, top_logprobs,
-                               err)))
-            goto out;
-        if (grammar && (st = rn_grammar_accept(grammar, e->gvocab, token, err)))
-            goto out;
-        rn_sampler_accept(e->sampler, token);
-        n_gen++;
-        if (rn_tokenizer_is_eog(e->tok, token)) {
-            reason = "stop";
-            break;
-        }
-        if ((st = rn_detok_push(e->detok, token, &piece, &piece_len, err)))
-            goto out;
-        cr_buf_reset(&e->out);
-        if ((st = rn_stop_push(stop, piece, piece_len, &e->out, &stopped)))
-            goto out;
-        if (!rn_output_push(e->output, e->out.data, e->out.len, sink)) {
-            st = CR_E_CANCELED;
-            goto out;
-        }
-        if (stopped || (grammar && rn_grammar_is_complete(grammar) &&
-                        !rn_grammar_can_continue(grammar))) {
-            reason = "stop";
-            break;
-        }
-        if (n_gen == ro.num_predict)
-            break;
-        if (e->n_seq >= e->n_ctx && (st = shift_context(e, ro.num_keep, err)))
-            goto out;
-        if ((st = rn_ctx_eval(e->ctx, &token, 1, e->n_seq, NULL, err)) ||
-            (st = backend_check(e, err)))
-            goto out;
-        e->seq[e->n_seq++] = token;
-    }
-    /* Release what the detokenizer, stop matcher and parsers held. */
-    cr_buf_reset(&e->out);
-    if (!stopped) {
-        rn_detok_flush(e->detok, &piece, &piece_len);
-        rn_stop_push(stop, piece, piece_len, &e->out, &stopped);
-        if (!stopped)
-            rn_stop_flush(stop, &e->out);
-    }
-    rn_output_finish(e->output, e->out.data, e->out.len, sink);
-    int64_t t_end = mono_ns();
-
-    done->done_reason = (char *)reason;
-    done->has_done_reason = true;
-    done->prompt_eval_count = n_prompt;
-    done->has_prompt_eval_count = true;
-    done->prompt_eval_duration = t_decode - t_prompt;
-    done->has_prompt_eval_duration = true;
-    done->eval_count = n_gen;
-    done->has_eval_count = true;
-    done->eval_duration = t_end - t_decode;
-    done->has_eval_duration = true;
-    done->total_duration = t_end - t_start;
-    done->has_total_duration = true;
-    /* generate (not raw) returns the ids for a follow-up `context`. */
-    if (r->type == MSG_generate && !r->u.generate.raw) {
-        done->context.v = e->seq;
-        done->context.n = (size_t)e->n_seq;
-        done->has_context = true;
-    }
+    rn_detok_flush(sl->detok, &piece, &piece_len); /* fresh stream */
+    /* Keep the cached common prefix; re-evaluate at least the last prompt
+     * token for fresh logits. */
+    int common = common_prefix(sl, sl->prompt, n_prompt);
+    if (common == n_prompt)
+        common = n_prompt - 1;
+    rn_ctx_seq_truncate(e->ctx, sl->id, common);
+    sl->n_seq = common;
+    sl->at = common;
+    sl->state = SLOT_PREFILL;
 out:
+    rn_prompt_result_free(&prompt);
     rn_stop_destroy(&stop);
     rn_grammar_destroy(&grammar);
     return st;
+}
+
+/* Samples the next token of a decoding slot from its logits and sends its
+ * text. Sets *finished when the answer ended (reason set); otherwise the
+ * token is pending for the next forward pass. */
+static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, bool *finished,
+                              cr_err_t *err)
+{
+    *finished = false;
+    int32_t token;
+    const float *raw = rn_ctx_seq_logits(e->ctx, sl->id);
+    const float *logits = raw;
+    cr_status_t st;
+    if (sl->grammar) {
+        /* Only tokens that keep the output a valid prefix survive. */
+        int n_vocab = rn_ctx_n_vocab(e->ctx);
+        memcpy(sl->masked, logits, (size_t)n_vocab * sizeof *logits);
+        if (!rn_grammar_mask(sl->grammar, e->gvocab, sl->masked, n_vocab))
+            return cr_err_set(err, CR_E_INTERNAL,
+                              "no token can continue the formatted output");
+        logits = sl->masked;
+    }
+    if (e->script)
+        token = rn_script_next(e->script, &sl->script); /* a test forces it */
+    else if ((st = rn_sampler_pick(sl->sampler, logits, &token, err)))
+        return st;
+    if (sl->want_logprobs &&
+        (st = add_logprobs(e, sl, raw, token, sl->top_logprobs, err)))
+        return st;
+    if (sl->grammar && (st = rn_grammar_accept(sl->grammar, e->gvocab, token, err)))
+        return st;
+    rn_sampler_accept(sl->sampler, token);
+    sl->n_gen++;
+    if (rn_tokenizer_is_eog(e->tok, token)) {
+        sl->reason = "stop";
+        *finished = true;
+        return CR_OK;
+    }
+    const char *piece;
+    size_t piece_len;
+    if ((st = rn_detok_push(sl->detok, token, &piece, &piece_len, err)))
+        return st;
+    cr_buf_reset(&e->out);
+    if ((st = rn_stop_push(sl->stop, piece, piece_len, &e->out, &sl->stopped)))
+        return st;
+    if (!rn_output_push(sl->output, e->out.data, e->out.len, &sl->sink))
+        return CR_E_CANCELED;
+    if (sl->stopped || (sl->grammar && rn_grammar_is_complete(sl->grammar) &&
+                        !rn_grammar_can_continue(sl->grammar))) {
+        sl->reason = "stop";
+        *finished = true;
+        return CR_OK;
+    }
+    if (sl->n_gen == sl->ro.num_predict) {
+        *finished = true;
+        return CR_OK;
+    }
+    if (sl->n_seq >= e->n_ctx && (st = shift_context(e, sl, sl->ro.num_keep, err)))
+        return st;
+    sl->pending = token;
+    sl->has_pending = true;
+    return CR_OK;
+}
+
+int rn_engine_step(rn_engine_t *e)
+{
+    cr_err_t err;
+    /* 1. cancels, then a token for every decoding slot whose logits are
+     *    fresh (its answer may end here) */
+    for (int i = 0; i < e->n_slots; i++) {
+        slot_t *sl = &e->slots[i];
+        if (sl->state == SLOT_FREE)
+            continue;
+        if (sl->sink.canceled && sl->sink.canceled(sl->sink.ctx)) {
+            cr_err_set(&err, CR_E_CANCELED, "request canceled");
+            fail_slot(e, sl, CR_E_CANCELED, &err);
+            continue;
+        }
+        if (sl->state != SLOT_DECODE || sl->has_pending)
+            continue;
+        bool finished = false;
+        cr_err_clear(&err);
+        cr_status_t st = decode_one(e, sl, &finished, &err);
+        if (st)
+            fail_slot(e, sl, st, &err);
+        else if (finished)
+            complete_slot(e, sl);
+    }
+    /* 2. the batch: pending tokens first (one each), then prompt chunks
+     *    of prefilling slots, within n_batch tokens */
+    int budget = rn_ctx_n_batch(e->ctx), n_spans = 0;
+    for (int i = 0; i < e->n_slots && budget > 0; i++) {
+        slot_t *sl = &e->slots[i];
+        if (sl->state != SLOT_DECODE || !sl->has_pending)
+            continue;
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, &sl->pending, 1, sl->n_seq};
+        e->span_slot[n_spans++] = i;
+        budget--;
+    }
+    for (int i = 0; i < e->n_slots && budget > 0; i++) {
+        slot_t *sl = &e->slots[i];
+        if (sl->state != SLOT_PREFILL)
+            continue;
+        int step = CR_MIN(CR_MIN(PREFILL_STEP, sl->n_prompt - sl->at), budget);
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at};
+        e->span_slot[n_spans++] = i;
+        budget -= step;
+    }
+    if (n_spans == 0)
+        return rn_engine_busy(e);
+    /* 3. one forward pass */
+    cr_err_clear(&err);
+    cr_status_t st = rn_ctx_eval_batch(e->ctx, e->spans, n_spans, &err);
+    if (!st)
+        st = backend_check(e, &err);
+    e->stats.steps++;
+    e->stats.tokens += rn_ctx_n_batch(e->ctx) - budget;
+    if (n_spans > 1)
+        e->stats.steps_multi++;
+    if (n_spans > e->stats.max_seqs)
+        e->stats.max_seqs = n_spans;
+    /* 4. what the pass did for each slot */
+    for (int s = 0; s < n_spans; s++) {
+        slot_t *sl = &e->slots[e->span_slot[s]];
+        const rn_ctx_span_t *sp = &e->spans[s];
+        if (st) {
+            rn_ctx_seq_truncate(e->ctx, sl->id, 0);
+            sl->n_seq = 0;
+            fail_slot(e, sl, st, &err);
+            continue;
+        }
+        if (sl->state == SLOT_DECODE) {
+            sl->seq[sl->n_seq++] = sl->pending;
+            sl->has_pending = false;
+            continue;
+        }
+        memcpy(sl->seq + sl->at, sp->tokens, (size_t)sp->n * sizeof *sl->seq);
+        sl->at += sp->n;
+        sl->n_seq = sl->at;
+        if (sl->at == sl->n_prompt) {
+            for (int i = 0; i < sl->n_prompt; i++)
+                rn_sampler_accept(sl->sampler, sl->prompt[i]);
+            sl->t_decode = mono_ns();
+            sl->state = SLOT_DECODE;
+        }
+    }
+    return rn_engine_busy(e);
+}
+
+/* rn_engine_generate runs one request to its end through the step loop. */
+typedef struct sync_run {
+    bool finished;
+    cr_status_t st;
+    msg_done_body_t *done;
+    cr_err_t *err;
+    rn_sink_t user;
+} sync_run_t;
+
+static bool sync_chunk(void *ctx, const msg_chunk_body_t *chunk)
+{
+    sync_run_t *r = ctx;
+    return r->user.chunk(r->user.ctx, chunk);
+}
+
+static bool sync_canceled(void *ctx)
+{
+    sync_run_t *r = ctx;
+    return r->user.canceled(r->user.ctx);
+}
+
+static void sync_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
+                        const cr_err_t *err)
+{
+    sync_run_t *r = ctx;
+    r->finished = true;
+    r->st = st;
+    if (done)
+        *r->done = *done;
+    if (st && r->err && err && r->err != err)
+        *r->err = *err;
+}
+
+cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
+                               const rn_sink_t *sink, msg_done_body_t *done,
+                               cr_err_t *err)
+{
+    sync_run_t run = {.done = done, .err = err, .user = *sink};
+    rn_sink_t s = {&run, sync_chunk, sync_canceled};
+    cr_status_t st = rn_engine_start(e, req, &s, sync_finish, err);
+    if (st)
+        return st;
+    while (!run.finished)
+        rn_engine_step(e);
+    return run.st;
 }
 
 /* ---- embeddings ---- */
@@ -809,6 +1087,9 @@ cr_status_t rn_engine_embed(rn_engine_t *e, const msg_embed_body_t *req,
     }
     bool truncate = !req->has_truncate || req->truncate;
     bool normalize = !req->has_normalize || req->normalize;
+    slot_t *sl = pick_slot(e, NULL, 0); /* the least recently used */
+    if (!sl)
+        return cr_err_set(err, CR_E_BUSY, "all %d slots are busy", e->n_slots);
     int64_t n_tokens = 0;
     for (size_t i = 0; i < n_in; i++) {
         if (sink->canceled(sink->ctx))
@@ -830,9 +1111,10 @@ cr_status_t rn_engine_embed(rn_engine_t *e, const msg_embed_body_t *req,
         float *row = e->embed + i * dims;
         /* Pool into the row's slot (dim wide, then cut to dims). */
         float *full = e->embed + i * dim;
-        if ((st = rn_ctx_embed(e->ctx, e->prompt, (int)need, false, full, err)))
+        sl->n_seq = 0; /* the cache now holds this input, not a prompt */
+        if ((st = rn_ctx_embed_seq(e->ctx, sl->id, e->prompt, (int)need, false,
+                                   full, err)))
             return st;
-        e->n_seq = 0; /* the cache now holds this input, not a prompt */
         n_tokens += (int64_t)need;
         if (row != full)
             memmove(row, full, dims * sizeof *row);

@@ -1,11 +1,15 @@
 /* engine.h: one loaded model answering requests: the runner's core.
  *
  * An engine owns the model weights (mmapped), the tokenizer, the prompt
- * template and the model's default system prompt and messages, one KV-cache
- * slot and a sampler. It turns a generate or chat request into a prompt,
- * evaluates it (reusing the cached prefix of the previous request), decodes
- * tokens and hands text pieces to a sink. It knows nothing of sockets: the
- * server (server.c) connects it to the bus. */
+ * template and the model's default system prompt and messages, and
+ * num_parallel slots (from the load message, default 1), each with its own
+ * KV cache of num_ctx tokens, sampler, detokenizer and output stages. It
+ * turns a generate or chat request into a prompt, gives it the free slot
+ * whose cache shares the longest prefix with it, evaluates what the cache
+ * lacks, decodes tokens and hands text pieces to the request's sink. The
+ * step loop (rn_engine_step) advances all busy slots with one forward pass
+ * per step. It knows nothing of sockets: the server (server.c) connects it
+ * to the bus. */
 #ifndef RN_ENGINE_H
 #define RN_ENGINE_H
 
@@ -25,6 +29,21 @@ typedef struct rn_sink {
     bool (*canceled)(void *ctx);
 } rn_sink_t;
 
+/* How a request started with rn_engine_start ended, called once with the
+ * sink's ctx: st CR_OK with done (its `context` array points into the
+ * slot: valid during the call), or an error (CR_E_CANCELED when the sink
+ * said so) with err's message. done and err are borrowed for the call. */
+typedef void (*rn_finish_fn)(void *ctx, cr_status_t st, const msg_done_body_t *done,
+                             const cr_err_t *err);
+
+/* Counters of the step loop: how much the slots overlapped. */
+typedef struct rn_engine_stats {
+    int64_t steps;       /* forward passes run by rn_engine_step */
+    int64_t steps_multi; /* of those, passes over more than one sequence */
+    int64_t tokens;      /* tokens evaluated by those passes */
+    int max_seqs;        /* most sequences in one pass */
+} rn_engine_stats_t;
+
 /* Loads the model described by a `load` message. Errors name the file and
  * what is wrong with it (CR_E_CORRUPT, CR_E_UNSUPPORTED, CR_E_NOMEM, ...).
  * Caller owns; free with rn_engine_destroy. */
@@ -42,7 +61,31 @@ int64_t rn_engine_vram_bytes(const rn_engine_t *e);
 /* The context length (num_ctx) the slot was created with. */
 int64_t rn_engine_ctx(const rn_engine_t *e);
 
-/* Runs a generate or chat request to completion. Text goes to sink as it is
+/* Slots (num_parallel) and how many run a request now. */
+int rn_engine_slots(const rn_engine_t *e);
+int rn_engine_busy(const rn_engine_t *e);
+
+void rn_engine_get_stats(const rn_engine_t *e, rn_engine_stats_t *out);
+
+/* Starts a generate or chat request in a free slot: options, prompt,
+ * tokens, slot choice. Nothing is evaluated yet: rn_engine_step does that.
+ * sink (copied; its ctx must stay valid until finish) gets the text, and
+ * finish is called once when the request ends. A bad request returns its
+ * error here (CR_E_INVALID with a message) and finish is never called;
+ * CR_E_BUSY when every slot is busy. */
+cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req, const rn_sink_t *sink,
+                            rn_finish_fn finish, cr_err_t *err);
+
+/* One step of every busy slot: a canceled request ends (CR_E_CANCELED);
+ * each decoding slot samples a token and sends its text (its answer may
+ * end here); then ONE forward pass evaluates those tokens and the next
+ * prompt chunks of prefilling slots (at most num_batch tokens together).
+ * A slot whose request ends calls its finish. Returns the slots still
+ * busy. Allocates nothing per token. */
+int rn_engine_step(rn_engine_t *e);
+
+/* Runs a generate or chat request to completion (rn_engine_start, then
+ * steps until it ends; meant for an engine with no other request). Text goes to sink as it is
  * produced (complete UTF-8 only, stop strings withheld); *done gets the
  * reason and counts (durations in ns; its `context` array points into the
  * engine and stays valid until the next call). A canceled request returns
@@ -52,7 +95,8 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
                                const rn_sink_t *sink, msg_done_body_t *done,
                                cr_err_t *err);
 
-/* Runs an embed request: each input tokenized (BOS/EOS as the vocabulary
+/* Runs an embed request in a free slot (CR_E_BUSY without one), at once:
+ * each input tokenized (BOS/EOS as the vocabulary
  * says), cut to the context unless truncate is false (then CR_E_INVALID
  * "the input length exceeds the context length"), mean-pooled, L2-normalized
  * unless normalize is false, cut to `dimensions` and normalized again.

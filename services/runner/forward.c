@@ -1,4 +1,5 @@
-/* forward.c: the decoder forward pass over one sequence (see forward.h).
+/* forward.c: the decoder forward pass over one or more sequences (see
+ * forward.h).
  *
  * Read it top to bottom like llama2.c: rn_ctx_new sizes every buffer, and
  * forward_chunk runs the model's stages in order, one labelled step each,
@@ -22,6 +23,7 @@
 #include "lib/prelude.h"
 #include "services/runner/forward.h"
 
+#include <assert.h>
 #include <math.h>
 
 /* Rows of logits computed per output matmul when all are requested: keeps
@@ -36,9 +38,10 @@ struct rn_ctx {
     const be_ops_ext_t *ext; /* optional ops; NULL for llama */
     const be_weight_t *rope_ff; /* NEOX frequency factors for this n_ctx, or
                                    NULL */
-    int n_ctx, n_batch, n_past;
+    int n_ctx, n_batch, n_seq;
+    int *n_past;   /* [n_seq] positions filled in each sequence's cache */
 
-    /* KV cache, F16: [n_layers][C][KV] each. */
+    /* KV cache, F16: [n_seq][n_layers][C][KV] each. */
     uint16_t *k_cache;
     uint16_t *v_cache;
 
@@ -56,9 +59,11 @@ struct rn_ctx {
     float *scratch; /* attention_ext scratch (soft-cap / window layers) */
 
     /* Host. */
+    int32_t *tok;    /* [B] token ids of the chunk, spans in order */
     int32_t *pos;    /* [B] positions of the chunk */
     int32_t *zeros;  /* [B] token type 0 of every token (encoders) */
-    float *logits;   /* [V] last token's logits */
+    float *logits;   /* [n_seq][V] each sequence's last token's logits */
+    float *stage;    /* [LOGITS_ROWS][V] logits rows downloaded together */
     float *hrow;     /* [D] one downloaded hidden row (embeddings) */
     double *pool;    /* [D] sum of hidden rows (embeddings) */
 
@@ -110,7 +115,10 @@ void rn_ctx_destroy(rn_ctx_t **self_p)
     for (size_t i = 0; i < CR_ARRAY_LEN(bufs); i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
+    free(c->tok);
     free(c->pos);
+    free(c->n_past);
+    free(c->stage);
     free(c->zeros);
     free(c->logits);
     free(c->hrow);
@@ -142,6 +150,12 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
         return st;
     }
     c->n_ctx = o->n_ctx;
+    c->n_seq = o->n_seq > 0 ? o->n_seq : 1;
+    if (c->n_seq > RN_CTX_MAX_SEQ) {
+        free(c);
+        return cr_err_set(err, CR_E_INVALID, "n_seq %d is out of range 1..%d", o->n_seq,
+                          RN_CTX_MAX_SEQ);
+    }
     /* NEOX factors: rope_freqs, else LongRoPE long/short by context length
      * against the original one (as llama.cpp chooses per context) */
     if (c->w->has_rope_freqs)
@@ -159,8 +173,8 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
     uint64_t V = (uint64_t)hp->n_vocab;
     size_t cache_bytes = 0;
     cr_status_t st = CR_OK;
-    if (!mul_size((uint64_t)hp->n_layers, (uint64_t)c->n_ctx, KV, sizeof(uint16_t),
-                  &cache_bytes)) {
+    if (!mul_size((uint64_t)hp->n_layers * (uint64_t)c->n_seq, (uint64_t)c->n_ctx, KV,
+                  sizeof(uint16_t), &cache_bytes)) {
         st = cr_err_set(err, CR_E_TOO_LARGE, "KV cache for n_ctx %d overflows",
                         c->n_ctx);
         goto fail;
@@ -169,7 +183,7 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
     c->v_cache = c->k_cache ? c->be->ops->alloc(c->be, cache_bytes) : NULL;
     if (!c->v_cache) {
         st = cr_err_set(err, CR_E_NOMEM, "cannot allocate the KV cache (2 x %zu bytes "
-                        "for n_ctx %d)", cache_bytes, c->n_ctx);
+                        "for n_ctx %d x %d sequences)", cache_bytes, c->n_ctx, c->n_seq);
         goto fail;
     }
     c->kv_bytes = 2 * (uint64_t)cache_bytes;
@@ -190,12 +204,16 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
                                   be_attention_ext_scratch(c->n_ctx, hp->head_dim),
                                   sizeof(float), "attention scratch", err)))
         goto fail;
+    c->tok = calloc(B, sizeof *c->tok);
     c->pos = calloc(B, sizeof *c->pos);
+    c->n_past = calloc((size_t)c->n_seq, sizeof *c->n_past);
     c->zeros = calloc(B, sizeof *c->zeros);
-    c->logits = calloc(V, sizeof *c->logits);
+    c->logits = calloc(V * (uint64_t)c->n_seq, sizeof *c->logits);
+    c->stage = calloc(V * LOGITS_ROWS, sizeof *c->stage);
     c->hrow = calloc(D, sizeof *c->hrow);
     c->pool = calloc(D, sizeof *c->pool);
-    if (!c->pos || !c->zeros || !c->logits || !c->hrow || !c->pool) {
+    if (!c->tok || !c->pos || !c->n_past || !c->zeros || !c->logits || !c->stage ||
+        !c->hrow || !c->pool) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory for logits (%" PRIu64 ")", V);
         goto fail;
     }
@@ -236,7 +254,8 @@ static void rope_layer(rn_ctx_t *c, const rn_layer_t *L, float *x, int n, int he
  * later query t sees only keys qpos-W+1..qpos, so it is one call over the
  * cache rows from qpos-W+1 (pointer offset), as if at position W-1. Same
  * kernels and summation order as one masked call: bitwise equal. */
-static void attention_window(rn_ctx_t *c, const uint16_t *kc, const uint16_t *vc,
+static void attention_window(rn_ctx_t *c, float *att, const float *q,
+                             const uint16_t *kc, const uint16_t *vc,
                              const be_attn_t *attn, int W)
 {
     const be_ops_t *op = c->be->ops;
@@ -246,21 +265,38 @@ static void attention_window(rn_ctx_t *c, const uint16_t *kc, const uint16_t *vc
     if (n_full > 0) {
         be_attn_t a = *attn;
         a.n_tok = n_full;
-        op->attention(c->be, c->att, c->q, kc, vc, &a);
+        op->attention(c->be, att, q, kc, vc, &a);
     }
     for (int t = n_full; t < n; t++) {
         int first = p + t - W + 1;
         be_attn_t a = *attn;
         a.n_tok = 1;
         a.pos0 = W - 1;
-        op->attention(c->be, c->att + (size_t)t * Q, c->q + (size_t)t * Q,
+        op->attention(c->be, att + (size_t)t * Q, q + (size_t)t * Q,
                       kc + (size_t)first * KV, vc + (size_t)first * KV, &a);
     }
 }
 
-/* Runs tokens tok[0..n) at positions p..p+n-1 through every layer, leaving
- * the final residual stream in c->x. The cache must hold 0..p-1. */
-static void forward_chunk(rn_ctx_t *c, const int32_t *tok, int n, int p)
+/* One sequence's part of a chunk: rows off..off+n-1 of every activation
+ * are its tokens, at positions pos..pos+n-1 of cache `seq`. */
+typedef struct span {
+    int seq, off, n, pos;
+} span_t;
+
+/* Layer l's cache of sequence seq: [C][KV]. */
+static uint16_t *layer_cache(const rn_ctx_t *c, uint16_t *cache, int seq, int l)
+{
+    size_t per_layer = (size_t)c->n_ctx * (size_t)c->hp->kv_dim;
+    return cache + ((size_t)seq * (size_t)c->hp->n_layers + (size_t)l) * per_layer;
+}
+
+/* Runs the chunk's n tokens (c->tok at positions c->pos, grouped into
+ * spans, one per sequence) through every layer, leaving the final residual
+ * stream in c->x. Every weight matmul takes all n tokens at once (the
+ * weights are read once per chunk, whatever the number of sequences);
+ * rope takes each token's own position; the cache store and attention run
+ * per span over that sequence's cache, which must hold 0..pos-1. */
+static void forward_chunk(rn_ctx_t *c, const span_t *sp, int n_sp, int n)
 {
     be_backend_t *be = c->be;
     const be_ops_t *op = be->ops;
@@ -268,20 +304,10 @@ static void forward_chunk(rn_ctx_t *c, const int32_t *tok, int n, int p)
     const rn_hparams_t *hp = c->hp;
     const rn_weights_t *w = c->w;
     int D = hp->dim, KV = hp->kv_dim, F = hp->ffn;
-    size_t layer_cache = (size_t)c->n_ctx * (size_t)KV; /* elements per layer */
-    be_attn_t attn = {
-        .n_tok = n,
-        .pos0 = p,
-        .n_head = hp->n_heads,
-        .n_head_kv = hp->n_kv_heads,
-        .head_dim = hp->head_dim,
-        .scale = hp->attn_scale,
-    };
-    for (int t = 0; t < n; t++)
-        c->pos[t] = p + t;
+    size_t QD = (size_t)hp->q_dim;
 
     /* 1. token embedding: x[t] = token_embd[tok[t]]          x: [B][D] */
-    op->get_rows(be, &w->token_embd, tok, n, c->x);
+    op->get_rows(be, &w->token_embd, c->tok, n, c->x);
 
     /* 1a. gemma: x *= sqrt(D) */
     if (hp->embd_scale != 1.0f)
@@ -289,8 +315,6 @@ static void forward_chunk(rn_ctx_t *c, const int32_t *tok, int n, int p)
 
     for (int l = 0; l < hp->n_layers; l++) {
         const rn_layer_t *L = &w->layers[l];
-        uint16_t *kc = c->k_cache + (size_t)l * layer_cache; /* [C][KV] */
-        uint16_t *vc = c->v_cache + (size_t)l * layer_cache; /* [C][KV] */
 
         /* 2. attention rmsnorm: xb = x / rms(x) * attn_norm      xb: [B][D] */
         op->rmsnorm(be, c->xb, c->x, &L->attn_norm, n, D, hp->rms_eps);
@@ -317,27 +341,45 @@ static void forward_chunk(rn_ctx_t *c, const int32_t *tok, int n, int p)
                         hp->rms_eps);
         }
 
-        /* 4. rotary position embedding of q and k at positions p..p+n-1
+        /* 4. rotary position embedding of q and k at each token's position
          *    (llama: adjacent pairs; the others: NEOX halves) */
         rope_layer(c, L, c->q, n, hp->n_heads);
         rope_layer(c, L, c->k, n, hp->n_kv_heads);
 
-        /* 5. append k and v to the F16 cache at rows p..p+n-1 */
-        op->kv_store(be, kc, c->k, n, p, KV);
-        op->kv_store(be, vc, c->v, n, p, KV);
+        for (int s = 0; s < n_sp; s++) {
+            const span_t *S = &sp[s];
+            int p = S->pos;
+            uint16_t *kc = layer_cache(c, c->k_cache, S->seq, l); /* [C][KV] */
+            uint16_t *vc = layer_cache(c, c->v_cache, S->seq, l); /* [C][KV] */
+            float *q = c->q + (size_t)S->off * QD;                /* [n][Q] */
+            float *att = c->att + (size_t)S->off * QD;            /* [n][Q] */
+            be_attn_t attn = {
+                .n_tok = S->n,
+                .pos0 = p,
+                .n_head = hp->n_heads,
+                .n_head_kv = hp->n_kv_heads,
+                .head_dim = hp->head_dim,
+                .scale = hp->attn_scale,
+            };
 
-        /* 6. causal attention with grouped KV heads: query head h reads KV
-         *    head h / (Hq/Hk) over cache rows 0..p+t          att: [B][Q]
-         * 6a. gemma: scores soft-capped (gemma2), and on sliding layers
-         *    only rows p+t-W+1..p+t (W = n_swa) once the window binds */
-        int window = L->swa && p + n > hp->n_swa ? hp->n_swa : 0;
-        if (hp->attn_softcap > 0)
-            ext->attention_ext(be, c->att, c->q, kc, vc, &attn, hp->attn_softcap, window,
-                               c->scratch);
-        else if (window > 0)
-            attention_window(c, kc, vc, &attn, window);
-        else
-            op->attention(be, c->att, c->q, kc, vc, &attn);
+            /* 5. append the span's k and v to its sequence's F16 cache at
+             *    rows p..p+n-1 */
+            op->kv_store(be, kc, c->k + (size_t)S->off * KV, S->n, p, KV);
+            op->kv_store(be, vc, c->v + (size_t)S->off * KV, S->n, p, KV);
+
+            /* 6. causal attention with grouped KV heads: query head h reads
+             *    KV head h / (Hq/Hk) over cache rows 0..p+t     att: [n][Q]
+             * 6a. gemma: scores soft-capped (gemma2), and on sliding layers
+             *    only rows p+t-W+1..p+t (W = n_swa) once the window binds */
+            int window = L->swa && p + S->n > hp->n_swa ? hp->n_swa : 0;
+            if (hp->attn_softcap > 0)
+                ext->attention_ext(be, att, q, kc, vc, &attn, hp->attn_softcap, window,
+                                   c->scratch);
+            else if (window > 0)
+                attention_window(c, att, q, kc, vc, &attn, window);
+            else
+                op->attention(be, att, q, kc, vc, &attn);
+        }
 
         /* 7. output projection: xb2 = att Wo^T               xb2: [B][D] */
         op->matmul(be, &L->wo, c->att, n, c->xb2);
@@ -375,7 +417,7 @@ static void forward_chunk(rn_ctx_t *c, const int32_t *tok, int n, int p)
 /* The bert family: tokens tok[0..n) at positions 0..n-1, all at once,
  * leaving the last layer's output (the hidden states an embedding pools)
  * in c->x. Every position attends to every position. */
-static void forward_encoder(rn_ctx_t *c, const int32_t *tok, int n)
+static void forward_encoder(rn_ctx_t *c, int seq, const int32_t *tok, int n)
 {
     be_backend_t *be = c->be;
     const be_ops_t *op = be->ops;
@@ -384,7 +426,6 @@ static void forward_encoder(rn_ctx_t *c, const int32_t *tok, int n)
     const rn_weights_t *w = c->w;
     int D = hp->dim, KV = hp->kv_dim, F = hp->ffn;
     size_t Q = (size_t)hp->q_dim;
-    size_t layer_cache = (size_t)c->n_ctx * (size_t)KV;
     for (int t = 0; t < n; t++)
         c->pos[t] = t;
 
@@ -404,8 +445,8 @@ static void forward_encoder(rn_ctx_t *c, const int32_t *tok, int n)
 
     for (int l = 0; l < hp->n_layers; l++) {
         const rn_layer_t *L = &w->layers[l];
-        uint16_t *kc = c->k_cache + (size_t)l * layer_cache; /* [C][KV] */
-        uint16_t *vc = c->v_cache + (size_t)l * layer_cache; /* [C][KV] */
+        uint16_t *kc = layer_cache(c, c->k_cache, seq, l); /* [C][KV] */
+        uint16_t *vc = layer_cache(c, c->v_cache, seq, l); /* [C][KV] */
 
         /* 3. q = x Wq^T + bq [B][Q], k = x Wk^T + bk [B][KV],
          *    v = x Wv^T + bv [B][KV] (nomic-bert: row blocks of attn_qkv) */
@@ -488,14 +529,48 @@ static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
     }
 }
 
-static cr_status_t check_eval(const rn_ctx_t *c, const int32_t *tokens, int n, int pos,
-                              cr_err_t *err)
+/* Final norm and logits of the last token of each span, LOGITS_ROWS spans
+ * per output matmul, into each span's sequence's logits [V]. */
+static void logits_last(rn_ctx_t *c, const span_t *sp, int n_sp)
 {
+    be_backend_t *be = c->be;
+    const rn_hparams_t *hp = c->hp;
+    size_t D = (size_t)hp->dim, V = (size_t)hp->n_vocab;
+    for (int s0 = 0; s0 < n_sp; s0 += LOGITS_ROWS) {
+        int nr = CR_MIN(LOGITS_ROWS, n_sp - s0);
+        /* 12. final rmsnorm of each span's last row: xb[i]    xb: [nr][D] */
+        for (int i = 0; i < nr; i++) {
+            const span_t *S = &sp[s0 + i];
+            be->ops->rmsnorm(be, c->xb + (size_t)i * D,
+                             c->x + (size_t)(S->off + S->n - 1) * D, &c->w->output_norm,
+                             1, hp->dim, hp->rms_eps);
+        }
+        /* 13. logits = xb Wout^T                             out: [nr][V] */
+        be->ops->matmul(be, &c->w->output, c->xb, nr, c->out);
+        be->ops->download(be, c->stage, c->out, (size_t)nr * V * sizeof(float));
+        /* 14. gemma2: logits = cap * tanh(logits / cap), on the host copy */
+        if (hp->final_softcap > 0) {
+            float cap = hp->final_softcap;
+            for (size_t k = 0; k < (size_t)nr * V; k++)
+                c->stage[k] = cap * tanhf(c->stage[k] / cap);
+        }
+        for (int i = 0; i < nr; i++)
+            memcpy(c->logits + (size_t)sp[s0 + i].seq * V, c->stage + (size_t)i * V,
+                   V * sizeof(float));
+    }
+}
+
+static cr_status_t check_eval(const rn_ctx_t *c, int seq, const int32_t *tokens, int n,
+                              int pos, cr_err_t *err)
+{
+    if (seq < 0 || seq >= c->n_seq)
+        return cr_err_set(err, CR_E_INVALID, "sequence %d is out of range 0..%d", seq,
+                          c->n_seq - 1);
     if (n < 1 || !tokens)
         return cr_err_set(err, CR_E_INVALID, "no tokens to evaluate");
-    if (pos < 0 || pos > c->n_past)
+    if (pos < 0 || pos > c->n_past[seq])
         return cr_err_set(err, CR_E_INVALID, "position %d is past the cache (%d "
-                          "positions filled)", pos, c->n_past);
+                          "positions filled)", pos, c->n_past[seq]);
     if (n > c->n_ctx - pos)
         return cr_err_set(err, CR_E_TOO_LARGE, "%d tokens at position %d do not fit "
                           "in the context (%d)", n, pos, c->n_ctx);
@@ -507,21 +582,32 @@ static cr_status_t check_eval(const rn_ctx_t *c, const int32_t *tokens, int n, i
     return CR_OK;
 }
 
-cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
-                        float *logits_all, cr_err_t *err)
+/* One span of n tokens of sequence seq at positions pos.. as a chunk. */
+static void forward_one(rn_ctx_t *c, int seq, const int32_t *tok, int n, int pos)
+{
+    span_t S = {.seq = seq, .off = 0, .n = n, .pos = pos};
+    for (int t = 0; t < n; t++) {
+        c->tok[t] = tok[t];
+        c->pos[t] = pos + t;
+    }
+    forward_chunk(c, &S, 1, n);
+}
+
+cr_status_t rn_ctx_eval_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n, int pos,
+                            float *logits_all, cr_err_t *err)
 {
     if (!c->w->output.data)
         return cr_err_set(err, CR_E_UNSUPPORTED, "embedding-only model ('%s' has no "
                           "output matrix)", c->hp->arch);
-    cr_status_t st = check_eval(c, tokens, n, pos, err);
+    cr_status_t st = check_eval(c, seq, tokens, n, pos, err);
     if (st)
         return st;
-    c->n_past = pos;
+    c->n_past[seq] = pos;
     size_t V = (size_t)c->hp->n_vocab;
     for (int done = 0; done < n;) {
         int nb = CR_MIN(c->n_batch, n - done);
-        forward_chunk(c, tokens + done, nb, pos + done);
-        c->n_past = pos + done + nb;
+        forward_one(c, seq, tokens + done, nb, pos + done);
+        c->n_past[seq] = pos + done + nb;
         if (logits_all) {
             for (int r = 0; r < nb; r += LOGITS_ROWS) {
                 int nr = CR_MIN(LOGITS_ROWS, nb - r);
@@ -530,12 +616,62 @@ cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
         }
         done += nb;
         if (done == n) {
-            if (logits_all)
-                memcpy(c->logits, logits_all + (size_t)(n - 1) * V, V * sizeof(float));
-            else
-                logits_rows(c, nb - 1, 1, c->logits);
+            float *last = c->logits + (size_t)seq * V;
+            if (logits_all) {
+                memcpy(last, logits_all + (size_t)(n - 1) * V, V * sizeof(float));
+            } else {
+                span_t S = {.seq = seq, .off = 0, .n = nb, .pos = pos + done - nb};
+                logits_last(c, &S, 1);
+            }
         }
     }
+    return CR_OK;
+}
+
+cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
+                        float *logits_all, cr_err_t *err)
+{
+    return rn_ctx_eval_seq(c, 0, tokens, n, pos, logits_all, err);
+}
+
+cr_status_t rn_ctx_eval_batch(rn_ctx_t *c, const rn_ctx_span_t *spans, int n_spans,
+                              cr_err_t *err)
+{
+    if (!c->w->output.data)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "embedding-only model ('%s' has no "
+                          "output matrix)", c->hp->arch);
+    if (n_spans < 1 || n_spans > c->n_seq)
+        return cr_err_set(err, CR_E_INVALID, "%d spans for %d sequences", n_spans,
+                          c->n_seq);
+    span_t sp[RN_CTX_MAX_SEQ];
+    int total = 0;
+    for (int s = 0; s < n_spans; s++) {
+        const rn_ctx_span_t *in = &spans[s];
+        cr_status_t st = check_eval(c, in->seq, in->tokens, in->n, in->pos, err);
+        if (st) {
+            cr_err_wrap(err, "span %d", s);
+            return st;
+        }
+        for (int r = 0; r < s; r++)
+            if (spans[r].seq == in->seq)
+                return cr_err_set(err, CR_E_INVALID, "sequence %d appears twice in "
+                                  "the batch", in->seq);
+        if (in->n > c->n_batch - total)
+            return cr_err_set(err, CR_E_TOO_LARGE, "the batch holds more than n_batch "
+                              "(%d) tokens", c->n_batch);
+        sp[s] = (span_t){.seq = in->seq, .off = total, .n = in->n, .pos = in->pos};
+        for (int t = 0; t < in->n; t++) {
+            c->tok[total + t] = in->tokens[t];
+            c->pos[total + t] = in->pos + t;
+        }
+        total += in->n;
+    }
+    for (int s = 0; s < n_spans; s++)
+        c->n_past[sp[s].seq] = sp[s].pos; /* drop each tail first */
+    forward_chunk(c, sp, n_spans, total);
+    for (int s = 0; s < n_spans; s++)
+        c->n_past[sp[s].seq] = sp[s].pos + sp[s].n;
+    logits_last(c, sp, n_spans);
     return CR_OK;
 }
 
@@ -548,10 +684,10 @@ static void pool_row(rn_ctx_t *c, const float *h, int r)
         c->pool[i] += c->hrow[i];
 }
 
-cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n, bool normalize,
-                         float *out, cr_err_t *err)
+cr_status_t rn_ctx_embed_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
+                             bool normalize, float *out, cr_err_t *err)
 {
-    cr_status_t st = check_eval(c, tokens, n, 0, err);
+    cr_status_t st = check_eval(c, seq, tokens, n, 0, err);
     if (st)
         return st;
     be_backend_t *be = c->be;
@@ -560,15 +696,15 @@ cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n, bool normali
     int D = hp->dim;
     for (int i = 0; i < D; i++)
         c->pool[i] = 0;
-    c->n_past = 0;
+    c->n_past[seq] = 0;
     if (hp->non_causal && c->w->pos_embd.data && n > hp->n_ctx_train)
         return cr_err_set(err, CR_E_TOO_LARGE, "%d tokens exceed the %d learned "
                           "positions of '%s'", n, hp->n_ctx_train, hp->arch);
     if (hp->non_causal) {
         /* encoders: the last layer's output, no final norm, one chunk
          * (n_batch == n_ctx) */
-        forward_encoder(c, tokens, n);
-        c->n_past = n;
+        forward_encoder(c, seq, tokens, n);
+        c->n_past[seq] = n;
         if (pool == RN_POOL_CLS)
             pool_row(c, c->x, 0);
         else if (pool == RN_POOL_LAST)
@@ -579,8 +715,8 @@ cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n, bool normali
     } else {
         for (int done = 0; done < n;) {
             int nb = CR_MIN(c->n_batch, n - done);
-            forward_chunk(c, tokens + done, nb, done);
-            c->n_past = done + nb;
+            forward_one(c, seq, tokens + done, nb, done);
+            c->n_past[seq] = done + nb;
             /* final rmsnorm of every row, pooled on the host */
             be->ops->rmsnorm(be, c->xb, c->x, &c->w->output_norm, nb, D, hp->rms_eps);
             if (pool == RN_POOL_CLS) {
@@ -608,22 +744,45 @@ cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n, bool normali
     return CR_OK;
 }
 
-const float *rn_ctx_logits(const rn_ctx_t *c) { return c->logits; }
-int rn_ctx_n_past(const rn_ctx_t *c) { return c->n_past; }
+cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n, bool normalize,
+                         float *out, cr_err_t *err)
+{
+    return rn_ctx_embed_seq(c, 0, tokens, n, normalize, out, err);
+}
+
+/* A sequence index outside 0..n_seq-1 is a programmer error. */
+static int seq_ok(const rn_ctx_t *c, int seq)
+{
+    CR_UNUSED(c);
+    assert(seq >= 0 && seq < c->n_seq);
+    return seq;
+}
+
+const float *rn_ctx_seq_logits(const rn_ctx_t *c, int seq)
+{
+    return c->logits + (size_t)seq_ok(c, seq) * (size_t)c->hp->n_vocab;
+}
+
+int rn_ctx_seq_n_past(const rn_ctx_t *c, int seq) { return c->n_past[seq_ok(c, seq)]; }
+
+void rn_ctx_seq_truncate(rn_ctx_t *c, int seq, int n_keep)
+{
+    seq = seq_ok(c, seq);
+    if (n_keep < 0)
+        n_keep = 0;
+    if (n_keep < c->n_past[seq])
+        c->n_past[seq] = n_keep;
+}
+
+const float *rn_ctx_logits(const rn_ctx_t *c) { return rn_ctx_seq_logits(c, 0); }
+int rn_ctx_n_past(const rn_ctx_t *c) { return rn_ctx_seq_n_past(c, 0); }
 int rn_ctx_n_ctx(const rn_ctx_t *c) { return c->n_ctx; }
+int rn_ctx_n_seq(const rn_ctx_t *c) { return c->n_seq; }
+int rn_ctx_n_batch(const rn_ctx_t *c) { return c->n_batch; }
 int rn_ctx_n_vocab(const rn_ctx_t *c) { return c->hp->n_vocab; }
 uint64_t rn_ctx_kv_bytes(const rn_ctx_t *c) { return c->kv_bytes; }
 uint64_t rn_ctx_buffer_bytes(const rn_ctx_t *c) { return c->buf_bytes; }
 
-void rn_ctx_truncate(rn_ctx_t *c, int n_keep)
-{
-    if (n_keep < 0)
-        n_keep = 0;
-    if (n_keep < c->n_past)
-        c->n_past = n_keep;
-}
+void rn_ctx_truncate(rn_ctx_t *c, int n_keep) { rn_ctx_seq_truncate(c, 0, n_keep); }
 
-void rn_ctx_clear(rn_ctx_t *c)
-{
-    c->n_past = 0;
-}
+void rn_ctx_clear(rn_ctx_t *c) { rn_ctx_seq_truncate(c, 0, 0); }

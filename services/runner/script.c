@@ -22,8 +22,6 @@ struct rn_script {
     int n_answers;
     int32_t end; /* EOS, else EOT */
     int turn;    /* requests begun so far */
-    int cur;     /* answer of the current request */
-    size_t pos;  /* next token of it */
 };
 
 void rn_script_destroy(rn_script_t **self_p)
@@ -172,17 +170,17 @@ cr_status_t rn_script_from_env(const rn_tokenizer_t *tok, rn_script_t **out,
     return st;
 }
 
-void rn_script_begin(rn_script_t *s)
+void rn_script_begin(rn_script_t *s, rn_script_cursor_t *c)
 {
-    s->cur = s->turn % s->n_answers;
+    c->answer = s->turn % s->n_answers;
     s->turn++;
-    s->pos = 0;
+    c->pos = 0;
 }
 
-int32_t rn_script_next(rn_script_t *s)
+int32_t rn_script_next(const rn_script_t *s, rn_script_cursor_t *c)
 {
-    const answer_t *a = &s->answers[s->cur];
-    return s->pos < a->n ? a->ids[s->pos++] : s->end;
+    const answer_t *a = &s->answers[c->answer];
+    return c->pos < a->n ? a->ids[c->pos++] : s->end;
 }
 
 int rn_script_answers(const rn_script_t *s)

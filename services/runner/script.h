@@ -37,13 +37,20 @@ cr_status_t rn_script_load(const char *path, const rn_tokenizer_t *tok,
 
 void rn_script_destroy(rn_script_t **self_p);
 
-/* Starts the next request: its answer is the next one in turn. */
-void rn_script_begin(rn_script_t *s);
+/* Where one request is in its answer: each slot of a runner that serves
+ * several requests at once keeps its own. */
+typedef struct rn_script_cursor {
+    int answer;
+    size_t pos;
+} rn_script_cursor_t;
+
+/* Starts the next request at *c: its answer is the next one in turn. */
+void rn_script_begin(rn_script_t *s, rn_script_cursor_t *c);
 
 /* The next token of the current answer; once it is spent, the vocabulary's
  * end-of-sequence token (end-of-turn when it has no EOS; a vocabulary with
  * neither is refused at load). */
-int32_t rn_script_next(rn_script_t *s);
+int32_t rn_script_next(const rn_script_t *s, rn_script_cursor_t *c);
 
 /* Number of answers in the script. */
 int rn_script_answers(const rn_script_t *s);

@@ -1,8 +1,13 @@
 /* server.c: the runner's bus loop (hello, load, requests, cancel, shutdown).
  *
- * Messages that arrive while a request runs are read between tokens: a
- * cancel for the running request stops it, a shutdown stops it and ends the
- * loop, anything else waits in a small queue for its turn. */
+ * Generate and chat requests run in the engine's slots (num_parallel of
+ * them) at once: while any runs, the loop alternates reading every waiting
+ * message (without blocking) with one engine step (one forward pass for all
+ * slots). A cancel ends that request alone; a shutdown ends them all and
+ * the loop; pings are answered between steps. Requests beyond the slots
+ * (the scheduler sends at most num_parallel, so only around a restart) wait
+ * in a small queue for a free slot. Embeddings run at once in a free slot;
+ * tokenize and detokenize need none. */
 #include "lib/prelude.h"
 #include "services/runner/server.h"
 
@@ -14,7 +19,7 @@
 #include "proto/bus.h"
 #include "services/runner/engine.h"
 
-#define DEFERRED_MAX 1024 /* requests queued behind the running one */
+#define DEFERRED_MAX 1024 /* requests waiting for a free slot */
 /* The scheduler pings an idle runner every CORRAL_HEARTBEAT_INTERVAL
  * (default 5 s). Idle and unheard for three intervals, a runner assumes its
  * scheduler restarted and says hello again, once an interval, with the
@@ -35,10 +40,21 @@ struct rn_server {
     int64_t heartbeat_ms; /* the scheduler's ping interval */
     msg_t load_msg;       /* the load it answered, for hellos after it */
     bool shutdown;
-    /* The request running now, for the sink callbacks. */
+    /* The embed request running now (synchronously), for its sink. */
     const char *running_id;
     bool running_canceled;
+    /* One record per slot: the request a slot runs, for its sink. */
+    struct req_rec *recs; /* [n_recs] */
+    int n_recs;
 };
+
+/* A generate or chat request in a slot: the sink's and finish's ctx. */
+typedef struct req_rec {
+    rn_server_t *s;
+    bool busy;
+    bool canceled;
+    char id[MSG_ID_MAX + 1];
+} req_rec_t;
 
 static void send_msg(rn_server_t *s, const msg_t *m)
 {
@@ -91,8 +107,28 @@ static void send_error(rn_server_t *s, const char *id, cr_status_t st,
     msg_clear(&m);
 }
 
-/* Reads whatever is waiting without blocking; returns true if it saw a
- * cancel for the running request or a shutdown. */
+/* A cancel: flags the running request with that id (its slot ends at the
+ * next step) or drops it from the queue. */
+static void cancel_request(rn_server_t *s, const char *id)
+{
+    if (s->running_id && !strcmp(id, s->running_id))
+        s->running_canceled = true;
+    for (int i = 0; i < s->n_recs; i++)
+        if (s->recs[i].busy && !strcmp(s->recs[i].id, id))
+            s->recs[i].canceled = true;
+    for (msg_t *q = zlist_first(s->deferred); q; q = zlist_next(s->deferred)) {
+        if (!strcmp(q->id, id)) {
+            zlist_remove(s->deferred, q);
+            send_error(s, id, CR_E_CANCELED, "request canceled");
+            msg_clear(q);
+            free(q);
+            return;
+        }
+    }
+}
+
+/* Reads whatever is waiting without blocking: cancels and shutdown take
+ * effect, pings are answered, requests are queued. */
 static void drain_inbox(rn_server_t *s)
 {
     for (;;) {
@@ -111,8 +147,7 @@ static void drain_inbox(rn_server_t *s)
         }
         s->heard_ms = mono_ms();
         if (m.type == MSG_cancel) {
-            if (s->running_id && !strcmp(m.id, s->running_id))
-                s->running_canceled = true;
+            cancel_request(s, m.id);
             msg_clear(&m);
         } else if (m.type == MSG_shutdown) {
             s->shutdown = true;
@@ -136,6 +171,43 @@ static void drain_inbox(rn_server_t *s)
             msg_clear(&m);
         }
     }
+}
+
+static bool slot_chunk(void *ctx, const msg_chunk_body_t *chunk)
+{
+    req_rec_t *rec = ctx;
+    msg_t m;
+    msg_init(&m, MSG_chunk, rec->id);
+    m.u.chunk = *chunk;
+    send_msg(rec->s, &m);
+    return !rec->canceled && !rec->s->shutdown;
+}
+
+static bool slot_canceled(void *ctx)
+{
+    req_rec_t *rec = ctx;
+    return rec->canceled || rec->s->shutdown;
+}
+
+static void slot_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
+                        const cr_err_t *err)
+{
+    req_rec_t *rec = ctx;
+    rn_server_t *s = rec->s;
+    if (st == CR_OK) {
+        msg_t m;
+        msg_init(&m, MSG_done, rec->id);
+        m.u.done = *done;
+        send_msg(s, &m);
+    } else if (st == CR_E_CANCELED) {
+        cr_log_info("request %s canceled", rec->id);
+        send_error(s, rec->id, CR_E_CANCELED, "request canceled");
+    } else {
+        const char *text = err && err->msg[0] ? err->msg : cr_status_str(st);
+        cr_log_warn("request %s failed: %s", rec->id, text);
+        send_error(s, rec->id, st, text);
+    }
+    rec->busy = false;
 }
 
 static bool sink_chunk(void *ctx, const msg_chunk_body_t *chunk)
@@ -168,6 +240,16 @@ static void handle_load(rn_server_t *s, const msg_t *m)
         send_error(s, s->id, err.status, err.msg);
         return;
     }
+    s->n_recs = rn_engine_slots(s->engine);
+    s->recs = calloc((size_t)s->n_recs, sizeof *s->recs);
+    if (!s->recs) {
+        rn_engine_destroy(&s->engine);
+        s->n_recs = 0;
+        send_error(s, s->id, CR_E_NOMEM, "out of memory for the slots");
+        return;
+    }
+    for (int i = 0; i < s->n_recs; i++)
+        s->recs[i].s = s;
     msg_t wrap;
     msg_init(&wrap, MSG_load, s->id);
     wrap.u.load = m->u.load;
@@ -183,8 +265,9 @@ static void handle_load(rn_server_t *s, const msg_t *m)
     r.u.ready.context_length = rn_engine_ctx(s->engine);
     r.u.ready.has_context_length = true;
     send_msg(s, &r);
-    cr_log_info("loaded %s (%" PRId64 " bytes, ctx %" PRId64 ")",
-                m->u.load.name, r.u.ready.size, r.u.ready.context_length);
+    cr_log_info("loaded %s (%" PRId64 " bytes, ctx %" PRId64 ", %d slots)",
+                m->u.load.name, r.u.ready.size, r.u.ready.context_length,
+                s->n_recs);
 }
 
 /* tokenize / detokenize: quick, no generation slot. */
@@ -249,19 +332,49 @@ static void handle_request(rn_server_t *s, const msg_t *m)
         s->running_id = NULL;
         return;
     }
-    msg_t done;
-    msg_init(&done, MSG_done, m->id);
-    cr_status_t st = rn_engine_generate(s->engine, m, &sink, &done.u.done, &err);
-    if (st == CR_OK) {
-        send_msg(s, &done);
-    } else if (st == CR_E_CANCELED) {
-        cr_log_info("request %s canceled", m->id);
-        send_error(s, m->id, CR_E_CANCELED, "request canceled");
-    } else {
+    s->running_id = NULL;
+    req_rec_t *rec = NULL;
+    for (int i = 0; i < s->n_recs && !rec; i++)
+        if (!s->recs[i].busy)
+            rec = &s->recs[i];
+    if (!rec) {
+        send_error(s, m->id, CR_E_BUSY, "no free slot");
+        return;
+    }
+    snprintf(rec->id, sizeof rec->id, "%s", m->id);
+    rec->canceled = false;
+    rn_sink_t slot_sink = {rec, slot_chunk, slot_canceled};
+    cr_status_t st = rn_engine_start(s->engine, m, &slot_sink, slot_finish, &err);
+    if (st) {
         cr_log_warn("request %s failed: %s", m->id, err.msg);
         send_error(s, m->id, st, err.msg[0] ? err.msg : cr_status_str(st));
+        return;
     }
-    s->running_id = NULL;
+    rec->busy = true;
+}
+
+static void handle(rn_server_t *s, msg_t *m);
+
+/* True when m can run now: requests that need a slot wait for one. */
+static bool can_run(const rn_server_t *s, const msg_t *m)
+{
+    if (!s->engine)
+        return true; /* answered with an error */
+    if (m->type == MSG_generate || m->type == MSG_chat || m->type == MSG_embed)
+        return rn_engine_busy(s->engine) < rn_engine_slots(s->engine);
+    return true;
+}
+
+/* Starts queued requests, in order, while slots are free. */
+static void start_queued(rn_server_t *s)
+{
+    msg_t *q;
+    while ((q = zlist_first(s->deferred)) && can_run(s, q) && !s->shutdown) {
+        zlist_pop(s->deferred);
+        handle(s, q);
+        msg_clear(q);
+        free(q);
+    }
 }
 
 static void handle(rn_server_t *s, msg_t *m)
@@ -277,6 +390,9 @@ static void handle(rn_server_t *s, msg_t *m)
     case MSG_detokenize:
         handle_request(s, m);
         break;
+    case MSG_cancel:
+        cancel_request(s, m->id);
+        break;
     case MSG_shutdown:
         s->shutdown = true;
         break;
@@ -286,8 +402,6 @@ static void handle(rn_server_t *s, msg_t *m)
         send_msg(s, &pong);
         break;
     }
-    case MSG_cancel:
-        break; /* for a request that already finished */
     default:
         cr_log_warn("unexpected %s ignored", msg_type_name(m->type));
         break;
@@ -328,16 +442,29 @@ cr_status_t rn_server_new(const char *endpoint, const char *runner_id,
     return CR_OK;
 }
 
+/* Shutdown or SIGTERM with requests in slots: each ends as canceled. */
+static void stop_slots(rn_server_t *s)
+{
+    if (!s->engine || !rn_engine_busy(s->engine))
+        return;
+    for (int i = 0; i < s->n_recs; i++)
+        s->recs[i].canceled = true;
+    rn_engine_step(s->engine);
+}
+
 int rn_server_run(rn_server_t *s)
 {
     send_hello(s);
 
     while (!s->shutdown && !zsys_interrupted) {
-        msg_t *queued = zlist_pop(s->deferred);
-        if (queued) {
-            handle(s, queued);
-            msg_clear(queued);
-            free(queued);
+        start_queued(s);
+        if (s->engine && rn_engine_busy(s->engine)) {
+            /* Between steps: cancels, pings and new requests. */
+            drain_inbox(s);
+            if (s->shutdown)
+                break;
+            start_queued(s);
+            rn_engine_step(s->engine);
             continue;
         }
         msg_t m;
@@ -365,9 +492,23 @@ int rn_server_run(rn_server_t *s)
             cr_log_warn("bad message from the scheduler: %s", err.msg);
             continue;
         }
+        if (m.type == MSG_generate || m.type == MSG_chat || m.type == MSG_embed) {
+            /* Through the queue, so requests keep their order. */
+            msg_t *copy = zlist_size(s->deferred) < DEFERRED_MAX
+                              ? malloc(sizeof *copy) : NULL;
+            if (!copy) {
+                send_error(s, m.id, CR_E_BUSY, "runner queue is full");
+                msg_clear(&m);
+                continue;
+            }
+            *copy = m;
+            zlist_append(s->deferred, copy);
+            continue;
+        }
         handle(s, &m);
         msg_clear(&m);
     }
+    stop_slots(s);
     return 0;
 }
 
@@ -385,6 +526,7 @@ void rn_server_destroy(rn_server_t **self_p)
         zlist_destroy(&s->deferred);
     }
     rn_engine_destroy(&s->engine);
+    free(s->recs);
     msg_clear(&s->load_msg);
     zsock_destroy(&s->sock);
     free(s);

@@ -1,9 +1,10 @@
 /* server.h: the runner process's bus loop.
  *
  * Connects a DEALER (identity = runner id) to the scheduler's runners
- * endpoint, says hello, loads the model it is told to, then answers
- * generate/chat requests one at a time, checking for cancel and shutdown
- * between tokens. Exits when told to shut down, when the scheduler's
+ * endpoint, says hello, loads the model it is told to, then answers up to
+ * num_parallel generate/chat requests at once (the engine's slots, one
+ * forward pass per step), reading cancel, shutdown and pings between
+ * steps. Exits when told to shut down, when the scheduler's
  * process goes away, or on SIGTERM. */
 #ifndef RN_SERVER_H
 #define RN_SERVER_H

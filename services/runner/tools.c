@@ -113,7 +113,7 @@ int rn_tool_logits(const char *model_path, const char *tokens,
         fprintf(stderr, "%s\n", err.msg);
         goto out;
     }
-    rn_ctx_opts_t co = {n, 0};
+    rn_ctx_opts_t co = {.n_ctx = n};
     if (rn_ctx_new(m, &co, &ctx, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         goto out;

@@ -183,9 +183,10 @@ static int64_t answer_steps(void)
     if (!cr_gguf_open(model_path, &g, &err) &&
         !rn_tokenizer_load(g, &tok, &err) &&
         !rn_script_load(script_path, tok, &sc, &err)) {
-        rn_script_begin(sc);
+        rn_script_cursor_t cur;
+        rn_script_begin(sc, &cur);
         n = 1;
-        while (rn_script_next(sc) != rn_tokenizer_eos(tok) && n < 100000)
+        while (rn_script_next(sc, &cur) != rn_tokenizer_eos(tok) && n < 100000)
             n++;
     }
     rn_script_destroy(&sc);
@@ -335,17 +336,18 @@ static void test_script_module(void)
         CHECK_EQ_INT(rn_script_answers(s), 3);
         static const char *const want[] = {"<a> b", "Hello there!", "", "<a> b"};
         for (int k = 0; k < 4; k++) {
-            rn_script_begin(s);
+            rn_script_cursor_t cur;
+            rn_script_begin(s, &cur);
             cr_buf_t b;
             cr_buf_init(&b, 4096);
             int32_t id;
             int guard = 0;
-            while ((id = rn_script_next(s)) != rn_tokenizer_eos(tok) &&
+            while ((id = rn_script_next(s, &cur)) != rn_tokenizer_eos(tok) &&
                    guard++ < 100)
                 CHECK_EQ_INT(rn_detokenize(tok, &id, 1, 0, &b, &err), CR_OK);
             CHECK_EQ_STR(b.data ? b.data : "", want[k]);
             /* spent: the end token again */
-            CHECK_EQ_INT(rn_script_next(s), rn_tokenizer_eos(tok));
+            CHECK_EQ_INT(rn_script_next(s, &cur), rn_tokenizer_eos(tok));
             cr_buf_free(&b);
         }
         rn_script_destroy(&s);

@@ -84,7 +84,7 @@ static void test_synth(const char *model)
     rn_ctx_t *c = NULL;
     cr_err_t err;
     CHECK(!be_cpu_new(1, &be, &err) && !rn_model_load(model, be, &m, &err));
-    rn_ctx_opts_t co = {3, 0};
+    rn_ctx_opts_t co = {.n_ctx = 3};
     CHECK(!rn_ctx_new(m, &co, &c, &err));
     int nv = rn_ctx_n_vocab(c);
     float *want = calloc((size_t)(3 * nv), sizeof *want);

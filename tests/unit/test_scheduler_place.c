@@ -227,6 +227,7 @@ static void test_kv_cache_types(void)
 }
 
 static char dir_g[256];
+static int par_g = 1; /* num_parallel of the estimate and the runner */
 
 /* The runner's own figure for a synthetic model at num_ctx. */
 static int64_t runner_bytes(const char *path, int64_t num_ctx)
@@ -241,6 +242,8 @@ static int64_t runner_bytes(const char *path, int64_t num_ctx)
     ld.has_model_path = true;
     ld.options = &o;
     ld.has_options = true;
+    ld.num_parallel = par_g;
+    ld.has_num_parallel = true;
     rn_engine_t *e = NULL;
     cr_err_t err;
     cr_status_t st = rn_engine_load(&ld, &e, &err);
@@ -266,7 +269,7 @@ static void estimate_vs_runner(const char *label, rn_synth_opts_t *so,
     if (st)
         return;
     sch_estimate_t *est = calloc(1, sizeof *est);
-    sch_estimate_opts_t eo = {.num_ctx = num_ctx};
+    sch_estimate_opts_t eo = {.num_ctx = num_ctx, .num_parallel = par_g};
     st = sch_estimate_file(path, &eo, est, &err);
     CHECK_MSG(st == CR_OK, "estimate %s: %s", label, err.msg);
     int64_t real = runner_bytes(path, num_ctx);
@@ -277,11 +280,12 @@ static void estimate_vs_runner(const char *label, rn_synth_opts_t *so,
                 label, est->n_ctx, est->cpu_total_bytes, real, ratio);
         CHECK_MSG(ratio >= 0.99 && ratio <= 1.01, "%s: estimate %" PRId64
                   " vs runner %" PRId64, label, est->cpu_total_bytes, real);
-        /* KV exactly: layers x ctx x kv_heads x head_dim x 2 x 2 bytes. */
+        /* KV exactly: layers x ctx x num_parallel x kv_heads x head_dim
+         * x 2 x 2 bytes (one cache per slot). */
         int hd = so->head_dim ? so->head_dim : so->dim / so->n_heads;
         int64_t ctx = CR_MIN(num_ctx, (int64_t)so->ctx);
-        CHECK_EQ_INT(est->kv_bytes,
-                     (int64_t)so->n_layers * ctx * so->n_kv_heads * hd * 2 * 2);
+        CHECK_EQ_INT(est->kv_bytes, (int64_t)so->n_layers * ctx * par_g *
+                                        so->n_kv_heads * hd * 2 * 2);
         CHECK_EQ_INT(est->n_layers, so->n_layers);
         CHECK_EQ_INT(est->n_ctx, ctx);
         /* The parts add up (a tied output counts token_embd twice). */
@@ -305,6 +309,10 @@ static void test_estimate_vs_runner(void)
     estimate_vs_runner("llama-short", &so, 64);
     /* Asked for more than the trained context: capped like the runner. */
     estimate_vs_runner("llama-capped", &so, 100000);
+    /* Parallel slots: a KV cache each, the activation buffers shared. */
+    par_g = 4;
+    estimate_vs_runner("llama-par4", &so, 256);
+    par_g = 1;
 
     rn_synth_defaults(&so);
     so.type = CR_TYPE_Q8_0;

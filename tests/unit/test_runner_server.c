@@ -1,0 +1,216 @@
+/* test_runner_server.c: the runner's bus loop with parallel slots.
+ *
+ * The test plays the scheduler on a ROUTER and runs rn_server in a thread
+ * with a synthetic model and num_parallel 2. Three generate requests sent
+ * while the model loads: the first two run at once (their chunks
+ * interleave), the third waits for a free slot and then completes. A ping
+ * is answered while two requests stream; a cancel ends one request alone
+ * (error CR_E_CANCELED) while the other streams on to `done`; a cancel of
+ * a request still waiting answers it at once; `shutdown` ends every
+ * running request (as canceled) and the loop. */
+#include "lib/prelude.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include "proto/bus.h"
+#include "services/runner/server.h"
+#include "services/runner/synth.h"
+#include "tests/unit/check.h"
+
+static char dir_g[256], endpoint_g[400], model_g[400];
+
+static void *serve(void *arg)
+{
+    CR_UNUSED(arg);
+    rn_server_t *s = NULL;
+    cr_err_t err;
+    if (rn_server_new(endpoint_g, "rn1", &s, &err)) {
+        fprintf(stderr, "server: %s\n", err.msg);
+        return NULL;
+    }
+    rn_server_run(s);
+    rn_server_destroy(&s);
+    return NULL;
+}
+
+static zsock_t *router_g;
+static zframe_t *peer_g;
+
+static void send_to_runner(msg_t *m)
+{
+    CHECK_EQ_INT(bus_send_to(router_g, peer_g, m, NULL), CR_OK);
+}
+
+static void send_generate(const char *id, const char *prompt, int64_t n_predict)
+{
+    msg_options_t o = {0};
+    o.temperature = 0;
+    o.has_temperature = true;
+    o.num_predict = n_predict;
+    o.has_num_predict = true;
+    msg_t m;
+    msg_init(&m, MSG_generate, id);
+    m.u.generate.model = "synth";
+    m.u.generate.has_model = true;
+    m.u.generate.prompt = (char *)prompt;
+    m.u.generate.has_prompt = true;
+    m.u.generate.raw = true;
+    m.u.generate.has_raw = true;
+    m.u.generate.options = &o;
+    m.u.generate.has_options = true;
+    send_to_runner(&m);
+}
+
+static void send_simple(msg_type_t type, const char *id)
+{
+    msg_t m;
+    msg_init(&m, type, id);
+    send_to_runner(&m);
+}
+
+/* What the "scheduler" saw of each request. */
+#define N_IDS 6
+static const char *ids_g[N_IDS] = {"g1", "g2", "g3", "g4", "g5", "g6"};
+typedef struct seen {
+    int chunks;
+    int first, end; /* message counter at the first chunk and at the end */
+    bool done;
+    int error;      /* status of an error reply, 0 if none */
+} seen_t;
+static seen_t seen_g[N_IDS];
+static int counter_g;
+static int pongs_g;
+
+/* Reads one message (5 s at most); false on timeout. */
+static bool pump(void)
+{
+    msg_t m;
+    zframe_t *idf = NULL;
+    cr_status_t st = bus_recv(router_g, 5000, &m, &idf, NULL);
+    zframe_destroy(&idf);
+    if (st)
+        return false;
+    counter_g++;
+    if (m.type == MSG_pong)
+        pongs_g++;
+    for (int i = 0; i < N_IDS; i++) {
+        if (strcmp(m.id, ids_g[i]))
+            continue;
+        seen_t *s = &seen_g[i];
+        if (m.type == MSG_chunk) {
+            if (!s->chunks++)
+                s->first = counter_g;
+            CHECK_MSG(!s->done && !s->error, "%s: chunk after its end", ids_g[i]);
+        } else if (m.type == MSG_done) {
+            s->done = true;
+            s->end = counter_g;
+        } else if (m.type == MSG_error) {
+            s->error = (int)m.u.error.status;
+            s->end = counter_g;
+        }
+    }
+    msg_clear(&m);
+    return true;
+}
+
+static bool ended(int i)
+{
+    return seen_g[i].done || seen_g[i].error;
+}
+
+int main(void)
+{
+    snprintf(dir_g, sizeof dir_g, "/tmp/corral-rsrv-%d", (int)getpid());
+    mkdir(dir_g, 0700);
+    snprintf(endpoint_g, sizeof endpoint_g, "ipc://%s/runners.sock", dir_g);
+    snprintf(model_g, sizeof model_g, "%s/m.gguf", dir_g);
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.seed = 11;
+    so.type = CR_TYPE_Q8_0;
+    cr_err_t err;
+    if (rn_synth_write(&so, model_g, &err)) {
+        fprintf(stderr, "synth: %s\n", err.msg);
+        return 1;
+    }
+    router_g = zsock_new(ZMQ_ROUTER);
+    CHECK(zsock_bind(router_g, "%s", endpoint_g) == 0);
+    pthread_t th;
+    pthread_create(&th, NULL, serve, NULL);
+
+    msg_t m;
+    CHECK_EQ_INT(bus_recv(router_g, 5000, &m, &peer_g, NULL), CR_OK);
+    CHECK_EQ_INT(m.type, MSG_hello);
+    msg_clear(&m);
+
+    /* load, and three requests right behind it */
+    msg_options_t o = {0};
+    o.num_ctx = 256;
+    o.has_num_ctx = true;
+    msg_init(&m, MSG_load, "rn1");
+    m.u.load.name = "synth:latest";
+    m.u.load.has_name = true;
+    m.u.load.model_path = model_g;
+    m.u.load.has_model_path = true;
+    m.u.load.options = &o;
+    m.u.load.has_options = true;
+    m.u.load.num_parallel = 2;
+    m.u.load.has_num_parallel = true;
+    send_to_runner(&m);
+    send_generate("g1", "abc", 2000);
+    send_generate("g2", "hello there", 300);
+    send_generate("g3", "one two", 6);
+    CHECK_EQ_INT(bus_recv(router_g, 10000, &m, NULL, NULL), CR_OK);
+    CHECK_EQ_INT(m.type, MSG_ready);
+    msg_clear(&m);
+
+    /* g1 and g2 stream at once; g3 has not started. */
+    while ((!seen_g[0].chunks || !seen_g[1].chunks) && pump())
+        ;
+    CHECK(seen_g[0].chunks > 0 && seen_g[1].chunks > 0);
+    CHECK_EQ_INT(seen_g[2].chunks, 0);
+    send_simple(MSG_ping, "p1");
+    send_simple(MSG_cancel, "g1");
+    while (!ended(0) && pump())
+        ;
+    CHECK_EQ_INT(pongs_g, 1); /* answered between steps */
+    bool g1_eos = seen_g[0].done; /* the synthetic model ended it first */
+    if (!g1_eos)
+        CHECK_EQ_INT(seen_g[0].error, CR_E_CANCELED);
+    /* g2 goes on, and g3 gets the freed slot */
+    while ((!ended(1) || !ended(2)) && pump())
+        ;
+    CHECK(seen_g[1].done);
+    CHECK(seen_g[2].done);
+    if (!g1_eos)
+        CHECK(seen_g[1].end > seen_g[0].end); /* streamed past g1's cancel */
+    CHECK(seen_g[2].first > seen_g[0].end);   /* waited for the slot */
+
+    /* Two running, one waiting: cancel the waiting one, then shutdown. */
+    send_generate("g4", "abc", 2000);
+    send_generate("g5", "hello there", 2000);
+    while ((!seen_g[3].chunks || !seen_g[4].chunks) && pump())
+        ;
+    send_generate("g6", "waiting", 2000);
+    send_simple(MSG_cancel, "g6");
+    while (!ended(5) && pump())
+        ;
+    CHECK_EQ_INT(seen_g[5].error, CR_E_CANCELED);
+    CHECK_EQ_INT(seen_g[5].chunks, 0);
+    send_simple(MSG_shutdown, "rn1");
+    while ((!ended(3) || !ended(4)) && pump())
+        ;
+    for (int i = 3; i < 5; i++)
+        CHECK(seen_g[i].error == CR_E_CANCELED || seen_g[i].done);
+    pthread_join(th, NULL); /* the loop ended */
+
+    zframe_destroy(&peer_g);
+    zsock_destroy(&router_g);
+    unlink(model_g);
+    char sock[450];
+    snprintf(sock, sizeof sock, "%s/runners.sock", dir_g);
+    unlink(sock);
+    rmdir(dir_g);
+    return check_finish("runner_server");
+}
