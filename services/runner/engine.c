@@ -1105,6 +1105,10 @@ cr_status_t rn_engine_embed(rn_engine_t *e, const msg_embed_body_t *req,
                 return cr_err_set(err, CR_E_INVALID,
                                   "the input length exceeds the context length");
             need = (size_t)e->n_ctx; /* the head that fits */
+            /* An encoder's closing token ([SEP]) stays last, as in Ollama,
+             * which cuts the tokens and tokenizes the cut text again. */
+            if (rn_tokenizer_add_eos(e->tok) && rn_tokenizer_eos(e->tok) >= 0)
+                e->prompt[need - 1] = rn_tokenizer_eos(e->tok);
         }
         if (need == 0)
             return cr_err_set(err, CR_E_INVALID, "input %zu is empty", i);
