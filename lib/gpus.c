@@ -4,7 +4,6 @@
 
 #include <dlfcn.h>
 
-#include "lib/log.h"
 
 /* ---- fake inventories ---- */
 
@@ -186,13 +185,26 @@ cr_status_t cr_meminfo_parse(const char *text, int64_t *total_bytes,
     return CR_OK;
 }
 
+static void add_note(cr_inventory_t *inv, const char *fmt, ...)
+    CR_PRINTF(2, 3);
+
+static void add_note(cr_inventory_t *inv, const char *fmt, ...)
+{
+    if (inv->n_notes >= CR_INVENTORY_NOTES)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(inv->notes[inv->n_notes++], sizeof inv->notes[0], fmt, ap);
+    va_end(ap);
+}
+
 static void read_meminfo(cr_inventory_t *inv)
 {
     char text[8192];
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) {
-        cr_log_warn("cannot read /proc/meminfo: %s; system memory unknown",
-                    strerror(errno));
+        add_note(inv, "cannot read /proc/meminfo: %s; system memory unknown",
+                 strerror(errno));
         return;
     }
     size_t n = fread(text, 1, sizeof text - 1, f);
@@ -201,7 +213,7 @@ static void read_meminfo(cr_inventory_t *inv)
     cr_err_t err;
     if (cr_meminfo_parse(text, &inv->ram_total_bytes, &inv->ram_free_bytes,
                           &err))
-        cr_log_warn("%s; system memory unknown", err.msg);
+        add_note(inv, "%s; system memory unknown", err.msg);
 }
 
 /* ---- CUDA_VISIBLE_DEVICES ---- */
@@ -322,7 +334,7 @@ cr_status_t cr_nvml_query(cr_inventory_t *inv, cr_err_t *err)
         nvml_device_t dev = NULL;
         nvml_memory_t mem = {0};
         if (api.handle(i, &dev) != 0 || api.memory(dev, &mem) != 0) {
-            cr_log_warn("NVML device %u: cannot read its memory; skipped", i);
+            add_note(inv, "NVML device %u: cannot read its memory; skipped", i);
             continue;
         }
         cr_gpu_t *g = &inv->gpus[inv->n_gpus++];
@@ -360,7 +372,7 @@ cr_status_t cr_inventory_discover(cr_inventory_t *inv, cr_err_t *err)
         return cr_inventory_parse(spec, inv, err);
     cr_err_t nerr;
     if (cr_nvml_query(inv, &nerr)) {
-        cr_log_info("no NVIDIA GPUs (%s); models run on the CPU", nerr.msg);
+        add_note(inv, "no NVIDIA GPUs (%s); models run on the CPU", nerr.msg);
         inv->n_gpus = 0;
         return CR_OK;
     }
@@ -368,17 +380,29 @@ cr_status_t cr_inventory_discover(cr_inventory_t *inv, cr_err_t *err)
     return CR_OK;
 }
 
-void cr_inventory_log(const cr_inventory_t *inv)
+size_t cr_inventory_lines(const cr_inventory_t *inv)
 {
-    for (size_t i = 0; i < inv->n_gpus; i++) {
-        const cr_gpu_t *g = &inv->gpus[i];
-        cr_log_info("gpu %d: %s (cc %d.%d) %s, %.1f GiB total, %.1f GiB free%s",
-                    g->index, g->name, g->cc_major, g->cc_minor, g->uuid,
-                    (double)g->total_bytes / (1 << 30),
-                    (double)g->free_bytes / (1 << 30),
-                    inv->fake ? " (described by CORRAL_GPU_INVENTORY)" : "");
+    return inv->n_notes + inv->n_gpus + 1;
+}
+
+void cr_inventory_line(const cr_inventory_t *inv, size_t k, char *out,
+                       size_t cap)
+{
+    if (k < inv->n_notes) {
+        snprintf(out, cap, "%s", inv->notes[k]);
+        return;
     }
-    cr_log_info("system memory: %.1f GiB total, %.1f GiB available",
-                (double)inv->ram_total_bytes / (1 << 30),
-                (double)inv->ram_free_bytes / (1 << 30));
+    k -= inv->n_notes;
+    if (k < inv->n_gpus) {
+        const cr_gpu_t *g = &inv->gpus[k];
+        snprintf(out, cap, "gpu %d: %s (cc %d.%d) %s, %.1f GiB total, %.1f GiB free%s",
+                 g->index, g->name, g->cc_major, g->cc_minor, g->uuid,
+                 (double)g->total_bytes / (1 << 30),
+                 (double)g->free_bytes / (1 << 30),
+                 inv->fake ? " (described by CORRAL_GPU_INVENTORY)" : "");
+        return;
+    }
+    snprintf(out, cap, "system memory: %.1f GiB total, %.1f GiB available",
+             (double)inv->ram_total_bytes / (1 << 30),
+             (double)inv->ram_free_bytes / (1 << 30));
 }

@@ -40,6 +40,8 @@ typedef struct cr_gpu {
                                     placed anything) */
 } cr_gpu_t;
 
+#define CR_INVENTORY_NOTES 4
+
 typedef struct cr_inventory {
     cr_gpu_t gpus[CR_MAX_GPUS];
     size_t n_gpus;
@@ -47,6 +49,10 @@ typedef struct cr_inventory {
     int64_t ram_free_bytes;      /* MemAvailable when discovered */
     bool fake;                   /* from CORRAL_GPU_INVENTORY: runners run
                                     on the CPU whatever the plan says */
+    /* What discovery could not read (no NVML, an unreadable device or
+     * /proc/meminfo), for the service to log: lib/ never prints. */
+    char notes[CR_INVENTORY_NOTES][160];
+    size_t n_notes;
 } cr_inventory_t;
 
 /* Parses a CORRAL_GPU_INVENTORY value (grammar above) into inv. System
@@ -72,7 +78,8 @@ void cr_inventory_filter_visible(cr_inventory_t *inv, const char *visible);
 /* Fills inv with what this machine has: CORRAL_GPU_INVENTORY if set,
  * otherwise NVML devices (none if NVML is absent) filtered by
  * CUDA_VISIBLE_DEVICES, and system memory from /proc/meminfo. Only a bad
- * CORRAL_GPU_INVENTORY is an error; a missing NVML is logged and is not. */
+ * CORRAL_GPU_INVENTORY is an error; a missing NVML is a note in inv->notes
+ * and is not. */
 cr_status_t cr_inventory_discover(cr_inventory_t *inv, cr_err_t *err);
 
 /* Asks NVML for devices. CR_E_NOT_FOUND if the library cannot be loaded,
@@ -80,7 +87,11 @@ cr_status_t cr_inventory_discover(cr_inventory_t *inv, cr_err_t *err);
  * and the GPU test. */
 cr_status_t cr_nvml_query(cr_inventory_t *inv, cr_err_t *err);
 
-/* One line per device for logs ("0: NVIDIA H200 (9.0), 139.8 GiB total"). */
-void cr_inventory_log(const cr_inventory_t *inv);
+/* Lines describing inv for the service's log: its notes, one line per
+ * device ("gpu 0: NVIDIA H200 (cc 9.0) GPU-..., 139.8 GiB total, ..."),
+ * then system memory. cr_inventory_line writes line k (< the count). */
+size_t cr_inventory_lines(const cr_inventory_t *inv);
+void cr_inventory_line(const cr_inventory_t *inv, size_t k, char *out,
+                       size_t cap);
 
 #endif

@@ -4,7 +4,6 @@
 #include "services/node/agent.h"
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "lib/self_path.h"
+#include "lib/spawn_runner.h"
 #include "proto/relay.h"
 #include "services/node/blobs.h"
 
@@ -206,9 +206,12 @@ static void runner_spawn(nd_agent_t *a, const char *id)
     if (!r)
         return;
     snprintf(r->id, sizeof r->id, "%s", id);
-    pid_t pid = fork();
-    if (pid < 0) {
-        cr_log_error("runner %s: fork: %s", id, strerror(errno));
+    pid_t pid = 0;
+    cr_err_t err;
+    /* A runner never outlives its node agent (kill -9 included). */
+    if (cr_spawn_runner(a->cfg.runner_bin, a->cfg.runners_endpoint, id, true,
+                        &pid, &err)) {
+        cr_log_error("runner %s: %s", id, err.msg);
         free(r);
         msg_t m;
         msg_init(&m, MSG_node_runner_exit, "");
@@ -218,21 +221,6 @@ static void runner_spawn(nd_agent_t *a, const char *id)
         m.u.node_runner_exit.has_how = true;
         send_up(a, "", &m);
         return;
-    }
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGPIPE, SIG_DFL);
-        /* A runner never outlives its node agent (kill -9 included). */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        execl(a->cfg.runner_bin, "corral-runner", "serve", "--endpoint",
-              a->cfg.runners_endpoint, "--id", id, (char *)NULL);
-        fprintf(stderr, "corral-node: exec %s: %s\n", a->cfg.runner_bin,
-                strerror(errno));
-        _exit(127);
     }
     r->pid = pid;
     r->next = a->runner_list;

@@ -34,7 +34,11 @@ int main(int argc, char **argv)
         free(cfg);
         return 1;
     }
-    cr_inventory_log(&cfg->inv);
+    for (size_t k = 0; k < cr_inventory_lines(&cfg->inv); k++) {
+        char line[512];
+        cr_inventory_line(&cfg->inv, k, line, sizeof line);
+        cr_log_info("%s", line);
+    }
     nd_agent_t *agent = NULL;
     if (nd_agent_new(cfg, &agent, &err)) {
         cr_log_error("%s", err.msg);

@@ -1120,7 +1120,11 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
             return st;
         }
     }
-    cr_inventory_log(&s->inv);
+    for (size_t k = 0; k < cr_inventory_lines(&s->inv); k++) {
+        char line[512];
+        cr_inventory_line(&s->inv, k, line, sizeof line);
+        cr_log_info("%s", line);
+    }
     s->front = zsock_new(ZMQ_ROUTER);
     s->runners = zsock_new(ZMQ_ROUTER);
     s->registry = zsock_new(ZMQ_DEALER);

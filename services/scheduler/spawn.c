@@ -8,6 +8,7 @@
 
 #include "lib/env.h"
 #include "lib/self_path.h"
+#include "lib/spawn_runner.h"
 
 cr_status_t sch_runner_bin(char *out, size_t cap, cr_err_t *err)
 {
@@ -18,24 +19,8 @@ cr_status_t sch_spawn_runner(const char *bin, const char *endpoint,
                              const char *runner_id, pid_t *pid_out,
                              cr_err_t *err)
 {
-    pid_t pid = fork();
-    if (pid < 0)
-        return cr_err_set(err, CR_E_IO, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        /* Child: a clean signal state, then the runner. */
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGPIPE, SIG_DFL);
-        execl(bin, "corral-runner", "serve", "--endpoint", endpoint, "--id",
-              runner_id, (char *)NULL);
-        fprintf(stderr, "corral-scheduler: exec %s: %s\n", bin, strerror(errno));
-        _exit(127);
-    }
-    *pid_out = pid;
-    return CR_OK;
+    /* Not tied to the scheduler: a restarted scheduler adopts it. */
+    return cr_spawn_runner(bin, endpoint, runner_id, false, pid_out, err);
 }
 
 bool sch_pid_is_runner(pid_t pid, const char *bin)

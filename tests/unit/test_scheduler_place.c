@@ -50,6 +50,21 @@ static void test_inventory_parse(void)
     CHECK_EQ_INT(inv.gpus[0].index, 3);
     CHECK(inv.ram_total_bytes == 64 * GB && inv.ram_free_bytes == 64 * GB);
 
+    /* The log lines the services print: notes, devices, memory. */
+    char line[512];
+    CHECK_EQ_INT(cr_inventory_lines(&inv), 2);
+    cr_inventory_line(&inv, 0, line, sizeof line);
+    CHECK(strstr(line, "gpu 3: A:B (cc 0.0)") == line);
+    CHECK(strstr(line, "(described by CORRAL_GPU_INVENTORY)") != NULL);
+    cr_inventory_line(&inv, 1, line, sizeof line);
+    CHECK_EQ_STR(line, "system memory: 59.6 GiB total, 59.6 GiB available");
+    inv.n_notes = 1;
+    snprintf(inv.notes[0], sizeof inv.notes[0], "no NVIDIA GPUs (x)");
+    CHECK_EQ_INT(cr_inventory_lines(&inv), 3);
+    cr_inventory_line(&inv, 0, line, sizeof line);
+    CHECK_EQ_STR(line, "no NVIDIA GPUs (x)");
+    inv.n_notes = 0;
+
     /* Empty and "none": no GPUs, memory untouched. */
     CHECK_EQ_INT(cr_inventory_parse("", &inv, &err), CR_OK);
     CHECK_EQ_INT(inv.n_gpus, 0);
