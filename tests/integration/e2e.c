@@ -356,3 +356,29 @@ json_t *e2e_ndjson(const char *body)
     }
     return arr;
 }
+
+bool e2e_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    fputs(text, f);
+    return fclose(f) == 0;
+}
+
+bool e2e_create(e2e_t *t, const char *name, const char *modelfile)
+{
+    char mf[sizeof t->tmp + 16];
+    snprintf(mf, sizeof mf, "%s/Modelfile", t->tmp);
+    if (!e2e_write_file(mf, modelfile)) {
+        fprintf(stderr, "e2e: cannot write %s\n", mf);
+        return false;
+    }
+    char *out = NULL;
+    int rc = e2e_cli(t, NULL, &out, "create", name, "-f", mf, NULL);
+    if (rc != 0)
+        fprintf(stderr, "e2e: corral create %s exited %d: %s\n", name, rc,
+                out ? out : "");
+    free(out);
+    return rc == 0;
+}

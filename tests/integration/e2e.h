@@ -51,6 +51,14 @@ int e2e_run_bin(e2e_t *t, const char *prog, ...);
 /* PIDs of running processes named `comm` that descend from serve. */
 size_t e2e_find_procs(e2e_t *t, const char *comm, pid_t *out, size_t cap);
 
+/* Writes text to path (replacing it); false on failure. */
+bool e2e_write_file(const char *path, const char *text);
+
+/* `corral create NAME -f <tmp>/Modelfile` with modelfile as that file's
+ * text (so `FROM ./x.gguf` names a file in t->tmp). True on success; on
+ * failure the CLI's exit status and output go to stderr. */
+bool e2e_create(e2e_t *t, const char *name, const char *modelfile);
+
 /* Parses NDJSON: returns a JSON array of the lines' objects (owned). */
 json_t *e2e_ndjson(const char *body);
 

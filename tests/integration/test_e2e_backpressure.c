@@ -21,29 +21,17 @@ static e2e_t T;
 
 #define N_TOKENS 3000
 
-static bool write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return false;
-    fputs(text, f);
-    return fclose(f) == 0;
-}
-
 static bool create_model(void)
 {
-    char gguf[1200], mf[1200];
+    char gguf[1200];
     snprintf(gguf, sizeof gguf, "%s/synth.gguf", T.tmp);
-    snprintf(mf, sizeof mf, "%s/Modelfile", T.tmp);
     CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
                              "5", "--ctx", "8192", NULL),
                  0);
-    CHECK(write_file(mf, "FROM ./synth.gguf\nTEMPLATE \"{{ .Prompt }}\"\n"));
-    char *out = NULL;
-    int rc = e2e_cli(&T, NULL, &out, "create", "synth", "-f", mf, NULL);
-    CHECK_MSG(rc == 0, "corral create exited %d: %s", rc, out ? out : "");
-    free(out);
-    return rc == 0;
+    bool created = e2e_create(&T, "synth",
+                              "FROM ./synth.gguf\nTEMPLATE \"{{ .Prompt }}\"\n");
+    CHECK(created);
+    return created;
 }
 
 typedef struct reader {

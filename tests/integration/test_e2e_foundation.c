@@ -35,15 +35,6 @@ static const char *jstr(json_t *o, const char *key)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-static bool write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return false;
-    fputs(text, f);
-    return fclose(f) == 0;
-}
-
 static void test_basics(void)
 {
     e2e_resp_t r = e2e_http(&T, "GET", "/", NULL, NULL, NULL);
@@ -70,7 +61,7 @@ static void create_model(void)
     CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
                              "7", "--type", "q8_0", NULL),
                  0);
-    CHECK(write_file(mf,
+    CHECK(e2e_write_file(mf,
                      "# a synthetic model for the end-to-end test\n"
                      "FROM ./synth.gguf\n"
                      "TEMPLATE \"\"\"{{- if .System }}<s>{{ .System }}{{ end }}"
@@ -582,7 +573,7 @@ static void test_stories_fidelity(void)
     snprintf(mf, sizeof mf, "%s/Modelfile.stories", T.tmp);
     char text[2048];
     snprintf(text, sizeof text, "FROM %s/models/stories260K.gguf\n", root);
-    CHECK(write_file(mf, text));
+    CHECK(e2e_write_file(mf, text));
     char *out = NULL;
     int rc = e2e_cli(&T, NULL, &out, "create", "stories", "-f", mf, NULL);
     CHECK_MSG(rc == 0, "create stories: %s", out ? out : "");

@@ -42,32 +42,20 @@ static json_t *post(const char *path, const char *body, long *status)
     return j;
 }
 
-static bool write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return false;
-    fputs(text, f);
-    return fclose(f) == 0;
-}
-
 static void create_model(void)
 {
-    char gguf[1200], mf[1200];
+    char gguf[1200];
     snprintf(gguf, sizeof gguf, "%s/synth.gguf", T.tmp);
-    snprintf(mf, sizeof mf, "%s/Modelfile", T.tmp);
     CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
                              "7", "--type", "q8_0", NULL),
                  0);
-    CHECK(write_file(mf, "FROM ./synth.gguf\n"
-                         "TEMPLATE \"\"\"{{- range .Messages }}[{{ .Role }}] "
-                         "{{ .Content }}\n{{ end }}[assistant] \"\"\"\n"
-                         "PARAMETER num_predict 8\n"
-                         "PARAMETER stop \"<never>\"\n"));
-    char *out = NULL;
-    int rc = e2e_cli(&T, NULL, &out, "create", "synth", "-f", mf, NULL);
-    CHECK_MSG(rc == 0, "corral create exited %d: %s", rc, out ? out : "");
-    free(out);
+    bool created = e2e_create(&T, "synth",
+                              "FROM ./synth.gguf\n"
+                              "TEMPLATE \"\"\"{{- range .Messages }}[{{ .Role }}] "
+                              "{{ .Content }}\n{{ end }}[assistant] \"\"\"\n"
+                              "PARAMETER num_predict 8\n"
+                              "PARAMETER stop \"<never>\"\n");
+    CHECK(created);
 }
 
 static const char CHAT[] =

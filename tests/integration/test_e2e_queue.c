@@ -24,15 +24,6 @@ static e2e_t T;
 static const char BUSY[] = "{\"error\":\"server busy, please try again.  "
                            "maximum pending requests exceeded\"}";
 
-static bool write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return false;
-    fputs(text, f);
-    return fclose(f) == 0;
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -42,23 +33,20 @@ static double now_s(void)
 
 static bool create_models(void)
 {
-    char gguf[1200], mf[1200];
+    char gguf[1200];
     snprintf(gguf, sizeof gguf, "%s/synth.gguf", T.tmp);
-    snprintf(mf, sizeof mf, "%s/Modelfile", T.tmp);
     CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
                              "3", NULL),
                  0);
-    CHECK(write_file(mf, "FROM ./synth.gguf\nTEMPLATE \"{{ .Prompt }}\"\n"));
-    char *out = NULL;
-    int rc = e2e_cli(&T, NULL, &out, "create", "synth", "-f", mf, NULL);
-    CHECK_MSG(rc == 0, "corral create exited %d: %s", rc, out ? out : "");
-    free(out);
+    bool created = e2e_create(&T, "synth",
+                              "FROM ./synth.gguf\nTEMPLATE \"{{ .Prompt }}\"\n");
+    CHECK(created);
     e2e_resp_t r = e2e_http(&T, "POST", "/api/copy",
                             "{\"source\":\"synth\",\"destination\":\"synth2\"}",
                             NULL, NULL);
     CHECK_EQ_INT(r.status, 200);
     e2e_resp_free(&r);
-    return rc == 0 && r.status == 200;
+    return created && r.status == 200;
 }
 
 /* A streaming request that runs until released. */

@@ -57,15 +57,6 @@ static int free_port(void)
     return ntohs(a.sin_port);
 }
 
-static bool write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return false;
-    fputs(text, f);
-    return fclose(f) == 0;
-}
-
 static size_t discard(char *p, size_t s, size_t n, void *u)
 {
     CR_UNUSED(p);
@@ -166,7 +157,7 @@ static bool registry_setup(void)
              "  delete:\n    enabled: true\n"
              "http:\n  addr: %s\n  secret: corral-test-secret\n",
              reg_dir_g, remote_g);
-    return write_file(reg_cfg_g, cfg) && registry_start();
+    return e2e_write_file(reg_cfg_g, cfg) && registry_start();
 }
 
 /* ---- helpers over the corral API ---- */
@@ -272,7 +263,7 @@ static bool create_from_gguf(const char *file, const char *name,
     if (rc != 0)
         return false;
     snprintf(text, sizeof text, "FROM %s\n%s", gguf, extra ? extra : "");
-    if (!write_file(mf, text))
+    if (!e2e_write_file(mf, text))
         return false;
     char *out = NULL;
     rc = e2e_cli(&T, NULL, &out, "create", name, "-f", mf, NULL);
@@ -402,7 +393,7 @@ static void test_shared_base(void)
     snprintf(mf, sizeof mf, "%s/m2.Modelfile", T.tmp);
     snprintf(text, sizeof text, "FROM %s\nSYSTEM \"\"\"shared base\"\"\"\n",
              small_name_g);
-    CHECK(write_file(mf, text));
+    CHECK(e2e_write_file(mf, text));
     snprintf(m2, sizeof m2, "%s/library/m2:t", remote_g);
     char *out = NULL;
     int rc = e2e_cli(&T, NULL, &out, "create", m2, "-f", mf, NULL);

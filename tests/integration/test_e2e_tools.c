@@ -32,15 +32,6 @@ static const char TOOLS[] =
     "\"get_time\",\"parameters\":{\"type\":\"object\",\"properties\":{"
     "\"zone\":{\"type\":\"string\"}}}}}]";
 
-static bool write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return false;
-    fputs(text, f);
-    return fclose(f) == 0;
-}
-
 static json_t *jget(json_t *o, const char *path)
 {
     char buf[256];
@@ -61,9 +52,8 @@ static const char *jpstr(json_t *o, const char *path)
 
 static bool create_model(void)
 {
-    char gguf[1200], mf[1200];
+    char gguf[1200];
     snprintf(gguf, sizeof gguf, "%s/synth.gguf", T.tmp);
-    snprintf(mf, sizeof mf, "%s/Modelfile", T.tmp);
     CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
                              "7", "--ctx", "2048", NULL),
                  0);
@@ -72,12 +62,9 @@ static bool create_model(void)
              "FROM ./synth.gguf\nTEMPLATE \"\"\"%s\"\"\"\n"
              "PARAMETER num_ctx 2048\n",
              qwen25_tmpl);
-    CHECK(write_file(mf, text));
-    char *out = NULL;
-    int rc = e2e_cli(&T, NULL, &out, "create", "qwen-tools", "-f", mf, NULL);
-    CHECK_MSG(rc == 0, "corral create exited %d: %s", rc, out ? out : "");
-    free(out);
-    return rc == 0;
+    bool created = e2e_create(&T, "qwen-tools", text);
+    CHECK(created);
+    return created;
 }
 
 /* The two calls of CALL_ANSWER in a native (arguments object) or OpenAI
@@ -248,7 +235,7 @@ int main(void)
     snprintf(script, sizeof script, "/tmp/corral-e2e-tools-%d.txt", (int)getpid());
     char text[2048];
     snprintf(text, sizeof text, "%s\n---\n%s\n", CALL_ANSWER, FINAL_ANSWER);
-    if (!write_file(script, text))
+    if (!e2e_write_file(script, text))
         return 1;
     /* Only the environment of the serving processes enables the script. */
     setenv("CORRAL_TEST_SCRIPT", script, 1);
