@@ -589,6 +589,10 @@ static void handle_ps(sch_server_t *s, zframe_t *client, const char *id)
         e->has_queued = true;
         e->loading = rn->state == RS_STARTING || rn->state == RS_LOADING;
         e->has_loading = true;
+        if (rn->node) { /* local runners carry no host: Ollama's shape */
+            e->host = rn->node->name;
+            e->has_host = true;
+        }
     }
     m.u.ps_reply.models.v = v;
     m.u.ps_reply.models.n = n;

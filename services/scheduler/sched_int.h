@@ -8,6 +8,7 @@
 
 #include "lib/prelude.h"
 #include "proto/msg.h"
+#include "proto/relay.h"
 #include "services/scheduler/estimate.h"
 #include "services/scheduler/place.h"
 #include "services/scheduler/sched.h"
@@ -19,6 +20,7 @@
 #define HEARTBEAT_TIMEOUT_MS 60000
 #define NODE_TIMEOUT_MS 10000   /* a silent node is lost */
 #define NODE_BLOB_CHUNK_MAX (4 << 20) /* bytes per blob_data */
+#define NODE_KEYS_CHECK_MS 1000 /* CORRAL_NODE_KEYS_DIR is looked at this often */
 #define TICK_MS 100               /* timer resolution of the loop */
 #define FOREVER_MS INT64_MAX
 
@@ -100,6 +102,9 @@ struct sch_server {
     zsock_t *registry; /* DEALER: registry */
     zsock_t *nodes;    /* ROUTER: node agents (CURVE); NULL when off */
     zactor_t *auth;    /* ZAP handler admitting listed node keys */
+    bus_keys_stamp_t keys_stamp; /* the keys dir when auth last loaded it */
+    int64_t keys_checked_ms;     /* last look at the keys dir */
+    bool keys_dir_bad;           /* unreadable at the last look (warned) */
     sch_node_t *node_list;
     zpoller_t *poller;
     runner_t *runner_list;
@@ -167,7 +172,9 @@ cr_status_t sch_nodes_open(sch_server_t *s, cr_err_t *err);
 /* Reads everything waiting on the nodes socket. */
 void sch_nodes_on_readable(sch_server_t *s);
 
-/* Drops nodes silent for the node timeout (their runners are gone). */
+/* Drops nodes silent for the node timeout (their runners are gone), and
+ * reloads the admitted keys when CORRAL_NODE_KEYS_DIR changed (looked at
+ * every NODE_KEYS_CHECK_MS). */
 void sch_nodes_check(sch_server_t *s);
 
 /* Sends m to node nd, addressed to runner `to` ("" for the node itself).
