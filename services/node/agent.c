@@ -50,6 +50,7 @@ struct nd_agent {
     int64_t started_ms;
     bool joined;             /* heard since the last loss */
     bool silence_logged;
+    int64_t reconnect_ms;    /* last fresh connect while silent; 0 = none */
 };
 
 static int64_t mono_ms(void)
@@ -554,6 +555,17 @@ static void timers(nd_agent_t *a)
     /* The scheduler dropped them from its ledger: they must not hold
      * memory it will place something else in. */
     kill_all(a, SIGKILL);
+    /* libzmq gives up on a connection whose CURVE handshake was refused
+     * (a key not listed yet): connect afresh every timeout while silent,
+     * so a key the scheduler admits later (docs/deploy.md "Rotating CURVE
+     * keys") is tried again without restarting this node. */
+    if (now - a->reconnect_ms >= a->cfg.timeout_ms) {
+        zsock_disconnect(a->up, "%s", a->cfg.scheduler_endpoint);
+        if (zsock_connect(a->up, "%s", a->cfg.scheduler_endpoint) < 0)
+            cr_log_warn("cannot connect to %s again: %s",
+                        a->cfg.scheduler_endpoint, zmq_strerror(zmq_errno()));
+        a->reconnect_ms = now;
+    }
 }
 
 /* ---- lifecycle ---- */
