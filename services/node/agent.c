@@ -13,6 +13,7 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "lib/self_path.h"
+#include "lib/size.h"
 #include "proto/relay.h"
 #include "services/node/blobs.h"
 
@@ -23,6 +24,7 @@
 typedef struct nd_runner {
     char id[BUS_RELAY_TO_MAX + 1];
     pid_t pid;
+    char digest[ND_DIGEST_MAX]; /* the blob it loaded; "" before its load */
     struct nd_runner *next;
 } nd_runner_t;
 
@@ -113,6 +115,10 @@ cr_status_t nd_config_from_env(nd_config_t *cfg, cr_err_t *err)
                  home && *home ? home : "/tmp");
     }
     cr_env_get("NODE_STORE", cfg->store_dir, sizeof cfg->store_dir);
+    char max[64];
+    if (cr_env_get("NODE_CACHE_MAX", max, sizeof max) &&
+        cr_size_parse(max, &cfg->cache_max_bytes, err))
+        return cr_err_wrap(err, "CORRAL_NODE_CACHE_MAX");
     if ((st = env_ms("NODE_HEARTBEAT", 1000, &cfg->heartbeat_ms, err)) ||
         (st = env_ms("NODE_TIMEOUT", 10000, &cfg->timeout_ms, err)))
         return st;
@@ -286,6 +292,11 @@ static void forward_load(nd_agent_t *a, const char *runner_id, msg_t *load,
                          const char *path)
 {
     load->u.load.model_path = (char *)path;
+    /* The blob is in use while this runner lives: the cache bound keeps it. */
+    nd_runner_t *rn = runner_find(a, runner_id);
+    const char *base = strrchr(path, '/');
+    if (rn)
+        snprintf(rn->digest, sizeof rn->digest, "%s", base ? base + 1 : path);
     zframe_t *to = zframe_new(runner_id, strlen(runner_id));
     cr_err_t err;
     if (bus_send_to(a->runners, to, load, &err))
@@ -339,6 +350,47 @@ static void start_next_fetch(nd_agent_t *a)
     }
 }
 
+/* CORRAL_NODE_CACHE_MAX: after a fetch, least recently used blobs go
+ * until the cache fits, except those of live runners, of loads waiting and
+ * the one just fetched. */
+static void prune_cache(nd_agent_t *a, const char *fetched)
+{
+    if (a->cfg.cache_max_bytes <= 0)
+        return;
+    size_t n = 1;
+    for (nd_runner_t *r = a->runner_list; r; r = r->next)
+        n++;
+    for (nd_wait_t *w = a->waits; w; w = w->next)
+        n++;
+    const char **keep = calloc(n, sizeof *keep);
+    if (!keep) {
+        cr_log_warn("blob cache: out of memory; not pruned");
+        return;
+    }
+    size_t k = 0;
+    keep[k++] = fetched;
+    for (nd_runner_t *r = a->runner_list; r; r = r->next)
+        if (r->digest[0])
+            keep[k++] = r->digest;
+    for (nd_wait_t *w = a->waits; w; w = w->next)
+        keep[k++] = w->digest;
+    nd_prune_t pr;
+    cr_err_t err;
+    if (nd_cache_prune(a->cfg.cache_dir, a->cfg.cache_max_bytes, keep, k, &pr,
+                       &err))
+        cr_log_warn("blob cache: %s", err.msg);
+    else if (pr.n_removed || pr.total_bytes > a->cfg.cache_max_bytes)
+        cr_log_info("blob cache: removed %d least recently used blobs "
+                    "(%" PRId64 " bytes); %" PRId64 " bytes left of %" PRId64
+                    "%s",
+                    pr.n_removed, pr.removed_bytes, pr.total_bytes,
+                    a->cfg.cache_max_bytes,
+                    pr.total_bytes > a->cfg.cache_max_bytes
+                        ? " (the rest is in use)"
+                        : "");
+    free(keep);
+}
+
 /* The fetch ended (st CR_OK: the blob is in place): every load waiting
  * for that digest goes on or fails. */
 static void end_fetch(nd_agent_t *a, cr_status_t st, const char *text)
@@ -364,6 +416,8 @@ static void end_fetch(nd_agent_t *a, cr_status_t st, const char *text)
     else
         cr_log_info("blob %s fetched and verified in %.1f s", digest,
                     (double)(mono_ms() - a->fetch_started_ms) / 1000);
+    if (!st)
+        prune_cache(a, digest);
     nd_fetch_destroy(&a->fetch);
     a->fetch_id[0] = '\0';
     start_next_fetch(a);

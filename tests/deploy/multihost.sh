@@ -100,8 +100,12 @@ printf 'FROM ./m.gguf\nPARAMETER temperature 0\n' >"$T/Modelfile"
 
 # Host B: the node, one described 8 GB GPU, its own cache, no shared store.
 NODE_ENV="CORRAL_RUNTIME_DIR=$T/runB CORRAL_NODE_SCHEDULER=tcp://$IPA:$NPORT CORRAL_NODE_SERVER_CERT=$T/keys/scheduler CORRAL_NODE_TIMEOUT=2s CORRAL_GPU_INVENTORY=0:FakeGPU:8000000000,cpu:8000000000"
+# Its cache is bounded (1 KB) and holds a stale blob nothing uses: after
+# the fetch the stale one goes, the fetched one (in use) stays.
+STALE=sha256-$(printf 'f%.0s' $(seq 1 64))
+mkdir -p "$T/cacheB/blobs" && head -c 4096 /dev/zero >"$T/cacheB/blobs/$STALE"
 NODE_PID=$(spawn "$NSB" "$T/node.log" $NODE_ENV CORRAL_NODE_NAME=nodeb CORRAL_NODE_CERT="$T/keys/nodeb" \
-    CORRAL_NODE_CACHE="$T/cacheB" "$BIN/corral-node")
+    CORRAL_NODE_CACHE="$T/cacheB" CORRAL_NODE_CACHE_MAX=1KB "$BIN/corral-node")
 joined=0
 for i in $(seq 1 50); do
     grep -q "node 'nodeb' joined" "$T/serve.log" && { joined=1; break; }
@@ -125,9 +129,12 @@ for p in $(ip netns pids "$NSB"); do
 done
 [ -n "$rpids" ] && ok "the runner lives in namespace B (pid$rpids)" ||
     fail "no corral-runner in namespace B"
-digest=$(basename "$(ls "$T/cacheB/blobs/" 2>/dev/null | grep -v partial | head -1)")
+digest=$(basename "$(ls "$T/cacheB/blobs/" 2>/dev/null | grep -v partial | grep -v "$STALE" | head -1)")
 [ -n "$digest" ] && [ -f "$T/models/blobs/$digest" ] &&
     ok "blob $digest streamed into B's cache" || fail "no blob in B's cache"
+[ ! -e "$T/cacheB/blobs/$STALE" ] && [ -f "$T/cacheB/blobs/$digest" ] &&
+    ok "cache bound removed the unused blob, kept the one in use" ||
+    fail "cache bound: $(ls "$T/cacheB/blobs/")"
 ps=$(http "http://127.0.0.1:$PORT/api/ps")
 echo "$ps" | grep -q '"size_vram":[1-9]' && ok "ps accounts it on B's GPU" ||
     fail "ps: $ps"
