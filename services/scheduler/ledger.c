@@ -1,6 +1,7 @@
 /* ledger.c: the memory ledger (what every live runner's plan holds) and
- * the planning of a request's model over what is left. Policy (when to
- * evict, when to wait) stays in sched.c's schedule(). */
+ * the planning of a request's model over what is left (or over the room
+ * view, idle runners gone). Policy (when to evict, when to wait) is
+ * room.c's; sched.c's schedule() carries it out. */
 #include "lib/prelude.h"
 #include "services/scheduler/sched_int.h"
 
@@ -16,8 +17,8 @@ int64_t sch_ledger_free(const sch_server_t *s, int slot)
     return sch_ledger_free_on(s, NULL, slot);
 }
 
-/* Would r's memory come back by evicting? An idle ready runner is the
- * next victim; a stopping one is on its way out already. */
+/* Is rn's memory to be had by evicting? An idle ready runner can be
+ * stopped; a stopping one is on its way out already. */
 static bool evictable(const runner_t *rn)
 {
     return rn->state == RS_STOPPING ||

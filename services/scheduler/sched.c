@@ -6,7 +6,9 @@
  * Runners move through STARTING (spawned, no hello yet) -> LOADING (load
  * sent) -> READY -> STOPPING (shutdown sent) -> reaped. schedule() is run
  * after every event and is the only place that attaches requests to
- * runners, starts loads and evicts, so the policy reads in one function. */
+ * runners, starts loads and evicts, so the policy reads in one function
+ * (the memory part of it, which host and which victim, is room.c's pure
+ * sch_room_decide). */
 #include "lib/prelude.h"
 #include "services/scheduler/sched.h"
 
