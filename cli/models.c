@@ -89,11 +89,40 @@ static cr_status_t operands(int argc, char **argv, char **ops, int cap, int *n_o
 typedef void (*row_fn)(json_t *m, const char *name, time_t now,
                        char buf[][64], const char **row);
 
+/* A column shown only when some listed model has a non-empty `key`, so the
+ * default table stays byte-identical to Ollama's. */
+typedef struct opt_col {
+    const char *key;    /* JSON field of a model entry */
+    const char *head;   /* its heading */
+    const char *absent; /* the cell of a model without the field */
+    size_t at;          /* column index it is inserted at */
+} opt_col_t;
+
+static bool wanted(const char *name, char **ops, int n_ops)
+{
+    return name && !(n_ops && strncmp(name, ops[0], strlen(ops[0])));
+}
+
+static const char *entry_name(json_t *m)
+{
+    return cli_jstr(m, "name") ? cli_jstr(m, "name") : cli_jstr(m, "model");
+}
+
+/* Copies n cells of src into dst with `cell` inserted at index at. */
+static void insert_cell(const char **dst, const char *const *src, size_t n,
+                        size_t at, const char *cell)
+{
+    for (size_t c = 0, o = 0; c <= n; c++)
+        dst[c] = c == at ? cell : src[o++];
+}
+
 /* `list` and `ps`: GET path, keep the models whose name starts with the
- * optional PREFIX operand, print them as a table under head. */
+ * optional PREFIX operand, print them as a table under head (n_cols <= 7),
+ * plus the optional column opt (may be NULL). */
 static cr_status_t model_table(cli_ctx_t *ctx, int argc, char **argv,
                                const char *path, const char *const *head,
-                               size_t n_cols, row_fn fill, cr_err_t *err)
+                               size_t n_cols, row_fn fill,
+                               const opt_col_t *opt, cr_err_t *err)
 {
     char *ops[1];
     int n_ops;
@@ -104,23 +133,37 @@ static cr_status_t model_table(cli_ctx_t *ctx, int argc, char **argv,
     json_t *resp = NULL;
     if ((st = cli_http_json(h, "GET", path, NULL, NULL, NULL, &resp, NULL, err)))
         return st;
-    cli_table_t *t = cli_table_new(n_cols);
+    json_t *models = json_object_get(resp, "models");
+    bool extra = false;
+    for (size_t i = 0; opt && i < json_array_size(models); i++) {
+        json_t *m = json_array_get(models, i);
+        const char *v = cli_jstr(m, opt->key);
+        if (wanted(entry_name(m), ops, n_ops) && v && *v)
+            extra = true;
+    }
+    cli_table_t *t = cli_table_new(n_cols + extra);
     if (!t) {
         json_decref(resp);
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     }
-    st = cli_table_add(t, head);
-    json_t *models = json_object_get(resp, "models");
+    const char *cells[8];
+    if (extra)
+        insert_cell(cells, head, n_cols, opt->at, opt->head);
+    st = cli_table_add(t, extra ? cells : head);
     time_t now = time(NULL);
     for (size_t i = 0; i < json_array_size(models) && !st; i++) {
         json_t *m = json_array_get(models, i);
-        const char *name = cli_jstr(m, "name") ? cli_jstr(m, "name") : cli_jstr(m, "model");
-        if (!name || (n_ops && strncmp(name, ops[0], strlen(ops[0]))))
+        const char *name = entry_name(m);
+        if (!wanted(name, ops, n_ops))
             continue;
         char buf[8][64];
         const char *row[8];
         fill(m, name, now, buf, row);
-        st = cli_table_add(t, row);
+        if (extra) {
+            const char *v = cli_jstr(m, opt->key);
+            insert_cell(cells, row, n_cols, opt->at, v && *v ? v : opt->absent);
+        }
+        st = cli_table_add(t, extra ? cells : row);
     }
     if (!st)
         cli_table_print(t, stdout);
@@ -179,7 +222,8 @@ cr_status_t cli_cmd_list(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
         return CR_OK;
     }
     static const char *const head[] = {"NAME", "ID", "SIZE", "MODIFIED"};
-    return model_table(ctx, argc, argv, "/api/tags", head, 4, list_row, err);
+    return model_table(ctx, argc, argv, "/api/tags", head, 4, list_row, NULL,
+                       err);
 }
 
 cr_status_t cli_cmd_ps(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
@@ -190,7 +234,9 @@ cr_status_t cli_cmd_ps(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
     }
     static const char *const head[] = {"NAME", "ID", "SIZE", "PROCESSOR",
                                        "CONTEXT", "UNTIL"};
-    return model_table(ctx, argc, argv, "/api/ps", head, 6, ps_row, err);
+    /* HOST appears only when a model runs on a node (docs/api.md). */
+    static const opt_col_t host = {"host", "HOST", "local", 4};
+    return model_table(ctx, argc, argv, "/api/ps", head, 6, ps_row, &host, err);
 }
 
 /* ---- show ---- */

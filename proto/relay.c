@@ -2,6 +2,8 @@
 #include "lib/prelude.h"
 #include "proto/relay.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -176,6 +178,57 @@ cr_status_t bus_curve_auth_new(const char *dir, zactor_t **out, cr_err_t *err)
     zsock_wait(auth);
     *out = auth;
     return CR_OK;
+}
+
+static int64_t ts_ns(struct timespec t)
+{
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static bool ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && !strcmp(s + n - k, tail);
+}
+
+cr_status_t bus_curve_keys_stamp(const char *dir, bus_keys_stamp_t *out,
+                                 cr_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    struct stat sb;
+    DIR *d = dir && *dir ? opendir(dir) : NULL;
+    if (!d || fstat(dirfd(d), &sb)) {
+        if (d)
+            closedir(d);
+        return cr_err_set(err, CR_E_NOT_FOUND,
+                          "node keys dir '%s' is not a readable directory",
+                          dir ? dir : "");
+    }
+    out->changed_ns = ts_ns(sb.st_mtim) > ts_ns(sb.st_ctim) ? ts_ns(sb.st_mtim)
+                                                           : ts_ns(sb.st_ctim);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' || ends_with(de->d_name, "_secret"))
+            continue;
+        if (fstatat(dirfd(d), de->d_name, &sb, 0) || !S_ISREG(sb.st_mode))
+            continue;
+        out->n_keys++;
+        out->bytes += sb.st_size;
+        if (ts_ns(sb.st_mtim) > out->changed_ns)
+            out->changed_ns = ts_ns(sb.st_mtim);
+        if (ts_ns(sb.st_ctim) > out->changed_ns)
+            out->changed_ns = ts_ns(sb.st_ctim);
+    }
+    closedir(d);
+    return CR_OK;
+}
+
+void bus_curve_auth_reload(zactor_t *auth, const char *dir)
+{
+    /* zauth's CURVE command replaces its certificate store with a new one
+     * loaded from dir, inside the actor, and signals when done. */
+    zstr_sendx(auth, "CURVE", dir, NULL);
+    zsock_wait(auth);
 }
 
 cr_status_t bus_curve_keygen(const char *dir, const char *name,

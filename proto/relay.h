@@ -71,6 +71,28 @@ cr_status_t bus_curve_client(zsock_t *sock, const char *cert_path,
 cr_status_t bus_curve_auth_new(const char *dir, zactor_t **out,
                                cr_err_t *err);
 
+/* What the admitted keys in dir look like on disk: the number and total
+ * size of its public certificates (regular files not ending in `_secret`)
+ * and the newest change time (ns) of the directory and of those files. Two
+ * equal stamps mean nothing was added, removed, renamed or rewritten. */
+typedef struct bus_keys_stamp {
+    int64_t n_keys;
+    int64_t bytes;
+    int64_t changed_ns;
+} bus_keys_stamp_t;
+
+/* Reads dir's stamp. CR_E_NOT_FOUND if dir is not a readable directory. */
+cr_status_t bus_curve_keys_stamp(const char *dir, bus_keys_stamp_t *out,
+                                 cr_err_t *err);
+
+/* Makes the ZAP handler auth re-read every public certificate in dir now
+ * (a fresh certificate store, swapped inside the actor: no handshake is
+ * ever answered without one). CZMQ's store also refreshes itself when a
+ * lookup sees the directory's file count, total size or newest mtime (in
+ * whole seconds) change; this catches what that misses, such as a key
+ * replaced by one of the same size within the same second. */
+void bus_curve_auth_reload(zactor_t *auth, const char *dir);
+
 /* Writes a new keypair as dir/name (public, 0644) and dir/name_secret
  * (secret, 0600), creating dir (0700) if needed. CR_E_EXISTS if either file
  * is already there (keys are never overwritten). */

@@ -611,8 +611,8 @@ cr_status_t gw_render_ps(cr_buf_t *b, const msg_ps_reply_body_t *r)
         gw_jw_key(&w, "context_length");
         gw_jw_i64(&w, e->context_length);
         /* corral's additions (clients ignore unknown fields): requests
-         * running on the model and waiting for it, and whether it is
-         * still loading. */
+         * running on the model and waiting for it, whether it is still
+         * loading, and the node it runs on. */
         if (e->has_active) {
             gw_jw_key(&w, "active");
             gw_jw_i64(&w, e->active);
@@ -624,6 +624,11 @@ cr_status_t gw_render_ps(cr_buf_t *b, const msg_ps_reply_body_t *r)
         if (e->has_loading) {
             gw_jw_key(&w, "loading");
             gw_jw_bool(&w, e->loading);
+        }
+        /* The node it runs on; absent for the scheduler's own host. */
+        if (e->has_host && nonempty(e->host)) {
+            gw_jw_key(&w, "host");
+            gw_jw_str(&w, e->host);
         }
         gw_jw_end_obj(&w);
     }

@@ -12,6 +12,7 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "lib/self_path.h"
+#include "lib/size.h"
 #include "lib/spawn_runner.h"
 #include "proto/relay.h"
 #include "services/node/blobs.h"
@@ -23,6 +24,7 @@
 typedef struct nd_runner {
     char id[BUS_RELAY_TO_MAX + 1];
     pid_t pid;
+    char digest[ND_DIGEST_MAX]; /* the blob it loaded; "" before its load */
     struct nd_runner *next;
 } nd_runner_t;
 
@@ -50,6 +52,7 @@ struct nd_agent {
     int64_t started_ms;
     bool joined;             /* heard since the last loss */
     bool silence_logged;
+    int64_t reconnect_ms;    /* last fresh connect while silent; 0 = none */
 };
 
 static int64_t mono_ms(void)
@@ -112,6 +115,10 @@ cr_status_t nd_config_from_env(nd_config_t *cfg, cr_err_t *err)
                  home && *home ? home : "/tmp");
     }
     cr_env_get("NODE_STORE", cfg->store_dir, sizeof cfg->store_dir);
+    char max[64];
+    if (cr_env_get("NODE_CACHE_MAX", max, sizeof max) &&
+        cr_size_parse(max, &cfg->cache_max_bytes, err))
+        return cr_err_wrap(err, "CORRAL_NODE_CACHE_MAX");
     if ((st = env_ms("NODE_HEARTBEAT", 1000, &cfg->heartbeat_ms, err)) ||
         (st = env_ms("NODE_TIMEOUT", 10000, &cfg->timeout_ms, err)))
         return st;
@@ -273,6 +280,11 @@ static void forward_load(nd_agent_t *a, const char *runner_id, msg_t *load,
                          const char *path)
 {
     load->u.load.model_path = (char *)path;
+    /* The blob is in use while this runner lives: the cache bound keeps it. */
+    nd_runner_t *rn = runner_find(a, runner_id);
+    const char *base = strrchr(path, '/');
+    if (rn)
+        snprintf(rn->digest, sizeof rn->digest, "%s", base ? base + 1 : path);
     zframe_t *to = zframe_new(runner_id, strlen(runner_id));
     cr_err_t err;
     if (bus_send_to(a->runners, to, load, &err))
@@ -326,6 +338,47 @@ static void start_next_fetch(nd_agent_t *a)
     }
 }
 
+/* CORRAL_NODE_CACHE_MAX: after a fetch, least recently used blobs go
+ * until the cache fits, except those of live runners, of loads waiting and
+ * the one just fetched. */
+static void prune_cache(nd_agent_t *a, const char *fetched)
+{
+    if (a->cfg.cache_max_bytes <= 0)
+        return;
+    size_t n = 1;
+    for (nd_runner_t *r = a->runner_list; r; r = r->next)
+        n++;
+    for (nd_wait_t *w = a->waits; w; w = w->next)
+        n++;
+    const char **keep = calloc(n, sizeof *keep);
+    if (!keep) {
+        cr_log_warn("blob cache: out of memory; not pruned");
+        return;
+    }
+    size_t k = 0;
+    keep[k++] = fetched;
+    for (nd_runner_t *r = a->runner_list; r; r = r->next)
+        if (r->digest[0])
+            keep[k++] = r->digest;
+    for (nd_wait_t *w = a->waits; w; w = w->next)
+        keep[k++] = w->digest;
+    nd_prune_t pr;
+    cr_err_t err;
+    if (nd_cache_prune(a->cfg.cache_dir, a->cfg.cache_max_bytes, keep, k, &pr,
+                       &err))
+        cr_log_warn("blob cache: %s", err.msg);
+    else if (pr.n_removed || pr.total_bytes > a->cfg.cache_max_bytes)
+        cr_log_info("blob cache: removed %d least recently used blobs "
+                    "(%" PRId64 " bytes); %" PRId64 " bytes left of %" PRId64
+                    "%s",
+                    pr.n_removed, pr.removed_bytes, pr.total_bytes,
+                    a->cfg.cache_max_bytes,
+                    pr.total_bytes > a->cfg.cache_max_bytes
+                        ? " (the rest is in use)"
+                        : "");
+    free(keep);
+}
+
 /* The fetch ended (st CR_OK: the blob is in place): every load waiting
  * for that digest goes on or fails. */
 static void end_fetch(nd_agent_t *a, cr_status_t st, const char *text)
@@ -351,6 +404,8 @@ static void end_fetch(nd_agent_t *a, cr_status_t st, const char *text)
     else
         cr_log_info("blob %s fetched and verified in %.1f s", digest,
                     (double)(mono_ms() - a->fetch_started_ms) / 1000);
+    if (!st)
+        prune_cache(a, digest);
     nd_fetch_destroy(&a->fetch);
     a->fetch_id[0] = '\0';
     start_next_fetch(a);
@@ -542,6 +597,17 @@ static void timers(nd_agent_t *a)
     /* The scheduler dropped them from its ledger: they must not hold
      * memory it will place something else in. */
     kill_all(a, SIGKILL);
+    /* libzmq gives up on a connection whose CURVE handshake was refused
+     * (a key not listed yet): connect afresh every timeout while silent,
+     * so a key the scheduler admits later (docs/deploy.md "Rotating CURVE
+     * keys") is tried again without restarting this node. */
+    if (now - a->reconnect_ms >= a->cfg.timeout_ms) {
+        zsock_disconnect(a->up, "%s", a->cfg.scheduler_endpoint);
+        if (zsock_connect(a->up, "%s", a->cfg.scheduler_endpoint) < 0)
+            cr_log_warn("cannot connect to %s again: %s",
+                        a->cfg.scheduler_endpoint, zmq_strerror(zmq_errno()));
+        a->reconnect_ms = now;
+    }
 }
 
 /* ---- lifecycle ---- */

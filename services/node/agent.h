@@ -33,6 +33,7 @@ typedef struct nd_config {
     char runner_bin[4096];  /* corral-runner beside this binary, or CORRAL_RUNNER_BIN */
     char cache_dir[4096];   /* CORRAL_NODE_CACHE, default ~/.corral/node-cache */
     char store_dir[4096];   /* CORRAL_NODE_STORE: a shared models dir; "" = none */
+    int64_t cache_max_bytes; /* CORRAL_NODE_CACHE_MAX; 0 = unlimited */
     int64_t heartbeat_ms;   /* CORRAL_NODE_HEARTBEAT, default 1 s */
     int64_t timeout_ms;     /* CORRAL_NODE_TIMEOUT, default 10 s */
     cr_inventory_t inv;     /* discovered as the scheduler does (gpus.h) */

@@ -2,6 +2,8 @@
 #include "lib/prelude.h"
 #include "services/node/blobs.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
@@ -39,8 +41,11 @@ bool nd_blob_find(const char *cache_dir, const char *store_dir,
     if (!nd_digest_valid(digest))
         return false;
     if ((size_t)snprintf(out, cap, "%s/blobs/%s", cache_dir, digest) < cap &&
-        is_file(out))
+        is_file(out)) {
+        /* Used now: the cache bound removes least recently used first. */
+        utimensat(AT_FDCWD, out, NULL, 0);
         return true;
+    }
     if (store_dir && *store_dir &&
         (size_t)snprintf(out, cap, "%s/blobs/%s", store_dir, digest) < cap &&
         is_file(out))
@@ -214,5 +219,85 @@ cr_status_t nd_fetch_feed(nd_fetch_t *f, int64_t offset, int64_t total,
     cr_status_t st = finish(f, err);
     if (!st)
         *done = true;
+    return st;
+}
+
+/* ---- the cache bound ---- */
+
+typedef struct cached {
+    char name[ND_DIGEST_MAX];
+    int64_t bytes;
+    int64_t used_ns; /* mtime */
+} cached_t;
+
+static int by_use(const void *a, const void *b)
+{
+    const cached_t *x = a, *y = b;
+    if (x->used_ns != y->used_ns)
+        return x->used_ns < y->used_ns ? -1 : 1;
+    return strcmp(x->name, y->name); /* a stable order for equal times */
+}
+
+static bool kept(const char *name, const char *const *keep, size_t n_keep)
+{
+    for (size_t i = 0; i < n_keep; i++)
+        if (keep[i] && !strcmp(keep[i], name))
+            return true;
+    return false;
+}
+
+cr_status_t nd_cache_prune(const char *cache_dir, int64_t max_bytes,
+                           const char *const *keep, size_t n_keep,
+                           nd_prune_t *out, cr_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    char dir[4200];
+    if ((size_t)snprintf(dir, sizeof dir, "%s/blobs", cache_dir) >= sizeof dir)
+        return cr_err_set(err, CR_E_TOO_LARGE, "path too long: %s", cache_dir);
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? CR_OK
+                               : cr_err_set(err, CR_E_IO, "cannot read %s: %s",
+                                            dir, strerror(errno));
+    cached_t *v = NULL;
+    size_t n = 0, cap = 0;
+    cr_status_t st = CR_OK;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < ND_CACHE_MAX_BLOBS) {
+        struct stat sb;
+        if (!nd_digest_valid(de->d_name) ||
+            fstatat(dirfd(d), de->d_name, &sb, 0) || !S_ISREG(sb.st_mode))
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            cached_t *nv = realloc(v, ncap * sizeof *nv);
+            if (!nv) {
+                st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+                goto out;
+            }
+            v = nv;
+            cap = ncap;
+        }
+        memcpy(v[n].name, de->d_name, 7 + 64 + 1); /* valid: that long */
+        v[n].bytes = sb.st_size;
+        v[n].used_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 +
+                       sb.st_mtim.tv_nsec;
+        out->total_bytes += sb.st_size;
+        n++;
+    }
+    if (n)
+        qsort(v, n, sizeof *v, by_use);
+    for (size_t i = 0; i < n && out->total_bytes > max_bytes; i++) {
+        if (kept(v[i].name, keep, n_keep))
+            continue;
+        if (unlinkat(dirfd(d), v[i].name, 0))
+            continue; /* gone already, or not ours to remove: keep going */
+        out->n_removed++;
+        out->removed_bytes += v[i].bytes;
+        out->total_bytes -= v[i].bytes;
+    }
+out:
+    free(v);
+    closedir(d);
     return st;
 }

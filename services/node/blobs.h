@@ -25,7 +25,8 @@ bool nd_digest_valid(const char *name);
 
 /* Where digest lives on this node, if it does: the cache first, then the
  * shared store (store_dir/blobs/<digest>, skipped when store_dir is "" or
- * NULL). Writes the path into out and returns true when the file exists. */
+ * NULL). Writes the path into out and returns true when the file exists.
+ * A cache hit is marked used now (its mtime), for nd_cache_prune's LRU. */
 bool nd_blob_find(const char *cache_dir, const char *store_dir,
                   const char *digest, char *out, size_t cap);
 
@@ -57,5 +58,25 @@ cr_status_t nd_fetch_feed(nd_fetch_t *f, int64_t offset, int64_t total,
 
 /* The final path of the blob (valid once done). */
 const char *nd_fetch_path(const nd_fetch_t *f);
+
+/* ---- the cache bound (CORRAL_NODE_CACHE_MAX) ---- */
+
+#define ND_CACHE_MAX_BLOBS 65536 /* blobs one prune looks at */
+
+typedef struct nd_prune {
+    int n_removed;
+    int64_t removed_bytes;
+    int64_t total_bytes;  /* verified blobs left in the cache */
+} nd_prune_t;
+
+/* Removes verified blobs (cache_dir/blobs/sha256-<hex>; never `-partial`
+ * files) least recently used first (oldest mtime: a fetch or a cache hit
+ * sets it) until what is left totals at most max_bytes, skipping the
+ * n_keep digests in keep (blobs runners use or wait for). It may stay
+ * above max_bytes when only kept blobs are left. CR_E_IO naming the dir
+ * if it cannot be read (a missing dir is an empty cache). */
+cr_status_t nd_cache_prune(const char *cache_dir, int64_t max_bytes,
+                           const char *const *keep, size_t n_keep,
+                           nd_prune_t *out, cr_err_t *err);
 
 #endif

@@ -44,7 +44,7 @@ cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
     cfg->resolve_timeout_ms = 60 * 1000;
     cfg->max_loaded = (int)cr_env_int("MAX_LOADED_MODELS", 0);
     cfg->max_queue = (int)cr_env_int("MAX_QUEUE", 512);
-    cfg->num_parallel = (int)cr_env_int("NUM_PARALLEL", 1);
+    long long num_parallel = cr_env_int("NUM_PARALLEL", 1);
     cfg->gpu_overhead_bytes = cr_env_int("GPU_OVERHEAD", 0);
     if (cfg->gpu_overhead_bytes < 0)
         cfg->gpu_overhead_bytes = 0;
@@ -97,8 +97,14 @@ cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
     cfg->has_inventory = true;
     if (cfg->max_queue <= 0)
         cfg->max_queue = 512;
-    if (cfg->num_parallel <= 0)
-        cfg->num_parallel = 1;
+    /* The runner makes 1..SCH_NUM_PARALLEL_MAX slots and refuses other
+     * counts at load: a value outside would make every load fail. */
+    cfg->num_parallel = (int)num_parallel;
+    if (num_parallel < 1 || num_parallel > SCH_NUM_PARALLEL_MAX) {
+        cfg->num_parallel = num_parallel < 1 ? 1 : SCH_NUM_PARALLEL_MAX;
+        cr_log_warn("OLLAMA_NUM_PARALLEL=%lld is outside 1..%d: using %d",
+                    num_parallel, SCH_NUM_PARALLEL_MAX, cfg->num_parallel);
+    }
     return CR_OK;
 }
 

@@ -1,6 +1,7 @@
 /* ledger.c: the memory ledger (what every live runner's plan holds) and
- * the planning of a request's model over what is left. Policy (when to
- * evict, when to wait) stays in sched.c's schedule(). */
+ * the planning of a request's model over what is left (or over the room
+ * view, idle runners gone). Policy (when to evict, when to wait) is
+ * room.c's; sched.c's schedule() carries it out. */
 #include "lib/prelude.h"
 #include "services/scheduler/sched_int.h"
 
@@ -16,14 +17,23 @@ int64_t sch_ledger_free(const sch_server_t *s, int slot)
     return sch_ledger_free_on(s, NULL, slot);
 }
 
-/* One ledger per host: a node's runners count against its inventory. */
-int64_t sch_ledger_free_on(const sch_server_t *s, const sch_node_t *node,
-                           int slot)
+/* Is rn's memory to be had by evicting? An idle ready runner can be
+ * stopped; a stopping one is on its way out already. */
+static bool evictable(const runner_t *rn)
+{
+    return rn->state == RS_STOPPING ||
+           (rn->state == RS_READY && rn->n_active == 0);
+}
+
+/* One ledger per host: a node's runners count against its inventory.
+ * idle_gone: as if every evictable runner were gone (the room view). */
+static int64_t ledger_free(const sch_server_t *s, const sch_node_t *node,
+                           int slot, bool idle_gone)
 {
     const cr_inventory_t *inv = node ? &node->inv : &s->inv;
     int64_t left = slot < 0 ? inv->ram_free_bytes : inv->gpus[slot].free_bytes;
     for (const runner_t *rn = s->runner_list; rn; rn = rn->next) {
-        if (rn->node != node)
+        if (rn->node != node || (idle_gone && evictable(rn)))
             continue;
         if (!rn->has_plan) {
             if (slot < 0)
@@ -39,6 +49,31 @@ int64_t sch_ledger_free_on(const sch_server_t *s, const sch_node_t *node,
                 left -= rn->plan.devs[j].bytes;
     }
     return left > 0 ? left : 0;
+}
+
+int64_t sch_ledger_free_on(const sch_server_t *s, const sch_node_t *node,
+                           int slot)
+{
+    return ledger_free(s, node, slot, false);
+}
+
+bool sch_host_has_runners(const sch_server_t *s, const sch_node_t *host)
+{
+    for (const runner_t *rn = s->runner_list; rn; rn = rn->next)
+        if (rn->node == host)
+            return true;
+    return false;
+}
+
+runner_t *sch_eviction_victim(const sch_server_t *s, const sch_node_t *host,
+                              bool any_host)
+{
+    runner_t *best = NULL;
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
+        if ((any_host || rn->node == host) && rn->state == RS_READY &&
+            rn->n_active == 0 && (!best || rn->last_used_ms < best->last_used_ms))
+            best = rn;
+    return best;
 }
 
 int64_t sch_vram_total(const sch_server_t *s)
@@ -121,8 +156,9 @@ static void refresh_nvml(sch_server_t *s)
 }
 
 static cr_status_t plan_on(sch_server_t *s, const sch_node_t *node,
-                           request_t *r, sch_plan_t *plan, bool *has_plan,
-                           int64_t *best_free_out, cr_err_t *err);
+                           request_t *r, bool idle_gone, sch_plan_t *plan,
+                           bool *has_plan, int64_t *best_free_out,
+                           cr_err_t *err);
 
 /* Plans r's model over the memory the ledger has left. Returns CR_OK with
  * *has_plan false when there is no estimate; CR_E_NOMEM (err set) when
@@ -130,14 +166,16 @@ static cr_status_t plan_on(sch_server_t *s, const sch_node_t *node,
 cr_status_t sch_request_plan(sch_server_t *s, request_t *r, sch_plan_t *plan,
                              bool *has_plan, cr_err_t *err)
 {
-    return plan_on(s, NULL, r, plan, has_plan, NULL, err);
+    return plan_on(s, NULL, r, false, plan, has_plan, NULL, err);
 }
 
-/* Plans r on host node (NULL: this machine). best_free_out (optional) gets
- * what the plan's first GPU had free before it. */
+/* Plans r on host node (NULL: this machine), over the ledger or, with
+ * idle_gone, the room view. best_free_out (optional) gets what the plan's
+ * first GPU had free before it. */
 static cr_status_t plan_on(sch_server_t *s, const sch_node_t *node,
-                           request_t *r, sch_plan_t *plan, bool *has_plan,
-                           int64_t *best_free_out, cr_err_t *err)
+                           request_t *r, bool idle_gone, sch_plan_t *plan,
+                           bool *has_plan, int64_t *best_free_out,
+                           cr_err_t *err)
 {
     *has_plan = false;
     const sch_estimate_t *est = request_estimate(s, r);
@@ -148,9 +186,11 @@ static cr_status_t plan_on(sch_server_t *s, const sch_node_t *node,
     if (!node)
         refresh_nvml(s);
     for (size_t i = 0; i < inv->n_gpus; i++) {
-        gpu_free[i] = sch_ledger_free_on(s, node, (int)i);
-        /* Other processes may have taken memory since discovery. */
-        if (!node && s->nvml_at_ms && s->nvml_free[i] < gpu_free[i])
+        gpu_free[i] = ledger_free(s, node, (int)i, idle_gone);
+        /* Other processes may have taken memory since discovery. (NVML
+         * also counts idle runners' memory: not in the room view.) */
+        if (!node && !idle_gone && s->nvml_at_ms &&
+            s->nvml_free[i] < gpu_free[i])
             gpu_free[i] = s->nvml_free[i];
     }
     msg_options_t lo;
@@ -161,7 +201,7 @@ static cr_status_t plan_on(sch_server_t *s, const sch_node_t *node,
         .spread = s->cfg.sched_spread,
         .gpu_overhead_bytes = s->cfg.gpu_overhead_bytes,
     };
-    int64_t ram = inv->ram_total_bytes > 0 ? sch_ledger_free_on(s, node, -1)
+    int64_t ram = inv->ram_total_bytes > 0 ? ledger_free(s, node, -1, idle_gone)
                                            : 0;
     if (inv->ram_total_bytes > 0 && ram == 0)
         ram = 1; /* nothing left: any CPU part fails */
@@ -183,13 +223,15 @@ static bool better_host(const sch_plan_t *a, int64_t a_free,
     return a->gpu_layers > b->gpu_layers;
 }
 
-cr_status_t sch_request_place(sch_server_t *s, request_t *r, sch_plan_t *plan,
-                              bool *has_plan, sch_node_t **host,
-                              cr_err_t *err)
+static cr_status_t place_on_hosts(sch_server_t *s, request_t *r,
+                                  bool idle_gone, sch_plan_t *plan,
+                                  bool *has_plan, sch_node_t **host,
+                                  cr_err_t *err)
 {
     *host = NULL;
     int64_t best_free = 0;
-    cr_status_t st = plan_on(s, NULL, r, plan, has_plan, &best_free, err);
+    cr_status_t st = plan_on(s, NULL, r, idle_gone, plan, has_plan, &best_free,
+                             err);
     if (!*has_plan && !st && !s->node_list)
         return CR_OK;
     bool have_best = !st && *has_plan;
@@ -198,7 +240,7 @@ cr_status_t sch_request_place(sch_server_t *s, request_t *r, sch_plan_t *plan,
         bool cand_has = false;
         int64_t cand_free = 0;
         cr_err_t cerr;
-        if (plan_on(s, nd, r, &cand, &cand_has, &cand_free, &cerr) ||
+        if (plan_on(s, nd, r, idle_gone, &cand, &cand_has, &cand_free, &cerr) ||
             !cand_has)
             continue;
         if (!have_best || better_host(&cand, cand_free, plan, best_free)) {
@@ -215,3 +257,16 @@ cr_status_t sch_request_place(sch_server_t *s, request_t *r, sch_plan_t *plan,
     return st;
 }
 
+cr_status_t sch_request_place(sch_server_t *s, request_t *r, sch_plan_t *plan,
+                              bool *has_plan, sch_node_t **host,
+                              cr_err_t *err)
+{
+    return place_on_hosts(s, r, false, plan, has_plan, host, err);
+}
+
+cr_status_t sch_request_place_room(sch_server_t *s, request_t *r,
+                                   sch_plan_t *plan, bool *has_plan,
+                                   sch_node_t **host, cr_err_t *err)
+{
+    return place_on_hosts(s, r, true, plan, has_plan, host, err);
+}

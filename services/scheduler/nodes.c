@@ -28,9 +28,13 @@ cr_status_t sch_nodes_open(sch_server_t *s, cr_err_t *err)
 {
     if (!s->cfg.nodes_endpoint[0])
         return CR_OK;
-    cr_status_t st = bus_curve_auth_new(s->cfg.node_keys_dir, &s->auth, err);
+    cr_status_t st = bus_curve_keys_stamp(s->cfg.node_keys_dir,
+                                          &s->keys_stamp, err);
+    if (!st)
+        st = bus_curve_auth_new(s->cfg.node_keys_dir, &s->auth, err);
     if (st)
         return cr_err_wrap(err, "CORRAL_NODE_KEYS_DIR");
+    s->keys_checked_ms = sch_now_ms(s);
     s->nodes = zsock_new(ZMQ_ROUTER);
     if (!s->nodes)
         return cr_err_set(err, CR_E_IO, "cannot create the nodes socket");
@@ -42,8 +46,9 @@ cr_status_t sch_nodes_open(sch_server_t *s, cr_err_t *err)
     if (zsock_bind(s->nodes, "%s", s->cfg.nodes_endpoint) < 0)
         return cr_err_set(err, CR_E_IO, "cannot bind %s: %s",
                           s->cfg.nodes_endpoint, zmq_strerror(zmq_errno()));
-    cr_log_info("accepting nodes on %s (CURVE; keys from %s)",
-                s->cfg.nodes_endpoint, s->cfg.node_keys_dir);
+    cr_log_info("accepting nodes on %s (CURVE; %" PRId64 " keys from %s)",
+                s->cfg.nodes_endpoint, s->keys_stamp.n_keys,
+                s->cfg.node_keys_dir);
     return CR_OK;
 }
 
@@ -289,11 +294,40 @@ void sch_nodes_on_readable(sch_server_t *s)
     }
 }
 
+/* Key rotation without a restart (docs/deploy.md): when the keys dir's
+ * stamp changes, the ZAP handler loads it afresh. Connected nodes stay;
+ * the new set decides every later handshake. An unreadable dir keeps the
+ * keys loaded last (a dir vanishing for a moment must not lock out every
+ * node), with one warning. */
+static void keys_check(sch_server_t *s, int64_t now)
+{
+    if (!s->auth || now - s->keys_checked_ms < NODE_KEYS_CHECK_MS)
+        return;
+    s->keys_checked_ms = now;
+    bus_keys_stamp_t st;
+    cr_err_t err;
+    if (bus_curve_keys_stamp(s->cfg.node_keys_dir, &st, &err)) {
+        if (!s->keys_dir_bad)
+            cr_log_warn("%s; keeping the %" PRId64 " node keys loaded before",
+                        err.msg, s->keys_stamp.n_keys);
+        s->keys_dir_bad = true;
+        return;
+    }
+    s->keys_dir_bad = false;
+    if (!memcmp(&st, &s->keys_stamp, sizeof st))
+        return;
+    bus_curve_auth_reload(s->auth, s->cfg.node_keys_dir);
+    s->keys_stamp = st;
+    cr_log_info("node keys reloaded from %s: %" PRId64 " admitted",
+                s->cfg.node_keys_dir, st.n_keys);
+}
+
 void sch_nodes_check(sch_server_t *s)
 {
     int64_t timeout = s->cfg.node_timeout_ms > 0 ? s->cfg.node_timeout_ms
                                                  : NODE_TIMEOUT_MS;
     int64_t now = sch_now_ms(s);
+    keys_check(s, now);
     sch_node_t *next;
     for (sch_node_t *nd = s->node_list; nd; nd = next) {
         next = nd->next;

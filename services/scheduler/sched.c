@@ -6,7 +6,9 @@
  * Runners move through STARTING (spawned, no hello yet) -> LOADING (load
  * sent) -> READY -> STOPPING (shutdown sent) -> reaped. schedule() is run
  * after every event and is the only place that attaches requests to
- * runners, starts loads and evicts, so the policy reads in one function. */
+ * runners, starts loads and evicts, so the policy reads in one function
+ * (the memory part of it, which host and which victim, is room.c's pure
+ * sch_room_decide). */
 #include "lib/prelude.h"
 #include "services/scheduler/sched.h"
 
@@ -393,14 +395,6 @@ static bool any_loading(const sch_server_t *s)
     return false;
 }
 
-static bool any_stopping(const sch_server_t *s)
-{
-    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
-        if (rn->state == RS_STOPPING)
-            return true;
-    return false;
-}
-
 static bool same_model(const runner_t *rn, const request_t *r)
 {
     return !strcmp(rn->resolved.u.resolved.model_path,
@@ -408,27 +402,18 @@ static bool same_model(const runner_t *rn, const request_t *r)
            !strcmp(rn->resolved.u.resolved.name, r->resolved.u.resolved.name);
 }
 
-/* The idle runner to evict: least recently used (users expect LRU; Ollama
- * picks the shortest keep-alive, which surprises people who set one model
- * to stay forever and then watch a recent one vanish). */
-static runner_t *eviction_victim(sch_server_t *s)
-{
-    runner_t *best = NULL;
-    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
-        if (rn->state == RS_READY && rn->n_active == 0 &&
-            (!best || rn->last_used_ms < best->last_used_ms))
-            best = rn;
-    return best;
-}
-
-/* Evicts the LRU idle runner unless one is already on its way out (its
- * memory and slot return when it is reaped; evicting a second one before
- * then would unload more than needed). */
+/* At the count cap: evicts the LRU idle runner of any host (the policy:
+ * least recently used, as users expect; Ollama picks the shortest
+ * keep-alive, which surprises people who set one model to stay forever and
+ * then watch a recent one vanish) unless one is already on its way out
+ * (its slot returns when it is reaped; evicting a second one before then
+ * would unload more than needed). */
 static void evict_one(sch_server_t *s, const char *why)
 {
-    if (any_stopping(s))
-        return;
-    runner_t *victim = eviction_victim(s);
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next)
+        if (rn->state == RS_STOPPING)
+            return;
+    runner_t *victim = sch_eviction_victim(s, NULL, true);
     if (victim)
         runner_stop(s, victim, why);
 }
@@ -473,31 +458,29 @@ static void schedule(sch_server_t *s)
             continue; /* one load at a time, first come first served */
         load_waiting = true;
         if (loaded_count(s) >= max_loaded) {
+            /* The cap counts every host: its victim may be on any. */
             evict_one(s, "evicted for another model");
             continue; /* wait for the victim (or a busy one) to go */
         }
-        /* Memory: a model loads beside others only if it fits whole (on
-         * GPUs when there are any); otherwise idle runners are evicted, LRU
-         * first, and busy ones waited for. Alone, it may spill layers to
-         * the CPU; if even that does not fit, it fails. */
+        /* Memory: load, make room on one host, wait or fail (room.c). */
         sch_plan_t plan;
         bool has_plan;
         cr_err_t err;
         sch_node_t *host = NULL;
-        cr_status_t st = sch_request_place(s, r, &plan, &has_plan, &host, &err);
-        msg_options_t lo;
-        sch_request_load_opts(r, &lo);
-        bool forced = lo.has_num_gpu && lo.num_gpu >= 0;
-        const cr_inventory_t *hinv = host ? &host->inv : &s->inv;
-        bool fits = !st && (!has_plan || hinv->n_gpus == 0 || forced ||
-                            plan.full_offload);
-        if (!fits && s->runner_list) {
-            evict_one(s, "evicted to make room");
+        runner_t *victim = NULL;
+        cr_status_t st;
+        switch (sch_room_decide(s, r, &plan, &has_plan, &host, &victim, &st,
+                                &err)) {
+        case SCH_ROOM_EVICT:
+            runner_stop(s, victim, "evicted to make room");
             continue; /* memory returns when the victim is reaped */
-        }
-        if (st) {
+        case SCH_ROOM_WAIT:
+            continue;
+        case SCH_ROOM_FAIL:
             req_fail(s, r, st, err.msg);
             continue;
+        case SCH_ROOM_LOAD:
+            break;
         }
         if (!runner_start(s, r, has_plan ? &plan : NULL, host))
             req_fail(s, r, CR_E_RUNNER, "failed to start a runner process");
@@ -589,6 +572,10 @@ static void handle_ps(sch_server_t *s, zframe_t *client, const char *id)
         e->has_queued = true;
         e->loading = rn->state == RS_STARTING || rn->state == RS_LOADING;
         e->has_loading = true;
+        if (rn->node) { /* local runners carry no host: Ollama's shape */
+            e->host = rn->node->name;
+            e->has_host = true;
+        }
     }
     m.u.ps_reply.models.v = v;
     m.u.ps_reply.models.n = n;

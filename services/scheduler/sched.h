@@ -23,6 +23,10 @@
 #include "proto/bus.h"
 #include "lib/gpus.h"
 
+/* The most slots a runner makes (its RN_CTX_MAX_SEQ; it refuses a load
+ * asking for more, so the scheduler clamps OLLAMA_NUM_PARALLEL to this). */
+#define SCH_NUM_PARALLEL_MAX 64
+
 typedef struct sch_config {
     char front_endpoint[BUS_ENDPOINT_MAX];    /* ROUTER for gateways */
     char runners_endpoint[BUS_ENDPOINT_MAX];  /* ROUTER for runners */
@@ -34,7 +38,8 @@ typedef struct sch_config {
     int max_loaded;          /* OLLAMA_MAX_LOADED_MODELS, 0 = 3 per GPU
                                 (3 without GPUs) */
     int max_queue;           /* OLLAMA_MAX_QUEUE, default 512 */
-    int num_parallel;        /* OLLAMA_NUM_PARALLEL, default 1 */
+    int num_parallel;        /* OLLAMA_NUM_PARALLEL, default 1, clamped to
+                                1..SCH_NUM_PARALLEL_MAX */
     /* The machine. has_inventory false: sch_server_new discovers it
      * (CORRAL_GPU_INVENTORY, else NVML and /proc/meminfo). */
     bool has_inventory;

@@ -8,6 +8,7 @@
 
 #include "lib/prelude.h"
 #include "proto/msg.h"
+#include "proto/relay.h"
 #include "services/scheduler/estimate.h"
 #include "services/scheduler/place.h"
 #include "services/scheduler/sched.h"
@@ -19,6 +20,7 @@
 #define HEARTBEAT_TIMEOUT_MS 60000
 #define NODE_TIMEOUT_MS 10000   /* a silent node is lost */
 #define NODE_BLOB_CHUNK_MAX (4 << 20) /* bytes per blob_data */
+#define NODE_KEYS_CHECK_MS 1000 /* CORRAL_NODE_KEYS_DIR is looked at this often */
 #define TICK_MS 100               /* timer resolution of the loop */
 #define FOREVER_MS INT64_MAX
 
@@ -100,6 +102,9 @@ struct sch_server {
     zsock_t *registry; /* DEALER: registry */
     zsock_t *nodes;    /* ROUTER: node agents (CURVE); NULL when off */
     zactor_t *auth;    /* ZAP handler admitting listed node keys */
+    bus_keys_stamp_t keys_stamp; /* the keys dir when auth last loaded it */
+    int64_t keys_checked_ms;     /* last look at the keys dir */
+    bool keys_dir_bad;           /* unreadable at the last look (warned) */
     sch_node_t *node_list;
     zpoller_t *poller;
     runner_t *runner_list;
@@ -167,7 +172,9 @@ cr_status_t sch_nodes_open(sch_server_t *s, cr_err_t *err);
 /* Reads everything waiting on the nodes socket. */
 void sch_nodes_on_readable(sch_server_t *s);
 
-/* Drops nodes silent for the node timeout (their runners are gone). */
+/* Drops nodes silent for the node timeout (their runners are gone), and
+ * reloads the admitted keys when CORRAL_NODE_KEYS_DIR changed (looked at
+ * every NODE_KEYS_CHECK_MS). */
 void sch_nodes_check(sch_server_t *s);
 
 /* Sends m to node nd, addressed to runner `to` ("" for the node itself).
@@ -236,5 +243,48 @@ cr_status_t sch_request_plan(sch_server_t *s, request_t *r, sch_plan_t *plan,
 cr_status_t sch_request_place(sch_server_t *s, request_t *r, sch_plan_t *plan,
                               bool *has_plan, sch_node_t **host,
                               cr_err_t *err);
+
+/* The room view, for eviction when r's model fits nowhere whole as things
+ * are: the same choice as sch_request_place, made as if every idle runner
+ * (and every stopping one) were gone, on every host. *host is where room
+ * is made (its idle runners are evicted, LRU first, and its busy ones
+ * waited for); once it has no runner left, *plan is what loads there.
+ * An error means the model fits no host even with every idle runner gone
+ * (busy runners still count). */
+cr_status_t sch_request_place_room(sch_server_t *s, request_t *r,
+                                   sch_plan_t *plan, bool *has_plan,
+                                   sch_node_t **host, cr_err_t *err);
+
+/* ---- room.c ---- */
+
+typedef enum sch_room {
+    SCH_ROOM_LOAD,  /* start a runner on *host with *plan (if *has_plan) */
+    SCH_ROOM_EVICT, /* stop *victim first, then decide again */
+    SCH_ROOM_WAIT,  /* a runner is stopping or busy there: decide later */
+    SCH_ROOM_FAIL,  /* the model fits nowhere: fail r with *st and err */
+} sch_room_t;
+
+/* What r's pending load does about memory (docs/architecture.md
+ * "Residency"): LOAD when the model fits whole on some host as things are
+ * (sch_request_place; a host without GPUs, a forced num_gpu or a model
+ * without an estimate always "fits"), or when nothing runs anywhere (it
+ * may spill to the CPU). Otherwise room is made on the one host the room
+ * view picks (sch_request_place_room): EVICT its least recently used idle
+ * runner, WAIT while one there is stopping or only busy ones are left,
+ * LOAD (spilling if need be) once it is empty. Runners on other hosts are
+ * never evicted for it. FAIL when the model fits no host even with every
+ * idle runner gone and nothing busy could free more; WAIT while something
+ * is busy. *host, *plan, *has_plan as sch_request_place. */
+sch_room_t sch_room_decide(sch_server_t *s, request_t *r, sch_plan_t *plan,
+                           bool *has_plan, sch_node_t **host,
+                           runner_t **victim, cr_status_t *st, cr_err_t *err);
+
+/* True if any runner (any state) lives on host (NULL: this machine). */
+bool sch_host_has_runners(const sch_server_t *s, const sch_node_t *host);
+
+/* The idle ready runner to evict on host (NULL: this machine), or on any
+ * host with any_host: the least recently used. NULL if none is idle. */
+runner_t *sch_eviction_victim(const sch_server_t *s, const sch_node_t *host,
+                              bool any_host);
 
 #endif

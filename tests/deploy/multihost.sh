@@ -3,9 +3,11 @@
 # joined by a veth pair; `corral serve` runs in A with no GPUs and a nodes
 # endpoint, a node agent runs in B with a described GPU (so the model is
 # placed there) and its own blob cache. Checks: the runner of a chat lives
-# in B and its blob was streamed and verified into B's cache; a node whose
-# key is not listed is refused; killing the node fails the in-flight
-# request with a clear error and the next request is placed on A.
+# in B and its blob was streamed and verified into B's cache, and ps (API
+# and CLI) says so; a node whose key is not listed is refused, then joins
+# once its key is copied into the keys dir (no scheduler restart); killing
+# the node fails the in-flight request with a clear error and the next
+# request is placed on A.
 # Needs root (ip netns); skips with 77 where namespaces cannot be made.
 set -u
 BIN="${CORRAL_BUILD_DIR:?}/bin"
@@ -98,8 +100,12 @@ printf 'FROM ./m.gguf\nPARAMETER temperature 0\n' >"$T/Modelfile"
 
 # Host B: the node, one described 8 GB GPU, its own cache, no shared store.
 NODE_ENV="CORRAL_RUNTIME_DIR=$T/runB CORRAL_NODE_SCHEDULER=tcp://$IPA:$NPORT CORRAL_NODE_SERVER_CERT=$T/keys/scheduler CORRAL_NODE_TIMEOUT=2s CORRAL_GPU_INVENTORY=0:FakeGPU:8000000000,cpu:8000000000"
+# Its cache is bounded (1 KB) and holds a stale blob nothing uses: after
+# the fetch the stale one goes, the fetched one (in use) stays.
+STALE=sha256-$(printf 'f%.0s' $(seq 1 64))
+mkdir -p "$T/cacheB/blobs" && head -c 4096 /dev/zero >"$T/cacheB/blobs/$STALE"
 NODE_PID=$(spawn "$NSB" "$T/node.log" $NODE_ENV CORRAL_NODE_NAME=nodeb CORRAL_NODE_CERT="$T/keys/nodeb" \
-    CORRAL_NODE_CACHE="$T/cacheB" "$BIN/corral-node")
+    CORRAL_NODE_CACHE="$T/cacheB" CORRAL_NODE_CACHE_MAX=1KB "$BIN/corral-node")
 joined=0
 for i in $(seq 1 50); do
     grep -q "node 'nodeb' joined" "$T/serve.log" && { joined=1; break; }
@@ -123,12 +129,21 @@ for p in $(ip netns pids "$NSB"); do
 done
 [ -n "$rpids" ] && ok "the runner lives in namespace B (pid$rpids)" ||
     fail "no corral-runner in namespace B"
-digest=$(basename "$(ls "$T/cacheB/blobs/" 2>/dev/null | grep -v partial | head -1)")
+digest=$(basename "$(ls "$T/cacheB/blobs/" 2>/dev/null | grep -v partial | grep -v "$STALE" | head -1)")
 [ -n "$digest" ] && [ -f "$T/models/blobs/$digest" ] &&
     ok "blob $digest streamed into B's cache" || fail "no blob in B's cache"
+[ ! -e "$T/cacheB/blobs/$STALE" ] && [ -f "$T/cacheB/blobs/$digest" ] &&
+    ok "cache bound removed the unused blob, kept the one in use" ||
+    fail "cache bound: $(ls "$T/cacheB/blobs/")"
 ps=$(http "http://127.0.0.1:$PORT/api/ps")
 echo "$ps" | grep -q '"size_vram":[1-9]' && ok "ps accounts it on B's GPU" ||
     fail "ps: $ps"
+echo "$ps" | grep -q '"host":"nodeb"' && ok "ps says it runs on nodeb" ||
+    fail "ps host: $ps"
+out=$(inA CORRAL_HOST="127.0.0.1:$PORT" "$BIN/corral" ps)
+echo "$out" | head -1 | grep -q 'PROCESSOR *HOST *CONTEXT' &&
+    echo "$out" | grep -q '^mh:latest .* nodeb ' &&
+    ok "corral ps shows the HOST column" || fail "corral ps: $out"
 
 for i in $(seq 1 40); do
     grep -q "no answer from the scheduler" "$T/evil.log" && break
@@ -138,6 +153,18 @@ if grep -q "node 'evil' joined" "$T/serve.log"; then fail "unlisted key joined"
 else ok "unlisted key refused"; fi
 grep -q "no answer from the scheduler" "$T/evil.log" &&
     ok "refused node says why" || fail "refused node silent"
+
+# Key rotation: list evil's public key while the scheduler runs; the node,
+# still retrying, joins without a scheduler restart.
+cp "$T/keys/evil" "$T/admitted/"
+for i in $(seq 1 100); do
+    grep -q "node 'evil' joined" "$T/serve.log" && break
+    sleep 0.1
+done
+grep -q "node keys reloaded from $T/admitted: 2 admitted" "$T/serve.log" &&
+    ok "scheduler reloaded the keys dir" || fail "no keys reload logged"
+grep -q "node 'evil' joined" "$T/serve.log" &&
+    ok "newly listed key joins without a restart" || fail "listed key did not join"
 kill -9 "$EVIL_PID"; EVIL_PID=""
 
 # Kill the node while a streamed answer is in flight: freeze it first so
@@ -167,6 +194,9 @@ for p in $(ip netns pids "$NSA"); do
     [ "$(cat /proc/$p/comm 2>/dev/null)" = corral-runner ] && apids="$apids $p"
 done
 [ -n "$apids" ] && ok "re-placed on A (pid$apids)" || fail "no runner on A"
+out=$(inA CORRAL_HOST="127.0.0.1:$PORT" "$BIN/corral" ps)
+echo "$out" | grep -q '^mh:latest' && ! echo "$out" | grep -q HOST &&
+    ok "corral ps on A alone has Ollama's columns" || fail "corral ps on A: $out"
 
 [ "$FAILS" -eq 0 ] || exit 1
 echo "multihost: all checks passed"

@@ -504,6 +504,10 @@ static void test_cli(void)
     rc = e2e_cli(&T, NULL, &out, "ps", NULL);
     CHECK_EQ_INT(rc, 0);
     CHECK(out && strstr(out, "synth:latest"));
+    /* Nothing runs on a node: Ollama's columns, no HOST. */
+    CHECK_MSG(out && !strncmp(out, "NAME", 4) && strstr(out, "UNTIL") &&
+                  !strstr(out, "HOST"),
+              "ps header: %s", out ? out : "(null)");
     free(out);
     rc = e2e_cli(&T, NULL, &out, "run", "nope", "x", NULL);
     CHECK(rc != 0);

@@ -717,6 +717,21 @@ static void test_lists(void)
                  "\"quantization_level\":\"\"},\"expires_at\":"
                  "\"2024-05-01T10:05:00Z\",\"size_vram\":60,\"context_length\":"
                  "4096,\"active\":1,\"queued\":2,\"loading\":false}]}");
+
+    /* A model on a node says which; a local one (above) has no host. */
+    cr_buf_reset(&b);
+    msg_loaded_model_t on_node[2] = {lm, lm};
+    on_node[0].host = "gpu1";
+    on_node[0].has_host = true;
+    on_node[1].name = "x:1";
+    on_node[1].host = ""; /* empty: treated as local */
+    on_node[1].has_host = true;
+    msg_ps_reply_body_t ps2 = {.models = {on_node, 2}, .has_models = true};
+    CHECK_EQ_INT(gw_render_ps(&b, &ps2), CR_OK);
+    CHECK(strstr(b.data, "\"loading\":false,\"host\":\"gpu1\"}") != NULL);
+    CHECK(strstr(b.data, "\"name\":\"x:1\"") != NULL);
+    const char *second = strstr(b.data, "\"name\":\"x:1\"");
+    CHECK(second && strstr(second, "\"host\"") == NULL);
     cr_buf_free(&b);
 }
 

@@ -3,6 +3,7 @@
 #include "lib/buf.h"
 #include "lib/cursor.h"
 #include "lib/duration.h"
+#include "lib/size.h"
 #include "lib/env.h"
 #include "lib/status.h"
 #include "lib/tensor_type.h"
@@ -81,6 +82,44 @@ static void test_duration(void)
     CHECK_EQ_INT(cr_duration_from_seconds(-3), -1);
 }
 
+static void test_size(void)
+{
+    static const struct {
+        const char *text;
+        int64_t bytes;
+    } ok[] = {
+        {"0", 0},
+        {"1234", 1234},
+        {"20GB", 20000000000LL},
+        {"20gb", 20000000000LL},
+        {" 512 MiB ", 512LL << 20},
+        {"1.5TB", 1500000000000LL},
+        {"2KiB", 2048},
+        {"7B", 7},
+        {"1.5", 1},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(ok); i++) {
+        int64_t b = -1;
+        cr_err_t err;
+        cr_status_t st = cr_size_parse(ok[i].text, &b, &err);
+        CHECK_MSG(st == CR_OK && b == ok[i].bytes, "'%s' -> %d %lld", ok[i].text,
+                  (int)st, (long long)b);
+    }
+    static const char *const bad[] = {"",     "GB",    "-5GB", "1.2.3GB",
+                                      "5 PB", "5GBx",  "0x10", "1e3",
+                                      "inf",  "99999999999TB"};
+    for (size_t i = 0; i < CR_ARRAY_LEN(bad); i++) {
+        int64_t b = 0;
+        cr_err_t err;
+        CHECK_MSG(cr_size_parse(bad[i], &b, &err) == CR_E_INVALID, "'%s'",
+                  bad[i]);
+    }
+    cr_err_t err;
+    int64_t b;
+    CHECK_EQ_INT(cr_size_parse("5 PB", &b, &err), CR_E_INVALID);
+    CHECK(strstr(err.msg, "unknown unit 'PB'") != NULL);
+}
+
 static void test_env(void)
 {
     char v[64];
@@ -101,6 +140,7 @@ static void test_env(void)
 int main(void)
 {
     test_duration();
+    test_size();
     test_env();
     test_status();
     test_buf();

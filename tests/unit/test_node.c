@@ -2,10 +2,13 @@
  * the relay framing and CURVE key files (proto/relay). */
 #include "lib/prelude.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "proto/relay.h"
+#include "services/node/agent.h"
 #include "services/node/blobs.h"
 #include "tests/unit/check.h"
 
@@ -192,6 +195,231 @@ static void test_keygen(void)
     zsock_destroy(&s);
 }
 
+static bool copy_file(const char *from, const char *to)
+{
+    char buf[4096];
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    size_t n = 0;
+    if (in && out)
+        n = fread(buf, 1, sizeof buf, in);
+    bool ok = in && out && n > 0 && fwrite(buf, 1, n, out) == n;
+    if (in)
+        fclose(in);
+    if (out && fclose(out))
+        ok = false;
+    return ok;
+}
+
+/* Waits up to ms for a message on router; true if one came. */
+static bool router_hears(zsock_t *router, int ms)
+{
+    zpoller_t *p = zpoller_new(router, NULL);
+    bool got = zpoller_wait(p, ms) != NULL;
+    zpoller_destroy(&p);
+    if (got) {
+        zmsg_t *m = zmsg_recv(router);
+        zmsg_destroy(&m);
+    }
+    return got;
+}
+
+static zsock_t *curve_dealer(const char *cert, const char *server_cert,
+                             const char *endpoint)
+{
+    cr_err_t err;
+    zsock_t *d = zsock_new(ZMQ_DEALER);
+    zsock_set_linger(d, 0);
+    zsock_set_sndtimeo(d, 0);
+    CHECK_EQ_INT(bus_curve_client(d, cert, server_cert, &err), CR_OK);
+    CHECK(zsock_connect(d, "%s", endpoint) == 0);
+    zstr_send(d, "hello");
+    return d;
+}
+
+/* Key rotation: the keys dir's stamp sees additions, removals and
+ * rewrites (never _secret files), and a reloaded ZAP handler admits a key
+ * it refused before, over a real CURVE handshake. */
+static void test_keys_reload(void)
+{
+    if (!bus_curve_available())
+        return;
+    char keys[300], adm[300], path[400], dst[400], srv[400];
+    snprintf(keys, sizeof keys, "%s/rk", tmp_g);
+    snprintf(adm, sizeof adm, "%s/admitted", tmp_g);
+    cr_err_t err;
+    CHECK_EQ_INT(bus_curve_keygen(keys, "srv", NULL, &err), CR_OK);
+    CHECK_EQ_INT(bus_curve_keygen(keys, "nd", NULL, &err), CR_OK);
+    bus_keys_stamp_t s0, s1, s2;
+    CHECK_EQ_INT(bus_curve_keys_stamp(adm, &s0, &err), CR_E_NOT_FOUND);
+    CHECK(mkdir(adm, 0700) == 0);
+    CHECK_EQ_INT(bus_curve_keys_stamp(adm, &s0, &err), CR_OK);
+    CHECK_EQ_INT((int)s0.n_keys, 0);
+
+    zactor_t *auth = NULL;
+    CHECK_EQ_INT(bus_curve_auth_new(adm, &auth, &err), CR_OK);
+    zsock_t *router = zsock_new(ZMQ_ROUTER);
+    zsock_set_linger(router, 0);
+    snprintf(srv, sizeof srv, "%s/srv", keys);
+    CHECK_EQ_INT(bus_curve_server(router, srv, &err), CR_OK);
+    int port = zsock_bind(router, "tcp://127.0.0.1:*");
+    CHECK(port > 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    snprintf(path, sizeof path, "%s/nd", keys);
+    zsock_t *d = curve_dealer(path, srv, ep);
+    CHECK_MSG(!router_hears(router, 300), "an unlisted key got through");
+    zsock_destroy(&d);
+
+    /* List it: the stamp moves; a secret file beside it is no key. */
+    snprintf(dst, sizeof dst, "%s/nd", adm);
+    CHECK(copy_file(path, dst));
+    snprintf(dst, sizeof dst, "%s/nd_secret", adm);
+    CHECK(copy_file(path, dst));
+    CHECK_EQ_INT(bus_curve_keys_stamp(adm, &s1, &err), CR_OK);
+    CHECK_EQ_INT((int)s1.n_keys, 1);
+    CHECK(memcmp(&s0, &s1, sizeof s0) != 0);
+    bus_curve_auth_reload(auth, adm);
+    d = curve_dealer(path, srv, ep);
+    CHECK_MSG(router_hears(router, 3000), "a listed key was refused");
+    zsock_destroy(&d);
+
+    /* Rewritten with the same bytes (same count and size): still seen. */
+    usleep(20 * 1000); /* past the kernel's coarse timestamp tick */
+    snprintf(dst, sizeof dst, "%s/nd", adm);
+    CHECK(copy_file(path, dst));
+    CHECK_EQ_INT(bus_curve_keys_stamp(adm, &s2, &err), CR_OK);
+    CHECK(s2.n_keys == s1.n_keys && s2.bytes == s1.bytes);
+    CHECK(s2.changed_ns > s1.changed_ns);
+
+    /* Removed: refused again after a reload. */
+    CHECK(unlink(dst) == 0);
+    CHECK_EQ_INT(bus_curve_keys_stamp(adm, &s2, &err), CR_OK);
+    CHECK_EQ_INT((int)s2.n_keys, 0);
+    bus_curve_auth_reload(auth, adm);
+    d = curve_dealer(path, srv, ep);
+    CHECK_MSG(!router_hears(router, 300), "a removed key got through");
+    zsock_destroy(&d);
+    zsock_destroy(&router);
+    zactor_destroy(&auth);
+}
+
+/* A fake cached blob of `bytes` bytes last used at second t. */
+static void put_blob(const char *blobs, char tag, int64_t bytes, time_t t)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/sha256-", blobs);
+    size_t n = strlen(path);
+    memset(path + n, tag, 64);
+    path[n + 64] = '\0';
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    for (int64_t i = 0; f && i < bytes; i++)
+        fputc('x', f);
+    if (f)
+        fclose(f);
+    struct timespec ts[2] = {{t, 0}, {t, 0}};
+    CHECK(utimensat(AT_FDCWD, path, ts, 0) == 0);
+}
+
+static bool has_blob(const char *blobs, char tag)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/sha256-", blobs);
+    size_t n = strlen(path);
+    memset(path + n, tag, 64);
+    path[n + 64] = '\0';
+    return exists(path);
+}
+
+static void digest_of(char tag, char *out)
+{
+    snprintf(out, ND_DIGEST_MAX, "sha256-");
+    memset(out + 7, tag, 64);
+    out[71] = '\0';
+}
+
+/* CORRAL_NODE_CACHE_MAX: least recently used first, kept blobs (runners
+ * use them) stay, partial files are not blobs, a cache hit counts as a
+ * use; the setting is parsed as a size and a bad one is refused. */
+static void test_cache_prune(void)
+{
+    char cache[300], blobs[320];
+    snprintf(cache, sizeof cache, "%s/bounded", tmp_g);
+    snprintf(blobs, sizeof blobs, "%s/blobs", cache);
+    nd_prune_t pr;
+    cr_err_t err;
+    /* No cache yet: nothing to do. */
+    CHECK_EQ_INT(nd_cache_prune(cache, 10, NULL, 0, &pr, &err), CR_OK);
+    CHECK_EQ_INT((int)pr.total_bytes, 0);
+    CHECK(mkdir(cache, 0700) == 0 && mkdir(blobs, 0700) == 0);
+    put_blob(blobs, 'a', 1000, 1000000); /* oldest, but a runner uses it */
+    put_blob(blobs, 'b', 1000, 2000000);
+    put_blob(blobs, 'c', 1000, 3000000);
+    put_blob(blobs, 'd', 1000, 4000000);
+    char partial[400];
+    snprintf(partial, sizeof partial, "%s/sha256-%064d-partial", blobs, 0);
+    FILE *f = fopen(partial, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("half a blob", f);
+        fclose(f);
+    }
+    char keep_a[ND_DIGEST_MAX];
+    digest_of('a', keep_a);
+    const char *keep[] = {keep_a};
+    CHECK_EQ_INT(nd_cache_prune(cache, 2500, keep, 1, &pr, &err), CR_OK);
+    CHECK_EQ_INT(pr.n_removed, 2);
+    CHECK_EQ_INT((int)pr.removed_bytes, 2000);
+    CHECK_EQ_INT((int)pr.total_bytes, 2000);
+    CHECK(has_blob(blobs, 'a') && !has_blob(blobs, 'b') &&
+          !has_blob(blobs, 'c') && has_blob(blobs, 'd'));
+    CHECK(exists(partial));
+
+    /* A cache hit on a makes it the most recently used: d and e go. */
+    put_blob(blobs, 'e', 1000, 5000000);
+    char path[512];
+    CHECK(nd_blob_find(cache, NULL, keep_a, path, sizeof path));
+    CHECK_EQ_INT(nd_cache_prune(cache, 1500, NULL, 0, &pr, &err), CR_OK);
+    CHECK_EQ_INT(pr.n_removed, 2);
+    CHECK(has_blob(blobs, 'a') && !has_blob(blobs, 'd') &&
+          !has_blob(blobs, 'e'));
+
+    /* Only kept blobs left over the bound: they stay. */
+    CHECK_EQ_INT(nd_cache_prune(cache, 10, keep, 1, &pr, &err), CR_OK);
+    CHECK_EQ_INT(pr.n_removed, 0);
+    CHECK_EQ_INT((int)pr.total_bytes, 1000);
+    CHECK(has_blob(blobs, 'a'));
+
+    /* The setting: a size with a unit; a bad one names the variable. */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    setenv("CORRAL_NODE_SCHEDULER", "tcp://127.0.0.1:1", 1);
+    setenv("CORRAL_NODE_CERT", "/nonexistent/c", 1);
+    setenv("CORRAL_NODE_SERVER_CERT", "/nonexistent/s", 1);
+    setenv("CORRAL_RUNNER_BIN", self, 1);
+    setenv("CORRAL_RUNTIME_DIR", tmp_g, 1);
+    setenv("CORRAL_GPU_INVENTORY", "none", 1);
+    setenv("CORRAL_NODE_CACHE_MAX", "20GB", 1);
+    nd_config_t *cfg = calloc(1, sizeof *cfg);
+    cr_status_t st = nd_config_from_env(cfg, &err);
+    CHECK_MSG(st == CR_OK, "node config: %s", err.msg);
+    CHECK(cfg->cache_max_bytes == 20000000000LL);
+    unsetenv("CORRAL_NODE_CACHE_MAX");
+    CHECK_EQ_INT(nd_config_from_env(cfg, &err), CR_OK);
+    CHECK_EQ_INT((int)cfg->cache_max_bytes, 0); /* unlimited */
+    setenv("CORRAL_NODE_CACHE_MAX", "lots", 1);
+    CHECK_EQ_INT(nd_config_from_env(cfg, &err), CR_E_INVALID);
+    CHECK(strstr(err.msg, "CORRAL_NODE_CACHE_MAX") != NULL);
+    free(cfg);
+    static const char *const vars[] = {
+        "CORRAL_NODE_SCHEDULER", "CORRAL_NODE_CERT", "CORRAL_NODE_SERVER_CERT",
+        "CORRAL_RUNNER_BIN", "CORRAL_RUNTIME_DIR", "CORRAL_GPU_INVENTORY",
+        "CORRAL_NODE_CACHE_MAX"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+}
+
 int main(void)
 {
     zsys_init();
@@ -205,6 +433,8 @@ int main(void)
     test_fetch_bad();
     test_relay_frames();
     test_keygen();
+    test_keys_reload();
+    test_cache_prune();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_g);
     if (system(cmd)) {

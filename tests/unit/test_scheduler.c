@@ -12,10 +12,15 @@
 #include <unistd.h>
 
 #include "proto/bus.h"
+#include "services/runner/forward.h"
 #include "services/runner/synth.h"
 #include "services/scheduler/estimate.h"
 #include "services/scheduler/sched.h"
 #include "tests/unit/check.h"
+
+/* The scheduler's clamp is the runner's limit. */
+_Static_assert(SCH_NUM_PARALLEL_MAX == RN_CTX_MAX_SEQ,
+               "OLLAMA_NUM_PARALLEL clamp differs from the runner's slot limit");
 
 /* ---- the fake runner (a child process) ---- */
 
@@ -949,6 +954,24 @@ static void test_config(void)
     CHECK_EQ_STR(cfg->kv_cache_type, "");
     CHECK_EQ_INT(cfg->heartbeat_timeout_ms, 120000);
     CHECK_EQ_INT(cfg->heartbeat_interval_ms, 5000);
+
+    CHECK_EQ_INT(cfg->num_parallel, 1);
+
+    /* OLLAMA_NUM_PARALLEL is clamped to what the runner accepts (it
+     * refuses a load asking for more than RN_CTX_MAX_SEQ slots). */
+    static const struct {
+        const char *v;
+        int want;
+    } par[] = {{"8", 8},    {"64", 64}, {"65", 64}, {"1000", 64},
+               {"99999999999", 64}, {"0", 1}, {"-3", 1}};
+    for (size_t i = 0; i < sizeof par / sizeof par[0]; i++) {
+        setenv("OLLAMA_NUM_PARALLEL", par[i].v, 1);
+        st = sch_config_from_env(cfg, &err);
+        CHECK_MSG(st == CR_OK, "NUM_PARALLEL=%s: %s", par[i].v, err.msg);
+        CHECK_MSG(cfg->num_parallel == par[i].want, "NUM_PARALLEL=%s -> %d",
+                  par[i].v, cfg->num_parallel);
+    }
+    unsetenv("OLLAMA_NUM_PARALLEL");
 
     setenv("OLLAMA_KV_CACHE_TYPE", "f32", 1);
     CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_E_INVALID);
