@@ -29,6 +29,7 @@
 #include "lib/env.h"
 #include "services/runner/forward.h"
 #include "services/runner/grammar.h"
+#include "services/runner/logprob_json.h"
 #include "services/runner/model.h"
 #include "services/runner/output.h"
 #include "services/runner/prompt.h"
@@ -601,22 +602,8 @@ static cr_status_t shift_context(rn_engine_t *e, slot_t *sl, int num_keep,
 /* One token's entry of Ollama's `logprobs`: {token, logprob, bytes,
  * top_logprobs:[{token, logprob, bytes}]}, from the raw logits (a full
  * log-softmax, as Ollama reports them). */
-static json_t *piece_json(const rn_tokenizer_t *tok, int32_t id, float lp)
-{
-    char piece[1024];
-    size_t n = 0;
-    if (rn_token_piece(tok, id, 0, piece, sizeof piece, &n, NULL))
-        n = 0;
-    json_t *bytes = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(bytes, json_integer((unsigned char)piece[i]));
-    /* A byte token alone may not be valid UTF-8: its text is then "" and
-     * `bytes` has the truth. */
-    json_t *text = json_stringn(piece, n);
-    return json_pack("{s:o,s:f,s:o}", "token", text ? text : json_string(""),
-                     "logprob", (double)lp, "bytes", bytes);
-}
-
+/* The token's logprobs entry, written into the slot's output buffer (no
+ * allocation once that buffer has grown to a chunk's entries). */
 static cr_status_t add_logprobs(rn_engine_t *e, slot_t *sl, const float *logits,
                                 int32_t token, int64_t top_n, cr_err_t *err)
 {
@@ -624,16 +611,9 @@ static cr_status_t add_logprobs(rn_engine_t *e, slot_t *sl, const float *logits,
     float lp = 0;
     size_t n_top = rn_logprobs_from_logits(logits, rn_ctx_n_vocab(e->ctx), token,
                                            &lp, top, top_n > 0 ? (size_t)top_n : 0);
-    json_t *entry = piece_json(e->tok, token, lp);
-    json_t *alts = json_array();
-    for (size_t i = 0; i < n_top; i++)
-        json_array_append_new(alts, piece_json(e->tok, top[i].token,
-                                               top[i].logprob));
-    json_object_set_new(entry, "top_logprobs", alts);
-    char *text = json_dumps(entry, JSON_COMPACT);
-    json_decref(entry);
-    cr_status_t st = text ? rn_output_add_logprob(sl->output, text) : CR_E_NOMEM;
-    free(text);
+    cr_buf_t *b = rn_output_logprob_buf(sl->output);
+    cr_status_t st = b ? rn_logprob_json(b, e->tok, token, lp, top, n_top)
+                       : CR_E_NOMEM;
     return st ? cr_err_set(err, st, "logprobs: out of memory") : CR_OK;
 }
 

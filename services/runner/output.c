@@ -73,10 +73,10 @@ cr_status_t rn_output_begin(rn_output_t *o, const char *think_open,
     return CR_OK;
 }
 
-cr_status_t rn_output_add_logprob(rn_output_t *o, const char *json_object)
+cr_buf_t *rn_output_logprob_buf(rn_output_t *o)
 {
-    cr_status_t st = cr_buf_putc(&o->logprobs, o->logprobs.len ? ',' : '[');
-    return st ? st : cr_buf_puts(&o->logprobs, json_object);
+    return cr_buf_putc(&o->logprobs, o->logprobs.len ? ',' : '[') ? NULL
+                                                                   : &o->logprobs;
 }
 
 static bool send(rn_output_t *o, const rn_sink_t *sink, const cr_buf_t *resp)

@@ -38,9 +38,11 @@ bool rn_output_push(rn_output_t *o, const char *text, size_t len,
 bool rn_output_finish(rn_output_t *o, const char *text, size_t len,
                       const rn_sink_t *sink);
 
-/* Queues one logprobs entry (a JSON object, copied) for the next chunk
- * sent: per-token log-probabilities travel with the text they produced. */
-cr_status_t rn_output_add_logprob(rn_output_t *o, const char *json_object);
+/* Starts one logprobs entry for the next chunk sent (per-token
+ * log-probabilities travel with the text they produced): returns the
+ * buffer to append the entry's JSON object to (rn_logprob_json), or NULL
+ * when out of memory. */
+cr_buf_t *rn_output_logprob_buf(rn_output_t *o);
 
 /* Tool calls sent during this request. */
 int rn_output_tool_calls(const rn_output_t *o);
