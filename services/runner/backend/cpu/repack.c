@@ -1,0 +1,193 @@
+/* repack.c: packing Q4_0/Q8_0 matrices into interleaved groups of 8 rows,
+ * unpacking a row, and the scalar reference product (layouts and contracts
+ * in repack.h). The AVX2 versions are in repack_avx2.c. */
+#include "lib/prelude.h"
+#include "services/runner/backend/cpu/repack.h"
+
+#include <math.h>
+
+#define PACK_ALIGN 64
+
+bool be_pack_supported(cr_type_t t, int64_t n_rows, int64_t n_cols)
+{
+    if (t != CR_TYPE_Q4_0 && t != CR_TYPE_Q8_0)
+        return false;
+    return n_rows > 0 && n_rows % BE_PACK_ROWS == 0 && n_cols > 0 && n_cols % 32 == 0;
+}
+
+static void pack_group_q4_0(const uint8_t *src, size_t row_bytes, int64_t nb,
+                            be_block_q4_0x8_t *dst)
+{
+    for (int i = 0; i < BE_PACK_ROWS; i++) {
+        const be_block_q4_0_t *row = (const be_block_q4_0_t *)(src + (size_t)i * row_bytes);
+        for (int64_t b = 0; b < nb; b++) {
+            dst[b].d[i] = row[b].d;
+            for (int j = 0; j < 4; j++)
+                memcpy(dst[b].qs + 32 * j + 4 * i, row[b].qs + 4 * j, 4);
+        }
+    }
+}
+
+static void pack_group_q8_0(const uint8_t *src, size_t row_bytes, int64_t nb,
+                            be_block_q8_0x8_t *dst)
+{
+    for (int i = 0; i < BE_PACK_ROWS; i++) {
+        const be_block_q8_0_t *row = (const be_block_q8_0_t *)(src + (size_t)i * row_bytes);
+        for (int64_t b = 0; b < nb; b++) {
+            dst[b].d[i] = row[b].d;
+            for (int k = 0; k < 8; k++)
+                memcpy(dst[b].qs + 32 * k + 4 * i, row[b].qs + 4 * k, 4);
+        }
+    }
+}
+
+cr_status_t be_pack_new(cr_type_t t, const void *src, int64_t n_rows, int64_t n_cols,
+                        size_t row_bytes, be_packed_t **out, cr_err_t *err)
+{
+    *out = NULL;
+    if (!be_pack_supported(t, n_rows, n_cols))
+        return cr_err_set(err, CR_E_INVALID, "pack: %" PRId64 "x%" PRId64
+                          " matrix of this type cannot be packed", n_rows, n_cols);
+    int64_t nb = n_cols / 32;
+    size_t blk = t == CR_TYPE_Q4_0 ? sizeof(be_block_q4_0x8_t) : sizeof(be_block_q8_0x8_t);
+    size_t src_blk = t == CR_TYPE_Q4_0 ? sizeof(be_block_q4_0_t) : sizeof(be_block_q8_0_t);
+    if (row_bytes != (size_t)nb * src_blk)
+        return cr_err_set(err, CR_E_INVALID, "pack: row of %zu bytes is not %" PRId64
+                          " blocks", row_bytes, nb);
+    /* 8 packed rows take exactly the bytes of 8 source rows. */
+    size_t group = (size_t)nb * blk, groups = (size_t)(n_rows / BE_PACK_ROWS);
+    if (groups > SIZE_MAX / group)
+        return cr_err_set(err, CR_E_TOO_LARGE, "pack: matrix too large");
+    be_packed_t *p = calloc(1, sizeof *p);
+    void *data = NULL;
+    if (!p || posix_memalign(&data, PACK_ALIGN, groups * group)) {
+        free(p);
+        return cr_err_set(err, CR_E_NOMEM, "pack: cannot allocate %zu bytes",
+                          groups * group);
+    }
+    *p = (be_packed_t){t, n_rows, n_cols, nb, group, data};
+    const uint8_t *s = src;
+    for (size_t g = 0; g < groups; g++) {
+        const uint8_t *rows = s + g * BE_PACK_ROWS * row_bytes;
+        void *dst = (uint8_t *)data + g * group;
+        if (t == CR_TYPE_Q4_0)
+            pack_group_q4_0(rows, row_bytes, nb, dst);
+        else
+            pack_group_q8_0(rows, row_bytes, nb, dst);
+    }
+    *out = p;
+    return CR_OK;
+}
+
+void be_pack_destroy(be_packed_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    free((*self_p)->data);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+void be_pack_get_row(const be_packed_t *p, int64_t r, float *out)
+{
+    int i = (int)(r % BE_PACK_ROWS);
+    const uint8_t *grp = (const uint8_t *)p->data + (size_t)(r / BE_PACK_ROWS) * p->group_bytes;
+    for (int64_t b = 0; b < p->n_blocks; b++) {
+        float *o = out + b * 32;
+        if (p->type == CR_TYPE_Q4_0) {
+            const be_block_q4_0x8_t *blk = (const be_block_q4_0x8_t *)grp + b;
+            float d = be_f16_to_f32(blk->d[i]);
+            for (int j = 0; j < 4; j++)
+                for (int e = 0; e < 4; e++) {
+                    uint8_t q = blk->qs[32 * j + 4 * i + e];
+                    o[4 * j + e] = (float)((q & 15) - 8) * d;
+                    o[16 + 4 * j + e] = (float)((q >> 4) - 8) * d;
+                }
+        } else {
+            const be_block_q8_0x8_t *blk = (const be_block_q8_0x8_t *)grp + b;
+            float d = be_f16_to_f32(blk->d[i]);
+            for (int k = 0; k < 8; k++)
+                for (int e = 0; e < 4; e++)
+                    o[4 * k + e] = (float)blk->qs[32 * k + 4 * i + e] * d;
+        }
+    }
+}
+
+void be_pack_block_sums(const be_block_q8_0_t *x, int64_t n_blocks, int32_t *xsum)
+{
+    for (int64_t b = 0; b < n_blocks; b++) {
+        int32_t s = 0;
+        for (int e = 0; e < 32; e++)
+            s += x[b].qs[e];
+        xsum[b] = s;
+    }
+}
+
+/* ---- scalar reference ------------------------------------------------- */
+
+void be_pack_gemm_q4_0_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
+                              const be_block_q8_0_t *x, const int32_t *xsum, int n,
+                              float *y, size_t y_stride)
+{
+    CR_UNUSED(xsum);
+    int64_t nb = p->n_blocks;
+    for (int64_t g = g0; g < g1; g++) {
+        const be_block_q4_0x8_t *w =
+            (const be_block_q4_0x8_t *)((const uint8_t *)p->data + (size_t)g * p->group_bytes);
+        for (int t = 0; t < n; t++) {
+            const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb;
+            for (int i = 0; i < BE_PACK_ROWS; i++) {
+                float f = 0;
+                for (int64_t b = 0; b < nb; b++) {
+                    int32_t isum = 0;
+                    for (int j = 0; j < 4; j++)
+                        for (int e = 0; e < 4; e++) {
+                            uint8_t q = w[b].qs[32 * j + 4 * i + e];
+                            isum += ((q & 15) - 8) * a[b].qs[4 * j + e];
+                            isum += ((q >> 4) - 8) * a[b].qs[16 + 4 * j + e];
+                        }
+                    float sc = be_f16_to_f32(w[b].d[i]) * be_f16_to_f32(a[b].d);
+                    f = fmaf((float)isum, sc, f);
+                }
+                y[(size_t)t * y_stride + (size_t)g * BE_PACK_ROWS + (size_t)i] = f;
+            }
+        }
+    }
+}
+
+void be_pack_gemm_q8_0_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
+                              const be_block_q8_0_t *x, const int32_t *xsum, int n,
+                              float *y, size_t y_stride)
+{
+    CR_UNUSED(xsum);
+    int64_t nb = p->n_blocks;
+    for (int64_t g = g0; g < g1; g++) {
+        const be_block_q8_0x8_t *w =
+            (const be_block_q8_0x8_t *)((const uint8_t *)p->data + (size_t)g * p->group_bytes);
+        for (int t = 0; t < n; t++) {
+            const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb;
+            for (int i = 0; i < BE_PACK_ROWS; i++) {
+                float f = 0;
+                for (int64_t b = 0; b < nb; b++) {
+                    int32_t isum = 0;
+                    for (int k = 0; k < 8; k++)
+                        for (int e = 0; e < 4; e++)
+                            isum += w[b].qs[32 * k + 4 * i + e] * a[b].qs[4 * k + e];
+                    float sc = be_f16_to_f32(w[b].d[i]) * be_f16_to_f32(a[b].d);
+                    f = fmaf((float)isum, sc, f);
+                }
+                y[(size_t)t * y_stride + (size_t)g * BE_PACK_ROWS + (size_t)i] = f;
+            }
+        }
+    }
+}
+
+be_pack_gemm_fn be_pack_gemm_at(cr_type_t t, be_simd_t level)
+{
+    bool avx2 = level >= BE_SIMD_AVX2 && be_simd_detect() >= BE_SIMD_AVX2;
+    if (t == CR_TYPE_Q4_0)
+        return avx2 ? be_pack_gemm_q4_0_avx2 : be_pack_gemm_q4_0_scalar;
+    if (t == CR_TYPE_Q8_0)
+        return avx2 ? be_pack_gemm_q8_0_avx2 : be_pack_gemm_q8_0_scalar;
+    return NULL;
+}

@@ -1,0 +1,152 @@
+/* repack_avx2.c: AVX2 + FMA + F16C products of packed groups of 8 rows
+ * (repack.h) with Q8_0 activations.
+ *
+ * A tile is one group of 8 rows against up to TILE_TOK tokens. For each
+ * block the group's weights are loaded (and for Q4_0 unpacked) once into
+ * 8 registers, chunk k holding four elements of each of the 8 rows; per
+ * token the activation's matching four bytes are broadcast and one
+ * multiply-add per chunk leaves each row's sum in its own int32 lane. One
+ * conversion and one fma per block then update 8 rows' floats at once, and
+ * the 8 results of a token are one contiguous store. Tiles go token-tile
+ * outer, group inner, so a token tile's activations stay in L1 while the
+ * groups pass by.
+ *
+ * Exact integer block sums and the same float steps as the scalar reference
+ * (repack.c), so the results are its bits. On other architectures these are
+ * scalar stubs that are never selected. */
+#include "lib/prelude.h"
+#include "services/runner/backend/cpu/repack.h"
+
+#define TILE_TOK 16
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+static inline AVX2 __m256i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+/* One Q4_0 group (blocks w[0..nb)) against tokens x[t * nb ..], t < tn. */
+static AVX2 void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb,
+                           const be_block_q8_0_t *x, const int32_t *xsum, int tn,
+                           float *y, size_t y_stride)
+{
+    __m256 acc[TILE_TOK];
+    for (int t = 0; t < tn; t++)
+        acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        const be_block_q4_0x8_t *blk = w + b;
+        __m256i q[8];
+        for (int j = 0; j < 4; j++) {
+            __m256i pk = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * j));
+            q[j] = _mm256_and_si256(pk, m4);
+            q[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pk, 4), m4);
+        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        for (int t = 0; t < tn; t++) {
+            const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb + b;
+            /* weights 0..15 (unsigned side) times activations: pair sums
+             * stay within 2*15*127, eight of them within 30480 (int16) */
+            __m256i s = _mm256_maddubs_epi16(q[0], bcast4(a->qs));
+            for (int k = 1; k < 8; k++)
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], bcast4(a->qs + 4 * k)));
+            __m256i i32 = _mm256_madd_epi16(s, ones);
+            /* the offset of 8: sum((q - 8) * a) = sum(q * a) - 8 * sum(a) */
+            i32 = _mm256_sub_epi32(i32, _mm256_set1_epi32(8 * xsum[(size_t)t * (size_t)nb + b]));
+            __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(a->d)));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sc, acc[t]);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+/* One Q8_0 group against tokens x[t * nb ..], t < tn. Signed times signed:
+ * maddubs takes |w| and the activation with w's sign (pair sums within
+ * 2*128*127), each chunk widened to int32 before the next is added. */
+static AVX2 void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb,
+                           const be_block_q8_0_t *x, int tn, float *y, size_t y_stride)
+{
+    __m256 acc[TILE_TOK];
+    for (int t = 0; t < tn; t++)
+        acc[t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        const be_block_q8_0x8_t *blk = w + b;
+        __m256i q[8], aq[8];
+        for (int k = 0; k < 8; k++) {
+            q[k] = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * k));
+            aq[k] = _mm256_sign_epi8(q[k], q[k]);
+        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        for (int t = 0; t < tn; t++) {
+            const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb + b;
+            __m256i i32 = _mm256_setzero_si256();
+            for (int k = 0; k < 8; k++) {
+                __m256i sa = _mm256_sign_epi8(bcast4(a->qs + 4 * k), q[k]);
+                i32 = _mm256_add_epi32(i32, _mm256_madd_epi16(_mm256_maddubs_epi16(aq[k], sa),
+                                                              ones));
+            }
+            __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(a->d)));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sc, acc[t]);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+AVX2 void be_pack_gemm_q4_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                                 const be_block_q8_0_t *x, const int32_t *xsum, int n,
+                                 float *y, size_t y_stride)
+{
+    int64_t nb = p->n_blocks;
+    for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
+        int tn = CR_MIN(TILE_TOK, n - t0);
+        for (int64_t g = g0; g < g1; g++)
+            q4_0_tile((const be_block_q4_0x8_t *)((const uint8_t *)p->data +
+                                                  (size_t)g * p->group_bytes),
+                      nb, x + (size_t)t0 * (size_t)nb, xsum + (size_t)t0 * (size_t)nb, tn,
+                      y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
+    }
+}
+
+AVX2 void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                                 const be_block_q8_0_t *x, const int32_t *xsum, int n,
+                                 float *y, size_t y_stride)
+{
+    CR_UNUSED(xsum);
+    int64_t nb = p->n_blocks;
+    for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
+        int tn = CR_MIN(TILE_TOK, n - t0);
+        for (int64_t g = g0; g < g1; g++)
+            q8_0_tile((const be_block_q8_0x8_t *)((const uint8_t *)p->data +
+                                                  (size_t)g * p->group_bytes),
+                      nb, x + (size_t)t0 * (size_t)nb, tn,
+                      y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
+    }
+}
+
+#else
+
+void be_pack_gemm_q4_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                            const be_block_q8_0_t *x, const int32_t *xsum, int n,
+                            float *y, size_t y_stride)
+{
+    be_pack_gemm_q4_0_scalar(p, g0, g1, x, xsum, n, y, y_stride);
+}
+
+void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                            const be_block_q8_0_t *x, const int32_t *xsum, int n,
+                            float *y, size_t y_stride)
+{
+    be_pack_gemm_q8_0_scalar(p, g0, g1, x, xsum, n, y, y_stride);
+}
+
+#endif
