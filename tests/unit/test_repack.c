@@ -13,6 +13,7 @@
 #include "lib/prelude.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
+#include "services/runner/backend/cpu/quant_impl.h"
 #include "services/runner/backend/cpu/repack.h"
 #include "tests/unit/check.h"
 
@@ -58,21 +59,27 @@ static uint8_t *make_weights(cr_type_t t, int64_t rows, int64_t n, size_t *row_b
     return w;
 }
 
-/* n tokens of activations as Q8_0 rows plus their block sums. */
-static void make_acts(int64_t n_cols, int n, be_block_q8_0_t **xq, int32_t **xs)
+/* n tokens of activations in the format packed type wt reads (rows of
+ * *act_bytes), plus Q8_0 block sums (Q8_0 activations only). */
+static void make_acts(cr_type_t wt, int64_t n_cols, int n, uint8_t **xq, int32_t **xs,
+                      size_t *act_bytes)
 {
-    const be_type_traits_t *vt = be_type_traits_at(CR_TYPE_Q8_0, BE_SIMD_SCALAR);
+    const be_type_traits_t *vt = be_type_traits_at(be_pack_act_type(wt), BE_SIMD_SCALAR);
     int64_t nb = n_cols / 32;
+    size_t ab = (size_t)(n_cols / vt->block_elems) * vt->block_bytes;
     float *x = malloc((size_t)n_cols * sizeof *x);
-    *xq = malloc((size_t)nb * (size_t)n * sizeof **xq);
-    *xs = malloc((size_t)nb * (size_t)n * sizeof **xs);
+    *xq = malloc(ab * (size_t)n);
+    *xs = calloc((size_t)nb * (size_t)n, sizeof **xs);
     for (int t = 0; t < n; t++) {
         for (int64_t i = 0; i < n_cols; i++)
             x[i] = rnd_normal();
-        vt->from_float(x, *xq + (size_t)t * (size_t)nb, n_cols);
-        be_pack_block_sums(*xq + (size_t)t * (size_t)nb, nb, *xs + (size_t)t * (size_t)nb);
+        vt->from_float(x, *xq + (size_t)t * ab, n_cols);
+        if (vt->type == CR_TYPE_Q8_0)
+            be_pack_block_sums((const be_block_q8_0_t *)(*xq + (size_t)t * ab), nb,
+                               *xs + (size_t)t * (size_t)nb);
     }
     free(x);
+    *act_bytes = ab;
 }
 
 static void test_supported(void)
@@ -81,7 +88,9 @@ static void test_supported(void)
     CHECK(be_pack_supported(CR_TYPE_Q8_0, 2048, 5632));
     CHECK(!be_pack_supported(CR_TYPE_Q4_0, 12, 64));   /* not whole groups */
     CHECK(!be_pack_supported(CR_TYPE_Q4_0, 16, 48));   /* not whole blocks */
-    CHECK(!be_pack_supported(CR_TYPE_Q4_K, 16, 256));  /* no packed layout */
+    CHECK(be_pack_supported(CR_TYPE_Q4_K, 16, 256));
+    CHECK(!be_pack_supported(CR_TYPE_Q4_K, 16, 288));  /* not whole super-blocks */
+    CHECK(!be_pack_supported(CR_TYPE_Q6_K, 16, 256));  /* no packed layout */
     CHECK(!be_pack_supported(CR_TYPE_F32, 16, 32));
     be_packed_t *p = NULL;
     cr_err_t err;
@@ -96,9 +105,9 @@ static void test_supported(void)
 /* Unpacked rows equal to_float of the source rows, bit for bit. */
 static void test_get_row(void)
 {
-    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0};
+    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K};
     for (size_t k = 0; k < CR_ARRAY_LEN(types); k++) {
-        int64_t rows = 24, n = 32 * 9;
+        int64_t rows = 24, n = types[k] == CR_TYPE_Q4_K ? 256 * 3 : 32 * 9;
         size_t rb = 0;
         uint8_t *w = make_weights(types[k], rows, n, &rb);
         be_packed_t *p = NULL;
@@ -109,7 +118,7 @@ static void test_get_row(void)
             free(w);
             continue;
         }
-        CHECK_EQ_INT((int)p->n_blocks, 9);
+        CHECK_EQ_INT((int)p->n_blocks, (int)(n / be_type_traits(types[k])->block_elems));
         CHECK((uintptr_t)p->data % 64 == 0);
         const be_type_traits_t *tt = be_type_traits_at(types[k], BE_SIMD_SCALAR);
         float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
@@ -128,18 +137,26 @@ static void test_get_row(void)
     }
 }
 
-/* Exact dot product of dequantized weight row r and activation row t. */
+/* Exact dot product of dequantized weight row r and activation row t.
+ * mag: sum of |terms|, with Q4_K's min part (dmin * min * a, subtracted
+ * after its own sum) counted twice more, as test_quant does. */
 static double exact(const be_type_traits_t *tt, const uint8_t *w, size_t rb, int64_t r,
-                    const be_block_q8_0_t *xq, int64_t n, int t, double *mag)
+                    const uint8_t *xq, size_t ab, int64_t n, int t, double *mag)
 {
     float *wf = malloc((size_t)n * sizeof *wf), *af = malloc((size_t)n * sizeof *af);
     tt->to_float(w + (size_t)r * rb, wf, n);
-    be_type_traits_at(CR_TYPE_Q8_0, BE_SIMD_SCALAR)->to_float(xq + (size_t)t * (size_t)(n / 32),
-                                                              af, n);
+    be_type_traits_at(be_pack_act_type(tt->type), BE_SIMD_SCALAR)
+        ->to_float(xq + (size_t)t * ab, af, n);
     double s = 0, m = 0;
     for (int64_t i = 0; i < n; i++) {
         s += (double)wf[i] * af[i];
         m += fabs((double)wf[i] * af[i]);
+        if (tt->type == CR_TYPE_Q4_K) {
+            const be_block_q4_k_t *blk = (const be_block_q4_k_t *)(w + (size_t)r * rb) + i / 256;
+            uint8_t sc, mn;
+            be_k4_scale_min((int)(i % 256) / 32, blk->scales, &sc, &mn);
+            m += 2 * fabs((double)be_f16_to_f32(blk->dmin) * mn * af[i]);
+        }
     }
     free(wf);
     free(af);
@@ -149,13 +166,16 @@ static double exact(const be_type_traits_t *tt, const uint8_t *w, size_t rb, int
 
 static void test_gemm(void)
 {
-    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0};
-    int64_t cols[] = {32, 32 * 7, 2048};
+    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K};
+    int64_t cols[] = {32, 32 * 7, 2048}, kcols[] = {256, 256 * 3, 2048};
     int toks[] = {1, 3, 16, 17, 35};
     be_simd_t have = be_simd_detect();
     for (size_t k = 0; k < CR_ARRAY_LEN(types); k++)
         for (size_t c = 0; c < CR_ARRAY_LEN(cols); c++) {
-            int64_t rows = 32, n = cols[c], nb = n / 32;
+            bool kq = types[k] == CR_TYPE_Q4_K;
+            int64_t rows = 32, n = kq ? kcols[c] : cols[c], nb = n / 32;
+            /* float steps per block: one (two with Q4_K's mins) */
+            int64_t terms = kq ? 2 * (n / 256) : nb;
             size_t rb = 0;
             uint8_t *w = make_weights(types[k], rows, n, &rb);
             const be_type_traits_t *tt = be_type_traits_at(types[k], BE_SIMD_SCALAR);
@@ -165,9 +185,10 @@ static void test_gemm(void)
             CHECK_EQ_INT(be_pack_new(types[k], w, rows, n, rb, &p, &err), CR_OK);
             for (size_t q = 0; p && q < CR_ARRAY_LEN(toks); q++) {
                 int nt = toks[q];
-                be_block_q8_0_t *xq;
+                uint8_t *xq;
                 int32_t *xs;
-                make_acts(n, nt, &xq, &xs);
+                size_t ab;
+                make_acts(types[k], n, nt, &xq, &xs, &ab);
                 size_t ys = (size_t)rows + 3; /* a stride wider than the rows */
                 float *ref = calloc(ys * (size_t)nt, sizeof *ref);
                 float *got = calloc(ys * (size_t)nt, sizeof *got);
@@ -175,8 +196,8 @@ static void test_gemm(void)
                 int off = 0;
                 for (int t = 0; t < nt; t++)
                     for (int64_t r = 0; r < rows; r++) {
-                        double mag, want = exact(tt, w, rb, r, xq, n, t, &mag);
-                        double tol = (double)(nb + 2) * FLT_EPSILON * mag + 1e-30;
+                        double mag, want = exact(tt, w, rb, r, xq, ab, n, t, &mag);
+                        double tol = (double)(terms + 2) * FLT_EPSILON * mag + 1e-30;
                         off += fabs(ref[(size_t)t * ys + (size_t)r] - want) > tol;
                     }
                 CHECK_MSG(off == 0, "%s n=%" PRId64 " tokens=%d: scalar off %d times",
@@ -204,8 +225,8 @@ static void test_gemm(void)
                     int diff = 0;
                     float one[32];
                     for (int t = 0; t < nt; t++) {
-                        fn(p, 0, rows / 8, xq + (size_t)t * (size_t)nb,
-                           xs + (size_t)t * (size_t)nb, 1, one, 32);
+                        fn(p, 0, rows / 8, xq + (size_t)t * ab, xs + (size_t)t * (size_t)nb, 1,
+                           one, 32);
                         diff += memcmp(one, ref + (size_t)t * ys, sizeof one) != 0;
                     }
                     CHECK_MSG(diff == 0, "%s level %s: %d tokens alone differ", tt->name,
@@ -257,7 +278,7 @@ static void test_backend(void)
     CHECK_EQ_INT(be_cpu_new(3, &be3, &err), CR_OK);
     if (!be1 || !be3)
         return;
-    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0};
+    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K};
     enum { ROWS = 64, NTOK = 21 };
     for (size_t k = 0; k < CR_ARRAY_LEN(types); k++) {
         int64_t n = 512, nb = n / 32;
@@ -276,12 +297,16 @@ static void test_backend(void)
             x[i] = rnd_normal();
         /* the reference: activations quantized by the scalar traits, the
          * scalar packed product */
-        be_block_q8_0_t *xq = malloc((size_t)nb * NTOK * sizeof *xq);
-        int32_t *xs = malloc((size_t)nb * NTOK * sizeof *xs);
+        const be_type_traits_t *vt = be_type_traits_at(be_pack_act_type(types[k]),
+                                                       BE_SIMD_SCALAR);
+        size_t ab = (size_t)(n / vt->block_elems) * vt->block_bytes;
+        uint8_t *xq = malloc(ab * NTOK);
+        int32_t *xs = calloc((size_t)nb * NTOK, sizeof *xs);
         for (int t = 0; t < NTOK; t++) {
-            be_type_traits_at(CR_TYPE_Q8_0, BE_SIMD_SCALAR)
-                ->from_float(x + (size_t)t * (size_t)n, xq + (size_t)t * (size_t)nb, n);
-            be_pack_block_sums(xq + (size_t)t * (size_t)nb, nb, xs + (size_t)t * (size_t)nb);
+            vt->from_float(x + (size_t)t * (size_t)n, xq + (size_t)t * ab, n);
+            if (vt->type == CR_TYPE_Q8_0)
+                be_pack_block_sums((const be_block_q8_0_t *)(xq + (size_t)t * ab), nb,
+                                   xs + (size_t)t * (size_t)nb);
         }
         float ref[ROWS * NTOK], y1[ROWS * NTOK], y3[ROWS * NTOK], one[ROWS];
         be_pack_gemm_at(types[k], BE_SIMD_SCALAR)(bw.dev, 0, ROWS / 8, xq, xs, NTOK, ref, ROWS);

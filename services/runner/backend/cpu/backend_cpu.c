@@ -4,7 +4,7 @@
  * converted to a weight's dot format, per-thread attention rows), sized once
  * by reserve(). matmul and attention split their work over the pool; the
  * small elementwise ops run on the calling thread. Kernels for each element
- * type come from quant.h (scalar or AVX2, chosen at run time); Q4_0 and Q8_0
+ * type come from quant.h (scalar or AVX2, chosen at run time); Q4_0, Q8_0, Q4_K
  * matrices are packed at weight_prepare into interleaved groups of 8 rows
  * (repack.h) and the file pages they came from are dropped, so one copy
  * stays in RAM. CORRAL_CPU_REPACK=0 keeps every weight in place.
@@ -307,8 +307,8 @@ static void cpu_matmul_packed(be_cpu_t *c, const be_weight_t *w, const float *x,
 {
     const be_packed_t *p = w->dev;
     matmul_job_t j = {.w = w, .x = x, .n = n, .y = y};
-    j.vt = be_type_traits(CR_TYPE_Q8_0);
-    j.act_bytes = (size_t)p->n_blocks * sizeof(be_block_q8_0_t);
+    j.vt = be_type_traits(be_pack_act_type(p->type));
+    j.act_bytes = (size_t)p->n_blocks * j.vt->block_bytes;
     j.xq = c->wdata;
     j.xsum = p->type == CR_TYPE_Q4_0 ? c->xsum : NULL; /* Q8_0 needs no sums */
     j.gemm = be_pack_gemm_at(p->type, c->simd);

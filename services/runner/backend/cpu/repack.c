@@ -1,7 +1,8 @@
-/* repack.c: packing Q4_0/Q8_0 matrices into interleaved groups of 8 rows,
+/* repack.c: packing Q4_0/Q8_0/Q4_K matrices into interleaved groups of 8 rows,
  * unpacking a row, and the scalar reference product (layouts and contracts
  * in repack.h). The AVX2 versions are in repack_avx2.c. */
 #include "lib/prelude.h"
+#include "services/runner/backend/cpu/quant_impl.h"
 #include "services/runner/backend/cpu/repack.h"
 
 #include <math.h>
@@ -10,9 +11,32 @@
 
 bool be_pack_supported(cr_type_t t, int64_t n_rows, int64_t n_cols)
 {
-    if (t != CR_TYPE_Q4_0 && t != CR_TYPE_Q8_0)
+    int64_t blk = t == CR_TYPE_Q4_K ? BE_QK_K : 32;
+    if (t != CR_TYPE_Q4_0 && t != CR_TYPE_Q8_0 && t != CR_TYPE_Q4_K)
         return false;
-    return n_rows > 0 && n_rows % BE_PACK_ROWS == 0 && n_cols > 0 && n_cols % 32 == 0;
+    return n_rows > 0 && n_rows % BE_PACK_ROWS == 0 && n_cols > 0 && n_cols % blk == 0;
+}
+
+cr_type_t be_pack_act_type(cr_type_t t)
+{
+    return t == CR_TYPE_Q4_K ? CR_TYPE_Q8_K : CR_TYPE_Q8_0;
+}
+
+/* Source type's block: elements and bytes; packed group block bytes. */
+static void pack_sizes(cr_type_t t, int64_t *elems, size_t *src_blk, size_t *blk)
+{
+    switch (t) {
+    case CR_TYPE_Q4_0:
+        *elems = 32, *src_blk = sizeof(be_block_q4_0_t), *blk = sizeof(be_block_q4_0x8_t);
+        break;
+    case CR_TYPE_Q8_0:
+        *elems = 32, *src_blk = sizeof(be_block_q8_0_t), *blk = sizeof(be_block_q8_0x8_t);
+        break;
+    default:
+        *elems = BE_QK_K, *src_blk = sizeof(be_block_q4_k_t);
+        *blk = sizeof(be_block_q4_kx8_t);
+        break;
+    }
 }
 
 static void pack_group_q4_0(const uint8_t *src, size_t row_bytes, int64_t nb,
@@ -41,6 +65,27 @@ static void pack_group_q8_0(const uint8_t *src, size_t row_bytes, int64_t nb,
     }
 }
 
+static void pack_group_q4_k(const uint8_t *src, size_t row_bytes, int64_t nb,
+                            be_block_q4_kx8_t *dst)
+{
+    for (int i = 0; i < BE_PACK_ROWS; i++) {
+        const be_block_q4_k_t *row = (const be_block_q4_k_t *)(src + (size_t)i * row_bytes);
+        for (int64_t b = 0; b < nb; b++) {
+            dst[b].d[i] = row[b].d;
+            dst[b].dmin[i] = row[b].dmin;
+            for (int sb = 0; sb < 8; sb++) {
+                uint8_t sc, m;
+                be_k4_scale_min(sb, row[b].scales, &sc, &m);
+                dst[b].scales[8 * sb + i] = sc;
+                dst[b].mins[16 * (sb / 2) + 2 * i + sb % 2] = m;
+            }
+            for (int pr = 0; pr < 4; pr++)
+                for (int c = 0; c < 8; c++)
+                    memcpy(dst[b].qs + 256 * pr + 32 * c + 4 * i, row[b].qs + 32 * pr + 4 * c, 4);
+        }
+    }
+}
+
 cr_status_t be_pack_new(cr_type_t t, const void *src, int64_t n_rows, int64_t n_cols,
                         size_t row_bytes, be_packed_t **out, cr_err_t *err)
 {
@@ -48,13 +93,15 @@ cr_status_t be_pack_new(cr_type_t t, const void *src, int64_t n_rows, int64_t n_
     if (!be_pack_supported(t, n_rows, n_cols))
         return cr_err_set(err, CR_E_INVALID, "pack: %" PRId64 "x%" PRId64
                           " matrix of this type cannot be packed", n_rows, n_cols);
-    int64_t nb = n_cols / 32;
-    size_t blk = t == CR_TYPE_Q4_0 ? sizeof(be_block_q4_0x8_t) : sizeof(be_block_q8_0x8_t);
-    size_t src_blk = t == CR_TYPE_Q4_0 ? sizeof(be_block_q4_0_t) : sizeof(be_block_q8_0_t);
+    int64_t elems;
+    size_t src_blk, blk;
+    pack_sizes(t, &elems, &src_blk, &blk);
+    int64_t nb = n_cols / elems;
     if (row_bytes != (size_t)nb * src_blk)
         return cr_err_set(err, CR_E_INVALID, "pack: row of %zu bytes is not %" PRId64
                           " blocks", row_bytes, nb);
-    /* 8 packed rows take exactly the bytes of 8 source rows. */
+    /* 8 packed rows take the bytes of 8 source rows (Q4_K: 2.8% more, its
+     * scales unpacked). */
     size_t group = (size_t)nb * blk, groups = (size_t)(n_rows / BE_PACK_ROWS);
     if (groups > SIZE_MAX / group)
         return cr_err_set(err, CR_E_TOO_LARGE, "pack: matrix too large");
@@ -72,8 +119,10 @@ cr_status_t be_pack_new(cr_type_t t, const void *src, int64_t n_rows, int64_t n_
         void *dst = (uint8_t *)data + g * group;
         if (t == CR_TYPE_Q4_0)
             pack_group_q4_0(rows, row_bytes, nb, dst);
-        else
+        else if (t == CR_TYPE_Q8_0)
             pack_group_q8_0(rows, row_bytes, nb, dst);
+        else
+            pack_group_q4_k(rows, row_bytes, nb, dst);
     }
     *out = p;
     return CR_OK;
@@ -103,6 +152,21 @@ void be_pack_get_row(const be_packed_t *p, int64_t r, float *out)
                     o[4 * j + e] = (float)((q & 15) - 8) * d;
                     o[16 + 4 * j + e] = (float)((q >> 4) - 8) * d;
                 }
+        } else if (p->type == CR_TYPE_Q4_K) {
+            /* as be_q4_k_to_float: dl * q - ml per element */
+            const be_block_q4_kx8_t *blk = (const be_block_q4_kx8_t *)grp + b;
+            float d = be_f16_to_f32(blk->d[i]), dmin = be_f16_to_f32(blk->dmin[i]);
+            o = out + b * BE_QK_K;
+            for (int sb = 0; sb < 8; sb++) {
+                float dl = d * (float)blk->scales[8 * sb + i];
+                float ml = dmin * (float)blk->mins[16 * (sb / 2) + 2 * i + sb % 2];
+                for (int c = 0; c < 8; c++)
+                    for (int e = 0; e < 4; e++) {
+                        uint8_t q = blk->qs[256 * (sb / 2) + 32 * c + 4 * i + e];
+                        q = sb % 2 ? q >> 4 : q & 15;
+                        o[32 * sb + 4 * c + e] = dl * (float)q - ml;
+                    }
+            }
         } else {
             const be_block_q8_0x8_t *blk = (const be_block_q8_0x8_t *)grp + b;
             float d = be_f16_to_f32(blk->d[i]);
@@ -126,10 +190,11 @@ void be_pack_block_sums(const be_block_q8_0_t *x, int64_t n_blocks, int32_t *xsu
 /* ---- scalar reference ------------------------------------------------- */
 
 void be_pack_gemm_q4_0_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
-                              const be_block_q8_0_t *x, const int32_t *xsum, int n,
-                              float *y, size_t y_stride)
+                              const void *xv, const int32_t *xsum, int n, float *y,
+                              size_t y_stride)
 {
     CR_UNUSED(xsum);
+    const be_block_q8_0_t *x = xv;
     int64_t nb = p->n_blocks;
     for (int64_t g = g0; g < g1; g++) {
         const be_block_q4_0x8_t *w =
@@ -156,10 +221,11 @@ void be_pack_gemm_q4_0_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
 }
 
 void be_pack_gemm_q8_0_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
-                              const be_block_q8_0_t *x, const int32_t *xsum, int n,
-                              float *y, size_t y_stride)
+                              const void *xv, const int32_t *xsum, int n, float *y,
+                              size_t y_stride)
 {
     CR_UNUSED(xsum);
+    const be_block_q8_0_t *x = xv;
     int64_t nb = p->n_blocks;
     for (int64_t g = g0; g < g1; g++) {
         const be_block_q8_0x8_t *w =
@@ -182,6 +248,45 @@ void be_pack_gemm_q8_0_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
     }
 }
 
+void be_pack_gemm_q4_k_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
+                              const void *xv, const int32_t *xsum, int n, float *y,
+                              size_t y_stride)
+{
+    CR_UNUSED(xsum);
+    const be_block_q8_k_t *x = xv;
+    int64_t nb = p->n_blocks;
+    for (int64_t g = g0; g < g1; g++) {
+        const be_block_q4_kx8_t *w =
+            (const be_block_q4_kx8_t *)((const uint8_t *)p->data + (size_t)g * p->group_bytes);
+        for (int t = 0; t < n; t++) {
+            const be_block_q8_k_t *a = x + (size_t)t * (size_t)nb;
+            for (int i = 0; i < BE_PACK_ROWS; i++) {
+                float f = 0;
+                for (int64_t b = 0; b < nb; b++) {
+                    int32_t isum = 0, msum = 0;
+                    for (int sb = 0; sb < 8; sb++) {
+                        int32_t sub = 0;
+                        for (int c = 0; c < 8; c++)
+                            for (int e = 0; e < 4; e++) {
+                                uint8_t q = w[b].qs[256 * (sb / 2) + 32 * c + 4 * i + e];
+                                q = sb % 2 ? q >> 4 : q & 15;
+                                sub += q * a[b].qs[32 * sb + 4 * c + e];
+                            }
+                        isum += sub * w[b].scales[8 * sb + i];
+                        msum += w[b].mins[16 * (sb / 2) + 2 * i + sb % 2] *
+                                (a[b].bsums[2 * sb] + a[b].bsums[2 * sb + 1]);
+                    }
+                    float dv = be_f16_to_f32(w[b].d[i]) * a[b].d;
+                    float dmv = be_f16_to_f32(w[b].dmin[i]) * a[b].d;
+                    f = fmaf((float)isum, dv, f);
+                    f = fmaf(-(float)msum, dmv, f);
+                }
+                y[(size_t)t * y_stride + (size_t)g * BE_PACK_ROWS + (size_t)i] = f;
+            }
+        }
+    }
+}
+
 be_pack_gemm_fn be_pack_gemm_at(cr_type_t t, be_simd_t level)
 {
     bool avx2 = level >= BE_SIMD_AVX2 && be_simd_detect() >= BE_SIMD_AVX2;
@@ -189,5 +294,7 @@ be_pack_gemm_fn be_pack_gemm_at(cr_type_t t, be_simd_t level)
         return avx2 ? be_pack_gemm_q4_0_avx2 : be_pack_gemm_q4_0_scalar;
     if (t == CR_TYPE_Q8_0)
         return avx2 ? be_pack_gemm_q8_0_avx2 : be_pack_gemm_q8_0_scalar;
+    if (t == CR_TYPE_Q4_K)
+        return avx2 ? be_pack_gemm_q4_k_avx2 : be_pack_gemm_q4_k_scalar;
     return NULL;
 }

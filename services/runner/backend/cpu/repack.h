@@ -1,6 +1,6 @@
 /* repack.h: weight matrices rearranged once, at load, for the CPU kernels.
  *
- * A Q4_0 or Q8_0 matrix whose row count is a multiple of 8 is stored as
+ * A Q4_0, Q8_0 or Q4_K matrix whose row count is a multiple of 8 is stored as
  * groups of 8 rows in which the rows' blocks interleave: block b of the group
  * holds block b of each of its 8 rows, four bytes of one row next to four
  * bytes of the next. One 32-byte load then carries four elements of each of
@@ -46,26 +46,48 @@ typedef struct be_block_q8_0x8 {
 } be_block_q8_0x8_t;
 _Static_assert(sizeof(be_block_q8_0x8_t) == 272, "Q8_0x8 block is 8 Q8_0 blocks");
 
+/* Super-block b of 8 Q4_K rows (256 elements each), its 6-bit scales and
+ * mins unpacked. Sub-block s (32 elements) of row i has scale
+ * scales[8 s + i] and min mins[16 (s / 2) + 2 i + s % 2] (a row's two
+ * mins of a sub-block pair side by side, as int16 multiply-adds want them).
+ * qs is 4 sub-block pairs of 8 chunks of 32 bytes: in pair p, chunk c,
+ * bytes 4i..4i+3 are row i's qs[32p + 4c .. 32p + 4c + 3]: low nibbles
+ * elements 64p + 4c.. (sub-block 2p), high nibbles 64p + 32 + 4c..
+ * (sub-block 2p+1). value = d[i] * scale * q - dmin[i] * min. */
+typedef struct be_block_q4_kx8 {
+    uint16_t d[BE_PACK_ROWS];     /* f16 super-scale of the scales */
+    uint16_t dmin[BE_PACK_ROWS];  /* f16 super-scale of the mins */
+    uint8_t scales[64];
+    uint8_t mins[64];
+    uint8_t qs[4 * 8 * 32];
+} be_block_q4_kx8_t;
+_Static_assert(sizeof(be_block_q4_kx8_t) == 1184, "Q4_Kx8 block is 8 rows' super-blocks");
+
 typedef struct be_packed {
-    cr_type_t type;       /* the source type: Q4_0 or Q8_0 */
+    cr_type_t type;       /* the source type: Q4_0, Q8_0 or Q4_K */
     int64_t n_rows;       /* a multiple of BE_PACK_ROWS */
-    int64_t n_cols;       /* a multiple of 32 */
-    int64_t n_blocks;     /* blocks per row: n_cols / 32 */
+    int64_t n_cols;       /* a multiple of 32 (Q4_K: 256) */
+    int64_t n_blocks;     /* blocks per row: n_cols / 32 (Q4_K: / 256) */
     size_t group_bytes;   /* bytes of one group: n_blocks packed blocks */
     void *data;           /* n_rows / 8 groups, 64-byte aligned */
 } be_packed_t;
 
 /* Products of groups g0..g1-1 (rows 8*g0 .. 8*g1-1) with n activation rows:
  * y[t * y_stride + r] for every such row r and t in 0..n-1. x: n rows of
- * p->n_blocks Q8_0 blocks (token t at x + t * p->n_blocks); xsum: n rows of
- * p->n_blocks int32, the sum of each activation block's qs (Q4_0 needs it
- * for its offset of 8; Q8_0 ignores it). Activations are in [-127, 127], as
- * Q8_0 quantization makes them. Per (row, token): f = 0, then per block
- * f = fma((float)isum, dw * da, f) with isum the exact integer block sum:
- * every level gives the scalar reference's bits. */
+ * p->n_blocks blocks of the activation type (be_pack_act_type: Q8_0, or
+ * Q8_K for Q4_K), token t at block t * p->n_blocks; xsum: n rows of
+ * p->n_blocks int32, the sum of each Q8_0 block's qs (Q4_0 needs it for its
+ * offset of 8; the others ignore it). Q8_0 activations are in [-127, 127],
+ * as quantization makes them. Per (row, token): f = 0, then per block
+ * f = fma((float)isum, dw * da, f) with isum the exact integer block sum
+ * (Q4_K: then f = fma(-(float)msum, dmin * da, f) for its mins): every
+ * level gives the scalar reference's bits. */
 typedef void (*be_pack_gemm_fn)(const be_packed_t *p, int64_t g0, int64_t g1,
-                                const be_block_q8_0_t *x, const int32_t *xsum, int n,
-                                float *y, size_t y_stride);
+                                const void *x, const int32_t *xsum, int n, float *y,
+                                size_t y_stride);
+
+/* The activation format the product of packed type t reads. */
+cr_type_t be_pack_act_type(cr_type_t t);
 
 /* True if a matrix of this type and shape is packed by be_pack_new. */
 bool be_pack_supported(cr_type_t t, int64_t n_rows, int64_t n_cols);
@@ -93,16 +115,22 @@ void be_pack_block_sums(const be_block_q8_0_t *x, int64_t n_blocks, int32_t *xsu
 /* The versions be_pack_gemm_at picks (AVX2 ones only after be_simd_detect
  * said the CPU has AVX2+FMA+F16C). */
 void be_pack_gemm_q4_0_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
-                              const be_block_q8_0_t *x, const int32_t *xsum, int n,
-                              float *y, size_t y_stride);
+                              const void *x, const int32_t *xsum, int n, float *y,
+                              size_t y_stride);
 void be_pack_gemm_q8_0_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
-                              const be_block_q8_0_t *x, const int32_t *xsum, int n,
-                              float *y, size_t y_stride);
+                              const void *x, const int32_t *xsum, int n, float *y,
+                              size_t y_stride);
 void be_pack_gemm_q4_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
-                            const be_block_q8_0_t *x, const int32_t *xsum, int n,
-                            float *y, size_t y_stride);
+                            const void *x, const int32_t *xsum, int n, float *y,
+                            size_t y_stride);
+void be_pack_gemm_q4_k_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
+                              const void *x, const int32_t *xsum, int n, float *y,
+                              size_t y_stride);
+void be_pack_gemm_q4_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                            const void *x, const int32_t *xsum, int n, float *y,
+                            size_t y_stride);
 void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
-                            const be_block_q8_0_t *x, const int32_t *xsum, int n,
-                            float *y, size_t y_stride);
+                            const void *x, const int32_t *xsum, int n, float *y,
+                            size_t y_stride);
 
 #endif

@@ -102,10 +102,91 @@ static AVX2 void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb,
         _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
 }
 
-AVX2 void be_pack_gemm_q4_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
-                                 const be_block_q8_0_t *x, const int32_t *xsum, int n,
-                                 float *y, size_t y_stride)
+/* One Q4_K group against tokens x[t * nb ..], t < tn. Per sub-block of 32
+ * the int16 chunk sums meet the 8 rows' scales in one multiply-add (each
+ * scale sits in both int16 halves of its row's lane); the mins meet the
+ * activation's 32-element sums (pairs of bsums) the same way, a sub-block
+ * pair per multiply-add. */
+static AVX2 void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
+                           int tn, float *y, size_t y_stride)
 {
+    __m256 acc[TILE_TOK];
+    __m256i isum[TILE_TOK];
+    for (int t = 0; t < tn; t++)
+        acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i ix0 = _mm256_set1_epi32(0), ix1 = _mm256_set1_epi32(1);
+    const __m256i ix4 = _mm256_set1_epi32(4), ix5 = _mm256_set1_epi32(5);
+    for (int64_t b = 0; b < nb; b++) {
+        const be_block_q4_kx8_t *blk = w + b;
+        for (int t = 0; t < tn; t++)
+            isum[t] = _mm256_setzero_si256();
+        for (int sb = 0; sb < 8; sb++) {
+            int64_t s8;
+            memcpy(&s8, blk->scales + 8 * sb, sizeof s8);
+            __m256i sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8));
+            sc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+            const uint8_t *qp = blk->qs + 256 * (sb / 2);
+            __m256i q[8];
+            for (int c = 0; c < 8; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(qp + 32 * c));
+                q[c] = _mm256_and_si256(sb % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
+            }
+            for (int t = 0; t < tn; t++) {
+                const int8_t *aq = x[(size_t)t * (size_t)nb + b].qs + 32 * sb;
+                __m256i s = _mm256_maddubs_epi16(q[0], bcast4(aq));
+                for (int c = 1; c < 8; c++)
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[c], bcast4(aq + 4 * c)));
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s, sc));
+            }
+        }
+        __m256i mn0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)blk->mins));
+        __m256i mn1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk->mins + 16)));
+        __m256i mn2 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk->mins + 32)));
+        __m256i mn3 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk->mins + 48)));
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->dmin));
+        for (int t = 0; t < tn; t++) {
+            const be_block_q8_k_t *a = x + (size_t)t * (size_t)nb + b;
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            /* int32 lanes 0, 1, 4, 5: sub-block sums (B0,B1), (B2,B3),
+             * (B4,B5), (B6,B7) as int16 pairs */
+            __m256i h = _mm256_hadd_epi16(bs, bs);
+            __m256i m32 = _mm256_madd_epi16(mn0, _mm256_permutevar8x32_epi32(h, ix0));
+            m32 = _mm256_add_epi32(m32, _mm256_madd_epi16(mn1, _mm256_permutevar8x32_epi32(h, ix1)));
+            m32 = _mm256_add_epi32(m32, _mm256_madd_epi16(mn2, _mm256_permutevar8x32_epi32(h, ix4)));
+            m32 = _mm256_add_epi32(m32, _mm256_madd_epi16(mn3, _mm256_permutevar8x32_epi32(h, ix5)));
+            __m256 da = _mm256_set1_ps(a->d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m32), _mm256_mul_ps(dmw, da), acc[t]);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+AVX2 void be_pack_gemm_q4_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                                 const void *xv, const int32_t *xsum, int n, float *y,
+                                 size_t y_stride)
+{
+    CR_UNUSED(xsum);
+    const be_block_q8_k_t *x = xv;
+    int64_t nb = p->n_blocks;
+    for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
+        int tn = CR_MIN(TILE_TOK, n - t0);
+        for (int64_t g = g0; g < g1; g++)
+            q4_k_tile((const be_block_q4_kx8_t *)((const uint8_t *)p->data +
+                                                  (size_t)g * p->group_bytes),
+                      nb, x + (size_t)t0 * (size_t)nb, tn,
+                      y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
+    }
+}
+
+AVX2 void be_pack_gemm_q4_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                                 const void *xv, const int32_t *xsum, int n, float *y,
+                                 size_t y_stride)
+{
+    const be_block_q8_0_t *x = xv;
     int64_t nb = p->n_blocks;
     for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
         int tn = CR_MIN(TILE_TOK, n - t0);
@@ -118,10 +199,11 @@ AVX2 void be_pack_gemm_q4_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
 }
 
 AVX2 void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
-                                 const be_block_q8_0_t *x, const int32_t *xsum, int n,
-                                 float *y, size_t y_stride)
+                                 const void *xv, const int32_t *xsum, int n, float *y,
+                                 size_t y_stride)
 {
     CR_UNUSED(xsum);
+    const be_block_q8_0_t *x = xv;
     int64_t nb = p->n_blocks;
     for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
         int tn = CR_MIN(TILE_TOK, n - t0);
@@ -135,16 +217,22 @@ AVX2 void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
 
 #else
 
+void be_pack_gemm_q4_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1, const void *x,
+                            const int32_t *xsum, int n, float *y, size_t y_stride)
+{
+    be_pack_gemm_q4_k_scalar(p, g0, g1, x, xsum, n, y, y_stride);
+}
+
 void be_pack_gemm_q4_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
-                            const be_block_q8_0_t *x, const int32_t *xsum, int n,
-                            float *y, size_t y_stride)
+                            const void *x, const int32_t *xsum, int n, float *y,
+                            size_t y_stride)
 {
     be_pack_gemm_q4_0_scalar(p, g0, g1, x, xsum, n, y, y_stride);
 }
 
 void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
-                            const be_block_q8_0_t *x, const int32_t *xsum, int n,
-                            float *y, size_t y_stride)
+                            const void *x, const int32_t *xsum, int n, float *y,
+                            size_t y_stride)
 {
     be_pack_gemm_q8_0_scalar(p, g0, g1, x, xsum, n, y, y_stride);
 }
