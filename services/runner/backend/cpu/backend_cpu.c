@@ -16,6 +16,7 @@
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/repack.h"
+#include "services/runner/backend/cpu/vec.h"
 #include "services/runner/threadpool.h"
 
 #include <math.h>
@@ -31,6 +32,7 @@ typedef struct be_cpu {
     rn_threadpool_t *pool;
     int n_threads;
     be_simd_t simd;
+    const be_vec_ops_t *vec; /* inner loops at the simd level */
 
     void *wdata;          /* activations in a weight's dot format */
     size_t wdata_bytes;
@@ -465,11 +467,7 @@ static void cpu_kv_store(be_backend_t *be, uint16_t *cache, const float *src,
 static void cpu_swiglu(be_backend_t *be, float *y, const float *gate,
                        const float *up, size_t n)
 {
-    CR_UNUSED(be);
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        y[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    cpu_of(be)->vec->swiglu(n, y, gate, up);
 }
 
 static void cpu_add(be_backend_t *be, float *y, const float *x, size_t n)
@@ -480,16 +478,12 @@ static void cpu_add(be_backend_t *be, float *y, const float *x, size_t n)
 }
 
 /* Softmax of one row in place; exp sums in double. */
-static void softmax_row(float *x, int n)
+static void softmax_row(const be_vec_ops_t *vec, float *x, int n)
 {
     float max = -INFINITY;
     for (int i = 0; i < n; i++)
         max = fmaxf(max, x[i]);
-    double sum = 0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max);
-        sum += x[i];
-    }
+    double sum = vec->exp_sum(n, x, max);
     float inv = (float)(1.0 / sum);
     for (int i = 0; i < n; i++)
         x[i] *= inv;
@@ -497,9 +491,8 @@ static void softmax_row(float *x, int n)
 
 static void cpu_softmax(be_backend_t *be, float *x, int n_rows, int n_cols)
 {
-    CR_UNUSED(be);
     for (int r = 0; r < n_rows; r++)
-        softmax_row(x + (size_t)r * n_cols, n_cols);
+        softmax_row(cpu_of(be)->vec, x + (size_t)r * n_cols, n_cols);
 }
 
 /* ---- attention -------------------------------------------------------- */
@@ -535,19 +528,10 @@ static void attn_task(void *ctx, int ith, int nth)
             j->dot_f16(hd, &s, j->k + (size_t)p * kv_row + (size_t)hk * hd, q16);
             scores[p] = s * a->scale;
         }
-        softmax_row(scores, n_kv);
+        softmax_row(j->c->vec, scores, n_kv);
         be_f32_to_f16_row(scores, p16, n_kv);
         float *o = j->out + ((size_t)t * a->n_head + h) * hd;
-        for (int d = 0; d < hd; d++)
-            acc[d] = 0;
-        for (int p = 0; p < n_kv; p++) {
-            float pw = be_f16_to_f32(p16[p]);
-            if (pw == 0)
-                continue;
-            const uint16_t *vr = j->v + (size_t)p * kv_row + (size_t)hk * hd;
-            for (int d = 0; d < hd; d++)
-                acc[d] += pw * be_f16_to_f32(vr[d]);
-        }
+        j->c->vec->attn_v(n_kv, p16, j->v + (size_t)hk * hd, kv_row, hd, acc);
         memcpy(o, acc, (size_t)hd * sizeof(float));
     }
 }
@@ -608,6 +592,7 @@ cr_status_t be_cpu_new(int n_threads, be_backend_t **out, cr_err_t *err)
         return cr_err_set(err, CR_E_NOMEM, "cpu backend: out of memory");
     c->base.ops = &cpu_ops;
     c->simd = be_simd_detect();
+    c->vec = be_vec_ops_at(c->simd);
     const char *rp = getenv("CORRAL_CPU_REPACK");
     c->repack = !(rp && !strcmp(rp, "0"));
     cr_status_t st = rn_threadpool_new(n_threads, &c->pool, err);
