@@ -289,7 +289,16 @@ void be_pack_gemm_q4_k_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
 
 be_pack_gemm_fn be_pack_gemm_at(cr_type_t t, be_simd_t level)
 {
-    bool avx2 = level >= BE_SIMD_AVX2 && be_simd_detect() >= BE_SIMD_AVX2;
+    be_simd_t have = be_simd_detect();
+    bool avx2 = level >= BE_SIMD_AVX2 && have >= BE_SIMD_AVX2;
+    if (level >= BE_SIMD_AVX512_VNNI && have >= BE_SIMD_AVX512_VNNI) {
+        if (t == CR_TYPE_Q4_0)
+            return be_pack_gemm_q4_0_vnni;
+        if (t == CR_TYPE_Q8_0)
+            return be_pack_gemm_q8_0_vnni;
+        if (t == CR_TYPE_Q4_K)
+            return be_pack_gemm_q4_k_vnni;
+    }
     if (t == CR_TYPE_Q4_0)
         return avx2 ? be_pack_gemm_q4_0_avx2 : be_pack_gemm_q4_0_scalar;
     if (t == CR_TYPE_Q8_0)

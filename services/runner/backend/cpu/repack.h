@@ -113,7 +113,8 @@ be_pack_gemm_fn be_pack_gemm_at(cr_type_t t, be_simd_t level);
 void be_pack_block_sums(const be_block_q8_0_t *x, int64_t n_blocks, int32_t *xsum);
 
 /* The versions be_pack_gemm_at picks (AVX2 ones only after be_simd_detect
- * said the CPU has AVX2+FMA+F16C). */
+ * said the CPU has AVX2+FMA+F16C, VNNI ones (repack_avx512.c) only after it
+ * said BE_SIMD_AVX512_VNNI). */
 void be_pack_gemm_q4_0_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
                               const void *x, const int32_t *xsum, int n, float *y,
                               size_t y_stride);
@@ -127,6 +128,15 @@ void be_pack_gemm_q4_k_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
                               const void *x, const int32_t *xsum, int n, float *y,
                               size_t y_stride);
 void be_pack_gemm_q4_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                            const void *x, const int32_t *xsum, int n, float *y,
+                            size_t y_stride);
+void be_pack_gemm_q4_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
+                            const void *x, const int32_t *xsum, int n, float *y,
+                            size_t y_stride);
+void be_pack_gemm_q8_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
+                            const void *x, const int32_t *xsum, int n, float *y,
+                            size_t y_stride);
+void be_pack_gemm_q4_k_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
                             const void *x, const int32_t *xsum, int n, float *y,
                             size_t y_stride);
 void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
