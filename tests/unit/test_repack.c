@@ -1,5 +1,6 @@
 /* test_repack.c: packed (interleaved 8-row) Q4_0/Q8_0 weights.
  *
+ * Types: Q4_0, Q8_0, Q4_K, Q6_K.
  * - packing then unpacking a row gives the source type's to_float bits;
  * - the scalar packed product lies within float-accumulation rounding of the
  *   exact (double) dot product of the dequantized operands, with the bound
@@ -90,7 +91,8 @@ static void test_supported(void)
     CHECK(!be_pack_supported(CR_TYPE_Q4_0, 16, 48));   /* not whole blocks */
     CHECK(be_pack_supported(CR_TYPE_Q4_K, 16, 256));
     CHECK(!be_pack_supported(CR_TYPE_Q4_K, 16, 288));  /* not whole super-blocks */
-    CHECK(!be_pack_supported(CR_TYPE_Q6_K, 16, 256));  /* no packed layout */
+    CHECK(be_pack_supported(CR_TYPE_Q6_K, 16, 256));
+    CHECK(!be_pack_supported(CR_TYPE_Q5_K, 16, 256));  /* no packed layout */
     CHECK(!be_pack_supported(CR_TYPE_F32, 16, 32));
     be_packed_t *p = NULL;
     cr_err_t err;
@@ -105,9 +107,9 @@ static void test_supported(void)
 /* Unpacked rows equal to_float of the source rows, bit for bit. */
 static void test_get_row(void)
 {
-    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K};
+    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K, CR_TYPE_Q6_K};
     for (size_t k = 0; k < CR_ARRAY_LEN(types); k++) {
-        int64_t rows = 24, n = types[k] == CR_TYPE_Q4_K ? 256 * 3 : 32 * 9;
+        int64_t rows = 24, n = be_type_traits(types[k])->block_elems == 256 ? 256 * 3 : 32 * 9;
         size_t rb = 0;
         uint8_t *w = make_weights(types[k], rows, n, &rb);
         be_packed_t *p = NULL;
@@ -166,16 +168,16 @@ static double exact(const be_type_traits_t *tt, const uint8_t *w, size_t rb, int
 
 static void test_gemm(void)
 {
-    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K};
+    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K, CR_TYPE_Q6_K};
     int64_t cols[] = {32, 32 * 7, 2048}, kcols[] = {256, 256 * 3, 2048};
     int toks[] = {1, 3, 16, 17, 35};
     be_simd_t have = be_simd_detect();
     for (size_t k = 0; k < CR_ARRAY_LEN(types); k++)
         for (size_t c = 0; c < CR_ARRAY_LEN(cols); c++) {
-            bool kq = types[k] == CR_TYPE_Q4_K;
+            bool kq = types[k] == CR_TYPE_Q4_K || types[k] == CR_TYPE_Q6_K;
             int64_t rows = 32, n = kq ? kcols[c] : cols[c], nb = n / 32;
             /* float steps per block: one (two with Q4_K's mins) */
-            int64_t terms = kq ? 2 * (n / 256) : nb;
+            int64_t terms = types[k] == CR_TYPE_Q4_K ? 2 * (n / 256) : kq ? n / 256 : nb;
             size_t rb = 0;
             uint8_t *w = make_weights(types[k], rows, n, &rb);
             const be_type_traits_t *tt = be_type_traits_at(types[k], BE_SIMD_SCALAR);
@@ -278,7 +280,7 @@ static void test_backend(void)
     CHECK_EQ_INT(be_cpu_new(3, &be3, &err), CR_OK);
     if (!be1 || !be3)
         return;
-    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K};
+    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K, CR_TYPE_Q6_K};
     enum { ROWS = 64, NTOK = 21 };
     for (size_t k = 0; k < CR_ARRAY_LEN(types); k++) {
         int64_t n = 512, nb = n / 32;

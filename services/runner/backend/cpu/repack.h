@@ -1,6 +1,6 @@
 /* repack.h: weight matrices rearranged once, at load, for the CPU kernels.
  *
- * A Q4_0, Q8_0 or Q4_K matrix whose row count is a multiple of 8 is stored as
+ * A Q4_0, Q8_0, Q4_K or Q6_K matrix whose row count is a multiple of 8 is stored as
  * groups of 8 rows in which the rows' blocks interleave: block b of the group
  * holds block b of each of its 8 rows, four bytes of one row next to four
  * bytes of the next. One 32-byte load then carries four elements of each of
@@ -63,11 +63,25 @@ typedef struct be_block_q4_kx8 {
 } be_block_q4_kx8_t;
 _Static_assert(sizeof(be_block_q4_kx8_t) == 1184, "Q4_Kx8 block is 8 rows' super-blocks");
 
+/* Super-block b of 8 Q6_K rows. Chunk c (0..63) is a row's elements
+ * 4c..4c+3 as unsigned 6-bit q (value = d * scale * (q - 32)); sub-block k
+ * (16 elements, chunks 4k..4k+3) of row i has scale scales[8k + i]. In
+ * ql's register m (0..31), bytes 4i..4i+3 hold row i's chunk m in the low
+ * nibbles and chunk m+32 in the high ones; in qh's register m (0..15),
+ * bits 2j..2j+1 of those bytes are bits 4..5 of chunk m+16j. */
+typedef struct be_block_q6_kx8 {
+    uint16_t d[BE_PACK_ROWS];     /* f16 super-scale */
+    int8_t scales[16 * 8];
+    uint8_t ql[32 * 32];
+    uint8_t qh[16 * 32];
+} be_block_q6_kx8_t;
+_Static_assert(sizeof(be_block_q6_kx8_t) == 1680, "Q6_Kx8 block is 8 Q6_K blocks");
+
 typedef struct be_packed {
-    cr_type_t type;       /* the source type: Q4_0, Q8_0 or Q4_K */
+    cr_type_t type;       /* the source type: Q4_0, Q8_0, Q4_K or Q6_K */
     int64_t n_rows;       /* a multiple of BE_PACK_ROWS */
-    int64_t n_cols;       /* a multiple of 32 (Q4_K: 256) */
-    int64_t n_blocks;     /* blocks per row: n_cols / 32 (Q4_K: / 256) */
+    int64_t n_cols;       /* a multiple of 32 (K-quants: 256) */
+    int64_t n_blocks;     /* blocks per row: n_cols / 32 (K-quants: / 256) */
     size_t group_bytes;   /* bytes of one group: n_blocks packed blocks */
     void *data;           /* n_rows / 8 groups, 64-byte aligned */
 } be_packed_t;
@@ -75,12 +89,13 @@ typedef struct be_packed {
 /* Products of groups g0..g1-1 (rows 8*g0 .. 8*g1-1) with n activation rows:
  * y[t * y_stride + r] for every such row r and t in 0..n-1. x: n rows of
  * p->n_blocks blocks of the activation type (be_pack_act_type: Q8_0, or
- * Q8_K for Q4_K), token t at block t * p->n_blocks; xsum: n rows of
+ * Q8_K for the K-quants), token t at block t * p->n_blocks; xsum: n rows of
  * p->n_blocks int32, the sum of each Q8_0 block's qs (Q4_0 needs it for its
  * offset of 8; the others ignore it). Q8_0 activations are in [-127, 127],
  * as quantization makes them. Per (row, token): f = 0, then per block
  * f = fma((float)isum, dw * da, f) with isum the exact integer block sum
- * (Q4_K: then f = fma(-(float)msum, dmin * da, f) for its mins): every
+ * (Q4_K: then f = fma(-(float)msum, dmin * da, f) for its mins; Q6_K:
+ * isum = sum of scale * q * a - 32 * sum of scale * bsum): every
  * level gives the scalar reference's bits. */
 typedef void (*be_pack_gemm_fn)(const be_packed_t *p, int64_t g0, int64_t g1,
                                 const void *x, const int32_t *xsum, int n, float *y,
@@ -137,6 +152,12 @@ void be_pack_gemm_q8_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
                             const void *x, const int32_t *xsum, int n, float *y,
                             size_t y_stride);
 void be_pack_gemm_q4_k_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
+                            const void *x, const int32_t *xsum, int n, float *y,
+                            size_t y_stride);
+void be_pack_gemm_q6_k_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
+                              const void *x, const int32_t *xsum, int n, float *y,
+                              size_t y_stride);
+void be_pack_gemm_q6_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
                             const void *x, const int32_t *xsum, int n, float *y,
                             size_t y_stride);
 void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,

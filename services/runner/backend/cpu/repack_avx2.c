@@ -182,6 +182,90 @@ AVX2 void be_pack_gemm_q4_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
     }
 }
 
+/* One Q6_K group against tokens x[t * nb ..], t < tn. The 6-bit q of a
+ * chunk is built from its nibble and 2-bit parts (unsigned, 0..63); two
+ * chunks' maddubs sums share an int16 (within 2 * 2*63*128), then meet the
+ * sub-block's scale in a multiply-add. The offset of 32 is taken once per
+ * super-block from the scales and the activation's 16-element sums. */
+static AVX2 void q6_k_tile(const be_block_q6_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
+                           int tn, float *y, size_t y_stride)
+{
+    __m256 acc[TILE_TOK];
+    __m256i isum[TILE_TOK];
+    for (int t = 0; t < tn; t++)
+        acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    const __m256i lo16 = _mm256_set1_epi32(0xffff);
+    for (int64_t b = 0; b < nb; b++) {
+        const be_block_q6_kx8_t *blk = w + b;
+        for (int t = 0; t < tn; t++)
+            isum[t] = _mm256_setzero_si256();
+        for (int k = 0; k < 16; k++) {
+            int64_t s8;
+            memcpy(&s8, blk->scales + 8 * k, sizeof s8);
+            __m256i sc = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(s8));
+            sc = _mm256_or_si256(_mm256_and_si256(sc, lo16), _mm256_slli_epi32(sc, 16));
+            __m256i q[4];
+            for (int j = 0; j < 4; j++) {
+                int c = 4 * k + j;
+                __m256i l = _mm256_loadu_si256((const __m256i *)(blk->ql + 32 * (c % 32)));
+                __m256i h = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * (c % 16)));
+                l = _mm256_and_si256(_mm256_srl_epi16(l, _mm_cvtsi32_si128(4 * (c / 32))), m4);
+                h = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * (c / 16))), m3);
+                q[j] = _mm256_or_si256(l, _mm256_slli_epi16(h, 4));
+            }
+            for (int t = 0; t < tn; t++) {
+                const int8_t *aq = x[(size_t)t * (size_t)nb + b].qs + 16 * k;
+                __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], bcast4(aq)),
+                                              _mm256_maddubs_epi16(q[1], bcast4(aq + 4)));
+                __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], bcast4(aq + 8)),
+                                              _mm256_maddubs_epi16(q[3], bcast4(aq + 12)));
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(s0, sc),
+                                                                     _mm256_madd_epi16(s1, sc)));
+            }
+        }
+        /* row i's scales of sub-blocks 2p, 2p+1 as an int16 pair in lane i */
+        __m256i sp[8];
+        for (int pr = 0; pr < 8; pr++) {
+            __m128i s0 = _mm_loadl_epi64((const __m128i *)(blk->scales + 16 * pr));
+            __m128i s1 = _mm_loadl_epi64((const __m128i *)(blk->scales + 16 * pr + 8));
+            sp[pr] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
+        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        for (int t = 0; t < tn; t++) {
+            const be_block_q8_k_t *a = x + (size_t)t * (size_t)nb + b;
+            __m256i m32 = _mm256_setzero_si256();
+            for (int pr = 0; pr < 8; pr++) {
+                int32_t bp;
+                memcpy(&bp, a->bsums + 2 * pr, sizeof bp);
+                m32 = _mm256_add_epi32(m32, _mm256_madd_epi16(sp[pr], _mm256_set1_epi32(bp)));
+            }
+            __m256i tot = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(m32, 5));
+            __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(a->d));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), sc, acc[t]);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+AVX2 void be_pack_gemm_q6_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                                 const void *xv, const int32_t *xsum, int n, float *y,
+                                 size_t y_stride)
+{
+    CR_UNUSED(xsum);
+    const be_block_q8_k_t *x = xv;
+    int64_t nb = p->n_blocks;
+    for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
+        int tn = CR_MIN(TILE_TOK, n - t0);
+        for (int64_t g = g0; g < g1; g++)
+            q6_k_tile((const be_block_q6_kx8_t *)((const uint8_t *)p->data +
+                                                  (size_t)g * p->group_bytes),
+                      nb, x + (size_t)t0 * (size_t)nb, tn,
+                      y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
+    }
+}
+
 AVX2 void be_pack_gemm_q4_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
                                  const void *xv, const int32_t *xsum, int n, float *y,
                                  size_t y_stride)
@@ -216,6 +300,12 @@ AVX2 void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
 }
 
 #else
+
+void be_pack_gemm_q6_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1, const void *x,
+                            const int32_t *xsum, int n, float *y, size_t y_stride)
+{
+    be_pack_gemm_q6_k_scalar(p, g0, g1, x, xsum, n, y, y_stride);
+}
 
 void be_pack_gemm_q4_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1, const void *x,
                             const int32_t *xsum, int n, float *y, size_t y_stride)
