@@ -685,6 +685,8 @@ static void detect(void)
     avx2_table[CR_TYPE_F16].vec_dot = be_avx2_dot_f16;
     avx2_table[CR_TYPE_F16].from_float = be_avx2_f32_to_f16;
     avx2_table[CR_TYPE_F16].to_float = be_avx2_f16_to_f32;
+    avx2_table[CR_TYPE_Q8_0].from_float = be_avx2_q8_0_from_float;
+    avx2_table[CR_TYPE_Q8_K].from_float = be_avx2_q8_k_from_float;
     avx2_table[CR_TYPE_BF16].vec_dot = be_avx2_dot_bf16;
     avx2_table[CR_TYPE_Q8_0].vec_dot = be_avx2_dot_q8_0;
     avx2_table[CR_TYPE_Q4_0].vec_dot = be_avx2_dot_q4_0;
