@@ -44,6 +44,7 @@ static AVX2 void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb,
     for (int64_t b = 0; b < nb; b++) {
         const be_block_q4_0x8_t *blk = w + b;
         __m256i q[8];
+        #pragma GCC unroll 16
         for (int j = 0; j < 4; j++) {
             __m256i pk = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * j));
             q[j] = _mm256_and_si256(pk, m4);
@@ -55,6 +56,7 @@ static AVX2 void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb,
             /* weights 0..15 (unsigned side) times activations: pair sums
              * stay within 2*15*127, eight of them within 30480 (int16) */
             __m256i s = _mm256_maddubs_epi16(q[0], bcast4(a->qs));
+            #pragma GCC unroll 16
             for (int k = 1; k < 8; k++)
                 s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], bcast4(a->qs + 4 * k)));
             __m256i i32 = _mm256_madd_epi16(s, ones);
@@ -81,6 +83,7 @@ static AVX2 void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb,
     for (int64_t b = 0; b < nb; b++) {
         const be_block_q8_0x8_t *blk = w + b;
         __m256i q[8], aq[8];
+        #pragma GCC unroll 16
         for (int k = 0; k < 8; k++) {
             q[k] = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * k));
             aq[k] = _mm256_sign_epi8(q[k], q[k]);
@@ -89,6 +92,7 @@ static AVX2 void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb,
         for (int t = 0; t < tn; t++) {
             const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb + b;
             __m256i i32 = _mm256_setzero_si256();
+            #pragma GCC unroll 16
             for (int k = 0; k < 8; k++) {
                 __m256i sa = _mm256_sign_epi8(bcast4(a->qs + 4 * k), q[k]);
                 i32 = _mm256_add_epi32(i32, _mm256_madd_epi16(_mm256_maddubs_epi16(aq[k], sa),
@@ -128,6 +132,7 @@ static AVX2 void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_bloc
             sc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
             const uint8_t *qp = blk->qs + 256 * (sb / 2);
             __m256i q[8];
+            #pragma GCC unroll 16
             for (int c = 0; c < 8; c++) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(qp + 32 * c));
                 q[c] = _mm256_and_si256(sb % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
@@ -135,6 +140,7 @@ static AVX2 void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_bloc
             for (int t = 0; t < tn; t++) {
                 const int8_t *aq = x[(size_t)t * (size_t)nb + b].qs + 32 * sb;
                 __m256i s = _mm256_maddubs_epi16(q[0], bcast4(aq));
+                #pragma GCC unroll 16
                 for (int c = 1; c < 8; c++)
                     s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[c], bcast4(aq + 4 * c)));
                 isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s, sc));
@@ -200,12 +206,14 @@ static AVX2 void q6_k_tile(const be_block_q6_kx8_t *w, int64_t nb, const be_bloc
         const be_block_q6_kx8_t *blk = w + b;
         for (int t = 0; t < tn; t++)
             isum[t] = _mm256_setzero_si256();
+        #pragma GCC unroll 16
         for (int k = 0; k < 16; k++) {
             int64_t s8;
             memcpy(&s8, blk->scales + 8 * k, sizeof s8);
             __m256i sc = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(s8));
             sc = _mm256_or_si256(_mm256_and_si256(sc, lo16), _mm256_slli_epi32(sc, 16));
             __m256i q[4];
+            #pragma GCC unroll 16
             for (int j = 0; j < 4; j++) {
                 int c = 4 * k + j;
                 __m256i l = _mm256_loadu_si256((const __m256i *)(blk->ql + 32 * (c % 32)));
@@ -226,6 +234,7 @@ static AVX2 void q6_k_tile(const be_block_q6_kx8_t *w, int64_t nb, const be_bloc
         }
         /* row i's scales of sub-blocks 2p, 2p+1 as an int16 pair in lane i */
         __m256i sp[8];
+        #pragma GCC unroll 16
         for (int pr = 0; pr < 8; pr++) {
             __m128i s0 = _mm_loadl_epi64((const __m128i *)(blk->scales + 16 * pr));
             __m128i s1 = _mm_loadl_epi64((const __m128i *)(blk->scales + 16 * pr + 8));
@@ -235,6 +244,7 @@ static AVX2 void q6_k_tile(const be_block_q6_kx8_t *w, int64_t nb, const be_bloc
         for (int t = 0; t < tn; t++) {
             const be_block_q8_k_t *a = x + (size_t)t * (size_t)nb + b;
             __m256i m32 = _mm256_setzero_si256();
+            #pragma GCC unroll 16
             for (int pr = 0; pr < 8; pr++) {
                 int32_t bp;
                 memcpy(&bp, a->bsums + 2 * pr, sizeof bp);

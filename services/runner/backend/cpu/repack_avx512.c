@@ -38,6 +38,7 @@ static VNNI void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb, const be_bloc
     for (int64_t b = 0; b < nb; b++) {
         const be_block_q4_0x8_t *blk = w + b;
         __m256i q[8];
+        #pragma GCC unroll 16
         for (int j = 0; j < 4; j++) {
             __m256i pk = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * j));
             q[j] = _mm256_and_si256(pk, m4);
@@ -47,6 +48,7 @@ static VNNI void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb, const be_bloc
         for (int t = 0; t < tn; t++) {
             const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb + b;
             __m256i i32 = _mm256_set1_epi32(-8 * xsum[(size_t)t * (size_t)nb + b]);
+            #pragma GCC unroll 16
             for (int k = 0; k < 8; k++)
                 i32 = _mm256_dpbusd_epi32(i32, q[k], bcast4(a->qs + 4 * k));
             __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(a->d)));
@@ -66,6 +68,7 @@ static VNNI void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb, const be_bloc
     for (int64_t b = 0; b < nb; b++) {
         const be_block_q8_0x8_t *blk = w + b;
         __m256i q[8], aq[8];
+        #pragma GCC unroll 16
         for (int k = 0; k < 8; k++) {
             q[k] = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * k));
             aq[k] = _mm256_abs_epi8(q[k]); /* -128 becomes 128 as u8 */
@@ -74,6 +77,7 @@ static VNNI void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb, const be_bloc
         for (int t = 0; t < tn; t++) {
             const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb + b;
             __m256i i32 = _mm256_setzero_si256();
+            #pragma GCC unroll 16
             for (int k = 0; k < 8; k++)
                 i32 = _mm256_dpbusd_epi32(i32, aq[k],
                                           _mm256_sign_epi8(bcast4(a->qs + 4 * k), q[k]));
@@ -105,6 +109,7 @@ static VNNI void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_bloc
             __m256i sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8));
             const uint8_t *qp = blk->qs + 256 * (sb / 2);
             __m256i q[8];
+            #pragma GCC unroll 16
             for (int c = 0; c < 8; c++) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(qp + 32 * c));
                 q[c] = _mm256_and_si256(sb % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
@@ -112,6 +117,7 @@ static VNNI void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_bloc
             for (int t = 0; t < tn; t++) {
                 const int8_t *aq = x[(size_t)t * (size_t)nb + b].qs + 32 * sb;
                 __m256i s = _mm256_setzero_si256();
+                #pragma GCC unroll 16
                 for (int c = 0; c < 8; c++)
                     s = _mm256_dpbusd_epi32(s, q[c], bcast4(aq + 4 * c));
                 isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(s, sc));
