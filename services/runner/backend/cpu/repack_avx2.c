@@ -33,7 +33,8 @@ static inline AVX2 __m256i bcast4(const int8_t *p)
 }
 
 /* One Q4_0 group (blocks w[0..nb)) against tokens x[t * nb ..], t < tn. */
-static AVX2 void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb,
+static inline __attribute__((always_inline)) AVX2 void
+q4_0_tile_n(const be_block_q4_0x8_t *w, int64_t nb,
                            const be_block_q8_0_t *x, const int32_t *xsum, int tn,
                            float *y, size_t y_stride)
 {
@@ -73,7 +74,8 @@ static AVX2 void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb,
 /* One Q8_0 group against tokens x[t * nb ..], t < tn. Signed times signed:
  * maddubs takes |w| and the activation with w's sign (pair sums within
  * 2*128*127), each chunk widened to int32 before the next is added. */
-static AVX2 void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb,
+static inline __attribute__((always_inline)) AVX2 void
+q8_0_tile_n(const be_block_q8_0x8_t *w, int64_t nb,
                            const be_block_q8_0_t *x, int tn, float *y, size_t y_stride)
 {
     __m256 acc[TILE_TOK];
@@ -111,7 +113,8 @@ static AVX2 void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb,
  * scale sits in both int16 halves of its row's lane); the mins meet the
  * activation's 32-element sums (pairs of bsums) the same way, a sub-block
  * pair per multiply-add. */
-static AVX2 void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
+static inline __attribute__((always_inline)) AVX2 void
+q4_k_tile_n(const be_block_q4_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
                            int tn, float *y, size_t y_stride)
 {
     __m256 acc[TILE_TOK];
@@ -123,8 +126,6 @@ static AVX2 void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_bloc
     const __m256i ix4 = _mm256_set1_epi32(4), ix5 = _mm256_set1_epi32(5);
     for (int64_t b = 0; b < nb; b++) {
         const be_block_q4_kx8_t *blk = w + b;
-        for (int t = 0; t < tn; t++)
-            isum[t] = _mm256_setzero_si256();
         for (int sb = 0; sb < 8; sb++) {
             int64_t s8;
             memcpy(&s8, blk->scales + 8 * sb, sizeof s8);
@@ -143,7 +144,8 @@ static AVX2 void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_bloc
                 #pragma GCC unroll 16
                 for (int c = 1; c < 8; c++)
                     s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[c], bcast4(aq + 4 * c)));
-                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s, sc));
+                __m256i v = _mm256_madd_epi16(s, sc);
+                isum[t] = sb == 0 ? v : _mm256_add_epi32(isum[t], v);
             }
         }
         __m256i mn0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)blk->mins));
@@ -171,6 +173,35 @@ static AVX2 void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_bloc
         _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
 }
 
+/* The tiles for one token (decode: accumulators in registers) and for
+ * several, from the same code. */
+static AVX2 void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb, const be_block_q8_0_t *x,
+                           const int32_t *xsum, int tn, float *y, size_t y_stride)
+{
+    if (tn == 1)
+        q4_0_tile_n(w, nb, x, xsum, 1, y, y_stride);
+    else
+        q4_0_tile_n(w, nb, x, xsum, tn, y, y_stride);
+}
+
+static AVX2 void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb, const be_block_q8_0_t *x,
+                           int tn, float *y, size_t y_stride)
+{
+    if (tn == 1)
+        q8_0_tile_n(w, nb, x, 1, y, y_stride);
+    else
+        q8_0_tile_n(w, nb, x, tn, y, y_stride);
+}
+
+static AVX2 void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
+                           int tn, float *y, size_t y_stride)
+{
+    if (tn == 1)
+        q4_k_tile_n(w, nb, x, 1, y, y_stride);
+    else
+        q4_k_tile_n(w, nb, x, tn, y, y_stride);
+}
+
 AVX2 void be_pack_gemm_q4_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
                                  const void *xv, const int32_t *xsum, int n, float *y,
                                  size_t y_stride)
@@ -193,7 +224,8 @@ AVX2 void be_pack_gemm_q4_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
  * chunks' maddubs sums share an int16 (within 2 * 2*63*128), then meet the
  * sub-block's scale in a multiply-add. The offset of 32 is taken once per
  * super-block from the scales and the activation's 16-element sums. */
-static AVX2 void q6_k_tile(const be_block_q6_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
+static inline __attribute__((always_inline)) AVX2 void
+q6_k_tile_n(const be_block_q6_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
                            int tn, float *y, size_t y_stride)
 {
     __m256 acc[TILE_TOK];
@@ -204,8 +236,6 @@ static AVX2 void q6_k_tile(const be_block_q6_kx8_t *w, int64_t nb, const be_bloc
     const __m256i lo16 = _mm256_set1_epi32(0xffff);
     for (int64_t b = 0; b < nb; b++) {
         const be_block_q6_kx8_t *blk = w + b;
-        for (int t = 0; t < tn; t++)
-            isum[t] = _mm256_setzero_si256();
         #pragma GCC unroll 16
         for (int k = 0; k < 16; k++) {
             int64_t s8;
@@ -228,8 +258,8 @@ static AVX2 void q6_k_tile(const be_block_q6_kx8_t *w, int64_t nb, const be_bloc
                                               _mm256_maddubs_epi16(q[1], bcast4(aq + 4)));
                 __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], bcast4(aq + 8)),
                                               _mm256_maddubs_epi16(q[3], bcast4(aq + 12)));
-                isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(s0, sc),
-                                                                     _mm256_madd_epi16(s1, sc)));
+                __m256i v = _mm256_add_epi32(_mm256_madd_epi16(s0, sc), _mm256_madd_epi16(s1, sc));
+                isum[t] = k == 0 ? v : _mm256_add_epi32(isum[t], v);
             }
         }
         /* row i's scales of sub-blocks 2p, 2p+1 as an int16 pair in lane i */
@@ -257,6 +287,15 @@ static AVX2 void q6_k_tile(const be_block_q6_kx8_t *w, int64_t nb, const be_bloc
     }
     for (int t = 0; t < tn; t++)
         _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+static AVX2 void q6_k_tile(const be_block_q6_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
+                           int tn, float *y, size_t y_stride)
+{
+    if (tn == 1)
+        q6_k_tile_n(w, nb, x, 1, y, y_stride);
+    else
+        q6_k_tile_n(w, nb, x, tn, y, y_stride);
 }
 
 AVX2 void be_pack_gemm_q6_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
