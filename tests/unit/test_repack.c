@@ -70,14 +70,14 @@ static void make_acts(cr_type_t wt, int64_t n_cols, int n, uint8_t **xq, int32_t
     size_t ab = (size_t)(n_cols / vt->block_elems) * vt->block_bytes;
     float *x = malloc((size_t)n_cols * sizeof *x);
     *xq = malloc(ab * (size_t)n);
-    *xs = calloc((size_t)nb * (size_t)n, sizeof **xs);
+    *xs = calloc(2 * (size_t)nb * (size_t)n, sizeof **xs);
     for (int t = 0; t < n; t++) {
         for (int64_t i = 0; i < n_cols; i++)
             x[i] = rnd_normal();
         vt->from_float(x, *xq + (size_t)t * ab, n_cols);
         if (vt->type == CR_TYPE_Q8_0)
             be_pack_block_sums((const be_block_q8_0_t *)(*xq + (size_t)t * ab), nb,
-                               *xs + (size_t)t * (size_t)nb);
+                               *xs + 2 * (size_t)t * (size_t)nb);
     }
     free(x);
     *act_bytes = ab;
@@ -227,7 +227,7 @@ static void test_gemm(void)
                     int diff = 0;
                     float one[32];
                     for (int t = 0; t < nt; t++) {
-                        fn(p, 0, rows / 8, xq + (size_t)t * ab, xs + (size_t)t * (size_t)nb, 1,
+                        fn(p, 0, rows / 8, xq + (size_t)t * ab, xs + 2 * (size_t)t * (size_t)nb, 1,
                            one, 32);
                         diff += memcmp(one, ref + (size_t)t * ys, sizeof one) != 0;
                     }
@@ -303,12 +303,12 @@ static void test_backend(void)
                                                        BE_SIMD_SCALAR);
         size_t ab = (size_t)(n / vt->block_elems) * vt->block_bytes;
         uint8_t *xq = malloc(ab * NTOK);
-        int32_t *xs = calloc((size_t)nb * NTOK, sizeof *xs);
+        int32_t *xs = calloc(2 * (size_t)nb * NTOK, sizeof *xs);
         for (int t = 0; t < NTOK; t++) {
             vt->from_float(x + (size_t)t * (size_t)n, xq + (size_t)t * ab, n);
             if (vt->type == CR_TYPE_Q8_0)
                 be_pack_block_sums((const be_block_q8_0_t *)(xq + (size_t)t * ab), nb,
-                                   xs + (size_t)t * (size_t)nb);
+                                   xs + 2 * (size_t)t * (size_t)nb);
         }
         float ref[ROWS * NTOK], y1[ROWS * NTOK], y3[ROWS * NTOK], one[ROWS];
         be_pack_gemm_at(types[k], BE_SIMD_SCALAR)(bw.dev, 0, ROWS / 8, xq, xs, NTOK, ref, ROWS);

@@ -36,7 +36,7 @@ typedef struct be_cpu {
 
     void *wdata;          /* activations in a weight's dot format */
     size_t wdata_bytes;
-    int32_t *xsum;        /* per token and 32-block: sum of its Q8_0 qs */
+    int32_t *xsum;        /* per token and 32-block: be_pack_block_sums */
     size_t xsum_len;
     bool repack;          /* pack Q4_0/Q8_0 matrices at weight_prepare */
     float *att;           /* per thread: scores [max_ctx] + acc [max_hd] */
@@ -207,7 +207,7 @@ static cr_status_t cpu_reserve(be_backend_t *be, int max_tok, int64_t max_cols,
         c->wdata = p;
         c->wdata_bytes = need;
     }
-    size_t sums = (size_t)max_tok * (size_t)((max_cols + 31) / 32);
+    size_t sums = (size_t)max_tok * (size_t)((max_cols + 31) / 32) * 2;
     if (sums > c->xsum_len) {
         int32_t *p = alloc_aligned(sums * sizeof(int32_t));
         if (!p)
@@ -267,7 +267,7 @@ typedef struct matmul_job {
     const float *x;   /* [n][n_cols] */
     void *xq;         /* [n] rows of act_bytes, in vt's format */
     size_t act_bytes;
-    int32_t *xsum;    /* packed weights: [n][n_cols / 32] block sums */
+    int32_t *xsum;    /* packed weights: [n][2 * n_cols / 32] block sums */
     be_pack_gemm_fn gemm; /* packed weights: the product kernel */
     int n;
     float *y;         /* [n][n_rows] */
@@ -283,7 +283,7 @@ static void convert_task(void *ctx, int ith, int nth)
         void *row = (uint8_t *)j->xq + (size_t)t * j->act_bytes;
         j->vt->from_float(j->x + (size_t)t * j->w->n_cols, row, j->w->n_cols);
         if (j->xsum)
-            be_pack_block_sums(row, nb, j->xsum + (size_t)t * (size_t)nb);
+            be_pack_block_sums(row, nb, j->xsum + 2 * (size_t)t * (size_t)nb);
     }
 }
 
@@ -312,7 +312,7 @@ static void cpu_matmul_packed(be_cpu_t *c, const be_weight_t *w, const float *x,
     j.vt = be_type_traits(be_pack_act_type(p->type));
     j.act_bytes = (size_t)p->n_blocks * j.vt->block_bytes;
     j.xq = c->wdata;
-    j.xsum = p->type == CR_TYPE_Q4_0 ? c->xsum : NULL; /* Q8_0 needs no sums */
+    j.xsum = j.vt->type == CR_TYPE_Q8_0 ? c->xsum : NULL; /* K-quants need none */
     j.gemm = be_pack_gemm_at(p->type, c->simd);
     rn_threadpool_run(c->pool, convert_task, &j, n);
     int64_t groups = p->n_rows / BE_PACK_ROWS;

@@ -240,7 +240,9 @@ void be_pack_block_sums(const be_block_q8_0_t *x, int64_t n_blocks, int32_t *xsu
         int32_t s = 0;
         for (int e = 0; e < 32; e++)
             s += x[b].qs[e];
-        xsum[b] = s;
+        float f = be_f16_to_f32(x[b].d);
+        xsum[2 * b] = s;
+        memcpy(&xsum[2 * b + 1], &f, sizeof f);
     }
 }
 

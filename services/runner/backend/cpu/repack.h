@@ -89,9 +89,11 @@ typedef struct be_packed {
 /* Products of groups g0..g1-1 (rows 8*g0 .. 8*g1-1) with n activation rows:
  * y[t * y_stride + r] for every such row r and t in 0..n-1. x: n rows of
  * p->n_blocks blocks of the activation type (be_pack_act_type: Q8_0, or
- * Q8_K for the K-quants), token t at block t * p->n_blocks; xsum: n rows of
- * p->n_blocks int32, the sum of each Q8_0 block's qs (Q4_0 needs it for its
- * offset of 8; the others ignore it). Q8_0 activations are in [-127, 127],
+ * Q8_K for the K-quants), token t at block t * p->n_blocks; xsum: for Q8_0
+ * activations, n rows of 2 * p->n_blocks int32 from be_pack_block_sums
+ * (the block's sum of qs, which Q4_0's offset of 8 needs, and its scale as
+ * float bits, so kernels convert each scale once per matmul); the K-quants
+ * ignore it. Q8_0 activations are in [-127, 127],
  * as quantization makes them. Per (row, token): f = 0, then per block
  * f = fma((float)isum, dw * da, f) with isum the exact integer block sum
  * (Q4_K: then f = fma(-(float)msum, dmin * da, f) for its mins; Q6_K:
@@ -101,7 +103,8 @@ typedef void (*be_pack_gemm_fn)(const be_packed_t *p, int64_t g0, int64_t g1,
                                 const void *x, const int32_t *xsum, int n, float *y,
                                 size_t y_stride);
 
-/* The activation format the product of packed type t reads. */
+/* The activation format the product of packed type t reads (Q8_0 needs
+ * xsum from be_pack_block_sums too). */
 cr_type_t be_pack_act_type(cr_type_t t);
 
 /* True if a matrix of this type and shape is packed by be_pack_new. */
@@ -124,7 +127,8 @@ void be_pack_get_row(const be_packed_t *p, int64_t r, float *out);
  * levels the CPU lacks or the type has no version for). */
 be_pack_gemm_fn be_pack_gemm_at(cr_type_t t, be_simd_t level);
 
-/* Sums of each 32-element block of one Q8_0 row: xsum[b] = sum(x[b].qs). */
+/* Per 32-element block of one Q8_0 row: xsum[2b] = sum(x[b].qs) and
+ * xsum[2b+1] = the bits of (float)x[b].d. */
 void be_pack_block_sums(const be_block_q8_0_t *x, int64_t n_blocks, int32_t *xsum);
 
 /* The versions be_pack_gemm_at picks (AVX2 ones only after be_simd_detect

@@ -62,8 +62,9 @@ q4_0_tile_n(const be_block_q4_0x8_t *w, int64_t nb,
                 s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], bcast4(a->qs + 4 * k)));
             __m256i i32 = _mm256_madd_epi16(s, ones);
             /* the offset of 8: sum((q - 8) * a) = sum(q * a) - 8 * sum(a) */
-            i32 = _mm256_sub_epi32(i32, _mm256_set1_epi32(8 * xsum[(size_t)t * (size_t)nb + b]));
-            __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(a->d)));
+            const int32_t *m = xsum + 2 * ((size_t)t * (size_t)nb + b);
+            i32 = _mm256_sub_epi32(i32, _mm256_slli_epi32(_mm256_set1_epi32(m[0]), 3));
+            __m256 sc = _mm256_mul_ps(dw, _mm256_broadcast_ss((const float *)(m + 1)));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sc, acc[t]);
         }
     }
@@ -76,7 +77,8 @@ q4_0_tile_n(const be_block_q4_0x8_t *w, int64_t nb,
  * 2*128*127), each chunk widened to int32 before the next is added. */
 static inline __attribute__((always_inline)) AVX2 void
 q8_0_tile_n(const be_block_q8_0x8_t *w, int64_t nb,
-                           const be_block_q8_0_t *x, int tn, float *y, size_t y_stride)
+                           const be_block_q8_0_t *x, const int32_t *xsum, int tn, float *y,
+                           size_t y_stride)
 {
     __m256 acc[TILE_TOK];
     for (int t = 0; t < tn; t++)
@@ -100,7 +102,8 @@ q8_0_tile_n(const be_block_q8_0x8_t *w, int64_t nb,
                 i32 = _mm256_add_epi32(i32, _mm256_madd_epi16(_mm256_maddubs_epi16(aq[k], sa),
                                                               ones));
             }
-            __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(a->d)));
+            const float *da = (const float *)(xsum + 2 * ((size_t)t * (size_t)nb + b) + 1);
+            __m256 sc = _mm256_mul_ps(dw, _mm256_broadcast_ss(da));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sc, acc[t]);
         }
     }
@@ -185,12 +188,12 @@ static AVX2 void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb, const be_bloc
 }
 
 static AVX2 void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb, const be_block_q8_0_t *x,
-                           int tn, float *y, size_t y_stride)
+                           const int32_t *xsum, int tn, float *y, size_t y_stride)
 {
     if (tn == 1)
-        q8_0_tile_n(w, nb, x, 1, y, y_stride);
+        q8_0_tile_n(w, nb, x, xsum, 1, y, y_stride);
     else
-        q8_0_tile_n(w, nb, x, tn, y, y_stride);
+        q8_0_tile_n(w, nb, x, xsum, tn, y, y_stride);
 }
 
 static AVX2 void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
@@ -326,7 +329,7 @@ AVX2 void be_pack_gemm_q4_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
         for (int64_t g = g0; g < g1; g++)
             q4_0_tile((const be_block_q4_0x8_t *)((const uint8_t *)p->data +
                                                   (size_t)g * p->group_bytes),
-                      nb, x + (size_t)t0 * (size_t)nb, xsum + (size_t)t0 * (size_t)nb, tn,
+                      nb, x + (size_t)t0 * (size_t)nb, xsum + 2 * (size_t)t0 * (size_t)nb, tn,
                       y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
     }
 }
@@ -335,7 +338,6 @@ AVX2 void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
                                  const void *xv, const int32_t *xsum, int n, float *y,
                                  size_t y_stride)
 {
-    CR_UNUSED(xsum);
     const be_block_q8_0_t *x = xv;
     int64_t nb = p->n_blocks;
     for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
@@ -343,7 +345,7 @@ AVX2 void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
         for (int64_t g = g0; g < g1; g++)
             q8_0_tile((const be_block_q8_0x8_t *)((const uint8_t *)p->data +
                                                   (size_t)g * p->group_bytes),
-                      nb, x + (size_t)t0 * (size_t)nb, tn,
+                      nb, x + (size_t)t0 * (size_t)nb, xsum + 2 * (size_t)t0 * (size_t)nb, tn,
                       y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
     }
 }

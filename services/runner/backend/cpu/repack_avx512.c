@@ -47,7 +47,7 @@ static VNNI void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb, const be_bloc
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
         for (int t = 0; t < tn; t++) {
             const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb + b;
-            __m256i i32 = _mm256_set1_epi32(-8 * xsum[(size_t)t * (size_t)nb + b]);
+            __m256i i32 = _mm256_set1_epi32(-8 * xsum[2 * ((size_t)t * (size_t)nb + b)]);
             #pragma GCC unroll 16
             for (int k = 0; k < 8; k++)
                 i32 = _mm256_dpbusd_epi32(i32, q[k], bcast4(a->qs + 4 * k));
@@ -157,7 +157,7 @@ VNNI void be_pack_gemm_q4_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1, c
         int tn = CR_MIN(TILE_TOK, n - t0);
         for (int64_t g = g0; g < g1; g++)
             q4_0_tile(GROUP(be_block_q4_0x8_t, p, g), nb, x + (size_t)t0 * (size_t)nb,
-                      xsum + (size_t)t0 * (size_t)nb, tn,
+                      xsum + 2 * (size_t)t0 * (size_t)nb, tn,
                       y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
     }
 }
