@@ -441,17 +441,36 @@ static void cpu_rope(be_backend_t *be, float *x, int n, int n_head, int head_dim
     /* The angle for pair i is pos * base^(-2i/n_rot), built by repeated
      * multiplication in float as the reference engine does. */
     float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    /* Every head of a token turns by the same angles: cos/sin once per
+     * token (same values as per head), for rotary sizes up to ROPE_MAX. */
+    enum { ROPE_MAX = 512 };
+    float cs[ROPE_MAX / 2], sn[ROPE_MAX / 2];
     for (int t = 0; t < n; t++) {
+        bool cached = n_rot <= ROPE_MAX;
+        if (cached) {
+            float theta = (float)pos[t];
+            for (int i = 0; i < n_rot; i += 2) {
+                float th = ff ? theta / ff[i / 2] : theta;
+                cs[i / 2] = cosf(th);
+                sn[i / 2] = sinf(th);
+                theta *= theta_scale;
+            }
+        }
         for (int h = 0; h < n_head; h++) {
             float *v = x + ((size_t)t * n_head + h) * head_dim;
             float theta = (float)pos[t];
             for (int i = 0; i < n_rot; i += 2) {
-                float th = ff ? theta / ff[i / 2] : theta;
-                float cs = cosf(th), sn = sinf(th);
+                float c, s;
+                if (cached) {
+                    c = cs[i / 2], s = sn[i / 2];
+                } else {
+                    float th = ff ? theta / ff[i / 2] : theta;
+                    c = cosf(th), s = sinf(th);
+                    theta *= theta_scale;
+                }
                 float x0 = v[i], x1 = v[i + 1];
-                v[i] = x0 * cs - x1 * sn;
-                v[i + 1] = x0 * sn + x1 * cs;
-                theta *= theta_scale;
+                v[i] = x0 * c - x1 * s;
+                v[i + 1] = x0 * s + x1 * c;
             }
         }
     }
