@@ -4,8 +4,8 @@
  * converted to a weight's dot format, per-thread attention rows), sized once
  * by reserve(). matmul and attention split their work over the pool; the
  * small elementwise ops run on the calling thread. Kernels for each element
- * type come from quant.h (scalar or AVX2, chosen at run time); Q4_0, Q8_0, Q4_K
- * matrices are packed at weight_prepare into interleaved groups of 8 rows
+ * type come from quant.h (scalar or AVX2, chosen at run time); Q4_0, Q8_0,
+ * Q4_K and Q6_K matrices are packed at weight_prepare into groups of 8 rows
  * (repack.h) and the file pages they came from are dropped, so one copy
  * stays in RAM. CORRAL_CPU_REPACK=0 keeps every weight in place.
  *
@@ -38,7 +38,7 @@ typedef struct be_cpu {
     size_t wdata_bytes;
     int32_t *xsum;        /* per token and 32-block: be_pack_block_sums */
     size_t xsum_len;
-    bool repack;          /* pack Q4_0/Q8_0 matrices at weight_prepare */
+    bool repack;          /* pack Q4_0/Q8_0/Q4_K/Q6_K at weight_prepare */
     float *att;           /* per thread: scores [max_ctx] + acc [max_hd] */
     uint16_t *att16;      /* per thread: probs [max_ctx] + q [max_hd] */
     size_t att_ctx;       /* positions reserved per thread */
