@@ -4,17 +4,24 @@
  * converted to a weight's dot format, per-thread attention rows), sized once
  * by reserve(). matmul and attention split their work over the pool; the
  * small elementwise ops run on the calling thread. Kernels for each element
- * type come from quant.h (scalar or AVX2, chosen at run time).
+ * type come from quant.h (scalar or AVX2, chosen at run time); Q4_0, Q8_0,
+ * Q4_K and Q6_K matrices are packed at weight_prepare into groups of 8 rows
+ * (repack.h) and the file pages they came from are dropped, so one copy
+ * stays in RAM. CORRAL_CPU_REPACK=0 keeps every weight in place.
  *
  * One backend serves one thread at a time: contexts sharing it must not run
  * ops concurrently (the runner evaluates one batch at a time). */
 #include "lib/prelude.h"
+#include "lib/log.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
+#include "services/runner/backend/cpu/repack.h"
+#include "services/runner/backend/cpu/vec.h"
 #include "services/runner/threadpool.h"
 
 #include <math.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define ALIGN_BYTES 64
@@ -25,9 +32,13 @@ typedef struct be_cpu {
     rn_threadpool_t *pool;
     int n_threads;
     be_simd_t simd;
+    const be_vec_ops_t *vec; /* inner loops at the simd level */
 
     void *wdata;          /* activations in a weight's dot format */
     size_t wdata_bytes;
+    int32_t *xsum;        /* per token and 32-block: be_pack_block_sums */
+    size_t xsum_len;
+    bool repack;          /* pack Q4_0/Q8_0/Q4_K/Q6_K at weight_prepare */
     float *att;           /* per thread: scores [max_ctx] + acc [max_hd] */
     uint16_t *att16;      /* per thread: probs [max_ctx] + q [max_hd] */
     size_t att_ctx;       /* positions reserved per thread */
@@ -95,10 +106,52 @@ static void cpu_copy(be_backend_t *be, void *dst, const void *src, size_t bytes)
         memmove(dst, src, bytes);
 }
 
+/* True if [p, p + bytes) lies in one read-only mapping of a file (the
+ * model's mmap), per /proc/self/maps; false for heap or anonymous memory,
+ * whose pages must never be dropped (they would read back as zeros). */
+static bool in_readonly_file_map(const void *p, size_t bytes)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return false;
+    uintptr_t a = (uintptr_t)p;
+    bool ok = false;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo = 0, hi = 0, inode = 0;
+        char perms[8] = "";
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %lu", &lo, &hi, perms, &inode) != 4)
+            continue;
+        if (a < lo || a >= hi)
+            continue;
+        ok = inode != 0 && perms[1] == '-' && bytes <= hi - a;
+        break;
+    }
+    fclose(f);
+    return ok;
+}
+
+/* Drops the whole pages of a read-only file mapping in [p, p + bytes) from
+ * this process (the page cache keeps them; touching them reads them back),
+ * so a packed copy does not double the weights' resident memory. Anything
+ * else is left alone. */
+static void drop_pages(const void *p, size_t bytes)
+{
+    if (!in_readonly_file_map(p, bytes))
+        return;
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0)
+        return;
+    uintptr_t a = (uintptr_t)p, e = a + bytes;
+    uintptr_t a0 = (a + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t e0 = e / (uintptr_t)page * (uintptr_t)page;
+    if (e0 > a0 && madvise((void *)a0, e0 - a0, MADV_DONTNEED))
+        cr_log_debug("cpu backend: madvise: %s", strerror(errno));
+}
+
 static cr_status_t cpu_weight_prepare(be_backend_t *be, be_weight_t *w,
                                       cr_err_t *err)
 {
-    CR_UNUSED(be);
     const be_type_traits_t *tt = be_type_traits(w->type);
     if (!tt || !tt->vec_dot) {
         const cr_type_info_t *ti = cr_type_info(w->type);
@@ -113,12 +166,23 @@ static cr_status_t cpu_weight_prepare(be_backend_t *be, be_weight_t *w,
                           "tensor '%s': %" PRId64 " columns of %s do not make whole "
                           "rows", w->name ? w->name : "?", w->n_cols, tt->name);
     w->dev = NULL;
+    if (!cpu_of(be)->repack || !be_pack_supported(w->type, w->n_rows, w->n_cols))
+        return CR_OK;
+    be_packed_t *p = NULL;
+    cr_status_t st = be_pack_new(w->type, w->data, w->n_rows, w->n_cols, w->row_bytes, &p,
+                                 err);
+    if (st)
+        return st;
+    w->dev = p;
+    drop_pages(w->data, (size_t)w->n_rows * w->row_bytes);
     return CR_OK;
 }
 
 static void cpu_weight_release(be_backend_t *be, be_weight_t *w)
 {
     CR_UNUSED(be);
+    be_packed_t *p = w->dev;
+    be_pack_destroy(&p);
     w->dev = NULL;
 }
 
@@ -142,6 +206,16 @@ static cr_status_t cpu_reserve(be_backend_t *be, int max_tok, int64_t max_cols,
         free(c->wdata);
         c->wdata = p;
         c->wdata_bytes = need;
+    }
+    size_t sums = (size_t)max_tok * (size_t)((max_cols + 31) / 32) * 2;
+    if (sums > c->xsum_len) {
+        int32_t *p = alloc_aligned(sums * sizeof(int32_t));
+        if (!p)
+            return cr_err_set(err, CR_E_NOMEM, "cpu backend: cannot allocate %zu "
+                              "block sums", sums);
+        free(c->xsum);
+        c->xsum = p;
+        c->xsum_len = sums;
     }
     size_t ctx = (size_t)max_ctx, hd = (size_t)max_cols;
     if (ctx > c->att_ctx || hd > c->att_hd) {
@@ -172,6 +246,11 @@ static void cpu_get_rows(be_backend_t *be, const be_weight_t *w,
                          const int32_t *ids, int n, float *out)
 {
     CR_UNUSED(be);
+    if (w->dev) {
+        for (int i = 0; i < n; i++)
+            be_pack_get_row(w->dev, ids[i], out + (size_t)i * w->n_cols);
+        return;
+    }
     const be_type_traits_t *tt = be_type_traits(w->type);
     const uint8_t *base = w->data;
     for (int i = 0; i < n; i++)
@@ -188,18 +267,61 @@ typedef struct matmul_job {
     const float *x;   /* [n][n_cols] */
     void *xq;         /* [n] rows of act_bytes, in vt's format */
     size_t act_bytes;
+    int32_t *xsum;    /* packed weights: [n][2 * n_cols / 32] block sums */
+    be_pack_gemm_fn gemm; /* packed weights: the product kernel */
     int n;
     float *y;         /* [n][n_rows] */
-    int64_t chunk;    /* rows per work unit */
+    int64_t chunk;    /* rows (packed: groups of 8 rows) per work unit */
     atomic_int_fast64_t next; /* first row of the next unclaimed unit */
 } matmul_job_t;
 
 static void convert_task(void *ctx, int ith, int nth)
 {
     matmul_job_t *j = ctx;
-    for (int t = ith; t < j->n; t += nth)
-        j->vt->from_float(j->x + (size_t)t * j->w->n_cols,
-                          (uint8_t *)j->xq + (size_t)t * j->act_bytes, j->w->n_cols);
+    int64_t nb = j->w->n_cols / 32;
+    for (int t = ith; t < j->n; t += nth) {
+        void *row = (uint8_t *)j->xq + (size_t)t * j->act_bytes;
+        j->vt->from_float(j->x + (size_t)t * j->w->n_cols, row, j->w->n_cols);
+        if (j->xsum)
+            be_pack_block_sums(row, nb, j->xsum + 2 * (size_t)t * (size_t)nb);
+    }
+}
+
+/* Packed weights: threads claim units of `chunk` groups of 8 rows, each
+ * multiplied with every token (the kernel tiles the tokens). */
+static void packed_task(void *ctx, int ith, int nth)
+{
+    CR_UNUSED(ith), CR_UNUSED(nth);
+    matmul_job_t *j = ctx;
+    const be_packed_t *p = j->w->dev;
+    int64_t groups = p->n_rows / BE_PACK_ROWS;
+    for (;;) {
+        int64_t g0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (g0 >= groups)
+            return;
+        j->gemm(p, g0, CR_MIN(groups, g0 + j->chunk), j->xq, j->xsum, j->n, j->y,
+                (size_t)p->n_rows);
+    }
+}
+
+static void cpu_matmul_packed(be_cpu_t *c, const be_weight_t *w, const float *x, int n,
+                              float *y)
+{
+    const be_packed_t *p = w->dev;
+    matmul_job_t j = {.w = w, .x = x, .n = n, .y = y};
+    j.vt = be_type_traits(be_pack_act_type(p->type));
+    j.act_bytes = (size_t)p->n_blocks * j.vt->block_bytes;
+    j.xq = c->wdata;
+    j.xsum = j.vt->type == CR_TYPE_Q8_0 ? c->xsum : NULL; /* K-quants need none */
+    j.gemm = be_pack_gemm_at(p->type, c->simd);
+    rn_threadpool_run(c->pool, convert_task, &j, n);
+    int64_t groups = p->n_rows / BE_PACK_ROWS;
+    int tasks = w->n_rows * w->n_cols * (int64_t)n < 4096 ? 1 : c->n_threads;
+    /* About 8 units per thread so a thread slowed by the machine takes
+     * fewer; at least 4 groups (32 rows) per unit. */
+    j.chunk = CR_MAX(4, groups / ((int64_t)tasks * 8));
+    atomic_init(&j.next, 0);
+    rn_threadpool_run(c->pool, packed_task, &j, tasks);
 }
 
 /* Rows r0..r1 (r0 a multiple of ROW_TILE) against every token, a tile of
@@ -267,6 +389,10 @@ static void cpu_matmul(be_backend_t *be, const be_weight_t *w, const float *x,
                        int n, float *y)
 {
     be_cpu_t *c = cpu_of(be);
+    if (w->dev) {
+        cpu_matmul_packed(c, w, x, n, y);
+        return;
+    }
     matmul_job_t j = {.w = w, .x = x, .n = n, .y = y};
     j.tt = be_type_traits(w->type);
     j.vt = be_type_traits(j.tt->vec_dot_type);
@@ -315,17 +441,36 @@ static void cpu_rope(be_backend_t *be, float *x, int n, int n_head, int head_dim
     /* The angle for pair i is pos * base^(-2i/n_rot), built by repeated
      * multiplication in float as the reference engine does. */
     float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    /* Every head of a token turns by the same angles: cos/sin once per
+     * token (same values as per head), for rotary sizes up to ROPE_MAX. */
+    enum { ROPE_MAX = 512 };
+    float cs[ROPE_MAX / 2], sn[ROPE_MAX / 2];
     for (int t = 0; t < n; t++) {
+        bool cached = n_rot <= ROPE_MAX;
+        if (cached) {
+            float theta = (float)pos[t];
+            for (int i = 0; i < n_rot; i += 2) {
+                float th = ff ? theta / ff[i / 2] : theta;
+                cs[i / 2] = cosf(th);
+                sn[i / 2] = sinf(th);
+                theta *= theta_scale;
+            }
+        }
         for (int h = 0; h < n_head; h++) {
             float *v = x + ((size_t)t * n_head + h) * head_dim;
             float theta = (float)pos[t];
             for (int i = 0; i < n_rot; i += 2) {
-                float th = ff ? theta / ff[i / 2] : theta;
-                float cs = cosf(th), sn = sinf(th);
+                float c, s;
+                if (cached) {
+                    c = cs[i / 2], s = sn[i / 2];
+                } else {
+                    float th = ff ? theta / ff[i / 2] : theta;
+                    c = cosf(th), s = sinf(th);
+                    theta *= theta_scale;
+                }
                 float x0 = v[i], x1 = v[i + 1];
-                v[i] = x0 * cs - x1 * sn;
-                v[i + 1] = x0 * sn + x1 * cs;
-                theta *= theta_scale;
+                v[i] = x0 * c - x1 * s;
+                v[i + 1] = x0 * s + x1 * c;
             }
         }
     }
@@ -341,11 +486,7 @@ static void cpu_kv_store(be_backend_t *be, uint16_t *cache, const float *src,
 static void cpu_swiglu(be_backend_t *be, float *y, const float *gate,
                        const float *up, size_t n)
 {
-    CR_UNUSED(be);
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        y[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    cpu_of(be)->vec->swiglu(n, y, gate, up);
 }
 
 static void cpu_add(be_backend_t *be, float *y, const float *x, size_t n)
@@ -356,16 +497,12 @@ static void cpu_add(be_backend_t *be, float *y, const float *x, size_t n)
 }
 
 /* Softmax of one row in place; exp sums in double. */
-static void softmax_row(float *x, int n)
+static void softmax_row(const be_vec_ops_t *vec, float *x, int n)
 {
     float max = -INFINITY;
     for (int i = 0; i < n; i++)
         max = fmaxf(max, x[i]);
-    double sum = 0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max);
-        sum += x[i];
-    }
+    double sum = vec->exp_sum(n, x, max);
     float inv = (float)(1.0 / sum);
     for (int i = 0; i < n; i++)
         x[i] *= inv;
@@ -373,9 +510,8 @@ static void softmax_row(float *x, int n)
 
 static void cpu_softmax(be_backend_t *be, float *x, int n_rows, int n_cols)
 {
-    CR_UNUSED(be);
     for (int r = 0; r < n_rows; r++)
-        softmax_row(x + (size_t)r * n_cols, n_cols);
+        softmax_row(cpu_of(be)->vec, x + (size_t)r * n_cols, n_cols);
 }
 
 /* ---- attention -------------------------------------------------------- */
@@ -411,19 +547,10 @@ static void attn_task(void *ctx, int ith, int nth)
             j->dot_f16(hd, &s, j->k + (size_t)p * kv_row + (size_t)hk * hd, q16);
             scores[p] = s * a->scale;
         }
-        softmax_row(scores, n_kv);
+        softmax_row(j->c->vec, scores, n_kv);
         be_f32_to_f16_row(scores, p16, n_kv);
         float *o = j->out + ((size_t)t * a->n_head + h) * hd;
-        for (int d = 0; d < hd; d++)
-            acc[d] = 0;
-        for (int p = 0; p < n_kv; p++) {
-            float pw = be_f16_to_f32(p16[p]);
-            if (pw == 0)
-                continue;
-            const uint16_t *vr = j->v + (size_t)p * kv_row + (size_t)hk * hd;
-            for (int d = 0; d < hd; d++)
-                acc[d] += pw * be_f16_to_f32(vr[d]);
-        }
+        j->c->vec->attn_v(n_kv, p16, j->v + (size_t)hk * hd, kv_row, hd, acc);
         memcpy(o, acc, (size_t)hd * sizeof(float));
     }
 }
@@ -446,6 +573,7 @@ static void cpu_destroy(be_backend_t **self_p)
     be_cpu_t *c = cpu_of(*self_p);
     rn_threadpool_destroy(&c->pool);
     free(c->wdata);
+    free(c->xsum);
     free(c->att);
     free(c->att16);
     free(c);
@@ -483,6 +611,9 @@ cr_status_t be_cpu_new(int n_threads, be_backend_t **out, cr_err_t *err)
         return cr_err_set(err, CR_E_NOMEM, "cpu backend: out of memory");
     c->base.ops = &cpu_ops;
     c->simd = be_simd_detect();
+    c->vec = be_vec_ops_at(c->simd);
+    const char *rp = getenv("CORRAL_CPU_REPACK");
+    c->repack = !(rp && !strcmp(rp, "0"));
     cr_status_t st = rn_threadpool_new(n_threads, &c->pool, err);
     if (st) {
         free(c);

@@ -685,6 +685,8 @@ static void detect(void)
     avx2_table[CR_TYPE_F16].vec_dot = be_avx2_dot_f16;
     avx2_table[CR_TYPE_F16].from_float = be_avx2_f32_to_f16;
     avx2_table[CR_TYPE_F16].to_float = be_avx2_f16_to_f32;
+    avx2_table[CR_TYPE_Q8_0].from_float = be_avx2_q8_0_from_float;
+    avx2_table[CR_TYPE_Q8_K].from_float = be_avx2_q8_k_from_float;
     avx2_table[CR_TYPE_BF16].vec_dot = be_avx2_dot_bf16;
     avx2_table[CR_TYPE_Q8_0].vec_dot = be_avx2_dot_q8_0;
     avx2_table[CR_TYPE_Q4_0].vec_dot = be_avx2_dot_q4_0;
@@ -713,13 +715,19 @@ static void detect(void)
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) {
         hw_level = BE_SIMD_AVX2;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+            hw_level = BE_SIMD_AVX512_VNNI;
+    }
 #endif
     detected_level = hw_level;
     const char *force = getenv("CORRAL_CPU_SIMD");
     if (force && !strcmp(force, "scalar"))
         detected_level = BE_SIMD_SCALAR;
+    if (force && !strcmp(force, "avx2") && detected_level > BE_SIMD_AVX2)
+        detected_level = BE_SIMD_AVX2;
 }
 
 be_simd_t be_simd_detect(void)
@@ -730,7 +738,7 @@ be_simd_t be_simd_detect(void)
 
 const char *be_simd_name(be_simd_t s)
 {
-    return s == BE_SIMD_AVX2 ? "avx2" : "scalar";
+    return s == BE_SIMD_AVX512_VNNI ? "avx512vnni" : s == BE_SIMD_AVX2 ? "avx2" : "scalar";
 }
 
 const be_type_traits_t *be_type_traits_at(cr_type_t t, be_simd_t level)

@@ -215,10 +215,14 @@ typedef struct be_type_traits {
 typedef enum be_simd {
     BE_SIMD_SCALAR = 0, /* plain C reference */
     BE_SIMD_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    BE_SIMD_AVX512_VNNI = 2, /* AVX2 level plus AVX-512 F/BW/VL/VNNI: the
+                                packed kernels use VPDPBUSD; other kernels
+                                are the AVX2 ones */
 } be_simd_t;
 
 /* Best level this CPU supports (checked once with __builtin_cpu_supports).
- * CORRAL_CPU_SIMD=scalar forces the reference path. */
+ * CORRAL_CPU_SIMD=scalar forces the reference path, =avx2 caps the level
+ * at AVX2. */
 be_simd_t be_simd_detect(void);
 const char *be_simd_name(be_simd_t s);
 

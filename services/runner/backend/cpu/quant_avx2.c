@@ -779,6 +779,84 @@ AVX2 void be_avx2_f32_to_f16(const float *x, void *y, int64_t n)
         h[i] = be_f32_to_f16(x[i]);
 }
 
+/* 8 floats rounded half-to-even (the current mode, as nearbyintf) to int8
+ * lanes 0..7 of the result; |v| must be <= 127.5. */
+static inline AVX2 __m128i round_i8x8(__m256 v)
+{
+    __m256i i = _mm256_cvtps_epi32(v); /* MXCSR's round-to-nearest-even */
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    return _mm_packs_epi16(w, w);
+}
+
+static inline AVX2 float hmax_ps(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+AVX2 void be_avx2_q8_0_from_float(const float *x, void *y, int64_t n)
+{
+    be_block_q8_0_t *b = y;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / BE_QK8_0; i++) {
+        const float *v = x + i * BE_QK8_0;
+        __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+        __m256 v2 = _mm256_loadu_ps(v + 16), v3 = _mm256_loadu_ps(v + 24);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        float amax = hmax_ps(m);
+        float d = amax / 127.0f;
+        float id = amax != 0 ? 127.0f / amax : 0.0f;
+        b[i].d = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        __m256 s = _mm256_set1_ps(id);
+        __m128i q0 = round_i8x8(_mm256_mul_ps(v0, s)), q1 = round_i8x8(_mm256_mul_ps(v1, s));
+        __m128i q2 = round_i8x8(_mm256_mul_ps(v2, s)), q3 = round_i8x8(_mm256_mul_ps(v3, s));
+        _mm_storeu_si128((__m128i *)b[i].qs, _mm_unpacklo_epi64(q0, q1));
+        _mm_storeu_si128((__m128i *)(b[i].qs + 16), _mm_unpacklo_epi64(q2, q3));
+    }
+}
+
+AVX2 void be_avx2_q8_k_from_float(const float *x, void *y, int64_t n)
+{
+    be_block_q8_k_t *b = y;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / BE_QK_K; i++) {
+        const float *v = x + i * BE_QK_K;
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < BE_QK_K; j += 8)
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(v + j)));
+        float amax = hmax_ps(m);
+        memset(&b[i], 0, sizeof b[i]);
+        if (amax == 0)
+            continue;
+        /* the first element of largest magnitude, as the scalar scan */
+        float max = 0;
+        for (int j = 0; j < BE_QK_K; j++)
+            if (fabsf(v[j]) == amax) {
+                max = v[j];
+                break;
+            }
+        float iscale = -127.0f / max;
+        __m256 s = _mm256_set1_ps(iscale);
+        for (int j = 0; j < BE_QK_K; j += 16) {
+            __m128i q0 = round_i8x8(_mm256_mul_ps(_mm256_loadu_ps(v + j), s));
+            __m128i q1 = round_i8x8(_mm256_mul_ps(_mm256_loadu_ps(v + j + 8), s));
+            __m128i q = _mm_unpacklo_epi64(q0, q1);
+            _mm_storeu_si128((__m128i *)(b[i].qs + j), q);
+            /* sum of 16 int8 */
+            __m128i w = _mm_madd_epi16(_mm_cvtepi8_epi16(q), _mm_set1_epi16(1));
+            w = _mm_add_epi32(w, _mm_madd_epi16(_mm_cvtepi8_epi16(_mm_srli_si128(q, 8)),
+                                                _mm_set1_epi16(1)));
+            w = _mm_add_epi32(w, _mm_shuffle_epi32(w, _MM_SHUFFLE(1, 0, 3, 2)));
+            w = _mm_add_epi32(w, _mm_shuffle_epi32(w, _MM_SHUFFLE(2, 3, 0, 1)));
+            b[i].bsums[j / 16] = (int16_t)_mm_cvtsi128_si32(w);
+        }
+        b[i].d = 1.0f / iscale;
+    }
+}
+
 AVX2 void be_avx2_f16_to_f32(const void *x, float *y, int64_t n)
 {
     const uint16_t *h = x;
@@ -848,6 +926,14 @@ void be_avx2_f32_to_f16(const float *x, void *y, int64_t n)
     CR_UNUSED(x), CR_UNUSED(y), CR_UNUSED(n);
 }
 void be_avx2_f16_to_f32(const void *x, float *y, int64_t n)
+{
+    CR_UNUSED(x), CR_UNUSED(y), CR_UNUSED(n);
+}
+void be_avx2_q8_0_from_float(const float *x, void *y, int64_t n)
+{
+    CR_UNUSED(x), CR_UNUSED(y), CR_UNUSED(n);
+}
+void be_avx2_q8_k_from_float(const float *x, void *y, int64_t n)
 {
     CR_UNUSED(x), CR_UNUSED(y), CR_UNUSED(n);
 }

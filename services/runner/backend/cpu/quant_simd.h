@@ -39,5 +39,8 @@ void be_avx2_dot44_q8_0(int64_t n, float *s, size_t s_stride, const void *w,
                         size_t w_stride, const void *a, size_t a_stride);
 void be_avx2_f32_to_f16(const float *x, void *y, int64_t n);
 void be_avx2_f16_to_f32(const void *x, float *y, int64_t n);
+/* Activation quantizers: the scalar ones' bits for finite inputs. */
+void be_avx2_q8_0_from_float(const float *x, void *y, int64_t n);
+void be_avx2_q8_k_from_float(const float *x, void *y, int64_t n);
 
 #endif

@@ -1,0 +1,381 @@
+/* repack_avx2.c: AVX2 + FMA + F16C products of packed groups of 8 rows
+ * (repack.h) with Q8_0 activations.
+ *
+ * A tile is one group of 8 rows against up to TILE_TOK tokens. For each
+ * block the group's weights are loaded (and for Q4_0 unpacked) once into
+ * 8 registers, chunk k holding four elements of each of the 8 rows; per
+ * token the activation's matching four bytes are broadcast and one
+ * multiply-add per chunk leaves each row's sum in its own int32 lane. One
+ * conversion and one fma per block then update 8 rows' floats at once, and
+ * the 8 results of a token are one contiguous store. Tiles go token-tile
+ * outer, group inner, so a token tile's activations stay in L1 while the
+ * groups pass by.
+ *
+ * Exact integer block sums and the same float steps as the scalar reference
+ * (repack.c), so the results are its bits. On other architectures these are
+ * scalar stubs that are never selected. */
+#include "lib/prelude.h"
+#include "services/runner/backend/cpu/repack.h"
+
+#define TILE_TOK 16
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+static inline AVX2 __m256i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+/* One Q4_0 group (blocks w[0..nb)) against tokens x[t * nb ..], t < tn. */
+static inline __attribute__((always_inline)) AVX2 void
+q4_0_tile_n(const be_block_q4_0x8_t *w, int64_t nb,
+                           const be_block_q8_0_t *x, const int32_t *xsum, int tn,
+                           float *y, size_t y_stride)
+{
+    __m256 acc[TILE_TOK];
+    for (int t = 0; t < tn; t++)
+        acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        const be_block_q4_0x8_t *blk = w + b;
+        __m256i q[8];
+        #pragma GCC unroll 16
+        for (int j = 0; j < 4; j++) {
+            __m256i pk = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * j));
+            q[j] = _mm256_and_si256(pk, m4);
+            q[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pk, 4), m4);
+        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        for (int t = 0; t < tn; t++) {
+            const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb + b;
+            /* weights 0..15 (unsigned side) times activations: pair sums
+             * stay within 2*15*127, eight of them within 30480 (int16) */
+            __m256i s = _mm256_maddubs_epi16(q[0], bcast4(a->qs));
+            #pragma GCC unroll 16
+            for (int k = 1; k < 8; k++)
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], bcast4(a->qs + 4 * k)));
+            __m256i i32 = _mm256_madd_epi16(s, ones);
+            /* the offset of 8: sum((q - 8) * a) = sum(q * a) - 8 * sum(a) */
+            const int32_t *m = xsum + 2 * ((size_t)t * (size_t)nb + b);
+            i32 = _mm256_sub_epi32(i32, _mm256_slli_epi32(_mm256_set1_epi32(m[0]), 3));
+            __m256 sc = _mm256_mul_ps(dw, _mm256_broadcast_ss((const float *)(m + 1)));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sc, acc[t]);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+/* One Q8_0 group against tokens x[t * nb ..], t < tn. Signed times signed:
+ * maddubs takes |w| and the activation with w's sign (pair sums within
+ * 2*128*127), each chunk widened to int32 before the next is added. */
+static inline __attribute__((always_inline)) AVX2 void
+q8_0_tile_n(const be_block_q8_0x8_t *w, int64_t nb,
+                           const be_block_q8_0_t *x, const int32_t *xsum, int tn, float *y,
+                           size_t y_stride)
+{
+    __m256 acc[TILE_TOK];
+    for (int t = 0; t < tn; t++)
+        acc[t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        const be_block_q8_0x8_t *blk = w + b;
+        __m256i q[8], aq[8];
+        #pragma GCC unroll 16
+        for (int k = 0; k < 8; k++) {
+            q[k] = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * k));
+            aq[k] = _mm256_sign_epi8(q[k], q[k]);
+        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        for (int t = 0; t < tn; t++) {
+            const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb + b;
+            __m256i i32 = _mm256_setzero_si256();
+            #pragma GCC unroll 16
+            for (int k = 0; k < 8; k++) {
+                __m256i sa = _mm256_sign_epi8(bcast4(a->qs + 4 * k), q[k]);
+                i32 = _mm256_add_epi32(i32, _mm256_madd_epi16(_mm256_maddubs_epi16(aq[k], sa),
+                                                              ones));
+            }
+            const float *da = (const float *)(xsum + 2 * ((size_t)t * (size_t)nb + b) + 1);
+            __m256 sc = _mm256_mul_ps(dw, _mm256_broadcast_ss(da));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sc, acc[t]);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+/* One Q4_K group against tokens x[t * nb ..], t < tn. Per sub-block of 32
+ * the int16 chunk sums meet the 8 rows' scales in one multiply-add (each
+ * scale sits in both int16 halves of its row's lane); the mins meet the
+ * activation's 32-element sums (pairs of bsums) the same way, a sub-block
+ * pair per multiply-add. */
+static inline __attribute__((always_inline)) AVX2 void
+q4_k_tile_n(const be_block_q4_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
+                           int tn, float *y, size_t y_stride)
+{
+    __m256 acc[TILE_TOK];
+    __m256i isum[TILE_TOK];
+    for (int t = 0; t < tn; t++)
+        acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i ix0 = _mm256_set1_epi32(0), ix1 = _mm256_set1_epi32(1);
+    const __m256i ix4 = _mm256_set1_epi32(4), ix5 = _mm256_set1_epi32(5);
+    for (int64_t b = 0; b < nb; b++) {
+        const be_block_q4_kx8_t *blk = w + b;
+        for (int sb = 0; sb < 8; sb++) {
+            int64_t s8;
+            memcpy(&s8, blk->scales + 8 * sb, sizeof s8);
+            __m256i sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8));
+            sc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+            const uint8_t *qp = blk->qs + 256 * (sb / 2);
+            __m256i q[8];
+            #pragma GCC unroll 16
+            for (int c = 0; c < 8; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(qp + 32 * c));
+                q[c] = _mm256_and_si256(sb % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
+            }
+            for (int t = 0; t < tn; t++) {
+                const int8_t *aq = x[(size_t)t * (size_t)nb + b].qs + 32 * sb;
+                __m256i s = _mm256_maddubs_epi16(q[0], bcast4(aq));
+                #pragma GCC unroll 16
+                for (int c = 1; c < 8; c++)
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[c], bcast4(aq + 4 * c)));
+                __m256i v = _mm256_madd_epi16(s, sc);
+                isum[t] = sb == 0 ? v : _mm256_add_epi32(isum[t], v);
+            }
+        }
+        __m256i mn0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)blk->mins));
+        __m256i mn1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk->mins + 16)));
+        __m256i mn2 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk->mins + 32)));
+        __m256i mn3 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk->mins + 48)));
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->dmin));
+        for (int t = 0; t < tn; t++) {
+            const be_block_q8_k_t *a = x + (size_t)t * (size_t)nb + b;
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            /* int32 lanes 0, 1, 4, 5: sub-block sums (B0,B1), (B2,B3),
+             * (B4,B5), (B6,B7) as int16 pairs */
+            __m256i h = _mm256_hadd_epi16(bs, bs);
+            __m256i m32 = _mm256_madd_epi16(mn0, _mm256_permutevar8x32_epi32(h, ix0));
+            m32 = _mm256_add_epi32(m32, _mm256_madd_epi16(mn1, _mm256_permutevar8x32_epi32(h, ix1)));
+            m32 = _mm256_add_epi32(m32, _mm256_madd_epi16(mn2, _mm256_permutevar8x32_epi32(h, ix4)));
+            m32 = _mm256_add_epi32(m32, _mm256_madd_epi16(mn3, _mm256_permutevar8x32_epi32(h, ix5)));
+            __m256 da = _mm256_set1_ps(a->d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m32), _mm256_mul_ps(dmw, da), acc[t]);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+/* The tiles for one token (decode: accumulators in registers) and for
+ * several, from the same code. */
+static AVX2 void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb, const be_block_q8_0_t *x,
+                           const int32_t *xsum, int tn, float *y, size_t y_stride)
+{
+    if (tn == 1)
+        q4_0_tile_n(w, nb, x, xsum, 1, y, y_stride);
+    else
+        q4_0_tile_n(w, nb, x, xsum, tn, y, y_stride);
+}
+
+static AVX2 void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb, const be_block_q8_0_t *x,
+                           const int32_t *xsum, int tn, float *y, size_t y_stride)
+{
+    if (tn == 1)
+        q8_0_tile_n(w, nb, x, xsum, 1, y, y_stride);
+    else
+        q8_0_tile_n(w, nb, x, xsum, tn, y, y_stride);
+}
+
+static AVX2 void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
+                           int tn, float *y, size_t y_stride)
+{
+    if (tn == 1)
+        q4_k_tile_n(w, nb, x, 1, y, y_stride);
+    else
+        q4_k_tile_n(w, nb, x, tn, y, y_stride);
+}
+
+AVX2 void be_pack_gemm_q4_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                                 const void *xv, const int32_t *xsum, int n, float *y,
+                                 size_t y_stride)
+{
+    CR_UNUSED(xsum);
+    const be_block_q8_k_t *x = xv;
+    int64_t nb = p->n_blocks;
+    for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
+        int tn = CR_MIN(TILE_TOK, n - t0);
+        for (int64_t g = g0; g < g1; g++)
+            q4_k_tile((const be_block_q4_kx8_t *)((const uint8_t *)p->data +
+                                                  (size_t)g * p->group_bytes),
+                      nb, x + (size_t)t0 * (size_t)nb, tn,
+                      y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
+    }
+}
+
+/* One Q6_K group against tokens x[t * nb ..], t < tn. The 6-bit q of a
+ * chunk is built from its nibble and 2-bit parts (unsigned, 0..63); two
+ * chunks' maddubs sums share an int16 (within 2 * 2*63*128), then meet the
+ * sub-block's scale in a multiply-add. The offset of 32 is taken once per
+ * super-block from the scales and the activation's 16-element sums. */
+static inline __attribute__((always_inline)) AVX2 void
+q6_k_tile_n(const be_block_q6_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
+                           int tn, float *y, size_t y_stride)
+{
+    __m256 acc[TILE_TOK];
+    __m256i isum[TILE_TOK];
+    for (int t = 0; t < tn; t++)
+        acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    const __m256i lo16 = _mm256_set1_epi32(0xffff);
+    for (int64_t b = 0; b < nb; b++) {
+        const be_block_q6_kx8_t *blk = w + b;
+        #pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            int64_t s8;
+            memcpy(&s8, blk->scales + 8 * k, sizeof s8);
+            __m256i sc = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(s8));
+            sc = _mm256_or_si256(_mm256_and_si256(sc, lo16), _mm256_slli_epi32(sc, 16));
+            __m256i q[4];
+            #pragma GCC unroll 16
+            for (int j = 0; j < 4; j++) {
+                int c = 4 * k + j;
+                __m256i l = _mm256_loadu_si256((const __m256i *)(blk->ql + 32 * (c % 32)));
+                __m256i h = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * (c % 16)));
+                l = _mm256_and_si256(_mm256_srl_epi16(l, _mm_cvtsi32_si128(4 * (c / 32))), m4);
+                h = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * (c / 16))), m3);
+                q[j] = _mm256_or_si256(l, _mm256_slli_epi16(h, 4));
+            }
+            for (int t = 0; t < tn; t++) {
+                const int8_t *aq = x[(size_t)t * (size_t)nb + b].qs + 16 * k;
+                __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], bcast4(aq)),
+                                              _mm256_maddubs_epi16(q[1], bcast4(aq + 4)));
+                __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], bcast4(aq + 8)),
+                                              _mm256_maddubs_epi16(q[3], bcast4(aq + 12)));
+                __m256i v = _mm256_add_epi32(_mm256_madd_epi16(s0, sc), _mm256_madd_epi16(s1, sc));
+                isum[t] = k == 0 ? v : _mm256_add_epi32(isum[t], v);
+            }
+        }
+        /* row i's scales of sub-blocks 2p, 2p+1 as an int16 pair in lane i */
+        __m256i sp[8];
+        #pragma GCC unroll 16
+        for (int pr = 0; pr < 8; pr++) {
+            __m128i s0 = _mm_loadl_epi64((const __m128i *)(blk->scales + 16 * pr));
+            __m128i s1 = _mm_loadl_epi64((const __m128i *)(blk->scales + 16 * pr + 8));
+            sp[pr] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
+        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        for (int t = 0; t < tn; t++) {
+            const be_block_q8_k_t *a = x + (size_t)t * (size_t)nb + b;
+            __m256i m32 = _mm256_setzero_si256();
+            #pragma GCC unroll 16
+            for (int pr = 0; pr < 8; pr++) {
+                int32_t bp;
+                memcpy(&bp, a->bsums + 2 * pr, sizeof bp);
+                m32 = _mm256_add_epi32(m32, _mm256_madd_epi16(sp[pr], _mm256_set1_epi32(bp)));
+            }
+            __m256i tot = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(m32, 5));
+            __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(a->d));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), sc, acc[t]);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+static AVX2 void q6_k_tile(const be_block_q6_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
+                           int tn, float *y, size_t y_stride)
+{
+    if (tn == 1)
+        q6_k_tile_n(w, nb, x, 1, y, y_stride);
+    else
+        q6_k_tile_n(w, nb, x, tn, y, y_stride);
+}
+
+AVX2 void be_pack_gemm_q6_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                                 const void *xv, const int32_t *xsum, int n, float *y,
+                                 size_t y_stride)
+{
+    CR_UNUSED(xsum);
+    const be_block_q8_k_t *x = xv;
+    int64_t nb = p->n_blocks;
+    for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
+        int tn = CR_MIN(TILE_TOK, n - t0);
+        for (int64_t g = g0; g < g1; g++)
+            q6_k_tile((const be_block_q6_kx8_t *)((const uint8_t *)p->data +
+                                                  (size_t)g * p->group_bytes),
+                      nb, x + (size_t)t0 * (size_t)nb, tn,
+                      y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
+    }
+}
+
+AVX2 void be_pack_gemm_q4_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                                 const void *xv, const int32_t *xsum, int n, float *y,
+                                 size_t y_stride)
+{
+    const be_block_q8_0_t *x = xv;
+    int64_t nb = p->n_blocks;
+    for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
+        int tn = CR_MIN(TILE_TOK, n - t0);
+        for (int64_t g = g0; g < g1; g++)
+            q4_0_tile((const be_block_q4_0x8_t *)((const uint8_t *)p->data +
+                                                  (size_t)g * p->group_bytes),
+                      nb, x + (size_t)t0 * (size_t)nb, xsum + 2 * (size_t)t0 * (size_t)nb, tn,
+                      y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
+    }
+}
+
+AVX2 void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                                 const void *xv, const int32_t *xsum, int n, float *y,
+                                 size_t y_stride)
+{
+    const be_block_q8_0_t *x = xv;
+    int64_t nb = p->n_blocks;
+    for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
+        int tn = CR_MIN(TILE_TOK, n - t0);
+        for (int64_t g = g0; g < g1; g++)
+            q8_0_tile((const be_block_q8_0x8_t *)((const uint8_t *)p->data +
+                                                  (size_t)g * p->group_bytes),
+                      nb, x + (size_t)t0 * (size_t)nb, xsum + 2 * (size_t)t0 * (size_t)nb, tn,
+                      y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
+    }
+}
+
+#else
+
+void be_pack_gemm_q6_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1, const void *x,
+                            const int32_t *xsum, int n, float *y, size_t y_stride)
+{
+    be_pack_gemm_q6_k_scalar(p, g0, g1, x, xsum, n, y, y_stride);
+}
+
+void be_pack_gemm_q4_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1, const void *x,
+                            const int32_t *xsum, int n, float *y, size_t y_stride)
+{
+    be_pack_gemm_q4_k_scalar(p, g0, g1, x, xsum, n, y, y_stride);
+}
+
+void be_pack_gemm_q4_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                            const void *x, const int32_t *xsum, int n, float *y,
+                            size_t y_stride)
+{
+    be_pack_gemm_q4_0_scalar(p, g0, g1, x, xsum, n, y, y_stride);
+}
+
+void be_pack_gemm_q8_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                            const void *x, const int32_t *xsum, int n, float *y,
+                            size_t y_stride)
+{
+    be_pack_gemm_q8_0_scalar(p, g0, g1, x, xsum, n, y, y_stride);
+}
+
+#endif

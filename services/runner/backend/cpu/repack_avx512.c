@@ -1,0 +1,213 @@
+/* repack_avx512.c: the packed products (repack.h) with AVX-512 VNNI.
+ *
+ * Same tiles and float steps as repack_avx2.c; the integer part of a chunk
+ * is one VPDPBUSD (u8 x s8, four products summed into each int32 lane)
+ * instead of maddubs + add + madd, on 256-bit registers (AVX512VL), so no
+ * int16 intermediate can saturate. Integer sums are exact either way, so
+ * the results are the scalar reference's bits.
+ *
+ * Compiled with target attributes and reached only after be_simd_detect()
+ * reported BE_SIMD_AVX512_VNNI. The development machine has no AVX-512:
+ * test_repack runs these wherever the CPU has them (it loops over every
+ * level up to the detected one). */
+#include "lib/prelude.h"
+#include "services/runner/backend/cpu/repack.h"
+
+#define TILE_TOK 16
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+static inline VNNI __m256i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+static VNNI void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb, const be_block_q8_0_t *x,
+                           const int32_t *xsum, int tn, float *y, size_t y_stride)
+{
+    __m256 acc[TILE_TOK];
+    for (int t = 0; t < tn; t++)
+        acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int64_t b = 0; b < nb; b++) {
+        const be_block_q4_0x8_t *blk = w + b;
+        __m256i q[8];
+        #pragma GCC unroll 16
+        for (int j = 0; j < 4; j++) {
+            __m256i pk = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * j));
+            q[j] = _mm256_and_si256(pk, m4);
+            q[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pk, 4), m4);
+        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        for (int t = 0; t < tn; t++) {
+            const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb + b;
+            __m256i i32 = _mm256_set1_epi32(-8 * xsum[2 * ((size_t)t * (size_t)nb + b)]);
+            #pragma GCC unroll 16
+            for (int k = 0; k < 8; k++)
+                i32 = _mm256_dpbusd_epi32(i32, q[k], bcast4(a->qs + 4 * k));
+            __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(a->d)));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sc, acc[t]);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+static VNNI void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb, const be_block_q8_0_t *x,
+                           int tn, float *y, size_t y_stride)
+{
+    __m256 acc[TILE_TOK];
+    for (int t = 0; t < tn; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const be_block_q8_0x8_t *blk = w + b;
+        __m256i q[8], aq[8];
+        #pragma GCC unroll 16
+        for (int k = 0; k < 8; k++) {
+            q[k] = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * k));
+            aq[k] = _mm256_abs_epi8(q[k]); /* -128 becomes 128 as u8 */
+        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        for (int t = 0; t < tn; t++) {
+            const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb + b;
+            __m256i i32 = _mm256_setzero_si256();
+            #pragma GCC unroll 16
+            for (int k = 0; k < 8; k++)
+                i32 = _mm256_dpbusd_epi32(i32, aq[k],
+                                          _mm256_sign_epi8(bcast4(a->qs + 4 * k), q[k]));
+            __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(a->d)));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sc, acc[t]);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+static VNNI void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
+                           int tn, float *y, size_t y_stride)
+{
+    __m256 acc[TILE_TOK];
+    __m256i isum[TILE_TOK];
+    for (int t = 0; t < tn; t++)
+        acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i ix0 = _mm256_set1_epi32(0), ix1 = _mm256_set1_epi32(1);
+    const __m256i ix4 = _mm256_set1_epi32(4), ix5 = _mm256_set1_epi32(5);
+    for (int64_t b = 0; b < nb; b++) {
+        const be_block_q4_kx8_t *blk = w + b;
+        for (int t = 0; t < tn; t++)
+            isum[t] = _mm256_setzero_si256();
+        for (int sb = 0; sb < 8; sb++) {
+            int64_t s8;
+            memcpy(&s8, blk->scales + 8 * sb, sizeof s8);
+            __m256i sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8));
+            const uint8_t *qp = blk->qs + 256 * (sb / 2);
+            __m256i q[8];
+            #pragma GCC unroll 16
+            for (int c = 0; c < 8; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(qp + 32 * c));
+                q[c] = _mm256_and_si256(sb % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
+            }
+            for (int t = 0; t < tn; t++) {
+                const int8_t *aq = x[(size_t)t * (size_t)nb + b].qs + 32 * sb;
+                __m256i s = _mm256_setzero_si256();
+                #pragma GCC unroll 16
+                for (int c = 0; c < 8; c++)
+                    s = _mm256_dpbusd_epi32(s, q[c], bcast4(aq + 4 * c));
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(s, sc));
+            }
+        }
+        __m256i mn0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)blk->mins));
+        __m256i mn1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk->mins + 16)));
+        __m256i mn2 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk->mins + 32)));
+        __m256i mn3 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk->mins + 48)));
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->dmin));
+        for (int t = 0; t < tn; t++) {
+            const be_block_q8_k_t *a = x + (size_t)t * (size_t)nb + b;
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            __m256i h = _mm256_hadd_epi16(bs, bs);
+            __m256i m32 = _mm256_madd_epi16(mn0, _mm256_permutevar8x32_epi32(h, ix0));
+            m32 = _mm256_dpwssd_epi32(m32, mn1, _mm256_permutevar8x32_epi32(h, ix1));
+            m32 = _mm256_dpwssd_epi32(m32, mn2, _mm256_permutevar8x32_epi32(h, ix4));
+            m32 = _mm256_dpwssd_epi32(m32, mn3, _mm256_permutevar8x32_epi32(h, ix5));
+            __m256 da = _mm256_set1_ps(a->d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m32), _mm256_mul_ps(dmw, da), acc[t]);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+#define GROUP(T, p, g) ((const T *)((const uint8_t *)(p)->data + (size_t)(g) * (p)->group_bytes))
+
+VNNI void be_pack_gemm_q4_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1, const void *xv,
+                                 const int32_t *xsum, int n, float *y, size_t y_stride)
+{
+    const be_block_q8_0_t *x = xv;
+    int64_t nb = p->n_blocks;
+    for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
+        int tn = CR_MIN(TILE_TOK, n - t0);
+        for (int64_t g = g0; g < g1; g++)
+            q4_0_tile(GROUP(be_block_q4_0x8_t, p, g), nb, x + (size_t)t0 * (size_t)nb,
+                      xsum + 2 * (size_t)t0 * (size_t)nb, tn,
+                      y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
+    }
+}
+
+VNNI void be_pack_gemm_q8_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1, const void *xv,
+                                 const int32_t *xsum, int n, float *y, size_t y_stride)
+{
+    CR_UNUSED(xsum);
+    const be_block_q8_0_t *x = xv;
+    int64_t nb = p->n_blocks;
+    for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
+        int tn = CR_MIN(TILE_TOK, n - t0);
+        for (int64_t g = g0; g < g1; g++)
+            q8_0_tile(GROUP(be_block_q8_0x8_t, p, g), nb, x + (size_t)t0 * (size_t)nb, tn,
+                      y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
+    }
+}
+
+VNNI void be_pack_gemm_q4_k_vnni(const be_packed_t *p, int64_t g0, int64_t g1, const void *xv,
+                                 const int32_t *xsum, int n, float *y, size_t y_stride)
+{
+    CR_UNUSED(xsum);
+    const be_block_q8_k_t *x = xv;
+    int64_t nb = p->n_blocks;
+    for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
+        int tn = CR_MIN(TILE_TOK, n - t0);
+        for (int64_t g = g0; g < g1; g++)
+            q4_k_tile(GROUP(be_block_q4_kx8_t, p, g), nb, x + (size_t)t0 * (size_t)nb, tn,
+                      y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
+    }
+}
+
+#else
+
+void be_pack_gemm_q4_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1, const void *x,
+                            const int32_t *xsum, int n, float *y, size_t y_stride)
+{
+    be_pack_gemm_q4_0_scalar(p, g0, g1, x, xsum, n, y, y_stride);
+}
+
+void be_pack_gemm_q8_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1, const void *x,
+                            const int32_t *xsum, int n, float *y, size_t y_stride)
+{
+    be_pack_gemm_q8_0_scalar(p, g0, g1, x, xsum, n, y, y_stride);
+}
+
+void be_pack_gemm_q4_k_vnni(const be_packed_t *p, int64_t g0, int64_t g1, const void *x,
+                            const int32_t *xsum, int n, float *y, size_t y_stride)
+{
+    be_pack_gemm_q4_k_scalar(p, g0, g1, x, xsum, n, y, y_stride);
+}
+
+#endif

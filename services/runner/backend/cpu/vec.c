@@ -1,0 +1,152 @@
+/* vec.c: scalar and AVX2 versions of the inner loops in vec.h.
+ *
+ * The AVX2 exp is Cephes' single-precision one: x = n ln2 + r with n
+ * rounded, r split against ln2 in two parts, e^r by a degree-6 polynomial,
+ * times 2^n built in the exponent bits. Inputs below -87.33 (e^x under the
+ * smallest normal) give 0, as expf's result would round to, and inputs
+ * above 88.37 give inf (expf overflows just above 88.72; between the two
+ * callers see inf instead of a huge float, harmless for 1 / (1 + e^x) and
+ * never met by softmax, whose arguments are <= 0). */
+#include "lib/prelude.h"
+#include "services/runner/backend/cpu/vec.h"
+
+#include <math.h>
+
+/* ---- scalar ----------------------------------------------------------- */
+
+static void attn_v_scalar(int n_kv, const uint16_t *probs, const uint16_t *v, size_t v_stride,
+                          int hd, float *acc)
+{
+    for (int d = 0; d < hd; d++)
+        acc[d] = 0;
+    for (int p = 0; p < n_kv; p++) {
+        float pw = be_f16_to_f32(probs[p]);
+        if (pw == 0)
+            continue;
+        const uint16_t *vr = v + (size_t)p * v_stride;
+        for (int d = 0; d < hd; d++)
+            acc[d] += pw * be_f16_to_f32(vr[d]);
+    }
+}
+
+static void swiglu_scalar(size_t n, float *y, const float *g, const float *u)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        y[i] = gi / (1.0f + expf(-gi)) * u[i];
+    }
+}
+
+static double exp_sum_scalar(int n, float *x, float max)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    return sum;
+}
+
+static const be_vec_ops_t scalar_ops = {attn_v_scalar, swiglu_scalar, exp_sum_scalar};
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+static inline AVX2 __m256 exp_ps(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.37626f);
+    __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
+    __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+                                  23);
+    y = _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
+    return _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over);
+}
+
+static AVX2 void attn_v_avx2(int n_kv, const uint16_t *probs, const uint16_t *v,
+                             size_t v_stride, int hd, float *acc)
+{
+    int d8 = hd / 8 * 8;
+    for (int d = 0; d < hd; d++)
+        acc[d] = 0;
+    for (int p = 0; p < n_kv; p++) {
+        float pw = _cvtsh_ss(probs[p]);
+        if (pw == 0)
+            continue;
+        const uint16_t *vr = v + (size_t)p * v_stride;
+        __m256 w = _mm256_set1_ps(pw);
+        for (int d = 0; d < d8; d += 8) {
+            __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + d)));
+            _mm256_storeu_ps(acc + d, _mm256_add_ps(_mm256_loadu_ps(acc + d), _mm256_mul_ps(w, vv)));
+        }
+        for (int d = d8; d < hd; d++)
+            acc[d] += pw * _cvtsh_ss(vr[d]);
+    }
+}
+
+static AVX2 void swiglu_avx2(size_t n, float *y, const float *g, const float *u)
+{
+    size_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i);
+        __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+        __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+    }
+    if (i < n)
+        swiglu_scalar(n - i, y + i, g + i, u + i);
+}
+
+static AVX2 double exp_sum_avx2(int n, float *x, float max)
+{
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    __m256 m = _mm256_set1_ps(max);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        _mm256_storeu_ps(x + i, e);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double lanes[4];
+    _mm256_storeu_pd(lanes, _mm256_add_pd(s0, s1));
+    double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    if (i < n)
+        sum += exp_sum_scalar(n - i, x + i, max);
+    return sum;
+}
+
+static const be_vec_ops_t avx2_ops = {attn_v_avx2, swiglu_avx2, exp_sum_avx2};
+
+#else
+
+static const be_vec_ops_t avx2_ops = {attn_v_scalar, swiglu_scalar, exp_sum_scalar};
+
+#endif
+
+const be_vec_ops_t *be_vec_ops_at(be_simd_t level)
+{
+    bool avx2 = level >= BE_SIMD_AVX2 && be_simd_detect() >= BE_SIMD_AVX2;
+    return avx2 ? &avx2_ops : &scalar_ops;
+}
+
+const be_vec_ops_t *be_vec_ops(void)
+{
+    return be_vec_ops_at(be_simd_detect());
+}

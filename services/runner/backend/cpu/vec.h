@@ -1,0 +1,34 @@
+/* vec.h: the CPU backend's elementwise and attention inner loops, each as
+ * plain C and, where the CPU has AVX2+FMA+F16C, as a vector version chosen
+ * at run time (the level be_simd_detect gives, or the one passed).
+ *
+ * Contracts say which results are bit-identical across levels and which
+ * differ by the exp approximation (a few ulp). Owns no threading and no
+ * buffers. */
+#ifndef BE_CPU_VEC_H
+#define BE_CPU_VEC_H
+
+#include "lib/prelude.h"
+#include "services/runner/backend/cpu/quant.h"
+
+typedef struct be_vec_ops {
+    /* acc[d] = sum over p < n_kv of f16(probs[p]) * f16(v[p * v_stride + d]),
+     * d < hd, summed in p order with a separate multiply and add (every
+     * level gives the same bits); p with a zero probability are skipped. */
+    void (*attn_v)(int n_kv, const uint16_t *probs, const uint16_t *v, size_t v_stride,
+                   int hd, float *acc);
+    /* y[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u over n (y may alias
+     * g or u). Vector exp: within 4 ulp of expf. */
+    void (*swiglu)(size_t n, float *y, const float *g, const float *u);
+    /* x[i] = exp(x[i] - max) over n in place; returns the sum of the new
+     * x[i] accumulated in double. Vector exp: within 4 ulp of expf. */
+    double (*exp_sum)(int n, float *x, float max);
+} be_vec_ops_t;
+
+/* The versions for `level` (scalar where the CPU lacks it). Static. */
+const be_vec_ops_t *be_vec_ops_at(be_simd_t level);
+
+/* The versions for the detected level. */
+const be_vec_ops_t *be_vec_ops(void);
+
+#endif

@@ -1,0 +1,428 @@
+/* test_repack.c: packed (interleaved 8-row) Q4_0/Q8_0 weights.
+ *
+ * Types: Q4_0, Q8_0, Q4_K, Q6_K.
+ * - packing then unpacking a row gives the source type's to_float bits;
+ * - the scalar packed product lies within float-accumulation rounding of the
+ *   exact (double) dot product of the dequantized operands, with the bound
+ *   test_quant uses: (blocks + 2) * FLT_EPSILON * sum|terms|;
+ * - every SIMD level the CPU has gives the scalar product's bits, for token
+ *   counts around the kernel's token tile and for sub-ranges of groups;
+ * - through the backend: weight_prepare packs (and CORRAL_CPU_REPACK=0 does
+ *   not), matmul on 1 and 3 threads and get_rows give the reference bits,
+ *   each token alone gives the batch's bits, heap weights stay untouched and
+ *   a file-mapped weight's pages leave the process's resident set. */
+#include "lib/prelude.h"
+#include "services/runner/backend/backend.h"
+#include "services/runner/backend/cpu/quant.h"
+#include "services/runner/backend/cpu/quant_impl.h"
+#include "services/runner/backend/cpu/repack.h"
+#include "tests/unit/check.h"
+
+#include <fcntl.h>
+#include <float.h>
+#include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static uint64_t rng_s = 0x7e57ab1e;
+
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float rnd_normal(void)
+{
+    double u1 = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
+    double u2 = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
+    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* rows x n random weights quantized to t (caller frees). */
+static uint8_t *make_weights(cr_type_t t, int64_t rows, int64_t n, size_t *row_bytes)
+{
+    const be_type_traits_t *tt = be_type_traits_at(t, BE_SIMD_SCALAR);
+    uint64_t rb = 0;
+    cr_type_row_bytes(t, (uint64_t)n, &rb);
+    uint8_t *w = malloc((size_t)rb * (size_t)rows);
+    float *row = malloc((size_t)n * sizeof *row);
+    for (int64_t r = 0; r < rows; r++) {
+        /* a few rows with a large outlier, as real weights have */
+        for (int64_t i = 0; i < n; i++)
+            row[i] = rnd_normal() * 0.02f * (r % 5 == 0 && i % 97 == 3 ? 40.0f : 1.0f);
+        tt->from_float(row, w + (size_t)r * rb, n);
+    }
+    free(row);
+    *row_bytes = (size_t)rb;
+    return w;
+}
+
+/* n tokens of activations in the format packed type wt reads (rows of
+ * *act_bytes), plus Q8_0 block sums (Q8_0 activations only). */
+static void make_acts(cr_type_t wt, int64_t n_cols, int n, uint8_t **xq, int32_t **xs,
+                      size_t *act_bytes)
+{
+    const be_type_traits_t *vt = be_type_traits_at(be_pack_act_type(wt), BE_SIMD_SCALAR);
+    int64_t nb = n_cols / 32;
+    size_t ab = (size_t)(n_cols / vt->block_elems) * vt->block_bytes;
+    float *x = malloc((size_t)n_cols * sizeof *x);
+    *xq = malloc(ab * (size_t)n);
+    *xs = calloc(2 * (size_t)nb * (size_t)n, sizeof **xs);
+    for (int t = 0; t < n; t++) {
+        for (int64_t i = 0; i < n_cols; i++)
+            x[i] = rnd_normal();
+        vt->from_float(x, *xq + (size_t)t * ab, n_cols);
+        if (vt->type == CR_TYPE_Q8_0)
+            be_pack_block_sums((const be_block_q8_0_t *)(*xq + (size_t)t * ab), nb,
+                               *xs + 2 * (size_t)t * (size_t)nb);
+    }
+    free(x);
+    *act_bytes = ab;
+}
+
+static void test_supported(void)
+{
+    CHECK(be_pack_supported(CR_TYPE_Q4_0, 8, 32));
+    CHECK(be_pack_supported(CR_TYPE_Q8_0, 2048, 5632));
+    CHECK(!be_pack_supported(CR_TYPE_Q4_0, 12, 64));   /* not whole groups */
+    CHECK(!be_pack_supported(CR_TYPE_Q4_0, 16, 48));   /* not whole blocks */
+    CHECK(be_pack_supported(CR_TYPE_Q4_K, 16, 256));
+    CHECK(!be_pack_supported(CR_TYPE_Q4_K, 16, 288));  /* not whole super-blocks */
+    CHECK(be_pack_supported(CR_TYPE_Q6_K, 16, 256));
+    CHECK(!be_pack_supported(CR_TYPE_Q5_K, 16, 256));  /* no packed layout */
+    CHECK(!be_pack_supported(CR_TYPE_F32, 16, 32));
+    be_packed_t *p = NULL;
+    cr_err_t err;
+    cr_err_clear(&err);
+    uint8_t dummy[18 * 12] = {0};
+    CHECK_EQ_INT(be_pack_new(CR_TYPE_Q4_0, dummy, 12, 32, 18, &p, &err), CR_E_INVALID);
+    CHECK(p == NULL);
+    CHECK_EQ_INT(be_pack_new(CR_TYPE_Q4_0, dummy, 8, 32, 20, &p, &err), CR_E_INVALID);
+    be_pack_destroy(&p); /* NULL-safe */
+}
+
+/* Unpacked rows equal to_float of the source rows, bit for bit. */
+static void test_get_row(void)
+{
+    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K, CR_TYPE_Q6_K};
+    for (size_t k = 0; k < CR_ARRAY_LEN(types); k++) {
+        int64_t rows = 24, n = be_type_traits(types[k])->block_elems == 256 ? 256 * 3 : 32 * 9;
+        size_t rb = 0;
+        uint8_t *w = make_weights(types[k], rows, n, &rb);
+        be_packed_t *p = NULL;
+        cr_err_t err;
+        cr_err_clear(&err);
+        CHECK_EQ_INT(be_pack_new(types[k], w, rows, n, rb, &p, &err), CR_OK);
+        if (!p) {
+            free(w);
+            continue;
+        }
+        CHECK_EQ_INT((int)p->n_blocks, (int)(n / be_type_traits(types[k])->block_elems));
+        CHECK((uintptr_t)p->data % 64 == 0);
+        const be_type_traits_t *tt = be_type_traits_at(types[k], BE_SIMD_SCALAR);
+        float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+        int bad = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            tt->to_float(w + (size_t)r * rb, a, n);
+            be_pack_get_row(p, r, b);
+            bad += memcmp(a, b, (size_t)n * sizeof *a) != 0;
+        }
+        CHECK_MSG(bad == 0, "%s: %d unpacked rows differ", tt->name, bad);
+        free(a);
+        free(b);
+        be_pack_destroy(&p);
+        CHECK(p == NULL);
+        free(w);
+    }
+}
+
+/* Exact dot product of dequantized weight row r and activation row t.
+ * mag: sum of |terms|, with Q4_K's min part (dmin * min * a, subtracted
+ * after its own sum) counted twice more, as test_quant does. */
+static double exact(const be_type_traits_t *tt, const uint8_t *w, size_t rb, int64_t r,
+                    const uint8_t *xq, size_t ab, int64_t n, int t, double *mag)
+{
+    float *wf = malloc((size_t)n * sizeof *wf), *af = malloc((size_t)n * sizeof *af);
+    tt->to_float(w + (size_t)r * rb, wf, n);
+    be_type_traits_at(be_pack_act_type(tt->type), BE_SIMD_SCALAR)
+        ->to_float(xq + (size_t)t * ab, af, n);
+    double s = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s += (double)wf[i] * af[i];
+        m += fabs((double)wf[i] * af[i]);
+        if (tt->type == CR_TYPE_Q4_K) {
+            const be_block_q4_k_t *blk = (const be_block_q4_k_t *)(w + (size_t)r * rb) + i / 256;
+            uint8_t sc, mn;
+            be_k4_scale_min((int)(i % 256) / 32, blk->scales, &sc, &mn);
+            m += 2 * fabs((double)be_f16_to_f32(blk->dmin) * mn * af[i]);
+        }
+    }
+    free(wf);
+    free(af);
+    *mag = m;
+    return s;
+}
+
+static void test_gemm(void)
+{
+    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K, CR_TYPE_Q6_K};
+    int64_t cols[] = {32, 32 * 7, 2048}, kcols[] = {256, 256 * 3, 2048};
+    int toks[] = {1, 3, 16, 17, 35};
+    be_simd_t have = be_simd_detect();
+    for (size_t k = 0; k < CR_ARRAY_LEN(types); k++)
+        for (size_t c = 0; c < CR_ARRAY_LEN(cols); c++) {
+            bool kq = types[k] == CR_TYPE_Q4_K || types[k] == CR_TYPE_Q6_K;
+            int64_t rows = 32, n = kq ? kcols[c] : cols[c], nb = n / 32;
+            /* float steps per block: one (two with Q4_K's mins) */
+            int64_t terms = types[k] == CR_TYPE_Q4_K ? 2 * (n / 256) : kq ? n / 256 : nb;
+            size_t rb = 0;
+            uint8_t *w = make_weights(types[k], rows, n, &rb);
+            const be_type_traits_t *tt = be_type_traits_at(types[k], BE_SIMD_SCALAR);
+            be_packed_t *p = NULL;
+            cr_err_t err;
+            cr_err_clear(&err);
+            CHECK_EQ_INT(be_pack_new(types[k], w, rows, n, rb, &p, &err), CR_OK);
+            for (size_t q = 0; p && q < CR_ARRAY_LEN(toks); q++) {
+                int nt = toks[q];
+                uint8_t *xq;
+                int32_t *xs;
+                size_t ab;
+                make_acts(types[k], n, nt, &xq, &xs, &ab);
+                size_t ys = (size_t)rows + 3; /* a stride wider than the rows */
+                float *ref = calloc(ys * (size_t)nt, sizeof *ref);
+                float *got = calloc(ys * (size_t)nt, sizeof *got);
+                be_pack_gemm_at(types[k], BE_SIMD_SCALAR)(p, 0, rows / 8, xq, xs, nt, ref, ys);
+                int off = 0;
+                for (int t = 0; t < nt; t++)
+                    for (int64_t r = 0; r < rows; r++) {
+                        double mag, want = exact(tt, w, rb, r, xq, ab, n, t, &mag);
+                        double tol = (double)(terms + 2) * FLT_EPSILON * mag + 1e-30;
+                        off += fabs(ref[(size_t)t * ys + (size_t)r] - want) > tol;
+                    }
+                CHECK_MSG(off == 0, "%s n=%" PRId64 " tokens=%d: scalar off %d times",
+                          tt->name, n, nt, off);
+                for (int lv = BE_SIMD_SCALAR; lv <= (int)have; lv++) {
+                    be_pack_gemm_fn fn = be_pack_gemm_at(types[k], (be_simd_t)lv);
+                    memset(got, 0, ys * (size_t)nt * sizeof *got);
+                    fn(p, 0, rows / 8, xq, xs, nt, got, ys);
+                    CHECK_MSG(!memcmp(got, ref, ys * (size_t)nt * sizeof *got),
+                              "%s n=%" PRId64 " tokens=%d level %s: bits differ", tt->name, n,
+                              nt, be_simd_name((be_simd_t)lv));
+                    /* groups 1..2 only: rows 8..23 written, the rest left */
+                    memset(got, 0, ys * (size_t)nt * sizeof *got);
+                    fn(p, 1, 3, xq, xs, nt, got, ys);
+                    int wrong = 0;
+                    for (int t = 0; t < nt; t++)
+                        for (int64_t r = 0; r < (int64_t)ys; r++) {
+                            float v = got[(size_t)t * ys + (size_t)r];
+                            wrong += (r >= 8 && r < 24) ? v != ref[(size_t)t * ys + (size_t)r]
+                                                        : v != 0;
+                        }
+                    CHECK_MSG(wrong == 0, "%s level %s: group range wrote %d wrong", tt->name,
+                              be_simd_name((be_simd_t)lv), wrong);
+                    /* each token alone: the batch's bits */
+                    int diff = 0;
+                    float one[32];
+                    for (int t = 0; t < nt; t++) {
+                        fn(p, 0, rows / 8, xq + (size_t)t * ab, xs + 2 * (size_t)t * (size_t)nb, 1,
+                           one, 32);
+                        diff += memcmp(one, ref + (size_t)t * ys, sizeof one) != 0;
+                    }
+                    CHECK_MSG(diff == 0, "%s level %s: %d tokens alone differ", tt->name,
+                              be_simd_name((be_simd_t)lv), diff);
+                }
+                free(xq);
+                free(xs);
+                free(ref);
+                free(got);
+            }
+            be_pack_destroy(&p);
+            free(w);
+        }
+}
+
+/* Resident kB of the mapping that contains addr, from /proc/self/smaps
+ * (-1 if not found). */
+static long mapping_rss_kb(const void *addr)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    bool in = false;
+    long rss = -1;
+    uintptr_t a = (uintptr_t)addr;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = a >= lo && a < hi;
+            continue;
+        }
+        long v;
+        if (in && sscanf(line, "Rss: %ld kB", &v) == 1) {
+            rss = v;
+            break;
+        }
+    }
+    fclose(f);
+    return rss;
+}
+
+static void test_backend(void)
+{
+    be_backend_t *be1 = NULL, *be3 = NULL;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(be_cpu_new(1, &be1, &err), CR_OK);
+    CHECK_EQ_INT(be_cpu_new(3, &be3, &err), CR_OK);
+    if (!be1 || !be3)
+        return;
+    cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K, CR_TYPE_Q6_K};
+    enum { ROWS = 64, NTOK = 21 };
+    for (size_t k = 0; k < CR_ARRAY_LEN(types); k++) {
+        int64_t n = 512, nb = n / 32;
+        size_t rb = 0;
+        uint8_t *w = make_weights(types[k], ROWS, n, &rb);
+        uint8_t *copy = malloc(rb * ROWS);
+        memcpy(copy, w, rb * ROWS);
+        be_weight_t bw = {"w", types[k], n, ROWS, rb, w, NULL};
+        CHECK_EQ_INT(be1->ops->weight_prepare(be1, &bw, &err), CR_OK);
+        CHECK(bw.dev != NULL);
+        CHECK(!memcmp(w, copy, rb * ROWS)); /* heap bytes are never dropped */
+        CHECK_EQ_INT(be1->ops->reserve(be1, NTOK, n, 16, 1, &err), CR_OK);
+        CHECK_EQ_INT(be3->ops->reserve(be3, NTOK, n, 16, 1, &err), CR_OK);
+        float *x = malloc((size_t)n * NTOK * sizeof *x);
+        for (int64_t i = 0; i < n * NTOK; i++)
+            x[i] = rnd_normal();
+        /* the reference: activations quantized by the scalar traits, the
+         * scalar packed product */
+        const be_type_traits_t *vt = be_type_traits_at(be_pack_act_type(types[k]),
+                                                       BE_SIMD_SCALAR);
+        size_t ab = (size_t)(n / vt->block_elems) * vt->block_bytes;
+        uint8_t *xq = malloc(ab * NTOK);
+        int32_t *xs = calloc(2 * (size_t)nb * NTOK, sizeof *xs);
+        for (int t = 0; t < NTOK; t++) {
+            vt->from_float(x + (size_t)t * (size_t)n, xq + (size_t)t * ab, n);
+            if (vt->type == CR_TYPE_Q8_0)
+                be_pack_block_sums((const be_block_q8_0_t *)(xq + (size_t)t * ab), nb,
+                                   xs + 2 * (size_t)t * (size_t)nb);
+        }
+        float ref[ROWS * NTOK], y1[ROWS * NTOK], y3[ROWS * NTOK], one[ROWS];
+        be_pack_gemm_at(types[k], BE_SIMD_SCALAR)(bw.dev, 0, ROWS / 8, xq, xs, NTOK, ref, ROWS);
+        be1->ops->matmul(be1, &bw, x, NTOK, y1);
+        be3->ops->matmul(be3, &bw, x, NTOK, y3);
+        CHECK_MSG(!memcmp(y1, ref, sizeof ref), "%d: 1-thread matmul differs", (int)k);
+        CHECK_MSG(!memcmp(y3, ref, sizeof ref), "%d: 3-thread matmul differs", (int)k);
+        int diff = 0;
+        for (int t = 0; t < NTOK; t++) {
+            be3->ops->matmul(be3, &bw, x + (size_t)t * (size_t)n, 1, one);
+            diff += memcmp(one, ref + (size_t)t * ROWS, sizeof one) != 0;
+        }
+        CHECK_MSG(diff == 0, "%d: %d tokens alone differ from the batch", (int)k, diff);
+        /* get_rows from the packed copy: to_float's bits */
+        int32_t ids[3] = {0, 37, ROWS - 1};
+        float *got = malloc(3 * (size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+        be1->ops->get_rows(be1, &bw, ids, 3, got);
+        int bad = 0;
+        for (int i = 0; i < 3; i++) {
+            be_type_traits(types[k])->to_float(copy + (size_t)ids[i] * rb, want, n);
+            bad += memcmp(got + (size_t)i * (size_t)n, want, (size_t)n * sizeof *want) != 0;
+        }
+        CHECK_EQ_INT(bad, 0);
+        be1->ops->weight_release(be1, &bw);
+        CHECK(bw.dev == NULL);
+        free(got);
+        free(want);
+        free(x);
+        free(xq);
+        free(xs);
+        free(w);
+        free(copy);
+    }
+    /* a matrix that is not whole groups stays in place */
+    size_t rb = 0;
+    uint8_t *w = make_weights(CR_TYPE_Q4_0, 12, 64, &rb);
+    be_weight_t odd = {"odd", CR_TYPE_Q4_0, 64, 12, rb, w, NULL};
+    CHECK_EQ_INT(be1->ops->weight_prepare(be1, &odd, &err), CR_OK);
+    CHECK(odd.dev == NULL);
+    free(w);
+    be_destroy(&be1);
+    be_destroy(&be3);
+
+    /* CORRAL_CPU_REPACK=0: nothing is packed */
+    setenv("CORRAL_CPU_REPACK", "0", 1);
+    be_backend_t *be0 = NULL;
+    CHECK_EQ_INT(be_cpu_new(1, &be0, &err), CR_OK);
+    unsetenv("CORRAL_CPU_REPACK");
+    if (be0) {
+        w = make_weights(CR_TYPE_Q8_0, 16, 64, &rb);
+        be_weight_t plain = {"plain", CR_TYPE_Q8_0, 64, 16, rb, w, NULL};
+        CHECK_EQ_INT(be0->ops->weight_prepare(be0, &plain, &err), CR_OK);
+        CHECK(plain.dev == NULL);
+        free(w);
+        be_destroy(&be0);
+    }
+}
+
+/* A weight in a file mapping: after packing, its pages leave the resident
+ * set (one copy in RAM), and products still read the packed copy. */
+static void test_file_pages_dropped(void)
+{
+    char path[] = "/tmp/corral-test-repack-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    unlink(path);
+    enum { ROWS = 256 };
+    int64_t n = 2048;
+    size_t rb = 0;
+    uint8_t *w = make_weights(CR_TYPE_Q4_0, ROWS, n, &rb);
+    size_t bytes = rb * ROWS; /* 288 kB */
+    CHECK(write(fd, w, bytes) == (ssize_t)bytes);
+    void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    CHECK(map != MAP_FAILED);
+    if (map == MAP_FAILED) {
+        free(w);
+        return;
+    }
+    volatile uint8_t sink = 0;
+    for (size_t i = 0; i < bytes; i += 4096)
+        sink ^= ((const uint8_t *)map)[i]; /* fault every page in */
+    CR_UNUSED(sink);
+    long before = mapping_rss_kb(map);
+    be_backend_t *be = NULL;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(be_cpu_new(1, &be, &err), CR_OK);
+    be_weight_t bw = {"mapped", CR_TYPE_Q4_0, n, ROWS, rb, map, NULL};
+    CHECK_EQ_INT(be->ops->weight_prepare(be, &bw, &err), CR_OK);
+    long after = mapping_rss_kb(map);
+    CHECK_MSG(before >= 256 && after >= 0 && after <= 8,
+              "mapped weight resident before %ld kB, after %ld kB", before, after);
+    /* the packed copy still answers; the file bytes are still readable */
+    int32_t id = 5;
+    float got[2048], want[2048];
+    be->ops->get_rows(be, &bw, &id, 1, got);
+    be_type_traits(CR_TYPE_Q4_0)->to_float(w + 5 * rb, want, n);
+    CHECK(!memcmp(got, want, sizeof got));
+    CHECK(!memcmp(map, w, bytes));
+    be->ops->weight_release(be, &bw);
+    be_destroy(&be);
+    munmap(map, bytes);
+    free(w);
+}
+
+int main(void)
+{
+    test_supported();
+    test_get_row();
+    test_gemm();
+    test_backend();
+    test_file_pages_dropped();
+    return check_finish("test_repack");
+}
