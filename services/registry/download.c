@@ -15,6 +15,9 @@
 
 #define MAX_PARTS 1024          /* parts of one blob (state files) */
 #define STATE_SAVE_MS 200       /* how often a running part's state is saved */
+/* ... and after this many new bytes, so a fast link that a kill interrupts
+ * within one interval still keeps most of what it fetched. */
+#define STATE_SAVE_BYTES (8 << 20)
 #define POLL_MS 50              /* multi loop wake-up */
 #define RESOLVE_REDIRECTS 10    /* same-host redirects followed */
 #define STATE_MAX 4096          /* bytes of one part state file */
@@ -113,6 +116,7 @@ typedef struct part {
     atomic_llong avail;    /* completed, for the hashing thread */
     int attempts;
     int64_t retry_at_ms, last_byte_ms, saved_ms;
+    int64_t saved_completed; /* completed at the last state save */
     bool active, done;
     CURL *h;
     struct curl_slist *hs; /* the running transfer's headers */
@@ -444,9 +448,11 @@ static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
                 cr_log_info("sha256:%.12s part %d stalled; restarting", f->hex,
                             p->n);
                 stop_part(m, p);
-            } else if (now - p->saved_ms >= STATE_SAVE_MS) {
+            } else if (now - p->saved_ms >= STATE_SAVE_MS ||
+                       p->completed - p->saved_completed >= STATE_SAVE_BYTES) {
                 save_part(p);
                 p->saved_ms = now;
+                p->saved_completed = p->completed;
             }
         }
         if (fn)
