@@ -7,6 +7,8 @@
 
 #include <math.h>
 
+#include <sys/mman.h>
+
 #define PACK_ALIGN 64
 
 bool be_pack_supported(cr_type_t t, int64_t n_rows, int64_t n_cols)
@@ -152,11 +154,17 @@ cr_status_t be_pack_new(cr_type_t t, const void *src, int64_t n_rows, int64_t n_
     if (groups > SIZE_MAX / group)
         return cr_err_set(err, CR_E_TOO_LARGE, "pack: matrix too large");
     be_packed_t *p = calloc(1, sizeof *p);
-    void *data = NULL;
-    if (!p || posix_memalign(&data, PACK_ALIGN, groups * group)) {
+    size_t bytes = groups * group;
+    /* Its own mapping, populated in one call: page by page, the faults on
+     * fresh memory were most of a model's load time (sys 0.73 s of 1.07 s
+     * for TinyLlama Q4_0). Page-aligned, so 64-byte aligned too. */
+    void *data = p ? mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0)
+                   : MAP_FAILED;
+    if (data == MAP_FAILED) {
         free(p);
         return cr_err_set(err, CR_E_NOMEM, "pack: cannot allocate %zu bytes",
-                          groups * group);
+                          bytes);
     }
     *p = (be_packed_t){t, n_rows, n_cols, nb, group, data};
     const uint8_t *s = src;
@@ -180,8 +188,9 @@ void be_pack_destroy(be_packed_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    free((*self_p)->data);
-    free(*self_p);
+    be_packed_t *p = *self_p;
+    munmap(p->data, (size_t)(p->n_rows / BE_PACK_ROWS) * p->group_bytes);
+    free(p);
     *self_p = NULL;
 }
 
