@@ -271,6 +271,46 @@ static long mapping_rss_kb(const void *addr)
     return rss;
 }
 
+/* Q6_K at the int16 bounds the SIMD kernels rely on: every q = 63 (ql and
+ * qh all ones), scale 127, activations all -128, so two chunks' maddubs
+ * pair sums reach 2 * 2*63*128 = 32256 in one int16 lane. The product is
+ * exact in float: d = da = 1, 16 sub-blocks of 16 * (63 - 32) * -128 * 127
+ * per super-block. Every level gives that value. */
+static void test_q6_k_extremes(void)
+{
+    enum { ROWS = 8, NB = 2, TOK = 3 };
+    be_block_q6_k_t w[ROWS * NB];
+    memset(w, 0xff, sizeof w);
+    for (int i = 0; i < ROWS * NB; i++) {
+        memset(w[i].scales, 127, sizeof w[i].scales);
+        w[i].d = 0x3c00; /* f16 1.0 */
+    }
+    be_block_q8_k_t x[TOK * NB];
+    for (int i = 0; i < TOK * NB; i++) {
+        x[i].d = 1.0f;
+        memset(x[i].qs, 0x80, sizeof x[i].qs); /* -128 */
+        for (int k = 0; k < BE_QK_K / 16; k++)
+            x[i].bsums[k] = 16 * -128;
+    }
+    be_packed_t *p = NULL;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(be_pack_new(CR_TYPE_Q6_K, w, ROWS, NB * BE_QK_K, NB * sizeof *w, &p, &err),
+                 CR_OK);
+    float want = (float)NB * 16.0f * 16.0f * 31.0f * -128.0f * 127.0f;
+    for (int lv = BE_SIMD_SCALAR; p && lv <= (int)be_simd_detect(); lv++)
+        for (int n = 1; n <= TOK; n += TOK - 1) {
+            float y[TOK * ROWS];
+            be_pack_gemm_at(CR_TYPE_Q6_K, (be_simd_t)lv)(p, 0, 1, x, NULL, n, y, ROWS);
+            int off = 0;
+            for (int i = 0; i < n * ROWS; i++)
+                off += y[i] != want;
+            CHECK_MSG(off == 0, "Q6_K extremes level %s tokens %d: %d values off",
+                      be_simd_name((be_simd_t)lv), n, off);
+        }
+    be_pack_destroy(&p);
+}
+
 static void test_backend(void)
 {
     be_backend_t *be1 = NULL, *be3 = NULL;
@@ -422,6 +462,7 @@ int main(void)
     test_supported();
     test_get_row();
     test_gemm();
+    test_q6_k_extremes();
     test_backend();
     test_file_pages_dropped();
     return check_finish("test_repack");
