@@ -1,44 +1,19 @@
 /* logprob_json.c: logprobs entries as JSON (see logprob_json.h). */
 #include "lib/prelude.h"
 #include "services/runner/logprob_json.h"
+#include "services/runner/unicode.h"
 
 #include <float.h>
 #include <math.h>
 
 bool rn_utf8_valid(const char *p, size_t n)
 {
-    const unsigned char *s = (const unsigned char *)p;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t len;
-        unsigned cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) {
-            len = 2;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
+    const uint8_t *s = (const uint8_t *)p;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        i += rn_utf8_decode(s + i, n - i, &cp);
+        if (RN_UTF8_IS_RAW(cp))
             return false;
-        }
-        if (i + len > n)
-            return false;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += len;
     }
     return true;
 }
