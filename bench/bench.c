@@ -27,6 +27,7 @@
  *
  * Never part of ctest: it takes minutes and needs gigabytes. */
 #include "lib/prelude.h"
+#include "bench/stats.h"
 #include "lib/status.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/forward.h"
@@ -52,29 +53,6 @@
 #define PP_SHORT 128
 #define PP_LONG 512
 #define TG_TOKENS 128
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-    if (n <= 0)
-        return 0;
-    double s[MAX_ROUNDS];
-    memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
 
 /* ---- memory bandwidth ------------------------------------------------- */
 
@@ -136,14 +114,14 @@ static double measure_bandwidth(rn_threadpool_t *pool)
     rn_threadpool_run(pool, bw_task, &j, nth); /* warm */
     double gbs[5];
     for (int r = 0; r < 5; r++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         rn_threadpool_run(pool, bw_task, &j, nth);
-        double dt = now_s() - t0;
+        double dt = bench_now_s() - t0;
         size_t per = BW_BYTES / (size_t)nth / 4096 * 4096;
         gbs[r] = (double)(per * (size_t)nth) / dt / 1e9;
     }
     munmap(buf, BW_BYTES);
-    return median(gbs, 5);
+    return bench_median(gbs, 5);
 }
 
 /* ---- RSS -------------------------------------------------------------- */
@@ -195,7 +173,7 @@ static uint64_t rng_next(uint64_t *s)
 
 static cr_status_t ours_open(ours_t *o, const char *path, int threads, cr_err_t *err)
 {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     cr_status_t st = be_cpu_new(threads, &o->be, err);
     if (st)
         return st;
@@ -210,7 +188,7 @@ static cr_status_t ours_open(ours_t *o, const char *path, int threads, cr_err_t 
         o->toks[i] = (int32_t)(rng_next(&seed) % (uint64_t)o->n_vocab);
     if ((st = rn_ctx_eval(o->ctx, o->toks, 1, 0, NULL, err)))
         return st;
-    o->load_s = now_s() - t0;
+    o->load_s = bench_now_s() - t0;
     const rn_weights_t *w = rn_model_weights(o->model);
     uint64_t embd = (uint64_t)w->token_embd.row_bytes * (uint64_t)w->token_embd.n_rows;
     o->bytes_per_token = rn_model_weight_bytes(o->model) - embd + w->token_embd.row_bytes;
@@ -232,12 +210,12 @@ static double ours_pp(ours_t *o, int n)
 {
     cr_err_t err = {0};
     rn_ctx_clear(o->ctx);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (rn_ctx_eval(o->ctx, o->toks, n, 0, NULL, &err)) {
         fprintf(stderr, "bench: pp%d: %s\n", n, err.msg);
         return -1;
     }
-    return n / (now_s() - t0);
+    return n / (bench_now_s() - t0);
 }
 
 /* tokens/s of TG_TOKENS single-token evals from an empty cache. */
@@ -245,14 +223,14 @@ static double ours_tg(ours_t *o)
 {
     cr_err_t err = {0};
     rn_ctx_clear(o->ctx);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int i = 0; i < TG_TOKENS; i++) {
         if (rn_ctx_eval(o->ctx, &o->toks[i], 1, i, NULL, &err)) {
             fprintf(stderr, "bench: tg: %s\n", err.msg);
             return -1;
         }
     }
-    return TG_TOKENS / (now_s() - t0);
+    return TG_TOKENS / (bench_now_s() - t0);
 }
 
 /* ---- theirs (llama-bench) --------------------------------------------- */
@@ -503,22 +481,22 @@ int main(int argc, char **argv)
         printf("\n");
         fflush(stdout);
     }
-    double m_pp512 = median(pp512, rounds), m_tg = median(tg, rounds);
+    double m_pp512 = bench_median(pp512, rounds), m_tg = bench_median(tg, rounds);
     printf("median: bw %.1f GB/s  pp128 %.1f  pp512 %.1f  tg128 %.2f t/s  "
            "(%.0f%% of the bandwidth limit)\n",
-           median(bw, rounds), median(pp128, rounds), m_pp512, m_tg,
-           100 * median(frac, rounds));
+           bench_median(bw, rounds), bench_median(pp128, rounds), m_pp512, m_tg,
+           100 * bench_median(frac, rounds));
     printf("peak RSS during tg: %.2f GB (file %.2f GB, KV cache %.3f GB, buffers %.3f GB)\n",
            (double)rss_tg / 1e9, (double)sb.st_size / 1e9,
            (double)rn_ctx_kv_bytes(o.ctx) / 1e9, (double)rn_ctx_buffer_bytes(o.ctx) / 1e9);
     if (lb && nt > 0) {
-        double t_pp = median(tpp, nt), t_tg = median(ttg, nt);
+        double t_pp = bench_median(tpp, nt), t_tg = bench_median(ttg, nt);
         printf("llama-bench median: pp512 %.1f  tg128 %.2f t/s (%.0f%% of the bandwidth "
                "limit), max RSS %.2f GB, load+first token %.2f s\n",
-               t_pp, t_tg, 100 * median(tfrac, nt), (double)trss / 1e9, median(tload, nt));
+               t_pp, t_tg, 100 * bench_median(tfrac, nt), (double)trss / 1e9, bench_median(tload, nt));
         printf("ratio ours/llama.cpp: pp512 %.2fx  tg128 %.2fx  load %.2fx\n",
                t_pp > 0 ? m_pp512 / t_pp : 0,
-               m_tg / t_tg, median(tload, nt) > 0 ? o.load_s / median(tload, nt) : 0);
+               m_tg / t_tg, bench_median(tload, nt) > 0 ? o.load_s / bench_median(tload, nt) : 0);
     }
     ours_close(&o);
     rn_threadpool_destroy(&bwpool);

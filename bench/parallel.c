@@ -16,6 +16,7 @@
  * A model of realistic shape: bench-bench --synth tinyllama q4_0 OUT.gguf.
  * Never part of ctest. */
 #include "lib/prelude.h"
+#include "bench/stats.h"
 #include "lib/status.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/forward.h"
@@ -30,25 +31,6 @@
 
 static const int batch_sizes[] = {1, 2, 4};
 #define N_SIZES ((int)CR_ARRAY_LEN(batch_sizes))
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* Aggregate tokens/s of `steps` batched decode steps over B sequences;
  * < 0 on error. */
@@ -65,7 +47,7 @@ static double decode_rate(rn_ctx_t *c, int B, int steps, int n_vocab)
             return -1;
         }
     }
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int step = 0; step < steps; step++) {
         for (int s = 0; s < B; s++) {
             tok[s] = (int32_t)((3 + 29 * s + 11 * step) % n_vocab);
@@ -76,7 +58,7 @@ static double decode_rate(rn_ctx_t *c, int B, int steps, int n_vocab)
             return -1;
         }
     }
-    return B * steps / (now_s() - t0);
+    return B * steps / (bench_now_s() - t0);
 }
 
 int main(int argc, char **argv)
@@ -129,7 +111,7 @@ int main(int argc, char **argv)
     printf("median of %d rounds, %d steps, %s:\n", rounds, steps, path);
     for (int k = 0; k < N_SIZES; k++)
         printf("  B=%d  aggregate decode %.2f t/s   B/1 ratio %.2f\n", batch_sizes[k],
-               median(rate[k], rounds), median(ratio[k], rounds));
+               bench_median(rate[k], rounds), bench_median(ratio[k], rounds));
     rc = 0;
 out:
     rn_ctx_destroy(&c);
