@@ -62,7 +62,6 @@ cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
         if (kv[0] && strcmp(kv, "f16"))
             cr_log_warn("OLLAMA_KV_CACHE_TYPE=%s: corral's runner stores the "
                         "KV cache as f16; memory is planned for f16", kv);
-        cfg->kv_cache_type[0] = '\0';
     }
     cfg->heartbeat_interval_ms =
         env_duration_ms("HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL_MS, err, &bad);

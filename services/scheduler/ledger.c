@@ -115,7 +115,9 @@ static const sch_estimate_t *request_estimate(sch_server_t *s, request_t *r)
         .num_batch = lo.has_num_batch ? lo.num_batch : 0,
         .num_parallel = s->cfg.num_parallel,
     };
-    sch_kv_cache_bytes(s->cfg.kv_cache_type, &eo.kv_bytes_per_elem);
+    /* The runner stores its KV cache as f16, whatever OLLAMA_KV_CACHE_TYPE
+     * says (config.c warns). */
+    sch_kv_cache_bytes("f16", &eo.kv_bytes_per_elem);
     cr_err_t err;
     r->est_status = sch_estimate_file(r->resolved.u.resolved.model_path, &eo,
                                       r->est, &err);

@@ -58,8 +58,4 @@ void sch_load_build(const sch_server_t *s, const runner_t *rn, msg_t *load,
         b->devices.n = rn->plan.n_devs;
         b->has_devices = rn->plan.n_devs > 0;
     }
-    if (s->cfg.kv_cache_type[0]) {
-        b->kv_cache_type = (char *)s->cfg.kv_cache_type;
-        b->has_kv_cache_type = true;
-    }
 }

@@ -207,7 +207,7 @@ typedef struct sch_load_scratch {
 /* Fills *load (initialised here) for runner rn: name, path, template,
  * system, messages from its resolved model; its load options over the
  * model's params with the default num_ctx; num_parallel; the plan
- * (gpu_layers, devices) and kv_cache_type. Strings are borrowed from rn,
+ * (gpu_layers, devices). Strings are borrowed from rn,
  * s and scratch: send it before any of them changes; do not msg_clear. */
 void sch_load_build(const sch_server_t *s, const runner_t *rn, msg_t *load,
                     sch_load_scratch_t *scratch);
