@@ -178,6 +178,15 @@ static void on_progress(void *ctx, const msg_progress_body_t *pb)
 
 /* ---- dispatch ---- */
 
+/* Runs req in a job thread for the peer being served; its replies come
+ * through the job socket (run() forwards them, tests reg_server_pump()). */
+static cr_status_t start_job(reg_server_t *s, const msg_t *req, cr_err_t *err)
+{
+    const void *who = s->peer ? zframe_data((zframe_t *)s->peer) : NULL;
+    size_t who_len = s->peer ? zframe_size((zframe_t *)s->peer) : 0;
+    return reg_jobs_start(s->jobs, req, who, who_len, err);
+}
+
 void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
                        void *ctx)
 {
@@ -217,10 +226,7 @@ void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
         if (req->u.create.has_quantize && req->u.create.quantize &&
             *req->u.create.quantize) {
             /* Minutes of work: a job thread, like a pull. */
-            const void *who = s->peer ? zframe_data((zframe_t *)s->peer) : NULL;
-            size_t who_len = s->peer ? zframe_size((zframe_t *)s->peer) : 0;
-            st = reg_jobs_start(s->jobs, req, who, who_len, &err);
-            if (!st)
+            if (!(st = start_job(s, req, &err)))
                 return;
             break;
         }
@@ -252,12 +258,7 @@ void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
         return;
     case MSG_pull:
     case MSG_push: {
-        /* Runs in a job thread; its replies come through the job socket
-         * (run() forwards them, tests reg_server_pump()). */
-        const void *who = s->peer ? zframe_data((zframe_t *)s->peer) : NULL;
-        size_t who_len = s->peer ? zframe_size((zframe_t *)s->peer) : 0;
-        st = reg_jobs_start(s->jobs, req, who, who_len, &err);
-        if (!st)
+        if (!(st = start_job(s, req, &err)))
             return;
         break;
     }
