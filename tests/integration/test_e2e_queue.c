@@ -36,7 +36,7 @@ static bool create_models(void)
     char gguf[1200];
     snprintf(gguf, sizeof gguf, "%s/synth.gguf", T.tmp);
     CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
-                             "3", NULL),
+                             "5", "--ctx", "8192", NULL),
                  0);
     bool created = e2e_create(&T, "synth",
                               "FROM ./synth.gguf\nTEMPLATE \"{{ .Prompt }}\"\n");
@@ -49,7 +49,9 @@ static bool create_models(void)
     return created && r.status == 200;
 }
 
-/* A streaming request that runs until released. */
+/* A streaming request that runs until released: greedy on this model and
+ * prompt it does not reach an end token for thousands of tokens (the
+ * backpressure test asserts 3000), where a sampled one could stop early. */
 typedef struct holder {
     const char *model;
     atomic_int bytes;     /* received so far */
@@ -76,8 +78,8 @@ static void *holder_main(void *arg)
     holder_t *h = arg;
     char body[256];
     snprintf(body, sizeof body,
-             "{\"model\":\"%s\",\"prompt\":\"hold\",\"options\":{"
-             "\"num_predict\":1000000}}",
+             "{\"model\":\"%s\",\"prompt\":\"count\",\"options\":{"
+             "\"temperature\":0,\"num_predict\":1000000}}",
              h->model);
     e2e_resp_t r = e2e_http(&T, "POST", "/api/generate", body, holder_data, h);
     h->status = r.status;
