@@ -1,13 +1,16 @@
 /* bench.c: CPU speed of the engine beside llama.cpp, on one GGUF file.
  *
  *   bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] [--no-pp]
+ *               [--load-only]
  *   bench-bench --synth SHAPE TYPE OUT.gguf
  *
  * Each round measures, in this order and in this one process: the machine's
  * memory-read bandwidth (a streaming AVX2 read of a 1 GiB buffer on the same
  * number of threads), our prompt processing of 128 and 512 random tokens
  * (pp128, pp512: tokens/s, cache cleared first) and text generation of 128
- * tokens one at a time (tg128), and then, with --llama-bench, one run of
+ * tokens one at a time (tg128), the time a fresh instance takes from nothing
+ * to its first token with the file in the page cache (load: backend, model,
+ * packing, context, one eval), and then, with --llama-bench, one run of
  * llama.cpp's llama-bench (`-p 512 -n 128 -r 1 -o jsonl`) on the same file
  * and threads. Rounds interleave ours and theirs, so both see the same
  * machine state; medians over rounds are reported with our/their ratios.
@@ -17,6 +20,8 @@
  * every matrix once and one row of token_embd (all of it when the output is
  * tied). Peak RSS during tg is VmHWM after a reset (clear_refs) before tg;
  * llama-bench's is its whole-life maxrss.
+ *
+ * --load-only measures just the loads (for profiling the load path).
  *
  * --synth writes a model of realistic shape with random weights:
  * SHAPE tinyllama (dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632,
@@ -205,6 +210,24 @@ static void ours_close(ours_t *o)
         o->be->ops->destroy(&o->be);
 }
 
+/* Seconds from nothing to a model's first token (backend, load, context,
+ * one eval), the file already in the page cache (the open instance read
+ * it); < 0 on error. A fresh instance each time, as a new runner. */
+static double ours_load(const char *path, int threads)
+{
+    ours_t *o = calloc(1, sizeof *o);
+    cr_err_t err = {0};
+    double s = -1;
+    if (o && !ours_open(o, path, threads, &err))
+        s = o->load_s;
+    else if (o)
+        fprintf(stderr, "bench: load: %s\n", err.msg);
+    if (o)
+        ours_close(o);
+    free(o);
+    return s;
+}
+
 /* tokens/s of one prompt of n tokens from an empty cache; < 0 on error. */
 static double ours_pp(ours_t *o, int n)
 {
@@ -383,7 +406,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] "
-            "[--no-pp]\n"
+            "[--no-pp] [--load-only]\n"
             "       bench-bench --synth tinyllama|llama32 q4_0|q8_0|q4_k_m OUT.gguf\n");
 }
 
@@ -394,7 +417,7 @@ int main(int argc, char **argv)
         return synth_main(argv[2], argv[3], argv[4]);
     const char *model = NULL, *lb = NULL;
     int threads = 2, rounds = 5;
-    bool no_pp = false;
+    bool no_pp = false, load_only = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-t") && v) {
@@ -408,6 +431,8 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--no-pp")) {
             no_pp = true; /* tg only (quick checks); pp columns read 0 */
+        } else if (!strcmp(a, "--load-only")) {
+            load_only = true;
         } else if (a[0] != '-' && !model) {
             model = a;
         } else {
@@ -424,6 +449,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: %s: %s\n", model, strerror(errno));
         return 1;
     }
+    if (load_only) {
+        double t[MAX_ROUNDS];
+        for (int r = 0; r < rounds; r++) {
+            t[r] = ours_load(model, threads);
+            printf("load %d: %.3f s\n", r, t[r]);
+        }
+        printf("median load+first token %.3f s\n", bench_median(t, rounds));
+        return 0;
+    }
     rn_threadpool_t *bwpool = NULL;
     cr_err_t err = {0};
     if (rn_threadpool_new(threads, &bwpool, &err)) {
@@ -438,7 +472,7 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("model %s: %.2f GB file, %.2f GB read per token, %d threads, simd %s, "
-           "load+first token %.2f s\n",
+           "first load+first token %.2f s\n",
            model, (double)sb.st_size / 1e9, (double)o.bytes_per_token / 1e9, threads,
            be_cpu_simd(o.be), o.load_s);
     if (!no_pp)
@@ -447,12 +481,13 @@ int main(int argc, char **argv)
 
     double bw[MAX_ROUNDS], pp128[MAX_ROUNDS], pp512[MAX_ROUNDS], tg[MAX_ROUNDS];
     double frac[MAX_ROUNDS], tpp[MAX_ROUNDS], ttg[MAX_ROUNDS], tfrac[MAX_ROUNDS];
-    double tload[MAX_ROUNDS];
+    double tload[MAX_ROUNDS], load[MAX_ROUNDS];
     uint64_t rss_tg = 0, trss = 0;
     int nt = 0;
-    printf("%-5s %8s %9s %9s %9s %6s", "round", "bw GB/s", "pp128", "pp512", "tg128", "bw%");
+    printf("%-5s %8s %9s %9s %9s %6s %6s", "round", "bw GB/s", "pp128", "pp512", "tg128", "bw%",
+           "load");
     if (lb)
-        printf(" | %9s %9s %6s", "lb pp512", "lb tg128", "bw%");
+        printf(" | %9s %9s %6s %6s", "lb pp512", "lb tg128", "bw%", "load");
     printf("\n");
     for (int r = 0; r < rounds; r++) {
         bw[r] = measure_bandwidth(bwpool);
@@ -462,8 +497,9 @@ int main(int argc, char **argv)
         tg[r] = ours_tg(&o);
         rss_tg = CR_MAX(rss_tg, peak_rss_bytes());
         frac[r] = bw[r] > 0 ? tg[r] * (double)o.bytes_per_token / (bw[r] * 1e9) : 0;
-        printf("%-5d %8.1f %9.1f %9.1f %9.2f %5.0f%%", r, bw[r], pp128[r], pp512[r], tg[r],
-               100 * frac[r]);
+        load[r] = ours_load(model, threads);
+        printf("%-5d %8.1f %9.1f %9.1f %9.2f %5.0f%% %6.2f", r, bw[r], pp128[r], pp512[r],
+               tg[r], 100 * frac[r], load[r]);
         if (lb) {
             theirs_t t;
             if (theirs_run(lb, model, threads, no_pp, &t)) {
@@ -472,7 +508,7 @@ int main(int argc, char **argv)
                 tload[nt] = t.load_s;
                 tfrac[nt] = bw[r] > 0 ? t.tg * (double)o.bytes_per_token / (bw[r] * 1e9) : 0;
                 trss = CR_MAX(trss, t.maxrss);
-                printf(" | %9.1f %9.2f %5.0f%%", t.pp, t.tg, 100 * tfrac[nt]);
+                printf(" | %9.1f %9.2f %5.0f%% %6.2f", t.pp, t.tg, 100 * tfrac[nt], t.load_s);
                 nt++;
             } else {
                 printf(" | llama-bench failed");
@@ -482,10 +518,11 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     double m_pp512 = bench_median(pp512, rounds), m_tg = bench_median(tg, rounds);
+    double m_load = bench_median(load, rounds);
     printf("median: bw %.1f GB/s  pp128 %.1f  pp512 %.1f  tg128 %.2f t/s  "
-           "(%.0f%% of the bandwidth limit)\n",
+           "(%.0f%% of the bandwidth limit)  load+first token %.2f s\n",
            bench_median(bw, rounds), bench_median(pp128, rounds), m_pp512, m_tg,
-           100 * bench_median(frac, rounds));
+           100 * bench_median(frac, rounds), m_load);
     printf("peak RSS during tg: %.2f GB (file %.2f GB, KV cache %.3f GB, buffers %.3f GB)\n",
            (double)rss_tg / 1e9, (double)sb.st_size / 1e9,
            (double)rn_ctx_kv_bytes(o.ctx) / 1e9, (double)rn_ctx_buffer_bytes(o.ctx) / 1e9);
@@ -496,7 +533,7 @@ int main(int argc, char **argv)
                t_pp, t_tg, 100 * bench_median(tfrac, nt), (double)trss / 1e9, bench_median(tload, nt));
         printf("ratio ours/llama.cpp: pp512 %.2fx  tg128 %.2fx  load %.2fx\n",
                t_pp > 0 ? m_pp512 / t_pp : 0,
-               m_tg / t_tg, bench_median(tload, nt) > 0 ? o.load_s / bench_median(tload, nt) : 0);
+               m_tg / t_tg, bench_median(tload, nt) > 0 ? m_load / bench_median(tload, nt) : 0);
     }
     ours_close(&o);
     rn_threadpool_destroy(&bwpool);
