@@ -134,8 +134,24 @@ static void pack_group_q6_k(const uint8_t *src, size_t row_bytes, int64_t nb,
     }
 }
 
-cr_status_t be_pack_new(cr_type_t t, const void *src, int64_t n_rows, int64_t n_cols,
-                        size_t row_bytes, be_packed_t **out, cr_err_t *err)
+size_t be_pack_bytes(cr_type_t t, int64_t n_rows, int64_t n_cols)
+{
+    if (!be_pack_supported(t, n_rows, n_cols))
+        return 0;
+    int64_t elems;
+    size_t src_blk, blk;
+    pack_sizes(t, &elems, &src_blk, &blk);
+    /* 8 packed rows take the bytes of 8 source rows (Q4_K: 2.8% more, its
+     * scales unpacked). */
+    size_t group = (size_t)(n_cols / elems) * blk, groups = (size_t)(n_rows / BE_PACK_ROWS);
+    if (groups > SIZE_MAX / group)
+        return 0;
+    return groups * group;
+}
+
+cr_status_t be_pack_new_at(cr_type_t t, const void *src, int64_t n_rows, int64_t n_cols,
+                           size_t row_bytes, void *mem, bool filled, be_packed_t **out,
+                           cr_err_t *err)
 {
     *out = NULL;
     if (!be_pack_supported(t, n_rows, n_cols))
@@ -148,40 +164,56 @@ cr_status_t be_pack_new(cr_type_t t, const void *src, int64_t n_rows, int64_t n_
     if (row_bytes != (size_t)nb * src_blk)
         return cr_err_set(err, CR_E_INVALID, "pack: row of %zu bytes is not %" PRId64
                           " blocks", row_bytes, nb);
-    /* 8 packed rows take the bytes of 8 source rows (Q4_K: 2.8% more, its
-     * scales unpacked). */
-    size_t group = (size_t)nb * blk, groups = (size_t)(n_rows / BE_PACK_ROWS);
-    if (groups > SIZE_MAX / group)
+    size_t bytes = be_pack_bytes(t, n_rows, n_cols);
+    if (!bytes)
         return cr_err_set(err, CR_E_TOO_LARGE, "pack: matrix too large");
+    size_t group = (size_t)nb * blk, groups = (size_t)(n_rows / BE_PACK_ROWS);
     be_packed_t *p = calloc(1, sizeof *p);
-    size_t bytes = groups * group;
-    /* Its own mapping, populated in one call: page by page, the faults on
-     * fresh memory were most of a model's load time (sys 0.73 s of 1.07 s
-     * for TinyLlama Q4_0). Page-aligned, so 64-byte aligned too. */
-    void *data = p ? mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+    if (!p && mem)
+        return cr_err_set(err, CR_E_NOMEM, "pack: out of memory");
+    /* Without a given mapping, its own, populated in one call: page by
+     * page, the faults on fresh memory were most of a model's load time
+     * (sys 0.73 s of 1.07 s for TinyLlama Q4_0). Page-aligned, so 64-byte
+     * aligned too. */
+    void *data = mem ? mem
+               : p ? mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0)
                    : MAP_FAILED;
-    if (data == MAP_FAILED) {
+    if (!p || data == MAP_FAILED) {
+        if (data != MAP_FAILED && !mem)
+            munmap(data, bytes);
         free(p);
         return cr_err_set(err, CR_E_NOMEM, "pack: cannot allocate %zu bytes",
                           bytes);
     }
     *p = (be_packed_t){t, n_rows, n_cols, nb, group, data};
-    const uint8_t *s = src;
-    for (size_t g = 0; g < groups; g++) {
-        const uint8_t *rows = s + g * BE_PACK_ROWS * row_bytes;
-        void *dst = (uint8_t *)data + g * group;
-        if (t == CR_TYPE_Q4_0)
-            pack_group_q4_0(rows, row_bytes, nb, dst);
-        else if (t == CR_TYPE_Q8_0)
-            pack_group_q8_0(rows, row_bytes, nb, dst);
-        else if (t == CR_TYPE_Q6_K)
-            pack_group_q6_k(rows, row_bytes, nb, dst);
-        else
-            pack_group_q4_k(rows, row_bytes, nb, dst);
-    }
+    if (!filled)
+        be_pack_fill(p, src, row_bytes, 0, (int64_t)groups);
     *out = p;
     return CR_OK;
+}
+
+void be_pack_fill(be_packed_t *p, const void *src, size_t row_bytes, int64_t g0, int64_t g1)
+{
+    const uint8_t *s = src;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *rows = s + (size_t)g * BE_PACK_ROWS * row_bytes;
+        void *dst = (uint8_t *)p->data + (size_t)g * p->group_bytes;
+        if (p->type == CR_TYPE_Q4_0)
+            pack_group_q4_0(rows, row_bytes, p->n_blocks, dst);
+        else if (p->type == CR_TYPE_Q8_0)
+            pack_group_q8_0(rows, row_bytes, p->n_blocks, dst);
+        else if (p->type == CR_TYPE_Q6_K)
+            pack_group_q6_k(rows, row_bytes, p->n_blocks, dst);
+        else
+            pack_group_q4_k(rows, row_bytes, p->n_blocks, dst);
+    }
+}
+
+cr_status_t be_pack_new(cr_type_t t, const void *src, int64_t n_rows, int64_t n_cols,
+                        size_t row_bytes, be_packed_t **out, cr_err_t *err)
+{
+    return be_pack_new_at(t, src, n_rows, n_cols, row_bytes, NULL, false, out, err);
 }
 
 void be_pack_destroy(be_packed_t **self_p)

@@ -28,6 +28,11 @@
 
 #define BE_PACK_ROWS 8 /* rows per interleaved group */
 
+/* The packed layouts' version, stored in pack caches (pack_cache.h): bump
+ * it with any change to a layout below, or old caches would be read as
+ * the new layout. */
+#define BE_PACK_LAYOUT_VERSION 1
+
 /* Block b of 8 Q4_0 rows. qs is 4 chunks of 32 bytes; in chunk j, bytes
  * 4i..4i+3 are row i's qs[4j..4j+3]: low nibbles elements 4j..4j+3, high
  * nibbles elements 16+4j..16+4j+3 (Q4_0's own nibble order).
@@ -116,6 +121,24 @@ bool be_pack_supported(cr_type_t t, int64_t n_rows, int64_t n_cols);
  * CR_E_INVALID for a shape be_pack_supported refuses. */
 cr_status_t be_pack_new(cr_type_t t, const void *src, int64_t n_rows, int64_t n_cols,
                         size_t row_bytes, be_packed_t **out, cr_err_t *err);
+
+/* The bytes be_pack_new takes for such a matrix (0: not packable or too
+ * large). */
+size_t be_pack_bytes(cr_type_t t, int64_t n_rows, int64_t n_cols);
+
+/* be_pack_new into mem, a mapping of exactly be_pack_bytes (on success the
+ * packed matrix takes it over: be_pack_destroy munmaps it; on error it
+ * stays the caller's). With `filled` nothing is packed: mem already holds
+ * the packed bytes, or the caller fills it with be_pack_fill. mem NULL:
+ * its own mapping, as be_pack_new. */
+cr_status_t be_pack_new_at(cr_type_t t, const void *src, int64_t n_rows, int64_t n_cols,
+                           size_t row_bytes, void *mem, bool filled, be_packed_t **out,
+                           cr_err_t *err);
+
+/* Packs groups g0..g1-1 of p (rows 8*g0 .. 8*g1-1) from src, the whole
+ * source matrix (row_bytes per row); groups are independent, so threads
+ * may fill disjoint ranges at once. */
+void be_pack_fill(be_packed_t *p, const void *src, size_t row_bytes, int64_t g0, int64_t g1);
 
 void be_pack_destroy(be_packed_t **self_p);
 
