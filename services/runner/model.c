@@ -767,7 +767,12 @@ cr_status_t rn_model_load(const char *path, be_backend_t *be, rn_model_t **out,
     cr_status_t st = cr_gguf_open(path, &g, err);
     if (st)
         return st;
-    return rn_model_load_gguf(&g, be, out, err);
+    if (be->ops->model_begin)
+        be->ops->model_begin(be, path);
+    st = rn_model_load_gguf(&g, be, out, err);
+    if (be->ops->model_end)
+        be->ops->model_end(be, st == CR_OK);
+    return st;
 }
 
 const rn_hparams_t *rn_model_hparams(const rn_model_t *m) { return &m->hp; }

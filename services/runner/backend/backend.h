@@ -71,6 +71,12 @@ typedef struct be_ops {
      * tensor otherwise. */
     cr_status_t (*weight_prepare)(be_backend_t *be, be_weight_t *w,
                                   cr_err_t *err);
+    /* Optional (NULL: nothing to do). Said before the weights of the model
+     * file at path are prepared, and after (ok: the model loaded), so a
+     * backend can keep what it derives from them per file (the CPU's pack
+     * cache). Never fails: a backend that cannot use it prepares as usual. */
+    void (*model_begin)(be_backend_t *be, const char *path);
+    void (*model_end)(be_backend_t *be, bool ok);
     void (*weight_release)(be_backend_t *be, be_weight_t *w);
     /* Sizes scratch space once (outside the token path) for calls with up
      * to max_tok tokens, rows up to max_cols elements and caches up to

@@ -15,6 +15,7 @@
 #include "lib/log.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
+#include "services/runner/backend/cpu/pack_cache.h"
 #include "services/runner/backend/cpu/repack.h"
 #include "services/runner/backend/cpu/vec.h"
 #include "services/runner/threadpool.h"
@@ -39,6 +40,8 @@ typedef struct be_cpu {
     int32_t *xsum;        /* per token and 32-block: be_pack_block_sums */
     size_t xsum_len;
     bool repack;          /* pack Q4_0/Q8_0/Q4_K/Q6_K at weight_prepare */
+    be_pack_cache_t *cache; /* between model_begin and model_end */
+    void *publisher;      /* a cache being published (pack_cache.h) */
     float *att;           /* per thread: scores [max_ctx] + acc [max_hd] */
     uint16_t *att16;      /* per thread: probs [max_ctx] + q [max_hd] */
     size_t att_ctx;       /* positions reserved per thread */
@@ -149,6 +152,20 @@ static void drop_pages(const void *p, size_t bytes)
         cr_log_debug("cpu backend: madvise: %s", strerror(errno));
 }
 
+/* Packing one matrix on every thread: groups split evenly. */
+typedef struct pack_job {
+    be_packed_t *p;
+    const void *src;
+    size_t row_bytes;
+} pack_job_t;
+
+static void pack_task(void *ctx, int ith, int nth)
+{
+    pack_job_t *j = ctx;
+    int64_t groups = j->p->n_rows / BE_PACK_ROWS;
+    be_pack_fill(j->p, j->src, j->row_bytes, groups * ith / nth, groups * (ith + 1) / nth);
+}
+
 static cr_status_t cpu_weight_prepare(be_backend_t *be, be_weight_t *w,
                                       cr_err_t *err)
 {
@@ -166,16 +183,49 @@ static cr_status_t cpu_weight_prepare(be_backend_t *be, be_weight_t *w,
                           "tensor '%s': %" PRId64 " columns of %s do not make whole "
                           "rows", w->name ? w->name : "?", w->n_cols, tt->name);
     w->dev = NULL;
-    if (!cpu_of(be)->repack || !be_pack_supported(w->type, w->n_rows, w->n_cols))
+    be_cpu_t *c = cpu_of(be);
+    if (!c->repack || !be_pack_supported(w->type, w->n_rows, w->n_cols))
         return CR_OK;
+    size_t bytes = be_pack_bytes(w->type, w->n_rows, w->n_cols);
+    bool filled = false;
+    void *mem = be_pack_cache_map(c->cache, w->name, (int)w->type, w->n_rows, w->n_cols,
+                                  bytes, &filled);
     be_packed_t *p = NULL;
-    cr_status_t st = be_pack_new(w->type, w->data, w->n_rows, w->n_cols, w->row_bytes, &p,
-                                 err);
-    if (st)
+    /* packed below, on every thread, when not read from the cache */
+    cr_status_t st = be_pack_new_at(w->type, w->data, w->n_rows, w->n_cols, w->row_bytes,
+                                    mem, true, &p, err);
+    if (st) {
+        if (mem)
+            munmap(mem, bytes);
         return st;
+    }
+    if (!filled) {
+        pack_job_t j = {p, w->data, w->row_bytes};
+        rn_threadpool_run(c->pool, pack_task, &j, c->n_threads);
+    }
     w->dev = p;
     drop_pages(w->data, (size_t)w->n_rows * w->row_bytes);
     return CR_OK;
+}
+
+static void cpu_model_begin(be_backend_t *be, const char *path)
+{
+    be_cpu_t *c = cpu_of(be);
+    be_pack_cache_close(&c->cache, false, NULL);
+    if (c->repack)
+        c->cache = be_pack_cache_open(path);
+}
+
+static void cpu_model_end(be_backend_t *be, bool ok)
+{
+    be_cpu_t *c = cpu_of(be);
+    be_pack_cache_join(&c->publisher); /* one publication at a time */
+    int64_t mapped, built;
+    be_pack_cache_counts(&mapped, &built);
+    if (c->cache)
+        cr_log_info("packed weights: %" PRId64 " matrices mapped from the pack cache, %" PRId64
+                    " packed into it (this process so far)", mapped, built);
+    be_pack_cache_close(&c->cache, ok, &c->publisher);
 }
 
 static void cpu_weight_release(be_backend_t *be, be_weight_t *w)
@@ -571,6 +621,8 @@ static void cpu_destroy(be_backend_t **self_p)
     if (!self_p || !*self_p)
         return;
     be_cpu_t *c = cpu_of(*self_p);
+    be_pack_cache_close(&c->cache, false, NULL);
+    be_pack_cache_join(&c->publisher);
     rn_threadpool_destroy(&c->pool);
     free(c->wdata);
     free(c->xsum);
@@ -591,6 +643,8 @@ static const be_ops_t cpu_ops = {
     .download = cpu_copy,
     .weight_prepare = cpu_weight_prepare,
     .weight_release = cpu_weight_release,
+    .model_begin = cpu_model_begin,
+    .model_end = cpu_model_end,
     .reserve = cpu_reserve,
     .get_rows = cpu_get_rows,
     .matmul = cpu_matmul,
