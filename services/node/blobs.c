@@ -292,6 +292,11 @@ cr_status_t nd_cache_prune(const char *cache_dir, int64_t max_bytes,
             continue;
         if (unlinkat(dirfd(d), v[i].name, 0))
             continue; /* gone already, or not ours to remove: keep going */
+        /* and the runners' packed copy of it (pack_cache.h: "packed"
+         * beside "blobs"), if any */
+        char packed[7 + 64 + 16 + 8];
+        snprintf(packed, sizeof packed, "../packed/%s.pack", v[i].name);
+        (void)unlinkat(dirfd(d), packed, 0);
         out->n_removed++;
         out->removed_bytes += v[i].bytes;
         out->total_bytes -= v[i].bytes;

@@ -347,6 +347,16 @@ cr_status_t reg_store_blob_remove(reg_store_t *s, const char *hex,
         return cr_err_set(err, CR_E_INVALID, "invalid digest format");
     if (unlink(path) != 0 && errno != ENOENT)
         return cr_err_set(err, CR_E_IO, "remove %s: %s", path, strerror(errno));
+    /* the CPU runners' packed copy of it (runner/backend/cpu/pack_cache.h:
+     * CORRAL_PACK_CACHE/ or <models>/packed/, sha256-<hex>.pack) goes with
+     * the blob; best effort: a copy left behind is disk space, never read
+     * for another blob */
+    const char *pc = getenv("CORRAL_PACK_CACHE");
+    int n = pc && *pc && strcmp(pc, "off")
+                ? snprintf(path, sizeof path, "%s/sha256-%s.pack", pc, hex)
+                : snprintf(path, sizeof path, "%s/packed/sha256-%s.pack", s->root, hex);
+    if (n > 0 && (size_t)n < sizeof path)
+        (void)unlink(path);
     return CR_OK;
 }
 

@@ -367,7 +367,17 @@ static void test_cache_prune(void)
     char keep_a[ND_DIGEST_MAX];
     digest_of('a', keep_a);
     const char *keep[] = {keep_a};
+    /* runners' packed copies (pack_cache.h) go with their blob */
+    char packed_a[700], packed_b[700], dig[ND_DIGEST_MAX];
+    snprintf(packed_a, sizeof packed_a, "%s/packed", cache);
+    CHECK(mkdir(packed_a, 0700) == 0);
+    snprintf(packed_a, sizeof packed_a, "%s/packed/%s.pack", cache, keep_a);
+    digest_of('b', dig);
+    snprintf(packed_b, sizeof packed_b, "%s/packed/%s.pack", cache, dig);
+    fclose(fopen(packed_a, "w"));
+    fclose(fopen(packed_b, "w"));
     CHECK_EQ_INT(nd_cache_prune(cache, 2500, keep, 1, &pr, &err), CR_OK);
+    CHECK(exists(packed_a) && !exists(packed_b));
     CHECK_EQ_INT(pr.n_removed, 2);
     CHECK_EQ_INT((int)pr.removed_bytes, 2000);
     CHECK_EQ_INT((int)pr.total_bytes, 2000);

@@ -348,8 +348,30 @@ static void test_blobs(void)
     CHECK(len == 3 && !memcmp(data, "abc", 3));
     free(data);
     CHECK(reg_store_blob_read(s, want, 16, &data, &len, &err) == CR_E_NOT_FOUND);
+    /* a CPU runner's packed copy of the blob (pack_cache.h) goes with it;
+     * another blob's stays */
+    char packed[600], other[600];
+    snprintf(packed, sizeof packed, "%s/models/packed", root_g);
+    mkdir(packed, 0755);
+    snprintf(packed, sizeof packed, "%s/models/packed/sha256-%s.pack", root_g, hex);
+    snprintf(other, sizeof other, "%s/models/packed/sha256-%s.pack", root_g, want);
+    fclose(fopen(packed, "w"));
+    fclose(fopen(other, "w"));
     CHECK(reg_store_blob_remove(s, hex, &err) == CR_OK);
     CHECK(!reg_store_blob_exists(s, hex, NULL));
+    CHECK_MSG(access(packed, F_OK) != 0, "the blob's packed copy was left");
+    CHECK(access(other, F_OK) == 0);
+    unlink(other);
+    /* and from the folder CORRAL_PACK_CACHE names (compose's volume) */
+    CHECK(reg_store_blob_put(s, "abc", 3, hex, &created, &err) == CR_OK);
+    snprintf(packed, sizeof packed, "%s/packvol", root_g);
+    mkdir(packed, 0755);
+    setenv("CORRAL_PACK_CACHE", packed, 1);
+    snprintf(packed, sizeof packed, "%s/packvol/sha256-%s.pack", root_g, hex);
+    fclose(fopen(packed, "w"));
+    CHECK(reg_store_blob_remove(s, hex, &err) == CR_OK);
+    unsetenv("CORRAL_PACK_CACHE");
+    CHECK_MSG(access(packed, F_OK) != 0, "the blob's packed copy in CORRAL_PACK_CACHE was left");
     CHECK(reg_store_blob_remove(s, hex, &err) == CR_OK); /* absent is fine */
     reg_store_destroy(&s);
     CHECK(s == NULL);
