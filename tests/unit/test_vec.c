@@ -116,6 +116,40 @@ static void test_exp_sum(const be_vec_ops_t *s, const be_vec_ops_t *v, const cha
     }
 }
 
+/* rmsnorm: the sums of squares differ only in order (exact squares in
+ * double), so the scale is within one float ulp and each output within
+ * 2 ulp of the scalar's (one from the scale, one from the rounding of the
+ * two multiplies it feeds). Sizes cover the 16-wide loop, its tail, and
+ * huge/tiny magnitudes (the double sum neither overflows nor flushes). */
+static void test_rmsnorm(const be_vec_ops_t *s, const be_vec_ops_t *v, const char *lv)
+{
+    int sizes[] = {1, 7, 16, 33, 2048, 4099};
+    for (size_t k = 0; k < CR_ARRAY_LEN(sizes); k++) {
+        int n = sizes[k];
+        float *x = malloc(sizeof(float) * (size_t)n), *g = malloc(sizeof(float) * (size_t)n);
+        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+        for (int i = 0; i < n; i++) {
+            float mag = k % 2 ? 3e18f : 1e-18f;
+            x[i] = (float)sin(i * 0.77 + k) * (i % 5 ? 1.0f : mag);
+            g[i] = 0.5f + (float)(i % 17) / 8;
+        }
+        s->rmsnorm(n, a, x, g, 1e-6f);
+        v->rmsnorm(n, b, x, g, 1e-6f);
+        int bad = 0;
+        for (int i = 0; i < n; i++)
+            bad += !(fabsf(b[i] - a[i]) <= 2 * FLT_EPSILON * fabsf(a[i]));
+        CHECK_MSG(bad == 0, "rmsnorm %s n=%d: %d values off", lv, n, bad);
+        /* and in place */
+        memcpy(b, x, sizeof(float) * (size_t)n);
+        v->rmsnorm(n, b, b, g, 1e-6f);
+        bad = 0;
+        for (int i = 0; i < n; i++)
+            bad += !(fabsf(b[i] - a[i]) <= 2 * FLT_EPSILON * fabsf(a[i]));
+        CHECK_MSG(bad == 0, "rmsnorm %s in place n=%d: %d values off", lv, n, bad);
+        free(x), free(g), free(a), free(b);
+    }
+}
+
 int main(void)
 {
     const be_vec_ops_t *s = be_vec_ops_at(BE_SIMD_SCALAR);
@@ -126,6 +160,7 @@ int main(void)
         test_attn_v(s, v, name);
         test_swiglu(s, v, name);
         test_exp_sum(s, v, name);
+        test_rmsnorm(s, v, name);
     }
     return check_finish("test_vec");
 }

@@ -468,18 +468,9 @@ static void cpu_matmul(be_backend_t *be, const be_weight_t *w, const float *x,
 static void cpu_rmsnorm(be_backend_t *be, float *y, const float *x,
                         const be_weight_t *w, int n, int dim, float eps)
 {
-    CR_UNUSED(be);
-    const float *g = w->data;
-    for (int t = 0; t < n; t++) {
-        const float *xr = x + (size_t)t * dim;
-        float *yr = y + (size_t)t * dim;
-        double ss = 0;
-        for (int i = 0; i < dim; i++)
-            ss += (double)xr[i] * (double)xr[i];
-        float scale = 1.0f / sqrtf((float)(ss / dim) + eps);
-        for (int i = 0; i < dim; i++)
-            yr[i] = (xr[i] * scale) * g[i];
-    }
+    const be_vec_ops_t *v = cpu_of(be)->vec;
+    for (int t = 0; t < n; t++)
+        v->rmsnorm(dim, y + (size_t)t * dim, x + (size_t)t * dim, w->data, eps);
 }
 
 static void cpu_rope(be_backend_t *be, float *x, int n, int n_head, int head_dim,

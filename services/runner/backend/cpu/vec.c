@@ -47,7 +47,18 @@ static double exp_sum_scalar(int n, float *x, float max)
     return sum;
 }
 
-static const be_vec_ops_t scalar_ops = {attn_v_scalar, swiglu_scalar, exp_sum_scalar};
+static void rmsnorm_scalar(int n, float *y, const float *x, const float *g, float eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * (double)x[i];
+    float s = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++)
+        y[i] = (x[i] * s) * g[i];
+}
+
+static const be_vec_ops_t scalar_ops = {attn_v_scalar, swiglu_scalar, exp_sum_scalar,
+                                        rmsnorm_scalar};
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -132,11 +143,40 @@ static AVX2 double exp_sum_avx2(int n, float *x, float max)
     return sum;
 }
 
-static const be_vec_ops_t avx2_ops = {attn_v_avx2, swiglu_avx2, exp_sum_avx2};
+static AVX2 void rmsnorm_avx2(int n, float *y, const float *x, const float *g, float eps)
+{
+    /* four double accumulators of four lanes: the squares are exact in
+     * double (24-bit mantissas), only the order of the adds differs */
+    __m256d a[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                    _mm256_setzero_pd()};
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int k = 0; k < 4; k++) {
+            __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * k));
+            a[k] = _mm256_fmadd_pd(v, v, a[k]);
+        }
+    }
+    double lanes[4];
+    _mm256_storeu_pd(lanes, _mm256_add_pd(_mm256_add_pd(a[0], a[1]), _mm256_add_pd(a[2], a[3])));
+    double ss = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    for (; i < n; i++)
+        ss += (double)x[i] * (double)x[i];
+    float s = 1.0f / sqrtf((float)(ss / n) + eps);
+    __m256 sv = _mm256_set1_ps(s);
+    i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sv),
+                                              _mm256_loadu_ps(g + i)));
+    for (; i < n; i++)
+        y[i] = (x[i] * s) * g[i];
+}
+
+static const be_vec_ops_t avx2_ops = {attn_v_avx2, swiglu_avx2, exp_sum_avx2, rmsnorm_avx2};
 
 #else
 
-static const be_vec_ops_t avx2_ops = {attn_v_scalar, swiglu_scalar, exp_sum_scalar};
+static const be_vec_ops_t avx2_ops = {attn_v_scalar, swiglu_scalar, exp_sum_scalar,
+                                      rmsnorm_scalar};
 
 #endif
 

@@ -23,6 +23,11 @@ typedef struct be_vec_ops {
     /* x[i] = exp(x[i] - max) over n in place; returns the sum of the new
      * x[i] accumulated in double. Vector exp: within 4 ulp of expf. */
     double (*exp_sum)(int n, float *x, float max);
+    /* y[i] = (x[i] * s) * g[i] with s = 1 / sqrtf((float)(sum x^2 / n) + eps),
+     * the sum of squares in double (y may alias x). Levels differ only in
+     * the order of that sum (a few double ulp): s, so y, within 1 float ulp
+     * of the scalar's. */
+    void (*rmsnorm)(int n, float *y, const float *x, const float *g, float eps);
 } be_vec_ops_t;
 
 /* The versions for `level` (scalar where the CPU lacks it). Static. */
