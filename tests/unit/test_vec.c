@@ -150,6 +150,32 @@ static void test_rmsnorm(const be_vec_ops_t *s, const be_vec_ops_t *v, const cha
     }
 }
 
+/* rope_pairs and rope_halves: the same products and adds at every level,
+ * so the same bits; sizes cover the vector loops and their tails. */
+static void test_rope(const be_vec_ops_t *s, const be_vec_ops_t *v, const char *lv)
+{
+    int sizes[] = {1, 3, 4, 8, 13, 64};
+    for (size_t k = 0; k < CR_ARRAY_LEN(sizes); k++) {
+        int np = sizes[k];
+        float cs[64], sn[64], a[128], b[128], c[128], d[128];
+        for (int i = 0; i < np; i++) {
+            cs[i] = (float)cos(i * 0.3 + k), sn[i] = (float)sin(i * 0.3 + k);
+        }
+        for (int i = 0; i < 2 * np; i++)
+            a[i] = b[i] = c[i] = d[i] = (float)sin(i * 1.7) * 5;
+        s->rope_pairs(np, a, cs, sn);
+        v->rope_pairs(np, b, cs, sn);
+        CHECK_MSG(!memcmp(a, b, sizeof(float) * 2 * (size_t)np), "rope_pairs %s n=%d", lv, np);
+        /* and it is the rotation: pair 0 against doubles */
+        double x0 = sin(0.0) * 5, x1 = (float)sin(1.7) * 5;
+        CHECK(fabs(b[0] - (x0 * cs[0] - x1 * sn[0])) < 1e-5 &&
+              fabs(b[1] - (x0 * sn[0] + x1 * cs[0])) < 1e-5);
+        s->rope_halves(np, c, c + np, cs, sn);
+        v->rope_halves(np, d, d + np, cs, sn);
+        CHECK_MSG(!memcmp(c, d, sizeof(float) * 2 * (size_t)np), "rope_halves %s n=%d", lv, np);
+    }
+}
+
 int main(void)
 {
     const be_vec_ops_t *s = be_vec_ops_at(BE_SIMD_SCALAR);
@@ -161,6 +187,7 @@ int main(void)
         test_swiglu(s, v, name);
         test_exp_sum(s, v, name);
         test_rmsnorm(s, v, name);
+        test_rope(s, v, name);
     }
     return check_finish("test_vec");
 }

@@ -477,7 +477,7 @@ static void cpu_rope(be_backend_t *be, float *x, int n, int n_head, int head_dim
                      int n_rot, const int32_t *pos, float freq_base,
                      const be_weight_t *freq_factors)
 {
-    CR_UNUSED(be);
+    const be_vec_ops_t *c_vec = cpu_of(be)->vec;
     const float *ff = freq_factors ? freq_factors->data : NULL;
     /* The angle for pair i is pos * base^(-2i/n_rot), built by repeated
      * multiplication in float as the reference engine does. */
@@ -497,7 +497,9 @@ static void cpu_rope(be_backend_t *be, float *x, int n, int n_head, int head_dim
                 theta *= theta_scale;
             }
         }
-        for (int h = 0; h < n_head; h++) {
+        for (int h = 0; h < n_head && cached; h++)
+            c_vec->rope_pairs(n_rot / 2, x + ((size_t)t * n_head + h) * head_dim, cs, sn);
+        for (int h = 0; h < n_head && !cached; h++) {
             float *v = x + ((size_t)t * n_head + h) * head_dim;
             float theta = (float)pos[t];
             for (int i = 0; i < n_rot; i += 2) {

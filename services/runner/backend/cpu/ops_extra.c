@@ -12,6 +12,7 @@
  * Owns no state. Does not own the llama ops (backend_cpu.c) or any kernel
  * of a quant format (quant.c). */
 #include "lib/prelude.h"
+#include "services/runner/backend/cpu/vec.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
 
@@ -26,18 +27,33 @@ static void ext_rope_neox(be_backend_t *be, float *x, int n, int n_head, int hea
     const float *ff = freq_factors ? freq_factors->data : NULL;
     int half = n_rot / 2;
     /* Pair i's angle is pos * scale * base^(-2i/n_rot), built by repeated
-     * multiplication in float as the reference engine does. */
+     * multiplication in float as the reference engine does; the same for
+     * every head of a token, so computed once per token (up to ROPE_MAX
+     * pairs; past that, per head). */
     float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    enum { ROPE_MAX = 256 };
+    float cs[ROPE_MAX], sn[ROPE_MAX];
+    const be_vec_ops_t *vec = be_vec_ops();
     for (int t = 0; t < n; t++) {
+        float theta = (float)pos[t] * freq_scale;
+        for (int i = 0; i < half && half <= ROPE_MAX; i++) {
+            float th = ff ? theta / ff[i] : theta;
+            cs[i] = cosf(th) * mscale, sn[i] = sinf(th) * mscale;
+            theta *= theta_scale;
+        }
         for (int h = 0; h < n_head; h++) {
             float *v = x + ((size_t)t * n_head + h) * head_dim;
-            float theta = (float)pos[t] * freq_scale;
+            if (half <= ROPE_MAX) {
+                vec->rope_halves(half, v, v + half, cs, sn);
+                continue;
+            }
+            theta = (float)pos[t] * freq_scale;
             for (int i = 0; i < half; i++) {
                 float th = ff ? theta / ff[i] : theta;
-                float cs = cosf(th) * mscale, sn = sinf(th) * mscale;
+                float c = cosf(th) * mscale, s = sinf(th) * mscale;
                 float x0 = v[i], x1 = v[i + half];
-                v[i] = x0 * cs - x1 * sn;
-                v[i + half] = x0 * sn + x1 * cs;
+                v[i] = x0 * c - x1 * s;
+                v[i + half] = x0 * s + x1 * c;
                 theta *= theta_scale;
             }
         }

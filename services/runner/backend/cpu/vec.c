@@ -57,8 +57,28 @@ static void rmsnorm_scalar(int n, float *y, const float *x, const float *g, floa
         y[i] = (x[i] * s) * g[i];
 }
 
-static const be_vec_ops_t scalar_ops = {attn_v_scalar, swiglu_scalar, exp_sum_scalar,
-                                        rmsnorm_scalar};
+static void rope_pairs_scalar(int n_pairs, float *v, const float *cs, const float *sn)
+{
+    for (int i = 0; i < n_pairs; i++) {
+        float x0 = v[2 * i], x1 = v[2 * i + 1];
+        v[2 * i] = x0 * cs[i] - x1 * sn[i];
+        v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
+static void rope_halves_scalar(int n_pairs, float *v0, float *v1, const float *cs,
+                               const float *sn)
+{
+    for (int i = 0; i < n_pairs; i++) {
+        float x0 = v0[i], x1 = v1[i];
+        v0[i] = x0 * cs[i] - x1 * sn[i];
+        v1[i] = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
+static const be_vec_ops_t scalar_ops = {attn_v_scalar,     swiglu_scalar,     exp_sum_scalar,
+                                        rmsnorm_scalar,    rope_pairs_scalar,
+                                        rope_halves_scalar};
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -171,12 +191,46 @@ static AVX2 void rmsnorm_avx2(int n, float *y, const float *x, const float *g, f
         y[i] = (x[i] * s) * g[i];
 }
 
-static const be_vec_ops_t avx2_ops = {attn_v_avx2, swiglu_avx2, exp_sum_avx2, rmsnorm_avx2};
+/* Four pairs per vector: cosines and sines each repeated for both lanes of
+ * a pair, the pair's lanes swapped for the cross products, and addsub
+ * subtracts in even lanes, adds in odd ones. */
+static AVX2 void rope_pairs_avx2(int n_pairs, float *v, const float *cs, const float *sn)
+{
+    int i = 0;
+    for (; i + 4 <= n_pairs; i += 4) {
+        __m128 c4 = _mm_loadu_ps(cs + i), s4 = _mm_loadu_ps(sn + i);
+        __m256 c = _mm256_set_m128(_mm_unpackhi_ps(c4, c4), _mm_unpacklo_ps(c4, c4));
+        __m256 s = _mm256_set_m128(_mm_unpackhi_ps(s4, s4), _mm_unpacklo_ps(s4, s4));
+        __m256 x = _mm256_loadu_ps(v + 2 * i);
+        __m256 sw = _mm256_permute_ps(x, 0xB1); /* (b, a) per pair */
+        _mm256_storeu_ps(v + 2 * i, _mm256_addsub_ps(_mm256_mul_ps(x, c), _mm256_mul_ps(sw, s)));
+    }
+    if (i < n_pairs)
+        rope_pairs_scalar(n_pairs - i, v + 2 * i, cs + i, sn + i);
+}
+
+static AVX2 void rope_halves_avx2(int n_pairs, float *v0, float *v1, const float *cs,
+                                  const float *sn)
+{
+    int i = 0;
+    for (; i + 8 <= n_pairs; i += 8) {
+        __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(sn + i);
+        __m256 a = _mm256_loadu_ps(v0 + i), b = _mm256_loadu_ps(v1 + i);
+        _mm256_storeu_ps(v0 + i, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
+        _mm256_storeu_ps(v1 + i, _mm256_add_ps(_mm256_mul_ps(a, s), _mm256_mul_ps(b, c)));
+    }
+    if (i < n_pairs)
+        rope_halves_scalar(n_pairs - i, v0 + i, v1 + i, cs + i, sn + i);
+}
+
+static const be_vec_ops_t avx2_ops = {attn_v_avx2,  swiglu_avx2,     exp_sum_avx2,
+                                      rmsnorm_avx2, rope_pairs_avx2, rope_halves_avx2};
 
 #else
 
-static const be_vec_ops_t avx2_ops = {attn_v_scalar, swiglu_scalar, exp_sum_scalar,
-                                      rmsnorm_scalar};
+static const be_vec_ops_t avx2_ops = {attn_v_scalar,     swiglu_scalar,     exp_sum_scalar,
+                                      rmsnorm_scalar,    rope_pairs_scalar,
+                                      rope_halves_scalar};
 
 #endif
 

@@ -28,6 +28,13 @@ typedef struct be_vec_ops {
      * the order of that sum (a few double ulp): s, so y, within 1 float ulp
      * of the scalar's. */
     void (*rmsnorm)(int n, float *y, const float *x, const float *g, float eps);
+    /* Rotary turns in place, pair i by the angle whose cosine and sine are
+     * cs[i], sn[i]: (a, b) -> (a cs - b sn, a sn + b cs), each a product,
+     * a product and one add or subtract (every level gives the same bits).
+     * rope_pairs: pairs (v[2i], v[2i+1]), i < n_pairs (llama's order);
+     * rope_halves: pairs (v0[i], v1[i]), i < n_pairs (NEOX: v1 = v0 + half). */
+    void (*rope_pairs)(int n_pairs, float *v, const float *cs, const float *sn);
+    void (*rope_halves)(int n_pairs, float *v0, float *v1, const float *cs, const float *sn);
 } be_vec_ops_t;
 
 /* The versions for `level` (scalar where the CPU lacks it). Static. */
