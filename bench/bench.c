@@ -21,6 +21,12 @@
  * tied). Peak RSS during tg is VmHWM after a reset (clear_refs) before tg;
  * llama-bench's is its whole-life maxrss.
  *
+ * A runner's model is a store blob, whose packed weights are cached on disk
+ * after its first load (pack_cache.h); a file given here is cached only
+ * when CORRAL_PACK_CACHE names a folder, so set it to measure loads as a
+ * runner makes them (the first load of the run builds the cache). The
+ * counts of matrices mapped from / packed into the cache are printed.
+ *
  * --load-only measures just the loads (for profiling the load path).
  *
  * --synth writes a model of realistic shape with random weights:
@@ -33,6 +39,7 @@
  * Never part of ctest: it takes minutes and needs gigabytes. */
 #include "lib/prelude.h"
 #include "bench/stats.h"
+#include "services/runner/backend/cpu/pack_cache.h"
 #include "lib/status.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/forward.h"
@@ -402,6 +409,15 @@ static int synth_main(const char *shape, const char *type, const char *out)
 
 /* ---- main ------------------------------------------------------------- */
 
+static void print_cache_counts(void)
+{
+    int64_t mapped, built;
+    be_pack_cache_counts(&mapped, &built);
+    const char *pc = getenv("CORRAL_PACK_CACHE");
+    printf("pack cache %s: %" PRId64 " matrices mapped from it, %" PRId64 " packed into it\n",
+           pc && *pc ? pc : "(not set: none for this file)", mapped, built);
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -456,6 +472,7 @@ int main(int argc, char **argv)
             printf("load %d: %.3f s\n", r, t[r]);
         }
         printf("median load+first token %.3f s\n", bench_median(t, rounds));
+        print_cache_counts();
         return 0;
     }
     rn_threadpool_t *bwpool = NULL;
@@ -535,6 +552,7 @@ int main(int argc, char **argv)
                t_pp > 0 ? m_pp512 / t_pp : 0,
                m_tg / t_tg, bench_median(tload, nt) > 0 ? m_load / bench_median(tload, nt) : 0);
     }
+    print_cache_counts();
     ours_close(&o);
     rn_threadpool_destroy(&bwpool);
     return 0;

@@ -42,6 +42,7 @@ typedef struct be_cpu {
     bool repack;          /* pack Q4_0/Q8_0/Q4_K/Q6_K at weight_prepare */
     be_pack_cache_t *cache; /* between model_begin and model_end */
     void *publisher;      /* a cache being published (pack_cache.h) */
+    int64_t mapped0, built0; /* pack cache counts at model_begin */
     float *att;           /* per thread: scores [max_ctx] + acc [max_hd] */
     uint16_t *att16;      /* per thread: probs [max_ctx] + q [max_hd] */
     size_t att_ctx;       /* positions reserved per thread */
@@ -214,6 +215,7 @@ static void cpu_model_begin(be_backend_t *be, const char *path)
     be_pack_cache_close(&c->cache, false, NULL);
     if (c->repack)
         c->cache = be_pack_cache_open(path);
+    be_pack_cache_counts(&c->mapped0, &c->built0);
 }
 
 static void cpu_model_end(be_backend_t *be, bool ok)
@@ -224,7 +226,7 @@ static void cpu_model_end(be_backend_t *be, bool ok)
     be_pack_cache_counts(&mapped, &built);
     if (c->cache)
         cr_log_info("packed weights: %" PRId64 " matrices mapped from the pack cache, %" PRId64
-                    " packed into it (this process so far)", mapped, built);
+                    " packed into it", mapped - c->mapped0, built - c->built0);
     be_pack_cache_close(&c->cache, ok, &c->publisher);
 }
 
