@@ -39,6 +39,14 @@ bool cr_env_get(const char *name, char *buf, size_t cap)
            get_one("OLLAMA_", name, buf, cap);
 }
 
+void cr_env_source(const char *name, char *buf, size_t cap)
+{
+    char v[8];
+    bool corral = get_one("CORRAL_", name, v, sizeof v) ||
+                  !get_one("OLLAMA_", name, v, sizeof v);
+    snprintf(buf, cap, "%s%s", corral ? "CORRAL_" : "OLLAMA_", name);
+}
+
 long long cr_env_int(const char *name, long long def)
 {
     char v[64];

@@ -12,6 +12,11 @@
  * Returns false (buf = "") when neither is set or the value is empty. */
 bool cr_env_get(const char *name, char *buf, size_t cap);
 
+/* The variable that gives the setting its value ("CORRAL_<name>" or
+ * "OLLAMA_<name>", as cr_env_get reads them), for messages; the CORRAL_
+ * name when neither is set. */
+void cr_env_source(const char *name, char *buf, size_t cap);
+
 /* Integer setting; `def` when unset or not an integer. */
 long long cr_env_int(const char *name, long long def);
 

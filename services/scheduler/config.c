@@ -15,7 +15,9 @@ static int64_t env_duration_ms(const char *name, int64_t def, cr_err_t *err,
         return def;
     int64_t ms;
     if (cr_duration_parse(v, &ms, err)) {
-        cr_err_wrap(err, "OLLAMA_%s", name);
+        char var[96];
+        cr_env_source(name, var, sizeof var);
+        cr_err_wrap(err, "%s", var);
         *bad = true;
         return def;
     }

@@ -983,8 +983,17 @@ static void test_config(void)
     unsetenv("CORRAL_GPU_INVENTORY");
     setenv("CORRAL_HEARTBEAT_TIMEOUT", "soon", 1);
     CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_E_INVALID);
-    CHECK(strstr(err.msg, "HEARTBEAT_TIMEOUT") != NULL);
+    CHECK(strstr(err.msg, "CORRAL_HEARTBEAT_TIMEOUT") != NULL);
     unsetenv("CORRAL_HEARTBEAT_TIMEOUT");
+    /* a bad duration is named by the variable that was set */
+    setenv("CORRAL_NODE_TIMEOUT", "later", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "CORRAL_NODE_TIMEOUT") != NULL, "%s", err.msg);
+    unsetenv("CORRAL_NODE_TIMEOUT");
+    setenv("OLLAMA_KEEP_ALIVE", "forever", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "OLLAMA_KEEP_ALIVE") != NULL, "%s", err.msg);
+    unsetenv("OLLAMA_KEEP_ALIVE");
     unsetenv("OLLAMA_GPU_OVERHEAD");
     unsetenv("OLLAMA_SCHED_SPREAD");
     unsetenv("CORRAL_RUNTIME_DIR");
