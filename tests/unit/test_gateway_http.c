@@ -16,7 +16,10 @@
 
 #include <curl/curl.h>
 #include <jansson.h>
+#include <errno.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -173,6 +176,35 @@ static void fake_stop(fake_t **fp)
     pthread_mutex_destroy(&f->mu);
     free(f);
     *fp = NULL;
+}
+
+/* True while something accepts connections on the ipc:// endpoint ep. */
+static bool ipc_listening(const char *ep)
+{
+    if (strncmp(ep, "ipc://", 6) != 0)
+        return false;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", ep + 6);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0)
+        return false;
+    bool up = connect(fd, (struct sockaddr *)&a, sizeof a) == 0 || errno == EAGAIN;
+    close(fd);
+    return up;
+}
+
+/* Stops the fake and waits (up to 10 s) until nobody listens on its
+ * endpoint: ZeroMQ closes a socket's listener in its I/O thread, after
+ * zsock_destroy returns, and a connect in between is accepted and then
+ * dropped. */
+static void fake_stop_unbound(fake_t **fp)
+{
+    char ep[BUS_ENDPOINT_MAX];
+    snprintf(ep, sizeof ep, "%s", (*fp)->ep);
+    fake_stop(fp);
+    for (int i = 0; i < 1000 && ipc_listening(ep); i++)
+        sleep_ms(10);
+    CHECK_MSG(!ipc_listening(ep), "%s still accepts connections", ep);
 }
 
 static int fake_cancels(fake_t *f)
@@ -1508,7 +1540,7 @@ static void test_dead_peers(void)
     CHECK_MSG(now_ms() - t0 < DEAD_PEER_MAX_MS, "dead scheduler took %lld ms",
               (long long)(now_ms() - t0));
     resp_free(&r);
-    fake_stop(&sched_g);
+    fake_stop_unbound(&sched_g);
 
     /* no scheduler at all: fails after the short grace a restarting
      * service gets (2 s), not the whole connect timeout */
@@ -1533,7 +1565,7 @@ static void test_dead_peers(void)
     /* A scheduler that is (re)starting: nobody listens when the request
      * comes, it binds 200 ms later, and the request is served (a refused
      * connect is retried for a short grace). */
-    fake_stop(&sched_g);
+    fake_stop_unbound(&sched_g);
     pthread_t late;
     pthread_create(&late, NULL, start_scheduler_later, NULL);
     CHECK_EQ_INT(http(&r, "POST", "/api/generate",
