@@ -200,7 +200,17 @@ try {
 
   await run('corral', ['create', 'synth', '-f', join(tmp, 'Modelfile')], 'create synth');
   await run('corral', ['cp', 'synth', 'slowload'], 'copy synth to slowload');
-  log('created synth and slowload');
+  // "long": greedy answers that run to num_predict (synth's end after 6 to
+  // 1121 tokens), for the tests that abort a stream mid-way: an answer
+  // that ended before the client acted would be read to its end, since
+  // both libraries yield what they have buffered after an abort.
+  await run('corral-gguf-synth', ['--out', join(tmp, 'long.gguf'), '--type', 'q8_0', '--seed', '5', '--ctx', '8192'], 'synthetic long model');
+  writeFileSync(join(tmp, 'Modelfile.long'),
+    'FROM ./long.gguf\n' +
+    `TEMPLATE """${TEMPLATE}"""\n` +
+    'PARAMETER temperature 0\n');
+  await run('corral', ['create', 'long', '-f', join(tmp, 'Modelfile.long')], 'create long');
+  log('created synth, slowload and long');
 
   const testEnv = { ...env, CORRAL_CLIENTS_HOST: host };
   const td = process.env.CORRAL_TESTDATA;

@@ -2,11 +2,17 @@
 # drain.sh: graceful SIGTERM. A streamed answer in flight when `corral
 # serve` gets SIGTERM completes normally; a new request afterwards is
 # refused (connection refused, or 503 on a kept-alive connection); serve
-# exits within CORRAL_DRAIN_TIMEOUT (30 s here) plus its grace period (10 s).
+# exits within CORRAL_DRAIN_TIMEOUT (120 s here) plus its grace period (10 s).
 set -u
 BIN="${CORRAL_BUILD_DIR:?}/bin"
 T=$(mktemp -d /tmp/corral-drain.XXXXXX)
+# A port nothing answers on now (the PID picks it; a taken one is skipped).
 PORT=$((20000 + ($$ * 7) % 20000))
+for i in 1 2 3 4 5 6 7 8; do
+    curl -s -o /dev/null -m 2 "http://127.0.0.1:$PORT/"
+    [ $? = 7 ] && break
+    PORT=$((20000 + (PORT + 7919) % 20000))
+done
 SERVE_PID=""; CURL_PID=""; FAILS=0
 cleanup() {
     [ -n "$CURL_PID" ] && kill -9 "$CURL_PID" 2>/dev/null
@@ -19,27 +25,48 @@ fail() { echo "FAIL: $*"; FAILS=$((FAILS+1)); }
 ok() { echo "ok: $*"; }
 
 export CORRAL_RUNTIME_DIR="$T/run" CORRAL_MODELS="$T/models" \
-    CORRAL_HOST="127.0.0.1:$PORT" CORRAL_DRAIN_TIMEOUT=30s
+    CORRAL_HOST="127.0.0.1:$PORT" CORRAL_DRAIN_TIMEOUT=120s
 "$BIN/corral" serve >"$T/serve.log" 2>&1 &
 SERVE_PID=$!
-for i in $(seq 1 100); do
-    curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break
+up=0
+for i in $(seq 1 600); do # up to 60 s on a slow, loaded machine
+    [ "$(curl -s -m 5 "http://127.0.0.1:$PORT/")" = "Ollama is running" ] && { up=1; break; }
+    kill -0 "$SERVE_PID" 2>/dev/null || break
     sleep 0.1
 done
+[ $up = 1 ] || { fail "corral serve did not come up on port $PORT"; exit 1; }
 "$BIN/corral-gguf-synth" --out "$T/m.gguf" --type q8_0 >/dev/null || fail "synth"
 printf 'FROM ./m.gguf\nPARAMETER temperature 0\n' >"$T/Modelfile"
 (cd "$T" && "$BIN/corral" create dm -f Modelfile >/dev/null) || fail "create"
 # Load it first, so the timed part is generation only.
 curl -s -m 30 -d '{"model":"dm","prompt":""}' "http://127.0.0.1:$PORT/api/generate" >/dev/null
 
-curl -s -N -m 60 -d '{"model":"dm","prompt":"go","options":{"num_predict":800}}' \
+# 3000 greedy tokens (no end token before: the answer ends by its length):
+# seconds on any machine, so the stream is still running when the
+# listener closes; the drain timeout leaves room for a slow machine.
+curl -s -N -m 150 -d '{"model":"dm","prompt":"go","options":{"num_predict":3000}}' \
     "http://127.0.0.1:$PORT/api/generate" >"$T/stream.out" &
 CURL_PID=$!
-for i in $(seq 1 100); do [ -s "$T/stream.out" ] && break; sleep 0.02; done
+for i in $(seq 1 3000); do [ -s "$T/stream.out" ] && break; sleep 0.02; done
 grep -q '"done":true' "$T/stream.out" && fail "the answer ended before SIGTERM"
 t0=$(date +%s.%N)
 kill -TERM "$SERVE_PID"
-sleep 0.3
+# The gateway closes its listener when it starts draining: wait for that
+# (GET / refused, or 503 on a kept-alive connection) rather than assume a
+# fixed time was enough; it must happen while the answer still streams (a
+# gateway that only stopped accepting at exit fails here).
+closed=0
+for i in $(seq 1 400); do # up to 20 s
+    code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$PORT/")
+    rc=$?
+    if [ $rc = 7 ] || [ "$code" = 503 ]; then closed=1; break; fi
+    sleep 0.05
+done
+if [ $closed = 1 ] && ! grep -q '"done":true' "$T/stream.out" && kill -0 "$CURL_PID" 2>/dev/null; then
+    ok "the listener closed while the answer was streaming"
+else
+    fail "the listener did not close during the drain (closed=$closed)"
+fi
 code=$(curl -s -o "$T/new.out" -w '%{http_code}' -m 5 \
     -d '{"model":"dm","prompt":"x","stream":false}' "http://127.0.0.1:$PORT/api/generate")
 rc=$?
@@ -50,13 +77,13 @@ tail -1 "$T/stream.out" | grep -q '"done":true' &&
     ok "in-flight answer completed: $(tail -1 "$T/stream.out" | grep -o '"done_reason":"[a-z]*"')" ||
     fail "in-flight answer cut: $(tail -c 200 "$T/stream.out")"
 exited=0
-for i in $(seq 1 450); do
+for i in $(seq 1 1350); do
     kill -0 "$SERVE_PID" 2>/dev/null || { exited=1; break; }
     sleep 0.1
 done
 t1=$(date +%s.%N)
 [ $exited = 1 ] && ok "serve exited $(echo "$t1 - $t0" | bc) s after SIGTERM" ||
-    fail "serve still running 45 s after SIGTERM"
+    fail "serve still running 135 s after SIGTERM"
 wait "$SERVE_PID"; echo "serve exit status $?"; SERVE_PID=""
 [ "$FAILS" -eq 0 ] || exit 1
 echo "drain: all checks passed"

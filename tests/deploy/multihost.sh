@@ -64,7 +64,7 @@ inA() { ip netns exec "$NSA" env "$@"; }
 spawn() {
     ns=$1; log=$2; shift 2
     ip netns exec "$ns" sh -c 'echo $$ >"$0.pid"; exec env "$@"' "$log" "$@" >"$log" 2>&1 &
-    for i in $(seq 1 50); do [ -s "$log.pid" ] && break; sleep 0.02; done
+    for i in $(seq 1 500); do [ -s "$log.pid" ] && break; sleep 0.02; done
     cat "$log.pid"
 }
 inB() { ip netns exec "$NSB" env "$@"; }
@@ -86,7 +86,7 @@ SERVE_PID=$(spawn "$NSA" "$T/serve.log" CORRAL_RUNTIME_DIR="$T/runA" CORRAL_MODE
     CORRAL_NODE_TIMEOUT=2s CORRAL_DEBUG= \
     "$BIN/corral" serve)
 up=0
-for i in $(seq 1 100); do
+for i in $(seq 1 600); do # up to 60 s on a slow, loaded machine
     if http -o /dev/null "http://127.0.0.1:$PORT/"; then up=1; break; fi
     sleep 0.1
 done
@@ -107,7 +107,7 @@ mkdir -p "$T/cacheB/blobs" && head -c 4096 /dev/zero >"$T/cacheB/blobs/$STALE"
 NODE_PID=$(spawn "$NSB" "$T/node.log" $NODE_ENV CORRAL_NODE_NAME=nodeb CORRAL_NODE_CERT="$T/keys/nodeb" \
     CORRAL_NODE_CACHE="$T/cacheB" CORRAL_NODE_CACHE_MAX=1KB "$BIN/corral-node")
 joined=0
-for i in $(seq 1 50); do
+for i in $(seq 1 600); do # up to 60 s
     grep -q "node 'nodeb' joined" "$T/serve.log" && { joined=1; break; }
     sleep 0.1
 done
@@ -145,7 +145,7 @@ echo "$out" | head -1 | grep -q 'PROCESSOR *HOST *CONTEXT' &&
     echo "$out" | grep -q '^mh:latest .* nodeb ' &&
     ok "corral ps shows the HOST column" || fail "corral ps: $out"
 
-for i in $(seq 1 40); do
+for i in $(seq 1 300); do # up to 30 s
     grep -q "no answer from the scheduler" "$T/evil.log" && break
     sleep 0.1
 done
@@ -157,7 +157,7 @@ grep -q "no answer from the scheduler" "$T/evil.log" &&
 # Key rotation: list evil's public key while the scheduler runs; the node,
 # still retrying, joins without a scheduler restart.
 cp "$T/keys/evil" "$T/admitted/"
-for i in $(seq 1 100); do
+for i in $(seq 1 600); do # up to 60 s
     grep -q "node 'evil' joined" "$T/serve.log" && break
     sleep 0.1
 done
@@ -172,7 +172,7 @@ kill -9 "$EVIL_PID"; EVIL_PID=""
 LONG='{"model":"mh","messages":[{"role":"user","content":"tell me more"}],"options":{"num_predict":100000}}'
 inA curl -s -N -m 20 -X POST -d "$LONG" "http://127.0.0.1:$PORT/api/chat" >"$T/stream.out" &
 CURL_PID=$!
-for i in $(seq 1 100); do
+for i in $(seq 1 600); do # up to 30 s
     [ -s "$T/stream.out" ] && break
     sleep 0.05
 done

@@ -83,7 +83,7 @@ bool e2e_start(e2e_t *t)
         _exit(127);
     }
     t->serve_pid = pid;
-    for (int i = 0; i < 200; i++) { /* up to 20 s */
+    for (int i = 0; i < 600; i++) { /* up to 60 s (a slow, loaded machine) */
         e2e_resp_t r = e2e_http(t, "GET", "/", NULL, NULL, NULL);
         bool up = r.status == 200;
         e2e_resp_free(&r);

@@ -8,6 +8,9 @@
  * list and retrieve, OpenAI-shaped errors from the real scheduler, and the
  * metrics counters moving with the traffic. */
 #include "lib/prelude.h"
+
+#include <unistd.h>
+
 #include "tests/integration/e2e.h"
 #include "tests/unit/check.h"
 
@@ -242,9 +245,27 @@ static double metric(const char *text, const char *series)
     return -1;
 }
 
+static bool metrics_caught_up(const char *text)
+{
+    return metric(text, "corral_http_requests_total{route=\"/v1/chat/"
+                        "completions\",code=\"200\"}") >= 2 &&
+           metric(text, "corral_completion_tokens_total") >= 12 &&
+           metric(text, "corral_time_to_first_token_seconds_count") >= 2;
+}
+
 static void test_metrics(void)
 {
-    e2e_resp_t r = e2e_http(&T, "GET", "/metrics", NULL, NULL, NULL);
+    /* A request is counted when the gateway has finished with it, which
+     * may be just after the client got the whole answer: scrape until the
+     * two chats above are in (a counter that never moves fails). */
+    e2e_resp_t r = {0};
+    for (int i = 0; i < 300; i++) { /* up to 30 s */
+        e2e_resp_free(&r);
+        r = e2e_http(&T, "GET", "/metrics", NULL, NULL, NULL);
+        if (r.status != 200 || metrics_caught_up(r.body))
+            break;
+        usleep(100 * 1000);
+    }
     CHECK_EQ_INT(r.status, 200);
     CHECK(metric(r.body, "corral_http_requests_total{route=\"/v1/chat/"
                          "completions\",code=\"200\"}") >= 2);

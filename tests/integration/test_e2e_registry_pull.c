@@ -116,7 +116,7 @@ static bool registry_start(void)
         _exit(127);
     }
     snprintf(url, sizeof url, "http://%s/v2/", remote_g);
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; i < 300; i++) { /* up to 30 s */
         if (curl_get(url, NULL) == 200)
             return true;
         usleep(100 * 1000);
@@ -464,7 +464,7 @@ static bool on_pull_data(void *ctx, const char *data, size_t len)
 
 static bool wait_registry_back(void)
 {
-    for (int i = 0; i < 150; i++) {
+    for (int i = 0; i < 600; i++) { /* up to 60 s: serve restarts it */
         e2e_resp_t r = e2e_http(&T, "GET", "/api/tags", NULL, NULL, NULL);
         long st = r.status;
         e2e_resp_free(&r);

@@ -55,7 +55,7 @@ static void *worker(void *arg)
 static void *watcher(void *arg)
 {
     CR_UNUSED(arg);
-    while (!stop_watch_g) {
+    do { /* at least once, however late this thread runs */
         e2e_resp_t r = e2e_http(&T, "GET", "/api/ps", NULL, NULL, NULL);
         json_t *j = json_loads(r.body, 0, NULL);
         int n = (int)json_array_size(json_object_get(j, "models"));
@@ -66,7 +66,7 @@ static void *watcher(void *arg)
         json_decref(j);
         e2e_resp_free(&r);
         usleep(20000);
-    }
+    } while (!stop_watch_g);
     return NULL;
 }
 
@@ -135,7 +135,7 @@ int main(void)
         CHECK_EQ_INT(e2e_cli(&T, NULL, &out, "stop", name, NULL), 0);
         free(out);
         bool gone = false;
-        for (int i = 0; i < 50 && !gone; i++) {
+        for (int i = 0; i < 300 && !gone; i++) { /* up to 30 s */
             r = e2e_http(&T, "GET", "/api/ps", NULL, NULL, NULL);
             char quoted[80];
             snprintf(quoted, sizeof quoted, "\"%s\"", name);

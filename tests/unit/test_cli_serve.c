@@ -137,7 +137,7 @@ static void test_supervise(void)
     }
     pid_t serve = start_serve(dir, log);
     for (size_t i = 0; i < CR_ARRAY_LEN(names); i++)
-        CHECK_MSG(wait_count(dir, names[i], 1, 5000), "%s did not start", names[i]);
+        CHECK_MSG(wait_count(dir, names[i], 1, 20000), "%s did not start", names[i]);
 
     /* The environment reaches the services unchanged. */
     char envp[4300], mark[64] = "";
@@ -154,7 +154,7 @@ static void test_supervise(void)
     pid_t pids[8];
     CHECK_EQ_INT(count_pids(dir, "corral-gateway", pids, 8), 1);
     kill(pids[0], SIGKILL);
-    CHECK_MSG(wait_count(dir, "corral-gateway", 2, 5000), "gateway was not restarted");
+    CHECK_MSG(wait_count(dir, "corral-gateway", 2, 20000), "gateway was not restarted");
     CHECK(log_has(log, "corral-gateway exited (signal 9"));
     CHECK(alive(serve));
 
@@ -168,7 +168,7 @@ static void test_supervise(void)
             all[n++] = p[c - 1];
     }
     kill(serve, SIGTERM);
-    int wst = wait_exit(serve, 8000);
+    int wst = wait_exit(serve, 20000);
     CHECK_MSG(wst != -1 && WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "serve status %d", wst);
     sleep_ms(100);
     for (int i = 0; i < n; i++)
@@ -183,27 +183,36 @@ static void test_second_signal_kills(void)
     snprintf(log, sizeof log, "%s/serve.log", dir);
     for (size_t i = 0; i < CR_ARRAY_LEN(names); i++) {
         char body[13000];
-        /* the gateway ignores SIGTERM and SIGINT */
-        snprintf(body, sizeof body, "echo $$ >> %s/%s.pids\n%s", dir, names[i],
-                 i == 2 ? "trap '' TERM INT\nwhile :; do sleep 0.2; done" : "exec sleep 1000");
+        /* the gateway ignores SIGTERM and SIGINT; it records its pid only
+         * once the trap is set, so a recorded pid is a stubborn one */
+        snprintf(body, sizeof body, "%secho $$ >> %s/%s.pids\n%s",
+                 i == 2 ? "trap '' TERM INT\n" : "", dir, names[i],
+                 i == 2 ? "while :; do sleep 0.2; done" : "exec sleep 1000");
         write_script(dir, names[i], body);
     }
     pid_t serve = start_serve(dir, log);
     for (size_t i = 0; i < CR_ARRAY_LEN(names); i++)
-        CHECK(wait_count(dir, names[i], 1, 5000));
-    sleep_ms(200); /* let the trap be set */
+        CHECK(wait_count(dir, names[i], 1, 20000));
     pid_t gw[4];
     count_pids(dir, "corral-gateway", gw, 4);
     kill(serve, SIGINT);
+    /* serve took the first signal (two signals sent before it runs would
+     * arrive as one) */
+    bool stopping = false;
+    for (int t = 0; t < 20000 && !(stopping = log_has(log, "received; stopping")); t += 50)
+        sleep_ms(50);
+    CHECK_MSG(stopping, "serve did not log the first signal");
     sleep_ms(500);
     CHECK(alive(gw[0])); /* still waiting for the stubborn one */
     kill(serve, SIGINT);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int wst = wait_exit(serve, 5000);
+    int wst = wait_exit(serve, 20000);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     CHECK_MSG(wst != -1 && WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "serve status %d", wst);
-    CHECK(t1.tv_sec - t0.tv_sec < 4); /* well before the 10 s grace */
+    /* well before the 40 s that serve waits otherwise (30 s drain and the
+     * 10 s grace) */
+    CHECK(t1.tv_sec - t0.tv_sec < 20);
     sleep_ms(100);
     CHECK(!alive(gw[0]));
     CHECK(log_has(log, "asked again to stop"));
@@ -238,7 +247,7 @@ static void test_missing_programs(void)
     make_dir(dir, sizeof dir, "empty");
     snprintf(log, sizeof log, "%s/serve.log", dir);
     pid_t serve = start_serve(dir, log);
-    int wst = wait_exit(serve, 5000);
+    int wst = wait_exit(serve, 20000);
     CHECK(wst != -1 && WIFEXITED(wst) && WEXITSTATUS(wst) == 1);
     CHECK(log_has(log, "Error: cannot run"));
     CHECK(log_has(log, "corral-registry"));

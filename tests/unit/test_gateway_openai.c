@@ -1437,17 +1437,38 @@ static void check_exposition(const char *text)
     CHECK(samples > 10);
 }
 
+/* A request is counted (and leaves in_flight) when libmicrohttpd reports
+ * it completed, which can be just after the client has the whole answer.
+ * The value of series in a scrape, absent as 0. */
+static double count_of(const char *text, const char *series)
+{
+    double v = metric(text, series);
+    return v < 0 ? 0 : v;
+}
+
+#define CHAT200 "corral_http_requests_total{route=\"/v1/chat/completions\",code=\"200\"}"
+#define CHAT400 "corral_http_requests_total{route=\"/v1/chat/completions\",code=\"400\"}"
+#define OTHER404 "corral_http_requests_total{route=\"other\",code=\"404\"}"
+
 static void test_metrics_http(void)
 {
     resp_t r;
-    http(&r, "GET", "/metrics", NULL);
+    /* the earlier tests' last requests are done: only this scrape is in
+     * flight (a request that never leaves in_flight fails below) */
+    for (int i = 0; i < 1000; i++) {
+        http(&r, "GET", "/metrics", NULL);
+        if (r.status != 200 ||
+            metric(r.body.data, "corral_http_requests_in_flight") == 1)
+            break;
+        resp_free(&r);
+        sleep_ms(10);
+    }
     CHECK_EQ_INT(r.status, 200);
     CHECK_EQ_STR(r.ctype, "text/plain; version=0.0.4; charset=utf-8");
     check_exposition(r.body.data);
-    double chat200 = metric(
-        r.body.data,
-        "corral_http_requests_total{route=\"/v1/chat/completions\","
-        "code=\"200\"}");
+    double chat200 = metric(r.body.data, CHAT200);
+    double chat400 = count_of(r.body.data, CHAT400);
+    double other404 = count_of(r.body.data, OTHER404);
     double out = metric(r.body.data, "corral_completion_tokens_total");
     double in = metric(r.body.data, "corral_prompt_tokens_total");
     double ttft =
@@ -1480,7 +1501,17 @@ static void test_metrics_http(void)
     resp_free(&r);
     http(&r, "POST", "/v1/chat/completions", "{}");
     resp_free(&r);
-    http(&r, "GET", "/metrics", NULL);
+    /* scrape until the three requests are counted (up to 10 s), so the
+     * exact checks below see them */
+    for (int i = 0; i < 1000; i++) {
+        http(&r, "GET", "/metrics", NULL);
+        if (r.status != 200 || (count_of(r.body.data, CHAT200) >= chat200 + 1 &&
+                                count_of(r.body.data, CHAT400) >= chat400 + 1 &&
+                                count_of(r.body.data, OTHER404) >= other404 + 1))
+            break;
+        resp_free(&r);
+        sleep_ms(10);
+    }
     check_exposition(r.body.data);
     CHECK(metric(r.body.data, "corral_http_requests_total{route=\"/v1/chat/"
                               "completions\",code=\"200\"}") == chat200 + 1);

@@ -867,12 +867,14 @@ static void test_server_job(void)
         reg_server_pump(srv, 50, cap_fn, &c);
     CHECK_EQ_INT(c.n_ok, 1);
     CHECK(c.n_progress >= 4);
-    for (int i = 0; i < 50 && reg_server_jobs(srv); i++)
+    for (int i = 0; i < 1000 && reg_server_jobs(srv); i++) /* up to 10 s */
         usleep(10000);
     CHECK_EQ_INT((int)reg_server_jobs(srv), 0);
 
     /* A canceled pull ends with an error. */
-    f.delay_ms = 200;
+    /* each blob body waits 1 s: the cancel sent 100 ms in comes well
+     * before the pull could finish, on a slow machine too */
+    f.delay_ms = 1000;
     free(f.blobs[1].data);
     f.n_blobs = 1;
     fake_add_blob(&f, 40000, 18);

@@ -289,17 +289,20 @@ static void test_uploads(reg_server_t *s)
     send_msg(s, &m, &c);
     CHECK(is_error(&c, 0, CR_E_INVALID, "no upload in progress"));
 
-    /* abandoned: dropped after the timeout, temp file removed */
+    /* abandoned: dropped after the timeout, temp file removed (the ticks
+     * are given times relative to when the piece came, so a slow machine
+     * that takes 50 ms between two lines cannot expire it early) */
     reg_server_set_upload_timeout(s, 50);
     m.u.blob_put.offset = 0;
+    int64_t before_ms = reg_server_now_ms();
     send_msg(s, &m, &c);
+    int64_t after_ms = reg_server_now_ms();
     CHECK(c.n == 1 && c.v[0].type == MSG_ok);
     CHECK_EQ_INT(reg_server_uploads(s), 1);
     CHECK_EQ_INT(count_temp_blobs(s), 1);
-    reg_server_tick(s, reg_server_now_ms());
+    reg_server_tick(s, before_ms + 50); /* at most 50 ms after the piece */
     CHECK_EQ_INT(reg_server_uploads(s), 1); /* not yet */
-    usleep(120 * 1000);
-    reg_server_tick(s, reg_server_now_ms());
+    reg_server_tick(s, after_ms + 51); /* more than 50 ms after it */
     CHECK_EQ_INT(reg_server_uploads(s), 0);
     CHECK_EQ_INT(count_temp_blobs(s), 0);
     reg_server_set_upload_timeout(s, 60 * 1000);

@@ -7,6 +7,10 @@ export const HOST = process.env.CORRAL_CLIENTS_HOST;
 if (!HOST) throw new Error('CORRAL_CLIENTS_HOST is not set: run the suite through run.mjs');
 export const BASE = `http://${HOST}`;
 export const MODEL = 'synth';
+// Greedy answers that run to num_predict without an end token (measured:
+// 1500 of 1500 for the prompts used), so a stream aborted after a few
+// pieces is still being generated: see run.mjs.
+export const LONG_MODEL = 'long';
 
 export function ollamaClient() {
   return new Ollama({ host: BASE });

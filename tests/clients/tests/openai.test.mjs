@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { MODEL, openaiClient, ollamaClient, healthy } from './lib.mjs';
+import { LONG_MODEL, MODEL, openaiClient, ollamaClient, healthy } from './lib.mjs';
 
 const openai = openaiClient();
 const MISSING = 'no-such-model-here';
@@ -190,7 +190,7 @@ test('bad request: empty messages is a BadRequestError', async () => {
 test('abort a chat stream mid-way; the server stays healthy', async () => {
   const ctl = new AbortController();
   const stream = await openai.chat.completions.create(
-    { model: MODEL, messages: MESSAGES, max_tokens: 4000, stream: true }, { signal: ctl.signal });
+    { model: LONG_MODEL, messages: MESSAGES, max_tokens: 4000, stream: true }, { signal: ctl.signal });
   let seen = 0;
   let finished = false;
   try {
