@@ -302,21 +302,20 @@ q6_k_tile_n(const be_block_q6_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
             __m256i sp = _mm256_cvtepi8_epi16(
                 _mm_loadu_si128((const __m128i *)(blk->scales + 16 * pr)));
             __m256i sc0 = _mm256_shuffle_epi8(sp, dup0), sc1 = _mm256_shuffle_epi8(sp, dup1);
-            __m256i q[8];
-            q6_k_quad(blk->qs + 192 * pr, q);
-            q6_k_quad(blk->qs + 192 * pr + 96, q + 4);
-            for (int t = 0; t < tn; t++) {
-                const int8_t *aq = x[(size_t)t * (size_t)nb + b].qs + 32 * pr;
-                __m256i s[4];
-                #pragma GCC unroll 4
-                for (int u = 0; u < 4; u++)
-                    s[u] = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(q[2 * u], bcast4(aq + 8 * u)),
-                        _mm256_maddubs_epi16(q[2 * u + 1], bcast4(aq + 8 * u + 4)));
-                __m256i v = _mm256_add_epi32(
-                    _mm256_add_epi32(_mm256_madd_epi16(s[0], sc0), _mm256_madd_epi16(s[1], sc0)),
-                    _mm256_add_epi32(_mm256_madd_epi16(s[2], sc1), _mm256_madd_epi16(s[3], sc1)));
-                isum[t] = _mm256_add_epi32(isum[t], v);
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i sc = h ? sc1 : sc0, q[4];
+                q6_k_quad(blk->qs + 96 * (2 * pr + h), q);
+                for (int t = 0; t < tn; t++) {
+                    const int8_t *aq = x[(size_t)t * (size_t)nb + b].qs + 16 * (2 * pr + h);
+                    __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], bcast4(aq)),
+                                                   _mm256_maddubs_epi16(q[1], bcast4(aq + 4)));
+                    __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], bcast4(aq + 8)),
+                                                   _mm256_maddubs_epi16(q[3], bcast4(aq + 12)));
+                    isum[t] = _mm256_add_epi32(
+                        isum[t], _mm256_add_epi32(_mm256_madd_epi16(s01, sc),
+                                                  _mm256_madd_epi16(s23, sc)));
+                }
             }
             spv[pr] = sp;
             if (tn == 1)
