@@ -275,7 +275,10 @@ offset_pair(__m256i sp, const be_block_q8_k_t *a, int pr)
  * unsigned (0..63); chunks 4k, 4k+1 and chunks 4k+2, 4k+3 each share an
  * int16 (two maddubs pair sums, within 2 * 2*63*128), which meets the
  * scale in a multiply-add. The offset of 32 is taken once per super-block
- * from the scales and the activation's 16-element sums. */
+ * from the scales and the activation's 16-element sums (for one token
+ * summed pair by pair in registers; for several, after the products).
+ * Prompt tiles run about 10% slower than the previous layout's kernel did
+ * (0.93 vs 0.81 ms for 16 tokens of 2048x2048), decode 1.5x faster. */
 static inline __attribute__((always_inline)) AVX2 void
 q6_k_tile_n(const be_block_q6_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
                            int tn, float *y, size_t y_stride)
