@@ -108,10 +108,16 @@ static int q6_k_q(const be_block_q6_k_t *b, int e)
 /* q (0..63) of row i's chunk c element e (0..3) in a packed Q6_K block. */
 static int q6_kx8_q(const be_block_q6_kx8_t *b, int i, int c, int e)
 {
-    uint8_t l = b->ql[32 * (c % 32) + 4 * i + e];
-    uint8_t h = b->qh[32 * (c % 16) + 4 * i + e];
-    int lo = c < 32 ? l & 15 : l >> 4;
-    return lo | (((h >> (2 * (c / 16))) & 3) << 4);
+    const uint8_t *r = b->qs + 96 * (c / 4) + 4 * i + e; /* the quad's register 0 */
+    if (c % 4 < 3)
+        return r[32 * (c % 4)] & 63;
+    return (r[0] >> 6) | ((r[32] >> 6) << 2) | ((r[64] >> 6) << 4);
+}
+
+/* Row i's scale of sub-block k in a packed Q6_K block. */
+static int q6_kx8_scale(const be_block_q6_kx8_t *b, int i, int k)
+{
+    return b->scales[16 * (k / 2) + 2 * i + k % 2];
 }
 
 static void pack_group_q6_k(const uint8_t *src, size_t row_bytes, int64_t nb,
@@ -123,12 +129,16 @@ static void pack_group_q6_k(const uint8_t *src, size_t row_bytes, int64_t nb,
         for (int64_t b = 0; b < nb; b++) {
             dst[b].d[i] = row[b].d;
             for (int k = 0; k < 16; k++)
-                dst[b].scales[8 * k + i] = row[b].scales[k];
+                dst[b].scales[16 * (k / 2) + 2 * i + k % 2] = row[b].scales[k];
             for (int c = 0; c < 64; c++)
                 for (int e = 0; e < 4; e++) {
                     int q = q6_k_q(&row[b], 4 * c + e);
-                    dst[b].ql[32 * (c % 32) + 4 * i + e] |= (uint8_t)((q & 15) << (c < 32 ? 0 : 4));
-                    dst[b].qh[32 * (c % 16) + 4 * i + e] |= (uint8_t)((q >> 4) << (2 * (c / 16)));
+                    uint8_t *r = dst[b].qs + 96 * (c / 4) + 4 * i + e;
+                    if (c % 4 < 3)
+                        r[32 * (c % 4)] |= (uint8_t)q;
+                    else
+                        for (int j = 0; j < 3; j++)
+                            r[32 * j] |= (uint8_t)(((q >> (2 * j)) & 3) << 6);
                 }
         }
     }
@@ -248,7 +258,7 @@ void be_pack_get_row(const be_packed_t *p, int64_t r, float *out)
             o = out + b * BE_QK_K;
             for (int c = 0; c < 64; c++)
                 for (int e = 0; e < 4; e++)
-                    o[4 * c + e] = d * (float)blk->scales[8 * (c / 4) + i] *
+                    o[4 * c + e] = d * (float)q6_kx8_scale(blk, i, c / 4) *
                                    (float)(q6_kx8_q(blk, i, c, e) - 32);
         } else if (p->type == CR_TYPE_Q4_K) {
             /* as be_q4_k_to_float: dl * q - ml per element */
@@ -408,8 +418,8 @@ void be_pack_gemm_q6_k_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
                         for (int c = 4 * k; c < 4 * k + 4; c++)
                             for (int e = 0; e < 4; e++)
                                 sub += q6_kx8_q(&w[b], i, c, e) * a[b].qs[4 * c + e];
-                        isum += sub * w[b].scales[8 * k + i];
-                        msum += w[b].scales[8 * k + i] * a[b].bsums[k];
+                        isum += sub * q6_kx8_scale(&w[b], i, k);
+                        msum += q6_kx8_scale(&w[b], i, k) * a[b].bsums[k];
                     }
                     float sc = be_f16_to_f32(w[b].d[i]) * a[b].d;
                     f = fmaf((float)(isum - 32 * msum), sc, f);

@@ -70,15 +70,17 @@ _Static_assert(sizeof(be_block_q4_kx8_t) == 1184, "Q4_Kx8 block is 8 rows' super
 
 /* Super-block b of 8 Q6_K rows. Chunk c (0..63) is a row's elements
  * 4c..4c+3 as unsigned 6-bit q (value = d * scale * (q - 32)); sub-block k
- * (16 elements, chunks 4k..4k+3) of row i has scale scales[8k + i]. In
- * ql's register m (0..31), bytes 4i..4i+3 hold row i's chunk m in the low
- * nibbles and chunk m+32 in the high ones; in qh's register m (0..15),
- * bits 2j..2j+1 of those bytes are bits 4..5 of chunk m+16j. */
+ * (16 elements, chunks 4k..4k+3) of row i has scale
+ * scales[16 (k / 2) + 2 i + k % 2] (a row's scales of a sub-block pair side
+ * by side, as int16 multiply-adds want them). qs is 16 quads of 3 registers
+ * of 32 bytes, quad k holding sub-block k: in its register j (0..2), bytes
+ * 4i..4i+3 hold row i's chunk 4k+j in bits 0..5 and bits 2j..2j+1 of its
+ * chunk 4k+3 in bits 6..7, so three chunks come out with one AND each and
+ * the fourth with three shifts, three ANDs and two ORs. */
 typedef struct be_block_q6_kx8 {
     uint16_t d[BE_PACK_ROWS];     /* f16 super-scale */
     int8_t scales[16 * 8];
-    uint8_t ql[32 * 32];
-    uint8_t qh[16 * 32];
+    uint8_t qs[16 * 3 * 32];
 } be_block_q6_kx8_t;
 _Static_assert(sizeof(be_block_q6_kx8_t) == 1680, "Q6_Kx8 block is 8 Q6_K blocks");
 

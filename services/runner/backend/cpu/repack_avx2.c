@@ -237,90 +237,105 @@ AVX2 void be_pack_gemm_q4_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
     }
 }
 
-/* One Q6_K group against tokens x[t * nb ..], t < tn. Chunks are unpacked
- * four at a time, m, m+16, m+32 and m+48 (sub-blocks m/4 + 4j): they share
- * ql registers m and m+16 (low and high nibbles) and qh register m (its
- * four 2-bit planes), so each packed register is loaded and split once.
- * The 6-bit q is unsigned (0..63); the chunks m and m+1 of a sub-block
- * share an int16 (two maddubs pair sums, within 2 * 2*63*128), which then
- * meets the sub-block's scale in a multiply-add. The offset of 32 is taken
- * once per super-block from the scales and the activation's 16-element
- * sums. */
+/* Row i's four chunks of a Q6_K quad (repack.h), unsigned 6-bit q in
+ * lane i's bytes: three are their register's low six bits, the fourth is
+ * gathered from the three registers' top two bits. The 16-bit shifts carry
+ * bits across bytes, which the masks clear. */
+static inline __attribute__((always_inline)) AVX2 void q6_k_quad(const uint8_t *qs,
+                                                                 __m256i q[4])
+{
+    const __m256i m3f = _mm256_set1_epi8(0x3f), m03 = _mm256_set1_epi8(0x03);
+    const __m256i m0c = _mm256_set1_epi8(0x0c), m30 = _mm256_set1_epi8(0x30);
+    __m256i r0 = _mm256_loadu_si256((const __m256i *)qs);
+    __m256i r1 = _mm256_loadu_si256((const __m256i *)(qs + 32));
+    __m256i r2 = _mm256_loadu_si256((const __m256i *)(qs + 64));
+    q[0] = _mm256_and_si256(r0, m3f);
+    q[1] = _mm256_and_si256(r1, m3f);
+    q[2] = _mm256_and_si256(r2, m3f);
+    q[3] = _mm256_or_si256(
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(r0, 6), m03),
+                        _mm256_and_si256(_mm256_srli_epi16(r1, 4), m0c)),
+        _mm256_and_si256(_mm256_srli_epi16(r2, 2), m30));
+}
+
+/* Row i's scales of sub-blocks 2 pr, 2 pr + 1 (sp) times the activation's
+ * sums of those sub-blocks, in lane i. */
+static inline __attribute__((always_inline)) AVX2 __m256i
+offset_pair(__m256i sp, const be_block_q8_k_t *a, int pr)
+{
+    int32_t bp;
+    memcpy(&bp, a->bsums + 2 * pr, sizeof bp);
+    return _mm256_madd_epi16(sp, _mm256_set1_epi32(bp));
+}
+
+/* One Q6_K group against tokens x[t * nb ..], t < tn. Per sub-block pair,
+ * one sign extension gives each row's two scales as an int16 pair (for the
+ * offset) and two byte shuffles each scale in both int16 halves of its
+ * row's lane (for the products). Per sub-block (a quad) the 6-bit q is
+ * unsigned (0..63); chunks 4k, 4k+1 and chunks 4k+2, 4k+3 each share an
+ * int16 (two maddubs pair sums, within 2 * 2*63*128), which meets the
+ * scale in a multiply-add. The offset of 32 is taken once per super-block
+ * from the scales and the activation's 16-element sums (for one token
+ * summed pair by pair in registers; for several, after the products).
+ * Prompt tiles run about 10% slower than the previous layout's kernel did
+ * (0.93 vs 0.81 ms for 16 tokens of 2048x2048), decode 1.5x faster. */
 static inline __attribute__((always_inline)) AVX2 void
 q6_k_tile_n(const be_block_q6_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
                            int tn, float *y, size_t y_stride)
 {
     __m256 acc[TILE_TOK];
-    __m256i isum[TILE_TOK];
-    for (int t = 0; t < tn; t++) {
+    __m256i isum[TILE_TOK], msum[TILE_TOK];
+    for (int t = 0; t < tn; t++)
         acc[t] = _mm256_setzero_ps();
-        isum[t] = _mm256_setzero_si256();
-    }
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    const __m256i dup0 = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,
+                                          0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+    const __m256i dup1 = _mm256_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15,
+                                          2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15);
+    __m256i spv[8];
     for (int64_t b = 0; b < nb; b++) {
         const be_block_q6_kx8_t *blk = w + b;
         prefetch_block(blk + PF_BLOCKS, sizeof *blk);
-        #pragma GCC unroll 16
-        for (int kk = 0; kk < 4; kk++) {
-            #pragma GCC unroll 16
-            for (int half = 0; half < 2; half++) {
-                /* q[u][j]: chunk m + 16 j with m = 4 kk + 2 half + u */
-                __m256i q[2][4];
-                #pragma GCC unroll 16
-                for (int u = 0; u < 2; u++) {
-                    int m = 4 * kk + 2 * half + u;
-                    __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 32 * m));
-                    __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk->ql + 32 * (m + 16)));
-                    __m256i h = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * m));
-                    q[u][0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                              _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
-                    q[u][1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                              _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
-                    q[u][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                              _mm256_and_si256(h, m30));
-                    q[u][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                              _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
-                }
+        for (int t = 0; t < tn; t++) {
+            isum[t] = _mm256_setzero_si256();
+            msum[t] = _mm256_setzero_si256();
+        }
+        #pragma GCC unroll 2
+        for (int pr = 0; pr < 8; pr++) {
+            /* lane i: row i's scales of sub-blocks 2 pr, 2 pr + 1 */
+            __m256i sp = _mm256_cvtepi8_epi16(
+                _mm_loadu_si128((const __m128i *)(blk->scales + 16 * pr)));
+            __m256i sc0 = _mm256_shuffle_epi8(sp, dup0), sc1 = _mm256_shuffle_epi8(sp, dup1);
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i sc = h ? sc1 : sc0, q[4];
+                q6_k_quad(blk->qs + 96 * (2 * pr + h), q);
                 for (int t = 0; t < tn; t++) {
-                    const int8_t *aq = x[(size_t)t * (size_t)nb + b].qs;
-                    #pragma GCC unroll 16
-                    for (int j = 0; j < 4; j++) {
-                        int m = 4 * kk + 2 * half + 16 * j;
-                        __m256i s = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(q[0][j], bcast4(aq + 4 * m)),
-                            _mm256_maddubs_epi16(q[1][j], bcast4(aq + 4 * m + 4)));
-                        /* row i's scale of sub-block kk + 4 j in both
-                         * int16 halves of lane i */
-                        __m128i s8 = _mm_loadl_epi64((const __m128i *)(blk->scales +
-                                                                       8 * (kk + 4 * j)));
-                        __m256i sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s8, s8));
-                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s, sc));
-                    }
+                    const int8_t *aq = x[(size_t)t * (size_t)nb + b].qs + 16 * (2 * pr + h);
+                    __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], bcast4(aq)),
+                                                   _mm256_maddubs_epi16(q[1], bcast4(aq + 4)));
+                    __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], bcast4(aq + 8)),
+                                                   _mm256_maddubs_epi16(q[3], bcast4(aq + 12)));
+                    isum[t] = _mm256_add_epi32(
+                        isum[t], _mm256_add_epi32(_mm256_madd_epi16(s01, sc),
+                                                  _mm256_madd_epi16(s23, sc)));
                 }
             }
-        }
-        /* row i's scales of sub-blocks 2p, 2p+1 as an int16 pair in lane i */
-        __m256i sp[8];
-        #pragma GCC unroll 16
-        for (int pr = 0; pr < 8; pr++) {
-            __m128i s0 = _mm_loadl_epi64((const __m128i *)(blk->scales + 16 * pr));
-            __m128i s1 = _mm_loadl_epi64((const __m128i *)(blk->scales + 16 * pr + 8));
-            sp[pr] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
+            spv[pr] = sp;
+            if (tn == 1)
+                msum[0] = _mm256_add_epi32(msum[0], offset_pair(sp, x + b, pr));
         }
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
         for (int t = 0; t < tn; t++) {
-            const be_block_q8_k_t *a = x + (size_t)t * (size_t)nb + b;
-            __m256i m32 = _mm256_setzero_si256();
-            #pragma GCC unroll 16
-            for (int pr = 0; pr < 8; pr++) {
-                int32_t bp;
-                memcpy(&bp, a->bsums + 2 * pr, sizeof bp);
-                m32 = _mm256_add_epi32(m32, _mm256_madd_epi16(sp[pr], _mm256_set1_epi32(bp)));
+            /* several tokens: the offsets after the products, in registers */
+            if (tn > 1) {
+                #pragma GCC unroll 8
+                for (int pr = 0; pr < 8; pr++)
+                    msum[t] = _mm256_add_epi32(
+                        msum[t], offset_pair(spv[pr], x + (size_t)t * (size_t)nb + b, pr));
             }
-            __m256i tot = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(m32, 5));
-            __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(a->d));
+            __m256i tot = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(msum[t], 5));
+            __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(x[(size_t)t * (size_t)nb + b].d));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), sc, acc[t]);
-            isum[t] = _mm256_setzero_si256();
         }
     }
     for (int t = 0; t < tn; t++)
