@@ -31,7 +31,7 @@
 /* The packed layouts' version, stored in pack caches (pack_cache.h): bump
  * it with any change to a layout below, or old caches would be read as
  * the new layout. */
-#define BE_PACK_LAYOUT_VERSION 1
+#define BE_PACK_LAYOUT_VERSION 2 /* 2: Q6_K quads of three registers */
 
 /* Block b of 8 Q4_0 rows. qs is 4 chunks of 32 bytes; in chunk j, bytes
  * 4i..4i+3 are row i's qs[4j..4j+3]: low nibbles elements 4j..4j+3, high
