@@ -209,6 +209,9 @@ static cr_status_t ours_open(ours_t *o, const char *path, int threads, cr_err_t 
     return CR_OK;
 }
 
+/* pack cache counts of the load children (ours_load) */
+static int64_t child_mapped_g, child_built_g;
+
 static void ours_close(ours_t *o)
 {
     rn_ctx_destroy(&o->ctx);
@@ -219,20 +222,49 @@ static void ours_close(ours_t *o)
 
 /* Seconds from nothing to a model's first token (backend, load, context,
  * one eval), the file already in the page cache (the open instance read
- * it); < 0 on error. A fresh instance each time, as a new runner. */
+ * it); < 0 on error. A fresh instance each time, as a new runner; in a
+ * child process, as a runner is, so the load's freed buffers (kept by
+ * malloc for reuse) do not count in this process's RSS during tg. */
 static double ours_load(const char *path, int threads)
 {
-    ours_t *o = calloc(1, sizeof *o);
-    cr_err_t err = {0};
+    int fds[2];
+    if (pipe(fds))
+        return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        ours_t o = {0};
+        cr_err_t err = {0};
+        double s = -1;
+        if (!ours_open(&o, path, threads, &err))
+            s = o.load_s;
+        else
+            fprintf(stderr, "bench: load: %s\n", err.msg);
+        ours_close(&o);
+        int64_t counts[2];
+        be_pack_cache_counts(&counts[0], &counts[1]);
+        ssize_t w = write(fds[1], &s, sizeof s);
+        w += write(fds[1], counts, sizeof counts);
+        _exit(w == (ssize_t)(sizeof s + sizeof counts) ? 0 : 1);
+    }
+    close(fds[1]);
     double s = -1;
-    if (o && !ours_open(o, path, threads, &err))
-        s = o->load_s;
-    else if (o)
-        fprintf(stderr, "bench: load: %s\n", err.msg);
-    if (o)
-        ours_close(o);
-    free(o);
-    return s;
+    int64_t counts[2] = {0, 0};
+    if (read(fds[0], &s, sizeof s) != sizeof s ||
+        read(fds[0], counts, sizeof counts) != sizeof counts)
+        s = -1;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    child_mapped_g += counts[0];
+    child_built_g += counts[1];
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? s : -1;
 }
 
 /* tokens/s of one prompt of n tokens from an empty cache; < 0 on error. */
@@ -413,6 +445,8 @@ static void print_cache_counts(void)
 {
     int64_t mapped, built;
     be_pack_cache_counts(&mapped, &built);
+    mapped += child_mapped_g;
+    built += child_built_g;
     const char *pc = getenv("CORRAL_PACK_CACHE");
     printf("pack cache %s: %" PRId64 " matrices mapped from it, %" PRId64 " packed into it\n",
            pc && *pc ? pc : "(not set: none for this file)", mapped, built);
