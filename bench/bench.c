@@ -239,6 +239,8 @@ static double ours_load(const char *path, int threads)
     }
     if (pid == 0) {
         close(fds[0]);
+        int64_t before[2];
+        be_pack_cache_counts(&before[0], &before[1]); /* the parent's, inherited */
         ours_t o = {0};
         cr_err_t err = {0};
         double s = -1;
@@ -249,6 +251,8 @@ static double ours_load(const char *path, int threads)
         ours_close(&o);
         int64_t counts[2];
         be_pack_cache_counts(&counts[0], &counts[1]);
+        counts[0] -= before[0];
+        counts[1] -= before[1];
         ssize_t w = write(fds[1], &s, sizeof s);
         w += write(fds[1], counts, sizeof counts);
         _exit(w == (ssize_t)(sizeof s + sizeof counts) ? 0 : 1);

@@ -724,6 +724,16 @@ cr_status_t cr_gguf_open(const char *path, cr_gguf_t **out, cr_err_t *err)
     return st;
 }
 
+void cr_gguf_drop_metadata_pages(const cr_gguf_t *g)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    if (!g || !g->map || page <= 0)
+        return;
+    size_t n = (size_t)g->data_offset / (size_t)page * (size_t)page;
+    if (n)
+        (void)madvise(g->map, n, MADV_DONTNEED); /* read-only private file map */
+}
+
 /* ---- accessors -------------------------------------------------------- */
 
 uint32_t cr_gguf_version(const cr_gguf_t *g) { return g->version; }

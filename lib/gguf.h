@@ -97,6 +97,14 @@ cr_status_t cr_gguf_open_memory(const void *data, size_t len, cr_gguf_t **out,
 
 void cr_gguf_close(cr_gguf_t **self_p);
 
+/* Drops the whole pages of the metadata section (header, key/values, tensor
+ * infos: everything before the data) of a file-backed GGUF from this
+ * process's memory once what is needed from them has been read. They stay
+ * valid: a later access reads them back from the page cache. For a large
+ * vocabulary (Llama 3: ~15 MB of token strings and merges) this is memory
+ * a loaded model would otherwise hold for nothing. No-op for memory input. */
+void cr_gguf_drop_metadata_pages(const cr_gguf_t *g);
+
 uint32_t cr_gguf_version(const cr_gguf_t *g);
 uint64_t cr_gguf_file_size(const cr_gguf_t *g);
 uint32_t cr_gguf_alignment(const cr_gguf_t *g);

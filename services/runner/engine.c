@@ -183,6 +183,9 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
         cr_err_wrap(err, "%s", load->model_path);
         goto fail;
     }
+    /* the tokenizer has its own tables now (the metadata pages would be
+     * read back if anything looked again) */
+    cr_gguf_drop_metadata_pages(rn_model_gguf(e->model));
     const char *tsrc = load->template && *load->template
                            ? load->template
                            : RN_PROMPT_DEFAULT_TEMPLATE;

@@ -772,6 +772,8 @@ cr_status_t rn_model_load(const char *path, be_backend_t *be, rn_model_t **out,
     st = rn_model_load_gguf(&g, be, out, err);
     if (be->ops->model_end)
         be->ops->model_end(be, st == CR_OK);
+    if (!st)
+        cr_gguf_drop_metadata_pages(rn_model_gguf(*out));
     return st;
 }
 

@@ -4,6 +4,7 @@
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
 #include "tests/unit/check.h"
+#include "tests/unit/smaps.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -530,6 +531,53 @@ static void test_golden_bytes(void)
     cr_gguf_writer_destroy(&w);
 }
 
+/* cr_gguf_drop_metadata_pages: a big metadata value (as a large vocabulary
+ * is) leaves this process's resident memory, and still reads the same. */
+static void test_drop_metadata(void)
+{
+    char dir[] = "/tmp/test_gguf_drop.XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK_MSG(false, "mkdtemp: %s", strerror(errno));
+        return;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    enum { BIG = 512 * 1024 };
+    char *big = malloc(BIG + 1);
+    for (int i = 0; i < BIG; i++)
+        big[i] = (char)('a' + i % 26);
+    big[BIG] = '\0';
+    static float weights[32];
+    uint64_t ne[] = {32};
+    cr_err_t err;
+    cr_gguf_writer_t *w = cr_gguf_writer_new();
+    CHECK(!cr_gguf_writer_add_str(w, "general.architecture", "llama", &err));
+    CHECK(!cr_gguf_writer_add_str(w, "big", big, &err));
+    CHECK(!cr_gguf_writer_add_tensor(w, "w", 1, ne, CR_TYPE_F32, weights, NULL, &err));
+    CHECK_MSG(!cr_gguf_writer_write(w, path, &err), "%s", err.msg);
+    cr_gguf_writer_destroy(&w);
+    cr_gguf_t *g = NULL;
+    CHECK_MSG(!cr_gguf_open(path, &g, &err), "%s", err.msg);
+    cr_gguf_str_t v = {0};
+    if (g && cr_gguf_get_str(g, "big", &v) && v.len == BIG) {
+        CHECK(!memcmp(v.ptr, big, BIG)); /* touches every page */
+        long before = mapping_rss_kb(v.ptr);
+        cr_gguf_drop_metadata_pages(g);
+        long after = mapping_rss_kb(v.ptr);
+        CHECK_MSG(before >= 500 && after >= 0 && after <= before - 400,
+                  "metadata resident %ld kB -> %ld kB", before, after);
+        CHECK(!memcmp(v.ptr, big, BIG)); /* read back from the page cache */
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_find(g, "w");
+        CHECK(t && !memcmp(t->data, weights, sizeof weights));
+    } else {
+        CHECK_MSG(false, "the big value did not read back");
+    }
+    cr_gguf_close(&g);
+    free(big);
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_file_write(void)
 {
     char dir[] = "/tmp/test_gguf.XXXXXX";
@@ -962,6 +1010,7 @@ static void test_transplant(const char *root)
 
 int main(void)
 {
+    test_drop_metadata();
     test_kv_roundtrip();
     test_tensors();
     test_golden_bytes();

@@ -17,6 +17,7 @@
 #include "services/runner/backend/cpu/quant_impl.h"
 #include "services/runner/backend/cpu/repack.h"
 #include "tests/unit/check.h"
+#include "tests/unit/smaps.h"
 
 #include <fcntl.h>
 #include <float.h>
@@ -244,32 +245,6 @@ static void test_gemm(void)
         }
 }
 
-/* Resident kB of the mapping that contains addr, from /proc/self/smaps
- * (-1 if not found). */
-static long mapping_rss_kb(const void *addr)
-{
-    FILE *f = fopen("/proc/self/smaps", "r");
-    if (!f)
-        return -1;
-    char line[512];
-    bool in = false;
-    long rss = -1;
-    uintptr_t a = (uintptr_t)addr;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-            in = a >= lo && a < hi;
-            continue;
-        }
-        long v;
-        if (in && sscanf(line, "Rss: %ld kB", &v) == 1) {
-            rss = v;
-            break;
-        }
-    }
-    fclose(f);
-    return rss;
-}
 
 /* Q6_K at the int16 bounds the SIMD kernels rely on: every q = 63 (ql and
  * qh all ones), scale 127, activations all -128, so two chunks' maddubs
