@@ -357,6 +357,24 @@ json_t *e2e_ndjson(const char *body)
     return arr;
 }
 
+json_t *e2e_jget(json_t *o, const char *path)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ".", &save); t && o;
+         t = strtok_r(NULL, ".", &save))
+        o = json_is_array(o) ? json_array_get(o, strtoul(t, NULL, 10))
+                             : json_object_get(o, t);
+    return o;
+}
+
+const char *e2e_jstr(json_t *o, const char *path)
+{
+    const char *s = json_string_value(e2e_jget(o, path));
+    return s ? s : "(absent)";
+}
+
 bool e2e_write_file(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");

@@ -59,6 +59,13 @@ bool e2e_write_file(const char *path, const char *text);
  * failure the CLI's exit status and output go to stderr. */
 bool e2e_create(e2e_t *t, const char *name, const char *modelfile);
 
+/* The value at a dotted path ("choices.0.message.content": array indices
+ * as numbers) in o, or NULL; borrowed. */
+json_t *e2e_jget(json_t *o, const char *path);
+
+/* The string at a dotted path, or "(absent)" (for CHECK_EQ_STR). */
+const char *e2e_jstr(json_t *o, const char *path);
+
 /* Parses NDJSON: returns a JSON array of the lines' objects (owned). */
 json_t *e2e_ndjson(const char *body);
 

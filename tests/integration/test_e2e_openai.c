@@ -16,24 +16,6 @@
 
 static e2e_t T;
 
-static json_t *jget(json_t *o, const char *path)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ".", &save); t && o;
-         t = strtok_r(NULL, ".", &save))
-        o = json_is_array(o) ? json_array_get(o, strtoul(t, NULL, 10))
-                             : json_object_get(o, t);
-    return o;
-}
-
-static const char *jpstr(json_t *o, const char *path)
-{
-    const char *s = json_string_value(jget(o, path));
-    return s ? s : "(absent)";
-}
-
 static json_t *post(const char *path, const char *body, long *status)
 {
     e2e_resp_t r = e2e_http(&T, "POST", path, body, NULL, NULL);
@@ -72,22 +54,22 @@ static void test_chat(void)
     long st;
     json_t *j = post("/v1/chat/completions", body, &st);
     CHECK_EQ_INT(st, 200);
-    CHECK(!strncmp(jpstr(j, "id"), "chatcmpl-", 9));
-    CHECK_EQ_STR(jpstr(j, "object"), "chat.completion");
-    CHECK_EQ_STR(jpstr(j, "model"), "synth");
-    CHECK_EQ_STR(jpstr(j, "choices.0.message.role"), "assistant");
-    const char *text = jpstr(j, "choices.0.message.content");
+    CHECK(!strncmp(e2e_jstr(j, "id"), "chatcmpl-", 9));
+    CHECK_EQ_STR(e2e_jstr(j, "object"), "chat.completion");
+    CHECK_EQ_STR(e2e_jstr(j, "model"), "synth");
+    CHECK_EQ_STR(e2e_jstr(j, "choices.0.message.role"), "assistant");
+    const char *text = e2e_jstr(j, "choices.0.message.content");
     CHECK(strcmp(text, "(absent)") != 0);
     char whole[4096];
     snprintf(whole, sizeof whole, "%s", text);
     /* the synthetic model may end on its end-of-generation token */
     char reason[32];
-    snprintf(reason, sizeof reason, "%s", jpstr(j, "choices.0.finish_reason"));
+    snprintf(reason, sizeof reason, "%s", e2e_jstr(j, "choices.0.finish_reason"));
     CHECK(!strcmp(reason, "length") || !strcmp(reason, "stop"));
-    json_int_t n_out = json_integer_value(jget(j, "usage.completion_tokens"));
+    json_int_t n_out = json_integer_value(e2e_jget(j, "usage.completion_tokens"));
     CHECK(n_out > 0 && n_out <= 6);
     CHECK(strcmp(reason, "length") != 0 || n_out == 6);
-    CHECK(json_integer_value(jget(j, "usage.prompt_tokens")) > 0);
+    CHECK(json_integer_value(e2e_jget(j, "usage.prompt_tokens")) > 0);
     json_decref(j);
 
     /* the same request streamed: deltas add up to the same text */
@@ -112,20 +94,20 @@ static void test_chat(void)
             break;
         }
         json_t *e = json_loadb(p + 6, (size_t)(end - p - 6), 0, NULL);
-        CHECK_EQ_STR(jpstr(e, "object"), "chat.completion.chunk");
-        if (json_array_size(jget(e, "choices")) == 0) {
+        CHECK_EQ_STR(e2e_jstr(e, "object"), "chat.completion.chunk");
+        if (json_array_size(e2e_jget(e, "choices")) == 0) {
             usage++;
             CHECK_EQ_INT(
-                json_integer_value(jget(e, "usage.completion_tokens")), n_out);
+                json_integer_value(e2e_jget(e, "usage.completion_tokens")), n_out);
         } else {
-            if (json_is_string(jget(e, "choices.0.delta.role")))
+            if (json_is_string(e2e_jget(e, "choices.0.delta.role")))
                 role++;
-            const char *c = json_string_value(jget(e, "choices.0.delta.content"));
+            const char *c = json_string_value(e2e_jget(e, "choices.0.delta.content"));
             if (c)
                 strncat(acc, c, sizeof acc - strlen(acc) - 1);
-            if (json_is_string(jget(e, "choices.0.finish_reason"))) {
+            if (json_is_string(e2e_jget(e, "choices.0.finish_reason"))) {
                 finish++;
-                CHECK_EQ_STR(jpstr(e, "choices.0.finish_reason"), reason);
+                CHECK_EQ_STR(e2e_jstr(e, "choices.0.finish_reason"), reason);
             }
         }
         json_decref(e);
@@ -149,9 +131,9 @@ static void test_completions_seeded(void)
     CHECK_EQ_INT(st, 200);
     json_t *b = post("/v1/completions", body, &st);
     CHECK_EQ_INT(st, 200);
-    CHECK_EQ_STR(jpstr(a, "object"), "text_completion");
-    CHECK(!strncmp(jpstr(a, "id"), "cmpl-", 5));
-    CHECK_EQ_STR(jpstr(a, "choices.0.text"), jpstr(b, "choices.0.text"));
+    CHECK_EQ_STR(e2e_jstr(a, "object"), "text_completion");
+    CHECK(!strncmp(e2e_jstr(a, "id"), "cmpl-", 5));
+    CHECK_EQ_STR(e2e_jstr(a, "choices.0.text"), e2e_jstr(b, "choices.0.text"));
     json_decref(a);
     json_decref(b);
 }
@@ -167,12 +149,12 @@ static void test_embeddings(void)
                      "\"encoding_format\":\"base64\"}",
                      &st);
     CHECK_EQ_INT(st, 200);
-    CHECK_EQ_INT(json_array_size(jget(f, "data")), 2);
+    CHECK_EQ_INT(json_array_size(e2e_jget(f, "data")), 2);
     for (int row = 0; row < 2; row++) {
         char path[64];
         snprintf(path, sizeof path, "data.%d.embedding", row);
-        json_t *vec = jget(f, path);
-        const char *s = json_string_value(jget(b, path));
+        json_t *vec = e2e_jget(f, path);
+        const char *s = json_string_value(e2e_jget(b, path));
         CHECK(json_array_size(vec) > 0 && s != NULL);
         if (!s)
             continue;
@@ -213,9 +195,9 @@ static void test_models_and_errors(void)
     e2e_resp_t r = e2e_http(&T, "GET", "/v1/models", NULL, NULL, NULL);
     CHECK_EQ_INT(r.status, 200);
     json_t *j = json_loads(r.body, 0, NULL);
-    CHECK_EQ_STR(jpstr(j, "data.0.id"), "synth:latest");
-    CHECK_EQ_STR(jpstr(j, "data.0.owned_by"), "library");
-    CHECK(json_integer_value(jget(j, "data.0.created")) > 1700000000);
+    CHECK_EQ_STR(e2e_jstr(j, "data.0.id"), "synth:latest");
+    CHECK_EQ_STR(e2e_jstr(j, "data.0.owned_by"), "library");
+    CHECK(json_integer_value(e2e_jget(j, "data.0.created")) > 1700000000);
     json_decref(j);
     e2e_resp_free(&r);
     r = e2e_http(&T, "GET", "/v1/models/synth", NULL, NULL, NULL);
@@ -228,8 +210,8 @@ static void test_models_and_errors(void)
              "\"content\":\"x\"}]}",
              &st);
     CHECK_EQ_INT(st, 404);
-    CHECK_EQ_STR(jpstr(j, "error.type"), "not_found_error");
-    CHECK(strstr(jpstr(j, "error.message"), "not found") != NULL);
+    CHECK_EQ_STR(e2e_jstr(j, "error.type"), "not_found_error");
+    CHECK(strstr(e2e_jstr(j, "error.message"), "not found") != NULL);
     json_decref(j);
 }
 

@@ -38,36 +38,9 @@ static const char THINK_TMPL[] =
     "{{ end }}"
     "{{- end }}";
 
-static bool write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return false;
-    fputs(text, f);
-    return fclose(f) == 0;
-}
-
-static json_t *jget(json_t *o, const char *path)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ".", &save); t && o;
-         t = strtok_r(NULL, ".", &save))
-        o = json_is_array(o) ? json_array_get(o, strtoul(t, NULL, 10))
-                             : json_object_get(o, t);
-    return o;
-}
-
-static const char *jpstr(json_t *o, const char *path)
-{
-    const char *s = json_string_value(jget(o, path));
-    return s ? s : "(absent)";
-}
-
 static void cat(char *dst, size_t cap, json_t *o, const char *path)
 {
-    const char *s = json_string_value(jget(o, path));
+    const char *s = json_string_value(e2e_jget(o, path));
     if (s)
         strncat(dst, s, cap - strlen(dst) - 1);
 }
@@ -85,7 +58,7 @@ static bool create_model(void)
              "FROM ./synth.gguf\nTEMPLATE \"\"\"%s\"\"\"\n"
              "PARAMETER num_ctx 1024\n",
              THINK_TMPL);
-    CHECK(write_file(mf, text));
+    CHECK(e2e_write_file(mf, text));
     char *out = NULL;
     int rc = e2e_cli(&T, NULL, &out, "create", "thinker", "-f", mf, NULL);
     CHECK_MSG(rc == 0, "corral create exited %d: %s", rc, out ? out : "");
@@ -130,8 +103,8 @@ static void native_chat(bool stream, const char *think, const char *want_thinkin
     bool done = false, mixed = false;
     for (size_t i = 0; i < json_array_size(lines); i++) {
         json_t *l = json_array_get(lines, i);
-        const char *t = json_string_value(jget(l, "message.thinking"));
-        const char *c = json_string_value(jget(l, "message.content"));
+        const char *t = json_string_value(e2e_jget(l, "message.thinking"));
+        const char *c = json_string_value(e2e_jget(l, "message.content"));
         /* A streamed piece is reasoning or answer, never both. */
         if (stream && t && *t && c && *c)
             mixed = true;
@@ -139,7 +112,7 @@ static void native_chat(bool stream, const char *think, const char *want_thinkin
         cat(content, sizeof content, l, "message.content");
         if (json_is_true(json_object_get(l, "done"))) {
             done = true;
-            CHECK_EQ_STR(jpstr(l, "done_reason"), "stop");
+            CHECK_EQ_STR(e2e_jstr(l, "done_reason"), "stop");
         }
     }
     CHECK(done);
@@ -160,8 +133,8 @@ static void native_generate(void)
                             NULL, NULL);
     CHECK_EQ_INT(r.status, 200);
     json_t *j = json_loads(r.body ? r.body : "", 0, NULL);
-    CHECK_EQ_STR(jpstr(j, "thinking"), THINKING);
-    CHECK_EQ_STR(jpstr(j, "response"), CONTENT);
+    CHECK_EQ_STR(e2e_jstr(j, "thinking"), THINKING);
+    CHECK_EQ_STR(e2e_jstr(j, "response"), CONTENT);
     json_decref(j);
     e2e_resp_free(&r);
 }
@@ -185,7 +158,7 @@ static void openai_chat(bool stream, const char *effort,
         json_t *j = json_loads(r.body ? r.body : "", 0, NULL);
         cat(reasoning, sizeof reasoning, j, "choices.0.message.reasoning");
         cat(content, sizeof content, j, "choices.0.message.content");
-        snprintf(reason, sizeof reason, "%s", jpstr(j, "choices.0.finish_reason"));
+        snprintf(reason, sizeof reason, "%s", e2e_jstr(j, "choices.0.finish_reason"));
         json_decref(j);
     } else {
         for (const char *p = r.body; p && !strncmp(p, "data: ", 6);) {
@@ -199,9 +172,9 @@ static void openai_chat(bool stream, const char *effort,
             json_t *e = json_loadb(p + 6, (size_t)(end - p - 6), 0, NULL);
             cat(reasoning, sizeof reasoning, e, "choices.0.delta.reasoning");
             cat(content, sizeof content, e, "choices.0.delta.content");
-            if (json_is_string(jget(e, "choices.0.finish_reason")))
+            if (json_is_string(e2e_jget(e, "choices.0.finish_reason")))
                 snprintf(reason, sizeof reason, "%s",
-                         jpstr(e, "choices.0.finish_reason"));
+                         e2e_jstr(e, "choices.0.finish_reason"));
             json_decref(e);
             p = end + 2;
         }
@@ -222,7 +195,7 @@ int main(void)
              (int)getpid());
     char text[256];
     snprintf(text, sizeof text, "%s\n", THE_ANSWER);
-    if (!write_file(script, text))
+    if (!e2e_write_file(script, text))
         return 1;
     /* Only the environment of the serving processes enables the script. */
     setenv("CORRAL_TEST_SCRIPT", script, 1);

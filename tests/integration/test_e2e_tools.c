@@ -32,24 +32,6 @@ static const char TOOLS[] =
     "\"get_time\",\"parameters\":{\"type\":\"object\",\"properties\":{"
     "\"zone\":{\"type\":\"string\"}}}}}]";
 
-static json_t *jget(json_t *o, const char *path)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ".", &save); t && o;
-         t = strtok_r(NULL, ".", &save))
-        o = json_is_array(o) ? json_array_get(o, strtoul(t, NULL, 10))
-                             : json_object_get(o, t);
-    return o;
-}
-
-static const char *jpstr(json_t *o, const char *path)
-{
-    const char *s = json_string_value(jget(o, path));
-    return s ? s : "(absent)";
-}
-
 static bool create_model(void)
 {
     char gguf[1200];
@@ -77,9 +59,9 @@ static void check_calls(json_t *calls, bool openai)
                                        "{\"zone\":\"CET\"}"};
     for (size_t i = 0; i < 2 && i < json_array_size(calls); i++) {
         json_t *c = json_array_get(calls, i);
-        CHECK_EQ_STR(jpstr(c, "function.name"), names[i]);
+        CHECK_EQ_STR(e2e_jstr(c, "function.name"), names[i]);
         json_t *want = json_loads(args[i], 0, NULL);
-        json_t *a = jget(c, "function.arguments");
+        json_t *a = e2e_jget(c, "function.arguments");
         json_t *got = openai ? json_loads(json_string_value(a) ? json_string_value(a) : "",
                                           0, NULL)
                              : json_incref(a);
@@ -87,13 +69,13 @@ static void check_calls(json_t *calls, bool openai)
                   "call %zu arguments", i);
         json_decref(got);
         json_decref(want);
-        const char *id = jpstr(c, "id");
+        const char *id = e2e_jstr(c, "id");
         CHECK_MSG(!strncmp(id, "call_", 5) && strlen(id) == 13, "id %s", id);
         if (openai) {
-            CHECK_EQ_STR(jpstr(c, "type"), "function");
-            CHECK_EQ_INT(json_integer_value(jget(c, "index")), (json_int_t)i);
+            CHECK_EQ_STR(e2e_jstr(c, "type"), "function");
+            CHECK_EQ_INT(json_integer_value(e2e_jget(c, "index")), (json_int_t)i);
         } else {
-            CHECK_EQ_INT(json_integer_value(jget(c, "function.index")),
+            CHECK_EQ_INT(json_integer_value(e2e_jget(c, "function.index")),
                          (json_int_t)i);
         }
     }
@@ -126,14 +108,14 @@ static void test_native(bool stream)
     CHECK(stream ? json_array_size(lines) > 2 : json_array_size(lines) == 1);
     for (size_t i = 0; i < json_array_size(lines); i++) {
         json_t *l = json_array_get(lines, i);
-        json_t *tc = jget(l, "message.tool_calls");
+        json_t *tc = e2e_jget(l, "message.tool_calls");
         if (json_is_array(tc))
             json_array_extend(calls, tc);
-        const char *c = json_string_value(jget(l, "message.content"));
+        const char *c = json_string_value(e2e_jget(l, "message.content"));
         if (c)
             strncat(content, c, sizeof content - strlen(content) - 1);
         if (json_is_true(json_object_get(l, "done")))
-            reason = jpstr(l, "done_reason");
+            reason = e2e_jstr(l, "done_reason");
     }
     check_calls(calls, false);
     CHECK_EQ_STR(content, "Checking.\n");
@@ -155,8 +137,8 @@ static void test_native(bool stream)
     size_t n_calls = 0;
     for (size_t i = 0; i < json_array_size(lines); i++) {
         json_t *l = json_array_get(lines, i);
-        n_calls += json_array_size(jget(l, "message.tool_calls"));
-        const char *c = json_string_value(jget(l, "message.content"));
+        n_calls += json_array_size(e2e_jget(l, "message.tool_calls"));
+        const char *c = json_string_value(e2e_jget(l, "message.content"));
         if (c)
             strncat(content, c, sizeof content - strlen(content) - 1);
     }
@@ -180,9 +162,9 @@ static void test_openai(bool stream)
     char reason[32] = "(none)";
     if (!stream) {
         json_t *j = json_loads(r.body ? r.body : "", 0, NULL);
-        json_array_extend(calls, jget(j, "choices.0.message.tool_calls"));
-        snprintf(content, sizeof content, "%s", jpstr(j, "choices.0.message.content"));
-        snprintf(reason, sizeof reason, "%s", jpstr(j, "choices.0.finish_reason"));
+        json_array_extend(calls, e2e_jget(j, "choices.0.message.tool_calls"));
+        snprintf(content, sizeof content, "%s", e2e_jstr(j, "choices.0.message.content"));
+        snprintf(reason, sizeof reason, "%s", e2e_jstr(j, "choices.0.finish_reason"));
         json_decref(j);
     } else {
         for (const char *p = r.body; p && !strncmp(p, "data: ", 6);) {
@@ -190,15 +172,15 @@ static void test_openai(bool stream)
             if (!end || !strncmp(p + 6, "[DONE]", 6))
                 break;
             json_t *e = json_loadb(p + 6, (size_t)(end - p - 6), 0, NULL);
-            json_t *tc = jget(e, "choices.0.delta.tool_calls");
+            json_t *tc = e2e_jget(e, "choices.0.delta.tool_calls");
             if (json_is_array(tc))
                 json_array_extend(calls, tc);
-            const char *c = json_string_value(jget(e, "choices.0.delta.content"));
+            const char *c = json_string_value(e2e_jget(e, "choices.0.delta.content"));
             if (c)
                 strncat(content, c, sizeof content - strlen(content) - 1);
-            if (json_is_string(jget(e, "choices.0.finish_reason")))
+            if (json_is_string(e2e_jget(e, "choices.0.finish_reason")))
                 snprintf(reason, sizeof reason, "%s",
-                         jpstr(e, "choices.0.finish_reason"));
+                         e2e_jstr(e, "choices.0.finish_reason"));
             json_decref(e);
             p = end + 2;
         }
@@ -222,9 +204,9 @@ static void test_openai(bool stream)
     r = e2e_http(&T, "POST", "/v1/chat/completions", body, NULL, NULL);
     CHECK_EQ_INT(r.status, 200);
     json_t *j = json_loads(r.body ? r.body : "", 0, NULL);
-    CHECK_EQ_STR(jpstr(j, "choices.0.message.content"), FINAL_ANSWER);
-    CHECK_EQ_STR(jpstr(j, "choices.0.finish_reason"), "stop");
-    CHECK(jget(j, "choices.0.message.tool_calls") == NULL);
+    CHECK_EQ_STR(e2e_jstr(j, "choices.0.message.content"), FINAL_ANSWER);
+    CHECK_EQ_STR(e2e_jstr(j, "choices.0.finish_reason"), "stop");
+    CHECK(e2e_jget(j, "choices.0.message.tool_calls") == NULL);
     json_decref(j);
     e2e_resp_free(&r);
 }
