@@ -206,17 +206,25 @@ void e2e_resp_free(e2e_resp_t *r)
     r->body = NULL;
 }
 
-static int run_child(const char *exe, const char *argv0, va_list ap,
-                     const char *input, char **out)
+#define MAX_ARGS 32
+
+/* argv[0] = argv0, then pre (NULL-terminated, may be NULL), then the
+ * va_list's strings up to its NULL. */
+static void collect_args(const char **argv, const char *argv0, const char *const *pre,
+                         va_list ap)
 {
-    const char *argv[32];
     int argc = 0;
     argv[argc++] = argv0;
+    for (; pre && *pre && argc < MAX_ARGS - 1; pre++)
+        argv[argc++] = *pre;
     const char *a;
-    while ((a = va_arg(ap, const char *)) && argc < 31)
+    while ((a = va_arg(ap, const char *)) && argc < MAX_ARGS - 1)
         argv[argc++] = a;
     argv[argc] = NULL;
+}
 
+static int run_child(const char *exe, const char **argv, const char *input, char **out)
+{
     int outp[2], inp[2];
     if (pipe(outp) || pipe(inp))
         return -1;
@@ -268,22 +276,44 @@ int e2e_cli(e2e_t *t, const char *input, char **out, ...)
 {
     char exe[1200];
     snprintf(exe, sizeof exe, "%s/corral", t->bin_dir);
+    const char *argv[MAX_ARGS];
     va_list ap;
     va_start(ap, out);
-    int rc = run_child(exe, "corral", ap, input, out);
+    collect_args(argv, "corral", NULL, ap);
     va_end(ap);
-    return rc;
+    return run_child(exe, argv, input, out);
 }
 
 int e2e_run_bin(e2e_t *t, const char *prog, ...)
 {
     char exe[1200];
     snprintf(exe, sizeof exe, "%s/%s", t->bin_dir, prog);
+    const char *argv[MAX_ARGS];
     va_list ap;
     va_start(ap, prog);
-    int rc = run_child(exe, prog, ap, NULL, NULL);
+    collect_args(argv, prog, NULL, ap);
     va_end(ap);
-    return rc;
+    return run_child(exe, argv, NULL, NULL);
+}
+
+bool e2e_synth_create(e2e_t *t, const char *name, const char *modelfile_tail, ...)
+{
+    char gguf[1200], exe[1200], mf[2400];
+    snprintf(gguf, sizeof gguf, "%s/%s.gguf", t->tmp, name);
+    snprintf(exe, sizeof exe, "%s/corral-gguf-synth", t->bin_dir);
+    const char *pre[] = {"--out", gguf, NULL};
+    const char *argv[MAX_ARGS];
+    va_list ap;
+    va_start(ap, modelfile_tail);
+    collect_args(argv, "corral-gguf-synth", pre, ap);
+    va_end(ap);
+    int rc = run_child(exe, argv, NULL, NULL);
+    if (rc) {
+        fprintf(stderr, "corral-gguf-synth for %s: exit %d\n", name, rc);
+        return false;
+    }
+    snprintf(mf, sizeof mf, "FROM ./%s.gguf\n%s", name, modelfile_tail ? modelfile_tail : "");
+    return e2e_create(t, name, mf);
 }
 
 static pid_t parent_of(pid_t pid, char *comm, size_t cap)

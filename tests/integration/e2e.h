@@ -59,6 +59,11 @@ bool e2e_write_file(const char *path, const char *text);
  * failure the CLI's exit status and output go to stderr. */
 bool e2e_create(e2e_t *t, const char *name, const char *modelfile);
 
+/* A synthetic model named `name`: corral-gguf-synth --out <tmp>/<name>.gguf
+ * with the given options (NULL-terminated), then e2e_create with
+ * "FROM ./<name>.gguf\n" + modelfile_tail (may be NULL). True on success. */
+bool e2e_synth_create(e2e_t *t, const char *name, const char *modelfile_tail, ...);
+
 /* The value at a dotted path ("choices.0.message.content": array indices
  * as numbers) in o, or NULL; borrowed. */
 json_t *e2e_jget(json_t *o, const char *path);

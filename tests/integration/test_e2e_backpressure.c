@@ -23,13 +23,8 @@ static e2e_t T;
 
 static bool create_model(void)
 {
-    char gguf[1200];
-    snprintf(gguf, sizeof gguf, "%s/synth.gguf", T.tmp);
-    CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
-                             "5", "--ctx", "8192", NULL),
-                 0);
-    bool created = e2e_create(&T, "synth",
-                              "FROM ./synth.gguf\nTEMPLATE \"{{ .Prompt }}\"\n");
+    bool created = e2e_synth_create(&T, "synth", "TEMPLATE \"{{ .Prompt }}\"\n", "--seed",
+                                    "5", "--ctx", "8192", NULL);
     CHECK(created);
     return created;
 }

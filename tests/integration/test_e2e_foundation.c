@@ -345,14 +345,9 @@ static bool kill_on_first(void *ud, const char *data, size_t len)
  * piece could come too late. */
 static bool create_long_model(void)
 {
-    char gguf[1200];
-    snprintf(gguf, sizeof gguf, "%s/long.gguf", T.tmp);
-    CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
-                             "5", "--ctx", "8192", NULL),
-                 0);
-    bool created = e2e_create(&T, "long",
-                              "FROM ./long.gguf\nTEMPLATE \"{{ .Prompt }}\"\n"
-                              "PARAMETER temperature 0\n");
+    bool created = e2e_synth_create(&T, "long",
+                                    "TEMPLATE \"{{ .Prompt }}\"\nPARAMETER temperature 0\n",
+                                    "--seed", "5", "--ctx", "8192", NULL);
     CHECK(created);
     return created;
 }

@@ -29,17 +29,12 @@ static json_t *post(const char *path, const char *body, long *status)
 
 static void create_model(void)
 {
-    char gguf[1200];
-    snprintf(gguf, sizeof gguf, "%s/synth.gguf", T.tmp);
-    CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
-                             "7", "--type", "q8_0", NULL),
-                 0);
-    bool created = e2e_create(&T, "synth",
-                              "FROM ./synth.gguf\n"
+    bool created = e2e_synth_create(&T, "synth",
                               "TEMPLATE \"\"\"{{- range .Messages }}[{{ .Role }}] "
                               "{{ .Content }}\n{{ end }}[assistant] \"\"\"\n"
                               "PARAMETER num_predict 8\n"
-                              "PARAMETER stop \"<never>\"\n");
+                              "PARAMETER stop \"<never>\"\n",
+                              "--seed", "7", "--type", "q8_0", NULL);
     CHECK(created);
 }
 

@@ -101,21 +101,8 @@ static void *worker(void *arg)
 
 static bool create_model(void)
 {
-    char gguf[1200], mf[1200];
-    snprintf(gguf, sizeof gguf, "%s/m.gguf", T.tmp);
-    snprintf(mf, sizeof mf, "%s/Modelfile", T.tmp);
-    if (e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--type", "q8_0", "--ctx", "8192",
-                    NULL))
-        return false;
-    FILE *f = fopen(mf, "w");
-    if (!f)
-        return false;
-    fputs("FROM ./m.gguf\nPARAMETER temperature 0\n", f);
-    fclose(f);
-    char *out = NULL;
-    int rc = e2e_cli(&T, NULL, &out, "create", "par", "-f", mf, NULL);
-    free(out);
-    return rc == 0;
+    return e2e_synth_create(&T, "par", "PARAMETER temperature 0\n", "--type", "q8_0", "--ctx",
+                            "8192", NULL);
 }
 
 int main(void)

@@ -33,13 +33,8 @@ static double now_s(void)
 
 static bool create_models(void)
 {
-    char gguf[1200];
-    snprintf(gguf, sizeof gguf, "%s/synth.gguf", T.tmp);
-    CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
-                             "5", "--ctx", "8192", NULL),
-                 0);
-    bool created = e2e_create(&T, "synth",
-                              "FROM ./synth.gguf\nTEMPLATE \"{{ .Prompt }}\"\n");
+    bool created = e2e_synth_create(&T, "synth", "TEMPLATE \"{{ .Prompt }}\"\n", "--seed",
+                                    "5", "--ctx", "8192", NULL);
     CHECK(created);
     e2e_resp_t r = e2e_http(&T, "POST", "/api/copy",
                             "{\"source\":\"synth\",\"destination\":\"synth2\"}",

@@ -47,23 +47,13 @@ static void cat(char *dst, size_t cap, json_t *o, const char *path)
 
 static bool create_model(void)
 {
-    char gguf[1200], mf[1200];
-    snprintf(gguf, sizeof gguf, "%s/synth.gguf", T.tmp);
-    snprintf(mf, sizeof mf, "%s/Modelfile", T.tmp);
-    CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
-                             "11", "--ctx", "1024", NULL),
-                 0);
     char text[4096];
-    snprintf(text, sizeof text,
-             "FROM ./synth.gguf\nTEMPLATE \"\"\"%s\"\"\"\n"
-             "PARAMETER num_ctx 1024\n",
+    snprintf(text, sizeof text, "TEMPLATE \"\"\"%s\"\"\"\nPARAMETER num_ctx 1024\n",
              THINK_TMPL);
-    CHECK(e2e_write_file(mf, text));
-    char *out = NULL;
-    int rc = e2e_cli(&T, NULL, &out, "create", "thinker", "-f", mf, NULL);
-    CHECK_MSG(rc == 0, "corral create exited %d: %s", rc, out ? out : "");
-    free(out);
-    return rc == 0;
+    bool created =
+        e2e_synth_create(&T, "thinker", text, "--seed", "11", "--ctx", "1024", NULL);
+    CHECK(created);
+    return created;
 }
 
 /* /api/show lists the capability the template gives. */

@@ -34,17 +34,11 @@ static const char TOOLS[] =
 
 static bool create_model(void)
 {
-    char gguf[1200];
-    snprintf(gguf, sizeof gguf, "%s/synth.gguf", T.tmp);
-    CHECK_EQ_INT(e2e_run_bin(&T, "corral-gguf-synth", "--out", gguf, "--seed",
-                             "7", "--ctx", "2048", NULL),
-                 0);
     char text[8192];
-    snprintf(text, sizeof text,
-             "FROM ./synth.gguf\nTEMPLATE \"\"\"%s\"\"\"\n"
-             "PARAMETER num_ctx 2048\n",
+    snprintf(text, sizeof text, "TEMPLATE \"\"\"%s\"\"\"\nPARAMETER num_ctx 2048\n",
              qwen25_tmpl);
-    bool created = e2e_create(&T, "qwen-tools", text);
+    bool created =
+        e2e_synth_create(&T, "qwen-tools", text, "--seed", "7", "--ctx", "2048", NULL);
     CHECK(created);
     return created;
 }
