@@ -17,6 +17,7 @@
 #include "services/runner/grammar.h"
 #include "services/runner/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/engine_load.h"
 
 typedef struct capture {
     cr_buf_t text;
@@ -58,23 +59,7 @@ static char model_path[2048];
 
 static rn_engine_t *load(const char *template_src, int64_t num_ctx)
 {
-    msg_options_t o = {0};
-    o.num_ctx = num_ctx;
-    o.has_num_ctx = true;
-    msg_load_body_t ld = {0};
-    ld.name = "synth:latest";
-    ld.has_name = true;
-    ld.model_path = model_path;
-    ld.has_model_path = true;
-    ld.template = (char *)template_src;
-    ld.has_template = template_src != NULL;
-    ld.options = &o;
-    ld.has_options = true;
-    rn_engine_t *e = NULL;
-    cr_err_t err;
-    cr_status_t st = rn_engine_load(&ld, &e, &err);
-    CHECK_MSG(st == CR_OK, "load: %s", err.msg);
-    return e;
+    return test_engine_load(model_path, template_src, num_ctx, 0);
 }
 
 /* Runs a generate request; returns the status, fills text and done. */

@@ -27,6 +27,7 @@
 #include "services/runner/template.h"
 #include "services/runner/tokenizer.h"
 #include "tests/unit/check.h"
+#include "tests/unit/engine_load.h"
 #include "tests/unit/tool_templates.h"
 
 static char model_path[256];
@@ -74,23 +75,7 @@ static void write_file(const char *path, const char *text)
 
 static rn_engine_t *load(const char *tmpl)
 {
-    msg_options_t o = {0};
-    o.num_ctx = 2048;
-    o.has_num_ctx = true;
-    msg_load_body_t ld = {0};
-    ld.name = "synth:latest";
-    ld.has_name = true;
-    ld.model_path = model_path;
-    ld.has_model_path = true;
-    ld.template = (char *)tmpl;
-    ld.has_template = tmpl != NULL;
-    ld.options = &o;
-    ld.has_options = true;
-    rn_engine_t *e = NULL;
-    cr_err_t err;
-    cr_status_t st = rn_engine_load(&ld, &e, &err);
-    CHECK_MSG(st == CR_OK, "load: %s", err.msg);
-    return e;
+    return test_engine_load(model_path, tmpl, 2048, 0);
 }
 
 static const char tools_json[] =

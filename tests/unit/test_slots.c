@@ -16,6 +16,7 @@
 #include "services/runner/engine.h"
 #include "services/runner/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/engine_load.h"
 
 #define MAX_REQ 4
 
@@ -61,22 +62,7 @@ static char model_path[2048];
 
 static rn_engine_t *load(int n_par, int64_t num_ctx)
 {
-    msg_options_t o = {0};
-    o.num_ctx = num_ctx;
-    o.has_num_ctx = true;
-    msg_load_body_t ld = {0};
-    ld.name = "synth:latest";
-    ld.has_name = true;
-    ld.model_path = model_path;
-    ld.has_model_path = true;
-    ld.options = &o;
-    ld.has_options = true;
-    ld.num_parallel = n_par;
-    ld.has_num_parallel = true;
-    rn_engine_t *e = NULL;
-    cr_err_t err;
-    CHECK_MSG(rn_engine_load(&ld, &e, &err) == CR_OK, "load: %s", err.msg);
-    return e;
+    return test_engine_load(model_path, NULL, num_ctx, n_par);
 }
 
 static void make_req(msg_t *m, const char *prompt, msg_options_t *o)
