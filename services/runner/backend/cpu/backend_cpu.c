@@ -200,11 +200,11 @@ static cr_status_t cpu_weight_prepare(be_backend_t *be, be_weight_t *w,
             munmap(mem, bytes);
         return st;
     }
-    if (!filled) {
-        pack_job_t j = {p, w->data, w->row_bytes};
-        rn_threadpool_run(c->pool, pack_task, &j, c->n_threads);
-    }
     w->dev = p;
+    if (filled)
+        return CR_OK; /* the source pages were never read: nothing to drop */
+    pack_job_t j = {p, w->data, w->row_bytes};
+    rn_threadpool_run(c->pool, pack_task, &j, c->n_threads);
     drop_pages(w->data, (size_t)w->n_rows * w->row_bytes);
     return CR_OK;
 }
