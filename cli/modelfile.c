@@ -2,54 +2,29 @@
 #include "lib/prelude.h"
 #include "cli/modelfile.h"
 #include "lib/buf.h"
+#include "proto/options.h"
 
 #include <ctype.h>
 #include <math.h>
 #include <pwd.h>
 #include <unistd.h>
 
-/* ---- parameter table (§2) ---- */
-
-static const struct {
-    const char *name;
-    cli_param_type_t type;
-} param_table[] = {
-    {"num_ctx", CLI_PARAM_INT},
-    {"num_batch", CLI_PARAM_INT},
-    {"num_gpu", CLI_PARAM_INT},
-    {"main_gpu", CLI_PARAM_INT},
-    {"use_mmap", CLI_PARAM_BOOL},
-    {"num_thread", CLI_PARAM_INT},
-    {"num_keep", CLI_PARAM_INT},
-    {"seed", CLI_PARAM_INT},
-    {"num_predict", CLI_PARAM_INT},
-    {"top_k", CLI_PARAM_INT},
-    {"top_p", CLI_PARAM_FLOAT},
-    {"min_p", CLI_PARAM_FLOAT},
-    {"typical_p", CLI_PARAM_FLOAT},
-    {"repeat_last_n", CLI_PARAM_INT},
-    {"temperature", CLI_PARAM_FLOAT},
-    {"repeat_penalty", CLI_PARAM_FLOAT},
-    {"presence_penalty", CLI_PARAM_FLOAT},
-    {"frequency_penalty", CLI_PARAM_FLOAT},
-    {"stop", CLI_PARAM_STRINGS},
-    /* Removed options the parser still accepts with a warning. */
-    {"penalize_newline", CLI_PARAM_DEPRECATED},
-    {"low_vram", CLI_PARAM_DEPRECATED},
-    {"f16_kv", CLI_PARAM_DEPRECATED},
-    {"logits_all", CLI_PARAM_DEPRECATED},
-    {"vocab_only", CLI_PARAM_DEPRECATED},
-    {"use_mlock", CLI_PARAM_DEPRECATED},
-    {"mirostat", CLI_PARAM_DEPRECATED},
-    {"mirostat_tau", CLI_PARAM_DEPRECATED},
-    {"mirostat_eta", CLI_PARAM_DEPRECATED},
-};
+/* ---- parameters: the rows of proto/options.def (§2) ---- */
 
 cli_param_type_t cli_param_type(const char *name)
 {
-    for (size_t i = 0; i < CR_ARRAY_LEN(param_table); i++)
-        if (!strcmp(param_table[i].name, name))
-            return param_table[i].type;
+    static const cli_param_type_t by_type[] = {
+        [MSG_OPT_INT] = CLI_PARAM_INT,
+        [MSG_OPT_FLOAT] = CLI_PARAM_FLOAT,
+        [MSG_OPT_BOOL] = CLI_PARAM_BOOL,
+        [MSG_OPT_STRS] = CLI_PARAM_STRINGS,
+    };
+    const msg_opt_def_t *d = msg_opt_find(name);
+    if (d)
+        return by_type[d->type];
+    bool warns = false;
+    if (msg_opt_is_removed(name, &warns) && warns)
+        return CLI_PARAM_DEPRECATED;
     return CLI_PARAM_UNKNOWN;
 }
 

@@ -10,6 +10,7 @@
 #include "lib/duration.h"
 #include "lib/log.h"
 #include "lib/model_name.h"
+#include "proto/options.h"
 #include "services/gateway/render.h"
 
 #include <ctype.h>
@@ -285,31 +286,7 @@ static cr_status_t get_images(ctx_t *c, const json_t *obj, const char *path,
     return CR_OK;
 }
 
-/* ---- options (§2) ---- */
-
-typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_BOOL, OPT_STRS } opt_kind_t;
-
-#define OPT(name, kind)                                                     \
-    {#name, kind, offsetof(msg_options_t, name),                             \
-     offsetof(msg_options_t, has_##name)}
-static const struct opt_spec {
-    const char *name;
-    opt_kind_t kind;
-    size_t off;     /* of the value in msg_options_t */
-    size_t has_off; /* of its has_ flag */
-} opt_specs[] = {
-    OPT(num_ctx, OPT_INT),           OPT(num_batch, OPT_INT),
-    OPT(num_gpu, OPT_INT),           OPT(main_gpu, OPT_INT),
-    OPT(num_thread, OPT_INT),        OPT(use_mmap, OPT_BOOL),
-    OPT(num_keep, OPT_INT),          OPT(seed, OPT_INT),
-    OPT(num_predict, OPT_INT),       OPT(top_k, OPT_INT),
-    OPT(top_p, OPT_FLOAT),           OPT(min_p, OPT_FLOAT),
-    OPT(typical_p, OPT_FLOAT),       OPT(repeat_last_n, OPT_INT),
-    OPT(temperature, OPT_FLOAT),     OPT(repeat_penalty, OPT_FLOAT),
-    OPT(presence_penalty, OPT_FLOAT), OPT(frequency_penalty, OPT_FLOAT),
-    OPT(stop, OPT_STRS),
-};
-#undef OPT
+/* ---- options (§2): the rows of proto/options.def ---- */
 
 static cr_status_t opt_error(ctx_t *c, const char *key, const char *what)
 {
@@ -319,12 +296,12 @@ static cr_status_t opt_error(ctx_t *c, const char *key, const char *what)
 
 /* One option value, typed as Ollama's Options.FromMap does. */
 static cr_status_t set_option(ctx_t *c, msg_options_t *o,
-                              const struct opt_spec *sp, const char *key,
+                              const msg_opt_def_t *sp, const char *key,
                               const json_t *v)
 {
     char *base = (char *)o;
-    switch (sp->kind) {
-    case OPT_INT: {
+    switch (sp->type) {
+    case MSG_OPT_INT: {
         int64_t x;
         if (json_is_integer(v)) {
             x = json_integer_value(v);
@@ -339,21 +316,21 @@ static cr_status_t set_option(ctx_t *c, msg_options_t *o,
         memcpy(base + sp->off, &x, sizeof x);
         break;
     }
-    case OPT_FLOAT: {
+    case MSG_OPT_FLOAT: {
         if (!json_is_number(v))
             return opt_error(c, key, "type float32");
         double d = json_number_value(v);
         memcpy(base + sp->off, &d, sizeof d);
         break;
     }
-    case OPT_BOOL: {
+    case MSG_OPT_BOOL: {
         if (!json_is_boolean(v))
             return opt_error(c, key, "type boolean");
         bool b = json_is_true(v);
         memcpy(base + sp->off, &b, sizeof b);
         break;
     }
-    case OPT_STRS: {
+    case MSG_OPT_STRS: {
         if (!json_is_array(v))
             return opt_error(c, key, "type array");
         size_t n = json_array_size(v);
@@ -388,10 +365,7 @@ static cr_status_t check_options(ctx_t *c, const json_t *v, const char *path,
     const char *key;
     json_t *val;
     json_object_foreach((json_t *)v, key, val) {
-        const struct opt_spec *sp = NULL;
-        for (size_t i = 0; i < CR_ARRAY_LEN(opt_specs); i++)
-            if (!strcmp(opt_specs[i].name, key))
-                sp = &opt_specs[i];
+        const msg_opt_def_t *sp = msg_opt_find(key);
         if (!sp) {
             cr_log_warn("invalid option provided: %s", key);
             continue;

@@ -2,72 +2,9 @@
 #include "lib/prelude.h"
 #include "services/registry/params.h"
 #include "services/registry/gojson.h"
+#include "proto/options.h"
 
 #include <math.h>
-
-typedef enum opt_type { OPT_INT, OPT_FLOAT, OPT_BOOL, OPT_STRS } opt_type_t;
-
-#define NO_FIELD ((size_t)-1)
-
-typedef struct opt_def {
-    const char *name;
-    opt_type_t type;
-    size_t off;     /* offset of the value in msg_options_t, or NO_FIELD */
-    size_t has_off; /* offset of has_<name> */
-} opt_def_t;
-
-#define OPT_FIELD(n, t) \
-    {#n, t, offsetof(msg_options_t, n), offsetof(msg_options_t, has_##n)}
-
-/* Sorted by name (bsearch). */
-static const opt_def_t opts_table[] = {
-    {"draft_num_predict", OPT_INT, NO_FIELD, NO_FIELD},
-    OPT_FIELD(frequency_penalty, OPT_FLOAT),
-    OPT_FIELD(main_gpu, OPT_INT),
-    OPT_FIELD(min_p, OPT_FLOAT),
-    OPT_FIELD(num_batch, OPT_INT),
-    OPT_FIELD(num_ctx, OPT_INT),
-    OPT_FIELD(num_gpu, OPT_INT),
-    OPT_FIELD(num_keep, OPT_INT),
-    OPT_FIELD(num_predict, OPT_INT),
-    OPT_FIELD(num_thread, OPT_INT),
-    OPT_FIELD(presence_penalty, OPT_FLOAT),
-    OPT_FIELD(repeat_last_n, OPT_INT),
-    OPT_FIELD(repeat_penalty, OPT_FLOAT),
-    OPT_FIELD(seed, OPT_INT),
-    OPT_FIELD(stop, OPT_STRS),
-    OPT_FIELD(temperature, OPT_FLOAT),
-    OPT_FIELD(top_k, OPT_INT),
-    OPT_FIELD(top_p, OPT_FLOAT),
-    OPT_FIELD(typical_p, OPT_FLOAT),
-    OPT_FIELD(use_mmap, OPT_BOOL),
-};
-
-/* Removed options (§2): accepted and ignored. */
-static const char *const deprecated[] = {
-    "f16_kv",       "logits_all",  "low_vram",    "mirostat",
-    "mirostat_eta", "mirostat_tau", "numa",        "penalize_newline",
-    "tfs_z",        "use_mlock",   "vocab_only",
-};
-
-static int cmp_def(const void *key, const void *elem)
-{
-    return strcmp((const char *)key, ((const opt_def_t *)elem)->name);
-}
-
-static const opt_def_t *find_def(const char *name)
-{
-    return bsearch(name, opts_table, CR_ARRAY_LEN(opts_table),
-                   sizeof opts_table[0], cmp_def);
-}
-
-static bool is_deprecated(const char *name)
-{
-    for (size_t i = 0; i < CR_ARRAY_LEN(deprecated); i++)
-        if (!strcmp(deprecated[i], name))
-            return true;
-    return false;
-}
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -96,12 +33,12 @@ static json_t *sorted_copy(const json_t *obj)
     return out;
 }
 
-static cr_status_t convert(const opt_def_t *d, const json_t *v, json_t **out,
-                           cr_err_t *err)
+static cr_status_t convert(const msg_opt_def_t *d, const json_t *v,
+                           json_t **out, cr_err_t *err)
 {
     *out = NULL;
     switch (d->type) {
-    case OPT_INT:
+    case MSG_OPT_INT:
         if (json_is_integer(v)) {
             *out = json_integer(json_integer_value(v));
         } else if (json_is_real(v)) {
@@ -116,19 +53,19 @@ static cr_status_t convert(const opt_def_t *d, const json_t *v, json_t **out,
                               "option \"%s\" must be of type integer", d->name);
         }
         break;
-    case OPT_FLOAT:
+    case MSG_OPT_FLOAT:
         if (!json_is_number(v))
             return cr_err_set(err, CR_E_INVALID,
                               "option \"%s\" must be of type float32", d->name);
         *out = json_real(json_number_value(v));
         break;
-    case OPT_BOOL:
+    case MSG_OPT_BOOL:
         if (!json_is_boolean(v))
             return cr_err_set(err, CR_E_INVALID,
                               "option \"%s\" must be of type boolean", d->name);
         *out = json_boolean(json_is_true(v));
         break;
-    case OPT_STRS:
+    case MSG_OPT_STRS:
         if (json_is_string(v)) {
             *out = json_array();
             json_array_append(*out, (json_t *)v);
@@ -167,10 +104,12 @@ cr_status_t reg_params_validate(const json_t *in, reg_params_warn_fn warn,
     json_t *v;
     if (in && json_is_object(in)) {
         json_object_foreach((json_t *)in, k, v) {
-            const opt_def_t *d = find_def(k);
+            const msg_opt_def_t *d = msg_opt_find(k);
             if (!d) {
                 if (warn)
-                    warn(ctx, k, is_deprecated(k) ? "deprecated" : "unknown");
+                    warn(ctx, k,
+                         msg_opt_is_removed(k, NULL) ? "deprecated"
+                                                     : "unknown");
                 continue;
             }
             if (json_is_null(v))
@@ -216,13 +155,13 @@ cr_status_t reg_params_to_options(const json_t *params, msg_options_t *opts,
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)params, k, v) {
-        const opt_def_t *d = find_def(k);
-        if (!d || d->off == NO_FIELD)
+        const msg_opt_def_t *d = msg_opt_find(k);
+        if (!d)
             continue;
         char *base = (char *)opts;
         bool *has = (bool *)(base + d->has_off);
         switch (d->type) {
-        case OPT_INT:
+        case MSG_OPT_INT:
             if (!json_is_number(v))
                 continue;
             *(int64_t *)(base + d->off) =
@@ -230,19 +169,19 @@ cr_status_t reg_params_to_options(const json_t *params, msg_options_t *opts,
                                    : (int64_t)json_real_value(v);
             *has = true;
             break;
-        case OPT_FLOAT:
+        case MSG_OPT_FLOAT:
             if (!json_is_number(v))
                 continue;
             *(double *)(base + d->off) = json_number_value(v);
             *has = true;
             break;
-        case OPT_BOOL:
+        case MSG_OPT_BOOL:
             if (!json_is_boolean(v))
                 continue;
             *(bool *)(base + d->off) = json_is_true(v);
             *has = true;
             break;
-        case OPT_STRS: {
+        case MSG_OPT_STRS: {
             if (!json_is_array(v))
                 continue;
             size_t n = json_array_size(v);
@@ -273,27 +212,25 @@ json_t *reg_params_from_options(const msg_options_t *opts)
     json_t *o = json_object();
     if (!o || !opts)
         return o;
-    for (size_t i = 0; i < CR_ARRAY_LEN(opts_table); i++) {
-        const opt_def_t *d = &opts_table[i];
-        if (d->off == NO_FIELD)
-            continue;
+    for (size_t i = 0; i < msg_opt_count; i++) {
+        const msg_opt_def_t *d = &msg_opt_defs[i];
         const char *base = (const char *)opts;
         if (!*(const bool *)(base + d->has_off))
             continue;
         switch (d->type) {
-        case OPT_INT:
+        case MSG_OPT_INT:
             json_object_set_new(o, d->name,
                                 json_integer(*(const int64_t *)(base + d->off)));
             break;
-        case OPT_FLOAT:
+        case MSG_OPT_FLOAT:
             json_object_set_new(o, d->name,
                                 json_real(*(const double *)(base + d->off)));
             break;
-        case OPT_BOOL:
+        case MSG_OPT_BOOL:
             json_object_set_new(o, d->name,
                                 json_boolean(*(const bool *)(base + d->off)));
             break;
-        case OPT_STRS: {
+        case MSG_OPT_STRS: {
             const msg_strs_t *s = (const msg_strs_t *)(base + d->off);
             json_t *a = json_array();
             for (size_t j = 0; j < s->n; j++)
@@ -304,7 +241,10 @@ json_t *reg_params_from_options(const msg_options_t *opts)
         }
         }
     }
-    return o;
+    /* Sorted by name, as every params object is. */
+    json_t *sorted = sorted_copy(o);
+    json_decref(o);
+    return sorted;
 }
 
 static cr_status_t show_line(cr_buf_t *out, bool *first, const char *key,

@@ -44,7 +44,8 @@ cr_status_t reg_params_merge(json_t *dst, const json_t *src);
 cr_status_t reg_params_to_options(const json_t *params, msg_options_t *opts,
                                   msg_t *m);
 
-/* A params object (caller owns) holding the fields set in opts. */
+/* A params object (caller owns) holding the fields set in opts, keys
+ * sorted. */
 json_t *reg_params_from_options(const msg_options_t *opts);
 
 /* /api/show's `parameters` text: one "name value" line per option (name

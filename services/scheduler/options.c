@@ -3,66 +3,59 @@
 #include "services/scheduler/options.h"
 
 #include "lib/env.h"
-
-#define OVERLAY_FIELD(name, kind, sub, req) \
-    if (src->has_##name) {                  \
-        dst->name = src->name;              \
-        dst->has_##name = true;             \
-    }
+#include "proto/options.h"
 
 void sch_options_overlay(msg_options_t *dst, const msg_options_t *src)
 {
-    if (!src)
-        return;
-    MSG_REC_options(OVERLAY_FIELD)
+    for (size_t i = 0; src && i < msg_opt_count; i++)
+        msg_opt_copy(dst, src, &msg_opt_defs[i]);
 }
 
 void sch_options_overlay_load(msg_options_t *dst, const msg_options_t *src)
 {
-    if (!src)
-        return;
-#define LOAD_FIELD(name) OVERLAY_FIELD(name, _, _, _)
-    LOAD_FIELD(num_ctx)
-    LOAD_FIELD(num_batch)
-    LOAD_FIELD(num_gpu)
-    LOAD_FIELD(main_gpu)
-    LOAD_FIELD(num_thread)
-    LOAD_FIELD(use_mmap)
-#undef LOAD_FIELD
+    for (size_t i = 0; src && i < msg_opt_count; i++)
+        if (msg_opt_defs[i].load)
+            msg_opt_copy(dst, src, &msg_opt_defs[i]);
 }
 
-#undef OVERLAY_FIELD
-
-static bool int_compatible(bool loaded_has, int64_t loaded, bool want_has,
-                           int64_t want)
+/* Whether a runner started with `loaded` meets want's value of load option
+ * d: unset in want matches anything, num_gpu -1 (automatic) too. */
+static bool load_field_ok(const msg_options_t *loaded,
+                          const msg_options_t *want, const msg_opt_def_t *d)
 {
-    if (!want_has)
+    if (!msg_opt_has(want, d))
         return true;
-    return loaded_has && loaded == want;
+    if (d->off == offsetof(msg_options_t, num_gpu) && want->num_gpu < 0)
+        return true;
+    if (!msg_opt_has(loaded, d))
+        return false;
+    const char *a = (const char *)loaded + d->off;
+    const char *b = (const char *)want + d->off;
+    switch (d->type) {
+    case MSG_OPT_INT:
+        return !memcmp(a, b, sizeof(int64_t));
+    case MSG_OPT_BOOL:
+        return *(const bool *)a == *(const bool *)b;
+    case MSG_OPT_FLOAT: {
+        double x, y;
+        memcpy(&x, a, sizeof x);
+        memcpy(&y, b, sizeof y);
+        return x == y;
+    }
+    case MSG_OPT_STRS:
+        break;
+    }
+    return false;
 }
 
 bool sch_options_load_compatible(const msg_options_t *loaded,
                                  const msg_options_t *want)
 {
-    static const msg_options_t none;
-    if (!want)
-        return true;
-    if (!loaded)
-        loaded = &none;
-    /* num_gpu -1 means "automatic" and never forces a reload. */
-    bool gpu_ok = !want->has_num_gpu || want->num_gpu < 0 ||
-                  (loaded->has_num_gpu && loaded->num_gpu == want->num_gpu);
-    bool mmap_ok = !want->has_use_mmap ||
-                   (loaded->has_use_mmap && loaded->use_mmap == want->use_mmap);
-    return gpu_ok && mmap_ok &&
-           int_compatible(loaded->has_num_ctx, loaded->num_ctx,
-                          want->has_num_ctx, want->num_ctx) &&
-           int_compatible(loaded->has_num_batch, loaded->num_batch,
-                          want->has_num_batch, want->num_batch) &&
-           int_compatible(loaded->has_main_gpu, loaded->main_gpu,
-                          want->has_main_gpu, want->main_gpu) &&
-           int_compatible(loaded->has_num_thread, loaded->num_thread,
-                          want->has_num_thread, want->num_thread);
+    for (size_t i = 0; want && i < msg_opt_count; i++)
+        if (msg_opt_defs[i].load &&
+            !load_field_ok(loaded, want, &msg_opt_defs[i]))
+            return false;
+    return true;
 }
 
 int64_t sch_options_default_ctx(int64_t vram_total_bytes)

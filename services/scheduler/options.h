@@ -17,8 +17,9 @@ void sch_options_overlay(msg_options_t *dst, const msg_options_t *src);
 /* Copies only the load options (below) of src over dst. */
 void sch_options_overlay_load(msg_options_t *dst, const msg_options_t *src);
 
-/* Load options are those fixed when a runner starts: num_ctx, num_batch,
- * num_gpu (unless -1), main_gpu, num_thread, use_mmap. True if a runner
+/* Load options are those fixed when a runner starts (LOAD in
+ * proto/options.def: num_ctx, num_batch, num_gpu unless -1, main_gpu,
+ * num_thread, use_mmap, draft_num_predict). True if a runner
  * started with `loaded` can serve a request wanting `want`. A field unset in
  * `want` matches anything. */
 bool sch_options_load_compatible(const msg_options_t *loaded,

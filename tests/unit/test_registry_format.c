@@ -271,7 +271,8 @@ static void test_params(void)
     CHECK(!o.has_seed && !o.has_temperature);
     json_t *back = reg_params_from_options(&o);
     s = dump(back);
-    CHECK_EQ_STR(s, "{\"num_predict\":-1,\"stop\":[\"one\"],\"top_k\":2,\"top_p\":1,"
+    CHECK_EQ_STR(s, "{\"draft_num_predict\":3,\"num_predict\":-1,"
+                    "\"stop\":[\"one\"],\"top_k\":2,\"top_p\":1,"
                     "\"use_mmap\":false}");
     free(s);
     json_decref(back);
