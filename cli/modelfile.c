@@ -2,6 +2,7 @@
 #include "lib/prelude.h"
 #include "cli/modelfile.h"
 #include "lib/buf.h"
+#include "lib/gotext.h"
 #include "proto/options.h"
 
 #include <ctype.h>
@@ -214,38 +215,12 @@ static cr_status_t put_utf8(cr_buf_t *b, uint32_t cp)
  * sequences decode as U+FFFD consuming one byte, as Go does. */
 static uint32_t next_cp(const unsigned char *p, size_t n, size_t *used)
 {
-    unsigned char c = p[0];
+    uint32_t cp;
+    *used = cr_utf8_decode(p, n, &cp);
+    if (*used)
+        return cp;
     *used = 1;
-    if (c < 0x80)
-        return c;
-    size_t len;
-    uint32_t cp, min;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        cp = c & 0x1F;
-        min = 0x80;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        cp = c & 0x0F;
-        min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        cp = c & 0x07;
-        min = 0x10000;
-    } else {
-        return 0xFFFD;
-    }
-    if (n < len)
-        return 0xFFFD;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0xFFFD;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0xFFFD;
-    *used = len;
-    return cp;
+    return 0xFFFD;
 }
 
 /* Turns the file bytes into clean UTF-8: BOM removed, UTF-16 converted. */
@@ -516,7 +491,7 @@ cr_status_t cli_modelfile_parse(const char *text, size_t len, cli_modelfile_t **
             if (is_alpha(c)) {
                 append = true;
             } else if (is_space(c)) {
-                lex_state_t next;
+                lex_state_t next = ST_NIL;
                 if ((st = end_name(&lx, &next)))
                     goto out;
                 state = next;

@@ -2,6 +2,8 @@
 #include "lib/prelude.h"
 #include "services/gateway/render.h"
 
+#include "lib/gotext.h"
+
 #include <math.h>
 
 /* ---- the writer ---- */
@@ -66,89 +68,11 @@ void gw_jw_end_obj(gw_jw_t *w) { close_(w, '}'); }
 void gw_jw_arr(gw_jw_t *w) { open_(w, '['); }
 void gw_jw_end_arr(gw_jw_t *w) { close_(w, ']'); }
 
-/* Length of the valid UTF-8 sequence at p (n bytes left), or 0. */
-static size_t utf8_len(const unsigned char *p, size_t n)
-{
-    unsigned char c = p[0];
-    if (c < 0x80)
-        return 1;
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (n < len || p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if (p[i] < 0x80 || p[i] > 0xBF)
-            return 0;
-    return len;
-}
-
 /* Go's encoding/json string escaping (with HTML escaping on). */
 static void put_string(gw_jw_t *w, const char *s, size_t n)
 {
-    static const char hex[] = "0123456789abcdef";
-    const unsigned char *p = (const unsigned char *)s;
-    size_t start = 0, i = 0;
-    putc_(w, '"');
-    while (i < n) {
-        unsigned char c = p[i];
-        if (c < 0x80) {
-            if (c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' &&
-                c != '&') {
-                i++;
-                continue;
-            }
-            put(w, s + start, i - start);
-            char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-            switch (c) {
-            case '"': put(w, "\\\"", 2); break;
-            case '\\': put(w, "\\\\", 2); break;
-            case '\b': put(w, "\\b", 2); break;
-            case '\f': put(w, "\\f", 2); break;
-            case '\n': put(w, "\\n", 2); break;
-            case '\r': put(w, "\\r", 2); break;
-            case '\t': put(w, "\\t", 2); break;
-            default: put(w, esc, 6); break;
-            }
-            start = ++i;
-            continue;
-        }
-        size_t len = utf8_len(p + i, n - i);
-        if (len == 0) {
-            put(w, s + start, i - start);
-            put(w, "\\ufffd", 6);
-            start = ++i;
-            continue;
-        }
-        /* U+2028 and U+2029 break JavaScript string literals. */
-        if (len == 3 && c == 0xE2 && p[i + 1] == 0x80 &&
-            (p[i + 2] == 0xA8 || p[i + 2] == 0xA9)) {
-            put(w, s + start, i - start);
-            put(w, p[i + 2] == 0xA8 ? "\\u2028" : "\\u2029", 6);
-            i += 3;
-            start = i;
-            continue;
-        }
-        i += len;
-    }
-    put(w, s + start, n - start);
-    putc_(w, '"');
+    if (!w->st)
+        w->st = cr_json_quote(s, n, w->b);
 }
 
 void gw_jw_key(gw_jw_t *w, const char *key)
@@ -204,79 +128,10 @@ void gw_jw_raw(gw_jw_t *w, const char *json, size_t len)
 }
 
 /* Shortest decimal that reads back as the same float (bits 32) or double
- * (bits 64), laid out as Go's encoding/json does: plain notation for
- * 1e-6 <= |v| < 1e21, else exponent form with e-7 rather than e-07. */
+ * (bits 64), laid out as Go's encoding/json does. */
 static size_t format_float(double v, int bits, char *out, size_t cap)
 {
-    if (v == 0)
-        return (size_t)snprintf(out, cap, "%s", signbit(v) ? "-0" : "0");
-    int maxp = bits == 32 ? 9 : 17;
-    char tmp[64];
-    for (int p = 1; p <= maxp; p++) {
-        snprintf(tmp, sizeof tmp, "%.*e", p - 1, v);
-        bool same = bits == 32 ? strtof(tmp, NULL) == (float)v
-                               : strtod(tmp, NULL) == v;
-        if (same)
-            break;
-    }
-    /* tmp is [-]d[.ddd]e(+|-)XX: collect digits and exponent. */
-    const char *q = tmp;
-    bool neg = *q == '-';
-    if (neg)
-        q++;
-    char digits[32];
-    size_t nd = 0;
-    for (; *q && *q != 'e'; q++)
-        if (*q >= '0' && *q <= '9' && nd < sizeof digits - 1)
-            digits[nd++] = *q;
-    while (nd > 1 && digits[nd - 1] == '0')
-        nd--;
-    digits[nd] = '\0';
-    int exp10 = *q == 'e' ? atoi(q + 1) : 0;
-
-    double a = fabs(v);
-    bool expo = bits == 32 ? ((float)a < 1e-6f || (float)a >= 1e21f)
-                           : (a < 1e-6 || a >= 1e21);
-    size_t o = 0;
-#define OUT(c)                  \
-    do {                        \
-        if (o + 1 < cap)        \
-            out[o++] = (c);     \
-    } while (0)
-    if (neg)
-        OUT('-');
-    if (expo) {
-        OUT(digits[0]);
-        if (nd > 1) {
-            OUT('.');
-            for (size_t i = 1; i < nd; i++)
-                OUT(digits[i]);
-        }
-        char e[16];
-        int ea = exp10 < 0 ? -exp10 : exp10;
-        snprintf(e, sizeof e, "e%c%s%d", exp10 < 0 ? '-' : '+',
-                 (ea < 10 && exp10 >= 0) ? "0" : "", ea);
-        for (const char *c = e; *c; c++)
-            OUT(*c);
-    } else if (exp10 >= 0) {
-        for (int i = 0; i <= exp10; i++)
-            OUT((size_t)i < nd ? digits[i] : '0');
-        if ((size_t)exp10 + 1 < nd) {
-            OUT('.');
-            for (size_t i = (size_t)exp10 + 1; i < nd; i++)
-                OUT(digits[i]);
-        }
-    } else {
-        OUT('0');
-        OUT('.');
-        for (int i = 0; i < -exp10 - 1; i++)
-            OUT('0');
-        for (size_t i = 0; i < nd; i++)
-            OUT(digits[i]);
-    }
-#undef OUT
-    out[o] = '\0';
-    return o;
+    return cr_float_format(v, bits, CR_FLOAT_JSON, out, cap);
 }
 
 void gw_jw_f32(gw_jw_t *w, float v)

@@ -2,201 +2,23 @@
 #include "lib/prelude.h"
 #include "services/registry/gojson.h"
 
+#include "lib/gotext.h"
+
 #include <math.h>
 
 #define MAX_DEPTH 64
 
-/* Shortest decimal digits of v (v finite, > 0): digits[] without trailing
- * zeros and the decimal point position dp (v = 0.digits * 10^dp). */
-static void shortest_digits(double v, int bits, char *digits, int *nd, int *dp)
-{
-    char tmp[40];
-    int maxp = bits == 32 ? 9 : 17;
-    for (int p = 1; p <= maxp; p++) {
-        snprintf(tmp, sizeof tmp, "%.*e", p - 1, v);
-        double back = strtod(tmp, NULL);
-        bool same = bits == 32 ? (float)back == (float)v : back == v;
-        if (same || p == maxp)
-            break;
-    }
-    /* tmp = "d.ddde[+-]XX" */
-    int n = 0;
-    const char *s = tmp;
-    for (; *s && *s != 'e'; s++)
-        if (*s >= '0' && *s <= '9')
-            digits[n++] = *s;
-    int exp10 = *s == 'e' ? atoi(s + 1) : 0;
-    while (n > 1 && digits[n - 1] == '0')
-        n--;
-    digits[n] = '\0';
-    *nd = n;
-    *dp = exp10 + 1;
-}
-
-static void fmt_fixed(char *buf, size_t cap, bool neg, const char *d, int nd,
-                      int dp)
-{
-    size_t o = 0;
-#define PUT(c)                     \
-    do {                           \
-        if (o + 1 < cap)           \
-            buf[o++] = (char)(c);  \
-    } while (0)
-    if (neg)
-        PUT('-');
-    if (dp <= 0) {
-        PUT('0');
-        PUT('.');
-        for (int i = 0; i < -dp; i++)
-            PUT('0');
-        for (int i = 0; i < nd; i++)
-            PUT(d[i]);
-    } else if (dp >= nd) {
-        for (int i = 0; i < nd; i++)
-            PUT(d[i]);
-        for (int i = nd; i < dp; i++)
-            PUT('0');
-    } else {
-        for (int i = 0; i < dp; i++)
-            PUT(d[i]);
-        PUT('.');
-        for (int i = dp; i < nd; i++)
-            PUT(d[i]);
-    }
-    buf[o] = '\0';
-}
-
-static void fmt_exp(char *buf, size_t cap, bool neg, const char *d, int nd,
-                    int dp, bool two_digit_exp)
-{
-    int e = dp - 1;
-    char mant[40];
-    size_t o = 0;
-    mant[o++] = d[0];
-    if (nd > 1) {
-        mant[o++] = '.';
-        for (int i = 1; i < nd && o < sizeof mant - 1; i++)
-            mant[o++] = d[i];
-    }
-    mant[o] = '\0';
-    int ae = e < 0 ? -e : e;
-    snprintf(buf, cap, "%s%se%c%s%d", neg ? "-" : "", mant, e < 0 ? '-' : '+',
-             (two_digit_exp && ae < 10) ? "0" : "", ae);
-}
-
 void reg_gojson_float(double v, int bits, reg_float_style_t style, char *buf,
                       size_t cap)
 {
-    if (isnan(v)) {
-        snprintf(buf, cap, style == REG_FLOAT_JSON ? "null" : "NaN");
-        return;
-    }
-    if (isinf(v)) {
-        snprintf(buf, cap, style == REG_FLOAT_JSON ? "null"
-                           : v > 0                 ? "+Inf"
-                                                   : "-Inf");
-        return;
-    }
-    if (v == 0) {
-        snprintf(buf, cap, signbit(v) && style == REG_FLOAT_FMT ? "-0" : "0");
-        return;
-    }
-    bool neg = v < 0;
-    double a = neg ? -v : v;
-    char d[40];
-    int nd, dp;
-    shortest_digits(a, bits, d, &nd, &dp);
-    if (style == REG_FLOAT_JSON) {
-        double lim = bits == 32 ? (double)(float)a : a;
-        if (lim < 1e-6 || lim >= 1e21)
-            fmt_exp(buf, cap, neg, d, nd, dp, false);
-        else
-            fmt_fixed(buf, cap, neg, d, nd, dp);
-    } else {
-        int e = dp - 1;
-        if (e < -4 || e >= 6) /* shortest %v: precision 6 rule */
-            fmt_exp(buf, cap, neg, d, nd, dp, true);
-        else
-            fmt_fixed(buf, cap, neg, d, nd, dp);
-    }
-}
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    unsigned char c = s[0];
-    size_t len;
-    uint32_t v, min;
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    } else if ((c & 0xe0) == 0xc0) {
-        len = 2, v = c & 0x1f, min = 0x80;
-    } else if ((c & 0xf0) == 0xe0) {
-        len = 3, v = c & 0x0f, min = 0x800;
-    } else if ((c & 0xf8) == 0xf0) {
-        len = 4, v = c & 0x07, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        v = (v << 6) | (s[i] & 0x3f);
-    }
-    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    *cp = v;
-    return len;
+    cr_float_format(v, bits,
+                    style == REG_FLOAT_JSON ? CR_FLOAT_JSON : CR_FLOAT_G, buf,
+                    cap);
 }
 
 cr_status_t reg_gojson_string(const char *s, size_t n, cr_buf_t *out)
 {
-    static const char hex[] = "0123456789abcdef";
-    cr_status_t st = cr_buf_putc(out, '"');
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (!st && i < n) {
-        unsigned char c = p[i];
-        if (c >= 0x80) {
-            uint32_t cp;
-            size_t l = utf8_len(p + i, n - i, &cp);
-            if (l == 0) {
-                st = cr_buf_puts(out, "\\ufffd");
-                i++;
-            } else if (cp == 0x2028 || cp == 0x2029) {
-                st = cr_buf_printf(out, "\\u%04x", (unsigned)cp);
-                i += l;
-            } else {
-                st = cr_buf_append(out, p + i, l);
-                i += l;
-            }
-            continue;
-        }
-        switch (c) {
-        case '"': st = cr_buf_puts(out, "\\\""); break;
-        case '\\': st = cr_buf_puts(out, "\\\\"); break;
-        case '\n': st = cr_buf_puts(out, "\\n"); break;
-        case '\r': st = cr_buf_puts(out, "\\r"); break;
-        case '\t': st = cr_buf_puts(out, "\\t"); break;
-        case '<':
-        case '>':
-        case '&':
-            st = cr_buf_printf(out, "\\u00%c%c", hex[c >> 4], hex[c & 15]);
-            break;
-        default:
-            if (c < 0x20)
-                st = cr_buf_printf(out, "\\u00%c%c", hex[c >> 4], hex[c & 15]);
-            else
-                st = cr_buf_putc(out, (char)c);
-        }
-        i++;
-    }
-    if (!st)
-        st = cr_buf_putc(out, '"');
-    return st;
+    return cr_json_quote(s, n, out);
 }
 
 static cr_status_t dump(const json_t *v, cr_buf_t *out, int depth)
@@ -281,7 +103,7 @@ cr_status_t reg_go_quote(const char *s, size_t n, cr_buf_t *out)
         unsigned char c = p[i];
         if (c >= 0x80) {
             uint32_t cp;
-            size_t l = utf8_len(p + i, n - i, &cp);
+            size_t l = cr_utf8_decode(p + i, n - i, &cp);
             if (l == 0) {
                 st = cr_buf_printf(out, "\\x%02x", c);
                 i++;

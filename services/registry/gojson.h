@@ -27,14 +27,16 @@ cr_status_t reg_gojson_dump(const json_t *v, cr_buf_t *out);
 /* Same, then a newline (as Go's json.Encoder.Encode). */
 cr_status_t reg_gojson_dump_line(const json_t *v, cr_buf_t *out);
 
-/* Appends s (n bytes of UTF-8) as a JSON string literal with Go's escapes. */
+/* Appends s (n bytes of UTF-8) as a JSON string literal with Go's escapes
+ * (cr_json_quote). */
 cr_status_t reg_gojson_string(const char *s, size_t n, cr_buf_t *out);
 
 /* Float text. bits is 64, or 32 for a value that was a float32 (its
  * shortest float32 form is used: 1e-5f prints as 0.00001).
  *   REG_FLOAT_JSON: encoding/json ('f' unless |v| < 1e-6 or >= 1e21;
  *                   exponents without a leading zero: 1e-7, 1e+21)
- *   REG_FLOAT_FMT:  fmt %v / %#v ('g' shortest: 1e+06, 1e-05, 0.0001) */
+ *   REG_FLOAT_FMT:  fmt %v / %#v ('g' shortest: 1e+06, 1e-05, 0.0001)
+ * (cr_float_format's CR_FLOAT_JSON and CR_FLOAT_G.) */
 typedef enum reg_float_style { REG_FLOAT_JSON, REG_FLOAT_FMT } reg_float_style_t;
 void reg_gojson_float(double v, int bits, reg_float_style_t style, char *buf,
                       size_t cap);

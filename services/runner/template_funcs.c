@@ -11,6 +11,8 @@
 #include "lib/prelude.h"
 #include "services/runner/template_impl.h"
 
+#include "lib/gotext.h"
+
 #include <ctype.h>
 #include <math.h>
 #include <time.h>
@@ -437,17 +439,8 @@ static size_t utf8_put_rune(uint32_t cp, char *o)
 /* Length of a valid UTF-8 sequence at s, 0 if invalid. */
 static size_t utf8_len(const unsigned char *s, size_t n)
 {
-    if (s[0] < 0x80)
-        return 1;
-    size_t len = (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    if (s[0] == 0xC0 || s[0] == 0xC1 || s[0] > 0xF4)
-        return 0;
-    return len;
+    uint32_t cp;
+    return cr_utf8_decode(s, n, &cp);
 }
 
 /* strconv.Quote (and QuoteRune for quote == '\''). */

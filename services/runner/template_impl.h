@@ -68,14 +68,12 @@ void val_map_order(const rn_val_t *v, size_t *idx);
  * "map[string]interface {}", the struct's type_name). */
 const char *val_type_name(const rn_val_t *v);
 
-/* Appends a float the way fmt's %v (strconv 'g', shortest) writes it. */
+/* Appends a float the way fmt's %v (strconv 'g', shortest) writes it
+ * (cr_float_format, CR_FLOAT_G). */
 cr_status_t val_fmt_float_g(double f, cr_buf_t *out);
-/* Shortest round-trip digits of |f| (f finite, nonzero): digits[] gets
- * the decimal digits (no dot), *exp10 the exponent so that the value is
- * 0.d1d2... x 10^exp10. Returns the digit count. */
-int val_shortest_digits(double f, char *digits, int *exp10);
 
-/* Appends s as a JSON string with Go's escaping (HTML-safe). */
+/* Appends s as a JSON string with Go's escaping (HTML-safe;
+ * cr_json_quote). */
 cr_status_t val_json_string(const char *s, size_t len, cr_buf_t *out);
 
 /* %v printing with the nesting depth known: depth 0 is an action's value. */

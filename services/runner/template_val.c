@@ -6,6 +6,8 @@
 #include "lib/prelude.h"
 #include "services/runner/template_impl.h"
 
+#include "lib/gotext.h"
+
 #include <math.h>
 
 /* ---- construction and lifetime ---- */
@@ -455,90 +457,11 @@ void val_map_order(const rn_val_t *v, size_t *idx)
 
 /* ---- numbers the Go way ---- */
 
-int val_shortest_digits(double f, char *digits, int *exp10)
-{
-    char tmp[40];
-    double a = fabs(f);
-    for (int prec = 0; prec < 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*e", prec, a);
-        if (strtod(tmp, NULL) == a || prec == 16) {
-            /* tmp = d[.ddd]e[+-]XX */
-            int n = 0;
-            const char *p = tmp;
-            for (; *p && *p != 'e'; p++)
-                if (*p >= '0' && *p <= '9')
-                    digits[n++] = *p;
-            int e = atoi(p + 1);
-            /* Drop trailing zeros (keep one digit). */
-            while (n > 1 && digits[n - 1] == '0')
-                n--;
-            digits[n] = '\0';
-            *exp10 = e + 1; /* value = 0.d1d2... * 10^(e+1) */
-            return n;
-        }
-    }
-    return 0; /* not reached */
-}
-
-/* Appends digits in %e form: d[.ddd]e±XX (at least two exponent digits). */
-static cr_status_t fmt_e(bool neg, const char *d, int nd, int dp, cr_buf_t *out)
-{
-    char tmp[64];
-    int k = 0;
-    if (neg)
-        tmp[k++] = '-';
-    tmp[k++] = d[0];
-    if (nd > 1) {
-        tmp[k++] = '.';
-        for (int i = 1; i < nd; i++)
-            tmp[k++] = d[i];
-    }
-    int e = dp - 1;
-    tmp[k++] = 'e';
-    tmp[k++] = e < 0 ? '-' : '+';
-    if (e < 0)
-        e = -e;
-    k += snprintf(tmp + k, sizeof tmp - (size_t)k, "%02d", e);
-    return cr_buf_append(out, tmp, (size_t)k);
-}
-
-/* Appends digits in %f form with exactly the digits needed. */
-static cr_status_t fmt_f(bool neg, const char *d, int nd, int dp, cr_buf_t *out)
-{
-    cr_status_t st = CR_OK;
-    if (neg)
-        st = cr_buf_putc(out, '-');
-    if (!st && dp <= 0)
-        st = cr_buf_putc(out, '0');
-    for (int i = 0; !st && i < dp; i++)
-        st = cr_buf_putc(out, i < nd ? d[i] : '0');
-    if (!st && nd > dp) {
-        st = cr_buf_putc(out, '.');
-        for (int i = dp; !st && i < 0; i++)
-            st = cr_buf_putc(out, '0');
-        for (int i = dp < 0 ? 0 : dp; !st && i < nd; i++)
-            st = cr_buf_putc(out, d[i]);
-    }
-    return st;
-}
-
 cr_status_t val_fmt_float_g(double f, cr_buf_t *out)
 {
-    if (isnan(f))
-        return cr_buf_puts(out, "NaN");
-    if (isinf(f))
-        return cr_buf_puts(out, f > 0 ? "+Inf" : "-Inf");
-    if (f == 0)
-        return cr_buf_puts(out, signbit(f) ? "-0" : "0");
-    char d[32];
-    int dp = 0;
-    int nd = val_shortest_digits(f, d, &dp);
-    /* strconv 'g' with the shortest precision switches to %e when the
-     * exponent is < -4 or >= 6, so 1e6 prints "1e+06". */
-    int exp = dp - 1;
-    if (exp < -4 || exp >= 6)
-        return fmt_e(f < 0, d, nd, dp, out);
-    return fmt_f(f < 0, d, nd, dp, out);
+    char tmp[CR_FLOAT_BUF];
+    size_t n = cr_float_format(f, 64, CR_FLOAT_G, tmp, sizeof tmp);
+    return cr_buf_append(out, tmp, n);
 }
 
 /* encoding/json's float64 encoder. */
@@ -546,115 +469,16 @@ static cr_status_t json_float(double f, cr_buf_t *out)
 {
     if (isnan(f) || isinf(f))
         return CR_E_INVALID;
-    if (f == 0)
-        return cr_buf_puts(out, signbit(f) ? "-0" : "0");
-    char d[32];
-    int dp = 0;
-    int nd = val_shortest_digits(f, d, &dp);
-    double a = fabs(f);
-    if (a < 1e-6 || a >= 1e21) {
-        /* 'e' format, then "e-07" -> "e-7" as Go cleans it up. */
-        cr_buf_t tmp;
-        cr_buf_init(&tmp, 64);
-        cr_status_t st = fmt_e(f < 0, d, nd, dp, &tmp);
-        if (!st) {
-            size_t n = tmp.len;
-            if (n >= 4 && tmp.data[n - 4] == 'e' && tmp.data[n - 3] == '-' &&
-                tmp.data[n - 2] == '0') {
-                tmp.data[n - 2] = tmp.data[n - 1];
-                tmp.len = n - 1;
-            }
-            st = cr_buf_append(out, tmp.data, tmp.len);
-        }
-        cr_buf_free(&tmp);
-        return st;
-    }
-    return fmt_f(f < 0, d, nd, dp, out);
+    char tmp[CR_FLOAT_BUF];
+    size_t n = cr_float_format(f, 64, CR_FLOAT_JSON, tmp, sizeof tmp);
+    return cr_buf_append(out, tmp, n);
 }
 
 /* ---- JSON ---- */
 
-/* Decodes one UTF-8 sequence at s[0..n); returns its length, or 0 when
- * invalid (the caller treats the byte as U+FFFD). */
-static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    size_t len;
-    uint32_t c, min;
-    if ((s[0] & 0xE0) == 0xC0) {
-        len = 2, c = s[0] & 0x1F, min = 0x80;
-    } else if ((s[0] & 0xF0) == 0xE0) {
-        len = 3, c = s[0] & 0x0F, min = 0x800;
-    } else if ((s[0] & 0xF8) == 0xF0) {
-        len = 4, c = s[0] & 0x07, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
-        return 0;
-    *cp = c;
-    return len;
-}
-
 cr_status_t val_json_string(const char *s, size_t len, cr_buf_t *out)
 {
-    static const char hex[] = "0123456789abcdef";
-    const unsigned char *p = (const unsigned char *)s;
-    cr_status_t st = cr_buf_putc(out, '"');
-    size_t start = 0, i = 0;
-    while (!st && i < len) {
-        unsigned char c = p[i];
-        const char *esc = NULL;
-        char ubuf[8];
-        size_t adv = 1;
-        if (c < 0x80) {
-            switch (c) {
-            case '"': esc = "\\\""; break;
-            case '\\': esc = "\\\\"; break;
-            case '\b': esc = "\\b"; break;
-            case '\f': esc = "\\f"; break;
-            case '\n': esc = "\\n"; break;
-            case '\r': esc = "\\r"; break;
-            case '\t': esc = "\\t"; break;
-            default:
-                if (c < 0x20 || c == '<' || c == '>' || c == '&') {
-                    snprintf(ubuf, sizeof ubuf, "\\u00%c%c", hex[c >> 4], hex[c & 15]);
-                    esc = ubuf;
-                }
-            }
-        } else {
-            uint32_t cp = 0;
-            adv = utf8_decode(p + i, len - i, &cp);
-            if (adv == 0) {
-                esc = "\\ufffd";
-                adv = 1;
-            } else if (cp == 0x2028 || cp == 0x2029) {
-                esc = cp == 0x2028 ? "\\u2028" : "\\u2029";
-            }
-        }
-        if (esc) {
-            st = cr_buf_append(out, s + start, i - start);
-            if (!st)
-                st = cr_buf_puts(out, esc);
-            start = i + adv;
-        }
-        i += adv;
-    }
-    if (!st)
-        st = cr_buf_append(out, s + start, len - start);
-    if (!st)
-        st = cr_buf_putc(out, '"');
-    return st;
+    return cr_json_quote(s, len, out);
 }
 
 /* encoding/json's isEmptyValue, for omitempty. */

@@ -9,6 +9,8 @@
 #include "lib/prelude.h"
 #include "services/runner/toolcalls.h"
 
+#include "lib/gotext.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <time.h>
@@ -198,42 +200,18 @@ void rn_toolcalls_destroy(rn_toolcalls_t **self_p)
 
 /* ---- JSON out ---- */
 
+/* Strings and numbers as Go's encoding/json writes them, as Ollama's
+ * replies carry tool-call arguments (the gateway passes them on raw). */
 static cr_status_t put_str(cr_buf_t *b, const char *s, size_t n)
 {
-    cr_status_t st = cr_buf_putc(b, '"');
-    for (size_t i = 0; i < n && !st; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            st = cr_buf_append(b, e, 2);
-        } else if (c == '\n') {
-            st = cr_buf_puts(b, "\\n");
-        } else if (c == '\r') {
-            st = cr_buf_puts(b, "\\r");
-        } else if (c == '\t') {
-            st = cr_buf_puts(b, "\\t");
-        } else if (c < 0x20) {
-            st = cr_buf_printf(b, "\\u%04x", c);
-        } else {
-            st = cr_buf_putc(b, (char)c);
-        }
-    }
-    return st ? st : cr_buf_putc(b, '"');
+    return cr_json_quote(s, n, b);
 }
 
-/* The shortest of %.15g..%.17g that reads back as d (as Go prints floats
- * for the usual magnitudes); non-finite values cannot come from JSON. */
 static cr_status_t put_real(cr_buf_t *b, double d)
 {
-    char tmp[40];
-    if (!isfinite(d))
-        return cr_buf_puts(b, "null");
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*g", prec, d);
-        if (strtod(tmp, NULL) == d)
-            break;
-    }
-    return cr_buf_puts(b, tmp);
+    char tmp[CR_FLOAT_BUF];
+    size_t n = cr_float_format(d, 64, CR_FLOAT_JSON, tmp, sizeof tmp);
+    return cr_buf_append(b, tmp, n);
 }
 
 /* Compact JSON, object members in the model's order. */

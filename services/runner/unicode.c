@@ -3,6 +3,8 @@
 #include "lib/prelude.h"
 #include "services/runner/unicode.h"
 
+#include "lib/gotext.h"
+
 size_t rn_utf8_lead_len(uint8_t b)
 {
     static const uint8_t lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
@@ -11,35 +13,10 @@ size_t rn_utf8_lead_len(uint8_t b)
 
 size_t rn_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp)
 {
-    uint8_t b0 = s[0];
-    if (b0 < 0x80) {
-        *cp = b0;
-        return 1;
-    }
-    size_t len;
-    uint32_t v, min;
-    if (b0 >= 0xC2 && b0 <= 0xDF) {
-        len = 2, v = b0 & 0x1Fu, min = 0x80;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-        len = 3, v = b0 & 0x0Fu, min = 0x800;
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-        len = 4, v = b0 & 0x07u, min = 0x10000;
-    } else {
-        goto invalid;
-    }
-    if (n < len)
-        goto invalid;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            goto invalid;
-        v = (v << 6) | (s[i] & 0x3Fu);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-        goto invalid;
-    *cp = v;
-    return len;
-invalid:
-    *cp = RN_UTF8_RAW + b0;
+    size_t len = cr_utf8_decode(s, n, cp);
+    if (len)
+        return len;
+    *cp = RN_UTF8_RAW + s[0];
     return 1;
 }
 
