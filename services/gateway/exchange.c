@@ -40,27 +40,39 @@ cr_status_t gw_call_start(gw_req_t *r, const char *peer, msg_t *m,
     return CR_OK;
 }
 
+cr_status_t gw_call_await(gw_call_t *call, const gw_wait_t *w, msg_t *reply,
+                          bool *from_peer, cr_err_t *err)
+{
+    if (from_peer)
+        *from_peer = false;
+    cr_status_t st = gw_call_recv(call, w, reply, err);
+    if (st) {
+        gw_call_cancel(call);
+        return st;
+    }
+    if (reply->type == MSG_error) {
+        st = (cr_status_t)reply->u.error.status;
+        if (!st)
+            st = CR_E_INTERNAL;
+        cr_err_set(err, st, "%s",
+                   reply->u.error.message ? reply->u.error.message
+                                          : "unknown error");
+        msg_clear(reply);
+        if (from_peer)
+            *from_peer = true;
+        return st;
+    }
+    return CR_OK;
+}
+
 cr_status_t gw_exchange(gw_req_t *r, const char *peer, msg_t *m,
                         const gw_wait_t *w, msg_t *reply, cr_err_t *err)
 {
     memset(reply, 0, sizeof *reply);
     gw_call_t *call = NULL;
     cr_status_t st = gw_call_start(r, peer, m, &call, err);
-    if (st)
-        return st;
-    st = gw_call_recv(call, w, reply, err);
-    if (st)
-        gw_call_cancel(call);
+    if (!st)
+        st = gw_call_await(call, w, reply, NULL, err);
     gw_call_destroy(&call);
-    if (st)
-        return st;
-    if (reply->type == MSG_error) {
-        st = (cr_status_t)reply->u.error.status;
-        cr_err_set(err, st ? st : CR_E_INTERNAL, "%s",
-                   reply->u.error.message ? reply->u.error.message
-                                          : "unknown error");
-        msg_clear(reply);
-        return st ? st : CR_E_INTERNAL;
-    }
-    return CR_OK;
+    return st;
 }

@@ -13,6 +13,7 @@
 #include "lib/log.h"
 #include "services/gateway/call.h"
 #include "services/gateway/convert.h"
+#include "services/gateway/exchange.h"
 #include "services/gateway/extras.h"
 #include "services/gateway/metrics.h"
 #include "services/gateway/openai.h"
@@ -37,28 +38,6 @@ unsigned gw_method_bit(const char *m)
 
 /* ---- waits and exchanges ---- */
 
-static gw_wait_t control_wait(gw_req_t *r)
-{
-    gw_wait_t w = {.idle_timeout_ms = r->ctx->cfg.reply_timeout_ms,
-                   .abort_fn = gw_req_should_abort,
-                   .abort_arg = r};
-    return w;
-}
-
-static gw_wait_t inference_wait(gw_req_t *r)
-{
-    gw_wait_t w = {.ping_after_ms = r->ctx->cfg.ping_after_ms,
-                   .abort_fn = gw_req_should_abort,
-                   .abort_arg = r};
-    return w;
-}
-
-static const char *endpoint_of(gw_req_t *r, const char *peer)
-{
-    return !strcmp(peer, "scheduler") ? r->ctx->scheduler_ep
-                                      : r->ctx->registry_ep;
-}
-
 /* Opens a call to peer and sends m. On failure answers the client and
  * returns NULL with *ret set. */
 static gw_call_t *start_call(gw_req_t *r, const char *peer, msg_t *m,
@@ -66,50 +45,15 @@ static gw_call_t *start_call(gw_req_t *r, const char *peer, msg_t *m,
 {
     gw_call_t *call = NULL;
     cr_err_t err;
-    cr_status_t st = gw_call_open(endpoint_of(r, peer), peer,
-                                  r->ctx->cfg.connect_timeout_ms, &call, &err);
-    if (!st)
-        st = gw_call_send(call, m, &err);
-    if (st) {
-        cr_log_warn("%s %s: %s", r->method, r->path, err.msg);
-        gw_call_destroy(&call);
+    cr_status_t st = gw_call_start(r, peer, m, &call, &err);
+    if (st)
         *ret = gw_reply_error(r, st, err.msg);
-        return NULL;
-    }
-    cr_log_debug("%s %s -> %s %s", r->method, r->path, peer,
-                 gw_call_id(call));
     return call;
 }
 
-/* Waits for the one reply to call. On CR_OK *reply is a non-error
- * message; otherwise the client was answered (or the connection is to be
- * closed) and *ret says what to return. */
-static bool await_reply(gw_req_t *r, gw_call_t *call, const gw_wait_t *w,
-                        msg_t *reply, enum MHD_Result *ret)
-{
-    cr_err_t err;
-    cr_status_t st = gw_call_recv(call, w, reply, &err);
-    if (st == CR_E_CANCELED) {
-        gw_call_cancel(call);
-        *ret = MHD_NO;
-        return false;
-    }
-    if (st) {
-        gw_call_cancel(call);
-        *ret = gw_reply_error(r, st, err.msg);
-        return false;
-    }
-    if (reply->type == MSG_error) {
-        *ret = gw_reply_error(r, (cr_status_t)reply->u.error.status,
-                              reply->u.error.message ? reply->u.error.message
-                                                     : "unknown error");
-        msg_clear(reply);
-        return false;
-    }
-    return true;
-}
-
-/* Sends m to peer and waits for its one reply (see await_reply). */
+/* Sends m to peer and waits for its one reply (gw_exchange). On success
+ * *reply is a non-error message; otherwise the client was answered (or,
+ * gone, its connection is to be closed) and *ret says what to return. */
 static bool exchange(gw_req_t *r, const char *peer, msg_t *m,
                      const gw_wait_t *w, msg_t *reply, enum MHD_Result *ret)
 {
@@ -117,9 +61,15 @@ static bool exchange(gw_req_t *r, const char *peer, msg_t *m,
     gw_call_t *call = start_call(r, peer, m, ret);
     if (!call)
         return false;
-    bool ok = await_reply(r, call, w, reply, ret);
+    cr_err_t err;
+    bool from_peer;
+    cr_status_t st = gw_call_await(call, w, reply, &from_peer, &err);
     gw_call_destroy(&call);
-    return ok;
+    if (st == CR_E_CANCELED && !from_peer)
+        *ret = MHD_NO;
+    else if (st)
+        *ret = gw_reply_error(r, st, err.msg);
+    return !st;
 }
 
 static enum MHD_Result unexpected(gw_req_t *r, msg_t *reply, const char *peer)
@@ -176,7 +126,7 @@ static enum MHD_Result relay_request(gw_req_t *r, gw_api_t api,
                                      gw_relay_kind_t kind, const char *peer,
                                      gw_wait_t w)
 {
-    enum MHD_Result ret;
+    enum MHD_Result ret = MHD_NO;
     gw_request_t q;
     if (!parse(r, api, &q, &ret))
         return ret;
@@ -190,13 +140,13 @@ static enum MHD_Result relay_request(gw_req_t *r, gw_api_t api,
 static enum MHD_Result h_generate(gw_req_t *r)
 {
     return relay_request(r, GW_API_GENERATE, GW_RELAY_GENERATE, "scheduler",
-                         inference_wait(r));
+                         gw_wait_inference(r));
 }
 
 static enum MHD_Result h_chat(gw_req_t *r)
 {
     return relay_request(r, GW_API_CHAT, GW_RELAY_CHAT, "scheduler",
-                         inference_wait(r));
+                         gw_wait_inference(r));
 }
 
 static enum MHD_Result embed_common(gw_req_t *r, gw_api_t api)
@@ -206,7 +156,7 @@ static enum MHD_Result embed_common(gw_req_t *r, gw_api_t api)
     if (!parse(r, api, &q, &ret))
         return ret;
     msg_t reply;
-    gw_wait_t w = inference_wait(r);
+    gw_wait_t w = gw_wait_inference(r);
     bool ok = exchange(r, "scheduler", &q.msg, &w, &reply, &ret);
     if (ok && reply.type != MSG_embeddings)
         ret = unexpected(r, &reply, "scheduler");
@@ -244,7 +194,7 @@ static enum MHD_Result h_ps(gw_req_t *r)
     enum MHD_Result ret;
     msg_t m, reply;
     msg_init(&m, MSG_ps, NULL);
-    gw_wait_t w = control_wait(r);
+    gw_wait_t w = gw_wait_control(r);
     if (!exchange(r, "scheduler", &m, &w, &reply, &ret))
         return ret;
     if (reply.type != MSG_ps_reply)
@@ -263,7 +213,7 @@ static enum MHD_Result h_tags(gw_req_t *r)
     enum MHD_Result ret;
     msg_t m, reply;
     msg_init(&m, MSG_tags, NULL);
-    gw_wait_t w = control_wait(r);
+    gw_wait_t w = gw_wait_control(r);
     if (!exchange(r, "registry", &m, &w, &reply, &ret))
         return ret;
     if (reply.type != MSG_tags_reply)
@@ -282,7 +232,7 @@ static enum MHD_Result h_show(gw_req_t *r)
     if (!parse(r, GW_API_SHOW, &q, &ret))
         return ret;
     msg_t reply;
-    gw_wait_t w = control_wait(r);
+    gw_wait_t w = gw_wait_control(r);
     if (exchange(r, "registry", &q.msg, &w, &reply, &ret)) {
         if (reply.type != MSG_show_reply)
             ret = unexpected(r, &reply, "registry");
@@ -304,7 +254,7 @@ static enum MHD_Result simple_store_op(gw_req_t *r, gw_api_t api)
     if (!parse(r, api, &q, &ret))
         return ret;
     msg_t reply;
-    gw_wait_t w = control_wait(r);
+    gw_wait_t w = gw_wait_control(r);
     if (exchange(r, "registry", &q.msg, &w, &reply, &ret)) {
         if (reply.type != MSG_ok)
             ret = unexpected(r, &reply, "registry");
@@ -329,7 +279,7 @@ static enum MHD_Result h_delete(gw_req_t *r)
 
 static enum MHD_Result h_create(gw_req_t *r)
 {
-    gw_wait_t w = control_wait(r);
+    gw_wait_t w = gw_wait_control(r);
     w.idle_timeout_ms = r->ctx->cfg.create_timeout_ms;
     return relay_request(r, GW_API_CREATE, GW_RELAY_PROGRESS, "registry", w);
 }
@@ -339,14 +289,14 @@ static enum MHD_Result h_create(gw_req_t *r)
  * being restarted), so they wait as long as create does. */
 static enum MHD_Result h_pull(gw_req_t *r)
 {
-    gw_wait_t w = control_wait(r);
+    gw_wait_t w = gw_wait_control(r);
     w.idle_timeout_ms = r->ctx->cfg.create_timeout_ms;
     return relay_request(r, GW_API_PULL, GW_RELAY_PROGRESS, "registry", w);
 }
 
 static enum MHD_Result h_push(gw_req_t *r)
 {
-    gw_wait_t w = control_wait(r);
+    gw_wait_t w = gw_wait_control(r);
     w.idle_timeout_ms = r->ctx->cfg.create_timeout_ms;
     return relay_request(r, GW_API_PUSH, GW_RELAY_PROGRESS, "registry", w);
 }
@@ -369,7 +319,7 @@ static enum MHD_Result blob_head(gw_req_t *r, bool *exists)
     msg_init(&m, MSG_blob_head, NULL);
     m.u.blob_head.digest = digest;
     m.u.blob_head.has_digest = true;
-    gw_wait_t w = control_wait(r);
+    gw_wait_t w = gw_wait_control(r);
     *exists = false;
     gw_call_t *call = start_call(r, "registry", &m, &ret);
     if (!call)
@@ -463,7 +413,7 @@ static void blob_send_piece(blob_up_t *u, bool last, bool *created)
         return;
     }
     msg_t reply;
-    gw_wait_t w = control_wait(u->req);
+    gw_wait_t w = gw_wait_control(u->req);
     st = gw_call_recv(u->call, &w, &reply, &err);
     if (st) {
         gw_call_cancel(u->call);
