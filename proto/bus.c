@@ -215,23 +215,8 @@ cr_status_t bus_send_to(zsock_t *router, zframe_t *identity, const msg_t *m,
     cr_status_t st = encode_frame(m, &f, err);
     if (st)
         return st;
-    zmsg_t *zm = zmsg_new();
-    zframe_t *id = zframe_dup(identity);
-    if (!zm || !id) {
-        zmsg_destroy(&zm);
-        zframe_destroy(&id);
-        zframe_destroy(&f);
-        return cr_err_set(err, CR_E_NOMEM, "out of memory for a message");
-    }
-    zmsg_append(zm, &id);
-    zmsg_append(zm, &f);
-    int rc = zmsg_send(&zm, router);
-    int e = zmq_errno();
-    zmsg_destroy(&zm);
-    if (rc != 0)
-        return cr_err_set(err, CR_E_IO, "sending %s: %s",
-                          msg_type_name(m->type), zmq_strerror(e));
-    return CR_OK;
+    return bus_send_frame_to(router, identity, &f, msg_type_name(m->type),
+                             err);
 }
 
 /* Waits until sock is readable. */
@@ -257,10 +242,10 @@ static cr_status_t wait_readable(zsock_t *sock, int timeout_ms, cr_err_t *err)
                       timeout_ms);
 }
 
-cr_status_t bus_recv(zsock_t *sock, int timeout_ms, msg_t *out,
-                     zframe_t **identity_out, cr_err_t *err)
+cr_status_t bus_recv_frame(zsock_t *sock, int timeout_ms, zframe_t **body_out,
+                          zframe_t **identity_out, cr_err_t *err)
 {
-    memset(out, 0, sizeof *out);
+    *body_out = NULL;
     if (identity_out)
         *identity_out = NULL;
     if (!sock)
@@ -279,15 +264,29 @@ cr_status_t bus_recv(zsock_t *sock, int timeout_ms, msg_t *out,
     zframe_t *identity = NULL;
     if (router)
         identity = zmsg_pop(zm); /* the ROUTER always prepends it */
-    if (zmsg_size(zm) != 1) {
+    if (zmsg_size(zm) != 1)
         st = cr_err_set(err, CR_E_PROTO,
                         "a bus message has %zu frames, expected %d",
                         zmsg_size(zm) + (identity ? 1 : 0), router ? 2 : 1);
-    } else {
-        zframe_t *body = zmsg_first(zm);
-        st = msg_decode(zframe_data(body), zframe_size(body), out, err);
-    }
+    else
+        *body_out = zmsg_pop(zm);
     zmsg_destroy(&zm);
+    if (identity_out)
+        *identity_out = identity;
+    else
+        zframe_destroy(&identity);
+    return st;
+}
+
+cr_status_t bus_recv(zsock_t *sock, int timeout_ms, msg_t *out,
+                     zframe_t **identity_out, cr_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    zframe_t *body = NULL, *identity = NULL;
+    cr_status_t st = bus_recv_frame(sock, timeout_ms, &body, &identity, err);
+    if (!st)
+        st = msg_decode(zframe_data(body), zframe_size(body), out, err);
+    zframe_destroy(&body);
     /* The identity comes back with CR_E_PROTO too, so the caller can answer
      * the sender with an error. */
     if (identity_out && (st == CR_OK || st == CR_E_PROTO))
@@ -295,6 +294,40 @@ cr_status_t bus_recv(zsock_t *sock, int timeout_ms, msg_t *out,
     else
         zframe_destroy(&identity);
     return st;
+}
+
+cr_status_t bus_send_frame_to(zsock_t *router, zframe_t *identity,
+                              zframe_t **frame_p, const char *what,
+                              cr_err_t *err)
+{
+    if (!router || !identity || !frame_p || !*frame_p) {
+        if (frame_p)
+            zframe_destroy(frame_p);
+        return cr_err_set(err, CR_E_INTERNAL,
+                          "bus_send_frame_to: no socket, identity or frame");
+    }
+    if (!is_router(router)) {
+        zframe_destroy(frame_p);
+        return cr_err_set(err, CR_E_INTERNAL,
+                          "bus_send_frame_to on a socket that is not a ROUTER");
+    }
+    zmsg_t *zm = zmsg_new();
+    zframe_t *id = zframe_dup(identity);
+    if (!zm || !id) {
+        zmsg_destroy(&zm);
+        zframe_destroy(&id);
+        zframe_destroy(frame_p);
+        return cr_err_set(err, CR_E_NOMEM, "out of memory for a message");
+    }
+    zmsg_append(zm, &id);
+    zmsg_append(zm, frame_p);
+    int rc = zmsg_send(&zm, router);
+    int e = zmq_errno();
+    zmsg_destroy(&zm);
+    if (rc != 0)
+        return cr_err_set(err, CR_E_IO, "sending %s: %s",
+                          what ? what : "a frame", zmq_strerror(e));
+    return CR_OK;
 }
 
 /* ---- request ids ---- */

@@ -57,6 +57,19 @@ cr_status_t bus_send_to(zsock_t *router, zframe_t *identity, const msg_t *m,
 cr_status_t bus_recv(zsock_t *sock, int timeout_ms, msg_t *out,
                      zframe_t **identity_out, cr_err_t *err);
 
+/* Receives one message without decoding it: *body_out is its one frame
+ * (caller owns; zframe_destroy). identity_out, timeouts and errors as
+ * bus_recv, but for a malformed frame only a wrong frame count is seen. */
+cr_status_t bus_recv_frame(zsock_t *sock, int timeout_ms, zframe_t **body_out,
+                           zframe_t **identity_out, cr_err_t *err);
+
+/* Sends an encoded frame (*frame_p, taken: nulled even on error) on a
+ * ROUTER to the peer `identity` (borrowed), as bus_send_to does; `what`
+ * names it in errors. For a relay that forwards a frame unchanged. */
+cr_status_t bus_send_frame_to(zsock_t *router, zframe_t *identity,
+                              zframe_t **frame_p, const char *what,
+                              cr_err_t *err);
+
 /* A fresh random request id (32 hex chars) into out (>= 33 bytes). */
 void bus_new_id(char *out);
 

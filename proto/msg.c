@@ -1228,6 +1228,36 @@ out:
     return st;
 }
 
+cr_status_t msg_peek(const void *data, size_t len, msg_t *out, cr_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!data || len == 0)
+        return cr_err_set(err, CR_E_PROTO, "frame is empty");
+    if (len > MSG_FRAME_MAX)
+        return cr_err_set(err, CR_E_PROTO,
+                          "frame of %zu bytes is over the limit of %u", len,
+                          MSG_FRAME_MAX);
+    cr_status_t st = scan_frame(data, len, err);
+    if (st)
+        return st;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    msgpack_unpack_return r = msgpack_unpack_next(&u, data, len, &off);
+    if (r == MSGPACK_UNPACK_NOMEM_ERROR)
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory unpacking a frame");
+    else if (r != MSGPACK_UNPACK_SUCCESS || off != len)
+        st = cr_err_set(err, CR_E_PROTO, "frame is not valid msgpack");
+    else if (u.data.type != MSGPACK_OBJECT_MAP)
+        st = cr_err_set(err, CR_E_PROTO, "frame is not a map");
+    else
+        st = dec_header(&u.data.via.map, out, err);
+    msgpack_unpacked_destroy(&u);
+    if (st)
+        memset(out, 0, sizeof *out);
+    return st;
+}
+
 /* ---- deep copy ---- */
 
 static cr_status_t copy_record(msg_t *dst, const msg_desc_t *d, char *base);

@@ -180,6 +180,13 @@ cr_status_t msg_encode(const msg_t *m, cr_buf_t *out, cr_err_t *err);
  * the receiver can address an error reply). */
 cr_status_t msg_decode(const void *data, size_t len, msg_t *out, cr_err_t *err);
 
+/* Reads only a frame's header: out->type, out->id and out->version, the
+ * body left zeroed (nothing to msg_clear). The frame is checked as
+ * msg_decode checks it (size, msgpack structure and limits, v, type, id)
+ * but its fields are not: for a relay that forwards the frame as it is to
+ * a peer that decodes it. Errors as msg_decode's; on error *out is zeroed. */
+cr_status_t msg_peek(const void *data, size_t len, msg_t *out, cr_err_t *err);
+
 /* Deep-copies src into *dst with its own arena (dst owned by the caller;
  * msg_clear it). Only fields whose has_ flag is set are copied; the others
  * are zeroed. dst is overwritten, not freed, and must not be src.

@@ -275,6 +275,10 @@ void sch_nodes_on_readable(sch_server_t *s)
                         err.msg);
             goto next;
         }
+        if (to[0] && nd && sch_runner_relay(s, nd, to, &payload)) {
+            nd->last_seen_ms = sch_now_ms(s);
+            goto next;
+        }
         msg_t m;
         if (msg_decode(zframe_data(payload), zframe_size(payload), &m, &err)) {
             cr_log_warn("bad message from node '%s' (for '%s'): %s",

@@ -839,9 +839,9 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
 static void on_runners(sch_server_t *s)
 {
     msg_t m;
-    zframe_t *ident = NULL;
+    zframe_t *ident = NULL, *body = NULL;
     cr_err_t err;
-    cr_status_t st = bus_recv(s->runners, 0, &m, &ident, &err);
+    cr_status_t st = bus_recv_frame(s->runners, 0, &body, &ident, &err);
     char id[64] = "";
     if (ident) {
         size_t n = zframe_size(ident);
@@ -851,11 +851,39 @@ static void on_runners(sch_server_t *s)
         }
     }
     zframe_destroy(&ident);
+    if (!st && sch_runner_relay(s, NULL, id, &body))
+        return;
+    if (!st)
+        st = msg_decode(zframe_data(body), zframe_size(body), &m, &err);
+    zframe_destroy(&body);
     if (st) {
         cr_log_warn("bad message from runner %s: %s", id, err.msg);
         return;
     }
     sch_runner_msg(s, NULL, id, &m);
+}
+
+bool sch_runner_relay(sch_server_t *s, sch_node_t *node, const char *id,
+                      zframe_t **body_p)
+{
+    msg_t h;
+    if (msg_peek(zframe_data(*body_p), zframe_size(*body_p), &h, NULL) ||
+        (h.type != MSG_chunk && h.type != MSG_progress))
+        return false;
+    runner_t *rn = runner_by_id(s, id);
+    request_t *r = rn && rn->node == node ? req_find(s, h.id) : NULL;
+    if (!r || r->runner != rn)
+        return false; /* sch_runner_msg says why, if anything */
+    /* As sch_runner_msg: anything it says proves it alive. */
+    rn->last_seen_ms = sch_now_ms(s);
+    rn->ping_sent_ms = 0;
+    r->got_output |= h.type == MSG_chunk;
+    cr_err_t err;
+    if (bus_send_frame_to(s->front, r->client, body_p, msg_type_name(h.type),
+                          &err))
+        cr_log_debug("reply %s to a gone client dropped: %s",
+                     msg_type_name(h.type), err.msg);
+    return true;
 }
 
 void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,

@@ -158,6 +158,14 @@ static inline const cr_inventory_t *sch_runner_inv(const sch_server_t *s,
 void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
                     msg_t *m);
 
+/* The token path: if the frame *body_p from runner `id` (node as above) is
+ * a chunk or progress of a request that runner is running, sends it to the
+ * request's gateway as it is, having read only its header (msg_peek), and
+ * returns true with *body_p taken. Otherwise returns false and leaves the
+ * frame for msg_decode and sch_runner_msg. */
+bool sch_runner_relay(sch_server_t *s, sch_node_t *node, const char *id,
+                      zframe_t **body_p);
+
 /* Runner rn is gone (exited, or its node was lost, as `how` says): its
  * requests fail or run again, and it leaves the list (freed). */
 void sch_runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,

@@ -197,6 +197,10 @@ static void round_trip(msg_t *m, const char *what)
     char *frame = malloc(b.len);
     memcpy(frame, b.data, b.len);
     msg_t out;
+    /* The header alone, as a relay reads it. */
+    CHECK_MSG(msg_peek(frame, b.len, &out, &err) == CR_OK, "%s %s: peek: %s",
+              d->name, what, err.msg);
+    CHECK(out.type == m->type && !strcmp(out.id, m->id) && !out.arena);
     st = msg_decode(frame, b.len, &out, &err);
     memset(frame, 0xAA, b.len);
     free(frame);
@@ -515,6 +519,44 @@ static void expect_err_at(int line, const void *data, size_t len,
         msg_clear(&out);
 }
 #define EXPECT_ERR(f, msg) expect_err_at(__LINE__, (f)->sb.data, (f)->sb.size, CR_E_PROTO, msg)
+
+/* msg_peek reads the header only: header errors are msg_decode's, body
+ * errors are not seen. */
+static void test_peek(void)
+{
+    frame_t f;
+    msg_t h;
+    cr_err_t err;
+    fr_init(&f); /* a chunk whose body has the wrong type */
+    msgpack_pack_map(&f.pk, 4);
+    pk_str(&f, "v");
+    msgpack_pack_int(&f.pk, MSG_PROTO_VERSION);
+    pk_str(&f, "type");
+    pk_str(&f, "chunk");
+    pk_str(&f, "id");
+    pk_str(&f, "r1");
+    pk_str(&f, "response");
+    msgpack_pack_int(&f.pk, 5);
+    CHECK_EQ_INT(msg_peek(f.sb.data, f.sb.size, &h, &err), CR_OK);
+    CHECK(h.type == MSG_chunk && !strcmp(h.id, "r1"));
+    CHECK_EQ_INT(msg_decode(f.sb.data, f.sb.size, &h, &err), CR_E_PROTO);
+    fr_free(&f);
+
+    fr_init(&f); /* an unknown type */
+    msgpack_pack_map(&f.pk, 2);
+    pk_str(&f, "v");
+    msgpack_pack_int(&f.pk, MSG_PROTO_VERSION);
+    pk_str(&f, "type");
+    pk_str(&f, "nope");
+    CHECK_EQ_INT(msg_peek(f.sb.data, f.sb.size, &h, &err), CR_E_PROTO);
+    CHECK(strstr(err.msg, "unknown message type 'nope'") != NULL);
+    CHECK(h.type == MSG_NONE && !h.id[0]);
+    fr_free(&f);
+
+    static const uint8_t garbage[] = {0x92, 0x01};
+    CHECK_EQ_INT(msg_peek(garbage, sizeof garbage, &h, &err), CR_E_PROTO);
+    CHECK_EQ_INT(msg_peek(NULL, 0, &h, &err), CR_E_PROTO);
+}
 
 static void test_truncated_prefixes(void)
 {
@@ -1381,6 +1423,7 @@ int main(void)
     test_truncated_prefixes();
     test_garbage();
     test_header_errors();
+    test_peek();
     test_top_level();
     test_hostile_lengths();
     test_missing_required();
