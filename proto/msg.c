@@ -1228,6 +1228,18 @@ out:
     return st;
 }
 
+bool msg_is_request(msg_type_t t)
+{
+#define REQUEST_CASE(m) case MSG_##m:
+    switch (t) {
+        MSG_REQUESTS(REQUEST_CASE)
+        return true;
+    default:
+        return false;
+    }
+#undef REQUEST_CASE
+}
+
 cr_status_t msg_peek(const void *data, size_t len, msg_t *out, cr_err_t *err)
 {
     memset(out, 0, sizeof *out);

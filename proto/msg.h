@@ -71,6 +71,27 @@ MSG_RECORDS(MSG_REC_STRUCT)
 MSG_MESSAGES(MSG_BODY_STRUCT)
 #undef MSG_BODY_STRUCT
 
+/* The head of a model request (MSG_REQUEST_HEAD in messages.def). */
+typedef struct msg_request_head {
+    MSG_REQUEST_HEAD(MSG_FIELD_DECL) char _unused_;
+} msg_request_head_t;
+
+/* Each request body starts with exactly that head. */
+#define MSG_HEAD_FIELD_CHECK_(m, name)                                       \
+    _Static_assert(offsetof(msg_##m##_body_t, name) ==                       \
+                           offsetof(msg_request_head_t, name) &&             \
+                       offsetof(msg_##m##_body_t, has_##name) ==             \
+                           offsetof(msg_request_head_t, has_##name),         \
+                   #m " does not start with the request head");
+#define MSG_HEAD_CHECK_(m)                                                   \
+    MSG_HEAD_FIELD_CHECK_(m, model) MSG_HEAD_FIELD_CHECK_(m, options)        \
+    MSG_HEAD_FIELD_CHECK_(m, keep_alive_ms) MSG_HEAD_FIELD_CHECK_(m, format) \
+    MSG_HEAD_FIELD_CHECK_(m, think) MSG_HEAD_FIELD_CHECK_(m, logprobs)       \
+    MSG_HEAD_FIELD_CHECK_(m, truncate)
+MSG_REQUESTS(MSG_HEAD_CHECK_)
+#undef MSG_HEAD_CHECK_
+#undef MSG_HEAD_FIELD_CHECK_
+
 typedef enum msg_type {
     MSG_NONE = 0,
 #define MSG_TYPE_ENUM(m) MSG_##m,
@@ -143,6 +164,9 @@ typedef struct msg {
 #define MSG_UNION_MEMBER(m) msg_##m##_body_t m;
         MSG_MESSAGES(MSG_UNION_MEMBER)
 #undef MSG_UNION_MEMBER
+        /* The common initial sequence of every MSG_REQUESTS body: valid
+         * when msg_is_request(type). */
+        msg_request_head_t request;
     } u;
     struct msg_arena *arena; /* owns decoded data; NULL for caller-built */
 } msg_t;
@@ -186,6 +210,10 @@ cr_status_t msg_decode(const void *data, size_t len, msg_t *out, cr_err_t *err);
  * but its fields are not: for a relay that forwards the frame as it is to
  * a peer that decodes it. Errors as msg_decode's; on error *out is zeroed. */
 cr_status_t msg_peek(const void *data, size_t len, msg_t *out, cr_err_t *err);
+
+/* True for the model requests (MSG_REQUESTS: generate, chat, embed,
+ * tokenize), whose bodies are readable as m->u.request. */
+bool msg_is_request(msg_type_t t);
 
 /* Deep-copies src into *dst with its own arena (dst owned by the caller;
  * msg_clear it). Only fields whose has_ flag is set are copied; the others

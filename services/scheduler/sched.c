@@ -82,47 +82,27 @@ static void reply_error(sch_server_t *s, zframe_t *client, const char *id,
 
 static const char *req_model(const msg_t *m)
 {
-    switch (m->type) {
-    case MSG_generate:
-        return m->u.generate.model;
-    case MSG_chat:
-        return m->u.chat.model;
-    case MSG_embed:
-        return m->u.embed.model;
-    case MSG_tokenize:
-        return m->u.tokenize.model;
-    case MSG_detokenize:
-        return m->u.detokenize.model;
-    default:
-        return NULL;
-    }
+    if (msg_is_request(m->type))
+        return m->u.request.model;
+    return m->type == MSG_detokenize ? m->u.detokenize.model : NULL;
 }
 
-/* Reads keep_alive and whether the request only loads (empty prompt). */
+/* Reads keep_alive (the common head) and whether the request only loads
+ * (an empty prompt). */
 static void req_inspect(request_t *r)
 {
     msg_t *m = &r->msg;
-    switch (m->type) {
-    case MSG_generate:
-        r->has_keep_alive = m->u.generate.has_keep_alive_ms;
-        r->keep_alive_ms = m->u.generate.keep_alive_ms;
+    if (!msg_is_request(m->type) || m->type == MSG_tokenize)
+        return;
+    r->has_keep_alive = m->u.request.has_keep_alive_ms;
+    r->keep_alive_ms = m->u.request.keep_alive_ms;
+    if (m->type == MSG_generate)
         r->load_only = (!m->u.generate.prompt || !*m->u.generate.prompt) &&
                        (!m->u.generate.suffix || !*m->u.generate.suffix) &&
                        !m->u.generate.has_context;
-        break;
-    case MSG_chat:
-        r->has_keep_alive = m->u.chat.has_keep_alive_ms;
-        r->keep_alive_ms = m->u.chat.keep_alive_ms;
+    else if (m->type == MSG_chat)
         r->load_only = m->u.chat.messages.n == 0;
-        break;
-    case MSG_embed:
-        r->has_keep_alive = m->u.embed.has_keep_alive_ms;
-        r->keep_alive_ms = m->u.embed.keep_alive_ms;
-        r->load_only = false; /* empty input is answered by the runner */
-        break;
-    default:
-        break;
-    }
+    /* embed: empty input is answered by the runner */
 }
 
 static request_t *req_find(sch_server_t *s, const char *id)
@@ -366,13 +346,8 @@ static void dispatch(sch_server_t *s, request_t *r, runner_t *rn)
         sch_options_overlay(merged, &rn->load_opts);
         *slot = merged;
     }
-    switch (r->msg.type) {
-    case MSG_generate: r->msg.u.generate.has_options = true; break;
-    case MSG_chat: r->msg.u.chat.has_options = true; break;
-    case MSG_embed: r->msg.u.embed.has_options = true; break;
-    case MSG_tokenize: r->msg.u.tokenize.has_options = true; break;
-    default: break;
-    }
+    if (slot)
+        r->msg.u.request.has_options = true;
     r->state = RQ_RUNNING;
     r->runner = rn;
     rn->n_active++;

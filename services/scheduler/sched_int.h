@@ -117,22 +117,11 @@ struct sch_server {
     int64_t nvml_at_ms;    /* when; 0 = never */
 };
 
-/* The options slot of a generate, chat, embed or tokenize request; NULL
- * otherwise. */
+/* The options slot of a generate, chat, embed or tokenize request (their
+ * common head); NULL otherwise. */
 static inline msg_options_t **sch_req_options_slot(msg_t *m)
 {
-    switch (m->type) {
-    case MSG_generate:
-        return &m->u.generate.options;
-    case MSG_chat:
-        return &m->u.chat.options;
-    case MSG_embed:
-        return &m->u.embed.options;
-    case MSG_tokenize:
-        return &m->u.tokenize.options;
-    default:
-        return NULL;
-    }
+    return msg_is_request(m->type) ? &m->u.request.options : NULL;
 }
 
 /* Total memory of the GPUs runners really use, for the default context
