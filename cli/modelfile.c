@@ -188,27 +188,7 @@ void cli_modelfile_destroy(cli_modelfile_t **mf_p)
 static cr_status_t put_utf8(cr_buf_t *b, uint32_t cp)
 {
     char s[4];
-    size_t n;
-    if (cp < 0x80) {
-        s[0] = (char)cp;
-        n = 1;
-    } else if (cp < 0x800) {
-        s[0] = (char)(0xC0 | (cp >> 6));
-        s[1] = (char)(0x80 | (cp & 0x3F));
-        n = 2;
-    } else if (cp < 0x10000) {
-        s[0] = (char)(0xE0 | (cp >> 12));
-        s[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        s[2] = (char)(0x80 | (cp & 0x3F));
-        n = 3;
-    } else {
-        s[0] = (char)(0xF0 | (cp >> 18));
-        s[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        s[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        s[3] = (char)(0x80 | (cp & 0x3F));
-        n = 4;
-    }
-    return cr_buf_append(b, s, n);
+    return cr_buf_append(b, s, cr_utf8_encode(cp, s));
 }
 
 /* Decodes one UTF-8 code point at p (n bytes left); invalid or truncated

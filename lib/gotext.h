@@ -1,7 +1,8 @@
 /* gotext.h: text the way Go writes it, for every service that must match
  * Ollama byte for byte: one UTF-8 decoder, one shortest-float formatter
  * (strconv's shortest digits laid out as encoding/json or fmt's %v do) and
- * one JSON string quoter (encoding/json's escaping). */
+ * one JSON string quoter (encoding/json's escaping), and the UTF-8 encoder
+ * they share. */
 #ifndef CR_GOTEXT_H
 #define CR_GOTEXT_H
 
@@ -15,6 +16,11 @@
  * surrogate (U+D800..U+DFFF), a value past U+10FFFF or a truncated
  * sequence. Go's utf8.DecodeRune then reports U+FFFD of width 1. */
 size_t cr_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
+
+/* Writes cp as UTF-8 into out (up to 4 bytes) and returns the byte count,
+ * as Go's utf8.EncodeRune: a surrogate or a value past U+10FFFF is written
+ * as U+FFFD. */
+size_t cr_utf8_encode(uint32_t cp, char out[4]);
 
 /* The shortest decimal digits that read back as a (finite, > 0; bits 32:
  * as the same float32, else the same double): digits (NUL-terminated, no

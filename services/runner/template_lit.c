@@ -6,6 +6,8 @@
 #include "lib/prelude.h"
 #include "services/runner/template_impl.h"
 
+#include "lib/gotext.h"
+
 #include <ctype.h>
 #include <math.h>
 
@@ -22,28 +24,7 @@ static int hexval(int c)
 
 static size_t utf8_put(uint32_t cp, char *o)
 {
-    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        cp = 0xFFFD;
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
+    return cr_utf8_encode(cp, o);
 }
 
 /* Go's strconv.Unquote for "..." and '...' bodies: see template_impl.h. */

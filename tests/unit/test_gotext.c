@@ -55,6 +55,37 @@ static void test_utf8(void)
     utf8_bad("\xe2\x28\xa1", 3);         /* bad continuation */
 }
 
+static void enc_is(uint32_t cp, const char *want)
+{
+    char out[4];
+    size_t n = cr_utf8_encode(cp, out);
+    CHECK_MSG(n == strlen(want) && !memcmp(out, want, n), "U+%04X",
+              (unsigned)cp);
+    if (cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF)) {
+        uint32_t back = 0;
+        CHECK(cr_utf8_decode((const unsigned char *)out, n, &back) == n &&
+              back == cp);
+    }
+}
+
+static void test_encode(void)
+{
+    char nul[4] = {1};
+    CHECK(cr_utf8_encode(0, nul) == 1 && nul[0] == 0);
+    enc_is('a', "a");
+    enc_is(0x7F, "\x7f");
+    enc_is(0x80, "\xc2\x80");
+    enc_is(0x7FF, "\xdf\xbf");
+    enc_is(0x800, "\xe0\xa0\x80");
+    enc_is(0x20AC, "\xe2\x82\xac");
+    enc_is(0xFFFF, "\xef\xbf\xbf");
+    enc_is(0x10000, "\xf0\x90\x80\x80");
+    enc_is(0x10FFFF, "\xf4\x8f\xbf\xbf");
+    enc_is(0xD800, "\xef\xbf\xbd"); /* surrogates and past U+10FFFF: */
+    enc_is(0xDFFF, "\xef\xbf\xbd"); /* U+FFFD, as utf8.EncodeRune */
+    enc_is(0x110000, "\xef\xbf\xbd");
+}
+
 static void fmt_is(double v, int bits, cr_float_style_t style, const char *want)
 {
     char buf[CR_FLOAT_BUF];
@@ -164,6 +195,7 @@ static void test_quote(void)
 int main(void)
 {
     test_utf8();
+    test_encode();
     test_float();
     test_quote();
     return check_finish("test_gotext");
