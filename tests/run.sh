@@ -9,6 +9,9 @@ jobs=${CORRAL_JOBS:-$(nproc)}
 cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCORRAL_WERROR=ON >/dev/null
 cmake --build "$root/build" -j "$jobs"
+# Which SIMD levels this CPU runs, so the log says which kernels the suite
+# exercised and which it never executed (also a ctest entry of its own).
+"$root/build/bin/test_simd_levels"
 ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
 
 cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug \
