@@ -8,6 +8,9 @@
 #include "lib/prelude.h"
 #include "services/scheduler/sched_int.h"
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include "lib/log.h"
 #include "services/scheduler/options.h"
 #include "services/scheduler/spawn.h"
@@ -64,4 +67,91 @@ runner_t *sch_runner_adopt(sch_server_t *s, const char *id,
                 " bytes, ctx %" PRId64 ")",
                 id, (int)rn->pid, res->name, rn->size, rn->context_length);
     return rn;
+}
+
+/* True if /proc/<pid>/cmdline is `... serve --endpoint <endpoint> ...`. */
+static bool serves_endpoint(pid_t pid, const char *endpoint)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *args[4] = {0};
+    size_t off = 0;
+    for (int i = 0; i < 4 && off < n; i++) {
+        args[i] = buf + off;
+        off += strlen(buf + off) + 1;
+    }
+    return args[1] && args[2] && args[3] && !strcmp(args[1], "serve") &&
+           !strcmp(args[2], "--endpoint") && !strcmp(args[3], endpoint);
+}
+
+static int64_t grace_ms(const sch_server_t *s)
+{
+    if (s->cfg.adopt_grace_ms)
+        return s->cfg.adopt_grace_ms;
+    return s->cfg.heartbeat_interval_ms > 0 ? s->cfg.heartbeat_interval_ms
+                                            : HEARTBEAT_INTERVAL_MS;
+}
+
+void sch_adopt_grace_begin(sch_server_t *s)
+{
+    s->n_orphans = 0;
+    s->grace_until_ms = 0;
+    if (grace_ms(s) <= 0)
+        return;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    struct dirent *de;
+    pid_t self = getpid();
+    while ((de = readdir(d)) && s->n_orphans < ORPHANS_MAX) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == self)
+            continue;
+        if (sch_pid_is_runner((pid_t)pid, s->cfg.runner_bin) &&
+            serves_endpoint((pid_t)pid, s->cfg.runners_endpoint))
+            s->orphans[s->n_orphans++] = (pid_t)pid;
+    }
+    closedir(d);
+    if (!s->n_orphans)
+        return;
+    s->grace_start_ms = sch_now_ms(s);
+    s->grace_until_ms = s->grace_start_ms + grace_ms(s);
+    cr_log_info("%d runners of a previous scheduler are alive; no model is "
+                "loaded for up to %.1f s while they say hello",
+                s->n_orphans, (double)grace_ms(s) / 1000);
+}
+
+bool sch_adopt_grace(sch_server_t *s)
+{
+    if (!s->grace_until_ms)
+        return false;
+    int64_t now = sch_now_ms(s);
+    int waiting = 0;
+    for (int i = 0; i < s->n_orphans; i++) {
+        bool adopted = false;
+        for (const runner_t *rn = s->runner_list; rn && !adopted; rn = rn->next)
+            adopted = !rn->node && rn->pid == s->orphans[i];
+        if (!adopted && sch_pid_is_runner(s->orphans[i], s->cfg.runner_bin))
+            waiting++;
+    }
+    if (waiting && now < s->grace_until_ms)
+        return true;
+    if (waiting)
+        cr_log_warn("adoption grace over after %.1f s: %d of %d runners of "
+                    "the previous scheduler did not say hello",
+                    (double)(now - s->grace_start_ms) / 1000, waiting,
+                    s->n_orphans);
+    else
+        cr_log_info("every runner of the previous scheduler is adopted or "
+                    "gone (%" PRId64 " ms)",
+                    now - s->grace_start_ms);
+    s->grace_until_ms = 0;
+    return false;
 }

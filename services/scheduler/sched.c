@@ -253,8 +253,10 @@ static void runner_arm_keep_alive(sch_server_t *s, runner_t *rn)
     if (rn->n_active > 0 || rn->state != RS_READY)
         return;
     if (rn->unload_when_idle || rn->keep_alive_ms == 0) {
-        runner_stop(s, rn, rn->unload_when_idle ? "options changed or evicted"
-                                                : "keep_alive 0");
+        runner_stop(s, rn, rn->duplicate ? "another runner holds the same "
+                                           "model and options"
+                           : rn->unload_when_idle ? "options changed or evicted"
+                                                  : "keep_alive 0");
         return;
     }
     rn->expires_ms = rn->keep_alive_ms < 0
@@ -418,8 +420,47 @@ static void evict_one(sch_server_t *s, const char *why)
         runner_stop(s, victim, why);
 }
 
+/* Two ready runners of one model whose load options suit the same
+ * requests (a node back late, a runner's hello racing a load): one is
+ * enough. The one serving more requests stays (on a tie the older: the
+ * list is newest first); the other takes nothing new and stops once
+ * idle. */
+static void drop_duplicates(sch_server_t *s)
+{
+    for (runner_t *a = s->runner_list; a; a = a->next) {
+        if (a->state != RS_READY || a->duplicate)
+            continue;
+        for (runner_t *b = a->next; b; b = b->next) {
+            if (b->state != RS_READY || b->duplicate ||
+                strcmp(a->resolved.u.resolved.model_path,
+                       b->resolved.u.resolved.model_path) ||
+                strcmp(a->resolved.u.resolved.name,
+                       b->resolved.u.resolved.name) ||
+                (!sch_options_load_compatible(&a->load_opts, &b->load_opts) &&
+                 !sch_options_load_compatible(&b->load_opts, &a->load_opts)))
+                continue;
+            runner_t *keep = b, *drop = a;
+            if (a->n_active > b->n_active) {
+                keep = a;
+                drop = b;
+            }
+            cr_log_warn("runners %s and %s both hold %s: keeping %s, "
+                        "draining and stopping %s (%d requests running)",
+                        keep->id, drop->id, keep->resolved.u.resolved.name,
+                        keep->id, drop->id, drop->n_active);
+            drop->duplicate = true;
+            drop->unload_when_idle = true;
+            runner_arm_keep_alive(s, drop);
+            if (drop == a)
+                break;
+        }
+    }
+}
+
 static void schedule(sch_server_t *s)
 {
+    drop_duplicates(s);
+    bool grace = sch_adopt_grace(s);
     size_t all_gpus = s->inv.n_gpus;
     for (const sch_node_t *nd = s->node_list; nd; nd = nd->next)
         all_gpus += nd->inv.n_gpus;
@@ -436,7 +477,7 @@ static void schedule(sch_server_t *s)
         runner_t *match = NULL;
         runner_t *stale = NULL;
         for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
-            if (rn->state == RS_STOPPING || !same_model(rn, r))
+            if (rn->state == RS_STOPPING || rn->duplicate || !same_model(rn, r))
                 continue;
             if (sch_options_load_compatible(&rn->load_opts, opts ? *opts : NULL))
                 match = rn;
@@ -454,6 +495,8 @@ static void schedule(sch_server_t *s)
             runner_arm_keep_alive(s, stale);
             continue;
         }
+        if (grace)
+            continue; /* its runner may be about to say hello (adopt.c) */
         if (load_waiting || any_loading(s))
             continue; /* one load at a time, first come first served */
         load_waiting = true;
@@ -532,7 +575,9 @@ static void handle_ps(sch_server_t *s, zframe_t *client, const char *id)
         return;
     }
     size_t i = 0;
-    for (runner_t *rn = s->runner_list; rn; rn = rn->next, i++) {
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
+        if (rn->duplicate)
+            continue; /* on its way out: the model is listed once */
         msg_resolved_body_t *res = &rn->resolved.u.resolved;
         msg_loaded_model_t *e = &v[i];
         memset(e, 0, sizeof *e);
@@ -576,9 +621,10 @@ static void handle_ps(sch_server_t *s, zframe_t *client, const char *id)
             e->host = rn->node->name;
             e->has_host = true;
         }
+        i++;
     }
     m.u.ps_reply.models.v = v;
-    m.u.ps_reply.models.n = n;
+    m.u.ps_reply.models.n = i;
     m.u.ps_reply.has_models = true;
     send_client(s, client, &m);
     msg_clear(&m);
@@ -734,6 +780,7 @@ static void on_registry(sch_server_t *s)
         }
     }
     r->state = RQ_PENDING;
+    r->pending_ms = sch_now_ms(s);
 }
 
 /* ---- inbound: runners ---- */
@@ -1028,29 +1075,38 @@ static void heartbeat(sch_server_t *s, runner_t *rn, int64_t now)
  * been loading for LOAD_NOTICE_MS gets `progress` {status: "loading
  * model"}, then again every LOAD_NOTICE_REPEAT_MS while the load lasts.
  * Fast loads send nothing, so their answers stay byte for byte Ollama's
- * (and an early load failure keeps its HTTP status). */
+ * (and an early load failure keeps its HTTP status). A request held back
+ * by the adoption grace (no runner of its model yet) counts as loading
+ * from when it became pending. */
 #define LOAD_NOTICE_MS 1000
 #define LOAD_NOTICE_REPEAT_MS 5000
 
 static void notify_loading(sch_server_t *s, int64_t now)
 {
+    bool grace = s->grace_until_ms != 0; /* waiting for adoptions */
     for (request_t *r = s->req_list; r; r = r->next) {
         if (r->state != RQ_PENDING || r->load_only ||
             (r->msg.type != MSG_generate && r->msg.type != MSG_chat))
             continue;
         if (r->load_notice_ms && now - r->load_notice_ms < LOAD_NOTICE_REPEAT_MS)
             continue;
+        /* Also while the adoption grace holds its load back. */
+        bool notice = false, has_runner = false;
         for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
-            if ((rn->state != RS_STARTING && rn->state != RS_LOADING) ||
-                !same_model(rn, r) || now - rn->state_since_ms < LOAD_NOTICE_MS)
-                continue;
+            has_runner |= same_model(rn, r);
+            if ((rn->state == RS_STARTING || rn->state == RS_LOADING) &&
+                same_model(rn, r) && now - rn->state_since_ms >= LOAD_NOTICE_MS)
+                notice = true;
+        }
+        if (grace && !has_runner && now - r->pending_ms >= LOAD_NOTICE_MS)
+            notice = true;
+        if (notice) {
             msg_t m;
             msg_init(&m, MSG_progress, r->id);
             m.u.progress.status = "loading model";
             m.u.progress.has_status = true;
             send_client(s, r->client, &m);
             r->load_notice_ms = now;
-            break;
         }
     }
 }
@@ -1146,6 +1202,7 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
     }
     if (sch_nodes_open(s, err) || (s->nodes && zpoller_add(s->poller, s->nodes)))
         goto fail_sockets;
+    sch_adopt_grace_begin(s);
     *out = s;
     return CR_OK;
 

@@ -9,6 +9,7 @@
 
 #include <ftw.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "proto/bus.h"
@@ -38,8 +39,31 @@ static void fake_chunk(zsock_t *d, const char *id, const char *text)
     fake_send(d, &m);
 }
 
+/* A runner left by a previous scheduler (id "adopt-*", started by
+ * spawn_orphan): it waits for the file <dir>/go-<id>, then says hello
+ * holding alpha:latest, as a real runner that outlived its scheduler
+ * does; it exits once the test dir is gone. */
+static bool orphan_wait(const char *endpoint, const char *id)
+{
+    char dir[300], go[400];
+    snprintf(dir, sizeof dir, "%s", endpoint + strlen("ipc://"));
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(go, sizeof go, "%s/go-%s", dir, id);
+    while (access(go, F_OK)) {
+        if (access(dir, F_OK))
+            return false;
+        zclock_sleep(10);
+    }
+    return true;
+}
+
 static int fake_runner(const char *endpoint, const char *id)
 {
+    bool orphan = !strncmp(id, "adopt-", 6);
+    if (orphan && !orphan_wait(endpoint, id))
+        return 0;
     zsock_t *d = zsock_new(ZMQ_DEALER);
     zsock_set_identity(d, id);
     zsock_set_linger(d, 1000);
@@ -50,6 +74,21 @@ static int fake_runner(const char *endpoint, const char *id)
     msg_init(&m, MSG_hello, id);
     m.u.hello.runner_id = (char *)id;
     m.u.hello.has_runner_id = true;
+    msg_options_t lo = {0};
+    if (orphan) {
+        m.u.hello.pid = getpid();
+        m.u.hello.has_pid = true;
+        m.u.hello.name = "alpha:latest";
+        m.u.hello.has_name = true;
+        m.u.hello.model_path = "/fake/alpha.gguf";
+        m.u.hello.has_model_path = true;
+        lo.num_ctx = 512;
+        lo.has_num_ctx = true;
+        m.u.hello.options = &lo;
+        m.u.hello.has_options = true;
+        m.u.hello.size = 4321;
+        m.u.hello.has_size = true;
+    }
     fake_send(d, &m);
     char plan[256] = "no plan";
     for (;;) {
@@ -306,11 +345,19 @@ static int64_t hb_interval_g = -1, hb_timeout_g = -1;
 static const char *inventory_g;
 static bool inventory_real_g; /* pretend it was discovered, not described */
 
+/* Set: the next env_start uses this dir (made already). */
+static char env_dir_g[256];
+
 static void env_start(env_t *e, int max_loaded, int max_queue)
 {
     memset(e, 0, sizeof *e);
-    snprintf(e->dir, sizeof e->dir, "/tmp/corral-sched-XXXXXX");
-    CHECK(mkdtemp(e->dir) != NULL);
+    if (env_dir_g[0]) {
+        snprintf(e->dir, sizeof e->dir, "%s", env_dir_g);
+        env_dir_g[0] = '\0';
+    } else {
+        snprintf(e->dir, sizeof e->dir, "/tmp/corral-sched-XXXXXX");
+        CHECK(mkdtemp(e->dir) != NULL);
+    }
     sch_config_t cfg = {0};
     snprintf(cfg.front_endpoint, sizeof cfg.front_endpoint,
              "ipc://%s/scheduler.sock", e->dir);
@@ -924,6 +971,131 @@ static void test_adopt_after_restart(void)
     env_stop(&e);
 }
 
+/* A runner process left by a previous scheduler on dir's endpoint (not
+ * our child, as after a real restart): this executable as `serve
+ * --endpoint ipc://<dir>/runners.sock --id <id>`. Its pid. */
+static pid_t spawn_orphan(const char *dir, const char *id)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t mid = fork();
+    if (mid == 0) {
+        pid_t g = fork();
+        if (g == 0) {
+            close(fds[0]);
+            close(fds[1]);
+            char ep[400];
+            snprintf(ep, sizeof ep, "ipc://%s/runners.sock", dir);
+            execl("/proc/self/exe", "corral-runner", "serve", "--endpoint",
+                  ep, "--id", id, (char *)NULL);
+            _exit(127);
+        }
+        ssize_t w = write(fds[1], &g, sizeof g);
+        _exit(w == sizeof g ? 0 : 1);
+    }
+    pid_t pid = 0;
+    close(fds[1]);
+    CHECK(read(fds[0], &pid, sizeof pid) == sizeof pid);
+    close(fds[0]);
+    waitpid(mid, NULL, 0);
+    return pid;
+}
+
+static void orphan_go(const env_t *e, const char *id)
+{
+    char go[400];
+    snprintf(go, sizeof go, "%s/go-%s", e->dir, id);
+    FILE *f = fopen(go, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+}
+
+/* The number of models ps lists. */
+static int ps_count(env_t *e)
+{
+    msg_t ps;
+    msg_init(&ps, MSG_ps, "ps");
+    bus_send(e->client, &ps, NULL);
+    msg_t r;
+    if (!client_recv(e, &r))
+        return -1;
+    int n = r.type == MSG_ps_reply ? (int)r.u.ps_reply.models.n : -1;
+    msg_clear(&r);
+    return n;
+}
+
+/* Adoption grace: a scheduler that finds runners of a previous one on its
+ * endpoint starts none while they may still say hello. A request for the
+ * model of one of them waits (pending, progress after a second) and goes
+ * to it once it says hello: no second runner. A second runner of the same
+ * model saying hello later is drained and stopped; ps lists the model
+ * once. A runner that never says hello holds loads back for one heartbeat
+ * interval (the default grace), not longer. */
+static void test_adopt_grace(void)
+{
+    snprintf(env_dir_g, sizeof env_dir_g, "/tmp/corral-sched-XXXXXX");
+    CHECK(mkdtemp(env_dir_g) != NULL);
+    pid_t first = spawn_orphan(env_dir_g, "adopt-1");
+    env_t e;
+    env_start(&e, 3, 16);
+    send_generate(&e, "gr1", "alpha", "hi", NULL, 0);
+    pump(&e, 40);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0); /* nothing started */
+    CHECK_EQ_INT(sch_server_pending_count(e.sched), 1);
+    clock_ms_g += 1000;
+    msg_t m;
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_progress);
+    msg_clear(&m);
+    orphan_go(&e, "adopt-1");
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_chunk);
+    msg_clear(&m);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    msg_clear(&m);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1); /* the adopted one */
+
+    /* A second runner of alpha says hello: adopted, found a duplicate,
+     * stopped (it exits on shutdown); the first one stays. */
+    pid_t second = spawn_orphan(e.dir, "adopt-2");
+    orphan_go(&e, "adopt-2");
+    bool gone = false;
+    for (int i = 0; i < 1000 && !gone; i++) {
+        pump(&e, 1);
+        char exe[64], target[16];
+        snprintf(exe, sizeof exe, "/proc/%d/exe", (int)second);
+        gone = readlink(exe, target, sizeof target) < 0; /* or a zombie */
+    }
+    CHECK_MSG(gone, "the duplicate runner was not stopped");
+    wait_runners(&e, 1);
+    CHECK_EQ_INT(ps_count(&e), 1);
+    CHECK_EQ_INT(kill(first, 0), 0);
+    CHECK_EQ_INT(run_request(&e, "gr2", "alpha", "hi", NULL, NULL), MSG_done);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    env_stop(&e);
+
+    /* One that never says hello: loads wait one heartbeat interval. */
+    snprintf(env_dir_g, sizeof env_dir_g, "/tmp/corral-sched-XXXXXX");
+    CHECK(mkdtemp(env_dir_g) != NULL);
+    pid_t silent = spawn_orphan(env_dir_g, "adopt-3");
+    env_start(&e, 3, 16);
+    send_generate(&e, "gr3", "beta", "hi", NULL, 0);
+    pump(&e, 40);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0);
+    clock_ms_g += 5000; /* the default grace: one heartbeat interval */
+    wait_runners(&e, 1);
+    bool done = false;
+    for (int i = 0; i < 8 && !done && client_recv(&e, &m); i++) {
+        done = m.type == MSG_done;
+        msg_clear(&m);
+    }
+    CHECK(done);
+    kill(silent, SIGKILL);
+    env_stop(&e);
+}
+
 /* Settings from the environment: the new ones, and bad values named. */
 static void test_config(void)
 {
@@ -1073,6 +1245,7 @@ int main(int argc, char **argv)
     test_memory_eviction();
     test_spill_and_cannot_load();
     test_adopt_after_restart();
+    test_adopt_grace();
     test_real_gpu_cpu_runner();
     return check_finish("scheduler");
 }
