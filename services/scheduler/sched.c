@@ -967,6 +967,12 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
             finish_request(s, r, &m);
     } else if (!strcmp(m.id, rn->id)) {
         on_runner_control(s, rn, &m);
+    } else if (!r && m.type == MSG_chunk) {
+        /* Output for a request nobody waits for (one a previous scheduler
+         * sent an adopted runner): free its slot. */
+        msg_t c;
+        msg_init(&c, MSG_cancel, m.id);
+        send_runner(s, rn, &c);
     }
     msg_clear(&m);
 }
