@@ -15,7 +15,7 @@
 #include "services/scheduler/options.h"
 #include "services/scheduler/spawn.h"
 
-runner_t *sch_runner_adopt(sch_server_t *s, const char *id,
+runner_t *sch_runner_adopt(sch_server_t *s, sch_node_t *node, const char *id,
                            const msg_hello_body_t *h)
 {
     if (!h->has_name || !h->name || !*h->name || !h->has_model_path ||
@@ -43,8 +43,11 @@ runner_t *sch_runner_adopt(sch_server_t *s, const char *id,
     pid_t pid = h->has_pid && h->pid > 0 && h->pid < INT32_MAX
                     ? (pid_t)h->pid
                     : 0;
+    rn->node = node;
+    if (node)
+        pid = 0; /* its node reports its exit */
     rn->pid = sch_pid_is_runner(pid, s->cfg.runner_bin) ? pid : 0;
-    rn->adopted = true;
+    rn->adopted = !node;
     rn->n_slots = h->has_num_parallel && h->num_parallel > 0 &&
                           h->num_parallel < 1024
                       ? (int)h->num_parallel
@@ -63,9 +66,14 @@ runner_t *sch_runner_adopt(sch_server_t *s, const char *id,
         cr_log_warn("runner %s claims pid %d, which is not %s; it will not "
                     "be signalled",
                     id, (int)pid, s->cfg.runner_bin);
-    cr_log_info("adopted runner %s (pid %d) with %s already loaded (%" PRId64
-                " bytes, ctx %" PRId64 ")",
-                id, (int)rn->pid, res->name, rn->size, rn->context_length);
+    if (node)
+        cr_log_info("adopted runner %s on node '%s' with %s already loaded "
+                    "(%" PRId64 " bytes, ctx %" PRId64 ")",
+                    id, node->name, res->name, rn->size, rn->context_length);
+    else
+        cr_log_info("adopted runner %s (pid %d) with %s already loaded (%" PRId64
+                    " bytes, ctx %" PRId64 ")",
+                    id, (int)rn->pid, res->name, rn->size, rn->context_length);
     return rn;
 }
 
@@ -128,11 +136,64 @@ void sch_adopt_grace_begin(sch_server_t *s)
                 s->n_orphans, (double)grace_ms(s) / 1000);
 }
 
+void sch_adopt_grace_node(sch_server_t *s, sch_node_t *nd, int64_t runners)
+{
+    if (runners <= 0 || grace_ms(s) <= 0)
+        return;
+    nd->expect_runners = runners;
+    nd->grace_until_ms = sch_now_ms(s) + grace_ms(s);
+    cr_log_info("node '%s' has %" PRId64 " runners; no model is loaded for "
+                "up to %.1f s while they say hello",
+                nd->name, runners, (double)grace_ms(s) / 1000);
+}
+
+void sch_gone_note(sch_server_t *s, const char *id)
+{
+    snprintf(s->gone_ids[s->n_gone++ % ORPHANS_MAX], sizeof s->gone_ids[0],
+             "%s", id);
+}
+
+bool sch_gone_has(const sch_server_t *s, const char *id)
+{
+    unsigned n = s->n_gone < ORPHANS_MAX ? s->n_gone : ORPHANS_MAX;
+    for (unsigned i = 0; i < n; i++)
+        if (!strcmp(s->gone_ids[i], id))
+            return true;
+    return false;
+}
+
+/* True while a node that joined with runners waits for their hellos. */
+static bool node_grace(sch_server_t *s, int64_t now)
+{
+    bool any = false;
+    for (sch_node_t *nd = s->node_list; nd; nd = nd->next) {
+        if (!nd->grace_until_ms)
+            continue;
+        int64_t have = 0;
+        for (const runner_t *rn = s->runner_list; rn; rn = rn->next)
+            have += rn->node == nd;
+        if (have < nd->expect_runners && now < nd->grace_until_ms) {
+            any = true;
+            continue;
+        }
+        if (have < nd->expect_runners)
+            cr_log_warn("node '%s': adoption grace over: %" PRId64 " of its %" PRId64
+                        " runners did not say hello",
+                        nd->name, nd->expect_runners - have, nd->expect_runners);
+        else
+            cr_log_info("node '%s': its %" PRId64 " runners are adopted",
+                        nd->name, nd->expect_runners);
+        nd->grace_until_ms = 0;
+    }
+    return any;
+}
+
 bool sch_adopt_grace(sch_server_t *s)
 {
-    if (!s->grace_until_ms)
-        return false;
     int64_t now = sch_now_ms(s);
+    bool nodes = s->node_list && node_grace(s, now);
+    if (!s->grace_until_ms)
+        return nodes;
     int waiting = 0;
     for (int i = 0; i < s->n_orphans; i++) {
         bool adopted = false;
@@ -153,5 +214,5 @@ bool sch_adopt_grace(sch_server_t *s)
                     "gone (%" PRId64 " ms)",
                     now - s->grace_start_ms);
     s->grace_until_ms = 0;
-    return false;
+    return nodes;
 }

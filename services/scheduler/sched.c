@@ -397,10 +397,22 @@ static bool any_loading(const sch_server_t *s)
     return false;
 }
 
+/* The same model file: the same path, or the same store blob (a runner
+ * adopted on a node names its copy in the node's cache). */
+static bool same_blob(const char *a, const char *b)
+{
+    if (!strcmp(a, b))
+        return true;
+    const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
+    ba = ba ? ba + 1 : a;
+    bb = bb ? bb + 1 : b;
+    return !strncmp(ba, "sha256-", 7) && !strcmp(ba, bb);
+}
+
 static bool same_model(const runner_t *rn, const request_t *r)
 {
-    return !strcmp(rn->resolved.u.resolved.model_path,
-                   r->resolved.u.resolved.model_path) &&
+    return same_blob(rn->resolved.u.resolved.model_path,
+                     r->resolved.u.resolved.model_path) &&
            !strcmp(rn->resolved.u.resolved.name, r->resolved.u.resolved.name);
 }
 
@@ -432,8 +444,8 @@ static void drop_duplicates(sch_server_t *s)
             continue;
         for (runner_t *b = a->next; b; b = b->next) {
             if (b->state != RS_READY || b->duplicate ||
-                strcmp(a->resolved.u.resolved.model_path,
-                       b->resolved.u.resolved.model_path) ||
+                !same_blob(a->resolved.u.resolved.model_path,
+                           b->resolved.u.resolved.model_path) ||
                 strcmp(a->resolved.u.resolved.name,
                        b->resolved.u.resolved.name) ||
                 (!sch_options_load_compatible(&a->load_opts, &b->load_opts) &&
@@ -919,10 +931,10 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
         msg_clear(&m);
         return;
     }
-    if (!rn && m.type == MSG_hello && node) {
-        /* A runner on a node that outlived its scheduler (or its node's
-         * loss) is not adopted: the node's memory was already given back. */
-        cr_log_info("runner '%s' on node '%s' is unknown; asking it to exit",
+    if (!rn && m.type == MSG_hello && node && sch_gone_has(s, id)) {
+        /* A runner of a node this scheduler lost is not adopted: its
+         * memory was given back (its node kills it too). */
+        cr_log_info("runner '%s' on node '%s' was given up; asking it to exit",
                     id, node->name);
         msg_t bye;
         msg_init(&bye, MSG_shutdown, id);
@@ -931,10 +943,17 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
         return;
     }
     if (!rn && m.type == MSG_hello) {
-        /* A runner from before a scheduler restart: adopt its model, or
-         * (holding none) tell it to go. */
-        rn = sch_runner_adopt(s, id, &m.u.hello);
-        if (!rn && id[0]) {
+        /* A runner from before a scheduler restart (here or on a node):
+         * adopt its model, or (holding none) tell it to go. */
+        rn = sch_runner_adopt(s, node, id, &m.u.hello);
+        if (!rn && node) {
+            cr_log_info("runner '%s' on node '%s' holds no model; asking it "
+                        "to exit",
+                        id, node->name);
+            msg_t bye;
+            msg_init(&bye, MSG_shutdown, id);
+            sch_node_send(s, node, id, &bye);
+        } else if (!rn && id[0]) {
             cr_log_info("runner '%s' holds no model; asking it to exit", id);
             msg_t bye;
             msg_init(&bye, MSG_shutdown, id);
@@ -1011,6 +1030,8 @@ void sch_runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,
         bool loading = rn->state != RS_READY;
         fail_model_requests(s, rn, CR_E_RUNNER, text, loading);
     }
+    if (rn->node)
+        sch_gone_note(s, rn->id);
     runner_free(s, rn);
 }
 

@@ -46,6 +46,11 @@ typedef struct sch_node {
     cr_inventory_t inv;      /* what it announced; the ledger subtracts its
                                 runners' plans from this */
     int64_t last_seen_ms;    /* last frame from it */
+    char instance[MSG_ID_MAX + 1]; /* its agent process (node_hello) */
+    /* Adoption grace: a node that joins with runners (this scheduler
+     * restarted) holds loads back until that many of its runners said
+     * hello, at most until grace_until_ms (0: none). */
+    int64_t expect_runners, grace_until_ms;
     struct sch_node *next;
 } sch_node_t;
 
@@ -126,6 +131,10 @@ struct sch_server {
     int64_t grace_start_ms, grace_until_ms; /* until 0: none (over) */
     pid_t orphans[ORPHANS_MAX];
     int n_orphans;
+    /* Ids of node runners this scheduler declared gone (their node was
+     * lost): a late hello from one is told to exit, not adopted. */
+    char gone_ids[ORPHANS_MAX][48];
+    unsigned n_gone;
 };
 
 /* The options slot of a generate, chat, embed or tokenize request; NULL
@@ -200,12 +209,21 @@ void sch_nodes_close(sch_server_t *s);
 
 /* Adopts a runner that says hello from outside (it outlived the scheduler
  * that started it) holding a loaded model: a READY runner with its load
- * options, sizes and a fresh keep-alive, prepended to s's list. Its pid is
+ * options, sizes and a fresh keep-alive, prepended to s's list. On a node
+ * (node non-NULL) the node owns its process (pid 0). A local one's pid is
  * kept only if /proc says it is the runner binary (so a stray hello cannot
  * make the scheduler signal another process). NULL if the hello names no
  * model, the id is unusable, or memory runs out. */
-runner_t *sch_runner_adopt(sch_server_t *s, const char *id,
+runner_t *sch_runner_adopt(sch_server_t *s, sch_node_t *node, const char *id,
                            const msg_hello_body_t *hello);
+
+/* The adoption grace for a node that joined holding runners (see
+ * sch_node_t); one heartbeat-bounded window, like the local one. */
+void sch_adopt_grace_node(sch_server_t *s, sch_node_t *nd, int64_t runners);
+
+/* Remembers a node runner declared gone / asks whether id is one. */
+void sch_gone_note(sch_server_t *s, const char *id);
+bool sch_gone_has(const sch_server_t *s, const char *id);
 
 /* At start: looks in /proc for runner processes (cfg.runner_bin) serving
  * this scheduler's runners endpoint, left by a previous scheduler (killed,
