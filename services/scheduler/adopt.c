@@ -1,10 +1,14 @@
 /* adopt.c: taking over runners that outlived a scheduler restart.
  *
- * A runner whose scheduler went away keeps its model and, once the new
- * scheduler binds the runners endpoint again (ZeroMQ reconnects its
- * DEALER by itself), says hello again with what it holds. The new
- * scheduler knows nothing of it: it builds a READY runner from the hello
- * so the next request for that model is served without a load. */
+ * A runner whose scheduler went away keeps its model and, as soon as the
+ * new scheduler binds the runners endpoint again (ZeroMQ reconnects its
+ * DEALER by itself; a socket monitor tells the runner), says hello again
+ * with what it holds. The new scheduler knows nothing of it: it builds a
+ * READY runner from the hello so the next request for that model is
+ * served without a load. Until every runner left by the previous
+ * scheduler did so (found in /proc at start; on nodes, counted in their
+ * node_hello), the adoption grace holds loads back, for at most
+ * CORRAL_ADOPT_GRACE (docs/architecture.md "Scheduler restarts"). */
 #include "lib/prelude.h"
 #include "services/scheduler/sched_int.h"
 

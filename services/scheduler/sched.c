@@ -936,6 +936,8 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
          * memory was given back (its node kills it too). */
         cr_log_info("runner '%s' on node '%s' was given up; asking it to exit",
                     id, node->name);
+        if (node->expect_runners > 0)
+            node->expect_runners--; /* not one to wait for */
         msg_t bye;
         msg_init(&bye, MSG_shutdown, id);
         sch_node_send(s, node, id, &bye);
@@ -950,6 +952,8 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
             cr_log_info("runner '%s' on node '%s' holds no model; asking it "
                         "to exit",
                         id, node->name);
+            if (node->expect_runners > 0)
+                node->expect_runners--;
             msg_t bye;
             msg_init(&bye, MSG_shutdown, id);
             sch_node_send(s, node, id, &bye);

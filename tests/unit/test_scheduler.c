@@ -1126,6 +1126,18 @@ static void test_config(void)
      * the runner really stores; only unknown types are refused. */
     CHECK_EQ_INT(cfg->heartbeat_timeout_ms, 120000);
     CHECK_EQ_INT(cfg->heartbeat_interval_ms, 5000);
+    CHECK_EQ_INT(cfg->adopt_grace_ms, 0); /* unset: one heartbeat interval */
+    setenv("CORRAL_ADOPT_GRACE", "2s", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_OK);
+    CHECK_EQ_INT(cfg->adopt_grace_ms, 2000);
+    setenv("CORRAL_ADOPT_GRACE", "0", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_OK);
+    CHECK(cfg->adopt_grace_ms < 0); /* off */
+    setenv("CORRAL_ADOPT_GRACE", "a while", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "CORRAL_ADOPT_GRACE") != NULL, "%s", err.msg);
+    unsetenv("CORRAL_ADOPT_GRACE");
+    st = sch_config_from_env(cfg, &err);
 
     CHECK_EQ_INT(cfg->num_parallel, 1);
 
