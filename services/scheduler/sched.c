@@ -872,6 +872,7 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
                         rn->id, m->u.ready.gpu_layers, rn->plan.gpu_layers);
         runner_set_state(s, rn, RS_READY);
         rn->last_used_ms = sch_now_ms(s);
+        drop_duplicates(s);
         cr_log_info("runner %s ready: %s, %" PRId64 " bytes, ctx %" PRId64,
                  rn->id, rn->resolved.u.resolved.name, rn->size,
                  rn->context_length);
@@ -948,6 +949,8 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
         /* A runner from before a scheduler restart (here or on a node):
          * adopt its model, or (holding none) tell it to go. */
         rn = sch_runner_adopt(s, node, id, &m.u.hello);
+        if (rn)
+            drop_duplicates(s); /* before ps can list it twice */
         if (!rn && node) {
             cr_log_info("runner '%s' on node '%s' holds no model; asking it "
                         "to exit",
@@ -969,7 +972,13 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
         return;
     }
     if (!rn) {
-        cr_log_warn("message from unknown runner '%s' ignored", id);
+        /* Output queued while no scheduler listened comes before the
+         * runner's hello: expected, and many. */
+        if (m.type == MSG_chunk || m.type == MSG_pong)
+            cr_log_debug("%s from unknown runner '%s' ignored",
+                         msg_type_name(m.type), id);
+        else
+            cr_log_warn("message from unknown runner '%s' ignored", id);
         msg_clear(&m);
         return;
     }

@@ -74,8 +74,8 @@ static void send_simple(msg_type_t type, const char *id)
 }
 
 /* What the "scheduler" saw of each request. */
-#define N_IDS 6
-static const char *ids_g[N_IDS] = {"g1", "g2", "g3", "g4", "g5", "g6"};
+#define N_IDS 7
+static const char *ids_g[N_IDS] = {"g1", "g2", "g3", "g4", "g5", "g6", "h1"};
 typedef struct seen {
     int chunks;
     int first, end; /* message counter at the first chunk and at the end */
@@ -87,12 +87,12 @@ static int counter_g;
 static int pongs_g;
 static int hellos_g; /* hellos naming the loaded model */
 
-/* Reads one message (5 s at most); false on timeout. */
-static bool pump(void)
+/* Reads one message (timeout_ms at most); false on timeout. */
+static bool pump_for(int timeout_ms)
 {
     msg_t m;
     zframe_t *idf = NULL;
-    cr_status_t st = bus_recv(router_g, 5000, &m, &idf, NULL);
+    cr_status_t st = bus_recv(router_g, timeout_ms, &m, &idf, NULL);
     zframe_destroy(&idf);
     if (st)
         return false;
@@ -122,6 +122,11 @@ static bool pump(void)
     return true;
 }
 
+static bool pump(void)
+{
+    return pump_for(5000);
+}
+
 static bool ended(int i)
 {
     return seen_g[i].done || seen_g[i].error;
@@ -141,21 +146,8 @@ static int64_t await_hello(int64_t limit_ms)
 {
     int before = hellos_g;
     int64_t t0 = zclock_mono();
-    while (hellos_g == before && zclock_mono() - t0 < limit_ms) {
-        msg_t m;
-        zframe_t *idf = NULL;
-        if (bus_recv(router_g, 50, &m, &idf, NULL) == CR_OK) {
-            zframe_destroy(&idf);
-            counter_g++;
-            if (m.type == MSG_hello && m.u.hello.has_name &&
-                !strcmp(m.u.hello.name, "synth:latest"))
-                hellos_g++;
-            for (int i = 0; i < N_IDS; i++)
-                if (!strcmp(m.id, ids_g[i]) && m.type == MSG_chunk)
-                    seen_g[i].chunks++;
-            msg_clear(&m);
-        }
-    }
+    while (hellos_g == before && zclock_mono() - t0 < limit_ms)
+        pump_for(50);
     return hellos_g > before ? zclock_mono() - t0 : -1;
 }
 
@@ -243,17 +235,26 @@ int main(void)
     send_to_runner(&m);
     CHECK_MSG(await_hello(1000) >= 0, "a hello was not answered");
 
-    /* Two running, one waiting: cancel the waiting one, then shutdown. */
-    send_generate("g4", "abc", 2000);
-    send_generate("g5", "hello there", 2000);
-    while ((!seen_g[3].chunks || !seen_g[4].chunks) && pump())
+    /* Restarted while a request streams: hello between steps. Its end
+     * may be lost with the old connection (as in a real crash), so it
+     * is not waited for beyond the runner falling silent. */
+    send_generate("h1", "abc", 2000);
+    while (!seen_g[6].chunks && pump())
         ;
-    /* Restarted while two requests stream: hello between steps. */
     restart_router();
     ms = await_hello(1000);
     CHECK_MSG(ms >= 0, "no hello within 1 s of a scheduler restart (busy)");
     printf("runner_server: hello %lld ms after the restart (streaming)\n",
            (long long)ms);
+    send_simple(MSG_cancel, "h1");
+    while (!ended(6) && pump_for(500))
+        ;
+
+    /* Two running, one waiting: cancel the waiting one, then shutdown. */
+    send_generate("g4", "abc", 2000);
+    send_generate("g5", "hello there", 2000);
+    while ((!seen_g[3].chunks || !seen_g[4].chunks) && pump())
+        ;
     send_generate("g6", "waiting", 2000);
     send_simple(MSG_cancel, "g6");
     while (!ended(5) && pump())
