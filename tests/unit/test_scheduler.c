@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "proto/bus.h"
+#include "proto/relay.h"
 #include "services/runner/forward.h"
 #include "services/runner/synth.h"
 #include "services/scheduler/estimate.h"
@@ -341,6 +342,9 @@ static void wait_runners(env_t *e, size_t n)
 /* >= 0: the next env_start sets these heartbeat timings. */
 static int64_t hb_interval_g = -1, hb_timeout_g = -1;
 
+/* Set: the next env_start accepts nodes here (CURVE: these files). */
+static char nodes_ep_g[64], nodes_cert_g[400], node_keys_g[400];
+
 /* A described inventory for the next env_start (NULL: discover). */
 static const char *inventory_g;
 static bool inventory_real_g; /* pretend it was discovered, not described */
@@ -375,6 +379,14 @@ static void env_start(env_t *e, int max_loaded, int max_queue)
     cfg.max_queue = max_queue;
     cfg.num_parallel = 1;
     cfg.now_ms = test_clock;
+    if (nodes_ep_g[0]) {
+        snprintf(cfg.nodes_endpoint, sizeof cfg.nodes_endpoint, "%s",
+                 nodes_ep_g);
+        snprintf(cfg.nodes_cert, sizeof cfg.nodes_cert, "%s", nodes_cert_g);
+        snprintf(cfg.node_keys_dir, sizeof cfg.node_keys_dir, "%s",
+                 node_keys_g);
+        nodes_ep_g[0] = '\0';
+    }
     if (hb_interval_g >= 0) {
         cfg.heartbeat_interval_ms = hb_interval_g;
         cfg.heartbeat_timeout_ms = hb_timeout_g;
@@ -1096,6 +1108,175 @@ static void test_adopt_grace(void)
     env_stop(&e);
 }
 
+/* ---- a fake node agent (a CURVE DEALER speaking the relay framing) ---- */
+
+static zsock_t *node_connect(const env_t *e, const char *ep)
+{
+    char cert[400], srv[400];
+    snprintf(cert, sizeof cert, "%s/keys/nd", e->dir);
+    snprintf(srv, sizeof srv, "%s/keys/srv", e->dir);
+    zsock_t *d = zsock_new(ZMQ_DEALER);
+    zsock_set_linger(d, 0);
+    CHECK_EQ_INT(bus_curve_client(d, cert, srv, NULL), CR_OK);
+    CHECK(zsock_connect(d, "%s", ep) == 0);
+    return d;
+}
+
+static void node_hello(zsock_t *d, const char *instance, int64_t runners)
+{
+    msg_t m;
+    msg_init(&m, MSG_node_hello, "");
+    m.u.node_hello.name = "gpu1";
+    m.u.node_hello.has_name = true;
+    m.u.node_hello.ram_total = 64LL << 30;
+    m.u.node_hello.has_ram_total = true;
+    m.u.node_hello.ram_free = 64LL << 30;
+    m.u.node_hello.has_ram_free = true;
+    m.u.node_hello.runners = runners;
+    m.u.node_hello.has_runners = true;
+    m.u.node_hello.instance = (char *)instance;
+    m.u.node_hello.has_instance = true;
+    CHECK_EQ_INT(bus_relay_send_msg(d, NULL, "", &m, NULL), CR_OK);
+}
+
+/* The hello of runner nr-1 on the node, holding alpha. */
+static void node_runner_hello(zsock_t *d)
+{
+    msg_t m;
+    msg_init(&m, MSG_hello, "nr-1");
+    m.u.hello.runner_id = "nr-1";
+    m.u.hello.has_runner_id = true;
+    m.u.hello.pid = 1; /* the node's pid space: never looked at */
+    m.u.hello.has_pid = true;
+    m.u.hello.name = "alpha:latest";
+    m.u.hello.has_name = true;
+    m.u.hello.model_path = "/fake/alpha.gguf";
+    m.u.hello.has_model_path = true;
+    msg_options_t o = {0}; /* what its load had (send_generate's) */
+    o.num_ctx = 512;
+    o.has_num_ctx = true;
+    m.u.hello.options = &o;
+    m.u.hello.has_options = true;
+    CHECK_EQ_INT(bus_relay_send_msg(d, NULL, "nr-1", &m, NULL), CR_OK);
+}
+
+/* Pumps until the node gets a message of `type` for `to` (answering
+ * generate with done on the way); false after ~5 s. */
+static bool node_await(env_t *e, zsock_t *d, msg_type_t type, const char *to)
+{
+    for (int i = 0; i < 1000; i++) {
+        pump(e, 1);
+        zframe_t *payload = NULL;
+        char dst[64];
+        while (zsock_events(d) & ZMQ_POLLIN) {
+            if (bus_relay_recv(d, NULL, dst, sizeof dst, &payload, NULL))
+                continue;
+            msg_t m;
+            bool hit = false;
+            if (!msg_decode(zframe_data(payload), zframe_size(payload), &m,
+                            NULL)) {
+                hit = m.type == type && !strcmp(dst, to);
+                if (m.type == MSG_generate) {
+                    msg_t done;
+                    msg_init(&done, MSG_done, m.id);
+                    done.u.done.done_reason = "stop";
+                    done.u.done.has_done_reason = true;
+                    bus_relay_send_msg(d, NULL, dst, &done, NULL);
+                }
+                msg_clear(&m);
+            }
+            zframe_destroy(&payload);
+            if (hit)
+                return true;
+        }
+    }
+    return false;
+}
+
+/* A node's runners after a scheduler restart: the node joins saying it has
+ * one runner; loads wait (grace) until that runner's hello, relayed by the
+ * node, is adopted; the request goes to it. The same agent reconnecting
+ * (new connection, same instance) keeps its runner; a restarted agent
+ * (another instance) loses it, and that runner's later hello is answered
+ * shutdown, not adopted. */
+static void test_node_adopt(void)
+{
+    if (!bus_curve_available()) {
+        printf("scheduler: node adoption skipped: no CURVE\n");
+        return;
+    }
+    snprintf(env_dir_g, sizeof env_dir_g, "/tmp/corral-sched-XXXXXX");
+    CHECK(mkdtemp(env_dir_g) != NULL);
+    char keys[300], pub[500], dst[500];
+    snprintf(keys, sizeof keys, "%s/keys", env_dir_g);
+    snprintf(node_keys_g, sizeof node_keys_g, "%s/admitted", env_dir_g);
+    CHECK_EQ_INT(bus_curve_keygen(keys, "srv", NULL, NULL), CR_OK);
+    CHECK_EQ_INT(bus_curve_keygen(keys, "nd", NULL, NULL), CR_OK);
+    CHECK(mkdir(node_keys_g, 0700) == 0);
+    snprintf(pub, sizeof pub, "%s/nd", keys);
+    snprintf(dst, sizeof dst, "%s/nd", node_keys_g);
+    FILE *in = fopen(pub, "r"), *out = fopen(dst, "w");
+    CHECK(in && out);
+    char buf[4096];
+    size_t n = in ? fread(buf, 1, sizeof buf, in) : 0;
+    if (out)
+        CHECK(fwrite(buf, 1, n, out) == n);
+    if (in)
+        fclose(in);
+    if (out)
+        fclose(out);
+    snprintf(nodes_cert_g, sizeof nodes_cert_g, "%s/srv", keys);
+    zsock_t *probe = zsock_new(ZMQ_ROUTER);
+    int port = zsock_bind(probe, "tcp://127.0.0.1:*");
+    zsock_destroy(&probe);
+    CHECK(port > 0);
+    snprintf(nodes_ep_g, sizeof nodes_ep_g, "tcp://127.0.0.1:%d", port);
+    char ep[64];
+    snprintf(ep, sizeof ep, "%s", nodes_ep_g);
+    env_t e;
+    env_start(&e, 3, 16);
+
+    zsock_t *d = node_connect(&e, ep);
+    node_hello(d, "inst-1", 1);
+    CHECK(node_await(&e, d, MSG_pong, ""));
+    send_generate(&e, "nd1", "alpha", "hi", NULL, 0);
+    pump(&e, 40);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0); /* grace: no load */
+    CHECK_EQ_INT(sch_server_pending_count(e.sched), 1);
+    node_runner_hello(d);
+    CHECK(node_await(&e, d, MSG_generate, "nr-1")); /* adopted, served */
+    msg_t m;
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    msg_clear(&m);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+
+    /* The same agent over a new connection: it keeps its runner. */
+    zsock_t *d2 = node_connect(&e, ep);
+    node_hello(d2, "inst-1", 1);
+    CHECK(node_await(&e, d2, MSG_pong, ""));
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    send_generate(&e, "nd2", "alpha", "hi", NULL, 0);
+    CHECK(node_await(&e, d2, MSG_generate, "nr-1"));
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    msg_clear(&m);
+    zsock_destroy(&d);
+
+    /* A restarted agent: its old runners are gone; a late hello from one
+     * is told to exit. */
+    zsock_t *d3 = node_connect(&e, ep);
+    node_hello(d3, "inst-2", 0);
+    CHECK(node_await(&e, d3, MSG_pong, ""));
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0);
+    node_runner_hello(d3);
+    CHECK(node_await(&e, d3, MSG_shutdown, "nr-1"));
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0);
+    zsock_destroy(&d2);
+    zsock_destroy(&d3);
+    env_stop(&e);
+}
+
 /* Settings from the environment: the new ones, and bad values named. */
 static void test_config(void)
 {
@@ -1258,6 +1439,7 @@ int main(int argc, char **argv)
     test_spill_and_cannot_load();
     test_adopt_after_restart();
     test_adopt_grace();
+    test_node_adopt();
     test_real_gpu_cpu_runner();
     return check_finish("scheduler");
 }
