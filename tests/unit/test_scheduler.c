@@ -1010,6 +1010,19 @@ static pid_t spawn_orphan(const char *dir, const char *id)
     CHECK(read(fds[0], &pid, sizeof pid) == sizeof pid);
     close(fds[0]);
     waitpid(mid, NULL, 0);
+    /* Exec'd (what the scheduler looks for at start), within 10 s. */
+    char path[64], cmd[64] = "";
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    for (int i = 0; i < 1000 && strcmp(cmd, "corral-runner"); i++) {
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(cmd, 1, sizeof cmd - 1, f) : 0;
+        cmd[n] = '\0';
+        if (f)
+            fclose(f);
+        if (strcmp(cmd, "corral-runner"))
+            zclock_sleep(10);
+    }
+    CHECK_EQ_STR(cmd, "corral-runner");
     return pid;
 }
 
