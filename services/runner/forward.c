@@ -30,6 +30,11 @@
  * the device logits buffer at LOGITS_ROWS x V instead of n_batch x V. */
 #define LOGITS_ROWS 8
 
+/* Parts of a context: runs of layers (RN_MAX_RANGES ranges between runs on
+ * the host make at most 2 RN_MAX_RANGES + 1), plus the embeddings and the
+ * output layer on instances of their own. */
+#define MAX_PARTS (2 * RN_MAX_RANGES + 3)
+
 /* One backend instance's share of the model (model.h: rn_placement_t):
  * layers l0..l1-1, their KV cache and its own activation buffers, all in
  * that instance's memory. Part 0 embeds the tokens, the last part computes
@@ -71,7 +76,7 @@ struct rn_ctx {
     const rn_weights_t *w;
     int n_ctx, n_batch, n_seq;
     int *n_past;   /* [n_seq] positions filled in each sequence's cache */
-    part_t part[RN_MAX_RANGES + 2]; /* in layer order */
+    part_t part[MAX_PARTS]; /* in layer order */
     int n_parts;
 
     /* Host. */

@@ -18,8 +18,9 @@
  * family. Also: each part reports its layers, instance and KV bytes (the
  * sum is the unsplit context's; each part's share follows its layer
  * count), each instance reports its buffers (be_ops_t.memory_used), the
- * "last N layers" form (first_layer < 0) equals the explicit range, and
- * bad placements are refused. */
+ * "last N layers" form (first_layer < 0) equals the explicit range, the
+ * most parts a placement can make (16 ranges between host layers) run,
+ * and bad placements are refused. */
 #include "lib/prelude.h"
 
 #include <math.h>
@@ -288,6 +289,43 @@ static void check_splits(const char *label, const rn_synth_opts_t *so)
     free(b.bytes);
 }
 
+/* The most parts a placement makes: RN_MAX_RANGES one-layer ranges with
+ * host layers between them (33 runs), alternating two instances. */
+static void check_many_ranges(void)
+{
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.n_layers = 2 * RN_MAX_RANGES + 2;
+    blob_t b = {0};
+    cr_err_t err;
+    cr_err_clear(&err);
+    if (rn_synth_write_memory(&so, &b.bytes, &b.len, &err)) {
+        CHECK_MSG(false, "synth: %s", err.msg);
+        return;
+    }
+    rn_placement_t one = {.host = be_g[0]};
+    rn_placement_t pl = {.host = be_g[0], .n_ranges = RN_MAX_RANGES};
+    for (int i = 0; i < RN_MAX_RANGES; i++)
+        pl.ranges[i] = (rn_range_t){be_g[1 + i % 2], 2 * i + 1, 1};
+    rn_model_t *m = load(&b, &one), *ms = load(&b, &pl);
+    run_t ref = {0}, got = {0};
+    if (m && ms && run_script(m, &ref) && run_script(ms, &got)) {
+        check_same("llama", "16 ranges", &ref, &got);
+        rn_ctx_opts_t o = {.n_ctx = N_CTX, .n_batch = N_BATCH, .n_seq = 1};
+        rn_ctx_t *c = NULL;
+        CHECK_EQ_INT(rn_ctx_new(ms, &o, &c, &err), CR_OK);
+        if (c)
+            CHECK_EQ_INT(rn_ctx_n_parts(c), 2 * RN_MAX_RANGES + 1);
+        rn_ctx_destroy(&c);
+        CHECK_EQ_INT(rn_model_n_instances(ms), 3);
+    }
+    run_free(&ref);
+    run_free(&got);
+    rn_model_destroy(&m);
+    rn_model_destroy(&ms);
+    free(b.bytes);
+}
+
 static void check_bad_placements(void)
 {
     rn_synth_opts_t so;
@@ -394,6 +432,7 @@ int main(void)
     so.n_layers = 3;
     check_splits("bert", &so);
 
+    check_many_ranges();
     check_bad_placements();
     check_memory_used();
     for (int i = 0; i < N_INST; i++)
