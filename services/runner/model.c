@@ -341,16 +341,6 @@ static void format_shape(const cr_gguf_tensor_t *t, char *buf, size_t cap)
  * tensor leaves *out NULL. */
 /* ---- placement -------------------------------------------------------- */
 
-/* The instance of layer 0 (the one a placement's file-level hooks go to),
- * known before the file's layer count. */
-static be_backend_t *first_instance(const rn_placement_t *pl)
-{
-    for (int i = 0; i < pl->n_ranges; i++)
-        if (pl->ranges[i].first_layer == 0 && pl->ranges[i].n_layers > 0)
-            return pl->ranges[i].be;
-    return pl->host;
-}
-
 /* Resolves m->pl into m->lbe and m->inst, and checks that every instance
  * has the ops the architecture needs. */
 static cr_status_t place(rn_model_t *m, cr_err_t *err)
@@ -852,8 +842,12 @@ cr_status_t rn_model_load_gguf(cr_gguf_t **g, be_backend_t *be, rn_model_t **out
     return rn_model_load_gguf_placed(g, &pl, out, err);
 }
 
-cr_status_t rn_model_load_gguf_placed(cr_gguf_t **g, const rn_placement_t *pl,
-                                      rn_model_t **out, cr_err_t *err)
+/* Loads from *g (taken) as pl says; with a path, layer 0's instance gets
+ * the per-file hooks around the weights' preparation (the CPU's pack
+ * cache): another instance sees a different subset of the tensors, and two
+ * would fight over one cache file, so the others prepare as usual. */
+static cr_status_t load_placed(cr_gguf_t **g, const rn_placement_t *pl,
+                               const char *path, rn_model_t **out, cr_err_t *err)
 {
     *out = NULL;
     rn_model_t *m = calloc(1, sizeof *m);
@@ -867,14 +861,23 @@ cr_status_t rn_model_load_gguf_placed(cr_gguf_t **g, const rn_placement_t *pl,
     cr_status_t st = read_hparams(m, err);
     if (!st)
         st = place(m, err);
+    be_backend_t *hook = !st && path ? m->lbe[0] : NULL;
+    if (hook && hook->ops->model_begin)
+        hook->ops->model_begin(hook, path);
     if (!st)
         st = bind_all(m, err);
-    if (st) {
+    if (st)
         rn_model_destroy(&m);
-        return st;
-    }
+    if (hook && hook->ops->model_end)
+        hook->ops->model_end(hook, st == CR_OK);
     *out = m;
-    return CR_OK;
+    return st;
+}
+
+cr_status_t rn_model_load_gguf_placed(cr_gguf_t **g, const rn_placement_t *pl,
+                                      rn_model_t **out, cr_err_t *err)
+{
+    return load_placed(g, pl, NULL, out, err);
 }
 
 cr_status_t rn_model_load(const char *path, be_backend_t *be, rn_model_t **out,
@@ -894,15 +897,7 @@ cr_status_t rn_model_load_placed(const char *path, const rn_placement_t *pl,
     cr_status_t st = cr_gguf_open(path, &g, err);
     if (st)
         return st;
-    /* Per-file hooks (the CPU's pack cache) go to layer 0's instance only:
-     * another instance sees a different subset of the tensors, and two
-     * would fight over one cache file. The others prepare as usual. */
-    be_backend_t *be = first_instance(pl);
-    if (be->ops->model_begin)
-        be->ops->model_begin(be, path);
-    st = rn_model_load_gguf_placed(&g, pl, out, err);
-    if (be->ops->model_end)
-        be->ops->model_end(be, st == CR_OK);
+    st = load_placed(&g, pl, path, out, err);
     if (!st)
         cr_gguf_drop_metadata_pages(rn_model_gguf(*out));
     return st;
