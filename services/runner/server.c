@@ -293,6 +293,8 @@ static void handle_load(rn_server_t *s, const msg_t *m)
     r.u.ready.has_size = true;
     r.u.ready.size_vram = rn_engine_vram_bytes(s->engine);
     r.u.ready.has_size_vram = true;
+    r.u.ready.gpu_layers = rn_engine_gpu_layers(s->engine);
+    r.u.ready.has_gpu_layers = true;
     r.u.ready.context_length = rn_engine_ctx(s->engine);
     r.u.ready.has_context_length = true;
     send_msg(s, &r);
