@@ -3,28 +3,28 @@
 #include "cli/modelfile.h"
 #include "lib/buf.h"
 #include "lib/gotext.h"
-#include "proto/options.h"
+#include "lib/options.h"
 
 #include <ctype.h>
 #include <math.h>
 #include <pwd.h>
 #include <unistd.h>
 
-/* ---- parameters: the rows of proto/options.def (§2) ---- */
+/* ---- parameters: the rows of lib/options.def (§2) ---- */
 
 cli_param_type_t cli_param_type(const char *name)
 {
     static const cli_param_type_t by_type[] = {
-        [MSG_OPT_INT] = CLI_PARAM_INT,
-        [MSG_OPT_FLOAT] = CLI_PARAM_FLOAT,
-        [MSG_OPT_BOOL] = CLI_PARAM_BOOL,
-        [MSG_OPT_STRS] = CLI_PARAM_STRINGS,
+        [CR_OPT_INT] = CLI_PARAM_INT,
+        [CR_OPT_FLOAT] = CLI_PARAM_FLOAT,
+        [CR_OPT_BOOL] = CLI_PARAM_BOOL,
+        [CR_OPT_STRS] = CLI_PARAM_STRINGS,
     };
-    const msg_opt_def_t *d = msg_opt_find(name);
+    const cr_opt_def_t *d = cr_opt_find(name);
     if (d)
         return by_type[d->type];
     bool warns = false;
-    if (msg_opt_is_removed(name, &warns) && warns)
+    if (cr_opt_is_removed(name, &warns) && warns)
         return CLI_PARAM_DEPRECATED;
     return CLI_PARAM_UNKNOWN;
 }

@@ -1,4 +1,5 @@
-/* options.c: the option tables expanded from options.def (see options.h). */
+/* options.c: the option rows with their place in the bus record, expanded
+ * from lib/options.def (see options.h). */
 #include "lib/prelude.h"
 #include "proto/options.h"
 
@@ -18,17 +19,6 @@ const msg_opt_def_t msg_opt_defs[] = {MSG_OPTIONS(OPT_ROW, _)};
 #undef OPT_ROW
 const size_t msg_opt_count = CR_ARRAY_LEN(msg_opt_defs);
 
-#define REMOVED_NAME(name, mf) #name,
-const char *const msg_opt_removed_names[] = {MSG_OPTIONS_REMOVED(REMOVED_NAME)};
-#undef REMOVED_NAME
-const size_t msg_opt_removed_count = CR_ARRAY_LEN(msg_opt_removed_names);
-
-#define MF_WARN true /* the Modelfile parser warns and skips */
-#define MF_UNKNOWN false
-#define REMOVED_WARN(name, mf) MF_##mf,
-static const bool removed_warns[] = {MSG_OPTIONS_REMOVED(REMOVED_WARN)};
-#undef REMOVED_WARN
-
 const msg_opt_def_t *msg_opt_find(const char *name)
 {
     if (!name)
@@ -39,17 +29,6 @@ const msg_opt_def_t *msg_opt_find(const char *name)
     return NULL;
 }
 
-bool msg_opt_is_removed(const char *name, bool *modelfile_warns)
-{
-    for (size_t i = 0; name && i < msg_opt_removed_count; i++) {
-        if (!strcmp(msg_opt_removed_names[i], name)) {
-            if (modelfile_warns)
-                *modelfile_warns = removed_warns[i];
-            return true;
-        }
-    }
-    return false;
-}
 
 bool msg_opt_has(const msg_options_t *o, const msg_opt_def_t *d)
 {

@@ -286,7 +286,7 @@ static cr_status_t get_images(ctx_t *c, const json_t *obj, const char *path,
     return CR_OK;
 }
 
-/* ---- options (§2): the rows of proto/options.def ---- */
+/* ---- options (§2): the rows of lib/options.def ---- */
 
 static cr_status_t opt_error(ctx_t *c, const char *key, const char *what)
 {

@@ -18,7 +18,7 @@ void sch_options_overlay(msg_options_t *dst, const msg_options_t *src);
 void sch_options_overlay_load(msg_options_t *dst, const msg_options_t *src);
 
 /* Load options are those fixed when a runner starts (LOAD in
- * proto/options.def: num_ctx, num_batch, num_gpu unless -1, main_gpu,
+ * lib/options.def: num_ctx, num_batch, num_gpu unless -1, main_gpu,
  * num_thread, use_mmap, draft_num_predict). True if a runner
  * started with `loaded` can serve a request wanting `want`. A field unset in
  * `want` matches anything. */

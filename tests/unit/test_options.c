@@ -1,4 +1,4 @@
-/* test_options: the one option table (proto/options.def) drives every user:
+/* test_options: the one option table (lib/options.def) drives every user:
  * the gateway's request parser, the registry's create validation, the
  * scheduler's layering and load checks, the CLI's PARAMETER parser, and the
  * runner's built-in defaults. */
@@ -83,16 +83,26 @@ static void test_table(void)
         CHECK(msg_opt_find(d->name) == d);
         CHECK_MSG(!msg_opt_is_removed(d->name, NULL), "%s", d->name);
     }
-    for (size_t i = 0; i < msg_opt_removed_count; i++)
-        CHECK_MSG(!msg_opt_find(msg_opt_removed_names[i]), "%s",
-                  msg_opt_removed_names[i]);
+    for (size_t i = 0; i < cr_opt_removed_count; i++)
+        CHECK_MSG(!msg_opt_find(cr_opt_removed_names[i]), "%s",
+                  cr_opt_removed_names[i]);
     CHECK(!msg_opt_find("Temperature") && !msg_opt_find(NULL));
+    /* lib's rows (the CLI's) and proto's (with offsets) are the same. */
+    CHECK_EQ_INT(cr_opt_count, msg_opt_count);
+    for (size_t i = 0; i < msg_opt_count && i < cr_opt_count; i++) {
+        const cr_opt_def_t *c = &cr_opt_defs[i];
+        const msg_opt_def_t *d = &msg_opt_defs[i];
+        CHECK(!strcmp(c->name, d->name) && c->type == d->type &&
+              c->load == d->load &&
+              (c->def == d->def || (isnan(c->def) && isnan(d->def))));
+        CHECK(cr_opt_find(d->name) == c);
+    }
     /* §2: the removed keys every layer warns about and ignores. */
     static const char *const removed[] = {
         "numa",     "low_vram",     "f16_kv",       "logits_all",
         "vocab_only", "use_mlock",  "mirostat",     "mirostat_tau",
         "mirostat_eta", "penalize_newline", "tfs_z"};
-    CHECK_EQ_INT(msg_opt_removed_count, CR_ARRAY_LEN(removed));
+    CHECK_EQ_INT(cr_opt_removed_count, CR_ARRAY_LEN(removed));
     for (size_t i = 0; i < CR_ARRAY_LEN(removed); i++)
         CHECK_MSG(msg_opt_is_removed(removed[i], NULL), "%s", removed[i]);
     /* The bus record has exactly the table's fields. */
@@ -127,11 +137,11 @@ static void test_gateway(void)
         json_decref(v);
         gw_request_clear(&q);
     }
-    for (size_t i = 0; i < msg_opt_removed_count; i++) {
+    for (size_t i = 0; i < cr_opt_removed_count; i++) {
         gw_request_t q;
         cr_err_t err = {0};
         json_t *v = json_integer(1);
-        CHECK(gateway_parse(msg_opt_removed_names[i], v, &q, &err) == CR_OK);
+        CHECK(gateway_parse(cr_opt_removed_names[i], v, &q, &err) == CR_OK);
         json_decref(v);
         CHECK(n_set(q.msg.u.generate.options) == 0);
         gw_request_clear(&q);
@@ -174,8 +184,8 @@ static void test_registry(void)
         json_decref(out);
         json_decref(in);
     }
-    for (size_t i = 0; i < msg_opt_removed_count; i++) {
-        json_t *in = json_pack("{s:i}", msg_opt_removed_names[i], 1), *out;
+    for (size_t i = 0; i < cr_opt_removed_count; i++) {
+        json_t *in = json_pack("{s:i}", cr_opt_removed_names[i], 1), *out;
         cr_err_t err = {0};
         warned_t w = {0};
         CHECK(reg_params_validate(in, on_warn, &w, &out, &err) == CR_OK);
@@ -218,8 +228,8 @@ static void test_cli(void)
         json_decref(params);
         cli_modelfile_destroy(&mf);
     }
-    for (size_t i = 0; i < msg_opt_removed_count; i++) {
-        const char *name = msg_opt_removed_names[i];
+    for (size_t i = 0; i < cr_opt_removed_count; i++) {
+        const char *name = cr_opt_removed_names[i];
         bool warns = false;
         CHECK(msg_opt_is_removed(name, &warns));
         CHECK_MSG(cli_param_type(name) ==

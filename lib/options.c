@@ -1,0 +1,53 @@
+/* options.c: the option tables expanded from options.def (see options.h). */
+#include "lib/prelude.h"
+#include "lib/options.h"
+
+#include "lib/options.def"
+
+#include <math.h>
+
+#define OPT_TYPE_I64 CR_OPT_INT
+#define OPT_TYPE_F64 CR_OPT_FLOAT
+#define OPT_TYPE_BOOL CR_OPT_BOOL
+#define OPT_TYPE_STRS CR_OPT_STRS
+#define OPT_LOAD_LOAD true
+#define OPT_LOAD_RUN false
+
+#define OPT_ROW(x, name, kind, when, def) \
+    {#name, OPT_TYPE_##kind, OPT_LOAD_##when, (double)(def)},
+const cr_opt_def_t cr_opt_defs[] = {MSG_OPTIONS(OPT_ROW, _)};
+#undef OPT_ROW
+const size_t cr_opt_count = CR_ARRAY_LEN(cr_opt_defs);
+
+#define REMOVED_NAME(name, mf) #name,
+const char *const cr_opt_removed_names[] = {MSG_OPTIONS_REMOVED(REMOVED_NAME)};
+#undef REMOVED_NAME
+const size_t cr_opt_removed_count = CR_ARRAY_LEN(cr_opt_removed_names);
+
+#define MF_WARN true /* the Modelfile parser warns and skips */
+#define MF_UNKNOWN false
+#define REMOVED_WARN(name, mf) MF_##mf,
+static const bool removed_warns[] = {MSG_OPTIONS_REMOVED(REMOVED_WARN)};
+#undef REMOVED_WARN
+
+const cr_opt_def_t *cr_opt_find(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < cr_opt_count; i++)
+        if (!strcmp(cr_opt_defs[i].name, name))
+            return &cr_opt_defs[i];
+    return NULL;
+}
+
+bool cr_opt_is_removed(const char *name, bool *modelfile_warns)
+{
+    for (size_t i = 0; name && i < cr_opt_removed_count; i++) {
+        if (!strcmp(cr_opt_removed_names[i], name)) {
+            if (modelfile_warns)
+                *modelfile_warns = removed_warns[i];
+            return true;
+        }
+    }
+    return false;
+}
