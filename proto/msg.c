@@ -1177,9 +1177,11 @@ static void peek_id(const msgpack_object_map *map, char *out)
     out[id->via.str.size] = '\0';
 }
 
-cr_status_t msg_decode(const void *data, size_t len, msg_t *out, cr_err_t *err)
+/* Checks a frame (size, msgpack structure and limits) and unpacks it into
+ * u (initialized by the caller, who destroys it) as one top-level map. */
+static cr_status_t unpack_frame(const void *data, size_t len,
+                                msgpack_unpacked *u, cr_err_t *err)
 {
-    memset(out, 0, sizeof *out);
     if (!data || len == 0)
         return cr_err_set(err, CR_E_PROTO, "frame is empty");
     if (len > MSG_FRAME_MAX)
@@ -1189,25 +1191,27 @@ cr_status_t msg_decode(const void *data, size_t len, msg_t *out, cr_err_t *err)
     cr_status_t st = scan_frame(data, len, err);
     if (st)
         return st;
+    size_t off = 0;
+    msgpack_unpack_return r = msgpack_unpack_next(u, data, len, &off);
+    if (r == MSGPACK_UNPACK_NOMEM_ERROR)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory unpacking a frame");
+    /* The scan accepted it, so this is a disagreement with msgpack-c. */
+    if (r != MSGPACK_UNPACK_SUCCESS || off != len)
+        return cr_err_set(err, CR_E_PROTO, "frame is not valid msgpack");
+    if (u->data.type != MSGPACK_OBJECT_MAP)
+        return cr_err_set(err, CR_E_PROTO, "frame is not a map");
+    return CR_OK;
+}
 
+cr_status_t msg_decode(const void *data, size_t len, msg_t *out, cr_err_t *err)
+{
+    memset(out, 0, sizeof *out);
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    size_t off = 0;
     char id[MSG_ID_MAX + 1] = "";
-    msgpack_unpack_return r = msgpack_unpack_next(&u, data, len, &off);
-    if (r == MSGPACK_UNPACK_NOMEM_ERROR) {
-        st = cr_err_set(err, CR_E_NOMEM, "out of memory unpacking a frame");
+    cr_status_t st = unpack_frame(data, len, &u, err);
+    if (st)
         goto out;
-    }
-    if (r != MSGPACK_UNPACK_SUCCESS || off != len) {
-        /* The scan accepted it, so this is a disagreement with msgpack-c. */
-        st = cr_err_set(err, CR_E_PROTO, "frame is not valid msgpack");
-        goto out;
-    }
-    if (u.data.type != MSGPACK_OBJECT_MAP) {
-        st = cr_err_set(err, CR_E_PROTO, "frame is not a map");
-        goto out;
-    }
     peek_id(&u.data.via.map, id);
     if ((st = dec_header(&u.data.via.map, out, err)))
         goto out;
@@ -1243,26 +1247,10 @@ bool msg_is_request(msg_type_t t)
 cr_status_t msg_peek(const void *data, size_t len, msg_t *out, cr_err_t *err)
 {
     memset(out, 0, sizeof *out);
-    if (!data || len == 0)
-        return cr_err_set(err, CR_E_PROTO, "frame is empty");
-    if (len > MSG_FRAME_MAX)
-        return cr_err_set(err, CR_E_PROTO,
-                          "frame of %zu bytes is over the limit of %u", len,
-                          MSG_FRAME_MAX);
-    cr_status_t st = scan_frame(data, len, err);
-    if (st)
-        return st;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    size_t off = 0;
-    msgpack_unpack_return r = msgpack_unpack_next(&u, data, len, &off);
-    if (r == MSGPACK_UNPACK_NOMEM_ERROR)
-        st = cr_err_set(err, CR_E_NOMEM, "out of memory unpacking a frame");
-    else if (r != MSGPACK_UNPACK_SUCCESS || off != len)
-        st = cr_err_set(err, CR_E_PROTO, "frame is not valid msgpack");
-    else if (u.data.type != MSGPACK_OBJECT_MAP)
-        st = cr_err_set(err, CR_E_PROTO, "frame is not a map");
-    else
+    cr_status_t st = unpack_frame(data, len, &u, err);
+    if (!st)
         st = dec_header(&u.data.via.map, out, err);
     msgpack_unpacked_destroy(&u);
     if (st)
