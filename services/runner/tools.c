@@ -5,9 +5,9 @@
 #include "lib/buf.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/tokenizer.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "services/runner/text/tokenizer.h"
 
 #define TOOL_INPUT_MAX (64u << 20)
 #define TOOL_MAX_TOKENS 1000000

@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 #include "services/runner/engine.h"
-#include "services/runner/grammar.h"
+#include "services/runner/grammar/grammar.h"
 #include "services/runner/synth.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"

@@ -7,9 +7,9 @@
 #include "lib/prelude.h"
 #include "lib/buf.h"
 #include "lib/gguf.h"
-#include "services/runner/logprob_json.h"
+#include "services/runner/output/logprob_json.h"
 #include "services/runner/synth.h"
-#include "services/runner/tokenizer.h"
+#include "services/runner/text/tokenizer.h"
 #include "tests/unit/check.h"
 
 #include <jansson.h>

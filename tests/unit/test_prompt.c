@@ -7,8 +7,8 @@
  * the chat and generate assemblies, and malformed input, each named. */
 #include "lib/prelude.h"
 #include "lib/buf.h"
-#include "services/runner/prompt.h"
-#include "services/runner/template.h"
+#include "services/runner/prompt/prompt.h"
+#include "services/runner/template/template.h"
 #include "tests/unit/check.h"
 
 #include <ctype.h>

@@ -9,10 +9,10 @@
 #include "lib/prelude.h"
 #include "lib/buf.h"
 #include "lib/gguf.h"
-#include "services/runner/prompt.h"
-#include "services/runner/prompt_tokens.h"
-#include "services/runner/template.h"
-#include "services/runner/tokenizer.h"
+#include "services/runner/prompt/prompt.h"
+#include "services/runner/prompt/prompt_tokens.h"
+#include "services/runner/template/template.h"
+#include "services/runner/text/tokenizer.h"
 #include "tests/unit/check.h"
 
 static const char *g_root;

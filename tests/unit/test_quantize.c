@@ -10,9 +10,9 @@
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/quantize.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "services/runner/model/quantize.h"
 #include "services/runner/synth.h"
 #include "tests/unit/check.h"
 

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "proto/bus.h"
-#include "services/runner/forward.h"
+#include "services/runner/model/forward.h"
 #include "services/runner/synth.h"
 #include "services/scheduler/estimate.h"
 #include "services/scheduler/sched.h"

@@ -4,7 +4,7 @@
  * hostile templates (parse errors, execution errors, bombs), each named. */
 #include "lib/prelude.h"
 #include "lib/buf.h"
-#include "services/runner/template.h"
+#include "services/runner/template/template.h"
 #include "tests/unit/check.h"
 
 #include <time.h>
