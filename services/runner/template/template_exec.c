@@ -15,7 +15,7 @@
 
 enum { WALK_OK = 0, WALK_ERR, WALK_BREAK, WALK_CONTINUE };
 
-rn_val_t *exec_fail(exec_t *x, cr_status_t st, const char *fmt, ...)
+rn_val_t *rn_tmpl_exec_fail(exec_t *x, cr_status_t st, const char *fmt, ...)
 {
     if (x->st)
         return NULL;
@@ -30,10 +30,10 @@ rn_val_t *exec_fail(exec_t *x, cr_status_t st, const char *fmt, ...)
         return NULL;
     }
     int line, col;
-    tmpl_line_col(x->t, x->at->pos, &line, &col);
+    rn_tmpl_line_col(x->t, x->at->pos, &line, &col);
     cr_buf_t ctx;
     cr_buf_init(&ctx, 4096);
-    tnode_to_string(x->at, &ctx);
+    rn_tmpl_node_to_string(x->at, &ctx);
     const char *c = ctx.data ? ctx.data : "";
     /* Long nodes are cut so the message itself survives. */
     if (ctx.len > 120)
@@ -49,7 +49,7 @@ rn_val_t *exec_fail(exec_t *x, cr_status_t st, const char *fmt, ...)
 static bool step(exec_t *x)
 {
     if (++x->steps > x->max_steps) {
-        exec_fail(x, CR_E_TOO_LARGE, "template execution exceeded %" PRIu64 " steps",
+        rn_tmpl_exec_fail(x, CR_E_TOO_LARGE, "template execution exceeded %" PRIu64 " steps",
                   x->max_steps);
         return false;
     }
@@ -59,7 +59,7 @@ static bool step(exec_t *x)
 static bool enter(exec_t *x)
 {
     if (++x->depth > RN_TMPL_MAX_EXEC_DEPTH) {
-        exec_fail(x, CR_E_TOO_LARGE, "exceeded maximum template depth (%d)",
+        rn_tmpl_exec_fail(x, CR_E_TOO_LARGE, "exceeded maximum template depth (%d)",
                   RN_TMPL_MAX_EXEC_DEPTH);
         return false;
     }
@@ -78,7 +78,7 @@ static bool out_span(exec_t *x, size_t from, bool trusted)
         return true;
     cr_status_t st = rn_tmpl_spans_add(x->spans, from, x->out->len - from, trusted);
     if (st) {
-        exec_fail(x, st, st == CR_E_NOMEM ? "out of memory" : "output spans out of order");
+        rn_tmpl_exec_fail(x, st, st == CR_E_NOMEM ? "out of memory" : "output spans out of order");
         return false;
     }
     return true;
@@ -89,11 +89,11 @@ static bool out_append(exec_t *x, cr_status_t st)
     if (!st)
         return true;
     if (st == CR_E_TOO_LARGE)
-        exec_fail(x, st, "template output exceeds %zu bytes", x->out->max_bytes);
+        rn_tmpl_exec_fail(x, st, "template output exceeds %zu bytes", x->out->max_bytes);
     else if (st == CR_E_NOMEM)
-        exec_fail(x, st, "out of memory");
+        rn_tmpl_exec_fail(x, st, "out of memory");
     else
-        exec_fail(x, st, "cannot print value");
+        rn_tmpl_exec_fail(x, st, "cannot print value");
     return false;
 }
 
@@ -105,7 +105,7 @@ static bool var_push(exec_t *x, const char *name, rn_val_t *v)
         size_t cap = x->cap_vars ? x->cap_vars * 2 : 16;
         exec_var_t *p = realloc(x->vars, cap * sizeof *p);
         if (!p) {
-            exec_fail(x, CR_E_NOMEM, "out of memory");
+            rn_tmpl_exec_fail(x, CR_E_NOMEM, "out of memory");
             return false;
         }
         x->vars = p;
@@ -135,7 +135,7 @@ static bool var_set(exec_t *x, const char *name, rn_val_t *v)
             return true;
         }
     }
-    exec_fail(x, CR_E_INVALID, "undefined variable: %s", name);
+    rn_tmpl_exec_fail(x, CR_E_INVALID, "undefined variable: %s", name);
     return false;
 }
 
@@ -153,7 +153,7 @@ static rn_val_t *var_value(exec_t *x, const char *name)
     for (size_t i = x->n_vars; i-- > 0;)
         if (!strcmp(x->vars[i].name, name))
             return rn_val_ref(x->vars[i].val);
-    return exec_fail(x, CR_E_INVALID, "undefined variable: %s", name);
+    return rn_tmpl_exec_fail(x, CR_E_INVALID, "undefined variable: %s", name);
 }
 
 /* ---- evaluation ---- */
@@ -174,8 +174,8 @@ static rn_val_t *not_a_function(exec_t *x, const tnode_t *first, size_t n_args, 
     if (has_args(n_args, final)) {
         cr_buf_t b;
         cr_buf_init(&b, 256);
-        tnode_to_string(first, &b);
-        exec_fail(x, CR_E_INVALID, "can't give argument to non-function %s",
+        rn_tmpl_node_to_string(first, &b);
+        rn_tmpl_exec_fail(x, CR_E_INVALID, "can't give argument to non-function %s",
                   b.data ? b.data : "");
         cr_buf_free(&b);
         return NULL;
@@ -189,22 +189,22 @@ static rn_val_t *eval_field(exec_t *x, const char *name, rn_val_t *recv, bool vi
                             bool args, bool *out_via_map)
 {
     *out_via_map = false;
-    const char *typ = via_map ? "interface {}" : val_type_name(recv);
+    const char *typ = via_map ? "interface {}" : rn_val_type_name(recv);
     switch (recv->kind) {
     case RN_VAL_NIL:
-        return exec_fail(x, CR_E_INVALID, "nil pointer evaluating %s.%s", typ, name);
+        return rn_tmpl_exec_fail(x, CR_E_INVALID, "nil pointer evaluating %s.%s", typ, name);
     case RN_VAL_STRUCT: {
         rn_val_t *v = rn_val_get(recv, name);
         if (!v)
             break;
         if (args)
-            return exec_fail(x, CR_E_INVALID, "%s has arguments but cannot be invoked as function",
+            return rn_tmpl_exec_fail(x, CR_E_INVALID, "%s has arguments but cannot be invoked as function",
                              name);
         return rn_val_ref(v);
     }
     case RN_VAL_MAP: {
         if (args)
-            return exec_fail(x, CR_E_INVALID, "%s is not a method but has arguments", name);
+            return rn_tmpl_exec_fail(x, CR_E_INVALID, "%s is not a method but has arguments", name);
         rn_val_t *v = rn_val_get(recv, name);
         *out_via_map = true;
         return rn_val_ref(v ? v : rn_val_nil()); /* missingkey=zero */
@@ -212,7 +212,7 @@ static rn_val_t *eval_field(exec_t *x, const char *name, rn_val_t *recv, bool vi
     default:
         break;
     }
-    return exec_fail(x, CR_E_INVALID, "can't evaluate field %s in type %s", name, typ);
+    return rn_tmpl_exec_fail(x, CR_E_INVALID, "can't evaluate field %s in type %s", name, typ);
 }
 
 /* Evaluates idents[0..n) on receiver; the last step sees the command's
@@ -251,10 +251,10 @@ static rn_val_t *literal(exec_t *x, const tnode_t *n)
         v = rn_val_trust(rn_val_strn_new(n->u.text.s, n->u.text.len));
         break;
     default:
-        return exec_fail(x, CR_E_INTERNAL, "not a literal");
+        return rn_tmpl_exec_fail(x, CR_E_INTERNAL, "not a literal");
     }
     if (!v)
-        return exec_fail(x, CR_E_NOMEM, "out of memory");
+        return rn_tmpl_exec_fail(x, CR_E_NOMEM, "out of memory");
     return v;
 }
 
@@ -283,13 +283,13 @@ static rn_val_t *eval_function(exec_t *x, rn_val_t *dot, const tnode_t *ident,
     x->at = ident;
     if ((int)n_in < arity[f].min) {
         if (arity[f].max < 0)
-            return exec_fail(x, CR_E_INVALID, "wrong number of args for %s: want at least %d got %zu",
+            return rn_tmpl_exec_fail(x, CR_E_INVALID, "wrong number of args for %s: want at least %d got %zu",
                              name, arity[f].min, n_in);
-        return exec_fail(x, CR_E_INVALID, "wrong number of args for %s: want %d got %zu", name,
+        return rn_tmpl_exec_fail(x, CR_E_INVALID, "wrong number of args for %s: want %d got %zu", name,
                          arity[f].min, n_in);
     }
     if (arity[f].max >= 0 && (int)n_in > arity[f].max)
-        return exec_fail(x, CR_E_INVALID, "wrong number of args for %s: want %d got %zu", name,
+        return rn_tmpl_exec_fail(x, CR_E_INVALID, "wrong number of args for %s: want %d got %zu", name,
                          arity[f].max, n_in);
 
     if (f == TF_AND || f == TF_OR) {
@@ -314,7 +314,7 @@ static rn_val_t *eval_function(exec_t *x, rn_val_t *dot, const tnode_t *ident,
     rn_val_t *stack_argv[8];
     rn_val_t **argv = n_in <= CR_ARRAY_LEN(stack_argv) ? stack_argv : calloc(n_in, sizeof *argv);
     if (!argv)
-        return exec_fail(x, CR_E_NOMEM, "out of memory");
+        return rn_tmpl_exec_fail(x, CR_E_NOMEM, "out of memory");
     size_t k = 0;
     rn_val_t *result = NULL;
     for (size_t i = 1; i < n_args; i++) {
@@ -326,7 +326,7 @@ static rn_val_t *eval_function(exec_t *x, rn_val_t *dot, const tnode_t *ident,
     if (final)
         argv[k++] = rn_val_ref(final);
     x->at = cmd;
-    result = tfunc_call(x, f, argv, k);
+    result = rn_tmpl_func_call(x, f, argv, k);
     /* A value the function made (only this call holds it) is trusted when
      * everything it was made from is; values handed through (index, a
      * map's element) keep their own mark. */
@@ -353,8 +353,8 @@ static rn_val_t *eval_chain(exec_t *x, rn_val_t *dot, const tnode_t *chain, bool
     if (chain->u.chain.node->type == TN_NIL) {
         cr_buf_t b;
         cr_buf_init(&b, 256);
-        tnode_to_string(chain, &b);
-        exec_fail(x, CR_E_INVALID, "indirection through explicit nil in %s", b.data ? b.data : "");
+        rn_tmpl_node_to_string(chain, &b);
+        rn_tmpl_exec_fail(x, CR_E_INVALID, "indirection through explicit nil in %s", b.data ? b.data : "");
         cr_buf_free(&b);
         return NULL;
     }
@@ -411,13 +411,13 @@ static rn_val_t *eval_command(exec_t *x, rn_val_t *dot, const tnode_t *cmd, rn_v
     case TN_DOT:
         return rn_val_ref(dot);
     case TN_NIL:
-        return exec_fail(x, CR_E_INVALID, "nil is not a command");
+        return rn_tmpl_exec_fail(x, CR_E_INVALID, "nil is not a command");
     case TN_BOOL:
     case TN_NUMBER:
     case TN_STRING:
         return literal(x, first);
     default:
-        return exec_fail(x, CR_E_INVALID, "can't evaluate command");
+        return rn_tmpl_exec_fail(x, CR_E_INVALID, "can't evaluate command");
     }
 }
 
@@ -446,7 +446,7 @@ static rn_val_t *eval_arg(exec_t *x, rn_val_t *dot, const tnode_t *n)
     case TN_STRING:
         return literal(x, n);
     default:
-        return exec_fail(x, CR_E_INVALID, "can't handle argument");
+        return rn_tmpl_exec_fail(x, CR_E_INVALID, "can't handle argument");
     }
 }
 
@@ -558,7 +558,7 @@ static rn_val_t *range_index(exec_t *x, rn_val_t **idx, int64_t i)
     rn_val_destroy(idx);
     *idx = rn_val_int_new(i);
     if (!*idx)
-        exec_fail(x, CR_E_NOMEM, "out of memory");
+        rn_tmpl_exec_fail(x, CR_E_NOMEM, "out of memory");
     return *idx;
 }
 
@@ -591,10 +591,10 @@ static int walk_range(exec_t *x, rn_val_t *dot, const tnode_t *n)
             break;
         size_t *order = malloc(len * sizeof *order);
         if (!order) {
-            exec_fail(x, CR_E_NOMEM, "out of memory");
+            rn_tmpl_exec_fail(x, CR_E_NOMEM, "out of memory");
             goto out;
         }
-        val_map_order(v, order);
+        rn_val_map_order(v, order);
         for (size_t i = 0; i < len; i++) {
             if (!step(x)) {
                 r = WALK_ERR;
@@ -603,7 +603,7 @@ static int walk_range(exec_t *x, rn_val_t *dot, const tnode_t *n)
             const val_entry_t *e = &v->u.map.ents[order[i]];
             rn_val_t *key = rn_val_str_new(e->key);
             if (!key) {
-                exec_fail(x, CR_E_NOMEM, "out of memory");
+                rn_tmpl_exec_fail(x, CR_E_NOMEM, "out of memory");
                 r = WALK_ERR;
                 break;
             }
@@ -623,7 +623,7 @@ static int walk_range(exec_t *x, rn_val_t *dot, const tnode_t *n)
     case RN_VAL_INT:
         if (n->u.branch.pipe->u.pipe.n_decl > 1) {
             x->at = n->u.branch.pipe;
-            exec_fail(x, CR_E_INVALID, "can't use %" PRId64 " to iterate over more than one variable",
+            rn_tmpl_exec_fail(x, CR_E_INVALID, "can't use %" PRId64 " to iterate over more than one variable",
                       v->u.i);
             goto out;
         }
@@ -643,9 +643,9 @@ static int walk_range(exec_t *x, rn_val_t *dot, const tnode_t *n)
     default: {
         cr_buf_t b;
         cr_buf_init(&b, 200);
-        val_print_depth(v, &b, 1);
+        rn_val_print_depth(v, &b, 1);
         x->at = n->u.branch.pipe;
-        exec_fail(x, CR_E_INVALID, "range can't iterate over %s", b.data ? b.data : "");
+        rn_tmpl_exec_fail(x, CR_E_INVALID, "range can't iterate over %s", b.data ? b.data : "");
         cr_buf_free(&b);
         goto out;
     }
@@ -668,7 +668,7 @@ static int walk_template(exec_t *x, rn_val_t *dot, const tnode_t *n)
             def = &x->t->defs[i];
     x->at = n;
     if (!def) {
-        exec_fail(x, CR_E_INVALID, "template \"%s\" not defined", n->u.tmpl.name);
+        rn_tmpl_exec_fail(x, CR_E_INVALID, "template \"%s\" not defined", n->u.tmpl.name);
         return WALK_ERR;
     }
     rn_val_t *v = eval_pipeline(x, dot, n->u.tmpl.pipe);
@@ -718,7 +718,7 @@ static int walk(exec_t *x, rn_val_t *dot, const tnode_t *n)
         if (n->u.action.pipe->u.pipe.n_decl == 0) {
             x->at = n;
             size_t from = x->out->len;
-            bool ok = out_append(x, val_print_depth(v, x->out, 0));
+            bool ok = out_append(x, rn_val_print_depth(v, x->out, 0));
             if (!out_span(x, from, rn_val_is_trusted(v)) || !ok)
                 r = WALK_ERR;
         }
@@ -749,7 +749,7 @@ static int walk(exec_t *x, rn_val_t *dot, const tnode_t *n)
     case TN_CONTINUE:
         return WALK_CONTINUE;
     default:
-        exec_fail(x, CR_E_INTERNAL, "unknown node");
+        rn_tmpl_exec_fail(x, CR_E_INTERNAL, "unknown node");
         return WALK_ERR;
     }
 }

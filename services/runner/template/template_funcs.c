@@ -41,7 +41,7 @@ static const char *const names[TF__COUNT] = {
     [TF_TO_TS_TYPE] = "toTypeScriptType",
 };
 
-tfunc_t tfunc_lookup(const char *name, size_t len)
+tfunc_t rn_tmpl_func_lookup(const char *name, size_t len)
 {
     for (int i = 0; i < TF__COUNT; i++)
         if (strlen(names[i]) == len && !memcmp(names[i], name, len))
@@ -49,7 +49,7 @@ tfunc_t tfunc_lookup(const char *name, size_t len)
     return TF__COUNT;
 }
 
-const char *tfunc_name(tfunc_t f)
+const char *rn_tmpl_func_name(tfunc_t f)
 {
     return f < TF__COUNT ? names[f] : "?";
 }
@@ -64,12 +64,12 @@ static rn_val_t *call_fail(exec_t *x, tfunc_t f, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return exec_fail(x, CR_E_INVALID, "error calling %s: %s", names[f], msg);
+    return rn_tmpl_exec_fail(x, CR_E_INVALID, "error calling %s: %s", names[f], msg);
 }
 
 static rn_val_t *nomem(exec_t *x)
 {
-    return exec_fail(x, CR_E_NOMEM, "out of memory");
+    return rn_tmpl_exec_fail(x, CR_E_NOMEM, "out of memory");
 }
 
 static rn_val_t *bool_val(exec_t *x, bool b)
@@ -87,7 +87,7 @@ static rn_val_t *buf_val(exec_t *x, cr_buf_t *b, cr_status_t st)
         v = rn_val_strn_new(b->data ? b->data : "", b->len);
     cr_buf_free(b);
     if (st == CR_E_TOO_LARGE)
-        return exec_fail(x, st, "template output exceeds %zu bytes", x->out->max_bytes);
+        return rn_tmpl_exec_fail(x, st, "template output exceeds %zu bytes", x->out->max_bytes);
     if (st || !v)
         return nomem(x);
     return v;
@@ -146,9 +146,9 @@ static int eq_pair(exec_t *x, tfunc_t f, const rn_val_t *a, const rn_val_t *b)
         {
             cr_buf_t vb;
             cr_buf_init(&vb, 200);
-            val_print_depth(b, &vb, 1);
+            rn_val_print_depth(b, &vb, 1);
             call_fail(x, f, "non-comparable type %s: %s", vb.data ? vb.data : "",
-                      val_type_name(b));
+                      rn_val_type_name(b));
             cr_buf_free(&vb);
         }
         return -1;
@@ -236,7 +236,7 @@ static rn_val_t *fn_len(exec_t *x, const rn_val_t *v)
         n = (int64_t)rn_val_len(v);
         break;
     default:
-        return call_fail(x, TF_LEN, "len of type %s", val_type_name(v));
+        return call_fail(x, TF_LEN, "len of type %s", rn_val_type_name(v));
     }
     rn_val_t *r = rn_val_int_new(n);
     return r ? r : nomem(x);
@@ -250,7 +250,7 @@ static bool index_arg(exec_t *x, tfunc_t f, const rn_val_t *idx, size_t cap, int
         return false;
     }
     if (idx->kind != RN_VAL_INT) {
-        call_fail(x, f, "cannot index slice/array with type %s", val_type_name(idx));
+        call_fail(x, f, "cannot index slice/array with type %s", rn_val_type_name(idx));
         return false;
     }
     if (idx->u.i < 0 || (uint64_t)idx->u.i > cap) {
@@ -302,7 +302,7 @@ static rn_val_t *fn_index(exec_t *x, rn_val_t **a, size_t n)
                 if (a[i]->kind == RN_VAL_NIL)
                     return call_fail(x, TF_INDEX, "value is nil; should be of type string");
                 return call_fail(x, TF_INDEX, "value has type %s; should be string",
-                                 val_type_name(a[i]));
+                                 rn_val_type_name(a[i]));
             }
             rn_val_t *v = rn_val_get(cur, a[i]->u.s.p);
             /* Keys with NUL bytes never match (keys are C strings). */
@@ -313,7 +313,7 @@ static rn_val_t *fn_index(exec_t *x, rn_val_t **a, size_t n)
         }
         default:
             rn_val_destroy(&cur);
-            return call_fail(x, TF_INDEX, "can't index item of type %s", val_type_name(item));
+            return call_fail(x, TF_INDEX, "can't index item of type %s", rn_val_type_name(item));
         }
         rn_val_destroy(&cur);
         cur = next;
@@ -337,7 +337,7 @@ static rn_val_t *fn_slice(exec_t *x, rn_val_t **a, size_t n)
     } else if (item->kind == RN_VAL_LIST) {
         len = item->u.list.len;
     } else {
-        return call_fail(x, TF_SLICE, "can't slice item of type %s", val_type_name(item));
+        return call_fail(x, TF_SLICE, "can't slice item of type %s", rn_val_type_name(item));
     }
     int64_t idx[3] = {0, (int64_t)len, (int64_t)len};
     for (size_t i = 0; i < nidx; i++)
@@ -356,7 +356,7 @@ static rn_val_t *fn_slice(exec_t *x, rn_val_t **a, size_t n)
         return nomem(x);
     for (int64_t i = idx[0]; i < idx[1]; i++) {
         rn_val_t *e = rn_val_ref(item->u.list.items[i]);
-        if (val_list_append(l, &e)) {
+        if (rn_val_list_append(l, &e)) {
             rn_val_destroy(&l);
             return nomem(x);
         }
@@ -523,7 +523,7 @@ static cr_status_t bad_verb(exec_t *x, const rn_val_t *v, char verb, const spec_
         return st;
     if (v->kind == RN_VAL_NIL)
         st = cr_buf_puts(out, "<nil>");
-    else if (!(st = cr_buf_puts(out, val_type_name(v))) && !(st = cr_buf_putc(out, '=')))
+    else if (!(st = cr_buf_puts(out, rn_val_type_name(v))) && !(st = cr_buf_putc(out, '=')))
         st = fmt_value(x, v, 'v', sp, out, depth + 1);
     return st ? st : cr_buf_putc(out, ')');
 }
@@ -716,7 +716,7 @@ static cr_status_t fmt_float(double f, char verb, const spec_t *sp, cr_buf_t *ou
             else if (sp->space && !signbit(f))
                 st = cr_buf_putc(&b, ' ');
             if (!st)
-                st = val_fmt_float_g(f, &b);
+                st = rn_val_fmt_float_g(f, &b);
             if (!st && verb == 'G')
                 for (size_t i = 0; i < b.len; i++)
                     if (b.data[i] == 'e')
@@ -769,14 +769,14 @@ static cr_status_t fmt_value(exec_t *x, const rn_val_t *v, char verb, const spec
     if ((v->flags & RN_VAL_F_JSON_PRINT) && strchr("vsqxX", verb)) {
         cr_buf_t b;
         cr_buf_init(&b, out->max_bytes);
-        cr_status_t st = val_print_depth(v, &b, depth + 1);
+        cr_status_t st = rn_val_print_depth(v, &b, depth + 1);
         if (!st)
             st = fmt_string(b.data ? b.data : "", b.len, verb, sp, out);
         cr_buf_free(&b);
         return st;
     }
     if (verb == 'T') {
-        const char *tn = v->kind == RN_VAL_NIL ? "<nil>" : val_type_name(v);
+        const char *tn = v->kind == RN_VAL_NIL ? "<nil>" : rn_val_type_name(v);
         return pad(out, sp, tn, strlen(tn), false);
     }
     cr_status_t st = CR_OK;
@@ -812,7 +812,7 @@ static cr_status_t fmt_value(exec_t *x, const rn_val_t *v, char verb, const spec
         size_t *idx = n ? malloc(n * sizeof *idx) : NULL;
         if (n && !idx)
             return CR_E_NOMEM;
-        val_map_order(v, idx);
+        rn_val_map_order(v, idx);
         st = cr_buf_puts(out, "map[");
         for (size_t i = 0; !st && i < n; i++) {
             const val_entry_t *e = &v->u.map.ents[idx[i]];
@@ -990,11 +990,11 @@ static cr_status_t go_sprintf(exec_t *x, const char *f, size_t flen, rn_val_t **
             if (args[k]->kind == RN_VAL_NIL) {
                 st = cr_buf_puts(out, "<nil>");
             } else {
-                st = cr_buf_puts(out, val_type_name(args[k]));
+                st = cr_buf_puts(out, rn_val_type_name(args[k]));
                 if (!st)
                     st = cr_buf_putc(out, '=');
                 if (!st)
-                    st = val_print_depth(args[k], out, 1);
+                    st = rn_val_print_depth(args[k], out, 1);
             }
         }
         if (!st)
@@ -1013,7 +1013,7 @@ static cr_status_t go_sprint(rn_val_t **args, size_t n, bool ln, cr_buf_t *out)
         if (i > 0 && (ln || (!is_string && !prev_string)))
             st = cr_buf_putc(out, ' ');
         if (!st)
-            st = val_print_depth(args[i], out, 1);
+            st = rn_val_print_depth(args[i], out, 1);
         prev_string = is_string;
     }
     if (!st && ln)
@@ -1035,7 +1035,7 @@ static cr_status_t escaper_arg(rn_val_t **args, size_t n, cr_buf_t *out)
         if (i > 0 && !is_string && !prev_string)
             st = cr_buf_putc(out, ' ');
         if (!st)
-            st = nil ? cr_buf_puts(out, "<no value>") : val_print_depth(args[i], out, 1);
+            st = nil ? cr_buf_puts(out, "<no value>") : rn_val_print_depth(args[i], out, 1);
         prev_string = is_string;
     }
     return st;
@@ -1108,8 +1108,8 @@ static rn_val_t *fn_date(exec_t *x, tfunc_t f, rn_val_t **a, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (a[i]->kind != RN_VAL_STRING)
-            return exec_fail(x, CR_E_INVALID, "wrong type for value; expected string; got %s",
-                             val_type_name(a[i]));
+            return rn_tmpl_exec_fail(x, CR_E_INVALID, "wrong type for value; expected string; got %s",
+                             rn_val_type_name(a[i]));
     time_t now = (time_t)x->now_unix;
     struct tm tm;
     if (!localtime_r(&now, &tm))
@@ -1183,7 +1183,7 @@ static cr_status_t ts_type(const rn_val_t *prop, cr_buf_t *out, int depth)
 
 /* ---- dispatch ---- */
 
-rn_val_t *tfunc_call(exec_t *x, tfunc_t f, rn_val_t **a, size_t n)
+rn_val_t *rn_tmpl_func_call(exec_t *x, tfunc_t f, rn_val_t **a, size_t n)
 {
     cr_buf_t b;
     cr_status_t st;
@@ -1210,10 +1210,10 @@ rn_val_t *tfunc_call(exec_t *x, tfunc_t f, rn_val_t **a, size_t n)
         return buf_val(x, &b, st);
     case TF_PRINTF:
         if (a[0]->kind == RN_VAL_NIL)
-            return exec_fail(x, CR_E_INVALID, "invalid value; expected string");
+            return rn_tmpl_exec_fail(x, CR_E_INVALID, "invalid value; expected string");
         if (a[0]->kind != RN_VAL_STRING)
-            return exec_fail(x, CR_E_INVALID, "wrong type for value; expected string; got %s",
-                             val_type_name(a[0]));
+            return rn_tmpl_exec_fail(x, CR_E_INVALID, "wrong type for value; expected string; got %s",
+                             rn_val_type_name(a[0]));
         scratch(x, &b);
         st = go_sprintf(x, a[0]->u.s.p, a[0]->u.s.len, a + 1, n - 1, &b);
         if (st == CR_E_INVALID) {
@@ -1240,7 +1240,7 @@ rn_val_t *tfunc_call(exec_t *x, tfunc_t f, rn_val_t **a, size_t n)
     case TF_CALL:
         if (a[0]->kind == RN_VAL_NIL)
             return call_fail(x, f, "call of nil");
-        return call_fail(x, f, "non-function of type %s", val_type_name(a[0]));
+        return call_fail(x, f, "non-function of type %s", rn_val_type_name(a[0]));
     case TF_JSON:
         scratch(x, &b);
         st = rn_val_to_json(a[0], &b);
@@ -1257,6 +1257,6 @@ rn_val_t *tfunc_call(exec_t *x, tfunc_t f, rn_val_t **a, size_t n)
         st = is_tool_property(a[0]) ? ts_type(a[0], &b, 0) : cr_buf_puts(&b, "any");
         return buf_val(x, &b, st);
     default:
-        return exec_fail(x, CR_E_INTERNAL, "function %s has no implementation", tfunc_name(f));
+        return rn_tmpl_exec_fail(x, CR_E_INTERNAL, "function %s has no implementation", rn_tmpl_func_name(f));
     }
 }

@@ -55,31 +55,31 @@ struct rn_val {
 
 /* Appends without the cycle check or key lookup (builder paths that know
  * the item is fresh and the key new). Takes ownership of *item_p. */
-cr_status_t val_list_append(rn_val_t *list, rn_val_t **item_p);
-cr_status_t val_map_append(rn_val_t *map, const char *key, size_t key_len,
+cr_status_t rn_val_list_append(rn_val_t *list, rn_val_t **item_p);
+cr_status_t rn_val_map_append(rn_val_t *map, const char *key, size_t key_len,
                            rn_val_t **item_p);
 
 /* Entry order for range and printing: insertion order for structs and
  * ordered maps, byte-wise sorted keys for Go maps. Fills idx[0..len) with
  * entry indices; idx must hold rn_val_len(v) entries. */
-void val_map_order(const rn_val_t *v, size_t *idx);
+void rn_val_map_order(const rn_val_t *v, size_t *idx);
 
 /* Go's name for v's type in messages ("string", "int", "[]interface {}",
  * "map[string]interface {}", the struct's type_name). */
-const char *val_type_name(const rn_val_t *v);
+const char *rn_val_type_name(const rn_val_t *v);
 
 /* Appends a float the way fmt's %v (strconv 'g', shortest) writes it. */
-cr_status_t val_fmt_float_g(double f, cr_buf_t *out);
+cr_status_t rn_val_fmt_float_g(double f, cr_buf_t *out);
 /* Shortest round-trip digits of |f| (f finite, nonzero): digits[] gets
  * the decimal digits (no dot), *exp10 the exponent so that the value is
  * 0.d1d2... x 10^exp10. Returns the digit count. */
-int val_shortest_digits(double f, char *digits, int *exp10);
+int rn_val_shortest_digits(double f, char *digits, int *exp10);
 
 /* Appends s as a JSON string with Go's escaping (HTML-safe). */
-cr_status_t val_json_string(const char *s, size_t len, cr_buf_t *out);
+cr_status_t rn_val_json_string(const char *s, size_t len, cr_buf_t *out);
 
 /* %v printing with the nesting depth known: depth 0 is an action's value. */
-cr_status_t val_print_depth(const rn_val_t *v, cr_buf_t *out, int depth);
+cr_status_t rn_val_print_depth(const rn_val_t *v, cr_buf_t *out, int depth);
 
 /* ---- arena: the tree and its strings, freed at once ---- */
 
@@ -89,9 +89,9 @@ typedef struct arena {
     size_t used_bytes; /* total handed out, for the source-size bound */
 } arena_t;
 
-void *arena_alloc(arena_t *a, size_t n); /* zeroed; NULL on OOM */
-char *arena_strndup(arena_t *a, const char *s, size_t n);
-void arena_free(arena_t *a);
+void *rn_tmpl_arena_alloc(arena_t *a, size_t n); /* zeroed; NULL on OOM */
+char *rn_tmpl_arena_strndup(arena_t *a, const char *s, size_t n);
+void rn_tmpl_arena_free(arena_t *a);
 
 /* ---- the syntax tree (mirrors Go's text/template/parse) ---- */
 
@@ -227,28 +227,28 @@ struct rn_tmpl {
 /* Decodes the body of a Go "..." or '...' literal (quotes stripped) into
  * out, which has room for len bytes (escapes never grow). Returns the
  * decoded length, or -1 for invalid syntax. */
-long tlit_unquote(const char *s, size_t len, char quote, char *out);
+long rn_tmpl_lit_unquote(const char *s, size_t len, char quote, char *out);
 
 /* Parses a number or character-constant token's text into n->u.num
  * (is_int, i, f). On error returns false with Go's message in msg. */
-bool tlit_number(const char *s, size_t len, bool is_char, tnode_t *n, char *msg, size_t cap);
+bool rn_tmpl_lit_number(const char *s, size_t len, bool is_char, tnode_t *n, char *msg, size_t cap);
 
 /* Builtin lookup by name: TF__COUNT when unknown. */
-tfunc_t tfunc_lookup(const char *name, size_t len);
-const char *tfunc_name(tfunc_t f);
+tfunc_t rn_tmpl_func_lookup(const char *name, size_t len);
+const char *rn_tmpl_func_name(tfunc_t f);
 
 /* Appends the node as Go's Node.String() writes it (for "at <...>"). */
-void tnode_to_string(const tnode_t *n, cr_buf_t *out);
+void rn_tmpl_node_to_string(const tnode_t *n, cr_buf_t *out);
 /* Appends s as a Go double-quoted string (%q). */
-void tmpl_quote_go(const char *s, size_t len, cr_buf_t *out);
+void rn_tmpl_quote_go(const char *s, size_t len, cr_buf_t *out);
 
 /* After parsing: collects the identifiers, appends {{ .Response }} when
  * `ollama` asks for it and the template lacks Messages and Response, and
  * builds the cut tree. CR_E_NOMEM when the arena is exhausted. */
-cr_status_t tmpl_touch_up(rn_tmpl_t *t, bool ollama);
+cr_status_t rn_tmpl_touch_up(rn_tmpl_t *t, bool ollama);
 
 /* 1-based line and 0-based byte column of a source offset. */
-void tmpl_line_col(const rn_tmpl_t *t, uint32_t pos, int *line, int *col);
+void rn_tmpl_line_col(const rn_tmpl_t *t, uint32_t pos, int *line, int *col);
 
 /* ---- execution state ---- */
 
@@ -275,13 +275,13 @@ typedef struct exec {
 } exec_t;
 
 /* Records an execution error at x->at (first one wins) and returns NULL,
- * for `return exec_fail(...)` in value-returning helpers. */
-rn_val_t *exec_fail(exec_t *x, cr_status_t st, const char *fmt, ...)
+ * for `return rn_tmpl_exec_fail(...)` in value-returning helpers. */
+rn_val_t *rn_tmpl_exec_fail(exec_t *x, cr_status_t st, const char *fmt, ...)
     CR_PRINTF(3, 4);
 
 /* Calls builtin f with evaluated args (borrowed). Returns a new reference,
  * or NULL with the error recorded. and/or are evaluated lazily by the
  * caller and never reach here. */
-rn_val_t *tfunc_call(exec_t *x, tfunc_t f, rn_val_t **args, size_t n);
+rn_val_t *rn_tmpl_func_call(exec_t *x, tfunc_t f, rn_val_t **args, size_t n);
 
 #endif

@@ -47,7 +47,7 @@ static size_t utf8_put(uint32_t cp, char *o)
 }
 
 /* Go's strconv.Unquote for "..." and '...' bodies: see template_impl.h. */
-long tlit_unquote(const char *s, size_t len, char quote, char *out)
+long rn_tmpl_lit_unquote(const char *s, size_t len, char quote, char *out)
 {
     size_t k = 0;
     for (size_t i = 0; i < len;) {
@@ -172,11 +172,11 @@ static bool underscores_ok(const char *s, size_t n)
 /* Parses a number token (or a character constant) the way Go's parser
  * does for the cases templates meet: ints (with 0x/0o/0b/0 prefixes and
  * underscores), floats, chars. Complex numbers are refused. */
-bool tlit_number(const char *s, size_t len, bool is_char, tnode_t *n, char *msg, size_t cap)
+bool rn_tmpl_lit_number(const char *s, size_t len, bool is_char, tnode_t *n, char *msg, size_t cap)
 {
     if (is_char) {
         char buf[16];
-        long k = len - 2 < sizeof buf ? tlit_unquote(s + 1, len - 2, '\'', buf) : -1;
+        long k = len - 2 < sizeof buf ? rn_tmpl_lit_unquote(s + 1, len - 2, '\'', buf) : -1;
         if (k <= 0) {
             snprintf(msg, cap, "invalid syntax");
             return false;

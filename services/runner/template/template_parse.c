@@ -24,7 +24,7 @@ struct arena_chunk {
     _Alignas(16) unsigned char data[];
 };
 
-void *arena_alloc(arena_t *a, size_t n)
+void *rn_tmpl_arena_alloc(arena_t *a, size_t n)
 {
     n = (n + 15) & ~(size_t)15;
     if (n > ARENA_MAX_BYTES || a->used_bytes > ARENA_MAX_BYTES - n)
@@ -47,15 +47,15 @@ void *arena_alloc(arena_t *a, size_t n)
     return p;
 }
 
-char *arena_strndup(arena_t *a, const char *s, size_t n)
+char *rn_tmpl_arena_strndup(arena_t *a, const char *s, size_t n)
 {
-    char *p = arena_alloc(a, n + 1);
+    char *p = rn_tmpl_arena_alloc(a, n + 1);
     if (p && n)
         memcpy(p, s, n);
     return p;
 }
 
-void arena_free(arena_t *a)
+void rn_tmpl_arena_free(arena_t *a)
 {
     arena_chunk_t *c = a->head;
     while (c) {
@@ -159,7 +159,7 @@ static bool is_alnum(int c)
     return c == '_' || isalnum(c) || c >= 0x80;
 }
 
-void tmpl_line_col(const rn_tmpl_t *t, uint32_t pos, int *line, int *col)
+void rn_tmpl_line_col(const rn_tmpl_t *t, uint32_t pos, int *line, int *col)
 {
     int ln = 1;
     size_t last_nl = 0;
@@ -187,7 +187,7 @@ static void perr(parser_t *p, uint32_t pos, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     int line, col;
-    tmpl_line_col(p->t, pos, &line, &col);
+    rn_tmpl_line_col(p->t, pos, &line, &col);
     p->st = CR_E_INVALID;
     p->err_pos = pos;
     cr_err_set(p->err, CR_E_INVALID, "template: :%d: %s", line, msg);
@@ -204,7 +204,7 @@ static void perr_nomem(parser_t *p)
 
 static void *palloc(parser_t *p, size_t n)
 {
-    void *q = arena_alloc(&p->t->arena, n);
+    void *q = rn_tmpl_arena_alloc(&p->t->arena, n);
     if (!q)
         perr_nomem(p);
     return q;
@@ -532,8 +532,8 @@ static void unexpected(parser_t *p, tok_t t, const char *context)
 {
     if (t.type == T_ERROR) {
         int l1, l2, c;
-        tmpl_line_col(p->t, t.pos, &l1, &c);
-        tmpl_line_col(p->t, p->action_pos, &l2, &c);
+        rn_tmpl_line_col(p->t, t.pos, &l1, &c);
+        rn_tmpl_line_col(p->t, p->action_pos, &l2, &c);
         size_t n = strlen(p->lex_err);
         if (p->in_action && l1 != l2) {
             if (n >= 7 && !strcmp(p->lex_err + n - 7, " action"))
@@ -642,7 +642,7 @@ static bool split_idents(parser_t *p, const char *s, size_t len, bool is_var,
         size_t j = 0;
         while (j < len && s[j] != '.')
             j++;
-        ids[k++] = arena_strndup(&p->t->arena, s, j);
+        ids[k++] = rn_tmpl_arena_strndup(&p->t->arena, s, j);
         i = j;
     }
     while (i < len) {
@@ -650,7 +650,7 @@ static bool split_idents(parser_t *p, const char *s, size_t len, bool is_var,
         size_t j = i + 1;
         while (j < len && s[j] != '.')
             j++;
-        ids[k++] = arena_strndup(&p->t->arena, s + i + 1, j - i - 1);
+        ids[k++] = rn_tmpl_arena_strndup(&p->t->arena, s + i + 1, j - i - 1);
         i = j;
     }
     for (size_t j = 0; j < k; j++)
@@ -684,7 +684,7 @@ static tnode_t *string_node(parser_t *p, tok_t t)
     tnode_t *n = new_node(p, TN_STRING, t.pos);
     if (!n)
         return NULL;
-    n->u.text.quoted = arena_strndup(&p->t->arena, s, t.len);
+    n->u.text.quoted = rn_tmpl_arena_strndup(&p->t->arena, s, t.len);
     if (t.type == T_RAW) {
         /* Raw strings drop carriage returns, as Go does. */
         char *o = palloc(p, t.len);
@@ -701,7 +701,7 @@ static tnode_t *string_node(parser_t *p, tok_t t)
     char *o = palloc(p, t.len);
     if (!o)
         return NULL;
-    long k = tlit_unquote(s + 1, t.len - 2, '"', o);
+    long k = rn_tmpl_lit_unquote(s + 1, t.len - 2, '"', o);
     if (k < 0) {
         perr(p, t.pos, "invalid syntax");
         return NULL;
@@ -717,13 +717,13 @@ static tnode_t *number_node(parser_t *p, tok_t t)
     if (!n)
         return NULL;
     const char *s = p->src + t.pos;
-    n->u.num.text = arena_strndup(&p->t->arena, s, t.len);
+    n->u.num.text = rn_tmpl_arena_strndup(&p->t->arena, s, t.len);
     if (!n->u.num.text) {
         perr_nomem(p);
         return NULL;
     }
     char msg[160];
-    if (!tlit_number(s, t.len, t.type == T_CHAR, n, msg, sizeof msg)) {
+    if (!rn_tmpl_lit_number(s, t.len, t.type == T_CHAR, n, msg, sizeof msg)) {
         perr(p, t.pos, "%s", msg);
         return NULL;
     }
@@ -740,14 +740,14 @@ static tnode_t *parse_term(parser_t *p)
     tok_t t = next_nonspace(p);
     switch (t.type) {
     case T_IDENT: {
-        tfunc_t f = tfunc_lookup(p->src + t.pos, t.len);
+        tfunc_t f = rn_tmpl_func_lookup(p->src + t.pos, t.len);
         if (f == TF__COUNT) {
             perr(p, t.pos, "function \"%.*s\" not defined", (int)t.len, p->src + t.pos);
             return NULL;
         }
         tnode_t *n = new_node(p, TN_IDENT, t.pos);
         if (n) {
-            n->u.ident.name = tfunc_name(f);
+            n->u.ident.name = rn_tmpl_func_name(f);
             n->u.ident.fn = f;
         }
         return n;
@@ -810,7 +810,7 @@ static tnode_t *parse_operand(parser_t *p)
     uint32_t chain_pos = t.pos;
     vec_t ids = {0};
     while ((t = next_tok(p)).type == T_FIELD) {
-        const char *name = arena_strndup(&p->t->arena, p->src + t.pos + 1, t.len - 1);
+        const char *name = rn_tmpl_arena_strndup(&p->t->arena, p->src + t.pos + 1, t.len - 1);
         if (!name || !vec_push(p, &ids, (void *)name)) {
             free(ids.items);
             perr_nomem(p);
@@ -835,10 +835,10 @@ static tnode_t *parse_operand(parser_t *p)
     case TN_DOT: {
         cr_buf_t b;
         cr_buf_init(&b, 256);
-        tnode_to_string(node, &b);
+        rn_tmpl_node_to_string(node, &b);
         cr_buf_t q;
         cr_buf_init(&q, 512);
-        tmpl_quote_go(b.data ? b.data : "", b.len, &q);
+        rn_tmpl_quote_go(b.data ? b.data : "", b.len, &q);
         perr(p, chain_pos, "unexpected . after term %s", q.data ? q.data : "");
         cr_buf_free(&q);
         cr_buf_free(&b);
@@ -1053,7 +1053,7 @@ static const char *parse_template_name(parser_t *p, tok_t t, const char *context
     tnode_t *s = string_node(p, t);
     if (!s)
         return NULL;
-    return arena_strndup(&p->t->arena, s->u.text.s, s->u.text.len);
+    return rn_tmpl_arena_strndup(&p->t->arena, s->u.text.s, s->u.text.len);
 }
 
 static void add_define(parser_t *p, const char *name, tnode_t *body, uint32_t pos)
@@ -1374,7 +1374,7 @@ static cr_status_t tmpl_parse(const char *src, size_t len, bool ollama, rn_tmpl_
         /* Ollama's Vars() refuses a template call without a pipeline. */
         perr(&p, p.bare_template_pos - 1, "undefined template specified");
     }
-    if (!p.st && tmpl_touch_up(t, ollama))
+    if (!p.st && rn_tmpl_touch_up(t, ollama))
         perr_nomem(&p);
     if (p.st) {
         cr_status_t st = p.st;
@@ -1400,7 +1400,7 @@ void rn_tmpl_destroy(rn_tmpl_t **self_p)
     if (!self_p || !*self_p)
         return;
     rn_tmpl_t *t = *self_p;
-    arena_free(&t->arena);
+    rn_tmpl_arena_free(&t->arena);
     free(t->src);
     free(t);
     *self_p = NULL;

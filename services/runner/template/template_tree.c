@@ -29,8 +29,8 @@ static bool add_ident(rn_tmpl_t *t, const char *id)
     for (size_t i = 0; i < t->n_idents; i++)
         if (!strcmp(t->idents[i], low))
             return true;
-    char **ids = arena_alloc(&t->arena, (t->n_idents + 1) * sizeof *ids);
-    char *copy = arena_strndup(&t->arena, low, n);
+    char **ids = rn_tmpl_arena_alloc(&t->arena, (t->n_idents + 1) * sizeof *ids);
+    char *copy = rn_tmpl_arena_strndup(&t->arena, low, n);
     if (!ids || !copy)
         return false;
     if (t->n_idents)
@@ -98,7 +98,7 @@ bool rn_tmpl_uses(const rn_tmpl_t *t, const char *ident)
 
 static tnode_t *node(rn_tmpl_t *t, tnode_type_t type)
 {
-    tnode_t *n = arena_alloc(&t->arena, sizeof *n);
+    tnode_t *n = rn_tmpl_arena_alloc(&t->arena, sizeof *n);
     if (n) {
         n->type = type;
         n->pos = (uint32_t)t->src_len;
@@ -110,10 +110,10 @@ static bool append_response(rn_tmpl_t *t)
 {
     tnode_t *field = node(t, TN_FIELD), *cmd = node(t, TN_COMMAND);
     tnode_t *pipe = node(t, TN_PIPE), *action = node(t, TN_ACTION);
-    const char **ids = arena_alloc(&t->arena, sizeof *ids);
-    tnode_t **args = arena_alloc(&t->arena, sizeof *args);
-    tnode_t **cmds = arena_alloc(&t->arena, sizeof *cmds);
-    tnode_t **nodes = arena_alloc(&t->arena, (t->root->u.list.n + 1) * sizeof *nodes);
+    const char **ids = rn_tmpl_arena_alloc(&t->arena, sizeof *ids);
+    tnode_t **args = rn_tmpl_arena_alloc(&t->arena, sizeof *args);
+    tnode_t **cmds = rn_tmpl_arena_alloc(&t->arena, sizeof *cmds);
+    tnode_t **nodes = rn_tmpl_arena_alloc(&t->arena, (t->root->u.list.n + 1) * sizeof *nodes);
     if (!field || !cmd || !pipe || !action || !ids || !args || !cmds || !nodes)
         return false;
     ids[0] = "Response";
@@ -156,7 +156,7 @@ static bool cut_pred(cut_t *c, const tnode_t *n)
 
 static tnode_t *cut_copy(cut_t *c, const tnode_t *n)
 {
-    tnode_t *m = arena_alloc(&c->t->arena, sizeof *m);
+    tnode_t *m = rn_tmpl_arena_alloc(&c->t->arena, sizeof *m);
     if (m)
         *m = *n;
     else
@@ -166,7 +166,7 @@ static tnode_t *cut_copy(cut_t *c, const tnode_t *n)
 
 static void *cut_alloc(cut_t *c, size_t n)
 {
-    void *p = arena_alloc(&c->t->arena, n ? n : 1);
+    void *p = rn_tmpl_arena_alloc(&c->t->arena, n ? n : 1);
     if (!p)
         c->oom = true;
     return p;
@@ -262,7 +262,7 @@ static tnode_t *cut_walk(cut_t *c, tnode_t *n, int depth)
     }
 }
 
-cr_status_t tmpl_touch_up(rn_tmpl_t *t, bool ollama)
+cr_status_t rn_tmpl_touch_up(rn_tmpl_t *t, bool ollama)
 {
     if (!collect_idents(t, t->root, 0))
         return CR_E_NOMEM;
@@ -283,7 +283,7 @@ cr_status_t tmpl_touch_up(rn_tmpl_t *t, bool ollama)
 
 /* ---- Node.String() ---- */
 
-void tmpl_quote_go(const char *s, size_t len, cr_buf_t *out)
+void rn_tmpl_quote_go(const char *s, size_t len, cr_buf_t *out)
 {
     cr_buf_putc(out, '"');
     for (size_t i = 0; i < len; i++) {
@@ -304,7 +304,7 @@ void tmpl_quote_go(const char *s, size_t len, cr_buf_t *out)
     cr_buf_putc(out, '"');
 }
 
-void tnode_to_string(const tnode_t *n, cr_buf_t *out)
+void rn_tmpl_node_to_string(const tnode_t *n, cr_buf_t *out)
 {
     if (!n)
         return;
@@ -325,10 +325,10 @@ void tnode_to_string(const tnode_t *n, cr_buf_t *out)
     case TN_CHAIN:
         if (n->u.chain.node->type == TN_PIPE) {
             cr_buf_putc(out, '(');
-            tnode_to_string(n->u.chain.node, out);
+            rn_tmpl_node_to_string(n->u.chain.node, out);
             cr_buf_putc(out, ')');
         } else {
-            tnode_to_string(n->u.chain.node, out);
+            rn_tmpl_node_to_string(n->u.chain.node, out);
         }
         for (size_t i = 0; i < n->u.chain.n; i++) {
             cr_buf_putc(out, '.');
@@ -351,7 +351,7 @@ void tnode_to_string(const tnode_t *n, cr_buf_t *out)
         cr_buf_puts(out, n->u.num.text);
         break;
     case TN_STRING:
-        tmpl_quote_go(n->u.text.s, n->u.text.len, out);
+        rn_tmpl_quote_go(n->u.text.s, n->u.text.len, out);
         break;
     case TN_COMMAND:
         for (size_t i = 0; i < n->u.cmd.n; i++) {
@@ -360,10 +360,10 @@ void tnode_to_string(const tnode_t *n, cr_buf_t *out)
             const tnode_t *a = n->u.cmd.args[i];
             if (a->type == TN_PIPE) {
                 cr_buf_putc(out, '(');
-                tnode_to_string(a, out);
+                rn_tmpl_node_to_string(a, out);
                 cr_buf_putc(out, ')');
             } else {
-                tnode_to_string(a, out);
+                rn_tmpl_node_to_string(a, out);
             }
         }
         break;
@@ -371,27 +371,27 @@ void tnode_to_string(const tnode_t *n, cr_buf_t *out)
         for (size_t i = 0; i < n->u.pipe.n_decl; i++) {
             if (i)
                 cr_buf_puts(out, ", ");
-            tnode_to_string(n->u.pipe.decl[i], out);
+            rn_tmpl_node_to_string(n->u.pipe.decl[i], out);
         }
         if (n->u.pipe.n_decl)
             cr_buf_puts(out, n->u.pipe.is_assign ? " = " : " := ");
         for (size_t i = 0; i < n->u.pipe.n_cmds; i++) {
             if (i)
                 cr_buf_puts(out, " | ");
-            tnode_to_string(n->u.pipe.cmds[i], out);
+            rn_tmpl_node_to_string(n->u.pipe.cmds[i], out);
         }
         break;
     case TN_ACTION:
         cr_buf_puts(out, "{{");
-        tnode_to_string(n->u.action.pipe, out);
+        rn_tmpl_node_to_string(n->u.action.pipe, out);
         cr_buf_puts(out, "}}");
         break;
     case TN_TEMPLATE:
         cr_buf_puts(out, "{{template ");
-        tmpl_quote_go(n->u.tmpl.name, strlen(n->u.tmpl.name), out);
+        rn_tmpl_quote_go(n->u.tmpl.name, strlen(n->u.tmpl.name), out);
         if (n->u.tmpl.pipe) {
             cr_buf_putc(out, ' ');
-            tnode_to_string(n->u.tmpl.pipe, out);
+            rn_tmpl_node_to_string(n->u.tmpl.pipe, out);
         }
         cr_buf_puts(out, "}}");
         break;
@@ -399,7 +399,7 @@ void tnode_to_string(const tnode_t *n, cr_buf_t *out)
     case TN_RANGE:
     case TN_WITH:
         cr_buf_puts(out, n->type == TN_IF ? "{{if " : n->type == TN_RANGE ? "{{range " : "{{with ");
-        tnode_to_string(n->u.branch.pipe, out);
+        rn_tmpl_node_to_string(n->u.branch.pipe, out);
         cr_buf_puts(out, "}}");
         break;
     case TN_BREAK:
@@ -409,7 +409,7 @@ void tnode_to_string(const tnode_t *n, cr_buf_t *out)
         cr_buf_puts(out, "{{continue}}");
         break;
     case TN_TEXT:
-        tmpl_quote_go(n->u.text.s, n->u.text.len, out);
+        rn_tmpl_quote_go(n->u.text.s, n->u.text.len, out);
         break;
     case TN_LIST:
         break;

@@ -190,7 +190,7 @@ static bool val_contains(const rn_val_t *hay, const rn_val_t *needle, int depth)
     return false;
 }
 
-cr_status_t val_list_append(rn_val_t *list, rn_val_t **item_p)
+cr_status_t rn_val_list_append(rn_val_t *list, rn_val_t **item_p)
 {
     rn_val_t *item = *item_p;
     *item_p = NULL;
@@ -243,7 +243,7 @@ nomem:
     return CR_E_NOMEM;
 }
 
-cr_status_t val_map_append(rn_val_t *map, const char *key, size_t key_len,
+cr_status_t rn_val_map_append(rn_val_t *map, const char *key, size_t key_len,
                            rn_val_t **item_p)
 {
     return entry_append(map, key, key_len, NULL, 0, item_p);
@@ -255,7 +255,7 @@ cr_status_t rn_val_list_push(rn_val_t *list, rn_val_t **item_p)
         rn_val_destroy(item_p);
         return CR_E_INVALID;
     }
-    return val_list_append(list, item_p);
+    return rn_val_list_append(list, item_p);
 }
 
 cr_status_t rn_val_map_set(rn_val_t *map, const char *key, rn_val_t **item_p)
@@ -385,7 +385,7 @@ bool rn_val_truth(const rn_val_t *v)
     return false;
 }
 
-const char *val_type_name(const rn_val_t *v)
+const char *rn_val_type_name(const rn_val_t *v)
 {
     switch (rn_val_kind(v)) {
     case RN_VAL_NIL:
@@ -424,7 +424,7 @@ static int key_idx_cmp(const void *a, const void *b)
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-void val_map_order(const rn_val_t *v, size_t *idx)
+void rn_val_map_order(const rn_val_t *v, size_t *idx)
 {
     size_t n = rn_val_len(v);
     for (size_t i = 0; i < n; i++)
@@ -455,7 +455,7 @@ void val_map_order(const rn_val_t *v, size_t *idx)
 
 /* ---- numbers the Go way ---- */
 
-int val_shortest_digits(double f, char *digits, int *exp10)
+int rn_val_shortest_digits(double f, char *digits, int *exp10)
 {
     char tmp[40];
     double a = fabs(f);
@@ -522,7 +522,7 @@ static cr_status_t fmt_f(bool neg, const char *d, int nd, int dp, cr_buf_t *out)
     return st;
 }
 
-cr_status_t val_fmt_float_g(double f, cr_buf_t *out)
+cr_status_t rn_val_fmt_float_g(double f, cr_buf_t *out)
 {
     if (isnan(f))
         return cr_buf_puts(out, "NaN");
@@ -532,7 +532,7 @@ cr_status_t val_fmt_float_g(double f, cr_buf_t *out)
         return cr_buf_puts(out, signbit(f) ? "-0" : "0");
     char d[32];
     int dp = 0;
-    int nd = val_shortest_digits(f, d, &dp);
+    int nd = rn_val_shortest_digits(f, d, &dp);
     /* strconv 'g' with the shortest precision switches to %e when the
      * exponent is < -4 or >= 6, so 1e6 prints "1e+06". */
     int exp = dp - 1;
@@ -550,7 +550,7 @@ static cr_status_t json_float(double f, cr_buf_t *out)
         return cr_buf_puts(out, signbit(f) ? "-0" : "0");
     char d[32];
     int dp = 0;
-    int nd = val_shortest_digits(f, d, &dp);
+    int nd = rn_val_shortest_digits(f, d, &dp);
     double a = fabs(f);
     if (a < 1e-6 || a >= 1e21) {
         /* 'e' format, then "e-07" -> "e-7" as Go cleans it up. */
@@ -606,7 +606,7 @@ static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
     return len;
 }
 
-cr_status_t val_json_string(const char *s, size_t len, cr_buf_t *out)
+cr_status_t rn_val_json_string(const char *s, size_t len, cr_buf_t *out)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *p = (const unsigned char *)s;
@@ -695,7 +695,7 @@ static cr_status_t to_json(const rn_val_t *v, cr_buf_t *out, int depth)
     case RN_VAL_FLOAT:
         return json_float(v->u.f, out);
     case RN_VAL_STRING:
-        return val_json_string(v->u.s.p, v->u.s.len, out);
+        return rn_val_json_string(v->u.s.p, v->u.s.len, out);
     case RN_VAL_LIST:
         if (v->flags & RN_VAL_F_NIL)
             return cr_buf_puts(out, "null");
@@ -714,14 +714,14 @@ static cr_status_t to_json(const rn_val_t *v, cr_buf_t *out, int depth)
         size_t *idx = n ? malloc(n * sizeof *idx) : NULL;
         if (n && !idx)
             return CR_E_NOMEM;
-        val_map_order(v, idx);
+        rn_val_map_order(v, idx);
         st = cr_buf_putc(out, '{');
         for (size_t i = 0; !st && i < n; i++) {
             const val_entry_t *e = &v->u.map.ents[idx[i]];
             if (i)
                 st = cr_buf_putc(out, ',');
             if (!st)
-                st = val_json_string(e->key, strlen(e->key), out);
+                st = rn_val_json_string(e->key, strlen(e->key), out);
             if (!st)
                 st = cr_buf_putc(out, ':');
             if (!st)
@@ -744,7 +744,7 @@ static cr_status_t to_json(const rn_val_t *v, cr_buf_t *out, int depth)
                 st = cr_buf_putc(out, ',');
             first = false;
             if (!st)
-                st = val_json_string(name, strlen(name), out);
+                st = rn_val_json_string(name, strlen(name), out);
             if (!st)
                 st = cr_buf_putc(out, ':');
             if (!st)
@@ -770,7 +770,7 @@ cr_status_t rn_val_to_json(const rn_val_t *v, cr_buf_t *out)
 
 /* ---- printing (%v) ---- */
 
-cr_status_t val_print_depth(const rn_val_t *v, cr_buf_t *out, int depth)
+cr_status_t rn_val_print_depth(const rn_val_t *v, cr_buf_t *out, int depth)
 {
     if (depth > RN_VAL_MAX_DEPTH)
         return CR_E_INVALID;
@@ -791,7 +791,7 @@ cr_status_t val_print_depth(const rn_val_t *v, cr_buf_t *out, int depth)
     case RN_VAL_INT:
         return cr_buf_printf(out, "%" PRId64, v->u.i);
     case RN_VAL_FLOAT:
-        return val_fmt_float_g(v->u.f, out);
+        return rn_val_fmt_float_g(v->u.f, out);
     case RN_VAL_STRING:
         return cr_buf_append(out, v->u.s.p, v->u.s.len);
     case RN_VAL_LIST:
@@ -800,7 +800,7 @@ cr_status_t val_print_depth(const rn_val_t *v, cr_buf_t *out, int depth)
             if (i)
                 st = cr_buf_putc(out, ' ');
             if (!st)
-                st = val_print_depth(v->u.list.items[i], out, depth + 1);
+                st = rn_val_print_depth(v->u.list.items[i], out, depth + 1);
         }
         return st ? st : cr_buf_putc(out, ']');
     case RN_VAL_MAP: {
@@ -808,7 +808,7 @@ cr_status_t val_print_depth(const rn_val_t *v, cr_buf_t *out, int depth)
         size_t *idx = n ? malloc(n * sizeof *idx) : NULL;
         if (n && !idx)
             return CR_E_NOMEM;
-        val_map_order(v, idx);
+        rn_val_map_order(v, idx);
         st = cr_buf_puts(out, "map[");
         for (size_t i = 0; !st && i < n; i++) {
             const val_entry_t *e = &v->u.map.ents[idx[i]];
@@ -819,7 +819,7 @@ cr_status_t val_print_depth(const rn_val_t *v, cr_buf_t *out, int depth)
             if (!st)
                 st = cr_buf_putc(out, ':');
             if (!st)
-                st = val_print_depth(e->val, out, depth + 1);
+                st = rn_val_print_depth(e->val, out, depth + 1);
         }
         free(idx);
         return st ? st : cr_buf_putc(out, ']');
@@ -830,7 +830,7 @@ cr_status_t val_print_depth(const rn_val_t *v, cr_buf_t *out, int depth)
             if (i)
                 st = cr_buf_putc(out, ' ');
             if (!st)
-                st = val_print_depth(v->u.map.ents[i].val, out, depth + 1);
+                st = rn_val_print_depth(v->u.map.ents[i].val, out, depth + 1);
         }
         return st ? st : cr_buf_putc(out, '}');
     }
@@ -841,7 +841,7 @@ cr_status_t rn_val_print(const rn_val_t *v, cr_buf_t *out)
 {
     /* A nil inside fmt.Print prints "<nil>"; "<no value>" is the
      * template's word for an action that yields nothing. */
-    return val_print_depth(v ? v : &nil_g, out, 1);
+    return rn_val_print_depth(v ? v : &nil_g, out, 1);
 }
 
 /* ---- from JSON ---- */
@@ -884,7 +884,7 @@ static cr_status_t from_json(const json_t *j, unsigned opts, int depth,
             rn_val_t *item = NULL;
             st = from_json(e, opts, depth + 1, &item, err);
             if (!st)
-                st = val_list_append(v, &item);
+                st = rn_val_list_append(v, &item);
             if (st)
                 goto fail;
         }
@@ -903,7 +903,7 @@ static cr_status_t from_json(const json_t *j, unsigned opts, int depth,
             rn_val_t *item = NULL;
             st = from_json(e, opts, depth + 1, &item, err);
             if (!st)
-                st = val_map_append(v, key, key_len, &item);
+                st = rn_val_map_append(v, key, key_len, &item);
             if (st)
                 goto fail;
         }
