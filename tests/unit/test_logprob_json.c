@@ -10,6 +10,7 @@
 #include "services/runner/output/logprob_json.h"
 #include "services/runner/synth.h"
 #include "services/runner/text/tokenizer.h"
+#include "services/runner/text/unicode.h"
 #include "tests/unit/check.h"
 
 #include <jansson.h>

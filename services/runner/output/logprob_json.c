@@ -6,18 +6,6 @@
 #include <float.h>
 #include <math.h>
 
-bool rn_utf8_valid(const char *p, size_t n)
-{
-    const uint8_t *s = (const uint8_t *)p;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        i += rn_utf8_decode(s + i, n - i, &cp);
-        if (RN_UTF8_IS_RAW(cp))
-            return false;
-    }
-    return true;
-}
-
 /* A JSON string of valid UTF-8, escaped as jansson escapes by default:
  * quote, backslash and the C escapes by name, other controls as \u00XX,
  * everything else (non-ASCII included) as is. */

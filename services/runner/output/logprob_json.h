@@ -22,8 +22,4 @@ cr_status_t rn_logprob_json(cr_buf_t *out, const rn_tokenizer_t *tok,
                             int32_t token, float lp, const rn_logprob_t *top,
                             size_t n_top);
 
-/* True if p[0..n) is valid UTF-8 as JSON strings require (rn_utf8_decode
- * finds no raw byte: no overlongs, surrogates or values past U+10FFFF). */
-bool rn_utf8_valid(const char *p, size_t n);
-
 #endif

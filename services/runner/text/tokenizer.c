@@ -139,7 +139,7 @@ static bool bigram_less(const rn_bigram_t *a, const rn_bigram_t *b)
     return a->key < b->key || (a->key == b->key && a->left < b->left);
 }
 
-cr_status_t rn_heap_push(rn_heap_t *h, rn_bigram_t b)
+cr_status_t rn_tok_heap_push(rn_tok_heap_t *h, rn_bigram_t b)
 {
     if (h->n == h->cap) {
         size_t nc = h->cap ? h->cap * 2 : 64;
@@ -161,7 +161,7 @@ cr_status_t rn_heap_push(rn_heap_t *h, rn_bigram_t b)
     return CR_OK;
 }
 
-bool rn_heap_pop(rn_heap_t *h, rn_bigram_t *out)
+bool rn_tok_heap_pop(rn_tok_heap_t *h, rn_bigram_t *out)
 {
     if (h->n == 0)
         return false;
@@ -184,7 +184,7 @@ bool rn_heap_pop(rn_heap_t *h, rn_bigram_t *out)
     return true;
 }
 
-void rn_heap_free(rn_heap_t *h)
+void rn_tok_heap_free(rn_tok_heap_t *h)
 {
     free(h->v);
     h->v = NULL;

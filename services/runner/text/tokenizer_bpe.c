@@ -143,7 +143,7 @@ typedef struct sym {
     uint32_t n;         /* bytes; 0 once merged into its left neighbour */
 } sym_t;
 
-static cr_status_t try_pair(const rn_tokenizer_t *tok, rn_heap_t *h,
+static cr_status_t try_pair(const rn_tokenizer_t *tok, rn_tok_heap_t *h,
                             const sym_t *s, int32_t l, int32_t r)
 {
     if (l < 0 || r < 0)
@@ -153,7 +153,7 @@ static cr_status_t try_pair(const rn_tokenizer_t *tok, rn_heap_t *h,
     if (!merge_find(tok, s[l].id, s[r].id, &rank, &res))
         return CR_OK;
     rn_bigram_t b = {(double)rank, l, r, s[l].n + s[r].n};
-    return rn_heap_push(h, b);
+    return rn_tok_heap_push(h, b);
 }
 
 /* Emits the token of raw byte b, or <unk>, when no token spells a symbol. */
@@ -168,7 +168,7 @@ static void emit_byte(const rn_tokenizer_t *tok, uint8_t b, rn_emit_t *e)
 
 /* Merges one pre-token (raw bytes w[0..n)) and emits its tokens. */
 static cr_status_t encode_word(const rn_tokenizer_t *tok, const uint8_t *w,
-                               size_t n, sym_t *s, rn_heap_t *h, char *enc,
+                               size_t n, sym_t *s, rn_tok_heap_t *h, char *enc,
                                rn_emit_t *e)
 {
     if (tok->ignore_merges) {
@@ -194,7 +194,7 @@ static cr_status_t encode_word(const rn_tokenizer_t *tok, const uint8_t *w,
         if ((st = try_pair(tok, h, s, (int32_t)i - 1, (int32_t)i)))
             return st;
     rn_bigram_t b;
-    while (rn_heap_pop(h, &b)) {
+    while (rn_tok_heap_pop(h, &b)) {
         sym_t *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
             continue; /* one side changed since this pair was queued */
@@ -234,7 +234,7 @@ cr_status_t rn_bpe_encode(const rn_tokenizer_t *tok, const char *text,
     uint32_t *ends = NULL;
     sym_t *syms = NULL;
     char *enc = NULL;
-    rn_heap_t heap = {0};
+    rn_tok_heap_t heap = {0};
     if (!cps || !offs)
         goto out;
 
@@ -273,6 +273,6 @@ out:
     free(ends);
     free(syms);
     free(enc);
-    rn_heap_free(&heap);
+    rn_tok_heap_free(&heap);
     return st;
 }

@@ -106,13 +106,13 @@ typedef struct rn_bigram {
 typedef struct rn_heap {
     rn_bigram_t *v;
     size_t n, cap;
-} rn_heap_t;
+} rn_tok_heap_t;
 
 /* Pushes b, growing the heap; CR_E_NOMEM. */
-cr_status_t rn_heap_push(rn_heap_t *h, rn_bigram_t b);
+cr_status_t rn_tok_heap_push(rn_tok_heap_t *h, rn_bigram_t b);
 /* Pops the least entry into *b; false when empty. */
-bool rn_heap_pop(rn_heap_t *h, rn_bigram_t *b);
-void rn_heap_free(rn_heap_t *h);
+bool rn_tok_heap_pop(rn_tok_heap_t *h, rn_bigram_t *b);
+void rn_tok_heap_free(rn_tok_heap_t *h);
 
 /* Id of the string text[0..len) (tokens first, then BPE extras), or -1. */
 int32_t rn_tok_lookup(const rn_tokenizer_t *tok, const char *text, size_t len);

@@ -17,7 +17,7 @@ typedef struct sym {
     int32_t prev, next; /* neighbours, -1 at the ends */
 } sym_t;
 
-static cr_status_t try_pair(const rn_tokenizer_t *tok, rn_heap_t *h,
+static cr_status_t try_pair(const rn_tokenizer_t *tok, rn_tok_heap_t *h,
                             const sym_t *s, const char *text, int32_t l,
                             int32_t r)
 {
@@ -30,7 +30,7 @@ static cr_status_t try_pair(const rn_tokenizer_t *tok, rn_heap_t *h,
     if (id < 0 || (uint32_t)id >= tok->n_vocab)
         return CR_OK;
     rn_bigram_t b = {-(double)tok->scores[id], l, r, size};
-    return rn_heap_push(h, b);
+    return rn_tok_heap_push(h, b);
 }
 
 cr_status_t rn_spm_encode(const rn_tokenizer_t *tok, const char *text,
@@ -40,7 +40,7 @@ cr_status_t rn_spm_encode(const rn_tokenizer_t *tok, const char *text,
     size_t cap = 3 * len + 3;
     char *buf = malloc(cap ? cap : 1);
     sym_t *s = NULL;
-    rn_heap_t heap = {0};
+    rn_tok_heap_t heap = {0};
     cr_status_t st = CR_E_NOMEM;
     if (!buf)
         goto out;
@@ -85,7 +85,7 @@ cr_status_t rn_spm_encode(const rn_tokenizer_t *tok, const char *text,
         if ((st = try_pair(tok, &heap, s, buf, i - 1, i)))
             goto out;
     rn_bigram_t b;
-    while (rn_heap_pop(&heap, &b)) {
+    while (rn_tok_heap_pop(&heap, &b)) {
         sym_t *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
             continue; /* one side changed since this pair was queued */
@@ -117,6 +117,6 @@ cr_status_t rn_spm_encode(const rn_tokenizer_t *tok, const char *text,
 out:
     free(buf);
     free(s);
-    rn_heap_free(&heap);
+    rn_tok_heap_free(&heap);
     return st;
 }

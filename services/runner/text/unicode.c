@@ -114,6 +114,18 @@ size_t rn_utf8_complete_len(const uint8_t *s, size_t n)
     return n;
 }
 
+bool rn_utf8_valid(const char *p, size_t n)
+{
+    const uint8_t *s = (const uint8_t *)p;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        i += rn_utf8_decode(s + i, n - i, &cp);
+        if (RN_UTF8_IS_RAW(cp))
+            return false;
+    }
+    return true;
+}
+
 rn_ucat_t rn_unicode_cat(uint32_t cp)
 {
     if (cp > 0x10FFFF)

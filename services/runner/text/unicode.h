@@ -47,6 +47,10 @@ size_t rn_utf8_lead_len(uint8_t b);
  * i.e. n minus the size of an incomplete-but-valid trailing sequence. */
 size_t rn_utf8_complete_len(const uint8_t *s, size_t n);
 
+/* True if p[0..n) is valid UTF-8 as JSON strings require (rn_utf8_decode
+ * finds no raw byte: no overlongs, surrogates or values past U+10FFFF). */
+bool rn_utf8_valid(const char *p, size_t n);
+
 /* Category class of cp; RN_UCAT_UNASSIGNED for raw bytes and values past
  * U+10FFFF. */
 rn_ucat_t rn_unicode_cat(uint32_t cp);
