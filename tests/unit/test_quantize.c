@@ -14,6 +14,7 @@
 #include "services/runner/model/model.h"
 #include "services/runner/model/quantize.h"
 #include "services/runner/synth.h"
+#include "services/runner/tools.h"
 #include "tests/unit/check.h"
 
 #include <math.h>

@@ -85,10 +85,4 @@ cr_status_t rn_quantize_file(const char *in_path, const char *out_path,
                              uint32_t ftype, rn_quant_progress_fn fn,
                              void *ctx, cr_err_t *err);
 
-/* `corral-runner quantize --in SRC.gguf --out DST.gguf --type Q4_K_M
- * [--progress]`: argv as main() got it (argv[1] == "quantize"). With
- * --progress prints "DONE/TOTAL" (source bytes) lines to stdout, flushed.
- * Errors go to stderr as one line. Returns 0, 1 on failure, 2 on usage. */
-int rn_tool_quantize(int argc, char **argv);
-
 #endif
