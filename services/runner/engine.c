@@ -122,27 +122,6 @@ static int64_t mono_ns(void)
 
 /* ---- load ---- */
 
-/* Test hook, from the runner's environment only (no request can set it):
- * CORRAL_TEST_SLOW_LOAD="<text>:<ms>" makes loads of models whose name
- * contains <text> take <ms> longer, so tests can watch a load in progress. */
-static void test_slow_load(const char *name)
-{
-    const char *v = getenv("CORRAL_TEST_SLOW_LOAD");
-    const char *colon = v ? strrchr(v, ':') : NULL;
-    if (!colon || colon == v || !name)
-        return;
-    char part[128];
-    size_t n = CR_MIN((size_t)(colon - v), sizeof part - 1);
-    memcpy(part, v, n);
-    part[n] = '\0';
-    long ms = strtol(colon + 1, NULL, 10);
-    if (ms > 0 && ms <= 600000 && strstr(name, part)) {
-        cr_log_warn("CORRAL_TEST_SLOW_LOAD: loading %s %ld ms slower", name, ms);
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-}
-
 cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
                            cr_err_t *err)
 {
@@ -195,7 +174,7 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     }
     if ((st = rn_script_from_env(e->tok, &e->script, err)))
         goto fail;
-    test_slow_load(load->name);
+    rn_testhook_slow_load(load->name);
     const rn_hparams_t *hp = rn_model_hparams(e->model);
     int64_t n_ctx = o && o->has_num_ctx ? o->num_ctx : 4096;
     if (n_ctx < 4)

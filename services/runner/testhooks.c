@@ -1,4 +1,5 @@
-/* script.c: the scripted sampler (CORRAL_TEST_SCRIPT), a test hook.
+/* testhooks.c: the runner's test hooks (see testhooks.h): the scripted
+ * sampler (CORRAL_TEST_SCRIPT) and slow loads (CORRAL_TEST_SLOW_LOAD).
  *
  * Owns the script's answers as token ids. Does not decide when it is used:
  * the engine loads it from the environment and asks for tokens. */
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lib/buf.h"
 #include "lib/log.h"
@@ -186,4 +188,27 @@ int32_t rn_script_next(const rn_script_t *s, rn_script_cursor_t *c)
 int rn_script_answers(const rn_script_t *s)
 {
     return s->n_answers;
+}
+
+/* ---- slow loads -------------------------------------------------------- */
+
+/* Test hook, from the runner's environment only (no request can set it):
+ * CORRAL_TEST_SLOW_LOAD="<text>:<ms>" makes loads of models whose name
+ * contains <text> take <ms> longer, so tests can watch a load in progress. */
+void rn_testhook_slow_load(const char *name)
+{
+    const char *v = getenv("CORRAL_TEST_SLOW_LOAD");
+    const char *colon = v ? strrchr(v, ':') : NULL;
+    if (!colon || colon == v || !name)
+        return;
+    char part[128];
+    size_t n = CR_MIN((size_t)(colon - v), sizeof part - 1);
+    memcpy(part, v, n);
+    part[n] = '\0';
+    long ms = strtol(colon + 1, NULL, 10);
+    if (ms > 0 && ms <= 600000 && strstr(name, part)) {
+        cr_log_warn("CORRAL_TEST_SLOW_LOAD: loading %s %ld ms slower", name, ms);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }

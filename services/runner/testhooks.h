@@ -1,6 +1,9 @@
-/* script.h: the scripted sampler, a test hook that forces a model's output.
+/* testhooks.h: the runner's test hooks, the only ones compiled into the
+ * product. Both are enabled by the runner's process environment alone (no
+ * request field, option or bus message reaches them) and log a warning
+ * when active.
  *
- * When the runner's environment has CORRAL_TEST_SCRIPT naming a file, the
+ * The scripted sampler forces a model's output. When the runner's environment has CORRAL_TEST_SCRIPT naming a file, the
  * engine emits that file's text instead of sampling: the text is split into
  * answers by lines holding only `---`, each answer is tokenized once at load
  * by the model's real tokenizer (control-token texts such as `<|eot_id|>`
@@ -10,8 +13,8 @@
  * tokenizer makes. Only the process environment enables it: no request
  * field, option or bus message can, so an API client cannot trigger it.
  * Knows nothing of the engine's loop; the engine asks for the next token. */
-#ifndef RN_SCRIPT_H
-#define RN_SCRIPT_H
+#ifndef RN_TESTHOOKS_H
+#define RN_TESTHOOKS_H
 
 #include "lib/prelude.h"
 #include "lib/status.h"
@@ -54,5 +57,10 @@ int32_t rn_script_next(const rn_script_t *s, rn_script_cursor_t *c);
 
 /* Number of answers in the script. */
 int rn_script_answers(const rn_script_t *s);
+
+/* CORRAL_TEST_SLOW_LOAD="<text>:<ms>": sleeps <ms> (at most 600000) when
+ * name contains <text>, so tests can watch a load in progress; returns at
+ * once otherwise. The engine calls it while loading a model. */
+void rn_testhook_slow_load(const char *name);
 
 #endif
