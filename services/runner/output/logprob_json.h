@@ -13,8 +13,13 @@
 
 #include "lib/prelude.h"
 #include "lib/buf.h"
-#include "services/runner/sampler.h"
 #include "services/runner/text/tokenizer.h"
+
+/* One (token, log-probability) pair. */
+typedef struct rn_logprob {
+    int32_t token;
+    float logprob; /* natural log; -INFINITY for an impossible token */
+} rn_logprob_t;
 
 /* Appends the entry for token (log-prob lp) and its n_top alternatives to
  * out. CR_E_NOMEM (or the buffer's limit) on failure. */

@@ -10,7 +10,17 @@
 
 #include "lib/prelude.h"
 #include "lib/status.h"
-#include "services/runner/engine.h"
+#include "proto/msg.h"
+
+/* Where a request's output goes. Both callbacks are called on the engine's
+ * thread, between tokens. */
+typedef struct rn_sink {
+    void *ctx;
+    /* Sends one piece (response text, thinking, ...). False = stop now. */
+    bool (*chunk)(void *ctx, const msg_chunk_body_t *chunk);
+    /* True if the request was canceled (the client went away). */
+    bool (*canceled)(void *ctx);
+} rn_sink_t;
 
 typedef struct rn_output rn_output_t;
 
