@@ -44,7 +44,7 @@
 #include "services/runner/backend/backend.h"
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "services/runner/backend/cpu/threadpool.h"
 
 #include <errno.h>

@@ -19,7 +19,7 @@
 #include "services/runner/backend/cuda/be_cuda.h"
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "tests/gpu/gpu_harness.h"
 #include "tests/unit/check.h"
 

@@ -23,7 +23,7 @@
 #include "services/runner/backend/backend.h"
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 
 #define TOL 1e-4

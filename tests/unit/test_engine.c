@@ -15,7 +15,7 @@
 #include <jansson.h>
 #include "services/runner/engine.h"
 #include "services/runner/grammar/grammar.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"
 

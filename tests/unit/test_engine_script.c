@@ -23,7 +23,7 @@
 #include "services/runner/engine.h"
 #include "services/runner/prompt/prompt.h"
 #include "services/runner/testhooks.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "services/runner/template/template.h"
 #include "services/runner/text/tokenizer.h"
 #include "tests/unit/check.h"

@@ -14,7 +14,7 @@
 #include "services/runner/grammar/grammar.h"
 #include "services/runner/model/model.h"
 #include "services/runner/sampler.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "services/runner/text/tokenizer.h"
 #include "tests/unit/check.h"
 

@@ -8,7 +8,7 @@
 #include "lib/buf.h"
 #include "lib/gguf.h"
 #include "services/runner/output/logprob_json.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "services/runner/text/tokenizer.h"
 #include "services/runner/text/unicode.h"
 #include "tests/unit/check.h"

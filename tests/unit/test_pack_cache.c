@@ -21,7 +21,7 @@
 #include "services/runner/backend/cpu/pack_cache.h"
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 
 #define N_TOK 5

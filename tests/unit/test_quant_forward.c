@@ -14,7 +14,7 @@
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 
 static be_backend_t *be_g;

@@ -13,7 +13,7 @@
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
 #include "services/runner/model/quantize.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "services/runner/tools.h"
 #include "tests/unit/check.h"
 

@@ -13,7 +13,7 @@
 
 #include "proto/bus.h"
 #include "services/runner/model/forward.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "services/scheduler/estimate.h"
 #include "services/scheduler/sched.h"
 #include "tests/unit/check.h"

@@ -4,7 +4,7 @@
  * per tensor; each tensor has its own generator seeded from (seed, tensor
  * index), so the bytes do not depend on write order. */
 #include "lib/prelude.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
 #include "services/runner/backend/cpu/quant.h"
