@@ -56,8 +56,6 @@ struct rn_val {
 /* Appends without the cycle check or key lookup (builder paths that know
  * the item is fresh and the key new). Takes ownership of *item_p. */
 cr_status_t rn_val_list_append(rn_val_t *list, rn_val_t **item_p);
-cr_status_t rn_val_map_append(rn_val_t *map, const char *key, size_t key_len,
-                           rn_val_t **item_p);
 
 /* Entry order for range and printing: insertion order for structs and
  * ordered maps, byte-wise sorted keys for Go maps. Fills idx[0..len) with
@@ -70,14 +68,6 @@ const char *rn_val_type_name(const rn_val_t *v);
 
 /* Appends a float the way fmt's %v (strconv 'g', shortest) writes it. */
 cr_status_t rn_val_fmt_float_g(double f, cr_buf_t *out);
-/* Shortest round-trip digits of |f| (f finite, nonzero): digits[] gets
- * the decimal digits (no dot), *exp10 the exponent so that the value is
- * 0.d1d2... x 10^exp10. Returns the digit count. */
-int rn_val_shortest_digits(double f, char *digits, int *exp10);
-
-/* Appends s as a JSON string with Go's escaping (HTML-safe). */
-cr_status_t rn_val_json_string(const char *s, size_t len, cr_buf_t *out);
-
 /* %v printing with the nesting depth known: depth 0 is an action's value. */
 cr_status_t rn_val_print_depth(const rn_val_t *v, cr_buf_t *out, int depth);
 
@@ -91,7 +81,6 @@ typedef struct arena {
 
 void *rn_tmpl_arena_alloc(arena_t *a, size_t n); /* zeroed; NULL on OOM */
 char *rn_tmpl_arena_strndup(arena_t *a, const char *s, size_t n);
-void rn_tmpl_arena_free(arena_t *a);
 
 /* ---- the syntax tree (mirrors Go's text/template/parse) ---- */
 

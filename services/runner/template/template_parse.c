@@ -55,7 +55,7 @@ char *rn_tmpl_arena_strndup(arena_t *a, const char *s, size_t n)
     return p;
 }
 
-void rn_tmpl_arena_free(arena_t *a)
+static void arena_free(arena_t *a)
 {
     arena_chunk_t *c = a->head;
     while (c) {
@@ -1400,7 +1400,7 @@ void rn_tmpl_destroy(rn_tmpl_t **self_p)
     if (!self_p || !*self_p)
         return;
     rn_tmpl_t *t = *self_p;
-    rn_tmpl_arena_free(&t->arena);
+    arena_free(&t->arena);
     free(t->src);
     free(t);
     *self_p = NULL;

@@ -243,8 +243,10 @@ nomem:
     return CR_E_NOMEM;
 }
 
-cr_status_t rn_val_map_append(rn_val_t *map, const char *key, size_t key_len,
-                           rn_val_t **item_p)
+/* Appends without the cycle check or key lookup (a builder that knows the
+ * item is fresh and the key new). Takes ownership of *item_p. */
+static cr_status_t map_append(rn_val_t *map, const char *key, size_t key_len,
+                              rn_val_t **item_p)
 {
     return entry_append(map, key, key_len, NULL, 0, item_p);
 }
@@ -455,7 +457,10 @@ void rn_val_map_order(const rn_val_t *v, size_t *idx)
 
 /* ---- numbers the Go way ---- */
 
-int rn_val_shortest_digits(double f, char *digits, int *exp10)
+/* Shortest round-trip digits of |f| (f finite, nonzero): digits[] gets
+ * the decimal digits (no dot), *exp10 the exponent so that the value is
+ * 0.d1d2... x 10^exp10. Returns the digit count. */
+static int shortest_digits(double f, char *digits, int *exp10)
 {
     char tmp[40];
     double a = fabs(f);
@@ -532,7 +537,7 @@ cr_status_t rn_val_fmt_float_g(double f, cr_buf_t *out)
         return cr_buf_puts(out, signbit(f) ? "-0" : "0");
     char d[32];
     int dp = 0;
-    int nd = rn_val_shortest_digits(f, d, &dp);
+    int nd = shortest_digits(f, d, &dp);
     /* strconv 'g' with the shortest precision switches to %e when the
      * exponent is < -4 or >= 6, so 1e6 prints "1e+06". */
     int exp = dp - 1;
@@ -550,7 +555,7 @@ static cr_status_t json_float(double f, cr_buf_t *out)
         return cr_buf_puts(out, signbit(f) ? "-0" : "0");
     char d[32];
     int dp = 0;
-    int nd = rn_val_shortest_digits(f, d, &dp);
+    int nd = shortest_digits(f, d, &dp);
     double a = fabs(f);
     if (a < 1e-6 || a >= 1e21) {
         /* 'e' format, then "e-07" -> "e-7" as Go cleans it up. */
@@ -606,7 +611,8 @@ static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
     return len;
 }
 
-cr_status_t rn_val_json_string(const char *s, size_t len, cr_buf_t *out)
+/* Appends s as a JSON string with Go's escaping (HTML-safe). */
+static cr_status_t go_json_string(const char *s, size_t len, cr_buf_t *out)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *p = (const unsigned char *)s;
@@ -695,7 +701,7 @@ static cr_status_t to_json(const rn_val_t *v, cr_buf_t *out, int depth)
     case RN_VAL_FLOAT:
         return json_float(v->u.f, out);
     case RN_VAL_STRING:
-        return rn_val_json_string(v->u.s.p, v->u.s.len, out);
+        return go_json_string(v->u.s.p, v->u.s.len, out);
     case RN_VAL_LIST:
         if (v->flags & RN_VAL_F_NIL)
             return cr_buf_puts(out, "null");
@@ -721,7 +727,7 @@ static cr_status_t to_json(const rn_val_t *v, cr_buf_t *out, int depth)
             if (i)
                 st = cr_buf_putc(out, ',');
             if (!st)
-                st = rn_val_json_string(e->key, strlen(e->key), out);
+                st = go_json_string(e->key, strlen(e->key), out);
             if (!st)
                 st = cr_buf_putc(out, ':');
             if (!st)
@@ -744,7 +750,7 @@ static cr_status_t to_json(const rn_val_t *v, cr_buf_t *out, int depth)
                 st = cr_buf_putc(out, ',');
             first = false;
             if (!st)
-                st = rn_val_json_string(name, strlen(name), out);
+                st = go_json_string(name, strlen(name), out);
             if (!st)
                 st = cr_buf_putc(out, ':');
             if (!st)
@@ -903,7 +909,7 @@ static cr_status_t from_json(const json_t *j, unsigned opts, int depth,
             rn_val_t *item = NULL;
             st = from_json(e, opts, depth + 1, &item, err);
             if (!st)
-                st = rn_val_map_append(v, key, key_len, &item);
+                st = map_append(v, key, key_len, &item);
             if (st)
                 goto fail;
         }
