@@ -1,6 +1,6 @@
 /* test_cuda_model.c: whole-model logits, CUDA backend against CPU backend.
  *
- * Synthetic llama models (services/runner/synth.h: dim 256, 2 layers, 4
+ * Synthetic llama models (tools/synth/synth.h: dim 256, 2 layers, 4
  * heads over 2 KV heads, ffn 512, the built-in vocabulary) in each weight
  * type, loaded once per backend. Checks, per type:
  *   - a 14-token prompt (the GPU's cuBLAS prefill path) gives logits at

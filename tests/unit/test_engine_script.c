@@ -1,6 +1,6 @@
 /* test_engine_script.c: tool calls on real token streams.
  *
- * The scripted sampler (CORRAL_TEST_SCRIPT, script.h) forces a synthetic
+ * The scripted sampler (CORRAL_TEST_SCRIPT, testhooks.h) forces a synthetic
  * model's answers; the real tokenizer splits them into tokens, and the
  * engine's whole output path (detokenizer, stop matcher, thinking and tool
  * parsers) turns them into chunks. For each template style issue 6 names

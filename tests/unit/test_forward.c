@@ -1,6 +1,6 @@
 /* test_forward.c: model loading and the forward pass on synthetic models.
  *
- * Models come from services/runner/synth.c (the code behind
+ * Models come from tools/synth/synth.c (the code behind
  * corral-gguf-synth), written in memory or to a temp file. Checks: every
  * weight type loads and gives finite, deterministic logits; a batch of n
  * tokens equals n single steps; truncating the cache and evaluating again

@@ -1,4 +1,4 @@
-/* test_grammar.c: structured output (services/runner/grammar.c).
+/* test_grammar.c: structured output (services/runner/grammar/grammar.c).
  *
  * Checks the byte matcher on valid and invalid prefixes for "json" and for
  * each schema keyword; refused formats and their messages; hostile formats;

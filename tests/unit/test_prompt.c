@@ -1,4 +1,5 @@
-/* test_prompt.c: Ollama's prompt construction (services/runner/prompt.h):
+/* test_prompt.c: Ollama's prompt construction
+ * (services/runner/prompt/prompt.h):
  * registry-style templates (Llama 3 with tools, ChatML, Mistral with
  * [AVAILABLE_TOOLS]/[TOOL_CALLS], legacy Alpaca and Llama 2, Hermes/Qwen
  * tools with a legacy branch, thinking, TypeScript tool signatures) over

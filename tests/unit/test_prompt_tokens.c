@@ -1,4 +1,5 @@
-/* test_prompt_tokens.c: rn_prompt_tokenize (services/runner/prompt_tokens.h)
+/* test_prompt_tokens.c: rn_prompt_tokenize
+ * (services/runner/prompt/prompt_tokens.h)
  * on the real llama-bpe and llama-spm vocabularies: control-token text in
  * request data stays plain text while the template's own tokens are
  * parsed; raw mode parses everything; prompts without control text in

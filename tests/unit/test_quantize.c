@@ -1,4 +1,4 @@
-/* test_quantize.c: services/runner/quantize.c, requantizing F16 models.
+/* test_quantize.c: services/runner/model/quantize.c, requantizing F16 models.
  *
  * A synthetic F16 model (dims multiples of 256 so K-quants apply) is
  * quantized to Q8_0, Q4_0, Q4_K_M, Q4_K_S, Q5_K_M and Q6_K; each result is
