@@ -52,6 +52,10 @@ cr_status_t cli_cmd_version(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err
 /* True if argv has -h or --help before a "--". */
 bool cli_wants_help(int argc, char **argv);
 
+/* The directory of the service binaries: $CORRAL_BIN_DIR, else this
+ * executable's (serve.c). */
+cr_status_t cli_bin_dir(char *out, size_t cap, cr_err_t *err);
+
 /* POST /api/show {model} -> *out (new reference). */
 cr_status_t cli_show_model(cli_ctx_t *ctx, const char *model, json_t **out, cr_err_t *err);
 

@@ -1,56 +1,37 @@
-/* keygen.c: `corral keygen [--out DIR] NAME`: a CURVE keypair for the
- * link between a node agent and the scheduler (docs/deploy.md "Adding a
- * GPU host"). Writes DIR/NAME (public certificate: copy it to the
- * scheduler's CORRAL_NODE_KEYS_DIR, or to nodes for the scheduler's key)
- * and DIR/NAME_secret (mode 0600, stays on its host). */
+/* keygen.c: `corral keygen [--out DIR] NAME` runs `corral-node keygen`
+ * from the service binaries' directory ($CORRAL_BIN_DIR or beside this
+ * executable, as `corral serve` finds the services). Key generation needs
+ * libzmq's CURVE code, which only the bus services link: the corral
+ * command stays an HTTP client. */
 #include "lib/prelude.h"
 #include "cli/cli.h"
 
-#include "proto/relay.h"
+#include <errno.h>
+#include <limits.h>
+#include <unistd.h>
 
-static void usage(FILE *f)
-{
-    fprintf(f, "Generate a CURVE keypair for a node or the scheduler\n\n"
-               "Usage:\n  corral keygen [--out DIR] NAME\n\n"
-               "Flags:\n"
-               "  -o, --out DIR   Directory for NAME and NAME_secret "
-               "(default: .)\n"
-               "  -h, --help      help for keygen\n");
-}
-
-cr_status_t cli_cmd_keygen(cli_ctx_t *ctx, int argc, char **argv,
-                           cr_err_t *err)
+cr_status_t cli_cmd_keygen(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
 {
     CR_UNUSED(ctx);
-    if (cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return CR_OK;
-    }
-    const char *dir = ".";
-    const char *name = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--out") || !strcmp(argv[i], "-o")) {
-            if (i + 1 >= argc)
-                return cr_err_set(err, CR_E_INVALID,
-                                  "flag needs an argument: %s", argv[i]);
-            dir = argv[++i];
-        } else if (argv[i][0] == '-') {
-            return cr_err_set(err, CR_E_INVALID, "unknown flag: %s", argv[i]);
-        } else if (name) {
-            return cr_err_set(err, CR_E_INVALID,
-                              "accepts 1 arg(s), received more");
-        } else {
-            name = argv[i];
-        }
-    }
-    if (!name)
-        return cr_err_set(err, CR_E_INVALID, "accepts 1 arg(s), received 0");
-    char pub[41];
-    cr_status_t st = bus_curve_keygen(dir, name, pub, err);
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    cr_status_t st = cli_bin_dir(dir, sizeof dir, err);
     if (st)
         return st;
-    printf("wrote %s/%s (public) and %s/%s_secret (secret, mode 0600)\n"
-           "public key: %s\n",
-           dir, name, dir, name, pub);
-    return CR_OK;
+    if ((size_t)snprintf(path, sizeof path, "%s/corral-node", dir) >= sizeof path)
+        return cr_err_set(err, CR_E_TOO_LARGE, "binary path too long");
+    char **args = calloc((size_t)argc + 2, sizeof *args);
+    if (!args)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    args[0] = "corral-node";
+    args[1] = "keygen";
+    for (int i = 1; i < argc; i++)
+        args[i + 1] = argv[i];
+    fflush(stdout);
+    execv(path, args);
+    int e = errno;
+    free(args);
+    return cr_err_set(err, CR_E_UNAVAILABLE,
+                      "keygen runs %s, which cannot be started: %s (set CORRAL_BIN_DIR to "
+                      "the folder of the corral binaries)",
+                      path, strerror(e));
 }

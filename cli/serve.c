@@ -48,8 +48,7 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* The directory of the service binaries. */
-static cr_status_t bin_dir(char *out, size_t cap, cr_err_t *err)
+cr_status_t cli_bin_dir(char *out, size_t cap, cr_err_t *err)
 {
     char env[PATH_MAX];
     if (cr_env_get("BIN_DIR", env, sizeof env)) {
@@ -203,7 +202,7 @@ cr_status_t cli_cmd_serve(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
         {.name = "corral-gateway"},
     };
     char dir[PATH_MAX];
-    cr_status_t st = bin_dir(dir, sizeof dir, err);
+    cr_status_t st = cli_bin_dir(dir, sizeof dir, err);
     if (st)
         return st;
     for (int i = 0; i < N_SERVICES; i++) {

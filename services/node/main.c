@@ -13,13 +13,18 @@
 #include "lib/log.h"
 #include "lib/sd_notify.h"
 #include "services/node/agent.h"
+#include "services/node/keygen.h"
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "keygen"))
+        return nd_keygen_main(argc - 1, argv + 1);
     if (argc > 1) {
         fprintf(stderr, "usage: corral-node\n"
                         "  Joins this host to a corral scheduler; configured "
-                        "by the environment.\n");
+                        "by the environment.\n"
+                        "       corral-node keygen [--out DIR] NAME\n"
+                        "  Writes a CURVE keypair for a node or the scheduler.\n");
         return strcmp(argv[1], "--help") && strcmp(argv[1], "-h") ? 2 : 0;
     }
     cr_log_init("node");

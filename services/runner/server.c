@@ -21,7 +21,9 @@
 
 #define DEFERRED_MAX 1024 /* requests waiting for a free slot */
 /* The scheduler pings an idle runner every CORRAL_HEARTBEAT_INTERVAL
- * (default 5 s). Idle and unheard for three intervals, a runner assumes its
+ * (default 5 s) that has been quiet, so while a runner works it hears
+ * nothing, and its silence is counted from the end of its work. Idle and
+ * unheard for three intervals, a runner assumes its
  * scheduler restarted and says hello again, once an interval, with the
  * model it holds, so the new scheduler adopts it without a reload. Unheard
  * for CORRAL_RUNNER_ORPHAN_TIMEOUT seconds (default 60) it exits, so no
@@ -465,6 +467,10 @@ int rn_server_run(rn_server_t *s)
                 break;
             start_queued(s);
             rn_engine_step(s->engine);
+            /* Working is not silence: the scheduler pings only a quiet
+             * runner, so a long answer hears nothing. The orphan and
+             * re-hello clocks start when the work ends. */
+            s->heard_ms = mono_ms();
             continue;
         }
         msg_t m;

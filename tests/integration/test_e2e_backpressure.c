@@ -46,7 +46,11 @@ static bool on_data(void *ctx, const char *data, size_t len)
     return true;
 }
 
-/* The concatenated response text and the final eval_count of a stream. */
+/* The concatenated response text, the final eval_count and the number of
+ * token lines of a stream. Load-progress lines ("status": "loading
+ * model") are not counted: a stream gets them only when its model is still
+ * loading a second after it was asked, which depends on the machine's
+ * speed, not on the bus. */
 static char *stream_text(const char *body, json_int_t *eval_count, int *lines)
 {
     *eval_count = -1;
@@ -59,6 +63,8 @@ static char *stream_text(const char *body, json_int_t *eval_count, int *lines)
     size_t i;
     json_t *line;
     json_array_foreach(arr, i, line) {
+        if (json_object_get(line, "status"))
+            continue;
         (*lines)++;
         const char *piece = json_string_value(json_object_get(line, "response"));
         size_t n = piece ? strlen(piece) : 0;

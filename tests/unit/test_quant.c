@@ -1202,8 +1202,11 @@ static void test_backend_matmul(void)
 
 /* The AVX2 activation quantizers (Q8_0, Q8_K) give the scalar bytes:
  * random rows of several magnitudes, zero blocks, ties (a block whose
- * largest value is 127 scales by exactly 1: x.5 rounds to even) and a
- * negative largest value first among equal magnitudes (Q8_K's sign). */
+ * largest value is 127 scales by exactly 1: x.5 rounds to even), a
+ * negative largest value first among equal magnitudes (Q8_K's sign),
+ * +-0 and subnormal rows, and magnitudes whose scale overflows f16.
+ * (Not inf or NaN: converting them to int8 is undefined in C, and a row
+ * holding one has already lost the model's output.) */
 static void test_act_quant_simd(void)
 {
     if (be_simd_detect() < BE_SIMD_AVX2)
@@ -1231,6 +1234,17 @@ static void test_act_quant_simd(void)
             if (round == 3)
                 for (int i = 0; i < N; i++)
                     x[i] = i % 256 == 7 ? -3.0f : i % 256 == 9 ? 3.0f : rnd_normal();
+            if (round == 4) /* +-0 and subnormal rows (their scales flush) */
+                for (int i = 0; i < N; i++)
+                    x[i] = i < 512 ? (i % 2 ? -0.0f : 0.0f) * rnd_normal()
+                                   : rnd_normal() * 1e-40f;
+            if (round == 5) /* one subnormal among zeros; normals beside subnormals */
+                for (int i = 0; i < N; i++)
+                    x[i] = i % 256 == 3 ? -0x1p-149f : i >= 512 && i % 2 ? rnd_normal() * 1e-40f
+                                                     : i >= 512 ? rnd_normal() : 0.0f;
+            if (round == 6) /* magnitudes past f16's range (the scale is inf) */
+                for (int i = 0; i < N; i++)
+                    x[i] = rnd_normal() * (i % 3 ? 1e30f : 3e37f);
             memset(a, 0, bytes);
             memset(b, 0, bytes);
             ts->from_float(x, a, N);

@@ -743,13 +743,22 @@ const char *be_simd_name(be_simd_t s)
 
 const be_type_traits_t *be_type_traits_at(cr_type_t t, be_simd_t level)
 {
-    be_simd_detect();
-    be_simd_t have = hw_level;
+    /* the detected level (CORRAL_CPU_SIMD caps it), as be_vec_ops_at and
+     * be_pack_gemm_at do: a forced level holds for every kernel family */
+    be_simd_t have = be_simd_detect();
     if ((unsigned)t >= CR_TYPE__COUNT || !scalar_table[t].name)
         return NULL;
     if (level >= BE_SIMD_AVX2 && have >= BE_SIMD_AVX2)
         return &avx2_table[t];
     return &scalar_table[t];
+}
+
+const be_type_traits_t *be_type_traits_compiled(cr_type_t t, be_simd_t level)
+{
+    be_simd_detect(); /* fills the AVX2 table */
+    if ((unsigned)t >= CR_TYPE__COUNT || !scalar_table[t].name)
+        return NULL;
+    return level >= BE_SIMD_AVX2 ? &avx2_table[t] : &scalar_table[t];
 }
 
 const be_type_traits_t *be_type_traits(cr_type_t t)

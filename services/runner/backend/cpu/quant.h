@@ -226,9 +226,14 @@ typedef enum be_simd {
 be_simd_t be_simd_detect(void);
 const char *be_simd_name(be_simd_t s);
 
-/* Traits of type t at a given level (levels above what the CPU supports fall
- * back to scalar), or NULL if t has no kernels. Static storage. */
+/* Traits of type t at a given level (levels above be_simd_detect()'s fall
+ * back to the best it allows), or NULL if t has no kernels. Static. */
 const be_type_traits_t *be_type_traits_at(cr_type_t t, be_simd_t level);
+
+/* The traits table written for `level` (AVX-512 levels use AVX2's),
+ * whether or not this CPU can run it: for reports of what was and was not
+ * exercised. Call kernels only from be_type_traits_at. */
+const be_type_traits_t *be_type_traits_compiled(cr_type_t t, be_simd_t level);
 
 /* Traits at the detected level. */
 const be_type_traits_t *be_type_traits(cr_type_t t);

@@ -781,8 +781,14 @@ AVX2 void be_avx2_f32_to_f16(const float *x, void *y, int64_t n)
 
 /* 8 floats rounded half-to-even (the current mode, as nearbyintf) to int8
  * lanes 0..7 of the result; |v| must be <= 127.5. */
-static inline AVX2 __m128i round_i8x8(__m256 v)
+/* Eight floats rounded to int8 as be_round_clamp does: NaN gives 0 and
+ * the rest is clamped to [lo, hi] before the conversion (a scale made
+ * infinite by a subnormal block maximum gives +-inf and 0 * inf here;
+ * converted unclamped they would all read as -128). */
+static inline AVX2 __m128i round_i8x8(__m256 v, float lo, float hi)
 {
+    v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(lo)), _mm256_set1_ps(hi));
     __m256i i = _mm256_cvtps_epi32(v); /* MXCSR's round-to-nearest-even */
     __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
     return _mm_packs_epi16(w, w);
@@ -811,8 +817,10 @@ AVX2 void be_avx2_q8_0_from_float(const float *x, void *y, int64_t n)
         float id = amax != 0 ? 127.0f / amax : 0.0f;
         b[i].d = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
         __m256 s = _mm256_set1_ps(id);
-        __m128i q0 = round_i8x8(_mm256_mul_ps(v0, s)), q1 = round_i8x8(_mm256_mul_ps(v1, s));
-        __m128i q2 = round_i8x8(_mm256_mul_ps(v2, s)), q3 = round_i8x8(_mm256_mul_ps(v3, s));
+        __m128i q0 = round_i8x8(_mm256_mul_ps(v0, s), -127, 127);
+        __m128i q1 = round_i8x8(_mm256_mul_ps(v1, s), -127, 127);
+        __m128i q2 = round_i8x8(_mm256_mul_ps(v2, s), -127, 127);
+        __m128i q3 = round_i8x8(_mm256_mul_ps(v3, s), -127, 127);
         _mm_storeu_si128((__m128i *)b[i].qs, _mm_unpacklo_epi64(q0, q1));
         _mm_storeu_si128((__m128i *)(b[i].qs + 16), _mm_unpacklo_epi64(q2, q3));
     }
@@ -841,8 +849,8 @@ AVX2 void be_avx2_q8_k_from_float(const float *x, void *y, int64_t n)
         float iscale = -127.0f / max;
         __m256 s = _mm256_set1_ps(iscale);
         for (int j = 0; j < BE_QK_K; j += 16) {
-            __m128i q0 = round_i8x8(_mm256_mul_ps(_mm256_loadu_ps(v + j), s));
-            __m128i q1 = round_i8x8(_mm256_mul_ps(_mm256_loadu_ps(v + j + 8), s));
+            __m128i q0 = round_i8x8(_mm256_mul_ps(_mm256_loadu_ps(v + j), s), -128, 127);
+            __m128i q1 = round_i8x8(_mm256_mul_ps(_mm256_loadu_ps(v + j + 8), s), -128, 127);
             __m128i q = _mm_unpacklo_epi64(q0, q1);
             _mm_storeu_si128((__m128i *)(b[i].qs + j), q);
             /* sum of 16 int8 */

@@ -430,25 +430,38 @@ void be_pack_gemm_q6_k_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
     }
 }
 
+be_pack_gemm_fn be_pack_gemm_compiled(cr_type_t t, be_simd_t level)
+{
+    switch (level) {
+    case BE_SIMD_AVX512_VNNI:
+        return t == CR_TYPE_Q4_0   ? be_pack_gemm_q4_0_vnni
+               : t == CR_TYPE_Q8_0 ? be_pack_gemm_q8_0_vnni
+               : t == CR_TYPE_Q4_K ? be_pack_gemm_q4_k_vnni
+                                   : NULL;
+    case BE_SIMD_AVX2:
+        return t == CR_TYPE_Q4_0   ? be_pack_gemm_q4_0_avx2
+               : t == CR_TYPE_Q8_0 ? be_pack_gemm_q8_0_avx2
+               : t == CR_TYPE_Q4_K ? be_pack_gemm_q4_k_avx2
+               : t == CR_TYPE_Q6_K ? be_pack_gemm_q6_k_avx2
+                                   : NULL;
+    case BE_SIMD_SCALAR:
+        return t == CR_TYPE_Q4_0   ? be_pack_gemm_q4_0_scalar
+               : t == CR_TYPE_Q8_0 ? be_pack_gemm_q8_0_scalar
+               : t == CR_TYPE_Q4_K ? be_pack_gemm_q4_k_scalar
+               : t == CR_TYPE_Q6_K ? be_pack_gemm_q6_k_scalar
+                                   : NULL;
+    }
+    return NULL;
+}
+
 be_pack_gemm_fn be_pack_gemm_at(cr_type_t t, be_simd_t level)
 {
+    /* the best kernel at or below both the level asked and the CPU's */
     be_simd_t have = be_simd_detect();
-    bool avx2 = level >= BE_SIMD_AVX2 && have >= BE_SIMD_AVX2;
-    if (level >= BE_SIMD_AVX512_VNNI && have >= BE_SIMD_AVX512_VNNI) {
-        if (t == CR_TYPE_Q4_0)
-            return be_pack_gemm_q4_0_vnni;
-        if (t == CR_TYPE_Q8_0)
-            return be_pack_gemm_q8_0_vnni;
-        if (t == CR_TYPE_Q4_K)
-            return be_pack_gemm_q4_k_vnni;
+    for (int lv = (int)(level < have ? level : have); lv >= BE_SIMD_SCALAR; lv--) {
+        be_pack_gemm_fn fn = be_pack_gemm_compiled(t, (be_simd_t)lv);
+        if (fn)
+            return fn;
     }
-    if (t == CR_TYPE_Q4_0)
-        return avx2 ? be_pack_gemm_q4_0_avx2 : be_pack_gemm_q4_0_scalar;
-    if (t == CR_TYPE_Q8_0)
-        return avx2 ? be_pack_gemm_q8_0_avx2 : be_pack_gemm_q8_0_scalar;
-    if (t == CR_TYPE_Q4_K)
-        return avx2 ? be_pack_gemm_q4_k_avx2 : be_pack_gemm_q4_k_scalar;
-    if (t == CR_TYPE_Q6_K)
-        return avx2 ? be_pack_gemm_q6_k_avx2 : be_pack_gemm_q6_k_scalar;
     return NULL;
 }

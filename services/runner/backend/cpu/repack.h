@@ -152,6 +152,11 @@ void be_pack_get_row(const be_packed_t *p, int64_t r, float *out);
  * levels the CPU lacks or the type has no version for). */
 be_pack_gemm_fn be_pack_gemm_at(cr_type_t t, be_simd_t level);
 
+/* The kernel written for exactly `level` (NULL where the type has none at
+ * that level), whether or not this CPU can run it: for reports of what
+ * was and was not exercised. Call only what be_pack_gemm_at returns. */
+be_pack_gemm_fn be_pack_gemm_compiled(cr_type_t t, be_simd_t level);
+
 /* Per 32-element block of one Q8_0 row: xsum[2b] = sum(x[b].qs) and
  * xsum[2b+1] = the bits of (float)x[b].d. */
 void be_pack_block_sums(const be_block_q8_0_t *x, int64_t n_blocks, int32_t *xsum);

@@ -1,12 +1,14 @@
 /* vec.c: scalar and AVX2 versions of the inner loops in vec.h.
  *
- * The AVX2 exp is Cephes' single-precision one: x = n ln2 + r with n
- * rounded, r split against ln2 in two parts, e^r by a degree-6 polynomial,
- * times 2^n built in the exponent bits. Inputs below -87.33 (e^x under the
- * smallest normal) give 0, as expf's result would round to, and inputs
- * above 88.37 give inf (expf overflows just above 88.72; between the two
- * callers see inf instead of a huge float, harmless for 1 / (1 + e^x) and
- * never met by softmax, whose arguments are <= 0). */
+ * The AVX2 exp covers every float as expf does: x = n ln2 + r with n
+ * rounded, r split against ln2 in two parts, e^r by Cephes' degree-6
+ * polynomial (within 4 ulp of expf), times 2^n applied as two factors
+ * 2^(n/2) and 2^(n - n/2). One factor could not hold n outside
+ * [-126, 127]; with two, results past FLT_MAX overflow to inf (x above
+ * 88.72, where expf does) and results under FLT_MIN round once into the
+ * subnormal range (x down to -103.97) instead of flushing to zero. x is
+ * clamped to [-104, 89] first, where e^x is 0 or inf already; NaN stays
+ * NaN, -inf gives 0, +inf gives inf. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/vec.h"
 
@@ -76,9 +78,9 @@ static void rope_halves_scalar(int n_pairs, float *v0, float *v1, const float *c
     }
 }
 
-static const be_vec_ops_t scalar_ops = {attn_v_scalar,     swiglu_scalar,     exp_sum_scalar,
-                                        rmsnorm_scalar,    rope_pairs_scalar,
-                                        rope_halves_scalar};
+static const be_vec_ops_t scalar_ops = {
+    "scalar",       attn_v_scalar,     swiglu_scalar,     exp_sum_scalar,
+    rmsnorm_scalar, rope_pairs_scalar, rope_halves_scalar};
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -88,13 +90,13 @@ static const be_vec_ops_t scalar_ops = {attn_v_scalar,     swiglu_scalar,     ex
 
 static inline AVX2 __m256 exp_ps(__m256 x)
 {
-    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.37626f);
-    __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
-    __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    const __m256 lo = _mm256_set1_ps(-104.0f), hi = _mm256_set1_ps(89.0f);
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    /* max/min return their second operand for NaN: xc is finite */
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
     __m256 p = _mm256_set1_ps(1.9875691500e-4f);
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
@@ -103,10 +105,14 @@ static inline AVX2 __m256 exp_ps(__m256 x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
     __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
-                                  23);
-    y = _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
-    return _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over);
+    /* n in [-150, 128]: halves in [-75, 64], each a normal power of two */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    y = _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+    return _mm256_blendv_ps(y, x, nan);
 }
 
 static AVX2 void attn_v_avx2(int n_kv, const uint16_t *probs, const uint16_t *v,
@@ -223,21 +229,21 @@ static AVX2 void rope_halves_avx2(int n_pairs, float *v0, float *v1, const float
         rope_halves_scalar(n_pairs - i, v0 + i, v1 + i, cs + i, sn + i);
 }
 
-static const be_vec_ops_t avx2_ops = {attn_v_avx2,  swiglu_avx2,     exp_sum_avx2,
-                                      rmsnorm_avx2, rope_pairs_avx2, rope_halves_avx2};
-
-#else
-
-static const be_vec_ops_t avx2_ops = {attn_v_scalar,     swiglu_scalar,     exp_sum_scalar,
-                                      rmsnorm_scalar,    rope_pairs_scalar,
-                                      rope_halves_scalar};
+static const be_vec_ops_t avx2_ops = {"avx2",       attn_v_avx2,     swiglu_avx2,
+                                      exp_sum_avx2, rmsnorm_avx2,    rope_pairs_avx2,
+                                      rope_halves_avx2};
 
 #endif
 
 const be_vec_ops_t *be_vec_ops_at(be_simd_t level)
 {
-    bool avx2 = level >= BE_SIMD_AVX2 && be_simd_detect() >= BE_SIMD_AVX2;
-    return avx2 ? &avx2_ops : &scalar_ops;
+#if defined(__x86_64__) || defined(__i386__)
+    if (level >= BE_SIMD_AVX2 && be_simd_detect() >= BE_SIMD_AVX2)
+        return &avx2_ops;
+#else
+    CR_UNUSED(level); /* be_simd_detect says scalar off x86 */
+#endif
+    return &scalar_ops;
 }
 
 const be_vec_ops_t *be_vec_ops(void)

@@ -12,6 +12,9 @@
 #include "services/runner/backend/cpu/quant.h"
 
 typedef struct be_vec_ops {
+    /* The kernels' own level ("scalar", "avx2"): AVX-512 levels use the
+     * AVX2 loops, which are bound by memory, not by vector width. */
+    const char *name;
     /* acc[d] = sum over p < n_kv of f16(probs[p]) * f16(v[p * v_stride + d]),
      * d < hd, summed in p order with a separate multiply and add (every
      * level gives the same bits); p with a zero probability are skipped. */
