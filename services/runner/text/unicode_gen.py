@@ -92,7 +92,7 @@ def main():
     out.write(" * entry. rn_unicode_space_g: the White_Space property as [lo, hi] pairs.\n")
     out.write(" * rn_unicode_nfd_g / rn_unicode_lower_g: WordPiece's maps (sorted). */\n")
     out.write('#include "lib/prelude.h"\n')
-    out.write('#include "services/runner/unicode.h"\n\n')
+    out.write('#include "services/runner/text/unicode.h"\n\n')
     out.write('const char rn_unicode_version_g[] = "%s";\n\n' % unicodedata.unidata_version)
     out.write("const uint32_t rn_unicode_runs_g[] = {\n")
     line = "   "
