@@ -50,7 +50,7 @@ static bool step(exec_t *x)
 {
     if (++x->steps > x->max_steps) {
         rn_tmpl_exec_fail(x, CR_E_TOO_LARGE, "template execution exceeded %" PRIu64 " steps",
-                  x->max_steps);
+                          x->max_steps);
         return false;
     }
     return true;
@@ -60,7 +60,7 @@ static bool enter(exec_t *x)
 {
     if (++x->depth > RN_TMPL_MAX_EXEC_DEPTH) {
         rn_tmpl_exec_fail(x, CR_E_TOO_LARGE, "exceeded maximum template depth (%d)",
-                  RN_TMPL_MAX_EXEC_DEPTH);
+                          RN_TMPL_MAX_EXEC_DEPTH);
         return false;
     }
     return true;
@@ -176,7 +176,7 @@ static rn_val_t *not_a_function(exec_t *x, const tnode_t *first, size_t n_args, 
         cr_buf_init(&b, 256);
         rn_tmpl_node_to_string(first, &b);
         rn_tmpl_exec_fail(x, CR_E_INVALID, "can't give argument to non-function %s",
-                  b.data ? b.data : "");
+                          b.data ? b.data : "");
         cr_buf_free(&b);
         return NULL;
     }
@@ -199,7 +199,7 @@ static rn_val_t *eval_field(exec_t *x, const char *name, rn_val_t *recv, bool vi
             break;
         if (args)
             return rn_tmpl_exec_fail(x, CR_E_INVALID, "%s has arguments but cannot be invoked as function",
-                             name);
+                                     name);
         return rn_val_ref(v);
     }
     case RN_VAL_MAP: {
@@ -284,13 +284,13 @@ static rn_val_t *eval_function(exec_t *x, rn_val_t *dot, const tnode_t *ident,
     if ((int)n_in < arity[f].min) {
         if (arity[f].max < 0)
             return rn_tmpl_exec_fail(x, CR_E_INVALID, "wrong number of args for %s: want at least %d got %zu",
-                             name, arity[f].min, n_in);
+                                     name, arity[f].min, n_in);
         return rn_tmpl_exec_fail(x, CR_E_INVALID, "wrong number of args for %s: want %d got %zu", name,
-                         arity[f].min, n_in);
+                                 arity[f].min, n_in);
     }
     if (arity[f].max >= 0 && (int)n_in > arity[f].max)
         return rn_tmpl_exec_fail(x, CR_E_INVALID, "wrong number of args for %s: want %d got %zu", name,
-                         arity[f].max, n_in);
+                                 arity[f].max, n_in);
 
     if (f == TF_AND || f == TF_OR) {
         /* Lazy: stop at the first false (and) or true (or) value and
@@ -624,7 +624,7 @@ static int walk_range(exec_t *x, rn_val_t *dot, const tnode_t *n)
         if (n->u.branch.pipe->u.pipe.n_decl > 1) {
             x->at = n->u.branch.pipe;
             rn_tmpl_exec_fail(x, CR_E_INVALID, "can't use %" PRId64 " to iterate over more than one variable",
-                      v->u.i);
+                              v->u.i);
             goto out;
         }
         for (int64_t i = 0; i < v->u.i; i++) {

@@ -1109,7 +1109,7 @@ static rn_val_t *fn_date(exec_t *x, tfunc_t f, rn_val_t **a, size_t n)
     for (size_t i = 0; i < n; i++)
         if (a[i]->kind != RN_VAL_STRING)
             return rn_tmpl_exec_fail(x, CR_E_INVALID, "wrong type for value; expected string; got %s",
-                             rn_val_type_name(a[i]));
+                                     rn_val_type_name(a[i]));
     time_t now = (time_t)x->now_unix;
     struct tm tm;
     if (!localtime_r(&now, &tm))
@@ -1213,7 +1213,7 @@ rn_val_t *rn_tmpl_func_call(exec_t *x, tfunc_t f, rn_val_t **a, size_t n)
             return rn_tmpl_exec_fail(x, CR_E_INVALID, "invalid value; expected string");
         if (a[0]->kind != RN_VAL_STRING)
             return rn_tmpl_exec_fail(x, CR_E_INVALID, "wrong type for value; expected string; got %s",
-                             rn_val_type_name(a[0]));
+                                     rn_val_type_name(a[0]));
         scratch(x, &b);
         st = go_sprintf(x, a[0]->u.s.p, a[0]->u.s.len, a + 1, n - 1, &b);
         if (st == CR_E_INVALID) {
