@@ -300,8 +300,7 @@ cr_status_t cr_nvml_query(cr_inventory_t *inv, cr_err_t *err)
     inv->n_gpus = 0;
     void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib)
-        return cr_err_set(err, CR_E_NOT_FOUND, "libnvidia-ml.so.1: %s",
-                          dlerror());
+        return cr_err_set(err, CR_E_NOT_FOUND, "%s", dlerror()); /* names the file */
     nvml_api_t api;
     memset(&api, 0, sizeof api);
     LOAD_SYM(init, "nvmlInit_v2");

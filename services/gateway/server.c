@@ -375,9 +375,10 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(
-        flags, port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+        flags, port, NULL, NULL, on_request, s,
+        /* first, or microhttpd logs a warning about it to the old logger */
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
         MHD_OPTION_CONNECTION_TIMEOUT, 0u, MHD_OPTION_END);
     if (!s->daemon) {

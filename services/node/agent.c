@@ -39,6 +39,10 @@ typedef struct nd_wait {
 struct nd_agent {
     nd_config_t cfg;
     zsock_t *up;             /* DEALER to the scheduler (CURVE client) */
+    zactor_t *monitor;       /* CONNECTED events of up; NULL if unavailable */
+    bool ask_runners;        /* connected again: once the scheduler speaks,
+                                ask every runner to say hello */
+    char instance[MSG_ID_MAX + 1]; /* this process, in node_hello */
     zsock_t *runners;        /* ROUTER for this node's runners */
     zpoller_t *poller;
     nd_runner_t *runner_list;
@@ -179,6 +183,13 @@ static void send_hello(nd_agent_t *a)
     h->has_ram_free = true;
     h->fake = inv->fake;
     h->has_fake = true;
+    int64_t n = 0;
+    for (const nd_runner_t *r = a->runner_list; r; r = r->next)
+        n++;
+    h->runners = n;
+    h->has_runners = true;
+    h->instance = a->instance;
+    h->has_instance = true;
     send_up(a, "", &m);
     a->last_hello_ms = mono_ms();
 }
@@ -471,6 +482,41 @@ static void on_load(nd_agent_t *a, const char *runner_id, msg_t *load)
 
 /* ---- inbound ---- */
 
+/* The link to the scheduler was made again (a restarted scheduler, or a
+ * connection that broke and came back): say hello at once, and have the
+ * runners say hello once the scheduler answers, so a new scheduler adopts
+ * them within moments. */
+static void on_monitor(nd_agent_t *a)
+{
+    zmsg_t *ev = zmsg_recv(a->monitor);
+    if (!ev)
+        return;
+    char *name = zmsg_popstr(ev);
+    if (name && !strcmp(name, "CONNECTED")) {
+        send_hello(a);
+        a->ask_runners = a->runner_list != NULL;
+    }
+    free(name);
+    zmsg_destroy(&ev);
+}
+
+/* Who is there? Each runner answers with its hello (what it holds). */
+static void ask_runners(nd_agent_t *a)
+{
+    a->ask_runners = false;
+    for (nd_runner_t *r = a->runner_list; r; r = r->next) {
+        msg_t m;
+        msg_init(&m, MSG_hello, r->id);
+        m.u.hello.runner_id = r->id;
+        m.u.hello.has_runner_id = true;
+        zframe_t *to = zframe_new(r->id, strlen(r->id));
+        cr_err_t err;
+        if (bus_send_to(a->runners, to, &m, &err))
+            cr_log_debug("runner %s: hello not delivered: %s", r->id, err.msg);
+        zframe_destroy(&to);
+    }
+}
+
 static void on_up(nd_agent_t *a)
 {
     zframe_t *payload = NULL;
@@ -481,6 +527,8 @@ static void on_up(nd_agent_t *a)
         return;
     }
     a->last_heard_ms = mono_ms();
+    if (a->ask_runners)
+        ask_runners(a);
     if (!a->joined) {
         a->joined = true;
         a->silence_logged = false;
@@ -620,6 +668,7 @@ cr_status_t nd_agent_new(const nd_config_t *cfg, nd_agent_t **out,
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     a->cfg = *cfg;
     a->started_ms = mono_ms();
+    bus_new_id(a->instance);
     cr_status_t st = CR_OK;
     a->up = zsock_new(ZMQ_DEALER);
     a->runners = zsock_new(ZMQ_ROUTER);
@@ -642,13 +691,19 @@ cr_status_t nd_agent_new(const nd_config_t *cfg, nd_agent_t **out,
                         cfg->runners_endpoint, zmq_strerror(zmq_errno()));
         goto fail;
     }
+    a->monitor = zactor_new(zmonitor, a->up);
+    if (a->monitor) {
+        zstr_sendx(a->monitor, "LISTEN", "CONNECTED", NULL);
+        zstr_send(a->monitor, "START");
+        zsock_wait(a->monitor);
+    }
     if (zsock_connect(a->up, "%s", cfg->scheduler_endpoint) < 0) {
         st = cr_err_set(err, CR_E_IO, "cannot connect to %s",
                         cfg->scheduler_endpoint);
         goto fail;
     }
     a->poller = zpoller_new(a->up, a->runners, NULL);
-    if (!a->poller) {
+    if (!a->poller || (a->monitor && zpoller_add(a->poller, a->monitor))) {
         st = cr_err_set(err, CR_E_NOMEM, "cannot create a poller");
         goto fail;
     }
@@ -669,6 +724,8 @@ void nd_agent_run(nd_agent_t *a)
                 on_up(a);
             else if (which == a->runners)
                 on_runners(a);
+            else if (a->monitor && which == a->monitor)
+                on_monitor(a);
             which = zpoller_wait(a->poller, 0);
         }
         reap(a);
@@ -704,6 +761,7 @@ void nd_agent_destroy(nd_agent_t **self_p)
     }
     nd_fetch_destroy(&a->fetch);
     zpoller_destroy(&a->poller);
+    zactor_destroy(&a->monitor);
     zsock_destroy(&a->up);
     zsock_destroy(&a->runners);
     free(a);

@@ -123,6 +123,7 @@ typedef struct part {
     struct fetch *f;
     bool bad_status;       /* the server did not answer with our range */
     int write_errno;       /* pwrite failed */
+    char curl_why[CURL_ERROR_SIZE]; /* curl's words for a failure */
 } part_t;
 
 typedef struct fetch {
@@ -311,6 +312,8 @@ static cr_status_t start_part(fetch_t *f, CURLM *m, part_t *p, cr_err_t *err)
     curl_easy_setopt(h, CURLOPT_WRITEDATA, p);
     curl_easy_setopt(h, CURLOPT_PRIVATE, p);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
+    p->curl_why[0] = 0;
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, p->curl_why);
     struct curl_slist *hs = NULL;
     if (f->auth[0]) {
         char line[sizeof f->auth + 32];
@@ -367,12 +370,12 @@ static cr_status_t part_ended(fetch_t *f, CURLM *m, part_t *p, CURLcode rc,
         p->done = true;
         return CR_OK;
     }
-    char why[160];
+    char why[CURL_ERROR_SIZE + 64];
     if (bad)
         snprintf(why, sizeof why, "unexpected response %ld to a range request",
                  code);
     else if (rc != CURLE_OK)
-        snprintf(why, sizeof why, "%s", curl_easy_strerror(rc));
+        snprintf(why, sizeof why, "%s", p->curl_why[0] ? p->curl_why : curl_easy_strerror(rc));
     else
         snprintf(why, sizeof why, "body ended after %lld of %lld bytes",
                  (long long)p->completed, (long long)p->size);

@@ -339,6 +339,10 @@ static cr_status_t perform(const reg_http_req_t *req, const char *auth,
     if (!h)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     xfer_t x = {req, resp, 0, false};
+    /* curl's own words for a failure ("CONNECT tunnel failed, response
+     * 407") say more than its code's ("Failure when receiving data") */
+    char why[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
     struct curl_slist *hs = NULL;
     char line[REG_TOKEN_MAX + 64];
     if (auth && *auth && !req->no_auth) {
@@ -410,7 +414,7 @@ static cr_status_t perform(const reg_http_req_t *req, const char *auth,
                           resp->body.max_bytes);
     if (rc != CURLE_OK)
         return cr_err_set(err, CR_E_UNAVAILABLE, "%s %s: %s", m, req->url,
-                          curl_easy_strerror(rc));
+                          why[0] ? why : curl_easy_strerror(rc));
     return CR_OK;
 }
 

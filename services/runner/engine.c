@@ -23,9 +23,7 @@
 #include "lib/buf.h"
 #include "lib/log.h"
 #include "services/runner/backend/backend.h"
-#ifdef CORRAL_HAVE_CUDA
-#include "services/runner/backend/cuda/be_cuda.h"
-#endif
+#include "services/runner/backend/registry.h"
 #include "lib/env.h"
 #include "services/runner/model/forward.h"
 #include "services/runner/grammar/grammar.h"
@@ -90,7 +88,11 @@ typedef struct slot {
 } slot_t;
 
 struct rn_engine {
-    be_backend_t *be;
+    /* Backend instances (registry.h): [0] the host's, then one per device
+     * of the scheduler's plan that opened; dev[i] is be[i]'s device. */
+    be_backend_t *be[RN_MAX_RANGES + 1];
+    int dev[RN_MAX_RANGES + 1];
+    int n_be;
     rn_model_t *model;
     rn_tokenizer_t *tok;
     rn_ctx_t *ctx;    /* one sequence per slot */
@@ -122,6 +124,75 @@ static int64_t mono_ns(void)
 
 /* ---- load ---- */
 
+/* The instance of device `dev` of kind k, created on first use; NULL (with
+ * a warning: its layers stay on the host) when it cannot be opened. */
+static be_backend_t *device_instance(rn_engine_t *e, const be_kind_t *k, int dev)
+{
+    for (int i = 1; i < e->n_be; i++)
+        if (e->dev[i] == dev)
+            return e->be[i];
+    if (e->n_be == (int)CR_ARRAY_LEN(e->be))
+        return NULL;
+    cr_err_t gerr;
+    cr_err_clear(&gerr);
+    if (k->create(dev, 0, &e->be[e->n_be], &gerr)) {
+        cr_log_warn("%s device %d unavailable (%s): its layers run on the %s", k->name,
+                    dev, gerr.msg, be_kind_host()->name);
+        return NULL;
+    }
+    e->dev[e->n_be] = dev;
+    return e->be[e->n_be++];
+}
+
+/* The scheduler's plan as a placement (model.h): each device of
+ * load->devices computes its range of layers on an instance of the
+ * accelerator kind (registry.h); the rest stay on the host. The plan
+ * numbers layers as the placement does and offloads the LAST gpu_layers
+ * (blocks then the output layer, as llama.cpp's n_gpu_layers); a plan
+ * with gpu_layers but no device list puts them on main_gpu. No
+ * accelerator (none built, none present, or not enabled): all on the
+ * host, as the runner did before. */
+static void place_devices(rn_engine_t *e, const msg_load_body_t *load,
+                          const msg_options_t *o, rn_placement_t *pl)
+{
+    const be_kind_t *k = be_kind_accel();
+    if (!k || !load->has_gpu_layers || load->gpu_layers <= 0)
+        return;
+    if (load->has_devices && load->devices.n > 0) {
+        for (size_t i = 0; i < load->devices.n && pl->n_ranges < RN_MAX_RANGES; i++) {
+            const msg_device_split_t *d = &load->devices.v[i];
+            if (!d->has_first_layer || !d->has_layers || d->layers <= 0 ||
+                d->first_layer < 0 || d->first_layer > RN_MODEL_MAX_LAYERS ||
+                d->layers > RN_MODEL_MAX_LAYERS + 1)
+                continue;
+            be_backend_t *be = device_instance(e, k, (int)d->index);
+            if (be)
+                pl->ranges[pl->n_ranges++] =
+                    (rn_range_t){be, (int)d->first_layer, (int)d->layers};
+        }
+        return;
+    }
+    be_backend_t *be = device_instance(e, k, o && o->has_main_gpu ? (int)o->main_gpu : 0);
+    if (be)
+        pl->ranges[pl->n_ranges++] = (rn_range_t){
+            be, -1, (int)CR_MIN(load->gpu_layers, (int64_t)RN_MODEL_MAX_LAYERS + 1)};
+}
+
+/* One log line per part of the context: its layers, instance and memory. */
+static void log_parts(const rn_engine_t *e)
+{
+    for (int i = 0; i < rn_ctx_n_parts(e->ctx); i++) {
+        rn_ctx_part_info_t pi;
+        rn_ctx_part_info(e->ctx, i, &pi);
+        cr_log_info("layers %d-%d%s on %s: backend holds %.1f MiB of weights and "
+                    "%.1f MiB of buffers; KV cache %.1f MiB", pi.first_layer,
+                    pi.first_layer + pi.n_layers - 1, pi.output ? " + output" : "",
+                    pi.be->ops->name, (double)pi.be_weight_bytes / (1 << 20),
+                    (double)pi.be_buffer_bytes / (1 << 20),
+                    (double)pi.kv_bytes / (1 << 20));
+    }
+}
+
 cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
                            cr_err_t *err)
 {
@@ -140,23 +211,13 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     }
     const msg_options_t *o = e->load.u.load.options;
     int threads = o && o->has_num_thread ? (int)o->num_thread : 0;
-#ifdef CORRAL_HAVE_CUDA
-    /* The CUDA backend has not yet run on a GPU in CI or development: it
-     * is used only when asked (CORRAL_EXPERIMENTAL_CUDA=1) and the
-     * scheduler's plan puts layers on a GPU. Full offload only. */
-    if (cr_env_bool("EXPERIMENTAL_CUDA", false) && load->has_gpu_layers &&
-        load->gpu_layers > 0 && be_cuda_device_count() > 0) {
-        int dev = o && o->has_main_gpu ? (int)o->main_gpu : 0;
-        cr_err_t gerr;
-        cr_err_clear(&gerr);
-        if (be_cuda_new(dev, &e->be, &gerr))
-            cr_log_warn("cuda device %d unavailable (%s): running on the cpu",
-                        dev, gerr.msg);
-    }
-#endif
-    if (!e->be && (st = be_cpu_new(threads, &e->be, err)))
+    if ((st = be_kind_host()->create(0, threads, &e->be[0], err)))
         goto fail;
-    if ((st = rn_model_load(load->model_path, e->be, &e->model, err)))
+    e->dev[0] = -1;
+    e->n_be = 1;
+    rn_placement_t pl = {.host = e->be[0]};
+    place_devices(e, load, o, &pl);
+    if ((st = rn_model_load_placed(load->model_path, &pl, &e->model, err)))
         goto fail;
     if ((st = rn_tokenizer_load(rn_model_gguf(e->model), &e->tok, err))) {
         cr_err_wrap(err, "%s", load->model_path);
@@ -194,6 +255,7 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
                         .n_seq = e->n_slots};
     if ((st = rn_ctx_new(e->model, &co, &e->ctx, err)))
         goto fail;
+    log_parts(e);
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
     e->spans = calloc((size_t)e->n_slots, sizeof *e->spans);
     e->span_slot = calloc((size_t)e->n_slots, sizeof *e->span_slot);
@@ -250,7 +312,8 @@ void rn_engine_destroy(rn_engine_t **self_p)
     rn_tokenizer_destroy(&e->tok);
     rn_tmpl_destroy(&e->tmpl);
     rn_model_destroy(&e->model);
-    be_destroy(&e->be);
+    for (int i = 0; i < e->n_be; i++)
+        be_destroy(&e->be[i]);
     msg_clear(&e->load);
     cr_buf_free(&e->out);
     free(e->prompt);
@@ -268,13 +331,24 @@ int64_t rn_engine_size_bytes(const rn_engine_t *e)
 
 int64_t rn_engine_vram_bytes(const rn_engine_t *e)
 {
-#ifdef CORRAL_HAVE_CUDA
-    if (!strcmp(e->be->ops->name, "cuda"))
-        return (int64_t)(be_cuda_weight_bytes(e->be) +
-                         be_cuda_buffer_bytes(e->be));
-#endif
-    CR_UNUSED(e);
-    return 0;
+    uint64_t sum = 0;
+    for (int i = 0; i < e->n_be; i++) {
+        if (e->be[i]->ops->host_memory)
+            continue;
+        uint64_t wb, bb;
+        be_memory_used(e->be[i], &wb, &bb);
+        sum += wb + bb;
+    }
+    return (int64_t)sum;
+}
+
+int64_t rn_engine_gpu_layers(const rn_engine_t *e)
+{
+    int n = rn_model_hparams(e->model)->n_layers;
+    int64_t k = 0;
+    for (int l = 0; l <= n; l++)
+        k += !rn_model_layer_backend(e->model, l)->ops->host_memory;
+    return k;
 }
 
 int64_t rn_engine_ctx(const rn_engine_t *e)
@@ -546,12 +620,11 @@ out:
 /* Ops on a device queue their errors; this surfaces them as a status. */
 static cr_status_t backend_check(rn_engine_t *e, cr_err_t *err)
 {
-#ifdef CORRAL_HAVE_CUDA
-    if (!strcmp(e->be->ops->name, "cuda"))
-        return be_cuda_check(e->be, err);
-#endif
-    CR_UNUSED(e);
-    CR_UNUSED(err);
+    for (int i = 0; i < e->n_be; i++) {
+        cr_status_t st = be_check(e->be[i], err);
+        if (st)
+            return st;
+    }
     return CR_OK;
 }
 

@@ -46,8 +46,13 @@ void rn_engine_destroy(rn_engine_t **self_p);
 /* Bytes the engine allocated and mapped (weights + KV cache + buffers). */
 int64_t rn_engine_size_bytes(const rn_engine_t *e);
 
-/* Bytes the engine holds in GPU memory (0 on the CPU backend). */
+/* Bytes the engine holds in device memory (backend instances that are not
+ * host memory; 0 on the CPU alone). */
 int64_t rn_engine_vram_bytes(const rn_engine_t *e);
+
+/* Layers (blocks and the output layer, as the scheduler counts them)
+ * computed on device instances: the offload really made. */
+int64_t rn_engine_gpu_layers(const rn_engine_t *e);
 
 /* The context length (num_ctx) the slot was created with. */
 int64_t rn_engine_ctx(const rn_engine_t *e);

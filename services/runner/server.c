@@ -20,19 +20,26 @@
 #include "services/runner/engine.h"
 
 #define DEFERRED_MAX 1024 /* requests waiting for a free slot */
-/* The scheduler pings an idle runner every CORRAL_HEARTBEAT_INTERVAL
- * (default 5 s) that has been quiet, so while a runner works it hears
- * nothing, and its silence is counted from the end of its work. Idle and
- * unheard for three intervals, a runner assumes its
- * scheduler restarted and says hello again, once an interval, with the
- * model it holds, so the new scheduler adopts it without a reload. Unheard
- * for CORRAL_RUNNER_ORPHAN_TIMEOUT seconds (default 60) it exits, so no
- * runner outlives its scheduler for good. */
+/* A runner says hello again, with the model it holds, as soon as its
+ * connection to the scheduler's endpoint is made again (a zmonitor on its
+ * DEALER reports CONNECTED: a restarted scheduler bound the endpoint), and
+ * when the scheduler side asks with a hello of its own (a node agent that
+ * rejoined its scheduler), so a new scheduler adopts it without a reload
+ * within moments of starting. As a fallback (no monitor), the scheduler
+ * pings an idle runner every CORRAL_HEARTBEAT_INTERVAL (default 5 s) that
+ * has been quiet, so while a runner works it hears nothing, and its
+ * silence is counted from the end of its work: idle and unheard for three
+ * intervals, a runner says hello again, once an interval. Unheard for
+ * CORRAL_RUNNER_ORPHAN_TIMEOUT seconds (default 60) it exits, so no runner
+ * outlives its scheduler for good. */
 #define HEARTBEAT_MS_DEFAULT 5000
 #define ORPHAN_MS_DEFAULT 60000
 
 struct rn_server {
     zsock_t *sock;
+    zactor_t *monitor;    /* CONNECTED events of sock; NULL if unavailable */
+    zpoller_t *poller;    /* sock and monitor */
+    int connects;         /* CONNECTED events seen */
     char id[MSG_ID_MAX + 1];
     rn_engine_t *engine;
     zlist_t *deferred; /* msg_t* waiting to run (owned) */
@@ -100,6 +107,24 @@ static void send_hello(rn_server_t *s)
     send_msg(s, &m);
 }
 
+/* Reads the monitor's events; a connection made after the first one is a
+ * scheduler back on the endpoint (restarted): hello again at once. */
+static void on_monitor(rn_server_t *s)
+{
+    while (s->monitor && (zsock_events(zactor_sock(s->monitor)) & ZMQ_POLLIN)) {
+        zmsg_t *ev = zmsg_recv(s->monitor);
+        if (!ev)
+            return;
+        char *name = zmsg_popstr(ev);
+        if (name && !strcmp(name, "CONNECTED") && ++s->connects > 1) {
+            cr_log_info("connected to the scheduler again; saying hello");
+            send_hello(s);
+        }
+        free(name);
+        zmsg_destroy(&ev);
+    }
+}
+
 static void send_error(rn_server_t *s, const char *id, cr_status_t st,
                        const char *text)
 {
@@ -133,6 +158,7 @@ static void cancel_request(rn_server_t *s, const char *id)
  * effect, pings are answered, requests are queued. */
 static void drain_inbox(rn_server_t *s)
 {
+    on_monitor(s);
     for (;;) {
         msg_t m;
         cr_err_t err;
@@ -158,6 +184,9 @@ static void drain_inbox(rn_server_t *s)
             msg_t pong;
             msg_init(&pong, MSG_pong, m.id);
             send_msg(s, &pong);
+            msg_clear(&m);
+        } else if (m.type == MSG_hello) {
+            send_hello(s); /* who is there? */
             msg_clear(&m);
         } else if (zlist_size(s->deferred) < DEFERRED_MAX) {
             msg_t *copy = malloc(sizeof *copy);
@@ -264,6 +293,8 @@ static void handle_load(rn_server_t *s, const msg_t *m)
     r.u.ready.has_size = true;
     r.u.ready.size_vram = rn_engine_vram_bytes(s->engine);
     r.u.ready.has_size_vram = true;
+    r.u.ready.gpu_layers = rn_engine_gpu_layers(s->engine);
+    r.u.ready.has_gpu_layers = true;
     r.u.ready.context_length = rn_engine_ctx(s->engine);
     r.u.ready.has_context_length = true;
     send_msg(s, &r);
@@ -404,6 +435,9 @@ static void handle(rn_server_t *s, msg_t *m)
         send_msg(s, &pong);
         break;
     }
+    case MSG_hello:
+        send_hello(s); /* who is there? (a node agent that rejoined) */
+        break;
     default:
         cr_log_warn("unexpected %s ignored", msg_type_name(m->type));
         break;
@@ -436,9 +470,24 @@ cr_status_t rn_server_new(const char *endpoint, const char *runner_id,
     }
     zsock_set_identity(s->sock, s->id);
     zsock_set_linger(s->sock, 1000);
+    /* Before connecting, so the first CONNECTED is seen (and skipped). */
+    s->monitor = zactor_new(zmonitor, s->sock);
+    if (s->monitor) {
+        zstr_sendx(s->monitor, "LISTEN", "CONNECTED", NULL);
+        zstr_send(s->monitor, "START");
+        zsock_wait(s->monitor);
+    } else {
+        cr_log_warn("no socket monitor: a restarted scheduler hears from "
+                    "this runner after three heartbeat intervals");
+    }
     if (zsock_connect(s->sock, "%s", endpoint) < 0) {
         rn_server_destroy(&s);
         return cr_err_set(err, CR_E_IO, "cannot connect to %s", endpoint);
+    }
+    s->poller = zpoller_new(s->sock, NULL);
+    if (!s->poller || (s->monitor && zpoller_add(s->poller, s->monitor))) {
+        rn_server_destroy(&s);
+        return cr_err_set(err, CR_E_NOMEM, "cannot create a poller");
     }
     *out = s;
     return CR_OK;
@@ -475,7 +524,14 @@ int rn_server_run(rn_server_t *s)
         }
         msg_t m;
         cr_err_t err;
-        cr_status_t st = bus_recv(s->sock, 1000, &m, NULL, &err);
+        void *which = zpoller_wait(s->poller, 1000);
+        if (s->monitor && which == s->monitor) {
+            on_monitor(s);
+            continue;
+        }
+        cr_status_t st = which ? bus_recv(s->sock, 0, &m, NULL, &err)
+                         : zpoller_terminated(s->poller) ? CR_E_CANCELED
+                                                          : CR_E_TIMEOUT;
         if (st == CR_E_TIMEOUT) {
             int64_t silent = mono_ms() - s->heard_ms;
             if (silent > s->orphan_ms) {
@@ -534,6 +590,8 @@ void rn_server_destroy(rn_server_t **self_p)
     rn_engine_destroy(&s->engine);
     free(s->recs);
     msg_clear(&s->load_msg);
+    zpoller_destroy(&s->poller);
+    zactor_destroy(&s->monitor);
     zsock_destroy(&s->sock);
     free(s);
     *self_p = NULL;

@@ -69,6 +69,10 @@ cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
         env_duration_ms("HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL_MS, err, &bad);
     cfg->heartbeat_timeout_ms =
         env_duration_ms("HEARTBEAT_TIMEOUT", HEARTBEAT_TIMEOUT_MS, err, &bad);
+    /* Unset: one heartbeat interval (0); set to 0: off (-1). */
+    cfg->adopt_grace_ms = env_duration_ms("ADOPT_GRACE", 0, err, &bad);
+    if (cr_env_get("ADOPT_GRACE", kv, sizeof kv) && cfg->adopt_grace_ms <= 0)
+        cfg->adopt_grace_ms = -1;
     if (bad)
         return CR_E_INVALID;
     cfg->node_timeout_ms =

@@ -99,18 +99,31 @@ static void on_node_hello(sch_server_t *s, zframe_t *ident, sch_node_t *nd,
                           const msg_t *m)
 {
     const msg_node_hello_body_t *h = &m->u.node_hello;
+    const char *inst = h->has_instance && h->instance ? h->instance : "";
     if (!nd) {
-        /* A node that restarted comes back with a new identity: the old
-         * one's runners died with it. */
-        for (sch_node_t *old = s->node_list; old; old = old->next)
-            if (!strcmp(old->name, h->name)) {
+        /* Back with a new identity: the same agent whose connection broke
+         * and came back keeps its runners; a restarted one's runners died
+         * with it. */
+        for (sch_node_t *old = s->node_list; old; old = old->next) {
+            if (strcmp(old->name, h->name))
+                continue;
+            if (inst[0] && !strcmp(old->instance, inst)) {
+                cr_log_info("node '%s' reconnected", old->name);
+                zframe_destroy(&old->ident);
+                old->ident = zframe_dup(ident);
+                nd = old;
+            } else {
                 node_lost(s, old, "it reconnected (restarted)");
-                break;
             }
+            break;
+        }
+    }
+    if (!nd) {
         nd = calloc(1, sizeof *nd);
         if (!nd)
             return;
         snprintf(nd->name, sizeof nd->name, "%s", h->name);
+        snprintf(nd->instance, sizeof nd->instance, "%s", inst);
         nd->ident = zframe_dup(ident);
         size_t n = CR_MIN(h->gpus.n, (size_t)CR_MAX_GPUS);
         for (size_t i = 0; i < n; i++) {
@@ -142,6 +155,10 @@ static void on_node_hello(sch_server_t *s, zframe_t *ident, sch_node_t *nd,
                     nd->name, n, (double)vram / (1 << 30),
                     nd->inv.fake ? ", described" : "",
                     (double)nd->inv.ram_free_bytes / (1 << 30));
+        /* Runners it already has are from before a restart of this
+         * scheduler: they say hello (the node asks them) and are adopted. */
+        if (h->has_runners)
+            sch_adopt_grace_node(s, nd, h->runners);
     }
     nd->last_seen_ms = sch_now_ms(s);
     msg_t pong;
@@ -158,7 +175,8 @@ static void on_blob_get(sch_server_t *s, sch_node_t *nd, const msg_t *m)
         const char *mp = rn->resolved.u.resolved.model_path;
         const char *base = strrchr(mp, '/');
         base = base ? base + 1 : mp;
-        if (rn->node == nd && !strcmp(base, g->digest))
+        /* (an adopted runner names the node's copy: not a path here) */
+        if (rn->node == nd && !strcmp(base, g->digest) && !access(mp, R_OK))
             path = mp;
     }
     msg_t reply;

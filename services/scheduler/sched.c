@@ -253,8 +253,10 @@ static void runner_arm_keep_alive(sch_server_t *s, runner_t *rn)
     if (rn->n_active > 0 || rn->state != RS_READY)
         return;
     if (rn->unload_when_idle || rn->keep_alive_ms == 0) {
-        runner_stop(s, rn, rn->unload_when_idle ? "options changed or evicted"
-                                                : "keep_alive 0");
+        runner_stop(s, rn, rn->duplicate ? "another runner holds the same "
+                                           "model and options"
+                           : rn->unload_when_idle ? "options changed or evicted"
+                                                  : "keep_alive 0");
         return;
     }
     rn->expires_ms = rn->keep_alive_ms < 0
@@ -395,10 +397,22 @@ static bool any_loading(const sch_server_t *s)
     return false;
 }
 
+/* The same model file: the same path, or the same store blob (a runner
+ * adopted on a node names its copy in the node's cache). */
+static bool same_blob(const char *a, const char *b)
+{
+    if (!strcmp(a, b))
+        return true;
+    const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
+    ba = ba ? ba + 1 : a;
+    bb = bb ? bb + 1 : b;
+    return !strncmp(ba, "sha256-", 7) && !strcmp(ba, bb);
+}
+
 static bool same_model(const runner_t *rn, const request_t *r)
 {
-    return !strcmp(rn->resolved.u.resolved.model_path,
-                   r->resolved.u.resolved.model_path) &&
+    return same_blob(rn->resolved.u.resolved.model_path,
+                     r->resolved.u.resolved.model_path) &&
            !strcmp(rn->resolved.u.resolved.name, r->resolved.u.resolved.name);
 }
 
@@ -418,8 +432,47 @@ static void evict_one(sch_server_t *s, const char *why)
         runner_stop(s, victim, why);
 }
 
+/* Two ready runners of one model whose load options suit the same
+ * requests (a node back late, a runner's hello racing a load): one is
+ * enough. The one serving more requests stays (on a tie the older: the
+ * list is newest first); the other takes nothing new and stops once
+ * idle. */
+static void drop_duplicates(sch_server_t *s)
+{
+    for (runner_t *a = s->runner_list; a; a = a->next) {
+        if (a->state != RS_READY || a->duplicate)
+            continue;
+        for (runner_t *b = a->next; b; b = b->next) {
+            if (b->state != RS_READY || b->duplicate ||
+                !same_blob(a->resolved.u.resolved.model_path,
+                           b->resolved.u.resolved.model_path) ||
+                strcmp(a->resolved.u.resolved.name,
+                       b->resolved.u.resolved.name) ||
+                (!sch_options_load_compatible(&a->load_opts, &b->load_opts) &&
+                 !sch_options_load_compatible(&b->load_opts, &a->load_opts)))
+                continue;
+            runner_t *keep = b, *drop = a;
+            if (a->n_active > b->n_active) {
+                keep = a;
+                drop = b;
+            }
+            cr_log_warn("runners %s and %s both hold %s: keeping %s, "
+                        "draining and stopping %s (%d requests running)",
+                        keep->id, drop->id, keep->resolved.u.resolved.name,
+                        keep->id, drop->id, drop->n_active);
+            drop->duplicate = true;
+            drop->unload_when_idle = true;
+            runner_arm_keep_alive(s, drop);
+            if (drop == a)
+                break;
+        }
+    }
+}
+
 static void schedule(sch_server_t *s)
 {
+    drop_duplicates(s);
+    bool grace = sch_adopt_grace(s);
     size_t all_gpus = s->inv.n_gpus;
     for (const sch_node_t *nd = s->node_list; nd; nd = nd->next)
         all_gpus += nd->inv.n_gpus;
@@ -436,7 +489,7 @@ static void schedule(sch_server_t *s)
         runner_t *match = NULL;
         runner_t *stale = NULL;
         for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
-            if (rn->state == RS_STOPPING || !same_model(rn, r))
+            if (rn->state == RS_STOPPING || rn->duplicate || !same_model(rn, r))
                 continue;
             if (sch_options_load_compatible(&rn->load_opts, opts ? *opts : NULL))
                 match = rn;
@@ -454,6 +507,8 @@ static void schedule(sch_server_t *s)
             runner_arm_keep_alive(s, stale);
             continue;
         }
+        if (grace)
+            continue; /* its runner may be about to say hello (adopt.c) */
         if (load_waiting || any_loading(s))
             continue; /* one load at a time, first come first served */
         load_waiting = true;
@@ -532,7 +587,9 @@ static void handle_ps(sch_server_t *s, zframe_t *client, const char *id)
         return;
     }
     size_t i = 0;
-    for (runner_t *rn = s->runner_list; rn; rn = rn->next, i++) {
+    for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
+        if (rn->duplicate)
+            continue; /* on its way out: the model is listed once */
         msg_resolved_body_t *res = &rn->resolved.u.resolved;
         msg_loaded_model_t *e = &v[i];
         memset(e, 0, sizeof *e);
@@ -576,9 +633,10 @@ static void handle_ps(sch_server_t *s, zframe_t *client, const char *id)
             e->host = rn->node->name;
             e->has_host = true;
         }
+        i++;
     }
     m.u.ps_reply.models.v = v;
-    m.u.ps_reply.models.n = n;
+    m.u.ps_reply.models.n = i;
     m.u.ps_reply.has_models = true;
     send_client(s, client, &m);
     msg_clear(&m);
@@ -734,6 +792,7 @@ static void on_registry(sch_server_t *s)
         }
     }
     r->state = RQ_PENDING;
+    r->pending_ms = sch_now_ms(s);
 }
 
 /* ---- inbound: runners ---- */
@@ -813,6 +872,7 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
                         rn->id, m->u.ready.gpu_layers, rn->plan.gpu_layers);
         runner_set_state(s, rn, RS_READY);
         rn->last_used_ms = sch_now_ms(s);
+        drop_duplicates(s);
         cr_log_info("runner %s ready: %s, %" PRId64 " bytes, ctx %" PRId64,
                  rn->id, rn->resolved.u.resolved.name, rn->size,
                  rn->context_length);
@@ -872,11 +932,13 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
         msg_clear(&m);
         return;
     }
-    if (!rn && m.type == MSG_hello && node) {
-        /* A runner on a node that outlived its scheduler (or its node's
-         * loss) is not adopted: the node's memory was already given back. */
-        cr_log_info("runner '%s' on node '%s' is unknown; asking it to exit",
+    if (!rn && m.type == MSG_hello && node && sch_gone_has(s, id)) {
+        /* A runner of a node this scheduler lost is not adopted: its
+         * memory was given back (its node kills it too). */
+        cr_log_info("runner '%s' on node '%s' was given up; asking it to exit",
                     id, node->name);
+        if (node->expect_runners > 0)
+            node->expect_runners--; /* not one to wait for */
         msg_t bye;
         msg_init(&bye, MSG_shutdown, id);
         sch_node_send(s, node, id, &bye);
@@ -884,10 +946,21 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
         return;
     }
     if (!rn && m.type == MSG_hello) {
-        /* A runner from before a scheduler restart: adopt its model, or
-         * (holding none) tell it to go. */
-        rn = sch_runner_adopt(s, id, &m.u.hello);
-        if (!rn && id[0]) {
+        /* A runner from before a scheduler restart (here or on a node):
+         * adopt its model, or (holding none) tell it to go. */
+        rn = sch_runner_adopt(s, node, id, &m.u.hello);
+        if (rn)
+            drop_duplicates(s); /* before ps can list it twice */
+        if (!rn && node) {
+            cr_log_info("runner '%s' on node '%s' holds no model; asking it "
+                        "to exit",
+                        id, node->name);
+            if (node->expect_runners > 0)
+                node->expect_runners--;
+            msg_t bye;
+            msg_init(&bye, MSG_shutdown, id);
+            sch_node_send(s, node, id, &bye);
+        } else if (!rn && id[0]) {
             cr_log_info("runner '%s' holds no model; asking it to exit", id);
             msg_t bye;
             msg_init(&bye, MSG_shutdown, id);
@@ -899,7 +972,13 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
         return;
     }
     if (!rn) {
-        cr_log_warn("message from unknown runner '%s' ignored", id);
+        /* Output queued while no scheduler listened comes before the
+         * runner's hello: expected, and many. */
+        if (m.type == MSG_chunk || m.type == MSG_pong)
+            cr_log_debug("%s from unknown runner '%s' ignored",
+                         msg_type_name(m.type), id);
+        else
+            cr_log_warn("message from unknown runner '%s' ignored", id);
         msg_clear(&m);
         return;
     }
@@ -920,6 +999,12 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
             finish_request(s, r, &m);
     } else if (!strcmp(m.id, rn->id)) {
         on_runner_control(s, rn, &m);
+    } else if (!r && m.type == MSG_chunk) {
+        /* Output for a request nobody waits for (one a previous scheduler
+         * sent an adopted runner): free its slot. */
+        msg_t c;
+        msg_init(&c, MSG_cancel, m.id);
+        send_runner(s, rn, &c);
     }
     msg_clear(&m);
 }
@@ -958,6 +1043,8 @@ void sch_runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,
         bool loading = rn->state != RS_READY;
         fail_model_requests(s, rn, CR_E_RUNNER, text, loading);
     }
+    if (rn->node)
+        sch_gone_note(s, rn->id);
     runner_free(s, rn);
 }
 
@@ -1028,29 +1115,38 @@ static void heartbeat(sch_server_t *s, runner_t *rn, int64_t now)
  * been loading for LOAD_NOTICE_MS gets `progress` {status: "loading
  * model"}, then again every LOAD_NOTICE_REPEAT_MS while the load lasts.
  * Fast loads send nothing, so their answers stay byte for byte Ollama's
- * (and an early load failure keeps its HTTP status). */
+ * (and an early load failure keeps its HTTP status). A request held back
+ * by the adoption grace (no runner of its model yet) counts as loading
+ * from when it became pending. */
 #define LOAD_NOTICE_MS 1000
 #define LOAD_NOTICE_REPEAT_MS 5000
 
 static void notify_loading(sch_server_t *s, int64_t now)
 {
+    bool grace = s->grace_until_ms != 0; /* waiting for adoptions */
     for (request_t *r = s->req_list; r; r = r->next) {
         if (r->state != RQ_PENDING || r->load_only ||
             (r->msg.type != MSG_generate && r->msg.type != MSG_chat))
             continue;
         if (r->load_notice_ms && now - r->load_notice_ms < LOAD_NOTICE_REPEAT_MS)
             continue;
+        /* Also while the adoption grace holds its load back. */
+        bool notice = false, has_runner = false;
         for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
-            if ((rn->state != RS_STARTING && rn->state != RS_LOADING) ||
-                !same_model(rn, r) || now - rn->state_since_ms < LOAD_NOTICE_MS)
-                continue;
+            has_runner |= same_model(rn, r);
+            if ((rn->state == RS_STARTING || rn->state == RS_LOADING) &&
+                same_model(rn, r) && now - rn->state_since_ms >= LOAD_NOTICE_MS)
+                notice = true;
+        }
+        if (grace && !has_runner && now - r->pending_ms >= LOAD_NOTICE_MS)
+            notice = true;
+        if (notice) {
             msg_t m;
             msg_init(&m, MSG_progress, r->id);
             m.u.progress.status = "loading model";
             m.u.progress.has_status = true;
             send_client(s, r->client, &m);
             r->load_notice_ms = now;
-            break;
         }
     }
 }
@@ -1146,6 +1242,7 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
     }
     if (sch_nodes_open(s, err) || (s->nodes && zpoller_add(s->poller, s->nodes)))
         goto fail_sockets;
+    sch_adopt_grace_begin(s);
     *out = s;
     return CR_OK;
 

@@ -50,6 +50,11 @@ typedef struct sch_config {
                                       5 s (CORRAL_HEARTBEAT_INTERVAL) */
     int64_t heartbeat_timeout_ms;  /* unanswered ping -> killed; 0 = 60 s
                                       (CORRAL_HEARTBEAT_TIMEOUT) */
+    int64_t adopt_grace_ms;  /* after a restart, no runner is started for
+                                this long while runners of the previous
+                                scheduler may still say hello; 0 = one
+                                heartbeat interval, <0 = none
+                                (CORRAL_ADOPT_GRACE) */
     /* Nodes (docs/deploy.md "Adding a GPU host"): "" = off. */
     char nodes_endpoint[BUS_ENDPOINT_MAX]; /* CORRAL_NODES_ENDPOINT, tcp:// */
     char nodes_cert[4096];     /* CORRAL_NODES_CERT: the scheduler's

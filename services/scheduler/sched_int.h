@@ -22,6 +22,7 @@
 #define NODE_BLOB_CHUNK_MAX (4 << 20) /* bytes per blob_data */
 #define NODE_KEYS_CHECK_MS 1000 /* CORRAL_NODE_KEYS_DIR is looked at this often */
 #define TICK_MS 100               /* timer resolution of the loop */
+#define ORPHANS_MAX 256           /* runners of a previous scheduler tracked */
 #define FOREVER_MS INT64_MAX
 
 typedef enum runner_state {
@@ -45,6 +46,11 @@ typedef struct sch_node {
     cr_inventory_t inv;      /* what it announced; the ledger subtracts its
                                 runners' plans from this */
     int64_t last_seen_ms;    /* last frame from it */
+    char instance[MSG_ID_MAX + 1]; /* its agent process (node_hello) */
+    /* Adoption grace: a node that joins with runners (this scheduler
+     * restarted) holds loads back until that many of its runners said
+     * hello, at most until grace_until_ms (0: none). */
+    int64_t expect_runners, grace_until_ms;
     struct sch_node *next;
 } sch_node_t;
 
@@ -63,6 +69,9 @@ typedef struct runner {
     int n_slots, n_active;
     int64_t size, size_vram, context_length;
     bool unload_when_idle;
+    bool duplicate;          /* another runner holds the same model and
+                                options: takes nothing new, stops when
+                                idle, not listed by ps */
     bool adopted;            /* not our child: it re-registered after a
                                 scheduler restart; liveness by kill(pid, 0)
                                 and heartbeats, never waitpid */
@@ -92,6 +101,7 @@ typedef struct request {
     bool got_output;         /* a chunk was relayed to the client */
     bool retried;            /* already re-queued once after a runner died */
     int64_t load_notice_ms;  /* last `loading model` progress sent; 0 none */
+    int64_t pending_ms;      /* when it became PENDING */
     struct request *next;
 } request_t;
 
@@ -115,6 +125,16 @@ struct sch_server {
     bool gpu_offload_seen; /* a runner reported VRAM: runners use GPUs */
     int64_t nvml_free[CR_MAX_GPUS]; /* per inventory slot, last query */
     int64_t nvml_at_ms;    /* when; 0 = never */
+    /* Adoption grace (adopt.c): runners of a previous scheduler on this
+     * endpoint, found in /proc at start, may still say hello; no runner is
+     * started until they all did or the grace ends. */
+    int64_t grace_start_ms, grace_until_ms; /* until 0: none (over) */
+    pid_t orphans[ORPHANS_MAX];
+    int n_orphans;
+    /* Ids of node runners this scheduler declared gone (their node was
+     * lost): a late hello from one is told to exit, not adopted. */
+    char gone_ids[ORPHANS_MAX][48];
+    unsigned n_gone;
 };
 
 /* The options slot of a generate, chat, embed or tokenize request; NULL
@@ -189,12 +209,33 @@ void sch_nodes_close(sch_server_t *s);
 
 /* Adopts a runner that says hello from outside (it outlived the scheduler
  * that started it) holding a loaded model: a READY runner with its load
- * options, sizes and a fresh keep-alive, prepended to s's list. Its pid is
+ * options, sizes and a fresh keep-alive, prepended to s's list. On a node
+ * (node non-NULL) the node owns its process (pid 0). A local one's pid is
  * kept only if /proc says it is the runner binary (so a stray hello cannot
  * make the scheduler signal another process). NULL if the hello names no
  * model, the id is unusable, or memory runs out. */
-runner_t *sch_runner_adopt(sch_server_t *s, const char *id,
+runner_t *sch_runner_adopt(sch_server_t *s, sch_node_t *node, const char *id,
                            const msg_hello_body_t *hello);
+
+/* The adoption grace for a node that joined holding runners (see
+ * sch_node_t); one heartbeat-bounded window, like the local one. */
+void sch_adopt_grace_node(sch_server_t *s, sch_node_t *nd, int64_t runners);
+
+/* Remembers a node runner declared gone / asks whether id is one. */
+void sch_gone_note(sch_server_t *s, const char *id);
+bool sch_gone_has(const sch_server_t *s, const char *id);
+
+/* At start: looks in /proc for runner processes (cfg.runner_bin) serving
+ * this scheduler's runners endpoint, left by a previous scheduler (killed,
+ * or crashed). If there are any, the adoption grace begins: it lasts until
+ * each of them was adopted or exited, at most cfg.adopt_grace_ms (0: one
+ * heartbeat interval). */
+void sch_adopt_grace_begin(sch_server_t *s);
+
+/* True while the adoption grace lasts: no runner may be started (a
+ * request waits; the runner for its model may be about to say hello).
+ * Logs its end. */
+bool sch_adopt_grace(sch_server_t *s);
 
 /* ---- load.c ---- */
 

@@ -13,6 +13,7 @@
 #include "lib/buf.h"
 
 #include <jansson.h>
+#include "services/runner/backend/registry.h"
 #include "services/runner/engine.h"
 #include "services/runner/grammar/grammar.h"
 #include "tools/synth/synth.h"
@@ -625,6 +626,56 @@ static void test_embed_truncate_keeps_sep(void)
     unlink(path);
 }
 
+/* A load message with the scheduler's GPU plan: without an accelerator
+ * (none in the backend table has a device here) every layer stays on the
+ * CPU, the engine says so (gpu_layers 0, no VRAM) and answers as without
+ * a plan. */
+static void test_gpu_plan_on_cpu(void)
+{
+    if (be_kind_accel()) {
+        printf("engine: gpu plan on the cpu skipped: an accelerator is present\n");
+        return;
+    }
+    rn_engine_t *plain = load(NULL, 256);
+    msg_options_t o = {0};
+    o.num_ctx = 256;
+    o.has_num_ctx = true;
+    msg_device_split_t dev = {.index = 0, .has_index = true, .first_layer = 1,
+                              .has_first_layer = true, .layers = 2, .has_layers = true};
+    msg_load_body_t ld = {0};
+    ld.name = "synth:latest";
+    ld.has_name = true;
+    ld.model_path = model_path;
+    ld.has_model_path = true;
+    ld.options = &o;
+    ld.has_options = true;
+    ld.gpu_layers = 2;
+    ld.has_gpu_layers = true;
+    ld.devices.v = &dev;
+    ld.devices.n = 1;
+    ld.has_devices = true;
+    rn_engine_t *e = NULL;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_MSG(rn_engine_load(&ld, &e, &err) == CR_OK, "load: %s", err.msg);
+    if (e && plain) {
+        CHECK(rn_engine_gpu_layers(e) == 0);
+        CHECK(rn_engine_vram_bytes(e) == 0);
+        CHECK(rn_engine_size_bytes(e) == rn_engine_size_bytes(plain));
+        msg_options_t g = greedy(8);
+        capture_t a = {0}, b = {0};
+        msg_done_body_t da, db;
+        CHECK_EQ_INT(gen(plain, "hello", true, &g, &a, &da, &err), CR_OK);
+        CHECK_EQ_INT(gen(e, "hello", true, &g, &b, &db, &err), CR_OK);
+        CHECK(a.text.len > 0 && a.text.len == b.text.len &&
+              !memcmp(a.text.data, b.text.data, a.text.len));
+        cr_buf_free(&a.text);
+        cr_buf_free(&b.text);
+    }
+    rn_engine_destroy(&e);
+    rn_engine_destroy(&plain);
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "/tmp/corral-engine-%d.gguf",
@@ -652,6 +703,7 @@ int main(void)
     test_thinking();
     test_context_shift();
     test_embed_truncate_keeps_sep();
+    test_gpu_plan_on_cpu();
     unlink(model_path);
     test_stories();
     return check_finish("engine");

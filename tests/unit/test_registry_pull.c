@@ -259,6 +259,29 @@ static void test_manifest_404(void)
     fake_stop(&f);
 }
 
+/* A registry nobody answers: the error carries curl's own words (which
+ * name the host and port, and for a proxy the CONNECT status), not only
+ * its code's generic text ("Couldn't connect to server"). */
+static void test_unreachable(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    CHECK(fd >= 0 && !bind(fd, (struct sockaddr *)&a, al) &&
+          !getsockname(fd, (struct sockaddr *)&a, &al));
+    int port = ntohs(a.sin_port);
+    close(fd); /* bound, never listened: connections are refused */
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", port);
+    reg_store_t *s = fresh_store();
+    events_t ev;
+    cr_err_t err;
+    CHECK(do_pull(s, NULL, &ev, &err) != CR_OK);
+    char want[64];
+    snprintf(want, sizeof want, "port %d", port);
+    CHECK_MSG(strstr(err.msg, want) != NULL, "%s", err.msg);
+    reg_store_destroy(&s);
+}
+
 static void test_bad_manifest(void)
 {
     fake_t f;
@@ -906,6 +929,7 @@ int main(void)
     test_startup_prune_partials();
     test_pull_ok();
     test_manifest_404();
+    test_unreachable();
     test_blob_removed_midway();
     test_bad_manifest();
     test_digest_mismatch();

@@ -7,7 +7,11 @@
  * is answered while two requests stream; a cancel ends one request alone
  * (error CR_E_CANCELED) while the other streams on to `done`; a cancel of
  * a request still waiting answers it at once; `shutdown` ends every
- * running request (as canceled) and the loop. */
+ * running request (as canceled) and the loop. The "scheduler" restarts
+ * (its ROUTER closed and bound again) while the runner idles and while it
+ * streams: the runner says hello again, with its model, within 1 s (the
+ * heartbeat fallback would take 15 s); a hello sent to it (a node asking
+ * who is there) is answered with one. */
 #include "lib/prelude.h"
 
 #include <pthread.h>
@@ -70,8 +74,8 @@ static void send_simple(msg_type_t type, const char *id)
 }
 
 /* What the "scheduler" saw of each request. */
-#define N_IDS 6
-static const char *ids_g[N_IDS] = {"g1", "g2", "g3", "g4", "g5", "g6"};
+#define N_IDS 7
+static const char *ids_g[N_IDS] = {"g1", "g2", "g3", "g4", "g5", "g6", "h1"};
 typedef struct seen {
     int chunks;
     int first, end; /* message counter at the first chunk and at the end */
@@ -81,19 +85,23 @@ typedef struct seen {
 static seen_t seen_g[N_IDS];
 static int counter_g;
 static int pongs_g;
+static int hellos_g; /* hellos naming the loaded model */
 
-/* Reads one message (5 s at most); false on timeout. */
-static bool pump(void)
+/* Reads one message (timeout_ms at most); false on timeout. */
+static bool pump_for(int timeout_ms)
 {
     msg_t m;
     zframe_t *idf = NULL;
-    cr_status_t st = bus_recv(router_g, 5000, &m, &idf, NULL);
+    cr_status_t st = bus_recv(router_g, timeout_ms, &m, &idf, NULL);
     zframe_destroy(&idf);
     if (st)
         return false;
     counter_g++;
     if (m.type == MSG_pong)
         pongs_g++;
+    if (m.type == MSG_hello && m.u.hello.has_name &&
+        !strcmp(m.u.hello.name, "synth:latest"))
+        hellos_g++;
     for (int i = 0; i < N_IDS; i++) {
         if (strcmp(m.id, ids_g[i]))
             continue;
@@ -114,9 +122,33 @@ static bool pump(void)
     return true;
 }
 
+static bool pump(void)
+{
+    return pump_for(5000);
+}
+
 static bool ended(int i)
 {
     return seen_g[i].done || seen_g[i].error;
+}
+
+/* The scheduler dies and a new one binds the endpoint. */
+static void restart_router(void)
+{
+    zsock_destroy(&router_g);
+    router_g = zsock_new(ZMQ_ROUTER);
+    CHECK(zsock_bind(router_g, "%s", endpoint_g) == 0);
+}
+
+/* Pumps until a hello with the model arrives; ms it took, or -1 after
+ * `limit_ms`. */
+static int64_t await_hello(int64_t limit_ms)
+{
+    int before = hellos_g;
+    int64_t t0 = zclock_mono();
+    while (hellos_g == before && zclock_mono() - t0 < limit_ms)
+        pump_for(50);
+    return hellos_g > before ? zclock_mono() - t0 : -1;
 }
 
 int main(void)
@@ -188,6 +220,35 @@ int main(void)
     if (!g1_eos)
         CHECK(seen_g[1].end > seen_g[0].end); /* streamed past g1's cancel */
     CHECK(seen_g[2].first > seen_g[0].end);   /* waited for the slot */
+
+    /* Idle, then its scheduler restarts: hello again at once (1 s is the
+     * issue's bound; it takes ~0.1 s, the reconnect interval). */
+    restart_router();
+    int64_t ms = await_hello(1000);
+    CHECK_MSG(ms >= 0, "no hello within 1 s of a scheduler restart (idle)");
+    printf("runner_server: hello %lld ms after the restart (idle)\n",
+           (long long)ms);
+    /* Who is there? */
+    msg_init(&m, MSG_hello, "rn1");
+    m.u.hello.runner_id = "rn1";
+    m.u.hello.has_runner_id = true;
+    send_to_runner(&m);
+    CHECK_MSG(await_hello(1000) >= 0, "a hello was not answered");
+
+    /* Restarted while a request streams: hello between steps. Its end
+     * may be lost with the old connection (as in a real crash), so it
+     * is not waited for beyond the runner falling silent. */
+    send_generate("h1", "abc", 2000);
+    while (!seen_g[6].chunks && pump())
+        ;
+    restart_router();
+    ms = await_hello(1000);
+    CHECK_MSG(ms >= 0, "no hello within 1 s of a scheduler restart (busy)");
+    printf("runner_server: hello %lld ms after the restart (streaming)\n",
+           (long long)ms);
+    send_simple(MSG_cancel, "h1");
+    while (!ended(6) && pump_for(500))
+        ;
 
     /* Two running, one waiting: cancel the waiting one, then shutdown. */
     send_generate("g4", "abc", 2000);

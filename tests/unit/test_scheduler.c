@@ -9,9 +9,11 @@
 
 #include <ftw.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "proto/bus.h"
+#include "proto/relay.h"
 #include "services/runner/model/forward.h"
 #include "tools/synth/synth.h"
 #include "services/scheduler/estimate.h"
@@ -38,8 +40,31 @@ static void fake_chunk(zsock_t *d, const char *id, const char *text)
     fake_send(d, &m);
 }
 
+/* A runner left by a previous scheduler (id "adopt-*", started by
+ * spawn_orphan): it waits for the file <dir>/go-<id>, then says hello
+ * holding alpha:latest, as a real runner that outlived its scheduler
+ * does; it exits once the test dir is gone. */
+static bool orphan_wait(const char *endpoint, const char *id)
+{
+    char dir[300], go[400];
+    snprintf(dir, sizeof dir, "%s", endpoint + strlen("ipc://"));
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(go, sizeof go, "%s/go-%s", dir, id);
+    while (access(go, F_OK)) {
+        if (access(dir, F_OK))
+            return false;
+        zclock_sleep(10);
+    }
+    return true;
+}
+
 static int fake_runner(const char *endpoint, const char *id)
 {
+    bool orphan = !strncmp(id, "adopt-", 6);
+    if (orphan && !orphan_wait(endpoint, id))
+        return 0;
     zsock_t *d = zsock_new(ZMQ_DEALER);
     zsock_set_identity(d, id);
     zsock_set_linger(d, 1000);
@@ -50,6 +75,21 @@ static int fake_runner(const char *endpoint, const char *id)
     msg_init(&m, MSG_hello, id);
     m.u.hello.runner_id = (char *)id;
     m.u.hello.has_runner_id = true;
+    msg_options_t lo = {0};
+    if (orphan) {
+        m.u.hello.pid = getpid();
+        m.u.hello.has_pid = true;
+        m.u.hello.name = "alpha:latest";
+        m.u.hello.has_name = true;
+        m.u.hello.model_path = "/fake/alpha.gguf";
+        m.u.hello.has_model_path = true;
+        lo.num_ctx = 512;
+        lo.has_num_ctx = true;
+        m.u.hello.options = &lo;
+        m.u.hello.has_options = true;
+        m.u.hello.size = 4321;
+        m.u.hello.has_size = true;
+    }
     fake_send(d, &m);
     char plan[256] = "no plan";
     for (;;) {
@@ -302,15 +342,26 @@ static void wait_runners(env_t *e, size_t n)
 /* >= 0: the next env_start sets these heartbeat timings. */
 static int64_t hb_interval_g = -1, hb_timeout_g = -1;
 
+/* Set: the next env_start accepts nodes here (CURVE: these files). */
+static char nodes_ep_g[64], nodes_cert_g[400], node_keys_g[400];
+
 /* A described inventory for the next env_start (NULL: discover). */
 static const char *inventory_g;
 static bool inventory_real_g; /* pretend it was discovered, not described */
 
+/* Set: the next env_start uses this dir (made already). */
+static char env_dir_g[256];
+
 static void env_start(env_t *e, int max_loaded, int max_queue)
 {
     memset(e, 0, sizeof *e);
-    snprintf(e->dir, sizeof e->dir, "/tmp/corral-sched-XXXXXX");
-    CHECK(mkdtemp(e->dir) != NULL);
+    if (env_dir_g[0]) {
+        snprintf(e->dir, sizeof e->dir, "%s", env_dir_g);
+        env_dir_g[0] = '\0';
+    } else {
+        snprintf(e->dir, sizeof e->dir, "/tmp/corral-sched-XXXXXX");
+        CHECK(mkdtemp(e->dir) != NULL);
+    }
     sch_config_t cfg = {0};
     snprintf(cfg.front_endpoint, sizeof cfg.front_endpoint,
              "ipc://%s/scheduler.sock", e->dir);
@@ -328,6 +379,14 @@ static void env_start(env_t *e, int max_loaded, int max_queue)
     cfg.max_queue = max_queue;
     cfg.num_parallel = 1;
     cfg.now_ms = test_clock;
+    if (nodes_ep_g[0]) {
+        snprintf(cfg.nodes_endpoint, sizeof cfg.nodes_endpoint, "%s",
+                 nodes_ep_g);
+        snprintf(cfg.nodes_cert, sizeof cfg.nodes_cert, "%s", nodes_cert_g);
+        snprintf(cfg.node_keys_dir, sizeof cfg.node_keys_dir, "%s",
+                 node_keys_g);
+        nodes_ep_g[0] = '\0';
+    }
     if (hb_interval_g >= 0) {
         cfg.heartbeat_interval_ms = hb_interval_g;
         cfg.heartbeat_timeout_ms = hb_timeout_g;
@@ -924,6 +983,325 @@ static void test_adopt_after_restart(void)
     env_stop(&e);
 }
 
+/* A runner process left by a previous scheduler on dir's endpoint (not
+ * our child, as after a real restart): this executable as `serve
+ * --endpoint ipc://<dir>/runners.sock --id <id>`. Its pid. */
+static pid_t spawn_orphan(const char *dir, const char *id)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t mid = fork();
+    if (mid == 0) {
+        pid_t g = fork();
+        if (g == 0) {
+            close(fds[0]);
+            close(fds[1]);
+            char ep[400];
+            snprintf(ep, sizeof ep, "ipc://%s/runners.sock", dir);
+            execl("/proc/self/exe", "corral-runner", "serve", "--endpoint",
+                  ep, "--id", id, (char *)NULL);
+            _exit(127);
+        }
+        ssize_t w = write(fds[1], &g, sizeof g);
+        _exit(w == sizeof g ? 0 : 1);
+    }
+    pid_t pid = 0;
+    close(fds[1]);
+    CHECK(read(fds[0], &pid, sizeof pid) == sizeof pid);
+    close(fds[0]);
+    waitpid(mid, NULL, 0);
+    /* Exec'd (what the scheduler looks for at start), within 10 s. */
+    char path[64], cmd[64] = "";
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    for (int i = 0; i < 1000 && strcmp(cmd, "corral-runner"); i++) {
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(cmd, 1, sizeof cmd - 1, f) : 0;
+        cmd[n] = '\0';
+        if (f)
+            fclose(f);
+        if (strcmp(cmd, "corral-runner"))
+            zclock_sleep(10);
+    }
+    CHECK_EQ_STR(cmd, "corral-runner");
+    return pid;
+}
+
+static void orphan_go(const env_t *e, const char *id)
+{
+    char go[400];
+    snprintf(go, sizeof go, "%s/go-%s", e->dir, id);
+    FILE *f = fopen(go, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+}
+
+/* The number of models ps lists. */
+static int ps_count(env_t *e)
+{
+    msg_t ps;
+    msg_init(&ps, MSG_ps, "ps");
+    bus_send(e->client, &ps, NULL);
+    msg_t r;
+    if (!client_recv(e, &r))
+        return -1;
+    int n = r.type == MSG_ps_reply ? (int)r.u.ps_reply.models.n : -1;
+    msg_clear(&r);
+    return n;
+}
+
+/* Adoption grace: a scheduler that finds runners of a previous one on its
+ * endpoint starts none while they may still say hello. A request for the
+ * model of one of them waits (pending, progress after a second) and goes
+ * to it once it says hello: no second runner. A second runner of the same
+ * model saying hello later is drained and stopped; ps lists the model
+ * once. A runner that never says hello holds loads back for one heartbeat
+ * interval (the default grace), not longer. */
+static void test_adopt_grace(void)
+{
+    snprintf(env_dir_g, sizeof env_dir_g, "/tmp/corral-sched-XXXXXX");
+    CHECK(mkdtemp(env_dir_g) != NULL);
+    pid_t first = spawn_orphan(env_dir_g, "adopt-1");
+    env_t e;
+    env_start(&e, 3, 16);
+    send_generate(&e, "gr1", "alpha", "hi", NULL, 0);
+    pump(&e, 40);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0); /* nothing started */
+    CHECK_EQ_INT(sch_server_pending_count(e.sched), 1);
+    clock_ms_g += 1000;
+    msg_t m;
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_progress);
+    msg_clear(&m);
+    orphan_go(&e, "adopt-1");
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_chunk);
+    msg_clear(&m);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    msg_clear(&m);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1); /* the adopted one */
+
+    /* A second runner of alpha says hello: adopted, found a duplicate,
+     * stopped (it exits on shutdown); the first one stays. */
+    pid_t second = spawn_orphan(e.dir, "adopt-2");
+    orphan_go(&e, "adopt-2");
+    bool gone = false;
+    for (int i = 0; i < 1000 && !gone; i++) {
+        pump(&e, 1);
+        char exe[64], target[16];
+        snprintf(exe, sizeof exe, "/proc/%d/exe", (int)second);
+        gone = readlink(exe, target, sizeof target) < 0; /* or a zombie */
+    }
+    CHECK_MSG(gone, "the duplicate runner was not stopped");
+    wait_runners(&e, 1);
+    CHECK_EQ_INT(ps_count(&e), 1);
+    CHECK_EQ_INT(kill(first, 0), 0);
+    CHECK_EQ_INT(run_request(&e, "gr2", "alpha", "hi", NULL, NULL), MSG_done);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    env_stop(&e);
+
+    /* One that never says hello: loads wait one heartbeat interval. */
+    snprintf(env_dir_g, sizeof env_dir_g, "/tmp/corral-sched-XXXXXX");
+    CHECK(mkdtemp(env_dir_g) != NULL);
+    pid_t silent = spawn_orphan(env_dir_g, "adopt-3");
+    env_start(&e, 3, 16);
+    send_generate(&e, "gr3", "beta", "hi", NULL, 0);
+    pump(&e, 40);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0);
+    clock_ms_g += 5000; /* the default grace: one heartbeat interval */
+    wait_runners(&e, 1);
+    bool done = false;
+    for (int i = 0; i < 8 && !done && client_recv(&e, &m); i++) {
+        done = m.type == MSG_done;
+        msg_clear(&m);
+    }
+    CHECK(done);
+    kill(silent, SIGKILL);
+    env_stop(&e);
+}
+
+/* ---- a fake node agent (a CURVE DEALER speaking the relay framing) ---- */
+
+static zsock_t *node_connect(const env_t *e, const char *ep)
+{
+    char cert[400], srv[400];
+    snprintf(cert, sizeof cert, "%s/keys/nd", e->dir);
+    snprintf(srv, sizeof srv, "%s/keys/srv", e->dir);
+    zsock_t *d = zsock_new(ZMQ_DEALER);
+    zsock_set_linger(d, 0);
+    CHECK_EQ_INT(bus_curve_client(d, cert, srv, NULL), CR_OK);
+    CHECK(zsock_connect(d, "%s", ep) == 0);
+    return d;
+}
+
+static void node_hello(zsock_t *d, const char *instance, int64_t runners)
+{
+    msg_t m;
+    msg_init(&m, MSG_node_hello, "");
+    m.u.node_hello.name = "gpu1";
+    m.u.node_hello.has_name = true;
+    m.u.node_hello.ram_total = 64LL << 30;
+    m.u.node_hello.has_ram_total = true;
+    m.u.node_hello.ram_free = 64LL << 30;
+    m.u.node_hello.has_ram_free = true;
+    m.u.node_hello.runners = runners;
+    m.u.node_hello.has_runners = true;
+    m.u.node_hello.instance = (char *)instance;
+    m.u.node_hello.has_instance = true;
+    CHECK_EQ_INT(bus_relay_send_msg(d, NULL, "", &m, NULL), CR_OK);
+}
+
+/* The hello of runner nr-1 on the node, holding alpha. */
+static void node_runner_hello(zsock_t *d)
+{
+    msg_t m;
+    msg_init(&m, MSG_hello, "nr-1");
+    m.u.hello.runner_id = "nr-1";
+    m.u.hello.has_runner_id = true;
+    m.u.hello.pid = 1; /* the node's pid space: never looked at */
+    m.u.hello.has_pid = true;
+    m.u.hello.name = "alpha:latest";
+    m.u.hello.has_name = true;
+    m.u.hello.model_path = "/fake/alpha.gguf";
+    m.u.hello.has_model_path = true;
+    msg_options_t o = {0}; /* what its load had (send_generate's) */
+    o.num_ctx = 512;
+    o.has_num_ctx = true;
+    m.u.hello.options = &o;
+    m.u.hello.has_options = true;
+    CHECK_EQ_INT(bus_relay_send_msg(d, NULL, "nr-1", &m, NULL), CR_OK);
+}
+
+/* Pumps until the node gets a message of `type` for `to` (answering
+ * generate with done on the way); false after ~5 s. */
+static bool node_await(env_t *e, zsock_t *d, msg_type_t type, const char *to)
+{
+    for (int i = 0; i < 1000; i++) {
+        pump(e, 1);
+        zframe_t *payload = NULL;
+        char dst[64];
+        while (zsock_events(d) & ZMQ_POLLIN) {
+            if (bus_relay_recv(d, NULL, dst, sizeof dst, &payload, NULL))
+                continue;
+            msg_t m;
+            bool hit = false;
+            if (!msg_decode(zframe_data(payload), zframe_size(payload), &m,
+                            NULL)) {
+                hit = m.type == type && !strcmp(dst, to);
+                if (m.type == MSG_generate) {
+                    msg_t done;
+                    msg_init(&done, MSG_done, m.id);
+                    done.u.done.done_reason = "stop";
+                    done.u.done.has_done_reason = true;
+                    bus_relay_send_msg(d, NULL, dst, &done, NULL);
+                }
+                msg_clear(&m);
+            }
+            zframe_destroy(&payload);
+            if (hit)
+                return true;
+        }
+    }
+    return false;
+}
+
+/* A node's runners after a scheduler restart: the node joins saying it has
+ * one runner; loads wait (grace) until that runner's hello, relayed by the
+ * node, is adopted; the request goes to it. The same agent reconnecting
+ * (new connection, same instance) keeps its runner; a restarted agent
+ * (another instance) loses it, and that runner's later hello is answered
+ * shutdown, not adopted. */
+static void test_node_adopt(void)
+{
+    if (!bus_curve_available()) {
+        printf("scheduler: node adoption skipped: no CURVE\n");
+        return;
+    }
+    snprintf(env_dir_g, sizeof env_dir_g, "/tmp/corral-sched-XXXXXX");
+    CHECK(mkdtemp(env_dir_g) != NULL);
+    char keys[300], pub[500], dst[500];
+    snprintf(keys, sizeof keys, "%s/keys", env_dir_g);
+    snprintf(node_keys_g, sizeof node_keys_g, "%s/admitted", env_dir_g);
+    CHECK_EQ_INT(bus_curve_keygen(keys, "srv", NULL, NULL), CR_OK);
+    CHECK_EQ_INT(bus_curve_keygen(keys, "nd", NULL, NULL), CR_OK);
+    CHECK(mkdir(node_keys_g, 0700) == 0);
+    snprintf(pub, sizeof pub, "%s/nd", keys);
+    snprintf(dst, sizeof dst, "%s/nd", node_keys_g);
+    FILE *in = fopen(pub, "r"), *out = fopen(dst, "w");
+    CHECK(in && out);
+    char buf[4096];
+    size_t n = in ? fread(buf, 1, sizeof buf, in) : 0;
+    if (out)
+        CHECK(fwrite(buf, 1, n, out) == n);
+    if (in)
+        fclose(in);
+    if (out)
+        fclose(out);
+    snprintf(nodes_cert_g, sizeof nodes_cert_g, "%s/srv", keys);
+    /* A free port below the ephemeral range (where "*" binds of tests
+     * running beside this one land). */
+    int port = -1;
+    for (int i = 0; i < 50 && port < 0; i++) {
+        int p = 20000 + (int)((getpid() * 7919 + i * 131) % 12000);
+        zsock_t *probe = zsock_new(ZMQ_ROUTER);
+        zsock_set_linger(probe, 0);
+        if (zsock_bind(probe, "tcp://127.0.0.1:%d", p) == p)
+            port = p;
+        zsock_destroy(&probe);
+    }
+    CHECK(port > 0);
+    snprintf(nodes_ep_g, sizeof nodes_ep_g, "tcp://127.0.0.1:%d", port);
+    char ep[64];
+    snprintf(ep, sizeof ep, "%s", nodes_ep_g);
+    env_t e;
+    env_start(&e, 3, 16);
+    if (!e.sched) {
+        env_stop(&e);
+        return;
+    }
+
+    zsock_t *d = node_connect(&e, ep);
+    node_hello(d, "inst-1", 1);
+    CHECK(node_await(&e, d, MSG_pong, ""));
+    send_generate(&e, "nd1", "alpha", "hi", NULL, 0);
+    pump(&e, 40);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0); /* grace: no load */
+    CHECK_EQ_INT(sch_server_pending_count(e.sched), 1);
+    node_runner_hello(d);
+    CHECK(node_await(&e, d, MSG_generate, "nr-1")); /* adopted, served */
+    msg_t m;
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    msg_clear(&m);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+
+    /* The same agent over a new connection: it keeps its runner. */
+    zsock_t *d2 = node_connect(&e, ep);
+    node_hello(d2, "inst-1", 1);
+    CHECK(node_await(&e, d2, MSG_pong, ""));
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    send_generate(&e, "nd2", "alpha", "hi", NULL, 0);
+    CHECK(node_await(&e, d2, MSG_generate, "nr-1"));
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    msg_clear(&m);
+    zsock_destroy(&d);
+
+    /* A restarted agent: its old runners are gone; a late hello from one
+     * is told to exit. */
+    zsock_t *d3 = node_connect(&e, ep);
+    node_hello(d3, "inst-2", 0);
+    CHECK(node_await(&e, d3, MSG_pong, ""));
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0);
+    node_runner_hello(d3);
+    CHECK(node_await(&e, d3, MSG_shutdown, "nr-1"));
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0);
+    zsock_destroy(&d2);
+    zsock_destroy(&d3);
+    env_stop(&e);
+}
+
 /* Settings from the environment: the new ones, and bad values named. */
 static void test_config(void)
 {
@@ -954,6 +1332,18 @@ static void test_config(void)
      * the runner really stores; only unknown types are refused. */
     CHECK_EQ_INT(cfg->heartbeat_timeout_ms, 120000);
     CHECK_EQ_INT(cfg->heartbeat_interval_ms, 5000);
+    CHECK_EQ_INT(cfg->adopt_grace_ms, 0); /* unset: one heartbeat interval */
+    setenv("CORRAL_ADOPT_GRACE", "2s", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_OK);
+    CHECK_EQ_INT(cfg->adopt_grace_ms, 2000);
+    setenv("CORRAL_ADOPT_GRACE", "0", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_OK);
+    CHECK(cfg->adopt_grace_ms < 0); /* off */
+    setenv("CORRAL_ADOPT_GRACE", "a while", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "CORRAL_ADOPT_GRACE") != NULL, "%s", err.msg);
+    unsetenv("CORRAL_ADOPT_GRACE");
+    st = sch_config_from_env(cfg, &err);
 
     CHECK_EQ_INT(cfg->num_parallel, 1);
 
@@ -1073,6 +1463,8 @@ int main(int argc, char **argv)
     test_memory_eviction();
     test_spill_and_cannot_load();
     test_adopt_after_restart();
+    test_adopt_grace();
+    test_node_adopt();
     test_real_gpu_cpu_runner();
     return check_finish("scheduler");
 }

@@ -15,6 +15,12 @@
  * elements. Ops do not fail (shapes are checked when the model loads and the
  * context is created); anything fallible returns cr_status_t.
  *
+ * Backends are listed in one table (registry.h); the runner creates its
+ * instances from there and never names a backend. Several instances (of
+ * one backend or of several) can serve one model, each owning a range of
+ * its layers (model.h: rn_placement_t; forward.c moves the activations
+ * between them with download/upload).
+ *
  * Owns no model logic (forward.c) and no file parsing (model.c). */
 #ifndef BE_BACKEND_H
 #define BE_BACKEND_H
@@ -24,6 +30,7 @@
 #include "lib/tensor_type.h"
 
 typedef struct be_backend be_backend_t;
+typedef struct be_ops_ext be_ops_ext_t;
 
 /* A borrowed 2-D weight: n_rows rows of n_cols elements of `type`
  * (vectors have n_rows = 1). Valid while the model that owns the mapping
@@ -49,7 +56,10 @@ typedef struct be_attn {
 } be_attn_t;
 
 typedef struct be_ops {
-    const char *name; /* "cpu", "cuda" */
+    const char *name; /* "cpu", "cuda": for messages only, never compared */
+    /* Buffers and prepared weights are host memory (counted as RAM, not
+     * as device memory, in reports). */
+    bool host_memory;
 
     void (*destroy)(be_backend_t **self_p);
 
@@ -62,6 +72,18 @@ typedef struct be_ops {
     /* A zeroed buffer of `bytes`, or NULL when out of memory. */
     void *(*alloc)(be_backend_t *be, size_t bytes);
     void (*free)(be_backend_t *be, void *buf);
+    /* Bytes this instance holds now in prepared weights (copies it made:
+     * device uploads, repacked matrices) and in buffers (alloc, scratch).
+     * Never fails. */
+    void (*memory_used)(const be_backend_t *be, uint64_t *weight_bytes,
+                        uint64_t *buffer_bytes);
+    /* Optional (NULL: ops never fail late). Waits for every queued op and
+     * returns the first error an op met since the last call, then clears
+     * it (a device backend's ops run asynchronously and cannot return a
+     * status): CR_E_NOMEM, CR_E_INTERNAL, with a message naming the op. */
+    cr_status_t (*check)(be_backend_t *be, cr_err_t *err);
+    /* Optional (NULL: none): the optional ops below (be_ext_ops). */
+    const be_ops_ext_t *(*ext_ops)(const be_backend_t *be);
     void (*upload)(be_backend_t *be, void *dst, const void *host_src,
                    size_t bytes);
     void (*download)(be_backend_t *be, void *host_dst, const void *src,
@@ -133,7 +155,7 @@ typedef struct be_ops {
  * touching be_ops_t; be_ext_ops() returns NULL for a backend that has none,
  * and the model loader then refuses those architectures on it. Same
  * conventions as be_ops_t: backend buffers, float32, shapes in elements. */
-typedef struct be_ops_ext {
+struct be_ops_ext {
     /* In-place rotary embedding, "NEOX" mode (dims i and i + n_rot/2 of a
      * head form a pair) of x: [n][n_head][head_dim]; pair i rotates by
      * pos[t] * freq_scale * freq_base^(-2i/n_rot) / ff[i] (ff =
@@ -172,11 +194,12 @@ typedef struct be_ops_ext {
     /* y = gelu_tanh(x), elementwise over n (may alias); bert's FFN. NULL
      * as for layernorm. */
     void (*gelu)(be_backend_t *be, float *y, const float *x, size_t n);
-} be_ops_ext_t;
+};
 
-/* The optional ops of be, or NULL if its backend has none. Borrowed,
- * static. */
+/* The optional ops of be (its ops->ext_ops), or NULL if its backend has
+ * none. Borrowed, static. */
 const be_ops_ext_t *be_ext_ops(const be_backend_t *be);
+
 
 /* Floats of scratch attention_ext needs for caches of ctx positions. */
 static inline size_t be_attention_ext_scratch(int ctx, int head_dim)
@@ -202,11 +225,30 @@ int be_cpu_threads(const be_backend_t *be);
 /* Kernel level in use by the CPU backend: "scalar" or "avx2". */
 const char *be_cpu_simd(const be_backend_t *be);
 
+/* The CPU backend's optional ops (its ops->ext_ops; backend/cpu). */
+const be_ops_ext_t *be_cpu_ext_ops(const be_backend_t *be);
+
 /* Destroys any backend (NULL-safe); sets *be_p = NULL. */
 static inline void be_destroy(be_backend_t **be_p)
 {
     if (be_p && *be_p)
         (*be_p)->ops->destroy(be_p);
+}
+
+/* Memory an instance holds (be_ops_t.memory_used); zeros for NULL. */
+static inline void be_memory_used(const be_backend_t *be, uint64_t *weight_bytes,
+                                  uint64_t *buffer_bytes)
+{
+    *weight_bytes = *buffer_bytes = 0;
+    if (be && be->ops->memory_used)
+        be->ops->memory_used(be, weight_bytes, buffer_bytes);
+}
+
+/* Late errors of be's queued ops (be_ops_t.check); CR_OK for a backend
+ * whose ops cannot fail late. */
+static inline cr_status_t be_check(be_backend_t *be, cr_err_t *err)
+{
+    return be && be->ops->check ? be->ops->check(be, err) : CR_OK;
 }
 
 #endif

@@ -5,7 +5,10 @@
  * of activation buffers sized for n_batch tokens that all sequences share,
  * and each sequence's last logits, all allocated once by rn_ctx_new:
  * evaluating tokens allocates nothing. It runs the forward pass through the
- * model's backend (backend.h).
+ * model's backend instances (backend.h): one part per run of layers on one
+ * instance (model.h: rn_placement_t), each with its layers' KV cache and
+ * its own activation buffers; the residual stream crosses to the next
+ * part through host memory (download, then upload) at each boundary.
  *
  * Sequence s's cache holds positions 0..n_past(s)-1. An eval appends (or,
  * with pos < n_past, first drops the tail from pos on, so a caller can keep
@@ -125,8 +128,27 @@ void rn_ctx_seq_truncate(rn_ctx_t *c, int seq, int n_keep);
 void rn_ctx_clear(rn_ctx_t *c);
 
 /* Bytes of KV cache (all sequences) and of activation buffers this context
- * holds. */
+ * holds, over all its parts. */
 uint64_t rn_ctx_kv_bytes(const rn_ctx_t *c);
 uint64_t rn_ctx_buffer_bytes(const rn_ctx_t *c);
+
+/* One part of a context: a run of layers on one backend instance (see
+ * model.h: rn_placement_t). A model on one instance has one part. */
+typedef struct rn_ctx_part_info {
+    be_backend_t *be;       /* the instance (borrowed from the model) */
+    int first_layer;        /* its layers first_layer..+n_layers-1 */
+    int n_layers;           /* 0: the output layer alone */
+    bool input;             /* embeds the tokens (part 0) */
+    bool output;            /* computes the logits (the last part) */
+    uint64_t kv_bytes;      /* its layers' KV cache, all sequences */
+    uint64_t buffer_bytes;  /* this context's activation buffers on it */
+    /* what the instance reports now (be_ops_t.memory_used), for every
+     * model and context using it */
+    uint64_t be_weight_bytes, be_buffer_bytes;
+} rn_ctx_part_info_t;
+
+int rn_ctx_n_parts(const rn_ctx_t *c);
+/* Part i (0..n_parts-1), in layer order. */
+void rn_ctx_part_info(const rn_ctx_t *c, int i, rn_ctx_part_info_t *out);
 
 #endif

@@ -10,7 +10,15 @@
 
 struct rn_model {
     cr_gguf_t *g;
-    be_backend_t *be;
+    be_backend_t *be;   /* the instance weights are being prepared on */
+    rn_placement_t pl;  /* as asked */
+    be_backend_t **lbe; /* [n_layers + 1] each layer's instance; [n_layers]
+                           is the output layer's */
+    be_backend_t *in_be; /* the token embeddings' instance: the output
+                            layer's (an encoder's: layer 0's) */
+    int n_inst;         /* distinct instances, in layer order */
+    be_backend_t *inst[RN_MAX_RANGES + 1];
+    rn_rope_factors_t rope[RN_MAX_RANGES + 1]; /* per instance */
     rn_hparams_t hp;
     rn_weights_t w;
     uint64_t weight_bytes;
@@ -258,11 +266,6 @@ static cr_status_t read_hparams(rn_model_t *m, cr_err_t *err)
                           arch);
     snprintf(hp->arch, sizeof hp->arch, "%s", arch);
     hp->arch_id = arch_names[ai].id;
-    const be_ops_ext_t *ext = be_ext_ops(m->be);
-    if ((hp->arch_id != RN_ARCH_LLAMA && !ext) ||
-        (rn_arch_is_encoder(hp->arch_id) && (!ext->layernorm || !ext->gelu)))
-        return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the %s "
-                          "backend does not have", arch, m->be->ops->name);
 
     cr_status_t st;
     if ((st = get_int(g, arch, "embedding_length", true, 0, 1, RN_MODEL_MAX_DIM,
@@ -336,6 +339,63 @@ static void format_shape(const cr_gguf_tensor_t *t, char *buf, size_t cap)
 /* Finds tensor `name` and checks it has shape [rows][cols] (GGUF ne {cols,
  * rows}), F32 if a vector (rows == 1), and aligned data. A missing optional
  * tensor leaves *out NULL. */
+/* ---- placement -------------------------------------------------------- */
+
+/* Resolves m->pl into m->lbe and m->inst, and checks that every instance
+ * has the ops the architecture needs. */
+static cr_status_t place(rn_model_t *m, cr_err_t *err)
+{
+    const rn_hparams_t *hp = &m->hp;
+    const rn_placement_t *pl = &m->pl;
+    int n = hp->n_layers;
+    if (!pl->host || pl->n_ranges < 0 || pl->n_ranges > RN_MAX_RANGES)
+        return cr_err_set(err, CR_E_INVALID, "placement: no host backend or %d ranges "
+                          "(at most %d)", pl->n_ranges, RN_MAX_RANGES);
+    m->lbe = calloc((size_t)n + 1, sizeof *m->lbe);
+    if (!m->lbe)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory for %d layers", n);
+    for (int i = 0; i < pl->n_ranges; i++) {
+        const rn_range_t *r = &pl->ranges[i];
+        /* first_layer < 0: the last n_layers layers (llama.cpp's count) */
+        int cnt = r->first_layer < 0 ? CR_MIN(r->n_layers, n + 1) : r->n_layers;
+        int first = r->first_layer < 0 ? n + 1 - cnt : r->first_layer;
+        if (!r->be || cnt < 0 || first < 0 || cnt > n + 1 - first)
+            return cr_err_set(err, CR_E_INVALID, "placement: range %d (layers %d+%d) is "
+                              "outside the model's %d layers and output", i,
+                              r->first_layer, r->n_layers, n);
+        for (int l = first; l < first + cnt; l++) {
+            if (m->lbe[l])
+                return cr_err_set(err, CR_E_INVALID, "placement: layer %d is in two "
+                                  "ranges", l);
+            m->lbe[l] = r->be;
+        }
+    }
+    for (int l = 0; l <= n; l++)
+        if (!m->lbe[l])
+            m->lbe[l] = pl->host;
+    if (rn_arch_is_encoder(hp->arch_id))
+        m->lbe[n] = m->lbe[n - 1]; /* no output layer: hidden states stay */
+    m->in_be = rn_arch_is_encoder(hp->arch_id) ? m->lbe[0] : m->lbe[n];
+    for (int l = 0; l <= n; l++) {
+        int i = 0;
+        while (i < m->n_inst && m->inst[i] != m->lbe[l])
+            i++;
+        if (i < m->n_inst)
+            continue;
+        if (m->n_inst == (int)CR_ARRAY_LEN(m->inst))
+            return cr_err_set(err, CR_E_INVALID, "placement: more than %d instances",
+                              (int)CR_ARRAY_LEN(m->inst));
+        be_backend_t *be = m->lbe[l];
+        m->inst[m->n_inst++] = be;
+        const be_ops_ext_t *ext = be_ext_ops(be);
+        if ((hp->arch_id != RN_ARCH_LLAMA && !ext) ||
+            (rn_arch_is_encoder(hp->arch_id) && (!ext->layernorm || !ext->gelu)))
+            return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the "
+                              "%s backend does not have", hp->arch, be->ops->name);
+    }
+    return CR_OK;
+}
+
 static cr_status_t lookup(rn_model_t *m, const char *name, int64_t cols, int64_t rows,
                           bool required, const cr_gguf_tensor_t **out, cr_err_t *err)
 {
@@ -603,6 +663,7 @@ static cr_status_t bind_encoder(rn_model_t *m, cr_err_t *err)
     if (tt && (tt->ne[1] < 1 || tt->ne[1] > 64))
         return cr_err_set(err, CR_E_CORRUPT, "tensor 'token_types.weight' has %" PRIu64
                           " rows, expected 1..64", tt->ne[1]);
+    m->be = m->in_be;
     if ((st = bind(m, "token_embd.weight", hp->dim, hp->n_vocab, true, &w->token_embd,
                    NULL, err)) ||
         (tt && (st = bind(m, "token_types.weight", hp->dim, (int64_t)tt->ne[1], true,
@@ -618,9 +679,11 @@ static cr_status_t bind_encoder(rn_model_t *m, cr_err_t *err)
     w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
     if (!w->layers)
         return cr_err_set(err, CR_E_NOMEM, "out of memory for %d layers", hp->n_layers);
-    for (int l = 0; l < hp->n_layers; l++)
+    for (int l = 0; l < hp->n_layers; l++) {
+        m->be = m->lbe[l];
         if ((st = bind_layer_encoder(m, l, err)))
             return st;
+    }
     return CR_OK;
 }
 
@@ -640,6 +703,9 @@ static cr_status_t bind_all(rn_model_t *m, cr_err_t *err)
 
     cr_status_t st;
     bool have_output = false;
+    /* the embeddings, the output norm and the output matrix on the output
+     * layer's instance (model.h) */
+    m->be = m->in_be;
     if ((st = bind(m, "token_embd.weight", hp->dim, hp->n_vocab, true, &w->token_embd,
                    NULL, err)) ||
         (st = bind(m, "output_norm.weight", hp->dim, 1, true, &w->output_norm, NULL,
@@ -651,6 +717,8 @@ static cr_status_t bind_all(rn_model_t *m, cr_err_t *err)
         w->output = w->token_embd;
         w->tied_output = true;
     }
+    /* rope factors: prepared on every instance (each ropes its layers) */
+    m->be = m->lbe[0];
     if (hp->arch_id == RN_ARCH_LLAMA) {
         if ((st = bind(m, "rope_freqs.weight", hp->n_rot / 2, 1, false, &w->rope_freqs,
                        &w->has_rope_freqs, err)))
@@ -674,12 +742,32 @@ static cr_status_t bind_all(rn_model_t *m, cr_err_t *err)
                                         : "rope_factors_long.weight");
     }
 
+    m->rope[0] = (rn_rope_factors_t){w->rope_freqs, w->rope_long, w->rope_short};
+    for (int i = 1; i < m->n_inst; i++) {
+        be_backend_t *be = m->inst[i];
+        rn_rope_factors_t *rf = &m->rope[i];
+        be_weight_t *cp[] = {&rf->freqs, &rf->longf, &rf->shortf};
+        const be_weight_t *src[] = {&w->rope_freqs, &w->rope_long, &w->rope_short};
+        for (size_t k = 0; k < CR_ARRAY_LEN(cp); k++) {
+            if (!src[k]->data)
+                continue;
+            *cp[k] = *src[k];
+            cp[k]->dev = NULL;
+            if ((st = be->ops->weight_prepare(be, cp[k], err))) {
+                cp[k]->data = NULL; /* not prepared: nothing to release */
+                return st;
+            }
+        }
+    }
+
     w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
     if (!w->layers)
         return cr_err_set(err, CR_E_NOMEM, "out of memory for %d layers", hp->n_layers);
-    for (int l = 0; l < hp->n_layers; l++)
+    for (int l = 0; l < hp->n_layers; l++) {
+        m->be = m->lbe[l];
         if ((st = bind_layer(m, l, err)))
             return st;
+    }
     return CR_OK;
 }
 
@@ -687,30 +775,40 @@ static cr_status_t bind_all(rn_model_t *m, cr_err_t *err)
 
 static void release_weights(rn_model_t *m)
 {
-    be_backend_t *be = m->be;
     rn_weights_t *w = &m->w;
-    if (!be)
+    if (!m->lbe)
         return;
+    int n = m->hp.n_layers;
     /* Only bound weights (data set) were prepared; a tied output shares
      * token_embd's preparation. */
-    if (w->token_embd.data)
-        be->ops->weight_release(be, &w->token_embd);
+    be_backend_t *be = m->lbe[n];
     if (w->output_norm.data)
         be->ops->weight_release(be, &w->output_norm);
     if (w->output.data && !w->tied_output)
         be->ops->weight_release(be, &w->output);
+    be = m->lbe[0];
     if (w->rope_freqs.data)
         be->ops->weight_release(be, &w->rope_freqs);
     if (w->rope_long.data)
         be->ops->weight_release(be, &w->rope_long);
     if (w->rope_short.data)
         be->ops->weight_release(be, &w->rope_short);
+    for (int i = 1; i < m->n_inst; i++) {
+        be_weight_t *cp[] = {&m->rope[i].freqs, &m->rope[i].longf, &m->rope[i].shortf};
+        for (size_t k = 0; k < CR_ARRAY_LEN(cp); k++)
+            if (cp[k]->data)
+                m->inst[i]->ops->weight_release(m->inst[i], cp[k]);
+    }
+    be = m->in_be;
+    if (w->token_embd.data)
+        be->ops->weight_release(be, &w->token_embd);
     be_weight_t *enc[] = {&w->token_types, &w->pos_embd, &w->tok_norm, &w->tok_norm_b};
     for (size_t i = 0; i < CR_ARRAY_LEN(enc); i++)
         if (enc[i]->data)
             be->ops->weight_release(be, enc[i]);
     for (int l = 0; w->layers && l < m->hp.n_layers; l++) {
         rn_layer_t *L = &w->layers[l];
+        be = m->lbe[l];
         be_weight_t *all[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq,
                               &L->bk, &L->bv, &L->q_norm, &L->k_norm, &L->wo,
                               &L->attn_post_norm, &L->ffn_norm, &L->w_gate,
@@ -729,6 +827,7 @@ void rn_model_destroy(rn_model_t **self_p)
         return;
     rn_model_t *m = *self_p;
     release_weights(m);
+    free(m->lbe);
     free(m->w.layers);
     free(m->swa_layers);
     cr_gguf_close(&m->g);
@@ -739,6 +838,17 @@ void rn_model_destroy(rn_model_t **self_p)
 cr_status_t rn_model_load_gguf(cr_gguf_t **g, be_backend_t *be, rn_model_t **out,
                                cr_err_t *err)
 {
+    rn_placement_t pl = {.host = be};
+    return rn_model_load_gguf_placed(g, &pl, out, err);
+}
+
+/* Loads from *g (taken) as pl says; with a path, layer 0's instance gets
+ * the per-file hooks around the weights' preparation (the CPU's pack
+ * cache): another instance sees a different subset of the tensors, and two
+ * would fight over one cache file, so the others prepare as usual. */
+static cr_status_t load_placed(cr_gguf_t **g, const rn_placement_t *pl,
+                               const char *path, rn_model_t **out, cr_err_t *err)
+{
     *out = NULL;
     rn_model_t *m = calloc(1, sizeof *m);
     if (!m) {
@@ -747,31 +857,47 @@ cr_status_t rn_model_load_gguf(cr_gguf_t **g, be_backend_t *be, rn_model_t **out
     }
     m->g = *g;
     *g = NULL;
-    m->be = be;
+    m->pl = *pl;
     cr_status_t st = read_hparams(m, err);
     if (!st)
+        st = place(m, err);
+    be_backend_t *hook = !st && path ? m->lbe[0] : NULL;
+    if (hook && hook->ops->model_begin)
+        hook->ops->model_begin(hook, path);
+    if (!st)
         st = bind_all(m, err);
-    if (st) {
+    if (st)
         rn_model_destroy(&m);
-        return st;
-    }
+    if (hook && hook->ops->model_end)
+        hook->ops->model_end(hook, st == CR_OK);
     *out = m;
-    return CR_OK;
+    return st;
+}
+
+cr_status_t rn_model_load_gguf_placed(cr_gguf_t **g, const rn_placement_t *pl,
+                                      rn_model_t **out, cr_err_t *err)
+{
+    return load_placed(g, pl, NULL, out, err);
 }
 
 cr_status_t rn_model_load(const char *path, be_backend_t *be, rn_model_t **out,
                           cr_err_t *err)
 {
+    rn_placement_t pl = {.host = be};
+    return rn_model_load_placed(path, &pl, out, err);
+}
+
+cr_status_t rn_model_load_placed(const char *path, const rn_placement_t *pl,
+                                 rn_model_t **out, cr_err_t *err)
+{
     *out = NULL;
     cr_gguf_t *g = NULL;
+    if (!pl->host)
+        return cr_err_set(err, CR_E_INVALID, "placement: no host backend");
     cr_status_t st = cr_gguf_open(path, &g, err);
     if (st)
         return st;
-    if (be->ops->model_begin)
-        be->ops->model_begin(be, path);
-    st = rn_model_load_gguf(&g, be, out, err);
-    if (be->ops->model_end)
-        be->ops->model_end(be, st == CR_OK);
+    st = load_placed(&g, pl, path, out, err);
     if (!st)
         cr_gguf_drop_metadata_pages(rn_model_gguf(*out));
     return st;
@@ -780,5 +906,25 @@ cr_status_t rn_model_load(const char *path, be_backend_t *be, rn_model_t **out,
 const rn_hparams_t *rn_model_hparams(const rn_model_t *m) { return &m->hp; }
 const rn_weights_t *rn_model_weights(const rn_model_t *m) { return &m->w; }
 const cr_gguf_t *rn_model_gguf(const rn_model_t *m) { return m->g; }
-be_backend_t *rn_model_backend(const rn_model_t *m) { return m->be; }
+be_backend_t *rn_model_backend(const rn_model_t *m) { return m->lbe[0]; }
+
+be_backend_t *rn_model_input_backend(const rn_model_t *m) { return m->in_be; }
+
+be_backend_t *rn_model_layer_backend(const rn_model_t *m, int l)
+{
+    return m->lbe[CR_MAX(0, CR_MIN(l, m->hp.n_layers))];
+}
+
+int rn_model_n_instances(const rn_model_t *m) { return m->n_inst; }
+
+be_backend_t *rn_model_instance(const rn_model_t *m, int i) { return m->inst[i]; }
+
+const rn_rope_factors_t *rn_model_rope_factors(const rn_model_t *m,
+                                               const be_backend_t *be)
+{
+    for (int i = 0; i < m->n_inst; i++)
+        if (m->inst[i] == be)
+            return &m->rope[i];
+    return &m->rope[0];
+}
 uint64_t rn_model_weight_bytes(const rn_model_t *m) { return m->weight_bytes; }

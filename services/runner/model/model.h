@@ -164,6 +164,44 @@ typedef struct rn_weights {
 
 typedef struct rn_model rn_model_t;
 
+/* ---- placement: which backend instance computes which layers ----
+ *
+ * Layers are numbered as the scheduler places them (place.h): the blocks
+ * 0..n_layers-1, and n_layers for the output layer (output norm and
+ * matrix). Each range puts its layers on one instance; layers in no range
+ * go to `host`. The token embeddings go with the output layer: the
+ * scheduler's estimate (place.h) counts them there, and a tied output then
+ * shares one copy with them (llama.cpp instead keeps its input layer on the
+ * CPU; here a partial offload looks the tokens up on the output's device
+ * and hands the rows to layer 0's instance like any boundary). An encoder
+ * (no output layer) keeps its input tensors with layer 0. The rope factor
+ * vectors are prepared on every instance. Every weight is prepared on (and
+ * released by) the instance of its layer; forward.c gives each instance
+ * its layers' KV cache and moves the residual stream between instances
+ * at range boundaries. */
+#define RN_MAX_RANGES 16
+
+typedef struct rn_range {
+    be_backend_t *be;  /* borrowed; must outlive the model */
+    int first_layer;   /* < 0: the LAST n_layers layers (llama.cpp's
+                          n_gpu_layers: the output layer, then blocks
+                          from the end) */
+    int n_layers;      /* contiguous layers from first_layer */
+} rn_range_t;
+
+typedef struct rn_placement {
+    be_backend_t *host; /* layers in no range (required; borrowed) */
+    int n_ranges;       /* 0..RN_MAX_RANGES; ranges must not overlap */
+    rn_range_t ranges[RN_MAX_RANGES];
+} rn_placement_t;
+
+/* The rope factor vectors of rn_weights_t as prepared on one instance. */
+typedef struct rn_rope_factors {
+    be_weight_t freqs;  /* rope_freqs (data NULL if absent) */
+    be_weight_t longf;  /* rope_factors_long */
+    be_weight_t shortf; /* rope_factors_short */
+} rn_rope_factors_t;
+
 /* Loads the model at path for backend be (borrowed; must outlive the
  * model). On success *out is owned by the caller: free with
  * rn_model_destroy. Errors: CR_E_IO (cannot open), CR_E_CORRUPT /
@@ -183,6 +221,17 @@ cr_status_t rn_model_load(const char *path, be_backend_t *be,
 cr_status_t rn_model_load_gguf(cr_gguf_t **g, be_backend_t *be,
                                rn_model_t **out, cr_err_t *err);
 
+/* rn_model_load with the layers spread over instances as pl says (copied;
+ * its instances are borrowed and must outlive the model). rn_model_load is
+ * this with pl = {.host = be}. Also CR_E_INVALID for a range outside
+ * 0..n_layers or overlapping another, CR_E_UNSUPPORTED when an instance
+ * lacks the ops of the architecture. Only layer 0's instance gets the
+ * model_begin/model_end hooks. */
+cr_status_t rn_model_load_placed(const char *path, const rn_placement_t *pl,
+                                 rn_model_t **out, cr_err_t *err);
+cr_status_t rn_model_load_gguf_placed(cr_gguf_t **g, const rn_placement_t *pl,
+                                      rn_model_t **out, cr_err_t *err);
+
 void rn_model_destroy(rn_model_t **self_p);
 
 /* Borrowed views, valid until rn_model_destroy. */
@@ -190,7 +239,18 @@ const rn_hparams_t *rn_model_hparams(const rn_model_t *m);
 const rn_weights_t *rn_model_weights(const rn_model_t *m);
 /* The GGUF handle (metadata for the tokenizer, template, ...). */
 const cr_gguf_t *rn_model_gguf(const rn_model_t *m);
+/* The instance of layer 0 (the only one without a placement). */
 be_backend_t *rn_model_backend(const rn_model_t *m);
+/* The instance of the token embeddings (see above). */
+be_backend_t *rn_model_input_backend(const rn_model_t *m);
+/* The instance of layer l (0..n_layers; n_layers: the output layer). */
+be_backend_t *rn_model_layer_backend(const rn_model_t *m, int l);
+/* The distinct instances, in layer order (instance 0 holds layer 0). */
+int rn_model_n_instances(const rn_model_t *m);
+be_backend_t *rn_model_instance(const rn_model_t *m, int i);
+/* The rope factors as prepared on instance be (one of the model's). */
+const rn_rope_factors_t *rn_model_rope_factors(const rn_model_t *m,
+                                               const be_backend_t *be);
 
 /* Bytes of weight data the model uses (tied output counted once). */
 uint64_t rn_model_weight_bytes(const rn_model_t *m);

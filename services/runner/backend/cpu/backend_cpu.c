@@ -47,6 +47,8 @@ typedef struct be_cpu {
     uint16_t *att16;      /* per thread: probs [max_ctx] + q [max_hd] */
     size_t att_ctx;       /* positions reserved per thread */
     size_t att_hd;        /* head elements reserved per thread */
+    uint64_t weight_bytes; /* packed copies of prepared weights */
+    uint64_t buffer_bytes; /* buffers from alloc, not yet freed */
 } be_cpu_t;
 
 static be_cpu_t *cpu_of(be_backend_t *be)
@@ -91,16 +93,39 @@ static cr_status_t cpu_device_memory(const be_backend_t *be, int device,
     return CR_OK;
 }
 
+/* A buffer is preceded by ALIGN_BYTES holding its size (for
+ * memory_used), so it stays ALIGN_BYTES-aligned. */
 static void *cpu_alloc(be_backend_t *be, size_t bytes)
 {
-    CR_UNUSED(be);
-    return alloc_aligned(bytes);
+    if (bytes > SIZE_MAX - ALIGN_BYTES)
+        return NULL;
+    uint8_t *p = alloc_aligned(bytes + ALIGN_BYTES);
+    if (!p)
+        return NULL;
+    memcpy(p, &bytes, sizeof bytes);
+    cpu_of(be)->buffer_bytes += bytes;
+    return p + ALIGN_BYTES;
 }
 
 static void cpu_free(be_backend_t *be, void *buf)
 {
-    CR_UNUSED(be);
-    free(buf);
+    if (!buf)
+        return;
+    uint8_t *p = (uint8_t *)buf - ALIGN_BYTES;
+    size_t bytes;
+    memcpy(&bytes, p, sizeof bytes);
+    cpu_of(be)->buffer_bytes -= bytes;
+    free(p);
+}
+
+static void cpu_memory_used(const be_backend_t *be, uint64_t *weight_bytes,
+                            uint64_t *buffer_bytes)
+{
+    const be_cpu_t *c = (const be_cpu_t *)be;
+    size_t per = c->att_ctx + c->att_hd;
+    *weight_bytes = c->weight_bytes;
+    *buffer_bytes = c->buffer_bytes + c->wdata_bytes + c->xsum_len * sizeof(int32_t) +
+                    per * (sizeof(float) + sizeof(uint16_t)) * (size_t)c->n_threads;
 }
 
 static void cpu_copy(be_backend_t *be, void *dst, const void *src, size_t bytes)
@@ -201,6 +226,7 @@ static cr_status_t cpu_weight_prepare(be_backend_t *be, be_weight_t *w,
         return st;
     }
     w->dev = p;
+    c->weight_bytes += bytes;
     if (filled)
         return CR_OK; /* the source pages were never read: nothing to drop */
     pack_job_t j = {p, w->data, w->row_bytes};
@@ -232,7 +258,8 @@ static void cpu_model_end(be_backend_t *be, bool ok)
 
 static void cpu_weight_release(be_backend_t *be, be_weight_t *w)
 {
-    CR_UNUSED(be);
+    if (w->dev)
+        cpu_of(be)->weight_bytes -= be_pack_bytes(w->type, w->n_rows, w->n_cols);
     be_packed_t *p = w->dev;
     be_pack_destroy(&p);
     w->dev = NULL;
@@ -629,11 +656,14 @@ static void cpu_destroy(be_backend_t **self_p)
 
 static const be_ops_t cpu_ops = {
     .name = "cpu",
+    .host_memory = true,
     .destroy = cpu_destroy,
     .device_count = cpu_device_count,
     .device_memory = cpu_device_memory,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .memory_used = cpu_memory_used,
+    .ext_ops = be_cpu_ext_ops,
     .upload = cpu_copy,
     .download = cpu_copy,
     .weight_prepare = cpu_weight_prepare,

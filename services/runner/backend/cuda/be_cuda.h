@@ -9,13 +9,14 @@
  * This header is plain C and includes no CUDA header: the implementation
  * lives in the .cu files of backend/cuda/src/, built into corral_cuda only
  * when CMake finds the toolkit (CORRAL_HAVE_CUDA=1 for corral_engine).
- * Without it, nothing here is linked and callers must test
- * CORRAL_HAVE_CUDA.
+ * Without it, nothing here is linked. The runner reaches this backend only
+ * through the backend table (backend/registry.c) and be_ops_t; the
+ * functions below serve the table, the GPU tests and the bench.
  *
  * Ops cannot return a status (backend.h), so a CUDA or cuBLAS error inside
  * an op is kept (the first one) and later ops become no-ops; the caller
- * reads it with be_cuda_check() after a batch (download, which ends every
- * forward pass, already waits for the stream). */
+ * reads it with be_cuda_check() (be_ops_t.check) after a batch (download,
+ * which ends every forward pass, already waits for the stream). */
 #ifndef BE_CUDA_H
 #define BE_CUDA_H
 
@@ -45,14 +46,16 @@ cr_status_t be_cuda_new(int device, be_backend_t **out, cr_err_t *err);
 cr_status_t be_cuda_check(be_backend_t *be, cr_err_t *err);
 
 /* Device bytes this backend holds in weights (weight_prepare) and in
- * buffers (alloc, scratch), for reporting real allocations. */
+ * buffers (alloc, scratch), for reporting real allocations (also
+ * be_ops_t.memory_used). */
 uint64_t be_cuda_weight_bytes(const be_backend_t *be);
 uint64_t be_cuda_buffer_bytes(const be_backend_t *be);
 
 /* The CUDA backend's optional ops (backend.h: NEOX rope, bias rows,
  * scale, GELU gating, attention with soft-cap and sliding window) for the
- * non-llama architectures. Static; valid for any CUDA backend. be_ext_ops()
- * (backend/cpu/ops_extra.c) should return it for backends named "cuda". */
+ * non-llama architectures. Static; valid for any CUDA backend. Not yet the
+ * backend's be_ops_t.ext_ops (so be_ext_ops() gives NULL for CUDA and the
+ * loader keeps non-llama architectures off it), as before. */
 const be_ops_ext_t *be_cuda_ops_ext(void);
 
 /* Test hook: batches of more than this many tokens use the cuBLAS GEMM path

@@ -667,7 +667,14 @@ static void cuda_destroy(be_backend_t **self_p)
     *self_p = NULL;
 }
 
-/* Filled by name so fields added to be_ops_t stay NULL, not misassigned. */
+static void cuda_memory_used(const be_backend_t *be, uint64_t *weight_bytes,
+                             uint64_t *buffer_bytes);
+static cr_status_t cuda_check(be_backend_t *be, cr_err_t *err);
+
+/* Filled by name so fields added to be_ops_t stay NULL, not misassigned.
+ * ext_ops stays NULL: the optional ops (be_cuda_ops_ext) are not yet
+ * offered to the model loader, which refuses non-llama architectures on
+ * CUDA as before. */
 static be_ops_t make_ops(void)
 {
     be_ops_t o;
@@ -678,6 +685,8 @@ static be_ops_t make_ops(void)
     o.device_memory = cuda_device_memory;
     o.alloc = cuda_alloc;
     o.free = cuda_free;
+    o.memory_used = cuda_memory_used;
+    o.check = cuda_check;
     o.upload = cuda_upload;
     o.download = cuda_download;
     o.weight_prepare = cuda_weight_prepare;
@@ -784,6 +793,18 @@ extern "C" uint64_t be_cuda_weight_bytes(const be_backend_t *be)
 extern "C" uint64_t be_cuda_buffer_bytes(const be_backend_t *be)
 {
     return is_cuda(be) ? ((const be_cuda_t *)be)->buffer_bytes : 0;
+}
+
+static void cuda_memory_used(const be_backend_t *be, uint64_t *weight_bytes,
+                             uint64_t *buffer_bytes)
+{
+    *weight_bytes = be_cuda_weight_bytes(be);
+    *buffer_bytes = be_cuda_buffer_bytes(be);
+}
+
+static cr_status_t cuda_check(be_backend_t *be, cr_err_t *err)
+{
+    return be_cuda_check(be, err);
 }
 
 extern "C" void be_cuda_set_gemm_min_tokens(be_backend_t *be, int n)
