@@ -23,14 +23,13 @@ lib:corral_registry_core  reg_
 lib:corral_node_core      nd_
 lib:corral_cli_core       cli_
 lib:corral_synth          rn_synth_
-runner:.                  rn_engine_ rn_server_ rn_sampler_ rn_logprobs_ rn_rng_ rn_tool_ rn_script_ rn_testhook_
+runner:.                  rn_backend_ rn_backends rn_engine_ rn_server_ rn_sampler_ rn_logprobs_ rn_rng_ rn_tool_ rn_script_ rn_testhook_
 runner:model              rn_model_ rn_ctx_ rn_quant_ rn_quantize_
 runner:text               rn_tok_ rn_token_ rn_tokenizer_ rn_tokenize rn_detok_ rn_detokenize rn_bpe_ rn_spm_ rn_wpm_ rn_pretok_ rn_unicode_ rn_utf8_
 runner:template           rn_tmpl_ rn_val_
 runner:grammar            rn_grammar_
 runner:prompt             rn_prompt_
 runner:output             rn_output_ rn_stop_ rn_thinking_ rn_toolcalls_ rn_logprob_
-runner:backend            be_kind_ be_kinds be_ext_ops
 runner:backend/cpu        be_cpu_ be_pack_ be_vec_ be_avx2_ be_simd_ be_type_ be_f16_ be_f32_ be_bf16_ be_q2_k_ be_q3_k_ be_q4_k_ be_q5_k_ rn_threadpool_ rn_cpu_
 runner:backend/cuda       be_cuda_
 '

@@ -1,21 +1,23 @@
-/* registry.h: the one table of backends compiled into this build.
+/* backends.h: the one table of backends compiled into this build.
  *
  * Each backend registers a kind here: its name, whether its memory is the
  * host's, how many devices it sees, and how to create an instance on one
  * of them. The runner (engine.c) creates every instance through this
  * table and never names a backend; the CPU kind is always present, the
  * CUDA kind when the build has CUDA (the only #ifdef on a backend outside
- * the backends themselves is in registry.c).
+ * the backends themselves is in backends.c). It sits at the runner's top,
+ * beside the engine that uses it, so that backend/ (the interface) depends
+ * on no implementation and backend/cpu, backend/cuda only on backend/.
  *
  * Owns no instance: callers free what create returns with be_destroy. */
-#ifndef BE_REGISTRY_H
-#define BE_REGISTRY_H
+#ifndef RN_BACKENDS_H
+#define RN_BACKENDS_H
 
 #include "lib/prelude.h"
 #include "lib/status.h"
 #include "services/runner/backend/backend.h"
 
-typedef struct be_kind {
+typedef struct rn_backend_kind {
     const char *name;  /* "cpu", "cuda": for messages */
     bool host_memory;  /* instances compute in host memory (the CPU) */
     /* Devices this kind can create instances on now (0: none usable; the
@@ -26,16 +28,16 @@ typedef struct be_kind {
      * n_threads host threads (<= 0: one per core; ignored by devices). On
      * success *out is owned by the caller (be_destroy). */
     cr_status_t (*create)(int device, int n_threads, be_backend_t **out, cr_err_t *err);
-} be_kind_t;
+} rn_backend_kind_t;
 
 /* The registered kinds, host first; *n gets their number. Static. */
-const be_kind_t *be_kinds(size_t *n);
+const rn_backend_kind_t *rn_backends(size_t *n);
 
 /* The host kind (the CPU): always present. */
-const be_kind_t *be_kind_host(void);
+const rn_backend_kind_t *rn_backend_host(void);
 
 /* The first kind that is not host memory and has a device now, or NULL
  * (no accelerator usable). */
-const be_kind_t *be_kind_accel(void);
+const rn_backend_kind_t *rn_backend_accel(void);
 
 #endif

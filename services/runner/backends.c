@@ -1,6 +1,6 @@
-/* registry.c: the table of backends (see registry.h). */
+/* backends.c: the table of backends (see backends.h). */
 #include "lib/prelude.h"
-#include "services/runner/backend/registry.h"
+#include "services/runner/backends.h"
 
 #include "lib/env.h"
 #ifdef CORRAL_HAVE_CUDA
@@ -31,7 +31,7 @@ static cr_status_t cuda_create(int device, int n_threads, be_backend_t **out,
 }
 #endif
 
-static const be_kind_t kinds[] = {
+static const rn_backend_kind_t kinds[] = {
     {.name = "cpu", .host_memory = true, .device_count = cpu_count, .create = cpu_create},
 #ifdef CORRAL_HAVE_CUDA
     {.name = "cuda", .host_memory = false, .device_count = cuda_count,
@@ -39,23 +39,18 @@ static const be_kind_t kinds[] = {
 #endif
 };
 
-const be_kind_t *be_kinds(size_t *n)
+const rn_backend_kind_t *rn_backends(size_t *n)
 {
     *n = CR_ARRAY_LEN(kinds);
     return kinds;
 }
 
-const be_kind_t *be_kind_host(void) { return &kinds[0]; }
+const rn_backend_kind_t *rn_backend_host(void) { return &kinds[0]; }
 
-const be_kind_t *be_kind_accel(void)
+const rn_backend_kind_t *rn_backend_accel(void)
 {
     for (size_t i = 0; i < CR_ARRAY_LEN(kinds); i++)
         if (!kinds[i].host_memory && kinds[i].device_count() > 0)
             return &kinds[i];
     return NULL;
-}
-
-const be_ops_ext_t *be_ext_ops(const be_backend_t *be)
-{
-    return be && be->ops->ext_ops ? be->ops->ext_ops(be) : NULL;
 }
