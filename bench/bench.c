@@ -42,10 +42,10 @@
 #include "services/runner/backend/cpu/pack_cache.h"
 #include "lib/status.h"
 #include "services/runner/backend/backend.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/synth.h"
-#include "services/runner/threadpool.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "tools/synth/synth.h"
+#include "services/runner/backend/cpu/threadpool.h"
 
 #include <errno.h>
 #include <fcntl.h>

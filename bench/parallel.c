@@ -19,8 +19,8 @@
 #include "bench/stats.h"
 #include "lib/status.h"
 #include "services/runner/backend/backend.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
 
 #include <time.h>
 

@@ -10,9 +10,9 @@
  *       [--name NAME] [--pooling mean|cls|last]
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
- * writing itself lives in services/runner/synth.c, shared with the tests. */
+ * writing itself lives in tools/synth/synth.c, shared with the tests. */
 #include "lib/prelude.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 
 static void usage(FILE *f)
 {

@@ -23,21 +23,21 @@
 #include "lib/buf.h"
 #include "lib/log.h"
 #include "services/runner/backend/backend.h"
-#include "services/runner/backend/registry.h"
+#include "services/runner/backends.h"
 #include "lib/env.h"
-#include "services/runner/forward.h"
-#include "services/runner/grammar.h"
-#include "services/runner/logprob_json.h"
-#include "services/runner/model.h"
-#include "services/runner/output.h"
-#include "services/runner/prompt.h"
-#include "services/runner/prompt_tokens.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/grammar/grammar.h"
+#include "services/runner/output/logprob_json.h"
+#include "services/runner/model/model.h"
+#include "services/runner/output/output.h"
+#include "services/runner/prompt/prompt.h"
+#include "services/runner/prompt/prompt_tokens.h"
 #include "services/runner/sampler.h"
-#include "services/runner/script.h"
-#include "services/runner/stop.h"
-#include "services/runner/thinking.h"
-#include "services/runner/template.h"
-#include "services/runner/tokenizer.h"
+#include "services/runner/testhooks.h"
+#include "services/runner/output/stop.h"
+#include "services/runner/output/thinking.h"
+#include "services/runner/template/template.h"
+#include "services/runner/text/tokenizer.h"
 
 #include <jansson.h>
 
@@ -88,7 +88,7 @@ typedef struct slot {
 } slot_t;
 
 struct rn_engine {
-    /* Backend instances (registry.h): [0] the host's, then one per device
+    /* Backend instances (backends.h): [0] the host's, then one per device
      * of the scheduler's plan that opened; dev[i] is be[i]'s device. */
     be_backend_t *be[RN_MAX_RANGES + 1];
     int dev[RN_MAX_RANGES + 1];
@@ -124,30 +124,9 @@ static int64_t mono_ns(void)
 
 /* ---- load ---- */
 
-/* Test hook, from the runner's environment only (no request can set it):
- * CORRAL_TEST_SLOW_LOAD="<text>:<ms>" makes loads of models whose name
- * contains <text> take <ms> longer, so tests can watch a load in progress. */
-static void test_slow_load(const char *name)
-{
-    const char *v = getenv("CORRAL_TEST_SLOW_LOAD");
-    const char *colon = v ? strrchr(v, ':') : NULL;
-    if (!colon || colon == v || !name)
-        return;
-    char part[128];
-    size_t n = CR_MIN((size_t)(colon - v), sizeof part - 1);
-    memcpy(part, v, n);
-    part[n] = '\0';
-    long ms = strtol(colon + 1, NULL, 10);
-    if (ms > 0 && ms <= 600000 && strstr(name, part)) {
-        cr_log_warn("CORRAL_TEST_SLOW_LOAD: loading %s %ld ms slower", name, ms);
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-}
-
 /* The instance of device `dev` of kind k, created on first use; NULL (with
  * a warning: its layers stay on the host) when it cannot be opened. */
-static be_backend_t *device_instance(rn_engine_t *e, const be_kind_t *k, int dev)
+static be_backend_t *device_instance(rn_engine_t *e, const rn_backend_kind_t *k, int dev)
 {
     for (int i = 1; i < e->n_be; i++)
         if (e->dev[i] == dev)
@@ -158,7 +137,7 @@ static be_backend_t *device_instance(rn_engine_t *e, const be_kind_t *k, int dev
     cr_err_clear(&gerr);
     if (k->create(dev, 0, &e->be[e->n_be], &gerr)) {
         cr_log_warn("%s device %d unavailable (%s): its layers run on the %s", k->name,
-                    dev, gerr.msg, be_kind_host()->name);
+                    dev, gerr.msg, rn_backend_host()->name);
         return NULL;
     }
     e->dev[e->n_be] = dev;
@@ -167,7 +146,7 @@ static be_backend_t *device_instance(rn_engine_t *e, const be_kind_t *k, int dev
 
 /* The scheduler's plan as a placement (model.h): each device of
  * load->devices computes its range of layers on an instance of the
- * accelerator kind (registry.h); the rest stay on the host. The plan
+ * accelerator kind (backends.h); the rest stay on the host. The plan
  * numbers layers as the placement does and offloads the LAST gpu_layers
  * (blocks then the output layer, as llama.cpp's n_gpu_layers); a plan
  * with gpu_layers but no device list puts them on main_gpu. No
@@ -176,7 +155,7 @@ static be_backend_t *device_instance(rn_engine_t *e, const be_kind_t *k, int dev
 static void place_devices(rn_engine_t *e, const msg_load_body_t *load,
                           const msg_options_t *o, rn_placement_t *pl)
 {
-    const be_kind_t *k = be_kind_accel();
+    const rn_backend_kind_t *k = rn_backend_accel();
     if (!k || !load->has_gpu_layers || load->gpu_layers <= 0)
         return;
     if (load->has_devices && load->devices.n > 0) {
@@ -232,7 +211,7 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     }
     const msg_options_t *o = e->load.u.load.options;
     int threads = o && o->has_num_thread ? (int)o->num_thread : 0;
-    if ((st = be_kind_host()->create(0, threads, &e->be[0], err)))
+    if ((st = rn_backend_host()->create(0, threads, &e->be[0], err)))
         goto fail;
     e->dev[0] = -1;
     e->n_be = 1;
@@ -256,7 +235,7 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     }
     if ((st = rn_script_from_env(e->tok, &e->script, err)))
         goto fail;
-    test_slow_load(load->name);
+    rn_testhook_slow_load(load->name);
     const rn_hparams_t *hp = rn_model_hparams(e->model);
     int64_t n_ctx = o && o->has_num_ctx ? o->num_ctx : 4096;
     if (n_ctx < 4)

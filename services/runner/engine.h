@@ -16,18 +16,9 @@
 #include "lib/prelude.h"
 #include "lib/status.h"
 #include "proto/msg.h"
+#include "services/runner/output/output.h" /* rn_sink_t */
 
 typedef struct rn_engine rn_engine_t;
-
-/* Where a request's output goes. Both callbacks are called on the engine's
- * thread, between tokens. */
-typedef struct rn_sink {
-    void *ctx;
-    /* Sends one piece (response text, thinking, ...). False = stop now. */
-    bool (*chunk)(void *ctx, const msg_chunk_body_t *chunk);
-    /* True if the request was canceled (the client went away). */
-    bool (*canceled)(void *ctx);
-} rn_sink_t;
 
 /* How a request started with rn_engine_start ended, called once with the
  * sink's ctx: st CR_OK with done (its `context` array points into the

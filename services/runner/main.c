@@ -16,7 +16,6 @@
 #include <signal.h>
 
 #include "lib/log.h"
-#include "services/runner/quantize.h"
 #include "services/runner/server.h"
 #include "services/runner/tools.h"
 

@@ -19,6 +19,7 @@
 
 #include "lib/prelude.h"
 #include "lib/status.h"
+#include "services/runner/output/logprob_json.h" /* rn_logprob_t */
 
 /* Largest vocabulary a sampler accepts (buffers are n_vocab-sized). */
 #define RN_SAMPLER_MAX_VOCAB (1 << 24)
@@ -42,12 +43,6 @@ typedef struct rn_sampler_params {
 } rn_sampler_params_t;
 
 typedef struct rn_sampler rn_sampler_t;
-
-/* One (token, log-probability) pair. */
-typedef struct rn_logprob {
-    int32_t token;
-    float logprob; /* natural log; -INFINITY for an impossible token */
-} rn_logprob_t;
 
 /* Fills p with Ollama's current defaults (repeat_penalty 1.0, seed -1). */
 void rn_sampler_params_default(rn_sampler_params_t *p);

@@ -5,9 +5,10 @@
 #include "lib/buf.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/tokenizer.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "services/runner/model/quantize.h"
+#include "services/runner/text/tokenizer.h"
 
 #define TOOL_INPUT_MAX (64u << 20)
 #define TOOL_MAX_TOKENS 1000000
@@ -144,4 +145,49 @@ out:
     rn_model_destroy(&m);
     be_destroy(&be);
     return rc;
+}
+
+/* ---- quantize --------------------------------------------------------- */
+
+static const char *flag(int argc, char **argv, const char *name)
+{
+    for (int i = 2; i + 1 < argc; i++)
+        if (!strcmp(argv[i], name))
+            return argv[i + 1];
+    return NULL;
+}
+
+static void print_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    CR_UNUSED(ctx);
+    printf("%" PRIu64 "/%" PRIu64 "\n", done, total);
+    fflush(stdout);
+}
+
+int rn_tool_quantize(int argc, char **argv)
+{
+    const char *in = flag(argc, argv, "--in");
+    const char *out = flag(argc, argv, "--out");
+    const char *type = flag(argc, argv, "--type");
+    bool progress = false;
+    for (int i = 2; i < argc; i++)
+        progress |= !strcmp(argv[i], "--progress");
+    if (!in || !out || !type) {
+        fprintf(stderr, "usage: corral-runner quantize --in SRC.gguf --out "
+                        "DST.gguf --type Q4_K_M [--progress]\n");
+        return 2;
+    }
+    uint32_t ftype;
+    if (!rn_quant_ftype_parse(type, &ftype)) {
+        fprintf(stderr, "unsupported quantization type %s\n", type);
+        return 1;
+    }
+    cr_err_t err;
+    cr_err_clear(&err);
+    if (rn_quantize_file(in, out, ftype, progress ? print_progress : NULL,
+                         NULL, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    return 0;
 }

@@ -18,4 +18,10 @@ int rn_tool_tokenize(const char *model_path, bool add_special,
 int rn_tool_logits(const char *model_path, const char *tokens,
                    const char *out_path);
 
+/* `corral-runner quantize --in SRC.gguf --out DST.gguf --type Q4_K_M
+ * [--progress]`: argv as main() got it (argv[1] == "quantize"). With
+ * --progress prints "DONE/TOTAL" (source bytes) lines to stdout, flushed.
+ * Errors go to stderr as one line. Returns 0, 1 on failure, 2 on usage. */
+int rn_tool_quantize(int argc, char **argv);
+
 #endif

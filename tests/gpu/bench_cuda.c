@@ -11,7 +11,7 @@
  * does not depend on the values, and no CPU quantizer has to run on
  * gigabytes), uploading each through weight_prepare so the load rate is
  * measured too, then runs the forward pass's op sequence (the one in
- * services/runner/forward.c, step for step) through the backend:
+ * services/runner/model/forward.c, step for step) through the backend:
  * pp = one batch of --pp tokens (the cuBLAS path), tg = --tg single tokens
  * after it (the matrix-vector path), each ending with the logits download
  * that synchronizes. Prints tokens/s, the device's read bandwidth measured

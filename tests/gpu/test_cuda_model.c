@@ -1,6 +1,6 @@
 /* test_cuda_model.c: whole-model logits, CUDA backend against CPU backend.
  *
- * Synthetic llama models (services/runner/synth.h: dim 256, 2 layers, 4
+ * Synthetic llama models (tools/synth/synth.h: dim 256, 2 layers, 4
  * heads over 2 KV heads, ffn 512, the built-in vocabulary) in each weight
  * type, loaded once per backend. Checks, per type:
  *   - a 14-token prompt (the GPU's cuBLAS prefill path) gives logits at
@@ -17,9 +17,9 @@
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cuda/be_cuda.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/synth.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "tools/synth/synth.h"
 #include "tests/gpu/gpu_harness.h"
 #include "tests/unit/check.h"
 

@@ -1,7 +1,7 @@
 /* test_e2e_thinking.c: thinking (reasoning) through the whole services.
  *
  * `corral serve` runs with CORRAL_TEST_SCRIPT (the runner's scripted
- * sampler, script.h): a synthetic model with a qwen3-style template (its
+ * sampler, testhooks.h): a synthetic model with a qwen3-style template (its
  * messages carry `.Thinking` between <think> tags, so the model has the
  * "thinking" capability) answers every request with THE_ANSWER. Checked on
  * that real token stream: native /api/chat `message.thinking` apart from

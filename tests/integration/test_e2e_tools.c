@@ -1,7 +1,7 @@
 /* test_e2e_tools.c: tool calls through the whole services.
  *
  * `corral serve` runs with CORRAL_TEST_SCRIPT (the runner's scripted
- * sampler, script.h), so a synthetic model with the qwen2.5 (hermes
+ * sampler, testhooks.h), so a synthetic model with the qwen2.5 (hermes
  * <tool_call>) template answers, in turn, a tool call (with content before
  * it) and then a final text. Each route and mode is checked on a real
  * token stream: /api/chat and /v1/chat/completions, streaming and not,

@@ -25,9 +25,9 @@
 #include "lib/gguf_write.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/synth.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 
 #include <math.h>

@@ -23,10 +23,10 @@
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
 #include "services/runner/backend/backend.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/synth.h"
-#include "services/runner/tokenizer.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "tools/synth/synth.h"
+#include "services/runner/text/tokenizer.h"
 #include "tests/unit/check.h"
 
 #include <math.h>

@@ -13,10 +13,10 @@
 #include "lib/buf.h"
 
 #include <jansson.h>
-#include "services/runner/backend/registry.h"
+#include "services/runner/backends.h"
 #include "services/runner/engine.h"
-#include "services/runner/grammar.h"
-#include "services/runner/synth.h"
+#include "services/runner/grammar/grammar.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"
 
@@ -632,7 +632,7 @@ static void test_embed_truncate_keeps_sep(void)
  * a plan. */
 static void test_gpu_plan_on_cpu(void)
 {
-    if (be_kind_accel()) {
+    if (rn_backend_accel()) {
         printf("engine: gpu plan on the cpu skipped: an accelerator is present\n");
         return;
     }

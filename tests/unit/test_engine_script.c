@@ -1,6 +1,6 @@
 /* test_engine_script.c: tool calls on real token streams.
  *
- * The scripted sampler (CORRAL_TEST_SCRIPT, script.h) forces a synthetic
+ * The scripted sampler (CORRAL_TEST_SCRIPT, testhooks.h) forces a synthetic
  * model's answers; the real tokenizer splits them into tokens, and the
  * engine's whole output path (detokenizer, stop matcher, thinking and tool
  * parsers) turns them into chunks. For each template style issue 6 names
@@ -21,11 +21,11 @@
 #include "lib/buf.h"
 #include "lib/gguf.h"
 #include "services/runner/engine.h"
-#include "services/runner/prompt.h"
-#include "services/runner/script.h"
-#include "services/runner/synth.h"
-#include "services/runner/template.h"
-#include "services/runner/tokenizer.h"
+#include "services/runner/prompt/prompt.h"
+#include "services/runner/testhooks.h"
+#include "tools/synth/synth.h"
+#include "services/runner/template/template.h"
+#include "services/runner/text/tokenizer.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"
 #include "tests/unit/tool_templates.h"

@@ -35,9 +35,9 @@
 #include "lib/prelude.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/tokenizer.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "services/runner/text/tokenizer.h"
 #include "tests/unit/check.h"
 
 #include <sys/wait.h>

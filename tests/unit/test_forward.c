@@ -1,6 +1,6 @@
 /* test_forward.c: model loading and the forward pass on synthetic models.
  *
- * Models come from services/runner/synth.c (the code behind
+ * Models come from tools/synth/synth.c (the code behind
  * corral-gguf-synth), written in memory or to a temp file. Checks: every
  * weight type loads and gives finite, deterministic logits; a batch of n
  * tokens equals n single steps; truncating the cache and evaluating again
@@ -14,9 +14,9 @@
 #include "lib/gguf_write.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/synth.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* test_grammar.c: structured output (services/runner/grammar.c).
+/* test_grammar.c: structured output (services/runner/grammar/grammar.c).
  *
  * Checks the byte matcher on valid and invalid prefixes for "json" and for
  * each schema keyword; refused formats and their messages; hostile formats;
@@ -10,12 +10,12 @@
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
-#include "services/runner/forward.h"
-#include "services/runner/grammar.h"
-#include "services/runner/model.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/grammar/grammar.h"
+#include "services/runner/model/model.h"
 #include "services/runner/sampler.h"
-#include "services/runner/synth.h"
-#include "services/runner/tokenizer.h"
+#include "tools/synth/synth.h"
+#include "services/runner/text/tokenizer.h"
 #include "tests/unit/check.h"
 
 #include <jansson.h>

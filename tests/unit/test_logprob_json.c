@@ -7,9 +7,10 @@
 #include "lib/prelude.h"
 #include "lib/buf.h"
 #include "lib/gguf.h"
-#include "services/runner/logprob_json.h"
-#include "services/runner/synth.h"
-#include "services/runner/tokenizer.h"
+#include "services/runner/output/logprob_json.h"
+#include "tools/synth/synth.h"
+#include "services/runner/text/tokenizer.h"
+#include "services/runner/text/unicode.h"
 #include "tests/unit/check.h"
 
 #include <jansson.h>

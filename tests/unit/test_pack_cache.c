@@ -19,9 +19,9 @@
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/pack_cache.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/synth.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 
 #define N_TOK 5

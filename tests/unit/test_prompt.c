@@ -1,4 +1,5 @@
-/* test_prompt.c: Ollama's prompt construction (services/runner/prompt.h):
+/* test_prompt.c: Ollama's prompt construction
+ * (services/runner/prompt/prompt.h):
  * registry-style templates (Llama 3 with tools, ChatML, Mistral with
  * [AVAILABLE_TOOLS]/[TOOL_CALLS], legacy Alpaca and Llama 2, Hermes/Qwen
  * tools with a legacy branch, thinking, TypeScript tool signatures) over
@@ -7,8 +8,8 @@
  * the chat and generate assemblies, and malformed input, each named. */
 #include "lib/prelude.h"
 #include "lib/buf.h"
-#include "services/runner/prompt.h"
-#include "services/runner/template.h"
+#include "services/runner/prompt/prompt.h"
+#include "services/runner/template/template.h"
 #include "tests/unit/check.h"
 
 #include <ctype.h>

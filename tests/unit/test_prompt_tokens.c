@@ -1,4 +1,5 @@
-/* test_prompt_tokens.c: rn_prompt_tokenize (services/runner/prompt_tokens.h)
+/* test_prompt_tokens.c: rn_prompt_tokenize
+ * (services/runner/prompt/prompt_tokens.h)
  * on the real llama-bpe and llama-spm vocabularies: control-token text in
  * request data stays plain text while the template's own tokens are
  * parsed; raw mode parses everything; prompts without control text in
@@ -9,10 +10,10 @@
 #include "lib/prelude.h"
 #include "lib/buf.h"
 #include "lib/gguf.h"
-#include "services/runner/prompt.h"
-#include "services/runner/prompt_tokens.h"
-#include "services/runner/template.h"
-#include "services/runner/tokenizer.h"
+#include "services/runner/prompt/prompt.h"
+#include "services/runner/prompt/prompt_tokens.h"
+#include "services/runner/template/template.h"
+#include "services/runner/text/tokenizer.h"
 #include "tests/unit/check.h"
 
 static const char *g_root;

@@ -1,7 +1,7 @@
 /* test_quant_forward.c: the forward pass on quantized synthetic models
  * against the same model in F32.
  *
- * services/runner/synth.c draws the same float weights for every storage
+ * tools/synth/synth.c draws the same float weights for every storage
  * type (one seeded stream per tensor), so a model written in F32 and in a
  * quantized type differ only by quantization. Checks: a Q4_K_M-like file
  * (Q4_K matrices; output, attn_v and ffn_down in Q6_K) loads with those
@@ -12,9 +12,9 @@
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/synth.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 
 static be_backend_t *be_g;

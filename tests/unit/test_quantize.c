@@ -1,4 +1,4 @@
-/* test_quantize.c: services/runner/quantize.c, requantizing F16 models.
+/* test_quantize.c: services/runner/model/quantize.c, requantizing F16 models.
  *
  * A synthetic F16 model (dims multiples of 256 so K-quants apply) is
  * quantized to Q8_0, Q4_0, Q4_K_M, Q4_K_S, Q5_K_M and Q6_K; each result is
@@ -10,10 +10,11 @@
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/quantize.h"
-#include "services/runner/synth.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "services/runner/model/quantize.h"
+#include "tools/synth/synth.h"
+#include "services/runner/tools.h"
 #include "tests/unit/check.h"
 
 #include <math.h>

@@ -18,7 +18,7 @@
 #include "proto/msg.h"
 #include "services/registry/ops.h"
 #include "services/registry/store.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 
 static char root_g[256];

@@ -18,7 +18,7 @@
 #include "services/registry/model.h"
 #include "services/registry/server.h"
 #include "services/registry/store.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 
 #include <dirent.h>

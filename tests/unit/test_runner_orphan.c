@@ -27,7 +27,7 @@
 
 #include "proto/bus.h"
 #include "services/runner/server.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 
 #define ORPHAN_S 3

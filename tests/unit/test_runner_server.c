@@ -19,7 +19,7 @@
 
 #include "proto/bus.h"
 #include "services/runner/server.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 
 static char dir_g[256], endpoint_g[400], model_g[400];

@@ -14,8 +14,8 @@
 
 #include "proto/bus.h"
 #include "proto/relay.h"
-#include "services/runner/forward.h"
-#include "services/runner/synth.h"
+#include "services/runner/model/forward.h"
+#include "tools/synth/synth.h"
 #include "services/scheduler/estimate.h"
 #include "services/scheduler/sched.h"
 #include "tests/unit/check.h"

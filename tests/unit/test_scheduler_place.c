@@ -10,7 +10,7 @@
 
 #include "lib/gguf.h"
 #include "services/runner/engine.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "services/scheduler/estimate.h"
 #include "lib/gpus.h"
 #include "services/scheduler/options.h"

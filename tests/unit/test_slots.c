@@ -14,7 +14,7 @@
 
 #include "lib/buf.h"
 #include "services/runner/engine.h"
-#include "services/runner/synth.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"
 

@@ -27,10 +27,10 @@
 
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
-#include "services/runner/backend/registry.h"
-#include "services/runner/forward.h"
-#include "services/runner/model.h"
-#include "services/runner/synth.h"
+#include "services/runner/backends.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 
 #define N_INST 3
@@ -374,8 +374,8 @@ static void check_memory_used(void)
     CHECK(b1 == b0);
     /* the host kind is registered and is host memory */
     size_t n = 0;
-    const be_kind_t *k = be_kinds(&n);
-    CHECK(n >= 1 && k == be_kind_host() && k->host_memory);
+    const rn_backend_kind_t *k = rn_backends(&n);
+    CHECK(n >= 1 && k == rn_backend_host() && k->host_memory);
     CHECK(be_g[0]->ops->host_memory);
     CHECK(be_check(be_g[0], NULL) == CR_OK);
 }
@@ -385,7 +385,7 @@ int main(void)
     cr_err_t err;
     cr_err_clear(&err);
     for (int i = 0; i < N_INST; i++) {
-        if (be_kind_host()->create(0, 2, &be_g[i], &err)) {
+        if (rn_backend_host()->create(0, 2, &be_g[i], &err)) {
             fprintf(stderr, "backend: %s\n", err.msg);
             return 1;
         }

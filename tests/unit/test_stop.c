@@ -2,7 +2,7 @@
  * hold-back, flush, and bad input (too many, too long, NULL strings, a full
  * output buffer). */
 #include "lib/prelude.h"
-#include "services/runner/stop.h"
+#include "services/runner/output/stop.h"
 #include "tests/unit/check.h"
 
 static rn_stop_t *make(const char *const *strs, size_t n)

@@ -1,10 +1,11 @@
-/* test_template.c: the Go text/template subset (services/runner/template.h):
+/* test_template.c: the Go text/template subset
+ * (services/runner/template/template.h):
  * each construct, Go's printing and JSON rules, Ollama's touch-ups (the
  * appended {{ .Response }}, Vars, the legacy cut, tag inference), and
  * hostile templates (parse errors, execution errors, bombs), each named. */
 #include "lib/prelude.h"
 #include "lib/buf.h"
-#include "services/runner/template.h"
+#include "services/runner/template/template.h"
 #include "tests/unit/check.h"
 
 #include <time.h>

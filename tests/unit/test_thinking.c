@@ -3,8 +3,8 @@
  * every split point (one and two cuts, and byte by byte) giving the same
  * output, flush, bad tags, hostile text, and a full output buffer. */
 #include "lib/prelude.h"
-#include "services/runner/template.h"
-#include "services/runner/thinking.h"
+#include "services/runner/template/template.h"
+#include "services/runner/output/thinking.h"
 #include "tests/unit/check.h"
 
 typedef struct result {

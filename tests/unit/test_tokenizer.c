@@ -13,9 +13,9 @@
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
 #include "lib/status.h"
-#include "services/runner/tokenizer.h"
-#include "services/runner/tokenizer_internal.h"
-#include "services/runner/unicode.h"
+#include "services/runner/text/tokenizer.h"
+#include "services/runner/text/tokenizer_internal.h"
+#include "services/runner/text/unicode.h"
 #include "tests/unit/check.h"
 
 /* ---- helpers --------------------------------------------------------------- */

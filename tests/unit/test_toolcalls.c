@@ -6,9 +6,9 @@
  * hold cap; hostile bytes; full output buffers; and the runner's chain
  * (thinking parser, then tool parser on its content) at every split. */
 #include "lib/prelude.h"
-#include "services/runner/template.h"
-#include "services/runner/thinking.h"
-#include "services/runner/toolcalls.h"
+#include "services/runner/template/template.h"
+#include "services/runner/output/thinking.h"
+#include "services/runner/output/toolcalls.h"
 #include "tests/unit/check.h"
 #include "tests/unit/tool_templates.h"
 

@@ -15,7 +15,7 @@
  * elements. Ops do not fail (shapes are checked when the model loads and the
  * context is created); anything fallible returns cr_status_t.
  *
- * Backends are listed in one table (registry.h); the runner creates its
+ * Backends are listed in one table (services/runner/backends.h); the runner creates its
  * instances from there and never names a backend. Several instances (of
  * one backend or of several) can serve one model, each owning a range of
  * its layers (model.h: rn_placement_t; forward.c moves the activations
@@ -196,11 +196,6 @@ struct be_ops_ext {
     void (*gelu)(be_backend_t *be, float *y, const float *x, size_t n);
 };
 
-/* The optional ops of be (its ops->ext_ops), or NULL if its backend has
- * none. Borrowed, static. */
-const be_ops_ext_t *be_ext_ops(const be_backend_t *be);
-
-
 /* Floats of scratch attention_ext needs for caches of ctx positions. */
 static inline size_t be_attention_ext_scratch(int ctx, int head_dim)
 {
@@ -229,6 +224,13 @@ const char *be_cpu_simd(const be_backend_t *be);
 const be_ops_ext_t *be_cpu_ext_ops(const be_backend_t *be);
 
 /* Destroys any backend (NULL-safe); sets *be_p = NULL. */
+/* The optional ops of be (its ops->ext_ops), or NULL if its backend has
+ * none. Borrowed, static. */
+static inline const be_ops_ext_t *be_ext_ops(const be_backend_t *be)
+{
+    return be && be->ops->ext_ops ? be->ops->ext_ops(be) : NULL;
+}
+
 static inline void be_destroy(be_backend_t **be_p)
 {
     if (be_p && *be_p)

@@ -18,7 +18,7 @@
 #include "services/runner/backend/cpu/pack_cache.h"
 #include "services/runner/backend/cpu/repack.h"
 #include "services/runner/backend/cpu/vec.h"
-#include "services/runner/threadpool.h"
+#include "services/runner/backend/cpu/threadpool.h"
 
 #include <math.h>
 #include <stdatomic.h>

@@ -10,7 +10,7 @@
  * lives in the .cu files of backend/cuda/src/, built into corral_cuda only
  * when CMake finds the toolkit (CORRAL_HAVE_CUDA=1 for corral_engine).
  * Without it, nothing here is linked. The runner reaches this backend only
- * through the backend table (backend/registry.c) and be_ops_t; the
+ * through the backend table (services/runner/backends.c) and be_ops_t; the
  * functions below serve the table, the GPU tests and the bench.
  *
  * Ops cannot return a status (backend.h), so a CUDA or cuBLAS error inside

@@ -1,0 +1,188 @@
+/* threadpool.c: persistent workers woken per job by a generation counter.
+ *
+ * Workers spin briefly on the counter (jobs arrive back to back during a
+ * forward pass), then yield the core a number of times (on a machine with
+ * more runnable threads than cores, a spinning thread would take time from
+ * the very thread it waits for), and then sleep on a condition variable, so
+ * an idle runner costs no CPU. The caller waits for the job's end the same
+ * way. */
+#include "lib/prelude.h"
+#include "services/runner/backend/cpu/threadpool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#define SPIN_ITERS 4000  /* pause loops before yielding */
+#define YIELD_ITERS 200  /* sched_yield calls before sleeping */
+
+typedef struct worker {
+    rn_threadpool_t *pool;
+    int ith;
+} worker_t;
+
+struct rn_threadpool {
+    int n; /* threads including the caller */
+    pthread_t *threads;
+    worker_t *workers;
+    int n_started;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work;
+    pthread_cond_t cv_done;
+    atomic_uint gen;     /* bumped once per job (and at stop) */
+    atomic_int pending;  /* workers yet to finish the current job */
+    bool stop;
+
+    rn_task_fn fn; /* current job; written before gen is bumped */
+    void *ctx;
+    int nth;
+};
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+int rn_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > RN_THREADPOOL_MAX_THREADS ? RN_THREADPOOL_MAX_THREADS
+                                                      : (int)n;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    rn_threadpool_t *p = w->pool;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        for (int i = 0; g == seen && i < SPIN_ITERS + YIELD_ITERS; i++) {
+            if (i < SPIN_ITERS)
+                cpu_relax();
+            else
+                sched_yield();
+            g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&p->mu);
+            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen)
+                pthread_cond_wait(&p->cv_work, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        seen = g;
+        pthread_mutex_lock(&p->mu);
+        bool stop = p->stop;
+        pthread_mutex_unlock(&p->mu);
+        if (stop)
+            return NULL;
+        if (w->ith < p->nth)
+            p->fn(p->ctx, w->ith, p->nth);
+        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->cv_done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+}
+
+cr_status_t rn_threadpool_new(int n_threads, rn_threadpool_t **out, cr_err_t *err)
+{
+    *out = NULL;
+    if (n_threads <= 0)
+        n_threads = rn_cpu_count();
+    if (n_threads > RN_THREADPOOL_MAX_THREADS)
+        n_threads = RN_THREADPOOL_MAX_THREADS;
+    rn_threadpool_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return cr_err_set(err, CR_E_NOMEM, "thread pool: out of memory");
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv_work, NULL);
+    pthread_cond_init(&p->cv_done, NULL);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->pending, 0);
+    if (n_threads > 1) {
+        p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
+        p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
+        if (!p->threads || !p->workers) {
+            rn_threadpool_destroy(&p);
+            return cr_err_set(err, CR_E_NOMEM, "thread pool: out of memory");
+        }
+        for (int i = 0; i < n_threads - 1; i++) {
+            p->workers[i] = (worker_t){p, i + 1};
+            int rc = pthread_create(&p->threads[i], NULL, worker_main, &p->workers[i]);
+            if (rc) {
+                rn_threadpool_destroy(&p);
+                return cr_err_set(err, CR_E_INTERNAL,
+                                  "thread pool: cannot start thread %d of %d: %s",
+                                  i + 2, n_threads, strerror(rc));
+            }
+            p->n_started++;
+        }
+    }
+    *out = p;
+    return CR_OK;
+}
+
+void rn_threadpool_destroy(rn_threadpool_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rn_threadpool_t *p = *self_p;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_started; i++)
+        pthread_join(p->threads[i], NULL);
+    pthread_cond_destroy(&p->cv_done);
+    pthread_cond_destroy(&p->cv_work);
+    pthread_mutex_destroy(&p->mu);
+    free(p->threads);
+    free(p->workers);
+    free(p);
+    *self_p = NULL;
+}
+
+int rn_threadpool_size(const rn_threadpool_t *p)
+{
+    return p ? p->n : 1;
+}
+
+void rn_threadpool_run(rn_threadpool_t *p, rn_task_fn fn, void *ctx, int n_tasks)
+{
+    if (!p || p->n <= 1 || n_tasks <= 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    p->nth = n_tasks < p->n ? n_tasks : p->n;
+    /* Every worker acknowledges every job, so gen never skips one. */
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+
+    fn(ctx, 0, p->nth);
+
+    for (int i = 0; i < SPIN_ITERS + YIELD_ITERS; i++) {
+        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0)
+            return;
+        if (i < SPIN_ITERS)
+            cpu_relax();
+        else
+            sched_yield();
+    }
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
+        pthread_cond_wait(&p->cv_done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}

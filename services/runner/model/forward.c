@@ -1,0 +1,933 @@
+/* forward.c: the decoder forward pass over one or more sequences (see
+ * forward.h).
+ *
+ * Read it top to bottom like llama2.c: rn_ctx_new sizes every buffer, and
+ * forward_chunk runs the model's stages in order, one labelled step each,
+ * for a chunk of up to n_batch tokens. One pass serves every architecture
+ * in model.h: the llama stages always run, and the lettered steps (3a, 4a,
+ * 7a, ...) run only for architectures whose hparams/weights ask for them
+ * (qwen2 biases, qwen3/gemma3 q/k norms, gemma scaling, post-norms, GELU,
+ * soft-caps and sliding windows, NEOX rope). Those use the backend's
+ * optional ops (be_ext_ops); llama never touches them. Every buffer is
+ * backend memory: this file only passes pointers to backend ops and never
+ * touches the numbers, except the final logits it downloads (where gemma2's
+ * final soft-cap is applied).
+ *
+ * The bert family (encoders) has its own pass, forward_encoder: the whole
+ * sequence in one chunk, bidirectional attention, post-LayerNorms; it makes
+ * hidden states for embeddings only.
+ *
+ * Shapes below use B = tokens in the chunk, D = dim, Hq = n_heads,
+ * Hk = n_kv_heads, hd = head_dim, Q = Hq*hd, KV = Hk*hd, F = ffn,
+ * V = n_vocab, C = n_ctx. Weights are [rows][cols] (see model.h). */
+#include "lib/prelude.h"
+#include "services/runner/model/forward.h"
+
+#include <assert.h>
+#include <math.h>
+
+/* Rows of logits computed per output matmul when all are requested: keeps
+ * the device logits buffer at LOGITS_ROWS x V instead of n_batch x V. */
+#define LOGITS_ROWS 8
+
+/* Parts of a context: runs of layers (RN_MAX_RANGES ranges between runs on
+ * the host make at most 2 RN_MAX_RANGES + 1), plus the embeddings and the
+ * output layer on instances of their own. */
+#define MAX_PARTS (2 * RN_MAX_RANGES + 3)
+
+/* One backend instance's share of the model (model.h: rn_placement_t):
+ * layers l0..l1-1, their KV cache and its own activation buffers, all in
+ * that instance's memory. Part 0 embeds the tokens, the last part computes
+ * the logits; either may hold no layer (the embeddings or the output layer
+ * on an instance of their own: model.h). Only the residual stream x
+ * crosses between parts (hand_over). */
+typedef struct part {
+    be_backend_t *be;
+    const be_ops_ext_t *ext;    /* optional ops; NULL for llama */
+    const be_weight_t *rope_freqs; /* llama's frequency factors on this
+                                      instance, or NULL */
+    const be_weight_t *rope_ff; /* NEOX frequency factors for this n_ctx, or
+                                   NULL */
+    int l0, l1;
+
+    /* KV cache, F16: [n_seq][l1-l0][C][KV] each. */
+    uint16_t *k_cache;
+    uint16_t *v_cache;
+
+    /* Activations (backend memory; those a part without layers does not
+     * use are NULL). */
+    float *x;      /* [B][D] residual stream */
+    float *xb;     /* [B][D] normed input of a sub-layer */
+    float *xb2;    /* [B][D] sub-layer output before the residual add */
+    float *q;      /* [B][Q] queries */
+    float *k;      /* [B][KV] keys of this chunk */
+    float *v;      /* [B][KV] values of this chunk */
+    float *att;    /* [B][Q] attention output */
+    float *hb;     /* [B][F] ffn gate, then silu(gate)*up */
+    float *hb2;    /* [B][F] ffn up */
+    float *out;    /* [LOGITS_ROWS][V] logits on the backend (last part) */
+    float *scratch; /* attention_ext scratch (soft-cap / window layers) */
+    uint64_t kv_bytes, buf_bytes;
+} part_t;
+
+struct rn_ctx {
+    const rn_model_t *m;
+    const rn_hparams_t *hp;
+    const rn_weights_t *w;
+    int n_ctx, n_batch, n_seq;
+    int *n_past;   /* [n_seq] positions filled in each sequence's cache */
+    part_t part[MAX_PARTS]; /* in layer order */
+    int n_parts;
+
+    /* Host. */
+    float *hand;     /* [B][D] the residual stream between parts */
+    int32_t *tok;    /* [B] token ids of the chunk, spans in order */
+    int32_t *pos;    /* [B] positions of the chunk */
+    int32_t *zeros;  /* [B] token type 0 of every token (encoders) */
+    float *logits;   /* [n_seq][V] each sequence's last token's logits */
+    float *stage;    /* [LOGITS_ROWS][V] logits rows downloaded together */
+    float *hrow;     /* [D] one downloaded hidden row (embeddings) */
+    double *pool;    /* [D] sum of hidden rows (embeddings) */
+};
+
+/* The part computing the logits (and pooling embeddings). */
+static part_t *last_part(rn_ctx_t *c)
+{
+    return &c->part[c->n_parts - 1];
+}
+
+/* ---- creation --------------------------------------------------------- */
+
+/* a * b * c * elem bytes, or false on overflow. */
+static bool mul_size(uint64_t a, uint64_t b, uint64_t c, uint64_t elem, size_t *out)
+{
+    if (a && b > UINT64_MAX / a)
+        return false;
+    uint64_t r = a * b;
+    if (r && c > UINT64_MAX / r)
+        return false;
+    r *= c;
+    if (r && elem > UINT64_MAX / r)
+        return false;
+    r *= elem;
+    if (r > SIZE_MAX)
+        return false;
+    *out = (size_t)r;
+    return true;
+}
+
+static cr_status_t alloc_buf(part_t *P, void **p, uint64_t a, uint64_t b,
+                             uint64_t elem, const char *what, cr_err_t *err)
+{
+    size_t bytes = 0;
+    if (!mul_size(a, b, 1, elem, &bytes))
+        return cr_err_set(err, CR_E_TOO_LARGE, "buffer '%s' size overflows", what);
+    *p = P->be->ops->alloc(P->be, bytes);
+    if (!*p)
+        return cr_err_set(err, CR_E_NOMEM, "cannot allocate %zu bytes for '%s' (%s "
+                          "backend)", bytes, what, P->be->ops->name);
+    P->buf_bytes += bytes;
+    return CR_OK;
+}
+
+void rn_ctx_destroy(rn_ctx_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rn_ctx_t *c = *self_p;
+    for (int p = 0; p < c->n_parts; p++) {
+        part_t *P = &c->part[p];
+        be_backend_t *be = P->be;
+        void *bufs[] = {P->k_cache, P->v_cache, P->x, P->xb, P->xb2, P->q, P->k,
+                        P->v, P->att, P->hb, P->hb2, P->out, P->scratch};
+        for (size_t i = 0; i < CR_ARRAY_LEN(bufs); i++)
+            if (bufs[i])
+                be->ops->free(be, bufs[i]);
+    }
+    free(c->hand);
+    free(c->tok);
+    free(c->pos);
+    free(c->n_past);
+    free(c->stage);
+    free(c->zeros);
+    free(c->logits);
+    free(c->hrow);
+    free(c->pool);
+    free(c);
+    *self_p = NULL;
+}
+
+/* Splits the model's layers into parts: one for the token embeddings when
+ * their instance is not layer 0's, one per run of layers on the same
+ * instance, then one for the output layer when its instance is another. */
+static void make_parts(rn_ctx_t *c)
+{
+    const rn_model_t *m = c->m;
+    int n = c->hp->n_layers;
+    be_backend_t *in = rn_model_input_backend(m);
+    if (in != rn_model_layer_backend(m, 0))
+        c->part[c->n_parts++] = (part_t){.be = in, .l0 = 0, .l1 = 0};
+    for (int l = 0; l < n; l++) {
+        be_backend_t *be = rn_model_layer_backend(m, l);
+        if (c->n_parts == 0 || c->part[c->n_parts - 1].be != be)
+            c->part[c->n_parts++] = (part_t){.be = be, .l0 = l, .l1 = l};
+        c->part[c->n_parts - 1].l1 = l + 1;
+    }
+    be_backend_t *out = rn_model_layer_backend(m, n);
+    if (c->part[c->n_parts - 1].be != out)
+        c->part[c->n_parts++] = (part_t){.be = out, .l0 = n, .l1 = n};
+}
+
+/* Buffers, KV cache and scratch of part P. */
+static cr_status_t part_alloc(rn_ctx_t *c, part_t *P, bool last, cr_err_t *err)
+{
+    const rn_hparams_t *hp = c->hp;
+    uint64_t B = (uint64_t)c->n_batch, D = (uint64_t)hp->dim;
+    uint64_t QD = (uint64_t)hp->q_dim;
+    uint64_t KV = (uint64_t)hp->kv_dim, F = (uint64_t)hp->ffn;
+    uint64_t V = (uint64_t)hp->n_vocab;
+    int n_layers = P->l1 - P->l0;
+    cr_status_t st = CR_OK;
+    P->ext = hp->arch_id == RN_ARCH_LLAMA ? NULL : be_ext_ops(P->be);
+    if (hp->arch_id != RN_ARCH_LLAMA && !P->ext)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the %s "
+                          "backend does not have", hp->arch, P->be->ops->name);
+    /* this instance's copies of the frequency factors: rope_freqs, else
+     * LongRoPE long/short by context length against the original one (as
+     * llama.cpp chooses per context) */
+    const rn_rope_factors_t *rf = rn_model_rope_factors(c->m, P->be);
+    if (c->w->has_rope_freqs)
+        P->rope_freqs = P->rope_ff = &rf->freqs;
+    else if (c->w->rope_long.data)
+        P->rope_ff = c->n_ctx > hp->n_ctx_orig ? &rf->longf : &rf->shortf;
+
+    if (n_layers > 0) {
+        size_t cache_bytes = 0;
+        if (!mul_size((uint64_t)n_layers * (uint64_t)c->n_seq, (uint64_t)c->n_ctx, KV,
+                      sizeof(uint16_t), &cache_bytes))
+            return cr_err_set(err, CR_E_TOO_LARGE, "KV cache for n_ctx %d overflows",
+                              c->n_ctx);
+        P->k_cache = P->be->ops->alloc(P->be, cache_bytes);
+        P->v_cache = P->k_cache ? P->be->ops->alloc(P->be, cache_bytes) : NULL;
+        if (!P->v_cache)
+            return cr_err_set(err, CR_E_NOMEM, "cannot allocate the KV cache (2 x %zu "
+                              "bytes for n_ctx %d x %d sequences, %s backend)",
+                              cache_bytes, c->n_ctx, c->n_seq, P->be->ops->name);
+        P->kv_bytes = 2 * (uint64_t)cache_bytes;
+    }
+    if ((st = alloc_buf(P, (void **)&P->x, B, D, sizeof(float), "x", err)) ||
+        (st = alloc_buf(P, (void **)&P->xb, B, D, sizeof(float), "xb", err)))
+        return st;
+    if (n_layers > 0 &&
+        ((st = alloc_buf(P, (void **)&P->xb2, B, D, sizeof(float), "xb2", err)) ||
+         (st = alloc_buf(P, (void **)&P->q, B, QD, sizeof(float), "q", err)) ||
+         (st = alloc_buf(P, (void **)&P->k, B, KV, sizeof(float), "k", err)) ||
+         (st = alloc_buf(P, (void **)&P->v, B, KV, sizeof(float), "v", err)) ||
+         (st = alloc_buf(P, (void **)&P->att, B, QD, sizeof(float), "att", err)) ||
+         (st = alloc_buf(P, (void **)&P->hb, B, F, sizeof(float), "hb", err)) ||
+         (st = alloc_buf(P, (void **)&P->hb2, B, F, sizeof(float), "hb2", err))))
+        return st;
+    if (last && (st = alloc_buf(P, (void **)&P->out, LOGITS_ROWS, V, sizeof(float),
+                                "logits", err)))
+        return st;
+    if (n_layers > 0 && P->ext &&
+        (st = alloc_buf(P, (void **)&P->scratch, 1,
+                        be_attention_ext_scratch(c->n_ctx, hp->head_dim), sizeof(float),
+                        "attention scratch", err)))
+        return st;
+    int64_t max_cols = (int64_t)CR_MAX(CR_MAX(D, QD), F);
+    return P->be->ops->reserve(P->be, c->n_batch, max_cols, c->n_ctx, hp->n_heads, err);
+}
+
+cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **out,
+                       cr_err_t *err)
+{
+    *out = NULL;
+    if (!o || o->n_ctx < 1 || o->n_ctx > RN_MODEL_MAX_CTX)
+        return cr_err_set(err, CR_E_INVALID, "n_ctx %d is out of range 1..%d",
+                          o ? o->n_ctx : 0, RN_MODEL_MAX_CTX);
+    rn_ctx_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    c->m = m;
+    c->hp = rn_model_hparams(m);
+    c->w = rn_model_weights(m);
+    c->n_ctx = o->n_ctx;
+    c->n_seq = o->n_seq > 0 ? o->n_seq : 1;
+    if (c->n_seq > RN_CTX_MAX_SEQ) {
+        free(c);
+        return cr_err_set(err, CR_E_INVALID, "n_seq %d is out of range 1..%d", o->n_seq,
+                          RN_CTX_MAX_SEQ);
+    }
+    c->n_batch = o->n_batch > 0 ? o->n_batch : RN_CTX_DEFAULT_BATCH;
+    if (c->n_batch > c->n_ctx || c->hp->non_causal)
+        c->n_batch = c->n_ctx; /* an encoder sees the whole sequence at once */
+
+    const rn_hparams_t *hp = c->hp;
+    uint64_t B = (uint64_t)c->n_batch, D = (uint64_t)hp->dim;
+    uint64_t V = (uint64_t)hp->n_vocab;
+    cr_status_t st = CR_OK;
+    make_parts(c);
+    for (int p = 0; p < c->n_parts; p++)
+        if ((st = part_alloc(c, &c->part[p], p == c->n_parts - 1, err)))
+            goto fail;
+    c->tok = calloc(B, sizeof *c->tok);
+    c->pos = calloc(B, sizeof *c->pos);
+    c->n_past = calloc((size_t)c->n_seq, sizeof *c->n_past);
+    c->zeros = calloc(B, sizeof *c->zeros);
+    c->logits = calloc(V * (uint64_t)c->n_seq, sizeof *c->logits);
+    c->stage = calloc(V * LOGITS_ROWS, sizeof *c->stage);
+    c->hrow = calloc(D, sizeof *c->hrow);
+    c->pool = calloc(D, sizeof *c->pool);
+    c->hand = c->n_parts > 1 ? calloc(B * D, sizeof *c->hand) : NULL;
+    if (!c->tok || !c->pos || !c->n_past || !c->zeros || !c->logits || !c->stage ||
+        !c->hrow || !c->pool || (c->n_parts > 1 && !c->hand)) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory for logits (%" PRIu64 ")", V);
+        goto fail;
+    }
+    *out = c;
+    return CR_OK;
+fail:
+    rn_ctx_destroy(&c);
+    return st;
+}
+
+/* ---- the forward pass ------------------------------------------------- */
+
+/* Step 4: rotary position embedding of x: [B][heads][hd] for layer L. */
+static void rope_layer(rn_ctx_t *c, const part_t *P, const rn_layer_t *L, float *x,
+                       int n, int heads)
+{
+    const rn_hparams_t *hp = c->hp;
+    if (!hp->rope_neox) {
+        /* llama: adjacent pairs, Llama-3 frequency factors if present */
+        P->be->ops->rope(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos,
+                         hp->rope_base, P->rope_freqs);
+        return;
+    }
+    /* NEOX: pairs (i, i + n_rot/2); gemma3's sliding layers have their own
+     * base and no position scaling */
+    float base = L->swa ? hp->rope_base_swa : hp->rope_base;
+    float scale = L->swa ? 1.0f : hp->rope_scale;
+    P->ext->rope_neox(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos, base, scale,
+                      P->rope_ff, hp->rope_attn_factor);
+}
+
+/* Step 6 on a sliding-window layer without soft-cap, through the threaded
+ * attention op: queries whose window starts at key 0 go in one call; each
+ * later query t sees only keys qpos-W+1..qpos, so it is one call over the
+ * cache rows from qpos-W+1 (pointer offset), as if at position W-1. Same
+ * kernels and summation order as one masked call: bitwise equal. */
+static void attention_window(rn_ctx_t *c, const part_t *P, float *att, const float *q,
+                             const uint16_t *kc, const uint16_t *vc,
+                             const be_attn_t *attn, int W)
+{
+    const be_ops_t *op = P->be->ops;
+    size_t KV = (size_t)c->hp->kv_dim, Q = (size_t)c->hp->q_dim;
+    int p = attn->pos0, n = attn->n_tok;
+    int n_full = CR_MAX(0, CR_MIN(n, W - p)); /* queries with qpos < W */
+    if (n_full > 0) {
+        be_attn_t a = *attn;
+        a.n_tok = n_full;
+        op->attention(P->be, att, q, kc, vc, &a);
+    }
+    for (int t = n_full; t < n; t++) {
+        int first = p + t - W + 1;
+        be_attn_t a = *attn;
+        a.n_tok = 1;
+        a.pos0 = W - 1;
+        op->attention(P->be, att + (size_t)t * Q, q + (size_t)t * Q,
+                      kc + (size_t)first * KV, vc + (size_t)first * KV, &a);
+    }
+}
+
+/* One sequence's part of a chunk: rows off..off+n-1 of every activation
+ * are its tokens, at positions pos..pos+n-1 of cache `seq`. */
+typedef struct span {
+    int seq, off, n, pos;
+} span_t;
+
+/* Layer l's cache of sequence seq in part P: [C][KV]. */
+static uint16_t *layer_cache(const rn_ctx_t *c, const part_t *P, uint16_t *cache,
+                             int seq, int l)
+{
+    size_t per_layer = (size_t)c->n_ctx * (size_t)c->hp->kv_dim;
+    size_t n_layers = (size_t)(P->l1 - P->l0);
+    return cache + ((size_t)seq * n_layers + (size_t)(l - P->l0)) * per_layer;
+}
+
+/* Step 1b: the residual stream x [n][D] of part `from` becomes part `to`'s
+ * (another instance: through host memory). */
+static void hand_over(rn_ctx_t *c, part_t *from, part_t *to, int n)
+{
+    size_t bytes = (size_t)n * (size_t)c->hp->dim * sizeof(float);
+    from->be->ops->download(from->be, c->hand, from->x, bytes);
+    to->be->ops->upload(to->be, to->x, c->hand, bytes);
+}
+
+/* Layers P->l0..P->l1-1 of the chunk's n tokens (grouped into spans, one
+ * per sequence) on part P's instance, over its residual stream P->x. Every
+ * weight matmul takes all n tokens at once (the weights are read once per
+ * chunk, whatever the number of sequences); rope takes each token's own
+ * position; the cache store and attention run per span over that
+ * sequence's cache, which must hold 0..pos-1. */
+static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, int n)
+{
+    be_backend_t *be = P->be;
+    const be_ops_t *op = be->ops;
+    const be_ops_ext_t *ext = P->ext;
+    const rn_hparams_t *hp = c->hp;
+    const rn_weights_t *w = c->w;
+    int D = hp->dim, KV = hp->kv_dim, F = hp->ffn;
+    size_t QD = (size_t)hp->q_dim;
+
+    for (int l = P->l0; l < P->l1; l++) {
+        const rn_layer_t *L = &w->layers[l];
+
+        /* 2. attention rmsnorm: xb = x / rms(x) * attn_norm      xb: [B][D] */
+        op->rmsnorm(be, P->xb, P->x, &L->attn_norm, n, D, hp->rms_eps);
+
+        /* 3. projections: q = xb Wq^T [B][Q], k = xb Wk^T [B][KV],
+         *    v = xb Wv^T [B][KV] (phi3: row blocks of the fused attn_qkv) */
+        op->matmul(be, &L->wq, P->xb, n, P->q);
+        op->matmul(be, &L->wk, P->xb, n, P->k);
+        op->matmul(be, &L->wv, P->xb, n, P->v);
+
+        /* 3a. qwen2: q += bq, k += bk, v += bv (per token) */
+        if (L->bq.data) {
+            ext->add_rows(be, P->q, &L->bq, n);
+            ext->add_rows(be, P->k, &L->bk, n);
+            ext->add_rows(be, P->v, &L->bv, n);
+        }
+
+        /* 3b. qwen3, gemma3: rmsnorm of each head of q and k over hd,
+         *    weights q_norm/k_norm [hd]     q: [B*Hq][hd], k: [B*Hk][hd] */
+        if (L->q_norm.data) {
+            op->rmsnorm(be, P->q, P->q, &L->q_norm, n * hp->n_heads, hp->head_dim,
+                        hp->rms_eps);
+            op->rmsnorm(be, P->k, P->k, &L->k_norm, n * hp->n_kv_heads, hp->head_dim,
+                        hp->rms_eps);
+        }
+
+        /* 4. rotary position embedding of q and k at each token's position
+         *    (llama: adjacent pairs; the others: NEOX halves) */
+        rope_layer(c, P, L, P->q, n, hp->n_heads);
+        rope_layer(c, P, L, P->k, n, hp->n_kv_heads);
+
+        for (int s = 0; s < n_sp; s++) {
+            const span_t *S = &sp[s];
+            int p = S->pos;
+            uint16_t *kc = layer_cache(c, P, P->k_cache, S->seq, l); /* [C][KV] */
+            uint16_t *vc = layer_cache(c, P, P->v_cache, S->seq, l); /* [C][KV] */
+            float *q = P->q + (size_t)S->off * QD;                /* [n][Q] */
+            float *att = P->att + (size_t)S->off * QD;            /* [n][Q] */
+            be_attn_t attn = {
+                .n_tok = S->n,
+                .pos0 = p,
+                .n_head = hp->n_heads,
+                .n_head_kv = hp->n_kv_heads,
+                .head_dim = hp->head_dim,
+                .scale = hp->attn_scale,
+            };
+
+            /* 5. append the span's k and v to its sequence's F16 cache at
+             *    rows p..p+n-1 */
+            op->kv_store(be, kc, P->k + (size_t)S->off * KV, S->n, p, KV);
+            op->kv_store(be, vc, P->v + (size_t)S->off * KV, S->n, p, KV);
+
+            /* 6. causal attention with grouped KV heads: query head h reads
+             *    KV head h / (Hq/Hk) over cache rows 0..p+t     att: [n][Q]
+             * 6a. gemma: scores soft-capped (gemma2), and on sliding layers
+             *    only rows p+t-W+1..p+t (W = n_swa) once the window binds */
+            int window = L->swa && p + S->n > hp->n_swa ? hp->n_swa : 0;
+            if (hp->attn_softcap > 0)
+                ext->attention_ext(be, att, q, kc, vc, &attn, hp->attn_softcap, window,
+                                   P->scratch);
+            else if (window > 0)
+                attention_window(c, P, att, q, kc, vc, &attn, window);
+            else
+                op->attention(be, att, q, kc, vc, &attn);
+        }
+
+        /* 7. output projection: xb2 = att Wo^T               xb2: [B][D] */
+        op->matmul(be, &L->wo, P->att, n, P->xb2);
+
+        /* 7a. gemma: xb2 = rmsnorm(xb2) * post_attention_norm */
+        if (L->attn_post_norm.data)
+            op->rmsnorm(be, P->xb2, P->xb2, &L->attn_post_norm, n, D, hp->rms_eps);
+
+        /* 8. residual: x += xb2 */
+        op->add(be, P->x, P->xb2, (size_t)n * D);
+
+        /* 9. ffn rmsnorm: xb = x / rms(x) * ffn_norm */
+        op->rmsnorm(be, P->xb, P->x, &L->ffn_norm, n, D, hp->rms_eps);
+
+        /* 10. gated ffn: hb = act(xb Wgate^T) * (xb Wup^T)     hb: [B][F]
+         *    act = silu (swiglu), or gelu_tanh for gemma; phi3's gate and
+         *    up are the two row halves of its ffn_up */
+        op->matmul(be, &L->w_gate, P->xb, n, P->hb);
+        op->matmul(be, &L->w_up, P->xb, n, P->hb2);
+        if (hp->ffn_gelu)
+            ext->geglu(be, P->hb, P->hb, P->hb2, (size_t)n * F);
+        else
+            op->swiglu(be, P->hb, P->hb, P->hb2, (size_t)n * F);
+
+        /* 11. down projection: xb2 = hb Wdown^T               xb2: [B][D]
+         * 11a. gemma: xb2 = rmsnorm(xb2) * post_ffw_norm
+         * 11b. residual: x += xb2 */
+        op->matmul(be, &L->w_down, P->hb, n, P->xb2);
+        if (L->ffn_post_norm.data)
+            op->rmsnorm(be, P->xb2, P->xb2, &L->ffn_post_norm, n, D, hp->rms_eps);
+        op->add(be, P->x, P->xb2, (size_t)n * D);
+    }
+}
+
+/* Runs the chunk's n tokens (c->tok at positions c->pos, grouped into
+ * spans, one per sequence) through every layer, part by part, leaving the
+ * final residual stream in the last part's x. */
+static void forward_chunk(rn_ctx_t *c, const span_t *sp, int n_sp, int n)
+{
+    part_t *P0 = &c->part[0];
+    be_backend_t *be = P0->be;
+    const rn_hparams_t *hp = c->hp;
+
+    /* 1. token embedding: x[t] = token_embd[tok[t]]          x: [B][D] */
+    be->ops->get_rows(be, &c->w->token_embd, c->tok, n, P0->x);
+
+    /* 1a. gemma: x *= sqrt(D) */
+    if (hp->embd_scale != 1.0f)
+        P0->ext->scale(be, P0->x, (size_t)n * hp->dim, hp->embd_scale);
+
+    for (int p = 0; p < c->n_parts; p++) {
+        /* 1b. x moves to the next instance at a range boundary */
+        if (p > 0)
+            hand_over(c, &c->part[p - 1], &c->part[p], n);
+        forward_layers(c, &c->part[p], sp, n_sp, n);
+    }
+}
+
+/* Layers P->l0..P->l1-1 of the bert family over part P's x (n tokens at
+ * positions 0..n-1, already in c->pos). */
+static void forward_encoder_layers(rn_ctx_t *c, part_t *P, int seq, int n)
+{
+    be_backend_t *be = P->be;
+    const be_ops_t *op = be->ops;
+    const be_ops_ext_t *ext = P->ext;
+    const rn_hparams_t *hp = c->hp;
+    const rn_weights_t *w = c->w;
+    int D = hp->dim, KV = hp->kv_dim, F = hp->ffn;
+    size_t Q = (size_t)hp->q_dim;
+
+    for (int l = P->l0; l < P->l1; l++) {
+        const rn_layer_t *L = &w->layers[l];
+        uint16_t *kc = layer_cache(c, P, P->k_cache, seq, l); /* [C][KV] */
+        uint16_t *vc = layer_cache(c, P, P->v_cache, seq, l); /* [C][KV] */
+
+        /* 3. q = x Wq^T + bq [B][Q], k = x Wk^T + bk [B][KV],
+         *    v = x Wv^T + bv [B][KV] (nomic-bert: row blocks of attn_qkv) */
+        op->matmul(be, &L->wq, P->x, n, P->q);
+        op->matmul(be, &L->wk, P->x, n, P->k);
+        op->matmul(be, &L->wv, P->x, n, P->v);
+        if (L->bq.data) {
+            ext->add_rows(be, P->q, &L->bq, n);
+            ext->add_rows(be, P->k, &L->bk, n);
+            ext->add_rows(be, P->v, &L->bv, n);
+        }
+        /* 3a. nomic-bert: NEOX rope of q and k at positions 0..n-1 */
+        if (hp->rope_neox) {
+            rope_layer(c, P, L, P->q, n, hp->n_heads);
+            rope_layer(c, P, L, P->k, n, hp->n_kv_heads);
+        }
+        /* 4. k, v into the F16 cache rows 0..n-1; each query attends to all
+         *    n keys: one call per query as if it sat at position n-1 */
+        op->kv_store(be, kc, P->k, n, 0, KV);
+        op->kv_store(be, vc, P->v, n, 0, KV);
+        for (int t = 0; t < n; t++) {
+            be_attn_t a = {
+                .n_tok = 1,
+                .pos0 = n - 1,
+                .n_head = hp->n_heads,
+                .n_head_kv = hp->n_kv_heads,
+                .head_dim = hp->head_dim,
+                .scale = hp->attn_scale,
+            };
+            op->attention(be, P->att + (size_t)t * Q, P->q + (size_t)t * Q, kc, vc, &a);
+        }
+        /* 5. xb2 = att Wo^T + bo                              xb2: [B][D] */
+        op->matmul(be, &L->wo, P->att, n, P->xb2);
+        if (L->bo.data)
+            ext->add_rows(be, P->xb2, &L->bo, n);
+        /* 6. x = layernorm(x + xb2) * attn_output_norm + bias */
+        op->add(be, P->x, P->xb2, (size_t)n * D);
+        ext->layernorm(be, P->x, P->x, &L->ln_attn, &L->ln_attn_b, n, D, hp->norm_eps);
+        /* 7. ffn                                              hb: [B][F]
+         *    bert: hb = gelu(x Wup^T + b_up)
+         *    nomic-bert: hb = silu(x Wgate^T) * (x Wup^T) */
+        op->matmul(be, &L->w_up, P->x, n, P->hb);
+        if (L->b_up.data)
+            ext->add_rows(be, P->hb, &L->b_up, n);
+        if (L->w_gate.data) {
+            op->matmul(be, &L->w_gate, P->x, n, P->hb2);
+            op->swiglu(be, P->hb, P->hb2, P->hb, (size_t)n * F);
+        } else {
+            ext->gelu(be, P->hb, P->hb, (size_t)n * F);
+        }
+        /* 8. xb2 = hb Wdown^T + b_down                         xb2: [B][D] */
+        op->matmul(be, &L->w_down, P->hb, n, P->xb2);
+        if (L->b_down.data)
+            ext->add_rows(be, P->xb2, &L->b_down, n);
+        /* 9. x = layernorm(x + xb2) * layer_output_norm + bias */
+        op->add(be, P->x, P->xb2, (size_t)n * D);
+        ext->layernorm(be, P->x, P->x, &L->ln_out, &L->ln_out_b, n, D, hp->norm_eps);
+    }
+}
+
+/* The bert family: tokens tok[0..n) at positions 0..n-1, all at once,
+ * leaving the last layer's output (the hidden states an embedding pools)
+ * in the last part's x. Every position attends to every position. */
+static void forward_encoder(rn_ctx_t *c, int seq, const int32_t *tok, int n)
+{
+    part_t *P0 = &c->part[0];
+    be_backend_t *be = P0->be;
+    const be_ops_t *op = be->ops;
+    const be_ops_ext_t *ext = P0->ext;
+    const rn_hparams_t *hp = c->hp;
+    const rn_weights_t *w = c->w;
+    int D = hp->dim;
+    for (int t = 0; t < n; t++)
+        c->pos[t] = t;
+
+    /* 1. embeddings: x[t] = token_embd[tok[t]] + token_types[0]
+     *    (+ position_embd[t] for bert)                       x: [B][D] */
+    op->get_rows(be, &w->token_embd, tok, n, P0->x);
+    if (w->token_types.data) {
+        op->get_rows(be, &w->token_types, c->zeros, n, P0->xb);
+        op->add(be, P0->x, P0->xb, (size_t)n * D);
+    }
+    if (w->pos_embd.data) {
+        op->get_rows(be, &w->pos_embd, c->pos, n, P0->xb);
+        op->add(be, P0->x, P0->xb, (size_t)n * D);
+    }
+    /* 2. x = layernorm(x) * token_embd_norm + bias */
+    ext->layernorm(be, P0->x, P0->x, &w->tok_norm, &w->tok_norm_b, n, D, hp->norm_eps);
+
+    for (int p = 0; p < c->n_parts; p++) {
+        if (p > 0)
+            hand_over(c, &c->part[p - 1], &c->part[p], n);
+        forward_encoder_layers(c, &c->part[p], seq, n);
+    }
+}
+
+/* Final norm and logits for rows [r0, r0+nr) of the chunk (nr <=
+ * LOGITS_ROWS), downloaded to host dst [nr][V]. */
+static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
+{
+    part_t *P = last_part(c);
+    be_backend_t *be = P->be;
+    const rn_hparams_t *hp = c->hp;
+    size_t D = (size_t)hp->dim;
+    /* 12. final rmsnorm: xb = x / rms(x) * output_norm      xb: [nr][D] */
+    be->ops->rmsnorm(be, P->xb, P->x + (size_t)r0 * D, &c->w->output_norm, nr,
+                     hp->dim, hp->rms_eps);
+    /* 13. logits = xb Wout^T                                 out: [nr][V] */
+    be->ops->matmul(be, &c->w->output, P->xb, nr, P->out);
+    be->ops->download(be, dst, P->out, (size_t)nr * (size_t)hp->n_vocab * sizeof(float));
+    /* 14. gemma2: logits = cap * tanh(logits / cap), on the host copy */
+    if (hp->final_softcap > 0) {
+        float cap = hp->final_softcap;
+        size_t total = (size_t)nr * (size_t)hp->n_vocab;
+        for (size_t i = 0; i < total; i++)
+            dst[i] = cap * tanhf(dst[i] / cap);
+    }
+}
+
+/* Final norm and logits of the last token of each span, LOGITS_ROWS spans
+ * per output matmul, into each span's sequence's logits [V]. */
+static void logits_last(rn_ctx_t *c, const span_t *sp, int n_sp)
+{
+    part_t *P = last_part(c);
+    be_backend_t *be = P->be;
+    const rn_hparams_t *hp = c->hp;
+    size_t D = (size_t)hp->dim, V = (size_t)hp->n_vocab;
+    for (int s0 = 0; s0 < n_sp; s0 += LOGITS_ROWS) {
+        int nr = CR_MIN(LOGITS_ROWS, n_sp - s0);
+        /* 12. final rmsnorm of each span's last row: xb[i]    xb: [nr][D] */
+        for (int i = 0; i < nr; i++) {
+            const span_t *S = &sp[s0 + i];
+            be->ops->rmsnorm(be, P->xb + (size_t)i * D,
+                             P->x + (size_t)(S->off + S->n - 1) * D, &c->w->output_norm,
+                             1, hp->dim, hp->rms_eps);
+        }
+        /* 13. logits = xb Wout^T                             out: [nr][V] */
+        be->ops->matmul(be, &c->w->output, P->xb, nr, P->out);
+        be->ops->download(be, c->stage, P->out, (size_t)nr * V * sizeof(float));
+        /* 14. gemma2: logits = cap * tanh(logits / cap), on the host copy */
+        if (hp->final_softcap > 0) {
+            float cap = hp->final_softcap;
+            for (size_t k = 0; k < (size_t)nr * V; k++)
+                c->stage[k] = cap * tanhf(c->stage[k] / cap);
+        }
+        for (int i = 0; i < nr; i++)
+            memcpy(c->logits + (size_t)sp[s0 + i].seq * V, c->stage + (size_t)i * V,
+                   V * sizeof(float));
+    }
+}
+
+static cr_status_t check_eval(const rn_ctx_t *c, int seq, const int32_t *tokens, int n,
+                              int pos, cr_err_t *err)
+{
+    if (seq < 0 || seq >= c->n_seq)
+        return cr_err_set(err, CR_E_INVALID, "sequence %d is out of range 0..%d", seq,
+                          c->n_seq - 1);
+    if (n < 1 || !tokens)
+        return cr_err_set(err, CR_E_INVALID, "no tokens to evaluate");
+    if (pos < 0 || pos > c->n_past[seq])
+        return cr_err_set(err, CR_E_INVALID, "position %d is past the cache (%d "
+                          "positions filled)", pos, c->n_past[seq]);
+    if (n > c->n_ctx - pos)
+        return cr_err_set(err, CR_E_TOO_LARGE, "%d tokens at position %d do not fit "
+                          "in the context (%d)", n, pos, c->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->hp->n_vocab)
+            return cr_err_set(err, CR_E_INVALID, "token %" PRId32 " at index %d is "
+                              "outside the vocabulary (%d)", tokens[i], i,
+                              c->hp->n_vocab);
+    return CR_OK;
+}
+
+/* One span of n tokens of sequence seq at positions pos.. as a chunk. */
+static void forward_one(rn_ctx_t *c, int seq, const int32_t *tok, int n, int pos)
+{
+    span_t S = {.seq = seq, .off = 0, .n = n, .pos = pos};
+    for (int t = 0; t < n; t++) {
+        c->tok[t] = tok[t];
+        c->pos[t] = pos + t;
+    }
+    forward_chunk(c, &S, 1, n);
+}
+
+cr_status_t rn_ctx_eval_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n, int pos,
+                            float *logits_all, cr_err_t *err)
+{
+    if (!c->w->output.data)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "embedding-only model ('%s' has no "
+                          "output matrix)", c->hp->arch);
+    cr_status_t st = check_eval(c, seq, tokens, n, pos, err);
+    if (st)
+        return st;
+    c->n_past[seq] = pos;
+    size_t V = (size_t)c->hp->n_vocab;
+    for (int done = 0; done < n;) {
+        int nb = CR_MIN(c->n_batch, n - done);
+        forward_one(c, seq, tokens + done, nb, pos + done);
+        c->n_past[seq] = pos + done + nb;
+        if (logits_all) {
+            for (int r = 0; r < nb; r += LOGITS_ROWS) {
+                int nr = CR_MIN(LOGITS_ROWS, nb - r);
+                logits_rows(c, r, nr, logits_all + (size_t)(done + r) * V);
+            }
+        }
+        done += nb;
+        if (done == n) {
+            float *last = c->logits + (size_t)seq * V;
+            if (logits_all) {
+                memcpy(last, logits_all + (size_t)(n - 1) * V, V * sizeof(float));
+            } else {
+                span_t S = {.seq = seq, .off = 0, .n = nb, .pos = pos + done - nb};
+                logits_last(c, &S, 1);
+            }
+        }
+    }
+    return CR_OK;
+}
+
+cr_status_t rn_ctx_eval(rn_ctx_t *c, const int32_t *tokens, int n, int pos,
+                        float *logits_all, cr_err_t *err)
+{
+    return rn_ctx_eval_seq(c, 0, tokens, n, pos, logits_all, err);
+}
+
+cr_status_t rn_ctx_eval_batch(rn_ctx_t *c, const rn_ctx_span_t *spans, int n_spans,
+                              cr_err_t *err)
+{
+    if (!c->w->output.data)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "embedding-only model ('%s' has no "
+                          "output matrix)", c->hp->arch);
+    if (n_spans < 1 || n_spans > c->n_seq)
+        return cr_err_set(err, CR_E_INVALID, "%d spans for %d sequences", n_spans,
+                          c->n_seq);
+    span_t sp[RN_CTX_MAX_SEQ];
+    int total = 0;
+    for (int s = 0; s < n_spans; s++) {
+        const rn_ctx_span_t *in = &spans[s];
+        cr_status_t st = check_eval(c, in->seq, in->tokens, in->n, in->pos, err);
+        if (st) {
+            cr_err_wrap(err, "span %d", s);
+            return st;
+        }
+        for (int r = 0; r < s; r++)
+            if (spans[r].seq == in->seq)
+                return cr_err_set(err, CR_E_INVALID, "sequence %d appears twice in "
+                                  "the batch", in->seq);
+        if (in->n > c->n_batch - total)
+            return cr_err_set(err, CR_E_TOO_LARGE, "the batch holds more than n_batch "
+                              "(%d) tokens", c->n_batch);
+        sp[s] = (span_t){.seq = in->seq, .off = total, .n = in->n, .pos = in->pos};
+        for (int t = 0; t < in->n; t++) {
+            c->tok[total + t] = in->tokens[t];
+            c->pos[total + t] = in->pos + t;
+        }
+        total += in->n;
+    }
+    for (int s = 0; s < n_spans; s++)
+        c->n_past[sp[s].seq] = sp[s].pos; /* drop each tail first */
+    forward_chunk(c, sp, n_spans, total);
+    for (int s = 0; s < n_spans; s++)
+        c->n_past[sp[s].seq] = sp[s].pos + sp[s].n;
+    logits_last(c, sp, n_spans);
+    return CR_OK;
+}
+
+/* Adds hidden row r of the last part's buffer h [.][D] to c->pool. */
+static void pool_row(rn_ctx_t *c, const float *h, int r)
+{
+    int D = c->hp->dim;
+    be_backend_t *be = last_part(c)->be;
+    be->ops->download(be, c->hrow, h + (size_t)r * D, (size_t)D * sizeof(float));
+    for (int i = 0; i < D; i++)
+        c->pool[i] += c->hrow[i];
+}
+
+cr_status_t rn_ctx_embed_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
+                             bool normalize, float *out, cr_err_t *err)
+{
+    cr_status_t st = check_eval(c, seq, tokens, n, 0, err);
+    if (st)
+        return st;
+    part_t *P = last_part(c);
+    be_backend_t *be = P->be;
+    const rn_hparams_t *hp = c->hp;
+    rn_pooling_t pool = hp->pooling;
+    int D = hp->dim;
+    for (int i = 0; i < D; i++)
+        c->pool[i] = 0;
+    c->n_past[seq] = 0;
+    if (hp->non_causal && c->w->pos_embd.data && n > hp->n_ctx_train)
+        return cr_err_set(err, CR_E_TOO_LARGE, "%d tokens exceed the %d learned "
+                          "positions of '%s'", n, hp->n_ctx_train, hp->arch);
+    if (hp->non_causal) {
+        /* encoders: the last layer's output, no final norm, one chunk
+         * (n_batch == n_ctx) */
+        forward_encoder(c, seq, tokens, n);
+        c->n_past[seq] = n;
+        if (pool == RN_POOL_CLS)
+            pool_row(c, P->x, 0);
+        else if (pool == RN_POOL_LAST)
+            pool_row(c, P->x, n - 1);
+        else
+            for (int r = 0; r < n; r++)
+                pool_row(c, P->x, r);
+    } else {
+        for (int done = 0; done < n;) {
+            int nb = CR_MIN(c->n_batch, n - done);
+            forward_one(c, seq, tokens + done, nb, done);
+            c->n_past[seq] = done + nb;
+            /* final rmsnorm of every row, pooled on the host */
+            be->ops->rmsnorm(be, P->xb, P->x, &c->w->output_norm, nb, D, hp->rms_eps);
+            if (pool == RN_POOL_CLS) {
+                if (done == 0)
+                    pool_row(c, P->xb, 0);
+            } else if (pool == RN_POOL_LAST) {
+                if (done + nb == n)
+                    pool_row(c, P->xb, nb - 1);
+            } else {
+                for (int r = 0; r < nb; r++)
+                    pool_row(c, P->xb, r);
+            }
+            done += nb;
+        }
+    }
+    double norm = 0;
+    int n_pooled = pool == RN_POOL_MEAN ? n : 1;
+    for (int i = 0; i < D; i++) {
+        c->pool[i] /= n_pooled;
+        norm += c->pool[i] * c->pool[i];
+    }
+    norm = normalize && norm > 0 ? 1.0 / sqrt(norm) : 1.0;
+    for (int i = 0; i < D; i++)
+        out[i] = (float)(c->pool[i] * norm);
+    return CR_OK;
+}
+
+cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n, bool normalize,
+                         float *out, cr_err_t *err)
+{
+    return rn_ctx_embed_seq(c, 0, tokens, n, normalize, out, err);
+}
+
+/* A sequence index outside 0..n_seq-1 is a programmer error. */
+static int seq_ok(const rn_ctx_t *c, int seq)
+{
+    CR_UNUSED(c);
+    assert(seq >= 0 && seq < c->n_seq);
+    return seq;
+}
+
+const float *rn_ctx_seq_logits(const rn_ctx_t *c, int seq)
+{
+    return c->logits + (size_t)seq_ok(c, seq) * (size_t)c->hp->n_vocab;
+}
+
+int rn_ctx_seq_n_past(const rn_ctx_t *c, int seq) { return c->n_past[seq_ok(c, seq)]; }
+
+void rn_ctx_seq_truncate(rn_ctx_t *c, int seq, int n_keep)
+{
+    seq = seq_ok(c, seq);
+    if (n_keep < 0)
+        n_keep = 0;
+    if (n_keep < c->n_past[seq])
+        c->n_past[seq] = n_keep;
+}
+
+const float *rn_ctx_logits(const rn_ctx_t *c) { return rn_ctx_seq_logits(c, 0); }
+int rn_ctx_n_past(const rn_ctx_t *c) { return rn_ctx_seq_n_past(c, 0); }
+int rn_ctx_n_ctx(const rn_ctx_t *c) { return c->n_ctx; }
+int rn_ctx_n_seq(const rn_ctx_t *c) { return c->n_seq; }
+int rn_ctx_n_batch(const rn_ctx_t *c) { return c->n_batch; }
+int rn_ctx_n_vocab(const rn_ctx_t *c) { return c->hp->n_vocab; }
+uint64_t rn_ctx_kv_bytes(const rn_ctx_t *c)
+{
+    uint64_t sum = 0;
+    for (int p = 0; p < c->n_parts; p++)
+        sum += c->part[p].kv_bytes;
+    return sum;
+}
+
+uint64_t rn_ctx_buffer_bytes(const rn_ctx_t *c)
+{
+    uint64_t sum = 0;
+    for (int p = 0; p < c->n_parts; p++)
+        sum += c->part[p].buf_bytes;
+    return sum;
+}
+
+int rn_ctx_n_parts(const rn_ctx_t *c) { return c->n_parts; }
+
+void rn_ctx_part_info(const rn_ctx_t *c, int i, rn_ctx_part_info_t *out)
+{
+    const part_t *P = &c->part[i];
+    *out = (rn_ctx_part_info_t){
+        .be = P->be,
+        .first_layer = P->l0,
+        .n_layers = P->l1 - P->l0,
+        .input = i == 0,
+        .output = i == c->n_parts - 1 && c->w->output.data,
+        .kv_bytes = P->kv_bytes,
+        .buffer_bytes = P->buf_bytes,
+    };
+    be_memory_used(P->be, &out->be_weight_bytes, &out->be_buffer_bytes);
+}
+
+void rn_ctx_truncate(rn_ctx_t *c, int n_keep) { rn_ctx_seq_truncate(c, 0, n_keep); }
+
+void rn_ctx_clear(rn_ctx_t *c) { rn_ctx_seq_truncate(c, 0, 0); }

@@ -1,0 +1,657 @@
+/* synth.c: writes synthetic GGUF models (see synth.h).
+ *
+ * Tensor data is generated at write time, one row at a time, by a callback
+ * per tensor; each tensor has its own generator seeded from (seed, tensor
+ * index), so the bytes do not depend on write order. */
+#include "lib/prelude.h"
+#include "tools/synth/synth.h"
+#include "lib/gguf.h"
+#include "lib/gguf_write.h"
+#include "services/runner/backend/cpu/quant.h"
+
+#include <math.h>
+
+#define SYNTH_STD 0.02
+#define SYNTH_MAX_DIM (1 << 16)
+#define SYNTH_MAX_LAYERS 256
+
+/* ---- built-in vocabulary ---------------------------------------------- */
+
+/* Whole-word pieces with the SentencePiece space marker (U+2581); one-letter
+ * words come from the marker+letter pieces, so none here (no duplicates). */
+static const char *const words[] = {
+    "the", "and", "to", "of", "is", "in", "you", "it", "that",
+    "for", "are", "was", "on", "with", "as", "be", "this", "have", "at",
+    "or", "not", "can", "what", "hello", "world", "test", "Once", "upon",
+    "time", "there", "user", "assistant", "system", "he", "she", "they",
+    "we", "my", "your", "do", "if", "so", "but", "one", "day", "little",
+    "girl", "boy", "happy", "said", "Hi", "Hello", "why", "sky", "blue",
+    "Tell", "me", "about", "story", "cat", "dog", "good", "very",
+};
+/* Sub-word pieces (no space marker). */
+static const char *const subwords[] = {
+    "er", "in", "th", "he", "an", "re", "on", "at", "en", "nd", "ing",
+    "ed", "es", "or", "ll", "st", "ou", "le", "ly", "ion", "ent", "ar",
+    "is", "it", "al", "ve", "se", "me", "ne", "de",
+};
+
+#define SPACE "\xe2\x96\x81"
+
+typedef struct vocab {
+    char **tokens;
+    float *scores;
+    int32_t *types;
+    int n;
+} vocab_t;
+
+static void vocab_free(vocab_t *v)
+{
+    for (int i = 0; i < v->n; i++)
+        free(v->tokens[i]);
+    free(v->tokens);
+    free(v->scores);
+    free(v->types);
+    memset(v, 0, sizeof *v);
+}
+
+static int builtin_count(void)
+{
+    /* specials + bytes + printable ASCII + space marker + marker+letters +
+     * words + subwords */
+    return 3 + 256 + 94 + 1 + 52 + (int)CR_ARRAY_LEN(words) +
+           (int)CR_ARRAY_LEN(subwords);
+}
+
+int rn_synth_builtin_vocab_size(void)
+{
+    return builtin_count();
+}
+
+static cr_status_t vocab_add(vocab_t *v, const char *s, float score, int32_t type,
+                             cr_err_t *err)
+{
+    char *c = strdup(s);
+    if (!c)
+        return cr_err_set(err, CR_E_NOMEM, "synth: out of memory");
+    v->tokens[v->n] = c;
+    v->scores[v->n] = score;
+    v->types[v->n] = type;
+    v->n++;
+    return CR_OK;
+}
+
+/* Token types as llama.cpp numbers them: 1 normal, 2 unknown, 3 control,
+ * 6 byte. Scores rank merges: longer pieces score higher. */
+static cr_status_t vocab_builtin(vocab_t *v, cr_err_t *err)
+{
+    int cap = builtin_count();
+    v->tokens = calloc((size_t)cap, sizeof *v->tokens);
+    v->scores = calloc((size_t)cap, sizeof *v->scores);
+    v->types = calloc((size_t)cap, sizeof *v->types);
+    if (!v->tokens || !v->scores || !v->types)
+        return cr_err_set(err, CR_E_NOMEM, "synth: out of memory");
+    cr_status_t st = CR_OK;
+    char buf[64];
+    st = st ? st : vocab_add(v, "<unk>", 0, 2, err);
+    st = st ? st : vocab_add(v, "<s>", 0, 3, err);
+    st = st ? st : vocab_add(v, "</s>", 0, 3, err);
+    for (int b = 0; b < 256 && !st; b++) {
+        snprintf(buf, sizeof buf, "<0x%02X>", b);
+        st = vocab_add(v, buf, 0, 6, err);
+    }
+    for (int ch = 0x21; ch < 0x7f && !st; ch++) {
+        if (ch == ' ')
+            continue;
+        buf[0] = (char)ch;
+        buf[1] = 0;
+        st = vocab_add(v, buf, -1000.0f - (float)ch, 1, err);
+    }
+    st = st ? st : vocab_add(v, SPACE, -900.0f, 1, err);
+    for (int i = 0; i < 52 && !st; i++) {
+        char ch = (char)(i < 26 ? 'a' + i : 'A' + i - 26);
+        snprintf(buf, sizeof buf, SPACE "%c", ch);
+        st = vocab_add(v, buf, -800.0f - (float)i, 1, err);
+    }
+    for (size_t i = 0; i < CR_ARRAY_LEN(subwords) && !st; i++)
+        st = vocab_add(v, subwords[i], -500.0f - (float)i, 1, err);
+    for (size_t i = 0; i < CR_ARRAY_LEN(words) && !st; i++) {
+        snprintf(buf, sizeof buf, SPACE "%s", words[i]);
+        st = vocab_add(v, buf, -100.0f - (float)i, 1, err);
+    }
+    return st;
+}
+
+/* ---- random weights --------------------------------------------------- */
+
+typedef struct rng {
+    uint64_t s;
+} rng_t;
+
+static uint64_t rng_next(rng_t *r)
+{
+    /* splitmix64: simple, full period, good enough for test weights. */
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(rng_t *r) /* in (0, 1) */
+{
+    return ((double)(rng_next(r) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static float rng_normal(rng_t *r, double std)
+{
+    double u1 = rng_uniform(r), u2 = rng_uniform(r);
+    return (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+typedef enum fill { FILL_NORMAL, FILL_ONES, FILL_ROPE_FREQS, FILL_ROPE_SHORT } fill_t;
+
+typedef struct tensor_gen {
+    char name[64];
+    uint64_t seed;
+    cr_type_t type;
+    int64_t ne0, rows;
+    fill_t fill;
+    double mean, std;   /* FILL_NORMAL */
+} tensor_gen_t;
+
+static cr_status_t gen_tensor(void *ctx, const char *name, uint64_t size_bytes,
+                              cr_gguf_sink_t *sink, cr_err_t *err)
+{
+    CR_UNUSED(name);
+    const tensor_gen_t *g = ctx;
+    const be_type_traits_t *tt = be_type_traits_at(g->type, BE_SIMD_SCALAR);
+    uint64_t row_bytes = 0;
+    if (!tt || !cr_type_row_bytes(g->type, (uint64_t)g->ne0, &row_bytes) ||
+        row_bytes * (uint64_t)g->rows != size_bytes)
+        return cr_err_set(err, CR_E_INTERNAL, "synth: tensor '%s' size mismatch",
+                          g->name);
+    float *row = malloc((size_t)g->ne0 * sizeof *row);
+    void *q = malloc((size_t)row_bytes);
+    if (!row || !q) {
+        free(row);
+        free(q);
+        return cr_err_set(err, CR_E_NOMEM, "synth: out of memory");
+    }
+    rng_t r = {g->seed};
+    cr_status_t st = CR_OK;
+    for (int64_t i = 0; i < g->rows && !st; i++) {
+        for (int64_t j = 0; j < g->ne0; j++) {
+            if (g->fill == FILL_ONES)
+                row[j] = 1.0f;
+            else if (g->fill == FILL_ROPE_FREQS) /* 1 for fast pairs .. 8 */
+                row[j] = 1.0f + 7.0f * (float)j / (float)CR_MAX(1, g->ne0 - 1);
+            else if (g->fill == FILL_ROPE_SHORT) /* 1 .. 1.5 */
+                row[j] = 1.0f + 0.5f * (float)j / (float)CR_MAX(1, g->ne0 - 1);
+            else if (g->mean != 0)
+                row[j] = (float)g->mean + rng_normal(&r, g->std);
+            else
+                row[j] = rng_normal(&r, g->std);
+        }
+        tt->from_float(row, q, g->ne0);
+        st = cr_gguf_sink_write(sink, q, (size_t)row_bytes, err);
+    }
+    free(row);
+    free(q);
+    return st;
+}
+
+/* ---- the model -------------------------------------------------------- */
+
+/* llama_ftype of a file whose matrices are mostly t (_M when mixed). */
+static uint32_t file_type_of(cr_type_t t, bool mix)
+{
+    switch (t) {
+    case CR_TYPE_F32: return 0;
+    case CR_TYPE_F16: return 1;
+    case CR_TYPE_Q4_0: return 2;
+    case CR_TYPE_Q4_1: return 3;
+    case CR_TYPE_Q8_0: return 7;
+    case CR_TYPE_Q5_0: return 8;
+    case CR_TYPE_Q5_1: return 9;
+    case CR_TYPE_Q2_K: return 10;
+    case CR_TYPE_Q3_K: return mix ? 12 : 11;
+    case CR_TYPE_Q4_K: return mix ? 15 : 14;
+    case CR_TYPE_Q5_K: return mix ? 17 : 16;
+    case CR_TYPE_Q6_K: return 18;
+    case CR_TYPE_BF16: return 32;
+    default: return 0;
+    }
+}
+
+static cr_status_t check_type(cr_type_t t, const rn_synth_opts_t *o, cr_err_t *err)
+{
+    const be_type_traits_t *tt = be_type_traits_at(t, BE_SIMD_SCALAR);
+    if (!tt || !tt->vec_dot)
+        return cr_err_set(err, CR_E_INVALID, "type %d cannot be written", (int)t);
+    if (o->dim % (int)tt->block_elems || o->ffn % (int)tt->block_elems)
+        return cr_err_set(err, CR_E_INVALID,
+                          "dim %d and ffn %d must be multiples of %u for %s",
+                          o->dim, o->ffn, tt->block_elems, tt->name);
+    return CR_OK;
+}
+
+static const char *arch_of(const rn_synth_opts_t *o)
+{
+    return o->arch ? o->arch : "llama";
+}
+
+static bool is_arch(const rn_synth_opts_t *o, const char *name)
+{
+    return !strcmp(arch_of(o), name);
+}
+
+static bool is_encoder(const rn_synth_opts_t *o)
+{
+    return is_arch(o, "bert") || is_arch(o, "nomic-bert");
+}
+
+static int head_dim_of(const rn_synth_opts_t *o)
+{
+    return o->head_dim > 0 && !is_arch(o, "llama") ? o->head_dim : o->dim / o->n_heads;
+}
+
+static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
+{
+    const be_type_traits_t *tt = be_type_traits_at(o->type, BE_SIMD_SCALAR);
+    if (!tt || !tt->vec_dot)
+        return cr_err_set(err, CR_E_INVALID, "type %d cannot be written", (int)o->type);
+    if (o->dim < 1 || o->dim > SYNTH_MAX_DIM || o->ffn < 1 || o->ffn > SYNTH_MAX_DIM)
+        return cr_err_set(err, CR_E_INVALID, "dim %d / ffn %d out of range 1..%d",
+                          o->dim, o->ffn, SYNTH_MAX_DIM);
+    if (o->n_layers < 1 || o->n_layers > SYNTH_MAX_LAYERS)
+        return cr_err_set(err, CR_E_INVALID, "layers %d out of range 1..%d",
+                          o->n_layers, SYNTH_MAX_LAYERS);
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma", "gemma2",
+                                        "gemma3", "phi3", "bert", "nomic-bert"};
+    size_t ai = 0;
+    while (ai < CR_ARRAY_LEN(archs) && !is_arch(o, archs[ai]))
+        ai++;
+    if (ai == CR_ARRAY_LEN(archs))
+        return cr_err_set(err, CR_E_INVALID, "unknown architecture '%.64s'", arch_of(o));
+    bool own_hd = o->head_dim > 0 && !is_arch(o, "llama");
+    if (o->n_heads < 1 || o->n_kv_heads < 1 || (!own_hd && o->dim % o->n_heads) ||
+        o->n_heads % o->n_kv_heads)
+        return cr_err_set(err, CR_E_INVALID,
+                          "heads %d / kv-heads %d must divide dim %d and each other",
+                          o->n_heads, o->n_kv_heads, o->dim);
+    int hd = head_dim_of(o);
+    if (hd % 2 || hd > SYNTH_MAX_DIM || (int64_t)hd * o->n_heads > SYNTH_MAX_DIM)
+        return cr_err_set(err, CR_E_INVALID, "head size %d must be even and heads x "
+                          "head size at most %d", hd, SYNTH_MAX_DIM);
+
+    if (o->ctx < 1)
+        return cr_err_set(err, CR_E_INVALID, "ctx %d must be positive", o->ctx);
+    if (o->pooling_type < 0 || o->pooling_type > 4)
+        return cr_err_set(err, CR_E_INVALID, "pooling type %d is out of range 0..4",
+                          o->pooling_type);
+    cr_status_t st = check_type(o->type, o, err);
+    if (!st && o->mix)
+        st = check_type(o->mix_type, o, err);
+    if (!st && tt->block_elems > 1 && (hd * o->n_heads) % (int)tt->block_elems)
+        st = cr_err_set(err, CR_E_INVALID, "heads x head size %d must be a multiple "
+                        "of %u for %s", hd * o->n_heads, tt->block_elems, tt->name);
+    return st;
+}
+
+/* Everything the writer borrows until it is written. */
+typedef struct synth {
+    cr_gguf_writer_t *w;
+    tensor_gen_t *gens;
+    int n_gens, cap_gens;
+} synth_t;
+
+static cr_status_t add_gen_dist(synth_t *s, const rn_synth_opts_t *o,
+                                const char *name, cr_type_t type, int64_t ne0,
+                                int64_t rows, fill_t fill, double mean, double std,
+                                cr_err_t *err)
+{
+    if (s->n_gens == s->cap_gens)
+        return cr_err_set(err, CR_E_INTERNAL, "synth: too many tensors");
+    tensor_gen_t *g = &s->gens[s->n_gens];
+    snprintf(g->name, sizeof g->name, "%s", name);
+    /* A distinct stream per tensor: mix the seed with the tensor index. */
+    rng_t r = {o->seed ^ (0x2545f4914f6cdd1dull * (uint64_t)(s->n_gens + 1))};
+    g->seed = rng_next(&r);
+    g->type = type;
+    g->ne0 = ne0;
+    g->rows = rows;
+    g->fill = fill;
+    g->mean = mean;
+    g->std = std;
+    s->n_gens++;
+    uint64_t ne[2] = {(uint64_t)ne0, (uint64_t)rows};
+    return cr_gguf_writer_add_tensor_fn(s->w, g->name, rows > 1 ? 2 : 1, ne, type,
+                                        gen_tensor, g, NULL, err);
+}
+
+static cr_status_t add_gen(synth_t *s, const rn_synth_opts_t *o, const char *name,
+                           cr_type_t type, int64_t ne0, int64_t rows, fill_t fill,
+                           cr_err_t *err)
+{
+    double std = o->weight_std > 0 ? o->weight_std : SYNTH_STD;
+    return add_gen_dist(s, o, name, type, ne0, rows, fill, 0, std, err);
+}
+
+/* One per-layer tensor blk.N.<what>.<kind> of GGUF ne {ne0, rows}. */
+typedef enum part { PART_MAT, PART_MAT_HI, PART_NORM, PART_BIAS } part_t;
+typedef struct layer_part {
+    const char *what, *kind;
+    int64_t ne0, rows;
+    part_t part;
+} layer_part_t;
+
+/* The tensors of one layer of o's architecture, in llama.cpp's order;
+ * returns how many (at most 20). */
+static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
+{
+    int64_t D = o->dim, F = o->ffn, hd = head_dim_of(o);
+    int64_t Q = hd * o->n_heads, KV = hd * o->n_kv_heads;
+    bool qwen2 = is_arch(o, "qwen2"), qwen3 = is_arch(o, "qwen3");
+    bool gemma = is_arch(o, "gemma2") || is_arch(o, "gemma3");
+    bool qk_norm = qwen3 || is_arch(o, "gemma3");
+    int n = 0;
+    if (is_encoder(o)) {
+        bool bert = is_arch(o, "bert");
+        if (bert) {
+            p[n++] = (layer_part_t){"attn_q", "weight", D, Q, PART_MAT};
+            p[n++] = (layer_part_t){"attn_q", "bias", Q, 1, PART_BIAS};
+            p[n++] = (layer_part_t){"attn_k", "weight", D, KV, PART_MAT};
+            p[n++] = (layer_part_t){"attn_k", "bias", KV, 1, PART_BIAS};
+            p[n++] = (layer_part_t){"attn_v", "weight", D, KV, PART_MAT_HI};
+            p[n++] = (layer_part_t){"attn_v", "bias", KV, 1, PART_BIAS};
+        } else {
+            p[n++] = (layer_part_t){"attn_qkv", "weight", D, Q + 2 * KV, PART_MAT};
+        }
+        p[n++] = (layer_part_t){"attn_output", "weight", Q, D, PART_MAT};
+        if (bert)
+            p[n++] = (layer_part_t){"attn_output", "bias", D, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"attn_output_norm", "weight", D, 1, PART_NORM};
+        p[n++] = (layer_part_t){"attn_output_norm", "bias", D, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"ffn_up", "weight", D, F, PART_MAT};
+        if (bert)
+            p[n++] = (layer_part_t){"ffn_up", "bias", F, 1, PART_BIAS};
+        else
+            p[n++] = (layer_part_t){"ffn_gate", "weight", D, F, PART_MAT};
+        p[n++] = (layer_part_t){"ffn_down", "weight", F, D, PART_MAT_HI};
+        if (bert)
+            p[n++] = (layer_part_t){"ffn_down", "bias", D, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"layer_output_norm", "weight", D, 1, PART_NORM};
+        p[n++] = (layer_part_t){"layer_output_norm", "bias", D, 1, PART_BIAS};
+        return n;
+    }
+    p[n++] = (layer_part_t){"attn_norm", "weight", D, 1, PART_NORM};
+    if (is_arch(o, "phi3")) {
+        p[n++] = (layer_part_t){"attn_qkv", "weight", D, Q + 2 * KV, PART_MAT};
+    } else {
+        p[n++] = (layer_part_t){"attn_q", "weight", D, Q, PART_MAT};
+        if (qwen2)
+            p[n++] = (layer_part_t){"attn_q", "bias", Q, 1, PART_BIAS};
+        if (qk_norm)
+            p[n++] = (layer_part_t){"attn_q_norm", "weight", hd, 1, PART_NORM};
+        p[n++] = (layer_part_t){"attn_k", "weight", D, KV, PART_MAT};
+        if (qwen2)
+            p[n++] = (layer_part_t){"attn_k", "bias", KV, 1, PART_BIAS};
+        if (qk_norm)
+            p[n++] = (layer_part_t){"attn_k_norm", "weight", hd, 1, PART_NORM};
+        p[n++] = (layer_part_t){"attn_v", "weight", D, KV, PART_MAT_HI};
+        if (qwen2)
+            p[n++] = (layer_part_t){"attn_v", "bias", KV, 1, PART_BIAS};
+    }
+    p[n++] = (layer_part_t){"attn_output", "weight", Q, D, PART_MAT};
+    if (gemma)
+        p[n++] = (layer_part_t){"post_attention_norm", "weight", D, 1, PART_NORM};
+    p[n++] = (layer_part_t){"ffn_norm", "weight", D, 1, PART_NORM};
+    if (is_arch(o, "phi3")) {
+        p[n++] = (layer_part_t){"ffn_up", "weight", D, 2 * F, PART_MAT};
+        p[n++] = (layer_part_t){"ffn_down", "weight", F, D, PART_MAT_HI};
+    } else {
+        p[n++] = (layer_part_t){"ffn_gate", "weight", D, F, PART_MAT};
+        p[n++] = (layer_part_t){"ffn_down", "weight", F, D, PART_MAT_HI};
+        p[n++] = (layer_part_t){"ffn_up", "weight", D, F, PART_MAT};
+    }
+    if (gemma)
+        p[n++] = (layer_part_t){"post_ffw_norm", "weight", D, 1, PART_NORM};
+    return n;
+}
+
+static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
+{
+    cr_status_t st = check_opts(o, err);
+    if (st)
+        return st;
+    s->w = cr_gguf_writer_new();
+    s->cap_gens = 8 + 20 * o->n_layers;
+    s->gens = calloc((size_t)s->cap_gens, sizeof *s->gens);
+    if (!s->w || !s->gens)
+        return cr_err_set(err, CR_E_NOMEM, "synth: out of memory");
+    cr_gguf_writer_t *w = s->w;
+    int head_dim = head_dim_of(o);
+    const char *arch = arch_of(o);
+    bool llama = is_arch(o, "llama"), encoder = is_encoder(o);
+    char key[96];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
+
+    st = cr_gguf_writer_add_str(w, "general.architecture", arch, err);
+    st = st ? st : cr_gguf_writer_add_str(w, "general.name", o->name ? o->name : "synth", err);
+    st = st ? st : cr_gguf_writer_add_u32(w, "general.file_type", file_type_of(o->type, o->mix), err);
+    if (!st && be_type_traits_at(o->type, BE_SIMD_SCALAR)->block_elems > 1)
+        st = cr_gguf_writer_add_u32(w, "general.quantization_version", 2, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)o->ctx, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)o->dim, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)o->n_layers, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->ffn, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)o->n_heads, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.head_count_kv"),
+                                          (uint32_t)o->n_kv_heads, err);
+    if (encoder) {
+        /* LayerNorm epsilon (rms_eps's value), bidirectional, pooling */
+        st = st ? st : cr_gguf_writer_add_f32(w, KEY("attention.layer_norm_epsilon"),
+                                              o->rms_eps, err);
+        st = st ? st : cr_gguf_writer_add_bool(w, KEY("attention.causal"), false, err);
+        if (!st && o->pooling_type > 0)
+            st = cr_gguf_writer_add_u32(w, KEY("pooling_type"), (uint32_t)o->pooling_type,
+                                        err);
+        st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.token_type_count", 2, err);
+    } else {
+        st = st ? st : cr_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"),
+                                              o->rms_eps, err);
+    }
+    if (!is_arch(o, "bert")) {
+        st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.freq_base"), o->rope_base, err);
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
+                                              (uint32_t)head_dim, err);
+    }
+    if (!llama) {
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.key_length"),
+                                              (uint32_t)head_dim, err);
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.value_length"),
+                                              (uint32_t)head_dim, err);
+    }
+    if (!st && o->sliding_window > 0)
+        st = cr_gguf_writer_add_u32(w, KEY("attention.sliding_window"),
+                                    (uint32_t)o->sliding_window, err);
+    if (!st && o->swa_pattern > 0)
+        st = cr_gguf_writer_add_u32(w, KEY("attention.sliding_window_pattern"),
+                                    (uint32_t)o->swa_pattern, err);
+    if (!st && o->attn_softcap > 0)
+        st = cr_gguf_writer_add_f32(w, KEY("attn_logit_softcapping"), o->attn_softcap,
+                                    err);
+    if (!st && o->longrope) {
+        st = cr_gguf_writer_add_f32(w, KEY("rope.scaling.attn_factor"), 1.2f, err);
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"),
+                                              16, err);
+    }
+    if (!st && o->rope_linear > 0) {
+        st = cr_gguf_writer_add_str(w, KEY("rope.scaling.type"), "linear", err);
+        st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), o->rope_linear,
+                                              err);
+    }
+    if (!st && o->final_softcap > 0)
+        st = cr_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), o->final_softcap,
+                                    err);
+    if (st)
+        return st;
+
+    /* Tokenizer. */
+    int n_vocab = 0;
+    if (o->vocab_from) {
+        cr_gguf_t *g = NULL;
+        st = cr_gguf_open(o->vocab_from, &g, err);
+        if (st)
+            return cr_err_wrap(err, "vocab %s", o->vocab_from);
+        const cr_gguf_array_t *toks = NULL;
+        if (!cr_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks) ||
+            toks->type != CR_GGUF_STRING || toks->n == 0 || toks->n > INT32_MAX) {
+            cr_gguf_close(&g);
+            return cr_err_set(err, CR_E_INVALID,
+                              "vocab %s: no tokenizer.ggml.tokens string array",
+                              o->vocab_from);
+        }
+        n_vocab = (int)toks->n;
+        st = cr_gguf_writer_copy_prefix(w, g, "tokenizer.", err);
+        cr_gguf_close(&g);
+        if (st)
+            return st;
+    } else {
+        vocab_t v = {0};
+        st = vocab_builtin(&v, err);
+        /* encoders read the same pieces as WordPiece: U+2581 word starts,
+         * bare continuations; <unk> <s> </s> serve as [UNK] [CLS] [SEP] */
+        st = st ? st : cr_gguf_writer_add_str(w, "tokenizer.ggml.model",
+                                              encoder ? "bert" : "llama", err);
+        st = st ? st : cr_gguf_writer_add_str(w, "tokenizer.ggml.pre", "default", err);
+        st = st ? st : cr_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens",
+                                                  (const char *const *)v.tokens,
+                                                  (uint64_t)v.n, err);
+        st = st ? st : cr_gguf_writer_add_arr(w, "tokenizer.ggml.scores", CR_GGUF_F32,
+                                              v.scores, (uint64_t)v.n, err);
+        st = st ? st : cr_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", CR_GGUF_I32,
+                                              v.types, (uint64_t)v.n, err);
+        if (encoder) {
+            st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.cls_token_id", 1, err);
+            st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.seperator_token_id", 2,
+                                                  err);
+        } else {
+            st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1, err);
+            st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2, err);
+        }
+        st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0, err);
+        st = st ? st : cr_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true, err);
+        st = st ? st : cr_gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", encoder,
+                                               err);
+        n_vocab = v.n;
+        vocab_free(&v);
+        if (st)
+            return st;
+    }
+    st = cr_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)n_vocab, err);
+    if (st || o->vocab_only)
+        return st;
+
+    /* Tensors, in llama.cpp's order. Shapes are GGUF ne = {cols, rows}. */
+    st = add_gen(s, o, "token_embd.weight", o->type, o->dim, n_vocab, FILL_NORMAL, err);
+    if (encoder) {
+        /* token types (2), learned positions (bert), embedding LayerNorm;
+         * no output norm or matrix */
+        st = st ? st : add_gen(s, o, "token_types.weight", o->type, o->dim, 2,
+                               FILL_NORMAL, err);
+        if (!st && is_arch(o, "bert"))
+            st = add_gen(s, o, "position_embd.weight", o->type, o->dim, o->ctx,
+                         FILL_NORMAL, err);
+        st = st ? st : add_gen_dist(s, o, "token_embd_norm.weight", CR_TYPE_F32, o->dim,
+                                    1, FILL_NORMAL, 1.0, 0.1, err);
+        st = st ? st : add_gen_dist(s, o, "token_embd_norm.bias", CR_TYPE_F32, o->dim, 1,
+                                    FILL_NORMAL, 0, 0.1, err);
+    } else if (llama)
+        st = st ? st : add_gen(s, o, "output_norm.weight", CR_TYPE_F32, o->dim, 1,
+                               FILL_ONES, err);
+    else
+        st = st ? st : add_gen_dist(s, o, "output_norm.weight", CR_TYPE_F32, o->dim, 1,
+                                    FILL_NORMAL, 1.0, 0.1, err);
+    cr_type_t hi = o->mix ? o->mix_type : o->type;
+    if (!st && !o->tied_output && !encoder)
+        st = add_gen(s, o, "output.weight", hi, o->dim, n_vocab, FILL_NORMAL, err);
+    if (!st && o->rope_freqs)
+        st = add_gen(s, o, "rope_freqs.weight", CR_TYPE_F32, head_dim / 2, 1,
+                     FILL_ROPE_FREQS, err);
+    if (!st && o->longrope) {
+        st = add_gen(s, o, "rope_factors_long.weight", CR_TYPE_F32, head_dim / 2, 1,
+                     FILL_ROPE_FREQS, err);
+        st = st ? st : add_gen(s, o, "rope_factors_short.weight", CR_TYPE_F32,
+                               head_dim / 2, 1, FILL_ROPE_SHORT, err);
+    }
+    /* Non-llama models get norms and biases that are not neutral, so a
+     * test comparing against an independent reference sees each one. */
+    char name[64];
+    layer_part_t per[20];
+    int n_per = layer_parts(o, per);
+    for (int l = 0; l < o->n_layers && !st; l++) {
+        for (int i = 0; i < n_per && !st; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.%s", l, per[i].what, per[i].kind);
+            switch (per[i].part) {
+            case PART_MAT:
+            case PART_MAT_HI:
+                st = add_gen(s, o, name, per[i].part == PART_MAT_HI ? hi : o->type,
+                             per[i].ne0, per[i].rows, FILL_NORMAL, err);
+                break;
+            case PART_NORM:
+                st = llama ? add_gen(s, o, name, CR_TYPE_F32, per[i].ne0, 1, FILL_ONES, err)
+                           : add_gen_dist(s, o, name, CR_TYPE_F32, per[i].ne0, 1,
+                                          FILL_NORMAL, 1.0, 0.1, err);
+                break;
+            case PART_BIAS:
+                st = add_gen_dist(s, o, name, CR_TYPE_F32, per[i].ne0, 1, FILL_NORMAL, 0,
+                                  0.1, err);
+                break;
+            }
+        }
+    }
+#undef KEY
+    return st;
+}
+
+static void synth_free(synth_t *s)
+{
+    cr_gguf_writer_destroy(&s->w);
+    free(s->gens);
+}
+
+cr_status_t rn_synth_write(const rn_synth_opts_t *o, const char *path, cr_err_t *err)
+{
+    synth_t s = {0};
+    cr_status_t st = build(o, &s, err);
+    if (!st)
+        st = cr_gguf_writer_write(s.w, path, err);
+    synth_free(&s);
+    return st;
+}
+
+cr_status_t rn_synth_write_memory(const rn_synth_opts_t *o, void **out, size_t *len,
+                                  cr_err_t *err)
+{
+    synth_t s = {0};
+    cr_status_t st = build(o, &s, err);
+    if (!st)
+        st = cr_gguf_writer_write_memory(s.w, out, len, err);
+    synth_free(&s);
+    return st;
+}
+
+void rn_synth_defaults(rn_synth_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->seed = 1;
+    o->type = CR_TYPE_F32;
+    o->dim = 64;
+    o->n_layers = 2;
+    o->n_heads = 4;
+    o->n_kv_heads = 2;
+    o->ffn = 128;
+    o->ctx = 256;
+    o->rope_base = 10000.0f;
+    o->rms_eps = 1e-5f;
+}
