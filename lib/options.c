@@ -13,8 +13,13 @@
 #define OPT_LOAD_LOAD true
 #define OPT_LOAD_RUN false
 
-#define OPT_ROW(x, name, kind, when, def) \
-    {#name, OPT_TYPE_##kind, OPT_LOAD_##when, (double)(def)},
+#define OPT_CHECK_ANY CR_OPT_ANY
+#define OPT_CHECK_FINITE CR_OPT_FINITE
+#define OPT_CHECK_POSITIVE CR_OPT_POSITIVE
+#define OPT_CHECK_MINUS1 CR_OPT_MINUS1
+
+#define OPT_ROW(x, name, kind, when, def, check) \
+    {#name, OPT_TYPE_##kind, OPT_LOAD_##when, (double)(def), OPT_CHECK_##check},
 const cr_opt_def_t cr_opt_defs[] = {MSG_OPTIONS(OPT_ROW, _)};
 #undef OPT_ROW
 const size_t cr_opt_count = CR_ARRAY_LEN(cr_opt_defs);
@@ -50,4 +55,29 @@ bool cr_opt_is_removed(const char *name, bool *modelfile_warns)
         }
     }
     return false;
+}
+
+cr_status_t cr_opt_check_value(cr_opt_check_t check, const char *name, double v, cr_err_t *err)
+{
+    switch (check) {
+    case CR_OPT_ANY:
+        return CR_OK;
+    case CR_OPT_FINITE:
+        if (!isfinite(v))
+            return cr_err_set(err, CR_E_INVALID, "option \"%s\" must be a finite number", name);
+        return CR_OK;
+    case CR_OPT_POSITIVE:
+        if (!isfinite(v))
+            return cr_err_set(err, CR_E_INVALID, "option \"%s\" must be a finite number", name);
+        if (!(v > 0))
+            return cr_err_set(err, CR_E_INVALID, "option \"%s\" must be greater than 0, got %g",
+                              name, v);
+        return CR_OK;
+    case CR_OPT_MINUS1:
+        if (!(v >= -1))
+            return cr_err_set(err, CR_E_INVALID, "option \"%s\" must be -1 or more, got %.0f",
+                              name, v);
+        return CR_OK;
+    }
+    return CR_OK;
 }

@@ -12,8 +12,12 @@
 #define OPT_LOAD_LOAD true
 #define OPT_LOAD_RUN false
 
-#define OPT_ROW(x, name, kind, when, def)                                  \
-    {#name, OPT_TYPE_##kind, OPT_LOAD_##when, (double)(def),               \
+#define OPT_CHECK_ANY CR_OPT_ANY
+#define OPT_CHECK_FINITE CR_OPT_FINITE
+#define OPT_CHECK_POSITIVE CR_OPT_POSITIVE
+#define OPT_CHECK_MINUS1 CR_OPT_MINUS1
+#define OPT_ROW(x, name, kind, when, def, check)                           \
+    {#name, OPT_TYPE_##kind, OPT_LOAD_##when, (double)(def), OPT_CHECK_##check, \
      offsetof(msg_options_t, name), offsetof(msg_options_t, has_##name)},
 const msg_opt_def_t msg_opt_defs[] = {MSG_OPTIONS(OPT_ROW, _)};
 #undef OPT_ROW

@@ -23,6 +23,7 @@ typedef struct msg_opt_def {
     msg_opt_type_t type;
     bool load;      /* fixed when a runner starts */
     double def;     /* built-in default; NAN: none (automatic or unset) */
+    cr_opt_check_t check; /* what a value must satisfy (cr_opt_check_value) */
     size_t off;     /* of the value in msg_options_t */
     size_t has_off; /* of its has_ flag */
 } msg_opt_def_t;

@@ -313,6 +313,9 @@ static cr_status_t set_option(ctx_t *c, msg_options_t *o,
         } else {
             return opt_error(c, key, "type integer");
         }
+        cr_status_t st = cr_opt_check_value(sp->check, key, (double)x, c->err);
+        if (st)
+            return st;
         memcpy(base + sp->off, &x, sizeof x);
         break;
     }
@@ -320,6 +323,10 @@ static cr_status_t set_option(ctx_t *c, msg_options_t *o,
         if (!json_is_number(v))
             return opt_error(c, key, "type float32");
         double d = json_number_value(v);
+        /* the table's rule, answered here (400) instead of by the runner */
+        cr_status_t st = cr_opt_check_value(sp->check, key, d, c->err);
+        if (st)
+            return st;
         memcpy(base + sp->off, &d, sizeof d);
         break;
     }

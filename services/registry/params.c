@@ -116,7 +116,13 @@ cr_status_t reg_params_validate(const json_t *in, reg_params_warn_fn warn,
                 continue;
             json_t *cv;
             cr_status_t st = convert(d, v, &cv, err);
+            /* a value no request could use is refused now, not at every
+             * generate */
+            if (!st && json_is_number(cv))
+                st = cr_opt_check_value(d->check, d->name, json_number_value(cv), err);
             if (st) {
+                if (cv)
+                    json_decref(cv);
                 json_decref(clean);
                 return st;
             }

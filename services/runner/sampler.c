@@ -7,6 +7,8 @@
 #include "lib/prelude.h"
 #include "services/runner/sampler.h"
 
+#include "lib/options.h"
+
 #include <float.h>
 #include <math.h>
 #include <sys/random.h>
@@ -110,10 +112,12 @@ void rn_sampler_params_default(rn_sampler_params_t *p)
 
 cr_status_t rn_sampler_params_check(const rn_sampler_params_t *p, cr_err_t *err)
 {
+    /* The rules are the option table's (lib/options.def), as the gateway
+     * and create apply them to what they are given. */
     const struct {
         const char *name;
-        float v;
-    } floats[] = {
+        double v;
+    } vals[] = {
         {"temperature", p->temperature},
         {"top_p", p->top_p},
         {"min_p", p->min_p},
@@ -121,19 +125,15 @@ cr_status_t rn_sampler_params_check(const rn_sampler_params_t *p, cr_err_t *err)
         {"repeat_penalty", p->repeat_penalty},
         {"presence_penalty", p->presence_penalty},
         {"frequency_penalty", p->frequency_penalty},
+        {"repeat_last_n", p->repeat_last_n},
     };
-    for (size_t i = 0; i < CR_ARRAY_LEN(floats); i++)
-        if (!isfinite(floats[i].v))
-            return cr_err_set(err, CR_E_INVALID, "option \"%s\" must be a finite number",
-                              floats[i].name);
-    if (!(p->repeat_penalty > 0.0f))
-        return cr_err_set(err, CR_E_INVALID,
-                          "option \"repeat_penalty\" must be greater than 0, got %g",
-                          (double)p->repeat_penalty);
-    if (p->repeat_last_n < -1)
-        return cr_err_set(err, CR_E_INVALID,
-                          "option \"repeat_last_n\" must be -1 or more, got %" PRId32,
-                          p->repeat_last_n);
+    for (size_t i = 0; i < CR_ARRAY_LEN(vals); i++) {
+        const cr_opt_def_t *d = cr_opt_find(vals[i].name);
+        cr_status_t st = cr_opt_check_value(d ? d->check : CR_OPT_ANY, vals[i].name,
+                                            vals[i].v, err);
+        if (st)
+            return st;
+    }
     return CR_OK;
 }
 

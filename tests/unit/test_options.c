@@ -311,6 +311,62 @@ static void test_runner_defaults(void)
 #undef DEF
 }
 
+/* The CHECK column: a value its rule refuses, for each checked row, and
+ * the gateway (400 before any model loads), create's validation and the
+ * runner's sampler all refuse it with the same words; the lib and proto
+ * rows agree. */
+static void test_checks(void)
+{
+    size_t n_checked = 0;
+    for (size_t i = 0; i < msg_opt_count; i++) {
+        const msg_opt_def_t *d = &msg_opt_defs[i];
+        CHECK(d->check == cr_opt_defs[i].check);
+        double bad;
+        const char *words;
+        switch (d->check) {
+        case CR_OPT_ANY: continue;
+        case CR_OPT_FINITE: continue; /* JSON and the bus's readers hold no NaN */
+        case CR_OPT_POSITIVE: bad = 0, words = "greater than 0"; break;
+        case CR_OPT_MINUS1: bad = -2, words = "-1 or more"; break;
+        default: continue;
+        }
+        n_checked++;
+        CHECK(cr_opt_check_value(d->check, d->name, d->def, NULL) == CR_OK);
+        cr_err_t err = {0};
+        gw_request_t q;
+        json_t *v = d->type == MSG_OPT_INT ? json_integer((json_int_t)bad) : json_real(bad);
+        CHECK_MSG(gateway_parse(d->name, v, &q, &err) == CR_E_INVALID && strstr(err.msg, words) &&
+                      strstr(err.msg, d->name),
+                  "gateway %s: %s", d->name, err.msg);
+        gw_request_clear(&q);
+        json_t *in = json_object(), *out = NULL;
+        json_object_set(in, d->name, v);
+        cr_err_t err2 = {0};
+        CHECK_MSG(reg_params_validate(in, NULL, NULL, &out, &err2) == CR_E_INVALID &&
+                      !strcmp(err2.msg, err.msg),
+                  "create %s: %s", d->name, err2.msg);
+        json_decref(in);
+        json_decref(v);
+    }
+    CHECK(n_checked == 2); /* repeat_penalty, repeat_last_n */
+    /* the runner's own check reads the same rows */
+    rn_sampler_params_t p;
+    rn_sampler_params_default(&p);
+    CHECK(rn_sampler_params_check(&p, NULL) == CR_OK);
+    cr_err_t err = {0};
+    p.repeat_penalty = 0;
+    CHECK(rn_sampler_params_check(&p, &err) == CR_E_INVALID &&
+          strstr(err.msg, "\"repeat_penalty\" must be greater than 0"));
+    rn_sampler_params_default(&p);
+    p.temperature = NAN;
+    CHECK(rn_sampler_params_check(&p, &err) == CR_E_INVALID &&
+          strstr(err.msg, "\"temperature\" must be a finite number"));
+    rn_sampler_params_default(&p);
+    p.repeat_last_n = -2;
+    CHECK(rn_sampler_params_check(&p, &err) == CR_E_INVALID &&
+          strstr(err.msg, "\"repeat_last_n\" must be -1 or more, got -2"));
+}
+
 int main(void)
 {
     test_table();
@@ -319,5 +375,6 @@ int main(void)
     test_cli();
     test_scheduler();
     test_runner_defaults();
+    test_checks();
     return check_finish("test_options");
 }
