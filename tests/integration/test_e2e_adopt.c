@@ -203,7 +203,7 @@ static void restart_round(int k, bool streaming)
            streaming ? " and a request streaming" : "");
     for (int m = 0; m < k; m++) {
         long st;
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "m%d", m + 1);
         CHECK_MSG(generate(name, &st, NULL), "warm-up of %s", name);
     }
@@ -293,7 +293,7 @@ int main(void)
     }
     bool created = true;
     for (int m = 0; m < 3; m++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "m%d", m + 1);
         created &= e2e_synth_create(&T, name, NULL, "--seed", m ? "7" : "5",
                                     NULL);
