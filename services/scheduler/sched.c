@@ -805,7 +805,10 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
         sch_load_scratch_t scratch;
         sch_load_build(s, rn, &load, &scratch);
         send_runner(s, rn, &load);
-        runner_set_state(s, rn, RS_LOADING);
+        /* The load timeout and the load notices count from the spawn, not
+         * from this hello: a runner slow to start gets no extra time (and
+         * a hello read late cannot restart the clock). */
+        rn->state = RS_LOADING;
         break;
     }
     case MSG_ready:
