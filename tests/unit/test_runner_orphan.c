@@ -29,6 +29,7 @@
 #include "services/runner/server.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/engine_load.h"
 
 #define ORPHAN_S 3
 
@@ -139,16 +140,9 @@ int main(void)
     CHECK_EQ_INT(bus_recv(router_g, 5000, &m, &peer_g, NULL), CR_OK);
     CHECK_EQ_INT(m.type, MSG_hello);
     msg_clear(&m);
-    msg_options_t o = {0};
-    o.num_ctx = 8192;
-    o.has_num_ctx = true;
+    msg_options_t o;
     msg_init(&m, MSG_load, "rn1");
-    m.u.load.name = "synth:latest";
-    m.u.load.has_name = true;
-    m.u.load.model_path = model_g;
-    m.u.load.has_model_path = true;
-    m.u.load.options = &o;
-    m.u.load.has_options = true;
+    test_load_body(&m.u.load, &o, model_g, NULL, 8192, 0);
     send_to_runner(&m);
     CHECK_EQ_INT(bus_recv(router_g, 30000, &m, NULL, NULL), CR_OK);
     CHECK_EQ_INT(m.type, MSG_ready);

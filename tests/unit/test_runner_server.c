@@ -21,6 +21,7 @@
 #include "services/runner/server.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/engine_load.h"
 
 static char dir_g[256], endpoint_g[400], model_g[400];
 
@@ -177,18 +178,9 @@ int main(void)
     msg_clear(&m);
 
     /* load, and three requests right behind it */
-    msg_options_t o = {0};
-    o.num_ctx = 256;
-    o.has_num_ctx = true;
+    msg_options_t o;
     msg_init(&m, MSG_load, "rn1");
-    m.u.load.name = "synth:latest";
-    m.u.load.has_name = true;
-    m.u.load.model_path = model_g;
-    m.u.load.has_model_path = true;
-    m.u.load.options = &o;
-    m.u.load.has_options = true;
-    m.u.load.num_parallel = 2;
-    m.u.load.has_num_parallel = true;
+    test_load_body(&m.u.load, &o, model_g, NULL, 256, 2);
     send_to_runner(&m);
     send_generate("g1", "abc", 2000);
     send_generate("g2", "hello there", 300);
