@@ -405,6 +405,21 @@ const char *e2e_jstr(json_t *o, const char *path)
     return s ? s : "(absent)";
 }
 
+size_t e2e_log_count(const e2e_t *t, const char *needle)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/serve.log", t->tmp);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = 0;
+    char line[4096];
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
 bool e2e_write_file(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");

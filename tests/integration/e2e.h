@@ -51,6 +51,9 @@ int e2e_run_bin(e2e_t *t, const char *prog, ...);
 /* PIDs of running processes named `comm` that descend from serve. */
 size_t e2e_find_procs(e2e_t *t, const char *comm, pid_t *out, size_t cap);
 
+/* Lines of the services' log (<tmp>/serve.log) that contain needle. */
+size_t e2e_log_count(const e2e_t *t, const char *needle);
+
 /* Writes text to path (replacing it); false on failure. */
 bool e2e_write_file(const char *path, const char *text);
 

@@ -182,21 +182,6 @@ static void *stream_main(void *arg)
     return NULL;
 }
 
-static size_t count_in_log(const char *needle)
-{
-    char path[1200];
-    snprintf(path, sizeof path, "%s/serve.log", T.tmp);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    size_t n = 0;
-    char line[4096];
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
-}
-
 static void restart_round(int k, bool streaming)
 {
     printf("adopt: round with %d models%s\n", k,
@@ -218,7 +203,7 @@ static void restart_round(int k, bool streaming)
             usleep(10000);
         CHECK_MSG(stream.got_data, "the streamed request did not start");
     }
-    size_t loads = count_in_log(" loading m");
+    size_t loads = e2e_log_count(&T, " loading m");
     pid_t old = scheduler_pid();
     CHECK(old > 0);
     if (old <= 0)
@@ -269,7 +254,7 @@ static void restart_round(int k, bool streaming)
         long st;
         CHECK_MSG(generate("m1", &st, NULL), "m1 after the streamed request");
     }
-    CHECK_MSG(count_in_log(" loading m") == loads,
+    CHECK_MSG(e2e_log_count(&T, " loading m") == loads,
               "a model was loaded again instead of adopted");
     size_t na = runner_pids(after, 16);
     CHECK_EQ_INT(na, nb);

@@ -407,21 +407,6 @@ static bool abort_on_first(void *ud, const char *data, size_t len)
     return ++*chunks < 2; /* go away after the first piece */
 }
 
-static size_t count_in_log(const char *needle)
-{
-    char path[1200];
-    snprintf(path, sizeof path, "%s/serve.log", T.tmp);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    size_t n = 0;
-    char line[4096];
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
-}
-
 /* A client that disconnects mid-stream stops the generation: the runner
  * reports the request canceled (rather than running to its end), and the
  * service goes on answering. */
@@ -429,7 +414,7 @@ static void test_disconnect_cancels(void)
 {
     if (!long_model_ready())
         return;
-    size_t before = count_in_log("canceled");
+    size_t before = e2e_log_count(&T, "canceled");
     const char *body = "{\"model\":\"long\",\"prompt\":\"count\","
                        "\"options\":{\"num_predict\":20000}}";
     int chunks = 0;
@@ -439,7 +424,7 @@ static void test_disconnect_cancels(void)
     CHECK(chunks >= 1);
     bool seen = false;
     for (int i = 0; i < 300 && !seen; i++) { /* up to 30 s on a slow machine */
-        seen = count_in_log("canceled") > before;
+        seen = e2e_log_count(&T, "canceled") > before;
         if (!seen)
             usleep(100000);
     }
