@@ -296,7 +296,10 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
         slot_t *sl = &e->slots[i];
         sl->id = i;
         sl->sampler = rn_sampler_new(hp->n_vocab, e->n_ctx, &sp, err);
-        sl->detok = rn_detok_new(e->tok, 0);
+        /* A built-in parser reads the format's markers, which are control
+         * tokens in the model's vocabulary (gpt-oss's <|channel|>...): the
+         * answer keeps their text (Ollama's parsers' preserved tokens). */
+        sl->detok = rn_detok_new(e->tok, e->parser ? RN_PIECE_SPECIAL : 0);
         sl->output = rn_output_new();
         sl->seq = calloc((size_t)e->n_ctx, sizeof *sl->seq);
         sl->prompt = calloc((size_t)e->n_ctx, sizeof *sl->prompt);

@@ -194,7 +194,7 @@ static void consume(cr_buf_t *b, size_t n)
  * and sets where the body goes. */
 static void read_header(harmony_t *h, const char *raw, size_t n)
 {
-    char buf[HEADER_MAX + 2];
+    char buf[HEADER_MAX + 3]; /* one space may be added before <|constrain|> */
     size_t len = 0;
     const char *c = find(raw, n, CONSTRAIN);
     for (size_t i = 0; i < n && len < HEADER_MAX + 1; i++) {
