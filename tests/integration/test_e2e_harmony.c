@@ -7,7 +7,8 @@
  * then reasoning plus a final answer (ended by <|return|>). On those real
  * token streams /api/chat must return message.thinking, message.content and
  * message.tool_calls split by the harmony parser, streaming and not, with
- * no harmony marker in any chunk; `corral show --modelfile` prints the
+ * no harmony marker in any chunk (and on /v1/chat/completions as
+ * `reasoning` and `tool_calls`); `corral show --modelfile` prints the
  * RENDERER and PARSER lines; a Modelfile naming an unknown renderer is
  * refused by create. */
 #include "lib/prelude.h"
@@ -104,6 +105,31 @@ static void test_chat(bool stream)
     json_decref(b.calls);
 }
 
+/* /v1/chat/completions: reasoning and tool_calls on the OpenAI message. */
+static void test_openai(void)
+{
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"model\":\"oss\",\"tools\":%s,\"messages\":[{\"role\":\"user\","
+             "\"content\":\"Weather in Paris?\"}]}",
+             TOOLS);
+    e2e_resp_t r = e2e_http(&T, "POST", "/v1/chat/completions", body, NULL, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    json_t *j = json_loads(r.body ? r.body : "", 0, NULL);
+    CHECK_EQ_STR(e2e_jstr(j, "choices.0.message.reasoning"),
+                 "User wants the weather. Call the tool.");
+    CHECK_EQ_STR(e2e_jstr(j, "choices.0.message.tool_calls.0.function.name"), "get_weather");
+    json_t *args = json_loads(e2e_jstr(j, "choices.0.message.tool_calls.0.function.arguments"),
+                              0, NULL);
+    json_t *want = json_loads("{\"city\":\"Paris\"}", 0, NULL);
+    CHECK(json_equal(args, want));
+    CHECK_EQ_STR(e2e_jstr(j, "choices.0.finish_reason"), "tool_calls");
+    json_decref(want);
+    json_decref(args);
+    json_decref(j);
+    e2e_resp_free(&r);
+}
+
 static void test_show_and_refusal(void)
 {
     char *out = NULL;
@@ -145,6 +171,7 @@ int main(void)
     if (created) {
         test_chat(false);
         test_chat(true);
+        test_openai(); /* the script's next turn is the call again */
         test_show_and_refusal();
     }
     e2e_stop(&T);
