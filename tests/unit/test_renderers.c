@@ -2,7 +2,9 @@
  * through rn_prompt_chat, against exact prompts: plain chat, system and
  * history, think levels (harmony), tools with a call and its result, a
  * prefill, thinking of earlier turns dropped, request text marked untrusted
- * and the model's own (Modelfile SYSTEM) trusted, and truncation. */
+ * and the model's own (Modelfile SYSTEM) trusted, and truncation; and,
+ * with the shared testdata, the gpt-oss Jinja reference renderings where
+ * Ollama's format and the model's agree. */
 #include "lib/prelude.h"
 #include "services/runner/prompt/prompt.h"
 #include "services/runner/prompt/renderer.h"
@@ -25,6 +27,12 @@ static const char HARMONY_SYS[] =
 static const char CHANNELS[] =
     "\n\n# Valid channels: analysis, commentary, final. Channel must be included for "
     "every message.";
+
+static const char *e_str(json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
 
 typedef struct chat {
     const char *renderer;
@@ -274,6 +282,51 @@ static void test_qwen3coder(void)
     json_decref(calls);
 }
 
+/* Where Ollama's gpt-oss template and the model's own Jinja template agree
+ * (no system message, no tools, a generation prompt), the harmony renderer
+ * must give the Jinja reference rendering of the shared testdata byte for
+ * byte (its clock is fixed at 2026-01-15, as NOW). */
+static void test_harmony_reference(void)
+{
+    static const char rel[] = "templates/openai-gpt-oss-120b.cases.json";
+    const char *root = check_testdata(rel);
+    if (!root) {
+        printf("renderers: gpt-oss reference cases skipped: no shared testdata\n");
+        return;
+    }
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    json_error_t jerr;
+    json_t *doc = json_load_file(path, 0, &jerr);
+    CHECK_MSG(doc != NULL, "%s: %s", path, jerr.text);
+    json_t *cases = json_object_get(doc, "cases");
+    int compared = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        json_t *ctx = json_object_get(c, "context");
+        json_t *msgs = json_object_get(ctx, "messages");
+        const char *want = json_string_value(json_object_get(c, "expected"));
+        bool comparable = want && !json_object_get(ctx, "tools") &&
+                          json_is_true(json_object_get(ctx, "add_generation_prompt")) &&
+                          json_array_size(msgs) <= 8;
+        for (size_t k = 0; comparable && k < json_array_size(msgs); k++)
+            comparable = strcmp(e_str(json_array_get(msgs, k), "role"), "system") != 0;
+        if (!comparable)
+            continue;
+        chat_t chat = {.renderer = "harmony", .n = json_array_size(msgs)};
+        for (size_t k = 0; k < chat.n; k++) {
+            json_t *m = json_array_get(msgs, k);
+            chat.msgs[k].role = e_str(m, "role");
+            chat.msgs[k].content = e_str(m, "content");
+            chat.msgs[k].thinking = e_str(m, "reasoning_content");
+        }
+        expect(&chat, want);
+        compared++;
+    }
+    CHECK_MSG(compared >= 3, "only %d reference cases compared", compared);
+    json_decref(doc);
+}
+
 static void test_table(void)
 {
     CHECK(rn_prompt_renderer_find("harmony") == &rn_prompt_renderer_harmony);
@@ -292,6 +345,7 @@ int main(void)
     test_trust();
     test_truncation();
     test_qwen3coder();
+    test_harmony_reference();
     test_table();
     return check_finish("renderers");
 }
