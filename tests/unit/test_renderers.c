@@ -3,8 +3,8 @@
  * history, think levels (harmony), tools with a call and its result, a
  * prefill, thinking of earlier turns dropped, request text marked untrusted
  * and the model's own (Modelfile SYSTEM) trusted, and truncation; and,
- * with the shared testdata, the gpt-oss Jinja reference renderings where
- * Ollama's format and the model's agree. */
+ * with the shared testdata, the gpt-oss and Qwen3-Coder Jinja reference
+ * renderings where Ollama's format and the model's agree. */
 #include "lib/prelude.h"
 #include "services/runner/prompt/prompt.h"
 #include "services/runner/prompt/renderer.h"
@@ -282,16 +282,16 @@ static void test_qwen3coder(void)
     json_decref(calls);
 }
 
-/* Where Ollama's gpt-oss template and the model's own Jinja template agree
- * (no system message, no tools, a generation prompt), the harmony renderer
- * must give the Jinja reference rendering of the shared testdata byte for
- * byte (its clock is fixed at 2026-01-15, as NOW). */
-static void test_harmony_reference(void)
+/* Where Ollama's renderer and the model's own Jinja template agree (no
+ * tools, a generation prompt; for gpt-oss also no system message, which
+ * Ollama lays out differently), the renderer must give the Jinja reference
+ * rendering of the shared testdata byte for byte (its clock is fixed at
+ * 2026-01-15, as NOW). */
+static void test_reference(const char *renderer, const char *rel, bool with_system)
 {
-    static const char rel[] = "templates/openai-gpt-oss-120b.cases.json";
     const char *root = check_testdata(rel);
     if (!root) {
-        printf("renderers: gpt-oss reference cases skipped: no shared testdata\n");
+        printf("renderers: %s reference cases skipped: no shared testdata\n", renderer);
         return;
     }
     char path[1200];
@@ -309,11 +309,11 @@ static void test_harmony_reference(void)
         bool comparable = want && !json_object_get(ctx, "tools") &&
                           json_is_true(json_object_get(ctx, "add_generation_prompt")) &&
                           json_array_size(msgs) <= 8;
-        for (size_t k = 0; comparable && k < json_array_size(msgs); k++)
+        for (size_t k = 0; comparable && !with_system && k < json_array_size(msgs); k++)
             comparable = strcmp(e_str(json_array_get(msgs, k), "role"), "system") != 0;
         if (!comparable)
             continue;
-        chat_t chat = {.renderer = "harmony", .n = json_array_size(msgs)};
+        chat_t chat = {.renderer = renderer, .n = json_array_size(msgs)};
         for (size_t k = 0; k < chat.n; k++) {
             json_t *m = json_array_get(msgs, k);
             chat.msgs[k].role = e_str(m, "role");
@@ -323,7 +323,7 @@ static void test_harmony_reference(void)
         expect(&chat, want);
         compared++;
     }
-    CHECK_MSG(compared >= 3, "only %d reference cases compared", compared);
+    CHECK_MSG(compared >= 3, "%s: only %d reference cases compared", renderer, compared);
     json_decref(doc);
 }
 
@@ -345,7 +345,8 @@ int main(void)
     test_trust();
     test_truncation();
     test_qwen3coder();
-    test_harmony_reference();
+    test_reference("harmony", "templates/openai-gpt-oss-120b.cases.json", false);
+    test_reference("qwen3-coder", "templates/Qwen3-Coder.cases.json", true);
     test_table();
     return check_finish("renderers");
 }
