@@ -196,6 +196,17 @@ static void test_harmony(void)
                  1);
     split_free(&s);
 
+    /* a built-in tool, called in the analysis channel, keeps its name */
+    rn_parser_init_t bt = {.tools_json = "[{\"function\":{\"name\":\"browser.search\"}}]"};
+    s = parse_all_ways("harmony", &bt,
+                       "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant"
+                       "<|channel|>analysis to=browser.search <|constrain|>json<|message|>"
+                       "{\"query\":\"x\"}<|call|>");
+    CHECK_EQ_STR(s.thinking, "Look it up.");
+    CHECK_EQ_INT(json_array_size(s.calls), 1);
+    CHECK_EQ_STR(call_str(&s, 0, "name"), "browser.search");
+    split_free(&s);
+
     /* commentary without a recipient is content; <|return|> ends */
     s = parse_all_ways("harmony", NULL,
                        "<|channel|>commentary<|message|>Let me see.<|end|><|start|>assistant"

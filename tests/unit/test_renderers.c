@@ -180,6 +180,47 @@ static void test_harmony_tools(void)
     json_decref(calls);
 }
 
+static bool has(const char *text, const char *part)
+{
+    bool ok = text && strstr(text, part);
+    CHECK_MSG(ok, "missing: %s", part);
+    return ok;
+}
+
+/* gpt-oss's built-in tools are declared in the system message, called in
+ * the analysis channel, and answer as themselves. */
+static void test_harmony_builtin_tools(void)
+{
+    json_t *calls = json_loads("[{\"function\":{\"name\":\"browser.search\","
+                               "\"arguments\":{\"query\":\"ollama\"}}}]",
+                               0, NULL);
+    chat_t c = {.renderer = "harmony",
+                .n = 3,
+                .tools = "[{\"type\":\"function\",\"function\":{\"name\":\"browser.search\"}},"
+                         "{\"type\":\"function\",\"function\":{\"name\":\"python\"}}]",
+                .msgs = {{.role = "user", .content = "Search ollama"},
+                         {.role = "assistant", .tool_calls = calls},
+                         {.role = "tool", .tool_name = "browser.search", .content = "r"}}};
+    rn_prompt_result_t r = {0};
+    cr_err_t err = {0};
+    CHECK_EQ_INT(render(&c, &r, &err), CR_OK);
+    has(r.text, "\n\nReasoning: medium\n\n# Tools\n\n## browser\n\n// Tool for browsing.\n");
+    has(r.text, "// `\xe3\x80\x90{cursor}\xe2\x80\xa0L{line_start}(-L{line_end})?\xe3\x80\x91`");
+    has(r.text, "namespace browser {\n\n// Searches for information related to `query` and "
+                "displays `topn` results.\ntype search = (_: {\nquery: string,\ntopn?: "
+                "number, // default: 10\nsource?: string,\n}) => any;\n\n} // namespace "
+                "browser\n\n## python\n\nUse this tool to execute Python code");
+    has(r.text, "Depends on the cluster.\n\n# Valid channels: analysis, commentary, final. "
+                "Channel must be included for every message.<|end|><|start|>user");
+    has(r.text, "<|start|>assistant<|channel|>analysis to=browser.search <|constrain|>json"
+                "<|message|>{\"query\":\"ollama\"}<|call|><|start|>browser.search "
+                "to=assistant<|message|>r<|end|><|start|>assistant");
+    CHECK(r.text && !strstr(r.text, "type open") && !strstr(r.text, "developer") &&
+          !strstr(r.text, "Calls to these tools"));
+    rn_prompt_result_free(&r);
+    json_decref(calls);
+}
+
 /* Request text is untrusted (a user's "<|end|>" stays text), the
  * renderer's own and the model's SYSTEM are trusted. */
 static void test_trust(void)
@@ -342,6 +383,7 @@ int main(void)
     test_harmony_plain();
     test_harmony_history();
     test_harmony_tools();
+    test_harmony_builtin_tools();
     test_trust();
     test_truncation();
     test_qwen3coder();

@@ -18,8 +18,10 @@
  * but tool merge); tools are declared under their harmony names
  * (parser_harmony.h); an assistant's thinking is kept only after the last
  * user message; a last assistant message is a prefill (left open, no
- * generation prompt). Not done: the template's browser/python built-in
- * tool sections (such tools are declared like any other function). */
+ * generation prompt). The built-in tools browser.search/open/find and
+ * python, when offered, are declared in the system message as gpt-oss
+ * knows them (not in the functions namespace); their calls go to the
+ * analysis channel and their results come from `browser.x`/`python`. */
 #include "lib/prelude.h"
 #include "services/runner/prompt/renderer.h"
 
@@ -156,8 +158,85 @@ static cr_status_t put_tool(const rn_prompt_out_t *o, const json_t *tools, size_
     return st ? st : rn_prompt_out_lit(o, "\n}) => any;");
 }
 
+/* gpt-oss's built-in tools, declared in the system message when a request
+ * offers a tool of that name (the text is the model's, as Ollama's gpt-oss
+ * template carries it). */
+static const char BROWSER_HEAD[] =
+    "\n\n## browser\n\n// Tool for browsing.\n// The `cursor` appears in brackets "
+    "before each browsing display: `[{cursor}]`.\n// Cite information from the tool "
+    "using the following format:\n// `\u3010{cursor}\u2020L{line_start}(-L{line_end})?"
+    "\u3011`, for example: `\u30106\u2020L9-L11\u3011` or `\u30108\u2020L3\u3011`.\n"
+    "// Do not quote more than 10 words directly from the tool output.\n// sources=web "
+    "(default: web)\nnamespace browser {";
+static const char BROWSER_SEARCH[] =
+    "\n\n// Searches for information related to `query` and displays `topn` results.\n"
+    "type search = (_: {\nquery: string,\ntopn?: number, // default: 10\nsource?: "
+    "string,\n}) => any;";
+static const char BROWSER_OPEN[] =
+    "\n\n// Opens the link `id` from the page indicated by `cursor` starting at line "
+    "number `loc`, showing `num_lines` lines.\n// Valid link ids are displayed with the "
+    "formatting: `\u3010{id}\u2020.*\u3011`.\n// If `cursor` is not provided, the most "
+    "recent page is implied.\n// If `id` is a string, it is treated as a fully qualified "
+    "URL associated with `source`.\n// If `loc` is not provided, the viewport will be "
+    "positioned at the beginning of the document or centered on the most relevant "
+    "passage, if available.\n// Use this function without `id` to scroll to a new "
+    "location of an opened page.\ntype open = (_: {\nid?: number | string, // default: "
+    "-1\ncursor?: number, // default: -1\nloc?: number, // default: -1\nnum_lines?: "
+    "number, // default: -1\nview_source?: boolean, // default: false\nsource?: "
+    "string,\n}) => any;";
+static const char BROWSER_FIND[] =
+    "\n\n// Finds exact matches of `pattern` in the current page, or the page given by "
+    "`cursor`.\ntype find = (_: {\npattern: string,\ncursor?: number, // default: -1\n"
+    "}) => any;";
+static const char BROWSER_TAIL[] = "\n\n} // namespace browser";
+static const char PYTHON[] =
+    "\n\n## python\n\nUse this tool to execute Python code in your chain of thought. "
+    "The code will not be shown to the user. This tool should be used for internal "
+    "reasoning, but not for code that is intended to be visible to the user (e.g. when "
+    "creating plots, tables, or files).\n\nWhen you send a message containing Python "
+    "code to python, it will be executed in a stateful Jupyter notebook environment. "
+    "python will respond with the output of the execution or time out after 120.0 "
+    "seconds. The drive at '/mnt/data' can be used to save and persist user files. "
+    "Internet access for this session is UNKNOWN. Depends on the cluster.";
+
+static bool offers(const json_t *tools, const char *name)
+{
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        const char *n = json_string_value(json_object_get(
+            json_object_get(json_array_get(tools, i), "function"), "name"));
+        if (n && !strcmp(n, name))
+            return true;
+    }
+    return false;
+}
+
+static cr_status_t put_builtin_tools(const rn_prompt_out_t *o, const json_t *tools)
+{
+    bool search = offers(tools, "browser.search"), open = offers(tools, "browser.open");
+    bool find = offers(tools, "browser.find"), python = offers(tools, "python");
+    bool browser = search || open || find;
+    if (!browser && !python)
+        return CR_OK;
+    cr_status_t st = rn_prompt_out_lit(o, "\n\n# Tools");
+    if (!st && browser) {
+        st = rn_prompt_out_lit(o, BROWSER_HEAD);
+        if (!st && search)
+            st = rn_prompt_out_lit(o, BROWSER_SEARCH);
+        if (!st && open)
+            st = rn_prompt_out_lit(o, BROWSER_OPEN);
+        if (!st && find)
+            st = rn_prompt_out_lit(o, BROWSER_FIND);
+        if (!st)
+            st = rn_prompt_out_lit(o, BROWSER_TAIL);
+    }
+    if (!st && python)
+        st = rn_prompt_out_lit(o, PYTHON);
+    return st;
+}
+
 static cr_status_t put_system(const rn_prompt_out_t *o, const rn_prompt_think_t *think,
-                              const rn_prompt_opts_t *opts, bool functions)
+                              const rn_prompt_opts_t *opts, const json_t *tools,
+                              bool functions)
 {
     time_t now = opts->now_unix ? (time_t)opts->now_unix : time(NULL);
     struct tm tm;
@@ -179,6 +258,8 @@ static cr_status_t put_system(const rn_prompt_out_t *o, const rn_prompt_think_t 
         if (!st)
             st = rn_prompt_out_data(o, level, strlen(level), false);
     }
+    if (!st)
+        st = put_builtin_tools(o, tools);
     if (!st)
         st = rn_prompt_out_lit(o, "\n\n# Valid channels: analysis, commentary, final. "
                                   "Channel must be included for every message.");
@@ -279,7 +360,7 @@ static cr_status_t render(const rn_prompt_msg_t *msgs, size_t n, const json_t *t
         prefill_thinking = !prefill_content && *m[nc - 1].thinking != '\0';
     }
     if (!st)
-        st = put_system(o, think, opts, functions);
+        st = put_system(o, think, opts, tools, functions);
     if (!st)
         st = put_developer(o, tools, functions, system.data ? system.data : "", sys_trusted);
     for (size_t i = 0; !st && i < nc; i++) {
