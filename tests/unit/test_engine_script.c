@@ -9,8 +9,10 @@
  * function.index, id and the content around it; the second request feeds the
  * call and a `tool` result back through the template (checked in the
  * rendered prompt and in the prompt the engine evaluated) and gets the
- * scripted final answer as plain content. Also: the script module's own
- * contract (answers in turn, round trip, bad files). */
+ * scripted final answer as plain content. Built-in RENDERER/PARSER in the
+ * engine (qwen3-coder's prompt and calls, a harmony call that fails, unknown
+ * names, control tokens' text kept for a parser). Also: the script
+ * module's own contract (answers in turn, round trip, bad files). */
 #include "lib/prelude.h"
 
 #include <stdlib.h>
@@ -404,6 +406,55 @@ static void test_builtin_formats(void)
     CHECK_MSG(strstr(err.msg, "unknown parser \"nope\""), "%s", err.msg);
 }
 
+/* A model with a built-in parser gets control tokens' text in its answer
+ * (gpt-oss's <|channel|>... are control tokens; the parser must see them);
+ * without one they print as nothing, as before. Needs a real vocabulary
+ * with control tokens: Llama 3's, from the shared testdata. */
+static void test_control_text(void)
+{
+    const char *root = check_testdata("vocab/ggml-vocab-llama-bpe.gguf");
+    if (!root) {
+        printf("engine_script: control-token text skipped: no shared testdata\n");
+        return;
+    }
+    char vocab[1200], path[300];
+    snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-llama-bpe.gguf", root);
+    snprintf(path, sizeof path, "%s.bpe", model_path);
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.seed = 9;
+    so.ctx = 2048;
+    so.vocab_from = vocab;
+    cr_err_t err;
+    CHECK_MSG(rn_synth_write(&so, path, &err) == CR_OK, "%s", err.msg);
+    write_file(script_path, "Hi<|start_header_id|>there\n");
+    static const char *const parsers[] = {"qwen3-coder", NULL};
+    static const char *const want[] = {"Hi<|start_header_id|>there", "Hithere"};
+    for (size_t i = 0; i < 2; i++) {
+        msg_options_t o;
+        msg_load_body_t ld;
+        /* a template with tools: chat() offers some */
+        test_load_body(&ld, &o, path, qwen25_tmpl, 2048, 0);
+        ld.parser = (char *)parsers[i];
+        ld.has_parser = parsers[i] != NULL;
+        setenv("CORRAL_TEST_SCRIPT", script_path, 1);
+        rn_engine_t *e = NULL;
+        cr_status_t st = rn_engine_load(&ld, &e, &err);
+        unsetenv("CORRAL_TEST_SCRIPT");
+        CHECK_MSG(st == CR_OK, "%s", err.msg);
+        if (!e)
+            continue;
+        msg_message_t m = {.role = "user", .content = "Hello"};
+        capture_t cp = {0};
+        msg_done_body_t d;
+        CHECK_EQ_INT(chat(e, &m, 1, &cp, &d, &err), CR_OK);
+        CHECK_EQ_STR(cp.text.data ? cp.text.data : "", want[i]);
+        capture_free(&cp);
+        rn_engine_destroy(&e);
+    }
+    unlink(path);
+}
+
 /* The module itself: answers in turn, exact bytes, the end token, and
  * clear errors for a missing file. */
 static void test_script_module(void)
@@ -470,6 +521,7 @@ int main(void)
     test_script_module();
     test_styles();
     test_builtin_formats();
+    test_control_text();
     unlink(model_path);
     unlink(script_path);
     return check_finish("engine_script");
