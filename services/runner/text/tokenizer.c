@@ -414,6 +414,8 @@ static int cmp_special(const void *a, const void *b, void *ctx)
     return x < y ? -1 : x > y;
 }
 
+static void set_strip_attrs(rn_tokenizer_t *tok, const cr_gguf_t *g);
+
 static cr_status_t build_specials(rn_tokenizer_t *tok, const cr_gguf_t *g)
 {
     uint32_t n = 0;
@@ -432,29 +434,56 @@ static cr_status_t build_specials(rn_tokenizer_t *tok, const cr_gguf_t *g)
             tok->specials[tok->n_specials++] = (int32_t)id;
     qsort_r(tok->specials, tok->n_specials, sizeof *tok->specials, cmp_special, tok);
 
-    /* Phi-3 (by general.name, as llama.cpp does) eats the spaces after its
-     * special tokens, except <unk>, <s> and <|endoftext|>. */
-    char name[256];
+    set_strip_attrs(tok, g);
+    return CR_OK;
+}
+
+/* The token named text, if the vocabulary has it, gets attr. */
+static void add_attr(rn_tokenizer_t *tok, const char *text, uint16_t attr)
+{
+    int32_t id = rn_tok_lookup(tok, text, strlen(text));
+    if (id >= 0 && (uint32_t)id < tok->n_vocab)
+        tok->attr[id] |= attr;
+}
+
+/* Space stripping beside special tokens, which GGUF does not record:
+ * llama.cpp decides it by model, and so do we, the same way. */
+static void set_strip_attrs(rn_tokenizer_t *tok, const cr_gguf_t *g)
+{
+    char name[256], pre[64], arch[64];
     bool found = false;
     cr_err_t ignored;
-    if (!get_strz(g, "general.name", name, sizeof name, &found, &ignored) && found) {
-        for (char *p = name; *p; p++)
-            *p = (char)tolower((unsigned char)*p);
-        if (strstr(name, "phi-3") || strstr(name, "phi3")) {
-            for (uint32_t i = 0; i < tok->n_specials; i++)
-                tok->attr[tok->specials[i]] |= RN_ATTR_RSTRIP;
-            static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
-            for (size_t i = 0; i < CR_ARRAY_LEN(keep); i++) {
-                int32_t id = rn_tok_lookup(tok, keep[i], strlen(keep[i]));
-                if (id >= 0 && (uint32_t)id < tok->n_vocab)
-                    tok->attr[id] &= (uint16_t)~RN_ATTR_RSTRIP;
-            }
-            int32_t id = rn_tok_lookup(tok, "</s>", 4);
-            if (id >= 0 && (uint32_t)id < tok->n_vocab)
-                tok->attr[id] |= RN_ATTR_RSTRIP;
-        }
+    if (get_strz(g, K_PRE, pre, sizeof pre, &found, &ignored))
+        pre[0] = 0;
+    if (get_strz(g, "general.architecture", arch, sizeof arch, &found, &ignored))
+        arch[0] = 0;
+    /* Jina v2 (de, es, code), nomic-bert-moe and jina-bert-v3: <mask> eats
+     * the spaces before it, as their Hugging Face tokenizers say. */
+    if (strstr(pre, "jina-v2-de") || strstr(pre, "jina-v2-es") ||
+        strstr(pre, "jina-v2-code") || strstr(arch, "nomic-bert-moe") ||
+        strstr(arch, "jina-bert-v3")) {
+        add_attr(tok, "<mask>", RN_ATTR_LSTRIP);
+        return;
     }
-    return CR_OK;
+    if (get_strz(g, "general.name", name, sizeof name, &found, &ignored) || !found)
+        return;
+    for (char *p = name; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    if (strstr(name, "phi-3") || strstr(name, "phi3")) {
+        /* Phi-3 eats the spaces after its special tokens, except <unk>,
+         * <s> and <|endoftext|>. */
+        for (uint32_t i = 0; i < tok->n_specials; i++)
+            tok->attr[tok->specials[i]] |= RN_ATTR_RSTRIP;
+        static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+        for (size_t i = 0; i < CR_ARRAY_LEN(keep); i++) {
+            int32_t id = rn_tok_lookup(tok, keep[i], strlen(keep[i]));
+            if (id >= 0 && (uint32_t)id < tok->n_vocab)
+                tok->attr[id] &= (uint16_t)~RN_ATTR_RSTRIP;
+        }
+        add_attr(tok, "</s>", RN_ATTR_RSTRIP);
+    } else if (strstr(name, "modern-bert")) {
+        add_attr(tok, "[MASK]", RN_ATTR_LSTRIP);
+    }
 }
 
 static const uint16_t TYPE_ATTR[7] = {
