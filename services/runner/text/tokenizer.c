@@ -17,15 +17,10 @@
 
 static uint32_t hash_bytes(const char *p, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, then a final mix */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)p[i];
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return (uint32_t)h;
+    uint64_t h = RN_TOK_HASH_INIT;
+    for (size_t i = 0; i < n; i++)
+        h = rn_tok_hash_step(h, (uint8_t)p[i]);
+    return rn_tok_hash_final(h);
 }
 
 static bool str_is(const rn_tokenizer_t *tok, uint32_t id, const char *p, size_t n)
@@ -35,7 +30,13 @@ static bool str_is(const rn_tokenizer_t *tok, uint32_t id, const char *p, size_t
 
 int32_t rn_tok_lookup(const rn_tokenizer_t *tok, const char *text, size_t len)
 {
-    for (uint32_t i = hash_bytes(text, len) & tok->map_mask;;
+    return rn_tok_lookup_hashed(tok, hash_bytes(text, len), text, len);
+}
+
+int32_t rn_tok_lookup_hashed(const rn_tokenizer_t *tok, uint32_t hash,
+                             const char *text, size_t len)
+{
+    for (uint32_t i = hash & tok->map_mask;;
          i = (i + 1) & tok->map_mask) {
         uint32_t v = tok->map[i];
         if (v == 0)
@@ -723,6 +724,8 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
     } else if (!strcmp(model, "bert")) {
         tok->kind = RN_TOK_WPM; /* BOS = [CLS], EOS = [SEP], both added */
         add_bos_default = true;
+    } else if (!strcmp(model, "t5")) {
+        tok->kind = RN_TOK_UGM; /* EOS added, no BOS, by default */
     } else {
         return cr_err_set(err, CR_E_UNSUPPORTED, "%s '%s' is not supported", K_MODEL,
                           model);
@@ -748,6 +751,11 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
         tok->eos = tok->sep = n > 102 ? 102 : -1;
         tok->unk = n > 100 ? 100 : -1;
         tok->pad = 0;
+    } else if (tok->kind == RN_TOK_UGM) {
+        /* T5's <pad> 0, </s> 1, <unk> 2; no BOS */
+        tok->eos = n > 1 ? 1 : -1;
+        tok->unk = n > 2 ? 2 : -1;
+        tok->pad = 0;
     } else {
         tok->bos = tok->eos = n > 11 ? 11 : -1; /* Falcon's <|endoftext|> */
     }
@@ -757,7 +765,7 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
     if ((st = load_ids(tok, g, err, &eot_key, &eom_key)))
         return st;
     tok->add_bos = add_bos_default;
-    tok->add_eos = false;
+    tok->add_eos = tok->kind == RN_TOK_UGM;
     if (tok->kind == RN_TOK_WPM) {
         /* [CLS] is the BOS (cls_token_id wins), [SEP] the EOS unless the file
          * names an eos_token_id; both are added. */
@@ -782,6 +790,9 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
             err, CR_E_CORRUPT,
             "tokenizer.ggml.add_eos_token is true but there is no eos_token_id");
 
+    /* Before mark_eog: the unigram tables follow the stored token types. */
+    if (tok->kind == RN_TOK_UGM && (st = rn_ugm_load(tok, g, err)))
+        return st;
     mark_eog(tok, eot_key, eom_key);
     if ((st = build_specials(tok, g)))
         return cr_err_set(err, st, "tokenizer: no memory for special tokens");
@@ -822,6 +833,9 @@ void rn_tokenizer_destroy(rn_tokenizer_t **self_p)
     free(t->merge_rank);
     free(t->merge_res);
     free(t->specials);
+    free(t->xcda);
+    free(t->norm_strs);
+    free(t->user_sorted);
     free((loader_t *)(void *)t); /* allocated as a loader */
     *self_p = NULL;
 }
@@ -945,6 +959,8 @@ cr_status_t rn_tokenize(const rn_tokenizer_t *tok, const char *text, size_t len,
             prev_special = false;
         } else if (tok->kind == RN_TOK_WPM) {
             st = rn_wpm_encode(tok, text + f.off, f.len, &e);
+        } else if (tok->kind == RN_TOK_UGM) {
+            st = rn_ugm_encode(tok, text + f.off, f.len, &e);
         } else {
             st = rn_bpe_encode(tok, text + f.off, f.len, &e);
         }
@@ -960,6 +976,9 @@ cr_status_t rn_tokenize(const rn_tokenizer_t *tok, const char *text, size_t len,
 out:
     if (st == CR_E_NOMEM)
         cr_err_set(err, st, "tokenize: out of memory (%zu bytes of input)", len);
+    else if (st == CR_E_TOO_LARGE && e.n <= cap)
+        cr_err_set(err, st, "tokenize: %zu bytes of input normalize past the limit",
+                   len);
     free(a.v);
     free(b.v);
     return st;
@@ -1012,7 +1031,7 @@ static size_t piece(const rn_tokenizer_t *tok, int32_t id, unsigned flags, char 
     if (attr & (RN_ATTR_UNKNOWN | RN_ATTR_CONTROL | RN_ATTR_USER_DEFINED)) {
         put_all(&k, t, tl);
     } else if (attr & RN_ATTR_NORMAL) {
-        if (tok->kind == RN_TOK_SPM || tok->kind == RN_TOK_WPM) {
+        if (tok->kind != RN_TOK_BPE) {
             for (size_t i = 0; i < tl; i++) {
                 if (i + 3 <= tl && !memcmp(t + i, "\xe2\x96\x81", 3)) {
                     put(&k, ' ');

@@ -6,7 +6,9 @@
  * splitter that tokenizer.ggml.pre names), WordPiece (model "bert": NFD
  * first code point, lowercase, split on white space, punctuation and CJK,
  * greedy longest match with "##" continuations, [UNK] for a word it cannot
- * spell), special-token parsing, BOS/EOS,
+ * spell), SentencePiece unigram (model "t5": precompiled charsmap
+ * normalization, then the best segmentation by piece scores; <unk> for
+ * what no piece spells), special-token parsing, BOS/EOS,
  * token -> bytes, and a streaming detokenizer that never splits a UTF-8
  * character. Does not own: chat templates, stop strings, sampling.
  *
@@ -42,6 +44,7 @@ typedef enum rn_tok_kind {
     RN_TOK_SPM = 1, /* "llama": SentencePiece BPE by score */
     RN_TOK_BPE = 2, /* "gpt2": byte-level BPE */
     RN_TOK_WPM = 3, /* "bert": WordPiece (BOS = [CLS], EOS = [SEP]) */
+    RN_TOK_UGM = 4, /* "t5": SentencePiece unigram (T5, XLM-RoBERTa) */
 } rn_tok_kind_t;
 
 /* tokenizer.ggml.token_type values, as GGUF stores them. */
@@ -71,7 +74,7 @@ typedef enum rn_token_type {
  * separator, or add_bos/add_eos is set without the id (err->msg names the
  * key and index, e.g. "tokenizer.ggml.scores has 31999 entries, tokens
  * 32000"); CR_E_NOT_FOUND when tokenizer.ggml.model or .tokens is missing;
- * CR_E_UNSUPPORTED for a model ("t5", ...) or pre-tokenizer this
+ * CR_E_UNSUPPORTED for a model ("rwkv", ...) or pre-tokenizer this
  * module does not implement (the message names it); CR_E_TOO_LARGE past
  * the RN_TOK_MAX_* limits; CR_E_NOMEM. An id of -1 (0xFFFFFFFF as u32)
  * means "none" and keeps llama.cpp's default; the padding and separator ids
@@ -79,7 +82,10 @@ typedef enum rn_token_type {
  * WordPiece ("bert"): BOS is [CLS] (cls_token_id, else bos_token_id, else
  * 101), EOS is [SEP] (eos_token_id, else seperator_token_id, else 102),
  * unknown 100, padding 0 by default; add_special adds both unless
- * add_bos_token / add_eos_token say otherwise. */
+ * add_bos_token / add_eos_token say otherwise. Unigram ("t5"): no BOS,
+ * EOS 1 (added), unknown 2 (required), padding 0 by default; also reads
+ * .precompiled_charsmap (CR_E_CORRUPT naming it when truncated or when a
+ * trie path points outside it) and .remove_extra_whitespaces. */
 cr_status_t rn_tokenizer_load(const cr_gguf_t *g, rn_tokenizer_t **out,
                               cr_err_t *err);
 
