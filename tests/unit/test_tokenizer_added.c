@@ -9,7 +9,8 @@
  * nomic-bert-moe, [MASK] for modern-bert). Testdata part (skipped, saying
  * so, without CORRAL_TESTDATA): every user-defined and control token of
  * every vocabulary in testdata/vocab, and ids recorded from llama.cpp's
- * llama-tokenize for strings that mix added tokens with text. */
+ * llama-tokenize for strings that mix added tokens with text (each
+ * vocabulary, special parsing on and off). */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
@@ -231,6 +232,203 @@ static void test_sweep(const char *root)
     }
 }
 
+/* ---- ids recorded from llama.cpp ------------------------------------------ */
+
+/* Strings mixing added tokens (user-defined and control) with text, with
+ * and without special parsing, for every vocabulary. Produced by llama.cpp
+ * de3ff815 (tools/tokenize, vocab-only, CPU build):
+ *   llama-tokenize -m ggml-vocab-NAME.gguf -p TEXT --ids --log-disable \
+ *       --no-bos --no-escape [--no-parse-special]
+ * (--no-bos also means no EOS: add_special off; parse_special is the
+ * tool's default, --no-parse-special turns it off). */
+typedef struct recorded {
+    const char *vocab;
+    bool parse_special;
+    const char *text;
+    int32_t ids[24];
+    size_t n;
+} recorded_t;
+
+static const recorded_t RECORDED[] = {
+    {"deepseek-coder", false,
+     "Hello \xc3\xb5 world \xc3\xb7\xc3\x81!",
+     {17535, 207, 32000, 1835, 207, 32001, 32002, 0}, 8},
+    {"deepseek-coder", true,
+     "Hello \xc3\xb5 world \xc3\xb7\xc3\x81!",
+     {17535, 207, 32000, 1835, 207, 32001, 32002, 0}, 8},
+    {"deepseek-coder", false,
+     "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>x \xc3\xbd\xc3\xbe",
+     {27, 169, 121, 237, 946, 11028, 210, 990, 11028, 210, 18119, 720, 169, 121, 237, 29,
+      87, 207, 32003, 32008}, 20},
+    {"deepseek-coder", true,
+     "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>x \xc3\xbd\xc3\xbe",
+     {32013, 87, 207, 32003, 32008}, 5},
+    {"deepseek-llm", false,
+     "na\xc3\xafve caf\xc3\xa9 \xc3\xb8\xc3\xb6\xc3\xba",
+     {2490, 2865, 313, 26506, 587, 207, 100002, 100003, 100004}, 9},
+    {"deepseek-llm", true,
+     "na\xc3\xafve caf\xc3\xa9 \xc3\xb8\xc3\xb6\xc3\xba",
+     {2490, 2865, 313, 26506, 587, 207, 100002, 100003, 100004}, 9},
+    {"deepseek-llm", false,
+     "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c> \xc3\x80\xc3\xbf",
+     {27, 68940, 237, 409, 11009, 210, 994, 11009, 210, 53582, 68940, 237, 29, 207,
+      100010, 100005}, 16},
+    {"deepseek-llm", true,
+     "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c> \xc3\x80\xc3\xbf",
+     {100001, 207, 100010, 100005}, 4},
+    {"mpt", false,
+     "a          b\n\n   c",
+     {66, 50268, 67, 535, 50275, 68}, 6},
+    {"mpt", true,
+     "a          b\n\n   c",
+     {66, 50268, 67, 535, 50275, 68}, 6},
+    {"mpt", false,
+     "x<|endoftext|>y<|padding|>z    w",
+     {89, 29, 93, 423, 1171, 1156, 49651, 90, 29, 93, 17333, 49651, 91, 50274, 88}, 15},
+    {"mpt", true,
+     "x<|endoftext|>y<|padding|>z    w",
+     {89, 0, 90, 1, 91, 50274, 88}, 7},
+    {"gpt-neox", false,
+     "def f():\n        return 1",
+     {1545, 269, 14850, 187, 50270, 2309, 209, 18}, 8},
+    {"gpt-neox", true,
+     "def f():\n        return 1",
+     {1545, 269, 14850, 187, 50270, 2309, 209, 18}, 8},
+    {"gpt-neox", false,
+     "<|endoftext|>  a   ",
+     {29, 93, 423, 1171, 1156, 49651, 50276, 66, 50275}, 9},
+    {"gpt-neox", true,
+     "<|endoftext|>  a   ",
+     {0, 50276, 66, 50275}, 4},
+    {"refact", false,
+     "x[PAD49152]y[PAD49160]",
+     {106, 49152, 107, 49160}, 4},
+    {"refact", true,
+     "x[PAD49152]y[PAD49160]",
+     {106, 49152, 107, 49160}, 4},
+    {"refact", false,
+     "<fim_prefix>def f():<fim_suffix>",
+     {46, 88, 449, 81, 4254, 48, 589, 296, 2262, 46, 88, 449, 81, 12420, 48}, 15},
+    {"refact", true,
+     "<fim_prefix>def f():<fim_suffix>",
+     {1, 589, 296, 2262, 3}, 5},
+    {"phi-3", false,
+     "<|user|>\nHi</s><|end|> <s>x",
+     {529, 29989, 1792, 29989, 29958, 13, 18567, 829, 29879, 5299, 29989, 355, 29989,
+      29958, 529, 29879, 29958, 29916}, 18},
+    {"phi-3", true,
+     "<|user|>\nHi</s><|end|> <s>x",
+     {32010, 6324, 2, 32007, 1, 921}, 6},
+    {"phi-3", false,
+     "a </s> b",
+     {263, 1533, 29879, 29958, 289}, 5},
+    {"phi-3", true,
+     "a </s> b",
+     {263, 29871, 2, 289}, 4},
+    {"llama-spm", false,
+     "<s>Hello</s> world",
+     {529, 29879, 29958, 10994, 829, 29879, 29958, 3186}, 8},
+    {"llama-spm", true,
+     "<s>Hello</s> world",
+     {1, 15043, 2, 29871, 3186}, 5},
+    {"llama-spm", false,
+     " <unk> x",
+     {29871, 529, 2960, 29958, 921}, 5},
+    {"llama-spm", true,
+     " <unk> x",
+     {259, 0, 29871, 921}, 4},
+    {"llama-bpe", false,
+     "<|begin_of_text|>Hi<|eot_id|>",
+     {27, 91, 7413, 3659, 4424, 91, 29, 13347, 27, 91, 68, 354, 851, 91, 29}, 15},
+    {"llama-bpe", true,
+     "<|begin_of_text|>Hi<|eot_id|>",
+     {128000, 13347, 128009}, 3},
+    {"llama-bpe", false,
+     "a<|reserved_special_token_0|>b",
+     {64, 27, 91, 52202, 42729, 6594, 62, 15, 91, 29, 65}, 11},
+    {"llama-bpe", true,
+     "a<|reserved_special_token_0|>b",
+     {64, 128002, 65}, 3},
+    {"bert-bge", false,
+     "[CLS] hello [SEP] [MASK] world",
+     {1031, 18856, 2015, 1033, 7592, 1031, 19802, 1033, 1031, 7308, 1033, 2088}, 12},
+    {"bert-bge", true,
+     "[CLS] hello [SEP] [MASK] world",
+     {101, 7592, 102, 103, 2088}, 5},
+    {"bert-bge", false,
+     "[UNK]x",
+     {1031, 4895, 2243, 1033, 1060}, 5},
+    {"bert-bge", true,
+     "[UNK]x",
+     {100, 1060}, 2},
+    {"gpt-2", false,
+     "<|endoftext|>Hello",
+     {27, 91, 437, 1659, 5239, 91, 29, 15496}, 8},
+    {"gpt-2", true,
+     "<|endoftext|>Hello",
+     {50256, 15496}, 2},
+    {"gpt-2", false,
+     "a<|endoftext|> b",
+     {64, 27, 91, 437, 1659, 5239, 91, 29, 275}, 9},
+    {"gpt-2", true,
+     "a<|endoftext|> b",
+     {64, 50256, 275}, 3},
+    {"falcon", false,
+     ">>TITLE<<Hi",
+     {500, 6539, 503, 5516}, 4},
+    {"falcon", true,
+     ">>TITLE<<Hi",
+     {0, 5516}, 2},
+    {"falcon", false,
+     "x<|endoftext|>y",
+     {99, 39, 103, 415, 1487, 2164, 54146, 100}, 8},
+    {"falcon", true,
+     "x<|endoftext|>y",
+     {99, 11, 100}, 3},
+    {"starcoder", false,
+     "<fim_prefix>def<fim_middle>",
+     {65, 107, 468, 100, 4271, 67, 610, 65, 107, 468, 100, 10519, 67}, 13},
+    {"starcoder", true,
+     "<fim_prefix>def<fim_middle>",
+     {1, 610, 2}, 3},
+    {"starcoder", false,
+     "<|endoftext|>x",
+     {65, 129, 15546, 31124, 28339, 125}, 6},
+    {"starcoder", true,
+     "<|endoftext|>x",
+     {0, 125}, 2},
+    {"baichuan", false,
+     "<s>\xe4\xbd\xa0\xe5\xa5\xbd</s>",
+     {1557, 31114, 31219, 25211, 2154, 31114, 31219}, 7},
+    {"baichuan", true,
+     "<s>\xe4\xbd\xa0\xe5\xa5\xbd</s>",
+     {1, 9875, 31213, 2}, 4},
+    {"baichuan", false,
+     "a </s>",
+     {650, 4600, 31114, 31219}, 4},
+    {"baichuan", true,
+     "a </s>",
+     {650, 31106, 2}, 3},
+};
+
+static void test_recorded(const char *root)
+{
+    int ok = 0;
+    for (size_t i = 0; i < CR_ARRAY_LEN(RECORDED); i++) {
+        const recorded_t *r = &RECORDED[i];
+        rn_tokenizer_t *tok = open_vocab(root, r->vocab);
+        CHECK_MSG(tok != NULL, "%s does not load", r->vocab);
+        if (!tok)
+            continue;
+        if (check_ids(tok, r->text, r->parse_special, r->ids, r->n))
+            ok++;
+        else
+            fprintf(stderr, "  (%s)\n", r->vocab);
+        rn_tokenizer_destroy(&tok);
+    }
+    printf("  %d of %zu strings match llama-tokenize\n", ok, CR_ARRAY_LEN(RECORDED));
+}
+
 int main(void)
 {
     test_strip_attrs();
@@ -241,5 +439,6 @@ int main(void)
         return check_finish("test_tokenizer_added");
     }
     test_sweep(root);
+    test_recorded(root);
     return check_finish("test_tokenizer_added");
 }
