@@ -441,6 +441,91 @@ static void test_corrupt_charsmap(void)
     rn_tokenizer_destroy(&tok);
 }
 
+/* ---- ids recorded from llama.cpp ------------------------------------------ */
+
+/* The vocabulary above (plain, and with remove_extra_whitespaces) through
+ * llama.cpp de3ff815's tokenizer, produced with
+ *   test_tokenizer_ugm --write ugm.gguf [merge]
+ *   llama-tokenize -m ugm.gguf -p TEXT --ids --log-disable --no-bos \
+ *       --no-escape [--no-parse-special]
+ * (parse_special listed only where it changes the ids). */
+static const struct {
+    variant_t v;
+    bool parse_special;
+    const char *text;
+    int32_t ids[8];
+    size_t n;
+} RECORDED[] = {
+    {V_PLAIN, false, "abc", {4, 8}, 2},
+    {V_PLAIN, false, "ab", {7}, 1},
+    {V_PLAIN, false, "a b", {4, 10}, 2},
+    {V_PLAIN, false, "\xc3\xa9", {3, 2}, 2},
+    {V_PLAIN, false, "\xc3\xa9\xc3\xa9\xc3\xa9", {3, 2}, 2},
+    {V_PLAIN, false, "\xc3\xa9" "a\xc3\xa9", {3, 2, 5, 2}, 4},
+    {V_PLAIN, false, "xA", {3, 2}, 2},
+    {V_PLAIN, false, "zz", {19}, 1},
+    {V_PLAIN, false, "\xef\xbc\xa1", {11}, 1},
+    {V_PLAIN, false, "\xef\xac\x81", {12}, 1},
+    {V_PLAIN, false, "qu", {14}, 1},
+    {V_PLAIN, false, "qa", {15, 5}, 2},
+    {V_PLAIN, false, "a\x09" "b", {4, 10}, 2},
+    {V_PLAIN, false, "a\xc2\xa0" "b", {4, 10}, 2},
+    {V_PLAIN, false, "a\xe2\x80\x8b" "b", {7}, 1},
+    {V_PLAIN, false, " a  b ", {3, 4, 3, 10, 3}, 5},
+    {V_PLAIN, false, "a<\xef\xac\x81>b", {4, 17, 10}, 3},
+    {V_PLAIN, false, "<\xef\xac\x81", {3, 2}, 2},
+    {V_PLAIN, false, "<a", {3, 2, 5}, 3},
+    {V_PLAIN, false, "a<mask>", {4, 2, 5, 2, 16, 2}, 6},
+    {V_PLAIN, true, "a<mask>", {4, 18}, 2},
+    {V_PLAIN, false, "quabc \xef\xbc\xa1\xef\xac\x81 q", {14, 5, 8, 11, 13, 15}, 6},
+    {V_PLAIN, false, "  a   b  ", {3, 3, 4, 3, 3, 10, 3, 3}, 8},
+    {V_PLAIN, false, "bcbcbc abab", {3, 8, 8, 8, 7, 5, 6}, 7},
+    {V_PLAIN, false, "a\xc2\xa0\xc2\xa0\x09" "b\xe2\x80\x8b", {4, 3, 3, 10}, 4},
+    {V_MERGE, false, "abc", {4, 8}, 2},
+    {V_MERGE, false, "ab", {7}, 1},
+    {V_MERGE, false, "a b", {4, 10}, 2},
+    {V_MERGE, false, "\xc3\xa9", {3, 2}, 2},
+    {V_MERGE, false, "\xc3\xa9\xc3\xa9\xc3\xa9", {3, 2}, 2},
+    {V_MERGE, false, "\xc3\xa9" "a\xc3\xa9", {3, 2, 5, 2}, 4},
+    {V_MERGE, false, "xA", {3, 2}, 2},
+    {V_MERGE, false, "zz", {19}, 1},
+    {V_MERGE, false, "\xef\xbc\xa1", {11}, 1},
+    {V_MERGE, false, "\xef\xac\x81", {12}, 1},
+    {V_MERGE, false, "qu", {14}, 1},
+    {V_MERGE, false, "qa", {15, 5}, 2},
+    {V_MERGE, false, "a\x09" "b", {4, 10}, 2},
+    {V_MERGE, false, "a\xc2\xa0" "b", {4, 10}, 2},
+    {V_MERGE, false, "a\xe2\x80\x8b" "b", {7}, 1},
+    {V_MERGE, false, " a  b ", {4, 10}, 2},
+    {V_MERGE, false, "a<\xef\xac\x81>b", {4, 17, 10}, 3},
+    {V_MERGE, false, "<\xef\xac\x81", {3, 2}, 2},
+    {V_MERGE, false, "<a", {3, 2, 5}, 3},
+    {V_MERGE, false, "a<mask>", {4, 2, 5, 2, 16, 2}, 6},
+    {V_MERGE, true, "a<mask>", {4, 18}, 2},
+    {V_MERGE, false, "quabc \xef\xbc\xa1\xef\xac\x81 q", {14, 5, 8, 11, 13, 15}, 6},
+    {V_MERGE, false, "  a   b  ", {4, 10}, 2},
+    {V_MERGE, false, "bcbcbc abab", {3, 8, 8, 8, 7, 5, 6}, 7},
+    {V_MERGE, false, "a\xc2\xa0\xc2\xa0\x09" "b\xe2\x80\x8b", {4, 10}, 2},
+};
+
+static void test_recorded(void)
+{
+    rn_tokenizer_t *tok[2] = {NULL, NULL};
+    cr_status_t st;
+    cr_err_t err;
+    tok[0] = ugm_tok(V_PLAIN, CM_NONE, &st, &err);
+    tok[1] = ugm_tok(V_MERGE, CM_NONE, &st, &err);
+    CHECK(tok[0] && tok[1]);
+    int ok = 0;
+    for (size_t i = 0; tok[0] && tok[1] && i < CR_ARRAY_LEN(RECORDED); i++)
+        ok += check_ids(tok[RECORDED[i].v == V_MERGE], RECORDED[i].text,
+                        strlen(RECORDED[i].text), false, RECORDED[i].parse_special,
+                        RECORDED[i].ids, RECORDED[i].n);
+    printf("  %d of %zu strings match llama-tokenize\n", ok, CR_ARRAY_LEN(RECORDED));
+    rn_tokenizer_destroy(&tok[0]);
+    rn_tokenizer_destroy(&tok[1]);
+}
+
 static int write_vocab_file(const char *path, const char *which)
 {
     size_t len = 0;
@@ -462,5 +547,6 @@ int main(int argc, char **argv)
     test_segmentation();
     test_whitespace_flags();
     test_corrupt_charsmap();
+    test_recorded();
     return check_finish("test_tokenizer_ugm");
 }
