@@ -779,7 +779,8 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
     if ((st = get_bool(g, "tokenizer.ggml.add_bos_token", &tok->add_bos, err)) ||
         (st = get_bool(g, "tokenizer.ggml.add_eos_token", &tok->add_eos, err)) ||
         (st =
-             get_bool(g, "tokenizer.ggml.add_space_prefix", &tok->add_space_prefix, err)))
+             get_bool(g, "tokenizer.ggml.add_space_prefix", &tok->add_space_prefix, err)) ||
+        (st = get_bool(g, "tokenizer.ggml.add_sep_token", &tok->add_sep, err)))
         return st;
     if (tok->add_bos && tok->bos < 0)
         return cr_err_set(
@@ -982,6 +983,54 @@ out:
     free(a.v);
     free(b.v);
     return st;
+}
+
+/* Appends one special id to a pair being counted into out[0..cap). */
+static void pair_put(int32_t id, int32_t *out, size_t cap, size_t *n)
+{
+    if (*n < cap)
+        out[*n] = id;
+    (*n)++;
+}
+
+/* Appends text's ids (no specials added or parsed) the same way. */
+static cr_status_t pair_text(const rn_tokenizer_t *tok, const char *text, size_t len,
+                             int32_t *out, size_t cap, size_t *n, cr_err_t *err)
+{
+    size_t at = CR_MIN(*n, cap), got = 0;
+    cr_status_t st = rn_tokenize(tok, text, len, false, false, out ? out + at : NULL,
+                                 cap - at, &got, err);
+    if (st && st != CR_E_TOO_LARGE)
+        return st;
+    *n += got;
+    return CR_OK;
+}
+
+cr_status_t rn_tokenize_pair(const rn_tokenizer_t *tok, const char *a, size_t a_len,
+                             const char *b, size_t b_len, int32_t *out, size_t cap,
+                             size_t *n_out, cr_err_t *err)
+{
+    *n_out = 0;
+    int32_t eos = tok->eos >= 0 ? tok->eos : tok->sep;
+    size_t n = 0;
+    cr_status_t st;
+    if (tok->add_bos && tok->bos >= 0)
+        pair_put(tok->bos, out, cap, &n);
+    if ((st = pair_text(tok, a, a_len, out, cap, &n, err)))
+        return st;
+    if (tok->add_eos && eos >= 0)
+        pair_put(eos, out, cap, &n);
+    if (tok->add_sep && tok->sep >= 0)
+        pair_put(tok->sep, out, cap, &n);
+    if ((st = pair_text(tok, b, b_len, out, cap, &n, err)))
+        return st;
+    if (tok->add_eos && eos >= 0)
+        pair_put(eos, out, cap, &n);
+    *n_out = n;
+    if (n > cap)
+        return cr_err_set(err, CR_E_TOO_LARGE, "tokenize: the pair's %zu tokens do not "
+                          "fit in %zu", n, cap);
+    return CR_OK;
 }
 
 /* ---- decoding ------------------------------------------------------------------ */
@@ -1218,6 +1267,8 @@ int32_t rn_tokenizer_unk(const rn_tokenizer_t *tok) { return tok->unk; }
 int32_t rn_tokenizer_pad(const rn_tokenizer_t *tok) { return tok->pad; }
 bool rn_tokenizer_add_bos(const rn_tokenizer_t *tok) { return tok->add_bos; }
 bool rn_tokenizer_add_eos(const rn_tokenizer_t *tok) { return tok->add_eos; }
+bool rn_tokenizer_add_sep(const rn_tokenizer_t *tok) { return tok->add_sep; }
+int32_t rn_tokenizer_sep(const rn_tokenizer_t *tok) { return tok->sep; }
 bool rn_tokenizer_add_space_prefix(const rn_tokenizer_t *tok)
 {
     return tok->add_space_prefix;

@@ -114,6 +114,18 @@ cr_status_t rn_tokenize(const rn_tokenizer_t *tok, const char *text,
                         int32_t *out, size_t cap, size_t *n_out,
                         cr_err_t *err);
 
+/* Encodes a (query, document) pair for a reranker the way llama.cpp's
+ * server does without a rerank template: [BOS] a [EOS] [SEP] b [EOS], each
+ * special only where the vocabulary adds it (add_bos_token, add_eos_token,
+ * add_sep_token; EOS falls back to the separator id). Special-token texts
+ * in a and b are never parsed. An XLM-RoBERTa vocabulary (all three set)
+ * gives <s> a </s> </s> b </s>; a BERT one ([CLS] as BOS, [SEP] as EOS,
+ * no add_sep_token) [CLS] a [SEP] b [SEP], as Hugging Face pairs them.
+ * Output and errors as rn_tokenize. */
+cr_status_t rn_tokenize_pair(const rn_tokenizer_t *tok, const char *a, size_t a_len,
+                             const char *b, size_t b_len, int32_t *out, size_t cap,
+                             size_t *n_out, cr_err_t *err);
+
 /* Flags for rn_token_piece and rn_detok_new. */
 enum {
     /* Render control and unknown tokens as their text (else as nothing). */
@@ -186,6 +198,11 @@ int32_t rn_tokenizer_unk(const rn_tokenizer_t *tok);
 int32_t rn_tokenizer_pad(const rn_tokenizer_t *tok);
 bool rn_tokenizer_add_bos(const rn_tokenizer_t *tok);
 bool rn_tokenizer_add_eos(const rn_tokenizer_t *tok);
+/* tokenizer.ggml.add_sep_token (false when absent): a pair gets a
+ * separator between its parts. */
+bool rn_tokenizer_add_sep(const rn_tokenizer_t *tok);
+/* tokenizer.ggml.seperator_token_id ([SEP] 102 for WordPiece), or -1. */
+int32_t rn_tokenizer_sep(const rn_tokenizer_t *tok);
 bool rn_tokenizer_add_space_prefix(const rn_tokenizer_t *tok);
 /* Largest piece rn_token_piece can produce, in bytes. */
 size_t rn_tokenizer_max_piece_bytes(const rn_tokenizer_t *tok);

@@ -74,6 +74,7 @@ struct rn_tokenizer {
 
     int32_t bos, eos, eot, eom, unk, pad, sep;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    bool add_sep; /* tokenizer.ggml.add_sep_token: a pair's middle [SEP] */
 
     int32_t *specials; /* control/user-defined/unknown ids, longest first */
     uint32_t n_specials;
