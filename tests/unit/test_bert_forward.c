@@ -824,7 +824,7 @@ static void test_tool(void)
     static const struct {
         const char *arch, *pooling;
         int pooling_type;
-    } cases[] = {{"bert", "cls", 2}, {"nomic-bert", "last", 3}};
+    } cases[] = {{"bert", "cls", 2}, {"nomic-bert", "last", 3}, {"bert", "rank", 4}};
     char out[128], cmd[2048];
     snprintf(out, sizeof out, "%s/m.gguf", dir);
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
@@ -851,7 +851,7 @@ static void test_tool(void)
         free(b);
     }
     /* a pooling the tool does not know is a usage error (2) */
-    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --arch bert --pooling rank 2>/dev/null",
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --arch bert --pooling max 2>/dev/null",
              tool, out);
     int rc = system(cmd);
     CHECK_EQ_INT(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 2);
