@@ -1213,8 +1213,8 @@ cr_status_t rn_engine_rerank(rn_engine_t *e, const char *query, const char *cons
     for (size_t i = 0; i < n_docs; i++) {
         const char *d = docs[i] ? docs[i] : "";
         size_t need = 0;
-        cr_status_t st = rn_tokenize_pair(e->tok, q, strlen(q), d, strlen(d), e->prompt,
-                                          (size_t)e->n_ctx, &need, err);
+        cr_status_t st = rn_tokenizer_encode_pair(e->tok, q, strlen(q), d, strlen(d),
+                                                  e->prompt, (size_t)e->n_ctx, &need, err);
         if (st && st != CR_E_TOO_LARGE)
             return st;
         if (need > (size_t)e->n_ctx) {

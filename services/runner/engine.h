@@ -105,7 +105,7 @@ cr_status_t rn_engine_embed(rn_engine_t *e, const msg_embed_body_t *req,
 
 /* Scores docs[0..n_docs) against query with a reranker (a bert model with
  * pooling_type 4, rank), at once in a free slot (CR_E_BUSY without one):
- * each (query, document) pair is tokenized as rn_tokenize_pair says
+ * each (query, document) pair is tokenized as rn_tokenizer_encode_pair says
  * (special texts in them are plain text) and run through the encoder and
  * the classifier head (rn_ctx_rank_seq); scores[i] (caller-owned, n_docs)
  * gets document i's relevance, the head's first output (a logit: higher

@@ -8,7 +8,7 @@
  * - bert with a unigram ("t5") vocabulary, the bge-m3 layout: loads,
  *   tokenizes <s> ... </s>, and embeds through the engine exactly as
  *   rn_ctx_embed does on those ids.
- * - rerankers (bert, pooling_type 4): rn_tokenize_pair's layouts for a
+ * - rerankers (bert, pooling_type 4): rn_tokenizer_encode_pair's layouts for a
  *   WordPiece vocabulary ([CLS] q [SEP] d [SEP]) and an XLM-RoBERTa one
  *   (<s> q </s> </s> d </s>), and rn_engine_rerank's scores equal to
  *   rn_ctx_rank_seq on those ids (test_bert_forward checks the head itself
@@ -313,8 +313,8 @@ static void check_reranker(const char *what, const char *vocab)
     for (int i = 0; i < 3; i++) {
         int32_t ids[32];
         size_t n = 0;
-        CHECK_EQ_INT(rn_tokenize_pair(tok, q, strlen(q), docs[i], strlen(docs[i]), ids,
-                                      32, &n, &err),
+        CHECK_EQ_INT(rn_tokenizer_encode_pair(tok, q, strlen(q), docs[i], strlen(docs[i]),
+                                              ids, 32, &n, &err),
                      CR_OK);
         float want = 0;
         CHECK_EQ_INT(rn_ctx_rank_seq(c, 0, ids, (int)n, &want, &err), CR_OK);
@@ -363,18 +363,19 @@ static void test_pair_layouts(void)
     if (!cr_gguf_open(vocab, &g, &err) && !rn_tokenizer_load(g, &tok, &err)) {
         /* XLM-RoBERTa: <s> q </s> </s> d </s> */
         CHECK(rn_tokenizer_add_sep(tok) && rn_tokenizer_sep(tok) == X_EOS);
-        CHECK_EQ_INT(rn_tokenize_pair(tok, "hello", 5, "cat", 3, ids, 32, &n, &err),
+        CHECK_EQ_INT(rn_tokenizer_encode_pair(tok, "hello", 5, "cat", 3, ids, 32, &n, &err),
                      CR_OK);
         int32_t want[] = {X_BOS, X_HELLO, X_EOS, X_EOS, X_CAT, X_EOS};
         CHECK(ids_are(ids, n, want, CR_ARRAY_LEN(want)));
         /* special texts in the parts stay text */
-        CHECK_EQ_INT(rn_tokenize_pair(tok, "</s>", 4, "", 0, ids, 32, &n, &err), CR_OK);
+        CHECK_EQ_INT(rn_tokenizer_encode_pair(tok, "</s>", 4, "", 0, ids, 32, &n, &err),
+                     CR_OK);
         bool inner_eos = false;
         for (size_t i = 1; i + 3 < n; i++)
             inner_eos |= ids[i] == X_EOS;
         CHECK(n > 4 && !inner_eos);
         /* counts past cap */
-        CHECK_EQ_INT(rn_tokenize_pair(tok, "hello", 5, "cat", 3, ids, 3, &n, &err),
+        CHECK_EQ_INT(rn_tokenizer_encode_pair(tok, "hello", 5, "cat", 3, ids, 3, &n, &err),
                      CR_E_TOO_LARGE);
         CHECK(n == 6 && ids[0] == X_BOS && ids[2] == X_EOS);
     }
@@ -393,7 +394,7 @@ static void test_pair_layouts(void)
         int32_t hello = rn_tokenizer_find(tok, SP "hello", 8);
         int32_t cat = rn_tokenizer_find(tok, SP "cat", 6);
         CHECK(!rn_tokenizer_add_sep(tok));
-        CHECK_EQ_INT(rn_tokenize_pair(tok, "hello", 5, "cat", 3, ids, 32, &n, &err),
+        CHECK_EQ_INT(rn_tokenizer_encode_pair(tok, "hello", 5, "cat", 3, ids, 32, &n, &err),
                      CR_OK);
         int32_t want[] = {1, hello, 2, cat, 2};
         CHECK(hello > 0 && cat > 0 && ids_are(ids, n, want, CR_ARRAY_LEN(want)));

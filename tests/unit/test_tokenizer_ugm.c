@@ -283,7 +283,8 @@ static bool check_ids(const rn_tokenizer_t *tok, const char *text, size_t len,
                   CR_ARRAY_LEN(want_));                                           \
     } while (0)
 #define CHECK_IDS(tok, text, ...) CHECK_IDS_X(tok, text, false, false, __VA_ARGS__)
-#define CHECK_NO_IDS(tok, text) check_ids((tok), (text), strlen(text), false, false, NULL, 0)
+#define CHECK_NO_IDS(tok, text)                                                   \
+    check_ids((tok), (text), strlen(text), false, false, NULL, 0)
 
 static void test_segmentation(void)
 {

@@ -110,7 +110,7 @@ cr_status_t rn_ctx_embed_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
 
 /* A reranker's scores (pooling RN_POOL_RANK, bert): clears sequence seq's
  * cache, runs the encoder over tokens[0..n) (one formatted pair, e.g.
- * rn_tokenize_pair) and writes rn_ctx_rank_n_out(c) floats to out
+ * rn_tokenizer_encode_pair) and writes rn_ctx_rank_n_out(c) floats to out
  * (caller-owned): the classifier head over the first position's hidden
  * state, as llama.cpp's rank pooling: cls_out . tanh(cls . x0 + cls_b) +
  * cls_out_b, each stage only where its tensor exists. out[0] is the

@@ -1006,7 +1006,7 @@ static cr_status_t pair_text(const rn_tokenizer_t *tok, const char *text, size_t
     return CR_OK;
 }
 
-cr_status_t rn_tokenize_pair(const rn_tokenizer_t *tok, const char *a, size_t a_len,
+cr_status_t rn_tokenizer_encode_pair(const rn_tokenizer_t *tok, const char *a, size_t a_len,
                              const char *b, size_t b_len, int32_t *out, size_t cap,
                              size_t *n_out, cr_err_t *err)
 {

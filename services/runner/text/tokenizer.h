@@ -122,7 +122,7 @@ cr_status_t rn_tokenize(const rn_tokenizer_t *tok, const char *text,
  * gives <s> a </s> </s> b </s>; a BERT one ([CLS] as BOS, [SEP] as EOS,
  * no add_sep_token) [CLS] a [SEP] b [SEP], as Hugging Face pairs them.
  * Output and errors as rn_tokenize. */
-cr_status_t rn_tokenize_pair(const rn_tokenizer_t *tok, const char *a, size_t a_len,
+cr_status_t rn_tokenizer_encode_pair(const rn_tokenizer_t *tok, const char *a, size_t a_len,
                              const char *b, size_t b_len, int32_t *out, size_t cap,
                              size_t *n_out, cr_err_t *err);
 

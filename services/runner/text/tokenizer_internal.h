@@ -1,8 +1,8 @@
 /* tokenizer_internal.h: the tokenizer's private state, shared by its files
  * (tokenizer.c: load, special tokens, decode; tokenizer_spm.c;
- * tokenizer_bpe.c; tokenizer_pretok.c; tokenizer_wpm.c; tokenizer_ugm.c). Nothing else may include it except
- * the tokenizer's own unit test (tests/unit/test_tokenizer.c), which checks
- * the pre-tokenizers directly. */
+ * tokenizer_bpe.c; tokenizer_pretok.c; tokenizer_wpm.c; tokenizer_ugm.c).
+ * Nothing else may include it except the tokenizer's own unit test
+ * (tests/unit/test_tokenizer.c), which checks the pre-tokenizers directly. */
 #ifndef RN_TOKENIZER_INTERNAL_H
 #define RN_TOKENIZER_INTERNAL_H
 
