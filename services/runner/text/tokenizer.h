@@ -62,11 +62,11 @@ typedef enum rn_token_type {
  * testdata work; tensors are never read). Reads tokenizer.ggml.model, .pre,
  * .tokens, .scores, .token_type, .merges, .bos/.eos/.unknown/.padding/
  * .eot/.eom/.seperator/.cls_token_id, .add_bos_token, .add_eos_token,
- * .add_space_prefix, and, for the spaces special tokens eat (which GGUF
- * does not record; llama.cpp decides by model, and so do we): general.name
- * (phi-3 strips spaces after its special tokens, modern-bert before
- * [MASK]), general.architecture and .pre (nomic-bert-moe, jina-bert-v3 and
- * jina-v2-* strip them before <mask>).
+ * .add_sep_token, .add_space_prefix, and, for the spaces special tokens
+ * eat (which GGUF does not record; llama.cpp decides by model, and so do
+ * we): general.name (phi-3 strips spaces after its special tokens,
+ * modern-bert before [MASK]), general.architecture and .pre
+ * (nomic-bert-moe, jina-bert-v3 and jina-v2-* strip them before <mask>).
  *
  * On success *out is owned by the caller (free with rn_tokenizer_destroy).
  * Errors: CR_E_CORRUPT when a key has the wrong type, arrays differ in
