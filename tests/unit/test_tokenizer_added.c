@@ -68,13 +68,15 @@ static bool check_ids(const rn_tokenizer_t *tok, const char *text, bool parse_sp
 
 enum { T_UNK, T_BOS, T_EOS, T_SP, T_A, T_SPA, T_MASK, T_N };
 
-/* A SentencePiece vocabulary with a mask token spelled mask, written with
- * general.architecture arch and general.name name. */
-static rn_tokenizer_t *mask_vocab(const char *arch, const char *name, const char *mask)
+/* A SentencePiece vocabulary whose last token is spelled mask with token
+ * type mask_type, written with general.architecture arch, general.name
+ * name and, if key is not NULL, the u32 key naming the last token. */
+static rn_tokenizer_t *vocab_with(const char *arch, const char *name, const char *mask,
+                                  int mask_type, const char *key)
 {
     const char *toks[T_N] = {"<unk>", "<s>", "</s>", SP, "a", SP "a", mask};
     float scores[T_N] = {0, 0, 0, -1, -2, -1, 0};
-    int32_t types[T_N] = {2, 3, 3, 1, 1, 1, 3};
+    int32_t types[T_N] = {2, 3, 3, 1, 1, 1, mask_type};
     cr_gguf_writer_t *w = cr_gguf_writer_new();
     cr_err_t e;
     cr_gguf_writer_add_str(w, "general.architecture", arch, &e);
@@ -83,6 +85,8 @@ static rn_tokenizer_t *mask_vocab(const char *arch, const char *name, const char
     cr_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, T_N, &e);
     cr_gguf_writer_add_arr(w, "tokenizer.ggml.scores", CR_GGUF_F32, scores, T_N, &e);
     cr_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", CR_GGUF_I32, types, T_N, &e);
+    if (key)
+        cr_gguf_writer_add_u32(w, key, T_MASK, &e);
     void *data = NULL;
     size_t len = 0;
     cr_gguf_t *g = NULL;
@@ -94,6 +98,44 @@ static rn_tokenizer_t *mask_vocab(const char *arch, const char *name, const char
     cr_gguf_writer_destroy(&w);
     free(data);
     return tok;
+}
+
+static rn_tokenizer_t *mask_vocab(const char *arch, const char *name, const char *mask)
+{
+    return vocab_with(arch, name, mask, RN_TOKEN_CONTROL, NULL);
+}
+
+/* FIM prefix/suffix/middle tokens found by text are control tokens (as in
+ * llama.cpp), even when the file says user-defined; a key naming the
+ * token leaves its type as stored. */
+static void test_fim_by_text(void)
+{
+    static const char *const texts[] = {"<fim_prefix>", "<|fim_suffix|>", "<MID>",
+                                        SP "<PRE>"};
+    for (size_t i = 0; i < CR_ARRAY_LEN(texts); i++) {
+        rn_tokenizer_t *tok = vocab_with("llama", "plain", texts[i],
+                                         RN_TOKEN_USER_DEFINED, NULL);
+        CHECK(tok && rn_tokenizer_is_control(tok, T_MASK));
+        rn_tokenizer_destroy(&tok);
+    }
+    rn_tokenizer_t *tok = vocab_with("llama", "plain", "<fim_prefix>",
+                                     RN_TOKEN_USER_DEFINED, NULL);
+    if (tok) {
+        /* plain text without parse_special, the token with it */
+        size_t n = 0;
+        int32_t *ids = enc(tok, "a<fim_prefix>", 13, false, &n);
+        CHECK(ids && n > 2 && ids[n - 1] != T_MASK);
+        free(ids);
+        CHECK_IDS(tok, "a<fim_prefix>", true, T_SPA, T_MASK);
+    }
+    rn_tokenizer_destroy(&tok);
+    tok = vocab_with("llama", "plain", "<fim_prefix>", RN_TOKEN_USER_DEFINED,
+                     "tokenizer.ggml.fim_pre_token_id");
+    if (tok) {
+        CHECK(!rn_tokenizer_is_control(tok, T_MASK));
+        CHECK_IDS(tok, "a<fim_prefix>", false, T_SPA, T_MASK);
+    }
+    rn_tokenizer_destroy(&tok);
 }
 
 static void test_strip_attrs(void)
@@ -245,11 +287,26 @@ typedef struct recorded {
     const char *vocab;
     bool parse_special;
     const char *text;
-    int32_t ids[24];
+    int32_t ids[48];
     size_t n;
 } recorded_t;
 
 static const recorded_t RECORDED[] = {
+    /* DeepSeek Coder's FIM tokens are user-defined in the file, but
+     * llama.cpp finds them by text and makes them control tokens; its
+     * <|EOT|> stays user-defined (matched in plain text) */
+    {"deepseek-coder", false,
+     "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>def f(<\xef\xbd\x9c"
+     "fim\xe2\x96\x81" "hole\xef\xbd\x9c>):<\xef\xbd\x9c" "fim\xe2\x96\x81"
+     "end\xef\xbd\x9c><|EOT|>",
+     {27, 169, 121, 237, 69, 308, 11028, 210, 946, 169, 121, 237, 29, 1551, 267, 7, 27,
+      169, 121, 237, 69, 308, 11028, 210, 19496, 169, 121, 237, 29, 1772, 27, 169, 121,
+      237, 69, 308, 11028, 210, 408, 169, 121, 237, 29, 32021}, 44},
+    {"deepseek-coder", true,
+     "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>def f(<\xef\xbd\x9c"
+     "fim\xe2\x96\x81" "hole\xef\xbd\x9c>):<\xef\xbd\x9c" "fim\xe2\x96\x81"
+     "end\xef\xbd\x9c><|EOT|>",
+     {32016, 1551, 267, 7, 32015, 1772, 32017, 32021}, 8},
     {"deepseek-coder", false,
      "Hello \xc3\xb5 world \xc3\xb7\xc3\x81!",
      {17535, 207, 32000, 1835, 207, 32001, 32002, 0}, 8},
@@ -432,6 +489,7 @@ static void test_recorded(const char *root)
 int main(void)
 {
     test_strip_attrs();
+    test_fim_by_text();
     const char *root = check_testdata("vocab/ggml-vocab-mpt.gguf");
     if (!root) {
         printf("test_tokenizer_added: testdata absent (CORRAL_TESTDATA): real "

@@ -339,9 +339,59 @@ static const char *const EOG_TEXTS[] = {
     "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
 };
 static const char *const FIM_EOG_TEXTS[] = {
-    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "<|fim_repo|>",
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>",
     "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>",
 };
+
+/* Fill-in-the-middle prefix, suffix and middle tokens, by text, and the
+ * keys that name them instead. */
+#define FIM_TEXTS_MAX 8
+static const struct {
+    const char *key, *old_key; /* tokenizer.ggml.<key>_token_id */
+    const char *texts[FIM_TEXTS_MAX];
+} FIM_KINDS[] = {
+    {"fim_pre", "prefix",
+     {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+      "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>",
+      "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"}},
+    {"fim_suf", "suffix",
+     {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+      "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>", "<SUF>",
+      "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"}},
+    {"fim_mid", "middle",
+     {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+      "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>",
+      "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"}},
+};
+
+/* Whether tokenizer.ggml.<name>_token_id holds an id in the vocabulary. */
+static bool names_token(const rn_tokenizer_t *tok, const cr_gguf_t *g, const char *name)
+{
+    char key[96];
+    snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", name);
+    uint64_t v = 0;
+    return cr_gguf_get_u64(g, key, &v) && v < tok->n_vocab;
+}
+
+/* llama.cpp finds the FIM prefix/suffix/middle tokens by text when no key
+ * names them and makes them control tokens (a user-defined
+ * "<｜fim▁end｜>" in DeepSeek Coder then stays text in request content).
+ * Where a vocabulary has several texts of one kind, llama.cpp marks the
+ * one its hash map yields first; we mark them all. */
+static void mark_fim(rn_tokenizer_t *tok, const cr_gguf_t *g)
+{
+    for (size_t k = 0; k < CR_ARRAY_LEN(FIM_KINDS); k++) {
+        if (names_token(tok, g, FIM_KINDS[k].key) ||
+            names_token(tok, g, FIM_KINDS[k].old_key))
+            continue;
+        for (size_t i = 0; i < FIM_TEXTS_MAX && FIM_KINDS[k].texts[i]; i++) {
+            const char *t = FIM_KINDS[k].texts[i];
+            int32_t id = rn_tok_lookup(tok, t, strlen(t));
+            if (id >= 0 && (uint32_t)id < tok->n_vocab)
+                tok->attr[id] |= RN_ATTR_CONTROL;
+        }
+    }
+}
 
 static bool in_list(const rn_tokenizer_t *tok, uint32_t id, const char *const *l,
                     size_t n)
@@ -795,6 +845,7 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
     if (tok->kind == RN_TOK_UGM && (st = rn_ugm_load(tok, g, err)))
         return st;
     mark_eog(tok, eot_key, eom_key);
+    mark_fim(tok, g);
     if ((st = build_specials(tok, g)))
         return cr_err_set(err, st, "tokenizer: no memory for special tokens");
     set_byte_tokens(tok);

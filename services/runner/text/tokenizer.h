@@ -67,6 +67,11 @@ typedef enum rn_token_type {
  * we): general.name (phi-3 strips spaces after its special tokens,
  * modern-bert before [MASK]), general.architecture and .pre
  * (nomic-bert-moe, jina-bert-v3 and jina-v2-* strip them before <mask>).
+ * As llama.cpp does, tokens whose text marks an end of turn or a
+ * fill-in-the-middle prefix/suffix/middle ("<|eot_id|>", "<fim_prefix>",
+ * "<｜fim▁end｜>", ...) become control tokens whatever their stored type,
+ * the FIM ones unless tokenizer.ggml.fim_pre/suf/mid_token_id (or
+ * .prefix/.suffix/.middle_token_id) name a token of that kind.
  *
  * On success *out is owned by the caller (free with rn_tokenizer_destroy).
  * Errors: CR_E_CORRUPT when a key has the wrong type, arrays differ in
