@@ -7,7 +7,7 @@
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
  *       [--attn-softcap F] [--final-softcap F] [--rope-linear F] [--std F] [--tied]
  *       [--rope-freqs] [--longrope] [--vocab-from FILE.gguf] [--vocab-only]
- *       [--name NAME] [--pooling mean|cls|last]
+ *       [--name NAME] [--pooling mean|cls|last|rank]
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
  * writing itself lives in tools/synth/synth.c, shared with the tests. */
@@ -26,7 +26,8 @@ static void usage(FILE *f)
             " [--ctx N]\n"
             "         [--rope-base F] [--tied] [--rope-freqs] [--vocab-from "
             "FILE.gguf] [--vocab-only]\n"
-            "         [--name NAME] [--pooling mean|cls|last] (bert family)\n"
+            "         [--name NAME] [--pooling mean|cls|last|rank] (rank: bert with a\n"
+            "         classifier head)\n"
             "defaults: f32, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 128, ctx "
             "256, built-in vocab\n");
 }
@@ -121,9 +122,13 @@ int main(int argc, char **argv)
             o.vocab_from = v;
             ok = v != NULL;
         } else if (!strcmp(a, "--pooling")) {
-            ok = v && (!strcmp(v, "mean") || !strcmp(v, "cls") || !strcmp(v, "last"));
+            ok = v && (!strcmp(v, "mean") || !strcmp(v, "cls") || !strcmp(v, "last") ||
+                       !strcmp(v, "rank"));
             if (ok)
-                o.pooling_type = !strcmp(v, "mean") ? 1 : !strcmp(v, "cls") ? 2 : 3;
+                o.pooling_type = !strcmp(v, "mean")  ? 1
+                                 : !strcmp(v, "cls") ? 2
+                                 : !strcmp(v, "last") ? 3
+                                                      : 4;
         } else if (!strcmp(a, "--name")) {
             o.name = v;
             ok = v != NULL;

@@ -1269,6 +1269,64 @@ cr_status_t rn_engine_embed(rn_engine_t *e, const msg_embed_body_t *req,
     return CR_OK;
 }
 
+/* ---- reranking ---- */
+
+cr_status_t rn_engine_rerank(rn_engine_t *e, const char *query, const char *const *docs,
+                             size_t n_docs, bool truncate, float *scores,
+                             int64_t *n_tokens, cr_err_t *err)
+{
+    if (n_tokens)
+        *n_tokens = 0;
+    int n_out = rn_ctx_rank_n_out(e->ctx);
+    if (n_out == 0)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "model '%s' is not a reranker",
+                          rn_model_hparams(e->model)->arch);
+    if (n_docs > EMBED_MAX_INPUTS)
+        return cr_err_set(err, CR_E_INVALID, "too many documents (%zu > %d)", n_docs,
+                          EMBED_MAX_INPUTS);
+    /* the head's outputs land in the embedding buffer */
+    if ((size_t)n_out > e->embed_cap) {
+        float *p = realloc(e->embed, (size_t)n_out * sizeof *p);
+        if (!p)
+            return cr_err_set(err, CR_E_NOMEM, "out of memory for scores");
+        e->embed = p;
+        e->embed_cap = (size_t)n_out;
+    }
+    slot_t *sl = pick_slot(e, NULL, 0);
+    if (!sl)
+        return cr_err_set(err, CR_E_BUSY, "all %d slots are busy", e->n_slots);
+    const char *q = query ? query : "";
+    int32_t eos = rn_tokenizer_eos(e->tok) >= 0 ? rn_tokenizer_eos(e->tok)
+                                                 : rn_tokenizer_sep(e->tok);
+    for (size_t i = 0; i < n_docs; i++) {
+        const char *d = docs[i] ? docs[i] : "";
+        size_t need = 0;
+        cr_status_t st = rn_tokenizer_encode_pair(e->tok, q, strlen(q), d, strlen(d),
+                                                  e->prompt, (size_t)e->n_ctx, &need, err);
+        if (st && st != CR_E_TOO_LARGE)
+            return st;
+        if (need > (size_t)e->n_ctx) {
+            if (!truncate)
+                return cr_err_set(err, CR_E_INVALID, "document %zu: the query and "
+                                  "document need %zu tokens, the context holds %d", i,
+                                  need, e->n_ctx);
+            /* the head that fits, closed as a pair is closed */
+            need = (size_t)e->n_ctx;
+            if (rn_tokenizer_add_eos(e->tok) && eos >= 0)
+                e->prompt[need - 1] = eos;
+        }
+        sl->n_seq = 0; /* the cache now holds this pair, not a prompt */
+        if ((st = rn_ctx_rank_seq(e->ctx, sl->id, e->prompt, (int)need, e->embed, err))) {
+            cr_err_wrap(err, "document %zu", i);
+            return st;
+        }
+        scores[i] = e->embed[0];
+        if (n_tokens)
+            *n_tokens += (int64_t)need;
+    }
+    return CR_OK;
+}
+
 /* ---- tokenize / detokenize ---- */
 
 cr_status_t rn_engine_tokenize(rn_engine_t *e, const char *content,

@@ -94,13 +94,31 @@ cr_status_t rn_engine_generate(rn_engine_t *e, const msg_t *req,
 /* Runs an embed request in a free slot (CR_E_BUSY without one), at once:
  * each input tokenized (BOS/EOS as the vocabulary
  * says), cut to the context unless truncate is false (then CR_E_INVALID
- * "the input length exceeds the context length"), mean-pooled, L2-normalized
+ * "the input length exceeds the context length"), pooled as the model's
+ * pooling_type says (rn_ctx_embed: mean when absent), L2-normalized
  * unless normalize is false, cut to `dimensions` and normalized again.
  * Fills *out (an `embeddings` body whose data points into the engine,
  * valid until the next call). Empty input gives n_inputs 0. */
 cr_status_t rn_engine_embed(rn_engine_t *e, const msg_embed_body_t *req,
                             const rn_sink_t *sink, msg_embeddings_body_t *out,
                             cr_err_t *err);
+
+/* Scores docs[0..n_docs) against query with a reranker (a bert model with
+ * pooling_type 4, rank), at once in a free slot (CR_E_BUSY without one):
+ * each (query, document) pair is tokenized as rn_tokenizer_encode_pair says
+ * (special texts in them are plain text) and run through the encoder and
+ * the classifier head (rn_ctx_rank_seq); scores[i] (caller-owned, n_docs)
+ * gets document i's relevance, the head's first output (a logit: higher
+ * is more relevant, no sigmoid). A pair longer than the context keeps the
+ * head that fits, its last token replaced by the closing one, unless
+ * truncate is false (then CR_E_INVALID naming the document). *n_tokens
+ * (may be NULL) gets the tokens evaluated. CR_E_UNSUPPORTED for a model
+ * that is not a reranker. This is the engine's part only: no HTTP endpoint
+ * calls it yet. */
+cr_status_t rn_engine_rerank(rn_engine_t *e, const char *query,
+                             const char *const *docs, size_t n_docs,
+                             bool truncate, float *scores, int64_t *n_tokens,
+                             cr_err_t *err);
 
 /* /api/tokenize: the ids of `content` in this model's vocabulary (no BOS,
  * special-token texts parsed). *ids is owned by the caller (free()). */

@@ -68,6 +68,7 @@ typedef struct ref {
     int D, L, H, Hkv, hd, F, pooling;
     double eps, base;
     mutant_t mut;
+    bool raw; /* the pooled state as is, not L2-normalized */
 } ref_t;
 
 static const float *tensor(const ref_t *r, const char *fmt, ...)
@@ -282,7 +283,7 @@ static bool ref_embed(const ref_t *r, const int32_t *tok, int n, double *out)
         double norm = 0;
         for (int i = 0; i < D; i++) {
             double s = 0;
-            if (pooling == 2)
+            if (pooling == 2 || pooling == 4)
                 s = x[i];
             else if (pooling == 3)
                 s = x[(size_t)(n - 1) * D + i];
@@ -292,7 +293,7 @@ static bool ref_embed(const ref_t *r, const int32_t *tok, int n, double *out)
             out[i] = s;
             norm += s * s;
         }
-        for (int i = 0; i < D; i++)
+        for (int i = 0; i < D && !r->raw; i++)
             out[i] /= sqrt(norm);
     }
     free(x), free(q), free(k), free(v), free(att), free(h1), free(h2), free(o), free(sc);
@@ -561,8 +562,10 @@ static void test_corrupt(void)
          "blk.0.attn_q.weight"},
         {"one bias missing", "bert", "blk.0.attn_k.bias", NULL, 0, NULL, CR_E_CORRUPT,
          "biases"},
-        {"rank pooling", "bert", NULL, "bert.pooling_type", 4, NULL, CR_E_UNSUPPORTED,
-         "rank"},
+        {"rank without a head", "bert", NULL, "bert.pooling_type", 4, NULL, CR_E_CORRUPT,
+         "cls.weight"},
+        {"rank on nomic-bert", "nomic-bert", NULL, "nomic-bert.pooling_type", 4, NULL,
+         CR_E_UNSUPPORTED, "bert only"},
         {"pooling out of range", "bert", NULL, "bert.pooling_type", 9, NULL, CR_E_CORRUPT,
          "bert.pooling_type"},
         {"causal", "nomic-bert", NULL, NULL, 0, "nomic-bert.attention.causal",
@@ -586,6 +589,222 @@ static void test_corrupt(void)
     CHECK_EQ_INT(load_edited("bert", "blk.0.ffn_up.bias", NULL, 0, NULL, &err), CR_OK);
 }
 
+/* ---- rerank: the classifier head --------------------------------------- */
+
+/* Why 6e-3: the score is w_out . tanh(Wcls x0 + b) + b_out over D = 64.
+ * The engine's x0 differs from the double reference by ~1e-3 relative
+ * (F16 K/V, queries and probabilities: see the top), |x0| ~ 8, and the
+ * 64-term sums pass that on as ~1e-3 absolute error (measured: at most
+ * 2e-3 over the three heads). Each mistake below must move the score by
+ * more than 4 x the tolerance (the smallest, cls.bias ignored, moves it by
+ * ~0.05). */
+#define RANK_TOL 6e-3
+
+typedef enum head_mut {
+    HM_NONE,
+    HM_NO_TANH,     /* the cls layer without its tanh */
+    HM_NO_CLS_BIAS, /* cls.bias ignored */
+    HM_NO_OUT_BIAS, /* cls.output.bias ignored */
+    HM_LAST,        /* the last position instead of the first */
+    HM_MEAN,        /* the mean of all positions instead of the first */
+} head_mut_t;
+
+static const char *const head_mut_names[] = {"none", "no-tanh", "no-cls-bias",
+                                             "no-out-bias", "last", "mean"};
+
+/* The head over the reference's hidden states: out [D]; returns how many
+ * outputs (1 with cls.output.weight, else D), 0 on error. */
+static int ref_rank(const cr_gguf_t *g, const int32_t *tok, int n, head_mut_t hm,
+                    double *out)
+{
+    ref_t r;
+    ref_init(&r, g, MUT_NONE);
+    r.raw = true;
+    r.pooling = hm == HM_LAST ? 3 : hm == HM_MEAN ? 1 : 2;
+    double h[MAX_D], t[MAX_D];
+    if (r.D > MAX_D || !ref_embed(&r, tok, n, h))
+        return 0;
+    int D = r.D, n_out = D;
+    const float *cls = tensor(&r, "cls.weight"), *cls_b = tensor(&r, "cls.bias");
+    const float *wo = tensor(&r, "cls.output.weight");
+    const float *bo = tensor(&r, "cls.output.bias");
+    if (cls) {
+        linear(cls, hm == HM_NO_CLS_BIAS ? NULL : cls_b, h, D, D, t);
+        for (int i = 0; i < D; i++)
+            h[i] = hm == HM_NO_TANH ? t[i] : tanh(t[i]);
+    }
+    if (wo) {
+        linear(wo, hm == HM_NO_OUT_BIAS ? NULL : bo, h, 1, D, t);
+        h[0] = t[0];
+        n_out = 1;
+    }
+    memcpy(out, h, (size_t)n_out * sizeof *out);
+    return n_out;
+}
+
+/* The GGUF at src without the tensors named in skip (NULL-ended); caller
+ * frees. */
+static void *rebuild_without(const void *src, size_t len, const char *const *skip,
+                             size_t *out_len)
+{
+    cr_err_t e;
+    cr_gguf_t *g = NULL;
+    void *out = NULL;
+    if (cr_gguf_open_memory(src, len, &g, &e))
+        return NULL;
+    cr_gguf_writer_t *w = cr_gguf_writer_new();
+    cr_status_t st = w ? cr_gguf_writer_copy_prefix(w, g, "", &e) : CR_E_NOMEM;
+    for (size_t i = 0; !st && i < cr_gguf_tensor_count(g); i++) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        bool drop = false;
+        for (const char *const *k = skip; *k; k++)
+            drop |= !strcmp(t->name, *k);
+        if (!drop)
+            st = cr_gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, t->data,
+                                           NULL, &e);
+    }
+    if (!st)
+        st = cr_gguf_writer_write_memory(w, &out, out_len, &e);
+    cr_gguf_writer_destroy(&w);
+    cr_gguf_close(&g);
+    return st ? NULL : out;
+}
+
+/* Scores the model in bytes with rn_ctx_rank_seq and compares each output
+ * with ref_rank; returns the first output (NAN on failure). */
+static double rank_vs_ref(const void *bytes, size_t len, const char *what, int want_n_out)
+{
+    cr_err_t err;
+    cr_err_clear(&err);
+    cr_gguf_t *g = NULL, *rg = NULL;
+    rn_model_t *m = NULL;
+    rn_ctx_t *c = NULL;
+    double first = NAN;
+    cr_status_t st = cr_gguf_open_memory(bytes, len, &g, &err);
+    st = st ? st : cr_gguf_open_memory(bytes, len, &rg, &err);
+    st = st ? st : rn_model_load_gguf(&g, be_g, &m, &err);
+    rn_ctx_opts_t co = {.n_ctx = 32};
+    st = st ? st : rn_ctx_new(m, &co, &c, &err);
+    CHECK_MSG(st == CR_OK, "%s: %s", what, err.msg);
+    float got[MAX_D];
+    double want[MAX_D];
+    if (!st) {
+        CHECK_EQ_INT(rn_ctx_rank_n_out(c), want_n_out);
+        CHECK_EQ_INT(rn_ctx_rank_seq(c, 0, toks_g, N_TOK, got, &err), CR_OK);
+        int n_out = ref_rank(rg, toks_g, N_TOK, HM_NONE, want);
+        CHECK_EQ_INT(n_out, want_n_out);
+        double diff = 0;
+        for (int i = 0; i < n_out && i < MAX_D; i++)
+            diff = fmax(diff, fabs(got[i] - want[i]));
+        printf("  rank %-18s score %+.6f, reference %+.6f, max diff %.2g\n", what, got[0],
+               want[0], diff);
+        CHECK_MSG(diff <= RANK_TOL, "%s: differs from the reference by %g", what, diff);
+        first = got[0];
+    }
+    rn_ctx_destroy(&c);
+    rn_model_destroy(&m);
+    cr_gguf_close(&g);
+    cr_gguf_close(&rg);
+    return first;
+}
+
+static void test_rank(void)
+{
+    rn_synth_opts_t o;
+    bert_opts("bert", 4, &o);
+    void *bytes = NULL;
+    size_t len = 0;
+    cr_err_t err;
+    cr_err_clear(&err);
+    if (rn_synth_write_memory(&o, &bytes, &len, &err)) {
+        CHECK_MSG(false, "synth reranker: %s", err.msg);
+        return;
+    }
+    double score = rank_vs_ref(bytes, len, "full head", 1);
+
+    /* every part of the head matters: each mistake moves the score */
+    cr_gguf_t *rg = NULL;
+    if (!cr_gguf_open_memory(bytes, len, &rg, &err)) {
+        for (int hm = HM_NO_TANH; hm <= HM_MEAN; hm++) {
+            double want = 0;
+            CHECK(ref_rank(rg, toks_g, N_TOK, (head_mut_t)hm, &want) == 1);
+            printf("  rank mutant %-12s moves the score by %.3f\n", head_mut_names[hm],
+                   fabs(want - score));
+            CHECK_MSG(fabs(want - score) > 4 * RANK_TOL, "head mutant %s not detected: "
+                      "%.6f vs %.6f", head_mut_names[hm], want, score);
+        }
+        cr_gguf_close(&rg);
+    }
+
+    /* the engine's other paths on a reranker */
+    void *mb = NULL;
+    rn_model_t *m = load_synth(&o, &mb, NULL);
+    rn_ctx_t *c = NULL;
+    rn_ctx_opts_t co = {.n_ctx = 32};
+    if (m && !rn_ctx_new(m, &co, &c, &err)) {
+        CHECK_EQ_INT(rn_model_hparams(m)->pooling, RN_POOL_RANK);
+        CHECK_EQ_INT(rn_model_hparams(m)->n_cls_out, 1);
+        /* another pair scores differently; the same pair the same again */
+        float a = 0, b = 0, again = 0;
+        int32_t other[5] = {1, 45, 2, 300, 2};
+        CHECK_EQ_INT(rn_ctx_rank_seq(c, 0, toks_g, N_TOK, &a, &err), CR_OK);
+        CHECK_EQ_INT(rn_ctx_rank_seq(c, 0, other, 5, &b, &err), CR_OK);
+        CHECK_EQ_INT(rn_ctx_rank_seq(c, 0, toks_g, N_TOK, &again, &err), CR_OK);
+        CHECK(a != b && a == again);
+        /* an embedding of a reranker is its first position's state */
+        float emb[MAX_D];
+        double want[MAX_D];
+        ref_t r;
+        cr_gguf_t *g2 = NULL;
+        if (!cr_gguf_open_memory(mb, len, &g2, &err)) {
+            ref_init(&r, g2, MUT_NONE);
+            r.pooling = 2;
+            CHECK_EQ_INT(rn_ctx_embed(c, toks_g, N_TOK, true, emb, &err), CR_OK);
+            CHECK(ref_embed(&r, toks_g, N_TOK, want));
+            CHECK(cosine(emb, want, rn_model_hparams(m)->dim) >= 0.9999);
+            cr_gguf_close(&g2);
+        }
+        /* bad input */
+        int32_t bad[2] = {1, 100000};
+        CHECK_EQ_INT(rn_ctx_rank_seq(c, 0, bad, 2, &a, &err), CR_E_INVALID);
+        CHECK_EQ_INT(rn_ctx_rank_seq(c, 0, toks_g, 0, &a, &err), CR_E_INVALID);
+        int32_t longer[33] = {0};
+        CHECK_EQ_INT(rn_ctx_rank_seq(c, 0, longer, 33, &a, &err), CR_E_TOO_LARGE);
+    }
+    rn_ctx_destroy(&c);
+    rn_model_destroy(&m);
+    free(mb);
+
+    /* heads with one matrix (both optional in llama.cpp) */
+    static const char *const no_cls[] = {"cls.weight", "cls.bias", NULL};
+    static const char *const no_out[] = {"cls.output.weight", "cls.output.bias", NULL};
+    size_t l2 = 0;
+    void *b2 = rebuild_without(bytes, len, no_cls, &l2);
+    CHECK(b2 != NULL);
+    if (b2)
+        rank_vs_ref(b2, l2, "cls.output only", 1);
+    free(b2);
+    b2 = rebuild_without(bytes, len, no_out, &l2);
+    CHECK(b2 != NULL);
+    if (b2)
+        rank_vs_ref(b2, l2, "cls only", o.dim);
+    free(b2);
+    free(bytes);
+
+    /* a model that is not a reranker says so */
+    bert_opts("bert", 2, &o);
+    m = load_synth(&o, &mb, NULL);
+    if (m && !rn_ctx_new(m, &co, &c, &err)) {
+        float x;
+        CHECK_EQ_INT(rn_ctx_rank_n_out(c), 0);
+        cr_status_t st = rn_ctx_rank_seq(c, 0, toks_g, N_TOK, &x, &err);
+        CHECK(st == CR_E_UNSUPPORTED && strstr(err.msg, "not a reranker"));
+    }
+    rn_ctx_destroy(&c);
+    rn_model_destroy(&m);
+    free(mb);
+}
+
 /* corral-gguf-synth --arch bert|nomic-bert --pooling writes the bytes
  * synth.c does. */
 static void test_tool(void)
@@ -605,7 +824,7 @@ static void test_tool(void)
     static const struct {
         const char *arch, *pooling;
         int pooling_type;
-    } cases[] = {{"bert", "cls", 2}, {"nomic-bert", "last", 3}};
+    } cases[] = {{"bert", "cls", 2}, {"nomic-bert", "last", 3}, {"bert", "rank", 4}};
     char out[128], cmd[2048];
     snprintf(out, sizeof out, "%s/m.gguf", dir);
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
@@ -632,7 +851,7 @@ static void test_tool(void)
         free(b);
     }
     /* a pooling the tool does not know is a usage error (2) */
-    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --arch bert --pooling rank 2>/dev/null",
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --arch bert --pooling max 2>/dev/null",
              tool, out);
     int rc = system(cmd);
     CHECK_EQ_INT(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 2);
@@ -681,6 +900,7 @@ int main(void)
     test_tokenizer();
     test_archs();
     test_corrupt();
+    test_rank();
     test_tool();
     be_destroy(&be_g);
     return check_finish("test_bert_forward");

@@ -245,7 +245,7 @@ enum {
 
 /* Mutations of the tiny vocabularies, for the corrupt corpus. */
 typedef enum mut {
-    M_NONE, M_NO_MODEL, M_MODEL_U32, M_MODEL_T5, M_MODEL_BERT, M_NO_TOKENS,
+    M_NONE, M_NO_MODEL, M_MODEL_U32, M_MODEL_RWKV, M_MODEL_BERT, M_NO_TOKENS,
     M_TOKENS_U32, M_TOKENS_EMPTY, M_SCORES_SHORT, M_SCORES_STR, M_TYPE_9,
     M_TYPE_NEG, M_TYPES_SHORT, M_BOS_RANGE, M_EOS_NEG, M_BOS_STR, M_PAD_RANGE,
     M_ADD_BOS_U8, M_TOKEN_HUGE, M_NO_SPACE_PREFIX, M_ADD_EOS, M_EOS_NONE,
@@ -307,7 +307,7 @@ static void *spm_vocab(mut_t m, size_t *len)
         cr_gguf_writer_add_u32(w, "tokenizer.ggml.model", 1, &e);
     else if (m != M_NO_MODEL)
         cr_gguf_writer_add_str(w, "tokenizer.ggml.model",
-                               m == M_MODEL_T5     ? "t5"
+                               m == M_MODEL_RWKV   ? "rwkv"
                                : m == M_MODEL_BERT ? "bert"
                                                    : "llama",
                                &e);
@@ -994,7 +994,7 @@ static void test_corrupt(void)
     } cases[] = {
         {"model missing", false, M_NO_MODEL, CR_E_NOT_FOUND, "tokenizer.ggml.model"},
         {"model not a string", false, M_MODEL_U32, CR_E_CORRUPT, "tokenizer.ggml.model"},
-        {"model t5", false, M_MODEL_T5, CR_E_UNSUPPORTED, "'t5'"},
+        {"model rwkv", false, M_MODEL_RWKV, CR_E_UNSUPPORTED, "'rwkv'"},
         {"tokens missing", false, M_NO_TOKENS, CR_E_NOT_FOUND, "tokenizer.ggml.tokens"},
         {"tokens not strings", false, M_TOKENS_U32, CR_E_CORRUPT,
          "tokenizer.ggml.tokens"},

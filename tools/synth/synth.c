@@ -418,13 +418,29 @@ static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
     return n;
 }
 
+/* A reranker's classifier head (bert with pooling_type 4), as llama.cpp
+ * names it: cls [dim][dim] and its bias, then one output row and bias. */
+static cr_status_t add_rank_head(synth_t *s, const rn_synth_opts_t *o, cr_err_t *err)
+{
+    if (o->pooling_type != 4 || !is_arch(o, "bert"))
+        return CR_OK;
+    cr_status_t st = add_gen(s, o, "cls.weight", o->type, o->dim, o->dim, FILL_NORMAL,
+                             err);
+    st = st ? st : add_gen_dist(s, o, "cls.bias", CR_TYPE_F32, o->dim, 1, FILL_NORMAL, 0,
+                                0.1, err);
+    st = st ? st : add_gen(s, o, "cls.output.weight", o->type, o->dim, 1, FILL_NORMAL,
+                           err);
+    return st ? st : add_gen_dist(s, o, "cls.output.bias", CR_TYPE_F32, 1, 1, FILL_NORMAL,
+                                  0, 0.1, err);
+}
+
 static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
 {
     cr_status_t st = check_opts(o, err);
     if (st)
         return st;
     s->w = cr_gguf_writer_new();
-    s->cap_gens = 8 + 20 * o->n_layers;
+    s->cap_gens = 12 + 20 * o->n_layers;
     s->gens = calloc((size_t)s->cap_gens, sizeof *s->gens);
     if (!s->w || !s->gens)
         return cr_err_set(err, CR_E_NOMEM, "synth: out of memory");
@@ -452,14 +468,14 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
         st = st ? st : cr_gguf_writer_add_f32(w, KEY("attention.layer_norm_epsilon"),
                                               o->rms_eps, err);
         st = st ? st : cr_gguf_writer_add_bool(w, KEY("attention.causal"), false, err);
-        if (!st && o->pooling_type > 0)
-            st = cr_gguf_writer_add_u32(w, KEY("pooling_type"), (uint32_t)o->pooling_type,
-                                        err);
         st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.token_type_count", 2, err);
     } else {
         st = st ? st : cr_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"),
                                               o->rms_eps, err);
     }
+    /* any architecture may pool (qwen3 embedding models pool the last) */
+    if (!st && o->pooling_type > 0)
+        st = cr_gguf_writer_add_u32(w, KEY("pooling_type"), (uint32_t)o->pooling_type, err);
     if (!is_arch(o, "bert")) {
         st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.freq_base"), o->rope_base, err);
         st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
@@ -566,6 +582,7 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
                                     1, FILL_NORMAL, 1.0, 0.1, err);
         st = st ? st : add_gen_dist(s, o, "token_embd_norm.bias", CR_TYPE_F32, o->dim, 1,
                                     FILL_NORMAL, 0, 0.1, err);
+        st = st ? st : add_rank_head(s, o, err);
     } else if (llama)
         st = st ? st : add_gen(s, o, "output_norm.weight", CR_TYPE_F32, o->dim, 1,
                                FILL_ONES, err);

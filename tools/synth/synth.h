@@ -61,8 +61,9 @@ typedef struct rn_synth_opts {
     const char *vocab_from; /* GGUF to copy tokenizer.* from, or NULL for
                                the built-in vocabulary */
     const char *name;   /* general.name; NULL for "synth" */
-    int pooling_type;   /* bert family: <arch>.pooling_type (1 mean, 2 cls,
-                           3 last); 0: not written */
+    int pooling_type;   /* <arch>.pooling_type (1 mean, 2 cls, 3 last, 4
+                           rank: bert then gets a classifier head, cls.* and
+                           cls.output.* with one output); 0: not written */
 } rn_synth_opts_t;
 
 /* Defaults: seed 1, F32, dim 64, 2 layers, 4 heads, 2 KV heads, ffn 128,

@@ -820,7 +820,7 @@ cr_status_t rn_ctx_embed_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
          * (n_batch == n_ctx) */
         forward_encoder(c, seq, tokens, n);
         c->n_past[seq] = n;
-        if (pool == RN_POOL_CLS)
+        if (pool == RN_POOL_CLS || pool == RN_POOL_RANK)
             pool_row(c, P->x, 0);
         else if (pool == RN_POOL_LAST)
             pool_row(c, P->x, n - 1);
@@ -863,6 +863,63 @@ cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n, bool normali
                          float *out, cr_err_t *err)
 {
     return rn_ctx_embed_seq(c, 0, tokens, n, normalize, out, err);
+}
+
+/* ---- reranking -------------------------------------------------------- */
+
+int rn_ctx_rank_n_out(const rn_ctx_t *c)
+{
+    if (c->hp->pooling != RN_POOL_RANK)
+        return 0;
+    return c->w->cls_out.data ? c->hp->n_cls_out : c->hp->dim;
+}
+
+cr_status_t rn_ctx_rank_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
+                            float *out, cr_err_t *err)
+{
+    const rn_hparams_t *hp = c->hp;
+    const rn_weights_t *w = c->w;
+    if (hp->pooling != RN_POOL_RANK)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "'%s' is not a reranker (its "
+                          "pooling_type is not 4, rank)", hp->arch);
+    cr_status_t st = check_eval(c, seq, tokens, n, 0, err);
+    if (st)
+        return st;
+    if (w->pos_embd.data && n > hp->n_ctx_train)
+        return cr_err_set(err, CR_E_TOO_LARGE, "%d tokens exceed the %d learned "
+                          "positions of '%s'", n, hp->n_ctx_train, hp->arch);
+    part_t *P = last_part(c);
+    be_backend_t *be = P->be;
+    const be_ops_t *op = be->ops;
+    int D = hp->dim;
+    c->n_past[seq] = 0;
+    forward_encoder(c, seq, tokens, n);
+    c->n_past[seq] = n;
+    /* 1. x0: the first position's hidden state ([CLS])         x0: [D] */
+    const float *cur = P->x;
+    int n_cur = D;
+    /* 2. h = tanh(x0 Wcls^T + cls_b)                            xb: [D]
+     *    (tanh on the host: no backend op for one row) */
+    if (w->cls.data) {
+        op->matmul(be, &w->cls, cur, 1, P->xb);
+        if (w->cls_b.data)
+            P->ext->add_rows(be, P->xb, &w->cls_b, 1);
+        op->download(be, c->hrow, P->xb, (size_t)D * sizeof(float));
+        for (int i = 0; i < D; i++)
+            c->hrow[i] = tanhf(c->hrow[i]);
+        op->upload(be, P->xb, c->hrow, (size_t)D * sizeof(float));
+        cur = P->xb;
+    }
+    /* 3. scores = h Wout^T + cls_out_b                  xb2: [n_cls_out] */
+    if (w->cls_out.data) {
+        op->matmul(be, &w->cls_out, cur, 1, P->xb2);
+        if (w->cls_out_b.data)
+            P->ext->add_rows(be, P->xb2, &w->cls_out_b, 1);
+        cur = P->xb2;
+        n_cur = hp->n_cls_out;
+    }
+    op->download(be, out, cur, (size_t)n_cur * sizeof(float));
+    return CR_OK;
 }
 
 /* A sequence index outside 0..n_seq-1 is a programmer error. */

@@ -93,7 +93,8 @@ cr_status_t rn_ctx_eval_batch(rn_ctx_t *c, const rn_ctx_span_t *spans, int n_spa
  * state, L2-normalized if `normalize`, pooled as the model's
  * hparams.pooling says (<arch>.pooling_type; mean when absent, as
  * llama.cpp's mean pooling): the mean over all n positions, the first
- * position (CLS) or the last. Decoders pool the final-normed hidden state
+ * position (CLS; also a reranker's: the hidden state its head reads) or
+ * the last. Decoders pool the final-normed hidden state
  * (what the output matrix would multiply); the bert family pools its last
  * layer's output, with bidirectional attention over all n tokens at once
  * (an encoder context's n_batch is always n_ctx). The cache then holds the
@@ -106,6 +107,22 @@ cr_status_t rn_ctx_embed(rn_ctx_t *c, const int32_t *tokens, int n,
 /* rn_ctx_embed into sequence seq's cache. */
 cr_status_t rn_ctx_embed_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
                              bool normalize, float *out, cr_err_t *err);
+
+/* A reranker's scores (pooling RN_POOL_RANK, bert): clears sequence seq's
+ * cache, runs the encoder over tokens[0..n) (one formatted pair, e.g.
+ * rn_tokenizer_encode_pair) and writes rn_ctx_rank_n_out(c) floats to out
+ * (caller-owned): the classifier head over the first position's hidden
+ * state, as llama.cpp's rank pooling: cls_out . tanh(cls . x0 + cls_b) +
+ * cls_out_b, each stage only where its tensor exists. out[0] is the
+ * relevance score a rerank reports. The cache then holds the n tokens.
+ * CR_E_UNSUPPORTED for a model that is not a reranker; otherwise errors as
+ * rn_ctx_embed. Allocates nothing. */
+cr_status_t rn_ctx_rank_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
+                            float *out, cr_err_t *err);
+
+/* Floats rn_ctx_rank_seq writes: n_cls_out with a cls.output matrix, else
+ * dim; 0 for a model that is not a reranker. */
+int rn_ctx_rank_n_out(const rn_ctx_t *c);
 
 /* Logits [n_vocab] of the last evaluated token (zeros before any eval).
  * Borrowed; overwritten by the next eval of that sequence. */

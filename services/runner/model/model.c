@@ -110,9 +110,29 @@ static cr_status_t read_swa_pattern(rn_model_t *m, int def, cr_err_t *err)
     return CR_OK;
 }
 
+/* A reranker's classifier outputs: one per <arch>.classifier.output_labels
+ * entry (llama.cpp's n_cls_out), 1 without the key. */
+static cr_status_t read_cls_labels(rn_model_t *m, cr_err_t *err)
+{
+    rn_hparams_t *hp = &m->hp;
+    char key[128];
+    snprintf(key, sizeof key, "%s.classifier.output_labels", hp->arch);
+    const cr_gguf_kv_t *kv = cr_gguf_kv_find(m->g, key);
+    if (!kv)
+        return CR_OK;
+    if (kv->type != CR_GGUF_ARRAY || kv->v.arr.type != CR_GGUF_STRING)
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not an array of strings", key);
+    if (kv->v.arr.n < 1 || kv->v.arr.n > (uint64_t)hp->dim)
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' has %" PRIu64 " labels, expected "
+                          "1..%d", key, kv->v.arr.n, hp->dim);
+    hp->n_cls_out = (int)kv->v.arr.n;
+    return CR_OK;
+}
+
 /* <arch>.pooling_type (any architecture): 0 none and absent pool by mean,
  * as the embed endpoint always did; 4 (rank: a reranker's classifier head)
- * is not implemented. */
+ * for bert, whose head llama.cpp's graph defines (qwen3's rank models read
+ * yes/no logits instead, not implemented). */
 static cr_status_t read_pooling(rn_model_t *m, cr_err_t *err)
 {
     rn_hparams_t *hp = &m->hp;
@@ -120,10 +140,13 @@ static cr_status_t read_pooling(rn_model_t *m, cr_err_t *err)
     cr_status_t st = get_int(m->g, hp->arch, "pooling_type", false, 0, 0, 4, &v, err);
     if (st)
         return st;
-    if (v == 4)
+    if (v == RN_POOL_RANK && hp->arch_id != RN_ARCH_BERT)
         return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s.pooling_type' = 4 (rank) is "
-                          "not supported", hp->arch);
+                          "supported for bert only", hp->arch);
     hp->pooling = v == 0 ? RN_POOL_MEAN : (rn_pooling_t)v;
+    hp->n_cls_out = 1;
+    if (v == RN_POOL_RANK)
+        return read_cls_labels(m, err);
     return CR_OK;
 }
 
@@ -652,6 +675,59 @@ static cr_status_t bind_layer_encoder(rn_model_t *m, int l, cr_err_t *err)
     return CR_OK;
 }
 
+/* cls.output.weight [n_cls_out][dim]: a matrix even with one row, so any
+ * type the backend multiplies (bind would take one row for an F32 vector). */
+static cr_status_t bind_cls_out(rn_model_t *m, cr_err_t *err)
+{
+    const rn_hparams_t *hp = &m->hp;
+    const char *name = "cls.output.weight";
+    const cr_gguf_tensor_t *t = cr_gguf_tensor_find(m->g, name);
+    if (!t)
+        return CR_OK;
+    if ((int64_t)t->ne[0] != hp->dim || (int64_t)t->ne[1] != hp->n_cls_out ||
+        t->ne[2] != 1 || t->ne[3] != 1) {
+        char have[96];
+        format_shape(t, have, sizeof have);
+        return cr_err_set(err, CR_E_CORRUPT, "tensor '%s' has shape %s, expected [%d, "
+                          "%d]", name, have, hp->dim, hp->n_cls_out);
+    }
+    size_t align = t->type == CR_TYPE_F32 ? 4 : 2;
+    if ((uintptr_t)t->data % align)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s' data at offset %" PRIu64
+                          " is not %zu-byte aligned", name, t->offset, align);
+    cr_status_t st = view(m, t, 0, hp->n_cls_out, &m->w.cls_out, err);
+    if (!st)
+        m->weight_bytes += t->size_bytes;
+    return st;
+}
+
+/* A reranker's classifier head, on the instance of the last layer (which
+ * holds the hidden states it reads). Each tensor is optional as in
+ * llama.cpp, but a head without either matrix would score with a raw
+ * hidden value: refused. */
+static cr_status_t bind_cls_head(rn_model_t *m, cr_err_t *err)
+{
+    const rn_hparams_t *hp = &m->hp;
+    rn_weights_t *w = &m->w;
+    m->be = m->lbe[hp->n_layers];
+    cr_status_t st;
+    if ((st = bind(m, "cls.weight", hp->dim, hp->dim, false, &w->cls, NULL, err)) ||
+        (st = bind(m, "cls.bias", hp->dim, 1, false, &w->cls_b, NULL, err)) ||
+        (st = bind_cls_out(m, err)) ||
+        (st = bind(m, "cls.output.bias", hp->n_cls_out, 1, false, &w->cls_out_b, NULL,
+                   err)))
+        return st;
+    if (!w->cls.data && !w->cls_out.data)
+        return cr_err_set(err, CR_E_CORRUPT, "pooling_type 4 (rank) needs tensor "
+                          "'cls.weight' or 'cls.output.weight'");
+    if (w->cls_b.data && !w->cls.data)
+        return cr_err_set(err, CR_E_CORRUPT, "tensor 'cls.bias' without 'cls.weight'");
+    if (w->cls_out_b.data && !w->cls_out.data)
+        return cr_err_set(err, CR_E_CORRUPT, "tensor 'cls.output.bias' without "
+                          "'cls.output.weight'");
+    return CR_OK;
+}
+
 /* The bert family's global tensors: embeddings, token types, positions
  * (bert) and the embedding LayerNorm; no output norm or matrix. */
 static cr_status_t bind_encoder(rn_model_t *m, cr_err_t *err)
@@ -684,7 +760,7 @@ static cr_status_t bind_encoder(rn_model_t *m, cr_err_t *err)
         if ((st = bind_layer_encoder(m, l, err)))
             return st;
     }
-    return CR_OK;
+    return hp->pooling == RN_POOL_RANK ? bind_cls_head(m, err) : CR_OK;
 }
 
 static cr_status_t bind_all(rn_model_t *m, cr_err_t *err)
@@ -786,6 +862,10 @@ static void release_weights(rn_model_t *m)
         be->ops->weight_release(be, &w->output_norm);
     if (w->output.data && !w->tied_output)
         be->ops->weight_release(be, &w->output);
+    be_weight_t *head[] = {&w->cls, &w->cls_b, &w->cls_out, &w->cls_out_b};
+    for (size_t i = 0; i < CR_ARRAY_LEN(head); i++)
+        if (head[i]->data)
+            be->ops->weight_release(be, head[i]);
     be = m->lbe[0];
     if (w->rope_freqs.data)
         be->ops->weight_release(be, &w->rope_freqs);

@@ -53,6 +53,8 @@ typedef enum rn_pooling {
     RN_POOL_MEAN = 1, /* mean over every position (also for "none"/absent) */
     RN_POOL_CLS = 2,  /* the first position ([CLS]) */
     RN_POOL_LAST = 3, /* the last position */
+    RN_POOL_RANK = 4, /* a reranker (bert): the first position through the
+                         classifier head (cls.*), one score per input */
 } rn_pooling_t;
 
 /* True for the encoder architectures (bert family): bidirectional
@@ -105,7 +107,9 @@ typedef struct rn_hparams {
                              (!<arch>.attention.causal; bert family) */
     float norm_eps;       /* <arch>.attention.layer_norm_epsilon (1e-12) */
     rn_pooling_t pooling; /* <arch>.pooling_type; RN_POOL_MEAN if absent or
-                             0 (none); 4 (rank) is refused */
+                             0 (none); RN_POOL_RANK for bert only */
+    int n_cls_out;        /* rank: classifier outputs (the number of
+                             <arch>.classifier.output_labels; 1 without) */
 } rn_hparams_t;
 
 /* Shapes are [rows][cols] as the forward pass uses them (GGUF ne = {cols,
@@ -159,6 +163,13 @@ typedef struct rn_weights {
                                 (bert) */
     be_weight_t tok_norm;    /* [dim] F32 token_embd_norm.weight */
     be_weight_t tok_norm_b;  /* [dim] F32 token_embd_norm.bias */
+    /* reranker head (pooling RN_POOL_RANK; each optional, one of the two
+     * matrices present): score = cls_out . tanh(cls . x0 + cls_b) +
+     * cls_out_b, x0 the first position's hidden state */
+    be_weight_t cls;         /* [dim][dim] cls.weight */
+    be_weight_t cls_b;       /* [dim] F32 cls.bias */
+    be_weight_t cls_out;     /* [n_cls_out][dim] cls.output.weight */
+    be_weight_t cls_out_b;   /* [n_cls_out] F32 cls.output.bias */
     rn_layer_t *layers;      /* [n_layers] */
 } rn_weights_t;
 
@@ -212,7 +223,7 @@ typedef struct rn_rope_factors {
  * backend cannot multiply, a non-llama architecture on a backend without
  * be_ext_ops (or, for the bert family, without its layernorm/gelu ops),
  * rope scaling other than linear/LongRoPE, value_length != key_length,
- * pooling_type 4 "rank"), CR_E_NOMEM. */
+ * pooling_type 4 "rank" on an architecture other than bert), CR_E_NOMEM. */
 cr_status_t rn_model_load(const char *path, be_backend_t *be,
                           rn_model_t **out, cr_err_t *err);
 

@@ -17,15 +17,10 @@
 
 static uint32_t hash_bytes(const char *p, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, then a final mix */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)p[i];
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return (uint32_t)h;
+    uint64_t h = RN_TOK_HASH_INIT;
+    for (size_t i = 0; i < n; i++)
+        h = rn_tok_hash_step(h, (uint8_t)p[i]);
+    return rn_tok_hash_final(h);
 }
 
 static bool str_is(const rn_tokenizer_t *tok, uint32_t id, const char *p, size_t n)
@@ -35,7 +30,13 @@ static bool str_is(const rn_tokenizer_t *tok, uint32_t id, const char *p, size_t
 
 int32_t rn_tok_lookup(const rn_tokenizer_t *tok, const char *text, size_t len)
 {
-    for (uint32_t i = hash_bytes(text, len) & tok->map_mask;;
+    return rn_tok_lookup_hashed(tok, hash_bytes(text, len), text, len);
+}
+
+int32_t rn_tok_lookup_hashed(const rn_tokenizer_t *tok, uint32_t hash,
+                             const char *text, size_t len)
+{
+    for (uint32_t i = hash & tok->map_mask;;
          i = (i + 1) & tok->map_mask) {
         uint32_t v = tok->map[i];
         if (v == 0)
@@ -338,9 +339,59 @@ static const char *const EOG_TEXTS[] = {
     "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
 };
 static const char *const FIM_EOG_TEXTS[] = {
-    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "<|fim_repo|>",
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>",
     "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>",
 };
+
+/* Fill-in-the-middle prefix, suffix and middle tokens, by text, and the
+ * keys that name them instead. */
+#define FIM_TEXTS_MAX 8
+static const struct {
+    const char *key, *old_key; /* tokenizer.ggml.<key>_token_id */
+    const char *texts[FIM_TEXTS_MAX];
+} FIM_KINDS[] = {
+    {"fim_pre", "prefix",
+     {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+      "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>",
+      "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"}},
+    {"fim_suf", "suffix",
+     {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+      "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>", "<SUF>",
+      "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"}},
+    {"fim_mid", "middle",
+     {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+      "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>",
+      "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"}},
+};
+
+/* Whether tokenizer.ggml.<name>_token_id holds an id in the vocabulary. */
+static bool names_token(const rn_tokenizer_t *tok, const cr_gguf_t *g, const char *name)
+{
+    char key[96];
+    snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", name);
+    uint64_t v = 0;
+    return cr_gguf_get_u64(g, key, &v) && v < tok->n_vocab;
+}
+
+/* llama.cpp finds the FIM prefix/suffix/middle tokens by text when no key
+ * names them and makes them control tokens (a user-defined
+ * "<｜fim▁end｜>" in DeepSeek Coder then stays text in request content).
+ * Where a vocabulary has several texts of one kind, llama.cpp marks the
+ * one its hash map yields first; we mark them all. */
+static void mark_fim(rn_tokenizer_t *tok, const cr_gguf_t *g)
+{
+    for (size_t k = 0; k < CR_ARRAY_LEN(FIM_KINDS); k++) {
+        if (names_token(tok, g, FIM_KINDS[k].key) ||
+            names_token(tok, g, FIM_KINDS[k].old_key))
+            continue;
+        for (size_t i = 0; i < FIM_TEXTS_MAX && FIM_KINDS[k].texts[i]; i++) {
+            const char *t = FIM_KINDS[k].texts[i];
+            int32_t id = rn_tok_lookup(tok, t, strlen(t));
+            if (id >= 0 && (uint32_t)id < tok->n_vocab)
+                tok->attr[id] |= RN_ATTR_CONTROL;
+        }
+    }
+}
 
 static bool in_list(const rn_tokenizer_t *tok, uint32_t id, const char *const *l,
                     size_t n)
@@ -414,6 +465,8 @@ static int cmp_special(const void *a, const void *b, void *ctx)
     return x < y ? -1 : x > y;
 }
 
+static void set_strip_attrs(rn_tokenizer_t *tok, const cr_gguf_t *g);
+
 static cr_status_t build_specials(rn_tokenizer_t *tok, const cr_gguf_t *g)
 {
     uint32_t n = 0;
@@ -432,29 +485,56 @@ static cr_status_t build_specials(rn_tokenizer_t *tok, const cr_gguf_t *g)
             tok->specials[tok->n_specials++] = (int32_t)id;
     qsort_r(tok->specials, tok->n_specials, sizeof *tok->specials, cmp_special, tok);
 
-    /* Phi-3 (by general.name, as llama.cpp does) eats the spaces after its
-     * special tokens, except <unk>, <s> and <|endoftext|>. */
-    char name[256];
+    set_strip_attrs(tok, g);
+    return CR_OK;
+}
+
+/* The token named text, if the vocabulary has it, gets attr. */
+static void add_attr(rn_tokenizer_t *tok, const char *text, uint16_t attr)
+{
+    int32_t id = rn_tok_lookup(tok, text, strlen(text));
+    if (id >= 0 && (uint32_t)id < tok->n_vocab)
+        tok->attr[id] |= attr;
+}
+
+/* Space stripping beside special tokens, which GGUF does not record:
+ * llama.cpp decides it by model, and so do we, the same way. */
+static void set_strip_attrs(rn_tokenizer_t *tok, const cr_gguf_t *g)
+{
+    char name[256], pre[64], arch[64];
     bool found = false;
     cr_err_t ignored;
-    if (!get_strz(g, "general.name", name, sizeof name, &found, &ignored) && found) {
-        for (char *p = name; *p; p++)
-            *p = (char)tolower((unsigned char)*p);
-        if (strstr(name, "phi-3") || strstr(name, "phi3")) {
-            for (uint32_t i = 0; i < tok->n_specials; i++)
-                tok->attr[tok->specials[i]] |= RN_ATTR_RSTRIP;
-            static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
-            for (size_t i = 0; i < CR_ARRAY_LEN(keep); i++) {
-                int32_t id = rn_tok_lookup(tok, keep[i], strlen(keep[i]));
-                if (id >= 0 && (uint32_t)id < tok->n_vocab)
-                    tok->attr[id] &= (uint16_t)~RN_ATTR_RSTRIP;
-            }
-            int32_t id = rn_tok_lookup(tok, "</s>", 4);
-            if (id >= 0 && (uint32_t)id < tok->n_vocab)
-                tok->attr[id] |= RN_ATTR_RSTRIP;
-        }
+    if (get_strz(g, K_PRE, pre, sizeof pre, &found, &ignored))
+        pre[0] = 0;
+    if (get_strz(g, "general.architecture", arch, sizeof arch, &found, &ignored))
+        arch[0] = 0;
+    /* Jina v2 (de, es, code), nomic-bert-moe and jina-bert-v3: <mask> eats
+     * the spaces before it, as their Hugging Face tokenizers say. */
+    if (strstr(pre, "jina-v2-de") || strstr(pre, "jina-v2-es") ||
+        strstr(pre, "jina-v2-code") || strstr(arch, "nomic-bert-moe") ||
+        strstr(arch, "jina-bert-v3")) {
+        add_attr(tok, "<mask>", RN_ATTR_LSTRIP);
+        return;
     }
-    return CR_OK;
+    if (get_strz(g, "general.name", name, sizeof name, &found, &ignored) || !found)
+        return;
+    for (char *p = name; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    if (strstr(name, "phi-3") || strstr(name, "phi3")) {
+        /* Phi-3 eats the spaces after its special tokens, except <unk>,
+         * <s> and <|endoftext|>. */
+        for (uint32_t i = 0; i < tok->n_specials; i++)
+            tok->attr[tok->specials[i]] |= RN_ATTR_RSTRIP;
+        static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+        for (size_t i = 0; i < CR_ARRAY_LEN(keep); i++) {
+            int32_t id = rn_tok_lookup(tok, keep[i], strlen(keep[i]));
+            if (id >= 0 && (uint32_t)id < tok->n_vocab)
+                tok->attr[id] &= (uint16_t)~RN_ATTR_RSTRIP;
+        }
+        add_attr(tok, "</s>", RN_ATTR_RSTRIP);
+    } else if (strstr(name, "modern-bert")) {
+        add_attr(tok, "[MASK]", RN_ATTR_LSTRIP);
+    }
 }
 
 static const uint16_t TYPE_ATTR[7] = {
@@ -694,6 +774,8 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
     } else if (!strcmp(model, "bert")) {
         tok->kind = RN_TOK_WPM; /* BOS = [CLS], EOS = [SEP], both added */
         add_bos_default = true;
+    } else if (!strcmp(model, "t5")) {
+        tok->kind = RN_TOK_UGM; /* EOS added, no BOS, by default */
     } else {
         return cr_err_set(err, CR_E_UNSUPPORTED, "%s '%s' is not supported", K_MODEL,
                           model);
@@ -719,6 +801,11 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
         tok->eos = tok->sep = n > 102 ? 102 : -1;
         tok->unk = n > 100 ? 100 : -1;
         tok->pad = 0;
+    } else if (tok->kind == RN_TOK_UGM) {
+        /* T5's <pad> 0, </s> 1, <unk> 2; no BOS */
+        tok->eos = n > 1 ? 1 : -1;
+        tok->unk = n > 2 ? 2 : -1;
+        tok->pad = 0;
     } else {
         tok->bos = tok->eos = n > 11 ? 11 : -1; /* Falcon's <|endoftext|> */
     }
@@ -728,7 +815,7 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
     if ((st = load_ids(tok, g, err, &eot_key, &eom_key)))
         return st;
     tok->add_bos = add_bos_default;
-    tok->add_eos = false;
+    tok->add_eos = tok->kind == RN_TOK_UGM;
     if (tok->kind == RN_TOK_WPM) {
         /* [CLS] is the BOS (cls_token_id wins), [SEP] the EOS unless the file
          * names an eos_token_id; both are added. */
@@ -742,7 +829,8 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
     if ((st = get_bool(g, "tokenizer.ggml.add_bos_token", &tok->add_bos, err)) ||
         (st = get_bool(g, "tokenizer.ggml.add_eos_token", &tok->add_eos, err)) ||
         (st =
-             get_bool(g, "tokenizer.ggml.add_space_prefix", &tok->add_space_prefix, err)))
+             get_bool(g, "tokenizer.ggml.add_space_prefix", &tok->add_space_prefix, err)) ||
+        (st = get_bool(g, "tokenizer.ggml.add_sep_token", &tok->add_sep, err)))
         return st;
     if (tok->add_bos && tok->bos < 0)
         return cr_err_set(
@@ -753,7 +841,11 @@ static cr_status_t load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err)
             err, CR_E_CORRUPT,
             "tokenizer.ggml.add_eos_token is true but there is no eos_token_id");
 
+    /* Before mark_eog: the unigram tables follow the stored token types. */
+    if (tok->kind == RN_TOK_UGM && (st = rn_ugm_load(tok, g, err)))
+        return st;
     mark_eog(tok, eot_key, eom_key);
+    mark_fim(tok, g);
     if ((st = build_specials(tok, g)))
         return cr_err_set(err, st, "tokenizer: no memory for special tokens");
     set_byte_tokens(tok);
@@ -793,6 +885,9 @@ void rn_tokenizer_destroy(rn_tokenizer_t **self_p)
     free(t->merge_rank);
     free(t->merge_res);
     free(t->specials);
+    free(t->xcda);
+    free(t->norm_strs);
+    free(t->user_sorted);
     free((loader_t *)(void *)t); /* allocated as a loader */
     *self_p = NULL;
 }
@@ -916,6 +1011,8 @@ cr_status_t rn_tokenize(const rn_tokenizer_t *tok, const char *text, size_t len,
             prev_special = false;
         } else if (tok->kind == RN_TOK_WPM) {
             st = rn_wpm_encode(tok, text + f.off, f.len, &e);
+        } else if (tok->kind == RN_TOK_UGM) {
+            st = rn_ugm_encode(tok, text + f.off, f.len, &e);
         } else {
             st = rn_bpe_encode(tok, text + f.off, f.len, &e);
         }
@@ -931,9 +1028,60 @@ cr_status_t rn_tokenize(const rn_tokenizer_t *tok, const char *text, size_t len,
 out:
     if (st == CR_E_NOMEM)
         cr_err_set(err, st, "tokenize: out of memory (%zu bytes of input)", len);
+    else if (st == CR_E_TOO_LARGE && e.n <= cap)
+        cr_err_set(err, st, "tokenize: %zu bytes of input normalize past the limit",
+                   len);
     free(a.v);
     free(b.v);
     return st;
+}
+
+/* Appends one special id to a pair being counted into out[0..cap). */
+static void pair_put(int32_t id, int32_t *out, size_t cap, size_t *n)
+{
+    if (*n < cap)
+        out[*n] = id;
+    (*n)++;
+}
+
+/* Appends text's ids (no specials added or parsed) the same way. */
+static cr_status_t pair_text(const rn_tokenizer_t *tok, const char *text, size_t len,
+                             int32_t *out, size_t cap, size_t *n, cr_err_t *err)
+{
+    size_t at = CR_MIN(*n, cap), got = 0;
+    cr_status_t st = rn_tokenize(tok, text, len, false, false, out ? out + at : NULL,
+                                 cap - at, &got, err);
+    if (st && st != CR_E_TOO_LARGE)
+        return st;
+    *n += got;
+    return CR_OK;
+}
+
+cr_status_t rn_tokenizer_encode_pair(const rn_tokenizer_t *tok, const char *a, size_t a_len,
+                             const char *b, size_t b_len, int32_t *out, size_t cap,
+                             size_t *n_out, cr_err_t *err)
+{
+    *n_out = 0;
+    int32_t eos = tok->eos >= 0 ? tok->eos : tok->sep;
+    size_t n = 0;
+    cr_status_t st;
+    if (tok->add_bos && tok->bos >= 0)
+        pair_put(tok->bos, out, cap, &n);
+    if ((st = pair_text(tok, a, a_len, out, cap, &n, err)))
+        return st;
+    if (tok->add_eos && eos >= 0)
+        pair_put(eos, out, cap, &n);
+    if (tok->add_sep && tok->sep >= 0)
+        pair_put(tok->sep, out, cap, &n);
+    if ((st = pair_text(tok, b, b_len, out, cap, &n, err)))
+        return st;
+    if (tok->add_eos && eos >= 0)
+        pair_put(eos, out, cap, &n);
+    *n_out = n;
+    if (n > cap)
+        return cr_err_set(err, CR_E_TOO_LARGE, "tokenize: the pair's %zu tokens do not "
+                          "fit in %zu", n, cap);
+    return CR_OK;
 }
 
 /* ---- decoding ------------------------------------------------------------------ */
@@ -983,7 +1131,7 @@ static size_t piece(const rn_tokenizer_t *tok, int32_t id, unsigned flags, char 
     if (attr & (RN_ATTR_UNKNOWN | RN_ATTR_CONTROL | RN_ATTR_USER_DEFINED)) {
         put_all(&k, t, tl);
     } else if (attr & RN_ATTR_NORMAL) {
-        if (tok->kind == RN_TOK_SPM || tok->kind == RN_TOK_WPM) {
+        if (tok->kind != RN_TOK_BPE) {
             for (size_t i = 0; i < tl; i++) {
                 if (i + 3 <= tl && !memcmp(t + i, "\xe2\x96\x81", 3)) {
                     put(&k, ' ');
@@ -1170,6 +1318,8 @@ int32_t rn_tokenizer_unk(const rn_tokenizer_t *tok) { return tok->unk; }
 int32_t rn_tokenizer_pad(const rn_tokenizer_t *tok) { return tok->pad; }
 bool rn_tokenizer_add_bos(const rn_tokenizer_t *tok) { return tok->add_bos; }
 bool rn_tokenizer_add_eos(const rn_tokenizer_t *tok) { return tok->add_eos; }
+bool rn_tokenizer_add_sep(const rn_tokenizer_t *tok) { return tok->add_sep; }
+int32_t rn_tokenizer_sep(const rn_tokenizer_t *tok) { return tok->sep; }
 bool rn_tokenizer_add_space_prefix(const rn_tokenizer_t *tok)
 {
     return tok->add_space_prefix;

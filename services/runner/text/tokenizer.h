@@ -6,7 +6,9 @@
  * splitter that tokenizer.ggml.pre names), WordPiece (model "bert": NFD
  * first code point, lowercase, split on white space, punctuation and CJK,
  * greedy longest match with "##" continuations, [UNK] for a word it cannot
- * spell), special-token parsing, BOS/EOS,
+ * spell), SentencePiece unigram (model "t5": precompiled charsmap
+ * normalization, then the best segmentation by piece scores; <unk> for
+ * what no piece spells), special-token parsing, BOS/EOS,
  * token -> bytes, and a streaming detokenizer that never splits a UTF-8
  * character. Does not own: chat templates, stop strings, sampling.
  *
@@ -42,6 +44,7 @@ typedef enum rn_tok_kind {
     RN_TOK_SPM = 1, /* "llama": SentencePiece BPE by score */
     RN_TOK_BPE = 2, /* "gpt2": byte-level BPE */
     RN_TOK_WPM = 3, /* "bert": WordPiece (BOS = [CLS], EOS = [SEP]) */
+    RN_TOK_UGM = 4, /* "t5": SentencePiece unigram (T5, XLM-RoBERTa) */
 } rn_tok_kind_t;
 
 /* tokenizer.ggml.token_type values, as GGUF stores them. */
@@ -59,8 +62,16 @@ typedef enum rn_token_type {
  * testdata work; tensors are never read). Reads tokenizer.ggml.model, .pre,
  * .tokens, .scores, .token_type, .merges, .bos/.eos/.unknown/.padding/
  * .eot/.eom/.seperator/.cls_token_id, .add_bos_token, .add_eos_token,
- * .add_space_prefix, and general.name (phi-3 strips spaces after its
- * special tokens, as llama.cpp does).
+ * .add_sep_token, .add_space_prefix, and, for the spaces special tokens
+ * eat (which GGUF does not record; llama.cpp decides by model, and so do
+ * we): general.name (phi-3 strips spaces after its special tokens,
+ * modern-bert before [MASK]), general.architecture and .pre
+ * (nomic-bert-moe, jina-bert-v3 and jina-v2-* strip them before <mask>).
+ * As llama.cpp does, tokens whose text marks an end of turn or a
+ * fill-in-the-middle prefix/suffix/middle ("<|eot_id|>", "<fim_prefix>",
+ * "<｜fim▁end｜>", ...) become control tokens whatever their stored type,
+ * the FIM ones unless tokenizer.ggml.fim_pre/suf/mid_token_id (or
+ * .prefix/.suffix/.middle_token_id) name a token of that kind.
  *
  * On success *out is owned by the caller (free with rn_tokenizer_destroy).
  * Errors: CR_E_CORRUPT when a key has the wrong type, arrays differ in
@@ -68,7 +79,7 @@ typedef enum rn_token_type {
  * separator, or add_bos/add_eos is set without the id (err->msg names the
  * key and index, e.g. "tokenizer.ggml.scores has 31999 entries, tokens
  * 32000"); CR_E_NOT_FOUND when tokenizer.ggml.model or .tokens is missing;
- * CR_E_UNSUPPORTED for a model ("t5", ...) or pre-tokenizer this
+ * CR_E_UNSUPPORTED for a model ("rwkv", ...) or pre-tokenizer this
  * module does not implement (the message names it); CR_E_TOO_LARGE past
  * the RN_TOK_MAX_* limits; CR_E_NOMEM. An id of -1 (0xFFFFFFFF as u32)
  * means "none" and keeps llama.cpp's default; the padding and separator ids
@@ -76,7 +87,10 @@ typedef enum rn_token_type {
  * WordPiece ("bert"): BOS is [CLS] (cls_token_id, else bos_token_id, else
  * 101), EOS is [SEP] (eos_token_id, else seperator_token_id, else 102),
  * unknown 100, padding 0 by default; add_special adds both unless
- * add_bos_token / add_eos_token say otherwise. */
+ * add_bos_token / add_eos_token say otherwise. Unigram ("t5"): no BOS,
+ * EOS 1 (added), unknown 2 (required), padding 0 by default; also reads
+ * .precompiled_charsmap (CR_E_CORRUPT naming it when truncated or when a
+ * trie path points outside it) and .remove_extra_whitespaces. */
 cr_status_t rn_tokenizer_load(const cr_gguf_t *g, rn_tokenizer_t **out,
                               cr_err_t *err);
 
@@ -104,6 +118,18 @@ cr_status_t rn_tokenize(const rn_tokenizer_t *tok, const char *text,
                         size_t len, bool add_special, bool parse_special,
                         int32_t *out, size_t cap, size_t *n_out,
                         cr_err_t *err);
+
+/* Encodes a (query, document) pair for a reranker the way llama.cpp's
+ * server does without a rerank template: [BOS] a [EOS] [SEP] b [EOS], each
+ * special only where the vocabulary adds it (add_bos_token, add_eos_token,
+ * add_sep_token; EOS falls back to the separator id). Special-token texts
+ * in a and b are never parsed. An XLM-RoBERTa vocabulary (all three set)
+ * gives <s> a </s> </s> b </s>; a BERT one ([CLS] as BOS, [SEP] as EOS,
+ * no add_sep_token) [CLS] a [SEP] b [SEP], as Hugging Face pairs them.
+ * Output and errors as rn_tokenize. */
+cr_status_t rn_tokenizer_encode_pair(const rn_tokenizer_t *tok, const char *a, size_t a_len,
+                             const char *b, size_t b_len, int32_t *out, size_t cap,
+                             size_t *n_out, cr_err_t *err);
 
 /* Flags for rn_token_piece and rn_detok_new. */
 enum {
@@ -177,6 +203,11 @@ int32_t rn_tokenizer_unk(const rn_tokenizer_t *tok);
 int32_t rn_tokenizer_pad(const rn_tokenizer_t *tok);
 bool rn_tokenizer_add_bos(const rn_tokenizer_t *tok);
 bool rn_tokenizer_add_eos(const rn_tokenizer_t *tok);
+/* tokenizer.ggml.add_sep_token (false when absent): a pair gets a
+ * separator between its parts. */
+bool rn_tokenizer_add_sep(const rn_tokenizer_t *tok);
+/* tokenizer.ggml.seperator_token_id ([SEP] 102 for WordPiece), or -1. */
+int32_t rn_tokenizer_sep(const rn_tokenizer_t *tok);
 bool rn_tokenizer_add_space_prefix(const rn_tokenizer_t *tok);
 /* Largest piece rn_token_piece can produce, in bytes. */
 size_t rn_tokenizer_max_piece_bytes(const rn_tokenizer_t *tok);

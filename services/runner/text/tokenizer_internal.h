@@ -1,12 +1,13 @@
 /* tokenizer_internal.h: the tokenizer's private state, shared by its files
  * (tokenizer.c: load, special tokens, decode; tokenizer_spm.c;
- * tokenizer_bpe.c; tokenizer_pretok.c; tokenizer_wpm.c). Nothing else may include it except
- * the tokenizer's own unit test (tests/unit/test_tokenizer.c), which checks
- * the pre-tokenizers directly. */
+ * tokenizer_bpe.c; tokenizer_pretok.c; tokenizer_wpm.c; tokenizer_ugm.c).
+ * Nothing else may include it except the tokenizer's own unit test
+ * (tests/unit/test_tokenizer.c), which checks the pre-tokenizers directly. */
 #ifndef RN_TOKENIZER_INTERNAL_H
 #define RN_TOKENIZER_INTERNAL_H
 
 #include "lib/prelude.h"
+#include "lib/gguf.h"
 #include "lib/status.h"
 #include "services/runner/text/tokenizer.h"
 
@@ -73,9 +74,22 @@ struct rn_tokenizer {
 
     int32_t bos, eos, eot, eom, unk, pad, sep;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    bool add_sep; /* tokenizer.ggml.add_sep_token: a pair's middle [SEP] */
 
     int32_t *specials; /* control/user-defined/unknown ids, longest first */
     uint32_t n_specials;
+
+    /* Unigram ("t5", tokenizer_ugm.c): the precompiled charsmap, a trie of
+     * XOR-compressed double-array units (tokenizer_ugm.c says how to walk
+     * it) over NUL-terminated normalized strings, and the whitespace rule. */
+    uint32_t *xcda;        /* [n_xcda] trie units, host order */
+    uint32_t n_xcda;
+    char *norm_strs;       /* [n_norm_strs] bytes; the last one is NUL */
+    uint32_t n_norm_strs;
+    bool remove_extra_ws;  /* tokenizer.ggml.remove_extra_whitespaces */
+    float ugm_unk_score;   /* lowest normal score - 10 */
+    int32_t *user_sorted;  /* [n_user] user-defined ids by text (memcmp) */
+    uint32_t n_user;
 
     uint32_t max_token_len;   /* bytes */
     uint32_t max_piece_bytes; /* bytes rn_token_piece can produce */
@@ -117,6 +131,29 @@ void rn_tok_heap_free(rn_tok_heap_t *h);
 /* Id of the string text[0..len) (tokens first, then BPE extras), or -1. */
 int32_t rn_tok_lookup(const rn_tokenizer_t *tok, const char *text, size_t len);
 
+/* The string table's hash, one byte at a time (FNV-1a, then a final mix),
+ * so a caller trying every prefix of a text hashes each byte once: start
+ * from RN_TOK_HASH_INIT, rn_tok_hash_step each byte, and look the prefix up
+ * with rn_tok_lookup_hashed(tok, rn_tok_hash_final(state), text, len). */
+#define RN_TOK_HASH_INIT 0xcbf29ce484222325ull
+
+static inline uint64_t rn_tok_hash_step(uint64_t h, uint8_t byte)
+{
+    return (h ^ byte) * 0x100000001b3ull;
+}
+
+static inline uint32_t rn_tok_hash_final(uint64_t h)
+{
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return (uint32_t)h;
+}
+
+/* rn_tok_lookup with the hash of text[0..len) already known. */
+int32_t rn_tok_lookup_hashed(const rn_tokenizer_t *tok, uint32_t hash,
+                             const char *text, size_t len);
+
 /* SentencePiece over one raw-text fragment; prefix_space adds the leading
  * U+2581. CR_E_NOMEM. */
 cr_status_t rn_spm_encode(const rn_tokenizer_t *tok, const char *text,
@@ -125,6 +162,19 @@ cr_status_t rn_spm_encode(const rn_tokenizer_t *tok, const char *text,
 /* Byte-level BPE over one raw-text fragment (pre-tokenized first).
  * CR_E_NOMEM. */
 cr_status_t rn_bpe_encode(const rn_tokenizer_t *tok, const char *text,
+                          size_t len, rn_emit_t *e);
+
+/* Reads the unigram tables (tokenizer.ggml.precompiled_charsmap, checked
+ * whole: every trie path must end inside the normalized strings;
+ * .remove_extra_whitespaces) once the tokens, scores, types and the
+ * unknown id are loaded. CR_E_CORRUPT naming the key, CR_E_NOMEM. */
+cr_status_t rn_ugm_load(rn_tokenizer_t *tok, const cr_gguf_t *g, cr_err_t *err);
+
+/* Unigram over one raw-text fragment: normalized (charsmap, whitespace),
+ * then the most probable segmentation (Viterbi over piece scores; a
+ * character no piece spells costs the unknown score). CR_E_NOMEM,
+ * CR_E_TOO_LARGE when normalization grows the text past its limit. */
+cr_status_t rn_ugm_encode(const rn_tokenizer_t *tok, const char *text,
                           size_t len, rn_emit_t *e);
 
 /* WordPiece over one raw-text fragment (normalized, split into words,
