@@ -23,19 +23,28 @@ struct jj_template {
 struct jj_scope {
     jj_dict_t *vars; /* NULL until the first assignment */
     jj_scope_t *parent;
+    bool captured;   /* a macro or caller defined here keeps it alive */
 };
 
 typedef enum flow { FLOW_NEXT, FLOW_BREAK, FLOW_CONTINUE } flow_t;
 
 void jj_limits_default(jj_limits_t *limits)
 {
-    limits->max_steps = 20u * 1000 * 1000;
+    limits->max_steps = 5u * 1000 * 1000;
     limits->max_output_bytes = (size_t)16 << 20;
     limits->max_memory_bytes = (size_t)512 << 20;
     limits->max_depth = 600;
 }
 
 /* ---- budgets and scopes ---------------------------------------------- */
+
+static void count_step(jj_rt_t *rt)
+{
+    if (++rt->steps > rt->limits.max_steps)
+        jj_throw(&rt->jump, CR_E_TOO_LARGE,
+                 "BudgetError: the template ran more than %" PRIu64 " steps",
+                 rt->limits.max_steps);
+}
 
 static void enter(jj_rt_t *rt)
 {
@@ -56,22 +65,50 @@ static jj_scope_t *scope_new(jj_rt_t *rt, jj_scope_t *parent)
     return s;
 }
 
+/* A scope slot emptied for reuse: an undefined without a message, which
+ * nothing else makes. */
+static const jj_value_t UNSET = {.kind = JJ_UNDEF, .u.s = NULL};
+
+static bool is_unset(const jj_value_t *v)
+{
+    return v->kind == JJ_UNDEF && v->u.s == NULL;
+}
+
+/* A for loop's scope for its next item: the last one emptied and reused
+ * unless a macro defined in it may still read it, so a long loop does not
+ * spend memory per iteration. */
+static jj_scope_t *iteration_scope(jj_rt_t *rt, jj_scope_t *last, jj_scope_t *parent)
+{
+    if (!last || last->captured)
+        return scope_new(rt, parent);
+    /* Slots stay (their keys are reused) but read as unset. */
+    for (size_t i = 0; last->vars && i < last->vars->n; i++)
+        last->vars->vals[i] = UNSET;
+    return last;
+}
+
 static void scope_set(jj_rt_t *rt, jj_scope_t *s, const char *name, jj_value_t v)
 {
     if (!s->vars)
         s->vars = jj_dict_new(rt, JJ_DICT).u.d;
     jj_value_t *slot = jj_dict_find_str(s->vars, name);
-    if (slot)
+    if (slot) {
         *slot = v;
-    else
-        jj_dict_set(rt, s->vars, jj_cstr(rt, name), v);
+        return;
+    }
+    /* Names come from the syntax tree or the context, which outlive the
+     * render: the key borrows them. */
+    jj_str_t *key = jj_alloc(&rt->arena, sizeof *key);
+    key->s = name;
+    key->len = strlen(name);
+    jj_dict_set(rt, s->vars, jj_str_value(key), v);
 }
 
 static jj_value_t lookup(jj_rt_t *rt, jj_scope_t *s, const char *name)
 {
     for (; s; s = s->parent) {
         jj_value_t *v = s->vars ? jj_dict_find_str(s->vars, name) : NULL;
-        if (v)
+        if (v && !is_unset(v))
             return *v;
     }
     jj_value_t g;
@@ -369,6 +406,7 @@ static jj_value_t make_macro(jj_rt_t *rt, jj_scope_t *s, const jj_node_t *def, c
     fn->def = def;
     fn->closure = s;
     fn->name = name;
+    s->captured = true;
     return (jj_value_t){.kind = JJ_FUNC, .u.fn = fn};
 }
 
@@ -527,18 +565,23 @@ static flow_t exec_for(jj_rt_t *rt, jj_scope_t *s, const jj_node_t *n, jj_sb_t *
         /* `for x in xs if cond`: filtered first, so loop.length and
          * loop.last count only what passes. */
         jj_list_t *kept = jj_list_new(rt, JJ_LIST_PLAIN).u.l;
+        jj_scope_t *it = NULL;
         for (size_t i = 0; i < items->n; i++) {
-            jj_scope_t *it = scope_new(rt, s);
+            it = iteration_scope(rt, it, s);
             assign_names(rt, it, n->names, n->n_names, tuple, items->items[i]);
             if (jj_truthy(eval(rt, it, n->d)))
                 jj_list_push(rt, kept, items->items[i]);
         }
         items = kept;
     }
+    jj_value_t loop = jj_loop_new(rt, items, 0);
+    jj_scope_t *it = NULL;
     for (size_t i = 0; i < items->n; i++) {
-        jj_scope_t *it = scope_new(rt, s);
+        count_step(rt); /* an empty body still costs a step an item */
+        it = iteration_scope(rt, it, s);
         assign_names(rt, it, n->names, n->n_names, tuple, items->items[i]);
-        scope_set(rt, it, "loop", jj_loop_new(rt, items, i));
+        jj_loop_set_index(loop, i);
+        scope_set(rt, it, "loop", loop);
         if (exec_body(rt, it, n->b, out) == FLOW_BREAK)
             break;
     }

@@ -286,6 +286,9 @@ jj_value_t jj_slice(jj_rt_t *rt, jj_value_t obj, const jj_value_t *start,
 
 /* The `loop` of a for at item index0 of items. */
 jj_value_t jj_loop_new(jj_rt_t *rt, jj_list_t *items, size_t index0);
+/* Moves the loop to the next item (one loop object per for, as Jinja2's
+ * LoopContext). */
+void jj_loop_set_index(jj_value_t loop, size_t index0);
 
 /* UTF-8 helpers: code points in s, and the byte offset of code point i. */
 size_t jj_utf8_count(const char *s, size_t n);

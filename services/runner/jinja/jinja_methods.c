@@ -8,6 +8,8 @@
 
 #include "lib/gotext.h"
 
+#include <math.h>
+
 jj_value_t *jj_arg(jj_args_t *args, size_t idx, const char *name)
 {
     if (idx < args->n_pos)
@@ -425,6 +427,10 @@ static jj_value_t range_list(jj_rt_t *rt, jj_args_t *a)
                  "BudgetError: range() of more items than the step budget (%" PRIu64 ")",
                  rt->limits.max_steps);
     jj_value_t out = jj_list_new(rt, JJ_LIST_PLAIN);
+    if (count > 0) { /* sized once: no doubling garbage */
+        out.u.l->cap = (size_t)ceil(count);
+        out.u.l->items = jj_alloc_array(&rt->arena, out.u.l->cap, sizeof *out.u.l->items);
+    }
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
         jj_list_push(rt, out.u.l, jj_int(i));
         if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step))

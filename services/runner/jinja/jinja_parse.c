@@ -878,8 +878,13 @@ static jj_node_t *parse_body(parser_t *p, const char *const *ends)
     for (;;) {
         jj_tok_t *t = cur(p);
         if (t->kind == JJ_T_EOF) {
-            if (ends)
-                fail(p, "unexpected end of template, expected '%s'", ends[0]);
+            if (ends) {
+                const char *end = ends[0];
+                for (size_t i = 0; ends[i]; i++)
+                    if (!strncmp(ends[i], "end", 3))
+                        end = ends[i];
+                fail(p, "unexpected end of template, expected '%s'", end);
+            }
             break;
         }
         if (t->kind == JJ_T_TEXT) {

@@ -683,6 +683,11 @@ static jj_value_t loop_attr(jj_rt_t *rt, jj_loop_t *loop, const char *name, bool
     return jj_none();
 }
 
+void jj_loop_set_index(jj_value_t loop, size_t index0)
+{
+    loop.u.loop->index0 = index0;
+}
+
 jj_value_t jj_loop_new(jj_rt_t *rt, jj_list_t *items, size_t index0)
 {
     jj_loop_t *loop = jj_alloc(&rt->arena, sizeof *loop);
