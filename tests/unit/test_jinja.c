@@ -34,7 +34,7 @@ static void render_with(const char *src, const char *ctx_json, const jj_limits_t
         jj_template_destroy(&t);
         return;
     }
-    jj_render_opts_t opts;
+    jj_render_opts_t opts = {0};
     jj_limits_default(&opts.limits);
     if (limits)
         opts.limits = *limits;
@@ -322,6 +322,65 @@ static void test_budgets(void)
     jj_template_destroy(&t); /* NULL-safe */
 }
 
+/* Renders src over {"m": m, "t": "ab"} with m untrusted; writes the
+ * text and its taint as '0'/'1' characters. */
+static void render_taint(const char *src, const char *m, char *text, char *taint, size_t cap)
+{
+    cr_err_t err = {0};
+    jj_template_t *t = jj_template_new(src, strlen(src), &err);
+    json_t *ctx = json_pack("{s:s, s:s}", "m", m, "t", "ab");
+    const json_t *untrusted[] = {json_object_get(ctx, "m")};
+    jj_render_opts_t opts = {.untrusted = untrusted, .n_untrusted = 1};
+    jj_limits_default(&opts.limits);
+    cr_buf_t out, marks;
+    cr_buf_init(&out, 4096);
+    cr_buf_init(&marks, 4096);
+    opts.taint = &marks;
+    snprintf(text, cap, "(error)");
+    taint[0] = '\0';
+    if (t && jj_render(t, ctx, &opts, &out, &err) == CR_OK && marks.len == out.len) {
+        snprintf(text, cap, "%s", out.data ? out.data : "");
+        size_t i = 0;
+        for (; i < marks.len && i + 1 < cap; i++)
+            taint[i] = marks.data[i] ? '1' : '0';
+        taint[i] = '\0';
+    }
+    cr_buf_free(&out);
+    cr_buf_free(&marks);
+    json_decref(ctx);
+    jj_template_destroy(&t);
+}
+
+#define TAINTS(src, want_text, want_taint)                                     \
+    do {                                                                       \
+        char text_[256], taint_[256];                                          \
+        render_taint((src), "ab", text_, taint_, sizeof text_);                \
+        CHECK_MSG(!strcmp(text_, (want_text)) && !strcmp(taint_, (want_taint)), \
+                  "%s: got [%s] %s, want [%s] %s", (src), text_, taint_,       \
+                  (want_text), (want_taint));                                  \
+    } while (0)
+
+/* Bytes from untrusted context data stay marked through every string
+ * operation; the template's own bytes and trusted data are not marked. */
+static void test_taint(void)
+{
+    TAINTS("{{ '<t>' + m }}{{ t }}", "<t>abab", "0001100");
+    TAINTS("{{ m | upper }}{{ m[1:] }}{{ m.replace('a', 'Q') }}", "ABbQb", "11111");
+    TAINTS("{{ [m] | tojson }}", "[\"ab\"]", "001100");
+    TAINTS("{% set x %}<{{ m }}>{% endset %}{{ x }}", "<ab>", "0110");
+    TAINTS("{{ 'x'.join([m, m]) }}{{ [m, t] | join('-') }}", "abxabab-ab", "1101111000");
+    TAINTS("{% macro f(a) %}[{{ a }}]{% endmacro %}{{ f(m) }}", "[ab]", "0110");
+    TAINTS("{{ (' ' ~ m ~ ' ') | trim }}{{ m.split('b')[0] }}{{ m | list | first }}", "abaa",
+           "1111");
+    TAINTS("{{ m | safe + '&' }}{{ '&' | safe + m }}", "ab&amp;&ab", "1100000011");
+    TAINTS("{% filter upper %}{{ m }}x{% endfilter %}", "ABX", "110");
+    char text[256], taint[256];
+    render_taint("{{ m }}", "a\n\"", text, taint, sizeof text);
+    CHECK(!strcmp(taint, "111"));
+    render_taint("{{ m | tojson }}", "a\n", text, taint, sizeof text);
+    CHECK(!strcmp(text, "\"a\\n\"") && !strcmp(taint, "01110"));
+}
+
 int main(void)
 {
     test_whitespace();
@@ -331,5 +390,6 @@ int main(void)
     test_tests_and_methods();
     test_errors();
     test_budgets();
+    test_taint();
     return check_finish("test_jinja");
 }

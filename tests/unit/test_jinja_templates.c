@@ -78,7 +78,7 @@ static void run_file(const char *dir, const char *cases_name)
         const char *name = json_string_value(json_object_get(c, "name"));
         const char *want = json_string_value(json_object_get(c, "expected"));
         const char *want_err = json_string_value(json_object_get(c, "error"));
-        jj_render_opts_t opts;
+        jj_render_opts_t opts = {0};
         jj_limits_default(&opts.limits);
         opts.now = reference_now();
         cr_buf_t out;

@@ -59,6 +59,16 @@ void jj_template_destroy(jj_template_t **self_p);
 typedef struct jj_render_opts {
     jj_limits_t limits;
     time_t now; /* what strftime_now formats (UTC); 0: the current time */
+    /* Untrusted data (request text): the strings (and keys) under these
+     * subtrees of the context (borrowed pointers into it) are tainted,
+     * and the taint follows their bytes through every string operation
+     * into the output. */
+    const json_t *const *untrusted;
+    size_t n_untrusted;
+    /* If not NULL, receives one byte per output byte appended to `out`:
+     * 1 where the byte came from untrusted data, 0 where the template
+     * made it. */
+    cr_buf_t *taint;
 } jj_render_opts_t;
 
 /* Renders self over context (a JSON object, borrowed: its keys are the

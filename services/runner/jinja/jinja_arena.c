@@ -107,13 +107,13 @@ void jj_sb_init(jj_sb_t *sb, jj_rt_t *rt)
 {
     sb->rt = rt;
     sb->p = NULL;
+    sb->taint = NULL;
     sb->len = sb->cap = 0;
 }
 
-void jj_sb_append(jj_sb_t *sb, const char *p, size_t n)
+/* Makes room for n more bytes (and the NUL). */
+static void sb_grow(jj_sb_t *sb, size_t n)
 {
-    if (n == 0)
-        return;
     size_t max = sb->rt->limits.max_output_bytes;
     if (n > max || sb->len > max - n)
         jj_throw(&sb->rt->jump, CR_E_TOO_LARGE,
@@ -128,11 +128,55 @@ void jj_sb_append(jj_sb_t *sb, const char *p, size_t n)
         if (sb->len)
             memcpy(np, sb->p, sb->len);
         sb->p = np;
+        if (sb->taint) {
+            uint8_t *nt = jj_alloc(&sb->rt->arena, cap);
+            memcpy(nt, sb->taint, sb->len);
+            sb->taint = nt;
+        }
         sb->cap = cap;
     }
+}
+
+/* Marks n bytes from `at` tainted (t NULL: all) or as t says. */
+static void sb_mark(jj_sb_t *sb, size_t at, size_t n, const uint8_t *t)
+{
+    if (!sb->taint) {
+        if (t && !memchr(t, 1, n))
+            return;
+        sb->taint = jj_alloc(&sb->rt->arena, sb->cap); /* zeroed: trusted */
+    }
+    if (t)
+        memcpy(sb->taint + at, t, n);
+    else
+        memset(sb->taint + at, 1, n);
+}
+
+void jj_sb_append(jj_sb_t *sb, const char *p, size_t n)
+{
+    if (n == 0)
+        return;
+    sb_grow(sb, n);
     memcpy(sb->p + sb->len, p, n);
+    if (sb->taint)
+        memset(sb->taint + sb->len, 0, n);
     sb->len += n;
     sb->p[sb->len] = '\0';
+}
+
+void jj_sb_append_marked(jj_sb_t *sb, const char *p, size_t n, bool tainted)
+{
+    size_t at = sb->len;
+    jj_sb_append(sb, p, n);
+    if (tainted && n)
+        sb_mark(sb, at, n, NULL);
+}
+
+void jj_sb_append_str(jj_sb_t *sb, const jj_str_t *s, size_t off, size_t n)
+{
+    size_t at = sb->len;
+    jj_sb_append(sb, s->s + off, n);
+    if (s->taint && n)
+        sb_mark(sb, at, n, s->taint + off);
 }
 
 void jj_sb_puts(jj_sb_t *sb, const char *s)
@@ -157,5 +201,6 @@ jj_str_t *jj_sb_finish(jj_sb_t *sb)
     jj_str_t *s = jj_alloc(&sb->rt->arena, sizeof *s);
     s->len = sb->len;
     s->s = sb->p ? sb->p : "";
+    s->taint = sb->taint;
     return s;
 }

@@ -147,7 +147,7 @@ static jj_value_t repeat(jj_rt_t *rt, jj_value_t seq, int64_t times)
         jj_sb_t sb;
         jj_sb_init(&sb, rt);
         for (int64_t i = 0; i < times; i++)
-            jj_sb_append(&sb, seq.u.s->s, seq.u.s->len);
+            jj_sb_append_str(&sb, seq.u.s, 0, seq.u.s->len);
         return jj_str_value(jj_sb_finish(&sb));
     }
     if (seq.u.l->n && (uint64_t)times > rt->limits.max_steps / seq.u.l->n)
@@ -163,7 +163,7 @@ static jj_value_t repeat(jj_rt_t *rt, jj_value_t seq, int64_t times)
 static void append_maybe_escaped(jj_sb_t *sb, const jj_str_t *s, bool markup)
 {
     if (!markup || s->markup) {
-        jj_sb_append(sb, s->s, s->len);
+        jj_sb_append_str(sb, s, 0, s->len);
         return;
     }
     size_t run = 0;
@@ -177,11 +177,11 @@ static void append_maybe_escaped(jj_sb_t *sb, const jj_str_t *s, bool markup)
         case '"': esc = "&#34;"; break;
         default: continue;
         }
-        jj_sb_append(sb, s->s + run, i - run);
-        jj_sb_puts(sb, esc);
+        jj_sb_append_str(sb, s, run, i - run);
+        jj_sb_append_marked(sb, esc, strlen(esc), jj_str_tainted_at(s, i));
         run = i + 1;
     }
-    jj_sb_append(sb, s->s + run, s->len - run);
+    jj_sb_append_str(sb, s, run, s->len - run);
 }
 
 static jj_value_t arith(jj_rt_t *rt, jj_op_t op, jj_value_t a, jj_value_t b)
@@ -695,6 +695,10 @@ cr_status_t jj_render(const jj_template_t *self, const json_t *context,
     else
         jj_limits_default(&rt->limits);
     rt->now = opts && opts->now ? opts->now : time(NULL);
+    if (opts) {
+        rt->untrusted = opts->untrusted;
+        rt->n_untrusted = opts->n_untrusted;
+    }
     jj_arena_init(&rt->arena, rt->limits.max_memory_bytes, &rt->jump);
     volatile cr_status_t st = CR_OK;
     if (setjmp(rt->jump.env)) {
@@ -712,7 +716,22 @@ cr_status_t jj_render(const jj_template_t *self, const json_t *context,
     jj_sb_init(&sb, rt);
     rt->depth = 0;
     exec_body(rt, scope_new(rt, rt->globals), self->root, &sb);
+    size_t out_len = out->len;
     st = cr_buf_append(out, sb.p ? sb.p : "", sb.len);
+    if (!st && opts && opts->taint) {
+        size_t taint_len = opts->taint->len;
+        if (sb.taint)
+            st = cr_buf_append(opts->taint, sb.taint, sb.len);
+        else if (!(st = cr_buf_reserve(opts->taint, sb.len)) && sb.len) {
+            memset(opts->taint->data + taint_len, 0, sb.len);
+            opts->taint->len += sb.len;
+            opts->taint->data[opts->taint->len] = '\0';
+        }
+        if (st) {
+            opts->taint->len = taint_len;
+            out->len = out_len;
+        }
+    }
     if (st)
         cr_err_set(err, st, "OutputError: the rendered prompt does not fit its buffer");
 out:

@@ -158,7 +158,7 @@ static jj_value_t indent(jj_rt_t *rt, jj_value_t v, jj_args_t *a)
     jj_sb_t sb;
     jj_sb_init(&sb, rt);
     if (first)
-        jj_sb_append(&sb, pad->s, pad->len);
+        jj_sb_append_str(&sb, pad, 0, pad->len);
     /* Lines as Python's (s + "\n").splitlines() gives them. */
     size_t i = 0;
     bool first_line = true;
@@ -168,9 +168,9 @@ static jj_value_t indent(jj_rt_t *rt, jj_value_t v, jj_args_t *a)
         if (!first_line) {
             jj_sb_append(&sb, "\n", 1);
             if (blank || end > i)
-                jj_sb_append(&sb, pad->s, pad->len);
+                jj_sb_append_str(&sb, pad, 0, pad->len);
         }
-        jj_sb_append(&sb, s->s + i, end - i);
+        jj_sb_append_str(&sb, s, i, end - i);
         first_line = false;
         if (!nl)
             break;
@@ -179,7 +179,7 @@ static jj_value_t indent(jj_rt_t *rt, jj_value_t v, jj_args_t *a)
             /* "a\n" + "\n" splits to ["a", ""]: one empty last line. */
             jj_sb_append(&sb, "\n", 1);
             if (blank)
-                jj_sb_append(&sb, pad->s, pad->len);
+                jj_sb_append_str(&sb, pad, 0, pad->len);
             break;
         }
     }
@@ -303,7 +303,7 @@ static jj_value_t join(jj_rt_t *rt, jj_value_t v, jj_args_t *a)
     jj_sb_init(&sb, rt);
     for (size_t i = 0; i < items->n; i++) {
         if (i && sep_s)
-            jj_sb_append(&sb, sep_s->s, sep_s->len);
+            jj_sb_append_str(&sb, sep_s, 0, sep_s->len);
         jj_value_t x = attr ? get_path(rt, items->items[i], *attr) : items->items[i];
         jj_write_str(&sb, x);
     }

@@ -69,6 +69,11 @@ typedef struct jj_str {
     const char *s; /* NUL-terminated; may hold NULs (counted in len) */
     bool markup;   /* from `| safe`: `+` with a plain string HTML-escapes
                     * the plain one, as MarkupSafe's Markup does */
+    /* Which bytes came from untrusted data (1 a byte), or NULL when none
+     * did. Every operation that copies bytes of a string copies their
+     * marks (jj_sb_append_str, jj_substr), so the caller can keep control
+     * tokens in request text from being parsed (jj_render's taint). */
+    const uint8_t *taint;
 } jj_str_t;
 
 typedef struct jj_list jj_list_t;
@@ -209,6 +214,8 @@ typedef struct jj_scope jj_scope_t;
 
 typedef struct jj_rt {
     jj_arena_t arena;
+    const json_t *const *untrusted; /* context subtrees whose strings are tainted */
+    size_t n_untrusted;
     jj_jump_t jump;
     jj_limits_t limits;
     uint64_t steps;
@@ -222,11 +229,17 @@ typedef struct jj_rt {
 typedef struct jj_sb {
     jj_rt_t *rt;
     char *p;
+    uint8_t *taint; /* NULL until a tainted byte is appended; cap bytes */
     size_t len, cap;
 } jj_sb_t;
 
 void jj_sb_init(jj_sb_t *sb, jj_rt_t *rt);
+/* Appends bytes the template made (trusted). */
 void jj_sb_append(jj_sb_t *sb, const char *p, size_t n);
+/* Appends n bytes of s from byte off, with their taint. */
+void jj_sb_append_str(jj_sb_t *sb, const jj_str_t *s, size_t off, size_t n);
+/* Appends bytes marked tainted when `tainted`. */
+void jj_sb_append_marked(jj_sb_t *sb, const char *p, size_t n, bool tainted);
 void jj_sb_puts(jj_sb_t *sb, const char *s);
 void jj_sb_printf(jj_sb_t *sb, const char *fmt, ...) CR_PRINTF(2, 3);
 jj_str_t *jj_sb_finish(jj_sb_t *sb);
@@ -243,6 +256,10 @@ jj_value_t jj_float(double f);
 jj_value_t jj_str(jj_rt_t *rt, const char *s, size_t n);
 jj_value_t jj_cstr(jj_rt_t *rt, const char *s);
 jj_value_t jj_str_value(jj_str_t *s);
+/* n bytes of s from byte off, with their taint. */
+jj_value_t jj_substr(jj_rt_t *rt, const jj_str_t *s, size_t off, size_t n);
+/* Whether byte i of s is tainted. */
+bool jj_str_tainted_at(const jj_str_t *s, size_t i);
 /* An undefined whose use raises `fmt`'s message. */
 jj_value_t jj_undef(jj_rt_t *rt, const char *fmt, ...) CR_PRINTF(2, 3);
 jj_value_t jj_list_new(jj_rt_t *rt, int flavor);

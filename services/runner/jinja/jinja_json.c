@@ -9,8 +9,29 @@
 
 #include <math.h>
 
+static jj_value_t from_json(jj_rt_t *rt, const json_t *j, bool tainted);
+
+/* A string of the context: tainted when it lies in an untrusted subtree. */
+static jj_value_t context_str(jj_rt_t *rt, const char *s, size_t n, bool tainted)
+{
+    jj_value_t v = jj_str(rt, s, n);
+    if (tainted && n) {
+        uint8_t *t = jj_alloc(&rt->arena, n);
+        memset(t, 1, n);
+        v.u.s->taint = t;
+    }
+    return v;
+}
+
 jj_value_t jj_from_json(jj_rt_t *rt, const json_t *j)
 {
+    return from_json(rt, j, false);
+}
+
+static jj_value_t from_json(jj_rt_t *rt, const json_t *j, bool tainted)
+{
+    for (size_t i = 0; !tainted && i < rt->n_untrusted; i++)
+        tainted = rt->untrusted[i] == j;
     if (++rt->depth > rt->limits.max_depth)
         jj_throw(&rt->jump, CR_E_TOO_LARGE, "RecursionError: context nested too deeply");
     jj_value_t v;
@@ -20,7 +41,8 @@ jj_value_t jj_from_json(jj_rt_t *rt, const json_t *j)
         const char *key;
         json_t *val;
         json_object_foreach((json_t *)j, key, val)
-            jj_dict_set(rt, v.u.d, jj_cstr(rt, key), jj_from_json(rt, val));
+            jj_dict_set(rt, v.u.d, context_str(rt, key, strlen(key), tainted),
+                        from_json(rt, val, tainted));
         break;
     }
     case JSON_ARRAY: {
@@ -28,10 +50,12 @@ jj_value_t jj_from_json(jj_rt_t *rt, const json_t *j)
         size_t i;
         json_t *item;
         json_array_foreach(j, i, item)
-            jj_list_push(rt, v.u.l, jj_from_json(rt, item));
+            jj_list_push(rt, v.u.l, from_json(rt, item, tainted));
         break;
     }
-    case JSON_STRING: v = jj_str(rt, json_string_value(j), json_string_length(j)); break;
+    case JSON_STRING:
+        v = context_str(rt, json_string_value(j), json_string_length(j), tainted);
+        break;
     case JSON_INTEGER: v = jj_int((int64_t)json_integer_value(j)); break;
     case JSON_REAL: v = jj_float(json_real_value(j)); break;
     case JSON_TRUE: v = jj_bool(true); break;
@@ -42,8 +66,10 @@ jj_value_t jj_from_json(jj_rt_t *rt, const json_t *j)
     return v;
 }
 
-static void write_json_string(jj_sb_t *sb, const char *s, size_t n, bool ensure_ascii)
+static void write_json_string(jj_sb_t *sb, const jj_str_t *str, bool ensure_ascii)
 {
+    const char *s = str->s;
+    size_t n = str->len;
     jj_sb_append(sb, "\"", 1);
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
@@ -69,12 +95,18 @@ static void write_json_string(jj_sb_t *sb, const char *s, size_t n, bool ensure_
                     k = 1;
                     cp = 0xfffd;
                 }
-                jj_sb_append(sb, s + run, i - run);
+                jj_sb_append_str(sb, str, run, i - run);
+                size_t from = sb->len;
                 if (cp >= 0x10000) {
                     cp -= 0x10000;
                     jj_sb_printf(sb, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
                 } else {
                     jj_sb_printf(sb, "\\u%04x", cp);
+                }
+                if (jj_str_tainted_at(str, i)) {
+                    jj_str_t escaped = {.len = sb->len - from, .s = sb->p + from};
+                    sb->len = from;
+                    jj_sb_append_marked(sb, escaped.s, escaped.len, true);
                 }
                 i += k - 1;
                 run = i + 1;
@@ -82,12 +114,12 @@ static void write_json_string(jj_sb_t *sb, const char *s, size_t n, bool ensure_
             }
         }
         if (esc) {
-            jj_sb_append(sb, s + run, i - run);
-            jj_sb_puts(sb, esc);
+            jj_sb_append_str(sb, str, run, i - run);
+            jj_sb_append_marked(sb, esc, strlen(esc), jj_str_tainted_at(str, i));
             run = i + 1;
         }
     }
-    jj_sb_append(sb, s + run, n - run);
+    jj_sb_append_str(sb, str, run, n - run);
     jj_sb_append(sb, "\"", 1);
 }
 
@@ -118,7 +150,7 @@ static void newline_indent(jj_sb_t *sb, const json_style_t *st, int level)
 static void write_json_key(jj_sb_t *sb, jj_value_t k, const json_style_t *st)
 {
     switch (k.kind) {
-    case JJ_STR: write_json_string(sb, k.u.s->s, k.u.s->len, st->ensure_ascii); return;
+    case JJ_STR: write_json_string(sb, k.u.s, st->ensure_ascii); return;
     case JJ_INT: jj_sb_printf(sb, "\"%" PRId64 "\"", k.u.i); return;
     case JJ_BOOL: jj_sb_puts(sb, k.u.b ? "\"true\"" : "\"false\""); return;
     case JJ_NONE: jj_sb_puts(sb, "\"null\""); return;
@@ -143,7 +175,7 @@ static void write_json(jj_sb_t *sb, jj_value_t v, const json_style_t *st, int le
     case JJ_BOOL: jj_sb_puts(sb, v.u.b ? "true" : "false"); break;
     case JJ_INT: jj_sb_printf(sb, "%" PRId64, v.u.i); break;
     case JJ_FLOAT: write_json_float(sb, v.u.f); break;
-    case JJ_STR: write_json_string(sb, v.u.s->s, v.u.s->len, st->ensure_ascii); break;
+    case JJ_STR: write_json_string(sb, v.u.s, st->ensure_ascii); break;
     case JJ_LIST:
         if (v.u.l->flavor == JJ_LIST_GENERATOR)
             goto unserializable;

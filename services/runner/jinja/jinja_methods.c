@@ -104,7 +104,7 @@ jj_value_t jj_str_strip(jj_rt_t *rt, jj_str_t *s, const jj_str_t *chars, bool le
         e -= k;
     if (b == 0 && e == s->len)
         return jj_str_value(s);
-    return jj_str(rt, s->s + b, e - b);
+    return jj_substr(rt, s, b, e - b);
 }
 
 static char ascii_lower(char c)
@@ -135,6 +135,7 @@ jj_value_t jj_str_case(jj_rt_t *rt, jj_str_t *s, int mode)
     jj_str_t *out = jj_alloc(&rt->arena, sizeof *out);
     out->s = p;
     out->len = s->len;
+    out->taint = s->taint; /* same length, same places */
     return jj_str_value(out);
 }
 
@@ -149,15 +150,15 @@ jj_value_t jj_str_replace(jj_rt_t *rt, jj_str_t *s, jj_str_t *old, jj_str_t *new
         /* Python inserts `new` between characters and at both ends. */
         size_t k;
         while (count < 0 || done < count) {
-            jj_sb_append(&sb, new_s->s, new_s->len);
+            jj_sb_append_str(&sb, new_s, 0, new_s->len);
             done++;
             if (i >= s->len)
                 break;
             decode_at(s->s, s->len, i, &k);
-            jj_sb_append(&sb, s->s + i, k);
+            jj_sb_append_str(&sb, s, i, k);
             i += k;
         }
-        jj_sb_append(&sb, s->s + i, s->len - i);
+        jj_sb_append_str(&sb, s, i, s->len - i);
         return jj_str_value(jj_sb_finish(&sb));
     }
     while (i < s->len && (count < 0 || done < count)) {
@@ -165,12 +166,22 @@ jj_value_t jj_str_replace(jj_rt_t *rt, jj_str_t *s, jj_str_t *old, jj_str_t *new
         if (!hit)
             break;
         size_t at = (size_t)(hit - s->s);
-        jj_sb_append(&sb, s->s + i, at - i);
-        jj_sb_append(&sb, new_s->s, new_s->len);
+        jj_sb_append_str(&sb, s, i, at - i);
+        /* The replacement stands where the old text was: tainted if
+         * either is. */
+        bool was_tainted = false;
+        for (size_t k = at; k < at + old->len && !was_tainted; k++)
+            was_tainted = jj_str_tainted_at(s, k);
+        size_t from = sb.len;
+        jj_sb_append_str(&sb, new_s, 0, new_s->len);
+        if (was_tainted && new_s->len) {
+            sb.len = from;
+            jj_sb_append_marked(&sb, new_s->s, new_s->len, true);
+        }
         i = at + old->len;
         done++;
     }
-    jj_sb_append(&sb, s->s + i, s->len - i);
+    jj_sb_append_str(&sb, s, i, s->len - i);
     return jj_str_value(jj_sb_finish(&sb));
 }
 
@@ -188,13 +199,13 @@ static jj_value_t str_split(jj_rt_t *rt, jj_str_t *s, jj_value_t *sep_v, int64_t
                 size_t e = s->len;
                 while (e > i && is_py_space(decode_before(s->s, e, &k)))
                     e -= k;
-                jj_list_push(rt, out.u.l, jj_str(rt, s->s + i, e - i));
+                jj_list_push(rt, out.u.l, jj_substr(rt, s, i, e - i));
                 break;
             }
             size_t start = i;
             while (i < s->len && !is_py_space(decode_at(s->s, s->len, i, &k)))
                 i += k;
-            jj_list_push(rt, out.u.l, jj_str(rt, s->s + start, i - start));
+            jj_list_push(rt, out.u.l, jj_substr(rt, s, start, i - start));
         }
         return out;
     }
@@ -207,11 +218,11 @@ static jj_value_t str_split(jj_rt_t *rt, jj_str_t *s, jj_value_t *sep_v, int64_t
         if (maxsplit < 0 || (int64_t)out.u.l->n < maxsplit)
             hit = memmem(s->s + i, s->len - i, sep->s, sep->len);
         if (!hit) {
-            jj_list_push(rt, out.u.l, jj_str(rt, s->s + i, s->len - i));
+            jj_list_push(rt, out.u.l, jj_substr(rt, s, i, s->len - i));
             return out;
         }
         size_t at = (size_t)(hit - s->s);
-        jj_list_push(rt, out.u.l, jj_str(rt, s->s + i, at - i));
+        jj_list_push(rt, out.u.l, jj_substr(rt, s, i, at - i));
         i = at + sep->len;
     }
 }
@@ -292,9 +303,9 @@ static jj_value_t str_method(jj_rt_t *rt, const char *m, jj_str_t *s, jj_args_t 
         jj_sb_init(&sb, rt);
         for (size_t i = 0; i < items->n; i++) {
             if (i)
-                jj_sb_append(&sb, s->s, s->len);
+                jj_sb_append_str(&sb, s, 0, s->len);
             jj_str_t *part = str_arg(rt, "join", &items->items[i]);
-            jj_sb_append(&sb, part->s, part->len);
+            jj_sb_append_str(&sb, part, 0, part->len);
         }
         return jj_str_value(jj_sb_finish(&sb));
     }

@@ -43,6 +43,22 @@ jj_value_t jj_str(jj_rt_t *rt, const char *s, size_t n)
     return jj_str_value(str);
 }
 
+jj_value_t jj_substr(jj_rt_t *rt, const jj_str_t *s, size_t off, size_t n)
+{
+    jj_value_t v = jj_str(rt, s->s + off, n);
+    if (s->taint && n && memchr(s->taint + off, 1, n)) {
+        uint8_t *t = jj_alloc(&rt->arena, n);
+        memcpy(t, s->taint + off, n);
+        v.u.s->taint = t;
+    }
+    return v;
+}
+
+bool jj_str_tainted_at(const jj_str_t *s, size_t i)
+{
+    return s->taint && i < s->len && s->taint[i];
+}
+
 jj_value_t jj_cstr(jj_rt_t *rt, const char *s)
 {
     return jj_str(rt, s, strlen(s));
@@ -352,12 +368,12 @@ static void write_str_repr(jj_sb_t *sb, const jj_str_t *s)
             esc = hex;
         }
         if (esc) {
-            jj_sb_append(sb, s->s + run, i - run);
-            jj_sb_puts(sb, esc);
+            jj_sb_append_str(sb, s, run, i - run);
+            jj_sb_append_marked(sb, esc, strlen(esc), jj_str_tainted_at(s, i));
             run = i + 1;
         }
     }
-    jj_sb_append(sb, s->s + run, s->len - run);
+    jj_sb_append_str(sb, s, run, s->len - run);
     jj_sb_append(sb, &quote, 1);
 }
 
@@ -402,7 +418,7 @@ void jj_write_str(jj_sb_t *sb, jj_value_t v)
     case JJ_BOOL: jj_sb_puts(sb, v.u.b ? "True" : "False"); return;
     case JJ_INT: jj_sb_printf(sb, "%" PRId64, v.u.i); return;
     case JJ_FLOAT: jj_write_float(sb, v.u.f); return;
-    case JJ_STR: jj_sb_append(sb, v.u.s->s, v.u.s->len); return;
+    case JJ_STR: jj_sb_append_str(sb, v.u.s, 0, v.u.s->len); return;
     case JJ_LIST:
     case JJ_DICT:
     case JJ_NS: write_container(sb, v); return;
@@ -478,7 +494,7 @@ jj_list_t *jj_iterate(jj_rt_t *rt, jj_value_t v)
         size_t n;
         size_t *off = utf8_offsets(rt, v.u.s, &n);
         for (size_t i = 0; i < n; i++)
-            jj_list_push(rt, l, jj_str(rt, v.u.s->s + off[i], off[i + 1] - off[i]));
+            jj_list_push(rt, l, jj_substr(rt, v.u.s, off[i], off[i + 1] - off[i]));
         return l;
     }
     default: jj_fail(rt, "TypeError: '%s' object is not iterable", jj_type_name(v));
@@ -571,7 +587,7 @@ jj_value_t jj_getitem(jj_rt_t *rt, jj_value_t obj, jj_value_t key)
             size_t n;
             size_t *off = utf8_offsets(rt, obj.u.s, &n);
             if (norm_index(key, n, &idx))
-                return jj_str(rt, obj.u.s->s + off[idx], off[idx + 1] - off[idx]);
+                return jj_substr(rt, obj.u.s, off[idx], off[idx + 1] - off[idx]);
         }
         break;
     default: break;
@@ -635,7 +651,7 @@ jj_value_t jj_slice(jj_rt_t *rt, jj_value_t obj, const jj_value_t *start,
         jj_sb_t sb;
         jj_sb_init(&sb, rt);
         for (int64_t i = b; st > 0 ? i < e : i > e; i += st)
-            jj_sb_append(&sb, obj.u.s->s + off[i], off[i + 1] - off[i]);
+            jj_sb_append_str(&sb, obj.u.s, off[i], off[i + 1] - off[i]);
         return jj_str_value(jj_sb_finish(&sb));
     }
     jj_value_t out = jj_list_new(rt, obj.u.l->flavor);
