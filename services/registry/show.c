@@ -201,8 +201,14 @@ cr_status_t reg_show_body(const reg_store_t *s, const reg_model_t *m,
         json_object_set_new(body, "parameters", json_stringn_nocheck(text.data, text.len));
     cr_buf_reset(&text);
 
-    set_str_nonempty(body, "template",
-                     m->template_text ? m->template_text : REG_DEFAULT_TEMPLATE);
+    /* Whichever template applies: the Go one, else the GGUF's Jinja one
+     * (the runner renders it), else the default. */
+    cr_gguf_str_t jinja;
+    if (!m->template_text && reg_model_jinja_template(m, g, &jinja))
+        json_object_set_new(body, "template", json_stringn(jinja.ptr, (size_t)jinja.len));
+    else
+        set_str_nonempty(body, "template",
+                         m->template_text ? m->template_text : REG_DEFAULT_TEMPLATE);
     set_str_nonempty(body, "system", sys);
     json_object_set_new(body, "details", reg_model_details_json(m, true));
 

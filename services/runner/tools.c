@@ -5,6 +5,7 @@
 #include "lib/buf.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
+#include "services/runner/jinja/jinja.h"
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
 #include "services/runner/model/quantize.h"
@@ -190,4 +191,29 @@ int rn_tool_quantize(int argc, char **argv)
         return 1;
     }
     return 0;
+}
+
+int rn_tool_check_template(const char *model_path)
+{
+    cr_err_t err = {0};
+    cr_gguf_t *g = NULL;
+    if (cr_gguf_open(model_path, &g, &err)) {
+        fprintf(stderr, "%s: %s\n", model_path, err.msg);
+        return 1;
+    }
+    cr_gguf_str_t src;
+    int rc = 0;
+    if (!cr_gguf_get_str(g, "tokenizer.chat_template", &src) || !src.len) {
+        printf("none\n");
+    } else {
+        jj_template_t *t = jj_template_new(src.ptr, (size_t)src.len, &err);
+        if (t)
+            printf("ok\n");
+        else
+            fprintf(stderr, "%s\n", err.msg);
+        rc = t ? 0 : 1;
+        jj_template_destroy(&t);
+    }
+    cr_gguf_close(&g);
+    return rc;
 }
