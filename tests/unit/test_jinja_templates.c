@@ -1,7 +1,8 @@
 /* test_jinja_templates: the 53 real chat templates of the shared testdata
  * (templates/NAME.jinja) rendered over their seven conversations each
  * (templates/NAME.cases.json): every `expected` byte for byte, every `error`
- * case failing with Jinja2's message.
+ * case failing with Jinja2's message; then cut and byte-flipped copies of
+ * each template, which must parse and render or fail cleanly.
  *
  * Needs $CORRAL_TESTDATA/templates (or a folder as argv[1]); skips with 77
  * without it. A failing case prints the first differing byte. */
@@ -12,7 +13,7 @@
 
 #include <dirent.h>
 
-static int cases_g, passed_g;
+static int cases_g, passed_g, mutated_g;
 
 /* strftime_now in the reference renderings: 2026-01-15 09:30 UTC. */
 static time_t reference_now(void)
@@ -105,6 +106,34 @@ static void run_file(const char *dir, const char *cases_name)
         cr_buf_free(&out);
     }
     jj_template_destroy(&t);
+    /* Hostile-input sweep: every prefix cut at a stride, and every byte
+     * at a stride flipped, must parse and render to a result or a clean
+     * error (the sanitizer build catches anything else). */
+    json_t *ctx = json_object_get(json_array_get(json_object_get(doc, "cases"), 3), "context");
+    for (size_t cut = 0; src && cut < len; cut += 61) {
+        for (int flip = 0; flip < 2; flip++) {
+            char *mut = malloc(len + 1);
+            memcpy(mut, src, len + 1);
+            size_t n = flip ? len : cut;
+            if (flip)
+                mut[cut] = (char)(mut[cut] ^ 0x5a);
+            cr_err_t merr = {0};
+            jj_template_t *mt = jj_template_new(mut, n, &merr);
+            CHECK(mt != NULL || (merr.status && merr.msg[0]));
+            if (mt) {
+                jj_render_opts_t opts = {0};
+                jj_limits_default(&opts.limits);
+                cr_buf_t out;
+                cr_buf_init(&out, (size_t)64 << 20);
+                cr_status_t st = jj_render(mt, ctx, &opts, &out, &merr);
+                CHECK(st == CR_OK || merr.msg[0]);
+                cr_buf_free(&out);
+                mutated_g++;
+            }
+            jj_template_destroy(&mt);
+            free(mut);
+        }
+    }
     free(src);
     json_decref(doc);
 }
@@ -140,6 +169,7 @@ int main(int argc, char **argv)
         free(names[i]);
     }
     free(names);
-    printf("test_jinja_templates: %d of %d cases reproduced\n", passed_g, cases_g);
+    printf("test_jinja_templates: %d of %d cases reproduced; %d mutated templates ran\n",
+           passed_g, cases_g, mutated_g);
     return check_finish("test_jinja_templates");
 }
