@@ -207,6 +207,22 @@ int rn_tool_check_template(const char *model_path)
         printf("none\n");
     } else {
         jj_template_t *t = jj_template_new(src.ptr, (size_t)src.len, &err);
+        /* Filters and tests are looked up when reached (Jinja2 does the
+         * same), so one missing from the renderer shows only in a render:
+         * a plain one-message chat finds those on the common path. Other
+         * errors there depend on the conversation, not on the renderer. */
+        json_t *ctx = t ? json_pack("{s:[{s:s, s:s}], s:b, s:s, s:s}", "messages", "role", "user",
+                                    "content", "Hello", "add_generation_prompt", 1, "bos_token",
+                                    "", "eos_token", "")
+                        : NULL;
+        cr_buf_t out;
+        cr_buf_init(&out, (size_t)16 << 20);
+        if (ctx && jj_render(t, ctx, NULL, &out, &err) &&
+            (strstr(err.msg, "No filter named") || strstr(err.msg, "No test named"))) {
+            jj_template_destroy(&t);
+        }
+        cr_buf_free(&out);
+        json_decref(ctx);
         if (t)
             printf("ok\n");
         else

@@ -1206,6 +1206,15 @@ static void test_jinja_template(void)
                                   "tag 'include' (line 2)") != NULL, "%s", err.msg);
         cr_model_name_parse("badjinja", &n, NULL);
         CHECK(reg_model_load(s, &n, &m, &err) == CR_E_NOT_FOUND);
+        /* A filter the renderer lacks, on the plain path, fails too; one
+         * in a branch a plain chat never takes does not (as in Jinja2). */
+        chat_template_g = "{{ messages[0].content | wordwrap(5) }}";
+        upload_tiny(s, digest);
+        CHECK(do_create(s, &bad, NULL, &err) == CR_E_INVALID);
+        CHECK_MSG(strstr(err.msg, "No filter named 'wordwrap'") != NULL, "%s", err.msg);
+        chat_template_g = "{% if tools %}{{ tools | wordwrap(5) }}{% endif %}ok";
+        upload_tiny(s, digest);
+        CHECK(do_create(s, &bad, NULL, &err) == CR_OK);
         unsetenv("CORRAL_RUNNER_BIN");
     } else {
         printf("registry_store: the create-time template check skipped: no corral-runner\n");
