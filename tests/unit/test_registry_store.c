@@ -1182,6 +1182,8 @@ static void test_jinja_template(void)
         CHECK(reg_show_body(s, m, false, NULL, NULL, &body, &err) == CR_OK);
         json_t *j = json_loads(body.data ? body.data : "", 0, NULL);
         CHECK_EQ_STR(json_string_value(json_object_get(j, "template")), jinja);
+        const char *mf = json_string_value(json_object_get(j, "modelfile"));
+        CHECK(mf && !strstr(mf, "TEMPLATE")); /* recreating keeps the Jinja one */
         json_t *caps = json_object_get(j, "capabilities");
         bool tools = false, thinking = false;
         for (size_t i = 0; i < json_array_size(caps); i++) {
