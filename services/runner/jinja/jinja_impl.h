@@ -270,7 +270,6 @@ void jj_dict_set(jj_rt_t *rt, jj_dict_t *d, jj_value_t key, jj_value_t val);
 jj_value_t *jj_dict_find(jj_dict_t *d, jj_value_t key);
 jj_value_t *jj_dict_find_str(jj_dict_t *d, const char *key);
 
-bool jj_is_str(jj_value_t v);
 bool jj_is_number(jj_value_t v); /* int, float or bool, as Python */
 double jj_as_double(jj_value_t v);
 bool jj_truthy(jj_value_t v);
@@ -362,7 +361,6 @@ jj_value_t jj_str_replace(jj_rt_t *rt, jj_str_t *s, jj_str_t *old, jj_str_t *new
 /* jinja_filters.c, jinja_tests.c */
 jj_value_t jj_filter_apply(jj_rt_t *rt, const char *name, jj_value_t v, jj_args_t *args);
 bool jj_test_apply(jj_rt_t *rt, const char *name, jj_value_t v, jj_args_t *args);
-bool jj_test_exists(const char *name);
 /* Python's `item in container`. */
 bool jj_contains(jj_rt_t *rt, jj_value_t container, jj_value_t item);
 

@@ -5,20 +5,6 @@
  * even, lower, upper. An unknown test is an error when it is reached. */
 #include "services/runner/jinja/jinja_impl.h"
 
-static const char *const TESTS[] = {
-    "defined", "undefined", "none", "true", "false", "boolean", "string", "number",
-    "integer", "float", "mapping", "iterable", "sequence", "callable", "sameas", "eq",
-    "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">",
-    "ge", ">=", "in", "divisibleby", "odd", "even", "lower", "upper", NULL};
-
-bool jj_test_exists(const char *name)
-{
-    for (size_t i = 0; TESTS[i]; i++)
-        if (!strcmp(TESTS[i], name))
-            return true;
-    return false;
-}
-
 static jj_value_t need_arg(jj_rt_t *rt, const char *name, jj_args_t *a)
 {
     jj_value_t *v = jj_arg(a, 0, NULL);

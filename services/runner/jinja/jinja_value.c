@@ -149,11 +149,6 @@ void jj_dict_set(jj_rt_t *rt, jj_dict_t *d, jj_value_t key, jj_value_t val)
     d->n++;
 }
 
-bool jj_is_str(jj_value_t v)
-{
-    return v.kind == JJ_STR;
-}
-
 bool jj_is_number(jj_value_t v)
 {
     return v.kind == JJ_INT || v.kind == JJ_FLOAT || v.kind == JJ_BOOL;
