@@ -145,6 +145,7 @@ static void test_statements(void)
     RENDERS("{% if true %}{% set x = 5 %}{% endif %}{{ x }}", NULL, "5");
     RENDERS("{% set a, b = [1, 2] %}{{ b }}{{ a }}", NULL, "21");
     RENDERS("{% set t %}  block {{ 1 }}{% endset %}[{{ t }}]", NULL, "[  block 1]");
+    RENDERS("{% set t | trim | upper %}  block  {% endset %}[{{ t }}]", NULL, "[BLOCK]");
     RENDERS("{% macro m(a, b='B', c=none) %}{{ a }}{{ b }}{{ c }}{% endmacro %}"
             "{{ m(1) }} {{ m(1, c=3) }} {{ m(1, 2, 3) }}",
             NULL, "1BNone 1B3 123");
@@ -205,6 +206,14 @@ static void test_filters(void)
             "{{ [3, 1, 2] | sort | list }}{{ 'abc' | reverse }}{{ [1, 2] | sum }}",
             NULL, "3213[1, 2, 3]cba3");
     RENDERS("{{ 42 | string ~ 'x' }} {{ [1] | string }}", NULL, "42x [1]");
+    RENDERS("{{ '%s=%d %5.2f|%-3s|%03d %r %%' | format('a', 7, 3.14159, 'b', 5, 'q') }}", NULL,
+            "a=7  3.14|b  |005 'q' %");
+    RENDERS("{{ 'x%sy' % 1 }} {{ '%s-%s' % (1, 'b') }}", NULL, "x1y 1-b");
+    FAILS("{{ '%s %s' % (1,) }}", NULL, "TypeError: not enough arguments for format string");
+    FAILS("{{ '%s' % (1, 2) }}", NULL, "TypeError: not all arguments converted");
+    RENDERS("{{ '<a & \\'b\\'>' | e }} {{ namespace(k=3) | attr('k') }}[{{ {'k': 3} | attr('k') }}]",
+            NULL, "&lt;a &amp; &#39;b&#39;&gt; 3[]");
+    RENDERS("{% for x in 'abc' %}{{ loop.cycle('o', 'e') }}{% endfor %}", NULL, "oeo");
     /* Markup from `safe` escapes the plain string it is added to. */
     RENDERS("{{ '<b>' | safe + '<i>' }} {{ '<b>' ~ '<i>' }}", NULL, "<b>&lt;i&gt; <b><i>");
     /* Filters that return generators: joinable, not JSON. */

@@ -10,12 +10,15 @@
  * context (messages, tools, add_generation_prompt, bos/eos tokens).
  *
  * Supported: text, {{ }}, {% %} and {# #} with `-`/`+` whitespace control;
- * if/elif/else, for (tuple targets, `if` filter, else, loop.*), set (names,
- * tuples, namespace attributes, blocks), macro/call (defaults, keyword
- * arguments, caller), filter blocks, generation blocks, break/continue;
- * Python literals and operators with Python's semantics; the filters,
+ * if/elif/else, for (tuple targets, `if` filter, else, loop.* and
+ * loop.cycle), set (names, tuples, namespace attributes, blocks with
+ * filters), macro/call (defaults, keyword arguments, caller), filter
+ * blocks, generation blocks, raw, break/continue; Python literals and
+ * operators with Python's semantics (`%` formatting included); the filters,
  * tests, str/dict methods and globals real chat templates use (the lists
- * are in jinja_filters.c, jinja_tests.c, jinja_methods.c).
+ * are in jinja_filters.c, jinja_tests.c, jinja_methods.c). Not supported
+ * (a TemplateSyntaxError naming it): include/import/extends/block, recursive
+ * loops, *args/**kwargs in calls.
  *
  * Errors read like Jinja2's, class first: "UndefinedError: 'x' is
  * undefined", "TemplateError: <raise_exception's message>",

@@ -162,26 +162,10 @@ static jj_value_t repeat(jj_rt_t *rt, jj_value_t seq, int64_t times)
 /* Appends s; into a markup result a plain string goes HTML-escaped. */
 static void append_maybe_escaped(jj_sb_t *sb, const jj_str_t *s, bool markup)
 {
-    if (!markup || s->markup) {
+    if (!markup || s->markup)
         jj_sb_append_str(sb, s, 0, s->len);
-        return;
-    }
-    size_t run = 0;
-    for (size_t i = 0; i < s->len; i++) {
-        const char *esc = NULL;
-        switch (s->s[i]) {
-        case '&': esc = "&amp;"; break;
-        case '<': esc = "&lt;"; break;
-        case '>': esc = "&gt;"; break;
-        case '\'': esc = "&#39;"; break;
-        case '"': esc = "&#34;"; break;
-        default: continue;
-        }
-        jj_sb_append_str(sb, s, run, i - run);
-        jj_sb_append_marked(sb, esc, strlen(esc), jj_str_tainted_at(s, i));
-        run = i + 1;
-    }
-    jj_sb_append_str(sb, s, run, s->len - run);
+    else
+        jj_sb_append_escaped(sb, s);
 }
 
 static jj_value_t arith(jj_rt_t *rt, jj_op_t op, jj_value_t a, jj_value_t b)
@@ -256,8 +240,10 @@ static jj_value_t arith(jj_rt_t *rt, jj_op_t op, jj_value_t a, jj_value_t b)
     case JJ_OP_FLOORDIV:
     case JJ_OP_MOD:
         if (!nums) {
-            if (op == JJ_OP_MOD && a.kind == JJ_STR)
-                jj_fail(rt, "TypeError: printf-style string formatting (%%) is not supported");
+            if (op == JJ_OP_MOD && a.kind == JJ_STR) {
+                bool tuple = b.kind == JJ_LIST && b.u.l->flavor == JJ_LIST_TUPLE;
+                return jj_str_format(rt, a.u.s, tuple ? b.u.l->items : &b, tuple ? b.u.l->n : 1);
+            }
             unsupported(rt, op, a, b);
         }
         if (ints) {
@@ -614,7 +600,17 @@ static flow_t exec_node(jj_rt_t *rt, jj_scope_t *s, const jj_node_t *n, jj_sb_t 
         break;
     case JJ_N_FOR: flow = exec_for(rt, s, n, out); break;
     case JJ_N_SET: exec_set(rt, s, n->a, eval(rt, s, n->b)); break;
-    case JJ_N_SET_BLOCK: exec_set(rt, s, n->a, jj_str_value(render_into_string(rt, s, n->b))); break;
+    case JJ_N_SET_BLOCK: {
+        jj_value_t v = jj_str_value(render_into_string(rt, s, n->b));
+        if (n->c) {
+            jj_str_t *saved = rt->block_input;
+            rt->block_input = v.u.s;
+            v = eval(rt, s, n->c);
+            rt->block_input = saved;
+        }
+        exec_set(rt, s, n->a, v);
+        break;
+    }
     case JJ_N_MACRO: scope_set(rt, s, n->name, make_macro(rt, s, n, n->name)); break;
     case JJ_N_CALL_BLOCK: {
         const jj_node_t *call = n->a;

@@ -3,7 +3,7 @@
  * string, default/d, join, items, safe, lower, upper, capitalize, title,
  * list, selectattr/rejectattr, select/reject, map, replace, dictsort,
  * indent, int, float, unique, min, max, first, last, abs, round, sort,
- * reverse, sum. select/reject/selectattr/rejectattr/map/unique/reverse
+ * reverse, sum, format, attr, escape/e. select/reject/selectattr/rejectattr/map/unique/reverse
  * return generators as Jinja2's do: iterable and joinable, but printing
  * or tojson of one is not a list. An unknown filter is an error when it
  * is reached, as in Jinja2 3.x. */
@@ -507,5 +507,30 @@ jj_value_t jj_filter_apply(jj_rt_t *rt, const char *name, jj_value_t v, jj_args_
     }
     if (!strcmp(name, "sum"))
         return sum(rt, v, a);
+    if (!strcmp(name, "format"))
+        return jj_str_format(rt, jj_to_str(rt, v), a->pos, a->n_pos);
+    if (!strcmp(name, "attr")) {
+        jj_value_t *attr = jj_arg(a, 0, NULL);
+        if (!attr || attr->kind != JJ_STR)
+            jj_fail(rt, "TypeError: attr needs a name");
+        /* Python's getattr(): a dict's keys are not attributes. */
+        jj_value_t method;
+        if (v.kind == JJ_DICT)
+            return jj_method_lookup(rt, v, attr->u.s->s, &method)
+                       ? method
+                       : jj_undef(rt, "UndefinedError: 'dict object' has no attribute '%s'",
+                                  attr->u.s->s);
+        return jj_getattr(rt, v, attr->u.s->s);
+    }
+    if (!strcmp(name, "escape") || !strcmp(name, "e")) {
+        if (v.kind == JJ_STR && v.u.s->markup)
+            return v;
+        jj_sb_t sb;
+        jj_sb_init(&sb, rt);
+        jj_sb_append_escaped(&sb, jj_to_str(rt, v));
+        jj_str_t *out = jj_sb_finish(&sb);
+        out->markup = true;
+        return jj_str_value(out);
+    }
     jj_fail(rt, "TemplateRuntimeError: No filter named '%s' found.", name);
 }

@@ -121,7 +121,7 @@ typedef enum jj_node_kind {
     JJ_N_FOR,       /* names: targets, a: iterable, b: body, c: else,
                      * d: `if` filter or NULL */
     JJ_N_SET,       /* a: target (NAME, GETATTR, TUPLE of NAME), b: value */
-    JJ_N_SET_BLOCK, /* a: target, b: body */
+    JJ_N_SET_BLOCK, /* a: target, b: body, c: filters over BLOCK_INPUT or NULL */
     JJ_N_MACRO,     /* name, names/list: params/defaults (NULL: none), b */
     JJ_N_CALL_BLOCK,/* a: the call, names/list: caller's params, b: body */
     JJ_N_FILTER_BLOCK, /* a: filters over BLOCK_INPUT, b: body */
@@ -286,6 +286,8 @@ jj_str_t *jj_to_str(jj_rt_t *rt, jj_value_t v);
 void jj_write_str(jj_sb_t *sb, jj_value_t v);
 void jj_write_repr(jj_sb_t *sb, jj_value_t v);
 void jj_write_float(jj_sb_t *sb, double f);
+/* Appends s HTML-escaped as MarkupSafe's escape() does (& < > ' "). */
+void jj_sb_append_escaped(jj_sb_t *sb, const jj_str_t *s);
 
 /* The items a for loop or filter walks: lists as they are, dicts' keys,
  * strings' characters, undefined as empty; TypeError otherwise. */
@@ -305,6 +307,7 @@ jj_value_t jj_loop_new(jj_rt_t *rt, jj_list_t *items, size_t index0);
 /* Moves the loop to the next item (one loop object per for, as Jinja2's
  * LoopContext). */
 void jj_loop_set_index(jj_value_t loop, size_t index0);
+size_t jj_loop_index(jj_value_t loop);
 
 /* UTF-8 helpers: code points in s, and the byte offset of code point i. */
 size_t jj_utf8_count(const char *s, size_t n);
@@ -357,6 +360,8 @@ jj_value_t jj_str_strip(jj_rt_t *rt, jj_str_t *s, const jj_str_t *chars, bool le
 jj_value_t jj_str_case(jj_rt_t *rt, jj_str_t *s, int mode);
 jj_value_t jj_str_replace(jj_rt_t *rt, jj_str_t *s, jj_str_t *old, jj_str_t *new_s,
                           int64_t count);
+/* Python's `fmt % args` (and the `format` filter). */
+jj_value_t jj_str_format(jj_rt_t *rt, jj_str_t *fmt, const jj_value_t *args, size_t n_args);
 
 /* jinja_filters.c, jinja_tests.c */
 jj_value_t jj_filter_apply(jj_rt_t *rt, const char *name, jj_value_t v, jj_args_t *args);

@@ -185,6 +185,104 @@ jj_value_t jj_str_replace(jj_rt_t *rt, jj_str_t *s, jj_str_t *old, jj_str_t *new
     return jj_str_value(jj_sb_finish(&sb));
 }
 
+/* Python's printf-style `fmt % args`: flags - and 0, a width, a
+ * precision, and the conversions s r d i f F x X o e E g G % (no mapping
+ * keys). */
+jj_value_t jj_str_format(jj_rt_t *rt, jj_str_t *fmt, const jj_value_t *args, size_t n_args)
+{
+    jj_sb_t sb;
+    jj_sb_init(&sb, rt);
+    size_t next = 0, i = 0;
+    while (i < fmt->len) {
+        const char *pct = memchr(fmt->s + i, '%', fmt->len - i);
+        size_t at = pct ? (size_t)(pct - fmt->s) : fmt->len;
+        jj_sb_append_str(&sb, fmt, i, at - i);
+        if (!pct)
+            break;
+        i = at + 1;
+        bool left = false, zero = false;
+        for (; i < fmt->len && (fmt->s[i] == '-' || fmt->s[i] == '0' || fmt->s[i] == ' ' ||
+                                fmt->s[i] == '+' || fmt->s[i] == '#');
+             i++) {
+            left |= fmt->s[i] == '-';
+            zero |= fmt->s[i] == '0';
+        }
+        int width = 0, prec = -1;
+        for (; i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9' && width < 10000; i++)
+            width = width * 10 + (fmt->s[i] - '0');
+        if (i < fmt->len && fmt->s[i] == '.') {
+            prec = 0;
+            for (i++; i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9' && prec < 1000; i++)
+                prec = prec * 10 + (fmt->s[i] - '0');
+        }
+        if (i >= fmt->len)
+            jj_fail(rt, "ValueError: incomplete format");
+        char conv = fmt->s[i++];
+        if (conv == '%') {
+            jj_sb_append(&sb, "%", 1);
+            continue;
+        }
+        if (conv == '(')
+            jj_fail(rt, "TypeError: format requires a mapping: %%(name) is not supported");
+        if (next >= n_args)
+            jj_fail(rt, "TypeError: not enough arguments for format string");
+        jj_value_t v = args[next++];
+        jj_sb_t piece;
+        jj_sb_init(&piece, rt);
+        if (conv == 's' || conv == 'r') {
+            if (conv == 's')
+                jj_write_str(&piece, v);
+            else
+                jj_write_repr(&piece, v);
+            if (prec >= 0 && (size_t)prec < piece.len)
+                piece.len = (size_t)prec; /* bytes: precision on ASCII text */
+        } else if (strchr("diouxXeEfFgG", conv)) {
+            if (!jj_is_number(v))
+                jj_fail(rt, "TypeError: %%%c format: a real number is required, not %s", conv,
+                        jj_type_name(v));
+            char spec[16], num[512];
+            if (strchr("dixXou", conv)) {
+                int64_t iv = v.kind == JJ_FLOAT ? (int64_t)v.u.f : v.kind == JJ_INT ? v.u.i : v.u.b;
+                snprintf(spec, sizeof spec, "%%%s%s", "ll", conv == 'i' || conv == 'u' ? "d"
+                                                           : (char[]){conv, 0});
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+                snprintf(num, sizeof num, spec, (long long)iv);
+                jj_sb_puts(&piece, num);
+            } else {
+                snprintf(spec, sizeof spec, "%%.%d%c", prec < 0 ? 6 : CR_MIN(prec, 100), conv);
+                snprintf(num, sizeof num, spec, jj_as_double(v));
+#pragma GCC diagnostic pop
+                jj_sb_puts(&piece, num);
+            }
+        } else {
+            jj_fail(rt, "ValueError: unsupported format character '%c'", conv);
+        }
+        jj_str_t *p = jj_sb_finish(&piece);
+        size_t chars = jj_utf8_count(p->s, p->len);
+        size_t pad = (size_t)width > chars ? (size_t)width - chars : 0;
+        bool zero_pad = zero && !left && conv != 's' && conv != 'r';
+        if (!left && !zero_pad)
+            for (size_t k = 0; k < pad; k++)
+                jj_sb_append(&sb, " ", 1);
+        if (zero_pad) {
+            size_t sign = p->len && (p->s[0] == '-' || p->s[0] == '+') ? 1 : 0;
+            jj_sb_append_str(&sb, p, 0, sign);
+            for (size_t k = 0; k < pad; k++)
+                jj_sb_append(&sb, "0", 1);
+            jj_sb_append_str(&sb, p, sign, p->len - sign);
+        } else {
+            jj_sb_append_str(&sb, p, 0, p->len);
+        }
+        if (left)
+            for (size_t k = 0; k < pad; k++)
+                jj_sb_append(&sb, " ", 1);
+    }
+    if (next < n_args)
+        jj_fail(rt, "TypeError: not all arguments converted during string formatting");
+    return jj_str_value(jj_sb_finish(&sb));
+}
+
 static jj_value_t str_split(jj_rt_t *rt, jj_str_t *s, jj_value_t *sep_v, int64_t maxsplit)
 {
     jj_value_t out = jj_list_new(rt, JJ_LIST_PLAIN);
@@ -344,6 +442,7 @@ static const char *const STR_METHODS[] = {
     "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "replace", "lower",
     "upper", "title", "capitalize", "find", "count", "join", NULL};
 static const char *const DICT_METHODS[] = {"get", "items", "keys", "values", NULL};
+static const char *const LOOP_METHODS[] = {"cycle", NULL};
 /* What the immutable sandbox refuses: every method that changes a list
  * or dict in place. */
 static const char *const LIST_UNSAFE[] = {"append", "extend", "insert", "pop", "remove",
@@ -378,6 +477,8 @@ bool jj_method_lookup(jj_rt_t *rt, jj_value_t self, const char *name, jj_value_t
         unsafe = DICT_UNSAFE;
     } else if (self.kind == JJ_LIST && self.u.l->flavor == JJ_LIST_PLAIN) {
         unsafe = LIST_UNSAFE;
+    } else if (self.kind == JJ_LOOP) {
+        methods = LOOP_METHODS;
     }
     for (size_t i = 0; methods && methods[i]; i++)
         if (!strcmp(methods[i], name)) {
@@ -394,6 +495,12 @@ bool jj_method_lookup(jj_rt_t *rt, jj_value_t self, const char *name, jj_value_t
 
 jj_value_t jj_method_call(jj_rt_t *rt, jj_func_t *fn, jj_args_t *args)
 {
+    if (fn->self.kind == JJ_LOOP) {
+        /* loop.cycle(a, b, ...): the argument at the loop's index. */
+        if (args->n_pos == 0)
+            jj_fail(rt, "TypeError: no items for cycling given");
+        return args->pos[jj_loop_index(fn->self) % args->n_pos];
+    }
     if (fn->self.kind == JJ_STR)
         return str_method(rt, fn->name, fn->self.u.s, args);
     return dict_method(rt, fn->name, fn->self.u.d, args);

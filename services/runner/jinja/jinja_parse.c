@@ -720,6 +720,21 @@ static jj_node_t *parse_for(parser_t *p)
     return n;
 }
 
+/* `f(args) | g ...` applied to a block's rendered body (BLOCK_INPUT). */
+static jj_node_t *parse_filter_chain(parser_t *p)
+{
+    jj_node_t *input = node(p, JJ_N_BLOCK_INPUT);
+    do {
+        jj_node_t *f = node(p, JJ_N_FILTER);
+        f->name = dotted_name(p);
+        f->a = input;
+        if (is_op(p, "("))
+            parse_call_args(p, f);
+        input = f;
+    } while (skip_op(p, "|"));
+    return input;
+}
+
 static jj_node_t *parse_set(parser_t *p)
 {
     jj_node_t *target = parse_target(p, true);
@@ -735,8 +750,8 @@ static jj_node_t *parse_set(parser_t *p)
         fail(p, "a block set assigns one name");
     jj_node_t *n = node(p, JJ_N_SET_BLOCK);
     n->a = target;
-    if (is_op(p, "|"))
-        fail(p, "filters on a block set are not supported");
+    if (skip_op(p, "|"))
+        n->c = parse_filter_chain(p);
     expect_block_end(p, "set");
     n->b = parse_body(p, ends);
     expect_end(p, "endset");
@@ -811,16 +826,7 @@ static jj_node_t *parse_filter_block(parser_t *p)
 {
     static const char *const ends[] = {"endfilter", NULL};
     jj_node_t *n = node(p, JJ_N_FILTER_BLOCK);
-    jj_node_t *input = node(p, JJ_N_BLOCK_INPUT);
-    do {
-        jj_node_t *f = node(p, JJ_N_FILTER);
-        f->name = dotted_name(p);
-        f->a = input;
-        if (is_op(p, "("))
-            parse_call_args(p, f);
-        input = f;
-    } while (skip_op(p, "|"));
-    n->a = input;
+    n->a = parse_filter_chain(p);
     expect_block_end(p, "filter");
     n->b = parse_body(p, ends);
     expect_end(p, "endfilter");

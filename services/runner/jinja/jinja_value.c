@@ -430,6 +430,26 @@ void jj_write_repr(jj_sb_t *sb, jj_value_t v)
         jj_write_str(sb, v);
 }
 
+void jj_sb_append_escaped(jj_sb_t *sb, const jj_str_t *s)
+{
+    size_t run = 0;
+    for (size_t i = 0; i < s->len; i++) {
+        const char *esc = NULL;
+        switch (s->s[i]) {
+        case '&': esc = "&amp;"; break;
+        case '<': esc = "&lt;"; break;
+        case '>': esc = "&gt;"; break;
+        case '\'': esc = "&#39;"; break;
+        case '"': esc = "&#34;"; break;
+        default: continue;
+        }
+        jj_sb_append_str(sb, s, run, i - run);
+        jj_sb_append_marked(sb, esc, strlen(esc), jj_str_tainted_at(s, i));
+        run = i + 1;
+    }
+    jj_sb_append_str(sb, s, run, s->len - run);
+}
+
 jj_str_t *jj_to_str(jj_rt_t *rt, jj_value_t v)
 {
     if (v.kind == JJ_STR)
@@ -690,8 +710,16 @@ static jj_value_t loop_attr(jj_rt_t *rt, jj_loop_t *loop, const char *name, bool
     if (!strcmp(name, "nextitem"))
         return i + 1 < n ? loop->items->items[i + 1]
                          : jj_undef(rt, "UndefinedError: there is no next item");
+    jj_value_t self = {.kind = JJ_LOOP, .u.loop = loop}, method;
+    if (jj_method_lookup(rt, self, name, &method))
+        return method;
     *found = false;
     return jj_none();
+}
+
+size_t jj_loop_index(jj_value_t loop)
+{
+    return loop.u.loop->index0;
 }
 
 void jj_loop_set_index(jj_value_t loop, size_t index0)
