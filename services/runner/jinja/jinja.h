@@ -18,7 +18,7 @@
  * tests, str/dict methods and globals real chat templates use (the lists
  * are in jinja_filters.c, jinja_tests.c, jinja_methods.c). Not supported
  * (a TemplateSyntaxError naming it): include/import/extends/block, recursive
- * loops, *args/**kwargs in calls.
+ * loops, *args or **kwargs in calls.
  *
  * Errors read like Jinja2's, class first: "UndefinedError: 'x' is
  * undefined", "TemplateError: <raise_exception's message>",
