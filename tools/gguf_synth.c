@@ -28,8 +28,29 @@ static void usage(FILE *f)
             "FILE.gguf] [--vocab-only]\n"
             "         [--name NAME] [--pooling mean|cls|last|rank] (rank: bert with a\n"
             "         classifier head)\n"
+            "         [--chat-template FILE] (its text as tokenizer.chat_template)\n"
             "defaults: f32, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 128, ctx "
             "256, built-in vocab\n");
+}
+
+/* The whole file as a NUL-terminated string (caller frees), or NULL. */
+static char *read_text_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *s = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && n < (1L << 24) && fseek(f, 0, SEEK_SET) == 0 && (s = malloc((size_t)n + 1))) {
+        if (fread(s, 1, (size_t)n, f) != (size_t)n) {
+            free(s);
+            s = NULL;
+        } else {
+            s[n] = '\0';
+        }
+    }
+    fclose(f);
+    return s;
 }
 
 static bool parse_int(const char *s, long lo, long hi, int *out)
@@ -73,6 +94,7 @@ static bool parse_type(const char *s, cr_type_t *t)
 int main(int argc, char **argv)
 {
     rn_synth_opts_t o;
+    char *chat_template = NULL; /* --chat-template text, owned */
     rn_synth_defaults(&o);
     const char *out = NULL;
     for (int i = 1; i < argc; i++) {
@@ -132,6 +154,11 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--name")) {
             o.name = v;
             ok = v != NULL;
+        } else if (!strcmp(a, "--chat-template")) {
+            free(chat_template);
+            chat_template = v ? read_text_file(v) : NULL;
+            o.chat_template = chat_template;
+            ok = chat_template != NULL;
         } else {
             takes = false;
             if (!strcmp(a, "--tied")) {
@@ -164,9 +191,11 @@ int main(int argc, char **argv)
     }
     cr_err_t err;
     cr_err_clear(&err);
+    int rc = 0;
     if (rn_synth_write(&o, out, &err)) {
         fprintf(stderr, "corral-gguf-synth: %s\n", err.msg);
-        return 1;
+        rc = 1;
     }
-    return 0;
+    free(chat_template);
+    return rc;
 }

@@ -13,6 +13,7 @@
 #include "services/registry/ops.h"
 #include "services/registry/params.h"
 #include "services/registry/quantize.h"
+#include "services/registry/template_check.h"
 
 #include <fcntl.h>
 #include <time.h>
@@ -666,6 +667,37 @@ static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
     return st;
 }
 
+/* Without a template layer the runner renders the GGUF's own Jinja chat
+ * template: one it cannot parse fails the create here, naming the
+ * construct. Without a runner binary to ask, the load reports it instead. */
+static cr_status_t check_jinja(build_t *b, cr_err_t *err)
+{
+    if (reg_manifest_find(&b->man, REG_MT_TEMPLATE))
+        return CR_OK;
+    const reg_layer_t *model = reg_manifest_find(&b->man, REG_MT_MODEL);
+    char path[REG_PATH_MAX];
+    if (!model || !reg_store_blob_path(b->s, model->hex, path, sizeof path))
+        return CR_OK;
+    cr_gguf_t *g = NULL;
+    cr_gguf_str_t src;
+    bool has_jinja = false;
+    if (!open_blob_gguf(b, model->hex, &g, NULL))
+        has_jinja = cr_gguf_get_str(g, "tokenizer.chat_template", &src) && src.len;
+    cr_gguf_close(&g);
+    if (!has_jinja)
+        return CR_OK;
+    progress(b, "checking the chat template");
+    cr_err_t cerr = {0};
+    cr_status_t st = reg_template_check(path, &cerr);
+    if (st == CR_E_NOT_FOUND || st == CR_E_IO || st == CR_E_RUNNER) {
+        cr_log_warn("create: chat template not checked: %s", cerr.msg);
+        return CR_OK;
+    }
+    if (st)
+        return cr_err_set(err, st, "%s", cerr.msg);
+    return CR_OK;
+}
+
 typedef struct status_only {
     reg_progress_fn fn;
     void *ctx;
@@ -715,6 +747,9 @@ cr_status_t reg_create_ex(reg_store_t *s, const msg_create_body_t *req,
         goto out;
     }
     st = build_layers(&b, req, err);
+    if (st)
+        goto out;
+    st = check_jinja(&b, err);
     if (st)
         goto out;
     st = write_config(&b, err);

@@ -264,9 +264,22 @@ bool reg_template_uses(const char *tmpl, const char *field)
     return false;
 }
 
+bool reg_model_jinja_template(const reg_model_t *m, const cr_gguf_t *g, cr_gguf_str_t *src)
+{
+    return !m->template_text && g && !reg_gguf_is_embedding(g) &&
+           cr_gguf_get_str(g, "tokenizer.chat_template", src) && src->len > 0;
+}
+
+static bool jinja_has(const cr_gguf_str_t *src, const char *needle)
+{
+    return memmem(src->ptr, (size_t)src->len, needle, strlen(needle)) != NULL;
+}
+
 size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
                               const char *out[REG_MAX_CAPS])
 {
+    cr_gguf_str_t jinja;
+    bool has_jinja = reg_model_jinja_template(m, g, &jinja);
     size_t n = 0;
     if (g) {
         out[n++] = reg_gguf_is_embedding(g) ? "embedding" : "completion";
@@ -284,6 +297,8 @@ size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
     if (m->template_text) {
         if (reg_template_uses(m->template_text, "Suffix"))
             out[n++] = "insert";
+    } else if (has_jinja && jinja_has(&jinja, "tools")) {
+        out[n++] = "tools";
     }
     bool vision = false;
     for (size_t i = 0; i < n; i++)
@@ -292,6 +307,8 @@ size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
         out[n++] = "vision";
     if (cr_parser_has_thinking(parser) ||
         (m->template_text && reg_template_uses(m->template_text, "Thinking")))
+        out[n++] = "thinking";
+    else if (has_jinja && jinja_has(&jinja, "<think>") && jinja_has(&jinja, "</think>"))
         out[n++] = "thinking";
     return n;
 }

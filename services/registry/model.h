@@ -75,10 +75,19 @@ cr_status_t reg_model_details_msg(const reg_model_t *m, bool with_parent,
  * case. */
 bool reg_template_uses(const char *tmpl, const char *field);
 
+/* The Jinja chat template that applies to m: the GGUF's (g, may be NULL)
+ * tokenizer.chat_template when m has no template layer and is not an
+ * embedding model (the runner then renders it: services/runner/jinja). Fills *src (pointing into g's
+ * mapping) and returns true, else false. */
+bool reg_model_jinja_template(const reg_model_t *m, const cr_gguf_t *g, cr_gguf_str_t *src);
+
 /* Capabilities in Ollama's order: completion or embedding (from the GGUF,
  * g may be NULL if it could not be opened: then neither), vision, tools
  * (template uses .Tools), insert (.Suffix), vision (projector layer),
- * thinking (.Thinking). Pointers are static strings. Returns the count. */
+ * thinking (.Thinking). With a Jinja template instead: tools when it reads
+ * `tools`, thinking when it writes both <think> and </think> (what the
+ * runner's output stages split by, prompt_jinja.h). Pointers are static
+ * strings. Returns the count. */
 size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
                               const char *out[REG_MAX_CAPS]);
 

@@ -385,8 +385,12 @@ static cr_status_t fill_resolved(reg_store_t *s, const reg_model_t *m,
     reg_model_layer_path(s, m->model_layer, path, sizeof path);
     r->model_path = msg_strdup(reply, path);
     r->digest = msg_strdup(reply, m->digest);
-    r->template = msg_strdup(reply, m->template_text ? m->template_text
-                                                     : REG_DEFAULT_TEMPLATE);
+    /* No template layer but a Jinja chat template in the GGUF: an empty
+     * template tells the runner to render that one. */
+    cr_gguf_str_t jinja;
+    r->template = msg_strdup(reply, m->template_text                       ? m->template_text
+                                    : reg_model_jinja_template(m, g, &jinja) ? ""
+                                                                           : REG_DEFAULT_TEMPLATE);
     if (!r->name || !r->model_path || !r->digest || !r->template)
         return CR_E_NOMEM;
     r->has_name = r->has_model_path = r->has_digest = r->has_template = true;

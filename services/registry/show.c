@@ -46,7 +46,7 @@ static cr_status_t param_cmd(cr_buf_t *out, const char *key, const json_t *v)
 }
 
 cr_status_t reg_modelfile_text(const reg_store_t *s, const reg_model_t *m,
-                               const char *system, const json_t *params,
+                               const char *system, const json_t *params, bool jinja,
                                cr_buf_t *out)
 {
     char path[REG_PATH_MAX];
@@ -74,7 +74,7 @@ cr_status_t reg_modelfile_text(const reg_store_t *s, const reg_model_t *m,
             reg_model_layer_path(s, l, path, sizeof path))
             st = cmd(out, "FROM", path, false);
     }
-    if (!st)
+    if (!st && !(jinja && !m->template_text))
         st = cmd(out, "TEMPLATE",
                  m->template_text ? m->template_text : REG_DEFAULT_TEMPLATE,
                  true);
@@ -166,6 +166,7 @@ cr_status_t reg_show_body(const reg_store_t *s, const reg_model_t *m,
             goto out;
     }
     const char *sys = system && *system ? system : m->system_text;
+    cr_gguf_str_t jinja;
 
     /* license */
     for (size_t i = 0; !st && i < m->n_licenses; i++) {
@@ -193,7 +194,8 @@ cr_status_t reg_show_body(const reg_store_t *s, const reg_model_t *m,
         json_decref(ro);
     }
     if (!st)
-        st = reg_modelfile_text(s, m, sys, mf_params, &text);
+        st = reg_modelfile_text(s, m, sys, mf_params, reg_model_jinja_template(m, g, &jinja),
+                                &text);
     if (st)
         goto nomem;
     json_object_set_new(body, "modelfile", json_stringn_nocheck(text.data, text.len));
@@ -207,8 +209,13 @@ cr_status_t reg_show_body(const reg_store_t *s, const reg_model_t *m,
         json_object_set_new(body, "parameters", json_stringn_nocheck(text.data, text.len));
     cr_buf_reset(&text);
 
-    set_str_nonempty(body, "template",
-                     m->template_text ? m->template_text : REG_DEFAULT_TEMPLATE);
+    /* Whichever template applies: the Go one, else the GGUF's Jinja one
+     * (the runner renders it), else the default. */
+    if (!m->template_text && reg_model_jinja_template(m, g, &jinja))
+        json_object_set_new(body, "template", json_stringn(jinja.ptr, (size_t)jinja.len));
+    else
+        set_str_nonempty(body, "template",
+                         m->template_text ? m->template_text : REG_DEFAULT_TEMPLATE);
     set_str_nonempty(body, "system", sys);
     set_str_nonempty(body, "renderer", reg_model_config_str(m, "renderer"));
     set_str_nonempty(body, "parser", reg_model_config_str(m, "parser"));

@@ -31,9 +31,11 @@ cr_status_t reg_show_body(const reg_store_t *s, const reg_model_t *m,
 /* Appends the Modelfile text: the comment header, FROM <blob path>,
  * ADAPTER lines, FROM <projector>, TEMPLATE, SYSTEM, PARAMETER (sorted; one
  * line per stop), LICENSE, MESSAGE, values quoted per §8. params may be
- * NULL; system NULL means the model's own. */
+ * NULL; system NULL means the model's own. With jinja (the GGUF's Jinja
+ * chat template applies, reg_model_jinja_template) there is no TEMPLATE
+ * line, so a model created from the text keeps using it. */
 cr_status_t reg_modelfile_text(const reg_store_t *s, const reg_model_t *m,
-                               const char *system, const json_t *params,
+                               const char *system, const json_t *params, bool jinja,
                                cr_buf_t *out);
 
 /* Appends v quoted as a Modelfile value: `"""v"""` if it has a newline or

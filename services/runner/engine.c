@@ -39,6 +39,8 @@
 #include "services/runner/output/stop.h"
 #include "services/runner/output/thinking.h"
 #include "services/runner/template/template.h"
+#include "services/runner/jinja/jinja.h"
+#include "services/runner/prompt/prompt_jinja.h"
 #include "services/runner/text/tokenizer.h"
 
 #include <jansson.h>
@@ -104,6 +106,12 @@ struct rn_engine {
     const rn_prompt_renderer_t *renderer; /* RENDERER: used instead of tmpl */
     const char *parser; /* PARSER: splits answers instead of the template's
                            tags (in load), or NULL */
+    /* Without a Go template, the GGUF's own Jinja chat template (or NULL),
+     * what the output stages split its answers by, and the vocabulary's
+     * BOS/EOS texts it is given. */
+    jj_template_t *jinja;
+    rn_prompt_jinja_tags_t jinja_tags;
+    char *bos_text, *eos_text;
     int n_ctx;
     int n_slots;
     slot_t *slots;    /* [n_slots] */
@@ -217,6 +225,35 @@ static void log_parts(const rn_engine_t *e)
     }
 }
 
+static char *token_text_dup(const rn_tokenizer_t *tok, int32_t id)
+{
+    size_t n = 0;
+    const char *t = id >= 0 ? rn_tokenizer_token_text(tok, id, &n) : NULL;
+    return strndup(t ? t : "", t ? n : 0);
+}
+
+/* Without a Go template (load->template empty) or a built-in RENDERER, a
+ * GGUF that carries tokenizer.chat_template is prompted through that Jinja
+ * template. A template the renderer cannot parse fails the load, naming
+ * the construct. */
+static cr_status_t load_jinja(rn_engine_t *e, const msg_load_body_t *load, cr_err_t *err)
+{
+    cr_gguf_str_t src;
+    if ((load->template && *load->template) || (load->has_renderer && load->renderer && *load->renderer) ||
+        !cr_gguf_get_str(rn_model_gguf(e->model), "tokenizer.chat_template", &src) || !src.len)
+        return CR_OK;
+    e->jinja = jj_template_new(src.ptr, (size_t)src.len, err);
+    if (!e->jinja)
+        return cr_err_wrap(err, "chat template of %s", load->name);
+    rn_prompt_jinja_infer(src.ptr, (size_t)src.len, &e->jinja_tags);
+    e->bos_text = token_text_dup(e->tok, rn_tokenizer_bos(e->tok));
+    e->eos_text = token_text_dup(e->tok, rn_tokenizer_eos(e->tok));
+    if (!e->bos_text || !e->eos_text)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    cr_log_info("%s: prompts through the GGUF's Jinja chat template", load->name);
+    return CR_OK;
+}
+
 cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
                            cr_err_t *err)
 {
@@ -247,6 +284,8 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
         cr_err_wrap(err, "%s", load->model_path);
         goto fail;
     }
+    if ((st = load_jinja(e, load, err)))
+        goto fail;
     /* the tokenizer has its own tables now (the metadata pages would be
      * read back if anything looked again) */
     cr_gguf_drop_metadata_pages(rn_model_gguf(e->model));
@@ -340,6 +379,9 @@ void rn_engine_destroy(rn_engine_t **self_p)
     rn_ctx_destroy(&e->ctx);
     rn_tokenizer_destroy(&e->tok);
     rn_tmpl_destroy(&e->tmpl);
+    jj_template_destroy(&e->jinja);
+    free(e->bos_text);
+    free(e->eos_text);
     rn_model_destroy(&e->model);
     for (int i = 0; i < e->n_be; i++)
         be_destroy(&e->be[i]);
@@ -550,6 +592,31 @@ static void view_free(msgs_view_t *v)
     memset(v, 0, sizeof *v);
 }
 
+/* The prompt through the GGUF's Jinja chat template (prompt_jinja.h). */
+static cr_status_t render_jinja(rn_engine_t *e, const rn_prompt_msg_t *model_msgs,
+                                size_t n_model_msgs, const char *system,
+                                const rn_prompt_msg_t *msgs, size_t n_msgs, const json_t *tools,
+                                rn_prompt_think_t think, const rn_prompt_fit_t *fit,
+                                rn_prompt_result_t *out, cr_err_t *err)
+{
+    rn_prompt_jinja_t in = {0};
+    in.tmpl = e->jinja;
+    in.bos_token = e->bos_text;
+    in.eos_token = e->eos_text;
+    in.strip_bos = rn_tokenizer_add_bos(e->tok);
+    in.strip_eos = rn_tokenizer_add_eos(e->tok);
+    in.model_system = system;
+    in.model_msgs = model_msgs;
+    in.n_model_msgs = n_model_msgs;
+    in.msgs = msgs;
+    in.n_msgs = n_msgs;
+    in.tools = tools;
+    in.think = think;
+    in.fit = *fit;
+    in.count_prompt = count_prompt;
+    return rn_prompt_jinja_chat(&in, out, err);
+}
+
 /* Renders the request into the prompt: text and trust spans (caller frees
  * with rn_prompt_result_free). */
 static cr_status_t render(rn_engine_t *e, const msg_t *req,
@@ -577,6 +644,11 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
             goto out;
         }
         fit.truncate = !c->has_truncate || c->truncate;
+        if (e->jinja) {
+            st = render_jinja(e, model_msgs.v, model_msgs.n, ld->system, msgs.v, msgs.n, tools,
+                              rn_prompt_think_parse(c->think), &fit, &res, err);
+            goto done;
+        }
         rn_prompt_chat_t in = {0};
         in.tmpl = e->tmpl;
         in.renderer = e->renderer;
@@ -596,6 +668,17 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
         st = rn_prompt_chat(&in, &res, err);
     } else {
         const msg_generate_body_t *g = &req->u.generate;
+        if (e->jinja && !g->has_template && !g->raw && !(g->suffix && *g->suffix) &&
+            !(g->has_context && g->context.n)) {
+            /* A generate is a one-message conversation: the request's
+             * system (else the model's), the model's MESSAGEs, the prompt. */
+            rn_prompt_msg_t user = {.role = "user", .content = g->prompt};
+            fit.truncate = !g->has_truncate || g->truncate;
+            st = render_jinja(e, model_msgs.v, model_msgs.n,
+                              g->has_system ? g->system : ld->system, &user, 1, NULL,
+                              rn_prompt_think_parse(g->think), &fit, &res, err);
+            goto done;
+        }
         rn_prompt_gen_t in = {0};
         in.tmpl = e->tmpl;
         in.renderer = e->renderer;
@@ -632,6 +715,7 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
         in.count_prompt = count_prompt;
         st = rn_prompt_generate(&in, &res, err);
     }
+done:
     if (!st) {
         *out = res;
         memset(&res, 0, sizeof res);
@@ -712,7 +796,12 @@ static cr_status_t begin_output(rn_engine_t *e, rn_output_t *output,
     const char *model = r->type == MSG_chat ? r->u.chat.model
                                             : r->u.generate.model;
     char open[128] = "", close[128] = "";
-    rn_tmpl_thinking_tags(e->tmpl, open, sizeof open, close, sizeof close);
+    if (e->jinja) {
+        snprintf(open, sizeof open, "%s", e->jinja_tags.think_open);
+        snprintf(close, sizeof close, "%s", e->jinja_tags.think_close);
+    } else {
+        rn_tmpl_thinking_tags(e->tmpl, open, sizeof open, close, sizeof close);
+    }
     bool can_think = e->parser ? cr_parser_has_thinking(e->parser)
                                : open[0] && close[0];
     /* No vision support yet: images are refused, never silently dropped. */
@@ -751,10 +840,13 @@ static cr_status_t begin_output(rn_engine_t *e, rn_output_t *output,
         return rn_output_begin_parser(output, e->parser, &pi, err);
     }
     if (tools && *tools && strcmp(tools, "[]")) {
-        if (!rn_tmpl_uses(e->tmpl, "tools"))
+        if (e->jinja ? !e->jinja_tags.uses_tools : !rn_tmpl_uses(e->tmpl, "tools"))
             return cr_err_set(err, CR_E_INVALID,
                               "\"%s\" does not support tools", model);
-        rn_tmpl_tool_tag(e->tmpl, tag, sizeof tag);
+        if (e->jinja)
+            snprintf(tag, sizeof tag, "%s", e->jinja_tags.tool_tag);
+        else
+            rn_tmpl_tool_tag(e->tmpl, tag, sizeof tag);
     } else {
         tools = NULL;
     }

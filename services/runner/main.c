@@ -6,6 +6,9 @@
  *       UTF-8 text on stdin -> token ids on one line.
  *   corral-runner logits --model FILE --tokens "ID ID ..." --out FILE.f32
  *       float32 logits of every position, row after row.
+ *   corral-runner check-template --model FILE
+ *       parse the GGUF's Jinja chat template (the registry's create runs
+ *       this): "ok", "none", or the error naming the construct.
  *   corral-runner quantize --in SRC.gguf --out DST.gguf --type Q4_K_M
  *           [--progress]
  *       requantize an F32/F16/BF16 model (the registry's create --quantize
@@ -42,6 +45,7 @@ static int usage(void)
             "       corral-runner tokenize --model FILE [--no-bos] [--special]\n"
             "       corral-runner logits --model FILE --tokens \"ID ...\" "
             "--out FILE.f32\n"
+            "       corral-runner check-template --model FILE\n"
             "       corral-runner quantize --in SRC.gguf --out DST.gguf "
             "--type Q4_K_M [--progress]\n");
     return 2;
@@ -83,6 +87,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "tokenize"))
         return rn_tool_tokenize(model, !has(argc, argv, "--no-bos"),
                                 has(argc, argv, "--special"));
+    if (!strcmp(cmd, "check-template"))
+        return rn_tool_check_template(model);
     if (!strcmp(cmd, "logits")) {
         const char *tokens = flag(argc, argv, "--tokens");
         const char *out = flag(argc, argv, "--out");

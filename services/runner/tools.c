@@ -5,6 +5,7 @@
 #include "lib/buf.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
+#include "services/runner/jinja/jinja.h"
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
 #include "services/runner/model/quantize.h"
@@ -190,4 +191,45 @@ int rn_tool_quantize(int argc, char **argv)
         return 1;
     }
     return 0;
+}
+
+int rn_tool_check_template(const char *model_path)
+{
+    cr_err_t err = {0};
+    cr_gguf_t *g = NULL;
+    if (cr_gguf_open(model_path, &g, &err)) {
+        fprintf(stderr, "%s: %s\n", model_path, err.msg);
+        return 1;
+    }
+    cr_gguf_str_t src;
+    int rc = 0;
+    if (!cr_gguf_get_str(g, "tokenizer.chat_template", &src) || !src.len) {
+        printf("none\n");
+    } else {
+        jj_template_t *t = jj_template_new(src.ptr, (size_t)src.len, &err);
+        /* Filters and tests are looked up when reached (Jinja2 does the
+         * same), so one missing from the renderer shows only in a render:
+         * a plain one-message chat finds those on the common path. Other
+         * errors there depend on the conversation, not on the renderer. */
+        json_t *ctx = t ? json_pack("{s:[{s:s, s:s}], s:b, s:s, s:s}", "messages", "role", "user",
+                                    "content", "Hello", "add_generation_prompt", 1, "bos_token",
+                                    "", "eos_token", "")
+                        : NULL;
+        cr_buf_t out;
+        cr_buf_init(&out, (size_t)16 << 20);
+        if (ctx && jj_render(t, ctx, NULL, &out, &err) &&
+            (strstr(err.msg, "No filter named") || strstr(err.msg, "No test named"))) {
+            jj_template_destroy(&t);
+        }
+        cr_buf_free(&out);
+        json_decref(ctx);
+        if (t)
+            printf("ok\n");
+        else
+            fprintf(stderr, "%s\n", err.msg);
+        rc = t ? 0 : 1;
+        jj_template_destroy(&t);
+    }
+    cr_gguf_close(&g);
+    return rc;
 }

@@ -24,4 +24,13 @@ int rn_tool_logits(const char *model_path, const char *tokens,
  * Errors go to stderr as one line. Returns 0, 1 on failure, 2 on usage. */
 int rn_tool_quantize(int argc, char **argv);
 
+/* `corral-runner check-template --model FILE`: parses the GGUF's
+ * tokenizer.chat_template with the Jinja renderer (what a load without a
+ * Go template will do) and renders it over a one-message chat, failing
+ * on a filter or test the renderer does not have. Prints "ok" (or "none" without one) to stdout;
+ * a template it cannot run gives its error (naming the construct and
+ * line) as one stderr line. Returns 0, or 1 on failure. The registry runs
+ * it at create. */
+int rn_tool_check_template(const char *model_path);
+
 #endif

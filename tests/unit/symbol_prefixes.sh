@@ -27,6 +27,7 @@ runner:.                  rn_backend_ rn_backends rn_engine_ rn_server_ rn_sampl
 runner:model              rn_model_ rn_ctx_ rn_quant_ rn_quantize_
 runner:text               rn_tok_ rn_token_ rn_tokenizer_ rn_tokenize rn_detok_ rn_detokenize rn_bpe_ rn_spm_ rn_wpm_ rn_ugm_ rn_pretok_ rn_unicode_ rn_utf8_
 runner:template           rn_tmpl_ rn_val_
+runner:jinja              jj_
 runner:grammar            rn_grammar_
 runner:prompt             rn_prompt_
 runner:output             rn_output_ rn_stop_ rn_thinking_ rn_toolcalls_ rn_logprob_ rn_parser_

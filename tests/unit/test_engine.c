@@ -676,6 +676,105 @@ static void test_gpu_plan_on_cpu(void)
     rn_engine_destroy(&plain);
 }
 
+/* Chats with a synthetic model carrying chat_template (and no Go template),
+ * through the Jinja renderer; returns the status and the prompt's token
+ * count in *n_prompt. */
+static cr_status_t jinja_chat(const char *chat_template, const char *path, int *n_prompt,
+                              cr_err_t *err)
+{
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.seed = 11;
+    so.type = CR_TYPE_Q8_0;
+    so.chat_template = chat_template;
+    cr_status_t st = rn_synth_write(&so, path, err);
+    if (st)
+        return st;
+    msg_options_t lo;
+    msg_load_body_t ld;
+    test_load_body(&ld, &lo, path, "", 256, 0);
+    rn_engine_t *e = NULL;
+    if ((st = rn_engine_load(&ld, &e, err)))
+        return st;
+    msg_t m;
+    msg_init(&m, MSG_chat, "c");
+    m.u.chat.model = "synth";
+    m.u.chat.has_model = true;
+    msg_message_t msgs[2] = {{0}};
+    msgs[0].role = "system";
+    msgs[0].content = "be brief";
+    msgs[1].role = "user";
+    msgs[1].content = "hi";
+    m.u.chat.messages.v = msgs;
+    m.u.chat.messages.n = 2;
+    m.u.chat.has_messages = true;
+    msg_options_t o = greedy(2);
+    m.u.chat.options = &o;
+    m.u.chat.has_options = true;
+    capture_t cp = {0};
+    cr_buf_init(&cp.text, 1 << 20);
+    rn_sink_t sink = {&cp, cap_chunk, cap_canceled};
+    msg_done_body_t d = {0};
+    st = rn_engine_generate(e, &m, &sink, &d, err);
+    *n_prompt = (int)d.prompt_eval_count;
+    cr_buf_free(&cp.text);
+    rn_engine_destroy(&e);
+    return st;
+}
+
+/* Without a Go template the GGUF's Jinja chat template makes the prompt:
+ * the same text as the equivalent Go template gives the same tokens; a
+ * template's raise_exception is the request's error; a template the
+ * renderer cannot parse fails the load naming the construct. */
+static void test_jinja_template(void)
+{
+    char path[2100];
+    snprintf(path, sizeof path, "%s.jinja.gguf", model_path);
+    int n_go = 0, n_jinja = 0;
+    cr_err_t err;
+    rn_engine_t *e = load("{{ range .Messages }}<{{ .Role }}>{{ .Content }}{{ end }}<assistant>",
+                          256);
+    if (e) {
+        capture_t cp = {0};
+        cr_buf_init(&cp.text, 1 << 20);
+        rn_sink_t sink = {&cp, cap_chunk, cap_canceled};
+        msg_t m;
+        msg_init(&m, MSG_chat, "c");
+        m.u.chat.model = "synth";
+        m.u.chat.has_model = true;
+        msg_message_t msgs[2] = {{0}};
+        msgs[0].role = "system";
+        msgs[0].content = "be brief";
+        msgs[1].role = "user";
+        msgs[1].content = "hi";
+        m.u.chat.messages.v = msgs;
+        m.u.chat.messages.n = 2;
+        m.u.chat.has_messages = true;
+        msg_options_t o = greedy(2);
+        m.u.chat.options = &o;
+        m.u.chat.has_options = true;
+        msg_done_body_t d = {0};
+        CHECK_EQ_INT(rn_engine_generate(e, &m, &sink, &d, &err), CR_OK);
+        n_go = (int)d.prompt_eval_count;
+        cr_buf_free(&cp.text);
+        rn_engine_destroy(&e);
+    }
+    CHECK_MSG(jinja_chat("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+                         "{% if add_generation_prompt %}<assistant>{% endif %}",
+                         path, &n_jinja, &err) == CR_OK, "%s", err.msg);
+    CHECK(n_go > 4);
+    CHECK_EQ_INT(n_jinja, n_go);
+    CHECK(jinja_chat("{% if messages[0].role == 'system' %}"
+                     "{{ raise_exception('no system role') }}{% endif %}",
+                     path, &n_jinja, &err) == CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "chat template: TemplateError: no system role") != NULL, "%s",
+              err.msg);
+    CHECK(jinja_chat("{% include 'x.jinja' %}", path, &n_jinja, &err) == CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "chat template of") &&
+              strstr(err.msg, "Encountered unknown tag 'include'"), "%s", err.msg);
+    unlink(path);
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "/tmp/corral-engine-%d.gguf",
@@ -699,6 +798,7 @@ int main(void)
         rn_engine_destroy(&e);
     }
     test_templates_and_errors();
+    test_jinja_template();
     test_tool_calls();
     test_thinking();
     test_context_shift();

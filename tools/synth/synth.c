@@ -453,6 +453,8 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
 
     st = cr_gguf_writer_add_str(w, "general.architecture", arch, err);
     st = st ? st : cr_gguf_writer_add_str(w, "general.name", o->name ? o->name : "synth", err);
+    if (o->chat_template)
+        st = st ? st : cr_gguf_writer_add_str(w, "tokenizer.chat_template", o->chat_template, err);
     st = st ? st : cr_gguf_writer_add_u32(w, "general.file_type", file_type_of(o->type, o->mix), err);
     if (!st && be_type_traits_at(o->type, BE_SIMD_SCALAR)->block_elems > 1)
         st = cr_gguf_writer_add_u32(w, "general.quantization_version", 2, err);

@@ -61,6 +61,7 @@ typedef struct rn_synth_opts {
     const char *vocab_from; /* GGUF to copy tokenizer.* from, or NULL for
                                the built-in vocabulary */
     const char *name;   /* general.name; NULL for "synth" */
+    const char *chat_template; /* tokenizer.chat_template (Jinja); NULL: not written */
     int pooling_type;   /* <arch>.pooling_type (1 mean, 2 cls, 3 last, 4
                            rank: bert then gets a classifier head, cls.* and
                            cls.output.* with one output); 0: not written */
