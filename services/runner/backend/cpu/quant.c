@@ -681,8 +681,8 @@ static const be_type_traits_t scalar_table[CR_TYPE__COUNT] = {
 };
 
 static be_type_traits_t avx2_table[CR_TYPE__COUNT];
-/* The AVX2 table with AVX-512 dot products where they exist (the table
- * formats). */
+/* The AVX2 table with AVX-512 dot products where they exist (IQ4_NL,
+ * MXFP4). */
 static be_type_traits_t avx512_table[CR_TYPE__COUNT];
 static be_simd_t hw_level;       /* what the CPU can run */
 static be_simd_t detected_level; /* what we choose (env may lower it) */
@@ -721,7 +721,6 @@ static void detect(void)
     avx2_table[CR_TYPE_Q4_0].vec_dot44 = be_avx2_dot44_q4_0;
     memcpy(avx512_table, avx2_table, sizeof avx512_table);
     avx512_table[CR_TYPE_IQ4_NL].vec_dot = be_avx512_dot_iq4_nl;
-    avx512_table[CR_TYPE_IQ4_XS].vec_dot = be_avx512_dot_iq4_xs;
     avx512_table[CR_TYPE_MXFP4].vec_dot = be_avx512_dot_mxfp4;
 
     hw_level = BE_SIMD_SCALAR;

@@ -253,8 +253,8 @@ typedef enum be_simd {
     BE_SIMD_SCALAR = 0, /* plain C reference */
     BE_SIMD_AVX2 = 1,   /* AVX2 + FMA + F16C */
     BE_SIMD_AVX512_VNNI = 2, /* AVX2 level plus AVX-512 F/BW/VL/VNNI: the
-                                packed kernels use VPDPBUSD, the table
-                                formats' dot products 512-bit registers;
+                                packed kernels use VPDPBUSD, IQ4_NL's and
+                                MXFP4's dot products 512-bit registers;
                                 other kernels are the AVX2 ones */
 } be_simd_t;
 

@@ -1,15 +1,14 @@
-/* quant_avx512.c: AVX-512 dot products of the table formats (IQ4_NL,
- * IQ4_XS, MXFP4), for the BE_SIMD_AVX512_VNNI level; the other types use
- * the AVX2 kernels there.
+/* quant_avx512.c: AVX-512 dot products of IQ4_NL and MXFP4 for the
+ * BE_SIMD_AVX512_VNNI level; the other types use the AVX2 kernels there.
  *
- * One 512-bit register holds two 32-element groups: two blocks of IQ4_NL
- * or MXFP4, two sub-blocks of IQ4_XS (their indices and activations are
- * contiguous, which is why IQ4_XS gains the most). Table lookups are
- * VPSHUFB in four lanes; the products go through VPDPBUSD (IQ4_NL, MXFP4:
- * four products into each int32 lane) or maddubs + an int16 multiply-add
- * with the sub-block scale (IQ4_XS), exact either way. IQ4_XS keeps the
- * scalar kernel's float steps (same bits); the others differ from it only
- * in float summation order, as their AVX2 kernels do.
+ * One 512-bit register holds two blocks (their 16 index bytes are 18 or 17
+ * bytes apart, so an AVX2 register takes one block at a time). Table
+ * lookups are VPSHUFB in four lanes; the products go through VPDPBUSD
+ * (four products into each int32 lane, exact); results differ from the
+ * scalar kernels only in float summation order, as the AVX2 ones do.
+ * IQ4_XS has none: its AVX2 kernel already takes two contiguous
+ * sub-blocks per load, and a 512-bit version measured no faster
+ * (bench-kernels: 0.99x).
  *
  * Compiled with target attributes and reached only after be_simd_detect()
  * reported BE_SIMD_AVX512_VNNI. */
@@ -109,35 +108,6 @@ AVX512 void be_avx512_dot_mxfp4(int64_t n, float *s, const void *w, const void *
     *s = sum + tail;
 }
 
-/* IQ4_XS: sub-blocks 2p and 2p+1 per register; pair sums (at most
- * 2 x 128 x 127) meet their scale (|u - 32| <= 32) in an int16 multiply-add,
- * so the super-block's integer is the scalar kernel's, and so is the one
- * float step after it. */
-AVX512 void be_avx512_dot_iq4_xs(int64_t n, float *s, const void *w, const void *a)
-{
-    const be_block_iq4_xs_t *x = w;
-    const be_block_q8_k_t *y = a;
-    const __m512i table = table_x4(be_iq4_nl_values);
-    float sum = 0;
-    for (int64_t i = 0; i < n / BE_QK_K; i++) {
-        __m512i acc = _mm512_setzero_si512();
-        for (int p = 0; p < 4; p++) {
-            const uint8_t *qs = x[i].qs + 32 * p;
-            __m512i wv = lookup64(_mm_loadu_si128((const __m128i *)qs),
-                                  _mm_loadu_si128((const __m128i *)(qs + 16)), table);
-            __m512i av = _mm512_loadu_si512((const void *)(y[i].qs + 64 * p));
-            __m512i p16 = _mm512_maddubs_epi16(_mm512_abs_epi8(av), sign_of(wv, av));
-            int u0 = (x[i].scales_l[p] & 15) | (((x[i].scales_h >> (4 * p)) & 3) << 4);
-            int u1 = (x[i].scales_l[p] >> 4) | (((x[i].scales_h >> (4 * p + 2)) & 3) << 4);
-            __m512i sc = _mm512_inserti64x4(_mm512_set1_epi16((int16_t)(u0 - 32)),
-                                            _mm256_set1_epi16((int16_t)(u1 - 32)), 1);
-            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p16, sc));
-        }
-        sum += (_cvtsh_ss(x[i].d) * y[i].d) * (float)_mm512_reduce_add_epi32(acc);
-    }
-    *s = sum;
-}
-
 #else /* not x86: never selected (be_simd_detect says scalar) */
 
 #define STUB_DOT(name)                                                     \
@@ -147,7 +117,6 @@ AVX512 void be_avx512_dot_iq4_xs(int64_t n, float *s, const void *w, const void 
         *s = 0;                                                            \
     }
 STUB_DOT(be_avx512_dot_iq4_nl)
-STUB_DOT(be_avx512_dot_iq4_xs)
 STUB_DOT(be_avx512_dot_mxfp4)
 
 #endif

@@ -47,7 +47,6 @@ void be_avx2_f16_to_f32(const void *x, float *y, int64_t n);
 /* AVX-512 (F/BW/VL/VNNI) kernels, quant_avx512.c: only after
  * be_simd_detect() said BE_SIMD_AVX512_VNNI. */
 void be_avx512_dot_iq4_nl(int64_t n, float *s, const void *w, const void *a);
-void be_avx512_dot_iq4_xs(int64_t n, float *s, const void *w, const void *a);
 void be_avx512_dot_mxfp4(int64_t n, float *s, const void *w, const void *a);
 /* Activation quantizers: the scalar ones' bits for finite inputs. */
 void be_avx2_q8_0_from_float(const float *x, void *y, int64_t n);
