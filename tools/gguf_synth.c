@@ -19,7 +19,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: corral-gguf-synth --out FILE [--arch "
             "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert]\n"
-            "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|iq4_nl|iq4_xs|mxfp4|...]\n"
+            "         [--seed N] [--type TYPE: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|iq4_nl|\n"
+            "          iq4_xs|mxfp4|... any type with CPU kernels]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
             "         [--final-softcap F] [--rope-linear F] [--std F] [--longrope]\n"
             "         [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ffn N]"

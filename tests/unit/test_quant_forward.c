@@ -7,7 +7,8 @@
  * (Q4_K matrices; output, attn_v and ffn_down in Q6_K) loads with those
  * types in place and its logits stay close to F32's at every position
  * (cosine similarity and top-1 agreement); every other new type too, with a
- * bound per type, the table formats (IQ4_NL, IQ4_XS, MXFP4) included. The kernels themselves are tested in test_quant.c. */
+ * bound per type, the table formats (IQ4_NL, IQ4_XS, MXFP4) included. The
+ * kernels themselves are tested in test_quant.c and test_quant_nl.c. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
@@ -16,6 +17,9 @@
 #include "services/runner/model/model.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 static be_backend_t *be_g;
 
@@ -222,6 +226,58 @@ static void test_mxfp4_truncated(void)
     free(bytes);
 }
 
+/* corral-gguf-synth --type takes any type name (case-insensitive): an
+ * IQ4_XS file from the tool is the library's bytes; a type without weight
+ * kernels is refused (exit 1), an unknown name too (exit 2). */
+static void test_tool_types(void)
+{
+    const char *bd = getenv("CORRAL_BUILD_DIR");
+    char tool[1024];
+    snprintf(tool, sizeof tool, "%s/bin/corral-gguf-synth", bd ? bd : ".");
+    if (!bd || access(tool, X_OK) != 0) {
+        printf("test_quant_forward: %s not built; tool checks skipped\n", tool);
+        return;
+    }
+    char dir[] = "/tmp/corral-test-qtypes-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    char out[128], cmd[2048];
+    snprintf(out, sizeof out, "%s/iq4_xs.gguf", dir);
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --type Iq4_Xs --dim 256 --ffn 512 --seed 7",
+             tool, out);
+    CHECK_EQ_INT(system(cmd), 0);
+    rn_synth_opts_t o;
+    rn_synth_defaults(&o);
+    o.seed = 7;
+    o.dim = 256;
+    o.ffn = 512;
+    o.type = CR_TYPE_IQ4_XS;
+    void *b = NULL;
+    size_t l = 0;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(rn_synth_write_memory(&o, &b, &l, &err), CR_OK);
+    FILE *f = fopen(out, "rb");
+    char *fb = malloc(l + 1);
+    size_t got = f && fb ? fread(fb, 1, l + 1, f) : 0;
+    if (f)
+        fclose(f);
+    CHECK_MSG(got == l && b && !memcmp(fb, b, l), "tool bytes differ (%zu vs %zu)", got, l);
+    free(fb);
+    free(b);
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --type q8_k --dim 256 --ffn 512 2>/dev/null",
+             tool, out);
+    int rc = system(cmd);
+    CHECK_EQ_INT(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 1);
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --type iq9_zz 2>/dev/null", tool, out);
+    rc = system(cmd);
+    CHECK_EQ_INT(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 2);
+    unlink(out);
+    rmdir(dir);
+}
+
 /* synth refuses rows that are not whole blocks, for the mix type too. */
 static void test_synth_opts(void)
 {
@@ -265,6 +321,7 @@ int main(void)
     run_free(&ref);
     test_synth_opts();
     test_mxfp4_truncated();
+    test_tool_types();
     be_destroy(&be_g);
     return check_finish("test_quant_forward");
 }

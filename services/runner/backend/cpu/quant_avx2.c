@@ -237,8 +237,10 @@ AVX2 void be_avx2_dot_iq4_xs(int64_t n, float *s, const void *w, const void *a)
             __m256i p1 = table_dot_pairs(w1, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
             int u0 = (x[i].scales_l[p] & 15) | (((x[i].scales_h >> (4 * p)) & 3) << 4);
             int u1 = (x[i].scales_l[p] >> 4) | (((x[i].scales_h >> (4 * p + 2)) & 3) << 4);
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16((int16_t)(u0 - 32))));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16((int16_t)(u1 - 32))));
+            __m256i s0 = _mm256_set1_epi16((int16_t)(u0 - 32));
+            __m256i s1 = _mm256_set1_epi16((int16_t)(u1 - 32));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, s0));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, s1));
         }
         sum += (_cvtsh_ss(x[i].d) * y[i].d) * (float)hsum_epi32(acc);
     }
