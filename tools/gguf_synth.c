@@ -2,7 +2,7 @@
  *
  *   corral-gguf-synth --out FILE
  *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert]
- *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]
+ *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|iq4_nl|iq4_xs|mxfp4|...]
  *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
  *       [--attn-softcap F] [--final-softcap F] [--rope-linear F] [--std F] [--tied]
@@ -19,7 +19,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: corral-gguf-synth --out FILE [--arch "
             "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert]\n"
-            "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]\n"
+            "         [--seed N] [--type TYPE: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|iq4_nl|\n"
+            "          iq4_xs|mxfp4|... any type with CPU kernels]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
             "         [--final-softcap F] [--rope-linear F] [--std F] [--longrope]\n"
             "         [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ffn N]"
@@ -74,17 +75,14 @@ static bool parse_pos_float(const char *s, float *out)
     return true;
 }
 
+/* Any type lib/tensor_type names ("q4_k", "iq4_xs", "mxfp4", ...); the
+ * writer refuses those without CPU kernels. */
 static bool parse_type(const char *s, cr_type_t *t)
 {
-    static const struct {
-        const char *name;
-        cr_type_t t;
-    } types[] = {{"f32", CR_TYPE_F32},   {"f16", CR_TYPE_F16},
-                 {"bf16", CR_TYPE_BF16}, {"q8_0", CR_TYPE_Q8_0},
-                 {"q4_0", CR_TYPE_Q4_0}, {"q6_k", CR_TYPE_Q6_K}};
-    for (size_t i = 0; i < CR_ARRAY_LEN(types); i++) {
-        if (!strcasecmp(s, types[i].name)) {
-            *t = types[i].t;
+    for (uint32_t id = 0; id < CR_TYPE__COUNT; id++) {
+        const cr_type_info_t *ti = cr_type_info(id);
+        if (ti && !strcasecmp(s, ti->name)) {
+            *t = (cr_type_t)id;
             return true;
         }
     }

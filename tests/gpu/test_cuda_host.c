@@ -92,5 +92,12 @@ int main(void)
     CHECK(!be_cuda_host_matvec_row(CR_TYPE_I8, row, x, 256, &s));
     CHECK(!be_cuda_host_dequant_row(CR_TYPE_Q8_K, row, 256, out));
     CHECK(!be_cuda_host_matvec_row(CR_TYPE_Q8_0, row, x, 100, &s)); /* not whole blocks */
+    /* the table formats have CPU kernels only (quant_nl.c): the CUDA
+     * backend's type check refuses them (weight_prepare: by tensor name) */
+    static const cr_type_t cpu_only[] = {CR_TYPE_IQ4_NL, CR_TYPE_IQ4_XS, CR_TYPE_MXFP4};
+    for (size_t i = 0; i < CR_ARRAY_LEN(cpu_only); i++) {
+        CHECK(!be_cuda_host_matvec_row(cpu_only[i], row, x, 256, &s));
+        CHECK(!be_cuda_host_dequant_row(cpu_only[i], row, 256, out));
+    }
     return check_finish("test_cuda_host");
 }

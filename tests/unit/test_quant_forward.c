@@ -7,7 +7,8 @@
  * (Q4_K matrices; output, attn_v and ffn_down in Q6_K) loads with those
  * types in place and its logits stay close to F32's at every position
  * (cosine similarity and top-1 agreement); every other new type too, with a
- * bound per type. The kernels themselves are tested in test_quant.c. */
+ * bound per type, the table formats (IQ4_NL, IQ4_XS, MXFP4) included. The
+ * kernels themselves are tested in test_quant.c and test_quant_nl.c. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
@@ -16,6 +17,9 @@
 #include "services/runner/model/model.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 static be_backend_t *be_g;
 
@@ -161,6 +165,11 @@ static void test_each_type(const run_t *ref)
         {CR_TYPE_Q8_0, 0.9995}, {CR_TYPE_Q6_K, 0.997}, {CR_TYPE_Q5_K, 0.99},
         {CR_TYPE_Q5_1, 0.99},   {CR_TYPE_Q5_0, 0.985}, {CR_TYPE_Q4_K, 0.975},
         {CR_TYPE_Q4_1, 0.97},   {CR_TYPE_Q3_K, 0.9},   {CR_TYPE_Q2_K, 0.6},
+        /* the table formats (quant_nl.c; rms weight error on N(0, 1)
+         * rows with outliers ~0.10, 0.10, 0.14, test_quant_nl): measured
+         * 0.9831, 0.9826, 0.9633, scalar and AVX2 alike; bounds as for
+         * Q4_K (0.01 below), MXFP4's coarser top steps give it 0.94 */
+        {CR_TYPE_IQ4_NL, 0.973}, {CR_TYPE_IQ4_XS, 0.972}, {CR_TYPE_MXFP4, 0.94},
     };
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
         rn_synth_opts_t o;
@@ -179,6 +188,94 @@ static void test_each_type(const run_t *ref)
         }
         run_free(&q);
     }
+}
+
+/* An MXFP4 model whose last tensor's data is one byte short is refused by
+ * the loader naming that tensor, not read past its end. */
+static void test_mxfp4_truncated(void)
+{
+    rn_synth_opts_t o;
+    base_opts(&o);
+    o.type = CR_TYPE_MXFP4;
+    void *bytes = NULL;
+    size_t len = 0;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(rn_synth_write_memory(&o, &bytes, &len, &err), CR_OK);
+    cr_gguf_t *g = NULL;
+    CHECK_EQ_INT(cr_gguf_open_memory(bytes, len, &g, &err), CR_OK);
+    if (!g) {
+        free(bytes);
+        return;
+    }
+    const cr_gguf_tensor_t *last = NULL;
+    for (size_t i = 0; i < cr_gguf_tensor_count(g); i++) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        if (!last || t->offset > last->offset)
+            last = t;
+    }
+    char name[sizeof last->name];
+    snprintf(name, sizeof name, "%s", last->name);
+    size_t end = (size_t)((const uint8_t *)last->data - (const uint8_t *)bytes) + last->size_bytes;
+    bool is_mx = last->type == CR_TYPE_MXFP4;
+    cr_gguf_close(&g);
+    CHECK_MSG(is_mx, "last tensor '%s' is not MXFP4", name);
+    CHECK_EQ_INT(cr_gguf_open_memory(bytes, end - 1, &g, &err), CR_E_TRUNCATED);
+    CHECK_MSG(strstr(err.msg, name) != NULL, "truncated MXFP4 model: %s", err.msg);
+    CHECK(g == NULL);
+    free(bytes);
+}
+
+/* corral-gguf-synth --type takes any type name (case-insensitive): an
+ * IQ4_XS file from the tool is the library's bytes; a type without weight
+ * kernels is refused (exit 1), an unknown name too (exit 2). */
+static void test_tool_types(void)
+{
+    const char *bd = getenv("CORRAL_BUILD_DIR");
+    char tool[1024];
+    snprintf(tool, sizeof tool, "%s/bin/corral-gguf-synth", bd ? bd : ".");
+    if (!bd || access(tool, X_OK) != 0) {
+        printf("test_quant_forward: %s not built; tool checks skipped\n", tool);
+        return;
+    }
+    char dir[] = "/tmp/corral-test-qtypes-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    char out[128], cmd[2048];
+    snprintf(out, sizeof out, "%s/iq4_xs.gguf", dir);
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --type Iq4_Xs --dim 256 --ffn 512 --seed 7",
+             tool, out);
+    CHECK_EQ_INT(system(cmd), 0);
+    rn_synth_opts_t o;
+    rn_synth_defaults(&o);
+    o.seed = 7;
+    o.dim = 256;
+    o.ffn = 512;
+    o.type = CR_TYPE_IQ4_XS;
+    void *b = NULL;
+    size_t l = 0;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(rn_synth_write_memory(&o, &b, &l, &err), CR_OK);
+    FILE *f = fopen(out, "rb");
+    char *fb = malloc(l + 1);
+    size_t got = f && fb ? fread(fb, 1, l + 1, f) : 0;
+    if (f)
+        fclose(f);
+    CHECK_MSG(got == l && b && !memcmp(fb, b, l), "tool bytes differ (%zu vs %zu)", got, l);
+    free(fb);
+    free(b);
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --type q8_k --dim 256 --ffn 512 2>/dev/null",
+             tool, out);
+    int rc = system(cmd);
+    CHECK_EQ_INT(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 1);
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --type iq9_zz 2>/dev/null", tool, out);
+    rc = system(cmd);
+    CHECK_EQ_INT(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 2);
+    unlink(out);
+    rmdir(dir);
 }
 
 /* synth refuses rows that are not whole blocks, for the mix type too. */
@@ -223,6 +320,8 @@ int main(void)
     }
     run_free(&ref);
     test_synth_opts();
+    test_mxfp4_truncated();
+    test_tool_types();
     be_destroy(&be_g);
     return check_finish("test_quant_forward");
 }
