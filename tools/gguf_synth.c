@@ -1,13 +1,16 @@
 /* gguf_synth.c: corral-gguf-synth, writes a synthetic GGUF model.
  *
  *   corral-gguf-synth --out FILE
- *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert]
- *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]
+ *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe]
+ *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k]
  *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
  *       [--attn-softcap F] [--final-softcap F] [--rope-linear F] [--std F] [--tied]
  *       [--rope-freqs] [--longrope] [--vocab-from FILE.gguf] [--vocab-only]
- *       [--name NAME] [--pooling mean|cls|last]
+ *       [--name NAME] [--pooling mean|cls|last] [--mix TYPE]
+ *       [--experts N --experts-used K [--expert-ffn N] [--shared-ffn N]
+ *        [--shared-gate] [--gating 1|2|3] [--expert-norm 0|1]
+ *        [--expert-scale F] [--router-std F]]  (qwen3moe, llama)
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
  * writing itself lives in tools/synth/synth.c, shared with the tests. */
@@ -18,8 +21,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: corral-gguf-synth --out FILE [--arch "
-            "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert]\n"
-            "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]\n"
+            "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe]\n"
+            "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
             "         [--final-softcap F] [--rope-linear F] [--std F] [--longrope]\n"
             "         [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ffn N]"
@@ -27,6 +30,10 @@ static void usage(FILE *f)
             "         [--rope-base F] [--tied] [--rope-freqs] [--vocab-from "
             "FILE.gguf] [--vocab-only]\n"
             "         [--name NAME] [--pooling mean|cls|last] (bert family)\n"
+            "         [--mix TYPE] (output, attn_v, ffn_down in TYPE)\n"
+            "         [--experts N --experts-used K] [--expert-ffn N] [--shared-ffn N]\n"
+            "         [--shared-gate] [--gating 1|2|3] [--expert-norm 0|1]\n"
+            "         [--expert-scale F] [--router-std F] (qwen3moe, llama)\n"
             "defaults: f32, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 128, ctx "
             "256, built-in vocab\n");
 }
@@ -59,7 +66,8 @@ static bool parse_type(const char *s, cr_type_t *t)
         cr_type_t t;
     } types[] = {{"f32", CR_TYPE_F32},   {"f16", CR_TYPE_F16},
                  {"bf16", CR_TYPE_BF16}, {"q8_0", CR_TYPE_Q8_0},
-                 {"q4_0", CR_TYPE_Q4_0}, {"q6_k", CR_TYPE_Q6_K}};
+                 {"q4_0", CR_TYPE_Q4_0}, {"q6_k", CR_TYPE_Q6_K},
+                 {"q4_k", CR_TYPE_Q4_K}, {"q5_k", CR_TYPE_Q5_K}};
     for (size_t i = 0; i < CR_ARRAY_LEN(types); i++) {
         if (!strcasecmp(s, types[i].name)) {
             *t = types[i].t;
@@ -124,6 +132,25 @@ int main(int argc, char **argv)
             ok = v && (!strcmp(v, "mean") || !strcmp(v, "cls") || !strcmp(v, "last"));
             if (ok)
                 o.pooling_type = !strcmp(v, "mean") ? 1 : !strcmp(v, "cls") ? 2 : 3;
+        } else if (!strcmp(a, "--mix")) {
+            ok = v && parse_type(v, &o.mix_type);
+            o.mix = ok;
+        } else if (!strcmp(a, "--experts")) {
+            ok = v && parse_int(v, 1, 1024, &o.n_experts);
+        } else if (!strcmp(a, "--experts-used")) {
+            ok = v && parse_int(v, 1, 1024, &o.n_experts_used);
+        } else if (!strcmp(a, "--expert-ffn")) {
+            ok = v && parse_int(v, 1, 1 << 16, &o.expert_ffn);
+        } else if (!strcmp(a, "--shared-ffn")) {
+            ok = v && parse_int(v, 1, 1 << 16, &o.shared_ffn);
+        } else if (!strcmp(a, "--gating")) {
+            ok = v && parse_int(v, 1, 3, &o.expert_gating);
+        } else if (!strcmp(a, "--expert-norm")) {
+            ok = v && parse_int(v, 0, 1, &o.expert_norm);
+        } else if (!strcmp(a, "--expert-scale")) {
+            ok = v && parse_pos_float(v, &o.expert_scale);
+        } else if (!strcmp(a, "--router-std")) {
+            ok = v && parse_pos_float(v, &o.router_std);
         } else if (!strcmp(a, "--name")) {
             o.name = v;
             ok = v != NULL;
@@ -135,6 +162,8 @@ int main(int argc, char **argv)
                 o.rope_freqs = true;
             } else if (!strcmp(a, "--longrope")) {
                 o.longrope = true;
+            } else if (!strcmp(a, "--shared-gate")) {
+                o.shared_gate = true;
             } else if (!strcmp(a, "--vocab-only")) {
                 o.vocab_only = true;
             } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

@@ -176,7 +176,8 @@ typedef struct be_ops {
 /* ---- optional ops ------------------------------------------------------
  *
  * Ops that only the non-llama architectures need (qwen2/qwen3, gemma2/3,
- * phi3, bert/nomic-bert). They live in a second table so a backend can gain them without
+ * phi3, bert/nomic-bert, gpt-oss) and mixture-of-experts layers (qwen3moe,
+ * llama with experts, gpt-oss). They live in a second table so a backend can gain them without
  * touching be_ops_t; be_ext_ops() returns NULL for a backend that has none,
  * and the model loader then refuses those architectures on it. Same
  * conventions as be_ops_t: backend buffers, float32, shapes in elements. */
@@ -220,6 +221,25 @@ struct be_ops_ext {
     /* y = gelu_tanh(x), elementwise over n (may alias); bert's FFN. NULL
      * as for layernorm. */
     void (*gelu)(be_backend_t *be, float *y, const float *x, size_t n);
+
+    /* Mixture-of-experts layers (model/moe.c). A backend without these
+     * leaves them NULL, and the model loader then refuses models with
+     * experts on it. */
+    /* The matmul op over rows r0..r0+n_rows-1 of w: y[t][r] = sum_c
+     * w[r0 + r][c] * x[t][c]. One expert's matrix of an [n_expert * rows]
+     * [cols] stack (only its rows are read). x: [n][w->n_cols], y:
+     * [n][n_rows]; r0 + n_rows <= w->n_rows (caller checks). Same float
+     * steps per (row, token) as matmul over a weight of those rows. */
+    void (*matmul_rows)(be_backend_t *be, const be_weight_t *w, int64_t r0,
+                        int64_t n_rows, const float *x, int n, float *y);
+    /* dst[i][:] = src[ids[i]][:] for i in 0..n; rows of `cols` floats.
+     * ids: host [n]. dst and src do not overlap. */
+    void (*gather_rows)(be_backend_t *be, float *dst, const float *src,
+                        const int32_t *ids, int n, int cols);
+    /* y[ids[i]][:] += s[i] * x[i][:] for i = 0, 1, .. n-1 in that order
+     * (an id may repeat); rows of `cols` floats. ids, s: host [n]. */
+    void (*scatter_add)(be_backend_t *be, float *y, const float *x,
+                        const int32_t *ids, const float *s, int n, int cols);
 
     /* gpt-oss. A backend without these leaves them NULL, and the model
      * loader then refuses gpt-oss on it. */

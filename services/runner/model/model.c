@@ -78,6 +78,7 @@ static const struct {
     {"llama", RN_ARCH_LLAMA},   {"qwen2", RN_ARCH_QWEN2}, {"qwen3", RN_ARCH_QWEN3},
     {"gemma2", RN_ARCH_GEMMA2}, {"gemma3", RN_ARCH_GEMMA3}, {"phi3", RN_ARCH_PHI3},
     {"gemma", RN_ARCH_GEMMA},   {"bert", RN_ARCH_BERT},   {"nomic-bert", RN_ARCH_NOMIC_BERT},
+    {"qwen3moe", RN_ARCH_QWEN3MOE},
 };
 
 /* <arch>.attention.sliding_window_pattern: a period p (layer l slides iff
@@ -253,6 +254,72 @@ static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
     return CR_OK;
 }
 
+/* <arch>.expert_*: the mixture-of-experts keys (model.h). qwen3moe must
+ * have experts; llama may (Mixtral); the other architectures are read as
+ * dense whatever they say. */
+static cr_status_t read_experts(rn_model_t *m, cr_err_t *err)
+{
+    const cr_gguf_t *g = m->g;
+    rn_hparams_t *hp = &m->hp;
+    const char *arch = hp->arch;
+    bool moe_arch = hp->arch_id == RN_ARCH_QWEN3MOE || hp->arch_id == RN_ARCH_LLAMA;
+    cr_status_t st;
+    hp->expert_gating = RN_GATING_SOFTMAX;
+    hp->expert_norm = true;
+    hp->expert_scale = 1.0f;
+    if (!moe_arch)
+        return CR_OK;
+    if ((st = get_int(g, arch, "expert_count", hp->arch_id == RN_ARCH_QWEN3MOE, 0, 0,
+                      RN_MODEL_MAX_EXPERTS, &hp->n_expert, err)))
+        return st;
+    if (hp->n_expert == 0) {
+        if (hp->arch_id == RN_ARCH_QWEN3MOE)
+            return cr_err_set(err, CR_E_CORRUPT, "key '%s.expert_count' = 0: %s needs "
+                              "experts", arch, arch);
+        return CR_OK;
+    }
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_used_count", arch);
+    if ((st = get_int(g, arch, "expert_used_count", true, 0, 1, RN_MODEL_MAX_EXPERTS,
+                      &hp->n_expert_used, err)))
+        return st;
+    if (hp->n_expert_used > hp->n_expert)
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' = %d exceeds %s.expert_count %d",
+                          key, hp->n_expert_used, arch, hp->n_expert);
+    int def_fe = hp->ffn;
+    if (hp->arch_id == RN_ARCH_QWEN3MOE) {
+        /* llama.cpp's default when the key is absent */
+        def_fe = CR_MAX(1, hp->ffn / hp->n_expert_used);
+        if ((st = get_int(g, arch, "expert_feed_forward_length", false, def_fe, 1,
+                          RN_MODEL_MAX_DIM, &def_fe, err)))
+            return st;
+    }
+    hp->ffn_expert = def_fe;
+    int gating = 0;
+    if ((st = get_int(g, arch, "expert_shared_feed_forward_length", false, def_fe, 1,
+                      RN_MODEL_MAX_DIM, &hp->ffn_shared, err)) ||
+        (st = get_int(g, arch, "expert_gating_func", false, 0, 0, 1000, &gating, err)))
+        return st;
+    if (gating > RN_GATING_SOFTMAX_WEIGHT)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s.expert_gating_func' = %d: "
+                          "only 1 (softmax), 2 (sigmoid) and 3 (softmax of the chosen "
+                          "weights) are supported", arch, gating);
+    if (gating)
+        hp->expert_gating = (rn_gating_t)gating;
+    snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+    if (cr_gguf_kv_find(g, key) && !cr_gguf_get_bool(g, key, &hp->expert_norm))
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a bool", key);
+    snprintf(key, sizeof key, "%s.expert_weights_scale", arch);
+    float scale = 0;
+    if (cr_gguf_kv_find(g, key) &&
+        (!cr_gguf_get_f32(g, key, &scale) || !(scale >= 0) || scale > 1e30f))
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a non-negative number",
+                          key);
+    if (scale > 0)
+        hp->expert_scale = scale;
+    return CR_OK;
+}
+
 static cr_status_t read_hparams(rn_model_t *m, cr_err_t *err)
 {
     const cr_gguf_t *g = m->g;
@@ -319,7 +386,8 @@ static cr_status_t read_hparams(rn_model_t *m, cr_err_t *err)
     if ((st = get_float(g, arch, "rope.freq_base", 10000.0f, &hp->rope_base, err)) ||
         (st = get_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f,
                         &hp->rms_eps, err)) ||
-        (st = read_pooling(m, err)) || (st = read_arch_features(m, err)))
+        (st = read_pooling(m, err)) || (st = read_arch_features(m, err)) ||
+        (st = read_experts(m, err)))
         return st;
     return hp->arch_id == RN_ARCH_LLAMA ? CR_OK : read_rope_scaling(m, err);
 }
@@ -392,6 +460,11 @@ static cr_status_t place(rn_model_t *m, cr_err_t *err)
             (rn_arch_is_encoder(hp->arch_id) && (!ext->layernorm || !ext->gelu)))
             return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the "
                               "%s backend does not have", hp->arch, be->ops->name);
+        if (hp->n_expert > 0 &&
+            (!ext || !ext->matmul_rows || !ext->gather_rows || !ext->scatter_add))
+            return cr_err_set(err, CR_E_UNSUPPORTED, "'%s' with experts (%s.expert_count "
+                              "%d) needs mixture-of-experts ops the %s backend does not "
+                              "have", hp->arch, hp->arch, hp->n_expert, be->ops->name);
     }
     return CR_OK;
 }
@@ -487,6 +560,93 @@ static cr_status_t bind_split(rn_model_t *m, const char *name, int64_t cols,
     return CR_OK;
 }
 
+/* ---- experts ----------------------------------------------------------- */
+
+/* Binds blk.l.<what>.weight, a stack of E matrices [rows][cols] (GGUF ne
+ * {cols, rows, E}), as one weight of E * rows rows. */
+static cr_status_t bind_stack(rn_model_t *m, int l, const char *what, int64_t cols,
+                              int64_t rows, be_weight_t *w, cr_err_t *err)
+{
+    int64_t E = m->hp.n_expert;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", l, what);
+    const cr_gguf_tensor_t *t = cr_gguf_tensor_find(m->g, name);
+    if (!t) {
+        /* old converters wrote one tensor per expert: ffn_gate.0.weight */
+        char split[96];
+        snprintf(split, sizeof split, "blk.%d.ffn_gate.0.weight", l);
+        if (cr_gguf_tensor_find(m->g, split))
+            return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s': per-expert tensors "
+                              "are not supported (convert the model again for merged "
+                              "'%s')", split, name);
+        return cr_err_set(err, CR_E_CORRUPT, "missing tensor '%s'", name);
+    }
+    if ((int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows ||
+        (int64_t)t->ne[2] != E || t->ne[3] != 1) {
+        char have[96];
+        format_shape(t, have, sizeof have);
+        return cr_err_set(err, CR_E_CORRUPT, "tensor '%s' has shape %s, expected "
+                          "[%" PRId64 ", %" PRId64 ", %" PRId64 "]", name, have, cols,
+                          rows, E);
+    }
+    size_t align = t->type == CR_TYPE_F32 ? 4 : 2;
+    if ((uintptr_t)t->data % align)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s' data at offset %" PRIu64
+                          " is not %zu-byte aligned", name, t->offset, align);
+    *w = (be_weight_t){
+        .name = t->name,
+        .type = t->type,
+        .n_cols = cols,
+        .n_rows = rows * E,
+        .row_bytes = (size_t)(t->size_bytes / (uint64_t)(rows * E)),
+        .data = t->data,
+    };
+    cr_status_t st = m->be->ops->weight_prepare(m->be, w, err);
+    if (st) {
+        w->data = NULL; /* not prepared: nothing to release */
+        return st;
+    }
+    m->weight_bytes += t->size_bytes;
+    return CR_OK;
+}
+
+/* A MoE layer's FFN: the router, the three expert stacks, and the optional
+ * shared expert (its three matrices together, its gate optional). */
+static cr_status_t bind_experts(rn_model_t *m, int l, rn_layer_t *L, cr_err_t *err)
+{
+    const rn_hparams_t *hp = &m->hp;
+    int64_t D = hp->dim, E = hp->n_expert, Fe = hp->ffn_expert, Fs = hp->ffn_shared;
+    char name[96];
+    cr_status_t st;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+    if ((st = bind(m, name, D, E, true, &L->router, NULL, err)) ||
+        (st = bind_stack(m, l, "ffn_gate_exps", D, Fe, &L->exp_gate, err)) ||
+        (st = bind_stack(m, l, "ffn_up_exps", D, Fe, &L->exp_up, err)) ||
+        (st = bind_stack(m, l, "ffn_down_exps", Fe, D, &L->exp_down, err)))
+        return st;
+    bool have[3] = {false, false, false};
+    const char *what[3] = {"ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"};
+    int64_t cols[3] = {D, D, Fs}, rows[3] = {Fs, Fs, D};
+    be_weight_t *dst[3] = {&L->sh_gate, &L->sh_up, &L->sh_down};
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s.weight", l, what[i]);
+        if ((st = bind(m, name, cols[i], rows[i], false, dst[i], &have[i], err)))
+            return st;
+    }
+    if (have[0] != have[1] || have[0] != have[2])
+        return cr_err_set(err, CR_E_CORRUPT, "missing tensor 'blk.%d.%s.weight' (the "
+                          "other shared-expert tensors are present)", l,
+                          what[!have[0] ? 0 : !have[1] ? 1 : 2]);
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp_shexp.weight", l);
+    bool have_gate = false;
+    if ((st = bind(m, name, D, 1, false, &L->sh_router, &have_gate, err)))
+        return st;
+    if (have_gate && !have[0])
+        return cr_err_set(err, CR_E_CORRUPT, "tensor '%s' without a shared expert "
+                          "(blk.%d.ffn_*_shexp)", name, l);
+    return CR_OK;
+}
+
 /* One per-layer tensor: blk.N.<what>.<kind>, [rows][cols]. */
 typedef struct layer_tensor {
     const char *what, *kind;
@@ -523,7 +683,7 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         per[n++] = (layer_tensor_t){"attn_k", "bias", KV, 1, &L->bk};
         per[n++] = (layer_tensor_t){"attn_v", "bias", KV, 1, &L->bv};
     }
-    if (a == RN_ARCH_QWEN3 || a == RN_ARCH_GEMMA3) {
+    if (a == RN_ARCH_QWEN3 || a == RN_ARCH_GEMMA3 || a == RN_ARCH_QWEN3MOE) {
         per[n++] = (layer_tensor_t){"attn_q_norm", "weight", HD, 1, &L->q_norm};
         per[n++] = (layer_tensor_t){"attn_k_norm", "weight", HD, 1, &L->k_norm};
     }
@@ -532,7 +692,10 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         per[n++] = (layer_tensor_t){"post_attention_norm", "weight", D, 1,
                                     &L->attn_post_norm};
     per[n++] = (layer_tensor_t){"ffn_norm", "weight", D, 1, &L->ffn_norm};
-    if (a == RN_ARCH_PHI3) {
+    if (hp->n_expert > 0) {
+        if ((st = bind_experts(m, l, L, err)))
+            return st;
+    } else if (a == RN_ARCH_PHI3) {
         /* ffn_up holds the gate rows, then the up rows. */
         snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
         int64_t rows[2] = {F, F};
@@ -543,7 +706,8 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         per[n++] = (layer_tensor_t){"ffn_gate", "weight", D, F, &L->w_gate};
         per[n++] = (layer_tensor_t){"ffn_up", "weight", D, F, &L->w_up};
     }
-    per[n++] = (layer_tensor_t){"ffn_down", "weight", F, D, &L->w_down};
+    if (hp->n_expert == 0)
+        per[n++] = (layer_tensor_t){"ffn_down", "weight", F, D, &L->w_down};
     if (hp->post_norms)
         per[n++] = (layer_tensor_t){"post_ffw_norm", "weight", D, 1, &L->ffn_post_norm};
 
@@ -814,7 +978,10 @@ static void release_weights(rn_model_t *m)
                               &L->attn_post_norm, &L->ffn_norm, &L->w_gate,
                               &L->w_up, &L->w_down, &L->ffn_post_norm,
                               &L->bo, &L->ln_attn, &L->ln_attn_b, &L->b_up,
-                              &L->b_down, &L->ln_out, &L->ln_out_b};
+                              &L->b_down, &L->ln_out, &L->ln_out_b,
+                              &L->router, &L->exp_gate, &L->exp_up,
+                              &L->exp_down, &L->sh_gate, &L->sh_up,
+                              &L->sh_down, &L->sh_router};
         for (size_t i = 0; i < CR_ARRAY_LEN(all); i++)
             if (all[i]->data)
                 be->ops->weight_release(be, all[i]);

@@ -1,5 +1,5 @@
 /* model.h: a decoder model (llama, qwen2, qwen3, gemma, gemma2, gemma3,
- * phi3) or an encoder embedding model (bert, nomic-bert) loaded from a
+ * phi3, qwen3moe; llama also with experts) or an encoder embedding model (bert, nomic-bert) loaded from a
  * GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
@@ -27,6 +27,7 @@
 #define RN_MODEL_MAX_HEADS 4096
 #define RN_MODEL_MAX_VOCAB (1 << 24)
 #define RN_MODEL_MAX_CTX (1 << 24)
+#define RN_MODEL_MAX_EXPERTS 1024 /* <arch>.expert_count (llama.cpp's cap) */
 
 /* Architectures the runner can evaluate (general.architecture). */
 typedef enum rn_arch {
@@ -45,7 +46,18 @@ typedef enum rn_arch {
                        q/k/v/o and ffn biases, GELU, bidirectional */
     RN_ARCH_NOMIC_BERT, /* "nomic-bert": bert with fused attn_qkv, NEOX
                            rope instead of position embeddings, SwiGLU */
+    RN_ARCH_QWEN3MOE, /* "qwen3moe": qwen3 attention, every FFN a
+                         mixture of experts */
 } rn_arch_t;
+
+/* How router logits become expert weights (<arch>.expert_gating_func,
+ * numbered as llama.cpp numbers them). */
+typedef enum rn_gating {
+    RN_GATING_SOFTMAX = 1,        /* softmax over all experts, then top-k */
+    RN_GATING_SIGMOID = 2,        /* sigmoid of each logit, then top-k */
+    RN_GATING_SOFTMAX_WEIGHT = 3, /* top-k of the logits, softmax over the
+                                     chosen ones (gpt-oss) */
+} rn_gating_t;
 
 /* How an embedding pools the hidden states (<arch>.pooling_type, numbered
  * as llama.cpp numbers them). */
@@ -106,6 +118,24 @@ typedef struct rn_hparams {
     float norm_eps;       /* <arch>.attention.layer_norm_epsilon (1e-12) */
     rn_pooling_t pooling; /* <arch>.pooling_type; RN_POOL_MEAN if absent or
                              0 (none); 4 (rank) is refused */
+
+    /* Mixture of experts (n_expert > 0: every layer's FFN is a MoE layer,
+     * model/moe.h). Defaults are what llama.cpp's graph fixes for qwen3moe
+     * and Mixtral-style llama: softmax gating, renormalized top-k. */
+    int n_expert;         /* <arch>.expert_count; 0 = dense */
+    int n_expert_used;    /* <arch>.expert_used_count, 1..n_expert */
+    int ffn_expert;       /* rows of one expert's gate/up: qwen3moe's
+                             expert_feed_forward_length (default ffn /
+                             n_expert_used), llama's feed_forward_length */
+    int ffn_shared;       /* shared expert's <arch>.expert_shared_feed_
+                             forward_length (default ffn_expert); used when
+                             the ffn_*_shexp tensors are present */
+    rn_gating_t expert_gating; /* <arch>.expert_gating_func (0 or absent:
+                                  softmax) */
+    bool expert_norm;     /* <arch>.expert_weights_norm (default true):
+                             chosen weights divided by their sum */
+    float expert_scale;   /* <arch>.expert_weights_scale (0 or absent: 1):
+                             chosen weights multiplied by it */
 } rn_hparams_t;
 
 /* Shapes are [rows][cols] as the forward pass uses them (GGUF ne = {cols,
@@ -140,6 +170,21 @@ typedef struct rn_layer {
     be_weight_t b_down;      /* [dim] F32 ffn_down.bias (bert, optional) */
     be_weight_t ln_out;      /* [dim] F32 layer_output_norm.weight */
     be_weight_t ln_out_b;    /* [dim] F32 layer_output_norm.bias */
+
+    /* mixture of experts (n_expert > 0; then w_gate/w_up/w_down are
+     * unused). E = n_expert, Fe = ffn_expert, Fs = ffn_shared. Each stack
+     * is a GGUF [E][rows][cols] tensor as one weight of E * rows rows:
+     * expert e's matrix is rows e * rows .. (e + 1) * rows - 1. */
+    be_weight_t router;      /* [E][dim] ffn_gate_inp */
+    be_weight_t exp_gate;    /* [E * Fe][dim] ffn_gate_exps */
+    be_weight_t exp_up;      /* [E * Fe][dim] ffn_up_exps */
+    be_weight_t exp_down;    /* [E * dim][Fe] ffn_down_exps */
+    be_weight_t sh_gate;     /* [Fs][dim] ffn_gate_shexp (optional) */
+    be_weight_t sh_up;       /* [Fs][dim] ffn_up_shexp */
+    be_weight_t sh_down;     /* [dim][Fs] ffn_down_shexp */
+    be_weight_t sh_router;   /* [1][dim] F32 ffn_gate_inp_shexp: the shared
+                                expert's output times sigmoid(x . w)
+                                (optional: times 1) */
 } rn_layer_t;
 
 typedef struct rn_weights {
@@ -212,7 +257,11 @@ typedef struct rn_rope_factors {
  * backend cannot multiply, a non-llama architecture on a backend without
  * be_ext_ops (or, for the bert family, without its layernorm/gelu ops),
  * rope scaling other than linear/LongRoPE, value_length != key_length,
- * pooling_type 4 "rank"), CR_E_NOMEM. */
+ * pooling_type 4 "rank", experts on a backend without the MoE ops,
+ * per-expert split tensors instead of merged ffn_*_exps), CR_E_NOMEM.
+ * Experts: expert_used_count missing, 0 or above expert_count, a missing
+ * or misshapen ffn_gate_inp / ffn_*_exps tensor are CR_E_CORRUPT naming
+ * the key or tensor. */
 cr_status_t rn_model_load(const char *path, be_backend_t *be,
                           rn_model_t **out, cr_err_t *err);
 

@@ -4,11 +4,13 @@
  * GELU-tanh gating, attention with logit soft-capping, a sliding window and
  * sinks, LayerNorm, plain GELU and gpt-oss's clamped SwiGLU: what qwen2,
  * qwen3, gemma2, gemma3, phi3, bert, nomic-bert and gpt-oss need beyond
- * the llama ops. CPU backend
- * buffers are plain host memory, so these run on them directly. They are
- * single-threaded: this file cannot reach the CPU backend's thread pool
- * (backend_cpu.c owns it); attention_ext is the one op where that costs
- * time on long contexts.
+ * the llama ops; and the mixture-of-experts ops (a matmul over one
+ * expert's rows of a stacked weight, row gather, weighted scatter-add).
+ * CPU backend buffers are plain host memory, so these run on them
+ * directly. They are single-threaded (this file cannot reach the CPU
+ * backend's thread pool, backend_cpu.c owns it) except matmul_rows, which
+ * calls the backend's threaded matmul; attention_ext is the one op where
+ * that costs time on long contexts.
  *
  * Owns no state. Does not own the llama ops (backend_cpu.c) or any kernel
  * of a quant format (quant.c). */
@@ -16,6 +18,7 @@
 #include "services/runner/backend/cpu/vec.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
+#include "services/runner/backend/cpu/repack.h"
 
 #include <math.h>
 
@@ -203,6 +206,54 @@ static void ext_attention(be_backend_t *be, float *out, const float *q, const ui
     }
 }
 
+/* ---- mixture of experts ------------------------------------------------ */
+
+/* Rows r0..r0+nr-1 of w through the backend's own matmul (threads, packed
+ * kernels): a packed stack is viewed as its groups of 8 rows from r0 / 8
+ * when the slice starts and ends on a group (every real expert: rows are
+ * multiples of 8); any other slice of a packed stack reads the row-major
+ * bytes of the mapping, which stay readable after packing dropped them. */
+static void ext_matmul_rows(be_backend_t *be, const be_weight_t *w, int64_t r0,
+                            int64_t nr, const float *x, int n, float *y)
+{
+    be_weight_t sub = *w;
+    sub.n_rows = nr;
+    sub.data = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    sub.dev = NULL;
+    be_packed_t view;
+    const be_packed_t *p = w->dev;
+    if (p && r0 % BE_PACK_ROWS == 0 && nr % BE_PACK_ROWS == 0) {
+        view = *p;
+        view.n_rows = nr;
+        view.data = (uint8_t *)p->data + (size_t)(r0 / BE_PACK_ROWS) * p->group_bytes;
+        sub.dev = &view;
+    }
+    be->ops->matmul(be, &sub, x, n, y);
+}
+
+static void ext_gather_rows(be_backend_t *be, float *dst, const float *src,
+                            const int32_t *ids, int n, int cols)
+{
+    CR_UNUSED(be);
+    size_t row = (size_t)cols * sizeof(float);
+    for (int i = 0; i < n; i++)
+        memcpy(dst + (size_t)i * cols, src + (size_t)ids[i] * cols, row);
+}
+
+static void ext_scatter_add(be_backend_t *be, float *y, const float *x,
+                            const int32_t *ids, const float *s, int n, int cols)
+{
+    CR_UNUSED(be);
+    for (int i = 0; i < n; i++) {
+        float *yr = y + (size_t)ids[i] * cols;
+        const float *xr = x + (size_t)i * cols;
+        for (int c = 0; c < cols; c++)
+            yr[c] += s[i] * xr[c];
+    }
+}
+
+/* ---- gpt-oss ------------------------------------------------------------ */
+
 /* YaRN's blend of interpolated and extrapolated angle for pair i, and
  * the magnitude cos/sin carry (backend.h: be_rope_yarn_t; the steps and
  * their float order as ggml's rope_yarn takes them). */
@@ -281,6 +332,9 @@ static const be_ops_ext_t cpu_ext_ops = {
     .attention_ext = ext_attention,
     .layernorm = ext_layernorm,
     .gelu = ext_gelu,
+    .matmul_rows = ext_matmul_rows,
+    .gather_rows = ext_gather_rows,
+    .scatter_add = ext_scatter_add,
     .rope_yarn = ext_rope_yarn,
     .swiglu_oai = ext_swiglu_oai,
 };
