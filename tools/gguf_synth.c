@@ -1,7 +1,8 @@
 /* gguf_synth.c: corral-gguf-synth, writes a synthetic GGUF model.
  *
  *   corral-gguf-synth --out FILE
- *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe]
+ *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe|
+ *               gpt-oss]
  *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k]
  *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
@@ -10,7 +11,9 @@
  *       [--name NAME] [--pooling mean|cls|last] [--mix TYPE]
  *       [--experts N --experts-used K [--expert-ffn N] [--shared-ffn N]
  *        [--shared-gate] [--gating 1|2|3] [--expert-norm 0|1]
- *        [--expert-scale F] [--router-std F]]  (qwen3moe, llama)
+ *        [--expert-scale F] [--router-std F] [--expert-type TYPE]]
+ *        (qwen3moe, gpt-oss, llama)
+ *       [--rope-yarn F --yarn-orig-ctx N] (gpt-oss)
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
  * writing itself lives in tools/synth/synth.c, shared with the tests. */
@@ -21,7 +24,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: corral-gguf-synth --out FILE [--arch "
-            "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe]\n"
+            "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe|\n"
+            "         gpt-oss]\n"
             "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
             "         [--final-softcap F] [--rope-linear F] [--std F] [--longrope]\n"
@@ -33,7 +37,9 @@ static void usage(FILE *f)
             "         [--mix TYPE] (output, attn_v, ffn_down in TYPE)\n"
             "         [--experts N --experts-used K] [--expert-ffn N] [--shared-ffn N]\n"
             "         [--shared-gate] [--gating 1|2|3] [--expert-norm 0|1]\n"
-            "         [--expert-scale F] [--router-std F] (qwen3moe, llama)\n"
+            "         [--expert-scale F] [--router-std F] [--expert-type TYPE]\n"
+            "         (qwen3moe, gpt-oss, llama)\n"
+            "         [--rope-yarn F --yarn-orig-ctx N] (gpt-oss)\n"
             "defaults: f32, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 128, ctx "
             "256, built-in vocab\n");
 }
@@ -149,6 +155,12 @@ int main(int argc, char **argv)
             ok = v && parse_int(v, 0, 1, &o.expert_norm);
         } else if (!strcmp(a, "--expert-scale")) {
             ok = v && parse_pos_float(v, &o.expert_scale);
+        } else if (!strcmp(a, "--expert-type")) {
+            ok = v && parse_type(v, &o.expert_type);
+        } else if (!strcmp(a, "--rope-yarn")) {
+            ok = v && parse_pos_float(v, &o.rope_yarn);
+        } else if (!strcmp(a, "--yarn-orig-ctx")) {
+            ok = v && parse_int(v, 1, 1 << 24, &o.yarn_orig_ctx);
         } else if (!strcmp(a, "--router-std")) {
             ok = v && parse_pos_float(v, &o.router_std);
         } else if (!strcmp(a, "--name")) {

@@ -2,7 +2,8 @@
  * backend, against plain double-precision references written here from
  * their definitions: YaRN rope (be_ops_ext_t.rope_yarn), attention sinks
  * (be_attn_t.sinks, in attention and attention_ext, with and without a
- * window) and the clamped SwiGLU (swiglu_oai). Each check is paired with
+ * window), the clamped SwiGLU (swiglu_oai) and a bias row of a stack
+ * (add_row_of). Each check is paired with
  * one showing the feature changes the result (a kernel that dropped it
  * would fail). */
 #include "lib/prelude.h"
@@ -241,6 +242,27 @@ static void test_swiglu_oai(void)
     CHECK(max_abs_diff(alias, y, N) == 0);
 }
 
+/* ---- one bias row of a stack ---------------------------------------------- */
+
+static void test_add_row_of(void)
+{
+    const be_ops_ext_t *ext = be_ext_ops(be_g);
+    enum { E = 3, C = 5, T = 4 };
+    float b[E * C], y[T * C];
+    for (int i = 0; i < E * C; i++)
+        b[i] = (float)(i * i) - 7.0f;
+    be_weight_t bw = {.name = "blk.0.ffn_up_exps.bias", .type = CR_TYPE_F32, .n_cols = C,
+                      .n_rows = E, .row_bytes = C * sizeof(float), .data = b};
+    for (int i = 0; i < T * C; i++)
+        y[i] = 0.5f * (float)i;
+    ext->add_row_of(be_g, y, &bw, 2, T);
+    bool ok = true;
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++)
+            ok = ok && y[t * C + c] == 0.5f * (float)(t * C + c) + b[2 * C + c];
+    CHECK(ok);
+}
+
 int main(void)
 {
     cr_err_t err;
@@ -250,11 +272,12 @@ int main(void)
         return 1;
     }
     const be_ops_ext_t *ext = be_ext_ops(be_g);
-    CHECK(ext && ext->rope_yarn && ext->swiglu_oai);
-    if (ext && ext->rope_yarn && ext->swiglu_oai) {
+    CHECK(ext && ext->rope_yarn && ext->swiglu_oai && ext->add_row_of);
+    if (ext && ext->rope_yarn && ext->swiglu_oai && ext->add_row_of) {
         test_rope_yarn();
         test_sinks();
         test_swiglu_oai();
+        test_add_row_of();
     }
     be_destroy(&be_g);
     return check_finish("test_gptoss_ops");

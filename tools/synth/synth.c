@@ -262,19 +262,35 @@ static bool has_experts(const rn_synth_opts_t *o)
 
 static int expert_ffn_of(const rn_synth_opts_t *o)
 {
-    return is_arch(o, "qwen3moe") && o->expert_ffn > 0 ? o->expert_ffn : o->ffn;
+    bool own = is_arch(o, "qwen3moe") || is_arch(o, "gpt-oss");
+    return own && o->expert_ffn > 0 ? o->expert_ffn : o->ffn;
+}
+
+static cr_type_t expert_type_of(const rn_synth_opts_t *o)
+{
+    return o->expert_type != CR_TYPE_F32 ? o->expert_type : o->type;
 }
 
 static cr_status_t check_experts(const rn_synth_opts_t *o, const be_type_traits_t *tt,
                                  cr_err_t *err)
 {
-    if (is_arch(o, "qwen3moe") && o->n_experts < 1)
-        return cr_err_set(err, CR_E_INVALID, "qwen3moe needs experts (n_experts >= 1)");
+    bool gpt_oss = is_arch(o, "gpt-oss");
+    if ((is_arch(o, "qwen3moe") || gpt_oss) && o->n_experts < 1)
+        return cr_err_set(err, CR_E_INVALID, "%s needs experts (n_experts >= 1)",
+                          arch_of(o));
+    if (gpt_oss && o->sliding_window < 1)
+        return cr_err_set(err, CR_E_INVALID, "gpt-oss needs a sliding window");
     if (!has_experts(o))
         return CR_OK;
-    if (!is_arch(o, "qwen3moe") && !is_arch(o, "llama"))
-        return cr_err_set(err, CR_E_INVALID, "experts are written for qwen3moe and "
-                          "llama only, not '%.64s'", arch_of(o));
+    if (!is_arch(o, "qwen3moe") && !is_arch(o, "llama") && !gpt_oss)
+        return cr_err_set(err, CR_E_INVALID, "experts are written for qwen3moe, gpt-oss "
+                          "and llama only, not '%.64s'", arch_of(o));
+    const be_type_traits_t *et = be_type_traits_at(expert_type_of(o), BE_SIMD_SCALAR);
+    if (!et || !et->vec_dot || o->dim % (int)et->block_elems ||
+        expert_ffn_of(o) % (int)et->block_elems)
+        return cr_err_set(err, CR_E_INVALID, "expert type %d cannot be written for dim "
+                          "%d / expert ffn %d", (int)expert_type_of(o), o->dim,
+                          expert_ffn_of(o));
     if (o->n_experts > 1024 || o->n_experts_used < 1 || o->n_experts_used > o->n_experts)
         return cr_err_set(err, CR_E_INVALID, "experts %d / used %d: need 1 <= used <= "
                           "experts <= 1024", o->n_experts, o->n_experts_used);
@@ -303,7 +319,7 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
                           o->n_layers, SYNTH_MAX_LAYERS);
     static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma", "gemma2",
                                         "gemma3", "phi3", "bert", "nomic-bert",
-                                        "qwen3moe"};
+                                        "qwen3moe", "gpt-oss"};
     size_t ai = 0;
     while (ai < CR_ARRAY_LEN(archs) && !is_arch(o, archs[ai]))
         ai++;
@@ -322,6 +338,8 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
 
     if (o->ctx < 1)
         return cr_err_set(err, CR_E_INVALID, "ctx %d must be positive", o->ctx);
+    if (o->rope_yarn > 0 && o->yarn_orig_ctx < 1)
+        return cr_err_set(err, CR_E_INVALID, "yarn needs an original context length");
     if (o->pooling_type < 0 || o->pooling_type > 4)
         return cr_err_set(err, CR_E_INVALID, "pooling type %d is out of range 0..4",
                           o->pooling_type);
@@ -388,7 +406,7 @@ static cr_status_t add_gen(synth_t *s, const rn_synth_opts_t *o, const char *nam
 }
 
 /* One per-layer tensor blk.N.<what>.<kind> of GGUF ne {ne0, rows}. */
-typedef enum part { PART_MAT, PART_MAT_HI, PART_NORM, PART_BIAS } part_t;
+typedef enum part { PART_MAT, PART_MAT_HI, PART_NORM, PART_BIAS, PART_SINK } part_t;
 typedef struct layer_part {
     const char *what, *kind;
     int64_t ne0, rows;
@@ -406,6 +424,21 @@ static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
     bool gemma = is_arch(o, "gemma2") || is_arch(o, "gemma3");
     bool qk_norm = qwen3 || is_arch(o, "gemma3");
     int n = 0;
+    if (is_arch(o, "gpt-oss")) {
+        /* the experts and their biases are add_experts' */
+        p[n++] = (layer_part_t){"attn_norm", "weight", D, 1, PART_NORM};
+        p[n++] = (layer_part_t){"post_attention_norm", "weight", D, 1, PART_NORM};
+        p[n++] = (layer_part_t){"attn_q", "weight", D, Q, PART_MAT};
+        p[n++] = (layer_part_t){"attn_q", "bias", Q, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"attn_k", "weight", D, KV, PART_MAT};
+        p[n++] = (layer_part_t){"attn_k", "bias", KV, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"attn_v", "weight", D, KV, PART_MAT_HI};
+        p[n++] = (layer_part_t){"attn_v", "bias", KV, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"attn_output", "weight", Q, D, PART_MAT};
+        p[n++] = (layer_part_t){"attn_output", "bias", D, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"attn_sinks", "weight", o->n_heads, 1, PART_SINK};
+        return n;
+    }
     if (is_encoder(o)) {
         bool bert = is_arch(o, "bert");
         if (bert) {
@@ -474,7 +507,7 @@ static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
 
 /* Layer l's MoE FFN: the F32 router, the expert stacks [E][rows][cols]
  * (down in the mix type), then the optional shared expert, in llama.cpp's
- * order. */
+ * order; gpt-oss's biases after them. */
 static cr_status_t add_experts(synth_t *s, const rn_synth_opts_t *o, int l,
                                cr_err_t *err)
 {
@@ -503,9 +536,24 @@ static cr_status_t add_experts(synth_t *s, const rn_synth_opts_t *o, int l,
     for (int i = 0; i < n && !st; i++) {
         snprintf(name, sizeof name, "blk.%d.%s.weight", l, p[i].what);
         cr_type_t t = p[i].router ? CR_TYPE_F32 : p[i].hi && o->mix ? o->mix_type : o->type;
+        if (p[i].depth > 1)
+            t = expert_type_of(o);
         double sd = p[i].router && o->router_std > 0 ? o->router_std : std;
         st = add_gen_3d(s, o, name, t, p[i].ne0, p[i].rows, p[i].depth, FILL_NORMAL, 0, sd,
                         err);
+    }
+    if (!is_arch(o, "gpt-oss"))
+        return st;
+    /* gpt-oss: F32 biases [E] and [E][rows] (GGUF ne {rows, E}), large
+     * enough that dropping any one shows */
+    const ex_part_t bias[4] = {{"ffn_gate_inp", E, 1, 1, false, false},
+                               {"ffn_gate_exps", Fe, E, 1, false, false},
+                               {"ffn_down_exps", D, E, 1, false, false},
+                               {"ffn_up_exps", Fe, E, 1, false, false}};
+    for (int i = 0; i < 4 && !st; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s.bias", l, bias[i].what);
+        st = add_gen_dist(s, o, name, CR_TYPE_F32, bias[i].ne0, bias[i].rows, FILL_NORMAL,
+                          0, 0.5, err);
     }
     return st;
 }
@@ -521,7 +569,7 @@ static cr_status_t add_expert_keys(cr_gguf_writer_t *w, const rn_synth_opts_t *o
                                             (uint32_t)o->n_experts, err);
     st = st ? st : cr_gguf_writer_add_u32(w, EKEY("expert_used_count"),
                                           (uint32_t)o->n_experts_used, err);
-    if (!st && is_arch(o, "qwen3moe"))
+    if (!st && (is_arch(o, "qwen3moe") || is_arch(o, "gpt-oss")))
         st = cr_gguf_writer_add_u32(w, EKEY("expert_feed_forward_length"),
                                     (uint32_t)expert_ffn_of(o), err);
     if (!st && o->shared_ffn > 0)
@@ -611,6 +659,13 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
         st = cr_gguf_writer_add_str(w, KEY("rope.scaling.type"), "linear", err);
         st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), o->rope_linear,
                                               err);
+    }
+    if (!st && o->rope_yarn > 0) {
+        st = cr_gguf_writer_add_str(w, KEY("rope.scaling.type"), "yarn", err);
+        st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), o->rope_yarn,
+                                              err);
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"),
+                                              (uint32_t)o->yarn_orig_ctx, err);
     }
     if (!st && o->final_softcap > 0)
         st = cr_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), o->final_softcap,
@@ -730,6 +785,10 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
             case PART_BIAS:
                 st = add_gen_dist(s, o, name, CR_TYPE_F32, per[i].ne0, 1, FILL_NORMAL, 0,
                                   0.1, err);
+                break;
+            case PART_SINK: /* logits comparable to attention scores */
+                st = add_gen_dist(s, o, name, CR_TYPE_F32, per[i].ne0, 1, FILL_NORMAL,
+                                  1.0, 1.0, err);
                 break;
             }
         }

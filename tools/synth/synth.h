@@ -1,6 +1,6 @@
 /* synth.h: synthetic GGUF models (llama, qwen2, qwen3, gemma2, gemma3,
- * phi3, bert, nomic-bert, qwen3moe; llama with experts) for tests and
- * tools.
+ * phi3, bert, nomic-bert, qwen3moe, gpt-oss; llama with experts) for tests
+ * and tools.
  *
  * Writes a complete, loadable model: <arch>.* hyperparameters, a tokenizer
  * (a small built-in SentencePiece-style vocabulary, or the tokenizer.* keys
@@ -41,6 +41,10 @@ typedef struct rn_synth_opts {
     float attn_softcap; /* gemma2: attn_logit_softcapping; 0: not written */
     float final_softcap; /* gemma2/3: final_logit_softcapping; 0: not written */
     float rope_linear;  /* > 0: rope.scaling.type "linear" with this factor */
+    float rope_yarn;    /* > 0: rope.scaling.type "yarn" with this factor
+                           and rope.scaling.original_context_length
+                           yarn_orig_ctx (gpt-oss) */
+    int yarn_orig_ctx;
     float weight_std;   /* std of matrix weights; 0: 0.02. Non-llama models
                            also get norms 1 + N(0, 0.1) and biases N(0, 0.1)
                            so every weight matters */
@@ -65,14 +69,22 @@ typedef struct rn_synth_opts {
     int pooling_type;   /* bert family: <arch>.pooling_type (1 mean, 2 cls,
                            3 last); 0: not written */
 
-    /* Mixture of experts ("qwen3moe", or "llama" with experts): every
-     * layer's FFN becomes ffn_gate_inp (F32 router) and the stacks
+    /* Mixture of experts ("qwen3moe", "gpt-oss", or "llama" with experts):
+     * every layer's FFN becomes ffn_gate_inp (F32 router) and the stacks
      * ffn_gate_exps/ffn_up_exps/ffn_down_exps [experts][rows][cols] as
-     * llama.cpp's converter writes them (down in mix_type when mix). */
+     * llama.cpp's converter writes them (down in mix_type when mix).
+     * gpt-oss also gets q/k/v/o biases, attn_sinks (N(1, 1): comparable
+     * to the scores), post_attention_norm for ffn_norm, and F32 biases of
+     * the router and of every expert's gate/up/down (N(0, 0.5)); its
+     * sliding_window must be set. */
     int n_experts;      /* <arch>.expert_count; 0: dense (qwen3moe needs
                            some) */
     int n_experts_used; /* <arch>.expert_used_count */
-    int expert_ffn;     /* qwen3moe: expert_feed_forward_length (0: ffn);
+    cr_type_t expert_type; /* type of the expert stacks; 0 (F32): `type`
+                              (gpt-oss files: MXFP4 experts, the rest
+                              Q8_0) */
+    int expert_ffn;     /* qwen3moe, gpt-oss: expert_feed_forward_length
+                           (0: ffn);
                            llama's experts are ffn long */
     int shared_ffn;     /* > 0: a shared expert (ffn_*_shexp) this long and
                            expert_shared_feed_forward_length */

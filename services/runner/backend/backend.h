@@ -254,6 +254,11 @@ struct be_ops_ext {
      * limit), y = g / (1 + exp(-alpha g)) * (u + 1). */
     void (*swiglu_oai)(be_backend_t *be, float *y, const float *gate,
                        const float *up, size_t n, float alpha, float limit);
+    /* y[t][:] += b[r][:] over t in 0..n: one row of an F32 matrix b
+     * [rows][cols] (an expert's bias of a stack) added to every row of y:
+     * [n][b->n_cols]; r < b->n_rows (caller checks). */
+    void (*add_row_of)(be_backend_t *be, float *y, const be_weight_t *b, int64_t r,
+                       int n);
 };
 
 /* Floats of scratch attention_ext needs for caches of ctx positions. */

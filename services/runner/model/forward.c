@@ -7,7 +7,8 @@
  * in model.h: the llama stages always run, and the lettered steps (3a, 4a,
  * 7a, ...) run only for architectures whose hparams/weights ask for them
  * (qwen2 biases, qwen3/gemma3 q/k norms, gemma scaling, post-norms, GELU,
- * soft-caps and sliding windows, NEOX rope). Those use the backend's
+ * soft-caps and sliding windows, NEOX rope, gpt-oss's YaRN rope, output
+ * bias and attention sinks). Those use the backend's
  * optional ops (be_ext_ops); dense llama never touches them. A layer with
  * experts replaces the FFN (steps 10-11) by step 10m, model/moe.c. Every buffer is
  * backend memory: this file only passes pointers to backend ops and never
@@ -322,6 +323,13 @@ static void rope_layer(rn_ctx_t *c, const part_t *P, const rn_layer_t *L, float 
                          hp->rope_base, P->rope_freqs);
         return;
     }
+    /* gpt-oss: NEOX pairs with YaRN scaling (its sliding layers' base may
+     * differ, and with it the correction dims) */
+    if (hp->rope_yarn) {
+        P->ext->rope_yarn(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos,
+                          L->swa ? &hp->yarn_swa : &hp->yarn, P->rope_ff);
+        return;
+    }
     /* NEOX: pairs (i, i + n_rot/2); gemma3's sliding layers have their own
      * base and no position scaling */
     float base = L->swa ? hp->rope_base_swa : hp->rope_base;
@@ -410,7 +418,7 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
         op->matmul(be, &L->wk, P->xb, n, P->k);
         op->matmul(be, &L->wv, P->xb, n, P->v);
 
-        /* 3a. qwen2: q += bq, k += bk, v += bv (per token) */
+        /* 3a. qwen2, gpt-oss: q += bq, k += bk, v += bv (per token) */
         if (L->bq.data) {
             ext->add_rows(be, P->q, &L->bq, n);
             ext->add_rows(be, P->k, &L->bk, n);
@@ -445,6 +453,7 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
                 .n_head_kv = hp->n_kv_heads,
                 .head_dim = hp->head_dim,
                 .scale = hp->attn_scale,
+                .sinks = L->attn_sinks.data ? &L->attn_sinks : NULL,
             };
 
             /* 5. append the span's k and v to its sequence's F16 cache at
@@ -455,7 +464,9 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
             /* 6. causal attention with grouped KV heads: query head h reads
              *    KV head h / (Hq/Hk) over cache rows 0..p+t     att: [n][Q]
              * 6a. gemma: scores soft-capped (gemma2), and on sliding layers
-             *    only rows p+t-W+1..p+t (W = n_swa) once the window binds */
+             *    only rows p+t-W+1..p+t (W = n_swa) once the window binds
+             * 6b. gpt-oss: each head's sink logit joins its softmax
+             *    denominator (attn.sinks; the ops apply it) */
             int window = L->swa && p + S->n > hp->n_swa ? hp->n_swa : 0;
             if (hp->attn_softcap > 0)
                 ext->attention_ext(be, att, q, kc, vc, &attn, hp->attn_softcap, window,
@@ -466,8 +477,11 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
                 op->attention(be, att, q, kc, vc, &attn);
         }
 
-        /* 7. output projection: xb2 = att Wo^T               xb2: [B][D] */
+        /* 7. output projection: xb2 = att Wo^T               xb2: [B][D]
+         * 7b. gpt-oss: xb2 += bo (per token) */
         op->matmul(be, &L->wo, P->att, n, P->xb2);
+        if (L->bo.data)
+            ext->add_rows(be, P->xb2, &L->bo, n);
 
         /* 7a. gemma: xb2 = rmsnorm(xb2) * post_attention_norm */
         if (L->attn_post_norm.data)

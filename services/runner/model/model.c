@@ -78,7 +78,7 @@ static const struct {
     {"llama", RN_ARCH_LLAMA},   {"qwen2", RN_ARCH_QWEN2}, {"qwen3", RN_ARCH_QWEN3},
     {"gemma2", RN_ARCH_GEMMA2}, {"gemma3", RN_ARCH_GEMMA3}, {"phi3", RN_ARCH_PHI3},
     {"gemma", RN_ARCH_GEMMA},   {"bert", RN_ARCH_BERT},   {"nomic-bert", RN_ARCH_NOMIC_BERT},
-    {"qwen3moe", RN_ARCH_QWEN3MOE},
+    {"qwen3moe", RN_ARCH_QWEN3MOE}, {"gpt-oss", RN_ARCH_GPT_OSS},
 };
 
 /* <arch>.attention.sliding_window_pattern: a period p (layer l slides iff
@@ -147,6 +147,26 @@ static cr_status_t read_encoder(rn_model_t *m, cr_err_t *err)
                      &hp->norm_eps, err);
 }
 
+/* gpt-oss (llama.cpp's loader and graph for it): a sliding window (key
+ * required) on even layers unless a pattern says otherwise, an optional
+ * rope base of its own for them, q.k scaled by 1/sqrt(n_rot), experts'
+ * clamped SwiGLU. Rope scaling: read_rope_scaling. */
+static cr_status_t read_gpt_oss(rn_model_t *m, cr_err_t *err)
+{
+    rn_hparams_t *hp = &m->hp;
+    cr_status_t st;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->n_rot);
+    hp->rope_yarn = true;
+    hp->swiglu_oai = true;
+    if ((st = get_int(m->g, hp->arch, "attention.sliding_window", true, 0, 1,
+                      RN_MODEL_MAX_CTX, &hp->n_swa, err)) ||
+        (st = read_swa_pattern(m, 2, err)) ||
+        (st = get_float(m->g, hp->arch, "rope.freq_base_swa", hp->rope_base,
+                        &hp->rope_base_swa, err)))
+        return st;
+    return CR_OK;
+}
+
 /* Features each architecture fixes (llama.cpp's graph for it), before the
  * metadata that may refine them. */
 static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
@@ -173,6 +193,8 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
         (st = get_int(g, arch, "rope.scaling.original_context_length", false,
                       hp->n_ctx_train, 1, RN_MODEL_MAX_CTX, &hp->n_ctx_orig, err)))
         return st;
+    if (hp->arch_id == RN_ARCH_GPT_OSS)
+        return read_gpt_oss(m, err);
     if (hp->arch_id == RN_ARCH_GEMMA) {
         /* Gemma 1: sqrt(dim) embeddings, GELU, (1 + w) norms stored folded */
         hp->embd_scale = sqrtf((float)hp->dim);
@@ -229,9 +251,45 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
     return CR_OK;
 }
 
+/* ggml_rope_yarn_corr_dims: the pair at which a rotation of n_dims dims
+ * at this base turns `turns` times over the original context (YaRN's beta),
+ * floored for beta_fast and ceiled for beta_slow, within 0..n_dims-1. */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float turns, float base)
+{
+    return (float)n_dims * logf((float)n_ctx_orig / (turns * 2.0f * (float)M_PI)) /
+           (2.0f * logf(base));
+}
+
+/* YaRN for rope base `base` (backend.h: be_rope_yarn_t), as llama.cpp sets
+ * it up for gpt-oss: ext_factor 1 when the type is yarn (else 0: plain
+ * scaling), beta_fast 32 and beta_slow 1 (its defaults: the gpt-oss loader
+ * reads no rope.scaling.yarn_* key, so neither do we), and an attention
+ * factor of mscale(factor) / (1 + 0.1 ln factor) times
+ * rope.scaling.attn_factor, in llama_context's float steps; the kernel's
+ * own (1 + 0.1 ln factor) then gives the magnitude YaRN defines. */
+static be_rope_yarn_t yarn_params(const rn_hparams_t *hp, float base, float freq_scale,
+                                  bool yarn)
+{
+    be_rope_yarn_t y = {.freq_base = base, .freq_scale = freq_scale,
+                        .ext_factor = yarn ? 1.0f : 0.0f, .attn_factor = 1.0f};
+    if (yarn) {
+        float factor = 1.0f / freq_scale;
+        y.attn_factor = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(factor) + 1.0f;
+        y.attn_factor *= 1.0f / (1.0f + 0.1f * logf(factor));
+    }
+    y.attn_factor *= hp->rope_attn_factor;
+    const float beta_fast = 32.0f, beta_slow = 1.0f;
+    float lo = floorf(yarn_corr_dim(hp->n_rot, hp->n_ctx_orig, beta_fast, base));
+    float hi = ceilf(yarn_corr_dim(hp->n_rot, hp->n_ctx_orig, beta_slow, base));
+    y.corr_lo = fmaxf(0.0f, lo);
+    y.corr_hi = fminf((float)(hp->n_rot - 1), hi);
+    return y;
+}
+
 /* <arch>.rope.scaling.*: linear (positions times 1/factor; gemma3 keeps its
- * sliding layers unscaled), LongRoPE (factor tensors, see bind_all), or
- * none. YaRN and anything else are refused rather than run wrong. */
+ * sliding layers unscaled), LongRoPE (factor tensors, see bind_all), YaRN
+ * (gpt-oss only), or none. Anything else is refused rather than run
+ * wrong. */
 static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
 {
     const cr_gguf_t *g = m->g;
@@ -241,39 +299,51 @@ static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
     bool has_type = cr_gguf_kv_find(g, key) != NULL;
     if (has_type && !cr_gguf_get_strz(g, key, type, sizeof type))
         return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a short string", key);
+    bool yarn = has_type && !strcmp(type, "yarn");
     if (has_type && strcmp(type, "linear") && strcmp(type, "none") &&
-        strcmp(type, "longrope"))
+        strcmp(type, "longrope") && !(yarn && hp->rope_yarn))
         return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s': only linear and "
-                          "LongRoPE scaling are supported", key, type);
+                          "LongRoPE scaling are supported (and YaRN for gpt-oss)", key,
+                          type);
     float factor = 1.0f;
     cr_status_t st = get_float(g, hp->arch, "rope.scaling.factor", 1.0f, &factor, err);
     if (st)
         return st;
     if (!has_type || !strcmp(type, "linear"))
         hp->rope_scale = 1.0f / factor;
+    if (hp->rope_yarn) {
+        /* llama.cpp scales by the factor whatever the type but "none" */
+        float freq_scale = has_type && !strcmp(type, "none") ? 1.0f : 1.0f / factor;
+        hp->yarn = yarn_params(hp, hp->rope_base, freq_scale, yarn);
+        hp->yarn_swa = yarn_params(hp, hp->rope_base_swa, freq_scale, yarn);
+    }
     return CR_OK;
 }
 
-/* <arch>.expert_*: the mixture-of-experts keys (model.h). qwen3moe must
- * have experts; llama may (Mixtral); the other architectures are read as
- * dense whatever they say. */
+/* <arch>.expert_*: the mixture-of-experts keys (model.h). qwen3moe and
+ * gpt-oss must have experts; llama may (Mixtral); the other architectures
+ * are read as dense whatever they say. gpt-oss's gating is fixed by
+ * llama.cpp's graph (softmax of the chosen logits, no renormalization, no
+ * scale), so its keys for those are not read. */
 static cr_status_t read_experts(rn_model_t *m, cr_err_t *err)
 {
     const cr_gguf_t *g = m->g;
     rn_hparams_t *hp = &m->hp;
     const char *arch = hp->arch;
-    bool moe_arch = hp->arch_id == RN_ARCH_QWEN3MOE || hp->arch_id == RN_ARCH_LLAMA;
+    bool gpt_oss = hp->arch_id == RN_ARCH_GPT_OSS;
+    bool needs = hp->arch_id == RN_ARCH_QWEN3MOE || gpt_oss;
+    bool moe_arch = needs || hp->arch_id == RN_ARCH_LLAMA;
     cr_status_t st;
     hp->expert_gating = RN_GATING_SOFTMAX;
     hp->expert_norm = true;
     hp->expert_scale = 1.0f;
     if (!moe_arch)
         return CR_OK;
-    if ((st = get_int(g, arch, "expert_count", hp->arch_id == RN_ARCH_QWEN3MOE, 0, 0,
-                      RN_MODEL_MAX_EXPERTS, &hp->n_expert, err)))
+    if ((st = get_int(g, arch, "expert_count", needs, 0, 0, RN_MODEL_MAX_EXPERTS,
+                      &hp->n_expert, err)))
         return st;
     if (hp->n_expert == 0) {
-        if (hp->arch_id == RN_ARCH_QWEN3MOE)
+        if (needs)
             return cr_err_set(err, CR_E_CORRUPT, "key '%s.expert_count' = 0: %s needs "
                               "experts", arch, arch);
         return CR_OK;
@@ -294,7 +364,15 @@ static cr_status_t read_experts(rn_model_t *m, cr_err_t *err)
                           RN_MODEL_MAX_DIM, &def_fe, err)))
             return st;
     }
+    if (gpt_oss && (st = get_int(g, arch, "expert_feed_forward_length", true, 0, 1,
+                                 RN_MODEL_MAX_DIM, &def_fe, err)))
+        return st;
     hp->ffn_expert = def_fe;
+    if (gpt_oss) {
+        hp->expert_gating = RN_GATING_SOFTMAX_WEIGHT;
+        hp->expert_norm = false;
+        return CR_OK;
+    }
     int gating = 0;
     if ((st = get_int(g, arch, "expert_shared_feed_forward_length", false, def_fe, 1,
                       RN_MODEL_MAX_DIM, &hp->ffn_shared, err)) ||
@@ -458,6 +536,10 @@ static cr_status_t place(rn_model_t *m, cr_err_t *err)
         const be_ops_ext_t *ext = be_ext_ops(be);
         if ((hp->arch_id != RN_ARCH_LLAMA && !ext) ||
             (rn_arch_is_encoder(hp->arch_id) && (!ext->layernorm || !ext->gelu)))
+            return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the "
+                              "%s backend does not have", hp->arch, be->ops->name);
+        if (hp->arch_id == RN_ARCH_GPT_OSS &&
+            (!ext || !ext->rope_yarn || !ext->swiglu_oai || !ext->add_row_of))
             return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the "
                               "%s backend does not have", hp->arch, be->ops->name);
         if (hp->n_expert > 0 &&
@@ -647,6 +729,71 @@ static cr_status_t bind_experts(rn_model_t *m, int l, rn_layer_t *L, cr_err_t *e
     return CR_OK;
 }
 
+/* Binds F32 tensor `name` [rows][cols] (a bias of each expert, rows = E). */
+static cr_status_t bind_f32_rows(rn_model_t *m, const char *name, int64_t cols,
+                                 int64_t rows, be_weight_t *w, cr_err_t *err)
+{
+    const cr_gguf_tensor_t *t = NULL;
+    cr_status_t st = lookup(m, name, cols, rows, true, &t, err);
+    if (st)
+        return st;
+    if (t->type != CR_TYPE_F32) {
+        const cr_type_info_t *ti = cr_type_info(t->type);
+        return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s' has type %s, expected F32",
+                          name, ti ? ti->name : "unknown");
+    }
+    if ((st = view(m, t, 0, rows, w, err))) {
+        w->data = NULL; /* not prepared: nothing to release */
+        return st;
+    }
+    m->weight_bytes += t->size_bytes;
+    return CR_OK;
+}
+
+/* gpt-oss's extra tensors of layer l: optional q/k/v biases (all or none,
+ * as llama.cpp allows), the output bias, the sinks, and the router's and
+ * experts' biases (bind_experts binds their matrices). */
+static cr_status_t bind_gpt_oss(rn_model_t *m, int l, rn_layer_t *L, cr_err_t *err)
+{
+    const rn_hparams_t *hp = &m->hp;
+    int64_t D = hp->dim, Q = hp->q_dim, KV = hp->kv_dim, E = hp->n_expert;
+    int64_t Fe = hp->ffn_expert;
+    char name[96];
+    cr_status_t st;
+    const char *qkv[3] = {"attn_q", "attn_k", "attn_v"};
+    int64_t len[3] = {Q, KV, KV};
+    be_weight_t *b[3] = {&L->bq, &L->bk, &L->bv};
+    bool have[3] = {false, false, false};
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s.bias", l, qkv[i]);
+        if ((st = bind(m, name, len[i], 1, false, b[i], &have[i], err)))
+            return st;
+    }
+    if (have[0] != have[1] || have[0] != have[2])
+        return cr_err_set(err, CR_E_CORRUPT, "missing tensor 'blk.%d.%s.bias' (the other "
+                          "attention biases are present)", l,
+                          qkv[!have[0] ? 0 : !have[1] ? 1 : 2]);
+    typedef struct {
+        const char *what;
+        int64_t cols, rows;
+        be_weight_t *dst;
+    } bias_t;
+    const bias_t per[] = {
+        {"attn_output.bias", D, 1, &L->bo},
+        {"attn_sinks.weight", hp->n_heads, 1, &L->attn_sinks},
+        {"ffn_gate_inp.bias", E, 1, &L->router_b},
+        {"ffn_gate_exps.bias", Fe, E, &L->exp_gate_b},
+        {"ffn_up_exps.bias", Fe, E, &L->exp_up_b},
+        {"ffn_down_exps.bias", D, E, &L->exp_down_b},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(per); i++) {
+        snprintf(name, sizeof name, "blk.%d.%s", l, per[i].what);
+        if ((st = bind_f32_rows(m, name, per[i].cols, per[i].rows, per[i].dst, err)))
+            return st;
+    }
+    return CR_OK;
+}
+
 /* One per-layer tensor: blk.N.<what>.<kind>, [rows][cols]. */
 typedef struct layer_tensor {
     const char *what, *kind;
@@ -691,7 +838,11 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
     if (hp->post_norms)
         per[n++] = (layer_tensor_t){"post_attention_norm", "weight", D, 1,
                                     &L->attn_post_norm};
-    per[n++] = (layer_tensor_t){"ffn_norm", "weight", D, 1, &L->ffn_norm};
+    /* gpt-oss names its norm before the experts post_attention_norm */
+    per[n++] = (layer_tensor_t){a == RN_ARCH_GPT_OSS ? "post_attention_norm" : "ffn_norm",
+                                "weight", D, 1, &L->ffn_norm};
+    if (a == RN_ARCH_GPT_OSS && (st = bind_gpt_oss(m, l, L, err)))
+        return st;
     if (hp->n_expert > 0) {
         if ((st = bind_experts(m, l, L, err)))
             return st;
@@ -981,7 +1132,9 @@ static void release_weights(rn_model_t *m)
                               &L->b_down, &L->ln_out, &L->ln_out_b,
                               &L->router, &L->exp_gate, &L->exp_up,
                               &L->exp_down, &L->sh_gate, &L->sh_up,
-                              &L->sh_down, &L->sh_router};
+                              &L->sh_down, &L->sh_router, &L->attn_sinks,
+                              &L->router_b, &L->exp_gate_b, &L->exp_up_b,
+                              &L->exp_down_b};
         for (size_t i = 0; i < CR_ARRAY_LEN(all); i++)
             if (all[i]->data)
                 be->ops->weight_release(be, all[i]);

@@ -1,6 +1,6 @@
 /* model.h: a decoder model (llama, qwen2, qwen3, gemma, gemma2, gemma3,
- * phi3, qwen3moe; llama also with experts) or an encoder embedding model (bert, nomic-bert) loaded from a
- * GGUF file.
+ * phi3, qwen3moe, gpt-oss; llama also with experts) or an encoder
+ * embedding model (bert, nomic-bert) loaded from a GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
  * header), reads the hyperparameters from `<arch>.*` metadata (key and
@@ -48,6 +48,9 @@ typedef enum rn_arch {
                            rope instead of position embeddings, SwiGLU */
     RN_ARCH_QWEN3MOE, /* "qwen3moe": qwen3 attention, every FFN a
                          mixture of experts */
+    RN_ARCH_GPT_OSS,  /* "gpt-oss": q/k/v/o biases, attention sinks, YaRN
+                         NEOX rope, sliding window on even layers, experts
+                         with biases and a clamped SwiGLU */
 } rn_arch_t;
 
 /* How router logits become expert weights (<arch>.expert_gating_func,
@@ -110,6 +113,11 @@ typedef struct rn_hparams {
     int swa_pattern;      /* layer l slides iff n_swa > 0 and (pattern == 0
                              or l % pattern < pattern - 1) */
     bool ffn_gelu;        /* gelu_tanh(gate) * up instead of silu */
+    bool rope_yarn;       /* rope through rope_yarn (gpt-oss), not
+                             rope_neox, with these parameters: */
+    be_rope_yarn_t yarn;     /* full-attention layers */
+    be_rope_yarn_t yarn_swa; /* sliding layers (their base, rope_base_swa,
+                                moves the correction dims) */
     bool post_norms;      /* rmsnorm of attention and ffn outputs (gemma) */
 
     /* Encoders (bert family). */
@@ -136,7 +144,14 @@ typedef struct rn_hparams {
                              chosen weights divided by their sum */
     float expert_scale;   /* <arch>.expert_weights_scale (0 or absent: 1):
                              chosen weights multiplied by it */
+    bool swiglu_oai;      /* experts' activation: gpt-oss's clamped SwiGLU
+                             (RN_SWIGLU_OAI_*) instead of silu(gate) * up */
 } rn_hparams_t;
+
+/* gpt-oss's clamped SwiGLU constants (llama.cpp's graph fixes them; no
+ * GGUF key carries them). */
+#define RN_SWIGLU_OAI_ALPHA 1.702f
+#define RN_SWIGLU_OAI_LIMIT 7.0f
 
 /* Shapes are [rows][cols] as the forward pass uses them (GGUF ne = {cols,
  * rows}); every matrix multiplies an activation of `cols` elements.
@@ -185,6 +200,15 @@ typedef struct rn_layer {
     be_weight_t sh_router;   /* [1][dim] F32 ffn_gate_inp_shexp: the shared
                                 expert's output times sigmoid(x . w)
                                 (optional: times 1) */
+
+    /* gpt-oss (bq/bk/bv and bo hold its attention biases; ffn_norm is its
+     * post_attention_norm, the norm before the experts) */
+    be_weight_t attn_sinks;  /* [Hq] F32 attn_sinks: per-head logit in the
+                                softmax denominator (be_attn_t.sinks) */
+    be_weight_t router_b;    /* [E] F32 ffn_gate_inp.bias */
+    be_weight_t exp_gate_b;  /* [E][Fe] F32 ffn_gate_exps.bias */
+    be_weight_t exp_up_b;    /* [E][Fe] F32 ffn_up_exps.bias */
+    be_weight_t exp_down_b;  /* [E][dim] F32 ffn_down_exps.bias */
 } rn_layer_t;
 
 typedef struct rn_weights {

@@ -177,8 +177,10 @@ void rn_moe_ffn(rn_moe_t *m, be_backend_t *be, const rn_hparams_t *hp,
     int D = hp->dim, E = hp->n_expert, k = hp->n_expert_used;
     int64_t Fe = hp->ffn_expert;
 
-    /* 10m.1 router: logits = xb Wr^T                  logits: [B][E] */
+    /* 10m.1 router: logits = xb Wr^T (+ br, gpt-oss)     logits: [B][E] */
     op->matmul(be, &L->router, xb, n, b->logits);
+    if (L->router_b.data)
+        ext->add_rows(be, b->logits, &L->router_b, n);
     op->download(be, m->probs, b->logits, (size_t)n * (size_t)E * sizeof(float));
 
     /* 10m.2 each token's experts and weights (host)      ids, w: [B][k] */
@@ -193,7 +195,9 @@ void rn_moe_ffn(rn_moe_t *m, be_backend_t *be, const rn_hparams_t *hp,
      *    xe = xb[tok]                                    xe: [n_e][D]
      *    he = silu(xe Wgate_e^T) * (xe Wup_e^T)          he: [n_e][Fe]
      *    oe = he Wdown_e^T                               oe: [n_e][D]
-     *    x[tok] += w * oe (the residual add) */
+     *    x[tok] += w * oe (the residual add)
+     *    gpt-oss: each matmul plus expert e's bias row, and its clamped
+     *    SwiGLU (be_ops_ext_t.swiglu_oai) for silu(gate) * up */
     for (int e = 0; e < E; e++) {
         int ne = m->start[e + 1] - m->start[e];
         if (ne == 0)
@@ -202,8 +206,18 @@ void rn_moe_ffn(rn_moe_t *m, be_backend_t *be, const rn_hparams_t *hp,
         ext->gather_rows(be, b->xe, xb, tok, ne, D);
         ext->matmul_rows(be, &L->exp_gate, e * Fe, Fe, b->xe, ne, b->he);
         ext->matmul_rows(be, &L->exp_up, e * Fe, Fe, b->xe, ne, b->he2);
-        op->swiglu(be, b->he, b->he, b->he2, (size_t)ne * (size_t)Fe);
+        if (L->exp_gate_b.data) {
+            ext->add_row_of(be, b->he, &L->exp_gate_b, e, ne);
+            ext->add_row_of(be, b->he2, &L->exp_up_b, e, ne);
+        }
+        if (hp->swiglu_oai)
+            ext->swiglu_oai(be, b->he, b->he, b->he2, (size_t)ne * (size_t)Fe,
+                            RN_SWIGLU_OAI_ALPHA, RN_SWIGLU_OAI_LIMIT);
+        else
+            op->swiglu(be, b->he, b->he, b->he2, (size_t)ne * (size_t)Fe);
         ext->matmul_rows(be, &L->exp_down, (int64_t)e * D, D, b->he, ne, b->oe);
+        if (L->exp_down_b.data)
+            ext->add_row_of(be, b->oe, &L->exp_down_b, e, ne);
         ext->scatter_add(be, x, b->oe, tok, m->tw + m->start[e], ne, D);
     }
 

@@ -17,8 +17,8 @@
  * (on a backend whose matmul does).
  *
  * gpt-oss plugs in here: a router bias after the router matmul, per-expert
- * biases after each matmul_rows (rows of an [E][rows] bias), and its clamped
- * SwiGLU in place of swiglu.
+ * biases after each matmul_rows (rows of an [E][rows] bias, add_row_of),
+ * and its clamped SwiGLU (swiglu_oai) in place of swiglu.
  *
  * Owns the host routing scratch (rn_moe_t). Does not own the backend
  * buffers (forward.c allocates them per part, rn_moe_bufs_t) or weights. */

@@ -324,6 +324,19 @@ static void ext_swiglu_oai(be_backend_t *be, float *y, const float *gate, const 
     }
 }
 
+static void ext_add_row_of(be_backend_t *be, float *y, const be_weight_t *b, int64_t r,
+                           int n)
+{
+    CR_UNUSED(be);
+    size_t cols = (size_t)b->n_cols;
+    const float *bv = (const float *)((const uint8_t *)b->data + (size_t)r * b->row_bytes);
+    for (int t = 0; t < n; t++) {
+        float *yr = y + (size_t)t * cols;
+        for (size_t i = 0; i < cols; i++)
+            yr[i] += bv[i];
+    }
+}
+
 static const be_ops_ext_t cpu_ext_ops = {
     .rope_neox = ext_rope_neox,
     .add_rows = ext_add_rows,
@@ -337,6 +350,7 @@ static const be_ops_ext_t cpu_ext_ops = {
     .scatter_add = ext_scatter_add,
     .rope_yarn = ext_rope_yarn,
     .swiglu_oai = ext_swiglu_oai,
+    .add_row_of = ext_add_row_of,
 };
 
 const be_ops_ext_t *be_cpu_ext_ops(const be_backend_t *be)
