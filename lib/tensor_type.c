@@ -4,7 +4,10 @@
 
 /* Block layouts (elements, bytes) from the GGUF/GGML definitions:
  * Q4_0 = f16 scale + 16 bytes of nibbles for 32 values, Q8_0 = f16 + 32 int8,
- * K-quants are super-blocks of 256 values. */
+ * K-quants are super-blocks of 256 values; IQ4_NL = f16 scale + 16 bytes of
+ * table indices for 32, IQ4_XS = 256 values in f16 + 2 + 4 bytes of scales +
+ * 128 bytes of indices, MXFP4 = one E8M0 exponent byte + 16 bytes of E2M1
+ * codes for 32. */
 static const cr_type_info_t type_table[CR_TYPE__COUNT] = {
     [CR_TYPE_F32] = {"F32", 1, 4},
     [CR_TYPE_F16] = {"F16", 1, 2},
@@ -20,12 +23,15 @@ static const cr_type_info_t type_table[CR_TYPE__COUNT] = {
     [CR_TYPE_Q5_K] = {"Q5_K", 256, 176},
     [CR_TYPE_Q6_K] = {"Q6_K", 256, 210},
     [CR_TYPE_Q8_K] = {"Q8_K", 256, 292},
+    [CR_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18},
+    [CR_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136},
     [CR_TYPE_I8] = {"I8", 1, 1},
     [CR_TYPE_I16] = {"I16", 1, 2},
     [CR_TYPE_I32] = {"I32", 1, 4},
     [CR_TYPE_I64] = {"I64", 1, 8},
     [CR_TYPE_F64] = {"F64", 1, 8},
     [CR_TYPE_BF16] = {"BF16", 1, 2},
+    [CR_TYPE_MXFP4] = {"MXFP4", 32, 17},
 };
 
 const cr_type_info_t *cr_type_info(uint32_t t)
@@ -55,7 +61,7 @@ const char *cr_file_type_name(uint32_t ft)
         [7] = "Q8_0",    [8] = "Q5_0",    [9] = "Q5_1",    [10] = "Q2_K",
         [11] = "Q3_K_S", [12] = "Q3_K_M", [13] = "Q3_K_L", [14] = "Q4_K_S",
         [15] = "Q4_K_M", [16] = "Q5_K_S", [17] = "Q5_K_M", [18] = "Q6_K",
-        [32] = "BF16",
+        [25] = "IQ4_NL", [30] = "IQ4_XS", [32] = "BF16", [38] = "MXFP4_MOE",
     };
     if (ft < CR_ARRAY_LEN(names) && names[ft])
         return names[ft];

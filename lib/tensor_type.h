@@ -24,12 +24,15 @@ typedef enum cr_type {
     CR_TYPE_Q5_K = 13,
     CR_TYPE_Q6_K = 14,
     CR_TYPE_Q8_K = 15,
+    CR_TYPE_IQ4_NL = 20,
+    CR_TYPE_IQ4_XS = 23,
     CR_TYPE_I8 = 24,
     CR_TYPE_I16 = 25,
     CR_TYPE_I32 = 26,
     CR_TYPE_I64 = 27,
     CR_TYPE_F64 = 28,
     CR_TYPE_BF16 = 30,
+    CR_TYPE_MXFP4 = 39,
     CR_TYPE__COUNT = 40
 } cr_type_t;
 

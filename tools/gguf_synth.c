@@ -3,7 +3,7 @@
  *   corral-gguf-synth --out FILE
  *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe|
  *               gpt-oss]
- *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k]
+ *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|iq4_nl|iq4_xs|mxfp4|...]
  *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
  *       [--attn-softcap F] [--final-softcap F] [--rope-linear F] [--std F] [--tied]
@@ -26,7 +26,7 @@ static void usage(FILE *f)
             "usage: corral-gguf-synth --out FILE [--arch "
             "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe|\n"
             "         gpt-oss]\n"
-            "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k]\n"
+            "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|iq4_nl|iq4_xs|mxfp4|...]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
             "         [--final-softcap F] [--rope-linear F] [--std F] [--longrope]\n"
             "         [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ffn N]"
@@ -65,18 +65,14 @@ static bool parse_pos_float(const char *s, float *out)
     return true;
 }
 
+/* Any type lib/tensor_type names ("q4_k", "iq4_xs", "mxfp4", ...); the
+ * writer refuses those without CPU kernels. */
 static bool parse_type(const char *s, cr_type_t *t)
 {
-    static const struct {
-        const char *name;
-        cr_type_t t;
-    } types[] = {{"f32", CR_TYPE_F32},   {"f16", CR_TYPE_F16},
-                 {"bf16", CR_TYPE_BF16}, {"q8_0", CR_TYPE_Q8_0},
-                 {"q4_0", CR_TYPE_Q4_0}, {"q6_k", CR_TYPE_Q6_K},
-                 {"q4_k", CR_TYPE_Q4_K}, {"q5_k", CR_TYPE_Q5_K}};
-    for (size_t i = 0; i < CR_ARRAY_LEN(types); i++) {
-        if (!strcasecmp(s, types[i].name)) {
-            *t = types[i].t;
+    for (uint32_t id = 0; id < CR_TYPE__COUNT; id++) {
+        const cr_type_info_t *ti = cr_type_info(id);
+        if (ti && !strcasecmp(s, ti->name)) {
+            *t = (cr_type_t)id;
             return true;
         }
     }

@@ -895,6 +895,59 @@ static void test_corrupt(void)
     free(base);
 }
 
+/* MXFP4 (17-byte blocks of 32, no f16 field): the size follows its own
+ * block geometry, and a tensor whose shape or bytes do not fit is refused
+ * naming it: row not whole blocks, one row more than the data holds, the
+ * data cut by one byte. (gpt-oss ships its experts in this type.) */
+static void test_mxfp4_sizes(void)
+{
+    const char *name = "blk.0.ffn_gate_exps.weight";
+    cr_gguf_writer_t *w = cr_gguf_writer_new();
+    cr_err_t err;
+    static uint8_t data[3 * 34];
+    for (size_t i = 0; i < sizeof data; i++)
+        data[i] = (uint8_t)(i * 7);
+    uint64_t ne[] = {64, 3}, ne48[] = {48, 3};
+    CHECK_EQ_INT(cr_gguf_writer_add_tensor(w, name, 2, ne48, CR_TYPE_MXFP4, data, NULL, &err),
+                 CR_E_INVALID);
+    CHECK(strstr(err.msg, name) && strstr(err.msg, "MXFP4 block size 32"));
+    cr_status_t st = cr_gguf_writer_set_alignment(w, 32, &err);
+    st = st ? st : cr_gguf_writer_add_str(w, "general.architecture", "llama", &err);
+    st = st ? st : cr_gguf_writer_add_tensor(w, name, 2, ne, CR_TYPE_MXFP4, data, NULL, &err);
+    void *bytes = NULL;
+    size_t len = 0;
+    st = st ? st : cr_gguf_writer_write_memory(w, &bytes, &len, &err);
+    cr_gguf_writer_destroy(&w);
+    CHECK_MSG(st == CR_OK, "mxfp4 file: %s", err.msg);
+    if (st)
+        return;
+    cr_gguf_t *g = NULL;
+    CHECK_EQ_INT(cr_gguf_open_memory(bytes, len, &g, &err), CR_OK);
+    const cr_gguf_tensor_t *t = g ? cr_gguf_tensor_find(g, name) : NULL;
+    CHECK(t && t->type == CR_TYPE_MXFP4 && t->size_bytes == 3 * 34 &&
+          !memcmp(t->data, data, sizeof data));
+    /* where the tensor's bytes end (the file may pad past them) */
+    size_t data_end = t ? (size_t)((const uint8_t *)t->data - (const uint8_t *)bytes) + 102 : len;
+    cr_gguf_close(&g);
+
+    uint8_t *b = malloc(len);
+    size_t t_at = after(bytes, len, name); /* n_dims u32, ne[2], type, off */
+    memcpy(b, bytes, len);
+    put64(b, t_at + 4, 48);
+    CHECK_EQ_INT(open_copy(b, len, &err), CR_E_CORRUPT);
+    CHECK_MSG(strstr(err.msg, name) && strstr(err.msg, "MXFP4 block size 32"), "row of 48: %s",
+              err.msg);
+    memcpy(b, bytes, len);
+    put64(b, t_at + 12, 4);
+    corrupt_case_t c2 = {"mxfp4 one row too many", CR_E_TRUNCATED, "blk.0.ffn_gate_exps.weight"};
+    expect(&c2, b, len);
+    corrupt_case_t c3 = {"mxfp4 data cut by a byte", CR_E_TRUNCATED,
+                         "blk.0.ffn_gate_exps.weight"};
+    expect(&c3, bytes, data_end - 1);
+    free(b);
+    free(bytes);
+}
+
 /* xorshift64*: a fixed seed makes every failure reproducible. */
 static uint64_t rng_next(uint64_t *s)
 {
@@ -1017,6 +1070,7 @@ int main(void)
     test_file_write();
     test_many_keys();
     test_corrupt();
+    test_mxfp4_sizes();
     test_fuzz();
     test_testdata_files();
     return check_finish("test_gguf");

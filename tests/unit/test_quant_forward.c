@@ -7,7 +7,7 @@
  * (Q4_K matrices; output, attn_v and ffn_down in Q6_K) loads with those
  * types in place and its logits stay close to F32's at every position
  * (cosine similarity and top-1 agreement); every other new type too, with a
- * bound per type. The kernels themselves are tested in test_quant.c. */
+ * bound per type, the table formats (IQ4_NL, IQ4_XS, MXFP4) included. The kernels themselves are tested in test_quant.c. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
@@ -161,6 +161,11 @@ static void test_each_type(const run_t *ref)
         {CR_TYPE_Q8_0, 0.9995}, {CR_TYPE_Q6_K, 0.997}, {CR_TYPE_Q5_K, 0.99},
         {CR_TYPE_Q5_1, 0.99},   {CR_TYPE_Q5_0, 0.985}, {CR_TYPE_Q4_K, 0.975},
         {CR_TYPE_Q4_1, 0.97},   {CR_TYPE_Q3_K, 0.9},   {CR_TYPE_Q2_K, 0.6},
+        /* the table formats (quant_nl.c; rms weight error on N(0, 1)
+         * rows with outliers ~0.10, 0.10, 0.14, test_quant_nl): measured
+         * 0.9831, 0.9826, 0.9633, scalar and AVX2 alike; bounds as for
+         * Q4_K (0.01 below), MXFP4's coarser top steps give it 0.94 */
+        {CR_TYPE_IQ4_NL, 0.973}, {CR_TYPE_IQ4_XS, 0.972}, {CR_TYPE_MXFP4, 0.94},
     };
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
         rn_synth_opts_t o;
@@ -179,6 +184,42 @@ static void test_each_type(const run_t *ref)
         }
         run_free(&q);
     }
+}
+
+/* An MXFP4 model whose last tensor's data is one byte short is refused by
+ * the loader naming that tensor, not read past its end. */
+static void test_mxfp4_truncated(void)
+{
+    rn_synth_opts_t o;
+    base_opts(&o);
+    o.type = CR_TYPE_MXFP4;
+    void *bytes = NULL;
+    size_t len = 0;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(rn_synth_write_memory(&o, &bytes, &len, &err), CR_OK);
+    cr_gguf_t *g = NULL;
+    CHECK_EQ_INT(cr_gguf_open_memory(bytes, len, &g, &err), CR_OK);
+    if (!g) {
+        free(bytes);
+        return;
+    }
+    const cr_gguf_tensor_t *last = NULL;
+    for (size_t i = 0; i < cr_gguf_tensor_count(g); i++) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        if (!last || t->offset > last->offset)
+            last = t;
+    }
+    char name[sizeof last->name];
+    snprintf(name, sizeof name, "%s", last->name);
+    size_t end = (size_t)((const uint8_t *)last->data - (const uint8_t *)bytes) + last->size_bytes;
+    bool is_mx = last->type == CR_TYPE_MXFP4;
+    cr_gguf_close(&g);
+    CHECK_MSG(is_mx, "last tensor '%s' is not MXFP4", name);
+    CHECK_EQ_INT(cr_gguf_open_memory(bytes, end - 1, &g, &err), CR_E_TRUNCATED);
+    CHECK_MSG(strstr(err.msg, name) != NULL, "truncated MXFP4 model: %s", err.msg);
+    CHECK(g == NULL);
+    free(bytes);
 }
 
 /* synth refuses rows that are not whole blocks, for the mix type too. */
@@ -223,6 +264,7 @@ int main(void)
     }
     run_free(&ref);
     test_synth_opts();
+    test_mxfp4_truncated();
     be_destroy(&be_g);
     return check_finish("test_quant_forward");
 }

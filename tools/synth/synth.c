@@ -219,6 +219,9 @@ static uint32_t file_type_of(cr_type_t t, bool mix)
     case CR_TYPE_Q5_K: return mix ? 17 : 16;
     case CR_TYPE_Q6_K: return 18;
     case CR_TYPE_BF16: return 32;
+    case CR_TYPE_IQ4_NL: return 25;
+    case CR_TYPE_IQ4_XS: return 30;
+    case CR_TYPE_MXFP4: return 38; /* MXFP4_MOE: llama.cpp's only MXFP4 file type */
     default: return 0;
     }
 }

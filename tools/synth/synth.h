@@ -20,7 +20,8 @@ typedef struct rn_synth_opts {
     uint64_t seed;
     cr_type_t type;     /* matrices (and token_embd): any type with a CPU
                            dot product (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
-                           Q5_0, Q5_1, Q2_K..Q6_K). Norms are always F32. */
+                           Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4).
+                           Norms are always F32. */
     bool mix;           /* like llama.cpp's _M files: output.weight and every
                            layer's attn_v and ffn_down in mix_type instead */
     cr_type_t mix_type; /* used when mix (Q6_K for a Q4_K_M-like file) */

@@ -6,7 +6,8 @@
  * round-half-even, for Q4_1/Q5_1 to Q8_1 the same way (plus s = d*sum in
  * f16), for K-quants to Q8_K with iscale = -127/max; block sums of int8
  * products are exact integers, scaled once per block. The K-quants other
- * than Q6_K are in quant_k.c. */
+ * than Q6_K are in quant_k.c, the table formats (IQ4_NL, IQ4_XS, MXFP4) in
+ * quant_nl.c. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/quant_impl.h"
@@ -671,6 +672,12 @@ static const be_type_traits_t scalar_table[CR_TYPE__COUNT] = {
         be_q5_k_from_float, be_q5_k_dot, CR_TYPE_Q8_K),
     ROW(CR_TYPE_Q8_K, "Q8_K", BE_QK_K, sizeof(be_block_q8_k_t), q8_k_to_float,
         q8_k_from_float, NULL, CR_TYPE_Q8_K),
+    ROW(CR_TYPE_IQ4_NL, "IQ4_NL", BE_QK4_0, sizeof(be_block_iq4_nl_t), be_iq4_nl_to_float,
+        be_iq4_nl_from_float, be_iq4_nl_dot, CR_TYPE_Q8_0),
+    ROW(CR_TYPE_IQ4_XS, "IQ4_XS", BE_QK_K, sizeof(be_block_iq4_xs_t), be_iq4_xs_to_float,
+        be_iq4_xs_from_float, be_iq4_xs_dot, CR_TYPE_Q8_K),
+    ROW(CR_TYPE_MXFP4, "MXFP4", BE_QK4_0, sizeof(be_block_mxfp4_t), be_mxfp4_to_float,
+        be_mxfp4_from_float, be_mxfp4_dot, CR_TYPE_Q8_0),
 };
 
 static be_type_traits_t avx2_table[CR_TYPE__COUNT];
@@ -698,6 +705,9 @@ static void detect(void)
     avx2_table[CR_TYPE_Q3_K].vec_dot = be_avx2_dot_q3_k;
     avx2_table[CR_TYPE_Q4_K].vec_dot = be_avx2_dot_q4_k;
     avx2_table[CR_TYPE_Q5_K].vec_dot = be_avx2_dot_q5_k;
+    avx2_table[CR_TYPE_IQ4_NL].vec_dot = be_avx2_dot_iq4_nl;
+    avx2_table[CR_TYPE_IQ4_XS].vec_dot = be_avx2_dot_iq4_xs;
+    avx2_table[CR_TYPE_MXFP4].vec_dot = be_avx2_dot_mxfp4;
     avx2_table[CR_TYPE_Q8_0].vec_dot4 = be_avx2_dot4_q8_0;
     avx2_table[CR_TYPE_Q4_0].vec_dot4 = be_avx2_dot4_q4_0;
     avx2_table[CR_TYPE_Q4_K].vec_dot4 = be_avx2_dot4_q4_k;

@@ -16,6 +16,9 @@
  *   Q4_1     Q8_1         Q8_0 plus s = d * sum(qs), which carries the min
  *   Q5_1     Q8_1         idem
  *   Q2_K..Q6_K  Q8_K      activations quantized to 256-element int8 blocks
+ *   IQ4_NL   Q8_0         weights index a fixed 16-value table (quant_nl.c)
+ *   MXFP4    Q8_0         idem, table of E2M1 values, power-of-two scale
+ *   IQ4_XS   Q8_K         IQ4_NL's table in super-blocks of 256
  *
  * Every kernel exists as a scalar reference; where the CPU has AVX2+FMA+F16C
  * (checked at run time), faster versions of the same contract are chosen.
@@ -160,6 +163,40 @@ typedef struct be_block_q6_k {
     uint16_t d;                   /* f16 super-block scale */
 } be_block_q6_k_t;
 _Static_assert(sizeof(be_block_q6_k_t) == 210, "Q6_K block is 210 bytes");
+
+/* Non-linear 4-bit: each quant is an index into a fixed table of int8
+ * values (be_iq4_nl_values, quant_impl.h). Byte j of a 32-element group
+ * holds element j (low nibble) and element j+16 (high nibble), as Q4_0.
+ * value = d * table[q]. */
+typedef struct be_block_iq4_nl {
+    uint16_t d;               /* f16 scale */
+    uint8_t qs[BE_QK4_0 / 2]; /* table indices */
+} be_block_iq4_nl_t;
+_Static_assert(sizeof(be_block_iq4_nl_t) == 18, "IQ4_NL block is 18 bytes");
+
+/* IQ4_NL's table in a super-block of 256: 8 sub-blocks of 32, each with a
+ * 6-bit scale u_ib (0..63): low 4 bits in scales_l[ib / 2] at bit
+ * 4 * (ib % 2), high 2 bits in scales_h at bit 2 * ib. Sub-block ib's
+ * indices are qs[16 ib .. 16 ib + 15], ordered as IQ4_NL's.
+ * value = d * (u_ib - 32) * table[q]. */
+typedef struct be_block_iq4_xs {
+    uint16_t d;                   /* f16 super-scale */
+    uint16_t scales_h;            /* high 2 bits of the 8 scales */
+    uint8_t scales_l[BE_QK_K / 64]; /* low 4 bits, two per byte */
+    uint8_t qs[BE_QK_K / 2];      /* table indices */
+} be_block_iq4_xs_t;
+_Static_assert(sizeof(be_block_iq4_xs_t) == 136, "IQ4_XS block is 136 bytes");
+
+/* OCP microscaling FP4: 32 E2M1 codes (sign, 2 exponent bits, 1 mantissa
+ * bit; nibble order as Q4_0) sharing one E8M0 exponent byte e.
+ * value = E2M1(q) * 2^(e - 127); kernels use the doubled table
+ * (be_mxfp4_values: integers) times 2^(e - 128), as ggml does. e = 255
+ * (the spec's NaN) reads as 2^127 there, and so here. */
+typedef struct be_block_mxfp4 {
+    uint8_t e;                /* E8M0 shared exponent, bias 127 */
+    uint8_t qs[BE_QK4_0 / 2]; /* E2M1 codes */
+} be_block_mxfp4_t;
+_Static_assert(sizeof(be_block_mxfp4_t) == 17, "MXFP4 block is 17 bytes");
 
 /* Activation format for K-quant dot products (never stored in files). */
 typedef struct be_block_q8_k {

@@ -149,6 +149,90 @@ AVX2 void be_avx2_dot_q4_0(int64_t n, float *s, const void *w, const void *a)
     *s = hsum_ps(acc);
 }
 
+/* ---- table formats (IQ4_NL, IQ4_XS, MXFP4) ------------------------------ */
+
+/* A 16-entry int8 table in both 128-bit lanes, for pshufb lookups. */
+static inline AVX2 __m256i load_table16(const int8_t *t)
+{
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* The table values of one 32-element group of 4-bit indices, in element
+ * order: byte j's low nibbles (elements 0..15) in the low lane, its high
+ * nibbles (16..31) in the high lane. */
+static inline AVX2 __m256i table_lookup32(const uint8_t *qs, __m256i table)
+{
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    __m256i idx = _mm256_inserti128_si256(_mm256_castsi128_si256(raw),
+                                          _mm_srli_epi16(raw, 4), 1);
+    return _mm256_shuffle_epi8(table, _mm256_and_si256(idx, _mm256_set1_epi8(0x0f)));
+}
+
+/* Products w*a summed in adjacent pairs, as 16 int16 lanes. The activation
+ * is the unsigned operand (its magnitude, -128 included: Q8_K may hold it)
+ * and w takes a's sign; table values are within [-127, 127], so a pair
+ * sum is at most 2 x 128 x 127 and never saturates. */
+static inline AVX2 __m256i table_dot_pairs(__m256i w, __m256i a)
+{
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(w, a));
+}
+
+AVX2 void be_avx2_dot_iq4_nl(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_iq4_nl_t *x = w;
+    const be_block_q8_0_t *y = a;
+    const __m256i table = load_table16(be_iq4_nl_values);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256i p = _mm256_madd_epi16(table_dot_pairs(table_lookup32(x[i].qs, table), qy), ones);
+        __m256 d = _mm256_set1_ps(_cvtsh_ss(x[i].d) * _cvtsh_ss(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+AVX2 void be_avx2_dot_mxfp4(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_mxfp4_t *x = w;
+    const be_block_q8_0_t *y = a;
+    const __m256i table = load_table16(be_mxfp4_values);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / BE_QK4_0; i++) {
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256i p = _mm256_madd_epi16(table_dot_pairs(table_lookup32(x[i].qs, table), qy), ones);
+        __m256 d = _mm256_set1_ps(_cvtsh_ss(y[i].d) * be_e8m0_half(x[i].e));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* IQ4_XS: each sub-block's pair sums meet its scale in an int16
+ * multiply-add (|scale| <= 32: at most 2 x 32 x 32512 per lane), so the
+ * super-block's sum is the scalar kernel's exact integer and the one float
+ * step after it the same: same bits. */
+AVX2 void be_avx2_dot_iq4_xs(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_block_iq4_xs_t *x = w;
+    const be_block_q8_k_t *y = a;
+    const __m256i table = load_table16(be_iq4_nl_values);
+    float sum = 0;
+    for (int64_t i = 0; i < n / BE_QK_K; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < BE_QK_K / 32; ib++) {
+            int u = ((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 15) |
+                    (((x[i].scales_h >> (2 * ib)) & 3) << 4);
+            __m256i qy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * ib));
+            __m256i p16 = table_dot_pairs(table_lookup32(x[i].qs + 16 * ib, table), qy);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16((int16_t)(u - 32))));
+        }
+        sum += (_cvtsh_ss(x[i].d) * y[i].d) * (float)hsum_epi32(acc);
+    }
+    *s = sum;
+}
+
 /* Q6_K: the unsigned 6-bit quants (0..63) multiply the activations with
  * maddubs directly; the -32 offset is folded in afterwards through the
  * activation block sums: sum sc*(q-32)*a = sum sc*q*a - 32*sum sc*bsum. */
@@ -896,6 +980,9 @@ STUB_DOT(be_avx2_dot_q2_k)
 STUB_DOT(be_avx2_dot_q3_k)
 STUB_DOT(be_avx2_dot_q4_k)
 STUB_DOT(be_avx2_dot_q5_k)
+STUB_DOT(be_avx2_dot_iq4_nl)
+STUB_DOT(be_avx2_dot_iq4_xs)
+STUB_DOT(be_avx2_dot_mxfp4)
 #define STUB_DOT4(name)                                                    \
     void name(int64_t n, float *s, size_t ss, const void *w, const void *a,  \
               size_t as)                                                   \

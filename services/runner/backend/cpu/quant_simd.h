@@ -21,6 +21,9 @@ void be_avx2_dot_q2_k(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_q3_k(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_q4_k(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_q5_k(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_iq4_nl(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_iq4_xs(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_mxfp4(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot4_q8_0(int64_t n, float *s, size_t ss, const void *w, const void *a,
                        size_t as);
 void be_avx2_dot4_q4_0(int64_t n, float *s, size_t ss, const void *w, const void *a,
