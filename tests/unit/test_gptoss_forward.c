@@ -523,6 +523,45 @@ static void test_hparams(void)
     free(bytes);
 }
 
+/* Layers on two CPU instances (layer 2 and the output on the second, so a
+ * sliding layer, its sinks and biases and the residual hand-over cross):
+ * the same ops in the same order, so the same bits as one instance. */
+static void test_split(void)
+{
+    rn_synth_opts_t o;
+    gptoss_opts(&o, CR_TYPE_Q8_0, CR_TYPE_MXFP4);
+    void *bytes = NULL;
+    size_t len = 0;
+    rn_model_t *m1 = load_synth(&o, &bytes, &len), *m2 = NULL;
+    be_backend_t *be2 = NULL;
+    cr_err_t err;
+    cr_err_clear(&err);
+    cr_gguf_t *g = NULL;
+    CHECK_EQ_INT(be_cpu_new(1, &be2, &err), CR_OK);
+    rn_placement_t pl = {.host = be_g, .n_ranges = 1,
+                         .ranges = {{.be = be2, .first_layer = 2, .n_layers = 2}}};
+    CHECK_EQ_INT(cr_gguf_open_memory(bytes, len, &g, &err), CR_OK);
+    CHECK_EQ_INT(rn_model_load_gguf_placed(&g, &pl, &m2, &err), CR_OK);
+    rn_ctx_t *c1 = m1 ? new_ctx(m1, 64) : NULL, *c2 = m2 ? new_ctx(m2, 64) : NULL;
+    CHECK(c1 && c2);
+    if (c1 && c2) {
+        CHECK_EQ_INT(rn_ctx_n_parts(c2), 2);
+        size_t V = (size_t)rn_model_hparams(m1)->n_vocab;
+        float *a = malloc(V * N_TOK * sizeof *a), *b = malloc(V * N_TOK * sizeof *b);
+        CHECK(a && b && !rn_ctx_eval(c1, toks_g, N_TOK, 0, a, &err) &&
+              !rn_ctx_eval(c2, toks_g, N_TOK, 0, b, &err) &&
+              !memcmp(a, b, V * N_TOK * sizeof *a));
+        free(a);
+        free(b);
+    }
+    rn_ctx_destroy(&c1);
+    rn_ctx_destroy(&c2);
+    rn_model_destroy(&m1);
+    rn_model_destroy(&m2);
+    be_destroy(&be2);
+    free(bytes);
+}
+
 /* ---- broken files ----------------------------------------------------- */
 
 typedef struct edit {
@@ -684,6 +723,7 @@ int main(void)
     test_hparams();
     check_model("f32", CR_TYPE_F32, CR_TYPE_F32, 0.9999);
     check_model("mxfp4+q8_0", CR_TYPE_Q8_0, CR_TYPE_MXFP4, 0.999);
+    test_split();
     test_corrupt();
     be_destroy(&be_g);
     return check_finish("test_gptoss_forward");
