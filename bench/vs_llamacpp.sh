@@ -56,6 +56,8 @@ qwen3-f32|0.9999|--arch qwen3 --type f32 --head-dim 32
 gemma2-f32|0.9999|--arch gemma2 --type f32 --window 8 --swa-pattern 2 --attn-softcap 50 --final-softcap 30 --tied
 gemma3-f32|0.9999|--arch gemma3 --type f32 --window 8 --swa-pattern 6 --tied
 phi3-f32|0.9999|--arch phi3 --type f32
+gpt-oss-f32|0.9999|--arch gpt-oss --type f32 --head-dim 64 --experts 8 --experts-used 2 --expert-ffn 256 --window 8 --rope-yarn 32 --yarn-orig-ctx 4096 --rope-base 150000
+gpt-oss-mxfp4|0.999|--arch gpt-oss --type q8_0 --expert-type mxfp4 --head-dim 64 --experts 8 --experts-used 2 --expert-ffn 256 --window 8 --rope-yarn 32 --yarn-orig-ctx 4096 --rope-base 150000
 '
 prompt="1 17 42 99 7 250 3 64 128 5 77 31 200 11 9 150"
 fail=0

@@ -1,13 +1,19 @@
 /* gguf_synth.c: corral-gguf-synth, writes a synthetic GGUF model.
  *
  *   corral-gguf-synth --out FILE
- *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert]
+ *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe|
+ *               gpt-oss]
  *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|iq4_nl|iq4_xs|mxfp4|...]
  *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
  *       [--attn-softcap F] [--final-softcap F] [--rope-linear F] [--std F] [--tied]
  *       [--rope-freqs] [--longrope] [--vocab-from FILE.gguf] [--vocab-only]
- *       [--name NAME] [--pooling mean|cls|last|rank]
+ *       [--name NAME] [--pooling mean|cls|last|rank] [--mix TYPE]
+ *       [--experts N --experts-used K [--expert-ffn N] [--shared-ffn N]
+ *        [--shared-gate] [--gating 1|2|3] [--expert-norm 0|1]
+ *        [--expert-scale F] [--router-std F] [--expert-type TYPE]]
+ *        (qwen3moe, gpt-oss, llama)
+ *       [--rope-yarn F --yarn-orig-ctx N] (gpt-oss)
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
  * writing itself lives in tools/synth/synth.c, shared with the tests. */
@@ -18,7 +24,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: corral-gguf-synth --out FILE [--arch "
-            "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert]\n"
+            "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe|\n"
+            "         gpt-oss]\n"
             "         [--seed N] [--type TYPE: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|iq4_nl|\n"
             "          iq4_xs|mxfp4|... any type with CPU kernels]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
@@ -30,6 +37,12 @@ static void usage(FILE *f)
             "         [--name NAME] [--pooling mean|cls|last|rank] (rank: bert with a\n"
             "         classifier head)\n"
             "         [--chat-template FILE] (its text as tokenizer.chat_template)\n"
+            "         [--mix TYPE] (output, attn_v, ffn_down in TYPE)\n"
+            "         [--experts N --experts-used K] [--expert-ffn N] [--shared-ffn N]\n"
+            "         [--shared-gate] [--gating 1|2|3] [--expert-norm 0|1]\n"
+            "         [--expert-scale F] [--router-std F] [--expert-type TYPE]\n"
+            "         (qwen3moe, gpt-oss, llama)\n"
+            "         [--rope-yarn F --yarn-orig-ctx N] (gpt-oss)\n"
             "defaults: f32, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 128, ctx "
             "256, built-in vocab\n");
 }
@@ -149,6 +162,31 @@ int main(int argc, char **argv)
                                  : !strcmp(v, "cls") ? 2
                                  : !strcmp(v, "last") ? 3
                                                       : 4;
+        } else if (!strcmp(a, "--mix")) {
+            ok = v && parse_type(v, &o.mix_type);
+            o.mix = ok;
+        } else if (!strcmp(a, "--experts")) {
+            ok = v && parse_int(v, 1, 1024, &o.n_experts);
+        } else if (!strcmp(a, "--experts-used")) {
+            ok = v && parse_int(v, 1, 1024, &o.n_experts_used);
+        } else if (!strcmp(a, "--expert-ffn")) {
+            ok = v && parse_int(v, 1, 1 << 16, &o.expert_ffn);
+        } else if (!strcmp(a, "--shared-ffn")) {
+            ok = v && parse_int(v, 1, 1 << 16, &o.shared_ffn);
+        } else if (!strcmp(a, "--gating")) {
+            ok = v && parse_int(v, 1, 3, &o.expert_gating);
+        } else if (!strcmp(a, "--expert-norm")) {
+            ok = v && parse_int(v, 0, 1, &o.expert_norm);
+        } else if (!strcmp(a, "--expert-scale")) {
+            ok = v && parse_pos_float(v, &o.expert_scale);
+        } else if (!strcmp(a, "--expert-type")) {
+            ok = v && parse_type(v, &o.expert_type);
+        } else if (!strcmp(a, "--rope-yarn")) {
+            ok = v && parse_pos_float(v, &o.rope_yarn);
+        } else if (!strcmp(a, "--yarn-orig-ctx")) {
+            ok = v && parse_int(v, 1, 1 << 24, &o.yarn_orig_ctx);
+        } else if (!strcmp(a, "--router-std")) {
+            ok = v && parse_pos_float(v, &o.router_std);
         } else if (!strcmp(a, "--name")) {
             o.name = v;
             ok = v != NULL;
@@ -165,6 +203,8 @@ int main(int argc, char **argv)
                 o.rope_freqs = true;
             } else if (!strcmp(a, "--longrope")) {
                 o.longrope = true;
+            } else if (!strcmp(a, "--shared-gate")) {
+                o.shared_gate = true;
             } else if (!strcmp(a, "--vocab-only")) {
                 o.vocab_only = true;
             } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

@@ -172,6 +172,21 @@ cr_status_t sch_estimate_gguf(const cr_gguf_t *g, const sch_estimate_opts_t *o,
                               n_ctx);
     }
 
+    /* Mixture of experts: the FFN buffers hold one expert's rows (or the
+     * shared expert's), beside the routed rows and the router logits. */
+    uint64_t n_expert = 0, moe_rows = 0;
+    if (arch_u64(g, "expert_count", -1, &n_expert) && n_expert > 0 &&
+        n_expert <= MAX_DIM) {
+        uint64_t used = 1, fe = ffn, fs = 0;
+        arch_u64(g, "expert_used_count", -1, &used);
+        if (!arch_u64(g, "expert_feed_forward_length", -1, &fe) || fe > MAX_DIM)
+            fe = !strcmp(cr_gguf_arch(g), "qwen3moe") && used > 0 ? ffn / used : ffn;
+        if (!arch_u64(g, "expert_shared_feed_forward_length", -1, &fs) || fs > MAX_DIM)
+            fs = fe;
+        ffn = CR_MAX(fe, fs);
+        moe_rows = dim + n_expert;
+    }
+
     /* Activations: the runner's buffers for one batch. */
     int64_t batch = o && o->num_batch > 0 ? o->num_batch : 512;
     if (batch > n_ctx)
@@ -180,7 +195,7 @@ cr_status_t sch_estimate_gguf(const cr_gguf_t *g, const sch_estimate_opts_t *o,
     double kv_dim = (double)max_kv_heads * (double)head_dim_k;
     double act = 4.0 * (double)batch *
                      (3.0 * (double)dim + 2.0 * q_dim + 2.0 * kv_dim +
-                      2.0 * (double)ffn) +
+                      2.0 * (double)ffn + (double)moe_rows) +
                  4.0 * LOGIT_ROWS * (double)n_vocab +
                  4.0 * (2.0 * (double)n_ctx + 2.0 * (double)head_dim_k);
     double scores = 4.0 * (double)heads * (double)n_ctx * (double)batch;

@@ -17,7 +17,14 @@
  *   cpu_graph = what corral's runner allocates for activations, exactly:
  *               4 x B x (3 dim + 2 q_dim + 2 kv_dim + 2 ffn)
  *               + 4 x 8 x n_vocab (logit rows) + 4 x (2 n_ctx + 2 head_dim)
- *               with B = min(num_batch (512), n_ctx)
+ *               with B = min(num_batch (512), n_ctx); with experts
+ *               (<arch>.expert_count > 0) ffn is the larger of one expert's
+ *               (expert_feed_forward_length, else qwen3moe's
+ *               feed_forward_length / expert_used_count, else
+ *               feed_forward_length) and the shared expert's, plus
+ *               4 x B x (dim + expert_count) for the routed rows and the
+ *               router logits. Every expert's weights count in its layer
+ *               (all are resident, though a token reads only the chosen).
  *   graph     = a device's compute buffer: cpu_graph plus the attention
  *               scores of one batch, 4 x n_heads x n_ctx x B (what a GPU
  *               backend without flash attention materialises)

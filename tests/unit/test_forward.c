@@ -684,7 +684,7 @@ static void test_ops(void)
     op->kv_store(be, kc, kf, pos0 + NT, 0, KV);
     op->kv_store(be, vc, vf, pos0 + NT, 0, KV);
     CHECK(kc[5] == be_f32_to_f16(kf[5]));
-    be_attn_t a = {NT, pos0, NH, NKV, HD, 1.0f / sqrtf(HD)};
+    be_attn_t a = {NT, pos0, NH, NKV, HD, 1.0f / sqrtf(HD), NULL};
     op->attention(be, out, q, kc, vc, &a);
     maxe = 0;
     for (int t = 0; t < NT; t++) {

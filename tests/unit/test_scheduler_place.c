@@ -352,6 +352,65 @@ static void test_estimate_vs_runner(void)
     so.tied_output = true;
     so.head_dim = 32;
     estimate_vs_runner("gemma2-tied", &so, 128);
+
+    /* Experts: every expert's weights are resident and counted (a token
+     * reads only the chosen ones, memory holds them all), the FFN buffers
+     * are one expert's. */
+    rn_synth_defaults(&so);
+    so.arch = "qwen3moe";
+    so.head_dim = 32;
+    so.ffn = 512; /* feed_forward_length: no tensor has it */
+    so.n_experts = 16;
+    so.n_experts_used = 4;
+    so.expert_ffn = 64;
+    so.shared_ffn = 96;
+    so.shared_gate = true;
+    estimate_vs_runner("qwen3moe", &so, 256);
+    rn_synth_defaults(&so);
+    so.n_experts = 8;
+    so.n_experts_used = 2;
+    so.type = CR_TYPE_Q8_0;
+    estimate_vs_runner("llama-moe-q8", &so, 256);
+}
+
+/* A MoE file's layer holds all its experts: the estimate's layer bytes are
+ * its tensors', experts included, E times one expert's stack share. */
+static void test_estimate_experts(void)
+{
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.arch = "qwen3moe";
+    so.head_dim = 32;
+    so.n_experts = 16;
+    so.n_experts_used = 2;
+    so.expert_ffn = 64;
+    void *data = NULL;
+    size_t len = 0;
+    cr_err_t err;
+    CHECK_EQ_INT(rn_synth_write_memory(&so, &data, &len, &err), CR_OK);
+    cr_gguf_t *g = NULL;
+    if (!data || cr_gguf_open_memory(data, len, &g, &err)) {
+        free(data);
+        CHECK(false);
+        return;
+    }
+    sch_estimate_t *a = calloc(1, sizeof *a);
+    sch_estimate_opts_t eo = {.num_ctx = 256};
+    CHECK_EQ_INT(sch_estimate_gguf(g, &eo, a, &err), CR_OK);
+    int64_t blk0 = 0, exps = 0;
+    for (size_t i = 0; i < cr_gguf_tensor_count(g); i++) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        if (!strncmp(t->name, "blk.0.", 6))
+            blk0 += (int64_t)t->size_bytes;
+        if (!strncmp(t->name, "blk.0.", 6) && strstr(t->name, "_exps."))
+            exps += (int64_t)t->size_bytes;
+    }
+    /* 3 stacks of 16 experts of 64 x 64 F32 */
+    CHECK_EQ_INT(exps, 3 * 16 * 64 * 64 * 4);
+    CHECK_EQ_INT(a->layer_bytes[0] - a->kv_bytes / a->n_layers, blk0);
+    free(a);
+    cr_gguf_close(&g);
+    free(data);
 }
 
 static void test_estimate_scaling_and_bad(void)
@@ -765,6 +824,7 @@ int main(void)
     test_nvml();
     test_kv_cache_types();
     test_estimate_vs_runner();
+    test_estimate_experts();
     test_estimate_scaling_and_bad();
     test_place_one_gpu();
     test_place_two_gpus();

@@ -154,6 +154,7 @@ typedef struct tensor_gen {
     uint64_t seed;
     cr_type_t type;
     int64_t ne0, rows;
+    int64_t depth;      /* matrices in a stack (GGUF ne[2]); 1 for 2-D */
     fill_t fill;
     double mean, std;   /* FILL_NORMAL */
 } tensor_gen_t;
@@ -166,7 +167,7 @@ static cr_status_t gen_tensor(void *ctx, const char *name, uint64_t size_bytes,
     const be_type_traits_t *tt = be_type_traits_at(g->type, BE_SIMD_SCALAR);
     uint64_t row_bytes = 0;
     if (!tt || !cr_type_row_bytes(g->type, (uint64_t)g->ne0, &row_bytes) ||
-        row_bytes * (uint64_t)g->rows != size_bytes)
+        row_bytes * (uint64_t)(g->rows * g->depth) != size_bytes)
         return cr_err_set(err, CR_E_INTERNAL, "synth: tensor '%s' size mismatch",
                           g->name);
     float *row = malloc((size_t)g->ne0 * sizeof *row);
@@ -178,7 +179,7 @@ static cr_status_t gen_tensor(void *ctx, const char *name, uint64_t size_bytes,
     }
     rng_t r = {g->seed};
     cr_status_t st = CR_OK;
-    for (int64_t i = 0; i < g->rows && !st; i++) {
+    for (int64_t i = 0; i < g->rows * g->depth && !st; i++) {
         for (int64_t j = 0; j < g->ne0; j++) {
             if (g->fill == FILL_ONES)
                 row[j] = 1.0f;
@@ -257,6 +258,57 @@ static int head_dim_of(const rn_synth_opts_t *o)
     return o->head_dim > 0 && !is_arch(o, "llama") ? o->head_dim : o->dim / o->n_heads;
 }
 
+static bool has_experts(const rn_synth_opts_t *o)
+{
+    return o->n_experts > 0;
+}
+
+static int expert_ffn_of(const rn_synth_opts_t *o)
+{
+    bool own = is_arch(o, "qwen3moe") || is_arch(o, "gpt-oss");
+    return own && o->expert_ffn > 0 ? o->expert_ffn : o->ffn;
+}
+
+static cr_type_t expert_type_of(const rn_synth_opts_t *o)
+{
+    return o->expert_type != CR_TYPE_F32 ? o->expert_type : o->type;
+}
+
+static cr_status_t check_experts(const rn_synth_opts_t *o, const be_type_traits_t *tt,
+                                 cr_err_t *err)
+{
+    bool gpt_oss = is_arch(o, "gpt-oss");
+    if ((is_arch(o, "qwen3moe") || gpt_oss) && o->n_experts < 1)
+        return cr_err_set(err, CR_E_INVALID, "%s needs experts (n_experts >= 1)",
+                          arch_of(o));
+    if (gpt_oss && o->sliding_window < 1)
+        return cr_err_set(err, CR_E_INVALID, "gpt-oss needs a sliding window");
+    if (!has_experts(o))
+        return CR_OK;
+    if (!is_arch(o, "qwen3moe") && !is_arch(o, "llama") && !gpt_oss)
+        return cr_err_set(err, CR_E_INVALID, "experts are written for qwen3moe, gpt-oss "
+                          "and llama only, not '%.64s'", arch_of(o));
+    const be_type_traits_t *et = be_type_traits_at(expert_type_of(o), BE_SIMD_SCALAR);
+    if (!et || !et->vec_dot || o->dim % (int)et->block_elems ||
+        expert_ffn_of(o) % (int)et->block_elems)
+        return cr_err_set(err, CR_E_INVALID, "expert type %d cannot be written for dim "
+                          "%d / expert ffn %d", (int)expert_type_of(o), o->dim,
+                          expert_ffn_of(o));
+    if (o->n_experts > 1024 || o->n_experts_used < 1 || o->n_experts_used > o->n_experts)
+        return cr_err_set(err, CR_E_INVALID, "experts %d / used %d: need 1 <= used <= "
+                          "experts <= 1024", o->n_experts, o->n_experts_used);
+    int Fe = expert_ffn_of(o), Fs = o->shared_ffn;
+    int blk = (int)tt->block_elems;
+    if (o->mix)
+        blk = CR_MAX(blk, (int)be_type_traits_at(o->mix_type, BE_SIMD_SCALAR)->block_elems);
+    if (Fe < 1 || Fe > SYNTH_MAX_DIM || Fe % blk || Fs < 0 || Fs > SYNTH_MAX_DIM ||
+        Fs % blk || o->expert_gating < 0 || o->expert_gating > 3)
+        return cr_err_set(err, CR_E_INVALID, "expert ffn %d / shared ffn %d must be "
+                          "multiples of %d up to %d; gating %d in 0..3", Fe, Fs, blk,
+                          SYNTH_MAX_DIM, o->expert_gating);
+    return CR_OK;
+}
+
 static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
 {
     const be_type_traits_t *tt = be_type_traits_at(o->type, BE_SIMD_SCALAR);
@@ -269,7 +321,8 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
         return cr_err_set(err, CR_E_INVALID, "layers %d out of range 1..%d",
                           o->n_layers, SYNTH_MAX_LAYERS);
     static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma", "gemma2",
-                                        "gemma3", "phi3", "bert", "nomic-bert"};
+                                        "gemma3", "phi3", "bert", "nomic-bert",
+                                        "qwen3moe", "gpt-oss"};
     size_t ai = 0;
     while (ai < CR_ARRAY_LEN(archs) && !is_arch(o, archs[ai]))
         ai++;
@@ -288,9 +341,14 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
 
     if (o->ctx < 1)
         return cr_err_set(err, CR_E_INVALID, "ctx %d must be positive", o->ctx);
+    if (o->rope_yarn > 0 && o->yarn_orig_ctx < 1)
+        return cr_err_set(err, CR_E_INVALID, "yarn needs an original context length");
     if (o->pooling_type < 0 || o->pooling_type > 4)
         return cr_err_set(err, CR_E_INVALID, "pooling type %d is out of range 0..4",
                           o->pooling_type);
+    cr_status_t est = check_experts(o, tt, err);
+    if (est)
+        return est;
     cr_status_t st = check_type(o->type, o, err);
     if (!st && o->mix)
         st = check_type(o->mix_type, o, err);
@@ -307,10 +365,11 @@ typedef struct synth {
     int n_gens, cap_gens;
 } synth_t;
 
-static cr_status_t add_gen_dist(synth_t *s, const rn_synth_opts_t *o,
-                                const char *name, cr_type_t type, int64_t ne0,
-                                int64_t rows, fill_t fill, double mean, double std,
-                                cr_err_t *err)
+/* A tensor of GGUF ne {ne0, rows} (depth 1) or {ne0, rows, depth}. */
+static cr_status_t add_gen_3d(synth_t *s, const rn_synth_opts_t *o,
+                              const char *name, cr_type_t type, int64_t ne0,
+                              int64_t rows, int64_t depth, fill_t fill, double mean,
+                              double std, cr_err_t *err)
 {
     if (s->n_gens == s->cap_gens)
         return cr_err_set(err, CR_E_INTERNAL, "synth: too many tensors");
@@ -322,13 +381,23 @@ static cr_status_t add_gen_dist(synth_t *s, const rn_synth_opts_t *o,
     g->type = type;
     g->ne0 = ne0;
     g->rows = rows;
+    g->depth = depth;
     g->fill = fill;
     g->mean = mean;
     g->std = std;
     s->n_gens++;
-    uint64_t ne[2] = {(uint64_t)ne0, (uint64_t)rows};
-    return cr_gguf_writer_add_tensor_fn(s->w, g->name, rows > 1 ? 2 : 1, ne, type,
-                                        gen_tensor, g, NULL, err);
+    uint64_t ne[3] = {(uint64_t)ne0, (uint64_t)rows, (uint64_t)depth};
+    uint32_t n_dims = depth > 1 ? 3 : rows > 1 ? 2 : 1;
+    return cr_gguf_writer_add_tensor_fn(s->w, g->name, n_dims, ne, type, gen_tensor, g,
+                                        NULL, err);
+}
+
+static cr_status_t add_gen_dist(synth_t *s, const rn_synth_opts_t *o,
+                                const char *name, cr_type_t type, int64_t ne0,
+                                int64_t rows, fill_t fill, double mean, double std,
+                                cr_err_t *err)
+{
+    return add_gen_3d(s, o, name, type, ne0, rows, 1, fill, mean, std, err);
 }
 
 static cr_status_t add_gen(synth_t *s, const rn_synth_opts_t *o, const char *name,
@@ -340,7 +409,7 @@ static cr_status_t add_gen(synth_t *s, const rn_synth_opts_t *o, const char *nam
 }
 
 /* One per-layer tensor blk.N.<what>.<kind> of GGUF ne {ne0, rows}. */
-typedef enum part { PART_MAT, PART_MAT_HI, PART_NORM, PART_BIAS } part_t;
+typedef enum part { PART_MAT, PART_MAT_HI, PART_NORM, PART_BIAS, PART_SINK } part_t;
 typedef struct layer_part {
     const char *what, *kind;
     int64_t ne0, rows;
@@ -353,10 +422,26 @@ static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
 {
     int64_t D = o->dim, F = o->ffn, hd = head_dim_of(o);
     int64_t Q = hd * o->n_heads, KV = hd * o->n_kv_heads;
-    bool qwen2 = is_arch(o, "qwen2"), qwen3 = is_arch(o, "qwen3");
+    bool qwen2 = is_arch(o, "qwen2");
+    bool qwen3 = is_arch(o, "qwen3") || is_arch(o, "qwen3moe");
     bool gemma = is_arch(o, "gemma2") || is_arch(o, "gemma3");
     bool qk_norm = qwen3 || is_arch(o, "gemma3");
     int n = 0;
+    if (is_arch(o, "gpt-oss")) {
+        /* the experts and their biases are add_experts' */
+        p[n++] = (layer_part_t){"attn_norm", "weight", D, 1, PART_NORM};
+        p[n++] = (layer_part_t){"post_attention_norm", "weight", D, 1, PART_NORM};
+        p[n++] = (layer_part_t){"attn_q", "weight", D, Q, PART_MAT};
+        p[n++] = (layer_part_t){"attn_q", "bias", Q, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"attn_k", "weight", D, KV, PART_MAT};
+        p[n++] = (layer_part_t){"attn_k", "bias", KV, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"attn_v", "weight", D, KV, PART_MAT_HI};
+        p[n++] = (layer_part_t){"attn_v", "bias", KV, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"attn_output", "weight", Q, D, PART_MAT};
+        p[n++] = (layer_part_t){"attn_output", "bias", D, 1, PART_BIAS};
+        p[n++] = (layer_part_t){"attn_sinks", "weight", o->n_heads, 1, PART_SINK};
+        return n;
+    }
     if (is_encoder(o)) {
         bool bert = is_arch(o, "bert");
         if (bert) {
@@ -408,7 +493,9 @@ static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
     if (gemma)
         p[n++] = (layer_part_t){"post_attention_norm", "weight", D, 1, PART_NORM};
     p[n++] = (layer_part_t){"ffn_norm", "weight", D, 1, PART_NORM};
-    if (is_arch(o, "phi3")) {
+    if (has_experts(o)) {
+        /* the FFN is add_experts' */
+    } else if (is_arch(o, "phi3")) {
         p[n++] = (layer_part_t){"ffn_up", "weight", D, 2 * F, PART_MAT};
         p[n++] = (layer_part_t){"ffn_down", "weight", F, D, PART_MAT_HI};
     } else {
@@ -435,6 +522,89 @@ static cr_status_t add_rank_head(synth_t *s, const rn_synth_opts_t *o, cr_err_t 
                            err);
     return st ? st : add_gen_dist(s, o, "cls.output.bias", CR_TYPE_F32, 1, 1, FILL_NORMAL,
                                   0, 0.1, err);
+}
+
+/* Layer l's MoE FFN: the F32 router, the expert stacks [E][rows][cols]
+ * (down in the mix type), then the optional shared expert, in llama.cpp's
+ * order; gpt-oss's biases after them. */
+static cr_status_t add_experts(synth_t *s, const rn_synth_opts_t *o, int l,
+                               cr_err_t *err)
+{
+    typedef struct {
+        const char *what;
+        int64_t ne0, rows, depth;
+        bool hi, router;
+    } ex_part_t;
+    int64_t D = o->dim, E = o->n_experts, Fe = expert_ffn_of(o), Fs = o->shared_ffn;
+    ex_part_t p[8];
+    int n = 0;
+    p[n++] = (ex_part_t){"ffn_gate_inp", D, E, 1, false, true};
+    p[n++] = (ex_part_t){"ffn_gate_exps", D, Fe, E, false, false};
+    p[n++] = (ex_part_t){"ffn_down_exps", Fe, D, E, true, false};
+    p[n++] = (ex_part_t){"ffn_up_exps", D, Fe, E, false, false};
+    if (Fs > 0) {
+        if (o->shared_gate)
+            p[n++] = (ex_part_t){"ffn_gate_inp_shexp", D, 1, 1, false, true};
+        p[n++] = (ex_part_t){"ffn_gate_shexp", D, Fs, 1, false, false};
+        p[n++] = (ex_part_t){"ffn_down_shexp", Fs, D, 1, true, false};
+        p[n++] = (ex_part_t){"ffn_up_shexp", D, Fs, 1, false, false};
+    }
+    double std = o->weight_std > 0 ? o->weight_std : SYNTH_STD;
+    cr_status_t st = CR_OK;
+    char name[64];
+    for (int i = 0; i < n && !st; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s.weight", l, p[i].what);
+        cr_type_t t = p[i].router ? CR_TYPE_F32 : p[i].hi && o->mix ? o->mix_type : o->type;
+        if (p[i].depth > 1)
+            t = expert_type_of(o);
+        double sd = p[i].router && o->router_std > 0 ? o->router_std : std;
+        st = add_gen_3d(s, o, name, t, p[i].ne0, p[i].rows, p[i].depth, FILL_NORMAL, 0, sd,
+                        err);
+    }
+    if (!is_arch(o, "gpt-oss"))
+        return st;
+    /* gpt-oss: F32 biases [E] and [E][rows] (GGUF ne {rows, E}), large
+     * enough that dropping any one shows */
+    const ex_part_t bias[4] = {{"ffn_gate_inp", E, 1, 1, false, false},
+                               {"ffn_gate_exps", Fe, E, 1, false, false},
+                               {"ffn_down_exps", D, E, 1, false, false},
+                               {"ffn_up_exps", Fe, E, 1, false, false}};
+    for (int i = 0; i < 4 && !st; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s.bias", l, bias[i].what);
+        st = add_gen_dist(s, o, name, CR_TYPE_F32, bias[i].ne0, bias[i].rows, FILL_NORMAL,
+                          0, 0.5, err);
+    }
+    return st;
+}
+
+/* <arch>.expert_* (see synth.h). */
+static cr_status_t add_expert_keys(cr_gguf_writer_t *w, const rn_synth_opts_t *o,
+                                   cr_err_t *err)
+{
+    char key[96];
+    const char *arch = arch_of(o);
+#define EKEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
+    cr_status_t st = cr_gguf_writer_add_u32(w, EKEY("expert_count"),
+                                            (uint32_t)o->n_experts, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, EKEY("expert_used_count"),
+                                          (uint32_t)o->n_experts_used, err);
+    if (!st && (is_arch(o, "qwen3moe") || is_arch(o, "gpt-oss")))
+        st = cr_gguf_writer_add_u32(w, EKEY("expert_feed_forward_length"),
+                                    (uint32_t)expert_ffn_of(o), err);
+    if (!st && o->shared_ffn > 0)
+        st = cr_gguf_writer_add_u32(w, EKEY("expert_shared_feed_forward_length"),
+                                    (uint32_t)o->shared_ffn, err);
+    if (!st && o->expert_gating > 0)
+        st = cr_gguf_writer_add_u32(w, EKEY("expert_gating_func"),
+                                    (uint32_t)o->expert_gating, err);
+    if (!st && o->expert_norm >= 0)
+        st = cr_gguf_writer_add_bool(w, EKEY("expert_weights_norm"), o->expert_norm > 0,
+                                     err);
+    if (!st && o->expert_scale > 0)
+        st = cr_gguf_writer_add_f32(w, EKEY("expert_weights_scale"), o->expert_scale,
+                                    err);
+#undef EKEY
+    return st;
 }
 
 static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
@@ -511,9 +681,18 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
         st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), o->rope_linear,
                                               err);
     }
+    if (!st && o->rope_yarn > 0) {
+        st = cr_gguf_writer_add_str(w, KEY("rope.scaling.type"), "yarn", err);
+        st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), o->rope_yarn,
+                                              err);
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"),
+                                              (uint32_t)o->yarn_orig_ctx, err);
+    }
     if (!st && o->final_softcap > 0)
         st = cr_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), o->final_softcap,
                                     err);
+    if (!st && has_experts(o))
+        st = add_expert_keys(w, o, err);
     if (st)
         return st;
 
@@ -629,8 +808,14 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
                 st = add_gen_dist(s, o, name, CR_TYPE_F32, per[i].ne0, 1, FILL_NORMAL, 0,
                                   0.1, err);
                 break;
+            case PART_SINK: /* logits comparable to attention scores */
+                st = add_gen_dist(s, o, name, CR_TYPE_F32, per[i].ne0, 1, FILL_NORMAL,
+                                  1.0, 1.0, err);
+                break;
             }
         }
+        if (!st && has_experts(o))
+            st = add_experts(s, o, l, err);
     }
 #undef KEY
     return st;
@@ -676,4 +861,5 @@ void rn_synth_defaults(rn_synth_opts_t *o)
     o->ctx = 256;
     o->rope_base = 10000.0f;
     o->rms_eps = 1e-5f;
+    o->expert_norm = -1;
 }

@@ -1,5 +1,6 @@
 /* synth.h: synthetic GGUF models (llama, qwen2, qwen3, gemma2, gemma3,
- * phi3, bert, nomic-bert) for tests and tools.
+ * phi3, bert, nomic-bert, qwen3moe, gpt-oss; llama with experts) for tests
+ * and tools.
  *
  * Writes a complete, loadable model: <arch>.* hyperparameters, a tokenizer
  * (a small built-in SentencePiece-style vocabulary, or the tokenizer.* keys
@@ -41,6 +42,10 @@ typedef struct rn_synth_opts {
     float attn_softcap; /* gemma2: attn_logit_softcapping; 0: not written */
     float final_softcap; /* gemma2/3: final_logit_softcapping; 0: not written */
     float rope_linear;  /* > 0: rope.scaling.type "linear" with this factor */
+    float rope_yarn;    /* > 0: rope.scaling.type "yarn" with this factor
+                           and rope.scaling.original_context_length
+                           yarn_orig_ctx (gpt-oss) */
+    int yarn_orig_ctx;
     float weight_std;   /* std of matrix weights; 0: 0.02. Non-llama models
                            also get norms 1 + N(0, 0.1) and biases N(0, 0.1)
                            so every weight matters */
@@ -66,10 +71,38 @@ typedef struct rn_synth_opts {
     int pooling_type;   /* <arch>.pooling_type (1 mean, 2 cls, 3 last, 4
                            rank: bert then gets a classifier head, cls.* and
                            cls.output.* with one output); 0: not written */
+
+    /* Mixture of experts ("qwen3moe", "gpt-oss", or "llama" with experts):
+     * every layer's FFN becomes ffn_gate_inp (F32 router) and the stacks
+     * ffn_gate_exps/ffn_up_exps/ffn_down_exps [experts][rows][cols] as
+     * llama.cpp's converter writes them (down in mix_type when mix).
+     * gpt-oss also gets q/k/v/o biases, attn_sinks (N(1, 1): comparable
+     * to the scores), post_attention_norm for ffn_norm, and F32 biases of
+     * the router and of every expert's gate/up/down (N(0, 0.5)); its
+     * sliding_window must be set. */
+    int n_experts;      /* <arch>.expert_count; 0: dense (qwen3moe needs
+                           some) */
+    int n_experts_used; /* <arch>.expert_used_count */
+    cr_type_t expert_type; /* type of the expert stacks; 0 (F32): `type`
+                              (gpt-oss files: MXFP4 experts, the rest
+                              Q8_0) */
+    int expert_ffn;     /* qwen3moe, gpt-oss: expert_feed_forward_length
+                           (0: ffn);
+                           llama's experts are ffn long */
+    int shared_ffn;     /* > 0: a shared expert (ffn_*_shexp) this long and
+                           expert_shared_feed_forward_length */
+    bool shared_gate;   /* with shared_ffn: ffn_gate_inp_shexp [dim] F32 */
+    int expert_gating;  /* expert_gating_func (1 softmax, 2 sigmoid, 3
+                           softmax of the chosen); 0: not written */
+    int expert_norm;    /* expert_weights_norm: -1 not written, 0 false,
+                           1 true */
+    float expert_scale; /* > 0: expert_weights_scale */
+    float router_std;   /* std of the router weights; 0: as the matrices */
 } rn_synth_opts_t;
 
 /* Defaults: seed 1, F32, dim 64, 2 layers, 4 heads, 2 KV heads, ffn 128,
- * ctx 256, rope base 10000, eps 1e-5, built-in vocabulary. */
+ * ctx 256, rope base 10000, eps 1e-5, built-in vocabulary, dense
+ * (expert_norm -1: not written). */
 void rn_synth_defaults(rn_synth_opts_t *o);
 
 /* Number of tokens in the built-in vocabulary. */

@@ -53,7 +53,29 @@ typedef struct be_attn {
     int n_head_kv;  /* key/value heads (n_head % n_head_kv == 0: GQA) */
     int head_dim;   /* elements per head */
     float scale;    /* applied to q.k before softmax, usually 1/sqrt(hd) */
+    const be_weight_t *sinks; /* NULL, or F32 [n_head] (gpt-oss): head h's
+                                 softmax denominator also holds
+                                 exp(sinks[h] - max), a logit (not scaled)
+                                 that carries no value */
 } be_attn_t;
+
+/* YaRN rope scaling (ggml_rope_ext with ext_factor != 0): pair i's angle
+ * t = pos * freq_base^(-2i/n_rot) / ff[i] is interpolated (t * freq_scale)
+ * for the low frequencies and kept (extrapolated) for the high ones, with
+ * a linear ramp between pairs corr_lo and corr_hi:
+ *   ramp = 1 - clamp((i - corr_lo) / max(0.001, corr_hi - corr_lo), 0, 1)
+ *   mix = ramp * ext_factor
+ *   angle = t * freq_scale * (1 - mix) + t * mix
+ * and cos/sin are multiplied by attn_factor * (1 + 0.1 ln(1 / freq_scale))
+ * (the second factor only when ext_factor != 0). */
+typedef struct be_rope_yarn {
+    float freq_base;
+    float freq_scale;  /* 1 / <arch>.rope.scaling.factor */
+    float ext_factor;  /* 1 for YaRN; 0 makes this plain linear scaling */
+    float corr_lo;     /* pairs below: extrapolated (angle unscaled) */
+    float corr_hi;     /* pairs above: interpolated (angle * freq_scale) */
+    float attn_factor; /* magnitude before the YaRN term */
+} be_rope_yarn_t;
 
 typedef struct be_ops {
     const char *name; /* "cpu", "cuda": for messages only, never compared */
@@ -135,7 +157,10 @@ typedef struct be_ops {
      * for j in 0..pos0+t (g = n_head / n_head_kv).  q, out:
      * [n_tok][n_head][head_dim]; k, v: F16 caches [ctx][n_head_kv*head_dim]
      * with rows 0..pos0+n_tok-1 filled. Like the reference engine, q and the
-     * probabilities are rounded to F16 before meeting the F16 cache. */
+     * probabilities are rounded to F16 before meeting the F16 cache.
+     * With a->sinks, each head's softmax also counts its sink (be_attn_t);
+     * a backend that cannot must fail the op (CR_E_UNSUPPORTED through
+     * check), never ignore it. */
     void (*attention)(be_backend_t *be, float *out, const float *q,
                       const uint16_t *k, const uint16_t *v,
                       const be_attn_t *a);
@@ -151,7 +176,8 @@ typedef struct be_ops {
 /* ---- optional ops ------------------------------------------------------
  *
  * Ops that only the non-llama architectures need (qwen2/qwen3, gemma2/3,
- * phi3, bert/nomic-bert). They live in a second table so a backend can gain them without
+ * phi3, bert/nomic-bert, gpt-oss) and mixture-of-experts layers (qwen3moe,
+ * llama with experts, gpt-oss). They live in a second table so a backend can gain them without
  * touching be_ops_t; be_ext_ops() returns NULL for a backend that has none,
  * and the model loader then refuses those architectures on it. Same
  * conventions as be_ops_t: backend buffers, float32, shapes in elements. */
@@ -178,7 +204,8 @@ struct be_ops_ext {
      * query t (at position pos0+t) sees only keys pos0+t-window+1 ..
      * pos0+t (llama.cpp's standard sliding window). scratch: a backend
      * buffer of be_attention_ext_scratch(ctx, head_dim) floats, ctx >=
-     * pos0 + n_tok. Rounds q and probabilities to F16 like attention. */
+     * pos0 + n_tok. Rounds q and probabilities to F16 like attention;
+     * honours a->sinks as attention does. */
     void (*attention_ext)(be_backend_t *be, float *out, const float *q,
                           const uint16_t *k, const uint16_t *v,
                           const be_attn_t *a, float softcap, int window,
@@ -194,6 +221,44 @@ struct be_ops_ext {
     /* y = gelu_tanh(x), elementwise over n (may alias); bert's FFN. NULL
      * as for layernorm. */
     void (*gelu)(be_backend_t *be, float *y, const float *x, size_t n);
+
+    /* Mixture-of-experts layers (model/moe.c). A backend without these
+     * leaves them NULL, and the model loader then refuses models with
+     * experts on it. */
+    /* The matmul op over rows r0..r0+n_rows-1 of w: y[t][r] = sum_c
+     * w[r0 + r][c] * x[t][c]. One expert's matrix of an [n_expert * rows]
+     * [cols] stack (only its rows are read). x: [n][w->n_cols], y:
+     * [n][n_rows]; r0 + n_rows <= w->n_rows (caller checks). Same float
+     * steps per (row, token) as matmul over a weight of those rows. */
+    void (*matmul_rows)(be_backend_t *be, const be_weight_t *w, int64_t r0,
+                        int64_t n_rows, const float *x, int n, float *y);
+    /* dst[i][:] = src[ids[i]][:] for i in 0..n; rows of `cols` floats.
+     * ids: host [n]. dst and src do not overlap. */
+    void (*gather_rows)(be_backend_t *be, float *dst, const float *src,
+                        const int32_t *ids, int n, int cols);
+    /* y[ids[i]][:] += s[i] * x[i][:] for i = 0, 1, .. n-1 in that order
+     * (an id may repeat); rows of `cols` floats. ids, s: host [n]. */
+    void (*scatter_add)(be_backend_t *be, float *y, const float *x,
+                        const int32_t *ids, const float *s, int n, int cols);
+
+    /* gpt-oss. A backend without these leaves them NULL, and the model
+     * loader then refuses gpt-oss on it. */
+    /* In-place NEOX rotary embedding (pairs i, i + n_rot/2 of a head) of
+     * x: [n][n_head][head_dim] with YaRN scaling (be_rope_yarn_t);
+     * freq_factors: F32 [n_rot/2] or NULL for 1. pos: host [n]. */
+    void (*rope_yarn)(be_backend_t *be, float *x, int n, int n_head, int head_dim,
+                      int n_rot, const int32_t *pos, const be_rope_yarn_t *y,
+                      const be_weight_t *freq_factors);
+    /* gpt-oss's clamped SwiGLU (ggml_swiglu_oai), elementwise over n (y
+     * may alias either): g = min(gate, limit), u = clamp(up, -limit,
+     * limit), y = g / (1 + exp(-alpha g)) * (u + 1). */
+    void (*swiglu_oai)(be_backend_t *be, float *y, const float *gate,
+                       const float *up, size_t n, float alpha, float limit);
+    /* y[t][:] += b[r][:] over t in 0..n: one row of an F32 matrix b
+     * [rows][cols] (an expert's bias of a stack) added to every row of y:
+     * [n][b->n_cols]; r < b->n_rows (caller checks). */
+    void (*add_row_of)(be_backend_t *be, float *y, const be_weight_t *b, int64_t r,
+                       int n);
 };
 
 /* Floats of scratch attention_ext needs for caches of ctx positions. */

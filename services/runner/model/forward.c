@@ -7,8 +7,10 @@
  * in model.h: the llama stages always run, and the lettered steps (3a, 4a,
  * 7a, ...) run only for architectures whose hparams/weights ask for them
  * (qwen2 biases, qwen3/gemma3 q/k norms, gemma scaling, post-norms, GELU,
- * soft-caps and sliding windows, NEOX rope). Those use the backend's
- * optional ops (be_ext_ops); llama never touches them. Every buffer is
+ * soft-caps and sliding windows, NEOX rope, gpt-oss's YaRN rope, output
+ * bias and attention sinks). Those use the backend's
+ * optional ops (be_ext_ops); dense llama never touches them. A layer with
+ * experts replaces the FFN (steps 10-11) by step 10m, model/moe.c. Every buffer is
  * backend memory: this file only passes pointers to backend ops and never
  * touches the numbers, except the final logits it downloads (where gemma2's
  * final soft-cap is applied).
@@ -22,6 +24,7 @@
  * V = n_vocab, C = n_ctx. Weights are [rows][cols] (see model.h). */
 #include "lib/prelude.h"
 #include "services/runner/model/forward.h"
+#include "services/runner/model/moe.h"
 
 #include <assert.h>
 #include <math.h>
@@ -63,8 +66,11 @@ typedef struct part {
     float *k;      /* [B][KV] keys of this chunk */
     float *v;      /* [B][KV] values of this chunk */
     float *att;    /* [B][Q] attention output */
-    float *hb;     /* [B][F] ffn gate, then silu(gate)*up */
-    float *hb2;    /* [B][F] ffn up */
+    float *hb;     /* [B][F] ffn gate, then silu(gate)*up (experts:
+                      [B][Fm], Fm = max(Fe, Fs)) */
+    float *hb2;    /* [B][F] ffn up (experts: [B][Fm]) */
+    float *router; /* [B][E] router logits (experts only) */
+    float *xe;     /* [B][D] one expert's gathered rows (experts only) */
     float *out;    /* [LOGITS_ROWS][V] logits on the backend (last part) */
     float *scratch; /* attention_ext scratch (soft-cap / window layers) */
     uint64_t kv_bytes, buf_bytes;
@@ -88,6 +94,7 @@ struct rn_ctx {
     float *stage;    /* [LOGITS_ROWS][V] logits rows downloaded together */
     float *hrow;     /* [D] one downloaded hidden row (embeddings) */
     double *pool;    /* [D] sum of hidden rows (embeddings) */
+    rn_moe_t *moe;   /* expert routing scratch (models with experts) */
 };
 
 /* The part computing the logits (and pooling embeddings). */
@@ -139,7 +146,8 @@ void rn_ctx_destroy(rn_ctx_t **self_p)
         part_t *P = &c->part[p];
         be_backend_t *be = P->be;
         void *bufs[] = {P->k_cache, P->v_cache, P->x, P->xb, P->xb2, P->q, P->k,
-                        P->v, P->att, P->hb, P->hb2, P->out, P->scratch};
+                        P->v, P->att, P->hb, P->hb2, P->out, P->scratch,
+                        P->router, P->xe};
         for (size_t i = 0; i < CR_ARRAY_LEN(bufs); i++)
             if (bufs[i])
                 be->ops->free(be, bufs[i]);
@@ -153,6 +161,7 @@ void rn_ctx_destroy(rn_ctx_t **self_p)
     free(c->logits);
     free(c->hrow);
     free(c->pool);
+    rn_moe_destroy(&c->moe);
     free(c);
     *self_p = NULL;
 }
@@ -187,6 +196,8 @@ static cr_status_t part_alloc(rn_ctx_t *c, part_t *P, bool last, cr_err_t *err)
     uint64_t KV = (uint64_t)hp->kv_dim, F = (uint64_t)hp->ffn;
     uint64_t V = (uint64_t)hp->n_vocab;
     int n_layers = P->l1 - P->l0;
+    if (hp->n_expert > 0) /* no dense FFN: hb, hb2 hold one expert's rows */
+        F = (uint64_t)CR_MAX(hp->ffn_expert, hp->ffn_shared);
     cr_status_t st = CR_OK;
     P->ext = hp->arch_id == RN_ARCH_LLAMA ? NULL : be_ext_ops(P->be);
     if (hp->arch_id != RN_ARCH_LLAMA && !P->ext)
@@ -226,6 +237,11 @@ static cr_status_t part_alloc(rn_ctx_t *c, part_t *P, bool last, cr_err_t *err)
          (st = alloc_buf(P, (void **)&P->att, B, QD, sizeof(float), "att", err)) ||
          (st = alloc_buf(P, (void **)&P->hb, B, F, sizeof(float), "hb", err)) ||
          (st = alloc_buf(P, (void **)&P->hb2, B, F, sizeof(float), "hb2", err))))
+        return st;
+    if (n_layers > 0 && hp->n_expert > 0 &&
+        ((st = alloc_buf(P, (void **)&P->router, B, (uint64_t)hp->n_expert,
+                         sizeof(float), "router logits", err)) ||
+         (st = alloc_buf(P, (void **)&P->xe, B, D, sizeof(float), "expert rows", err))))
         return st;
     if (last && (st = alloc_buf(P, (void **)&P->out, LOGITS_ROWS, V, sizeof(float),
                                 "logits", err)))
@@ -271,6 +287,8 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
     for (int p = 0; p < c->n_parts; p++)
         if ((st = part_alloc(c, &c->part[p], p == c->n_parts - 1, err)))
             goto fail;
+    if (hp->n_expert > 0 && (st = rn_moe_new(hp, c->n_batch, &c->moe, err)))
+        goto fail;
     c->tok = calloc(B, sizeof *c->tok);
     c->pos = calloc(B, sizeof *c->pos);
     c->n_past = calloc((size_t)c->n_seq, sizeof *c->n_past);
@@ -303,6 +321,13 @@ static void rope_layer(rn_ctx_t *c, const part_t *P, const rn_layer_t *L, float 
         /* llama: adjacent pairs, Llama-3 frequency factors if present */
         P->be->ops->rope(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos,
                          hp->rope_base, P->rope_freqs);
+        return;
+    }
+    /* gpt-oss: NEOX pairs with YaRN scaling (its sliding layers' base may
+     * differ, and with it the correction dims) */
+    if (hp->rope_yarn) {
+        P->ext->rope_yarn(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos,
+                          L->swa ? &hp->yarn_swa : &hp->yarn, P->rope_ff);
         return;
     }
     /* NEOX: pairs (i, i + n_rot/2); gemma3's sliding layers have their own
@@ -393,7 +418,7 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
         op->matmul(be, &L->wk, P->xb, n, P->k);
         op->matmul(be, &L->wv, P->xb, n, P->v);
 
-        /* 3a. qwen2: q += bq, k += bk, v += bv (per token) */
+        /* 3a. qwen2, gpt-oss: q += bq, k += bk, v += bv (per token) */
         if (L->bq.data) {
             ext->add_rows(be, P->q, &L->bq, n);
             ext->add_rows(be, P->k, &L->bk, n);
@@ -428,6 +453,7 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
                 .n_head_kv = hp->n_kv_heads,
                 .head_dim = hp->head_dim,
                 .scale = hp->attn_scale,
+                .sinks = L->attn_sinks.data ? &L->attn_sinks : NULL,
             };
 
             /* 5. append the span's k and v to its sequence's F16 cache at
@@ -438,7 +464,9 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
             /* 6. causal attention with grouped KV heads: query head h reads
              *    KV head h / (Hq/Hk) over cache rows 0..p+t     att: [n][Q]
              * 6a. gemma: scores soft-capped (gemma2), and on sliding layers
-             *    only rows p+t-W+1..p+t (W = n_swa) once the window binds */
+             *    only rows p+t-W+1..p+t (W = n_swa) once the window binds
+             * 6b. gpt-oss: each head's sink logit joins its softmax
+             *    denominator (attn.sinks; the ops apply it) */
             int window = L->swa && p + S->n > hp->n_swa ? hp->n_swa : 0;
             if (hp->attn_softcap > 0)
                 ext->attention_ext(be, att, q, kc, vc, &attn, hp->attn_softcap, window,
@@ -449,8 +477,11 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
                 op->attention(be, att, q, kc, vc, &attn);
         }
 
-        /* 7. output projection: xb2 = att Wo^T               xb2: [B][D] */
+        /* 7. output projection: xb2 = att Wo^T (+ bo per token, gpt-oss)
+         *                                                    xb2: [B][D] */
         op->matmul(be, &L->wo, P->att, n, P->xb2);
+        if (L->bo.data)
+            ext->add_rows(be, P->xb2, &L->bo, n);
 
         /* 7a. gemma: xb2 = rmsnorm(xb2) * post_attention_norm */
         if (L->attn_post_norm.data)
@@ -461,6 +492,14 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
 
         /* 9. ffn rmsnorm: xb = x / rms(x) * ffn_norm */
         op->rmsnorm(be, P->xb, P->x, &L->ffn_norm, n, D, hp->rms_eps);
+
+        /* 10m. mixture of experts (model/moe.h): x += the chosen
+         *    experts' SwiGLU outputs of xb, weighted (+ shared expert) */
+        if (L->router.data) {
+            rn_moe_bufs_t mb = {P->router, P->xe, P->hb, P->hb2, P->xb2};
+            rn_moe_ffn(c->moe, be, hp, L, P->xb, P->x, n, &mb);
+            continue;
+        }
 
         /* 10. gated ffn: hb = act(xb Wgate^T) * (xb Wup^T)     hb: [B][F]
          *    act = silu (swiglu), or gelu_tanh for gemma; phi3's gate and

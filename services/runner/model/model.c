@@ -78,6 +78,8 @@ static const struct {
     {"llama", RN_ARCH_LLAMA},   {"qwen2", RN_ARCH_QWEN2}, {"qwen3", RN_ARCH_QWEN3},
     {"gemma2", RN_ARCH_GEMMA2}, {"gemma3", RN_ARCH_GEMMA3}, {"phi3", RN_ARCH_PHI3},
     {"gemma", RN_ARCH_GEMMA},   {"bert", RN_ARCH_BERT},   {"nomic-bert", RN_ARCH_NOMIC_BERT},
+    {"qwen3moe", RN_ARCH_QWEN3MOE}, {"gpt-oss", RN_ARCH_GPT_OSS},
+    {"gptoss", RN_ARCH_GPT_OSS}, /* Ollama's converter's name for it */
 };
 
 /* <arch>.attention.sliding_window_pattern: a period p (layer l slides iff
@@ -169,6 +171,26 @@ static cr_status_t read_encoder(rn_model_t *m, cr_err_t *err)
                      &hp->norm_eps, err);
 }
 
+/* gpt-oss (llama.cpp's loader and graph for it): a sliding window (key
+ * required) on even layers unless a pattern says otherwise, an optional
+ * rope base of its own for them, q.k scaled by 1/sqrt(n_rot), experts'
+ * clamped SwiGLU. Rope scaling: read_rope_scaling. */
+static cr_status_t read_gpt_oss(rn_model_t *m, cr_err_t *err)
+{
+    rn_hparams_t *hp = &m->hp;
+    cr_status_t st;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->n_rot);
+    hp->rope_yarn = true;
+    hp->swiglu_oai = true;
+    if ((st = get_int(m->g, hp->arch, "attention.sliding_window", true, 0, 1,
+                      RN_MODEL_MAX_CTX, &hp->n_swa, err)) ||
+        (st = read_swa_pattern(m, 2, err)) ||
+        (st = get_float(m->g, hp->arch, "rope.freq_base_swa", hp->rope_base,
+                        &hp->rope_base_swa, err)))
+        return st;
+    return CR_OK;
+}
+
 /* Features each architecture fixes (llama.cpp's graph for it), before the
  * metadata that may refine them. */
 static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
@@ -195,6 +217,8 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
         (st = get_int(g, arch, "rope.scaling.original_context_length", false,
                       hp->n_ctx_train, 1, RN_MODEL_MAX_CTX, &hp->n_ctx_orig, err)))
         return st;
+    if (hp->arch_id == RN_ARCH_GPT_OSS)
+        return read_gpt_oss(m, err);
     if (hp->arch_id == RN_ARCH_GEMMA) {
         /* Gemma 1: sqrt(dim) embeddings, GELU, (1 + w) norms stored folded */
         hp->embd_scale = sqrtf((float)hp->dim);
@@ -251,9 +275,45 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
     return CR_OK;
 }
 
+/* ggml_rope_yarn_corr_dims: the pair at which a rotation of n_dims dims
+ * at this base turns `turns` times over the original context (YaRN's beta),
+ * floored for beta_fast and ceiled for beta_slow, within 0..n_dims-1. */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float turns, float base)
+{
+    return (float)n_dims * logf((float)n_ctx_orig / (turns * 2.0f * (float)M_PI)) /
+           (2.0f * logf(base));
+}
+
+/* YaRN for rope base `base` (backend.h: be_rope_yarn_t), as llama.cpp sets
+ * it up for gpt-oss: ext_factor 1 when the type is yarn (else 0: plain
+ * scaling), beta_fast 32 and beta_slow 1 (its defaults: the gpt-oss loader
+ * reads no rope.scaling.yarn_* key, so neither do we), and an attention
+ * factor of mscale(factor) / (1 + 0.1 ln factor) times
+ * rope.scaling.attn_factor, in llama_context's float steps; the kernel's
+ * own (1 + 0.1 ln factor) then gives the magnitude YaRN defines. */
+static be_rope_yarn_t yarn_params(const rn_hparams_t *hp, float base, float freq_scale,
+                                  bool yarn)
+{
+    be_rope_yarn_t y = {.freq_base = base, .freq_scale = freq_scale,
+                        .ext_factor = yarn ? 1.0f : 0.0f, .attn_factor = 1.0f};
+    if (yarn) {
+        float factor = 1.0f / freq_scale;
+        y.attn_factor = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(factor) + 1.0f;
+        y.attn_factor *= 1.0f / (1.0f + 0.1f * logf(factor));
+    }
+    y.attn_factor *= hp->rope_attn_factor;
+    const float beta_fast = 32.0f, beta_slow = 1.0f;
+    float lo = floorf(yarn_corr_dim(hp->n_rot, hp->n_ctx_orig, beta_fast, base));
+    float hi = ceilf(yarn_corr_dim(hp->n_rot, hp->n_ctx_orig, beta_slow, base));
+    y.corr_lo = fmaxf(0.0f, lo);
+    y.corr_hi = fminf((float)(hp->n_rot - 1), hi);
+    return y;
+}
+
 /* <arch>.rope.scaling.*: linear (positions times 1/factor; gemma3 keeps its
- * sliding layers unscaled), LongRoPE (factor tensors, see bind_all), or
- * none. YaRN and anything else are refused rather than run wrong. */
+ * sliding layers unscaled), LongRoPE (factor tensors, see bind_all), YaRN
+ * (gpt-oss only), or none. Anything else is refused rather than run
+ * wrong. */
 static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
 {
     const cr_gguf_t *g = m->g;
@@ -263,16 +323,107 @@ static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
     bool has_type = cr_gguf_kv_find(g, key) != NULL;
     if (has_type && !cr_gguf_get_strz(g, key, type, sizeof type))
         return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a short string", key);
+    /* Ollama's gpt-oss files ("gptoss") carry no type: its runner always
+     * applies YaRN to them */
+    bool yarn = has_type ? !strcmp(type, "yarn") : !strcmp(hp->arch, "gptoss");
     if (has_type && strcmp(type, "linear") && strcmp(type, "none") &&
-        strcmp(type, "longrope"))
+        strcmp(type, "longrope") && !(yarn && hp->rope_yarn))
         return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s': only linear and "
-                          "LongRoPE scaling are supported", key, type);
+                          "LongRoPE scaling are supported (and YaRN for gpt-oss)", key,
+                          type);
     float factor = 1.0f;
     cr_status_t st = get_float(g, hp->arch, "rope.scaling.factor", 1.0f, &factor, err);
     if (st)
         return st;
     if (!has_type || !strcmp(type, "linear"))
         hp->rope_scale = 1.0f / factor;
+    if (hp->rope_yarn) {
+        /* llama.cpp scales by the factor whatever the type but "none" */
+        float freq_scale = has_type && !strcmp(type, "none") ? 1.0f : 1.0f / factor;
+        hp->yarn = yarn_params(hp, hp->rope_base, freq_scale, yarn);
+        hp->yarn_swa = yarn_params(hp, hp->rope_base_swa, freq_scale, yarn);
+    }
+    return CR_OK;
+}
+
+/* <arch>.expert_*: the mixture-of-experts keys (model.h). qwen3moe and
+ * gpt-oss must have experts; llama may (Mixtral); the other architectures
+ * are read as dense whatever they say. gpt-oss's gating is fixed by
+ * llama.cpp's graph (softmax of the chosen logits, no renormalization, no
+ * scale), so its keys for those are not read. */
+static cr_status_t read_experts(rn_model_t *m, cr_err_t *err)
+{
+    const cr_gguf_t *g = m->g;
+    rn_hparams_t *hp = &m->hp;
+    const char *arch = hp->arch;
+    bool gpt_oss = hp->arch_id == RN_ARCH_GPT_OSS;
+    bool needs = hp->arch_id == RN_ARCH_QWEN3MOE || gpt_oss;
+    bool moe_arch = needs || hp->arch_id == RN_ARCH_LLAMA;
+    cr_status_t st;
+    hp->expert_gating = RN_GATING_SOFTMAX;
+    hp->expert_norm = true;
+    hp->expert_scale = 1.0f;
+    if (!moe_arch)
+        return CR_OK;
+    if ((st = get_int(g, arch, "expert_count", needs, 0, 0, RN_MODEL_MAX_EXPERTS,
+                      &hp->n_expert, err)))
+        return st;
+    if (hp->n_expert == 0) {
+        if (needs)
+            return cr_err_set(err, CR_E_CORRUPT, "key '%s.expert_count' = 0: %s needs "
+                              "experts", arch, arch);
+        return CR_OK;
+    }
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_used_count", arch);
+    if ((st = get_int(g, arch, "expert_used_count", true, 0, 1, RN_MODEL_MAX_EXPERTS,
+                      &hp->n_expert_used, err)))
+        return st;
+    if (hp->n_expert_used > hp->n_expert)
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' = %d exceeds %s.expert_count %d",
+                          key, hp->n_expert_used, arch, hp->n_expert);
+    int def_fe = hp->ffn;
+    if (hp->arch_id == RN_ARCH_QWEN3MOE) {
+        /* llama.cpp's default when the key is absent */
+        def_fe = CR_MAX(1, hp->ffn / hp->n_expert_used);
+        if ((st = get_int(g, arch, "expert_feed_forward_length", false, def_fe, 1,
+                          RN_MODEL_MAX_DIM, &def_fe, err)))
+            return st;
+    }
+    /* llama.cpp's converter writes the experts' length; Ollama's leaves it
+     * in feed_forward_length */
+    if (gpt_oss && (st = get_int(g, arch, "expert_feed_forward_length",
+                                 strcmp(arch, "gptoss") != 0, def_fe, 1, RN_MODEL_MAX_DIM,
+                                 &def_fe, err)))
+        return st;
+    hp->ffn_expert = def_fe;
+    if (gpt_oss) {
+        hp->expert_gating = RN_GATING_SOFTMAX_WEIGHT;
+        hp->expert_norm = false;
+        return CR_OK;
+    }
+    int gating = 0;
+    if ((st = get_int(g, arch, "expert_shared_feed_forward_length", false, def_fe, 1,
+                      RN_MODEL_MAX_DIM, &hp->ffn_shared, err)) ||
+        (st = get_int(g, arch, "expert_gating_func", false, 0, 0, 1000, &gating, err)))
+        return st;
+    if (gating > RN_GATING_SOFTMAX_WEIGHT)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s.expert_gating_func' = %d: "
+                          "only 1 (softmax), 2 (sigmoid) and 3 (softmax of the chosen "
+                          "weights) are supported", arch, gating);
+    if (gating)
+        hp->expert_gating = (rn_gating_t)gating;
+    snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+    if (cr_gguf_kv_find(g, key) && !cr_gguf_get_bool(g, key, &hp->expert_norm))
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a bool", key);
+    snprintf(key, sizeof key, "%s.expert_weights_scale", arch);
+    float scale = 0;
+    if (cr_gguf_kv_find(g, key) &&
+        (!cr_gguf_get_f32(g, key, &scale) || !(scale >= 0) || scale > 1e30f))
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a non-negative number",
+                          key);
+    if (scale > 0)
+        hp->expert_scale = scale;
     return CR_OK;
 }
 
@@ -342,7 +493,8 @@ static cr_status_t read_hparams(rn_model_t *m, cr_err_t *err)
     if ((st = get_float(g, arch, "rope.freq_base", 10000.0f, &hp->rope_base, err)) ||
         (st = get_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f,
                         &hp->rms_eps, err)) ||
-        (st = read_pooling(m, err)) || (st = read_arch_features(m, err)))
+        (st = read_pooling(m, err)) || (st = read_arch_features(m, err)) ||
+        (st = read_experts(m, err)))
         return st;
     return hp->arch_id == RN_ARCH_LLAMA ? CR_OK : read_rope_scaling(m, err);
 }
@@ -415,6 +567,15 @@ static cr_status_t place(rn_model_t *m, cr_err_t *err)
             (rn_arch_is_encoder(hp->arch_id) && (!ext->layernorm || !ext->gelu)))
             return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the "
                               "%s backend does not have", hp->arch, be->ops->name);
+        if (hp->arch_id == RN_ARCH_GPT_OSS &&
+            (!ext || !ext->rope_yarn || !ext->swiglu_oai || !ext->add_row_of))
+            return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the "
+                              "%s backend does not have", hp->arch, be->ops->name);
+        if (hp->n_expert > 0 &&
+            (!ext || !ext->matmul_rows || !ext->gather_rows || !ext->scatter_add))
+            return cr_err_set(err, CR_E_UNSUPPORTED, "'%s' with experts (%s.expert_count "
+                              "%d) needs mixture-of-experts ops the %s backend does not "
+                              "have", hp->arch, hp->arch, hp->n_expert, be->ops->name);
     }
     return CR_OK;
 }
@@ -510,6 +671,204 @@ static cr_status_t bind_split(rn_model_t *m, const char *name, int64_t cols,
     return CR_OK;
 }
 
+/* ---- experts ----------------------------------------------------------- */
+
+/* Binds blk.l.<what>.weight, a stack of E matrices [rows][cols] (GGUF ne
+ * {cols, rows, E}), as one weight of E * rows rows. */
+static cr_status_t bind_stack(rn_model_t *m, int l, const char *what, int64_t cols,
+                              int64_t rows, be_weight_t *w, cr_err_t *err)
+{
+    int64_t E = m->hp.n_expert;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", l, what);
+    const cr_gguf_tensor_t *t = cr_gguf_tensor_find(m->g, name);
+    if (!t) {
+        /* old converters wrote one tensor per expert: ffn_gate.0.weight */
+        char split[96];
+        snprintf(split, sizeof split, "blk.%d.ffn_gate.0.weight", l);
+        if (cr_gguf_tensor_find(m->g, split))
+            return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s': per-expert tensors "
+                              "are not supported (convert the model again for merged "
+                              "'%s')", split, name);
+        return cr_err_set(err, CR_E_CORRUPT, "missing tensor '%s'", name);
+    }
+    if ((int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows ||
+        (int64_t)t->ne[2] != E || t->ne[3] != 1) {
+        char have[96];
+        format_shape(t, have, sizeof have);
+        return cr_err_set(err, CR_E_CORRUPT, "tensor '%s' has shape %s, expected "
+                          "[%" PRId64 ", %" PRId64 ", %" PRId64 "]", name, have, cols,
+                          rows, E);
+    }
+    size_t align = t->type == CR_TYPE_F32 ? 4 : 2;
+    if ((uintptr_t)t->data % align)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s' data at offset %" PRIu64
+                          " is not %zu-byte aligned", name, t->offset, align);
+    *w = (be_weight_t){
+        .name = t->name,
+        .type = t->type,
+        .n_cols = cols,
+        .n_rows = rows * E,
+        .row_bytes = (size_t)(t->size_bytes / (uint64_t)(rows * E)),
+        .data = t->data,
+    };
+    cr_status_t st = m->be->ops->weight_prepare(m->be, w, err);
+    if (st) {
+        w->data = NULL; /* not prepared: nothing to release */
+        return st;
+    }
+    m->weight_bytes += t->size_bytes;
+    return CR_OK;
+}
+
+/* A MoE layer's FFN: the router, the three expert stacks, and the optional
+ * shared expert (its three matrices together, its gate optional). */
+static cr_status_t bind_experts(rn_model_t *m, int l, rn_layer_t *L, cr_err_t *err)
+{
+    const rn_hparams_t *hp = &m->hp;
+    int64_t D = hp->dim, E = hp->n_expert, Fe = hp->ffn_expert, Fs = hp->ffn_shared;
+    char name[96];
+    cr_status_t st;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+    if ((st = bind(m, name, D, E, true, &L->router, NULL, err)) ||
+        (st = bind_stack(m, l, "ffn_gate_exps", D, Fe, &L->exp_gate, err)) ||
+        (st = bind_stack(m, l, "ffn_up_exps", D, Fe, &L->exp_up, err)) ||
+        (st = bind_stack(m, l, "ffn_down_exps", Fe, D, &L->exp_down, err)))
+        return st;
+    bool have[3] = {false, false, false};
+    const char *what[3] = {"ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"};
+    int64_t cols[3] = {D, D, Fs}, rows[3] = {Fs, Fs, D};
+    be_weight_t *dst[3] = {&L->sh_gate, &L->sh_up, &L->sh_down};
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s.weight", l, what[i]);
+        if ((st = bind(m, name, cols[i], rows[i], false, dst[i], &have[i], err)))
+            return st;
+    }
+    if (have[0] != have[1] || have[0] != have[2])
+        return cr_err_set(err, CR_E_CORRUPT, "missing tensor 'blk.%d.%s.weight' (the "
+                          "other shared-expert tensors are present)", l,
+                          what[!have[0] ? 0 : !have[1] ? 1 : 2]);
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp_shexp.weight", l);
+    bool have_gate = false;
+    if ((st = bind(m, name, D, 1, false, &L->sh_router, &have_gate, err)))
+        return st;
+    if (have_gate && !have[0])
+        return cr_err_set(err, CR_E_CORRUPT, "tensor '%s' without a shared expert "
+                          "(blk.%d.ffn_*_shexp)", name, l);
+    return CR_OK;
+}
+
+/* Binds F32 tensor `name` [rows][cols] (a bias of each expert, rows = E). */
+static cr_status_t bind_f32_rows(rn_model_t *m, const char *name, int64_t cols,
+                                 int64_t rows, be_weight_t *w, cr_err_t *err)
+{
+    const cr_gguf_tensor_t *t = NULL;
+    cr_status_t st = lookup(m, name, cols, rows, true, &t, err);
+    if (st)
+        return st;
+    if (t->type != CR_TYPE_F32) {
+        const cr_type_info_t *ti = cr_type_info(t->type);
+        return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s' has type %s, expected F32",
+                          name, ti ? ti->name : "unknown");
+    }
+    if ((st = view(m, t, 0, rows, w, err))) {
+        w->data = NULL; /* not prepared: nothing to release */
+        return st;
+    }
+    m->weight_bytes += t->size_bytes;
+    return CR_OK;
+}
+
+static cr_status_t bind_qkv_bias(rn_model_t *m, int l, rn_layer_t *L, cr_err_t *err);
+
+/* "blk.l.<alt>" when the file has it (Ollama's converter's name), else
+ * "blk.l.<name>" (llama.cpp's, the one errors then report). */
+static const char *layer_name(const rn_model_t *m, int l, const char *name, const char *alt,
+                              char *buf, size_t cap)
+{
+    snprintf(buf, cap, "blk.%d.%s", l, alt);
+    if (!cr_gguf_tensor_find(m->g, buf))
+        snprintf(buf, cap, "blk.%d.%s", l, name);
+    return buf;
+}
+
+/* gpt-oss's layer l but for the expert matrices (bind_experts): q/k/v as
+ * separate tensors with optional biases (all or none, as llama.cpp allows)
+ * or, as Ollama converts OpenAI's checkpoint, one attn_qkv with its bias;
+ * the output projection and its bias (attn_output, Ollama: attn_out), the
+ * sinks (attn_sinks.weight, Ollama: attn_sinks), the norm before the
+ * experts into ffn_norm (post_attention_norm, Ollama: ffn_norm), and the
+ * router's and experts' biases. */
+static cr_status_t bind_gpt_oss(rn_model_t *m, int l, rn_layer_t *L, cr_err_t *err)
+{
+    const rn_hparams_t *hp = &m->hp;
+    int64_t D = hp->dim, Q = hp->q_dim, KV = hp->kv_dim, E = hp->n_expert;
+    int64_t Fe = hp->ffn_expert;
+    char name[96];
+    cr_status_t st;
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
+    if (cr_gguf_tensor_find(m->g, name)) {
+        int64_t rows[3] = {Q, KV, KV};
+        be_weight_t *dst[3] = {&L->wq, &L->wk, &L->wv};
+        if ((st = bind_split(m, name, D, rows, dst, 3, err)) ||
+            (st = bind_qkv_bias(m, l, L, err)))
+            return st;
+    } else {
+        const char *qkv[3] = {"attn_q", "attn_k", "attn_v"};
+        int64_t len[3] = {Q, KV, KV};
+        be_weight_t *w[3] = {&L->wq, &L->wk, &L->wv}, *b[3] = {&L->bq, &L->bk, &L->bv};
+        bool have[3] = {false, false, false};
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, qkv[i]);
+            if ((st = bind(m, name, D, len[i], true, w[i], NULL, err)))
+                return st;
+            snprintf(name, sizeof name, "blk.%d.%s.bias", l, qkv[i]);
+            if ((st = bind(m, name, len[i], 1, false, b[i], &have[i], err)))
+                return st;
+        }
+        if (have[0] != have[1] || have[0] != have[2])
+            return cr_err_set(err, CR_E_CORRUPT, "missing tensor 'blk.%d.%s.bias' (the "
+                              "other attention biases are present)", l,
+                              qkv[!have[0] ? 0 : !have[1] ? 1 : 2]);
+    }
+    if ((st = bind(m, layer_name(m, l, "attn_output.weight", "attn_out.weight", name,
+                                 sizeof name),
+                   Q, D, true, &L->wo, NULL, err)) ||
+        (st = bind(m, layer_name(m, l, "post_attention_norm.weight", "ffn_norm.weight", name,
+                                 sizeof name),
+                   D, 1, true, &L->ffn_norm, NULL, err)))
+        return st;
+    typedef struct {
+        const char *what, *alt;
+        int64_t cols, rows;
+        be_weight_t *dst;
+    } bias_t;
+    const bias_t per[] = {
+        {"attn_output.bias", "attn_out.bias", D, 1, &L->bo},
+        {"attn_sinks.weight", "attn_sinks", hp->n_heads, 1, &L->attn_sinks},
+        {"ffn_gate_inp.bias", "ffn_gate_inp.bias", E, 1, &L->router_b},
+        {"ffn_gate_exps.bias", "ffn_gate_exps.bias", Fe, E, &L->exp_gate_b},
+        {"ffn_up_exps.bias", "ffn_up_exps.bias", Fe, E, &L->exp_up_b},
+        {"ffn_down_exps.bias", "ffn_down_exps.bias", D, E, &L->exp_down_b},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(per); i++) {
+        layer_name(m, l, per[i].what, per[i].alt, name, sizeof name);
+        if ((st = bind_f32_rows(m, name, per[i].cols, per[i].rows, per[i].dst, err)))
+            return st;
+    }
+    return CR_OK;
+}
+
+/* Whether layer l slides (a per-layer array, else the period). */
+static bool layer_slides(const rn_model_t *m, int l)
+{
+    const rn_hparams_t *hp = &m->hp;
+    if (m->swa_layers)
+        return hp->n_swa > 0 && m->swa_layers[l];
+    return hp->n_swa > 0 &&
+           (hp->swa_pattern == 0 || l % hp->swa_pattern < hp->swa_pattern - 1);
+}
+
 /* One per-layer tensor: blk.N.<what>.<kind>, [rows][cols]. */
 typedef struct layer_tensor {
     const char *what, *kind;
@@ -529,6 +888,14 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
     cr_status_t st;
 
     per[n++] = (layer_tensor_t){"attn_norm", "weight", D, 1, &L->attn_norm};
+    if (a == RN_ARCH_GPT_OSS) {
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        if ((st = bind(m, name, D, 1, true, &L->attn_norm, NULL, err)) ||
+            (st = bind_gpt_oss(m, l, L, err)) || (st = bind_experts(m, l, L, err)))
+            return st;
+        L->swa = layer_slides(m, l);
+        return CR_OK;
+    }
     if (a == RN_ARCH_PHI3) {
         /* q, k and v are consecutive row blocks of one matrix. */
         snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
@@ -546,7 +913,7 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         per[n++] = (layer_tensor_t){"attn_k", "bias", KV, 1, &L->bk};
         per[n++] = (layer_tensor_t){"attn_v", "bias", KV, 1, &L->bv};
     }
-    if (a == RN_ARCH_QWEN3 || a == RN_ARCH_GEMMA3) {
+    if (a == RN_ARCH_QWEN3 || a == RN_ARCH_GEMMA3 || a == RN_ARCH_QWEN3MOE) {
         per[n++] = (layer_tensor_t){"attn_q_norm", "weight", HD, 1, &L->q_norm};
         per[n++] = (layer_tensor_t){"attn_k_norm", "weight", HD, 1, &L->k_norm};
     }
@@ -555,7 +922,10 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         per[n++] = (layer_tensor_t){"post_attention_norm", "weight", D, 1,
                                     &L->attn_post_norm};
     per[n++] = (layer_tensor_t){"ffn_norm", "weight", D, 1, &L->ffn_norm};
-    if (a == RN_ARCH_PHI3) {
+    if (hp->n_expert > 0) {
+        if ((st = bind_experts(m, l, L, err)))
+            return st;
+    } else if (a == RN_ARCH_PHI3) {
         /* ffn_up holds the gate rows, then the up rows. */
         snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
         int64_t rows[2] = {F, F};
@@ -566,7 +936,8 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         per[n++] = (layer_tensor_t){"ffn_gate", "weight", D, F, &L->w_gate};
         per[n++] = (layer_tensor_t){"ffn_up", "weight", D, F, &L->w_up};
     }
-    per[n++] = (layer_tensor_t){"ffn_down", "weight", F, D, &L->w_down};
+    if (hp->n_expert == 0)
+        per[n++] = (layer_tensor_t){"ffn_down", "weight", F, D, &L->w_down};
     if (hp->post_norms)
         per[n++] = (layer_tensor_t){"post_ffw_norm", "weight", D, 1, &L->ffn_post_norm};
 
@@ -575,11 +946,7 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         if ((st = bind(m, name, per[i].cols, per[i].rows, true, per[i].dst, NULL, err)))
             return st;
     }
-    if (m->swa_layers)
-        L->swa = hp->n_swa > 0 && m->swa_layers[l];
-    else
-        L->swa = hp->n_swa > 0 &&
-                 (hp->swa_pattern == 0 || l % hp->swa_pattern < hp->swa_pattern - 1);
+    L->swa = layer_slides(m, l);
     return CR_OK;
 }
 
@@ -894,7 +1261,12 @@ static void release_weights(rn_model_t *m)
                               &L->attn_post_norm, &L->ffn_norm, &L->w_gate,
                               &L->w_up, &L->w_down, &L->ffn_post_norm,
                               &L->bo, &L->ln_attn, &L->ln_attn_b, &L->b_up,
-                              &L->b_down, &L->ln_out, &L->ln_out_b};
+                              &L->b_down, &L->ln_out, &L->ln_out_b,
+                              &L->router, &L->exp_gate, &L->exp_up,
+                              &L->exp_down, &L->sh_gate, &L->sh_up,
+                              &L->sh_down, &L->sh_router, &L->attn_sinks,
+                              &L->router_b, &L->exp_gate_b, &L->exp_up_b,
+                              &L->exp_down_b};
         for (size_t i = 0; i < CR_ARRAY_LEN(all); i++)
             if (all[i]->data)
                 be->ops->weight_release(be, all[i]);

@@ -1,6 +1,6 @@
 /* model.h: a decoder model (llama, qwen2, qwen3, gemma, gemma2, gemma3,
- * phi3) or an encoder embedding model (bert, nomic-bert) loaded from a
- * GGUF file.
+ * phi3, qwen3moe, gpt-oss; llama also with experts) or an encoder
+ * embedding model (bert, nomic-bert) loaded from a GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
  * header), reads the hyperparameters from `<arch>.*` metadata (key and
@@ -27,6 +27,7 @@
 #define RN_MODEL_MAX_HEADS 4096
 #define RN_MODEL_MAX_VOCAB (1 << 24)
 #define RN_MODEL_MAX_CTX (1 << 24)
+#define RN_MODEL_MAX_EXPERTS 1024 /* <arch>.expert_count (llama.cpp's cap) */
 
 /* Architectures the runner can evaluate (general.architecture). */
 typedef enum rn_arch {
@@ -45,7 +46,21 @@ typedef enum rn_arch {
                        q/k/v/o and ffn biases, GELU, bidirectional */
     RN_ARCH_NOMIC_BERT, /* "nomic-bert": bert with fused attn_qkv, NEOX
                            rope instead of position embeddings, SwiGLU */
+    RN_ARCH_QWEN3MOE, /* "qwen3moe": qwen3 attention, every FFN a
+                         mixture of experts */
+    RN_ARCH_GPT_OSS,  /* "gpt-oss": q/k/v/o biases, attention sinks, YaRN
+                         NEOX rope, sliding window on even layers, experts
+                         with biases and a clamped SwiGLU */
 } rn_arch_t;
+
+/* How router logits become expert weights (<arch>.expert_gating_func,
+ * numbered as llama.cpp numbers them). */
+typedef enum rn_gating {
+    RN_GATING_SOFTMAX = 1,        /* softmax over all experts, then top-k */
+    RN_GATING_SIGMOID = 2,        /* sigmoid of each logit, then top-k */
+    RN_GATING_SOFTMAX_WEIGHT = 3, /* top-k of the logits, softmax over the
+                                     chosen ones (gpt-oss) */
+} rn_gating_t;
 
 /* How an embedding pools the hidden states (<arch>.pooling_type, numbered
  * as llama.cpp numbers them). */
@@ -100,6 +115,11 @@ typedef struct rn_hparams {
     int swa_pattern;      /* layer l slides iff n_swa > 0 and (pattern == 0
                              or l % pattern < pattern - 1) */
     bool ffn_gelu;        /* gelu_tanh(gate) * up instead of silu */
+    bool rope_yarn;       /* rope through rope_yarn (gpt-oss), not
+                             rope_neox, with these parameters: */
+    be_rope_yarn_t yarn;     /* full-attention layers */
+    be_rope_yarn_t yarn_swa; /* sliding layers (their base, rope_base_swa,
+                                moves the correction dims) */
     bool post_norms;      /* rmsnorm of attention and ffn outputs (gemma) */
 
     /* Encoders (bert family). */
@@ -110,7 +130,32 @@ typedef struct rn_hparams {
                              0 (none); RN_POOL_RANK for bert only */
     int n_cls_out;        /* rank: classifier outputs (the number of
                              <arch>.classifier.output_labels; 1 without) */
+
+    /* Mixture of experts (n_expert > 0: every layer's FFN is a MoE layer,
+     * model/moe.h). Defaults are what llama.cpp's graph fixes for qwen3moe
+     * and Mixtral-style llama: softmax gating, renormalized top-k. */
+    int n_expert;         /* <arch>.expert_count; 0 = dense */
+    int n_expert_used;    /* <arch>.expert_used_count, 1..n_expert */
+    int ffn_expert;       /* rows of one expert's gate/up: qwen3moe's
+                             expert_feed_forward_length (default ffn /
+                             n_expert_used), llama's feed_forward_length */
+    int ffn_shared;       /* shared expert's <arch>.expert_shared_feed_
+                             forward_length (default ffn_expert); used when
+                             the ffn_*_shexp tensors are present */
+    rn_gating_t expert_gating; /* <arch>.expert_gating_func (0 or absent:
+                                  softmax) */
+    bool expert_norm;     /* <arch>.expert_weights_norm (default true):
+                             chosen weights divided by their sum */
+    float expert_scale;   /* <arch>.expert_weights_scale (0 or absent: 1):
+                             chosen weights multiplied by it */
+    bool swiglu_oai;      /* experts' activation: gpt-oss's clamped SwiGLU
+                             (RN_SWIGLU_OAI_*) instead of silu(gate) * up */
 } rn_hparams_t;
+
+/* gpt-oss's clamped SwiGLU constants (llama.cpp's graph fixes them; no
+ * GGUF key carries them). */
+#define RN_SWIGLU_OAI_ALPHA 1.702f
+#define RN_SWIGLU_OAI_LIMIT 7.0f
 
 /* Shapes are [rows][cols] as the forward pass uses them (GGUF ne = {cols,
  * rows}); every matrix multiplies an activation of `cols` elements.
@@ -144,6 +189,30 @@ typedef struct rn_layer {
     be_weight_t b_down;      /* [dim] F32 ffn_down.bias (bert, optional) */
     be_weight_t ln_out;      /* [dim] F32 layer_output_norm.weight */
     be_weight_t ln_out_b;    /* [dim] F32 layer_output_norm.bias */
+
+    /* mixture of experts (n_expert > 0; then w_gate/w_up/w_down are
+     * unused). E = n_expert, Fe = ffn_expert, Fs = ffn_shared. Each stack
+     * is a GGUF [E][rows][cols] tensor as one weight of E * rows rows:
+     * expert e's matrix is rows e * rows .. (e + 1) * rows - 1. */
+    be_weight_t router;      /* [E][dim] ffn_gate_inp */
+    be_weight_t exp_gate;    /* [E * Fe][dim] ffn_gate_exps */
+    be_weight_t exp_up;      /* [E * Fe][dim] ffn_up_exps */
+    be_weight_t exp_down;    /* [E * dim][Fe] ffn_down_exps */
+    be_weight_t sh_gate;     /* [Fs][dim] ffn_gate_shexp (optional) */
+    be_weight_t sh_up;       /* [Fs][dim] ffn_up_shexp */
+    be_weight_t sh_down;     /* [dim][Fs] ffn_down_shexp */
+    be_weight_t sh_router;   /* [1][dim] F32 ffn_gate_inp_shexp: the shared
+                                expert's output times sigmoid(x . w)
+                                (optional: times 1) */
+
+    /* gpt-oss (bq/bk/bv and bo hold its attention biases; ffn_norm is its
+     * post_attention_norm, the norm before the experts) */
+    be_weight_t attn_sinks;  /* [Hq] F32 attn_sinks: per-head logit in the
+                                softmax denominator (be_attn_t.sinks) */
+    be_weight_t router_b;    /* [E] F32 ffn_gate_inp.bias */
+    be_weight_t exp_gate_b;  /* [E][Fe] F32 ffn_gate_exps.bias */
+    be_weight_t exp_up_b;    /* [E][Fe] F32 ffn_up_exps.bias */
+    be_weight_t exp_down_b;  /* [E][dim] F32 ffn_down_exps.bias */
 } rn_layer_t;
 
 typedef struct rn_weights {
@@ -223,7 +292,12 @@ typedef struct rn_rope_factors {
  * backend cannot multiply, a non-llama architecture on a backend without
  * be_ext_ops (or, for the bert family, without its layernorm/gelu ops),
  * rope scaling other than linear/LongRoPE, value_length != key_length,
- * pooling_type 4 "rank" on an architecture other than bert), CR_E_NOMEM. */
+ * pooling_type 4 "rank" on an architecture other than bert, experts on a
+ * backend without the MoE ops, per-expert split tensors instead of merged
+ * ffn_*_exps), CR_E_NOMEM.
+ * Experts: expert_used_count missing, 0 or above expert_count, a missing
+ * or misshapen ffn_gate_inp / ffn_*_exps tensor are CR_E_CORRUPT naming
+ * the key or tensor. */
 cr_status_t rn_model_load(const char *path, be_backend_t *be,
                           rn_model_t **out, cr_err_t *err);
 

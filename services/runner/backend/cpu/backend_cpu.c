@@ -580,6 +580,19 @@ static void softmax_row(const be_vec_ops_t *vec, float *x, int n)
         x[i] *= inv;
 }
 
+/* softmax_row with an attention sink: one more logit in the max and the
+ * denominator, whose probability is dropped (ggml's soft_max sinks). */
+static void softmax_row_sink(const be_vec_ops_t *vec, float *x, int n, float sink)
+{
+    float max = sink;
+    for (int i = 0; i < n; i++)
+        max = fmaxf(max, x[i]);
+    double sum = vec->exp_sum(n, x, max) + (double)expf(sink - max);
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
 static void cpu_softmax(be_backend_t *be, float *x, int n_rows, int n_cols)
 {
     for (int r = 0; r < n_rows; r++)
@@ -608,6 +621,7 @@ static void attn_task(void *ctx, int ith, int nth)
     float *acc = scores + j->c->att_ctx;
     uint16_t *p16 = j->c->att16 + per * (size_t)ith;
     uint16_t *q16 = p16 + j->c->att_ctx;
+    const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
 
     for (int task = ith; task < a->n_tok * a->n_head; task += nth) {
         int t = task / a->n_head, h = task % a->n_head, hk = h / group;
@@ -619,7 +633,10 @@ static void attn_task(void *ctx, int ith, int nth)
             j->dot_f16(hd, &s, j->k + (size_t)p * kv_row + (size_t)hk * hd, q16);
             scores[p] = s * a->scale;
         }
-        softmax_row(j->c->vec, scores, n_kv);
+        if (sinks)
+            softmax_row_sink(j->c->vec, scores, n_kv, sinks[h]);
+        else
+            softmax_row(j->c->vec, scores, n_kv);
         be_f32_to_f16_row(scores, p16, n_kv);
         float *o = j->out + ((size_t)t * a->n_head + h) * hd;
         j->c->vec->attn_v(n_kv, p16, j->v + (size_t)hk * hd, kv_row, hd, acc);

@@ -1,13 +1,16 @@
 /* ops_extra.c: the CPU backend's optional ops (be_ops_ext_t, backend.h).
  *
- * NEOX rotary embedding, row-broadcast bias add, scaling, GELU-tanh gating,
- * attention with logit soft-capping and a sliding window, LayerNorm and
- * plain GELU: what qwen2, qwen3, gemma2, gemma3, phi3, bert and nomic-bert
- * need beyond the llama ops. CPU backend
- * buffers are plain host memory, so these run on them directly. They are
- * single-threaded: this file cannot reach the CPU backend's thread pool
- * (backend_cpu.c owns it); attention_ext is the one op where that costs
- * time on long contexts.
+ * NEOX rotary embedding (plain and YaRN), row-broadcast bias add, scaling,
+ * GELU-tanh gating, attention with logit soft-capping, a sliding window and
+ * sinks, LayerNorm, plain GELU and gpt-oss's clamped SwiGLU: what qwen2,
+ * qwen3, gemma2, gemma3, phi3, bert, nomic-bert and gpt-oss need beyond
+ * the llama ops; and the mixture-of-experts ops (a matmul over one
+ * expert's rows of a stacked weight, row gather, weighted scatter-add).
+ * CPU backend buffers are plain host memory, so these run on them
+ * directly. They are single-threaded (this file cannot reach the CPU
+ * backend's thread pool, backend_cpu.c owns it) except matmul_rows, which
+ * calls the backend's threaded matmul; attention_ext is the one op where
+ * that costs time on long contexts.
  *
  * Owns no state. Does not own the llama ops (backend_cpu.c) or any kernel
  * of a quant format (quant.c). */
@@ -15,6 +18,7 @@
 #include "services/runner/backend/cpu/vec.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
+#include "services/runner/backend/cpu/repack.h"
 
 #include <math.h>
 
@@ -133,12 +137,16 @@ static void ext_layernorm(be_backend_t *be, float *y, const float *x, const be_w
     }
 }
 
-static void softmax_span(float *x, int n)
+/* Softmax of x[0..n) in place; a sink (sinks != NULL) joins the max and
+ * the denominator as one more logit whose probability is dropped. */
+static void softmax_span(float *x, int n, const float *sink)
 {
     float mx = x[0];
     for (int i = 1; i < n; i++)
         mx = x[i] > mx ? x[i] : mx;
-    double sum = 0;
+    if (sink && *sink > mx)
+        mx = *sink;
+    double sum = sink ? (double)expf(*sink - mx) : 0.0;
     for (int i = 0; i < n; i++) {
         x[i] = expf(x[i] - mx);
         sum += x[i];
@@ -163,6 +171,7 @@ static void ext_attention(be_backend_t *be, float *out, const float *q, const ui
     uint16_t *p16 = (uint16_t *)(scratch + ctx);
     uint16_t *q16 = (uint16_t *)(scratch + 2 * (size_t)ctx);
     float *acc = scratch + 2 * (size_t)ctx + hd;
+    const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
 
     for (int t = 0; t < a->n_tok; t++) {
         int qpos = a->pos0 + t;
@@ -180,7 +189,7 @@ static void ext_attention(be_backend_t *be, float *out, const float *q, const ui
                     s = softcap * tanhf(s / softcap);
                 scores[j] = s;
             }
-            softmax_span(scores, n_kv);
+            softmax_span(scores, n_kv, sinks ? &sinks[h] : NULL);
             be_f32_to_f16_row(scores, p16, n_kv);
             for (int d = 0; d < hd; d++)
                 acc[d] = 0;
@@ -197,6 +206,137 @@ static void ext_attention(be_backend_t *be, float *out, const float *q, const ui
     }
 }
 
+/* ---- mixture of experts ------------------------------------------------ */
+
+/* Rows r0..r0+nr-1 of w through the backend's own matmul (threads, packed
+ * kernels): a packed stack is viewed as its groups of 8 rows from r0 / 8
+ * when the slice starts and ends on a group (every real expert: rows are
+ * multiples of 8); any other slice of a packed stack reads the row-major
+ * bytes of the mapping, which stay readable after packing dropped them. */
+static void ext_matmul_rows(be_backend_t *be, const be_weight_t *w, int64_t r0,
+                            int64_t nr, const float *x, int n, float *y)
+{
+    be_weight_t sub = *w;
+    sub.n_rows = nr;
+    sub.data = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    sub.dev = NULL;
+    be_packed_t view;
+    const be_packed_t *p = w->dev;
+    if (p && r0 % BE_PACK_ROWS == 0 && nr % BE_PACK_ROWS == 0) {
+        view = *p;
+        view.n_rows = nr;
+        view.data = (uint8_t *)p->data + (size_t)(r0 / BE_PACK_ROWS) * p->group_bytes;
+        sub.dev = &view;
+    }
+    be->ops->matmul(be, &sub, x, n, y);
+}
+
+static void ext_gather_rows(be_backend_t *be, float *dst, const float *src,
+                            const int32_t *ids, int n, int cols)
+{
+    CR_UNUSED(be);
+    size_t row = (size_t)cols * sizeof(float);
+    for (int i = 0; i < n; i++)
+        memcpy(dst + (size_t)i * cols, src + (size_t)ids[i] * cols, row);
+}
+
+static void ext_scatter_add(be_backend_t *be, float *y, const float *x,
+                            const int32_t *ids, const float *s, int n, int cols)
+{
+    CR_UNUSED(be);
+    for (int i = 0; i < n; i++) {
+        float *yr = y + (size_t)ids[i] * cols;
+        const float *xr = x + (size_t)i * cols;
+        for (int c = 0; c < cols; c++)
+            yr[c] += s[i] * xr[c];
+    }
+}
+
+/* ---- gpt-oss ------------------------------------------------------------ */
+
+/* YaRN's blend of interpolated and extrapolated angle for pair i, and
+ * the magnitude cos/sin carry (backend.h: be_rope_yarn_t; the steps and
+ * their float order as ggml's rope_yarn takes them). */
+static void yarn_angle(const be_rope_yarn_t *y, float theta_extrap, int i, float *cs,
+                       float *sn)
+{
+    float theta_interp = y->freq_scale * theta_extrap;
+    float theta = theta_interp, mscale = y->attn_factor;
+    if (y->ext_factor != 0.0f) {
+        float r = ((float)i - y->corr_lo) / fmaxf(0.001f, y->corr_hi - y->corr_lo);
+        float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, r));
+        float mix = ramp * y->ext_factor;
+        theta = theta_interp * (1.0f - mix) + theta_extrap * mix;
+        mscale *= 1.0f + 0.1f * logf(1.0f / y->freq_scale);
+    }
+    *cs = cosf(theta) * mscale;
+    *sn = sinf(theta) * mscale;
+}
+
+static void ext_rope_yarn(be_backend_t *be, float *x, int n, int n_head, int head_dim,
+                          int n_rot, const int32_t *pos, const be_rope_yarn_t *y,
+                          const be_weight_t *freq_factors)
+{
+    CR_UNUSED(be);
+    const float *ff = freq_factors ? freq_factors->data : NULL;
+    int half = n_rot / 2;
+    float theta_scale = powf(y->freq_base, -2.0f / (float)n_rot);
+    /* angles once per token, shared by its heads (up to ROPE_MAX pairs;
+     * n_rot <= head_dim <= RN_MODEL_MAX_DIM, so per pair past that) */
+    enum { ROPE_MAX = 256 };
+    float cs[ROPE_MAX], sn[ROPE_MAX];
+    const be_vec_ops_t *vec = be_vec_ops();
+    for (int t = 0; t < n; t++) {
+        if (half <= ROPE_MAX) {
+            float theta = (float)pos[t];
+            for (int i = 0; i < half; i++) {
+                yarn_angle(y, ff ? theta / ff[i] : theta, i, &cs[i], &sn[i]);
+                theta *= theta_scale;
+            }
+        }
+        for (int h = 0; h < n_head; h++) {
+            float *v = x + ((size_t)t * n_head + h) * head_dim;
+            if (half <= ROPE_MAX) {
+                vec->rope_halves(half, v, v + half, cs, sn);
+                continue;
+            }
+            float theta = (float)pos[t];
+            for (int i = 0; i < half; i++) {
+                float c, s;
+                yarn_angle(y, ff ? theta / ff[i] : theta, i, &c, &s);
+                float x0 = v[i], x1 = v[i + half];
+                v[i] = x0 * c - x1 * s;
+                v[i + half] = x0 * s + x1 * c;
+                theta *= theta_scale;
+            }
+        }
+    }
+}
+
+static void ext_swiglu_oai(be_backend_t *be, float *y, const float *gate, const float *up,
+                           size_t n, float alpha, float limit)
+{
+    CR_UNUSED(be);
+    for (size_t i = 0; i < n; i++) {
+        float g = fminf(gate[i], limit);
+        float u = fminf(fmaxf(up[i], -limit), limit);
+        y[i] = g / (1.0f + expf(alpha * -g)) * (u + 1.0f);
+    }
+}
+
+static void ext_add_row_of(be_backend_t *be, float *y, const be_weight_t *b, int64_t r,
+                           int n)
+{
+    CR_UNUSED(be);
+    size_t cols = (size_t)b->n_cols;
+    const float *bv = (const float *)((const uint8_t *)b->data + (size_t)r * b->row_bytes);
+    for (int t = 0; t < n; t++) {
+        float *yr = y + (size_t)t * cols;
+        for (size_t i = 0; i < cols; i++)
+            yr[i] += bv[i];
+    }
+}
+
 static const be_ops_ext_t cpu_ext_ops = {
     .rope_neox = ext_rope_neox,
     .add_rows = ext_add_rows,
@@ -205,6 +345,12 @@ static const be_ops_ext_t cpu_ext_ops = {
     .attention_ext = ext_attention,
     .layernorm = ext_layernorm,
     .gelu = ext_gelu,
+    .matmul_rows = ext_matmul_rows,
+    .gather_rows = ext_gather_rows,
+    .scatter_add = ext_scatter_add,
+    .rope_yarn = ext_rope_yarn,
+    .swiglu_oai = ext_swiglu_oai,
+    .add_row_of = ext_add_row_of,
 };
 
 const be_ops_ext_t *be_cpu_ext_ops(const be_backend_t *be)

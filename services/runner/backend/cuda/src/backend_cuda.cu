@@ -509,8 +509,13 @@ static void cuda_kv_store(be_backend_t *be, uint16_t *cache, const float *src, i
 static bool attn_shape_ok(be_cuda_t *g, const be_attn_t *a)
 {
     if (a->head_dim >= 1 && a->head_dim <= 256 && a->n_head_kv >= 1 &&
-        a->n_head % a->n_head_kv == 0)
+        a->n_head % a->n_head_kv == 0 && !a->sinks)
         return true;
+    if (a->sinks) { /* gpt-oss: the kernel has no sink term yet */
+        record(g, CR_E_UNSUPPORTED, "attention: sinks ('%s') are not supported",
+               a->sinks->name ? a->sinks->name : "?");
+        return false;
+    }
     record(g, CR_E_UNSUPPORTED, "attention: head_dim %d (max 256) or heads %d/%d "
            "not supported", a->head_dim, a->n_head, a->n_head_kv);
     return false;
