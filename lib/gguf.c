@@ -32,6 +32,7 @@
  * a KV is a key length (8) + type (4) + at least one value byte; a tensor
  * info is a name length (8) + n_dims (4) + one dim (8) + type (4) +
  * offset (8); a string is its length (8). */
+#define CR_GGUF_TYPE_MXFP4_OLLAMA 4
 #define MIN_KV_BYTES 13u
 #define MIN_TENSOR_BYTES 32u
 #define MIN_STR_BYTES 8u
@@ -434,6 +435,10 @@ static cr_status_t parse_tensor_info(parser_t *p, cr_gguf_t *g, size_t i)
     st = rd_u32(p, &type, what);
     if (st)
         return st;
+    /* Ollama's first gpt-oss blobs stored MXFP4 under the id of the retired
+     * Q4_2 (4), before ggml gave it 39; Ollama still reads 4 as MXFP4. */
+    if (type == CR_GGUF_TYPE_MXFP4_OLLAMA)
+        type = CR_TYPE_MXFP4;
     const cr_type_info_t *ti = cr_type_info(type);
     if (!ti)
         return cr_err_set(p->err, CR_E_UNSUPPORTED,

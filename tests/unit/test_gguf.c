@@ -944,6 +944,17 @@ static void test_mxfp4_sizes(void)
     corrupt_case_t c3 = {"mxfp4 data cut by a byte", CR_E_TRUNCATED,
                          "blk.0.ffn_gate_exps.weight"};
     expect(&c3, bytes, data_end - 1);
+    /* Ollama's first gpt-oss blobs: MXFP4 under the retired Q4_2 id 4. */
+    memcpy(b, bytes, len);
+    put32(b, t_at + 20, 4);
+    g = NULL;
+    CHECK_EQ_INT(cr_gguf_open_memory(b, len, &g, &err), CR_OK);
+    t = g ? cr_gguf_tensor_find(g, name) : NULL;
+    CHECK_MSG(t && t->type == CR_TYPE_MXFP4 && t->size_bytes == 3 * 34, "type id 4: %s",
+              g ? "wrong type or size" : err.msg);
+    cr_gguf_close(&g);
+    put32(b, t_at + 20, 5); /* the retired Q4_3 stays unknown */
+    CHECK_EQ_INT(open_copy(b, len, &err), CR_E_UNSUPPORTED);
     free(b);
     free(bytes);
 }
