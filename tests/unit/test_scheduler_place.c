@@ -418,6 +418,7 @@ static void test_estimate_scaling_and_bad(void)
     rn_synth_opts_t so;
     rn_synth_defaults(&so);
     so.ctx = 4096;
+    so.dim = 128; /* head_dim 32: whole Q8_0 / Q4_0 blocks per head */
     void *data = NULL;
     size_t len = 0;
     cr_err_t err;
@@ -437,12 +438,26 @@ static void test_estimate_scaling_and_bad(void)
     CHECK_EQ_INT(b->kv_bytes, 4 * a->kv_bytes);
     CHECK_EQ_INT(b->weights_bytes, a->weights_bytes);
     eo.num_parallel = 1;
-    sch_kv_cache_bytes("q8_0", &eo.kv_bytes_per_elem);
+    CHECK_EQ_INT(a->kv_type, CR_TYPE_F16);
+    eo.kv_cache_type = "q8_0";
+    eo.flash_attention = true;
     CHECK_EQ_INT(sch_estimate_gguf(g, &eo, b, &err), CR_OK);
+    CHECK_EQ_INT(b->kv_type, CR_TYPE_Q8_0);
+    CHECK_EQ_STR(b->kv_note, "");
     CHECK_EQ_INT(b->kv_bytes, a->kv_bytes * 17 / 32);
-    sch_kv_cache_bytes("q4_0", &eo.kv_bytes_per_elem);
+    eo.kv_cache_type = "q4_0";
     CHECK_EQ_INT(sch_estimate_gguf(g, &eo, b, &err), CR_OK);
+    CHECK_EQ_INT(b->kv_type, CR_TYPE_Q4_0);
     CHECK_EQ_INT(b->kv_bytes, a->kv_bytes * 9 / 32);
+    /* Ollama's rule: without flash attention the cache stays f16 */
+    eo.flash_attention = false;
+    CHECK_EQ_INT(sch_estimate_gguf(g, &eo, b, &err), CR_OK);
+    CHECK_EQ_INT(b->kv_type, CR_TYPE_F16);
+    CHECK_EQ_INT(b->kv_bytes, a->kv_bytes);
+    CHECK(strstr(b->kv_note, "OLLAMA_FLASH_ATTENTION") != NULL);
+    eo.kv_cache_type = "q5_0";
+    CHECK_EQ_INT(sch_estimate_gguf(g, &eo, b, &err), CR_E_INVALID);
+    eo.kv_cache_type = NULL;
     /* Default context (4096) and the floor of 4. */
     sch_estimate_opts_t dflt = {0};
     CHECK_EQ_INT(sch_estimate_gguf(g, &dflt, b, &err), CR_OK);
