@@ -15,6 +15,7 @@
 #include "lib/env.h"
 #include "lib/self_path.h"
 #include "lib/log.h"
+#include "lib/runtime_dir.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -216,6 +217,16 @@ cr_status_t cli_cmd_serve(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
                               "corral-* programs)",
                               s->path, strerror(errno));
         s->backoff_s = BACKOFF_MIN_S;
+    }
+
+    /* The services would each fail on a bad runtime dir and be restarted
+     * with back-off until serve gave up; say why once, before any starts.
+     * Not needed when every bus socket is given as an endpoint. */
+    if (!getenv("CORRAL_SCHEDULER_ENDPOINT") || !getenv("CORRAL_RUNNERS_ENDPOINT") ||
+        !getenv("CORRAL_REGISTRY_ENDPOINT")) {
+        char run[PATH_MAX];
+        if ((st = cr_runtime_dir(run, sizeof run, err)))
+            return st;
     }
 
     sigset_t set, old;

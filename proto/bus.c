@@ -1,15 +1,15 @@
 /* bus.c: moving encoded messages over CZMQ sockets, and where sockets live.
  *
- * Owns the runtime dir rules, endpoint names, framing ([frame] on a DEALER,
+ * Owns endpoint names (the runtime dir is lib/runtime_dir.c's), framing ([frame] on a DEALER,
  * [identity][frame] on a ROUTER) and request ids. The codec is msg.c's;
  * which socket a service binds, and what it answers, are the service's.
  * Only CZMQ's stable API is used (zsock, zmsg, zframe, zpoller). */
 #include "lib/prelude.h"
 #include "proto/bus.h"
+#include "lib/runtime_dir.h"
 
 #include <fcntl.h>
 #include <openssl/rand.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
@@ -17,95 +17,6 @@
 
 #define PATH_CAP 4096
 #define NAME_MAX_LEN 32
-
-/* ---- runtime dir ---- */
-
-/* Creates every missing directory of path (mode 0700). Sets *created when
- * the last component was made here. */
-static cr_status_t mkdir_p(char *path, bool *created, cr_err_t *err)
-{
-    *created = false;
-    size_t len = strlen(path);
-    for (size_t i = 1; i <= len; i++) {
-        if (path[i] != '/' && path[i] != '\0')
-            continue;
-        char saved = path[i];
-        path[i] = '\0';
-        int rc = mkdir(path, 0700);
-        int e = errno;
-        path[i] = saved;
-        if (rc == 0) {
-            if (i == len)
-                *created = true;
-        } else if (e != EEXIST) {
-            char part[PATH_CAP];
-            snprintf(part, sizeof part, "%.*s", (int)i, path);
-            return cr_err_set(err, CR_E_IO, "cannot create directory %s: %s",
-                              part, strerror(e));
-        }
-    }
-    return CR_OK;
-}
-
-cr_status_t bus_runtime_dir(char *out, size_t cap, cr_err_t *err)
-{
-    char path[PATH_CAP];
-    const char *env = getenv("CORRAL_RUNTIME_DIR");
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
-    int n;
-    if (env && *env) {
-        n = snprintf(path, sizeof path, "%s", env);
-    } else if (xdg && *xdg) {
-        n = snprintf(path, sizeof path, "%s/corral", xdg);
-    } else {
-        const char *home = getenv("HOME");
-        if (!home || !*home) {
-            struct passwd *pw = getpwuid(geteuid());
-            home = pw ? pw->pw_dir : NULL;
-        }
-        if (!home || !*home)
-            return cr_err_set(err, CR_E_IO,
-                              "no runtime dir: set CORRAL_RUNTIME_DIR (no "
-                              "XDG_RUNTIME_DIR and no home dir)");
-        n = snprintf(path, sizeof path, "%s/.corral/run", home);
-    }
-    if (n < 0 || (size_t)n >= sizeof path)
-        return cr_err_set(err, CR_E_TOO_LARGE, "runtime dir path is too long");
-    size_t len = (size_t)n;
-    while (len > 1 && path[len - 1] == '/')
-        path[--len] = '\0';
-
-    bool created;
-    cr_status_t st = mkdir_p(path, &created, err);
-    if (st)
-        return st;
-    /* mkdir's mode is filtered by the umask; make ours exactly 0700. */
-    if (created && chmod(path, 0700) != 0)
-        return cr_err_set(err, CR_E_IO, "cannot chmod runtime dir %s: %s",
-                          path, strerror(errno));
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return cr_err_set(err, CR_E_IO, "cannot stat runtime dir %s: %s",
-                          path, strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return cr_err_set(err, CR_E_IO, "runtime dir %s is not a directory",
-                          path);
-    if (sb.st_uid != geteuid())
-        return cr_err_set(err, CR_E_FORBIDDEN,
-                          "runtime dir %s is owned by uid %u, not by this "
-                          "user (uid %u)", path, (unsigned)sb.st_uid,
-                          (unsigned)geteuid());
-    if (sb.st_mode & 077)
-        return cr_err_set(err, CR_E_FORBIDDEN,
-                          "runtime dir %s is open to group or others (mode "
-                          "%04o); run chmod 700 on it", path,
-                          (unsigned)(sb.st_mode & 07777));
-    if (len >= cap)
-        return cr_err_set(err, CR_E_TOO_LARGE,
-                          "runtime dir %s does not fit %zu bytes", path, cap);
-    memcpy(out, path, len + 1);
-    return CR_OK;
-}
 
 /* ---- endpoints ---- */
 
@@ -139,7 +50,7 @@ cr_status_t bus_endpoint(const char *name, char *out, size_t cap,
     }
 
     char dir[PATH_CAP];
-    cr_status_t st = bus_runtime_dir(dir, sizeof dir, err);
+    cr_status_t st = cr_runtime_dir(dir, sizeof dir, err);
     if (st)
         return st;
     char sock[PATH_CAP + NAME_MAX_LEN + 8];

@@ -20,16 +20,10 @@
 
 #define BUS_ENDPOINT_MAX 512
 
-/* The runtime dir: $CORRAL_RUNTIME_DIR, else $XDG_RUNTIME_DIR/corral, else
- * ~/.corral/run. Created (with parents) mode 0700 if missing; refused with
- * CR_E_FORBIDDEN if it has group/other access or another owner; CR_E_IO if
- * it cannot be made or is not a directory. */
-cr_status_t bus_runtime_dir(char *out, size_t cap, cr_err_t *err);
-
 /* The endpoint for a named service socket ("scheduler", "runners",
  * "registry"; lowercase letters, digits, '_'), honouring
  * CORRAL_<NAME>_ENDPOINT, else ipc://<runtime dir>/<name>.sock (created
- * through bus_runtime_dir). CR_E_TOO_LARGE when that socket path is over
+ * through cr_runtime_dir, lib/runtime_dir.h). CR_E_TOO_LARGE when that socket path is over
  * the 107 bytes a Unix socket allows, CR_E_INVALID for a bad name or an
  * override without "://". */
 cr_status_t bus_endpoint(const char *name, char *out, size_t cap,

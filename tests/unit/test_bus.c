@@ -2,6 +2,7 @@
  * ROUTER/DEALER pair on ipc:// in a temporary dir. */
 #include "lib/prelude.h"
 #include "proto/bus.h"
+#include "lib/runtime_dir.h"
 #include "tests/unit/check.h"
 
 #include <ftw.h>
@@ -28,7 +29,7 @@ static void test_runtime_dir(void)
 
     /* Created with parents, mode exactly 0700 despite the umask. */
     mode_t old = umask(0);
-    CHECK_EQ_INT(bus_runtime_dir(out, sizeof out, &err), CR_OK);
+    CHECK_EQ_INT(cr_runtime_dir(out, sizeof out, &err), CR_OK);
     umask(old);
     CHECK_EQ_STR(out, run);
     struct stat sb;
@@ -39,18 +40,18 @@ static void test_runtime_dir(void)
     char slash[520];
     snprintf(slash, sizeof slash, "%s/", run);
     setenv("CORRAL_RUNTIME_DIR", slash, 1);
-    CHECK_EQ_INT(bus_runtime_dir(out, sizeof out, &err), CR_OK);
+    CHECK_EQ_INT(cr_runtime_dir(out, sizeof out, &err), CR_OK);
     CHECK_EQ_STR(out, run);
     setenv("CORRAL_RUNTIME_DIR", run, 1);
 
     /* Open to group or others: refused, and the message says why. */
     chmod(run, 0755);
-    CHECK_EQ_INT(bus_runtime_dir(out, sizeof out, &err), CR_E_FORBIDDEN);
+    CHECK_EQ_INT(cr_runtime_dir(out, sizeof out, &err), CR_E_FORBIDDEN);
     CHECK(strstr(err.msg, "open to group or others (mode 0755)") != NULL);
     chmod(run, 0701);
-    CHECK_EQ_INT(bus_runtime_dir(out, sizeof out, &err), CR_E_FORBIDDEN);
+    CHECK_EQ_INT(cr_runtime_dir(out, sizeof out, &err), CR_E_FORBIDDEN);
     chmod(run, 0700);
-    CHECK_EQ_INT(bus_runtime_dir(out, sizeof out, &err), CR_OK);
+    CHECK_EQ_INT(cr_runtime_dir(out, sizeof out, &err), CR_OK);
 
     /* A file where the dir should be. */
     char file[520];
@@ -59,19 +60,19 @@ static void test_runtime_dir(void)
     if (f)
         fclose(f);
     setenv("CORRAL_RUNTIME_DIR", file, 1);
-    CHECK_EQ_INT(bus_runtime_dir(out, sizeof out, &err), CR_E_IO);
+    CHECK_EQ_INT(cr_runtime_dir(out, sizeof out, &err), CR_E_IO);
     CHECK(strstr(err.msg, "not a directory") != NULL);
 
     /* A parent that cannot be created. */
     char under[540];
     snprintf(under, sizeof under, "%s/afile/sub", tmp_root);
     setenv("CORRAL_RUNTIME_DIR", under, 1);
-    CHECK_EQ_INT(bus_runtime_dir(out, sizeof out, &err), CR_E_IO);
+    CHECK_EQ_INT(cr_runtime_dir(out, sizeof out, &err), CR_E_IO);
     CHECK(strstr(err.msg, "cannot create directory") != NULL);
 
     /* Output too small. */
     setenv("CORRAL_RUNTIME_DIR", run, 1);
-    CHECK_EQ_INT(bus_runtime_dir(out, 8, &err), CR_E_TOO_LARGE);
+    CHECK_EQ_INT(cr_runtime_dir(out, 8, &err), CR_E_TOO_LARGE);
 
     /* XDG_RUNTIME_DIR/corral when CORRAL_RUNTIME_DIR is unset. */
     char xdg[512], want[540];
@@ -79,7 +80,7 @@ static void test_runtime_dir(void)
     mkdir(xdg, 0700);
     unsetenv("CORRAL_RUNTIME_DIR");
     setenv("XDG_RUNTIME_DIR", xdg, 1);
-    CHECK_EQ_INT(bus_runtime_dir(out, sizeof out, &err), CR_OK);
+    CHECK_EQ_INT(cr_runtime_dir(out, sizeof out, &err), CR_OK);
     snprintf(want, sizeof want, "%s/corral", xdg);
     CHECK_EQ_STR(out, want);
 
@@ -89,7 +90,7 @@ static void test_runtime_dir(void)
     mkdir(home, 0700);
     unsetenv("XDG_RUNTIME_DIR");
     setenv("HOME", home, 1);
-    CHECK_EQ_INT(bus_runtime_dir(out, sizeof out, &err), CR_OK);
+    CHECK_EQ_INT(cr_runtime_dir(out, sizeof out, &err), CR_OK);
     snprintf(want, sizeof want, "%s/.corral/run", home);
     CHECK_EQ_STR(out, want);
 

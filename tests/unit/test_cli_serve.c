@@ -253,6 +253,35 @@ static void test_missing_programs(void)
     CHECK(log_has(log, "corral-registry"));
 }
 
+/* A runtime dir open to others: serve says so at once and starts nothing
+ * (before, each service failed on it and serve restarted them with
+ * back-off for seconds before giving up). */
+static void test_bad_runtime_dir(void)
+{
+    char dir[4200], log[4300], run[4300];
+    make_dir(dir, sizeof dir, "badrun");
+    snprintf(log, sizeof log, "%s/serve.log", dir);
+    snprintf(run, sizeof run, "%s/run", dir);
+    mkdir(run, 0700);
+    chmod(run, 0755);
+    for (size_t i = 0; i < CR_ARRAY_LEN(names); i++) {
+        char body[13000];
+        snprintf(body, sizeof body, "echo $$ >> %s/%s.pids\nexec sleep 1000", dir, names[i]);
+        write_script(dir, names[i], body);
+    }
+    char saved[4200];
+    snprintf(saved, sizeof saved, "%s", getenv("CORRAL_RUNTIME_DIR"));
+    setenv("CORRAL_RUNTIME_DIR", run, 1);
+    pid_t serve = start_serve(dir, log);
+    setenv("CORRAL_RUNTIME_DIR", saved, 1);
+    int wst = wait_exit(serve, 20000);
+    CHECK_MSG(wst != -1 && WIFEXITED(wst) && WEXITSTATUS(wst) == 1, "serve status %d", wst);
+    CHECK(log_has(log, "open to group or others (mode 0755)"));
+    pid_t p[16];
+    for (size_t i = 0; i < CR_ARRAY_LEN(names); i++)
+        CHECK_MSG(count_pids(dir, names[i], p, 16) == 0, "%s was started", names[i]);
+}
+
 int main(void)
 {
     const char *build = getenv("CORRAL_BUILD_DIR");
@@ -265,10 +294,15 @@ int main(void)
     if (!mkdtemp(tmpdir))
         return check_skip("test_cli_serve", "no temp dir");
     signal(SIGPIPE, SIG_IGN);
+    /* serve checks the runtime dir before it starts anything: a private one. */
+    char run[4200];
+    make_dir(run, sizeof run, "run");
+    setenv("CORRAL_RUNTIME_DIR", run, 1);
     test_supervise();
     test_second_signal_kills();
     test_crash_loop();
     test_missing_programs();
+    test_bad_runtime_dir();
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
