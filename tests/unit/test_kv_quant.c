@@ -17,7 +17,8 @@
  *     magnitude <= ~4: 1e-4 absolute is ~100x that, while a wrong block,
  *     head, row stride or dropped sink moves outputs by 1e-2..1.
  *   - be_kvq_attend at the scalar level and at the detected one (AVX2 K
- *     dot) against the same reference.
+ *     dot, exp and V sums) against the same reference, and the AVX2 V
+ *     accumulation bitwise equal to the scalar one.
  * Model (forward.c): logits with a q8_0 cache against an f16 cache on
  * synthetic llama, qwen3, gemma2 (soft-cap, sliding window), gemma3
  * (sliding window through pointer offsets) and gpt-oss (sinks, YaRN) at
@@ -234,6 +235,32 @@ static void test_ops(cr_type_t t)
     be_g->ops->free(be_g, kc);
     be_g->ops->free(be_g, vc);
     be_g->ops->free(be_g, k2);
+}
+
+/* The AVX2 V accumulation takes the scalar's float steps: same bits. */
+static void test_axpy_levels(void)
+{
+    if (be_simd_detect() < BE_SIMD_AVX2) {
+        fprintf(stderr, "axpy: AVX2 not in use here (CPU or CORRAL_CPU_SIMD): not compared\n");
+        return;
+    }
+    float row[HD], a[HD], b[HD];
+    be_block_q8_0_t q8[HD / 32];
+    be_block_q4_0_t q4[HD / 32];
+    for (int rep = 0; rep < 20; rep++) {
+        for (int i = 0; i < HD; i++) {
+            row[i] = 3 * frand();
+            a[i] = b[i] = frand();
+        }
+        float p = 0.5f + frand() / 4;
+        be_type_traits_at(CR_TYPE_Q8_0, BE_SIMD_SCALAR)->from_float(row, q8, HD);
+        be_type_traits_at(CR_TYPE_Q4_0, BE_SIMD_SCALAR)->from_float(row, q4, HD);
+        be_kvq_axpy_q8_0(HD, p, q8, a);
+        be_kvq_axpy_q8_0_avx2(HD, p, q8, b);
+        be_kvq_axpy_q4_0(HD, p, q4, a);
+        be_kvq_axpy_q4_0_avx2(HD, p, q4, b);
+        CHECK_MSG(!memcmp(a, b, sizeof a), "axpy: AVX2 differs from scalar (rep %d)", rep);
+    }
 }
 
 /* ---- whole models ---------------------------------------------------- */
@@ -460,6 +487,7 @@ int main(void)
     }
     test_ops(CR_TYPE_Q8_0);
     test_ops(CR_TYPE_Q4_0);
+    test_axpy_levels();
     test_models();
     test_refused();
     be_destroy(&be_g);

@@ -1,6 +1,7 @@
 /* attn_kvq.c: store and attend over a Q8_0 / Q4_0 KV cache (attn_kvq.h). */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/attn_kvq.h"
+#include "services/runner/backend/cpu/vec.h"
 
 #include <math.h>
 
@@ -18,9 +19,7 @@ void be_kvq_store(cr_type_t t, void *cache, const float *src, int n, int at, int
         tt->from_float(src + (size_t)i * (size_t)row, dst + (size_t)i * row_bytes, row);
 }
 
-/* acc[0..hd) += p * (dequantized V row vr): each element is dequantized to
- * f32 first (d * q, as the format's to_float does), then weighted. */
-static void axpy_q8_0(int hd, float p, const void *vr, float *acc)
+void be_kvq_axpy_q8_0(int hd, float p, const void *vr, float *acc)
 {
     const be_block_q8_0_t *b = vr;
     for (int i = 0; i < hd / BE_QK8_0; i++) {
@@ -31,7 +30,7 @@ static void axpy_q8_0(int hd, float p, const void *vr, float *acc)
     }
 }
 
-static void axpy_q4_0(int hd, float p, const void *vr, float *acc)
+void be_kvq_axpy_q4_0(int hd, float p, const void *vr, float *acc)
 {
     const be_block_q4_0_t *b = vr;
     for (int i = 0; i < hd / BE_QK4_0; i++) {
@@ -44,11 +43,17 @@ static void axpy_q4_0(int hd, float p, const void *vr, float *acc)
     }
 }
 
+typedef void (*axpy_fn)(int hd, float p, const void *vr, float *acc);
+
 void be_kvq_attend(const be_kvq_head_t *h, const float *q, float *scores, void *q8,
                    float *out)
 {
     const be_type_traits_t *kt = be_type_traits_at(h->type, h->level);
     const be_type_traits_t *qt = be_type_traits_at(kt->vec_dot_type, h->level);
+    const be_vec_ops_t *vec = be_vec_ops_at(h->level);
+    bool avx2 = h->level >= BE_SIMD_AVX2 && be_simd_detect() >= BE_SIMD_AVX2;
+    axpy_fn axpy = h->type == CR_TYPE_Q8_0 ? (avx2 ? be_kvq_axpy_q8_0_avx2 : be_kvq_axpy_q8_0)
+                                           : (avx2 ? be_kvq_axpy_q4_0_avx2 : be_kvq_axpy_q4_0);
     int hd = h->head_dim, n = h->n_kv;
 
     /* scores: q (as Q8_0) . K row j, scaled (and soft-capped) */
@@ -64,11 +69,9 @@ void be_kvq_attend(const be_kvq_head_t *h, const float *q, float *scores, void *
         mx = fmaxf(mx, s);
     }
     /* softmax, sums in double; a sink adds its term to the denominator */
-    double sum = h->sink ? (double)expf(*h->sink - mx) : 0.0;
-    for (int j = 0; j < n; j++) {
-        scores[j] = expf(scores[j] - mx);
-        sum += scores[j];
-    }
+    double sum = vec->exp_sum(n, scores, mx);
+    if (h->sink)
+        sum += (double)expf(*h->sink - mx);
     float inv = (float)(1.0 / sum);
 
     /* out = sum_j p_j V[j], dequantized, in f32 */
@@ -78,10 +81,6 @@ void be_kvq_attend(const be_kvq_head_t *h, const float *q, float *scores, void *
         float p = scores[j] * inv;
         if (p == 0)
             continue;
-        const uint8_t *vr = h->v + (size_t)j * h->row_bytes;
-        if (h->type == CR_TYPE_Q8_0)
-            axpy_q8_0(hd, p, vr, out);
-        else
-            axpy_q4_0(hd, p, vr, out);
+        axpy(hd, p, h->v + (size_t)j * h->row_bytes, out);
     }
 }

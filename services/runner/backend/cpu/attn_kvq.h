@@ -7,7 +7,8 @@
  * llama.cpp's flash attention does with such a cache: the query is
  * quantized to Q8_0 and dotted with each K row as a weight row would be
  * (the format's vec_dot, AVX2 where the CPU has it), and the f32
- * probabilities weight the dequantized V rows, summed in f32.
+ * probabilities weight the dequantized V rows, summed in f32 (AVX2 where
+ * the CPU has it, bitwise the scalar's).
  *
  * Owns no threading (backend_cpu.c splits heads over its pool) and no F16
  * cache (backend_cpu.c, ops_extra.c keep that path unchanged). */
@@ -39,6 +40,15 @@ bool be_kvq_type_ok(cr_type_t t);
  * floats, q8 at least head_dim / 32 * 34 bytes. */
 void be_kvq_attend(const be_kvq_head_t *h, const float *q, float *scores, void *q8,
                    float *out);
+
+/* acc[0..hd) += p * (dequantized row vr: hd / 32 blocks), each element
+ * dequantized to f32 (d * q, as the format's to_float) and then weighted.
+ * The scalar reference (attn_kvq.c) and AVX2 versions (attn_kvq_avx2.c:
+ * the same bits; call only where be_simd_detect() allows AVX2). */
+void be_kvq_axpy_q8_0(int hd, float p, const void *vr, float *acc);
+void be_kvq_axpy_q4_0(int hd, float p, const void *vr, float *acc);
+void be_kvq_axpy_q8_0_avx2(int hd, float p, const void *vr, float *acc);
+void be_kvq_axpy_q4_0_avx2(int hd, float p, const void *vr, float *acc);
 
 /* Quantizes n rows of src [n][row] into rows at..at+n-1 of a cache of type
  * t (row: a multiple of 32), at the detected kernel level. */
