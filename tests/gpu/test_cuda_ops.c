@@ -9,7 +9,8 @@
  *     rounds activations the same way) 1e-3, quantized types (F16
  *     activations against the CPU's 8-bit ones) 3e-2.
  *   - get_rows, rmsnorm, swiglu, add, softmax: 1e-5 relative; rope 1e-5
- *     absolute on values in [-1, 1]; kv_store bit-exact F16.
+ *     absolute on values in [-1, 1]; kv_store bit-exact F16, a quantized
+ *     cache type refused (CR_E_UNSUPPORTED through check).
  *   - attention: 3e-3 absolute (the CPU rounds probabilities to F16, the
  *     GPU keeps them in f32), decode and prefill, GQA, head sizes 64, 80,
  *     128, contexts long enough to split the keys across blocks.
@@ -390,6 +391,14 @@ static void test_kv_store(void)
         gpu_g->ops->download(gpu_g, hg, cg, nc * 2);
         GPU_CHECK_OK(gpu_g);
         CHECK_MSG(!memcmp(hc, hg, nc * 2), "kv_store: f16 bits differ");
+        /* F16 caches only: a quantized one fails the op, never stored as
+         * F16 (the engine falls back to f16 before it gets here) */
+        CHECK(!be_kv_type_supported(gpu_g, CR_TYPE_Q8_0));
+        gpu_g->ops->kv_store(gpu_g, cg, CR_TYPE_Q8_0, sg, n, at, 64);
+        cr_err_t e;
+        cr_err_clear(&e);
+        CHECK_EQ_INT(be_cuda_check(gpu_g, &e), CR_E_UNSUPPORTED);
+        CHECK_MSG(strstr(e.msg, "KV cache type Q8_0") != NULL, "%s", e.msg);
     }
     cpu_g->ops->free(cpu_g, sc);
     gpu_g->ops->free(gpu_g, sg);

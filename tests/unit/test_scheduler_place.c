@@ -444,6 +444,27 @@ static void test_estimate_vs_runner(void)
     so.head_dim = 32;
     so.ctx = 2048;
     kv_types_vs_runner("qwen3", &so, 2048);
+
+    /* A load asking for q8_0 on head_dim 16 (the scheduler never sends
+     * that): the engine warns and keeps f16 rather than failing; an
+     * unknown type fails the load, naming it. */
+    rn_synth_defaults(&so);
+    char path[400];
+    snprintf(path, sizeof path, "%s/hd16.gguf", dir_g);
+    cr_err_t err;
+    CHECK_EQ_INT(rn_synth_write(&so, path, &err), CR_OK);
+    int64_t f16 = runner_bytes(path, 256);
+    kv_g = "q8_0";
+    CHECK_EQ_INT(runner_bytes(path, 256), f16);
+    msg_load_body_t ld = {.name = "hd16", .has_name = true, .model_path = path,
+                          .has_model_path = true, .kv_cache_type = "q5_0",
+                          .has_kv_cache_type = true};
+    rn_engine_t *e = NULL;
+    CHECK_EQ_INT(rn_engine_load(&ld, &e, &err), CR_E_INVALID);
+    CHECK(strstr(err.msg, "kv_cache_type 'q5_0'") != NULL);
+    CHECK(e == NULL);
+    kv_g = NULL;
+    unlink(path);
 }
 
 /* A MoE file's layer holds all its experts: the estimate's layer bytes are
