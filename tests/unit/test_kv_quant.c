@@ -241,7 +241,7 @@ static void test_ops(cr_type_t t)
 static void test_axpy_levels(void)
 {
     if (be_simd_detect() < BE_SIMD_AVX2) {
-        fprintf(stderr, "axpy: AVX2 not in use here (CPU or CORRAL_CPU_SIMD): not compared\n");
+        fprintf(stderr, "axpy: AVX2 not in use (CPU or CORRAL_CPU_SIMD): not compared\n");
         return;
     }
     float row[HD], a[HD], b[HD];

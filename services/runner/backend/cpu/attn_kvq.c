@@ -52,8 +52,9 @@ void be_kvq_attend(const be_kvq_head_t *h, const float *q, float *scores, void *
     const be_type_traits_t *qt = be_type_traits_at(kt->vec_dot_type, h->level);
     const be_vec_ops_t *vec = be_vec_ops_at(h->level);
     bool avx2 = h->level >= BE_SIMD_AVX2 && be_simd_detect() >= BE_SIMD_AVX2;
-    axpy_fn axpy = h->type == CR_TYPE_Q8_0 ? (avx2 ? be_kvq_axpy_q8_0_avx2 : be_kvq_axpy_q8_0)
-                                           : (avx2 ? be_kvq_axpy_q4_0_avx2 : be_kvq_axpy_q4_0);
+    axpy_fn axpy = h->type == CR_TYPE_Q8_0
+                       ? (avx2 ? be_kvq_axpy_q8_0_avx2 : be_kvq_axpy_q8_0)
+                       : (avx2 ? be_kvq_axpy_q4_0_avx2 : be_kvq_axpy_q4_0);
     int hd = h->head_dim, n = h->n_kv;
 
     /* scores: q (as Q8_0) . K row j, scaled (and soft-capped) */
@@ -66,7 +67,7 @@ void be_kvq_attend(const be_kvq_head_t *h, const float *q, float *scores, void *
         if (h->softcap > 0)
             s = h->softcap * tanhf(s / h->softcap);
         scores[j] = s;
-        mx = fmaxf(mx, s);
+        mx = s > mx ? s : mx; /* not fmaxf: a libm call on baseline x86-64 */
     }
     /* softmax, sums in double; a sink adds its term to the denominator */
     double sum = vec->exp_sum(n, scores, mx);
