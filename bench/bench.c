@@ -2,7 +2,7 @@
  *
  *   bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] [--no-pp]
  *               [--load-only]
- *   bench-bench --synth SHAPE TYPE OUT.gguf
+ *   bench-bench --synth SHAPE TYPE OUT.gguf [LAYERS]
  *
  * Each round measures, in this order and in this one process: the machine's
  * memory-read bandwidth (a streaming AVX2 read of a 1 GiB buffer on the same
@@ -18,7 +18,8 @@
  * The decode rate's fraction of the bandwidth limit is
  * tg * (bytes of weights read per token) / bandwidth, where a token reads
  * every matrix once and one row of token_embd (all of it when the output is
- * tied). Peak RSS during tg is VmHWM after a reset (clear_refs) before tg;
+ * tied); of a mixture-of-experts layer's expert stacks only the
+ * n_expert_used chosen experts' share. Peak RSS during tg is VmHWM after a reset (clear_refs) before tg;
  * llama-bench's is its whole-life maxrss.
  *
  * A runner's model is a store blob, whose packed weights are cached on disk
@@ -32,9 +33,14 @@
  * --synth writes a model of realistic shape with random weights:
  * SHAPE tinyllama (dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632,
  * vocab 32000) or llama32 (dim 2048, 16 layers, 32/8 heads, FFN 8192,
- * vocab 128256, tied output), TYPE q4_0, q8_0 or q4_k_m (Q4_K with Q6_K
- * output/attn_v/ffn_down). Vocabularies come from CORRAL_TESTDATA
- * (ggml-vocab-llama-spm.gguf / ggml-vocab-llama-bpe.gguf).
+ * vocab 128256, tied output), qwen3moe (Qwen3-30B-A3B's layout cut to 16
+ * layers: dim 2048, 32 query / 4 KV heads of 128, 128 experts of FFN 768,
+ * 8 used; the llama-bpe vocabulary of 128256 stands in for Qwen's 151936),
+ * TYPE q4_0, q8_0 or q4_k_m (Q4_K with Q6_K output/attn_v/ffn_down).
+ * Vocabularies come from CORRAL_TESTDATA (ggml-vocab-llama-spm.gguf /
+ * ggml-vocab-llama-bpe.gguf). LAYERS overrides the shape's block count
+ * (writing 16 qwen3moe layers, 9.7 B parameters, takes long on a small
+ * machine; fewer keep each layer's layout).
  *
  * Never part of ctest: it takes minutes and needs gigabytes. */
 #include "lib/prelude.h"
@@ -206,6 +212,17 @@ static cr_status_t ours_open(ours_t *o, const char *path, int threads, cr_err_t 
     o->bytes_per_token = rn_model_weight_bytes(o->model) - embd + w->token_embd.row_bytes;
     if (w->tied_output)
         o->bytes_per_token += embd;
+    /* experts: a token reads n_expert_used of each stack's n_expert */
+    const rn_hparams_t *hp = rn_model_hparams(o->model);
+    for (int l = 0; l < hp->n_layers && hp->n_expert > 0; l++) {
+        const be_weight_t *stk[3] = {&w->layers[l].exp_gate, &w->layers[l].exp_up,
+                                    &w->layers[l].exp_down};
+        for (int i = 0; i < 3; i++) {
+            uint64_t all = (uint64_t)stk[i]->n_rows * stk[i]->row_bytes;
+            o->bytes_per_token -= all / (uint64_t)hp->n_expert *
+                                  (uint64_t)(hp->n_expert - hp->n_expert_used);
+        }
+    }
     return CR_OK;
 }
 
@@ -393,7 +410,8 @@ static bool theirs_run(const char *bin, const char *model, int threads, bool no_
 
 /* ---- synth ------------------------------------------------------------ */
 
-static int synth_main(const char *shape, const char *type, const char *out)
+static int synth_main(const char *shape, const char *type, const char *out,
+                      const char *layers)
 {
     rn_synth_opts_t o;
     rn_synth_defaults(&o);
@@ -418,11 +436,30 @@ static int synth_main(const char *shape, const char *type, const char *out)
         o.tied_output = true;
         snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-llama-bpe.gguf", td);
         o.name = "synth-llama-3.2-1b";
+    } else if (!strcmp(shape, "qwen3moe")) {
+        o.arch = "qwen3moe";
+        o.n_layers = 16;
+        o.n_kv_heads = 4;
+        o.head_dim = 128;
+        o.ffn = 6144;
+        o.n_experts = 128;
+        o.n_experts_used = 8;
+        o.expert_ffn = 768;
+        o.rope_base = 1000000;
+        snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-llama-bpe.gguf", td);
+        o.name = "synth-qwen3-30b-a3b-16l";
     } else {
-        fprintf(stderr, "bench: unknown shape '%s' (tinyllama, llama32)\n", shape);
+        fprintf(stderr, "bench: unknown shape '%s' (tinyllama, llama32, qwen3moe)\n",
+                shape);
         return 2;
     }
     o.vocab_from = vocab;
+    if (layers && (atoi(layers) < 1 || atoi(layers) > 256)) {
+        fprintf(stderr, "bench: layers '%s' out of range 1..256\n", layers);
+        return 2;
+    }
+    if (layers)
+        o.n_layers = atoi(layers);
     if (!strcmp(type, "q4_0")) {
         o.type = CR_TYPE_Q4_0;
     } else if (!strcmp(type, "q8_0")) {
@@ -461,14 +498,15 @@ static void usage(void)
     fprintf(stderr,
             "usage: bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] "
             "[--no-pp] [--load-only]\n"
-            "       bench-bench --synth tinyllama|llama32 q4_0|q8_0|q4_k_m OUT.gguf\n");
+            "       bench-bench --synth tinyllama|llama32|qwen3moe q4_0|q8_0|q4_k_m "
+            "OUT.gguf [LAYERS]\n");
 }
 
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 5 && !strcmp(argv[1], "--synth"))
-        return synth_main(argv[2], argv[3], argv[4]);
+        return synth_main(argv[2], argv[3], argv[4], argc >= 6 ? argv[5] : NULL);
     const char *model = NULL, *lb = NULL;
     int threads = 2, rounds = 5;
     bool no_pp = false, load_only = false;

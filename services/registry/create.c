@@ -1,6 +1,7 @@
 /* create.c: /api/create (see create.h). */
 #include "lib/prelude.h"
 #include "services/registry/create.h"
+#include "lib/chat_formats.h"
 #include "lib/env.h"
 #include "lib/gguf.h"
 #include "lib/log.h"
@@ -41,6 +42,9 @@ typedef struct build {
     json_t *families;    /* array of unique architectures */
     char (*created)[REG_HEX_LEN + 1]; /* blobs this create wrote */
     size_t n_created;
+    const char *renderer;           /* config renderer/parser: the request's, */
+    const char *parser;             /* else inherited from `from`; NULL: none */
+    char *inherited_renderer, *inherited_parser; /* owned copies of the base's */
     char auto_hex[REG_HEX_LEN + 1]; /* autodetected template layer, or "" */
     const char *auto_name;          /* its name */
 } build_t;
@@ -353,6 +357,13 @@ static cr_status_t from_model(build_t *b, const char *from, cr_err_t *err)
     }
     if (!st && base->params)
         b->params = json_incref(base->params);
+    /* A derived model keeps its base's renderer and parser (Ollama's
+     * create does the same) unless the request names its own. */
+    const char *br = reg_model_config_str(base, "renderer");
+    const char *bp = reg_model_config_str(base, "parser");
+    if (!st && ((*br && !(b->inherited_renderer = strdup(br))) ||
+                (*bp && !(b->inherited_parser = strdup(bp)))))
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
     reg_model_destroy(&base);
     return st;
 }
@@ -397,6 +408,10 @@ static cr_status_t write_config(build_t *b, cr_err_t *err)
     json_object_set_new(cfg, "model_families", json_incref(b->families));
     json_object_set_new(cfg, "model_type", json_string(b->model_type));
     json_object_set_new(cfg, "file_type", json_string(b->file_type));
+    if (b->renderer && *b->renderer)
+        json_object_set_new(cfg, "renderer", json_string(b->renderer));
+    if (b->parser && *b->parser)
+        json_object_set_new(cfg, "parser", json_string(b->parser));
     json_object_set_new(cfg, "architecture", json_string(HOST_ARCH));
     json_object_set_new(cfg, "os", json_string("linux"));
     json_t *rootfs = json_object();
@@ -539,10 +554,29 @@ out:
     return st;
 }
 
+/* Refuses a renderer or parser name corral does not have, naming it and
+ * the known ones (Ollama would fail only at the first chat). */
+static cr_status_t check_format(cr_format_kind_t kind, const char *name,
+                                cr_err_t *err)
+{
+    if (!name || !*name || cr_format_is_known(kind, name))
+        return CR_OK;
+    char known[256];
+    cr_format_names(kind, known, sizeof known);
+    return cr_err_set(err, CR_E_INVALID, "unknown %s \"%s\" (built-in %ss: %s)",
+                      cr_format_kind_name(kind), name, cr_format_kind_name(kind),
+                      known);
+}
+
 static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
                                 cr_err_t *err)
 {
     cr_status_t st;
+    const char *renderer = req->has_renderer ? req->renderer : NULL;
+    const char *parser = req->has_parser ? req->parser : NULL;
+    if ((st = check_format(CR_FORMAT_RENDERER, renderer, err)) ||
+        (st = check_format(CR_FORMAT_PARSER, parser, err)))
+        return st;
     bool has_from = req->has_from && req->from && *req->from;
     if (has_from)
         st = from_model(b, req->from, err);
@@ -553,6 +587,8 @@ static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
                           "neither 'from' or 'files' was specified");
     if (st)
         return st;
+    b->renderer = renderer && *renderer ? renderer : b->inherited_renderer;
+    b->parser = parser && *parser ? parser : b->inherited_parser;
     if (req->has_adapters && req->adapters.n) {
         st = from_files(b, req->adapters.v, req->adapters.n, true, err);
         if (st)
@@ -729,6 +765,8 @@ out:
     reg_manifest_free(&old);
     json_decref(b.params);
     json_decref(b.families);
+    free(b.inherited_renderer);
+    free(b.inherited_parser);
     free(b.created);
     return st;
 }

@@ -1,6 +1,8 @@
 /* model.c: load a stored model's manifest and small layers (see model.h). */
 #include "lib/prelude.h"
 #include "services/registry/model.h"
+
+#include "lib/chat_formats.h"
 #include "services/registry/ggufinfo.h"
 
 #include <ctype.h>
@@ -271,9 +273,15 @@ size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
         if (reg_gguf_has_vision(g))
             out[n++] = "vision";
     }
+    /* A built-in parser that finds tool calls (thinking) gives the
+     * capability as Ollama's parserCapabilities does. */
+    const char *parser = reg_model_config_str(m, "parser");
+    bool tools = cr_parser_has_tools(parser);
+    if (m->template_text && reg_template_uses(m->template_text, "Tools"))
+        tools = true;
+    if (tools)
+        out[n++] = "tools";
     if (m->template_text) {
-        if (reg_template_uses(m->template_text, "Tools"))
-            out[n++] = "tools";
         if (reg_template_uses(m->template_text, "Suffix"))
             out[n++] = "insert";
     }
@@ -282,7 +290,8 @@ size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
         vision |= !strcmp(out[i], "vision");
     if (!vision && reg_manifest_find(&m->manifest, REG_MT_PROJECTOR))
         out[n++] = "vision";
-    if (m->template_text && reg_template_uses(m->template_text, "Thinking"))
+    if (cr_parser_has_thinking(parser) ||
+        (m->template_text && reg_template_uses(m->template_text, "Thinking")))
         out[n++] = "thinking";
     return n;
 }

@@ -447,6 +447,18 @@ static cr_status_t fill_resolved(reg_store_t *s, const reg_model_t *m,
     if (!r->details || reg_model_details_msg(m, true, r->details, reply))
         return CR_E_NOMEM;
     r->has_details = true;
+    const char *renderer = reg_model_config_str(m, "renderer");
+    const char *parser = reg_model_config_str(m, "parser");
+    if (*renderer) {
+        if (!(r->renderer = msg_strdup(reply, renderer)))
+            return CR_E_NOMEM;
+        r->has_renderer = true;
+    }
+    if (*parser) {
+        if (!(r->parser = msg_strdup(reply, parser)))
+            return CR_E_NOMEM;
+        r->has_parser = true;
+    }
     const char *caps[REG_MAX_CAPS];
     size_t nc = reg_model_capabilities(m, g, caps);
     r->capabilities.v = msg_alloc(reply, REG_MAX_CAPS * sizeof(char *));

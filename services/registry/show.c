@@ -81,6 +81,12 @@ cr_status_t reg_modelfile_text(const reg_store_t *s, const reg_model_t *m,
     const char *sys = system ? system : m->system_text;
     if (!st && sys && *sys)
         st = cmd(out, "SYSTEM", sys, true);
+    const char *renderer = reg_model_config_str(m, "renderer");
+    const char *parser = reg_model_config_str(m, "parser");
+    if (!st && *renderer)
+        st = cmd(out, "RENDERER", renderer, true);
+    if (!st && *parser)
+        st = cmd(out, "PARSER", parser, true);
     if (!st && params && json_is_object(params)) {
         const char *k;
         json_t *v;
@@ -204,6 +210,8 @@ cr_status_t reg_show_body(const reg_store_t *s, const reg_model_t *m,
     set_str_nonempty(body, "template",
                      m->template_text ? m->template_text : REG_DEFAULT_TEMPLATE);
     set_str_nonempty(body, "system", sys);
+    set_str_nonempty(body, "renderer", reg_model_config_str(m, "renderer"));
+    set_str_nonempty(body, "parser", reg_model_config_str(m, "parser"));
     json_object_set_new(body, "details", reg_model_details_json(m, true));
 
     if (m->messages && json_array_size(m->messages) > 0) {

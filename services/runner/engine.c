@@ -32,6 +32,8 @@
 #include "services/runner/output/output.h"
 #include "services/runner/prompt/prompt.h"
 #include "services/runner/prompt/prompt_tokens.h"
+#include "services/runner/prompt/renderer.h"
+#include "lib/chat_formats.h"
 #include "services/runner/sampler.h"
 #include "services/runner/testhooks.h"
 #include "services/runner/output/stop.h"
@@ -99,6 +101,9 @@ struct rn_engine {
     rn_script_t *script; /* CORRAL_TEST_SCRIPT: forced answers, or NULL */
     msg_t load;       /* owned copy of the load message (template, ...) */
     rn_tmpl_t *tmpl;  /* the model's template, parsed once */
+    const rn_prompt_renderer_t *renderer; /* RENDERER: used instead of tmpl */
+    const char *parser; /* PARSER: splits answers instead of the template's
+                           tags (in load), or NULL */
     int n_ctx;
     int n_slots;
     slot_t *slots;    /* [n_slots] */
@@ -123,6 +128,25 @@ static int64_t mono_ns(void)
 }
 
 /* ---- load ---- */
+
+/* The model's built-in renderer and parser, when its load names them. */
+static cr_status_t pick_formats(rn_engine_t *e, cr_err_t *err)
+{
+    const msg_load_body_t *ld = &e->load.u.load;
+    if (ld->has_renderer && ld->renderer && *ld->renderer) {
+        e->renderer = rn_prompt_renderer_find(ld->renderer);
+        if (!e->renderer)
+            return cr_err_set(err, CR_E_INVALID, "%s: unknown renderer \"%s\"",
+                              ld->name, ld->renderer);
+    }
+    if (ld->has_parser && ld->parser && *ld->parser) {
+        if (!rn_parser_is_known(ld->parser))
+            return cr_err_set(err, CR_E_INVALID, "%s: unknown parser \"%s\"",
+                              ld->name, ld->parser);
+        e->parser = ld->parser;
+    }
+    return CR_OK;
+}
 
 /* The instance of device `dev` of kind k, created on first use; NULL (with
  * a warning: its layers stay on the host) when it cannot be opened. */
@@ -245,6 +269,8 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
         cr_err_wrap(err, "template of %s", load->name);
         goto fail;
     }
+    if ((st = pick_formats(e, err)))
+        goto fail;
     if ((st = rn_script_from_env(e->tok, &e->script, err)))
         goto fail;
     rn_testhook_slow_load(load->name);
@@ -293,7 +319,10 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
         slot_t *sl = &e->slots[i];
         sl->id = i;
         sl->sampler = rn_sampler_new(hp->n_vocab, e->n_ctx, &sp, err);
-        sl->detok = rn_detok_new(e->tok, 0);
+        /* A built-in parser reads the format's markers, which are control
+         * tokens in the model's vocabulary (gpt-oss's <|channel|>...): the
+         * answer keeps their text (Ollama's parsers' preserved tokens). */
+        sl->detok = rn_detok_new(e->tok, e->parser ? RN_PIECE_SPECIAL : 0);
         sl->output = rn_output_new();
         sl->seq = calloc((size_t)e->n_ctx, sizeof *sl->seq);
         sl->prompt = calloc((size_t)e->n_ctx, sizeof *sl->prompt);
@@ -573,6 +602,7 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
         fit.truncate = !c->has_truncate || c->truncate;
         rn_prompt_chat_t in = {0};
         in.tmpl = e->tmpl;
+        in.renderer = e->renderer;
         in.model_system = ld->system;
         in.model_msgs = model_msgs.v;
         in.n_model_msgs = model_msgs.n;
@@ -591,6 +621,7 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
         const msg_generate_body_t *g = &req->u.generate;
         rn_prompt_gen_t in = {0};
         in.tmpl = e->tmpl;
+        in.renderer = e->renderer;
         if (g->has_template) {
             if ((st = rn_tmpl_parse(g->template, strlen(g->template), &req_tmpl,
                                     err))) {
@@ -705,7 +736,8 @@ static cr_status_t begin_output(rn_engine_t *e, rn_output_t *output,
                                             : r->u.generate.model;
     char open[128] = "", close[128] = "";
     rn_tmpl_thinking_tags(e->tmpl, open, sizeof open, close, sizeof close);
-    bool can_think = open[0] && close[0];
+    bool can_think = e->parser ? cr_parser_has_thinking(e->parser)
+                               : open[0] && close[0];
     /* No vision support yet: images are refused, never silently dropped. */
     size_t n_images = r->type == MSG_generate ? r->u.generate.images.n : 0;
     for (size_t i = 0; r->type == MSG_chat && i < r->u.chat.messages.n; i++)
@@ -723,6 +755,24 @@ static cr_status_t begin_output(rn_engine_t *e, rn_output_t *output,
     bool split = can_think && think.mode != RN_THINK_FALSE;
     const char *tools = r->type == MSG_chat ? r->u.chat.tools : NULL;
     char tag[128] = "";
+    if (e->parser) {
+        if (tools && *tools && strcmp(tools, "[]") && !cr_parser_has_tools(e->parser))
+            return cr_err_set(err, CR_E_INVALID, "\"%s\" does not support tools",
+                              model);
+        /* The parser continues what the prompt opened: a last assistant
+         * message is a prefill (harmony). */
+        rn_parser_init_t pi = {.tools_json = tools};
+        const msg_message_t *last =
+            r->type == MSG_chat && r->u.chat.messages.n
+                ? &r->u.chat.messages.v[r->u.chat.messages.n - 1]
+                : NULL;
+        if (last && last->role && !strcmp(last->role, "assistant")) {
+            pi.last_role = last->role;
+            pi.last_content = last->content;
+            pi.last_thinking = last->thinking;
+        }
+        return rn_output_begin_parser(output, e->parser, &pi, err);
+    }
     if (tools && *tools && strcmp(tools, "[]")) {
         if (!rn_tmpl_uses(e->tmpl, "tools"))
             return cr_err_set(err, CR_E_INVALID,
@@ -803,7 +853,16 @@ static void complete_slot(rn_engine_t *e, slot_t *sl)
         if (!stopped)
             rn_stop_flush(sl->stop, &e->out);
     }
-    rn_output_finish(sl->output, e->out.data, e->out.len, &sl->sink);
+    if (!rn_output_finish(sl->output, e->out.data, e->out.len, &sl->sink)) {
+        /* What the parser held could not be read (a call's arguments): the
+         * request fails, as Ollama's does. */
+        const cr_err_t *oe = rn_output_error(sl->output);
+        if (oe) {
+            cr_err_t copy = *oe;
+            fail_slot(e, sl, copy.status, &copy);
+            return;
+        }
+    }
     int64_t t_end = mono_ns();
     msg_done_body_t done = {0};
     done.done_reason = (char *)sl->reason;
@@ -825,6 +884,32 @@ static void complete_slot(rn_engine_t *e, slot_t *sl)
         done.has_context = true;
     }
     end_slot(e, sl, CR_OK, &done, NULL);
+}
+
+/* The request's stop strings, and those the model's parser's format ends
+ * answers with (harmony's <|return|>, <|call|>: a vocabulary that does not
+ * make them end tokens still stops there). */
+static rn_stop_t *new_stop(const rn_engine_t *e, const msg_strs_t *req,
+                           cr_err_t *err)
+{
+    const char *const *extra = rn_parser_stops(e->parser);
+    size_t n_req = req ? req->n : 0, n_extra = 0;
+    while (extra[n_extra])
+        n_extra++;
+    if (!n_extra)
+        return rn_stop_new(req ? (const char *const *)req->v : NULL, n_req, err);
+    const char **all = calloc(n_req + n_extra, sizeof *all);
+    if (!all) {
+        cr_err_set(err, CR_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < n_req; i++)
+        all[i] = req->v[i];
+    for (size_t i = 0; i < n_extra; i++)
+        all[n_req + i] = extra[i];
+    rn_stop_t *stop = rn_stop_new(all, n_req + n_extra, err);
+    free(all);
+    return stop;
 }
 
 cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
@@ -852,8 +937,7 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     }
     if ((st = request_opts(e, req_options(r), &ro, err)))
         goto out;
-    stop = rn_stop_new(ro.stop ? (const char *const *)ro.stop->v : NULL,
-                       ro.stop ? ro.stop->n : 0, err);
+    stop = new_stop(e, ro.stop, err);
     if (!stop) {
         /* Too many or too long stop strings are the client's mistake. */
         if (err && err->status == CR_E_TOO_LARGE)
@@ -965,8 +1049,12 @@ static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, bool *finished,
     cr_buf_reset(&e->out);
     if ((st = rn_stop_push(sl->stop, piece, piece_len, &e->out, &sl->stopped)))
         return st;
-    if (!rn_output_push(sl->output, e->out.data, e->out.len, &sl->sink))
-        return CR_E_CANCELED;
+    if (!rn_output_push(sl->output, e->out.data, e->out.len, &sl->sink)) {
+        const cr_err_t *oe = rn_output_error(sl->output);
+        if (oe && err)
+            *err = *oe;
+        return oe ? oe->status : CR_E_CANCELED;
+    }
     if (sl->stopped || (sl->grammar && rn_grammar_is_complete(sl->grammar) &&
                         !rn_grammar_can_continue(sl->grammar))) {
         sl->reason = "stop";

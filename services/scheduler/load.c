@@ -19,6 +19,10 @@ void sch_load_build(const sch_server_t *s, const runner_t *rn, msg_t *load,
     b->has_template = res->has_template;
     b->system = res->system;
     b->has_system = res->has_system;
+    b->renderer = res->renderer;
+    b->has_renderer = res->has_renderer;
+    b->parser = res->parser;
+    b->has_parser = res->has_parser;
     b->messages.v = res->messages.v;
     b->messages.n = res->messages.n;
     b->has_messages = res->has_messages;

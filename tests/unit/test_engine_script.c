@@ -9,8 +9,10 @@
  * function.index, id and the content around it; the second request feeds the
  * call and a `tool` result back through the template (checked in the
  * rendered prompt and in the prompt the engine evaluated) and gets the
- * scripted final answer as plain content. Also: the script module's own
- * contract (answers in turn, round trip, bad files). */
+ * scripted final answer as plain content. Built-in RENDERER/PARSER in the
+ * engine (qwen3-coder's prompt and calls, a harmony call that fails, unknown
+ * names, control tokens' text kept for a parser). Also: the script
+ * module's own contract (answers in turn, round trip, bad files). */
 #include "lib/prelude.h"
 
 #include <stdlib.h>
@@ -22,6 +24,7 @@
 #include "lib/gguf.h"
 #include "services/runner/engine.h"
 #include "services/runner/prompt/prompt.h"
+#include "services/runner/prompt/renderer.h"
 #include "services/runner/testhooks.h"
 #include "tools/synth/synth.h"
 #include "services/runner/template/template.h"
@@ -299,6 +302,159 @@ static void test_styles(void)
         run_style(&styles[i]);
 }
 
+/* An engine whose load names a built-in renderer and parser. */
+static rn_engine_t *load_formats(const char *renderer, const char *parser,
+                                 cr_status_t *st, cr_err_t *err)
+{
+    msg_options_t o;
+    msg_load_body_t ld;
+    test_load_body(&ld, &o, model_path, NULL, 2048, 0);
+    ld.renderer = (char *)renderer;
+    ld.has_renderer = renderer != NULL;
+    ld.parser = (char *)parser;
+    ld.has_parser = parser != NULL;
+    rn_engine_t *e = NULL;
+    *st = rn_engine_load(&ld, &e, err);
+    return e;
+}
+
+/* RENDERER/PARSER qwen3-coder: the engine evaluates the renderer's prompt
+ * (not the template's), the parser splits the scripted call with its value
+ * typed; harmony: a call whose arguments are not JSON fails the request
+ * with Ollama's message; unknown names fail the load. */
+static void test_builtin_formats(void)
+{
+    static const char call[] =
+        "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+        "</parameter>\n</function>\n</tool_call>";
+    char script[1024];
+    snprintf(script, sizeof script, "%s\n---\n%s\n", call, final_answer);
+    write_file(script_path, script);
+    setenv("CORRAL_TEST_SCRIPT", script_path, 1);
+    cr_status_t st;
+    cr_err_t err;
+    rn_engine_t *e = load_formats("qwen3-coder", "qwen3-coder", &st, &err);
+    unsetenv("CORRAL_TEST_SCRIPT");
+    CHECK_MSG(st == CR_OK, "%s", err.msg);
+    if (e) {
+        msg_message_t msgs[3] = {{0}};
+        msgs[0].role = "user";
+        msgs[0].content = "Weather in Paris?";
+        capture_t cp = {0};
+        msg_done_body_t d;
+        st = chat(e, msgs, 1, &cp, &d, &err);
+        CHECK_MSG(st == CR_OK, "%s", err.msg);
+        CHECK_EQ_INT((int)json_array_size(cp.calls), 1);
+        check_call(cp.calls, 0, "get_weather", "{\"city\":\"Paris\"}");
+        CHECK_EQ_STR(cp.text.data ? cp.text.data : "", "Checking.");
+        capture_free(&cp);
+
+        /* the prompt evaluated is the renderer's */
+        rn_prompt_msg_t pm = {.role = "user", .content = msgs[0].content};
+        json_t *tools = json_loads(tools_json, 0, NULL);
+        rn_prompt_chat_t in = {0};
+        in.renderer = rn_prompt_renderer_find("qwen3-coder");
+        in.msgs = &pm;
+        in.n_msgs = 1;
+        in.tools = tools;
+        rn_prompt_result_t res = {0};
+        CHECK_EQ_INT(rn_prompt_chat(&in, &res, &err), CR_OK);
+        CHECK(res.text && strstr(res.text, "<function>\n<name>get_weather</name>"));
+        if (res.text)
+            CHECK_EQ_INT(d.prompt_eval_count, count_tokens(e, res.text));
+        rn_prompt_result_free(&res);
+        json_decref(tools);
+
+        msgs[1].role = "assistant";
+        msgs[1].tool_calls = "[{\"function\":{\"name\":\"get_weather\",\"arguments\":"
+                             "{\"city\":\"Paris\"}}}]";
+        msgs[2].role = "tool";
+        msgs[2].content = "{\"temp\": 18}";
+        st = chat(e, msgs, 3, &cp, &d, &err);
+        CHECK_MSG(st == CR_OK, "%s", err.msg);
+        CHECK_EQ_STR(cp.text.data ? cp.text.data : "", final_answer);
+        CHECK_EQ_INT((int)json_array_size(cp.calls), 0);
+        capture_free(&cp);
+        rn_engine_destroy(&e);
+    }
+
+    write_file(script_path, "<|channel|>commentary to=functions.get_weather<|message|>"
+                            "{\"city\": Paris}<|call|>\n");
+    setenv("CORRAL_TEST_SCRIPT", script_path, 1);
+    e = load_formats("harmony", "harmony", &st, &err);
+    unsetenv("CORRAL_TEST_SCRIPT");
+    CHECK_MSG(st == CR_OK, "%s", err.msg);
+    if (e) {
+        msg_message_t m = {.role = "user", .content = "Weather?"};
+        capture_t cp = {0};
+        msg_done_body_t d;
+        st = chat(e, &m, 1, &cp, &d, &err);
+        CHECK_EQ_INT(st, CR_E_INVALID);
+        CHECK_MSG(strstr(err.msg, "error parsing tool call: raw='{\"city\": Paris}'"),
+                  "%s", err.msg);
+        CHECK_EQ_INT((int)json_array_size(cp.calls), 0);
+        capture_free(&cp);
+        rn_engine_destroy(&e);
+    }
+
+    e = load_formats("gpt-oss", NULL, &st, &err);
+    CHECK(e == NULL);
+    CHECK_EQ_INT(st, CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "unknown renderer \"gpt-oss\""), "%s", err.msg);
+    e = load_formats(NULL, "nope", &st, &err);
+    CHECK(e == NULL);
+    CHECK_MSG(strstr(err.msg, "unknown parser \"nope\""), "%s", err.msg);
+}
+
+/* A model with a built-in parser gets control tokens' text in its answer
+ * (gpt-oss's <|channel|>... are control tokens; the parser must see them);
+ * without one they print as nothing, as before. Needs a real vocabulary
+ * with control tokens: Llama 3's, from the shared testdata. */
+static void test_control_text(void)
+{
+    const char *root = check_testdata("vocab/ggml-vocab-llama-bpe.gguf");
+    if (!root) {
+        printf("engine_script: control-token text skipped: no shared testdata\n");
+        return;
+    }
+    char vocab[1200], path[300];
+    snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-llama-bpe.gguf", root);
+    snprintf(path, sizeof path, "%s.bpe", model_path);
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.seed = 9;
+    so.ctx = 2048;
+    so.vocab_from = vocab;
+    cr_err_t err;
+    CHECK_MSG(rn_synth_write(&so, path, &err) == CR_OK, "%s", err.msg);
+    write_file(script_path, "Hi<|start_header_id|>there\n");
+    static const char *const parsers[] = {"qwen3-coder", NULL};
+    static const char *const want[] = {"Hi<|start_header_id|>there", "Hithere"};
+    for (size_t i = 0; i < 2; i++) {
+        msg_options_t o;
+        msg_load_body_t ld;
+        /* a template with tools: chat() offers some */
+        test_load_body(&ld, &o, path, qwen25_tmpl, 2048, 0);
+        ld.parser = (char *)parsers[i];
+        ld.has_parser = parsers[i] != NULL;
+        setenv("CORRAL_TEST_SCRIPT", script_path, 1);
+        rn_engine_t *e = NULL;
+        cr_status_t st = rn_engine_load(&ld, &e, &err);
+        unsetenv("CORRAL_TEST_SCRIPT");
+        CHECK_MSG(st == CR_OK, "%s", err.msg);
+        if (!e)
+            continue;
+        msg_message_t m = {.role = "user", .content = "Hello"};
+        capture_t cp = {0};
+        msg_done_body_t d;
+        CHECK_EQ_INT(chat(e, &m, 1, &cp, &d, &err), CR_OK);
+        CHECK_EQ_STR(cp.text.data ? cp.text.data : "", want[i]);
+        capture_free(&cp);
+        rn_engine_destroy(&e);
+    }
+    unlink(path);
+}
+
 /* The module itself: answers in turn, exact bytes, the end token, and
  * clear errors for a missing file. */
 static void test_script_module(void)
@@ -364,6 +520,8 @@ int main(void)
     }
     test_script_module();
     test_styles();
+    test_builtin_formats();
+    test_control_text();
     unlink(model_path);
     unlink(script_path);
     return check_finish("engine_script");

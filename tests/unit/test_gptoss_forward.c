@@ -21,7 +21,9 @@
  * below 0.999, which shows the comparison sees that feature. A routing
  * near-tie could flip an expert between the two computations; the
  * smallest gap between the k-th and (k+1)-th router logit is printed so a
- * failure from that cause is recognisable. */
+ * failure from that cause is recognisable. The same weights in Ollama's
+ * layout ("gptoss", fused attn_qkv, its tensor names and missing keys)
+ * must give the same bits. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
@@ -523,6 +525,193 @@ static void test_hparams(void)
     free(bytes);
 }
 
+/* Layers on two CPU instances (layer 2 and the output on the second, so a
+ * sliding layer, its sinks and biases and the residual hand-over cross):
+ * the same ops in the same order, so the same bits as one instance. */
+static void test_split(void)
+{
+    rn_synth_opts_t o;
+    gptoss_opts(&o, CR_TYPE_Q8_0, CR_TYPE_MXFP4);
+    void *bytes = NULL;
+    size_t len = 0;
+    rn_model_t *m1 = load_synth(&o, &bytes, &len), *m2 = NULL;
+    be_backend_t *be2 = NULL;
+    cr_err_t err;
+    cr_err_clear(&err);
+    cr_gguf_t *g = NULL;
+    CHECK_EQ_INT(be_cpu_new(1, &be2, &err), CR_OK);
+    rn_placement_t pl = {.host = be_g, .n_ranges = 1,
+                         .ranges = {{.be = be2, .first_layer = 2, .n_layers = 2}}};
+    CHECK_EQ_INT(cr_gguf_open_memory(bytes, len, &g, &err), CR_OK);
+    CHECK_EQ_INT(rn_model_load_gguf_placed(&g, &pl, &m2, &err), CR_OK);
+    rn_ctx_t *c1 = m1 ? new_ctx(m1, 64) : NULL, *c2 = m2 ? new_ctx(m2, 64) : NULL;
+    CHECK(c1 && c2);
+    if (c1 && c2) {
+        /* the embeddings (with the output layer, on be2), layers 0-1,
+         * then layer 2 and the output */
+        CHECK_EQ_INT(rn_ctx_n_parts(c2), 3);
+        size_t V = (size_t)rn_model_hparams(m1)->n_vocab;
+        float *a = malloc(V * N_TOK * sizeof *a), *b = malloc(V * N_TOK * sizeof *b);
+        CHECK(a && b && !rn_ctx_eval(c1, toks_g, N_TOK, 0, a, &err) &&
+              !rn_ctx_eval(c2, toks_g, N_TOK, 0, b, &err) &&
+              !memcmp(a, b, V * N_TOK * sizeof *a));
+        free(a);
+        free(b);
+    }
+    rn_ctx_destroy(&c1);
+    rn_ctx_destroy(&c2);
+    rn_model_destroy(&m1);
+    rn_model_destroy(&m2);
+    be_destroy(&be2);
+    free(bytes);
+}
+
+/* ---- Ollama's layout --------------------------------------------------- */
+
+/* Rewrites llama.cpp's gpt-oss file src as Ollama's converter writes the
+ * model: architecture "gptoss" (keys gptoss.*), no rope.scaling.type (its
+ * runner always applies YaRN), no expert_feed_forward_length (it is
+ * feed_forward_length there), q/k/v fused into attn_qkv (rows q, k, v;
+ * bias likewise), attn_out, attn_sinks without ".weight", ffn_norm for
+ * post_attention_norm. F32 only (rows are concatenated). Caller frees
+ * *out. */
+static cr_status_t to_ollama_layout(const void *src, size_t len, int n_layers, void **out,
+                                    size_t *out_len, cr_err_t *err)
+{
+    cr_gguf_t *g = NULL;
+    cr_status_t st = cr_gguf_open_memory(src, len, &g, err);
+    if (st)
+        return st;
+    cr_gguf_writer_t *w = cr_gguf_writer_new();
+    void *fused = NULL;
+    st = w ? CR_OK : CR_E_NOMEM;
+    for (size_t i = 0; !st && i < cr_gguf_kv_count(g); i++) {
+        cr_gguf_kv_t kv = *cr_gguf_kv_at(g, i);
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)kv.key.len, kv.key.ptr);
+        if (!strcmp(key, "gpt-oss.rope.scaling.type") ||
+            !strcmp(key, "gpt-oss.expert_feed_forward_length"))
+            continue;
+        if (!strcmp(key, "general.architecture")) {
+            st = cr_gguf_writer_add_str(w, key, "gptoss", err);
+            continue;
+        }
+        if (!strncmp(key, "gpt-oss.", 8)) {
+            char renamed[128];
+            snprintf(renamed, sizeof renamed, "gptoss.%s", key + 8);
+            kv.key = (cr_gguf_str_t){renamed, strlen(renamed)};
+            st = cr_gguf_writer_copy_kv(w, &kv, err);
+            continue;
+        }
+        st = cr_gguf_writer_copy_kv(w, &kv, err);
+    }
+    /* the fused q/k/v of every layer, weights then biases */
+    size_t fused_bytes = 0;
+    for (int l = 0; l < n_layers; l++)
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < 3; i++) {
+                char name[64];
+                snprintf(name, sizeof name, "blk.%d.attn_%c.%s", l, "qkv"[i],
+                         k ? "bias" : "weight");
+                const cr_gguf_tensor_t *t = cr_gguf_tensor_find(g, name);
+                fused_bytes += t ? t->size_bytes : 0;
+            }
+    fused = malloc(fused_bytes ? fused_bytes : 1);
+    if (!st && !fused)
+        st = CR_E_NOMEM;
+    uint8_t *at = fused;
+    for (size_t i = 0; !st && i < cr_gguf_tensor_count(g); i++) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        char name[96];
+        int l = -1;
+        char what[48] = "";
+        if (sscanf(t->name, "blk.%d.%47s", &l, what) != 2) {
+            st = cr_gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, t->data,
+                                           NULL, err);
+            continue;
+        }
+        bool weight = !strcmp(what, "attn_q.weight"), bias = !strcmp(what, "attn_q.bias");
+        if (weight || bias) {
+            /* q's turn: write attn_qkv from q, k and v */
+            const char *kind = weight ? "weight" : "bias";
+            uint64_t rows = 0, cols = t->ne[0];
+            uint8_t *start = at;
+            for (int j = 0; j < 3; j++) {
+                snprintf(name, sizeof name, "blk.%d.attn_%c.%s", l, "qkv"[j], kind);
+                const cr_gguf_tensor_t *p = cr_gguf_tensor_find(g, name);
+                memcpy(at, p->data, p->size_bytes);
+                at += p->size_bytes;
+                rows += weight ? p->ne[1] : p->ne[0];
+            }
+            snprintf(name, sizeof name, "blk.%d.attn_qkv.%s", l, kind);
+            uint64_t ne[2] = {weight ? cols : rows, weight ? rows : 1};
+            st = cr_gguf_writer_add_tensor(w, name, weight ? 2 : 1, ne, CR_TYPE_F32, start,
+                                           NULL, err);
+            continue;
+        }
+        if (!strncmp(what, "attn_k.", 7) || !strncmp(what, "attn_v.", 7))
+            continue;
+        if (!strncmp(what, "attn_output.", 12))
+            snprintf(name, sizeof name, "blk.%d.attn_out.%s", l, what + 12);
+        else if (!strcmp(what, "attn_sinks.weight"))
+            snprintf(name, sizeof name, "blk.%d.attn_sinks", l);
+        else if (!strcmp(what, "post_attention_norm.weight"))
+            snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        else
+            snprintf(name, sizeof name, "blk.%d.%s", l, what);
+        st = cr_gguf_writer_add_tensor(w, name, t->n_dims, t->ne, t->type, t->data, NULL, err);
+    }
+    if (!st)
+        st = cr_gguf_writer_write_memory(w, out, out_len, err);
+    cr_gguf_writer_destroy(&w);
+    cr_gguf_close(&g);
+    free(fused);
+    return st;
+}
+
+/* The same weights in Ollama's layout give the same bits: fused q/k/v are
+ * row views of one matrix (each row's dot product unchanged), and the
+ * absent keys take the values llama.cpp's file spells out. */
+static void test_ollama_layout(void)
+{
+    rn_synth_opts_t o;
+    gptoss_opts(&o, CR_TYPE_F32, CR_TYPE_F32);
+    void *bytes = NULL, *ol = NULL;
+    size_t len = 0, ol_len = 0;
+    rn_model_t *m1 = load_synth(&o, &bytes, &len), *m2 = NULL;
+    cr_err_t err;
+    cr_err_clear(&err);
+    cr_gguf_t *g = NULL;
+    CHECK_EQ_INT(to_ollama_layout(bytes, len, o.n_layers, &ol, &ol_len, &err), CR_OK);
+    CHECK_EQ_INT(cr_gguf_open_memory(ol, ol_len, &g, &err), CR_OK);
+    CHECK_EQ_STR(cr_gguf_arch(g), "gptoss");
+    CHECK(!cr_gguf_tensor_find(g, "blk.0.attn_q.weight") &&
+          cr_gguf_tensor_find(g, "blk.0.attn_qkv.bias") &&
+          cr_gguf_tensor_find(g, "blk.2.attn_sinks"));
+    cr_status_t st = rn_model_load_gguf(&g, be_g, &m2, &err);
+    CHECK_MSG(st == CR_OK, "Ollama layout: %s", err.msg);
+    rn_ctx_t *c1 = m1 ? new_ctx(m1, 64) : NULL, *c2 = m2 ? new_ctx(m2, 64) : NULL;
+    if (c1 && c2) {
+        const rn_hparams_t *hp = rn_model_hparams(m2);
+        CHECK(hp->yarn.ext_factor == 1 && hp->ffn_expert == 64);
+        CHECK_EQ_STR(rn_model_weights(m2)->layers[1].wo.name, "blk.1.attn_out.weight");
+        size_t V = (size_t)hp->n_vocab;
+        float *a = malloc(V * N_TOK * sizeof *a), *b = malloc(V * N_TOK * sizeof *b);
+        CHECK(a && b && !rn_ctx_eval(c1, toks_g, N_TOK, 0, a, &err) &&
+              !rn_ctx_eval(c2, toks_g, N_TOK, 0, b, &err) &&
+              !memcmp(a, b, V * N_TOK * sizeof *a));
+        free(a);
+        free(b);
+    }
+    CHECK(c1 && c2);
+    rn_ctx_destroy(&c1);
+    rn_ctx_destroy(&c2);
+    rn_model_destroy(&m1);
+    rn_model_destroy(&m2);
+    free(bytes);
+    free(ol);
+}
+
 /* ---- broken files ----------------------------------------------------- */
 
 typedef struct edit {
@@ -684,6 +873,8 @@ int main(void)
     test_hparams();
     check_model("f32", CR_TYPE_F32, CR_TYPE_F32, 0.9999);
     check_model("mxfp4+q8_0", CR_TYPE_Q8_0, CR_TYPE_MXFP4, 0.999);
+    test_split();
+    test_ollama_layout();
     test_corrupt();
     be_destroy(&be_g);
     return check_finish("test_gptoss_forward");

@@ -343,7 +343,9 @@ static void test_serialize_roundtrip(void)
                        "PARAMETER stop <|eot_id|>\n"
                        "PARAMETER temperature 0.6\n"
                        "MESSAGE user how are you?\n"
-                       "ADAPTER /a/lora.gguf\n";
+                       "ADAPTER /a/lora.gguf\n"
+                       "RENDERER harmony\n"
+                       "PARSER qwen3-coder\n";
     cli_modelfile_t *mf = parse_ok(text);
     CHECK_EQ_STR(cmd(mf, 4)->args, "\"quoted start\"");
     char *out = cli_modelfile_serialize(mf);
@@ -355,7 +357,9 @@ static void test_serialize_roundtrip(void)
                       "PARAMETER stop <|eot_id|>\n"
                       "PARAMETER temperature 0.6\n"
                       "MESSAGE user how are you?\n"
-                      "ADAPTER /a/lora.gguf\n");
+                      "ADAPTER /a/lora.gguf\n"
+                      "RENDERER harmony\n"
+                      "PARSER qwen3-coder\n");
     cli_modelfile_t *again = parse_ok(out);
     CHECK_EQ_INT(again->n, mf->n);
     for (size_t i = 0; i < mf->n && i < again->n; i++) {

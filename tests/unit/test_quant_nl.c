@@ -468,18 +468,21 @@ static void random_blocks(const be_type_traits_t *tt, uint8_t *w, uint8_t *act, 
     }
 }
 
-/* Every level (scalar, avx2, avx512vnni: the last uses the AVX2 dot
- * products) on quantized realistic rows and on random bytes, several
- * lengths: each within dot_tol of the exact value; IQ4_XS's SIMD kernel
- * gives the scalar bits. */
+/* Every level (scalar, avx2, avx512vnni: AVX-512 kernels for IQ4_NL and
+ * MXFP4, IQ4_XS's AVX2 one) on quantized realistic rows and on random
+ * bytes, several lengths: each within dot_tol of the exact value; IQ4_XS's
+ * SIMD kernel gives the scalar bits. */
 static void test_dots(void)
 {
-    static const int64_t lens[] = {256, 256 * 3, 256 * 11};
+    /* odd block counts (32, 224) reach the AVX-512 kernels' tails */
+    static const int64_t lens[] = {256, 256 * 3, 256 * 11, 32, 224};
     for (size_t k = 0; k < CR_ARRAY_LEN(nl_types); k++) {
         const be_type_traits_t *ts = be_type_traits_at(nl_types[k], BE_SIMD_SCALAR);
         const be_type_traits_t *vs = be_type_traits_at(ts->vec_dot_type, BE_SIMD_SCALAR);
         for (size_t li = 0; li < CR_ARRAY_LEN(lens); li++) {
             int64_t n = lens[li];
+            if (n % ts->block_elems)
+                continue;
             uint64_t wb = 0, ab = 0;
             CHECK(cr_type_row_bytes(ts->type, (uint64_t)n, &wb));
             CHECK(cr_type_row_bytes(ts->vec_dot_type, (uint64_t)n, &ab));
@@ -536,25 +539,28 @@ static void test_dot_extremes(void)
     be_block_iq4_xs_t xs;
     memset(&xs, 0, sizeof xs); /* indices 0 (-127); u = 0: scale -32 */
     xs.d = 0x3c00;
-    be_block_q8_0_t a0;
-    a0.d = 0x3c00;
-    memset(a0.qs, 0x81, sizeof a0.qs); /* -127 */
-    be_block_iq4_nl_t nl;
-    nl.d = 0x3c00;
-    memset(nl.qs, 0, sizeof nl.qs);
-    be_block_mxfp4_t mx;
-    mx.e = 128; /* 2^0 on the doubled table */
-    memset(mx.qs, 0xff, sizeof mx.qs); /* -12 */
+    /* two blocks each: the AVX-512 kernels take pairs */
+    be_block_q8_0_t a0[2];
+    be_block_iq4_nl_t nl[2];
+    be_block_mxfp4_t mx[2];
+    for (int b = 0; b < 2; b++) {
+        a0[b].d = 0x3c00;
+        memset(a0[b].qs, 0x81, sizeof a0[b].qs); /* -127 */
+        nl[b].d = 0x3c00;
+        memset(nl[b].qs, 0, sizeof nl[b].qs);
+        mx[b].e = 128; /* 2^0 on the doubled table */
+        memset(mx[b].qs, 0xff, sizeof mx[b].qs); /* -12 */
+    }
     for (int lv = BE_SIMD_SCALAR; lv <= BE_SIMD_AVX512_VNNI; lv++) {
         float s = 0;
         be_type_traits_at(CR_TYPE_IQ4_XS, (be_simd_t)lv)->vec_dot(256, &s, &xs, &ak);
         CHECK_MSG(s == -32.0f * -127.0f * -128.0f * 256.0f, "IQ4_XS extreme at %s: %.9g",
                   be_simd_name((be_simd_t)lv), s);
-        be_type_traits_at(CR_TYPE_IQ4_NL, (be_simd_t)lv)->vec_dot(32, &s, &nl, &a0);
-        CHECK_MSG(s == 127.0f * 127.0f * 32.0f, "IQ4_NL extreme at %s: %.9g",
+        be_type_traits_at(CR_TYPE_IQ4_NL, (be_simd_t)lv)->vec_dot(64, &s, nl, a0);
+        CHECK_MSG(s == 127.0f * 127.0f * 64.0f, "IQ4_NL extreme at %s: %.9g",
                   be_simd_name((be_simd_t)lv), s);
-        be_type_traits_at(CR_TYPE_MXFP4, (be_simd_t)lv)->vec_dot(32, &s, &mx, &a0);
-        CHECK_MSG(s == 12.0f * 127.0f * 32.0f, "MXFP4 extreme at %s: %.9g",
+        be_type_traits_at(CR_TYPE_MXFP4, (be_simd_t)lv)->vec_dot(64, &s, mx, a0);
+        CHECK_MSG(s == 12.0f * 127.0f * 64.0f, "MXFP4 extreme at %s: %.9g",
                   be_simd_name((be_simd_t)lv), s);
     }
 }
@@ -638,10 +644,12 @@ static void test_traits(void)
                   tt->vec_dot && tt->to_float && tt->from_float);
         }
         CHECK(be_type_is_supported(rows[i].t));
-        /* an AVX2 CPU runs an AVX2 dot product for each, not the scalar one */
-        if (be_simd_detect() >= BE_SIMD_AVX2)
-            CHECK(be_type_traits_at(rows[i].t, BE_SIMD_AVX2)->vec_dot !=
-                  be_type_traits_at(rows[i].t, BE_SIMD_SCALAR)->vec_dot);
+        /* each level the CPU has runs its own dot product for each, not
+         * the level below's (IQ4_XS has no AVX-512 one: quant_avx512.c) */
+        for (int lv = BE_SIMD_AVX2; lv <= (int)be_simd_detect(); lv++)
+            CHECK((be_type_traits_at(rows[i].t, (be_simd_t)lv)->vec_dot !=
+                   be_type_traits_at(rows[i].t, (be_simd_t)(lv - 1))->vec_dot) ==
+                  (lv == BE_SIMD_AVX2 || rows[i].t != CR_TYPE_IQ4_XS));
     }
     uint64_t bytes = 0;
     CHECK(cr_type_row_bytes(CR_TYPE_MXFP4, 64, &bytes) && bytes == 34);

@@ -159,6 +159,7 @@ typedef struct create_args {
         *params, *quantize;
     const char *license;
     const char *msg_role, *msg_content;
+    const char *renderer, *parser;
 } create_args_t;
 
 static cr_status_t do_create(reg_store_t *s, const create_args_t *a,
@@ -212,6 +213,14 @@ static cr_status_t do_create(reg_store_t *s, const create_args_t *a,
         req.messages.v = &msg;
         req.messages.n = 1;
         req.has_messages = true;
+    }
+    if (a->renderer) {
+        req.renderer = (char *)a->renderer;
+        req.has_renderer = true;
+    }
+    if (a->parser) {
+        req.parser = (char *)a->parser;
+        req.has_parser = true;
     }
     statuses_t local = {0};
     if (err)
@@ -1040,6 +1049,76 @@ static void test_listing_and_caps(void)
     reg_store_destroy(&s);
 }
 
+/* RENDERER / PARSER: checked at create, stored in the config blob, shown
+ * (fields and Modelfile lines), resolved for the runner, giving the
+ * parser's capabilities, inherited by a derived model and kept by copy. */
+static void test_renderer_parser(void)
+{
+    reg_store_t *s = fresh_store();
+    char digest[80];
+    upload_tiny(s, digest);
+    cr_err_t err;
+    create_args_t bad = {.model = "bad", .file_digest = digest, .renderer = "gpt-oss"};
+    CHECK_EQ_INT(do_create(s, &bad, NULL, &err), CR_E_INVALID);
+    CHECK_EQ_STR(err.msg,
+                 "unknown renderer \"gpt-oss\" (built-in renderers: harmony, qwen3-coder)");
+    bad.renderer = NULL;
+    bad.parser = "Harmony";
+    CHECK_EQ_INT(do_create(s, &bad, NULL, &err), CR_E_INVALID);
+    CHECK_EQ_STR(err.msg,
+                 "unknown parser \"Harmony\" (built-in parsers: harmony, qwen3-coder)");
+    cr_model_name_t bn;
+    cr_model_name_parse("bad", &bn, NULL);
+    reg_model_t *m = NULL;
+    CHECK_EQ_INT(reg_model_load(s, &bn, &m, &err), CR_E_NOT_FOUND);
+
+    create_args_t a = {.model = "oss", .file_digest = digest, .renderer = "harmony",
+                       .parser = "harmony"};
+    CHECK_EQ_INT(do_create(s, &a, NULL, &err), CR_OK);
+    json_t *show = show_json(s, "oss", false, NULL, &err);
+    CHECK_EQ_STR(jstr(show, "renderer"), "harmony");
+    CHECK_EQ_STR(jstr(show, "parser"), "harmony");
+    const char *mf = jstr(show, "modelfile");
+    CHECK_MSG(strstr(mf, "\nRENDERER harmony\nPARSER harmony\n") != NULL, "%s", mf);
+    json_t *caps = json_object_get(show, "capabilities");
+    char *c = json_dumps(caps, JSON_COMPACT);
+    CHECK_EQ_STR(c, "[\"completion\",\"tools\",\"thinking\"]");
+    free(c);
+    json_decref(show);
+
+    msg_t reply;
+    msg_resolve_body_t rreq = {.model = "oss", .has_model = true};
+    CHECK_EQ_INT(reg_op_resolve(s, "r", &rreq, &reply, &err), CR_OK);
+    CHECK_EQ_STR(reply.u.resolved.renderer, "harmony");
+    CHECK_EQ_STR(reply.u.resolved.parser, "harmony");
+    msg_clear(&reply);
+
+    /* derived: inherits both unless it names its own */
+    create_args_t child = {.model = "oss-child", .from = "oss", .parser = "qwen3-coder"};
+    CHECK_EQ_INT(do_create(s, &child, NULL, &err), CR_OK);
+    show = show_json(s, "oss-child", false, NULL, &err);
+    CHECK_EQ_STR(jstr(show, "renderer"), "harmony");
+    CHECK_EQ_STR(jstr(show, "parser"), "qwen3-coder");
+    json_decref(show);
+
+    msg_copy_body_t cp = {.source = "oss", .has_source = true,
+                          .destination = "oss-copy", .has_destination = true};
+    CHECK_EQ_INT(reg_op_copy(s, &cp, &err), CR_OK);
+    show = show_json(s, "oss-copy", false, NULL, &err);
+    CHECK_EQ_STR(jstr(show, "renderer"), "harmony");
+    CHECK_EQ_STR(jstr(show, "parser"), "harmony");
+    json_decref(show);
+
+    /* a model without them shows neither */
+    create_args_t plain = {.model = "plain", .file_digest = digest};
+    CHECK_EQ_INT(do_create(s, &plain, NULL, &err), CR_OK);
+    show = show_json(s, "plain", false, NULL, &err);
+    CHECK(!json_object_get(show, "renderer") && !json_object_get(show, "parser"));
+    CHECK(!strstr(jstr(show, "modelfile"), "RENDERER"));
+    json_decref(show);
+    reg_store_destroy(&s);
+}
+
 /* Startup pruning and legacy blob names. */
 static void test_prune_store(void)
 {
@@ -1179,6 +1258,7 @@ int main(void)
     test_create_errors();
     test_crash_before_rename();
     test_listing_and_caps();
+    test_renderer_parser();
     test_prune_store();
     test_autodetect();
     test_template_uses();

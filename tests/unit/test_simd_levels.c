@@ -134,7 +134,10 @@ int main(void)
             CHECK_MSG(!strcmp(v->name, be_vec_ops_at(have)->name),
                       "vec ops for %s on a CPU at %s: %s", be_simd_name(l), be_simd_name(have),
                       v->name);
-        /* dot products and conversions per weight type */
+        /* dot products and conversions per weight type, listed under the
+         * level of their kernels; `dots_own`: types with a dot product
+         * written for this level (for the report of what never ran) */
+        char by_level[N_LEVELS][256] = {{0}}, dots_own[256] = "";
         for (int t = 0; t < CR_TYPE__COUNT; t++) {
             const be_type_traits_t *tt = be_type_traits_at((cr_type_t)t, l);
             if (!tt || !tt->vec_dot)
@@ -142,18 +145,16 @@ int main(void)
             int tl = traits_level((cr_type_t)t, l);
             CHECK_MSG(tl <= (int)have, "%s traits at %s use a %s kernel on a %s CPU", tt->name,
                       be_simd_name(l), be_simd_name((be_simd_t)tl), be_simd_name(have));
-            if (tl > BE_SIMD_SCALAR)
-                append(own, sizeof own, tt->name);
-            else
-                append(other, sizeof other, tt->name);
+            append(by_level[tl], sizeof by_level[tl], tt->name);
+            if (lv > BE_SIMD_SCALAR &&
+                be_type_traits_compiled((cr_type_t)t, l)->vec_dot !=
+                    be_type_traits_compiled((cr_type_t)t, (be_simd_t)(lv - 1))->vec_dot)
+                append(dots_own, sizeof dots_own, tt->name);
         }
-        if (runs) {
+        for (int k = lv; runs && k >= BE_SIMD_SCALAR; k--) {
             size_t n = strlen(line);
-            if (lv == BE_SIMD_SCALAR)
-                snprintf(line + n, sizeof line - n, "; dot products scalar (%s)", other + 1);
-            else
-                snprintf(line + n, sizeof line - n, "; dot products avx2 (%s), scalar (%s)",
-                         own[0] ? own + 1 : "none", other[0] ? other + 1 : "none");
+            snprintf(line + n, sizeof line - n, "%s %s (%s)", k == lv ? "; dot products" : ",",
+                     be_simd_name((be_simd_t)k), by_level[k][0] ? by_level[k] + 1 : "none");
         }
         /* packed (8-row) matrix products */
         own[0] = other[0] = 0;
@@ -184,8 +185,9 @@ int main(void)
                 snprintf(untested + n, sizeof untested - n,
                          "\n  avx2: vec ops, dot products, packed GEMM (every avx2 kernel)");
             else
-                snprintf(untested + n, sizeof untested - n, "\n  %s: packed GEMM%s",
-                         be_simd_name(l), own[0] ? own : " (none)");
+                snprintf(untested + n, sizeof untested - n, "\n  %s: packed GEMM%s; dot products%s",
+                         be_simd_name(l), own[0] ? own : " (none)",
+                         dots_own[0] ? dots_own : " (none)");
         }
     }
     printf("kernels never executed on this machine:%s\n", untested[0] ? untested : " none");

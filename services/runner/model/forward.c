@@ -509,8 +509,8 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
                 op->attention(be, att, q, kc, vc, &attn);
         }
 
-        /* 7. output projection: xb2 = att Wo^T               xb2: [B][D]
-         * 7b. gpt-oss: xb2 += bo (per token) */
+        /* 7. output projection: xb2 = att Wo^T (+ bo per token, gpt-oss)
+         *                                                    xb2: [B][D] */
         op->matmul(be, &L->wo, P->att, n, P->xb2);
         if (L->bo.data)
             ext->add_rows(be, P->xb2, &L->bo, n);

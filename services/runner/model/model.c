@@ -79,6 +79,7 @@ static const struct {
     {"gemma2", RN_ARCH_GEMMA2}, {"gemma3", RN_ARCH_GEMMA3}, {"phi3", RN_ARCH_PHI3},
     {"gemma", RN_ARCH_GEMMA},   {"bert", RN_ARCH_BERT},   {"nomic-bert", RN_ARCH_NOMIC_BERT},
     {"qwen3moe", RN_ARCH_QWEN3MOE}, {"gpt-oss", RN_ARCH_GPT_OSS},
+    {"gptoss", RN_ARCH_GPT_OSS}, /* Ollama's converter's name for it */
 };
 
 /* <arch>.attention.sliding_window_pattern: a period p (layer l slides iff
@@ -299,7 +300,9 @@ static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
     bool has_type = cr_gguf_kv_find(g, key) != NULL;
     if (has_type && !cr_gguf_get_strz(g, key, type, sizeof type))
         return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a short string", key);
-    bool yarn = has_type && !strcmp(type, "yarn");
+    /* Ollama's gpt-oss files ("gptoss") carry no type: its runner always
+     * applies YaRN to them */
+    bool yarn = has_type ? !strcmp(type, "yarn") : !strcmp(hp->arch, "gptoss");
     if (has_type && strcmp(type, "linear") && strcmp(type, "none") &&
         strcmp(type, "longrope") && !(yarn && hp->rope_yarn))
         return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s': only linear and "
@@ -364,8 +367,11 @@ static cr_status_t read_experts(rn_model_t *m, cr_err_t *err)
                           RN_MODEL_MAX_DIM, &def_fe, err)))
             return st;
     }
-    if (gpt_oss && (st = get_int(g, arch, "expert_feed_forward_length", true, 0, 1,
-                                 RN_MODEL_MAX_DIM, &def_fe, err)))
+    /* llama.cpp's converter writes the experts' length; Ollama's leaves it
+     * in feed_forward_length */
+    if (gpt_oss && (st = get_int(g, arch, "expert_feed_forward_length",
+                                 strcmp(arch, "gptoss") != 0, def_fe, 1, RN_MODEL_MAX_DIM,
+                                 &def_fe, err)))
         return st;
     hp->ffn_expert = def_fe;
     if (gpt_oss) {
@@ -750,9 +756,26 @@ static cr_status_t bind_f32_rows(rn_model_t *m, const char *name, int64_t cols,
     return CR_OK;
 }
 
-/* gpt-oss's extra tensors of layer l: optional q/k/v biases (all or none,
- * as llama.cpp allows), the output bias, the sinks, and the router's and
- * experts' biases (bind_experts binds their matrices). */
+static cr_status_t bind_qkv_bias(rn_model_t *m, int l, rn_layer_t *L, cr_err_t *err);
+
+/* "blk.l.<alt>" when the file has it (Ollama's converter's name), else
+ * "blk.l.<name>" (llama.cpp's, the one errors then report). */
+static const char *layer_name(const rn_model_t *m, int l, const char *name, const char *alt,
+                              char *buf, size_t cap)
+{
+    snprintf(buf, cap, "blk.%d.%s", l, alt);
+    if (!cr_gguf_tensor_find(m->g, buf))
+        snprintf(buf, cap, "blk.%d.%s", l, name);
+    return buf;
+}
+
+/* gpt-oss's layer l but for the expert matrices (bind_experts): q/k/v as
+ * separate tensors with optional biases (all or none, as llama.cpp allows)
+ * or, as Ollama converts OpenAI's checkpoint, one attn_qkv with its bias;
+ * the output projection and its bias (attn_output, Ollama: attn_out), the
+ * sinks (attn_sinks.weight, Ollama: attn_sinks), the norm before the
+ * experts into ffn_norm (post_attention_norm, Ollama: ffn_norm), and the
+ * router's and experts' biases. */
 static cr_status_t bind_gpt_oss(rn_model_t *m, int l, rn_layer_t *L, cr_err_t *err)
 {
     const rn_hparams_t *hp = &m->hp;
@@ -760,38 +783,67 @@ static cr_status_t bind_gpt_oss(rn_model_t *m, int l, rn_layer_t *L, cr_err_t *e
     int64_t Fe = hp->ffn_expert;
     char name[96];
     cr_status_t st;
-    const char *qkv[3] = {"attn_q", "attn_k", "attn_v"};
-    int64_t len[3] = {Q, KV, KV};
-    be_weight_t *b[3] = {&L->bq, &L->bk, &L->bv};
-    bool have[3] = {false, false, false};
-    for (int i = 0; i < 3; i++) {
-        snprintf(name, sizeof name, "blk.%d.%s.bias", l, qkv[i]);
-        if ((st = bind(m, name, len[i], 1, false, b[i], &have[i], err)))
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
+    if (cr_gguf_tensor_find(m->g, name)) {
+        int64_t rows[3] = {Q, KV, KV};
+        be_weight_t *dst[3] = {&L->wq, &L->wk, &L->wv};
+        if ((st = bind_split(m, name, D, rows, dst, 3, err)) ||
+            (st = bind_qkv_bias(m, l, L, err)))
             return st;
+    } else {
+        const char *qkv[3] = {"attn_q", "attn_k", "attn_v"};
+        int64_t len[3] = {Q, KV, KV};
+        be_weight_t *w[3] = {&L->wq, &L->wk, &L->wv}, *b[3] = {&L->bq, &L->bk, &L->bv};
+        bool have[3] = {false, false, false};
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, qkv[i]);
+            if ((st = bind(m, name, D, len[i], true, w[i], NULL, err)))
+                return st;
+            snprintf(name, sizeof name, "blk.%d.%s.bias", l, qkv[i]);
+            if ((st = bind(m, name, len[i], 1, false, b[i], &have[i], err)))
+                return st;
+        }
+        if (have[0] != have[1] || have[0] != have[2])
+            return cr_err_set(err, CR_E_CORRUPT, "missing tensor 'blk.%d.%s.bias' (the "
+                              "other attention biases are present)", l,
+                              qkv[!have[0] ? 0 : !have[1] ? 1 : 2]);
     }
-    if (have[0] != have[1] || have[0] != have[2])
-        return cr_err_set(err, CR_E_CORRUPT, "missing tensor 'blk.%d.%s.bias' (the other "
-                          "attention biases are present)", l,
-                          qkv[!have[0] ? 0 : !have[1] ? 1 : 2]);
+    if ((st = bind(m, layer_name(m, l, "attn_output.weight", "attn_out.weight", name,
+                                 sizeof name),
+                   Q, D, true, &L->wo, NULL, err)) ||
+        (st = bind(m, layer_name(m, l, "post_attention_norm.weight", "ffn_norm.weight", name,
+                                 sizeof name),
+                   D, 1, true, &L->ffn_norm, NULL, err)))
+        return st;
     typedef struct {
-        const char *what;
+        const char *what, *alt;
         int64_t cols, rows;
         be_weight_t *dst;
     } bias_t;
     const bias_t per[] = {
-        {"attn_output.bias", D, 1, &L->bo},
-        {"attn_sinks.weight", hp->n_heads, 1, &L->attn_sinks},
-        {"ffn_gate_inp.bias", E, 1, &L->router_b},
-        {"ffn_gate_exps.bias", Fe, E, &L->exp_gate_b},
-        {"ffn_up_exps.bias", Fe, E, &L->exp_up_b},
-        {"ffn_down_exps.bias", D, E, &L->exp_down_b},
+        {"attn_output.bias", "attn_out.bias", D, 1, &L->bo},
+        {"attn_sinks.weight", "attn_sinks", hp->n_heads, 1, &L->attn_sinks},
+        {"ffn_gate_inp.bias", "ffn_gate_inp.bias", E, 1, &L->router_b},
+        {"ffn_gate_exps.bias", "ffn_gate_exps.bias", Fe, E, &L->exp_gate_b},
+        {"ffn_up_exps.bias", "ffn_up_exps.bias", Fe, E, &L->exp_up_b},
+        {"ffn_down_exps.bias", "ffn_down_exps.bias", D, E, &L->exp_down_b},
     };
     for (size_t i = 0; i < CR_ARRAY_LEN(per); i++) {
-        snprintf(name, sizeof name, "blk.%d.%s", l, per[i].what);
+        layer_name(m, l, per[i].what, per[i].alt, name, sizeof name);
         if ((st = bind_f32_rows(m, name, per[i].cols, per[i].rows, per[i].dst, err)))
             return st;
     }
     return CR_OK;
+}
+
+/* Whether layer l slides (a per-layer array, else the period). */
+static bool layer_slides(const rn_model_t *m, int l)
+{
+    const rn_hparams_t *hp = &m->hp;
+    if (m->swa_layers)
+        return hp->n_swa > 0 && m->swa_layers[l];
+    return hp->n_swa > 0 &&
+           (hp->swa_pattern == 0 || l % hp->swa_pattern < hp->swa_pattern - 1);
 }
 
 /* One per-layer tensor: blk.N.<what>.<kind>, [rows][cols]. */
@@ -813,6 +865,14 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
     cr_status_t st;
 
     per[n++] = (layer_tensor_t){"attn_norm", "weight", D, 1, &L->attn_norm};
+    if (a == RN_ARCH_GPT_OSS) {
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        if ((st = bind(m, name, D, 1, true, &L->attn_norm, NULL, err)) ||
+            (st = bind_gpt_oss(m, l, L, err)) || (st = bind_experts(m, l, L, err)))
+            return st;
+        L->swa = layer_slides(m, l);
+        return CR_OK;
+    }
     if (a == RN_ARCH_PHI3) {
         /* q, k and v are consecutive row blocks of one matrix. */
         snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
@@ -838,11 +898,7 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
     if (hp->post_norms)
         per[n++] = (layer_tensor_t){"post_attention_norm", "weight", D, 1,
                                     &L->attn_post_norm};
-    /* gpt-oss names its norm before the experts post_attention_norm */
-    per[n++] = (layer_tensor_t){a == RN_ARCH_GPT_OSS ? "post_attention_norm" : "ffn_norm",
-                                "weight", D, 1, &L->ffn_norm};
-    if (a == RN_ARCH_GPT_OSS && (st = bind_gpt_oss(m, l, L, err)))
-        return st;
+    per[n++] = (layer_tensor_t){"ffn_norm", "weight", D, 1, &L->ffn_norm};
     if (hp->n_expert > 0) {
         if ((st = bind_experts(m, l, L, err)))
             return st;
@@ -867,11 +923,7 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         if ((st = bind(m, name, per[i].cols, per[i].rows, true, per[i].dst, NULL, err)))
             return st;
     }
-    if (m->swa_layers)
-        L->swa = hp->n_swa > 0 && m->swa_layers[l];
-    else
-        L->swa = hp->n_swa > 0 &&
-                 (hp->swa_pattern == 0 || l % hp->swa_pattern < hp->swa_pattern - 1);
+    L->swa = layer_slides(m, l);
     return CR_OK;
 }
 

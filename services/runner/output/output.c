@@ -11,6 +11,8 @@
 struct rn_output {
     rn_thinking_t *th;
     rn_toolcalls_t *tc;
+    rn_parser_t *parser; /* a built-in parser, instead of th and tc */
+    cr_err_t err;        /* why a stage failed (not the sink) */
     cr_buf_t think, mid, content, calls;
     cr_buf_t logprobs; /* queued entries, comma-joined, inside [ ] */
     int n_calls;
@@ -33,6 +35,7 @@ static void end_parsers(rn_output_t *o)
 {
     rn_thinking_destroy(&o->th);
     rn_toolcalls_destroy(&o->tc);
+    rn_parser_destroy(&o->parser);
 }
 
 void rn_output_destroy(rn_output_t **self_p)
@@ -57,6 +60,7 @@ cr_status_t rn_output_begin(rn_output_t *o, const char *think_open,
 {
     end_parsers(o);
     o->n_calls = 0;
+    cr_err_clear(&o->err);
     cr_buf_reset(&o->logprobs);
     if (think_open && *think_open && think_close && *think_close) {
         o->th = rn_thinking_new(think_open, think_close, starts_thinking, err);
@@ -71,6 +75,22 @@ cr_status_t rn_output_begin(rn_output_t *o, const char *think_open,
         }
     }
     return CR_OK;
+}
+
+cr_status_t rn_output_begin_parser(rn_output_t *o, const char *parser,
+                                   const rn_parser_init_t *init, cr_err_t *err)
+{
+    end_parsers(o);
+    o->n_calls = 0;
+    cr_err_clear(&o->err);
+    cr_buf_reset(&o->logprobs);
+    o->parser = rn_parser_new(parser, init, err);
+    return o->parser ? CR_OK : (err && err->status ? err->status : CR_E_NOMEM);
+}
+
+const cr_err_t *rn_output_error(const rn_output_t *o)
+{
+    return o->err.status ? &o->err : NULL;
 }
 
 cr_buf_t *rn_output_logprob_buf(rn_output_t *o)
@@ -115,6 +135,16 @@ static cr_status_t stage(rn_output_t *o, const char *text, size_t len,
     cr_buf_reset(&o->content);
     cr_buf_reset(&o->calls);
     const cr_buf_t *cur;
+    if (o->parser) {
+        const rn_parser_out_t po = {&o->content, &o->think, &o->calls};
+        if (len && (st = rn_parser_push(o->parser, text, len, &po, &o->err)))
+            return st;
+        if (final && (st = rn_parser_finish(o->parser, &po, &o->err)))
+            return st;
+        o->n_calls = rn_parser_tool_calls(o->parser);
+        *resp = &o->content;
+        return CR_OK;
+    }
     if (o->th) {
         if (len && (st = rn_thinking_push(o->th, text, len, &o->think, &o->mid)))
             return st;

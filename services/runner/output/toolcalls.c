@@ -10,10 +10,10 @@
 #include "services/runner/output/toolcalls.h"
 
 #include "lib/gotext.h"
+#include "services/runner/output/calljson.h"
 
 #include <jansson.h>
 #include <math.h>
-#include <time.h>
 
 #define NEST_MAX 16 /* levels the nested argument search descends */
 #define TAG_WS_MAX 32 /* output whitespace one tag space may match */
@@ -125,14 +125,6 @@ out:
     return st;
 }
 
-static uint64_t clock_seed(const void *salt)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^
-           ((uint64_t)(uintptr_t)salt << 17);
-}
-
 rn_toolcalls_t *rn_toolcalls_new(const char *tag, const char *tools_json,
                                  uint64_t seed, cr_err_t *err)
 {
@@ -177,7 +169,7 @@ rn_toolcalls_t *rn_toolcalls_new(const char *tag, const char *tools_json,
         cr_err_set(err, CR_E_NOMEM, "out of memory for the tool parser");
         goto fail;
     }
-    p->rng = seed ? seed : clock_seed(p);
+    p->rng = seed ? seed : rn_output_call_seed(p);
     p->state = LOOKING;
     return p;
 fail:
@@ -196,73 +188,6 @@ void rn_toolcalls_destroy(rn_toolcalls_t **self_p)
     free(p->buf);
     free(p);
     *self_p = NULL;
-}
-
-/* ---- JSON out ---- */
-
-/* Strings and numbers as Go's encoding/json writes them, as Ollama's
- * replies carry tool-call arguments (the gateway passes them on raw). */
-static cr_status_t put_str(cr_buf_t *b, const char *s, size_t n)
-{
-    return cr_json_quote(s, n, b);
-}
-
-static cr_status_t put_real(cr_buf_t *b, double d)
-{
-    char tmp[CR_FLOAT_BUF];
-    size_t n = cr_float_format(d, 64, CR_FLOAT_JSON, tmp, sizeof tmp);
-    return cr_buf_append(b, tmp, n);
-}
-
-/* Compact JSON, object members in the model's order. */
-static cr_status_t put_json(cr_buf_t *b, const json_t *v)
-{
-    cr_status_t st = CR_OK;
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: {
-        const char *key;
-        json_t *val;
-        bool first = true;
-        st = cr_buf_putc(b, '{');
-        json_object_foreach((json_t *)v, key, val) {
-            if (!st && !first)
-                st = cr_buf_putc(b, ',');
-            first = false;
-            if (!st)
-                st = put_str(b, key, strlen(key));
-            if (!st)
-                st = cr_buf_putc(b, ':');
-            if (!st)
-                st = put_json(b, val);
-        }
-        return st ? st : cr_buf_putc(b, '}');
-    }
-    case JSON_ARRAY: {
-        size_t i;
-        json_t *val;
-        st = cr_buf_putc(b, '[');
-        json_array_foreach((json_t *)v, i, val) {
-            if (!st && i)
-                st = cr_buf_putc(b, ',');
-            if (!st)
-                st = put_json(b, val);
-        }
-        return st ? st : cr_buf_putc(b, ']');
-    }
-    case JSON_STRING:
-        return put_str(b, json_string_value(v), json_string_length(v));
-    case JSON_INTEGER:
-        return cr_buf_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-    case JSON_REAL:
-        return put_real(b, json_real_value(v));
-    case JSON_TRUE:
-        return cr_buf_puts(b, "true");
-    case JSON_FALSE:
-        return cr_buf_puts(b, "false");
-    case JSON_NULL:
-        return cr_buf_puts(b, "null");
-    }
-    return CR_OK;
 }
 
 /* ---- arguments ---- */
@@ -331,20 +256,6 @@ static json_t *args_of(json_t *obj, const char *name)
 }
 
 /* ---- parsing ---- */
-
-static void random_id(rn_toolcalls_t *p, char out[9])
-{
-    static const char al[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-    for (int i = 0; i < 8; i++) {
-        /* xorshift64* */
-        p->rng ^= p->rng >> 12;
-        p->rng ^= p->rng << 25;
-        p->rng ^= p->rng >> 27;
-        uint64_t r = p->rng * 2685821657736338717ull;
-        out[i] = al[(r >> 32) % 36];
-    }
-    out[8] = '\0';
-}
 
 static void scan_reset(rn_toolcalls_t *p, size_t skip)
 {
@@ -467,23 +378,8 @@ static ptrdiff_t find_name(const rn_toolcalls_t *p, size_t end)
 static cr_status_t put_call(rn_toolcalls_t *p, cr_buf_t *calls, size_t tool,
                             const json_t *args)
 {
-    char id[9];
-    random_id(p, id);
-    cr_status_t st = cr_buf_putc(calls, calls->len > p->calls_mark ? ',' : '[');
-    if (!st)
-        st = cr_buf_printf(calls,
-                           "{\"id\":\"call_%s\",\"function\":{\"index\":%d,"
-                           "\"name\":",
-                           id, p->n_calls);
-    if (!st)
-        st = put_str(calls, p->names[tool], p->name_len[tool]);
-    if (!st)
-        st = cr_buf_puts(calls, ",\"arguments\":");
-    if (!st)
-        st = put_json(calls, args);
-    if (!st)
-        st = cr_buf_puts(calls, "}}");
-    return st;
+    return rn_output_call_json(calls, p->calls_mark, &p->rng, p->n_calls,
+                               p->names[tool], p->name_len[tool], args);
 }
 
 /* CALLING: cuts out every complete call at the front of buf. Appends calls

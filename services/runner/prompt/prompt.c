@@ -10,6 +10,8 @@
 #include "lib/prelude.h"
 #include "services/runner/prompt/prompt.h"
 
+#include "services/runner/prompt/renderer.h"
+
 #include <ctype.h>
 
 /* ---- small helpers ---- */
@@ -58,6 +60,7 @@ typedef struct pmsg {
     const char *role, *content, *thinking, *tool_name, *tool_call_id;
     size_t n_images;
     rn_val_t *tool_calls; /* borrowed from the owner array's conversion */
+    const json_t *calls_json; /* the same, as the request gave it */
     bool trusted;         /* role and content are the model's own (Modelfile) */
 } pmsg_t;
 
@@ -744,6 +747,7 @@ static cr_status_t msgset_add(msgset_t *s, const rn_prompt_msg_t *in, size_t idx
     if (st)
         return st;
     m->tool_calls = s->calls[s->n];
+    m->calls_json = in->tool_calls;
     s->n++;
     return CR_OK;
 }
@@ -849,8 +853,42 @@ static cr_status_t steal_result(cr_buf_t *b, rn_tmpl_spans_t *spans, rn_prompt_r
     return CR_OK;
 }
 
+/* What renders a message list: the template, or a built-in renderer. */
+typedef struct via {
+    const rn_tmpl_t *tmpl;
+    rn_val_t *tools;                      /* the template's .Tools */
+    const rn_prompt_renderer_t *renderer; /* wins when set */
+    const json_t *tools_json;             /* the renderer's tools */
+} via_t;
+
+static cr_status_t render_msgs(const via_t *v, const pmsg_t *msgs, size_t n,
+                               const rn_prompt_think_t *think, const rn_prompt_opts_t *o,
+                               const sink_t *out, cr_err_t *err)
+{
+    if (!v->renderer)
+        return execute(v->tmpl, msgs, n, v->tools, NULL, NULL, think, o, out, err);
+    rn_prompt_msg_t *view = calloc(n ? n : 1, sizeof *view);
+    if (!view)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        view[i] = (rn_prompt_msg_t){.role = msgs[i].role,
+                                    .content = msgs[i].content,
+                                    .thinking = msgs[i].thinking,
+                                    .n_images = msgs[i].n_images,
+                                    .tool_calls = msgs[i].calls_json,
+                                    .tool_name = msgs[i].tool_name,
+                                    .tool_call_id = msgs[i].tool_call_id,
+                                    .trusted = msgs[i].trusted};
+    const rn_prompt_out_t po = {out->buf, out->spans};
+    cr_status_t st = v->renderer->render(view, n, v->tools_json, think, o, &po, err);
+    if (st == CR_E_TOO_LARGE)
+        cr_err_set(err, st, "prompt exceeds %zu bytes", o->max_bytes);
+    free(view);
+    return st;
+}
+
 /* Ollama's chatPrompt: truncation, image tags, the final render. */
-static cr_status_t chat_prompt(const rn_tmpl_t *t, msgset_t *set, rn_val_t *tools,
+static cr_status_t chat_prompt(const via_t *via, msgset_t *set,
                                const rn_prompt_think_t *think, const rn_prompt_fit_t *fit,
                                rn_prompt_count_spans_fn count_prompt,
                                const rn_prompt_opts_t *o, rn_prompt_result_t *out, cr_err_t *err)
@@ -873,8 +911,8 @@ static cr_status_t chat_prompt(const rn_tmpl_t *t, msgset_t *set, rn_val_t *tool
                 work[k++] = set->m[j];
             cr_buf_reset(&buf);
             spans.n = 0;
-            if ((st = execute(t, work, k, tools, NULL, NULL, think, o,
-                              count_prompt ? &final_sink : &count_sink, err)))
+            if ((st = render_msgs(via, work, k, think, o,
+                                  count_prompt ? &final_sink : &count_sink, err)))
                 goto out;
             int64_t ntok = 0;
             if (count_prompt) {
@@ -911,7 +949,10 @@ static cr_status_t chat_prompt(const rn_tmpl_t *t, msgset_t *set, rn_val_t *tool
     }
     for (size_t j = curr; !st && j < n; j++) {
         work[k] = set->m[j];
-        if (tag_images(&work[k], &next_id, &set->pool))
+        /* Ollama's renderers see images, not [img-N] tags. */
+        if (via->renderer)
+            next_id += work[k].n_images;
+        else if (tag_images(&work[k], &next_id, &set->pool))
             st = cr_err_set(err, CR_E_NOMEM, "out of memory");
         k++;
     }
@@ -919,7 +960,7 @@ static cr_status_t chat_prompt(const rn_tmpl_t *t, msgset_t *set, rn_val_t *tool
         goto out;
     cr_buf_reset(&buf);
     spans.n = 0;
-    if ((st = execute(t, work, k, tools, NULL, NULL, think, o, &final_sink, err)))
+    if ((st = render_msgs(via, work, k, think, o, &final_sink, err)))
         goto out;
     out->n_images = next_id;
     out->msgs_dropped = curr;
@@ -972,7 +1013,7 @@ cr_status_t rn_prompt_chat(const rn_prompt_chat_t *in, rn_prompt_result_t *out, 
     if (err)
         cr_err_clear(err);
     memset(out, 0, sizeof *out);
-    if (!in || !in->tmpl)
+    if (!in || (!in->tmpl && !in->renderer))
         return cr_err_set(err, CR_E_INVALID, "prompt: no template");
     rn_prompt_opts_t o;
     opts_fill(&o, &in->opts);
@@ -1006,9 +1047,9 @@ cr_status_t rn_prompt_chat(const rn_prompt_chat_t *in, rn_prompt_result_t *out, 
     }
     if (!st)
         st = rn_prompt_tools_value(in->tools, &tools, err);
+    via_t via = {in->tmpl, tools, in->renderer, in->tools};
     if (!st)
-        st = chat_prompt(in->tmpl, &set, tools, &in->think, &in->fit, in->count_prompt, &o, out,
-                             err);
+        st = chat_prompt(&via, &set, &in->think, &in->fit, in->count_prompt, &o, out, err);
     rn_val_destroy(&tools);
     msgset_free(&set);
     if (st)
@@ -1097,9 +1138,9 @@ cr_status_t rn_prompt_generate(const rn_prompt_gen_t *in, rn_prompt_result_t *ou
                    : cr_err_set(err, CR_E_NOMEM, "out of memory");
         json_decref(empty);
         rn_prompt_result_t r = {0};
+        via_t via = {in->tmpl, tools, in->renderer, NULL};
         if (!st)
-            st = chat_prompt(in->tmpl, &set, tools, &in->think, &in->fit, in->count_prompt, &o,
-                             &r, err);
+            st = chat_prompt(&via, &set, &in->think, &in->fit, in->count_prompt, &o, &r, err);
         if (!st) {
             size_t base = buf.len;
             st = cr_buf_append(&buf, r.text, r.len);

@@ -42,6 +42,8 @@ typedef struct rn_prompt_msg {
     const json_t *tool_calls; /* [{id?, function:{index?, name, arguments{}}}] or NULL */
     const char *tool_name;    /* tool messages: which tool answered; NULL = "" */
     const char *tool_call_id; /* tool messages: the call answered; NULL = "" */
+    bool trusted;             /* the model's own (Modelfile) data: set by the
+                               * prompt builder for built-in renderers */
 } rn_prompt_msg_t;
 
 /* The request's `think`: absent, a bool, or a level string. */
@@ -103,9 +105,14 @@ typedef struct rn_prompt_opts {
                              * Ollama's templateArgs (a Go map) does */
 } rn_prompt_opts_t;
 
+typedef struct rn_prompt_renderer rn_prompt_renderer_t; /* renderer.h */
+
 /* /api/chat. */
 typedef struct rn_prompt_chat {
-    const rn_tmpl_t *tmpl;                 /* the model's template (required) */
+    const rn_tmpl_t *tmpl;                 /* the model's template (required
+                                            * unless renderer is set) */
+    const rn_prompt_renderer_t *renderer;  /* built-in renderer (the model's
+                                            * RENDERER): used instead of tmpl */
     const char *model_system;              /* model SYSTEM, NULL/"" for none */
     const rn_prompt_msg_t *model_msgs;     /* Modelfile MESSAGEs, prepended */
     size_t n_model_msgs;
@@ -126,6 +133,9 @@ typedef struct rn_prompt_chat {
 /* /api/generate. */
 typedef struct rn_prompt_gen {
     const rn_tmpl_t *tmpl;   /* the model's template, or the request's own */
+    const rn_prompt_renderer_t *renderer; /* built-in renderer: used instead
+                              * of tmpl in the chat-like flow (no suffix, no
+                              * request template), as Ollama does */
     bool tmpl_from_request;  /* `template` was given: executed directly over
                               * the messages, without truncation or tags */
     const char *prompt;      /* NULL = "" */

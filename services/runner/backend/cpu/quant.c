@@ -681,6 +681,9 @@ static const be_type_traits_t scalar_table[CR_TYPE__COUNT] = {
 };
 
 static be_type_traits_t avx2_table[CR_TYPE__COUNT];
+/* The AVX2 table with AVX-512 dot products where they exist (IQ4_NL,
+ * MXFP4). */
+static be_type_traits_t avx512_table[CR_TYPE__COUNT];
 static be_simd_t hw_level;       /* what the CPU can run */
 static be_simd_t detected_level; /* what we choose (env may lower it) */
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
@@ -716,6 +719,9 @@ static void detect(void)
     avx2_table[CR_TYPE_Q4_0].vec_dot_r4 = be_avx2_dotr4_q4_0;
     avx2_table[CR_TYPE_Q8_0].vec_dot44 = be_avx2_dot44_q8_0;
     avx2_table[CR_TYPE_Q4_0].vec_dot44 = be_avx2_dot44_q4_0;
+    memcpy(avx512_table, avx2_table, sizeof avx512_table);
+    avx512_table[CR_TYPE_IQ4_NL].vec_dot = be_avx512_dot_iq4_nl;
+    avx512_table[CR_TYPE_MXFP4].vec_dot = be_avx512_dot_mxfp4;
 
     hw_level = BE_SIMD_SCALAR;
 #if defined(__x86_64__) || defined(__i386__)
@@ -758,6 +764,8 @@ const be_type_traits_t *be_type_traits_at(cr_type_t t, be_simd_t level)
     be_simd_t have = be_simd_detect();
     if ((unsigned)t >= CR_TYPE__COUNT || !scalar_table[t].name)
         return NULL;
+    if (level >= BE_SIMD_AVX512_VNNI && have >= BE_SIMD_AVX512_VNNI)
+        return &avx512_table[t];
     if (level >= BE_SIMD_AVX2 && have >= BE_SIMD_AVX2)
         return &avx2_table[t];
     return &scalar_table[t];
@@ -765,9 +773,11 @@ const be_type_traits_t *be_type_traits_at(cr_type_t t, be_simd_t level)
 
 const be_type_traits_t *be_type_traits_compiled(cr_type_t t, be_simd_t level)
 {
-    be_simd_detect(); /* fills the AVX2 table */
+    be_simd_detect(); /* fills the AVX2 and AVX-512 tables */
     if ((unsigned)t >= CR_TYPE__COUNT || !scalar_table[t].name)
         return NULL;
+    if (level >= BE_SIMD_AVX512_VNNI)
+        return &avx512_table[t];
     return level >= BE_SIMD_AVX2 ? &avx2_table[t] : &scalar_table[t];
 }
 

@@ -253,8 +253,9 @@ typedef enum be_simd {
     BE_SIMD_SCALAR = 0, /* plain C reference */
     BE_SIMD_AVX2 = 1,   /* AVX2 + FMA + F16C */
     BE_SIMD_AVX512_VNNI = 2, /* AVX2 level plus AVX-512 F/BW/VL/VNNI: the
-                                packed kernels use VPDPBUSD; other kernels
-                                are the AVX2 ones */
+                                packed kernels use VPDPBUSD, IQ4_NL's and
+                                MXFP4's dot products 512-bit registers;
+                                other kernels are the AVX2 ones */
 } be_simd_t;
 
 /* Best level this CPU supports (checked once with __builtin_cpu_supports).
@@ -267,7 +268,7 @@ const char *be_simd_name(be_simd_t s);
  * back to the best it allows), or NULL if t has no kernels. Static. */
 const be_type_traits_t *be_type_traits_at(cr_type_t t, be_simd_t level);
 
-/* The traits table written for `level` (AVX-512 levels use AVX2's),
+/* The traits table written for `level` (AVX-512: AVX2's plus its own),
  * whether or not this CPU can run it: for reports of what was and was not
  * exercised. Call kernels only from be_type_traits_at. */
 const be_type_traits_t *be_type_traits_compiled(cr_type_t t, be_simd_t level);

