@@ -14,14 +14,18 @@
 # quantized threshold on the harder --std 0.08 models (Q6_K: cosine
 # 0.99868, 3 argmax flips between llama.cpp's two paths, 2026-12-01).
 #
-#   bench/vs_llamacpp.sh --dump PATH [--bin DIR] [--work DIR] [--std F] [--fa] [CASE...]
+#   bench/vs_llamacpp.sh --dump PATH [--bin DIR] [--work DIR] [--std F] [--fa]
+#                        [--kv q8_0|q4_0] [CASE...]
 #
 # --dump: a program that writes llama.cpp's logits (dump-logits MODEL "ids"
 # OUT, with DUMP_GREEDY=N for N greedy steps, printing every id), built by
 # you against your llama.cpp; corral does not ship one. --bin: corral's
 # build/bin. --std: the synthetic weights' standard deviation (default
 # 0.02, the synth's; larger makes a model whose logits amplify rounding
-# differences more, a harder test). CASE: a label from the table below (default: all). Not a
+# differences more, a harder test). --kv: both engines store the KV cache in
+# that type (dump-logits' fifth argument, corral-runner logits
+# --kv-cache-type); llama.cpp needs flash attention for it, so --kv implies
+# --fa. CASE: a label from the table below (default: all). Not a
 # ctest: it needs llama.cpp, which CI does not have.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,6 +34,7 @@ work=${TMPDIR:-/tmp}/corral-vs-llamacpp
 dump=
 std=
 fa=0
+kv=
 while [ $# -gt 0 ]; do
     case $1 in
     --dump) dump=$2; shift 2 ;;
@@ -37,10 +42,11 @@ while [ $# -gt 0 ]; do
     --work) work=$2; shift 2 ;;
     --std) std="--std $2"; shift 2 ;;
     --fa) fa=1; shift ;;
+    --kv) kv=$2; fa=1; shift 2 ;;
     *) break ;;
     esac
 done
-[ -n "$dump" ] || { echo "usage: $0 --dump PATH [--bin DIR] [--work DIR] [--std F] [--fa] [CASE...]" >&2; exit 2; }
+[ -n "$dump" ] || { echo "usage: $0 --dump PATH [--bin DIR] [--work DIR] [--std F] [--fa] [--kv q8_0|q4_0] [CASE...]" >&2; exit 2; }
 mkdir -p "$work"
 
 # label | minimum cosine | corral-gguf-synth arguments
@@ -73,14 +79,17 @@ while IFS='|' read -r label mincos args; do
     "$bin/corral-gguf-synth" --out "$model" --seed 7 --layers 4 --dim 256 \
         --heads 8 --kv-heads 4 --ffn 512 --ctx 256 $std $args >/dev/null
     if [ $fa -eq 1 ]; then unset DUMP_NO_FA; else export DUMP_NO_FA=1; fi
+    # shellcheck disable=SC2086 # empty without --kv
     if ! ids=$(DUMP_GREEDY=32 "$dump" "$model" "$prompt" "$work/$label.ref.f32" \
-               2>"$work/$label.ref.log"); then
+               ${kv:+- $kv} 2>"$work/$label.ref.log"); then
         printf '%-14s llama.cpp failed: %s\n' "$label" "$(tail -1 "$work/$label.ref.log")"
         fail=1
         continue
     fi
+    # shellcheck disable=SC2086 # empty without --kv
     if ! "$bin/corral-runner" logits --model "$model" --tokens "$ids" \
-            --out "$work/$label.ours.f32" 2>"$work/$label.ours.log"; then
+            --out "$work/$label.ours.f32" ${kv:+--kv-cache-type $kv} \
+            2>"$work/$label.ours.log"; then
         printf '%-14s corral failed: %s\n' "$label" "$(tail -1 "$work/$label.ours.log")"
         fail=1
         continue

@@ -53,6 +53,34 @@ bool cr_type_row_bytes(uint32_t t, uint64_t n, uint64_t *out)
     return true;
 }
 
+static const struct {
+    const char *name;
+    cr_type_t type;
+} kv_types[] = {{"f16", CR_TYPE_F16}, {"q8_0", CR_TYPE_Q8_0}, {"q4_0", CR_TYPE_Q4_0}};
+
+bool cr_kv_cache_type_parse(const char *name, cr_type_t *out)
+{
+    if (!name || !*name) {
+        *out = CR_TYPE_F16;
+        return true;
+    }
+    for (size_t i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++) {
+        if (!strcmp(name, kv_types[i].name)) {
+            *out = kv_types[i].type;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *cr_kv_cache_type_name(cr_type_t t)
+{
+    for (size_t i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++)
+        if (kv_types[i].type == t)
+            return kv_types[i].name;
+    return NULL;
+}
+
 const char *cr_file_type_name(uint32_t ft)
 {
     /* llama_ftype values as written to general.file_type. */

@@ -49,6 +49,15 @@ const cr_type_info_t *cr_type_info(uint32_t t);
  * n is not a multiple of the block size, or the size overflows. */
 bool cr_type_row_bytes(uint32_t t, uint64_t n, uint64_t *out);
 
+/* KV cache element types, as OLLAMA_KV_CACHE_TYPE names them (lower case,
+ * Ollama's spelling): "f16" (or "" / NULL: the default) -> CR_TYPE_F16,
+ * "q8_0" -> CR_TYPE_Q8_0, "q4_0" -> CR_TYPE_Q4_0. False for anything
+ * else. */
+bool cr_kv_cache_type_parse(const char *name, cr_type_t *out);
+
+/* "f16", "q8_0", "q4_0" for those three types; NULL for any other. */
+const char *cr_kv_cache_type_name(cr_type_t t);
+
 /* Name of a GGUF `general.file_type` value ("Q4_K_M", "F16", ...), or
  * "unknown". */
 const char *cr_file_type_name(uint32_t file_type);

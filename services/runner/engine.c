@@ -217,11 +217,12 @@ static void log_parts(const rn_engine_t *e)
         rn_ctx_part_info_t pi;
         rn_ctx_part_info(e->ctx, i, &pi);
         cr_log_info("layers %d-%d%s on %s: backend holds %.1f MiB of weights and "
-                    "%.1f MiB of buffers; KV cache %.1f MiB", pi.first_layer,
+                    "%.1f MiB of buffers; KV cache %.1f MiB (%s)", pi.first_layer,
                     pi.first_layer + pi.n_layers - 1, pi.output ? " + output" : "",
                     pi.be->ops->name, (double)pi.be_weight_bytes / (1 << 20),
                     (double)pi.be_buffer_bytes / (1 << 20),
-                    (double)pi.kv_bytes / (1 << 20));
+                    (double)pi.kv_bytes / (1 << 20),
+                    cr_kv_cache_type_name(rn_ctx_kv_type(e->ctx)));
     }
 }
 
@@ -239,7 +240,8 @@ static char *token_text_dup(const rn_tokenizer_t *tok, int32_t id)
 static cr_status_t load_jinja(rn_engine_t *e, const msg_load_body_t *load, cr_err_t *err)
 {
     cr_gguf_str_t src;
-    if ((load->template && *load->template) || (load->has_renderer && load->renderer && *load->renderer) ||
+    if ((load->template && *load->template) ||
+        (load->has_renderer && load->renderer && *load->renderer) ||
         !cr_gguf_get_str(rn_model_gguf(e->model), "tokenizer.chat_template", &src) || !src.len)
         return CR_OK;
     e->jinja = jj_template_new(src.ptr, (size_t)src.len, err);
@@ -251,6 +253,17 @@ static cr_status_t load_jinja(rn_engine_t *e, const msg_load_body_t *load, cr_er
     if (!e->bos_text || !e->eos_text)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     cr_log_info("%s: prompts through the GGUF's Jinja chat template", load->name);
+    return CR_OK;
+}
+
+/* The cache type the scheduler chose (load.kv_cache_type; absent: f16). */
+static cr_status_t kv_cache_type(const msg_load_body_t *load, cr_type_t *out,
+                                 cr_err_t *err)
+{
+    const char *name = load->has_kv_cache_type ? load->kv_cache_type : NULL;
+    if (!cr_kv_cache_type_parse(name, out))
+        return cr_err_set(err, CR_E_INVALID, "kv_cache_type '%s' is not f16, q8_0 or "
+                          "q4_0", name);
     return CR_OK;
 }
 
@@ -318,7 +331,18 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     rn_ctx_opts_t co = {.n_ctx = e->n_ctx,
                         .n_batch = o && o->has_num_batch ? (int)o->num_batch : 0,
                         .n_seq = e->n_slots};
-    if ((st = rn_ctx_new(e->model, &co, &e->ctx, err)))
+    if ((st = kv_cache_type(load, &co.kv_type, err)))
+        goto fail;
+    st = rn_ctx_new(e->model, &co, &e->ctx, err);
+    if (st == CR_E_UNSUPPORTED && co.kv_type != CR_TYPE_F16) {
+        /* a backend (or head size) without a quantized cache: f16, as
+         * Ollama does where flash attention is unavailable */
+        cr_log_warn("%s: %s; the KV cache stays f16", load->name,
+                    err ? err->msg : "not supported");
+        co.kv_type = CR_TYPE_F16;
+        st = rn_ctx_new(e->model, &co, &e->ctx, err);
+    }
+    if (st)
         goto fail;
     log_parts(e);
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);

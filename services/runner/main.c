@@ -5,6 +5,7 @@
  *   corral-runner tokenize --model FILE [--no-bos] [--special]
  *       UTF-8 text on stdin -> token ids on one line.
  *   corral-runner logits --model FILE --tokens "ID ID ..." --out FILE.f32
+ *           [--kv-cache-type f16|q8_0|q4_0]
  *       float32 logits of every position, row after row.
  *   corral-runner check-template --model FILE
  *       parse the GGUF's Jinja chat template (the registry's create runs
@@ -44,7 +45,7 @@ static int usage(void)
             "usage: corral-runner serve --endpoint EP --id ID\n"
             "       corral-runner tokenize --model FILE [--no-bos] [--special]\n"
             "       corral-runner logits --model FILE --tokens \"ID ...\" "
-            "--out FILE.f32\n"
+            "--out FILE.f32 [--kv-cache-type f16|q8_0|q4_0]\n"
             "       corral-runner check-template --model FILE\n"
             "       corral-runner quantize --in SRC.gguf --out DST.gguf "
             "--type Q4_K_M [--progress]\n");
@@ -94,7 +95,7 @@ int main(int argc, char **argv)
         const char *out = flag(argc, argv, "--out");
         if (!tokens || !out)
             return usage();
-        return rn_tool_logits(model, tokens, out);
+        return rn_tool_logits(model, tokens, out, flag(argc, argv, "--kv-cache-type"));
     }
     return usage();
 }

@@ -96,11 +96,16 @@ static int parse_ids(const char *s, int32_t **out, int *n_out)
 }
 
 int rn_tool_logits(const char *model_path, const char *tokens,
-                   const char *out_path)
+                   const char *out_path, const char *kv_cache_type)
 {
     cr_err_t err;
     int32_t *ids = NULL;
     int n = 0;
+    cr_type_t kv_type;
+    if (!cr_kv_cache_type_parse(kv_cache_type, &kv_type)) {
+        fprintf(stderr, "--kv-cache-type must be f16, q8_0 or q4_0\n");
+        return 2;
+    }
     if (parse_ids(tokens, &ids, &n)) {
         fprintf(stderr, "--tokens must be non-negative integer ids\n");
         return 2;
@@ -115,7 +120,7 @@ int rn_tool_logits(const char *model_path, const char *tokens,
         fprintf(stderr, "%s\n", err.msg);
         goto out;
     }
-    rn_ctx_opts_t co = {.n_ctx = n};
+    rn_ctx_opts_t co = {.n_ctx = n, .kv_type = kv_type};
     if (rn_ctx_new(m, &co, &ctx, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         goto out;

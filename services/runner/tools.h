@@ -14,9 +14,10 @@ int rn_tool_tokenize(const char *model_path, bool add_special,
                      bool parse_special);
 
 /* Evaluates the ids in `tokens` ("1 2 3") and writes float32 logits of every
- * position, row after row, to out_path. */
+ * position, row after row, to out_path. kv_cache_type: NULL or "f16",
+ * "q8_0", "q4_0" (the KV cache's type, as OLLAMA_KV_CACHE_TYPE). */
 int rn_tool_logits(const char *model_path, const char *tokens,
-                   const char *out_path);
+                   const char *out_path, const char *kv_cache_type);
 
 /* `corral-runner quantize --in SRC.gguf --out DST.gguf --type Q4_K_M
  * [--progress]`: argv as main() got it (argv[1] == "quantize"). With

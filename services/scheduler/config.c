@@ -53,17 +53,20 @@ cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
     cfg->sched_spread = cr_env_bool("SCHED_SPREAD", false);
     char kv[16];
     double kv_bytes;
+    cfg->flash_attention = cr_env_bool("FLASH_ATTENTION", false);
+    cfg->kv_cache_type[0] = '\0';
     if (cr_env_get("KV_CACHE_TYPE", kv, sizeof kv)) {
         if (!sch_kv_cache_bytes(kv, &kv_bytes))
             return cr_err_set(err, CR_E_INVALID,
                               "OLLAMA_KV_CACHE_TYPE '%s' is not f16, q8_0 or "
                               "q4_0",
                               kv);
-        /* The runner keeps its KV cache in f16 whatever it is told (like
-         * Ollama without flash attention): estimate what it allocates. */
-        if (kv[0] && strcmp(kv, "f16"))
-            cr_log_warn("OLLAMA_KV_CACHE_TYPE=%s: corral's runner stores the "
-                        "KV cache as f16; memory is planned for f16", kv);
+        snprintf(cfg->kv_cache_type, sizeof cfg->kv_cache_type, "%s", kv);
+        /* Ollama's rule: a quantized cache only with flash attention
+         * (each model's own reasons are logged when it is planned). */
+        if (kv[0] && strcmp(kv, "f16") && !cfg->flash_attention)
+            cr_log_warn("OLLAMA_KV_CACHE_TYPE=%s needs OLLAMA_FLASH_ATTENTION=1: "
+                        "the KV cache stays f16", kv);
     }
     cfg->heartbeat_interval_ms =
         env_duration_ms("HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL_MS, err, &bad);

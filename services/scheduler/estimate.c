@@ -7,15 +7,49 @@
 
 bool sch_kv_cache_bytes(const char *type, double *bytes_per_elem)
 {
-    if (!type || !*type || !strcmp(type, "f16"))
-        *bytes_per_elem = 2.0;
-    else if (!strcmp(type, "q8_0"))
-        *bytes_per_elem = 34.0 / 32.0;
-    else if (!strcmp(type, "q4_0"))
-        *bytes_per_elem = 18.0 / 32.0;
-    else
+    cr_type_t t;
+    if (!cr_kv_cache_type_parse(type, &t))
         return false;
+    const cr_type_info_t *ti = cr_type_info(t);
+    *bytes_per_elem = (double)ti->block_bytes / (double)ti->block_elems;
     return true;
+}
+
+static bool arch_u64(const cr_gguf_t *g, const char *name, int layer,
+                     uint64_t *out);
+
+/* The KV type the runner will store (estimate.h: Ollama's rule, and
+ * llama.cpp's block size), with the reason when a quantized one is not. */
+static cr_status_t choose_kv_type(const cr_gguf_t *g, const sch_estimate_opts_t *o,
+                                  uint64_t head_dim_k, uint64_t head_dim_v,
+                                  sch_estimate_t *out, cr_err_t *err)
+{
+    const char *want = o ? o->kv_cache_type : NULL;
+    out->kv_type = CR_TYPE_F16;
+    out->kv_note[0] = '\0';
+    cr_type_t t;
+    if (!cr_kv_cache_type_parse(want, &t))
+        return cr_err_set(err, CR_E_INVALID, "kv_cache_type '%s' is not f16, q8_0 or "
+                          "q4_0", want);
+    if (t == CR_TYPE_F16)
+        return CR_OK;
+    uint64_t pooling, block = cr_type_info(t)->block_elems;
+    if (!o->flash_attention)
+        snprintf(out->kv_note, sizeof out->kv_note,
+                 "OLLAMA_FLASH_ATTENTION must be enabled to use a quantized KV cache");
+    else if (arch_u64(g, "pooling_type", -1, &pooling))
+        snprintf(out->kv_note, sizeof out->kv_note,
+                 "an embedding model has no flash attention");
+    else if (head_dim_k != head_dim_v)
+        snprintf(out->kv_note, sizeof out->kv_note,
+                 "key_length %" PRIu64 " != value_length %" PRIu64
+                 ": no flash attention", head_dim_k, head_dim_v);
+    else if (head_dim_k % block)
+        snprintf(out->kv_note, sizeof out->kv_note,
+                 "head_dim %" PRIu64 " is not a multiple of %" PRIu64, head_dim_k, block);
+    else
+        out->kv_type = t;
+    return CR_OK;
 }
 
 /* <arch>.<name>: a scalar, or an array with one value per layer (max taken
@@ -147,7 +181,6 @@ cr_status_t sch_estimate_gguf(const cr_gguf_t *g, const sch_estimate_opts_t *o,
         n_ctx = 4;
     out->n_ctx = n_ctx;
     int64_t n_par = o && o->num_parallel > 0 ? o->num_parallel : 1;
-    double kv_elem = o && o->kv_bytes_per_elem > 0 ? o->kv_bytes_per_elem : 2;
 
     /* KV cache, layer by layer (kv heads may differ per layer). */
     uint64_t head_dim_k, head_dim_v;
@@ -157,6 +190,11 @@ cr_status_t sch_estimate_gguf(const cr_gguf_t *g, const sch_estimate_opts_t *o,
     if (!arch_u64(g, "attention.value_length", -1, &head_dim_v) ||
         head_dim_v == 0 || head_dim_v > MAX_DIM)
         head_dim_v = head_dim_k;
+    st = choose_kv_type(g, o, head_dim_k, head_dim_v, out, err);
+    if (st)
+        return st;
+    double kv_elem = 2;
+    sch_kv_cache_bytes(cr_kv_cache_type_name(out->kv_type), &kv_elem);
     uint64_t max_kv_heads = 0;
     for (int l = 0; l < out->n_layers; l++) {
         uint64_t kvh;

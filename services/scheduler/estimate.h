@@ -8,8 +8,8 @@
  *             + KV cache of layer i
  *               = n_ctx x num_parallel x kv_heads(i)
  *                 x (key_length + value_length) x bytes per element
- *               (f16 = 2; OLLAMA_KV_CACHE_TYPE q8_0 = 34/32, q4_0 = 18/32,
- *               the real block sizes, so never under the runner's use)
+ *               (f16 = 2; q8_0 = 34/32, q4_0 = 18/32, the real block
+ *               sizes: the runner allocates exactly that)
  *   output    = output.weight (token_embd.weight when tied) + output_norm:
  *               the "output layer", counted as layer n_layers by num_gpu
  *   embd      = token_embd and every other tensor outside the blocks: it
@@ -29,6 +29,12 @@
  *               scores of one batch, 4 x n_heads x n_ctx x B (what a GPU
  *               backend without flash attention materialises)
  *
+ * The KV type is Ollama's rule: OLLAMA_KV_CACHE_TYPE q8_0 / q4_0 only with
+ * OLLAMA_FLASH_ATTENTION and a model that supports flash attention (no
+ * <arch>.pooling_type: not an embedding model; key_length == value_length),
+ * plus llama.cpp's: head_dim a multiple of the 32-element block. Otherwise
+ * f16, and kv_note says why (the caller warns, as Ollama does).
+ *
  * n_ctx is the requested context capped at the trained one
  * (<arch>.context_length) and floored at 4, as the runner does.
  * OLLAMA_GPU_OVERHEAD is per GPU and added by placement (place.h). */
@@ -45,7 +51,9 @@ typedef struct sch_estimate_opts {
     int64_t num_ctx;          /* requested context; <= 0: 4096 */
     int64_t num_batch;        /* <= 0: 512 */
     int64_t num_parallel;     /* <= 0: 1 */
-    double kv_bytes_per_elem; /* <= 0: 2 (f16) */
+    const char *kv_cache_type; /* OLLAMA_KV_CACHE_TYPE: NULL, "", "f16",
+                                  "q8_0", "q4_0" */
+    bool flash_attention;      /* OLLAMA_FLASH_ATTENTION */
 } sch_estimate_opts_t;
 
 typedef struct sch_estimate {
@@ -59,14 +67,18 @@ typedef struct sch_estimate {
     int64_t graph_bytes;     /* compute buffer of a device with layers */
     int64_t cpu_graph_bytes; /* the CPU runner's activation buffers */
     int64_t cpu_total_bytes; /* all on the CPU: weights + KV + cpu_graph */
+    cr_type_t kv_type;       /* the cache the runner is to store: F16,
+                                Q8_0 or Q4_0 (load.kv_cache_type) */
+    char kv_note[160];       /* why a quantized kv_cache_type is not used
+                                ("" when it is, or none was asked) */
 } sch_estimate_t;
 
 /* Bytes per KV element for an OLLAMA_KV_CACHE_TYPE value: "" or NULL or
  * "f16" -> 2, "q8_0" -> 34/32, "q4_0" -> 18/32. False for anything else. */
 bool sch_kv_cache_bytes(const char *type, double *bytes_per_elem);
 
-/* Estimates the model in g (borrowed). CR_E_CORRUPT names what is missing
- * or wrong ("llama.embedding_length is missing", "tensor 'blk.99.x' names
+/* Estimates the model in g (borrowed). CR_E_INVALID for an unknown
+ * kv_cache_type; CR_E_CORRUPT names what is missing or wrong ("llama.embedding_length is missing", "tensor 'blk.99.x' names
  * layer 99 of 32"), CR_E_TOO_LARGE for more than SCH_EST_MAX_LAYERS
  * layers or sizes that overflow. */
 cr_status_t sch_estimate_gguf(const cr_gguf_t *g, const sch_estimate_opts_t *o,

@@ -115,12 +115,15 @@ static const sch_estimate_t *request_estimate(sch_server_t *s, request_t *r)
         .num_batch = lo.has_num_batch ? lo.num_batch : 0,
         .num_parallel = s->cfg.num_parallel,
     };
-    /* The runner stores its KV cache as f16, whatever OLLAMA_KV_CACHE_TYPE
-     * says (config.c warns). */
-    sch_kv_cache_bytes("f16", &eo.kv_bytes_per_elem);
+    eo.kv_cache_type = s->cfg.kv_cache_type;
+    eo.flash_attention = s->cfg.flash_attention;
     cr_err_t err;
     r->est_status = sch_estimate_file(r->resolved.u.resolved.model_path, &eo,
                                       r->est, &err);
+    if (!r->est_status && r->est->kv_note[0] && s->cfg.flash_attention)
+        cr_log_warn("%s: OLLAMA_KV_CACHE_TYPE=%s not used (%s): the KV cache "
+                    "stays f16", r->resolved.u.resolved.name, s->cfg.kv_cache_type,
+                    r->est->kv_note);
     if (r->est_status) {
         cr_log_warn("%s: no memory estimate (%s); placing it on the CPU "
                     "unaccounted",

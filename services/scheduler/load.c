@@ -61,5 +61,11 @@ void sch_load_build(const sch_server_t *s, const runner_t *rn, msg_t *load,
         b->devices.v = devs;
         b->devices.n = rn->plan.n_devs;
         b->has_devices = rn->plan.n_devs > 0;
+        /* the cache type the estimate counted (f16 unless quantized) */
+        const char *kv = cr_kv_cache_type_name(rn->plan.kv_type);
+        if (kv && rn->plan.kv_type != CR_TYPE_F16) {
+            b->kv_cache_type = (char *)kv;
+            b->has_kv_cache_type = true;
+        }
     }
 }

@@ -96,6 +96,7 @@ cr_status_t sch_place(const cr_inventory_t *inv, const int64_t *gpu_free_bytes,
                       cr_err_t *err)
 {
     memset(plan, 0, sizeof *plan);
+    plan->kv_type = est->kv_type;
     int n_total = est->n_layers + 1;
     plan->n_layers_total = n_total;
 

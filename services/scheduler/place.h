@@ -54,6 +54,8 @@ typedef struct sch_plan {
     int64_t cpu_bytes;       /* on the CPU */
     int64_t total_bytes;     /* vram + cpu */
     bool full_offload;       /* every layer on GPUs */
+    cr_type_t kv_type;       /* the estimate's KV cache type (load's
+                                kv_cache_type) */
 } sch_plan_t;
 
 /* Places est over inv. gpu_free_bytes[i] is what GPU slot i still has free

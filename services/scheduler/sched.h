@@ -46,6 +46,10 @@ typedef struct sch_config {
     cr_inventory_t inventory;
     int64_t gpu_overhead_bytes;  /* OLLAMA_GPU_OVERHEAD, per GPU */
     bool sched_spread;           /* OLLAMA_SCHED_SPREAD */
+    char kv_cache_type[16];      /* OLLAMA_KV_CACHE_TYPE: "" (f16), f16,
+                                    q8_0, q4_0 */
+    bool flash_attention;        /* OLLAMA_FLASH_ATTENTION: needed for a
+                                    quantized KV cache (estimate.h) */
     int64_t heartbeat_interval_ms; /* ping an idle runner this often; 0 =
                                       5 s (CORRAL_HEARTBEAT_INTERVAL) */
     int64_t heartbeat_timeout_ms;  /* unanswered ping -> killed; 0 = 60 s

@@ -268,7 +268,8 @@ int main(int argc, char **argv)
             for (int t = 0; t < n; t++)
                 pos[t] = p + t;
             be_attn_t a = {.n_tok = n, .pos0 = p, .n_head = H, .n_head_kv = HK,
-                           .head_dim = hd, .scale = 1.0f / sqrtf((float)hd)};
+                           .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                           .kv_type = CR_TYPE_F16};
             op->get_rows(be, &embd, tok + (phase ? s % pp : 0), n, x);
             for (int l = 0; l < L; l++) {
                 const layer_t *y = &ly[l];
@@ -279,8 +280,8 @@ int main(int argc, char **argv)
                 op->matmul(be, &y->wv, xb, n, v);
                 op->rope(be, q, n, H, hd, hd, pos, 500000.0f, NULL);
                 op->rope(be, k, n, HK, hd, hd, pos, 500000.0f, NULL);
-                op->kv_store(be, kl, k, n, p, KV);
-                op->kv_store(be, vl, v, n, p, KV);
+                op->kv_store(be, kl, CR_TYPE_F16, k, n, p, KV);
+                op->kv_store(be, vl, CR_TYPE_F16, v, n, p, KV);
                 op->attention(be, att, q, kl, vl, &a);
                 op->matmul(be, &y->wo, att, n, xb2);
                 op->add(be, x, xb2, (size_t)n * D);

@@ -9,7 +9,8 @@
  *     rounds activations the same way) 1e-3, quantized types (F16
  *     activations against the CPU's 8-bit ones) 3e-2.
  *   - get_rows, rmsnorm, swiglu, add, softmax: 1e-5 relative; rope 1e-5
- *     absolute on values in [-1, 1]; kv_store bit-exact F16.
+ *     absolute on values in [-1, 1]; kv_store bit-exact F16, a quantized
+ *     cache type refused (CR_E_UNSUPPORTED through check).
  *   - attention: 3e-3 absolute (the CPU rounds probabilities to F16, the
  *     GPU keeps them in f32), decode and prefill, GQA, head sizes 64, 80,
  *     128, contexts long enough to split the keys across blocks.
@@ -384,12 +385,20 @@ static void test_kv_store(void)
     void *sg = buf_from(gpu_g, src, (size_t)n * row * sizeof(float));
     void *cc = cpu_g->ops->alloc(cpu_g, nc * 2), *cg = gpu_g->ops->alloc(gpu_g, nc * 2);
     if (sc && sg && cc && cg) {
-        cpu_g->ops->kv_store(cpu_g, cc, sc, n, at, row);
-        gpu_g->ops->kv_store(gpu_g, cg, sg, n, at, row);
+        cpu_g->ops->kv_store(cpu_g, cc, CR_TYPE_F16, sc, n, at, row);
+        gpu_g->ops->kv_store(gpu_g, cg, CR_TYPE_F16, sg, n, at, row);
         cpu_g->ops->download(cpu_g, hc, cc, nc * 2);
         gpu_g->ops->download(gpu_g, hg, cg, nc * 2);
         GPU_CHECK_OK(gpu_g);
         CHECK_MSG(!memcmp(hc, hg, nc * 2), "kv_store: f16 bits differ");
+        /* F16 caches only: a quantized one fails the op, never stored as
+         * F16 (the engine falls back to f16 before it gets here) */
+        CHECK(!be_kv_type_supported(gpu_g, CR_TYPE_Q8_0));
+        gpu_g->ops->kv_store(gpu_g, cg, CR_TYPE_Q8_0, sg, n, at, 64);
+        cr_err_t e;
+        cr_err_clear(&e);
+        CHECK_EQ_INT(be_cuda_check(gpu_g, &e), CR_E_UNSUPPORTED);
+        CHECK_MSG(strstr(e.msg, "KV cache type Q8_0") != NULL, "%s", e.msg);
     }
     cpu_g->ops->free(cpu_g, sc);
     gpu_g->ops->free(gpu_g, sg);
@@ -420,12 +429,13 @@ static void check_attention(int n_tok, int pos0, int n_head, int n_head_kv, int 
     void *oc = cpu_g->ops->alloc(cpu_g, nq * 4), *og = gpu_g->ops->alloc(gpu_g, nq * 4);
     if (bufs_make(&b, host, sizes) && kc && vc && kg && vg && oc && og) {
         /* caches filled through each backend's own kv_store */
-        cpu_g->ops->kv_store(cpu_g, kc, b.c[1], ctx, 0, (int)kv_row);
-        cpu_g->ops->kv_store(cpu_g, vc, b.c[2], ctx, 0, (int)kv_row);
-        gpu_g->ops->kv_store(gpu_g, kg, b.g[1], ctx, 0, (int)kv_row);
-        gpu_g->ops->kv_store(gpu_g, vg, b.g[2], ctx, 0, (int)kv_row);
+        cpu_g->ops->kv_store(cpu_g, kc, CR_TYPE_F16, b.c[1], ctx, 0, (int)kv_row);
+        cpu_g->ops->kv_store(cpu_g, vc, CR_TYPE_F16, b.c[2], ctx, 0, (int)kv_row);
+        gpu_g->ops->kv_store(gpu_g, kg, CR_TYPE_F16, b.g[1], ctx, 0, (int)kv_row);
+        gpu_g->ops->kv_store(gpu_g, vg, CR_TYPE_F16, b.g[2], ctx, 0, (int)kv_row);
         be_attn_t a = {.n_tok = n_tok, .pos0 = pos0, .n_head = n_head, .n_head_kv = n_head_kv,
-                       .head_dim = hd, .scale = 1.0f / sqrtf((float)hd)};
+                       .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                       .kv_type = CR_TYPE_F16};
         cpu_g->ops->attention(cpu_g, oc, b.c[0], kc, vc, &a);
         gpu_g->ops->attention(gpu_g, og, b.g[0], kg, vg, &a);
         fetch(cpu_g, yc, oc, nq);
@@ -580,12 +590,13 @@ static void check_attention_ext(int n_tok, int pos0, int hd, float softcap, int 
     void *oc = cpu_g->ops->alloc(cpu_g, nq * 4), *og = gpu_g->ops->alloc(gpu_g, nq * 4);
     void *sc = cpu_g->ops->alloc(cpu_g, scr * 4), *sg = gpu_g->ops->alloc(gpu_g, scr * 4);
     if (bufs_make(&b, host, sizes) && kc && vc && kg && vg && oc && og && sc && sg) {
-        cpu_g->ops->kv_store(cpu_g, kc, b.c[1], ctx, 0, (int)kv_row);
-        cpu_g->ops->kv_store(cpu_g, vc, b.c[2], ctx, 0, (int)kv_row);
-        gpu_g->ops->kv_store(gpu_g, kg, b.g[1], ctx, 0, (int)kv_row);
-        gpu_g->ops->kv_store(gpu_g, vg, b.g[2], ctx, 0, (int)kv_row);
+        cpu_g->ops->kv_store(cpu_g, kc, CR_TYPE_F16, b.c[1], ctx, 0, (int)kv_row);
+        cpu_g->ops->kv_store(cpu_g, vc, CR_TYPE_F16, b.c[2], ctx, 0, (int)kv_row);
+        gpu_g->ops->kv_store(gpu_g, kg, CR_TYPE_F16, b.g[1], ctx, 0, (int)kv_row);
+        gpu_g->ops->kv_store(gpu_g, vg, CR_TYPE_F16, b.g[2], ctx, 0, (int)kv_row);
         be_attn_t a = {.n_tok = n_tok, .pos0 = pos0, .n_head = n_head, .n_head_kv = n_head_kv,
-                       .head_dim = hd, .scale = 1.0f / sqrtf((float)hd)};
+                       .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                       .kv_type = CR_TYPE_F16};
         be_ext_ops(cpu_g)->attention_ext(cpu_g, oc, b.c[0], kc, vc, &a, softcap, window, sc);
         gpu_ext()->attention_ext(gpu_g, og, b.g[0], kg, vg, &a, softcap, window, sg);
         fetch(cpu_g, yc, oc, nq);

@@ -1096,7 +1096,7 @@ static void test_ext_ops(void)
 
     /* attention_ext without window or cap == the attention op, bitwise */
     be_attn_t a = {.n_tok = 3, .pos0 = T - 3, .n_head = H, .n_head_kv = HKV,
-                   .head_dim = HD, .scale = 0.35f};
+                   .head_dim = HD, .scale = 0.35f, .kv_type = CR_TYPE_F16};
     float scratch[2 * T + 2 * HD];
     cr_err_t err;
     cr_err_clear(&err);

@@ -681,10 +681,10 @@ static void test_ops(void)
     for (int i = 0; i < NT * NH * HD; i++)
         q[i] = (float)sin(i * 0.13) * 2;
     int pos0 = 2; /* rows 0..4 filled; queries at positions 2, 3, 4 */
-    op->kv_store(be, kc, kf, pos0 + NT, 0, KV);
-    op->kv_store(be, vc, vf, pos0 + NT, 0, KV);
+    op->kv_store(be, kc, CR_TYPE_F16, kf, pos0 + NT, 0, KV);
+    op->kv_store(be, vc, CR_TYPE_F16, vf, pos0 + NT, 0, KV);
     CHECK(kc[5] == be_f32_to_f16(kf[5]));
-    be_attn_t a = {NT, pos0, NH, NKV, HD, 1.0f / sqrtf(HD), NULL};
+    be_attn_t a = {NT, pos0, NH, NKV, HD, 1.0f / sqrtf(HD), NULL, CR_TYPE_F16};
     op->attention(be, out, q, kc, vc, &a);
     maxe = 0;
     for (int t = 0; t < NT; t++) {

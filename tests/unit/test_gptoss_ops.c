@@ -163,7 +163,8 @@ static void test_sinks(void)
     be_weight_t sinks = {.name = "blk.0.attn_sinks.weight", .type = CR_TYPE_F32,
                          .n_cols = H, .n_rows = 1, .row_bytes = sizeof sv, .data = sv};
     be_attn_t a = {.n_tok = NQ, .pos0 = T - NQ, .n_head = H, .n_head_kv = HKV,
-                   .head_dim = HD, .scale = 0.4f, .sinks = &sinks};
+                   .head_dim = HD, .scale = 0.4f, .sinks = &sinks,
+                   .kv_type = CR_TYPE_F16};
     cr_err_t err;
     cr_err_clear(&err);
     CHECK_EQ_INT(be_g->ops->reserve(be_g, T, 64, T, H, &err), CR_OK);

@@ -5,6 +5,7 @@
  * vectors (no BOS, specials not parsed: how the .out files were made). */
 #include "lib/prelude.h"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -115,6 +116,66 @@ static void test_synth(const char *model)
               NULL, NULL, NULL, NULL) != 0);
 }
 
+/* corral-runner with argv (NULL-terminated, argv[0] included); exit code. */
+static int run_argv(char *const *argv)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        execv(runner_bin, argv);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* logits --kv-cache-type q8_0: the library's numbers with that cache (a
+ * head_dim of 32), and an unknown type refused with usage's code. */
+static void test_kv_cache_type(void)
+{
+    char model[256], path[256];
+    snprintf(model, sizeof model, "/tmp/corral-tools-kv-%d.gguf", (int)getpid());
+    snprintf(path, sizeof path, "/tmp/corral-logits-kv-%d.f32", (int)getpid());
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.dim = 128; /* head_dim 32 */
+    cr_err_t err;
+    CHECK_EQ_INT(rn_synth_write(&so, model, &err), CR_OK);
+    char *argv[] = {"corral-runner", "logits", "--model", model, "--tokens", "1 5 9 2",
+                    "--out", path, "--kv-cache-type", "q8_0", NULL};
+    CHECK_EQ_INT(run_argv(argv), 0);
+    be_backend_t *be = NULL;
+    rn_model_t *m = NULL;
+    rn_ctx_t *c = NULL;
+    CHECK(!be_cpu_new(1, &be, &err) && !rn_model_load(model, be, &m, &err));
+    rn_ctx_opts_t co = {.n_ctx = 4, .kv_type = CR_TYPE_Q8_0};
+    CHECK(m && !rn_ctx_new(m, &co, &c, &err));
+    if (c) {
+        int nv = rn_ctx_n_vocab(c);
+        float *want = calloc((size_t)(4 * nv), sizeof *want);
+        float *got = calloc((size_t)(4 * nv), sizeof *got);
+        int32_t ids[4] = {1, 5, 9, 2};
+        CHECK(!rn_ctx_eval(c, ids, 4, 0, want, &err));
+        FILE *f = fopen(path, "rb");
+        CHECK(f && fread(got, sizeof *got, (size_t)(4 * nv), f) == (size_t)(4 * nv));
+        if (f)
+            fclose(f);
+        CHECK_MSG(!memcmp(want, got, (size_t)(4 * nv) * sizeof *got),
+                  "logits --kv-cache-type q8_0 differ from the library's");
+        free(want);
+        free(got);
+    }
+    rn_ctx_destroy(&c);
+    rn_model_destroy(&m);
+    be_destroy(&be);
+    argv[9] = "q5_0";
+    CHECK_EQ_INT(run_argv(argv), 2);
+    unlink(path);
+    unlink(model);
+}
+
 /* The first cases of llama-spm's vectors through the command line. */
 static void test_vocab_vectors(void)
 {
@@ -188,6 +249,7 @@ int main(void)
     }
     test_synth(model);
     unlink(model);
+    test_kv_cache_type();
     test_vocab_vectors();
     return check_finish("runner_tools");
 }

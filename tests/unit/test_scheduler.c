@@ -131,6 +131,9 @@ static int fake_runner(const char *endpoint, const char *id)
                                   " gpu%" PRId64 ":%" PRId64 "+%" PRId64,
                                   dv->index, dv->first_layer, dv->layers);
                 }
+                if (m.u.load.has_kv_cache_type && w > 0 && (size_t)w < sizeof plan)
+                    snprintf(plan + w, sizeof plan - (size_t)w, " kv=%s",
+                             m.u.load.kv_cache_type);
                 msg_init(&r, MSG_ready, id);
                 r.u.ready.size = 1234;
                 r.u.ready.has_size = true;
@@ -347,6 +350,8 @@ static char nodes_ep_g[64], nodes_cert_g[400], node_keys_g[400];
 
 /* A described inventory for the next env_start (NULL: discover). */
 static const char *inventory_g;
+static const char *kv_cache_type_g = ""; /* OLLAMA_KV_CACHE_TYPE */
+static bool flash_attention_g;           /* OLLAMA_FLASH_ATTENTION */
 static bool inventory_real_g; /* pretend it was discovered, not described */
 
 /* Set: the next env_start uses this dir (made already). */
@@ -379,6 +384,8 @@ static void env_start(env_t *e, int max_loaded, int max_queue)
     cfg.max_queue = max_queue;
     cfg.num_parallel = 1;
     cfg.now_ms = test_clock;
+    snprintf(cfg.kv_cache_type, sizeof cfg.kv_cache_type, "%s", kv_cache_type_g);
+    cfg.flash_attention = flash_attention_g;
     if (nodes_ep_g[0]) {
         snprintf(cfg.nodes_endpoint, sizeof cfg.nodes_endpoint, "%s",
                  nodes_ep_g);
@@ -1328,8 +1335,15 @@ static void test_config(void)
     CHECK_EQ_INT(cfg->inventory.ram_total_bytes, 5000);
     CHECK_EQ_INT(cfg->gpu_overhead_bytes, 123);
     CHECK(cfg->sched_spread);
-    /* q8_0 is accepted (CR_OK above) and planned as f16 (ledger.c), what
-     * the runner really stores; only unknown types are refused. */
+    /* q8_0 is accepted (CR_OK above) and kept for the estimate, which
+     * uses it only with OLLAMA_FLASH_ATTENTION (Ollama's rule); only
+     * unknown types are refused. */
+    CHECK_EQ_STR(cfg->kv_cache_type, "q8_0");
+    CHECK(!cfg->flash_attention);
+    setenv("OLLAMA_FLASH_ATTENTION", "1", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_OK);
+    CHECK(cfg->flash_attention);
+    unsetenv("OLLAMA_FLASH_ATTENTION");
     CHECK_EQ_INT(cfg->heartbeat_timeout_ms, 120000);
     CHECK_EQ_INT(cfg->heartbeat_interval_ms, 5000);
     CHECK_EQ_INT(cfg->adopt_grace_ms, 0); /* unset: one heartbeat interval */
@@ -1445,6 +1459,48 @@ static void test_real_gpu_cpu_runner(void)
     inventory_real_g = false;
 }
 
+/* OLLAMA_KV_CACHE_TYPE reaches the runner in load.kv_cache_type when
+ * Ollama's rule allows it (flash attention on, head_dim a multiple of 32),
+ * and is left out (the runner's f16) otherwise. */
+static void test_kv_cache_type(void)
+{
+    static const struct {
+        const char *kv;
+        bool fa;
+        int dim; /* 4 heads: head_dim dim / 4 */
+        const char *want;
+    } cases[] = {
+        {"q8_0", true, 128, "gpu_layers=0 kv=q8_0"},
+        {"q4_0", true, 128, "gpu_layers=0 kv=q4_0"},
+        {"q8_0", false, 128, "gpu_layers=0"}, /* no flash attention */
+        {"q8_0", true, 64, "gpu_layers=0"},   /* head_dim 16 */
+        {"f16", true, 128, "gpu_layers=0"},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
+        env_t e;
+        inventory_g = "none";
+        kv_cache_type_g = cases[i].kv;
+        flash_attention_g = cases[i].fa;
+        env_start(&e, 3, 16);
+        char path[400];
+        snprintf(path, sizeof path, "%s/kvq.gguf", e.dir);
+        rn_synth_opts_t so;
+        rn_synth_defaults(&so);
+        so.dim = cases[i].dim;
+        cr_err_t err;
+        CHECK_EQ_INT(rn_synth_write(&so, path, &err), CR_OK);
+        char first[128] = "";
+        CHECK_EQ_INT(run_request(&e, "kv", "kvq", "plan", first, NULL), MSG_done);
+        CHECK_MSG(!strcmp(first, cases[i].want), "%s fa %d dim %d: load said '%s', "
+                  "want '%s'", cases[i].kv, cases[i].fa, cases[i].dim, first,
+                  cases[i].want);
+        env_stop(&e);
+    }
+    inventory_g = NULL;
+    kv_cache_type_g = "";
+    flash_attention_g = false;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "serve"))
@@ -1466,5 +1522,6 @@ int main(int argc, char **argv)
     test_adopt_grace();
     test_node_adopt();
     test_real_gpu_cpu_runner();
+    test_kv_cache_type();
     return check_finish("scheduler");
 }

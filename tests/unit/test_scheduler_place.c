@@ -243,6 +243,8 @@ static void test_kv_cache_types(void)
 
 static char dir_g[256];
 static int par_g = 1; /* num_parallel of the estimate and the runner */
+static const char *kv_g; /* OLLAMA_KV_CACHE_TYPE of both (flash attention
+                            on); NULL: f16 */
 
 /* The runner's own figure for a synthetic model at num_ctx. */
 static int64_t runner_bytes(const char *path, int64_t num_ctx)
@@ -259,6 +261,8 @@ static int64_t runner_bytes(const char *path, int64_t num_ctx)
     ld.has_options = true;
     ld.num_parallel = par_g;
     ld.has_num_parallel = true;
+    ld.kv_cache_type = (char *)kv_g;
+    ld.has_kv_cache_type = kv_g != NULL;
     rn_engine_t *e = NULL;
     cr_err_t err;
     cr_status_t st = rn_engine_load(&ld, &e, &err);
@@ -284,23 +288,32 @@ static void estimate_vs_runner(const char *label, rn_synth_opts_t *so,
     if (st)
         return;
     sch_estimate_t *est = calloc(1, sizeof *est);
-    sch_estimate_opts_t eo = {.num_ctx = num_ctx, .num_parallel = par_g};
+    sch_estimate_opts_t eo = {.num_ctx = num_ctx, .num_parallel = par_g,
+                              .kv_cache_type = kv_g, .flash_attention = true};
     st = sch_estimate_file(path, &eo, est, &err);
     CHECK_MSG(st == CR_OK, "estimate %s: %s", label, err.msg);
+    cr_type_t kv_type = CR_TYPE_F16;
+    CHECK(cr_kv_cache_type_parse(kv_g, &kv_type));
+    CHECK_MSG(est->kv_type == kv_type, "%s: estimate's KV type %d", label, est->kv_type);
+    const cr_type_info_t *kvt = cr_type_info(kv_type);
     int64_t real = runner_bytes(path, num_ctx);
     if (!st && real > 0) {
         double ratio = (double)est->cpu_total_bytes / (double)real;
-        fprintf(stderr, "estimate %-12s ctx %5" PRId64 ": %" PRId64
+        fprintf(stderr, "estimate %-12s %-4s ctx %5" PRId64 ": %" PRId64
                         " vs runner %" PRId64 " (%.4f)\n",
-                label, est->n_ctx, est->cpu_total_bytes, real, ratio);
+                label, cr_kv_cache_type_name(kv_type), est->n_ctx,
+                est->cpu_total_bytes, real, ratio);
         CHECK_MSG(ratio >= 0.99 && ratio <= 1.01, "%s: estimate %" PRId64
                   " vs runner %" PRId64, label, est->cpu_total_bytes, real);
         /* KV exactly: layers x ctx x num_parallel x kv_heads x head_dim
-         * x 2 x 2 bytes (one cache per slot). */
+         * x 2 x bytes per element (2; 34/32, 18/32: whole blocks), one
+         * cache per slot. */
         int hd = so->head_dim ? so->head_dim : so->dim / so->n_heads;
         int64_t ctx = CR_MIN(num_ctx, (int64_t)so->ctx);
         CHECK_EQ_INT(est->kv_bytes, (int64_t)so->n_layers * ctx * par_g *
-                                        so->n_kv_heads * hd * 2 * 2);
+                                        so->n_kv_heads * hd * 2 *
+                                        (int64_t)kvt->block_bytes /
+                                        (int64_t)kvt->block_elems);
         CHECK_EQ_INT(est->n_layers, so->n_layers);
         CHECK_EQ_INT(est->n_ctx, ctx);
         /* The parts add up (a tied output counts token_embd twice). */
@@ -312,6 +325,42 @@ static void estimate_vs_runner(const char *label, rn_synth_opts_t *so,
                          est->weights_bytes + est->kv_bytes);
         CHECK(est->graph_bytes > est->cpu_graph_bytes);
     }
+    free(est);
+    unlink(path);
+}
+
+/* The runner really stores the quantized cache (it does not silently stay
+ * f16): its allocation shrinks from the f16 one by exactly the KV bytes
+ * the estimate saves, and the estimate stays within 1% of it. */
+static void kv_types_vs_runner(const char *label, rn_synth_opts_t *so, int64_t num_ctx)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s-kv.gguf", dir_g, label);
+    cr_err_t err;
+    CHECK_EQ_INT(rn_synth_write(so, path, &err), CR_OK);
+    static const char *const types[] = {"f16", "q8_0", "q4_0"};
+    int64_t real[3], kv[3];
+    sch_estimate_t *est = calloc(1, sizeof *est);
+    for (int i = 0; i < 3; i++) {
+        kv_g = types[i];
+        sch_estimate_opts_t eo = {.num_ctx = num_ctx, .num_parallel = par_g,
+                                  .kv_cache_type = kv_g, .flash_attention = true};
+        CHECK_EQ_INT(sch_estimate_file(path, &eo, est, &err), CR_OK);
+        kv[i] = est->kv_bytes;
+        real[i] = runner_bytes(path, num_ctx);
+        CHECK_MSG(real[i] > 0 && (double)est->cpu_total_bytes >= 0.99 * (double)real[i] &&
+                      (double)est->cpu_total_bytes <= 1.01 * (double)real[i],
+                  "%s %s: estimate %" PRId64 " vs runner %" PRId64, label, kv_g,
+                  est->cpu_total_bytes, real[i]);
+    }
+    for (int i = 1; i < 3; i++) {
+        fprintf(stderr, "runner %-12s %s: %" PRId64 " bytes, %" PRId64 " less than f16 "
+                "(estimate's KV: %" PRId64 " less)\n", label, types[i], real[i],
+                real[0] - real[i], kv[0] - kv[i]);
+        CHECK_MSG(real[0] - real[i] == kv[0] - kv[i], "%s %s: runner saved %" PRId64
+                  ", estimate %" PRId64, label, types[i], real[0] - real[i], kv[0] - kv[i]);
+    }
+    kv_g = NULL;
     free(est);
     unlink(path);
 }
@@ -371,6 +420,51 @@ static void test_estimate_vs_runner(void)
     so.n_experts_used = 2;
     so.type = CR_TYPE_Q8_0;
     estimate_vs_runner("llama-moe-q8", &so, 256);
+
+    /* Quantized KV caches (head_dim 32: whole blocks per head). */
+    static const char *const kv_types[] = {"q8_0", "q4_0"};
+    for (size_t i = 0; i < CR_ARRAY_LEN(kv_types); i++) {
+        kv_g = kv_types[i];
+        rn_synth_defaults(&so);
+        so.dim = 128;
+        so.ctx = 1024;
+        estimate_vs_runner("llama-kvq", &so, 1024);
+        par_g = 3;
+        estimate_vs_runner("llama-kvq-par3", &so, 512);
+        par_g = 1;
+        rn_synth_defaults(&so);
+        so.arch = "gemma2";
+        so.tied_output = true;
+        so.head_dim = 32;
+        estimate_vs_runner("gemma2-kvq", &so, 256);
+        kv_g = NULL;
+    }
+    rn_synth_defaults(&so);
+    so.arch = "qwen3";
+    so.head_dim = 32;
+    so.ctx = 2048;
+    kv_types_vs_runner("qwen3", &so, 2048);
+
+    /* A load asking for q8_0 on head_dim 16 (the scheduler never sends
+     * that): the engine warns and keeps f16 rather than failing; an
+     * unknown type fails the load, naming it. */
+    rn_synth_defaults(&so);
+    char path[400];
+    snprintf(path, sizeof path, "%s/hd16.gguf", dir_g);
+    cr_err_t err;
+    CHECK_EQ_INT(rn_synth_write(&so, path, &err), CR_OK);
+    int64_t f16 = runner_bytes(path, 256);
+    kv_g = "q8_0";
+    CHECK_EQ_INT(runner_bytes(path, 256), f16);
+    msg_load_body_t ld = {.name = "hd16", .has_name = true, .model_path = path,
+                          .has_model_path = true, .kv_cache_type = "q5_0",
+                          .has_kv_cache_type = true};
+    rn_engine_t *e = NULL;
+    CHECK_EQ_INT(rn_engine_load(&ld, &e, &err), CR_E_INVALID);
+    CHECK(strstr(err.msg, "kv_cache_type 'q5_0'") != NULL);
+    CHECK(e == NULL);
+    kv_g = NULL;
+    unlink(path);
 }
 
 /* A MoE file's layer holds all its experts: the estimate's layer bytes are
@@ -418,6 +512,7 @@ static void test_estimate_scaling_and_bad(void)
     rn_synth_opts_t so;
     rn_synth_defaults(&so);
     so.ctx = 4096;
+    so.dim = 128; /* head_dim 32: whole Q8_0 / Q4_0 blocks per head */
     void *data = NULL;
     size_t len = 0;
     cr_err_t err;
@@ -437,12 +532,26 @@ static void test_estimate_scaling_and_bad(void)
     CHECK_EQ_INT(b->kv_bytes, 4 * a->kv_bytes);
     CHECK_EQ_INT(b->weights_bytes, a->weights_bytes);
     eo.num_parallel = 1;
-    sch_kv_cache_bytes("q8_0", &eo.kv_bytes_per_elem);
+    CHECK_EQ_INT(a->kv_type, CR_TYPE_F16);
+    eo.kv_cache_type = "q8_0";
+    eo.flash_attention = true;
     CHECK_EQ_INT(sch_estimate_gguf(g, &eo, b, &err), CR_OK);
+    CHECK_EQ_INT(b->kv_type, CR_TYPE_Q8_0);
+    CHECK_EQ_STR(b->kv_note, "");
     CHECK_EQ_INT(b->kv_bytes, a->kv_bytes * 17 / 32);
-    sch_kv_cache_bytes("q4_0", &eo.kv_bytes_per_elem);
+    eo.kv_cache_type = "q4_0";
     CHECK_EQ_INT(sch_estimate_gguf(g, &eo, b, &err), CR_OK);
+    CHECK_EQ_INT(b->kv_type, CR_TYPE_Q4_0);
     CHECK_EQ_INT(b->kv_bytes, a->kv_bytes * 9 / 32);
+    /* Ollama's rule: without flash attention the cache stays f16 */
+    eo.flash_attention = false;
+    CHECK_EQ_INT(sch_estimate_gguf(g, &eo, b, &err), CR_OK);
+    CHECK_EQ_INT(b->kv_type, CR_TYPE_F16);
+    CHECK_EQ_INT(b->kv_bytes, a->kv_bytes);
+    CHECK(strstr(b->kv_note, "OLLAMA_FLASH_ATTENTION") != NULL);
+    eo.kv_cache_type = "q5_0";
+    CHECK_EQ_INT(sch_estimate_gguf(g, &eo, b, &err), CR_E_INVALID);
+    eo.kv_cache_type = NULL;
     /* Default context (4096) and the floor of 4. */
     sch_estimate_opts_t dflt = {0};
     CHECK_EQ_INT(sch_estimate_gguf(g, &dflt, b, &err), CR_OK);

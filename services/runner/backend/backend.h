@@ -57,7 +57,18 @@ typedef struct be_attn {
                                  softmax denominator also holds
                                  exp(sinks[h] - max), a logit (not scaled)
                                  that carries no value */
+    cr_type_t kv_type; /* element type of both caches: CR_TYPE_F16, or
+                          (kv_type_supported) CR_TYPE_Q8_0 / CR_TYPE_Q4_0 */
 } be_attn_t;
+
+/* Bytes of one cache row of `row` elements of KV type t (be_attn_t.kv_type);
+ * row is a multiple of t's block (32 for Q8_0 / Q4_0: rn_ctx_new checks
+ * head_dim), so each head's slice of a row is whole blocks. */
+static inline size_t be_kv_row_bytes(cr_type_t t, int row)
+{
+    uint64_t bytes = 0;
+    return cr_type_row_bytes(t, (uint64_t)row, &bytes) ? (size_t)bytes : 0;
+}
 
 /* YaRN rope scaling (ggml_rope_ext with ext_factor != 0): pair i's angle
  * t = pos * freq_base^(-2i/n_rot) / ff[i] is interpolated (t * freq_scale)
@@ -104,6 +115,10 @@ typedef struct be_ops {
      * it (a device backend's ops run asynchronously and cannot return a
      * status): CR_E_NOMEM, CR_E_INTERNAL, with a message naming the op. */
     cr_status_t (*check)(be_backend_t *be, cr_err_t *err);
+    /* Optional (NULL: F16 only). True if kv_store, attention and
+     * attention_ext take caches of KV type t (CR_TYPE_F16, CR_TYPE_Q8_0,
+     * CR_TYPE_Q4_0). */
+    bool (*kv_type_supported)(const be_backend_t *be, cr_type_t t);
     /* Optional (NULL: none): the optional ops below (be_ext_ops). */
     const be_ops_ext_t *(*ext_ops)(const be_backend_t *be);
     void (*upload)(be_backend_t *be, void *dst, const void *host_src,
@@ -149,21 +164,28 @@ typedef struct be_ops {
     void (*rope)(be_backend_t *be, float *x, int n, int n_head, int head_dim,
                  int n_rot, const int32_t *pos, float freq_base,
                  const be_weight_t *freq_factors);
-    /* Stores n rows of f32 src [n][row] into an F16 cache at row index
-     * `at`: cache[(at + t) * row + j] = f16(src[t][j]). */
-    void (*kv_store)(be_backend_t *be, uint16_t *cache, const float *src,
-                     int n, int at, int row);
+    /* Stores n rows of f32 src [n][row] into a cache of KV type t at row
+     * index `at`: row at + i (be_kv_row_bytes(t, row) bytes from
+     * cache + (at + i) * that) = src[i] converted: F16 rounds each
+     * element; Q8_0 / Q4_0 quantize each 32-element block as the weight
+     * formats do (quant.h). A type the backend does not support
+     * (kv_type_supported) fails the op (CR_E_UNSUPPORTED through check). */
+    void (*kv_store)(be_backend_t *be, void *cache, cr_type_t t,
+                     const float *src, int n, int at, int row);
     /* out[t][h][:] = softmax_j(scale * q[t][h] . k[j][h/g]) v[j][h/g]
      * for j in 0..pos0+t (g = n_head / n_head_kv).  q, out:
-     * [n_tok][n_head][head_dim]; k, v: F16 caches [ctx][n_head_kv*head_dim]
-     * with rows 0..pos0+n_tok-1 filled. Like the reference engine, q and the
-     * probabilities are rounded to F16 before meeting the F16 cache.
+     * [n_tok][n_head][head_dim]; k, v: caches of a->kv_type, rows of
+     * n_head_kv*head_dim elements, rows 0..pos0+n_tok-1 filled. F16 caches:
+     * like the reference engine, q and the probabilities are rounded to F16
+     * before meeting the cache. Q8_0 / Q4_0 caches (llama.cpp's flash
+     * attention with a quantized cache): q is quantized to Q8_0 per head
+     * and dotted with the K blocks as a weight row would be, and the f32
+     * probabilities weight the dequantized V rows.
      * With a->sinks, each head's softmax also counts its sink (be_attn_t);
      * a backend that cannot must fail the op (CR_E_UNSUPPORTED through
-     * check), never ignore it. */
+     * check), never ignore it; the same for a kv_type it does not take. */
     void (*attention)(be_backend_t *be, float *out, const float *q,
-                      const uint16_t *k, const uint16_t *v,
-                      const be_attn_t *a);
+                      const void *k, const void *v, const be_attn_t *a);
     /* y = silu(gate) * up, elementwise over n (y may alias either). */
     void (*swiglu)(be_backend_t *be, float *y, const float *gate,
                    const float *up, size_t n);
@@ -204,10 +226,10 @@ struct be_ops_ext {
      * query t (at position pos0+t) sees only keys pos0+t-window+1 ..
      * pos0+t (llama.cpp's standard sliding window). scratch: a backend
      * buffer of be_attention_ext_scratch(ctx, head_dim) floats, ctx >=
-     * pos0 + n_tok. Rounds q and probabilities to F16 like attention;
-     * honours a->sinks as attention does. */
+     * pos0 + n_tok. Treats q, probabilities and the cache's kv_type like
+     * attention; honours a->sinks as attention does. */
     void (*attention_ext)(be_backend_t *be, float *out, const float *q,
-                          const uint16_t *k, const uint16_t *v,
+                          const void *k, const void *v,
                           const be_attn_t *a, float softcap, int window,
                           float *scratch);
     /* LayerNorm (bert, nomic-bert): y[t] = (x[t] - mean(x[t])) /
@@ -294,6 +316,15 @@ const be_ops_ext_t *be_cpu_ext_ops(const be_backend_t *be);
 static inline const be_ops_ext_t *be_ext_ops(const be_backend_t *be)
 {
     return be && be->ops->ext_ops ? be->ops->ext_ops(be) : NULL;
+}
+
+/* Whether be's caches may hold KV type t (be_ops_t.kv_type_supported);
+ * F16 always. */
+static inline bool be_kv_type_supported(const be_backend_t *be, cr_type_t t)
+{
+    if (t == CR_TYPE_F16)
+        return true;
+    return be->ops->kv_type_supported && be->ops->kv_type_supported(be, t);
 }
 
 static inline void be_destroy(be_backend_t **be_p)

@@ -53,9 +53,10 @@ typedef struct part {
                                    NULL */
     int l0, l1;
 
-    /* KV cache, F16: [n_seq][l1-l0][C][KV] each. */
-    uint16_t *k_cache;
-    uint16_t *v_cache;
+    /* KV cache, rows of KV elements of the context's kv_type (F16, or
+     * 32-element Q8_0 / Q4_0 blocks): [n_seq][l1-l0][C] rows each. */
+    uint8_t *k_cache;
+    uint8_t *v_cache;
 
     /* Activations (backend memory; those a part without layers does not
      * use are NULL). */
@@ -81,6 +82,8 @@ struct rn_ctx {
     const rn_hparams_t *hp;
     const rn_weights_t *w;
     int n_ctx, n_batch, n_seq;
+    cr_type_t kv_type;   /* cache element type (rn_ctx_opts_t) */
+    size_t kv_row_bytes; /* bytes of one cache row of KV elements */
     int *n_past;   /* [n_seq] positions filled in each sequence's cache */
     part_t part[MAX_PARTS]; /* in layer order */
     int n_parts;
@@ -214,16 +217,17 @@ static cr_status_t part_alloc(rn_ctx_t *c, part_t *P, bool last, cr_err_t *err)
 
     if (n_layers > 0) {
         size_t cache_bytes = 0;
-        if (!mul_size((uint64_t)n_layers * (uint64_t)c->n_seq, (uint64_t)c->n_ctx, KV,
-                      sizeof(uint16_t), &cache_bytes))
+        if (!mul_size((uint64_t)n_layers * (uint64_t)c->n_seq, (uint64_t)c->n_ctx, 1,
+                      c->kv_row_bytes, &cache_bytes))
             return cr_err_set(err, CR_E_TOO_LARGE, "KV cache for n_ctx %d overflows",
                               c->n_ctx);
         P->k_cache = P->be->ops->alloc(P->be, cache_bytes);
         P->v_cache = P->k_cache ? P->be->ops->alloc(P->be, cache_bytes) : NULL;
         if (!P->v_cache)
             return cr_err_set(err, CR_E_NOMEM, "cannot allocate the KV cache (2 x %zu "
-                              "bytes for n_ctx %d x %d sequences, %s backend)",
-                              cache_bytes, c->n_ctx, c->n_seq, P->be->ops->name);
+                              "bytes of %s for n_ctx %d x %d sequences, %s backend)",
+                              cache_bytes, cr_kv_cache_type_name(c->kv_type), c->n_ctx,
+                              c->n_seq, P->be->ops->name);
         P->kv_bytes = 2 * (uint64_t)cache_bytes;
     }
     if ((st = alloc_buf(P, (void **)&P->x, B, D, sizeof(float), "x", err)) ||
@@ -255,6 +259,29 @@ static cr_status_t part_alloc(rn_ctx_t *c, part_t *P, bool last, cr_err_t *err)
     return P->be->ops->reserve(P->be, c->n_batch, max_cols, c->n_ctx, hp->n_heads, err);
 }
 
+/* The cache type must be one every part's instance stores, and quantized
+ * blocks (32 elements) must not straddle heads, as llama.cpp requires. */
+static cr_status_t check_kv_type(const rn_ctx_t *c, cr_err_t *err)
+{
+    const char *name = cr_kv_cache_type_name(c->kv_type);
+    if (!name)
+        return cr_err_set(err, CR_E_INVALID, "KV cache type %d is not f16, q8_0 or q4_0",
+                          (int)c->kv_type);
+    if (c->kv_type == CR_TYPE_F16)
+        return CR_OK;
+    uint32_t block = cr_type_info(c->kv_type)->block_elems;
+    if (c->hp->head_dim % (int)block)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "KV cache type %s needs head_dim a "
+                          "multiple of %u ('%s' has %d)", name, block, c->hp->arch,
+                          c->hp->head_dim);
+    for (int p = 0; p < c->n_parts; p++)
+        if (c->part[p].l1 > c->part[p].l0 &&
+            !be_kv_type_supported(c->part[p].be, c->kv_type))
+            return cr_err_set(err, CR_E_UNSUPPORTED, "KV cache type %s is not supported "
+                              "by the %s backend", name, c->part[p].be->ops->name);
+    return CR_OK;
+}
+
 cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **out,
                        cr_err_t *err)
 {
@@ -280,10 +307,14 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
         c->n_batch = c->n_ctx; /* an encoder sees the whole sequence at once */
 
     const rn_hparams_t *hp = c->hp;
-    uint64_t B = (uint64_t)c->n_batch, D = (uint64_t)hp->dim;
-    uint64_t V = (uint64_t)hp->n_vocab;
     cr_status_t st = CR_OK;
     make_parts(c);
+    c->kv_type = o->kv_type == CR_TYPE_F32 ? CR_TYPE_F16 : o->kv_type;
+    if ((st = check_kv_type(c, err)))
+        goto fail;
+    c->kv_row_bytes = be_kv_row_bytes(c->kv_type, hp->kv_dim);
+    uint64_t B = (uint64_t)c->n_batch, D = (uint64_t)hp->dim;
+    uint64_t V = (uint64_t)hp->n_vocab;
     for (int p = 0; p < c->n_parts; p++)
         if ((st = part_alloc(c, &c->part[p], p == c->n_parts - 1, err)))
             goto fail;
@@ -344,11 +375,11 @@ static void rope_layer(rn_ctx_t *c, const part_t *P, const rn_layer_t *L, float 
  * cache rows from qpos-W+1 (pointer offset), as if at position W-1. Same
  * kernels and summation order as one masked call: bitwise equal. */
 static void attention_window(rn_ctx_t *c, const part_t *P, float *att, const float *q,
-                             const uint16_t *kc, const uint16_t *vc,
+                             const uint8_t *kc, const uint8_t *vc,
                              const be_attn_t *attn, int W)
 {
     const be_ops_t *op = P->be->ops;
-    size_t KV = (size_t)c->hp->kv_dim, Q = (size_t)c->hp->q_dim;
+    size_t row = c->kv_row_bytes, Q = (size_t)c->hp->q_dim;
     int p = attn->pos0, n = attn->n_tok;
     int n_full = CR_MAX(0, CR_MIN(n, W - p)); /* queries with qpos < W */
     if (n_full > 0) {
@@ -362,7 +393,7 @@ static void attention_window(rn_ctx_t *c, const part_t *P, float *att, const flo
         a.n_tok = 1;
         a.pos0 = W - 1;
         op->attention(P->be, att + (size_t)t * Q, q + (size_t)t * Q,
-                      kc + (size_t)first * KV, vc + (size_t)first * KV, &a);
+                      kc + (size_t)first * row, vc + (size_t)first * row, &a);
     }
 }
 
@@ -372,11 +403,11 @@ typedef struct span {
     int seq, off, n, pos;
 } span_t;
 
-/* Layer l's cache of sequence seq in part P: [C][KV]. */
-static uint16_t *layer_cache(const rn_ctx_t *c, const part_t *P, uint16_t *cache,
-                             int seq, int l)
+/* Layer l's cache of sequence seq in part P: C rows of kv_row_bytes. */
+static uint8_t *layer_cache(const rn_ctx_t *c, const part_t *P, uint8_t *cache,
+                            int seq, int l)
 {
-    size_t per_layer = (size_t)c->n_ctx * (size_t)c->hp->kv_dim;
+    size_t per_layer = (size_t)c->n_ctx * c->kv_row_bytes;
     size_t n_layers = (size_t)(P->l1 - P->l0);
     return cache + ((size_t)seq * n_layers + (size_t)(l - P->l0)) * per_layer;
 }
@@ -442,8 +473,8 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
         for (int s = 0; s < n_sp; s++) {
             const span_t *S = &sp[s];
             int p = S->pos;
-            uint16_t *kc = layer_cache(c, P, P->k_cache, S->seq, l); /* [C][KV] */
-            uint16_t *vc = layer_cache(c, P, P->v_cache, S->seq, l); /* [C][KV] */
+            uint8_t *kc = layer_cache(c, P, P->k_cache, S->seq, l); /* [C][KV] */
+            uint8_t *vc = layer_cache(c, P, P->v_cache, S->seq, l); /* [C][KV] */
             float *q = P->q + (size_t)S->off * QD;                /* [n][Q] */
             float *att = P->att + (size_t)S->off * QD;            /* [n][Q] */
             be_attn_t attn = {
@@ -454,12 +485,13 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
                 .head_dim = hp->head_dim,
                 .scale = hp->attn_scale,
                 .sinks = L->attn_sinks.data ? &L->attn_sinks : NULL,
+                .kv_type = c->kv_type,
             };
 
-            /* 5. append the span's k and v to its sequence's F16 cache at
-             *    rows p..p+n-1 */
-            op->kv_store(be, kc, P->k + (size_t)S->off * KV, S->n, p, KV);
-            op->kv_store(be, vc, P->v + (size_t)S->off * KV, S->n, p, KV);
+            /* 5. append the span's k and v to its sequence's cache at rows
+             *    p..p+n-1 (F16, or quantized in 32-element blocks) */
+            op->kv_store(be, kc, c->kv_type, P->k + (size_t)S->off * KV, S->n, p, KV);
+            op->kv_store(be, vc, c->kv_type, P->v + (size_t)S->off * KV, S->n, p, KV);
 
             /* 6. causal attention with grouped KV heads: query head h reads
              *    KV head h / (Hq/Hk) over cache rows 0..p+t     att: [n][Q]
@@ -559,8 +591,8 @@ static void forward_encoder_layers(rn_ctx_t *c, part_t *P, int seq, int n)
 
     for (int l = P->l0; l < P->l1; l++) {
         const rn_layer_t *L = &w->layers[l];
-        uint16_t *kc = layer_cache(c, P, P->k_cache, seq, l); /* [C][KV] */
-        uint16_t *vc = layer_cache(c, P, P->v_cache, seq, l); /* [C][KV] */
+        uint8_t *kc = layer_cache(c, P, P->k_cache, seq, l); /* [C][KV] */
+        uint8_t *vc = layer_cache(c, P, P->v_cache, seq, l); /* [C][KV] */
 
         /* 3. q = x Wq^T + bq [B][Q], k = x Wk^T + bk [B][KV],
          *    v = x Wv^T + bv [B][KV] (nomic-bert: row blocks of attn_qkv) */
@@ -577,10 +609,10 @@ static void forward_encoder_layers(rn_ctx_t *c, part_t *P, int seq, int n)
             rope_layer(c, P, L, P->q, n, hp->n_heads);
             rope_layer(c, P, L, P->k, n, hp->n_kv_heads);
         }
-        /* 4. k, v into the F16 cache rows 0..n-1; each query attends to all
+        /* 4. k, v into the cache rows 0..n-1; each query attends to all
          *    n keys: one call per query as if it sat at position n-1 */
-        op->kv_store(be, kc, P->k, n, 0, KV);
-        op->kv_store(be, vc, P->v, n, 0, KV);
+        op->kv_store(be, kc, c->kv_type, P->k, n, 0, KV);
+        op->kv_store(be, vc, c->kv_type, P->v, n, 0, KV);
         for (int t = 0; t < n; t++) {
             be_attn_t a = {
                 .n_tok = 1,
@@ -589,6 +621,7 @@ static void forward_encoder_layers(rn_ctx_t *c, part_t *P, int seq, int n)
                 .n_head_kv = hp->n_kv_heads,
                 .head_dim = hp->head_dim,
                 .scale = hp->attn_scale,
+                .kv_type = c->kv_type,
             };
             op->attention(be, P->att + (size_t)t * Q, P->q + (size_t)t * Q, kc, vc, &a);
         }
@@ -991,6 +1024,7 @@ int rn_ctx_n_ctx(const rn_ctx_t *c) { return c->n_ctx; }
 int rn_ctx_n_seq(const rn_ctx_t *c) { return c->n_seq; }
 int rn_ctx_n_batch(const rn_ctx_t *c) { return c->n_batch; }
 int rn_ctx_n_vocab(const rn_ctx_t *c) { return c->hp->n_vocab; }
+cr_type_t rn_ctx_kv_type(const rn_ctx_t *c) { return c->kv_type; }
 uint64_t rn_ctx_kv_bytes(const rn_ctx_t *c)
 {
     uint64_t sum = 0;

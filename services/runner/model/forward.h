@@ -1,7 +1,8 @@
 /* forward.h: the evaluation state of n_seq sequences over a loaded model.
  *
- * An rn_ctx_t owns one KV cache per sequence (F16, n_ctx positions each,
- * like the reference engine; the runner's slots are its sequences), one set
+ * An rn_ctx_t owns one KV cache per sequence (n_ctx positions each, F16
+ * like the reference engine, or Q8_0 / Q4_0 blocks along each head as
+ * llama.cpp's quantized cache; the runner's slots are its sequences), one set
  * of activation buffers sized for n_batch tokens that all sequences share,
  * and each sequence's last logits, all allocated once by rn_ctx_new:
  * evaluating tokens allocates nothing. It runs the forward pass through the
@@ -39,6 +40,9 @@ typedef struct rn_ctx_opts {
                     capped at n_ctx); larger evals are split */
     int n_seq;   /* sequences, each its own cache (<= 0: 1; at most
                     RN_CTX_MAX_SEQ) */
+    cr_type_t kv_type; /* cache elements: CR_TYPE_F16 (also what 0, a
+                          zeroed field, means), CR_TYPE_Q8_0 or
+                          CR_TYPE_Q4_0 (OLLAMA_KV_CACHE_TYPE) */
 } rn_ctx_opts_t;
 
 /* One sequence's tokens in a batched eval. */
@@ -53,8 +57,10 @@ typedef struct rn_ctx rn_ctx_t;
 
 /* Creates a context for model m (borrowed; must outlive it). On success *out
  * is owned by the caller: free with rn_ctx_destroy. CR_E_INVALID for bad
- * options, CR_E_TOO_LARGE if sizes overflow, CR_E_NOMEM when the cache or
- * buffers cannot be allocated (message gives the bytes). */
+ * options, CR_E_UNSUPPORTED for a quantized kv_type the model (head_dim not
+ * a multiple of 32) or an instance holding layers (be_kv_type_supported)
+ * cannot take, CR_E_TOO_LARGE if sizes overflow, CR_E_NOMEM when the cache
+ * or buffers cannot be allocated (message gives the bytes). */
 cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o,
                        rn_ctx_t **out, cr_err_t *err);
 
@@ -148,6 +154,9 @@ void rn_ctx_clear(rn_ctx_t *c);
  * holds, over all its parts. */
 uint64_t rn_ctx_kv_bytes(const rn_ctx_t *c);
 uint64_t rn_ctx_buffer_bytes(const rn_ctx_t *c);
+
+/* The cache's element type (CR_TYPE_F16, CR_TYPE_Q8_0 or CR_TYPE_Q4_0). */
+cr_type_t rn_ctx_kv_type(const rn_ctx_t *c);
 
 /* One part of a context: a run of layers on one backend instance (see
  * model.h: rn_placement_t). A model on one instance has one part. */

@@ -14,6 +14,7 @@
 #include "lib/prelude.h"
 #include "lib/log.h"
 #include "services/runner/backend/backend.h"
+#include "services/runner/backend/cpu/attn_kvq.h"
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/pack_cache.h"
 #include "services/runner/backend/cpu/repack.h"
@@ -548,11 +549,20 @@ static void cpu_rope(be_backend_t *be, float *x, int n, int n_head, int head_dim
     }
 }
 
-static void cpu_kv_store(be_backend_t *be, uint16_t *cache, const float *src,
+static bool cpu_kv_type_supported(const be_backend_t *be, cr_type_t t)
+{
+    CR_UNUSED(be);
+    return t == CR_TYPE_F16 || be_kvq_type_ok(t);
+}
+
+static void cpu_kv_store(be_backend_t *be, void *cache, cr_type_t t, const float *src,
                          int n, int at, int row)
 {
     CR_UNUSED(be);
-    be_f32_to_f16_row(src, cache + (size_t)at * row, (int64_t)n * row);
+    if (t == CR_TYPE_F16)
+        be_f32_to_f16_row(src, (uint16_t *)cache + (size_t)at * row, (int64_t)n * row);
+    else
+        be_kvq_store(t, cache, src, n, at, row);
 }
 
 static void cpu_swiglu(be_backend_t *be, float *y, const float *gate,
@@ -605,15 +615,52 @@ typedef struct attn_job {
     be_cpu_t *c;
     float *out;
     const float *q;
-    const uint16_t *k, *v;
+    const void *k, *v;
     const be_attn_t *a;
     be_vec_dot_fn dot_f16;
 } attn_job_t;
+
+/* attn_task over a quantized cache: the same (token, head) tasks through
+ * attn_kvq.c, scores in the thread's score row, q's Q8_0 blocks where the
+ * F16 path keeps q16 (2 x head_dim bytes >= 34/32 x head_dim). */
+static void attn_task_kvq(attn_job_t *j, int ith, int nth)
+{
+    const be_attn_t *a = j->a;
+    int hd = a->head_dim, group = a->n_head / a->n_head_kv;
+    size_t row_bytes = be_kv_row_bytes(a->kv_type, a->n_head_kv * hd);
+    size_t head_bytes = row_bytes / (size_t)a->n_head_kv;
+    size_t per = j->c->att_ctx + j->c->att_hd;
+    float *scores = j->c->att + per * (size_t)ith;
+    void *q8 = j->c->att16 + per * (size_t)ith + j->c->att_ctx;
+    const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
+
+    for (int task = ith; task < a->n_tok * a->n_head; task += nth) {
+        int t = task / a->n_head, h = task % a->n_head, hk = h / group;
+        be_kvq_head_t kh = {
+            .type = a->kv_type,
+            .level = j->c->simd,
+            .head_dim = hd,
+            .k = (const uint8_t *)j->k + (size_t)hk * head_bytes,
+            .v = (const uint8_t *)j->v + (size_t)hk * head_bytes,
+            .row_bytes = row_bytes,
+            .n_kv = a->pos0 + t + 1,
+            .scale = a->scale,
+            .sink = sinks ? &sinks[h] : NULL,
+        };
+        size_t off = ((size_t)t * a->n_head + h) * hd;
+        be_kvq_attend(&kh, j->q + off, scores, q8, j->out + off);
+    }
+}
 
 static void attn_task(void *ctx, int ith, int nth)
 {
     attn_job_t *j = ctx;
     const be_attn_t *a = j->a;
+    if (a->kv_type != CR_TYPE_F16) {
+        attn_task_kvq(j, ith, nth);
+        return;
+    }
+    const uint16_t *kc = j->k, *vc = j->v;
     int hd = a->head_dim, group = a->n_head / a->n_head_kv;
     size_t kv_row = (size_t)a->n_head_kv * hd;
     size_t per = j->c->att_ctx + j->c->att_hd;
@@ -630,7 +677,7 @@ static void attn_task(void *ctx, int ith, int nth)
         be_f32_to_f16_row(qh, q16, hd);
         for (int p = 0; p < n_kv; p++) {
             float s;
-            j->dot_f16(hd, &s, j->k + (size_t)p * kv_row + (size_t)hk * hd, q16);
+            j->dot_f16(hd, &s, kc + (size_t)p * kv_row + (size_t)hk * hd, q16);
             scores[p] = s * a->scale;
         }
         if (sinks)
@@ -639,13 +686,13 @@ static void attn_task(void *ctx, int ith, int nth)
             softmax_row(j->c->vec, scores, n_kv);
         be_f32_to_f16_row(scores, p16, n_kv);
         float *o = j->out + ((size_t)t * a->n_head + h) * hd;
-        j->c->vec->attn_v(n_kv, p16, j->v + (size_t)hk * hd, kv_row, hd, acc);
+        j->c->vec->attn_v(n_kv, p16, vc + (size_t)hk * hd, kv_row, hd, acc);
         memcpy(o, acc, (size_t)hd * sizeof(float));
     }
 }
 
 static void cpu_attention(be_backend_t *be, float *out, const float *q,
-                          const uint16_t *k, const uint16_t *v, const be_attn_t *a)
+                          const void *k, const void *v, const be_attn_t *a)
 {
     be_cpu_t *c = cpu_of(be);
     attn_job_t j = {c, out, q, k, v, a, be_type_traits(CR_TYPE_F16)->vec_dot};
@@ -680,6 +727,7 @@ static const be_ops_t cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
     .memory_used = cpu_memory_used,
+    .kv_type_supported = cpu_kv_type_supported,
     .ext_ops = be_cpu_ext_ops,
     .upload = cpu_copy,
     .download = cpu_copy,

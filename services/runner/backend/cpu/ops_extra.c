@@ -15,6 +15,7 @@
  * Owns no state. Does not own the llama ops (backend_cpu.c) or any kernel
  * of a quant format (quant.c). */
 #include "lib/prelude.h"
+#include "services/runner/backend/cpu/attn_kvq.h"
 #include "services/runner/backend/cpu/vec.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
@@ -156,11 +157,51 @@ static void softmax_span(float *x, int n, const float *sink)
         x[i] *= inv;
 }
 
-static void ext_attention(be_backend_t *be, float *out, const float *q, const uint16_t *k,
-                          const uint16_t *v, const be_attn_t *a, float softcap,
+/* ext_attention over a quantized cache (attn_kvq.c): scores in the
+ * scratch's score row, q's Q8_0 blocks where the F16 path keeps q16. */
+static void ext_attention_kvq(float *out, const float *q, const void *k, const void *v,
+                              const be_attn_t *a, float softcap, int window,
+                              float *scratch)
+{
+    int hd = a->head_dim, group = a->n_head / a->n_head_kv;
+    int ctx = a->pos0 + a->n_tok;
+    size_t row_bytes = be_kv_row_bytes(a->kv_type, a->n_head_kv * hd);
+    size_t head_bytes = row_bytes / (size_t)a->n_head_kv;
+    void *q8 = scratch + 2 * (size_t)ctx;
+    const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
+    for (int t = 0; t < a->n_tok; t++) {
+        int qpos = a->pos0 + t;
+        int first = window > 0 && qpos - window + 1 > 0 ? qpos - window + 1 : 0;
+        for (int h = 0; h < a->n_head; h++) {
+            size_t at = (size_t)first * row_bytes + (size_t)(h / group) * head_bytes;
+            be_kvq_head_t kh = {
+                .type = a->kv_type,
+                .level = be_simd_detect(),
+                .head_dim = hd,
+                .k = (const uint8_t *)k + at,
+                .v = (const uint8_t *)v + at,
+                .row_bytes = row_bytes,
+                .n_kv = qpos - first + 1,
+                .scale = a->scale,
+                .softcap = softcap,
+                .sink = sinks ? &sinks[h] : NULL,
+            };
+            size_t off = ((size_t)t * a->n_head + h) * hd;
+            be_kvq_attend(&kh, q + off, scratch, q8, out + off);
+        }
+    }
+}
+
+static void ext_attention(be_backend_t *be, float *out, const float *q, const void *kv_k,
+                          const void *kv_v, const be_attn_t *a, float softcap,
                           int window, float *scratch)
 {
     CR_UNUSED(be);
+    if (a->kv_type != CR_TYPE_F16) {
+        ext_attention_kvq(out, q, kv_k, kv_v, a, softcap, window, scratch);
+        return;
+    }
+    const uint16_t *k = kv_k, *v = kv_v;
     be_vec_dot_fn dot_f16 = be_type_traits(CR_TYPE_F16)->vec_dot;
     int hd = a->head_dim, group = a->n_head / a->n_head_kv;
     int ctx = a->pos0 + a->n_tok;

@@ -496,18 +496,33 @@ static void cuda_rope(be_backend_t *be, float *x, int n, int n_head, int head_di
     leave(g, "rope");
 }
 
-static void cuda_kv_store(be_backend_t *be, uint16_t *cache, const float *src, int n, int at,
-                          int row)
+/* The caches are F16 only (kv_type_supported is NULL): a quantized one is
+ * refused here and in attention, never stored or read as F16. */
+static bool kv_type_ok(be_cuda_t *g, cr_type_t t, const char *op)
+{
+    if (t == CR_TYPE_F16)
+        return true;
+    const cr_type_info_t *ti = cr_type_info((uint32_t)t);
+    record(g, CR_E_UNSUPPORTED, "%s: KV cache type %s is not supported (F16 only)", op,
+           ti ? ti->name : "?");
+    return false;
+}
+
+static void cuda_kv_store(be_backend_t *be, void *cache, cr_type_t t, const float *src,
+                          int n, int at, int row)
 {
     be_cuda_t *g = cu_of(be);
-    if (n <= 0 || !enter(g))
+    if (n <= 0 || !enter(g) || !kv_type_ok(g, t, "kv_store"))
         return;
-    cu_kv_store(g->stream, cache + (size_t)at * (size_t)row, src, (size_t)n * (size_t)row);
+    cu_kv_store(g->stream, (uint16_t *)cache + (size_t)at * (size_t)row, src,
+                (size_t)n * (size_t)row);
     leave(g, "kv_store");
 }
 
 static bool attn_shape_ok(be_cuda_t *g, const be_attn_t *a)
 {
+    if (!kv_type_ok(g, a->kv_type, "attention"))
+        return false;
     if (a->head_dim >= 1 && a->head_dim <= 256 && a->n_head_kv >= 1 &&
         a->n_head % a->n_head_kv == 0 && !a->sinks)
         return true;
@@ -521,16 +536,16 @@ static bool attn_shape_ok(be_cuda_t *g, const be_attn_t *a)
     return false;
 }
 
-static void cuda_attention(be_backend_t *be, float *out, const float *q, const uint16_t *k,
-                           const uint16_t *v, const be_attn_t *a)
+static void cuda_attention(be_backend_t *be, float *out, const float *q, const void *k,
+                           const void *v, const be_attn_t *a)
 {
     be_cuda_t *g = cu_of(be);
     if (a->n_tok <= 0 || !enter(g))
         return;
     if (!attn_shape_ok(g, a))
         return;
-    cu_attention(g->stream, out, q, k, v, a, 0.0f, 0, g->att_part, g->att_part_floats,
-                 g->n_sm);
+    cu_attention(g->stream, out, q, (const uint16_t *)k, (const uint16_t *)v, a, 0.0f, 0,
+                 g->att_part, g->att_part_floats, g->n_sm);
     leave(g, "attention");
 }
 
@@ -607,16 +622,16 @@ static void ext_geglu(be_backend_t *be, float *y, const float *gate, const float
 }
 
 /* scratch is not needed: the kernel keeps its softmax state in registers */
-static void ext_attention(be_backend_t *be, float *out, const float *q, const uint16_t *k,
-                          const uint16_t *v, const be_attn_t *a, float softcap, int window,
+static void ext_attention(be_backend_t *be, float *out, const float *q, const void *k,
+                          const void *v, const be_attn_t *a, float softcap, int window,
                           float *scratch)
 {
     CR_UNUSED(scratch);
     be_cuda_t *g = cu_of(be);
     if (a->n_tok <= 0 || !enter(g) || !attn_shape_ok(g, a))
         return;
-    cu_attention(g->stream, out, q, k, v, a, softcap, window, g->att_part,
-                 g->att_part_floats, g->n_sm);
+    cu_attention(g->stream, out, q, (const uint16_t *)k, (const uint16_t *)v, a, softcap,
+                 window, g->att_part, g->att_part_floats, g->n_sm);
     leave(g, "attention_ext");
 }
 
