@@ -1,13 +1,14 @@
 /* gguf_synth.c: corral-gguf-synth, writes a synthetic GGUF model.
  *
  *   corral-gguf-synth --out FILE
- *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert]
+ *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|
+ *               granite|olmo2|mistral3]
  *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]
  *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
  *       [--attn-softcap F] [--final-softcap F] [--rope-linear F] [--std F] [--tied]
  *       [--rope-freqs] [--longrope] [--vocab-from FILE.gguf] [--vocab-only]
- *       [--name NAME] [--pooling mean|cls|last]
+ *       [--name NAME] [--pooling mean|cls|last] [--vision-stub]
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
  * writing itself lives in tools/synth/synth.c, shared with the tests. */
@@ -18,7 +19,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: corral-gguf-synth --out FILE [--arch "
-            "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert]\n"
+            "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|\n"
+            "         granite|olmo2|mistral3]\n"
             "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
             "         [--final-softcap F] [--rope-linear F] [--std F] [--longrope]\n"
@@ -27,6 +29,7 @@ static void usage(FILE *f)
             "         [--rope-base F] [--tied] [--rope-freqs] [--vocab-from "
             "FILE.gguf] [--vocab-only]\n"
             "         [--name NAME] [--pooling mean|cls|last] (bert family)\n"
+            "         [--vision-stub] (v.*/mm.* tensors as Ollama's mistral3)\n"
             "defaults: f32, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 128, ctx "
             "256, built-in vocab\n");
 }
@@ -137,6 +140,8 @@ int main(int argc, char **argv)
                 o.longrope = true;
             } else if (!strcmp(a, "--vocab-only")) {
                 o.vocab_only = true;
+            } else if (!strcmp(a, "--vision-stub")) {
+                o.vision_stub = true;
             } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
                 usage(stdout);
                 return 0;

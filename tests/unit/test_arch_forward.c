@@ -1,5 +1,5 @@
 /* test_arch_forward.c: the non-llama architectures (qwen2, qwen3, gemma2,
- * gemma3, phi3) against an independent reference.
+ * gemma3, phi3, granite, olmo2, mistral3) against an independent reference.
  *
  * For each architecture a small random F32 model is written by synth.c
  * (the code behind corral-gguf-synth --arch), loaded, and run. Checks:
@@ -14,11 +14,12 @@
  * probabilities to F16 (relative error ~5e-4 each) exactly as llama.cpp
  * does, so its logits differ from the double reference by ~1e-3 relative;
  * a cosine of 0.9999 allows a relative L2 error of ~1.4%, far above that
- * noise. A structural mistake (wrong rope pairing, missing bias or norm,
+ * noise, and the relative L2 error itself must stay under 1.5% (a cosine
+ * does not see a scale, such as granite's logit_scale). A structural mistake (wrong rope pairing, missing bias or norm,
  * soft-cap or window not applied, gate/up halves swapped, wrong scale) is
  * far below it: each such mistake is injected into the reference
- * ("mutants") and must drop the cosine under 0.999, which shows the check
- * can see it. Broken files of each architecture are refused with errors
+ * ("mutants") and must drop the cosine under 0.999 (or, for a pure scale,
+ * raise the relative error over 5%), which shows the check can see it. Broken files of each architecture are refused with errors
  * naming the tensor or key. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
@@ -61,12 +62,21 @@ typedef enum mutant {
     MUT_NO_MSCALE,     /* LongRoPE attention factor ignored */
     MUT_WRONG_FACTORS, /* LongRoPE long/short factors swapped */
     MUT_NO_LINEAR,     /* linear rope scaling ignored */
+    MUT_ROPE_NEOX,     /* NEOX halves instead of normal-mode adjacent pairs
+                          (granite, mistral3) */
+    MUT_NO_RESIDUAL_SCALE, /* granite residual multiplier ignored */
+    MUT_NO_LOGIT_SCALE,    /* granite logit scale ignored */
+    MUT_SQRT_ATTN_SCALE,   /* granite attention.scale ignored (1/sqrt(hd)) */
+    MUT_PRE_NORMS,         /* olmo2 with llama's pre-norms (unit weights) */
+    MUT_QK_NORM_PER_HEAD,  /* olmo2 q/k norms per head, not whole vectors */
 } mutant_t;
 
 static const char *const mutant_names[] = {
     "none", "rope-adjacent", "no-bias", "no-qk-norm", "no-softcap", "no-window",
     "no-post-norm", "silu", "no-embd-scale", "swap-halves", "swa-base",
     "no-final-cap", "no-factors", "no-mscale", "wrong-factors", "no-linear",
+    "rope-neox", "no-resid-scale", "no-logit-scale", "sqrt-attn-scale", "pre-norms",
+    "qk-norm-per-head",
 };
 
 typedef struct ref {
@@ -80,10 +90,15 @@ typedef struct ref {
     bool post_norms; /* gemma2/3 */
     const float *ff; /* rope frequency factors [hd/2] or NULL */
     mutant_t mut;
+    /* the dense families of issue 13 */
+    bool granite, olmo2, rope_normal; /* rope_normal: adjacent pairs */
+    double embd_scale, residual_scale, logit_scale, attn_scale;
 } ref_t;
 
 static const float *tensor(const ref_t *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+static float ones_g[256]; /* unit norm weights (olmo2's pre-norm mutant) */
 
 static const float *tensor(const ref_t *r, const char *fmt, ...)
 {
@@ -114,6 +129,31 @@ static double f32_key(const ref_t *r, const char *suffix, double def)
     snprintf(key, sizeof key, "%s.%s", r->arch, suffix);
     float v = 0;
     return cr_gguf_get_f32(r->g, key, &v) ? v : def;
+}
+
+/* granite's multipliers (llama.cpp: embeddings times embedding_scale,
+ * sub-layer outputs times residual_scale, q.k times attention.scale,
+ * logits over logit_scale), olmo2's post-norms and sliding window
+ * (olmo3: 3 of 4 layers), and which of them rope in normal mode. */
+static void ref_init_family(ref_t *r)
+{
+    r->granite = !strcmp(r->arch, "granite");
+    r->olmo2 = !strcmp(r->arch, "olmo2");
+    r->rope_normal = r->granite || !strcmp(r->arch, "mistral3");
+    r->embd_scale = r->granite ? f32_key(r, "embedding_scale", 1) : 1;
+    r->residual_scale = r->granite && r->mut != MUT_NO_RESIDUAL_SCALE
+                            ? f32_key(r, "residual_scale", 1) : 1;
+    r->logit_scale = r->granite && r->mut != MUT_NO_LOGIT_SCALE
+                         ? f32_key(r, "logit_scale", 1) : 1;
+    r->attn_scale = 1.0 / sqrt((double)r->hd);
+    if (r->granite && r->mut != MUT_SQRT_ATTN_SCALE)
+        r->attn_scale = f32_key(r, "attention.scale", r->attn_scale);
+    if (r->olmo2) {
+        r->post_norms = true;
+        r->W = u32_key(r, "attention.sliding_window", 0);
+        r->pattern = u32_key(r, "attention.sliding_window_pattern", 4);
+        r->base_swa = f32_key(r, "rope.freq_base_swa", r->base);
+    }
 }
 
 /* n_ctx: the context the engine runs with (picks LongRoPE factors). */
@@ -166,6 +206,7 @@ static bool ref_init(ref_t *r, const cr_gguf_t *g, mutant_t mut, int n_ctx)
     r->pos_scale = !strcmp(type, "linear") && mut != MUT_NO_LINEAR
                        ? 1.0 / f32_key(r, "rope.scaling.factor", 1.0) : 1.0;
     r->mscale = mut == MUT_NO_MSCALE ? 1.0 : f32_key(r, "rope.scaling.attn_factor", 1.0);
+    ref_init_family(r);
     return r->D && r->L && r->H && r->hd && r->F && r->V;
 }
 
@@ -200,7 +241,9 @@ static void rope_head(const ref_t *r, double *v, double pos, double base)
             ang /= r->ff[i];
         double c = cos(ang) * r->mscale, s = sin(ang) * r->mscale;
         int a = i + 0, b = i + half; /* NEOX: first half with second half */
-        if (r->mut == MUT_ROPE_ADJACENT) {
+        bool adjacent = r->rope_normal ? r->mut != MUT_ROPE_NEOX
+                                       : r->mut == MUT_ROPE_ADJACENT;
+        if (adjacent) {
             a = 2 * i;
             b = 2 * i + 1;
         }
@@ -238,7 +281,9 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
     ok = ok && emb;
 
     /* embeddings (gemma: times sqrt(D)) */
-    double es = r->gemma && r->mut != MUT_NO_EMBD_SCALE ? sqrt((double)D) : 1.0;
+    double es = r->gemma ? sqrt((double)D) : r->embd_scale; /* granite's */
+    if (r->mut == MUT_NO_EMBD_SCALE)
+        es = 1.0;
     for (int t = 0; ok && t < n; t++)
         for (int i = 0; i < D; i++)
             x[(size_t)t * D + i] = emb[(size_t)tok[t] * D + i] * es;
@@ -249,14 +294,19 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
             swa = false;
         double base = swa && r->mut != MUT_SWA_BASE ? r->base_swa : r->base;
         double ps = swa ? 1.0 : r->pos_scale; /* gemma3: sliding layers unscaled */
-        const float *an = tensor(r, "blk.%d.attn_norm.weight", l);
+        /* olmo2 has no pre-norms (its mutant: unit weights) */
+        const float *an = r->olmo2 ? ones_g : tensor(r, "blk.%d.attn_norm.weight", l);
         const float *wo = tensor(r, "blk.%d.attn_output.weight", l);
-        const float *fn = tensor(r, "blk.%d.ffn_norm.weight", l);
+        const float *fn = r->olmo2 ? ones_g : tensor(r, "blk.%d.ffn_norm.weight", l);
         const float *wd = tensor(r, "blk.%d.ffn_down.weight", l);
-        ok = an && wo && fn && wd;
+        bool pre_norms = !r->olmo2 || r->mut == MUT_PRE_NORMS;
+        ok = an && wo && fn && wd && D <= (int)CR_ARRAY_LEN(ones_g);
         /* q, k, v for every position */
         for (int t = 0; ok && t < n; t++) {
-            rmsnorm(xb, x + (size_t)t * D, an, D, r->eps);
+            if (pre_norms)
+                rmsnorm(xb, x + (size_t)t * D, an, D, r->eps);
+            else
+                memcpy(xb, x + (size_t)t * D, (size_t)D * sizeof *xb);
             double *qt = q + (size_t)t * Q, *kt = k + (size_t)t * KV, *vt = v + (size_t)t * KV;
             if (r->phi3) {
                 const float *w = tensor(r, "blk.%d.attn_qkv.weight", l);
@@ -299,6 +349,21 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
                 for (int h = 0; h < Hkv; h++)
                     rmsnorm(kt + h * hd, kt + h * hd, kn, hd, r->eps);
             }
+            if (r->olmo2 && r->mut != MUT_NO_QK_NORM) {
+                /* over the whole q [Q] and k [KV] (mutant: per head, each
+                 * with its slice of the weights) */
+                const float *qn = tensor(r, "blk.%d.attn_q_norm.weight", l);
+                const float *kn = tensor(r, "blk.%d.attn_k_norm.weight", l);
+                if (!(ok = qn && kn))
+                    break;
+                bool per_head = r->mut == MUT_QK_NORM_PER_HEAD;
+                for (int h = 0; h < (per_head ? H : 1); h++)
+                    rmsnorm(qt + h * hd, qt + h * hd, qn + h * hd, per_head ? hd : Q,
+                            r->eps);
+                for (int h = 0; h < (per_head ? Hkv : 1); h++)
+                    rmsnorm(kt + h * hd, kt + h * hd, kn + h * hd, per_head ? hd : KV,
+                            r->eps);
+            }
             for (int h = 0; h < H; h++)
                 rope_head(r, qt + h * hd, t * ps, base);
             for (int h = 0; h < Hkv; h++)
@@ -306,7 +371,7 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
         }
         /* attention, output projection, residual (positions in order; x of
          * earlier positions is no longer needed for k/v) */
-        double scale = 1.0 / sqrt((double)hd);
+        double scale = r->attn_scale;
         for (int t = 0; ok && t < n; t++) {
             int first = swa && t - r->W + 1 > 0 ? t - r->W + 1 : 0;
             for (int h = 0; h < H; h++) {
@@ -341,12 +406,15 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
                 rmsnorm(o, o, pn, D, r->eps);
             }
             for (int i = 0; i < D; i++)
-                x[(size_t)t * D + i] += o[i];
+                x[(size_t)t * D + i] += o[i] * r->residual_scale;
         }
         /* feed-forward, residual */
         for (int t = 0; ok && t < n; t++) {
             double *xt = x + (size_t)t * D;
-            rmsnorm(xb, xt, fn, D, r->eps);
+            if (pre_norms)
+                rmsnorm(xb, xt, fn, D, r->eps);
+            else
+                memcpy(xb, xt, (size_t)D * sizeof *xb);
             if (r->phi3) {
                 const float *w = tensor(r, "blk.%d.ffn_up.weight", l);
                 if (!(ok = w != NULL))
@@ -380,7 +448,7 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
                 rmsnorm(o, o, pn, D, r->eps);
             }
             for (int i = 0; i < D; i++)
-                xt[i] += o[i];
+                xt[i] += o[i] * r->residual_scale;
         }
     }
     /* final norm, output (tied to token_embd when absent), soft-cap */
@@ -395,6 +463,8 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
             for (int i = 0; i < V; i++)
                 out[(size_t)t * V + i] = r->final_cap * tanh(out[(size_t)t * V + i] /
                                                              r->final_cap);
+        for (int i = 0; i < V; i++) /* granite */
+            out[(size_t)t * V + i] /= r->logit_scale;
     }
     free(x);
     free(xb);
@@ -411,6 +481,18 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
 }
 
 /* ---- helpers ---------------------------------------------------------- */
+
+/* ||a - b|| / ||b||: what a cosine cannot see (a scale, like granite's
+ * logit_scale). */
+static double rel_err(const float *a, const double *b, size_t n)
+{
+    double dd = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) {
+        dd += (a[i] - b[i]) * (a[i] - b[i]);
+        bb += b[i] * b[i];
+    }
+    return bb > 0 ? sqrt(dd / bb) : 1;
+}
 
 static double cosine(const float *a, const double *b, size_t n)
 {
@@ -474,6 +556,11 @@ static void arch_opts(const char *arch, rn_synth_opts_t *o)
         o->swa_pattern = 3;        /* layers 0, 1 slide; 2 is global */
         o->rope_base = 1000000.0f; /* global layers; sliding ones use 10000 */
     }
+    if (!strcmp(arch, "mistral3")) {
+        o->head_dim = 24;       /* Q != dim, as Mistral Small's 32 x 128 */
+        o->vision_stub = true;  /* Ollama's files: vision tensors too */
+        o->tied_output = true;
+    }
 }
 
 /* ---- the tests -------------------------------------------------------- */
@@ -489,6 +576,10 @@ static void check_arch(const char *arch, const char *variant, const mutant_t *mu
     o.rope_freqs = variant && !strcmp(variant, "rope_freqs");
     if (variant && !strcmp(variant, "linear"))
         o.rope_linear = 8.0f;
+    if (variant && !strcmp(variant, "window")) { /* olmo3: 3 of 4 layers slide */
+        o.sliding_window = 4;
+        o.n_layers = 4;
+    }
     char label[48];
     snprintf(label, sizeof label, "%s%s%s", arch, variant ? "+" : "",
              variant ? variant : "");
@@ -554,18 +645,21 @@ static void check_arch(const char *arch, const char *variant, const mutant_t *mu
     double maxd = 0;
     for (size_t i = 0; i < V * N_TOK; i++)
         maxd = fmax(maxd, fabs(all[i] - ref[i]));
-    printf("  %-15s cosine vs reference %.7f (worst position %.7f), max |diff| %.2e\n",
-           arch, cs, worst, maxd);
+    double re = rel_err(all, ref, V * N_TOK);
+    printf("  %-15s cosine vs reference %.7f (worst position %.7f), max |diff| %.2e, "
+           "rel err %.1e\n", arch, cs, worst, maxd, re);
     CHECK_MSG(worst >= 0.9999, "%s: cosine %.7f < 0.9999", arch, worst);
+    CHECK_MSG(re < 0.015, "%s: relative error %.4f", arch, re);
 
     /* each mutant of the reference must be told apart */
     for (int i = 0; i < n_mut; i++) {
         ref_init(&r, gr, mutants[i], 32);
         CHECK(ref_forward(&r, toks_g, N_TOK, ref));
-        double cm = cosine(all, ref, V * N_TOK);
-        printf("  %-15s mutant %-14s cosine %.5f\n", arch, mutant_names[mutants[i]], cm);
-        CHECK_MSG(cm < 0.999, "%s: mutant %s not detected (cosine %.6f)", arch,
-                  mutant_names[mutants[i]], cm);
+        double cm = cosine(all, ref, V * N_TOK), rm = rel_err(all, ref, V * N_TOK);
+        printf("  %-15s mutant %-14s cosine %.5f, rel err %.3f\n", arch,
+               mutant_names[mutants[i]], cm, rm);
+        CHECK_MSG(cm < 0.999 || rm > 0.05, "%s: mutant %s not detected (cosine %.6f, "
+                  "rel err %.4f)", arch, mutant_names[mutants[i]], cm, rm);
     }
     /* LongRoPE within the original context (16): the short factors */
     if (o.longrope) {
@@ -623,6 +717,21 @@ static void test_archs(void)
     static const mutant_t linear[] = {MUT_NO_LINEAR};
     check_arch("gemma3", "linear", linear, (int)CR_ARRAY_LEN(linear));
     check_arch("qwen3", "linear", linear, (int)CR_ARRAY_LEN(linear));
+
+    /* the dense families of issue 13 */
+    static const mutant_t granite[] = {MUT_ROPE_NEOX, MUT_NO_EMBD_SCALE,
+                                       MUT_NO_RESIDUAL_SCALE, MUT_NO_LOGIT_SCALE,
+                                       MUT_SQRT_ATTN_SCALE};
+    static const mutant_t olmo2[] = {MUT_ROPE_ADJACENT, MUT_NO_QK_NORM,
+                                     MUT_QK_NORM_PER_HEAD, MUT_NO_POST_NORM,
+                                     MUT_PRE_NORMS};
+    static const mutant_t olmo3[] = {MUT_NO_WINDOW};
+    static const mutant_t mistral3[] = {MUT_ROPE_NEOX};
+    check_arch("granite", NULL, granite, (int)CR_ARRAY_LEN(granite));
+    check_arch("olmo2", NULL, olmo2, (int)CR_ARRAY_LEN(olmo2));
+    check_arch("olmo2", "window", olmo3, (int)CR_ARRAY_LEN(olmo3));
+    check_arch("mistral3", NULL, mistral3, (int)CR_ARRAY_LEN(mistral3));
+    check_arch("granite", "rope_freqs", freqs, (int)CR_ARRAY_LEN(freqs));
 }
 
 /* Quantized weights load and run for every architecture (the reference
@@ -630,7 +739,7 @@ static void test_archs(void)
 static void test_quantized(void)
 {
     static const char *const archs[] = {"qwen2", "qwen3", "gemma", "gemma2", "gemma3",
-                                        "phi3"};
+                                        "phi3", "granite", "olmo2", "mistral3"};
     for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
         rn_synth_opts_t o;
         arch_opts(archs[i], &o);
@@ -686,6 +795,11 @@ typedef struct edit {
     const char *bools_key;          /* a bool array of n_bools */
     uint8_t bools[4];
     int n_bools;
+    const char *bool_key;           /* set to bool_val */
+    bool bool_val;
+    const char *u32s_key;           /* a u32 array of n_u32s */
+    uint32_t u32s[4];
+    int n_u32s;
 } edit_t;
 
 /* Rebuilds the synth model of arch with edit e and loads it; the model is
@@ -730,6 +844,15 @@ static cr_status_t load_edited(const char *arch, const edit_t *e, cr_err_t *err,
         cr_gguf_writer_remove(w, e->bools_key);
         st = cr_gguf_writer_add_arr(w, e->bools_key, CR_GGUF_BOOL, e->bools,
                                     (uint64_t)e->n_bools, &e2);
+    }
+    if (!st && e->bool_key) {
+        cr_gguf_writer_remove(w, e->bool_key);
+        st = cr_gguf_writer_add_bool(w, e->bool_key, e->bool_val, &e2);
+    }
+    if (!st && e->u32s_key) {
+        cr_gguf_writer_remove(w, e->u32s_key);
+        st = cr_gguf_writer_add_arr(w, e->u32s_key, CR_GGUF_U32, e->u32s,
+                                    (uint64_t)e->n_u32s, &e2);
     }
     for (size_t i = 0; !st && i < cr_gguf_tensor_count(g); i++) {
         const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
@@ -858,6 +981,59 @@ static void test_corrupt(void)
         {"gemma3n is not gemma3", "gemma3",
          {.str_key = "general.architecture", .str_val = "gemma3n"}, CR_E_UNSUPPORTED,
          "unsupported architecture 'gemma3n'", NULL},
+        /* the dense families of issue 13 */
+        {"granite missing logit scale", "granite", {.drop_key = "granite.logit_scale"},
+         CR_E_CORRUPT, "missing key 'granite.logit_scale'", NULL},
+        {"granite negative residual scale", "granite",
+         {.f32_key = "granite.residual_scale", .f32_val = -0.5f}, CR_E_CORRUPT,
+         "granite.residual_scale", NULL},
+        {"granite string embedding scale", "granite",
+         {.str_key = "granite.embedding_scale", .str_val = "12"}, CR_E_CORRUPT,
+         "granite.embedding_scale", NULL},
+        {"granite without rope", "granite",
+         {.bool_key = "granite.rope.scaling.finetuned", .bool_val = false},
+         CR_E_UNSUPPORTED, "granite.rope.scaling.finetuned", NULL},
+        {"granite with rope", "granite",
+         {.bool_key = "granite.rope.scaling.finetuned", .bool_val = true}, CR_OK, NULL,
+         NULL},
+        {"granite linear rope", "granite",
+         {.str_key = "granite.rope.scaling.type", .str_val = "linear",
+          .f32_key = "granite.rope.scaling.factor", .f32_val = 4},
+         CR_E_UNSUPPORTED, "granite.rope.scaling.type", "not supported for granite"},
+        {"granite output bias", "granite",
+         {.add_tensor = "blk.1.attn_output.bias", .ne0 = 64}, CR_E_UNSUPPORTED,
+         "blk.1.attn_output.bias", "granite biases"},
+        {"granite uniform per-layer kv heads", "granite",
+         {.u32s_key = "granite.attention.head_count_kv", .u32s = {2, 2, 2},
+          .n_u32s = 3},
+         CR_OK, NULL, NULL},
+        {"granite mixed per-layer kv heads", "granite",
+         {.u32s_key = "granite.attention.head_count_kv", .u32s = {2, 4, 2},
+          .n_u32s = 3},
+         CR_E_UNSUPPORTED, "granite.attention.head_count_kv", "per-layer"},
+        {"olmo2 missing q norm", "olmo2", {.skip_tensor = "blk.2.attn_q_norm.weight"},
+         CR_E_CORRUPT, "missing tensor", "blk.2.attn_q_norm.weight"},
+        {"olmo2 per-head k norm", "olmo2",
+         {.reshape_tensor = "blk.0.attn_k_norm.weight", .ne0 = 16, .ne1 = 1},
+         CR_E_CORRUPT, "blk.0.attn_k_norm.weight", "expected [32]"},
+        {"olmo2 missing post ffw norm", "olmo2",
+         {.skip_tensor = "blk.1.post_ffw_norm.weight"}, CR_E_CORRUPT, "missing tensor",
+         "blk.1.post_ffw_norm.weight"},
+        {"olmo2 yarn", "olmo2", {.str_key = "olmo2.rope.scaling.type", .str_val = "yarn"},
+         CR_E_UNSUPPORTED, "olmo2.rope.scaling.type", "yarn"},
+        {"olmo2 string window", "olmo2",
+         {.str_key = "olmo2.attention.sliding_window", .str_val = "4"}, CR_E_CORRUPT,
+         "olmo2.attention.sliding_window", NULL},
+        {"mistral3 yarn", "mistral3",
+         {.str_key = "mistral3.rope.scaling.type", .str_val = "yarn"}, CR_E_UNSUPPORTED,
+         "mistral3.rope.scaling.type", "yarn"},
+        {"mistral3 attention temperature", "mistral3",
+         {.f32_key = "mistral3.attention.temperature_scale", .f32_val = 0.1f},
+         CR_E_UNSUPPORTED, "mistral3.attention.temperature_scale", NULL},
+        {"mistral3 ffn bias", "mistral3", {.add_tensor = "blk.0.ffn_up.bias", .ne0 = 96},
+         CR_E_UNSUPPORTED, "blk.0.ffn_up.bias", NULL},
+        {"mistral3 missing attn_k", "mistral3", {.skip_tensor = "blk.1.attn_k.weight"},
+         CR_E_CORRUPT, "missing tensor", "blk.1.attn_k.weight"},
     };
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
         cr_err_t err;
@@ -914,6 +1090,73 @@ static void test_ollama_gemma3(void)
         CHECK_NEAR(hp->rope_base, 500000.0, 0);
         CHECK_NEAR(hp->rope_base_swa, 20000.0, 0);
         CHECK(!w->layers[0].swa && w->layers[1].swa && !w->layers[2].swa);
+    }
+    rn_model_destroy(&m);
+    free(kept_bytes_g);
+    kept_bytes_g = NULL;
+}
+
+/* hparams of the dense families of issue 13, as llama.cpp derives them;
+ * mistral3's vision tensors are left unused and reported. */
+static void test_family_hparams(void)
+{
+    static const char *const archs[] = {"granite", "olmo2", "mistral3"};
+    for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
+        rn_synth_opts_t o;
+        arch_opts(archs[i], &o);
+        void *bytes = NULL;
+        size_t len = 0;
+        cr_err_t err;
+        cr_err_clear(&err);
+        CHECK_EQ_INT(rn_synth_write_memory(&o, &bytes, &len, &err), CR_OK);
+        cr_gguf_t *g = NULL;
+        rn_model_t *m = NULL;
+        if (bytes && !cr_gguf_open_memory(bytes, len, &g, &err))
+            rn_model_load_gguf(&g, be_g, &m, &err);
+        CHECK_MSG(m != NULL, "%s: %s", archs[i], err.msg);
+        if (m) {
+            const rn_hparams_t *hp = rn_model_hparams(m);
+            const rn_layer_t *L = &rn_model_weights(m)->layers[1];
+            bool granite = !strcmp(archs[i], "granite");
+            bool olmo2 = !strcmp(archs[i], "olmo2");
+            CHECK(hp->rope_neox == olmo2);
+            CHECK(rn_arch_is_llama_graph(hp->arch_id) == !strcmp(archs[i], "mistral3"));
+            CHECK_NEAR(hp->embd_scale, granite ? 4.0 : 1.0, 0);
+            CHECK_NEAR(hp->residual_scale, granite ? 0.5 : 1.0, 0);
+            CHECK_NEAR(hp->logit_scale, granite ? 8.0 : 1.0, 0);
+            CHECK_NEAR(hp->attn_scale, granite ? 0.5 : 1.0 / sqrt(hp->head_dim), 1e-7);
+            CHECK(hp->post_norms == olmo2 && hp->no_pre_norms == olmo2);
+            CHECK((L->attn_norm.data == NULL) == olmo2 &&
+                  (L->ffn_norm.data == NULL) == olmo2);
+            CHECK((L->attn_post_norm.data != NULL) == olmo2);
+            CHECK(olmo2 ? L->q_norm.n_cols == 64 && L->k_norm.n_cols == 32
+                        : L->q_norm.data == NULL);
+            const char *first = NULL;
+            int unused = rn_model_unused_tensors(m, &first);
+            if (o.vision_stub) {
+                CHECK_EQ_INT(unused, 2);
+                CHECK(first && !strcmp(first, "v.blk.0.attn_q.weight"));
+            } else {
+                CHECK_EQ_INT(unused, 0);
+                CHECK(first == NULL);
+            }
+        }
+        rn_model_destroy(&m);
+        free(bytes);
+    }
+    /* olmo3's default pattern: 3 of 4 layers slide, with the same base */
+    edit_t e = {.u32_key = "olmo2.attention.sliding_window", .u32_val = 8};
+    rn_model_t *m = NULL;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(load_edited("olmo2", &e, &err, &m), CR_OK);
+    if (m) {
+        const rn_hparams_t *hp = rn_model_hparams(m);
+        const rn_weights_t *w = rn_model_weights(m);
+        CHECK_EQ_INT(hp->n_swa, 8);
+        CHECK_EQ_INT(hp->swa_pattern, 4);
+        CHECK_NEAR(hp->rope_base_swa, hp->rope_base, 0);
+        CHECK(w->layers[0].swa && w->layers[1].swa && w->layers[2].swa);
     }
     rn_model_destroy(&m);
     free(kept_bytes_g);
@@ -1141,8 +1384,11 @@ int main(void)
         fprintf(stderr, "cpu backend: %s\n", err.msg);
         return 1;
     }
+    for (size_t i = 0; i < CR_ARRAY_LEN(ones_g); i++)
+        ones_g[i] = 1.0f;
     test_ext_ops();
     test_hparams();
+    test_family_hparams();
     test_archs();
     test_quantized();
     test_corrupt();

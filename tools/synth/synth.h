@@ -1,5 +1,5 @@
 /* synth.h: synthetic GGUF models (llama, qwen2, qwen3, gemma2, gemma3,
- * phi3, bert, nomic-bert) for tests and tools.
+ * phi3, bert, nomic-bert, granite, olmo2, mistral3) for tests and tools.
  *
  * Writes a complete, loadable model: <arch>.* hyperparameters, a tokenizer
  * (a small built-in SentencePiece-style vocabulary, or the tokenizer.* keys
@@ -25,7 +25,10 @@ typedef struct rn_synth_opts {
     cr_type_t mix_type; /* used when mix (Q6_K for a Q4_K_M-like file) */
     const char *arch;   /* general.architecture: NULL or "llama", "qwen2",
                            "qwen3", "gemma", "gemma2", "gemma3", "phi3",
-                           "bert", "nomic-bert"; keys are <arch>.*, tensors
+                           "bert", "nomic-bert", "granite" (with its four
+                           multipliers: embedding 4, residual 0.5,
+                           attention 0.5, logits / 8), "olmo2",
+                           "mistral3"; keys are <arch>.*, tensors
                            as llama.cpp names them. The bert family gets
                            token_types (2 rows), position_embd (bert, ctx
                            rows), LayerNorms with biases, no output tensors,
@@ -63,6 +66,9 @@ typedef struct rn_synth_opts {
     const char *name;   /* general.name; NULL for "synth" */
     int pooling_type;   /* bert family: <arch>.pooling_type (1 mean, 2 cls,
                            3 last); 0: not written */
+    bool vision_stub;   /* as Ollama's mistral3 files: <arch>.vision.* keys
+                           and two vision/projector tensors (v.*, mm.*) a
+                           text model must ignore */
 } rn_synth_opts_t;
 
 /* Defaults: seed 1, F32, dim 64, 2 layers, 4 heads, 2 KV heads, ffn 128,

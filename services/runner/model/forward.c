@@ -6,12 +6,13 @@
  * for a chunk of up to n_batch tokens. One pass serves every architecture
  * in model.h: the llama stages always run, and the lettered steps (3a, 4a,
  * 7a, ...) run only for architectures whose hparams/weights ask for them
- * (qwen2 biases, qwen3/gemma3 q/k norms, gemma scaling, post-norms, GELU,
- * soft-caps and sliding windows, NEOX rope). Those use the backend's
- * optional ops (be_ext_ops); llama never touches them. Every buffer is
- * backend memory: this file only passes pointers to backend ops and never
- * touches the numbers, except the final logits it downloads (where gemma2's
- * final soft-cap is applied).
+ * (qwen2 biases, qwen3/gemma3/olmo2 q/k norms, gemma scaling, post-norms,
+ * GELU, soft-caps and sliding windows, NEOX rope, granite's multipliers,
+ * olmo2 without pre-norms). Those use the backend's optional ops
+ * (be_ext_ops); llama (and mistral3, its graph) never touches them. Every
+ * buffer is backend memory: this file only passes pointers to backend ops
+ * and never touches the numbers, except the final logits it downloads
+ * (where gemma2's final soft-cap and granite's logit scale are applied).
  *
  * The bert family (encoders) has its own pass, forward_encoder: the whole
  * sequence in one chunk, bidirectional attention, post-LayerNorms; it makes
@@ -188,8 +189,8 @@ static cr_status_t part_alloc(rn_ctx_t *c, part_t *P, bool last, cr_err_t *err)
     uint64_t V = (uint64_t)hp->n_vocab;
     int n_layers = P->l1 - P->l0;
     cr_status_t st = CR_OK;
-    P->ext = hp->arch_id == RN_ARCH_LLAMA ? NULL : be_ext_ops(P->be);
-    if (hp->arch_id != RN_ARCH_LLAMA && !P->ext)
+    P->ext = rn_arch_is_llama_graph(hp->arch_id) ? NULL : be_ext_ops(P->be);
+    if (!rn_arch_is_llama_graph(hp->arch_id) && !P->ext)
         return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the %s "
                           "backend does not have", hp->arch, P->be->ops->name);
     /* this instance's copies of the frequency factors: rope_freqs, else
@@ -384,14 +385,19 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
     for (int l = P->l0; l < P->l1; l++) {
         const rn_layer_t *L = &w->layers[l];
 
-        /* 2. attention rmsnorm: xb = x / rms(x) * attn_norm      xb: [B][D] */
-        op->rmsnorm(be, P->xb, P->x, &L->attn_norm, n, D, hp->rms_eps);
+        /* 2. attention rmsnorm: xb = x / rms(x) * attn_norm      xb: [B][D]
+         * 2a. olmo2: no pre-norm, the projections read x itself */
+        const float *ain = P->x;
+        if (L->attn_norm.data) {
+            op->rmsnorm(be, P->xb, P->x, &L->attn_norm, n, D, hp->rms_eps);
+            ain = P->xb;
+        }
 
         /* 3. projections: q = xb Wq^T [B][Q], k = xb Wk^T [B][KV],
          *    v = xb Wv^T [B][KV] (phi3: row blocks of the fused attn_qkv) */
-        op->matmul(be, &L->wq, P->xb, n, P->q);
-        op->matmul(be, &L->wk, P->xb, n, P->k);
-        op->matmul(be, &L->wv, P->xb, n, P->v);
+        op->matmul(be, &L->wq, ain, n, P->q);
+        op->matmul(be, &L->wk, ain, n, P->k);
+        op->matmul(be, &L->wv, ain, n, P->v);
 
         /* 3a. qwen2: q += bq, k += bk, v += bv (per token) */
         if (L->bq.data) {
@@ -400,13 +406,15 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
             ext->add_rows(be, P->v, &L->bv, n);
         }
 
-        /* 3b. qwen3, gemma3: rmsnorm of each head of q and k over hd,
-         *    weights q_norm/k_norm [hd]     q: [B*Hq][hd], k: [B*Hk][hd] */
+        /* 3b. rmsnorm of q and k in groups of their norm's length:
+         *    qwen3, gemma3: each head (q_norm/k_norm [hd]; q: [B*Hq][hd],
+         *    k: [B*Hk][hd]); olmo2: the whole vector (q_norm [Q], k_norm
+         *    [KV]) */
         if (L->q_norm.data) {
-            op->rmsnorm(be, P->q, P->q, &L->q_norm, n * hp->n_heads, hp->head_dim,
+            int qg = (int)L->q_norm.n_cols, kg = (int)L->k_norm.n_cols;
+            op->rmsnorm(be, P->q, P->q, &L->q_norm, (int)((size_t)n * QD / (size_t)qg), qg,
                         hp->rms_eps);
-            op->rmsnorm(be, P->k, P->k, &L->k_norm, n * hp->n_kv_heads, hp->head_dim,
-                        hp->rms_eps);
+            op->rmsnorm(be, P->k, P->k, &L->k_norm, n * KV / kg, kg, hp->rms_eps);
         }
 
         /* 4. rotary position embedding of q and k at each token's position
@@ -452,32 +460,43 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
         /* 7. output projection: xb2 = att Wo^T               xb2: [B][D] */
         op->matmul(be, &L->wo, P->att, n, P->xb2);
 
-        /* 7a. gemma: xb2 = rmsnorm(xb2) * post_attention_norm */
+        /* 7a. gemma, olmo2: xb2 = rmsnorm(xb2) * post_attention_norm */
         if (L->attn_post_norm.data)
             op->rmsnorm(be, P->xb2, P->xb2, &L->attn_post_norm, n, D, hp->rms_eps);
 
-        /* 8. residual: x += xb2 */
+        /* 8. residual: x += xb2
+         * 8a. granite: xb2 *= residual_scale first */
+        if (hp->residual_scale != 1.0f)
+            ext->scale(be, P->xb2, (size_t)n * D, hp->residual_scale);
         op->add(be, P->x, P->xb2, (size_t)n * D);
 
-        /* 9. ffn rmsnorm: xb = x / rms(x) * ffn_norm */
-        op->rmsnorm(be, P->xb, P->x, &L->ffn_norm, n, D, hp->rms_eps);
+        /* 9. ffn rmsnorm: xb = x / rms(x) * ffn_norm
+         * 9a. olmo2: no pre-norm, the ffn reads x itself */
+        const float *fin = P->x;
+        if (L->ffn_norm.data) {
+            op->rmsnorm(be, P->xb, P->x, &L->ffn_norm, n, D, hp->rms_eps);
+            fin = P->xb;
+        }
 
         /* 10. gated ffn: hb = act(xb Wgate^T) * (xb Wup^T)     hb: [B][F]
          *    act = silu (swiglu), or gelu_tanh for gemma; phi3's gate and
          *    up are the two row halves of its ffn_up */
-        op->matmul(be, &L->w_gate, P->xb, n, P->hb);
-        op->matmul(be, &L->w_up, P->xb, n, P->hb2);
+        op->matmul(be, &L->w_gate, fin, n, P->hb);
+        op->matmul(be, &L->w_up, fin, n, P->hb2);
         if (hp->ffn_gelu)
             ext->geglu(be, P->hb, P->hb, P->hb2, (size_t)n * F);
         else
             op->swiglu(be, P->hb, P->hb, P->hb2, (size_t)n * F);
 
         /* 11. down projection: xb2 = hb Wdown^T               xb2: [B][D]
-         * 11a. gemma: xb2 = rmsnorm(xb2) * post_ffw_norm
-         * 11b. residual: x += xb2 */
+         * 11a. gemma, olmo2: xb2 = rmsnorm(xb2) * post_ffw_norm
+         * 11b. granite: xb2 *= residual_scale
+         * 11c. residual: x += xb2 */
         op->matmul(be, &L->w_down, P->hb, n, P->xb2);
         if (L->ffn_post_norm.data)
             op->rmsnorm(be, P->xb2, P->xb2, &L->ffn_post_norm, n, D, hp->rms_eps);
+        if (hp->residual_scale != 1.0f)
+            ext->scale(be, P->xb2, (size_t)n * D, hp->residual_scale);
         op->add(be, P->x, P->xb2, (size_t)n * D);
     }
 }
@@ -494,7 +513,7 @@ static void forward_chunk(rn_ctx_t *c, const span_t *sp, int n_sp, int n)
     /* 1. token embedding: x[t] = token_embd[tok[t]]          x: [B][D] */
     be->ops->get_rows(be, &c->w->token_embd, c->tok, n, P0->x);
 
-    /* 1a. gemma: x *= sqrt(D) */
+    /* 1a. gemma: x *= sqrt(D); granite: x *= embedding_scale */
     if (hp->embd_scale != 1.0f)
         P0->ext->scale(be, P0->x, (size_t)n * hp->dim, hp->embd_scale);
 
@@ -618,6 +637,17 @@ static void forward_encoder(rn_ctx_t *c, int seq, const int32_t *tok, int n)
     }
 }
 
+/* Step 14a, granite: logits [n] divided by logit_scale, on the host copy
+ * (multiplied by its inverse, as llama.cpp scales them). */
+static void scale_logits(const rn_hparams_t *hp, float *logits, size_t n)
+{
+    if (hp->logit_scale == 1.0f)
+        return;
+    float s = 1.0f / hp->logit_scale;
+    for (size_t i = 0; i < n; i++)
+        logits[i] *= s;
+}
+
 /* Final norm and logits for rows [r0, r0+nr) of the chunk (nr <=
  * LOGITS_ROWS), downloaded to host dst [nr][V]. */
 static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
@@ -639,6 +669,7 @@ static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
         for (size_t i = 0; i < total; i++)
             dst[i] = cap * tanhf(dst[i] / cap);
     }
+    scale_logits(hp, dst, (size_t)nr * (size_t)hp->n_vocab);
 }
 
 /* Final norm and logits of the last token of each span, LOGITS_ROWS spans
@@ -667,6 +698,7 @@ static void logits_last(rn_ctx_t *c, const span_t *sp, int n_sp)
             for (size_t k = 0; k < (size_t)nr * V; k++)
                 c->stage[k] = cap * tanhf(c->stage[k] / cap);
         }
+        scale_logits(hp, c->stage, (size_t)nr * V);
         for (int i = 0; i < nr; i++)
             memcpy(c->logits + (size_t)sp[s0 + i].seq * V, c->stage + (size_t)i * V,
                    V * sizeof(float));

@@ -24,6 +24,9 @@ struct rn_model {
     uint64_t weight_bytes;
     uint8_t *swa_layers; /* [n_layers] 1 = sliding, from a per-layer
                             sliding_window_pattern array; else NULL */
+    uint8_t *used;       /* [tensor count] 1 = bound by the model */
+    int n_unused;        /* tensors of the file the model does not use */
+    const char *first_unused; /* the first of them (the handle's name) */
 };
 
 /* ---- hyperparameters -------------------------------------------------- */
@@ -41,13 +44,23 @@ static cr_status_t get_int(const cr_gguf_t *g, const char *arch, const char *suf
         *out = def;
         return CR_OK;
     }
-    if (kv->type == CR_GGUF_ARRAY)
-        return cr_err_set(err, CR_E_UNSUPPORTED,
-                          "key '%s': per-layer values are not supported", key);
     uint64_t v = 0;
-    if (!cr_gguf_get_u64(g, key, &v))
+    if (kv->type == CR_GGUF_ARRAY) {
+        /* per-layer values that are all one value (granite 4's dense files
+         * write head_count_kv so) are that value */
+        const cr_gguf_array_t *a = NULL;
+        uint64_t x = 0;
+        bool same = cr_gguf_get_arr(g, key, &a) && a->n > 0 &&
+                    cr_gguf_arr_get_u64(a, 0, &v);
+        for (uint64_t i = 1; same && i < a->n; i++)
+            same = cr_gguf_arr_get_u64(a, i, &x) && x == v;
+        if (!same)
+            return cr_err_set(err, CR_E_UNSUPPORTED,
+                              "key '%s': per-layer values are not supported", key);
+    } else if (!cr_gguf_get_u64(g, key, &v)) {
         return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a non-negative integer",
                           key);
+    }
     if (v < (uint64_t)lo || v > (uint64_t)hi)
         return cr_err_set(err, CR_E_CORRUPT, "key '%s' = %" PRIu64 " is out of range "
                           "%d..%d", key, v, lo, hi);
@@ -78,7 +91,15 @@ static const struct {
     {"llama", RN_ARCH_LLAMA},   {"qwen2", RN_ARCH_QWEN2}, {"qwen3", RN_ARCH_QWEN3},
     {"gemma2", RN_ARCH_GEMMA2}, {"gemma3", RN_ARCH_GEMMA3}, {"phi3", RN_ARCH_PHI3},
     {"gemma", RN_ARCH_GEMMA},   {"bert", RN_ARCH_BERT},   {"nomic-bert", RN_ARCH_NOMIC_BERT},
+    {"granite", RN_ARCH_GRANITE}, {"olmo2", RN_ARCH_OLMO2}, {"mistral3", RN_ARCH_MISTRAL3},
 };
+
+/* Architectures llama.cpp ropes in normal mode (adjacent pairs), as llama;
+ * the rest use NEOX halves. */
+static bool arch_rope_normal(rn_arch_t a)
+{
+    return a == RN_ARCH_LLAMA || a == RN_ARCH_GRANITE || a == RN_ARCH_MISTRAL3;
+}
 
 /* <arch>.attention.sliding_window_pattern: a period p (layer l slides iff
  * l % p < p - 1; def when absent) or, as Ollama writes it, one bool per
@@ -146,6 +167,71 @@ static cr_status_t read_encoder(rn_model_t *m, cr_err_t *err)
                      &hp->norm_eps, err);
 }
 
+/* granite: its four multipliers (embedding_scale, residual_scale and
+ * attention.scale optional, logit_scale required as llama.cpp reads them).
+ * rope.scaling.finetuned false would turn rope off; llama.cpp's converter
+ * writes it false only for hybrid (granitehybrid) files, so it is refused. */
+static cr_status_t read_granite(rn_model_t *m, cr_err_t *err)
+{
+    const cr_gguf_t *g = m->g;
+    rn_hparams_t *hp = &m->hp;
+    const char *arch = hp->arch;
+    char key[128];
+    snprintf(key, sizeof key, "%s.logit_scale", arch);
+    if (!cr_gguf_kv_find(g, key))
+        return cr_err_set(err, CR_E_CORRUPT, "missing key '%s'", key);
+    cr_status_t st;
+    if ((st = get_float(g, arch, "logit_scale", 1.0f, &hp->logit_scale, err)) ||
+        (st = get_float(g, arch, "embedding_scale", 1.0f, &hp->embd_scale, err)) ||
+        (st = get_float(g, arch, "residual_scale", 1.0f, &hp->residual_scale, err)) ||
+        (st = get_float(g, arch, "attention.scale", hp->attn_scale, &hp->attn_scale,
+                        err)))
+        return st;
+    snprintf(key, sizeof key, "%s.rope.scaling.finetuned", arch);
+    bool rope_on = true;
+    if (cr_gguf_kv_find(g, key) && !cr_gguf_get_bool(g, key, &rope_on))
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a bool", key);
+    if (!rope_on)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = false: granite without "
+                          "rope is not supported", key);
+    return CR_OK;
+}
+
+/* The dense families of issue 13 (granite, olmo2, mistral3): what each
+ * adds to llama's graph, as llama.cpp builds it. */
+static cr_status_t read_dense_family(rn_model_t *m, cr_err_t *err)
+{
+    const cr_gguf_t *g = m->g;
+    rn_hparams_t *hp = &m->hp;
+    char key[128];
+    if (hp->arch_id == RN_ARCH_GRANITE)
+        return read_granite(m, err);
+    if (hp->arch_id == RN_ARCH_MISTRAL3) {
+        /* Ministral 3's Llama-4 attention temperature comes with YaRN,
+         * which read_rope_scaling refuses; alone it is refused here rather
+         * than ignored */
+        snprintf(key, sizeof key, "%s.attention.temperature_scale", hp->arch);
+        float beta = 0;
+        if (cr_gguf_kv_find(g, key) && (!cr_gguf_get_f32(g, key, &beta) || beta != 0))
+            return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s': attention temperature "
+                              "scaling is not supported", key);
+        return CR_OK;
+    }
+    /* olmo2: post-norms only, whole-vector q/k norms; olmo3 (same
+     * architecture) slides 3 of 4 layers, which rope with the same base
+     * (or rope.freq_base_swa) unscaled */
+    hp->post_norms = true;
+    hp->no_pre_norms = true;
+    cr_status_t st = get_int(g, hp->arch, "attention.sliding_window", false, 0, 0,
+                             RN_MODEL_MAX_CTX, &hp->n_swa, err);
+    if (st || hp->n_swa == 0)
+        return st;
+    if ((st = read_swa_pattern(m, 4, err)))
+        return st;
+    return get_float(g, hp->arch, "rope.freq_base_swa", hp->rope_base, &hp->rope_base_swa,
+                     err);
+}
+
 /* Features each architecture fixes (llama.cpp's graph for it), before the
  * metadata that may refine them. */
 static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
@@ -154,8 +240,10 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
     rn_hparams_t *hp = &m->hp;
     const char *arch = hp->arch;
     cr_status_t st;
-    hp->rope_neox = hp->arch_id != RN_ARCH_LLAMA;
+    hp->rope_neox = !arch_rope_normal(hp->arch_id);
     hp->rope_scale = 1.0f;
+    hp->residual_scale = 1.0f;
+    hp->logit_scale = 1.0f;
     hp->rope_base_swa = hp->rope_base;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->embd_scale = 1.0f;
@@ -172,6 +260,9 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
         (st = get_int(g, arch, "rope.scaling.original_context_length", false,
                       hp->n_ctx_train, 1, RN_MODEL_MAX_CTX, &hp->n_ctx_orig, err)))
         return st;
+    if (hp->arch_id == RN_ARCH_GRANITE || hp->arch_id == RN_ARCH_OLMO2 ||
+        hp->arch_id == RN_ARCH_MISTRAL3)
+        return read_dense_family(m, err);
     if (hp->arch_id == RN_ARCH_GEMMA) {
         /* Gemma 1: sqrt(dim) embeddings, GELU, (1 + w) norms stored folded */
         hp->embd_scale = sqrtf((float)hp->dim);
@@ -250,6 +341,11 @@ static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
         return st;
     if (!has_type || !strcmp(type, "linear"))
         hp->rope_scale = 1.0f / factor;
+    /* the normal-mode rope op takes no scaling at all */
+    if (!hp->rope_neox && (hp->rope_scale != 1.0f || !strcmp(type, "longrope")))
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s' (factor %g): rope "
+                          "scaling is not supported for %s", key,
+                          has_type ? type : "linear", (double)factor, hp->arch);
     return CR_OK;
 }
 
@@ -388,7 +484,7 @@ static cr_status_t place(rn_model_t *m, cr_err_t *err)
         be_backend_t *be = m->lbe[l];
         m->inst[m->n_inst++] = be;
         const be_ops_ext_t *ext = be_ext_ops(be);
-        if ((hp->arch_id != RN_ARCH_LLAMA && !ext) ||
+        if ((!rn_arch_is_llama_graph(hp->arch_id) && !ext) ||
             (rn_arch_is_encoder(hp->arch_id) && (!ext->layernorm || !ext->gelu)))
             return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the "
                               "%s backend does not have", hp->arch, be->ops->name);
@@ -426,6 +522,8 @@ static cr_status_t lookup(rn_model_t *m, const char *name, int64_t cols, int64_t
     if ((uintptr_t)t->data % align)
         return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s' data at offset %" PRIu64
                           " is not %zu-byte aligned", name, t->offset, align);
+    if (m->used)
+        m->used[t - cr_gguf_tensor_at(m->g, 0)] = 1;
     *out = t;
     return CR_OK;
 }
@@ -494,6 +592,25 @@ typedef struct layer_tensor {
     be_weight_t *dst;
 } layer_tensor_t;
 
+/* granite and mistral3 files may carry attention-output and ffn biases
+ * (llama.cpp's optional ones); real checkpoints have none and the pass has
+ * no step for them, so a file with one is refused, not run wrong. */
+static cr_status_t refuse_biases(rn_model_t *m, int l, cr_err_t *err)
+{
+    static const char *const biases[] = {"attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+    rn_arch_t a = m->hp.arch_id;
+    if (a != RN_ARCH_GRANITE && a != RN_ARCH_MISTRAL3)
+        return CR_OK;
+    char name[96];
+    for (size_t i = 0; i < CR_ARRAY_LEN(biases); i++) {
+        snprintf(name, sizeof name, "blk.%d.%s.bias", l, biases[i]);
+        if (cr_gguf_tensor_find(m->g, name))
+            return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s': %s biases are not "
+                              "supported", name, m->hp.arch);
+    }
+    return CR_OK;
+}
+
 static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
 {
     const rn_hparams_t *hp = &m->hp;
@@ -505,7 +622,8 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
     char name[96];
     cr_status_t st;
 
-    per[n++] = (layer_tensor_t){"attn_norm", "weight", D, 1, &L->attn_norm};
+    if (!hp->no_pre_norms)
+        per[n++] = (layer_tensor_t){"attn_norm", "weight", D, 1, &L->attn_norm};
     if (a == RN_ARCH_PHI3) {
         /* q, k and v are consecutive row blocks of one matrix. */
         snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
@@ -527,11 +645,16 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         per[n++] = (layer_tensor_t){"attn_q_norm", "weight", HD, 1, &L->q_norm};
         per[n++] = (layer_tensor_t){"attn_k_norm", "weight", HD, 1, &L->k_norm};
     }
+    if (a == RN_ARCH_OLMO2) { /* over the whole q and k */
+        per[n++] = (layer_tensor_t){"attn_q_norm", "weight", Q, 1, &L->q_norm};
+        per[n++] = (layer_tensor_t){"attn_k_norm", "weight", KV, 1, &L->k_norm};
+    }
     per[n++] = (layer_tensor_t){"attn_output", "weight", Q, D, &L->wo};
     if (hp->post_norms)
         per[n++] = (layer_tensor_t){"post_attention_norm", "weight", D, 1,
                                     &L->attn_post_norm};
-    per[n++] = (layer_tensor_t){"ffn_norm", "weight", D, 1, &L->ffn_norm};
+    if (!hp->no_pre_norms)
+        per[n++] = (layer_tensor_t){"ffn_norm", "weight", D, 1, &L->ffn_norm};
     if (a == RN_ARCH_PHI3) {
         /* ffn_up holds the gate rows, then the up rows. */
         snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
@@ -552,6 +675,8 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         if ((st = bind(m, name, per[i].cols, per[i].rows, true, per[i].dst, NULL, err)))
             return st;
     }
+    if ((st = refuse_biases(m, l, err)))
+        return st;
     if (m->swa_layers)
         L->swa = hp->n_swa > 0 && m->swa_layers[l];
     else
@@ -719,7 +844,7 @@ static cr_status_t bind_all(rn_model_t *m, cr_err_t *err)
     }
     /* rope factors: prepared on every instance (each ropes its layers) */
     m->be = m->lbe[0];
-    if (hp->arch_id == RN_ARCH_LLAMA) {
+    if (!hp->rope_neox) {
         if ((st = bind(m, "rope_freqs.weight", hp->n_rot / 2, 1, false, &w->rope_freqs,
                        &w->has_rope_freqs, err)))
             return st;
@@ -830,6 +955,7 @@ void rn_model_destroy(rn_model_t **self_p)
     free(m->lbe);
     free(m->w.layers);
     free(m->swa_layers);
+    free(m->used);
     cr_gguf_close(&m->g);
     free(m);
     *self_p = NULL;
@@ -840,6 +966,17 @@ cr_status_t rn_model_load_gguf(cr_gguf_t **g, be_backend_t *be, rn_model_t **out
 {
     rn_placement_t pl = {.host = be};
     return rn_model_load_gguf_placed(g, &pl, out, err);
+}
+
+/* Counts the tensors no bind looked up (m->used). */
+static void count_unused(rn_model_t *m)
+{
+    for (size_t i = 0; i < cr_gguf_tensor_count(m->g); i++) {
+        if (m->used[i])
+            continue;
+        if (m->n_unused++ == 0)
+            m->first_unused = cr_gguf_tensor_at(m->g, i)->name;
+    }
 }
 
 /* Loads from *g (taken) as pl says; with a path, layer 0's instance gets
@@ -859,6 +996,9 @@ static cr_status_t load_placed(cr_gguf_t **g, const rn_placement_t *pl,
     *g = NULL;
     m->pl = *pl;
     cr_status_t st = read_hparams(m, err);
+    size_t n_tensors = cr_gguf_tensor_count(m->g);
+    if (!st && n_tensors && !(m->used = calloc(n_tensors, 1)))
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
     if (!st)
         st = place(m, err);
     be_backend_t *hook = !st && path ? m->lbe[0] : NULL;
@@ -866,6 +1006,8 @@ static cr_status_t load_placed(cr_gguf_t **g, const rn_placement_t *pl,
         hook->ops->model_begin(hook, path);
     if (!st)
         st = bind_all(m, err);
+    if (!st)
+        count_unused(m);
     if (st)
         rn_model_destroy(&m);
     if (hook && hook->ops->model_end)
@@ -928,3 +1070,9 @@ const rn_rope_factors_t *rn_model_rope_factors(const rn_model_t *m,
     return &m->rope[0];
 }
 uint64_t rn_model_weight_bytes(const rn_model_t *m) { return m->weight_bytes; }
+
+int rn_model_unused_tensors(const rn_model_t *m, const char **first)
+{
+    *first = m->first_unused;
+    return m->n_unused;
+}

@@ -1,5 +1,5 @@
 /* model.h: a decoder model (llama, qwen2, qwen3, gemma, gemma2, gemma3,
- * phi3) or an encoder embedding model (bert, nomic-bert) loaded from a
+ * phi3, granite, olmo2, mistral3) or an encoder embedding model (bert, nomic-bert) loaded from a
  * GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
@@ -45,6 +45,12 @@ typedef enum rn_arch {
                        q/k/v/o and ffn biases, GELU, bidirectional */
     RN_ARCH_NOMIC_BERT, /* "nomic-bert": bert with fused attn_qkv, NEOX
                            rope instead of position embeddings, SwiGLU */
+    RN_ARCH_GRANITE,  /* "granite": llama with embedding, residual,
+                         attention and logit multipliers */
+    RN_ARCH_OLMO2,    /* "olmo2": no pre-norms, post-norms, q/k RMSNorm over
+                         the whole q and k, NEOX rope (olmo3: sliding window) */
+    RN_ARCH_MISTRAL3, /* "mistral3": Mistral Small 3.x text model (llama
+                         graph; Ollama's files carry vision tensors too) */
 } rn_arch_t;
 
 /* How an embedding pools the hidden states (<arch>.pooling_type, numbered
@@ -60,6 +66,13 @@ typedef enum rn_pooling {
 static inline bool rn_arch_is_encoder(rn_arch_t a)
 {
     return a == RN_ARCH_BERT || a == RN_ARCH_NOMIC_BERT;
+}
+
+/* True for the architectures whose pass is llama's exactly (normal rope,
+ * no optional op): they run on a backend without be_ext_ops. */
+static inline bool rn_arch_is_llama_graph(rn_arch_t a)
+{
+    return a == RN_ARCH_LLAMA || a == RN_ARCH_MISTRAL3;
 }
 
 typedef struct rn_hparams {
@@ -98,7 +111,13 @@ typedef struct rn_hparams {
     int swa_pattern;      /* layer l slides iff n_swa > 0 and (pattern == 0
                              or l % pattern < pattern - 1) */
     bool ffn_gelu;        /* gelu_tanh(gate) * up instead of silu */
-    bool post_norms;      /* rmsnorm of attention and ffn outputs (gemma) */
+    bool post_norms;      /* rmsnorm of attention and ffn outputs (gemma,
+                             olmo2) */
+    bool no_pre_norms;    /* no attn_norm / ffn_norm: sub-layers read x
+                             itself (olmo2) */
+    float residual_scale; /* sub-layer outputs times this before each
+                             residual add (granite; 1 = none) */
+    float logit_scale;    /* logits divided by this (granite; 1 = none) */
 
     /* Encoders (bert family). */
     bool non_causal;      /* every position attends to every position
@@ -113,22 +132,25 @@ typedef struct rn_hparams {
  * Optional weights have data == NULL when absent. Q = q_dim, KV = kv_dim,
  * hd = head_dim. */
 typedef struct rn_layer {
-    be_weight_t attn_norm; /* [dim] F32 */
+    be_weight_t attn_norm; /* [dim] F32 (data NULL for olmo2) */
     be_weight_t wq;        /* [Q][dim] (phi3: rows 0..Q of attn_qkv) */
     be_weight_t wk;        /* [KV][dim] (phi3: rows Q..Q+KV of attn_qkv) */
     be_weight_t wv;        /* [KV][dim] (phi3: the last KV rows of attn_qkv) */
     be_weight_t bq;        /* [Q] F32 bias (qwen2) */
     be_weight_t bk;        /* [KV] F32 bias (qwen2) */
     be_weight_t bv;        /* [KV] F32 bias (qwen2) */
-    be_weight_t q_norm;    /* [hd] F32 per-head rmsnorm (qwen3, gemma3) */
-    be_weight_t k_norm;    /* [hd] F32 per-head rmsnorm (qwen3, gemma3) */
+    be_weight_t q_norm;    /* [hd] F32 per-head rmsnorm (qwen3, gemma3), or
+                              [Q] over the whole q (olmo2) */
+    be_weight_t k_norm;    /* [hd] F32 per-head rmsnorm (qwen3, gemma3), or
+                              [KV] over the whole k (olmo2) */
     be_weight_t wo;        /* [dim][Q] */
-    be_weight_t attn_post_norm; /* [dim] F32 (gemma: post_attention_norm) */
-    be_weight_t ffn_norm;  /* [dim] F32 */
+    be_weight_t attn_post_norm; /* [dim] F32 post_attention_norm (gemma,
+                                   olmo2) */
+    be_weight_t ffn_norm;  /* [dim] F32 (data NULL for olmo2) */
     be_weight_t w_gate;    /* [ffn][dim] (phi3: rows 0..ffn of ffn_up) */
     be_weight_t w_up;      /* [ffn][dim] (phi3: rows ffn..2ffn of ffn_up) */
     be_weight_t w_down;    /* [dim][ffn] */
-    be_weight_t ffn_post_norm;  /* [dim] F32 (gemma: post_ffw_norm) */
+    be_weight_t ffn_post_norm;  /* [dim] F32 post_ffw_norm (gemma, olmo2) */
     bool swa;              /* this layer uses the sliding window */
 
     /* bert family (attn_norm and ffn_norm are unused there; bq/bk/bv hold
@@ -211,7 +233,8 @@ typedef struct rn_rope_factors {
  * CR_E_UNSUPPORTED ("unsupported architecture 'x'", a tensor type the
  * backend cannot multiply, a non-llama architecture on a backend without
  * be_ext_ops (or, for the bert family, without its layernorm/gelu ops),
- * rope scaling other than linear/LongRoPE, value_length != key_length,
+ * rope scaling other than linear/LongRoPE (none at all with normal
+ * rope), value_length != key_length, bias tensors llama's graph lacks,
  * pooling_type 4 "rank"), CR_E_NOMEM. */
 cr_status_t rn_model_load(const char *path, be_backend_t *be,
                           rn_model_t **out, cr_err_t *err);
@@ -254,5 +277,10 @@ const rn_rope_factors_t *rn_model_rope_factors(const rn_model_t *m,
 
 /* Bytes of weight data the model uses (tied output counted once). */
 uint64_t rn_model_weight_bytes(const rn_model_t *m);
+
+/* Tensors of the file the model does not use (the vision tower and
+ * projector Ollama ships in one file with a text model: v.*, mm.*), and the
+ * name of the first of them in *first (borrowed; NULL when none). */
+int rn_model_unused_tensors(const rn_model_t *m, const char **first);
 
 #endif
