@@ -1,5 +1,6 @@
 /* test_arch_forward.c: the non-llama architectures (qwen2, qwen3, gemma2,
- * gemma3, phi3, granite, olmo2, mistral3) against an independent reference.
+ * gemma3, phi3, granite, olmo2, mistral3, exaone) against an independent
+ * reference.
  *
  * For each architecture a small random F32 model is written by synth.c
  * (the code behind corral-gguf-synth --arch), loaded, and run. Checks:
@@ -732,6 +733,9 @@ static void test_archs(void)
     check_arch("olmo2", "window", olmo3, (int)CR_ARRAY_LEN(olmo3));
     check_arch("mistral3", NULL, mistral3, (int)CR_ARRAY_LEN(mistral3));
     check_arch("granite", "rope_freqs", freqs, (int)CR_ARRAY_LEN(freqs));
+    static const mutant_t exaone[] = {MUT_ROPE_ADJACENT};
+    check_arch("exaone", NULL, exaone, (int)CR_ARRAY_LEN(exaone));
+    check_arch("exaone", "rope_freqs", freqs, (int)CR_ARRAY_LEN(freqs));
 }
 
 /* Quantized weights load and run for every architecture (the reference
@@ -739,7 +743,8 @@ static void test_archs(void)
 static void test_quantized(void)
 {
     static const char *const archs[] = {"qwen2", "qwen3", "gemma", "gemma2", "gemma3",
-                                        "phi3", "granite", "olmo2", "mistral3"};
+                                        "phi3", "granite", "olmo2", "mistral3",
+                                        "exaone"};
     for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
         rn_synth_opts_t o;
         arch_opts(archs[i], &o);
@@ -1034,6 +1039,11 @@ static void test_corrupt(void)
          CR_E_UNSUPPORTED, "blk.0.ffn_up.bias", NULL},
         {"mistral3 missing attn_k", "mistral3", {.skip_tensor = "blk.1.attn_k.weight"},
          CR_E_CORRUPT, "missing tensor", "blk.1.attn_k.weight"},
+        {"exaone missing ffn_norm", "exaone", {.skip_tensor = "blk.2.ffn_norm.weight"},
+         CR_E_CORRUPT, "missing tensor", "blk.2.ffn_norm.weight"},
+        {"exaone yarn", "exaone",
+         {.str_key = "exaone.rope.scaling.type", .str_val = "yarn"}, CR_E_UNSUPPORTED,
+         "exaone.rope.scaling.type", "yarn"},
     };
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
         cr_err_t err;
@@ -1100,7 +1110,7 @@ static void test_ollama_gemma3(void)
  * mistral3's vision tensors are left unused and reported. */
 static void test_family_hparams(void)
 {
-    static const char *const archs[] = {"granite", "olmo2", "mistral3"};
+    static const char *const archs[] = {"granite", "olmo2", "mistral3", "exaone"};
     for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
         rn_synth_opts_t o;
         arch_opts(archs[i], &o);
@@ -1119,7 +1129,7 @@ static void test_family_hparams(void)
             const rn_layer_t *L = &rn_model_weights(m)->layers[1];
             bool granite = !strcmp(archs[i], "granite");
             bool olmo2 = !strcmp(archs[i], "olmo2");
-            CHECK(hp->rope_neox == olmo2);
+            CHECK(hp->rope_neox == (olmo2 || !strcmp(archs[i], "exaone")));
             CHECK(rn_arch_is_llama_graph(hp->arch_id) == !strcmp(archs[i], "mistral3"));
             CHECK_NEAR(hp->embd_scale, granite ? 4.0 : 1.0, 0);
             CHECK_NEAR(hp->residual_scale, granite ? 0.5 : 1.0, 0);

@@ -92,6 +92,7 @@ static const struct {
     {"gemma2", RN_ARCH_GEMMA2}, {"gemma3", RN_ARCH_GEMMA3}, {"phi3", RN_ARCH_PHI3},
     {"gemma", RN_ARCH_GEMMA},   {"bert", RN_ARCH_BERT},   {"nomic-bert", RN_ARCH_NOMIC_BERT},
     {"granite", RN_ARCH_GRANITE}, {"olmo2", RN_ARCH_OLMO2}, {"mistral3", RN_ARCH_MISTRAL3},
+    {"exaone", RN_ARCH_EXAONE},
 };
 
 /* Architectures llama.cpp ropes in normal mode (adjacent pairs), as llama;

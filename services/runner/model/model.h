@@ -1,5 +1,5 @@
 /* model.h: a decoder model (llama, qwen2, qwen3, gemma, gemma2, gemma3,
- * phi3, granite, olmo2, mistral3) or an encoder embedding model (bert, nomic-bert) loaded from a
+ * phi3, granite, olmo2, mistral3, exaone) or an encoder embedding model (bert, nomic-bert) loaded from a
  * GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
@@ -51,6 +51,7 @@ typedef enum rn_arch {
                          the whole q and k, NEOX rope (olmo3: sliding window) */
     RN_ARCH_MISTRAL3, /* "mistral3": Mistral Small 3.x text model (llama
                          graph; Ollama's files carry vision tensors too) */
+    RN_ARCH_EXAONE,   /* "exaone" (EXAONE 3.x): llama with NEOX rope */
 } rn_arch_t;
 
 /* How an embedding pools the hidden states (<arch>.pooling_type, numbered
