@@ -1,6 +1,6 @@
 /* test_arch_forward.c: the non-llama architectures (qwen2, qwen3, gemma2,
- * gemma3, phi3, granite, olmo2, mistral3, exaone) against an independent
- * reference.
+ * gemma3, phi3, granite, olmo2, mistral3, exaone, smollm3) against an
+ * independent reference.
  *
  * For each architecture a small random F32 model is written by synth.c
  * (the code behind corral-gguf-synth --arch), loaded, and run. Checks:
@@ -70,6 +70,7 @@ typedef enum mutant {
     MUT_SQRT_ATTN_SCALE,   /* granite attention.scale ignored (1/sqrt(hd)) */
     MUT_PRE_NORMS,         /* olmo2 with llama's pre-norms (unit weights) */
     MUT_QK_NORM_PER_HEAD,  /* olmo2 q/k norms per head, not whole vectors */
+    MUT_ROPE_EVERY_LAYER,  /* smollm3's rope-free layers roped */
 } mutant_t;
 
 static const char *const mutant_names[] = {
@@ -77,7 +78,7 @@ static const char *const mutant_names[] = {
     "no-post-norm", "silu", "no-embd-scale", "swap-halves", "swa-base",
     "no-final-cap", "no-factors", "no-mscale", "wrong-factors", "no-linear",
     "rope-neox", "no-resid-scale", "no-logit-scale", "sqrt-attn-scale", "pre-norms",
-    "qk-norm-per-head",
+    "qk-norm-per-head", "rope-every-layer",
 };
 
 typedef struct ref {
@@ -92,7 +93,7 @@ typedef struct ref {
     const float *ff; /* rope frequency factors [hd/2] or NULL */
     mutant_t mut;
     /* the dense families of issue 13 */
-    bool granite, olmo2, rope_normal; /* rope_normal: adjacent pairs */
+    bool granite, olmo2, smollm3, rope_normal; /* rope_normal: adjacent pairs */
     double embd_scale, residual_scale, logit_scale, attn_scale;
 } ref_t;
 
@@ -140,7 +141,8 @@ static void ref_init_family(ref_t *r)
 {
     r->granite = !strcmp(r->arch, "granite");
     r->olmo2 = !strcmp(r->arch, "olmo2");
-    r->rope_normal = r->granite || !strcmp(r->arch, "mistral3");
+    r->smollm3 = !strcmp(r->arch, "smollm3");
+    r->rope_normal = r->granite || r->smollm3 || !strcmp(r->arch, "mistral3");
     r->embd_scale = r->granite ? f32_key(r, "embedding_scale", 1) : 1;
     r->residual_scale = r->granite && r->mut != MUT_NO_RESIDUAL_SCALE
                             ? f32_key(r, "residual_scale", 1) : 1;
@@ -365,6 +367,9 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
                     rmsnorm(kt + h * hd, kt + h * hd, kn + h * hd, per_head ? hd : KV,
                             r->eps);
             }
+            /* smollm3: layers 3, 7, ... have no rope */
+            if (r->smollm3 && (l + 1) % 4 == 0 && r->mut != MUT_ROPE_EVERY_LAYER)
+                continue;
             for (int h = 0; h < H; h++)
                 rope_head(r, qt + h * hd, t * ps, base);
             for (int h = 0; h < Hkv; h++)
@@ -557,6 +562,12 @@ static void arch_opts(const char *arch, rn_synth_opts_t *o)
         o->swa_pattern = 3;        /* layers 0, 1 slide; 2 is global */
         o->rope_base = 1000000.0f; /* global layers; sliding ones use 10000 */
     }
+    if (!strcmp(arch, "smollm3")) {
+        o->n_layers = 4;      /* layer 3 without rope */
+        o->rope_base = 100.0f; /* every pair turns over 12 tokens, and */
+        o->weight_std = 0.25f; /* sharp attention: a roped layer 3 differs
+                                  from a rope-free one */
+    }
     if (!strcmp(arch, "mistral3")) {
         o->head_dim = 24;       /* Q != dim, as Mistral Small's 32 x 128 */
         o->vision_stub = true;  /* Ollama's files: vision tensors too */
@@ -736,6 +747,8 @@ static void test_archs(void)
     static const mutant_t exaone[] = {MUT_ROPE_ADJACENT};
     check_arch("exaone", NULL, exaone, (int)CR_ARRAY_LEN(exaone));
     check_arch("exaone", "rope_freqs", freqs, (int)CR_ARRAY_LEN(freqs));
+    static const mutant_t smollm3[] = {MUT_ROPE_NEOX, MUT_ROPE_EVERY_LAYER};
+    check_arch("smollm3", NULL, smollm3, (int)CR_ARRAY_LEN(smollm3));
 }
 
 /* Quantized weights load and run for every architecture (the reference
@@ -744,7 +757,7 @@ static void test_quantized(void)
 {
     static const char *const archs[] = {"qwen2", "qwen3", "gemma", "gemma2", "gemma3",
                                         "phi3", "granite", "olmo2", "mistral3",
-                                        "exaone"};
+                                        "exaone", "smollm3"};
     for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
         rn_synth_opts_t o;
         arch_opts(archs[i], &o);
@@ -1041,6 +1054,12 @@ static void test_corrupt(void)
          CR_E_CORRUPT, "missing tensor", "blk.1.attn_k.weight"},
         {"exaone missing ffn_norm", "exaone", {.skip_tensor = "blk.2.ffn_norm.weight"},
          CR_E_CORRUPT, "missing tensor", "blk.2.ffn_norm.weight"},
+        {"smollm3 down bias", "smollm3", {.add_tensor = "blk.3.ffn_down.bias", .ne0 = 64},
+         CR_E_UNSUPPORTED, "blk.3.ffn_down.bias", NULL},
+        {"smollm3 linear rope", "smollm3",
+         {.str_key = "smollm3.rope.scaling.type", .str_val = "linear",
+          .f32_key = "smollm3.rope.scaling.factor", .f32_val = 2},
+         CR_E_UNSUPPORTED, "smollm3.rope.scaling.type", NULL},
         {"exaone yarn", "exaone",
          {.str_key = "exaone.rope.scaling.type", .str_val = "yarn"}, CR_E_UNSUPPORTED,
          "exaone.rope.scaling.type", "yarn"},
@@ -1110,7 +1129,8 @@ static void test_ollama_gemma3(void)
  * mistral3's vision tensors are left unused and reported. */
 static void test_family_hparams(void)
 {
-    static const char *const archs[] = {"granite", "olmo2", "mistral3", "exaone"};
+    static const char *const archs[] = {"granite", "olmo2", "mistral3", "exaone",
+                                        "smollm3"};
     for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
         rn_synth_opts_t o;
         arch_opts(archs[i], &o);
@@ -1130,7 +1150,11 @@ static void test_family_hparams(void)
             bool granite = !strcmp(archs[i], "granite");
             bool olmo2 = !strcmp(archs[i], "olmo2");
             CHECK(hp->rope_neox == (olmo2 || !strcmp(archs[i], "exaone")));
-            CHECK(rn_arch_is_llama_graph(hp->arch_id) == !strcmp(archs[i], "mistral3"));
+            bool smollm3 = !strcmp(archs[i], "smollm3");
+            CHECK(rn_arch_is_llama_graph(hp->arch_id) ==
+                  (smollm3 || !strcmp(archs[i], "mistral3")));
+            for (int l = 0; l < hp->n_layers; l++)
+                CHECK(rn_model_weights(m)->layers[l].no_rope == (smollm3 && l % 4 == 3));
             CHECK_NEAR(hp->embd_scale, granite ? 4.0 : 1.0, 0);
             CHECK_NEAR(hp->residual_scale, granite ? 0.5 : 1.0, 0);
             CHECK_NEAR(hp->logit_scale, granite ? 8.0 : 1.0, 0);

@@ -267,7 +267,8 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
                           o->n_layers, SYNTH_MAX_LAYERS);
     static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma", "gemma2",
                                         "gemma3", "phi3", "bert", "nomic-bert",
-                                        "granite", "olmo2", "mistral3", "exaone"};
+                                        "granite", "olmo2", "mistral3", "exaone",
+                                        "smollm3"};
     size_t ai = 0;
     while (ai < CR_ARRAY_LEN(archs) && !is_arch(o, archs[ai]))
         ai++;

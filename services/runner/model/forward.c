@@ -9,7 +9,8 @@
  * (qwen2 biases, qwen3/gemma3/olmo2 q/k norms, gemma scaling, post-norms,
  * GELU, soft-caps and sliding windows, NEOX rope, granite's multipliers,
  * olmo2 without pre-norms). Those use the backend's optional ops
- * (be_ext_ops); llama (and mistral3, its graph) never touches them. Every
+ * (be_ext_ops); llama (and mistral3 and smollm3, its graph) never touches
+ * them. Every
  * buffer is backend memory: this file only passes pointers to backend ops
  * and never touches the numbers, except the final logits it downloads
  * (where gemma2's final soft-cap and granite's logit scale are applied).
@@ -300,6 +301,8 @@ static void rope_layer(rn_ctx_t *c, const part_t *P, const rn_layer_t *L, float 
                        int n, int heads)
 {
     const rn_hparams_t *hp = c->hp;
+    if (L->no_rope) /* 4a. smollm3: no rope in every 4th layer */
+        return;
     if (!hp->rope_neox) {
         /* llama: adjacent pairs, Llama-3 frequency factors if present */
         P->be->ops->rope(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos,

@@ -92,14 +92,15 @@ static const struct {
     {"gemma2", RN_ARCH_GEMMA2}, {"gemma3", RN_ARCH_GEMMA3}, {"phi3", RN_ARCH_PHI3},
     {"gemma", RN_ARCH_GEMMA},   {"bert", RN_ARCH_BERT},   {"nomic-bert", RN_ARCH_NOMIC_BERT},
     {"granite", RN_ARCH_GRANITE}, {"olmo2", RN_ARCH_OLMO2}, {"mistral3", RN_ARCH_MISTRAL3},
-    {"exaone", RN_ARCH_EXAONE},
+    {"exaone", RN_ARCH_EXAONE}, {"smollm3", RN_ARCH_SMOLLM3},
 };
 
 /* Architectures llama.cpp ropes in normal mode (adjacent pairs), as llama;
  * the rest use NEOX halves. */
 static bool arch_rope_normal(rn_arch_t a)
 {
-    return a == RN_ARCH_LLAMA || a == RN_ARCH_GRANITE || a == RN_ARCH_MISTRAL3;
+    return a == RN_ARCH_LLAMA || a == RN_ARCH_GRANITE || a == RN_ARCH_MISTRAL3 ||
+           a == RN_ARCH_SMOLLM3;
 }
 
 /* <arch>.attention.sliding_window_pattern: a period p (layer l slides iff
@@ -593,14 +594,15 @@ typedef struct layer_tensor {
     be_weight_t *dst;
 } layer_tensor_t;
 
-/* granite and mistral3 files may carry attention-output and ffn biases
+/* granite, mistral3 and smollm3 files may carry attention-output and ffn
+ * biases
  * (llama.cpp's optional ones); real checkpoints have none and the pass has
  * no step for them, so a file with one is refused, not run wrong. */
 static cr_status_t refuse_biases(rn_model_t *m, int l, cr_err_t *err)
 {
     static const char *const biases[] = {"attn_output", "ffn_gate", "ffn_up", "ffn_down"};
     rn_arch_t a = m->hp.arch_id;
-    if (a != RN_ARCH_GRANITE && a != RN_ARCH_MISTRAL3)
+    if (a != RN_ARCH_GRANITE && a != RN_ARCH_MISTRAL3 && a != RN_ARCH_SMOLLM3)
         return CR_OK;
     char name[96];
     for (size_t i = 0; i < CR_ARRAY_LEN(biases); i++) {
@@ -678,6 +680,9 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
     }
     if ((st = refuse_biases(m, l, err)))
         return st;
+    /* smollm3 leaves rope out of every 4th layer (llama.cpp's fixed
+     * n_no_rope_layer_step) */
+    L->no_rope = a == RN_ARCH_SMOLLM3 && (l + 1) % 4 == 0;
     if (m->swa_layers)
         L->swa = hp->n_swa > 0 && m->swa_layers[l];
     else

@@ -1,5 +1,5 @@
 /* model.h: a decoder model (llama, qwen2, qwen3, gemma, gemma2, gemma3,
- * phi3, granite, olmo2, mistral3, exaone) or an encoder embedding model (bert, nomic-bert) loaded from a
+ * phi3, granite, olmo2, mistral3, exaone, smollm3) or an encoder embedding model (bert, nomic-bert) loaded from a
  * GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
@@ -52,6 +52,7 @@ typedef enum rn_arch {
     RN_ARCH_MISTRAL3, /* "mistral3": Mistral Small 3.x text model (llama
                          graph; Ollama's files carry vision tensors too) */
     RN_ARCH_EXAONE,   /* "exaone" (EXAONE 3.x): llama with NEOX rope */
+    RN_ARCH_SMOLLM3,  /* "smollm3": llama without rope in every 4th layer */
 } rn_arch_t;
 
 /* How an embedding pools the hidden states (<arch>.pooling_type, numbered
@@ -73,7 +74,7 @@ static inline bool rn_arch_is_encoder(rn_arch_t a)
  * no optional op): they run on a backend without be_ext_ops. */
 static inline bool rn_arch_is_llama_graph(rn_arch_t a)
 {
-    return a == RN_ARCH_LLAMA || a == RN_ARCH_MISTRAL3;
+    return a == RN_ARCH_LLAMA || a == RN_ARCH_MISTRAL3 || a == RN_ARCH_SMOLLM3;
 }
 
 typedef struct rn_hparams {
@@ -153,6 +154,8 @@ typedef struct rn_layer {
     be_weight_t w_down;    /* [dim][ffn] */
     be_weight_t ffn_post_norm;  /* [dim] F32 post_ffw_norm (gemma, olmo2) */
     bool swa;              /* this layer uses the sliding window */
+    bool no_rope;          /* no rotary embedding here (smollm3: layers
+                              3, 7, 11, ...) */
 
     /* bert family (attn_norm and ffn_norm are unused there; bq/bk/bv hold
      * the q/k/v biases, nomic-bert's as views of attn_qkv.bias) */
