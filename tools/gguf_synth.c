@@ -9,6 +9,8 @@
  *       [--attn-softcap F] [--final-softcap F] [--rope-linear F] [--std F] [--tied]
  *       [--rope-freqs] [--longrope] [--vocab-from FILE.gguf] [--vocab-only]
  *       [--name NAME] [--pooling mean|cls|last] [--vision-stub]
+ *       [--rope-yarn F] [--rope-orig-ctx N] [--yarn-beta-fast F]
+ *       [--yarn-beta-slow F] [--yarn-log-mul F] [--attn-temp F]
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
  * writing itself lives in tools/synth/synth.c, shared with the tests. */
@@ -30,6 +32,8 @@ static void usage(FILE *f)
             "FILE.gguf] [--vocab-only]\n"
             "         [--name NAME] [--pooling mean|cls|last] (bert family)\n"
             "         [--vision-stub] (v.*/mm.* tensors as Ollama's mistral3)\n"
+            "         [--rope-yarn F] [--rope-orig-ctx N] [--yarn-beta-fast F]\n"
+            "         [--yarn-beta-slow F] [--yarn-log-mul F] [--attn-temp F]\n"
             "defaults: f32, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 128, ctx "
             "256, built-in vocab\n");
 }
@@ -120,6 +124,18 @@ int main(int argc, char **argv)
             ok = v && parse_pos_float(v, &o.rope_linear);
         } else if (!strcmp(a, "--std")) {
             ok = v && parse_pos_float(v, &o.weight_std);
+        } else if (!strcmp(a, "--rope-yarn")) {
+            ok = v && parse_pos_float(v, &o.rope_yarn);
+        } else if (!strcmp(a, "--rope-orig-ctx")) {
+            ok = v && parse_int(v, 1, 1 << 24, &o.rope_orig_ctx);
+        } else if (!strcmp(a, "--yarn-beta-fast")) {
+            ok = v && parse_pos_float(v, &o.yarn_beta_fast);
+        } else if (!strcmp(a, "--yarn-beta-slow")) {
+            ok = v && parse_pos_float(v, &o.yarn_beta_slow);
+        } else if (!strcmp(a, "--yarn-log-mul")) {
+            ok = v && parse_pos_float(v, &o.yarn_log_mul);
+        } else if (!strcmp(a, "--attn-temp")) {
+            ok = v && parse_pos_float(v, &o.attn_temp);
         } else if (!strcmp(a, "--vocab-from")) {
             o.vocab_from = v;
             ok = v != NULL;

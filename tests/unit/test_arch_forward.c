@@ -71,6 +71,10 @@ typedef enum mutant {
     MUT_PRE_NORMS,         /* olmo2 with llama's pre-norms (unit weights) */
     MUT_QK_NORM_PER_HEAD,  /* olmo2 q/k norms per head, not whole vectors */
     MUT_ROPE_EVERY_LAYER,  /* smollm3's rope-free layers roped */
+    MUT_NO_YARN_RAMP,      /* YaRN without extrapolated pairs (all
+                              interpolated, as linear scaling) */
+    MUT_YARN_MSCALE,       /* YaRN's magnitude correction left out */
+    MUT_NO_TEMP,           /* mistral3 attention temperature ignored */
 } mutant_t;
 
 static const char *const mutant_names[] = {
@@ -78,7 +82,8 @@ static const char *const mutant_names[] = {
     "no-post-norm", "silu", "no-embd-scale", "swap-halves", "swa-base",
     "no-final-cap", "no-factors", "no-mscale", "wrong-factors", "no-linear",
     "rope-neox", "no-resid-scale", "no-logit-scale", "sqrt-attn-scale", "pre-norms",
-    "qk-norm-per-head", "rope-every-layer",
+    "qk-norm-per-head", "rope-every-layer", "no-yarn-ramp", "yarn-mscale",
+    "no-temp",
 };
 
 typedef struct ref {
@@ -95,6 +100,10 @@ typedef struct ref {
     /* the dense families of issue 13 */
     bool granite, olmo2, smollm3, rope_normal; /* rope_normal: adjacent pairs */
     double embd_scale, residual_scale, logit_scale, attn_scale;
+    bool yarn;                    /* mistral3 (Ministral 3) */
+    double yarn_fs, yarn_mscale, corr_lo, corr_hi;
+    double temp;                  /* attention temperature, 0 none */
+    int temp_len;
 } ref_t;
 
 static const float *tensor(const ref_t *r, const char *fmt, ...)
@@ -133,6 +142,40 @@ static double f32_key(const ref_t *r, const char *suffix, double def)
     return cr_gguf_get_f32(r->g, key, &v) ? v : def;
 }
 
+/* YaRN as llama.cpp sets it up (llama_context's yarn_attn_factor, ggml's
+ * correction dims and magnitude), and mistral3's attention temperature. */
+static void ref_init_yarn(ref_t *r)
+{
+    char key[96], type[16] = "";
+    snprintf(key, sizeof key, "%s.rope.scaling.type", r->arch);
+    cr_gguf_get_strz(r->g, key, type, sizeof type);
+    int orig = u32_key(r, "rope.scaling.original_context_length",
+                       u32_key(r, "context_length", 0));
+    if (!strcmp(r->arch, "mistral3") && r->mut != MUT_NO_TEMP) {
+        r->temp = f32_key(r, "attention.temperature_scale", 0);
+        r->temp_len = orig;
+    }
+    r->yarn = !strcmp(type, "yarn");
+    if (!r->yarn)
+        return;
+    double f = f32_key(r, "rope.scaling.factor", 1);
+    double log_mul = f32_key(r, "rope.scaling.yarn_log_multiplier", 0);
+    double bf = f32_key(r, "rope.scaling.yarn_beta_fast", 32);
+    double bs = f32_key(r, "rope.scaling.yarn_beta_slow", 1);
+#define MSC(m) (f <= 1 ? 1.0 : 0.1 * (m) * log(f) + 1.0)
+    double attn = log_mul != 0 ? MSC(1.0) / MSC(log_mul) : MSC(1.0);
+#undef MSC
+    attn /= 1.0 + 0.1 * log(f);
+    r->yarn_fs = 1.0 / f;
+    r->yarn_mscale = attn * (1.0 + 0.1 * log(f)); /* the kernel's own factor */
+    if (r->mut == MUT_YARN_MSCALE)
+        r->yarn_mscale = attn;
+    double lo = floor(r->hd * log(orig / (bf * 2 * M_PI)) / (2 * log(r->base)));
+    double hi = ceil(r->hd * log(orig / (bs * 2 * M_PI)) / (2 * log(r->base)));
+    r->corr_lo = fmax(0, lo);
+    r->corr_hi = fmin(r->hd - 1, hi);
+}
+
 /* granite's multipliers (llama.cpp: embeddings times embedding_scale,
  * sub-layer outputs times residual_scale, q.k times attention.scale,
  * logits over logit_scale), olmo2's post-norms and sliding window
@@ -151,6 +194,7 @@ static void ref_init_family(ref_t *r)
     r->attn_scale = 1.0 / sqrt((double)r->hd);
     if (r->granite && r->mut != MUT_SQRT_ATTN_SCALE)
         r->attn_scale = f32_key(r, "attention.scale", r->attn_scale);
+    ref_init_yarn(r);
     if (r->olmo2) {
         r->post_norms = true;
         r->W = u32_key(r, "attention.sliding_window", 0);
@@ -242,7 +286,14 @@ static void rope_head(const ref_t *r, double *v, double pos, double base)
         double ang = pos * pow(base, -2.0 * i / r->hd);
         if (r->ff)
             ang /= r->ff[i];
-        double c = cos(ang) * r->mscale, s = sin(ang) * r->mscale;
+        double ms = r->mscale;
+        if (r->yarn) { /* interpolated, extrapolated for the fast pairs */
+            double ramp = (i - r->corr_lo) / fmax(0.001, r->corr_hi - r->corr_lo);
+            double mix = r->mut == MUT_NO_YARN_RAMP ? 0 : 1 - fmin(1, fmax(0, ramp));
+            ang = ang * r->yarn_fs * (1 - mix) + ang * mix;
+            ms = r->yarn_mscale;
+        }
+        double c = cos(ang) * ms, s = sin(ang) * ms;
         int a = i + 0, b = i + half; /* NEOX: first half with second half */
         bool adjacent = r->rope_normal ? r->mut != MUT_ROPE_NEOX
                                        : r->mut == MUT_ROPE_ADJACENT;
@@ -374,6 +425,9 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
                 rope_head(r, qt + h * hd, t * ps, base);
             for (int h = 0; h < Hkv; h++)
                 rope_head(r, kt + h * hd, t * ps, base);
+            if (r->temp != 0) /* mistral3: attention temperature */
+                for (int i = 0; i < Q; i++)
+                    qt[i] *= 1 + r->temp * log(1 + floor((double)t / r->temp_len));
         }
         /* attention, output projection, residual (positions in order; x of
          * earlier positions is no longer needed for k/v) */
@@ -588,6 +642,18 @@ static void check_arch(const char *arch, const char *variant, const mutant_t *mu
     o.rope_freqs = variant && !strcmp(variant, "rope_freqs");
     if (variant && !strcmp(variant, "linear"))
         o.rope_linear = 8.0f;
+    if (variant && !strncmp(variant, "yarn", 4)) {
+        /* Ministral 3's rope, scaled down: factor 4 over an original
+         * context of 4, betas that put the ramp on pairs 4..8 of 12, an
+         * attention temperature that turns at positions 4 and 8;
+         * "yarn-logmul" adds mscale_all_dim 1 (as Ministral 3 has) */
+        o.rope_yarn = 4;
+        o.rope_orig_ctx = 4;
+        o.yarn_beta_fast = 0.02f;
+        o.yarn_beta_slow = 0.002f;
+        o.attn_temp = 0.5f;
+        o.yarn_log_mul = !strcmp(variant, "yarn-logmul") ? 1.0f : 0.0f;
+    }
     if (variant && !strcmp(variant, "window")) { /* olmo3: 3 of 4 layers slide */
         o.sliding_window = 4;
         o.n_layers = 4;
@@ -749,6 +815,11 @@ static void test_archs(void)
     check_arch("exaone", "rope_freqs", freqs, (int)CR_ARRAY_LEN(freqs));
     static const mutant_t smollm3[] = {MUT_ROPE_NEOX, MUT_ROPE_EVERY_LAYER};
     check_arch("smollm3", NULL, smollm3, (int)CR_ARRAY_LEN(smollm3));
+    static const mutant_t yarn[] = {MUT_ROPE_NEOX, MUT_NO_YARN_RAMP, MUT_YARN_MSCALE,
+                                    MUT_NO_TEMP};
+    static const mutant_t yarn_lm[] = {MUT_NO_YARN_RAMP, MUT_NO_TEMP};
+    check_arch("mistral3", "yarn", yarn, (int)CR_ARRAY_LEN(yarn));
+    check_arch("mistral3", "yarn-logmul", yarn_lm, (int)CR_ARRAY_LEN(yarn_lm));
 }
 
 /* Quantized weights load and run for every architecture (the reference
@@ -1043,11 +1114,20 @@ static void test_corrupt(void)
          {.str_key = "olmo2.attention.sliding_window", .str_val = "4"}, CR_E_CORRUPT,
          "olmo2.attention.sliding_window", NULL},
         {"mistral3 yarn", "mistral3",
-         {.str_key = "mistral3.rope.scaling.type", .str_val = "yarn"}, CR_E_UNSUPPORTED,
-         "mistral3.rope.scaling.type", "yarn"},
-        {"mistral3 attention temperature", "mistral3",
-         {.f32_key = "mistral3.attention.temperature_scale", .f32_val = 0.1f},
-         CR_E_UNSUPPORTED, "mistral3.attention.temperature_scale", NULL},
+         {.str_key = "mistral3.rope.scaling.type", .str_val = "yarn"}, CR_OK, NULL, NULL},
+        {"mistral3 longrope", "mistral3",
+         {.str_key = "mistral3.rope.scaling.type", .str_val = "longrope"},
+         CR_E_UNSUPPORTED, "mistral3.rope.scaling.type", NULL},
+        {"mistral3 string attention temperature", "mistral3",
+         {.str_key = "mistral3.attention.temperature_scale", .str_val = "0.1"},
+         CR_E_CORRUPT, "mistral3.attention.temperature_scale", NULL},
+        {"mistral3 negative yarn beta", "mistral3",
+         {.str_key = "mistral3.rope.scaling.type", .str_val = "yarn",
+          .f32_key = "mistral3.rope.scaling.yarn_beta_fast", .f32_val = -1},
+         CR_E_CORRUPT, "mistral3.rope.scaling.yarn_beta_fast", NULL},
+        {"granite yarn", "granite", {.str_key = "granite.rope.scaling.type",
+                                     .str_val = "yarn"},
+         CR_E_UNSUPPORTED, "granite.rope.scaling.type", "yarn"},
         {"mistral3 ffn bias", "mistral3", {.add_tensor = "blk.0.ffn_up.bias", .ne0 = 96},
          CR_E_UNSUPPORTED, "blk.0.ffn_up.bias", NULL},
         {"mistral3 missing attn_k", "mistral3", {.skip_tensor = "blk.1.attn_k.weight"},
@@ -1151,8 +1231,7 @@ static void test_family_hparams(void)
             bool olmo2 = !strcmp(archs[i], "olmo2");
             CHECK(hp->rope_neox == (olmo2 || !strcmp(archs[i], "exaone")));
             bool smollm3 = !strcmp(archs[i], "smollm3");
-            CHECK(rn_arch_is_llama_graph(hp->arch_id) ==
-                  (smollm3 || !strcmp(archs[i], "mistral3")));
+            CHECK(rn_hparams_llama_graph(hp) == (smollm3 || !strcmp(archs[i], "mistral3")));
             for (int l = 0; l < hp->n_layers; l++)
                 CHECK(rn_model_weights(m)->layers[l].no_rope == (smollm3 && l % 4 == 3));
             CHECK_NEAR(hp->embd_scale, granite ? 4.0 : 1.0, 0);

@@ -463,6 +463,32 @@ static cr_status_t family_keys(const rn_synth_opts_t *o, cr_gguf_writer_t *w,
         snprintf(key, sizeof key, "%s.logit_scale", arch);
         st = st ? st : cr_gguf_writer_add_f32(w, key, 8.0f, err);
     }
+    /* YaRN (Ministral 3's rope) and the attention temperature */
+    if (!st && o->rope_yarn > 0) {
+        snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+        st = cr_gguf_writer_add_str(w, key, "yarn", err);
+        snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+        st = st ? st : cr_gguf_writer_add_f32(w, key, o->rope_yarn, err);
+    }
+    if (!st && o->rope_orig_ctx > 0 && !o->longrope) {
+        snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+        st = cr_gguf_writer_add_u32(w, key, (uint32_t)o->rope_orig_ctx, err);
+    }
+    const struct {
+        const char *suffix;
+        float v;
+    } opt_f32[] = {
+        {"rope.scaling.yarn_beta_fast", o->yarn_beta_fast},
+        {"rope.scaling.yarn_beta_slow", o->yarn_beta_slow},
+        {"rope.scaling.yarn_log_multiplier", o->yarn_log_mul},
+        {"attention.temperature_scale", o->attn_temp},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(opt_f32) && !st; i++) {
+        if (opt_f32[i].v <= 0)
+            continue;
+        snprintf(key, sizeof key, "%s.%s", arch, opt_f32[i].suffix);
+        st = cr_gguf_writer_add_f32(w, key, opt_f32[i].v, err);
+    }
     if (o->vision_stub) {
         snprintf(key, sizeof key, "%s.vision.block_count", arch);
         st = st ? st : cr_gguf_writer_add_u32(w, key, 1, err);

@@ -68,6 +68,12 @@ typedef struct rn_synth_opts {
     const char *name;   /* general.name; NULL for "synth" */
     int pooling_type;   /* bert family: <arch>.pooling_type (1 mean, 2 cls,
                            3 last); 0: not written */
+    float rope_yarn;    /* > 0: rope.scaling.type "yarn" with this factor */
+    int rope_orig_ctx;  /* > 0: rope.scaling.original_context_length (not
+                           with longrope) */
+    float yarn_beta_fast, yarn_beta_slow; /* > 0: rope.scaling.yarn_beta_* */
+    float yarn_log_mul; /* > 0: rope.scaling.yarn_log_multiplier */
+    float attn_temp;    /* > 0: attention.temperature_scale (mistral3) */
     bool vision_stub;   /* as Ollama's mistral3 files: <arch>.vision.* keys
                            and two vision/projector tensors (v.*, mm.*) a
                            text model must ignore */

@@ -148,6 +148,22 @@ typedef struct be_ops {
     void (*softmax)(be_backend_t *be, float *x, int n_rows, int n_cols);
 } be_ops_t;
 
+/* YaRN's rotary embedding (ggml_rope_ext with ext_factor != 0, as
+ * llama.cpp computes it): pair i's angle extrapolated, te = pos *
+ * base^(-2i/n_rot) / ff[i], and interpolated, ti = freq_scale * te, mix as
+ * ti (1 - r) + te r with r = ext_factor * (1 - clamp((i - corr_lo) /
+ * max(0.001, corr_hi - corr_lo), 0, 1)); cos and sin are multiplied by
+ * attn_factor, times (1 + 0.1 ln(1 / freq_scale)) when ext_factor != 0. */
+typedef struct be_rope_yarn {
+    float freq_base;
+    float freq_scale;  /* 1 / rope.scaling.factor */
+    float ext_factor;  /* 1 for YaRN, 0: plain scaled rope */
+    float attn_factor; /* llama.cpp's yarn_attn_factor */
+    float corr_lo, corr_hi; /* pairs below corr_lo extrapolate, past
+                               corr_hi interpolate (ggml's corr dims) */
+    bool neox;         /* pairs (i, i + n_rot/2), else (2i, 2i+1) */
+} be_rope_yarn_t;
+
 /* ---- optional ops ------------------------------------------------------
  *
  * Ops that only the non-llama architectures need (qwen2/qwen3, gemma2/3,
@@ -194,6 +210,13 @@ struct be_ops_ext {
     /* y = gelu_tanh(x), elementwise over n (may alias); bert's FFN. NULL
      * as for layernorm. */
     void (*gelu)(be_backend_t *be, float *y, const float *x, size_t n);
+    /* In-place YaRN rotary embedding (be_rope_yarn_t) of x:
+     * [n][n_head][head_dim], the first n_rot dims of each head; ff:
+     * freq_factors, F32 [n_rot/2], or NULL. pos: host [n]. NULL: the model
+     * loader refuses YaRN files on this backend. */
+    void (*rope_yarn)(be_backend_t *be, float *x, int n, int n_head, int head_dim,
+                      int n_rot, const int32_t *pos, const be_weight_t *freq_factors,
+                      const be_rope_yarn_t *y);
 };
 
 /* Floats of scratch attention_ext needs for caches of ctx positions. */

@@ -190,8 +190,8 @@ static cr_status_t part_alloc(rn_ctx_t *c, part_t *P, bool last, cr_err_t *err)
     uint64_t V = (uint64_t)hp->n_vocab;
     int n_layers = P->l1 - P->l0;
     cr_status_t st = CR_OK;
-    P->ext = rn_arch_is_llama_graph(hp->arch_id) ? NULL : be_ext_ops(P->be);
-    if (!rn_arch_is_llama_graph(hp->arch_id) && !P->ext)
+    P->ext = rn_hparams_llama_graph(hp) ? NULL : be_ext_ops(P->be);
+    if (!rn_hparams_llama_graph(hp) && !P->ext)
         return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the %s "
                           "backend does not have", hp->arch, P->be->ops->name);
     /* this instance's copies of the frequency factors: rope_freqs, else
@@ -303,6 +303,11 @@ static void rope_layer(rn_ctx_t *c, const part_t *P, const rn_layer_t *L, float 
     const rn_hparams_t *hp = c->hp;
     if (L->no_rope) /* 4a. smollm3: no rope in every 4th layer */
         return;
+    if (hp->rope_yarn && !L->swa) { /* mistral3 (Ministral 3): YaRN */
+        P->ext->rope_yarn(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos, P->rope_ff,
+                          &hp->yarn);
+        return;
+    }
     if (!hp->rope_neox) {
         /* llama: adjacent pairs, Llama-3 frequency factors if present */
         P->be->ops->rope(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos,
@@ -315,6 +320,19 @@ static void rope_layer(rn_ctx_t *c, const part_t *P, const rn_layer_t *L, float 
     float scale = L->swa ? 1.0f : hp->rope_scale;
     P->ext->rope_neox(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos, base, scale,
                       P->rope_ff, hp->rope_attn_factor);
+}
+
+/* Step 4b: each token's query row [Q] scaled by its position's attention
+ * temperature, computed as llama.cpp does (in double, from float). */
+static void temper_queries(rn_ctx_t *c, const part_t *P, int n)
+{
+    const rn_hparams_t *hp = c->hp;
+    for (int t = 0; t < n; t++) {
+        float period = floorf((float)c->pos[t] / (float)hp->attn_temp_len);
+        float s = (float)(log((double)period + 1.0) * hp->attn_temp + 1.0);
+        if (s != 1.0f)
+            P->ext->scale(P->be, P->q + (size_t)t * (size_t)hp->q_dim, (size_t)hp->q_dim, s);
+    }
 }
 
 /* Step 6 on a sliding-window layer without soft-cap, through the threaded
@@ -424,6 +442,11 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
          *    (llama: adjacent pairs; the others: NEOX halves) */
         rope_layer(c, P, L, P->q, n, hp->n_heads);
         rope_layer(c, P, L, P->k, n, hp->n_kv_heads);
+
+        /* 4b. mistral3: q *= 1 + t ln(1 + floor(pos / len)) (Llama-4
+         *    attention temperature; 1 within the first len positions) */
+        if (hp->attn_temp != 0.0f)
+            temper_queries(c, P, n);
 
         for (int s = 0; s < n_sp; s++) {
             const span_t *S = &sp[s];

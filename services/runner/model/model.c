@@ -205,19 +205,14 @@ static cr_status_t read_dense_family(rn_model_t *m, cr_err_t *err)
 {
     const cr_gguf_t *g = m->g;
     rn_hparams_t *hp = &m->hp;
-    char key[128];
     if (hp->arch_id == RN_ARCH_GRANITE)
         return read_granite(m, err);
     if (hp->arch_id == RN_ARCH_MISTRAL3) {
-        /* Ministral 3's Llama-4 attention temperature comes with YaRN,
-         * which read_rope_scaling refuses; alone it is refused here rather
-         * than ignored */
-        snprintf(key, sizeof key, "%s.attention.temperature_scale", hp->arch);
-        float beta = 0;
-        if (cr_gguf_kv_find(g, key) && (!cr_gguf_get_f32(g, key, &beta) || beta != 0))
-            return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s': attention temperature "
-                              "scaling is not supported", key);
-        return CR_OK;
+        /* Ministral 3's Llama-4 attention temperature (with YaRN, see
+         * read_yarn): its period is the original context */
+        hp->attn_temp_len = hp->n_ctx_orig;
+        return get_float(g, hp->arch, "attention.temperature_scale", 0.0f, &hp->attn_temp,
+                         err);
     }
     /* olmo2: post-norms only, whole-vector q/k norms; olmo3 (same
      * architecture) slides 3 of 4 layers, which rope with the same base
@@ -321,6 +316,60 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
     return CR_OK;
 }
 
+/* get_mscale of llama.cpp's context setup: YaRN's magnitude for factor f. */
+static float yarn_mscale(float f, float mscale)
+{
+    return f <= 1.0f ? 1.0f : 0.1f * mscale * logf(f) + 1.0f;
+}
+
+/* ggml's correction dim: the pair whose wavelength fits n_ctx_orig / beta
+ * times. */
+static float yarn_corr_dim(int n_rot, int n_ctx_orig, float beta, float base)
+{
+    return (float)n_rot * logf((float)n_ctx_orig / (beta * 2 * (float)M_PI)) /
+           (2 * logf(base));
+}
+
+/* YaRN as llama.cpp's context sets it up for a "yarn" file: freq_scale
+ * 1/factor, ext_factor 1, correction dims from rope.scaling.yarn_beta_fast
+ * and _slow (32, 1) over the original context, and an attention factor
+ * that cancels the kernel's own magnitude correction when
+ * rope.scaling.yarn_log_multiplier (mscale_all_dim) is given, times
+ * rope.scaling.attn_factor. */
+static cr_status_t read_yarn(rn_model_t *m, float factor, cr_err_t *err)
+{
+    rn_hparams_t *hp = &m->hp;
+    const char *arch = hp->arch;
+    float beta_fast = 32.0f, beta_slow = 1.0f, log_mul = 0.0f;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", arch);
+    cr_status_t st;
+    if ((st = get_float(m->g, arch, "rope.scaling.yarn_beta_fast", 32.0f, &beta_fast,
+                        err)) ||
+        (st = get_float(m->g, arch, "rope.scaling.yarn_beta_slow", 1.0f, &beta_slow,
+                        err)) ||
+        (cr_gguf_kv_find(m->g, key) &&
+         (st = get_float(m->g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul,
+                         err))))
+        return st;
+    float attn = log_mul != 0.0f ? yarn_mscale(factor, 1.0f) / yarn_mscale(factor, log_mul)
+                                 : yarn_mscale(factor, 1.0f);
+    attn *= 1.0f / (1.0f + 0.1f * logf(factor));
+    float lo = floorf(yarn_corr_dim(hp->n_rot, hp->n_ctx_orig, beta_fast, hp->rope_base));
+    float hi = ceilf(yarn_corr_dim(hp->n_rot, hp->n_ctx_orig, beta_slow, hp->rope_base));
+    hp->rope_yarn = true;
+    hp->yarn = (be_rope_yarn_t){
+        .freq_base = hp->rope_base,
+        .freq_scale = 1.0f / factor,
+        .ext_factor = 1.0f,
+        .attn_factor = attn * hp->rope_attn_factor,
+        .corr_lo = fmaxf(0.0f, lo),
+        .corr_hi = fminf((float)(hp->n_rot - 1), hi),
+        .neox = hp->rope_neox,
+    };
+    return CR_OK;
+}
+
 /* <arch>.rope.scaling.*: linear (positions times 1/factor; gemma3 keeps its
  * sliding layers unscaled), LongRoPE (factor tensors, see bind_all), or
  * none. YaRN and anything else are refused rather than run wrong. */
@@ -333,6 +382,11 @@ static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
     bool has_type = cr_gguf_kv_find(g, key) != NULL;
     if (has_type && !cr_gguf_get_strz(g, key, type, sizeof type))
         return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a short string", key);
+    if (has_type && !strcmp(type, "yarn") && hp->arch_id == RN_ARCH_MISTRAL3) {
+        float f = 1.0f;
+        cr_status_t st = get_float(g, hp->arch, "rope.scaling.factor", 1.0f, &f, err);
+        return st ? st : read_yarn(m, f, err);
+    }
     if (has_type && strcmp(type, "linear") && strcmp(type, "none") &&
         strcmp(type, "longrope"))
         return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s': only linear and "
@@ -486,7 +540,7 @@ static cr_status_t place(rn_model_t *m, cr_err_t *err)
         be_backend_t *be = m->lbe[l];
         m->inst[m->n_inst++] = be;
         const be_ops_ext_t *ext = be_ext_ops(be);
-        if ((!rn_arch_is_llama_graph(hp->arch_id) && !ext) ||
+        if ((!rn_hparams_llama_graph(hp) && !ext) || (hp->rope_yarn && !ext->rope_yarn) ||
             (rn_arch_is_encoder(hp->arch_id) && (!ext->layernorm || !ext->gelu)))
             return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the "
                               "%s backend does not have", hp->arch, be->ops->name);

@@ -70,12 +70,6 @@ static inline bool rn_arch_is_encoder(rn_arch_t a)
     return a == RN_ARCH_BERT || a == RN_ARCH_NOMIC_BERT;
 }
 
-/* True for the architectures whose pass is llama's exactly (normal rope,
- * no optional op): they run on a backend without be_ext_ops. */
-static inline bool rn_arch_is_llama_graph(rn_arch_t a)
-{
-    return a == RN_ARCH_LLAMA || a == RN_ARCH_MISTRAL3 || a == RN_ARCH_SMOLLM3;
-}
 
 typedef struct rn_hparams {
     char arch[32];      /* general.architecture ("llama") */
@@ -120,6 +114,13 @@ typedef struct rn_hparams {
     float residual_scale; /* sub-layer outputs times this before each
                              residual add (granite; 1 = none) */
     float logit_scale;    /* logits divided by this (granite; 1 = none) */
+    bool rope_yarn;       /* rope.scaling.type "yarn" (mistral3: Ministral 3):
+                             non-sliding layers rope as `yarn` says */
+    be_rope_yarn_t yarn;  /* valid if rope_yarn */
+    float attn_temp;      /* attention.temperature_scale (mistral3): q at
+                             position p times 1 + attn_temp *
+                             ln(1 + floor(p / attn_temp_len)); 0 = none */
+    int attn_temp_len;    /* rope.scaling.original_context_length */
 
     /* Encoders (bert family). */
     bool non_causal;      /* every position attends to every position
@@ -128,6 +129,15 @@ typedef struct rn_hparams {
     rn_pooling_t pooling; /* <arch>.pooling_type; RN_POOL_MEAN if absent or
                              0 (none); 4 (rank) is refused */
 } rn_hparams_t;
+
+/* True when the pass is llama's exactly (normal rope, no optional op), so
+ * it runs on a backend without be_ext_ops: llama, smollm3, and mistral3
+ * without YaRN or attention temperature. */
+static inline bool rn_hparams_llama_graph(const rn_hparams_t *hp)
+{
+    return hp->arch_id == RN_ARCH_LLAMA || hp->arch_id == RN_ARCH_SMOLLM3 ||
+           (hp->arch_id == RN_ARCH_MISTRAL3 && !hp->rope_yarn && hp->attn_temp == 0);
+}
 
 /* Shapes are [rows][cols] as the forward pass uses them (GGUF ne = {cols,
  * rows}); every matrix multiplies an activation of `cols` elements.
@@ -238,7 +248,8 @@ typedef struct rn_rope_factors {
  * backend cannot multiply, a non-llama architecture on a backend without
  * be_ext_ops (or, for the bert family, without its layernorm/gelu ops),
  * rope scaling other than linear/LongRoPE (none at all with normal
- * rope), value_length != key_length, bias tensors llama's graph lacks,
+ * rope; YaRN for mistral3 only, on a backend with rope_yarn),
+ * value_length != key_length, bias tensors llama's graph lacks,
  * pooling_type 4 "rank"), CR_E_NOMEM. */
 cr_status_t rn_model_load(const char *path, be_backend_t *be,
                           rn_model_t **out, cr_err_t *err);

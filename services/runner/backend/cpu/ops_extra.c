@@ -3,7 +3,7 @@
  * NEOX rotary embedding, row-broadcast bias add, scaling, GELU-tanh gating,
  * attention with logit soft-capping and a sliding window, LayerNorm and
  * plain GELU: what qwen2, qwen3, gemma2, gemma3, phi3, bert and nomic-bert
- * need beyond the llama ops. CPU backend
+ * need beyond the llama ops; YaRN rope (mistral3's Ministral 3 files). CPU backend
  * buffers are plain host memory, so these run on them directly. They are
  * single-threaded: this file cannot reach the CPU backend's thread pool
  * (backend_cpu.c owns it); attention_ext is the one op where that costs
@@ -197,6 +197,58 @@ static void ext_attention(be_backend_t *be, float *out, const float *q, const ui
     }
 }
 
+/* YaRN (be_rope_yarn_t): angles by repeated multiplication in float and
+ * the ramp on the pair index, in ggml's order of operations. */
+static void ext_rope_yarn(be_backend_t *be, float *x, int n, int n_head, int head_dim,
+                          int n_rot, const int32_t *pos, const be_weight_t *freq_factors,
+                          const be_rope_yarn_t *y)
+{
+    CR_UNUSED(be);
+    const float *ff = freq_factors ? freq_factors->data : NULL;
+    int half = n_rot / 2;
+    float theta_scale = powf(y->freq_base, -2.0f / (float)n_rot);
+    float mscale = y->attn_factor;
+    if (y->ext_factor != 0.0f)
+        mscale *= 1.0f + 0.1f * logf(1.0f / y->freq_scale);
+    enum { ROPE_MAX = 256 };
+    float cs[ROPE_MAX], sn[ROPE_MAX];
+    const be_vec_ops_t *vec = be_vec_ops();
+    for (int t = 0; t < n; t++) {
+        /* per token; pairs past ROPE_MAX rotate one by one below */
+        float theta = (float)pos[t];
+        for (int i = 0; i < half; i++) {
+            float te = ff ? theta / ff[i] : theta;
+            float th = y->freq_scale * te;
+            if (y->ext_factor != 0.0f) {
+                float r = ((float)i - y->corr_lo) / fmaxf(0.001f, y->corr_hi - y->corr_lo);
+                float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, r))) * y->ext_factor;
+                th = th * (1.0f - mix) + te * mix;
+            }
+            float c = cosf(th) * mscale, s = sinf(th) * mscale;
+            theta *= theta_scale;
+            if (i < ROPE_MAX) {
+                cs[i] = c, sn[i] = s;
+                continue;
+            }
+            for (int h = 0; h < n_head; h++) {
+                float *v = x + ((size_t)t * n_head + h) * head_dim;
+                int a = y->neox ? i : 2 * i, b = y->neox ? i + half : 2 * i + 1;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c - x1 * s;
+                v[b] = x0 * s + x1 * c;
+            }
+        }
+        int cached = CR_MIN(half, ROPE_MAX);
+        for (int h = 0; h < n_head; h++) {
+            float *v = x + ((size_t)t * n_head + h) * head_dim;
+            if (y->neox)
+                vec->rope_halves(cached, v, v + half, cs, sn);
+            else
+                vec->rope_pairs(cached, v, cs, sn);
+        }
+    }
+}
+
 static const be_ops_ext_t cpu_ext_ops = {
     .rope_neox = ext_rope_neox,
     .add_rows = ext_add_rows,
@@ -205,6 +257,7 @@ static const be_ops_ext_t cpu_ext_ops = {
     .attention_ext = ext_attention,
     .layernorm = ext_layernorm,
     .gelu = ext_gelu,
+    .rope_yarn = ext_rope_yarn,
 };
 
 const be_ops_ext_t *be_cpu_ext_ops(const be_backend_t *be)
