@@ -75,6 +75,7 @@ typedef enum mutant {
                               interpolated, as linear scaling) */
     MUT_YARN_MSCALE,       /* YaRN's magnitude correction left out */
     MUT_NO_TEMP,           /* mistral3 attention temperature ignored */
+    MUT_YARN_SWA,          /* olmo3's sliding layers roped with YaRN too */
 } mutant_t;
 
 static const char *const mutant_names[] = {
@@ -83,7 +84,7 @@ static const char *const mutant_names[] = {
     "no-final-cap", "no-factors", "no-mscale", "wrong-factors", "no-linear",
     "rope-neox", "no-resid-scale", "no-logit-scale", "sqrt-attn-scale", "pre-norms",
     "qk-norm-per-head", "rope-every-layer", "no-yarn-ramp", "yarn-mscale",
-    "no-temp",
+    "no-temp", "yarn-swa",
 };
 
 typedef struct ref {
@@ -158,10 +159,12 @@ static void ref_init_yarn(ref_t *r)
     r->yarn = !strcmp(type, "yarn");
     if (!r->yarn)
         return;
+    /* only mistral3 takes betas and mscale_all_dim from the file */
+    bool m3 = !strcmp(r->arch, "mistral3");
     double f = f32_key(r, "rope.scaling.factor", 1);
-    double log_mul = f32_key(r, "rope.scaling.yarn_log_multiplier", 0);
-    double bf = f32_key(r, "rope.scaling.yarn_beta_fast", 32);
-    double bs = f32_key(r, "rope.scaling.yarn_beta_slow", 1);
+    double log_mul = m3 ? f32_key(r, "rope.scaling.yarn_log_multiplier", 0) : 0;
+    double bf = m3 ? f32_key(r, "rope.scaling.yarn_beta_fast", 32) : 32;
+    double bs = m3 ? f32_key(r, "rope.scaling.yarn_beta_slow", 1) : 1;
 #define MSC(m) (f <= 1 ? 1.0 : 0.1 * (m) * log(f) + 1.0)
     double attn = log_mul != 0 ? MSC(1.0) / MSC(log_mul) : MSC(1.0);
 #undef MSC
@@ -199,7 +202,7 @@ static void ref_init_family(ref_t *r)
         r->post_norms = true;
         r->W = u32_key(r, "attention.sliding_window", 0);
         r->pattern = u32_key(r, "attention.sliding_window_pattern", 4);
-        r->base_swa = f32_key(r, "rope.freq_base_swa", r->base);
+        r->base_swa = r->base; /* llama.cpp's olmo2 graph: the global base */
     }
 }
 
@@ -278,8 +281,9 @@ static void rmsnorm(double *y, const double *x, const float *w, int n, double ep
         y[i] = x[i] * s * (double)w[i];
 }
 
-/* Rotates one head of hd values at position pos (already scaled). */
-static void rope_head(const ref_t *r, double *v, double pos, double base)
+/* Rotates one head of hd values at position pos (already scaled); full:
+ * a full-attention layer (YaRN applies; sliding layers rope plainly). */
+static void rope_head(const ref_t *r, double *v, double pos, double base, bool full)
 {
     int half = r->hd / 2;
     for (int i = 0; i < half; i++) {
@@ -287,7 +291,8 @@ static void rope_head(const ref_t *r, double *v, double pos, double base)
         if (r->ff)
             ang /= r->ff[i];
         double ms = r->mscale;
-        if (r->yarn) { /* interpolated, extrapolated for the fast pairs */
+        if (r->yarn && (full || r->mut == MUT_YARN_SWA)) { /* interpolated, and
+                                       extrapolated for the fast pairs */
             double ramp = (i - r->corr_lo) / fmax(0.001, r->corr_hi - r->corr_lo);
             double mix = r->mut == MUT_NO_YARN_RAMP ? 0 : 1 - fmin(1, fmax(0, ramp));
             ang = ang * r->yarn_fs * (1 - mix) + ang * mix;
@@ -422,9 +427,9 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
             if (r->smollm3 && (l + 1) % 4 == 0 && r->mut != MUT_ROPE_EVERY_LAYER)
                 continue;
             for (int h = 0; h < H; h++)
-                rope_head(r, qt + h * hd, t * ps, base);
+                rope_head(r, qt + h * hd, t * ps, base, !swa);
             for (int h = 0; h < Hkv; h++)
-                rope_head(r, kt + h * hd, t * ps, base);
+                rope_head(r, kt + h * hd, t * ps, base, !swa);
             if (r->temp != 0) /* mistral3: attention temperature */
                 for (int i = 0; i < Q; i++)
                     qt[i] *= 1 + r->temp * log(1 + floor((double)t / r->temp_len));
@@ -654,6 +659,17 @@ static void check_arch(const char *arch, const char *variant, const mutant_t *mu
         o.attn_temp = 0.5f;
         o.yarn_log_mul = !strcmp(variant, "yarn-logmul") ? 1.0f : 0.0f;
     }
+    if (variant && !strcmp(variant, "yarn-qwen")) {
+        /* qwen3's and olmo3's: default betas (32, 1), which over an
+         * original context of 4096 put the ramp on pairs 3..9 of 12 */
+        o.rope_yarn = 4;
+        o.rope_orig_ctx = 4096;
+        if (!strcmp(arch, "olmo2")) { /* olmo3: layers 0, 2 slide (plain rope) */
+            o.sliding_window = 4;
+            o.swa_pattern = 2;
+            o.n_layers = 4;
+        }
+    }
     if (variant && !strcmp(variant, "window")) { /* olmo3: 3 of 4 layers slide */
         o.sliding_window = 4;
         o.n_layers = 4;
@@ -820,6 +836,11 @@ static void test_archs(void)
     static const mutant_t yarn_lm[] = {MUT_NO_YARN_RAMP, MUT_NO_TEMP};
     check_arch("mistral3", "yarn", yarn, (int)CR_ARRAY_LEN(yarn));
     check_arch("mistral3", "yarn-logmul", yarn_lm, (int)CR_ARRAY_LEN(yarn_lm));
+    static const mutant_t yarn_q[] = {MUT_NO_YARN_RAMP, MUT_YARN_MSCALE};
+    check_arch("qwen3", "yarn-qwen", yarn_q, (int)CR_ARRAY_LEN(yarn_q));
+    check_arch("qwen2", "yarn-qwen", yarn_q, (int)CR_ARRAY_LEN(yarn_q));
+    static const mutant_t yarn_o[] = {MUT_NO_YARN_RAMP, MUT_YARN_MSCALE, MUT_YARN_SWA};
+    check_arch("olmo2", "yarn-qwen", yarn_o, (int)CR_ARRAY_LEN(yarn_o));
 }
 
 /* Quantized weights load and run for every architecture (the reference
@@ -1036,7 +1057,9 @@ static void test_corrupt(void)
         {"gemma3 linear", "gemma3",
          {.str_key = "gemma3.rope.scaling.type", .str_val = "linear"}, CR_OK, NULL, NULL},
         {"qwen2 yarn", "qwen2", {.str_key = "qwen2.rope.scaling.type", .str_val = "yarn"},
-         CR_E_UNSUPPORTED, "qwen2.rope.scaling.type", "yarn"},
+         CR_OK, NULL, NULL},
+        {"phi3 yarn", "phi3", {.str_key = "phi3.rope.scaling.type", .str_val = "yarn"},
+         CR_E_UNSUPPORTED, "phi3.rope.scaling.type", "yarn"},
         {"phi3 longrope type", "phi3",
          {.str_key = "phi3.rope.scaling.type", .str_val = "longrope"}, CR_OK, NULL, NULL},
         {"gemma3 missing k norm", "gemma3", {.skip_tensor = "blk.0.attn_k_norm.weight"},
@@ -1108,8 +1131,9 @@ static void test_corrupt(void)
         {"olmo2 missing post ffw norm", "olmo2",
          {.skip_tensor = "blk.1.post_ffw_norm.weight"}, CR_E_CORRUPT, "missing tensor",
          "blk.1.post_ffw_norm.weight"},
-        {"olmo2 yarn", "olmo2", {.str_key = "olmo2.rope.scaling.type", .str_val = "yarn"},
-         CR_E_UNSUPPORTED, "olmo2.rope.scaling.type", "yarn"},
+        {"olmo2 dynamic rope", "olmo2",
+         {.str_key = "olmo2.rope.scaling.type", .str_val = "dynamic"}, CR_E_UNSUPPORTED,
+         "olmo2.rope.scaling.type", "dynamic"},
         {"olmo2 string window", "olmo2",
          {.str_key = "olmo2.attention.sliding_window", .str_val = "4"}, CR_E_CORRUPT,
          "olmo2.attention.sliding_window", NULL},

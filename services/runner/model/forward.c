@@ -303,7 +303,7 @@ static void rope_layer(rn_ctx_t *c, const part_t *P, const rn_layer_t *L, float 
     const rn_hparams_t *hp = c->hp;
     if (L->no_rope) /* 4a. smollm3: no rope in every 4th layer */
         return;
-    if (hp->rope_yarn && !L->swa) { /* mistral3 (Ministral 3): YaRN */
+    if (hp->rope_yarn && !L->swa) { /* YaRN (sliding layers: plain) */
         P->ext->rope_yarn(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos, P->rope_ff,
                           &hp->yarn);
         return;

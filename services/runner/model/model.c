@@ -216,17 +216,16 @@ static cr_status_t read_dense_family(rn_model_t *m, cr_err_t *err)
     }
     /* olmo2: post-norms only, whole-vector q/k norms; olmo3 (same
      * architecture) slides 3 of 4 layers, which rope with the same base
-     * (or rope.freq_base_swa) unscaled */
+     * unscaled (llama.cpp's graph passes the global base there, whatever
+     * rope.freq_base_swa says) */
     hp->post_norms = true;
     hp->no_pre_norms = true;
     cr_status_t st = get_int(g, hp->arch, "attention.sliding_window", false, 0, 0,
                              RN_MODEL_MAX_CTX, &hp->n_swa, err);
     if (st || hp->n_swa == 0)
         return st;
-    if ((st = read_swa_pattern(m, 4, err)))
-        return st;
-    return get_float(g, hp->arch, "rope.freq_base_swa", hp->rope_base, &hp->rope_base_swa,
-                     err);
+    hp->rope_base_swa = hp->rope_base;
+    return read_swa_pattern(m, 4, err);
 }
 
 /* Features each architecture fixes (llama.cpp's graph for it), before the
@@ -316,6 +315,14 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
     return CR_OK;
 }
 
+/* Architectures whose llama.cpp graph ropes with the context's YaRN
+ * parameters (olmo2: its full-attention layers). */
+static bool yarn_graph(rn_arch_t a)
+{
+    return a == RN_ARCH_MISTRAL3 || a == RN_ARCH_QWEN2 || a == RN_ARCH_QWEN3 ||
+           a == RN_ARCH_OLMO2;
+}
+
 /* get_mscale of llama.cpp's context setup: YaRN's magnitude for factor f. */
 static float yarn_mscale(float f, float mscale)
 {
@@ -331,11 +338,12 @@ static float yarn_corr_dim(int n_rot, int n_ctx_orig, float beta, float base)
 }
 
 /* YaRN as llama.cpp's context sets it up for a "yarn" file: freq_scale
- * 1/factor, ext_factor 1, correction dims from rope.scaling.yarn_beta_fast
- * and _slow (32, 1) over the original context, and an attention factor
- * that cancels the kernel's own magnitude correction when
- * rope.scaling.yarn_log_multiplier (mscale_all_dim) is given, times
- * rope.scaling.attn_factor. */
+ * 1/factor, ext_factor 1, correction dims from the betas (32, 1) over the
+ * original context, and an attention factor that cancels the kernel's own
+ * magnitude correction when the log multiplier (mscale_all_dim) is given,
+ * times rope.scaling.attn_factor. Only mistral3 reads the betas
+ * (rope.scaling.yarn_beta_fast, _slow) and the multiplier
+ * (rope.scaling.yarn_log_multiplier) from the file, as in llama.cpp. */
 static cr_status_t read_yarn(rn_model_t *m, float factor, cr_err_t *err)
 {
     rn_hparams_t *hp = &m->hp;
@@ -344,13 +352,14 @@ static cr_status_t read_yarn(rn_model_t *m, float factor, cr_err_t *err)
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", arch);
     cr_status_t st;
-    if ((st = get_float(m->g, arch, "rope.scaling.yarn_beta_fast", 32.0f, &beta_fast,
-                        err)) ||
+    if (hp->arch_id == RN_ARCH_MISTRAL3 &&
+        ((st = get_float(m->g, arch, "rope.scaling.yarn_beta_fast", 32.0f, &beta_fast,
+                         err)) ||
         (st = get_float(m->g, arch, "rope.scaling.yarn_beta_slow", 1.0f, &beta_slow,
                         err)) ||
-        (cr_gguf_kv_find(m->g, key) &&
-         (st = get_float(m->g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul,
-                         err))))
+         (cr_gguf_kv_find(m->g, key) &&
+          (st = get_float(m->g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul,
+                          err)))))
         return st;
     float attn = log_mul != 0.0f ? yarn_mscale(factor, 1.0f) / yarn_mscale(factor, log_mul)
                                  : yarn_mscale(factor, 1.0f);
@@ -382,7 +391,7 @@ static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
     bool has_type = cr_gguf_kv_find(g, key) != NULL;
     if (has_type && !cr_gguf_get_strz(g, key, type, sizeof type))
         return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a short string", key);
-    if (has_type && !strcmp(type, "yarn") && hp->arch_id == RN_ARCH_MISTRAL3) {
+    if (has_type && !strcmp(type, "yarn") && yarn_graph(hp->arch_id)) {
         float f = 1.0f;
         cr_status_t st = get_float(g, hp->arch, "rope.scaling.factor", 1.0f, &f, err);
         return st ? st : read_yarn(m, f, err);

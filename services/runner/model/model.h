@@ -114,8 +114,9 @@ typedef struct rn_hparams {
     float residual_scale; /* sub-layer outputs times this before each
                              residual add (granite; 1 = none) */
     float logit_scale;    /* logits divided by this (granite; 1 = none) */
-    bool rope_yarn;       /* rope.scaling.type "yarn" (mistral3: Ministral 3):
-                             non-sliding layers rope as `yarn` says */
+    bool rope_yarn;       /* rope.scaling.type "yarn" (mistral3: Ministral 3;
+                             qwen2, qwen3, olmo2): non-sliding layers rope
+                             as `yarn` says */
     be_rope_yarn_t yarn;  /* valid if rope_yarn */
     float attn_temp;      /* attention.temperature_scale (mistral3): q at
                              position p times 1 + attn_temp *
@@ -248,7 +249,8 @@ typedef struct rn_rope_factors {
  * backend cannot multiply, a non-llama architecture on a backend without
  * be_ext_ops (or, for the bert family, without its layernorm/gelu ops),
  * rope scaling other than linear/LongRoPE (none at all with normal
- * rope; YaRN for mistral3 only, on a backend with rope_yarn),
+ * rope; YaRN for mistral3, qwen2, qwen3 and olmo2, on a backend with
+ * rope_yarn),
  * value_length != key_length, bias tensors llama's graph lacks,
  * pooling_type 4 "rank"), CR_E_NOMEM. */
 cr_status_t rn_model_load(const char *path, be_backend_t *be,
