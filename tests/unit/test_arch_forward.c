@@ -1513,6 +1513,55 @@ static void test_ext_ops(void)
     CHECK_MSG(maxe < 2e-3, "attention_ext error %g", maxe); /* F16 q and probs */
 }
 
+/* The CPU's rope_yarn against the definition (backend.h) in double, both
+ * pairings, with frequency factors, 260 pairs (past the op's 256-pair
+ * cache). Tolerance 2e-3: the op builds angles as ggml does, by repeated
+ * float multiplication, which drifts ~3e-4 rad by pair 260 at position 20
+ * (values are within +-2). */
+static void test_rope_yarn_op(void)
+{
+    const be_ops_ext_t *ext = be_ext_ops(be_g);
+    CHECK(ext && ext->rope_yarn);
+    if (!ext || !ext->rope_yarn)
+        return;
+    enum { T = 3, H = 2, HD = 524, NR = 520 };
+    static float x0[T * H * HD], x[T * H * HD], ffv[NR / 2];
+    uint64_t seed = 9;
+    for (int i = 0; i < T * H * HD; i++)
+        x0[i] = 2 * frand(&seed);
+    for (int i = 0; i < NR / 2; i++)
+        ffv[i] = 1.0f + (float)(i % 5);
+    be_weight_t ff = {.name = "ff", .type = CR_TYPE_F32, .n_cols = NR / 2, .n_rows = 1,
+                      .row_bytes = sizeof ffv, .data = ffv};
+    int32_t pos[T] = {0, 7, 20};
+    for (int neox = 0; neox < 2; neox++) {
+        be_rope_yarn_t y = {.freq_base = 500.0f, .freq_scale = 0.25f, .ext_factor = 1.0f,
+                            .attn_factor = 0.9f, .corr_lo = 10, .corr_hi = 40,
+                            .neox = neox};
+        memcpy(x, x0, sizeof x);
+        ext->rope_yarn(be_g, x, T, H, HD, NR, pos, &ff, &y);
+        double maxe = 0;
+        double ms = 0.9 * (1 + 0.1 * log(4.0));
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                const float *src = x0 + (t * H + h) * HD;
+                const float *got = x + (t * H + h) * HD;
+                for (int i = 0; i < NR / 2; i++) {
+                    double te = pos[t] * pow(500.0, -2.0 * i / NR) / ffv[i];
+                    double r = (i - 10) / 30.0, mix = 1 - fmin(1, fmax(0, r));
+                    double th = te * 0.25 * (1 - mix) + te * mix;
+                    int a = neox ? i : 2 * i, b = neox ? i + NR / 2 : 2 * i + 1;
+                    double e0 = ms * (src[a] * cos(th) - src[b] * sin(th));
+                    double e1 = ms * (src[a] * sin(th) + src[b] * cos(th));
+                    maxe = fmax(maxe, fmax(fabs(got[a] - e0), fabs(got[b] - e1)));
+                }
+                for (int i = NR; i < HD; i++) /* past n_rot: untouched */
+                    maxe = fmax(maxe, fabs(got[i] - src[i]));
+            }
+        CHECK_MSG(maxe < 2e-3, "rope_yarn (%s) error %g", neox ? "neox" : "normal", maxe);
+    }
+}
+
 int main(void)
 {
     cr_err_t err;
@@ -1524,6 +1573,7 @@ int main(void)
     for (size_t i = 0; i < CR_ARRAY_LEN(ones_g); i++)
         ones_g[i] = 1.0f;
     test_ext_ops();
+    test_rope_yarn_op();
     test_hparams();
     test_family_hparams();
     test_archs();

@@ -10,10 +10,10 @@
  * GELU, soft-caps and sliding windows, NEOX rope, granite's multipliers,
  * olmo2 without pre-norms). Those use the backend's optional ops
  * (be_ext_ops); llama (and mistral3 and smollm3, its graph) never touches
- * them. Every
- * buffer is backend memory: this file only passes pointers to backend ops
- * and never touches the numbers, except the final logits it downloads
- * (where gemma2's final soft-cap and granite's logit scale are applied).
+ * them. Every buffer is backend memory: this file only passes pointers to
+ * backend ops and never touches the numbers, except the final logits it
+ * downloads (where gemma2's final soft-cap and granite's logit scale are
+ * applied).
  *
  * The bert family (encoders) has its own pass, forward_encoder: the whole
  * sequence in one chunk, bidirectional attention, post-LayerNorms; it makes

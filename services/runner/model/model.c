@@ -349,17 +349,14 @@ static cr_status_t read_yarn(rn_model_t *m, float factor, cr_err_t *err)
     rn_hparams_t *hp = &m->hp;
     const char *arch = hp->arch;
     float beta_fast = 32.0f, beta_slow = 1.0f, log_mul = 0.0f;
-    char key[128];
-    snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", arch);
     cr_status_t st;
     if (hp->arch_id == RN_ARCH_MISTRAL3 &&
         ((st = get_float(m->g, arch, "rope.scaling.yarn_beta_fast", 32.0f, &beta_fast,
                          err)) ||
-        (st = get_float(m->g, arch, "rope.scaling.yarn_beta_slow", 1.0f, &beta_slow,
-                        err)) ||
-         (cr_gguf_kv_find(m->g, key) &&
-          (st = get_float(m->g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul,
-                          err)))))
+         (st = get_float(m->g, arch, "rope.scaling.yarn_beta_slow", 1.0f, &beta_slow,
+                         err)) ||
+         (st = get_float(m->g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul,
+                         err))))
         return st;
     float attn = log_mul != 0.0f ? yarn_mscale(factor, 1.0f) / yarn_mscale(factor, log_mul)
                                  : yarn_mscale(factor, 1.0f);
@@ -380,8 +377,9 @@ static cr_status_t read_yarn(rn_model_t *m, float factor, cr_err_t *err)
 }
 
 /* <arch>.rope.scaling.*: linear (positions times 1/factor; gemma3 keeps its
- * sliding layers unscaled), LongRoPE (factor tensors, see bind_all), or
- * none. YaRN and anything else are refused rather than run wrong. */
+ * sliding layers unscaled), LongRoPE (factor tensors, see bind_all), YaRN
+ * where llama.cpp's graph uses it (read_yarn), or none. Anything else is
+ * refused rather than run wrong. */
 static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
 {
     const cr_gguf_t *g = m->g;
@@ -549,7 +547,8 @@ static cr_status_t place(rn_model_t *m, cr_err_t *err)
         be_backend_t *be = m->lbe[l];
         m->inst[m->n_inst++] = be;
         const be_ops_ext_t *ext = be_ext_ops(be);
-        if ((!rn_hparams_llama_graph(hp) && !ext) || (hp->rope_yarn && !ext->rope_yarn) ||
+        if ((!rn_hparams_llama_graph(hp) && !ext) ||
+            (hp->rope_yarn && (!ext || !ext->rope_yarn)) ||
             (rn_arch_is_encoder(hp->arch_id) && (!ext->layernorm || !ext->gelu)))
             return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the "
                               "%s backend does not have", hp->arch, be->ops->name);
@@ -658,9 +657,9 @@ typedef struct layer_tensor {
 } layer_tensor_t;
 
 /* granite, mistral3 and smollm3 files may carry attention-output and ffn
- * biases
- * (llama.cpp's optional ones); real checkpoints have none and the pass has
- * no step for them, so a file with one is refused, not run wrong. */
+ * biases (llama.cpp's optional ones); real checkpoints have none and the
+ * pass has no step for them, so a file with one is refused, not run
+ * wrong. */
 static cr_status_t refuse_biases(rn_model_t *m, int l, cr_err_t *err)
 {
     static const char *const biases[] = {"attn_output", "ffn_gate", "ffn_up", "ffn_down"};
