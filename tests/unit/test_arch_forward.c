@@ -16,12 +16,13 @@
  * does, so its logits differ from the double reference by ~1e-3 relative;
  * a cosine of 0.9999 allows a relative L2 error of ~1.4%, far above that
  * noise, and the relative L2 error itself must stay under 1.5% (a cosine
- * does not see a scale, such as granite's logit_scale). A structural mistake (wrong rope pairing, missing bias or norm,
- * soft-cap or window not applied, gate/up halves swapped, wrong scale) is
- * far below it: each such mistake is injected into the reference
- * ("mutants") and must drop the cosine under 0.999 (or, for a pure scale,
- * raise the relative error over 5%), which shows the check can see it. Broken files of each architecture are refused with errors
- * naming the tensor or key. */
+ * does not see a scale, such as granite's logit_scale). A structural
+ * mistake (wrong rope pairing, missing bias or norm, soft-cap or window not
+ * applied, gate/up halves swapped, wrong scale) is far below it: each such
+ * mistake is injected into the reference ("mutants") and must drop the
+ * cosine under 0.999 (or, for a pure scale, raise the relative error over
+ * 5%), which shows the check can see it. Broken files of each architecture
+ * are refused with errors naming the tensor or key. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
