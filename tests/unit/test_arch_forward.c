@@ -1,6 +1,6 @@
 /* test_arch_forward.c: the non-llama architectures (qwen2, qwen3, gemma2,
- * gemma3, phi3, granite, olmo2, mistral3, exaone, smollm3) against an
- * independent reference.
+ * gemma3, phi3, granite, olmo2, mistral3, exaone, smollm3, command-r,
+ * cohere2) against an independent reference.
  *
  * For each architecture a small random F32 model is written by synth.c
  * (the code behind corral-gguf-synth --arch), loaded, and run. Checks:
@@ -77,6 +77,9 @@ typedef enum mutant {
     MUT_YARN_MSCALE,       /* YaRN's magnitude correction left out */
     MUT_NO_TEMP,           /* mistral3 attention temperature ignored */
     MUT_YARN_SWA,          /* olmo3's sliding layers roped with YaRN too */
+    MUT_RMS_NORM,          /* command-r's LayerNorms taken as RMSNorms */
+    MUT_SERIAL_FFN,        /* command-r's ffn fed after the attention's
+                              residual add (llama's order) */
 } mutant_t;
 
 static const char *const mutant_names[] = {
@@ -85,7 +88,7 @@ static const char *const mutant_names[] = {
     "no-final-cap", "no-factors", "no-mscale", "wrong-factors", "no-linear",
     "rope-neox", "no-resid-scale", "no-logit-scale", "sqrt-attn-scale", "pre-norms",
     "qk-norm-per-head", "rope-every-layer", "no-yarn-ramp", "yarn-mscale",
-    "no-temp", "yarn-swa",
+    "no-temp", "yarn-swa", "rms-norm", "serial-ffn",
 };
 
 typedef struct ref {
@@ -101,7 +104,9 @@ typedef struct ref {
     mutant_t mut;
     /* the dense families of issue 13 */
     bool granite, olmo2, smollm3, rope_normal; /* rope_normal: adjacent pairs */
-    double embd_scale, residual_scale, logit_scale, attn_scale;
+    double embd_scale, residual_scale, logit_mult, attn_scale;
+    bool cohere, cohere2;         /* command-r, cohere2 */
+    double norm_eps;              /* their LayerNorm epsilon */
     bool yarn;                    /* mistral3 (Ministral 3) */
     double yarn_fs, yarn_mscale, corr_lo, corr_hi;
     double temp;                  /* attention temperature, 0 none */
@@ -193,8 +198,19 @@ static void ref_init_family(ref_t *r)
     r->embd_scale = r->granite ? f32_key(r, "embedding_scale", 1) : 1;
     r->residual_scale = r->granite && r->mut != MUT_NO_RESIDUAL_SCALE
                             ? f32_key(r, "residual_scale", 1) : 1;
-    r->logit_scale = r->granite && r->mut != MUT_NO_LOGIT_SCALE
-                         ? f32_key(r, "logit_scale", 1) : 1;
+    r->cohere2 = !strcmp(r->arch, "cohere2");
+    r->cohere = r->cohere2 || !strcmp(r->arch, "command-r");
+    r->rope_normal = r->rope_normal || r->cohere;
+    r->logit_mult = 1; /* granite divides by logit_scale, command-r multiplies */
+    if (r->granite && r->mut != MUT_NO_LOGIT_SCALE)
+        r->logit_mult = 1 / f32_key(r, "logit_scale", 1);
+    if (r->cohere && r->mut != MUT_NO_LOGIT_SCALE)
+        r->logit_mult = f32_key(r, "logit_scale", 1);
+    r->norm_eps = f32_key(r, "attention.layer_norm_epsilon", 1e-5);
+    if (r->cohere2) { /* 3 of 4 layers slide and rope; the 4th neither */
+        r->W = u32_key(r, "attention.sliding_window", 0);
+        r->pattern = u32_key(r, "attention.sliding_window_pattern", 4);
+    }
     r->attn_scale = 1.0 / sqrt((double)r->hd);
     if (r->granite && r->mut != MUT_SQRT_ATTN_SCALE)
         r->attn_scale = f32_key(r, "attention.scale", r->attn_scale);
@@ -313,6 +329,29 @@ static void rope_head(const ref_t *r, double *v, double pos, double base, bool f
     }
 }
 
+/* LayerNorm without bias (command-r's norms). */
+static void layernorm(double *y, const double *x, const float *w, int n, double eps)
+{
+    double mean = 0, var = 0;
+    for (int i = 0; i < n; i++)
+        mean += x[i];
+    mean /= n;
+    for (int i = 0; i < n; i++)
+        var += (x[i] - mean) * (x[i] - mean);
+    double s = 1.0 / sqrt(var / n + eps);
+    for (int i = 0; i < n; i++)
+        y[i] = (x[i] - mean) * s * (double)w[i];
+}
+
+/* The pre-attention (and final) norm: command-r's LayerNorm or RMSNorm. */
+static void pre_norm(const ref_t *r, double *y, const double *x, const float *w, int n)
+{
+    if (r->cohere && r->mut != MUT_RMS_NORM)
+        layernorm(y, x, w, n, r->norm_eps);
+    else
+        rmsnorm(y, x, w, n, r->cohere ? r->norm_eps : r->eps);
+}
+
 static double gelu_tanh(double x)
 {
     return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
@@ -336,7 +375,8 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
     double *o = calloc(D, sizeof *o), *g = calloc(2 * (size_t)F, sizeof *g);
     double *u = calloc(F, sizeof *u), *sc = calloc(n, sizeof *sc);
     double *qkv = calloc((size_t)Q + 2 * KV, sizeof *qkv);
-    bool ok = x && xb && q && k && v && att && o && g && u && sc && qkv;
+    double *xn = calloc(nD, sizeof *xn); /* each position's normed input */
+    bool ok = x && xb && q && k && v && att && o && g && u && sc && qkv && xn;
     const float *emb = ok ? tensor(r, "token_embd.weight") : NULL;
     ok = ok && emb;
 
@@ -357,16 +397,18 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
         /* olmo2 has no pre-norms (its mutant: unit weights) */
         const float *an = r->olmo2 ? ones_g : tensor(r, "blk.%d.attn_norm.weight", l);
         const float *wo = tensor(r, "blk.%d.attn_output.weight", l);
-        const float *fn = r->olmo2 ? ones_g : tensor(r, "blk.%d.ffn_norm.weight", l);
+        const float *fn = r->olmo2 || r->cohere ? ones_g
+                                                : tensor(r, "blk.%d.ffn_norm.weight", l);
         const float *wd = tensor(r, "blk.%d.ffn_down.weight", l);
         bool pre_norms = !r->olmo2 || r->mut == MUT_PRE_NORMS;
         ok = an && wo && fn && wd && D <= (int)CR_ARRAY_LEN(ones_g);
         /* q, k, v for every position */
         for (int t = 0; ok && t < n; t++) {
             if (pre_norms)
-                rmsnorm(xb, x + (size_t)t * D, an, D, r->eps);
+                pre_norm(r, xb, x + (size_t)t * D, an, D);
             else
                 memcpy(xb, x + (size_t)t * D, (size_t)D * sizeof *xb);
+            memcpy(xn + (size_t)t * D, xb, (size_t)D * sizeof *xb);
             double *qt = q + (size_t)t * Q, *kt = k + (size_t)t * KV, *vt = v + (size_t)t * KV;
             if (r->phi3) {
                 const float *w = tensor(r, "blk.%d.attn_qkv.weight", l);
@@ -427,6 +469,8 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
             /* smollm3: layers 3, 7, ... have no rope */
             if (r->smollm3 && (l + 1) % 4 == 0 && r->mut != MUT_ROPE_EVERY_LAYER)
                 continue;
+            if (r->cohere2 && !swa && r->mut != MUT_ROPE_EVERY_LAYER)
+                continue; /* cohere2's global layers */
             for (int h = 0; h < H; h++)
                 rope_head(r, qt + h * hd, t * ps, base, !swa);
             for (int h = 0; h < Hkv; h++)
@@ -477,7 +521,11 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
         /* feed-forward, residual */
         for (int t = 0; ok && t < n; t++) {
             double *xt = x + (size_t)t * D;
-            if (pre_norms)
+            if (r->cohere && r->mut == MUT_SERIAL_FFN)
+                pre_norm(r, xb, xt, an, D);
+            else if (r->cohere) /* parallel: the attention's normed input */
+                memcpy(xb, xn + (size_t)t * D, (size_t)D * sizeof *xb);
+            else if (pre_norms)
                 rmsnorm(xb, xt, fn, D, r->eps);
             else
                 memcpy(xb, xt, (size_t)D * sizeof *xb);
@@ -523,14 +571,14 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
                             ? tensor(r, "output.weight") : emb;
     ok = ok && on && wout;
     for (int t = 0; ok && t < n; t++) {
-        rmsnorm(xb, x + (size_t)t * D, on, D, r->eps);
+        pre_norm(r, xb, x + (size_t)t * D, on, D);
         matvec(wout, xb, V, D, out + (size_t)t * V);
         if (r->final_cap > 0 && r->mut != MUT_NO_FINAL_CAP)
             for (int i = 0; i < V; i++)
                 out[(size_t)t * V + i] = r->final_cap * tanh(out[(size_t)t * V + i] /
                                                              r->final_cap);
-        for (int i = 0; i < V; i++) /* granite */
-            out[(size_t)t * V + i] /= r->logit_scale;
+        for (int i = 0; i < V; i++) /* granite, command-r */
+            out[(size_t)t * V + i] *= r->logit_mult;
     }
     free(x);
     free(xb);
@@ -543,6 +591,7 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
     free(u);
     free(sc);
     free(qkv);
+    free(xn);
     return ok;
 }
 
@@ -621,6 +670,11 @@ static void arch_opts(const char *arch, rn_synth_opts_t *o)
         o->sliding_window = 4;
         o->swa_pattern = 3;        /* layers 0, 1 slide; 2 is global */
         o->rope_base = 1000000.0f; /* global layers; sliding ones use 10000 */
+    }
+    if (!strcmp(arch, "cohere2")) { /* layers 0-2 slide and rope, 3 neither */
+        o->n_layers = 4;
+        o->sliding_window = 4;
+        o->rope_base = 100.0f; /* pairs turn fast: layer 3's missing rope shows */
     }
     if (!strcmp(arch, "smollm3")) {
         o->n_layers = 4;      /* layer 3 without rope */
@@ -835,6 +889,12 @@ static void test_archs(void)
     static const mutant_t yarn[] = {MUT_ROPE_NEOX, MUT_NO_YARN_RAMP, MUT_YARN_MSCALE,
                                     MUT_NO_TEMP};
     static const mutant_t yarn_lm[] = {MUT_NO_YARN_RAMP, MUT_NO_TEMP};
+    static const mutant_t command_r[] = {MUT_ROPE_NEOX, MUT_RMS_NORM, MUT_SERIAL_FFN,
+                                         MUT_NO_LOGIT_SCALE};
+    static const mutant_t cohere2[] = {MUT_RMS_NORM, MUT_SERIAL_FFN, MUT_NO_WINDOW,
+                                       MUT_ROPE_EVERY_LAYER};
+    check_arch("command-r", NULL, command_r, (int)CR_ARRAY_LEN(command_r));
+    check_arch("cohere2", NULL, cohere2, (int)CR_ARRAY_LEN(cohere2));
     check_arch("mistral3", "yarn", yarn, (int)CR_ARRAY_LEN(yarn));
     check_arch("mistral3", "yarn-logmul", yarn_lm, (int)CR_ARRAY_LEN(yarn_lm));
     static const mutant_t yarn_q[] = {MUT_NO_YARN_RAMP, MUT_YARN_MSCALE};
@@ -850,7 +910,7 @@ static void test_quantized(void)
 {
     static const char *const archs[] = {"qwen2", "qwen3", "gemma", "gemma2", "gemma3",
                                         "phi3", "granite", "olmo2", "mistral3",
-                                        "exaone", "smollm3"};
+                                        "exaone", "smollm3", "command-r", "cohere2"};
     for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
         rn_synth_opts_t o;
         arch_opts(archs[i], &o);
@@ -1165,6 +1225,25 @@ static void test_corrupt(void)
          {.str_key = "smollm3.rope.scaling.type", .str_val = "linear",
           .f32_key = "smollm3.rope.scaling.factor", .f32_val = 2},
          CR_E_UNSUPPORTED, "smollm3.rope.scaling.type", NULL},
+        {"command-r missing layernorm epsilon", "command-r",
+         {.drop_key = "command-r.attention.layer_norm_epsilon"}, CR_E_CORRUPT,
+         "missing key 'command-r.attention.layer_norm_epsilon'", NULL},
+        {"command-r without logit scale", "command-r",
+         {.drop_key = "command-r.logit_scale"}, CR_OK, NULL, NULL},
+        {"command-r plus q norm", "command-r",
+         {.add_tensor = "blk.1.attn_q_norm.weight", .ne0 = 16}, CR_E_UNSUPPORTED,
+         "blk.1.attn_q_norm.weight", "Command R+"},
+        {"command-r missing attn_norm", "command-r",
+         {.skip_tensor = "blk.0.attn_norm.weight"}, CR_E_CORRUPT, "missing tensor",
+         "blk.0.attn_norm.weight"},
+        {"cohere2 missing window", "cohere2",
+         {.drop_key = "cohere2.attention.sliding_window"}, CR_E_CORRUPT,
+         "missing key 'cohere2.attention.sliding_window'", NULL},
+        {"cohere2 missing logit scale", "cohere2", {.drop_key = "cohere2.logit_scale"},
+         CR_E_CORRUPT, "missing key 'cohere2.logit_scale'", NULL},
+        {"cohere2 zero window", "cohere2",
+         {.u32_key = "cohere2.attention.sliding_window", .u32_val = 0}, CR_E_CORRUPT,
+         "cohere2.attention.sliding_window", NULL},
         {"exaone yarn", "exaone",
          {.str_key = "exaone.rope.scaling.type", .str_val = "yarn"}, CR_E_UNSUPPORTED,
          "exaone.rope.scaling.type", "yarn"},
@@ -1234,8 +1313,8 @@ static void test_ollama_gemma3(void)
  * mistral3's vision tensors are left unused and reported. */
 static void test_family_hparams(void)
 {
-    static const char *const archs[] = {"granite", "olmo2", "mistral3", "exaone",
-                                        "smollm3"};
+    static const char *const archs[] = {"granite", "olmo2",   "mistral3", "exaone",
+                                        "smollm3", "command-r", "cohere2"};
     for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
         rn_synth_opts_t o;
         arch_opts(archs[i], &o);
@@ -1256,16 +1335,24 @@ static void test_family_hparams(void)
             bool olmo2 = !strcmp(archs[i], "olmo2");
             CHECK(hp->rope_neox == (olmo2 || !strcmp(archs[i], "exaone")));
             bool smollm3 = !strcmp(archs[i], "smollm3");
+            bool cohere2 = !strcmp(archs[i], "cohere2");
+            bool cohere = cohere2 || !strcmp(archs[i], "command-r");
             CHECK(rn_hparams_llama_graph(hp) == (smollm3 || !strcmp(archs[i], "mistral3")));
             for (int l = 0; l < hp->n_layers; l++)
-                CHECK(rn_model_weights(m)->layers[l].no_rope == (smollm3 && l % 4 == 3));
+                CHECK(rn_model_weights(m)->layers[l].no_rope ==
+                      ((smollm3 || cohere2) && l % 4 == 3));
             CHECK_NEAR(hp->embd_scale, granite ? 4.0 : 1.0, 0);
             CHECK_NEAR(hp->residual_scale, granite ? 0.5 : 1.0, 0);
-            CHECK_NEAR(hp->logit_scale, granite ? 8.0 : 1.0, 0);
+            CHECK_NEAR(hp->logit_mult, granite ? 0.125 : cohere ? 0.25 : 1.0, 0);
+            CHECK(hp->layer_norm == cohere && hp->parallel_ffn == cohere);
+            CHECK(rn_model_weights(m)->tied_output == (cohere || o.tied_output));
+            CHECK(cohere2 ? hp->n_swa == 4 && rn_model_weights(m)->layers[2].swa &&
+                                !rn_model_weights(m)->layers[3].swa
+                          : !cohere || hp->n_swa == 0);
             CHECK_NEAR(hp->attn_scale, granite ? 0.5 : 1.0 / sqrt(hp->head_dim), 1e-7);
             CHECK(hp->post_norms == olmo2 && hp->no_pre_norms == olmo2);
             CHECK((L->attn_norm.data == NULL) == olmo2 &&
-                  (L->ffn_norm.data == NULL) == olmo2);
+                  (L->ffn_norm.data == NULL) == (olmo2 || cohere));
             CHECK((L->attn_post_norm.data != NULL) == olmo2);
             CHECK(olmo2 ? L->q_norm.n_cols == 64 && L->k_norm.n_cols == 32
                         : L->q_norm.data == NULL);

@@ -363,6 +363,10 @@ static void test_estimate_vs_runner(void)
     so.n_layers = 3;
     estimate_vs_runner("olmo2", &so, 200);
     rn_synth_defaults(&so);
+    so.arch = "cohere2";
+    so.tied_output = true; /* as synth writes it anyway */
+    estimate_vs_runner("cohere2", &so, 128);
+    rn_synth_defaults(&so);
     so.arch = "mistral3";
     so.head_dim = 32;
     so.vision_stub = true;

@@ -268,7 +268,7 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
     static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma", "gemma2",
                                         "gemma3", "phi3", "bert", "nomic-bert",
                                         "granite", "olmo2", "mistral3", "exaone",
-                                        "smollm3"};
+                                        "smollm3", "command-r", "cohere2"};
     size_t ai = 0;
     while (ai < CR_ARRAY_LEN(archs) && !is_arch(o, archs[ai]))
         ai++;
@@ -367,12 +367,36 @@ static int layer_parts_olmo2(const rn_synth_opts_t *o, layer_part_t *p)
     return n;
 }
 
+/* command-r's and cohere2's layer: one norm before attention and ffn. */
+static int layer_parts_cohere(const rn_synth_opts_t *o, layer_part_t *p)
+{
+    int64_t D = o->dim, F = o->ffn, hd = head_dim_of(o);
+    int64_t Q = hd * o->n_heads, KV = hd * o->n_kv_heads;
+    int n = 0;
+    p[n++] = (layer_part_t){"attn_norm", "weight", D, 1, PART_NORM};
+    p[n++] = (layer_part_t){"attn_q", "weight", D, Q, PART_MAT};
+    p[n++] = (layer_part_t){"attn_k", "weight", D, KV, PART_MAT};
+    p[n++] = (layer_part_t){"attn_v", "weight", D, KV, PART_MAT_HI};
+    p[n++] = (layer_part_t){"attn_output", "weight", Q, D, PART_MAT};
+    p[n++] = (layer_part_t){"ffn_gate", "weight", D, F, PART_MAT};
+    p[n++] = (layer_part_t){"ffn_down", "weight", F, D, PART_MAT_HI};
+    p[n++] = (layer_part_t){"ffn_up", "weight", D, F, PART_MAT};
+    return n;
+}
+
+static bool is_cohere(const rn_synth_opts_t *o)
+{
+    return is_arch(o, "command-r") || is_arch(o, "cohere2");
+}
+
 /* The tensors of one layer of o's architecture, in llama.cpp's order;
  * returns how many (at most 20). */
 static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
 {
     if (is_arch(o, "olmo2"))
         return layer_parts_olmo2(o, p);
+    if (is_cohere(o))
+        return layer_parts_cohere(o, p);
     int64_t D = o->dim, F = o->ffn, hd = head_dim_of(o);
     int64_t Q = hd * o->n_heads, KV = hd * o->n_kv_heads;
     bool qwen2 = is_arch(o, "qwen2"), qwen3 = is_arch(o, "qwen3");
@@ -462,6 +486,18 @@ static cr_status_t family_keys(const rn_synth_opts_t *o, cr_gguf_writer_t *w,
         st = st ? st : cr_gguf_writer_add_f32(w, key, 0.5f, err);
         snprintf(key, sizeof key, "%s.logit_scale", arch);
         st = st ? st : cr_gguf_writer_add_f32(w, key, 8.0f, err);
+    }
+    /* command-r, cohere2: LayerNorm epsilon (rms_eps's value), logits
+     * times 0.25, and cohere2's window (4096 unless o->sliding_window) */
+    if (!st && is_cohere(o)) {
+        snprintf(key, sizeof key, "%s.attention.layer_norm_epsilon", arch);
+        st = cr_gguf_writer_add_f32(w, key, o->rms_eps, err);
+        snprintf(key, sizeof key, "%s.logit_scale", arch);
+        st = st ? st : cr_gguf_writer_add_f32(w, key, 0.25f, err);
+    }
+    if (!st && is_arch(o, "cohere2") && o->sliding_window == 0) {
+        snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+        st = cr_gguf_writer_add_u32(w, key, 4096, err);
     }
     /* YaRN (Ministral 3's rope) and the attention temperature */
     if (!st && o->rope_yarn > 0) {
@@ -665,7 +701,7 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
         st = st ? st : add_gen_dist(s, o, "output_norm.weight", CR_TYPE_F32, o->dim, 1,
                                     FILL_NORMAL, 1.0, 0.1, err);
     cr_type_t hi = o->mix ? o->mix_type : o->type;
-    if (!st && !o->tied_output && !encoder)
+    if (!st && !o->tied_output && !encoder && !is_cohere(o)) /* cohere: always tied */
         st = add_gen(s, o, "output.weight", hi, o->dim, n_vocab, FILL_NORMAL, err);
     if (!st && o->rope_freqs)
         st = add_gen(s, o, "rope_freqs.weight", CR_TYPE_F32, head_dim / 2, 1,

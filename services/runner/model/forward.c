@@ -8,7 +8,8 @@
  * 7a, ...) run only for architectures whose hparams/weights ask for them
  * (qwen2 biases, qwen3/gemma3/olmo2 q/k norms, gemma scaling, post-norms,
  * GELU, soft-caps and sliding windows, NEOX rope, granite's multipliers,
- * olmo2 without pre-norms). Those use the backend's optional ops
+ * olmo2 without pre-norms, command-r's LayerNorms and parallel ffn). Those
+ * use the backend's optional ops
  * (be_ext_ops); llama (and mistral3 and smollm3, its graph) never touches
  * them. Every buffer is backend memory: this file only passes pointers to
  * backend ops and never touches the numbers, except the final logits it
@@ -301,7 +302,7 @@ static void rope_layer(rn_ctx_t *c, const part_t *P, const rn_layer_t *L, float 
                        int n, int heads)
 {
     const rn_hparams_t *hp = c->hp;
-    if (L->no_rope) /* 4a. smollm3: no rope in every 4th layer */
+    if (L->no_rope) /* 4a. smollm3 (every 4th layer), cohere2 (global ones) */
         return;
     if (hp->rope_yarn && !L->swa) { /* YaRN (sliding layers: plain) */
         P->ext->rope_yarn(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos, P->rope_ff,
@@ -407,9 +408,13 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
         const rn_layer_t *L = &w->layers[l];
 
         /* 2. attention rmsnorm: xb = x / rms(x) * attn_norm      xb: [B][D]
-         * 2a. olmo2: no pre-norm, the projections read x itself */
+         * 2a. olmo2: no pre-norm, the projections read x itself
+         * 2b. command-r: a LayerNorm without bias instead */
         const float *ain = P->x;
-        if (L->attn_norm.data) {
+        if (hp->layer_norm) {
+            ext->layernorm(be, P->xb, P->x, &L->attn_norm, NULL, n, D, hp->norm_eps);
+            ain = P->xb;
+        } else if (L->attn_norm.data) {
             op->rmsnorm(be, P->xb, P->x, &L->attn_norm, n, D, hp->rms_eps);
             ain = P->xb;
         }
@@ -443,7 +448,8 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
         rope_layer(c, P, L, P->q, n, hp->n_heads);
         rope_layer(c, P, L, P->k, n, hp->n_kv_heads);
 
-        /* 4b. mistral3: q *= 1 + t ln(1 + floor(pos / len)) (Llama-4
+        /* 4a (rope_layer): smollm3, cohere2: some layers without rope
+         * 4b. mistral3: q *= 1 + t ln(1 + floor(pos / len)) (Llama-4
          *    attention temperature; 1 within the first len positions) */
         if (hp->attn_temp != 0.0f)
             temper_queries(c, P, n);
@@ -497,8 +503,10 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
         op->add(be, P->x, P->xb2, (size_t)n * D);
 
         /* 9. ffn rmsnorm: xb = x / rms(x) * ffn_norm
-         * 9a. olmo2: no pre-norm, the ffn reads x itself */
-        const float *fin = P->x;
+         * 9a. olmo2: no pre-norm, the ffn reads x itself
+         * 9b. command-r: the ffn reads the attention's normed input (xb,
+         *    untouched since step 2), in parallel with the attention */
+        const float *fin = hp->parallel_ffn ? ain : P->x;
         if (L->ffn_norm.data) {
             op->rmsnorm(be, P->xb, P->x, &L->ffn_norm, n, D, hp->rms_eps);
             fin = P->xb;
@@ -663,15 +671,25 @@ static void forward_encoder(rn_ctx_t *c, int seq, const int32_t *tok, int n)
     }
 }
 
-/* Step 14a, granite: logits [n] divided by logit_scale, on the host copy
- * (multiplied by its inverse, as llama.cpp scales them). */
+/* Step 14a, granite, command-r: logits [n] times logit_mult, on the host
+ * copy. */
 static void scale_logits(const rn_hparams_t *hp, float *logits, size_t n)
 {
-    if (hp->logit_scale == 1.0f)
+    if (hp->logit_mult == 1.0f)
         return;
-    float s = 1.0f / hp->logit_scale;
     for (size_t i = 0; i < n; i++)
-        logits[i] *= s;
+        logits[i] *= hp->logit_mult;
+}
+
+/* Step 12, the final norm of n rows x [n][D] into y on P's instance:
+ * rmsnorm * output_norm, or (command-r) a LayerNorm without bias. */
+static void final_norm(rn_ctx_t *c, const part_t *P, float *y, const float *x, int n)
+{
+    const rn_hparams_t *hp = c->hp;
+    if (hp->layer_norm)
+        P->ext->layernorm(P->be, y, x, &c->w->output_norm, NULL, n, hp->dim, hp->norm_eps);
+    else
+        P->be->ops->rmsnorm(P->be, y, x, &c->w->output_norm, n, hp->dim, hp->rms_eps);
 }
 
 /* Final norm and logits for rows [r0, r0+nr) of the chunk (nr <=
@@ -683,8 +701,7 @@ static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
     const rn_hparams_t *hp = c->hp;
     size_t D = (size_t)hp->dim;
     /* 12. final rmsnorm: xb = x / rms(x) * output_norm      xb: [nr][D] */
-    be->ops->rmsnorm(be, P->xb, P->x + (size_t)r0 * D, &c->w->output_norm, nr,
-                     hp->dim, hp->rms_eps);
+    final_norm(c, P, P->xb, P->x + (size_t)r0 * D, nr);
     /* 13. logits = xb Wout^T                                 out: [nr][V] */
     be->ops->matmul(be, &c->w->output, P->xb, nr, P->out);
     be->ops->download(be, dst, P->out, (size_t)nr * (size_t)hp->n_vocab * sizeof(float));
@@ -711,9 +728,8 @@ static void logits_last(rn_ctx_t *c, const span_t *sp, int n_sp)
         /* 12. final rmsnorm of each span's last row: xb[i]    xb: [nr][D] */
         for (int i = 0; i < nr; i++) {
             const span_t *S = &sp[s0 + i];
-            be->ops->rmsnorm(be, P->xb + (size_t)i * D,
-                             P->x + (size_t)(S->off + S->n - 1) * D, &c->w->output_norm,
-                             1, hp->dim, hp->rms_eps);
+            final_norm(c, P, P->xb + (size_t)i * D, P->x + (size_t)(S->off + S->n - 1) * D,
+                       1);
         }
         /* 13. logits = xb Wout^T                             out: [nr][V] */
         be->ops->matmul(be, &c->w->output, P->xb, nr, P->out);
@@ -863,7 +879,6 @@ cr_status_t rn_ctx_embed_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
     if (st)
         return st;
     part_t *P = last_part(c);
-    be_backend_t *be = P->be;
     const rn_hparams_t *hp = c->hp;
     rn_pooling_t pool = hp->pooling;
     int D = hp->dim;
@@ -891,7 +906,7 @@ cr_status_t rn_ctx_embed_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
             forward_one(c, seq, tokens + done, nb, done);
             c->n_past[seq] = done + nb;
             /* final rmsnorm of every row, pooled on the host */
-            be->ops->rmsnorm(be, P->xb, P->x, &c->w->output_norm, nb, D, hp->rms_eps);
+            final_norm(c, P, P->xb, P->x, nb);
             if (pool == RN_POOL_CLS) {
                 if (done == 0)
                     pool_row(c, P->xb, 0);

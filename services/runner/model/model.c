@@ -93,6 +93,7 @@ static const struct {
     {"gemma", RN_ARCH_GEMMA},   {"bert", RN_ARCH_BERT},   {"nomic-bert", RN_ARCH_NOMIC_BERT},
     {"granite", RN_ARCH_GRANITE}, {"olmo2", RN_ARCH_OLMO2}, {"mistral3", RN_ARCH_MISTRAL3},
     {"exaone", RN_ARCH_EXAONE}, {"smollm3", RN_ARCH_SMOLLM3},
+    {"command-r", RN_ARCH_COMMAND_R}, {"cohere2", RN_ARCH_COHERE2},
 };
 
 /* Architectures llama.cpp ropes in normal mode (adjacent pairs), as llama;
@@ -100,7 +101,7 @@ static const struct {
 static bool arch_rope_normal(rn_arch_t a)
 {
     return a == RN_ARCH_LLAMA || a == RN_ARCH_GRANITE || a == RN_ARCH_MISTRAL3 ||
-           a == RN_ARCH_SMOLLM3;
+           a == RN_ARCH_SMOLLM3 || a == RN_ARCH_COMMAND_R || a == RN_ARCH_COHERE2;
 }
 
 /* <arch>.attention.sliding_window_pattern: a period p (layer l slides iff
@@ -183,7 +184,8 @@ static cr_status_t read_granite(rn_model_t *m, cr_err_t *err)
     if (!cr_gguf_kv_find(g, key))
         return cr_err_set(err, CR_E_CORRUPT, "missing key '%s'", key);
     cr_status_t st;
-    if ((st = get_float(g, arch, "logit_scale", 1.0f, &hp->logit_scale, err)) ||
+    float logit_scale = 1.0f;
+    if ((st = get_float(g, arch, "logit_scale", 1.0f, &logit_scale, err)) ||
         (st = get_float(g, arch, "embedding_scale", 1.0f, &hp->embd_scale, err)) ||
         (st = get_float(g, arch, "residual_scale", 1.0f, &hp->residual_scale, err)) ||
         (st = get_float(g, arch, "attention.scale", hp->attn_scale, &hp->attn_scale,
@@ -196,7 +198,39 @@ static cr_status_t read_granite(rn_model_t *m, cr_err_t *err)
     if (!rope_on)
         return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = false: granite without "
                           "rope is not supported", key);
+    hp->logit_mult = 1.0f / logit_scale; /* as llama.cpp scales */
     return CR_OK;
+}
+
+/* command-r and cohere2: LayerNorm epsilon (required), logit_scale
+ * (optional for command-r, required for cohere2: llama.cpp's reads), and
+ * cohere2's sliding window (required; 3 of 4 layers, global base). */
+static cr_status_t read_cohere(rn_model_t *m, cr_err_t *err)
+{
+    const cr_gguf_t *g = m->g;
+    rn_hparams_t *hp = &m->hp;
+    const char *arch = hp->arch;
+    bool c2 = hp->arch_id == RN_ARCH_COHERE2;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.layer_norm_epsilon", arch);
+    if (!cr_gguf_kv_find(g, key))
+        return cr_err_set(err, CR_E_CORRUPT, "missing key '%s'", key);
+    snprintf(key, sizeof key, "%s.logit_scale", arch);
+    if (c2 && !cr_gguf_kv_find(g, key))
+        return cr_err_set(err, CR_E_CORRUPT, "missing key '%s'", key);
+    hp->layer_norm = true;
+    hp->parallel_ffn = true;
+    cr_status_t st;
+    if ((st = get_float(g, arch, "attention.layer_norm_epsilon", 1e-5f, &hp->norm_eps,
+                        err)) ||
+        (st = get_float(g, arch, "logit_scale", 1.0f, &hp->logit_mult, err)))
+        return st;
+    if (!c2)
+        return CR_OK;
+    if ((st = get_int(g, arch, "attention.sliding_window", true, 0, 1, RN_MODEL_MAX_CTX,
+                      &hp->n_swa, err)))
+        return st;
+    return read_swa_pattern(m, 4, err);
 }
 
 /* The dense families of issue 13 (granite, olmo2, mistral3): what each
@@ -239,7 +273,7 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
     hp->rope_neox = !arch_rope_normal(hp->arch_id);
     hp->rope_scale = 1.0f;
     hp->residual_scale = 1.0f;
-    hp->logit_scale = 1.0f;
+    hp->logit_mult = 1.0f;
     hp->rope_base_swa = hp->rope_base;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->embd_scale = 1.0f;
@@ -259,6 +293,8 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
     if (hp->arch_id == RN_ARCH_GRANITE || hp->arch_id == RN_ARCH_OLMO2 ||
         hp->arch_id == RN_ARCH_MISTRAL3)
         return read_dense_family(m, err);
+    if (hp->arch_id == RN_ARCH_COMMAND_R || hp->arch_id == RN_ARCH_COHERE2)
+        return read_cohere(m, err);
     if (hp->arch_id == RN_ARCH_GEMMA) {
         /* Gemma 1: sqrt(dim) embeddings, GELU, (1 + w) norms stored folded */
         hp->embd_scale = sqrtf((float)hp->dim);
@@ -549,6 +585,7 @@ static cr_status_t place(rn_model_t *m, cr_err_t *err)
         const be_ops_ext_t *ext = be_ext_ops(be);
         if ((!rn_hparams_llama_graph(hp) && !ext) ||
             (hp->rope_yarn && (!ext || !ext->rope_yarn)) ||
+            (hp->layer_norm && (!ext || !ext->layernorm)) ||
             (rn_arch_is_encoder(hp->arch_id) && (!ext->layernorm || !ext->gelu)))
             return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the "
                               "%s backend does not have", hp->arch, be->ops->name);
@@ -659,14 +696,18 @@ typedef struct layer_tensor {
 /* granite, mistral3 and smollm3 files may carry attention-output and ffn
  * biases (llama.cpp's optional ones); real checkpoints have none and the
  * pass has no step for them, so a file with one is refused, not run
- * wrong. */
+ * wrong; so is Command R+'s q/k LayerNorm (one weight row per head). */
 static cr_status_t refuse_biases(rn_model_t *m, int l, cr_err_t *err)
 {
     static const char *const biases[] = {"attn_output", "ffn_gate", "ffn_up", "ffn_down"};
     rn_arch_t a = m->hp.arch_id;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.attn_q_norm.weight", l);
+    if (a == RN_ARCH_COMMAND_R && cr_gguf_tensor_find(m->g, name))
+        return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s': command-r's per-head q/k "
+                          "LayerNorms (Command R+) are not supported", name);
     if (a != RN_ARCH_GRANITE && a != RN_ARCH_MISTRAL3 && a != RN_ARCH_SMOLLM3)
         return CR_OK;
-    char name[96];
     for (size_t i = 0; i < CR_ARRAY_LEN(biases); i++) {
         snprintf(name, sizeof name, "blk.%d.%s.bias", l, biases[i]);
         if (cr_gguf_tensor_find(m->g, name))
@@ -718,7 +759,7 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
     if (hp->post_norms)
         per[n++] = (layer_tensor_t){"post_attention_norm", "weight", D, 1,
                                     &L->attn_post_norm};
-    if (!hp->no_pre_norms)
+    if (!hp->no_pre_norms && !hp->parallel_ffn)
         per[n++] = (layer_tensor_t){"ffn_norm", "weight", D, 1, &L->ffn_norm};
     if (a == RN_ARCH_PHI3) {
         /* ffn_up holds the gate rows, then the up rows. */
@@ -750,6 +791,8 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
     else
         L->swa = hp->n_swa > 0 &&
                  (hp->swa_pattern == 0 || l % hp->swa_pattern < hp->swa_pattern - 1);
+    if (a == RN_ARCH_COHERE2) /* only its sliding layers rope */
+        L->no_rope = !L->swa;
     return CR_OK;
 }
 

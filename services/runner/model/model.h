@@ -1,5 +1,6 @@
 /* model.h: a decoder model (llama, qwen2, qwen3, gemma, gemma2, gemma3,
- * phi3, granite, olmo2, mistral3, exaone, smollm3) or an encoder embedding model (bert, nomic-bert) loaded from a
+ * phi3, granite, olmo2, mistral3, exaone, smollm3, command-r, cohere2) or
+ * an encoder embedding model (bert, nomic-bert) loaded from a
  * GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
@@ -53,6 +54,12 @@ typedef enum rn_arch {
                          graph; Ollama's files carry vision tensors too) */
     RN_ARCH_EXAONE,   /* "exaone" (EXAONE 3.x): llama with NEOX rope */
     RN_ARCH_SMOLLM3,  /* "smollm3": llama without rope in every 4th layer */
+    RN_ARCH_COMMAND_R, /* "command-r" (Command R, Aya): LayerNorms without
+                          bias, attention and ffn in parallel from one norm,
+                          logits times logit_scale, tied output */
+    RN_ARCH_COHERE2,  /* "cohere2" (Command R7B, Command A): command-r with
+                         3 of 4 layers sliding and roped, the 4th global
+                         without rope */
 } rn_arch_t;
 
 /* How an embedding pools the hidden states (<arch>.pooling_type, numbered
@@ -113,7 +120,12 @@ typedef struct rn_hparams {
                              itself (olmo2) */
     float residual_scale; /* sub-layer outputs times this before each
                              residual add (granite; 1 = none) */
-    float logit_scale;    /* logits divided by this (granite; 1 = none) */
+    float logit_mult;     /* logits times this (granite: 1 / logit_scale;
+                             command-r: logit_scale; 1 = none) */
+    bool layer_norm;      /* attn_norm and output_norm are LayerNorms without
+                             bias, epsilon norm_eps (command-r) */
+    bool parallel_ffn;    /* the ffn reads the attention's normed input and
+                             both add to x (command-r: no ffn_norm) */
     bool rope_yarn;       /* rope.scaling.type "yarn" (mistral3: Ministral 3;
                              qwen2, qwen3, olmo2): non-sliding layers rope
                              as `yarn` says */
@@ -126,7 +138,8 @@ typedef struct rn_hparams {
     /* Encoders (bert family). */
     bool non_causal;      /* every position attends to every position
                              (!<arch>.attention.causal; bert family) */
-    float norm_eps;       /* <arch>.attention.layer_norm_epsilon (1e-12) */
+    float norm_eps;       /* <arch>.attention.layer_norm_epsilon (1e-12;
+                             command-r too) */
     rn_pooling_t pooling; /* <arch>.pooling_type; RN_POOL_MEAN if absent or
                              0 (none); 4 (rank) is refused */
 } rn_hparams_t;
