@@ -2,7 +2,8 @@
  *
  *   corral-gguf-synth --out FILE
  *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|
- *               granite|olmo2|mistral3|exaone|smollm3|command-r|cohere2]
+ *               granite|olmo2|mistral3|exaone|exaone4|smollm3|command-r|
+ *               cohere2]
  *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]
  *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
@@ -22,7 +23,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: corral-gguf-synth --out FILE [--arch "
             "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|\n"
-            "         granite|olmo2|mistral3|exaone|smollm3|command-r|cohere2]\n"
+            "         granite|olmo2|mistral3|exaone|exaone4|smollm3|command-r|\n"
+            "         cohere2]\n"
             "         [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q6_k]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
             "         [--final-softcap F] [--rope-linear F] [--std F] [--longrope]\n"

@@ -106,6 +106,7 @@ typedef struct ref {
     bool granite, olmo2, smollm3, rope_normal; /* rope_normal: adjacent pairs */
     double embd_scale, residual_scale, logit_mult, attn_scale;
     bool cohere, cohere2;         /* command-r, cohere2 */
+    bool exaone4, post_only;      /* post_only: olmo2, exaone4 (no pre-norms) */
     double norm_eps;              /* their LayerNorm epsilon */
     bool yarn;                    /* mistral3 (Ministral 3) */
     double yarn_fs, yarn_mscale, corr_lo, corr_hi;
@@ -193,6 +194,8 @@ static void ref_init_family(ref_t *r)
 {
     r->granite = !strcmp(r->arch, "granite");
     r->olmo2 = !strcmp(r->arch, "olmo2");
+    r->exaone4 = !strcmp(r->arch, "exaone4");
+    r->post_only = r->olmo2 || r->exaone4;
     r->smollm3 = !strcmp(r->arch, "smollm3");
     r->rope_normal = r->granite || r->smollm3 || !strcmp(r->arch, "mistral3");
     r->embd_scale = r->granite ? f32_key(r, "embedding_scale", 1) : 1;
@@ -215,6 +218,11 @@ static void ref_init_family(ref_t *r)
     if (r->granite && r->mut != MUT_SQRT_ATTN_SCALE)
         r->attn_scale = f32_key(r, "attention.scale", r->attn_scale);
     ref_init_yarn(r);
+    if (r->exaone4) { /* only the 64-layer one slides (and ropes there only) */
+        r->post_norms = true;
+        r->W = r->L == 64 ? u32_key(r, "attention.sliding_window", 4096) : 0;
+        r->pattern = u32_key(r, "attention.sliding_window_pattern", 4);
+    }
     if (r->olmo2) {
         r->post_norms = true;
         r->W = u32_key(r, "attention.sliding_window", 0);
@@ -395,12 +403,12 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
         double base = swa && r->mut != MUT_SWA_BASE ? r->base_swa : r->base;
         double ps = swa ? 1.0 : r->pos_scale; /* gemma3: sliding layers unscaled */
         /* olmo2 has no pre-norms (its mutant: unit weights) */
-        const float *an = r->olmo2 ? ones_g : tensor(r, "blk.%d.attn_norm.weight", l);
+        const float *an = r->post_only ? ones_g : tensor(r, "blk.%d.attn_norm.weight", l);
         const float *wo = tensor(r, "blk.%d.attn_output.weight", l);
-        const float *fn = r->olmo2 || r->cohere ? ones_g
+        const float *fn = r->post_only || r->cohere ? ones_g
                                                 : tensor(r, "blk.%d.ffn_norm.weight", l);
         const float *wd = tensor(r, "blk.%d.ffn_down.weight", l);
-        bool pre_norms = !r->olmo2 || r->mut == MUT_PRE_NORMS;
+        bool pre_norms = !r->post_only || r->mut == MUT_PRE_NORMS;
         ok = an && wo && fn && wd && D <= (int)CR_ARRAY_LEN(ones_g);
         /* q, k, v for every position */
         for (int t = 0; ok && t < n; t++) {
@@ -441,7 +449,7 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
                     vt[i] += bv[i];
                 }
             }
-            if ((r->qwen3 || r->gemma3) && r->mut != MUT_NO_QK_NORM) {
+            if ((r->qwen3 || r->gemma3 || r->exaone4) && r->mut != MUT_NO_QK_NORM) {
                 const float *qn = tensor(r, "blk.%d.attn_q_norm.weight", l);
                 const float *kn = tensor(r, "blk.%d.attn_k_norm.weight", l);
                 if (!(ok = qn && kn))
@@ -469,8 +477,9 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
             /* smollm3: layers 3, 7, ... have no rope */
             if (r->smollm3 && (l + 1) % 4 == 0 && r->mut != MUT_ROPE_EVERY_LAYER)
                 continue;
-            if (r->cohere2 && !swa && r->mut != MUT_ROPE_EVERY_LAYER)
-                continue; /* cohere2's global layers */
+            if ((r->cohere2 || (r->exaone4 && r->W > 0)) && !swa &&
+                r->mut != MUT_ROPE_EVERY_LAYER)
+                continue; /* cohere2's, exaone4's global layers */
             for (int h = 0; h < H; h++)
                 rope_head(r, qt + h * hd, t * ps, base, !swa);
             for (int h = 0; h < Hkv; h++)
@@ -725,6 +734,13 @@ static void check_arch(const char *arch, const char *variant, const mutant_t *mu
             o.n_layers = 4;
         }
     }
+    if (variant && !strcmp(variant, "32b")) { /* exaone4's 64 layers slide */
+        o.n_layers = 64;
+        o.dim = 32;
+        o.ffn = 32;
+        o.sliding_window = 4;
+        o.rope_base = 100.0f;
+    }
     if (variant && !strcmp(variant, "window")) { /* olmo3: 3 of 4 layers slide */
         o.sliding_window = 4;
         o.n_layers = 4;
@@ -893,6 +909,12 @@ static void test_archs(void)
                                          MUT_NO_LOGIT_SCALE};
     static const mutant_t cohere2[] = {MUT_RMS_NORM, MUT_SERIAL_FFN, MUT_NO_WINDOW,
                                        MUT_ROPE_EVERY_LAYER};
+    static const mutant_t exaone4[] = {MUT_ROPE_ADJACENT, MUT_NO_QK_NORM, MUT_NO_POST_NORM,
+                                       MUT_PRE_NORMS};
+    static const mutant_t exaone4_32b[] = {MUT_NO_WINDOW, MUT_ROPE_EVERY_LAYER};
+    check_arch("exaone4", NULL, exaone4, (int)CR_ARRAY_LEN(exaone4));
+    check_arch("exaone4", "32b", exaone4_32b, (int)CR_ARRAY_LEN(exaone4_32b));
+    check_arch("exaone4", "rope_freqs", freqs, (int)CR_ARRAY_LEN(freqs));
     check_arch("command-r", NULL, command_r, (int)CR_ARRAY_LEN(command_r));
     check_arch("cohere2", NULL, cohere2, (int)CR_ARRAY_LEN(cohere2));
     check_arch("mistral3", "yarn", yarn, (int)CR_ARRAY_LEN(yarn));

@@ -268,7 +268,7 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
     static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma", "gemma2",
                                         "gemma3", "phi3", "bert", "nomic-bert",
                                         "granite", "olmo2", "mistral3", "exaone",
-                                        "smollm3", "command-r", "cohere2"};
+                                        "smollm3", "command-r", "cohere2", "exaone4"};
     size_t ai = 0;
     while (ai < CR_ARRAY_LEN(archs) && !is_arch(o, archs[ai]))
         ai++;
@@ -346,17 +346,18 @@ typedef struct layer_part {
     part_t part;
 } layer_part_t;
 
-/* olmo2's layer: no pre-norms; q/k norms over the whole q [Q] and k [KV];
- * post-norms of both sub-layers. */
+/* olmo2's layer: no pre-norms; q/k norms over the whole q [Q] and k [KV]
+ * (exaone4: per head, [hd]); post-norms of both sub-layers. */
 static int layer_parts_olmo2(const rn_synth_opts_t *o, layer_part_t *p)
 {
     int64_t D = o->dim, F = o->ffn, hd = head_dim_of(o);
     int64_t Q = hd * o->n_heads, KV = hd * o->n_kv_heads;
+    bool per_head = is_arch(o, "exaone4");
     int n = 0;
     p[n++] = (layer_part_t){"attn_q", "weight", D, Q, PART_MAT};
-    p[n++] = (layer_part_t){"attn_q_norm", "weight", Q, 1, PART_NORM};
+    p[n++] = (layer_part_t){"attn_q_norm", "weight", per_head ? hd : Q, 1, PART_NORM};
     p[n++] = (layer_part_t){"attn_k", "weight", D, KV, PART_MAT};
-    p[n++] = (layer_part_t){"attn_k_norm", "weight", KV, 1, PART_NORM};
+    p[n++] = (layer_part_t){"attn_k_norm", "weight", per_head ? hd : KV, 1, PART_NORM};
     p[n++] = (layer_part_t){"attn_v", "weight", D, KV, PART_MAT_HI};
     p[n++] = (layer_part_t){"attn_output", "weight", Q, D, PART_MAT};
     p[n++] = (layer_part_t){"post_attention_norm", "weight", D, 1, PART_NORM};
@@ -393,7 +394,7 @@ static bool is_cohere(const rn_synth_opts_t *o)
  * returns how many (at most 20). */
 static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
 {
-    if (is_arch(o, "olmo2"))
+    if (is_arch(o, "olmo2") || is_arch(o, "exaone4"))
         return layer_parts_olmo2(o, p);
     if (is_cohere(o))
         return layer_parts_cohere(o, p);

@@ -1,6 +1,6 @@
 /* synth.h: synthetic GGUF models (llama, qwen2, qwen3, gemma2, gemma3,
- * phi3, bert, nomic-bert, granite, olmo2, mistral3, exaone, smollm3,
- * command-r, cohere2) for tests and tools.
+ * phi3, bert, nomic-bert, granite, olmo2, mistral3, exaone, exaone4,
+ * smollm3, command-r, cohere2) for tests and tools.
  *
  * Writes a complete, loadable model: <arch>.* hyperparameters, a tokenizer
  * (a small built-in SentencePiece-style vocabulary, or the tokenizer.* keys
@@ -30,7 +30,8 @@ typedef struct rn_synth_opts {
                            multipliers: embedding 4, residual 0.5,
                            attention 0.5, logits / 8), "olmo2",
                            "mistral3", "exaone", "smollm3", "command-r",
-                           "cohere2" (logit_scale 0.25, output always tied);
+                           "cohere2" (logit_scale 0.25, output always tied),
+                           "exaone4";
                            keys are <arch>.*, tensors
                            as llama.cpp names them. The bert family gets
                            token_types (2 rows), position_embd (bert, ctx

@@ -94,6 +94,7 @@ static const struct {
     {"granite", RN_ARCH_GRANITE}, {"olmo2", RN_ARCH_OLMO2}, {"mistral3", RN_ARCH_MISTRAL3},
     {"exaone", RN_ARCH_EXAONE}, {"smollm3", RN_ARCH_SMOLLM3},
     {"command-r", RN_ARCH_COMMAND_R}, {"cohere2", RN_ARCH_COHERE2},
+    {"exaone4", RN_ARCH_EXAONE4},
 };
 
 /* Architectures llama.cpp ropes in normal mode (adjacent pairs), as llama;
@@ -262,6 +263,22 @@ static cr_status_t read_dense_family(rn_model_t *m, cr_err_t *err)
     return read_swa_pattern(m, 4, err);
 }
 
+/* exaone4: post-norms only; llama.cpp slides only the 32B (64 layers):
+ * window 4096 unless attention.sliding_window says otherwise, 3 of 4
+ * layers, and only those rope (with the global base). Other sizes ignore
+ * the window key. */
+static cr_status_t read_exaone4(rn_model_t *m, cr_err_t *err)
+{
+    rn_hparams_t *hp = &m->hp;
+    hp->post_norms = true;
+    hp->no_pre_norms = true;
+    if (hp->n_layers != 64)
+        return CR_OK;
+    cr_status_t st = get_int(m->g, hp->arch, "attention.sliding_window", false, 4096, 1,
+                             RN_MODEL_MAX_CTX, &hp->n_swa, err);
+    return st ? st : read_swa_pattern(m, 4, err);
+}
+
 /* Features each architecture fixes (llama.cpp's graph for it), before the
  * metadata that may refine them. */
 static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
@@ -295,6 +312,8 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
         return read_dense_family(m, err);
     if (hp->arch_id == RN_ARCH_COMMAND_R || hp->arch_id == RN_ARCH_COHERE2)
         return read_cohere(m, err);
+    if (hp->arch_id == RN_ARCH_EXAONE4)
+        return read_exaone4(m, err);
     if (hp->arch_id == RN_ARCH_GEMMA) {
         /* Gemma 1: sqrt(dim) embeddings, GELU, (1 + w) norms stored folded */
         hp->embd_scale = sqrtf((float)hp->dim);
@@ -440,6 +459,10 @@ static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
         return st;
     if (!has_type || !strcmp(type, "linear"))
         hp->rope_scale = 1.0f / factor;
+    /* exaone4 scales its sliding layers too, which forward.c does not */
+    if (hp->arch_id == RN_ARCH_EXAONE4 && hp->rope_scale != 1.0f)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' (factor %g): rope scaling is "
+                          "not supported for exaone4", key, (double)factor);
     /* the normal-mode rope op takes no scaling at all */
     if (!hp->rope_neox && (hp->rope_scale != 1.0f || !strcmp(type, "longrope")))
         return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s' (factor %g): rope "
@@ -751,6 +774,10 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         per[n++] = (layer_tensor_t){"attn_q_norm", "weight", HD, 1, &L->q_norm};
         per[n++] = (layer_tensor_t){"attn_k_norm", "weight", HD, 1, &L->k_norm};
     }
+    if (a == RN_ARCH_EXAONE4) { /* per head */
+        per[n++] = (layer_tensor_t){"attn_q_norm", "weight", HD, 1, &L->q_norm};
+        per[n++] = (layer_tensor_t){"attn_k_norm", "weight", HD, 1, &L->k_norm};
+    }
     if (a == RN_ARCH_OLMO2) { /* over the whole q and k */
         per[n++] = (layer_tensor_t){"attn_q_norm", "weight", Q, 1, &L->q_norm};
         per[n++] = (layer_tensor_t){"attn_k_norm", "weight", KV, 1, &L->k_norm};
@@ -791,8 +818,8 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
     else
         L->swa = hp->n_swa > 0 &&
                  (hp->swa_pattern == 0 || l % hp->swa_pattern < hp->swa_pattern - 1);
-    if (a == RN_ARCH_COHERE2) /* only its sliding layers rope */
-        L->no_rope = !L->swa;
+    if (a == RN_ARCH_COHERE2 || (a == RN_ARCH_EXAONE4 && hp->n_swa > 0))
+        L->no_rope = !L->swa; /* only their sliding layers rope */
     return CR_OK;
 }
 

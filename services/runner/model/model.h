@@ -1,6 +1,6 @@
 /* model.h: a decoder model (llama, qwen2, qwen3, gemma, gemma2, gemma3,
- * phi3, granite, olmo2, mistral3, exaone, smollm3, command-r, cohere2) or
- * an encoder embedding model (bert, nomic-bert) loaded from a
+ * phi3, granite, olmo2, mistral3, exaone, exaone4, smollm3, command-r,
+ * cohere2) or an encoder embedding model (bert, nomic-bert) loaded from a
  * GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
@@ -60,6 +60,9 @@ typedef enum rn_arch {
     RN_ARCH_COHERE2,  /* "cohere2" (Command R7B, Command A): command-r with
                          3 of 4 layers sliding and roped, the 4th global
                          without rope */
+    RN_ARCH_EXAONE4,  /* "exaone4" (EXAONE 4.0): olmo2's post-norms with
+                         per-head q/k norms; the 32B (64 layers) slides 3
+                         of 4 layers and ropes only those */
 } rn_arch_t;
 
 /* How an embedding pools the hidden states (<arch>.pooling_type, numbered
