@@ -371,7 +371,6 @@ static void test_estimate_vs_runner(void)
     so.n_experts_used = 2;
     so.type = CR_TYPE_Q8_0;
     estimate_vs_runner("llama-moe-q8", &so, 256);
-}
     /* the dense families of issue 13; mistral3 as Ollama ships it, with
      * vision tensors the runner does not load (nor the estimate count) */
     rn_synth_defaults(&so);
@@ -408,6 +407,7 @@ static void test_estimate_vs_runner(void)
         free(est);
     }
     CHECK(with[0] > 0 && with[0] == with[1]);
+}
 
 /* A MoE file's layer holds all its experts: the estimate's layer bytes are
  * its tensors', experts included, E times one expert's stack share. */
