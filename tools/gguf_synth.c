@@ -2,7 +2,8 @@
  *
  *   corral-gguf-synth --out FILE
  *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe|
- *               gpt-oss]
+ *               gpt-oss|granite|olmo2|mistral3|exaone|exaone4|smollm3|
+ *               command-r|cohere2]
  *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|iq4_nl|iq4_xs|mxfp4|...]
  *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
@@ -13,7 +14,9 @@
  *        [--shared-gate] [--gating 1|2|3] [--expert-norm 0|1]
  *        [--expert-scale F] [--router-std F] [--expert-type TYPE]]
  *        (qwen3moe, gpt-oss, llama)
- *       [--rope-yarn F --yarn-orig-ctx N] (gpt-oss)
+ *       [--rope-yarn F --yarn-orig-ctx N] (gpt-oss, mistral3, qwen2, qwen3,
+ *        olmo2) [--yarn-beta-fast F] [--yarn-beta-slow F] [--yarn-log-mul F]
+ *        [--attn-temp F] (mistral3) [--vision-stub]
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
  * writing itself lives in tools/synth/synth.c, shared with the tests. */
@@ -25,7 +28,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: corral-gguf-synth --out FILE [--arch "
             "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe|\n"
-            "         gpt-oss]\n"
+            "         gpt-oss|granite|olmo2|mistral3|exaone|exaone4|smollm3|command-r|\n"
+            "         cohere2]\n"
             "         [--seed N] [--type TYPE: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|iq4_nl|\n"
             "          iq4_xs|mxfp4|... any type with CPU kernels]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"
@@ -43,6 +47,9 @@ static void usage(FILE *f)
             "         [--expert-scale F] [--router-std F] [--expert-type TYPE]\n"
             "         (qwen3moe, gpt-oss, llama)\n"
             "         [--rope-yarn F --yarn-orig-ctx N] (gpt-oss)\n"
+            "         [--yarn-beta-fast F] [--yarn-beta-slow F] [--yarn-log-mul F]\n"
+            "         [--attn-temp F] (mistral3, with --rope-yarn)\n"
+            "         [--vision-stub] (v.*/mm.* tensors as Ollama's mistral3)\n"
             "defaults: f32, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 128, ctx "
             "256, built-in vocab\n");
 }
@@ -151,6 +158,14 @@ int main(int argc, char **argv)
             ok = v && parse_pos_float(v, &o.rope_linear);
         } else if (!strcmp(a, "--std")) {
             ok = v && parse_pos_float(v, &o.weight_std);
+        } else if (!strcmp(a, "--yarn-beta-fast")) {
+            ok = v && parse_pos_float(v, &o.yarn_beta_fast);
+        } else if (!strcmp(a, "--yarn-beta-slow")) {
+            ok = v && parse_pos_float(v, &o.yarn_beta_slow);
+        } else if (!strcmp(a, "--yarn-log-mul")) {
+            ok = v && parse_pos_float(v, &o.yarn_log_mul);
+        } else if (!strcmp(a, "--attn-temp")) {
+            ok = v && parse_pos_float(v, &o.attn_temp);
         } else if (!strcmp(a, "--vocab-from")) {
             o.vocab_from = v;
             ok = v != NULL;
@@ -207,6 +222,8 @@ int main(int argc, char **argv)
                 o.shared_gate = true;
             } else if (!strcmp(a, "--vocab-only")) {
                 o.vocab_only = true;
+            } else if (!strcmp(a, "--vision-stub")) {
+                o.vision_stub = true;
             } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
                 usage(stdout);
                 return 0;

@@ -293,6 +293,11 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     place_devices(e, load, o, &pl);
     if ((st = rn_model_load_placed(load->model_path, &pl, &e->model, err)))
         goto fail;
+    const char *unused = NULL;
+    int n_unused = rn_model_unused_tensors(e->model, &unused);
+    if (n_unused > 0)
+        cr_log_info("%s: ignoring %d tensors the model does not use (first '%s')",
+                    load->name, n_unused, unused);
     if ((st = rn_tokenizer_load(rn_model_gguf(e->model), &e->tok, err))) {
         cr_err_wrap(err, "%s", load->model_path);
         goto fail;

@@ -104,6 +104,14 @@ static int64_t block_of(const char *name)
     return *p == '.' ? n : -1;
 }
 
+/* A vision tower or projector tensor (v.*, mm.*) that Ollama ships in the
+ * model file (mistral3, gemma3): the runner runs the text model only and
+ * never reads them, so they take no memory. */
+static bool is_vision(const char *name)
+{
+    return !strncmp(name, "v.", 2) || !strncmp(name, "mm.", 3);
+}
+
 static bool add_ok(int64_t *acc, double v)
 {
     if (v < 0 || v > (double)(INT64_MAX - *acc))
@@ -138,6 +146,8 @@ cr_status_t sch_estimate_gguf(const cr_gguf_t *g, const sch_estimate_opts_t *o,
     const cr_gguf_tensor_t *output = NULL, *embd = NULL;
     for (size_t i = 0; i < cr_gguf_tensor_count(g); i++) {
         const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        if (is_vision(t->name))
+            continue;
         if (!add_ok(&out->weights_bytes, (double)t->size_bytes))
             return cr_err_set(err, CR_E_TOO_LARGE, "tensor sizes overflow");
         int64_t blk = block_of(t->name);

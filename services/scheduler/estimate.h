@@ -61,7 +61,7 @@ typedef struct sch_estimate {
     int64_t n_ctx;           /* context the runner will allocate */
     int64_t layer_bytes[SCH_EST_MAX_LAYERS]; /* weights + KV of block i */
     int64_t kv_bytes;        /* KV cache of all layers */
-    int64_t weights_bytes;   /* every tensor */
+    int64_t weights_bytes;   /* every tensor but v.*, mm.* (vision) */
     int64_t output_bytes;    /* the output layer */
     int64_t embd_bytes;      /* tensors that stay on the CPU */
     int64_t graph_bytes;     /* compute buffer of a device with layers */

@@ -465,6 +465,43 @@ static void test_estimate_vs_runner(void)
     CHECK(e == NULL);
     kv_g = NULL;
     unlink(path);
+
+    /* the dense families of issue 13; mistral3 as Ollama ships it, with
+     * vision tensors the runner does not load (nor the estimate count) */
+    rn_synth_defaults(&so);
+    so.arch = "granite";
+    estimate_vs_runner("granite", &so, 128);
+    rn_synth_defaults(&so);
+    so.arch = "olmo2";
+    so.n_layers = 3;
+    estimate_vs_runner("olmo2", &so, 200);
+    rn_synth_defaults(&so);
+    so.arch = "cohere2";
+    so.tied_output = true; /* as synth writes it anyway */
+    estimate_vs_runner("cohere2", &so, 128);
+    rn_synth_defaults(&so);
+    so.arch = "mistral3";
+    so.head_dim = 32;
+    so.vision_stub = true;
+    estimate_vs_runner("mistral3-vis", &so, 256);
+    /* the vision tensors count for nothing: same estimate without them */
+    int64_t with[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        so.vision_stub = i == 0;
+        void *data = NULL;
+        size_t len = 0;
+        cr_err_t err;
+        cr_gguf_t *g = NULL;
+        sch_estimate_t *est = calloc(1, sizeof *est);
+        if (est && !rn_synth_write_memory(&so, &data, &len, &err) &&
+            !cr_gguf_open_memory(data, len, &g, &err) &&
+            !sch_estimate_gguf(g, NULL, est, &err))
+            with[i] = est->weights_bytes;
+        cr_gguf_close(&g);
+        free(data);
+        free(est);
+    }
+    CHECK(with[0] > 0 && with[0] == with[1]);
 }
 
 /* A MoE file's layer holds all its experts: the estimate's layer bytes are

@@ -322,7 +322,9 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
                           o->n_layers, SYNTH_MAX_LAYERS);
     static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma", "gemma2",
                                         "gemma3", "phi3", "bert", "nomic-bert",
-                                        "qwen3moe", "gpt-oss"};
+                                        "qwen3moe", "gpt-oss", "granite", "olmo2",
+                                        "mistral3", "exaone", "smollm3", "command-r",
+                                        "cohere2", "exaone4"};
     size_t ai = 0;
     while (ai < CR_ARRAY_LEN(archs) && !is_arch(o, archs[ai]))
         ai++;
@@ -416,10 +418,58 @@ typedef struct layer_part {
     part_t part;
 } layer_part_t;
 
+/* olmo2's layer: no pre-norms; q/k norms over the whole q [Q] and k [KV]
+ * (exaone4: per head, [hd]); post-norms of both sub-layers. */
+static int layer_parts_olmo2(const rn_synth_opts_t *o, layer_part_t *p)
+{
+    int64_t D = o->dim, F = o->ffn, hd = head_dim_of(o);
+    int64_t Q = hd * o->n_heads, KV = hd * o->n_kv_heads;
+    bool per_head = is_arch(o, "exaone4");
+    int n = 0;
+    p[n++] = (layer_part_t){"attn_q", "weight", D, Q, PART_MAT};
+    p[n++] = (layer_part_t){"attn_q_norm", "weight", per_head ? hd : Q, 1, PART_NORM};
+    p[n++] = (layer_part_t){"attn_k", "weight", D, KV, PART_MAT};
+    p[n++] = (layer_part_t){"attn_k_norm", "weight", per_head ? hd : KV, 1, PART_NORM};
+    p[n++] = (layer_part_t){"attn_v", "weight", D, KV, PART_MAT_HI};
+    p[n++] = (layer_part_t){"attn_output", "weight", Q, D, PART_MAT};
+    p[n++] = (layer_part_t){"post_attention_norm", "weight", D, 1, PART_NORM};
+    p[n++] = (layer_part_t){"ffn_gate", "weight", D, F, PART_MAT};
+    p[n++] = (layer_part_t){"ffn_down", "weight", F, D, PART_MAT_HI};
+    p[n++] = (layer_part_t){"ffn_up", "weight", D, F, PART_MAT};
+    p[n++] = (layer_part_t){"post_ffw_norm", "weight", D, 1, PART_NORM};
+    return n;
+}
+
+/* command-r's and cohere2's layer: one norm before attention and ffn. */
+static int layer_parts_cohere(const rn_synth_opts_t *o, layer_part_t *p)
+{
+    int64_t D = o->dim, F = o->ffn, hd = head_dim_of(o);
+    int64_t Q = hd * o->n_heads, KV = hd * o->n_kv_heads;
+    int n = 0;
+    p[n++] = (layer_part_t){"attn_norm", "weight", D, 1, PART_NORM};
+    p[n++] = (layer_part_t){"attn_q", "weight", D, Q, PART_MAT};
+    p[n++] = (layer_part_t){"attn_k", "weight", D, KV, PART_MAT};
+    p[n++] = (layer_part_t){"attn_v", "weight", D, KV, PART_MAT_HI};
+    p[n++] = (layer_part_t){"attn_output", "weight", Q, D, PART_MAT};
+    p[n++] = (layer_part_t){"ffn_gate", "weight", D, F, PART_MAT};
+    p[n++] = (layer_part_t){"ffn_down", "weight", F, D, PART_MAT_HI};
+    p[n++] = (layer_part_t){"ffn_up", "weight", D, F, PART_MAT};
+    return n;
+}
+
+static bool is_cohere(const rn_synth_opts_t *o)
+{
+    return is_arch(o, "command-r") || is_arch(o, "cohere2");
+}
+
 /* The tensors of one layer of o's architecture, in llama.cpp's order;
  * returns how many (at most 20). */
 static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
 {
+    if (is_arch(o, "olmo2") || is_arch(o, "exaone4"))
+        return layer_parts_olmo2(o, p);
+    if (is_cohere(o))
+        return layer_parts_cohere(o, p);
     int64_t D = o->dim, F = o->ffn, hd = head_dim_of(o);
     int64_t Q = hd * o->n_heads, KV = hd * o->n_kv_heads;
     bool qwen2 = is_arch(o, "qwen2");
@@ -607,6 +657,75 @@ static cr_status_t add_expert_keys(cr_gguf_writer_t *w, const rn_synth_opts_t *o
     return st;
 }
 
+/* granite's multipliers, far from 1 as a real granite 3's are (embedding
+ * 4, residual 0.5, attention 0.5 where 1/sqrt(head_dim) would be usual,
+ * logits divided by 8), chosen so that in a small random model each one
+ * visibly changes the logits; mistral3's vision keys when o->vision_stub. */
+static cr_status_t family_keys(const rn_synth_opts_t *o, cr_gguf_writer_t *w,
+                               cr_err_t *err)
+{
+    const char *arch = arch_of(o);
+    char key[96];
+    cr_status_t st = CR_OK;
+    if (is_arch(o, "granite")) {
+        snprintf(key, sizeof key, "%s.embedding_scale", arch);
+        st = cr_gguf_writer_add_f32(w, key, 4.0f, err);
+        snprintf(key, sizeof key, "%s.residual_scale", arch);
+        st = st ? st : cr_gguf_writer_add_f32(w, key, 0.5f, err);
+        snprintf(key, sizeof key, "%s.attention.scale", arch);
+        st = st ? st : cr_gguf_writer_add_f32(w, key, 0.5f, err);
+        snprintf(key, sizeof key, "%s.logit_scale", arch);
+        st = st ? st : cr_gguf_writer_add_f32(w, key, 8.0f, err);
+    }
+    /* command-r, cohere2: LayerNorm epsilon (rms_eps's value), logits
+     * times 0.25, and cohere2's window (4096 unless o->sliding_window) */
+    if (!st && is_cohere(o)) {
+        snprintf(key, sizeof key, "%s.attention.layer_norm_epsilon", arch);
+        st = cr_gguf_writer_add_f32(w, key, o->rms_eps, err);
+        snprintf(key, sizeof key, "%s.logit_scale", arch);
+        st = st ? st : cr_gguf_writer_add_f32(w, key, 0.25f, err);
+    }
+    if (!st && is_arch(o, "cohere2") && o->sliding_window == 0) {
+        snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+        st = cr_gguf_writer_add_u32(w, key, 4096, err);
+    }
+    /* YaRN's extra keys (Ministral 3's rope; its type, factor and original
+     * context are written with rope_yarn) and the attention temperature */
+    const struct {
+        const char *suffix;
+        float v;
+    } opt_f32[] = {
+        {"rope.scaling.yarn_beta_fast", o->yarn_beta_fast},
+        {"rope.scaling.yarn_beta_slow", o->yarn_beta_slow},
+        {"rope.scaling.yarn_log_multiplier", o->yarn_log_mul},
+        {"attention.temperature_scale", o->attn_temp},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(opt_f32) && !st; i++) {
+        if (opt_f32[i].v <= 0)
+            continue;
+        snprintf(key, sizeof key, "%s.%s", arch, opt_f32[i].suffix);
+        st = cr_gguf_writer_add_f32(w, key, opt_f32[i].v, err);
+    }
+    if (o->vision_stub) {
+        snprintf(key, sizeof key, "%s.vision.block_count", arch);
+        st = st ? st : cr_gguf_writer_add_u32(w, key, 1, err);
+        snprintf(key, sizeof key, "%s.vision.embedding_length", arch);
+        st = st ? st : cr_gguf_writer_add_u32(w, key, 16, err);
+    }
+    return st;
+}
+
+/* Ollama ships mistral3's vision tower and projector in the model file: two
+ * stand-ins the text model must leave alone. */
+static cr_status_t vision_stub_tensors(const rn_synth_opts_t *o, synth_t *s,
+                                       cr_err_t *err)
+{
+    cr_status_t st = add_gen(s, o, "v.blk.0.attn_q.weight", CR_TYPE_F32, 16, 16,
+                             FILL_NORMAL, err);
+    return st ? st : add_gen(s, o, "mm.linear_1.weight", CR_TYPE_F32, 16, o->dim,
+                             FILL_NORMAL, err);
+}
+
 static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
 {
     cr_status_t st = check_opts(o, err);
@@ -693,6 +812,7 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
                                     err);
     if (!st && has_experts(o))
         st = add_expert_keys(w, o, err);
+    st = st ? st : family_keys(o, w, err);
     if (st)
         return st;
 
@@ -774,11 +894,13 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
         st = st ? st : add_gen_dist(s, o, "output_norm.weight", CR_TYPE_F32, o->dim, 1,
                                     FILL_NORMAL, 1.0, 0.1, err);
     cr_type_t hi = o->mix ? o->mix_type : o->type;
-    if (!st && !o->tied_output && !encoder)
+    if (!st && !o->tied_output && !encoder && !is_cohere(o)) /* cohere: always tied */
         st = add_gen(s, o, "output.weight", hi, o->dim, n_vocab, FILL_NORMAL, err);
     if (!st && o->rope_freqs)
         st = add_gen(s, o, "rope_freqs.weight", CR_TYPE_F32, head_dim / 2, 1,
                      FILL_ROPE_FREQS, err);
+    if (!st && o->vision_stub)
+        st = vision_stub_tensors(o, s, err);
     if (!st && o->longrope) {
         st = add_gen(s, o, "rope_factors_long.weight", CR_TYPE_F32, head_dim / 2, 1,
                      FILL_ROPE_FREQS, err);

@@ -1,5 +1,6 @@
 /* synth.h: synthetic GGUF models (llama, qwen2, qwen3, gemma2, gemma3,
- * phi3, bert, nomic-bert, qwen3moe, gpt-oss; llama with experts) for tests
+ * phi3, bert, nomic-bert, qwen3moe, gpt-oss; llama with experts; granite,
+ * olmo2, mistral3, exaone, exaone4, smollm3, command-r, cohere2) for tests
  * and tools.
  *
  * Writes a complete, loadable model: <arch>.* hyperparameters, a tokenizer
@@ -27,7 +28,13 @@ typedef struct rn_synth_opts {
     cr_type_t mix_type; /* used when mix (Q6_K for a Q4_K_M-like file) */
     const char *arch;   /* general.architecture: NULL or "llama", "qwen2",
                            "qwen3", "gemma", "gemma2", "gemma3", "phi3",
-                           "bert", "nomic-bert"; keys are <arch>.*, tensors
+                           "bert", "nomic-bert", "granite" (with its four
+                           multipliers: embedding 4, residual 0.5,
+                           attention 0.5, logits / 8), "olmo2",
+                           "mistral3", "exaone", "smollm3", "command-r",
+                           "cohere2" (logit_scale 0.25, output always tied),
+                           "exaone4";
+                           keys are <arch>.*, tensors
                            as llama.cpp names them. The bert family gets
                            token_types (2 rows), position_embd (bert, ctx
                            rows), LayerNorms with biases, no output tensors,
@@ -98,6 +105,13 @@ typedef struct rn_synth_opts {
                            1 true */
     float expert_scale; /* > 0: expert_weights_scale */
     float router_std;   /* std of the router weights; 0: as the matrices */
+    /* with rope_yarn (gpt-oss above; mistral3, qwen2, qwen3, olmo2) */
+    float yarn_beta_fast, yarn_beta_slow; /* > 0: rope.scaling.yarn_beta_* */
+    float yarn_log_mul; /* > 0: rope.scaling.yarn_log_multiplier */
+    float attn_temp;    /* > 0: attention.temperature_scale (mistral3) */
+    bool vision_stub;   /* as Ollama's mistral3 files: <arch>.vision.* keys
+                           and two vision/projector tensors (v.*, mm.*) a
+                           text model must ignore */
 } rn_synth_opts_t;
 
 /* Defaults: seed 1, F32, dim 64, 2 layers, 4 heads, 2 KV heads, ffn 128,

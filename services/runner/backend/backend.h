@@ -86,6 +86,8 @@ typedef struct be_rope_yarn {
     float corr_lo;     /* pairs below: extrapolated (angle unscaled) */
     float corr_hi;     /* pairs above: interpolated (angle * freq_scale) */
     float attn_factor; /* magnitude before the YaRN term */
+    bool normal;       /* adjacent pairs (2i, 2i+1), llama's order
+                          (mistral3); false: NEOX halves (i, i + n_rot/2) */
 } be_rope_yarn_t;
 
 typedef struct be_ops {
@@ -265,9 +267,10 @@ struct be_ops_ext {
 
     /* gpt-oss. A backend without these leaves them NULL, and the model
      * loader then refuses gpt-oss on it. */
-    /* In-place NEOX rotary embedding (pairs i, i + n_rot/2 of a head) of
-     * x: [n][n_head][head_dim] with YaRN scaling (be_rope_yarn_t);
-     * freq_factors: F32 [n_rot/2] or NULL for 1. pos: host [n]. */
+    /* In-place rotary embedding (NEOX pairs i, i + n_rot/2 of a head, or
+     * adjacent ones when y->normal) of x: [n][n_head][head_dim] with YaRN
+     * scaling (be_rope_yarn_t); freq_factors: F32 [n_rot/2] or NULL for 1.
+     * pos: host [n]. Also YaRN for mistral3, qwen2, qwen3 and olmo2. */
     void (*rope_yarn)(be_backend_t *be, float *x, int n, int n_head, int head_dim,
                       int n_rot, const int32_t *pos, const be_rope_yarn_t *y,
                       const be_weight_t *freq_factors);

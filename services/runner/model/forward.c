@@ -6,14 +6,17 @@
  * for a chunk of up to n_batch tokens. One pass serves every architecture
  * in model.h: the llama stages always run, and the lettered steps (3a, 4a,
  * 7a, ...) run only for architectures whose hparams/weights ask for them
- * (qwen2 biases, qwen3/gemma3 q/k norms, gemma scaling, post-norms, GELU,
- * soft-caps and sliding windows, NEOX rope, gpt-oss's YaRN rope, output
- * bias and attention sinks). Those use the backend's
- * optional ops (be_ext_ops); dense llama never touches them. A layer with
- * experts replaces the FFN (steps 10-11) by step 10m, model/moe.c. Every buffer is
- * backend memory: this file only passes pointers to backend ops and never
- * touches the numbers, except the final logits it downloads (where gemma2's
- * final soft-cap is applied).
+ * (qwen2 biases, qwen3/gemma3/olmo2 q/k norms, gemma scaling, post-norms,
+ * GELU, soft-caps and sliding windows, NEOX rope, YaRN rope (gpt-oss,
+ * mistral3, qwen2, qwen3, olmo2), gpt-oss's output bias and attention
+ * sinks, granite's multipliers, olmo2 without pre-norms, command-r's
+ * LayerNorms and parallel ffn). Those use the backend's optional ops
+ * (be_ext_ops); dense llama (and mistral3 and smollm3, its graph) never
+ * touches them. A layer with experts replaces the FFN (steps 10-11) by
+ * step 10m, model/moe.c. Every buffer is backend memory: this file only
+ * passes pointers to backend ops and never touches the numbers, except the
+ * final logits it downloads (where gemma2's final soft-cap and granite's
+ * and command-r's logit scales are applied).
  *
  * The bert family (encoders) has its own pass, forward_encoder: the whole
  * sequence in one chunk, bidirectional attention, post-LayerNorms; it makes
@@ -202,8 +205,8 @@ static cr_status_t part_alloc(rn_ctx_t *c, part_t *P, bool last, cr_err_t *err)
     if (hp->n_expert > 0) /* no dense FFN: hb, hb2 hold one expert's rows */
         F = (uint64_t)CR_MAX(hp->ffn_expert, hp->ffn_shared);
     cr_status_t st = CR_OK;
-    P->ext = hp->arch_id == RN_ARCH_LLAMA ? NULL : be_ext_ops(P->be);
-    if (hp->arch_id != RN_ARCH_LLAMA && !P->ext)
+    P->ext = rn_hparams_llama_graph(hp) ? NULL : be_ext_ops(P->be);
+    if (!rn_hparams_llama_graph(hp) && !P->ext)
         return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the %s "
                           "backend does not have", hp->arch, P->be->ops->name);
     /* this instance's copies of the frequency factors: rope_freqs, else
@@ -348,17 +351,20 @@ static void rope_layer(rn_ctx_t *c, const part_t *P, const rn_layer_t *L, float 
                        int n, int heads)
 {
     const rn_hparams_t *hp = c->hp;
+    if (L->no_rope) /* 4a. smollm3 (every 4th layer), cohere2 (global ones) */
+        return;
+    /* YaRN: gpt-oss (its sliding layers' base may differ, and with it the
+     * correction dims), mistral3 (adjacent pairs), qwen2, qwen3, olmo2
+     * (sliding layers: plain rope) */
+    if (hp->rope_yarn) {
+        P->ext->rope_yarn(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos,
+                          L->swa ? &hp->yarn_swa : &hp->yarn, P->rope_ff);
+        return;
+    }
     if (!hp->rope_neox) {
         /* llama: adjacent pairs, Llama-3 frequency factors if present */
         P->be->ops->rope(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos,
                          hp->rope_base, P->rope_freqs);
-        return;
-    }
-    /* gpt-oss: NEOX pairs with YaRN scaling (its sliding layers' base may
-     * differ, and with it the correction dims) */
-    if (hp->rope_yarn) {
-        P->ext->rope_yarn(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos,
-                          L->swa ? &hp->yarn_swa : &hp->yarn, P->rope_ff);
         return;
     }
     /* NEOX: pairs (i, i + n_rot/2); gemma3's sliding layers have their own
@@ -367,6 +373,19 @@ static void rope_layer(rn_ctx_t *c, const part_t *P, const rn_layer_t *L, float 
     float scale = L->swa ? 1.0f : hp->rope_scale;
     P->ext->rope_neox(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->pos, base, scale,
                       P->rope_ff, hp->rope_attn_factor);
+}
+
+/* Step 4b: each token's query row [Q] scaled by its position's attention
+ * temperature, computed as llama.cpp does (in double, from float). */
+static void temper_queries(rn_ctx_t *c, const part_t *P, int n)
+{
+    const rn_hparams_t *hp = c->hp;
+    for (int t = 0; t < n; t++) {
+        float period = floorf((float)c->pos[t] / (float)hp->attn_temp_len);
+        float s = (float)(log((double)period + 1.0) * hp->attn_temp + 1.0);
+        if (s != 1.0f)
+            P->ext->scale(P->be, P->q + (size_t)t * (size_t)hp->q_dim, (size_t)hp->q_dim, s);
+    }
 }
 
 /* Step 6 on a sliding-window layer without soft-cap, through the threaded
@@ -440,14 +459,23 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
     for (int l = P->l0; l < P->l1; l++) {
         const rn_layer_t *L = &w->layers[l];
 
-        /* 2. attention rmsnorm: xb = x / rms(x) * attn_norm      xb: [B][D] */
-        op->rmsnorm(be, P->xb, P->x, &L->attn_norm, n, D, hp->rms_eps);
+        /* 2. attention rmsnorm: xb = x / rms(x) * attn_norm      xb: [B][D]
+         * 2a. olmo2: no pre-norm, the projections read x itself
+         * 2b. command-r: a LayerNorm without bias instead */
+        const float *ain = P->x;
+        if (hp->layer_norm) {
+            ext->layernorm(be, P->xb, P->x, &L->attn_norm, NULL, n, D, hp->norm_eps);
+            ain = P->xb;
+        } else if (L->attn_norm.data) {
+            op->rmsnorm(be, P->xb, P->x, &L->attn_norm, n, D, hp->rms_eps);
+            ain = P->xb;
+        }
 
         /* 3. projections: q = xb Wq^T [B][Q], k = xb Wk^T [B][KV],
          *    v = xb Wv^T [B][KV] (phi3: row blocks of the fused attn_qkv) */
-        op->matmul(be, &L->wq, P->xb, n, P->q);
-        op->matmul(be, &L->wk, P->xb, n, P->k);
-        op->matmul(be, &L->wv, P->xb, n, P->v);
+        op->matmul(be, &L->wq, ain, n, P->q);
+        op->matmul(be, &L->wk, ain, n, P->k);
+        op->matmul(be, &L->wv, ain, n, P->v);
 
         /* 3a. qwen2, gpt-oss: q += bq, k += bk, v += bv (per token) */
         if (L->bq.data) {
@@ -456,19 +484,27 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
             ext->add_rows(be, P->v, &L->bv, n);
         }
 
-        /* 3b. qwen3, gemma3: rmsnorm of each head of q and k over hd,
-         *    weights q_norm/k_norm [hd]     q: [B*Hq][hd], k: [B*Hk][hd] */
+        /* 3b. rmsnorm of q and k in groups of their norm's length:
+         *    qwen3, gemma3: each head (q_norm/k_norm [hd]; q: [B*Hq][hd],
+         *    k: [B*Hk][hd]); olmo2: the whole vector (q_norm [Q], k_norm
+         *    [KV]) */
         if (L->q_norm.data) {
-            op->rmsnorm(be, P->q, P->q, &L->q_norm, n * hp->n_heads, hp->head_dim,
+            int qg = (int)L->q_norm.n_cols, kg = (int)L->k_norm.n_cols;
+            op->rmsnorm(be, P->q, P->q, &L->q_norm, (int)((size_t)n * QD / (size_t)qg), qg,
                         hp->rms_eps);
-            op->rmsnorm(be, P->k, P->k, &L->k_norm, n * hp->n_kv_heads, hp->head_dim,
-                        hp->rms_eps);
+            op->rmsnorm(be, P->k, P->k, &L->k_norm, n * KV / kg, kg, hp->rms_eps);
         }
 
         /* 4. rotary position embedding of q and k at each token's position
          *    (llama: adjacent pairs; the others: NEOX halves) */
         rope_layer(c, P, L, P->q, n, hp->n_heads);
         rope_layer(c, P, L, P->k, n, hp->n_kv_heads);
+
+        /* 4a (rope_layer): smollm3, cohere2: some layers without rope
+         * 4b. mistral3: q *= 1 + t ln(1 + floor(pos / len)) (Llama-4
+         *    attention temperature; 1 within the first len positions) */
+        if (hp->attn_temp != 0.0f)
+            temper_queries(c, P, n);
 
         for (int s = 0; s < n_sp; s++) {
             const span_t *S = &sp[s];
@@ -515,15 +551,25 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
         if (L->bo.data)
             ext->add_rows(be, P->xb2, &L->bo, n);
 
-        /* 7a. gemma: xb2 = rmsnorm(xb2) * post_attention_norm */
+        /* 7a. gemma, olmo2: xb2 = rmsnorm(xb2) * post_attention_norm */
         if (L->attn_post_norm.data)
             op->rmsnorm(be, P->xb2, P->xb2, &L->attn_post_norm, n, D, hp->rms_eps);
 
-        /* 8. residual: x += xb2 */
+        /* 8. residual: x += xb2
+         * 8a. granite: xb2 *= residual_scale first */
+        if (hp->residual_scale != 1.0f)
+            ext->scale(be, P->xb2, (size_t)n * D, hp->residual_scale);
         op->add(be, P->x, P->xb2, (size_t)n * D);
 
-        /* 9. ffn rmsnorm: xb = x / rms(x) * ffn_norm */
-        op->rmsnorm(be, P->xb, P->x, &L->ffn_norm, n, D, hp->rms_eps);
+        /* 9. ffn rmsnorm: xb = x / rms(x) * ffn_norm
+         * 9a. olmo2: no pre-norm, the ffn reads x itself
+         * 9b. command-r: the ffn reads the attention's normed input (xb,
+         *    untouched since step 2), in parallel with the attention */
+        const float *fin = hp->parallel_ffn ? ain : P->x;
+        if (L->ffn_norm.data) {
+            op->rmsnorm(be, P->xb, P->x, &L->ffn_norm, n, D, hp->rms_eps);
+            fin = P->xb;
+        }
 
         /* 10m. mixture of experts (model/moe.h): x += the chosen
          *    experts' SwiGLU outputs of xb, weighted (+ shared expert) */
@@ -536,19 +582,22 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
         /* 10. gated ffn: hb = act(xb Wgate^T) * (xb Wup^T)     hb: [B][F]
          *    act = silu (swiglu), or gelu_tanh for gemma; phi3's gate and
          *    up are the two row halves of its ffn_up */
-        op->matmul(be, &L->w_gate, P->xb, n, P->hb);
-        op->matmul(be, &L->w_up, P->xb, n, P->hb2);
+        op->matmul(be, &L->w_gate, fin, n, P->hb);
+        op->matmul(be, &L->w_up, fin, n, P->hb2);
         if (hp->ffn_gelu)
             ext->geglu(be, P->hb, P->hb, P->hb2, (size_t)n * F);
         else
             op->swiglu(be, P->hb, P->hb, P->hb2, (size_t)n * F);
 
         /* 11. down projection: xb2 = hb Wdown^T               xb2: [B][D]
-         * 11a. gemma: xb2 = rmsnorm(xb2) * post_ffw_norm
-         * 11b. residual: x += xb2 */
+         * 11a. gemma, olmo2: xb2 = rmsnorm(xb2) * post_ffw_norm
+         * 11b. granite: xb2 *= residual_scale
+         * 11c. residual: x += xb2 */
         op->matmul(be, &L->w_down, P->hb, n, P->xb2);
         if (L->ffn_post_norm.data)
             op->rmsnorm(be, P->xb2, P->xb2, &L->ffn_post_norm, n, D, hp->rms_eps);
+        if (hp->residual_scale != 1.0f)
+            ext->scale(be, P->xb2, (size_t)n * D, hp->residual_scale);
         op->add(be, P->x, P->xb2, (size_t)n * D);
     }
 }
@@ -565,7 +614,7 @@ static void forward_chunk(rn_ctx_t *c, const span_t *sp, int n_sp, int n)
     /* 1. token embedding: x[t] = token_embd[tok[t]]          x: [B][D] */
     be->ops->get_rows(be, &c->w->token_embd, c->tok, n, P0->x);
 
-    /* 1a. gemma: x *= sqrt(D) */
+    /* 1a. gemma: x *= sqrt(D); granite: x *= embedding_scale */
     if (hp->embd_scale != 1.0f)
         P0->ext->scale(be, P0->x, (size_t)n * hp->dim, hp->embd_scale);
 
@@ -690,6 +739,27 @@ static void forward_encoder(rn_ctx_t *c, int seq, const int32_t *tok, int n)
     }
 }
 
+/* Step 14a, granite, command-r: logits [n] times logit_mult, on the host
+ * copy. */
+static void scale_logits(const rn_hparams_t *hp, float *logits, size_t n)
+{
+    if (hp->logit_mult == 1.0f)
+        return;
+    for (size_t i = 0; i < n; i++)
+        logits[i] *= hp->logit_mult;
+}
+
+/* Step 12, the final norm of n rows x [n][D] into y on P's instance:
+ * rmsnorm * output_norm, or (command-r) a LayerNorm without bias. */
+static void final_norm(rn_ctx_t *c, const part_t *P, float *y, const float *x, int n)
+{
+    const rn_hparams_t *hp = c->hp;
+    if (hp->layer_norm)
+        P->ext->layernorm(P->be, y, x, &c->w->output_norm, NULL, n, hp->dim, hp->norm_eps);
+    else
+        P->be->ops->rmsnorm(P->be, y, x, &c->w->output_norm, n, hp->dim, hp->rms_eps);
+}
+
 /* Final norm and logits for rows [r0, r0+nr) of the chunk (nr <=
  * LOGITS_ROWS), downloaded to host dst [nr][V]. */
 static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
@@ -699,8 +769,7 @@ static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
     const rn_hparams_t *hp = c->hp;
     size_t D = (size_t)hp->dim;
     /* 12. final rmsnorm: xb = x / rms(x) * output_norm      xb: [nr][D] */
-    be->ops->rmsnorm(be, P->xb, P->x + (size_t)r0 * D, &c->w->output_norm, nr,
-                     hp->dim, hp->rms_eps);
+    final_norm(c, P, P->xb, P->x + (size_t)r0 * D, nr);
     /* 13. logits = xb Wout^T                                 out: [nr][V] */
     be->ops->matmul(be, &c->w->output, P->xb, nr, P->out);
     be->ops->download(be, dst, P->out, (size_t)nr * (size_t)hp->n_vocab * sizeof(float));
@@ -711,6 +780,7 @@ static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
         for (size_t i = 0; i < total; i++)
             dst[i] = cap * tanhf(dst[i] / cap);
     }
+    scale_logits(hp, dst, (size_t)nr * (size_t)hp->n_vocab);
 }
 
 /* Final norm and logits of the last token of each span, LOGITS_ROWS spans
@@ -726,9 +796,8 @@ static void logits_last(rn_ctx_t *c, const span_t *sp, int n_sp)
         /* 12. final rmsnorm of each span's last row: xb[i]    xb: [nr][D] */
         for (int i = 0; i < nr; i++) {
             const span_t *S = &sp[s0 + i];
-            be->ops->rmsnorm(be, P->xb + (size_t)i * D,
-                             P->x + (size_t)(S->off + S->n - 1) * D, &c->w->output_norm,
-                             1, hp->dim, hp->rms_eps);
+            final_norm(c, P, P->xb + (size_t)i * D, P->x + (size_t)(S->off + S->n - 1) * D,
+                       1);
         }
         /* 13. logits = xb Wout^T                             out: [nr][V] */
         be->ops->matmul(be, &c->w->output, P->xb, nr, P->out);
@@ -739,6 +808,7 @@ static void logits_last(rn_ctx_t *c, const span_t *sp, int n_sp)
             for (size_t k = 0; k < (size_t)nr * V; k++)
                 c->stage[k] = cap * tanhf(c->stage[k] / cap);
         }
+        scale_logits(hp, c->stage, (size_t)nr * V);
         for (int i = 0; i < nr; i++)
             memcpy(c->logits + (size_t)sp[s0 + i].seq * V, c->stage + (size_t)i * V,
                    V * sizeof(float));
@@ -877,7 +947,6 @@ cr_status_t rn_ctx_embed_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
     if (st)
         return st;
     part_t *P = last_part(c);
-    be_backend_t *be = P->be;
     const rn_hparams_t *hp = c->hp;
     rn_pooling_t pool = hp->pooling;
     int D = hp->dim;
@@ -905,7 +974,7 @@ cr_status_t rn_ctx_embed_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
             forward_one(c, seq, tokens + done, nb, done);
             c->n_past[seq] = done + nb;
             /* final rmsnorm of every row, pooled on the host */
-            be->ops->rmsnorm(be, P->xb, P->x, &c->w->output_norm, nb, D, hp->rms_eps);
+            final_norm(c, P, P->xb, P->x, nb);
             if (pool == RN_POOL_CLS) {
                 if (done == 0)
                     pool_row(c, P->xb, 0);

@@ -24,6 +24,9 @@ struct rn_model {
     uint64_t weight_bytes;
     uint8_t *swa_layers; /* [n_layers] 1 = sliding, from a per-layer
                             sliding_window_pattern array; else NULL */
+    uint8_t *used;       /* [tensor count] 1 = bound by the model */
+    int n_unused;        /* tensors of the file the model does not use */
+    const char *first_unused; /* the first of them (the handle's name) */
 };
 
 /* ---- hyperparameters -------------------------------------------------- */
@@ -41,13 +44,23 @@ static cr_status_t get_int(const cr_gguf_t *g, const char *arch, const char *suf
         *out = def;
         return CR_OK;
     }
-    if (kv->type == CR_GGUF_ARRAY)
-        return cr_err_set(err, CR_E_UNSUPPORTED,
-                          "key '%s': per-layer values are not supported", key);
     uint64_t v = 0;
-    if (!cr_gguf_get_u64(g, key, &v))
+    if (kv->type == CR_GGUF_ARRAY) {
+        /* per-layer values that are all one value (granite 4's dense files
+         * write head_count_kv so) are that value */
+        const cr_gguf_array_t *a = NULL;
+        uint64_t x = 0;
+        bool same = cr_gguf_get_arr(g, key, &a) && a->n > 0 &&
+                    cr_gguf_arr_get_u64(a, 0, &v);
+        for (uint64_t i = 1; same && i < a->n; i++)
+            same = cr_gguf_arr_get_u64(a, i, &x) && x == v;
+        if (!same)
+            return cr_err_set(err, CR_E_UNSUPPORTED,
+                              "key '%s': per-layer values are not supported", key);
+    } else if (!cr_gguf_get_u64(g, key, &v)) {
         return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a non-negative integer",
                           key);
+    }
     if (v < (uint64_t)lo || v > (uint64_t)hi)
         return cr_err_set(err, CR_E_CORRUPT, "key '%s' = %" PRIu64 " is out of range "
                           "%d..%d", key, v, lo, hi);
@@ -80,7 +93,19 @@ static const struct {
     {"gemma", RN_ARCH_GEMMA},   {"bert", RN_ARCH_BERT},   {"nomic-bert", RN_ARCH_NOMIC_BERT},
     {"qwen3moe", RN_ARCH_QWEN3MOE}, {"gpt-oss", RN_ARCH_GPT_OSS},
     {"gptoss", RN_ARCH_GPT_OSS}, /* Ollama's converter's name for it */
+    {"granite", RN_ARCH_GRANITE}, {"olmo2", RN_ARCH_OLMO2}, {"mistral3", RN_ARCH_MISTRAL3},
+    {"exaone", RN_ARCH_EXAONE}, {"smollm3", RN_ARCH_SMOLLM3},
+    {"command-r", RN_ARCH_COMMAND_R}, {"cohere2", RN_ARCH_COHERE2},
+    {"exaone4", RN_ARCH_EXAONE4},
 };
+
+/* Architectures llama.cpp ropes in normal mode (adjacent pairs), as llama;
+ * the rest use NEOX halves. */
+static bool arch_rope_normal(rn_arch_t a)
+{
+    return a == RN_ARCH_LLAMA || a == RN_ARCH_GRANITE || a == RN_ARCH_MISTRAL3 ||
+           a == RN_ARCH_SMOLLM3 || a == RN_ARCH_COMMAND_R || a == RN_ARCH_COHERE2;
+}
 
 /* <arch>.attention.sliding_window_pattern: a period p (layer l slides iff
  * l % p < p - 1; def when absent) or, as Ollama writes it, one bool per
@@ -191,6 +216,114 @@ static cr_status_t read_gpt_oss(rn_model_t *m, cr_err_t *err)
     return CR_OK;
 }
 
+/* granite: its four multipliers (embedding_scale, residual_scale and
+ * attention.scale optional, logit_scale required as llama.cpp reads them).
+ * rope.scaling.finetuned false would turn rope off; llama.cpp's converter
+ * writes it false only for hybrid (granitehybrid) files, so it is refused. */
+static cr_status_t read_granite(rn_model_t *m, cr_err_t *err)
+{
+    const cr_gguf_t *g = m->g;
+    rn_hparams_t *hp = &m->hp;
+    const char *arch = hp->arch;
+    char key[128];
+    snprintf(key, sizeof key, "%s.logit_scale", arch);
+    if (!cr_gguf_kv_find(g, key))
+        return cr_err_set(err, CR_E_CORRUPT, "missing key '%s'", key);
+    cr_status_t st;
+    float logit_scale = 1.0f;
+    if ((st = get_float(g, arch, "logit_scale", 1.0f, &logit_scale, err)) ||
+        (st = get_float(g, arch, "embedding_scale", 1.0f, &hp->embd_scale, err)) ||
+        (st = get_float(g, arch, "residual_scale", 1.0f, &hp->residual_scale, err)) ||
+        (st = get_float(g, arch, "attention.scale", hp->attn_scale, &hp->attn_scale,
+                        err)))
+        return st;
+    snprintf(key, sizeof key, "%s.rope.scaling.finetuned", arch);
+    bool rope_on = true;
+    if (cr_gguf_kv_find(g, key) && !cr_gguf_get_bool(g, key, &rope_on))
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a bool", key);
+    if (!rope_on)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = false: granite without "
+                          "rope is not supported", key);
+    hp->logit_mult = 1.0f / logit_scale; /* as llama.cpp scales */
+    return CR_OK;
+}
+
+/* command-r and cohere2: LayerNorm epsilon (required), logit_scale
+ * (optional for command-r, required for cohere2: llama.cpp's reads), and
+ * cohere2's sliding window (required; 3 of 4 layers, global base). */
+static cr_status_t read_cohere(rn_model_t *m, cr_err_t *err)
+{
+    const cr_gguf_t *g = m->g;
+    rn_hparams_t *hp = &m->hp;
+    const char *arch = hp->arch;
+    bool c2 = hp->arch_id == RN_ARCH_COHERE2;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.layer_norm_epsilon", arch);
+    if (!cr_gguf_kv_find(g, key))
+        return cr_err_set(err, CR_E_CORRUPT, "missing key '%s'", key);
+    snprintf(key, sizeof key, "%s.logit_scale", arch);
+    if (c2 && !cr_gguf_kv_find(g, key))
+        return cr_err_set(err, CR_E_CORRUPT, "missing key '%s'", key);
+    hp->layer_norm = true;
+    hp->parallel_ffn = true;
+    cr_status_t st;
+    if ((st = get_float(g, arch, "attention.layer_norm_epsilon", 1e-5f, &hp->norm_eps,
+                        err)) ||
+        (st = get_float(g, arch, "logit_scale", 1.0f, &hp->logit_mult, err)))
+        return st;
+    if (!c2)
+        return CR_OK;
+    if ((st = get_int(g, arch, "attention.sliding_window", true, 0, 1, RN_MODEL_MAX_CTX,
+                      &hp->n_swa, err)))
+        return st;
+    return read_swa_pattern(m, 4, err);
+}
+
+/* The dense families of issue 13 (granite, olmo2, mistral3): what each
+ * adds to llama's graph, as llama.cpp builds it. */
+static cr_status_t read_dense_family(rn_model_t *m, cr_err_t *err)
+{
+    const cr_gguf_t *g = m->g;
+    rn_hparams_t *hp = &m->hp;
+    if (hp->arch_id == RN_ARCH_GRANITE)
+        return read_granite(m, err);
+    if (hp->arch_id == RN_ARCH_MISTRAL3) {
+        /* Ministral 3's Llama-4 attention temperature (with YaRN, see
+         * read_yarn): its period is the original context */
+        hp->attn_temp_len = hp->n_ctx_orig;
+        return get_float(g, hp->arch, "attention.temperature_scale", 0.0f, &hp->attn_temp,
+                         err);
+    }
+    /* olmo2: post-norms only, whole-vector q/k norms; olmo3 (same
+     * architecture) slides 3 of 4 layers, which rope with the same base
+     * unscaled (llama.cpp's graph passes the global base there, whatever
+     * rope.freq_base_swa says) */
+    hp->post_norms = true;
+    hp->no_pre_norms = true;
+    cr_status_t st = get_int(g, hp->arch, "attention.sliding_window", false, 0, 0,
+                             RN_MODEL_MAX_CTX, &hp->n_swa, err);
+    if (st || hp->n_swa == 0)
+        return st;
+    hp->rope_base_swa = hp->rope_base;
+    return read_swa_pattern(m, 4, err);
+}
+
+/* exaone4: post-norms only; llama.cpp slides only the 32B (64 layers):
+ * window 4096 unless attention.sliding_window says otherwise, 3 of 4
+ * layers, and only those rope (with the global base). Other sizes ignore
+ * the window key. */
+static cr_status_t read_exaone4(rn_model_t *m, cr_err_t *err)
+{
+    rn_hparams_t *hp = &m->hp;
+    hp->post_norms = true;
+    hp->no_pre_norms = true;
+    if (hp->n_layers != 64)
+        return CR_OK;
+    cr_status_t st = get_int(m->g, hp->arch, "attention.sliding_window", false, 4096, 1,
+                             RN_MODEL_MAX_CTX, &hp->n_swa, err);
+    return st ? st : read_swa_pattern(m, 4, err);
+}
+
 /* Features each architecture fixes (llama.cpp's graph for it), before the
  * metadata that may refine them. */
 static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
@@ -199,8 +332,10 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
     rn_hparams_t *hp = &m->hp;
     const char *arch = hp->arch;
     cr_status_t st;
-    hp->rope_neox = hp->arch_id != RN_ARCH_LLAMA;
+    hp->rope_neox = !arch_rope_normal(hp->arch_id);
     hp->rope_scale = 1.0f;
+    hp->residual_scale = 1.0f;
+    hp->logit_mult = 1.0f;
     hp->rope_base_swa = hp->rope_base;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->embd_scale = 1.0f;
@@ -219,6 +354,13 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
         return st;
     if (hp->arch_id == RN_ARCH_GPT_OSS)
         return read_gpt_oss(m, err);
+    if (hp->arch_id == RN_ARCH_GRANITE || hp->arch_id == RN_ARCH_OLMO2 ||
+        hp->arch_id == RN_ARCH_MISTRAL3)
+        return read_dense_family(m, err);
+    if (hp->arch_id == RN_ARCH_COMMAND_R || hp->arch_id == RN_ARCH_COHERE2)
+        return read_cohere(m, err);
+    if (hp->arch_id == RN_ARCH_EXAONE4)
+        return read_exaone4(m, err);
     if (hp->arch_id == RN_ARCH_GEMMA) {
         /* Gemma 1: sqrt(dim) embeddings, GELU, (1 + w) norms stored folded */
         hp->embd_scale = sqrtf((float)hp->dim);
@@ -310,10 +452,67 @@ static be_rope_yarn_t yarn_params(const rn_hparams_t *hp, float base, float freq
     return y;
 }
 
+/* Architectures whose llama.cpp graph ropes with the context's YaRN
+ * parameters when the file says "yarn" (olmo2: its full-attention layers;
+ * gpt-oss: yarn_params). */
+static bool yarn_graph(rn_arch_t a)
+{
+    return a == RN_ARCH_MISTRAL3 || a == RN_ARCH_QWEN2 || a == RN_ARCH_QWEN3 ||
+           a == RN_ARCH_OLMO2;
+}
+
+/* get_mscale of llama.cpp's context setup: YaRN's magnitude for factor f. */
+static float yarn_mscale(float f, float mscale)
+{
+    return f <= 1.0f ? 1.0f : 0.1f * mscale * logf(f) + 1.0f;
+}
+
+/* YaRN as llama.cpp's context sets it up for a "yarn" file of a
+ * yarn_graph architecture: freq_scale 1/factor, ext_factor 1, correction
+ * dims from the betas (32, 1) over the original context, and an attention
+ * factor that cancels the kernel's own magnitude correction when the log
+ * multiplier (mscale_all_dim) is given, times rope.scaling.attn_factor.
+ * Only mistral3 reads the betas (rope.scaling.yarn_beta_fast, _slow) and
+ * the multiplier (rope.scaling.yarn_log_multiplier) from the file, as in
+ * llama.cpp. Sliding layers (olmo3) rope plainly with the global base. */
+static cr_status_t read_yarn(rn_model_t *m, float factor, cr_err_t *err)
+{
+    rn_hparams_t *hp = &m->hp;
+    const char *arch = hp->arch;
+    float beta_fast = 32.0f, beta_slow = 1.0f, log_mul = 0.0f;
+    cr_status_t st;
+    if (hp->arch_id == RN_ARCH_MISTRAL3 &&
+        ((st = get_float(m->g, arch, "rope.scaling.yarn_beta_fast", 32.0f, &beta_fast,
+                         err)) ||
+         (st = get_float(m->g, arch, "rope.scaling.yarn_beta_slow", 1.0f, &beta_slow,
+                         err)) ||
+         (st = get_float(m->g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul,
+                         err))))
+        return st;
+    float attn = log_mul != 0.0f ? yarn_mscale(factor, 1.0f) / yarn_mscale(factor, log_mul)
+                                 : yarn_mscale(factor, 1.0f);
+    attn *= 1.0f / (1.0f + 0.1f * logf(factor));
+    float lo = floorf(yarn_corr_dim(hp->n_rot, hp->n_ctx_orig, beta_fast, hp->rope_base));
+    float hi = ceilf(yarn_corr_dim(hp->n_rot, hp->n_ctx_orig, beta_slow, hp->rope_base));
+    hp->rope_yarn = true;
+    hp->yarn = (be_rope_yarn_t){
+        .freq_base = hp->rope_base,
+        .freq_scale = 1.0f / factor,
+        .ext_factor = 1.0f,
+        .attn_factor = attn * hp->rope_attn_factor,
+        .corr_lo = fmaxf(0.0f, lo),
+        .corr_hi = fminf((float)(hp->n_rot - 1), hi),
+        .normal = !hp->rope_neox,
+    };
+    hp->yarn_swa = (be_rope_yarn_t){.freq_base = hp->rope_base, .freq_scale = 1.0f,
+                                    .attn_factor = 1.0f, .normal = !hp->rope_neox};
+    return CR_OK;
+}
+
 /* <arch>.rope.scaling.*: linear (positions times 1/factor; gemma3 keeps its
  * sliding layers unscaled), LongRoPE (factor tensors, see bind_all), YaRN
- * (gpt-oss only), or none. Anything else is refused rather than run
- * wrong. */
+ * (gpt-oss; mistral3, qwen2, qwen3 and olmo2: read_yarn), or none.
+ * Anything else is refused rather than run wrong. */
 static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
 {
     const cr_gguf_t *g = m->g;
@@ -326,6 +525,11 @@ static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
     /* Ollama's gpt-oss files ("gptoss") carry no type: its runner always
      * applies YaRN to them */
     bool yarn = has_type ? !strcmp(type, "yarn") : !strcmp(hp->arch, "gptoss");
+    if (has_type && !strcmp(type, "yarn") && yarn_graph(hp->arch_id)) {
+        float f = 1.0f;
+        cr_status_t st = get_float(g, hp->arch, "rope.scaling.factor", 1.0f, &f, err);
+        return st ? st : read_yarn(m, f, err);
+    }
     if (has_type && strcmp(type, "linear") && strcmp(type, "none") &&
         strcmp(type, "longrope") && !(yarn && hp->rope_yarn))
         return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s': only linear and "
@@ -337,6 +541,15 @@ static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
         return st;
     if (!has_type || !strcmp(type, "linear"))
         hp->rope_scale = 1.0f / factor;
+    /* exaone4 scales its sliding layers too, which forward.c does not */
+    if (hp->arch_id == RN_ARCH_EXAONE4 && hp->rope_scale != 1.0f)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' (factor %g): rope scaling is "
+                          "not supported for exaone4", key, (double)factor);
+    /* the normal-mode rope op takes no scaling at all */
+    if (!hp->rope_neox && (hp->rope_scale != 1.0f || !strcmp(type, "longrope")))
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s' (factor %g): rope "
+                          "scaling is not supported for %s", key,
+                          has_type ? type : "linear", (double)factor, hp->arch);
     if (hp->rope_yarn) {
         /* llama.cpp scales by the factor whatever the type but "none" */
         float freq_scale = has_type && !strcmp(type, "none") ? 1.0f : 1.0f / factor;
@@ -563,7 +776,9 @@ static cr_status_t place(rn_model_t *m, cr_err_t *err)
         be_backend_t *be = m->lbe[l];
         m->inst[m->n_inst++] = be;
         const be_ops_ext_t *ext = be_ext_ops(be);
-        if ((hp->arch_id != RN_ARCH_LLAMA && !ext) ||
+        if ((!rn_hparams_llama_graph(hp) && !ext) ||
+            (hp->rope_yarn && (!ext || !ext->rope_yarn)) ||
+            (hp->layer_norm && (!ext || !ext->layernorm)) ||
             (rn_arch_is_encoder(hp->arch_id) && (!ext->layernorm || !ext->gelu)))
             return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the "
                               "%s backend does not have", hp->arch, be->ops->name);
@@ -610,6 +825,8 @@ static cr_status_t lookup(rn_model_t *m, const char *name, int64_t cols, int64_t
     if ((uintptr_t)t->data % align)
         return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s' data at offset %" PRIu64
                           " is not %zu-byte aligned", name, t->offset, align);
+    if (m->used)
+        m->used[t - cr_gguf_tensor_at(m->g, 0)] = 1;
     *out = t;
     return CR_OK;
 }
@@ -876,6 +1093,30 @@ typedef struct layer_tensor {
     be_weight_t *dst;
 } layer_tensor_t;
 
+/* granite, mistral3 and smollm3 files may carry attention-output and ffn
+ * biases (llama.cpp's optional ones); real checkpoints have none and the
+ * pass has no step for them, so a file with one is refused, not run
+ * wrong; so is Command R+'s q/k LayerNorm (one weight row per head). */
+static cr_status_t refuse_biases(rn_model_t *m, int l, cr_err_t *err)
+{
+    static const char *const biases[] = {"attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+    rn_arch_t a = m->hp.arch_id;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.attn_q_norm.weight", l);
+    if (a == RN_ARCH_COMMAND_R && cr_gguf_tensor_find(m->g, name))
+        return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s': command-r's per-head q/k "
+                          "LayerNorms (Command R+) are not supported", name);
+    if (a != RN_ARCH_GRANITE && a != RN_ARCH_MISTRAL3 && a != RN_ARCH_SMOLLM3)
+        return CR_OK;
+    for (size_t i = 0; i < CR_ARRAY_LEN(biases); i++) {
+        snprintf(name, sizeof name, "blk.%d.%s.bias", l, biases[i]);
+        if (cr_gguf_tensor_find(m->g, name))
+            return cr_err_set(err, CR_E_UNSUPPORTED, "tensor '%s': %s biases are not "
+                              "supported", name, m->hp.arch);
+    }
+    return CR_OK;
+}
+
 static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
 {
     const rn_hparams_t *hp = &m->hp;
@@ -887,7 +1128,8 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
     char name[96];
     cr_status_t st;
 
-    per[n++] = (layer_tensor_t){"attn_norm", "weight", D, 1, &L->attn_norm};
+    if (!hp->no_pre_norms)
+        per[n++] = (layer_tensor_t){"attn_norm", "weight", D, 1, &L->attn_norm};
     if (a == RN_ARCH_GPT_OSS) {
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
         if ((st = bind(m, name, D, 1, true, &L->attn_norm, NULL, err)) ||
@@ -917,11 +1159,20 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         per[n++] = (layer_tensor_t){"attn_q_norm", "weight", HD, 1, &L->q_norm};
         per[n++] = (layer_tensor_t){"attn_k_norm", "weight", HD, 1, &L->k_norm};
     }
+    if (a == RN_ARCH_EXAONE4) { /* per head */
+        per[n++] = (layer_tensor_t){"attn_q_norm", "weight", HD, 1, &L->q_norm};
+        per[n++] = (layer_tensor_t){"attn_k_norm", "weight", HD, 1, &L->k_norm};
+    }
+    if (a == RN_ARCH_OLMO2) { /* over the whole q and k */
+        per[n++] = (layer_tensor_t){"attn_q_norm", "weight", Q, 1, &L->q_norm};
+        per[n++] = (layer_tensor_t){"attn_k_norm", "weight", KV, 1, &L->k_norm};
+    }
     per[n++] = (layer_tensor_t){"attn_output", "weight", Q, D, &L->wo};
     if (hp->post_norms)
         per[n++] = (layer_tensor_t){"post_attention_norm", "weight", D, 1,
                                     &L->attn_post_norm};
-    per[n++] = (layer_tensor_t){"ffn_norm", "weight", D, 1, &L->ffn_norm};
+    if (!hp->no_pre_norms && !hp->parallel_ffn)
+        per[n++] = (layer_tensor_t){"ffn_norm", "weight", D, 1, &L->ffn_norm};
     if (hp->n_expert > 0) {
         if ((st = bind_experts(m, l, L, err)))
             return st;
@@ -946,7 +1197,14 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         if ((st = bind(m, name, per[i].cols, per[i].rows, true, per[i].dst, NULL, err)))
             return st;
     }
+    if ((st = refuse_biases(m, l, err)))
+        return st;
+    /* smollm3 leaves rope out of every 4th layer (llama.cpp's fixed
+     * n_no_rope_layer_step) */
+    L->no_rope = a == RN_ARCH_SMOLLM3 && (l + 1) % 4 == 0;
     L->swa = layer_slides(m, l);
+    if (a == RN_ARCH_COHERE2 || (a == RN_ARCH_EXAONE4 && hp->n_swa > 0))
+        L->no_rope = !L->swa; /* only their sliding layers rope */
     return CR_OK;
 }
 
@@ -1162,7 +1420,7 @@ static cr_status_t bind_all(rn_model_t *m, cr_err_t *err)
     }
     /* rope factors: prepared on every instance (each ropes its layers) */
     m->be = m->lbe[0];
-    if (hp->arch_id == RN_ARCH_LLAMA) {
+    if (!hp->rope_neox) {
         if ((st = bind(m, "rope_freqs.weight", hp->n_rot / 2, 1, false, &w->rope_freqs,
                        &w->has_rope_freqs, err)))
             return st;
@@ -1282,6 +1540,7 @@ void rn_model_destroy(rn_model_t **self_p)
     free(m->lbe);
     free(m->w.layers);
     free(m->swa_layers);
+    free(m->used);
     cr_gguf_close(&m->g);
     free(m);
     *self_p = NULL;
@@ -1292,6 +1551,17 @@ cr_status_t rn_model_load_gguf(cr_gguf_t **g, be_backend_t *be, rn_model_t **out
 {
     rn_placement_t pl = {.host = be};
     return rn_model_load_gguf_placed(g, &pl, out, err);
+}
+
+/* Counts the tensors no bind looked up (m->used). */
+static void count_unused(rn_model_t *m)
+{
+    for (size_t i = 0; i < cr_gguf_tensor_count(m->g); i++) {
+        if (m->used[i])
+            continue;
+        if (m->n_unused++ == 0)
+            m->first_unused = cr_gguf_tensor_at(m->g, i)->name;
+    }
 }
 
 /* Loads from *g (taken) as pl says; with a path, layer 0's instance gets
@@ -1311,6 +1581,9 @@ static cr_status_t load_placed(cr_gguf_t **g, const rn_placement_t *pl,
     *g = NULL;
     m->pl = *pl;
     cr_status_t st = read_hparams(m, err);
+    size_t n_tensors = cr_gguf_tensor_count(m->g);
+    if (!st && n_tensors && !(m->used = calloc(n_tensors, 1)))
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
     if (!st)
         st = place(m, err);
     be_backend_t *hook = !st && path ? m->lbe[0] : NULL;
@@ -1318,6 +1591,8 @@ static cr_status_t load_placed(cr_gguf_t **g, const rn_placement_t *pl,
         hook->ops->model_begin(hook, path);
     if (!st)
         st = bind_all(m, err);
+    if (!st)
+        count_unused(m);
     if (st)
         rn_model_destroy(&m);
     if (hook && hook->ops->model_end)
@@ -1380,3 +1655,9 @@ const rn_rope_factors_t *rn_model_rope_factors(const rn_model_t *m,
     return &m->rope[0];
 }
 uint64_t rn_model_weight_bytes(const rn_model_t *m) { return m->weight_bytes; }
+
+int rn_model_unused_tensors(const rn_model_t *m, const char **first)
+{
+    *first = m->first_unused;
+    return m->n_unused;
+}

@@ -1,5 +1,6 @@
 /* model.h: a decoder model (llama, qwen2, qwen3, gemma, gemma2, gemma3,
- * phi3, qwen3moe, gpt-oss; llama also with experts) or an encoder
+ * phi3, qwen3moe, gpt-oss; llama also with experts; granite, olmo2,
+ * mistral3, exaone, exaone4, smollm3, command-r, cohere2) or an encoder
  * embedding model (bert, nomic-bert) loaded from a GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
@@ -51,6 +52,23 @@ typedef enum rn_arch {
     RN_ARCH_GPT_OSS,  /* "gpt-oss": q/k/v/o biases, attention sinks, YaRN
                          NEOX rope, sliding window on even layers, experts
                          with biases and a clamped SwiGLU */
+    RN_ARCH_GRANITE,  /* "granite": llama with embedding, residual,
+                         attention and logit multipliers */
+    RN_ARCH_OLMO2,    /* "olmo2": no pre-norms, post-norms, q/k RMSNorm over
+                         the whole q and k, NEOX rope (olmo3: sliding window) */
+    RN_ARCH_MISTRAL3, /* "mistral3": Mistral Small 3.x text model (llama
+                         graph; Ollama's files carry vision tensors too) */
+    RN_ARCH_EXAONE,   /* "exaone" (EXAONE 3.x): llama with NEOX rope */
+    RN_ARCH_SMOLLM3,  /* "smollm3": llama without rope in every 4th layer */
+    RN_ARCH_COMMAND_R, /* "command-r" (Command R, Aya): LayerNorms without
+                          bias, attention and ffn in parallel from one norm,
+                          logits times logit_scale, tied output */
+    RN_ARCH_COHERE2,  /* "cohere2" (Command R7B, Command A): command-r with
+                         3 of 4 layers sliding and roped, the 4th global
+                         without rope */
+    RN_ARCH_EXAONE4,  /* "exaone4" (EXAONE 4.0): olmo2's post-norms with
+                         per-head q/k norms; the 32B (64 layers) slides 3
+                         of 4 layers and ropes only those */
 } rn_arch_t;
 
 /* How router logits become expert weights (<arch>.expert_gating_func,
@@ -78,6 +96,7 @@ static inline bool rn_arch_is_encoder(rn_arch_t a)
 {
     return a == RN_ARCH_BERT || a == RN_ARCH_NOMIC_BERT;
 }
+
 
 typedef struct rn_hparams {
     char arch[32];      /* general.architecture ("llama") */
@@ -115,17 +134,35 @@ typedef struct rn_hparams {
     int swa_pattern;      /* layer l slides iff n_swa > 0 and (pattern == 0
                              or l % pattern < pattern - 1) */
     bool ffn_gelu;        /* gelu_tanh(gate) * up instead of silu */
-    bool rope_yarn;       /* rope through rope_yarn (gpt-oss), not
-                             rope_neox, with these parameters: */
+    bool rope_yarn;       /* rope through rope_yarn (gpt-oss; mistral3,
+                             qwen2, qwen3, olmo2 with rope.scaling.type
+                             "yarn"), not rope/rope_neox, with these
+                             parameters: */
     be_rope_yarn_t yarn;     /* full-attention layers */
     be_rope_yarn_t yarn_swa; /* sliding layers (their base, rope_base_swa,
-                                moves the correction dims) */
-    bool post_norms;      /* rmsnorm of attention and ffn outputs (gemma) */
+                                moves the correction dims; olmo2: plain) */
+    bool post_norms;      /* rmsnorm of attention and ffn outputs (gemma,
+                             olmo2) */
+    bool no_pre_norms;    /* no attn_norm / ffn_norm: sub-layers read x
+                             itself (olmo2) */
+    float residual_scale; /* sub-layer outputs times this before each
+                             residual add (granite; 1 = none) */
+    float logit_mult;     /* logits times this (granite: 1 / logit_scale;
+                             command-r: logit_scale; 1 = none) */
+    bool layer_norm;      /* attn_norm and output_norm are LayerNorms without
+                             bias, epsilon norm_eps (command-r) */
+    bool parallel_ffn;    /* the ffn reads the attention's normed input and
+                             both add to x (command-r: no ffn_norm) */
+    float attn_temp;      /* attention.temperature_scale (mistral3): q at
+                             position p times 1 + attn_temp *
+                             ln(1 + floor(p / attn_temp_len)); 0 = none */
+    int attn_temp_len;    /* rope.scaling.original_context_length */
 
     /* Encoders (bert family). */
     bool non_causal;      /* every position attends to every position
                              (!<arch>.attention.causal; bert family) */
-    float norm_eps;       /* <arch>.attention.layer_norm_epsilon (1e-12) */
+    float norm_eps;       /* <arch>.attention.layer_norm_epsilon (1e-12;
+                             command-r too) */
     rn_pooling_t pooling; /* <arch>.pooling_type; RN_POOL_MEAN if absent or
                              0 (none); RN_POOL_RANK for bert only */
     int n_cls_out;        /* rank: classifier outputs (the number of
@@ -156,29 +193,42 @@ typedef struct rn_hparams {
  * GGUF key carries them). */
 #define RN_SWIGLU_OAI_ALPHA 1.702f
 #define RN_SWIGLU_OAI_LIMIT 7.0f
+/* True when the pass is llama's exactly (normal rope, no optional op), so
+ * it runs on a backend without be_ext_ops: llama, smollm3, and mistral3
+ * without YaRN or attention temperature. */
+static inline bool rn_hparams_llama_graph(const rn_hparams_t *hp)
+{
+    return hp->arch_id == RN_ARCH_LLAMA || hp->arch_id == RN_ARCH_SMOLLM3 ||
+           (hp->arch_id == RN_ARCH_MISTRAL3 && !hp->rope_yarn && hp->attn_temp == 0);
+}
 
 /* Shapes are [rows][cols] as the forward pass uses them (GGUF ne = {cols,
  * rows}); every matrix multiplies an activation of `cols` elements.
  * Optional weights have data == NULL when absent. Q = q_dim, KV = kv_dim,
  * hd = head_dim. */
 typedef struct rn_layer {
-    be_weight_t attn_norm; /* [dim] F32 */
+    be_weight_t attn_norm; /* [dim] F32 (data NULL for olmo2) */
     be_weight_t wq;        /* [Q][dim] (phi3: rows 0..Q of attn_qkv) */
     be_weight_t wk;        /* [KV][dim] (phi3: rows Q..Q+KV of attn_qkv) */
     be_weight_t wv;        /* [KV][dim] (phi3: the last KV rows of attn_qkv) */
     be_weight_t bq;        /* [Q] F32 bias (qwen2) */
     be_weight_t bk;        /* [KV] F32 bias (qwen2) */
     be_weight_t bv;        /* [KV] F32 bias (qwen2) */
-    be_weight_t q_norm;    /* [hd] F32 per-head rmsnorm (qwen3, gemma3) */
-    be_weight_t k_norm;    /* [hd] F32 per-head rmsnorm (qwen3, gemma3) */
+    be_weight_t q_norm;    /* [hd] F32 per-head rmsnorm (qwen3, gemma3), or
+                              [Q] over the whole q (olmo2) */
+    be_weight_t k_norm;    /* [hd] F32 per-head rmsnorm (qwen3, gemma3), or
+                              [KV] over the whole k (olmo2) */
     be_weight_t wo;        /* [dim][Q] */
-    be_weight_t attn_post_norm; /* [dim] F32 (gemma: post_attention_norm) */
-    be_weight_t ffn_norm;  /* [dim] F32 */
+    be_weight_t attn_post_norm; /* [dim] F32 post_attention_norm (gemma,
+                                   olmo2) */
+    be_weight_t ffn_norm;  /* [dim] F32 (data NULL for olmo2) */
     be_weight_t w_gate;    /* [ffn][dim] (phi3: rows 0..ffn of ffn_up) */
     be_weight_t w_up;      /* [ffn][dim] (phi3: rows ffn..2ffn of ffn_up) */
     be_weight_t w_down;    /* [dim][ffn] */
-    be_weight_t ffn_post_norm;  /* [dim] F32 (gemma: post_ffw_norm) */
+    be_weight_t ffn_post_norm;  /* [dim] F32 post_ffw_norm (gemma, olmo2) */
     bool swa;              /* this layer uses the sliding window */
+    bool no_rope;          /* no rotary embedding here (smollm3: layers
+                              3, 7, 11, ...) */
 
     /* bert family (attn_norm and ffn_norm are unused there; bq/bk/bv hold
      * the q/k/v biases, nomic-bert's as views of attn_qkv.bias) */
@@ -291,10 +341,12 @@ typedef struct rn_rope_factors {
  * CR_E_UNSUPPORTED ("unsupported architecture 'x'", a tensor type the
  * backend cannot multiply, a non-llama architecture on a backend without
  * be_ext_ops (or, for the bert family, without its layernorm/gelu ops),
- * rope scaling other than linear/LongRoPE, value_length != key_length,
- * pooling_type 4 "rank" on an architecture other than bert, experts on a
- * backend without the MoE ops, per-expert split tensors instead of merged
- * ffn_*_exps), CR_E_NOMEM.
+ * rope scaling other than linear/LongRoPE (none at all with normal rope;
+ * YaRN for gpt-oss, mistral3, qwen2, qwen3 and olmo2, on a backend with
+ * rope_yarn), value_length != key_length, bias tensors llama's graph
+ * lacks, pooling_type 4 "rank" on an architecture other than bert,
+ * experts on a backend without the MoE ops, per-expert split tensors
+ * instead of merged ffn_*_exps), CR_E_NOMEM.
  * Experts: expert_used_count missing, 0 or above expert_count, a missing
  * or misshapen ffn_gate_inp / ffn_*_exps tensor are CR_E_CORRUPT naming
  * the key or tensor. */
@@ -339,5 +391,10 @@ const rn_rope_factors_t *rn_model_rope_factors(const rn_model_t *m,
 
 /* Bytes of weight data the model uses (tied output counted once). */
 uint64_t rn_model_weight_bytes(const rn_model_t *m);
+
+/* Tensors of the file the model does not use (the vision tower and
+ * projector Ollama ships in one file with a text model: v.*, mm.*), and the
+ * name of the first of them in *first (borrowed; NULL when none). */
+int rn_model_unused_tensors(const rn_model_t *m, const char **first);
 
 #endif

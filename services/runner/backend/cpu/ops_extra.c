@@ -1,16 +1,17 @@
 /* ops_extra.c: the CPU backend's optional ops (be_ops_ext_t, backend.h).
  *
- * NEOX rotary embedding (plain and YaRN), row-broadcast bias add, scaling,
- * GELU-tanh gating, attention with logit soft-capping, a sliding window and
- * sinks, LayerNorm, plain GELU and gpt-oss's clamped SwiGLU: what qwen2,
- * qwen3, gemma2, gemma3, phi3, bert, nomic-bert and gpt-oss need beyond
- * the llama ops; and the mixture-of-experts ops (a matmul over one
- * expert's rows of a stacked weight, row gather, weighted scatter-add).
- * CPU backend buffers are plain host memory, so these run on them
- * directly. They are single-threaded (this file cannot reach the CPU
- * backend's thread pool, backend_cpu.c owns it) except matmul_rows, which
- * calls the backend's threaded matmul; attention_ext is the one op where
- * that costs time on long contexts.
+ * NEOX rotary embedding (plain and YaRN, which also rotates adjacent
+ * pairs), row-broadcast bias add, scaling, GELU-tanh gating, attention
+ * with logit soft-capping, a sliding window and sinks, LayerNorm, plain
+ * GELU and gpt-oss's clamped SwiGLU: what qwen2, qwen3, gemma2, gemma3,
+ * phi3, bert, nomic-bert, gpt-oss and the dense families (granite, olmo2,
+ * mistral3, command-r, ...) need beyond the llama ops; and the
+ * mixture-of-experts ops (a matmul over one expert's rows of a stacked
+ * weight, row gather, weighted scatter-add). CPU backend buffers are plain
+ * host memory, so these run on them directly. They are single-threaded
+ * (this file cannot reach the CPU backend's thread pool, backend_cpu.c
+ * owns it) except matmul_rows, which calls the backend's threaded matmul;
+ * attention_ext is the one op where that costs time on long contexts.
  *
  * Owns no state. Does not own the llama ops (backend_cpu.c) or any kernel
  * of a quant format (quant.c). */
@@ -338,16 +339,20 @@ static void ext_rope_yarn(be_backend_t *be, float *x, int n, int n_head, int hea
         for (int h = 0; h < n_head; h++) {
             float *v = x + ((size_t)t * n_head + h) * head_dim;
             if (half <= ROPE_MAX) {
-                vec->rope_halves(half, v, v + half, cs, sn);
+                if (y->normal) /* mistral3: llama's adjacent pairs */
+                    vec->rope_pairs(half, v, cs, sn);
+                else
+                    vec->rope_halves(half, v, v + half, cs, sn);
                 continue;
             }
             float theta = (float)pos[t];
             for (int i = 0; i < half; i++) {
                 float c, s;
                 yarn_angle(y, ff ? theta / ff[i] : theta, i, &c, &s);
-                float x0 = v[i], x1 = v[i + half];
-                v[i] = x0 * c - x1 * s;
-                v[i + half] = x0 * s + x1 * c;
+                int a = y->normal ? 2 * i : i, b = y->normal ? 2 * i + 1 : i + half;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c - x1 * s;
+                v[b] = x0 * s + x1 * c;
                 theta *= theta_scale;
             }
         }
