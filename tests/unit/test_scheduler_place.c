@@ -490,7 +490,6 @@ static void test_estimate_vs_runner(void)
         so.vision_stub = i == 0;
         void *data = NULL;
         size_t len = 0;
-        cr_err_t err;
         cr_gguf_t *g = NULL;
         sch_estimate_t *est = calloc(1, sizeof *est);
         if (est && !rn_synth_write_memory(&so, &data, &len, &err) &&
