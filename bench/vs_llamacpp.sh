@@ -62,6 +62,20 @@ qwen3-f32|0.9999|--arch qwen3 --type f32 --head-dim 32
 gemma2-f32|0.9999|--arch gemma2 --type f32 --window 8 --swa-pattern 2 --attn-softcap 50 --final-softcap 30 --tied
 gemma3-f32|0.9999|--arch gemma3 --type f32 --window 8 --swa-pattern 6 --tied
 phi3-f32|0.9999|--arch phi3 --type f32
+llama-iq4_nl|0.999|--arch llama --type iq4_nl
+llama-iq4_xs|0.999|--arch llama --type iq4_xs
+llama-mxfp4|0.999|--arch llama --type mxfp4
+qwen3moe-f32|0.9999|--arch qwen3moe --type f32 --head-dim 32 --experts 16 --experts-used 4 --expert-ffn 128
+qwen3moe-q8_0|0.999|--arch qwen3moe --type q8_0 --head-dim 32 --experts 16 --experts-used 4 --expert-ffn 128
+mixtral-f32|0.9999|--arch llama --type f32 --experts 8 --experts-used 2
+granite-f32|0.9999|--arch granite --type f32
+olmo2-f32|0.9999|--arch olmo2 --type f32
+mistral3-f32|0.9999|--arch mistral3 --type f32 --head-dim 32
+exaone-f32|0.9999|--arch exaone --type f32
+exaone4-f32|0.9999|--arch exaone4 --type f32
+smollm3-f32|0.9999|--arch smollm3 --type f32
+command-r-f32|0.9999|--arch command-r --type f32 --tied
+cohere2-f32|0.9999|--arch cohere2 --type f32 --tied --window 8
 gpt-oss-f32|0.9999|--arch gpt-oss --type f32 --head-dim 64 --experts 8 --experts-used 2 --expert-ffn 256 --window 8 --rope-yarn 32 --yarn-orig-ctx 4096 --rope-base 150000
 gpt-oss-mxfp4|0.999|--arch gpt-oss --type q8_0 --expert-type mxfp4 --head-dim 64 --experts 8 --experts-used 2 --expert-ffn 256 --window 8 --rope-yarn 32 --yarn-orig-ctx 4096 --rope-base 150000
 '
