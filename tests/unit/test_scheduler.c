@@ -10,6 +10,7 @@
 #include <ftw.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "proto/bus.h"
@@ -335,9 +336,22 @@ static msg_type_t run_request(env_t *e, const char *id, const char *model,
     }
 }
 
+/* Loops below wait for their condition; this much real time is only the
+ * net under a hung test (a bounded count of pump rounds was ~4 s, which
+ * ASan on a loaded 2-core machine outran). */
+#define WAIT_NET_S 120.0
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static void wait_runners(env_t *e, size_t n)
 {
-    for (int i = 0; i < 400 && sch_server_runner_count(e->sched) != n; i++)
+    double t0 = mono_s();
+    while (sch_server_runner_count(e->sched) != n && mono_s() - t0 < WAIT_NET_S)
         pump(e, 2);
     CHECK_EQ_INT(sch_server_runner_count(e->sched), n);
 }
@@ -592,7 +606,8 @@ static void test_load_progress_and_timeout(void)
     env_t e;
     env_start(&e, 3, 16);
     send_generate(&e, "st", "stuck", "hi", NULL, 0);
-    for (int i = 0; i < 400 && sch_server_runner_count(e.sched) != 1; i++)
+    for (double t0 = mono_s();
+         sch_server_runner_count(e.sched) != 1 && mono_s() - t0 < WAIT_NET_S;)
         pump(&e, 2);
     pump(&e, 20);
     msg_t m;
@@ -937,7 +952,7 @@ static void test_adopt_after_restart(void)
     send_generate(&e, "ad1", "alpha", "hi", NULL, 0);
     msg_t m;
     bool forwarded = false;
-    for (int i = 0; i < 400 && !forwarded; i++) {
+    for (double t0 = mono_s(); !forwarded && mono_s() - t0 < WAIT_NET_S;) {
         pump(&e, 1);
         if (bus_recv(rn, 0, &m, NULL, NULL) == CR_OK) {
             if (m.type == MSG_generate) {
@@ -976,7 +991,7 @@ static void test_adopt_after_restart(void)
     h.u.hello.has_pid = true;
     CHECK_EQ_INT(bus_send(orphan, &h, NULL), CR_OK);
     bool told = false;
-    for (int i = 0; i < 400 && !told; i++) {
+    for (double t0 = mono_s(); !told && mono_s() - t0 < WAIT_NET_S;) {
         pump(&e, 1);
         if (bus_recv(orphan, 0, &m, NULL, NULL) == CR_OK) {
             told = m.type == MSG_shutdown;
@@ -1094,7 +1109,7 @@ static void test_adopt_grace(void)
     pid_t second = spawn_orphan(e.dir, "adopt-2");
     orphan_go(&e, "adopt-2");
     bool gone = false;
-    for (int i = 0; i < 1000 && !gone; i++) {
+    for (double t0 = mono_s(); !gone && mono_s() - t0 < WAIT_NET_S;) {
         pump(&e, 1);
         char exe[64], target[16];
         snprintf(exe, sizeof exe, "/proc/%d/exe", (int)second);
