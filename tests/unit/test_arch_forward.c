@@ -32,6 +32,7 @@
 #include "services/runner/model/model.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/forward_check.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -616,41 +617,6 @@ static double rel_err(const float *a, const double *b, size_t n)
         bb += b[i] * b[i];
     }
     return bb > 0 ? sqrt(dd / bb) : 1;
-}
-
-static double cosine(const float *a, const double *b, size_t n)
-{
-    double ab = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < n; i++) {
-        ab += a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += b[i] * b[i];
-    }
-    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0;
-}
-
-static bool all_finite(const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return false;
-    return true;
-}
-
-static bool same(const float *a, const float *b, size_t n)
-{
-    return !memcmp(a, b, n * sizeof *a);
-}
-
-static rn_ctx_t *new_ctx(const rn_model_t *m, int n_ctx, int n_batch)
-{
-    rn_ctx_opts_t o = {.n_ctx = n_ctx, .n_batch = n_batch};
-    rn_ctx_t *c = NULL;
-    cr_err_t err;
-    cr_err_clear(&err);
-    cr_status_t st = rn_ctx_new(m, &o, &c, &err);
-    CHECK_MSG(st == CR_OK, "ctx: %s", err.msg);
-    return c;
 }
 
 /* The small models: dim 64, 4 heads / 2 KV heads, ffn 96; qwen3 and gemma

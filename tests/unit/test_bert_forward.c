@@ -28,6 +28,7 @@
 #include "tools/synth/synth.h"
 #include "services/runner/text/tokenizer.h"
 #include "tests/unit/check.h"
+#include "tests/unit/forward_check.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -301,17 +302,6 @@ static bool ref_embed(const ref_t *r, const int32_t *tok, int n, double *out)
 }
 
 /* ---- helpers ---------------------------------------------------------- */
-
-static double cosine(const float *a, const double *b, int n)
-{
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += b[i] * b[i];
-    }
-    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0;
-}
 
 static void bert_opts(const char *arch, int pooling, rn_synth_opts_t *o)
 {

@@ -18,6 +18,7 @@
 #include "services/runner/model/model.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/forward_check.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -63,29 +64,6 @@ static void mem_free(mem_model_t *mm)
     rn_model_destroy(&mm->m);
     free(mm->bytes);
     mm->bytes = NULL;
-}
-
-static rn_ctx_t *new_ctx(const rn_model_t *m, int n_ctx, int n_batch)
-{
-    cr_err_t err;
-    cr_err_clear(&err);
-    rn_ctx_t *c = NULL;
-    rn_ctx_opts_t o = {.n_ctx = n_ctx, .n_batch = n_batch};
-    CHECK_MSG(rn_ctx_new(m, &o, &c, &err) == CR_OK, "ctx: %s", err.msg);
-    return c;
-}
-
-static bool all_finite(const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return false;
-    return true;
-}
-
-static bool same(const float *a, const float *b, size_t n)
-{
-    return memcmp(a, b, n * sizeof(float)) == 0;
 }
 
 static const int32_t toks_g[] = {1, 300, 17, 450, 42, 99, 260, 3, 498, 7, 123, 321};

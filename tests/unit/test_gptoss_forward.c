@@ -33,6 +33,7 @@
 #include "services/runner/model/model.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/forward_check.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -349,17 +350,6 @@ static bool ref_forward(ref_t *r, const int32_t *tok, int n, double *out)
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static double cosine(const float *a, const double *b, size_t n)
-{
-    double ab = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < n; i++) {
-        ab += a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 static void gptoss_opts(rn_synth_opts_t *o, cr_type_t type, cr_type_t experts)
 {
     rn_synth_defaults(o);
@@ -382,17 +372,6 @@ static void gptoss_opts(rn_synth_opts_t *o, cr_type_t type, cr_type_t experts)
     o->rope_yarn = 32.0f;
     o->yarn_orig_ctx = 4096;
     o->weight_std = 0.1f;
-}
-
-static rn_ctx_t *new_ctx(const rn_model_t *m, int n_batch)
-{
-    rn_ctx_opts_t co = {.n_ctx = 32, .n_batch = n_batch};
-    rn_ctx_t *c = NULL;
-    cr_err_t err;
-    cr_err_clear(&err);
-    if (rn_ctx_new(m, &co, &c, &err))
-        fprintf(stderr, "ctx: %s\n", err.msg);
-    return c;
 }
 
 /* Loads o's model from memory; *bytes_out (caller frees) keeps the bytes
@@ -430,7 +409,7 @@ static void check_model(const char *label, cr_type_t type, cr_type_t experts, do
     size_t V = (size_t)hp->n_vocab;
     float *all = malloc(V * N_TOK * sizeof *all), *step = malloc(V * sizeof *step);
     double *ref = malloc(V * N_TOK * sizeof *ref);
-    rn_ctx_t *c = new_ctx(m, 64);
+    rn_ctx_t *c = new_ctx(m, 32, 64);
     CHECK(all && step && ref && c);
     if (!all || !step || !ref || !c)
         goto out;
@@ -439,7 +418,7 @@ static void check_model(const char *label, cr_type_t type, cr_type_t experts, do
     /* decode == prefill: one token at a time, and chunks of 5, give the
      * same bits (every kernel takes the same float steps for a row alone
      * or in a batch; the sliding window's split calls too) */
-    rn_ctx_t *c1 = new_ctx(m, 64), *c5 = new_ctx(m, 5);
+    rn_ctx_t *c1 = new_ctx(m, 32, 64), *c5 = new_ctx(m, 32, 5);
     float *chunked = malloc(V * N_TOK * sizeof *chunked);
     bool same_decode = c1 && c5 && chunked;
     for (int t = 0; same_decode && t < N_TOK; t++) {
@@ -544,7 +523,7 @@ static void test_split(void)
                          .ranges = {{.be = be2, .first_layer = 2, .n_layers = 2}}};
     CHECK_EQ_INT(cr_gguf_open_memory(bytes, len, &g, &err), CR_OK);
     CHECK_EQ_INT(rn_model_load_gguf_placed(&g, &pl, &m2, &err), CR_OK);
-    rn_ctx_t *c1 = m1 ? new_ctx(m1, 64) : NULL, *c2 = m2 ? new_ctx(m2, 64) : NULL;
+    rn_ctx_t *c1 = m1 ? new_ctx(m1, 32, 64) : NULL, *c2 = m2 ? new_ctx(m2, 32, 64) : NULL;
     CHECK(c1 && c2);
     if (c1 && c2) {
         /* the embeddings (with the output layer, on be2), layers 0-1,
@@ -690,7 +669,7 @@ static void test_ollama_layout(void)
           cr_gguf_tensor_find(g, "blk.2.attn_sinks"));
     cr_status_t st = rn_model_load_gguf(&g, be_g, &m2, &err);
     CHECK_MSG(st == CR_OK, "Ollama layout: %s", err.msg);
-    rn_ctx_t *c1 = m1 ? new_ctx(m1, 64) : NULL, *c2 = m2 ? new_ctx(m2, 64) : NULL;
+    rn_ctx_t *c1 = m1 ? new_ctx(m1, 32, 64) : NULL, *c2 = m2 ? new_ctx(m2, 32, 64) : NULL;
     if (c1 && c2) {
         const rn_hparams_t *hp = rn_model_hparams(m2);
         CHECK(hp->yarn.ext_factor == 1 && hp->ffn_expert == 64);
