@@ -60,3 +60,30 @@ bool cr_parser_has_thinking(const char *name)
     const format_t *f = find(CR_FORMAT_PARSER, name);
     return f && f->thinking;
 }
+
+/* ---- a Jinja template's tags ---- */
+
+/* Tool-call openers real templates write, most specific first. */
+static const char *const TOOL_TAGS[] = {
+    "<tool_call>", "<|tool_call_start|>", "<|tool_calls_section_begin|>", "[TOOL_CALLS]",
+    "<|python_tag|>", "<function_calls>", "<tool_calls>", NULL};
+
+static bool has(const char *src, size_t len, const char *needle)
+{
+    return memmem(src, len, needle, strlen(needle)) != NULL;
+}
+
+void cr_jinja_tags_infer(const char *src, size_t len, cr_jinja_tags_t *tags)
+{
+    memset(tags, 0, sizeof *tags);
+    if (has(src, len, "<think>") && has(src, len, "</think>")) {
+        snprintf(tags->think_open, sizeof tags->think_open, "<think>");
+        snprintf(tags->think_close, sizeof tags->think_close, "</think>");
+    }
+    tags->uses_tools = has(src, len, "tools");
+    for (size_t i = 0; tags->uses_tools && TOOL_TAGS[i]; i++)
+        if (has(src, len, TOOL_TAGS[i])) {
+            snprintf(tags->tool_tag, sizeof tags->tool_tag, "%s", TOOL_TAGS[i]);
+            break;
+        }
+}

@@ -2,7 +2,8 @@
  * can name (Modelfile RENDERER / PARSER, create's `renderer` / `parser`,
  * stored in the config blob as Ollama stores them).
  *
- * Only the names and what each parser can do live here: the registry
+ * Only the names and what each parser can do live here (and what a Jinja
+ * template's text implies, for models without a parser): the registry
  * refuses unknown names at create and derives capabilities from them; the
  * runner implements them (services/runner/prompt/renderer*.c,
  * services/runner/output/parser*.c) and looks them up by the same names. */
@@ -31,5 +32,19 @@ const char *cr_format_kind_name(cr_format_kind_t kind);
  * unknown names (and NULL). */
 bool cr_parser_has_tools(const char *name);
 bool cr_parser_has_thinking(const char *name);
+
+/* What a model's own Jinja chat template (tokenizer.chat_template) says of
+ * its output, from the source text alone: think_open/think_close
+ * ("<think>"/"</think>" when it writes both; else empty), tool_tag (the
+ * known tool-call opening tag it writes, e.g. "<tool_call>"; else empty)
+ * and whether it reads `tools` at all. The runner splits answers by these;
+ * the registry derives the tools/thinking capabilities from the same. */
+typedef struct cr_jinja_tags {
+    char think_open[32], think_close[32];
+    char tool_tag[32];
+    bool uses_tools;
+} cr_jinja_tags_t;
+
+void cr_jinja_tags_infer(const char *src, size_t len, cr_jinja_tags_t *tags);
 
 #endif

@@ -270,16 +270,13 @@ bool reg_model_jinja_template(const reg_model_t *m, const cr_gguf_t *g, cr_gguf_
            cr_gguf_get_str(g, "tokenizer.chat_template", src) && src->len > 0;
 }
 
-static bool jinja_has(const cr_gguf_str_t *src, const char *needle)
-{
-    return memmem(src->ptr, (size_t)src->len, needle, strlen(needle)) != NULL;
-}
-
 size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
                               const char *out[REG_MAX_CAPS])
 {
     cr_gguf_str_t jinja;
-    bool has_jinja = reg_model_jinja_template(m, g, &jinja);
+    cr_jinja_tags_t jt = {0};
+    if (reg_model_jinja_template(m, g, &jinja))
+        cr_jinja_tags_infer(jinja.ptr, (size_t)jinja.len, &jt);
     size_t n = 0;
     if (g) {
         out[n++] = reg_gguf_is_embedding(g) ? "embedding" : "completion";
@@ -290,25 +287,20 @@ size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
      * capability as Ollama's parserCapabilities does. */
     const char *parser = reg_model_config_str(m, "parser");
     bool tools = cr_parser_has_tools(parser);
-    if (m->template_text && reg_template_uses(m->template_text, "Tools"))
+    if (m->template_text ? reg_template_uses(m->template_text, "Tools") : jt.uses_tools)
         tools = true;
     if (tools)
         out[n++] = "tools";
-    if (m->template_text) {
-        if (reg_template_uses(m->template_text, "Suffix"))
-            out[n++] = "insert";
-    } else if (has_jinja && jinja_has(&jinja, "tools")) {
-        out[n++] = "tools";
-    }
+    if (m->template_text && reg_template_uses(m->template_text, "Suffix"))
+        out[n++] = "insert";
     bool vision = false;
     for (size_t i = 0; i < n; i++)
         vision |= !strcmp(out[i], "vision");
     if (!vision && reg_manifest_find(&m->manifest, REG_MT_PROJECTOR))
         out[n++] = "vision";
     if (cr_parser_has_thinking(parser) ||
-        (m->template_text && reg_template_uses(m->template_text, "Thinking")))
-        out[n++] = "thinking";
-    else if (has_jinja && jinja_has(&jinja, "<think>") && jinja_has(&jinja, "</think>"))
+        (m->template_text ? reg_template_uses(m->template_text, "Thinking")
+                          : jt.think_open[0] != '\0'))
         out[n++] = "thinking";
     return n;
 }

@@ -110,7 +110,7 @@ struct rn_engine {
      * what the output stages split its answers by, and the vocabulary's
      * BOS/EOS texts it is given. */
     jj_template_t *jinja;
-    rn_prompt_jinja_tags_t jinja_tags;
+    cr_jinja_tags_t jinja_tags; /* lib/chat_formats.h */
     char *bos_text, *eos_text;
     int n_ctx;
     int n_slots;
@@ -247,7 +247,7 @@ static cr_status_t load_jinja(rn_engine_t *e, const msg_load_body_t *load, cr_er
     e->jinja = jj_template_new(src.ptr, (size_t)src.len, err);
     if (!e->jinja)
         return cr_err_wrap(err, "chat template of %s", load->name);
-    rn_prompt_jinja_infer(src.ptr, (size_t)src.len, &e->jinja_tags);
+    cr_jinja_tags_infer(src.ptr, (size_t)src.len, &e->jinja_tags);
     e->bos_text = token_text_dup(e->tok, rn_tokenizer_bos(e->tok));
     e->eos_text = token_text_dup(e->tok, rn_tokenizer_eos(e->tok));
     if (!e->bos_text || !e->eos_text)

@@ -8,6 +8,7 @@
 #include "lib/prelude.h"
 
 #include "services/runner/prompt/prompt_jinja.h"
+#include "lib/chat_formats.h"
 #include "tests/unit/check.h"
 
 static jj_template_t *parse(const char *src)
@@ -151,15 +152,15 @@ static void test_errors_and_tags(void)
     CHECK(r.text == NULL);
     jj_template_destroy(&t);
 
-    rn_prompt_jinja_tags_t tags;
+    cr_jinja_tags_t tags;
     const char *qwen = "{% if tools %}<tool_call>{% endif %}<think>\n{{ x }}</think>";
-    rn_prompt_jinja_infer(qwen, strlen(qwen), &tags);
+    cr_jinja_tags_infer(qwen, strlen(qwen), &tags);
     CHECK_EQ_STR(tags.think_open, "<think>");
     CHECK_EQ_STR(tags.think_close, "</think>");
     CHECK_EQ_STR(tags.tool_tag, "<tool_call>");
     CHECK(tags.uses_tools);
     const char *plain = "{% for m in messages %}{{ m.content }}{% endfor %}";
-    rn_prompt_jinja_infer(plain, strlen(plain), &tags);
+    cr_jinja_tags_infer(plain, strlen(plain), &tags);
     CHECK(!tags.uses_tools && !tags.think_open[0] && !tags.tool_tag[0]);
 }
 

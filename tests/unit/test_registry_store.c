@@ -1274,6 +1274,31 @@ static void test_jinja_template(void)
         cr_buf_free(&body);
         reg_model_destroy(&m);
     }
+    /* A parser that finds tools as well as a Jinja template that reads
+     * them: "tools" is listed once (it was listed twice). */
+    upload_tiny(s, digest);
+    create_args_t ap = {.model = "jinjaparser", .file_digest = digest, .parser = "harmony"};
+    CHECK(do_create(s, &ap, NULL, &err) == CR_OK);
+    cr_model_name_parse("jinjaparser", &n, NULL);
+    m = NULL;
+    CHECK(reg_model_load(s, &n, &m, &err) == CR_OK);
+    if (m) {
+        cr_buf_t body;
+        cr_buf_init(&body, 1 << 20);
+        CHECK(reg_show_body(s, m, false, NULL, NULL, &body, &err) == CR_OK);
+        json_t *j = json_loads(body.data ? body.data : "", 0, NULL);
+        json_t *caps = json_object_get(j, "capabilities");
+        int n_tools = 0, n_thinking = 0;
+        for (size_t i = 0; i < json_array_size(caps); i++) {
+            n_tools += !strcmp(json_string_value(json_array_get(caps, i)), "tools");
+            n_thinking += !strcmp(json_string_value(json_array_get(caps, i)), "thinking");
+        }
+        CHECK_EQ_INT(n_tools, 1);
+        CHECK_EQ_INT(n_thinking, 1);
+        json_decref(j);
+        cr_buf_free(&body);
+        reg_model_destroy(&m);
+    }
     const char *build = getenv("CORRAL_BUILD_DIR");
     char runner[1024];
     snprintf(runner, sizeof runner, "%s/bin/corral-runner", build ? build : ".");

@@ -46,16 +46,5 @@ typedef struct rn_prompt_jinja {
 cr_status_t rn_prompt_jinja_chat(const rn_prompt_jinja_t *in, rn_prompt_result_t *out,
                                  cr_err_t *err);
 
-/* What the output stages split by, inferred from the template's source:
- * think_open/think_close ("<think>"/"</think>" when the template writes
- * both; else empty), tool_tag (the known tool-call opening tag it writes,
- * e.g. "<tool_call>"; else empty) and whether it reads `tools` at all. */
-typedef struct rn_prompt_jinja_tags {
-    char think_open[32], think_close[32];
-    char tool_tag[32];
-    bool uses_tools;
-} rn_prompt_jinja_tags_t;
-
-void rn_prompt_jinja_infer(const char *src, size_t len, rn_prompt_jinja_tags_t *tags);
 
 #endif
