@@ -15,8 +15,10 @@
 
 #define MAX_PARTS 1024          /* parts of one blob (state files) */
 #define STATE_SAVE_MS 200       /* how often a running part's state is saved */
-/* ... and after this many new bytes, so a fast link that a kill interrupts
- * within one interval still keeps most of what it fetched. */
+/* ... and, from the write callback, after this many new bytes: one
+ * curl_multi_perform on a fast link can move tens of MB per part (512 KB
+ * buffers, many reads a call), so a kill within the first interval would
+ * otherwise lose everything fetched. */
 #define STATE_SAVE_BYTES (8 << 20)
 #define POLL_MS 50              /* multi loop wake-up */
 #define RESOLVE_REDIRECTS 10    /* same-host redirects followed */
@@ -290,6 +292,11 @@ static size_t on_data(char *data, size_t sz, size_t nm, void *ud)
         atomic_fetch_add(p->f->completed, (long long)w);
     }
     p->last_byte_ms = now_ms();
+    if (p->completed - p->saved_completed >= STATE_SAVE_BYTES) {
+        save_part(p);
+        p->saved_ms = p->last_byte_ms;
+        p->saved_completed = p->completed;
+    }
     return len;
 }
 
@@ -451,8 +458,8 @@ static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
                 cr_log_info("sha256:%.12s part %d stalled; restarting", f->hex,
                             p->n);
                 stop_part(m, p);
-            } else if (now - p->saved_ms >= STATE_SAVE_MS ||
-                       p->completed - p->saved_completed >= STATE_SAVE_BYTES) {
+            } else if (now - p->saved_ms >= STATE_SAVE_MS &&
+                       p->completed != p->saved_completed) {
                 save_part(p);
                 p->saved_ms = now;
                 p->saved_completed = p->completed;
