@@ -57,6 +57,8 @@ llama-q8_0|0.999|--arch llama --type q8_0
 llama-q4_0|0.999|--arch llama --type q4_0
 llama-q6_k|0.999|--arch llama --type q6_k
 llama-bf16|0.9999|--arch llama --type bf16
+llama-linear|0.9999|--arch llama --type f32 --rope-linear 4
+llama-yarn|0.9999|--arch llama --type f32 --rope-yarn 4 --yarn-orig-ctx 64
 qwen2-f32|0.9999|--arch qwen2 --type f32
 qwen3-f32|0.9999|--arch qwen3 --type f32 --head-dim 32
 gemma2-f32|0.9999|--arch gemma2 --type f32 --window 8 --swa-pattern 2 --attn-softcap 50 --final-softcap 30 --tied

@@ -198,7 +198,8 @@ static void ref_init_family(ref_t *r)
     r->exaone4 = !strcmp(r->arch, "exaone4");
     r->post_only = r->olmo2 || r->exaone4;
     r->smollm3 = !strcmp(r->arch, "smollm3");
-    r->rope_normal = r->granite || r->smollm3 || !strcmp(r->arch, "mistral3");
+    r->rope_normal = r->granite || r->smollm3 || !strcmp(r->arch, "mistral3") ||
+                     !strcmp(r->arch, "llama");
     r->embd_scale = r->granite ? f32_key(r, "embedding_scale", 1) : 1;
     r->residual_scale = r->granite && r->mut != MUT_NO_RESIDUAL_SCALE
                             ? f32_key(r, "residual_scale", 1) : 1;
@@ -848,6 +849,9 @@ static void test_archs(void)
     static const mutant_t linear[] = {MUT_NO_LINEAR};
     check_arch("gemma3", "linear", linear, (int)CR_ARRAY_LEN(linear));
     check_arch("qwen3", "linear", linear, (int)CR_ARRAY_LEN(linear));
+    /* llama's adjacent pairs, scaled through the YaRN op (it once ran
+     * unscaled) */
+    check_arch("llama", "linear", linear, (int)CR_ARRAY_LEN(linear));
 
     /* the dense families of issue 13 */
     static const mutant_t granite[] = {MUT_ROPE_NEOX, MUT_NO_EMBD_SCALE,
@@ -888,6 +892,7 @@ static void test_archs(void)
     static const mutant_t yarn_q[] = {MUT_NO_YARN_RAMP, MUT_YARN_MSCALE};
     check_arch("qwen3", "yarn-qwen", yarn_q, (int)CR_ARRAY_LEN(yarn_q));
     check_arch("qwen2", "yarn-qwen", yarn_q, (int)CR_ARRAY_LEN(yarn_q));
+    check_arch("llama", "yarn-qwen", yarn_q, (int)CR_ARRAY_LEN(yarn_q));
     static const mutant_t yarn_o[] = {MUT_NO_YARN_RAMP, MUT_YARN_MSCALE, MUT_YARN_SWA};
     check_arch("olmo2", "yarn-qwen", yarn_o, (int)CR_ARRAY_LEN(yarn_o));
 }

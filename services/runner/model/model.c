@@ -559,6 +559,47 @@ static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
     return CR_OK;
 }
 
+/* llama.rope.scaling.*: llama ropes adjacent pairs, which only the YaRN op
+ * can scale, so linear scaling runs there with ext_factor 0 (plain
+ * positions * 1/factor) and "yarn" as for mistral3. As in llama.cpp, the
+ * factor applies unless the type is "none"; Llama 3's own scaling is the
+ * rope_freqs tensor, not a key. Before this, a linear-scaled llama ran
+ * unscaled without a word. */
+static cr_status_t read_llama_scaling(rn_model_t *m, cr_err_t *err)
+{
+    const cr_gguf_t *g = m->g;
+    rn_hparams_t *hp = &m->hp;
+    char key[128], type[32] = "";
+    snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
+    bool has_type = cr_gguf_kv_find(g, key) != NULL;
+    if (has_type && !cr_gguf_get_strz(g, key, type, sizeof type))
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a short string", key);
+    float factor = 1.0f;
+    cr_status_t st = get_float(g, hp->arch, "rope.scaling.factor", 1.0f, &factor, err);
+    if (st)
+        return st;
+    if (!strcmp(type, "none") || factor == 1.0f)
+        return CR_OK;
+    if (!(factor > 0.0f) || !isfinite(factor))
+        return cr_err_set(err, CR_E_CORRUPT, "%s.rope.scaling.factor %g is not a "
+                          "positive number", hp->arch, (double)factor);
+    if ((st = get_float(g, hp->arch, "rope.scaling.attn_factor", 1.0f,
+                        &hp->rope_attn_factor, err)) ||
+        (st = get_int(g, hp->arch, "rope.scaling.original_context_length", false,
+                      hp->n_ctx_train, 1, RN_MODEL_MAX_CTX, &hp->n_ctx_orig, err)))
+        return st;
+    if (!strcmp(type, "yarn"))
+        return read_yarn(m, factor, err);
+    if (has_type && strcmp(type, "linear"))
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s': llama supports "
+                          "linear and YaRN rope scaling", key, type);
+    hp->rope_yarn = true;
+    hp->yarn = yarn_params(hp, hp->rope_base, 1.0f / factor, false);
+    hp->yarn.normal = true;
+    hp->yarn_swa = hp->yarn;
+    return CR_OK;
+}
+
 /* <arch>.expert_*: the mixture-of-experts keys (model.h). qwen3moe and
  * gpt-oss must have experts; llama may (Mixtral); the other architectures
  * are read as dense whatever they say. gpt-oss's gating is fixed by
@@ -709,7 +750,8 @@ static cr_status_t read_hparams(rn_model_t *m, cr_err_t *err)
         (st = read_pooling(m, err)) || (st = read_arch_features(m, err)) ||
         (st = read_experts(m, err)))
         return st;
-    return hp->arch_id == RN_ARCH_LLAMA ? CR_OK : read_rope_scaling(m, err);
+    return hp->arch_id == RN_ARCH_LLAMA ? read_llama_scaling(m, err)
+                                        : read_rope_scaling(m, err);
 }
 
 /* ---- tensors ---------------------------------------------------------- */

@@ -195,11 +195,13 @@ typedef struct rn_hparams {
 #define RN_SWIGLU_OAI_LIMIT 7.0f
 /* True when the pass is llama's exactly (normal rope, no optional op), so
  * it runs on a backend without be_ext_ops: llama, smollm3, and mistral3
- * without YaRN or attention temperature. */
+ * without attention temperature, none of them with rope scaling (which
+ * goes through the YaRN op). */
 static inline bool rn_hparams_llama_graph(const rn_hparams_t *hp)
 {
-    return hp->arch_id == RN_ARCH_LLAMA || hp->arch_id == RN_ARCH_SMOLLM3 ||
-           (hp->arch_id == RN_ARCH_MISTRAL3 && !hp->rope_yarn && hp->attn_temp == 0);
+    return (hp->arch_id == RN_ARCH_LLAMA || hp->arch_id == RN_ARCH_SMOLLM3 ||
+            (hp->arch_id == RN_ARCH_MISTRAL3 && hp->attn_temp == 0)) &&
+           !hp->rope_yarn;
 }
 
 /* Shapes are [rows][cols] as the forward pass uses them (GGUF ne = {cols,
