@@ -669,7 +669,8 @@ static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
 
 /* Without a template layer the runner renders the GGUF's own Jinja chat
  * template: one it cannot parse fails the create here, naming the
- * construct. Without a runner binary to ask, the load reports it instead. */
+ * construct. Without a runner binary to ask, the load reports it instead.
+ * Sets b->parser from the template when neither PARSER nor RENDERER is. */
 static cr_status_t check_jinja(build_t *b, cr_err_t *err)
 {
     if (reg_manifest_find(&b->man, REG_MT_TEMPLATE))
@@ -683,6 +684,10 @@ static cr_status_t check_jinja(build_t *b, cr_err_t *err)
     bool has_jinja = false;
     if (!open_blob_gguf(b, model->hex, &g, NULL))
         has_jinja = cr_gguf_get_str(g, "tokenizer.chat_template", &src) && src.len;
+    /* The built-in parser matching the template's output format is stored
+     * as the model's PARSER (show lists it; the runner splits by it). */
+    if (has_jinja && !(b->parser && *b->parser) && !(b->renderer && *b->renderer))
+        b->parser = cr_jinja_parser_infer(src.ptr, (size_t)src.len);
     cr_gguf_close(&g);
     if (!has_jinja)
         return CR_OK;
