@@ -132,4 +132,27 @@ cr_status_t rn_synth_write(const rn_synth_opts_t *o, const char *path,
 cr_status_t rn_synth_write_memory(const rn_synth_opts_t *o, void **out,
                                   size_t *len, cr_err_t *err);
 
+/* ---- LoRA adapters (synth_lora.c) ----
+ *
+ * A llama.cpp GGUF LoRA adapter for the base model file at base_path:
+ * general.type "adapter", adapter.type "lora", the base's architecture (or
+ * arch), adapter.lora.alpha, and for each target base tensor T (ne {in,
+ * out}) T.lora_a (ne {in, rank}) and T.lora_b (ne {rank, out}), F32,
+ * entries N(0, std) from seed. Tests read A and B back from the file. */
+typedef struct rn_synth_lora_opts {
+    uint64_t seed;
+    int rank;                    /* >= 1 */
+    float alpha;                 /* adapter.lora.alpha; <= 0: not written */
+    float std;                   /* of A and B entries; 0: 0.05 */
+    const char *const *targets;  /* NULL-terminated base tensor names */
+    const char *arch;            /* general.architecture; NULL: the base's */
+    const char *adapter_type;    /* adapter.type; NULL: "lora" */
+} rn_synth_lora_opts_t;
+
+/* Writes the adapter to path (atomically). CR_E_INVALID for rank < 1 or a
+ * target the base lacks or that is not a matrix; errors of reading the
+ * base and writing. */
+cr_status_t rn_synth_lora_write(const rn_synth_lora_opts_t *o, const char *base_path,
+                                const char *path, cr_err_t *err);
+
 #endif
