@@ -2,12 +2,15 @@
  * a GGUF file: the inverse of the registry's safetensors import, so the
  * import can be tested without downloads.
  *
- *   corral-gguf-to-hf IN.gguf OUTDIR [--shards N] [--vocab-only]
+ *   corral-gguf-to-hf IN.gguf OUTDIR [--shards N] [--vocab-only] [--jinja-file]
  *
+ * (--jinja-file: the chat template in chat_template.jinja, as newer
+ * folders have it, not in tokenizer_config.json)
  * Writes config.json, model.safetensors (or N shards and
  * model.safetensors.index.json), tokenizer.json and tokenizer_config.json.
  * Architectures: llama (Q/K rows un-permuted to Hugging Face's layout),
- * qwen2, qwen3; tensors F32, F16 or BF16 (quantized ones are refused).
+ * qwen2, qwen3, qwen3moe (expert stacks split per expert); tensors F32,
+ * F16 or BF16 (quantized ones are refused).
  * Tokenizers: "llama" (SentencePiece: a byte_fallback BPE whose merges are
  * every split of a token into two tokens, in score order) and "gpt2" with
  * the pre-tokenizers gpt-2, llama-bpe/llama3 and qwen2. */
@@ -65,7 +68,8 @@ static int write_config(const cr_gguf_t *g, const char *arch, const char *dir)
         const char *arch, *hf, *type;
     } names[] = {{"llama", "LlamaForCausalLM", "llama"},
                  {"qwen2", "Qwen2ForCausalLM", "qwen2"},
-                 {"qwen3", "Qwen3ForCausalLM", "qwen3"}};
+                 {"qwen3", "Qwen3ForCausalLM", "qwen3"},
+                 {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"}};
     const char *hf = NULL, *type = NULL;
     for (size_t i = 0; i < CR_ARRAY_LEN(names); i++)
         if (!strcmp(arch, names[i].arch)) {
@@ -108,6 +112,17 @@ static int write_config(const cr_gguf_t *g, const char *arch, const char *dir)
     json_object_set_new(c, "tie_word_embeddings",
                         json_boolean(!cr_gguf_tensor_find(g, "output.weight")));
     json_object_set_new(c, "torch_dtype", json_string("float32"));
+    uint64_t ne = 0, nu = 0, fe = 0;
+    if (get_u(g, arch, "expert_count", &ne) && get_u(g, arch, "expert_used_count", &nu)) {
+        json_object_set_new(c, "num_experts", json_integer((json_int_t)ne));
+        json_object_set_new(c, "num_experts_per_tok", json_integer((json_int_t)nu));
+        if (get_u(g, arch, "expert_feed_forward_length", &fe))
+            json_object_set_new(c, "moe_intermediate_size", json_integer((json_int_t)fe));
+        bool norm;
+        snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+        if (cr_gguf_get_bool(g, key, &norm))
+            json_object_set_new(c, "norm_topk_prob", json_boolean(norm));
+    }
     return write_json(dir, "config.json", c);
 }
 
@@ -194,7 +209,7 @@ static json_t *pre_tokenizer_for(const char *pre)
                      "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0);
 }
 
-static int write_tokenizer(const cr_gguf_t *g, const char *dir)
+static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
 {
     char model[32] = "", pre[64] = "default", buf[1024];
     cr_gguf_get_strz(g, "tokenizer.ggml.model", model, sizeof model);
@@ -281,7 +296,20 @@ static int write_tokenizer(const cr_gguf_t *g, const char *dir)
     cr_gguf_str_t ct;
     if (cr_gguf_get_str(g, "tokenizer.chat_template", &ct)) {
         char *s = gstr(ct);
-        json_object_set_new(tc, "chat_template", json_string(s));
+        if (jinja_file) {
+            char path[1024];
+            snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+            FILE *f = fopen(path, "wb");
+            if (!f || fputs(s, f) < 0) {
+                free(s);
+                if (f)
+                    fclose(f);
+                return fail("cannot write %s", path);
+            }
+            fclose(f);
+        } else {
+            json_object_set_new(tc, "chat_template", json_string(s));
+        }
         free(s);
     }
     return write_json(dir, "tokenizer_config.json", tc);
@@ -306,7 +334,7 @@ static bool hf_name(const char *gn, char *out, size_t cap)
         {"attn_output", "self_attn.o_proj"},   {"attn_q_norm", "self_attn.q_norm"},
         {"attn_k_norm", "self_attn.k_norm"},   {"ffn_norm", "post_attention_layernorm"},
         {"ffn_gate", "mlp.gate_proj"},         {"ffn_up", "mlp.up_proj"},
-        {"ffn_down", "mlp.down_proj"}};
+        {"ffn_down", "mlp.down_proj"},         {"ffn_gate_inp", "mlp.gate"}};
     int l, used = 0;
     char part[64], kind[16];
     if (sscanf(gn, "blk.%d.%63[a-z_].%15[a-z]%n", &l, part, kind, &used) != 3 ||
@@ -322,8 +350,12 @@ static bool hf_name(const char *gn, char *out, size_t cap)
 
 typedef struct out_tensor {
     char name[160];
-    const cr_gguf_tensor_t *t;
-    int64_t heads; /* > 0: un-permute rows in this many heads */
+    const char *dtype;   /* "F32", "F16", "BF16" */
+    const uint8_t *data; /* into the GGUF mapping */
+    uint64_t size_bytes;
+    uint32_t n_dims;
+    uint64_t shape[4];   /* Hugging Face order: rows first */
+    int64_t heads;       /* > 0: un-permute rows in this many heads */
 } out_tensor_t;
 
 static int write_shard(const char *path, const out_tensor_t *ts, size_t n)
@@ -331,16 +363,14 @@ static int write_shard(const char *path, const out_tensor_t *ts, size_t n)
     json_t *h = json_object();
     uint64_t off = 0;
     for (size_t i = 0; i < n; i++) {
-        const cr_gguf_tensor_t *t = ts[i].t;
-        const char *dt = t->type == CR_TYPE_F32 ? "F32" : t->type == CR_TYPE_F16 ? "F16" : "BF16";
         json_t *shape = json_array();
-        for (uint32_t d = t->n_dims; d-- > 0;)
-            json_array_append_new(shape, json_integer((json_int_t)t->ne[d]));
+        for (uint32_t d = 0; d < ts[i].n_dims; d++)
+            json_array_append_new(shape, json_integer((json_int_t)ts[i].shape[d]));
         json_object_set_new(h, ts[i].name,
-                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", dt, "shape", shape,
-                                      "data_offsets", (json_int_t)off,
-                                      (json_int_t)(off + t->size_bytes)));
-        off += t->size_bytes;
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", ts[i].dtype, "shape",
+                                      shape, "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + ts[i].size_bytes)));
+        off += ts[i].size_bytes;
     }
     json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
     char *text = json_dumps(h, JSON_COMPACT);
@@ -348,6 +378,8 @@ static int write_shard(const char *path, const out_tensor_t *ts, size_t n)
     FILE *f = fopen(path, "wb");
     if (!f || !text) {
         free(text);
+        if (f)
+            fclose(f);
         return fail("cannot write %s", path);
     }
     size_t len = strlen(text), padded = (len + 7) & ~(size_t)7;
@@ -360,14 +392,13 @@ static int write_shard(const char *path, const out_tensor_t *ts, size_t n)
         fputc(' ', f);
     free(text);
     for (size_t i = 0; i < n; i++) {
-        const cr_gguf_tensor_t *t = ts[i].t;
-        const uint8_t *d = t->data;
+        const uint8_t *d = ts[i].data;
         if (ts[i].heads <= 0) {
-            fwrite(d, 1, (size_t)t->size_bytes, f);
+            fwrite(d, 1, (size_t)ts[i].size_bytes, f);
             continue;
         }
         /* HF row h*hd + j*hd/2 + i is GGUF row h*hd + 2i + j */
-        uint64_t rows = t->ne[1], rb = t->size_bytes / rows;
+        uint64_t rows = ts[i].shape[0], rb = ts[i].size_bytes / rows;
         uint64_t hd = rows / (uint64_t)ts[i].heads, half = hd / 2;
         for (uint64_t r = 0; r < rows; r++) {
             uint64_t head = r / hd, jj = (r % hd) / half, ii = (r % hd) % half;
@@ -377,10 +408,44 @@ static int write_shard(const char *path, const out_tensor_t *ts, size_t n)
     return fclose(f) ? fail("cannot write %s", path) : 0;
 }
 
+/* Adds GGUF tensor t (or, for a [E][rows][cols] expert stack, one tensor
+ * per expert) to ts at *n. */
+static int add_out(const cr_gguf_tensor_t *t, out_tensor_t *ts, size_t *n, size_t cap)
+{
+    const char *dt = t->type == CR_TYPE_F32 ? "F32" : t->type == CR_TYPE_F16 ? "F16" : "BF16";
+    int l = 0, used = 0;
+    char part[64];
+    if (t->n_dims == 3 && sscanf(t->name, "blk.%d.ffn_%63[a-z]_exps.weight%n", &l, part,
+                                 &used) == 2 && !t->name[used]) {
+        uint64_t per = t->size_bytes / t->ne[2];
+        for (uint64_t e = 0; e < t->ne[2]; e++) {
+            if (*n >= cap)
+                return fail("too many tensors");
+            out_tensor_t *o = &ts[(*n)++];
+            *o = (out_tensor_t){.dtype = dt, .data = (const uint8_t *)t->data + e * per,
+                                .size_bytes = per, .n_dims = 2,
+                                .shape = {t->ne[1], t->ne[0]}};
+            snprintf(o->name, sizeof o->name, "model.layers.%d.mlp.experts.%" PRIu64
+                     ".%s_proj.weight", l, e, part);
+        }
+        return 0;
+    }
+    if (*n >= cap)
+        return fail("too many tensors");
+    out_tensor_t *o = &ts[(*n)++];
+    *o = (out_tensor_t){.dtype = dt, .data = t->data, .size_bytes = t->size_bytes,
+                        .n_dims = t->n_dims};
+    for (uint32_t d = 0; d < t->n_dims; d++)
+        o->shape[d] = t->ne[t->n_dims - 1 - d];
+    if (!hf_name(t->name, o->name, sizeof o->name))
+        return fail("tensor %s has no Hugging Face name here", t->name);
+    return 0;
+}
+
 static int write_tensors(const cr_gguf_t *g, const char *arch, const char *dir, int shards)
 {
-    size_t n = cr_gguf_tensor_count(g);
-    out_tensor_t *ts = calloc(n + 1, sizeof *ts);
+    size_t n_in = cr_gguf_tensor_count(g), n = 0, cap = 1 << 16;
+    out_tensor_t *ts = calloc(cap, sizeof *ts);
     if (!ts)
         return fail("out of memory");
     uint64_t heads = 0, kv = 0;
@@ -388,17 +453,21 @@ static int write_tensors(const cr_gguf_t *g, const char *arch, const char *dir, 
     if (!get_u(g, arch, "attention.head_count_kv", &kv))
         kv = heads;
     bool llama = !strcmp(arch, "llama");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n_in; i++) {
         const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
-        if (t->type != CR_TYPE_F32 && t->type != CR_TYPE_F16 && t->type != CR_TYPE_BF16)
+        if (t->type != CR_TYPE_F32 && t->type != CR_TYPE_F16 && t->type != CR_TYPE_BF16) {
+            free(ts);
             return fail("tensor %s is quantized; only F32, F16, BF16 are written", t->name);
-        if (!hf_name(t->name, ts[i].name, sizeof ts[i].name))
-            return fail("tensor %s has no Hugging Face name here", t->name);
-        ts[i].t = t;
+        }
+        size_t at = n;
+        if (add_out(t, ts, &n, cap)) {
+            free(ts);
+            return 1;
+        }
         if (llama && strstr(t->name, ".attn_q.weight"))
-            ts[i].heads = (int64_t)heads;
+            ts[at].heads = (int64_t)heads;
         if (llama && strstr(t->name, ".attn_k.weight"))
-            ts[i].heads = (int64_t)kv;
+            ts[at].heads = (int64_t)kv;
     }
     char path[1024];
     if (shards <= 1) {
@@ -432,16 +501,18 @@ int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: corral-gguf-to-hf IN.gguf OUTDIR [--shards N] "
-                        "[--vocab-only]\n");
+                        "[--vocab-only] [--jinja-file]\n");
         return 2;
     }
     int shards = 1;
-    bool vocab_only = false;
+    bool vocab_only = false, jinja_file = false;
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--shards") && i + 1 < argc)
             shards = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--vocab-only"))
             vocab_only = true;
+        else if (!strcmp(argv[i], "--jinja-file"))
+            jinja_file = true;
         else
             return fail("unknown option %s", argv[i]);
     }
@@ -453,7 +524,7 @@ int main(int argc, char **argv)
         return fail("%s: %s", argv[1], err.msg);
     mkdir(argv[2], 0755);
     const char *arch = cr_gguf_arch(g);
-    int rc = write_tokenizer(g, argv[2]);
+    int rc = write_tokenizer(g, argv[2], jinja_file);
     if (!rc && !vocab_only)
         rc = write_config(g, arch, argv[2]);
     if (!rc && !vocab_only)

@@ -113,6 +113,38 @@ static cr_status_t load_json(const conv_t *c, const char *name, bool required,
     return CR_OK;
 }
 
+/* Newer folders keep the chat template in chat_template.jinja instead of
+ * tokenizer_config.json: it goes into *tok_cfg (created if NULL) unless
+ * that has one already. */
+static cr_status_t load_jinja(const conv_t *c, json_t **tok_cfg, cr_err_t *err)
+{
+    const reg_hf_file_t *f = find_file(c, "chat_template.jinja");
+    if (!f || (*tok_cfg && json_object_get(*tok_cfg, "chat_template")))
+        return CR_OK;
+    FILE *fp = fopen(f->path, "rb");
+    if (!fp)
+        return cr_err_set(err, CR_E_IO, "%s: %s", f->name, strerror(errno));
+    char *text = malloc(MAX_JSON_BYTES + 1);
+    size_t n = text ? fread(text, 1, MAX_JSON_BYTES + 1, fp) : 0;
+    fclose(fp);
+    cr_status_t st = CR_OK;
+    if (!text)
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    else if (n > MAX_JSON_BYTES)
+        st = cr_err_set(err, CR_E_TOO_LARGE, "%s: over %u bytes", f->name,
+                        MAX_JSON_BYTES);
+    json_t *s = st ? NULL : json_stringn(text, n);
+    if (!st && !s)
+        st = cr_err_set(err, CR_E_INVALID, "%s: not UTF-8 text", f->name);
+    if (!st && !*tok_cfg && !(*tok_cfg = json_object()))
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    if (!st)
+        json_object_set(*tok_cfg, "chat_template", s);
+    json_decref(s);
+    free(text);
+    return st;
+}
+
 static cr_status_t open_tensors(conv_t *c, cr_err_t *err)
 {
     if (!(c->set = cr_st_set_new()))
@@ -613,6 +645,7 @@ cr_status_t reg_hf_import(const reg_hf_file_t *files, size_t n,
         (st = read_hparams(cfg, &c.hp, err)) ||
         (st = load_json(&c, "tokenizer.json", true, &tok, err)) ||
         (st = load_json(&c, "tokenizer_config.json", false, &tok_cfg, err)) ||
+        (st = load_jinja(&c, &tok_cfg, err)) ||
         (st = open_tensors(&c, err)))
         goto out;
     /* The embedding's rows are the vocabulary size the weights have. */

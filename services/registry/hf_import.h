@@ -11,7 +11,8 @@
  * is missing, of the wrong shape, or unknown to the architecture fails the
  * import naming the file and the tensor. Matrices keep their dtype (F32,
  * F16, BF16); 1-D tensors (norms, biases) and the MoE router become F32.
- * The vocabulary comes from hf_vocab.h.
+ * The vocabulary comes from hf_vocab.h; the chat template from
+ * tokenizer_config.json or, failing that, chat_template.jinja.
  *
  * The output is written atomically (lib/gguf_write.h): on failure nothing
  * is left at out_path. Knows nothing of the store. */

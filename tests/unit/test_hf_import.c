@@ -8,6 +8,8 @@
  *  - the vocab test strings of testdata/vocab tokenize the same through the
  *    original vocabulary and the one rebuilt from tokenizer.json
  *    (llama-spm, phi-3, gpt-2, llama-bpe);
+ *  - the chat template comes through (from tokenizer_config.json, or from
+ *    chat_template.jinja for the MoE model);
  *  - bad folders fail naming the file and tensor, leaving no output file.
  * Needs $CORRAL_BUILD_DIR/bin/corral-gguf-to-hf (skips without); the
  * testdata parts skip without CORRAL_TESTDATA. */
@@ -143,6 +145,16 @@ static void roundtrip(const char *label, const char *gguf, const char *extra)
     CHECK_MSG(st == CR_OK, "%s: import: %s", label, err.msg);
     if (st)
         return;
+    cr_gguf_t *ga = NULL, *gb = NULL;
+    cr_gguf_str_t ta = {0}, tb = {0};
+    if (!cr_gguf_open(gguf, &ga, &err) && !cr_gguf_open(out, &gb, &err)) {
+        bool ha = cr_gguf_get_str(ga, "tokenizer.chat_template", &ta);
+        bool hb = cr_gguf_get_str(gb, "tokenizer.chat_template", &tb);
+        CHECK_MSG(ha == hb && ta.len == tb.len && (!ha || !memcmp(ta.ptr, tb.ptr, ta.len)),
+                  "%s: chat template not carried over", label);
+    }
+    cr_gguf_close(&ga);
+    cr_gguf_close(&gb);
     const int32_t toks[] = {1, 5, 17, 200, 33, 90, 250, 7, 3, 120, 64, 11};
     int n = (int)CR_ARRAY_LEN(toks);
     size_t va = 0, vb = 0;
@@ -157,6 +169,8 @@ static void roundtrip(const char *label, const char *gguf, const char *extra)
     free(b);
 }
 
+static void synth_roundtrip_opts(const char *label, rn_synth_opts_t o, const char *extra);
+
 static void synth_roundtrip(const char *label, const char *arch, cr_type_t type,
                             const char *extra)
 {
@@ -165,6 +179,11 @@ static void synth_roundtrip(const char *label, const char *arch, cr_type_t type,
     o.arch = arch;
     o.type = type;
     o.seed = 7;
+    synth_roundtrip_opts(label, o, extra);
+}
+
+static void synth_roundtrip_opts(const char *label, rn_synth_opts_t o, const char *extra)
+{
     char path[1300];
     snprintf(path, sizeof path, "%s/%s-src.gguf", tmp_g, label);
     cr_err_t err;
@@ -387,6 +406,17 @@ int main(void)
     synth_roundtrip("synth-llama-f16", "llama", CR_TYPE_F16, "--shards 3");
     synth_roundtrip("synth-qwen2", "qwen2", CR_TYPE_F32, NULL);
     synth_roundtrip("synth-qwen3", "qwen3", CR_TYPE_F16, "--shards 2");
+    rn_synth_opts_t o;
+    rn_synth_defaults(&o);
+    o.arch = "qwen3moe";
+    o.n_experts = 4;
+    o.n_experts_used = 2;
+    o.expert_ffn = 32;
+    o.expert_norm = 1;
+    o.seed = 9;
+    o.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                      "{{ m.content }}<|im_end|>\n{% endfor %}";
+    synth_roundtrip_opts("synth-qwen3moe", o, "--jinja-file");
     bad_folders();
     const char *root = check_testdata("models/stories260K.gguf") ? getenv("CORRAL_TESTDATA")
                                                                  : NULL;
