@@ -8,6 +8,7 @@
 #include "lib/model_name.h"
 #include "services/registry/ggufinfo.h"
 #include "services/registry/gojson.h"
+#include "services/registry/hf_import.h"
 #include "services/registry/manifest.h"
 #include "services/registry/model.h"
 #include "services/registry/ops.h"
@@ -278,6 +279,67 @@ static cr_status_t add_auto_template(build_t *b, const auto_tmpl_t *at,
     return CR_OK;
 }
 
+static cr_status_t store_file(build_t *b, const char *path,
+                              char hex[REG_HEX_LEN + 1], int64_t *size,
+                              cr_err_t *err);
+
+/* A Hugging Face folder (config.json, *.safetensors, tokenizer files):
+ * converted to GGUF in a temp file beside the blobs, then stored as the
+ * model layer. The temp file goes whatever happens. */
+static cr_status_t from_hf_folder(build_t *b, const msg_file_ref_t *files,
+                                  size_t n, cr_err_t *err)
+{
+    reg_hf_file_t *hf = calloc(n, sizeof *hf);
+    char (*paths)[REG_PATH_MAX] = calloc(n, sizeof *paths);
+    cr_status_t st = hf && paths ? CR_OK
+                                 : cr_err_set(err, CR_E_NOMEM, "out of memory");
+    for (size_t i = 0; !st && i < n; i++) {
+        char hex[REG_HEX_LEN + 1];
+        uint64_t size = 0;
+        if ((st = reg_digest_parse(files[i].digest, hex, err)))
+            break;
+        if (!reg_store_blob_path(b->s, hex, paths[i], sizeof paths[i]))
+            st = cr_err_set(err, CR_E_INVALID, "invalid digest format");
+        else if (!reg_store_blob_exists(b->s, hex, &size))
+            st = cr_err_set(err, CR_E_NOT_FOUND, "blob sha256:%s (%s) not found; "
+                            "upload it first", hex, files[i].name);
+        hf[i] = (reg_hf_file_t){files[i].name, paths[i]};
+    }
+    char out[REG_PATH_MAX];
+    out[0] = '\0';
+    if (!st) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int w = snprintf(out, sizeof out,
+                         "%s/blobs/.corral-tmp-convert-%ld-%ld.gguf",
+                         reg_store_root(b->s), (long)getpid(), (long)ts.tv_nsec);
+        if (w < 0 || (size_t)w >= sizeof out)
+            st = cr_err_set(err, CR_E_TOO_LARGE, "store path too long");
+    }
+    if (!st) {
+        progress(b, "converting model");
+        st = reg_hf_import(hf, n, out, NULL, 0, err);
+    }
+    char hex[REG_HEX_LEN + 1];
+    int64_t size = 0;
+    st = st ? st : store_file(b, out, hex, &size, err);
+    cr_gguf_t *g = NULL;
+    if (!st && !(st = open_blob_gguf(b, hex, &g, err))) {
+        note_gguf(b, g);
+        const auto_tmpl_t *at = b->auto_hex[0] ? NULL : detect_template(g);
+        cr_gguf_close(&g);
+        if (reg_manifest_add(&b->man, REG_MT_MODEL, hex, size, NULL, NULL))
+            st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+        if (!st && at)
+            st = add_auto_template(b, at, err);
+    }
+    if (out[0])
+        unlink(out);
+    free(hf);
+    free(paths);
+    return st;
+}
+
 static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
                               bool adapters, cr_err_t *err)
 {
@@ -295,12 +357,20 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
                               "file path must be relative: %s", fname);
     }
     for (size_t i = 0; i < n; i++) {
-        const char *fname = files[i].name;
-        if (has_suffix(fname, ".safetensors") || !strcmp(fname, "config.json") ||
-            has_suffix(fname, ".json"))
+        if (!reg_hf_is_folder_file(files[i].name))
+            continue;
+        if (adapters)
             return cr_err_set(err, CR_E_UNSUPPORTED,
-                              "importing safetensors models is not supported; "
-                              "convert %s to GGUF first", fname);
+                              "safetensors adapters are not supported; convert "
+                              "%s to a GGUF LoRA first", files[i].name);
+        return from_hf_folder(b, files, n, err);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *fname = files[i].name;
+        if (has_suffix(fname, ".json"))
+            return cr_err_set(err, CR_E_INVALID,
+                              "%s without config.json and *.safetensors is not "
+                              "a model", fname);
         char hex[REG_HEX_LEN + 1];
         cr_status_t st = reg_digest_parse(files[i].digest, hex, err);
         if (st)

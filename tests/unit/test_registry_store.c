@@ -883,7 +883,8 @@ static void test_create_errors(void)
          {.model = "m", .file_digest = "sha256:5555555555555555555555555555555555555555555555555555555555555555"},
          CR_E_NOT_FOUND, "blob sha256:5555555555555555555555555555555555555555555555555555555555555555 not found; upload it first"},
         {"safetensors", {.model = "m", .file_digest = digest, .file_name = "model.safetensors"},
-         CR_E_UNSUPPORTED, "importing safetensors models is not supported; convert model.safetensors to GGUF first"},
+         CR_E_INVALID, "config.json is missing: a safetensors model folder needs config.json, "
+         "tokenizer.json and *.safetensors"},
         {"float option as string",
          {.model = "m", .file_digest = digest, .params = "{\"temperature\":\"hot\"}"},
          CR_E_INVALID, "option \"temperature\" must be of type float32"},
