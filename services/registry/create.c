@@ -5,6 +5,7 @@
 #include "lib/env.h"
 #include "lib/gguf.h"
 #include "lib/log.h"
+#include "lib/lora.h"
 #include "lib/model_name.h"
 #include "services/registry/ggufinfo.h"
 #include "services/registry/gojson.h"
@@ -340,6 +341,34 @@ static cr_status_t from_hf_folder(build_t *b, const msg_file_ref_t *files,
     return st;
 }
 
+/* Refuses an adapter the runner would not apply to the model layer
+ * (lib/lora.h: not a LoRA adapter, another architecture, tensor names or
+ * shapes that do not fit, an unsupported target or type), or one too many;
+ * never stores one to be ignored. */
+static cr_status_t check_adapter(build_t *b, const cr_gguf_t *ad, const char *label,
+                                 cr_err_t *err)
+{
+    size_t n_have = 0;
+    for (size_t i = 0; i < b->man.n_layers; i++)
+        n_have += !strcmp(b->man.layers[i].media_type, REG_MT_ADAPTER);
+    if (n_have >= CR_LORA_MAX_ADAPTERS)
+        return cr_err_set(err, CR_E_INVALID, "too many adapters (at most %d)",
+                          CR_LORA_MAX_ADAPTERS);
+    const reg_layer_t *model = reg_manifest_find(&b->man, REG_MT_MODEL);
+    if (!model)
+        return cr_err_set(err, CR_E_INVALID, "adapter %s needs a model to apply to (FROM)",
+                          label);
+    cr_gguf_t *base = NULL;
+    cr_status_t st = open_blob_gguf(b, model->hex, &base, err);
+    cr_lora_pair_t *pairs = NULL;
+    size_t n = 0;
+    if (!st)
+        st = cr_lora_pairs(base, ad, label, &pairs, &n, err);
+    free(pairs);
+    cr_gguf_close(&base);
+    return st;
+}
+
 static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
                               bool adapters, cr_err_t *err)
 {
@@ -347,9 +376,6 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
         return cr_err_set(err, CR_E_INVALID, "no files provided to convert");
     if (n > MAX_FILES)
         return cr_err_set(err, CR_E_INVALID, "too many files (%zu)", n);
-    if (adapters && n > 1)
-        return cr_err_set(err, CR_E_INVALID,
-                          "only one adapter is currently supported");
     for (size_t i = 0; i < n; i++) {
         const char *fname = files[i].name ? files[i].name : "";
         if (!valid_rel_path(fname))
@@ -360,8 +386,8 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
         if (!reg_hf_is_folder_file(files[i].name))
             continue;
         if (adapters)
-            return cr_err_set(err, CR_E_UNSUPPORTED,
-                              "safetensors adapters are not supported; convert "
+            return cr_err_set(err, CR_E_INVALID,
+                              "safetensors (PEFT) adapters are not supported; convert "
                               "%s to a GGUF LoRA first", files[i].name);
         return from_hf_folder(b, files, n, err);
     }
@@ -381,6 +407,10 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
         if (st)
             return st;
         const char *mt = adapters ? REG_MT_ADAPTER : reg_gguf_media_type(g);
+        if (adapters && (st = check_adapter(b, g, fname, err))) {
+            cr_gguf_close(&g);
+            return st;
+        }
         note_gguf(b, g);
         const auto_tmpl_t *at = NULL;
         if (!strcmp(mt, REG_MT_MODEL) && !b->auto_hex[0])
