@@ -12,7 +12,10 @@
  *   and closer than the Q8_0 base without the adapter (0.975);
  * - refusals (lib/lora.h): another architecture, adapter type, a target
  *   LoRA is not applied to, shapes of another model, a missing lora_b, a
- *   file that is not an adapter. */
+ *   file that is not an adapter;
+ * - the engine's load message: adapters loaded with the model, a bad one
+ *   failing the load; the memory the scheduler's estimate adds for them
+ *   (sch_estimate_add_adapter) equals what the runner allocates more. */
 #include "lib/prelude.h"
 
 #include "lib/gguf.h"
@@ -20,7 +23,9 @@
 #include "lib/lora.h"
 #include "services/runner/model/forward.h"
 #include "services/runner/model/lora.h"
+#include "services/scheduler/estimate.h"
 #include "tests/unit/check.h"
+#include "tests/unit/engine_load.h"
 #include "tools/synth/synth.h"
 
 #include <math.h>
@@ -275,6 +280,58 @@ static void test_refusals(void)
     expect_refused(base, base, "general.type is \"\", not \"adapter\"");
 }
 
+/* A runner engine for model with the adapters (a load message as the
+ * scheduler sends it): its status, and its size in *bytes. */
+static cr_status_t engine_bytes(const char *model, const char *const *ads, size_t n,
+                                int64_t *bytes, char *msg, size_t cap)
+{
+    msg_options_t o;
+    msg_load_body_t ld;
+    test_load_body(&ld, &o, model, NULL, 64, 1);
+    ld.adapters.v = (char **)ads;
+    ld.adapters.n = n;
+    ld.has_adapters = n > 0;
+    rn_engine_t *e = NULL;
+    cr_err_t err = {0};
+    cr_status_t st = rn_engine_load(&ld, &e, &err);
+    *bytes = e ? rn_engine_size_bytes(e) : 0;
+    snprintf(msg, cap, "%s", st ? err.msg : "");
+    rn_engine_destroy(&e);
+    return st;
+}
+
+static void test_engine_and_estimate(void)
+{
+    const char *base = path_of("base.gguf"), *ad1 = path_of("ad1.gguf");
+    const char *ad2 = path_of("ad2.gguf"), *bad = path_of("bad.gguf");
+    const char *two[] = {ad1, ad2}, *wrong[] = {bad};
+    int64_t b0 = 0, b2 = 0, bb = 0;
+    char msg[512];
+    CHECK(engine_bytes(base, NULL, 0, &b0, msg, sizeof msg) == CR_OK);
+    CHECK_MSG(engine_bytes(base, two, 2, &b2, msg, sizeof msg) == CR_OK, "%s", msg);
+    /* bad.gguf is test_refusals' lora_a without its lora_b */
+    CHECK(engine_bytes(base, wrong, 1, &bb, msg, sizeof msg) == CR_E_INVALID);
+    CHECK_MSG(strstr(msg, "has no 'blk.0.attn_q.weight.lora_b'") != NULL, "%s", msg);
+
+    cr_err_t err = {0};
+    sch_estimate_opts_t eo = {.num_ctx = 64, .num_parallel = 1};
+    sch_estimate_t *est = calloc(1, sizeof *est);
+    CHECK(sch_estimate_file(base, &eo, est, &err) == CR_OK);
+    int64_t cpu0 = est->cpu_total_bytes, layer0 = est->layer_bytes[0];
+    for (size_t i = 0; i < 2; i++) {
+        cr_gguf_t *g = NULL;
+        CHECK(cr_gguf_open(two[i], &g, &err) == CR_OK);
+        CHECK(sch_estimate_add_adapter(est, g, &err) == CR_OK);
+        cr_gguf_close(&g);
+    }
+    printf("test_lora: two adapters: the runner holds %" PRId64 " bytes more, the estimate "
+           "adds %" PRId64 "\n", b2 - b0, est->cpu_total_bytes - cpu0);
+    CHECK_EQ_INT(est->cpu_total_bytes - cpu0, b2 - b0);
+    CHECK(est->layer_bytes[0] > layer0); /* blk.0 tensors go with layer 0 */
+    CHECK_EQ_INT(est->lora_rank, 8);
+    free(est);
+}
+
 int main(void)
 {
     snprintf(dir_g, sizeof dir_g, "/tmp/corral-test-lora-XXXXXX");
@@ -284,6 +341,7 @@ int main(void)
     }
     test_merged();
     test_refusals();
+    test_engine_and_estimate();
     const char *files[] = {"base.gguf", "base-q8.gguf", "ad1.gguf", "ad2.gguf",
                            "merged1.gguf", "merged12.gguf", "bad.gguf", "wide.gguf"};
     for (size_t i = 0; i < CR_ARRAY_LEN(files); i++)
