@@ -12,6 +12,7 @@
 #include "services/registry/hf_import.h"
 #include "services/registry/manifest.h"
 #include "services/registry/model.h"
+#include "services/registry/peft_import.h"
 #include "services/registry/ops.h"
 #include "services/registry/params.h"
 #include "services/registry/quantize.h"
@@ -369,6 +370,75 @@ static cr_status_t check_adapter(build_t *b, const cr_gguf_t *ad, const char *la
     return st;
 }
 
+/* The blob paths of files[0..n-1] into paths, as reg_hf_file_t in hf. */
+static cr_status_t blob_files(build_t *b, const msg_file_ref_t *files, size_t n,
+                              reg_hf_file_t *hf, char (*paths)[REG_PATH_MAX], cr_err_t *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        char hex[REG_HEX_LEN + 1];
+        uint64_t size = 0;
+        cr_status_t st = reg_digest_parse(files[i].digest, hex, err);
+        if (st)
+            return st;
+        if (!reg_store_blob_path(b->s, hex, paths[i], sizeof paths[i]))
+            return cr_err_set(err, CR_E_INVALID, "invalid digest format");
+        if (!reg_store_blob_exists(b->s, hex, &size))
+            return cr_err_set(err, CR_E_NOT_FOUND, "blob sha256:%s (%s) not found; "
+                              "upload it first", hex, files[i].name);
+        hf[i] = (reg_hf_file_t){files[i].name, paths[i]};
+    }
+    return CR_OK;
+}
+
+/* A PEFT adapter folder among the adapter files: converted to a GGUF LoRA
+ * for the model layer (peft_import.h) in a temp file beside the blobs,
+ * checked as any adapter, and stored as an adapter layer. */
+static cr_status_t from_peft(build_t *b, const msg_file_ref_t *files, size_t n,
+                             cr_err_t *err)
+{
+    const reg_layer_t *model = reg_manifest_find(&b->man, REG_MT_MODEL);
+    if (!model)
+        return cr_err_set(err, CR_E_INVALID, "a PEFT adapter needs a model to apply to "
+                          "(FROM)");
+    reg_hf_file_t *hf = calloc(n, sizeof *hf);
+    char (*paths)[REG_PATH_MAX] = calloc(n, sizeof *paths);
+    cr_gguf_t *base = NULL, *g = NULL;
+    char out[REG_PATH_MAX] = "";
+    cr_status_t st = hf && paths ? blob_files(b, files, n, hf, paths, err)
+                                 : cr_err_set(err, CR_E_NOMEM, "out of memory");
+    if (!st)
+        st = open_blob_gguf(b, model->hex, &base, err);
+    if (!st) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int w = snprintf(out, sizeof out, "%s/blobs/.corral-tmp-peft-%ld-%ld.gguf",
+                         reg_store_root(b->s), (long)getpid(), (long)ts.tv_nsec);
+        if (w < 0 || (size_t)w >= sizeof out)
+            st = cr_err_set(err, CR_E_TOO_LARGE, "store path too long");
+    }
+    if (!st) {
+        progress(b, "converting adapter");
+        st = reg_peft_import(hf, n, base, out, err);
+    }
+    char hex[REG_HEX_LEN + 1];
+    int64_t size = 0;
+    if (!st)
+        st = store_file(b, out, hex, &size, err);
+    if (!st)
+        st = open_blob_gguf(b, hex, &g, err);
+    if (!st)
+        st = check_adapter(b, g, "adapter_model.safetensors", err);
+    if (!st && reg_manifest_add(&b->man, REG_MT_ADAPTER, hex, size, NULL, NULL))
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    if (out[0])
+        unlink(out);
+    cr_gguf_close(&g);
+    cr_gguf_close(&base);
+    free(hf);
+    free(paths);
+    return st;
+}
+
 static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
                               bool adapters, cr_err_t *err)
 {
@@ -382,17 +452,21 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
             return cr_err_set(err, CR_E_INVALID,
                               "file path must be relative: %s", fname);
     }
-    for (size_t i = 0; i < n; i++) {
-        if (!reg_hf_is_folder_file(files[i].name))
-            continue;
-        if (adapters)
-            return cr_err_set(err, CR_E_INVALID,
-                              "safetensors (PEFT) adapters are not supported; convert "
-                              "%s to a GGUF LoRA first", files[i].name);
-        return from_hf_folder(b, files, n, err);
+    for (size_t i = 0; adapters && i < n; i++) {
+        if (reg_peft_is_folder_file(files[i].name)) {
+            cr_status_t st = from_peft(b, files, n, err);
+            if (st)
+                return st;
+            break;
+        }
     }
+    for (size_t i = 0; !adapters && i < n; i++)
+        if (reg_hf_is_folder_file(files[i].name))
+            return from_hf_folder(b, files, n, err);
     for (size_t i = 0; i < n; i++) {
         const char *fname = files[i].name;
+        if (adapters && reg_peft_is_folder_file(fname))
+            continue; /* converted above */
         if (has_suffix(fname, ".json"))
             return cr_err_set(err, CR_E_INVALID,
                               "%s without config.json and *.safetensors is not "

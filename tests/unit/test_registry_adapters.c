@@ -4,9 +4,14 @@
  * resolved (in order) for the runner's load; adapters that do not fit
  * (another architecture, wrong shapes, not a LoRA adapter, no model to
  * apply to) and PEFT folders are refused with CR_E_INVALID (HTTP 400)
- * naming the file, and the refused create stores no model. */
+ * naming the file, and the refused create stores no model. PEFT folders
+ * (adapter_config.json + adapter_model.safetensors) written from a GGUF
+ * adapter convert back to exactly that adapter (llama's q/k lora_B rows
+ * permuted); DoRA, a wrong rank, a missing config and a tensor outside the
+ * projections are refused. */
 #include "lib/prelude.h"
 
+#include "lib/gguf.h"
 #include "lib/model_name.h"
 #include "proto/msg.h"
 #include "services/registry/create.h"
@@ -100,6 +105,181 @@ static bool model_exists(reg_store_t *s, const char *name)
     bool ok = reg_model_load(s, &n, &m, &err) == CR_OK;
     reg_model_destroy(&m);
     return ok;
+}
+
+/* ---- PEFT folders ---- */
+
+/* Writes a safetensors file: n F32 tensors names[i] of shape [rows[i]][cols[i]]. */
+static void write_safetensors(const char *path, const char *const *names, float *const *data,
+                              const uint64_t *rows, const uint64_t *cols, size_t n)
+{
+    json_t *hdr = json_object();
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t bytes = rows[i] * cols[i] * 4;
+        json_object_set_new(hdr, names[i],
+                            json_pack("{s:s, s:[I,I], s:[I,I]}", "dtype", "F32", "shape",
+                                      (json_int_t)rows[i], (json_int_t)cols[i],
+                                      "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + bytes)));
+        off += bytes;
+    }
+    char *text = json_dumps(hdr, JSON_COMPACT);
+    uint64_t len = strlen(text);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (uint8_t)(len >> (8 * i));
+    fwrite(le, 1, 8, f);
+    fwrite(text, 1, len, f);
+    for (size_t i = 0; i < n; i++)
+        fwrite(data[i], 4, rows[i] * cols[i], f);
+    fclose(f);
+    free(text);
+    json_decref(hdr);
+}
+
+/* The PEFT form of GGUF adapter ad (F32, llama: q/k lora_b rows back to
+ * Hugging Face's order for heads / kv_heads heads) into dir's
+ * adapter_model.safetensors, with adapter_config.json holding cfg. */
+static void write_peft(const char *ad, int heads, int kv_heads, const char *cfg,
+                       const char *st_path, const char *cfg_path)
+{
+    cr_err_t err = {0};
+    cr_gguf_t *g = NULL;
+    CHECK(cr_gguf_open(ad, &g, &err) == CR_OK);
+    size_t n = g ? cr_gguf_tensor_count(g) : 0;
+    char **names = calloc(n + 1, sizeof *names);
+    float **data = calloc(n + 1, sizeof *data);
+    uint64_t *rows = calloc(n + 1, sizeof *rows), *cols = calloc(n + 1, sizeof *cols);
+    static const char *const map[][2] = {
+        {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
+        {"attn_v", "self_attn.v_proj"}, {"attn_output", "self_attn.o_proj"},
+        {"ffn_gate", "mlp.gate_proj"},  {"ffn_up", "mlp.up_proj"},
+        {"ffn_down", "mlp.down_proj"}};
+    for (size_t i = 0; i < n; i++) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        int layer = 0;
+        char mod[32] = "", ab = 0;
+        CHECK(sscanf(t->name, "blk.%d.%31[a-z_].weight.lora_%c", &layer, mod, &ab) == 3);
+        const char *hf = "?";
+        for (size_t k = 0; k < CR_ARRAY_LEN(map); k++)
+            if (!strcmp(map[k][0], mod))
+                hf = map[k][1];
+        names[i] = malloc(160);
+        snprintf(names[i], 160, "base_model.model.model.layers.%d.%s.lora_%c.weight", layer,
+                 hf, ab == 'a' ? 'A' : 'B');
+        rows[i] = t->ne[1];
+        cols[i] = t->ne[0];
+        data[i] = malloc(t->size_bytes);
+        const float *src = t->data;
+        int groups = ab == 'b' && !strcmp(mod, "attn_q")   ? heads
+                     : ab == 'b' && !strcmp(mod, "attn_k") ? kv_heads
+                                                            : 0;
+        uint64_t hd = groups ? rows[i] / (uint64_t)groups : 0;
+        for (uint64_t r = 0; r < rows[i]; r++) {
+            uint64_t hf_row = r;
+            if (groups) /* GGUF row h*hd + 2i + j was HF row h*hd + j*hd/2 + i */
+                hf_row = r / hd * hd + (r % 2) * (hd / 2) + (r % hd) / 2;
+            memcpy(data[i] + hf_row * cols[i], src + r * cols[i], cols[i] * 4);
+        }
+    }
+    write_safetensors(st_path, (const char *const *)names, data, rows, cols, n);
+    FILE *f = fopen(cfg_path, "w");
+    CHECK(f != NULL);
+    fputs(cfg, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++) {
+        free(names[i]);
+        free(data[i]);
+    }
+    free(names);
+    free(data);
+    free(rows);
+    free(cols);
+    cr_gguf_close(&g);
+}
+
+/* Every tensor of a and b has the same name, shape, type and bytes, and
+ * both have the same alpha. */
+static bool same_adapter(const char *a, const char *b)
+{
+    cr_err_t err = {0};
+    cr_gguf_t *ga = NULL, *gb = NULL;
+    bool ok = cr_gguf_open(a, &ga, &err) == CR_OK && cr_gguf_open(b, &gb, &err) == CR_OK &&
+              cr_gguf_tensor_count(ga) == cr_gguf_tensor_count(gb);
+    float aa = -1, ab = -2;
+    ok = ok && cr_gguf_get_f32(ga, "adapter.lora.alpha", &aa) &&
+         cr_gguf_get_f32(gb, "adapter.lora.alpha", &ab) && aa == ab;
+    for (size_t i = 0; ok && i < cr_gguf_tensor_count(ga); i++) {
+        const cr_gguf_tensor_t *ta = cr_gguf_tensor_at(ga, i);
+        const cr_gguf_tensor_t *tb = cr_gguf_tensor_find(gb, ta->name);
+        ok = tb && tb->type == ta->type && tb->ne[0] == ta->ne[0] && tb->ne[1] == ta->ne[1] &&
+             !memcmp(ta->data, tb->data, ta->size_bytes);
+        CHECK_MSG(ok, "tensor %s differs", ta->name);
+    }
+    cr_gguf_close(&ga);
+    cr_gguf_close(&gb);
+    return ok;
+}
+
+static void test_peft(reg_store_t *s, const char *base, const char *d_base)
+{
+    cr_err_t err = {0};
+    const char *t[] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.1.attn_v.weight",
+                       "blk.1.attn_output.weight", "blk.0.ffn_gate.weight",
+                       "blk.1.ffn_up.weight", "blk.0.ffn_down.weight", NULL};
+    char ref[160], st_path[160], cfg_path[160];
+    snprintf(ref, sizeof ref, "%s", path_of("peft-ref.gguf"));
+    snprintf(st_path, sizeof st_path, "%s", path_of("adapter_model.safetensors"));
+    snprintf(cfg_path, sizeof cfg_path, "%s", path_of("adapter_config.json"));
+    rn_synth_lora_opts_t lo = {.seed = 21, .rank = 4, .alpha = 16, .targets = t};
+    CHECK(rn_synth_lora_write(&lo, base, ref, &err) == CR_OK);
+    /* synth's llama: 4 heads, 2 KV heads */
+    write_peft(ref, 4, 2, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 16, "
+               "\"target_modules\": [\"q_proj\", \"k_proj\"], \"bias\": \"none\", "
+               "\"use_dora\": false, \"modules_to_save\": null}", st_path, cfg_path);
+    char d_st[80], d_cfg[80];
+    put_file(s, st_path, d_st);
+    put_file(s, cfg_path, d_cfg);
+    const char *ds[] = {d_cfg, d_st};
+    const char *names[] = {"adapter_config.json", "adapter_model.safetensors"};
+    CHECK_MSG(create(s, "peft", d_base, NULL, ds, names, 2, &err) == CR_OK, "%s", err.msg);
+    msg_resolve_body_t rreq = {.model = "peft", .has_model = true};
+    msg_t r;
+    CHECK(reg_op_resolve(s, "rid", &rreq, &r, &err) == CR_OK);
+    CHECK(r.u.resolved.adapters.n == 1);
+    /* the converted adapter is the GGUF one the folder was written from */
+    if (r.u.resolved.adapters.n == 1)
+        CHECK(same_adapter(ref, r.u.resolved.adapters.v[0]));
+    msg_clear(&r);
+
+    /* refusals */
+    write_peft(ref, 4, 2, "{\"r\": 4, \"lora_alpha\": 16, \"use_dora\": true}", st_path,
+               cfg_path);
+    put_file(s, cfg_path, d_cfg);
+    CHECK(create(s, "badpeft", d_base, NULL, ds, names, 2, &err) == CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "adapter_config.json: use_dora is not supported"), "%s",
+              err.msg);
+    write_peft(ref, 4, 2, "{\"r\": 8, \"lora_alpha\": 16}", st_path, cfg_path);
+    put_file(s, cfg_path, d_cfg);
+    CHECK(create(s, "badpeft", d_base, NULL, ds, names, 2, &err) == CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "is not a rank-8"), "%s", err.msg);
+    CHECK(create(s, "badpeft", d_base, NULL, ds + 1, names + 1, 1, &err) == CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "adapter_config.json is missing"), "%s", err.msg);
+    const char *emb = "base_model.model.model.embed_tokens.lora_A.weight";
+    float *z = calloc(64 * 4, sizeof *z);
+    uint64_t rows = 4, cols = 64;
+    write_safetensors(st_path, &emb, &z, &rows, &cols, 1);
+    free(z);
+    put_file(s, st_path, d_st);
+    write_peft(ref, 4, 2, "{\"r\": 4, \"lora_alpha\": 16}", path_of("unused.st"), cfg_path);
+    put_file(s, cfg_path, d_cfg);
+    CHECK(create(s, "badpeft", d_base, NULL, ds, names, 2, &err) == CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "'base_model.model.model.embed_tokens.lora_A.weight' is not"),
+              "%s", err.msg);
+    CHECK(!model_exists(s, "badpeft"));
 }
 
 int main(void)
@@ -197,6 +377,8 @@ int main(void)
     CHECK(create(s, "bad", d_base, NULL, bad, bad_name, 1, &err) == CR_E_INVALID);
     CHECK_MSG(strstr(err.msg, "adapter") != NULL, "%s", err.msg);
     CHECK(!model_exists(s, "bad"));
+
+    test_peft(s, base, d_base);
 
     reg_store_destroy(&s);
     nftw(root_g, rm_one, 16, FTW_DEPTH | FTW_PHYS);
