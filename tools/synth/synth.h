@@ -155,4 +155,11 @@ typedef struct rn_synth_lora_opts {
 cr_status_t rn_synth_lora_write(const rn_synth_lora_opts_t *o, const char *base_path,
                                 const char *path, cr_err_t *err);
 
+/* Writes to path the F32 model at base_path with the n LoRA adapters at
+ * ads merged into its weights: W + sum of (alpha / r) B A, in double, as
+ * a reference for the runner's run-time adapters. CR_E_INVALID for a
+ * non-F32 base or adapter tensor; read and write errors. */
+cr_status_t rn_synth_lora_merge(const char *base_path, const char *const *ads, size_t n,
+                                const char *path, cr_err_t *err);
+
 #endif

@@ -88,3 +88,76 @@ out:
     cr_gguf_close(&base);
     return st;
 }
+
+/* W [out][in] += scale * B A for one adapter's A [r][in], B [out][r]. */
+static void merge_into(float *w, const cr_gguf_tensor_t *ta, const cr_gguf_tensor_t *tb,
+                       double scale)
+{
+    uint64_t in = ta->ne[0], r = ta->ne[1], out = tb->ne[1];
+    const float *A = ta->data, *B = tb->data;
+    for (uint64_t o = 0; o < out; o++)
+        for (uint64_t c = 0; c < in; c++) {
+            double d = 0;
+            for (uint64_t k = 0; k < r; k++)
+                d += (double)B[o * r + k] * A[k * in + c];
+            w[o * in + c] = (float)(w[o * in + c] + scale * d);
+        }
+}
+
+cr_status_t rn_synth_lora_merge(const char *base_path, const char *const *ads, size_t n,
+                                const char *path, cr_err_t *err)
+{
+    cr_gguf_t *g = NULL, **ad = calloc(n + 1, sizeof *ad);
+    cr_gguf_writer_t *w = cr_gguf_writer_new();
+    float **keep = NULL;
+    size_t nt = 0;
+    cr_status_t st = ad && w ? cr_gguf_open(base_path, &g, err)
+                             : cr_err_set(err, CR_E_NOMEM, "out of memory");
+    for (size_t i = 0; !st && i < n; i++)
+        st = cr_gguf_open(ads[i], &ad[i], err);
+    if (!st && !(keep = calloc((nt = cr_gguf_tensor_count(g)) + 1, sizeof *keep)))
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    if (!st)
+        st = cr_gguf_writer_copy_prefix(w, g, "", err);
+    for (size_t i = 0; !st && i < nt; i++) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        for (size_t a = 0; !st && a < n; a++) {
+            char name[CR_GGUF_MAX_NAME_BYTES + 16];
+            snprintf(name, sizeof name, "%s.lora_a", t->name);
+            const cr_gguf_tensor_t *ta = cr_gguf_tensor_find(ad[a], name);
+            snprintf(name, sizeof name, "%s.lora_b", t->name);
+            const cr_gguf_tensor_t *tb = cr_gguf_tensor_find(ad[a], name);
+            if (!ta || !tb)
+                continue;
+            if (t->type != CR_TYPE_F32 || ta->type != CR_TYPE_F32 || tb->type != CR_TYPE_F32 ||
+                ta->ne[0] != t->ne[0] || tb->ne[1] != t->ne[1] || tb->ne[0] != ta->ne[1]) {
+                st = cr_err_set(err, CR_E_INVALID, "%s: not an F32 match for adapter %s",
+                                t->name, ads[a]);
+                break;
+            }
+            if (!keep[i] && (keep[i] = malloc((size_t)t->size_bytes)))
+                memcpy(keep[i], t->data, (size_t)t->size_bytes);
+            if (!keep[i]) {
+                st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+                break;
+            }
+            float alpha = 0;
+            cr_gguf_get_f32(ad[a], "adapter.lora.alpha", &alpha);
+            merge_into(keep[i], ta, tb, alpha > 0 ? alpha / (double)ta->ne[1] : 1.0);
+        }
+        if (!st)
+            st = cr_gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type,
+                                           keep[i] ? keep[i] : t->data, NULL, err);
+    }
+    if (!st)
+        st = cr_gguf_writer_write(w, path, err);
+    for (size_t i = 0; keep && i < nt; i++)
+        free(keep[i]);
+    free(keep);
+    cr_gguf_writer_destroy(&w);
+    for (size_t i = 0; ad && i < n; i++)
+        cr_gguf_close(&ad[i]);
+    free(ad);
+    cr_gguf_close(&g);
+    return st;
+}
