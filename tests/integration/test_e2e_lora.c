@@ -7,7 +7,9 @@
  * equals the merged model's, with every step's logprob within 1e-3 (run
  * time B (A x) against merged weights: the same sums in another order),
  * and differs from the base model's (the adapter is applied, not stored
- * and ignored); show's Modelfile lists the ADAPTER. An adapter made for
+ * and ignored); show's Modelfile lists the ADAPTER; the same adapter as a
+ * PEFT folder (`ADAPTER ./peft`, written by corral-lora-synth --to-peft)
+ * is converted at create and answers the same. An adapter made for
  * another model is refused at create with the tensor named, and no model
  * is stored. */
 #include "lib/prelude.h"
@@ -127,7 +129,25 @@ int main(void)
     json_decref(j);
     e2e_resp_free(&r);
 
-    int rc = create("badtune", "FROM ./base.gguf\nADAPTER ./wide-lora.gguf\n", &out);
+    /* the same adapter as a PEFT folder: converted at create, same answer */
+    char peft[1200], cmd[1300];
+    snprintf(peft, sizeof peft, "%s/peft", T.tmp);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", peft);
+    CHECK(system(cmd) == 0);
+    CHECK(e2e_run_bin(&T, "corral-lora-synth", "--to-peft", peft, "--base", base, lora,
+                      NULL) == 0);
+    int rc = create("tuned-peft", "FROM ./base.gguf\nADAPTER ./peft\n", &out);
+    CHECK_MSG(rc == 0 && strstr(out, "converting adapter"), "%s", out ? out : "");
+    free(out);
+    m = greedy("merged");
+    t = greedy("tuned-peft");
+    gap = logprob_gap(t, m, &same);
+    printf("  PEFT folder vs merged: same text %d, max logprob gap %.2e\n", same, gap);
+    CHECK(same && gap < 1e-3);
+    json_decref(t);
+    json_decref(m);
+
+    rc = create("badtune", "FROM ./base.gguf\nADAPTER ./wide-lora.gguf\n", &out);
     CHECK(rc != 0);
     CHECK_MSG(out && strstr(out, "adapter wide-lora.gguf: 'blk.0.attn_q.weight.lora_a'"), "%s",
               out ? out : "");

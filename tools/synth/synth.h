@@ -162,4 +162,12 @@ cr_status_t rn_synth_lora_write(const rn_synth_lora_opts_t *o, const char *base_
 cr_status_t rn_synth_lora_merge(const char *base_path, const char *const *ads, size_t n,
                                 const char *path, cr_err_t *err);
 
+/* Writes the F32 GGUF LoRA adapter at adapter_path as a PEFT folder in dir
+ * (existing): adapter_config.json (r, lora_alpha, target_modules) and
+ * adapter_model.safetensors with Hugging Face's tensor names, llama's q/k
+ * lora_B rows in Hugging Face's order (head counts from the base at
+ * base_path): what create converts back to the same adapter. */
+cr_status_t rn_synth_lora_to_peft(const char *adapter_path, const char *base_path,
+                                  const char *dir, cr_err_t *err);
+
 #endif

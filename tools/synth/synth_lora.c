@@ -5,6 +5,8 @@
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
 
+#include <jansson.h>
+
 #include <math.h>
 
 /* splitmix64 and Box-Muller, as synth.c draws its weights. */
@@ -158,6 +160,115 @@ cr_status_t rn_synth_lora_merge(const char *base_path, const char *const *ads, s
     for (size_t i = 0; ad && i < n; i++)
         cr_gguf_close(&ad[i]);
     free(ad);
+    cr_gguf_close(&g);
+    return st;
+}
+
+static const char *const PEFT_MODULES[][2] = {
+    {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"}, {"attn_output", "self_attn.o_proj"},
+    {"ffn_gate", "mlp.gate_proj"},  {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},
+};
+
+/* The safetensors header for g's tensors under their PEFT names. */
+static json_t *peft_header(const cr_gguf_t *g, cr_err_t *err)
+{
+    json_t *hdr = json_object();
+    uint64_t off = 0;
+    for (size_t i = 0; hdr && i < cr_gguf_tensor_count(g); i++) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        int layer = 0;
+        char mod[32] = "", ab = 0;
+        const char *hf = NULL;
+        if (sscanf(t->name, "blk.%d.%31[a-z_].weight.lora_%c", &layer, mod, &ab) == 3)
+            for (size_t k = 0; k < CR_ARRAY_LEN(PEFT_MODULES); k++)
+                if (!strcmp(PEFT_MODULES[k][0], mod))
+                    hf = PEFT_MODULES[k][1];
+        if (!hf || t->type != CR_TYPE_F32 || (ab != 'a' && ab != 'b')) {
+            json_decref(hdr);
+            cr_err_set(err, CR_E_INVALID, "%s: not an F32 projection LoRA tensor", t->name);
+            return NULL;
+        }
+        char name[200];
+        snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_%c.weight",
+                 layer, hf, ab == 'a' ? 'A' : 'B');
+        json_object_set_new(hdr, name,
+                            json_pack("{s:s, s:[I,I], s:[I,I]}", "dtype", "F32", "shape",
+                                      (json_int_t)t->ne[1], (json_int_t)t->ne[0],
+                                      "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + t->size_bytes)));
+        off += t->size_bytes;
+    }
+    return hdr;
+}
+
+cr_status_t rn_synth_lora_to_peft(const char *adapter_path, const char *base_path,
+                                  const char *dir, cr_err_t *err)
+{
+    cr_gguf_t *g = NULL, *base = NULL;
+    cr_status_t st = cr_gguf_open(adapter_path, &g, err);
+    if (!st)
+        st = cr_gguf_open(base_path, &base, err);
+    json_t *hdr = st ? NULL : peft_header(g, err);
+    char *text = hdr ? json_dumps(hdr, JSON_COMPACT) : NULL;
+    char path[1024];
+    FILE *f = NULL;
+    if (!st && !text)
+        st = err && err->status ? err->status : cr_err_set(err, CR_E_NOMEM, "out of memory");
+    uint32_t heads = 0, kv = 0;
+    bool llama = base && !strcmp(cr_gguf_arch(base), "llama");
+    if (!st && llama) {
+        cr_gguf_get_u32(base, "llama.attention.head_count", &heads);
+        if (!cr_gguf_get_u32(base, "llama.attention.head_count_kv", &kv))
+            kv = heads;
+    }
+    if (!st) {
+        snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+        if (!(f = fopen(path, "wb")))
+            st = cr_err_set(err, CR_E_IO, "%s: %s", path, strerror(errno));
+    }
+    if (!st) {
+        uint64_t len = strlen(text);
+        uint8_t le[8];
+        for (int i = 0; i < 8; i++)
+            le[i] = (uint8_t)(len >> (8 * i));
+        bool ok = fwrite(le, 1, 8, f) == 8 && fwrite(text, 1, len, f) == len;
+        for (size_t i = 0; ok && i < cr_gguf_tensor_count(g); i++) {
+            const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+            uint64_t rows = t->ne[1], row_bytes = t->size_bytes / rows;
+            bool q = strstr(t->name, ".attn_q.weight.lora_b") != NULL;
+            bool k = strstr(t->name, ".attn_k.weight.lora_b") != NULL;
+            uint64_t groups = llama && q ? heads : llama && k ? kv : 0;
+            uint64_t hd = groups ? rows / groups : 0;
+            for (uint64_t hr = 0; ok && hr < rows; hr++) {
+                /* HF row h*hd + j*hd/2 + i is GGUF row h*hd + 2i + j */
+                uint64_t r = hr;
+                if (hd >= 2)
+                    r = hr / hd * hd + 2 * ((hr % hd) % (hd / 2)) + (hr % hd) / (hd / 2);
+                ok = fwrite((const uint8_t *)t->data + r * row_bytes, 1, (size_t)row_bytes,
+                            f) == row_bytes;
+            }
+        }
+        if (fclose(f) != 0 || !ok)
+            st = cr_err_set(err, CR_E_IO, "%s: write failed", path);
+    }
+    if (!st) {
+        const cr_gguf_tensor_t *a0 = cr_gguf_tensor_at(g, 0);
+        float alpha = 0;
+        cr_gguf_get_f32(g, "adapter.lora.alpha", &alpha);
+        json_t *cfg = json_pack("{s:s, s:I, s:f, s:[s,s,s,s,s,s,s], s:s}", "peft_type", "LORA",
+                                "r", (json_int_t)a0->ne[1], "lora_alpha", (double)alpha,
+                                "target_modules", "q_proj", "k_proj", "v_proj", "o_proj",
+                                "gate_proj", "up_proj", "down_proj", "bias", "none");
+        snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+        if (!cfg || json_dump_file(cfg, path, JSON_INDENT(2)))
+            st = cr_err_set(err, CR_E_IO, "%s: write failed", path);
+        json_decref(cfg);
+    }
+    free(text);
+    json_decref(hdr);
+    cr_gguf_close(&base);
     cr_gguf_close(&g);
     return st;
 }
