@@ -137,8 +137,8 @@ cr_status_t rn_synth_write_memory(const rn_synth_opts_t *o, void **out,
  * A llama.cpp GGUF LoRA adapter for the base model file at base_path:
  * general.type "adapter", adapter.type "lora", the base's architecture (or
  * arch), adapter.lora.alpha, and for each target base tensor T (ne {in,
- * out}) T.lora_a (ne {in, rank}) and T.lora_b (ne {rank, out}), F32,
- * entries N(0, std) from seed. Tests read A and B back from the file. */
+ * out}) T.lora_a (ne {in, rank}) and T.lora_b (ne {rank, out}) of
+ * `type`, entries N(0, std) from seed (then rounded to the type). Tests read A and B back from the file. */
 typedef struct rn_synth_lora_opts {
     uint64_t seed;
     int rank;                    /* >= 1 */
@@ -147,6 +147,8 @@ typedef struct rn_synth_lora_opts {
     const char *const *targets;  /* NULL-terminated base tensor names */
     const char *arch;            /* general.architecture; NULL: the base's */
     const char *adapter_type;    /* adapter.type; NULL: "lora" */
+    cr_type_t type;              /* of A and B: F32 (0), F16, BF16 or Q8_0
+                                    (Q8_0: in and rank multiples of 32) */
 } rn_synth_lora_opts_t;
 
 /* Writes the adapter to path (atomically). CR_E_INVALID for rank < 1 or a

@@ -4,6 +4,7 @@
 #include "tools/synth/synth.h"
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
+#include "services/runner/backend/cpu/quant.h"
 
 #include <jansson.h>
 
@@ -53,6 +54,15 @@ cr_status_t rn_synth_lora_write(const rn_synth_lora_opts_t *o, const char *base_
         goto out;
     uint64_t seed = o->seed;
     double std = o->std > 0 ? o->std : 0.05;
+    cr_type_t type = o->type ? o->type : CR_TYPE_F32;
+    const be_type_traits_t *tt = be_type_traits_at(type, BE_SIMD_SCALAR);
+    if (!tt || !tt->from_float ||
+        (type != CR_TYPE_F32 && type != CR_TYPE_F16 && type != CR_TYPE_BF16 &&
+         type != CR_TYPE_Q8_0)) {
+        st = cr_err_set(err, CR_E_INVALID, "adapter type %u is not F32, F16, BF16 or Q8_0",
+                        (unsigned)type);
+        goto out;
+    }
     for (size_t i = 0; i < n_t; i++) {
         const cr_gguf_tensor_t *t = cr_gguf_tensor_find(base, o->targets[i]);
         if (!t || t->n_dims != 2) {
@@ -71,14 +81,34 @@ cr_status_t rn_synth_lora_write(const rn_synth_lora_opts_t *o, const char *base_
             bufs[2 * i][k] = normal(&seed, std);
         for (uint64_t k = 0; k < r * outd; k++)
             bufs[2 * i + 1][k] = normal(&seed, std);
+        /* rows of in (A) and r (B) elements rounded to the type in place
+         * (its rows are never longer than F32's) */
+        for (int m = 0; type != CR_TYPE_F32 && m < 2; m++) {
+            uint64_t cols = m ? r : in, rows = m ? outd : r;
+            if (cols % tt->block_elems) {
+                st = cr_err_set(err, CR_E_INVALID, "%s: %" PRIu64 " columns are not whole "
+                                "%s blocks", o->targets[i], cols, tt->name);
+                goto out;
+            }
+            size_t rb = (size_t)(cols / tt->block_elems * tt->block_bytes);
+            uint8_t *q = malloc(rb);
+            if (!q) {
+                st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+                goto out;
+            }
+            for (uint64_t row = 0; row < rows; row++) {
+                tt->from_float(bufs[2 * i + m] + row * cols, q, (int64_t)cols);
+                memcpy((uint8_t *)bufs[2 * i + m] + row * rb, q, rb);
+            }
+            free(q);
+        }
         char name[CR_GGUF_MAX_NAME_BYTES + 1];
         snprintf(name, sizeof name, "%s.lora_a", o->targets[i]);
-        if ((st = cr_gguf_writer_add_tensor(w, name, 2, ne_a, CR_TYPE_F32, bufs[2 * i], NULL,
-                                            err)))
+        if ((st = cr_gguf_writer_add_tensor(w, name, 2, ne_a, type, bufs[2 * i], NULL, err)))
             goto out;
         snprintf(name, sizeof name, "%s.lora_b", o->targets[i]);
-        if ((st = cr_gguf_writer_add_tensor(w, name, 2, ne_b, CR_TYPE_F32, bufs[2 * i + 1],
-                                            NULL, err)))
+        if ((st = cr_gguf_writer_add_tensor(w, name, 2, ne_b, type, bufs[2 * i + 1], NULL,
+                                            err)))
             goto out;
     }
     st = cr_gguf_writer_write(w, path, err);
