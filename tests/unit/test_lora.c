@@ -232,7 +232,7 @@ static void test_merged(void)
     /* F16, BF16 and Q8_0 adapters (rank 32: Q8_0's B rows are blocks of
      * 32) against the merged model of their own rounded values: what is
      * left is the matmul rounding x (and A x) to the weight's dot format
-     * as for any such weight. Tolerances ten times the measured distance
+     * as for any such weight. Tolerances about ten times the measured distance
      * from 1: F16 0.99999 (measured 1.0000000), BF16 0.99999 (0.9999999),
      * Q8_0 0.99999 (0.9999988). */
     const cr_type_t types[] = {CR_TYPE_F16, CR_TYPE_BF16, CR_TYPE_Q8_0};
