@@ -139,6 +139,7 @@ static cr_status_t add_dir(cli_http_t *h, json_t *map, const char *dir, cli_prog
                            cr_err_t *err)
 {
     static const char *const model_globs[] = {"*.gguf", "model*.safetensors",
+                                              "adapter_model*.safetensors",
                                               "consolidated*.safetensors"};
     static const char *const extra_globs[] = {"*.json", "tokenizer.model",
                                               "chat_template.jinja"};

@@ -87,3 +87,16 @@ void cr_jinja_tags_infer(const char *src, size_t len, cr_jinja_tags_t *tags)
             break;
         }
 }
+
+const char *cr_jinja_parser_infer(const char *src, size_t len)
+{
+    if (has(src, len, "<|channel|>") && has(src, len, "<|start|>") &&
+        has(src, len, "<|message|>"))
+        return "harmony";
+    cr_jinja_tags_t tags;
+    cr_jinja_tags_infer(src, len, &tags);
+    if (!strcmp(tags.tool_tag, "<tool_call>") && has(src, len, "<function=") &&
+        has(src, len, "<parameter=") && !tags.think_open[0])
+        return "qwen3-coder";
+    return NULL;
+}

@@ -47,4 +47,11 @@ typedef struct cr_jinja_tags {
 
 void cr_jinja_tags_infer(const char *src, size_t len, cr_jinja_tags_t *tags);
 
+/* The built-in parser whose output format a model's own Jinja template
+ * writes, from its source text: "harmony" for gpt-oss's channels,
+ * "qwen3-coder" for <tool_call><function=..><parameter=..> without
+ * thinking (that parser splits no thinking out); NULL when none matches (the
+ * runner then splits by cr_jinja_tags_infer's tags). Static string. */
+const char *cr_jinja_parser_infer(const char *src, size_t len);
+
 #endif

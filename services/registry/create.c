@@ -5,11 +5,14 @@
 #include "lib/env.h"
 #include "lib/gguf.h"
 #include "lib/log.h"
+#include "lib/lora.h"
 #include "lib/model_name.h"
 #include "services/registry/ggufinfo.h"
 #include "services/registry/gojson.h"
+#include "services/registry/hf_import.h"
 #include "services/registry/manifest.h"
 #include "services/registry/model.h"
+#include "services/registry/peft_import.h"
 #include "services/registry/ops.h"
 #include "services/registry/params.h"
 #include "services/registry/quantize.h"
@@ -278,6 +281,164 @@ static cr_status_t add_auto_template(build_t *b, const auto_tmpl_t *at,
     return CR_OK;
 }
 
+static cr_status_t store_file(build_t *b, const char *path,
+                              char hex[REG_HEX_LEN + 1], int64_t *size,
+                              cr_err_t *err);
+
+/* A Hugging Face folder (config.json, *.safetensors, tokenizer files):
+ * converted to GGUF in a temp file beside the blobs, then stored as the
+ * model layer. The temp file goes whatever happens. */
+static cr_status_t from_hf_folder(build_t *b, const msg_file_ref_t *files,
+                                  size_t n, cr_err_t *err)
+{
+    reg_hf_file_t *hf = calloc(n, sizeof *hf);
+    char (*paths)[REG_PATH_MAX] = calloc(n, sizeof *paths);
+    cr_status_t st = hf && paths ? CR_OK
+                                 : cr_err_set(err, CR_E_NOMEM, "out of memory");
+    for (size_t i = 0; !st && i < n; i++) {
+        char hex[REG_HEX_LEN + 1];
+        uint64_t size = 0;
+        if ((st = reg_digest_parse(files[i].digest, hex, err)))
+            break;
+        if (!reg_store_blob_path(b->s, hex, paths[i], sizeof paths[i]))
+            st = cr_err_set(err, CR_E_INVALID, "invalid digest format");
+        else if (!reg_store_blob_exists(b->s, hex, &size))
+            st = cr_err_set(err, CR_E_NOT_FOUND, "blob sha256:%s (%s) not found; "
+                            "upload it first", hex, files[i].name);
+        hf[i] = (reg_hf_file_t){files[i].name, paths[i]};
+    }
+    char out[REG_PATH_MAX];
+    out[0] = '\0';
+    if (!st) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int w = snprintf(out, sizeof out,
+                         "%s/blobs/.corral-tmp-convert-%ld-%ld.gguf",
+                         reg_store_root(b->s), (long)getpid(), (long)ts.tv_nsec);
+        if (w < 0 || (size_t)w >= sizeof out)
+            st = cr_err_set(err, CR_E_TOO_LARGE, "store path too long");
+    }
+    if (!st) {
+        progress(b, "converting model");
+        st = reg_hf_import(hf, n, out, NULL, 0, err);
+    }
+    char hex[REG_HEX_LEN + 1];
+    int64_t size = 0;
+    st = st ? st : store_file(b, out, hex, &size, err);
+    cr_gguf_t *g = NULL;
+    if (!st && !(st = open_blob_gguf(b, hex, &g, err))) {
+        note_gguf(b, g);
+        const auto_tmpl_t *at = b->auto_hex[0] ? NULL : detect_template(g);
+        cr_gguf_close(&g);
+        if (reg_manifest_add(&b->man, REG_MT_MODEL, hex, size, NULL, NULL))
+            st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+        if (!st && at)
+            st = add_auto_template(b, at, err);
+    }
+    if (out[0])
+        unlink(out);
+    free(hf);
+    free(paths);
+    return st;
+}
+
+/* Refuses an adapter the runner would not apply to the model layer
+ * (lib/lora.h: not a LoRA adapter, another architecture, tensor names or
+ * shapes that do not fit, an unsupported target or type), or one too many;
+ * never stores one to be ignored. */
+static cr_status_t check_adapter(build_t *b, const cr_gguf_t *ad, const char *label,
+                                 cr_err_t *err)
+{
+    size_t n_have = 0;
+    for (size_t i = 0; i < b->man.n_layers; i++)
+        n_have += !strcmp(b->man.layers[i].media_type, REG_MT_ADAPTER);
+    if (n_have >= CR_LORA_MAX_ADAPTERS)
+        return cr_err_set(err, CR_E_INVALID, "too many adapters (at most %d)",
+                          CR_LORA_MAX_ADAPTERS);
+    const reg_layer_t *model = reg_manifest_find(&b->man, REG_MT_MODEL);
+    if (!model)
+        return cr_err_set(err, CR_E_INVALID, "adapter %s needs a model to apply to (FROM)",
+                          label);
+    cr_gguf_t *base = NULL;
+    cr_status_t st = open_blob_gguf(b, model->hex, &base, err);
+    cr_lora_pair_t *pairs = NULL;
+    size_t n = 0;
+    if (!st)
+        st = cr_lora_pairs(base, ad, label, &pairs, &n, err);
+    free(pairs);
+    cr_gguf_close(&base);
+    return st;
+}
+
+/* The blob paths of files[0..n-1] into paths, as reg_hf_file_t in hf. */
+static cr_status_t blob_files(build_t *b, const msg_file_ref_t *files, size_t n,
+                              reg_hf_file_t *hf, char (*paths)[REG_PATH_MAX], cr_err_t *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        char hex[REG_HEX_LEN + 1];
+        uint64_t size = 0;
+        cr_status_t st = reg_digest_parse(files[i].digest, hex, err);
+        if (st)
+            return st;
+        if (!reg_store_blob_path(b->s, hex, paths[i], sizeof paths[i]))
+            return cr_err_set(err, CR_E_INVALID, "invalid digest format");
+        if (!reg_store_blob_exists(b->s, hex, &size))
+            return cr_err_set(err, CR_E_NOT_FOUND, "blob sha256:%s (%s) not found; "
+                              "upload it first", hex, files[i].name);
+        hf[i] = (reg_hf_file_t){files[i].name, paths[i]};
+    }
+    return CR_OK;
+}
+
+/* A PEFT adapter folder among the adapter files: converted to a GGUF LoRA
+ * for the model layer (peft_import.h) in a temp file beside the blobs,
+ * checked as any adapter, and stored as an adapter layer. */
+static cr_status_t from_peft(build_t *b, const msg_file_ref_t *files, size_t n,
+                             cr_err_t *err)
+{
+    const reg_layer_t *model = reg_manifest_find(&b->man, REG_MT_MODEL);
+    if (!model)
+        return cr_err_set(err, CR_E_INVALID, "a PEFT adapter needs a model to apply to "
+                          "(FROM)");
+    reg_hf_file_t *hf = calloc(n, sizeof *hf);
+    char (*paths)[REG_PATH_MAX] = calloc(n, sizeof *paths);
+    cr_gguf_t *base = NULL, *g = NULL;
+    char out[REG_PATH_MAX] = "";
+    cr_status_t st = hf && paths ? blob_files(b, files, n, hf, paths, err)
+                                 : cr_err_set(err, CR_E_NOMEM, "out of memory");
+    if (!st)
+        st = open_blob_gguf(b, model->hex, &base, err);
+    if (!st) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int w = snprintf(out, sizeof out, "%s/blobs/.corral-tmp-peft-%ld-%ld.gguf",
+                         reg_store_root(b->s), (long)getpid(), (long)ts.tv_nsec);
+        if (w < 0 || (size_t)w >= sizeof out)
+            st = cr_err_set(err, CR_E_TOO_LARGE, "store path too long");
+    }
+    if (!st) {
+        progress(b, "converting adapter");
+        st = reg_peft_import(hf, n, base, out, err);
+    }
+    char hex[REG_HEX_LEN + 1];
+    int64_t size = 0;
+    if (!st)
+        st = store_file(b, out, hex, &size, err);
+    if (!st)
+        st = open_blob_gguf(b, hex, &g, err);
+    if (!st)
+        st = check_adapter(b, g, "adapter_model.safetensors", err);
+    if (!st && reg_manifest_add(&b->man, REG_MT_ADAPTER, hex, size, NULL, NULL))
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    if (out[0])
+        unlink(out);
+    cr_gguf_close(&g);
+    cr_gguf_close(&base);
+    free(hf);
+    free(paths);
+    return st;
+}
+
 static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
                               bool adapters, cr_err_t *err)
 {
@@ -285,22 +446,31 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
         return cr_err_set(err, CR_E_INVALID, "no files provided to convert");
     if (n > MAX_FILES)
         return cr_err_set(err, CR_E_INVALID, "too many files (%zu)", n);
-    if (adapters && n > 1)
-        return cr_err_set(err, CR_E_INVALID,
-                          "only one adapter is currently supported");
     for (size_t i = 0; i < n; i++) {
         const char *fname = files[i].name ? files[i].name : "";
         if (!valid_rel_path(fname))
             return cr_err_set(err, CR_E_INVALID,
                               "file path must be relative: %s", fname);
     }
+    for (size_t i = 0; adapters && i < n; i++) {
+        if (reg_peft_is_folder_file(files[i].name)) {
+            cr_status_t st = from_peft(b, files, n, err);
+            if (st)
+                return st;
+            break;
+        }
+    }
+    for (size_t i = 0; !adapters && i < n; i++)
+        if (reg_hf_is_folder_file(files[i].name))
+            return from_hf_folder(b, files, n, err);
     for (size_t i = 0; i < n; i++) {
         const char *fname = files[i].name;
-        if (has_suffix(fname, ".safetensors") || !strcmp(fname, "config.json") ||
-            has_suffix(fname, ".json"))
-            return cr_err_set(err, CR_E_UNSUPPORTED,
-                              "importing safetensors models is not supported; "
-                              "convert %s to GGUF first", fname);
+        if (adapters && reg_peft_is_folder_file(fname))
+            continue; /* converted above */
+        if (has_suffix(fname, ".json"))
+            return cr_err_set(err, CR_E_INVALID,
+                              "%s without config.json and *.safetensors is not "
+                              "a model", fname);
         char hex[REG_HEX_LEN + 1];
         cr_status_t st = reg_digest_parse(files[i].digest, hex, err);
         if (st)
@@ -311,6 +481,10 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
         if (st)
             return st;
         const char *mt = adapters ? REG_MT_ADAPTER : reg_gguf_media_type(g);
+        if (adapters && (st = check_adapter(b, g, fname, err))) {
+            cr_gguf_close(&g);
+            return st;
+        }
         note_gguf(b, g);
         const auto_tmpl_t *at = NULL;
         if (!strcmp(mt, REG_MT_MODEL) && !b->auto_hex[0])
@@ -669,7 +843,8 @@ static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
 
 /* Without a template layer the runner renders the GGUF's own Jinja chat
  * template: one it cannot parse fails the create here, naming the
- * construct. Without a runner binary to ask, the load reports it instead. */
+ * construct. Without a runner binary to ask, the load reports it instead.
+ * Sets b->parser from the template when neither PARSER nor RENDERER is. */
 static cr_status_t check_jinja(build_t *b, cr_err_t *err)
 {
     if (reg_manifest_find(&b->man, REG_MT_TEMPLATE))
@@ -683,6 +858,10 @@ static cr_status_t check_jinja(build_t *b, cr_err_t *err)
     bool has_jinja = false;
     if (!open_blob_gguf(b, model->hex, &g, NULL))
         has_jinja = cr_gguf_get_str(g, "tokenizer.chat_template", &src) && src.len;
+    /* The built-in parser matching the template's output format is stored
+     * as the model's PARSER (show lists it; the runner splits by it). */
+    if (has_jinja && !(b->parser && *b->parser) && !(b->renderer && *b->renderer))
+        b->parser = cr_jinja_parser_infer(src.ptr, (size_t)src.len);
     cr_gguf_close(&g);
     if (!has_jinja)
         return CR_OK;

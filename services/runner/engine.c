@@ -98,6 +98,7 @@ struct rn_engine {
     int dev[RN_MAX_RANGES + 1];
     int n_be;
     rn_model_t *model;
+    rn_lora_t *lora;  /* the model's LoRA adapters, or NULL */
     rn_tokenizer_t *tok;
     rn_ctx_t *ctx;    /* one sequence per slot */
     rn_script_t *script; /* CORRAL_TEST_SCRIPT: forced answers, or NULL */
@@ -293,6 +294,13 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     place_devices(e, load, o, &pl);
     if ((st = rn_model_load_placed(load->model_path, &pl, &e->model, err)))
         goto fail;
+    if (load->has_adapters && load->adapters.n) {
+        if ((st = rn_lora_load(e->model, (const char *const *)load->adapters.v,
+                               load->adapters.n, &e->lora, err)))
+            goto fail;
+        cr_log_info("%s: %zu LoRA adapter(s) applied at run time", load->name,
+                    rn_lora_count(e->lora));
+    }
     const char *unused = NULL;
     int n_unused = rn_model_unused_tensors(e->model, &unused);
     if (n_unused > 0)
@@ -335,7 +343,8 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     e->n_slots = (int)n_par;
     rn_ctx_opts_t co = {.n_ctx = e->n_ctx,
                         .n_batch = o && o->has_num_batch ? (int)o->num_batch : 0,
-                        .n_seq = e->n_slots};
+                        .n_seq = e->n_slots,
+                        .lora = e->lora};
     if ((st = kv_cache_type(load, &co.kv_type, err)))
         goto fail;
     st = rn_ctx_new(e->model, &co, &e->ctx, err);
@@ -411,6 +420,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
     jj_template_destroy(&e->jinja);
     free(e->bos_text);
     free(e->eos_text);
+    rn_lora_destroy(&e->lora);
     rn_model_destroy(&e->model);
     for (int i = 0; i < e->n_be; i++)
         be_destroy(&e->be[i]);
@@ -425,7 +435,8 @@ void rn_engine_destroy(rn_engine_t **self_p)
 
 int64_t rn_engine_size_bytes(const rn_engine_t *e)
 {
-    return (int64_t)(rn_model_weight_bytes(e->model) + rn_ctx_kv_bytes(e->ctx) +
+    return (int64_t)(rn_model_weight_bytes(e->model) + rn_lora_bytes(e->lora) +
+                     rn_ctx_kv_bytes(e->ctx) +
                      rn_ctx_buffer_bytes(e->ctx));
 }
 

@@ -250,10 +250,43 @@ cr_status_t sch_estimate_gguf(const cr_gguf_t *g, const sch_estimate_opts_t *o,
     if (!add_ok(&out->cpu_graph_bytes, act) ||
         !add_ok(&out->graph_bytes, act + scores))
         return cr_err_set(err, CR_E_TOO_LARGE, "compute buffers overflow");
+    out->n_batch = batch;
+    out->widest_cols = (int64_t)CR_MAX(CR_MAX((double)dim, q_dim), CR_MAX(kv_dim, (double)ffn));
     out->cpu_total_bytes = out->weights_bytes;
     if (!add_ok(&out->cpu_total_bytes, (double)out->kv_bytes) ||
         !add_ok(&out->cpu_total_bytes, (double)out->cpu_graph_bytes))
         return cr_err_set(err, CR_E_TOO_LARGE, "model size overflows");
+    return CR_OK;
+}
+
+cr_status_t sch_estimate_add_adapter(sch_estimate_t *est, const cr_gguf_t *ad, cr_err_t *err)
+{
+    int64_t rank = est->lora_rank;
+    double bytes = 0;
+    for (size_t i = 0; i < cr_gguf_tensor_count(ad); i++) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_at(ad, i);
+        int64_t blk = block_of(t->name);
+        if (blk >= est->n_layers)
+            return cr_err_set(err, CR_E_CORRUPT, "adapter tensor '%s' names layer %" PRId64
+                              " of %d", t->name, blk, est->n_layers);
+        if (!add_ok(blk >= 0 ? &est->layer_bytes[blk] : &est->embd_bytes,
+                    (double)t->size_bytes))
+            return cr_err_set(err, CR_E_TOO_LARGE, "adapter sizes overflow");
+        bytes += (double)t->size_bytes;
+        size_t n = strlen(t->name);
+        if (n > 7 && !strcmp(t->name + n - 7, ".lora_a") && (int64_t)t->ne[1] > rank &&
+            t->ne[1] <= MAX_DIM)
+            rank = (int64_t)t->ne[1];
+    }
+    /* the buffers: lr [B][R] and, with the first adapter, ly [B][widest] */
+    double bufs = 4.0 * (double)est->n_batch *
+                  ((double)(rank - est->lora_rank) +
+                   (est->lora_rank ? 0.0 : (double)est->widest_cols));
+    if (!add_ok(&est->adapter_bytes, bytes) || !add_ok(&est->weights_bytes, bytes) ||
+        !add_ok(&est->cpu_total_bytes, bytes + bufs) ||
+        !add_ok(&est->cpu_graph_bytes, bufs) || !add_ok(&est->graph_bytes, bufs))
+        return cr_err_set(err, CR_E_TOO_LARGE, "adapter sizes overflow");
+    est->lora_rank = rank;
     return CR_OK;
 }
 

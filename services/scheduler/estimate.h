@@ -71,6 +71,10 @@ typedef struct sch_estimate {
                                 Q8_0 or Q4_0 (load.kv_cache_type) */
     char kv_note[160];       /* why a quantized kv_cache_type is not used
                                 ("" when it is, or none was asked) */
+    int64_t n_batch;         /* B of the activations */
+    int64_t widest_cols;     /* max(dim, q_dim, kv_dim, ffn) */
+    int64_t lora_rank;       /* largest rank of the adapters added */
+    int64_t adapter_bytes;   /* their tensors (also in weights_bytes) */
 } sch_estimate_t;
 
 /* Bytes per KV element for an OLLAMA_KV_CACHE_TYPE value: "" or NULL or
@@ -83,6 +87,14 @@ bool sch_kv_cache_bytes(const char *type, double *bytes_per_elem);
  * layers or sizes that overflow. */
 cr_status_t sch_estimate_gguf(const cr_gguf_t *g, const sch_estimate_opts_t *o,
                               sch_estimate_t *out, cr_err_t *err);
+
+/* Adds the LoRA adapter in ad (borrowed; header only) to est, the
+ * estimate of its base: each blk.N tensor to layer N (the runner prepares
+ * it with that layer), any other to embd, all to weights and the CPU
+ * total, and the runner's two adapter buffers, 4 x B x (R + widest_cols)
+ * for the largest rank R, once, to both graphs. CR_E_CORRUPT for a
+ * tensor naming a layer the base lacks; CR_E_TOO_LARGE on overflow. */
+cr_status_t sch_estimate_add_adapter(sch_estimate_t *est, const cr_gguf_t *ad, cr_err_t *err);
 
 /* Opens path (header only) and estimates it. Errors as cr_gguf_open and
  * sch_estimate_gguf, prefixed with the path. */

@@ -118,8 +118,16 @@ static const sch_estimate_t *request_estimate(sch_server_t *s, request_t *r)
     eo.kv_cache_type = s->cfg.kv_cache_type;
     eo.flash_attention = s->cfg.flash_attention;
     cr_err_t err;
-    r->est_status = sch_estimate_file(r->resolved.u.resolved.model_path, &eo,
-                                      r->est, &err);
+    const msg_resolved_body_t *res = &r->resolved.u.resolved;
+    r->est_status = sch_estimate_file(res->model_path, &eo, r->est, &err);
+    /* LoRA adapters load with the model (counted with their layers) */
+    for (size_t i = 0; !r->est_status && res->has_adapters && i < res->adapters.n; i++) {
+        cr_gguf_t *g = NULL;
+        r->est_status = cr_gguf_open(res->adapters.v[i], &g, &err);
+        if (!r->est_status)
+            r->est_status = sch_estimate_add_adapter(r->est, g, &err);
+        cr_gguf_close(&g);
+    }
     if (!r->est_status && r->est->kv_note[0] && s->cfg.flash_attention)
         cr_log_warn("%s: OLLAMA_KV_CACHE_TYPE=%s not used (%s): the KV cache "
                     "stays f16", r->resolved.u.resolved.name, s->cfg.kv_cache_type,

@@ -69,17 +69,32 @@ static void test_context(void)
     /* A final assistant message is continued: no generation prompt. */
     rn_prompt_msg_t cont[] = {{.role = "user", .content = "Hi"},
                               {.role = "assistant", .content = "Hel"}};
-    jj_template_t *t2 = parse("{{ add_generation_prompt }}{{ enable_thinking is defined }}");
+    jj_template_t *t2 = parse("{{ add_generation_prompt }}{{ enable_thinking is defined }}"
+                              "{% for m in messages %}|{{ m.content }}{% endfor %}|end");
     rn_prompt_jinja_t in2 = {.tmpl = t2, .msgs = cont, .n_msgs = 2};
     CHECK_EQ_INT(rn_prompt_jinja_chat(&in2, &r, &err), CR_OK);
-    CHECK_EQ_STR(r.text, "FalseFalse");
+    CHECK_EQ_STR(r.text, "FalseFalse|Hi|Hel"); /* the turn is not closed */
+    rn_prompt_result_free(&r);
+    /* An empty assistant message continues nothing: a new answer. */
+    cont[1].content = "";
+    CHECK_EQ_INT(rn_prompt_jinja_chat(&in2, &r, &err), CR_OK);
+    CHECK_EQ_STR(r.text, "TrueFalse|Hi|end");
     rn_prompt_result_free(&r);
     in2.think.mode = RN_THINK_FALSE;
     in2.n_msgs = 1;
     CHECK_EQ_INT(rn_prompt_jinja_chat(&in2, &r, &err), CR_OK);
-    CHECK_EQ_STR(r.text, "TrueTrue");
+    CHECK_EQ_STR(r.text, "TrueTrue|Hi|end");
     rn_prompt_result_free(&r);
     jj_template_destroy(&t2);
+    /* A template that drops the assistant's content cannot be continued:
+     * an error, not a prompt that closes the turn. */
+    jj_template_t *t3 = parse("{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}"
+                              "{% endif %}{% endfor %}");
+    cont[1].content = "Hel";
+    rn_prompt_jinja_t in3 = {.tmpl = t3, .msgs = cont, .n_msgs = 2};
+    CHECK_EQ_INT(rn_prompt_jinja_chat(&in3, &r, &err), CR_E_INVALID);
+    CHECK(strstr(err.msg, "cannot be continued") != NULL);
+    jj_template_destroy(&t3);
     jj_template_destroy(&t);
     json_decref(calls);
     json_decref(tools);

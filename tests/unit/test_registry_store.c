@@ -883,7 +883,8 @@ static void test_create_errors(void)
          {.model = "m", .file_digest = "sha256:5555555555555555555555555555555555555555555555555555555555555555"},
          CR_E_NOT_FOUND, "blob sha256:5555555555555555555555555555555555555555555555555555555555555555 not found; upload it first"},
         {"safetensors", {.model = "m", .file_digest = digest, .file_name = "model.safetensors"},
-         CR_E_UNSUPPORTED, "importing safetensors models is not supported; convert model.safetensors to GGUF first"},
+         CR_E_INVALID, "config.json is missing: a safetensors model folder needs config.json, "
+         "tokenizer.json and *.safetensors"},
         {"float option as string",
          {.model = "m", .file_digest = digest, .params = "{\"temperature\":\"hot\"}"},
          CR_E_INVALID, "option \"temperature\" must be of type float32"},
@@ -1239,6 +1240,62 @@ static void test_autodetect(void)
  * prints it, capabilities come from it, and one the runner's renderer
  * cannot parse fails the create naming the construct (asked of the real
  * corral-runner when the build has one). */
+/* show's "parser" of a model created from the tiny GGUF with template
+ * jinja (and PARSER / RENDERER when given): "" when none. */
+static void shown_parser(reg_store_t *s, char *digest, const char *jinja,
+                         const char *parser, const char *renderer, char *out, size_t cap)
+{
+    cr_err_t err;
+    chat_template_g = jinja;
+    upload_tiny(s, digest);
+    create_args_t a = {.model = "jinjainfer", .file_digest = digest, .parser = parser,
+                       .renderer = renderer};
+    out[0] = '\0';
+    CHECK_MSG(do_create(s, &a, NULL, &err) == CR_OK, "%s", err.msg);
+    cr_model_name_t n;
+    cr_model_name_parse("jinjainfer", &n, NULL);
+    reg_model_t *m = NULL;
+    if (reg_model_load(s, &n, &m, &err) != CR_OK)
+        return;
+    cr_buf_t body;
+    cr_buf_init(&body, 1 << 20);
+    CHECK(reg_show_body(s, m, false, NULL, NULL, &body, &err) == CR_OK);
+    json_t *j = json_loads(body.data ? body.data : "", 0, NULL);
+    const char *p = json_string_value(json_object_get(j, "parser"));
+    snprintf(out, cap, "%s", p ? p : "");
+    json_decref(j);
+    cr_buf_free(&body);
+    reg_model_destroy(&m);
+}
+
+/* The built-in parser matching a GGUF's own Jinja template is stored at
+ * create as the model's parser, so show lists it; a PARSER or RENDERER
+ * given wins, and a template matching none stores none. */
+static void test_jinja_parser(reg_store_t *s, char *digest)
+{
+    const char *harmony = "{% for m in messages %}<|start|>{{ m.role }}<|channel|>final"
+                          "<|message|>{{ m.content }}<|end|>{% endfor %}";
+    const char *coder = "{% if tools %}<tool_call>\n<function=f>\n<parameter=x>\n"
+                        "</parameter>\n</function>\n</tool_call>{% endif %}"
+                        "{{ messages[0].content }}";
+    char got[64];
+    shown_parser(s, digest, harmony, NULL, NULL, got, sizeof got);
+    CHECK_EQ_STR(got, "harmony");
+    shown_parser(s, digest, coder, NULL, NULL, got, sizeof got);
+    CHECK_EQ_STR(got, "qwen3-coder");
+    shown_parser(s, digest, coder, "harmony", NULL, got, sizeof got);
+    CHECK_EQ_STR(got, "harmony");
+    shown_parser(s, digest, coder, NULL, "harmony", got, sizeof got);
+    CHECK_EQ_STR(got, "");
+    /* Thinking tags: qwen3-coder splits no thinking, so no parser. */
+    char think[512];
+    snprintf(think, sizeof think, "%s<think></think>", coder);
+    shown_parser(s, digest, think, NULL, NULL, got, sizeof got);
+    CHECK_EQ_STR(got, "");
+    shown_parser(s, digest, "{{ messages[0].content }}", NULL, NULL, got, sizeof got);
+    CHECK_EQ_STR(got, "");
+}
+
 static void test_jinja_template(void)
 {
     reg_store_t *s = fresh_store();
@@ -1299,6 +1356,7 @@ static void test_jinja_template(void)
         cr_buf_free(&body);
         reg_model_destroy(&m);
     }
+    test_jinja_parser(s, digest);
     const char *build = getenv("CORRAL_BUILD_DIR");
     char runner[1024];
     snprintf(runner, sizeof runner, "%s/bin/corral-runner", build ? build : ".");

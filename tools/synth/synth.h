@@ -132,4 +132,44 @@ cr_status_t rn_synth_write(const rn_synth_opts_t *o, const char *path,
 cr_status_t rn_synth_write_memory(const rn_synth_opts_t *o, void **out,
                                   size_t *len, cr_err_t *err);
 
+/* ---- LoRA adapters (synth_lora.c) ----
+ *
+ * A llama.cpp GGUF LoRA adapter for the base model file at base_path:
+ * general.type "adapter", adapter.type "lora", the base's architecture (or
+ * arch), adapter.lora.alpha, and for each target base tensor T (ne {in,
+ * out}) T.lora_a (ne {in, rank}) and T.lora_b (ne {rank, out}) of
+ * `type`, entries N(0, std) from seed (then rounded to the type). Tests read A and B back from the file. */
+typedef struct rn_synth_lora_opts {
+    uint64_t seed;
+    int rank;                    /* >= 1 */
+    float alpha;                 /* adapter.lora.alpha; <= 0: not written */
+    float std;                   /* of A and B entries; 0: 0.05 */
+    const char *const *targets;  /* NULL-terminated base tensor names */
+    const char *arch;            /* general.architecture; NULL: the base's */
+    const char *adapter_type;    /* adapter.type; NULL: "lora" */
+    cr_type_t type;              /* of A and B: F32 (0), F16, BF16 or Q8_0
+                                    (Q8_0: in and rank multiples of 32) */
+} rn_synth_lora_opts_t;
+
+/* Writes the adapter to path (atomically). CR_E_INVALID for rank < 1 or a
+ * target the base lacks or that is not a matrix; errors of reading the
+ * base and writing. */
+cr_status_t rn_synth_lora_write(const rn_synth_lora_opts_t *o, const char *base_path,
+                                const char *path, cr_err_t *err);
+
+/* Writes to path the F32 model at base_path with the n LoRA adapters at
+ * ads merged into its weights: W + sum of (alpha / r) B A, in double, as
+ * a reference for the runner's run-time adapters. CR_E_INVALID for a
+ * non-F32 base or adapter tensor; read and write errors. */
+cr_status_t rn_synth_lora_merge(const char *base_path, const char *const *ads, size_t n,
+                                const char *path, cr_err_t *err);
+
+/* Writes the F32 GGUF LoRA adapter at adapter_path as a PEFT folder in dir
+ * (existing): adapter_config.json (r, lora_alpha, target_modules) and
+ * adapter_model.safetensors with Hugging Face's tensor names, llama's q/k
+ * lora_B rows in Hugging Face's order (head counts from the base at
+ * base_path): what create converts back to the same adapter. */
+cr_status_t rn_synth_lora_to_peft(const char *adapter_path, const char *base_path,
+                                  const char *dir, cr_err_t *err);
+
 #endif

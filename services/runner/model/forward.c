@@ -77,6 +77,8 @@ typedef struct part {
     float *xe;     /* [B][D] one expert's gathered rows (experts only) */
     float *out;    /* [LOGITS_ROWS][V] logits on the backend (last part) */
     float *scratch; /* attention_ext scratch (soft-cap / window layers) */
+    float *lr;     /* [B][R] an adapter's A x (LoRA only; R = max rank) */
+    float *ly;     /* [B][max(D, Q, KV, F)] its scale * B (A x) */
     uint64_t kv_bytes, buf_bytes;
 } part_t;
 
@@ -101,6 +103,7 @@ struct rn_ctx {
     float *hrow;     /* [D] one downloaded hidden row (embeddings) */
     double *pool;    /* [D] sum of hidden rows (embeddings) */
     rn_moe_t *moe;   /* expert routing scratch (models with experts) */
+    const rn_lora_t *lora; /* adapters (rn_ctx_opts_t), or NULL */
 };
 
 /* The part computing the logits (and pooling embeddings). */
@@ -153,7 +156,7 @@ void rn_ctx_destroy(rn_ctx_t **self_p)
         be_backend_t *be = P->be;
         void *bufs[] = {P->k_cache, P->v_cache, P->x, P->xb, P->xb2, P->q, P->k,
                         P->v, P->att, P->hb, P->hb2, P->out, P->scratch,
-                        P->router, P->xe};
+                        P->router, P->xe, P->lr, P->ly};
         for (size_t i = 0; i < CR_ARRAY_LEN(bufs); i++)
             if (bufs[i])
                 be->ops->free(be, bufs[i]);
@@ -253,12 +256,19 @@ static cr_status_t part_alloc(rn_ctx_t *c, part_t *P, bool last, cr_err_t *err)
     if (last && (st = alloc_buf(P, (void **)&P->out, LOGITS_ROWS, V, sizeof(float),
                                 "logits", err)))
         return st;
+    uint64_t widest = CR_MAX(CR_MAX(D, QD), CR_MAX(KV, F));
+    if (n_layers > 0 && c->lora &&
+        ((st = alloc_buf(P, (void **)&P->lr, B, (uint64_t)rn_lora_max_rank(c->lora),
+                         sizeof(float), "adapter rank rows", err)) ||
+         (st = alloc_buf(P, (void **)&P->ly, B, widest, sizeof(float), "adapter output",
+                         err))))
+        return st;
     if (n_layers > 0 && P->ext &&
         (st = alloc_buf(P, (void **)&P->scratch, 1,
                         be_attention_ext_scratch(c->n_ctx, hp->head_dim), sizeof(float),
                         "attention scratch", err)))
         return st;
-    int64_t max_cols = (int64_t)CR_MAX(CR_MAX(D, QD), F);
+    int64_t max_cols = (int64_t)CR_MAX(CR_MAX(D, QD), CR_MAX(F, (uint64_t)rn_lora_max_rank(c->lora)));
     return P->be->ops->reserve(P->be, c->n_batch, max_cols, c->n_ctx, hp->n_heads, err);
 }
 
@@ -305,6 +315,7 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
         return cr_err_set(err, CR_E_INVALID, "n_seq %d is out of range 1..%d", o->n_seq,
                           RN_CTX_MAX_SEQ);
     }
+    c->lora = o->lora;
     c->n_batch = o->n_batch > 0 ? o->n_batch : RN_CTX_DEFAULT_BATCH;
     if (c->n_batch > c->n_ctx || c->hp->non_causal)
         c->n_batch = c->n_ctx; /* an encoder sees the whole sequence at once */
@@ -440,6 +451,25 @@ static void hand_over(rn_ctx_t *c, part_t *from, part_t *to, int n)
     to->be->ops->upload(to->be, to->x, c->hand, bytes);
 }
 
+/* LoRA: y += scale * B (A x) for each adapter of weight t of layer l
+ * (model/lora.h), through the backend's ops: lr = x A^T [n][r],
+ * ly = lr B^T [n][out], ly *= scale, y += ly. */
+static void lora_add(rn_ctx_t *c, part_t *P, int l, cr_lora_target_t t, const float *x,
+                     int n, float *y)
+{
+    size_t n_mat = 0;
+    const rn_lora_mat_t *mat = rn_lora_of(c->lora, l, t, &n_mat);
+    be_backend_t *be = P->be;
+    for (size_t i = 0; i < n_mat; i++) {
+        size_t len = (size_t)n * (size_t)mat[i].b.n_rows;
+        be->ops->matmul(be, &mat[i].a, x, n, P->lr);
+        be->ops->matmul(be, &mat[i].b, P->lr, n, P->ly);
+        if (mat[i].scale != 1.0f)
+            be_ext_ops(be)->scale(be, P->ly, len, mat[i].scale);
+        be->ops->add(be, y, P->ly, len);
+    }
+}
+
 /* Layers P->l0..P->l1-1 of the chunk's n tokens (grouped into spans, one
  * per sequence) on part P's instance, over its residual stream P->x. Every
  * weight matmul takes all n tokens at once (the weights are read once per
@@ -476,6 +506,13 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
         op->matmul(be, &L->wq, ain, n, P->q);
         op->matmul(be, &L->wk, ain, n, P->k);
         op->matmul(be, &L->wv, ain, n, P->v);
+
+        /* 3L. LoRA adapters: q += s B_q (A_q xb), and so for k and v */
+        if (c->lora) {
+            lora_add(c, P, l, CR_LORA_Q, ain, n, P->q);
+            lora_add(c, P, l, CR_LORA_K, ain, n, P->k);
+            lora_add(c, P, l, CR_LORA_V, ain, n, P->v);
+        }
 
         /* 3a. qwen2, gpt-oss: q += bq, k += bk, v += bv (per token) */
         if (L->bq.data) {
@@ -548,6 +585,8 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
         /* 7. output projection: xb2 = att Wo^T (+ bo per token, gpt-oss)
          *                                                    xb2: [B][D] */
         op->matmul(be, &L->wo, P->att, n, P->xb2);
+        if (c->lora) /* 7L. xb2 += s B_o (A_o att) */
+            lora_add(c, P, l, CR_LORA_O, P->att, n, P->xb2);
         if (L->bo.data)
             ext->add_rows(be, P->xb2, &L->bo, n);
 
@@ -584,6 +623,10 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
          *    up are the two row halves of its ffn_up */
         op->matmul(be, &L->w_gate, fin, n, P->hb);
         op->matmul(be, &L->w_up, fin, n, P->hb2);
+        if (c->lora) { /* 10L. the adapters of gate and up, before act */
+            lora_add(c, P, l, CR_LORA_GATE, fin, n, P->hb);
+            lora_add(c, P, l, CR_LORA_UP, fin, n, P->hb2);
+        }
         if (hp->ffn_gelu)
             ext->geglu(be, P->hb, P->hb, P->hb2, (size_t)n * F);
         else
@@ -594,6 +637,8 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
          * 11b. granite: xb2 *= residual_scale
          * 11c. residual: x += xb2 */
         op->matmul(be, &L->w_down, P->hb, n, P->xb2);
+        if (c->lora) /* 11L. xb2 += s B_down (A_down hb) */
+            lora_add(c, P, l, CR_LORA_DOWN, P->hb, n, P->xb2);
         if (L->ffn_post_norm.data)
             op->rmsnorm(be, P->xb2, P->xb2, &L->ffn_post_norm, n, D, hp->rms_eps);
         if (hp->residual_scale != 1.0f)

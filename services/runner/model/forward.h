@@ -30,6 +30,7 @@
 #include "lib/prelude.h"
 #include "lib/status.h"
 #include "services/runner/model/model.h"
+#include "services/runner/model/lora.h"
 
 #define RN_CTX_DEFAULT_BATCH 512
 #define RN_CTX_MAX_SEQ 64 /* sequences (parallel slots) per context */
@@ -43,6 +44,10 @@ typedef struct rn_ctx_opts {
     cr_type_t kv_type; /* cache elements: CR_TYPE_F16 (also what 0, a
                           zeroed field, means), CR_TYPE_Q8_0 or
                           CR_TYPE_Q4_0 (OLLAMA_KV_CACHE_TYPE) */
+    const rn_lora_t *lora; /* LoRA adapters added to the projections at
+                              every step (model/lora.h; borrowed, must
+                              outlive the context, loaded for the same
+                              model); NULL: none */
 } rn_ctx_opts_t;
 
 /* One sequence's tokens in a batched eval. */

@@ -173,7 +173,41 @@ static bool ends_with(const char *s, size_t n, const char *suffix)
     return p && n >= p && memcmp(s + n - p, suffix, p) == 0;
 }
 
-/* Renders the messages picked (indexes into c) into *out. */
+/* Where a continued assistant message ends in a rendering: just after the
+ * last occurrence of its content, which for a request message must be
+ * request bytes (untrusted), so that a template's own closing text that
+ * happens to contain the content ("end" in "<|im_end|>") is never taken for
+ * it. A trailing-whitespace-trimmed content is tried too (templates that
+ * trim). Returns false when the content does not appear. */
+static bool continue_end(const char *s, size_t len, const cr_buf_t *taint, const char *content,
+                         bool untrusted, size_t *end)
+{
+    size_t full = strlen(content), n = full;
+    while (n && strchr(" \t\r\n", content[n - 1]))
+        n--;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t want = pass == 0 ? full : n;
+        if (!want || (pass == 1 && want == full))
+            continue;
+        for (size_t at = len >= want ? len - want + 1 : 0; at-- > 0;) {
+            if (memcmp(s + at, content, want))
+                continue;
+            bool ok = true;
+            for (size_t i = 0; untrusted && ok && i < want; i++)
+                ok = taint->data[at + i] != 0;
+            if (ok) {
+                *end = at + want;
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* Renders the messages picked (indexes into c) into *out. A final
+ * assistant message is continued (Ollama's prefill): the rendering is cut
+ * just after its content, so the template's end-of-turn text is not part
+ * of the prompt. */
 static cr_status_t render(const rn_prompt_jinja_t *in, const convo_t *c, const size_t *pick,
                           size_t n_pick, rn_prompt_result_t *out, cr_err_t *err)
 {
@@ -191,6 +225,17 @@ static cr_status_t render(const rn_prompt_jinja_t *in, const convo_t *c, const s
         st = oom(err);
         goto out;
     }
+    /* A final assistant message is continued; an empty one continues
+     * nothing, so the turn is opened as for a new answer. */
+    const char *last_role = n_pick ? c->roles[pick[n_pick - 1]] : "";
+    bool prefill = !strcmp(last_role, "assistant");
+    const char *prefix = prefill ? json_string_value(
+                                       json_object_get(c->msgs[pick[n_pick - 1]], "content"))
+                                 : NULL;
+    if (prefill && !(prefix && *prefix)) {
+        prefill = false;
+        n_pick--;
+    }
     for (size_t i = 0; i < n_pick; i++) {
         json_array_append(msgs, c->msgs[pick[i]]);
         if (!c->trusted[pick[i]])
@@ -201,8 +246,7 @@ static cr_status_t render(const rn_prompt_jinja_t *in, const convo_t *c, const s
         json_object_set(ctx, "tools", (json_t *)in->tools);
         untrusted[n_untrusted++] = in->tools;
     }
-    const char *last_role = n_pick ? c->roles[pick[n_pick - 1]] : "";
-    json_object_set_new(ctx, "add_generation_prompt", json_boolean(strcmp(last_role, "assistant")));
+    json_object_set_new(ctx, "add_generation_prompt", json_boolean(!prefill));
     json_object_set_new(ctx, "bos_token", json_string(nz(in->bos_token)));
     json_object_set_new(ctx, "eos_token", json_string(nz(in->eos_token)));
     if (in->think.mode == RN_THINK_TRUE || in->think.mode == RN_THINK_LEVEL)
@@ -224,6 +268,12 @@ static cr_status_t render(const rn_prompt_jinja_t *in, const convo_t *c, const s
      * start or end would double it (llama.cpp drops it the same way). */
     size_t from = 0, len = text.len;
     const char *s = text.data ? text.data : "";
+    if (prefill && !continue_end(s, len, &taint, prefix, !c->trusted[pick[n_pick - 1]], &len)) {
+        st = cr_err_set(err, CR_E_INVALID, "chat template: the last (assistant) message "
+                        "cannot be continued: its content does not appear in the "
+                        "template's rendering");
+        goto out;
+    }
     if (in->strip_bos && starts_with(s, len, nz(in->bos_token)))
         from = strlen(in->bos_token);
     if (in->strip_eos && ends_with(s + from, len - from, nz(in->eos_token)))

@@ -1,0 +1,692 @@
+/* hf_import.c: Hugging Face folder to GGUF (see hf_import.h). */
+#include "lib/prelude.h"
+#include "services/registry/hf_import.h"
+#include "lib/gguf_write.h"
+#include "lib/safetensors.h"
+#include "services/registry/hf_vocab.h"
+
+#include <jansson.h>
+#include <sys/stat.h>
+
+#define MAX_JSON_BYTES (64u << 20) /* tokenizer.json of a 256k vocabulary */
+#define MAX_LAYERS 1024
+#define MAX_DIM (1 << 20)
+#define MAX_EXPERTS 1024
+#define CHUNK_BYTES (4u << 20) /* bytes copied at a time */
+
+enum {
+    F_PERMUTE_QK = 1u << 0, /* llama: Q/K rows to GGUF's rope layout */
+    F_QKV_BIAS = 1u << 1,   /* qwen2 */
+    F_QK_NORM = 1u << 2,    /* qwen3 */
+    F_MOE = 1u << 3,        /* qwen3moe */
+};
+
+static const struct {
+    const char *hf, *gguf;
+    unsigned flags;
+} archs[] = {
+    {"LlamaForCausalLM", "llama", F_PERMUTE_QK},
+    {"MistralForCausalLM", "llama", F_PERMUTE_QK},
+    {"Qwen2ForCausalLM", "qwen2", F_QKV_BIAS},
+    {"Qwen3ForCausalLM", "qwen3", F_QK_NORM},
+    {"Qwen3MoeForCausalLM", "qwen3moe", F_QK_NORM | F_MOE},
+};
+
+typedef struct hparams {
+    const char *arch;
+    unsigned flags;
+    int64_t dim, n_layers, n_heads, n_kv, ffn, ctx, head_dim, vocab;
+    int64_t n_expert, n_expert_used, expert_ffn;
+    double eps, rope_base;
+    bool tied;
+} hparams_t;
+
+/* One GGUF tensor: its source tensors (several for stacked experts). */
+typedef struct job {
+    char name[64];
+    const cr_st_tensor_t **src;
+    const cr_st_file_t **file;
+    size_t n_src;
+    cr_type_t type;
+    int64_t permute_heads; /* > 0: permute rows in groups of this many heads */
+} job_t;
+
+typedef struct conv {
+    const reg_hf_file_t *files;
+    size_t n_files;
+    cr_st_set_t *set;
+    bool *used;   /* per set tensor */
+    hparams_t hp;
+    job_t *jobs;
+    size_t n_jobs, cap_jobs;
+    uint8_t *buf; /* CHUNK_BYTES */
+} conv_t;
+
+static bool has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+bool reg_hf_is_folder_file(const char *name)
+{
+    return !strcmp(name, "config.json") || has_suffix(name, ".safetensors") ||
+           !strcmp(name, "model.safetensors.index.json");
+}
+
+static const reg_hf_file_t *find_file(const conv_t *c, const char *name)
+{
+    for (size_t i = 0; i < c->n_files; i++)
+        if (!strcmp(c->files[i].name, name))
+            return &c->files[i];
+    return NULL;
+}
+
+/* Reads a JSON file of the folder: *root (caller owns), or NULL with
+ * CR_OK when absent and !required. */
+static cr_status_t load_json(const conv_t *c, const char *name, bool required,
+                             json_t **root, cr_err_t *err)
+{
+    *root = NULL;
+    const reg_hf_file_t *f = find_file(c, name);
+    if (!f)
+        return required ? cr_err_set(err, CR_E_INVALID, "%s is missing: a "
+                                     "safetensors model folder needs config.json, "
+                                     "tokenizer.json and *.safetensors", name)
+                        : CR_OK;
+    struct stat sb;
+    if (stat(f->path, &sb) != 0)
+        return cr_err_set(err, CR_E_IO, "%s: %s", name, strerror(errno));
+    if ((uint64_t)sb.st_size > MAX_JSON_BYTES)
+        return cr_err_set(err, CR_E_TOO_LARGE, "%s: %lld bytes (at most %u)",
+                          name, (long long)sb.st_size, MAX_JSON_BYTES);
+    json_error_t jerr;
+    *root = json_load_file(f->path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!*root)
+        return cr_err_set(err, CR_E_INVALID, "%s: not JSON: %s (line %d)", name,
+                          jerr.text, jerr.line);
+    if (!json_is_object(*root)) {
+        json_decref(*root);
+        *root = NULL;
+        return cr_err_set(err, CR_E_INVALID, "%s: not a JSON object", name);
+    }
+    return CR_OK;
+}
+
+/* Newer folders keep the chat template in chat_template.jinja instead of
+ * tokenizer_config.json: it goes into *tok_cfg (created if NULL) unless
+ * that has one already. */
+static cr_status_t load_jinja(const conv_t *c, json_t **tok_cfg, cr_err_t *err)
+{
+    const reg_hf_file_t *f = find_file(c, "chat_template.jinja");
+    if (!f || (*tok_cfg && json_object_get(*tok_cfg, "chat_template")))
+        return CR_OK;
+    FILE *fp = fopen(f->path, "rb");
+    if (!fp)
+        return cr_err_set(err, CR_E_IO, "%s: %s", f->name, strerror(errno));
+    char *text = malloc(MAX_JSON_BYTES + 1);
+    size_t n = text ? fread(text, 1, MAX_JSON_BYTES + 1, fp) : 0;
+    fclose(fp);
+    cr_status_t st = CR_OK;
+    if (!text)
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    else if (n > MAX_JSON_BYTES)
+        st = cr_err_set(err, CR_E_TOO_LARGE, "%s: over %u bytes", f->name,
+                        MAX_JSON_BYTES);
+    json_t *s = st ? NULL : json_stringn(text, n);
+    if (!st && !s)
+        st = cr_err_set(err, CR_E_INVALID, "%s: not UTF-8 text", f->name);
+    if (!st && !*tok_cfg && !(*tok_cfg = json_object()))
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    if (!st)
+        json_object_set(*tok_cfg, "chat_template", s);
+    json_decref(s);
+    free(text);
+    return st;
+}
+
+static cr_status_t open_tensors(conv_t *c, cr_err_t *err)
+{
+    if (!(c->set = cr_st_set_new()))
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    const reg_hf_file_t *idx = find_file(c, "model.safetensors.index.json");
+    cr_status_t st = CR_OK;
+    if (idx) {
+        json_t *root = NULL;
+        if ((st = load_json(c, idx->name, true, &root, err)))
+            return st;
+        char *text = json_dumps(root, JSON_COMPACT);
+        json_decref(root);
+        if (!text)
+            return cr_err_set(err, CR_E_NOMEM, "out of memory");
+        char **names = NULL;
+        size_t n = 0;
+        st = cr_st_index_files(text, strlen(text), idx->name, &names, &n, err);
+        for (size_t i = 0; !st && i < n; i++) {
+            const reg_hf_file_t *f = find_file(c, names[i]);
+            st = f ? cr_st_set_add_file(c->set, f->path, f->name, err)
+                   : cr_err_set(err, CR_E_INVALID, "%s names %s, which is not in "
+                                "the folder", idx->name, names[i]);
+        }
+        if (!st)
+            st = cr_st_set_check_index(c->set, text, strlen(text), idx->name, err);
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        free(text);
+    } else {
+        for (size_t i = 0; !st && i < c->n_files; i++)
+            if (has_suffix(c->files[i].name, ".safetensors"))
+                st = cr_st_set_add_file(c->set, c->files[i].path,
+                                        c->files[i].name, err);
+    }
+    if (!st && cr_st_set_tensor_count(c->set) == 0)
+        st = cr_err_set(err, CR_E_INVALID, "no tensors: the folder has no "
+                        ".safetensors file with any");
+    if (!st && !(c->used = calloc(cr_st_set_tensor_count(c->set) + 1, 1)))
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    return st;
+}
+
+static cr_status_t get_int(const json_t *cfg, const char *key, int64_t def,
+                           int64_t lo, int64_t hi, int64_t *out, cr_err_t *err)
+{
+    const json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) {
+        if (def < 0)
+            return cr_err_set(err, CR_E_INVALID, "config.json: %s is missing", key);
+        *out = def;
+        return CR_OK;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo ||
+        json_integer_value(v) > hi)
+        return cr_err_set(err, CR_E_INVALID, "config.json: %s must be an integer "
+                          "in %" PRId64 "..%" PRId64, key, lo, hi);
+    *out = json_integer_value(v);
+    return CR_OK;
+}
+
+static cr_status_t get_num(const json_t *cfg, const char *key, double def,
+                           double *out, cr_err_t *err)
+{
+    const json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return CR_OK;
+    }
+    if (!json_is_number(v) || !(json_number_value(v) > 0))
+        return cr_err_set(err, CR_E_INVALID, "config.json: %s must be a positive "
+                          "number", key);
+    *out = json_number_value(v);
+    return CR_OK;
+}
+
+static cr_status_t read_hparams(const json_t *cfg, hparams_t *hp, cr_err_t *err)
+{
+    const char *hf = json_string_value(json_array_get(
+        json_object_get(cfg, "architectures"), 0));
+    if (!hf)
+        return cr_err_set(err, CR_E_INVALID, "config.json: no architectures");
+    for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++)
+        if (!strcmp(hf, archs[i].hf)) {
+            hp->arch = archs[i].gguf;
+            hp->flags = archs[i].flags;
+        }
+    if (!hp->arch)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "config.json: architecture %.64s "
+                          "is not supported (LlamaForCausalLM, MistralForCausalLM, "
+                          "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM "
+                          "are)", hf);
+    cr_status_t st;
+    if ((st = get_int(cfg, "hidden_size", -1, 1, MAX_DIM, &hp->dim, err)) ||
+        (st = get_int(cfg, "num_hidden_layers", -1, 1, MAX_LAYERS, &hp->n_layers, err)) ||
+        (st = get_int(cfg, "num_attention_heads", -1, 1, 4096, &hp->n_heads, err)) ||
+        (st = get_int(cfg, "num_key_value_heads", hp->n_heads, 1, hp->n_heads, &hp->n_kv,
+                      err)) ||
+        (st = get_int(cfg, "intermediate_size", -1, 1, MAX_DIM, &hp->ffn, err)) ||
+        (st = get_int(cfg, "max_position_embeddings", 2048, 1, INT32_MAX, &hp->ctx, err)) ||
+        (st = get_int(cfg, "head_dim", hp->dim / hp->n_heads, 1, MAX_DIM, &hp->head_dim,
+                      err)) ||
+        (st = get_int(cfg, "vocab_size", 0, 0, REG_HF_MAX_VOCAB, &hp->vocab, err)) ||
+        (st = get_num(cfg, "rms_norm_eps", 1e-6, &hp->eps, err)) ||
+        (st = get_num(cfg, "rope_theta", 10000.0, &hp->rope_base, err)))
+        return st;
+    if (hp->n_heads % hp->n_kv)
+        return cr_err_set(err, CR_E_INVALID, "config.json: num_attention_heads "
+                          "%" PRId64 " is not a multiple of num_key_value_heads %"
+                          PRId64, hp->n_heads, hp->n_kv);
+    if ((hp->flags & F_PERMUTE_QK) && hp->head_dim % 2)
+        return cr_err_set(err, CR_E_INVALID, "config.json: head_dim %" PRId64
+                          " is odd", hp->head_dim);
+    hp->tied = json_is_true(json_object_get(cfg, "tie_word_embeddings"));
+    if (hp->flags & F_MOE) {
+        if ((st = get_int(cfg, "num_experts", -1, 1, MAX_EXPERTS, &hp->n_expert, err)) ||
+            (st = get_int(cfg, "num_experts_per_tok", -1, 1, hp->n_expert,
+                          &hp->n_expert_used, err)) ||
+            (st = get_int(cfg, "moe_intermediate_size", -1, 1, MAX_DIM, &hp->expert_ffn,
+                          err)))
+            return st;
+    }
+    return CR_OK;
+}
+
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, hp->arch), key)
+
+static cr_status_t add_rope_scaling(cr_gguf_writer_t *w, const json_t *cfg,
+                                    const hparams_t *hp, cr_err_t *err)
+{
+    const json_t *rs = json_object_get(cfg, "rope_scaling");
+    if (!rs || json_is_null(rs))
+        return CR_OK;
+    const char *type = json_string_value(json_object_get(rs, "rope_type"));
+    if (!type)
+        type = json_string_value(json_object_get(rs, "type"));
+    double factor = 0;
+    cr_status_t st = get_num(rs, "factor", 0, &factor, err);
+    if (st)
+        return cr_err_wrap(err, "rope_scaling");
+    char key[96];
+    if (type && !strcmp(type, "default"))
+        return CR_OK;
+    if (type && !strcmp(type, "linear") && factor > 0) {
+        st = cr_gguf_writer_add_str(w, KEY("rope.scaling.type"), "linear", err);
+        return st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.factor"),
+                                                (float)factor, err);
+    }
+    if (type && !strcmp(type, "yarn") && factor > 0) {
+        int64_t orig = 0;
+        if ((st = get_int(rs, "original_max_position_embeddings", -1, 1, INT32_MAX,
+                          &orig, err)))
+            return cr_err_wrap(err, "rope_scaling");
+        st = cr_gguf_writer_add_str(w, KEY("rope.scaling.type"), "yarn", err);
+        st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.factor"),
+                                              (float)factor, err);
+        return st ? st : cr_gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"),
+                                                (uint32_t)orig, err);
+    }
+    return cr_err_set(err, CR_E_UNSUPPORTED, "config.json: rope_scaling type "
+                      "%.32s is not supported (linear, yarn are)",
+                      type ? type : "(none)");
+}
+
+static cr_status_t add_hparams(cr_gguf_writer_t *w, const json_t *cfg,
+                               const hparams_t *hp, cr_type_t ftype, cr_err_t *err)
+{
+    char key[96];
+    const char *name = json_string_value(json_object_get(cfg, "_name_or_path"));
+    if (name && strrchr(name, '/'))
+        name = strrchr(name, '/') + 1;
+    cr_status_t st = cr_gguf_writer_add_str(w, "general.architecture", hp->arch, err);
+    if (!st && name && *name)
+        st = cr_gguf_writer_add_str(w, "general.name", name, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, "general.file_type",
+                                          ftype == CR_TYPE_F32 ? 0
+                                          : ftype == CR_TYPE_F16 ? 1 : 32, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)hp->ctx, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)hp->dim, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)hp->n_layers, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)hp->ffn,
+                                          err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.head_count"),
+                                          (uint32_t)hp->n_heads, err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.head_count_kv"),
+                                          (uint32_t)hp->n_kv, err);
+    st = st ? st : cr_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"),
+                                          (float)hp->eps, err);
+    st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)hp->rope_base,
+                                          err);
+    st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
+                                          (uint32_t)hp->head_dim, err);
+    if (!st && hp->head_dim * hp->n_heads != hp->dim) {
+        st = cr_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)hp->head_dim,
+                                    err);
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.value_length"),
+                                              (uint32_t)hp->head_dim, err);
+    }
+    if (!st && (hp->flags & F_MOE)) {
+        st = cr_gguf_writer_add_u32(w, KEY("expert_count"), (uint32_t)hp->n_expert, err);
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("expert_used_count"),
+                                              (uint32_t)hp->n_expert_used, err);
+        st = st ? st : cr_gguf_writer_add_u32(w, KEY("expert_feed_forward_length"),
+                                              (uint32_t)hp->expert_ffn, err);
+        const json_t *norm = json_object_get(cfg, "norm_topk_prob");
+        if (!st && json_is_boolean(norm))
+            st = cr_gguf_writer_add_bool(w, KEY("expert_weights_norm"), json_is_true(norm),
+                                         err);
+    }
+    return st ? st : add_rope_scaling(w, cfg, hp, err);
+}
+
+/* ---- tensors ---- */
+
+static cr_type_t gguf_type(cr_st_dtype_t d)
+{
+    return d == CR_ST_F32 ? CR_TYPE_F32 : d == CR_ST_F16 ? CR_TYPE_F16 : CR_TYPE_BF16;
+}
+
+/* Finds HF tensor name with the expected shape (rows, cols; cols 0 for a
+ * 1-D tensor) and marks it used. CR_E_NOT_FOUND if absent and optional. */
+static cr_status_t take(conv_t *c, const char *name, int64_t rows, int64_t cols,
+                        bool optional, const cr_st_tensor_t **t,
+                        const cr_st_file_t **f, cr_err_t *err)
+{
+    *t = cr_st_set_find(c->set, name, f);
+    if (!*t)
+        return optional ? CR_E_NOT_FOUND
+                        : cr_err_set(err, CR_E_INVALID, "tensor '%s' is missing "
+                                     "(no .safetensors file has it)", name);
+    const cr_st_tensor_t *x = *t;
+    bool ok = cols ? x->n_dims == 2 && x->shape[0] == (uint64_t)rows &&
+                         x->shape[1] == (uint64_t)cols
+                   : x->n_dims == 1 && x->shape[0] == (uint64_t)rows;
+    if (!ok) {
+        char got[96] = "";
+        size_t o = 0;
+        for (uint32_t i = 0; i < x->n_dims && o < sizeof got - 24; i++)
+            o += (size_t)snprintf(got + o, sizeof got - o, "%s%" PRIu64,
+                                  i ? ", " : "", x->shape[i]);
+        char want[64];
+        if (cols)
+            snprintf(want, sizeof want, "%" PRId64 ", %" PRId64, rows, cols);
+        else
+            snprintf(want, sizeof want, "%" PRId64, rows);
+        return cr_err_set(err, CR_E_INVALID, "%s: tensor '%s' has shape [%s], "
+                          "config.json implies [%s]", cr_st_name(*f), name, got,
+                          want);
+    }
+    for (size_t i = 0; i < cr_st_set_tensor_count(c->set); i++)
+        if (cr_st_set_tensor_at(c->set, i, NULL) == x)
+            c->used[i] = true;
+    return CR_OK;
+}
+
+static cr_status_t new_job(conv_t *c, const char *gguf_name, size_t n_src,
+                           job_t **out, cr_err_t *err)
+{
+    if (c->n_jobs == c->cap_jobs) {
+        size_t cap = c->cap_jobs ? 2 * c->cap_jobs : 64;
+        job_t *j = realloc(c->jobs, cap * sizeof *j);
+        if (!j)
+            return cr_err_set(err, CR_E_NOMEM, "out of memory");
+        c->jobs = j;
+        c->cap_jobs = cap;
+    }
+    job_t *j = &c->jobs[c->n_jobs];
+    memset(j, 0, sizeof *j);
+    snprintf(j->name, sizeof j->name, "%s", gguf_name);
+    j->src = calloc(n_src, sizeof *j->src);
+    j->file = calloc(n_src, sizeof *j->file);
+    if (!j->src || !j->file) {
+        free(j->src);
+        free(j->file);
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
+    j->n_src = n_src;
+    c->n_jobs++;
+    *out = j;
+    return CR_OK;
+}
+
+/* One HF tensor as one GGUF tensor: 1-D ones become F32. */
+static cr_status_t map1(conv_t *c, const char *hf, const char *gguf, int64_t rows,
+                        int64_t cols, bool optional, int64_t permute_heads,
+                        cr_err_t *err)
+{
+    const cr_st_tensor_t *t;
+    const cr_st_file_t *f;
+    cr_status_t st = take(c, hf, rows, cols, optional, &t, &f, err);
+    if (st == CR_E_NOT_FOUND && optional)
+        return CR_OK;
+    job_t *j;
+    if (st || (st = new_job(c, gguf, 1, &j, err)))
+        return st;
+    j->src[0] = t;
+    j->file[0] = f;
+    j->type = cols ? gguf_type(t->dtype) : CR_TYPE_F32;
+    j->permute_heads = permute_heads;
+    return CR_OK;
+}
+
+/* Experts e = 0..E-1 of layer l stacked into one [E][rows][cols] tensor. */
+static cr_status_t map_experts(conv_t *c, int l, const char *proj, const char *gguf,
+                               int64_t rows, int64_t cols, cr_err_t *err)
+{
+    char hf[160], gn[64];
+    snprintf(gn, sizeof gn, "blk.%d.%s.weight", l, gguf);
+    job_t *j;
+    cr_status_t st = new_job(c, gn, (size_t)c->hp.n_expert, &j, err);
+    for (int64_t e = 0; !st && e < c->hp.n_expert; e++) {
+        snprintf(hf, sizeof hf, "model.layers.%d.mlp.experts.%" PRId64 ".%s.weight", l,
+                 e, proj);
+        st = take(c, hf, rows, cols, false, &j->src[e], &j->file[e], err);
+        if (!st && e && j->src[e]->dtype != j->src[0]->dtype)
+            st = cr_err_set(err, CR_E_INVALID, "%s: tensor '%s' is %s, expert 0 is %s",
+                            cr_st_name(j->file[e]), hf, cr_st_dtype_name(j->src[e]->dtype),
+                            cr_st_dtype_name(j->src[0]->dtype));
+    }
+    if (!st)
+        j->type = gguf_type(j->src[0]->dtype);
+    return st;
+}
+
+static cr_status_t map_layer(conv_t *c, int l, cr_err_t *err)
+{
+    const hparams_t *hp = &c->hp;
+    int64_t D = hp->dim, Q = hp->n_heads * hp->head_dim, KV = hp->n_kv * hp->head_dim;
+    bool perm = hp->flags & F_PERMUTE_QK, bias = hp->flags & F_QKV_BIAS;
+    char hf[160], gn[64];
+    cr_status_t st = CR_OK;
+#define MAP(hfs, gs, rows, cols, opt, ph)                                          \
+    do {                                                                           \
+        snprintf(hf, sizeof hf, "model.layers.%d.%s", l, hfs);                     \
+        snprintf(gn, sizeof gn, "blk.%d.%s", l, gs);                               \
+        if (!st)                                                                   \
+            st = map1(c, hf, gn, rows, cols, opt, ph, err);                        \
+    } while (0)
+    MAP("input_layernorm.weight", "attn_norm.weight", D, 0, false, 0);
+    MAP("self_attn.q_proj.weight", "attn_q.weight", Q, D, false, perm ? hp->n_heads : 0);
+    MAP("self_attn.k_proj.weight", "attn_k.weight", KV, D, false, perm ? hp->n_kv : 0);
+    MAP("self_attn.v_proj.weight", "attn_v.weight", KV, D, false, 0);
+    if (bias) {
+        MAP("self_attn.q_proj.bias", "attn_q.bias", Q, 0, false, 0);
+        MAP("self_attn.k_proj.bias", "attn_k.bias", KV, 0, false, 0);
+        MAP("self_attn.v_proj.bias", "attn_v.bias", KV, 0, false, 0);
+    }
+    MAP("self_attn.o_proj.weight", "attn_output.weight", D, Q, false, 0);
+    if (hp->flags & F_QK_NORM) {
+        MAP("self_attn.q_norm.weight", "attn_q_norm.weight", hp->head_dim, 0, false, 0);
+        MAP("self_attn.k_norm.weight", "attn_k_norm.weight", hp->head_dim, 0, false, 0);
+    }
+    MAP("post_attention_layernorm.weight", "ffn_norm.weight", D, 0, false, 0);
+    if (hp->flags & F_MOE) {
+        int64_t E = hp->n_expert, Fe = hp->expert_ffn;
+        MAP("mlp.gate.weight", "ffn_gate_inp.weight", E, D, false, 0);
+        if (!st) /* the router is small and read in F32 */
+            c->jobs[c->n_jobs - 1].type = CR_TYPE_F32;
+        st = st ? st : map_experts(c, l, "gate_proj", "ffn_gate_exps", Fe, D, err);
+        st = st ? st : map_experts(c, l, "down_proj", "ffn_down_exps", D, Fe, err);
+        st = st ? st : map_experts(c, l, "up_proj", "ffn_up_exps", Fe, D, err);
+    } else {
+        MAP("mlp.gate_proj.weight", "ffn_gate.weight", hp->ffn, D, false, 0);
+        MAP("mlp.down_proj.weight", "ffn_down.weight", D, hp->ffn, false, 0);
+        MAP("mlp.up_proj.weight", "ffn_up.weight", hp->ffn, D, false, 0);
+    }
+#undef MAP
+    return st;
+}
+
+static cr_status_t map_tensors(conv_t *c, int64_t n_vocab, cr_err_t *err)
+{
+    const hparams_t *hp = &c->hp;
+    cr_status_t st = map1(c, "model.embed_tokens.weight", "token_embd.weight", n_vocab,
+                          hp->dim, false, 0, err);
+    st = st ? st : map1(c, "model.norm.weight", "output_norm.weight", hp->dim, 0, false,
+                        0, err);
+    /* An untied model must have lm_head; a tied one may still carry it. */
+    st = st ? st : map1(c, "lm_head.weight", "output.weight", n_vocab, hp->dim, hp->tied,
+                        0, err);
+    for (int l = 0; !st && l < hp->n_layers; l++)
+        st = map_layer(c, l, err);
+    for (size_t i = 0; !st && i < cr_st_set_tensor_count(c->set); i++) {
+        const cr_st_file_t *f;
+        const cr_st_tensor_t *t = cr_st_set_tensor_at(c->set, i, &f);
+        /* rotary tables some checkpoints carry are recomputed at load */
+        if (!c->used[i] && !has_suffix(t->name, "rotary_emb.inv_freq"))
+            st = cr_err_set(err, CR_E_INVALID, "%s: tensor '%s' is not part of a %s "
+                            "model of %" PRId64 " layers", cr_st_name(f), t->name,
+                            hp->arch, hp->n_layers);
+    }
+    return st;
+}
+
+/* Writes src rows to the sink, permuted for rope if asked: GGUF row
+ * h*hd + 2i + j is HF row h*hd + j*hd/2 + i. */
+static cr_status_t write_part(conv_t *c, const job_t *j, size_t k,
+                              cr_gguf_sink_t *sink, cr_err_t *err)
+{
+    const cr_st_tensor_t *t = j->src[k];
+    const cr_st_file_t *f = j->file[k];
+    cr_status_t st = CR_OK;
+    if (j->type == CR_TYPE_F32 && t->dtype != CR_ST_F32) {
+        /* widening: norms, biases, routers (small) */
+        float *v = malloc((size_t)t->n_elems * sizeof *v + 1);
+        if (!v)
+            return cr_err_set(err, CR_E_NOMEM, "out of memory");
+        st = cr_st_read_f32(f, t, v, (size_t)t->n_elems, err);
+        st = st ? st : cr_gguf_sink_write(sink, v, (size_t)t->n_elems * sizeof *v, err);
+        free(v);
+        return st;
+    }
+    if (j->permute_heads > 0) {
+        uint64_t rows = t->shape[0], row_bytes = t->size_bytes / rows;
+        uint64_t hd = rows / (uint64_t)j->permute_heads, half = hd / 2;
+        if (row_bytes > CHUNK_BYTES)
+            return cr_err_set(err, CR_E_TOO_LARGE, "tensor '%s': rows of %" PRIu64
+                              " bytes", t->name, row_bytes);
+        for (uint64_t r = 0; !st && r < rows; r++) {
+            uint64_t h = r / hd, i = (r % hd) / 2, jj = r % 2;
+            uint64_t src = h * hd + jj * half + i;
+            st = cr_st_read_range(f, t, src * row_bytes, c->buf, (size_t)row_bytes, err);
+            st = st ? st : cr_gguf_sink_write(sink, c->buf, (size_t)row_bytes, err);
+        }
+        return st;
+    }
+    for (uint64_t off = 0; !st && off < t->size_bytes; off += CHUNK_BYTES) {
+        size_t n = (size_t)CR_MIN((uint64_t)CHUNK_BYTES, t->size_bytes - off);
+        st = cr_st_read_range(f, t, off, c->buf, n, err);
+        st = st ? st : cr_gguf_sink_write(sink, c->buf, n, err);
+    }
+    return st;
+}
+
+typedef struct job_ctx {
+    conv_t *c;
+    const job_t *j;
+} job_ctx_t;
+
+static cr_status_t write_job(void *ctx, const char *name, uint64_t size_bytes,
+                             cr_gguf_sink_t *sink, cr_err_t *err)
+{
+    CR_UNUSED(name);
+    CR_UNUSED(size_bytes);
+    job_ctx_t *jc = ctx;
+    cr_status_t st = CR_OK;
+    for (size_t k = 0; !st && k < jc->j->n_src; k++)
+        st = write_part(jc->c, jc->j, k, sink, err);
+    return st;
+}
+
+static cr_status_t add_jobs(conv_t *c, cr_gguf_writer_t *w, job_ctx_t *ctxs,
+                            cr_err_t *err)
+{
+    cr_status_t st = CR_OK;
+    for (size_t i = 0; !st && i < c->n_jobs; i++) {
+        const job_t *j = &c->jobs[i];
+        const cr_st_tensor_t *t = j->src[0];
+        uint64_t ne[3] = {t->n_dims == 2 ? t->shape[1] : t->shape[0],
+                          t->n_dims == 2 ? t->shape[0] : 1, j->n_src};
+        uint32_t nd = j->n_src > 1 ? 3 : t->n_dims;
+        ctxs[i] = (job_ctx_t){c, j};
+        st = cr_gguf_writer_add_tensor_fn(w, j->name, nd, ne, j->type, write_job,
+                                          &ctxs[i], NULL, err);
+    }
+    return st;
+}
+
+/* The file type: the dtype of the token embedding. */
+static cr_type_t main_type(const conv_t *c)
+{
+    return c->n_jobs ? c->jobs[0].type : CR_TYPE_F32;
+}
+
+static void conv_free(conv_t *c)
+{
+    for (size_t i = 0; i < c->n_jobs; i++) {
+        free(c->jobs[i].src);
+        free(c->jobs[i].file);
+    }
+    free(c->jobs);
+    free(c->used);
+    free(c->buf);
+    cr_st_set_destroy(&c->set);
+}
+
+cr_status_t reg_hf_import(const reg_hf_file_t *files, size_t n,
+                          const char *out_path, char *arch_out, size_t cap,
+                          cr_err_t *err)
+{
+    conv_t c = {.files = files, .n_files = n};
+    json_t *cfg = NULL, *tok = NULL, *tok_cfg = NULL;
+    cr_gguf_writer_t *w = NULL;
+    job_ctx_t *ctxs = NULL;
+    uint32_t n_tokens = 0;
+    cr_status_t st;
+    if ((st = load_json(&c, "config.json", true, &cfg, err)) ||
+        (st = read_hparams(cfg, &c.hp, err)) ||
+        (st = load_json(&c, "tokenizer.json", true, &tok, err)) ||
+        (st = load_json(&c, "tokenizer_config.json", false, &tok_cfg, err)) ||
+        (st = load_jinja(&c, &tok_cfg, err)) ||
+        (st = open_tensors(&c, err)))
+        goto out;
+    /* The embedding's rows are the vocabulary size the weights have. */
+    const cr_st_tensor_t *emb = cr_st_set_find(c.set, "model.embed_tokens.weight", NULL);
+    if (!emb) {
+        st = cr_err_set(err, CR_E_INVALID, "tensor 'model.embed_tokens.weight' is "
+                        "missing (no .safetensors file has it)");
+        goto out;
+    }
+    int64_t n_vocab = c.hp.vocab ? c.hp.vocab : (int64_t)emb->shape[0];
+    if (!(c.buf = malloc(CHUNK_BYTES)) || !(w = cr_gguf_writer_new())) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((st = map_tensors(&c, n_vocab, err)) ||
+        (st = add_hparams(w, cfg, &c.hp, main_type(&c), err)) ||
+        (st = reg_hf_vocab_add(w, tok, tok_cfg, cfg, (uint32_t)n_vocab, &n_tokens, err)))
+        goto out;
+    if (n_tokens != (uint32_t)n_vocab) {
+        st = cr_err_set(err, CR_E_INVALID, "tokenizer.json has %u tokens but the "
+                        "embedding has %" PRId64 " rows", n_tokens, n_vocab);
+        goto out;
+    }
+    char key[96];
+    snprintf(key, sizeof key, "%s.vocab_size", c.hp.arch);
+    if ((st = cr_gguf_writer_add_u32(w, key, n_tokens, err)))
+        goto out;
+    if (!(ctxs = calloc(c.n_jobs + 1, sizeof *ctxs))) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((st = add_jobs(&c, w, ctxs, err)) || (st = cr_gguf_writer_write(w, out_path, err)))
+        goto out;
+    if (arch_out && cap)
+        snprintf(arch_out, cap, "%s", c.hp.arch);
+out:
+    cr_gguf_writer_destroy(&w);
+    free(ctxs);
+    conv_free(&c);
+    json_decref(cfg);
+    json_decref(tok);
+    json_decref(tok_cfg);
+    return st;
+}
