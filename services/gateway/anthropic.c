@@ -421,10 +421,23 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_anth_info_t *info,
     return CR_OK;
 }
 
-/* thinking {type: enabled|disabled|adaptive} -> think. */
+/* thinking {type: enabled|disabled|adaptive} -> think; without it,
+ * output_config.effort low/medium/high/max (xhigh: high) as Ollama. */
 static cr_status_t get_thinking(const json_t *o, json_t *n, cr_err_t *err)
 {
     json_t *t = member(o, "thinking");
+    const char *effort = json_string_value(member(member(o, "output_config"),
+                                                  "effort"));
+    if (!t && effort) {
+        if (!strcmp(effort, "xhigh"))
+            effort = "high";
+        if (strcmp(effort, "low") && strcmp(effort, "medium") &&
+            strcmp(effort, "high") && strcmp(effort, "max"))
+            return cr_err_set(err, CR_E_INVALID,
+                              "output_config.effort: must be \"low\", "
+                              "\"medium\", \"high\", \"xhigh\" or \"max\"");
+        return put(n, "think", json_string(effort), err);
+    }
     if (!t)
         return CR_OK;
     const char *type = json_string_value(member(t, "type"));
@@ -450,6 +463,41 @@ static cr_status_t copy_number(const json_t *o, const char *from,
     if (!json_is_number(v))
         return cr_err_set(err, CR_E_INVALID, "%s: must be a number", from);
     return put(opts, to, json_copy(v), err);
+}
+
+/* output_format {type: json_schema, schema} (structured outputs) ->
+ * format. */
+static cr_status_t get_format(const json_t *o, json_t *n, cr_err_t *err)
+{
+    json_t *f = member(o, "output_format");
+    if (!f)
+        f = member(member(o, "output_config"), "format");
+    if (!f)
+        return CR_OK;
+    const char *type = json_string_value(member(f, "type"));
+    json_t *schema = member(f, "schema");
+    if (!type || strcmp(type, "json_schema") != 0 || !json_is_object(schema))
+        return cr_err_set(err, CR_E_INVALID,
+                          "output_format: must be {\"type\": \"json_schema\", "
+                          "\"schema\": {...}}");
+    if (json_object_get(n, "format"))
+        return cr_err_set(err, CR_E_INVALID,
+                          "output_format cannot be combined with tool_choice "
+                          "\"any\" or \"tool\"");
+    return put(n, "format", json_copy(schema), err);
+}
+
+/* Fields that would change the answer and that corral cannot honour. */
+static cr_status_t refuse_unsupported(const json_t *o, cr_err_t *err)
+{
+    static const char *const fields[] = {"mcp_servers", "container"};
+    for (size_t i = 0; i < CR_ARRAY_LEN(fields); i++) {
+        json_t *v = member(o, fields[i]);
+        if (v && !(json_is_array(v) && !json_array_size(v)))
+            return cr_err_set(err, CR_E_INVALID, "%s is not supported",
+                              fields[i]);
+    }
+    return CR_OK;
 }
 
 static cr_status_t translate(const json_t *o, json_t *n, bool count,
@@ -500,8 +548,9 @@ static cr_status_t translate(const json_t *o, json_t *n, bool count,
         st = put(n, "options", opts, err);
     else
         json_decref(opts);
-    if (st || (st = get_messages(o, n, err)) ||
-        (st = get_tools(o, n, info, err)) || (st = get_thinking(o, n, err)))
+    if (st || (st = refuse_unsupported(o, err)) ||
+        (st = get_messages(o, n, err)) || (st = get_tools(o, n, info, err)) ||
+        (st = get_format(o, n, err)) || (st = get_thinking(o, n, err)))
         return st;
     return put(n, "stream", json_boolean(info->stream), err);
 }

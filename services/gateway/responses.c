@@ -516,6 +516,14 @@ static cr_status_t translate(const json_t *o, json_t *n, gw_resp_info_t *info,
         return cr_err_set(err, CR_E_INVALID,
                           "conversation is not supported: responses are not "
                           "stored; send the whole conversation in 'input'");
+    if (json_is_true(member(o, "background")))
+        return cr_err_set(err, CR_E_INVALID,
+                          "background is not supported: responses are "
+                          "answered while the request waits");
+    if (member(o, "prompt"))
+        return cr_err_set(err, CR_E_INVALID,
+                          "prompt (a stored prompt template) is not "
+                          "supported");
     json_t *stream = member(o, "stream");
     if (stream && !json_is_boolean(stream))
         return cr_err_set(err, CR_E_INVALID, "stream: must be a boolean");

@@ -131,6 +131,15 @@ static void test_anthropic_request(void)
     CHECK_EQ_STR(jstr(n, "format.properties.name.const"), "b");
     json_decref(n);
 
+    /* structured output and effort */
+    n = anth("{\"model\":\"m\",\"max_tokens\":5,\"output_format\":{\"type\":\"json_schema\","
+             "\"schema\":{\"type\":\"object\"}},\"output_config\":{\"effort\":\"xhigh\"},"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+             false, &info, &err);
+    CHECK_EQ_STR(jstr(n, "format.type"), "object");
+    CHECK_EQ_STR(jstr(n, "think"), "high");
+    json_decref(n);
+
     /* count_tokens: no max_tokens needed, one token generated, no stream */
     n = anth("{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
              true, &info, &err);
@@ -180,6 +189,13 @@ static void test_anthropic_errors(void)
     check_anth_error("{\"model\":\"m\",\"max_tokens\":5,\"tools\":[{\"type\":\"bash_20250124\","
                      "\"name\":\"bash\"}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
                      "'bash_20250124'");
+    check_anth_error("{\"model\":\"m\",\"max_tokens\":5,\"mcp_servers\":[{\"url\":\"x\"}],"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                     "mcp_servers is not supported");
+    check_anth_error("{\"model\":\"m\",\"max_tokens\":5,\"output_format\":{\"type\":\"json\"},"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "output_format");
+    check_anth_error("{\"model\":\"m\",\"max_tokens\":5,\"output_config\":{\"effort\":\"x\"},"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "output_config.effort");
     check_anth_error("{\"model\":\"m\",\"max_tokens\":5,\"system\":[{\"type\":\"image\"}],\"messages\":"
                      "[{\"role\":\"user\",\"content\":\"x\"}]}", "system[0]");
 
@@ -282,6 +298,10 @@ static void test_responses_errors(void)
     check_resp_error("{\"model\":\"m\",\"input\":\"x\",\"conversation\":\"c\"}",
                      "conversation is not supported");
     check_resp_error("{\"model\":\"m\"}", "input: must be");
+    check_resp_error("{\"model\":\"m\",\"input\":\"x\",\"background\":true}",
+                     "background is not supported");
+    check_resp_error("{\"model\":\"m\",\"input\":\"x\",\"prompt\":{\"id\":\"p\"}}",
+                     "prompt (a stored prompt template) is not supported");
     check_resp_error("{\"model\":\"m\",\"input\":[]}", "nothing to answer");
     check_resp_error("{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}",
                      "input[0]: unknown input item type 'item_reference'");
