@@ -748,10 +748,16 @@ static cr_status_t event(resp_t *x, cr_buf_t *b, const char *type, json_t *o)
 {
     if (!o)
         return CR_E_NOMEM;
-    json_object_set_new(o, "type", json_string(type));
-    json_object_set_new(o, "sequence_number", json_integer(x->seq++));
-    char *text = json_dumps(o, JSON_COMPACT);
+    /* type and sequence_number first, as OpenAI writes them */
+    json_t *e = json_pack("{s:s,s:I}", "type", type, "sequence_number",
+                          (json_int_t)x->seq++);
+    if (e && json_object_update(e, o)) {
+        json_decref(e);
+        e = NULL;
+    }
     json_decref(o);
+    char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+    json_decref(e);
     if (!text)
         return CR_E_NOMEM;
     cr_status_t st = cr_buf_printf(b, "event: %s\ndata: %s\n\n", type, text);
