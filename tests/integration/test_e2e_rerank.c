@@ -5,7 +5,8 @@
  * "chat" (llama). Checked: results sorted by relevance_score, each score
  * the one its document gets when ranked alone (so every index names the
  * right document), top_n, return_documents and the {"text"} document form,
- * usage, the same answer on both routes; a 400 from the models that cannot
+ * usage, the same answer on both routes, truncation at the context (and
+ * its refusal with truncate:false); a 400 from the models that cannot
  * rerank, a 404 for a missing one, and bad bodies answered in each route's
  * error shape. */
 #include "lib/prelude.h"
@@ -103,6 +104,31 @@ static void test_rank(void)
     json_decref(j);
 }
 
+/* A pair longer than the context (64): cut by default, refused with
+ * truncate:false. */
+static void test_truncate(void)
+{
+    char doc[1200] = "";
+    for (int i = 0; i < 150; i++)
+        strcat(doc, "cat ");
+    char body[1600];
+    snprintf(body, sizeof body,
+             "{\"model\":\"ranker\",\"query\":\"hello\",\"documents\":[\"%s\"]%s}", doc,
+             "");
+    long st;
+    json_t *j = post("/api/rerank", body, &st);
+    CHECK_EQ_INT(st, 200);
+    CHECK_EQ_INT(json_integer_value(e2e_jget(j, "usage.total_tokens")), 64);
+    json_decref(j);
+    snprintf(body, sizeof body,
+             "{\"model\":\"ranker\",\"query\":\"hello\",\"documents\":[\"%s\"]%s}", doc,
+             ",\"truncate\":false");
+    j = post("/api/rerank", body, &st);
+    CHECK_EQ_INT(st, 400);
+    CHECK_MSG(strstr(e2e_jstr(j, "error"), "document 0") != NULL, "%s", e2e_jstr(j, "error"));
+    json_decref(j);
+}
+
 static void check_error(const char *path, const char *body, long want, const char *needle)
 {
     long st;
@@ -147,7 +173,7 @@ int main(void)
         return 1;
     bool ok = e2e_synth_create(&T, "ranker", NULL, "--arch", "bert", "--pooling", "rank",
                                "--kv-heads", "4", "--heads", "4", "--std", "0.3",
-                               "--seed", "3", NULL);
+                               "--ctx", "64", "--seed", "3", NULL);
     CHECK(ok);
     ok = ok && e2e_synth_create(&T, "embedder", NULL, "--arch", "bert", "--pooling",
                                 "mean", "--kv-heads", "4", "--heads", "4", "--seed",
@@ -157,6 +183,7 @@ int main(void)
     CHECK(ok);
     if (ok) {
         test_rank();
+        test_truncate();
         test_errors();
     }
     e2e_stop(&T);
