@@ -659,6 +659,8 @@ typedef struct anth {
     int index;       /* of the next content block */
     int n_calls;     /* tool_use blocks sent */
     bool count;      /* count_tokens */
+    char **stops;    /* the request's stop_sequences (n_stops) */
+    size_t n_stops;
 } anth_t;
 
 static void anth_free(void *arg)
@@ -667,8 +669,23 @@ static void anth_free(void *arg)
     if (!x)
         return;
     cr_buf_free(&x->held);
+    for (size_t i = 0; i < x->n_stops; i++)
+        free(x->stops[i]);
+    free(x->stops);
     free(x->model);
     free(x);
+}
+
+/* The stop sequence that ended the answer if the client asked for it
+ * (a Modelfile's own stop strings end a turn as an end token does). */
+static const char *client_stop(const anth_t *x, const msg_done_body_t *d)
+{
+    if (!d || !d->has_stop_sequence || !d->stop_sequence)
+        return NULL;
+    for (size_t i = 0; i < x->n_stops; i++)
+        if (!strcmp(x->stops[i], d->stop_sequence))
+            return x->stops[i];
+    return NULL;
 }
 
 static const char *stop_reason(const anth_t *x, const msg_done_body_t *d)
@@ -677,7 +694,18 @@ static const char *stop_reason(const anth_t *x, const msg_done_body_t *d)
         return "tool_use";
     if (d && d->done_reason && !strcmp(d->done_reason, "length"))
         return "max_tokens";
-    return "end_turn";
+    return client_stop(x, d) ? "stop_sequence" : "end_turn";
+}
+
+static void stop_sequence(gw_jw_t *w, const anth_t *x,
+                          const msg_done_body_t *d)
+{
+    const char *s = x->n_calls ? NULL : client_stop(x, d);
+    gw_jw_key(w, "stop_sequence");
+    if (s)
+        gw_jw_str(w, s);
+    else
+        gw_jw_null(w);
 }
 
 static void usage(gw_jw_t *w, const msg_done_body_t *d)
@@ -913,8 +941,7 @@ static cr_status_t stream_piece(anth_t *x, cr_buf_t *b, const gw_answer_t *a)
     gw_jw_obj(&w);
     gw_jw_key(&w, "stop_reason");
     gw_jw_str(&w, stop_reason(x, a->done));
-    gw_jw_key(&w, "stop_sequence");
-    gw_jw_null(&w);
+    stop_sequence(&w, x, a->done);
     gw_jw_end_obj(&w);
     usage(&w, a->done);
     if ((st = ev_end(b, &w, st)))
@@ -1000,8 +1027,7 @@ static cr_status_t whole(anth_t *x, cr_buf_t *b, const gw_answer_t *a)
     gw_jw_end_arr(&w);
     gw_jw_key(&w, "stop_reason");
     gw_jw_str(&w, stop_reason(x, a->done));
-    gw_jw_key(&w, "stop_sequence");
-    gw_jw_null(&w);
+    stop_sequence(&w, x, a->done);
     usage(&w, a->done);
     gw_jw_end_obj(&w);
     free(forced);
@@ -1061,6 +1087,13 @@ static enum MHD_Result messages(gw_req_t *r, bool count)
     }
     x->forced = info.forced_call;
     x->count = count;
+    const msg_options_t *o = q.msg.u.chat.options;
+    if (q.msg.u.chat.has_options && o && o->has_stop && o->stop.n) {
+        x->stops = calloc(o->stop.n, sizeof *x->stops);
+        for (size_t i = 0; x->stops && i < o->stop.n; i++)
+            if ((x->stops[x->n_stops] = strdup(o->stop.v[i])))
+                x->n_stops++;
+    }
     cr_buf_init(&x->held, REPLY_CAP);
     gw_surface_id(x->id, sizeof x->id, "msg_");
     gw_call_t *call = NULL;

@@ -5,8 +5,8 @@
  * call, a final answer. Checked: /v1/messages thinking + text blocks (one
  * object, and the SSE events message_start .. message_stop whose deltas add
  * up to the same blocks), tool_use blocks with parsed input and stop_reason
- * tool_use (both ways), the tool_result round trip, stop_sequences and
- * max_tokens (stop_reason max_tokens, output_tokens), count_tokens growing
+ * tool_use (both ways), the tool_result round trip, stop_sequences
+ * (stop_reason stop_sequence naming it, both ways) and max_tokens (stop_reason max_tokens, output_tokens), count_tokens growing
  * with the system prompt and the tool turns, and bad input answered in
  * Anthropic's error shape with the right status. */
 #include "lib/prelude.h"
@@ -209,8 +209,23 @@ static void test_limits(void)
                      &st);
     CHECK_EQ_INT(st, 200);
     CHECK_EQ_STR(e2e_jstr(j, "content.1.text"), "final ");
-    CHECK_EQ_STR(e2e_jstr(j, "stop_reason"), "end_turn");
+    CHECK_EQ_STR(e2e_jstr(j, "stop_reason"), "stop_sequence");
+    CHECK_EQ_STR(e2e_jstr(j, "stop_sequence"), "answer");
     json_decref(j);
+    /* the same streamed: message_delta says which */
+    json_t *ev = stream("{\"model\":\"agent\",\"max_tokens\":64,\"stream\":true,"
+                        "\"stop_sequences\":[\"zzz\",\"answer\"],"
+                        "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+                        &st);
+    CHECK_EQ_INT(st, 200);
+    json_t *delta = NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e) if (!strcmp(e2e_jstr(e, "event"), "message_delta")) delta =
+        e2e_jget(e, "data.delta");
+    CHECK_EQ_STR(e2e_jstr(delta, "stop_reason"), "stop_sequence");
+    CHECK_EQ_STR(e2e_jstr(delta, "stop_sequence"), "answer");
+    json_decref(ev);
     /* max_tokens cuts the answer */
     j = post("/v1/messages",
              "{\"model\":\"agent\",\"max_tokens\":3,"
@@ -309,7 +324,7 @@ int main(void)
     /* one answer per model request, in the order below */
     const char *const answers[] = {
         SURFACE_THOUGHT, SURFACE_THOUGHT, SURFACE_CALL, SURFACE_CALL,
-        SURFACE_FINAL,   SURFACE_THOUGHT, SURFACE_FINAL,
+        SURFACE_FINAL,   SURFACE_THOUGHT, SURFACE_THOUGHT, SURFACE_FINAL,
     };
     if (surface_start(&T, script, answers, CR_ARRAY_LEN(answers))) {
         test_thinking();
