@@ -1,7 +1,8 @@
 // responses.test.mjs: corral's /v1/responses through the official openai
 // SDK: responses.create streamed and not (text, a json_schema format, a
 // function call round trip forced by tool_choice, reasoning from the
-// scripted server), and previous_response_id refused as a BadRequestError.
+// scripted server), the responses.stream helper assembling the events, and
+// previous_response_id refused as a BadRequestError.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -87,6 +88,24 @@ test('reasoning items from a thinking model', async () => {
   const summary = events.filter((e) => e.type === 'response.reasoning_summary_text.delta').map((e) => e.delta).join('');
   assert.equal(summary, 'reasoning here');
   assert.deepEqual(events.at(-1).response.output.map((o) => o.type), ['reasoning', 'message']);
+});
+
+test('responses.stream assembles the same response from the events', async () => {
+  // The SDK's stream helper places every delta by output_index and
+  // content_index, so the indices the server sends must hold together.
+  const scripted = openaiClientAt(SCRIPTED_HOST);
+  const stream = scripted.responses.stream({ model: THINK_MODEL, input: 'think first' });
+  let text = '';
+  stream.on('response.output_text.delta', (e) => { text += e.delta; });
+  const r = await stream.finalResponse();
+  assert.equal(text, 'final answer');
+  assert.equal(r.output_text, 'final answer');
+  assert.deepEqual(r.output.map((o) => o.type), ['reasoning', 'message']);
+  // and with a forced function call from the main server
+  const calls = await openai.responses.stream({ model: MODEL, input: 'Weather?', tools: [WEATHER],
+    tool_choice: { type: 'function', name: 'get_weather' }, max_output_tokens: 256, temperature: 0 }).finalResponse();
+  const fc = calls.output.find((o) => o.type === 'function_call');
+  assert.deepEqual(JSON.parse(fc.arguments), { city: 'Paris' });
 });
 
 test('previous_response_id is a BadRequestError', async () => {
