@@ -24,7 +24,9 @@
     "x-stainless-custom-poll-interval,x-stainless-helper-method,"           \
     "x-stainless-lang,x-stainless-os,x-stainless-package-version,"          \
     "x-stainless-poll-helper,x-stainless-retry-count,x-stainless-runtime,"  \
-    "x-stainless-runtime-version,x-stainless-timeout"
+    "x-stainless-runtime-version,x-stainless-timeout,"                     \
+    "x-api-key,anthropic-version,anthropic-beta,"                           \
+    "anthropic-dangerous-direct-browser-access"
 #define GW_CORS_ALLOW_METHODS "GET,POST,PUT,PATCH,DELETE,HEAD,OPTIONS"
 #define GW_CORS_MAX_AGE "43200"
 

@@ -11,6 +11,16 @@ bool gw_auth_required(const char *key, const char *path)
     return key && *key && path && strcmp(path, "/") != 0;
 }
 
+static bool same_key(const char *key, const char *given)
+{
+    /* Hashing first makes the compared lengths equal and the time
+     * independent of where the texts differ. */
+    unsigned char a[SHA256_DIGEST_LENGTH], b[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)key, strlen(key), a);
+    SHA256((const unsigned char *)given, strlen(given), b);
+    return CRYPTO_memcmp(a, b, sizeof a) == 0;
+}
+
 bool gw_auth_check(const char *key, const char *authorization)
 {
     if (!key || !*key || !authorization)
@@ -20,10 +30,12 @@ bool gw_auth_check(const char *key, const char *authorization)
     const char *given = authorization + 7;
     while (*given == ' ')
         given++;
-    /* Hashing first makes the compared lengths equal and the time
-     * independent of where the texts differ. */
-    unsigned char a[SHA256_DIGEST_LENGTH], b[SHA256_DIGEST_LENGTH];
-    SHA256((const unsigned char *)key, strlen(key), a);
-    SHA256((const unsigned char *)given, strlen(given), b);
-    return CRYPTO_memcmp(a, b, sizeof a) == 0;
+    return same_key(key, given);
+}
+
+bool gw_auth_check_api_key(const char *key, const char *x_api_key)
+{
+    if (!key || !*key || !x_api_key)
+        return false;
+    return same_key(key, x_api_key);
 }

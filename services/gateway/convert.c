@@ -726,6 +726,55 @@ static cr_status_t parse_embed(ctx_t *c, const json_t *o, gw_request_t *r)
     return CR_OK;
 }
 
+/* /api/rerank: {model, query, documents, keep_alive, options, truncate}
+ * (top_n and return_documents are read by rerank.c). */
+static cr_status_t parse_rerank(ctx_t *c, const json_t *o, gw_request_t *r)
+{
+    msg_rerank_body_t *e = &c->m->u.rerank;
+    cr_status_t st;
+    e->model = "";
+    e->has_model = true;
+    if ((st = get_str(c, o, "model", "model", &e->model, NULL)) ||
+        (st = get_str(c, o, "query", "query", &e->query, &e->has_query)) ||
+        (st = get_bool(c, o, "truncate", "truncate", &e->truncate,
+                       &e->has_truncate)) ||
+        (st = get_keep_alive(c, o, &e->keep_alive_ms, &e->has_keep_alive_ms)) ||
+        (st = get_options(c, o, &e->options, &e->has_options)) ||
+        (st = model_required(c, e->model)))
+        return st;
+    if (!e->has_query || !e->query)
+        return cr_err_set(c->err, CR_E_INVALID, "\"query\" is required");
+    json_t *docs = member(o, "documents");
+    size_t n = json_is_array(docs) ? json_array_size(docs) : 0;
+    if (!n)
+        return cr_err_set(c->err, CR_E_INVALID,
+                          "\"documents\" must be a non-empty array of "
+                          "strings");
+    if (n > MSG_MAX_ARRAY)
+        return cr_err_set(c->err, CR_E_INVALID, "too many documents (%zu)", n);
+    e->documents.v = msg_alloc(c->m, n * sizeof(char *));
+    if (!e->documents.v)
+        return nomem(c);
+    for (size_t i = 0; i < n; i++) {
+        json_t *d = json_array_get(docs, i);
+        /* Jina and Cohere also take {"text": ...} objects */
+        if (json_is_object(d))
+            d = member(d, "text");
+        if (!json_is_string(d))
+            return cr_err_set(c->err, CR_E_INVALID,
+                              "documents[%zu]: must be a string or an object "
+                              "with a string \"text\"",
+                              i);
+        if (!(e->documents.v[i] = msg_strdup(c->m, json_string_value(d))))
+            return nomem(c);
+    }
+    e->documents.n = n;
+    e->has_documents = true;
+    r->model = e->model;
+    r->stream = false;
+    return CR_OK;
+}
+
 /* Legacy /api/embeddings: {model, prompt, keep_alive, options}. */
 static cr_status_t parse_embeddings(ctx_t *c, const json_t *o,
                                     gw_request_t *r)
@@ -1007,6 +1056,7 @@ static const struct api_spec {
     [GW_API_CREATE] = {MSG_create, "CreateRequest"},
     [GW_API_PULL] = {MSG_pull, "PullRequest"},
     [GW_API_PUSH] = {MSG_push, "PushRequest"},
+    [GW_API_RERANK] = {MSG_rerank, "RerankRequest"},
 };
 
 static bool all_space(const char *p, size_t n)
@@ -1062,6 +1112,7 @@ cr_status_t gw_request_parse(gw_api_t api, const char *body, size_t len,
     case GW_API_CREATE: st = parse_create(&c, root, out); break;
     case GW_API_PULL: st = parse_pull_push(&c, root, out, true); break;
     case GW_API_PUSH: st = parse_pull_push(&c, root, out, false); break;
+    case GW_API_RERANK: st = parse_rerank(&c, root, out); break;
     default: st = cr_err_set(err, CR_E_INTERNAL, "unknown api"); break;
     }
     json_decref(root);

@@ -29,6 +29,7 @@ typedef enum gw_api {
     GW_API_CREATE,
     GW_API_PULL,
     GW_API_PUSH,
+    GW_API_RERANK,     /* /api/rerank and /v1/rerank */
 } gw_api_t;
 
 /* One parsed request. */

@@ -484,6 +484,12 @@ static cr_status_t force_tools(const json_t *o, json_t *n,
         return cr_err_set(err, CR_E_INVALID,
                           "response_format cannot be combined with "
                           "tool_choice \"required\" or a named function");
+    return gw_oai_force_call(n, &info->forced_call, err);
+}
+
+cr_status_t gw_oai_force_call(json_t *n, bool *forced, cr_err_t *err)
+{
+    json_t *tools = json_object_get(n, "tools");
     json_t *alts = json_array();
     if (!alts)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
@@ -515,7 +521,7 @@ static cr_status_t force_tools(const json_t *o, json_t *n,
                          ? json_incref(json_array_get(alts, 0))
                          : json_pack("{s:O}", "anyOf", alts);
     json_decref(alts);
-    info->forced_call = true;
+    *forced = true;
     return put(n, "format", schema, err);
 }
 
@@ -772,6 +778,12 @@ static enum MHD_Result reply_error(gw_req_t *r, cr_status_t st,
     return reply_error_http(r, gw_http_status(st), msg);
 }
 
+enum MHD_Result gw_oai_reply_error(gw_req_t *r, cr_status_t st,
+                                   const char *msg)
+{
+    return reply_error(r, st, msg);
+}
+
 /* ---- chat and completions ---- */
 
 typedef struct oai {
@@ -984,9 +996,7 @@ static cr_status_t usage_chunk(cr_buf_t *b, oai_t *x, const char *object,
     return sse_end(b, w.st);
 }
 
-/* The forced call's text {"name","arguments"} as a native tool-call array
- * (caller frees), or NULL when it is not one (then it stays content). */
-static char *forced_call(const char *text)
+char *gw_oai_forced_call(const char *text)
 {
     json_t *v = json_loads(text ? text : "", JSON_DECODE_ANY, NULL);
     json_t *name = member(v, "name");
@@ -1026,7 +1036,7 @@ static cr_status_t chat_stream(oai_t *x, cr_buf_t *b, const gw_answer_t *a)
     if (st || !a->done)
         return st;
     if (x->forced && x->held.len) {
-        char *calls = x->saw_tools ? NULL : forced_call(x->held.data);
+        char *calls = x->saw_tools ? NULL : gw_oai_forced_call(x->held.data);
         if (calls) {
             x->saw_tools = true;
             st = chat_chunk(b, x, false, NULL, NULL, calls, NULL, NULL);
@@ -1046,7 +1056,7 @@ static cr_status_t chat_stream(oai_t *x, cr_buf_t *b, const gw_answer_t *a)
 
 static cr_status_t chat_whole(oai_t *x, cr_buf_t *b, const gw_answer_t *a)
 {
-    char *forced = x->forced && !a->tool_calls ? forced_call(a->response)
+    char *forced = x->forced && !a->tool_calls ? gw_oai_forced_call(a->response)
                                                : NULL;
     gw_answer_t conv;
     if (forced) {

@@ -45,10 +45,29 @@ cr_status_t gw_oai_translate(gw_oai_api_t api, const char *body, size_t len,
                              cr_buf_t *out, gw_oai_info_t *info,
                              cr_err_t *err);
 
+/* Makes the native request n (a JSON object with "tools") answer with a
+ * call of one of its tools: n["format"] becomes the JSON Schema of
+ * {"name": <a tool's name>, "arguments": <its parameters>} and *forced is
+ * set; nothing changes when no tool has a name. Used by every surface
+ * whose tool_choice can require a call (chat completions, responses,
+ * messages). */
+struct json_t;
+cr_status_t gw_oai_force_call(struct json_t *n, bool *forced, cr_err_t *err);
+
+/* The text a forced call generated ({"name","arguments"}) as a native
+ * tool-call array (caller frees), or NULL when it is not one (then it
+ * stays content). */
+char *gw_oai_forced_call(const char *text);
+
 /* {"error":{"message","type","param":null,"code":null}}: the type is
  * invalid_request_error for 400, not_found_error for 404, else api_error. */
 cr_status_t gw_oai_render_error(cr_buf_t *b, unsigned http_status,
                                 const char *msg);
+
+/* Answers r with that error body and gw_http_status(st); nothing for
+ * CR_E_CANCELED (returns MHD_NO: the client is gone). */
+enum MHD_Result gw_oai_reply_error(gw_req_t *r, cr_status_t st,
+                                   const char *msg);
 
 /* The /v1 routes. */
 const gw_route_t *gw_openai_routes(size_t *n);

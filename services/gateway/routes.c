@@ -16,7 +16,10 @@
 #include "services/gateway/exchange.h"
 #include "services/gateway/extras.h"
 #include "services/gateway/metrics.h"
+#include "services/gateway/anthropic.h"
 #include "services/gateway/openai.h"
+#include "services/gateway/rerank.h"
+#include "services/gateway/responses.h"
 #include "services/gateway/relay.h"
 #include "services/gateway/render.h"
 
@@ -564,7 +567,8 @@ static gw_route_result_t find_in(const gw_route_t *table, size_t n_routes,
     return GW_ROUTE_NOT_FOUND;
 }
 
-/* The native table, then the /v1 routes (openai.h), then the extras
+/* The native table, then the /v1 routes (openai.h), the other API
+ * surfaces (rerank.h, anthropic.h, responses.h), then the extras
  * (extras.h: tokenize, detokenize, metrics). */
 gw_route_result_t gw_route_find(const char *path, const char *method,
                                 const gw_route_t **route, char *param,
@@ -573,14 +577,17 @@ gw_route_result_t gw_route_find(const char *path, const char *method,
     *route = NULL;
     if (cap)
         param[0] = '\0';
-    size_t n_oai, n_extra;
-    const gw_route_t *oai = gw_openai_routes(&n_oai);
-    const gw_route_t *extra = gw_extra_routes(&n_extra);
+    const gw_route_t *(*const tables[])(size_t *) = {
+        gw_openai_routes, gw_rerank_routes, gw_anthropic_routes,
+        gw_responses_routes, gw_extra_routes,
+    };
     gw_route_result_t res =
         find_in(routes, CR_ARRAY_LEN(routes), path, method, route, param, cap);
-    if (res == GW_ROUTE_NOT_FOUND)
-        res = find_in(oai, n_oai, path, method, route, param, cap);
-    if (res == GW_ROUTE_NOT_FOUND)
-        res = find_in(extra, n_extra, path, method, route, param, cap);
+    for (size_t i = 0; i < CR_ARRAY_LEN(tables) && res == GW_ROUTE_NOT_FOUND;
+         i++) {
+        size_t n;
+        const gw_route_t *t = tables[i](&n);
+        res = find_in(t, n, path, method, route, param, cap);
+    }
     return res;
 }

@@ -192,7 +192,8 @@ static enum MHD_Result on_headers(gw_req_t *r)
         return MHD_YES;
     }
     if (gw_auth_required(r->ctx->cfg.api_key, r->path) &&
-        !gw_auth_check(r->ctx->cfg.api_key, header(r, "Authorization"))) {
+        !gw_auth_check(r->ctx->cfg.api_key, header(r, "Authorization")) &&
+        !gw_auth_check_api_key(r->ctx->cfg.api_key, header(r, "x-api-key"))) {
         cr_log_info("%s %s: missing or wrong API key", r->method, r->path);
         r->deferred = DEFER_UNAUTHORIZED;
         return MHD_YES;

@@ -992,7 +992,13 @@ static void complete_slot(rn_engine_t *e, slot_t *sl)
         done.context.n = (size_t)sl->n_seq;
         done.has_context = true;
     }
+    /* which stop string ended it (end_slot frees the matcher first) */
+    const char *matched = sl->stop ? rn_stop_matched(sl->stop) : NULL;
+    char *hit = matched ? strdup(matched) : NULL;
+    done.stop_sequence = hit;
+    done.has_stop_sequence = hit != NULL;
     end_slot(e, sl, CR_OK, &done, NULL);
+    free(hit);
 }
 
 /* The request's stop strings, and those the model's parser's format ends

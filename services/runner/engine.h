@@ -113,8 +113,8 @@ cr_status_t rn_engine_embed(rn_engine_t *e, const msg_embed_body_t *req,
  * head that fits, its last token replaced by the closing one, unless
  * truncate is false (then CR_E_INVALID naming the document). *n_tokens
  * (may be NULL) gets the tokens evaluated. CR_E_UNSUPPORTED for a model
- * that is not a reranker. This is the engine's part only: no HTTP endpoint
- * calls it yet. */
+ * that is not a reranker. server.c answers the bus message `rerank` with
+ * it (/api/rerank, /v1/rerank). */
 cr_status_t rn_engine_rerank(rn_engine_t *e, const char *query,
                              const char *const *docs, size_t n_docs,
                              bool truncate, float *scores, int64_t *n_tokens,

@@ -337,6 +337,40 @@ static void handle_tokens(rn_server_t *s, const msg_t *m)
         send_error(s, m->id, st, err.msg[0] ? err.msg : cr_status_str(st));
 }
 
+/* A rerank runs at once, like an embed: one score per document. A model
+ * that is not a reranker is the client's mistake (400), not ours. */
+static void handle_rerank(rn_server_t *s, const msg_t *m)
+{
+    const msg_rerank_body_t *q = &m->u.rerank;
+    size_t n = q->documents.n;
+    float *scores = malloc((n ? n : 1) * sizeof *scores);
+    cr_err_t err;
+    cr_err_clear(&err);
+    int64_t n_tokens = 0;
+    bool truncate = !q->has_truncate || q->truncate;
+    cr_status_t st = scores ? CR_OK : cr_err_set(&err, CR_E_NOMEM, "out of memory");
+    if (!st)
+        st = rn_engine_rerank(s->engine, q->query, (const char *const *)q->documents.v, n,
+                              truncate, scores, &n_tokens, &err);
+    if (st == CR_E_UNSUPPORTED) {
+        st = CR_E_INVALID;
+        cr_err_set(&err, st, "\"%s\" does not support rerank: %s", q->model, err.msg);
+    }
+    if (!st) {
+        msg_t r;
+        msg_init(&r, MSG_ranked, m->id);
+        r.u.ranked.scores.data = (uint8_t *)scores;
+        r.u.ranked.scores.len = n * sizeof *scores;
+        r.u.ranked.has_scores = true;
+        r.u.ranked.prompt_eval_count = n_tokens;
+        r.u.ranked.has_prompt_eval_count = true;
+        send_msg(s, &r);
+    } else {
+        send_error(s, m->id, st, err.msg[0] ? err.msg : cr_status_str(st));
+    }
+    free(scores);
+}
+
 static void handle_request(rn_server_t *s, const msg_t *m)
 {
     if (!s->engine) {
@@ -362,6 +396,11 @@ static void handle_request(rn_server_t *s, const msg_t *m)
             send_msg(s, &r);
         else
             send_error(s, m->id, st, err.msg[0] ? err.msg : cr_status_str(st));
+        s->running_id = NULL;
+        return;
+    }
+    if (m->type == MSG_rerank) {
+        handle_rerank(s, m);
         s->running_id = NULL;
         return;
     }
@@ -393,7 +432,8 @@ static bool can_run(const rn_server_t *s, const msg_t *m)
 {
     if (!s->engine)
         return true; /* answered with an error */
-    if (m->type == MSG_generate || m->type == MSG_chat || m->type == MSG_embed)
+    if (m->type == MSG_generate || m->type == MSG_chat || m->type == MSG_embed ||
+        m->type == MSG_rerank)
         return rn_engine_busy(s->engine) < rn_engine_slots(s->engine);
     return true;
 }
@@ -419,6 +459,7 @@ static void handle(rn_server_t *s, msg_t *m)
     case MSG_generate:
     case MSG_chat:
     case MSG_embed:
+    case MSG_rerank:
     case MSG_tokenize:
     case MSG_detokenize:
         handle_request(s, m);
@@ -554,7 +595,8 @@ int rn_server_run(rn_server_t *s)
             cr_log_warn("bad message from the scheduler: %s", err.msg);
             continue;
         }
-        if (m.type == MSG_generate || m.type == MSG_chat || m.type == MSG_embed) {
+        if (m.type == MSG_generate || m.type == MSG_chat || m.type == MSG_embed ||
+            m.type == MSG_rerank) {
             /* Through the queue, so requests keep their order. */
             msg_t *copy = zlist_size(s->deferred) < DEFERRED_MAX
                               ? malloc(sizeof *copy) : NULL;

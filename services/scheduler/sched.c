@@ -87,6 +87,19 @@ static const char *req_model(const msg_t *m)
     return m->type == MSG_detokenize ? m->u.detokenize.model : NULL;
 }
 
+/* True when the registry listed capability `cap` for the model (a reply
+ * without the list counts as having it: older registries). */
+static bool has_capability(const msg_t *resolved, const char *cap)
+{
+    const msg_resolved_body_t *res = &resolved->u.resolved;
+    if (!res->has_capabilities)
+        return true;
+    for (size_t i = 0; i < res->capabilities.n; i++)
+        if (!strcmp(res->capabilities.v[i], cap))
+            return true;
+    return false;
+}
+
 /* Reads keep_alive (the common head) and whether the request only loads
  * (an empty prompt). */
 static void req_inspect(request_t *r)
@@ -647,6 +660,7 @@ static void on_front(sch_server_t *s)
     case MSG_generate:
     case MSG_chat:
     case MSG_embed:
+    case MSG_rerank:
     case MSG_tokenize:
     case MSG_detokenize: {
         if (req_find(s, m.id)) {
@@ -750,6 +764,14 @@ static void on_registry(sch_server_t *s)
         handle_unload(s, r);
         return;
     }
+    if (r->msg.type == MSG_rerank && !has_capability(&r->resolved, "embedding")) {
+        /* Only encoders rerank: say so before loading a chat model. */
+        char text[600];
+        snprintf(text, sizeof text, "\"%s\" does not support rerank",
+                 req_model(&r->msg));
+        req_fail(s, r, CR_E_INVALID, text);
+        return;
+    }
     bool completes = r->msg.type == MSG_generate || r->msg.type == MSG_chat;
     if (completes && r->resolved.u.resolved.has_capabilities) {
         /* Embedding-only models cannot chat or generate. */
@@ -780,6 +802,11 @@ static void finish_request(sch_server_t *s, request_t *r, msg_t *m)
         m->u.done.has_total_duration = true;
         m->u.done.load_duration = r->dispatched_ns - r->arrived_ns;
         m->u.done.has_load_duration = true;
+    } else if (m->type == MSG_ranked) {
+        m->u.ranked.total_duration = mono_ns() - r->arrived_ns;
+        m->u.ranked.has_total_duration = true;
+        m->u.ranked.load_duration = r->dispatched_ns - r->arrived_ns;
+        m->u.ranked.has_load_duration = true;
     } else if (m->type == MSG_embeddings) {
         m->u.embeddings.total_duration = mono_ns() - r->arrived_ns;
         m->u.embeddings.has_total_duration = true;
@@ -993,7 +1020,8 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
     rn->ping_sent_ms = 0;
     request_t *r = NULL;
     if (m.type == MSG_chunk || m.type == MSG_done || m.type == MSG_error ||
-        m.type == MSG_embeddings || m.type == MSG_progress ||
+        m.type == MSG_embeddings || m.type == MSG_ranked ||
+        m.type == MSG_progress ||
         m.type == MSG_tokens || m.type == MSG_text)
         r = req_find(s, m.id);
     if (r && r->runner == rn) {

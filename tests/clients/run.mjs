@@ -27,7 +27,7 @@ const bin = join(build, 'bin');
 for (const prog of ['corral', 'corral-gguf-synth']) {
   if (!existsSync(join(bin, prog))) skip(`${join(bin, prog)} is not built`);
 }
-for (const pkg of ['ollama', 'openai']) {
+for (const pkg of ['ollama', 'openai', '@anthropic-ai/sdk']) {
   if (!existsSync(join(here, 'node_modules', pkg, 'package.json')))
     skip(`node_modules/${pkg} is absent (run npm ci in tests/clients)`);
 }
@@ -66,23 +66,36 @@ env.CORRAL_TEST_SLOW_LOAD = 'slowload:2500';
 let server = null;
 let serverExited = false;
 const serveLog = join(tmp, 'serve.log');
+// The second server: the runner's scripted sampler answers every request
+// with SCRIPTED_ANSWER (a thinking answer), for surfaces.test.mjs.
+let scripted = null;
+let scriptedExited = false;
+const scriptedLog = join(tmp, 'serve-scripted.log');
 
-async function stopServer() {
-  if (!server || serverExited) return;
-  const pid = server.pid;
+async function stopOne(proc, exited) {
+  if (!proc || exited()) return;
+  const pid = proc.pid;
   try { process.kill(pid, 'SIGTERM'); } catch { return; }
-  for (let i = 0; i < 150 && !serverExited; i++) await sleep(100);
-  if (!serverExited) {
+  for (let i = 0; i < 150 && !exited(); i++) await sleep(100);
+  if (!exited()) {
     console.log(`clients: corral serve (pid ${pid}) ignored SIGTERM; killing it`);
     try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
-    for (let i = 0; i < 50 && !serverExited; i++) await sleep(100);
+    for (let i = 0; i < 50 && !exited(); i++) await sleep(100);
   }
+}
+
+async function stopServer() {
+  await stopOne(scripted, () => scriptedExited);
+  await stopOne(server, () => serverExited);
 }
 
 function stopServerNow() {
   // Synchronous last resort (process exit, signals): SIGTERM by PID.
   if (server && !serverExited) {
     try { process.kill(server.pid, 'SIGTERM'); } catch { /* gone */ }
+  }
+  if (scripted && !scriptedExited) {
+    try { process.kill(scripted.pid, 'SIGTERM'); } catch { /* gone */ }
   }
 }
 
@@ -95,12 +108,14 @@ function cleanup() {
 }
 
 function dumpServeLog() {
-  try {
-    const text = readFileSync(serveLog, 'utf8');
-    console.log('---- corral serve log (last 4000 chars) ----');
-    console.log(text.slice(-4000));
-    console.log('---- end of log ----');
-  } catch { /* none */ }
+  for (const file of [serveLog, scriptedLog]) {
+    try {
+      const text = readFileSync(file, 'utf8');
+      console.log(`---- ${file} (last 4000 chars) ----`);
+      console.log(text.slice(-4000));
+      console.log('---- end of log ----');
+    } catch { /* none */ }
+  }
 }
 
 // The child running now (a CLI call or a test file), killed by PID when
@@ -157,17 +172,17 @@ async function run(prog, args, what) {
   return r.output;
 }
 
-async function waitUp() {
+async function waitUp(at = host, exited = () => serverExited) {
   for (let i = 0; i < 300; i++) { // up to 30 s
-    if (serverExited) throw new Error('corral serve exited early');
+    if (exited()) throw new Error('corral serve exited early');
     try {
-      const res = await fetch(`http://${host}/`);
+      const res = await fetch(`http://${at}/`);
       const body = await res.text();
       if (res.status === 200 && body === 'Ollama is running') return;
     } catch { /* not yet */ }
     await sleep(100);
   }
-  throw new Error(`corral serve did not answer on ${host}`);
+  throw new Error(`corral serve did not answer on ${at}`);
 }
 
 // The chat template: messages by role, tool definitions, earlier tool calls
@@ -181,6 +196,24 @@ const TEMPLATE = [
   '{{- else }}{{ .Content }}{{ end }}',
   '{{ end }}[assistant] ',
 ].join('\n');
+
+// A qwen3-like template with the thinking capability, and what the
+// scripted server answers: the parser splits it into thinking and text.
+const THINK_TEMPLATE = [
+  '{{- range $i, $_ := .Messages }}',
+  '{{- $last := eq (len (slice $.Messages $i)) 1 -}}',
+  '{{- if eq .Role "user" }}<|im_start|>user',
+  '{{ .Content }}<|im_end|>',
+  '{{ else if eq .Role "assistant" }}<|im_start|>assistant',
+  '{{ if .Thinking }}<think>{{ .Thinking }}</think>',
+  '{{ end }}{{ .Content }}<|im_end|>',
+  '{{ end }}',
+  '{{- if and (ne .Role "assistant") $last }}<|im_start|>assistant',
+  '{{ if and $.IsThinkSet (not $.Think) }}<think>\n\n</think>\n\n{{ end }}',
+  '{{ end }}',
+  '{{- end }}',
+].join('\n');
+const SCRIPTED_ANSWER = '<think>reasoning here</think>final answer';
 
 let status = 1;
 try {
@@ -212,7 +245,26 @@ try {
   await run('corral', ['create', 'long', '-f', join(tmp, 'Modelfile.long')], 'create long');
   log('created synth, slowload and long');
 
-  const testEnv = { ...env, CORRAL_CLIENTS_HOST: host };
+  // The scripted server and its "thinker": a template with the thinking
+  // capability (<think> around .Thinking), every answer SCRIPTED_ANSWER.
+  const port2 = await freePort();
+  const host2 = `127.0.0.1:${port2}`;
+  const script = join(tmp, 'script.txt');
+  writeFileSync(script, `${SCRIPTED_ANSWER}\n`);
+  const env2 = { ...env, CORRAL_RUNTIME_DIR: join(tmp, 'run2'), CORRAL_MODELS: join(tmp, 'models2'),
+    CORRAL_HOST: host2, CORRAL_TEST_SCRIPT: script };
+  const out2 = openSync(scriptedLog, 'w');
+  scripted = spawn(join(bin, 'corral'), ['serve'], { env: env2, cwd: tmp, stdio: ['ignore', out2, out2] });
+  scripted.on('exit', () => { scriptedExited = true; });
+  await waitUp(host2, () => scriptedExited);
+  writeFileSync(join(tmp, 'Modelfile.thinker'),
+    'FROM ./synth.gguf\n' + `TEMPLATE """${THINK_TEMPLATE}"""\n`);
+  childEnv = env2;
+  await run('corral', ['create', 'thinker', '-f', join(tmp, 'Modelfile.thinker')], 'create thinker');
+  childEnv = env;
+  log(`scripted corral serve (pid ${scripted.pid}) is up with thinker`);
+
+  const testEnv = { ...env, CORRAL_CLIENTS_HOST: host, CORRAL_CLIENTS_SCRIPTED_HOST: host2 };
   const td = process.env.CORRAL_TESTDATA;
   const stories = td && join(td, 'models', 'stories260K.gguf');
   const ref = td && join(td, 'reference', 'stories260K-F32', 'ref.greedy_text.txt');
@@ -241,6 +293,8 @@ try {
   // The server must still be healthy after everything above (aborts too).
   const res = await fetch(`http://${host}/`);
   if (res.status !== 200) failed.push('final health check');
+  const res2 = await fetch(`http://${host2}/`);
+  if (res2.status !== 200) failed.push('final health check of the scripted server');
   if (failed.length) {
     log(`failed: ${failed.join(', ')}`);
     dumpServeLog();
@@ -255,17 +309,19 @@ try {
 }
 await stopServer();
 log('server stopped');
-// A sanitizer build of the services reports into the serve log (leaks at
+// A sanitizer build of the services reports into the serve logs (leaks at
 // exit, so only now): any report fails the run.
-try {
-  const text = readFileSync(serveLog, 'utf8');
-  const m = text.match(/ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:/);
-  if (m) {
-    log(`the serve log has a sanitizer report (${m[0]})`);
-    const at = text.indexOf(m[0]);
-    console.log(text.slice(Math.max(0, at - 500), at + 6000));
-    status = 1;
-  }
-} catch { /* no log */ }
+for (const file of [serveLog, scriptedLog]) {
+  try {
+    const text = readFileSync(file, 'utf8');
+    const m = text.match(/ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:/);
+    if (m) {
+      log(`${file} has a sanitizer report (${m[0]})`);
+      const at = text.indexOf(m[0]);
+      console.log(text.slice(Math.max(0, at - 500), at + 6000));
+      status = 1;
+    }
+  } catch { /* no log */ }
+}
 cleanup();
 process.exit(status);

@@ -387,6 +387,34 @@ json_t *e2e_ndjson(const char *body)
     return arr;
 }
 
+json_t *e2e_sse(const char *body)
+{
+    json_t *arr = json_array();
+    const char *p = body;
+    while (p && *p) {
+        const char *end = strstr(p, "\n\n");
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        json_t *ev = json_object();
+        const char *line = p;
+        while (line < p + n) {
+            const char *nl = memchr(line, '\n', (size_t)(p + n - line));
+            size_t len = nl ? (size_t)(nl - line) : (size_t)(p + n - line);
+            if (len > 7 && !strncmp(line, "event: ", 7))
+                json_object_set_new(ev, "event", json_stringn(line + 7, len - 7));
+            else if (len > 6 && !strncmp(line, "data: ", 6)) {
+                json_t *d = json_loadb(line + 6, len - 6, 0, NULL);
+                json_object_set_new(ev, "data", d ? d : json_stringn(line + 6, len - 6));
+            }
+            line += len + 1;
+        }
+        if (json_object_size(ev))
+            json_array_append(arr, ev);
+        json_decref(ev);
+        p = end ? end + 2 : NULL;
+    }
+    return arr;
+}
+
 json_t *e2e_jget(json_t *o, const char *path)
 {
     char buf[256];

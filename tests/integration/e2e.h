@@ -74,6 +74,12 @@ json_t *e2e_jget(json_t *o, const char *path);
 /* The string at a dotted path, or "(absent)" (for CHECK_EQ_STR). */
 const char *e2e_jstr(json_t *o, const char *path);
 
+/* Parses a server-sent event stream: a JSON array (owned) of one object
+ * per event, {"event": its name (absent without one), "data": the data
+ * line parsed as JSON (its text when it is not JSON)}; comments are left
+ * out. */
+json_t *e2e_sse(const char *body);
+
 /* Parses NDJSON: returns a JSON array of the lines' objects (owned). */
 json_t *e2e_ndjson(const char *body);
 

@@ -1334,6 +1334,9 @@ static void test_cors_and_host(void)
                  "http://localhost:3000");
     CHECK(strstr(header_value(&r, "Access-Control-Allow-Headers", v, sizeof v),
                  "Content-Type") != NULL);
+    /* what a browser's Anthropic client sends */
+    CHECK(strstr(header_value(&r, "Access-Control-Allow-Headers", v, sizeof v),
+                 "x-api-key,anthropic-version") != NULL);
     CHECK(strstr(header_value(&r, "Access-Control-Allow-Methods", v, sizeof v),
                  "POST") != NULL);
     resp_free(&r);

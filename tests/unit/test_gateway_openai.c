@@ -1614,6 +1614,11 @@ static void test_auth_unit(void)
     CHECK(!gw_auth_check("s3cret", ""));
     CHECK(!gw_auth_check("s3cret", NULL));
     CHECK(!gw_auth_check("", "Bearer "));
+    CHECK(gw_auth_check_api_key("s3cret", "s3cret"));
+    CHECK(!gw_auth_check_api_key("s3cret", "Bearer s3cret"));
+    CHECK(!gw_auth_check_api_key("s3cret", "s3cre"));
+    CHECK(!gw_auth_check_api_key("s3cret", NULL));
+    CHECK(!gw_auth_check_api_key("", ""));
 }
 
 static void test_auth_http(const gw_config_t *base)
@@ -1653,6 +1658,13 @@ static void test_auth_http(const gw_config_t *base)
     CHECK_EQ_INT(http_h(&r, port, "GET", "/v1/models", NULL,
                         "Authorization: Bearer s3cret"),
                  200);
+    resp_free(&r);
+    /* Anthropic's clients send the key as x-api-key */
+    CHECK_EQ_INT(http_h(&r, port, "GET", "/v1/models", NULL, "x-api-key: s3cret"),
+                 200);
+    resp_free(&r);
+    CHECK_EQ_INT(http_h(&r, port, "GET", "/v1/models", NULL, "x-api-key: wrong"),
+                 401);
     resp_free(&r);
     http_h(&r, port, "POST", "/v1/chat/completions", chat_body("ok", NULL),
            "Authorization: Bearer s3cret");

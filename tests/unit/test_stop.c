@@ -48,6 +48,7 @@ static void test_across_three_pieces(void)
     CHECK(stopped);
     CHECK_EQ_STR(out_str(&out), "Hello ");
     CHECK_EQ_INT(rn_stop_which(s), 0);
+    CHECK_EQ_STR(rn_stop_matched(s), "<|end|>");
     CHECK_EQ_INT(rn_stop_held(s), 0);
     /* After the stop nothing more comes out, flush included. */
     CHECK_EQ_INT(rn_stop_push(s, "more", 4, &out, &stopped), CR_OK);
@@ -57,6 +58,7 @@ static void test_across_three_pieces(void)
     /* Reset starts over with the same strings. */
     rn_stop_reset(s);
     CHECK_EQ_INT(rn_stop_which(s), -1);
+    CHECK(rn_stop_matched(s) == NULL);
     cr_buf_reset(&out);
     const char *p2[] = {"a<|e", "nd|>"};
     CHECK(feed(s, p2, 2, &out));
@@ -128,6 +130,7 @@ static void test_overlapping(void)
     CHECK(feed(s, p2, 3, &out));
     CHECK_EQ_STR(out_str(&out), "say ");
     CHECK_EQ_INT(rn_stop_which(s), 1);
+    CHECK_EQ_STR(rn_stop_matched(s), "hello world");
     rn_stop_destroy(&s);
 
     /* A short stop inside a longer pending one completes first. */

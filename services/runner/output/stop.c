@@ -273,6 +273,14 @@ int rn_stop_which(const rn_stop_t *s)
     return s->which;
 }
 
+const char *rn_stop_matched(const rn_stop_t *s)
+{
+    for (size_t i = 0; s->which >= 0 && i < s->n; i++)
+        if (s->strs[i].index == s->which)
+            return s->strs[i].text;
+    return NULL;
+}
+
 size_t rn_stop_held(const rn_stop_t *s)
 {
     return s->hold.len;

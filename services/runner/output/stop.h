@@ -54,6 +54,10 @@ cr_status_t rn_stop_flush(rn_stop_t *s, cr_buf_t *out);
  * ignored empty ones), or -1 if none. */
 int rn_stop_which(const rn_stop_t *s);
 
+/* The text of the stop string that completed (borrowed: valid until
+ * rn_stop_destroy), or NULL if none. */
+const char *rn_stop_matched(const rn_stop_t *s);
+
 /* Bytes held back right now (for tests). */
 size_t rn_stop_held(const rn_stop_t *s);
 

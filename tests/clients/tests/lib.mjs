@@ -2,6 +2,7 @@
 // two clients, and how a "not supported yet" answer becomes a skip.
 import { Ollama } from 'ollama';
 import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
 
 export const HOST = process.env.CORRAL_CLIENTS_HOST;
 if (!HOST) throw new Error('CORRAL_CLIENTS_HOST is not set: run the suite through run.mjs');
@@ -12,12 +13,25 @@ export const MODEL = 'synth';
 // pieces is still being generated: see run.mjs.
 export const LONG_MODEL = 'long';
 
+// The second server (run.mjs): every answer is the scripted
+// '<think>reasoning here</think>final answer' of THINK_MODEL.
+export const SCRIPTED_HOST = process.env.CORRAL_CLIENTS_SCRIPTED_HOST;
+export const THINK_MODEL = 'thinker';
+
 export function ollamaClient() {
   return new Ollama({ host: BASE });
 }
 
 export function openaiClient() {
   return new OpenAI({ baseURL: `${BASE}/v1`, apiKey: 'corral-test', maxRetries: 0, timeout: 120_000 });
+}
+
+export function anthropicClient(host = HOST) {
+  return new Anthropic({ baseURL: `http://${host}`, apiKey: 'corral-test', maxRetries: 0, timeout: 120_000 });
+}
+
+export function openaiClientAt(host) {
+  return new OpenAI({ baseURL: `http://${host}/v1`, apiKey: 'corral-test', maxRetries: 0, timeout: 120_000 });
 }
 
 // Structured output may not be merged yet; its tests skip on this answer
