@@ -424,7 +424,9 @@ static void env_start(env_t *e, int max_loaded, int max_queue)
     e->registry = zsock_new(ZMQ_ROUTER);
     CHECK(zsock_bind(e->registry, "%s", cfg.registry_endpoint) >= 0);
     cr_err_t err;
-    CHECK_EQ_INT(sch_server_new(&cfg, &e->sched, &err), CR_OK);
+    cr_err_clear(&err);
+    cr_status_t st = sch_server_new(&cfg, &e->sched, &err);
+    CHECK_MSG(st == CR_OK, "sch_server_new: %d: %s", (int)st, err.msg);
     e->client = zsock_new(ZMQ_DEALER);
     CHECK(zsock_connect(e->client, "%s", cfg.front_endpoint) >= 0);
 }
