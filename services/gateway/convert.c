@@ -603,6 +603,8 @@ static cr_status_t parse_generate(ctx_t *c, const json_t *o, gw_request_t *r)
         (st = get_bool(c, o, "truncate", "truncate", &g->truncate,
                        &g->has_truncate)) ||
         (st = get_bool(c, o, "shift", "shift", &g->shift, &g->has_shift)) ||
+        (st = get_bool(c, o, "_debug_render_only", "_debug_render_only",
+                       &g->debug_render_only, &g->has_debug_render_only)) ||
         (st = get_bool(c, o, "logprobs", "logprobs", &g->logprobs,
                        &g->has_logprobs)) ||
         (st = get_int(c, o, "top_logprobs", "top_logprobs", &g->top_logprobs,
@@ -667,6 +669,8 @@ static cr_status_t parse_chat(ctx_t *c, const json_t *o, gw_request_t *r)
         (st = get_bool(c, o, "truncate", "truncate", &g->truncate,
                        &g->has_truncate)) ||
         (st = get_bool(c, o, "shift", "shift", &g->shift, &g->has_shift)) ||
+        (st = get_bool(c, o, "_debug_render_only", "_debug_render_only",
+                       &g->debug_render_only, &g->has_debug_render_only)) ||
         (st = get_bool(c, o, "logprobs", "logprobs", &g->logprobs,
                        &g->has_logprobs)) ||
         (st = get_int(c, o, "top_logprobs", "top_logprobs", &g->top_logprobs,
