@@ -690,16 +690,21 @@ cr_status_t cli_cmd_version(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err
     json_t *resp = NULL;
     cr_err_t verr;
     st = cli_http_json(h, "GET", "/api/version", NULL, NULL, NULL, &resp, NULL, &verr);
-    const char *server = st ? NULL : cli_jstr(resp, "version");
-    if (!server) {
+    /* `version` is the Ollama API the server answers as; corral's own is
+     * `corral_version` (a server without it is older than the field). */
+    const char *compat = st ? NULL : cli_jstr(resp, "version");
+    const char *server = st ? NULL : cli_jstr(resp, "corral_version");
+    if (!compat) {
         printf("Warning: could not connect to a running corral instance\n");
         printf("Warning: client version is %s\n", CORRAL_VERSION);
-    } else if (!strcmp(server, CORRAL_VERSION)) {
+    } else if (server && !strcmp(server, CORRAL_VERSION)) {
         printf("corral version is %s\n", server);
     } else {
-        printf("corral server version is %s\n", server);
+        printf("corral server version is %s\n", server ? server : "unknown");
         printf("Warning: client version is %s\n", CORRAL_VERSION);
     }
+    if (compat)
+        printf("Ollama API version is %s\n", compat);
     json_decref(resp);
     return CR_OK;
 }
