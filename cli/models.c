@@ -4,6 +4,7 @@
 #include "lib/prelude.h"
 #include "cli/cli.h"
 #include "cli/format.h"
+#include "cli/progress.h"
 
 #include <unistd.h>
 
@@ -557,62 +558,11 @@ cr_status_t cli_cmd_stop(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
     return st;
 }
 
-/* ---- progress (pull, push, create) ---- */
-
-void cli_progress_init(cli_progress_t *p, FILE *f, bool tty)
-{
-    memset(p, 0, sizeof *p);
-    p->f = f;
-    p->tty = tty;
-    p->last_pct = -1;
-}
-
-void cli_progress_done(cli_progress_t *p)
-{
-    if (p->line_open) {
-        fputc('\n', p->f);
-        p->line_open = false;
-    }
-    fflush(p->f);
-}
-
-void cli_progress_show(cli_progress_t *p, const json_t *obj)
-{
-    const char *status = cli_jstr(obj, "status");
-    const char *digest = cli_jstr(obj, "digest");
-    int64_t total = jint(obj, "total"), done = jint(obj, "completed");
-    if (!status)
-        return;
-    bool same = !strcmp(status, p->last_status);
-    if (digest && total > 0) {
-        int pct = (int)(done >= total ? 100 : done * 100 / total);
-        char a[32], b[32];
-        cli_fmt_bytes(done, a, sizeof a);
-        cli_fmt_bytes(total, b, sizeof b);
-        if (p->tty) {
-            if (!same)
-                cli_progress_done(p);
-            fprintf(p->f, "\r%s %3d%% %s/%s\x1b[K", status, pct, a, b);
-            p->line_open = true;
-            if (pct == 100)
-                cli_progress_done(p);
-        } else if (!same || (pct == 100 && p->last_pct != 100)) {
-            /* A line when a layer starts and when it completes. */
-            fprintf(p->f, "%s %d%% %s\n", status, pct, pct == 100 ? b : a);
-        }
-        p->last_pct = same ? pct : (pct == 100 ? 100 : pct);
-    } else if (!same) {
-        cli_progress_done(p);
-        fprintf(p->f, "%s\n", status);
-        p->last_pct = -1;
-    }
-    snprintf(p->last_status, sizeof p->last_status, "%s", status);
-    fflush(p->f);
-}
+/* ---- pull, push ---- */
 
 static bool progress_line(void *ctx, json_t *obj)
 {
-    cli_progress_show(ctx, obj);
+    cli_progress_event(ctx, obj);
     return true;
 }
 
@@ -629,10 +579,14 @@ cr_status_t cli_pull_push(cli_ctx_t *ctx, const char *verb, const char *model, b
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     char path[32];
     snprintf(path, sizeof path, "/api/%s", verb);
-    cli_progress_t p;
-    cli_progress_init(&p, stdout, ctx->stdout_tty);
-    st = cli_http_json(h, "POST", path, req, progress_line, &p, NULL, NULL, err);
-    cli_progress_done(&p);
+    cli_progress_t *p = cli_progress_new(stderr, ctx->stderr_tty, 0,
+                                         !strcmp(verb, "push") ? "pushing" : "pulling");
+    if (!p) {
+        json_decref(req);
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
+    st = cli_http_json(h, "POST", path, req, progress_line, p, NULL, NULL, err);
+    cli_progress_destroy(&p);
     json_decref(req);
     if (st && !strcmp(verb, "push") && strstr(err->msg, "access denied"))
         return cr_err_set(err, st,

@@ -917,6 +917,7 @@ static cr_status_t parse_create(ctx_t *c, const json_t *o, gw_request_t *r)
         (st = get_str(c, o, "renderer", "renderer", &k->renderer,
                       &k->has_renderer)) ||
         (st = get_str(c, o, "parser", "parser", &k->parser, &k->has_parser)) ||
+        (st = get_bool(c, o, "insecure", "insecure", &k->insecure, &k->has_insecure)) ||
         (st = get_bool(c, o, "stream", "stream", &r->stream, NULL)))
         return st;
     if ((!k->quantize || !*k->quantize) && quantization && *quantization) {
