@@ -59,9 +59,15 @@ cr_status_t cli_bin_dir(char *out, size_t cap, cr_err_t *err);
 /* POST /api/show {model} -> *out (new reference). */
 cr_status_t cli_show_model(cli_ctx_t *ctx, const char *model, json_t **out, cr_err_t *err);
 
+/* POST /api/show {model, verbose?} -> *out (new reference). */
+cr_status_t cli_show_model_ex(cli_ctx_t *ctx, const char *model, bool verbose, json_t **out,
+                              cr_err_t *err);
+
 /* Prints the default `show` view (Model, Capabilities, Parameters, System,
- * License sections) of a show response to f. */
-void cli_print_show_info(const json_t *show, FILE *f);
+ * License sections) of a show response to f; verbose adds Metadata (every
+ * model_info key, sorted, arrays shortened as Ollama does) and Tensors
+ * (name, type, shape) after Parameters, as `ollama show -v`. */
+void cli_print_show_info(const json_t *show, bool verbose, FILE *f);
 
 /* Streams /api/pull or /api/push for model, drawing progress on stderr
  * (progress.h). verb is "pull" or "push". */

@@ -59,6 +59,20 @@ static uint32_t decode(const unsigned char *s, size_t n)
     return cp;
 }
 
+int cli_text_cols(const char *s)
+{
+    int cols = 0;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t len = seq_len((unsigned char)s[i]);
+        if (i + len > n)
+            len = n - i;
+        cols += cp_cols(decode((const unsigned char *)s + i, len));
+        i += len;
+    }
+    return cols;
+}
+
 static void word_add(cli_wrap_t *w, const char *ch, size_t n, int cols)
 {
     if (w->word_len + n > sizeof w->word)

@@ -31,6 +31,9 @@ void cli_wrap_init(cli_wrap_t *w, bool on, int width);
 /* Writes text (n bytes) to out, wrapping as above. */
 void cli_wrap_write(cli_wrap_t *w, const char *text, size_t n, FILE *out);
 
+/* Columns a UTF-8 text takes on a terminal (as above: wide characters 2). */
+int cli_text_cols(const char *s);
+
 /* The columns of a terminal on fd, or 80 when it says none. */
 int cli_wrap_term_width(int fd);
 
