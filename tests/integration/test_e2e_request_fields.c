@@ -108,6 +108,50 @@ static void test_render_only(void)
                 true, "[sys]<system>sys<user>x");
 }
 
+/* The OpenAI routes pass _debug_render_only on and answer with
+ * _debug_info too. */
+static void test_render_only_openai(void)
+{
+    e2e_resp_t r = e2e_http(&T, "POST", "/v1/chat/completions",
+                            "{\"model\":\"plain\",\"_debug_render_only\":true,"
+                            "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                            NULL, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    json_t *j = json_loads(r.body ? r.body : "", 0, NULL);
+    CHECK_EQ_STR(e2e_jstr(j, "object"), "chat.completion");
+    CHECK_EQ_STR(e2e_jstr(j, "_debug_info.rendered_template"), "[sys]<system>sys<user>x");
+    CHECK_EQ_STR(e2e_jstr(j, "choices.0.message.content"), "");
+    CHECK(json_is_null(e2e_jget(j, "choices.0.finish_reason")));
+    json_decref(j);
+    e2e_resp_free(&r);
+    r = e2e_http(&T, "POST", "/v1/completions",
+                 "{\"model\":\"plain\",\"prompt\":\"y\",\"_debug_render_only\":true}",
+                 NULL, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    j = json_loads(r.body ? r.body : "", 0, NULL);
+    CHECK_EQ_STR(e2e_jstr(j, "object"), "text_completion");
+    CHECK_EQ_STR(e2e_jstr(j, "_debug_info.rendered_template"), "[sys]<system>sys<user>y");
+    json_decref(j);
+    e2e_resp_free(&r);
+    r = e2e_http(&T, "POST", "/v1/chat/completions",
+                 "{\"model\":\"plain\",\"stream\":true,\"_debug_render_only\":true,"
+                 "\"messages\":[{\"role\":\"user\",\"content\":\"z\"}]}",
+                 NULL, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_MSG(r.body && /* Go's encoding escapes < and > */
+                  strstr(r.body, "\"rendered_template\":\"[sys]\\u003csystem\\u003esys"
+                                 "\\u003cuser\\u003ez\"") &&
+                  strstr(r.body, "data: [DONE]"),
+              "stream: %s", r.body ? r.body : "");
+    e2e_resp_free(&r);
+    r = e2e_http(&T, "POST", "/v1/chat/completions",
+                 "{\"model\":\"plain\",\"_debug_render_only\":1,"
+                 "\"messages\":[{\"role\":\"user\",\"content\":\"z\"}]}",
+                 NULL, NULL);
+    CHECK_EQ_INT(r.status, 400);
+    e2e_resp_free(&r);
+}
+
 static void test_think_default(void)
 {
     /* A thinking model: omitted = true, as Ollama sets it. */
@@ -225,6 +269,7 @@ int main(void)
     if (create("plain", SHOW_TMPL) && create("thinker", THINK_TMPL) &&
         create("fim", FIM_TMPL)) {
         test_render_only();
+        test_render_only_openai();
         test_think_default();
         test_suffix();
         test_truncate();
