@@ -170,6 +170,38 @@ static void test_create_from_remote(void)
     e2e_resp_free(&r);
 }
 
+/* push without a terminal: each layer's line once. */
+static void test_push_plain(void)
+{
+    char dst[160];
+    snprintf(dst, sizeof dst, "127.0.0.1:%d/library/m:t2", F.port);
+    char *out = NULL, *err = NULL;
+    CHECK_EQ_INT(e2e_cli(&T, NULL, &out, "cp", "child", dst, NULL), 0);
+    free(out);
+    int rc = e2e_cli_err(&T, NULL, &out, &err, "push", "--insecure", dst, NULL);
+    CHECK_MSG(rc == 0, "push: %d %s", rc, err ? err : "");
+    CHECK_EQ_STR(out, "");
+    CHECK_MSG(err && !strchr(err, '\x1b') && !strchr(err, '\r'), "control bytes: %s", err);
+    CHECK(err && !strncmp(err, "retrieving manifest\n", 20) &&
+          strstr(err, "\npushing manifest\nsuccess\n"));
+    /* Every layer line ("pushing <12 hex> 100% <size>") is unique. */
+    int layers = 0;
+    for (const char *l = err; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+        char line[200];
+        snprintf(line, sizeof line, "%.*s\n", (int)CR_MIN(n, sizeof line - 2), l);
+        if (!strncmp(line, "pushing ", 8) && strstr(line, "% ")) {
+            layers++;
+            CHECK_MSG(count(err, line) == 1, "%s repeated in\n%s", line, err);
+        }
+        l = e ? e + 1 : NULL;
+    }
+    CHECK_MSG(layers >= 3, "%d layer lines in\n%s", layers, err ? err : "");
+    free(out);
+    free(err);
+}
+
 static void test_wrap(void)
 {
     char *out = NULL;
@@ -303,6 +335,7 @@ int main(void)
         test_pull_tty();
         test_run_insecure();
         test_create_from_remote();
+        test_push_plain();
         fake_stop(&F);
     } else {
         CHECK_MSG(false, "the fake registry did not start");
