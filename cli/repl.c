@@ -23,21 +23,24 @@
 #define MAX_INPUT_BYTES (16u << 20)
 
 #define PLACEHOLDER "Send a message (/? for help)"
+#define PLACEHOLDER_BLOCK "Use \"\"\" to end multi-line input"
 #define COLOR_GREY "\x1b[38;5;245m"
 #define COLOR_DEFAULT "\x1b[0m"
 
-/* The placeholder waits for the first key of a `>>> ` line. libedit asks
- * rl_getc_function for each key once the prompt is drawn, so the text is
- * written there (cursor moved back over it) and erased when a key comes.
- * The only global of the REPL: libedit's hook takes no context. */
-static bool placeholder_pending;
+/* The placeholder waits for the first key of a `>>> ` line (inside a
+ * \"\"\" block: of a `... ` line). libedit asks rl_getc_function for each key
+ * once the prompt is drawn, so the text is written there (cursor moved back
+ * over it) and erased when a key comes. The only global of the REPL:
+ * libedit's hook takes no context. NULL: none pending. */
+static const char *placeholder_pending;
 
 /* One character for libedit: a UTF-8 sequence read byte by byte and
  * returned as its code point (libedit stores it as a wide character). */
 static int repl_getc(FILE *f)
 {
     if (placeholder_pending) {
-        printf(COLOR_GREY PLACEHOLDER COLOR_DEFAULT "\x1b[%zuD", strlen(PLACEHOLDER));
+        printf(COLOR_GREY "%s" COLOR_DEFAULT "\x1b[%zuD", placeholder_pending,
+               strlen(placeholder_pending));
         fflush(stdout);
     }
     unsigned char b[4];
@@ -48,7 +51,7 @@ static int repl_getc(FILE *f)
     if (placeholder_pending) {
         fputs("\x1b[K", stdout);
         fflush(stdout);
-        placeholder_pending = false;
+        placeholder_pending = NULL;
     }
     if (n <= 0)
         return EOF;
@@ -420,7 +423,9 @@ static bool read_block(cr_buf_t *b, const char *first)
     cr_buf_puts(b, first);
     for (;;) {
         cli_interrupted = 0;
+        placeholder_pending = PLACEHOLDER_BLOCK;
         char *line = readline("... ");
+        placeholder_pending = NULL;
         if (!line)
             return false;
         size_t l = strlen(line);
@@ -439,9 +444,9 @@ static char *read_input(bool *interrupted)
 {
     *interrupted = false;
     cli_interrupted = 0;
-    placeholder_pending = true;
+    placeholder_pending = PLACEHOLDER;
     char *line = readline(">>> ");
-    placeholder_pending = false;
+    placeholder_pending = NULL;
     if (!line) {
         *interrupted = cli_interrupted != 0;
         return NULL;

@@ -223,11 +223,13 @@ static void test_repl(void)
     char *out = NULL;
     int rc = e2e_cli_pty(&T,
                          "/show parameters\n/set parameter temperature 0.5\n"
-                         "/show parameters\n/set nowordwrap\nhello\n/bye\n",
+                         "/show parameters\n/set nowordwrap\nhello\n\"\"\"a\nb\"\"\"\n/bye\n",
                          40, &out, "run", "chat", NULL);
     CHECK_EQ_INT(rc, 0);
     CHECK_MSG(out && strstr(out, "\x1b[38;5;245mSend a message (/? for help)\x1b[0m"),
               "placeholder: %s", out ? out : "");
+    CHECK_MSG(out && strstr(out, "\x1b[38;5;245mUse \"\"\" to end multi-line input\x1b[0m"),
+              "block placeholder: %s", out ? out : "");
     CHECK_MSG(out && strstr(out, "Model defined parameters:\r\n  num_ctx"),
               "parameters: %s", out ? out : "");
     CHECK(out && strstr(out, "User defined parameters:\r\n  temperature                    0.5\r\n"));
