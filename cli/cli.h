@@ -59,28 +59,20 @@ cr_status_t cli_bin_dir(char *out, size_t cap, cr_err_t *err);
 /* POST /api/show {model} -> *out (new reference). */
 cr_status_t cli_show_model(cli_ctx_t *ctx, const char *model, json_t **out, cr_err_t *err);
 
-/* Prints the default `show` view (Model, Capabilities, Parameters, System,
- * License sections) of a show response to f. */
-void cli_print_show_info(const json_t *show, FILE *f);
+/* POST /api/show {model, verbose?} -> *out (new reference). */
+cr_status_t cli_show_model_ex(cli_ctx_t *ctx, const char *model, bool verbose, json_t **out,
+                              cr_err_t *err);
 
-/* Streams /api/pull or /api/push for model, printing progress to stdout.
- * verb is "pull" or "push". */
+/* Prints the default `show` view (Model, Capabilities, Parameters, System,
+ * License sections) of a show response to f; verbose adds Metadata (every
+ * model_info key, sorted, arrays shortened as Ollama does) and Tensors
+ * (name, type, shape) after Parameters, as `ollama show -v`. */
+void cli_print_show_info(const json_t *show, bool verbose, FILE *f);
+
+/* Streams /api/pull or /api/push for model, drawing progress on stderr
+ * (progress.h). verb is "pull" or "push". */
 cr_status_t cli_pull_push(cli_ctx_t *ctx, const char *verb, const char *model, bool insecure,
                           cr_err_t *err);
-
-/* Prints one progress object {status, digest?, total?, completed?} of a
- * pull/push/create stream to f, rewriting the line in place on a TTY. */
-typedef struct cli_progress {
-    FILE *f;
-    bool tty;
-    char last_status[512];
-    bool line_open; /* a TTY line waiting for its final newline */
-    int last_pct;
-} cli_progress_t;
-
-void cli_progress_init(cli_progress_t *p, FILE *f, bool tty);
-void cli_progress_show(cli_progress_t *p, const json_t *obj);
-void cli_progress_done(cli_progress_t *p);
 
 /* A string field of a JSON object, or NULL. */
 const char *cli_jstr(const json_t *o, const char *key);

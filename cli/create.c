@@ -4,10 +4,13 @@
  * local file it names (FROM, ADAPTER, DRAFT) with SHA-256, uploads the
  * blobs the server lacks (HEAD then POST /api/blobs/sha256:<hex>), and sends
  * POST /api/create with `files` {basename: digest} and the other fields,
- * printing the server's progress statuses. */
+ * drawing the uploads and the server's progress on stderr (progress.h). A
+ * FROM naming a model the server lacks is pulled by the server first
+ * (`--insecure` allows a plain-http registry for that pull). */
 #include "lib/prelude.h"
 #include "cli/cli.h"
 #include "cli/modelfile.h"
+#include "cli/progress.h"
 
 #include <dirent.h>
 #include <fnmatch.h>
@@ -67,14 +70,19 @@ out:
     return st;
 }
 
+typedef struct upload {
+    cli_progress_t *p;
+    const char *digest;
+} upload_t;
+
 static void upload_progress(void *ctx, uint64_t sent, uint64_t total)
 {
-    cli_progress_t *p = ctx;
-    if (!p->tty || !total)
+    upload_t *u = ctx;
+    if (!total)
         return;
-    fprintf(p->f, "\r%s %3d%%\x1b[K", p->last_status, (int)(sent * 100 / total));
-    p->line_open = true;
-    fflush(p->f);
+    char msg[128];
+    snprintf(msg, sizeof msg, "copying file %s %d%%", u->digest, (int)(sent * 100 / total));
+    cli_progress_message(u->p, msg);
 }
 
 /* Makes sure the server has the blob for path; fills digest. */
@@ -97,19 +105,18 @@ static cr_status_t ensure_blob(cli_http_t *h, const char *path, char digest[72],
     FILE *f = fopen(path, "rb");
     if (!f)
         return cr_err_set(err, CR_E_IO, "open %s: %s", path, strerror(errno));
-    cli_progress_done(prog);
-    snprintf(prog->last_status, sizeof prog->last_status, "copying file %s", digest);
-    if (!prog->tty)
-        fprintf(prog->f, "copying file %s\n", digest);
-    st = cli_http_post_file(h, url, f, size, upload_progress, prog, &code, err);
+    char msg[128];
+    snprintf(msg, sizeof msg, "copying file %s", digest);
+    cli_progress_phase(prog, msg);
+    snprintf(msg, sizeof msg, "copying file %s 0%%", digest);
+    cli_progress_message(prog, msg); /* a terminal shows the percentage */
+    upload_t u = {prog, digest};
+    st = cli_http_post_file(h, url, f, size, upload_progress, &u, &code, err);
     fclose(f);
     if (st)
         return st;
-    if (prog->tty) {
-        fprintf(prog->f, "\rcopying file %s 100%%\x1b[K\n", digest);
-        prog->line_open = false;
-    }
-    prog->last_status[0] = '\0';
+    snprintf(msg, sizeof msg, "copying file %s 100%%", digest);
+    cli_progress_message(prog, msg);
     return CR_OK;
 }
 
@@ -220,13 +227,14 @@ static cr_status_t local_source(cli_http_t *h, const cli_mf_command_t *c, const 
 
 static bool create_line(void *ctx, json_t *obj)
 {
-    cli_progress_show(ctx, obj);
+    cli_progress_event(ctx, obj);
     return true;
 }
 
 /* Builds and sends the create request for a parsed Modelfile. */
 static cr_status_t create_from(cli_ctx_t *ctx, const char *model, const cli_modelfile_t *mf,
-                               const char *rel_dir, const char *quantize, cr_err_t *err)
+                               const char *rel_dir, const char *quantize, bool insecure,
+                               cr_err_t *err)
 {
     cli_http_t *h;
     cr_status_t st = cli_ctx_http(ctx, &h, err);
@@ -235,30 +243,31 @@ static cr_status_t create_from(cli_ctx_t *ctx, const char *model, const cli_mode
     json_t *req = json_pack("{s:s, s:b}", "model", model, "stream", 1);
     json_t *files = json_object(), *adapters = json_object(), *drafts = json_object();
     json_t *licenses = json_array(), *messages = json_array(), *params = NULL;
-    cli_progress_t p;
-    cli_progress_init(&p, stdout, ctx->stdout_tty);
-    if (!req || !files || !adapters || !drafts || !licenses || !messages) {
+    cli_progress_t *p = cli_progress_new(stderr, ctx->stderr_tty, 0, "creating");
+    if (!req || !files || !adapters || !drafts || !licenses || !messages || !p) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
         goto out;
     }
-    json_t *first = json_pack("{s:s}", "status", "gathering model components");
-    cli_progress_show(&p, first);
-    json_decref(first);
+    if (insecure && json_object_set_new(req, "insecure", json_true())) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+        goto out;
+    }
+    cli_progress_phase(p, "gathering model components");
     for (size_t i = 0; i < mf->n && !st; i++) {
         const cli_mf_command_t *c = &mf->cmds[i];
         bool is_name = false;
         int rc = 0;
         switch (c->kind) {
         case CLI_MF_FROM:
-            st = local_source(h, c, rel_dir, files, &is_name, &p, err);
+            st = local_source(h, c, rel_dir, files, &is_name, p, err);
             if (!st && is_name)
                 rc = json_object_set_new(req, "from", json_string(c->args));
             break;
         case CLI_MF_ADAPTER:
-            st = local_source(h, c, rel_dir, adapters, &is_name, &p, err);
+            st = local_source(h, c, rel_dir, adapters, &is_name, p, err);
             break;
         case CLI_MF_DRAFT:
-            st = local_source(h, c, rel_dir, drafts, &is_name, &p, err);
+            st = local_source(h, c, rel_dir, drafts, &is_name, p, err);
             break;
         case CLI_MF_TEMPLATE:
             rc = json_object_set_new(req, "template", json_string(c->args));
@@ -312,9 +321,9 @@ static cr_status_t create_from(cli_ctx_t *ctx, const char *model, const cli_mode
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
         goto out;
     }
-    st = cli_http_json(h, "POST", "/api/create", req, create_line, &p, NULL, NULL, err);
+    st = cli_http_json(h, "POST", "/api/create", req, create_line, p, NULL, NULL, err);
 out:
-    cli_progress_done(&p);
+    cli_progress_destroy(&p);
     json_decref(req);
     json_decref(files);
     json_decref(adapters);
@@ -357,13 +366,17 @@ cr_status_t cli_cmd_create(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
         printf("Create a model from a Modelfile\n\nUsage:\n  corral create MODEL [flags]\n\n"
                "Flags:\n  -f, --file string       Name of the Modelfile (default "
                "\"Modelfile\")\n"
-               "  -q, --quantize string   Quantize model to this level (e.g. q4_K_M)\n");
+               "  -q, --quantize string   Quantize model to this level (e.g. q4_K_M)\n"
+               "      --insecure          Use an insecure registry to pull a FROM model\n");
         return CR_OK;
     }
     const char *file = NULL, *quantize = NULL, *model = NULL;
+    bool insecure = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && i + 1 < argc)
+        if (!strcmp(a, "--insecure"))
+            insecure = true;
+        else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && i + 1 < argc)
             file = argv[++i];
         else if (!strncmp(a, "--file=", 7))
             file = a + 7;
@@ -411,7 +424,7 @@ cr_status_t cli_cmd_create(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
     st = cli_mf_expand_path(file, ".", abs, sizeof abs, err);
     if (!st) {
         snprintf(rel_dir, sizeof rel_dir, "%s", dirname(abs));
-        st = create_from(ctx, model, mf, rel_dir, quantize, err);
+        st = create_from(ctx, model, mf, rel_dir, quantize, insecure, err);
     }
     cli_modelfile_destroy(&mf);
     return st;

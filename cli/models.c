@@ -4,6 +4,10 @@
 #include "lib/prelude.h"
 #include "cli/cli.h"
 #include "cli/format.h"
+#include "cli/progress.h"
+#include "cli/wrap.h"
+#include "lib/buf.h"
+#include "lib/gotext.h"
 
 #include <unistd.h>
 
@@ -243,13 +247,21 @@ cr_status_t cli_cmd_ps(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
 
 cr_status_t cli_show_model(cli_ctx_t *ctx, const char *model, json_t **out, cr_err_t *err)
 {
+    return cli_show_model_ex(ctx, model, false, out, err);
+}
+
+cr_status_t cli_show_model_ex(cli_ctx_t *ctx, const char *model, bool verbose, json_t **out,
+                              cr_err_t *err)
+{
     cli_http_t *h = NULL;
     cr_status_t st = cli_ctx_http(ctx, &h, err);
     if (st)
         return st;
     json_t *req = obj1("model", model);
-    if (!req)
+    if (!req || (verbose && json_object_set_new(req, "verbose", json_true()))) {
+        json_decref(req);
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
     st = cli_http_json(h, "POST", "/api/show", req, NULL, NULL, out, NULL, err);
     json_decref(req);
     if (!st && !*out)
@@ -275,6 +287,119 @@ static void info_number(const json_t *v, char *out, size_t cap)
         snprintf(out, cap, "%s", json_string_value(v));
     else
         out[0] = '\0';
+}
+
+/* A model_info value as Go's %v shows it (numbers are float64s there). */
+static void go_value(const json_t *v, cr_buf_t *b)
+{
+    char num[CR_FLOAT_BUF];
+    if (json_is_string(v)) {
+        cr_buf_puts(b, json_string_value(v));
+    } else if (json_is_number(v)) {
+        cr_float_format(json_number_value(v), 64, CR_FLOAT_G, num, sizeof num);
+        cr_buf_puts(b, num);
+    } else if (json_is_boolean(v)) {
+        cr_buf_puts(b, json_is_true(v) ? "true" : "false");
+    } else if (json_is_null(v)) {
+        cr_buf_puts(b, "<nil>");
+    } else if (json_is_array(v)) {
+        cr_buf_putc(b, '[');
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i)
+                cr_buf_putc(b, ' ');
+            go_value(json_array_get(v, i), b);
+        }
+        cr_buf_putc(b, ']');
+    } else {
+        cr_buf_puts(b, "map[string]interface {}");
+    }
+}
+
+/* An array in the Metadata table, as Ollama shortens it: the items that
+ * fit 10 columns (at least one), then " ...+N more]". */
+static void metadata_array(const json_t *v, cr_buf_t *b)
+{
+    size_t n = json_array_size(v), shown = 0;
+    int width = 1; /* "[" */
+    for (size_t i = 0; i < n; i++) {
+        cr_buf_t item;
+        cr_buf_init(&item, 1u << 20);
+        go_value(json_array_get(v, i), &item);
+        int w = cli_text_cols(item.data ? item.data : "") + (i ? 2 : 0);
+        cr_buf_free(&item);
+        if (width + w > 10 && i > 0)
+            break;
+        width += w;
+        shown++;
+    }
+    cr_buf_putc(b, '[');
+    for (size_t i = 0; i < shown; i++) {
+        if (i)
+            cr_buf_putc(b, ' ');
+        go_value(json_array_get(v, i), b);
+    }
+    if (shown < n) {
+        char more[48];
+        snprintf(more, sizeof more, " ...+%zu more", n - shown);
+        cr_buf_puts(b, more);
+    }
+    cr_buf_putc(b, ']');
+}
+
+static int cmp_keys(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* show -v: every model_info key (sorted) and every tensor. */
+static void print_verbose_sections(const json_t *show, FILE *f)
+{
+    const json_t *info = json_object_get(show, "model_info");
+    size_t n = json_object_size(info);
+    cli_table_t *t;
+    if (n && (t = cli_table_new(3))) {
+        const char **keys = calloc(n, sizeof *keys);
+        size_t k = 0;
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)info, key, v) {
+            if (keys)
+                keys[k++] = key;
+        }
+        if (keys)
+            qsort(keys, k, sizeof *keys, cmp_keys);
+        for (size_t i = 0; keys && i < k; i++) {
+            cr_buf_t b;
+            cr_buf_init(&b, 64u << 20);
+            v = json_object_get(info, keys[i]);
+            if (json_is_array(v))
+                metadata_array(v, &b);
+            else
+                go_value(v, &b);
+            const char *row[] = {"", keys[i], b.data ? b.data : ""};
+            cli_table_add(t, row);
+            cr_buf_free(&b);
+        }
+        free(keys);
+        print_section("Metadata", t, f);
+        cli_table_destroy(&t);
+    }
+    const json_t *tensors = json_object_get(show, "tensors");
+    if (json_array_size(tensors) && (t = cli_table_new(4))) {
+        for (size_t i = 0; i < json_array_size(tensors); i++) {
+            const json_t *tn = json_array_get(tensors, i);
+            cr_buf_t shape;
+            cr_buf_init(&shape, 4096);
+            go_value(json_object_get(tn, "shape"), &shape);
+            const char *name = cli_jstr(tn, "name"), *type = cli_jstr(tn, "type");
+            const char *row[] = {"", name ? name : "", type ? type : "",
+                                 shape.data ? shape.data : "[]"};
+            cli_table_add(t, row);
+            cr_buf_free(&shape);
+        }
+        print_section("Tensors", t, f);
+        cli_table_destroy(&t);
+    }
 }
 
 /* Rows of the first two non-empty lines of text, then "..." if more. */
@@ -311,7 +436,7 @@ static void head_rows(cli_table_t *t, const char *text)
     }
 }
 
-void cli_print_show_info(const json_t *show, FILE *f)
+void cli_print_show_info(const json_t *show, bool verbose, FILE *f)
 {
     const json_t *details = json_object_get(show, "details");
     const json_t *info = json_object_get(show, "model_info");
@@ -384,6 +509,8 @@ void cli_print_show_info(const json_t *show, FILE *f)
         print_section("Parameters", t, f);
         cli_table_destroy(&t);
     }
+    if (verbose)
+        print_verbose_sections(show, f);
     const char *system = cli_jstr(show, "system");
     if (system && *system && (t = cli_table_new(2))) {
         head_rows(t, system);
@@ -408,11 +535,13 @@ cr_status_t cli_cmd_show(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
                "      --modelfile    Show Modelfile of a model\n"
                "      --parameters   Show parameters of a model\n"
                "      --system       Show system message of a model\n"
-               "      --template     Show template of a model\n");
+               "      --template     Show template of a model\n"
+               "  -v, --verbose      Show detailed model information\n");
         return CR_OK;
     }
     const char *which = NULL, *model = NULL;
     int n_set = 0;
+    bool verbose = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool known = false;
@@ -423,7 +552,11 @@ cr_status_t cli_cmd_show(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
                 known = true;
             }
         }
-        if (known || !strcmp(a, "-v") || !strcmp(a, "--verbose"))
+        if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            verbose = true;
+            continue;
+        }
+        if (known)
             continue;
         if (a[0] == '-')
             return cr_err_set(err, CR_E_INVALID, "unknown flag: %s", a);
@@ -438,7 +571,7 @@ cr_status_t cli_cmd_show(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
                           "only one of '--license', '--modelfile', '--parameters', "
                           "'--system', or '--template' can be specified");
     json_t *show = NULL;
-    cr_status_t st = cli_show_model(ctx, model, &show, err);
+    cr_status_t st = cli_show_model_ex(ctx, model, verbose && !which, &show, err);
     if (st)
         return st;
     if (which) {
@@ -454,7 +587,7 @@ cr_status_t cli_cmd_show(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
             printf("%s\n", v ? v : "");
         }
     } else {
-        cli_print_show_info(show, stdout);
+        cli_print_show_info(show, verbose, stdout);
     }
     json_decref(show);
     return CR_OK;
@@ -557,62 +690,11 @@ cr_status_t cli_cmd_stop(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
     return st;
 }
 
-/* ---- progress (pull, push, create) ---- */
-
-void cli_progress_init(cli_progress_t *p, FILE *f, bool tty)
-{
-    memset(p, 0, sizeof *p);
-    p->f = f;
-    p->tty = tty;
-    p->last_pct = -1;
-}
-
-void cli_progress_done(cli_progress_t *p)
-{
-    if (p->line_open) {
-        fputc('\n', p->f);
-        p->line_open = false;
-    }
-    fflush(p->f);
-}
-
-void cli_progress_show(cli_progress_t *p, const json_t *obj)
-{
-    const char *status = cli_jstr(obj, "status");
-    const char *digest = cli_jstr(obj, "digest");
-    int64_t total = jint(obj, "total"), done = jint(obj, "completed");
-    if (!status)
-        return;
-    bool same = !strcmp(status, p->last_status);
-    if (digest && total > 0) {
-        int pct = (int)(done >= total ? 100 : done * 100 / total);
-        char a[32], b[32];
-        cli_fmt_bytes(done, a, sizeof a);
-        cli_fmt_bytes(total, b, sizeof b);
-        if (p->tty) {
-            if (!same)
-                cli_progress_done(p);
-            fprintf(p->f, "\r%s %3d%% %s/%s\x1b[K", status, pct, a, b);
-            p->line_open = true;
-            if (pct == 100)
-                cli_progress_done(p);
-        } else if (!same || (pct == 100 && p->last_pct != 100)) {
-            /* A line when a layer starts and when it completes. */
-            fprintf(p->f, "%s %d%% %s\n", status, pct, pct == 100 ? b : a);
-        }
-        p->last_pct = same ? pct : (pct == 100 ? 100 : pct);
-    } else if (!same) {
-        cli_progress_done(p);
-        fprintf(p->f, "%s\n", status);
-        p->last_pct = -1;
-    }
-    snprintf(p->last_status, sizeof p->last_status, "%s", status);
-    fflush(p->f);
-}
+/* ---- pull, push ---- */
 
 static bool progress_line(void *ctx, json_t *obj)
 {
-    cli_progress_show(ctx, obj);
+    cli_progress_event(ctx, obj);
     return true;
 }
 
@@ -629,10 +711,14 @@ cr_status_t cli_pull_push(cli_ctx_t *ctx, const char *verb, const char *model, b
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     char path[32];
     snprintf(path, sizeof path, "/api/%s", verb);
-    cli_progress_t p;
-    cli_progress_init(&p, stdout, ctx->stdout_tty);
-    st = cli_http_json(h, "POST", path, req, progress_line, &p, NULL, NULL, err);
-    cli_progress_done(&p);
+    cli_progress_t *p = cli_progress_new(stderr, ctx->stderr_tty, 0,
+                                         !strcmp(verb, "push") ? "pushing" : "pulling");
+    if (!p) {
+        json_decref(req);
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
+    st = cli_http_json(h, "POST", path, req, progress_line, p, NULL, NULL, err);
+    cli_progress_destroy(&p);
     json_decref(req);
     if (st && !strcmp(verb, "push") && strstr(err->msg, "access denied"))
         return cr_err_set(err, st,
@@ -690,16 +776,21 @@ cr_status_t cli_cmd_version(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err
     json_t *resp = NULL;
     cr_err_t verr;
     st = cli_http_json(h, "GET", "/api/version", NULL, NULL, NULL, &resp, NULL, &verr);
-    const char *server = st ? NULL : cli_jstr(resp, "version");
-    if (!server) {
+    /* `version` is the Ollama API the server answers as; corral's own is
+     * `corral_version` (a server without it is older than the field). */
+    const char *compat = st ? NULL : cli_jstr(resp, "version");
+    const char *server = st ? NULL : cli_jstr(resp, "corral_version");
+    if (!compat) {
         printf("Warning: could not connect to a running corral instance\n");
         printf("Warning: client version is %s\n", CORRAL_VERSION);
-    } else if (!strcmp(server, CORRAL_VERSION)) {
+    } else if (server && !strcmp(server, CORRAL_VERSION)) {
         printf("corral version is %s\n", server);
     } else {
-        printf("corral server version is %s\n", server);
+        printf("corral server version is %s\n", server ? server : "unknown");
         printf("Warning: client version is %s\n", CORRAL_VERSION);
     }
+    if (compat)
+        printf("Ollama API version is %s\n", compat);
     json_decref(resp);
     return CR_OK;
 }

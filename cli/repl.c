@@ -7,17 +7,65 @@
  * /list, /? (and /help). A line starting with \"\"\" opens a multi-line
  * block that ends at a line ending with \"\"\". Ctrl-D exits; Ctrl-C at the
  * prompt says how to exit, during an answer stops it. History lives in
- * ~/.corral/history unless OLLAMA_NOHISTORY is set. */
+ * ~/.corral/history unless OLLAMA_NOHISTORY is set. An empty `>>> ` line
+ * shows Ollama's grey placeholder, gone at the first key. */
 #include "lib/prelude.h"
 #include "cli/run.h"
 #include "cli/modelfile.h"
 #include "lib/buf.h"
 #include "lib/env.h"
+#include "lib/gotext.h"
 
 #include <editline/readline.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_INPUT_BYTES (16u << 20)
+
+#define PLACEHOLDER "Send a message (/? for help)"
+#define PLACEHOLDER_BLOCK "Use \"\"\" to end multi-line input"
+#define COLOR_GREY "\x1b[38;5;245m"
+#define COLOR_DEFAULT "\x1b[0m"
+
+/* The placeholder waits for the first key of a `>>> ` line (inside a
+ * \"\"\" block: of a `... ` line). libedit asks rl_getc_function for each key
+ * once the prompt is drawn, so the text is written there (cursor moved back
+ * over it) and erased when a key comes. The only global of the REPL:
+ * libedit's hook takes no context. NULL: none pending. */
+static const char *placeholder_pending;
+
+/* One character for libedit: a UTF-8 sequence read byte by byte and
+ * returned as its code point (libedit stores it as a wide character). */
+static int repl_getc(FILE *f)
+{
+    if (placeholder_pending) {
+        printf(COLOR_GREY "%s" COLOR_DEFAULT "\x1b[%zuD", placeholder_pending,
+               strlen(placeholder_pending));
+        fflush(stdout);
+    }
+    unsigned char b[4];
+    ssize_t n;
+    do
+        n = read(fileno(f), b, 1);
+    while (n < 0 && errno == EINTR && !cli_interrupted);
+    if (placeholder_pending) {
+        fputs("\x1b[K", stdout);
+        fflush(stdout);
+        placeholder_pending = NULL;
+    }
+    if (n <= 0)
+        return EOF;
+    size_t len = b[0] >= 0xF0 && b[0] < 0xF8 ? 4 : b[0] >= 0xE0 ? 3 : b[0] >= 0xC0 ? 2 : 1;
+    for (size_t i = 1; i < len; i++)
+        if (read(fileno(f), b + i, 1) != 1 || (b[i] & 0xC0) != 0x80)
+            return 0xFFFD;
+    if (len == 1)
+        return b[0];
+    uint32_t cp = b[0] & (0x7F >> len);
+    for (size_t i = 1; i < len; i++)
+        cp = cp << 6 | (b[i] & 0x3F);
+    return (int)cp;
+}
 
 typedef struct repl {
     cli_ctx_t *ctx;
@@ -211,6 +259,7 @@ static void cmd_set(repl_t *r, char *line, const char *raw)
         r->use_history = false;
         printf("Set 'nohistory' mode.\n");
     } else if (!strcmp(what, "wordwrap") || !strcmp(what, "nowordwrap")) {
+        o->nowordwrap = what[0] == 'n';
         printf("Set '%s' mode.\n", what);
     } else {
         printf("Unknown command '/set %s'. Type /? for help\n", what);
@@ -226,6 +275,32 @@ static void print_field(const json_t *show, const char *key, const char *none)
         printf("%s\n", none);
 }
 
+/* A value as Go's %v prints an option: strings bare, floats as float32s
+ * in 'g' form, lists as [a b]. */
+static void go_value(const json_t *v, cr_buf_t *b)
+{
+    char num[CR_FLOAT_BUF];
+    if (json_is_string(v)) {
+        cr_buf_puts(b, json_string_value(v));
+    } else if (json_is_integer(v)) {
+        snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
+        cr_buf_puts(b, num);
+    } else if (json_is_real(v)) {
+        cr_float_format(json_real_value(v), 32, CR_FLOAT_G, num, sizeof num);
+        cr_buf_puts(b, num);
+    } else if (json_is_boolean(v)) {
+        cr_buf_puts(b, json_is_true(v) ? "true" : "false");
+    } else if (json_is_array(v)) {
+        cr_buf_putc(b, '[');
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i)
+                cr_buf_putc(b, ' ');
+            go_value(json_array_get(v, i), b);
+        }
+        cr_buf_putc(b, ']');
+    }
+}
+
 static void cmd_show(repl_t *r, char *line)
 {
     char *w[8];
@@ -237,33 +312,46 @@ static void cmd_show(repl_t *r, char *line)
     const char *what = w[1];
     const json_t *show = r->show;
     if (!strcmp(what, "info")) {
-        cli_print_show_info(show, stdout);
+        cli_print_show_info(show, false, stdout);
     } else if (!strcmp(what, "license")) {
         print_field(show, "license", "No license was specified for this model.");
     } else if (!strcmp(what, "modelfile")) {
         print_field(show, "modelfile", "");
     } else if (!strcmp(what, "parameters")) {
+        /* Ollama's layout: each line indented two spaces, user values as
+         * Go's %v prints them. */
         const char *p = cli_jstr(show, "parameters");
-        if (p && *p)
-            printf("Model defined parameters:\n%s\n", p);
-        else
-            printf("No parameters were specified for this model.\n");
+        printf("Model defined parameters:\n");
+        if (p && *p) {
+            for (const char *l = p; *l;) {
+                const char *e = strchr(l, '\n');
+                size_t len = e ? (size_t)(e - l) : strlen(l);
+                printf("  %.*s\n", (int)len, l);
+                l += len + (e ? 1 : 0);
+            }
+        } else {
+            printf("  No additional parameters were specified for this model.\n");
+        }
+        printf("\n");
         if (r->o->options && json_object_size(r->o->options)) {
-            printf("\nUser defined parameters:\n");
+            printf("User defined parameters:\n");
             const char *k;
             json_t *v;
             json_object_foreach(r->o->options, k, v) {
-                char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-                printf("%-30s %s\n", k, s ? s : "");
-                free(s);
+                cr_buf_t b;
+                cr_buf_init(&b, 64 * 1024);
+                go_value(v, &b);
+                printf("  %-30s %s\n", k, b.data ? b.data : "");
+                cr_buf_free(&b);
             }
+            printf("\n");
         }
-        printf("\n");
     } else if (!strcmp(what, "system")) {
-        if (r->o->system && *r->o->system)
-            printf("%s\n", r->o->system);
+        const char *sys = r->o->system && *r->o->system ? r->o->system : cli_jstr(show, "system");
+        if (sys && *sys)
+            printf("%s\n\n", sys);
         else
-            print_field(show, "system", "No system message was specified for this model.");
+            printf("No system message was specified for this model.\n");
     } else if (!strcmp(what, "template")) {
         print_field(show, "template", "No prompt template was specified for this model.");
     } else {
@@ -279,7 +367,7 @@ static void cmd_load(repl_t *r, const char *model)
     char *copy = strdup(model);
     if (!copy)
         return;
-    if (cli_run_ensure_model(r->ctx, model, &show, &err)) {
+    if (cli_run_ensure_model(r->ctx, model, r->o->insecure, &show, &err)) {
         printf("Error: %s\n", err.msg);
         free(copy);
         return;
@@ -335,7 +423,9 @@ static bool read_block(cr_buf_t *b, const char *first)
     cr_buf_puts(b, first);
     for (;;) {
         cli_interrupted = 0;
+        placeholder_pending = PLACEHOLDER_BLOCK;
         char *line = readline("... ");
+        placeholder_pending = NULL;
         if (!line)
             return false;
         size_t l = strlen(line);
@@ -354,7 +444,9 @@ static char *read_input(bool *interrupted)
 {
     *interrupted = false;
     cli_interrupted = 0;
+    placeholder_pending = PLACEHOLDER;
     char *line = readline(">>> ");
+    placeholder_pending = NULL;
     if (!line) {
         *interrupted = cli_interrupted != 0;
         return NULL;
@@ -509,6 +601,8 @@ cr_status_t cli_repl(cli_ctx_t *ctx, cli_run_opts_t *o, const json_t *show, cr_e
         else if (!strcmp(role, "assistant"))
             printf("%s\n\n", content);
     }
+    /* Before anything (history included) sets libedit up. */
+    rl_getc_function = repl_getc;
     history_init(&r);
     for (;;) {
         bool interrupted;

@@ -9,8 +9,10 @@
 #include "lib/prelude.h"
 #include "cli/run.h"
 #include "cli/format.h"
+#include "cli/wrap.h"
 #include "lib/buf.h"
 #include "lib/duration.h"
+#include "lib/gotext.h"
 
 #include <ctype.h>
 #include <unistd.h>
@@ -68,6 +70,7 @@ static int put_common(json_t *req, const cli_run_opts_t *o)
 
 typedef struct stream {
     const cli_run_opts_t *o;
+    cli_wrap_t wrap;    /* at the terminal's width unless nowordwrap */
     bool chat;          /* text under message.content, else response */
     cr_buf_t content;   /* the answer so far (chat history) */
     bool thinking;      /* inside "Thinking..." */
@@ -87,17 +90,18 @@ static bool on_chunk(void *ctx, json_t *obj)
             fputs("Thinking...\n", stdout);
             s->thinking = true;
         }
-        fputs(think, stdout);
+        cli_wrap_write(&s->wrap, think, strlen(think), stdout);
         s->ends_newline = think[strlen(think) - 1] == '\n';
         s->printed = true;
     }
     if (text && *text) {
         if (s->thinking) {
-            fputs(s->ends_newline ? "...done thinking.\n\n" : "\n...done thinking.\n\n",
-                  stdout);
+            const char *end = s->ends_newline ? "...done thinking.\n\n"
+                                              : "\n...done thinking.\n\n";
+            cli_wrap_write(&s->wrap, end, strlen(end), stdout);
             s->thinking = false;
         }
-        fputs(text, stdout);
+        cli_wrap_write(&s->wrap, text, strlen(text), stdout);
         s->ends_newline = text[strlen(text) - 1] == '\n';
         s->printed = true;
         cr_buf_puts(&s->content, text); /* a history over the cap is just cut */
@@ -140,6 +144,7 @@ cr_status_t cli_run_generate(cli_ctx_t *ctx, const cli_run_opts_t *o, const char
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     }
     stream_t s = {.o = o};
+    cli_wrap_init(&s.wrap, !o->nowordwrap && ctx->stdout_tty, cli_wrap_term_width(1));
     cr_buf_init(&s.content, 1);
     cli_interrupted = 0;
     st = cli_http_json(h, "POST", "/api/generate", req, on_chunk, &s, NULL, NULL, err);
@@ -172,6 +177,7 @@ cr_status_t cli_run_chat(cli_ctx_t *ctx, cli_run_opts_t *o, cr_err_t *err)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     }
     stream_t s = {.o = o, .chat = true};
+    cli_wrap_init(&s.wrap, !o->nowordwrap && ctx->stdout_tty, cli_wrap_term_width(1));
     cr_buf_init(&s.content, 64u << 20);
     cli_interrupted = 0;
     st = cli_http_json(h, "POST", "/api/chat", req, on_chunk, &s, NULL, NULL, err);
@@ -209,19 +215,77 @@ cr_status_t cli_run_preload(cli_ctx_t *ctx, const cli_run_opts_t *o, cr_err_t *e
 }
 
 /* Shows the model, pulling it first when the server does not have it. */
-cr_status_t cli_run_ensure_model(cli_ctx_t *ctx, const char *model, json_t **show,
-                                 cr_err_t *err)
+cr_status_t cli_run_ensure_model(cli_ctx_t *ctx, const char *model, bool insecure,
+                                 json_t **show, cr_err_t *err)
 {
     cr_status_t st = cli_show_model(ctx, model, show, err);
     if (st != CR_E_NOT_FOUND)
         return st;
     cr_err_t not_found = *err, perr;
-    if (cli_pull_push(ctx, "pull", model, false, &perr)) {
+    if (cli_pull_push(ctx, "pull", model, insecure, &perr)) {
         /* A pull the server cannot do says less than "not found". */
         *err = perr.status == CR_E_NOT_FOUND ? not_found : perr;
         return err->status;
     }
     return cli_show_model(ctx, model, show, err);
+}
+
+/* ---- embedding models ---- */
+
+cr_status_t cli_run_embed(cli_ctx_t *ctx, const cli_run_opts_t *o, const char *prompt,
+                          cr_err_t *err)
+{
+    cli_http_t *h;
+    cr_status_t st = cli_ctx_http(ctx, &h, err);
+    if (st)
+        return st;
+    json_t *req = json_pack("{s:s, s:s}", "model", o->model, "input", prompt);
+    int rc = req ? 0 : -1;
+    if (!rc && o->keepalive)
+        rc |= json_object_set_new(req, "keep_alive", keep_alive_json(o->keepalive));
+    if (!rc && o->has_truncate)
+        rc |= json_object_set_new(req, "truncate", json_boolean(o->truncate));
+    if (!rc && o->dimensions > 0)
+        rc |= json_object_set_new(req, "dimensions", json_integer(o->dimensions));
+    if (rc) {
+        json_decref(req);
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
+    json_t *resp = NULL;
+    st = cli_http_json(h, "POST", "/api/embed", req, NULL, NULL, &resp, NULL, err);
+    json_decref(req);
+    if (st)
+        return st;
+    json_t *vec = json_array_get(json_object_get(resp, "embeddings"), 0);
+    if (!json_is_array(vec)) {
+        json_decref(resp);
+        return cr_err_set(err, CR_E_PROTO, "no embeddings returned");
+    }
+    /* The gateway wrote float32s in their shortest form; read back as
+     * doubles they give the same digits again. */
+    fputc('[', stdout);
+    for (size_t i = 0; i < json_array_size(vec); i++) {
+        char num[CR_FLOAT_BUF];
+        cr_float_format(json_number_value(json_array_get(vec, i)), 32, CR_FLOAT_JSON, num,
+                        sizeof num);
+        printf("%s%s", i ? "," : "", num);
+    }
+    fputs("]\n", stdout);
+    fflush(stdout);
+    json_decref(resp);
+    return CR_OK;
+}
+
+/* True when the show reply lists capability cap. */
+static bool has_capability(const json_t *show, const char *cap)
+{
+    json_t *caps = json_object_get(show, "capabilities");
+    for (size_t i = 0; i < json_array_size(caps); i++) {
+        const char *c = json_string_value(json_array_get(caps, i));
+        if (c && !strcmp(c, cap))
+            return true;
+    }
+    return false;
 }
 
 /* ---- flags ---- */
@@ -297,9 +361,21 @@ static cr_status_t parse_flags(int argc, char **argv, cli_run_opts_t *o, int *fi
             o->think = v;
         } else if (!strcmp(name, "--hidethinking")) {
             o->hide_thinking = true;
-        } else if (!strcmp(name, "--nowordwrap") || !strcmp(name, "--insecure") ||
-                   !strcmp(name, "--truncate") || !strcmp(name, "--dimensions")) {
-            /* accepted for compatibility; nothing to do here */
+        } else if (!strcmp(name, "--nowordwrap")) {
+            o->nowordwrap = !val || strcmp(val, "false");
+        } else if (!strcmp(name, "--insecure")) {
+            o->insecure = !val || strcmp(val, "false");
+        } else if (!strcmp(name, "--truncate")) {
+            o->has_truncate = true;
+            o->truncate = !val || strcmp(val, "false");
+        } else if (!strcmp(name, "--dimensions")) {
+            char *end;
+            errno = 0;
+            long long d = strtoll(val, &end, 10);
+            if (!*val || *end || errno || d < 0 || d > INT32_MAX)
+                return cr_err_set(err, CR_E_INVALID,
+                                  "invalid argument \"%s\" for \"--dimensions\" flag", val);
+            o->dimensions = d;
         } else {
             return cr_err_set(err, CR_E_INVALID, "unknown flag: %s", a);
         }
@@ -334,10 +410,16 @@ cr_status_t cli_cmd_run(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
         printf("Run a model\n\nUsage:\n  corral run MODEL [PROMPT] [flags]\n\n"
                "Flags:\n"
                "      --format string      Response format (e.g. json)\n"
+               "      --dimensions int     Truncate output embeddings to specified "
+               "dimension (embedding models only)\n"
                "      --hidethinking       Hide thinking output (if provided)\n"
+               "      --insecure           Use an insecure registry\n"
                "      --keepalive string   Duration to keep a model loaded (e.g. 5m)\n"
+               "      --nowordwrap         Don't wrap words to the next line automatically\n"
                "      --think[=string]     Enable thinking mode: true/false or "
                "low/medium/high/max\n"
+               "      --truncate           Truncate inputs that exceed the context length "
+               "(embedding models only)\n"
                "      --verbose            Show timings for response\n\n"
                "Environment Variables:\n"
                "      OLLAMA_HOST          IP Address for the server (default "
@@ -376,9 +458,18 @@ cr_status_t cli_cmd_run(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
         interactive = false;
 
     json_t *show = NULL;
-    if ((st = cli_run_ensure_model(ctx, o.model, &show, err)))
+    if ((st = cli_run_ensure_model(ctx, o.model, o.insecure, &show, err)))
         goto out;
-    if (interactive) {
+    if (has_capability(show, "embedding")) {
+        /* Ollama prints the vector of the prompt; there is no REPL. */
+        if (!prompt.len)
+            st = cr_err_set(err, CR_E_INVALID,
+                            "embedding models require input text. Usage: corral run %s "
+                            "\"your text here\"",
+                            o.model);
+        else
+            st = cli_run_embed(ctx, &o, prompt.data, err);
+    } else if (interactive) {
         st = cli_repl(ctx, &o, show, err);
     } else {
         st = cli_run_generate(ctx, &o, prompt.data ? prompt.data : "", err);

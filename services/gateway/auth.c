@@ -8,7 +8,9 @@
 
 bool gw_auth_required(const char *key, const char *path)
 {
-    return key && *key && path && strcmp(path, "/") != 0;
+    /* "/" and the readiness probe say only whether corral is up. */
+    return key && *key && path && strcmp(path, "/") != 0 &&
+           strcmp(path, "/api/health") != 0;
 }
 
 static bool same_key(const char *key, const char *given)

@@ -227,6 +227,49 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
     }
 }
 
+cr_status_t gw_call_ping(gw_call_t *c, int timeout_ms, cr_err_t *err)
+{
+    msg_t ping;
+    msg_init(&ping, MSG_ping, c->id);
+    cr_status_t st = gw_call_send(c, &ping, err);
+    if (st)
+        return st;
+    int64_t deadline = mono_ms() + timeout_ms;
+    while (mono_ms() < deadline) {
+        int left = (int)(deadline - mono_ms());
+        void *which = zpoller_wait(c->poller, CR_MAX(1, CR_MIN(left, GW_CALL_SLICE_MS)));
+        if (which == c->mon) {
+            drain_monitor(c);
+            if (c->dropped)
+                return unavailable(c, err);
+            continue;
+        }
+        if (which != c->sock) {
+            if (zpoller_terminated(c->poller))
+                return cr_err_set(err, CR_E_CANCELED, "interrupted");
+            continue;
+        }
+        msg_t m;
+        cr_err_t e;
+        st = bus_recv(c->sock, 0, &m, NULL, &e);
+        if (st == CR_E_TIMEOUT)
+            continue;
+        if (st)
+            return cr_err_set(err, CR_E_PROTO, "bad reply from the %s: %s",
+                              c->peer, e.msg);
+        bool mine = !strcmp(m.id, c->id);
+        msg_type_t type = m.type;
+        msg_clear(&m);
+        if (!mine)
+            continue;
+        if (type == MSG_pong)
+            return CR_OK;
+        return cr_err_set(err, CR_E_PROTO, "the %s answered ping with '%s'",
+                          c->peer, msg_type_name(type));
+    }
+    return unavailable(c, err);
+}
+
 void gw_call_cancel(gw_call_t *c)
 {
     if (!c || !c->sent)

@@ -63,6 +63,12 @@ cr_status_t gw_call_send(gw_call_t *c, msg_t *m, cr_err_t *err);
 cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
                          cr_err_t *err);
 
+/* Liveness of the peer alone: sends `ping` under the call's id and waits
+ * up to timeout_ms for its `pong`. CR_OK when it came; CR_E_UNAVAILABLE
+ * "<peer> unavailable" when the peer cannot be reached or stays silent
+ * (a reply of another kind is CR_E_PROTO). */
+cr_status_t gw_call_ping(gw_call_t *c, int timeout_ms, cr_err_t *err);
+
 /* Best effort: tells the peer to stop this request (`cancel` with the
  * call's id) and lets the socket linger so the message leaves. */
 void gw_call_cancel(gw_call_t *c);

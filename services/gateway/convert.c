@@ -603,6 +603,8 @@ static cr_status_t parse_generate(ctx_t *c, const json_t *o, gw_request_t *r)
         (st = get_bool(c, o, "truncate", "truncate", &g->truncate,
                        &g->has_truncate)) ||
         (st = get_bool(c, o, "shift", "shift", &g->shift, &g->has_shift)) ||
+        (st = get_bool(c, o, "_debug_render_only", "_debug_render_only",
+                       &g->debug_render_only, &g->has_debug_render_only)) ||
         (st = get_bool(c, o, "logprobs", "logprobs", &g->logprobs,
                        &g->has_logprobs)) ||
         (st = get_int(c, o, "top_logprobs", "top_logprobs", &g->top_logprobs,
@@ -667,6 +669,8 @@ static cr_status_t parse_chat(ctx_t *c, const json_t *o, gw_request_t *r)
         (st = get_bool(c, o, "truncate", "truncate", &g->truncate,
                        &g->has_truncate)) ||
         (st = get_bool(c, o, "shift", "shift", &g->shift, &g->has_shift)) ||
+        (st = get_bool(c, o, "_debug_render_only", "_debug_render_only",
+                       &g->debug_render_only, &g->has_debug_render_only)) ||
         (st = get_bool(c, o, "logprobs", "logprobs", &g->logprobs,
                        &g->has_logprobs)) ||
         (st = get_int(c, o, "top_logprobs", "top_logprobs", &g->top_logprobs,
@@ -962,6 +966,7 @@ static cr_status_t parse_create(ctx_t *c, const json_t *o, gw_request_t *r)
         (st = get_str(c, o, "renderer", "renderer", &k->renderer,
                       &k->has_renderer)) ||
         (st = get_str(c, o, "parser", "parser", &k->parser, &k->has_parser)) ||
+        (st = get_bool(c, o, "insecure", "insecure", &k->insecure, &k->has_insecure)) ||
         (st = get_bool(c, o, "stream", "stream", &r->stream, NULL)))
         return st;
     if ((!k->quantize || !*k->quantize) && quantization && *quantization) {

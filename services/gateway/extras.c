@@ -2,6 +2,8 @@
 #include "lib/prelude.h"
 #include "services/gateway/extras.h"
 
+#include "lib/log.h"
+#include "services/gateway/call.h"
 #include "services/gateway/convert.h"
 #include "services/gateway/exchange.h"
 #include "services/gateway/metrics.h"
@@ -243,7 +245,44 @@ static enum MHD_Result h_metrics(gw_req_t *r)
     return ret;
 }
 
+/* ---- readiness ---- */
+
+/* How long a peer has to answer the health ping. */
+#define HEALTH_PING_MS 1000
+
+/* Pings peer on a call of its own: true when it answered. */
+static bool peer_ok(gw_req_t *r, const char *peer)
+{
+    const char *ep = !strcmp(peer, "scheduler") ? r->ctx->scheduler_ep
+                                                : r->ctx->registry_ep;
+    gw_call_t *call = NULL;
+    cr_err_t err;
+    cr_status_t st = gw_call_open(ep, peer, CR_MIN(r->ctx->cfg.connect_timeout_ms,
+                                                   HEALTH_PING_MS),
+                                  &call, &err);
+    if (!st)
+        st = gw_call_ping(call, HEALTH_PING_MS, &err);
+    gw_call_destroy(&call);
+    if (st)
+        cr_log_info("%s %s: %s", r->method, r->path, err.msg);
+    return st == CR_OK;
+}
+
+static enum MHD_Result h_health(gw_req_t *r)
+{
+    bool sch = peer_ok(r, "scheduler");
+    bool reg = peer_ok(r, "registry");
+    char json[160];
+    int n = snprintf(json, sizeof json,
+                     "{\"status\":\"%s\",\"scheduler\":\"%s\",\"registry\":\"%s\"}",
+                     sch && reg ? "ok" : "unavailable", sch ? "ok" : "unavailable",
+                     reg ? "ok" : "unavailable");
+    return gw_reply_json(r, sch && reg ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
+                         json, (size_t)n);
+}
+
 static const gw_route_t routes[] = {
+    {"/api/health", false, GW_M_GET | GW_M_HEAD, h_health, NULL, NULL},
     {"/api/tokenize", false, GW_M_POST, h_tokenize, NULL, NULL},
     {"/api/detokenize", false, GW_M_POST, h_detokenize, NULL, NULL},
     {"/metrics", false, GW_M_GET, h_metrics, NULL, NULL},

@@ -1,5 +1,10 @@
-/* extras.h: routes beyond Ollama's API: /api/tokenize, /api/detokenize
- * and the Prometheus /metrics.
+/* extras.h: routes beyond Ollama's API: /api/tokenize, /api/detokenize,
+ * the readiness route /api/health and the Prometheus /metrics.
+ *
+ * GET/HEAD /api/health pings the scheduler and the registry (each on its
+ * own call, 1 s to answer): 200 {"status":"ok","scheduler":"ok",
+ * "registry":"ok"} when both answer, else 503 with "unavailable" for the
+ * silent ones and the status. Needs no API key (auth.c), like "/".
  *
  * POST /api/tokenize {"model","content","options"?} -> {"tokens":[int...]}
  * POST /api/detokenize {"model","tokens":[int...]} -> {"text":"..."}

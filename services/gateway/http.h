@@ -14,6 +14,7 @@
 #include "lib/prelude.h"
 #include "lib/buf.h"
 #include "lib/status.h"
+#include "lib/version.h"
 #include "proto/bus.h"
 
 #include <microhttpd.h>
@@ -35,6 +36,8 @@ typedef struct gw_config {
     int ping_after_ms;         /* inference: silence before a liveness ping
                                   (no answer in as long again = gone) */
     char api_key[512];         /* CORRAL_API_KEY; "" = no auth */
+    char compat_version[CR_VERSION_MAX + 1]; /* /api/version's `version`
+                                  (lib/version.h) */
 } gw_config_t;
 
 /* What every handler may read: settings, peers, and whether we stop. */

@@ -138,6 +138,18 @@ static cr_status_t copy_common(const json_t *o, json_t *n, cr_err_t *err)
     return CR_OK;
 }
 
+/* _debug_render_only (an Ollama extension of both completion routes) goes
+ * on as the native field. */
+static cr_status_t copy_debug(const json_t *o, json_t *n, cr_err_t *err)
+{
+    json_t *v = member(o, "_debug_render_only");
+    if (!v)
+        return CR_OK;
+    if (!json_is_boolean(v))
+        return type_error(err, "_debug_render_only", v, "bool");
+    return put(n, "_debug_render_only", json_copy(v), err);
+}
+
 /* ---- chat messages ---- */
 
 /* An image part's data URI -> its base64 payload. */
@@ -530,7 +542,8 @@ static cr_status_t translate_chat(const json_t *o, json_t *n,
 {
     json_t *opts = NULL;
     cr_status_t st;
-    if ((st = copy_common(o, n, err)) || (st = get_stream(o, info, err)) ||
+    if ((st = copy_common(o, n, err)) || (st = copy_debug(o, n, err)) ||
+        (st = get_stream(o, info, err)) ||
         (st = get_messages(o, n, err)) || (st = get_format(o, n, err)) ||
         (st = get_reasoning(o, n, err)) || (st = get_tools(o, n, err)) ||
         (st = force_tools(o, n, info, err)) ||
@@ -584,7 +597,8 @@ static cr_status_t translate_completions(const json_t *o, json_t *n,
 {
     json_t *opts = NULL;
     cr_status_t st;
-    if ((st = copy_common(o, n, err)) || (st = get_stream(o, info, err)))
+    if ((st = copy_common(o, n, err)) || (st = copy_debug(o, n, err)) ||
+        (st = get_stream(o, info, err)))
         return st;
     json_t *p = member(o, "prompt");
     if (p && !json_is_string(p))
@@ -1191,10 +1205,64 @@ static cr_status_t completions_stream(oai_t *x, cr_buf_t *b,
     return st ? st : cr_buf_puts(b, "data: [DONE]\n\n");
 }
 
+/* _debug_render_only: Ollama's chat.completion with an empty message (a
+ * text_completion with empty text) and _debug_info; one SSE event then
+ * [DONE] when streaming (Ollama's stream chunks drop the info). */
+static cr_status_t render_debug(oai_t *x, cr_buf_t *b, bool sse, const msg_done_body_t *d)
+{
+    cr_status_t st = sse ? sse_begin(b) : CR_OK;
+    if (st)
+        return st;
+    gw_jw_t w;
+    gw_jw_init(&w, b);
+    gw_jw_obj(&w);
+    head(&w, x, x->chat ? "chat.completion" : "text_completion");
+    gw_jw_key(&w, "choices");
+    gw_jw_arr(&w);
+    gw_jw_obj(&w);
+    if (x->chat) {
+        gw_jw_key(&w, "index");
+        gw_jw_i64(&w, 0);
+        gw_jw_key(&w, "message");
+        gw_jw_obj(&w);
+        gw_jw_key(&w, "role");
+        gw_jw_str(&w, "");
+        gw_jw_key(&w, "content");
+        gw_jw_str(&w, "");
+        gw_jw_end_obj(&w);
+    } else {
+        gw_jw_key(&w, "text");
+        gw_jw_str(&w, "");
+        gw_jw_key(&w, "index");
+        gw_jw_i64(&w, 0);
+    }
+    gw_jw_key(&w, "finish_reason");
+    gw_jw_null(&w);
+    gw_jw_end_obj(&w);
+    gw_jw_end_arr(&w);
+    usage(&w, NULL);
+    gw_jw_key(&w, "_debug_info");
+    gw_jw_obj(&w);
+    gw_jw_key(&w, "rendered_template");
+    gw_jw_str(&w, d->rendered_template ? d->rendered_template : "");
+    if (d->image_count > 0) {
+        gw_jw_key(&w, "image_count");
+        gw_jw_i64(&w, d->image_count);
+    }
+    gw_jw_end_obj(&w);
+    gw_jw_end_obj(&w);
+    if (!sse)
+        return w.st;
+    st = sse_end(b, w.st);
+    return st ? st : cr_buf_puts(b, "data: [DONE]\n\n");
+}
+
 static cr_status_t fmt_render(void *arg, cr_buf_t *out, bool stream,
                               const gw_answer_t *a)
 {
     oai_t *x = arg;
+    if (a->done && a->done->has_rendered_template)
+        return render_debug(x, out, stream, a->done);
     if (stream && a->status && !a->done) /* load progress: an SSE comment */
         return cr_buf_printf(out, ": %s\n\n", a->status);
     if (stream)

@@ -278,9 +278,46 @@ static void put_head(gw_jw_t *w, const char *model)
     gw_jw_str(w, gw_time_now(now));
 }
 
+/* _debug_render_only's answer, as Ollama's: an empty, not-done response
+ * (chat: an empty message with an empty role) and _debug_info. */
+static cr_status_t render_debug(cr_buf_t *b, const char *model,
+                                const msg_done_body_t *d, bool chat)
+{
+    gw_jw_t w;
+    gw_jw_init(&w, b);
+    put_head(&w, model);
+    if (chat) {
+        gw_jw_key(&w, "message");
+        gw_jw_obj(&w);
+        gw_jw_key(&w, "role");
+        gw_jw_str(&w, "");
+        gw_jw_key(&w, "content");
+        gw_jw_str(&w, "");
+        gw_jw_end_obj(&w);
+    } else {
+        gw_jw_key(&w, "response");
+        gw_jw_str(&w, "");
+    }
+    gw_jw_key(&w, "done");
+    gw_jw_bool(&w, false);
+    gw_jw_key(&w, "_debug_info");
+    gw_jw_obj(&w);
+    gw_jw_key(&w, "rendered_template");
+    gw_jw_str(&w, d->rendered_template ? d->rendered_template : "");
+    if (d->image_count > 0) {
+        gw_jw_key(&w, "image_count");
+        gw_jw_i64(&w, d->image_count);
+    }
+    gw_jw_end_obj(&w);
+    gw_jw_end_obj(&w);
+    return w.st;
+}
+
 cr_status_t gw_render_generate(cr_buf_t *b, const char *model,
                                const gw_answer_t *a)
 {
+    if (a->done && a->done->has_rendered_template)
+        return render_debug(b, model, a->done, false);
     gw_jw_t w;
     gw_jw_init(&w, b);
     put_head(&w, model);
@@ -320,6 +357,8 @@ cr_status_t gw_render_generate(cr_buf_t *b, const char *model,
 cr_status_t gw_render_chat(cr_buf_t *b, const char *model,
                            const gw_answer_t *a)
 {
+    if (a->done && a->done->has_rendered_template)
+        return render_debug(b, model, a->done, true);
     gw_jw_t w;
     gw_jw_init(&w, b);
     put_head(&w, model);

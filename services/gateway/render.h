@@ -80,7 +80,11 @@ typedef struct gw_answer {
 } gw_answer_t;
 
 /* {"model","created_at","response",["thinking"],"done",["done_reason"],
- *  ["context"],[metrics...],["tool_calls"],["logprobs"]} */
+ *  ["context"],[metrics...],["tool_calls"],["logprobs"]}; a done with
+ * rendered_template (_debug_render_only) gives Ollama's
+ * {"model","created_at","response":"","done":false,"_debug_info":
+ *  {"rendered_template",["image_count"]}} (chat: "message" with empty
+ * role and content). */
 cr_status_t gw_render_generate(cr_buf_t *b, const char *model,
                                const gw_answer_t *a);
 

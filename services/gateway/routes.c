@@ -117,10 +117,15 @@ static enum MHD_Result h_root(gw_req_t *r)
                     sizeof text - 1);
 }
 
+/* The Ollama version corral answers as (clients gate features on it), and
+ * corral's own (lib/version.h). */
 static enum MHD_Result h_version(gw_req_t *r)
 {
-    static const char json[] = "{\"version\":\"" CORRAL_VERSION "\"}";
-    return gw_reply_json(r, MHD_HTTP_OK, json, sizeof json - 1);
+    char json[128 + CR_VERSION_MAX];
+    int n = snprintf(json, sizeof json,
+                     "{\"version\":\"%s\",\"corral_version\":\"" CORRAL_VERSION "\"}",
+                     r->ctx->cfg.compat_version);
+    return gw_reply_json(r, MHD_HTTP_OK, json, (size_t)n);
 }
 
 /* ---- inference ---- */

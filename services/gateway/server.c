@@ -9,6 +9,7 @@
 #include "services/gateway/server.h"
 
 #include "lib/duration.h"
+#include "lib/version.h"
 #include "lib/env.h"
 #include "lib/log.h"
 #include "services/gateway/access.h"
@@ -47,6 +48,12 @@ cr_status_t gw_config_from_env(gw_config_t *cfg, cr_err_t *err)
     /* Not OLLAMA_API_KEY: Ollama's clients use that name for ollama.com. */
     const char *key = getenv("CORRAL_API_KEY");
     snprintf(cfg->api_key, sizeof cfg->api_key, "%s", key ? key : "");
+    bool bad_version;
+    cr_compat_version(cfg->compat_version, sizeof cfg->compat_version, &bad_version);
+    if (bad_version)
+        return cr_err_set(err, CR_E_INVALID,
+                          "CORRAL_COMPAT_VERSION: not a version (like %s)",
+                          CR_OLLAMA_COMPAT_VERSION);
 
     int64_t load_ms = 5 * 60 * 1000;
     char v[64];

@@ -503,6 +503,14 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
     return CR_OK;
 }
 
+bool reg_create_needs_pull(const reg_store_t *s, const msg_create_body_t *req)
+{
+    cr_model_name_t name, stored;
+    if (!req->from || !*req->from || cr_model_name_parse(req->from, &name, NULL))
+        return false;
+    return reg_store_manifest_find(s, &name, &stored) == CR_E_NOT_FOUND;
+}
+
 static cr_status_t from_model(build_t *b, const char *from, cr_err_t *err)
 {
     cr_model_name_t fname;

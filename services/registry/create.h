@@ -43,6 +43,11 @@ typedef void (*reg_create_progress_fn)(void *ctx, const msg_progress_body_t *p);
 cr_status_t reg_create(reg_store_t *s, const msg_create_body_t *req,
                        reg_progress_fn fn, void *ctx, cr_err_t *err);
 
+/* True when req's `from` names a model (a valid name) the store lacks: the
+ * server pulls it first (in a job thread, as Ollama's create does), then
+ * creates. */
+bool reg_create_needs_pull(const reg_store_t *s, const msg_create_body_t *req);
+
 /* reg_create with whole progress messages: what the server should call so
  * that quantizing progress reaches the client with its counts. */
 cr_status_t reg_create_ex(reg_store_t *s, const msg_create_body_t *req,

@@ -147,8 +147,16 @@ static void *job_main(void *arg)
     else if (r->type == MSG_push)
         st = reg_push(j->store, j->env, r->u.push.model, r->u.push.insecure,
                       &job->cancel, on_progress, &k, &err);
-    else
-        st = reg_create_ex(j->store, &r->u.create, on_progress, &k, &err);
+    else {
+        /* FROM a model the store lacks: pull it first, its progress in
+         * this create's stream (Ollama's parseFromModel). */
+        st = CR_OK;
+        if (reg_create_needs_pull(j->store, &r->u.create))
+            st = reg_pull(j->store, j->env, r->u.create.from, r->u.create.insecure,
+                          &job->cancel, on_progress, &k, &err);
+        if (!st)
+            st = reg_create_ex(j->store, &r->u.create, on_progress, &k, &err);
+    }
     if (st && r->type == MSG_create)
         cr_log_info("create %s failed: %s",
                     r->u.create.model ? r->u.create.model : "?", err.msg);

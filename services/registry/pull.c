@@ -58,7 +58,10 @@ static void on_blob_progress(void *ud, int64_t completed, int64_t total)
 {
     blob_progress_t *b = ud;
     int64_t now = mono_ms();
-    if (completed == b->last_completed && completed != total)
+    /* A repeat says nothing new; the final one in particular would show
+     * the layer twice (the download reports its end once more after the
+     * digest check). */
+    if (completed == b->last_completed)
         return;
     if (now - b->last_ms < PROGRESS_EVERY_MS && completed != total)
         return;

@@ -87,6 +87,8 @@ typedef struct slot {
     int32_t pending;     /* sampled, to evaluate next step */
     bool has_pending;
     bool stopped;        /* a stop string matched */
+    bool shift;          /* a full context shifts (else the answer ends,
+                            "length", as Ollama's shift:false) */
     const char *reason;
     int64_t t_start, t_prompt, t_decode; /* ns */
 } slot_t;
@@ -545,9 +547,11 @@ static cr_status_t count_prompt(void *ctx, const rn_prompt_result_t *p,
  * control tokens parsed only in the template's own text (and the model's
  * Modelfile data, or everything in raw mode), never in request data (see
  * prompt_tokens.h). Over-long prompts keep num_keep tokens at the head and
- * the newest tokens, leaving room to generate. */
+ * the newest tokens, leaving room to generate; with truncate false they are
+ * Ollama's 400 instead. */
 static cr_status_t tokenize_prompt(rn_engine_t *e, const rn_prompt_result_t *p,
-                                   int num_keep, int *n_out, cr_err_t *err)
+                                   int num_keep, bool truncate, int *n_out,
+                                   cr_err_t *err)
 {
     size_t n_text = 0;
     cr_status_t st = rn_prompt_tokenize(e->tok, p, true, NULL, 0, &n_text, err);
@@ -568,6 +572,11 @@ static cr_status_t tokenize_prompt(rn_engine_t *e, const rn_prompt_result_t *p,
     }
     /* Room for at least one new token. */
     size_t limit = (size_t)e->n_ctx - 1;
+    if (total > limit && !truncate) {
+        free(all);
+        return cr_err_set(err, CR_E_INVALID,
+                          "the input length exceeds the context length");
+    }
     if (total > limit) {
         size_t keep = CR_MIN((size_t)num_keep, limit / 2);
         size_t tail = limit - keep;
@@ -657,6 +666,41 @@ static cr_status_t render_jinja(rn_engine_t *e, const rn_prompt_msg_t *model_msg
     return rn_prompt_jinja_chat(&in, out, err);
 }
 
+/* The template's (or the Jinja template's) thinking tags; empty when none. */
+static void thinking_tags(const rn_engine_t *e, char *open, size_t open_cap,
+                          char *close, size_t close_cap)
+{
+    open[0] = close[0] = '\0';
+    if (e->jinja) {
+        snprintf(open, open_cap, "%s", e->jinja_tags.think_open);
+        snprintf(close, close_cap, "%s", e->jinja_tags.think_close);
+    } else {
+        rn_tmpl_thinking_tags(e->tmpl, open, open_cap, close, close_cap);
+    }
+}
+
+/* Ollama's thinking capability: the parser thinks, or the template has a
+ * pair of thinking tags. */
+static bool model_can_think(const rn_engine_t *e)
+{
+    if (e->parser)
+        return cr_parser_has_thinking(e->parser);
+    char open[128], close[128];
+    thinking_tags(e, open, sizeof open, close, sizeof close);
+    return open[0] && close[0];
+}
+
+/* A request's think as the template sees it: omitted on a thinking model
+ * is true, as Ollama sets it before rendering (Think true, IsThinkSet
+ * true). */
+static rn_prompt_think_t request_think(const rn_engine_t *e, const char *think)
+{
+    rn_prompt_think_t t = rn_prompt_think_parse(think);
+    if (t.mode == RN_THINK_UNSET && model_can_think(e))
+        t.mode = RN_THINK_TRUE;
+    return t;
+}
+
 /* Renders the request into the prompt: text and trust spans (caller frees
  * with rn_prompt_result_free). */
 static cr_status_t render(rn_engine_t *e, const msg_t *req,
@@ -686,7 +730,7 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
         fit.truncate = !c->has_truncate || c->truncate;
         if (e->jinja) {
             st = render_jinja(e, model_msgs.v, model_msgs.n, ld->system, msgs.v, msgs.n, tools,
-                              rn_prompt_think_parse(c->think), &fit, &res, err);
+                              request_think(e, c->think), &fit, &res, err);
             goto done;
         }
         rn_prompt_chat_t in = {0};
@@ -698,7 +742,7 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
         in.msgs = msgs.v;
         in.n_msgs = msgs.n;
         in.tools = tools;
-        in.think = rn_prompt_think_parse(c->think);
+        in.think = request_think(e, c->think);
         /* Ollama strips earlier turns' <think> spans for qwen3 (and the
          * deepseek-r1 distills, which do not say so in their metadata). */
         in.strip_old_thinking =
@@ -716,7 +760,7 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
             fit.truncate = !g->has_truncate || g->truncate;
             st = render_jinja(e, model_msgs.v, model_msgs.n,
                               g->has_system ? g->system : ld->system, &user, 1, NULL,
-                              rn_prompt_think_parse(g->think), &fit, &res, err);
+                              request_think(e, g->think), &fit, &res, err);
             goto done;
         }
         rn_prompt_gen_t in = {0};
@@ -749,7 +793,7 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
                 goto out;
             in.context_text = context_text;
         }
-        in.think = rn_prompt_think_parse(g->think);
+        in.think = request_think(e, g->think);
         fit.truncate = !g->has_truncate || g->truncate;
         in.fit = fit;
         in.count_prompt = count_prompt;
@@ -835,15 +879,9 @@ static cr_status_t begin_output(rn_engine_t *e, rn_output_t *output,
 {
     const char *model = r->type == MSG_chat ? r->u.chat.model
                                             : r->u.generate.model;
-    char open[128] = "", close[128] = "";
-    if (e->jinja) {
-        snprintf(open, sizeof open, "%s", e->jinja_tags.think_open);
-        snprintf(close, sizeof close, "%s", e->jinja_tags.think_close);
-    } else {
-        rn_tmpl_thinking_tags(e->tmpl, open, sizeof open, close, sizeof close);
-    }
-    bool can_think = e->parser ? cr_parser_has_thinking(e->parser)
-                               : open[0] && close[0];
+    char open[128], close[128];
+    thinking_tags(e, open, sizeof open, close, sizeof close);
+    bool can_think = model_can_think(e);
     /* No vision support yet: images are refused, never silently dropped. */
     size_t n_images = r->type == MSG_generate ? r->u.generate.images.n : 0;
     for (size_t i = 0; r->type == MSG_chat && i < r->u.chat.messages.n; i++)
@@ -1063,12 +1101,31 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     ro.stop = NULL;
     if ((st = render(e, r, &prompt, err)))
         goto out;
+    bool render_only = r->type == MSG_chat ? r->u.chat.debug_render_only
+                                           : r->u.generate.debug_render_only;
+    /* A render-only request never runs, so its length is no error. */
+    bool truncate = render_only ||
+                    (r->type == MSG_chat
+                         ? !r->u.chat.has_truncate || r->u.chat.truncate
+                         : !r->u.generate.has_truncate || r->u.generate.truncate);
     int n_prompt = 0;
-    if ((st = tokenize_prompt(e, &prompt, ro.num_keep, &n_prompt, err)))
+    if ((st = tokenize_prompt(e, &prompt, ro.num_keep, truncate, &n_prompt, err)))
         goto out;
     slot_t *sl = pick_slot(e, e->prompt, n_prompt);
     if ((st = begin_output(e, sl->output, r, prompt.text, err)))
         goto out;
+    if (render_only) {
+        /* Ollama's _debug_render_only: the prompt, no inference. */
+        msg_done_body_t done = {0};
+        done.done_reason = (char *)"";
+        done.has_done_reason = true;
+        done.rendered_template = prompt.text;
+        done.has_rendered_template = true;
+        done.image_count = (int64_t)prompt.n_images;
+        done.has_image_count = true;
+        finish(sink->ctx, CR_OK, &done, NULL);
+        goto out;
+    }
     if ((st = rn_sampler_reset(sl->sampler, &ro.sp, err)))
         goto out;
     if (e->script)
@@ -1099,6 +1156,8 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     sl->n_gen = 0;
     sl->has_pending = false;
     sl->stopped = false;
+    sl->shift = r->type == MSG_chat ? !r->u.chat.has_shift || r->u.chat.shift
+                                    : !r->u.generate.has_shift || r->u.generate.shift;
     sl->reason = "length";
     sl->t_start = t_start;
     sl->t_prompt = mono_ns();
@@ -1178,6 +1237,10 @@ static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, bool *finished,
     }
     if (sl->n_gen == sl->ro.num_predict) {
         *finished = true;
+        return CR_OK;
+    }
+    if (sl->n_seq >= e->n_ctx && !sl->shift) {
+        *finished = true; /* reason stays "length" */
         return CR_OK;
     }
     if (sl->n_seq >= e->n_ctx && (st = shift_context(e, sl, sl->ro.num_keep, err)))

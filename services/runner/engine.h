@@ -66,9 +66,13 @@ void rn_engine_get_stats(const rn_engine_t *e, rn_engine_stats_t *out);
 /* Starts a generate or chat request in a free slot: options, prompt,
  * tokens, slot choice. Nothing is evaluated yet: rn_engine_step does that.
  * sink (copied; its ctx must stay valid until finish) gets the text, and
- * finish is called once when the request ends. A bad request returns its
- * error here (CR_E_INVALID with a message) and finish is never called;
- * CR_E_BUSY when every slot is busy. */
+ * finish is called once when the request ends: already inside this call
+ * for a debug_render_only request (done carries rendered_template and
+ * image_count; no slot is taken). A bad request returns its error here
+ * (CR_E_INVALID with a message, "the input length exceeds the context
+ * length" for an over-long prompt with truncate false) and finish is never
+ * called; CR_E_BUSY when every slot is busy. shift false ends an answer
+ * that fills the context ("length") instead of shifting it. */
 cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req, const rn_sink_t *sink,
                             rn_finish_fn finish, cr_err_t *err);
 

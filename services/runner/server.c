@@ -416,13 +416,14 @@ static void handle_request(rn_server_t *s, const msg_t *m)
     snprintf(rec->id, sizeof rec->id, "%s", m->id);
     rec->canceled = false;
     rn_sink_t slot_sink = {rec, slot_chunk, slot_canceled};
+    rec->busy = true; /* before: a render-only request finishes inside */
     cr_status_t st = rn_engine_start(s->engine, m, &slot_sink, slot_finish, &err);
     if (st) {
+        rec->busy = false;
         cr_log_warn("request %s failed: %s", m->id, err.msg);
         send_error(s, m->id, st, err.msg[0] ? err.msg : cr_status_str(st));
         return;
     }
-    rec->busy = true;
 }
 
 static void handle(rn_server_t *s, msg_t *m);

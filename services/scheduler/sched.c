@@ -18,6 +18,7 @@
 
 #include "lib/env.h"
 #include "lib/log.h"
+#include "lib/model_name.h"
 #include "services/scheduler/options.h"
 #include "services/scheduler/sched_int.h"
 #include "services/scheduler/spawn.h"
@@ -116,6 +117,19 @@ static void req_inspect(request_t *r)
     else if (m->type == MSG_chat)
         r->load_only = m->u.chat.messages.n == 0;
     /* embed: empty input is answered by the runner */
+}
+
+/* True when the registry listed capability cap for the model (a registry
+ * that lists none is not second-guessed). */
+static bool has_capability(const msg_t *resolved, const char *cap)
+{
+    const msg_resolved_body_t *rs = &resolved->u.resolved;
+    if (!rs->has_capabilities)
+        return true;
+    for (size_t i = 0; i < rs->capabilities.n; i++)
+        if (!strcmp(rs->capabilities.v[i], cap))
+            return true;
+    return false;
 }
 
 static request_t *req_find(sch_server_t *s, const char *id)
@@ -787,6 +801,20 @@ static void on_registry(sch_server_t *s)
             req_fail(s, r, CR_E_INVALID, text);
             return;
         }
+    }
+    if (r->msg.type == MSG_generate && r->msg.u.generate.suffix &&
+        *r->msg.u.generate.suffix && !has_capability(&r->resolved, "insert")) {
+        /* Ollama's CheckCapabilities text, with the model's full name. */
+        cr_model_name_t n;
+        cr_err_t nerr;
+        char full[CR_NAME_BUF], text[CR_NAME_BUF + 64];
+        if (cr_model_name_parse(req_model(&r->msg), &n, &nerr))
+            snprintf(full, sizeof full, "%s", req_model(&r->msg));
+        else
+            cr_model_name_full(&n, full, sizeof full);
+        snprintf(text, sizeof text, "%s does not support insert", full);
+        req_fail(s, r, CR_E_INVALID, text);
+        return;
     }
     r->state = RQ_PENDING;
     r->pending_ms = sch_now_ms(s);

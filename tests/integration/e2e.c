@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
+#include <pty.h>
+#include <sys/ioctl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -282,6 +284,101 @@ int e2e_cli(e2e_t *t, const char *input, char **out, ...)
     collect_args(argv, "corral", NULL, ap);
     va_end(ap);
     return run_child(exe, argv, input, out);
+}
+
+/* Reads a whole file (NUL-terminated; "" when missing). Caller frees. */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t len = 0;
+    if (f) {
+        FILE *m = open_memstream(&buf, &len);
+        char tmp[4096];
+        size_t n;
+        while (m && (n = fread(tmp, 1, sizeof tmp, f)) > 0)
+            fwrite(tmp, 1, n, m);
+        if (m)
+            fclose(m);
+        fclose(f);
+    }
+    return buf ? buf : strdup("");
+}
+
+int e2e_cli_err(e2e_t *t, const char *input, char **out, char **err_out, ...)
+{
+    char exe[1200], errf[1200];
+    snprintf(exe, sizeof exe, "%s/corral", t->bin_dir);
+    snprintf(errf, sizeof errf, "%s/cli-stderr.txt", t->tmp);
+    const char *argv[MAX_ARGS];
+    va_list ap;
+    va_start(ap, err_out);
+    collect_args(argv, "corral", NULL, ap);
+    va_end(ap);
+    /* stderr into a file (no second pipe to drain), restored after. */
+    int saved = dup(2);
+    int fd = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        dup2(fd, 2);
+        close(fd);
+    }
+    int rc = run_child(exe, argv, input, out);
+    if (saved >= 0) {
+        dup2(saved, 2);
+        close(saved);
+    }
+    if (err_out)
+        *err_out = slurp(errf);
+    unlink(errf);
+    return rc;
+}
+
+int e2e_cli_pty(e2e_t *t, const char *input, int cols, char **out, ...)
+{
+    char exe[1200];
+    snprintf(exe, sizeof exe, "%s/corral", t->bin_dir);
+    const char *argv[MAX_ARGS];
+    va_list ap;
+    va_start(ap, out);
+    collect_args(argv, "corral", NULL, ap);
+    va_end(ap);
+    struct winsize ws = {.ws_row = 40, .ws_col = (unsigned short)cols};
+    int master = -1;
+    pid_t pid = forkpty(&master, NULL, NULL, &ws);
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        execv(exe, (char *const *)argv);
+        _exit(127);
+    }
+    if (input) {
+        size_t n = strlen(input);
+        if (write(master, input, n) != (ssize_t)n)
+            perror("write pty");
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    for (;;) {
+        char tmp[4096];
+        ssize_t n = read(master, tmp, sizeof tmp);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break; /* EIO once the child closed its side */
+        if (m)
+            fwrite(tmp, 1, (size_t)n, m);
+    }
+    if (m)
+        fclose(m);
+    close(master);
+    int wst = 0;
+    waitpid(pid, &wst, 0);
+    if (out)
+        *out = buf ? buf : strdup("");
+    else
+        free(buf);
+    return WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
 }
 
 int e2e_run_bin(e2e_t *t, const char *prog, ...)

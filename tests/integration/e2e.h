@@ -45,6 +45,16 @@ void e2e_resp_free(e2e_resp_t *r);
  * unless `input` is given. */
 int e2e_cli(e2e_t *t, const char *input, char **out, ...);
 
+/* e2e_cli, and the CLI's stderr into *err_out (owned). */
+int e2e_cli_err(e2e_t *t, const char *input, char **out, char **err_out, ...);
+
+/* Runs the CLI on a pseudo-terminal of `cols` columns and 40 rows (stdin,
+ * stdout and stderr all the terminal, as a user's shell gives): `input`
+ * (may be NULL) is typed at once; *out (owned) gets everything the
+ * terminal showed, escape sequences included. Exit status, -1 when no
+ * terminal could be made. */
+int e2e_cli_pty(e2e_t *t, const char *input, int cols, char **out, ...);
+
 /* Runs a program from bin_dir with args (NULL-terminated); exit status. */
 int e2e_run_bin(e2e_t *t, const char *prog, ...);
 

@@ -71,11 +71,14 @@ static void create_model(void)
                      "PARAMETER temperature 0\n"
                      "PARAMETER num_predict 12\n"
                      "PARAMETER stop \"<never>\"\n"));
-    char *out = NULL;
-    int rc = e2e_cli(&T, NULL, &out, "create", "synth", "-f", mf, NULL);
-    CHECK_MSG(rc == 0, "corral create exited %d: %s", rc, out ? out : "");
-    CHECK(out && strstr(out, "success"));
+    char *out = NULL, *progress = NULL;
+    int rc = e2e_cli_err(&T, NULL, &out, &progress, "create", "synth", "-f", mf, NULL);
+    CHECK_MSG(rc == 0, "corral create exited %d: %s", rc, progress ? progress : "");
+    /* Progress goes to stderr, as Ollama's. */
+    CHECK(progress && strstr(progress, "success\n"));
+    CHECK(out && !*out);
     free(out);
+    free(progress);
 }
 
 static void test_tags_show(void)

@@ -265,12 +265,13 @@ static bool create_from_gguf(const char *file, const char *name,
     snprintf(text, sizeof text, "FROM %s\n%s", gguf, extra ? extra : "");
     if (!e2e_write_file(mf, text))
         return false;
-    char *out = NULL;
-    rc = e2e_cli(&T, NULL, &out, "create", name, "-f", mf, NULL);
-    bool ok = rc == 0 && out && strstr(out, "success");
+    char *out = NULL, *progress = NULL;
+    rc = e2e_cli_err(&T, NULL, &out, &progress, "create", name, "-f", mf, NULL);
+    bool ok = rc == 0 && progress && strstr(progress, "success");
     if (!ok)
-        fprintf(stderr, "create %s: %d %s\n", name, rc, out ? out : "");
+        fprintf(stderr, "create %s: %d %s\n", name, rc, progress ? progress : "");
     free(out);
+    free(progress);
     unlink(gguf);
     return ok;
 }

@@ -771,7 +771,8 @@ static void test_basics(void)
     CHECK_EQ_STR(r.body.data, "");
     resp_free(&r);
     CHECK_EQ_INT(http(&r, "GET", "/api/version", NULL), 200);
-    CHECK_EQ_STR(r.body.data, "{\"version\":\"" CORRAL_VERSION "\"}");
+    CHECK_EQ_STR(r.body.data, "{\"version\":\"" CR_OLLAMA_COMPAT_VERSION
+                                  "\",\"corral_version\":\"" CORRAL_VERSION "\"}");
     CHECK_EQ_STR(r.ctype, "application/json; charset=utf-8");
     resp_free(&r);
     CHECK_EQ_INT(http(&r, "HEAD", "/api/version", NULL), 200);

@@ -1602,6 +1602,8 @@ static void test_auth_unit(void)
     CHECK(!gw_auth_required("", "/api/tags"));
     CHECK(!gw_auth_required(NULL, "/api/tags"));
     CHECK(!gw_auth_required("k", "/"));
+    CHECK(!gw_auth_required("k", "/api/health"));
+    CHECK(gw_auth_required("k", "/api/healthz"));
     CHECK(gw_auth_required("k", "/api/tags"));
     CHECK(gw_auth_required("k", "/v1/models"));
     CHECK(gw_auth_check("s3cret", "Bearer s3cret"));

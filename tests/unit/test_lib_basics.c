@@ -7,6 +7,7 @@
 #include "lib/env.h"
 #include "lib/status.h"
 #include "lib/tensor_type.h"
+#include "lib/version.h"
 #include "tests/unit/check.h"
 
 static void test_status(void)
@@ -137,8 +138,37 @@ static void test_env(void)
     CHECK(!cr_env_bool("NOPRUNE", true));
 }
 
+/* The version /api/version reports, and what CORRAL_COMPAT_VERSION may say. */
+static void test_version(void)
+{
+    CHECK(cr_version_is_valid(CR_OLLAMA_COMPAT_VERSION));
+    CHECK(cr_version_is_valid("0.6.4"));
+    CHECK(cr_version_is_valid("1"));
+    CHECK(cr_version_is_valid("0.14.0-rc1"));
+    CHECK(!cr_version_is_valid(""));
+    CHECK(!cr_version_is_valid("v0.6.4"));
+    CHECK(!cr_version_is_valid("0.6."));
+    CHECK(!cr_version_is_valid("0.6.4-"));
+    CHECK(!cr_version_is_valid("0.6.4 x"));
+    CHECK(!cr_version_is_valid("0.6.4\"}"));
+    CHECK(!cr_version_is_valid("1.2.3-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"));
+    char buf[CR_VERSION_MAX + 1];
+    bool bad;
+    unsetenv("CORRAL_COMPAT_VERSION");
+    CHECK_EQ_STR(cr_compat_version(buf, sizeof buf, &bad), CR_OLLAMA_COMPAT_VERSION);
+    CHECK(!bad);
+    setenv("CORRAL_COMPAT_VERSION", "0.99.1", 1);
+    CHECK_EQ_STR(cr_compat_version(buf, sizeof buf, &bad), "0.99.1");
+    CHECK(!bad);
+    setenv("CORRAL_COMPAT_VERSION", "latest", 1);
+    CHECK_EQ_STR(cr_compat_version(buf, sizeof buf, &bad), CR_OLLAMA_COMPAT_VERSION);
+    CHECK(bad);
+    unsetenv("CORRAL_COMPAT_VERSION");
+}
+
 int main(void)
 {
+    test_version();
     test_duration();
     test_size();
     test_env();

@@ -169,6 +169,11 @@ static void test_pull_ok(void)
     CHECK_EQ_STR(ev.status[ev.n - 2], "writing manifest");
     CHECK_EQ_STR(ev.status[ev.n - 1], "success");
     CHECK(!saw(&ev, "removing unused layers"));
+    /* Each layer's final event comes once (clients draw a line per event). */
+    int n_final = 0;
+    for (int i = 0; i < ev.n; i++)
+        n_final += !strcmp(ev.status[i], want) && ev.completed[i] == 18000;
+    CHECK_EQ_INT(n_final, 1);
     for (int i = 0; i < f.n_blobs; i++) {
         uint64_t sz = 0;
         CHECK(reg_store_blob_exists(s, f.blobs[i].hex, &sz));
