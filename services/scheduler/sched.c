@@ -119,19 +119,6 @@ static void req_inspect(request_t *r)
     /* embed: empty input is answered by the runner */
 }
 
-/* True when the registry listed capability cap for the model (a registry
- * that lists none is not second-guessed). */
-static bool has_capability(const msg_t *resolved, const char *cap)
-{
-    const msg_resolved_body_t *rs = &resolved->u.resolved;
-    if (!rs->has_capabilities)
-        return true;
-    for (size_t i = 0; i < rs->capabilities.n; i++)
-        if (!strcmp(rs->capabilities.v[i], cap))
-            return true;
-    return false;
-}
-
 static request_t *req_find(sch_server_t *s, const char *id)
 {
     for (request_t *r = s->req_list; r; r = r->next)
