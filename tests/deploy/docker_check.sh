@@ -49,8 +49,11 @@ else
     : >"$tmp/out/runtime-packages.txt"
 fi
 
+# Dockerfile.cuda's `cuda` stage installs the module into the same layout
+# (component cuda); lib/corral exists in every install.
+step "lib/corral installed" test -d "$tmp/out/usr/local/lib/corral"
 step "Dockerfiles" "$check" dockerfile --context "$src" \
-    --stage-dir "build:/out=$tmp/out" \
+    --stage-dir "build:/out=$tmp/out" --stage-dir "cuda:/out=$tmp/out" \
     "$src/deploy/docker/Dockerfile" "$src/deploy/docker/Dockerfile.cuda"
 step "compose.yaml" "$check" compose --services "$src/deploy/services.txt" \
     --stage-dir "build:/out=$tmp/out" "$src/deploy/docker/compose.yaml"
