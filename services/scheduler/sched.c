@@ -851,6 +851,8 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
             rn->plan.full_offload = false;
             rn->plan.cpu_bytes = rn->size;
             rn->plan.total_bytes = rn->size;
+            rn->plan.runner_bytes -= CR_MIN(rn->plan.runner_bytes,
+                                            SCH_RUNNER_CUDA_HOST_BYTES);
         }
         rn->context_length = m->u.ready.context_length;
         if (rn->has_plan && m->u.ready.has_gpu_layers &&

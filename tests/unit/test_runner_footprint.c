@@ -97,6 +97,65 @@ static bool await(zsock_t *router, msg_type_t type, const char *id, int timeout_
     }
 }
 
+/* Prints the mappings holding the most resident memory, by name (anonymous
+ * ones as "[anon]"), from /proc/PID/smaps: where a failing bound went. */
+#define TOP_MAPS 64
+static void print_top_mappings(pid_t pid)
+{
+    char path[64], line[1024];
+    snprintf(path, sizeof path, "/proc/%d/smaps", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char names[TOP_MAPS][160];
+    long kb[TOP_MAPS];
+    int n = 0, cur = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perms[8];
+        long v;
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && strchr(line, '-') &&
+            strchr(line, '-') < strchr(line, ' ')) {
+            const char *name = "[anon]";
+            char *sl = strchr(line, '/'), *br = strchr(line, '[');
+            if (sl)
+                name = sl;
+            else if (br)
+                name = br;
+            char nm[160];
+            snprintf(nm, sizeof nm, "%s", name);
+            nm[strcspn(nm, "\n")] = '\0';
+            cur = -1;
+            for (int i = 0; i < n && cur < 0; i++)
+                if (!strcmp(names[i], nm))
+                    cur = i;
+            if (cur < 0 && n < TOP_MAPS) {
+                cur = n++;
+                snprintf(names[cur], sizeof names[cur], "%s", nm);
+                kb[cur] = 0;
+            }
+        } else if (cur >= 0 && sscanf(line, "Rss: %ld kB", &v) == 1) {
+            kb[cur] += v;
+        }
+    }
+    fclose(f);
+    for (int k = 0; k < 12 && k < n; k++) {
+        int best = k;
+        for (int i = k + 1; i < n; i++)
+            if (kb[i] > kb[best])
+                best = i;
+        long tk = kb[k];
+        kb[k] = kb[best];
+        kb[best] = tk;
+        char tn[160];
+        memcpy(tn, names[k], sizeof tn);
+        memcpy(names[k], names[best], sizeof tn);
+        memcpy(names[best], tn, sizeof tn);
+        if (kb[k] > 0)
+            printf("runner_footprint:   %6ld kB  %s\n", kb[k], names[k]);
+    }
+}
+
 /* Prints where the runner's memory is (its smaps_rollup and thread count). */
 static void print_breakdown(pid_t pid)
 {
@@ -108,6 +167,7 @@ static void print_breakdown(pid_t pid)
     printf(", VmRSS %ld kB (anon %ld, file %ld), threads %ld\n",
            proc_kb(pid, "status", "VmRSS"), proc_kb(pid, "status", "RssAnon"),
            proc_kb(pid, "status", "RssFile"), proc_kb(pid, "status", "Threads"));
+    print_top_mappings(pid);
 }
 
 /* One runner: load with a plan on CUDA device 0, check the fallback and
