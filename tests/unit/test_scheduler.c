@@ -140,6 +140,11 @@ static int fake_runner(const char *endpoint, const char *id)
                 r.u.ready.has_size = true;
                 r.u.ready.context_length = m.u.load.options->num_ctx;
                 r.u.ready.has_context_length = true;
+                /* a runner whose GPU backend could not be used says why */
+                if (strstr(m.u.load.model_path, "nodriver") && m.u.load.gpu_layers > 0) {
+                    r.u.ready.offload_error = "cuda: no NVIDIA driver (fake)";
+                    r.u.ready.has_offload_error = true;
+                }
             }
             fake_send(d, &r);
             msg_clear(&r);
@@ -724,6 +729,40 @@ static bool ps_one(env_t *e, char *name, size_t cap, int64_t *size,
     }
     msg_clear(&r);
     return one;
+}
+
+/* A runner that ran its planned GPU layers on the CPU: ps names its reason
+ * (offload_error); one that did not fall back has none. */
+static void test_offload_error_in_ps(void)
+{
+    inventory_g = "0:Fake GPU:100000000000";
+    env_t e;
+    env_start(&e, 3, 16);
+    CHECK(write_model(&e, "nodriver", NULL) > 0);
+    CHECK(write_model(&e, "fine", NULL) > 0);
+    CHECK_EQ_INT(run_request(&e, "n1", "nodriver", "hi", NULL, NULL), MSG_done);
+    CHECK_EQ_INT(run_request(&e, "f1", "fine", "hi", NULL, NULL), MSG_done);
+    msg_t ps;
+    msg_init(&ps, MSG_ps, "ps");
+    bus_send(e.client, &ps, NULL);
+    msg_t r;
+    CHECK(client_recv(&e, &r));
+    int seen = 0;
+    for (size_t i = 0; r.type == MSG_ps_reply && i < r.u.ps_reply.models.n; i++) {
+        const msg_loaded_model_t *lm = &r.u.ps_reply.models.v[i];
+        if (strstr(lm->name, "nodriver")) {
+            CHECK(lm->has_offload_error);
+            CHECK_EQ_STR(lm->offload_error, "cuda: no NVIDIA driver (fake)");
+            seen++;
+        } else if (strstr(lm->name, "fine")) {
+            CHECK(!lm->has_offload_error);
+            seen++;
+        }
+    }
+    CHECK_EQ_INT(seen, 2);
+    msg_clear(&r);
+    env_stop(&e);
+    inventory_g = NULL;
 }
 
 static void test_heartbeat(void)
@@ -1530,6 +1569,7 @@ int main(int argc, char **argv)
     test_load_progress_and_timeout();
     test_eviction_and_queue();
     test_evict_lru_only_one();
+    test_offload_error_in_ps();
     test_heartbeat();
     test_memory_eviction();
     test_spill_and_cannot_load();
