@@ -56,10 +56,12 @@ step "Dockerfiles" "$check" dockerfile --context "$src" \
     --stage-dir "build:/out=$tmp/out" --stage-dir "cuda:/out=$tmp/out" \
     "$src/deploy/docker/Dockerfile" "$src/deploy/docker/Dockerfile.cuda"
 step "compose.yaml" "$check" compose --services "$src/deploy/services.txt" \
-    --stage-dir "build:/out=$tmp/out" "$src/deploy/docker/compose.yaml"
+    --stage-dir "build:/out=$tmp/out" --stage-dir "cuda:/out=$tmp/out" \
+    "$src/deploy/docker/compose.yaml"
 step "compose.cpu.yaml" "$check" compose --override \
     --services "$src/deploy/services.txt" \
-    --stage-dir "build:/out=$tmp/out" "$src/deploy/docker/compose.cpu.yaml"
+    --stage-dir "build:/out=$tmp/out" --stage-dir "cuda:/out=$tmp/out" \
+    "$src/deploy/docker/compose.cpu.yaml"
 step "healthcheck usage" sh -c \
     "sh '$src/deploy/docker/healthcheck.sh' bogus 2>/dev/null; test \$? -eq 2"
 step "healthcheck, no socket" sh -c \
