@@ -32,8 +32,9 @@ static cr_status_t cuda_probe(int *n, cr_err_t *err)
         return cr_err_set(err, CR_E_UNAVAILABLE, "the CUDA backend is off (it runs only "
                           "with CORRAL_EXPERIMENTAL_CUDA=1)");
     /* The module's file, then the driver, then the module: loading it maps
-     * the CUDA runtime and cuBLAS (~150 MB resident, most of it cuBLAS's
-     * relocations), which a host without the driver can never use. Where
+     * the CUDA runtime and cuBLAS (~150 MB resident: libcublasLt grows a
+     * process by that much as it loads), which a host without the driver
+     * can never use. Where
      * the driver is, the CUDA runtime loads it anyway: it stays loaded. */
     char path[4200];
     cr_status_t st = rn_backend_module_path("cuda", path, sizeof path, err);

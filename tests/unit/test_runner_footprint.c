@@ -12,7 +12,10 @@
  *     where the build has one, no driver/device), and then answers a
  *     generate on the CPU with text;
  *   - with CORRAL_BACKEND_DIR pointing at an empty folder the reason names
- *     the missing module file;
+ *     the missing module file; where the build has the module, the runner
+ *     loads it (CORRAL_CUDA_DRIVER_LIB pointed at libc, so the driver
+ *     check passes) and the reason is the CUDA runtime's ("... module
+ *     built for 13.0");
  *   - with a CPU plan, the runner's resident memory (VmRSS from
  *     /proc/PID/status) after the load and a generate stays under
  *     RSS_BOUND_KB: the product bound of issue 24 for this 1.2 MB model at
@@ -36,6 +39,8 @@
 #define RSS_BOUND_KB (40 * 1024)
 
 static char dir_g[256], endpoint_g[400];
+/* CORRAL_CUDA_DRIVER_LIB for the next runner (NULL: unset, libcuda.so.1) */
+static const char *driver_lib_g;
 
 /* Starts corral-runner serve with extra environment `backend_dir` (NULL:
  * the default lookup beside the binary). Returns its pid. */
@@ -51,6 +56,10 @@ static pid_t start_runner(const char *bin, const char *backend_dir)
         else
             unsetenv("CORRAL_BACKEND_DIR");
         unsetenv("CORRAL_TEST_SCRIPT");
+        if (driver_lib_g)
+            setenv("CORRAL_CUDA_DRIVER_LIB", driver_lib_g, 1);
+        else
+            unsetenv("CORRAL_CUDA_DRIVER_LIB");
         execl(bin, bin, "serve", "--endpoint", endpoint_g, "--id", "rn1", (char *)NULL);
         _exit(127);
     }
@@ -314,6 +323,16 @@ int main(void)
     run_case(bin, model, NULL, have_module ? "cuda: " : "no cuda backend module at", &rss,
              &pid);
     reap(pid);
+
+    /* 4. The module really loaded in the runner (a library every host has
+     * plays the driver, so the driver check passes): the CUDA runtime's
+     * own error is the reason, and the runner still serves on the CPU. */
+    if (have_module) {
+        driver_lib_g = "libc.so.6";
+        run_case(bin, model, NULL, "module built for", &rss, &pid);
+        reap(pid);
+        driver_lib_g = NULL;
+    }
 
     char path[400];
     snprintf(path, sizeof path, "%s/runners.sock", dir_g);
