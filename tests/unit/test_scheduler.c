@@ -732,7 +732,8 @@ static bool ps_one(env_t *e, char *name, size_t cap, int64_t *size,
 }
 
 /* A runner that ran its planned GPU layers on the CPU: ps names its reason
- * (offload_error); one that did not fall back has none. */
+ * (offload_error); one that did not fall back has none. The ledger holds
+ * each runner's own memory (estimate.h) in system memory. */
 static void test_offload_error_in_ps(void)
 {
     inventory_g = "0:Fake GPU:100000000000";
@@ -761,6 +762,10 @@ static void test_offload_error_in_ps(void)
     }
     CHECK_EQ_INT(seen, 2);
     msg_clear(&r);
+    /* Both plans are whole on the (described) GPU: system memory holds
+     * only each runner process, its CPU overhead and the CUDA module's. */
+    CHECK_EQ_INT(sch_server_free_bytes(e.sched, -1),
+                 (64LL << 30) - 2 * (SCH_RUNNER_CPU_BYTES + SCH_RUNNER_CUDA_HOST_BYTES));
     env_stop(&e);
     inventory_g = NULL;
 }
