@@ -103,6 +103,11 @@ static void send_hello(rn_server_t *s)
         h->has_size_vram = true;
         h->context_length = rn_engine_ctx(s->engine);
         h->has_context_length = true;
+        const char *why = rn_engine_offload_error(s->engine);
+        if (*why) {
+            h->offload_error = (char *)why; /* borrowed: only encoded */
+            h->has_offload_error = true;
+        }
     }
     send_msg(s, &m);
 }

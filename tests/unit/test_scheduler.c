@@ -731,6 +731,29 @@ static bool ps_one(env_t *e, char *name, size_t cap, int64_t *size,
     return one;
 }
 
+/* ps: the offload_error of `model` into out ("" when it has none); false
+ * when ps fails or lists no such model. */
+static bool ps_offload_error(env_t *e, const char *model, char *out, size_t cap)
+{
+    msg_t ps;
+    msg_init(&ps, MSG_ps, "ps");
+    bus_send(e->client, &ps, NULL);
+    msg_t r;
+    if (!client_recv(e, &r))
+        return false;
+    bool found = false;
+    for (size_t i = 0; r.type == MSG_ps_reply && i < r.u.ps_reply.models.n && !found; i++) {
+        const msg_loaded_model_t *lm = &r.u.ps_reply.models.v[i];
+        if (strcmp(lm->name, model))
+            continue;
+        found = true;
+        snprintf(out, cap, "%s", lm->has_offload_error && lm->offload_error
+                                     ? lm->offload_error : "");
+    }
+    msg_clear(&r);
+    return found;
+}
+
 /* A runner that ran its planned GPU layers on the CPU: ps names its reason
  * (offload_error); one that did not fall back has none. The ledger holds
  * each runner's own memory (estimate.h) in system memory. */
@@ -743,25 +766,11 @@ static void test_offload_error_in_ps(void)
     CHECK(write_model(&e, "fine", NULL) > 0);
     CHECK_EQ_INT(run_request(&e, "n1", "nodriver", "hi", NULL, NULL), MSG_done);
     CHECK_EQ_INT(run_request(&e, "f1", "fine", "hi", NULL, NULL), MSG_done);
-    msg_t ps;
-    msg_init(&ps, MSG_ps, "ps");
-    bus_send(e.client, &ps, NULL);
-    msg_t r;
-    CHECK(client_recv(&e, &r));
-    int seen = 0;
-    for (size_t i = 0; r.type == MSG_ps_reply && i < r.u.ps_reply.models.n; i++) {
-        const msg_loaded_model_t *lm = &r.u.ps_reply.models.v[i];
-        if (strstr(lm->name, "nodriver")) {
-            CHECK(lm->has_offload_error);
-            CHECK_EQ_STR(lm->offload_error, "cuda: no NVIDIA driver (fake)");
-            seen++;
-        } else if (strstr(lm->name, "fine")) {
-            CHECK(!lm->has_offload_error);
-            seen++;
-        }
-    }
-    CHECK_EQ_INT(seen, 2);
-    msg_clear(&r);
+    char why[256];
+    CHECK(ps_offload_error(&e, "nodriver:latest", why, sizeof why));
+    CHECK_EQ_STR(why, "cuda: no NVIDIA driver (fake)");
+    CHECK(ps_offload_error(&e, "fine:latest", why, sizeof why));
+    CHECK_EQ_STR(why, "");
     /* Both plans are whole on the (described) GPU: system memory holds
      * only each runner process, its CPU overhead and the CUDA module's. */
     CHECK_EQ_INT(sch_server_free_bytes(e.sched, -1),
@@ -984,6 +993,8 @@ static void test_adopt_after_restart(void)
     h.u.hello.has_size = true;
     h.u.hello.context_length = 512;
     h.u.hello.has_context_length = true;
+    h.u.hello.offload_error = "cuda: no NVIDIA driver (adopted)";
+    h.u.hello.has_offload_error = true;
     CHECK_EQ_INT(bus_send(rn, &h, NULL), CR_OK);
     wait_runners(&e, 1);
     char name[128];
@@ -991,6 +1002,10 @@ static void test_adopt_after_restart(void)
     CHECK(ps_one(&e, name, sizeof name, &size, &vram));
     CHECK_EQ_STR(name, "alpha:latest");
     CHECK_EQ_INT(size, 4321);
+    /* the reason its GPU layers run on the CPU survives the restart */
+    char why[256];
+    CHECK(ps_offload_error(&e, "alpha:latest", why, sizeof why));
+    CHECK_EQ_STR(why, "cuda: no NVIDIA driver (adopted)");
 
     /* A request for it goes to the adopted runner: no load, no spawn. */
     send_generate(&e, "ad1", "alpha", "hi", NULL, 0);
