@@ -27,6 +27,18 @@ cr_status_t rn_backend_module_path(const char *kind, char *out, size_t cap, cr_e
     return CR_OK;
 }
 
+cr_status_t rn_backend_module_find(const char *kind, char *out, size_t cap, cr_err_t *err)
+{
+    cr_status_t st = rn_backend_module_path(kind, out, cap, err);
+    if (st)
+        return st;
+    if (access(out, R_OK))
+        return cr_err_set(err, CR_E_NOT_FOUND, "no %s backend module at %s (%s): this "
+                          "build or install has no %s backend", kind, out, strerror(errno),
+                          kind);
+    return CR_OK;
+}
+
 cr_status_t rn_backend_module_check(const be_module_t *m, const char *kind, const char *path,
                                     cr_err_t *err)
 {
@@ -59,13 +71,9 @@ cr_status_t rn_backend_module_open(const char *kind, const be_module_t **out, cr
 {
     *out = NULL;
     char path[4200];
-    cr_status_t st = rn_backend_module_path(kind, path, sizeof path, err);
+    cr_status_t st = rn_backend_module_find(kind, path, sizeof path, err);
     if (st)
         return st;
-    if (access(path, R_OK))
-        return cr_err_set(err, CR_E_NOT_FOUND, "no %s backend module at %s (%s): this "
-                          "build or install has no %s backend", kind, path, strerror(errno),
-                          kind);
     /* RTLD_LOCAL: the module's CUDA libraries and its own copies of
      * corral's helpers stay out of the runner's symbol namespace. */
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);

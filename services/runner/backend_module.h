@@ -24,6 +24,11 @@
  * directory cannot be read. */
 cr_status_t rn_backend_module_path(const char *kind, char *out, size_t cap, cr_err_t *err);
 
+/* The path of kind's module (as rn_backend_module_path) when the file is
+ * there; CR_E_NOT_FOUND naming the path tried when it is not ("this build
+ * or install has no cuda backend"). Loads nothing. */
+cr_status_t rn_backend_module_find(const char *kind, char *out, size_t cap, cr_err_t *err);
+
 /* Loads kind's module and checks its entry. *out is static in the module
  * (valid for the life of the process). CR_E_NOT_FOUND: no file (the
  * message says the build or install has no such backend); CR_E_UNAVAILABLE:

@@ -3,7 +3,6 @@
 #include "services/runner/backends.h"
 
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include "lib/env.h"
 #include "services/runner/backend_module.h"
@@ -34,15 +33,12 @@ static cr_status_t cuda_probe(int *n, cr_err_t *err)
     /* The module's file, then the driver, then the module: loading it maps
      * the CUDA runtime and cuBLAS (~150 MB resident: libcublasLt grows a
      * process by that much as it loads), which a host without the driver
-     * can never use. Where
-     * the driver is, the CUDA runtime loads it anyway: it stays loaded. */
+     * can never use. Where the driver is, the CUDA runtime loads it
+     * anyway: it stays loaded. */
     char path[4200];
-    cr_status_t st = rn_backend_module_path("cuda", path, sizeof path, err);
+    cr_status_t st = rn_backend_module_find("cuda", path, sizeof path, err);
     if (st)
         return st;
-    if (access(path, R_OK))
-        return cr_err_set(err, CR_E_NOT_FOUND, "no cuda backend module at %s (%s): this "
-                          "build or install has no cuda backend", path, strerror(errno));
     char driver[256];
     if (!cr_env_get("CUDA_DRIVER_LIB", driver, sizeof driver))
         snprintf(driver, sizeof driver, "libcuda.so.1");
