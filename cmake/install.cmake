@@ -4,6 +4,12 @@
 #   <prefix>/bin/                     corral, corral-gateway, corral-scheduler,
 #                                     corral-registry, corral-runner, corral-node (the
 #                                     scheduler finds the runner beside it)
+#   <prefix>/lib/corral/              backend-cuda.so when the build has CUDA
+#                                     (component `cuda`): the runner looks
+#                                     for it in ../lib/corral beside its
+#                                     bin/, and loads it only for a plan
+#                                     with GPU layers. The folder exists
+#                                     in every install (component runtime).
 #   <prefix>/lib/systemd/system/      corral-{gateway,scheduler,registry,node}
 #                                     .service and corral.target, ExecStart=
 #                                     naming <prefix>/bin (filled in at
@@ -35,6 +41,12 @@ foreach(prog ${CORRAL_INSTALL_PROGRAMS})
 endforeach()
 install(TARGETS ${CORRAL_INSTALL_PROGRAMS}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+# lib/corral is fixed relative to bin/ (not CMAKE_INSTALL_LIBDIR, which
+# may be lib/x86_64-linux-gnu): the runner finds it from its own path.
+install(DIRECTORY DESTINATION lib/corral COMPONENT runtime)
+if(TARGET corral_backend_cuda)
+  install(TARGETS corral_backend_cuda LIBRARY DESTINATION lib/corral COMPONENT cuda)
+endif()
 
 set(CORRAL_UNIT_SRC ${CMAKE_SOURCE_DIR}/deploy/systemd)
 install(FILES ${CORRAL_UNIT_SRC}/corral.target

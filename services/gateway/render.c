@@ -524,6 +524,12 @@ cr_status_t gw_render_ps(cr_buf_t *b, const msg_ps_reply_body_t *r)
             gw_jw_key(&w, "host");
             gw_jw_str(&w, e->host);
         }
+        /* Why the plan's GPU layers run on the CPU (a missing backend
+         * module, no driver): absent when they did not. */
+        if (e->has_offload_error && nonempty(e->offload_error)) {
+            gw_jw_key(&w, "offload_error");
+            gw_jw_str(&w, e->offload_error);
+        }
         gw_jw_end_obj(&w);
     }
     gw_jw_end_arr(&w);

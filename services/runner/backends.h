@@ -1,13 +1,16 @@
-/* backends.h: the one table of backends compiled into this build.
+/* backends.h: the one table of backends (the CPU built in, the rest loaded as modules).
  *
  * Each backend registers a kind here: its name, whether its memory is the
- * host's, how many devices it sees, and how to create an instance on one
- * of them. The runner (engine.c) creates every instance through this
- * table and never names a backend; the CPU kind is always present, the
- * CUDA kind when the build has CUDA (the only #ifdef on a backend outside
- * the backends themselves is in backends.c). It sits at the runner's top,
- * beside the engine that uses it, so that backend/ (the interface) depends
- * on no implementation and backend/cpu, backend/cuda only on backend/.
+ * host's, how many devices it sees (and why none), and how to create an
+ * instance on one of them. The runner (engine.c) creates every instance
+ * through this table and never names a backend. The CPU kind is compiled
+ * in; the CUDA kind is always listed but its code is the module
+ * lib/corral/backend-cuda.so (backend_module.h), loaded by its probe, so
+ * the runner links no CUDA library and a host without the module (or
+ * without a driver) gets a reason, not a failed start. It sits at the
+ * runner's top, beside the engine that uses it, so that backend/ (the
+ * interface) depends on no implementation and backend/cpu, backend/cuda
+ * only on backend/.
  *
  * Owns no instance: callers free what create returns with be_destroy. */
 #ifndef RN_BACKENDS_H
@@ -20,10 +23,13 @@
 typedef struct rn_backend_kind {
     const char *name;  /* "cpu", "cuda": for messages */
     bool host_memory;  /* instances compute in host memory (the CPU) */
-    /* Devices this kind can create instances on now (0: none usable; the
-     * CUDA kind also reports 0 unless CORRAL_EXPERIMENTAL_CUDA=1, as it has
-     * not yet run on a GPU in CI). Never fails. */
-    int (*device_count)(void);
+    /* Devices this kind can create instances on now, into *n. CR_OK with
+     * n > 0, or a status and err saying why there is none: the CUDA kind
+     * is off unless CORRAL_EXPERIMENTAL_CUDA=1 (it has not yet run on a GPU
+     * in CI), and its module may be missing, from another build, or find
+     * no driver or device (backend_module.h). The first call loads the
+     * kind's module; call it only when a plan wants the kind. */
+    cr_status_t (*probe)(int *n, cr_err_t *err);
     /* An instance on device `device` (0-based; ignored by the CPU) with
      * n_threads host threads (<= 0: one per core; ignored by devices). On
      * success *out is owned by the caller (be_destroy). */
@@ -36,8 +42,9 @@ const rn_backend_kind_t *rn_backends(size_t *n);
 /* The host kind (the CPU): always present. */
 const rn_backend_kind_t *rn_backend_host(void);
 
-/* The first kind that is not host memory and has a device now, or NULL
- * (no accelerator usable). */
-const rn_backend_kind_t *rn_backend_accel(void);
+/* The first kind that is not host memory and has a device now (probing,
+ * so loading modules, in table order), or NULL with why saying what each
+ * kind lacked ("cuda: no cuda backend module at ..."). why may be NULL. */
+const rn_backend_kind_t *rn_backend_accel(cr_err_t *why);
 
 #endif

@@ -99,6 +99,9 @@ struct rn_engine {
     be_backend_t *be[RN_MAX_RANGES + 1];
     int dev[RN_MAX_RANGES + 1];
     int n_be;
+    /* Why layers the plan put on devices run on the host ("" when none
+     * did): for the ready message, so the scheduler can say why. */
+    char offload_error[CR_ERR_MSG_MAX + 64];
     rn_model_t *model;
     rn_lora_t *lora;  /* the model's LoRA adapters, or NULL */
     rn_tokenizer_t *tok;
@@ -173,6 +176,8 @@ static be_backend_t *device_instance(rn_engine_t *e, const rn_backend_kind_t *k,
     if (k->create(dev, 0, &e->be[e->n_be], &gerr)) {
         cr_log_warn("%s device %d unavailable (%s): its layers run on the %s", k->name,
                     dev, gerr.msg, rn_backend_host()->name);
+        snprintf(e->offload_error, sizeof e->offload_error, "%s device %d: %s", k->name,
+                 dev, gerr.msg);
         return NULL;
     }
     e->dev[e->n_be] = dev;
@@ -185,14 +190,24 @@ static be_backend_t *device_instance(rn_engine_t *e, const rn_backend_kind_t *k,
  * numbers layers as the placement does and offloads the LAST gpu_layers
  * (blocks then the output layer, as llama.cpp's n_gpu_layers); a plan
  * with gpu_layers but no device list puts them on main_gpu. No
- * accelerator (none built, none present, or not enabled): all on the
- * host, as the runner did before. */
+ * accelerator (its module missing, no driver or device, or not enabled):
+ * all on the host, with a warning and the reason in e->offload_error. The
+ * accelerator is only looked for (its module loaded) when the plan has
+ * layers for it. */
 static void place_devices(rn_engine_t *e, const msg_load_body_t *load,
                           const msg_options_t *o, rn_placement_t *pl)
 {
-    const rn_backend_kind_t *k = rn_backend_accel();
-    if (!k || !load->has_gpu_layers || load->gpu_layers <= 0)
+    if (!load->has_gpu_layers || load->gpu_layers <= 0)
         return;
+    cr_err_t why;
+    cr_err_clear(&why);
+    const rn_backend_kind_t *k = rn_backend_accel(&why);
+    if (!k) {
+        cr_log_warn("%s: the plan puts %" PRId64 " layers on GPUs, running them on the %s: "
+                    "%s", load->name, load->gpu_layers, rn_backend_host()->name, why.msg);
+        snprintf(e->offload_error, sizeof e->offload_error, "%s", why.msg);
+        return;
+    }
     if (load->has_devices && load->devices.n > 0) {
         for (size_t i = 0; i < load->devices.n && pl->n_ranges < RN_MAX_RANGES; i++) {
             const msg_device_split_t *d = &load->devices.v[i];
@@ -441,6 +456,8 @@ int64_t rn_engine_size_bytes(const rn_engine_t *e)
                      rn_ctx_kv_bytes(e->ctx) +
                      rn_ctx_buffer_bytes(e->ctx));
 }
+
+const char *rn_engine_offload_error(const rn_engine_t *e) { return e->offload_error; }
 
 int64_t rn_engine_vram_bytes(const rn_engine_t *e)
 {

@@ -46,6 +46,12 @@ void rn_engine_destroy(rn_engine_t **self_p);
 /* Bytes the engine allocated and mapped (weights + KV cache + buffers). */
 int64_t rn_engine_size_bytes(const rn_engine_t *e);
 
+/* Why layers the load's plan put on GPUs run on the CPU ("no cuda backend
+ * module at ...", "cuda: CUDA driver version is insufficient ..."), or ""
+ * when every planned device opened (or the plan had none). Borrowed; valid
+ * while e lives. */
+const char *rn_engine_offload_error(const rn_engine_t *e);
+
 /* Bytes the engine holds in device memory (backend instances that are not
  * host memory; 0 on the CPU alone). */
 int64_t rn_engine_vram_bytes(const rn_engine_t *e);

@@ -103,6 +103,11 @@ static void send_hello(rn_server_t *s)
         h->has_size_vram = true;
         h->context_length = rn_engine_ctx(s->engine);
         h->has_context_length = true;
+        const char *why = rn_engine_offload_error(s->engine);
+        if (*why) {
+            h->offload_error = (char *)why; /* borrowed: only encoded */
+            h->has_offload_error = true;
+        }
     }
     send_msg(s, &m);
 }
@@ -297,6 +302,11 @@ static void handle_load(rn_server_t *s, const msg_t *m)
     r.u.ready.has_gpu_layers = true;
     r.u.ready.context_length = rn_engine_ctx(s->engine);
     r.u.ready.has_context_length = true;
+    const char *why = rn_engine_offload_error(s->engine);
+    if (*why) {
+        r.u.ready.offload_error = (char *)why; /* borrowed: only encoded */
+        r.u.ready.has_offload_error = true;
+    }
     send_msg(s, &r);
     cr_log_info("loaded %s (%" PRId64 " bytes, ctx %" PRId64 ", %d slots)",
                 m->u.load.name, r.u.ready.size, r.u.ready.context_length,

@@ -62,6 +62,8 @@ runner_t *sch_runner_adopt(sch_server_t *s, sch_node_t *node, const char *id,
     rn->context_length = h->has_context_length && h->context_length > 0
                              ? h->context_length
                              : 0;
+    if (h->has_offload_error && h->offload_error)
+        snprintf(rn->offload_error, sizeof rn->offload_error, "%s", h->offload_error);
     rn->state = RS_READY;
     rn->state_since_ms = rn->last_used_ms = rn->last_seen_ms = sch_now_ms(s);
     rn->next = s->runner_list;

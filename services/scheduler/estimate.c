@@ -256,6 +256,8 @@ cr_status_t sch_estimate_gguf(const cr_gguf_t *g, const sch_estimate_opts_t *o,
     if (!add_ok(&out->cpu_total_bytes, (double)out->kv_bytes) ||
         !add_ok(&out->cpu_total_bytes, (double)out->cpu_graph_bytes))
         return cr_err_set(err, CR_E_TOO_LARGE, "model size overflows");
+    out->runner_cpu_bytes = SCH_RUNNER_CPU_BYTES;
+    out->runner_cuda_host_bytes = SCH_RUNNER_CUDA_HOST_BYTES;
     return CR_OK;
 }
 

@@ -37,7 +37,18 @@
  *
  * n_ctx is the requested context capped at the trained one
  * (<arch>.context_length) and floored at 4, as the runner does.
- * OLLAMA_GPU_OVERHEAD is per GPU and added by placement (place.h). */
+ * OLLAMA_GPU_OVERHEAD is per GPU and added by placement (place.h).
+ *
+ * The runner process itself, beyond weights, KV cache and activations, as
+ * measured (test_runner_footprint prints it; docs/architecture.md, "Runner
+ * memory"), per backend, in host memory; placement adds them to a plan's
+ * cpu_bytes:
+ *   runner_cpu_bytes       every runner: its program, shared libraries,
+ *                          thread stacks, heap (tokenizer, template, bus)
+ *   runner_cuda_host_bytes a runner whose plan has GPU layers: the CUDA
+ *                          module, runtime and cuBLAS mapped in it */
+#define SCH_RUNNER_CPU_BYTES ((int64_t)12 << 20)        /* measured 10.3 MB */
+#define SCH_RUNNER_CUDA_HOST_BYTES ((int64_t)160 << 20) /* measured 154 MB */
 #ifndef SCH_ESTIMATE_H
 #define SCH_ESTIMATE_H
 
@@ -67,6 +78,8 @@ typedef struct sch_estimate {
     int64_t graph_bytes;     /* compute buffer of a device with layers */
     int64_t cpu_graph_bytes; /* the CPU runner's activation buffers */
     int64_t cpu_total_bytes; /* all on the CPU: weights + KV + cpu_graph */
+    int64_t runner_cpu_bytes;       /* SCH_RUNNER_CPU_BYTES */
+    int64_t runner_cuda_host_bytes; /* SCH_RUNNER_CUDA_HOST_BYTES */
     cr_type_t kv_type;       /* the cache the runner is to store: F16,
                                 Q8_0 or Q4_0 (load.kv_cache_type) */
     char kv_note[160];       /* why a quantized kv_cache_type is not used

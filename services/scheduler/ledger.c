@@ -41,7 +41,7 @@ static int64_t ledger_free(const sch_server_t *s, const sch_node_t *node,
             continue;
         }
         if (slot < 0) {
-            left -= rn->plan.cpu_bytes;
+            left -= rn->plan.cpu_bytes + rn->plan.runner_bytes;
             continue;
         }
         for (size_t j = 0; j < rn->plan.n_devs; j++)

@@ -148,10 +148,13 @@ cr_status_t sch_place(const cr_inventory_t *inv, const int64_t *gpu_free_bytes,
     if (plan->gpu_layers < n_total)
         plan->cpu_bytes += est->cpu_graph_bytes;
     plan->total_bytes = plan->vram_bytes + plan->cpu_bytes;
+    /* The runner process itself, on the host whatever the plan. */
+    plan->runner_bytes = est->runner_cpu_bytes +
+                         (plan->n_devs > 0 ? est->runner_cuda_host_bytes : 0);
     plan->full_offload = plan->gpu_layers == n_total;
-    if (ram_free_bytes > 0 && plan->cpu_bytes > ram_free_bytes) {
+    if (ram_free_bytes > 0 && plan->cpu_bytes + plan->runner_bytes > ram_free_bytes) {
         char need[32], have[32];
-        fmt_gib(plan->cpu_bytes, need, sizeof need);
+        fmt_gib(plan->cpu_bytes + plan->runner_bytes, need, sizeof need);
         fmt_gib(ram_free_bytes, have, sizeof have);
         return cr_err_set(err, CR_E_NOMEM,
                           "model requires more system memory (%s) than is "

@@ -51,8 +51,12 @@ typedef struct sch_plan {
     size_t n_devs;
     sch_plan_dev_t devs[CR_MAX_GPUS];
     int64_t vram_bytes;      /* sum over devs */
-    int64_t cpu_bytes;       /* on the CPU */
-    int64_t total_bytes;     /* vram + cpu */
+    int64_t cpu_bytes;       /* the model's part on the CPU */
+    int64_t total_bytes;     /* vram + cpu: the model's size (ps) */
+    int64_t runner_bytes;    /* the runner process's own host memory
+                                (estimate.h: runner_cpu_bytes, plus
+                                runner_cuda_host_bytes with GPU layers):
+                                system memory the ledger also holds */
     bool full_offload;       /* every layer on GPUs */
     cr_type_t kv_type;       /* the estimate's KV cache type (load's
                                 kv_cache_type) */

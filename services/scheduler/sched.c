@@ -622,6 +622,10 @@ static void handle_ps(sch_server_t *s, zframe_t *client, const char *id)
             e->host = rn->node->name;
             e->has_host = true;
         }
+        if (rn->offload_error[0]) {
+            e->offload_error = rn->offload_error;
+            e->has_offload_error = true;
+        }
         i++;
     }
     m.u.ps_reply.models.v = v;
@@ -872,18 +876,25 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
                 rn->size = m->u.ready.size;
             rn->size_vram = m->u.ready.size_vram;
         }
+        if (m->u.ready.has_offload_error && m->u.ready.offload_error)
+            snprintf(rn->offload_error, sizeof rn->offload_error, "%s",
+                     m->u.ready.offload_error);
         if (rn->has_plan && !hinv->fake && rn->plan.vram_bytes > 0 &&
             m->u.ready.size_vram == 0) {
-            cr_log_info("runner %s loaded %s on the CPU only (planned: %d "
-                        "layers on GPUs)",
+            cr_log_warn("runner %s loaded %s on the CPU only (planned: %d "
+                        "layers on GPUs): %s",
                         rn->id, rn->resolved.u.resolved.name,
-                        rn->plan.gpu_layers);
+                        rn->plan.gpu_layers,
+                        rn->offload_error[0] ? rn->offload_error
+                                             : "the runner gave no reason");
             rn->plan.n_devs = 0;
             rn->plan.gpu_layers = 0;
             rn->plan.vram_bytes = 0;
             rn->plan.full_offload = false;
             rn->plan.cpu_bytes = rn->size;
             rn->plan.total_bytes = rn->size;
+            rn->plan.runner_bytes -= CR_MIN(rn->plan.runner_bytes,
+                                            SCH_RUNNER_CUDA_HOST_BYTES);
         }
         rn->context_length = m->u.ready.context_length;
         if (rn->has_plan && m->u.ready.has_gpu_layers &&

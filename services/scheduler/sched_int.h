@@ -68,6 +68,9 @@ typedef struct runner {
     int64_t last_used_ms;
     int n_slots, n_active;
     int64_t size, size_vram, context_length;
+    /* The runner's reason for running its planned GPU layers on the CPU
+     * (ready.offload_error; "" when none), for the log and ps. */
+    char offload_error[CR_ERR_MSG_MAX + 64];
     bool unload_when_idle;
     bool duplicate;          /* another runner holds the same model and
                                 options: takes nothing new, stops when

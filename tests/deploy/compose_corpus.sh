@@ -43,10 +43,10 @@ case_() {
     fi
     if [ "$kind" = compose ]; then
         "$check" compose --services "$src/deploy/services.txt" \
-            --stage-dir "build:/out=$tmp/out" "$file" >"$tmp/out.txt" 2>&1
+            --stage-dir "build:/out=$tmp/out" --stage-dir "cuda:/out=$tmp/out" "$file" >"$tmp/out.txt" 2>&1
     else
         "$check" dockerfile --context "$src" \
-            --stage-dir "build:/out=$tmp/out" "$file" >"$tmp/out.txt" 2>&1
+            --stage-dir "build:/out=$tmp/out" --stage-dir "cuda:/out=$tmp/out" "$file" >"$tmp/out.txt" 2>&1
     fi
     rc=$?
     if [ "$rc" -ne 1 ]; then
@@ -65,7 +65,7 @@ case_() {
 # The unedited files pass (with the contexts pointed at the repo).
 sed -e "s|context: \.\./\.\.|context: $src|" "$docker/compose.yaml" >"$tmp/compose.yaml"
 if "$check" compose --services "$src/deploy/services.txt" \
-        --stage-dir "build:/out=$tmp/out" "$tmp/compose.yaml"; then
+        --stage-dir "build:/out=$tmp/out" --stage-dir "cuda:/out=$tmp/out" "$tmp/compose.yaml"; then
     pass=$((pass + 1))
 else
     echo "FAIL baseline: compose.yaml itself does not pass"

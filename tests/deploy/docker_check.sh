@@ -49,14 +49,19 @@ else
     : >"$tmp/out/runtime-packages.txt"
 fi
 
+# Dockerfile.cuda's `cuda` stage installs the module into the same layout
+# (component cuda); lib/corral exists in every install.
+step "lib/corral installed" test -d "$tmp/out/usr/local/lib/corral"
 step "Dockerfiles" "$check" dockerfile --context "$src" \
-    --stage-dir "build:/out=$tmp/out" \
+    --stage-dir "build:/out=$tmp/out" --stage-dir "cuda:/out=$tmp/out" \
     "$src/deploy/docker/Dockerfile" "$src/deploy/docker/Dockerfile.cuda"
 step "compose.yaml" "$check" compose --services "$src/deploy/services.txt" \
-    --stage-dir "build:/out=$tmp/out" "$src/deploy/docker/compose.yaml"
+    --stage-dir "build:/out=$tmp/out" --stage-dir "cuda:/out=$tmp/out" \
+    "$src/deploy/docker/compose.yaml"
 step "compose.cpu.yaml" "$check" compose --override \
     --services "$src/deploy/services.txt" \
-    --stage-dir "build:/out=$tmp/out" "$src/deploy/docker/compose.cpu.yaml"
+    --stage-dir "build:/out=$tmp/out" --stage-dir "cuda:/out=$tmp/out" \
+    "$src/deploy/docker/compose.cpu.yaml"
 step "healthcheck usage" sh -c \
     "sh '$src/deploy/docker/healthcheck.sh' bogus 2>/dev/null; test \$? -eq 2"
 step "healthcheck, no socket" sh -c \

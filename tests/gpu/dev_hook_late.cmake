@@ -1,7 +1,9 @@
 # dev_hook_late.cmake: the deferred half of dev_hook.cmake (runs after every
 # directory of the project has been read).
 if(CORRAL_HAVE_CUDA AND NOT TARGET corral_cuda)
-  # what services/runner/CMakeLists.txt's CUDA block should say
+  # for trees older than the CUDA module (lib/corral/backend-cuda.so): this
+  # tree's services/runner/CMakeLists.txt defines corral_cuda itself, so
+  # this part steps aside and corral_engine never links CUDA
   file(GLOB RN_CUDA_SOURCES CONFIGURE_DEPENDS
        ${CMAKE_SOURCE_DIR}/services/runner/backend/cuda/src/*.cu)
   add_library(corral_cuda STATIC ${RN_CUDA_SOURCES})

@@ -21,13 +21,18 @@ cmake -S "$root" -B "$bld" -DCMAKE_BUILD_TYPE=Release -DCORRAL_WERROR=ON \
     || { echo "cmake failed"; tail -30 "$out/cmake.log"; exit 1; }
 grep "CUDA backend" "$out/cmake.log"
 cmake --build "$bld" -j "$jobs" --target test_cuda_ops test_cuda_model test_cuda_host \
-      bench-cuda >"$out/build.log" 2>&1 \
+      bench-cuda corral-runner corral_backend_cuda test_backend_module \
+      test_runner_footprint >"$out/build.log" 2>&1 \
     || { echo "build failed"; grep -iE "error|warning" "$out/build.log" | head -40; exit 1; }
 echo "build ok"
 
 ctest --test-dir "$bld" -R '^gpu\.' --output-on-failure --timeout 600 \
     | tee "$out/ctest.log"
 ctest --test-dir "$bld" -L gpu -N | tail -2
+# The module on a host with a driver: loads, and falls back cleanly when
+# CUDA sees no device (the tests hide the GPU with CUDA_VISIBLE_DEVICES="").
+ctest --test-dir "$bld" -R 'unit\.(test_backend_module|test_runner_footprint|runner_links)$' \
+    --output-on-failure | tee -a "$out/ctest.log"
 
 for args in "--shape 8b --type q4_k_m" "--shape 8b --type q8_0" "--shape 1b --type q4_k_m"; do
     echo "== bench-cuda $args"

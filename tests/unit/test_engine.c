@@ -632,7 +632,7 @@ static void test_embed_truncate_keeps_sep(void)
  * a plan. */
 static void test_gpu_plan_on_cpu(void)
 {
-    if (rn_backend_accel()) {
+    if (rn_backend_accel(NULL)) {
         printf("engine: gpu plan on the cpu skipped: an accelerator is present\n");
         return;
     }

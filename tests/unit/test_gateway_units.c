@@ -732,6 +732,17 @@ static void test_lists(void)
     CHECK(strstr(b.data, "\"name\":\"x:1\"") != NULL);
     const char *second = strstr(b.data, "\"name\":\"x:1\"");
     CHECK(second && strstr(second, "\"host\"") == NULL);
+    CHECK(strstr(b.data, "offload_error") == NULL); /* none fell back */
+
+    /* A model whose GPU layers run on the CPU says why, after the rest. */
+    cr_buf_reset(&b);
+    msg_loaded_model_t fell = lm;
+    fell.offload_error = "cuda: no NVIDIA driver (\"x\")";
+    fell.has_offload_error = true;
+    msg_ps_reply_body_t ps3 = {.models = {&fell, 1}, .has_models = true};
+    CHECK_EQ_INT(gw_render_ps(&b, &ps3), CR_OK);
+    CHECK(strstr(b.data, "\"loading\":false,\"offload_error\":"
+                         "\"cuda: no NVIDIA driver (\\\"x\\\")\"}]}") != NULL);
     cr_buf_free(&b);
 }
 

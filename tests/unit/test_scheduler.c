@@ -140,6 +140,11 @@ static int fake_runner(const char *endpoint, const char *id)
                 r.u.ready.has_size = true;
                 r.u.ready.context_length = m.u.load.options->num_ctx;
                 r.u.ready.has_context_length = true;
+                /* a runner whose GPU backend could not be used says why */
+                if (strstr(m.u.load.model_path, "nodriver") && m.u.load.gpu_layers > 0) {
+                    r.u.ready.offload_error = "cuda: no NVIDIA driver (fake)";
+                    r.u.ready.has_offload_error = true;
+                }
             }
             fake_send(d, &r);
             msg_clear(&r);
@@ -728,6 +733,54 @@ static bool ps_one(env_t *e, char *name, size_t cap, int64_t *size,
     return one;
 }
 
+/* ps: the offload_error of `model` into out ("" when it has none); false
+ * when ps fails or lists no such model. */
+static bool ps_offload_error(env_t *e, const char *model, char *out, size_t cap)
+{
+    msg_t ps;
+    msg_init(&ps, MSG_ps, "ps");
+    bus_send(e->client, &ps, NULL);
+    msg_t r;
+    if (!client_recv(e, &r))
+        return false;
+    bool found = false;
+    for (size_t i = 0; r.type == MSG_ps_reply && i < r.u.ps_reply.models.n && !found; i++) {
+        const msg_loaded_model_t *lm = &r.u.ps_reply.models.v[i];
+        if (strcmp(lm->name, model))
+            continue;
+        found = true;
+        snprintf(out, cap, "%s", lm->has_offload_error && lm->offload_error
+                                     ? lm->offload_error : "");
+    }
+    msg_clear(&r);
+    return found;
+}
+
+/* A runner that ran its planned GPU layers on the CPU: ps names its reason
+ * (offload_error); one that did not fall back has none. The ledger holds
+ * each runner's own memory (estimate.h) in system memory. */
+static void test_offload_error_in_ps(void)
+{
+    inventory_g = "0:Fake GPU:100000000000";
+    env_t e;
+    env_start(&e, 3, 16);
+    CHECK(write_model(&e, "nodriver", NULL) > 0);
+    CHECK(write_model(&e, "fine", NULL) > 0);
+    CHECK_EQ_INT(run_request(&e, "n1", "nodriver", "hi", NULL, NULL), MSG_done);
+    CHECK_EQ_INT(run_request(&e, "f1", "fine", "hi", NULL, NULL), MSG_done);
+    char why[256];
+    CHECK(ps_offload_error(&e, "nodriver:latest", why, sizeof why));
+    CHECK_EQ_STR(why, "cuda: no NVIDIA driver (fake)");
+    CHECK(ps_offload_error(&e, "fine:latest", why, sizeof why));
+    CHECK_EQ_STR(why, "");
+    /* Both plans are whole on the (described) GPU: system memory holds
+     * only each runner process, its CPU overhead and the CUDA module's. */
+    CHECK_EQ_INT(sch_server_free_bytes(e.sched, -1),
+                 (64LL << 30) - 2 * (SCH_RUNNER_CPU_BYTES + SCH_RUNNER_CUDA_HOST_BYTES));
+    env_stop(&e);
+    inventory_g = NULL;
+}
+
 static void test_heartbeat(void)
 {
     hb_interval_g = 1000;
@@ -942,6 +995,8 @@ static void test_adopt_after_restart(void)
     h.u.hello.has_size = true;
     h.u.hello.context_length = 512;
     h.u.hello.has_context_length = true;
+    h.u.hello.offload_error = "cuda: no NVIDIA driver (adopted)";
+    h.u.hello.has_offload_error = true;
     CHECK_EQ_INT(bus_send(rn, &h, NULL), CR_OK);
     wait_runners(&e, 1);
     char name[128];
@@ -949,6 +1004,10 @@ static void test_adopt_after_restart(void)
     CHECK(ps_one(&e, name, sizeof name, &size, &vram));
     CHECK_EQ_STR(name, "alpha:latest");
     CHECK_EQ_INT(size, 4321);
+    /* the reason its GPU layers run on the CPU survives the restart */
+    char why[256];
+    CHECK(ps_offload_error(&e, "alpha:latest", why, sizeof why));
+    CHECK_EQ_STR(why, "cuda: no NVIDIA driver (adopted)");
 
     /* A request for it goes to the adopted runner: no load, no spawn. */
     send_generate(&e, "ad1", "alpha", "hi", NULL, 0);
@@ -1532,6 +1591,7 @@ int main(int argc, char **argv)
     test_load_progress_and_timeout();
     test_eviction_and_queue();
     test_evict_lru_only_one();
+    test_offload_error_in_ps();
     test_heartbeat();
     test_memory_eviction();
     test_spill_and_cannot_load();

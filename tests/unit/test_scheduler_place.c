@@ -292,6 +292,9 @@ static void estimate_vs_runner(const char *label, rn_synth_opts_t *so,
                               .kv_cache_type = kv_g, .flash_attention = true};
     st = sch_estimate_file(path, &eo, est, &err);
     CHECK_MSG(st == CR_OK, "estimate %s: %s", label, err.msg);
+    /* the runner's measured fixed overhead, per backend */
+    CHECK_EQ_INT(est->runner_cpu_bytes, SCH_RUNNER_CPU_BYTES);
+    CHECK_EQ_INT(est->runner_cuda_host_bytes, SCH_RUNNER_CUDA_HOST_BYTES);
     cr_type_t kv_type = CR_TYPE_F16;
     CHECK(cr_kv_cache_type_parse(kv_g, &kv_type));
     CHECK_MSG(est->kv_type == kv_type, "%s: estimate's KV type %d", label, est->kv_type);
@@ -693,6 +696,8 @@ static void check_plan(const cr_inventory_t *inv, const int64_t *free_b,
     int64_t cpu = sum_layers(e, 0, n_total - p->gpu_layers) +
                   (p->gpu_layers < n_total ? e->cpu_graph_bytes : 0);
     CHECK_EQ_INT(p->cpu_bytes, cpu);
+    CHECK_EQ_INT(p->runner_bytes,
+                 e->runner_cpu_bytes + (p->n_devs > 0 ? e->runner_cuda_host_bytes : 0));
     CHECK_EQ_INT(p->total_bytes, p->vram_bytes + p->cpu_bytes);
     CHECK_EQ_INT(p->full_offload, p->gpu_layers == n_total);
 }
@@ -957,6 +962,37 @@ static void test_default_ctx(void)
     unsetenv("OLLAMA_CONTEXT_LENGTH");
 }
 
+/* The runner process's own memory counts on the host: its CPU overhead in
+ * every plan, the CUDA module's only in one with GPU layers; the model's
+ * size (ps) leaves both out, and the system memory check counts them. */
+static void test_place_runner_overhead(void)
+{
+    sch_estimate_t *e = calloc(1, sizeof *e);
+    placed_t *p = calloc(1, sizeof *p);
+    model_7b(e);
+    e->runner_cpu_bytes = 12 * MB;
+    e->runner_cuda_host_bytes = 160 * MB;
+    place(p, "", 64 * GB, e, &AUTO); /* CPU only */
+    CHECK_EQ_INT(p->plan.runner_bytes, 12 * MB);
+    CHECK_EQ_INT(p->plan.cpu_bytes, sum_layers(e, 0, 33) + 300 * MB);
+    place(p, "0:RTX 4090:24000000000", 64 * GB, e, &AUTO); /* all on the GPU */
+    CHECK(p->plan.full_offload);
+    CHECK_EQ_INT(p->plan.runner_bytes, 172 * MB);
+    CHECK_EQ_INT(p->plan.total_bytes, 7200 * MB);
+    sch_place_opts_t o = AUTO;
+    o.num_gpu = 0; /* a GPU host, a CPU plan: no CUDA module loaded */
+    place(p, "0:RTX 4090:24000000000", 64 * GB, e, &o);
+    CHECK_EQ_INT(p->plan.runner_bytes, 12 * MB);
+    /* system memory: the model's CPU part fits alone, not with the runner */
+    int64_t cpu = sum_layers(e, 0, 33) + 300 * MB;
+    place(p, "", cpu + 12 * MB, e, &AUTO);
+    CHECK_EQ_INT(p->st, CR_OK);
+    place(p, "", cpu + 12 * MB - 1, e, &AUTO);
+    CHECK_EQ_INT(p->st, CR_E_NOMEM);
+    free(p);
+    free(e);
+}
+
 int main(void)
 {
     snprintf(dir_g, sizeof dir_g, "/tmp/corral-place-XXXXXX");
@@ -974,6 +1010,7 @@ int main(void)
     test_place_one_gpu();
     test_place_two_gpus();
     test_place_eight_gpus();
+    test_place_runner_overhead();
     test_plan_describe();
     test_default_ctx();
     rmdir(dir_g);

@@ -7,11 +7,12 @@
  * through upload/download only; download waits for the stream.
  *
  * This header is plain C and includes no CUDA header: the implementation
- * lives in the .cu files of backend/cuda/src/, built into corral_cuda only
- * when CMake finds the toolkit (CORRAL_HAVE_CUDA=1 for corral_engine).
- * Without it, nothing here is linked. The runner reaches this backend only
- * through the backend table (services/runner/backends.c) and be_ops_t; the
- * functions below serve the table, the GPU tests and the bench.
+ * lives in the .cu files of backend/cuda/src/, built when CMake finds the
+ * toolkit into the module lib/corral/backend-cuda.so (with module_entry.c,
+ * which hands the runner be_cuda_probe and be_cuda_new through
+ * backend/module.h) and into the static corral_cuda that the GPU tests and
+ * the bench link. corral-runner never links it: the backend table
+ * (services/runner/backends.c) loads the module at run time.
  *
  * Ops cannot return a status (backend.h), so a CUDA or cuBLAS error inside
  * an op is kept (the first one) and later ops become no-ops; the caller
@@ -31,6 +32,11 @@ extern "C" {
 /* Number of CUDA devices usable by this process: 0 without a GPU, without
  * a driver, or when the driver is older than the runtime. Never fails. */
 int be_cuda_device_count(void);
+
+/* Like be_cuda_device_count, but says why there is none: CR_E_UNAVAILABLE
+ * naming the CUDA error (no driver, a driver older than this runtime, no
+ * device) and both versions. *n = the count (0 on error). */
+cr_status_t be_cuda_probe(int *n, cr_err_t *err);
 
 /* Creates the CUDA backend on device `device` (0-based). On success *out is
  * owned by the caller; free with be_destroy(&be). CR_E_UNAVAILABLE when

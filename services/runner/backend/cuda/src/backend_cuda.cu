@@ -130,6 +130,25 @@ extern "C" int be_cuda_device_count(void)
     return n;
 }
 
+extern "C" cr_status_t be_cuda_probe(int *n, cr_err_t *err)
+{
+    *n = 0;
+    cudaError_t e = cudaGetDeviceCount(n);
+    if (e == cudaSuccess && *n > 0)
+        return CR_OK;
+    cudaGetLastError();
+    *n = 0;
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv); /* 0 when no driver is installed */
+    cudaRuntimeGetVersion(&rt);
+    if (e == cudaSuccess)
+        e = cudaErrorNoDevice;
+    return cr_err_set(err, CR_E_UNAVAILABLE,
+                      "%s (%s; driver supports CUDA %d.%d, module built for %d.%d)",
+                      cudaGetErrorString(e), cudaGetErrorName(e), drv / 1000,
+                      drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+}
+
 static int cuda_device_count(const be_backend_t *be)
 {
     CR_UNUSED(be);
