@@ -9,7 +9,8 @@
  * Writes config.json, model.safetensors (or N shards and
  * model.safetensors.index.json), tokenizer.json and tokenizer_config.json.
  * Architectures: llama (Q/K rows un-permuted to Hugging Face's layout),
- * qwen2, qwen3, qwen3moe (expert stacks split per expert); tensors F32,
+ * qwen2, qwen3, qwen3moe (expert stacks split per expert), gemma2,
+ * gemma3 (norms stored 1 + w in GGUF written as w), phi3; tensors F32,
  * F16 or BF16 (quantized ones are refused).
  * Tokenizers: "llama" (SentencePiece: a byte_fallback BPE whose merges are
  * every split of a token into two tokens, in score order) and "gpt2" with
@@ -69,7 +70,10 @@ static int write_config(const cr_gguf_t *g, const char *arch, const char *dir)
     } names[] = {{"llama", "LlamaForCausalLM", "llama"},
                  {"qwen2", "Qwen2ForCausalLM", "qwen2"},
                  {"qwen3", "Qwen3ForCausalLM", "qwen3"},
-                 {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"}};
+                 {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
+                 {"gemma2", "Gemma2ForCausalLM", "gemma2"},
+                 {"gemma3", "Gemma3ForCausalLM", "gemma3_text"},
+                 {"phi3", "Phi3ForCausalLM", "phi3"}};
     const char *hf = NULL, *type = NULL;
     for (size_t i = 0; i < CR_ARRAY_LEN(names); i++)
         if (!strcmp(arch, names[i].arch)) {
@@ -112,6 +116,32 @@ static int write_config(const cr_gguf_t *g, const char *arch, const char *dir)
     json_object_set_new(c, "tie_word_embeddings",
                         json_boolean(!cr_gguf_tensor_find(g, "output.weight")));
     json_object_set_new(c, "torch_dtype", json_string("float32"));
+    static const char *const u_keys[][2] = {
+        {"attention.sliding_window", "sliding_window"},
+        {"attention.sliding_window_pattern", "sliding_window_pattern"}};
+    for (size_t i = 0; i < CR_ARRAY_LEN(u_keys); i++) {
+        uint64_t v;
+        if (get_u(g, arch, u_keys[i][0], &v))
+            json_object_set_new(c, u_keys[i][1], json_integer((json_int_t)v));
+    }
+    static const char *const f_keys[][2] = {
+        {"attn_logit_softcapping", "attn_logit_softcapping"},
+        {"final_logit_softcapping", "final_logit_softcapping"},
+        {"rope.freq_base_swa", "rope_local_base_freq"}};
+    for (size_t i = 0; i < CR_ARRAY_LEN(f_keys); i++) {
+        float v;
+        snprintf(key, sizeof key, "%s.%s", arch, f_keys[i][0]);
+        if (cr_gguf_get_f32(g, key, &v))
+            json_object_set_new(c, f_keys[i][1], json_real(v));
+    }
+    char rtype[16] = "";
+    float factor = 0;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    cr_gguf_get_strz(g, key, rtype, sizeof rtype);
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+    if (!strcmp(rtype, "linear") && cr_gguf_get_f32(g, key, &factor))
+        json_object_set_new(c, "rope_scaling",
+                            json_pack("{s:s, s:f}", "rope_type", "linear", "factor", factor));
     uint64_t ne = 0, nu = 0, fe = 0;
     if (get_u(g, arch, "expert_count", &ne) && get_u(g, arch, "expert_used_count", &nu)) {
         json_object_set_new(c, "num_experts", json_integer((json_int_t)ne));
@@ -318,8 +348,9 @@ static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
 /* ---- tensors ---- */
 
 /* The Hugging Face name of a GGUF tensor, or false. */
-static bool hf_name(const char *gn, char *out, size_t cap)
+static bool hf_name(const char *gn, const char *arch, char *out, size_t cap)
 {
+    bool gemma = !strncmp(arch, "gemma", 5), phi3 = !strcmp(arch, "phi3");
     static const char *const top[][2] = {{"token_embd.weight", "model.embed_tokens.weight"},
                                          {"output_norm.weight", "model.norm.weight"},
                                          {"output.weight", "lm_head.weight"}};
@@ -340,6 +371,20 @@ static bool hf_name(const char *gn, char *out, size_t cap)
     if (sscanf(gn, "blk.%d.%63[a-z_].%15[a-z]%n", &l, part, kind, &used) != 3 ||
         gn[used])
         return false;
+    static const char *const gemma_per[][2] = {
+        {"post_attention_norm", "post_attention_layernorm"},
+        {"ffn_norm", "pre_feedforward_layernorm"},
+        {"post_ffw_norm", "post_feedforward_layernorm"}};
+    for (size_t i = 0; gemma && i < CR_ARRAY_LEN(gemma_per); i++)
+        if (!strcmp(part, gemma_per[i][0])) {
+            snprintf(out, cap, "model.layers.%d.%s.%s", l, gemma_per[i][1], kind);
+            return true;
+        }
+    if (phi3 && (!strcmp(part, "attn_qkv") || !strcmp(part, "ffn_up"))) {
+        snprintf(out, cap, "model.layers.%d.%s.%s", l,
+                 part[0] == 'a' ? "self_attn.qkv_proj" : "mlp.gate_up_proj", kind);
+        return true;
+    }
     for (size_t i = 0; i < CR_ARRAY_LEN(per); i++)
         if (!strcmp(part, per[i][0])) {
             snprintf(out, cap, "model.layers.%d.%s.%s", l, per[i][1], kind);
@@ -356,6 +401,7 @@ typedef struct out_tensor {
     uint32_t n_dims;
     uint64_t shape[4];   /* Hugging Face order: rows first */
     int64_t heads;       /* > 0: un-permute rows in this many heads */
+    bool minus_one;      /* gemma norms: GGUF's 1 + w back to w (F32) */
 } out_tensor_t;
 
 static int write_shard(const char *path, const out_tensor_t *ts, size_t n)
@@ -393,6 +439,16 @@ static int write_shard(const char *path, const out_tensor_t *ts, size_t n)
     free(text);
     for (size_t i = 0; i < n; i++) {
         const uint8_t *d = ts[i].data;
+        if (ts[i].minus_one) {
+            /* exact: the weights lie in [0.5, 2] (Sterbenz) */
+            for (uint64_t k = 0; k < ts[i].size_bytes / 4; k++) {
+                float v;
+                memcpy(&v, d + 4 * k, 4);
+                v -= 1.0f;
+                fwrite(&v, 4, 1, f);
+            }
+            continue;
+        }
         if (ts[i].heads <= 0) {
             fwrite(d, 1, (size_t)ts[i].size_bytes, f);
             continue;
@@ -410,7 +466,8 @@ static int write_shard(const char *path, const out_tensor_t *ts, size_t n)
 
 /* Adds GGUF tensor t (or, for a [E][rows][cols] expert stack, one tensor
  * per expert) to ts at *n. */
-static int add_out(const cr_gguf_tensor_t *t, out_tensor_t *ts, size_t *n, size_t cap)
+static int add_out(const cr_gguf_tensor_t *t, const char *arch, out_tensor_t *ts, size_t *n,
+                   size_t cap)
 {
     const char *dt = t->type == CR_TYPE_F32 ? "F32" : t->type == CR_TYPE_F16 ? "F16" : "BF16";
     int l = 0, used = 0;
@@ -437,8 +494,10 @@ static int add_out(const cr_gguf_tensor_t *t, out_tensor_t *ts, size_t *n, size_
                         .n_dims = t->n_dims};
     for (uint32_t d = 0; d < t->n_dims; d++)
         o->shape[d] = t->ne[t->n_dims - 1 - d];
-    if (!hf_name(t->name, o->name, sizeof o->name))
+    if (!hf_name(t->name, arch, o->name, sizeof o->name))
         return fail("tensor %s has no Hugging Face name here", t->name);
+    o->minus_one = !strncmp(arch, "gemma", 5) && t->type == CR_TYPE_F32 &&
+                   t->n_dims == 1 && strstr(t->name, "norm.weight");
     return 0;
 }
 
@@ -460,7 +519,7 @@ static int write_tensors(const cr_gguf_t *g, const char *arch, const char *dir, 
             return fail("tensor %s is quantized; only F32, F16, BF16 are written", t->name);
         }
         size_t at = n;
-        if (add_out(t, ts, &n, cap)) {
+        if (add_out(t, arch, ts, &n, cap)) {
             free(ts);
             return 1;
         }

@@ -19,6 +19,9 @@ enum {
     F_QKV_BIAS = 1u << 1,   /* qwen2 */
     F_QK_NORM = 1u << 2,    /* qwen3 */
     F_MOE = 1u << 3,        /* qwen3moe */
+    F_GEMMA = 1u << 4,      /* gemma2/3: four norms a layer, stored 1 + w */
+    F_FUSED = 1u << 5,      /* phi3: qkv_proj and gate_up_proj */
+    F_TIED = 1u << 6,       /* no lm_head whatever the config says */
 };
 
 static const struct {
@@ -30,6 +33,9 @@ static const struct {
     {"Qwen2ForCausalLM", "qwen2", F_QKV_BIAS},
     {"Qwen3ForCausalLM", "qwen3", F_QK_NORM},
     {"Qwen3MoeForCausalLM", "qwen3moe", F_QK_NORM | F_MOE},
+    {"Gemma2ForCausalLM", "gemma2", F_GEMMA | F_TIED},
+    {"Gemma3ForCausalLM", "gemma3", F_GEMMA | F_QK_NORM | F_TIED},
+    {"Phi3ForCausalLM", "phi3", F_FUSED},
 };
 
 typedef struct hparams {
@@ -49,6 +55,7 @@ typedef struct job {
     size_t n_src;
     cr_type_t type;
     int64_t permute_heads; /* > 0: permute rows in groups of this many heads */
+    bool add_one;          /* gemma norms: GGUF holds 1 + w (F32) */
 } job_t;
 
 typedef struct conv {
@@ -235,7 +242,8 @@ static cr_status_t read_hparams(const json_t *cfg, hparams_t *hp, cr_err_t *err)
     if (!hp->arch)
         return cr_err_set(err, CR_E_UNSUPPORTED, "config.json: architecture %.64s "
                           "is not supported (LlamaForCausalLM, MistralForCausalLM, "
-                          "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM "
+                          "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+                          "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM "
                           "are)", hf);
     cr_status_t st;
     if ((st = get_int(cfg, "hidden_size", -1, 1, MAX_DIM, &hp->dim, err)) ||
@@ -309,6 +317,46 @@ static cr_status_t add_rope_scaling(cr_gguf_writer_t *w, const json_t *cfg,
                       type ? type : "(none)");
 }
 
+/* A number of config.json as an F32 key, if present and not null. */
+static cr_status_t opt_f32(cr_gguf_writer_t *w, const json_t *cfg, const char *field,
+                           const char *key, cr_err_t *err)
+{
+    const json_t *v = json_object_get(cfg, field);
+    if (!v || json_is_null(v))
+        return CR_OK;
+    if (!json_is_number(v))
+        return cr_err_set(err, CR_E_INVALID, "config.json: %s is not a number", field);
+    return cr_gguf_writer_add_f32(w, key, (float)json_number_value(v), err);
+}
+
+static cr_status_t opt_u32(cr_gguf_writer_t *w, const json_t *cfg, const char *field,
+                           const char *key, cr_err_t *err)
+{
+    const json_t *v = json_object_get(cfg, field);
+    if (!v || json_is_null(v))
+        return CR_OK;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > INT32_MAX)
+        return cr_err_set(err, CR_E_INVALID, "config.json: %s is not a count", field);
+    return cr_gguf_writer_add_u32(w, key, (uint32_t)json_integer_value(v), err);
+}
+
+/* gemma2/3: sliding window and its pattern, soft-capping, the local rope
+ * base (llama.cpp's key names). */
+static cr_status_t add_gemma_keys(cr_gguf_writer_t *w, const json_t *cfg,
+                                  const hparams_t *hp, cr_err_t *err)
+{
+    char key[96];
+    cr_status_t st = opt_u32(w, cfg, "sliding_window", KEY("attention.sliding_window"), err);
+    st = st ? st : opt_u32(w, cfg, "sliding_window_pattern",
+                           KEY("attention.sliding_window_pattern"), err);
+    st = st ? st : opt_f32(w, cfg, "attn_logit_softcapping", KEY("attn_logit_softcapping"),
+                           err);
+    st = st ? st : opt_f32(w, cfg, "final_logit_softcapping",
+                           KEY("final_logit_softcapping"), err);
+    return st ? st : opt_f32(w, cfg, "rope_local_base_freq", KEY("rope.freq_base_swa"), err);
+}
+
 static cr_status_t add_hparams(cr_gguf_writer_t *w, const json_t *cfg,
                                const hparams_t *hp, cr_type_t ftype, cr_err_t *err)
 {
@@ -354,6 +402,8 @@ static cr_status_t add_hparams(cr_gguf_writer_t *w, const json_t *cfg,
             st = cr_gguf_writer_add_bool(w, KEY("expert_weights_norm"), json_is_true(norm),
                                          err);
     }
+    if (!st && (hp->flags & F_GEMMA))
+        st = add_gemma_keys(w, cfg, hp, err);
     return st ? st : add_rope_scaling(w, cfg, hp, err);
 }
 
@@ -444,6 +494,8 @@ static cr_status_t map1(conv_t *c, const char *hf, const char *gguf, int64_t row
     j->file[0] = f;
     j->type = cols ? gguf_type(t->dtype) : CR_TYPE_F32;
     j->permute_heads = permute_heads;
+    /* llama.cpp stores gemma's RMSNorm weights as 1 + w */
+    j->add_one = (c->hp.flags & F_GEMMA) && !cols && has_suffix(hf, "norm.weight");
     return CR_OK;
 }
 
@@ -474,42 +526,56 @@ static cr_status_t map_layer(conv_t *c, int l, cr_err_t *err)
     const hparams_t *hp = &c->hp;
     int64_t D = hp->dim, Q = hp->n_heads * hp->head_dim, KV = hp->n_kv * hp->head_dim;
     bool perm = hp->flags & F_PERMUTE_QK, bias = hp->flags & F_QKV_BIAS;
+    bool gemma = hp->flags & F_GEMMA, fused = hp->flags & F_FUSED;
     char hf[160], gn[64];
     cr_status_t st = CR_OK;
-#define MAP(hfs, gs, rows, cols, opt, ph)                                          \
+#define MAP(hfs, gs, rows, cols, ph)                                               \
     do {                                                                           \
         snprintf(hf, sizeof hf, "model.layers.%d.%s", l, hfs);                     \
         snprintf(gn, sizeof gn, "blk.%d.%s", l, gs);                               \
         if (!st)                                                                   \
-            st = map1(c, hf, gn, rows, cols, opt, ph, err);                        \
+            st = map1(c, hf, gn, rows, cols, false, ph, err);                      \
     } while (0)
-    MAP("input_layernorm.weight", "attn_norm.weight", D, 0, false, 0);
-    MAP("self_attn.q_proj.weight", "attn_q.weight", Q, D, false, perm ? hp->n_heads : 0);
-    MAP("self_attn.k_proj.weight", "attn_k.weight", KV, D, false, perm ? hp->n_kv : 0);
-    MAP("self_attn.v_proj.weight", "attn_v.weight", KV, D, false, 0);
+    MAP("input_layernorm.weight", "attn_norm.weight", D, 0, 0);
+    if (fused) {
+        MAP("self_attn.qkv_proj.weight", "attn_qkv.weight", Q + 2 * KV, D, 0);
+    } else {
+        MAP("self_attn.q_proj.weight", "attn_q.weight", Q, D, perm ? hp->n_heads : 0);
+        MAP("self_attn.k_proj.weight", "attn_k.weight", KV, D, perm ? hp->n_kv : 0);
+        MAP("self_attn.v_proj.weight", "attn_v.weight", KV, D, 0);
+    }
     if (bias) {
-        MAP("self_attn.q_proj.bias", "attn_q.bias", Q, 0, false, 0);
-        MAP("self_attn.k_proj.bias", "attn_k.bias", KV, 0, false, 0);
-        MAP("self_attn.v_proj.bias", "attn_v.bias", KV, 0, false, 0);
+        MAP("self_attn.q_proj.bias", "attn_q.bias", Q, 0, 0);
+        MAP("self_attn.k_proj.bias", "attn_k.bias", KV, 0, 0);
+        MAP("self_attn.v_proj.bias", "attn_v.bias", KV, 0, 0);
     }
-    MAP("self_attn.o_proj.weight", "attn_output.weight", D, Q, false, 0);
+    MAP("self_attn.o_proj.weight", "attn_output.weight", D, Q, 0);
     if (hp->flags & F_QK_NORM) {
-        MAP("self_attn.q_norm.weight", "attn_q_norm.weight", hp->head_dim, 0, false, 0);
-        MAP("self_attn.k_norm.weight", "attn_k_norm.weight", hp->head_dim, 0, false, 0);
+        MAP("self_attn.q_norm.weight", "attn_q_norm.weight", hp->head_dim, 0, 0);
+        MAP("self_attn.k_norm.weight", "attn_k_norm.weight", hp->head_dim, 0, 0);
     }
-    MAP("post_attention_layernorm.weight", "ffn_norm.weight", D, 0, false, 0);
+    if (gemma) {
+        MAP("post_attention_layernorm.weight", "post_attention_norm.weight", D, 0, 0);
+        MAP("pre_feedforward_layernorm.weight", "ffn_norm.weight", D, 0, 0);
+        MAP("post_feedforward_layernorm.weight", "post_ffw_norm.weight", D, 0, 0);
+    } else {
+        MAP("post_attention_layernorm.weight", "ffn_norm.weight", D, 0, 0);
+    }
     if (hp->flags & F_MOE) {
         int64_t E = hp->n_expert, Fe = hp->expert_ffn;
-        MAP("mlp.gate.weight", "ffn_gate_inp.weight", E, D, false, 0);
+        MAP("mlp.gate.weight", "ffn_gate_inp.weight", E, D, 0);
         if (!st) /* the router is small and read in F32 */
             c->jobs[c->n_jobs - 1].type = CR_TYPE_F32;
         st = st ? st : map_experts(c, l, "gate_proj", "ffn_gate_exps", Fe, D, err);
         st = st ? st : map_experts(c, l, "down_proj", "ffn_down_exps", D, Fe, err);
         st = st ? st : map_experts(c, l, "up_proj", "ffn_up_exps", Fe, D, err);
+    } else if (fused) {
+        MAP("mlp.gate_up_proj.weight", "ffn_up.weight", 2 * hp->ffn, D, 0);
+        MAP("mlp.down_proj.weight", "ffn_down.weight", D, hp->ffn, 0);
     } else {
-        MAP("mlp.gate_proj.weight", "ffn_gate.weight", hp->ffn, D, false, 0);
-        MAP("mlp.down_proj.weight", "ffn_down.weight", D, hp->ffn, false, 0);
-        MAP("mlp.up_proj.weight", "ffn_up.weight", hp->ffn, D, false, 0);
+        MAP("mlp.gate_proj.weight", "ffn_gate.weight", hp->ffn, D, 0);
+        MAP("mlp.down_proj.weight", "ffn_down.weight", D, hp->ffn, 0);
+        MAP("mlp.up_proj.weight", "ffn_up.weight", hp->ffn, D, 0);
     }
 #undef MAP
     return st;
@@ -523,8 +589,8 @@ static cr_status_t map_tensors(conv_t *c, int64_t n_vocab, cr_err_t *err)
     st = st ? st : map1(c, "model.norm.weight", "output_norm.weight", hp->dim, 0, false,
                         0, err);
     /* An untied model must have lm_head; a tied one may still carry it. */
-    st = st ? st : map1(c, "lm_head.weight", "output.weight", n_vocab, hp->dim, hp->tied,
-                        0, err);
+    st = st ? st : map1(c, "lm_head.weight", "output.weight", n_vocab, hp->dim,
+                        hp->tied || (hp->flags & F_TIED), 0, err);
     for (int l = 0; !st && l < hp->n_layers; l++)
         st = map_layer(c, l, err);
     for (size_t i = 0; !st && i < cr_st_set_tensor_count(c->set); i++) {
@@ -547,12 +613,14 @@ static cr_status_t write_part(conv_t *c, const job_t *j, size_t k,
     const cr_st_tensor_t *t = j->src[k];
     const cr_st_file_t *f = j->file[k];
     cr_status_t st = CR_OK;
-    if (j->type == CR_TYPE_F32 && t->dtype != CR_ST_F32) {
-        /* widening: norms, biases, routers (small) */
+    if (j->type == CR_TYPE_F32 && (t->dtype != CR_ST_F32 || j->add_one)) {
+        /* widening: norms, biases, routers (small); gemma's 1 + w */
         float *v = malloc((size_t)t->n_elems * sizeof *v + 1);
         if (!v)
             return cr_err_set(err, CR_E_NOMEM, "out of memory");
         st = cr_st_read_f32(f, t, v, (size_t)t->n_elems, err);
+        for (uint64_t i = 0; !st && j->add_one && i < t->n_elems; i++)
+            v[i] += 1.0f;
         st = st ? st : cr_gguf_sink_write(sink, v, (size_t)t->n_elems * sizeof *v, err);
         free(v);
         return st;

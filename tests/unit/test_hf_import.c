@@ -1,13 +1,16 @@
 /* test_hf_import.c: the safetensors import (services/registry/hf_import.c,
  * hf_vocab.c) without downloads. corral-gguf-to-hf writes a Hugging Face
  * folder from a GGUF (stories260K, tiny-spm-f16 from the shared testdata;
- * synthetic llama/qwen2/qwen3 models), reg_hf_import converts it back, and:
+ * synthetic llama, qwen2, qwen3, qwen3moe, gemma2, gemma3 and phi3
+ * models), reg_hf_import converts it back, and:
  *  - the logits of both files are bit-identical for every position of a
  *    prompt (F32 and F16 tensors are copied, Q/K rows permuted and back:
  *    nothing is rounded, so no tolerance);
  *  - the vocab test strings of testdata/vocab tokenize the same through the
  *    original vocabulary and the one rebuilt from tokenizer.json
  *    (llama-spm, phi-3, gpt-2, llama-bpe);
+ *  - two facts checked apart from the round trip: llama's Q rows are
+ *    permuted as llama.cpp does, gemma's norms are stored as 1 + w;
  *  - the chat template comes through (from tokenizer_config.json, or from
  *    chat_template.jinja for the MoE model);
  *  - bad folders fail naming the file and tensor, leaving no output file.
@@ -129,6 +132,41 @@ static void check_q_permutation(const char *dir, const char *gguf, int hd)
     cr_gguf_close(&g);
 }
 
+/* Gemma's RMSNorm weights: Hugging Face holds w (near 0; the model
+ * multiplies by 1 + w), llama.cpp's GGUF holds 1 + w. */
+static void check_gemma_norm(const char *dir, const char *gguf)
+{
+    char path[1400];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    cr_st_file_t *f = NULL;
+    cr_gguf_t *g = NULL;
+    cr_err_t err;
+    if (cr_st_open(path, NULL, &f, &err) || cr_gguf_open(gguf, &g, &err)) {
+        CHECK_MSG(false, "%s", err.msg);
+        cr_st_close(&f);
+        return;
+    }
+    const cr_st_tensor_t *t = cr_st_tensor_find(f, "model.layers.0.input_layernorm.weight");
+    const cr_gguf_tensor_t *n = cr_gguf_tensor_find(g, "blk.0.attn_norm.weight");
+    CHECK(t && n && n->type == CR_TYPE_F32 && t->n_elems == n->n_elems);
+    if (t && n && t->n_elems == n->n_elems) {
+        float hf[256];
+        CHECK(t->n_elems <= 256 && cr_st_read_f32(f, t, hf, 256, &err) == CR_OK);
+        double mean_abs = 0;
+        bool plus_one = true;
+        for (uint64_t i = 0; i < t->n_elems && i < 256; i++) {
+            float v;
+            memcpy(&v, (const char *)n->data + 4 * i, 4);
+            plus_one &= v == hf[i] + 1.0f;
+            mean_abs += fabs(hf[i]) / (double)t->n_elems;
+        }
+        CHECK_MSG(plus_one, "GGUF attn_norm is not 1 + the HF weight");
+        CHECK_MSG(mean_abs < 0.5, "HF gemma norm weights average |w| %.3f", mean_abs);
+    }
+    cr_st_close(&f);
+    cr_gguf_close(&g);
+}
+
 static void roundtrip(const char *label, const char *gguf, const char *extra)
 {
     char dir[1200], out[1300];
@@ -165,6 +203,8 @@ static void roundtrip(const char *label, const char *gguf, const char *extra)
     printf("  %-14s %s, %zu x %d logits bit-identical\n", label, arch, va, n);
     if (!strcmp(label, "synth-llama"))
         check_q_permutation(dir, out, 16); /* dim 64 / 4 heads */
+    if (!strcmp(label, "synth-gemma2"))
+        check_gemma_norm(dir, out);
     free(a);
     free(b);
 }
@@ -417,6 +457,24 @@ int main(void)
     o.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }}\n"
                       "{{ m.content }}<|im_end|>\n{% endfor %}";
     synth_roundtrip_opts("synth-qwen3moe", o, "--jinja-file");
+    rn_synth_defaults(&o);
+    o.arch = "gemma2";
+    o.head_dim = 32; /* != dim / heads: key_length matters */
+    o.sliding_window = 8;
+    o.attn_softcap = 20.0f;
+    o.final_softcap = 15.0f;
+    o.seed = 3;
+    synth_roundtrip_opts("synth-gemma2", o, NULL);
+    rn_synth_defaults(&o);
+    o.arch = "gemma3";
+    o.sliding_window = 4;
+    o.swa_pattern = 2;
+    o.rope_linear = 4.0f;
+    o.n_layers = 3;
+    o.type = CR_TYPE_F16;
+    o.seed = 4;
+    synth_roundtrip_opts("synth-gemma3", o, NULL);
+    synth_roundtrip("synth-phi3", "phi3", CR_TYPE_F32, NULL);
     bad_folders();
     const char *root = check_testdata("models/stories260K.gguf") ? getenv("CORRAL_TESTDATA")
                                                                  : NULL;
