@@ -10,11 +10,12 @@
  * model.safetensors.index.json), tokenizer.json and tokenizer_config.json.
  * Architectures: llama (Q/K rows un-permuted to Hugging Face's layout),
  * qwen2, qwen3, qwen3moe (expert stacks split per expert), gemma2,
- * gemma3 (norms stored 1 + w in GGUF written as w), phi3; tensors F32,
+ * gemma3 (norms stored 1 + w in GGUF written as w), phi3, bert; tensors F32,
  * F16 or BF16 (quantized ones are refused).
  * Tokenizers: "llama" (SentencePiece: a byte_fallback BPE whose merges are
  * every split of a token into two tokens, in score order) and "gpt2" with
- * the pre-tokenizers gpt-2, llama-bpe/llama3 and qwen2. */
+ * the pre-tokenizers gpt-2, llama-bpe/llama3 and qwen2; "bert" as
+ * WordPiece. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 
@@ -73,7 +74,8 @@ static int write_config(const cr_gguf_t *g, const char *arch, const char *dir)
                  {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
                  {"gemma2", "Gemma2ForCausalLM", "gemma2"},
                  {"gemma3", "Gemma3ForCausalLM", "gemma3_text"},
-                 {"phi3", "Phi3ForCausalLM", "phi3"}};
+                 {"phi3", "Phi3ForCausalLM", "phi3"},
+                 {"bert", "BertModel", "bert"}};
     const char *hf = NULL, *type = NULL;
     for (size_t i = 0; i < CR_ARRAY_LEN(names); i++)
         if (!strcmp(arch, names[i].arch)) {
@@ -94,6 +96,11 @@ static int write_config(const cr_gguf_t *g, const char *arch, const char *dir)
     float eps = 1e-5f, theta = 10000.0f;
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     cr_gguf_get_f32(g, key, &eps);
+    bool bert = !strcmp(arch, "bert");
+    if (bert) {
+        snprintf(key, sizeof key, "%s.attention.layer_norm_epsilon", arch);
+        cr_gguf_get_f32(g, key, &eps);
+    }
     snprintf(key, sizeof key, "%s.rope.freq_base", arch);
     cr_gguf_get_f32(g, key, &theta);
     const cr_gguf_array_t *toks = NULL;
@@ -107,7 +114,10 @@ static int write_config(const cr_gguf_t *g, const char *arch, const char *dir)
     json_object_set_new(c, "num_key_value_heads", json_integer((json_int_t)kv));
     json_object_set_new(c, "intermediate_size", json_integer((json_int_t)ffn));
     json_object_set_new(c, "max_position_embeddings", json_integer((json_int_t)ctx));
-    json_object_set_new(c, "rms_norm_eps", json_real(eps));
+    json_object_set_new(c, bert ? "layer_norm_eps" : "rms_norm_eps", json_real(eps));
+    uint64_t ntt = 0;
+    if (bert && cr_gguf_get_u64(g, "tokenizer.ggml.token_type_count", &ntt))
+        json_object_set_new(c, "type_vocab_size", json_integer((json_int_t)ntt));
     json_object_set_new(c, "rope_theta", json_real(theta));
     if (get_u(g, arch, "attention.key_length", &kl))
         json_object_set_new(c, "head_dim", json_integer((json_int_t)kl));
@@ -239,6 +249,23 @@ static json_t *pre_tokenizer_for(const char *pre)
                      "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0);
 }
 
+/* A GGUF token as tokenizer.json spells it: WordPiece ("bert") pieces go
+ * from llama.cpp's "▁word" / "cont" / "[SPECIAL]" back to "word" / "##cont"
+ * / "[SPECIAL]"; others are the same. */
+static const char *hf_piece(bool wpm, const char *t, char *out, size_t cap)
+{
+    if (!wpm)
+        return t;
+    size_t n = strlen(t);
+    if (!strncmp(t, "\xe2\x96\x81", 3))
+        snprintf(out, cap, "%s", t + 3);
+    else if (n >= 2 && t[0] == '[' && t[n - 1] == ']')
+        snprintf(out, cap, "%s", t);
+    else
+        snprintf(out, cap, "##%s", t);
+    return out;
+}
+
 static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
 {
     char model[32] = "", pre[64] = "default", buf[1024];
@@ -248,8 +275,8 @@ static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
     if (!cr_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks))
         return fail("no tokenizer.ggml.tokens");
     cr_gguf_get_arr(g, "tokenizer.ggml.token_type", &types);
-    bool spm = !strcmp(model, "llama");
-    if (!spm && strcmp(model, "gpt2"))
+    bool spm = !strcmp(model, "llama"), wpm = !strcmp(model, "bert");
+    if (!spm && !wpm && strcmp(model, "gpt2"))
         return fail("tokenizer model %s has no tokenizer.json form here", model);
     json_t *vocab = json_object(), *added = json_array();
     for (uint64_t i = 0; i < toks->n; i++) {
@@ -257,6 +284,8 @@ static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
         if (types)
             cr_gguf_arr_get_i64(types, i, &type);
         const char *t = tok_at(toks, i, buf, sizeof buf);
+        char piece[1100];
+        t = hf_piece(wpm, t, piece, sizeof piece);
         if (json_object_get(vocab, t))
             return fail("token %" PRIu64 " '%s' appears twice", i, t);
         json_object_set_new(vocab, t, json_integer((json_int_t)i));
@@ -268,7 +297,25 @@ static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
     }
     json_t *m = json_pack("{s:s, s:o}", "type", "BPE", "vocab", vocab);
     json_t *root = json_pack("{s:s, s:o}", "version", "1.0", "added_tokens", added);
-    if (spm) {
+    if (wpm) {
+        uint64_t unk = 100;
+        cr_gguf_get_u64(g, "tokenizer.ggml.unknown_token_id", &unk);
+        json_object_set_new(m, "type", json_string("WordPiece"));
+        json_object_set_new(m, "continuing_subword_prefix", json_string("##"));
+        json_object_set_new(m, "max_input_chars_per_word", json_integer(100));
+        if (unk < toks->n) {
+            char piece[1100];
+            const char *u = hf_piece(true, tok_at(toks, unk, buf, sizeof buf), piece,
+                                     sizeof piece);
+            json_object_set_new(m, "unk_token", json_string(u));
+        }
+        json_object_set_new(root, "normalizer",
+                            json_pack("{s:s, s:b, s:b, s:n, s:b}", "type", "BertNormalizer",
+                                      "clean_text", 1, "handle_chinese_chars", 1,
+                                      "strip_accents", "lowercase", 1));
+        json_object_set_new(root, "pre_tokenizer", json_pack("{s:s}", "type",
+                                                             "BertPreTokenizer"));
+    } else if (spm) {
         json_object_set_new(m, "merges", spm_merges(g, toks, vocab));
         json_object_set_new(m, "byte_fallback", json_true());
         json_object_set_new(m, "fuse_unk", json_true());
@@ -304,15 +351,19 @@ static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
         return 1;
 
     json_t *tc = json_object();
-    static const char *const specials[][2] = {{"bos", "bos"}, {"eos", "eos"},
-                                              {"unknown", "unk"}, {"padding", "pad"}};
+    static const char *const specials[][2] = {
+        {"bos", "bos"},         {"eos", "eos"},   {"unknown", "unk"}, {"padding", "pad"},
+        {"cls", "cls"},         {"seperator", "sep"}, {"mask", "mask"}};
     for (size_t i = 0; i < CR_ARRAY_LEN(specials); i++) {
         char key[96];
         uint64_t id;
         snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", specials[i][0]);
         if (cr_gguf_get_u64(g, key, &id) && id < toks->n) {
             snprintf(key, sizeof key, "%s_token", specials[i][1]);
-            json_object_set_new(tc, key, json_string(tok_at(toks, id, buf, sizeof buf)));
+            char piece[1100];
+            json_object_set_new(tc, key, json_string(hf_piece(wpm, tok_at(toks, id, buf,
+                                                                          sizeof buf),
+                                                              piece, sizeof piece)));
         }
     }
     static const char *const flags[] = {"add_bos_token", "add_eos_token"};
@@ -348,8 +399,44 @@ static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
 /* ---- tensors ---- */
 
 /* The Hugging Face name of a GGUF tensor, or false. */
+static bool bert_name(const char *gn, char *out, size_t cap)
+{
+    static const char *const top[][2] = {
+        {"token_embd.weight", "embeddings.word_embeddings.weight"},
+        {"token_types.weight", "embeddings.token_type_embeddings.weight"},
+        {"position_embd.weight", "embeddings.position_embeddings.weight"},
+        {"token_embd_norm.weight", "embeddings.LayerNorm.weight"},
+        {"token_embd_norm.bias", "embeddings.LayerNorm.bias"}};
+    for (size_t i = 0; i < CR_ARRAY_LEN(top); i++)
+        if (!strcmp(gn, top[i][0])) {
+            snprintf(out, cap, "%s", top[i][1]);
+            return true;
+        }
+    static const char *const per[][2] = {
+        {"attn_q", "attention.self.query"},
+        {"attn_k", "attention.self.key"},
+        {"attn_v", "attention.self.value"},
+        {"attn_output", "attention.output.dense"},
+        {"attn_output_norm", "attention.output.LayerNorm"},
+        {"ffn_up", "intermediate.dense"},
+        {"ffn_down", "output.dense"},
+        {"layer_output_norm", "output.LayerNorm"}};
+    int l, used = 0;
+    char part[64], kind[16];
+    if (sscanf(gn, "blk.%d.%63[a-z_].%15[a-z]%n", &l, part, kind, &used) != 3 || gn[used])
+        return false;
+    for (size_t i = 0; i < CR_ARRAY_LEN(per); i++)
+        if (!strcmp(part, per[i][0])) {
+            snprintf(out, cap, "encoder.layer.%d.%s.%s", l, per[i][1], kind);
+            return true;
+        }
+    return false;
+}
+
 static bool hf_name(const char *gn, const char *arch, char *out, size_t cap)
 {
+    if (!strcmp(arch, "bert"))
+        return bert_name(gn, out, cap);
     bool gemma = !strncmp(arch, "gemma", 5), phi3 = !strcmp(arch, "phi3");
     static const char *const top[][2] = {{"token_embd.weight", "model.embed_tokens.weight"},
                                          {"output_norm.weight", "model.norm.weight"},

@@ -22,6 +22,7 @@ enum {
     F_GEMMA = 1u << 4,      /* gemma2/3: four norms a layer, stored 1 + w */
     F_FUSED = 1u << 5,      /* phi3: qkv_proj and gate_up_proj */
     F_TIED = 1u << 6,       /* no lm_head whatever the config says */
+    F_BERT = 1u << 7,       /* encoder: LayerNorms with biases, no rope */
 };
 
 static const struct {
@@ -36,6 +37,7 @@ static const struct {
     {"Gemma2ForCausalLM", "gemma2", F_GEMMA | F_TIED},
     {"Gemma3ForCausalLM", "gemma3", F_GEMMA | F_QK_NORM | F_TIED},
     {"Phi3ForCausalLM", "phi3", F_FUSED},
+    {"BertModel", "bert", F_BERT},
 };
 
 typedef struct hparams {
@@ -43,6 +45,7 @@ typedef struct hparams {
     unsigned flags;
     int64_t dim, n_layers, n_heads, n_kv, ffn, ctx, head_dim, vocab;
     int64_t n_expert, n_expert_used, expert_ffn;
+    int64_t n_token_types; /* bert */
     double eps, rope_base;
     bool tied;
 } hparams_t;
@@ -243,8 +246,8 @@ static cr_status_t read_hparams(const json_t *cfg, hparams_t *hp, cr_err_t *err)
         return cr_err_set(err, CR_E_UNSUPPORTED, "config.json: architecture %.64s "
                           "is not supported (LlamaForCausalLM, MistralForCausalLM, "
                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-                          "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM "
-                          "are)", hf);
+                          "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, "
+                          "BertModel are)", hf);
     cr_status_t st;
     if ((st = get_int(cfg, "hidden_size", -1, 1, MAX_DIM, &hp->dim, err)) ||
         (st = get_int(cfg, "num_hidden_layers", -1, 1, MAX_LAYERS, &hp->n_layers, err)) ||
@@ -256,7 +259,9 @@ static cr_status_t read_hparams(const json_t *cfg, hparams_t *hp, cr_err_t *err)
         (st = get_int(cfg, "head_dim", hp->dim / hp->n_heads, 1, MAX_DIM, &hp->head_dim,
                       err)) ||
         (st = get_int(cfg, "vocab_size", 0, 0, REG_HF_MAX_VOCAB, &hp->vocab, err)) ||
-        (st = get_num(cfg, "rms_norm_eps", 1e-6, &hp->eps, err)) ||
+        (st = get_num(cfg, (hp->flags & F_BERT) ? "layer_norm_eps" : "rms_norm_eps",
+                      (hp->flags & F_BERT) ? 1e-12 : 1e-6, &hp->eps, err)) ||
+        (st = get_int(cfg, "type_vocab_size", 2, 1, 1024, &hp->n_token_types, err)) ||
         (st = get_num(cfg, "rope_theta", 10000.0, &hp->rope_base, err)))
         return st;
     if (hp->n_heads % hp->n_kv)
@@ -379,6 +384,15 @@ static cr_status_t add_hparams(cr_gguf_writer_t *w, const json_t *cfg,
                                           (uint32_t)hp->n_heads, err);
     st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.head_count_kv"),
                                           (uint32_t)hp->n_kv, err);
+    if (!st && (hp->flags & F_BERT)) {
+        /* an encoder: LayerNorm epsilon, bidirectional, token types; no rope */
+        st = cr_gguf_writer_add_f32(w, KEY("attention.layer_norm_epsilon"), (float)hp->eps,
+                                    err);
+        st = st ? st : cr_gguf_writer_add_bool(w, KEY("attention.causal"), false, err);
+        st = st ? st : cr_gguf_writer_add_u32(w, "tokenizer.ggml.token_type_count",
+                                              (uint32_t)hp->n_token_types, err);
+        return st;
+    }
     st = st ? st : cr_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"),
                                           (float)hp->eps, err);
     st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)hp->rope_base,
@@ -581,9 +595,81 @@ static cr_status_t map_layer(conv_t *c, int l, cr_err_t *err)
     return st;
 }
 
+/* Every tensor of the folder must have found its place. */
+static cr_status_t check_all_used(conv_t *c, cr_err_t *err)
+{
+    const hparams_t *hp = &c->hp;
+    for (size_t i = 0; i < cr_st_set_tensor_count(c->set); i++) {
+        const cr_st_file_t *f;
+        const cr_st_tensor_t *t = cr_st_set_tensor_at(c->set, i, &f);
+        /* rotary tables some checkpoints carry are recomputed at load; BERT's
+         * pooler is not part of the embedding llama.cpp computes */
+        if (!c->used[i] && !has_suffix(t->name, "rotary_emb.inv_freq") &&
+            !((hp->flags & F_BERT) && !strncmp(t->name, "pooler.", 7)))
+            return cr_err_set(err, CR_E_INVALID, "%s: tensor '%s' is not part of a %s "
+                              "model of %" PRId64 " layers", cr_st_name(f), t->name,
+                              hp->arch, hp->n_layers);
+    }
+    return CR_OK;
+}
+
+/* BERT (BertModel's names, no "bert." prefix): embeddings with token
+ * types and learned positions, post-LayerNorm layers with biases. */
+static cr_status_t map_bert(conv_t *c, int64_t n_vocab, cr_err_t *err)
+{
+    const hparams_t *hp = &c->hp;
+    int64_t D = hp->dim, F = hp->ffn;
+    cr_status_t st = CR_OK;
+    char hf[160], gn[64];
+#define MAP(hfs, gs, rows, cols)                                                   \
+    do {                                                                           \
+        snprintf(hf, sizeof hf, "%s", hfs);                                        \
+        snprintf(gn, sizeof gn, "%s", gs);                                         \
+        if (!st)                                                                   \
+            st = map1(c, hf, gn, rows, cols, false, 0, err);                       \
+    } while (0)
+    MAP("embeddings.word_embeddings.weight", "token_embd.weight", n_vocab, D);
+    MAP("embeddings.token_type_embeddings.weight", "token_types.weight", hp->n_token_types,
+        D);
+    MAP("embeddings.position_embeddings.weight", "position_embd.weight", hp->ctx, D);
+    MAP("embeddings.LayerNorm.weight", "token_embd_norm.weight", D, 0);
+    MAP("embeddings.LayerNorm.bias", "token_embd_norm.bias", D, 0);
+    static const struct {
+        const char *hf, *gguf;
+        int rows, cols; /* 'D' dim, 'F' ffn, 0 none */
+    } per[] = {
+        {"attention.self.query", "attn_q", 'D', 'D'},
+        {"attention.self.key", "attn_k", 'D', 'D'},
+        {"attention.self.value", "attn_v", 'D', 'D'},
+        {"attention.output.dense", "attn_output", 'D', 'D'},
+        {"attention.output.LayerNorm", "attn_output_norm", 'D', 0},
+        {"intermediate.dense", "ffn_up", 'F', 'D'},
+        {"output.dense", "ffn_down", 'D', 'F'},
+        {"output.LayerNorm", "layer_output_norm", 'D', 0},
+    };
+    for (int l = 0; !st && l < hp->n_layers; l++)
+        for (size_t i = 0; !st && i < CR_ARRAY_LEN(per); i++) {
+            int64_t rows = per[i].rows == 'F' ? F : D;
+            int64_t cols = per[i].cols == 'F' ? F : per[i].cols ? D : 0;
+            char hn[160], g2[64];
+            snprintf(hn, sizeof hn, "encoder.layer.%d.%s.weight", l, per[i].hf);
+            snprintf(g2, sizeof g2, "blk.%d.%s.weight", l, per[i].gguf);
+            MAP(hn, g2, rows, cols);
+            snprintf(hn, sizeof hn, "encoder.layer.%d.%s.bias", l, per[i].hf);
+            snprintf(g2, sizeof g2, "blk.%d.%s.bias", l, per[i].gguf);
+            MAP(hn, g2, rows, 0);
+        }
+#undef MAP
+    return st;
+}
+
 static cr_status_t map_tensors(conv_t *c, int64_t n_vocab, cr_err_t *err)
 {
     const hparams_t *hp = &c->hp;
+    if (hp->flags & F_BERT) {
+        cr_status_t st = map_bert(c, n_vocab, err);
+        return st ? st : check_all_used(c, err);
+    }
     cr_status_t st = map1(c, "model.embed_tokens.weight", "token_embd.weight", n_vocab,
                           hp->dim, false, 0, err);
     st = st ? st : map1(c, "model.norm.weight", "output_norm.weight", hp->dim, 0, false,
@@ -593,16 +679,7 @@ static cr_status_t map_tensors(conv_t *c, int64_t n_vocab, cr_err_t *err)
                         hp->tied || (hp->flags & F_TIED), 0, err);
     for (int l = 0; !st && l < hp->n_layers; l++)
         st = map_layer(c, l, err);
-    for (size_t i = 0; !st && i < cr_st_set_tensor_count(c->set); i++) {
-        const cr_st_file_t *f;
-        const cr_st_tensor_t *t = cr_st_set_tensor_at(c->set, i, &f);
-        /* rotary tables some checkpoints carry are recomputed at load */
-        if (!c->used[i] && !has_suffix(t->name, "rotary_emb.inv_freq"))
-            st = cr_err_set(err, CR_E_INVALID, "%s: tensor '%s' is not part of a %s "
-                            "model of %" PRId64 " layers", cr_st_name(f), t->name,
-                            hp->arch, hp->n_layers);
-    }
-    return st;
+    return st ? st : check_all_used(c, err);
 }
 
 /* Writes src rows to the sink, permuted for rope if asked: GGUF row
@@ -717,10 +794,12 @@ cr_status_t reg_hf_import(const reg_hf_file_t *files, size_t n,
         (st = open_tensors(&c, err)))
         goto out;
     /* The embedding's rows are the vocabulary size the weights have. */
-    const cr_st_tensor_t *emb = cr_st_set_find(c.set, "model.embed_tokens.weight", NULL);
-    if (!emb) {
-        st = cr_err_set(err, CR_E_INVALID, "tensor 'model.embed_tokens.weight' is "
-                        "missing (no .safetensors file has it)");
+    const char *emb_name = (c.hp.flags & F_BERT) ? "embeddings.word_embeddings.weight"
+                                                 : "model.embed_tokens.weight";
+    const cr_st_tensor_t *emb = cr_st_set_find(c.set, emb_name, NULL);
+    if (!emb || emb->n_dims != 2) {
+        st = cr_err_set(err, CR_E_INVALID, "tensor '%s' is %s", emb_name,
+                        emb ? "not 2-D" : "missing (no .safetensors file has it)");
         goto out;
     }
     int64_t n_vocab = c.hp.vocab ? c.hp.vocab : (int64_t)emb->shape[0];

@@ -1,14 +1,14 @@
 /* test_hf_import.c: the safetensors import (services/registry/hf_import.c,
  * hf_vocab.c) without downloads. corral-gguf-to-hf writes a Hugging Face
  * folder from a GGUF (stories260K, tiny-spm-f16 from the shared testdata;
- * synthetic llama, qwen2, qwen3, qwen3moe, gemma2, gemma3 and phi3
+ * synthetic llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3 and bert
  * models), reg_hf_import converts it back, and:
  *  - the logits of both files are bit-identical for every position of a
  *    prompt (F32 and F16 tensors are copied, Q/K rows permuted and back:
  *    nothing is rounded, so no tolerance);
  *  - the vocab test strings of testdata/vocab tokenize the same through the
  *    original vocabulary and the one rebuilt from tokenizer.json
- *    (llama-spm, phi-3, gpt-2, llama-bpe);
+ *    (llama-spm, phi-3, gpt-2, llama-bpe, bert-bge);
  *  - two facts checked apart from the round trip: llama's Q rows are
  *    permuted as llama.cpp does, gemma's norms are stored as 1 + w;
  *  - the chat template comes through (from tokenizer_config.json, or from
@@ -71,27 +71,35 @@ static bool run_tool(const char *gguf, const char *dir, const char *extra)
     return rc == 0;
 }
 
-/* Logits of every position of toks through the model at path. */
-static float *logits_of(const char *path, const int32_t *toks, int n, size_t *n_vocab)
+/* Logits of every position of toks through the model at path (*count =
+ * n_vocab * n), or for an encoder its unnormalized mean-pooled embedding
+ * (*count = dim); NULL (and a failed check) on error. */
+static float *logits_of(const char *path, const int32_t *toks, int n, size_t *count)
 {
     cr_gguf_t *g = NULL;
     rn_model_t *m = NULL;
     cr_err_t err;
     cr_err_clear(&err);
-    float *out = NULL;
     if (cr_gguf_open(path, &g, &err) || rn_model_load_gguf(&g, be_g, &m, &err)) {
         CHECK_MSG(false, "%s: %s", path, err.msg);
         cr_gguf_close(&g);
         return NULL;
     }
-    size_t V = (size_t)rn_model_hparams(m)->n_vocab;
+    const rn_hparams_t *hp = rn_model_hparams(m);
+    bool encoder = !strcmp(hp->arch, "bert");
+    *count = encoder ? (size_t)hp->dim : (size_t)hp->n_vocab * (size_t)n;
     rn_ctx_t *c = new_ctx(m, 64, 0);
-    out = calloc(V * (size_t)n, sizeof *out);
-    if (c && out)
-        CHECK_MSG(rn_ctx_eval(c, toks, n, 0, out, &err) == CR_OK, "%s", err.msg);
+    float *out = calloc(*count, sizeof *out);
+    cr_status_t st = !c || !out ? CR_E_NOMEM
+                     : encoder  ? rn_ctx_embed(c, toks, n, false, out, &err)
+                                : rn_ctx_eval(c, toks, n, 0, out, &err);
+    CHECK_MSG(st == CR_OK, "%s: %s", path, err.msg);
+    if (st) {
+        free(out);
+        out = NULL;
+    }
     rn_ctx_destroy(&c);
     rn_model_destroy(&m);
-    *n_vocab = V;
     return out;
 }
 
@@ -197,10 +205,11 @@ static void roundtrip(const char *label, const char *gguf, const char *extra)
     int n = (int)CR_ARRAY_LEN(toks);
     size_t va = 0, vb = 0;
     float *a = logits_of(gguf, toks, n, &va), *b = logits_of(out, toks, n, &vb);
-    CHECK_MSG(a && b && va == vb && same(a, b, va * (size_t)n),
+    CHECK_MSG(a && b && va == vb && same(a, b, va),
               "%s: logits differ after the round trip", label);
-    CHECK_MSG(a && all_finite(a, va * (size_t)n), "%s: non-finite logits", label);
-    printf("  %-14s %s, %zu x %d logits bit-identical\n", label, arch, va, n);
+    CHECK_MSG(a && all_finite(a, va), "%s: non-finite logits", label);
+    printf("  %-14s %s, %zu %s bit-identical\n", label, arch, va,
+           strcmp(arch, "bert") ? "logits" : "embedding values");
     if (!strcmp(label, "synth-llama"))
         check_q_permutation(dir, out, 16); /* dim 64 / 4 heads */
     if (!strcmp(label, "synth-gemma2"))
@@ -475,6 +484,11 @@ int main(void)
     o.seed = 4;
     synth_roundtrip_opts("synth-gemma3", o, NULL);
     synth_roundtrip("synth-phi3", "phi3", CR_TYPE_F32, NULL);
+    rn_synth_defaults(&o);
+    o.arch = "bert";
+    o.n_kv_heads = o.n_heads; /* BERT has no grouped heads */
+    o.seed = 6;
+    synth_roundtrip_opts("synth-bert", o, NULL);
     bad_folders();
     const char *root = check_testdata("models/stories260K.gguf") ? getenv("CORRAL_TESTDATA")
                                                                  : NULL;
@@ -484,7 +498,8 @@ int main(void)
         roundtrip("stories260K", p, NULL);
         snprintf(p, sizeof p, "%s/models/tiny-spm-f16.gguf", root);
         roundtrip("tiny-spm-f16", p, "--shards 2");
-        static const char *const vocabs[] = {"llama-spm", "phi-3", "gpt-2", "llama-bpe"};
+        static const char *const vocabs[] = {"llama-spm", "phi-3", "gpt-2", "llama-bpe",
+                                             "bert-bge"};
         for (size_t i = 0; i < CR_ARRAY_LEN(vocabs); i++)
             vocab_roundtrip(root, vocabs[i]);
     } else {
