@@ -802,6 +802,12 @@ cr_status_t reg_hf_import(const reg_hf_file_t *files, size_t n,
                         emb ? "not 2-D" : "missing (no .safetensors file has it)");
         goto out;
     }
+    if (emb->shape[0] > REG_HF_MAX_VOCAB) {
+        st = cr_err_set(err, CR_E_TOO_LARGE, "tensor '%s' has %" PRIu64 " rows (a "
+                        "vocabulary of at most %u)", emb_name, emb->shape[0],
+                        REG_HF_MAX_VOCAB);
+        goto out;
+    }
     int64_t n_vocab = c.hp.vocab ? c.hp.vocab : (int64_t)emb->shape[0];
     if (!(c.buf = malloc(CHUNK_BYTES)) || !(w = cr_gguf_writer_new())) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");

@@ -198,6 +198,10 @@ static void roundtrip(const char *label, const char *gguf, const char *extra)
         bool hb = cr_gguf_get_str(gb, "tokenizer.chat_template", &tb);
         CHECK_MSG(ha == hb && ta.len == tb.len && (!ha || !memcmp(ta.ptr, tb.ptr, ta.len)),
                   "%s: chat template not carried over", label);
+        uint32_t fa = 0, fb = 0;
+        if (cr_gguf_get_u32(ga, "general.file_type", &fa))
+            CHECK_MSG(cr_gguf_get_u32(gb, "general.file_type", &fb) && fa == fb,
+                      "%s: file type %u, source %u", label, fb, fa);
     }
     cr_gguf_close(&ga);
     cr_gguf_close(&gb);
@@ -454,6 +458,7 @@ int main(void)
     synth_roundtrip("synth-llama", "llama", CR_TYPE_F32, NULL);
     synth_roundtrip("synth-llama-f16", "llama", CR_TYPE_F16, "--shards 3");
     synth_roundtrip("synth-qwen2", "qwen2", CR_TYPE_F32, NULL);
+    synth_roundtrip("synth-qwen2-bf16", "qwen2", CR_TYPE_BF16, NULL);
     synth_roundtrip("synth-qwen3", "qwen3", CR_TYPE_F16, "--shards 2");
     rn_synth_opts_t o;
     rn_synth_defaults(&o);
