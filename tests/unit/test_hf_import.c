@@ -274,7 +274,10 @@ static char *read_all(const char *path, size_t *len)
     return s;
 }
 
-static void vocab_roundtrip(const char *root, const char *name)
+/* metaspace: the SentencePiece prefix as Mistral v0.3's tokenizer.json
+ * writes it (no normalizer; a Metaspace pre-tokenizer, prepend_scheme
+ * "first") instead of a Prepend normalizer. */
+static void vocab_roundtrip(const char *root, const char *name, bool metaspace)
 {
     char src[1200], dir[1300], inp_path[1300];
     snprintf(src, sizeof src, "%s/vocab/ggml-vocab-%s.gguf", root, name);
@@ -284,6 +287,13 @@ static void vocab_roundtrip(const char *root, const char *name)
         return;
     json_t *tj = load_json(dir, "tokenizer.json"), *tc = load_json(dir, "tokenizer_config.json");
     CHECK_MSG(tj && tc, "%s: tokenizer files unreadable", name);
+    if (tj && metaspace) {
+        json_object_set_new(tj, "normalizer", json_null());
+        json_object_set_new(tj, "pre_tokenizer",
+                            json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace",
+                                      "replacement", "\xe2\x96\x81", "prepend_scheme",
+                                      "first", "split", 0));
+    }
     cr_gguf_writer_t *w = cr_gguf_writer_new();
     cr_err_t err;
     cr_err_clear(&err);
@@ -328,7 +338,8 @@ static void vocab_roundtrip(const char *root, const char *name)
         p = end + strlen(SEP);
     }
     CHECK_MSG(cases > 10 && fails == 0, "%s: %d of %d cases differ", name, fails, cases);
-    printf("  vocab %-10s %d cases identical\n", name, cases - fails);
+    printf("  vocab %-10s %d cases identical%s\n", name, cases - fails,
+           metaspace ? " (Metaspace form)" : "");
     free(inp);
     rn_tokenizer_destroy(&ta);
     rn_tokenizer_destroy(&tb);
@@ -442,6 +453,12 @@ static void bad_folders(void)
     json_decref(tj);
     expect_fail("unknown pre", dir, NULL, CR_E_UNSUPPORTED,
                 "tokenizer.json: pre_tokenizer not recognised", NULL);
+    json_t *model = json_object_get(tj = json_load_file(path, 0, NULL), "model");
+    json_object_set_new(model, "type", json_string("Unigram"));
+    json_dump_file(tj, path, 0);
+    json_decref(tj);
+    expect_fail("unigram", dir, NULL, CR_E_UNSUPPORTED,
+                "tokenizer.json: model type Unigram is not supported", NULL);
 }
 
 int main(void)
@@ -506,7 +523,8 @@ int main(void)
         static const char *const vocabs[] = {"llama-spm", "phi-3", "gpt-2", "llama-bpe",
                                              "bert-bge"};
         for (size_t i = 0; i < CR_ARRAY_LEN(vocabs); i++)
-            vocab_roundtrip(root, vocabs[i]);
+            vocab_roundtrip(root, vocabs[i], false);
+        vocab_roundtrip(root, "llama-spm", true);
     } else {
         printf("  testdata parts skipped: CORRAL_TESTDATA not set or incomplete\n");
     }
