@@ -23,6 +23,8 @@ enum {
     F_FUSED = 1u << 5,      /* phi3: qkv_proj and gate_up_proj */
     F_TIED = 1u << 6,       /* no lm_head whatever the config says */
     F_BERT = 1u << 7,       /* encoder: LayerNorms with biases, no rope */
+    F_CUT_VOCAB = 1u << 8,  /* gemma3: embedding rows past the tokenizer's
+                               tokens dropped, as llama.cpp does */
 };
 
 static const struct {
@@ -35,7 +37,7 @@ static const struct {
     {"Qwen3ForCausalLM", "qwen3", F_QK_NORM},
     {"Qwen3MoeForCausalLM", "qwen3moe", F_QK_NORM | F_MOE},
     {"Gemma2ForCausalLM", "gemma2", F_GEMMA | F_TIED},
-    {"Gemma3ForCausalLM", "gemma3", F_GEMMA | F_QK_NORM | F_TIED},
+    {"Gemma3ForCausalLM", "gemma3", F_GEMMA | F_QK_NORM | F_TIED | F_CUT_VOCAB},
     {"Phi3ForCausalLM", "phi3", F_FUSED},
     {"BertModel", "bert", F_BERT},
 };
@@ -59,6 +61,8 @@ typedef struct job {
     cr_type_t type;
     int64_t permute_heads; /* > 0: permute rows in groups of this many heads */
     bool add_one;          /* gemma norms: GGUF holds 1 + w (F32) */
+    uint64_t rows_out;     /* > 0: only the first rows_out rows (gemma3's
+                              embedding cut to the tokenizer's tokens) */
 } job_t;
 
 typedef struct conv {
@@ -663,20 +667,32 @@ static cr_status_t map_bert(conv_t *c, int64_t n_vocab, cr_err_t *err)
     return st;
 }
 
-static cr_status_t map_tensors(conv_t *c, int64_t n_vocab, cr_err_t *err)
+static cr_status_t map_tensors(conv_t *c, int64_t emb_rows, int64_t n_vocab,
+                               cr_err_t *err)
 {
     const hparams_t *hp = &c->hp;
     if (hp->flags & F_BERT) {
-        cr_status_t st = map_bert(c, n_vocab, err);
+        cr_status_t st = map_bert(c, emb_rows, err);
         return st ? st : check_all_used(c, err);
     }
-    cr_status_t st = map1(c, "model.embed_tokens.weight", "token_embd.weight", n_vocab,
+    cr_status_t st = map1(c, "model.embed_tokens.weight", "token_embd.weight", emb_rows,
                           hp->dim, false, 0, err);
+    if (!st && n_vocab < emb_rows)
+        c->jobs[c->n_jobs - 1].rows_out = (uint64_t)n_vocab;
     st = st ? st : map1(c, "model.norm.weight", "output_norm.weight", hp->dim, 0, false,
                         0, err);
-    /* An untied model must have lm_head; a tied one may still carry it. */
-    st = st ? st : map1(c, "lm_head.weight", "output.weight", n_vocab, hp->dim,
-                        hp->tied || (hp->flags & F_TIED), 0, err);
+    if (!st && (hp->flags & F_TIED)) {
+        /* gemma reads the embedding; like llama.cpp, an lm_head some
+         * quantizers add is checked and left out */
+        const cr_st_tensor_t *t;
+        const cr_st_file_t *f;
+        cr_status_t ht = take(c, "lm_head.weight", emb_rows, hp->dim, true, &t, &f, err);
+        if (ht != CR_OK && ht != CR_E_NOT_FOUND)
+            st = ht;
+    } else if (!st) {
+        /* An untied model must have lm_head; a tied one may still carry it. */
+        st = map1(c, "lm_head.weight", "output.weight", emb_rows, hp->dim, hp->tied, 0, err);
+    }
     for (int l = 0; !st && l < hp->n_layers; l++)
         st = map_layer(c, l, err);
     return st ? st : check_all_used(c, err);
@@ -716,8 +732,9 @@ static cr_status_t write_part(conv_t *c, const job_t *j, size_t k,
         }
         return st;
     }
-    for (uint64_t off = 0; !st && off < t->size_bytes; off += CHUNK_BYTES) {
-        size_t n = (size_t)CR_MIN((uint64_t)CHUNK_BYTES, t->size_bytes - off);
+    uint64_t total = j->rows_out ? t->size_bytes / t->shape[0] * j->rows_out : t->size_bytes;
+    for (uint64_t off = 0; !st && off < total; off += CHUNK_BYTES) {
+        size_t n = (size_t)CR_MIN((uint64_t)CHUNK_BYTES, total - off);
         st = cr_st_read_range(f, t, off, c->buf, n, err);
         st = st ? st : cr_gguf_sink_write(sink, c->buf, n, err);
     }
@@ -749,7 +766,8 @@ static cr_status_t add_jobs(conv_t *c, cr_gguf_writer_t *w, job_ctx_t *ctxs,
         const job_t *j = &c->jobs[i];
         const cr_st_tensor_t *t = j->src[0];
         uint64_t ne[3] = {t->n_dims == 2 ? t->shape[1] : t->shape[0],
-                          t->n_dims == 2 ? t->shape[0] : 1, j->n_src};
+                          j->rows_out ? j->rows_out : t->n_dims == 2 ? t->shape[0] : 1,
+                          j->n_src};
         uint32_t nd = j->n_src > 1 ? 3 : t->n_dims;
         ctxs[i] = (job_ctx_t){c, j};
         st = cr_gguf_writer_add_tensor_fn(w, j->name, nd, ne, j->type, write_job,
@@ -808,12 +826,26 @@ cr_status_t reg_hf_import(const reg_hf_file_t *files, size_t n,
                         REG_HF_MAX_VOCAB);
         goto out;
     }
-    int64_t n_vocab = c.hp.vocab ? c.hp.vocab : (int64_t)emb->shape[0];
+    int64_t emb_rows = (int64_t)emb->shape[0];
+    int64_t n_vocab = emb_rows;
+    if (c.hp.vocab && c.hp.vocab != emb_rows) {
+        const cr_st_file_t *ef = NULL;
+        cr_st_set_find(c.set, emb_name, &ef);
+        st = cr_err_set(err, CR_E_INVALID, "%s: tensor '%s' has %" PRId64 " rows, "
+                        "config.json's vocab_size is %" PRId64, cr_st_name(ef), emb_name,
+                        emb_rows, c.hp.vocab);
+        goto out;
+    }
+    if (c.hp.flags & F_CUT_VOCAB) {
+        uint32_t n_tok = reg_hf_vocab_count(tok);
+        if (n_tok && n_tok < n_vocab)
+            n_vocab = n_tok;
+    }
     if (!(c.buf = malloc(CHUNK_BYTES)) || !(w = cr_gguf_writer_new())) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
         goto out;
     }
-    if ((st = map_tensors(&c, n_vocab, err)) ||
+    if ((st = map_tensors(&c, emb_rows, n_vocab, err)) ||
         (st = add_hparams(w, cfg, &c.hp, main_type(&c), err)) ||
         (st = reg_hf_vocab_add(w, tok, tok_cfg, cfg, (uint32_t)n_vocab, &n_tokens, err)))
         goto out;

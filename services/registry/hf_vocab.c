@@ -565,3 +565,22 @@ cr_status_t reg_hf_vocab_add(cr_gguf_writer_t *w, const json_t *tokenizer,
     vocab_free(&v);
     return st;
 }
+
+uint32_t reg_hf_vocab_count(const json_t *tokenizer)
+{
+    const json_t *vocab = json_object_get(json_object_get(tokenizer, "model"), "vocab");
+    const json_t *added = json_object_get(tokenizer, "added_tokens");
+    int64_t max_id = -1;
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)vocab, k, v) {
+        if (json_is_integer(v))
+            max_id = CR_MAX(max_id, json_integer_value(v));
+    }
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        const json_t *id = json_object_get(json_array_get(added, i), "id");
+        if (json_is_integer(id))
+            max_id = CR_MAX(max_id, json_integer_value(id));
+    }
+    return max_id >= 0 && max_id < REG_HF_MAX_VOCAB ? (uint32_t)max_id + 1 : 0;
+}

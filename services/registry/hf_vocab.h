@@ -41,4 +41,8 @@ cr_status_t reg_hf_vocab_add(cr_gguf_writer_t *w, const json_t *tokenizer,
                              uint32_t vocab_size, uint32_t *n_tokens,
                              cr_err_t *err);
 
+/* The tokenizer's own token count: the highest id of model.vocab and
+ * added_tokens plus one; 0 if it has none or is malformed. */
+uint32_t reg_hf_vocab_count(const json_t *tokenizer);
+
 #endif

@@ -417,6 +417,11 @@ static void bad_folders(void)
                 "model.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight' has "
                 "shape [128, 64], config.json implies [96, 64]", NULL);
     rewrite(path, "\"intermediate_size\": 96", "\"intermediate_size\": 128");
+    rewrite(path, "\"vocab_size\": 499", "\"vocab_size\": 500");
+    expect_fail("vocab size", dir, NULL, CR_E_INVALID,
+                "model.safetensors: tensor 'model.embed_tokens.weight' has 499 rows, "
+                "config.json's vocab_size is 500", NULL);
+    rewrite(path, "\"vocab_size\": 500", "\"vocab_size\": 499");
     rewrite(path, "Qwen2ForCausalLM", "FooForCausalLM");
     expect_fail("unknown arch", dir, NULL, CR_E_UNSUPPORTED,
                 "architecture FooForCausalLM is not supported", NULL);
@@ -461,6 +466,65 @@ static void bad_folders(void)
                 "tokenizer.json: model type Unigram is not supported", NULL);
 }
 
+/* gemma3: embedding rows past the tokenizer's tokens are dropped (as
+ * llama.cpp does), the rest copied; and an lm_head beside the tied
+ * embedding is left out. */
+static void gemma3_cut(void)
+{
+    rn_synth_opts_t o;
+    rn_synth_defaults(&o);
+    o.arch = "gemma3";
+    o.seed = 12;
+    char src[1300], dir[1300], path[1400], out[1300];
+    snprintf(src, sizeof src, "%s/cut-src.gguf", tmp_g);
+    snprintf(dir, sizeof dir, "%s/cut", tmp_g);
+    snprintf(out, sizeof out, "%s/cut.gguf", tmp_g);
+    cr_err_t err;
+    CHECK(rn_synth_write(&o, src, &err) == CR_OK); /* untied: has output.weight */
+    if (!run_tool(src, dir, NULL))
+        return;
+    /* the tokenizer loses its last 4 tokens; config.json its vocab_size */
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    json_t *tj = json_load_file(path, 0, NULL);
+    json_t *vocab = json_object_get(json_object_get(tj, "model"), "vocab");
+    int n = rn_synth_builtin_vocab_size();
+    const char *k;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe(vocab, tmp, k, v) {
+        if (json_integer_value(v) >= n - 4)
+            json_object_del(vocab, k);
+    }
+    json_dump_file(tj, path, 0);
+    json_decref(tj);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *cj = json_load_file(path, 0, NULL);
+    json_object_del(cj, "vocab_size");
+    json_dump_file(cj, path, 0);
+    json_decref(cj);
+    folder_t f;
+    folder_read(&f, dir);
+    cr_err_clear(&err);
+    CHECK_MSG(reg_hf_import(f.files, f.n, out, NULL, 0, &err) == CR_OK, "%s", err.msg);
+    cr_gguf_t *ga = NULL, *gb = NULL;
+    if (cr_gguf_open(src, &ga, &err) || cr_gguf_open(out, &gb, &err)) {
+        CHECK_MSG(false, "%s", err.msg);
+        cr_gguf_close(&ga);
+        return;
+    }
+    const cr_gguf_tensor_t *ea = cr_gguf_tensor_find(ga, "token_embd.weight");
+    const cr_gguf_tensor_t *eb = cr_gguf_tensor_find(gb, "token_embd.weight");
+    const cr_gguf_array_t *toks = NULL;
+    CHECK(cr_gguf_get_arr(gb, "tokenizer.ggml.tokens", &toks) && toks->n == (uint64_t)n - 4);
+    CHECK(ea && eb && eb->ne[1] == (uint64_t)n - 4 && eb->ne[0] == ea->ne[0]);
+    if (ea && eb && eb->ne[1] == (uint64_t)n - 4)
+        CHECK(!memcmp(ea->data, eb->data, eb->size_bytes));
+    CHECK(cr_gguf_tensor_find(gb, "output.weight") == NULL);
+    cr_gguf_close(&ga);
+    cr_gguf_close(&gb);
+    printf("  gemma3 embedding cut to the tokenizer's %d tokens, lm_head left out\n", n - 4);
+}
+
 int main(void)
 {
     const char *bd = getenv("CORRAL_BUILD_DIR");
@@ -490,6 +554,7 @@ int main(void)
     synth_roundtrip_opts("synth-qwen3moe", o, "--jinja-file");
     rn_synth_defaults(&o);
     o.arch = "gemma2";
+    o.tied_output = true; /* gemma reads its embedding; an lm_head is left out */
     o.head_dim = 32; /* != dim / heads: key_length matters */
     o.sliding_window = 8;
     o.attn_softcap = 20.0f;
@@ -498,6 +563,7 @@ int main(void)
     synth_roundtrip_opts("synth-gemma2", o, NULL);
     rn_synth_defaults(&o);
     o.arch = "gemma3";
+    o.tied_output = true;
     o.sliding_window = 4;
     o.swa_pattern = 2;
     o.rope_linear = 4.0f;
@@ -512,6 +578,7 @@ int main(void)
     o.seed = 6;
     synth_roundtrip_opts("synth-bert", o, NULL);
     bad_folders();
+    gemma3_cut();
     const char *root = check_testdata("models/stories260K.gguf") ? getenv("CORRAL_TESTDATA")
                                                                  : NULL;
     if (root) {
