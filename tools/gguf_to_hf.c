@@ -144,6 +144,30 @@ static int write_config(const cr_gguf_t *g, const char *arch, const char *dir)
         if (cr_gguf_get_f32(g, key, &v))
             json_object_set_new(c, f_keys[i][1], json_real(v));
     }
+    uint64_t rdims = 0, orig = 0;
+    const cr_gguf_tensor_t *lf = cr_gguf_tensor_find(g, "rope_factors_long.weight");
+    const cr_gguf_tensor_t *sf = cr_gguf_tensor_find(g, "rope_factors_short.weight");
+    uint64_t hsize = get_u(g, arch, "attention.key_length", &kl) ? kl : dim / heads;
+    if (get_u(g, arch, "rope.dimension_count", &rdims) && rdims != hsize)
+        json_object_set_new(c, "partial_rotary_factor",
+                            json_real((double)(rdims * heads) / (double)dim));
+    if (lf && sf && lf->type == CR_TYPE_F32 && sf->type == CR_TYPE_F32 &&
+        get_u(g, arch, "rope.scaling.original_context_length", &orig)) {
+        /* phi3 LongRoPE: the factor tensors go back into config.json */
+        json_t *lj = json_array(), *sj = json_array();
+        for (uint64_t i = 0; i < lf->n_elems && i < sf->n_elems; i++) {
+            float a, b;
+            memcpy(&a, (const char *)lf->data + 4 * i, 4);
+            memcpy(&b, (const char *)sf->data + 4 * i, 4);
+            json_array_append_new(lj, json_real(a));
+            json_array_append_new(sj, json_real(b));
+        }
+        json_object_set_new(c, "original_max_position_embeddings",
+                            json_integer((json_int_t)orig));
+        json_object_set_new(c, "rope_scaling", json_pack("{s:s, s:o, s:o}", "type",
+                                                         "longrope", "long_factor", lj,
+                                                         "short_factor", sj));
+    }
     char rtype[16] = "";
     float factor = 0;
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
@@ -601,6 +625,8 @@ static int write_tensors(const cr_gguf_t *g, const char *arch, const char *dir, 
     bool llama = !strcmp(arch, "llama");
     for (size_t i = 0; i < n_in; i++) {
         const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        if (!strncmp(t->name, "rope_factors_", 13))
+            continue; /* in config.json's rope_scaling */
         if (t->type != CR_TYPE_F32 && t->type != CR_TYPE_F16 && t->type != CR_TYPE_BF16) {
             free(ts);
             return fail("tensor %s is quantized; only F32, F16, BF16 are written", t->name);

@@ -6,6 +6,7 @@
 #include "services/registry/hf_vocab.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <sys/stat.h>
 
 #define MAX_JSON_BYTES (64u << 20) /* tokenizer.json of a 256k vocabulary */
@@ -48,6 +49,7 @@ typedef struct hparams {
     int64_t dim, n_layers, n_heads, n_kv, ffn, ctx, head_dim, vocab;
     int64_t n_expert, n_expert_used, expert_ffn;
     int64_t n_token_types; /* bert */
+    int64_t rope_dims;     /* rotated dims of a head (partial_rotary_factor) */
     double eps, rope_base;
     bool tied;
 } hparams_t;
@@ -74,6 +76,7 @@ typedef struct conv {
     job_t *jobs;
     size_t n_jobs, cap_jobs;
     uint8_t *buf; /* CHUNK_BYTES */
+    float *rope_long, *rope_short; /* phi3 LongRoPE factors [rope_dims / 2] */
 } conv_t;
 
 static bool has_suffix(const char *s, const char *suf)
@@ -268,6 +271,22 @@ static cr_status_t read_hparams(const json_t *cfg, hparams_t *hp, cr_err_t *err)
         (st = get_int(cfg, "type_vocab_size", 2, 1, 1024, &hp->n_token_types, err)) ||
         (st = get_num(cfg, "rope_theta", 10000.0, &hp->rope_base, err)))
         return st;
+    hp->rope_dims = hp->head_dim;
+    const json_t *prf = json_object_get(cfg, "partial_rotary_factor");
+    if (prf && !json_is_null(prf)) {
+        double f = json_number_value(prf);
+        if (!json_is_number(prf) || !(f > 0) || f > 1)
+            return cr_err_set(err, CR_E_INVALID, "config.json: partial_rotary_factor "
+                              "must be in (0, 1]");
+        /* llama.cpp: int(factor * hidden_size) // heads; a product a hair
+         * below a whole number (0.4 * 2560) counts as that number */
+        double x = f * (double)hp->dim, r = nearbyint(x);
+        hp->rope_dims = (int64_t)(fabs(x - r) < 1e-6 ? r : floor(x)) / hp->n_heads;
+        if (hp->rope_dims < 2 || hp->rope_dims > hp->head_dim || hp->rope_dims % 2)
+            return cr_err_set(err, CR_E_INVALID, "config.json: partial_rotary_factor "
+                              "%g gives %" PRId64 " rotated dims of %" PRId64, f,
+                              hp->rope_dims, hp->head_dim);
+    }
     if (hp->n_heads % hp->n_kv)
         return cr_err_set(err, CR_E_INVALID, "config.json: num_attention_heads "
                           "%" PRId64 " is not a multiple of num_key_value_heads %"
@@ -289,9 +308,59 @@ static cr_status_t read_hparams(const json_t *cfg, hparams_t *hp, cr_err_t *err)
 
 #define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, hp->arch), key)
 
-static cr_status_t add_rope_scaling(cr_gguf_writer_t *w, const json_t *cfg,
-                                    const hparams_t *hp, cr_err_t *err)
+/* One LongRoPE factor list of rope_scaling: n floats, kept in *out. */
+static cr_status_t rope_factors(const json_t *rs, const char *field, int64_t n,
+                                float **out, cr_err_t *err)
 {
+    const json_t *a = json_object_get(rs, field);
+    if (json_array_size(a) != (size_t)n)
+        return cr_err_set(err, CR_E_INVALID, "config.json: rope_scaling.%s must hold "
+                          "%" PRId64 " numbers (rotated dims / 2)", field, n);
+    if (!(*out = malloc((size_t)n * sizeof **out)))
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(a, (size_t)i);
+        if (!json_is_number(v) || !(json_number_value(v) > 0))
+            return cr_err_set(err, CR_E_INVALID, "config.json: rope_scaling.%s[%" PRId64
+                              "] is not a positive number", field, i);
+        (*out)[i] = (float)json_number_value(v);
+    }
+    return CR_OK;
+}
+
+/* phi3's LongRoPE ("longrope", formerly "su"): the long and short factor
+ * tensors, the original context and llama.cpp's attention factor
+ * sqrt(1 + ln(scale) / ln(original)), scale = context / original. */
+static cr_status_t add_longrope(cr_gguf_writer_t *w, const json_t *cfg, const json_t *rs,
+                                conv_t *c, cr_err_t *err)
+{
+    const hparams_t *hp = &c->hp;
+    char key[96];
+    int64_t orig = 0, half = hp->rope_dims / 2;
+    const json_t *o = json_object_get(rs, "original_max_position_embeddings");
+    cr_status_t st = get_int(o ? rs : cfg, "original_max_position_embeddings", -1, 1,
+                             INT32_MAX, &orig, err);
+    st = st ? st : rope_factors(rs, "long_factor", half, &c->rope_long, err);
+    st = st ? st : rope_factors(rs, "short_factor", half, &c->rope_short, err);
+    if (st)
+        return st;
+    double scale = (double)hp->ctx / (double)orig;
+    double attn = scale > 1.0 ? sqrt(1.0 + log(scale) / log((double)orig)) : 1.0;
+    st = cr_gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"),
+                                (uint32_t)orig, err);
+    st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.attn_factor"), (float)attn,
+                                          err);
+    uint64_t ne[1] = {(uint64_t)half};
+    st = st ? st : cr_gguf_writer_add_tensor(w, "rope_factors_long.weight", 1, ne,
+                                             CR_TYPE_F32, c->rope_long, NULL, err);
+    return st ? st : cr_gguf_writer_add_tensor(w, "rope_factors_short.weight", 1, ne,
+                                               CR_TYPE_F32, c->rope_short, NULL, err);
+}
+
+static cr_status_t add_rope_scaling(cr_gguf_writer_t *w, const json_t *cfg, conv_t *c,
+                                    cr_err_t *err)
+{
+    const hparams_t *hp = &c->hp;
     const json_t *rs = json_object_get(cfg, "rope_scaling");
     if (!rs || json_is_null(rs))
         return CR_OK;
@@ -305,6 +374,9 @@ static cr_status_t add_rope_scaling(cr_gguf_writer_t *w, const json_t *cfg,
     char key[96];
     if (type && !strcmp(type, "default"))
         return CR_OK;
+    if (type && (!strcmp(type, "longrope") || !strcmp(type, "su")) &&
+        (hp->flags & F_FUSED))
+        return add_longrope(w, cfg, rs, c, err);
     if (type && !strcmp(type, "linear") && factor > 0) {
         st = cr_gguf_writer_add_str(w, KEY("rope.scaling.type"), "linear", err);
         return st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.factor"),
@@ -322,7 +394,8 @@ static cr_status_t add_rope_scaling(cr_gguf_writer_t *w, const json_t *cfg,
                                                 (uint32_t)orig, err);
     }
     return cr_err_set(err, CR_E_UNSUPPORTED, "config.json: rope_scaling type "
-                      "%.32s is not supported (linear, yarn are)",
+                      "%.32s is not supported (linear, yarn, and longrope for "
+                      "phi3 are)",
                       type ? type : "(none)");
 }
 
@@ -402,7 +475,7 @@ static cr_status_t add_hparams(cr_gguf_writer_t *w, const json_t *cfg,
     st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)hp->rope_base,
                                           err);
     st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
-                                          (uint32_t)hp->head_dim, err);
+                                          (uint32_t)hp->rope_dims, err);
     if (!st && hp->head_dim * hp->n_heads != hp->dim) {
         st = cr_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)hp->head_dim,
                                     err);
@@ -422,7 +495,7 @@ static cr_status_t add_hparams(cr_gguf_writer_t *w, const json_t *cfg,
     }
     if (!st && (hp->flags & F_GEMMA))
         st = add_gemma_keys(w, cfg, hp, err);
-    return st ? st : add_rope_scaling(w, cfg, hp, err);
+    return st;
 }
 
 /* ---- tensors ---- */
@@ -791,6 +864,8 @@ static void conv_free(conv_t *c)
     free(c->jobs);
     free(c->used);
     free(c->buf);
+    free(c->rope_long);
+    free(c->rope_short);
     cr_st_set_destroy(&c->set);
 }
 
@@ -862,7 +937,8 @@ cr_status_t reg_hf_import(const reg_hf_file_t *files, size_t n,
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
         goto out;
     }
-    if ((st = add_jobs(&c, w, ctxs, err)) || (st = cr_gguf_writer_write(w, out_path, err)))
+    if ((st = add_jobs(&c, w, ctxs, err)) || (st = add_rope_scaling(w, cfg, &c, err)) ||
+        (st = cr_gguf_writer_write(w, out_path, err)))
         goto out;
     if (arch_out && cap)
         snprintf(arch_out, cap, "%s", c.hp.arch);

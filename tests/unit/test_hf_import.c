@@ -31,6 +31,7 @@
 #include "tests/unit/forward_check.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -525,6 +526,70 @@ static void gemma3_cut(void)
     printf("  gemma3 embedding cut to the tokenizer's %d tokens, lm_head left out\n", n - 4);
 }
 
+/* phi3: LongRoPE from config.json's rope_scaling (factor tensors, original
+ * context, llama.cpp's attention factor sqrt(1 + ln(s) / ln(orig)), s =
+ * context / orig) and partial_rotary_factor (rotated dims
+ * int(f * hidden) / heads). */
+static void phi3_rope(void)
+{
+    rn_synth_opts_t o;
+    rn_synth_defaults(&o);
+    o.arch = "phi3";
+    o.longrope = true; /* factors [8], original context 16, context 256 */
+    char src[1300], dir[1300], path[1400], out[1300];
+    snprintf(src, sizeof src, "%s/phi3-src.gguf", tmp_g);
+    snprintf(dir, sizeof dir, "%s/phi3", tmp_g);
+    snprintf(out, sizeof out, "%s/phi3.gguf", tmp_g);
+    cr_err_t err;
+    CHECK(rn_synth_write(&o, src, &err) == CR_OK);
+    if (!run_tool(src, dir, NULL))
+        return;
+    folder_t f;
+    folder_read(&f, dir);
+    cr_err_clear(&err);
+    CHECK_MSG(reg_hf_import(f.files, f.n, out, NULL, 0, &err) == CR_OK, "%s", err.msg);
+    cr_gguf_t *ga = NULL, *gb = NULL;
+    if (cr_gguf_open(src, &ga, &err) || cr_gguf_open(out, &gb, &err)) {
+        CHECK_MSG(false, "%s", err.msg);
+        cr_gguf_close(&ga);
+        return;
+    }
+    float attn = 0;
+    uint32_t orig = 0;
+    CHECK(cr_gguf_get_f32(gb, "phi3.rope.scaling.attn_factor", &attn) &&
+          attn == (float)sqrt(1.0 + log(256.0 / 16.0) / log(16.0)));
+    CHECK(cr_gguf_get_u32(gb, "phi3.rope.scaling.original_context_length", &orig) &&
+          orig == 16);
+    static const char *const names[] = {"rope_factors_long.weight",
+                                        "rope_factors_short.weight"};
+    for (int i = 0; i < 2; i++) {
+        const cr_gguf_tensor_t *a = cr_gguf_tensor_find(ga, names[i]);
+        const cr_gguf_tensor_t *b = cr_gguf_tensor_find(gb, names[i]);
+        CHECK_MSG(a && b && b->type == CR_TYPE_F32 && a->size_bytes == b->size_bytes &&
+                      !memcmp(a->data, b->data, a->size_bytes),
+                  "%s not carried over", names[i]);
+    }
+    cr_gguf_close(&ga);
+    cr_gguf_close(&gb);
+
+    /* half the head rotated: 16-dim heads (64 / 4) rotate 8 */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *cj = json_load_file(path, 0, NULL);
+    json_object_del(cj, "rope_scaling");
+    json_object_del(cj, "head_dim");
+    json_object_set_new(cj, "partial_rotary_factor", json_real(0.5));
+    json_dump_file(cj, path, 0);
+    json_decref(cj);
+    unlink(out);
+    CHECK_MSG(reg_hf_import(f.files, f.n, out, NULL, 0, &err) == CR_OK, "%s", err.msg);
+    uint32_t rd = 0;
+    if (!cr_gguf_open(out, &gb, &err))
+        CHECK(cr_gguf_get_u32(gb, "phi3.rope.dimension_count", &rd) && rd == 8);
+    cr_gguf_close(&gb);
+    printf("  phi3 LongRoPE: attn_factor %.6f, factors copied; partial rotary: %u dims\n",
+           attn, rd);
+}
+
 int main(void)
 {
     const char *bd = getenv("CORRAL_BUILD_DIR");
@@ -579,6 +644,7 @@ int main(void)
     synth_roundtrip_opts("synth-bert", o, NULL);
     bad_folders();
     gemma3_cut();
+    phi3_rope();
     const char *root = check_testdata("models/stories260K.gguf") ? getenv("CORRAL_TESTDATA")
                                                                  : NULL;
     if (root) {
