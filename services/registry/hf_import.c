@@ -77,6 +77,7 @@ typedef struct conv {
     size_t n_jobs, cap_jobs;
     uint8_t *buf; /* CHUNK_BYTES */
     float *rope_long, *rope_short; /* phi3 LongRoPE factors [rope_dims / 2] */
+    float *rope_freqs;             /* llama3 rope factors [rope_dims / 2] */
 } conv_t;
 
 static bool has_suffix(const char *s, const char *suf)
@@ -357,6 +358,50 @@ static cr_status_t add_longrope(cr_gguf_writer_t *w, const json_t *cfg, const js
                                                CR_TYPE_F32, c->rope_short, NULL, err);
 }
 
+/* Llama 3.1's rope scaling as the tensor rope_freqs.weight, computed as
+ * llama.cpp's converter does: per rotated pair, base frequency f =
+ * theta^(-2i/d) and wavelength 2 pi / f; factor 1 below original /
+ * high_freq_factor, `factor` above original / low_freq_factor, and
+ * 1 / ((1 - s) / factor + s) between, s = (original / wavelength - low) /
+ * (high - low). */
+static cr_status_t add_llama3_rope(cr_gguf_writer_t *w, const json_t *rs, conv_t *c,
+                                   cr_err_t *err)
+{
+    const hparams_t *hp = &c->hp;
+    double factor, low, high, orig;
+    cr_status_t st;
+    if ((st = get_num(rs, "factor", 8.0, &factor, err)) ||
+        (st = get_num(rs, "low_freq_factor", 1.0, &low, err)) ||
+        (st = get_num(rs, "high_freq_factor", 4.0, &high, err)) ||
+        (st = get_num(rs, "original_max_position_embeddings", 8192.0, &orig, err)))
+        return cr_err_wrap(err, "rope_scaling");
+    if (high == low)
+        return cr_err_set(err, CR_E_INVALID, "config.json: rope_scaling has "
+                          "high_freq_factor = low_freq_factor");
+    int64_t half = hp->rope_dims / 2;
+    if (!(c->rope_freqs = malloc((size_t)half * sizeof *c->rope_freqs)))
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    double lo_wave = orig / low, hi_wave = orig / high;
+    for (int64_t i = 0; i < half; i++) {
+        /* f in float, as the converter's float32 torch tensor */
+        float f = 1.0f / powf((float)hp->rope_base, (float)(2 * i) / (float)hp->rope_dims);
+        double wave = 2.0 * M_PI / (double)f;
+        double r;
+        if (wave < hi_wave) {
+            r = 1.0;
+        } else if (wave > lo_wave) {
+            r = factor;
+        } else {
+            double sm = (orig / wave - low) / (high - low);
+            r = 1.0 / ((1.0 - sm) / factor + sm);
+        }
+        c->rope_freqs[i] = (float)r;
+    }
+    uint64_t ne[1] = {(uint64_t)half};
+    return cr_gguf_writer_add_tensor(w, "rope_freqs.weight", 1, ne, CR_TYPE_F32,
+                                     c->rope_freqs, NULL, err);
+}
+
 static cr_status_t add_rope_scaling(cr_gguf_writer_t *w, const json_t *cfg, conv_t *c,
                                     cr_err_t *err)
 {
@@ -377,6 +422,8 @@ static cr_status_t add_rope_scaling(cr_gguf_writer_t *w, const json_t *cfg, conv
     if (type && (!strcmp(type, "longrope") || !strcmp(type, "su")) &&
         (hp->flags & F_FUSED))
         return add_longrope(w, cfg, rs, c, err);
+    if (type && !strcmp(type, "llama3") && (hp->flags & F_PERMUTE_QK))
+        return add_llama3_rope(w, rs, c, err);
     if (type && !strcmp(type, "linear") && factor > 0) {
         st = cr_gguf_writer_add_str(w, KEY("rope.scaling.type"), "linear", err);
         return st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.factor"),
@@ -394,8 +441,8 @@ static cr_status_t add_rope_scaling(cr_gguf_writer_t *w, const json_t *cfg, conv
                                                 (uint32_t)orig, err);
     }
     return cr_err_set(err, CR_E_UNSUPPORTED, "config.json: rope_scaling type "
-                      "%.32s is not supported (linear, yarn, and longrope for "
-                      "phi3 are)",
+                      "%.32s is not supported (linear, yarn, llama3 for llama, "
+                      "longrope for phi3 are)",
                       type ? type : "(none)");
 }
 
@@ -866,6 +913,7 @@ static void conv_free(conv_t *c)
     free(c->buf);
     free(c->rope_long);
     free(c->rope_short);
+    free(c->rope_freqs);
     cr_st_set_destroy(&c->set);
 }
 

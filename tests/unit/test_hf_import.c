@@ -590,6 +590,67 @@ static void phi3_rope(void)
            attn, rd);
 }
 
+/* llama with Llama 3.1's rope_scaling: rope_freqs.weight as the converter
+ * computes it, here evaluated in double (the import evaluates the base
+ * frequency in float as the converter's float32 tensor does: relative
+ * difference within 1e-6). 16-dim heads, theta 10000, original 256,
+ * low 1, high 4: wavelengths 6.3, 19.9, 62.8 (factor 1), 198.7 (smooth),
+ * 628 and up (factor 8). */
+static void llama3_rope(void)
+{
+    rn_synth_opts_t o;
+    rn_synth_defaults(&o);
+    o.arch = "llama";
+    char src[1300], dir[1300], path[1400], out[1300];
+    snprintf(src, sizeof src, "%s/l3-src.gguf", tmp_g);
+    snprintf(dir, sizeof dir, "%s/l3", tmp_g);
+    snprintf(out, sizeof out, "%s/l3.gguf", tmp_g);
+    cr_err_t err;
+    CHECK(rn_synth_write(&o, src, &err) == CR_OK);
+    if (!run_tool(src, dir, NULL))
+        return;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *cj = json_load_file(path, 0, NULL);
+    json_object_set_new(cj, "rope_scaling",
+                        json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor",
+                                  8.0, "low_freq_factor", 1.0, "high_freq_factor", 4.0,
+                                  "original_max_position_embeddings", 256));
+    json_dump_file(cj, path, 0);
+    json_decref(cj);
+    folder_t f;
+    folder_read(&f, dir);
+    CHECK_MSG(reg_hf_import(f.files, f.n, out, NULL, 0, &err) == CR_OK, "%s", err.msg);
+    cr_gguf_t *g = NULL;
+    if (cr_gguf_open(out, &g, &err)) {
+        CHECK_MSG(false, "%s", err.msg);
+        return;
+    }
+    const cr_gguf_tensor_t *t = cr_gguf_tensor_find(g, "rope_freqs.weight");
+    CHECK(t && t->type == CR_TYPE_F32 && t->n_elems == 8);
+    int kinds[3] = {0, 0, 0};
+    for (int i = 0; t && t->n_elems == 8 && i < 8; i++) {
+        double fr = pow(10000.0, -2.0 * i / 16.0), wave = 2 * M_PI / fr, want;
+        if (wave < 256.0 / 4.0) {
+            want = 1.0;
+            kinds[0]++;
+        } else if (wave > 256.0) {
+            want = 8.0;
+            kinds[2]++;
+        } else {
+            double sm = (256.0 / wave - 1.0) / 3.0;
+            want = 1.0 / ((1.0 - sm) / 8.0 + sm);
+            kinds[1]++;
+        }
+        float got;
+        memcpy(&got, (const char *)t->data + 4 * i, 4);
+        CHECK_MSG(fabs(got - want) <= 1e-6 * want, "rope_freqs[%d] = %.9g, want %.9g", i,
+                  got, want);
+    }
+    CHECK(kinds[0] == 3 && kinds[1] == 1 && kinds[2] == 4);
+    cr_gguf_close(&g);
+    printf("  llama3 rope: rope_freqs.weight matches the formula (3 x 1, 1 smooth, 4 x 8)\n");
+}
+
 int main(void)
 {
     const char *bd = getenv("CORRAL_BUILD_DIR");
@@ -645,6 +706,7 @@ int main(void)
     bad_folders();
     gemma3_cut();
     phi3_rope();
+    llama3_rope();
     const char *root = check_testdata("models/stories260K.gguf") ? getenv("CORRAL_TESTDATA")
                                                                  : NULL;
     if (root) {
