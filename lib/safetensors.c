@@ -27,6 +27,7 @@ struct cr_st_set {
     size_t n_files;
     set_entry_t *entries;
     size_t n_entries;
+    const char *const *ignore; /* borrowed; NULL: none */
 };
 
 static const struct {
@@ -158,8 +159,33 @@ static int by_offset(const void *a, const void *b)
     return x->size_bytes < y->size_bytes ? -1 : x->size_bytes > y->size_bytes;
 }
 
+static bool is_ignored(const char *const *ignore, const char *name)
+{
+    for (size_t i = 0; ignore && ignore[i]; i++)
+        if (!strcmp(ignore[i], name))
+            return true;
+    return false;
+}
+
+/* An ignored tensor: only its data_offsets, bounds-checked, so that the
+ * overlap check still covers its bytes. */
+static cr_status_t parse_ignored(cr_st_file_t *f, const char *key, const json_t *v,
+                                 cr_st_tensor_t *t, uint64_t data_len, cr_err_t *err)
+{
+    const json_t *offs = json_object_get(v, "data_offsets");
+    uint64_t begin, end;
+    if (json_array_size(offs) != 2 || !get_u64(json_array_get(offs, 0), &begin) ||
+        !get_u64(json_array_get(offs, 1), &end) || end < begin || end > data_len)
+        return cr_err_set(err, CR_E_CORRUPT, "%s: tensor '%s': data_offsets are not "
+                          "two integers inside the data", f->name, key);
+    snprintf(t->name, sizeof t->name, "%s", key);
+    t->offset = f->data_start + begin;
+    t->size_bytes = end - begin;
+    return CR_OK;
+}
+
 static cr_status_t parse_header(cr_st_file_t *f, const char *text, size_t len,
-                                cr_err_t *err)
+                                const char *const *ignore, cr_err_t *err)
 {
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -205,7 +231,9 @@ static cr_status_t parse_header(cr_st_file_t *f, const char *text, size_t len,
             f->metadata = json_incref(v);
             continue;
         }
-        st = parse_tensor(f, key, v, &f->tensors[f->n_tensors], data_len, err);
+        st = is_ignored(ignore, key)
+                 ? parse_ignored(f, key, v, &f->tensors[f->n_tensors], data_len, err)
+                 : parse_tensor(f, key, v, &f->tensors[f->n_tensors], data_len, err);
         if (st)
             goto out;
         f->n_tensors++;
@@ -225,6 +253,11 @@ static cr_status_t parse_header(cr_st_file_t *f, const char *text, size_t len,
         }
         far = b;
     }
+    size_t kept = 0;
+    for (size_t i = 0; i < f->n_tensors; i++)
+        if (!is_ignored(ignore, f->tensors[i].name))
+            f->tensors[kept++] = f->tensors[i];
+    f->n_tensors = kept;
 out:
     json_decref(root);
     return st;
@@ -232,6 +265,13 @@ out:
 
 cr_status_t cr_st_open(const char *path, const char *name, cr_st_file_t **out,
                        cr_err_t *err)
+{
+    return cr_st_open_ex(path, name, NULL, out, err);
+}
+
+cr_status_t cr_st_open_ex(const char *path, const char *name,
+                          const char *const *ignore, cr_st_file_t **out,
+                          cr_err_t *err)
 {
     *out = NULL;
     cr_st_file_t *f = calloc(1, sizeof *f);
@@ -273,7 +313,7 @@ cr_status_t cr_st_open(const char *path, const char *name, cr_st_file_t **out,
         goto out;
     }
     if ((st = read_at(f->fd, text, (size_t)hlen, 8, f->name, err)) ||
-        (st = parse_header(f, text, (size_t)hlen, err)))
+        (st = parse_header(f, text, (size_t)hlen, ignore, err)))
         goto out;
 out:
     free(text);
@@ -418,6 +458,11 @@ void cr_st_set_destroy(cr_st_set_t **self_p)
     *self_p = NULL;
 }
 
+void cr_st_set_ignore(cr_st_set_t *s, const char *const *ignore)
+{
+    s->ignore = ignore;
+}
+
 cr_status_t cr_st_set_add_file(cr_st_set_t *s, const char *path,
                                const char *name, cr_err_t *err)
 {
@@ -425,7 +470,7 @@ cr_status_t cr_st_set_add_file(cr_st_set_t *s, const char *path,
         return cr_err_set(err, CR_E_TOO_LARGE, "more than %d safetensors files",
                           CR_ST_MAX_FILES);
     cr_st_file_t *f = NULL;
-    cr_status_t st = cr_st_open(path, name, &f, err);
+    cr_status_t st = cr_st_open_ex(path, name, s->ignore, &f, err);
     if (st)
         return st;
     for (size_t i = 0; i < f->n_tensors; i++) {
@@ -566,6 +611,8 @@ cr_status_t cr_st_set_check_index(const cr_st_set_t *s, const char *json,
         const json_t *v;
         json_object_foreach((json_t *)map, k, v) {
             const cr_st_file_t *f = NULL;
+            if (is_ignored(s->ignore, k))
+                continue;
             if (!cr_st_set_find(s, k, &f)) {
                 st = cr_err_set(err, CR_E_CORRUPT, "%s: tensor '%.200s' is "
                                 "not in %s", name, k, json_string_value(v));

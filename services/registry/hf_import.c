@@ -122,8 +122,13 @@ static cr_status_t load_jinja(const conv_t *c, json_t **tok_cfg, cr_err_t *err)
 
 static cr_status_t open_tensors(conv_t *c, cr_err_t *err)
 {
+    /* BERT checkpoints may carry their position ids, an I64 buffer the
+     * model does not need (llama.cpp drops it too) */
+    static const char *const ignore[] = {"embeddings.position_ids", NULL};
     if (!(c->set = cr_st_set_new()))
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    if (c->hp.flags & REG_HF_BERT)
+        cr_st_set_ignore(c->set, ignore);
     const reg_hf_file_t *idx = find_file(c, "model.safetensors.index.json");
     cr_status_t st = CR_OK;
     if (idx) {

@@ -467,6 +467,56 @@ static void bad_folders(void)
                 "tokenizer.json: model type Unigram is not supported", NULL);
 }
 
+/* BERT checkpoints may carry embeddings.position_ids as I64: a BERT import
+ * leaves it out (as llama.cpp does); any other architecture refuses it,
+ * naming the dtype. */
+static void position_ids(void)
+{
+    static const char *const archs[] = {"bert", "qwen2"};
+    for (int a = 0; a < 2; a++) {
+        rn_synth_opts_t o;
+        rn_synth_defaults(&o);
+        o.arch = archs[a];
+        o.n_kv_heads = o.n_heads;
+        char src[1300], dir[1300], path[1400], out[1300];
+        snprintf(src, sizeof src, "%s/pos-%s.gguf", tmp_g, archs[a]);
+        snprintf(dir, sizeof dir, "%s/pos-%s", tmp_g, archs[a]);
+        snprintf(out, sizeof out, "%s/pos-%s-out.gguf", tmp_g, archs[a]);
+        cr_err_t err;
+        CHECK(rn_synth_write(&o, src, &err) == CR_OK);
+        if (!run_tool(src, dir, NULL))
+            return;
+        /* a second file holding only the buffer, as torch saves it */
+        snprintf(path, sizeof path, "%s/model-extra.safetensors", dir);
+        const char *hdr = "{\"embeddings.position_ids\":{\"dtype\":\"I64\","
+                          "\"shape\":[1,4],\"data_offsets\":[0,32]}}";
+        FILE *fp = fopen(path, "wb");
+        uint64_t n = strlen(hdr);
+        uint8_t lenb[8];
+        for (int i = 0; i < 8; i++)
+            lenb[i] = (uint8_t)(n >> (8 * i));
+        int64_t ids[4] = {0, 1, 2, 3};
+        if (fp) {
+            fwrite(lenb, 1, 8, fp);
+            fwrite(hdr, 1, n, fp);
+            fwrite(ids, 1, sizeof ids, fp);
+            fclose(fp);
+        }
+        folder_t f;
+        folder_read(&f, dir);
+        cr_err_clear(&err);
+        cr_status_t st = reg_hf_import(f.files, f.n, out, NULL, 0, &err);
+        if (a == 0)
+            CHECK_MSG(st == CR_OK, "bert with position_ids: %s", err.msg);
+        else
+            CHECK_MSG(st == CR_E_UNSUPPORTED &&
+                          strstr(err.msg, "model-extra.safetensors: tensor "
+                                          "'embeddings.position_ids': dtype I64"),
+                      "qwen2 with position_ids: %d %s", st, err.msg);
+    }
+    printf("  embeddings.position_ids (I64): left out for bert, refused for qwen2\n");
+}
+
 /* gemma3: embedding rows past the tokenizer's tokens are dropped (as
  * llama.cpp does), the rest copied; and an lm_head beside the tied
  * embedding is left out. */
@@ -703,6 +753,7 @@ int main(void)
     o.n_kv_heads = o.n_heads; /* BERT has no grouped heads */
     o.seed = 6;
     synth_roundtrip_opts("synth-bert", o, NULL);
+    position_ids();
     bad_folders();
     gemma3_cut();
     phi3_rope();
