@@ -155,8 +155,15 @@ static cr_status_t open_tensors(conv_t *c, cr_err_t *err)
         free(names);
         free(text);
     } else {
+        /* Mistral's folders also hold consolidated.safetensors, the same
+         * weights under its own names: model*.safetensors win when present */
+        bool have_model = false;
+        for (size_t i = 0; i < c->n_files; i++)
+            have_model |= !strncmp(c->files[i].name, "model", 5) &&
+                          has_suffix(c->files[i].name, ".safetensors");
         for (size_t i = 0; !st && i < c->n_files; i++)
-            if (has_suffix(c->files[i].name, ".safetensors"))
+            if (has_suffix(c->files[i].name, ".safetensors") &&
+                (!have_model || !strncmp(c->files[i].name, "model", 5)))
                 st = cr_st_set_add_file(c->set, c->files[i].path,
                                         c->files[i].name, err);
     }

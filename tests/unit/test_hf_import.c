@@ -447,6 +447,19 @@ static void bad_folders(void)
     snprintf(cmd, sizeof cmd, "mv '%s.orig' '%s'", path, path);
     CHECK(system(cmd) == 0);
 
+    /* Mistral's consolidated.safetensors beside model.safetensors: left
+     * out (its names are not Hugging Face's; here, the same names twice) */
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/consolidated.safetensors'", path, dir);
+    CHECK(system(cmd) == 0);
+    folder_t cf;
+    folder_read(&cf, dir);
+    char cout[1300];
+    snprintf(cout, sizeof cout, "%s/consolidated.gguf", tmp_g);
+    CHECK_MSG(reg_hf_import(cf.files, cf.n, cout, NULL, 0, &err) == CR_OK,
+              "consolidated.safetensors beside model.safetensors: %s", err.msg);
+    snprintf(cmd, sizeof cmd, "rm '%s/consolidated.safetensors'", dir);
+    CHECK(system(cmd) == 0);
+
     /* a tokenizer whose pre-tokenizer corral does not know */
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     size_t len;
