@@ -91,6 +91,9 @@ cr_status_t reg_hf_hparams_read(const json_t *cfg, reg_hf_hparams_t *hp, cr_err_
         (st = get_int(cfg, "type_vocab_size", 2, 1, 1024, &hp->n_token_types, err)) ||
         (st = get_num(cfg, "rope_theta", 10000.0, &hp->rope_base, err)))
         return st;
+    if (hp->head_dim < 1)
+        return cr_err_set(err, CR_E_INVALID, "config.json: hidden_size %" PRId64 " over "
+                          "%" PRId64 " heads leaves no head_dim", hp->dim, hp->n_heads);
     hp->rope_dims = hp->head_dim;
     const json_t *prf = json_object_get(cfg, "partial_rotary_factor");
     if (prf && !json_is_null(prf)) {

@@ -20,6 +20,7 @@
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
 #include "lib/safetensors.h"
+#include "services/registry/hf_config.h"
 #include "services/registry/hf_import.h"
 #include "services/registry/hf_vocab.h"
 #include "services/runner/backend/backend.h"
@@ -480,6 +481,58 @@ static void bad_folders(void)
                 "tokenizer.json: model type Unigram is not supported", NULL);
 }
 
+/* config.json read with its limits: each bad one named. */
+static void bad_configs(void)
+{
+    static const struct {
+        const char *json, *msg;
+    } cases[] = {
+        {"{}", "config.json: no architectures"},
+        {"{\"architectures\":[\"LlamaForCausalLM\"]}", "hidden_size is missing"},
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":4,"
+         "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"intermediate_size\":8}",
+         "leaves no head_dim"},
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+         "\"num_hidden_layers\":100000,\"num_attention_heads\":4,"
+         "\"intermediate_size\":8}",
+         "num_hidden_layers must be an integer in 1..1024"},
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+         "\"num_hidden_layers\":1,\"num_attention_heads\":4,\"num_key_value_heads\":3,"
+         "\"intermediate_size\":8}",
+         "num_attention_heads 4 is not a multiple of num_key_value_heads 3"},
+        {"{\"architectures\":[\"Phi3ForCausalLM\"],\"hidden_size\":64,"
+         "\"num_hidden_layers\":1,\"num_attention_heads\":4,\"intermediate_size\":8,"
+         "\"partial_rotary_factor\":2.5}",
+         "partial_rotary_factor must be in (0, 1]"},
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+         "\"num_hidden_layers\":1,\"num_attention_heads\":4,\"intermediate_size\":8,"
+         "\"rms_norm_eps\":-1}",
+         "rms_norm_eps must be a positive number"},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
+        json_t *cfg = json_loads(cases[i].json, 0, NULL);
+        reg_hf_hparams_t hp = {0};
+        cr_err_t err;
+        cr_err_clear(&err);
+        cr_status_t st = cfg ? reg_hf_hparams_read(cfg, &hp, &err) : CR_E_INTERNAL;
+        CHECK_MSG(st == CR_E_INVALID && strstr(err.msg, cases[i].msg), "case %zu: %d %s", i,
+                  st, err.msg);
+        json_decref(cfg);
+    }
+    /* a rope scaling the import does not know is refused by name */
+    json_t *cfg = json_loads("{\"rope_scaling\":{\"rope_type\":\"dynamic\","
+                             "\"factor\":2.0}}", 0, NULL);
+    reg_hf_hparams_t hp = {.arch = "llama", .flags = REG_HF_PERMUTE_QK, .rope_dims = 16};
+    reg_hf_rope_t rope = {0};
+    cr_gguf_writer_t *w = cr_gguf_writer_new();
+    cr_err_t err;
+    CHECK(reg_hf_rope_add(w, cfg, &hp, &rope, &err) == CR_E_UNSUPPORTED &&
+          strstr(err.msg, "rope_scaling type dynamic is not supported"));
+    reg_hf_rope_free(&rope);
+    cr_gguf_writer_destroy(&w);
+    json_decref(cfg);
+}
+
 /* BERT checkpoints may carry embeddings.position_ids as I64: a BERT import
  * leaves it out (as llama.cpp does); any other architecture refuses it,
  * naming the dtype. */
@@ -769,6 +822,7 @@ int main(void)
     position_ids();
     bad_folders();
     gemma3_cut();
+    bad_configs();
     phi3_rope();
     llama3_rope();
     const char *root = check_testdata("models/stories260K.gguf") ? getenv("CORRAL_TESTDATA")
