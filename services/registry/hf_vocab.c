@@ -123,6 +123,11 @@ static void pre_scan(const json_t *p, pre_info_t *pi)
         pi->byte_level = true;
         const json_t *ur = json_object_get(p, "use_regex");
         pi->byte_level_regex = !ur || json_is_true(ur);
+        /* a space before the first word: no GGUF pre-tokenizer does that */
+        if (json_is_true(json_object_get(p, "add_prefix_space"))) {
+            pi->other = true;
+            pi->other_type = "ByteLevel with add_prefix_space";
+        }
     } else if (!strcmp(type, "Split")) {
         const char *re = json_string_value(
             json_object_get(json_object_get(p, "pattern"), "Regex"));

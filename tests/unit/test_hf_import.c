@@ -473,6 +473,14 @@ static void bad_folders(void)
     json_decref(tj);
     expect_fail("unknown pre", dir, NULL, CR_E_UNSUPPORTED,
                 "tokenizer.json: pre_tokenizer not recognised", NULL);
+    tj = json_load_file(path, 0, NULL);
+    json_object_set_new(tj, "pre_tokenizer",
+                        json_pack("{s:s, s:b, s:b}", "type", "ByteLevel", "use_regex", 1,
+                                  "add_prefix_space", 1));
+    json_dump_file(tj, path, 0);
+    json_decref(tj);
+    expect_fail("prefix space", dir, NULL, CR_E_UNSUPPORTED,
+                "a step of type ByteLevel with add_prefix_space", NULL);
     json_t *model = json_object_get(tj = json_load_file(path, 0, NULL), "model");
     json_object_set_new(model, "type", json_string("Unigram"));
     json_dump_file(tj, path, 0);
