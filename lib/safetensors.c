@@ -28,6 +28,8 @@ struct cr_st_set {
     set_entry_t *entries;
     size_t n_entries;
     const char *const *ignore; /* borrowed; NULL: none */
+    size_t *slots;             /* hash of names: entry index + 1, 0 empty */
+    size_t n_slots;            /* a power of two > 2 * n_entries */
 };
 
 static const struct {
@@ -454,8 +456,49 @@ void cr_st_set_destroy(cr_st_set_t **self_p)
         cr_st_close(&s->files[i]);
     free(s->files);
     free(s->entries);
+    free(s->slots);
     free(s);
     *self_p = NULL;
+}
+
+static size_t name_hash(const char *name)
+{
+    size_t h = 1469598103934665603u;
+    for (const uint8_t *p = (const uint8_t *)name; *p; p++)
+        h = (h ^ *p) * 1099511628211u;
+    return h;
+}
+
+/* Rebuilds the name hash over every entry (after a file is added). */
+static bool rehash(cr_st_set_t *s)
+{
+    size_t n = 16;
+    while (n <= 2 * s->n_entries)
+        n <<= 1;
+    size_t *slots = calloc(n, sizeof *slots);
+    if (!slots)
+        return false;
+    for (size_t i = 0; i < s->n_entries; i++) {
+        size_t h = name_hash(s->entries[i].t->name) & (n - 1);
+        while (slots[h])
+            h = (h + 1) & (n - 1);
+        slots[h] = i + 1;
+    }
+    free(s->slots);
+    s->slots = slots;
+    s->n_slots = n;
+    return true;
+}
+
+size_t cr_st_set_index_of(const cr_st_set_t *s, const char *name)
+{
+    if (!s->n_slots)
+        return SIZE_MAX;
+    for (size_t h = name_hash(name) & (s->n_slots - 1); s->slots[h];
+         h = (h + 1) & (s->n_slots - 1))
+        if (!strcmp(s->entries[s->slots[h] - 1].t->name, name))
+            return s->slots[h] - 1;
+    return SIZE_MAX;
 }
 
 void cr_st_set_ignore(cr_st_set_t *s, const char *const *ignore)
@@ -493,8 +536,14 @@ cr_status_t cr_st_set_add_file(cr_st_set_t *s, const char *path,
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     }
     s->entries = ents;
+    size_t before = s->n_entries;
     for (size_t i = 0; i < f->n_tensors; i++)
         s->entries[s->n_entries++] = (set_entry_t){&f->tensors[i], f};
+    if (!rehash(s)) {
+        s->n_entries = before;
+        cr_st_close(&f);
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
     s->files[s->n_files++] = f;
     return CR_OK;
 }
@@ -514,13 +563,8 @@ const cr_st_tensor_t *cr_st_set_tensor_at(const cr_st_set_t *s, size_t i,
 const cr_st_tensor_t *cr_st_set_find(const cr_st_set_t *s, const char *name,
                                      const cr_st_file_t **file)
 {
-    for (size_t i = 0; i < s->n_entries; i++)
-        if (!strcmp(s->entries[i].t->name, name)) {
-            if (file)
-                *file = s->entries[i].f;
-            return s->entries[i].t;
-        }
-    return NULL;
+    size_t i = cr_st_set_index_of(s, name);
+    return i == SIZE_MAX ? NULL : cr_st_set_tensor_at(s, i, file);
 }
 
 /* The weight_map object of an index, or NULL with err set. Caller owns

@@ -135,6 +135,9 @@ size_t cr_st_set_tensor_count(const cr_st_set_t *s);
  * file in *file (may be NULL). Borrowed; valid until destroy. */
 const cr_st_tensor_t *cr_st_set_tensor_at(const cr_st_set_t *s, size_t i,
                                           const cr_st_file_t **file);
+/* The index (for cr_st_set_tensor_at) of the tensor called name, or
+ * SIZE_MAX. Hashed: constant time. */
+size_t cr_st_set_index_of(const cr_st_set_t *s, const char *name);
 /* Tensor by name, or NULL. */
 const cr_st_tensor_t *cr_st_set_find(const cr_st_set_t *s, const char *name,
                                      const cr_st_file_t **file);

@@ -96,18 +96,25 @@ static cr_status_t load_jinja(const conv_t *c, json_t **tok_cfg, cr_err_t *err)
     const reg_hf_file_t *f = find_file(c, "chat_template.jinja");
     if (!f || (*tok_cfg && json_object_get(*tok_cfg, "chat_template")))
         return CR_OK;
+    struct stat sb;
+    if (stat(f->path, &sb) != 0)
+        return cr_err_set(err, CR_E_IO, "%s: %s", f->name, strerror(errno));
+    if ((uint64_t)sb.st_size > MAX_JSON_BYTES)
+        return cr_err_set(err, CR_E_TOO_LARGE, "%s: over %u bytes", f->name,
+                          MAX_JSON_BYTES);
     FILE *fp = fopen(f->path, "rb");
     if (!fp)
         return cr_err_set(err, CR_E_IO, "%s: %s", f->name, strerror(errno));
-    char *text = malloc(MAX_JSON_BYTES + 1);
-    size_t n = text ? fread(text, 1, MAX_JSON_BYTES + 1, fp) : 0;
+    /* one byte more than stat said: a file that grew is refused */
+    size_t cap = (size_t)sb.st_size + 1;
+    char *text = malloc(cap);
+    size_t n = text ? fread(text, 1, cap, fp) : 0;
     fclose(fp);
     cr_status_t st = CR_OK;
     if (!text)
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
-    else if (n > MAX_JSON_BYTES)
-        st = cr_err_set(err, CR_E_TOO_LARGE, "%s: over %u bytes", f->name,
-                        MAX_JSON_BYTES);
+    else if (n >= cap)
+        st = cr_err_set(err, CR_E_IO, "%s: changed while read", f->name);
     json_t *s = st ? NULL : json_stringn(text, n);
     if (!st && !s)
         st = cr_err_set(err, CR_E_INVALID, "%s: not UTF-8 text", f->name);
@@ -188,7 +195,8 @@ static cr_status_t take(conv_t *c, const char *name, int64_t rows, int64_t cols,
                         bool optional, const cr_st_tensor_t **t,
                         const cr_st_file_t **f, cr_err_t *err)
 {
-    *t = cr_st_set_find(c->set, name, f);
+    size_t idx = cr_st_set_index_of(c->set, name);
+    *t = idx == SIZE_MAX ? NULL : cr_st_set_tensor_at(c->set, idx, f);
     if (!*t)
         return optional ? CR_E_NOT_FOUND
                         : cr_err_set(err, CR_E_INVALID, "tensor '%s' is missing "
@@ -212,9 +220,7 @@ static cr_status_t take(conv_t *c, const char *name, int64_t rows, int64_t cols,
                           "config.json implies [%s]", cr_st_name(*f), name, got,
                           want);
     }
-    for (size_t i = 0; i < cr_st_set_tensor_count(c->set); i++)
-        if (cr_st_set_tensor_at(c->set, i, NULL) == x)
-            c->used[i] = true;
+    c->used[idx] = true;
     return CR_OK;
 }
 

@@ -314,6 +314,41 @@ static void test_ignore(void)
     cr_st_set_destroy(&s);
 }
 
+/* Name lookup across files: every tensor of 3 files of 300 found at its
+ * index, an absent name gives SIZE_MAX. */
+static void test_many(void)
+{
+    cr_st_set_t *s = cr_st_set_new();
+    cr_err_t err = {0};
+    for (int fi = 0; fi < 3; fi++) {
+        char hdr[40000], name[32];
+        size_t o = (size_t)snprintf(hdr, sizeof hdr, "{");
+        for (int i = 0; i < 300; i++)
+            o += (size_t)snprintf(hdr + o, sizeof hdr - o,
+                                  "%s\"t%d.%d\":{\"dtype\":\"F32\",\"shape\":[1],"
+                                  "\"data_offsets\":[%d,%d]}",
+                                  i ? "," : "", fi, i, 4 * i, 4 * i + 4);
+        snprintf(hdr + o, sizeof hdr - o, "}");
+        snprintf(name, sizeof name, "f%d.safetensors", fi);
+        const char *path = write_st(name, hdr, UINT64_MAX, 1200);
+        CHECK_MSG(cr_st_set_add_file(s, path, name, &err) == CR_OK, "%s", err.msg);
+    }
+    CHECK_EQ_INT(cr_st_set_tensor_count(s), 900);
+    int found = 0;
+    for (int fi = 0; fi < 3; fi++)
+        for (int i = 0; i < 300; i++) {
+            char n[32];
+            snprintf(n, sizeof n, "t%d.%d", fi, i);
+            size_t idx = cr_st_set_index_of(s, n);
+            const cr_st_tensor_t *t = idx == SIZE_MAX ? NULL : cr_st_set_tensor_at(s, idx, NULL);
+            found += t && !strcmp(t->name, n);
+        }
+    CHECK_EQ_INT(found, 900);
+    CHECK(cr_st_set_index_of(s, "t9.9") == SIZE_MAX);
+    CHECK(cr_st_set_find(s, "t3.0", NULL) == NULL);
+    cr_st_set_destroy(&s);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir_g)) {
@@ -325,6 +360,7 @@ int main(void)
     test_hostile();
     test_set();
     test_ignore();
+    test_many();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);
     if (system(cmd) != 0)
