@@ -27,6 +27,9 @@ struct cr_st_set {
     size_t n_files;
     set_entry_t *entries;
     size_t n_entries;
+    const char *const *ignore; /* borrowed; NULL: none */
+    size_t *slots;             /* hash of names: entry index + 1, 0 empty */
+    size_t n_slots;            /* a power of two > 2 * n_entries */
 };
 
 static const struct {
@@ -158,8 +161,33 @@ static int by_offset(const void *a, const void *b)
     return x->size_bytes < y->size_bytes ? -1 : x->size_bytes > y->size_bytes;
 }
 
+static bool is_ignored(const char *const *ignore, const char *name)
+{
+    for (size_t i = 0; ignore && ignore[i]; i++)
+        if (!strcmp(ignore[i], name))
+            return true;
+    return false;
+}
+
+/* An ignored tensor: only its data_offsets, bounds-checked, so that the
+ * overlap check still covers its bytes. */
+static cr_status_t parse_ignored(cr_st_file_t *f, const char *key, const json_t *v,
+                                 cr_st_tensor_t *t, uint64_t data_len, cr_err_t *err)
+{
+    const json_t *offs = json_object_get(v, "data_offsets");
+    uint64_t begin, end;
+    if (json_array_size(offs) != 2 || !get_u64(json_array_get(offs, 0), &begin) ||
+        !get_u64(json_array_get(offs, 1), &end) || end < begin || end > data_len)
+        return cr_err_set(err, CR_E_CORRUPT, "%s: tensor '%s': data_offsets are not "
+                          "two integers inside the data", f->name, key);
+    snprintf(t->name, sizeof t->name, "%s", key);
+    t->offset = f->data_start + begin;
+    t->size_bytes = end - begin;
+    return CR_OK;
+}
+
 static cr_status_t parse_header(cr_st_file_t *f, const char *text, size_t len,
-                                cr_err_t *err)
+                                const char *const *ignore, cr_err_t *err)
 {
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -205,7 +233,9 @@ static cr_status_t parse_header(cr_st_file_t *f, const char *text, size_t len,
             f->metadata = json_incref(v);
             continue;
         }
-        st = parse_tensor(f, key, v, &f->tensors[f->n_tensors], data_len, err);
+        st = is_ignored(ignore, key)
+                 ? parse_ignored(f, key, v, &f->tensors[f->n_tensors], data_len, err)
+                 : parse_tensor(f, key, v, &f->tensors[f->n_tensors], data_len, err);
         if (st)
             goto out;
         f->n_tensors++;
@@ -225,6 +255,11 @@ static cr_status_t parse_header(cr_st_file_t *f, const char *text, size_t len,
         }
         far = b;
     }
+    size_t kept = 0;
+    for (size_t i = 0; i < f->n_tensors; i++)
+        if (!is_ignored(ignore, f->tensors[i].name))
+            f->tensors[kept++] = f->tensors[i];
+    f->n_tensors = kept;
 out:
     json_decref(root);
     return st;
@@ -232,6 +267,13 @@ out:
 
 cr_status_t cr_st_open(const char *path, const char *name, cr_st_file_t **out,
                        cr_err_t *err)
+{
+    return cr_st_open_ex(path, name, NULL, out, err);
+}
+
+cr_status_t cr_st_open_ex(const char *path, const char *name,
+                          const char *const *ignore, cr_st_file_t **out,
+                          cr_err_t *err)
 {
     *out = NULL;
     cr_st_file_t *f = calloc(1, sizeof *f);
@@ -273,7 +315,7 @@ cr_status_t cr_st_open(const char *path, const char *name, cr_st_file_t **out,
         goto out;
     }
     if ((st = read_at(f->fd, text, (size_t)hlen, 8, f->name, err)) ||
-        (st = parse_header(f, text, (size_t)hlen, err)))
+        (st = parse_header(f, text, (size_t)hlen, ignore, err)))
         goto out;
 out:
     free(text);
@@ -414,8 +456,54 @@ void cr_st_set_destroy(cr_st_set_t **self_p)
         cr_st_close(&s->files[i]);
     free(s->files);
     free(s->entries);
+    free(s->slots);
     free(s);
     *self_p = NULL;
+}
+
+static size_t name_hash(const char *name)
+{
+    size_t h = 1469598103934665603u;
+    for (const uint8_t *p = (const uint8_t *)name; *p; p++)
+        h = (h ^ *p) * 1099511628211u;
+    return h;
+}
+
+/* Rebuilds the name hash over every entry (after a file is added). */
+static bool rehash(cr_st_set_t *s)
+{
+    size_t n = 16;
+    while (n <= 2 * s->n_entries)
+        n <<= 1;
+    size_t *slots = calloc(n, sizeof *slots);
+    if (!slots)
+        return false;
+    for (size_t i = 0; i < s->n_entries; i++) {
+        size_t h = name_hash(s->entries[i].t->name) & (n - 1);
+        while (slots[h])
+            h = (h + 1) & (n - 1);
+        slots[h] = i + 1;
+    }
+    free(s->slots);
+    s->slots = slots;
+    s->n_slots = n;
+    return true;
+}
+
+size_t cr_st_set_index_of(const cr_st_set_t *s, const char *name)
+{
+    if (!s->n_slots)
+        return SIZE_MAX;
+    for (size_t h = name_hash(name) & (s->n_slots - 1); s->slots[h];
+         h = (h + 1) & (s->n_slots - 1))
+        if (!strcmp(s->entries[s->slots[h] - 1].t->name, name))
+            return s->slots[h] - 1;
+    return SIZE_MAX;
+}
+
+void cr_st_set_ignore(cr_st_set_t *s, const char *const *ignore)
+{
+    s->ignore = ignore;
 }
 
 cr_status_t cr_st_set_add_file(cr_st_set_t *s, const char *path,
@@ -425,7 +513,7 @@ cr_status_t cr_st_set_add_file(cr_st_set_t *s, const char *path,
         return cr_err_set(err, CR_E_TOO_LARGE, "more than %d safetensors files",
                           CR_ST_MAX_FILES);
     cr_st_file_t *f = NULL;
-    cr_status_t st = cr_st_open(path, name, &f, err);
+    cr_status_t st = cr_st_open_ex(path, name, s->ignore, &f, err);
     if (st)
         return st;
     for (size_t i = 0; i < f->n_tensors; i++) {
@@ -448,8 +536,14 @@ cr_status_t cr_st_set_add_file(cr_st_set_t *s, const char *path,
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     }
     s->entries = ents;
+    size_t before = s->n_entries;
     for (size_t i = 0; i < f->n_tensors; i++)
         s->entries[s->n_entries++] = (set_entry_t){&f->tensors[i], f};
+    if (!rehash(s)) {
+        s->n_entries = before;
+        cr_st_close(&f);
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
     s->files[s->n_files++] = f;
     return CR_OK;
 }
@@ -469,13 +563,8 @@ const cr_st_tensor_t *cr_st_set_tensor_at(const cr_st_set_t *s, size_t i,
 const cr_st_tensor_t *cr_st_set_find(const cr_st_set_t *s, const char *name,
                                      const cr_st_file_t **file)
 {
-    for (size_t i = 0; i < s->n_entries; i++)
-        if (!strcmp(s->entries[i].t->name, name)) {
-            if (file)
-                *file = s->entries[i].f;
-            return s->entries[i].t;
-        }
-    return NULL;
+    size_t i = cr_st_set_index_of(s, name);
+    return i == SIZE_MAX ? NULL : cr_st_set_tensor_at(s, i, file);
 }
 
 /* The weight_map object of an index, or NULL with err set. Caller owns
@@ -566,6 +655,8 @@ cr_status_t cr_st_set_check_index(const cr_st_set_t *s, const char *json,
         const json_t *v;
         json_object_foreach((json_t *)map, k, v) {
             const cr_st_file_t *f = NULL;
+            if (is_ignored(s->ignore, k))
+                continue;
             if (!cr_st_set_find(s, k, &f)) {
                 st = cr_err_set(err, CR_E_CORRUPT, "%s: tensor '%.200s' is "
                                 "not in %s", name, k, json_string_value(v));

@@ -10,7 +10,8 @@
  * (at most CR_ST_MAX_DIMS dims, no overflow), offsets inside the data
  * section with end - begin = product(shape) * dtype size, and no two
  * tensors overlapping. Errors name the file (as the caller called it) and
- * the tensor.
+ * the tensor. cr_st_open_ex can leave named tensors out (offsets still
+ * checked), for buffers of other dtypes a checkpoint carries.
  *
  * A set (cr_st_set_t) is a model's tensors over one or more files: shards
  * named by model.safetensors.index.json's weight_map, or plain files added
@@ -63,6 +64,14 @@ size_t cr_st_dtype_size(cr_st_dtype_t t);
  * CR_E_UNSUPPORTED (a dtype other than F32/F16/BF16), CR_E_NOMEM. */
 cr_status_t cr_st_open(const char *path, const char *name, cr_st_file_t **out,
                        cr_err_t *err);
+/* Same, leaving out the tensors named in ignore (a NULL-terminated list;
+ * NULL: none): their data_offsets are still checked (inside the data, not
+ * overlapping another tensor) but their dtype and shape are not read and
+ * they are not listed. For buffers a checkpoint may carry in any dtype
+ * (BERT's I64 embeddings.position_ids). */
+cr_status_t cr_st_open_ex(const char *path, const char *name,
+                          const char *const *ignore, cr_st_file_t **out,
+                          cr_err_t *err);
 void cr_st_close(cr_st_file_t **self_p);
 
 /* The name errors use (borrowed; valid until close). */
@@ -103,6 +112,11 @@ void cr_st_set_destroy(cr_st_set_t **self_p);
 cr_status_t cr_st_set_add_file(cr_st_set_t *s, const char *path,
                                const char *name, cr_err_t *err);
 
+/* Files added after this are opened with cr_st_open_ex's ignore list
+ * (borrowed; must outlive the set), and cr_st_set_check_index skips those
+ * names. */
+void cr_st_set_ignore(cr_st_set_t *s, const char *const *ignore);
+
 /* Checks the set against an index file's JSON text (len bytes; name is how
  * errors call it): its weight_map ({tensor: file}) must name exactly the
  * tensors of the set, each in the file the map says. CR_E_CORRUPT naming
@@ -121,6 +135,9 @@ size_t cr_st_set_tensor_count(const cr_st_set_t *s);
  * file in *file (may be NULL). Borrowed; valid until destroy. */
 const cr_st_tensor_t *cr_st_set_tensor_at(const cr_st_set_t *s, size_t i,
                                           const cr_st_file_t **file);
+/* The index (for cr_st_set_tensor_at) of the tensor called name, or
+ * SIZE_MAX. Hashed: constant time. */
+size_t cr_st_set_index_of(const cr_st_set_t *s, const char *name);
 /* Tensor by name, or NULL. */
 const cr_st_tensor_t *cr_st_set_find(const cr_st_set_t *s, const char *name,
                                      const cr_st_file_t **file);

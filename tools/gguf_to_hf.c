@@ -9,11 +9,13 @@
  * Writes config.json, model.safetensors (or N shards and
  * model.safetensors.index.json), tokenizer.json and tokenizer_config.json.
  * Architectures: llama (Q/K rows un-permuted to Hugging Face's layout),
- * qwen2, qwen3, qwen3moe (expert stacks split per expert); tensors F32,
+ * qwen2, qwen3, qwen3moe (expert stacks split per expert), gemma2,
+ * gemma3 (norms stored 1 + w in GGUF written as w), phi3, bert; tensors F32,
  * F16 or BF16 (quantized ones are refused).
  * Tokenizers: "llama" (SentencePiece: a byte_fallback BPE whose merges are
  * every split of a token into two tokens, in score order) and "gpt2" with
- * the pre-tokenizers gpt-2, llama-bpe/llama3 and qwen2. */
+ * the pre-tokenizers gpt-2, llama-bpe/llama3 and qwen2; "bert" as
+ * WordPiece. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 
@@ -69,7 +71,11 @@ static int write_config(const cr_gguf_t *g, const char *arch, const char *dir)
     } names[] = {{"llama", "LlamaForCausalLM", "llama"},
                  {"qwen2", "Qwen2ForCausalLM", "qwen2"},
                  {"qwen3", "Qwen3ForCausalLM", "qwen3"},
-                 {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"}};
+                 {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
+                 {"gemma2", "Gemma2ForCausalLM", "gemma2"},
+                 {"gemma3", "Gemma3ForCausalLM", "gemma3_text"},
+                 {"phi3", "Phi3ForCausalLM", "phi3"},
+                 {"bert", "BertModel", "bert"}};
     const char *hf = NULL, *type = NULL;
     for (size_t i = 0; i < CR_ARRAY_LEN(names); i++)
         if (!strcmp(arch, names[i].arch)) {
@@ -90,6 +96,11 @@ static int write_config(const cr_gguf_t *g, const char *arch, const char *dir)
     float eps = 1e-5f, theta = 10000.0f;
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     cr_gguf_get_f32(g, key, &eps);
+    bool bert = !strcmp(arch, "bert");
+    if (bert) {
+        snprintf(key, sizeof key, "%s.attention.layer_norm_epsilon", arch);
+        cr_gguf_get_f32(g, key, &eps);
+    }
     snprintf(key, sizeof key, "%s.rope.freq_base", arch);
     cr_gguf_get_f32(g, key, &theta);
     const cr_gguf_array_t *toks = NULL;
@@ -103,7 +114,10 @@ static int write_config(const cr_gguf_t *g, const char *arch, const char *dir)
     json_object_set_new(c, "num_key_value_heads", json_integer((json_int_t)kv));
     json_object_set_new(c, "intermediate_size", json_integer((json_int_t)ffn));
     json_object_set_new(c, "max_position_embeddings", json_integer((json_int_t)ctx));
-    json_object_set_new(c, "rms_norm_eps", json_real(eps));
+    json_object_set_new(c, bert ? "layer_norm_eps" : "rms_norm_eps", json_real(eps));
+    uint64_t ntt = 0;
+    if (bert && cr_gguf_get_u64(g, "tokenizer.ggml.token_type_count", &ntt))
+        json_object_set_new(c, "type_vocab_size", json_integer((json_int_t)ntt));
     json_object_set_new(c, "rope_theta", json_real(theta));
     if (get_u(g, arch, "attention.key_length", &kl))
         json_object_set_new(c, "head_dim", json_integer((json_int_t)kl));
@@ -112,6 +126,56 @@ static int write_config(const cr_gguf_t *g, const char *arch, const char *dir)
     json_object_set_new(c, "tie_word_embeddings",
                         json_boolean(!cr_gguf_tensor_find(g, "output.weight")));
     json_object_set_new(c, "torch_dtype", json_string("float32"));
+    static const char *const u_keys[][2] = {
+        {"attention.sliding_window", "sliding_window"},
+        {"attention.sliding_window_pattern", "sliding_window_pattern"}};
+    for (size_t i = 0; i < CR_ARRAY_LEN(u_keys); i++) {
+        uint64_t v;
+        if (get_u(g, arch, u_keys[i][0], &v))
+            json_object_set_new(c, u_keys[i][1], json_integer((json_int_t)v));
+    }
+    static const char *const f_keys[][2] = {
+        {"attn_logit_softcapping", "attn_logit_softcapping"},
+        {"final_logit_softcapping", "final_logit_softcapping"},
+        {"rope.freq_base_swa", "rope_local_base_freq"}};
+    for (size_t i = 0; i < CR_ARRAY_LEN(f_keys); i++) {
+        float v;
+        snprintf(key, sizeof key, "%s.%s", arch, f_keys[i][0]);
+        if (cr_gguf_get_f32(g, key, &v))
+            json_object_set_new(c, f_keys[i][1], json_real(v));
+    }
+    uint64_t rdims = 0, orig = 0;
+    const cr_gguf_tensor_t *lf = cr_gguf_tensor_find(g, "rope_factors_long.weight");
+    const cr_gguf_tensor_t *sf = cr_gguf_tensor_find(g, "rope_factors_short.weight");
+    uint64_t hsize = get_u(g, arch, "attention.key_length", &kl) ? kl : dim / heads;
+    if (get_u(g, arch, "rope.dimension_count", &rdims) && rdims != hsize)
+        json_object_set_new(c, "partial_rotary_factor",
+                            json_real((double)(rdims * heads) / (double)dim));
+    if (lf && sf && lf->type == CR_TYPE_F32 && sf->type == CR_TYPE_F32 &&
+        get_u(g, arch, "rope.scaling.original_context_length", &orig)) {
+        /* phi3 LongRoPE: the factor tensors go back into config.json */
+        json_t *lj = json_array(), *sj = json_array();
+        for (uint64_t i = 0; i < lf->n_elems && i < sf->n_elems; i++) {
+            float a, b;
+            memcpy(&a, (const char *)lf->data + 4 * i, 4);
+            memcpy(&b, (const char *)sf->data + 4 * i, 4);
+            json_array_append_new(lj, json_real(a));
+            json_array_append_new(sj, json_real(b));
+        }
+        json_object_set_new(c, "original_max_position_embeddings",
+                            json_integer((json_int_t)orig));
+        json_object_set_new(c, "rope_scaling", json_pack("{s:s, s:o, s:o}", "type",
+                                                         "longrope", "long_factor", lj,
+                                                         "short_factor", sj));
+    }
+    char rtype[16] = "";
+    float factor = 0;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    cr_gguf_get_strz(g, key, rtype, sizeof rtype);
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+    if (!strcmp(rtype, "linear") && cr_gguf_get_f32(g, key, &factor))
+        json_object_set_new(c, "rope_scaling",
+                            json_pack("{s:s, s:f}", "rope_type", "linear", "factor", factor));
     uint64_t ne = 0, nu = 0, fe = 0;
     if (get_u(g, arch, "expert_count", &ne) && get_u(g, arch, "expert_used_count", &nu)) {
         json_object_set_new(c, "num_experts", json_integer((json_int_t)ne));
@@ -209,6 +273,23 @@ static json_t *pre_tokenizer_for(const char *pre)
                      "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0);
 }
 
+/* A GGUF token as tokenizer.json spells it: WordPiece ("bert") pieces go
+ * from llama.cpp's "▁word" / "cont" / "[SPECIAL]" back to "word" / "##cont"
+ * / "[SPECIAL]"; others are the same. */
+static const char *hf_piece(bool wpm, const char *t, char *out, size_t cap)
+{
+    if (!wpm)
+        return t;
+    size_t n = strlen(t);
+    if (!strncmp(t, "\xe2\x96\x81", 3))
+        snprintf(out, cap, "%s", t + 3);
+    else if (n >= 2 && t[0] == '[' && t[n - 1] == ']')
+        snprintf(out, cap, "%s", t);
+    else
+        snprintf(out, cap, "##%s", t);
+    return out;
+}
+
 static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
 {
     char model[32] = "", pre[64] = "default", buf[1024];
@@ -218,8 +299,8 @@ static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
     if (!cr_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks))
         return fail("no tokenizer.ggml.tokens");
     cr_gguf_get_arr(g, "tokenizer.ggml.token_type", &types);
-    bool spm = !strcmp(model, "llama");
-    if (!spm && strcmp(model, "gpt2"))
+    bool spm = !strcmp(model, "llama"), wpm = !strcmp(model, "bert");
+    if (!spm && !wpm && strcmp(model, "gpt2"))
         return fail("tokenizer model %s has no tokenizer.json form here", model);
     json_t *vocab = json_object(), *added = json_array();
     for (uint64_t i = 0; i < toks->n; i++) {
@@ -227,6 +308,8 @@ static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
         if (types)
             cr_gguf_arr_get_i64(types, i, &type);
         const char *t = tok_at(toks, i, buf, sizeof buf);
+        char piece[1100];
+        t = hf_piece(wpm, t, piece, sizeof piece);
         if (json_object_get(vocab, t))
             return fail("token %" PRIu64 " '%s' appears twice", i, t);
         json_object_set_new(vocab, t, json_integer((json_int_t)i));
@@ -238,7 +321,25 @@ static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
     }
     json_t *m = json_pack("{s:s, s:o}", "type", "BPE", "vocab", vocab);
     json_t *root = json_pack("{s:s, s:o}", "version", "1.0", "added_tokens", added);
-    if (spm) {
+    if (wpm) {
+        uint64_t unk = 100;
+        cr_gguf_get_u64(g, "tokenizer.ggml.unknown_token_id", &unk);
+        json_object_set_new(m, "type", json_string("WordPiece"));
+        json_object_set_new(m, "continuing_subword_prefix", json_string("##"));
+        json_object_set_new(m, "max_input_chars_per_word", json_integer(100));
+        if (unk < toks->n) {
+            char piece[1100];
+            const char *u = hf_piece(true, tok_at(toks, unk, buf, sizeof buf), piece,
+                                     sizeof piece);
+            json_object_set_new(m, "unk_token", json_string(u));
+        }
+        json_object_set_new(root, "normalizer",
+                            json_pack("{s:s, s:b, s:b, s:n, s:b}", "type", "BertNormalizer",
+                                      "clean_text", 1, "handle_chinese_chars", 1,
+                                      "strip_accents", "lowercase", 1));
+        json_object_set_new(root, "pre_tokenizer", json_pack("{s:s}", "type",
+                                                             "BertPreTokenizer"));
+    } else if (spm) {
         json_object_set_new(m, "merges", spm_merges(g, toks, vocab));
         json_object_set_new(m, "byte_fallback", json_true());
         json_object_set_new(m, "fuse_unk", json_true());
@@ -274,15 +375,19 @@ static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
         return 1;
 
     json_t *tc = json_object();
-    static const char *const specials[][2] = {{"bos", "bos"}, {"eos", "eos"},
-                                              {"unknown", "unk"}, {"padding", "pad"}};
+    static const char *const specials[][2] = {
+        {"bos", "bos"},         {"eos", "eos"},   {"unknown", "unk"}, {"padding", "pad"},
+        {"cls", "cls"},         {"seperator", "sep"}, {"mask", "mask"}};
     for (size_t i = 0; i < CR_ARRAY_LEN(specials); i++) {
         char key[96];
         uint64_t id;
         snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", specials[i][0]);
         if (cr_gguf_get_u64(g, key, &id) && id < toks->n) {
             snprintf(key, sizeof key, "%s_token", specials[i][1]);
-            json_object_set_new(tc, key, json_string(tok_at(toks, id, buf, sizeof buf)));
+            char piece[1100];
+            json_object_set_new(tc, key, json_string(hf_piece(wpm, tok_at(toks, id, buf,
+                                                                          sizeof buf),
+                                                              piece, sizeof piece)));
         }
     }
     static const char *const flags[] = {"add_bos_token", "add_eos_token"};
@@ -318,8 +423,45 @@ static int write_tokenizer(const cr_gguf_t *g, const char *dir, bool jinja_file)
 /* ---- tensors ---- */
 
 /* The Hugging Face name of a GGUF tensor, or false. */
-static bool hf_name(const char *gn, char *out, size_t cap)
+static bool bert_name(const char *gn, char *out, size_t cap)
 {
+    static const char *const top[][2] = {
+        {"token_embd.weight", "embeddings.word_embeddings.weight"},
+        {"token_types.weight", "embeddings.token_type_embeddings.weight"},
+        {"position_embd.weight", "embeddings.position_embeddings.weight"},
+        {"token_embd_norm.weight", "embeddings.LayerNorm.weight"},
+        {"token_embd_norm.bias", "embeddings.LayerNorm.bias"}};
+    for (size_t i = 0; i < CR_ARRAY_LEN(top); i++)
+        if (!strcmp(gn, top[i][0])) {
+            snprintf(out, cap, "%s", top[i][1]);
+            return true;
+        }
+    static const char *const per[][2] = {
+        {"attn_q", "attention.self.query"},
+        {"attn_k", "attention.self.key"},
+        {"attn_v", "attention.self.value"},
+        {"attn_output", "attention.output.dense"},
+        {"attn_output_norm", "attention.output.LayerNorm"},
+        {"ffn_up", "intermediate.dense"},
+        {"ffn_down", "output.dense"},
+        {"layer_output_norm", "output.LayerNorm"}};
+    int l, used = 0;
+    char part[64], kind[16];
+    if (sscanf(gn, "blk.%d.%63[a-z_].%15[a-z]%n", &l, part, kind, &used) != 3 || gn[used])
+        return false;
+    for (size_t i = 0; i < CR_ARRAY_LEN(per); i++)
+        if (!strcmp(part, per[i][0])) {
+            snprintf(out, cap, "encoder.layer.%d.%s.%s", l, per[i][1], kind);
+            return true;
+        }
+    return false;
+}
+
+static bool hf_name(const char *gn, const char *arch, char *out, size_t cap)
+{
+    if (!strcmp(arch, "bert"))
+        return bert_name(gn, out, cap);
+    bool gemma = !strncmp(arch, "gemma", 5), phi3 = !strcmp(arch, "phi3");
     static const char *const top[][2] = {{"token_embd.weight", "model.embed_tokens.weight"},
                                          {"output_norm.weight", "model.norm.weight"},
                                          {"output.weight", "lm_head.weight"}};
@@ -340,6 +482,20 @@ static bool hf_name(const char *gn, char *out, size_t cap)
     if (sscanf(gn, "blk.%d.%63[a-z_].%15[a-z]%n", &l, part, kind, &used) != 3 ||
         gn[used])
         return false;
+    static const char *const gemma_per[][2] = {
+        {"post_attention_norm", "post_attention_layernorm"},
+        {"ffn_norm", "pre_feedforward_layernorm"},
+        {"post_ffw_norm", "post_feedforward_layernorm"}};
+    for (size_t i = 0; gemma && i < CR_ARRAY_LEN(gemma_per); i++)
+        if (!strcmp(part, gemma_per[i][0])) {
+            snprintf(out, cap, "model.layers.%d.%s.%s", l, gemma_per[i][1], kind);
+            return true;
+        }
+    if (phi3 && (!strcmp(part, "attn_qkv") || !strcmp(part, "ffn_up"))) {
+        snprintf(out, cap, "model.layers.%d.%s.%s", l,
+                 part[0] == 'a' ? "self_attn.qkv_proj" : "mlp.gate_up_proj", kind);
+        return true;
+    }
     for (size_t i = 0; i < CR_ARRAY_LEN(per); i++)
         if (!strcmp(part, per[i][0])) {
             snprintf(out, cap, "model.layers.%d.%s.%s", l, per[i][1], kind);
@@ -356,6 +512,7 @@ typedef struct out_tensor {
     uint32_t n_dims;
     uint64_t shape[4];   /* Hugging Face order: rows first */
     int64_t heads;       /* > 0: un-permute rows in this many heads */
+    bool minus_one;      /* gemma norms: GGUF's 1 + w back to w (F32) */
 } out_tensor_t;
 
 static int write_shard(const char *path, const out_tensor_t *ts, size_t n)
@@ -393,6 +550,16 @@ static int write_shard(const char *path, const out_tensor_t *ts, size_t n)
     free(text);
     for (size_t i = 0; i < n; i++) {
         const uint8_t *d = ts[i].data;
+        if (ts[i].minus_one) {
+            /* exact: the weights lie in [0.5, 2] (Sterbenz) */
+            for (uint64_t k = 0; k < ts[i].size_bytes / 4; k++) {
+                float v;
+                memcpy(&v, d + 4 * k, 4);
+                v -= 1.0f;
+                fwrite(&v, 4, 1, f);
+            }
+            continue;
+        }
         if (ts[i].heads <= 0) {
             fwrite(d, 1, (size_t)ts[i].size_bytes, f);
             continue;
@@ -410,7 +577,8 @@ static int write_shard(const char *path, const out_tensor_t *ts, size_t n)
 
 /* Adds GGUF tensor t (or, for a [E][rows][cols] expert stack, one tensor
  * per expert) to ts at *n. */
-static int add_out(const cr_gguf_tensor_t *t, out_tensor_t *ts, size_t *n, size_t cap)
+static int add_out(const cr_gguf_tensor_t *t, const char *arch, out_tensor_t *ts, size_t *n,
+                   size_t cap)
 {
     const char *dt = t->type == CR_TYPE_F32 ? "F32" : t->type == CR_TYPE_F16 ? "F16" : "BF16";
     int l = 0, used = 0;
@@ -437,8 +605,10 @@ static int add_out(const cr_gguf_tensor_t *t, out_tensor_t *ts, size_t *n, size_
                         .n_dims = t->n_dims};
     for (uint32_t d = 0; d < t->n_dims; d++)
         o->shape[d] = t->ne[t->n_dims - 1 - d];
-    if (!hf_name(t->name, o->name, sizeof o->name))
+    if (!hf_name(t->name, arch, o->name, sizeof o->name))
         return fail("tensor %s has no Hugging Face name here", t->name);
+    o->minus_one = !strncmp(arch, "gemma", 5) && t->type == CR_TYPE_F32 &&
+                   t->n_dims == 1 && strstr(t->name, "norm.weight");
     return 0;
 }
 
@@ -455,12 +625,14 @@ static int write_tensors(const cr_gguf_t *g, const char *arch, const char *dir, 
     bool llama = !strcmp(arch, "llama");
     for (size_t i = 0; i < n_in; i++) {
         const cr_gguf_tensor_t *t = cr_gguf_tensor_at(g, i);
+        if (!strncmp(t->name, "rope_factors_", 13))
+            continue; /* in config.json's rope_scaling */
         if (t->type != CR_TYPE_F32 && t->type != CR_TYPE_F16 && t->type != CR_TYPE_BF16) {
             free(ts);
             return fail("tensor %s is quantized; only F32, F16, BF16 are written", t->name);
         }
         size_t at = n;
-        if (add_out(t, ts, &n, cap)) {
+        if (add_out(t, arch, ts, &n, cap)) {
             free(ts);
             return 1;
         }

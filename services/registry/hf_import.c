@@ -3,43 +3,14 @@
 #include "services/registry/hf_import.h"
 #include "lib/gguf_write.h"
 #include "lib/safetensors.h"
+#include "services/registry/hf_config.h"
 #include "services/registry/hf_vocab.h"
 
 #include <jansson.h>
 #include <sys/stat.h>
 
 #define MAX_JSON_BYTES (64u << 20) /* tokenizer.json of a 256k vocabulary */
-#define MAX_LAYERS 1024
-#define MAX_DIM (1 << 20)
-#define MAX_EXPERTS 1024
 #define CHUNK_BYTES (4u << 20) /* bytes copied at a time */
-
-enum {
-    F_PERMUTE_QK = 1u << 0, /* llama: Q/K rows to GGUF's rope layout */
-    F_QKV_BIAS = 1u << 1,   /* qwen2 */
-    F_QK_NORM = 1u << 2,    /* qwen3 */
-    F_MOE = 1u << 3,        /* qwen3moe */
-};
-
-static const struct {
-    const char *hf, *gguf;
-    unsigned flags;
-} archs[] = {
-    {"LlamaForCausalLM", "llama", F_PERMUTE_QK},
-    {"MistralForCausalLM", "llama", F_PERMUTE_QK},
-    {"Qwen2ForCausalLM", "qwen2", F_QKV_BIAS},
-    {"Qwen3ForCausalLM", "qwen3", F_QK_NORM},
-    {"Qwen3MoeForCausalLM", "qwen3moe", F_QK_NORM | F_MOE},
-};
-
-typedef struct hparams {
-    const char *arch;
-    unsigned flags;
-    int64_t dim, n_layers, n_heads, n_kv, ffn, ctx, head_dim, vocab;
-    int64_t n_expert, n_expert_used, expert_ffn;
-    double eps, rope_base;
-    bool tied;
-} hparams_t;
 
 /* One GGUF tensor: its source tensors (several for stacked experts). */
 typedef struct job {
@@ -49,6 +20,9 @@ typedef struct job {
     size_t n_src;
     cr_type_t type;
     int64_t permute_heads; /* > 0: permute rows in groups of this many heads */
+    bool add_one;          /* gemma norms: GGUF holds 1 + w (F32) */
+    uint64_t rows_out;     /* > 0: only the first rows_out rows (gemma3's
+                              embedding cut to the tokenizer's tokens) */
 } job_t;
 
 typedef struct conv {
@@ -56,10 +30,11 @@ typedef struct conv {
     size_t n_files;
     cr_st_set_t *set;
     bool *used;   /* per set tensor */
-    hparams_t hp;
+    reg_hf_hparams_t hp;
     job_t *jobs;
     size_t n_jobs, cap_jobs;
     uint8_t *buf; /* CHUNK_BYTES */
+    reg_hf_rope_t rope; /* computed rope tensors (borrowed by the writer) */
 } conv_t;
 
 static bool has_suffix(const char *s, const char *suf)
@@ -121,18 +96,25 @@ static cr_status_t load_jinja(const conv_t *c, json_t **tok_cfg, cr_err_t *err)
     const reg_hf_file_t *f = find_file(c, "chat_template.jinja");
     if (!f || (*tok_cfg && json_object_get(*tok_cfg, "chat_template")))
         return CR_OK;
+    struct stat sb;
+    if (stat(f->path, &sb) != 0)
+        return cr_err_set(err, CR_E_IO, "%s: %s", f->name, strerror(errno));
+    if ((uint64_t)sb.st_size > MAX_JSON_BYTES)
+        return cr_err_set(err, CR_E_TOO_LARGE, "%s: over %u bytes", f->name,
+                          MAX_JSON_BYTES);
     FILE *fp = fopen(f->path, "rb");
     if (!fp)
         return cr_err_set(err, CR_E_IO, "%s: %s", f->name, strerror(errno));
-    char *text = malloc(MAX_JSON_BYTES + 1);
-    size_t n = text ? fread(text, 1, MAX_JSON_BYTES + 1, fp) : 0;
+    /* one byte more than stat said: a file that grew is refused */
+    size_t cap = (size_t)sb.st_size + 1;
+    char *text = malloc(cap);
+    size_t n = text ? fread(text, 1, cap, fp) : 0;
     fclose(fp);
     cr_status_t st = CR_OK;
     if (!text)
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
-    else if (n > MAX_JSON_BYTES)
-        st = cr_err_set(err, CR_E_TOO_LARGE, "%s: over %u bytes", f->name,
-                        MAX_JSON_BYTES);
+    else if (n >= cap)
+        st = cr_err_set(err, CR_E_IO, "%s: changed while read", f->name);
     json_t *s = st ? NULL : json_stringn(text, n);
     if (!st && !s)
         st = cr_err_set(err, CR_E_INVALID, "%s: not UTF-8 text", f->name);
@@ -147,8 +129,13 @@ static cr_status_t load_jinja(const conv_t *c, json_t **tok_cfg, cr_err_t *err)
 
 static cr_status_t open_tensors(conv_t *c, cr_err_t *err)
 {
+    /* BERT checkpoints may carry their position ids, an I64 buffer the
+     * model does not need (llama.cpp drops it too) */
+    static const char *const ignore[] = {"embeddings.position_ids", NULL};
     if (!(c->set = cr_st_set_new()))
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    if (c->hp.flags & REG_HF_BERT)
+        cr_st_set_ignore(c->set, ignore);
     const reg_hf_file_t *idx = find_file(c, "model.safetensors.index.json");
     cr_status_t st = CR_OK;
     if (idx) {
@@ -175,8 +162,15 @@ static cr_status_t open_tensors(conv_t *c, cr_err_t *err)
         free(names);
         free(text);
     } else {
+        /* Mistral's folders also hold consolidated.safetensors, the same
+         * weights under its own names: model*.safetensors win when present */
+        bool have_model = false;
+        for (size_t i = 0; i < c->n_files; i++)
+            have_model |= !strncmp(c->files[i].name, "model", 5) &&
+                          has_suffix(c->files[i].name, ".safetensors");
         for (size_t i = 0; !st && i < c->n_files; i++)
-            if (has_suffix(c->files[i].name, ".safetensors"))
+            if (has_suffix(c->files[i].name, ".safetensors") &&
+                (!have_model || !strncmp(c->files[i].name, "model", 5)))
                 st = cr_st_set_add_file(c->set, c->files[i].path,
                                         c->files[i].name, err);
     }
@@ -186,175 +180,6 @@ static cr_status_t open_tensors(conv_t *c, cr_err_t *err)
     if (!st && !(c->used = calloc(cr_st_set_tensor_count(c->set) + 1, 1)))
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
     return st;
-}
-
-static cr_status_t get_int(const json_t *cfg, const char *key, int64_t def,
-                           int64_t lo, int64_t hi, int64_t *out, cr_err_t *err)
-{
-    const json_t *v = json_object_get(cfg, key);
-    if (!v || json_is_null(v)) {
-        if (def < 0)
-            return cr_err_set(err, CR_E_INVALID, "config.json: %s is missing", key);
-        *out = def;
-        return CR_OK;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < lo ||
-        json_integer_value(v) > hi)
-        return cr_err_set(err, CR_E_INVALID, "config.json: %s must be an integer "
-                          "in %" PRId64 "..%" PRId64, key, lo, hi);
-    *out = json_integer_value(v);
-    return CR_OK;
-}
-
-static cr_status_t get_num(const json_t *cfg, const char *key, double def,
-                           double *out, cr_err_t *err)
-{
-    const json_t *v = json_object_get(cfg, key);
-    if (!v || json_is_null(v)) {
-        *out = def;
-        return CR_OK;
-    }
-    if (!json_is_number(v) || !(json_number_value(v) > 0))
-        return cr_err_set(err, CR_E_INVALID, "config.json: %s must be a positive "
-                          "number", key);
-    *out = json_number_value(v);
-    return CR_OK;
-}
-
-static cr_status_t read_hparams(const json_t *cfg, hparams_t *hp, cr_err_t *err)
-{
-    const char *hf = json_string_value(json_array_get(
-        json_object_get(cfg, "architectures"), 0));
-    if (!hf)
-        return cr_err_set(err, CR_E_INVALID, "config.json: no architectures");
-    for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++)
-        if (!strcmp(hf, archs[i].hf)) {
-            hp->arch = archs[i].gguf;
-            hp->flags = archs[i].flags;
-        }
-    if (!hp->arch)
-        return cr_err_set(err, CR_E_UNSUPPORTED, "config.json: architecture %.64s "
-                          "is not supported (LlamaForCausalLM, MistralForCausalLM, "
-                          "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM "
-                          "are)", hf);
-    cr_status_t st;
-    if ((st = get_int(cfg, "hidden_size", -1, 1, MAX_DIM, &hp->dim, err)) ||
-        (st = get_int(cfg, "num_hidden_layers", -1, 1, MAX_LAYERS, &hp->n_layers, err)) ||
-        (st = get_int(cfg, "num_attention_heads", -1, 1, 4096, &hp->n_heads, err)) ||
-        (st = get_int(cfg, "num_key_value_heads", hp->n_heads, 1, hp->n_heads, &hp->n_kv,
-                      err)) ||
-        (st = get_int(cfg, "intermediate_size", -1, 1, MAX_DIM, &hp->ffn, err)) ||
-        (st = get_int(cfg, "max_position_embeddings", 2048, 1, INT32_MAX, &hp->ctx, err)) ||
-        (st = get_int(cfg, "head_dim", hp->dim / hp->n_heads, 1, MAX_DIM, &hp->head_dim,
-                      err)) ||
-        (st = get_int(cfg, "vocab_size", 0, 0, REG_HF_MAX_VOCAB, &hp->vocab, err)) ||
-        (st = get_num(cfg, "rms_norm_eps", 1e-6, &hp->eps, err)) ||
-        (st = get_num(cfg, "rope_theta", 10000.0, &hp->rope_base, err)))
-        return st;
-    if (hp->n_heads % hp->n_kv)
-        return cr_err_set(err, CR_E_INVALID, "config.json: num_attention_heads "
-                          "%" PRId64 " is not a multiple of num_key_value_heads %"
-                          PRId64, hp->n_heads, hp->n_kv);
-    if ((hp->flags & F_PERMUTE_QK) && hp->head_dim % 2)
-        return cr_err_set(err, CR_E_INVALID, "config.json: head_dim %" PRId64
-                          " is odd", hp->head_dim);
-    hp->tied = json_is_true(json_object_get(cfg, "tie_word_embeddings"));
-    if (hp->flags & F_MOE) {
-        if ((st = get_int(cfg, "num_experts", -1, 1, MAX_EXPERTS, &hp->n_expert, err)) ||
-            (st = get_int(cfg, "num_experts_per_tok", -1, 1, hp->n_expert,
-                          &hp->n_expert_used, err)) ||
-            (st = get_int(cfg, "moe_intermediate_size", -1, 1, MAX_DIM, &hp->expert_ffn,
-                          err)))
-            return st;
-    }
-    return CR_OK;
-}
-
-#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, hp->arch), key)
-
-static cr_status_t add_rope_scaling(cr_gguf_writer_t *w, const json_t *cfg,
-                                    const hparams_t *hp, cr_err_t *err)
-{
-    const json_t *rs = json_object_get(cfg, "rope_scaling");
-    if (!rs || json_is_null(rs))
-        return CR_OK;
-    const char *type = json_string_value(json_object_get(rs, "rope_type"));
-    if (!type)
-        type = json_string_value(json_object_get(rs, "type"));
-    double factor = 0;
-    cr_status_t st = get_num(rs, "factor", 0, &factor, err);
-    if (st)
-        return cr_err_wrap(err, "rope_scaling");
-    char key[96];
-    if (type && !strcmp(type, "default"))
-        return CR_OK;
-    if (type && !strcmp(type, "linear") && factor > 0) {
-        st = cr_gguf_writer_add_str(w, KEY("rope.scaling.type"), "linear", err);
-        return st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.factor"),
-                                                (float)factor, err);
-    }
-    if (type && !strcmp(type, "yarn") && factor > 0) {
-        int64_t orig = 0;
-        if ((st = get_int(rs, "original_max_position_embeddings", -1, 1, INT32_MAX,
-                          &orig, err)))
-            return cr_err_wrap(err, "rope_scaling");
-        st = cr_gguf_writer_add_str(w, KEY("rope.scaling.type"), "yarn", err);
-        st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.scaling.factor"),
-                                              (float)factor, err);
-        return st ? st : cr_gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"),
-                                                (uint32_t)orig, err);
-    }
-    return cr_err_set(err, CR_E_UNSUPPORTED, "config.json: rope_scaling type "
-                      "%.32s is not supported (linear, yarn are)",
-                      type ? type : "(none)");
-}
-
-static cr_status_t add_hparams(cr_gguf_writer_t *w, const json_t *cfg,
-                               const hparams_t *hp, cr_type_t ftype, cr_err_t *err)
-{
-    char key[96];
-    const char *name = json_string_value(json_object_get(cfg, "_name_or_path"));
-    if (name && strrchr(name, '/'))
-        name = strrchr(name, '/') + 1;
-    cr_status_t st = cr_gguf_writer_add_str(w, "general.architecture", hp->arch, err);
-    if (!st && name && *name)
-        st = cr_gguf_writer_add_str(w, "general.name", name, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, "general.file_type",
-                                          ftype == CR_TYPE_F32 ? 0
-                                          : ftype == CR_TYPE_F16 ? 1 : 32, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)hp->ctx, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)hp->dim, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)hp->n_layers, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)hp->ffn,
-                                          err);
-    st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.head_count"),
-                                          (uint32_t)hp->n_heads, err);
-    st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.head_count_kv"),
-                                          (uint32_t)hp->n_kv, err);
-    st = st ? st : cr_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"),
-                                          (float)hp->eps, err);
-    st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)hp->rope_base,
-                                          err);
-    st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
-                                          (uint32_t)hp->head_dim, err);
-    if (!st && hp->head_dim * hp->n_heads != hp->dim) {
-        st = cr_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)hp->head_dim,
-                                    err);
-        st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.value_length"),
-                                              (uint32_t)hp->head_dim, err);
-    }
-    if (!st && (hp->flags & F_MOE)) {
-        st = cr_gguf_writer_add_u32(w, KEY("expert_count"), (uint32_t)hp->n_expert, err);
-        st = st ? st : cr_gguf_writer_add_u32(w, KEY("expert_used_count"),
-                                              (uint32_t)hp->n_expert_used, err);
-        st = st ? st : cr_gguf_writer_add_u32(w, KEY("expert_feed_forward_length"),
-                                              (uint32_t)hp->expert_ffn, err);
-        const json_t *norm = json_object_get(cfg, "norm_topk_prob");
-        if (!st && json_is_boolean(norm))
-            st = cr_gguf_writer_add_bool(w, KEY("expert_weights_norm"), json_is_true(norm),
-                                         err);
-    }
-    return st ? st : add_rope_scaling(w, cfg, hp, err);
 }
 
 /* ---- tensors ---- */
@@ -370,7 +195,8 @@ static cr_status_t take(conv_t *c, const char *name, int64_t rows, int64_t cols,
                         bool optional, const cr_st_tensor_t **t,
                         const cr_st_file_t **f, cr_err_t *err)
 {
-    *t = cr_st_set_find(c->set, name, f);
+    size_t idx = cr_st_set_index_of(c->set, name);
+    *t = idx == SIZE_MAX ? NULL : cr_st_set_tensor_at(c->set, idx, f);
     if (!*t)
         return optional ? CR_E_NOT_FOUND
                         : cr_err_set(err, CR_E_INVALID, "tensor '%s' is missing "
@@ -394,9 +220,7 @@ static cr_status_t take(conv_t *c, const char *name, int64_t rows, int64_t cols,
                           "config.json implies [%s]", cr_st_name(*f), name, got,
                           want);
     }
-    for (size_t i = 0; i < cr_st_set_tensor_count(c->set); i++)
-        if (cr_st_set_tensor_at(c->set, i, NULL) == x)
-            c->used[i] = true;
+    c->used[idx] = true;
     return CR_OK;
 }
 
@@ -444,6 +268,8 @@ static cr_status_t map1(conv_t *c, const char *hf, const char *gguf, int64_t row
     j->file[0] = f;
     j->type = cols ? gguf_type(t->dtype) : CR_TYPE_F32;
     j->permute_heads = permute_heads;
+    /* llama.cpp stores gemma's RMSNorm weights as 1 + w */
+    j->add_one = (c->hp.flags & REG_HF_GEMMA) && !cols && has_suffix(hf, "norm.weight");
     return CR_OK;
 }
 
@@ -471,72 +297,161 @@ static cr_status_t map_experts(conv_t *c, int l, const char *proj, const char *g
 
 static cr_status_t map_layer(conv_t *c, int l, cr_err_t *err)
 {
-    const hparams_t *hp = &c->hp;
+    const reg_hf_hparams_t *hp = &c->hp;
     int64_t D = hp->dim, Q = hp->n_heads * hp->head_dim, KV = hp->n_kv * hp->head_dim;
-    bool perm = hp->flags & F_PERMUTE_QK, bias = hp->flags & F_QKV_BIAS;
+    bool perm = hp->flags & REG_HF_PERMUTE_QK, bias = hp->flags & REG_HF_QKV_BIAS;
+    bool gemma = hp->flags & REG_HF_GEMMA, fused = hp->flags & REG_HF_FUSED;
     char hf[160], gn[64];
     cr_status_t st = CR_OK;
-#define MAP(hfs, gs, rows, cols, opt, ph)                                          \
+#define MAP(hfs, gs, rows, cols, ph)                                               \
     do {                                                                           \
         snprintf(hf, sizeof hf, "model.layers.%d.%s", l, hfs);                     \
         snprintf(gn, sizeof gn, "blk.%d.%s", l, gs);                               \
         if (!st)                                                                   \
-            st = map1(c, hf, gn, rows, cols, opt, ph, err);                        \
+            st = map1(c, hf, gn, rows, cols, false, ph, err);                      \
     } while (0)
-    MAP("input_layernorm.weight", "attn_norm.weight", D, 0, false, 0);
-    MAP("self_attn.q_proj.weight", "attn_q.weight", Q, D, false, perm ? hp->n_heads : 0);
-    MAP("self_attn.k_proj.weight", "attn_k.weight", KV, D, false, perm ? hp->n_kv : 0);
-    MAP("self_attn.v_proj.weight", "attn_v.weight", KV, D, false, 0);
+    MAP("input_layernorm.weight", "attn_norm.weight", D, 0, 0);
+    if (fused) {
+        MAP("self_attn.qkv_proj.weight", "attn_qkv.weight", Q + 2 * KV, D, 0);
+    } else {
+        MAP("self_attn.q_proj.weight", "attn_q.weight", Q, D, perm ? hp->n_heads : 0);
+        MAP("self_attn.k_proj.weight", "attn_k.weight", KV, D, perm ? hp->n_kv : 0);
+        MAP("self_attn.v_proj.weight", "attn_v.weight", KV, D, 0);
+    }
     if (bias) {
-        MAP("self_attn.q_proj.bias", "attn_q.bias", Q, 0, false, 0);
-        MAP("self_attn.k_proj.bias", "attn_k.bias", KV, 0, false, 0);
-        MAP("self_attn.v_proj.bias", "attn_v.bias", KV, 0, false, 0);
+        MAP("self_attn.q_proj.bias", "attn_q.bias", Q, 0, 0);
+        MAP("self_attn.k_proj.bias", "attn_k.bias", KV, 0, 0);
+        MAP("self_attn.v_proj.bias", "attn_v.bias", KV, 0, 0);
     }
-    MAP("self_attn.o_proj.weight", "attn_output.weight", D, Q, false, 0);
-    if (hp->flags & F_QK_NORM) {
-        MAP("self_attn.q_norm.weight", "attn_q_norm.weight", hp->head_dim, 0, false, 0);
-        MAP("self_attn.k_norm.weight", "attn_k_norm.weight", hp->head_dim, 0, false, 0);
+    MAP("self_attn.o_proj.weight", "attn_output.weight", D, Q, 0);
+    if (hp->flags & REG_HF_QK_NORM) {
+        MAP("self_attn.q_norm.weight", "attn_q_norm.weight", hp->head_dim, 0, 0);
+        MAP("self_attn.k_norm.weight", "attn_k_norm.weight", hp->head_dim, 0, 0);
     }
-    MAP("post_attention_layernorm.weight", "ffn_norm.weight", D, 0, false, 0);
-    if (hp->flags & F_MOE) {
+    if (gemma) {
+        MAP("post_attention_layernorm.weight", "post_attention_norm.weight", D, 0, 0);
+        MAP("pre_feedforward_layernorm.weight", "ffn_norm.weight", D, 0, 0);
+        MAP("post_feedforward_layernorm.weight", "post_ffw_norm.weight", D, 0, 0);
+    } else {
+        MAP("post_attention_layernorm.weight", "ffn_norm.weight", D, 0, 0);
+    }
+    if (hp->flags & REG_HF_MOE) {
         int64_t E = hp->n_expert, Fe = hp->expert_ffn;
-        MAP("mlp.gate.weight", "ffn_gate_inp.weight", E, D, false, 0);
+        MAP("mlp.gate.weight", "ffn_gate_inp.weight", E, D, 0);
         if (!st) /* the router is small and read in F32 */
             c->jobs[c->n_jobs - 1].type = CR_TYPE_F32;
         st = st ? st : map_experts(c, l, "gate_proj", "ffn_gate_exps", Fe, D, err);
         st = st ? st : map_experts(c, l, "down_proj", "ffn_down_exps", D, Fe, err);
         st = st ? st : map_experts(c, l, "up_proj", "ffn_up_exps", Fe, D, err);
+    } else if (fused) {
+        MAP("mlp.gate_up_proj.weight", "ffn_up.weight", 2 * hp->ffn, D, 0);
+        MAP("mlp.down_proj.weight", "ffn_down.weight", D, hp->ffn, 0);
     } else {
-        MAP("mlp.gate_proj.weight", "ffn_gate.weight", hp->ffn, D, false, 0);
-        MAP("mlp.down_proj.weight", "ffn_down.weight", D, hp->ffn, false, 0);
-        MAP("mlp.up_proj.weight", "ffn_up.weight", hp->ffn, D, false, 0);
+        MAP("mlp.gate_proj.weight", "ffn_gate.weight", hp->ffn, D, 0);
+        MAP("mlp.down_proj.weight", "ffn_down.weight", D, hp->ffn, 0);
+        MAP("mlp.up_proj.weight", "ffn_up.weight", hp->ffn, D, 0);
     }
 #undef MAP
     return st;
 }
 
-static cr_status_t map_tensors(conv_t *c, int64_t n_vocab, cr_err_t *err)
+/* Every tensor of the folder must have found its place. */
+static cr_status_t check_all_used(conv_t *c, cr_err_t *err)
 {
-    const hparams_t *hp = &c->hp;
-    cr_status_t st = map1(c, "model.embed_tokens.weight", "token_embd.weight", n_vocab,
-                          hp->dim, false, 0, err);
-    st = st ? st : map1(c, "model.norm.weight", "output_norm.weight", hp->dim, 0, false,
-                        0, err);
-    /* An untied model must have lm_head; a tied one may still carry it. */
-    st = st ? st : map1(c, "lm_head.weight", "output.weight", n_vocab, hp->dim, hp->tied,
-                        0, err);
-    for (int l = 0; !st && l < hp->n_layers; l++)
-        st = map_layer(c, l, err);
-    for (size_t i = 0; !st && i < cr_st_set_tensor_count(c->set); i++) {
+    const reg_hf_hparams_t *hp = &c->hp;
+    for (size_t i = 0; i < cr_st_set_tensor_count(c->set); i++) {
         const cr_st_file_t *f;
         const cr_st_tensor_t *t = cr_st_set_tensor_at(c->set, i, &f);
-        /* rotary tables some checkpoints carry are recomputed at load */
-        if (!c->used[i] && !has_suffix(t->name, "rotary_emb.inv_freq"))
-            st = cr_err_set(err, CR_E_INVALID, "%s: tensor '%s' is not part of a %s "
-                            "model of %" PRId64 " layers", cr_st_name(f), t->name,
-                            hp->arch, hp->n_layers);
+        /* rotary tables some checkpoints carry are recomputed at load; BERT's
+         * pooler is not part of the embedding llama.cpp computes */
+        if (!c->used[i] && !has_suffix(t->name, "rotary_emb.inv_freq") &&
+            !((hp->flags & REG_HF_BERT) && !strncmp(t->name, "pooler.", 7)))
+            return cr_err_set(err, CR_E_INVALID, "%s: tensor '%s' is not part of a %s "
+                              "model of %" PRId64 " layers", cr_st_name(f), t->name,
+                              hp->arch, hp->n_layers);
     }
+    return CR_OK;
+}
+
+/* BERT (BertModel's names, no "bert." prefix): embeddings with token
+ * types and learned positions, post-LayerNorm layers with biases. */
+static cr_status_t map_bert(conv_t *c, int64_t n_vocab, cr_err_t *err)
+{
+    const reg_hf_hparams_t *hp = &c->hp;
+    int64_t D = hp->dim, F = hp->ffn;
+    cr_status_t st = CR_OK;
+    char hf[160], gn[64];
+#define MAP(hfs, gs, rows, cols)                                                   \
+    do {                                                                           \
+        snprintf(hf, sizeof hf, "%s", hfs);                                        \
+        snprintf(gn, sizeof gn, "%s", gs);                                         \
+        if (!st)                                                                   \
+            st = map1(c, hf, gn, rows, cols, false, 0, err);                       \
+    } while (0)
+    MAP("embeddings.word_embeddings.weight", "token_embd.weight", n_vocab, D);
+    MAP("embeddings.token_type_embeddings.weight", "token_types.weight", hp->n_token_types,
+        D);
+    MAP("embeddings.position_embeddings.weight", "position_embd.weight", hp->ctx, D);
+    MAP("embeddings.LayerNorm.weight", "token_embd_norm.weight", D, 0);
+    MAP("embeddings.LayerNorm.bias", "token_embd_norm.bias", D, 0);
+    static const struct {
+        const char *hf, *gguf;
+        int rows, cols; /* 'D' dim, 'F' ffn, 0 none */
+    } per[] = {
+        {"attention.self.query", "attn_q", 'D', 'D'},
+        {"attention.self.key", "attn_k", 'D', 'D'},
+        {"attention.self.value", "attn_v", 'D', 'D'},
+        {"attention.output.dense", "attn_output", 'D', 'D'},
+        {"attention.output.LayerNorm", "attn_output_norm", 'D', 0},
+        {"intermediate.dense", "ffn_up", 'F', 'D'},
+        {"output.dense", "ffn_down", 'D', 'F'},
+        {"output.LayerNorm", "layer_output_norm", 'D', 0},
+    };
+    for (int l = 0; !st && l < hp->n_layers; l++)
+        for (size_t i = 0; !st && i < CR_ARRAY_LEN(per); i++) {
+            int64_t rows = per[i].rows == 'F' ? F : D;
+            int64_t cols = per[i].cols == 'F' ? F : per[i].cols ? D : 0;
+            char hn[160], g2[64];
+            snprintf(hn, sizeof hn, "encoder.layer.%d.%s.weight", l, per[i].hf);
+            snprintf(g2, sizeof g2, "blk.%d.%s.weight", l, per[i].gguf);
+            MAP(hn, g2, rows, cols);
+            snprintf(hn, sizeof hn, "encoder.layer.%d.%s.bias", l, per[i].hf);
+            snprintf(g2, sizeof g2, "blk.%d.%s.bias", l, per[i].gguf);
+            MAP(hn, g2, rows, 0);
+        }
+#undef MAP
     return st;
+}
+
+static cr_status_t map_tensors(conv_t *c, int64_t emb_rows, int64_t n_vocab,
+                               cr_err_t *err)
+{
+    const reg_hf_hparams_t *hp = &c->hp;
+    if (hp->flags & REG_HF_BERT) {
+        cr_status_t st = map_bert(c, emb_rows, err);
+        return st ? st : check_all_used(c, err);
+    }
+    cr_status_t st = map1(c, "model.embed_tokens.weight", "token_embd.weight", emb_rows,
+                          hp->dim, false, 0, err);
+    if (!st && n_vocab < emb_rows)
+        c->jobs[c->n_jobs - 1].rows_out = (uint64_t)n_vocab;
+    st = st ? st : map1(c, "model.norm.weight", "output_norm.weight", hp->dim, 0, false,
+                        0, err);
+    if (!st && (hp->flags & REG_HF_TIED)) {
+        /* gemma reads the embedding; like llama.cpp, an lm_head some
+         * quantizers add is checked and left out */
+        const cr_st_tensor_t *t;
+        const cr_st_file_t *f;
+        cr_status_t ht = take(c, "lm_head.weight", emb_rows, hp->dim, true, &t, &f, err);
+        if (ht != CR_OK && ht != CR_E_NOT_FOUND)
+            st = ht;
+    } else if (!st) {
+        /* An untied model must have lm_head; a tied one may still carry it. */
+        st = map1(c, "lm_head.weight", "output.weight", emb_rows, hp->dim, hp->tied, 0, err);
+    }
+    for (int l = 0; !st && l < hp->n_layers; l++)
+        st = map_layer(c, l, err);
+    return st ? st : check_all_used(c, err);
 }
 
 /* Writes src rows to the sink, permuted for rope if asked: GGUF row
@@ -547,12 +462,14 @@ static cr_status_t write_part(conv_t *c, const job_t *j, size_t k,
     const cr_st_tensor_t *t = j->src[k];
     const cr_st_file_t *f = j->file[k];
     cr_status_t st = CR_OK;
-    if (j->type == CR_TYPE_F32 && t->dtype != CR_ST_F32) {
-        /* widening: norms, biases, routers (small) */
+    if (j->type == CR_TYPE_F32 && (t->dtype != CR_ST_F32 || j->add_one)) {
+        /* widening: norms, biases, routers (small); gemma's 1 + w */
         float *v = malloc((size_t)t->n_elems * sizeof *v + 1);
         if (!v)
             return cr_err_set(err, CR_E_NOMEM, "out of memory");
         st = cr_st_read_f32(f, t, v, (size_t)t->n_elems, err);
+        for (uint64_t i = 0; !st && j->add_one && i < t->n_elems; i++)
+            v[i] += 1.0f;
         st = st ? st : cr_gguf_sink_write(sink, v, (size_t)t->n_elems * sizeof *v, err);
         free(v);
         return st;
@@ -571,8 +488,9 @@ static cr_status_t write_part(conv_t *c, const job_t *j, size_t k,
         }
         return st;
     }
-    for (uint64_t off = 0; !st && off < t->size_bytes; off += CHUNK_BYTES) {
-        size_t n = (size_t)CR_MIN((uint64_t)CHUNK_BYTES, t->size_bytes - off);
+    uint64_t total = j->rows_out ? t->size_bytes / t->shape[0] * j->rows_out : t->size_bytes;
+    for (uint64_t off = 0; !st && off < total; off += CHUNK_BYTES) {
+        size_t n = (size_t)CR_MIN((uint64_t)CHUNK_BYTES, total - off);
         st = cr_st_read_range(f, t, off, c->buf, n, err);
         st = st ? st : cr_gguf_sink_write(sink, c->buf, n, err);
     }
@@ -604,7 +522,8 @@ static cr_status_t add_jobs(conv_t *c, cr_gguf_writer_t *w, job_ctx_t *ctxs,
         const job_t *j = &c->jobs[i];
         const cr_st_tensor_t *t = j->src[0];
         uint64_t ne[3] = {t->n_dims == 2 ? t->shape[1] : t->shape[0],
-                          t->n_dims == 2 ? t->shape[0] : 1, j->n_src};
+                          j->rows_out ? j->rows_out : t->n_dims == 2 ? t->shape[0] : 1,
+                          j->n_src};
         uint32_t nd = j->n_src > 1 ? 3 : t->n_dims;
         ctxs[i] = (job_ctx_t){c, j};
         st = cr_gguf_writer_add_tensor_fn(w, j->name, nd, ne, j->type, write_job,
@@ -628,6 +547,7 @@ static void conv_free(conv_t *c)
     free(c->jobs);
     free(c->used);
     free(c->buf);
+    reg_hf_rope_free(&c->rope);
     cr_st_set_destroy(&c->set);
 }
 
@@ -642,26 +562,48 @@ cr_status_t reg_hf_import(const reg_hf_file_t *files, size_t n,
     uint32_t n_tokens = 0;
     cr_status_t st;
     if ((st = load_json(&c, "config.json", true, &cfg, err)) ||
-        (st = read_hparams(cfg, &c.hp, err)) ||
+        (st = reg_hf_hparams_read(cfg, &c.hp, err)) ||
         (st = load_json(&c, "tokenizer.json", true, &tok, err)) ||
         (st = load_json(&c, "tokenizer_config.json", false, &tok_cfg, err)) ||
         (st = load_jinja(&c, &tok_cfg, err)) ||
         (st = open_tensors(&c, err)))
         goto out;
     /* The embedding's rows are the vocabulary size the weights have. */
-    const cr_st_tensor_t *emb = cr_st_set_find(c.set, "model.embed_tokens.weight", NULL);
-    if (!emb) {
-        st = cr_err_set(err, CR_E_INVALID, "tensor 'model.embed_tokens.weight' is "
-                        "missing (no .safetensors file has it)");
+    const char *emb_name = (c.hp.flags & REG_HF_BERT) ? "embeddings.word_embeddings.weight"
+                                                 : "model.embed_tokens.weight";
+    const cr_st_tensor_t *emb = cr_st_set_find(c.set, emb_name, NULL);
+    if (!emb || emb->n_dims != 2) {
+        st = cr_err_set(err, CR_E_INVALID, "tensor '%s' is %s", emb_name,
+                        emb ? "not 2-D" : "missing (no .safetensors file has it)");
         goto out;
     }
-    int64_t n_vocab = c.hp.vocab ? c.hp.vocab : (int64_t)emb->shape[0];
+    if (emb->shape[0] > REG_HF_MAX_VOCAB) {
+        st = cr_err_set(err, CR_E_TOO_LARGE, "tensor '%s' has %" PRIu64 " rows (a "
+                        "vocabulary of at most %u)", emb_name, emb->shape[0],
+                        REG_HF_MAX_VOCAB);
+        goto out;
+    }
+    int64_t emb_rows = (int64_t)emb->shape[0];
+    int64_t n_vocab = emb_rows;
+    if (c.hp.vocab && c.hp.vocab != emb_rows) {
+        const cr_st_file_t *ef = NULL;
+        cr_st_set_find(c.set, emb_name, &ef);
+        st = cr_err_set(err, CR_E_INVALID, "%s: tensor '%s' has %" PRId64 " rows, "
+                        "config.json's vocab_size is %" PRId64, cr_st_name(ef), emb_name,
+                        emb_rows, c.hp.vocab);
+        goto out;
+    }
+    if (c.hp.flags & REG_HF_CUT_VOCAB) {
+        uint32_t n_tok = reg_hf_vocab_count(tok);
+        if (n_tok && n_tok < n_vocab)
+            n_vocab = n_tok;
+    }
     if (!(c.buf = malloc(CHUNK_BYTES)) || !(w = cr_gguf_writer_new())) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
         goto out;
     }
-    if ((st = map_tensors(&c, n_vocab, err)) ||
-        (st = add_hparams(w, cfg, &c.hp, main_type(&c), err)) ||
+    if ((st = map_tensors(&c, emb_rows, n_vocab, err)) ||
+        (st = reg_hf_hparams_add(w, cfg, &c.hp, main_type(&c), err)) ||
         (st = reg_hf_vocab_add(w, tok, tok_cfg, cfg, (uint32_t)n_vocab, &n_tokens, err)))
         goto out;
     if (n_tokens != (uint32_t)n_vocab) {
@@ -677,7 +619,8 @@ cr_status_t reg_hf_import(const reg_hf_file_t *files, size_t n,
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
         goto out;
     }
-    if ((st = add_jobs(&c, w, ctxs, err)) || (st = cr_gguf_writer_write(w, out_path, err)))
+    if ((st = add_jobs(&c, w, ctxs, err)) || (st = reg_hf_rope_add(w, cfg, &c.hp, &c.rope, err)) ||
+        (st = cr_gguf_writer_write(w, out_path, err)))
         goto out;
     if (arch_out && cap)
         snprintf(arch_out, cap, "%s", c.hp.arch);

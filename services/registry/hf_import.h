@@ -5,8 +5,14 @@
  *
  * The architecture comes from config.json's "architectures": llama and
  * mistral (LlamaForCausalLM, MistralForCausalLM: Q and K rows permuted to
- * GGUF's rope layout, as llama.cpp's converter does), qwen2, qwen3 and
- * qwen3moe (experts stacked into ffn_*_exps). Every tensor is renamed to
+ * GGUF's rope layout, as llama.cpp's converter does), qwen2, qwen3,
+ * qwen3moe (experts stacked into ffn_*_exps), gemma2 and gemma3 text
+ * models (RMSNorm weights stored as 1 + w, as llama.cpp does; sliding
+ * window, soft-capping and local rope base keys), phi3 (fused qkv and
+ * gate_up kept fused; LongRoPE factors and attention factor as llama.cpp
+ * computes them; partial_rotary_factor) and bert (BertModel: embeddings
+ * with token types and positions, LayerNorms with biases; the pooler is
+ * dropped). Every tensor is renamed to
  * llama.cpp's name and its shape checked against config.json; a tensor that
  * is missing, of the wrong shape, or unknown to the architecture fails the
  * import naming the file and the tensor. Matrices keep their dtype (F32,

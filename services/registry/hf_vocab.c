@@ -123,6 +123,11 @@ static void pre_scan(const json_t *p, pre_info_t *pi)
         pi->byte_level = true;
         const json_t *ur = json_object_get(p, "use_regex");
         pi->byte_level_regex = !ur || json_is_true(ur);
+        /* a space before the first word: no GGUF pre-tokenizer does that */
+        if (json_is_true(json_object_get(p, "add_prefix_space"))) {
+            pi->other = true;
+            pi->other_type = "ByteLevel with add_prefix_space";
+        }
     } else if (!strcmp(type, "Split")) {
         const char *re = json_string_value(
             json_object_get(json_object_get(p, "pattern"), "Regex"));
@@ -393,6 +398,78 @@ static cr_status_t add_flags_template(cr_gguf_writer_t *w,
     return st;
 }
 
+/* WordPiece pieces in llama.cpp's form: a word start gets "▁", a "##"
+ * continuation loses its prefix, "[...]" tokens stay as they are. */
+static cr_status_t wordpiece_phantom(vocab_t *v, cr_err_t *err)
+{
+    for (uint32_t i = 0; i < v->n; i++) {
+        const char *t = v->tok[i];
+        size_t n = strlen(t);
+        if (v->type[i] == T_UNUSED || (n >= 2 && t[0] == '[' && t[n - 1] == ']'))
+            continue;
+        char **pads = realloc(v->pads, (v->n_pads + 1) * sizeof *pads);
+        if (!pads)
+            return cr_err_set(err, CR_E_NOMEM, "out of memory");
+        v->pads = pads;
+        int r = !strncmp(t, "##", 2) ? asprintf(&v->pads[v->n_pads], "%s", t + 2)
+                                     : asprintf(&v->pads[v->n_pads], "\xe2\x96\x81%s", t);
+        if (r < 0)
+            return cr_err_set(err, CR_E_NOMEM, "out of memory");
+        v->tok[i] = v->pads[v->n_pads++];
+    }
+    return CR_OK;
+}
+
+/* A WordPiece (BERT) vocabulary: tokenizer.ggml.model "bert", the special
+ * ids BERT names ([CLS], [SEP], [MASK], [PAD], [UNK]). */
+static cr_status_t add_wordpiece(cr_gguf_writer_t *w, const json_t *tokenizer,
+                                 const json_t *tok_config, const json_t *config,
+                                 uint32_t vocab_size, uint32_t *n_tokens, cr_err_t *err)
+{
+    const json_t *model = json_object_get(tokenizer, "model");
+    const json_t *vocab = json_object_get(model, "vocab");
+    const json_t *added = json_object_get(tokenizer, "added_tokens");
+    if (!json_is_object(vocab))
+        return cr_err_set(err, CR_E_INVALID, "tokenizer.json: model.vocab is required");
+    if (added && !json_is_array(added))
+        return cr_err_set(err, CR_E_INVALID, "tokenizer.json: added_tokens is "
+                          "not an array");
+    const char *prefix = json_string_value(json_object_get(model,
+                                                           "continuing_subword_prefix"));
+    if (prefix && strcmp(prefix, "##"))
+        return cr_err_set(err, CR_E_UNSUPPORTED, "tokenizer.json: WordPiece "
+                          "continuing_subword_prefix '%.16s' (only '##' is supported)",
+                          prefix);
+    vocab_t v = {0};
+    int32_t id = -1;
+    cr_status_t st = load_tokens(&v, vocab, added, vocab_size, err);
+    st = st ? st : cr_gguf_writer_add_str(w, "tokenizer.ggml.model", "bert", err);
+    static const char *const specials[][2] = {{"cls", "cls"}, {"sep", "seperator"},
+                                              {"mask", "mask"}, {"pad", "padding"},
+                                              {"unk", "unknown"}, {"bos", "bos"},
+                                              {"eos", "eos"}};
+    for (size_t i = 0; !st && i < CR_ARRAY_LEN(specials); i++)
+        st = add_special(w, &v, tok_config, config, specials[i][0], specials[i][1], &id,
+                         err);
+    if (!st && !json_object_get(tok_config, "unk_token")) {
+        const char *ut = json_string_value(json_object_get(model, "unk_token"));
+        id = ut ? index_find(&v, ut, strlen(ut)) : -1;
+        if (id >= 0)
+            st = cr_gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)id,
+                                        err);
+    }
+    st = st ? st : add_flags_template(w, tok_config, err);
+    st = st ? st : wordpiece_phantom(&v, err);
+    st = st ? st : cr_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens",
+                                              (const char *const *)v.tok, v.n, err);
+    st = st ? st : cr_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", CR_GGUF_I32,
+                                          v.type, v.n, err);
+    if (!st)
+        *n_tokens = v.n;
+    vocab_free(&v);
+    return st;
+}
+
 cr_status_t reg_hf_vocab_add(cr_gguf_writer_t *w, const json_t *tokenizer,
                              const json_t *tok_config, const json_t *config,
                              uint32_t vocab_size, uint32_t *n_tokens,
@@ -402,9 +479,11 @@ cr_status_t reg_hf_vocab_add(cr_gguf_writer_t *w, const json_t *tokenizer,
     const char *mtype = json_string_value(json_object_get(model, "type"));
     if (!mtype)
         return cr_err_set(err, CR_E_INVALID, "tokenizer.json: no model.type");
+    if (!strcmp(mtype, "WordPiece"))
+        return add_wordpiece(w, tokenizer, tok_config, config, vocab_size, n_tokens, err);
     if (strcmp(mtype, "BPE"))
         return cr_err_set(err, CR_E_UNSUPPORTED, "tokenizer.json: model type "
-                          "%.32s is not supported (BPE is)", mtype);
+                          "%.32s is not supported (BPE, WordPiece are)", mtype);
     const json_t *vocab = json_object_get(model, "vocab");
     const json_t *merges = json_object_get(model, "merges");
     const json_t *added = json_object_get(tokenizer, "added_tokens");
@@ -490,4 +569,23 @@ cr_status_t reg_hf_vocab_add(cr_gguf_writer_t *w, const json_t *tokenizer,
         *n_tokens = v.n;
     vocab_free(&v);
     return st;
+}
+
+uint32_t reg_hf_vocab_count(const json_t *tokenizer)
+{
+    const json_t *vocab = json_object_get(json_object_get(tokenizer, "model"), "vocab");
+    const json_t *added = json_object_get(tokenizer, "added_tokens");
+    int64_t max_id = -1;
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)vocab, k, v) {
+        if (json_is_integer(v))
+            max_id = CR_MAX(max_id, json_integer_value(v));
+    }
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        const json_t *id = json_object_get(json_array_get(added, i), "id");
+        if (json_is_integer(id))
+            max_id = CR_MAX(max_id, json_integer_value(id));
+    }
+    return max_id >= 0 && max_id < REG_HF_MAX_VOCAB ? (uint32_t)max_id + 1 : 0;
 }

@@ -1,7 +1,7 @@
 /* hf_vocab.h: a Hugging Face tokenizer (tokenizer.json, tokenizer_config.json,
  * config.json) as GGUF tokenizer.* keys, for the safetensors import.
  *
- * Two kinds of tokenizer.json are understood:
+ * Three kinds of tokenizer.json are understood:
  *  - byte-level BPE (a ByteLevel pre-tokenizer): tokenizer.ggml.model
  *    "gpt2", tokens, merges, and tokenizer.ggml.pre named from the
  *    pre-tokenizer's definition (the Split regexes and ByteLevel's
@@ -11,6 +11,9 @@
  *    tokenizer.ggml.model "llama"; a token's score is minus the rank of
  *    the first merge that makes it, so SentencePiece's highest-score-first
  *    merging repeats the merge order.
+ *  - WordPiece: tokenizer.ggml.model "bert", pieces in llama.cpp's form
+ *    ("▁" before a word start, "##" dropped from a continuation), the
+ *    cls/sep/mask/pad/unk ids.
  * Added tokens become control (special) or user-defined tokens; ids no
  * token names up to vocab_size become "[PAD<id>]". bos/eos/unk/pad come
  * from tokenizer_config.json (token text) or config.json (ids);
@@ -37,5 +40,9 @@ cr_status_t reg_hf_vocab_add(cr_gguf_writer_t *w, const json_t *tokenizer,
                              const json_t *tok_config, const json_t *config,
                              uint32_t vocab_size, uint32_t *n_tokens,
                              cr_err_t *err);
+
+/* The tokenizer's own token count: the highest id of model.vocab and
+ * added_tokens plus one; 0 if it has none or is malformed. */
+uint32_t reg_hf_vocab_count(const json_t *tokenizer);
 
 #endif

@@ -2,8 +2,8 @@
  *
  * corral-gguf-to-hf writes a Hugging Face folder (config.json,
  * model.safetensors, tokenizer.json, tokenizer_config.json) from a
- * synthetic qwen2 GGUF (and from stories260K when the shared testdata is
- * there); `corral create` uploads the folder and the registry converts it.
+ * synthetic qwen2 GGUF (and, sharded with model.safetensors.index.json,
+ * from stories260K when the shared testdata is there); `corral create` uploads the folder and the registry converts it.
  * Checked: the create reports "converting model"; show gives the family,
  * format and F32 file type; greedy generation with logprobs (top 5 at
  * every step) is byte-identical to the same model created from the original
@@ -94,13 +94,14 @@ static void check_show(const char *model, const char *family, const char *ftype)
 
 /* Imports gguf via a folder as name_hf and the GGUF itself as name_orig;
  * their greedy outputs and logprobs must be the same bytes. */
-static void same_as_source(const char *name, const char *gguf, const char *family)
+static void same_as_source(const char *name, const char *gguf, const char *family,
+                           const char *to_hf_extra)
 {
     char dir[64], mf[256], orig[64], hf[64];
     snprintf(dir, sizeof dir, "%s-hf", name);
     snprintf(orig, sizeof orig, "%s-orig", name);
     snprintf(hf, sizeof hf, "%s-hf", name);
-    if (!to_hf(gguf, dir, NULL))
+    if (!to_hf(gguf, dir, to_hf_extra))
         return;
     char *out = NULL;
     snprintf(mf, sizeof mf, "FROM %s\n", gguf);
@@ -122,6 +123,25 @@ static void same_as_source(const char *name, const char *gguf, const char *famil
            b ? strlen(b) : 0);
     free(a);
     free(b);
+    if (!to_hf_extra)
+        return;
+    /* the index travels with the shards: one that lies about where a
+     * tensor is fails the create, naming it */
+    char cmd[4000];
+    snprintf(cmd, sizeof cmd, "cp -r '%s/%s' '%s/%s-badidx' && sed -i "
+             "'s/\"model.norm.weight\": \"model-00001-of-00002/"
+             "\"model.norm.weight\": \"model-00002-of-00002/' "
+             "'%s/%s-badidx/model.safetensors.index.json'",
+             T.tmp, dir, T.tmp, dir, T.tmp, dir);
+    CHECK(system(cmd) == 0);
+    snprintf(mf, sizeof mf, "FROM ./%s-badidx\n", dir);
+    snprintf(hf, sizeof hf, "%s-badidx", name);
+    CHECK(create(hf, mf, NULL, &out) != 0);
+    CHECK_MSG(out && strstr(out, "model.safetensors.index.json: tensor 'model.norm.weight' "
+                                 "is in model-00001-of-00002.safetensors, not "
+                                 "model-00002-of-00002.safetensors"),
+              "%s", out ? out : "");
+    free(out);
 }
 
 /* Blobs whose first bytes are "GGUF", and files in blobs/ that are not
@@ -196,13 +216,13 @@ int main(void)
     snprintf(cmd, sizeof cmd, "'%s/corral-gguf-synth' --arch qwen2 --seed 5 --ctx 512 "
              "--out '%s'", T.bin_dir, gguf);
     CHECK(system(cmd) == 0);
-    same_as_source("qwen", gguf, "qwen2");
+    same_as_source("qwen", gguf, "qwen2", NULL);
     test_quantize();
     test_bad_folder();
     const char *root = getenv("CORRAL_TESTDATA");
     snprintf(gguf, sizeof gguf, "%s/models/stories260K.gguf", root ? root : "");
     if (root && access(gguf, R_OK) == 0)
-        same_as_source("stories", gguf, "llama");
+        same_as_source("stories", gguf, "llama", "--shards 2"); /* with an index */
     else
         printf("  stories260K part skipped: no CORRAL_TESTDATA\n");
     e2e_stop(&T);

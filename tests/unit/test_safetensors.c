@@ -264,6 +264,91 @@ static void test_set(void)
     CHECK(s == NULL);
 }
 
+/* cr_st_open_ex: an ignored tensor of any dtype is left out of the list
+ * but its offsets are still checked; a set with an ignore list skips the
+ * name in its index too. */
+static void test_ignore(void)
+{
+    static const char *const ignore[] = {"embeddings.position_ids", NULL};
+    const char *hdr =
+        "{\"embeddings.position_ids\":{\"dtype\":\"I64\",\"shape\":[1,2],"
+        "\"data_offsets\":[0,16]},"
+        "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]}}";
+    char path[512];
+    snprintf(path, sizeof path, "%s", write_st("ign.safetensors", hdr, UINT64_MAX, 24));
+    cr_st_file_t *f = NULL;
+    cr_err_t err = {0};
+    CHECK(cr_st_open(path, "ign.safetensors", &f, &err) == CR_E_UNSUPPORTED);
+    CHECK(strstr(err.msg, "tensor 'embeddings.position_ids': dtype I64") != NULL);
+    CHECK_MSG(cr_st_open_ex(path, "ign.safetensors", ignore, &f, &err) == CR_OK, "%s",
+              err.msg);
+    CHECK(f && cr_st_tensor_count(f) == 1 && cr_st_tensor_find(f, "w") &&
+          !cr_st_tensor_find(f, "embeddings.position_ids"));
+    cr_st_close(&f);
+
+    const char *bad[] = {
+        /* overlaps w */
+        "{\"embeddings.position_ids\":{\"dtype\":\"I64\",\"shape\":[1,2],"
+        "\"data_offsets\":[0,20]},"
+        "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]}}",
+        /* past the data */
+        "{\"embeddings.position_ids\":{\"dtype\":\"I64\",\"shape\":[1,2],"
+        "\"data_offsets\":[0,99]},"
+        "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]}}",
+    };
+    const char *want[] = {"tensor 'w' overlaps tensor 'embeddings.position_ids'",
+                          "tensor 'embeddings.position_ids': data_offsets are not"};
+    for (int i = 0; i < 2; i++) {
+        const char *p = write_st("ign-bad.safetensors", bad[i], UINT64_MAX, 24);
+        CHECK(cr_st_open_ex(p, "ign-bad.safetensors", ignore, &f, &err) == CR_E_CORRUPT);
+        CHECK_MSG(strstr(err.msg, want[i]), "%s", err.msg);
+    }
+
+    cr_st_set_t *s = cr_st_set_new();
+    cr_st_set_ignore(s, ignore);
+    CHECK(cr_st_set_add_file(s, path, "ign.safetensors", &err) == CR_OK);
+    const char *index = "{\"weight_map\":{\"w\":\"ign.safetensors\","
+                        "\"embeddings.position_ids\":\"ign.safetensors\"}}";
+    CHECK_MSG(cr_st_set_check_index(s, index, strlen(index), "idx", &err) == CR_OK, "%s",
+              err.msg);
+    cr_st_set_destroy(&s);
+}
+
+/* Name lookup across files: every tensor of 3 files of 300 found at its
+ * index, an absent name gives SIZE_MAX. */
+static void test_many(void)
+{
+    cr_st_set_t *s = cr_st_set_new();
+    cr_err_t err = {0};
+    for (int fi = 0; fi < 3; fi++) {
+        char hdr[40000], name[32];
+        size_t o = (size_t)snprintf(hdr, sizeof hdr, "{");
+        for (int i = 0; i < 300; i++)
+            o += (size_t)snprintf(hdr + o, sizeof hdr - o,
+                                  "%s\"t%d.%d\":{\"dtype\":\"F32\",\"shape\":[1],"
+                                  "\"data_offsets\":[%d,%d]}",
+                                  i ? "," : "", fi, i, 4 * i, 4 * i + 4);
+        snprintf(hdr + o, sizeof hdr - o, "}");
+        snprintf(name, sizeof name, "f%d.safetensors", fi);
+        const char *path = write_st(name, hdr, UINT64_MAX, 1200);
+        CHECK_MSG(cr_st_set_add_file(s, path, name, &err) == CR_OK, "%s", err.msg);
+    }
+    CHECK_EQ_INT(cr_st_set_tensor_count(s), 900);
+    int found = 0;
+    for (int fi = 0; fi < 3; fi++)
+        for (int i = 0; i < 300; i++) {
+            char n[32];
+            snprintf(n, sizeof n, "t%d.%d", fi, i);
+            size_t idx = cr_st_set_index_of(s, n);
+            const cr_st_tensor_t *t = idx == SIZE_MAX ? NULL : cr_st_set_tensor_at(s, idx, NULL);
+            found += t && !strcmp(t->name, n);
+        }
+    CHECK_EQ_INT(found, 900);
+    CHECK(cr_st_set_index_of(s, "t9.9") == SIZE_MAX);
+    CHECK(cr_st_set_find(s, "t3.0", NULL) == NULL);
+    cr_st_set_destroy(&s);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir_g)) {
@@ -274,6 +359,8 @@ int main(void)
     test_half_special();
     test_hostile();
     test_set();
+    test_ignore();
+    test_many();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);
     if (system(cmd) != 0)
