@@ -7,8 +7,11 @@
  * keep-alive expiry is checked without waiting minutes. */
 #include "lib/prelude.h"
 
+#include <arpa/inet.h>
 #include <ftw.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1323,15 +1326,19 @@ static void test_node_adopt(void)
         fclose(out);
     snprintf(nodes_cert_g, sizeof nodes_cert_g, "%s/srv", keys);
     /* A free port below the ephemeral range (where "*" binds of tests
-     * running beside this one land). */
+     * running beside this one land). The probe is a plain socket: a ZMQ
+     * socket's close finishes later in its I/O thread, so the scheduler's
+     * bind right after it sometimes met "Address already in use". */
     int port = -1;
     for (int i = 0; i < 50 && port < 0; i++) {
         int p = 20000 + (int)((getpid() * 7919 + i * 131) % 12000);
-        zsock_t *probe = zsock_new(ZMQ_ROUTER);
-        zsock_set_linger(probe, 0);
-        if (zsock_bind(probe, "tcp://127.0.0.1:%d", p) == p)
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0)
             port = p;
-        zsock_destroy(&probe);
+        if (fd >= 0)
+            close(fd);
     }
     CHECK(port > 0);
     snprintf(nodes_ep_g, sizeof nodes_ep_g, "tcp://127.0.0.1:%d", port);
