@@ -12,6 +12,7 @@ struct cli_http {
     CURL *curl;
     char base[sizeof(((cli_host_t *)0)->url)];
     char errbuf[CURL_ERROR_SIZE];
+    char *auth; /* "Authorization: Bearer <CORRAL_API_KEY>", or NULL */
 };
 
 typedef struct xfer {
@@ -37,8 +38,20 @@ cli_http_t *cli_http_new(const cli_host_t *host, cr_err_t *err)
         return NULL;
     }
     snprintf(h->base, sizeof h->base, "%s", host->url);
+    /* The gateway asks every route but / and /api/health for the key
+     * (auth.h); the CLI sends what the server was given. */
+    const char *key = getenv("CORRAL_API_KEY");
+    if (key && *key) {
+        size_t n = strlen("Authorization: Bearer ") + strlen(key) + 1;
+        h->auth = malloc(n);
+        if (h->auth)
+            snprintf(h->auth, n, "Authorization: Bearer %s", key);
+    }
     h->curl = curl_easy_init(); /* also initializes libcurl on first use */
-    if (!h->curl) {
+    if (!h->curl || (key && *key && !h->auth)) {
+        if (h->curl)
+            curl_easy_cleanup(h->curl);
+        free(h->auth);
         free(h);
         cr_err_set(err, CR_E_INTERNAL, "libcurl: no easy handle");
         return NULL;
@@ -51,6 +64,9 @@ void cli_http_destroy(cli_http_t **h_p)
     if (!h_p || !*h_p)
         return;
     curl_easy_cleanup((*h_p)->curl);
+    if ((*h_p)->auth)
+        explicit_bzero((*h_p)->auth, strlen((*h_p)->auth));
+    free((*h_p)->auth);
     free(*h_p);
     *h_p = NULL;
 }
@@ -283,6 +299,8 @@ cr_status_t cli_http_json(cli_http_t *h, const char *method, const char *path,
     struct curl_slist *hdr = NULL;
     hdr = curl_slist_append(hdr, "Content-Type: application/json");
     hdr = curl_slist_append(hdr, "Accept: application/x-ndjson, application/json");
+    if (h->auth)
+        hdr = curl_slist_append(hdr, h->auth);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
     if (text) {
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
@@ -317,10 +335,13 @@ cr_status_t cli_http_head(cli_http_t *h, const char *path, long *status, cr_err_
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    struct curl_slist *hdr = h->auth ? curl_slist_append(NULL, h->auth) : NULL;
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
     xfer_t x;
     xfer_init(&x, c, err);
     long code = 0;
     cr_status_t st = perform(h, &x, &code);
+    curl_slist_free_all(hdr);
     if (st && code >= 400) /* HEAD reports statuses, not errors */
         st = CR_OK;
     if (status)
@@ -345,6 +366,8 @@ cr_status_t cli_http_post_file(cli_http_t *h, const char *path, FILE *f, uint64_
     struct curl_slist *hdr = NULL;
     hdr = curl_slist_append(hdr, "Content-Type: application/octet-stream");
     hdr = curl_slist_append(hdr, "Expect:");
+    if (h->auth)
+        hdr = curl_slist_append(hdr, h->auth);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
     xfer_t x;
     xfer_init(&x, c, err);

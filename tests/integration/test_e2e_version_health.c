@@ -88,6 +88,35 @@ static void test_health(void)
     json_decref(j);
 }
 
+/* With CORRAL_API_KEY set, the CLI sends the key it is given (it sent
+ * none, so every command but -v got 401); a wrong key is refused. */
+static void test_cli_api_key(void)
+{
+    setenv("CORRAL_API_KEY", "e2e-key-7f3a", 1);
+    if (!e2e_start(&T)) {
+        CHECK_MSG(false, "serve with CORRAL_API_KEY did not start");
+        unsetenv("CORRAL_API_KEY");
+        return;
+    }
+    e2e_resp_t r = e2e_http(&T, "GET", "/api/tags", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.status, 401); /* the key is really required */
+    e2e_resp_free(&r);
+    char *out = NULL, *err = NULL;
+    CHECK_EQ_INT(e2e_cli_err(&T, NULL, &out, &err, "list", NULL), 0);
+    CHECK_MSG(out && strstr(out, "NAME"), "list printed: %s / %s", out ? out : "",
+              err ? err : "");
+    free(out);
+    free(err);
+    out = err = NULL;
+    setenv("CORRAL_API_KEY", "wrong-key", 1); /* the CLI's, not serve's */
+    CHECK(e2e_cli_err(&T, NULL, &out, &err, "list", NULL) != 0);
+    CHECK_MSG(err && strstr(err, "unauthorized"), "stderr: %s", err ? err : "");
+    free(out);
+    free(err);
+    unsetenv("CORRAL_API_KEY");
+    e2e_stop(&T);
+}
+
 int main(void)
 {
     setenv("CORRAL_COMPAT_VERSION", "0.99.1", 1);
@@ -96,5 +125,6 @@ int main(void)
     test_health();
     test_version();
     e2e_stop(&T);
+    test_cli_api_key();
     return check_finish("e2e_version_health");
 }
