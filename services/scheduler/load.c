@@ -23,6 +23,8 @@ void sch_load_build(const sch_server_t *s, const runner_t *rn, msg_t *load,
     b->has_renderer = res->has_renderer;
     b->parser = res->parser;
     b->has_parser = res->has_parser;
+    b->projector = res->projector;
+    b->has_projector = res->has_projector;
     b->messages.v = res->messages.v;
     b->messages.n = res->messages.n;
     b->has_messages = res->has_messages;

@@ -1,0 +1,71 @@
+/* base64.c: see base64.h. */
+#include "lib/prelude.h"
+#include "lib/base64.h"
+
+static int value(unsigned char ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '+')
+        return 62;
+    if (ch == '/')
+        return 63;
+    return -1;
+}
+
+cr_status_t cr_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out_len,
+                             cr_err_t *err)
+{
+    *out = NULL;
+    *out_len = 0;
+    uint8_t *buf = malloc(n / 4 * 3 + 3);
+    if (!buf)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory decoding base64");
+    size_t len = 0, q = 0, q_start = 0, bad = SIZE_MAX;
+    int pad = 0;
+    bool ended = false;
+    uint32_t acc = 0;
+    for (size_t i = 0; i < n && bad == SIZE_MAX; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '\r' || ch == '\n')
+            continue;
+        if (ended) {
+            bad = i;
+            break;
+        }
+        if (q == 0)
+            q_start = i;
+        int v = 0;
+        if (ch == '=') {
+            if (q < 2)
+                bad = i;
+            pad++;
+        } else if ((v = value(ch)) < 0 || pad > 0) {
+            bad = i;
+        }
+        acc = acc << 6 | (uint32_t)v;
+        if (++q == 4) {
+            buf[len++] = (uint8_t)(acc >> 16);
+            if (pad < 2)
+                buf[len++] = (uint8_t)(acc >> 8);
+            if (pad < 1)
+                buf[len++] = (uint8_t)acc;
+            q = 0;
+            acc = 0;
+            ended = pad > 0;
+        }
+    }
+    if (bad == SIZE_MAX && q)
+        bad = q_start;
+    if (bad != SIZE_MAX) {
+        free(buf);
+        return cr_err_set(err, CR_E_INVALID, "illegal base64 data at input byte %zu", bad);
+    }
+    *out = buf;
+    *out_len = len;
+    return CR_OK;
+}

@@ -1,0 +1,18 @@
+/* base64.h: standard padded base64 (RFC 4648, Go's StdEncoding), decoding.
+ *
+ * Images travel on the bus as the base64 text the client sent (the gateway
+ * checks it); the runner decodes them here. */
+#ifndef CR_BASE64_H
+#define CR_BASE64_H
+
+#include "lib/prelude.h"
+#include "lib/status.h"
+
+/* Decodes s[0..n) (CR and LF skipped, as Go does) into *out (caller owns;
+ * free with free()) of *out_len bytes. CR_E_INVALID "illegal base64 data
+ * at input byte K" for a bad character, misplaced padding or a partial
+ * last quantum; CR_E_NOMEM. */
+cr_status_t cr_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out_len,
+                             cr_err_t *err);
+
+#endif
