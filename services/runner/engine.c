@@ -1134,6 +1134,17 @@ static void complete_slot(rn_engine_t *e, slot_t *sl)
         done.context.v = sl->seq;
         done.context.n = (size_t)sl->n_seq;
         done.has_context = true;
+        if (sl->img_rows) {
+            /* Image tokens are no vocabulary ids: a client could not send
+             * them back. The context keeps the text (e->prompt is free
+             * between requests). */
+            size_t k = 0;
+            for (int i = 0; i < sl->n_seq; i++)
+                if (sl->seq[i] >= 0)
+                    e->prompt[k++] = sl->seq[i];
+            done.context.v = e->prompt;
+            done.context.n = k;
+        }
     }
     end_slot(e, sl, CR_OK, &done, NULL);
 }
@@ -1204,6 +1215,12 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
         goto out;
     int n_prompt = 0;
     bool with_images = e->vision && prompt.n_images > 0;
+    if (e->vision && request_images(r, NULL, 0) > prompt.images_skipped + prompt.n_images) {
+        /* a Jinja chat template (or a request's own) does not place them */
+        st = cr_err_set(err, CR_E_INVALID, "the model's prompt format gives the images no "
+                        "place in the prompt");
+        goto out;
+    }
     st = with_images ? tokenize_images(e, r, &prompt, &plan, &n_prompt, err)
                      : tokenize_prompt(e, &prompt, ro.num_keep, &n_prompt, err);
     if (st)

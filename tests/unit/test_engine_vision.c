@@ -189,6 +189,11 @@ static void test_requests(void)
     int64_t text_only = d.prompt_eval_count;
     CHECK_MSG(gen(e, "hello", &img1, 1, &a, &d, &err) == CR_OK, "%s", err.msg);
     CHECK_MSG(d.prompt_eval_count >= text_only + 64, "%" PRId64 " tokens", d.prompt_eval_count);
+    /* The returned context holds no image ids (a client sends it back). */
+    bool ids_ok = d.has_context && d.context.n > 0;
+    for (size_t i = 0; i < d.context.n; i++)
+        ids_ok &= d.context.v[i] >= 0;
+    CHECK(ids_ok);
     rn_engine_get_stats(e, &s);
     CHECK_EQ_INT(s.images_encoded, 1);
     CHECK_EQ_INT(s.images_cached, 0);
@@ -259,6 +264,36 @@ static void test_requests(void)
     rn_engine_destroy(&e);
 }
 
+/* A model whose only template is a GGUF Jinja one (which does not place
+ * images) refuses them instead of dropping them. */
+static void test_jinja_refuses(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/jinja.gguf", dir_g);
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}";
+    cr_err_t err = {0};
+    CHECK(rn_synth_write(&so, path, &err) == CR_OK);
+    msg_options_t mo;
+    msg_load_body_t ld;
+    test_load_body(&ld, &mo, path, NULL, 256, 1);
+    ld.projector = proj_path;
+    ld.has_projector = true;
+    rn_engine_t *e = NULL;
+    CHECK_MSG(rn_engine_load(&ld, &e, &err) == CR_OK, "%s", err.msg);
+    if (!e)
+        return;
+    char *img = png_b64(8, 8, 4);
+    capture_t c = {0};
+    msg_done_body_t d;
+    CHECK(gen(e, "hi", &img, 1, &c, &d, &err) == CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "no place") != NULL, "%s", err.msg);
+    cap_free(&c);
+    free(img);
+    rn_engine_destroy(&e);
+}
+
 /* A projector whose output does not match the text model is refused at
  * load. */
 static void test_mismatch(void)
@@ -299,6 +334,7 @@ int main(void)
     test_forward_injection();
     test_requests();
     test_mismatch();
+    test_jinja_refuses();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);
     CHECK(system(cmd) == 0);
