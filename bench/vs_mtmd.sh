@@ -3,7 +3,11 @@
 # llama.cpp's multimodal library (libmtmd) on the same synthetic
 # llava-shaped projector, text model and fixed test PNG (issue 14's
 # fidelity rule): every embedding row's cosine >= 0.999 and every pixel
-# within 1e-5.
+# within 1e-5. Also the whole output's relative error (RMS of the
+# difference over RMS of llama.cpp's) <= 3e-3: the cosine alone does not
+# tell GELU from quick GELU on these towers (0.99993), the relative error
+# does (1e-2, against <= 1.2e-3 for corral's F16 K/V rounding and
+# summation order).
 #
 #   bench/vs_mtmd.sh --llama DIR [--bin DIR] [--work DIR] [CASE...]
 #
@@ -98,9 +102,12 @@ for r in range(n if ok else 0):
     dot = sum(x * y for x, y in zip(a, c))
     na, nc = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in c))
     worst = min(worst, dot / (na * nc) if na and nc else 0.0)
-good = ok and px <= 1e-5 and worst >= 0.999
-print('%s  %d tokens: pixels max |diff| %.2e, worst row cosine %.6f' %
-      ('ok  ' if good else 'FAIL', n, px, worst))
+num = sum((x - y) ** 2 for x, y in zip(re, oe)) if ok else 1.0
+den = sum(x * x for x in re) if ok else 1.0
+rel = math.sqrt(num / den) if den else float('inf')
+good = ok and px <= 1e-5 and worst >= 0.999 and rel <= 3e-3
+print('%s  %d tokens: pixels max |diff| %.2e, worst row cosine %.7f, relative error %.1e' %
+      ('ok  ' if good else 'FAIL', n, px, worst, rel))
 sys.exit(0 if good else 1)
 EOF_PY
 done <<EOF_CASES

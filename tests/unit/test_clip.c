@@ -5,9 +5,11 @@
  * is compared with a scalar double-precision forward pass written here from
  * the same description (llama.cpp's llava graph): every output row must
  * have cosine >= 0.9999 with the reference and the whole output a relative
- * error below 1e-2. The tolerance is the backend's attention, which rounds
- * queries, keys, values and probabilities to F16 (like the reference
- * engine); everything else is F32. Resampling is compared with the same
+ * error below 1e-3 (measured: 5e-5). The tolerance is the backend's
+ * attention, which rounds queries, keys, values and probabilities to F16
+ * (like the reference engine); everything else is F32. The cosine alone
+ * would not catch a wrong activation (GELU for quick GELU: 0.99993), the
+ * relative error does (7e-3). Resampling is compared with the same
  * Pillow filter evaluated in doubles without fixed point: within 1 level
  * per channel (22-bit weights and per-pass 8-bit rounding). Also: bad
  * projector files are refused with the right status. */
@@ -339,7 +341,7 @@ static void test_tower(void)
     fprintf(stderr, "tower vs scalar reference: worst row cosine %.7f, relative error "
             "%.2e\n", worst, sqrt(num / den));
     CHECK_MSG(worst >= 0.9999, "worst row cosine %.6f", worst);
-    CHECK_MSG(sqrt(num / den) < 1e-2, "relative error %.2e", sqrt(num / den));
+    CHECK_MSG(sqrt(num / den) < 1e-3, "relative error %.2e", sqrt(num / den));
     /* Encoding again gives the same bytes (no state carried over). */
     float *again = malloc(nout * sizeof *again);
     CHECK(rn_clip_encode(c, px, again, &err) == CR_OK);

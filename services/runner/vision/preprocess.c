@@ -57,8 +57,6 @@ static int coefficients(int in, int out, rn_preproc_filter_t f, int **bounds_out
         }
         for (int j = 0; j < ksize; j++) {
             double v = j < n && sum != 0.0 ? w[j] / sum : 0.0;
-            if (j >= n)
-                v = 0.0;
             /* Pillow adds +-0.5 and truncates (not round-half-even). */
             k[(size_t)i * ksize + j] =
                 (int32_t)(v * (double)(1 << PRECISION_BITS) + (v < 0 ? -0.5 : 0.5));
