@@ -69,3 +69,24 @@ cr_status_t cr_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out
     *out_len = len;
     return CR_OK;
 }
+
+char *cr_base64_encode(const uint8_t *p, size_t n)
+{
+    static const char al[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    if (n > (SIZE_MAX - 8) / 4 * 3)
+        return NULL;
+    char *s = malloc((n + 2) / 3 * 4 + 1), *o = s;
+    if (!s)
+        return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        *o++ = al[v >> 18 & 63];
+        *o++ = al[v >> 12 & 63];
+        *o++ = i + 1 < n ? al[v >> 6 & 63] : '=';
+        *o++ = i + 2 < n ? al[v & 63] : '=';
+    }
+    *o = '\0';
+    return s;
+}

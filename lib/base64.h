@@ -1,7 +1,8 @@
-/* base64.h: standard padded base64 (RFC 4648, Go's StdEncoding), decoding.
+/* base64.h: standard padded base64 (RFC 4648, Go's StdEncoding).
  *
  * Images travel on the bus as the base64 text the client sent (the gateway
- * checks it); the runner decodes them here. */
+ * checks it); the runner decodes them here, the CLI encodes the image
+ * files a prompt names. */
 #ifndef CR_BASE64_H
 #define CR_BASE64_H
 
@@ -14,5 +15,9 @@
  * last quantum; CR_E_NOMEM. */
 cr_status_t cr_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out_len,
                              cr_err_t *err);
+
+/* The base64 text of p[0..n) (caller owns; free with free()), or NULL when
+ * out of memory. */
+char *cr_base64_encode(const uint8_t *p, size_t n);
 
 #endif

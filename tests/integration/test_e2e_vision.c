@@ -7,7 +7,8 @@
  * image_url data: URLs in /v1/chat/completions are answered, with the
  * image's 64 tokens in the prompt count; a text-only model keeps Ollama's
  * 400 "does not support images"; bytes that are not an image and a remote
- * URL get a 400 that says so. */
+ * URL get a 400 that says so; `corral run` sends an image file named in the
+ * prompt. */
 #include "lib/prelude.h"
 
 #include <unistd.h>
@@ -45,8 +46,9 @@ static size_t chunk(uint8_t *out, const char *type, const uint8_t *data, uint32_
     return 12 + n;
 }
 
-/* A w x h RGB PNG (w * h * 3 + h < 65536), base64. */
-static char *png_b64(int w, int h, int seed)
+/* A w x h RGB PNG (w * h * 3 + h < 65536), base64; with `file`, also
+ * written there. */
+static char *png_file_b64(int w, int h, int seed, const char *file)
 {
     size_t raw_n = (size_t)h * (1 + (size_t)w * 3);
     uint8_t *raw = malloc(raw_n), *z = malloc(raw_n + 16), *png = malloc(raw_n + 128);
@@ -78,6 +80,11 @@ static char *png_b64(int w, int h, int seed)
     n += chunk(png + n, "IHDR", ihdr, 13);
     n += chunk(png + n, "IDAT", z, (uint32_t)zn);
     n += chunk(png + n, "IEND", NULL, 0);
+    FILE *f = file ? fopen(file, "wb") : NULL;
+    if (f) {
+        CHECK(fwrite(png, 1, n, f) == n);
+        fclose(f);
+    }
     static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     char *s = malloc(n / 3 * 4 + 8), *o = s;
     for (size_t i = 0; i < n; i += 3) {
@@ -91,6 +98,11 @@ static char *png_b64(int w, int h, int seed)
     *o = '\0';
     free(raw), free(z), free(png);
     return s;
+}
+
+static char *png_b64(int w, int h, int seed)
+{
+    return png_file_b64(w, h, seed, NULL);
 }
 
 static json_t *post(const char *path, const char *body, long want)
@@ -206,6 +218,26 @@ static void test_errors(const char *img)
     json_decref(post("/api/generate", body, 200));
 }
 
+/* `corral run` picks up an image file named in the prompt for a vision
+ * model (as ollama run), and leaves it as text for a text-only one. */
+static void test_cli(void)
+{
+    char path[1200], prompt[1400];
+    snprintf(path, sizeof path, "%s/cat.png", T.tmp);
+    free(png_file_b64(16, 16, 3, path));
+    snprintf(prompt, sizeof prompt, "what is in %s", path);
+    char *out = NULL;
+    int rc = e2e_cli(&T, NULL, &out, "run", "seer", prompt, NULL);
+    CHECK_MSG(rc == 0, "corral run seer: exit %d: %s", rc, out ? out : "");
+    CHECK_MSG(out && strstr(out, "Added image '") != NULL, "%s", out ? out : "");
+    free(out);
+    out = NULL;
+    rc = e2e_cli(&T, NULL, &out, "run", "blind", prompt, NULL);
+    CHECK_MSG(rc == 0 && out && !strstr(out, "Added image"), "corral run blind: exit %d: %s",
+              rc, out ? out : "");
+    free(out);
+}
+
 int main(void)
 {
     if (!e2e_start(&T))
@@ -215,6 +247,7 @@ int main(void)
         test_show();
         test_requests(img, img2);
         test_errors(img);
+        test_cli();
     }
     free(img);
     free(img2);
