@@ -2,8 +2,9 @@
 # vs_mtmd.sh: corral's image embeddings and normalized pixel tensor against
 # llama.cpp's multimodal library (libmtmd) on the same synthetic
 # llava-shaped projector, text model and fixed test PNG (issue 14's
-# fidelity rule): every embedding row's cosine >= 0.999 and every pixel
-# within 1e-5. Also the whole output's relative error (RMS of the
+# fidelity rule): every embedding row's cosine >= 0.999, every pixel
+# within 1e-5, and the logits after a prompt holding the image ("describe
+# IMAGE now": BOS, text, the image's rows, text) cosine >= 0.999. Also the whole output's relative error (RMS of the
 # difference over RMS of llama.cpp's) <= 3e-3: the cosine alone does not
 # tell GELU from quick GELU on these towers (0.99993), the relative error
 # does (1e-2, against <= 1.2e-3 for corral's F16 K/V rounding and
@@ -71,14 +72,16 @@ while IFS='|' read -r label args; do
     # shellcheck disable=SC2086 # args is a word list by design
     "$bin/corral-clip-synth" --out "$proj" --seed 11 $args
     if ! "$dump" "$work/text.gguf" "$proj" "$work/test.png" "$work/$label.ref.f32" \
-            "$work/$label.ref.px" >"$work/$label.ref.log" 2>&1; then
+            "$work/$label.ref.px" "describe <__media__> now" "$work/$label.ref.logits" \
+            >"$work/$label.ref.out" 2>"$work/$label.ref.log"; then
         printf '%-12s llama.cpp failed: %s\n' "$label" "$(tail -1 "$work/$label.ref.log")"
         fail=1
         continue
     fi
     if ! "$bin/corral-runner" image-embed --model "$work/text.gguf" --mmproj "$proj" \
             --image "$work/test.png" --out "$work/$label.ours.f32" \
-            --pixels "$work/$label.ours.px" >"$work/$label.ours.log" 2>&1; then
+            --pixels "$work/$label.ours.px" --prompt "describe [img-0] now" \
+            --logits "$work/$label.ours.logits" >"$work/$label.ours.log" 2>&1; then
         printf '%-12s corral failed: %s\n' "$label" "$(tail -1 "$work/$label.ours.log")"
         fail=1
         continue
@@ -105,9 +108,14 @@ for r in range(n if ok else 0):
 num = sum((x - y) ** 2 for x, y in zip(re, oe)) if ok else 1.0
 den = sum(x * x for x in re) if ok else 1.0
 rel = math.sqrt(num / den) if den else float('inf')
-good = ok and px <= 1e-5 and worst >= 0.999 and rel <= 3e-3
-print('%s  %d tokens: pixels max |diff| %.2e, worst row cosine %.7f, relative error %.1e' %
-      ('ok  ' if good else 'FAIL', n, px, worst, rel))
+rl, ol = load(b + '.ref.logits'), load(b + '.ours.logits')
+lcos = 0.0
+if len(rl) == len(ol) and rl:
+    dot = sum(x * y for x, y in zip(rl, ol))
+    lcos = dot / math.sqrt(sum(x * x for x in rl) * sum(y * y for y in ol))
+good = ok and px <= 1e-5 and worst >= 0.999 and rel <= 3e-3 and lcos >= 0.999
+print('%s  %d tokens: pixels max |diff| %.2e, worst row cosine %.7f, relative error %.1e, '
+      'logits cosine %.7f' % ('ok  ' if good else 'FAIL', n, px, worst, rel, lcos))
 sys.exit(0 if good else 1)
 EOF_PY
 done <<EOF_CASES

@@ -9,7 +9,9 @@
  *       float32 logits of every position, row after row.
  *   corral-runner image-embed --model TEXT.gguf --mmproj PROJ.gguf
  *           --image FILE --out FILE.f32 [--pixels FILE.f32] [--threads N]
- *       an image's embeddings as the text model receives them.
+ *           [--prompt "TEXT [img-0] TEXT" --logits FILE.f32]
+ *       an image's embeddings as the text model receives them (and the
+ *       logits after a prompt holding it).
  *   corral-runner check-template --model FILE
  *       parse the GGUF's Jinja chat template (the registry's create runs
  *       this): "ok", "none", or the error naming the construct.
@@ -51,6 +53,7 @@ static int usage(void)
             "--out FILE.f32 [--kv-cache-type f16|q8_0|q4_0]\n"
             "       corral-runner image-embed --model TEXT.gguf --mmproj PROJ.gguf "
             "--image FILE --out FILE.f32 [--pixels FILE.f32] [--threads N]\n"
+            "           [--prompt \"TEXT [img-0] TEXT\" --logits FILE.f32]\n"
             "       corral-runner check-template --model FILE\n"
             "       corral-runner quantize --in SRC.gguf --out DST.gguf "
             "--type Q4_K_M [--progress]\n");
@@ -110,7 +113,8 @@ int main(int argc, char **argv)
         if (!mmproj || !image || !out)
             return usage();
         return rn_tool_image_embed(model, mmproj, image, out, flag(argc, argv, "--pixels"),
-                                   threads ? atoi(threads) : 0);
+                                   threads ? atoi(threads) : 0, flag(argc, argv, "--prompt"),
+                                   flag(argc, argv, "--logits"));
     }
     return usage();
 }

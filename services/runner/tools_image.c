@@ -5,6 +5,10 @@
 #include "lib/buf.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "services/runner/prompt/prompt_images.h"
+#include "services/runner/text/tokenizer.h"
 #include "services/runner/vision/clip.h"
 #include "services/runner/vision/image.h"
 
@@ -54,9 +58,66 @@ static cr_status_t text_dim(const char *path, int *out, cr_err_t *err)
     return st;
 }
 
+/* The last position's logits of prompt (trusted text, BOS as the
+ * vocabulary says, [img-0] where the image's n_tok rows emb go) into
+ * logits_path. */
+static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const char *prompt,
+                                 const float *emb, int n_tok, const char *logits_path,
+                                 cr_err_t *err)
+{
+    rn_model_t *m = NULL;
+    rn_tokenizer_t *tok = NULL;
+    rn_ctx_t *c = NULL;
+    int32_t *ids = NULL, *img = malloc((size_t)n_tok * sizeof *img);
+    if (!img)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    for (int k = 0; k < n_tok; k++)
+        img[k] = -1 - k;
+    const int32_t *imgs[1] = {img};
+    rn_prompt_span_t sp = {0, strlen(prompt), true};
+    rn_prompt_result_t r = {.text = (char *)prompt, .len = strlen(prompt), .spans = &sp,
+                            .n_spans = sp.len ? 1 : 0};
+    size_t n = 0, order = 0, n_order = 0;
+    cr_status_t st = rn_model_load(model_path, be, &m, err);
+    if (!st)
+        st = rn_tokenizer_load(rn_model_gguf(m), &tok, err);
+    if (!st) {
+        st = rn_prompt_tokenize_images(tok, &r, imgs, 1, n_tok, NULL, 0, &n, &order, 1,
+                                       &n_order, err);
+        if (st == CR_E_TOO_LARGE)
+            st = CR_OK;
+    }
+    if (!st && (n == 0 || n > RN_MODEL_MAX_CTX - 1))
+        st = cr_err_set(err, CR_E_INVALID, "the prompt is %zu tokens", n);
+    if (!st && !(ids = malloc(n * sizeof *ids)))
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    if (!st)
+        st = rn_prompt_tokenize_images(tok, &r, imgs, 1, n_tok, ids, n, &n, &order, 1,
+                                       &n_order, err);
+    if (!st && n_order != 1)
+        st = cr_err_set(err, CR_E_INVALID, "the prompt must hold [img-0] once (%zu times)",
+                        n_order);
+    rn_ctx_opts_t co = {.n_ctx = (int)n + 1, .n_batch = (int)n};
+    if (!st)
+        st = rn_ctx_new(m, &co, &c, err);
+    if (!st) {
+        rn_ctx_span_t span = {.seq = 0, .tokens = ids, .n = (int)n, .pos = 0, .embd = emb};
+        st = rn_ctx_eval_batch(c, &span, 1, err);
+    }
+    if (!st)
+        st = write_floats(logits_path, rn_ctx_logits(c), (size_t)rn_ctx_n_vocab(c), err);
+    rn_ctx_destroy(&c);
+    rn_tokenizer_destroy(&tok);
+    rn_model_destroy(&m);
+    free(ids);
+    free(img);
+    return st;
+}
+
 int rn_tool_image_embed(const char *model_path, const char *mmproj_path,
                         const char *image_path, const char *out_path,
-                        const char *pixels_path, int n_threads)
+                        const char *pixels_path, int n_threads, const char *prompt,
+                        const char *logits_path)
 {
     cr_err_t err = {0};
     cr_buf_t file;
@@ -91,6 +152,9 @@ int rn_tool_image_embed(const char *model_path, const char *mmproj_path,
         (pixels_path && (st = write_floats(pixels_path, pixels, npx, &err))) ||
         (st = rn_clip_encode(clip, pixels, emb, &err)) ||
         (st = write_floats(out_path, emb, nemb, &err)))
+        goto out;
+    if (prompt && logits_path &&
+        (st = prompt_logits(model_path, be, prompt, emb, hp->n_patches, logits_path, &err)))
         goto out;
     printf("%d x %d\n", hp->n_patches, hp->n_embd);
     rc = 0;
