@@ -15,12 +15,16 @@
 
 #include <png.h>
 
+#include "lib/base64.h"
 #include "lib/buf.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/engine.h"
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
+#include "services/runner/tools.h"
+#include "services/runner/vision/clip.h"
+#include "services/runner/vision/image.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"
@@ -294,6 +298,66 @@ static void test_jinja_refuses(void)
     rn_engine_destroy(&e);
 }
 
+static long file_size(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    long n = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* corral-runner image-embed: the embeddings file holds what rn_clip_encode
+ * gives (bit for bit), the pixel file the preprocessed tensor, the logits
+ * file one row of the vocabulary; a prompt without [img-0] fails. */
+static void test_tool(void)
+{
+    char png[300], emb[300], px[300], lg[300];
+    snprintf(png, sizeof png, "%s/t.png", dir_g);
+    snprintf(emb, sizeof emb, "%s/emb.f32", dir_g);
+    snprintf(px, sizeof px, "%s/px.f32", dir_g);
+    snprintf(lg, sizeof lg, "%s/logits.f32", dir_g);
+    char *b = png_b64(30, 20, 5);
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    CHECK(cr_base64_decode(b, strlen(b), &bytes, &n, NULL) == CR_OK);
+    FILE *f = fopen(png, "wb");
+    CHECK(f && fwrite(bytes, 1, n, f) == n);
+    if (f)
+        fclose(f);
+    CHECK_EQ_INT(rn_tool_image_embed(text_path, proj_path, png, emb, px, 1,
+                                     "describe [img-0] now", lg), 0);
+    CHECK_EQ_INT(file_size(emb), 64 * 64 * 4);
+    CHECK_EQ_INT(file_size(px), 3 * 112 * 112 * 4);
+    CHECK_EQ_INT(file_size(lg), rn_synth_builtin_vocab_size() * 4);
+    /* the same numbers as the library's */
+    be_backend_t *be = NULL;
+    rn_clip_t *c = NULL;
+    rn_image_t *im = NULL;
+    cr_err_t err = {0};
+    float *want = malloc(64 * 64 * 4), *got = malloc(64 * 64 * 4);
+    float *pix = malloc(3 * 112 * 112 * 4);
+    CHECK(be_cpu_new(1, &be, &err) == CR_OK && rn_clip_load(proj_path, be, &c, &err) == CR_OK);
+    CHECK(rn_image_decode(bytes, n, rn_image_max_pixels(), &im, &err) == CR_OK);
+    CHECK(c && im && rn_clip_preprocess(c, im, pix, &err) == CR_OK &&
+          rn_clip_encode(c, pix, want, &err) == CR_OK);
+    f = fopen(emb, "rb");
+    CHECK(f && fread(got, 4, 64 * 64, f) == 64 * 64);
+    if (f)
+        fclose(f);
+    CHECK(!memcmp(got, want, 64 * 64 * 4));
+    rn_image_destroy(&im);
+    rn_clip_destroy(&c);
+    be_destroy(&be);
+    free(want), free(got), free(pix);
+    /* no image tag, a missing file: failures */
+    CHECK_EQ_INT(rn_tool_image_embed(text_path, proj_path, png, emb, NULL, 1, "no tag", lg), 1);
+    CHECK_EQ_INT(rn_tool_image_embed(text_path, proj_path, "/nonexistent.png", emb, NULL, 1,
+                                     NULL, NULL), 1);
+    free(bytes);
+    free(b);
+}
+
 /* A projector whose output does not match the text model is refused at
  * load. */
 static void test_mismatch(void)
@@ -335,6 +399,7 @@ int main(void)
     test_requests();
     test_mismatch();
     test_jinja_refuses();
+    test_tool();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);
     CHECK(system(cmd) == 0);
