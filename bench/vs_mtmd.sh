@@ -79,7 +79,7 @@ while IFS='|' read -r label args; do
         continue
     fi
     if ! "$bin/corral-runner" image-embed --model "$work/text.gguf" --mmproj "$proj" \
-            --image "$work/test.png" --out "$work/$label.ours.f32" \
+            --image "$work/test.png" --out "$work/$label.ours.f32" --threads 2 \
             --pixels "$work/$label.ours.px" --prompt "describe [img-0] now" \
             --logits "$work/$label.ours.logits" >"$work/$label.ours.log" 2>&1; then
         printf '%-12s corral failed: %s\n' "$label" "$(tail -1 "$work/$label.ours.log")"
@@ -97,7 +97,10 @@ rp, op = load(b + '.ref.px'), load(b + '.ours.px')
 re, oe = load(b + '.ref.f32'), load(b + '.ours.f32')
 ok = len(rp) == len(op) and len(re) == len(oe)
 px = max(abs(x - y) for x, y in zip(rp, op)) if ok else float('inf')
-n, dim = (int(v) for v in open(b + '.ours.log').read().split()[0:3:2])  # "N x D"
+import re as regex
+shape = regex.search(r'^(\d+) x (\d+)$', open(b + '.ours.log').read(), regex.M)  # "N x D"
+n, dim = (int(shape.group(1)), int(shape.group(2))) if shape else (0, 1)
+ok = ok and shape is not None
 ok = ok and len(re) == n * dim
 worst = 1.0
 for r in range(n if ok else 0):
@@ -116,6 +119,14 @@ if len(rl) == len(ol) and rl:
 good = ok and px <= 1e-5 and worst >= 0.999 and rel <= 3e-3 and lcos >= 0.999
 print('%s  %d tokens: pixels max |diff| %.2e, worst row cosine %.7f, relative error %.1e, '
       'logits cosine %.7f' % ('ok  ' if good else 'FAIL', n, px, worst, rel, lcos))
+def ms(path, pat):
+    m = regex.search(pat, open(path, errors='replace').read())
+    return float(m.group(1)) if m else None
+tr = ms(b + '.ref.log', r'image slice encoded in ([0-9.]+) ms')
+to = ms(b + '.ours.log', r'image encoded in ([0-9.]+) ms')
+if tr and to:
+    print('             encode (one run, noisy): llama.cpp %.1f ms, corral %.1f ms, 2 threads each: %.2fx' %
+          (tr, to, tr / to))
 sys.exit(0 if good else 1)
 EOF_PY
 done <<EOF_CASES

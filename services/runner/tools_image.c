@@ -12,6 +12,8 @@
 #include "services/runner/vision/clip.h"
 #include "services/runner/vision/image.h"
 
+#include <time.h>
+
 #define IMAGE_FILE_MAX (256u << 20)
 
 static cr_status_t read_file(const char *path, cr_buf_t *b, cr_err_t *err)
@@ -55,6 +57,20 @@ static cr_status_t text_dim(const char *path, int *out, cr_err_t *err)
         st = cr_err_set(err, CR_E_INVALID, "%s: no %s", path, key);
     *out = (int)v;
     cr_gguf_close(&g);
+    return st;
+}
+
+/* rn_clip_encode, saying how long it took on stderr (for bench/vs_mtmd.sh). */
+static cr_status_t encode_timed(rn_clip_t *clip, const float *pixels, float *emb,
+                                cr_err_t *err)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    cr_status_t st = rn_clip_encode(clip, pixels, emb, err);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    if (!st)
+        fprintf(stderr, "image encoded in %.1f ms\n",
+                (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6);
     return st;
 }
 
@@ -150,7 +166,7 @@ int rn_tool_image_embed(const char *model_path, const char *mmproj_path,
     }
     if ((st = rn_clip_preprocess(clip, im, pixels, &err)) ||
         (pixels_path && (st = write_floats(pixels_path, pixels, npx, &err))) ||
-        (st = rn_clip_encode(clip, pixels, emb, &err)) ||
+        (st = encode_timed(clip, pixels, emb, &err)) ||
         (st = write_floats(out_path, emb, nemb, &err)))
         goto out;
     if (prompt && logits_path &&
