@@ -801,8 +801,11 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
                           rn_prompt_result_t *out, cr_err_t *err)
 {
     const msg_load_body_t *ld = &e->load.u.load;
+    /* With a projector, history truncation counts each image (Ollama's
+     * 768 tokens: more than a llava image takes, so what is kept fits). */
     rn_prompt_fit_t fit = {.truncate = true,
                            .num_ctx = e->n_ctx,
+                           .has_projector = e->vision != NULL,
                            .count_ctx = e->tok};
     rn_prompt_result_t res = {0};
     msgs_view_t model_msgs, msgs = {0};

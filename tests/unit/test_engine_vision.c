@@ -268,6 +268,53 @@ static void test_requests(void)
     rn_engine_destroy(&e);
 }
 
+/* A chat whose images do not all fit num_ctx drops its oldest messages
+ * (history truncation counts images), not the request. */
+static void test_history_truncation(void)
+{
+    rn_engine_t *e = load_vision(150);
+    if (!e)
+        return;
+    char *img = png_b64(8, 8, 6);
+    msg_message_t m[3];
+    memset(m, 0, sizeof m);
+    char *one[1] = {img};
+    for (int i = 0; i < 3; i++) {
+        m[i].role = i == 1 ? "assistant" : "user";
+        m[i].has_role = true;
+        m[i].content = i == 1 ? "ok" : "look";
+        m[i].has_content = true;
+        if (i != 1) {
+            m[i].images.v = one;
+            m[i].images.n = 1;
+            m[i].has_images = true;
+        }
+    }
+    msg_options_t o = {0};
+    o.num_predict = 1;
+    o.has_num_predict = true;
+    msg_t r;
+    msg_init(&r, MSG_chat, "t");
+    r.u.chat.model = "synth";
+    r.u.chat.has_model = true;
+    r.u.chat.messages.v = m;
+    r.u.chat.messages.n = 3;
+    r.u.chat.has_messages = true;
+    r.u.chat.options = &o;
+    r.u.chat.has_options = true;
+    capture_t c = {0};
+    cr_buf_init(&c.text, 1 << 20);
+    cr_buf_init(&c.logprobs, 1 << 20);
+    rn_sink_t sink = {&c, cap_chunk, never};
+    msg_done_body_t d = {0};
+    cr_err_t err = {0};
+    CHECK_MSG(rn_engine_generate(e, &r, &sink, &d, &err) == CR_OK, "%s", err.msg);
+    CHECK(d.prompt_eval_count >= 64 && d.prompt_eval_count < 128); /* one image */
+    cap_free(&c);
+    free(img);
+    rn_engine_destroy(&e);
+}
+
 /* A model whose only template is a GGUF Jinja one (which does not place
  * images) refuses them instead of dropping them. */
 static void test_jinja_refuses(void)
@@ -400,6 +447,7 @@ int main(void)
     test_mismatch();
     test_jinja_refuses();
     test_tool();
+    test_history_truncation();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);
     CHECK(system(cmd) == 0);
