@@ -17,37 +17,57 @@ static int value(unsigned char ch)
     return -1;
 }
 
+bool cr_base64_valid(const char *s, size_t n, size_t *bad_offset)
+{
+    size_t q = 0;       /* position inside the current quantum */
+    size_t q_start = 0; /* offset where the current quantum began */
+    int pad = 0;
+    bool ended = false; /* padding seen: nothing may follow */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '\r' || ch == '\n')
+            continue;
+        if (q == 0)
+            q_start = i;
+        /* after padding nothing; '=' only as a quantum's 3rd or 4th
+         * character; letters only before any padding */
+        if (ended || (ch == '=' ? q < 2 : value(ch) < 0 || pad > 0)) {
+            *bad_offset = i;
+            return false;
+        }
+        pad += ch == '=';
+        if (++q == 4) {
+            q = 0;
+            ended = pad > 0;
+        }
+    }
+    if (q) {
+        *bad_offset = q_start;
+        return false;
+    }
+    return true;
+}
+
 cr_status_t cr_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out_len,
                              cr_err_t *err)
 {
     *out = NULL;
     *out_len = 0;
+    size_t bad = 0;
+    if (!cr_base64_valid(s, n, &bad))
+        return cr_err_set(err, CR_E_INVALID, "illegal base64 data at input byte %zu", bad);
     uint8_t *buf = malloc(n / 4 * 3 + 3);
     if (!buf)
         return cr_err_set(err, CR_E_NOMEM, "out of memory decoding base64");
-    size_t len = 0, q = 0, q_start = 0, bad = SIZE_MAX;
+    size_t len = 0, q = 0;
     int pad = 0;
-    bool ended = false;
     uint32_t acc = 0;
-    for (size_t i = 0; i < n && bad == SIZE_MAX; i++) {
+    for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         if (ch == '\r' || ch == '\n')
             continue;
-        if (ended) {
-            bad = i;
-            break;
-        }
-        if (q == 0)
-            q_start = i;
-        int v = 0;
-        if (ch == '=') {
-            if (q < 2)
-                bad = i;
-            pad++;
-        } else if ((v = value(ch)) < 0 || pad > 0) {
-            bad = i;
-        }
-        acc = acc << 6 | (uint32_t)v;
+        pad += ch == '=';
+        acc = acc << 6 | (uint32_t)(ch == '=' ? 0 : value(ch));
         if (++q == 4) {
             buf[len++] = (uint8_t)(acc >> 16);
             if (pad < 2)
@@ -56,14 +76,7 @@ cr_status_t cr_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out
                 buf[len++] = (uint8_t)acc;
             q = 0;
             acc = 0;
-            ended = pad > 0;
         }
-    }
-    if (bad == SIZE_MAX && q)
-        bad = q_start;
-    if (bad != SIZE_MAX) {
-        free(buf);
-        return cr_err_set(err, CR_E_INVALID, "illegal base64 data at input byte %zu", bad);
     }
     *out = buf;
     *out_len = len;

@@ -9,6 +9,11 @@
 #include "lib/prelude.h"
 #include "lib/status.h"
 
+/* Whether s[0..n) is valid (CR and LF skipped); if not, *bad_offset is
+ * the input byte Go's decoder names: a bad character, misplaced padding,
+ * anything after padding, or the start of a partial last quantum. */
+bool cr_base64_valid(const char *s, size_t n, size_t *bad_offset);
+
 /* Decodes s[0..n) (CR and LF skipped, as Go does) into *out (caller owns;
  * free with free()) of *out_len bytes. CR_E_INVALID "illegal base64 data
  * at input byte K" for a bad character, misplaced padding or a partial
