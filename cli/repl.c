@@ -11,6 +11,7 @@
  * shows Ollama's grey placeholder, gone at the first key. */
 #include "lib/prelude.h"
 #include "cli/run.h"
+#include "cli/images.h"
 #include "cli/modelfile.h"
 #include "lib/buf.h"
 #include "lib/env.h"
@@ -506,8 +507,26 @@ static bool handle(repl_t *r, char *input, cr_status_t *st, cr_err_t *err)
     if (r->use_history)
         add_history(p);
     if (p[0] != '/') {
-        json_array_append_new(r->o->messages,
-                              json_pack("{s:s, s:s}", "role", "user", "content", p));
+        json_t *msg = json_pack("{s:s, s:s}", "role", "user", "content", p);
+        if (msg && cli_images_model_sees(r->show)) {
+            /* image files named in the line go as the message's images */
+            json_t *images = json_array();
+            char *text = NULL;
+            cr_status_t ist = images ? cli_images_extract(p, &text, images, stdout, err)
+                                     : CR_E_NOMEM;
+            if (ist) {
+                printf("Error: %s\n\n", ist == CR_E_NOMEM ? "out of memory" : err->msg);
+                json_decref(images);
+                json_decref(msg);
+                return false;
+            }
+            json_object_set_new(msg, "content", json_string(text));
+            if (json_array_size(images))
+                json_object_set(msg, "images", images);
+            json_decref(images);
+            free(text);
+        }
+        json_array_append_new(r->o->messages, msg);
         *st = cli_run_chat(r->ctx, r->o, err);
         if (*st == CR_E_UNAVAILABLE)
             return true; /* the server went away: report and leave */

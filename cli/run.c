@@ -10,6 +10,7 @@
 #include "cli/run.h"
 #include "cli/format.h"
 #include "cli/wrap.h"
+#include "cli/images.h"
 #include "lib/buf.h"
 #include "lib/duration.h"
 #include "lib/gotext.h"
@@ -139,6 +140,10 @@ cr_status_t cli_run_generate(cli_ctx_t *ctx, const cli_run_opts_t *o, const char
         return st;
     json_t *req = json_pack("{s:s, s:s, s:b}", "model", o->model, "prompt", prompt, "stream",
                             1);
+    if (req && json_array_size(o->images) && json_object_set(req, "images", o->images)) {
+        json_decref(req);
+        req = NULL;
+    }
     if (!req || put_common(req, o)) {
         json_decref(req);
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
@@ -471,6 +476,19 @@ cr_status_t cli_cmd_run(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
             st = cli_run_embed(ctx, &o, prompt.data, err);
     } else if (interactive) {
         st = cli_repl(ctx, &o, show, err);
+    } else if (cli_images_model_sees(show)) {
+        /* image files named in the prompt go as images, as ollama run */
+        json_t *images = json_array();
+        char *text = NULL;
+        st = images ? cli_images_extract(prompt.data ? prompt.data : "", &text, images,
+                                         stdout, err)
+                    : cr_err_set(err, CR_E_NOMEM, "out of memory");
+        o.images = images;
+        if (!st)
+            st = cli_run_generate(ctx, &o, text, err);
+        o.images = NULL;
+        free(text);
+        json_decref(images);
     } else {
         st = cli_run_generate(ctx, &o, prompt.data ? prompt.data : "", err);
     }

@@ -25,6 +25,8 @@ typedef struct cli_run_opts {
     json_t *options;      /* owned: session options (REPL /set parameter) */
     char *system;         /* owned: REPL /set system */
     json_t *messages;     /* owned: REPL history [{role, content}] */
+    json_t *images;       /* borrowed: the next generate's images (base64
+                             array, images.h), or NULL */
 } cli_run_opts_t;
 
 /* Frees the owned fields and zeroes o. */

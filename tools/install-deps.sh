@@ -19,7 +19,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs=(build-essential cmake pkg-config ca-certificates libzmq3-dev libczmq-dev
             libmsgpack-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjansson-dev
-            libedit-dev)
+            libedit-dev libjpeg62-turbo-dev libpng-dev libwebp-dev)
 test_pkgs=(docker-registry systemd curl)
 
 want_test=false

@@ -6,6 +6,7 @@
 #include "lib/prelude.h"
 #include "services/gateway/convert.h"
 
+#include "lib/base64.h"
 #include "lib/buf.h"
 #include "lib/duration.h"
 #include "lib/log.h"
@@ -205,55 +206,6 @@ static cr_status_t get_json_array(ctx_t *c, const json_t *obj,
     return st;
 }
 
-/* ---- base64 (images) ---- */
-
-static int b64_value(unsigned char ch)
-{
-    if (ch >= 'A' && ch <= 'Z')
-        return ch - 'A';
-    if (ch >= 'a' && ch <= 'z')
-        return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9')
-        return ch - '0' + 52;
-    if (ch == '+')
-        return 62;
-    if (ch == '/')
-        return 63;
-    return -1;
-}
-
-/* Standard padded base64 as Go's StdEncoding decodes it (CR and LF are
- * skipped). Returns -1 if valid, else the offset of the bad input byte. */
-static long b64_bad_offset(const char *s, size_t n)
-{
-    size_t q = 0;       /* position inside the current quantum */
-    size_t q_start = 0; /* offset where the current quantum began */
-    int pad = 0;
-    bool ended = false; /* padding seen: nothing may follow */
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '\r' || ch == '\n')
-            continue;
-        if (ended)
-            return (long)i;
-        if (q == 0)
-            q_start = i;
-        if (ch == '=') {
-            if (q < 2)
-                return (long)i;
-            pad++;
-        } else if (b64_value(ch) < 0 || pad > 0) {
-            return (long)i;
-        }
-        if (++q == 4) {
-            q = 0;
-            if (pad)
-                ended = true;
-        }
-    }
-    return q ? (long)q_start : -1;
-}
-
 /* images: []ImageData, base64 strings; kept as the base64 text. */
 static cr_status_t get_images(ctx_t *c, const json_t *obj, const char *path,
                               msg_strs_t *out, bool *has)
@@ -274,10 +226,10 @@ static cr_status_t get_images(ctx_t *c, const json_t *obj, const char *path,
         if (!json_is_string(e))
             return type_error(c, path, e, "api.ImageData");
         const char *s = json_string_value(e);
-        long bad = b64_bad_offset(s, json_string_length(e));
-        if (bad >= 0)
+        size_t bad = 0;
+        if (!cr_base64_valid(s, json_string_length(e), &bad))
             return cr_err_set(c->err, CR_E_INVALID,
-                              "illegal base64 data at input byte %ld", bad);
+                              "illegal base64 data at input byte %zu", bad);
         if (!(out->v[i] = msg_strdup(c->m, s)))
             return nomem(c);
     }

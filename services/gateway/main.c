@@ -3,6 +3,8 @@
  * The server and everything it does live in server.c and its modules. */
 #include "lib/prelude.h"
 
+#include <curl/curl.h>
+
 #include "lib/env.h"
 #include "lib/log.h"
 #include "lib/sd_notify.h"
@@ -32,6 +34,9 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     cr_log_init("gateway");
+    /* libcurl's one-time setup, before any thread (remote image URLs:
+     * image_fetch.c). */
+    curl_global_init(CURL_GLOBAL_DEFAULT);
     gw_config_t cfg;
     cr_err_t err;
     if (gw_config_from_env(&cfg, &err)) {

@@ -7,6 +7,7 @@
  * Ollama draws them; `created` is one value for a whole stream. */
 #include "lib/prelude.h"
 #include "services/gateway/openai.h"
+#include "services/gateway/image_fetch.h"
 
 #include "lib/log.h"
 #include "lib/model_name.h"
@@ -160,10 +161,21 @@ static cr_status_t image_data(const char *url, json_t **out, cr_err_t *err)
         "data:image/png;base64,",  "data:image/webp;base64,",
         "data:;base64,",
     };
-    if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8))
-        return cr_err_set(err, CR_E_INVALID,
-                          "image URLs are not currently supported, please "
-                          "use base64 encoded data instead");
+    if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8)) {
+        gw_fetch_limits_t lim;
+        gw_fetch_limits_from_env(&lim);
+        if (!lim.enabled)
+            return cr_err_set(err, CR_E_INVALID,
+                              "image URLs are not currently supported, please "
+                              "use base64 encoded data instead");
+        char *b64 = NULL;
+        cr_status_t st = gw_image_fetch(url, &lim, &b64, err);
+        if (st)
+            return st;
+        *out = json_string(b64);
+        free(b64);
+        return *out ? CR_OK : cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
     for (size_t i = 0; i < CR_ARRAY_LEN(prefixes); i++) {
         size_t n = strlen(prefixes[i]);
         if (!strncmp(url, prefixes[i], n)) {

@@ -42,6 +42,8 @@
 #include "services/runner/jinja/jinja.h"
 #include "services/runner/prompt/prompt_jinja.h"
 #include "services/runner/text/tokenizer.h"
+#include "services/runner/prompt/prompt_images.h"
+#include "services/runner/vision/vision.h"
 
 #include <jansson.h>
 
@@ -91,6 +93,11 @@ typedef struct slot {
                             "length", as Ollama's shift:false) */
     const char *reason;
     int64_t t_start, t_prompt, t_decode; /* ns */
+    /* A prompt with images: the embeddings of its image tokens in prompt
+     * order [n_img_tok][dim] (rows of images in the cached prefix are not
+     * filled: never read), and how many of them lie before `at`. */
+    float *img_rows;
+    int img_at;
 } slot_t;
 
 struct rn_engine {
@@ -104,6 +111,7 @@ struct rn_engine {
     char offload_error[CR_ERR_MSG_MAX + 64];
     rn_model_t *model;
     rn_lora_t *lora;  /* the model's LoRA adapters, or NULL */
+    rn_vision_t *vision; /* the projector (load.projector), or NULL */
     rn_tokenizer_t *tok;
     rn_ctx_t *ctx;    /* one sequence per slot */
     rn_script_t *script; /* CORRAL_TEST_SCRIPT: forced answers, or NULL */
@@ -376,6 +384,12 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     if (st)
         goto fail;
     log_parts(e);
+    if (load->has_projector && load->projector && *load->projector) {
+        if ((st = rn_vision_new(load->projector, e->be[0], hp->dim, &e->vision, err)))
+            goto fail;
+        cr_log_info("%s: vision projector loaded (%d tokens per image)", load->name,
+                    rn_vision_image_tokens(e->vision));
+    }
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
     e->spans = calloc((size_t)e->n_slots, sizeof *e->spans);
     e->span_slot = calloc((size_t)e->n_slots, sizeof *e->span_slot);
@@ -426,6 +440,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
         free(sl->seq);
         free(sl->prompt);
         free(sl->masked);
+        free(sl->img_rows);
     }
     free(e->slots);
     free(e->spans);
@@ -438,6 +453,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
     free(e->bos_text);
     free(e->eos_text);
     rn_lora_destroy(&e->lora);
+    rn_vision_destroy(&e->vision);
     rn_model_destroy(&e->model);
     for (int i = 0; i < e->n_be; i++)
         be_destroy(&e->be[i]);
@@ -453,8 +469,8 @@ void rn_engine_destroy(rn_engine_t **self_p)
 int64_t rn_engine_size_bytes(const rn_engine_t *e)
 {
     return (int64_t)(rn_model_weight_bytes(e->model) + rn_lora_bytes(e->lora) +
-                     rn_ctx_kv_bytes(e->ctx) +
-                     rn_ctx_buffer_bytes(e->ctx));
+                     rn_ctx_kv_bytes(e->ctx) + rn_ctx_buffer_bytes(e->ctx) +
+                     (e->vision ? rn_vision_weight_bytes(e->vision) : 0));
 }
 
 const char *rn_engine_offload_error(const rn_engine_t *e) { return e->offload_error; }
@@ -502,6 +518,8 @@ int rn_engine_busy(const rn_engine_t *e)
 void rn_engine_get_stats(const rn_engine_t *e, rn_engine_stats_t *out)
 {
     *out = e->stats;
+    if (e->vision)
+        rn_vision_counts(e->vision, &out->images_encoded, &out->images_cached);
 }
 
 /* ---- options ---- */
@@ -547,6 +565,136 @@ static const msg_options_t *req_options(const msg_t *req)
 }
 
 /* ---- prompt ---- */
+
+/* The request's images in message order (base64 texts, borrowed): writes
+ * up to cap of them to v (may be NULL) and returns how many there are. */
+static size_t request_images(const msg_t *r, const char **v, size_t cap)
+{
+    size_t n = 0;
+    if (r->type == MSG_generate) {
+        for (size_t i = 0; i < r->u.generate.images.n; i++, n++)
+            if (v && n < cap)
+                v[n] = r->u.generate.images.v[i];
+        return n;
+    }
+    for (size_t m = 0; r->type == MSG_chat && m < r->u.chat.messages.n; m++) {
+        const msg_message_t *msg = &r->u.chat.messages.v[m];
+        for (size_t i = 0; i < msg->images.n; i++, n++)
+            if (v && n < cap)
+                v[n] = msg->images.v[i];
+    }
+    return n;
+}
+
+/* The images a rendered prompt refers to ([img-k] is img[k]) and where
+ * its tags put them. */
+typedef struct img_plan {
+    rn_vision_image_t *img; /* [n] */
+    int32_t *ids;           /* [n][tokens per image] */
+    size_t n;
+    size_t *order;          /* the image of each tag, in text order [n_order] */
+    size_t n_order;
+} img_plan_t;
+
+static void plan_free(img_plan_t *p)
+{
+    for (size_t i = 0; p->img && i < p->n; i++)
+        rn_vision_image_free(&p->img[i]);
+    free(p->img);
+    free(p->ids);
+    free(p->order);
+    memset(p, 0, sizeof *p);
+}
+
+/* tokenize_prompt for a prompt with images: each [img-k] tag becomes the
+ * image's tokens, all charged against num_ctx (a prompt that does not fit
+ * is refused: cutting it could cut an image). */
+static cr_status_t tokenize_images(rn_engine_t *e, const msg_t *r, const rn_prompt_result_t *p,
+                                   img_plan_t *plan, int *n_out, cr_err_t *err)
+{
+    size_t n_req = request_images(r, NULL, 0), tok = (size_t)rn_vision_image_tokens(e->vision);
+    if (p->images_skipped + p->n_images > n_req)
+        return cr_err_set(err, CR_E_INTERNAL, "the prompt refers to %zu images of %zu",
+                          p->images_skipped + p->n_images, n_req);
+    const char **b64 = calloc(n_req, sizeof *b64);
+    const int32_t **ids = calloc(p->n_images, sizeof *ids);
+    plan->img = calloc(p->n_images, sizeof *plan->img);
+    plan->ids = malloc(p->n_images * tok * sizeof *plan->ids);
+    cr_status_t st = CR_OK;
+    if (!b64 || !ids || !plan->img || !plan->ids) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory for the images");
+        goto out;
+    }
+    plan->n = p->n_images;
+    request_images(r, b64, n_req);
+    for (size_t k = 0; k < plan->n; k++) {
+        if ((st = rn_vision_image_load(b64[p->images_skipped + k], &plan->img[k], err))) {
+            cr_err_wrap(err, "image %zu", p->images_skipped + k);
+            goto out;
+        }
+        rn_vision_token_ids(e->vision, &plan->img[k], plan->ids + k * tok);
+        ids[k] = plan->ids + k * tok;
+    }
+    size_t need = 0, n_order = 0, limit = (size_t)e->n_ctx - 1;
+    st = rn_prompt_tokenize_images(e->tok, p, ids, plan->n, (int)tok, NULL, 0, &need, NULL, 0,
+                                   &n_order, err);
+    if (st && st != CR_E_TOO_LARGE)
+        goto out;
+    if (n_order == 0) {
+        st = cr_err_set(err, CR_E_INVALID, "the model's prompt format gives the images no "
+                        "place in the prompt");
+        goto out;
+    }
+    if (need > limit) {
+        st = cr_err_set(err, CR_E_INVALID, "the prompt with its images is %zu tokens, more "
+                        "than the context (num_ctx %d) holds", need, e->n_ctx);
+        goto out;
+    }
+    if (!(plan->order = malloc(n_order * sizeof *plan->order))) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory for the images");
+        goto out;
+    }
+    st = rn_prompt_tokenize_images(e->tok, p, ids, plan->n, (int)tok, e->prompt, limit, &need,
+                                   plan->order, n_order, &plan->n_order, err);
+    if (!st && need == 0)
+        st = cr_err_set(err, CR_E_INVALID, "the prompt is empty");
+    *n_out = (int)need;
+out:
+    free(b64);
+    free(ids);
+    return st;
+}
+
+/* The embeddings of the prompt's image tokens into *rows_out (caller
+ * frees; [tags][tokens][dim]): the images of tags whose tokens reach
+ * position `from` (those before it are cached in the slot already). */
+static cr_status_t embed_images(rn_engine_t *e, const img_plan_t *plan, const int32_t *prompt,
+                                int n_prompt, int from, float **rows_out, cr_err_t *err)
+{
+    size_t tok = (size_t)rn_vision_image_tokens(e->vision);
+    size_t dim = (size_t)rn_ctx_embd_dim(e->ctx), per = tok * dim;
+    float *rows = calloc(plan->n_order * per, sizeof *rows);
+    if (!rows)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory for the image embeddings");
+    size_t j = 0; /* image tokens seen */
+    cr_status_t st = CR_OK;
+    for (int i = 0; !st && i < n_prompt; i++) {
+        if (prompt[i] >= 0)
+            continue;
+        /* the last token of tag j / tok */
+        if (++j % tok == 0 && i >= from) {
+            size_t tag = j / tok - 1;
+            st = rn_vision_embed(e->vision, &plan->img[plan->order[tag]],
+                                 plan->order[tag], rows + tag * per, err);
+        }
+    }
+    if (st) {
+        free(rows);
+        return st;
+    }
+    *rows_out = rows;
+    return CR_OK;
+}
 
 /* Counts a rendered prompt as tokenize_prompt will tokenize it (control
  * tokens only where the template put them), for history truncation. */
@@ -724,8 +872,11 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
                           rn_prompt_result_t *out, cr_err_t *err)
 {
     const msg_load_body_t *ld = &e->load.u.load;
+    /* With a projector, history truncation counts each image (Ollama's
+     * 768 tokens: more than a llava image takes, so what is kept fits). */
     rn_prompt_fit_t fit = {.truncate = true,
                            .num_ctx = e->n_ctx,
+                           .has_projector = e->vision != NULL,
                            .count_ctx = e->tok};
     rn_prompt_result_t res = {0};
     msgs_view_t model_msgs, msgs = {0};
@@ -854,6 +1005,12 @@ static cr_status_t shift_context(rn_engine_t *e, slot_t *sl, int num_keep,
     int discard = (sl->n_seq - keep) / 2;
     if (discard <= 0)
         return cr_err_set(err, CR_E_TOO_LARGE, "context is full");
+    /* Image tokens cannot be evaluated again (their embeddings are gone):
+     * such a context is full. */
+    for (int i = keep + discard; i < sl->n_seq; i++)
+        if (sl->seq[i] < 0)
+            return cr_err_set(err, CR_E_TOO_LARGE, "context is full (its images cannot "
+                              "be shifted; raise num_ctx)");
     int left = sl->n_seq - discard;
     memmove(sl->seq + keep, sl->seq + keep + discard,
             (size_t)(left - keep) * sizeof *sl->seq);
@@ -899,11 +1056,8 @@ static cr_status_t begin_output(rn_engine_t *e, rn_output_t *output,
     char open[128], close[128];
     thinking_tags(e, open, sizeof open, close, sizeof close);
     bool can_think = model_can_think(e);
-    /* No vision support yet: images are refused, never silently dropped. */
-    size_t n_images = r->type == MSG_generate ? r->u.generate.images.n : 0;
-    for (size_t i = 0; r->type == MSG_chat && i < r->u.chat.messages.n; i++)
-        n_images += r->u.chat.messages.v[i].images.n;
-    if (n_images)
+    /* A model without a projector refuses images, never drops them. */
+    if (!e->vision && request_images(r, NULL, 0))
         return cr_err_set(err, CR_E_INVALID, "\"%s\" does not support images",
                           model);
     rn_prompt_think_t think = rn_prompt_think_parse(
@@ -986,6 +1140,8 @@ static void end_slot(rn_engine_t *e, slot_t *sl, cr_status_t st,
 {
     rn_stop_destroy(&sl->stop);
     rn_grammar_destroy(&sl->grammar);
+    free(sl->img_rows);
+    sl->img_rows = NULL;
     sl->state = SLOT_FREE;
     sl->has_pending = false;
     sl->used = ++e->clock;
@@ -1046,6 +1202,17 @@ static void complete_slot(rn_engine_t *e, slot_t *sl)
         done.context.v = sl->seq;
         done.context.n = (size_t)sl->n_seq;
         done.has_context = true;
+        if (sl->img_rows) {
+            /* Image tokens are no vocabulary ids: a client could not send
+             * them back. The context keeps the text (e->prompt is free
+             * between requests). */
+            size_t k = 0;
+            for (int i = 0; i < sl->n_seq; i++)
+                if (sl->seq[i] >= 0)
+                    e->prompt[k++] = sl->seq[i];
+            done.context.v = e->prompt;
+            done.context.n = k;
+        }
     }
     /* which stop string ended it (end_slot frees the matcher first) */
     const char *matched = sl->stop ? rn_stop_matched(sl->stop) : NULL;
@@ -1097,6 +1264,8 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     rn_grammar_t *grammar = NULL;
     rn_stop_t *stop = NULL;
     rn_prompt_result_t prompt = {0};
+    img_plan_t plan = {0};
+    float *img_rows = NULL;
     req_opts_t ro;
     cr_status_t st;
     if (format && *format) {
@@ -1126,7 +1295,16 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
                          ? !r->u.chat.has_truncate || r->u.chat.truncate
                          : !r->u.generate.has_truncate || r->u.generate.truncate);
     int n_prompt = 0;
-    if ((st = tokenize_prompt(e, &prompt, ro.num_keep, truncate, &n_prompt, err)))
+    bool with_images = e->vision && prompt.n_images > 0;
+    if (e->vision && request_images(r, NULL, 0) > prompt.images_skipped + prompt.n_images) {
+        /* a Jinja chat template (or a request's own) does not place them */
+        st = cr_err_set(err, CR_E_INVALID, "the model's prompt format gives the images no "
+                        "place in the prompt");
+        goto out;
+    }
+    st = with_images ? tokenize_images(e, r, &prompt, &plan, &n_prompt, err)
+                     : tokenize_prompt(e, &prompt, ro.num_keep, truncate, &n_prompt, err);
+    if (st)
         goto out;
     slot_t *sl = pick_slot(e, e->prompt, n_prompt);
     if ((st = begin_output(e, sl->output, r, prompt.text, err)))
@@ -1154,6 +1332,14 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
             goto out;
         }
     }
+    /* Keep the cached common prefix; re-evaluate at least the last prompt
+     * token for fresh logits. Images wholly inside it are not encoded. */
+    int common = common_prefix(sl, e->prompt, n_prompt);
+    if (common == n_prompt)
+        common = n_prompt - 1;
+    if (with_images &&
+        (st = embed_images(e, &plan, e->prompt, n_prompt, common, &img_rows, err)))
+        goto out;
 
     /* The slot is taken: from here on it ends through finish. */
     memcpy(sl->prompt, e->prompt, (size_t)n_prompt * sizeof *sl->prompt);
@@ -1181,16 +1367,18 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     const char *piece;
     size_t piece_len;
     rn_detok_flush(sl->detok, &piece, &piece_len); /* fresh stream */
-    /* Keep the cached common prefix; re-evaluate at least the last prompt
-     * token for fresh logits. */
-    int common = common_prefix(sl, sl->prompt, n_prompt);
-    if (common == n_prompt)
-        common = n_prompt - 1;
+    sl->img_rows = img_rows;
+    img_rows = NULL;
+    sl->img_at = 0;
+    for (int i = 0; i < common; i++)
+        sl->img_at += sl->prompt[i] < 0;
     rn_ctx_seq_truncate(e->ctx, sl->id, common);
     sl->n_seq = common;
     sl->at = common;
     sl->state = SLOT_PREFILL;
 out:
+    plan_free(&plan);
+    free(img_rows);
     rn_prompt_result_free(&prompt);
     rn_stop_destroy(&stop);
     rn_grammar_destroy(&grammar);
@@ -1298,7 +1486,7 @@ int rn_engine_step(rn_engine_t *e)
         slot_t *sl = &e->slots[i];
         if (sl->state != SLOT_DECODE || !sl->has_pending)
             continue;
-        e->spans[n_spans] = (rn_ctx_span_t){sl->id, &sl->pending, 1, sl->n_seq};
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, &sl->pending, 1, sl->n_seq, NULL};
         e->span_slot[n_spans++] = i;
         budget--;
     }
@@ -1307,7 +1495,10 @@ int rn_engine_step(rn_engine_t *e)
         if (sl->state != SLOT_PREFILL)
             continue;
         int step = CR_MIN(CR_MIN(PREFILL_STEP, sl->n_prompt - sl->at), budget);
-        e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at};
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at, NULL};
+        if (sl->img_rows)
+            e->spans[n_spans].embd =
+                sl->img_rows + (size_t)sl->img_at * rn_ctx_embd_dim(e->ctx);
         e->span_slot[n_spans++] = i;
         budget -= step;
     }
@@ -1340,6 +1531,8 @@ int rn_engine_step(rn_engine_t *e)
             continue;
         }
         memcpy(sl->seq + sl->at, sp->tokens, (size_t)sp->n * sizeof *sl->seq);
+        for (int t = 0; t < sp->n; t++)
+            sl->img_at += sp->tokens[t] < 0;
         sl->at += sp->n;
         sl->n_seq = sl->at;
         if (sl->at == sl->n_prompt) {

@@ -33,6 +33,8 @@ typedef struct rn_engine_stats {
     int64_t steps_multi; /* of those, passes over more than one sequence */
     int64_t tokens;      /* tokens evaluated by those passes */
     int max_seqs;        /* most sequences in one pass */
+    int64_t images_encoded; /* images run through the vision tower */
+    int64_t images_cached;  /* images whose embeddings came from the cache */
 } rn_engine_stats_t;
 
 /* Loads the model described by a `load` message. Errors name the file and

@@ -7,6 +7,11 @@
  *   corral-runner logits --model FILE --tokens "ID ID ..." --out FILE.f32
  *           [--kv-cache-type f16|q8_0|q4_0]
  *       float32 logits of every position, row after row.
+ *   corral-runner image-embed --model TEXT.gguf --mmproj PROJ.gguf
+ *           --image FILE --out FILE.f32 [--pixels FILE.f32] [--threads N]
+ *           [--prompt "TEXT [img-0] TEXT" --logits FILE.f32]
+ *       an image's embeddings as the text model receives them (and the
+ *       logits after a prompt holding it).
  *   corral-runner check-template --model FILE
  *       parse the GGUF's Jinja chat template (the registry's create runs
  *       this): "ok", "none", or the error naming the construct.
@@ -46,6 +51,9 @@ static int usage(void)
             "       corral-runner tokenize --model FILE [--no-bos] [--special]\n"
             "       corral-runner logits --model FILE --tokens \"ID ...\" "
             "--out FILE.f32 [--kv-cache-type f16|q8_0|q4_0]\n"
+            "       corral-runner image-embed --model TEXT.gguf --mmproj PROJ.gguf "
+            "--image FILE --out FILE.f32 [--pixels FILE.f32] [--threads N]\n"
+            "           [--prompt \"TEXT [img-0] TEXT\" --logits FILE.f32]\n"
             "       corral-runner check-template --model FILE\n"
             "       corral-runner quantize --in SRC.gguf --out DST.gguf "
             "--type Q4_K_M [--progress]\n");
@@ -96,6 +104,17 @@ int main(int argc, char **argv)
         if (!tokens || !out)
             return usage();
         return rn_tool_logits(model, tokens, out, flag(argc, argv, "--kv-cache-type"));
+    }
+    if (!strcmp(cmd, "image-embed")) {
+        const char *mmproj = flag(argc, argv, "--mmproj");
+        const char *image = flag(argc, argv, "--image");
+        const char *out = flag(argc, argv, "--out");
+        const char *threads = flag(argc, argv, "--threads");
+        if (!mmproj || !image || !out)
+            return usage();
+        return rn_tool_image_embed(model, mmproj, image, out, flag(argc, argv, "--pixels"),
+                                   threads ? atoi(threads) : 0, flag(argc, argv, "--prompt"),
+                                   flag(argc, argv, "--logits"));
     }
     return usage();
 }

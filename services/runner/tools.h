@@ -19,6 +19,24 @@ int rn_tool_tokenize(const char *model_path, bool add_special,
 int rn_tool_logits(const char *model_path, const char *tokens,
                    const char *out_path, const char *kv_cache_type);
 
+/* `corral-runner image-embed --model TEXT.gguf --mmproj PROJ.gguf --image
+ * FILE --out FILE.f32 [--pixels FILE.f32] [--threads N] [--prompt TEXT
+ * --logits FILE.f32]`: decodes the
+ * image, preprocesses it as the projector says and runs the vision tower
+ * and projector; writes the embeddings exactly as the text model receives
+ * them (one float32 row of the text model's dim per image token, row after
+ * row) and, with --pixels, the normalized pixel tensor [3][S][S]. Checks the
+ * projector's output width against the text model's embedding length.
+ * With a prompt (its text trusted: special tokens parsed; BOS as the
+ * vocabulary says; the image where it says [img-0]) and logits_path, also
+ * evaluates it with the embeddings at the image's positions and writes the
+ * last position's float32 logits. Prints "TOKENS x DIM" to stdout. Returns
+ * 0, 1 on failure. */
+int rn_tool_image_embed(const char *model_path, const char *mmproj_path,
+                        const char *image_path, const char *out_path,
+                        const char *pixels_path, int n_threads, const char *prompt,
+                        const char *logits_path);
+
 /* `corral-runner quantize --in SRC.gguf --out DST.gguf --type Q4_K_M
  * [--progress]`: argv as main() got it (argv[1] == "quantize"). With
  * --progress prints "DONE/TOTAL" (source bytes) lines to stdout, flushed.

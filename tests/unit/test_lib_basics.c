@@ -1,5 +1,6 @@
 /* test_lib_basics.c: status names, error records and the bounded buffer. */
 #include "lib/prelude.h"
+#include "lib/base64.h"
 #include "lib/buf.h"
 #include "lib/cursor.h"
 #include "lib/duration.h"
@@ -164,11 +165,46 @@ static void test_version(void)
     CHECK_EQ_STR(cr_compat_version(buf, sizeof buf, &bad), CR_OLLAMA_COMPAT_VERSION);
     CHECK(bad);
     unsetenv("CORRAL_COMPAT_VERSION");
+/* base64: round trips of every length 0..40, CR/LF skipped, and the byte
+ * Go's decoder names for each kind of bad input. */
+static void test_base64(void)
+{
+    uint8_t src[40], *dec = NULL;
+    for (int i = 0; i < 40; i++)
+        src[i] = (uint8_t)(i * 37 + 1);
+    bool ok = true;
+    for (size_t n = 0; n <= sizeof src; n++) {
+        char *e = cr_base64_encode(src, n);
+        size_t dn = 0;
+        ok &= e && strlen(e) == (n + 2) / 3 * 4 &&
+              cr_base64_decode(e, strlen(e), &dec, &dn, NULL) == CR_OK && dn == n &&
+              !memcmp(dec, src, n);
+        free(dec);
+        dec = NULL;
+        free(e);
+    }
+    CHECK(ok);
+    size_t dn = 0, bad = 0;
+    CHECK(cr_base64_decode("aGVs\r\nbG8=", 10, &dec, &dn, NULL) == CR_OK && dn == 5 &&
+          !memcmp(dec, "hello", 5));
+    free(dec);
+    static const struct {
+        const char *s;
+        size_t bad;
+    } cases[] = {{"@@@@", 0}, {"aGVsbG8", 4}, {"aG==bG8=", 4}, {"a===", 1}, {"aGk=aGk=", 4}};
+    for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
+        CHECK(!cr_base64_valid(cases[i].s, strlen(cases[i].s), &bad));
+        CHECK_MSG(bad == cases[i].bad, "%s: %zu", cases[i].s, bad);
+    }
+    cr_err_t err = {0};
+    CHECK(cr_base64_decode("aGVsbG8", 7, &dec, &dn, &err) == CR_E_INVALID && !dec);
+    CHECK_EQ_STR(err.msg, "illegal base64 data at input byte 4");
 }
 
 int main(void)
 {
     test_version();
+    test_base64();
     test_duration();
     test_size();
     test_env();

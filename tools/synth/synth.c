@@ -147,6 +147,13 @@ static float rng_normal(rng_t *r, double std)
     return (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
+void rn_synth_fill_normal(uint64_t seed, float *out, size_t n, double mean, double std)
+{
+    rng_t r = {seed};
+    for (size_t i = 0; i < n; i++)
+        out[i] = (float)mean + rng_normal(&r, std);
+}
+
 typedef enum fill { FILL_NORMAL, FILL_ONES, FILL_ROPE_FREQS, FILL_ROPE_SHORT } fill_t;
 
 typedef struct tensor_gen {

@@ -171,5 +171,38 @@ cr_status_t rn_synth_lora_merge(const char *base_path, const char *const *ads, s
  * base_path): what create converts back to the same adapter. */
 cr_status_t rn_synth_lora_to_peft(const char *adapter_path, const char *base_path,
                                   const char *dir, cr_err_t *err);
+/* out[0..n) drawn from N(mean, std) by the synth's generator seeded with
+ * seed (the same seed, the same numbers). */
+void rn_synth_fill_normal(uint64_t seed, float *out, size_t n, double mean, double std);
+
+/* ---- vision projectors (synth_clip.c) ---------------------------------- */
+
+/* A llava-shaped projector file (llama.cpp's mmproj layout: general.
+ * architecture "clip", clip.vision.* keys, v.* tower and mm.* projector
+ * tensors): a CLIP ViT of n_layers blocks with class embedding, learned
+ * positions, a pre-LayerNorm and patch bias, then mm.0 [hidden][dim] ->
+ * GELU -> mm.2 [n_embd][hidden]. Matrices N(0, std); norm weights
+ * 1 + N(0, 0.1), biases and embeddings N(0, 0.1)..N(0, 0.5). */
+typedef struct rn_synth_clip_opts {
+    uint64_t seed;
+    cr_type_t type;    /* matrices and the patch kernel: F32 or F16 */
+    int image_size;    /* pixels per side, a multiple of patch_size */
+    int patch_size;
+    int dim, n_heads, ffn, n_layers;
+    int proj_hidden;   /* rows of mm.0 */
+    int n_embd;        /* rows of mm.2: the text model's dim */
+    bool use_gelu;     /* clip.use_gelu (false: quick GELU, as llava) */
+    double std;        /* matrices' std */
+} rn_synth_clip_opts_t;
+
+/* Defaults: seed 1, F32, image 112, patch 14 (64 patches), dim 64,
+ * 4 heads, ffn 160, 3 layers, hidden 96, n_embd 64 (the text synth's
+ * default dim), quick GELU, std 0.1. */
+void rn_synth_clip_defaults(rn_synth_clip_opts_t *o);
+
+/* Writes the projector to path. CR_E_INVALID names a bad option; CR_E_IO,
+ * CR_E_NOMEM. */
+cr_status_t rn_synth_clip_write(const rn_synth_clip_opts_t *o, const char *path,
+                                cr_err_t *err);
 
 #endif

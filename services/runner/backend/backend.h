@@ -284,6 +284,12 @@ struct be_ops_ext {
      * [n][b->n_cols]; r < b->n_rows (caller checks). */
     void (*add_row_of)(be_backend_t *be, float *y, const be_weight_t *b, int64_t r,
                        int n);
+
+    /* Vision towers (services/runner/vision). A backend without it leaves
+     * it NULL, and the projector loader then refuses towers that use it. */
+    /* y = x * sigmoid(1.702 x) (CLIP's quick GELU, ggml_gelu_quick),
+     * elementwise over n (may alias). */
+    void (*gelu_quick)(be_backend_t *be, float *y, const float *x, size_t n);
 };
 
 /* Floats of scratch attention_ext needs for caches of ctx positions. */

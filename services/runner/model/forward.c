@@ -96,6 +96,7 @@ struct rn_ctx {
     /* Host. */
     float *hand;     /* [B][D] the residual stream between parts */
     int32_t *tok;    /* [B] token ids of the chunk, spans in order */
+    int32_t *tok_rows; /* [B] tok with embedding positions (< 0) as 0 */
     int32_t *pos;    /* [B] positions of the chunk */
     int32_t *zeros;  /* [B] token type 0 of every token (encoders) */
     float *logits;   /* [n_seq][V] each sequence's last token's logits */
@@ -163,6 +164,7 @@ void rn_ctx_destroy(rn_ctx_t **self_p)
     }
     free(c->hand);
     free(c->tok);
+    free(c->tok_rows);
     free(c->pos);
     free(c->n_past);
     free(c->stage);
@@ -335,6 +337,7 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
     if (hp->n_expert > 0 && (st = rn_moe_new(hp, c->n_batch, &c->moe, err)))
         goto fail;
     c->tok = calloc(B, sizeof *c->tok);
+    c->tok_rows = calloc(B, sizeof *c->tok_rows);
     c->pos = calloc(B, sizeof *c->pos);
     c->n_past = calloc((size_t)c->n_seq, sizeof *c->n_past);
     c->zeros = calloc(B, sizeof *c->zeros);
@@ -343,7 +346,7 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
     c->hrow = calloc(D, sizeof *c->hrow);
     c->pool = calloc(D, sizeof *c->pool);
     c->hand = c->n_parts > 1 ? calloc(B * D, sizeof *c->hand) : NULL;
-    if (!c->tok || !c->pos || !c->n_past || !c->zeros || !c->logits || !c->stage ||
+    if (!c->tok || !c->tok_rows || !c->pos || !c->n_past || !c->zeros || !c->logits || !c->stage ||
         !c->hrow || !c->pool || (c->n_parts > 1 && !c->hand)) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory for logits (%" PRIu64 ")", V);
         goto fail;
@@ -431,6 +434,7 @@ static void attention_window(rn_ctx_t *c, const part_t *P, float *att, const flo
  * are its tokens, at positions pos..pos+n-1 of cache `seq`. */
 typedef struct span {
     int seq, off, n, pos;
+    const float *embd; /* rows for its negative ids (rn_ctx_span_t), or NULL */
 } span_t;
 
 /* Layer l's cache of sequence seq in part P: C rows of kv_row_bytes. */
@@ -656,12 +660,40 @@ static void forward_chunk(rn_ctx_t *c, const span_t *sp, int n_sp, int n)
     be_backend_t *be = P0->be;
     const rn_hparams_t *hp = c->hp;
 
-    /* 1. token embedding: x[t] = token_embd[tok[t]]          x: [B][D] */
-    be->ops->get_rows(be, &c->w->token_embd, c->tok, n, P0->x);
+    /* 1. token embedding: x[t] = token_embd[tok[t]]          x: [B][D]
+     *    (an embedding position, id < 0, reads row 0 here: step 1b) */
+    bool any_embd = false;
+    for (int s = 0; s < n_sp; s++)
+        any_embd |= sp[s].embd != NULL;
+    if (any_embd)
+        for (int t = 0; t < n; t++)
+            c->tok_rows[t] = c->tok[t] < 0 ? 0 : c->tok[t];
+    be->ops->get_rows(be, &c->w->token_embd, any_embd ? c->tok_rows : c->tok, n, P0->x);
 
     /* 1a. gemma: x *= sqrt(D); granite: x *= embedding_scale */
     if (hp->embd_scale != 1.0f)
         P0->ext->scale(be, P0->x, (size_t)n * hp->dim, hp->embd_scale);
+
+    /* 1b. embedding positions (image tokens): x[t] = the span's next row,
+     *     uploaded run by run, unscaled as llama.cpp feeds them */
+    size_t row = (size_t)hp->dim;
+    for (int s = 0; any_embd && s < n_sp; s++) {
+        int used = 0;
+        for (int t = 0; sp[s].embd && t < sp[s].n;) {
+            int a = sp[s].off + t;
+            if (c->tok[a] >= 0) {
+                t++;
+                continue;
+            }
+            int run = 1;
+            while (t + run < sp[s].n && c->tok[a + run] < 0)
+                run++;
+            be->ops->upload(be, P0->x + (size_t)a * row, sp[s].embd + (size_t)used * row,
+                            (size_t)run * row * sizeof(float));
+            used += run;
+            t += run;
+        }
+    }
 
     for (int p = 0; p < c->n_parts; p++) {
         /* 1b. x moves to the next instance at a range boundary */
@@ -861,7 +893,7 @@ static void logits_last(rn_ctx_t *c, const span_t *sp, int n_sp)
 }
 
 static cr_status_t check_eval(const rn_ctx_t *c, int seq, const int32_t *tokens, int n,
-                              int pos, cr_err_t *err)
+                              int pos, bool embd, cr_err_t *err)
 {
     if (seq < 0 || seq >= c->n_seq)
         return cr_err_set(err, CR_E_INVALID, "sequence %d is out of range 0..%d", seq,
@@ -875,7 +907,7 @@ static cr_status_t check_eval(const rn_ctx_t *c, int seq, const int32_t *tokens,
         return cr_err_set(err, CR_E_TOO_LARGE, "%d tokens at position %d do not fit "
                           "in the context (%d)", n, pos, c->n_ctx);
     for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->hp->n_vocab)
+        if ((tokens[i] < 0 && !embd) || tokens[i] >= c->hp->n_vocab)
             return cr_err_set(err, CR_E_INVALID, "token %" PRId32 " at index %d is "
                               "outside the vocabulary (%d)", tokens[i], i,
                               c->hp->n_vocab);
@@ -899,7 +931,7 @@ cr_status_t rn_ctx_eval_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n, 
     if (!c->w->output.data)
         return cr_err_set(err, CR_E_UNSUPPORTED, "embedding-only model ('%s' has no "
                           "output matrix)", c->hp->arch);
-    cr_status_t st = check_eval(c, seq, tokens, n, pos, err);
+    cr_status_t st = check_eval(c, seq, tokens, n, pos, false, err);
     if (st)
         return st;
     c->n_past[seq] = pos;
@@ -947,7 +979,8 @@ cr_status_t rn_ctx_eval_batch(rn_ctx_t *c, const rn_ctx_span_t *spans, int n_spa
     int total = 0;
     for (int s = 0; s < n_spans; s++) {
         const rn_ctx_span_t *in = &spans[s];
-        cr_status_t st = check_eval(c, in->seq, in->tokens, in->n, in->pos, err);
+        cr_status_t st = check_eval(c, in->seq, in->tokens, in->n, in->pos,
+                                    in->embd != NULL, err);
         if (st) {
             cr_err_wrap(err, "span %d", s);
             return st;
@@ -959,7 +992,8 @@ cr_status_t rn_ctx_eval_batch(rn_ctx_t *c, const rn_ctx_span_t *spans, int n_spa
         if (in->n > c->n_batch - total)
             return cr_err_set(err, CR_E_TOO_LARGE, "the batch holds more than n_batch "
                               "(%d) tokens", c->n_batch);
-        sp[s] = (span_t){.seq = in->seq, .off = total, .n = in->n, .pos = in->pos};
+        sp[s] = (span_t){.seq = in->seq, .off = total, .n = in->n, .pos = in->pos,
+                         .embd = in->embd};
         for (int t = 0; t < in->n; t++) {
             c->tok[total + t] = in->tokens[t];
             c->pos[total + t] = in->pos + t;
@@ -988,7 +1022,7 @@ static void pool_row(rn_ctx_t *c, const float *h, int r)
 cr_status_t rn_ctx_embed_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
                              bool normalize, float *out, cr_err_t *err)
 {
-    cr_status_t st = check_eval(c, seq, tokens, n, 0, err);
+    cr_status_t st = check_eval(c, seq, tokens, n, 0, false, err);
     if (st)
         return st;
     part_t *P = last_part(c);
@@ -1068,7 +1102,7 @@ cr_status_t rn_ctx_rank_seq(rn_ctx_t *c, int seq, const int32_t *tokens, int n,
     if (hp->pooling != RN_POOL_RANK)
         return cr_err_set(err, CR_E_UNSUPPORTED, "'%s' is not a reranker (its "
                           "pooling_type is not 4, rank)", hp->arch);
-    cr_status_t st = check_eval(c, seq, tokens, n, 0, err);
+    cr_status_t st = check_eval(c, seq, tokens, n, 0, false, err);
     if (st)
         return st;
     if (w->pos_embd.data && n > hp->n_ctx_train)
@@ -1138,6 +1172,7 @@ int rn_ctx_n_ctx(const rn_ctx_t *c) { return c->n_ctx; }
 int rn_ctx_n_seq(const rn_ctx_t *c) { return c->n_seq; }
 int rn_ctx_n_batch(const rn_ctx_t *c) { return c->n_batch; }
 int rn_ctx_n_vocab(const rn_ctx_t *c) { return c->hp->n_vocab; }
+int rn_ctx_embd_dim(const rn_ctx_t *c) { return c->hp->dim; }
 cr_type_t rn_ctx_kv_type(const rn_ctx_t *c) { return c->kv_type; }
 uint64_t rn_ctx_kv_bytes(const rn_ctx_t *c)
 {

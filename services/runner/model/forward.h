@@ -56,6 +56,12 @@ typedef struct rn_ctx_span {
     const int32_t *tokens; /* [n], borrowed for the call */
     int n;                 /* >= 1 */
     int pos;               /* first position, <= n_past(seq) */
+    /* NULL, or host rows [m][dim] (borrowed for the call) for the span's
+     * embedding positions: a negative token id takes the next row, in
+     * order, instead of a token embedding (images: their embeddings enter
+     * the residual stream as they are, without the model's embedding
+     * scale). Without embd, negative ids are refused. */
+    const float *embd;
 } rn_ctx_span_t;
 
 typedef struct rn_ctx rn_ctx_t;
@@ -147,6 +153,8 @@ int rn_ctx_n_ctx(const rn_ctx_t *c);
 int rn_ctx_n_seq(const rn_ctx_t *c);
 int rn_ctx_n_batch(const rn_ctx_t *c);
 int rn_ctx_n_vocab(const rn_ctx_t *c);
+/* Floats in one row of rn_ctx_span_t.embd: the model's embedding length. */
+int rn_ctx_embd_dim(const rn_ctx_t *c);
 
 /* Keeps the first n_keep positions (no-op if n_keep >= n_past). */
 void rn_ctx_truncate(rn_ctx_t *c, int n_keep);

@@ -112,6 +112,13 @@ static void ext_gelu(be_backend_t *be, float *y, const float *x, size_t n)
         y[i] = gelu_tanh(x[i]);
 }
 
+static void ext_gelu_quick(be_backend_t *be, float *y, const float *x, size_t n)
+{
+    CR_UNUSED(be);
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
+}
+
 static void ext_layernorm(be_backend_t *be, float *y, const float *x, const be_weight_t *w,
                           const be_weight_t *b, int n, int dim, float eps)
 {
@@ -397,6 +404,7 @@ static const be_ops_ext_t cpu_ext_ops = {
     .rope_yarn = ext_rope_yarn,
     .swiglu_oai = ext_swiglu_oai,
     .add_row_of = ext_add_row_of,
+    .gelu_quick = ext_gelu_quick,
 };
 
 const be_ops_ext_t *be_cpu_ext_ops(const be_backend_t *be)

@@ -1,0 +1,135 @@
+#!/bin/sh
+# vs_mtmd.sh: corral's image embeddings and normalized pixel tensor against
+# llama.cpp's multimodal library (libmtmd) on the same synthetic
+# llava-shaped projector, text model and fixed test PNG (issue 14's
+# fidelity rule): every embedding row's cosine >= 0.999, every pixel
+# within 1e-5, and the logits after a prompt holding the image ("describe
+# IMAGE now": BOS, text, the image's rows, text) cosine >= 0.999. Also the whole output's relative error (RMS of the
+# difference over RMS of llama.cpp's) <= 3e-3: the cosine alone does not
+# tell GELU from quick GELU on these towers (0.99993), the relative error
+# does (1e-2, against <= 1.2e-3 for corral's F16 K/V rounding and
+# summation order).
+#
+#   bench/vs_mtmd.sh --llama DIR [--bin DIR] [--work DIR] [CASE...]
+#
+# --llama: a llama.cpp checkout whose build-mtmd/ holds libmtmd, libllama
+# and libggml (cmake -B build-mtmd -DLLAMA_CURL=OFF, target mtmd); the
+# script compiles bench/mtmd/dump_mtmd.c against it. --bin: corral's
+# build/bin. CASE: a label from the table below (default: all). Not a
+# ctest: it needs llama.cpp, which CI does not have (tests/unit/test_clip.c
+# checks the tower against a scalar reference instead).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+bin="$here/../build/bin"
+work=${TMPDIR:-/tmp}/corral-vs-mtmd
+llama=
+while [ $# -gt 0 ]; do
+    case $1 in
+    --llama) llama=$2; shift 2 ;;
+    --bin) bin=$2; shift 2 ;;
+    --work) work=$2; shift 2 ;;
+    *) break ;;
+    esac
+done
+[ -n "$llama" ] || { echo "usage: $0 --llama DIR [--bin DIR] [--work DIR] [CASE...]" >&2; exit 2; }
+mkdir -p "$work"
+lb="$llama/build-mtmd/bin"
+dump="$work/dump_mtmd"
+cc -O2 -o "$dump" "$here/mtmd/dump_mtmd.c" -I"$llama/include" -I"$llama/ggml/include" \
+    -I"$llama/tools/mtmd" -L"$lb" -lmtmd -lllama -lggml -lggml-base -Wl,-rpath,"$lb"
+
+# The fixed test image: 97x61 RGB, a deterministic gradient (not square, so
+# the letterbox and the resampling both run).
+python3 - "$work/test.png" <<'EOF_PY'
+import struct, sys, zlib
+w, h = 97, 61
+raw = b''.join(b'\0' + bytes(v for x in range(w) for v in
+                             ((x * 7 + y * 3) % 256, (x * y) % 256, (255 - x * 2 - y) % 256))
+               for y in range(h))
+def chunk(t, d):
+    return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
+open(sys.argv[1], 'wb').write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0))
+                              + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b''))
+EOF_PY
+
+# label | corral-clip-synth arguments
+cases='
+llava-f32|--type f32
+llava-f16|--type f16
+llava-gelu|--type f32 --gelu
+llava-336|--type f16 --image-size 336 --patch 14 --dim 128 --heads 8 --ffn 320 --layers 4 --hidden 256
+'
+"$bin/corral-gguf-synth" --out "$work/text.gguf" --seed 7 >/dev/null
+fail=0
+while IFS='|' read -r label args; do
+    [ -n "$label" ] || continue
+    if [ $# -gt 0 ]; then
+        want=0
+        for c in "$@"; do [ "$c" = "$label" ] && want=1; done
+        [ $want -eq 1 ] || continue
+    fi
+    proj="$work/$label.mmproj.gguf"
+    # shellcheck disable=SC2086 # args is a word list by design
+    "$bin/corral-clip-synth" --out "$proj" --seed 11 $args
+    if ! "$dump" "$work/text.gguf" "$proj" "$work/test.png" "$work/$label.ref.f32" \
+            "$work/$label.ref.px" "describe <__media__> now" "$work/$label.ref.logits" \
+            >"$work/$label.ref.out" 2>"$work/$label.ref.log"; then
+        printf '%-12s llama.cpp failed: %s\n' "$label" "$(tail -1 "$work/$label.ref.log")"
+        fail=1
+        continue
+    fi
+    if ! "$bin/corral-runner" image-embed --model "$work/text.gguf" --mmproj "$proj" \
+            --image "$work/test.png" --out "$work/$label.ours.f32" --threads 2 \
+            --pixels "$work/$label.ours.px" --prompt "describe [img-0] now" \
+            --logits "$work/$label.ours.logits" >"$work/$label.ours.log" 2>&1; then
+        printf '%-12s corral failed: %s\n' "$label" "$(tail -1 "$work/$label.ours.log")"
+        fail=1
+        continue
+    fi
+    printf '%-12s ' "$label"
+    python3 - "$work/$label" <<'EOF_PY' || fail=1
+import math, struct, sys
+def load(p):
+    d = open(p, 'rb').read()
+    return struct.unpack('<%df' % (len(d) // 4), d)
+b = sys.argv[1]
+rp, op = load(b + '.ref.px'), load(b + '.ours.px')
+re, oe = load(b + '.ref.f32'), load(b + '.ours.f32')
+ok = len(rp) == len(op) and len(re) == len(oe)
+px = max(abs(x - y) for x, y in zip(rp, op)) if ok else float('inf')
+import re as regex
+shape = regex.search(r'^(\d+) x (\d+)$', open(b + '.ours.log').read(), regex.M)  # "N x D"
+n, dim = (int(shape.group(1)), int(shape.group(2))) if shape else (0, 1)
+ok = ok and shape is not None
+ok = ok and len(re) == n * dim
+worst = 1.0
+for r in range(n if ok else 0):
+    a, c = re[r * dim:(r + 1) * dim], oe[r * dim:(r + 1) * dim]
+    dot = sum(x * y for x, y in zip(a, c))
+    na, nc = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in c))
+    worst = min(worst, dot / (na * nc) if na and nc else 0.0)
+num = sum((x - y) ** 2 for x, y in zip(re, oe)) if ok else 1.0
+den = sum(x * x for x in re) if ok else 1.0
+rel = math.sqrt(num / den) if den else float('inf')
+rl, ol = load(b + '.ref.logits'), load(b + '.ours.logits')
+lcos = 0.0
+if len(rl) == len(ol) and rl:
+    dot = sum(x * y for x, y in zip(rl, ol))
+    lcos = dot / math.sqrt(sum(x * x for x in rl) * sum(y * y for y in ol))
+good = ok and px <= 1e-5 and worst >= 0.999 and rel <= 3e-3 and lcos >= 0.999
+print('%s  %d tokens: pixels max |diff| %.2e, worst row cosine %.7f, relative error %.1e, '
+      'logits cosine %.7f' % ('ok  ' if good else 'FAIL', n, px, worst, rel, lcos))
+def ms(path, pat):
+    m = regex.search(pat, open(path, errors='replace').read())
+    return float(m.group(1)) if m else None
+tr = ms(b + '.ref.log', r'image slice encoded in ([0-9.]+) ms')
+to = ms(b + '.ours.log', r'image encoded in ([0-9.]+) ms')
+if tr and to:
+    print('             encode (one run, noisy): llama.cpp %.1f ms, corral %.1f ms, 2 threads each: %.2fx' %
+          (tr, to, tr / to))
+sys.exit(0 if good else 1)
+EOF_PY
+done <<EOF_CASES
+$cases
+EOF_CASES
+exit $fail
