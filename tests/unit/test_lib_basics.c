@@ -165,6 +165,8 @@ static void test_version(void)
     CHECK_EQ_STR(cr_compat_version(buf, sizeof buf, &bad), CR_OLLAMA_COMPAT_VERSION);
     CHECK(bad);
     unsetenv("CORRAL_COMPAT_VERSION");
+}
+
 /* base64: round trips of every length 0..40, CR/LF skipped, and the byte
  * Go's decoder names for each kind of bad input. */
 static void test_base64(void)
