@@ -405,6 +405,23 @@ static bool same_model(const runner_t *rn, const request_t *r)
            !strcmp(rn->resolved.u.resolved.name, r->resolved.u.resolved.name);
 }
 
+/* The runner was loaded from another manifest of the request's model
+ * name: the model was created again (new weights, adapters, projector,
+ * template or system prompt: the load carries them all), so the runner
+ * must make way, as Ollama reloads a changed model. An adopted runner
+ * whose manifest is unknown counts as current. */
+static bool outdated(const runner_t *rn, const request_t *r)
+{
+    const msg_resolved_body_t *a = &rn->resolved.u.resolved,
+                              *b = &r->resolved.u.resolved;
+    if (strcmp(a->name, b->name))
+        return false;
+    if (!same_blob(a->model_path, b->model_path))
+        return true;
+    return a->has_digest && b->has_digest && a->digest && b->digest &&
+           strcmp(a->digest, b->digest);
+}
+
 /* At the count cap: evicts the LRU idle runner of any host (the policy:
  * least recently used, as users expect; Ollama picks the shortest
  * keep-alive, which surprises people who set one model to stay forever and
@@ -478,9 +495,13 @@ static void schedule(sch_server_t *s)
         runner_t *match = NULL;
         runner_t *stale = NULL;
         for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
-            if (rn->state == RS_STOPPING || rn->duplicate || !same_model(rn, r))
+            if (rn->state == RS_STOPPING || rn->duplicate)
                 continue;
-            if (sch_options_load_compatible(&rn->load_opts, opts ? *opts : NULL))
+            if (outdated(rn, r))
+                stale = rn;
+            else if (!same_model(rn, r))
+                continue;
+            else if (sch_options_load_compatible(&rn->load_opts, opts ? *opts : NULL))
                 match = rn;
             else
                 stale = rn;
@@ -491,7 +512,8 @@ static void schedule(sch_server_t *s)
             continue; /* loading or busy: wait for it */
         }
         if (stale) {
-            /* Load options differ: reload once the old one is idle. */
+            /* Load options differ, or the model changed: reload once the
+             * old one is idle. */
             stale->unload_when_idle = true;
             runner_arm_keep_alive(s, stale);
             continue;

@@ -225,6 +225,9 @@ static int fake_runner(const char *endpoint, const char *id)
 static int64_t clock_ms_g;
 static int64_t test_clock(void) { return clock_ms_g; }
 
+/* Set: resolves carry this manifest digest. */
+static const char *resolve_digest_g;
+
 typedef struct env {
     char dir[256];
     sch_server_t *sched;
@@ -263,6 +266,10 @@ static void pump(env_t *e, int rounds)
                 p->has_temperature = true;
                 r.u.resolved.params = p;
                 r.u.resolved.has_params = true;
+                if (resolve_digest_g) {
+                    r.u.resolved.digest = msg_strdup(&r, resolve_digest_g);
+                    r.u.resolved.has_digest = true;
+                }
             }
             bus_send_to(e->registry, ident, &r, NULL);
             msg_clear(&r);
@@ -501,6 +508,47 @@ static void test_request_and_keep_alive(void)
     CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
     clock_ms_g += 2000;
     wait_runners(&e, 0);
+    env_stop(&e);
+}
+
+/* The ps digest of the only model listed ("" unless exactly one). */
+static void ps_digest(env_t *e, char *out, size_t cap)
+{
+    msg_t ps;
+    msg_init(&ps, MSG_ps, "ps-d");
+    bus_send(e->client, &ps, NULL);
+    msg_t r;
+    out[0] = '\0';
+    if (!client_recv(e, &r))
+        return;
+    if (r.type == MSG_ps_reply && r.u.ps_reply.models.n == 1 &&
+        r.u.ps_reply.models.v[0].digest)
+        snprintf(out, cap, "%s", r.u.ps_reply.models.v[0].digest);
+    msg_clear(&r);
+}
+
+/* A model created again under its name (another manifest) is loaded
+ * afresh: the runner of the old one makes way, ps lists the model once,
+ * with the new digest (the runner kept the old template, adapters and
+ * projector until its keep-alive ran out). */
+static void test_recreated_model_reloads(void)
+{
+    env_t e;
+    env_start(&e, 3, 16);
+    resolve_digest_g = "1111";
+    CHECK_EQ_INT(run_request(&e, "rc-1", "alpha", "hi", NULL, NULL), MSG_done);
+    char d[80];
+    ps_digest(&e, d, sizeof d);
+    CHECK_EQ_STR(d, "1111");
+    resolve_digest_g = "2222";
+    CHECK_EQ_INT(run_request(&e, "rc-2", "alpha", "hi", NULL, NULL), MSG_done);
+    wait_runners(&e, 1);
+    ps_digest(&e, d, sizeof d);
+    CHECK_EQ_STR(d, "2222");
+    /* the same manifest again: the runner is reused */
+    CHECK_EQ_INT(run_request(&e, "rc-3", "alpha", "hi", NULL, NULL), MSG_done);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    resolve_digest_g = NULL;
     env_stop(&e);
 }
 
@@ -1594,6 +1642,7 @@ int main(int argc, char **argv)
     test_config();
     test_request_and_keep_alive();
     test_keep_alive_zero_and_unload();
+    test_recreated_model_reloads();
     test_errors();
     test_load_progress_and_timeout();
     test_eviction_and_queue();
