@@ -280,8 +280,9 @@ size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
     size_t n = 0;
     if (g) {
         out[n++] = reg_gguf_is_embedding(g) ? "embedding" : "completion";
-        if (reg_gguf_has_vision(g))
-            out[n++] = "vision";
+    /* Vision only through a projector layer: the runner runs no tower
+     * inside the model file (Ollama's gemma3/mistral3 files carry one;
+     * it would answer their images "does not support images"). */
     }
     /* A built-in parser that finds tool calls (thinking) gives the
      * capability as Ollama's parserCapabilities does. */
@@ -293,10 +294,7 @@ size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
         out[n++] = "tools";
     if (m->template_text && reg_template_uses(m->template_text, "Suffix"))
         out[n++] = "insert";
-    bool vision = false;
-    for (size_t i = 0; i < n; i++)
-        vision |= !strcmp(out[i], "vision");
-    if (!vision && reg_manifest_find(&m->manifest, REG_MT_PROJECTOR))
+    if (reg_manifest_find(&m->manifest, REG_MT_PROJECTOR))
         out[n++] = "vision";
     if (cr_parser_has_thinking(parser) ||
         (m->template_text ? reg_template_uses(m->template_text, "Thinking")

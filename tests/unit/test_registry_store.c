@@ -77,6 +77,9 @@ static int count_blob_files(const reg_store_t *s, bool temp_only)
 
 /* The tokenizer.chat_template tiny_gguf writes. */
 static const char *chat_template_g = "{{ x }}";
+/* Set: tiny_gguf also writes <arch>.vision.block_count (a tower inside
+ * the model file, as Ollama's gemma3 files carry). */
+static bool tiny_vision_keys_g;
 
 /* A tiny llama-ish GGUF in memory: 36 parameters, F32. */
 static void *tiny_gguf(size_t *len, const char *arch, bool embedding)
@@ -105,6 +108,12 @@ static void *tiny_gguf(size_t *len, const char *arch, bool embedding)
     uint32_t small[3] = {1, 2, 3};
     snprintf(key, sizeof key, "%s.small_array", arch);
     ok = ok && !cr_gguf_writer_add_arr(w, key, CR_GGUF_U32, small, 3, &err);
+    if (tiny_vision_keys_g) {
+        snprintf(key, sizeof key, "%s.vision.block_count", arch);
+        ok = ok && !cr_gguf_writer_add_u32(w, key, 2, &err);
+        snprintf(key, sizeof key, "%s.block_count", arch); /* a text model too */
+        ok = ok && !cr_gguf_writer_add_u32(w, key, 1, &err);
+    }
     if (embedding) {
         snprintf(key, sizeof key, "%s.pooling_type", arch);
         ok = ok && !cr_gguf_writer_add_u32(w, key, 1, &err);
@@ -1054,6 +1063,30 @@ static void test_listing_and_caps(void)
 /* RENDERER / PARSER: checked at create, stored in the config blob, shown
  * (fields and Modelfile lines), resolved for the runner, giving the
  * parser's capabilities, inherited by a derived model and kept by copy. */
+/* A tower inside the model file is not one the runner can run (only a
+ * projector layer is), so show does not promise vision: clients would send
+ * images and get "does not support images". */
+static void test_embedded_tower_no_vision(void)
+{
+    reg_store_t *s = fresh_store();
+    size_t len;
+    tiny_vision_keys_g = true;
+    void *g = tiny_gguf(&len, "llama", false);
+    tiny_vision_keys_g = false;
+    char digest[80];
+    upload(s, g, len, digest);
+    free(g);
+    cr_err_t err;
+    create_args_t a = {.model = "tower", .file_digest = digest};
+    CHECK_EQ_INT(do_create(s, &a, NULL, &err), CR_OK);
+    json_t *show = show_json(s, "tower", false, NULL, &err);
+    char *c = json_dumps(json_object_get(show, "capabilities"), JSON_COMPACT);
+    CHECK_MSG(c && !strcmp(c, "[\"completion\"]"), "capabilities %s", c ? c : "?");
+    free(c);
+    json_decref(show);
+    reg_store_destroy(&s);
+}
+
 static void test_renderer_parser(void)
 {
     reg_store_t *s = fresh_store();
@@ -1412,6 +1445,7 @@ int main(void)
     test_crash_before_rename();
     test_listing_and_caps();
     test_renderer_parser();
+    test_embedded_tower_no_vision();
     test_prune_store();
     test_autodetect();
     test_template_uses();
