@@ -292,6 +292,50 @@ cr_status_t sch_estimate_add_adapter(sch_estimate_t *est, const cr_gguf_t *ad, c
     return CR_OK;
 }
 
+static cr_status_t clip_dim(const cr_gguf_t *g, const char *key, uint64_t *out,
+                            cr_err_t *err)
+{
+    if (!cr_gguf_get_u64(g, key, out))
+        return cr_err_set(err, CR_E_CORRUPT, "projector: %s is missing", key);
+    if (*out == 0 || *out > MAX_DIM)
+        return cr_err_set(err, CR_E_CORRUPT, "projector: %s = %" PRIu64
+                          " is out of range 1..%d", key, *out, MAX_DIM);
+    return CR_OK;
+}
+
+/* Rows of the projector matrix `name` (ne[1]), or def without it. */
+static double mm_rows(const cr_gguf_t *g, const char *name, uint64_t def)
+{
+    const cr_gguf_tensor_t *t = cr_gguf_tensor_find(g, name);
+    return (double)(t && t->n_dims >= 2 && t->ne[1] <= MAX_DIM ? t->ne[1] : def);
+}
+
+cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
+                                       cr_err_t *err)
+{
+    uint64_t size, patch, dim, ffn, heads;
+    cr_status_t st;
+    if ((st = clip_dim(pj, "clip.vision.image_size", &size, err)) ||
+        (st = clip_dim(pj, "clip.vision.patch_size", &patch, err)) ||
+        (st = clip_dim(pj, "clip.vision.embedding_length", &dim, err)) ||
+        (st = clip_dim(pj, "clip.vision.feed_forward_length", &ffn, err)) ||
+        (st = clip_dim(pj, "clip.vision.attention.head_count", &heads, err)))
+        return st;
+    double tensors = 0;
+    for (size_t i = 0; i < cr_gguf_tensor_count(pj); i++)
+        tensors += (double)cr_gguf_tensor_at(pj, i)->size_bytes;
+    double side = (double)(size / patch), N = side * side, T = N + 1;
+    double D = (double)dim, F = (double)ffn;
+    double act = T * D * 4 * 6 + T * F * 4 + T * D * 2 * 2 + T * T * 4 * (double)heads +
+                 N * 3 * (double)(patch * patch) * 4 * 2 +
+                 N * (mm_rows(pj, "mm.0.weight", dim) + mm_rows(pj, "mm.2.weight", dim)) * 4;
+    double bytes = tensors + act + (double)SCH_VISION_CACHE_BYTES;
+    if (!add_ok(&est->projector_bytes, bytes) || !add_ok(&est->embd_bytes, bytes) ||
+        !add_ok(&est->cpu_total_bytes, bytes))
+        return cr_err_set(err, CR_E_TOO_LARGE, "projector sizes overflow");
+    return CR_OK;
+}
+
 cr_status_t sch_estimate_file(const char *path, const sch_estimate_opts_t *o,
                               sch_estimate_t *out, cr_err_t *err)
 {

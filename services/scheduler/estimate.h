@@ -88,7 +88,14 @@ typedef struct sch_estimate {
     int64_t widest_cols;     /* max(dim, q_dim, kv_dim, ffn) */
     int64_t lora_rank;       /* largest rank of the adapters added */
     int64_t adapter_bytes;   /* their tensors (also in weights_bytes) */
+    int64_t projector_bytes; /* the vision projector: tensors, activations
+                                and image cache (also in embd_bytes and
+                                cpu_total_bytes: it runs on the CPU) */
 } sch_estimate_t;
+
+/* What a runner keeps of image embeddings (RN_VISION_CACHE_BYTES in the
+ * runner's vision/vision.h). */
+#define SCH_VISION_CACHE_BYTES (64LL << 20)
 
 /* Bytes per KV element for an OLLAMA_KV_CACHE_TYPE value: "" or NULL or
  * "f16" -> 2, "q8_0" -> 34/32, "q4_0" -> 18/32. False for anything else. */
@@ -108,6 +115,18 @@ cr_status_t sch_estimate_gguf(const cr_gguf_t *g, const sch_estimate_opts_t *o,
  * for the largest rank R, once, to both graphs. CR_E_CORRUPT for a
  * tensor naming a layer the base lacks; CR_E_TOO_LARGE on overflow. */
 cr_status_t sch_estimate_add_adapter(sch_estimate_t *est, const cr_gguf_t *ad, cr_err_t *err);
+
+/* Adds the vision projector in pj (a clip GGUF; header only): the runner
+ * of the text model runs its tower on the CPU, so every tensor of the file
+ * (the runner skips the last block: an upper bound), the tower's
+ * activations for one image (T = (image_size / patch_size)^2 + 1
+ * positions: six [T][dim] f32 rows, [T][ffn], two f16 [T][dim] caches,
+ * [T][T] scores per head, the patches and the projector's [N][hidden] and
+ * [N][embd]) and SCH_VISION_CACHE_BYTES go to projector_bytes, embd_bytes
+ * and the CPU total. CR_E_CORRUPT for missing or out-of-range clip.vision
+ * keys; CR_E_TOO_LARGE on overflow. */
+cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
+                                       cr_err_t *err);
 
 /* Opens path (header only) and estimates it. Errors as cr_gguf_open and
  * sch_estimate_gguf, prefixed with the path. */

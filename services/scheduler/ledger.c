@@ -128,6 +128,14 @@ static const sch_estimate_t *request_estimate(sch_server_t *s, request_t *r)
             r->est_status = sch_estimate_add_adapter(r->est, g, &err);
         cr_gguf_close(&g);
     }
+    /* a vision projector runs on the CPU in the same runner */
+    if (!r->est_status && res->has_projector && res->projector) {
+        cr_gguf_t *g = NULL;
+        r->est_status = cr_gguf_open(res->projector, &g, &err);
+        if (!r->est_status)
+            r->est_status = sch_estimate_add_projector(r->est, g, &err);
+        cr_gguf_close(&g);
+    }
     if (!r->est_status && r->est->kv_note[0] && s->cfg.flash_attention)
         cr_log_warn("%s: OLLAMA_KV_CACHE_TYPE=%s not used (%s): the KV cache "
                     "stays f16", r->resolved.u.resolved.name, s->cfg.kv_cache_type,

@@ -18,6 +18,7 @@
 #include "lib/base64.h"
 #include "lib/buf.h"
 #include "lib/gguf.h"
+#include "lib/gguf_write.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/engine.h"
 #include "services/runner/model/forward.h"
@@ -25,6 +26,8 @@
 #include "services/runner/tools.h"
 #include "services/runner/vision/clip.h"
 #include "services/runner/vision/image.h"
+#include "services/runner/vision/vision.h"
+#include "services/scheduler/estimate.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"
@@ -427,6 +430,44 @@ static void test_mismatch(void)
     CHECK(e == NULL);
 }
 
+/* The scheduler's estimate of a projector covers what the runner holds of
+ * it (its weights and the image cache, besides activations), on the CPU;
+ * a projector without its sizes is refused, naming the key. */
+static void test_estimate(void)
+{
+    cr_err_t err = {0};
+    cr_gguf_t *g = NULL;
+    CHECK(cr_gguf_open(proj_path, &g, &err) == CR_OK);
+    sch_estimate_t est = {.embd_bytes = 10, .cpu_total_bytes = 100};
+    CHECK(g && sch_estimate_add_projector(&est, g, &err) == CR_OK);
+    cr_gguf_close(&g);
+    be_backend_t *be = NULL;
+    rn_clip_t *c = NULL;
+    CHECK(be_cpu_new(1, &be, &err) == CR_OK && rn_clip_load(proj_path, be, &c, &err) == CR_OK);
+    int64_t w = c ? (int64_t)rn_clip_weight_bytes(c) : 0;
+    CHECK_MSG(w > 0 && est.projector_bytes > w + SCH_VISION_CACHE_BYTES,
+              "estimate %lld, weights %lld", (long long)est.projector_bytes, (long long)w);
+    CHECK_EQ_INT(SCH_VISION_CACHE_BYTES, (int64_t)RN_VISION_CACHE_BYTES); /* one figure */
+    CHECK(est.embd_bytes == 10 + est.projector_bytes);
+    CHECK(est.cpu_total_bytes == 100 + est.projector_bytes);
+    rn_clip_destroy(&c);
+    be_destroy(&be);
+
+    cr_gguf_writer_t *wr = cr_gguf_writer_new();
+    CHECK(cr_gguf_writer_add_str(wr, "general.architecture", "clip", &err) == CR_OK &&
+          cr_gguf_writer_add_u32(wr, "clip.vision.image_size", 224, &err) == CR_OK);
+    void *mem = NULL;
+    size_t len = 0;
+    CHECK(cr_gguf_writer_write_memory(wr, &mem, &len, &err) == CR_OK);
+    cr_gguf_writer_destroy(&wr);
+    CHECK(cr_gguf_open_memory(mem, len, &g, &err) == CR_OK);
+    sch_estimate_t e2 = {0};
+    CHECK(g && sch_estimate_add_projector(&e2, g, &err) == CR_E_CORRUPT);
+    CHECK_EQ_STR(err.msg, "projector: clip.vision.patch_size is missing");
+    cr_gguf_close(&g);
+    free(mem);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir_g))
@@ -448,6 +489,7 @@ int main(void)
     test_jinja_refuses();
     test_tool();
     test_history_truncation();
+    test_estimate();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);
     CHECK(system(cmd) == 0);
