@@ -6,6 +6,7 @@
  * digits. */
 #include "lib/prelude.h"
 #include "services/gateway/anthropic.h"
+#include "services/gateway/json_util.h"
 
 #include "lib/log.h"
 #include "services/gateway/convert.h"
@@ -19,12 +20,6 @@
 
 #define NATIVE_CAP (64u * 1024 * 1024) /* translated body */
 #define REPLY_CAP (512u * 1024 * 1024)
-
-static json_t *member(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_null(v) ? NULL : v;
-}
 
 cr_status_t gw_anth_render_error(cr_buf_t *b, unsigned http, const char *msg)
 {
@@ -282,10 +277,10 @@ static cr_status_t tool_blocks(anth_t *x, cr_buf_t *b, const char *native)
     json_array_foreach(arr, i, c) {
         if (st)
             break;
-        json_t *fn = member(c, "function");
+        json_t *fn = gw_json_member(c, "function");
         char idbuf[GW_SURFACE_ID_MAX];
         const char *id = call_id(c, idbuf, sizeof idbuf);
-        json_t *args = member(fn, "arguments");
+        json_t *args = gw_json_member(fn, "arguments");
         char *input = args ? json_dumps(args, JSON_COMPACT) : NULL;
         gw_jw_t w;
         st = ev_begin(b, "content_block_start", &w);
@@ -298,7 +293,7 @@ static cr_status_t tool_blocks(anth_t *x, cr_buf_t *b, const char *native)
         gw_jw_key(&w, "id");
         gw_jw_str(&w, id);
         gw_jw_key(&w, "name");
-        gw_jw_str(&w, json_string_value(member(fn, "name")));
+        gw_jw_str(&w, json_string_value(gw_json_member(fn, "name")));
         gw_jw_key(&w, "input");
         gw_jw_obj(&w);
         gw_jw_end_obj(&w);
@@ -384,9 +379,9 @@ static void tool_use_blocks(gw_jw_t *w, anth_t *x, const char *native)
     size_t i;
     json_t *c;
     json_array_foreach(arr, i, c) {
-        json_t *fn = member(c, "function");
+        json_t *fn = gw_json_member(c, "function");
         char idbuf[GW_SURFACE_ID_MAX];
-        json_t *args = member(fn, "arguments");
+        json_t *args = gw_json_member(fn, "arguments");
         char *input = args ? json_dumps(args, JSON_COMPACT) : NULL;
         gw_jw_obj(w);
         gw_jw_key(w, "type");
@@ -394,7 +389,7 @@ static void tool_use_blocks(gw_jw_t *w, anth_t *x, const char *native)
         gw_jw_key(w, "id");
         gw_jw_str(w, call_id(c, idbuf, sizeof idbuf));
         gw_jw_key(w, "name");
-        gw_jw_str(w, json_string_value(member(fn, "name")));
+        gw_jw_str(w, json_string_value(gw_json_member(fn, "name")));
         gw_jw_key(w, "input");
         if (input)
             gw_jw_raw(w, input, strlen(input));

@@ -2,6 +2,7 @@
  * (gw_anth_translate, see anthropic.h). Answers are anthropic.c's. */
 #include "lib/prelude.h"
 #include "services/gateway/anthropic.h"
+#include "services/gateway/json_util.h"
 
 #include "services/gateway/openai.h"
 
@@ -10,41 +11,16 @@
 
 #define NATIVE_CAP (64u * 1024 * 1024) /* a joined text */
 
-static json_t *member(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_null(v) ? NULL : v;
-}
-
-static cr_status_t nomem(cr_err_t *err)
-{
-    return cr_err_set(err, CR_E_NOMEM, "out of memory");
-}
-
-static cr_status_t put(json_t *o, const char *key, json_t *v, cr_err_t *err)
-{
-    if (!v || json_object_set_new(o, key, v))
-        return nomem(err);
-    return CR_OK;
-}
-
-static cr_status_t append(json_t *arr, json_t *v, cr_err_t *err)
-{
-    if (!v || json_array_append_new(arr, v))
-        return nomem(err);
-    return CR_OK;
-}
-
 /* system: a string or an array of text blocks -> the first message. */
 static cr_status_t get_system(const json_t *o, json_t *msgs, cr_err_t *err)
 {
-    json_t *sys = member(o, "system");
+    json_t *sys = gw_json_member(o, "system");
     if (!sys)
         return CR_OK;
     if (json_is_string(sys)) {
         if (!json_string_length(sys))
             return CR_OK;
-        return append(msgs, json_pack("{s:s,s:O}", "role", "system",
+        return gw_json_append(msgs, json_pack("{s:s,s:O}", "role", "system",
                                       "content", sys), err);
     }
     if (!json_is_array(sys))
@@ -57,20 +33,20 @@ static cr_status_t get_system(const json_t *o, json_t *msgs, cr_err_t *err)
     size_t i;
     json_t *b;
     json_array_foreach(sys, i, b) {
-        const char *type = json_string_value(member(b, "type"));
-        json_t *t = member(b, "text");
+        const char *type = json_string_value(gw_json_member(b, "type"));
+        json_t *t = gw_json_member(b, "text");
         if (!type || strcmp(type, "text") != 0 || !json_is_string(t)) {
             st = cr_err_set(err, CR_E_INVALID,
                             "system[%zu]: must be a text block", i);
             break;
         }
         if (cr_buf_append(&text, json_string_value(t), json_string_length(t))) {
-            st = nomem(err);
+            st = gw_json_nomem(err);
             break;
         }
     }
     if (!st && text.len)
-        st = append(msgs, json_pack("{s:s,s:s%}", "role", "system", "content",
+        st = gw_json_append(msgs, json_pack("{s:s,s:s%}", "role", "system", "content",
                                     text.data, text.len),
                     err);
     cr_buf_free(&text);
@@ -83,11 +59,11 @@ static const char *tool_name_of(const json_t *msgs, const char *id)
     size_t i, k;
     json_t *m, *c;
     json_array_foreach(msgs, i, m) {
-        json_array_foreach(member(m, "tool_calls"), k, c) {
-            const char *cid = json_string_value(member(c, "id"));
+        json_array_foreach(gw_json_member(m, "tool_calls"), k, c) {
+            const char *cid = json_string_value(gw_json_member(c, "id"));
             if (cid && !strcmp(cid, id))
                 return json_string_value(
-                    member(member(c, "function"), "name"));
+                    gw_json_member(gw_json_member(c, "function"), "name"));
         }
     }
     return NULL;
@@ -97,9 +73,9 @@ static const char *tool_name_of(const json_t *msgs, const char *id)
 static cr_status_t image_of(const json_t *b, const char *where, json_t **out,
                             cr_err_t *err)
 {
-    json_t *src = member(b, "source");
-    const char *type = json_string_value(member(src, "type"));
-    json_t *data = member(src, "data");
+    json_t *src = gw_json_member(b, "source");
+    const char *type = json_string_value(gw_json_member(src, "type"));
+    json_t *data = gw_json_member(src, "data");
     if (!json_is_object(src) || !type)
         return cr_err_set(err, CR_E_INVALID, "%s: invalid image source",
                           where);
@@ -112,7 +88,7 @@ static cr_status_t image_of(const json_t *b, const char *where, json_t **out,
         return cr_err_set(err, CR_E_INVALID, "%s: image source has no data",
                           where);
     *out = json_copy(data);
-    return *out ? CR_OK : nomem(err);
+    return *out ? CR_OK : gw_json_nomem(err);
 }
 
 /* A tool_result's content (a string or text/image blocks) -> the native
@@ -120,21 +96,21 @@ static cr_status_t image_of(const json_t *b, const char *where, json_t **out,
 static cr_status_t tool_result(const json_t *b, const char *where,
                                const json_t *msgs, json_t *out, cr_err_t *err)
 {
-    json_t *id = member(b, "tool_use_id");
+    json_t *id = gw_json_member(b, "tool_use_id");
     if (!json_is_string(id))
         return cr_err_set(err, CR_E_INVALID,
                           "%s: tool_result needs a string 'tool_use_id'",
                           where);
-    json_t *c = member(b, "content");
+    json_t *c = gw_json_member(b, "content");
     json_t *m = json_pack("{s:s,s:O}", "role", "tool", "tool_call_id", id);
     if (!m)
-        return nomem(err);
+        return gw_json_nomem(err);
     const char *name = tool_name_of(msgs, json_string_value(id));
     cr_status_t st = CR_OK;
     if (name)
-        st = put(m, "tool_name", json_string(name), err);
+        st = gw_json_put(m, "tool_name", json_string(name), err);
     if (!st && (!c || json_is_string(c))) {
-        st = put(m, "content", c ? json_copy(c) : json_string(""), err);
+        st = gw_json_put(m, "content", c ? json_copy(c) : json_string(""), err);
     } else if (!st && json_is_array(c)) {
         cr_buf_t text;
         cr_buf_init(&text, NATIVE_CAP);
@@ -142,20 +118,20 @@ static cr_status_t tool_result(const json_t *b, const char *where,
         size_t i;
         json_t *p;
         json_array_foreach(c, i, p) {
-            const char *type = json_string_value(member(p, "type"));
+            const char *type = json_string_value(gw_json_member(p, "type"));
             char in[160];
             snprintf(in, sizeof in, "%s.content[%zu]", where, i);
             if (type && !strcmp(type, "text") &&
-                json_is_string(member(p, "text"))) {
+                json_is_string(gw_json_member(p, "text"))) {
                 if (text.len && cr_buf_putc(&text, '\n'))
-                    st = nomem(err);
+                    st = gw_json_nomem(err);
                 else if (cr_buf_puts(&text,
-                                     json_string_value(member(p, "text"))))
-                    st = nomem(err);
+                                     json_string_value(gw_json_member(p, "text"))))
+                    st = gw_json_nomem(err);
             } else if (type && !strcmp(type, "image")) {
                 json_t *data = NULL;
                 if (!(st = image_of(p, in, &data, err)))
-                    st = append(images, data, err);
+                    st = gw_json_append(images, data, err);
             } else {
                 st = cr_err_set(err, CR_E_INVALID,
                                 "%s: unknown content block type '%s' in a "
@@ -166,10 +142,10 @@ static cr_status_t tool_result(const json_t *b, const char *where,
                 break;
         }
         if (!st)
-            st = put(m, "content", json_string(text.data ? text.data : ""),
+            st = gw_json_put(m, "content", json_string(text.data ? text.data : ""),
                      err);
         if (!st && json_array_size(images))
-            st = put(m, "images", json_incref(images), err);
+            st = gw_json_put(m, "images", json_incref(images), err);
         json_decref(images);
         cr_buf_free(&text);
     } else if (!st) {
@@ -178,16 +154,16 @@ static cr_status_t tool_result(const json_t *b, const char *where,
                         "array of blocks",
                         where);
     }
-    if (!st && json_is_true(member(b, "is_error"))) {
+    if (!st && json_is_true(gw_json_member(b, "is_error"))) {
         /* the model reads that the call failed */
         const char *t = json_string_value(json_object_get(m, "content"));
         size_t n = strlen(t ? t : "") + 8;
         char *pre = malloc(n);
         if (!pre)
-            st = nomem(err);
+            st = gw_json_nomem(err);
         else {
             snprintf(pre, n, "Error: %s", t ? t : "");
-            st = put(m, "content", json_string(pre), err);
+            st = gw_json_put(m, "content", json_string(pre), err);
             free(pre);
         }
     }
@@ -195,7 +171,7 @@ static cr_status_t tool_result(const json_t *b, const char *where,
         json_decref(m);
         return st;
     }
-    return append(out, m, err);
+    return gw_json_append(out, m, err);
 }
 
 /* One Anthropic message -> native messages appended to msgs. */
@@ -205,15 +181,15 @@ static cr_status_t one_message(const json_t *m, size_t idx, json_t *msgs,
     if (!json_is_object(m))
         return cr_err_set(err, CR_E_INVALID, "messages[%zu]: must be an object",
                           idx);
-    const char *role = json_string_value(member(m, "role"));
+    const char *role = json_string_value(gw_json_member(m, "role"));
     if (!role || (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0))
         return cr_err_set(err, CR_E_INVALID,
                           "messages[%zu].role: must be \"user\" or "
                           "\"assistant\"",
                           idx);
-    json_t *content = member(m, "content");
+    json_t *content = gw_json_member(m, "content");
     if (json_is_string(content))
-        return append(msgs, json_pack("{s:s,s:O}", "role", role, "content",
+        return gw_json_append(msgs, json_pack("{s:s,s:O}", "role", role, "content",
                                       content), err);
     if (!json_is_array(content))
         return cr_err_set(err, CR_E_INVALID,
@@ -225,7 +201,7 @@ static cr_status_t one_message(const json_t *m, size_t idx, json_t *msgs,
     json_t *images = json_array(), *calls = json_array(),
            *results = json_array();
     json_t *thinking = NULL;
-    cr_status_t st = images && calls && results ? CR_OK : nomem(err);
+    cr_status_t st = images && calls && results ? CR_OK : gw_json_nomem(err);
     size_t i;
     json_t *b;
     json_array_foreach(content, i, b) {
@@ -233,25 +209,25 @@ static cr_status_t one_message(const json_t *m, size_t idx, json_t *msgs,
             break;
         char where[96];
         snprintf(where, sizeof where, "messages[%zu].content[%zu]", idx, i);
-        const char *type = json_string_value(member(b, "type"));
+        const char *type = json_string_value(gw_json_member(b, "type"));
         if (!json_is_object(b) || !type) {
             st = cr_err_set(err, CR_E_INVALID,
                             "%s: a content block needs a string 'type'", where);
         } else if (!strcmp(type, "text")) {
-            json_t *t = member(b, "text");
+            json_t *t = gw_json_member(b, "text");
             if (!json_is_string(t))
                 st = cr_err_set(err, CR_E_INVALID,
                                 "%s: text block needs a string 'text'", where);
             else if (cr_buf_append(&text, json_string_value(t),
                                    json_string_length(t)))
-                st = nomem(err);
+                st = gw_json_nomem(err);
         } else if (!strcmp(type, "image")) {
             json_t *data = NULL;
             if (!(st = image_of(b, where, &data, err)))
-                st = append(images, data, err);
+                st = gw_json_append(images, data, err);
         } else if (!strcmp(type, "tool_use")) {
-            json_t *id = member(b, "id"), *name = member(b, "name");
-            json_t *input = member(b, "input");
+            json_t *id = gw_json_member(b, "id"), *name = gw_json_member(b, "name");
+            json_t *input = gw_json_member(b, "input");
             if (!json_is_string(id) || !json_string_length(id))
                 st = cr_err_set(err, CR_E_INVALID,
                                 "%s: tool_use block missing required 'id' "
@@ -267,7 +243,7 @@ static cr_status_t one_message(const json_t *m, size_t idx, json_t *msgs,
                                 "%s: tool_use 'input' must be an object",
                                 where);
             else
-                st = append(calls,
+                st = gw_json_append(calls,
                             json_pack("{s:O,s:{s:I,s:O,s:o}}", "id", id,
                                       "function", "index",
                                       (json_int_t)json_array_size(calls),
@@ -279,7 +255,7 @@ static cr_status_t one_message(const json_t *m, size_t idx, json_t *msgs,
             /* tool_use ids of this and earlier messages are in msgs */
             st = tool_result(b, where, msgs, results, err);
         } else if (!strcmp(type, "thinking")) {
-            json_t *t = member(b, "thinking");
+            json_t *t = gw_json_member(b, "thinking");
             if (!json_is_string(t))
                 st = cr_err_set(err, CR_E_INVALID,
                                 "%s: thinking block needs a string "
@@ -296,20 +272,20 @@ static cr_status_t one_message(const json_t *m, size_t idx, json_t *msgs,
     }
     /* tool results answer the previous turn, so they come first */
     if (!st && json_array_size(results))
-        st = json_array_extend(msgs, results) ? nomem(err) : CR_OK;
+        st = json_array_extend(msgs, results) ? gw_json_nomem(err) : CR_OK;
     if (!st && (text.len || json_array_size(images) ||
                 json_array_size(calls) || thinking)) {
         json_t *nm = json_pack("{s:s,s:s%}", "role", role, "content",
                                text.data ? text.data : "", text.len);
-        st = nm ? CR_OK : nomem(err);
+        st = nm ? CR_OK : gw_json_nomem(err);
         if (!st && json_array_size(images))
-            st = put(nm, "images", json_incref(images), err);
+            st = gw_json_put(nm, "images", json_incref(images), err);
         if (!st && json_array_size(calls))
-            st = put(nm, "tool_calls", json_incref(calls), err);
+            st = gw_json_put(nm, "tool_calls", json_incref(calls), err);
         if (!st && thinking)
-            st = put(nm, "thinking", json_copy(thinking), err);
+            st = gw_json_put(nm, "thinking", json_copy(thinking), err);
         if (!st)
-            st = append(msgs, nm, err);
+            st = gw_json_append(msgs, nm, err);
         else
             json_decref(nm);
     }
@@ -322,29 +298,29 @@ static cr_status_t one_message(const json_t *m, size_t idx, json_t *msgs,
 
 static cr_status_t get_messages(const json_t *o, json_t *n, cr_err_t *err)
 {
-    json_t *v = member(o, "messages");
+    json_t *v = gw_json_member(o, "messages");
     if (!json_is_array(v) || !json_array_size(v))
         return cr_err_set(err, CR_E_INVALID, "messages is required");
     json_t *msgs = json_array();
-    cr_status_t st = msgs ? get_system(o, msgs, err) : nomem(err);
+    cr_status_t st = msgs ? get_system(o, msgs, err) : gw_json_nomem(err);
     for (size_t i = 0; !st && i < json_array_size(v); i++)
         st = one_message(json_array_get(v, i), i, msgs, err);
     if (st) {
         json_decref(msgs);
         return st;
     }
-    return put(n, "messages", msgs, err);
+    return gw_json_put(n, "messages", msgs, err);
 }
 
 /* tools -> native function tools; tool_choice none/auto/any/tool. */
 static cr_status_t get_tools(const json_t *o, json_t *n, gw_anth_info_t *info,
                              cr_err_t *err)
 {
-    json_t *tools = member(o, "tools");
-    json_t *choice = member(o, "tool_choice");
+    json_t *tools = gw_json_member(o, "tools");
+    json_t *choice = gw_json_member(o, "tool_choice");
     if (tools && !json_is_array(tools))
         return cr_err_set(err, CR_E_INVALID, "tools: must be an array");
-    const char *ctype = json_string_value(member(choice, "type"));
+    const char *ctype = json_string_value(gw_json_member(choice, "type"));
     const char *want = NULL;
     if (choice) {
         if (!ctype || (strcmp(ctype, "auto") && strcmp(ctype, "any") &&
@@ -353,7 +329,7 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_anth_info_t *info,
                               "tool_choice.type: must be \"auto\", \"any\", "
                               "\"tool\" or \"none\"");
         if (!strcmp(ctype, "tool") &&
-            !(want = json_string_value(member(choice, "name"))))
+            !(want = json_string_value(gw_json_member(choice, "name"))))
             return cr_err_set(err, CR_E_INVALID,
                               "tool_choice: type \"tool\" needs a 'name'");
     }
@@ -361,14 +337,14 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_anth_info_t *info,
         return CR_OK;
     json_t *out = json_array();
     if (!out)
-        return nomem(err);
+        return gw_json_nomem(err);
     size_t i;
     json_t *t;
     cr_status_t st = CR_OK;
     json_array_foreach(tools, i, t) {
-        const char *type = json_string_value(member(t, "type"));
-        json_t *name = member(t, "name");
-        json_t *schema = member(t, "input_schema");
+        const char *type = json_string_value(gw_json_member(t, "type"));
+        json_t *name = gw_json_member(t, "name");
+        json_t *schema = gw_json_member(t, "input_schema");
         if (type && strcmp(type, "custom") != 0) {
             st = cr_err_set(err, CR_E_INVALID,
                             "tools[%zu]: tool type '%s' is not supported "
@@ -386,10 +362,10 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_anth_info_t *info,
         if (want && strcmp(json_string_value(name), want) != 0)
             continue;
         json_t *fn = json_pack("{s:O,s:O}", "name", name, "parameters", schema);
-        json_t *d = member(t, "description");
+        json_t *d = gw_json_member(t, "description");
         if (fn && json_is_string(d))
             json_object_set(fn, "description", d);
-        if ((st = append(out, json_pack("{s:s,s:o}", "type", "function",
+        if ((st = gw_json_append(out, json_pack("{s:s,s:o}", "type", "function",
                                         "function", fn),
                          err)))
             break;
@@ -402,7 +378,7 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_anth_info_t *info,
         json_decref(out);
         return st;
     }
-    if ((st = put(n, "tools", out, err)))
+    if ((st = gw_json_put(n, "tools", out, err)))
         return st;
     if (ctype && (!strcmp(ctype, "any") || want))
         return gw_oai_force_call(n, &info->forced_call, err);
@@ -413,8 +389,8 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_anth_info_t *info,
  * output_config.effort low/medium/high/max (xhigh: high) as Ollama. */
 static cr_status_t get_thinking(const json_t *o, json_t *n, cr_err_t *err)
 {
-    json_t *t = member(o, "thinking");
-    const char *effort = json_string_value(member(member(o, "output_config"),
+    json_t *t = gw_json_member(o, "thinking");
+    const char *effort = json_string_value(gw_json_member(gw_json_member(o, "output_config"),
                                                   "effort"));
     if (!t && effort) {
         if (!strcmp(effort, "xhigh"))
@@ -424,18 +400,18 @@ static cr_status_t get_thinking(const json_t *o, json_t *n, cr_err_t *err)
             return cr_err_set(err, CR_E_INVALID,
                               "output_config.effort: must be \"low\", "
                               "\"medium\", \"high\", \"xhigh\" or \"max\"");
-        return put(n, "think", json_string(effort), err);
+        return gw_json_put(n, "think", json_string(effort), err);
     }
     if (!t)
         return CR_OK;
-    const char *type = json_string_value(member(t, "type"));
+    const char *type = json_string_value(gw_json_member(t, "type"));
     if (!json_is_object(t) || !type)
         return cr_err_set(err, CR_E_INVALID,
                           "thinking: must be an object with a 'type'");
     if (!strcmp(type, "enabled") || !strcmp(type, "adaptive"))
-        return put(n, "think", json_true(), err);
+        return gw_json_put(n, "think", json_true(), err);
     if (!strcmp(type, "disabled"))
-        return put(n, "think", json_false(), err);
+        return gw_json_put(n, "think", json_false(), err);
     return cr_err_set(err, CR_E_INVALID,
                       "thinking.type: must be \"enabled\", \"adaptive\" or "
                       "\"disabled\", not '%s'",
@@ -445,25 +421,25 @@ static cr_status_t get_thinking(const json_t *o, json_t *n, cr_err_t *err)
 static cr_status_t copy_number(const json_t *o, const char *from,
                                json_t *opts, const char *to, cr_err_t *err)
 {
-    json_t *v = member(o, from);
+    json_t *v = gw_json_member(o, from);
     if (!v)
         return CR_OK;
     if (!json_is_number(v))
         return cr_err_set(err, CR_E_INVALID, "%s: must be a number", from);
-    return put(opts, to, json_copy(v), err);
+    return gw_json_put(opts, to, json_copy(v), err);
 }
 
 /* output_format {type: json_schema, schema} (structured outputs) ->
  * format. */
 static cr_status_t get_format(const json_t *o, json_t *n, cr_err_t *err)
 {
-    json_t *f = member(o, "output_format");
+    json_t *f = gw_json_member(o, "output_format");
     if (!f)
-        f = member(member(o, "output_config"), "format");
+        f = gw_json_member(gw_json_member(o, "output_config"), "format");
     if (!f)
         return CR_OK;
-    const char *type = json_string_value(member(f, "type"));
-    json_t *schema = member(f, "schema");
+    const char *type = json_string_value(gw_json_member(f, "type"));
+    json_t *schema = gw_json_member(f, "schema");
     if (!type || strcmp(type, "json_schema") != 0 || !json_is_object(schema))
         return cr_err_set(err, CR_E_INVALID,
                           "output_format: must be {\"type\": \"json_schema\", "
@@ -472,7 +448,7 @@ static cr_status_t get_format(const json_t *o, json_t *n, cr_err_t *err)
         return cr_err_set(err, CR_E_INVALID,
                           "output_format cannot be combined with tool_choice "
                           "\"any\" or \"tool\"");
-    return put(n, "format", json_copy(schema), err);
+    return gw_json_put(n, "format", json_copy(schema), err);
 }
 
 /* Fields that would change the answer and that corral cannot honour. */
@@ -480,7 +456,7 @@ static cr_status_t refuse_unsupported(const json_t *o, cr_err_t *err)
 {
     static const char *const fields[] = {"mcp_servers", "container"};
     for (size_t i = 0; i < CR_ARRAY_LEN(fields); i++) {
-        json_t *v = member(o, fields[i]);
+        json_t *v = gw_json_member(o, fields[i]);
         if (v && !(json_is_array(v) && !json_array_size(v)))
             return cr_err_set(err, CR_E_INVALID, "%s is not supported",
                               fields[i]);
@@ -491,29 +467,29 @@ static cr_status_t refuse_unsupported(const json_t *o, cr_err_t *err)
 static cr_status_t translate(const json_t *o, json_t *n, bool count,
                              gw_anth_info_t *info, cr_err_t *err)
 {
-    json_t *model = member(o, "model");
+    json_t *model = gw_json_member(o, "model");
     if (!json_is_string(model) || !json_string_length(model))
         return cr_err_set(err, CR_E_INVALID, "model is required");
     cr_status_t st;
-    if ((st = put(n, "model", json_copy(model), err)))
+    if ((st = gw_json_put(n, "model", json_copy(model), err)))
         return st;
-    json_t *stream = member(o, "stream");
+    json_t *stream = gw_json_member(o, "stream");
     if (stream && !json_is_boolean(stream))
         return cr_err_set(err, CR_E_INVALID, "stream: must be a boolean");
     info->stream = !count && json_is_true(stream);
     json_t *opts = json_object();
     if (!opts)
-        return nomem(err);
-    json_t *mt = member(o, "max_tokens");
+        return gw_json_nomem(err);
+    json_t *mt = gw_json_member(o, "max_tokens");
     if (count) {
-        st = put(opts, "num_predict", json_integer(1), err);
+        st = gw_json_put(opts, "num_predict", json_integer(1), err);
     } else if (!json_is_integer(mt) || json_integer_value(mt) <= 0) {
         st = cr_err_set(err, CR_E_INVALID,
                         "max_tokens is required and must be positive");
     } else {
-        st = put(opts, "num_predict", json_copy(mt), err);
+        st = gw_json_put(opts, "num_predict", json_copy(mt), err);
     }
-    json_t *stops = member(o, "stop_sequences");
+    json_t *stops = gw_json_member(o, "stop_sequences");
     if (!st && stops) {
         size_t i;
         json_t *s;
@@ -524,7 +500,7 @@ static cr_status_t translate(const json_t *o, json_t *n, bool count,
             cr_err_set(err, CR_E_INVALID,
                        "stop_sequences[%zu]: must be a string", i);
         if (!st && json_array_size(stops))
-            st = put(opts, "stop", json_copy(stops), err);
+            st = gw_json_put(opts, "stop", json_copy(stops), err);
     }
     if (!st)
         st = copy_number(o, "temperature", opts, "temperature", err);
@@ -533,14 +509,14 @@ static cr_status_t translate(const json_t *o, json_t *n, bool count,
     if (!st)
         st = copy_number(o, "top_k", opts, "top_k", err);
     if (!st)
-        st = put(n, "options", opts, err);
+        st = gw_json_put(n, "options", opts, err);
     else
         json_decref(opts);
     if (st || (st = refuse_unsupported(o, err)) ||
         (st = get_messages(o, n, err)) || (st = get_tools(o, n, info, err)) ||
         (st = get_format(o, n, err)) || (st = get_thinking(o, n, err)))
         return st;
-    return put(n, "stream", json_boolean(info->stream), err);
+    return gw_json_put(n, "stream", json_boolean(info->stream), err);
 }
 
 static bool all_space(const char *p, size_t n)
@@ -569,13 +545,13 @@ cr_status_t gw_anth_translate(const char *body, size_t len, bool count_tokens,
         st = cr_err_set(err, CR_E_INVALID, "the request body must be a JSON "
                                            "object");
     else if (!n)
-        st = nomem(err);
+        st = gw_json_nomem(err);
     else
         st = translate(o, n, count_tokens, info, err);
     if (!st) {
         char *text = json_dumps(n, JSON_COMPACT | JSON_ENCODE_ANY);
         if (!text)
-            st = nomem(err);
+            st = gw_json_nomem(err);
         else if ((st = cr_buf_puts(out, text)))
             cr_err_set(err, st, "request too large");
         free(text);

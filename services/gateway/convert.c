@@ -5,6 +5,7 @@
  * Error texts follow what Ollama (Go) returns, field for field. */
 #include "lib/prelude.h"
 #include "services/gateway/convert.h"
+#include "services/gateway/json_util.h"
 
 #include "lib/base64.h"
 #include "lib/buf.h"
@@ -56,19 +57,12 @@ static cr_status_t nomem(ctx_t *c)
     return cr_err_set(c->err, CR_E_NOMEM, "out of memory");
 }
 
-/* A present, non-null member, or NULL. */
-static json_t *member(const json_t *obj, const char *key)
-{
-    json_t *v = json_object_get(obj, key);
-    return json_is_null(v) ? NULL : v;
-}
-
 /* ---- scalar fields ---- */
 
 static cr_status_t get_str(ctx_t *c, const json_t *obj, const char *key,
                            const char *path, char **out, bool *has)
 {
-    json_t *v = member(obj, key);
+    json_t *v = gw_json_member(obj, key);
     if (!v)
         return CR_OK;
     if (!json_is_string(v))
@@ -84,7 +78,7 @@ static cr_status_t get_str(ctx_t *c, const json_t *obj, const char *key,
 static cr_status_t get_bool(ctx_t *c, const json_t *obj, const char *key,
                             const char *path, bool *out, bool *has)
 {
-    json_t *v = member(obj, key);
+    json_t *v = gw_json_member(obj, key);
     if (!v)
         return CR_OK;
     if (!json_is_boolean(v))
@@ -99,7 +93,7 @@ static cr_status_t get_bool(ctx_t *c, const json_t *obj, const char *key,
 static cr_status_t get_int(ctx_t *c, const json_t *obj, const char *key,
                            const char *path, int64_t *out, bool *has)
 {
-    json_t *v = member(obj, key);
+    json_t *v = gw_json_member(obj, key);
     if (!v)
         return CR_OK;
     if (json_is_integer(v)) {
@@ -189,7 +183,7 @@ static cr_status_t get_json_array(ctx_t *c, const json_t *obj,
                                   const char *gotype, const char *elem_gotype,
                                   char **out, bool *has)
 {
-    json_t *v = member(obj, key);
+    json_t *v = gw_json_member(obj, key);
     if (!v)
         return CR_OK;
     if (!json_is_array(v))
@@ -210,7 +204,7 @@ static cr_status_t get_json_array(ctx_t *c, const json_t *obj,
 static cr_status_t get_images(ctx_t *c, const json_t *obj, const char *path,
                               msg_strs_t *out, bool *has)
 {
-    json_t *v = member(obj, "images");
+    json_t *v = gw_json_member(obj, "images");
     if (!v)
         return CR_OK;
     if (!json_is_array(v))
@@ -342,7 +336,7 @@ static cr_status_t check_options(ctx_t *c, const json_t *v, const char *path,
 static cr_status_t get_options(ctx_t *c, const json_t *obj,
                                msg_options_t **out, bool *has)
 {
-    json_t *v = member(obj, "options");
+    json_t *v = gw_json_member(obj, "options");
     if (!v)
         return CR_OK;
     msg_options_t *o = msg_alloc(c->m, sizeof *o);
@@ -372,7 +366,7 @@ static const char *go_any_type(const json_t *v)
 static cr_status_t get_keep_alive(ctx_t *c, const json_t *obj, int64_t *ms,
                                   bool *has)
 {
-    json_t *v = member(obj, "keep_alive");
+    json_t *v = gw_json_member(obj, "keep_alive");
     if (!v)
         return CR_OK;
     if (json_is_number(v)) {
@@ -394,7 +388,7 @@ static cr_status_t get_keep_alive(ctx_t *c, const json_t *obj, int64_t *ms,
 static cr_status_t get_think(ctx_t *c, const json_t *obj, char **out,
                              bool *has)
 {
-    json_t *v = member(obj, "think");
+    json_t *v = gw_json_member(obj, "think");
     if (!v)
         return CR_OK;
     const char *val;
@@ -429,7 +423,7 @@ static cr_status_t get_think(ctx_t *c, const json_t *obj, char **out,
 static cr_status_t get_format(ctx_t *c, const json_t *obj, char **out,
                               bool *has)
 {
-    json_t *v = member(obj, "format");
+    json_t *v = gw_json_member(obj, "format");
     if (!v)
         return CR_OK;
     if (json_is_string(v) && json_string_length(v) == 0)
@@ -494,7 +488,7 @@ static cr_status_t get_messages(ctx_t *c, const json_t *obj,
                                 msg_message_t **v_out, size_t *n_out,
                                 bool *has)
 {
-    json_t *v = member(obj, "messages");
+    json_t *v = gw_json_member(obj, "messages");
     if (!v)
         return CR_OK;
     if (!json_is_array(v))
@@ -563,7 +557,7 @@ static cr_status_t parse_generate(ctx_t *c, const json_t *o, gw_request_t *r)
                       &g->has_top_logprobs)))
         return st;
 
-    json_t *ctxv = member(o, "context");
+    json_t *ctxv = gw_json_member(o, "context");
     if (ctxv) {
         if (!json_is_array(ctxv))
             return type_error(c, "context", ctxv, "[]int");
@@ -650,7 +644,7 @@ static cr_status_t parse_embed(ctx_t *c, const json_t *o, gw_request_t *r)
         return st;
 
     /* input: a string (empty = just load) or an array of strings. */
-    json_t *in = member(o, "input");
+    json_t *in = gw_json_member(o, "input");
     size_t n = 0;
     if (json_is_array(in)) {
         n = json_array_size(in);
@@ -700,7 +694,7 @@ static cr_status_t parse_rerank(ctx_t *c, const json_t *o, gw_request_t *r)
         return st;
     if (!e->has_query || !e->query)
         return cr_err_set(c->err, CR_E_INVALID, "\"query\" is required");
-    json_t *docs = member(o, "documents");
+    json_t *docs = gw_json_member(o, "documents");
     size_t n = json_is_array(docs) ? json_array_size(docs) : 0;
     if (!n)
         return cr_err_set(c->err, CR_E_INVALID,
@@ -715,7 +709,7 @@ static cr_status_t parse_rerank(ctx_t *c, const json_t *o, gw_request_t *r)
         json_t *d = json_array_get(docs, i);
         /* Jina and Cohere also take {"text": ...} objects */
         if (json_is_object(d))
-            d = member(d, "text");
+            d = gw_json_member(d, "text");
         if (!json_is_string(d))
             return cr_err_set(c->err, CR_E_INVALID,
                               "documents[%zu]: must be a string or an object "
@@ -860,7 +854,7 @@ static cr_status_t get_file_map(ctx_t *c, const json_t *o, const char *key,
                                 msg_file_ref_t **v_out, size_t *n_out,
                                 bool *has)
 {
-    json_t *v = member(o, key);
+    json_t *v = gw_json_member(o, key);
     if (!v)
         return CR_OK;
     if (!json_is_object(v))
@@ -926,7 +920,7 @@ static cr_status_t parse_create(ctx_t *c, const json_t *o, gw_request_t *r)
         k->has_quantize = true;
     }
 
-    json_t *params = member(o, "parameters");
+    json_t *params = gw_json_member(o, "parameters");
     if (params) {
         msg_options_t scratch;
         memset(&scratch, 0, sizeof scratch);
@@ -936,7 +930,7 @@ static cr_status_t parse_create(ctx_t *c, const json_t *o, gw_request_t *r)
         k->has_parameters = true;
     }
 
-    json_t *lic = member(o, "license");
+    json_t *lic = gw_json_member(o, "license");
     if (lic) {
         size_t n = json_is_array(lic) ? json_array_size(lic) : 1;
         if (!json_is_array(lic) && !json_is_string(lic))

@@ -7,6 +7,7 @@
  * Ollama draws them; `created` is one value for a whole stream. */
 #include "lib/prelude.h"
 #include "services/gateway/openai.h"
+#include "services/gateway/json_util.h"
 #include "services/gateway/image_fetch.h"
 
 #include "lib/log.h"
@@ -26,12 +27,6 @@
 #define REPLY_CAP (512u * 1024 * 1024)
 
 /* ================= requests ================= */
-
-static json_t *member(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_null(v) ? NULL : v;
-}
 
 static const char *kind_of(const json_t *v)
 {
@@ -55,32 +50,24 @@ static cr_status_t type_error(cr_err_t *err, const char *field,
                       kind_of(v), field, want);
 }
 
-/* Sets native[key] = v (a new reference taken). */
-static cr_status_t put(json_t *o, const char *key, json_t *v, cr_err_t *err)
-{
-    if (!v || json_object_set_new(o, key, v))
-        return cr_err_set(err, CR_E_NOMEM, "out of memory");
-    return CR_OK;
-}
-
 /* Copies an optional number field into options[key]. */
 static cr_status_t copy_number(const json_t *o, const char *from,
                                json_t *opts, const char *to, bool integer,
                                cr_err_t *err)
 {
-    json_t *v = member(o, from);
+    json_t *v = gw_json_member(o, from);
     if (!v)
         return CR_OK;
     if (!json_is_number(v))
         return type_error(err, from, v, integer ? "int" : "float");
-    return put(opts, to, json_copy(v), err);
+    return gw_json_put(opts, to, json_copy(v), err);
 }
 
 /* options: the extra `options` object (its keys are checked natively),
  * then the OpenAI fields on top. */
 static cr_status_t base_options(const json_t *o, json_t **out, cr_err_t *err)
 {
-    json_t *v = member(o, "options");
+    json_t *v = gw_json_member(o, "options");
     if (v && !json_is_object(v))
         return type_error(err, "options", v, "object");
     *out = v ? json_deep_copy(v) : json_object();
@@ -92,32 +79,32 @@ static cr_status_t base_options(const json_t *o, json_t **out, cr_err_t *err)
 /* stop: a string or an array of strings -> options.stop. */
 static cr_status_t get_stop(const json_t *o, json_t *opts, cr_err_t *err)
 {
-    json_t *v = member(o, "stop");
+    json_t *v = gw_json_member(o, "stop");
     if (!v)
         return CR_OK;
     if (json_is_string(v))
-        return put(opts, "stop", json_pack("[O]", v), err);
+        return gw_json_put(opts, "stop", json_pack("[O]", v), err);
     if (!json_is_array(v))
         return type_error(err, "stop", v, "string or []string");
     size_t i;
     json_t *e;
     json_array_foreach(v, i, e) if (!json_is_string(e)) return cr_err_set(
         err, CR_E_INVALID, "invalid type for 'stop' field: %s", kind_of(e));
-    return put(opts, "stop", json_copy(v), err);
+    return gw_json_put(opts, "stop", json_copy(v), err);
 }
 
 /* stream and stream_options.include_usage. */
 static cr_status_t get_stream(const json_t *o, gw_oai_info_t *info,
                               cr_err_t *err)
 {
-    json_t *v = member(o, "stream");
+    json_t *v = gw_json_member(o, "stream");
     if (v && !json_is_boolean(v))
         return type_error(err, "stream", v, "bool");
     info->stream = v && json_is_true(v);
-    json_t *so = member(o, "stream_options");
+    json_t *so = gw_json_member(o, "stream_options");
     if (so && !json_is_object(so))
         return type_error(err, "stream_options", so, "object");
-    json_t *iu = so ? member(so, "include_usage") : NULL;
+    json_t *iu = so ? gw_json_member(so, "include_usage") : NULL;
     if (iu && !json_is_boolean(iu))
         return type_error(err, "stream_options.include_usage", iu, "bool");
     info->include_usage = iu && json_is_true(iu);
@@ -131,7 +118,7 @@ static cr_status_t copy_common(const json_t *o, json_t *n, cr_err_t *err)
     for (size_t i = 0; i < CR_ARRAY_LEN(keys); i++) {
         json_t *v = json_object_get(o, keys[i]);
         if (v) {
-            cr_status_t st = put(n, keys[i], json_copy(v), err);
+            cr_status_t st = gw_json_put(n, keys[i], json_copy(v), err);
             if (st)
                 return st;
         }
@@ -143,12 +130,12 @@ static cr_status_t copy_common(const json_t *o, json_t *n, cr_err_t *err)
  * on as the native field. */
 static cr_status_t copy_debug(const json_t *o, json_t *n, cr_err_t *err)
 {
-    json_t *v = member(o, "_debug_render_only");
+    json_t *v = gw_json_member(o, "_debug_render_only");
     if (!v)
         return CR_OK;
     if (!json_is_boolean(v))
         return type_error(err, "_debug_render_only", v, "bool");
-    return put(n, "_debug_render_only", json_copy(v), err);
+    return gw_json_put(n, "_debug_render_only", json_copy(v), err);
 }
 
 /* ---- chat messages ---- */
@@ -205,32 +192,32 @@ static cr_status_t content_part(json_t *msgs, const char *role,
 {
     if (!json_is_object(part))
         return cr_err_set(err, CR_E_INVALID, "invalid message format");
-    const char *type = json_string_value(member(part, "type"));
+    const char *type = json_string_value(gw_json_member(part, "type"));
     json_t *extra = json_object();
     if (!extra)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     cr_status_t st = CR_OK;
     if (type && !strcmp(type, "text")) {
-        json_t *t = member(part, "text");
+        json_t *t = gw_json_member(part, "text");
         if (!json_is_string(t))
             st = cr_err_set(err, CR_E_INVALID, "invalid message format");
         else
-            st = put(extra, "content", json_copy(t), err);
+            st = gw_json_put(extra, "content", json_copy(t), err);
     } else if (type && !strcmp(type, "image_url")) {
-        json_t *iu = member(part, "image_url");
-        json_t *url = json_is_object(iu) ? member(iu, "url") : iu;
+        json_t *iu = gw_json_member(part, "image_url");
+        json_t *url = json_is_object(iu) ? gw_json_member(iu, "url") : iu;
         json_t *data = NULL;
         if (!json_is_string(url))
             st = cr_err_set(err, CR_E_INVALID, "invalid message format");
         else if (!(st = image_data(json_string_value(url), &data, err)))
-            st = put(extra, "images", json_pack("[o]", data), err);
+            st = gw_json_put(extra, "images", json_pack("[o]", data), err);
     } else if (type && !strcmp(type, "input_audio")) {
-        json_t *ia = member(part, "input_audio");
-        json_t *data = json_is_object(ia) ? member(ia, "data") : NULL;
+        json_t *ia = gw_json_member(part, "input_audio");
+        json_t *data = json_is_object(ia) ? gw_json_member(ia, "data") : NULL;
         if (!json_is_string(data))
             st = cr_err_set(err, CR_E_INVALID, "invalid message format");
         else
-            st = put(extra, "images", json_pack("[O]", data), err);
+            st = gw_json_put(extra, "images", json_pack("[O]", data), err);
     } else {
         st = cr_err_set(err, CR_E_INVALID, "invalid message format");
     }
@@ -252,9 +239,9 @@ static cr_status_t tool_calls_in(const json_t *calls, json_t **out,
     size_t i;
     json_t *c;
     json_array_foreach(calls, i, c) {
-        json_t *fn = json_is_object(c) ? member(c, "function") : NULL;
-        json_t *name = fn ? member(fn, "name") : NULL;
-        json_t *args = fn ? member(fn, "arguments") : NULL;
+        json_t *fn = json_is_object(c) ? gw_json_member(c, "function") : NULL;
+        json_t *name = fn ? gw_json_member(fn, "name") : NULL;
+        json_t *args = fn ? gw_json_member(fn, "arguments") : NULL;
         if (!json_is_object(fn) || (name && !json_is_string(name)) ||
             (args && !json_is_string(args))) {
             json_decref(arr);
@@ -277,7 +264,7 @@ static cr_status_t tool_calls_in(const json_t *calls, json_t **out,
                                name ? json_string_value(name) : "",
                                "arguments", obj);
         json_t *nc = nf ? json_pack("{s:o}", "function", nf) : NULL;
-        json_t *id = member(c, "id");
+        json_t *id = gw_json_member(c, "id");
         if (nc && json_is_string(id))
             json_object_set(nc, "id", id);
         if (!nc || json_array_append_new(arr, nc)) {
@@ -294,14 +281,14 @@ static const char *tool_name_of(const json_t *msgs, size_t before,
                                 const char *call_id)
 {
     for (size_t i = 0; i < before; i++) {
-        json_t *calls = member(json_array_get(msgs, i), "tool_calls");
+        json_t *calls = gw_json_member(json_array_get(msgs, i), "tool_calls");
         size_t k;
         json_t *c;
         json_array_foreach(calls, k, c) {
-            const char *id = json_string_value(member(c, "id"));
-            json_t *fn = member(c, "function");
+            const char *id = json_string_value(gw_json_member(c, "id"));
+            json_t *fn = gw_json_member(c, "function");
             if (id && !strcmp(id, call_id))
-                return json_string_value(member(fn, "name"));
+                return json_string_value(gw_json_member(fn, "name"));
         }
     }
     return NULL;
@@ -313,37 +300,37 @@ static cr_status_t one_message(const json_t *all, size_t idx, json_t *msgs,
     const json_t *m = json_array_get(all, idx);
     if (!json_is_object(m))
         return type_error(err, "messages", m, "Message");
-    json_t *rolev = member(m, "role");
+    json_t *rolev = gw_json_member(m, "role");
     if (rolev && !json_is_string(rolev))
         return type_error(err, "messages.role", rolev, "string");
     const char *role = rolev ? json_string_value(rolev) : "";
     if (!strcmp(role, "developer")) /* OpenAI's newer name for system */
         role = "system";
-    json_t *content = member(m, "content");
-    json_t *calls = member(m, "tool_calls");
+    json_t *content = gw_json_member(m, "content");
+    json_t *calls = gw_json_member(m, "tool_calls");
 
     json_t *extra = json_object();
     if (!extra)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     cr_status_t st = CR_OK;
     json_t *v;
-    if ((v = member(m, "reasoning")) && json_is_string(v))
-        st = put(extra, "thinking", json_copy(v), err);
+    if ((v = gw_json_member(m, "reasoning")) && json_is_string(v))
+        st = gw_json_put(extra, "thinking", json_copy(v), err);
     if (!st && calls) {
         json_t *native = NULL;
         if (!(st = tool_calls_in(calls, &native, err)))
-            st = put(extra, "tool_calls", native, err);
+            st = gw_json_put(extra, "tool_calls", native, err);
     }
     if (!st && !strcmp(role, "tool")) {
-        json_t *name = member(m, "name");
-        json_t *cid = member(m, "tool_call_id");
+        json_t *name = gw_json_member(m, "name");
+        json_t *cid = gw_json_member(m, "tool_call_id");
         const char *tn = json_is_string(name) ? json_string_value(name) : NULL;
         if (!tn && json_is_string(cid))
             tn = tool_name_of(all, idx, json_string_value(cid));
         if (tn)
-            st = put(extra, "tool_name", json_string(tn), err);
+            st = gw_json_put(extra, "tool_name", json_string(tn), err);
         if (!st && json_is_string(cid))
-            st = put(extra, "tool_call_id", json_copy(cid), err);
+            st = gw_json_put(extra, "tool_call_id", json_copy(cid), err);
     }
     if (st)
         goto out;
@@ -355,7 +342,7 @@ static cr_status_t one_message(const json_t *all, size_t idx, json_t *msgs,
         }
         st = append_msg(msgs, role, extra, err);
     } else if (json_is_string(content)) {
-        if (!(st = put(extra, "content", json_copy(content), err)))
+        if (!(st = gw_json_put(extra, "content", json_copy(content), err)))
             st = append_msg(msgs, role, extra, err);
     } else if (json_is_array(content)) {
         size_t i;
@@ -378,7 +365,7 @@ out:
 
 static cr_status_t get_messages(const json_t *o, json_t *n, cr_err_t *err)
 {
-    json_t *v = member(o, "messages");
+    json_t *v = gw_json_member(o, "messages");
     if (v && !json_is_array(v))
         return type_error(err, "messages", v, "[]Message");
     if (!v || json_array_size(v) == 0)
@@ -393,28 +380,28 @@ static cr_status_t get_messages(const json_t *o, json_t *n, cr_err_t *err)
             return st;
         }
     }
-    return put(n, "messages", msgs, err);
+    return gw_json_put(n, "messages", msgs, err);
 }
 
 /* response_format -> format. */
 static cr_status_t get_format(const json_t *o, json_t *n, cr_err_t *err)
 {
-    json_t *rf = member(o, "response_format");
+    json_t *rf = gw_json_member(o, "response_format");
     if (!rf)
         return CR_OK;
     if (!json_is_object(rf))
         return type_error(err, "response_format", rf, "object");
-    const char *type = json_string_value(member(rf, "type"));
+    const char *type = json_string_value(gw_json_member(rf, "type"));
     if (!type || !strcmp(type, "text"))
         return CR_OK;
     if (!strcmp(type, "json_object"))
-        return put(n, "format", json_string("json"), err);
+        return gw_json_put(n, "format", json_string("json"), err);
     if (!strcmp(type, "json_schema")) {
-        json_t *js = member(rf, "json_schema");
-        json_t *schema = json_is_object(js) ? member(js, "schema") : NULL;
+        json_t *js = gw_json_member(rf, "json_schema");
+        json_t *schema = json_is_object(js) ? gw_json_member(js, "schema") : NULL;
         if (!json_is_object(schema))
-            return put(n, "format", json_string("json"), err);
-        return put(n, "format", json_copy(schema), err);
+            return gw_json_put(n, "format", json_string("json"), err);
+        return gw_json_put(n, "format", json_copy(schema), err);
     }
     return cr_err_set(err, CR_E_INVALID,
                       "invalid response_format type: '%s' (must be \"text\", "
@@ -425,17 +412,17 @@ static cr_status_t get_format(const json_t *o, json_t *n, cr_err_t *err)
 /* reasoning_effort / reasoning.effort -> think. */
 static cr_status_t get_reasoning(const json_t *o, json_t *n, cr_err_t *err)
 {
-    json_t *v = member(o, "reasoning_effort");
-    json_t *r = member(o, "reasoning");
+    json_t *v = gw_json_member(o, "reasoning_effort");
+    json_t *r = gw_json_member(o, "reasoning");
     if (!v && json_is_object(r))
-        v = member(r, "effort");
+        v = gw_json_member(r, "effort");
     if (!v)
         return CR_OK;
     const char *e = json_string_value(v);
     if (!e)
         return type_error(err, "reasoning_effort", v, "string");
     if (!strcmp(e, "none"))
-        return put(n, "think", json_false(), err);
+        return gw_json_put(n, "think", json_false(), err);
     const char *level = NULL;
     if (!strcmp(e, "minimal"))
         level = "low";
@@ -450,7 +437,7 @@ static cr_status_t get_reasoning(const json_t *o, json_t *n, cr_err_t *err)
                           "\"minimal\", \"low\", \"medium\", \"high\", "
                           "\"xhigh\" or \"max\")",
                           e);
-    return put(n, "think", json_string(level), err);
+    return gw_json_put(n, "think", json_string(level), err);
 }
 
 /* tools, minus what tool_choice rules out: "none" drops them, a named
@@ -458,16 +445,16 @@ static cr_status_t get_reasoning(const json_t *o, json_t *n, cr_err_t *err)
  * (force_tools then makes a call the only possible answer). */
 static cr_status_t get_tools(const json_t *o, json_t *n, cr_err_t *err)
 {
-    json_t *tools = member(o, "tools");
+    json_t *tools = gw_json_member(o, "tools");
     if (!tools)
         return CR_OK;
-    json_t *choice = member(o, "tool_choice");
+    json_t *choice = gw_json_member(o, "tool_choice");
     if (json_is_string(choice) && !strcmp(json_string_value(choice), "none"))
         return CR_OK;
-    json_t *fn = json_is_object(choice) ? member(choice, "function") : NULL;
-    const char *want = json_string_value(member(fn, "name"));
+    json_t *fn = json_is_object(choice) ? gw_json_member(choice, "function") : NULL;
+    const char *want = json_string_value(gw_json_member(fn, "name"));
     if (!want || !json_is_array(tools))
-        return put(n, "tools", json_copy(tools), err);
+        return gw_json_put(n, "tools", json_copy(tools), err);
     json_t *keep = json_array();
     if (!keep)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
@@ -475,7 +462,7 @@ static cr_status_t get_tools(const json_t *o, json_t *n, cr_err_t *err)
     json_t *t;
     json_array_foreach(tools, i, t) {
         const char *name =
-            json_string_value(member(member(t, "function"), "name"));
+            json_string_value(gw_json_member(gw_json_member(t, "function"), "name"));
         if (name && !strcmp(name, want))
             json_array_append(keep, t);
     }
@@ -486,7 +473,7 @@ static cr_status_t get_tools(const json_t *o, json_t *n, cr_err_t *err)
                           "tools",
                           want);
     }
-    return put(n, "tools", keep, err);
+    return gw_json_put(n, "tools", keep, err);
 }
 
 /* tool_choice "required" or a named function: the answer must be a call.
@@ -496,11 +483,11 @@ static cr_status_t get_tools(const json_t *o, json_t *n, cr_err_t *err)
 static cr_status_t force_tools(const json_t *o, json_t *n,
                                gw_oai_info_t *info, cr_err_t *err)
 {
-    json_t *choice = member(o, "tool_choice");
+    json_t *choice = gw_json_member(o, "tool_choice");
     bool required =
         json_is_string(choice) && !strcmp(json_string_value(choice), "required");
     bool named = json_is_object(choice) &&
-                 json_is_string(member(member(choice, "function"), "name"));
+                 json_is_string(gw_json_member(gw_json_member(choice, "function"), "name"));
     json_t *tools = json_object_get(n, "tools");
     if ((!required && !named) || json_array_size(tools) == 0)
         return CR_OK;
@@ -520,11 +507,11 @@ cr_status_t gw_oai_force_call(json_t *n, bool *forced, cr_err_t *err)
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
-        json_t *fn = member(t, "function");
-        const char *name = json_string_value(member(fn, "name"));
+        json_t *fn = gw_json_member(t, "function");
+        const char *name = json_string_value(gw_json_member(fn, "name"));
         if (!name)
             continue;
-        json_t *params = member(fn, "parameters");
+        json_t *params = gw_json_member(fn, "parameters");
         json_t *args = json_is_object(params) ? json_deep_copy(params)
                                               : json_pack("{s:s}", "type",
                                                           "object");
@@ -546,7 +533,7 @@ cr_status_t gw_oai_force_call(json_t *n, bool *forced, cr_err_t *err)
                          : json_pack("{s:O}", "anyOf", alts);
     json_decref(alts);
     *forced = true;
-    return put(n, "format", schema, err);
+    return gw_json_put(n, "format", schema, err);
 }
 
 static cr_status_t translate_chat(const json_t *o, json_t *n,
@@ -562,7 +549,7 @@ static cr_status_t translate_chat(const json_t *o, json_t *n,
         (st = base_options(o, &opts, err)))
         return st;
     /* max_completion_tokens (newer SDKs) when max_tokens is absent */
-    const char *max_key = member(o, "max_tokens") ? "max_tokens"
+    const char *max_key = gw_json_member(o, "max_tokens") ? "max_tokens"
                                                   : "max_completion_tokens";
     if ((st = copy_number(o, max_key, opts, "num_predict", true, err)) ||
         (st = copy_number(o, "seed", opts, "seed", true, err)) ||
@@ -578,27 +565,27 @@ static cr_status_t translate_chat(const json_t *o, json_t *n,
     /* Ollama sends 1.0 when the client did not say (OpenAI's defaults),
      * unless the extra options gave a value. */
     if (!json_object_get(opts, "temperature") &&
-        (st = put(opts, "temperature", json_real(1.0), err)))
+        (st = gw_json_put(opts, "temperature", json_real(1.0), err)))
         goto out;
     if (!json_object_get(opts, "top_p") &&
-        (st = put(opts, "top_p", json_real(1.0), err)))
+        (st = gw_json_put(opts, "top_p", json_real(1.0), err)))
         goto out;
     json_t *v;
-    if ((v = member(o, "logprobs"))) {
+    if ((v = gw_json_member(o, "logprobs"))) {
         if (!json_is_boolean(v)) {
             st = type_error(err, "logprobs", v, "bool");
             goto out;
         }
-        if ((st = put(n, "logprobs", json_copy(v), err)))
+        if ((st = gw_json_put(n, "logprobs", json_copy(v), err)))
             goto out;
     }
-    if ((v = member(o, "top_logprobs")) &&
-        (st = put(n, "top_logprobs", json_copy(v), err)))
+    if ((v = gw_json_member(o, "top_logprobs")) &&
+        (st = gw_json_put(n, "top_logprobs", json_copy(v), err)))
         goto out;
-    st = put(n, "options", opts, err);
+    st = gw_json_put(n, "options", opts, err);
     opts = NULL;
     if (!st)
-        st = put(n, "stream", json_boolean(info->stream), err);
+        st = gw_json_put(n, "stream", json_boolean(info->stream), err);
 out:
     json_decref(opts);
     return st;
@@ -612,16 +599,16 @@ static cr_status_t translate_completions(const json_t *o, json_t *n,
     if ((st = copy_common(o, n, err)) || (st = copy_debug(o, n, err)) ||
         (st = get_stream(o, info, err)))
         return st;
-    json_t *p = member(o, "prompt");
+    json_t *p = gw_json_member(o, "prompt");
     if (p && !json_is_string(p))
         return cr_err_set(err, CR_E_INVALID,
                           "invalid type for 'prompt' field: %s", kind_of(p));
-    if (p && (st = put(n, "prompt", json_copy(p), err)))
+    if (p && (st = gw_json_put(n, "prompt", json_copy(p), err)))
         return st;
-    json_t *sfx = member(o, "suffix");
+    json_t *sfx = gw_json_member(o, "suffix");
     if (sfx && !json_is_string(sfx))
         return type_error(err, "suffix", sfx, "string");
-    if (sfx && (st = put(n, "suffix", json_copy(sfx), err)))
+    if (sfx && (st = gw_json_put(n, "suffix", json_copy(sfx), err)))
         return st;
     if ((st = base_options(o, &opts, err)))
         return st;
@@ -637,32 +624,32 @@ static cr_status_t translate_completions(const json_t *o, json_t *n,
         (st = get_stop(o, opts, err)))
         goto out;
     if (!json_object_get(opts, "temperature") &&
-        (st = put(opts, "temperature", json_real(1.0), err)))
+        (st = gw_json_put(opts, "temperature", json_real(1.0), err)))
         goto out;
     json_t *tp = json_object_get(opts, "top_p");
     if ((!tp || json_number_value(tp) == 0) &&
-        (st = put(opts, "top_p", json_real(1.0), err)))
+        (st = gw_json_put(opts, "top_p", json_real(1.0), err)))
         goto out;
     static const char *const pens[] = {"frequency_penalty",
                                        "presence_penalty"};
     for (size_t i = 0; i < CR_ARRAY_LEN(pens); i++)
         if (!json_object_get(opts, pens[i]) &&
-            (st = put(opts, pens[i], json_real(0), err)))
+            (st = gw_json_put(opts, pens[i], json_real(0), err)))
             goto out;
-    json_t *lp = member(o, "logprobs");
+    json_t *lp = gw_json_member(o, "logprobs");
     if (lp) {
         if (!json_is_integer(lp)) {
             st = type_error(err, "logprobs", lp, "int");
             goto out;
         }
-        if ((st = put(n, "logprobs", json_true(), err)) ||
-            (st = put(n, "top_logprobs", json_copy(lp), err)))
+        if ((st = gw_json_put(n, "logprobs", json_true(), err)) ||
+            (st = gw_json_put(n, "top_logprobs", json_copy(lp), err)))
             goto out;
     }
-    st = put(n, "options", opts, err);
+    st = gw_json_put(n, "options", opts, err);
     opts = NULL;
     if (!st)
-        st = put(n, "stream", json_boolean(info->stream), err);
+        st = gw_json_put(n, "stream", json_boolean(info->stream), err);
 out:
     json_decref(opts);
     return st;
@@ -674,24 +661,24 @@ static cr_status_t translate_embeddings(const json_t *o, json_t *n,
     cr_status_t st;
     if ((st = copy_common(o, n, err)))
         return st;
-    json_t *in = member(o, "input");
+    json_t *in = gw_json_member(o, "input");
     if (json_is_string(in)) {
-        st = put(n, "input", json_pack("[O]", in), err);
+        st = gw_json_put(n, "input", json_pack("[O]", in), err);
     } else if (json_is_array(in) && json_array_size(in) > 0) {
         size_t i;
         json_t *e;
         json_array_foreach(in, i, e) if (!json_is_string(e)) return cr_err_set(
             err, CR_E_INVALID, "invalid input");
-        st = put(n, "input", json_copy(in), err);
+        st = gw_json_put(n, "input", json_copy(in), err);
     } else {
         return cr_err_set(err, CR_E_INVALID, "invalid input");
     }
     if (st)
         return st;
-    json_t *d = member(o, "dimensions");
-    if (d && (st = put(n, "dimensions", json_copy(d), err)))
+    json_t *d = gw_json_member(o, "dimensions");
+    if (d && (st = gw_json_put(n, "dimensions", json_copy(d), err)))
         return st;
-    json_t *ef = member(o, "encoding_format");
+    json_t *ef = gw_json_member(o, "encoding_format");
     if (ef) {
         const char *f = json_string_value(ef);
         if (!f || (strcmp(f, "float") != 0 && strcmp(f, "base64") != 0))
@@ -700,8 +687,8 @@ static cr_status_t translate_embeddings(const json_t *o, json_t *n,
                               "\"base64\"");
         info->base64 = !strcmp(f, "base64");
     }
-    json_t *opts = member(o, "options");
-    if (opts && (st = put(n, "options", json_copy(opts), err)))
+    json_t *opts = gw_json_member(o, "options");
+    if (opts && (st = gw_json_put(n, "options", json_copy(opts), err)))
         return st;
     return CR_OK;
 }
@@ -880,9 +867,9 @@ static void tool_calls_out(gw_jw_t *w, oai_t *x, const char *native)
     size_t i;
     json_t *c;
     json_array_foreach(arr, i, c) {
-        json_t *fn = member(c, "function");
-        json_t *idx = member(fn, "index");
-        const char *id = json_string_value(member(c, "id"));
+        json_t *fn = gw_json_member(c, "function");
+        json_t *idx = gw_json_member(fn, "index");
+        const char *id = json_string_value(gw_json_member(c, "id"));
         char idbuf[32];
         int index = json_is_integer(idx) ? (int)json_integer_value(idx)
                                          : x->n_calls;
@@ -903,7 +890,7 @@ static void tool_calls_out(gw_jw_t *w, oai_t *x, const char *native)
             id = idbuf;
         }
         x->n_calls++;
-        json_t *av = member(fn, "arguments");
+        json_t *av = gw_json_member(fn, "arguments");
         char *args = av ? json_dumps(av, JSON_COMPACT | JSON_ENCODE_ANY)
                         : NULL;
         gw_jw_obj(w);
@@ -916,7 +903,7 @@ static void tool_calls_out(gw_jw_t *w, oai_t *x, const char *native)
         gw_jw_key(w, "function");
         gw_jw_obj(w);
         gw_jw_key(w, "name");
-        gw_jw_str(w, json_string_value(member(fn, "name")));
+        gw_jw_str(w, json_string_value(gw_json_member(fn, "name")));
         gw_jw_key(w, "arguments");
         gw_jw_str(w, args ? args : "{}");
         gw_jw_end_obj(w);
@@ -1025,8 +1012,8 @@ static cr_status_t usage_chunk(cr_buf_t *b, oai_t *x, const char *object,
 char *gw_oai_forced_call(const char *text)
 {
     json_t *v = json_loads(text ? text : "", JSON_DECODE_ANY, NULL);
-    json_t *name = member(v, "name");
-    json_t *args = member(v, "arguments");
+    json_t *name = gw_json_member(v, "name");
+    json_t *args = gw_json_member(v, "arguments");
     char *out = NULL;
     if (json_is_object(v) && json_is_string(name) && json_is_object(args)) {
         json_t *arr = json_pack("[{s:{s:i,s:O,s:O}}]", "function", "index", 0,
@@ -1141,12 +1128,12 @@ static void legacy_logprobs(gw_jw_t *w, const char *native)
     gw_jw_key(w, "tokens");
     gw_jw_arr(w);
     json_array_foreach(arr, i, e)
-        gw_jw_str(w, json_string_value(member(e, "token")));
+        gw_jw_str(w, json_string_value(gw_json_member(e, "token")));
     gw_jw_end_arr(w);
     gw_jw_key(w, "token_logprobs");
     gw_jw_arr(w);
     json_array_foreach(arr, i, e)
-        gw_jw_f64(w, json_number_value(member(e, "logprob")));
+        gw_jw_f64(w, json_number_value(gw_json_member(e, "logprob")));
     gw_jw_end_arr(w);
     gw_jw_key(w, "top_logprobs");
     gw_jw_arr(w);
@@ -1154,10 +1141,10 @@ static void legacy_logprobs(gw_jw_t *w, const char *native)
         gw_jw_obj(w);
         size_t k;
         json_t *t;
-        json_array_foreach(member(e, "top_logprobs"), k, t) {
-            const char *tok = json_string_value(member(t, "token"));
+        json_array_foreach(gw_json_member(e, "top_logprobs"), k, t) {
+            const char *tok = json_string_value(gw_json_member(t, "token"));
             gw_jw_key(w, tok ? tok : "");
-            gw_jw_f64(w, json_number_value(member(t, "logprob")));
+            gw_jw_f64(w, json_number_value(gw_json_member(t, "logprob")));
         }
         gw_jw_end_obj(w);
     }

@@ -6,6 +6,7 @@
  * exactly what the stream announced. */
 #include "lib/prelude.h"
 #include "services/gateway/responses.h"
+#include "services/gateway/json_util.h"
 
 #include "lib/log.h"
 #include "services/gateway/convert.h"
@@ -20,12 +21,6 @@
 
 #define NATIVE_CAP (64u * 1024 * 1024)
 #define TEXT_CAP (256u * 1024 * 1024)
-
-static json_t *member(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_null(v) ? NULL : v;
-}
 
 typedef enum item { I_NONE, I_REASONING, I_MESSAGE } item_t;
 
@@ -145,17 +140,17 @@ static json_t *call_items(const char *native)
     size_t i;
     json_t *c;
     json_array_foreach(arr, i, c) {
-        json_t *fn = member(c, "function");
+        json_t *fn = gw_json_member(c, "function");
         char fc[GW_SURFACE_ID_MAX], call[GW_SURFACE_ID_MAX];
         gw_surface_id(fc, sizeof fc, "fc_");
-        const char *cid = json_string_value(member(c, "id"));
+        const char *cid = json_string_value(gw_json_member(c, "id"));
         if (!cid || !*cid) {
             gw_surface_id(call, sizeof call, "call_");
             cid = call;
         }
-        json_t *args = member(fn, "arguments");
+        json_t *args = gw_json_member(fn, "arguments");
         char *text = args ? json_dumps(args, JSON_COMPACT) : NULL;
-        const char *name = json_string_value(member(fn, "name"));
+        const char *name = json_string_value(gw_json_member(fn, "name"));
         json_array_append_new(
             out, json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "id", fc, "type",
                            "function_call", "status", "completed", "call_id",
@@ -444,7 +439,7 @@ static json_t *echo_of(const char *body, size_t len)
     json_t *o = json_loadb(body, len, JSON_DECODE_ANY, NULL);
     json_t *e = json_object();
     for (size_t i = 0; e && i < CR_ARRAY_LEN(keys); i++) {
-        json_t *v = member(o, keys[i]);
+        json_t *v = gw_json_member(o, keys[i]);
         if (v)
             json_object_set(e, keys[i], v);
     }

@@ -2,6 +2,7 @@
  * (gw_resp_translate, see responses.h). Answers are responses.c's. */
 #include "lib/prelude.h"
 #include "services/gateway/responses.h"
+#include "services/gateway/json_util.h"
 
 #include "services/gateway/openai.h"
 
@@ -9,31 +10,6 @@
 #include <jansson.h>
 
 #define TEXT_CAP (256u * 1024 * 1024) /* a joined text */
-
-static json_t *member(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_null(v) ? NULL : v;
-}
-
-static cr_status_t nomem(cr_err_t *err)
-{
-    return cr_err_set(err, CR_E_NOMEM, "out of memory");
-}
-
-static cr_status_t put(json_t *o, const char *key, json_t *v, cr_err_t *err)
-{
-    if (!v || json_object_set_new(o, key, v))
-        return nomem(err);
-    return CR_OK;
-}
-
-static cr_status_t append(json_t *arr, json_t *v, cr_err_t *err)
-{
-    if (!v || json_array_append_new(arr, v))
-        return nomem(err);
-    return CR_OK;
-}
 
 /* What the items seen so far left for the next assistant message. */
 typedef struct conv {
@@ -47,10 +23,10 @@ static json_t *assistant(conv_t *c, cr_err_t *err)
 {
     size_t n = json_array_size(c->msgs);
     json_t *last = n ? json_array_get(c->msgs, n - 1) : NULL;
-    const char *role = json_string_value(member(last, "role"));
+    const char *role = json_string_value(gw_json_member(last, "role"));
     if (!role || strcmp(role, "assistant") != 0) {
         last = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
-        if (append(c->msgs, last, err))
+        if (gw_json_append(c->msgs, last, err))
             return NULL;
     }
     if (c->thinking) {
@@ -65,11 +41,11 @@ static const char *tool_name_of(const json_t *msgs, const char *id)
     size_t i, k;
     json_t *m, *c;
     json_array_foreach(msgs, i, m) {
-        json_array_foreach(member(m, "tool_calls"), k, c) {
-            const char *cid = json_string_value(member(c, "id"));
+        json_array_foreach(gw_json_member(m, "tool_calls"), k, c) {
+            const char *cid = json_string_value(gw_json_member(c, "id"));
             if (cid && !strcmp(cid, id))
                 return json_string_value(
-                    member(member(c, "function"), "name"));
+                    gw_json_member(gw_json_member(c, "function"), "name"));
         }
     }
     return NULL;
@@ -82,14 +58,14 @@ static cr_status_t parts(const json_t *content, const char *where,
     size_t i;
     json_t *p;
     json_array_foreach(content, i, p) {
-        const char *type = json_string_value(member(p, "type"));
+        const char *type = json_string_value(gw_json_member(p, "type"));
         if (!type)
             return cr_err_set(err, CR_E_INVALID,
                               "%s.content[%zu]: a part needs a string 'type'",
                               where, i);
         if (!strcmp(type, "input_text") || !strcmp(type, "output_text") ||
             !strcmp(type, "refusal")) {
-            json_t *t = member(p, !strcmp(type, "refusal") ? "refusal"
+            json_t *t = gw_json_member(p, !strcmp(type, "refusal") ? "refusal"
                                                             : "text");
             if (!json_is_string(t))
                 return cr_err_set(err, CR_E_INVALID,
@@ -97,9 +73,9 @@ static cr_status_t parts(const json_t *content, const char *where,
                                   where, i, type);
             if (cr_buf_append(text, json_string_value(t),
                               json_string_length(t)))
-                return nomem(err);
+                return gw_json_nomem(err);
         } else if (!strcmp(type, "input_image")) {
-            const char *url = json_string_value(member(p, "image_url"));
+            const char *url = json_string_value(gw_json_member(p, "image_url"));
             const char *b64 = url && !strncmp(url, "data:", 5)
                                   ? strstr(url, ";base64,")
                                   : NULL;
@@ -109,7 +85,7 @@ static cr_status_t parts(const json_t *content, const char *where,
                                   "base64 data URL in image_url (image URLs "
                                   "and file ids are not supported)",
                                   where, i);
-            if (append(images, json_string(b64 + 8), err))
+            if (gw_json_append(images, json_string(b64 + 8), err))
                 return CR_E_NOMEM;
         } else if (!strcmp(type, "input_file")) {
             return cr_err_set(err, CR_E_INVALID,
@@ -128,7 +104,7 @@ static cr_status_t parts(const json_t *content, const char *where,
 static cr_status_t message_item(conv_t *c, const json_t *it, const char *where,
                                 cr_err_t *err)
 {
-    const char *role = json_string_value(member(it, "role"));
+    const char *role = json_string_value(gw_json_member(it, "role"));
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant") &&
                   strcmp(role, "system") && strcmp(role, "developer")))
         return cr_err_set(err, CR_E_INVALID,
@@ -137,15 +113,15 @@ static cr_status_t message_item(conv_t *c, const json_t *it, const char *where,
                           where);
     if (!strcmp(role, "developer"))
         role = "system";
-    json_t *content = member(it, "content");
+    json_t *content = gw_json_member(it, "content");
     cr_buf_t text;
     cr_buf_init(&text, TEXT_CAP);
     json_t *images = json_array();
-    cr_status_t st = images ? CR_OK : nomem(err);
+    cr_status_t st = images ? CR_OK : gw_json_nomem(err);
     if (!st && json_is_string(content)) {
         if (cr_buf_append(&text, json_string_value(content),
                           json_string_length(content)))
-            st = nomem(err);
+            st = gw_json_nomem(err);
     } else if (!st && json_is_array(content)) {
         st = parts(content, where, &text, images, err);
     } else if (!st) {
@@ -169,7 +145,7 @@ static cr_status_t message_item(conv_t *c, const json_t *it, const char *where,
     if (!st && m && json_array_size(images))
         json_object_set(m, "images", images);
     if (!st)
-        st = append(c->msgs, m, err);
+        st = gw_json_append(c->msgs, m, err);
     json_decref(images);
     cr_buf_free(&text);
     return st;
@@ -178,8 +154,8 @@ static cr_status_t message_item(conv_t *c, const json_t *it, const char *where,
 static cr_status_t call_item(conv_t *c, const json_t *it, const char *where,
                              cr_err_t *err)
 {
-    json_t *id = member(it, "call_id"), *name = member(it, "name");
-    json_t *args = member(it, "arguments");
+    json_t *id = gw_json_member(it, "call_id"), *name = gw_json_member(it, "name");
+    json_t *args = gw_json_member(it, "arguments");
     if (!json_is_string(id) || !json_is_string(name))
         return cr_err_set(err, CR_E_INVALID,
                           "%s: function_call needs string 'call_id' and "
@@ -210,12 +186,12 @@ static cr_status_t call_item(conv_t *c, const json_t *it, const char *where,
     json_t *calls = json_object_get(m, "tool_calls");
     if (!calls) {
         calls = json_array();
-        if (put(m, "tool_calls", calls, err)) {
+        if (gw_json_put(m, "tool_calls", calls, err)) {
             json_decref(obj);
             return CR_E_NOMEM;
         }
     }
-    return append(calls,
+    return gw_json_append(calls,
                   json_pack("{s:O,s:{s:I,s:O,s:o}}", "id", id, "function",
                             "index", (json_int_t)json_array_size(calls),
                             "name", name, "arguments", obj),
@@ -225,8 +201,8 @@ static cr_status_t call_item(conv_t *c, const json_t *it, const char *where,
 static cr_status_t output_item(conv_t *c, const json_t *it, const char *where,
                                cr_err_t *err)
 {
-    json_t *id = member(it, "call_id");
-    json_t *out = member(it, "output");
+    json_t *id = gw_json_member(it, "call_id");
+    json_t *out = gw_json_member(it, "output");
     if (!json_is_string(id))
         return cr_err_set(err, CR_E_INVALID,
                           "%s: function_call_output needs a string 'call_id'",
@@ -234,11 +210,11 @@ static cr_status_t output_item(conv_t *c, const json_t *it, const char *where,
     cr_buf_t text;
     cr_buf_init(&text, TEXT_CAP);
     json_t *images = json_array();
-    cr_status_t st = images ? CR_OK : nomem(err);
+    cr_status_t st = images ? CR_OK : gw_json_nomem(err);
     if (!st && json_is_string(out)) {
         if (cr_buf_append(&text, json_string_value(out),
                           json_string_length(out)))
-            st = nomem(err);
+            st = gw_json_nomem(err);
     } else if (!st && json_is_array(out)) {
         st = parts(out, where, &text, images, err);
     } else if (!st) {
@@ -257,7 +233,7 @@ static cr_status_t output_item(conv_t *c, const json_t *it, const char *where,
             json_object_set_new(m, "tool_name", json_string(name));
         if (m && json_array_size(images))
             json_object_set(m, "images", images);
-        st = append(c->msgs, m, err);
+        st = gw_json_append(c->msgs, m, err);
     }
     json_decref(images);
     cr_buf_free(&text);
@@ -267,7 +243,7 @@ static cr_status_t output_item(conv_t *c, const json_t *it, const char *where,
 static cr_status_t reasoning_item(conv_t *c, const json_t *it,
                                   const char *where, cr_err_t *err)
 {
-    json_t *sum = member(it, "summary");
+    json_t *sum = gw_json_member(it, "summary");
     if (sum && !json_is_array(sum))
         return cr_err_set(err, CR_E_INVALID,
                           "%s: reasoning summary must be an array", where);
@@ -275,7 +251,7 @@ static cr_status_t reasoning_item(conv_t *c, const json_t *it,
     size_t i;
     json_t *p;
     json_array_foreach(sum, i, p) {
-        json_t *t = member(p, "text");
+        json_t *t = gw_json_member(p, "text");
         if (!json_is_string(t))
             return cr_err_set(err, CR_E_INVALID,
                               "%s.summary[%zu]: needs a string text", where,
@@ -289,17 +265,17 @@ static cr_status_t get_input(const json_t *o, json_t *n, cr_err_t *err)
 {
     conv_t c = {json_array(), NULL};
     if (!c.msgs)
-        return nomem(err);
+        return gw_json_nomem(err);
     cr_status_t st = CR_OK;
-    json_t *ins = member(o, "instructions");
+    json_t *ins = gw_json_member(o, "instructions");
     if (ins && !json_is_string(ins))
         st = cr_err_set(err, CR_E_INVALID, "instructions: must be a string");
     else if (ins && json_string_length(ins))
-        st = append(c.msgs, json_pack("{s:s,s:O}", "role", "system",
+        st = gw_json_append(c.msgs, json_pack("{s:s,s:O}", "role", "system",
                                       "content", ins), err);
-    json_t *in = member(o, "input");
+    json_t *in = gw_json_member(o, "input");
     if (!st && json_is_string(in)) {
-        st = append(c.msgs, json_pack("{s:s,s:O}", "role", "user", "content",
+        st = gw_json_append(c.msgs, json_pack("{s:s,s:O}", "role", "user", "content",
                                       in), err);
     } else if (!st && json_is_array(in)) {
         size_t i;
@@ -307,7 +283,7 @@ static cr_status_t get_input(const json_t *o, json_t *n, cr_err_t *err)
         json_array_foreach(in, i, it) {
             char where[32];
             snprintf(where, sizeof where, "input[%zu]", i);
-            const char *type = json_string_value(member(it, "type"));
+            const char *type = json_string_value(gw_json_member(it, "type"));
             if (!json_is_object(it))
                 st = cr_err_set(err, CR_E_INVALID, "%s: must be an object",
                                 where);
@@ -336,14 +312,14 @@ static cr_status_t get_input(const json_t *o, json_t *n, cr_err_t *err)
         json_decref(c.msgs);
         return st;
     }
-    return put(n, "messages", c.msgs, err);
+    return gw_json_put(n, "messages", c.msgs, err);
 }
 
 static cr_status_t get_tools(const json_t *o, json_t *n, gw_resp_info_t *info,
                              cr_err_t *err)
 {
-    json_t *tools = member(o, "tools");
-    json_t *choice = member(o, "tool_choice");
+    json_t *tools = gw_json_member(o, "tools");
+    json_t *choice = gw_json_member(o, "tool_choice");
     if (tools && !json_is_array(tools))
         return cr_err_set(err, CR_E_INVALID, "tools: must be an array");
     const char *mode = json_string_value(choice);
@@ -354,8 +330,8 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_resp_info_t *info,
                           "tool_choice: must be \"none\", \"auto\", "
                           "\"required\" or {\"type\":\"function\",\"name\"}");
     if (choice && !mode) {
-        const char *type = json_string_value(member(choice, "type"));
-        want = json_string_value(member(choice, "name"));
+        const char *type = json_string_value(gw_json_member(choice, "type"));
+        want = json_string_value(gw_json_member(choice, "name"));
         if (!type || strcmp(type, "function") || !want)
             return cr_err_set(err, CR_E_INVALID,
                               "tool_choice: only {\"type\":\"function\","
@@ -365,13 +341,13 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_resp_info_t *info,
         return CR_OK;
     json_t *out = json_array();
     if (!out)
-        return nomem(err);
+        return gw_json_nomem(err);
     cr_status_t st = CR_OK;
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
-        const char *type = json_string_value(member(t, "type"));
-        json_t *name = member(t, "name");
+        const char *type = json_string_value(gw_json_member(t, "type"));
+        json_t *name = gw_json_member(t, "name");
         if (!type || strcmp(type, "function") != 0) {
             st = cr_err_set(err, CR_E_INVALID,
                             "tools[%zu]: tool type '%s' is not supported "
@@ -386,14 +362,14 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_resp_info_t *info,
         }
         if (want && strcmp(json_string_value(name), want) != 0)
             continue;
-        json_t *params = member(t, "parameters");
+        json_t *params = gw_json_member(t, "parameters");
         json_t *fn = json_pack("{s:O}", "name", name);
         if (fn && json_is_object(params))
             json_object_set(fn, "parameters", params);
-        json_t *d = member(t, "description");
+        json_t *d = gw_json_member(t, "description");
         if (fn && json_is_string(d))
             json_object_set(fn, "description", d);
-        if ((st = append(out, json_pack("{s:s,s:o}", "type", "function",
+        if ((st = gw_json_append(out, json_pack("{s:s,s:o}", "type", "function",
                                         "function", fn),
                          err)))
             break;
@@ -407,7 +383,7 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_resp_info_t *info,
         json_decref(out);
         return st;
     }
-    if ((st = put(n, "tools", out, err)))
+    if ((st = gw_json_put(n, "tools", out, err)))
         return st;
     if (want || (mode && !strcmp(mode, "required"))) {
         if (json_object_get(n, "format"))
@@ -422,25 +398,25 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_resp_info_t *info,
 /* text.format -> format. */
 static cr_status_t get_format(const json_t *o, json_t *n, cr_err_t *err)
 {
-    json_t *text = member(o, "text");
-    json_t *f = member(text, "format");
+    json_t *text = gw_json_member(o, "text");
+    json_t *f = gw_json_member(text, "format");
     if (!f)
         return CR_OK;
-    const char *type = json_string_value(member(f, "type"));
+    const char *type = json_string_value(gw_json_member(f, "type"));
     if (!type)
         return cr_err_set(err, CR_E_INVALID,
                           "text.format: needs a string 'type'");
     if (!strcmp(type, "text"))
         return CR_OK;
     if (!strcmp(type, "json_object"))
-        return put(n, "format", json_string("json"), err);
+        return gw_json_put(n, "format", json_string("json"), err);
     if (!strcmp(type, "json_schema")) {
-        json_t *schema = member(f, "schema");
+        json_t *schema = gw_json_member(f, "schema");
         if (!json_is_object(schema))
             return cr_err_set(err, CR_E_INVALID,
                               "text.format: json_schema needs an object "
                               "'schema'");
-        return put(n, "format", json_copy(schema), err);
+        return gw_json_put(n, "format", json_copy(schema), err);
     }
     return cr_err_set(err, CR_E_INVALID,
                       "text.format.type: must be \"text\", \"json_object\" "
@@ -451,8 +427,8 @@ static cr_status_t get_format(const json_t *o, json_t *n, cr_err_t *err)
 /* reasoning.effort -> think. */
 static cr_status_t get_reasoning(const json_t *o, json_t *n, cr_err_t *err)
 {
-    json_t *r = member(o, "reasoning");
-    json_t *e = member(r, "effort");
+    json_t *r = gw_json_member(o, "reasoning");
+    json_t *e = gw_json_member(r, "effort");
     if (!e)
         return CR_OK;
     const char *v = json_string_value(e);
@@ -460,7 +436,7 @@ static cr_status_t get_reasoning(const json_t *o, json_t *n, cr_err_t *err)
         return cr_err_set(err, CR_E_INVALID,
                           "reasoning.effort: must be a string");
     if (!strcmp(v, "none"))
-        return put(n, "think", json_false(), err);
+        return gw_json_put(n, "think", json_false(), err);
     if (!strcmp(v, "minimal"))
         v = "low";
     else if (!strcmp(v, "xhigh"))
@@ -470,58 +446,58 @@ static cr_status_t get_reasoning(const json_t *o, json_t *n, cr_err_t *err)
         return cr_err_set(err, CR_E_INVALID,
                           "reasoning.effort: must be \"none\", \"minimal\", "
                           "\"low\", \"medium\", \"high\" or \"xhigh\"");
-    return put(n, "think", json_string(v), err);
+    return gw_json_put(n, "think", json_string(v), err);
 }
 
 static cr_status_t copy_number(const json_t *o, const char *from,
                                json_t *opts, const char *to, bool integer,
                                cr_err_t *err)
 {
-    json_t *v = member(o, from);
+    json_t *v = gw_json_member(o, from);
     if (!v)
         return CR_OK;
     if (integer ? !json_is_integer(v) || json_integer_value(v) <= 0
                 : !json_is_number(v))
         return cr_err_set(err, CR_E_INVALID, "%s: must be a %s", from,
                           integer ? "positive integer" : "number");
-    return put(opts, to, json_copy(v), err);
+    return gw_json_put(opts, to, json_copy(v), err);
 }
 
 static cr_status_t translate(const json_t *o, json_t *n, gw_resp_info_t *info,
                              cr_err_t *err)
 {
-    json_t *model = member(o, "model");
+    json_t *model = gw_json_member(o, "model");
     if (!json_is_string(model) || !json_string_length(model))
         return cr_err_set(err, CR_E_INVALID, "model is required");
-    if (member(o, "previous_response_id"))
+    if (gw_json_member(o, "previous_response_id"))
         return cr_err_set(err, CR_E_INVALID,
                           "previous_response_id is not supported: responses "
                           "are not stored; send the whole conversation in "
                           "'input'");
-    if (member(o, "conversation"))
+    if (gw_json_member(o, "conversation"))
         return cr_err_set(err, CR_E_INVALID,
                           "conversation is not supported: responses are not "
                           "stored; send the whole conversation in 'input'");
-    if (json_is_true(member(o, "background")))
+    if (json_is_true(gw_json_member(o, "background")))
         return cr_err_set(err, CR_E_INVALID,
                           "background is not supported: responses are "
                           "answered while the request waits");
-    if (member(o, "prompt"))
+    if (gw_json_member(o, "prompt"))
         return cr_err_set(err, CR_E_INVALID,
                           "prompt (a stored prompt template) is not "
                           "supported");
-    json_t *stream = member(o, "stream");
+    json_t *stream = gw_json_member(o, "stream");
     if (stream && !json_is_boolean(stream))
         return cr_err_set(err, CR_E_INVALID, "stream: must be a boolean");
     info->stream = json_is_true(stream);
     cr_status_t st;
-    if ((st = put(n, "model", json_copy(model), err)) ||
+    if ((st = gw_json_put(n, "model", json_copy(model), err)) ||
         (st = get_input(o, n, err)) || (st = get_format(o, n, err)) ||
         (st = get_tools(o, n, info, err)) || (st = get_reasoning(o, n, err)))
         return st;
     json_t *opts = json_object();
     if (!opts)
-        return nomem(err);
+        return gw_json_nomem(err);
     if ((st = copy_number(o, "max_output_tokens", opts, "num_predict", true,
                           err)) ||
         (st = copy_number(o, "temperature", opts, "temperature", false,
@@ -530,9 +506,9 @@ static cr_status_t translate(const json_t *o, json_t *n, gw_resp_info_t *info,
         json_decref(opts);
         return st;
     }
-    if ((st = put(n, "options", opts, err)))
+    if ((st = gw_json_put(n, "options", opts, err)))
         return st;
-    return put(n, "stream", json_boolean(info->stream), err);
+    return gw_json_put(n, "stream", json_boolean(info->stream), err);
 }
 
 static bool all_space(const char *p, size_t n)
@@ -573,11 +549,11 @@ cr_status_t gw_resp_translate(const char *body, size_t len, cr_buf_t *out,
     if (st)
         return st;
     json_t *n = json_object();
-    st = n ? translate(o, n, info, err) : nomem(err);
+    st = n ? translate(o, n, info, err) : gw_json_nomem(err);
     if (!st) {
         char *text = json_dumps(n, JSON_COMPACT | JSON_ENCODE_ANY);
         if (!text)
-            st = nomem(err);
+            st = gw_json_nomem(err);
         else if ((st = cr_buf_puts(out, text)))
             cr_err_set(err, st, "request too large");
         free(text);
