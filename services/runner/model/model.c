@@ -509,6 +509,19 @@ static cr_status_t read_yarn(rn_model_t *m, float factor, cr_err_t *err)
     return CR_OK;
 }
 
+/* <arch>.rope.scaling.type into type ("" when absent: *has_type false) and
+ * the key's name into key. */
+static cr_status_t read_scaling_type(const rn_model_t *m, char key[128], char type[32],
+                                     bool *has_type, cr_err_t *err)
+{
+    snprintf(key, 128, "%s.rope.scaling.type", m->hp.arch);
+    type[0] = '\0';
+    *has_type = cr_gguf_kv_find(m->g, key) != NULL;
+    if (*has_type && !cr_gguf_get_strz(m->g, key, type, 32))
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a short string", key);
+    return CR_OK;
+}
+
 /* <arch>.rope.scaling.*: linear (positions times 1/factor; gemma3 keeps its
  * sliding layers unscaled), LongRoPE (factor tensors, see bind_all), YaRN
  * (gpt-oss; mistral3, qwen2, qwen3 and olmo2: read_yarn), or none.
@@ -517,11 +530,11 @@ static cr_status_t read_rope_scaling(rn_model_t *m, cr_err_t *err)
 {
     const cr_gguf_t *g = m->g;
     rn_hparams_t *hp = &m->hp;
-    char key[128], type[32] = "";
-    snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
-    bool has_type = cr_gguf_kv_find(g, key) != NULL;
-    if (has_type && !cr_gguf_get_strz(g, key, type, sizeof type))
-        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a short string", key);
+    char key[128], type[32];
+    bool has_type;
+    cr_status_t tst = read_scaling_type(m, key, type, &has_type, err);
+    if (tst)
+        return tst;
     /* Ollama's gpt-oss files ("gptoss") carry no type: its runner always
      * applies YaRN to them */
     bool yarn = has_type ? !strcmp(type, "yarn") : !strcmp(hp->arch, "gptoss");
@@ -569,13 +582,12 @@ static cr_status_t read_llama_scaling(rn_model_t *m, cr_err_t *err)
 {
     const cr_gguf_t *g = m->g;
     rn_hparams_t *hp = &m->hp;
-    char key[128], type[32] = "";
-    snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
-    bool has_type = cr_gguf_kv_find(g, key) != NULL;
-    if (has_type && !cr_gguf_get_strz(g, key, type, sizeof type))
-        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is not a short string", key);
+    char key[128], type[32];
+    bool has_type;
     float factor = 1.0f;
-    cr_status_t st = get_float(g, hp->arch, "rope.scaling.factor", 1.0f, &factor, err);
+    cr_status_t st = read_scaling_type(m, key, type, &has_type, err);
+    if (!st)
+        st = get_float(g, hp->arch, "rope.scaling.factor", 1.0f, &factor, err);
     if (st)
         return st;
     if (!strcmp(type, "none") || factor == 1.0f)
