@@ -34,6 +34,12 @@ export function drawChart(canvas, points, { windowMs = 5 * 60 * 1000, unit = '' 
     open = true;
   }
   ctx.stroke();
+  // Dots too: a lone point between gaps has no line to show it.
+  ctx.fillStyle = '#2060c0';
+  for (const p of shown) {
+    if (p.v === null || !Number.isFinite(p.v)) continue;
+    ctx.beginPath(); ctx.arc(x(p.t), y(p.v), 2.5, 0, 2 * Math.PI); ctx.fill();
+  }
   canvas.dataset.points = String(values.length);
   canvas.dataset.max = String(values.length ? Math.max(...values) : 0);
 }
