@@ -111,18 +111,22 @@ function renderMessages() {
   box.scrollTop = box.scrollHeight;
 }
 
-// Redraws only the last message, at most once a frame while streaming.
-let pending = false;
-function redrawLast() {
-  if (pending) return;
-  pending = true;
-  requestAnimationFrame(() => {
-    pending = false;
+// Redraws only the last message: at most every REDRAW_MS while
+// streaming (a timer, not requestAnimationFrame, which a hidden tab never
+// runs), and at once when the answer ends.
+const REDRAW_MS = 40;
+let pending = null;
+function redrawLast(now = false) {
+  if (pending && !now) return;
+  clearTimeout(pending);
+  const draw = () => {
+    pending = null;
     const box = $('chat-messages');
     const last = current.messages[current.messages.length - 1];
     if (box.lastElementChild) box.lastElementChild.replaceWith(messageNode(last));
     box.scrollTop = box.scrollHeight;
-  });
+  };
+  if (now) draw(); else pending = setTimeout(draw, REDRAW_MS);
 }
 
 function options(s) {
@@ -185,7 +189,7 @@ async function send() {
     controller = null;
     busy(false);
     save();
-    redrawLast();
+    redrawLast(true);
   }
 }
 

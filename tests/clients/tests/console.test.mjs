@@ -18,7 +18,7 @@ import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, wri
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BASE, MODEL, LONG_MODEL } from './lib.mjs';
+import { BASE, MODEL, LONG_MODEL, SCRIPTED_HOST, THINK_MODEL } from './lib.mjs';
 
 const CHROMIUM = process.env.CORRAL_CHROMIUM || '/usr/bin/chromium';
 const REGISTRY = '/usr/bin/docker-registry';
@@ -33,6 +33,16 @@ const XSS_ANSWER = [
   '<b onclick="window.__pwned = 3">not bold</b>',
   '```',
 ].join('\n');
+// Its second answer: a tool call (the parser wants it at the start).
+const TOOL_ANSWER = '{"name": "get_weather", "arguments": {"city": "<b>Paris</b>"}}';
+// The xss model's template: tool definitions make it tool-capable, and the
+// tool-call parser (tag "{") turns the answer's last line into a call.
+const TOOL_TEMPLATE = '{{- if .Tools }}[tools] {{ range .Tools }}{{ json . }} {{ end }}\n{{ end }}' +
+  '{{- range .Messages }}[{{ .Role }}] {{ if .ToolCalls }}{{ range .ToolCalls }}' +
+  '{"name": "{{ .Function.Name }}", "arguments": {{ json .Function.Arguments }}}{{ end }}' +
+  '{{- else }}{{ .Content }}{{ end }}\n{{ end }}[assistant] ';
+const TOOLS = [{ type: 'function', function: { name: 'get_weather', description: 'weather of a city',
+  parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
 
 let puppeteer = null;
 try { puppeteer = (await import('puppeteer-core')).default; } catch { /* skipped below */ }
@@ -47,6 +57,16 @@ let browser = null;
 let page = null;
 const requests = [];
 const problems = []; // CSP violations, page errors, console errors
+
+// Signals and exit: the servers this file started are stopped by PID
+// (after() does it gently when the tests end normally).
+function stopChildrenNow() {
+  for (const c of children) {
+    if (!c.exited) { try { process.kill(c.proc.pid, 'SIGTERM'); } catch { /* gone */ } }
+  }
+}
+process.on('exit', stopChildrenNow);
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(sig, () => { stopChildrenNow(); process.exit(1); });
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -125,7 +145,10 @@ before(async () => {
   browser = await puppeteer.launch({
     executablePath: CHROMIUM,
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-dev-shm-usage'],
+    // Pages the test is not looking at keep running at full speed.
+    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-dev-shm-usage',
+      '--disable-background-timer-throttling', '--disable-renderer-backgrounding',
+      '--disable-backgrounding-occluded-windows'],
   });
   page = await newPage();
 });
@@ -188,9 +211,10 @@ test('a streaming answer shows text as it comes and stops on Stop', { skip: skip
   await waitFor('the stop', async () => { const a = await lastAnswer(page); return !a.streaming && /stopped/.test(a.stats); });
   const a = await lastAnswer(page);
   assert.doesNotMatch(a.stats, /tokens\/s/, 'stopped before the end');
-  const len = a.text.length;
-  await sleep(300); // nothing is waited for here: the text must not grow
-  assert.equal((await lastAnswer(page)).text.length, len);
+  // The conversation keeps the stopped answer as it was.
+  const kept = await page.evaluate(() => JSON.parse(localStorage.getItem('corral.chats'))[0].messages.at(-1));
+  assert.equal(kept.stopped, true);
+  assert.equal(kept.content.length > 0, true);
   assert.deepEqual(problems, []);
 });
 
@@ -200,7 +224,7 @@ test('an answer full of markup is shown as text (key asked for and kept per tab)
   const port = await freePort();
   const host = `127.0.0.1:${port}`;
   const script = join(tmp, 'xss.txt');
-  writeFileSync(script, `${XSS_ANSWER}\n`);
+  writeFileSync(script, `${XSS_ANSWER}\n---\n${TOOL_ANSWER}\n`); // one runner: answers in turn
   const env = { ...process.env, CORRAL_RUNTIME_DIR: join(tmp, 'run3'), CORRAL_MODELS: join(tmp, 'models3'),
     CORRAL_HOST: host, CORRAL_TEST_SCRIPT: script, CORRAL_API_KEY: KEY };
   const srv = startChild(join(BUILD, 'bin', 'corral'), ['serve'], env, 'serve-xss.log');
@@ -212,7 +236,7 @@ test('an answer full of markup is shown as text (key asked for and kept per tab)
   let r = await fetch(`${base}/api/blobs/${digest}`, { method: 'POST', headers: auth, body: bytes });
   assert.ok(r.ok, `blob upload: ${r.status}`);
   r = await fetch(`${base}/api/create`, { method: 'POST', headers: auth,
-    body: JSON.stringify({ model: 'xss', files: { 'synth.gguf': digest }, template: '{{ .Prompt }}', stream: false }) });
+    body: JSON.stringify({ model: 'xss', files: { 'synth.gguf': digest }, template: TOOL_TEMPLATE, stream: false }) });
   assert.ok(r.ok, `create: ${r.status} ${await r.text()}`);
 
   const p = await newPage({ keyed: true });
@@ -243,8 +267,41 @@ test('an answer full of markup is shown as text (key asked for and kept per tab)
   assert.equal(got.strong, 'bold');
   assert.ok(got.code.includes('<i>code</i>'), got.code.join('|'));
   assert.ok(got.code.includes('<b onclick="window.__pwned = 3">not bold</b>'), got.code.join('|'));
+  // The second answer, with tools offered: a call, shown as a card.
+  await p.type('#chat-tools', JSON.stringify(TOOLS));
+  await sendChat(p, 'xss:latest', 'and the weather?');
+  await waitFor('the tool call', async () => (await p.$$('#chat-messages .msg.assistant')).length === 2 &&
+    /tokens\/s/.test((await lastAnswer(p))?.stats ?? ''));
+  const tool = await p.evaluate(() => [...document.querySelectorAll('#chat-messages .tool-call')].map((c) => ({
+    text: c.textContent, elements: c.querySelectorAll('b').length })));
+  assert.equal(tool.length, 1, JSON.stringify(tool));
+  assert.match(tool[0].text, /tool call: get_weather/);
+  assert.ok(tool[0].text.includes('"city": "<b>Paris</b>"'), tool[0].text);
+  assert.equal(tool[0].elements, 0);
   assert.deepEqual(await p.evaluate(() => window.__csp || []), []);
   await shot(p, 'chat-markup-as-text');
+  await p.close();
+});
+
+test('thinking is shown collapsed above the answer', { skip: skipAll || (!SCRIPTED_HOST && 'no scripted server') }, async () => {
+  const p = await newPage();
+  await p.goto(`http://${SCRIPTED_HOST}/ui`, { waitUntil: 'load' });
+  await p.waitForSelector('body[data-ready="true"]');
+  await waitFor('the model list', () => p.$eval('#chat-model', (s) => s.options.length > 0));
+  await p.click('#chat-think');
+  await sendChat(p, THINK_MODEL, 'think first');
+  await waitFor('the answer', async () => /tokens\/s/.test((await lastAnswer(p))?.stats ?? ''));
+  const got = await p.evaluate(() => {
+    const all = document.querySelectorAll('#chat-messages .msg.assistant');
+    const m = all[all.length - 1];
+    const d = m.querySelector('details.thinking');
+    return { open: d?.open, thinking: d?.textContent, answer: m.querySelector(':scope > .md')?.textContent };
+  });
+  assert.equal(got.open, false, 'collapsed');
+  assert.match(got.thinking, /reasoning here/);
+  assert.equal(got.answer, 'final answer');
+  await p.click('details.thinking summary');
+  await shot(p, 'chat-thinking');
   await p.close();
 });
 
@@ -265,6 +322,7 @@ test('pull from a local registry: every layer bar reaches 100%', { skip: skipAll
   await waitFor('docker-registry', async () => !reg.exited && (await fetch(`http://${remote}/v2/`)).status === 200, 30_000);
   // Publish a copy of synth and drop it locally, so the pull fetches it.
   pulled = `${remote}/library/console-pull:latest`;
+  await page.bringToFront(); // the other tests' pages are closed
   const post = (path, body, method = 'POST') => fetch(`${BASE}${path}`, { method, body: JSON.stringify(body) });
   assert.equal((await post('/api/copy', { source: MODEL, destination: pulled })).status, 200);
   const pushed = await post('/api/push', { model: pulled, insecure: true, stream: false });
@@ -282,11 +340,46 @@ test('pull from a local registry: every layer bar reaches 100%', { skip: skipAll
   assert.ok(bars.length >= 2, `layers ${bars}`); // weights, template, params, config...
   assert.deepEqual(bars.filter((b) => b !== '100'), [], `bars ${bars}`);
   await waitFor('the pulled model in the table', () => page.$(`#models-body tr[data-model="${pulled}"]`));
+  await page.click(`#models-body tr[data-model="${pulled}"] a`);
+  await waitFor('the details', () => page.$eval('#model-details', (d) => /Modelfile/.test(d.textContent)));
+  assert.match(await page.$eval('#model-details', (d) => d.textContent), /Template/);
   await shot(page, 'models');
+});
+
+test('copy and delete ask first, then act', { skip: skipAll || (!existsSync(REGISTRY) && 'docker-registry is not installed') }, async () => {
+  assert.ok(pulled, 'the pull test ran');
+  const row = (name) => `#models-body tr[data-model="${name}"]`;
+  const answers = [];
+  const onDialog = async (d) => {
+    answers.push(d.type());
+    if (d.type() === 'prompt') await d.accept('console-copy');
+    else if (answers.length === 2) await d.dismiss(); // the first delete: "no"
+    else await d.accept();
+  };
+  page.on('dialog', onDialog);
+  try {
+    await page.click(`${row(pulled)} button:nth-of-type(1)`);
+    await waitFor('the copy', () => page.$(row('console-copy:latest')));
+    await page.click(`${row('console-copy:latest')} button:nth-of-type(2)`);
+    await waitFor('the first confirmation', () => answers.length === 2);
+    // The click handler has returned once the page runs the next task;
+    // a "no" sends nothing, so the copy is still on the server.
+    await page.evaluate(() => 0);
+    const kept = await (await fetch(`${BASE}/api/tags`)).json();
+    assert.ok(kept.models.some((m) => m.name === 'console-copy:latest'), 'kept after "no"');
+    await page.click(`${row('console-copy:latest')} button:nth-of-type(2)`);
+    await waitFor('the delete', async () => !(await page.$(row('console-copy:latest'))));
+  } finally {
+    page.off('dialog', onDialog);
+  }
+  assert.deepEqual(answers, ['prompt', 'confirm', 'confirm']);
+  const tags = await (await fetch(`${BASE}/api/tags`)).json();
+  assert.ok(!tags.models.some((m) => m.name === 'console-copy:latest'));
 });
 
 test('the server page shows the model loaded, unloads it, and its charts move', { skip: skipAll || (!existsSync(REGISTRY) && 'docker-registry is not installed') }, async () => {
   assert.ok(pulled, 'the pull test ran');
+  await page.bringToFront();
   await page.click('#nav-chat');
   await sendChat(page, pulled, 'hello from the pulled model');
   await waitFor('the answer', async () => /tokens\/s/.test((await lastAnswer(page))?.stats ?? ''));
