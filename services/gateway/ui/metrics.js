@@ -15,6 +15,7 @@ export function parseMetrics(text) {
       for (let l; (l = re.exec(m[3]));) labels[l[1]] = l[2].replace(/\\(.)/g, (_, c) => (c === 'n' ? '\n' : c));
     }
     const value = m[4] === '+Inf' ? Infinity : m[4] === '-Inf' ? -Infinity : Number(m[4]);
+    if (Number.isNaN(value)) continue; // not a sample (or NaN: nothing to chart)
     out.push({ name: m[1], labels, value });
   }
   return out;

@@ -155,6 +155,8 @@ before(async () => {
 
 after(async () => {
   if (browser) await browser.close();
+  // The test files after this one see the store as run.mjs made it.
+  if (pulled) await fetch(`${BASE}/api/delete`, { method: 'DELETE', body: JSON.stringify({ model: pulled }) }).catch(() => {});
   for (const c of children) {
     if (c.exited) continue;
     try { process.kill(c.proc.pid, 'SIGTERM'); } catch { continue; }
