@@ -7,7 +7,8 @@
 #   tools/install-deps.sh --test   that, plus what the test suite uses:
 #                                  docker-registry (the OCI peer of the pull
 #                                  tests), systemd-analyze (the unit file
-#                                  checks), curl, Node.js with npm (only
+#                                  checks), curl, chromium (the web
+#                                  console's browser test), Node.js with npm (only
 #                                  when no npm is on PATH) and the client
 #                                  suite's npm packages (tests/clients)
 #
@@ -20,7 +21,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build_pkgs=(build-essential cmake pkg-config ca-certificates libzmq3-dev libczmq-dev
             libmsgpack-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjansson-dev
             libedit-dev libjpeg62-turbo-dev libpng-dev libwebp-dev)
-test_pkgs=(docker-registry systemd curl)
+test_pkgs=(docker-registry systemd curl chromium)
 
 want_test=false
 case "${1:-}" in

@@ -1,8 +1,9 @@
 /* auth.h: the optional API key (CORRAL_API_KEY).
  *
  * With a key configured, every request except `/` (GET and HEAD: the
- * liveness check clients use), the readiness probe `/api/health` and CORS
- * preflights must carry `Authorization: Bearer <key>` (or
+ * liveness check clients use), the readiness probe `/api/health`, the web
+ * console's files (`/ui`, `/ui/...`: console.h) and CORS preflights must
+ * carry `Authorization: Bearer <key>` (or
  * `x-api-key: <key>`, Anthropic's form); anything else is 401
  * {"error":"unauthorized"}. The comparison takes the same time whatever
  * the header holds (both sides are hashed with SHA-256 and the digests
@@ -13,8 +14,8 @@
 
 #include "lib/prelude.h"
 
-/* True if a request to path needs the key (key non-empty, path neither "/"
- * nor "/api/health"). */
+/* True if a request to path needs the key (key non-empty, path none of
+ * "/", "/api/health", "/ui", "/ui/..."). */
 bool gw_auth_required(const char *key, const char *path);
 
 /* True if the Authorization header value (may be NULL) is "Bearer <key>"

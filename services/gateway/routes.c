@@ -12,6 +12,7 @@
 
 #include "lib/log.h"
 #include "services/gateway/call.h"
+#include "services/gateway/console.h"
 #include "services/gateway/convert.h"
 #include "services/gateway/exchange.h"
 #include "services/gateway/extras.h"
@@ -574,7 +575,8 @@ static gw_route_result_t find_in(const gw_route_t *table, size_t n_routes,
 
 /* The native table, then the /v1 routes (openai.h), the other API
  * surfaces (rerank.h, anthropic.h, responses.h), then the extras
- * (extras.h: tokenize, detokenize, metrics). */
+ * (extras.h: tokenize, detokenize, metrics), then the web console
+ * (console.h). */
 gw_route_result_t gw_route_find(const char *path, const char *method,
                                 const gw_route_t **route, char *param,
                                 size_t cap)
@@ -584,7 +586,7 @@ gw_route_result_t gw_route_find(const char *path, const char *method,
         param[0] = '\0';
     const gw_route_t *(*const tables[])(size_t *) = {
         gw_openai_routes, gw_rerank_routes, gw_anthropic_routes,
-        gw_responses_routes, gw_extra_routes,
+        gw_responses_routes, gw_extra_routes, gw_console_routes,
     };
     gw_route_result_t res =
         find_in(routes, CR_ARRAY_LEN(routes), path, method, route, param, cap);
