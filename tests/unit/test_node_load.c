@@ -109,6 +109,7 @@ static void answer_blob_get(const msg_t *m)
         r.u.blob_data.has_data = total > off;
     }
     send_node("", &r);
+    msg_clear(&r); /* data is not in its arena: only the error text is */
 }
 
 /* Serves the node (its blob_gets, its hellos) until a message that is
