@@ -16,6 +16,7 @@
 #include "lib/spawn_runner.h"
 #include "proto/relay.h"
 #include "services/node/blobs.h"
+#include "services/node/load_blobs.h"
 
 #define TICK_MS 100
 #define STOP_GRACE_MS 3000
@@ -24,14 +25,17 @@
 typedef struct nd_runner {
     char id[BUS_RELAY_TO_MAX + 1];
     pid_t pid;
-    char digest[ND_DIGEST_MAX]; /* the blob it loaded; "" before its load */
+    /* the blobs it loaded (model, adapters, projector); none before its
+     * load: the cache bound keeps them while it lives */
+    char digests[ND_LOAD_BLOBS_MAX][ND_DIGEST_MAX];
+    size_t n_digests;
     struct nd_runner *next;
 } nd_runner_t;
 
-/* A load waiting for its blob. */
+/* A load waiting for its blobs. */
 typedef struct nd_wait {
     char runner_id[BUS_RELAY_TO_MAX + 1];
-    char digest[ND_DIGEST_MAX];
+    nd_load_blobs_t blobs;   /* found one after another */
     msg_t load;              /* owned */
     struct nd_wait *next;
 } nd_wait_t;
@@ -286,21 +290,43 @@ static void reap(nd_agent_t *a)
 
 /* ---- loads and blobs ---- */
 
-/* Sends the load to its runner with model_path set to this host's copy. */
+/* Sends the load to its runner with every blob path set to this host's
+ * copy. */
 static void forward_load(nd_agent_t *a, const char *runner_id, msg_t *load,
-                         const char *path)
+                         const nd_load_blobs_t *lb)
 {
-    load->u.load.model_path = (char *)path;
-    /* The blob is in use while this runner lives: the cache bound keeps it. */
-    nd_runner_t *rn = runner_find(a, runner_id);
-    const char *base = strrchr(path, '/');
-    if (rn)
-        snprintf(rn->digest, sizeof rn->digest, "%s", base ? base + 1 : path);
-    zframe_t *to = zframe_new(runner_id, strlen(runner_id));
     cr_err_t err;
+    if (nd_load_blobs_rewrite(load, lb, &err)) {
+        fail_load(a, runner_id, err.status, err.msg);
+        return;
+    }
+    /* The blobs are in use while this runner lives: the cache bound keeps
+     * them. */
+    nd_runner_t *rn = runner_find(a, runner_id);
+    if (rn) {
+        rn->n_digests = lb->n;
+        for (size_t i = 0; i < lb->n; i++)
+            snprintf(rn->digests[i], sizeof rn->digests[i], "%s",
+                     lb->v[i].digest);
+    }
+    zframe_t *to = zframe_new(runner_id, strlen(runner_id));
     if (bus_send_to(a->runners, to, load, &err))
         cr_log_warn("runner %s: load not delivered: %s", runner_id, err.msg);
     zframe_destroy(&to);
+}
+
+/* Finds the wait's blobs already on this node, in order; true when all
+ * are. */
+static bool resolve_blobs(nd_agent_t *a, nd_load_blobs_t *lb)
+{
+    nd_load_blob_t *b;
+    while ((b = nd_load_blobs_pending(lb))) {
+        if (!nd_blob_find(a->cfg.cache_dir, a->cfg.store_dir, b->digest,
+                          b->path, sizeof b->path))
+            return false;
+        lb->next++;
+    }
+    return true;
 }
 
 static void ask_next_chunk(nd_agent_t *a)
@@ -323,28 +349,30 @@ static void start_next_fetch(nd_agent_t *a)
 {
     while (!a->fetch && a->waits) {
         nd_wait_t *w = a->waits;
-        char path[4200];
-        if (nd_blob_find(a->cfg.cache_dir, a->cfg.store_dir, w->digest, path,
-                         sizeof path)) {
-            /* Fetched for an earlier load meanwhile. */
+        if (resolve_blobs(a, &w->blobs)) {
+            /* Every blob is here (fetched for this or an earlier load). */
             a->waits = w->next;
-            forward_load(a, w->runner_id, &w->load, path);
+            forward_load(a, w->runner_id, &w->load, &w->blobs);
             msg_clear(&w->load);
             free(w);
             continue;
         }
+        const nd_load_blob_t *b = nd_load_blobs_pending(&w->blobs);
         cr_err_t err;
-        if (nd_fetch_new(a->cfg.cache_dir, w->digest, &a->fetch, &err)) {
+        if (nd_fetch_new(a->cfg.cache_dir, b->digest, &a->fetch, &err)) {
             a->waits = w->next;
-            fail_load(a, w->runner_id, err.status, err.msg);
+            char text[CR_ERR_MSG_MAX + 128]; /* role, digest, err.msg */
+            snprintf(text, sizeof text, "%s blob %s: %s", b->role, b->digest,
+                     err.msg);
+            fail_load(a, w->runner_id, err.status, text);
             msg_clear(&w->load);
             free(w);
             continue;
         }
         a->fetch_started_ms = mono_ms();
-        cr_log_info("fetching blob %s from the scheduler (resuming at %" PRId64
-                    " bytes)",
-                    w->digest, nd_fetch_offset(a->fetch));
+        cr_log_info("fetching %s blob %s from the scheduler (resuming at "
+                    "%" PRId64 " bytes)",
+                    b->role, b->digest, nd_fetch_offset(a->fetch));
         ask_next_chunk(a);
     }
 }
@@ -358,9 +386,9 @@ static void prune_cache(nd_agent_t *a, const char *fetched)
         return;
     size_t n = 1;
     for (nd_runner_t *r = a->runner_list; r; r = r->next)
-        n++;
+        n += r->n_digests;
     for (nd_wait_t *w = a->waits; w; w = w->next)
-        n++;
+        n += w->blobs.n;
     const char **keep = calloc(n, sizeof *keep);
     if (!keep) {
         cr_log_warn("blob cache: out of memory; not pruned");
@@ -369,10 +397,13 @@ static void prune_cache(nd_agent_t *a, const char *fetched)
     size_t k = 0;
     keep[k++] = fetched;
     for (nd_runner_t *r = a->runner_list; r; r = r->next)
-        if (r->digest[0])
-            keep[k++] = r->digest;
+        for (size_t i = 0; i < r->n_digests; i++)
+            keep[k++] = r->digests[i];
+    /* a waiting load's blobs found already must outlast the fetch of
+     * the rest */
     for (nd_wait_t *w = a->waits; w; w = w->next)
-        keep[k++] = w->digest;
+        for (size_t i = 0; i < w->blobs.n; i++)
+            keep[k++] = w->blobs.v[i].digest;
     nd_prune_t pr;
     cr_err_t err;
     if (nd_cache_prune(a->cfg.cache_dir, a->cfg.cache_max_bytes, keep, k, &pr,
@@ -390,23 +421,28 @@ static void prune_cache(nd_agent_t *a, const char *fetched)
     free(keep);
 }
 
-/* The fetch ended (st CR_OK: the blob is in place): every load waiting
- * for that digest goes on or fails. */
+/* The fetch ended (st CR_OK: the blob is in place). On failure every
+ * load still needing that digest fails, naming the blob; on success the
+ * loads go on in order (start_next_fetch finds it in the cache). */
 static void end_fetch(nd_agent_t *a, cr_status_t st, const char *text)
 {
     const char *digest = nd_fetch_digest(a->fetch);
     nd_wait_t **pp = &a->waits;
-    while (*pp) {
+    while (st && *pp) {
         nd_wait_t *w = *pp;
-        if (strcmp(w->digest, digest)) {
+        if (!nd_load_blobs_waits_for(&w->blobs, digest)) {
             pp = &w->next;
             continue;
         }
         *pp = w->next;
-        if (st)
-            fail_load(a, w->runner_id, st, text);
-        else
-            forward_load(a, w->runner_id, &w->load, nd_fetch_path(a->fetch));
+        const char *role = "";
+        for (size_t i = w->blobs.next; i < w->blobs.n && !*role; i++)
+            if (!strcmp(w->blobs.v[i].digest, digest))
+                role = w->blobs.v[i].role;
+        char msg[CR_ERR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s blob %s cannot be fetched: %s", role,
+                 digest, text);
+        fail_load(a, w->runner_id, st, msg);
         msg_clear(&w->load);
         free(w);
     }
@@ -444,33 +480,30 @@ static void on_blob_reply(nd_agent_t *a, const msg_t *m)
         ask_next_chunk(a);
 }
 
-/* A load for runner_id: find or fetch its blob first. Takes *load. */
+/* A load for runner_id: find or fetch its blobs (model, adapters,
+ * projector) first. Takes *load. */
 static void on_load(nd_agent_t *a, const char *runner_id, msg_t *load)
 {
-    const char *mp = load->u.load.model_path;
-    const char *base = strrchr(mp, '/');
-    base = base ? base + 1 : mp;
-    char path[4200];
-    if (!nd_digest_valid(base)) {
-        fail_load(a, runner_id, CR_E_INVALID,
-                  "model path is not a store blob (sha256-<hex>)");
-        msg_clear(load);
-        return;
-    }
-    if (nd_blob_find(a->cfg.cache_dir, a->cfg.store_dir, base, path,
-                     sizeof path)) {
-        forward_load(a, runner_id, load, path);
-        msg_clear(load);
-        return;
-    }
     nd_wait_t *w = calloc(1, sizeof *w);
     if (!w) {
         fail_load(a, runner_id, CR_E_NOMEM, "out of memory");
         msg_clear(load);
         return;
     }
+    cr_err_t err;
+    if (nd_load_blobs_of(load, &w->blobs, &err)) {
+        fail_load(a, runner_id, err.status, err.msg);
+        msg_clear(load);
+        free(w);
+        return;
+    }
+    if (resolve_blobs(a, &w->blobs)) {
+        forward_load(a, runner_id, load, &w->blobs);
+        msg_clear(load);
+        free(w);
+        return;
+    }
     snprintf(w->runner_id, sizeof w->runner_id, "%s", runner_id);
-    snprintf(w->digest, sizeof w->digest, "%s", base);
     w->load = *load;
     memset(load, 0, sizeof *load);
     nd_wait_t **pp = &a->waits;

@@ -10,10 +10,10 @@
  * are gone, their requests fail (or run again elsewhere if they had no
  * output yet), and their plans leave the ledger.
  *
- * Blobs: a node asks for the GGUF blob of a model placed on it with
- * blob_get; this file serves it from the store path the registry resolved
- * (the scheduler reads that path for estimates already), and only for
- * digests of models placed on that node. */
+ * Blobs: a node asks for each blob (GGUF, adapters, projector) of a model
+ * placed on it with blob_get; this file serves it from the store path the
+ * registry resolved (the scheduler reads those paths for estimates
+ * already), and only for digests of models placed on that node. */
 #include "lib/prelude.h"
 #include "services/scheduler/sched_int.h"
 
@@ -23,6 +23,7 @@
 
 #include "lib/log.h"
 #include "proto/relay.h"
+#include "services/scheduler/node_blobs.h"
 
 cr_status_t sch_nodes_open(sch_server_t *s, cr_err_t *err)
 {
@@ -166,19 +167,15 @@ static void on_node_hello(sch_server_t *s, zframe_t *ident, sch_node_t *nd,
     sch_node_send(s, nd, "", &pong);
 }
 
-/* blob_get: a chunk of the blob of a model placed on this node. */
+/* blob_get: a chunk of a blob (model, adapter or projector) of a model
+ * placed on this node. */
 static void on_blob_get(sch_server_t *s, sch_node_t *nd, const msg_t *m)
 {
     const msg_blob_get_body_t *g = &m->u.blob_get;
     const char *path = NULL;
-    for (runner_t *rn = s->runner_list; rn && !path; rn = rn->next) {
-        const char *mp = rn->resolved.u.resolved.model_path;
-        const char *base = strrchr(mp, '/');
-        base = base ? base + 1 : mp;
-        /* (an adopted runner names the node's copy: not a path here) */
-        if (rn->node == nd && !strcmp(base, g->digest) && !access(mp, R_OK))
-            path = mp;
-    }
+    for (runner_t *rn = s->runner_list; rn && !path; rn = rn->next)
+        if (rn->node == nd)
+            path = sch_node_blob_path(&rn->resolved.u.resolved, g->digest);
     msg_t reply;
     if (!path) {
         msg_make_error(&reply, m->id, CR_E_FORBIDDEN,
