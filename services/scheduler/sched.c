@@ -19,6 +19,7 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "services/scheduler/options.h"
+#include "services/scheduler/outbox.h"
 #include "services/scheduler/sched_int.h"
 #include "services/scheduler/spawn.h"
 
@@ -61,12 +62,29 @@ static void rfc3339_from_now(int64_t delta_ms, char *out, size_t cap)
 
 /* ---- replies to gateways ---- */
 
-static void send_client(sch_server_t *s, zframe_t *client, const msg_t *m)
+/* Sends m to the gateway `client` through the outbox (never blocking).
+ * `last`: m is its request's last reply, queued even past the bound.
+ * A reply that cannot be encoded becomes an error saying so. */
+static sch_out_t send_client(sch_server_t *s, zframe_t *client,
+                             const msg_t *m, bool last)
 {
     cr_err_t err;
-    if (bus_send_to(s->front, client, m, &err))
-        cr_log_debug("reply %s to a gone client dropped: %s",
-                  msg_type_name(m->type), err.msg);
+    zframe_t *f = NULL;
+    if (bus_encode_frame(m, &f, &err)) {
+        cr_log_warn("%s: reply %s not encodable: %s", m->id,
+                    msg_type_name(m->type), err.msg);
+        msg_t e;
+        msg_make_error(&e, m->id, CR_E_TOO_LARGE,
+                       "the %s reply is too large to send: %s",
+                       msg_type_name(m->type), err.msg);
+        cr_status_t st = bus_encode_frame(&e, &f, NULL);
+        msg_clear(&e);
+        if (st)
+            return SCH_OUT_GONE;
+        last = true;
+    }
+    return last ? sch_outbox_close(s->outbox, client, m->id, &f)
+                : sch_outbox_send(s->outbox, client, m->id, &f);
 }
 
 static void reply_error(sch_server_t *s, zframe_t *client, const char *id,
@@ -74,7 +92,7 @@ static void reply_error(sch_server_t *s, zframe_t *client, const char *id,
 {
     msg_t m;
     msg_make_error(&m, id, st, "%s", text);
-    send_client(s, client, &m);
+    send_client(s, client, &m, true);
     msg_clear(&m);
 }
 
@@ -244,6 +262,107 @@ static void runner_arm_keep_alive(sch_server_t *s, runner_t *rn)
                          : sch_now_ms(s) + rn->keep_alive_ms;
 }
 
+/* ---- ending requests early ---- */
+
+/* Ends request r on the scheduler's side in any state: a running one is
+ * canceled at its runner (whose later replies for it are ignored) and
+ * stops counting against it. The client hears the error unless `tell` is
+ * false (it is gone). */
+static void req_end(sch_server_t *s, request_t *r, cr_status_t st,
+                    const char *text, bool tell)
+{
+    runner_t *rn = r->state == RQ_RUNNING ? r->runner : NULL;
+    if (rn) {
+        msg_t c;
+        msg_init(&c, MSG_cancel, r->id);
+        send_runner(s, rn, &c);
+    }
+    if (tell)
+        reply_error(s, r->client, r->id, st, text);
+    req_unlink_free(s, r);
+    if (rn) {
+        rn->n_active--;
+        rn->last_used_ms = sch_now_ms(s);
+        runner_arm_keep_alive(s, rn);
+    }
+}
+
+/* The gateway connection of request `id` is gone (a killed gateway, a
+ * client that left without a cancel): nobody will read its output. */
+static void req_gone(void *arg, const char *id)
+{
+    sch_server_t *s = arg;
+    request_t *r = req_find(s, id);
+    if (!r)
+        return;
+    cr_log_info("request %s: its gateway connection is gone; canceling", id);
+    req_end(s, r, CR_E_CANCELED, "request canceled", false);
+}
+
+/* Relays one encoded output frame (*f, taken) of running request r. A
+ * client too far behind (its queue over the bound) has its request ended
+ * with an error that follows what it was sent; a gone one is canceled. */
+static void req_forward(sch_server_t *s, request_t *r, zframe_t **f)
+{
+    sch_out_t o = sch_outbox_send(s->outbox, r->client, r->id, f);
+    if (o == SCH_OUT_GONE) {
+        req_gone(s, r->id);
+    } else if (o == SCH_OUT_OVER) {
+        char text[200];
+        snprintf(text, sizeof text,
+                 "the client reads too slowly: more than %" PRId64
+                 " bytes of output were waiting for it; request canceled",
+                 s->cfg.stream_buffer_bytes);
+        cr_log_warn("request %s: %s", r->id, text);
+        req_end(s, r, CR_E_BUSY, text, true);
+    }
+}
+
+/* Every CLIENT_PROBE_MS a request whose gateway has heard nothing from
+ * the scheduler lately gets a `pong` (which gateways skip), only to learn
+ * whether its connection is still there: ROUTER_MANDATORY reports a gone
+ * peer at once. A killed gateway's requests so end within a probe. */
+#define CLIENT_PROBE_MS 1000
+
+static void probe_clients(sch_server_t *s, int64_t now)
+{
+    request_t *next;
+    for (request_t *r = s->req_list; r; r = next) {
+        next = r->next;
+        if (now - r->probe_ms < CLIENT_PROBE_MS ||
+            sch_outbox_has(s->outbox, r->id))
+            continue;
+        r->probe_ms = now;
+        msg_t m;
+        msg_init(&m, MSG_pong, r->id);
+        zframe_t *f = NULL;
+        if (bus_encode_frame(&m, &f, NULL))
+            continue;
+        if (sch_outbox_send(s->outbox, r->client, r->id, &f) == SCH_OUT_GONE)
+            req_gone(s, r->id);
+    }
+}
+
+/* A canceled running request whose runner has not ended it after
+ * CANCEL_GRACE_MS (a reply lost, a runner that ignores the cancel) is
+ * ended here, so it cannot hold its model's slot for good. */
+#define CANCEL_GRACE_MS 10000
+
+static void end_stale_cancels(sch_server_t *s, int64_t now)
+{
+    request_t *next;
+    for (request_t *r = s->req_list; r; r = next) {
+        next = r->next;
+        if (r->state == RQ_RUNNING && r->cancel_ms &&
+            now - r->cancel_ms > CANCEL_GRACE_MS) {
+            cr_log_warn("request %s: its runner did not end it %d s after a "
+                        "cancel; ended",
+                        r->id, CANCEL_GRACE_MS / 1000);
+            req_end(s, r, CR_E_CANCELED, "request canceled", true);
+        }
+    }
+}
+
 static runner_t *runner_start(sch_server_t *s, request_t *r,
                               const sch_plan_t *plan, sch_node_t *host)
 {
@@ -318,7 +437,7 @@ static void reply_load_done(sch_server_t *s, request_t *r, const char *reason)
     m.u.done.has_total_duration = true;
     m.u.done.load_duration = m.u.done.total_duration;
     m.u.done.has_load_duration = true;
-    send_client(s, r->client, &m);
+    send_client(s, r->client, &m, true);
 }
 
 static void dispatch(sch_server_t *s, request_t *r, runner_t *rn)
@@ -613,7 +732,7 @@ static void handle_ps(sch_server_t *s, zframe_t *client, const char *id)
     m.u.ps_reply.models.v = v;
     m.u.ps_reply.models.n = i;
     m.u.ps_reply.has_models = true;
-    send_client(s, client, &m);
+    send_client(s, client, &m, true);
     msg_clear(&m);
 }
 
@@ -626,6 +745,8 @@ static void handle_cancel(sch_server_t *s, const char *id)
         msg_t m;
         msg_init(&m, MSG_cancel, id);
         send_runner(s, r->runner, &m);
+        if (!r->cancel_ms)
+            r->cancel_ms = sch_now_ms(s);
         return; /* the runner answers done/error, which ends the request */
     }
     req_fail(s, r, CR_E_CANCELED, "request canceled");
@@ -700,7 +821,7 @@ static void on_front(sch_server_t *s)
     case MSG_ping: {
         msg_t pong;
         msg_init(&pong, MSG_pong, m.id);
-        send_client(s, client, &pong);
+        send_client(s, client, &pong, false);
         break;
     }
     default:
@@ -786,7 +907,7 @@ static void finish_request(sch_server_t *s, request_t *r, msg_t *m)
         m->u.embeddings.load_duration = r->dispatched_ns - r->arrived_ns;
         m->u.embeddings.has_load_duration = true;
     }
-    send_client(s, r->client, m);
+    send_client(s, r->client, m, true);
     req_unlink_free(s, r);
     if (rn) {
         rn->n_active--;
@@ -916,11 +1037,7 @@ bool sch_runner_relay(sch_server_t *s, sch_node_t *node, const char *id,
     rn->last_seen_ms = sch_now_ms(s);
     rn->ping_sent_ms = 0;
     r->got_output |= h.type == MSG_chunk;
-    cr_err_t err;
-    if (bus_send_frame_to(s->front, r->client, body_p, msg_type_name(h.type),
-                          &err))
-        cr_log_debug("reply %s to a gone client dropped: %s",
-                     msg_type_name(h.type), err.msg);
+    req_forward(s, r, body_p);
     return true;
 }
 
@@ -999,7 +1116,12 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
     if (r && r->runner == rn) {
         if (m.type == MSG_chunk || m.type == MSG_progress) {
             r->got_output |= m.type == MSG_chunk;
-            send_client(s, r->client, &m);
+            zframe_t *f = NULL;
+            cr_err_t err;
+            if (bus_encode_frame(&m, &f, &err) == CR_OK)
+                req_forward(s, r, &f);
+            else
+                req_end(s, r, CR_E_TOO_LARGE, err.msg, true);
         }
         else
             finish_request(s, r, &m);
@@ -1151,7 +1273,7 @@ static void notify_loading(sch_server_t *s, int64_t now)
             msg_init(&m, MSG_progress, r->id);
             m.u.progress.status = "loading model";
             m.u.progress.has_status = true;
-            send_client(s, r->client, &m);
+            send_client(s, r->client, &m, false);
             r->load_notice_ms = now;
         }
     }
@@ -1182,6 +1304,8 @@ static void run_timers(sch_server_t *s)
         }
     }
     notify_loading(s, now);
+    probe_clients(s, now);
+    end_stale_cancels(s, now);
     request_t *next;
     for (request_t *r = s->req_list; r; r = next) {
         next = r->next;
@@ -1219,10 +1343,11 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
     s->registry = zsock_new(ZMQ_DEALER);
     if (!s->front || !s->runners || !s->registry)
         goto fail_sockets;
-    /* Replies to a gone peer fail fast instead of queueing forever. */
+    /* Replies to a gone peer fail fast instead of queueing forever; a
+     * gateway that cannot take more waits in the outbox, never here. */
     zsock_set_router_mandatory(s->front, 1);
     zsock_set_router_mandatory(s->runners, 1);
-    zsock_set_sndtimeo(s->front, 1000);
+    zsock_set_sndtimeo(s->front, 0);
     zsock_set_sndtimeo(s->runners, 1000);
     zsock_set_linger(s->front, 0);
     zsock_set_linger(s->runners, 0);
@@ -1241,8 +1366,11 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
         cr_err_set(err, CR_E_IO, "cannot connect %s", cfg->registry_endpoint);
         goto fail_sockets;
     }
+    s->outbox = sch_outbox_new(s->front, s->cfg.stream_buffer_bytes > 0
+                                             ? s->cfg.stream_buffer_bytes
+                                             : SCH_STREAM_BUFFER_DEFAULT);
     s->poller = zpoller_new(s->front, s->runners, s->registry, NULL);
-    if (!s->poller) {
+    if (!s->poller || !s->outbox) {
         cr_err_set(err, CR_E_NOMEM, "cannot create a poller");
         goto fail_sockets;
     }
@@ -1256,6 +1384,7 @@ fail_sockets:
     if (err && err->status == CR_OK)
         cr_err_set(err, CR_E_IO, "cannot create sockets");
     zpoller_destroy(&s->poller);
+    sch_outbox_destroy(&s->outbox);
     sch_nodes_close(s);
     zsock_destroy(&s->front);
     zsock_destroy(&s->runners);
@@ -1266,6 +1395,9 @@ fail_sockets:
 
 void sch_server_run_once(sch_server_t *s, int timeout_ms)
 {
+    /* Replies waiting for slow gateways are retried often. */
+    if (sch_outbox_flush(s->outbox, req_gone, s) && timeout_ms > OUTBOX_RETRY_MS)
+        timeout_ms = OUTBOX_RETRY_MS;
     void *which = zpoller_wait(s->poller, timeout_ms);
     /* Drain everything that is ready, not just one socket. */
     for (int spin = 0; which && spin < 256; spin++) {
@@ -1362,7 +1494,9 @@ void sch_server_destroy(sch_server_t **self_p)
                     "scheduler shutting down");
         req_unlink_free(s, r);
     }
+    sch_outbox_flush(s->outbox, NULL, NULL); /* what can still go */
     zpoller_destroy(&s->poller);
+    sch_outbox_destroy(&s->outbox);
     zsock_destroy(&s->front);
     zsock_destroy(&s->runners);
     zsock_destroy(&s->registry);
