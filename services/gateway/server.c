@@ -16,6 +16,7 @@
 #include "services/gateway/metrics.h"
 #include "services/gateway/routes.h"
 
+#include <strings.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -213,7 +214,32 @@ enum {
     DEFER_NOT_FOUND,
     DEFER_BAD_METHOD,
     DEFER_UNAUTHORIZED,
+    DEFER_NO_HOST,
+    DEFER_MANY_HOSTS,
 };
+
+static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind,
+                                  const char *key, const char *value)
+{
+    CR_UNUSED(kind);
+    CR_UNUSED(value);
+    if (!strcasecmp(key, "Host"))
+        (*(int *)cls)++;
+    return MHD_YES;
+}
+
+/* Go's server: an HTTP/1.1 request needs exactly one Host header (400
+ * otherwise; HTTP/1.0 may leave it out). */
+static int host_problem(gw_req_t *r, const char *version)
+{
+    int n = 0;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_host, &n);
+    if (n > 1)
+        return DEFER_MANY_HOSTS;
+    if (n == 0 && version && strcmp(version, MHD_HTTP_VERSION_1_0) != 0)
+        return DEFER_NO_HOST;
+    return DEFER_NONE;
+}
 
 /* CORS: sets r->allow_origin, or defers 403 / the preflight. */
 static void apply_cors(gw_req_t *r)
@@ -253,8 +279,10 @@ static enum MHD_Result too_large(gw_req_t *r)
 }
 
 /* The first call: everything that can be decided from the headers. */
-static enum MHD_Result on_headers(gw_req_t *r)
+static enum MHD_Result on_headers(gw_req_t *r, const char *version)
 {
+    if ((r->deferred = host_problem(r, version)))
+        return MHD_YES;
     apply_cors(r);
     if (r->deferred)
         return MHD_YES;
@@ -334,6 +362,12 @@ static enum MHD_Result on_complete(gw_req_t *r)
                           "405 method not allowed");
     case DEFER_UNAUTHORIZED:
         return gw_reply_error_http(r, MHD_HTTP_UNAUTHORIZED, "unauthorized");
+    case DEFER_NO_HOST:
+        return reply_text(r, MHD_HTTP_BAD_REQUEST,
+                          "400 Bad Request: missing required Host header");
+    case DEFER_MANY_HOSTS:
+        return reply_text(r, MHD_HTTP_BAD_REQUEST,
+                          "400 Bad Request: too many Host headers");
     default:
         break;
     }
@@ -347,7 +381,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *version, const char *data,
                                   size_t *size, void **con_cls)
 {
-    CR_UNUSED(version);
     gw_server_t *s = cls;
     gw_req_t *r = *con_cls;
     if (!r) {
@@ -361,7 +394,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
             return gw_reply_error_http(r, MHD_HTTP_SERVICE_UNAVAILABLE,
                                        "server is shutting down");
         }
-        return on_headers(r);
+        return on_headers(r, version);
     }
     if (r->responded) { /* answered early: drop the rest */
         *size = 0;

@@ -264,6 +264,28 @@ static void runner_arm_keep_alive(sch_server_t *s, runner_t *rn)
 
 /* ---- ending requests early ---- */
 
+static bool runner_was_told(const runner_t *rn, const char *id)
+{
+    for (unsigned i = 0; i < CR_ARRAY_LEN(rn->canceled); i++)
+        if (!strcmp(rn->canceled[i], id))
+            return true;
+    return false;
+}
+
+/* Tells runner rn to cancel request `id`, once: a runner streaming for a
+ * request the scheduler already ended is not sent a cancel per chunk
+ * (one that reads slowly would fill its queue, and the send would block). */
+static void runner_cancel(sch_server_t *s, runner_t *rn, const char *id)
+{
+    if (runner_was_told(rn, id))
+        return;
+    snprintf(rn->canceled[rn->n_canceled++ % CR_ARRAY_LEN(rn->canceled)],
+             sizeof rn->canceled[0], "%s", id);
+    msg_t c;
+    msg_init(&c, MSG_cancel, id);
+    send_runner(s, rn, &c);
+}
+
 /* Ends request r on the scheduler's side in any state: a running one is
  * canceled at its runner (whose later replies for it are ignored) and
  * stops counting against it. The client hears the error unless `tell` is
@@ -272,11 +294,8 @@ static void req_end(sch_server_t *s, request_t *r, cr_status_t st,
                     const char *text, bool tell)
 {
     runner_t *rn = r->state == RQ_RUNNING ? r->runner : NULL;
-    if (rn) {
-        msg_t c;
-        msg_init(&c, MSG_cancel, r->id);
-        send_runner(s, rn, &c);
-    }
+    if (rn)
+        runner_cancel(s, rn, r->id);
     if (tell)
         reply_error(s, r->client, r->id, st, text);
     req_unlink_free(s, r);
@@ -1129,10 +1148,8 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
         on_runner_control(s, rn, &m);
     } else if (!r && m.type == MSG_chunk) {
         /* Output for a request nobody waits for (one a previous scheduler
-         * sent an adopted runner): free its slot. */
-        msg_t c;
-        msg_init(&c, MSG_cancel, m.id);
-        send_runner(s, rn, &c);
+         * sent an adopted runner, or one ended here): free its slot. */
+        runner_cancel(s, rn, m.id);
     }
     msg_clear(&m);
 }
@@ -1147,18 +1164,27 @@ void sch_runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,
     if (rn->state == RS_STOPPING) {
         cr_log_info("runner %s (pid %d) exited: %s", rn->id, (int)pid, how);
     } else {
-        char text[300];
+        /* SIGKILL from outside is most often the kernel's OOM killer, and
+         * what the runner was doing (a huge prompt) would do it again. */
+        bool killed = !strncmp(how, "signal 9 ", 9);
+        char text[400];
         snprintf(text, sizeof text,
-                 "model runner has unexpectedly stopped (%s); the next "
+                 "model runner has unexpectedly stopped (%s%s); the next "
                  "request will load it again",
-                 how);
+                 how,
+                 killed ? "; if the kernel's OOM killer did it, the request "
+                          "needs more memory than the machine has"
+                        : "");
         cr_log_error("runner %s (pid %d): %s", rn->id, (int)pid, text);
         /* A request the dead runner had not answered at all runs again on
          * a fresh runner, once: its client never sees the crash. One that
-         * already got output fails (its text cannot be taken back). */
+         * already got output fails (its text cannot be taken back), and so
+         * does one whose runner was SIGKILLed (it would likely kill the
+         * next one too: Ollama's users get an error, not a second OOM) or
+         * that arrived before a drain (nothing new starts then). */
         for (request_t *r = s->req_list; r; r = r->next)
             if (r->state == RQ_RUNNING && r->runner == rn && !r->got_output &&
-                !r->retried) {
+                !r->retried && !killed && !s->draining) {
                 r->state = RQ_PENDING;
                 r->runner = NULL;
                 r->retried = true;

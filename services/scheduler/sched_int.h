@@ -81,6 +81,10 @@ typedef struct runner {
     sch_plan_t plan;
     int64_t last_seen_ms;    /* last message from it */
     int64_t ping_sent_ms;    /* unanswered ping; 0 = none */
+    /* Requests it was last told to cancel (a ring): its output for them
+     * until it stops is dropped without a cancel each. */
+    char canceled[4][MSG_ID_MAX + 1];
+    unsigned n_canceled;
     struct runner *next;
 } runner_t;
 

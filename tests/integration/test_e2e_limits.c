@@ -190,12 +190,66 @@ static void test_connection_limits(void)
         close(again);
 }
 
+/* Sends a raw request on a fresh connection; the answer's first bytes. */
+static void raw_answer(const char *req, char *out, size_t cap)
+{
+    out[0] = '\0';
+    int fd = connect_from("127.0.0.1");
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    size_t n = strlen(req), got = 0;
+    CHECK(send(fd, req, n, MSG_NOSIGNAL) == (ssize_t)n);
+    int64_t t0 = mono_ms();
+    while (got < cap - 1 && !strstr(out, "\r\n\r\n") && mono_ms() - t0 < NET_MS) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 1000) <= 0)
+            continue;
+        ssize_t k = recv(fd, out + got, cap - 1 - got, 0);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+        out[got] = '\0';
+    }
+    close(fd);
+}
+
+/* Go's server answers 400 to an HTTP/1.1 request with no Host header or
+ * with two (issue 20, 7); HTTP/1.0 may leave it out. */
+static void test_host_header(void)
+{
+    char a[4096], req[300];
+    raw_answer("GET /api/version HTTP/1.1\r\n\r\n", a, sizeof a);
+    CHECK_MSG(!strncmp(a, "HTTP/1.1 400", 12), "no Host: %.40s", a);
+    snprintf(req, sizeof req,
+             "GET /api/version HTTP/1.1\r\nHost: %s\r\nHost: %s\r\n\r\n",
+             T.host, T.host);
+    raw_answer(req, a, sizeof a);
+    CHECK_MSG(!strncmp(a, "HTTP/1.1 400", 12), "two Hosts: %.40s", a);
+    raw_answer("GET /api/version HTTP/1.0\r\n\r\n", a, sizeof a);
+    CHECK_MSG(strstr(a, " 200 ") != NULL, "HTTP/1.0 without Host: %.40s", a);
+}
+
+/* A request that waits longer than CORRAL_IDLE_TIMEOUT for its model (a
+ * slow load) is not idle: its answer arrives. */
+static void test_long_wait_not_idle(void)
+{
+    e2e_resp_t g = e2e_http(&T, "POST", "/api/generate",
+                            "{\"model\":\"slowload\",\"prompt\":\"hi\","
+                            "\"stream\":false,\"options\":{\"num_predict\":2}}",
+                            NULL, NULL);
+    CHECK_EQ_INT(g.status, 200);
+    CHECK(g.body && strstr(g.body, "\"done\":true") != NULL);
+    e2e_resp_free(&g);
+}
+
 int main(void)
 {
     unsetenv("CORRAL_TEST_SCRIPT");
     setenv("CORRAL_MAX_CONNECTIONS", "16", 1);
     setenv("CORRAL_MAX_CONNECTIONS_PER_IP", "4", 1);
     setenv("CORRAL_IDLE_TIMEOUT", "2s", 1);
+    setenv("CORRAL_TEST_SLOW_LOAD", "slowload:4000", 1); /* twice the idle timeout */
     if (!e2e_start(&T))
         return 1;
     if (e2e_synth_create(&T, "synth", "TEMPLATE \"{{ .Prompt }}\"\n", NULL))
@@ -203,6 +257,11 @@ int main(void)
     else
         CHECK(!"create synth");
     test_connection_limits();
+    test_host_header();
+    if (e2e_synth_create(&T, "slowload", "TEMPLATE \"{{ .Prompt }}\"\n", NULL))
+        test_long_wait_not_idle();
+    else
+        CHECK(!"create slowload");
     e2e_stop(&T);
     return check_finish("e2e_limits");
 }

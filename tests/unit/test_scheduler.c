@@ -177,6 +177,13 @@ static int fake_runner(const char *endpoint, const char *id)
             }
             if (!strcmp(p, "die-always"))
                 _exit(4);
+            /* SIGKILLed (as by the OOM killer) the first time only. */
+            if (!strncmp(p, "killed-once:", 12) && access(p + 12, F_OK)) {
+                FILE *mk = fopen(p + 12, "w");
+                if (mk)
+                    fclose(mk);
+                raise(SIGKILL);
+            }
             if (!strncmp(p, "flood:", 6)) {
                 /* N chunks of 4 KiB ("<i>:" then padding), then done:
                  * more than a gateway's zmq queue holds. */
@@ -506,7 +513,8 @@ static void env_start(env_t *e, int max_loaded, int max_queue)
     e->registry = zsock_new(ZMQ_ROUTER);
     CHECK(zsock_bind(e->registry, "%s", cfg.registry_endpoint) >= 0);
     cr_err_t err;
-    CHECK_EQ_INT(sch_server_new(&cfg, &e->sched, &err), CR_OK);
+    cr_status_t st = sch_server_new(&cfg, &e->sched, &err);
+    CHECK_MSG(st == CR_OK, "sch_server_new: %s", st ? err.msg : "");
     e->client = zsock_new(ZMQ_DEALER);
     CHECK(zsock_connect(e->client, "%s", cfg.front_endpoint) >= 0);
 }
@@ -649,6 +657,16 @@ static void test_errors(void)
     CHECK_EQ_INT(run_request(&e, "retry", "gamma", prompt, NULL, NULL),
                  MSG_done);
     CHECK(access(marker, F_OK) == 0); /* it did die once */
+    /* A runner SIGKILLed under a request (the OOM killer's way) does not
+     * get the request again (issue 20, 2): its client gets the error. */
+    snprintf(marker, sizeof marker, "%s/killed-once", e.dir);
+    snprintf(prompt, sizeof prompt, "killed-once:%s", marker);
+    CHECK_EQ_INT(run_request(&e, "oom", "gamma", prompt, NULL, &m), MSG_error);
+    CHECK_EQ_INT(m.u.error.status, CR_E_RUNNER);
+    CHECK(m.u.error.message && strstr(m.u.error.message, "signal 9") != NULL);
+    msg_clear(&m);
+    CHECK(access(marker, F_OK) == 0);
+    wait_runners(&e, 0);
     /* ...but only once: a request that kills every runner fails. */
     CHECK_EQ_INT(run_request(&e, "doomed", "gamma", "die-always", NULL, &m),
                  MSG_error);
