@@ -10,6 +10,8 @@
  *   corral-runner check-template --model FILE
  *       parse the GGUF's Jinja chat template (the registry's create runs
  *       this): "ok", "none", or the error naming the construct.
+ *   corral-runner check-template --go-template FILE
+ *       parse a Modelfile TEMPLATE as the runner will (create runs this).
  *   corral-runner quantize --in SRC.gguf --out DST.gguf --type Q4_K_M
  *           [--progress]
  *       requantize an F32/F16/BF16 model (the registry's create --quantize
@@ -47,6 +49,7 @@ static int usage(void)
             "       corral-runner logits --model FILE --tokens \"ID ...\" "
             "--out FILE.f32 [--kv-cache-type f16|q8_0|q4_0]\n"
             "       corral-runner check-template --model FILE\n"
+            "       corral-runner check-template --go-template FILE\n"
             "       corral-runner quantize --in SRC.gguf --out DST.gguf "
             "--type Q4_K_M [--progress]\n");
     return 2;
@@ -82,6 +85,9 @@ int main(int argc, char **argv)
         return serve(argc, argv);
     if (!strcmp(cmd, "quantize"))
         return rn_tool_quantize(argc, argv);
+    const char *go_tmpl = flag(argc, argv, "--go-template");
+    if (!strcmp(cmd, "check-template") && go_tmpl)
+        return rn_tool_check_go_template(go_tmpl);
     const char *model = flag(argc, argv, "--model");
     if (!model)
         return usage();
