@@ -223,8 +223,13 @@ static cr_status_t open_blob_gguf(build_t *b, const char *hex, cr_gguf_t **g,
         return cr_err_set(err, CR_E_INVALID,
                           "supplied file was not in GGUF format");
     cr_err_t gerr;
-    if (cr_gguf_open(path, g, &gerr))
+    if (cr_gguf_open(path, g, &gerr)) {
+        /* The blob by its digest: a client never learns the store's path. */
+        char shown[REG_HEX_LEN + 8];
+        snprintf(shown, sizeof shown, "sha256-%s", hex);
+        cr_msg_redact(gerr.msg, sizeof gerr.msg, path, shown);
         return cr_err_set(err, CR_E_INVALID, "invalid GGUF file: %s", gerr.msg);
+    }
     return CR_OK;
 }
 
@@ -278,6 +283,24 @@ static cr_status_t add_auto_template(build_t *b, const auto_tmpl_t *at,
     return CR_OK;
 }
 
+/* A GGUF whose architecture the engine does not run would be listed and
+ * then fail every load: the create fails instead. Without a runner binary
+ * to ask, the load reports it (logged). */
+static cr_status_t check_arch(build_t *b, const char *hex, cr_err_t *err)
+{
+    char path[REG_PATH_MAX];
+    if (!reg_store_blob_path(b->s, hex, path, sizeof path))
+        return CR_OK;
+    cr_err_t cerr;
+    cr_err_clear(&cerr);
+    cr_status_t st = reg_model_arch_check(path, &cerr);
+    if (st == CR_E_INVALID)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "%s", cerr.msg);
+    if (st)
+        cr_log_warn("create: architecture not checked: %s", cerr.msg);
+    return CR_OK;
+}
+
 static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
                               bool adapters, cr_err_t *err)
 {
@@ -316,6 +339,8 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
         if (!strcmp(mt, REG_MT_MODEL) && !b->auto_hex[0])
             at = detect_template(g);
         cr_gguf_close(&g);
+        if (!strcmp(mt, REG_MT_MODEL) && (st = check_arch(b, hex, err)))
+            return st;
         uint64_t size = 0;
         reg_store_blob_exists(b->s, hex, &size);
         if (reg_manifest_add(&b->man, mt, hex, (int64_t)size, NULL, NULL))

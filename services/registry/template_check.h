@@ -23,4 +23,9 @@ cr_status_t reg_template_check(const char *gguf_path, cr_err_t *err);
  * error>"; other statuses as reg_template_check. */
 cr_status_t reg_go_template_check(const char *path, cr_err_t *err);
 
+/* Checks that the runner's engine runs the GGUF's architecture:
+ * CR_E_INVALID "unsupported architecture 'x'"; other statuses as
+ * reg_template_check. */
+cr_status_t reg_model_arch_check(const char *gguf_path, cr_err_t *err);
+
 #endif

@@ -12,6 +12,8 @@
  *       this): "ok", "none", or the error naming the construct.
  *   corral-runner check-template --go-template FILE
  *       parse a Modelfile TEMPLATE as the runner will (create runs this).
+ *   corral-runner check-model --model FILE
+ *       whether the engine runs the GGUF's architecture (create runs this).
  *   corral-runner quantize --in SRC.gguf --out DST.gguf --type Q4_K_M
  *           [--progress]
  *       requantize an F32/F16/BF16 model (the registry's create --quantize
@@ -50,6 +52,7 @@ static int usage(void)
             "--out FILE.f32 [--kv-cache-type f16|q8_0|q4_0]\n"
             "       corral-runner check-template --model FILE\n"
             "       corral-runner check-template --go-template FILE\n"
+            "       corral-runner check-model --model FILE\n"
             "       corral-runner quantize --in SRC.gguf --out DST.gguf "
             "--type Q4_K_M [--progress]\n");
     return 2;
@@ -96,6 +99,8 @@ int main(int argc, char **argv)
                                 has(argc, argv, "--special"));
     if (!strcmp(cmd, "check-template"))
         return rn_tool_check_template(model);
+    if (!strcmp(cmd, "check-model"))
+        return rn_tool_check_model(model);
     if (!strcmp(cmd, "logits")) {
         const char *tokens = flag(argc, argv, "--tokens");
         const char *out = flag(argc, argv, "--out");

@@ -271,3 +271,23 @@ int rn_tool_check_go_template(const char *path)
     free(src);
     return rc;
 }
+
+int rn_tool_check_model(const char *model_path)
+{
+    cr_err_t err = {0};
+    cr_gguf_t *g = NULL;
+    if (cr_gguf_open(model_path, &g, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 2;
+    }
+    const char *arch = cr_gguf_arch(g);
+    int rc = 0;
+    if (rn_model_arch_supported(arch)) {
+        printf("ok\n");
+    } else {
+        fprintf(stderr, "unsupported architecture '%.64s'\n", arch ? arch : "");
+        rc = 1;
+    }
+    cr_gguf_close(&g);
+    return rc;
+}

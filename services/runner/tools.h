@@ -39,4 +39,9 @@ int rn_tool_check_template(const char *model_path);
  * (exit 0) or the parse error on stderr (exit 1). */
 int rn_tool_check_go_template(const char *path);
 
+/* `check-model --model FILE`: "ok" (exit 0) when the GGUF's architecture
+ * is one the engine runs, else "unsupported architecture 'x'" on stderr
+ * (exit 1). */
+int rn_tool_check_model(const char *model_path);
+
 #endif

@@ -1002,6 +1002,11 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
         snprintf(text, sizeof text, "failed to load model: %s",
                  m->u.error.message);
         cr_log_error("runner %s: %s", rn->id, text);
+        /* Clients see the blob's name, not where the store is. */
+        const char *path = rn->resolved.u.resolved.model_path;
+        const char *slash = path ? strrchr(path, '/') : NULL;
+        if (slash)
+            cr_msg_redact(text, sizeof text, path, slash + 1);
         fail_model_requests(s, rn, (cr_status_t)m->u.error.status, text, true);
         runner_stop(s, rn, "load failed");
         break;

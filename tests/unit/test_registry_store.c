@@ -992,6 +992,8 @@ static void test_create_errors(void)
     a.file_digest = other;
     CHECK(do_create(s, &a, NULL, &err) == CR_E_INVALID);
     CHECK_MSG(!strncmp(err.msg, "invalid GGUF file: ", 19), "%s", err.msg);
+    /* ...naming the blob by digest, not the store's path (issue 20, 7) */
+    CHECK_MSG(!strstr(err.msg, root_g) && strstr(err.msg, "sha256-"), "%s", err.msg);
     /* a corrupt GGUF: a tensor type byte flipped to garbage */
     g[len - 1] ^= 0; /* keep size */
     unsigned char *bad = malloc(len);
@@ -1387,6 +1389,17 @@ static void test_jinja_template(void)
         CHECK(reg_model_load(s, &n, &m, &err) == CR_E_NOT_FOUND);
         badgo.tmpl = "{{ range .Messages }}{{ .Content }}{{ end }}";
         CHECK(do_create(s, &badgo, NULL, &err) == CR_OK);
+        /* A GGUF of an architecture the engine does not run: refused at
+         * create (it used to fail at every load; issue 20, 6). */
+        size_t glen;
+        void *mg = tiny_gguf(&glen, "mamba", false);
+        char mdigest[80];
+        upload(s, mg, glen, mdigest);
+        free(mg);
+        create_args_t mamba = {.model = "mamba", .file_digest = mdigest};
+        CHECK(do_create(s, &mamba, NULL, &err) == CR_E_UNSUPPORTED);
+        CHECK_MSG(strstr(err.msg, "unsupported architecture 'mamba'") != NULL, "%s",
+                  err.msg);
         unsetenv("CORRAL_RUNNER_BIN");
     } else {
         printf("registry_store: the create-time template check skipped: no corral-runner\n");

@@ -637,6 +637,8 @@ static void test_errors(void)
     CHECK_EQ_INT(run_request(&e, "bad", "bad", "hi", NULL, &m), MSG_error);
     CHECK(strstr(m.u.error.message, "failed to load model") != NULL);
     CHECK(strstr(m.u.error.message, "not a GGUF") != NULL);
+    /* The store's path is not told to clients (issue 20, 7). */
+    CHECK_MSG(!strstr(m.u.error.message, "/fake/"), "%s", m.u.error.message);
     msg_clear(&m);
     wait_runners(&e, 0);
 
