@@ -61,10 +61,12 @@ void sch_outbox_destroy(sch_outbox_t **self_p)
     *self_p = NULL;
 }
 
-static queue_t *find(const sch_outbox_t *o, const char *id)
+/* The queue of request `id` from gateway `client` (both: ids are the
+ * gateway's, and an error to an unreadable frame has none). */
+static queue_t *find(const sch_outbox_t *o, zframe_t *client, const char *id)
 {
     for (queue_t *q = o->list; q; q = q->next)
-        if (!strcmp(q->id, id))
+        if (!strcmp(q->id, id) && zframe_eq(q->client, client))
             return q;
     return NULL;
 }
@@ -128,7 +130,7 @@ static void unlink_queue(sch_outbox_t *o, queue_t *q)
 static sch_out_t send_or_queue(sch_outbox_t *o, zframe_t *client,
                                const char *id, zframe_t **frame_p, bool last)
 {
-    queue_t *q = find(o, id);
+    queue_t *q = find(o, client, id);
     if (q && q->closed) {
         zframe_destroy(frame_p); /* after its last reply: nothing to say */
         return SCH_OUT_SENT;
@@ -198,13 +200,7 @@ bool sch_outbox_flush(sch_outbox_t *o, void (*gone)(void *arg, const char *id),
     return o->list != NULL;
 }
 
-bool sch_outbox_has(const sch_outbox_t *o, const char *id)
+bool sch_outbox_has(const sch_outbox_t *o, zframe_t *client, const char *id)
 {
-    return find(o, id) != NULL;
-}
-
-int64_t sch_outbox_bytes(const sch_outbox_t *o, const char *id)
-{
-    const queue_t *q = find(o, id);
-    return q ? q->bytes : 0;
+    return find(o, client, id) != NULL;
 }

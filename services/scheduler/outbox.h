@@ -47,10 +47,7 @@ sch_out_t sch_outbox_close(sch_outbox_t *o, zframe_t *client, const char *id,
 bool sch_outbox_flush(sch_outbox_t *o, void (*gone)(void *arg, const char *id),
                       void *arg);
 
-/* True when replies for `id` wait here. */
-bool sch_outbox_has(const sch_outbox_t *o, const char *id);
-
-/* Bytes waiting for `id` (0 when none). */
-int64_t sch_outbox_bytes(const sch_outbox_t *o, const char *id);
+/* True when replies for request `id` of gateway `client` wait here. */
+bool sch_outbox_has(const sch_outbox_t *o, zframe_t *client, const char *id);
 
 #endif

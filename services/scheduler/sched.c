@@ -349,7 +349,7 @@ static void probe_clients(sch_server_t *s, int64_t now)
     for (request_t *r = s->req_list; r; r = next) {
         next = r->next;
         if (now - r->probe_ms < CLIENT_PROBE_MS ||
-            sch_outbox_has(s->outbox, r->id))
+            sch_outbox_has(s->outbox, r->client, r->id))
             continue;
         r->probe_ms = now;
         msg_t m;

@@ -7,7 +7,10 @@
  * keep-alive expiry is checked without waiting minutes. */
 #include "lib/prelude.h"
 
+#include <arpa/inet.h>
 #include <ftw.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1368,11 +1371,17 @@ static void test_node_adopt(void)
     int port = -1;
     for (int i = 0; i < 50 && port < 0; i++) {
         int p = 20000 + (int)((getpid() * 7919 + i * 131) % 12000);
-        zsock_t *probe = zsock_new(ZMQ_ROUTER);
-        zsock_set_linger(probe, 0);
-        if (zsock_bind(probe, "tcp://127.0.0.1:%d", p) == p)
+        /* A plain socket: its close frees the port at once (a zmq socket
+         * closes in zmq's I/O thread, so the scheduler's bind right after
+         * could still find the port taken). */
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)p),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a))
             port = p;
-        zsock_destroy(&probe);
+        if (fd >= 0)
+            close(fd);
     }
     CHECK(port > 0);
     snprintf(nodes_ep_g, sizeof nodes_ep_g, "tcp://127.0.0.1:%d", port);
