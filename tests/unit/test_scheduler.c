@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <signal.h>
@@ -180,6 +181,26 @@ static int fake_runner(const char *endpoint, const char *id)
             }
             if (!strcmp(p, "die-always"))
                 _exit(4);
+            /* "drain-die:<dir>": says it got the request (<dir>/got),
+             * waits for <dir>/go, then dies without output, the first time
+             * only (<dir>/died); later it answers. */
+            if (!strncmp(p, "drain-die:", 10)) {
+                char got[400], go[400], died[400];
+                snprintf(got, sizeof got, "%s/got", p + 10);
+                snprintf(go, sizeof go, "%s/go", p + 10);
+                snprintf(died, sizeof died, "%s/died", p + 10);
+                if (access(died, F_OK)) {
+                    FILE *mk = fopen(got, "w");
+                    if (mk)
+                        fclose(mk);
+                    while (access(go, F_OK) && getppid() == parent)
+                        zclock_sleep(5);
+                    mk = fopen(died, "w");
+                    if (mk)
+                        fclose(mk);
+                    _exit(4);
+                }
+            }
             /* SIGKILLed (as by the OOM killer) the first time only. */
             if (!strncmp(p, "killed-once:", 12) && access(p + 12, F_OK)) {
                 FILE *mk = fopen(p + 12, "w");
@@ -1757,6 +1778,66 @@ static void test_cancel_grace(void)
     env_stop(&e);
 }
 
+typedef struct drain_arg {
+    sch_server_t *sched;
+    int left;
+} drain_arg_t;
+
+static void *drain_main(void *p)
+{
+    drain_arg_t *a = p;
+    a->left = sch_server_drain(a->sched, 30000);
+    return NULL;
+}
+
+/* A runner that dies while the scheduler drains (issue 20, 7): its request
+ * is not run again on a fresh runner (nothing new starts in a drain); it
+ * fails, and the drain ends. */
+static void test_drain_no_rerun(void)
+{
+    env_t e;
+    env_start(&e, 3, 16);
+    char prompt[400], got[400], go[400];
+    snprintf(prompt, sizeof prompt, "drain-die:%s", e.dir);
+    snprintf(got, sizeof got, "%s/got", e.dir);
+    snprintf(go, sizeof go, "%s/go", e.dir);
+    send_generate(&e, "dr", "dd", prompt, NULL, 0);
+    double t0 = mono_s();
+    while (access(got, F_OK) && mono_s() - t0 < WAIT_NET_S)
+        pump(&e, 2); /* resolved, loaded, running */
+    CHECK(access(got, F_OK) == 0);
+    drain_arg_t a = {.sched = e.sched, .left = -1};
+    pthread_t th;
+    pthread_create(&th, NULL, drain_main, &a);
+    /* The drain has begun once new requests are refused; the runner then
+     * dies under it. */
+    send_generate(&e, "late", "dd", "hi", NULL, 0);
+    msg_t m;
+    bool refused = false;
+    t0 = mono_s();
+    while (!refused && mono_s() - t0 < WAIT_NET_S)
+        if (bus_recv(e.client, 100, &m, NULL, NULL) == CR_OK) {
+            refused = !strcmp(m.id, "late") && m.type == MSG_error;
+            msg_clear(&m);
+        }
+    CHECK(refused);
+    FILE *mk = fopen(go, "w");
+    if (mk)
+        fclose(mk);
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(a.left, 0);
+    bool failed = false;
+    while (bus_recv(e.client, 0, &m, NULL, NULL) == CR_OK) {
+        if (!strcmp(m.id, "dr")) {
+            CHECK_EQ_INT(m.type, MSG_error);
+            failed = m.type == MSG_error && m.u.error.status == CR_E_RUNNER;
+        }
+        msg_clear(&m);
+    }
+    CHECK_MSG(failed, "the request was not failed (run again?)");
+    env_stop(&e);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "serve"))
@@ -1782,5 +1863,6 @@ int main(int argc, char **argv)
     test_slow_reader();
     test_gateway_gone();
     test_cancel_grace();
+    test_drain_no_rerun();
     return check_finish("scheduler");
 }
