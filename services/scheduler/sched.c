@@ -939,6 +939,14 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
 {
     switch (m->type) {
     case MSG_hello: {
+        if (rn->state == RS_STOPPING) {
+            /* Stopped before it connected (a load that timed out while it
+             * started): the shutdown sent then reached nobody. */
+            msg_t bye;
+            msg_init(&bye, MSG_shutdown, rn->id);
+            send_runner(s, rn, &bye);
+            break;
+        }
         if (rn->state != RS_STARTING)
             break;
         msg_t load;

@@ -65,10 +65,33 @@ static bool orphan_wait(const char *endpoint, const char *id)
     return true;
 }
 
+/* With <dir>/slow-hello present, a fake runner connects only once
+ * <dir>/hello-go exists (a runner slow to start). */
+static bool slow_hello_wait(const char *endpoint)
+{
+    char dir[300], flag[400], go[400];
+    snprintf(dir, sizeof dir, "%s", endpoint + strlen("ipc://"));
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(flag, sizeof flag, "%s/slow-hello", dir);
+    snprintf(go, sizeof go, "%s/hello-go", dir);
+    if (access(flag, F_OK))
+        return true;
+    while (access(go, F_OK)) {
+        if (access(dir, F_OK))
+            return false;
+        zclock_sleep(10);
+    }
+    return true;
+}
+
 static int fake_runner(const char *endpoint, const char *id)
 {
     bool orphan = !strncmp(id, "adopt-", 6);
     if (orphan && !orphan_wait(endpoint, id))
+        return 0;
+    if (!orphan && !slow_hello_wait(endpoint))
         return 0;
     zsock_t *d = zsock_new(ZMQ_DEALER);
     zsock_set_identity(d, id);
@@ -1778,6 +1801,35 @@ static void test_cancel_grace(void)
     env_stop(&e);
 }
 
+/* A runner stopped before it connected (its load timed out while it
+ * started) is told to go when it says hello at last: the shutdown sent at
+ * the timeout reached nobody, and it would otherwise wait for the stop
+ * grace's SIGKILL. */
+static void test_stop_before_hello(void)
+{
+    env_t e;
+    env_start(&e, 3, 16);
+    char flag[400], go[400];
+    snprintf(flag, sizeof flag, "%s/slow-hello", e.dir);
+    snprintf(go, sizeof go, "%s/hello-go", e.dir);
+    FILE *f = fopen(flag, "w");
+    if (f)
+        fclose(f);
+    send_generate(&e, "sl", "slowstart", "hi", NULL, 0);
+    wait_runners(&e, 1); /* spawned, silent */
+    clock_ms_g += 61 * 1000; /* past the load timeout: stopped */
+    msg_t m;
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_error);
+    CHECK_EQ_INT(m.u.error.status, CR_E_TIMEOUT);
+    msg_clear(&m);
+    f = fopen(go, "w"); /* it connects now */
+    if (f)
+        fclose(f);
+    wait_runners(&e, 0); /* without the stop grace (the clock stands) */
+    env_stop(&e);
+}
+
 typedef struct drain_arg {
     sch_server_t *sched;
     int left;
@@ -1868,5 +1920,6 @@ int main(int argc, char **argv)
     test_gateway_gone();
     test_cancel_grace();
     test_drain_no_rerun();
+    test_stop_before_hello();
     return check_finish("scheduler");
 }
