@@ -9,7 +9,9 @@
  * stay up (it dies within QUICK_S of starting MAX_QUICK times in a row, for
  * instance because the port is taken) makes serve stop everything and fail.
  *
- * It knows nothing of what the services do. */
+ * It is their descendants' subreaper: an orphaned runner (its scheduler
+ * died) is reaped here when it exits. It knows nothing of what the
+ * services do. */
 #include "lib/prelude.h"
 #include "cli/serve.h"
 #include "lib/env.h"
@@ -237,6 +239,11 @@ cr_status_t cli_cmd_serve(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
     sigaddset(&set, SIGHUP);
     sigprocmask(SIG_BLOCK, &set, &old);
 
+    /* Runners outlive a scheduler that dies (a restarted one adopts them);
+     * as their subreaper serve reaps those that exit later, where an init
+     * that does not reap (a container's) would keep them as zombies. */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1))
+        cr_log_warn("serve: cannot become a subreaper: %s", strerror(errno));
     cr_log_info("serve: corral %s, services from %s", CORRAL_VERSION, dir);
     for (int i = 0; i < N_SERVICES && !st; i++)
         st = start(&svcs[i], &old, err);

@@ -22,6 +22,12 @@ cr_status_t cr_spawn_runner(const char *bin, const char *endpoint,
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
+        /* A runner that outlives its parent (the scheduler's) leads its
+         * own process group: a Ctrl-C or a group signal meant for `corral
+         * serve` does not kill it under a drain (the scheduler finishes
+         * what it runs, then stops it). */
+        if (!die_with_parent)
+            setpgid(0, 0);
         if (die_with_parent) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != parent) /* it died before prctl took effect */

@@ -14,7 +14,8 @@
 /* Starts bin as a runner. With die_with_parent the runner is killed when
  * its parent dies, even by SIGKILL (a node agent's runners); without it
  * the runner outlives its parent (the scheduler's runners are adopted by
- * a restarted scheduler). CR_E_IO if fork fails; an exec failure shows as
+ * a restarted scheduler) and leads its own process group (signals sent to
+ * the parent's group, a terminal's Ctrl-C, do not reach it). CR_E_IO if fork fails; an exec failure shows as
  * the child's exit status 127. */
 cr_status_t cr_spawn_runner(const char *bin, const char *endpoint,
                             const char *runner_id, bool die_with_parent,

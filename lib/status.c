@@ -72,3 +72,23 @@ void cr_err_clear(cr_err_t *err)
         err->msg[0] = '\0';
     }
 }
+
+void cr_msg_redact(char *text, size_t cap, const char *path, const char *shown)
+{
+    size_t plen = path ? strlen(path) : 0;
+    if (!text || !cap || !plen)
+        return;
+    char out[CR_ERR_MSG_MAX * 2];
+    size_t o = 0, lim = CR_MIN(cap, sizeof out) - 1;
+    for (const char *p = text; *p && o < lim;) {
+        if (!strncmp(p, path, plen)) {
+            for (const char *q = shown; *q && o < lim; q++)
+                out[o++] = *q;
+            p += plen;
+        } else {
+            out[o++] = *p++;
+        }
+    }
+    out[o] = '\0';
+    memcpy(text, out, o + 1);
+}

@@ -54,4 +54,9 @@ cr_status_t cr_err_wrap(cr_err_t *err, const char *fmt, ...) CR_PRINTF(2, 3);
 /* Clears err to CR_OK and an empty message. */
 void cr_err_clear(cr_err_t *err);
 
+/* Replaces every occurrence of `path` in text (a NUL-terminated message in
+ * a buffer of cap bytes) with `shown`, cutting at cap: messages that reach
+ * clients name a store file by its digest, never by an absolute path. */
+void cr_msg_redact(char *text, size_t cap, const char *path, const char *shown);
+
 #endif

@@ -76,8 +76,7 @@ static bool is_router(zsock_t *sock)
     return zsock_type(sock) == ZMQ_ROUTER;
 }
 
-/* Encodes m into a new frame (caller owns). */
-static cr_status_t encode_frame(const msg_t *m, zframe_t **out, cr_err_t *err)
+cr_status_t bus_encode_frame(const msg_t *m, zframe_t **out, cr_err_t *err)
 {
     cr_buf_t b;
     cr_buf_init(&b, MSG_FRAME_MAX);
@@ -101,7 +100,7 @@ cr_status_t bus_send(zsock_t *sock, const msg_t *m, cr_err_t *err)
         return cr_err_set(err, CR_E_INTERNAL,
                           "bus_send on a ROUTER socket; use bus_send_to");
     zframe_t *f = NULL;
-    cr_status_t st = encode_frame(m, &f, err);
+    cr_status_t st = bus_encode_frame(m, &f, err);
     if (st)
         return st;
     int rc = zframe_send(&f, sock, 0);
@@ -123,7 +122,7 @@ cr_status_t bus_send_to(zsock_t *router, zframe_t *identity, const msg_t *m,
         return cr_err_set(err, CR_E_INTERNAL,
                           "bus_send_to on a socket that is not a ROUTER");
     zframe_t *f = NULL;
-    cr_status_t st = encode_frame(m, &f, err);
+    cr_status_t st = bus_encode_frame(m, &f, err);
     if (st)
         return st;
     return bus_send_frame_to(router, identity, &f, msg_type_name(m->type),

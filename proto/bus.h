@@ -29,6 +29,10 @@
 cr_status_t bus_endpoint(const char *name, char *out, size_t cap,
                          cr_err_t *err);
 
+/* Encodes m into a new frame *out (caller owns; zframe_destroy). Errors as
+ * msg_encode; CR_E_NOMEM without memory for the frame. */
+cr_status_t bus_encode_frame(const msg_t *m, zframe_t **out, cr_err_t *err);
+
 /* Encodes and sends m on a DEALER (or any non-ROUTER socket; CR_E_INTERNAL
  * on a ROUTER). Encoding errors as msg_encode; CR_E_IO if zmq refuses. */
 cr_status_t bus_send(zsock_t *sock, const msg_t *m, cr_err_t *err);

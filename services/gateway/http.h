@@ -38,6 +38,13 @@ typedef struct gw_config {
     char api_key[512];         /* CORRAL_API_KEY; "" = no auth */
     char compat_version[CR_VERSION_MAX + 1]; /* /api/version's `version`
                                   (lib/version.h) */
+    unsigned max_connections;  /* CORRAL_MAX_CONNECTIONS: open at once */
+    unsigned max_per_ip;       /* CORRAL_MAX_CONNECTIONS_PER_IP: from one
+                                  address, below max_connections so other
+                                  addresses always find room (0 = none) */
+    unsigned idle_timeout_s;   /* CORRAL_IDLE_TIMEOUT: a connection with no
+                                  traffic either way for this long is
+                                  closed (0 = never) */
 } gw_config_t;
 
 /* What every handler may read: settings, peers, and whether we stop. */

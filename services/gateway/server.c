@@ -17,6 +17,8 @@
 #include "services/gateway/metrics.h"
 #include "services/gateway/routes.h"
 
+#include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 
 struct gw_server {
@@ -35,6 +37,56 @@ static int64_t mono_ns(void)
 }
 
 /* ---- config ---- */
+
+/* A count setting in 1..max; CR_E_INVALID names it otherwise. */
+static cr_status_t env_count(const char *name, unsigned def, unsigned max,
+                             unsigned *out, cr_err_t *err)
+{
+    char v[64], *end;
+    *out = def;
+    if (!cr_env_get(name, v, sizeof v))
+        return CR_OK;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || *end || end == v || n < 1 || n > max)
+        return cr_err_set(err, CR_E_INVALID,
+                          "CORRAL_%s '%s' is not a count from 1 to %u", name,
+                          v, max);
+    *out = (unsigned)n;
+    return CR_OK;
+}
+
+/* Connection limits: libmicrohttpd's default (about 1,020 connections, no
+ * idle timeout) let idle connections lock every client out. */
+static cr_status_t connection_limits(gw_config_t *cfg, cr_err_t *err)
+{
+    cr_status_t st = env_count("MAX_CONNECTIONS", GW_DEFAULT_MAX_CONNECTIONS,
+                               1000000, &cfg->max_connections, err);
+    if (st)
+        return st;
+    unsigned per_ip_def =
+        cfg->max_connections * GW_DEFAULT_PER_IP_PERCENT / 100;
+    if (per_ip_def < 1)
+        per_ip_def = 1;
+    if ((st = env_count("MAX_CONNECTIONS_PER_IP", per_ip_def,
+                        cfg->max_connections, &cfg->max_per_ip, err)))
+        return st;
+    cfg->idle_timeout_s = GW_DEFAULT_IDLE_TIMEOUT_S;
+    char v[64];
+    if (cr_env_get("IDLE_TIMEOUT", v, sizeof v)) {
+        int64_t ms = 0;
+        cr_err_t e;
+        if (cr_duration_parse(v, &ms, &e) || ms < 0)
+            return cr_err_set(err, CR_E_INVALID,
+                              "CORRAL_IDLE_TIMEOUT '%s' is not a duration "
+                              "(e.g. 5m, 30s; 0 = never)",
+                              v);
+        /* microhttpd counts whole seconds; a positive value stays one. */
+        cfg->idle_timeout_s =
+            ms == 0 ? 0 : (unsigned)CR_MIN((ms + 999) / 1000, (int64_t)UINT_MAX);
+    }
+    return CR_OK;
+}
 
 cr_status_t gw_config_from_env(gw_config_t *cfg, cr_err_t *err)
 {
@@ -68,7 +120,33 @@ cr_status_t gw_config_from_env(gw_config_t *cfg, cr_err_t *err)
     else
         cfg->create_timeout_ms =
             (int)CR_MIN(load_ms + 60 * 1000, (int64_t)INT_MAX);
-    return CR_OK;
+    return connection_limits(cfg, err);
+}
+
+/* Each connection holds its socket and, while it waits on the bus, a zmq
+ * socket's few descriptors: the soft RLIMIT_NOFILE (often 1024) is raised
+ * toward the hard one so max_connections can be reached. */
+#define FDS_PER_CONNECTION 4
+#define FDS_SPARE 64
+
+static void raise_fd_limit(unsigned max_connections)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl))
+        return;
+    rlim_t want = (rlim_t)max_connections * FDS_PER_CONNECTION + FDS_SPARE;
+    if (rl.rlim_cur >= want)
+        return;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want
+                      ? want
+                      : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur < want)
+        cr_log_warn("open files limit %llu (was %llu) is below the %llu that "
+                    "%u connections may need; raise it (ulimit -n) or lower "
+                    "CORRAL_MAX_CONNECTIONS",
+                    (unsigned long long)rl.rlim_cur, (unsigned long long)was,
+                    (unsigned long long)want, max_connections);
 }
 
 /* ---- requests ---- */
@@ -143,7 +221,32 @@ enum {
     DEFER_NOT_FOUND,
     DEFER_BAD_METHOD,
     DEFER_UNAUTHORIZED,
+    DEFER_NO_HOST,
+    DEFER_MANY_HOSTS,
 };
+
+static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind,
+                                  const char *key, const char *value)
+{
+    CR_UNUSED(kind);
+    CR_UNUSED(value);
+    if (!strcasecmp(key, "Host"))
+        (*(int *)cls)++;
+    return MHD_YES;
+}
+
+/* Go's server: an HTTP/1.1 request needs exactly one Host header (400
+ * otherwise; HTTP/1.0 may leave it out). */
+static int host_problem(gw_req_t *r, const char *version)
+{
+    int n = 0;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_host, &n);
+    if (n > 1)
+        return DEFER_MANY_HOSTS;
+    if (n == 0 && version && strcmp(version, MHD_HTTP_VERSION_1_0) != 0)
+        return DEFER_NO_HOST;
+    return DEFER_NONE;
+}
 
 /* CORS: sets r->allow_origin, or defers 403 / the preflight. */
 static void apply_cors(gw_req_t *r)
@@ -183,8 +286,10 @@ static enum MHD_Result too_large(gw_req_t *r)
 }
 
 /* The first call: everything that can be decided from the headers. */
-static enum MHD_Result on_headers(gw_req_t *r)
+static enum MHD_Result on_headers(gw_req_t *r, const char *version)
 {
+    if ((r->deferred = host_problem(r, version)))
+        return MHD_YES;
     apply_cors(r);
     if (r->deferred)
         return MHD_YES;
@@ -265,6 +370,12 @@ static enum MHD_Result on_complete(gw_req_t *r)
                           "405 method not allowed");
     case DEFER_UNAUTHORIZED:
         return gw_reply_error_http(r, MHD_HTTP_UNAUTHORIZED, "unauthorized");
+    case DEFER_NO_HOST:
+        return reply_text(r, MHD_HTTP_BAD_REQUEST,
+                          "400 Bad Request: missing required Host header");
+    case DEFER_MANY_HOSTS:
+        return reply_text(r, MHD_HTTP_BAD_REQUEST,
+                          "400 Bad Request: too many Host headers");
     default:
         break;
     }
@@ -278,7 +389,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *version, const char *data,
                                   size_t *size, void **con_cls)
 {
-    CR_UNUSED(version);
     gw_server_t *s = cls;
     gw_req_t *r = *con_cls;
     if (!r) {
@@ -292,7 +402,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
             return gw_reply_error_http(r, MHD_HTTP_SERVICE_UNAVAILABLE,
                                        "server is shutting down");
         }
-        return on_headers(r);
+        return on_headers(r, version);
     }
     if (r->responded) { /* answered early: drop the rest */
         *size = 0;
@@ -377,6 +487,12 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
     if ((st = gw_listen_resolve(host, port, &ss, &sslen, &s->ctx.loopback,
                                 err)))
         goto fail;
+    gw_config_t limits = *cfg;
+    if (!limits.max_connections) /* a config not from gw_config_from_env */
+        limits.max_connections = GW_DEFAULT_MAX_CONNECTIONS;
+    if (limits.max_per_ip >= limits.max_connections)
+        limits.max_per_ip = 0;
+    raise_fd_limit(limits.max_connections);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG | MHD_USE_ITC;
@@ -388,7 +504,9 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
-        MHD_OPTION_CONNECTION_TIMEOUT, 0u, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_LIMIT, limits.max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, limits.max_per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, limits.idle_timeout_s, MHD_OPTION_END);
     if (!s->daemon) {
         st = cr_err_set(err, CR_E_IO, "cannot listen on %s port %u: %s",
                         host[0] ? host : "*", (unsigned)port,

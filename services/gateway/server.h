@@ -18,12 +18,19 @@
 #define GW_DEFAULT_CONNECT_TIMEOUT_MS 3000
 #define GW_DEFAULT_REPLY_TIMEOUT_MS 60000
 #define GW_DEFAULT_PING_AFTER_MS 10000
+#define GW_DEFAULT_MAX_CONNECTIONS 1000u
+#define GW_DEFAULT_IDLE_TIMEOUT_S 300u
+/* The share of max_connections one address may hold by default (the rest
+ * is a reserve for everyone else: health checks, other clients). */
+#define GW_DEFAULT_PER_IP_PERCENT 75u
 
 typedef struct gw_server gw_server_t;
 
-/* Defaults, then the environment: HOST and ORIGINS (CORRAL_/OLLAMA_), and
+/* Defaults, then the environment: HOST and ORIGINS (CORRAL_/OLLAMA_),
  * LOAD_TIMEOUT (default 5m) which sets create_timeout_ms to that plus a
- * minute (<= 0: no limit). CR_E_INVALID names a malformed setting. */
+ * minute (<= 0: no limit), and the connection limits MAX_CONNECTIONS
+ * (1000), MAX_CONNECTIONS_PER_IP (75% of it) and IDLE_TIMEOUT (5m; a
+ * duration, 0 = never). CR_E_INVALID names a malformed setting. */
 cr_status_t gw_config_from_env(gw_config_t *cfg, cr_err_t *err);
 
 /* Resolves the bus endpoints, binds cfg->host and starts serving. Caller

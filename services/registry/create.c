@@ -226,8 +226,13 @@ static cr_status_t open_blob_gguf(build_t *b, const char *hex, cr_gguf_t **g,
         return cr_err_set(err, CR_E_INVALID,
                           "supplied file was not in GGUF format");
     cr_err_t gerr;
-    if (cr_gguf_open(path, g, &gerr))
+    if (cr_gguf_open(path, g, &gerr)) {
+        /* The blob by its digest: a client never learns the store's path. */
+        char shown[REG_HEX_LEN + 8];
+        snprintf(shown, sizeof shown, "sha256-%s", hex);
+        cr_msg_redact(gerr.msg, sizeof gerr.msg, path, shown);
         return cr_err_set(err, CR_E_INVALID, "invalid GGUF file: %s", gerr.msg);
+    }
     return CR_OK;
 }
 
@@ -439,6 +444,24 @@ static cr_status_t from_peft(build_t *b, const msg_file_ref_t *files, size_t n,
     return st;
 }
 
+/* A GGUF whose architecture the engine does not run would be listed and
+ * then fail every load: the create fails instead. Without a runner binary
+ * to ask, the load reports it (logged). */
+static cr_status_t check_arch(build_t *b, const char *hex, cr_err_t *err)
+{
+    char path[REG_PATH_MAX];
+    if (!reg_store_blob_path(b->s, hex, path, sizeof path))
+        return CR_OK;
+    cr_err_t cerr;
+    cr_err_clear(&cerr);
+    cr_status_t st = reg_model_arch_check(path, &cerr);
+    if (st == CR_E_INVALID)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "%s", cerr.msg);
+    if (st)
+        cr_log_warn("create: architecture not checked: %s", cerr.msg);
+    return CR_OK;
+}
+
 static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
                               bool adapters, cr_err_t *err)
 {
@@ -490,6 +513,8 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
         if (!strcmp(mt, REG_MT_MODEL) && !b->auto_hex[0])
             at = detect_template(g);
         cr_gguf_close(&g);
+        if (!strcmp(mt, REG_MT_MODEL) && (st = check_arch(b, hex, err)))
+            return st;
         uint64_t size = 0;
         reg_store_blob_exists(b->s, hex, &size);
         if (reg_manifest_add(&b->man, mt, hex, (int64_t)size, NULL, NULL))
@@ -751,6 +776,36 @@ static cr_status_t check_format(cr_format_kind_t kind, const char *name,
                       known);
 }
 
+/* A TEMPLATE that does not parse would fail every generate: the create
+ * fails instead, with the parser's error. Without a runner binary to ask,
+ * the generate reports it (logged). */
+static cr_status_t check_go_template(build_t *b, cr_err_t *err)
+{
+    const reg_layer_t *l = reg_manifest_find(&b->man, REG_MT_TEMPLATE);
+    char path[REG_PATH_MAX];
+    if (!l || !reg_store_blob_path(b->s, l->hex, path, sizeof path))
+        return CR_OK;
+    cr_err_t cerr;
+    cr_err_clear(&cerr);
+    cr_status_t st = reg_go_template_check(path, &cerr);
+    if (st == CR_E_INVALID)
+        return cr_err_set(err, st, "%s", cerr.msg);
+    if (st)
+        cr_log_warn("create: template not checked: %s", cerr.msg);
+    return CR_OK;
+}
+
+/* A text layer over REG_TEXT_LAYER_MAX is refused (CR_E_TOO_LARGE). */
+static cr_status_t check_text_size(const char *what, bool has, const char *text,
+                                   cr_err_t *err)
+{
+    size_t n = has && text ? strlen(text) : 0;
+    if (n > REG_TEXT_LAYER_MAX)
+        return cr_err_set(err, CR_E_TOO_LARGE, "%s is %zu bytes; at most %u",
+                          what, n, REG_TEXT_LAYER_MAX);
+    return CR_OK;
+}
+
 static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
                                 cr_err_t *err)
 {
@@ -793,6 +848,20 @@ static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
                               req->quantize);
     }
 
+    /* Sizes the store reads back (model.c caps every layer it loads): a
+     * model over them would be created and then fail every show and
+     * generate. */
+    if ((st = check_text_size("template", req->has_template, req->template, err)) ||
+        (st = check_text_size("system", req->has_system, req->system, err)))
+        return st;
+    for (size_t i = 0; req->has_license && i < req->license.n; i++)
+        if ((st = check_text_size("license", true, req->license.v[i], err)))
+            return st;
+    if (req->has_messages && req->messages.n > REG_MESSAGES_MAX)
+        return cr_err_set(err, CR_E_TOO_LARGE,
+                          "%zu messages; a model stores at most %u",
+                          req->messages.n, REG_MESSAGES_MAX);
+
     /* Validate parameters before anything is written. */
     json_t *newp = NULL;
     if (req->has_parameters && req->parameters && *req->parameters) {
@@ -811,6 +880,8 @@ static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
         reg_manifest_remove(&b->man, REG_MT_PROMPT);
         st = add_blob_layer(b, REG_MT_TEMPLATE, req->template,
                             strlen(req->template), err);
+        if (!st)
+            st = check_go_template(b, err);
     }
     if (!st && req->has_system && req->system && *req->system) {
         reg_manifest_remove(&b->man, REG_MT_SYSTEM);

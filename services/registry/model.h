@@ -24,6 +24,7 @@
 #define REG_PARAMS_LAYER_MAX (1u << 20)    /* params JSON */
 #define REG_MESSAGES_LAYER_MAX (32u << 20) /* messages JSON */
 #define REG_CONFIG_MAX (1u << 20)          /* config blob */
+#define REG_MESSAGES_MAX 4096              /* stored MESSAGEs, at create */
 #define REG_MAX_CAPS 8
 
 typedef struct reg_model {

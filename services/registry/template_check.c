@@ -14,7 +14,10 @@ extern char **environ;
 
 #define ERR_MAX_BYTES 400 /* the tool's one error line */
 
-cr_status_t reg_template_check(const char *gguf_path, cr_err_t *err)
+/* Runs `corral-runner check-template <flag> <path>`; its exit 1 with an
+ * error line becomes CR_E_INVALID "<label>: <line>". */
+static cr_status_t run_check(const char *cmd, const char *flag,
+                             const char *path, const char *label, cr_err_t *err)
 {
     char bin[4096];
     cr_status_t st = reg_quantize_runner_bin(bin, sizeof bin, err);
@@ -28,7 +31,7 @@ cr_status_t reg_template_check(const char *gguf_path, cr_err_t *err)
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, err_p[1], 2);
-    char *argv[] = {bin, "check-template", "--model", (char *)gguf_path, NULL};
+    char *argv[] = {bin, (char *)cmd, (char *)flag, (char *)path, NULL};
     pid_t pid = -1;
     int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -64,7 +67,23 @@ cr_status_t reg_template_check(const char *gguf_path, cr_err_t *err)
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return CR_OK;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 1 && text[0])
-        return cr_err_set(err, CR_E_INVALID, "chat template: %s", text);
-    return cr_err_set(err, CR_E_RUNNER, "%s check-template failed%s%s", bin,
+        return label[0] ? cr_err_set(err, CR_E_INVALID, "%s: %s", label, text)
+                        : cr_err_set(err, CR_E_INVALID, "%s", text);
+    return cr_err_set(err, CR_E_RUNNER, "%s %s failed%s%s", bin, cmd,
                       text[0] ? ": " : "", text);
+}
+
+cr_status_t reg_template_check(const char *gguf_path, cr_err_t *err)
+{
+    return run_check("check-template", "--model", gguf_path, "chat template", err);
+}
+
+cr_status_t reg_go_template_check(const char *path, cr_err_t *err)
+{
+    return run_check("check-template", "--go-template", path, "template", err);
+}
+
+cr_status_t reg_model_arch_check(const char *gguf_path, cr_err_t *err)
+{
+    return run_check("check-model", "--model", gguf_path, "", err);
 }

@@ -18,4 +18,14 @@
  * it failed otherwise (crashed, or is not a runner that knows the check). */
 cr_status_t reg_template_check(const char *gguf_path, cr_err_t *err);
 
+/* Checks that the Go template in file `path` (a TEMPLATE layer) parses as
+ * the runner's engine parses it: CR_E_INVALID "template: <the parser's
+ * error>"; other statuses as reg_template_check. */
+cr_status_t reg_go_template_check(const char *path, cr_err_t *err);
+
+/* Checks that the runner's engine runs the GGUF's architecture:
+ * CR_E_INVALID "unsupported architecture 'x'"; other statuses as
+ * reg_template_check. */
+cr_status_t reg_model_arch_check(const char *gguf_path, cr_err_t *err);
+
 #endif

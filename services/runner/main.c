@@ -15,6 +15,10 @@
  *   corral-runner check-template --model FILE
  *       parse the GGUF's Jinja chat template (the registry's create runs
  *       this): "ok", "none", or the error naming the construct.
+ *   corral-runner check-template --go-template FILE
+ *       parse a Modelfile TEMPLATE as the runner will (create runs this).
+ *   corral-runner check-model --model FILE
+ *       whether the engine runs the GGUF's architecture (create runs this).
  *   corral-runner quantize --in SRC.gguf --out DST.gguf --type Q4_K_M
  *           [--progress]
  *       requantize an F32/F16/BF16 model (the registry's create --quantize
@@ -55,6 +59,8 @@ static int usage(void)
             "--image FILE --out FILE.f32 [--pixels FILE.f32] [--threads N]\n"
             "           [--prompt \"TEXT [img-0] TEXT\" --logits FILE.f32]\n"
             "       corral-runner check-template --model FILE\n"
+            "       corral-runner check-template --go-template FILE\n"
+            "       corral-runner check-model --model FILE\n"
             "       corral-runner quantize --in SRC.gguf --out DST.gguf "
             "--type Q4_K_M [--progress]\n");
     return 2;
@@ -90,6 +96,9 @@ int main(int argc, char **argv)
         return serve(argc, argv);
     if (!strcmp(cmd, "quantize"))
         return rn_tool_quantize(argc, argv);
+    const char *go_tmpl = flag(argc, argv, "--go-template");
+    if (!strcmp(cmd, "check-template") && go_tmpl)
+        return rn_tool_check_go_template(go_tmpl);
     const char *model = flag(argc, argv, "--model");
     if (!model)
         return usage();
@@ -98,6 +107,8 @@ int main(int argc, char **argv)
                                 has(argc, argv, "--special"));
     if (!strcmp(cmd, "check-template"))
         return rn_tool_check_template(model);
+    if (!strcmp(cmd, "check-model"))
+        return rn_tool_check_model(model);
     if (!strcmp(cmd, "logits")) {
         const char *tokens = flag(argc, argv, "--tokens");
         const char *out = flag(argc, argv, "--out");

@@ -62,14 +62,35 @@ typedef struct req_rec {
     rn_server_t *s;
     bool busy;
     bool canceled;
+    bool send_failed; /* a chunk could not be sent: the request ends */
     char id[MSG_ID_MAX + 1];
 } req_rec_t;
 
-static void send_msg(rn_server_t *s, const msg_t *m)
+static cr_status_t send_msg(rn_server_t *s, const msg_t *m)
 {
     cr_err_t err;
-    if (bus_send(s->sock, m, &err))
+    cr_status_t st = bus_send(s->sock, m, &err);
+    if (st)
         cr_log_warn("send %s failed: %s", msg_type_name(m->type), err.msg);
+    return st;
+}
+
+static void send_error(rn_server_t *s, const char *id, cr_status_t st,
+                       const char *text);
+
+/* Sends a request's last reply. One that cannot go (over the bus's frame
+ * or array limits) becomes an error, so the request still ends: a reply
+ * that is never sent would leave it running in the scheduler for good. */
+static void send_final(rn_server_t *s, const msg_t *m)
+{
+    if (send_msg(s, m) == CR_OK)
+        return;
+    char text[200];
+    snprintf(text, sizeof text,
+             "the %s reply is too large to send (over %u bytes or %u "
+             "elements in one array)",
+             msg_type_name(m->type), MSG_FRAME_MAX, MSG_MAX_ARRAY);
+    send_error(s, m->id, CR_E_TOO_LARGE, text);
 }
 
 static int64_t mono_ms(void)
@@ -215,14 +236,15 @@ static bool slot_chunk(void *ctx, const msg_chunk_body_t *chunk)
     msg_t m;
     msg_init(&m, MSG_chunk, rec->id);
     m.u.chunk = *chunk;
-    send_msg(rec->s, &m);
-    return !rec->canceled && !rec->s->shutdown;
+    if (send_msg(rec->s, &m))
+        rec->send_failed = true; /* its text would be lost: end it */
+    return !rec->canceled && !rec->send_failed && !rec->s->shutdown;
 }
 
 static bool slot_canceled(void *ctx)
 {
     req_rec_t *rec = ctx;
-    return rec->canceled || rec->s->shutdown;
+    return rec->canceled || rec->send_failed || rec->s->shutdown;
 }
 
 static void slot_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
@@ -234,7 +256,11 @@ static void slot_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
         msg_t m;
         msg_init(&m, MSG_done, rec->id);
         m.u.done = *done;
-        send_msg(s, &m);
+        send_final(s, &m);
+    } else if (rec->send_failed) {
+        cr_log_warn("request %s: a chunk could not be sent; ended", rec->id);
+        send_error(s, rec->id, CR_E_TOO_LARGE,
+                   "a reply chunk is too large to send");
     } else if (st == CR_E_CANCELED) {
         cr_log_info("request %s canceled", rec->id);
         send_error(s, rec->id, CR_E_CANCELED, "request canceled");
@@ -252,7 +278,8 @@ static bool sink_chunk(void *ctx, const msg_chunk_body_t *chunk)
     msg_t m;
     msg_init(&m, MSG_chunk, s->running_id);
     m.u.chunk = *chunk;
-    send_msg(s, &m);
+    if (send_msg(s, &m))
+        s->running_canceled = true; /* nobody will see the rest */
     return !s->running_canceled && !s->shutdown;
 }
 
@@ -325,12 +352,17 @@ static void handle_tokens(rn_server_t *s, const msg_t *m)
         size_t n = 0;
         st = rn_engine_tokenize(s->engine, m->u.tokenize.content, &ids, &n,
                                 &err);
+        if (!st && n > MSG_MAX_ARRAY)
+            st = cr_err_set(&err, CR_E_TOO_LARGE,
+                            "content is %zu tokens; a tokenize reply carries "
+                            "at most %u",
+                            n, MSG_MAX_ARRAY);
         msg_init(&r, MSG_tokens, m->id);
         r.u.tokens.tokens.v = ids;
         r.u.tokens.tokens.n = n;
         r.u.tokens.has_tokens = true;
         if (!st)
-            send_msg(s, &r);
+            send_final(s, &r);
         free(ids);
     } else {
         char *text = NULL;
@@ -340,7 +372,7 @@ static void handle_tokens(rn_server_t *s, const msg_t *m)
         r.u.text.text = text;
         r.u.text.has_text = true;
         if (!st)
-            send_msg(s, &r);
+            send_final(s, &r);
         free(text);
     }
     if (st)
@@ -403,7 +435,7 @@ static void handle_request(rn_server_t *s, const msg_t *m)
         cr_status_t st = rn_engine_embed(s->engine, &m->u.embed, &sink,
                                          &r.u.embeddings, &err);
         if (st == CR_OK)
-            send_msg(s, &r);
+            send_final(s, &r);
         else
             send_error(s, m->id, st, err.msg[0] ? err.msg : cr_status_str(st));
         s->running_id = NULL;
@@ -425,6 +457,7 @@ static void handle_request(rn_server_t *s, const msg_t *m)
     }
     snprintf(rec->id, sizeof rec->id, "%s", m->id);
     rec->canceled = false;
+    rec->send_failed = false;
     rn_sink_t slot_sink = {rec, slot_chunk, slot_canceled};
     rec->busy = true; /* before: a render-only request finishes inside */
     cr_status_t st = rn_engine_start(s->engine, m, &slot_sink, slot_finish, &err);

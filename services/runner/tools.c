@@ -2,6 +2,8 @@
 #include "lib/prelude.h"
 #include "services/runner/tools.h"
 
+#include "services/runner/template/template.h"
+
 #include "lib/buf.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
@@ -234,6 +236,57 @@ int rn_tool_check_template(const char *model_path)
             fprintf(stderr, "%s\n", err.msg);
         rc = t ? 0 : 1;
         jj_template_destroy(&t);
+    }
+    cr_gguf_close(&g);
+    return rc;
+}
+
+#define GO_TEMPLATE_MAX (4u << 20) /* the registry's text layer limit */
+
+int rn_tool_check_go_template(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "cannot open the template: %s\n", strerror(errno));
+        return 2;
+    }
+    char *src = malloc(GO_TEMPLATE_MAX + 1);
+    size_t n = src ? fread(src, 1, GO_TEMPLATE_MAX + 1, f) : 0;
+    fclose(f);
+    if (!src || n > GO_TEMPLATE_MAX) {
+        fprintf(stderr, "template over %u bytes\n", GO_TEMPLATE_MAX);
+        free(src);
+        return 1;
+    }
+    rn_tmpl_t *t = NULL;
+    cr_err_t err = {0};
+    int rc = 0;
+    if (rn_tmpl_parse(src, n, &t, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        rc = 1;
+    } else {
+        printf("ok\n");
+    }
+    rn_tmpl_destroy(&t);
+    free(src);
+    return rc;
+}
+
+int rn_tool_check_model(const char *model_path)
+{
+    cr_err_t err = {0};
+    cr_gguf_t *g = NULL;
+    if (cr_gguf_open(model_path, &g, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 2;
+    }
+    const char *arch = cr_gguf_arch(g);
+    int rc = 0;
+    if (rn_model_arch_supported(arch)) {
+        printf("ok\n");
+    } else {
+        fprintf(stderr, "unsupported architecture '%.64s'\n", arch ? arch : "");
+        rc = 1;
     }
     cr_gguf_close(&g);
     return rc;

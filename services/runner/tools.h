@@ -52,4 +52,14 @@ int rn_tool_quantize(int argc, char **argv);
  * it at create. */
 int rn_tool_check_template(const char *model_path);
 
+/* `check-template --go-template FILE`: parses FILE (a Modelfile TEMPLATE,
+ * at most 4 MiB) as the runner's Go template engine will; prints "ok"
+ * (exit 0) or the parse error on stderr (exit 1). */
+int rn_tool_check_go_template(const char *path);
+
+/* `check-model --model FILE`: "ok" (exit 0) when the GGUF's architecture
+ * is one the engine runs, else "unsupported architecture 'x'" on stderr
+ * (exit 1). */
+int rn_tool_check_model(const char *model_path);
+
 #endif

@@ -4,6 +4,7 @@
 
 #include "lib/duration.h"
 #include "lib/env.h"
+#include "lib/size.h"
 #include "lib/log.h"
 #include "services/scheduler/spawn.h"
 
@@ -82,6 +83,14 @@ cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
         env_duration_ms("NODE_TIMEOUT", NODE_TIMEOUT_MS, err, &bad);
     if (bad)
         return CR_E_INVALID;
+    char sz[64];
+    if (cr_env_get("STREAM_BUFFER", sz, sizeof sz) &&
+        (cr_size_parse(sz, &cfg->stream_buffer_bytes, NULL) ||
+         cfg->stream_buffer_bytes <= 0))
+        return cr_err_set(err, CR_E_INVALID,
+                          "CORRAL_STREAM_BUFFER '%s' is not a size in bytes "
+                          "(e.g. 16MiB)",
+                          sz);
     if (cr_env_get("NODES_ENDPOINT", cfg->nodes_endpoint,
                    sizeof cfg->nodes_endpoint)) {
         /* Nodes speak over the network: never without CURVE. */

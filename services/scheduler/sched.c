@@ -20,6 +20,7 @@
 #include "lib/log.h"
 #include "lib/model_name.h"
 #include "services/scheduler/options.h"
+#include "services/scheduler/outbox.h"
 #include "services/scheduler/sched_int.h"
 #include "services/scheduler/spawn.h"
 
@@ -62,12 +63,29 @@ static void rfc3339_from_now(int64_t delta_ms, char *out, size_t cap)
 
 /* ---- replies to gateways ---- */
 
-static void send_client(sch_server_t *s, zframe_t *client, const msg_t *m)
+/* Sends m to the gateway `client` through the outbox (never blocking).
+ * `last`: m is its request's last reply, queued even past the bound.
+ * A reply that cannot be encoded becomes an error saying so. */
+static sch_out_t send_client(sch_server_t *s, zframe_t *client,
+                             const msg_t *m, bool last)
 {
     cr_err_t err;
-    if (bus_send_to(s->front, client, m, &err))
-        cr_log_debug("reply %s to a gone client dropped: %s",
-                  msg_type_name(m->type), err.msg);
+    zframe_t *f = NULL;
+    if (bus_encode_frame(m, &f, &err)) {
+        cr_log_warn("%s: reply %s not encodable: %s", m->id,
+                    msg_type_name(m->type), err.msg);
+        msg_t e;
+        msg_make_error(&e, m->id, CR_E_TOO_LARGE,
+                       "the %s reply is too large to send: %s",
+                       msg_type_name(m->type), err.msg);
+        cr_status_t st = bus_encode_frame(&e, &f, NULL);
+        msg_clear(&e);
+        if (st)
+            return SCH_OUT_GONE;
+        last = true;
+    }
+    return last ? sch_outbox_close(s->outbox, client, m->id, &f)
+                : sch_outbox_send(s->outbox, client, m->id, &f);
 }
 
 static void reply_error(sch_server_t *s, zframe_t *client, const char *id,
@@ -75,7 +93,7 @@ static void reply_error(sch_server_t *s, zframe_t *client, const char *id,
 {
     msg_t m;
     msg_make_error(&m, id, st, "%s", text);
-    send_client(s, client, &m);
+    send_client(s, client, &m, true);
     msg_clear(&m);
 }
 
@@ -258,6 +276,126 @@ static void runner_arm_keep_alive(sch_server_t *s, runner_t *rn)
                          : sch_now_ms(s) + rn->keep_alive_ms;
 }
 
+/* ---- ending requests early ---- */
+
+static bool runner_was_told(const runner_t *rn, const char *id)
+{
+    for (unsigned i = 0; i < CR_ARRAY_LEN(rn->canceled); i++)
+        if (!strcmp(rn->canceled[i], id))
+            return true;
+    return false;
+}
+
+/* Tells runner rn to cancel request `id`, once: a runner streaming for a
+ * request the scheduler already ended is not sent a cancel per chunk
+ * (one that reads slowly would fill its queue, and the send would block). */
+static void runner_cancel(sch_server_t *s, runner_t *rn, const char *id)
+{
+    if (runner_was_told(rn, id))
+        return;
+    snprintf(rn->canceled[rn->n_canceled++ % CR_ARRAY_LEN(rn->canceled)],
+             sizeof rn->canceled[0], "%s", id);
+    msg_t c;
+    msg_init(&c, MSG_cancel, id);
+    send_runner(s, rn, &c);
+}
+
+/* Ends request r on the scheduler's side in any state: a running one is
+ * canceled at its runner (whose later replies for it are ignored) and
+ * stops counting against it. The client hears the error unless `tell` is
+ * false (it is gone). */
+static void req_end(sch_server_t *s, request_t *r, cr_status_t st,
+                    const char *text, bool tell)
+{
+    runner_t *rn = r->state == RQ_RUNNING ? r->runner : NULL;
+    if (rn)
+        runner_cancel(s, rn, r->id);
+    if (tell)
+        reply_error(s, r->client, r->id, st, text);
+    req_unlink_free(s, r);
+    if (rn) {
+        rn->n_active--;
+        rn->last_used_ms = sch_now_ms(s);
+        runner_arm_keep_alive(s, rn);
+    }
+}
+
+/* The gateway connection of request `id` is gone (a killed gateway, a
+ * client that left without a cancel): nobody will read its output. */
+static void req_gone(void *arg, const char *id)
+{
+    sch_server_t *s = arg;
+    request_t *r = req_find(s, id);
+    if (!r)
+        return;
+    cr_log_info("request %s: its gateway connection is gone; canceling", id);
+    req_end(s, r, CR_E_CANCELED, "request canceled", false);
+}
+
+/* Relays one encoded output frame (*f, taken) of running request r. A
+ * client too far behind (its queue over the bound) has its request ended
+ * with an error that follows what it was sent; a gone one is canceled. */
+static void req_forward(sch_server_t *s, request_t *r, zframe_t **f)
+{
+    sch_out_t o = sch_outbox_send(s->outbox, r->client, r->id, f);
+    if (o == SCH_OUT_GONE) {
+        req_gone(s, r->id);
+    } else if (o == SCH_OUT_OVER) {
+        char text[200];
+        snprintf(text, sizeof text,
+                 "the client reads too slowly: more than %" PRId64
+                 " bytes of output were waiting for it; request canceled",
+                 s->cfg.stream_buffer_bytes);
+        cr_log_warn("request %s: %s", r->id, text);
+        req_end(s, r, CR_E_BUSY, text, true);
+    }
+}
+
+/* Every CLIENT_PROBE_MS a request whose gateway has heard nothing from
+ * the scheduler lately gets a `pong` (which gateways skip), only to learn
+ * whether its connection is still there: ROUTER_MANDATORY reports a gone
+ * peer at once. A killed gateway's requests so end within a probe. */
+#define CLIENT_PROBE_MS 1000
+
+static void probe_clients(sch_server_t *s, int64_t now)
+{
+    request_t *next;
+    for (request_t *r = s->req_list; r; r = next) {
+        next = r->next;
+        if (now - r->probe_ms < CLIENT_PROBE_MS ||
+            sch_outbox_has(s->outbox, r->client, r->id))
+            continue;
+        r->probe_ms = now;
+        msg_t m;
+        msg_init(&m, MSG_pong, r->id);
+        zframe_t *f = NULL;
+        if (bus_encode_frame(&m, &f, NULL))
+            continue;
+        if (sch_outbox_send(s->outbox, r->client, r->id, &f) == SCH_OUT_GONE)
+            req_gone(s, r->id);
+    }
+}
+
+/* A canceled running request whose runner has not ended it after
+ * CANCEL_GRACE_MS (a reply lost, a runner that ignores the cancel) is
+ * ended here, so it cannot hold its model's slot for good. */
+#define CANCEL_GRACE_MS 10000
+
+static void end_stale_cancels(sch_server_t *s, int64_t now)
+{
+    request_t *next;
+    for (request_t *r = s->req_list; r; r = next) {
+        next = r->next;
+        if (r->state == RQ_RUNNING && r->cancel_ms &&
+            now - r->cancel_ms > CANCEL_GRACE_MS) {
+            cr_log_warn("request %s: its runner did not end it %d s after a "
+                        "cancel; ended",
+                        r->id, CANCEL_GRACE_MS / 1000);
+            req_end(s, r, CR_E_CANCELED, "request canceled", true);
+        }
+    }
+}
+
 static runner_t *runner_start(sch_server_t *s, request_t *r,
                               const sch_plan_t *plan, sch_node_t *host)
 {
@@ -332,7 +470,7 @@ static void reply_load_done(sch_server_t *s, request_t *r, const char *reason)
     m.u.done.has_total_duration = true;
     m.u.done.load_duration = m.u.done.total_duration;
     m.u.done.has_load_duration = true;
-    send_client(s, r->client, &m);
+    send_client(s, r->client, &m, true);
 }
 
 static void dispatch(sch_server_t *s, request_t *r, runner_t *rn)
@@ -653,7 +791,7 @@ static void handle_ps(sch_server_t *s, zframe_t *client, const char *id)
     m.u.ps_reply.models.v = v;
     m.u.ps_reply.models.n = i;
     m.u.ps_reply.has_models = true;
-    send_client(s, client, &m);
+    send_client(s, client, &m, true);
     msg_clear(&m);
 }
 
@@ -666,6 +804,8 @@ static void handle_cancel(sch_server_t *s, const char *id)
         msg_t m;
         msg_init(&m, MSG_cancel, id);
         send_runner(s, r->runner, &m);
+        if (!r->cancel_ms)
+            r->cancel_ms = sch_now_ms(s);
         return; /* the runner answers done/error, which ends the request */
     }
     req_fail(s, r, CR_E_CANCELED, "request canceled");
@@ -741,7 +881,7 @@ static void on_front(sch_server_t *s)
     case MSG_ping: {
         msg_t pong;
         msg_init(&pong, MSG_pong, m.id);
-        send_client(s, client, &pong);
+        send_client(s, client, &pong, false);
         break;
     }
     default:
@@ -854,7 +994,7 @@ static void finish_request(sch_server_t *s, request_t *r, msg_t *m)
         m->u.embeddings.load_duration = r->dispatched_ns - r->arrived_ns;
         m->u.embeddings.has_load_duration = true;
     }
-    send_client(s, r->client, m);
+    send_client(s, r->client, m, true);
     req_unlink_free(s, r);
     if (rn) {
         rn->n_active--;
@@ -867,6 +1007,14 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
 {
     switch (m->type) {
     case MSG_hello: {
+        if (rn->state == RS_STOPPING) {
+            /* Stopped before it connected (a load that timed out while it
+             * started): the shutdown sent then reached nobody. */
+            msg_t bye;
+            msg_init(&bye, MSG_shutdown, rn->id);
+            send_runner(s, rn, &bye);
+            break;
+        }
         if (rn->state != RS_STARTING)
             break;
         msg_t load;
@@ -937,6 +1085,11 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
         snprintf(text, sizeof text, "failed to load model: %s",
                  m->u.error.message);
         cr_log_error("runner %s: %s", rn->id, text);
+        /* Clients see the blob's name, not where the store is. */
+        const char *path = rn->resolved.u.resolved.model_path;
+        const char *slash = path ? strrchr(path, '/') : NULL;
+        if (slash)
+            cr_msg_redact(text, sizeof text, path, slash + 1);
         fail_model_requests(s, rn, (cr_status_t)m->u.error.status, text, true);
         runner_stop(s, rn, "load failed");
         break;
@@ -991,11 +1144,7 @@ bool sch_runner_relay(sch_server_t *s, sch_node_t *node, const char *id,
     rn->last_seen_ms = sch_now_ms(s);
     rn->ping_sent_ms = 0;
     r->got_output |= h.type == MSG_chunk;
-    cr_err_t err;
-    if (bus_send_frame_to(s->front, r->client, body_p, msg_type_name(h.type),
-                          &err))
-        cr_log_debug("reply %s to a gone client dropped: %s",
-                     msg_type_name(h.type), err.msg);
+    req_forward(s, r, body_p);
     return true;
 }
 
@@ -1075,7 +1224,12 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
     if (r && r->runner == rn) {
         if (m.type == MSG_chunk || m.type == MSG_progress) {
             r->got_output |= m.type == MSG_chunk;
-            send_client(s, r->client, &m);
+            zframe_t *f = NULL;
+            cr_err_t err;
+            if (bus_encode_frame(&m, &f, &err) == CR_OK)
+                req_forward(s, r, &f);
+            else
+                req_end(s, r, CR_E_TOO_LARGE, err.msg, true);
         }
         else
             finish_request(s, r, &m);
@@ -1083,10 +1237,8 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
         on_runner_control(s, rn, &m);
     } else if (!r && m.type == MSG_chunk) {
         /* Output for a request nobody waits for (one a previous scheduler
-         * sent an adopted runner): free its slot. */
-        msg_t c;
-        msg_init(&c, MSG_cancel, m.id);
-        send_runner(s, rn, &c);
+         * sent an adopted runner, or one ended here): free its slot. */
+        runner_cancel(s, rn, m.id);
     }
     msg_clear(&m);
 }
@@ -1101,18 +1253,27 @@ void sch_runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,
     if (rn->state == RS_STOPPING) {
         cr_log_info("runner %s (pid %d) exited: %s", rn->id, (int)pid, how);
     } else {
-        char text[300];
+        /* SIGKILL from outside is most often the kernel's OOM killer, and
+         * what the runner was doing (a huge prompt) would do it again. */
+        bool killed = !strncmp(how, "signal 9 ", 9);
+        char text[400];
         snprintf(text, sizeof text,
-                 "model runner has unexpectedly stopped (%s); the next "
+                 "model runner has unexpectedly stopped (%s%s); the next "
                  "request will load it again",
-                 how);
+                 how,
+                 killed ? "; if the kernel's OOM killer did it, the request "
+                          "needs more memory than the machine has"
+                        : "");
         cr_log_error("runner %s (pid %d): %s", rn->id, (int)pid, text);
         /* A request the dead runner had not answered at all runs again on
          * a fresh runner, once: its client never sees the crash. One that
-         * already got output fails (its text cannot be taken back). */
+         * already got output fails (its text cannot be taken back), and so
+         * does one whose runner was SIGKILLed (it would likely kill the
+         * next one too: Ollama's users get an error, not a second OOM) or
+         * that arrived before a drain (nothing new starts then). */
         for (request_t *r = s->req_list; r; r = r->next)
             if (r->state == RQ_RUNNING && r->runner == rn && !r->got_output &&
-                !r->retried) {
+                !r->retried && !killed && !s->draining) {
                 r->state = RQ_PENDING;
                 r->runner = NULL;
                 r->retried = true;
@@ -1227,7 +1388,7 @@ static void notify_loading(sch_server_t *s, int64_t now)
             msg_init(&m, MSG_progress, r->id);
             m.u.progress.status = "loading model";
             m.u.progress.has_status = true;
-            send_client(s, r->client, &m);
+            send_client(s, r->client, &m, false);
             r->load_notice_ms = now;
         }
     }
@@ -1258,6 +1419,8 @@ static void run_timers(sch_server_t *s)
         }
     }
     notify_loading(s, now);
+    probe_clients(s, now);
+    end_stale_cancels(s, now);
     request_t *next;
     for (request_t *r = s->req_list; r; r = next) {
         next = r->next;
@@ -1295,10 +1458,11 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
     s->registry = zsock_new(ZMQ_DEALER);
     if (!s->front || !s->runners || !s->registry)
         goto fail_sockets;
-    /* Replies to a gone peer fail fast instead of queueing forever. */
+    /* Replies to a gone peer fail fast instead of queueing forever; a
+     * gateway that cannot take more waits in the outbox, never here. */
     zsock_set_router_mandatory(s->front, 1);
     zsock_set_router_mandatory(s->runners, 1);
-    zsock_set_sndtimeo(s->front, 1000);
+    zsock_set_sndtimeo(s->front, 0);
     zsock_set_sndtimeo(s->runners, 1000);
     zsock_set_linger(s->front, 0);
     zsock_set_linger(s->runners, 0);
@@ -1317,8 +1481,11 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
         cr_err_set(err, CR_E_IO, "cannot connect %s", cfg->registry_endpoint);
         goto fail_sockets;
     }
+    s->outbox = sch_outbox_new(s->front, s->cfg.stream_buffer_bytes > 0
+                                             ? s->cfg.stream_buffer_bytes
+                                             : SCH_STREAM_BUFFER_DEFAULT);
     s->poller = zpoller_new(s->front, s->runners, s->registry, NULL);
-    if (!s->poller) {
+    if (!s->poller || !s->outbox) {
         cr_err_set(err, CR_E_NOMEM, "cannot create a poller");
         goto fail_sockets;
     }
@@ -1332,6 +1499,7 @@ fail_sockets:
     if (err && err->status == CR_OK)
         cr_err_set(err, CR_E_IO, "cannot create sockets");
     zpoller_destroy(&s->poller);
+    sch_outbox_destroy(&s->outbox);
     sch_nodes_close(s);
     zsock_destroy(&s->front);
     zsock_destroy(&s->runners);
@@ -1342,6 +1510,9 @@ fail_sockets:
 
 void sch_server_run_once(sch_server_t *s, int timeout_ms)
 {
+    /* Replies waiting for slow gateways are retried often. */
+    if (sch_outbox_flush(s->outbox, req_gone, s) && timeout_ms > OUTBOX_RETRY_MS)
+        timeout_ms = OUTBOX_RETRY_MS;
     void *which = zpoller_wait(s->poller, timeout_ms);
     /* Drain everything that is ready, not just one socket. */
     for (int spin = 0; which && spin < 256; spin++) {
@@ -1438,7 +1609,9 @@ void sch_server_destroy(sch_server_t **self_p)
                     "scheduler shutting down");
         req_unlink_free(s, r);
     }
+    sch_outbox_flush(s->outbox, NULL, NULL); /* what can still go */
     zpoller_destroy(&s->poller);
+    sch_outbox_destroy(&s->outbox);
     zsock_destroy(&s->front);
     zsock_destroy(&s->runners);
     zsock_destroy(&s->registry);

@@ -26,6 +26,7 @@
 /* The most slots a runner makes (its RN_CTX_MAX_SEQ; it refuses a load
  * asking for more, so the scheduler clamps OLLAMA_NUM_PARALLEL to this). */
 #define SCH_NUM_PARALLEL_MAX 64
+#define SCH_STREAM_BUFFER_DEFAULT (16LL << 20) /* CORRAL_STREAM_BUFFER */
 
 typedef struct sch_config {
     char front_endpoint[BUS_ENDPOINT_MAX];    /* ROUTER for gateways */
@@ -66,6 +67,11 @@ typedef struct sch_config {
     char node_keys_dir[4096];  /* CORRAL_NODE_KEYS_DIR: admitted node keys */
     int64_t node_timeout_ms;   /* CORRAL_NODE_TIMEOUT: a silent node is lost
                                   after this; 0 = 10 s */
+    int64_t stream_buffer_bytes; /* CORRAL_STREAM_BUFFER: a request's
+                                    replies a slow gateway client has not
+                                    taken yet, beyond zmq's queues; over it
+                                    the request ends with an error; 0 =
+                                    SCH_STREAM_BUFFER_DEFAULT */
     /* Monotonic clock in ms; NULL = CLOCK_MONOTONIC. Tests set their own. */
     int64_t (*now_ms)(void);
 } sch_config_t;

@@ -24,6 +24,7 @@
 #define TICK_MS 100               /* timer resolution of the loop */
 #define ORPHANS_MAX 256           /* runners of a previous scheduler tracked */
 #define FOREVER_MS INT64_MAX
+#define OUTBOX_RETRY_MS 5         /* poll timeout while replies wait */
 
 typedef enum runner_state {
     RS_STARTING,
@@ -83,6 +84,10 @@ typedef struct runner {
     sch_plan_t plan;
     int64_t last_seen_ms;    /* last message from it */
     int64_t ping_sent_ms;    /* unanswered ping; 0 = none */
+    /* Requests it was last told to cancel (a ring): its output for them
+     * until it stops is dropped without a cancel each. */
+    char canceled[4][MSG_ID_MAX + 1];
+    unsigned n_canceled;
     struct runner *next;
 } runner_t;
 
@@ -105,12 +110,15 @@ typedef struct request {
     bool retried;            /* already re-queued once after a runner died */
     int64_t load_notice_ms;  /* last `loading model` progress sent; 0 none */
     int64_t pending_ms;      /* when it became PENDING */
+    int64_t probe_ms;        /* last liveness probe of its gateway */
+    int64_t cancel_ms;       /* when a cancel went to its runner; 0 none */
     struct request *next;
 } request_t;
 
 struct sch_server {
     sch_config_t cfg;
     zsock_t *front;    /* ROUTER: gateways */
+    struct sch_outbox *outbox; /* replies gateways could not take yet */
     zsock_t *runners;  /* ROUTER: runners */
     zsock_t *registry; /* DEALER: registry */
     zsock_t *nodes;    /* ROUTER: node agents (CURVE); NULL when off */

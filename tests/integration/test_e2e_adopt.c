@@ -289,6 +289,38 @@ int main(void)
         restart_round(2, false);
         restart_round(3, true);
     }
+    /* Adopted runners (their first scheduler was killed) that die are
+     * reaped, not left as zombies under an init that does not reap:
+     * serve is their subreaper (issue 20, 7). */
+    pid_t adopted[16];
+    size_t na = runner_pids(adopted, 16);
+    CHECK(na > 0);
+    for (size_t i = 0; i < na; i++) {
+        /* Orphaned by the killed scheduler, each is serve's child now. */
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)adopted[i]);
+        FILE *f = fopen(path, "r");
+        int ppid = -1;
+        if (f) {
+            if (fscanf(f, "%*d %*s %*c %d", &ppid) != 1)
+                ppid = -1;
+            fclose(f);
+        }
+        CHECK_MSG(ppid == (int)T.serve_pid, "runner %d: parent %d, serve is %d",
+                  (int)adopted[i], ppid, (int)T.serve_pid);
+        kill(adopted[i], SIGKILL);
+    }
+    for (size_t i = 0; i < na; i++) {
+        int64_t t0 = now_ms();
+        bool reaped = false;
+        while (!reaped && now_ms() - t0 < 30000) {
+            reaped = kill(adopted[i], 0) != 0 && errno == ESRCH;
+            if (!reaped)
+                usleep(10000);
+        }
+        CHECK_MSG(reaped, "runner %d was not reaped after SIGKILL",
+                  (int)adopted[i]);
+    }
     if (check_failed_g) {
         char cmd[1300];
         snprintf(cmd, sizeof cmd, "tail -n 80 %s/serve.log >&2", T.tmp);
@@ -296,8 +328,7 @@ int main(void)
             fprintf(stderr, "(no serve log)\n");
     }
     e2e_stop(&T);
-    /* Adopted runners are not serve's children; the scheduler stops them,
-     * but make sure. */
+    /* Runners left over (none expected) are stopped here, to make sure. */
     pid_t left[16];
     size_t n = runner_pids(left, 16);
     for (size_t i = 0; i < n; i++)

@@ -9,6 +9,10 @@
 #include "lib/status.h"
 #include "lib/tensor_type.h"
 #include "lib/version.h"
+#include "lib/spawn_runner.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
 #include "tests/unit/check.h"
 
 static void test_status(void)
@@ -201,12 +205,36 @@ static void test_base64(void)
     cr_err_t err = {0};
     CHECK(cr_base64_decode("aGVsbG8", 7, &dec, &dn, &err) == CR_E_INVALID && !dec);
     CHECK_EQ_STR(err.msg, "illegal base64 data at input byte 4");
+/* A runner that outlives its parent leads its own process group (issue
+ * 20, 7: a Ctrl-C on `corral serve` killed runners under the drain); a
+ * node's (die_with_parent) stays in the parent's. /bin/sh exits at once
+ * on the runner's arguments; the exited child is inspected before it is
+ * reaped (WNOWAIT), so its group is settled. */
+static pid_t spawned_pgid(bool die_with_parent)
+{
+    pid_t pid = -1;
+    cr_err_t err;
+    CHECK_EQ_INT(cr_spawn_runner("/bin/sh", "ipc:///nonexistent", "t1",
+                                 die_with_parent, &pid, &err),
+                 CR_OK);
+    siginfo_t info;
+    CHECK_EQ_INT(waitid(P_PID, (id_t)pid, &info, WEXITED | WNOWAIT), 0);
+    pid_t pg = getpgid(pid);
+    waitpid(pid, NULL, 0);
+    return pg == pid ? 0 : pg;
+}
+
+static void test_spawn_group(void)
+{
+    CHECK_EQ_INT(spawned_pgid(false), 0);       /* its own group */
+    CHECK_EQ_INT(spawned_pgid(true), getpgrp()); /* the parent's */
 }
 
 int main(void)
 {
     test_version();
     test_base64();
+    test_spawn_group();
     test_duration();
     test_size();
     test_env();

@@ -1385,6 +1385,34 @@ static void test_bad_input(void)
     rn_tmpl_destroy(&t);
 }
 
+/* Many messages (issue 20, 2): the fewest to drop is bisected, so the
+ * prompt is rendered and counted O(log n) times, not once per dropped
+ * message, and the answer is the one-at-a-time loop's. */
+static void test_truncation_many(void)
+{
+    enum { N = 1024 };
+    static rn_prompt_msg_t many[N];
+    for (size_t i = 0; i < N; i++)
+        many[i] = (rn_prompt_msg_t){.role = i % 2 ? "assistant" : "user",
+                                    .content = "w"};
+    many[0].role = "system";
+    many[0].content = "rules";
+    rn_tmpl_t *t = parse("{{ range .Messages }}{{ .Content }} {{ end }}");
+    rn_prompt_chat_t in = {.tmpl = t, .msgs = many, .n_msgs = N, .opts = OPTS,
+                           .fit = {.truncate = true, .num_ctx = 10,
+                                   .count_tokens = count_words}};
+    rn_prompt_result_t r;
+    cr_err_t err;
+    count_calls_g = 0;
+    CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
+    /* "rules" plus the last 9 messages. */
+    CHECK_TEXT(r.text, "rules w w w w w w w w w ");
+    CHECK_EQ_INT(r.msgs_dropped, N - 9);
+    CHECK_MSG(count_calls_g <= 12, "%d counts for %d messages", count_calls_g, N);
+    rn_prompt_result_free(&r);
+    rn_tmpl_destroy(&t);
+}
+
 /* count_words through the span-aware counter; counts renderings whose
  * spans do not cover the text exactly. */
 static int count_prompt_calls_g, count_prompt_bad_g;
@@ -1480,7 +1508,7 @@ static void test_spans(void)
     count_prompt_calls_g = count_prompt_bad_g = 0;
     CHECK_EQ_INT(rn_prompt_chat(&in, &r, &err), CR_OK);
     CHECK_EQ_INT(count_calls_g, 0);
-    CHECK_EQ_INT(count_prompt_calls_g, 3);
+    CHECK_EQ_INT(count_prompt_calls_g, 2); /* all, then one bisection step */
     CHECK_EQ_INT(count_prompt_bad_g, 0);
     CHECK_EQ_INT(r.msgs_dropped, 2);
     CHECK_SPANS(r, "T[<]U[user]T[>]U[six]T[|]");
@@ -1563,6 +1591,7 @@ int main(void)
     test_suffix_mode();
     test_images();
     test_truncation();
+    test_truncation_many();
     test_chat_assembly();
     test_generate();
     test_bad_input();

@@ -856,6 +856,60 @@ static void test_recreate(void)
 
 /* ---- bad input to create ---- */
 
+/* Create refuses what the store could not read back (issue 20, 6): a
+ * text layer over REG_TEXT_LAYER_MAX (a 20 MB license was stored, then
+ * every show and generate failed), too many messages. */
+static void test_create_sizes(void)
+{
+    reg_store_t *s = fresh_store();
+    char digest[80];
+    upload_tiny(s, digest);
+    cr_err_t err;
+    size_t n = REG_TEXT_LAYER_MAX + 1;
+    char *big = malloc(n + 1);
+    memset(big, 'x', n);
+    big[n] = '\0';
+    create_args_t a = {.model = "m", .file_digest = digest, .license = big};
+    CHECK_EQ_INT(do_create(s, &a, NULL, &err), CR_E_TOO_LARGE);
+    CHECK(strstr(err.msg, "license is") != NULL);
+    a = (create_args_t){.model = "m", .file_digest = digest, .system = big};
+    CHECK_EQ_INT(do_create(s, &a, NULL, &err), CR_E_TOO_LARGE);
+    a = (create_args_t){.model = "m", .file_digest = digest, .tmpl = big};
+    CHECK_EQ_INT(do_create(s, &a, NULL, &err), CR_E_TOO_LARGE);
+    big[REG_TEXT_LAYER_MAX] = '\0'; /* at the limit: stored and shown */
+    a = (create_args_t){.model = "m", .file_digest = digest, .license = big};
+    CHECK_EQ_INT(do_create(s, &a, NULL, &err), CR_OK);
+    cr_status_t st;
+    json_t *j = show_json(s, "m", false, &st, &err);
+    CHECK_EQ_INT(st, CR_OK);
+    json_decref(j);
+    free(big);
+    /* Messages: at most REG_MESSAGES_MAX. */
+    msg_create_body_t req;
+    memset(&req, 0, sizeof req);
+    req.model = "many";
+    req.has_model = true;
+    msg_file_ref_t file = {.name = "model.gguf", .digest = digest,
+                           .has_name = true, .has_digest = true};
+    req.files.v = &file;
+    req.files.n = 1;
+    req.has_files = true;
+    msg_message_t *msgs = calloc(REG_MESSAGES_MAX + 1, sizeof *msgs);
+    for (size_t i = 0; i <= REG_MESSAGES_MAX; i++)
+        msgs[i] = (msg_message_t){.role = "user", .content = "hi",
+                                  .has_role = true, .has_content = true};
+    req.messages.v = msgs;
+    req.messages.n = REG_MESSAGES_MAX + 1;
+    req.has_messages = true;
+    statuses_t sts = {0};
+    CHECK_EQ_INT(reg_create(s, &req, collect, &sts, &err), CR_E_TOO_LARGE);
+    CHECK(strstr(err.msg, "messages") != NULL);
+    req.messages.n = REG_MESSAGES_MAX;
+    CHECK_EQ_INT(reg_create(s, &req, collect, &sts, &err), CR_OK);
+    free(msgs);
+    reg_store_destroy(&s);
+}
+
 static void test_create_errors(void)
 {
     reg_store_t *s = fresh_store();
@@ -948,6 +1002,8 @@ static void test_create_errors(void)
     a.file_digest = other;
     CHECK(do_create(s, &a, NULL, &err) == CR_E_INVALID);
     CHECK_MSG(!strncmp(err.msg, "invalid GGUF file: ", 19), "%s", err.msg);
+    /* ...naming the blob by digest, not the store's path (issue 20, 7) */
+    CHECK_MSG(!strstr(err.msg, root_g) && strstr(err.msg, "sha256-"), "%s", err.msg);
     /* a corrupt GGUF: a tensor type byte flipped to garbage */
     g[len - 1] ^= 0; /* keep size */
     unsigned char *bad = malloc(len);
@@ -1412,6 +1468,29 @@ static void test_jinja_template(void)
         chat_template_g = "{% if tools %}{{ tools | wordwrap(5) }}{% endif %}ok";
         upload_tiny(s, digest);
         CHECK(do_create(s, &bad, NULL, &err) == CR_OK);
+        /* A Modelfile TEMPLATE that does not parse fails the create (it
+         * used to be stored, then fail every generate; issue 20, 6). */
+        chat_template_g = "{{ x }}";
+        upload_tiny(s, digest);
+        create_args_t badgo = {.model = "badgo", .file_digest = digest,
+                               .tmpl = "{{ range .Messages }}{{ .Content }}"};
+        CHECK(do_create(s, &badgo, NULL, &err) == CR_E_INVALID);
+        CHECK_MSG(!strncmp(err.msg, "template: ", 10), "%s", err.msg);
+        cr_model_name_parse("badgo", &n, NULL);
+        CHECK(reg_model_load(s, &n, &m, &err) == CR_E_NOT_FOUND);
+        badgo.tmpl = "{{ range .Messages }}{{ .Content }}{{ end }}";
+        CHECK(do_create(s, &badgo, NULL, &err) == CR_OK);
+        /* A GGUF of an architecture the engine does not run: refused at
+         * create (it used to fail at every load; issue 20, 6). */
+        size_t glen;
+        void *mg = tiny_gguf(&glen, "mamba", false);
+        char mdigest[80];
+        upload(s, mg, glen, mdigest);
+        free(mg);
+        create_args_t mamba = {.model = "mamba", .file_digest = mdigest};
+        CHECK(do_create(s, &mamba, NULL, &err) == CR_E_UNSUPPORTED);
+        CHECK_MSG(strstr(err.msg, "unsupported architecture 'mamba'") != NULL, "%s",
+                  err.msg);
         unsetenv("CORRAL_RUNNER_BIN");
     } else {
         printf("registry_store: the create-time template check skipped: no corral-runner\n");
@@ -1435,6 +1514,7 @@ static void test_template_uses(void)
 
 int main(void)
 {
+    test_create_sizes();
     test_digests();
     test_blobs();
     test_manifest_parse();

@@ -99,6 +99,14 @@ static const struct {
     {"exaone4", RN_ARCH_EXAONE4},
 };
 
+bool rn_model_arch_supported(const char *arch)
+{
+    for (size_t i = 0; arch && i < CR_ARRAY_LEN(arch_names); i++)
+        if (!strcmp(arch, arch_names[i].name))
+            return true;
+    return false;
+}
+
 /* Architectures llama.cpp ropes in normal mode (adjacent pairs), as llama;
  * the rest use NEOX halves. */
 static bool arch_rope_normal(rn_arch_t a)

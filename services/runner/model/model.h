@@ -355,6 +355,10 @@ typedef struct rn_rope_factors {
 cr_status_t rn_model_load(const char *path, be_backend_t *be,
                           rn_model_t **out, cr_err_t *err);
 
+/* True when general.architecture `arch` is one this engine runs (what
+ * create asks through `corral-runner check-model`). */
+bool rn_model_arch_supported(const char *arch);
+
 /* Same, from an open GGUF handle; takes ownership of *g (sets it to NULL)
  * whether or not loading succeeds. */
 cr_status_t rn_model_load_gguf(cr_gguf_t **g, be_backend_t *be,

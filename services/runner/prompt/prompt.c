@@ -887,7 +887,53 @@ static cr_status_t render_msgs(const via_t *v, const pmsg_t *msgs, size_t n,
     return st;
 }
 
-/* Ollama's chatPrompt: truncation, image tags, the final render. */
+/* Renders the conversation without its first `drop` messages (system
+ * ones among them stay) and says whether it fits the context. */
+static cr_status_t fits_after(const via_t *via, msgset_t *set, size_t drop, pmsg_t *work,
+                              cr_buf_t *buf, rn_tmpl_spans_t *spans,
+                              const rn_prompt_think_t *think, const rn_prompt_fit_t *fit,
+                              rn_prompt_count_spans_fn count_prompt,
+                              const rn_prompt_opts_t *o, bool *fits, cr_err_t *err)
+{
+    size_t n = set->n, k = 0;
+    for (size_t j = 0; j < drop; j++)
+        if (!strcmp(set->m[j].role, "system"))
+            work[k++] = set->m[j];
+    for (size_t j = drop; j < n; j++)
+        work[k++] = set->m[j];
+    cr_buf_reset(buf);
+    spans->n = 0;
+    const sink_t count_sink = {buf, NULL}, final_sink = {buf, spans};
+    cr_status_t st = render_msgs(via, work, k, think, o,
+                                 count_prompt ? &final_sink : &count_sink, err);
+    if (st)
+        return st;
+    int64_t ntok = 0;
+    if (count_prompt) {
+        rn_prompt_result_t view = {.text = buf->data ? buf->data : "",
+                                   .len = buf->len,
+                                   .spans = spans->v,
+                                   .n_spans = spans->n};
+        st = count_prompt(fit->count_ctx, &view, &ntok, err);
+    } else {
+        st = fit->count_tokens(fit->count_ctx, buf->data ? buf->data : "", buf->len, &ntok,
+                               err);
+    }
+    if (st)
+        return st;
+    if (fit->has_projector)
+        for (size_t j = drop; j < n; j++)
+            ntok += RN_PROMPT_IMAGE_TOKENS * (int64_t)set->m[j].n_images;
+    *fits = ntok <= fit->num_ctx;
+    return CR_OK;
+}
+
+/* Ollama's chatPrompt: truncation, image tags, the final render.
+ *
+ * Ollama drops the oldest messages one at a time, rendering and counting
+ * the whole prompt each time: quadratic in the messages (10k of them took
+ * a minute). The prompt only shrinks as more go, so the fewest to drop is
+ * found by bisection instead: O(log n) renders, the same answer. */
 static cr_status_t chat_prompt(const via_t *via, msgset_t *set,
                                const rn_prompt_think_t *think, const rn_prompt_fit_t *fit,
                                rn_prompt_count_spans_fn count_prompt,
@@ -898,45 +944,29 @@ static cr_status_t chat_prompt(const via_t *via, msgset_t *set,
     cr_buf_t buf;
     cr_buf_init(&buf, o->max_bytes);
     rn_tmpl_spans_t spans = {0};
-    const sink_t count_sink = {&buf, NULL}, final_sink = {&buf, &spans};
+    const sink_t final_sink = {&buf, &spans};
     cr_status_t st = work ? CR_OK : cr_err_set(err, CR_E_NOMEM, "out of memory");
 
     if (!st && fit->truncate && (fit->count_tokens || count_prompt) && n > 0) {
-        for (size_t i = 0; i < n; i++) {
-            size_t k = 0;
-            for (size_t j = 0; j < i; j++)
-                if (!strcmp(set->m[j].role, "system"))
-                    work[k++] = set->m[j];
-            for (size_t j = i; j < n; j++)
-                work[k++] = set->m[j];
-            cr_buf_reset(&buf);
-            spans.n = 0;
-            if ((st = render_msgs(via, work, k, think, o,
-                                  count_prompt ? &final_sink : &count_sink, err)))
-                goto out;
-            int64_t ntok = 0;
-            if (count_prompt) {
-                rn_prompt_result_t view = {.text = buf.data ? buf.data : "",
-                                           .len = buf.len,
-                                           .spans = spans.v,
-                                           .n_spans = spans.n};
-                st = count_prompt(fit->count_ctx, &view, &ntok, err);
-            } else {
-                st = fit->count_tokens(fit->count_ctx, buf.data ? buf.data : "", buf.len, &ntok,
-                                       err);
+        bool fits = false;
+        st = fits_after(via, set, 0, work, &buf, &spans, think, fit, count_prompt, o, &fits,
+                        err);
+        if (!st && !fits) {
+            /* Drop 1..n-1: the last message always stays. */
+            size_t lo = 1, hi = n - 1;
+            while (!st && lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                st = fits_after(via, set, mid, work, &buf, &spans, think, fit, count_prompt,
+                                o, &fits, err);
+                if (fits)
+                    hi = mid;
+                else
+                    lo = mid + 1;
             }
-            if (st)
-                goto out;
-            if (fit->has_projector)
-                for (size_t j = i; j < n; j++)
-                    ntok += RN_PROMPT_IMAGE_TOKENS * (int64_t)set->m[j].n_images;
-            if (ntok <= fit->num_ctx) {
-                curr = i;
-                break;
-            }
-            if (i == n - 1)
-                curr = n - 1; /* the last message always stays */
+            curr = n > 1 ? lo : 0;
         }
+        if (st)
+            goto out;
     }
 
     /* Render: system messages of the dropped part, then the rest with

@@ -298,6 +298,30 @@ out:
     return st;
 }
 
+
+/* Renders c without its first `drop` messages (system ones among them
+ * stay) and says whether the prompt fits the context. */
+static cr_status_t fits_after(const rn_prompt_jinja_t *in, const convo_t *c, size_t drop,
+                              size_t *pick, bool *fits, cr_err_t *err)
+{
+    size_t k = 0;
+    for (size_t j = 0; j < drop; j++)
+        if (!strcmp(c->roles[j], "system"))
+            pick[k++] = j;
+    for (size_t j = drop; j < c->n; j++)
+        pick[k++] = j;
+    rn_prompt_result_t trial;
+    cr_status_t st = render(in, c, pick, k, &trial, err);
+    if (st)
+        return st;
+    int64_t ntok = 0;
+    st = in->count_prompt(in->fit.count_ctx, &trial, &ntok, err);
+    rn_prompt_result_free(&trial);
+    if (!st)
+        *fits = ntok <= in->fit.num_ctx;
+    return st;
+}
+
 cr_status_t rn_prompt_jinja_chat(const rn_prompt_jinja_t *in, rn_prompt_result_t *out,
                                  cr_err_t *err)
 {
@@ -313,29 +337,23 @@ cr_status_t rn_prompt_jinja_chat(const rn_prompt_jinja_t *in, rn_prompt_result_t
         st = oom(err);
     size_t curr = 0;
     /* Ollama's truncation: drop the oldest messages (keeping system ones)
-     * until the prompt fits; the last message always stays. */
+     * until the prompt fits; the last message always stays. The fewest to
+     * drop is bisected (the prompt only shrinks as more go): O(log n)
+     * renders where Ollama's one-at-a-time loop is quadratic. */
     if (!st && in->fit.truncate && in->count_prompt && c.n > 0) {
-        for (size_t i = 0; i < c.n; i++) {
-            size_t k = 0;
-            for (size_t j = 0; j < i; j++)
-                if (!strcmp(c.roles[j], "system"))
-                    pick[k++] = j;
-            for (size_t j = i; j < c.n; j++)
-                pick[k++] = j;
-            rn_prompt_result_t trial;
-            if ((st = render(in, &c, pick, k, &trial, err)))
-                break;
-            int64_t ntok = 0;
-            st = in->count_prompt(in->fit.count_ctx, &trial, &ntok, err);
-            rn_prompt_result_free(&trial);
-            if (st)
-                break;
-            if (ntok <= in->fit.num_ctx) {
-                curr = i;
-                break;
+        bool fits = false;
+        st = fits_after(in, &c, 0, pick, &fits, err);
+        if (!st && !fits) {
+            size_t lo = 1, hi = c.n - 1;
+            while (!st && lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                st = fits_after(in, &c, mid, pick, &fits, err);
+                if (fits)
+                    hi = mid;
+                else
+                    lo = mid + 1;
             }
-            if (i == c.n - 1)
-                curr = c.n - 1;
+            curr = c.n > 1 ? lo : 0;
         }
     }
     if (!st) {

@@ -1,0 +1,267 @@
+/* test_e2e_limits.c: single requests and idle connections that used to
+ * take the whole server down (issue 20).
+ *
+ * - A tokenize answer over what one bus frame carries (more than
+ *   MSG_MAX_ARRAY tokens) is answered with an error, and the model keeps
+ *   serving (it used to stay busy with an answer never sent).
+ * - Connections: one address holds at most CORRAL_MAX_CONNECTIONS_PER_IP
+ *   (the attacker here is 127.0.0.2: more are closed unanswered) while
+ *   127.0.0.1 is still served from the reserve; connections idle for
+ *   CORRAL_IDLE_TIMEOUT are closed by the server, which frees their
+ *   places. (libmicrohttpd's defaults: ~1,020 connections, no timeout.) */
+#include "lib/prelude.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/msg.h"
+#include "tests/integration/e2e.h"
+#include "tests/unit/check.h"
+
+static e2e_t T;
+
+#define PER_IP 4
+#define NET_MS 60000 /* only the net under a hung test */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- tokenize past a frame ---- */
+
+static json_int_t count_tokens(const char *content)
+{
+    json_t *o = json_pack("{s:s,s:s}", "model", "synth", "content", content);
+    char *body = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    e2e_resp_t r = e2e_http(&T, "POST", "/api/tokenize", body, NULL, NULL);
+    free(body);
+    json_int_t n = -1;
+    json_t *j = r.status == 200 ? json_loads(r.body, 0, NULL) : NULL;
+    if (j)
+        n = (json_int_t)json_array_size(json_object_get(j, "tokens"));
+    json_decref(j);
+    e2e_resp_free(&r);
+    return n;
+}
+
+/* `reps` copies of "zq " (caller frees). */
+static char *repeated(size_t reps)
+{
+    char *t = malloc(reps * 3 + 1);
+    for (size_t i = 0; i < reps; i++)
+        memcpy(t + 3 * i, "zq ", 3);
+    t[reps * 3] = '\0';
+    return t;
+}
+
+static void test_tokenize_past_a_frame(void)
+{
+    /* Tokens per "zq " from two lengths (edges cancel out). */
+    char *a = repeated(1000), *b = repeated(2000);
+    json_int_t na = count_tokens(a), nb = count_tokens(b);
+    free(b);
+    CHECK(na > 0 && nb > na);
+    if (na <= 0 || nb <= na) {
+        free(a);
+        return;
+    }
+    /* Just past what one reply may carry. */
+    size_t reps = (size_t)(MSG_MAX_ARRAY + 1000) * 1000 / (size_t)(nb - na) + 1000;
+    size_t len = reps * 3;
+    char *big = repeated(reps);
+    json_t *o = json_pack("{s:s,s:s}", "model", "synth", "content", big);
+    free(big);
+    char *body = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    e2e_resp_t r = e2e_http(&T, "POST", "/api/tokenize", body, NULL, NULL);
+    free(body);
+    CHECK_MSG(r.status == 413, "tokenize of %zu bytes: %ld %.200s", len,
+              r.status, r.body ? r.body : "");
+    CHECK(r.body && strstr(r.body, "tokens") != NULL);
+    e2e_resp_free(&r);
+    /* The model is not left busy: the next request is answered. */
+    CHECK(count_tokens(a) == na);
+    free(a);
+    e2e_resp_t g = e2e_http(&T, "POST", "/api/generate",
+                            "{\"model\":\"synth\",\"prompt\":\"hi\","
+                            "\"stream\":false,\"options\":{\"num_predict\":2}}",
+                            NULL, NULL);
+    CHECK_EQ_INT(g.status, 200);
+    e2e_resp_free(&g);
+}
+
+/* ---- connections ---- */
+
+/* A connection from `src` to the gateway, or -1. */
+static int connect_from(const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &a.sin_addr);
+    struct sockaddr_in to = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    to.sin_port = htons((uint16_t)atoi(strchr(T.host, ':') + 1));
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) ||
+        connect(fd, (struct sockaddr *)&to, sizeof to)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends GET /api/version and reads until the answer's end (true: a 200)
+ * or until the server closes (false). */
+static bool version_on(int fd)
+{
+    char req[200];
+    int n = snprintf(req, sizeof req,
+                     "GET /api/version HTTP/1.1\r\nHost: %s\r\n\r\n", T.host);
+    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
+        return false;
+    char buf[2048];
+    size_t got = 0;
+    int64_t t0 = mono_ms();
+    while (got < sizeof buf - 1 && mono_ms() - t0 < NET_MS) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 1000) <= 0)
+            continue;
+        ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+        if (k <= 0)
+            return false;
+        got += (size_t)k;
+        buf[got] = '\0';
+        if (strstr(buf, "\"version\"") && strchr(strstr(buf, "\"version\""), '}'))
+            return !strncmp(buf, "HTTP/1.1 200", 12);
+    }
+    return false;
+}
+
+/* Waits until the server closes fd (true), at most NET_MS. */
+static bool closed_by_server(int fd)
+{
+    int64_t t0 = mono_ms();
+    char c;
+    while (mono_ms() - t0 < NET_MS) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 1000) > 0 && recv(fd, &c, 1, 0) <= 0)
+            return true;
+    }
+    return false;
+}
+
+static void test_connection_limits(void)
+{
+    int held[PER_IP];
+    for (int i = 0; i < PER_IP; i++) {
+        held[i] = connect_from("127.0.0.2");
+        CHECK(held[i] >= 0);
+        CHECK_MSG(version_on(held[i]), "connection %d of 127.0.0.2", i + 1);
+    }
+    /* One more from that address is closed without an answer... */
+    int extra = connect_from("127.0.0.2");
+    CHECK(extra >= 0);
+    CHECK_MSG(!version_on(extra),
+              "a connection past CORRAL_MAX_CONNECTIONS_PER_IP was served");
+    close(extra);
+    /* ...while another address is served. */
+    e2e_resp_t r = e2e_http(&T, "GET", "/api/version", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    e2e_resp_free(&r);
+    /* The held connections sit idle: the server closes them, and the
+     * address may connect again. */
+    for (int i = 0; i < PER_IP; i++) {
+        CHECK_MSG(closed_by_server(held[i]),
+                  "idle connection %d not closed by the server", i + 1);
+        close(held[i]);
+    }
+    int again = connect_from("127.0.0.2");
+    CHECK(again >= 0 && version_on(again));
+    if (again >= 0)
+        close(again);
+}
+
+/* Sends a raw request on a fresh connection; the answer's first bytes. */
+static void raw_answer(const char *req, char *out, size_t cap)
+{
+    out[0] = '\0';
+    int fd = connect_from("127.0.0.1");
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    size_t n = strlen(req), got = 0;
+    CHECK(send(fd, req, n, MSG_NOSIGNAL) == (ssize_t)n);
+    int64_t t0 = mono_ms();
+    while (got < cap - 1 && !strstr(out, "\r\n\r\n") && mono_ms() - t0 < NET_MS) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 1000) <= 0)
+            continue;
+        ssize_t k = recv(fd, out + got, cap - 1 - got, 0);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+        out[got] = '\0';
+    }
+    close(fd);
+}
+
+/* Go's server answers 400 to an HTTP/1.1 request with no Host header or
+ * with two (issue 20, 7); HTTP/1.0 may leave it out. */
+static void test_host_header(void)
+{
+    char a[4096], req[300];
+    raw_answer("GET /api/version HTTP/1.1\r\n\r\n", a, sizeof a);
+    CHECK_MSG(!strncmp(a, "HTTP/1.1 400", 12), "no Host: %.40s", a);
+    snprintf(req, sizeof req,
+             "GET /api/version HTTP/1.1\r\nHost: %s\r\nHost: %s\r\n\r\n",
+             T.host, T.host);
+    raw_answer(req, a, sizeof a);
+    CHECK_MSG(!strncmp(a, "HTTP/1.1 400", 12), "two Hosts: %.40s", a);
+    raw_answer("GET /api/version HTTP/1.0\r\n\r\n", a, sizeof a);
+    CHECK_MSG(strstr(a, " 200 ") != NULL, "HTTP/1.0 without Host: %.40s", a);
+}
+
+/* A request that waits longer than CORRAL_IDLE_TIMEOUT for its model (a
+ * slow load) is not idle: its answer arrives. */
+static void test_long_wait_not_idle(void)
+{
+    e2e_resp_t g = e2e_http(&T, "POST", "/api/generate",
+                            "{\"model\":\"slowload\",\"prompt\":\"hi\","
+                            "\"stream\":false,\"options\":{\"num_predict\":2}}",
+                            NULL, NULL);
+    CHECK_EQ_INT(g.status, 200);
+    CHECK(g.body && strstr(g.body, "\"done\":true") != NULL);
+    e2e_resp_free(&g);
+}
+
+int main(void)
+{
+    unsetenv("CORRAL_TEST_SCRIPT");
+    setenv("CORRAL_MAX_CONNECTIONS", "16", 1);
+    setenv("CORRAL_MAX_CONNECTIONS_PER_IP", "4", 1);
+    setenv("CORRAL_IDLE_TIMEOUT", "2s", 1);
+    setenv("CORRAL_TEST_SLOW_LOAD", "slowload:4000", 1); /* twice the idle timeout */
+    if (!e2e_start(&T))
+        return 1;
+    if (e2e_synth_create(&T, "synth", "TEMPLATE \"{{ .Prompt }}\"\n", NULL))
+        test_tokenize_past_a_frame();
+    else
+        CHECK(!"create synth");
+    test_connection_limits();
+    test_host_header();
+    if (e2e_synth_create(&T, "slowload", "TEMPLATE \"{{ .Prompt }}\"\n", NULL))
+        test_long_wait_not_idle();
+    else
+        CHECK(!"create slowload");
+    e2e_stop(&T);
+    return check_finish("e2e_limits");
+}
