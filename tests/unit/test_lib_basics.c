@@ -205,6 +205,8 @@ static void test_base64(void)
     cr_err_t err = {0};
     CHECK(cr_base64_decode("aGVsbG8", 7, &dec, &dn, &err) == CR_E_INVALID && !dec);
     CHECK_EQ_STR(err.msg, "illegal base64 data at input byte 4");
+}
+
 /* A runner that outlives its parent leads its own process group (issue
  * 20, 7: a Ctrl-C on `corral serve` killed runners under the drain); a
  * node's (die_with_parent) stays in the parent's. /bin/sh exits at once
