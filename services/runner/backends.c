@@ -3,6 +3,7 @@
 #include "services/runner/backends.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include "lib/env.h"
 #include "services/runner/backend_module.h"
@@ -14,11 +15,22 @@ static cr_status_t cpu_probe(int *n, cr_err_t *err)
     return CR_OK;
 }
 
+/* A request's num_thread: more threads than cores only contend (100000
+ * made 256 threads on 2 cores, kept for every later request), so at most
+ * one per core; <= 0 is every core. */
+int rn_backend_cpu_threads(int asked)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1)
+        cores = 1;
+    return asked <= 0 || asked > cores ? (int)cores : asked;
+}
+
 static cr_status_t cpu_create(int device, int n_threads, be_backend_t **out,
                               cr_err_t *err)
 {
     CR_UNUSED(device);
-    return be_cpu_new(n_threads, out, err);
+    return be_cpu_new(rn_backend_cpu_threads(n_threads), out, err);
 }
 
 /* The CUDA backend is the module lib/corral/backend-cuda.so

@@ -42,6 +42,11 @@ const rn_backend_kind_t *rn_backends(size_t *n);
 /* The host kind (the CPU): always present. */
 const rn_backend_kind_t *rn_backend_host(void);
 
+/* The CPU threads for a request's num_thread `asked`: every core when
+ * asked <= 0, and never more than the cores. The host backend's create
+ * applies it. */
+int rn_backend_cpu_threads(int asked);
+
 /* The first kind that is not host memory and has a device now (probing,
  * so loading modules, in table order), or NULL with why saying what each
  * kind lacked ("cuda: no cuda backend module at ..."). why may be NULL. */

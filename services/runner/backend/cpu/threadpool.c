@@ -93,9 +93,7 @@ static void *worker_main(void *arg)
 cr_status_t rn_threadpool_new(int n_threads, rn_threadpool_t **out, cr_err_t *err)
 {
     *out = NULL;
-    /* More threads than cores only contend (num_thread 100000 made 256
-     * threads on 2 cores): at most one per core. */
-    if (n_threads <= 0 || n_threads > rn_cpu_count())
+    if (n_threads <= 0)
         n_threads = rn_cpu_count();
     if (n_threads > RN_THREADPOOL_MAX_THREADS)
         n_threads = RN_THREADPOOL_MAX_THREADS;

@@ -22,8 +22,10 @@ typedef void (*rn_task_fn)(void *ctx, int ith, int nth);
 int rn_cpu_count(void);
 
 /* Creates a pool of n_threads (the caller counts as one; n_threads <= 0
- * means rn_cpu_count()), capped at rn_cpu_count() (num_thread comes from
- * requests) and RN_THREADPOOL_MAX_THREADS. On success
+ * means rn_cpu_count()), capped at RN_THREADPOOL_MAX_THREADS. More than
+ * the cores is honoured (tests check partitioning with it); a request's
+ * num_thread is capped at the cores before it gets here (backends.c). On
+ * success
  * *out is owned by the caller (free with rn_threadpool_destroy). CR_E_NOMEM
  * or CR_E_INTERNAL when threads cannot be started. */
 cr_status_t rn_threadpool_new(int n_threads, rn_threadpool_t **out,
