@@ -7,7 +7,9 @@
 #   tools/install-deps.sh --test   that, plus what the test suite uses:
 #                                  docker-registry (the OCI peer of the pull
 #                                  tests), systemd-analyze (the unit file
-#                                  checks), curl, Node.js with npm (only
+#                                  checks), curl, clang 14 with its
+#                                  libFuzzer runtime (the fuzz harnesses of
+#                                  tests/fuzz), Node.js with npm (only
 #                                  when no npm is on PATH) and the client
 #                                  suite's npm packages (tests/clients)
 #
@@ -20,7 +22,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build_pkgs=(build-essential cmake pkg-config ca-certificates libzmq3-dev libczmq-dev
             libmsgpack-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjansson-dev
             libedit-dev)
-test_pkgs=(docker-registry systemd curl)
+test_pkgs=(docker-registry systemd curl clang-14 libclang-rt-14-dev)
 
 want_test=false
 case "${1:-}" in

@@ -332,7 +332,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     atomic_fetch_sub(&((gw_server_t *)cls)->in_flight, 1);
 }
 
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+/* fmt is microhttpd's own format string (clang checks it as one). */
+CR_PRINTF(2, 0) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     CR_UNUSED(cls);
     char text[512];
