@@ -75,6 +75,9 @@ times >"$work/times"
 cpu=$(tail -n 1 "$work/times" | awk '{split($1, u, /[ms]/); split($2, s, /[ms]/);
                                 printf "%.1f", u[1] * 60 + u[2] + s[1] * 60 + s[2]}')
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/fuzz.log")
-printf '%s: %s s CPU, %s inputs, corpus %s files, exit %d\n' "$name" "$cpu" \
-    "${execs:-?}" "$(ls "$work/corpus" | wc -l)" "$rc"
+# Coverage: the edges libFuzzer's last status line counts (of those in the
+# libraries the harness links).
+cov=$(grep -a -E '^#[0-9]+' "$work/fuzz.log" | tail -n 1 | sed -n 's/.*cov: \([0-9]*\).*/\1/p')
+printf '%s: %s s CPU, %s inputs, %s edges covered, corpus %s files, exit %d\n' "$name" \
+    "$cpu" "${execs:-?}" "${cov:-?}" "$(ls "$work/corpus" | wc -l)" "$rc"
 exit "$rc"
