@@ -7,6 +7,7 @@
  * route's data hook; last, the route's handler answers. */
 #include "lib/prelude.h"
 #include "services/gateway/server.h"
+#include "services/gateway/tls.h"
 
 #include "lib/duration.h"
 #include "lib/version.h"
@@ -22,6 +23,7 @@
 struct gw_server {
     gw_ctx_t ctx;
     struct MHD_Daemon *daemon;
+    gw_tls_t tls;            /* certificate and key while the daemon runs */
     uint16_t port;
     atomic_int in_flight;    /* requests begun and not yet completed */
     atomic_bool draining;    /* SIGTERM: new requests are refused */
@@ -48,6 +50,13 @@ cr_status_t gw_config_from_env(gw_config_t *cfg, cr_err_t *err)
     /* Not OLLAMA_API_KEY: Ollama's clients use that name for ollama.com. */
     const char *key = getenv("CORRAL_API_KEY");
     snprintf(cfg->api_key, sizeof cfg->api_key, "%s", key ? key : "");
+    const char *cert = getenv("CORRAL_TLS_CERT"), *tkey = getenv("CORRAL_TLS_KEY");
+    snprintf(cfg->tls_cert, sizeof cfg->tls_cert, "%s", cert ? cert : "");
+    snprintf(cfg->tls_key, sizeof cfg->tls_key, "%s", tkey ? tkey : "");
+    if (!cfg->tls_cert[0] != !cfg->tls_key[0])
+        return cr_err_set(err, CR_E_INVALID,
+                          "CORRAL_TLS_CERT and CORRAL_TLS_KEY go together: set both for "
+                          "HTTPS, or neither");
     bool bad_version;
     cr_compat_version(cfg->compat_version, sizeof cfg->compat_version, &bad_version);
     if (bad_version)
@@ -383,13 +392,30 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
                      MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    struct MHD_OptionItem tls_opts[3] = {{MHD_OPTION_END, 0, NULL}};
+    if (cfg->tls_cert[0]) {
+        if ((st = gw_tls_load(cfg->tls_cert, cfg->tls_key, &s->tls, err)))
+            goto fail;
+        flags |= MHD_USE_TLS;
+        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls.cert_pem};
+        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls.key_pem};
+    }
     s->daemon = MHD_start_daemon(
         flags, port, NULL, NULL, on_request, s,
         /* first, or microhttpd logs a warning about it to the old logger */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
-        MHD_OPTION_CONNECTION_TIMEOUT, 0u, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, 0u, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+    if (!s->daemon && cfg->tls_cert[0]) {
+        /* The likeliest cause: a key that does not match, or no certificate. */
+        st = cr_err_set(err, CR_E_INVALID,
+                        "cannot serve HTTPS on %s port %u with CORRAL_TLS_CERT %s and "
+                        "CORRAL_TLS_KEY %s (a PEM certificate and its private key?)%s%s",
+                        host[0] ? host : "*", (unsigned)port, cfg->tls_cert, cfg->tls_key,
+                        errno ? ": " : "", errno ? strerror(errno) : "");
+        goto fail;
+    }
     if (!s->daemon) {
         st = cr_err_set(err, CR_E_IO, "cannot listen on %s port %u: %s",
                         host[0] ? host : "*", (unsigned)port,
@@ -399,9 +425,10 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
     const union MHD_DaemonInfo *di =
         MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : port;
-    cr_log_info("listening on %s port %u (version %s); scheduler %s, "
+    cr_log_info("listening on %s port %u (%s, version %s); scheduler %s, "
                 "registry %s",
-                host[0] ? host : "*", (unsigned)s->port, CORRAL_VERSION,
+                host[0] ? host : "*", (unsigned)s->port, cfg->tls_cert[0] ? "https" : "http",
+                CORRAL_VERSION,
                 s->ctx.scheduler_ep, s->ctx.registry_ep);
     *out = s;
     return CR_OK;
@@ -409,6 +436,7 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
 fail:
     gw_cors_destroy(&s->ctx.cors);
     gw_metrics_destroy(&s->ctx.metrics);
+    gw_tls_free(&s->tls);
     free(s);
     return st;
 }
@@ -446,6 +474,7 @@ void gw_server_destroy(gw_server_t **self_p)
         MHD_stop_daemon(s->daemon);
     gw_cors_destroy(&s->ctx.cors);
     gw_metrics_destroy(&s->ctx.metrics);
+    gw_tls_free(&s->tls);
     free(s);
     *self_p = NULL;
 }
