@@ -7,7 +7,8 @@
 #   tools/install-deps.sh --test   that, plus what the test suite uses:
 #                                  docker-registry (the OCI peer of the pull
 #                                  tests), systemd-analyze (the unit file
-#                                  checks), curl, clang 14 with its
+#                                  checks), curl and openssl (the HTTPS
+#                                  test), clang 14 with its
 #                                  libFuzzer runtime (the fuzz harnesses of
 #                                  tests/fuzz), Node.js with npm (only
 #                                  when no npm is on PATH) and the client
@@ -22,7 +23,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build_pkgs=(build-essential cmake pkg-config ca-certificates libzmq3-dev libczmq-dev
             libmsgpack-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjansson-dev
             libedit-dev)
-test_pkgs=(docker-registry systemd curl clang-14 libclang-rt-14-dev)
+test_pkgs=(docker-registry systemd curl openssl clang-14 libclang-rt-14-dev)
 
 want_test=false
 case "${1:-}" in
