@@ -36,7 +36,9 @@ while (($#)); do
     esac
 done
 
-[ "${CORRAL_FUZZ_KEEP:-0}" = 1 ] || rm -rf "$work/corpus"
+# Findings of an earlier run go with it (bench/fuzz keeps both).
+[ "${CORRAL_FUZZ_KEEP:-0}" = 1 ] ||
+    rm -rf "$work/corpus" "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*
 rm -rf "$work/gen" "$work/shared"
 mkdir -p "$work/corpus" "$work/gen" "$work/shared" || exit 1
 if [ -d "$seeds" ]; then
