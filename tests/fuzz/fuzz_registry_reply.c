@@ -13,6 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const uint8_t *nul = memchr(data, 0, size);
     size_t hlen = nul ? (size_t)(nul - data) : size;
+    size_t body_len = nul ? size - hlen - 1 : 0;
     char hdr[2048];
     if (hlen >= sizeof hdr)
         hlen = sizeof hdr - 1;
@@ -32,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cr_buf_init(&resp.body, REG_HTTP_BODY_MAX);
     resp.status = hlen ? 400 + (long)(data[0] % 200) : 404;
     resp.content_length = -1;
-    if (nul && cr_buf_append(&resp.body, nul + 1, size - hlen - 1) != CR_OK)
+    if (nul && cr_buf_append(&resp.body, nul + 1, body_len) != CR_OK)
         abort();
     cr_err_t err = {0};
     (void)reg_oci_status_err(&resp, &err);
