@@ -45,6 +45,7 @@ cr_status_t cli_cmd_stop(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err);
 cr_status_t cli_cmd_pull(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err);
 cr_status_t cli_cmd_push(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err);
 cr_status_t cli_cmd_keygen(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err);
+cr_status_t cli_cmd_doctor(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err);
 cr_status_t cli_cmd_version(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err);
 
 /* Shared helpers of the verbs (models.c). */

@@ -27,6 +27,7 @@ static const struct {
     {"cp", cli_cmd_cp, "Copy a model"},
     {"rm", cli_cmd_rm, "Remove a model"},
     {"keygen", cli_cmd_keygen, "Generate a CURVE keypair for a GPU node"},
+    {"doctor", cli_cmd_doctor, "Check the model store (--fix removes broken entries)"},
 };
 
 static void usage(FILE *f)

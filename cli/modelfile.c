@@ -625,8 +625,10 @@ char *cli_modelfile_serialize(const cli_modelfile_t *mf)
     for (size_t i = 0; i < mf->n && !st; i++) {
         const cli_mf_command_t *c = &mf->cmds[i];
         switch (c->kind) {
-        case CLI_MF_FROM:
-            st = cr_buf_printf(&b, "FROM %s", c->args);
+        case CLI_MF_FROM: /* quoted too: a FROM of `"\t"x` is the text \tx */
+            st = cr_buf_puts(&b, "FROM ");
+            if (!st)
+                st = put_quoted(&b, c->args);
             break;
         case CLI_MF_PARAMETER:
         case CLI_MF_MESSAGE:

@@ -8,7 +8,10 @@
 #                                  docker-registry (the OCI peer of the pull
 #                                  tests), systemd-analyze (the unit file
 #                                  checks), curl, chromium (the web
-#                                  console's browser test), Node.js with npm (only
+#                                  console's browser test), openssl (the
+#                                  HTTPS test), clang 14 with its
+#                                  libFuzzer runtime (the fuzz harnesses of
+#                                  tests/fuzz), Node.js with npm (only
 #                                  when no npm is on PATH) and the client
 #                                  suite's npm packages (tests/clients)
 #
@@ -21,7 +24,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build_pkgs=(build-essential cmake pkg-config ca-certificates libzmq3-dev libczmq-dev
             libmsgpack-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjansson-dev
             libedit-dev libjpeg62-turbo-dev libpng-dev libwebp-dev)
-test_pkgs=(docker-registry systemd curl chromium)
+test_pkgs=(docker-registry systemd curl chromium openssl clang-14 libclang-rt-14-dev)
 
 want_test=false
 case "${1:-}" in

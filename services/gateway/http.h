@@ -36,6 +36,9 @@ typedef struct gw_config {
     int ping_after_ms;         /* inference: silence before a liveness ping
                                   (no answer in as long again = gone) */
     char api_key[512];         /* CORRAL_API_KEY; "" = no auth */
+    char tls_cert[4096];       /* CORRAL_TLS_CERT: PEM certificate (chain)
+                                  file; "" = plain HTTP */
+    char tls_key[4096];        /* CORRAL_TLS_KEY: its PEM private key file */
     char compat_version[CR_VERSION_MAX + 1]; /* /api/version's `version`
                                   (lib/version.h) */
     unsigned max_connections;  /* CORRAL_MAX_CONNECTIONS: open at once */

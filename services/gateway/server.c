@@ -7,6 +7,7 @@
  * route's data hook; last, the route's handler answers. */
 #include "lib/prelude.h"
 #include "services/gateway/server.h"
+#include "services/gateway/tls.h"
 
 #include "lib/duration.h"
 #include "lib/version.h"
@@ -24,6 +25,7 @@
 struct gw_server {
     gw_ctx_t ctx;
     struct MHD_Daemon *daemon;
+    gw_tls_t tls;            /* certificate and key while the daemon runs */
     uint16_t port;
     atomic_int in_flight;    /* requests begun and not yet completed */
     atomic_bool draining;    /* SIGTERM: new requests are refused */
@@ -100,6 +102,13 @@ cr_status_t gw_config_from_env(gw_config_t *cfg, cr_err_t *err)
     /* Not OLLAMA_API_KEY: Ollama's clients use that name for ollama.com. */
     const char *key = getenv("CORRAL_API_KEY");
     snprintf(cfg->api_key, sizeof cfg->api_key, "%s", key ? key : "");
+    const char *cert = getenv("CORRAL_TLS_CERT"), *tkey = getenv("CORRAL_TLS_KEY");
+    snprintf(cfg->tls_cert, sizeof cfg->tls_cert, "%s", cert ? cert : "");
+    snprintf(cfg->tls_key, sizeof cfg->tls_key, "%s", tkey ? tkey : "");
+    if (!cfg->tls_cert[0] != !cfg->tls_key[0])
+        return cr_err_set(err, CR_E_INVALID,
+                          "CORRAL_TLS_CERT and CORRAL_TLS_KEY go together: set both for "
+                          "HTTPS, or neither");
     bool bad_version;
     cr_compat_version(cfg->compat_version, sizeof cfg->compat_version, &bad_version);
     if (bad_version)
@@ -442,7 +451,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     atomic_fetch_sub(&((gw_server_t *)cls)->in_flight, 1);
 }
 
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+/* fmt is microhttpd's own format string (clang checks it as one). */
+CR_PRINTF(2, 0) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     CR_UNUSED(cls);
     char text[512];
@@ -498,6 +508,14 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
                      MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    struct MHD_OptionItem tls_opts[3] = {{MHD_OPTION_END, 0, NULL}};
+    if (cfg->tls_cert[0]) {
+        if ((st = gw_tls_load(cfg->tls_cert, cfg->tls_key, &s->tls, err)))
+            goto fail;
+        flags |= MHD_USE_TLS;
+        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls.cert_pem};
+        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls.key_pem};
+    }
     s->daemon = MHD_start_daemon(
         flags, port, NULL, NULL, on_request, s,
         /* first, or microhttpd logs a warning about it to the old logger */
@@ -506,7 +524,17 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
         MHD_OPTION_CONNECTION_LIMIT, limits.max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, limits.max_per_ip,
-        MHD_OPTION_CONNECTION_TIMEOUT, limits.idle_timeout_s, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, limits.idle_timeout_s, MHD_OPTION_ARRAY, tls_opts,
+        MHD_OPTION_END);
+    if (!s->daemon && cfg->tls_cert[0]) {
+        /* The likeliest cause: a key that does not match, or no certificate. */
+        st = cr_err_set(err, CR_E_INVALID,
+                        "cannot serve HTTPS on %s port %u with CORRAL_TLS_CERT %s and "
+                        "CORRAL_TLS_KEY %s (a PEM certificate and its private key?)%s%s",
+                        host[0] ? host : "*", (unsigned)port, cfg->tls_cert, cfg->tls_key,
+                        errno ? ": " : "", errno ? strerror(errno) : "");
+        goto fail;
+    }
     if (!s->daemon) {
         st = cr_err_set(err, CR_E_IO, "cannot listen on %s port %u: %s",
                         host[0] ? host : "*", (unsigned)port,
@@ -516,9 +544,10 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
     const union MHD_DaemonInfo *di =
         MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : port;
-    cr_log_info("listening on %s port %u (version %s); scheduler %s, "
+    cr_log_info("listening on %s port %u (%s, version %s); scheduler %s, "
                 "registry %s",
-                host[0] ? host : "*", (unsigned)s->port, CORRAL_VERSION,
+                host[0] ? host : "*", (unsigned)s->port, cfg->tls_cert[0] ? "https" : "http",
+                CORRAL_VERSION,
                 s->ctx.scheduler_ep, s->ctx.registry_ep);
     *out = s;
     return CR_OK;
@@ -526,6 +555,7 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
 fail:
     gw_cors_destroy(&s->ctx.cors);
     gw_metrics_destroy(&s->ctx.metrics);
+    gw_tls_free(&s->tls);
     free(s);
     return st;
 }
@@ -563,6 +593,7 @@ void gw_server_destroy(gw_server_t **self_p)
         MHD_stop_daemon(s->daemon);
     gw_cors_destroy(&s->ctx.cors);
     gw_metrics_destroy(&s->ctx.metrics);
+    gw_tls_free(&s->tls);
     free(s);
     *self_p = NULL;
 }

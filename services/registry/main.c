@@ -8,6 +8,7 @@
 #include "lib/log.h"
 #include "lib/sd_notify.h"
 #include "proto/bus.h"
+#include "services/registry/doctor.h"
 #include "services/registry/ops.h"
 #include "services/registry/server.h"
 
@@ -17,6 +18,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: corral-registry [--endpoint ENDPOINT] [--models DIR]\n"
+            "       corral-registry doctor [--fix] [--models DIR]\n"
             "  --endpoint  socket to bind (default: CORRAL_REGISTRY_ENDPOINT or\n"
             "              ipc://$CORRAL_RUNTIME_DIR/registry.sock)\n"
             "  --models    model store (default: CORRAL_MODELS, OLLAMA_MODELS\n"
@@ -25,6 +27,8 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "doctor"))
+        return reg_doctor_main(argc - 1, argv + 1);
     const char *endpoint_arg = NULL, *models_arg = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

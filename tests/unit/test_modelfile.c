@@ -383,6 +383,23 @@ static void test_serialize_roundtrip(void)
     CHECK_EQ_STR(cli_mf_kind_name((cli_mf_kind_t)99), "?");
 }
 
+/* Found by tests/fuzz/fuzz_modelfile: a quoted FROM whose value starts
+ * with a blank and holds a quote was written back bare, and the text did
+ * not parse again ("unterminated quote"). */
+static void test_serialize_quoted_from(void)
+{
+    static const char text[] = "FROM \t\t\"\t\"-M\tx\"\n";
+    cli_modelfile_t *mf = parse_ok(text);
+    CHECK_EQ_STR(cmd(mf, 0)->args, "\t\"-M\tx");
+    char *out = cli_modelfile_serialize(mf);
+    CHECK_EQ_STR(out, "FROM \"\"\"\t\"-M\tx\"\"\"\n");
+    cli_modelfile_t *again = parse_ok(out);
+    CHECK_EQ_STR(cmd(again, 0)->args, cmd(mf, 0)->args);
+    free(out);
+    cli_modelfile_destroy(&again);
+    cli_modelfile_destroy(&mf);
+}
+
 static void test_paths(void)
 {
     char out[4096];
@@ -485,6 +502,7 @@ int main(void)
     test_errors();
     test_encodings();
     test_serialize_roundtrip();
+    test_serialize_quoted_from();
     test_paths();
     test_hostile();
     return check_finish("test_modelfile");
