@@ -57,6 +57,11 @@ bool cli_wants_help(int argc, char **argv);
  * executable's (serve.c). */
 cr_status_t cli_bin_dir(char *out, size_t cap, cr_err_t *err);
 
+/* Runs `bin verb argv[1..]` from cli_bin_dir in place of this process
+ * (service_exec.c); returns only with an error naming the path. */
+cr_status_t cli_exec_service(const char *bin, const char *verb, int argc, char **argv,
+                             cr_err_t *err);
+
 /* POST /api/show {model} -> *out (new reference). */
 cr_status_t cli_show_model(cli_ctx_t *ctx, const char *model, json_t **out, cr_err_t *err);
 
