@@ -258,7 +258,7 @@ static cr_status_t block_delta(anth_t *x, cr_buf_t *b, block_t kind,
 
 /* A new toolu_ id (in buf): Anthropic's form, whatever id the parser
  * gave the call (the next request names the call by this id, and
- * tool_name_of finds its function from it). */
+ * gw_native_tool_name finds its function from it). */
 static const char *call_id(const json_t *c, char *buf, size_t cap)
 {
     CR_UNUSED(c);

@@ -53,22 +53,6 @@ static cr_status_t get_system(const json_t *o, json_t *msgs, cr_err_t *err)
     return st;
 }
 
-/* The name of the tool an earlier tool_use block with this id called. */
-static const char *tool_name_of(const json_t *msgs, const char *id)
-{
-    size_t i, k;
-    json_t *m, *c;
-    json_array_foreach(msgs, i, m) {
-        json_array_foreach(gw_json_member(m, "tool_calls"), k, c) {
-            const char *cid = json_string_value(gw_json_member(c, "id"));
-            if (cid && !strcmp(cid, id))
-                return json_string_value(
-                    gw_json_member(gw_json_member(c, "function"), "name"));
-        }
-    }
-    return NULL;
-}
-
 /* An image block's base64 data. */
 static cr_status_t image_of(const json_t *b, const char *where, json_t **out,
                             cr_err_t *err)
@@ -105,7 +89,7 @@ static cr_status_t tool_result(const json_t *b, const char *where,
     json_t *m = json_pack("{s:s,s:O}", "role", "tool", "tool_call_id", id);
     if (!m)
         return gw_json_nomem(err);
-    const char *name = tool_name_of(msgs, json_string_value(id));
+    const char *name = gw_native_tool_name(msgs, json_string_value(id));
     cr_status_t st = CR_OK;
     if (name)
         st = gw_json_put(m, "tool_name", json_string(name), err);

@@ -1637,3 +1637,18 @@ const gw_route_t *gw_openai_routes(size_t *n)
     *n = CR_ARRAY_LEN(routes);
     return routes;
 }
+
+const char *gw_native_tool_name(const json_t *msgs, const char *id)
+{
+    size_t i, k;
+    json_t *m, *c;
+    json_array_foreach(msgs, i, m) {
+        json_array_foreach(gw_json_member(m, "tool_calls"), k, c) {
+            const char *cid = json_string_value(gw_json_member(c, "id"));
+            if (cid && !strcmp(cid, id))
+                return json_string_value(
+                    gw_json_member(gw_json_member(c, "function"), "name"));
+        }
+    }
+    return NULL;
+}

@@ -54,6 +54,11 @@ cr_status_t gw_oai_translate(gw_oai_api_t api, const char *body, size_t len,
 struct json_t;
 cr_status_t gw_oai_force_call(struct json_t *n, bool *forced, cr_err_t *err);
 
+/* The function name of the tool call with this id among the native
+ * messages' tool_calls (a tool result names only the call's id in the
+ * Anthropic and Responses APIs), or NULL. */
+const char *gw_native_tool_name(const struct json_t *msgs, const char *id);
+
 /* The text a forced call generated ({"name","arguments"}) as a native
  * tool-call array (caller frees), or NULL when it is not one (then it
  * stays content). */

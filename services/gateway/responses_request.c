@@ -36,21 +36,6 @@ static json_t *assistant(conv_t *c, cr_err_t *err)
     return last;
 }
 
-static const char *tool_name_of(const json_t *msgs, const char *id)
-{
-    size_t i, k;
-    json_t *m, *c;
-    json_array_foreach(msgs, i, m) {
-        json_array_foreach(gw_json_member(m, "tool_calls"), k, c) {
-            const char *cid = json_string_value(gw_json_member(c, "id"));
-            if (cid && !strcmp(cid, id))
-                return json_string_value(
-                    gw_json_member(gw_json_member(c, "function"), "name"));
-        }
-    }
-    return NULL;
-}
-
 /* A message item's content parts -> text and images. */
 static cr_status_t parts(const json_t *content, const char *where,
                          cr_buf_t *text, json_t *images, cr_err_t *err)
@@ -228,7 +213,7 @@ static cr_status_t output_item(conv_t *c, const json_t *it, const char *where,
         m = json_pack("{s:s,s:s%,s:O}", "role", "tool", "content",
                       text.data ? text.data : "", text.len, "tool_call_id",
                       id);
-        const char *name = tool_name_of(c->msgs, json_string_value(id));
+        const char *name = gw_native_tool_name(c->msgs, json_string_value(id));
         if (m && name)
             json_object_set_new(m, "tool_name", json_string(name));
         if (m && json_array_size(images))
