@@ -21,7 +21,7 @@ static cr_status_t get_system(const json_t *o, json_t *msgs, cr_err_t *err)
         if (!json_string_length(sys))
             return CR_OK;
         return gw_json_append(msgs, json_pack("{s:s,s:O}", "role", "system",
-                                      "content", sys), err);
+                                              "content", sys), err);
     }
     if (!json_is_array(sys))
         return cr_err_set(err, CR_E_INVALID,
@@ -47,8 +47,8 @@ static cr_status_t get_system(const json_t *o, json_t *msgs, cr_err_t *err)
     }
     if (!st && text.len)
         st = gw_json_append(msgs, json_pack("{s:s,s:s%}", "role", "system", "content",
-                                    text.data, text.len),
-                    err);
+                                            text.data, text.len),
+                            err);
     cr_buf_free(&text);
     return st;
 }
@@ -127,7 +127,7 @@ static cr_status_t tool_result(const json_t *b, const char *where,
         }
         if (!st)
             st = gw_json_put(m, "content", json_string(text.data ? text.data : ""),
-                     err);
+                             err);
         if (!st && json_array_size(images))
             st = gw_json_put(m, "images", json_incref(images), err);
         json_decref(images);
@@ -174,7 +174,7 @@ static cr_status_t one_message(const json_t *m, size_t idx, json_t *msgs,
     json_t *content = gw_json_member(m, "content");
     if (json_is_string(content))
         return gw_json_append(msgs, json_pack("{s:s,s:O}", "role", role, "content",
-                                      content), err);
+                                              content), err);
     if (!json_is_array(content))
         return cr_err_set(err, CR_E_INVALID,
                           "messages[%zu].content: must be a string or an "
@@ -228,13 +228,13 @@ static cr_status_t one_message(const json_t *m, size_t idx, json_t *msgs,
                                 where);
             else
                 st = gw_json_append(calls,
-                            json_pack("{s:O,s:{s:I,s:O,s:o}}", "id", id,
-                                      "function", "index",
-                                      (json_int_t)json_array_size(calls),
-                                      "name", name, "arguments",
-                                      input ? json_copy(input)
-                                            : json_object()),
-                            err);
+                                    json_pack("{s:O,s:{s:I,s:O,s:o}}", "id", id,
+                                              "function", "index",
+                                              (json_int_t)json_array_size(calls),
+                                              "name", name, "arguments",
+                                              input ? json_copy(input)
+                                                    : json_object()),
+                                    err);
         } else if (!strcmp(type, "tool_result")) {
             /* tool_use ids of this and earlier messages are in msgs */
             st = tool_result(b, where, msgs, results, err);
@@ -350,8 +350,8 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_anth_info_t *info,
         if (fn && json_is_string(d))
             json_object_set(fn, "description", d);
         if ((st = gw_json_append(out, json_pack("{s:s,s:o}", "type", "function",
-                                        "function", fn),
-                         err)))
+                                                "function", fn),
+                                 err)))
             break;
     }
     if (!st && want && !json_array_size(out))
@@ -375,7 +375,7 @@ static cr_status_t get_thinking(const json_t *o, json_t *n, cr_err_t *err)
 {
     json_t *t = gw_json_member(o, "thinking");
     const char *effort = json_string_value(gw_json_member(gw_json_member(o, "output_config"),
-                                                  "effort"));
+                                                          "effort"));
     if (!t && effort) {
         if (!strcmp(effort, "xhigh"))
             effort = "high";

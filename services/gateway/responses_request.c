@@ -51,7 +51,7 @@ static cr_status_t parts(const json_t *content, const char *where,
         if (!strcmp(type, "input_text") || !strcmp(type, "output_text") ||
             !strcmp(type, "refusal")) {
             json_t *t = gw_json_member(p, !strcmp(type, "refusal") ? "refusal"
-                                                            : "text");
+                                                                    : "text");
             if (!json_is_string(t))
                 return cr_err_set(err, CR_E_INVALID,
                                   "%s.content[%zu]: %s needs a string text",
@@ -177,10 +177,10 @@ static cr_status_t call_item(conv_t *c, const json_t *it, const char *where,
         }
     }
     return gw_json_append(calls,
-                  json_pack("{s:O,s:{s:I,s:O,s:o}}", "id", id, "function",
-                            "index", (json_int_t)json_array_size(calls),
-                            "name", name, "arguments", obj),
-                  err);
+                          json_pack("{s:O,s:{s:I,s:O,s:o}}", "id", id, "function",
+                                    "index", (json_int_t)json_array_size(calls),
+                                    "name", name, "arguments", obj),
+                          err);
 }
 
 static cr_status_t output_item(conv_t *c, const json_t *it, const char *where,
@@ -257,11 +257,11 @@ static cr_status_t get_input(const json_t *o, json_t *n, cr_err_t *err)
         st = cr_err_set(err, CR_E_INVALID, "instructions: must be a string");
     else if (ins && json_string_length(ins))
         st = gw_json_append(c.msgs, json_pack("{s:s,s:O}", "role", "system",
-                                      "content", ins), err);
+                                              "content", ins), err);
     json_t *in = gw_json_member(o, "input");
     if (!st && json_is_string(in)) {
         st = gw_json_append(c.msgs, json_pack("{s:s,s:O}", "role", "user", "content",
-                                      in), err);
+                                              in), err);
     } else if (!st && json_is_array(in)) {
         size_t i;
         json_t *it;
@@ -355,8 +355,8 @@ static cr_status_t get_tools(const json_t *o, json_t *n, gw_resp_info_t *info,
         if (fn && json_is_string(d))
             json_object_set(fn, "description", d);
         if ((st = gw_json_append(out, json_pack("{s:s,s:o}", "type", "function",
-                                        "function", fn),
-                         err)))
+                                                "function", fn),
+                                 err)))
             break;
     }
     if (!st && want && !json_array_size(out))
