@@ -233,7 +233,9 @@ export function render(dir) {
   if (docs.length !== 1) fail(file, "expected one document");
   const k = docs[0];
   only(k, KUSTOMIZATION_FIELDS, file);
-  if (k.apiVersion !== "kustomize.config.k8s.io/v1beta1" || k.kind !== "Kustomization")
+  // Both may be left out, as kustomize allows; if present, they must be these.
+  if ((k.apiVersion ?? "kustomize.config.k8s.io/v1beta1") !== "kustomize.config.k8s.io/v1beta1" ||
+      (k.kind ?? "Kustomization") !== "Kustomization")
     fail(file, "not a kustomize.config.k8s.io/v1beta1 Kustomization");
 
   const objs = [];

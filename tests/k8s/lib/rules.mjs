@@ -78,6 +78,13 @@ function perContainer(objs, fn) {
   return out;
 }
 
+// A connecting endpoint, and the variable the pods it reaches bind with.
+const BIND_OF = {
+  CORRAL_NODE_SCHEDULER: "CORRAL_NODES_ENDPOINT",
+  CORRAL_SCHEDULER_ENDPOINT: "CORRAL_SCHEDULER_ENDPOINT",
+  CORRAL_REGISTRY_ENDPOINT: "CORRAL_REGISTRY_ENDPOINT",
+};
+
 export const RULES = [
   rule("non-root", "every container runs as a numeric non-root user, and says so (runAsNonRoot)", (objs) =>
     perContainer(objs, (w, pod, c, bad) => {
@@ -295,7 +302,18 @@ export const RULES = [
           }
           const s = services.find((x) => x.metadata.name === host.split(".")[0]);
           const sp = s?.spec.ports?.find((p) => p.port === port);
-          if (!sp) out.push(`${id(w)} container ${c.name}: ${k}=${v}: no Service ${host} with port ${port}`);
+          if (!sp) { out.push(`${id(w)} container ${c.name}: ${k}=${v}: no Service ${host} with port ${port}`); continue; }
+          // The pods behind it bind the matching endpoint on that port.
+          const bindVar = BIND_OF[k];
+          if (!bindVar) continue;
+          for (const b of backends(s)) {
+            const tp = sp.targetPort ?? sp.port;
+            const bc = containers(b).find((x) => resolvePort(x, tp));
+            const cp = bc && resolvePort(bc, tp).containerPort;
+            const bound = bc && /:(\d+)$/.exec(envOf(objs, bc)[bindVar] ?? "");
+            if (!bound || Number(bound[1]) !== cp)
+              out.push(`${id(w)} container ${c.name}: ${k}=${v} leads to ${id(b)} port ${cp}, where it does not bind ${bindVar}`);
+          }
         }
       }
     return out;
