@@ -12,8 +12,10 @@
 #                                  HTTPS test), clang 14 with its
 #                                  libFuzzer runtime (the fuzz harnesses of
 #                                  tests/fuzz), Node.js with npm (only
-#                                  when no npm is on PATH) and the client
-#                                  suite's npm packages (tests/clients)
+#                                  when no npm is on PATH) and the npm
+#                                  packages of the client suite
+#                                  (tests/clients) and of the Kubernetes
+#                                  manifest tests (tests/k8s)
 #
 # As root it calls apt-get itself; as another user it calls sudo, and says
 # what to do when there is no sudo. Nothing is installed when nothing is
@@ -67,13 +69,15 @@ else
     fi
 fi
 
-# The client suite's packages (the official ollama and openai libraries),
-# installed again only when package-lock.json changed.
+# The npm packages of the client suite (the official ollama and openai
+# libraries) and of the Kubernetes manifest tests (kubernetes-models,
+# yaml), each installed again only when its package-lock.json changed.
 if $want_test; then
-    clients="$root/tests/clients"
-    if [ ! -f "$clients/node_modules/.package-lock.json" ] ||
-       [ "$clients/package-lock.json" -nt "$clients/node_modules/.package-lock.json" ]; then
-        echo "install-deps: npm ci in tests/clients"
-        (cd "$clients" && npm ci --no-audit --no-fund >/dev/null)
-    fi
+    for dir in "$root/tests/clients" "$root/tests/k8s"; do
+        if [ ! -f "$dir/node_modules/.package-lock.json" ] ||
+           [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+            echo "install-deps: npm ci in ${dir#"$root"/}"
+            (cd "$dir" && npm ci --no-audit --no-fund >/dev/null)
+        fi
+    done
 fi
