@@ -28,7 +28,7 @@ step() { # name, command...
 step "install like the build stage" env DESTDIR="$tmp/out" \
     cmake --install "$build" --component runtime --prefix /usr/local
 bin="$tmp/out/usr/local/bin"
-for p in corral corral-gateway corral-scheduler corral-registry corral-runner; do
+for p in corral corral-gateway corral-scheduler corral-registry corral-runner corral-node; do
     step "$p installed" test -x "$bin/$p"
 done
 
