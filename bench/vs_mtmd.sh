@@ -58,6 +58,12 @@ llava-f32|--type f32
 llava-f16|--type f16
 llava-gelu|--type f32 --gelu
 llava-336|--type f16 --image-size 336 --patch 14 --dim 128 --heads 8 --ffn 320 --layers 4 --hidden 256
+pixtral-f32|--pixtral --type f32
+pixtral-f16|--pixtral --type f16
+pixtral-nomerge|--pixtral --type f32 --merge 1
+pixtral-gelu|--pixtral --type f32 --gelu
+pixtral-round|--pixtral --type f32 --patch 4
+pixtral-max|--pixtral --type f32 --patch 1
 '
 "$bin/corral-gguf-synth" --out "$work/text.gguf" --seed 7 >/dev/null
 fail=0
