@@ -11,7 +11,7 @@
 #include "services/runner/vision/image.h"
 #include "services/runner/vision/pixtral.h"
 
-#define SUFFIX_MAX 8 /* text ids after an image */
+#define SUFFIX_MAX 16 /* text ids after an image ("[IMG_END]" in bytes, at worst) */
 
 typedef struct entry {
     uint8_t digest[32];
