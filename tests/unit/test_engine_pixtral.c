@@ -28,6 +28,7 @@
 #include "services/runner/vision/image.h"
 #include "services/runner/vision/pixtral.h"
 #include "services/runner/vision/vision.h"
+#include "services/scheduler/estimate.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"
@@ -295,6 +296,41 @@ static void test_tool(void)
     free(want), free(got), free(pix), free(got_px), free(bytes);
 }
 
+/* The scheduler's estimate of a Pixtral projector covers what the tower
+ * holds (its weights mapped, the backend's buffers and scratch for the
+ * largest image, host staging) plus the image cache, and is not the
+ * llava formula (image_size 112 would give 64 patches, the tower takes
+ * 4096); within 25% of it. */
+static void test_estimate(void)
+{
+    CHECK_EQ_INT(SCH_PIXTRAL_MAX_TOKENS, RN_PIXTRAL_MAX_TOKENS); /* one figure */
+    cr_err_t err = {0};
+    cr_gguf_t *g = NULL;
+    CHECK(cr_gguf_open(proj_path, &g, &err) == CR_OK);
+    sch_estimate_t est = {0};
+    CHECK(g && sch_estimate_add_projector(&est, g, &err) == CR_OK);
+    cr_gguf_close(&g);
+    be_backend_t *be = NULL;
+    rn_pixtral_t *p = NULL;
+    CHECK(be_cpu_new(1, &be, &err) == CR_OK && rn_pixtral_load(proj_path, be, &p, &err) == CR_OK);
+    if (!p) {
+        be_destroy(&be);
+        return;
+    }
+    const rn_pixtral_hparams_t *hp = rn_pixtral_hparams(p);
+    uint64_t wb = 0, bb = 0;
+    be->ops->memory_used(be, &wb, &bb);
+    /* host: patches, the merger's two copies, positions, the pixels */
+    double P2 = (double)hp->patch_size * hp->patch_size, N = hp->max_patches;
+    double host = N * 3 * P2 * 4 * 2 + N * hp->dim * 4 * 2 + N * 8;
+    double held = (double)rn_pixtral_weight_bytes(p) + (double)wb + (double)bb + host +
+                  SCH_VISION_CACHE_BYTES;
+    double e = (double)est.projector_bytes;
+    CHECK_MSG(e >= held && e <= held * 1.25, "estimate %.0f, held %.0f (weights %.0f, packed %.0f, buffers %.0f, host %.0f)", e, held, (double)rn_pixtral_weight_bytes(p), (double)wb, (double)bb, host);
+    rn_pixtral_destroy(&p);
+    be_destroy(&be);
+}
+
 /* A projector type nobody runs yet is refused at load, naming it. */
 static void test_unsupported(void)
 {
@@ -335,6 +371,7 @@ int main(void)
     test_ids(&n_suffix);
     test_requests(n_suffix);
     test_tool();
+    test_estimate();
     test_unsupported();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);
