@@ -112,6 +112,8 @@ struct rn_engine {
     rn_model_t *model;
     rn_lora_t *lora;  /* the model's LoRA adapters, or NULL */
     rn_vision_t *vision; /* the projector (load.projector), or NULL */
+    bool tower_in_file;  /* the model file carries a vision tower (v.*):
+                            Ollama's single-file layout, not run yet */
     rn_tokenizer_t *tok;
     rn_ctx_t *ctx;    /* one sequence per slot */
     rn_script_t *script; /* CORRAL_TEST_SCRIPT: forced answers, or NULL */
@@ -331,6 +333,8 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     if (n_unused > 0)
         cr_log_info("%s: ignoring %d tensors the model does not use (first '%s')",
                     load->name, n_unused, unused);
+    e->tower_in_file =
+        cr_gguf_tensor_find(rn_model_gguf(e->model), "v.blk.0.attn_q.weight") != NULL;
     if ((st = rn_tokenizer_load(rn_model_gguf(e->model), &e->tok, err))) {
         cr_err_wrap(err, "%s", load->model_path);
         goto fail;
@@ -1089,7 +1093,13 @@ static cr_status_t begin_output(rn_engine_t *e, rn_output_t *output,
     char open[128], close[128];
     thinking_tags(e, open, sizeof open, close, sizeof close);
     bool can_think = model_can_think(e);
-    /* A model without a projector refuses images, never drops them. */
+    /* A model without a projector refuses images, never drops them; one
+     * whose file holds a tower says why it is not used. */
+    if (!e->vision && request_images(r, NULL, 0) && e->tower_in_file)
+        return cr_err_set(err, CR_E_INVALID, "\"%s\": a vision tower inside the model "
+                          "file (Ollama's single-file layout) is not supported yet; "
+                          "create the model with llama.cpp's projector file (mmproj) as a "
+                          "second FROM", model);
     if (!e->vision && request_images(r, NULL, 0))
         return cr_err_set(err, CR_E_INVALID, "\"%s\" does not support images",
                           model);

@@ -11,7 +11,9 @@
  * moved on; the embeddings the engine's tool writes are the tower's,
  * bit for bit; an image too elongated for the tower, one whose tokens do
  * not fit num_ctx, and a projector type nobody runs yet are clear
- * errors. */
+ * errors; so is an image for Ollama's single-file mistral3 (its tower
+ * inside the model file is not run). The scheduler's estimate covers
+ * the tower. */
 #include "lib/prelude.h"
 
 #include <png.h>
@@ -331,6 +333,38 @@ static void test_estimate(void)
     be_destroy(&be);
 }
 
+/* Ollama's single-file mistral3 (the tower's tensors inside the model
+ * file) loads as a text model; an image is refused saying why. */
+static void test_tower_in_file(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/ollama.gguf", dir_g);
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.arch = "mistral3";
+    so.vision_stub = true;
+    cr_err_t err = {0};
+    CHECK(rn_synth_write(&so, path, &err) == CR_OK);
+    msg_options_t o;
+    msg_load_body_t ld;
+    test_load_body(&ld, &o, path, NULL, 256, 1);
+    rn_engine_t *e = NULL;
+    CHECK_MSG(rn_engine_load(&ld, &e, &err) == CR_OK, "%s", err.msg);
+    if (!e)
+        return;
+    char *img = png_b64(28, 28, 1);
+    capture_t c = {0};
+    msg_done_body_t d;
+    CHECK(chat(e, &img, 1, &c, &d, &err) == CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "inside the model file") && strstr(err.msg, "not supported yet"),
+              "%s", err.msg);
+    cap_free(&c);
+    CHECK(chat(e, NULL, 0, &c, &d, &err) == CR_OK); /* text still works */
+    cap_free(&c);
+    free(img);
+    rn_engine_destroy(&e);
+}
+
 /* A projector type nobody runs yet is refused at load, naming it. */
 static void test_unsupported(void)
 {
@@ -372,6 +406,7 @@ int main(void)
     test_requests(n_suffix);
     test_tool();
     test_estimate();
+    test_tower_in_file();
     test_unsupported();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);
