@@ -298,6 +298,70 @@ static void test_tool(void)
     free(want), free(got), free(pix), free(got_px), free(bytes);
 }
 
+/* Embeds image `seed` of w x h through v; true when it came from the
+ * cache. */
+static bool embed_one(rn_vision_t *v, int w, int h, int seed, float *out)
+{
+    cr_err_t err = {0};
+    char *b = png_b64(w, h, seed);
+    rn_vision_image_t img;
+    int64_t enc0, hit0, enc1, hit1;
+    rn_vision_counts(v, &enc0, &hit0);
+    CHECK(rn_vision_image_load(b, &img, &err) == CR_OK);
+    CHECK(rn_vision_image_measure(v, &img, 0, &err) == CR_OK);
+    CHECK_MSG(rn_vision_embed(v, &img, 0, out, &err) == CR_OK, "%s", err.msg);
+    rn_vision_counts(v, &enc1, &hit1);
+    CHECK(enc1 + hit1 == enc0 + hit0 + 1);
+    rn_vision_image_free(&img);
+    free(b);
+    return hit1 > hit0;
+}
+
+/* The per-runner cache holds at most RN_VISION_CACHE_MAX images and
+ * RN_VISION_CACHE_BYTES of rows, evicting the least recently used. */
+static void test_cache(void)
+{
+    be_backend_t *be = NULL;
+    rn_model_t *m = NULL;
+    rn_tokenizer_t *tok = NULL;
+    rn_vision_t *v = NULL;
+    cr_err_t err = {0};
+    CHECK(be_cpu_new(1, &be, &err) == CR_OK);
+    CHECK(rn_model_load(text_path, be, &m, &err) == CR_OK);
+    CHECK(m && rn_tokenizer_load(rn_model_gguf(m), &tok, &err) == CR_OK);
+    /* by count: 14-row images, 3.5 KiB each */
+    float *out = malloc((size_t)170 * 16384 * sizeof *out);
+    CHECK(tok && rn_vision_new(proj_path, be, tok, 64, &v, &err) == CR_OK);
+    for (int i = 0; v && i <= RN_VISION_CACHE_MAX; i++)
+        CHECK(!embed_one(v, 97, 61, 100 + i, out));
+    if (v) {
+        CHECK(embed_one(v, 97, 61, 100 + RN_VISION_CACHE_MAX, out)); /* newest kept */
+        CHECK(!embed_one(v, 97, 61, 100, out));                     /* oldest evicted */
+    }
+    rn_vision_destroy(&v);
+    /* by bytes: 170 rows of 16384 floats (10.6 MiB) each, 6 of 64 MiB */
+    char path[300];
+    snprintf(path, sizeof path, "%s/wide.gguf", dir_g);
+    rn_synth_clip_opts_t co;
+    rn_synth_clip_defaults(&co);
+    co.patch_size = 28;
+    co.n_embd = 16384;
+    CHECK(rn_synth_pixtral_write(&co, path, &err) == CR_OK);
+    CHECK_MSG(rn_vision_new(path, be, tok, 16384, &v, &err) == CR_OK, "%s", err.msg);
+    for (int i = 0; v && i < 7; i++)
+        CHECK(!embed_one(v, 1000, 500, i, out));
+    if (v) {
+        CHECK(embed_one(v, 1000, 500, 6, out));
+        CHECK(embed_one(v, 1000, 500, 2, out));
+        CHECK(!embed_one(v, 1000, 500, 0, out));
+    }
+    rn_vision_destroy(&v);
+    free(out);
+    rn_tokenizer_destroy(&tok);
+    rn_model_destroy(&m);
+    be_destroy(&be);
+}
+
 /* The scheduler's estimate of a Pixtral projector covers what the tower
  * holds (its weights mapped, the backend's buffers and scratch for the
  * largest image, host staging) plus the image cache, and is not the
@@ -406,6 +470,7 @@ int main(void)
     test_requests(n_suffix);
     test_tool();
     test_estimate();
+    test_cache();
     test_tower_in_file();
     test_unsupported();
     char cmd[128];

@@ -230,23 +230,30 @@ void rn_vision_token_ids(const rn_vision_t *v, const rn_vision_image_t *img, int
     memcpy(ids + img->n_rows, v->suffix, (size_t)v->n_suffix * sizeof *ids);
 }
 
-/* The entry to overwrite: an empty one, else the least recently used. */
-static entry_t *victim(rn_vision_t *v)
+/* The least recently used entry holding rows, or NULL when none does. */
+static entry_t *oldest(rn_vision_t *v)
 {
-    entry_t *best = &v->cache[0];
+    entry_t *best = NULL;
     for (int i = 0; i < RN_VISION_CACHE_MAX; i++) {
         entry_t *e = &v->cache[i];
-        if (!e->rows)
-            return e;
-        if (e->used < best->used)
+        if (e->rows && (!best || e->used < best->used))
             best = e;
     }
     return best;
 }
 
+static void evict(rn_vision_t *v, entry_t *e)
+{
+    v->cache_bytes -= (size_t)e->n_rows * v->dim * sizeof(float);
+    free(e->rows);
+    e->rows = NULL;
+    e->n_rows = 0;
+}
+
 /* Keeps rows [n_rows][dim] under img's digest, evicting the least recently
- * used entries to stay within RN_VISION_CACHE_BYTES (an image larger than
- * that is simply not cached; so is one that finds no memory). */
+ * used entries to stay within RN_VISION_CACHE_BYTES and
+ * RN_VISION_CACHE_MAX entries (an image larger than the budget is simply
+ * not cached; so is one that finds no memory). */
 static void remember(rn_vision_t *v, const rn_vision_image_t *img, const float *rows,
                      int n_rows)
 {
@@ -254,16 +261,15 @@ static void remember(rn_vision_t *v, const rn_vision_image_t *img, const float *
     if (bytes > RN_VISION_CACHE_BYTES)
         return;
     entry_t *e;
-    while (v->cache_bytes + bytes > RN_VISION_CACHE_BYTES) {
-        e = victim(v);
-        v->cache_bytes -= (size_t)e->n_rows * v->dim * sizeof(float);
-        free(e->rows);
-        e->rows = NULL;
-    }
-    e = victim(v);
-    if (e->rows) {
-        v->cache_bytes -= (size_t)e->n_rows * v->dim * sizeof(float);
-        free(e->rows);
+    while (v->cache_bytes + bytes > RN_VISION_CACHE_BYTES && (e = oldest(v)))
+        evict(v, e);
+    e = NULL;
+    for (int i = 0; i < RN_VISION_CACHE_MAX && !e; i++)
+        if (!v->cache[i].rows)
+            e = &v->cache[i];
+    if (!e) {
+        e = oldest(v);
+        evict(v, e);
     }
     if (!(e->rows = malloc(bytes)))
         return;
