@@ -392,7 +392,9 @@ static void test_estimate(void)
     double held = (double)rn_pixtral_weight_bytes(p) + (double)wb + (double)bb + host +
                   SCH_VISION_CACHE_BYTES;
     double e = (double)est.projector_bytes;
-    CHECK_MSG(e >= held && e <= held * 1.25, "estimate %.0f, held %.0f (weights %.0f, packed %.0f, buffers %.0f, host %.0f)", e, held, (double)rn_pixtral_weight_bytes(p), (double)wb, (double)bb, host);
+    CHECK_MSG(e >= held && e <= held * 1.25, "estimate %.0f, held %.0f (weights %.0f, packed "
+              "%.0f, buffers %.0f, host %.0f)", e, held, (double)rn_pixtral_weight_bytes(p),
+              (double)wb, (double)bb, host);
     rn_pixtral_destroy(&p);
     be_destroy(&be);
 }
