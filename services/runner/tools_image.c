@@ -102,6 +102,9 @@ static cr_status_t run_tower(const char *path, be_backend_t *be, const rn_image_
         rn_pixtral_destroy(&p);
         return st;
     }
+    if (!st && strcmp(type, "mlp"))
+        st = cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported yet "
+                        "(supported: mlp, the llava-style projector; pixtral)", type);
     rn_clip_t *clip = NULL;
     if (st || (st = rn_clip_load(path, be, &clip, err)))
         return st;
