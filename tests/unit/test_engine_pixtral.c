@@ -243,6 +243,12 @@ static void test_requests(int n_suffix)
     CHECK_MSG(strstr(err.msg, "683 tokens") && strstr(err.msg, "num_ctx"), "%s", err.msg);
     cap_free(&c);
     free(big);
+    /* not an image: said once, naming it */
+    char notimg[] = "aGVsbG8sIHdvcmxk"; /* "hello, world" */
+    char *bad[2] = {wide, notimg};
+    CHECK(chat(e, bad, 2, &c, &d, &err) == CR_E_INVALID);
+    CHECK_MSG(!strncmp(err.msg, "image 1: not an image", 21), "%s", err.msg);
+    cap_free(&c);
     /* still answering */
     CHECK(chat(e, &wide, 1, &c, &d, &err) == CR_OK);
     cap_free(&c);

@@ -207,9 +207,10 @@ cr_status_t rn_vision_image_measure(rn_vision_t *v, rn_vision_image_t *img, size
         } else {
             rn_image_t *im = NULL;
             int w, h;
-            cr_status_t st = decode(img, index, &im, err);
-            if (!st)
-                st = rn_pixtral_fit(v->pix, im->width, im->height, &w, &h, &img->n_rows, err);
+            cr_status_t st = decode(img, index, &im, err); /* names the image */
+            if (st)
+                return st;
+            st = rn_pixtral_fit(v->pix, im->width, im->height, &w, &h, &img->n_rows, err);
             rn_image_destroy(&im);
             if (st) {
                 cr_err_wrap(err, "image %zu", index);
