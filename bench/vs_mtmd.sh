@@ -1,14 +1,18 @@
 #!/bin/sh
 # vs_mtmd.sh: corral's image embeddings and normalized pixel tensor against
 # llama.cpp's multimodal library (libmtmd) on the same synthetic
-# llava-shaped projector, text model and fixed test PNG (issue 14's
+# llava-shaped or Pixtral projector, text model and fixed test PNG (issue 14's
 # fidelity rule): every embedding row's cosine >= 0.999, every pixel
 # within 1e-5, and the logits after a prompt holding the image ("describe
 # IMAGE now": BOS, text, the image's rows, text) cosine >= 0.999. Also the whole output's relative error (RMS of the
 # difference over RMS of llama.cpp's) <= 3e-3: the cosine alone does not
 # tell GELU from quick GELU on these towers (0.99993), the relative error
 # does (1e-2, against <= 1.2e-3 for corral's F16 K/V rounding and
-# summation order).
+# summation order). The Pixtral cases size the 97x61 image three ways
+# (scaled up to 8 tokens with patch 14; rounded to the grid with patch 4;
+# scaled down to 1024 tokens with patch 1), with and without the patch
+# merger, SiLU and GELU gating, and a mistral3 text model; their rows
+# include the [IMG_BREAK] rows, their logits prompt the [IMG_END] text.
 #
 #   bench/vs_mtmd.sh --llama DIR [--bin DIR] [--work DIR] [CASE...]
 #
@@ -52,16 +56,24 @@ open(sys.argv[1], 'wb').write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack(
                               + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b''))
 EOF_PY
 
-# label | corral-clip-synth arguments
+# label | corral-clip-synth arguments [| corral-gguf-synth arguments for
+# the text model, else the shared llama one]
 cases='
 llava-f32|--type f32
 llava-f16|--type f16
 llava-gelu|--type f32 --gelu
 llava-336|--type f16 --image-size 336 --patch 14 --dim 128 --heads 8 --ffn 320 --layers 4 --hidden 256
+pixtral-f32|--pixtral --type f32
+pixtral-f16|--pixtral --type f16
+pixtral-nomerge|--pixtral --type f32 --merge 1
+pixtral-gelu|--pixtral --type f32 --gelu
+pixtral-round|--pixtral --type f32 --patch 4
+pixtral-max|--pixtral --type f32 --patch 1
+pixtral-mistral3|--pixtral --type f16|--arch mistral3 --seed 7
 '
 "$bin/corral-gguf-synth" --out "$work/text.gguf" --seed 7 >/dev/null
 fail=0
-while IFS='|' read -r label args; do
+while IFS='|' read -r label args text_args; do
     [ -n "$label" ] || continue
     if [ $# -gt 0 ]; then
         want=0
@@ -69,16 +81,22 @@ while IFS='|' read -r label args; do
         [ $want -eq 1 ] || continue
     fi
     proj="$work/$label.mmproj.gguf"
+    text="$work/text.gguf"
+    if [ -n "$text_args" ]; then
+        text="$work/$label.text.gguf"
+        # shellcheck disable=SC2086 # a word list by design
+        "$bin/corral-gguf-synth" --out "$text" $text_args >/dev/null
+    fi
     # shellcheck disable=SC2086 # args is a word list by design
     "$bin/corral-clip-synth" --out "$proj" --seed 11 $args
-    if ! "$dump" "$work/text.gguf" "$proj" "$work/test.png" "$work/$label.ref.f32" \
+    if ! "$dump" "$text" "$proj" "$work/test.png" "$work/$label.ref.f32" \
             "$work/$label.ref.px" "describe <__media__> now" "$work/$label.ref.logits" \
             >"$work/$label.ref.out" 2>"$work/$label.ref.log"; then
         printf '%-12s llama.cpp failed: %s\n' "$label" "$(tail -1 "$work/$label.ref.log")"
         fail=1
         continue
     fi
-    if ! "$bin/corral-runner" image-embed --model "$work/text.gguf" --mmproj "$proj" \
+    if ! "$bin/corral-runner" image-embed --model "$text" --mmproj "$proj" \
             --image "$work/test.png" --out "$work/$label.ours.f32" --threads 2 \
             --pixels "$work/$label.ours.px" --prompt "describe [img-0] now" \
             --logits "$work/$label.ours.logits" >"$work/$label.ours.log" 2>&1; then

@@ -1,9 +1,11 @@
 /* clip_synth.c: corral-clip-synth, writes a synthetic llava-shaped vision
- * projector (an mmproj GGUF in llama.cpp's layout) with random weights.
+ * projector (an mmproj GGUF in llama.cpp's layout) with random weights, or
+ * with --pixtral a Pixtral / Mistral Small 3.x one.
  *
  *   corral-clip-synth --out FILE [--seed N] [--type f32|f16]
  *       [--image-size N] [--patch N] [--dim N] [--heads N] [--ffn N]
  *       [--layers N] [--hidden N] [--n-embd N] [--gelu] [--std F]
+ *       [--pixtral [--merge N]]
  *
  * --n-embd must equal the text model's dim (corral-gguf-synth --dim; 64 by
  * default on both). The writing lives in tools/synth/synth_clip.c. */
@@ -15,8 +17,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: corral-clip-synth --out FILE [--seed N] [--type f32|f16]\n"
                "         [--image-size N] [--patch N] [--dim N] [--heads N] [--ffn N]\n"
                "         [--layers N] [--hidden N] [--n-embd N] [--gelu] [--std F]\n"
+               "         [--pixtral [--merge N]]\n"
                "defaults: f32, image 112, patch 14, dim 64, 4 heads, ffn 160, 3 layers,\n"
-               "hidden 96, n-embd 64, quick GELU, std 0.1\n");
+               "hidden 96, n-embd 64, quick GELU (pixtral: SiLU, merge 2), std 0.1\n");
 }
 
 static bool parse_int(const char *s, int *out)
@@ -35,6 +38,7 @@ int main(int argc, char **argv)
     rn_synth_clip_opts_t o;
     rn_synth_clip_defaults(&o);
     const char *out = NULL;
+    bool pixtral = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         struct {
@@ -45,6 +49,7 @@ int main(int argc, char **argv)
             {"--dim", &o.dim},               {"--heads", &o.n_heads},
             {"--ffn", &o.ffn},               {"--layers", &o.n_layers},
             {"--hidden", &o.proj_hidden},    {"--n-embd", &o.n_embd},
+            {"--merge", &o.merge},
         };
         bool done = false;
         for (size_t k = 0; k < CR_ARRAY_LEN(ints) && !done; k++) {
@@ -80,6 +85,8 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--gelu")) {
             o.use_gelu = true;
+        } else if (!strcmp(a, "--pixtral")) {
+            pixtral = true;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -93,7 +100,7 @@ int main(int argc, char **argv)
         return 2;
     }
     cr_err_t err = {0};
-    if (rn_synth_clip_write(&o, out, &err)) {
+    if ((pixtral ? rn_synth_pixtral_write : rn_synth_clip_write)(&o, out, &err)) {
         fprintf(stderr, "corral-clip-synth: %s\n", err.msg);
         return 1;
     }

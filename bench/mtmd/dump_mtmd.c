@@ -57,9 +57,9 @@ static int dump_logits(mtmd_context *ctx, struct llama_model *model, const char 
                        const mtmd_bitmap *bitmap, const char *out)
 {
     struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 1024;
-    cp.n_batch = 1024;
-    cp.n_ubatch = 1024;
+    cp.n_ctx = 2048; /* pixtral's largest images: 1024 tokens + breaks */
+    cp.n_batch = 2048;
+    cp.n_ubatch = 2048;
     cp.n_threads = 2;
     cp.n_threads_batch = 2;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -81,7 +81,7 @@ static int dump_logits(mtmd_context *ctx, struct llama_model *model, const char 
         fprintf(stderr, t ? "\n" : " image of %zu tokens\n", mtmd_input_chunk_get_n_tokens(c));
     }
     llama_pos n_past = 0;
-    if (mtmd_helper_eval_chunks(ctx, lctx, chunks, 0, 0, 1024, true, &n_past))
+    if (mtmd_helper_eval_chunks(ctx, lctx, chunks, 0, 0, 2048, true, &n_past))
         return fprintf(stderr, "mtmd_helper_eval_chunks failed\n"), 1;
     const float *logits = llama_get_logits_ith(lctx, -1);
     int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));

@@ -112,6 +112,8 @@ struct rn_engine {
     rn_model_t *model;
     rn_lora_t *lora;  /* the model's LoRA adapters, or NULL */
     rn_vision_t *vision; /* the projector (load.projector), or NULL */
+    bool tower_in_file;  /* the model file carries a vision tower (v.*):
+                            Ollama's single-file layout, not run yet */
     rn_tokenizer_t *tok;
     rn_ctx_t *ctx;    /* one sequence per slot */
     rn_script_t *script; /* CORRAL_TEST_SCRIPT: forced answers, or NULL */
@@ -331,6 +333,8 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     if (n_unused > 0)
         cr_log_info("%s: ignoring %d tensors the model does not use (first '%s')",
                     load->name, n_unused, unused);
+    e->tower_in_file =
+        cr_gguf_tensor_find(rn_model_gguf(e->model), "v.blk.0.attn_q.weight") != NULL;
     if ((st = rn_tokenizer_load(rn_model_gguf(e->model), &e->tok, err))) {
         cr_err_wrap(err, "%s", load->model_path);
         goto fail;
@@ -385,10 +389,15 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
         goto fail;
     log_parts(e);
     if (load->has_projector && load->projector && *load->projector) {
-        if ((st = rn_vision_new(load->projector, e->be[0], hp->dim, &e->vision, err)))
+        if ((st = rn_vision_new(load->projector, e->be[0], e->tok, hp->dim, &e->vision,
+                                err)))
             goto fail;
-        cr_log_info("%s: vision projector loaded (%d tokens per image)", load->name,
-                    rn_vision_image_tokens(e->vision));
+        if (rn_vision_fixed_tokens(e->vision))
+            cr_log_info("%s: vision projector loaded (%d tokens per image)", load->name,
+                        rn_vision_fixed_tokens(e->vision));
+        else
+            cr_log_info("%s: vision projector loaded (tokens per image follow its size)",
+                        load->name);
     }
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
     e->spans = calloc((size_t)e->n_slots, sizeof *e->spans);
@@ -589,8 +598,9 @@ static size_t request_images(const msg_t *r, const char **v, size_t cap)
 /* The images a rendered prompt refers to ([img-k] is img[k]) and where
  * its tags put them. */
 typedef struct img_plan {
-    rn_vision_image_t *img; /* [n] */
-    int32_t *ids;           /* [n][tokens per image] */
+    rn_vision_image_t *img; /* [n], measured */
+    int32_t *ids;           /* each image's img[k].n_ids ids, one after another */
+    int *n_ids;             /* [n] */
     size_t n;
     size_t *order;          /* the image of each tag, in text order [n_order] */
     size_t n_order;
@@ -602,8 +612,35 @@ static void plan_free(img_plan_t *p)
         rn_vision_image_free(&p->img[i]);
     free(p->img);
     free(p->ids);
+    free(p->n_ids);
     free(p->order);
     memset(p, 0, sizeof *p);
+}
+
+/* Loads and measures the prompt's images (the tokens a variable-size
+ * image takes follow from its size) and lays out their ids. */
+static cr_status_t plan_images(rn_engine_t *e, const char *const *b64, size_t first,
+                               img_plan_t *plan, const int32_t **ids, cr_err_t *err)
+{
+    cr_status_t st = CR_OK;
+    size_t total = 0;
+    for (size_t k = 0; k < plan->n; k++) {
+        if ((st = rn_vision_image_load(b64[first + k], &plan->img[k], err))) {
+            cr_err_wrap(err, "image %zu", first + k);
+            return st;
+        }
+        if ((st = rn_vision_image_measure(e->vision, &plan->img[k], first + k, err)))
+            return st;
+        plan->n_ids[k] = plan->img[k].n_ids;
+        total += (size_t)plan->img[k].n_ids;
+    }
+    if (!(plan->ids = malloc((total ? total : 1) * sizeof *plan->ids)))
+        return cr_err_set(err, CR_E_NOMEM, "out of memory for the images");
+    for (size_t k = 0, at = 0; k < plan->n; at += (size_t)plan->n_ids[k], k++) {
+        rn_vision_token_ids(e->vision, &plan->img[k], plan->ids + at);
+        ids[k] = plan->ids + at;
+    }
+    return CR_OK;
 }
 
 /* tokenize_prompt for a prompt with images: each [img-k] tag becomes the
@@ -612,32 +649,26 @@ static void plan_free(img_plan_t *p)
 static cr_status_t tokenize_images(rn_engine_t *e, const msg_t *r, const rn_prompt_result_t *p,
                                    img_plan_t *plan, int *n_out, cr_err_t *err)
 {
-    size_t n_req = request_images(r, NULL, 0), tok = (size_t)rn_vision_image_tokens(e->vision);
+    size_t n_req = request_images(r, NULL, 0);
     if (p->images_skipped + p->n_images > n_req)
         return cr_err_set(err, CR_E_INTERNAL, "the prompt refers to %zu images of %zu",
                           p->images_skipped + p->n_images, n_req);
     const char **b64 = calloc(n_req, sizeof *b64);
     const int32_t **ids = calloc(p->n_images, sizeof *ids);
     plan->img = calloc(p->n_images, sizeof *plan->img);
-    plan->ids = malloc(p->n_images * tok * sizeof *plan->ids);
+    plan->n_ids = calloc(p->n_images, sizeof *plan->n_ids);
     cr_status_t st = CR_OK;
-    if (!b64 || !ids || !plan->img || !plan->ids) {
+    if (!b64 || !ids || !plan->img || !plan->n_ids) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory for the images");
         goto out;
     }
     plan->n = p->n_images;
     request_images(r, b64, n_req);
-    for (size_t k = 0; k < plan->n; k++) {
-        if ((st = rn_vision_image_load(b64[p->images_skipped + k], &plan->img[k], err))) {
-            cr_err_wrap(err, "image %zu", p->images_skipped + k);
-            goto out;
-        }
-        rn_vision_token_ids(e->vision, &plan->img[k], plan->ids + k * tok);
-        ids[k] = plan->ids + k * tok;
-    }
+    if ((st = plan_images(e, b64, p->images_skipped, plan, ids, err)))
+        goto out;
     size_t need = 0, n_order = 0, limit = (size_t)e->n_ctx - 1;
-    st = rn_prompt_tokenize_images(e->tok, p, ids, plan->n, (int)tok, NULL, 0, &need, NULL, 0,
-                                   &n_order, err);
+    st = rn_prompt_tokenize_images(e->tok, p, ids, plan->n, plan->n_ids, NULL, 0, &need, NULL,
+                                   0, &n_order, err);
     if (st && st != CR_E_TOO_LARGE)
         goto out;
     if (n_order == 0) {
@@ -654,8 +685,8 @@ static cr_status_t tokenize_images(rn_engine_t *e, const msg_t *r, const rn_prom
         st = cr_err_set(err, CR_E_NOMEM, "out of memory for the images");
         goto out;
     }
-    st = rn_prompt_tokenize_images(e->tok, p, ids, plan->n, (int)tok, e->prompt, limit, &need,
-                                   plan->order, n_order, &plan->n_order, err);
+    st = rn_prompt_tokenize_images(e->tok, p, ids, plan->n, plan->n_ids, e->prompt, limit,
+                                   &need, plan->order, n_order, &plan->n_order, err);
     if (!st && need == 0)
         st = cr_err_set(err, CR_E_INVALID, "the prompt is empty");
     *n_out = (int)need;
@@ -666,26 +697,32 @@ out:
 }
 
 /* The embeddings of the prompt's image tokens into *rows_out (caller
- * frees; [tags][tokens][dim]): the images of tags whose tokens reach
- * position `from` (those before it are cached in the slot already). */
+ * frees; one row per negative id of the prompt, in order): the images of
+ * tags whose rows reach position `from` (those before it are cached in
+ * the slot already). */
 static cr_status_t embed_images(rn_engine_t *e, const img_plan_t *plan, const int32_t *prompt,
                                 int n_prompt, int from, float **rows_out, cr_err_t *err)
 {
-    size_t tok = (size_t)rn_vision_image_tokens(e->vision);
-    size_t dim = (size_t)rn_ctx_embd_dim(e->ctx), per = tok * dim;
-    float *rows = calloc(plan->n_order * per, sizeof *rows);
+    size_t dim = (size_t)rn_ctx_embd_dim(e->ctx), total = 0;
+    for (size_t t = 0; t < plan->n_order; t++)
+        total += (size_t)plan->img[plan->order[t]].n_rows;
+    float *rows = calloc(total ? total * dim : 1, sizeof *rows);
     if (!rows)
         return cr_err_set(err, CR_E_NOMEM, "out of memory for the image embeddings");
-    size_t j = 0; /* image tokens seen */
+    size_t j = 0, tag = 0, tag_end = 0; /* rows seen; the tag they belong to */
     cr_status_t st = CR_OK;
-    for (int i = 0; !st && i < n_prompt; i++) {
+    for (int i = 0; !st && i < n_prompt && tag < plan->n_order; i++) {
         if (prompt[i] >= 0)
             continue;
-        /* the last token of tag j / tok */
-        if (++j % tok == 0 && i >= from) {
-            size_t tag = j / tok - 1;
-            st = rn_vision_embed(e->vision, &plan->img[plan->order[tag]],
-                                 plan->order[tag], rows + tag * per, err);
+        if (j == tag_end) /* the first row of the next tag */
+            tag_end += (size_t)plan->img[plan->order[tag]].n_rows;
+        /* at the tag's last row: encode it if any of its rows is new */
+        if (++j == tag_end) {
+            const rn_vision_image_t *img = &plan->img[plan->order[tag]];
+            if (i >= from)
+                st = rn_vision_embed(e->vision, img, plan->order[tag],
+                                     rows + (j - (size_t)img->n_rows) * dim, err);
+            tag++;
         }
     }
     if (st) {
@@ -1056,7 +1093,13 @@ static cr_status_t begin_output(rn_engine_t *e, rn_output_t *output,
     char open[128], close[128];
     thinking_tags(e, open, sizeof open, close, sizeof close);
     bool can_think = model_can_think(e);
-    /* A model without a projector refuses images, never drops them. */
+    /* A model without a projector refuses images, never drops them; one
+     * whose file holds a tower says why it is not used. */
+    if (!e->vision && request_images(r, NULL, 0) && e->tower_in_file)
+        return cr_err_set(err, CR_E_INVALID, "\"%s\": a vision tower inside the model "
+                          "file (Ollama's single-file layout) is not supported yet; "
+                          "create the model with llama.cpp's projector file (mmproj) as a "
+                          "second FROM", model);
     if (!e->vision && request_images(r, NULL, 0))
         return cr_err_set(err, CR_E_INVALID, "\"%s\" does not support images",
                           model);

@@ -11,6 +11,8 @@
 #include "services/runner/text/tokenizer.h"
 #include "services/runner/vision/clip.h"
 #include "services/runner/vision/image.h"
+#include "services/runner/vision/pixtral.h"
+#include "services/runner/vision/vision.h"
 
 #include <time.h>
 
@@ -60,36 +62,86 @@ static cr_status_t text_dim(const char *path, int *out, cr_err_t *err)
     return st;
 }
 
-/* rn_clip_encode, saying how long it took on stderr (for bench/vs_mtmd.sh). */
-static cr_status_t encode_timed(rn_clip_t *clip, const float *pixels, float *emb,
-                                cr_err_t *err)
+static double ms_since(const struct timespec *a)
 {
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    cr_status_t st = rn_clip_encode(clip, pixels, emb, err);
+    struct timespec b;
     clock_gettime(CLOCK_MONOTONIC, &b);
+    return (double)(b.tv_sec - a->tv_sec) * 1e3 + (double)(b.tv_nsec - a->tv_nsec) / 1e6;
+}
+
+/* The image through the projector at path: its normalized pixels
+ * (*pixels, *n_px floats) and embeddings (*emb, [*n_rows][*n_embd]), the
+ * encoding's time on stderr (for bench/vs_mtmd.sh); *suffix: the text
+ * after the image (Pixtral's [IMG_END]) or NULL. Caller frees both. */
+static cr_status_t run_tower(const char *path, be_backend_t *be, const rn_image_t *im,
+                             float **pixels, size_t *n_px, float **emb, int *n_rows,
+                             int *n_embd, const char **suffix, cr_err_t *err)
+{
+    char type[32] = "";
+    cr_status_t st = rn_vision_projector_type(path, type, sizeof type, err);
+    struct timespec t0;
+    *suffix = NULL;
+    if (!st && !strcmp(type, "pixtral")) {
+        rn_pixtral_t *p = NULL;
+        int w = 0, h = 0;
+        if ((st = rn_pixtral_load(path, be, &p, err)))
+            return st;
+        const rn_pixtral_hparams_t *hp = rn_pixtral_hparams(p);
+        *n_embd = hp->n_embd;
+        *suffix = "[IMG_END]";
+        st = rn_pixtral_fit(p, im->width, im->height, &w, &h, n_rows, err);
+        *n_px = 3 * (size_t)w * h;
+        if (!st && (!(*pixels = malloc(*n_px * sizeof **pixels)) ||
+                    !(*emb = malloc((size_t)*n_rows * hp->n_embd * sizeof **emb))))
+            st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+        if (!st)
+            st = rn_pixtral_preprocess(p, im, *pixels, &w, &h, err);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (!st && !(st = rn_pixtral_encode(p, *pixels, w, h, *emb, err)))
+            fprintf(stderr, "image encoded in %.1f ms\n", ms_since(&t0));
+        rn_pixtral_destroy(&p);
+        return st;
+    }
+    if (!st && strcmp(type, "mlp"))
+        st = cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported yet "
+                        "(supported: mlp, the llava-style projector; pixtral)", type);
+    rn_clip_t *clip = NULL;
+    if (st || (st = rn_clip_load(path, be, &clip, err)))
+        return st;
+    const rn_clip_hparams_t *hp = rn_clip_hparams(clip);
+    *n_embd = hp->n_embd;
+    *n_rows = hp->n_patches;
+    *n_px = 3 * (size_t)hp->image_size * hp->image_size;
+    if (!(*pixels = malloc(*n_px * sizeof **pixels)) ||
+        !(*emb = malloc((size_t)hp->n_patches * hp->n_embd * sizeof **emb)))
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
     if (!st)
-        fprintf(stderr, "image encoded in %.1f ms\n",
-                (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6);
+        st = rn_clip_preprocess(clip, im, *pixels, err);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!st && !(st = rn_clip_encode(clip, *pixels, *emb, err)))
+        fprintf(stderr, "image encoded in %.1f ms\n", ms_since(&t0));
+    rn_clip_destroy(&clip);
     return st;
 }
 
 /* The last position's logits of prompt (trusted text, BOS as the
- * vocabulary says, [img-0] where the image's n_tok rows emb go) into
- * logits_path. */
+ * vocabulary says, [img-0] where the image's n_tok rows emb go, then
+ * suffix's tokens, special ones parsed, if not NULL) into logits_path. */
 static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const char *prompt,
-                                 const float *emb, int n_tok, const char *logits_path,
-                                 cr_err_t *err)
+                                 const float *emb, int n_tok, const char *suffix,
+                                 const char *logits_path, cr_err_t *err)
 {
+    enum { SUFFIX_MAX = 16 };
     rn_model_t *m = NULL;
     rn_tokenizer_t *tok = NULL;
     rn_ctx_t *c = NULL;
-    int32_t *ids = NULL, *img = malloc((size_t)n_tok * sizeof *img);
+    int32_t *ids = NULL, *img = malloc(((size_t)n_tok + SUFFIX_MAX) * sizeof *img);
     if (!img)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     for (int k = 0; k < n_tok; k++)
         img[k] = -1 - k;
     const int32_t *imgs[1] = {img};
+    int n_img[1] = {n_tok};
     rn_prompt_span_t sp = {0, strlen(prompt), true};
     rn_prompt_result_t r = {.text = (char *)prompt, .len = strlen(prompt), .spans = &sp,
                             .n_spans = sp.len ? 1 : 0};
@@ -97,8 +149,14 @@ static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const
     cr_status_t st = rn_model_load(model_path, be, &m, err);
     if (!st)
         st = rn_tokenizer_load(rn_model_gguf(m), &tok, err);
+    if (!st && suffix) {
+        size_t ns = 0;
+        st = rn_tokenize(tok, suffix, strlen(suffix), false, true, img + n_tok, SUFFIX_MAX,
+                         &ns, err);
+        n_img[0] += (int)ns;
+    }
     if (!st) {
-        st = rn_prompt_tokenize_images(tok, &r, imgs, 1, n_tok, NULL, 0, &n, &order, 1,
+        st = rn_prompt_tokenize_images(tok, &r, imgs, 1, n_img, NULL, 0, &n, &order, 1,
                                        &n_order, err);
         if (st == CR_E_TOO_LARGE)
             st = CR_OK;
@@ -108,7 +166,7 @@ static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const
     if (!st && !(ids = malloc(n * sizeof *ids)))
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
     if (!st)
-        st = rn_prompt_tokenize_images(tok, &r, imgs, 1, n_tok, ids, n, &n, &order, 1,
+        st = rn_prompt_tokenize_images(tok, &r, imgs, 1, n_img, ids, n, &n, &order, 1,
                                        &n_order, err);
     if (!st && n_order != 1)
         st = cr_err_set(err, CR_E_INVALID, "the prompt must hold [img-0] once (%zu times)",
@@ -139,40 +197,31 @@ int rn_tool_image_embed(const char *model_path, const char *mmproj_path,
     cr_buf_t file;
     cr_buf_init(&file, IMAGE_FILE_MAX);
     be_backend_t *be = NULL;
-    rn_clip_t *clip = NULL;
     rn_image_t *im = NULL;
     float *pixels = NULL, *emb = NULL;
-    int dim = 0, rc = 1;
+    const char *suffix = NULL;
+    size_t n_px = 0;
+    int dim = 0, n_rows = 0, n_embd = 0, rc = 1;
     cr_status_t st;
     if ((st = text_dim(model_path, &dim, &err)) ||
         (st = read_file(image_path, &file, &err)) ||
         (st = rn_image_decode(file.data, file.len, rn_image_max_pixels(), &im, &err)) ||
         (st = be_cpu_new(n_threads, &be, &err)) ||
-        (st = rn_clip_load(mmproj_path, be, &clip, &err)))
+        (st = run_tower(mmproj_path, be, im, &pixels, &n_px, &emb, &n_rows, &n_embd, &suffix,
+                        &err)))
         goto out;
-    const rn_clip_hparams_t *hp = rn_clip_hparams(clip);
-    if (hp->n_embd != dim) {
+    if (n_embd != dim) {
         cr_err_set(&err, CR_E_INVALID, "projector output is %d wide but the text model's "
-                   "embeddings are %d", hp->n_embd, dim);
+                   "embeddings are %d", n_embd, dim);
         goto out;
     }
-    size_t npx = 3 * (size_t)hp->image_size * hp->image_size;
-    size_t nemb = (size_t)hp->n_patches * hp->n_embd;
-    pixels = malloc(npx * sizeof *pixels);
-    emb = malloc(nemb * sizeof *emb);
-    if (!pixels || !emb) {
-        cr_err_set(&err, CR_E_NOMEM, "out of memory");
-        goto out;
-    }
-    if ((st = rn_clip_preprocess(clip, im, pixels, &err)) ||
-        (pixels_path && (st = write_floats(pixels_path, pixels, npx, &err))) ||
-        (st = encode_timed(clip, pixels, emb, &err)) ||
-        (st = write_floats(out_path, emb, nemb, &err)))
+    if ((pixels_path && (st = write_floats(pixels_path, pixels, n_px, &err))) ||
+        (st = write_floats(out_path, emb, (size_t)n_rows * n_embd, &err)))
         goto out;
     if (prompt && logits_path &&
-        (st = prompt_logits(model_path, be, prompt, emb, hp->n_patches, logits_path, &err)))
+        (st = prompt_logits(model_path, be, prompt, emb, n_rows, suffix, logits_path, &err)))
         goto out;
-    printf("%d x %d\n", hp->n_patches, hp->n_embd);
+    printf("%d x %d\n", n_rows, n_embd);
     rc = 0;
 out:
     if (rc)
@@ -180,7 +229,6 @@ out:
     free(pixels);
     free(emb);
     rn_image_destroy(&im);
-    rn_clip_destroy(&clip);
     be_destroy(&be);
     cr_buf_free(&file);
     return rc;

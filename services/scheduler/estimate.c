@@ -310,6 +310,28 @@ static double mm_rows(const cr_gguf_t *g, const char *name, uint64_t def)
     return (double)(t && t->n_dims >= 2 && t->ne[1] <= MAX_DIM ? t->ne[1] : def);
 }
 
+/* What a Pixtral tower allocates (vision/pixtral.c): buffers for its
+ * largest image, SCH_PIXTRAL_MAX_TOKENS tokens of merge^2 patches: six
+ * [N][dim] f32 rows, two [N][ffn], two f16 [N][dim] caches, the patches
+ * twice (backend and host), the merger's two host copies, the projector's
+ * [Nm][hidden] and [Nm][embd], the positions, the CPU backend's scratch
+ * (matmul input [N][widest input], its block sums, attention rows) and
+ * the preprocessed pixels. */
+static double pixtral_activations(const cr_gguf_t *pj, double D, double F, double PP3)
+{
+    uint32_t merge = 1;
+    if (!cr_gguf_get_u32(pj, "clip.vision.spatial_merge_size", &merge) || merge < 1 ||
+        merge > 8)
+        merge = 1;
+    double mm = (double)merge * merge, N = SCH_PIXTRAL_MAX_TOKENS * mm, Nm = N / mm;
+    double H = mm_rows(pj, "mm.1.weight", (uint64_t)D), E = mm_rows(pj, "mm.2.weight", (uint64_t)D);
+    double widest = CR_MAX(CR_MAX(PP3, F), CR_MAX(D * mm, CR_MAX(H, E)));
+    double scratch = N * widest * 4 + N * (widest / 32 + 1) * 2 * 4 + /* block sums */
+                     (N + widest) * 6 * 64; /* attention rows, for up to 64 threads */
+    return N * D * 4 * 6 + N * F * 4 * 2 + N * D * 2 * 2 + N * PP3 * 4 * 3 + N * D * 4 * 2 +
+           N * 8 + Nm * (H + E) * 4 + scratch;
+}
+
 cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
                                        cr_err_t *err)
 {
@@ -324,11 +346,17 @@ cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
     double tensors = 0;
     for (size_t i = 0; i < cr_gguf_tensor_count(pj); i++)
         tensors += (double)cr_gguf_tensor_at(pj, i)->size_bytes;
-    double side = (double)(size / patch), N = side * side, T = N + 1;
-    double D = (double)dim, F = (double)ffn;
-    double act = T * D * 4 * 6 + T * F * 4 + T * D * 2 * 2 + T * T * 4 * (double)heads +
-                 N * 3 * (double)(patch * patch) * 4 * 2 +
-                 N * (mm_rows(pj, "mm.0.weight", dim) + mm_rows(pj, "mm.2.weight", dim)) * 4;
+    double D = (double)dim, F = (double)ffn, PP3 = 3 * (double)(patch * patch), act;
+    char type[32] = "";
+    if (cr_gguf_get_strz(pj, "clip.projector_type", type, sizeof type) &&
+        !strcmp(type, "pixtral")) {
+        act = pixtral_activations(pj, D, F, PP3);
+    } else {
+        double side = (double)(size / patch), N = side * side, T = N + 1;
+        act = T * D * 4 * 6 + T * F * 4 + T * D * 2 * 2 + T * T * 4 * (double)heads +
+              N * PP3 * 4 * 2 +
+              N * (mm_rows(pj, "mm.0.weight", dim) + mm_rows(pj, "mm.2.weight", dim)) * 4;
+    }
     double bytes = tensors + act + (double)SCH_VISION_CACHE_BYTES;
     if (!add_ok(&est->projector_bytes, bytes) || !add_ok(&est->embd_bytes, bytes) ||
         !add_ok(&est->cpu_total_bytes, bytes))

@@ -97,6 +97,10 @@ typedef struct sch_estimate {
  * runner's vision/vision.h). */
 #define SCH_VISION_CACHE_BYTES (64LL << 20)
 
+/* Tokens of the largest image a Pixtral tower takes (RN_PIXTRAL_MAX_TOKENS
+ * in the runner's vision/pixtral.h). */
+#define SCH_PIXTRAL_MAX_TOKENS 1024
+
 /* Bytes per KV element for an OLLAMA_KV_CACHE_TYPE value: "" or NULL or
  * "f16" -> 2, "q8_0" -> 34/32, "q4_0" -> 18/32. False for anything else. */
 bool sch_kv_cache_bytes(const char *type, double *bytes_per_elem);
@@ -122,7 +126,8 @@ cr_status_t sch_estimate_add_adapter(sch_estimate_t *est, const cr_gguf_t *ad, c
  * activations for one image (T = (image_size / patch_size)^2 + 1
  * positions: six [T][dim] f32 rows, [T][ffn], two f16 [T][dim] caches,
  * [T][T] scores per head, the patches and the projector's [N][hidden] and
- * [N][embd]) and SCH_VISION_CACHE_BYTES go to projector_bytes, embd_bytes
+ * [N][embd]; a Pixtral tower's for its largest image instead, see
+ * estimate.c) and SCH_VISION_CACHE_BYTES go to projector_bytes, embd_bytes
  * and the CPU total. CR_E_CORRUPT for missing or out-of-range clip.vision
  * keys; CR_E_TOO_LARGE on overflow. */
 cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,

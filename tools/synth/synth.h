@@ -191,8 +191,11 @@ typedef struct rn_synth_clip_opts {
     int dim, n_heads, ffn, n_layers;
     int proj_hidden;   /* rows of mm.0 */
     int n_embd;        /* rows of mm.2: the text model's dim */
-    bool use_gelu;     /* clip.use_gelu (false: quick GELU, as llava) */
+    bool use_gelu;     /* clip.use_gelu (false: quick GELU, as llava;
+                          pixtral: SiLU) */
     double std;        /* matrices' std */
+    int merge;         /* pixtral: spatial_merge_size (2: Mistral Small's
+                          patch merger; 1: none, as Pixtral 12B) */
 } rn_synth_clip_opts_t;
 
 /* Defaults: seed 1, F32, image 112, patch 14 (64 patches), dim 64,
@@ -204,5 +207,16 @@ void rn_synth_clip_defaults(rn_synth_clip_opts_t *o);
  * CR_E_NOMEM. */
 cr_status_t rn_synth_clip_write(const rn_synth_clip_opts_t *o, const char *path,
                                 cr_err_t *err);
+
+/* A Pixtral projector (synth_pixtral.c; clip.projector_type "pixtral",
+ * clip.use_silu unless use_gelu): patch kernel without bias, RMS pre-norm,
+ * n_layers blocks of RMSNorm, q/k/v/out without biases and a gated FFN
+ * (ffn_gate, ffn_up, ffn_down), with merge > 1 mm.input_norm and
+ * mm.patch_merger [dim][dim * merge^2], then mm.1 (+bias) [hidden][dim]
+ * and mm.2 (+bias) [n_embd][hidden], and v.token_embd.img_break [n_embd].
+ * image_size is only written (the tower's resolution varies). Errors as
+ * rn_synth_clip_write. */
+cr_status_t rn_synth_pixtral_write(const rn_synth_clip_opts_t *o, const char *path,
+                                   cr_err_t *err);
 
 #endif

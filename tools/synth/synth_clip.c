@@ -3,6 +3,7 @@
  * memory before writing. */
 #include "lib/prelude.h"
 #include "tools/synth/synth.h"
+#include "tools/synth/synth_vision.h"
 
 #include "lib/gguf_write.h"
 #include "services/runner/backend/cpu/quant.h"
@@ -21,23 +22,16 @@ void rn_synth_clip_defaults(rn_synth_clip_opts_t *o)
     o->proj_hidden = 96;
     o->n_embd = 64;
     o->std = 0.1;
+    o->merge = 2;
 }
 
-#define MAX_TENSORS 256
+typedef rn_synth_vision_t clip_synth_t;
 
-typedef struct clip_synth {
-    cr_gguf_writer_t *w;
-    void *data[MAX_TENSORS]; /* borrowed by the writer until written */
-    int n;
-    uint64_t seed;
-} clip_synth_t;
-
-/* A tensor of GGUF shape ne[0..n_dims) in `type` (F32 or F16), its values
- * N(mean, std). */
-static cr_status_t add(clip_synth_t *s, const char *name, cr_type_t type, uint32_t n_dims,
-                       const uint64_t *ne, double mean, double std, cr_err_t *err)
+cr_status_t rn_synth_vision_add(rn_synth_vision_t *s, const char *name, cr_type_t type,
+                                uint32_t n_dims, const uint64_t *ne, double mean, double std,
+                                cr_err_t *err)
 {
-    if (s->n == MAX_TENSORS)
+    if (s->n == RN_SYNTH_VISION_MAX_TENSORS)
         return cr_err_set(err, CR_E_INTERNAL, "synth: too many tensors");
     size_t n = 1;
     for (uint32_t i = 0; i < n_dims; i++)
@@ -61,14 +55,14 @@ static cr_status_t add(clip_synth_t *s, const char *name, cr_type_t type, uint32
 static cr_status_t vec(clip_synth_t *s, const char *name, uint64_t n, double mean,
                        double std, cr_err_t *err)
 {
-    return add(s, name, CR_TYPE_F32, 1, &n, mean, std, err);
+    return rn_synth_vision_add(s, name, CR_TYPE_F32, 1, &n, mean, std, err);
 }
 
 static cr_status_t mat(clip_synth_t *s, const rn_synth_clip_opts_t *o, const char *name,
                        uint64_t cols, uint64_t rows, cr_err_t *err)
 {
     uint64_t ne[2] = {cols, rows};
-    return add(s, name, o->type, 2, ne, 0, o->std, err);
+    return rn_synth_vision_add(s, name, o->type, 2, ne, 0, o->std, err);
 }
 
 static cr_status_t check(const rn_synth_clip_opts_t *o, cr_err_t *err)
@@ -128,10 +122,10 @@ static cr_status_t tensors(clip_synth_t *s, const rn_synth_clip_opts_t *o, cr_er
     uint64_t patch_ne[4] = {P, P, 3, D};
     uint64_t pos_ne[2] = {D, T};
     cr_status_t st;
-    if ((st = add(s, "v.patch_embd.weight", o->type, 4, patch_ne, 0, o->std, err)) ||
+    if ((st = rn_synth_vision_add(s, "v.patch_embd.weight", o->type, 4, patch_ne, 0, o->std, err)) ||
         (st = vec(s, "v.patch_embd.bias", D, 0, 0.1, err)) ||
         (st = vec(s, "v.class_embd", D, 0, 0.5, err)) ||
-        (st = add(s, "v.position_embd.weight", CR_TYPE_F32, 2, pos_ne, 0, 0.5, err)) ||
+        (st = rn_synth_vision_add(s, "v.position_embd.weight", CR_TYPE_F32, 2, pos_ne, 0, 0.5, err)) ||
         (st = vec(s, "v.pre_ln.weight", D, 1, 0.1, err)) ||
         (st = vec(s, "v.pre_ln.bias", D, 0, 0.1, err)))
         return st;

@@ -44,7 +44,7 @@ static cr_status_t piece(const rn_tokenizer_t *tok, const rn_prompt_result_t *r,
 
 cr_status_t rn_prompt_tokenize_images(const rn_tokenizer_t *tok, const rn_prompt_result_t *r,
                                       const int32_t *const *images, size_t n_images,
-                                      int n_per_image, int32_t *out, size_t cap,
+                                      const int *n_per_image, int32_t *out, size_t cap,
                                       size_t *n_out, size_t *order, size_t order_cap,
                                       size_t *n_order, cr_err_t *err)
 {
@@ -67,7 +67,7 @@ cr_status_t rn_prompt_tokenize_images(const rn_tokenizer_t *tok, const rn_prompt
         if ((st = piece(tok, r, spans, from, i, first, out, cap, &n, err)))
             break;
         first = false;
-        for (int k = 0; k < n_per_image; k++, n++)
+        for (int k = 0; k < n_per_image[idx]; k++, n++)
             if (n < cap)
                 out[n] = images[idx][k];
         if (*n_order < order_cap)

@@ -16,14 +16,14 @@
 #include "services/runner/text/tokenizer.h"
 
 /* Tokenizes r with tags [img-N] (N < n_images) replaced by images[N]
- * (n_per_image ids each). Writes at most cap ids to out and sets *n_out to
+ * (n_per_image[N] ids). Writes at most cap ids to out and sets *n_out to
  * the number needed (CR_E_TOO_LARGE when more than cap); order[k] (up to
  * order_cap) receives the image index of the k-th tag in text order and
  * *n_order their number. CR_E_INVALID "invalid image index: N" for a tag
  * past the images; the tokenizer's errors; CR_E_NOMEM. */
 cr_status_t rn_prompt_tokenize_images(const rn_tokenizer_t *tok, const rn_prompt_result_t *r,
                                       const int32_t *const *images, size_t n_images,
-                                      int n_per_image, int32_t *out, size_t cap,
+                                      const int *n_per_image, int32_t *out, size_t cap,
                                       size_t *n_out, size_t *order, size_t order_cap,
                                       size_t *n_order, cr_err_t *err);
 

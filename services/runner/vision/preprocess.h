@@ -33,6 +33,15 @@ cr_status_t rn_preproc_resize(const rn_image_t *src, int w, int h, rn_preproc_fi
 cr_status_t rn_preproc_fit_square(const rn_image_t *src, int size, const uint8_t pad[3],
                                   rn_preproc_filter_t f, rn_image_t **out, cr_err_t *err);
 
+/* src fitted inside width x height keeping its aspect ratio (each side
+ * ceil(side * scale) with the smaller of the two scales, at most the box),
+ * centred on a canvas of pad colour (llama.cpp's PAD_CEIL resize; the
+ * variable-resolution towers' box is already near the image's ratio).
+ * Ownership and errors as rn_preproc_resize. */
+cr_status_t rn_preproc_fit_box(const rn_image_t *src, int width, int height,
+                               const uint8_t pad[3], rn_preproc_filter_t f, rn_image_t **out,
+                               cr_err_t *err);
+
 /* out[c][y][x] = (im[y][x][c] / 255 - mean[c]) / std[c] in float, planes
  * R, G, B: out holds 3 * width * height floats (caller-owned). */
 void rn_preproc_normalize(const rn_image_t *im, const float mean[3], const float std[3],

@@ -1,56 +1,130 @@
 /* vision.c: request images -> embeddings, with a bounded cache (see
- * vision.h). */
+ * vision.h). Dispatches between the towers by clip.projector_type. */
 #include "lib/prelude.h"
 #include "services/runner/vision/vision.h"
 
 #include <openssl/sha.h>
 
 #include "lib/base64.h"
+#include "lib/gguf.h"
 #include "services/runner/vision/clip.h"
 #include "services/runner/vision/image.h"
+#include "services/runner/vision/pixtral.h"
+
+#define SUFFIX_MAX 16 /* text ids after an image ("[IMG_END]" in bytes, at worst) */
 
 typedef struct entry {
     uint8_t digest[32];
-    float *rows;   /* [tokens][dim]; NULL: an empty entry */
+    float *rows;   /* [n_rows][dim]; NULL: an empty entry */
+    int n_rows;
     int64_t used;  /* clock at its last use (LRU) */
 } entry_t;
 
 struct rn_vision {
-    rn_clip_t *clip;
-    int n_tok, dim;
-    float *pixels; /* [3][S][S], reused */
+    rn_clip_t *clip;     /* one of these two */
+    rn_pixtral_t *pix;
+    int fixed_rows;      /* rows per image of a fixed-size tower, else 0 */
+    int dim;
+    int32_t suffix[SUFFIX_MAX]; /* text ids after each image */
+    int n_suffix;
+    float *pixels;       /* the largest preprocessed image, reused */
     entry_t cache[RN_VISION_CACHE_MAX];
-    int n_cache;   /* entries the byte budget allows */
+    size_t cache_bytes;  /* held by the cache's rows */
     int64_t clock, encoded, hits;
 };
 
-cr_status_t rn_vision_new(const char *path, be_backend_t *be, int text_dim,
-                          rn_vision_t **out, cr_err_t *err)
+cr_status_t rn_vision_projector_type(const char *path, char *buf, size_t cap, cr_err_t *err)
+{
+    cr_gguf_t *g = NULL;
+    cr_status_t st = cr_gguf_open(path, &g, err);
+    if (st)
+        return st;
+    const char *arch = cr_gguf_arch(g);
+    if (strcmp(arch, "clip"))
+        st = cr_err_set(err, CR_E_INVALID, "not a vision projector: architecture is '%s', "
+                        "expected 'clip'", *arch ? arch : "(none)");
+    else if (!cr_gguf_get_strz(g, "clip.projector_type", buf, cap) &&
+             !cr_gguf_get_strz(g, "clip.vision.projector_type", buf, cap))
+        snprintf(buf, cap, "mlp"); /* old llava files */
+    cr_gguf_close(&g);
+    return st;
+}
+
+/* The tower for the file's projector type. */
+static cr_status_t load_tower(rn_vision_t *v, const char *path, be_backend_t *be,
+                              cr_err_t *err)
+{
+    char type[32] = "";
+    cr_status_t st = rn_vision_projector_type(path, type, sizeof type, err);
+    if (st)
+        return st;
+    if (!strcmp(type, "mlp")) {
+        if ((st = rn_clip_load(path, be, &v->clip, err)))
+            return st;
+        const rn_clip_hparams_t *hp = rn_clip_hparams(v->clip);
+        v->fixed_rows = hp->n_patches;
+        v->dim = hp->n_embd;
+        return CR_OK;
+    }
+    if (!strcmp(type, "pixtral")) {
+        if ((st = rn_pixtral_load(path, be, &v->pix, err)))
+            return st;
+        v->dim = rn_pixtral_hparams(v->pix)->n_embd;
+        return CR_OK;
+    }
+    return cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported yet "
+                      "(supported: mlp, the llava-style projector; pixtral)", type);
+}
+
+/* The text after each image: Pixtral's [IMG_END] (libmtmd tokenizes it
+ * with special tokens parsed, without BOS). */
+static cr_status_t load_suffix(rn_vision_t *v, const rn_tokenizer_t *tok, cr_err_t *err)
+{
+    if (!v->pix)
+        return CR_OK;
+    static const char end[] = "[IMG_END]";
+    size_t n = 0;
+    cr_status_t st = rn_tokenize(tok, end, strlen(end), false, true, v->suffix, SUFFIX_MAX,
+                                 &n, err);
+    if (st == CR_E_TOO_LARGE)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "the text model spells %s in %zu tokens "
+                          "(at most %d)", end, n, SUFFIX_MAX);
+    v->n_suffix = (int)n;
+    return st;
+}
+
+cr_status_t rn_vision_new(const char *path, be_backend_t *be, const rn_tokenizer_t *tok,
+                          int text_dim, rn_vision_t **out, cr_err_t *err)
 {
     *out = NULL;
     rn_vision_t *v = calloc(1, sizeof *v);
     if (!v)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
-    cr_status_t st = rn_clip_load(path, be, &v->clip, err);
+    cr_status_t st = load_tower(v, path, be, err);
     if (st) {
         cr_err_wrap(err, "%s", path);
-        free(v);
+        rn_vision_destroy(&v);
         return st;
     }
-    const rn_clip_hparams_t *hp = rn_clip_hparams(v->clip);
-    v->n_tok = hp->n_patches;
-    v->dim = hp->n_embd;
     if (v->dim != text_dim) {
         st = cr_err_set(err, CR_E_INVALID, "%s: the projector's embeddings are %d wide, "
                         "the text model's %d", path, v->dim, text_dim);
         rn_vision_destroy(&v);
         return st;
     }
-    size_t entry_bytes = (size_t)v->n_tok * v->dim * sizeof(float);
-    size_t n = RN_VISION_CACHE_BYTES / (entry_bytes ? entry_bytes : 1);
-    v->n_cache = (int)CR_MAX(1, CR_MIN(n, (size_t)RN_VISION_CACHE_MAX));
-    v->pixels = malloc(3 * (size_t)hp->image_size * hp->image_size * sizeof(float));
-    if (!v->pixels) {
+    if ((st = load_suffix(v, tok, err))) {
+        rn_vision_destroy(&v);
+        return st;
+    }
+    size_t n_px;
+    if (v->clip) {
+        const rn_clip_hparams_t *hp = rn_clip_hparams(v->clip);
+        n_px = 3 * (size_t)hp->image_size * hp->image_size;
+    } else {
+        const rn_pixtral_hparams_t *hp = rn_pixtral_hparams(v->pix);
+        n_px = 3 * (size_t)hp->max_patches * hp->patch_size * hp->patch_size;
+    }
+    if (!(v->pixels = malloc(n_px * sizeof(float)))) {
         rn_vision_destroy(&v);
         return cr_err_set(err, CR_E_NOMEM, "out of memory for the image buffer");
     }
@@ -67,15 +141,16 @@ void rn_vision_destroy(rn_vision_t **self_p)
         free(v->cache[i].rows);
     free(v->pixels);
     rn_clip_destroy(&v->clip);
+    rn_pixtral_destroy(&v->pix);
     free(v);
     *self_p = NULL;
 }
 
-int rn_vision_image_tokens(const rn_vision_t *v) { return v->n_tok; }
+int rn_vision_fixed_tokens(const rn_vision_t *v) { return v->fixed_rows; }
 
 uint64_t rn_vision_weight_bytes(const rn_vision_t *v)
 {
-    return rn_clip_weight_bytes(v->clip);
+    return v->clip ? rn_clip_weight_bytes(v->clip) : rn_pixtral_weight_bytes(v->pix);
 }
 
 cr_status_t rn_vision_image_load(const char *b64, rn_vision_image_t *out, cr_err_t *err)
@@ -97,66 +172,141 @@ void rn_vision_image_free(rn_vision_image_t *img)
     memset(img, 0, sizeof *img);
 }
 
-void rn_vision_token_ids(const rn_vision_t *v, const rn_vision_image_t *img, int32_t *ids)
+static entry_t *cached(rn_vision_t *v, const rn_vision_image_t *img)
 {
-    uint32_t h = (uint32_t)img->digest[0] << 24 | (uint32_t)img->digest[1] << 16 |
-                 (uint32_t)img->digest[2] << 8 | img->digest[3];
-    for (int k = 0; k < v->n_tok; k++)
-        ids[k] = -1 - (int32_t)((h + (uint32_t)k) & 0x3fffffffu);
-}
-
-/* The entry to overwrite: an empty one, else the least recently used. */
-static entry_t *victim(rn_vision_t *v)
-{
-    entry_t *best = &v->cache[0];
-    for (int i = 0; i < v->n_cache; i++) {
+    for (int i = 0; i < RN_VISION_CACHE_MAX; i++) {
         entry_t *e = &v->cache[i];
-        if (!e->rows)
+        if (e->rows && !memcmp(e->digest, img->digest, sizeof e->digest))
             return e;
-        if (e->used < best->used)
-            best = e;
     }
-    return best;
+    return NULL;
 }
 
-cr_status_t rn_vision_embed(rn_vision_t *v, const rn_vision_image_t *img, size_t index,
-                            float *out, cr_err_t *err)
+/* The client's image decoded; whatever is wrong with it is a bad request. */
+static cr_status_t decode(const rn_vision_image_t *img, size_t index, rn_image_t **im,
+                          cr_err_t *err)
 {
-    size_t bytes = (size_t)v->n_tok * v->dim * sizeof(float);
-    for (int i = 0; i < v->n_cache; i++) {
-        entry_t *e = &v->cache[i];
-        if (e->rows && !memcmp(e->digest, img->digest, sizeof e->digest)) {
-            memcpy(out, e->rows, bytes);
-            e->used = ++v->clock;
-            v->hits++;
-            return CR_OK;
-        }
-    }
-    rn_image_t *im = NULL;
-    cr_status_t st = rn_image_decode(img->bytes, img->len, rn_image_max_pixels(), &im, err);
+    cr_status_t st = rn_image_decode(img->bytes, img->len, rn_image_max_pixels(), im, err);
     if (st && st != CR_E_NOMEM) {
-        /* Whatever is wrong with a client's image is a bad request. */
         cr_err_wrap(err, "image %zu", index);
         if (err)
             err->status = CR_E_INVALID;
         return CR_E_INVALID;
     }
-    if (!st)
+    return st;
+}
+
+cr_status_t rn_vision_image_measure(rn_vision_t *v, rn_vision_image_t *img, size_t index,
+                                    cr_err_t *err)
+{
+    img->n_rows = v->fixed_rows;
+    if (!img->n_rows) {
+        const entry_t *e = cached(v, img);
+        if (e) {
+            img->n_rows = e->n_rows;
+        } else {
+            rn_image_t *im = NULL;
+            int w, h;
+            cr_status_t st = decode(img, index, &im, err); /* names the image */
+            if (st)
+                return st;
+            st = rn_pixtral_fit(v->pix, im->width, im->height, &w, &h, &img->n_rows, err);
+            rn_image_destroy(&im);
+            if (st) {
+                cr_err_wrap(err, "image %zu", index);
+                return st;
+            }
+        }
+    }
+    img->n_ids = img->n_rows + v->n_suffix;
+    return CR_OK;
+}
+
+void rn_vision_token_ids(const rn_vision_t *v, const rn_vision_image_t *img, int32_t *ids)
+{
+    uint32_t h = (uint32_t)img->digest[0] << 24 | (uint32_t)img->digest[1] << 16 |
+                 (uint32_t)img->digest[2] << 8 | img->digest[3];
+    for (int k = 0; k < img->n_rows; k++)
+        ids[k] = -1 - (int32_t)((h + (uint32_t)k) & 0x3fffffffu);
+    memcpy(ids + img->n_rows, v->suffix, (size_t)v->n_suffix * sizeof *ids);
+}
+
+/* The least recently used entry holding rows, or NULL when none does. */
+static entry_t *oldest(rn_vision_t *v)
+{
+    entry_t *best = NULL;
+    for (int i = 0; i < RN_VISION_CACHE_MAX; i++) {
+        entry_t *e = &v->cache[i];
+        if (e->rows && (!best || e->used < best->used))
+            best = e;
+    }
+    return best;
+}
+
+static void evict(rn_vision_t *v, entry_t *e)
+{
+    v->cache_bytes -= (size_t)e->n_rows * v->dim * sizeof(float);
+    free(e->rows);
+    e->rows = NULL;
+    e->n_rows = 0;
+}
+
+/* Keeps rows [n_rows][dim] under img's digest, evicting the least recently
+ * used entries to stay within RN_VISION_CACHE_BYTES and
+ * RN_VISION_CACHE_MAX entries (an image larger than the budget is simply
+ * not cached; so is one that finds no memory). */
+static void remember(rn_vision_t *v, const rn_vision_image_t *img, const float *rows,
+                     int n_rows)
+{
+    size_t bytes = (size_t)n_rows * v->dim * sizeof(float);
+    if (bytes > RN_VISION_CACHE_BYTES)
+        return;
+    entry_t *e;
+    while (v->cache_bytes + bytes > RN_VISION_CACHE_BYTES && (e = oldest(v)))
+        evict(v, e);
+    e = NULL;
+    for (int i = 0; i < RN_VISION_CACHE_MAX && !e; i++)
+        if (!v->cache[i].rows)
+            e = &v->cache[i];
+    if (!e) {
+        e = oldest(v);
+        evict(v, e);
+    }
+    if (!(e->rows = malloc(bytes)))
+        return;
+    memcpy(e->rows, rows, bytes);
+    memcpy(e->digest, img->digest, sizeof e->digest);
+    e->n_rows = n_rows;
+    e->used = ++v->clock;
+    v->cache_bytes += bytes;
+}
+
+cr_status_t rn_vision_embed(rn_vision_t *v, const rn_vision_image_t *img, size_t index,
+                            float *out, cr_err_t *err)
+{
+    entry_t *e = cached(v, img);
+    if (e && e->n_rows == img->n_rows) {
+        memcpy(out, e->rows, (size_t)e->n_rows * v->dim * sizeof(float));
+        e->used = ++v->clock;
+        v->hits++;
+        return CR_OK;
+    }
+    rn_image_t *im = NULL;
+    cr_status_t st = decode(img, index, &im, err);
+    int w = 0, h = 0;
+    if (!st && v->clip)
         st = rn_clip_preprocess(v->clip, im, v->pixels, err);
+    else if (!st)
+        st = rn_pixtral_preprocess(v->pix, im, v->pixels, &w, &h, err);
     rn_image_destroy(&im);
-    if (!st)
+    if (!st && v->clip)
         st = rn_clip_encode(v->clip, v->pixels, out, err);
+    else if (!st)
+        st = rn_pixtral_encode(v->pix, v->pixels, w, h, out, err);
     if (st)
         return st;
     v->encoded++;
-    entry_t *e = victim(v);
-    if (!e->rows)
-        e->rows = malloc(bytes);
-    if (e->rows) { /* no room: simply not cached */
-        memcpy(e->rows, out, bytes);
-        memcpy(e->digest, img->digest, sizeof e->digest);
-        e->used = ++v->clock;
-    }
+    remember(v, img, out, img->n_rows);
     return CR_OK;
 }
 
