@@ -3,6 +3,7 @@
 #include "services/gateway/console_status.h"
 
 #include "lib/log.h"
+#include "services/gateway/call.h"
 #include "services/gateway/exchange.h"
 #include "services/gateway/render.h"
 
@@ -128,11 +129,17 @@ enum MHD_Result gw_console_status(gw_req_t *r)
     msg_t m, reply;
     msg_init(&m, MSG_status, NULL);
     memset(&reply, 0, sizeof reply);
-    gw_wait_t wait = gw_wait_control(r);
+    gw_call_t *call = NULL;
     cr_err_t err;
-    cr_status_t st = gw_exchange(r, "scheduler", &m, &wait, &reply, &err);
-    if (st == CR_E_CANCELED)
-        return MHD_NO; /* the client went away */
+    cr_status_t st = gw_call_start(r, "scheduler", &m, &call, &err);
+    if (st)
+        return gw_reply_error(r, st, err.msg);
+    gw_wait_t wait = gw_wait_control(r);
+    bool from_peer = false;
+    st = gw_call_await(call, &wait, &reply, &from_peer, &err);
+    gw_call_destroy(&call);
+    if (st == CR_E_CANCELED && !from_peer)
+        return MHD_NO; /* the client went away: nobody to answer */
     if (st)
         return gw_reply_error(r, st, err.msg);
     if (reply.type != MSG_status_reply) {

@@ -331,6 +331,12 @@ test('images attached in the chat (picker, paste, drop) reach a vision model', {
   await waitFor('the refusal', () => page.$eval('#notice', (n) => /not a PNG, JPEG or WebP/.test(n.textContent)));
   assert.equal((await page.$$('#chat-attachments .thumb')).length, 2);
 
+  // The system prompt and the common options go with it.
+  const setField = (id, v) => page.$eval(id, (e, x) => { e.value = x; e.dispatchEvent(new Event('change')); }, v);
+  await setField('#chat-system', 'Be brief.');
+  await setField('#chat-temperature', '0');
+  await setField('#chat-num-ctx', '256');
+  await setField('#chat-seed', '42');
   let sent = null;
   const onRequest = (req) => { if (req.url().endsWith('/api/chat') && req.method() === 'POST') sent = JSON.parse(req.postData()); };
   page.on('request', onRequest);
@@ -343,6 +349,9 @@ test('images attached in the chat (picker, paste, drop) reach a vision model', {
   const error = await page.$eval('#chat-messages .msg.assistant:last-child', (m) => m.querySelector('.error-text')?.textContent ?? '');
   assert.equal(error, '', 'the answer is not an error');
   assert.ok(sent, 'the chat request was seen');
+  assert.deepEqual(sent.options, { temperature: 0, num_ctx: 256, seed: 42 });
+  assert.deepEqual(sent.messages[0], { role: 'system', content: 'Be brief.' });
+  for (const id of ['#chat-system', '#chat-temperature', '#chat-num-ctx', '#chat-seed']) await setField(id, '');
   const last = sent.messages.at(-1);
   assert.equal(last.content, 'what is in these?');
   assert.deepEqual(last.images, [pngs[0].toString('base64'), pngs[2].toString('base64')], 'the images went as base64');
