@@ -8,8 +8,9 @@
 // message for a vision model and sees them reach it. The XSS answer comes
 // from a third private server (the runner's CORRAL_TEST_SCRIPT hook) that
 // also has CORRAL_API_KEY set, so the key panel is exercised there, and a
-// described GPU inventory (CORRAL_GPU_INVENTORY), so the server page shows
-// GPUs, the model placed on one, and a queue held by a slow load.
+// described GPU inventory (CORRAL_GPU_INVENTORY) and a corral-node joined
+// to it, so the server page shows both hosts and their GPUs, the model
+// placed on one, and a queue held by a slow load.
 // Screenshots go to $CORRAL_BUILD_DIR/test-artifacts/console/.
 // Skips, saying so, without chromium, puppeteer-core or (for the pull)
 // docker-registry.
@@ -17,7 +18,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { deflateSync } from 'node:zlib';
 import { tmpdir } from 'node:os';
@@ -61,6 +62,10 @@ const GPU_A = 'Console GPU A';
 const GPU_B = 'Console GPU B';
 const INVENTORY = `0:${GPU_A}:8000000000,1:${GPU_B}:4000000000,cpu:32000000000`;
 const SLOW = 'slowq';
+// The node that joins it: one GPU smaller than GPU A, so models stay here.
+const NODE = 'console-node';
+const NODE_GPU = 'Console Node GPU';
+const NODE_INVENTORY = `0:${NODE_GPU}:2000000000,cpu:8000000000`;
 
 // A w x h RGB PNG of a gradient (seed shifts it), written by hand: the
 // test needs image bytes and no image library.
@@ -383,13 +388,29 @@ test('an answer full of markup is shown as text (key asked for and kept per tab)
   const host = `127.0.0.1:${port}`;
   const script = join(tmp, 'xss.txt');
   writeFileSync(script, `${XSS_ANSWER}\n---\n${TOOL_ANSWER}\n`); // one runner: answers in turn
+  // A node host joins it (corral-node over CURVE, its GPU described too),
+  // for the server page's host list.
+  const keys = join(tmp, 'keys');
+  const admitted = join(tmp, 'admitted');
+  mkdirSync(admitted, { recursive: true });
+  for (const name of ['scheduler', NODE]) {
+    const kg = startChild(join(BUILD, 'bin', 'corral'), ['keygen', '--out', keys, name], process.env, `keygen-${name}.log`);
+    await waitFor(`keygen ${name}`, () => kg.exited, 30_000);
+    assert.equal(kg.proc.exitCode, 0, `corral keygen ${name} (keygen-${name}.log)`);
+  }
+  copyFileSync(join(keys, NODE), join(admitted, NODE));
+  const nodes = `tcp://127.0.0.1:${await freePort()}`;
   const env = { ...process.env, CORRAL_RUNTIME_DIR: join(tmp, 'run3'), CORRAL_MODELS: join(tmp, 'models3'),
     CORRAL_HOST: host, CORRAL_TEST_SCRIPT: script, CORRAL_API_KEY: KEY,
-    CORRAL_GPU_INVENTORY: INVENTORY, CORRAL_TEST_SLOW_LOAD: `${SLOW}:120000` };
+    CORRAL_GPU_INVENTORY: INVENTORY, CORRAL_TEST_SLOW_LOAD: `${SLOW}:120000`,
+    CORRAL_NODES_ENDPOINT: nodes, CORRAL_NODES_CERT: join(keys, 'scheduler'), CORRAL_NODE_KEYS_DIR: admitted };
   const srv = startChild(join(BUILD, 'bin', 'corral'), ['serve'], env, 'serve-xss.log');
   const base = `http://${host}`;
   keyedSrv = { base, page: null };
   await waitFor('the keyed server', async () => !srv.exited && (await (await fetch(`${base}/`)).text()) === 'Ollama is running', 30_000);
+  startChild(join(BUILD, 'bin', 'corral-node'), [], { ...process.env, CORRAL_RUNTIME_DIR: join(tmp, 'run-node'),
+    CORRAL_NODE_SCHEDULER: nodes, CORRAL_NODE_SERVER_CERT: join(keys, 'scheduler'), CORRAL_NODE_NAME: NODE,
+    CORRAL_NODE_CERT: join(keys, NODE), CORRAL_NODE_CACHE: join(tmp, 'node-cache'), CORRAL_GPU_INVENTORY: NODE_INVENTORY }, 'node.log');
   const auth = { Authorization: `Bearer ${KEY}` };
   const bytes = readFileSync(gguf);
   const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
@@ -450,8 +471,16 @@ test('the server page shows each GPU, where a model runs on it, and the queue', 
   await p.click('#nav-server');
   const row = '#ps-body tr[data-model="xss:latest"]';
   await waitFor('the loaded model', () => p.$(row));
+  // The node's card: its system memory and its GPU (it joins on its own
+  // time: waited for).
+  const nodeCard = `#hosts .host[data-host="${NODE}"]`;
+  await waitFor('the node host', () => p.$(`${nodeCard} .mem[data-device="gpu0"]`));
+  const nodeMem = await p.$$eval(`${nodeCard} .mem`, (ms) => ms.map((m) => [m.dataset.device, Number(m.dataset.total), m.textContent]));
+  assert.deepEqual(nodeMem.map((m) => m.slice(0, 2)), [['cpu', 8e9], ['gpu0', 2e9]]);
+  assert.ok(nodeMem[1][2].includes(NODE_GPU), nodeMem[1][2]);
+  assert.match(await p.$eval(`${nodeCard} h3`, (h) => h.textContent), new RegExp(`^${NODE}`));
   // Two described GPUs on this host: names, totals.
-  const gpus = await p.$$eval('#hosts .host .mem', (ms) => ms.map((m) => ({ device: m.dataset.device,
+  const gpus = await p.$$eval('#hosts .host[data-host=""] .mem', (ms) => ms.map((m) => ({ device: m.dataset.device,
     total: Number(m.dataset.total), used: Number(m.dataset.used), free: Number(m.dataset.free), text: m.textContent })));
   assert.deepEqual(gpus.map((g) => g.device), ['cpu', 'gpu0', 'gpu1']);
   assert.equal(gpus[0].total, 32e9);
@@ -468,6 +497,8 @@ test('the server page shows each GPU, where a model runs on it, and the queue', 
   assert.equal(model.gpus[0].index, 0);
   assert.equal(model.gpus[0].bytes, model.size_vram);
   const host = st.hosts.find((h) => h.local);
+  assert.deepEqual(st.hosts.map((h) => h.name ?? 'local'), ['local', NODE]);
+  assert.equal(st.hosts[1].gpus[0].used, 0);
   assert.equal(host.described, true);
   assert.equal(host.gpus[0].used, model.gpus[0].bytes);
   assert.equal(host.gpus[0].free, 8e9 - model.gpus[0].bytes);
