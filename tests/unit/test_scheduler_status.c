@@ -107,7 +107,7 @@ static world_t *world_new(void)
      * CPU; b: CPU only (2 GB); c: 5 GB on the node's GPU. */
     runner_t *a = add_runner(w, 0, "a:latest", NULL, 1, 3 * GB, 20, 1 * GB);
     add_runner(w, 1, "b:latest", NULL, 0, 0, 0, 2 * GB);
-    runner_t *c = add_runner(w, 2, "c:latest", &w->node, 0, 5 * GB, 33, 0);
+    add_runner(w, 2, "c:latest", &w->node, 0, 5 * GB, 33, 0);
     a->n_active = 1;
     /* Waiting: two for a (pending), one still resolving "new", one for c
      * (pending); one running on a (not waiting). */
@@ -115,7 +115,6 @@ static world_t *world_new(void)
     add_request(w, "a", RQ_PENDING, clock_ms_g - 4000, a);
     add_request(w, "new", RQ_RESOLVING, clock_ms_g - 2500, NULL);
     add_request(w, "a", RQ_PENDING, clock_ms_g - 1000, a);
-    (void)c;
     return w;
 }
 

@@ -110,6 +110,7 @@ const children = []; // {proc, exited}: stopped by PID in after()
 let browser = null;
 let page = null;
 let keyedSrv = null; // {base, page}: the keyed server with described GPUs
+let seer = null;     // the vision model made on the main server
 const requests = [];
 const problems = []; // CSP violations, page errors, console errors
 
@@ -211,7 +212,9 @@ before(async () => {
 after(async () => {
   if (browser) await browser.close();
   // The test files after this one see the store as run.mjs made it.
-  if (pulled) await fetch(`${BASE}/api/delete`, { method: 'DELETE', body: JSON.stringify({ model: pulled }) }).catch(() => {});
+  for (const model of [pulled, seer]) {
+    if (model) await fetch(`${BASE}/api/delete`, { method: 'DELETE', body: JSON.stringify({ model }) }).catch(() => {});
+  }
   for (const c of children) {
     if (c.exited) continue;
     try { process.kill(c.proc.pid, 'SIGTERM'); } catch { continue; }
@@ -300,6 +303,7 @@ test('images attached in the chat (picker, paste, drop) reach a vision model', {
   let r = await fetch(`${BASE}/api/create`, { method: 'POST',
     body: JSON.stringify({ model: 'seer', files, template: TOOL_TEMPLATE, parameters: { num_predict: 8 }, stream: false }) });
   assert.ok(r.ok, `create seer: ${r.status} ${await r.text()}`);
+  seer = 'seer';
   const pngs = [png(40, 30, 1), png(24, 24, 2), png(16, 32, 3)];
   const first = join(tmp, 'first.png');
   writeFileSync(first, pngs[0]);
