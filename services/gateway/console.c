@@ -2,6 +2,7 @@
 #include "lib/prelude.h"
 #include "services/gateway/console.h"
 
+#include "services/gateway/console_status.h"
 #include "services/gateway/http.h"
 
 const gw_console_asset_t *gw_console_asset_find(const char *name)
@@ -72,6 +73,7 @@ static const gw_route_t routes[] = {
     {"/ui", false, GW_M_GET | GW_M_HEAD, h_index, NULL, NULL},
     {"/ui/", false, GW_M_GET | GW_M_HEAD, h_index, NULL, NULL},
     {"/ui/", true, GW_M_GET | GW_M_HEAD, h_file, NULL, NULL},
+    {"/api/console/status", false, GW_M_GET, gw_console_status, NULL, NULL},
 };
 
 const gw_route_t *gw_console_routes(size_t *n)

@@ -479,6 +479,51 @@ cr_status_t gw_render_tags(cr_buf_t *b, const msg_tags_reply_body_t *r)
     return w.st;
 }
 
+void gw_render_loaded_fields(gw_jw_t *w, const msg_loaded_model_t *e)
+{
+    gw_jw_key(w, "name");
+    gw_jw_str(w, e->name);
+    gw_jw_key(w, "model");
+    gw_jw_str(w, e->name);
+    gw_jw_key(w, "size");
+    gw_jw_i64(w, e->size);
+    gw_jw_key(w, "digest");
+    gw_jw_str(w, e->digest);
+    put_details(w, e->has_details ? e->details : NULL);
+    gw_jw_key(w, "expires_at");
+    gw_jw_str(w, nonempty(e->expires_at) ? e->expires_at : GO_ZERO_TIME);
+    gw_jw_key(w, "size_vram");
+    gw_jw_i64(w, e->size_vram);
+    gw_jw_key(w, "context_length");
+    gw_jw_i64(w, e->context_length);
+    /* corral's additions (clients ignore unknown fields): requests
+     * running on the model and waiting for it, whether it is still
+     * loading, and the node it runs on. */
+    if (e->has_active) {
+        gw_jw_key(w, "active");
+        gw_jw_i64(w, e->active);
+    }
+    if (e->has_queued) {
+        gw_jw_key(w, "queued");
+        gw_jw_i64(w, e->queued);
+    }
+    if (e->has_loading) {
+        gw_jw_key(w, "loading");
+        gw_jw_bool(w, e->loading);
+    }
+    /* The node it runs on; absent for the scheduler's own host. */
+    if (e->has_host && nonempty(e->host)) {
+        gw_jw_key(w, "host");
+        gw_jw_str(w, e->host);
+    }
+    /* Why the plan's GPU layers run on the CPU (a missing backend
+     * module, no driver): absent when they did not. */
+    if (e->has_offload_error && nonempty(e->offload_error)) {
+        gw_jw_key(w, "offload_error");
+        gw_jw_str(w, e->offload_error);
+    }
+}
+
 cr_status_t gw_render_ps(cr_buf_t *b, const msg_ps_reply_body_t *r)
 {
     gw_jw_t w;
@@ -487,49 +532,8 @@ cr_status_t gw_render_ps(cr_buf_t *b, const msg_ps_reply_body_t *r)
     gw_jw_key(&w, "models");
     gw_jw_arr(&w);
     for (size_t i = 0; r->has_models && i < r->models.n; i++) {
-        const msg_loaded_model_t *e = &r->models.v[i];
         gw_jw_obj(&w);
-        gw_jw_key(&w, "name");
-        gw_jw_str(&w, e->name);
-        gw_jw_key(&w, "model");
-        gw_jw_str(&w, e->name);
-        gw_jw_key(&w, "size");
-        gw_jw_i64(&w, e->size);
-        gw_jw_key(&w, "digest");
-        gw_jw_str(&w, e->digest);
-        put_details(&w, e->has_details ? e->details : NULL);
-        gw_jw_key(&w, "expires_at");
-        gw_jw_str(&w, nonempty(e->expires_at) ? e->expires_at : GO_ZERO_TIME);
-        gw_jw_key(&w, "size_vram");
-        gw_jw_i64(&w, e->size_vram);
-        gw_jw_key(&w, "context_length");
-        gw_jw_i64(&w, e->context_length);
-        /* corral's additions (clients ignore unknown fields): requests
-         * running on the model and waiting for it, whether it is still
-         * loading, and the node it runs on. */
-        if (e->has_active) {
-            gw_jw_key(&w, "active");
-            gw_jw_i64(&w, e->active);
-        }
-        if (e->has_queued) {
-            gw_jw_key(&w, "queued");
-            gw_jw_i64(&w, e->queued);
-        }
-        if (e->has_loading) {
-            gw_jw_key(&w, "loading");
-            gw_jw_bool(&w, e->loading);
-        }
-        /* The node it runs on; absent for the scheduler's own host. */
-        if (e->has_host && nonempty(e->host)) {
-            gw_jw_key(&w, "host");
-            gw_jw_str(&w, e->host);
-        }
-        /* Why the plan's GPU layers run on the CPU (a missing backend
-         * module, no driver): absent when they did not. */
-        if (e->has_offload_error && nonempty(e->offload_error)) {
-            gw_jw_key(&w, "offload_error");
-            gw_jw_str(&w, e->offload_error);
-        }
+        gw_render_loaded_fields(&w, &r->models.v[i]);
         gw_jw_end_obj(&w);
     }
     gw_jw_end_arr(&w);

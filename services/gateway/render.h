@@ -104,6 +104,10 @@ cr_status_t gw_render_error(cr_buf_t *b, const char *text);
 cr_status_t gw_render_tags(cr_buf_t *b, const msg_tags_reply_body_t *r);
 cr_status_t gw_render_ps(cr_buf_t *b, const msg_ps_reply_body_t *r);
 
+/* The members of one /api/ps entry (name, model, size, ..., host,
+ * offload_error), written into the object w has open. */
+void gw_render_loaded_fields(gw_jw_t *w, const msg_loaded_model_t *e);
+
 /* /api/embed: {"model","embeddings":[[f32...]...],[metrics]}. Checks that
  * data holds n_inputs*dims float32s (CR_E_PROTO) and that every value is
  * finite (CR_E_INTERNAL "embedding contains NaN or Inf values"). */

@@ -25,30 +25,46 @@ static bool evictable(const runner_t *rn)
            (rn->state == RS_READY && rn->n_active == 0);
 }
 
-/* One ledger per host: a node's runners count against its inventory.
- * idle_gone: as if every evictable runner were gone (the room view). */
-static int64_t ledger_free(const sch_server_t *s, const sch_node_t *node,
-                           int slot, bool idle_gone)
+/* What the runners on host node hold on GPU slot `slot` (system memory:
+ * slot -1). idle_gone: as if every evictable runner were gone (the room
+ * view). */
+static int64_t held(const sch_server_t *s, const sch_node_t *node, int slot,
+                    bool idle_gone)
 {
-    const cr_inventory_t *inv = node ? &node->inv : &s->inv;
-    int64_t left = slot < 0 ? inv->ram_free_bytes : inv->gpus[slot].free_bytes;
+    int64_t sum = 0;
     for (const runner_t *rn = s->runner_list; rn; rn = rn->next) {
         if (rn->node != node || (idle_gone && evictable(rn)))
             continue;
         if (!rn->has_plan) {
             if (slot < 0)
-                left -= rn->size;
+                sum += rn->size;
             continue;
         }
         if (slot < 0) {
-            left -= rn->plan.cpu_bytes + rn->plan.runner_bytes;
+            sum += rn->plan.cpu_bytes + rn->plan.runner_bytes;
             continue;
         }
         for (size_t j = 0; j < rn->plan.n_devs; j++)
             if (rn->plan.devs[j].slot == slot)
-                left -= rn->plan.devs[j].bytes;
+                sum += rn->plan.devs[j].bytes;
     }
+    return sum;
+}
+
+/* One ledger per host: a node's runners count against its inventory. */
+static int64_t ledger_free(const sch_server_t *s, const sch_node_t *node,
+                           int slot, bool idle_gone)
+{
+    const cr_inventory_t *inv = node ? &node->inv : &s->inv;
+    int64_t left = slot < 0 ? inv->ram_free_bytes : inv->gpus[slot].free_bytes;
+    left -= held(s, node, slot, idle_gone);
     return left > 0 ? left : 0;
+}
+
+int64_t sch_ledger_held_on(const sch_server_t *s, const sch_node_t *node,
+                           int slot)
+{
+    return held(s, node, slot, false);
 }
 
 int64_t sch_ledger_free_on(const sch_server_t *s, const sch_node_t *node,

@@ -45,22 +45,6 @@ static int64_t mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* RFC 3339 UTC time `delta_ms` from now (Ollama's expires_at). */
-static void rfc3339_from_now(int64_t delta_ms, char *out, size_t cap)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    time_t t = ts.tv_sec;
-    /* Forever: a date ~290 years ahead, as Ollama reports. */
-    if (delta_ms == FOREVER_MS)
-        t += (time_t)290 * 365 * 24 * 3600;
-    else
-        t += (time_t)(delta_ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 /* ---- replies to gateways ---- */
 
 /* Sends m to the gateway `client` through the outbox (never blocking).
@@ -536,7 +520,7 @@ static bool same_blob(const char *a, const char *b)
     return !strncmp(ba, "sha256-", 7) && !strcmp(ba, bb);
 }
 
-static bool same_model(const runner_t *rn, const request_t *r)
+bool sch_same_model(const runner_t *rn, const request_t *r)
 {
     return same_blob(rn->resolved.u.resolved.model_path,
                      r->resolved.u.resolved.model_path) &&
@@ -637,7 +621,7 @@ static void schedule(sch_server_t *s)
                 continue;
             if (outdated(rn, r))
                 stale = rn;
-            else if (!same_model(rn, r))
+            else if (!sch_same_model(rn, r))
                 continue;
             else if (sch_options_load_compatible(&rn->load_opts, opts ? *opts : NULL))
                 match = rn;
@@ -711,7 +695,7 @@ static size_t pending_count(const sch_server_t *s)
 static void handle_unload(sch_server_t *s, request_t *r)
 {
     for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
-        if (!same_model(rn, r) || rn->state == RS_STOPPING)
+        if (!sch_same_model(rn, r) || rn->state == RS_STOPPING)
             continue;
         rn->keep_alive_ms = 0;
         if (rn->n_active == 0 && rn->state == RS_READY)
@@ -723,74 +707,18 @@ static void handle_unload(sch_server_t *s, request_t *r)
     req_unlink_free(s, r);
 }
 
-static void handle_ps(sch_server_t *s, zframe_t *client, const char *id)
+/* ps and status: what status.c builds, or an error when memory ran out. */
+static void handle_report(sch_server_t *s, zframe_t *client, const char *id,
+                          bool status)
 {
-    size_t n = loaded_count(s);
     msg_t m;
-    msg_init(&m, MSG_ps_reply, id);
-    msg_loaded_model_t *v = n ? msg_alloc(&m, n * sizeof *v) : NULL;
-    char (*times)[40] = n ? msg_alloc(&m, n * sizeof *times) : NULL;
-    if (n && (!v || !times)) {
+    msg_init(&m, status ? MSG_status_reply : MSG_ps_reply, id);
+    cr_status_t st = status ? sch_status_build(s, &m) : sch_ps_build(s, &m);
+    if (st) {
         msg_clear(&m);
-        reply_error(s, client, id, CR_E_NOMEM, "out of memory");
+        reply_error(s, client, id, st, "out of memory");
         return;
     }
-    size_t i = 0;
-    for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
-        if (rn->duplicate)
-            continue; /* on its way out: the model is listed once */
-        msg_resolved_body_t *res = &rn->resolved.u.resolved;
-        msg_loaded_model_t *e = &v[i];
-        memset(e, 0, sizeof *e);
-        e->name = res->name;
-        e->has_name = true;
-        e->size = rn->size ? rn->size : res->size;
-        e->has_size = true;
-        e->size_vram = rn->size_vram;
-        e->has_size_vram = true;
-        if (res->digest) {
-            e->digest = res->digest;
-            e->has_digest = true;
-        }
-        if (res->details) {
-            e->details = res->details;
-            e->has_details = true;
-        }
-        int64_t delta;
-        if (rn->keep_alive_ms < 0)
-            delta = FOREVER_MS;
-        else if (rn->expires_ms && rn->expires_ms != FOREVER_MS)
-            delta = rn->expires_ms - sch_now_ms(s);
-        else
-            delta = rn->keep_alive_ms; /* busy or loading: now + keep-alive */
-        rfc3339_from_now(delta < 0 ? 0 : delta, times[i], sizeof times[i]);
-        e->expires_at = times[i];
-        e->has_expires_at = true;
-        e->context_length = rn->context_length;
-        e->has_context_length = rn->context_length > 0;
-        e->active = rn->n_active;
-        e->has_active = true;
-        int queued = 0;
-        for (request_t *r = s->req_list; r; r = r->next)
-            if (r->state == RQ_PENDING && same_model(rn, r))
-                queued++;
-        e->queued = queued;
-        e->has_queued = true;
-        e->loading = rn->state == RS_STARTING || rn->state == RS_LOADING;
-        e->has_loading = true;
-        if (rn->node) { /* local runners carry no host: Ollama's shape */
-            e->host = rn->node->name;
-            e->has_host = true;
-        }
-        if (rn->offload_error[0]) {
-            e->offload_error = rn->offload_error;
-            e->has_offload_error = true;
-        }
-        i++;
-    }
-    m.u.ps_reply.models.v = v;
-    m.u.ps_reply.models.n = i;
-    m.u.ps_reply.has_models = true;
     send_client(s, client, &m, true);
     msg_clear(&m);
 }
@@ -876,7 +804,10 @@ static void on_front(sch_server_t *s)
         handle_cancel(s, m.id);
         break;
     case MSG_ps:
-        handle_ps(s, client, m.id);
+        handle_report(s, client, m.id, false);
+        break;
+    case MSG_status:
+        handle_report(s, client, m.id, true);
         break;
     case MSG_ping: {
         msg_t pong;
@@ -1376,9 +1307,9 @@ static void notify_loading(sch_server_t *s, int64_t now)
         /* Also while the adoption grace holds its load back. */
         bool notice = false, has_runner = false;
         for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
-            has_runner |= same_model(rn, r);
+            has_runner |= sch_same_model(rn, r);
             if ((rn->state == RS_STARTING || rn->state == RS_LOADING) &&
-                same_model(rn, r) && now - rn->state_since_ms >= LOAD_NOTICE_MS)
+                sch_same_model(rn, r) && now - rn->state_since_ms >= LOAD_NOTICE_MS)
                 notice = true;
         }
         if (grace && !has_runner && now - r->pending_ms >= LOAD_NOTICE_MS)

@@ -191,6 +191,24 @@ bool sch_runner_relay(sch_server_t *s, sch_node_t *node, const char *id,
 void sch_runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,
                      const char *how);
 
+/* True when runner rn serves r's model (the same name and model file). */
+bool sch_same_model(const runner_t *rn, const request_t *r);
+
+/* ---- status.c ---- */
+
+/* Fills m (msg_init'd as MSG_ps_reply; what it points to is allocated in
+ * m or borrowed from s: send it before s changes) with one loaded_model
+ * per runner that is not a duplicate. CR_E_NOMEM when out of memory. */
+cr_status_t sch_ps_build(const sch_server_t *s, msg_t *m);
+
+/* Fills m (msg_init'd as MSG_status_reply; lifetime as above): the ps
+ * records with each model's GPUs (its plan's devices), every host (this
+ * machine first, then the nodes in join order) with its memory (total,
+ * what corral's runners hold, what is left to place in), and the queue:
+ * one entry per model that requests wait for (resolving, waiting for a
+ * runner, a load or room), in order of their first arrival. */
+cr_status_t sch_status_build(const sch_server_t *s, msg_t *m);
+
 /* ---- nodes.c ---- */
 
 /* Binds the nodes ROUTER (CURVE server, ZAP over the keys dir) when
@@ -269,6 +287,12 @@ int64_t sch_ledger_free(const sch_server_t *s, int slot);
 
 /* The same for host node (NULL: this machine): only its runners count. */
 int64_t sch_ledger_free_on(const sch_server_t *s, const sch_node_t *node,
+                           int slot);
+
+/* What host node's runners (NULL: this machine's) hold on GPU slot `slot`
+ * (system memory: slot -1): their plans, or what a runner without one
+ * reported (on the CPU). */
+int64_t sch_ledger_held_on(const sch_server_t *s, const sch_node_t *node,
                            int slot);
 
 /* The load options a runner for r would be started with (r's own over the

@@ -7,15 +7,19 @@
  * from another origin); unknown names and nested paths are 404, other
  * methods 405; `/` still answers "Ollama is running". With an API key
  * set, the files are served without it while the API still asks for it,
- * and a "/ui/../api" path does not slip past the key. */
+ * and a "/ui/../api" path does not slip past the key. /api/console/status
+ * asks for the key, answers 502 without a scheduler, and renders the
+ * scheduler's status reply as documented (docs/api.md "Console status"). */
 #include "lib/prelude.h"
 #include "lib/buf.h"
 #include "services/gateway/auth.h"
 #include "services/gateway/console.h"
+#include "services/gateway/console_status.h"
 #include "services/gateway/server.h"
 #include "tests/unit/check.h"
 
 #include <curl/curl.h>
+#include <jansson.h>
 #include <strings.h>
 
 static int port_g;
@@ -195,6 +199,7 @@ static void test_key(void)
     CHECK(!gw_auth_required("k", "/ui/app.js"));
     CHECK(gw_auth_required("k", "/uix"));
     CHECK(gw_auth_required("k", "/api/ps"));
+    CHECK(gw_auth_required("k", "/api/console/status"));
 
     resp_t r = req("GET", "/ui", NULL);
     CHECK_EQ_INT(r.status, 200);
@@ -208,6 +213,9 @@ static void test_key(void)
     r = req("GET", "/metrics", NULL);
     CHECK_EQ_INT(r.status, 401);
     cr_buf_free(&r.body);
+    r = req("GET", "/api/console/status", NULL);
+    CHECK_EQ_INT(r.status, 401);
+    cr_buf_free(&r.body);
     /* Past the key check, routing sees the same raw path: no API route. */
     r = req("GET", "/ui/../api/tags", NULL);
     CHECK_MSG(r.status == 404, "/ui/../api/tags: %ld", r.status);
@@ -215,6 +223,109 @@ static void test_key(void)
     r = req("GET", "/uix", NULL);
     CHECK_EQ_INT(r.status, 401);
     cr_buf_free(&r.body);
+}
+
+/* No scheduler listens: the status route says so, as /api/ps would. */
+static void test_status_unavailable(void)
+{
+    resp_t r = req("GET", "/api/console/status", NULL);
+    CHECK_EQ_INT(r.status, 502);
+    CHECK_MSG(r.body.data && strstr(r.body.data, "\"error\""), "%s",
+              r.body.data ? r.body.data : "");
+    cr_buf_free(&r.body);
+    r = req("POST", "/api/console/status", NULL);
+    CHECK_EQ_INT(r.status, 405);
+    cr_buf_free(&r.body);
+}
+
+static json_int_t jint(json_t *j, const char *path)
+{
+    json_t *v = j;
+    char key[64];
+    for (const char *p = path; v && *p;) {
+        size_t n = strcspn(p, ".");
+        snprintf(key, sizeof key, "%.*s", (int)n, p);
+        v = (key[0] >= '0' && key[0] <= '9') ? json_array_get(v, (size_t)atoi(key))
+                                               : json_object_get(v, key);
+        p += n + (p[n] == '.');
+    }
+    CHECK_MSG(json_is_integer(v), "%s is not an integer", path);
+    return json_integer_value(v);
+}
+
+/* The scheduler's reply, rendered: a split model, two hosts, a queue. */
+static void test_status_render(void)
+{
+    msg_device_split_t dev = {.index = 1, .has_index = true, .uuid = "GPU-x",
+                              .has_uuid = true, .first_layer = 10,
+                              .has_first_layer = true, .layers = 20,
+                              .has_layers = true, .bytes = 3000,
+                              .has_bytes = true};
+    msg_loaded_model_t model = {.name = "a:latest", .has_name = true,
+                                .size = 4000, .has_size = true,
+                                .size_vram = 3000, .has_size_vram = true,
+                                .queued = 2, .has_queued = true,
+                                .devices = {&dev, 1}, .has_devices = true};
+    msg_gpu_status_t gpus[2] = {
+        {.index = 0, .has_index = true, .name = "GPU A", .has_name = true,
+         .total = 8000, .has_total = true, .used = 0, .has_used = true,
+         .free = 8000, .has_free = true},
+        {.index = 1, .has_index = true, .name = "GPU B", .has_name = true,
+         .total = 4000, .has_total = true, .used = 3000, .has_used = true,
+         .free = 500, .has_free = true}};
+    msg_host_status_t hosts[2] = {
+        {.ram_total = 16000, .has_ram_total = true, .ram_used = 1000,
+         .has_ram_used = true, .ram_free = 9000, .has_ram_free = true,
+         .gpus = {gpus, 2}, .has_gpus = true},
+        {.name = "gpu-box", .has_name = true, .ram_total = 64000,
+         .has_ram_total = true, .fake = true, .has_fake = true}};
+    msg_queue_entry_t queue[2] = {
+        {.model = "a:latest", .has_model = true, .waiting = 2,
+         .has_waiting = true, .oldest_ms = 4500, .has_oldest_ms = true},
+        {.model = "new", .has_model = true, .waiting = 1, .has_waiting = true}};
+    msg_status_reply_body_t st = {.models = {&model, 1}, .has_models = true,
+                                  .hosts = {hosts, 2}, .has_hosts = true,
+                                  .queue = {queue, 2}, .has_queue = true};
+    cr_buf_t b;
+    cr_buf_init(&b, 1 << 20);
+    CHECK_EQ_INT(gw_render_console_status(&b, &st), CR_OK);
+    json_error_t jerr;
+    json_t *j = json_loadb(b.data, b.len, 0, &jerr);
+    CHECK_MSG(j != NULL, "not JSON: %s", jerr.text);
+    if (j) {
+        json_t *m = json_array_get(json_object_get(j, "models"), 0);
+        CHECK_EQ_STR(json_string_value(json_object_get(m, "name")), "a:latest");
+        CHECK_EQ_INT((int)jint(m, "size_cpu"), 1000);
+        CHECK_EQ_INT((int)jint(m, "queued"), 2);
+        CHECK_EQ_INT((int)jint(m, "gpus.0.index"), 1);
+        CHECK_EQ_INT((int)jint(m, "gpus.0.layers"), 20);
+        CHECK_EQ_INT((int)jint(m, "gpus.0.first_layer"), 10);
+        CHECK_EQ_INT((int)jint(m, "gpus.0.bytes"), 3000);
+        json_t *h0 = json_array_get(json_object_get(j, "hosts"), 0);
+        json_t *h1 = json_array_get(json_object_get(j, "hosts"), 1);
+        CHECK(json_is_true(json_object_get(h0, "local")));
+        CHECK(json_object_get(h0, "name") == NULL);
+        CHECK(json_is_false(json_object_get(h0, "described")));
+        CHECK_EQ_INT((int)jint(h0, "ram.total"), 16000);
+        CHECK_EQ_INT((int)jint(h0, "ram.used"), 1000);
+        CHECK_EQ_INT((int)jint(h0, "ram.free"), 9000);
+        CHECK_EQ_STR(json_string_value(json_object_get(
+                         json_array_get(json_object_get(h0, "gpus"), 1), "name")),
+                     "GPU B");
+        CHECK_EQ_INT((int)jint(h0, "gpus.1.used"), 3000);
+        CHECK_EQ_INT((int)jint(h0, "gpus.1.free"), 500);
+        CHECK(json_is_false(json_object_get(h1, "local")));
+        CHECK(json_is_true(json_object_get(h1, "described")));
+        CHECK_EQ_STR(json_string_value(json_object_get(h1, "name")), "gpu-box");
+        CHECK_EQ_INT((int)json_array_size(json_object_get(h1, "gpus")), 0);
+        json_t *q0 = json_array_get(json_object_get(j, "queue"), 0);
+        CHECK_EQ_STR(json_string_value(json_object_get(q0, "model")), "a:latest");
+        CHECK_EQ_INT((int)jint(q0, "waiting"), 2);
+        CHECK_NEAR(json_number_value(json_object_get(q0, "oldest_seconds")), 4.5, 1e-9);
+        CHECK_EQ_INT((int)jint(j, "queue_depth"), 3);
+        json_decref(j);
+    }
+    cr_buf_free(&b);
 }
 
 static gw_server_t *start(const char *key, cr_err_t *err)
@@ -247,9 +358,12 @@ int main(void)
 
     gw_server_t *srv = start("", &err);
     CHECK_MSG(srv != NULL, "cannot start: %s", err.msg);
-    if (srv)
+    if (srv) {
         test_files();
+        test_status_unavailable();
+    }
     gw_server_destroy(&srv);
+    test_status_render();
 
     srv = start("sekrit", &err);
     CHECK_MSG(srv != NULL, "cannot start: %s", err.msg);

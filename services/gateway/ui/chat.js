@@ -1,5 +1,6 @@
 // chat.js: the chat page. Conversations live in this browser's
-// localStorage; answers stream from /api/chat and can be stopped.
+// localStorage; answers stream from /api/chat and can be stopped. Images
+// (file picker, paste, drop) go with a message as base64 `images`.
 import { api, stream, el, notice } from './api.js';
 import { renderMarkdown } from './markdown.js';
 
@@ -10,6 +11,12 @@ const $ = (id) => document.getElementById(id);
 let chats = [];
 let current = null;     // the open conversation
 let controller = null;  // AbortController of the stream in progress
+let attachments = [];   // [{name, type, data (base64)}] for the next message
+
+// What the server decodes (docs/api.md, images); the type also picks the
+// data: URL of a thumbnail, so nothing else is ever put in one.
+const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/webp'];
+const IMAGE_MAX_BYTES = 20 * 1000 * 1000;
 
 function load() {
   try { chats = JSON.parse(localStorage.getItem(STORE) || '[]'); } catch { chats = []; }
@@ -91,7 +98,10 @@ function messageNode(m) {
   if (m.thinking) {
     node.append(el('details', { class: 'thinking' }, el('summary', {}, 'Thinking'), renderMarkdown(m.thinking)));
   }
-  if (m.role === 'user') node.append(el('div', { class: 'md' }, m.content));
+  if (m.role === 'user') {
+    node.append(el('div', { class: 'md' }, m.content));
+    if (m.attachments?.length) node.append(thumbnails(m.attachments));
+  }
   else node.append(renderMarkdown(m.content));
   for (const call of m.tool_calls || []) {
     const f = call.function || {};
@@ -103,6 +113,36 @@ function messageNode(m) {
   const st = statsText(m.stats);
   if (st || m.stopped) node.append(el('div', { class: 'stats' }, [st, m.stopped ? 'stopped' : ''].filter(Boolean).join(' · ')));
   return node;
+}
+
+function thumbnails(list, onRemove) {
+  return el('div', { class: 'thumbs' }, list.map((a, i) => IMAGE_TYPES.includes(a.type) && el('figure', { class: 'thumb' },
+    el('img', { src: `data:${a.type};base64,${a.data}`, alt: a.name || 'image', title: a.name || '' }),
+    onRemove ? el('button', { type: 'button', title: 'Remove', onclick: () => onRemove(i) }, '×') : null)));
+}
+
+function renderAttachments() {
+  $('chat-attachments').replaceChildren(thumbnails(attachments, (i) => {
+    attachments.splice(i, 1);
+    renderAttachments();
+  }));
+}
+
+// Reads image files into attachments (others are refused with a notice).
+async function attach(files) {
+  for (const f of files) {
+    if (!IMAGE_TYPES.includes(f.type)) { notice(`${f.name || 'file'}: not a PNG, JPEG or WebP image`); continue; }
+    if (f.size > IMAGE_MAX_BYTES) { notice(`${f.name}: larger than ${IMAGE_MAX_BYTES / 1e6} MB`); continue; }
+    const url = await new Promise((resolve, reject) => {
+      const r = new FileReader();
+      r.onload = () => resolve(String(r.result));
+      r.onerror = () => reject(r.error);
+      r.readAsDataURL(f);
+    }).catch((e) => { notice(`${f.name}: ${e.message}`); return null; });
+    if (!url) continue;
+    attachments.push({ name: f.name || 'pasted image', type: f.type, data: url.slice(url.indexOf(',') + 1) });
+  }
+  renderAttachments();
 }
 
 function renderMessages() {
@@ -145,7 +185,7 @@ function busy(on) {
 async function send() {
   const text = $('chat-input').value;
   const s = settings();
-  if (!text.trim() || controller) return;
+  if ((!text.trim() && !attachments.length) || controller) return;
   if (!s.model) { notice('pick a model first (pull one on the Models page)'); return; }
   let tools;
   if (s.tools.trim()) {
@@ -155,12 +195,17 @@ async function send() {
   saveSettings();
   if (!current) newChat();
   const chat = current;
-  if (!chat.messages.length) { chat.title = text.slice(0, 40); renderList(); }
-  chat.messages.push({ role: 'user', content: text });
+  if (!chat.messages.length) { chat.title = (text || attachments[0].name).slice(0, 40); renderList(); }
+  const user = { role: 'user', content: text };
+  if (attachments.length) user.attachments = attachments;
+  chat.messages.push(user);
   $('chat-input').value = '';
+  attachments = [];
+  renderAttachments();
   const history = chat.messages.map((m) => {
     const out = { role: m.role, content: m.content };
     if (m.tool_calls) out.tool_calls = m.tool_calls;
+    if (m.attachments?.length) out.images = m.attachments.map((a) => a.data);
     return out;
   });
   if (s.system.trim()) history.unshift({ role: 'system', content: s.system });
@@ -215,6 +260,27 @@ export function initChat() {
   $('chat-stop').addEventListener('click', stop);
   $('chat-input').addEventListener('keydown', (ev) => {
     if (ev.key === 'Enter' && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); send(); }
+  });
+  $('chat-attach').addEventListener('click', () => $('chat-file').click());
+  $('chat-file').addEventListener('change', async () => {
+    await attach([...$('chat-file').files]);
+    $('chat-file').value = '';
+  });
+  $('chat-input').addEventListener('paste', (ev) => {
+    const files = [...(ev.clipboardData?.files || [])];
+    if (!files.length) return;
+    ev.preventDefault();
+    attach(files);
+  });
+  // A file dropped beside the chat is not opened in place of the console.
+  for (const type of ['dragover', 'drop']) window.addEventListener(type, (ev) => ev.preventDefault());
+  const drop = document.querySelector('#page-chat .chat');
+  drop.addEventListener('dragover', (ev) => { ev.preventDefault(); drop.classList.add('dropping'); });
+  drop.addEventListener('dragleave', () => drop.classList.remove('dropping'));
+  drop.addEventListener('drop', (ev) => {
+    ev.preventDefault();
+    drop.classList.remove('dropping');
+    attach([...(ev.dataTransfer?.files || [])]);
   });
   for (const id of ['chat-model', 'chat-system', 'chat-temperature', 'chat-num-ctx', 'chat-seed', 'chat-think', 'chat-tools']) {
     $(id).addEventListener('change', saveSettings);

@@ -34,7 +34,7 @@ export function total(samples, name, keep = () => true) {
 // Requests the console makes itself while watching (these pages, its
 // polling of /metrics and /api/ps) are left out of requests/s.
 export function isOwnRoute(route) {
-  return route === '/metrics' || route === '/api/ps' || (route || '').startsWith('/ui');
+  return route === '/metrics' || route === '/api/ps' || route === '/api/console/status' || (route || '').startsWith('/ui');
 }
 
 // One scrape reduced to the counters the charts use.

@@ -1,26 +1,19 @@
-// server.js: the server page: loaded models (/api/ps) with their memory,
-// place and expiry countdown, unload (keep_alive 0), and live charts of
-// the gateway's /metrics, polled every POLL_MS while the console is open.
+// server.js: the server page, from /api/console/status: each host's
+// memory and GPUs, the loaded models with where they run, their expiry
+// countdown and unload (keep_alive 0), the queue; and live charts of the
+// gateway's /metrics, polled every POLL_MS while the console is open.
 import { api, el, formatBytes, notice } from './api.js';
 import { parseMetrics, snapshot, rates } from './metrics.js';
 import { drawChart } from './chart.js';
+import { hostLabel, memoryParts, placement, waited } from './status.js';
 
 const $ = (id) => document.getElementById(id);
 const POLL_MS = 2000;
 const KEEP_MS = 10 * 60 * 1000;
-let loaded = [];
 let previous = null;
 const series = { tokens: [], requests: [], ttft: [] };
 
-function where(m) {
-  const host = m.host || 'local';
-  let place;
-  if (!m.size_vram) place = 'CPU';
-  else if (m.size_vram >= m.size) place = 'GPU';
-  else place = `CPU/GPU ${Math.round((100 * m.size_vram) / m.size)}% on GPU`;
-  return `${host} · ${place}`;
-}
-
+let status = { models: [], hosts: [], queue: [] };
 function countdown(m) {
   if (m.loading) return 'loading';
   if (!m.expires_at) return '';
@@ -39,13 +32,38 @@ async function unload(name) {
     await api('POST', '/api/generate', { model: name, keep_alive: 0 });
     notice('');
   } catch (e) { notice(`unload ${name}: ${e.message}`); }
-  await refreshPs();
+  await refreshStatus();
+}
+
+// A bar of three parts (models, other, free) with its figures as text.
+function memoryBar(label, mem, attrs) {
+  const p = memoryParts(mem);
+  const seg = (cls, pct, what) => el('div', { class: cls, title: what, 'data-pct': pct.toFixed(1) });
+  const bar = el('div', { class: 'membar' },
+    seg('used', p.usedPct, 'held by models'), seg('other', p.otherPct, 'taken by others'), seg('free', p.freePct, 'free'));
+  return el('div', { class: 'mem', ...attrs, 'data-total': p.total, 'data-used': p.used, 'data-free': p.free },
+    el('div', { class: 'mem-label' }, label),
+    bar,
+    el('div', { class: 'mem-text' }, `${formatBytes(p.used)} models · ${formatBytes(p.free)} free · ${formatBytes(p.total)} total`));
+}
+
+function renderHosts() {
+  $('hosts').replaceChildren(...status.hosts.map((h) => el('div', {
+    class: 'host', 'data-host': h.local ? '' : h.name,
+  },
+  el('h3', {}, hostLabel(h), h.described ? el('span', { class: 'muted' }, ' (described inventory: runners use the CPU)') : null),
+  memoryBar('System memory', h.ram, { 'data-device': 'cpu' }),
+  ...(h.gpus || []).map((g) => memoryBar(`GPU ${g.index} · ${g.name || 'unnamed'}`, g, { 'data-device': `gpu${g.index}` })),
+  )));
+  // Widths by CSSOM: the CSP allows no inline style attribute.
+  for (const s of document.querySelectorAll('#hosts .membar > div')) s.style.width = `${s.dataset.pct}%`;
 }
 
 function renderPs() {
+  const loaded = status.models;
   $('ps-body').replaceChildren(...loaded.map((m) => el('tr', { 'data-model': m.name },
     el('td', {}, m.name),
-    el('td', {}, where(m)),
+    el('td', {}, placement(m, status.hosts, formatBytes)),
     el('td', {}, formatBytes(m.size)),
     el('td', {}, formatBytes(m.size_vram || 0)),
     el('td', {}, m.context_length ? String(m.context_length) : ''),
@@ -56,9 +74,18 @@ function renderPs() {
   $('ps-empty').classList.toggle('hidden', loaded.length > 0);
 }
 
-export async function refreshPs() {
-  try { loaded = (await api('GET', '/api/ps')).models || []; } catch (e) { notice(`ps: ${e.message}`); return; }
+function renderQueue() {
+  $('queue-body').replaceChildren(...status.queue.map((q) => el('tr', { 'data-model': q.model },
+    el('td', {}, q.model), el('td', {}, String(q.waiting)), el('td', {}, waited(q.oldest_seconds)))));
+  $('queue-empty').classList.toggle('hidden', status.queue.length > 0);
+  $('queue-depth').textContent = String(status.queue_depth ?? 0);
+}
+
+export async function refreshStatus() {
+  try { status = await api('GET', '/api/console/status'); } catch (e) { notice(`status: ${e.message}`); return; }
+  renderHosts();
   renderPs();
+  renderQueue();
 }
 
 function gauge(label, value) {
@@ -94,19 +121,19 @@ function draw() {
   drawChart($('chart-ttft'), series.ttft, { unit: ' s' });
 }
 
-export function showServer() { refreshPs(); draw(); }
+export function showServer() { refreshStatus(); draw(); }
 
 export function initServer() {
   scrape();
   setInterval(scrape, POLL_MS);
   setInterval(() => {
     if ($('page-server').classList.contains('hidden')) return;
-    refreshPs();
+    refreshStatus();
   }, POLL_MS);
   // The countdowns tick between polls.
   setInterval(() => {
     for (const row of document.querySelectorAll('#ps-body tr')) {
-      const m = loaded.find((x) => x.name === row.dataset.model);
+      const m = status.models.find((x) => x.name === row.dataset.model);
       if (m) row.querySelector('.expires').textContent = countdown(m);
     }
   }, 1000);

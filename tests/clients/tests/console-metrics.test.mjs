@@ -23,6 +23,7 @@ const scrape = (tokens, chat, polls, ttftSum, ttftCount) => [
   `corral_http_requests_total{route="/metrics",code="200"} ${polls}`,
   `corral_http_requests_total{route="/ui/:param",code="200"} ${polls}`,
   `corral_http_requests_total{route="/api/ps",code="200"} ${polls}`,
+  `corral_http_requests_total{route="/api/console/status",code="200"} ${polls}`,
   `corral_time_to_first_token_seconds_bucket{le="+Inf"} ${ttftCount}`,
   `corral_time_to_first_token_seconds_sum ${ttftSum}`,
   `corral_time_to_first_token_seconds_count ${ttftCount}`,
@@ -37,7 +38,7 @@ test('parses samples, labels, escapes and +Inf', () => {
     { name: 'b', labels: {}, value: Infinity },
   ]);
   assert.equal(total(s, 'missing'), null);
-  assert.equal(total(parseMetrics(scrape(5, 2, 9, 0, 0)), 'corral_http_requests_total'), 29);
+  assert.equal(total(parseMetrics(scrape(5, 2, 9, 0, 0)), 'corral_http_requests_total'), 38);
 });
 
 test('rates leave the console\'s own polling out and gap on resets', () => {

@@ -4,9 +4,13 @@
 // (streamed text, timings), stops a stream, shows a scripted answer full
 // of markup as text, pulls a model from a local docker-registry (every
 // layer's bar reaches 100%), sees it loaded on the server page with its
-// countdown, unloads it, and sees the charts move. The XSS answer comes
+// countdown, unloads it, and sees the charts move; attaches images to a
+// message for a vision model and sees them reach it. The XSS answer comes
 // from a third private server (the runner's CORRAL_TEST_SCRIPT hook) that
-// also has CORRAL_API_KEY set, so the key panel is exercised there.
+// also has CORRAL_API_KEY set, so the key panel is exercised there, and a
+// described GPU inventory (CORRAL_GPU_INVENTORY) and a corral-node joined
+// to it, so the server page shows both hosts and their GPUs, the model
+// placed on one, and a queue held by a slow load.
 // Screenshots go to $CORRAL_BUILD_DIR/test-artifacts/console/.
 // Skips, saying so, without chromium, puppeteer-core or (for the pull)
 // docker-registry.
@@ -14,8 +18,9 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { deflateSync } from 'node:zlib';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BASE, MODEL, LONG_MODEL, SCRIPTED_HOST, THINK_MODEL } from './lib.mjs';
@@ -51,10 +56,61 @@ const skipAll = !existsSync(CHROMIUM) ? `chromium is not installed (${CHROMIUM};
 if (skipAll) console.log(`console: skipped: ${skipAll}`);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// The keyed server's described GPUs, and the model whose loads it slows.
+const GPU_A = 'Console GPU A';
+const GPU_B = 'Console GPU B';
+const INVENTORY = `0:${GPU_A}:8000000000,1:${GPU_B}:4000000000,cpu:32000000000`;
+const SLOW = 'slowq';
+// The node that joins it: one GPU smaller than GPU A, so models stay here.
+const NODE = 'console-node';
+const NODE_GPU = 'Console Node GPU';
+const NODE_INVENTORY = `0:${NODE_GPU}:2000000000,cpu:8000000000`;
+
+// A w x h RGB PNG of a gradient (seed shifts it), written by hand: the
+// test needs image bytes and no image library.
+function png(w, h, seed) {
+  const crcTable = Array.from({ length: 256 }, (_, n) => {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    return c >>> 0;
+  });
+  const crc = (buf) => {
+    let c = 0xffffffff;
+    for (const b of buf) c = crcTable[(c ^ b) & 0xff] ^ (c >>> 8);
+    return (c ^ 0xffffffff) >>> 0;
+  };
+  const chunk = (type, data) => {
+    const len = Buffer.alloc(4);
+    len.writeUInt32BE(data.length);
+    const body = Buffer.concat([Buffer.from(type, 'ascii'), data]);
+    const sum = Buffer.alloc(4);
+    sum.writeUInt32BE(crc(body));
+    return Buffer.concat([len, body, sum]);
+  };
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(w, 0);
+  ihdr.writeUInt32BE(h, 4);
+  ihdr[8] = 8; // bit depth
+  ihdr[9] = 2; // RGB
+  const raw = Buffer.alloc(h * (1 + 3 * w));
+  for (let y = 0; y < h; y++) {
+    for (let x = 0; x < w; x++) {
+      const o = y * (1 + 3 * w) + 1 + 3 * x;
+      raw[o] = (x * 8 + seed) & 0xff;
+      raw[o + 1] = (y * 8 + 2 * seed) & 0xff;
+      raw[o + 2] = ((x + y) * 4 + 3 * seed) & 0xff;
+    }
+  }
+  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+    chunk('IHDR', ihdr), chunk('IDAT', deflateSync(raw)), chunk('IEND', Buffer.alloc(0))]);
+}
 const tmp = mkdtempSync(join(tmpdir(), 'corral-console-'));
 const children = []; // {proc, exited}: stopped by PID in after()
 let browser = null;
 let page = null;
+let keyedSrv = null; // {base, page}: the keyed server with described GPUs
+let seer = null;     // the vision model made on the main server
 const requests = [];
 const problems = []; // CSP violations, page errors, console errors
 
@@ -156,7 +212,9 @@ before(async () => {
 after(async () => {
   if (browser) await browser.close();
   // The test files after this one see the store as run.mjs made it.
-  if (pulled) await fetch(`${BASE}/api/delete`, { method: 'DELETE', body: JSON.stringify({ model: pulled }) }).catch(() => {});
+  for (const model of [pulled, seer]) {
+    if (model) await fetch(`${BASE}/api/delete`, { method: 'DELETE', body: JSON.stringify({ model }) }).catch(() => {});
+  }
   for (const c of children) {
     if (c.exited) continue;
     try { process.kill(c.proc.pid, 'SIGTERM'); } catch { continue; }
@@ -220,6 +278,113 @@ test('a streaming answer shows text as it comes and stops on Stop', { skip: skip
   assert.deepEqual(problems, []);
 });
 
+// Uploads a file as a blob and returns its digest.
+async function uploadBlob(base, file, headers = {}) {
+  const bytes = readFileSync(file);
+  const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+  const r = await fetch(`${base}/api/blobs/${digest}`, { method: 'POST', headers, body: bytes });
+  assert.ok(r.ok, `blob upload of ${file}: ${r.status}`);
+  return digest;
+}
+
+test('images attached in the chat (picker, paste, drop) reach a vision model', { skip: skipAll }, async () => {
+  const clipSynth = join(BUILD ?? '', 'bin', 'corral-clip-synth');
+  const gguf = join(process.cwd(), 'synth.gguf');
+  assert.ok(BUILD && existsSync(clipSynth) && existsSync(gguf), `needs ${clipSynth} and ${gguf}`);
+  // A synthetic llava-style projector (112 px, 14 px patches: 64 image
+  // tokens per image) beside synth's weights: the vision model "seer".
+  // Its context is synth's 256 tokens: two images, the text and 8 tokens
+  // of answer fit.
+  const mmproj = join(tmp, 'mmproj.gguf');
+  const synth = startChild(clipSynth, ['--out', mmproj, '--seed', '6'], process.env, 'clip-synth.log');
+  await waitFor('corral-clip-synth', () => synth.exited, 120_000);
+  assert.equal(synth.proc.exitCode, 0, 'corral-clip-synth failed (clip-synth.log)');
+  const files = { 'synth.gguf': await uploadBlob(BASE, gguf), 'mmproj.gguf': await uploadBlob(BASE, mmproj) };
+  let r = await fetch(`${BASE}/api/create`, { method: 'POST',
+    body: JSON.stringify({ model: 'seer', files, template: TOOL_TEMPLATE, parameters: { num_predict: 8 }, stream: false }) });
+  assert.ok(r.ok, `create seer: ${r.status} ${await r.text()}`);
+  seer = 'seer';
+  const pngs = [png(40, 30, 1), png(24, 24, 2), png(16, 32, 3)];
+  const first = join(tmp, 'first.png');
+  writeFileSync(first, pngs[0]);
+
+  await page.bringToFront();
+  await page.click('#nav-chat');
+  await page.click('#chat-new');
+  await page.reload({ waitUntil: 'load' }); // the model list now has seer
+  await page.waitForSelector('body[data-ready="true"]');
+  await waitFor('seer in the model list', () => page.$eval('#chat-model', (s) => [...s.options].some((o) => o.value === 'seer:latest')));
+  // The picker, then a paste and a drop of the other two.
+  const input = await page.$('#chat-file');
+  await input.uploadFile(first);
+  await waitFor('the picked image', async () => (await page.$$('#chat-attachments .thumb')).length === 1);
+  await page.evaluate((b64s) => {
+    const file = (b64, name) => new File([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], name, { type: 'image/png' });
+    const pasted = new DataTransfer();
+    pasted.items.add(file(b64s[0], 'pasted.png'));
+    document.getElementById('chat-input').dispatchEvent(new ClipboardEvent('paste', { clipboardData: pasted, bubbles: true, cancelable: true }));
+    const dropped = new DataTransfer();
+    dropped.items.add(file(b64s[1], 'dropped.png'));
+    document.querySelector('#page-chat .chat').dispatchEvent(new DragEvent('drop', { dataTransfer: dropped, bubbles: true, cancelable: true }));
+  }, [pngs[1].toString('base64'), pngs[2].toString('base64')]);
+  await waitFor('three thumbnails', async () => (await page.$$('#chat-attachments .thumb img')).length === 3);
+  const loaded = await page.$$eval('#chat-attachments .thumb img', (imgs) => imgs.map((i) => i.complete && i.naturalWidth));
+  assert.deepEqual(loaded, [40, 24, 16], 'thumbnails decoded from the attached bytes');
+  // The pasted one goes again (its × button): two are sent.
+  await page.click('#chat-attachments .thumb:nth-of-type(2) button');
+  await waitFor('two thumbnails', async () => (await page.$$('#chat-attachments .thumb')).length === 2);
+  // A file that is not an image is refused with a notice.
+  const text = join(tmp, 'notes.txt');
+  writeFileSync(text, 'not an image');
+  await input.uploadFile(text);
+  await waitFor('the refusal', () => page.$eval('#notice', (n) => /not a PNG, JPEG or WebP/.test(n.textContent)));
+  assert.equal((await page.$$('#chat-attachments .thumb')).length, 2);
+
+  // The system prompt and the common options go with it.
+  const setField = (id, v) => page.$eval(id, (e, x) => { e.value = x; e.dispatchEvent(new Event('change')); }, v);
+  await setField('#chat-system', 'Be brief.');
+  await setField('#chat-temperature', '0');
+  await setField('#chat-num-ctx', '256');
+  await setField('#chat-seed', '42');
+  let sent = null;
+  const onRequest = (req) => { if (req.url().endsWith('/api/chat') && req.method() === 'POST') sent = JSON.parse(req.postData()); };
+  page.on('request', onRequest);
+  try {
+    await sendChat(page, 'seer:latest', 'what is in these?');
+    await waitFor('the answer to the images', async () => { const a = await lastAnswer(page); return a && !a.streaming; }, 120_000);
+  } finally {
+    page.off('request', onRequest);
+  }
+  const error = await page.$eval('#chat-messages .msg.assistant:last-child', (m) => m.querySelector('.error-text')?.textContent ?? '');
+  assert.equal(error, '', 'the answer is not an error');
+  assert.ok(sent, 'the chat request was seen');
+  assert.deepEqual(sent.options, { temperature: 0, num_ctx: 256, seed: 42 });
+  assert.deepEqual(sent.messages[0], { role: 'system', content: 'Be brief.' });
+  for (const id of ['#chat-system', '#chat-temperature', '#chat-num-ctx', '#chat-seed']) await setField(id, '');
+  const last = sent.messages.at(-1);
+  assert.equal(last.content, 'what is in these?');
+  assert.deepEqual(last.images, [pngs[0].toString('base64'), pngs[2].toString('base64')], 'the images went as base64');
+  assert.equal((await page.$$('#chat-attachments .thumb')).length, 0, 'the composer is cleared');
+  // The model read them: 64 image tokens each, while the text alone is
+  // under 64 tokens (asked of the same model, without images).
+  const stats = (await lastAnswer(page)).stats;
+  const withImages = Number(/prompt (\d+) tokens/.exec(stats)?.[1]);
+  r = await fetch(`${BASE}/api/chat`, { method: 'POST', body: JSON.stringify({ model: 'seer', stream: false,
+    messages: [{ role: 'user', content: 'what is in these?' }] }) });
+  assert.ok(r.ok, `text-only chat: ${r.status}`);
+  const textOnly = (await r.json()).prompt_eval_count;
+  assert.ok(textOnly < 64, `text alone: ${textOnly} tokens`);
+  assert.ok(withImages >= 128, `with two images: ${withImages} prompt tokens (${stats})`);
+  // The message keeps its thumbnails, in the page and after a reload.
+  await page.reload({ waitUntil: 'load' });
+  await page.waitForSelector('body[data-ready="true"]');
+  const thumbs = await page.$$eval('#chat-messages .msg.user .thumb img', (imgs) => imgs.map((i) => i.naturalWidth));
+  assert.deepEqual(thumbs, [40, 16]);
+  assert.deepEqual(await page.evaluate(() => window.__csp || []), []);
+  assert.deepEqual(problems, []);
+  await shot(page, 'chat-images');
+});
+
 test('an answer full of markup is shown as text (key asked for and kept per tab)', { skip: skipAll }, async () => {
   const gguf = join(process.cwd(), 'synth.gguf');
   assert.ok(BUILD && existsSync(gguf), `needs ${gguf} and CORRAL_BUILD_DIR`);
@@ -227,11 +392,29 @@ test('an answer full of markup is shown as text (key asked for and kept per tab)
   const host = `127.0.0.1:${port}`;
   const script = join(tmp, 'xss.txt');
   writeFileSync(script, `${XSS_ANSWER}\n---\n${TOOL_ANSWER}\n`); // one runner: answers in turn
+  // A node host joins it (corral-node over CURVE, its GPU described too),
+  // for the server page's host list.
+  const keys = join(tmp, 'keys');
+  const admitted = join(tmp, 'admitted');
+  mkdirSync(admitted, { recursive: true });
+  for (const name of ['scheduler', NODE]) {
+    const kg = startChild(join(BUILD, 'bin', 'corral'), ['keygen', '--out', keys, name], process.env, `keygen-${name}.log`);
+    await waitFor(`keygen ${name}`, () => kg.exited, 30_000);
+    assert.equal(kg.proc.exitCode, 0, `corral keygen ${name} (keygen-${name}.log)`);
+  }
+  copyFileSync(join(keys, NODE), join(admitted, NODE));
+  const nodes = `tcp://127.0.0.1:${await freePort()}`;
   const env = { ...process.env, CORRAL_RUNTIME_DIR: join(tmp, 'run3'), CORRAL_MODELS: join(tmp, 'models3'),
-    CORRAL_HOST: host, CORRAL_TEST_SCRIPT: script, CORRAL_API_KEY: KEY };
+    CORRAL_HOST: host, CORRAL_TEST_SCRIPT: script, CORRAL_API_KEY: KEY,
+    CORRAL_GPU_INVENTORY: INVENTORY, CORRAL_TEST_SLOW_LOAD: `${SLOW}:120000`,
+    CORRAL_NODES_ENDPOINT: nodes, CORRAL_NODES_CERT: join(keys, 'scheduler'), CORRAL_NODE_KEYS_DIR: admitted };
   const srv = startChild(join(BUILD, 'bin', 'corral'), ['serve'], env, 'serve-xss.log');
   const base = `http://${host}`;
+  keyedSrv = { base, page: null };
   await waitFor('the keyed server', async () => !srv.exited && (await (await fetch(`${base}/`)).text()) === 'Ollama is running', 30_000);
+  startChild(join(BUILD, 'bin', 'corral-node'), [], { ...process.env, CORRAL_RUNTIME_DIR: join(tmp, 'run-node'),
+    CORRAL_NODE_SCHEDULER: nodes, CORRAL_NODE_SERVER_CERT: join(keys, 'scheduler'), CORRAL_NODE_NAME: NODE,
+    CORRAL_NODE_CERT: join(keys, NODE), CORRAL_NODE_CACHE: join(tmp, 'node-cache'), CORRAL_GPU_INVENTORY: NODE_INVENTORY }, 'node.log');
   const auth = { Authorization: `Bearer ${KEY}` };
   const bytes = readFileSync(gguf);
   const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
@@ -282,6 +465,78 @@ test('an answer full of markup is shown as text (key asked for and kept per tab)
   assert.equal(tool[0].elements, 0);
   assert.deepEqual(await p.evaluate(() => window.__csp || []), []);
   await shot(p, 'chat-markup-as-text');
+  keyedSrv.page = p; // the server page test goes on with it (and its key)
+});
+
+test('the server page shows each GPU, where a model runs on it, and the queue', { skip: skipAll }, async () => {
+  assert.ok(keyedSrv?.page, 'the keyed server test ran');
+  const p = keyedSrv.page;
+  const auth = { Authorization: `Bearer ${KEY}` };
+  await p.click('#nav-server');
+  const row = '#ps-body tr[data-model="xss:latest"]';
+  await waitFor('the loaded model', () => p.$(row));
+  // The node's card: its system memory and its GPU (it joins on its own
+  // time: waited for).
+  const nodeCard = `#hosts .host[data-host="${NODE}"]`;
+  await waitFor('the node host', () => p.$(`${nodeCard} .mem[data-device="gpu0"]`));
+  const nodeMem = await p.$$eval(`${nodeCard} .mem`, (ms) => ms.map((m) => [m.dataset.device, Number(m.dataset.total), m.textContent]));
+  assert.deepEqual(nodeMem.map((m) => m.slice(0, 2)), [['cpu', 8e9], ['gpu0', 2e9]]);
+  assert.ok(nodeMem[1][2].includes(NODE_GPU), nodeMem[1][2]);
+  assert.match(await p.$eval(`${nodeCard} h3`, (h) => h.textContent), new RegExp(`^${NODE}`));
+  // Two described GPUs on this host: names, totals.
+  const gpus = await p.$$eval('#hosts .host[data-host=""] .mem', (ms) => ms.map((m) => ({ device: m.dataset.device,
+    total: Number(m.dataset.total), used: Number(m.dataset.used), free: Number(m.dataset.free), text: m.textContent })));
+  assert.deepEqual(gpus.map((g) => g.device), ['cpu', 'gpu0', 'gpu1']);
+  assert.equal(gpus[0].total, 32e9);
+  assert.ok(gpus[1].text.includes(GPU_A) && gpus[2].text.includes(GPU_B), JSON.stringify(gpus));
+  assert.equal(gpus[1].total, 8e9);
+  assert.equal(gpus[2].total, 4e9);
+  // xss is placed whole on the GPU with the most free memory (A); the page
+  // shows what the endpoint says, and the endpoint adds up.
+  const where = await p.$eval(row, (tr) => tr.children[1].textContent);
+  assert.match(where, new RegExp(`^this host · GPU 0 ${GPU_A} \\(\\d+ layers, [\\d.]+ [KMG]?B\\)$`));
+  const st = await (await fetch(`${keyedSrv.base}/api/console/status`, { headers: auth })).json();
+  const model = st.models.find((m) => m.name === 'xss:latest');
+  assert.equal(model.gpus.length, 1);
+  assert.equal(model.gpus[0].index, 0);
+  assert.equal(model.gpus[0].bytes, model.size_vram);
+  const host = st.hosts.find((h) => h.local);
+  assert.deepEqual(st.hosts.map((h) => h.name ?? 'local'), ['local', NODE]);
+  assert.equal(st.hosts[1].gpus[0].used, 0);
+  assert.equal(host.described, true);
+  assert.equal(host.gpus[0].used, model.gpus[0].bytes);
+  assert.equal(host.gpus[0].free, 8e9 - model.gpus[0].bytes);
+  assert.equal(host.gpus[1].used, 0);
+  assert.ok(host.ram.used > 0 && host.ram.used + host.ram.free === 32e9, JSON.stringify(host.ram));
+  const onGpu = model.gpus[0].bytes;
+  await waitFor('the page\'s figures', () => p.$eval('#hosts .mem[data-device="gpu0"]', (m, b) => Number(m.dataset.used) === b, onGpu));
+  const usedPct = await p.$eval('#hosts .mem[data-device="gpu0"] .membar .used', (d) => parseFloat(d.style.width));
+  assert.ok(Math.abs(usedPct - (100 * model.gpus[0].bytes) / 8e9) < 0.1, `bar ${usedPct}%`);
+
+  // The queue: two requests for a model whose load takes long (the
+  // runner's CORRAL_TEST_SLOW_LOAD hook) wait until they are canceled.
+  let r = await fetch(`${keyedSrv.base}/api/copy`, { method: 'POST', headers: auth, body: JSON.stringify({ source: 'xss', destination: SLOW }) });
+  assert.equal(r.status, 200);
+  const waiting = [new AbortController(), new AbortController()];
+  const sent = waiting.map((c) => fetch(`${keyedSrv.base}/api/generate`, { method: 'POST', headers: auth, signal: c.signal,
+    body: JSON.stringify({ model: SLOW, prompt: 'wait', stream: true }) }).catch(() => null));
+  const qrow = `#queue-body tr[data-model="${SLOW}:latest"]`;
+  try {
+    await waitFor('the queue on the page', () => p.$eval(qrow, (tr) => tr.children[1].textContent === '2'));
+    assert.equal(await p.$eval('#queue-depth', (d) => d.textContent), '2');
+    assert.match(await p.$eval(qrow, (tr) => tr.children[2].textContent), /^\d+ s$/);
+    await waitFor('the loading model', () => p.$eval(`#ps-body tr[data-model="${SLOW}:latest"]`, (tr) => tr.children[7].textContent === 'loading'));
+    const q = await (await fetch(`${keyedSrv.base}/api/console/status`, { headers: auth })).json();
+    assert.equal(q.queue_depth, 2);
+    assert.deepEqual(q.queue.map((e) => [e.model, e.waiting]), [[`${SLOW}:latest`, 2]]);
+    await shot(p, 'server-gpus-queue');
+  } finally {
+    for (const c of waiting) c.abort();
+    await Promise.all(sent);
+  }
+  await waitFor('the queue emptied', () => p.$eval('#queue-empty', (e) => !e.classList.contains('hidden')));
+  assert.equal(await p.$eval('#queue-depth', (d) => d.textContent), '0');
+  assert.deepEqual(await p.evaluate(() => window.__csp || []), []);
   await p.close();
 });
 
@@ -383,13 +638,14 @@ test('the server page shows the model loaded, unloads it, and its charts move', 
   assert.ok(pulled, 'the pull test ran');
   await page.bringToFront();
   await page.click('#nav-chat');
+  await page.click('#chat-new'); // the last chat holds images: not for this model
   await sendChat(page, pulled, 'hello from the pulled model');
   await waitFor('the answer', async () => /tokens\/s/.test((await lastAnswer(page))?.stats ?? ''));
   await page.click('#nav-server');
   const row = `#ps-body tr[data-model="${pulled}"]`;
   await waitFor('the loaded model', () => page.$(row));
   const cells = await page.$eval(row, (tr) => [...tr.children].map((td) => td.textContent));
-  assert.match(cells[1], /^local · (CPU|GPU)/);
+  assert.match(cells[1], /^this host · (CPU|GPU)/);
   assert.match(cells[7], /\d+ s$/, `countdown '${cells[7]}'`);
   // Generated tokens and requests happened while the page was polling.
   await waitFor('the tokens/s chart', () => page.$eval('#chart-tokens', (c) => Number(c.dataset.max) > 0));
