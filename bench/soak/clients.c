@@ -227,6 +227,9 @@ static int finish(soak_tally_t *t, client_t *c, CURLcode res)
         t->dropped[c->kind]++;
         return rand_below(c, THINK_MAX_MS);
     }
+    /* A failure backs off as a 503 does: a server that went down is not
+     * hammered by every client at once. */
+    int pause = BUSY_BACKOFF_MS + rand_below(c, BUSY_BACKOFF_MS);
     if (res != CURLE_OK)
         fail(t, c, "status %ld, %s after %ld tokens", status, curl_easy_strerror(res),
              c->tokens);
@@ -242,8 +245,9 @@ static int finish(soak_tally_t *t, client_t *c, CURLcode res)
         t->ok[c->kind]++;
         if (c->kind != SOAK_EMBED && c->kind != SOAK_TAGS && !c->tokens)
             t->empty++;
+        pause = rand_below(c, THINK_MAX_MS);
     }
-    return rand_below(c, THINK_MAX_MS);
+    return pause;
 }
 
 int soak_clients_run(const soak_clients_cfg_t *cfg, soak_tally_t *out)
