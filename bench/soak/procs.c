@@ -5,6 +5,7 @@
 #include "bench/soak/soak.h"
 
 #include <dirent.h>
+#include <unistd.h>
 
 /* Parent pid and comm of pid (comm may be NULL); -1 when gone. */
 static pid_t parent_of(pid_t pid, char *comm, size_t cap)
@@ -58,6 +59,25 @@ static long rss_kb(pid_t pid)
     return kb;
 }
 
+static double cpu_seconds(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* Fields after the comm: state is the 3rd, utime the 14th, stime the 15th. */
+    char *p = strrchr(buf, ')');
+    unsigned long long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+                     &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 static long fd_count(pid_t pid)
 {
     char path[64];
@@ -95,6 +115,7 @@ void soak_procs_read(pid_t serve_pid, double t_s, soak_sample_t *out)
                  !strcmp(comm + 7, "schedule") ? "scheduler" : comm + 7);
         p->rss_kb = rss_kb(pid);
         p->fds = fd_count(pid);
+        p->cpu_s = cpu_seconds(pid);
     }
     closedir(d);
 }

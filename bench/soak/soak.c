@@ -73,8 +73,8 @@ static void print_sample(const soak_sample_t *s, int active)
 {
     printf("t=%5.0fs active=%-4d", s->t_s, active);
     for (int i = 0; i < s->n; i++)
-        printf("  %s[%d] %ld kB %ld fds", s->p[i].name, (int)s->p[i].pid,
-               s->p[i].rss_kb, s->p[i].fds);
+        printf("  %s[%d] %ld kB %ld fds %.0f cpu-s", s->p[i].name, (int)s->p[i].pid,
+               s->p[i].rss_kb, s->p[i].fds, s->p[i].cpu_s);
     printf("\n");
     fflush(stdout);
 }

@@ -91,6 +91,7 @@ typedef struct soak_proc {
     char name[32]; /* gateway, scheduler, registry, runner */
     long rss_kb;   /* VmRSS */
     long fds;      /* entries of /proc/PID/fd */
+    double cpu_s;  /* user + system CPU time so far */
 } soak_proc_t;
 
 typedef struct soak_sample {
