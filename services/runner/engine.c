@@ -902,10 +902,30 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
             goto out;
         }
         fit.truncate = !c->has_truncate || c->truncate;
+        /* Tools are rendered whole into the prompt: past the cap they
+         * could never fit, and parsing them costs memory. */
+        if (c->tools && strlen(c->tools) > max_bytes) {
+            st = cr_err_set(err, CR_E_TOO_LARGE,
+                            "tools are %zu bytes, many times what num_ctx %d can hold "
+                            "(at most %zu)",
+                            strlen(c->tools), e->n_ctx, max_bytes);
+            goto out;
+        }
         /* msgs.n stays: view_free frees by the original indices. */
         size_t n_msgs = fit.truncate
                             ? rn_prompt_precut(msgs.v, msgs.n, e->n_ctx, piece_max, &cut)
                             : msgs.n;
+        /* Each message costs a token at least (its role's header). */
+        if (cut.system > (size_t)e->n_ctx) {
+            st = cr_err_set(err, CR_E_INVALID,
+                            "%zu system messages: more than num_ctx %d can hold",
+                            cut.system, e->n_ctx);
+            goto out;
+        }
+        if (!fit.truncate && n_msgs > (size_t)e->n_ctx) {
+            st = cr_err_set(err, CR_E_INVALID, "the input length exceeds the context length");
+            goto out;
+        }
         if (cut.msgs)
             cr_log_debug("%s: %zu old messages cannot fit num_ctx %d; cut before rendering",
                          req->id, cut.msgs, e->n_ctx);

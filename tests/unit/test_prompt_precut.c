@@ -43,6 +43,7 @@ static void test_count(void)
     CHECK_EQ_INT(n, 4);
     CHECK_EQ_INT(cut.msgs, 3);
     CHECK_EQ_INT(cut.images, 3);
+    CHECK_EQ_INT(cut.system, 2);
     const char *want[] = {"s0", "s4", "a5", "u6"};
     for (size_t i = 0; i < n && i < 4; i++)
         CHECK_EQ_STR(m[i].content, want[i]);

@@ -17,6 +17,8 @@ size_t rn_prompt_precut(rn_prompt_msg_t *msgs, size_t n, int64_t n_ctx,
                         size_t max_token_bytes, rn_prompt_cut_t *cut)
 {
     *cut = (rn_prompt_cut_t){0};
+    for (size_t i = 0; i < n; i++)
+        cut->system += is_system(&msgs[i]);
     if (n < 2 || n_ctx <= 0 || max_token_bytes == 0)
         return n;
     /* Walking from the newest: the first (newest) message that must go;

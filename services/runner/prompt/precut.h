@@ -26,6 +26,8 @@
 typedef struct rn_prompt_cut {
     size_t msgs;   /* messages cut */
     size_t images; /* images those messages carried */
+    size_t system; /* system messages (all kept): more than n_ctx of them
+                      cannot fit whatever is dropped */
 } rn_prompt_cut_t;
 
 /* Cuts msgs[0..n) as above, in place (the kept ones move to the front in
