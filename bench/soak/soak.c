@@ -367,6 +367,12 @@ int main(int argc, char **argv)
     pass &= judge_fds(t.serve_pid, &rest_before);
     size_t errors = e2e_log_count(&t, " ERROR ");
     printf("serve.log: %zu ERROR lines\n", errors);
+    /* The client side must stay cheap beside what it measures. */
+    struct rusage ru;
+    if (!getrusage(RUSAGE_SELF, &ru))
+        printf("bench-soak itself: %.1f CPU-seconds\n",
+               (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                   (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
     rc = pass ? 0 : 3;
 out:
     e2e_stop(&t);
