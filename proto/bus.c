@@ -20,6 +20,12 @@
 
 /* ---- endpoints ---- */
 
+int bus_listen(zsock_t *sock, const char *endpoint)
+{
+    zsock_set_backlog(sock, BUS_LISTEN_BACKLOG);
+    return zsock_bind(sock, "%s", endpoint) < 0 ? -1 : 0;
+}
+
 cr_status_t bus_endpoint(const char *name, char *out, size_t cap,
                          cr_err_t *err)
 {

@@ -29,6 +29,18 @@
 cr_status_t bus_endpoint(const char *name, char *out, size_t cap,
                          cr_err_t *err);
 
+/* Listen backlog of a service's public socket. Every gateway request
+ * connects anew, and ZeroMQ's default backlog of 100 refuses the rest of
+ * a burst while the service's I/O thread is behind (bench-soak: 500
+ * clients on a loaded machine got "scheduler unavailable" 502s, the
+ * gateway's refused-connect grace running out). The kernel may cap it
+ * lower (net.core.somaxconn). */
+#define BUS_LISTEN_BACKLOG 1024
+
+/* Binds sock to endpoint with BUS_LISTEN_BACKLOG. 0, or -1 as zsock_bind
+ * (zmq_errno() says why). */
+int bus_listen(zsock_t *sock, const char *endpoint);
+
 /* Encodes m into a new frame *out (caller owns; zframe_destroy). Errors as
  * msg_encode; CR_E_NOMEM without memory for the frame. */
 cr_status_t bus_encode_frame(const msg_t *m, zframe_t **out, cr_err_t *err);

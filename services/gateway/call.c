@@ -10,6 +10,7 @@
 #include "lib/log.h"
 #include "proto/bus.h"
 
+#include <sys/resource.h>
 #include <time.h>
 
 #define SEND_SLICE_MS 50
@@ -17,6 +18,7 @@
 #define CANCEL_LINGER_MS 1000
 
 struct gw_call {
+    gw_call_limit_t *limit; /* counted against; may be NULL */
     zsock_t *sock;     /* DEALER to the peer */
     zsock_t *mon;      /* PAIR receiving the DEALER's monitor events */
     zpoller_t *poller; /* sock and mon */
@@ -36,14 +38,56 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-cr_status_t gw_call_open(const char *endpoint, const char *peer,
+/* Sockets and descriptors kept aside from the calls' budget: the
+ * service's own (logging, listeners, libzmq's reaper and I/O thread). */
+#define SPARE_SOCKETS 64
+#define SPARE_FDS 64
+
+void gw_call_limit_init(gw_call_limit_t *l, unsigned want_calls)
+{
+    /* What libzmq can hold at all (65,535 with epoll). */
+    long sockets = zsys_socket_limit();
+    long calls = CR_MIN((long)want_calls, (sockets - SPARE_SOCKETS) / GW_CALL_SOCKETS);
+    /* Descriptors: each call's four, besides every HTTP connection's
+     * socket (counted by the caller as part of want_calls' origin). */
+    struct rlimit rl;
+    if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY) {
+        long fd_calls = ((long)CR_MIN(rl.rlim_cur, (rlim_t)LONG_MAX) - SPARE_FDS) /
+                        (GW_CALL_FDS + 1);
+        calls = CR_MIN(calls, fd_calls);
+    }
+    calls = CR_MAX(calls, 1L);
+    /* The context exists from here on; the size applies to the first
+     * socket it makes (and is ignored once one was made). */
+    void *ctx = zsys_init();
+    if (ctx)
+        zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, (int)(calls * GW_CALL_SOCKETS + SPARE_SOCKETS));
+    atomic_init(&l->open, 0);
+    l->max = (int)calls;
+    if ((unsigned long)calls < want_calls)
+        cr_log_warn("at most %ld bus calls at once (wanted %u): the open files limit "
+                    "or libzmq's socket limit is lower; more requests in flight get 503",
+                    calls, want_calls);
+}
+
+cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
                          int connect_timeout_ms, gw_call_t **out,
                          cr_err_t *err)
 {
     *out = NULL;
+    if (limit && atomic_fetch_add(&limit->open, 1) >= limit->max) {
+        atomic_fetch_sub(&limit->open, 1);
+        return cr_err_set(err, CR_E_BUSY,
+                          "server busy, please try again.  %d requests in flight",
+                          limit->max);
+    }
     gw_call_t *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        if (limit)
+            atomic_fetch_sub(&limit->open, 1);
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
+    c->limit = limit;
     bus_new_id(c->id);
     snprintf(c->peer, sizeof c->peer, "%s", peer ? peer : "peer");
     c->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 1;
@@ -83,7 +127,7 @@ fail_mon:
     gw_call_destroy(&c);
     return cr_err_set(err, CR_E_IO, "cannot monitor the %s socket", peer);
 fail_sock:
-    free(c);
+    gw_call_destroy(&c);
     return cr_err_set(err, CR_E_IO, "cannot create a socket for the %s",
                       peer);
 }
@@ -293,6 +337,8 @@ void gw_call_destroy(gw_call_t **self_p)
         zmq_socket_monitor(zsock_resolve(c->sock), NULL, 0);
     zsock_destroy(&c->mon);
     zsock_destroy(&c->sock);
+    if (c->limit)
+        atomic_fetch_sub(&c->limit->open, 1);
     free(c);
     *self_p = NULL;
 }

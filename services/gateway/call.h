@@ -26,9 +26,34 @@
 #include "lib/status.h"
 #include "proto/msg.h"
 
+#include <stdatomic.h>
+
 #define GW_CALL_SLICE_MS 100
 
+/* ZeroMQ sockets and descriptors one open call holds: its DEALER (a
+ * mailbox and the connection), the PAIR libzmq's monitor writes to and the
+ * PAIR we read it from (a mailbox each). */
+#define GW_CALL_SOCKETS 3
+#define GW_CALL_FDS 4
+
 typedef struct gw_call gw_call_t;
+
+/* How many calls may be open at once. libzmq's context allows 1,023
+ * sockets unless told otherwise, and CZMQ aborts the process when a socket
+ * cannot be made, so 341 requests in flight used to crash the gateway:
+ * the socket table is sized for the calls, and a call past the budget is
+ * refused (503) instead. */
+typedef struct gw_call_limit {
+    atomic_int open; /* calls open now */
+    int max;         /* budget */
+} gw_call_limit_t;
+
+/* Sizes ZeroMQ's socket table for want_calls calls at once (within what
+ * libzmq and the open-files limit allow: the budget may come out lower)
+ * and initializes CZMQ's context. Call once, before any thread makes a
+ * socket: CZMQ's lazy initialization is not thread-safe, and the table's
+ * size is fixed by the first socket. */
+void gw_call_limit_init(gw_call_limit_t *l, unsigned want_calls);
 
 /* True when the waiting request should give up (client gone, stopping). */
 typedef bool (*gw_abort_fn)(void *arg);
@@ -41,10 +66,12 @@ typedef struct gw_wait {
 } gw_wait_t;
 
 /* Opens a DEALER to endpoint (borrowed). peer names the service in error
- * messages ("scheduler", "registry"). A fresh request id is drawn. Caller
- * owns the call; free with gw_call_destroy. CR_E_NOMEM / CR_E_IO on failure
- * (err says why). */
-cr_status_t gw_call_open(const char *endpoint, const char *peer,
+ * messages ("scheduler", "registry"). A fresh request id is drawn. The
+ * call counts against limit (borrowed, outlives the call; NULL: no limit)
+ * until destroyed. Caller owns the call; free with gw_call_destroy.
+ * CR_E_BUSY "server busy ..." past the limit's budget; CR_E_NOMEM /
+ * CR_E_IO on failure (err says why). */
+cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
                          int connect_timeout_ms, gw_call_t **out,
                          cr_err_t *err);
 

@@ -27,11 +27,15 @@ cr_status_t gw_call_start(gw_req_t *r, const char *peer, msg_t *m,
     const char *ep = !strcmp(peer, "scheduler") ? r->ctx->scheduler_ep
                                                 : r->ctx->registry_ep;
     cr_status_t st =
-        gw_call_open(ep, peer, r->ctx->cfg.connect_timeout_ms, call, err);
+        gw_call_open(&r->ctx->calls, ep, peer, r->ctx->cfg.connect_timeout_ms, call, err);
     if (!st)
         st = gw_call_send(*call, m, err);
     if (st) {
-        cr_log_warn("%s %s: %s", r->method, r->path, err->msg);
+        /* A full budget is load, not a fault: no warning per request. */
+        if (st == CR_E_BUSY)
+            cr_log_debug("%s %s: %s", r->method, r->path, err->msg);
+        else
+            cr_log_warn("%s %s: %s", r->method, r->path, err->msg);
         gw_call_destroy(call);
         return st;
     }

@@ -257,7 +257,7 @@ static bool peer_ok(gw_req_t *r, const char *peer)
                                                 : r->ctx->registry_ep;
     gw_call_t *call = NULL;
     cr_err_t err;
-    cr_status_t st = gw_call_open(ep, peer, CR_MIN(r->ctx->cfg.connect_timeout_ms,
+    cr_status_t st = gw_call_open(&r->ctx->calls, ep, peer, CR_MIN(r->ctx->cfg.connect_timeout_ms,
                                                    HEALTH_PING_MS),
                                   &call, &err);
     if (!st)

@@ -16,6 +16,7 @@
 #include "lib/status.h"
 #include "lib/version.h"
 #include "proto/bus.h"
+#include "services/gateway/call.h"
 
 #include <microhttpd.h>
 #include <stdatomic.h>
@@ -59,6 +60,7 @@ typedef struct gw_ctx {
     bool loopback;        /* bound to a loopback address: check Host */
     struct gw_metrics *metrics; /* counters (metrics.h) */
     atomic_bool stopping; /* the server is shutting down */
+    gw_call_limit_t calls; /* bus calls open at once (call.h) */
 } gw_ctx_t;
 
 /* Per-route state that lives as long as the request (blob uploads). */

@@ -469,7 +469,7 @@ static enum MHD_Result blob_begin(gw_req_t *r)
     if (exists)
         return MHD_YES;
     cr_err_t err;
-    cr_status_t st = gw_call_open(r->ctx->registry_ep, "registry",
+    cr_status_t st = gw_call_open(&r->ctx->calls, r->ctx->registry_ep, "registry",
                                   r->ctx->cfg.connect_timeout_ms, &u->call,
                                   &err);
     if (st)

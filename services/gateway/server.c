@@ -132,10 +132,12 @@ cr_status_t gw_config_from_env(gw_config_t *cfg, cr_err_t *err)
     return connection_limits(cfg, err);
 }
 
-/* Each connection holds its socket and, while it waits on the bus, a zmq
- * socket's few descriptors: the soft RLIMIT_NOFILE (often 1024) is raised
- * toward the hard one so max_connections can be reached. */
-#define FDS_PER_CONNECTION 4
+/* Each connection holds its socket and, while it waits on the bus, its
+ * calls' descriptors (call.h; room for two calls): the soft RLIMIT_NOFILE
+ * (often 1024) is raised toward the hard one so max_connections can be
+ * reached. */
+#define CALLS_PER_CONNECTION 2
+#define FDS_PER_CONNECTION (1 + CALLS_PER_CONNECTION * GW_CALL_FDS)
 #define FDS_SPARE 64
 
 static void raise_fd_limit(unsigned max_connections)
@@ -503,6 +505,8 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
     if (limits.max_per_ip >= limits.max_connections)
         limits.max_per_ip = 0;
     raise_fd_limit(limits.max_connections);
+    /* Before the first connection thread makes a socket. */
+    gw_call_limit_init(&s->ctx.calls, limits.max_connections * CALLS_PER_CONNECTION);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG | MHD_USE_ITC;

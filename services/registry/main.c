@@ -84,7 +84,7 @@ int main(int argc, char **argv)
         goto out;
     }
     zsock_set_linger(router, 0);
-    if (zsock_bind(router, "%s", endpoint) < 0) {
+    if (bus_listen(router, endpoint) < 0) {
         cr_log_error("cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
         goto out;
     }

@@ -41,6 +41,7 @@
 #include "services/runner/template/template.h"
 #include "services/runner/jinja/jinja.h"
 #include "services/runner/prompt/prompt_jinja.h"
+#include "services/runner/prompt/precut.h"
 #include "services/runner/text/tokenizer.h"
 #include "services/runner/prompt/prompt_images.h"
 #include "services/runner/vision/vision.h"
@@ -848,9 +849,10 @@ static cr_status_t render_jinja(rn_engine_t *e, const rn_prompt_msg_t *model_msg
                                 size_t n_model_msgs, const char *system,
                                 const rn_prompt_msg_t *msgs, size_t n_msgs, const json_t *tools,
                                 rn_prompt_think_t think, const rn_prompt_fit_t *fit,
-                                rn_prompt_result_t *out, cr_err_t *err)
+                                size_t max_bytes, rn_prompt_result_t *out, cr_err_t *err)
 {
     rn_prompt_jinja_t in = {0};
+    in.opts.max_bytes = max_bytes;
     in.tmpl = e->jinja;
     in.bos_token = e->bos_text;
     in.eos_token = e->eos_text;
@@ -920,6 +922,10 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
     json_t *tools = NULL;
     rn_tmpl_t *req_tmpl = NULL;
     char *context_text = NULL;
+    /* A request's work is bounded by the context (precut.h). */
+    size_t piece_max = rn_tokenizer_max_piece_bytes(e->tok);
+    size_t max_bytes = rn_prompt_bytes_cap(e->n_ctx, piece_max);
+    rn_prompt_cut_t cut = {0};
     cr_status_t st = view_messages(ld->messages.v, ld->messages.n, &model_msgs,
                                    err);
     if (st)
@@ -933,9 +939,36 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
             goto out;
         }
         fit.truncate = !c->has_truncate || c->truncate;
+        /* Tools are rendered whole into the prompt: past the cap they
+         * could never fit, and parsing them costs memory. */
+        if (c->tools && strlen(c->tools) > max_bytes) {
+            st = cr_err_set(err, CR_E_TOO_LARGE,
+                            "tools are %zu bytes, many times what num_ctx %d can hold "
+                            "(at most %zu)",
+                            strlen(c->tools), e->n_ctx, max_bytes);
+            goto out;
+        }
+        /* msgs.n stays: view_free frees by the original indices. */
+        size_t n_msgs = fit.truncate
+                            ? rn_prompt_precut(msgs.v, msgs.n, e->n_ctx, piece_max, &cut)
+                            : msgs.n;
+        /* Each message costs a token at least (its role's header). */
+        if (cut.system > (size_t)e->n_ctx) {
+            st = cr_err_set(err, CR_E_INVALID,
+                            "%zu system messages: more than num_ctx %d can hold",
+                            cut.system, e->n_ctx);
+            goto out;
+        }
+        if (!fit.truncate && n_msgs > (size_t)e->n_ctx) {
+            st = cr_err_set(err, CR_E_INVALID, "the input length exceeds the context length");
+            goto out;
+        }
+        if (cut.msgs)
+            cr_log_debug("%s: %zu old messages cannot fit num_ctx %d; cut before rendering",
+                         req->id, cut.msgs, e->n_ctx);
         if (e->jinja) {
-            st = render_jinja(e, model_msgs.v, model_msgs.n, ld->system, msgs.v, msgs.n, tools,
-                              request_think(e, c->think), &fit, &res, err);
+            st = render_jinja(e, model_msgs.v, model_msgs.n, ld->system, msgs.v, n_msgs, tools,
+                              request_think(e, c->think), &fit, max_bytes, &res, err);
             goto done;
         }
         rn_prompt_chat_t in = {0};
@@ -945,9 +978,10 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
         in.model_msgs = model_msgs.v;
         in.n_model_msgs = model_msgs.n;
         in.msgs = msgs.v;
-        in.n_msgs = msgs.n;
+        in.n_msgs = n_msgs;
         in.tools = tools;
         in.think = request_think(e, c->think);
+        in.opts.max_bytes = max_bytes;
         /* Ollama strips earlier turns' <think> spans for qwen3 (and the
          * deepseek-r1 distills, which do not say so in their metadata). */
         in.strip_old_thinking =
@@ -965,7 +999,7 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
             fit.truncate = !g->has_truncate || g->truncate;
             st = render_jinja(e, model_msgs.v, model_msgs.n,
                               g->has_system ? g->system : ld->system, &user, 1, NULL,
-                              request_think(e, g->think), &fit, &res, err);
+                              request_think(e, g->think), &fit, max_bytes, &res, err);
             goto done;
         }
         rn_prompt_gen_t in = {0};
@@ -1002,10 +1036,21 @@ static cr_status_t render(rn_engine_t *e, const msg_t *req,
         fit.truncate = !g->has_truncate || g->truncate;
         in.fit = fit;
         in.count_prompt = count_prompt;
+        in.opts.max_bytes = max_bytes;
         st = rn_prompt_generate(&in, &res, err);
     }
 done:
+    char over[64];
+    snprintf(over, sizeof over, "exceeds %zu bytes", max_bytes);
+    /* The template executor, a renderer or the Jinja output said so. */
+    if (st == CR_E_TOO_LARGE && strstr(err->msg, over))
+        cr_err_set(err, st,
+                   "the prompt is over %zu bytes, many times what num_ctx %d can hold "
+                   "(a token is at most %zu bytes of text); send less or raise num_ctx",
+                   max_bytes, e->n_ctx, piece_max);
     if (!st) {
+        res.images_skipped += cut.images;
+        res.msgs_dropped += cut.msgs;
         *out = res;
         memset(&res, 0, sizeof res);
     }

@@ -1398,7 +1398,7 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
     zsock_set_linger(s->front, 0);
     zsock_set_linger(s->runners, 0);
     zsock_set_linger(s->registry, 0);
-    if (zsock_bind(s->front, "%s", cfg->front_endpoint) < 0) {
+    if (bus_listen(s->front, cfg->front_endpoint) < 0) {
         cr_err_set(err, CR_E_IO, "cannot bind %s: %s", cfg->front_endpoint,
                    zmq_strerror(zmq_errno()));
         goto fail_sockets;

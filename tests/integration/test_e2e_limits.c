@@ -1,6 +1,11 @@
 /* test_e2e_limits.c: single requests and idle connections that used to
  * take the whole server down (issue 20).
  *
+ * - A prompt many times what the model's context could hold (past
+ *   rn_prompt_bytes_cap: 1 MiB for this small model) is refused with 413
+ *   naming num_ctx instead of being tokenized whole (time and memory the
+ *   runner's plan does not have), and a chat of 20k messages is answered
+ *   (those truncation could never keep are cut before rendering).
  * - A tokenize answer over what one bus frame carries (more than
  *   MSG_MAX_ARRAY tokens) is answered with an error, and the model keeps
  *   serving (it used to stay busy with an answer never sent).
@@ -96,6 +101,45 @@ static void test_tokenize_past_a_frame(void)
                             NULL, NULL);
     CHECK_EQ_INT(g.status, 200);
     e2e_resp_free(&g);
+}
+
+/* ---- requests bounded by the context ---- */
+
+static void test_prompt_past_context(void)
+{
+    size_t reps = (1u << 20) / 3 + 1000; /* just past the 1 MiB cap */
+    char *big = repeated(reps);
+    json_t *o = json_pack("{s:s,s:s,s:b,s:{s:i}}", "model", "synth", "prompt", big, "stream",
+                          0, "options", "num_predict", 1);
+    free(big);
+    char *body = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    e2e_resp_t r = e2e_http(&T, "POST", "/api/generate", body, NULL, NULL);
+    free(body);
+    CHECK_MSG(r.status == 413, "generate of %zu bytes: %ld %.200s", reps * 3, r.status,
+              r.body ? r.body : "");
+    CHECK_MSG(r.body && strstr(r.body, "num_ctx") != NULL, "%.200s", r.body ? r.body : "");
+    e2e_resp_free(&r);
+
+    /* Many short messages: answered, the prompt within the context. */
+    enum { N_MSGS = 20000 };
+    json_t *msgs = json_array();
+    for (int i = 0; i < N_MSGS; i++)
+        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", i % 2 ? "assistant" : "user",
+                                              "content", "zq"));
+    o = json_pack("{s:s,s:o,s:b,s:{s:i}}", "model", "synth", "messages", msgs, "stream", 0,
+                  "options", "num_predict", 1);
+    body = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    r = e2e_http(&T, "POST", "/api/chat", body, NULL, NULL);
+    free(body);
+    CHECK_MSG(r.status == 200, "chat of %d messages: %ld %.200s", N_MSGS, r.status,
+              r.body ? r.body : "");
+    json_t *j = r.status == 200 ? json_loads(r.body, 0, NULL) : NULL;
+    json_int_t n_prompt = j ? json_integer_value(json_object_get(j, "prompt_eval_count")) : -1;
+    CHECK_MSG(n_prompt > 0 && n_prompt <= 256, "prompt_eval_count %lld", (long long)n_prompt);
+    json_decref(j);
+    e2e_resp_free(&r);
 }
 
 /* ---- connections ---- */
@@ -252,9 +296,10 @@ int main(void)
     setenv("CORRAL_TEST_SLOW_LOAD", "slowload:4000", 1); /* twice the idle timeout */
     if (!e2e_start(&T))
         return 1;
-    if (e2e_synth_create(&T, "synth", "TEMPLATE \"{{ .Prompt }}\"\n", NULL))
+    if (e2e_synth_create(&T, "synth", "TEMPLATE \"{{ .Prompt }}\"\n", NULL)) {
         test_tokenize_past_a_frame();
-    else
+        test_prompt_past_context();
+    } else
         CHECK(!"create synth");
     test_connection_limits();
     test_host_header();

@@ -283,6 +283,39 @@ out:
     zsock_destroy(&router);
 }
 
+/* A service's public socket takes a burst of connects (bus_listen). */
+static void test_listen_backlog(void)
+{
+    char ep[600];
+    snprintf(ep, sizeof ep, "ipc://%s/listen.sock", tmp_root);
+    zsock_t *r = zsock_new(ZMQ_ROUTER);
+    CHECK(r != NULL);
+    CHECK_EQ_INT(bus_listen(r, ep), 0);
+    CHECK_EQ_INT(zsock_backlog(r), BUS_LISTEN_BACKLOG);
+    /* More connects at once than ZeroMQ's default backlog of 100: all
+     * come up. */
+    enum { N = 300 };
+    static zsock_t *d[N];
+    int up = 0;
+    for (int i = 0; i < N; i++) {
+        d[i] = zsock_new(ZMQ_DEALER);
+        zsock_set_linger(d[i], 0);
+        zsock_set_immediate(d[i], 1); /* a send waits for the connection */
+        CHECK_EQ_INT(zsock_connect(d[i], "%s", ep), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        msg_t m;
+        msg_init(&m, MSG_ping, "x");
+        cr_err_t err;
+        zsock_set_sndtimeo(d[i], 10000);
+        up += bus_send(d[i], &m, &err) == CR_OK;
+    }
+    CHECK_EQ_INT(up, N);
+    for (int i = 0; i < N; i++)
+        zsock_destroy(&d[i]);
+    zsock_destroy(&r);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/corral-test-bus-XXXXXX");
@@ -295,6 +328,7 @@ int main(void)
     test_endpoint();
     test_new_id();
     test_router_dealer();
+    test_listen_backlog();
     nftw(tmp_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     struct stat sb;
     CHECK(stat(tmp_root, &sb) != 0); /* cleaned up */

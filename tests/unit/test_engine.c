@@ -775,6 +775,72 @@ static void test_jinja_template(void)
     unlink(path);
 }
 
+/* A request's work is bounded by the context (issue 20, finding 2;
+ * prompt/precut.h): with num_ctx 128, tools past the prompt cap (1 MiB)
+ * are 413 before parsing, more system messages than num_ctx are 400,
+ * truncate:false over num_ctx messages is Ollama's 400, and 5,000 short
+ * messages are answered within the context. */
+static void test_request_bounds(void)
+{
+    rn_engine_t *e = load("{{ range .Messages }}<{{ .Role }}>{{ .Content }}"
+                          "{{ end }}<assistant>",
+                          128);
+    if (!e)
+        return;
+    enum { N = 5000 };
+    static msg_message_t msgs[N];
+    for (int i = 0; i < N; i++)
+        msgs[i] = (msg_message_t){.role = i % 2 ? "assistant" : "user", .content = "hi"};
+    msgs[N - 1].role = "user";
+    msg_t m;
+    msg_init(&m, MSG_chat, "b");
+    m.u.chat.model = "synth";
+    m.u.chat.has_model = true;
+    m.u.chat.messages.v = msgs;
+    m.u.chat.messages.n = N;
+    m.u.chat.has_messages = true;
+    msg_options_t o = greedy(2);
+    m.u.chat.options = &o;
+    m.u.chat.has_options = true;
+    capture_t cp = {0};
+    rn_sink_t sink = {&cp, cap_chunk, cap_canceled};
+    msg_done_body_t d = {0};
+    cr_err_t err;
+    cr_buf_init(&cp.text, 1 << 20);
+    CHECK_EQ_INT(rn_engine_generate(e, &m, &sink, &d, &err), CR_OK);
+    CHECK_MSG(d.prompt_eval_count > 0 && d.prompt_eval_count <= 128, "prompt_eval_count %d",
+              (int)d.prompt_eval_count);
+    cr_buf_free(&cp.text);
+
+    m.u.chat.truncate = false;
+    m.u.chat.has_truncate = true;
+    CHECK_EQ_INT(rn_engine_generate(e, &m, &sink, &d, &err), CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "exceeds the context length") != NULL, "%s", err.msg);
+    m.u.chat.has_truncate = false;
+
+    for (int i = 0; i < 200; i++)
+        msgs[i].role = "system";
+    CHECK_EQ_INT(rn_engine_generate(e, &m, &sink, &d, &err), CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "200 system messages") != NULL, "%s", err.msg);
+    for (int i = 0; i < 200; i++)
+        msgs[i].role = i % 2 ? "assistant" : "user";
+
+    size_t tools_len = (1u << 20) + 100;
+    char *tools = malloc(tools_len + 1);
+    if (tools) {
+        memset(tools, ' ', tools_len);
+        memcpy(tools, "[", 1);
+        memcpy(tools + tools_len - 1, "]", 1);
+        tools[tools_len] = '\0';
+        m.u.chat.tools = tools;
+        m.u.chat.has_tools = true;
+        CHECK_EQ_INT(rn_engine_generate(e, &m, &sink, &d, &err), CR_E_TOO_LARGE);
+        CHECK_MSG(strstr(err.msg, "num_ctx 128") != NULL, "%s", err.msg);
+        free(tools);
+    }
+    rn_engine_destroy(&e);
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "/tmp/corral-engine-%d.gguf",
@@ -798,6 +864,7 @@ int main(void)
         rn_engine_destroy(&e);
     }
     test_templates_and_errors();
+    test_request_bounds();
     test_jinja_template();
     test_tool_calls();
     test_thinking();
