@@ -1486,7 +1486,7 @@ int rn_engine_step(rn_engine_t *e)
         slot_t *sl = &e->slots[i];
         if (sl->state != SLOT_DECODE || !sl->has_pending)
             continue;
-        e->spans[n_spans] = (rn_ctx_span_t){sl->id, &sl->pending, 1, sl->n_seq, NULL};
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, &sl->pending, 1, sl->n_seq, NULL, NULL};
         e->span_slot[n_spans++] = i;
         budget--;
     }
@@ -1495,7 +1495,7 @@ int rn_engine_step(rn_engine_t *e)
         if (sl->state != SLOT_PREFILL)
             continue;
         int step = CR_MIN(CR_MIN(PREFILL_STEP, sl->n_prompt - sl->at), budget);
-        e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at, NULL};
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at, NULL, NULL};
         if (sl->img_rows)
             e->spans[n_spans].embd =
                 sl->img_rows + (size_t)sl->img_at * rn_ctx_embd_dim(e->ctx);
