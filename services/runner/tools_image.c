@@ -60,13 +60,14 @@ static cr_status_t text_dim(const char *path, int *out, cr_err_t *err)
     return st;
 }
 
-/* rn_clip_encode, saying how long it took on stderr (for bench/vs_mtmd.sh). */
-static cr_status_t encode_timed(rn_clip_t *clip, const float *pixels, float *emb,
-                                cr_err_t *err)
+/* rn_clip_encode_at, saying how long it took on stderr (for
+ * bench/vs_mtmd.sh). */
+static cr_status_t encode_timed(rn_clip_t *clip, const rn_clip_layout_t *L,
+                                const float *pixels, float *emb, cr_err_t *err)
 {
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
-    cr_status_t st = rn_clip_encode(clip, pixels, emb, err);
+    cr_status_t st = rn_clip_encode_at(clip, L, pixels, emb, err);
     clock_gettime(CLOCK_MONOTONIC, &b);
     if (!st)
         fprintf(stderr, "image encoded in %.1f ms\n",
@@ -74,13 +75,38 @@ static cr_status_t encode_timed(rn_clip_t *clip, const float *pixels, float *emb
     return st;
 }
 
+/* M-RoPE positions (t, h, w) of ids [n] (forward.h's rope_pos), as mtmd
+ * places them: text one past the previous token's largest, an image's
+ * tokens (negative ids, nx per row) at t = p, h = p + row, w = p + col,
+ * p the position the image starts at. */
+static void mrope_positions(const int32_t *ids, size_t n, int nx, int32_t *pos)
+{
+    int32_t next = 0;
+    for (size_t i = 0; i < n;) {
+        if (ids[i] >= 0) {
+            pos[3 * i] = pos[3 * i + 1] = pos[3 * i + 2] = next++;
+            i++;
+            continue;
+        }
+        int32_t p0 = next;
+        size_t k = 0;
+        for (; i < n && ids[i] < 0; i++, k++) {
+            pos[3 * i] = p0;
+            pos[3 * i + 1] = p0 + (int32_t)(k / (size_t)nx);
+            pos[3 * i + 2] = p0 + (int32_t)(k % (size_t)nx);
+            next = CR_MAX(next, CR_MAX(pos[3 * i + 1], pos[3 * i + 2]) + 1);
+        }
+    }
+}
+
 /* The last position's logits of prompt (trusted text, BOS as the
- * vocabulary says, [img-0] where the image's n_tok rows emb go) into
- * logits_path. */
+ * vocabulary says, [img-0] where the image's n_tok rows emb go, nx per
+ * row of its grid; M-RoPE models get mrope_positions) into logits_path. */
 static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const char *prompt,
-                                 const float *emb, int n_tok, const char *logits_path,
+                                 const float *emb, int n_tok, int nx, const char *logits_path,
                                  cr_err_t *err)
 {
+    int32_t *rope = NULL;
     rn_model_t *m = NULL;
     rn_tokenizer_t *tok = NULL;
     rn_ctx_t *c = NULL;
@@ -116,8 +142,15 @@ static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const
     rn_ctx_opts_t co = {.n_ctx = (int)n + 1, .n_batch = (int)n};
     if (!st)
         st = rn_ctx_new(m, &co, &c, err);
+    if (!st && rn_model_hparams(m)->mrope) {
+        if (!(rope = malloc(3 * n * sizeof *rope)))
+            st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+        else
+            mrope_positions(ids, n, nx, rope);
+    }
     if (!st) {
-        rn_ctx_span_t span = {.seq = 0, .tokens = ids, .n = (int)n, .pos = 0, .embd = emb};
+        rn_ctx_span_t span = {.seq = 0, .tokens = ids, .n = (int)n, .pos = 0, .embd = emb,
+                              .rope_pos = rope};
         st = rn_ctx_eval_batch(c, &span, 1, err);
     }
     if (!st)
@@ -127,6 +160,7 @@ static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const
     rn_model_destroy(&m);
     free(ids);
     free(img);
+    free(rope);
     return st;
 }
 
@@ -156,8 +190,12 @@ int rn_tool_image_embed(const char *model_path, const char *mmproj_path,
                    "embeddings are %d", hp->n_embd, dim);
         goto out;
     }
-    size_t npx = 3 * (size_t)hp->image_size * hp->image_size;
-    size_t nemb = (size_t)hp->n_patches * hp->n_embd;
+    rn_clip_layout_t L;
+    if ((st = rn_clip_layout(clip, im->width, im->height, &L, &err)))
+        goto out;
+    int n_tok = L.nx * L.ny;
+    size_t npx = 3 * (size_t)L.width * L.height;
+    size_t nemb = (size_t)n_tok * hp->n_embd;
     pixels = malloc(npx * sizeof *pixels);
     emb = malloc(nemb * sizeof *emb);
     if (!pixels || !emb) {
@@ -166,13 +204,13 @@ int rn_tool_image_embed(const char *model_path, const char *mmproj_path,
     }
     if ((st = rn_clip_preprocess(clip, im, pixels, &err)) ||
         (pixels_path && (st = write_floats(pixels_path, pixels, npx, &err))) ||
-        (st = encode_timed(clip, pixels, emb, &err)) ||
+        (st = encode_timed(clip, &L, pixels, emb, &err)) ||
         (st = write_floats(out_path, emb, nemb, &err)))
         goto out;
     if (prompt && logits_path &&
-        (st = prompt_logits(model_path, be, prompt, emb, hp->n_patches, logits_path, &err)))
+        (st = prompt_logits(model_path, be, prompt, emb, n_tok, L.nx, logits_path, &err)))
         goto out;
-    printf("%d x %d\n", hp->n_patches, hp->n_embd);
+    printf("%d x %d\n", n_tok, hp->n_embd);
     rc = 0;
 out:
     if (rc)

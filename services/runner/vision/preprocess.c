@@ -156,36 +156,42 @@ cr_status_t rn_preproc_resize(const rn_image_t *src, int w, int h, rn_preproc_fi
     return CR_OK;
 }
 
-cr_status_t rn_preproc_fit_square(const rn_image_t *src, int size, const uint8_t pad[3],
-                                  rn_preproc_filter_t f, rn_image_t **out, cr_err_t *err)
+cr_status_t rn_preproc_fit(const rn_image_t *src, int w, int h, const uint8_t pad[3],
+                           rn_preproc_filter_t f, rn_image_t **out, cr_err_t *err)
 {
     *out = NULL;
-    if (src->width == size && src->height == size)
-        return rn_preproc_resize(src, size, size, f, out, err);
+    if (src->width == w && src->height == h)
+        return rn_preproc_resize(src, w, h, f, out, err);
     /* In float, as the reference computes it: a different rounding of the
      * scale can move a side by one pixel. */
-    float sw = (float)size / (float)src->width, sh = (float)size / (float)src->height;
+    float sw = (float)w / (float)src->width, sh = (float)h / (float)src->height;
     float s = sw < sh ? sw : sh;
-    int nw = CR_MIN((int)ceilf((float)src->width * s), size);
-    int nh = CR_MIN((int)ceilf((float)src->height * s), size);
+    int nw = CR_MIN((int)ceilf((float)src->width * s), w);
+    int nh = CR_MIN((int)ceilf((float)src->height * s), h);
     rn_image_t *fit = NULL;
     cr_status_t st = rn_preproc_resize(src, CR_MAX(nw, 1), CR_MAX(nh, 1), f, &fit, err);
     if (st)
         return st;
-    rn_image_t *canvas = rn_image_new(size, size);
+    rn_image_t *canvas = rn_image_new(w, h);
     if (!canvas) {
         rn_image_destroy(&fit);
-        return cr_err_set(err, CR_E_NOMEM, "out of memory padding to %dx%d", size, size);
+        return cr_err_set(err, CR_E_NOMEM, "out of memory padding to %dx%d", w, h);
     }
-    for (size_t i = 0; i < (size_t)size * size; i++)
+    for (size_t i = 0; i < (size_t)w * h; i++)
         memcpy(canvas->rgb + 3 * i, pad, 3);
-    int ox = (size - fit->width) / 2, oy = (size - fit->height) / 2;
+    int ox = (w - fit->width) / 2, oy = (h - fit->height) / 2;
     for (int y = 0; y < fit->height; y++)
-        memcpy(canvas->rgb + ((size_t)(y + oy) * size + ox) * 3,
+        memcpy(canvas->rgb + ((size_t)(y + oy) * w + ox) * 3,
                fit->rgb + (size_t)y * fit->width * 3, (size_t)fit->width * 3);
     rn_image_destroy(&fit);
     *out = canvas;
     return CR_OK;
+}
+
+cr_status_t rn_preproc_fit_square(const rn_image_t *src, int size, const uint8_t pad[3],
+                                  rn_preproc_filter_t f, rn_image_t **out, cr_err_t *err)
+{
+    return rn_preproc_fit(src, size, size, pad, f, out, err);
 }
 
 void rn_preproc_normalize(const rn_image_t *im, const float mean[3], const float std[3],

@@ -33,6 +33,14 @@ cr_status_t rn_preproc_resize(const rn_image_t *src, int w, int h, rn_preproc_fi
 cr_status_t rn_preproc_fit_square(const rn_image_t *src, int size, const uint8_t pad[3],
                                   rn_preproc_filter_t f, rn_image_t **out, cr_err_t *err);
 
+/* rn_preproc_fit_square into a w x h canvas: scale min(w / width,
+ * h / height) in float, each side ceil(side * scale) (at most w, h),
+ * centred (offsets rounded down) on pad colour. llama.cpp's resize with
+ * PAD_CEIL (qwen2.5-vl's dynamic sizes, whose aspect is nearly kept).
+ * Ownership and errors as rn_preproc_resize. */
+cr_status_t rn_preproc_fit(const rn_image_t *src, int w, int h, const uint8_t pad[3],
+                           rn_preproc_filter_t f, rn_image_t **out, cr_err_t *err);
+
 /* out[c][y][x] = (im[y][x][c] / 255 - mean[c]) / std[c] in float, planes
  * R, G, B: out holds 3 * width * height floats (caller-owned). */
 void rn_preproc_normalize(const rn_image_t *im, const float mean[3], const float std[3],

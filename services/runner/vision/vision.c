@@ -38,6 +38,13 @@ cr_status_t rn_vision_new(const char *path, be_backend_t *be, int text_dim,
         return st;
     }
     const rn_clip_hparams_t *hp = rn_clip_hparams(v->clip);
+    if (hp->dynamic) {
+        st = cr_err_set(err, CR_E_UNSUPPORTED, "%s: projector type '%s' is not supported "
+                        "yet in chat and generate (its images vary in size; only "
+                        "`corral-runner image-embed` runs it)", path, hp->projector);
+        rn_vision_destroy(&v);
+        return st;
+    }
     v->n_tok = hp->n_patches;
     v->dim = hp->n_embd;
     if (v->dim != text_dim) {
