@@ -98,6 +98,9 @@ typedef struct slot {
      * filled: never read), and how many of them lie before `at`. */
     float *img_rows;
     int img_at;
+    /* M-RoPE models (qwen2vl) with images: the prompt's positions
+     * [n_prompt][3] (forward.h's rope_pos), image tokens on their grid */
+    int32_t *rope;
 } slot_t;
 
 struct rn_engine {
@@ -387,7 +390,8 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     if (load->has_projector && load->projector && *load->projector) {
         if ((st = rn_vision_new(load->projector, e->be[0], hp->dim, &e->vision, err)))
             goto fail;
-        cr_log_info("%s: vision projector loaded (%d tokens per image)", load->name,
+        cr_log_info("%s: vision projector loaded (%s%d tokens per image)", load->name,
+                    rn_vision_is_dynamic(e->vision) ? "up to " : "",
                     rn_vision_image_tokens(e->vision));
     }
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
@@ -441,6 +445,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
         free(sl->prompt);
         free(sl->masked);
         free(sl->img_rows);
+        free(sl->rope);
     }
     free(e->slots);
     free(e->spans);
@@ -589,8 +594,10 @@ static size_t request_images(const msg_t *r, const char **v, size_t cap)
 /* The images a rendered prompt refers to ([img-k] is img[k]) and where
  * its tags put them. */
 typedef struct img_plan {
-    rn_vision_image_t *img; /* [n] */
-    int32_t *ids;           /* [n][tokens per image] */
+    rn_vision_image_t *img; /* [n], prepared (token counts known) */
+    int32_t *ids;           /* each image's ids one after another: the
+                               family's begin text, its tokens, its end text */
+    int *n_ids;             /* [n] ids of each */
     size_t n;
     size_t *order;          /* the image of each tag, in text order [n_order] */
     size_t n_order;
@@ -602,8 +609,24 @@ static void plan_free(img_plan_t *p)
         rn_vision_image_free(&p->img[i]);
     free(p->img);
     free(p->ids);
+    free(p->n_ids);
     free(p->order);
     memset(p, 0, sizeof *p);
+}
+
+/* The ids of text the family puts around each image (vision.h's image
+ * begin/end: qwen2.5-vl's <|vision_start|>, <|vision_end|>), tokenized on
+ * their own with special parsing, as mtmd tokenizes them. */
+static cr_status_t wrap_ids(rn_engine_t *e, const char *text, int32_t *out, size_t cap,
+                            size_t *n, cr_err_t *err)
+{
+    *n = 0;
+    if (!*text)
+        return CR_OK;
+    cr_status_t st = rn_tokenize(e->tok, text, strlen(text), false, true, out, cap, n, err);
+    if (st == CR_E_TOO_LARGE)
+        st = cr_err_set(err, CR_E_INTERNAL, "image marker '%s' is %zu tokens", text, *n);
+    return st;
 }
 
 /* tokenize_prompt for a prompt with images: each [img-k] tag becomes the
@@ -612,32 +635,53 @@ static void plan_free(img_plan_t *p)
 static cr_status_t tokenize_images(rn_engine_t *e, const msg_t *r, const rn_prompt_result_t *p,
                                    img_plan_t *plan, int *n_out, cr_err_t *err)
 {
-    size_t n_req = request_images(r, NULL, 0), tok = (size_t)rn_vision_image_tokens(e->vision);
+    size_t n_req = request_images(r, NULL, 0);
     if (p->images_skipped + p->n_images > n_req)
         return cr_err_set(err, CR_E_INTERNAL, "the prompt refers to %zu images of %zu",
                           p->images_skipped + p->n_images, n_req);
+    enum { WRAP_MAX = 64 };
+    int32_t beg[WRAP_MAX], end[WRAP_MAX];
+    size_t n_beg = 0, n_end = 0;
+    cr_status_t st;
+    if ((st = wrap_ids(e, rn_vision_image_begin(e->vision), beg, WRAP_MAX, &n_beg, err)) ||
+        (st = wrap_ids(e, rn_vision_image_end(e->vision), end, WRAP_MAX, &n_end, err)))
+        return st;
     const char **b64 = calloc(n_req, sizeof *b64);
     const int32_t **ids = calloc(p->n_images, sizeof *ids);
     plan->img = calloc(p->n_images, sizeof *plan->img);
-    plan->ids = malloc(p->n_images * tok * sizeof *plan->ids);
-    cr_status_t st = CR_OK;
-    if (!b64 || !ids || !plan->img || !plan->ids) {
+    plan->n_ids = calloc(p->n_images, sizeof *plan->n_ids);
+    if (!b64 || !ids || !plan->img || !plan->n_ids) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory for the images");
         goto out;
     }
     plan->n = p->n_images;
     request_images(r, b64, n_req);
+    size_t total = 0;
     for (size_t k = 0; k < plan->n; k++) {
-        if ((st = rn_vision_image_load(b64[p->images_skipped + k], &plan->img[k], err))) {
-            cr_err_wrap(err, "image %zu", p->images_skipped + k);
+        size_t at = p->images_skipped + k;
+        if ((st = rn_vision_image_load(b64[at], &plan->img[k], err))) {
+            cr_err_wrap(err, "image %zu", at);
             goto out;
         }
-        rn_vision_token_ids(e->vision, &plan->img[k], plan->ids + k * tok);
-        ids[k] = plan->ids + k * tok;
+        if ((st = rn_vision_image_prepare(e->vision, &plan->img[k], at, err)))
+            goto out;
+        plan->n_ids[k] = (int)(n_beg + n_end) + plan->img[k].n_tok;
+        total += (size_t)plan->n_ids[k];
+    }
+    if (!(plan->ids = malloc((total ? total : 1) * sizeof *plan->ids))) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory for the images");
+        goto out;
+    }
+    for (size_t k = 0, o = 0; k < plan->n; o += (size_t)plan->n_ids[k], k++) {
+        int32_t *dst = plan->ids + o;
+        memcpy(dst, beg, n_beg * sizeof *dst);
+        rn_vision_token_ids(e->vision, &plan->img[k], dst + n_beg);
+        memcpy(dst + n_beg + (size_t)plan->img[k].n_tok, end, n_end * sizeof *dst);
+        ids[k] = dst;
     }
     size_t need = 0, n_order = 0, limit = (size_t)e->n_ctx - 1;
-    st = rn_prompt_tokenize_images(e->tok, p, ids, plan->n, (int)tok, NULL, 0, &need, NULL, 0,
-                                   &n_order, err);
+    st = rn_prompt_tokenize_images_n(e->tok, p, ids, plan->n, plan->n_ids, 0, NULL, 0, &need,
+                                     NULL, 0, &n_order, err);
     if (st && st != CR_E_TOO_LARGE)
         goto out;
     if (n_order == 0) {
@@ -654,8 +698,8 @@ static cr_status_t tokenize_images(rn_engine_t *e, const msg_t *r, const rn_prom
         st = cr_err_set(err, CR_E_NOMEM, "out of memory for the images");
         goto out;
     }
-    st = rn_prompt_tokenize_images(e->tok, p, ids, plan->n, (int)tok, e->prompt, limit, &need,
-                                   plan->order, n_order, &plan->n_order, err);
+    st = rn_prompt_tokenize_images_n(e->tok, p, ids, plan->n, plan->n_ids, 0, e->prompt,
+                                     limit, &need, plan->order, n_order, &plan->n_order, err);
     if (!st && need == 0)
         st = cr_err_set(err, CR_E_INVALID, "the prompt is empty");
     *n_out = (int)need;
@@ -666,33 +710,72 @@ out:
 }
 
 /* The embeddings of the prompt's image tokens into *rows_out (caller
- * frees; [tags][tokens][dim]): the images of tags whose tokens reach
- * position `from` (those before it are cached in the slot already). */
+ * frees; [image tokens][dim] in prompt order, tag after tag): the images
+ * of tags whose tokens reach position `from` (those before it are cached
+ * in the slot already). */
 static cr_status_t embed_images(rn_engine_t *e, const img_plan_t *plan, const int32_t *prompt,
                                 int n_prompt, int from, float **rows_out, cr_err_t *err)
 {
-    size_t tok = (size_t)rn_vision_image_tokens(e->vision);
-    size_t dim = (size_t)rn_ctx_embd_dim(e->ctx), per = tok * dim;
-    float *rows = calloc(plan->n_order * per, sizeof *rows);
+    size_t dim = (size_t)rn_ctx_embd_dim(e->ctx), all = 0;
+    for (size_t t = 0; t < plan->n_order; t++)
+        all += (size_t)plan->img[plan->order[t]].n_tok;
+    float *rows = calloc((all ? all : 1) * dim, sizeof *rows);
     if (!rows)
         return cr_err_set(err, CR_E_NOMEM, "out of memory for the image embeddings");
-    size_t j = 0; /* image tokens seen */
+    size_t j = 0, tag = 0, first = 0; /* image tokens seen; tag; its first */
     cr_status_t st = CR_OK;
-    for (int i = 0; !st && i < n_prompt; i++) {
+    for (int i = 0; !st && i < n_prompt && tag < plan->n_order; i++) {
         if (prompt[i] >= 0)
             continue;
-        /* the last token of tag j / tok */
-        if (++j % tok == 0 && i >= from) {
-            size_t tag = j / tok - 1;
-            st = rn_vision_embed(e->vision, &plan->img[plan->order[tag]],
-                                 plan->order[tag], rows + tag * per, err);
-        }
+        const rn_vision_image_t *img = &plan->img[plan->order[tag]];
+        if (++j - first < (size_t)img->n_tok)
+            continue;
+        /* the last token of this tag */
+        if (i >= from)
+            st = rn_vision_embed(e->vision, img, plan->order[tag], rows + first * dim, err);
+        first = j;
+        tag++;
     }
     if (st) {
         free(rows);
         return st;
     }
     *rows_out = rows;
+    return CR_OK;
+}
+
+/* M-RoPE positions of a prompt with images (forward.h's rope_pos, mtmd's
+ * layout): text one past the previous token's largest; tag t's image at
+ * (p, p + row, p + col), p where it starts, after which text goes on from
+ * p + max(nx, ny). Caller frees *out ([n_prompt][3]). */
+static cr_status_t mrope_positions(const img_plan_t *plan, const int32_t *prompt, int n_prompt,
+                                   int32_t **out, cr_err_t *err)
+{
+    int32_t *pos = malloc(3 * (size_t)(n_prompt ? n_prompt : 1) * sizeof *pos);
+    if (!pos)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory for the positions");
+    int32_t next = 0, p0 = 0;
+    size_t tag = 0;
+    int k = 0; /* tokens of the current tag seen */
+    for (int i = 0; i < n_prompt; i++) {
+        int32_t *q = pos + 3 * (size_t)i;
+        if (prompt[i] >= 0 || tag >= plan->n_order) {
+            q[0] = q[1] = q[2] = next++;
+            continue;
+        }
+        const rn_vision_image_t *img = &plan->img[plan->order[tag]];
+        if (k == 0)
+            p0 = next;
+        q[0] = p0;
+        q[1] = p0 + k / img->nx;
+        q[2] = p0 + k % img->nx;
+        if (++k == img->n_tok) {
+            next = p0 + CR_MAX(img->nx, img->ny);
+            k = 0;
+            tag++;
+        }
+    }
+    *out = pos;
     return CR_OK;
 }
 
@@ -1142,6 +1225,8 @@ static void end_slot(rn_engine_t *e, slot_t *sl, cr_status_t st,
     rn_grammar_destroy(&sl->grammar);
     free(sl->img_rows);
     sl->img_rows = NULL;
+    free(sl->rope);
+    sl->rope = NULL;
     sl->state = SLOT_FREE;
     sl->has_pending = false;
     sl->used = ++e->clock;
@@ -1266,6 +1351,7 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     rn_prompt_result_t prompt = {0};
     img_plan_t plan = {0};
     float *img_rows = NULL;
+    int32_t *rope = NULL;
     req_opts_t ro;
     cr_status_t st;
     if (format && *format) {
@@ -1340,6 +1426,9 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     if (with_images &&
         (st = embed_images(e, &plan, e->prompt, n_prompt, common, &img_rows, err)))
         goto out;
+    if (with_images && rn_model_hparams(e->model)->mrope &&
+        (st = mrope_positions(&plan, e->prompt, n_prompt, &rope, err)))
+        goto out;
 
     /* The slot is taken: from here on it ends through finish. */
     memcpy(sl->prompt, e->prompt, (size_t)n_prompt * sizeof *sl->prompt);
@@ -1369,6 +1458,8 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     rn_detok_flush(sl->detok, &piece, &piece_len); /* fresh stream */
     sl->img_rows = img_rows;
     img_rows = NULL;
+    sl->rope = rope;
+    rope = NULL;
     sl->img_at = 0;
     for (int i = 0; i < common; i++)
         sl->img_at += sl->prompt[i] < 0;
@@ -1379,6 +1470,7 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
 out:
     plan_free(&plan);
     free(img_rows);
+    free(rope);
     rn_prompt_result_free(&prompt);
     rn_stop_destroy(&stop);
     rn_grammar_destroy(&grammar);
@@ -1499,6 +1591,8 @@ int rn_engine_step(rn_engine_t *e)
         if (sl->img_rows)
             e->spans[n_spans].embd =
                 sl->img_rows + (size_t)sl->img_at * rn_ctx_embd_dim(e->ctx);
+        if (sl->rope)
+            e->spans[n_spans].rope_pos = sl->rope + 3 * (size_t)sl->at;
         e->span_slot[n_spans++] = i;
         budget -= step;
     }

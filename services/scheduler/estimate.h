@@ -122,7 +122,9 @@ cr_status_t sch_estimate_add_adapter(sch_estimate_t *est, const cr_gguf_t *ad, c
  * activations for one image (T = (image_size / patch_size)^2 + 1
  * positions: six [T][dim] f32 rows, [T][ffn], two f16 [T][dim] caches,
  * [T][T] scores per head, the patches and the projector's [N][hidden] and
- * [N][embd]) and SCH_VISION_CACHE_BYTES go to projector_bytes, embd_bytes
+ * [N][embd]; qwen2.5-vl's tower, sized per image: its largest, 16384
+ * patches, without the scores) and SCH_VISION_CACHE_BYTES go to
+ * projector_bytes, embd_bytes
  * and the CPU total. CR_E_CORRUPT for missing or out-of-range clip.vision
  * keys; CR_E_TOO_LARGE on overflow. */
 cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,

@@ -48,6 +48,16 @@ cr_status_t rn_prompt_tokenize_images(const rn_tokenizer_t *tok, const rn_prompt
                                       size_t *n_out, size_t *order, size_t order_cap,
                                       size_t *n_order, cr_err_t *err)
 {
+    return rn_prompt_tokenize_images_n(tok, r, images, n_images, NULL, n_per_image, out, cap,
+                                       n_out, order, order_cap, n_order, err);
+}
+
+cr_status_t rn_prompt_tokenize_images_n(const rn_tokenizer_t *tok, const rn_prompt_result_t *r,
+                                        const int32_t *const *images, size_t n_images,
+                                        const int *n_ids, int n_per_image, int32_t *out,
+                                        size_t cap, size_t *n_out, size_t *order,
+                                        size_t order_cap, size_t *n_order, cr_err_t *err)
+{
     *n_out = 0;
     *n_order = 0;
     rn_prompt_span_t *spans = malloc((r->n_spans ? r->n_spans : 1) * sizeof *spans);
@@ -67,7 +77,8 @@ cr_status_t rn_prompt_tokenize_images(const rn_tokenizer_t *tok, const rn_prompt
         if ((st = piece(tok, r, spans, from, i, first, out, cap, &n, err)))
             break;
         first = false;
-        for (int k = 0; k < n_per_image; k++, n++)
+        int count = n_ids ? n_ids[idx] : n_per_image;
+        for (int k = 0; k < count; k++, n++)
             if (n < cap)
                 out[n] = images[idx][k];
         if (*n_order < order_cap)

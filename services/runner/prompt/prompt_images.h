@@ -27,4 +27,12 @@ cr_status_t rn_prompt_tokenize_images(const rn_tokenizer_t *tok, const rn_prompt
                                       size_t *n_out, size_t *order, size_t order_cap,
                                       size_t *n_order, cr_err_t *err);
 
+/* rn_prompt_tokenize_images with images[N] of n_ids[N] ids each (n_ids
+ * NULL: n_per_image each): images of varying sizes (qwen2.5-vl). */
+cr_status_t rn_prompt_tokenize_images_n(const rn_tokenizer_t *tok, const rn_prompt_result_t *r,
+                                        const int32_t *const *images, size_t n_images,
+                                        const int *n_ids, int n_per_image, int32_t *out,
+                                        size_t cap, size_t *n_out, size_t *order,
+                                        size_t order_cap, size_t *n_order, cr_err_t *err);
+
 #endif

@@ -11,16 +11,19 @@
 
 typedef struct entry {
     uint8_t digest[32];
-    float *rows;   /* [tokens][dim]; NULL: an empty entry */
+    float *rows;   /* [n_tok][dim]; NULL: an empty entry */
+    int n_tok, nx, ny;
     int64_t used;  /* clock at its last use (LRU) */
 } entry_t;
 
 struct rn_vision {
     rn_clip_t *clip;
-    int n_tok, dim;
-    float *pixels; /* [3][S][S], reused */
+    int n_tok, dim;  /* n_tok: fixed towers' tokens, dynamic ones' most */
+    bool dynamic;
+    float *pixels;   /* [3][H][W] of the largest image so far, reused */
+    size_t pixels_cap; /* floats */
     entry_t cache[RN_VISION_CACHE_MAX];
-    int n_cache;   /* entries the byte budget allows */
+    size_t cache_bytes;
     int64_t clock, encoded, hits;
 };
 
@@ -38,28 +41,21 @@ cr_status_t rn_vision_new(const char *path, be_backend_t *be, int text_dim,
         return st;
     }
     const rn_clip_hparams_t *hp = rn_clip_hparams(v->clip);
-    if (hp->dynamic) {
-        st = cr_err_set(err, CR_E_UNSUPPORTED, "%s: projector type '%s' is not supported "
-                        "yet in chat and generate (its images vary in size; only "
-                        "`corral-runner image-embed` runs it)", path, hp->projector);
-        rn_vision_destroy(&v);
-        return st;
-    }
     v->n_tok = hp->n_patches;
     v->dim = hp->n_embd;
+    v->dynamic = hp->dynamic;
     if (v->dim != text_dim) {
         st = cr_err_set(err, CR_E_INVALID, "%s: the projector's embeddings are %d wide, "
                         "the text model's %d", path, v->dim, text_dim);
         rn_vision_destroy(&v);
         return st;
     }
-    size_t entry_bytes = (size_t)v->n_tok * v->dim * sizeof(float);
-    size_t n = RN_VISION_CACHE_BYTES / (entry_bytes ? entry_bytes : 1);
-    v->n_cache = (int)CR_MAX(1, CR_MIN(n, (size_t)RN_VISION_CACHE_MAX));
-    v->pixels = malloc(3 * (size_t)hp->image_size * hp->image_size * sizeof(float));
-    if (!v->pixels) {
-        rn_vision_destroy(&v);
-        return cr_err_set(err, CR_E_NOMEM, "out of memory for the image buffer");
+    if (!v->dynamic) { /* dynamic towers: sized by the first image */
+        v->pixels_cap = 3 * (size_t)hp->image_size * hp->image_size;
+        if (!(v->pixels = malloc(v->pixels_cap * sizeof(float)))) {
+            rn_vision_destroy(&v);
+            return cr_err_set(err, CR_E_NOMEM, "out of memory for the image buffer");
+        }
     }
     *out = v;
     return CR_OK;
@@ -79,6 +75,18 @@ void rn_vision_destroy(rn_vision_t **self_p)
 }
 
 int rn_vision_image_tokens(const rn_vision_t *v) { return v->n_tok; }
+
+bool rn_vision_is_dynamic(const rn_vision_t *v) { return v->dynamic; }
+
+const char *rn_vision_image_begin(const rn_vision_t *v)
+{
+    return v->dynamic ? "<|vision_start|>" : "";
+}
+
+const char *rn_vision_image_end(const rn_vision_t *v)
+{
+    return v->dynamic ? "<|vision_end|>" : "";
+}
 
 uint64_t rn_vision_weight_bytes(const rn_vision_t *v)
 {
@@ -101,68 +109,145 @@ void rn_vision_image_free(rn_vision_image_t *img)
     if (!img)
         return;
     free(img->bytes);
+    rn_image_destroy(&img->decoded);
     memset(img, 0, sizeof *img);
+}
+
+static entry_t *lookup(rn_vision_t *v, const uint8_t digest[32])
+{
+    for (int i = 0; i < RN_VISION_CACHE_MAX; i++) {
+        entry_t *e = &v->cache[i];
+        if (e->rows && !memcmp(e->digest, digest, sizeof e->digest))
+            return e;
+    }
+    return NULL;
+}
+
+/* Decodes img into img->decoded (once). A client's image that does not
+ * decode is a bad request naming it. */
+static cr_status_t decode(rn_vision_image_t *img, size_t index, cr_err_t *err)
+{
+    if (img->decoded)
+        return CR_OK;
+    cr_status_t st = rn_image_decode(img->bytes, img->len, rn_image_max_pixels(),
+                                     &img->decoded, err);
+    if (st && st != CR_E_NOMEM) {
+        cr_err_wrap(err, "image %zu", index);
+        if (err)
+            err->status = CR_E_INVALID;
+        return CR_E_INVALID;
+    }
+    return st;
+}
+
+cr_status_t rn_vision_image_prepare(rn_vision_t *v, rn_vision_image_t *img, size_t index,
+                                    cr_err_t *err)
+{
+    const rn_clip_hparams_t *hp = rn_clip_hparams(v->clip);
+    if (!v->dynamic) {
+        img->nx = img->ny = hp->n_side;
+        img->n_tok = v->n_tok;
+        return CR_OK;
+    }
+    const entry_t *e = lookup(v, img->digest);
+    if (e) {
+        img->nx = e->nx, img->ny = e->ny, img->n_tok = e->n_tok;
+        return CR_OK;
+    }
+    cr_status_t st = decode(img, index, err);
+    if (st)
+        return st;
+    rn_clip_layout_t L;
+    if ((st = rn_clip_layout(v->clip, img->decoded->width, img->decoded->height, &L, err))) {
+        cr_err_wrap(err, "image %zu", index);
+        return st;
+    }
+    img->nx = L.nx, img->ny = L.ny, img->n_tok = L.nx * L.ny;
+    return CR_OK;
 }
 
 void rn_vision_token_ids(const rn_vision_t *v, const rn_vision_image_t *img, int32_t *ids)
 {
     uint32_t h = (uint32_t)img->digest[0] << 24 | (uint32_t)img->digest[1] << 16 |
                  (uint32_t)img->digest[2] << 8 | img->digest[3];
-    for (int k = 0; k < v->n_tok; k++)
+    int n = img->n_tok > 0 ? img->n_tok : v->n_tok;
+    for (int k = 0; k < n; k++)
         ids[k] = -1 - (int32_t)((h + (uint32_t)k) & 0x3fffffffu);
 }
 
-/* The entry to overwrite: an empty one, else the least recently used. */
-static entry_t *victim(rn_vision_t *v)
+/* Room for bytes more in the cache: evicts the least recently used
+ * entries until both the byte budget and a free entry allow it. NULL when
+ * the embeddings alone are over the budget (then simply not cached). */
+static entry_t *make_room(rn_vision_t *v, size_t bytes)
 {
-    entry_t *best = &v->cache[0];
-    for (int i = 0; i < v->n_cache; i++) {
-        entry_t *e = &v->cache[i];
-        if (!e->rows)
-            return e;
-        if (e->used < best->used)
-            best = e;
+    if (bytes > RN_VISION_CACHE_BYTES)
+        return NULL;
+    for (;;) {
+        entry_t *empty = NULL, *oldest = NULL;
+        for (int i = 0; i < RN_VISION_CACHE_MAX; i++) {
+            entry_t *e = &v->cache[i];
+            if (!e->rows)
+                empty = empty ? empty : e;
+            else if (!oldest || e->used < oldest->used)
+                oldest = e;
+        }
+        if (empty && v->cache_bytes + bytes <= RN_VISION_CACHE_BYTES)
+            return empty;
+        if (!oldest)
+            return NULL;
+        v->cache_bytes -= (size_t)oldest->n_tok * v->dim * sizeof(float);
+        free(oldest->rows);
+        oldest->rows = NULL;
     }
-    return best;
 }
 
 cr_status_t rn_vision_embed(rn_vision_t *v, const rn_vision_image_t *img, size_t index,
                             float *out, cr_err_t *err)
 {
-    size_t bytes = (size_t)v->n_tok * v->dim * sizeof(float);
-    for (int i = 0; i < v->n_cache; i++) {
-        entry_t *e = &v->cache[i];
-        if (e->rows && !memcmp(e->digest, img->digest, sizeof e->digest)) {
-            memcpy(out, e->rows, bytes);
-            e->used = ++v->clock;
-            v->hits++;
-            return CR_OK;
-        }
+    entry_t *hit = lookup(v, img->digest);
+    if (hit) {
+        memcpy(out, hit->rows, (size_t)hit->n_tok * v->dim * sizeof(float));
+        hit->used = ++v->clock;
+        v->hits++;
+        return CR_OK;
     }
-    rn_image_t *im = NULL;
-    cr_status_t st = rn_image_decode(img->bytes, img->len, rn_image_max_pixels(), &im, err);
-    if (st && st != CR_E_NOMEM) {
-        /* Whatever is wrong with a client's image is a bad request. */
+    rn_image_t *own = NULL;
+    const rn_image_t *im = img->decoded;
+    cr_status_t st = CR_OK;
+    if (!im) {
+        rn_vision_image_t tmp = *img;
+        tmp.decoded = NULL;
+        st = decode(&tmp, index, err);
+        im = own = tmp.decoded;
+    }
+    rn_clip_layout_t L;
+    if (!st && (st = rn_clip_layout(v->clip, im->width, im->height, &L, err)))
         cr_err_wrap(err, "image %zu", index);
-        if (err)
-            err->status = CR_E_INVALID;
-        return CR_E_INVALID;
+    size_t need = st ? 0 : 3 * (size_t)L.width * L.height;
+    if (!st && need > v->pixels_cap) {
+        float *p = realloc(v->pixels, need * sizeof(float));
+        if (!p)
+            st = cr_err_set(err, CR_E_NOMEM, "out of memory for the image buffer");
+        else
+            v->pixels = p, v->pixels_cap = need;
     }
     if (!st)
         st = rn_clip_preprocess(v->clip, im, v->pixels, err);
-    rn_image_destroy(&im);
+    rn_image_destroy(&own);
     if (!st)
-        st = rn_clip_encode(v->clip, v->pixels, out, err);
+        st = rn_clip_encode_at(v->clip, &L, v->pixels, out, err);
     if (st)
         return st;
     v->encoded++;
-    entry_t *e = victim(v);
-    if (!e->rows)
-        e->rows = malloc(bytes);
-    if (e->rows) { /* no room: simply not cached */
+    int n_tok = L.nx * L.ny;
+    size_t bytes = (size_t)n_tok * v->dim * sizeof(float);
+    entry_t *e = make_room(v, bytes);
+    if (e && (e->rows = malloc(bytes))) { /* no room: simply not cached */
         memcpy(e->rows, out, bytes);
         memcpy(e->digest, img->digest, sizeof e->digest);
+        e->n_tok = n_tok, e->nx = L.nx, e->ny = L.ny;
         e->used = ++v->clock;
+        v->cache_bytes += bytes;
     }
     return CR_OK;
 }

@@ -8,6 +8,9 @@
  * tells two images apart (two different images share ids only if 30 bits
  * of their digests collide) and the same image matches itself.
  *
+ * Images of a dynamic projector (qwen2.5-vl) take tokens by their size:
+ * rn_vision_image_prepare says how many before the prompt is built.
+ *
  * Owns the projector and the cache. Not thread-safe (the engine's thread). */
 #ifndef RN_VISION_H
 #define RN_VISION_H
@@ -21,11 +24,18 @@
 
 typedef struct rn_vision rn_vision_t;
 
-/* One image of a request: its file bytes and their digest. */
+struct rn_image;
+
+/* One image of a request: its file bytes and their digest, and once
+ * prepared (rn_vision_image_prepare) its tokens. */
 typedef struct rn_vision_image {
     uint8_t digest[32]; /* SHA-256 of bytes */
     uint8_t *bytes;     /* owned (rn_vision_image_free) */
     size_t len;
+    int n_tok;          /* tokens in a prompt: nx * ny (0 until prepared) */
+    int nx, ny;         /* its grid of tokens (rows of nx) */
+    struct rn_image *decoded; /* owned: pixels a dynamic tower's prepare
+                                 decoded, kept for rn_vision_embed */
 } rn_vision_image_t;
 
 /* Loads the projector at path on be (borrowed, must outlive the vision;
@@ -38,8 +48,26 @@ cr_status_t rn_vision_new(const char *path, be_backend_t *be, int text_dim,
 
 void rn_vision_destroy(rn_vision_t **self_p);
 
-/* Tokens one image takes in a prompt. */
+/* Tokens one image takes in a prompt; for a projector whose images vary
+ * in size (rn_vision_is_dynamic), the most one can take. */
 int rn_vision_image_tokens(const rn_vision_t *v);
+
+/* True when each image's token count depends on its size (qwen2.5-vl). */
+bool rn_vision_is_dynamic(const rn_vision_t *v);
+
+/* Text the projector's family puts around each image's tokens (mtmd's
+ * img_beg / img_end: qwen2.5-vl's "<|vision_start|>" and "<|vision_end|>"),
+ * or "" for none. Borrowed, static. */
+const char *rn_vision_image_begin(const rn_vision_t *v);
+const char *rn_vision_image_end(const rn_vision_t *v);
+
+/* Sets img->n_tok, nx and ny: the projector's fixed grid, or for a
+ * dynamic one the grid of the image's size, from the cache when its
+ * embeddings are there, else by decoding it (the pixels are kept in
+ * img->decoded for rn_vision_embed). Errors as rn_vision_embed's about the
+ * image (CR_E_INVALID naming index), CR_E_NOMEM. */
+cr_status_t rn_vision_image_prepare(rn_vision_t *v, rn_vision_image_t *img, size_t index,
+                                    cr_err_t *err);
 
 /* Bytes the projector's weights take. */
 uint64_t rn_vision_weight_bytes(const rn_vision_t *v);
@@ -51,12 +79,14 @@ cr_status_t rn_vision_image_load(const char *b64, rn_vision_image_t *out, cr_err
 
 void rn_vision_image_free(rn_vision_image_t *img);
 
-/* The image's rn_vision_image_tokens ids, all negative, into ids. */
+/* The image's ids, all negative, into ids: img->n_tok of them once
+ * prepared, else rn_vision_image_tokens. */
 void rn_vision_token_ids(const rn_vision_t *v, const rn_vision_image_t *img, int32_t *ids);
 
-/* The image's embeddings [tokens][text_dim] into out (caller-owned): from
- * the cache, or decoded (CORRAL_MAX_IMAGE_PIXELS applies), preprocessed and
- * encoded, then cached. Errors are the client's image: CR_E_INVALID with a
+/* The image's embeddings [tokens][text_dim] into out (caller-owned;
+ * tokens as rn_vision_token_ids): from the cache, or decoded
+ * (CORRAL_MAX_IMAGE_PIXELS applies), preprocessed and encoded, then cached
+ * (entries of varying sizes within RN_VISION_CACHE_BYTES). Errors are the client's image: CR_E_INVALID with a
  * message that says what is wrong ("image 2: truncated PNG image: ...");
  * index names it in the message. CR_E_NOMEM, backend errors. */
 cr_status_t rn_vision_embed(rn_vision_t *v, const rn_vision_image_t *img, size_t index,
