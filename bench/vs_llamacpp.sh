@@ -7,6 +7,11 @@
 # >= 0.999 for quantized types) and the argmax wherever llama.cpp's own
 # top-1/top-2 margin exceeds 0.01.
 #
+# qwen2vl: llama.cpp's loader for it (src/models/qwen2vl.cpp at de3ff815)
+# never reads attention.layer_norm_rms_epsilon, so its RMSNorms run with
+# eps 0 while corral takes the file's (1e-5 here): cosine 0.99996 from
+# that alone, already at position 0 where rope does nothing.
+#
 # llama.cpp runs with flash attention off unless --fa: corral's attention
 # rounds where llama.cpp's non-flash path does (scores in F32, KV in F16),
 # while its flash path (on by default on CPU) rounds Q and the softmax
@@ -78,6 +83,8 @@ exaone4-f32|0.9999|--arch exaone4 --type f32
 smollm3-f32|0.9999|--arch smollm3 --type f32
 command-r-f32|0.9999|--arch command-r --type f32 --tied
 cohere2-f32|0.9999|--arch cohere2 --type f32 --tied --window 8
+qwen2vl-f32|0.9999|--arch qwen2vl --type f32 --head-dim 32
+qwen2vl-f16|0.9999|--arch qwen2vl --type f16 --head-dim 32
 gpt-oss-f32|0.9999|--arch gpt-oss --type f32 --head-dim 64 --experts 8 --experts-used 2 --expert-ffn 256 --window 8 --rope-yarn 32 --yarn-orig-ctx 4096 --rope-base 150000
 gpt-oss-mxfp4|0.999|--arch gpt-oss --type q8_0 --expert-type mxfp4 --head-dim 64 --experts 8 --experts-used 2 --expert-ffn 256 --window 8 --rope-yarn 32 --yarn-orig-ctx 4096 --rope-base 150000
 '

@@ -1,7 +1,8 @@
 #!/bin/sh
 # vs_mtmd.sh: corral's image embeddings and normalized pixel tensor against
 # llama.cpp's multimodal library (libmtmd) on the same synthetic
-# llava-shaped or Pixtral projector, text model and fixed test PNG (issue 14's
+# projectors (llava-shaped, Pixtral, and qwen2.5-vl's with a qwen2vl
+# M-RoPE text model), text model and fixed test PNGs (issue 14's
 # fidelity rule): every embedding row's cosine >= 0.999, every pixel
 # within 1e-5, and the logits after a prompt holding the image ("describe
 # IMAGE now": BOS, text, the image's rows, text) cosine >= 0.999. Also the whole output's relative error (RMS of the
@@ -42,11 +43,14 @@ dump="$work/dump_mtmd"
 cc -O2 -o "$dump" "$here/mtmd/dump_mtmd.c" -I"$llama/include" -I"$llama/ggml/include" \
     -I"$llama/tools/mtmd" -L"$lb" -lmtmd -lllama -lggml -lggml-base -Wl,-rpath,"$lb"
 
-# The fixed test image: 97x61 RGB, a deterministic gradient (not square, so
-# the letterbox and the resampling both run).
-python3 - "$work/test.png" <<'EOF_PY'
+# The fixed test images: 97x61 RGB, a deterministic gradient (not square,
+# so the letterbox and the resampling both run), and the same gradient at
+# 300x200 (qwen2.5-vl: 11 x 7 merged patches, six attention windows, the
+# last ones cut by the edges).
+for size in 97x61 300x200; do
+python3 - "$work/test-$size.png" "$size" <<'EOF_PY'
 import struct, sys, zlib
-w, h = 97, 61
+w, h = (int(v) for v in sys.argv[2].split('x'))
 raw = b''.join(b'\0' + bytes(v for x in range(w) for v in
                              ((x * 7 + y * 3) % 256, (x * y) % 256, (255 - x * 2 - y) % 256))
                for y in range(h))
@@ -55,25 +59,35 @@ def chunk(t, d):
 open(sys.argv[1], 'wb').write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0))
                               + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b''))
 EOF_PY
+done
 
-# label | corral-clip-synth arguments [| corral-gguf-synth arguments for
-# the text model, else the shared llama one]
+# label ; projector writer and its arguments ; text model arguments ;
+# image ; the prompt for mtmd ; the same prompt for corral
+# qwen2.5-vl: mtmd wraps the image in <|vision_start|> ... <|vision_end|>,
+# which the synthetic vocabulary tokenizes as plain text; mtmd tokenizes
+# them as fragments of their own, so the prompts hold nothing else (text
+# next to them tokenizes differently in the two engines on this
+# vocabulary). The text model (std 0.1, rope base 100) is sharp enough for
+# the image's M-RoPE positions to matter (without them: logits cosine
+# 0.93). --wa-pattern 3: blocks 0, 1 windowed, 2 full, 3 windowed.
 cases='
-llava-f32|--type f32
-llava-f16|--type f16
-llava-gelu|--type f32 --gelu
-llava-336|--type f16 --image-size 336 --patch 14 --dim 128 --heads 8 --ffn 320 --layers 4 --hidden 256
-pixtral-f32|--pixtral --type f32
-pixtral-f16|--pixtral --type f16
-pixtral-nomerge|--pixtral --type f32 --merge 1
-pixtral-gelu|--pixtral --type f32 --gelu
-pixtral-round|--pixtral --type f32 --patch 4
-pixtral-max|--pixtral --type f32 --patch 1
-pixtral-mistral3|--pixtral --type f16|--arch mistral3 --seed 7
+llava-f32;corral-clip-synth --type f32;;97x61;describe <__media__> now;describe [img-0] now
+llava-f16;corral-clip-synth --type f16;;97x61;describe <__media__> now;describe [img-0] now
+llava-gelu;corral-clip-synth --type f32 --gelu;;97x61;describe <__media__> now;describe [img-0] now
+llava-336;corral-clip-synth --type f16 --image-size 336 --patch 14 --dim 128 --heads 8 --ffn 320 --layers 4 --hidden 256;;97x61;describe <__media__> now;describe [img-0] now
+pixtral-f32;corral-clip-synth --pixtral --type f32;;97x61;describe <__media__> now;describe [img-0] now
+pixtral-f16;corral-clip-synth --pixtral --type f16;;97x61;describe <__media__> now;describe [img-0] now
+pixtral-nomerge;corral-clip-synth --pixtral --type f32 --merge 1;;97x61;describe <__media__> now;describe [img-0] now
+pixtral-gelu;corral-clip-synth --pixtral --type f32 --gelu;;97x61;describe <__media__> now;describe [img-0] now
+pixtral-round;corral-clip-synth --pixtral --type f32 --patch 4;;97x61;describe <__media__> now;describe [img-0] now
+pixtral-max;corral-clip-synth --pixtral --type f32 --patch 1;;97x61;describe <__media__> now;describe [img-0] now
+pixtral-mistral3;corral-clip-synth --pixtral --type f16;--arch mistral3;97x61;describe <__media__> now;describe [img-0] now
+qwen25vl-f32;corral-qwen2vl-synth --type f32 --wa-pattern 3;--arch qwen2vl --std 0.1 --rope-base 100;300x200;<__media__>;<|vision_start|>[img-0]<|vision_end|>
+qwen25vl-f16;corral-qwen2vl-synth --type f16 --wa-pattern 3;--arch qwen2vl --std 0.1 --rope-base 100;300x200;<__media__>;<|vision_start|>[img-0]<|vision_end|>
+qwen25vl-small;corral-qwen2vl-synth --type f32 --dim 80 --heads 5 --ffn 128 --hidden 320;--arch qwen2vl --std 0.1 --rope-base 100;97x61;<__media__>;<|vision_start|>[img-0]<|vision_end|>
 '
-"$bin/corral-gguf-synth" --out "$work/text.gguf" --seed 7 >/dev/null
 fail=0
-while IFS='|' read -r label args text_args; do
+while IFS=';' read -r label writer targs size rprompt oprompt; do
     [ -n "$label" ] || continue
     if [ $# -gt 0 ]; then
         want=0
@@ -81,24 +95,22 @@ while IFS='|' read -r label args text_args; do
         [ $want -eq 1 ] || continue
     fi
     proj="$work/$label.mmproj.gguf"
-    text="$work/text.gguf"
-    if [ -n "$text_args" ]; then
-        text="$work/$label.text.gguf"
-        # shellcheck disable=SC2086 # a word list by design
-        "$bin/corral-gguf-synth" --out "$text" $text_args >/dev/null
-    fi
-    # shellcheck disable=SC2086 # args is a word list by design
-    "$bin/corral-clip-synth" --out "$proj" --seed 11 $args
-    if ! "$dump" "$text" "$proj" "$work/test.png" "$work/$label.ref.f32" \
-            "$work/$label.ref.px" "describe <__media__> now" "$work/$label.ref.logits" \
+    text="$work/$label.text.gguf"
+    img="$work/test-$size.png"
+    # shellcheck disable=SC2086 # word lists by design
+    "$bin/corral-gguf-synth" --out "$text" --seed 7 $targs >/dev/null
+    # shellcheck disable=SC2086
+    "$bin/"$writer --out "$proj" --seed 11
+    if ! "$dump" "$text" "$proj" "$img" "$work/$label.ref.f32" \
+            "$work/$label.ref.px" "$rprompt" "$work/$label.ref.logits" \
             >"$work/$label.ref.out" 2>"$work/$label.ref.log"; then
         printf '%-12s llama.cpp failed: %s\n' "$label" "$(tail -1 "$work/$label.ref.log")"
         fail=1
         continue
     fi
     if ! "$bin/corral-runner" image-embed --model "$text" --mmproj "$proj" \
-            --image "$work/test.png" --out "$work/$label.ours.f32" --threads 2 \
-            --pixels "$work/$label.ours.px" --prompt "describe [img-0] now" \
+            --image "$img" --out "$work/$label.ours.f32" --threads 2 \
+            --pixels "$work/$label.ours.px" --prompt "$oprompt" \
             --logits "$work/$label.ours.logits" >"$work/$label.ours.log" 2>&1; then
         printf '%-12s corral failed: %s\n' "$label" "$(tail -1 "$work/$label.ours.log")"
         fail=1

@@ -3,7 +3,7 @@
  *   corral-gguf-synth --out FILE
  *       [--arch llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe|
  *               gpt-oss|granite|olmo2|mistral3|exaone|exaone4|smollm3|
- *               command-r|cohere2]
+ *               command-r|cohere2|qwen2vl]
  *       [--seed N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|iq4_nl|iq4_xs|mxfp4|...]
  *       [--dim N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *       [--ffn N] [--ctx N] [--rope-base F] [--window N] [--swa-pattern N]
@@ -29,7 +29,7 @@ static void usage(FILE *f)
             "usage: corral-gguf-synth --out FILE [--arch "
             "llama|qwen2|qwen3|gemma|gemma2|gemma3|phi3|bert|nomic-bert|qwen3moe|\n"
             "         gpt-oss|granite|olmo2|mistral3|exaone|exaone4|smollm3|command-r|\n"
-            "         cohere2]\n"
+            "         cohere2|qwen2vl]\n"
             "         [--seed N] [--type TYPE: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|iq4_nl|\n"
             "          iq4_xs|mxfp4|... any type with CPU kernels]\n"
             "         [--head-dim N] [--window N] [--swa-pattern N] [--attn-softcap F]\n"

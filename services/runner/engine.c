@@ -99,6 +99,9 @@ typedef struct slot {
      * filled: never read), and how many of them lie before `at`. */
     float *img_rows;
     int img_at;
+    /* M-RoPE models (qwen2vl) with images: the prompt's positions
+     * [n_prompt][3] (forward.h's rope_pos), image tokens on their grid */
+    int32_t *rope;
 } slot_t;
 
 struct rn_engine {
@@ -451,6 +454,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
         free(sl->prompt);
         free(sl->masked);
         free(sl->img_rows);
+        free(sl->rope);
     }
     free(e->slots);
     free(e->spans);
@@ -731,6 +735,43 @@ static cr_status_t embed_images(rn_engine_t *e, const img_plan_t *plan, const in
         return st;
     }
     *rows_out = rows;
+    return CR_OK;
+}
+
+/* M-RoPE positions of a prompt with images (forward.h's rope_pos, mtmd's
+ * layout): text one past the previous token's largest; tag t's image at
+ * (p, p + row, p + col), p where it starts, after which text goes on from
+ * p + max(nx, ny). Caller frees *out ([n_prompt][3]). */
+static cr_status_t mrope_positions(const img_plan_t *plan, const int32_t *prompt, int n_prompt,
+                                   int32_t **out, cr_err_t *err)
+{
+    int32_t *pos = malloc(3 * (size_t)(n_prompt ? n_prompt : 1) * sizeof *pos);
+    if (!pos)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory for the positions");
+    int32_t next = 0, p0 = 0;
+    size_t tag = 0;
+    int k = 0; /* tokens of the current tag seen */
+    for (int i = 0; i < n_prompt; i++) {
+        int32_t *q = pos + 3 * (size_t)i;
+        if (prompt[i] >= 0 || tag >= plan->n_order) {
+            q[0] = q[1] = q[2] = next++;
+            continue;
+        }
+        const rn_vision_image_t *img = &plan->img[plan->order[tag]];
+        /* a tower without a grid (Pixtral): its rows as one row */
+        int nx = img->nx > 0 ? img->nx : img->n_rows, ny = img->nx > 0 ? img->ny : 1;
+        if (k == 0)
+            p0 = next;
+        q[0] = p0;
+        q[1] = p0 + k / nx;
+        q[2] = p0 + k % nx;
+        if (++k == img->n_rows) {
+            next = p0 + CR_MAX(nx, ny);
+            k = 0;
+            tag++;
+        }
+    }
+    *out = pos;
     return CR_OK;
 }
 
@@ -1230,6 +1271,8 @@ static void end_slot(rn_engine_t *e, slot_t *sl, cr_status_t st,
     rn_grammar_destroy(&sl->grammar);
     free(sl->img_rows);
     sl->img_rows = NULL;
+    free(sl->rope);
+    sl->rope = NULL;
     sl->state = SLOT_FREE;
     sl->has_pending = false;
     sl->used = ++e->clock;
@@ -1354,6 +1397,7 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     rn_prompt_result_t prompt = {0};
     img_plan_t plan = {0};
     float *img_rows = NULL;
+    int32_t *rope = NULL;
     req_opts_t ro;
     cr_status_t st;
     if (format && *format) {
@@ -1428,6 +1472,9 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     if (with_images &&
         (st = embed_images(e, &plan, e->prompt, n_prompt, common, &img_rows, err)))
         goto out;
+    if (with_images && rn_model_hparams(e->model)->mrope &&
+        (st = mrope_positions(&plan, e->prompt, n_prompt, &rope, err)))
+        goto out;
 
     /* The slot is taken: from here on it ends through finish. */
     memcpy(sl->prompt, e->prompt, (size_t)n_prompt * sizeof *sl->prompt);
@@ -1457,6 +1504,8 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     rn_detok_flush(sl->detok, &piece, &piece_len); /* fresh stream */
     sl->img_rows = img_rows;
     img_rows = NULL;
+    sl->rope = rope;
+    rope = NULL;
     sl->img_at = 0;
     for (int i = 0; i < common; i++)
         sl->img_at += sl->prompt[i] < 0;
@@ -1467,6 +1516,7 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
 out:
     plan_free(&plan);
     free(img_rows);
+    free(rope);
     rn_prompt_result_free(&prompt);
     rn_stop_destroy(&stop);
     rn_grammar_destroy(&grammar);
@@ -1574,7 +1624,7 @@ int rn_engine_step(rn_engine_t *e)
         slot_t *sl = &e->slots[i];
         if (sl->state != SLOT_DECODE || !sl->has_pending)
             continue;
-        e->spans[n_spans] = (rn_ctx_span_t){sl->id, &sl->pending, 1, sl->n_seq, NULL};
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, &sl->pending, 1, sl->n_seq, NULL, NULL};
         e->span_slot[n_spans++] = i;
         budget--;
     }
@@ -1583,10 +1633,12 @@ int rn_engine_step(rn_engine_t *e)
         if (sl->state != SLOT_PREFILL)
             continue;
         int step = CR_MIN(CR_MIN(PREFILL_STEP, sl->n_prompt - sl->at), budget);
-        e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at, NULL};
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at, NULL, NULL};
         if (sl->img_rows)
             e->spans[n_spans].embd =
                 sl->img_rows + (size_t)sl->img_at * rn_ctx_embd_dim(e->ctx);
+        if (sl->rope)
+            e->spans[n_spans].rope_pos = sl->rope + 3 * (size_t)sl->at;
         e->span_slot[n_spans++] = i;
         budget -= step;
     }

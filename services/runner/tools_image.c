@@ -75,7 +75,7 @@ static double ms_since(const struct timespec *a)
  * after the image (Pixtral's [IMG_END]) or NULL. Caller frees both. */
 static cr_status_t run_tower(const char *path, be_backend_t *be, const rn_image_t *im,
                              float **pixels, size_t *n_px, float **emb, int *n_rows,
-                             int *n_embd, const char **suffix, cr_err_t *err)
+                             int *nx, int *n_embd, const char **suffix, cr_err_t *err)
 {
     char type[32] = "";
     cr_status_t st = rn_vision_projector_type(path, type, sizeof type, err);
@@ -102,36 +102,69 @@ static cr_status_t run_tower(const char *path, be_backend_t *be, const rn_image_
         rn_pixtral_destroy(&p);
         return st;
     }
-    if (!st && strcmp(type, "mlp"))
+    if (!st && strcmp(type, "mlp") && strcmp(type, "qwen2.5vl_merger"))
         st = cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported yet "
-                        "(supported: mlp, the llava-style projector; pixtral)", type);
+                        "(supported: mlp, the llava-style projector; pixtral; "
+                        "qwen2.5vl_merger)", type);
     rn_clip_t *clip = NULL;
     if (st || (st = rn_clip_load(path, be, &clip, err)))
         return st;
     const rn_clip_hparams_t *hp = rn_clip_hparams(clip);
+    rn_clip_layout_t L;
+    if ((st = rn_clip_layout(clip, im->width, im->height, &L, err))) {
+        rn_clip_destroy(&clip);
+        return st;
+    }
     *n_embd = hp->n_embd;
-    *n_rows = hp->n_patches;
-    *n_px = 3 * (size_t)hp->image_size * hp->image_size;
+    *n_rows = L.nx * L.ny;
+    *nx = L.nx;
+    *n_px = 3 * (size_t)L.width * L.height;
     if (!(*pixels = malloc(*n_px * sizeof **pixels)) ||
-        !(*emb = malloc((size_t)hp->n_patches * hp->n_embd * sizeof **emb)))
+        !(*emb = malloc((size_t)*n_rows * hp->n_embd * sizeof **emb)))
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
     if (!st)
         st = rn_clip_preprocess(clip, im, *pixels, err);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (!st && !(st = rn_clip_encode(clip, *pixels, *emb, err)))
+    if (!st && !(st = rn_clip_encode_at(clip, &L, *pixels, *emb, err)))
         fprintf(stderr, "image encoded in %.1f ms\n", ms_since(&t0));
     rn_clip_destroy(&clip);
     return st;
 }
 
+/* M-RoPE positions (t, h, w) of ids [n] (forward.h's rope_pos), as mtmd
+ * places them: text one past the previous token's largest, an image's
+ * tokens (negative ids, nx per row) at t = p, h = p + row, w = p + col,
+ * p the position the image starts at. */
+static void mrope_positions(const int32_t *ids, size_t n, int nx, int32_t *pos)
+{
+    int32_t next = 0;
+    for (size_t i = 0; i < n;) {
+        if (ids[i] >= 0) {
+            pos[3 * i] = pos[3 * i + 1] = pos[3 * i + 2] = next++;
+            i++;
+            continue;
+        }
+        int32_t p0 = next;
+        size_t k = 0;
+        for (; i < n && ids[i] < 0; i++, k++) {
+            pos[3 * i] = p0;
+            pos[3 * i + 1] = p0 + (int32_t)(k / (size_t)nx);
+            pos[3 * i + 2] = p0 + (int32_t)(k % (size_t)nx);
+            next = CR_MAX(next, CR_MAX(pos[3 * i + 1], pos[3 * i + 2]) + 1);
+        }
+    }
+}
+
 /* The last position's logits of prompt (trusted text, BOS as the
- * vocabulary says, [img-0] where the image's n_tok rows emb go, then
- * suffix's tokens, special ones parsed, if not NULL) into logits_path. */
+ * vocabulary says, [img-0] where the image's n_tok rows emb go, nx per
+ * row of its grid, then suffix's tokens, special ones parsed, if not
+ * NULL; M-RoPE models get mrope_positions) into logits_path. */
 static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const char *prompt,
-                                 const float *emb, int n_tok, const char *suffix,
+                                 const float *emb, int n_tok, int nx, const char *suffix,
                                  const char *logits_path, cr_err_t *err)
 {
     enum { SUFFIX_MAX = 16 };
+    int32_t *rope = NULL;
     rn_model_t *m = NULL;
     rn_tokenizer_t *tok = NULL;
     rn_ctx_t *c = NULL;
@@ -174,8 +207,15 @@ static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const
     rn_ctx_opts_t co = {.n_ctx = (int)n + 1, .n_batch = (int)n};
     if (!st)
         st = rn_ctx_new(m, &co, &c, err);
+    if (!st && rn_model_hparams(m)->mrope) {
+        if (!(rope = malloc(3 * n * sizeof *rope)))
+            st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+        else
+            mrope_positions(ids, n, nx > 0 ? nx : n_tok, rope);
+    }
     if (!st) {
-        rn_ctx_span_t span = {.seq = 0, .tokens = ids, .n = (int)n, .pos = 0, .embd = emb};
+        rn_ctx_span_t span = {.seq = 0, .tokens = ids, .n = (int)n, .pos = 0, .embd = emb,
+                              .rope_pos = rope};
         st = rn_ctx_eval_batch(c, &span, 1, err);
     }
     if (!st)
@@ -185,6 +225,7 @@ static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const
     rn_model_destroy(&m);
     free(ids);
     free(img);
+    free(rope);
     return st;
 }
 
@@ -201,14 +242,14 @@ int rn_tool_image_embed(const char *model_path, const char *mmproj_path,
     float *pixels = NULL, *emb = NULL;
     const char *suffix = NULL;
     size_t n_px = 0;
-    int dim = 0, n_rows = 0, n_embd = 0, rc = 1;
+    int dim = 0, n_rows = 0, nx = 0, n_embd = 0, rc = 1;
     cr_status_t st;
     if ((st = text_dim(model_path, &dim, &err)) ||
         (st = read_file(image_path, &file, &err)) ||
         (st = rn_image_decode(file.data, file.len, rn_image_max_pixels(), &im, &err)) ||
         (st = be_cpu_new(n_threads, &be, &err)) ||
-        (st = run_tower(mmproj_path, be, im, &pixels, &n_px, &emb, &n_rows, &n_embd, &suffix,
-                        &err)))
+        (st = run_tower(mmproj_path, be, im, &pixels, &n_px, &emb, &n_rows, &nx, &n_embd,
+                        &suffix, &err)))
         goto out;
     if (n_embd != dim) {
         cr_err_set(&err, CR_E_INVALID, "projector output is %d wide but the text model's "
@@ -219,7 +260,8 @@ int rn_tool_image_embed(const char *model_path, const char *mmproj_path,
         (st = write_floats(out_path, emb, (size_t)n_rows * n_embd, &err)))
         goto out;
     if (prompt && logits_path &&
-        (st = prompt_logits(model_path, be, prompt, emb, n_rows, suffix, logits_path, &err)))
+        (st = prompt_logits(model_path, be, prompt, emb, n_rows, nx, suffix, logits_path,
+                            &err)))
         goto out;
     printf("%d x %d\n", n_rows, n_embd);
     rc = 0;

@@ -2,6 +2,8 @@
 #include "lib/prelude.h"
 #include "services/scheduler/estimate.h"
 
+#include <math.h>
+
 #define LOGIT_ROWS 8 /* the runner's device logits buffer (forward.c) */
 #define MAX_DIM (1 << 24)
 
@@ -348,9 +350,22 @@ cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
         tensors += (double)cr_gguf_tensor_at(pj, i)->size_bytes;
     double D = (double)dim, F = (double)ffn, PP3 = 3 * (double)(patch * patch), act;
     char type[32] = "";
-    if (cr_gguf_get_strz(pj, "clip.projector_type", type, sizeof type) &&
-        !strcmp(type, "pixtral")) {
+    cr_gguf_get_strz(pj, "clip.projector_type", type, sizeof type);
+    if (!strcmp(type, "pixtral")) {
         act = pixtral_activations(pj, D, F, PP3);
+    } else if (!strcmp(type, "qwen2.5vl_merger")) {
+        /* sized per image (vision/qwen2vl.c): the largest, 4096 merged
+         * patches of 4 (its RN_QWEN2VL_MAX_TOKENS); no [T][T] scores (one
+         * query at a time); gate and up [T][ffn]; the image's normalized
+         * pixels (3 floats per pixel, 4 patches of patch^2 each) */
+        double U = 4096, H = mm_rows(pj, "mm.0.weight", dim);
+        double E = mm_rows(pj, "mm.2.weight", dim);
+        double T = 4 * U;
+        /* and the backend's scratch for one matmul's input (cpu_reserve:
+         * T x the widest row, 4 bytes each, plus block sums) */
+        double widest = fmax(fmax(PP3, F), fmax(4 * D, fmax(H, E)));
+        act = T * D * 4 * 6 + T * F * 4 * 2 + T * D * 2 * 2 + T * PP3 * 4 * 3 + T * 16 +
+              U * (H + E) * 4 + T * widest * 4 * 1.1;
     } else {
         double side = (double)(size / patch), N = side * side, T = N + 1;
         act = T * D * 4 * 6 + T * F * 4 + T * D * 2 * 2 + T * T * 4 * (double)heads +

@@ -127,7 +127,9 @@ cr_status_t sch_estimate_add_adapter(sch_estimate_t *est, const cr_gguf_t *ad, c
  * positions: six [T][dim] f32 rows, [T][ffn], two f16 [T][dim] caches,
  * [T][T] scores per head, the patches and the projector's [N][hidden] and
  * [N][embd]; a Pixtral tower's for its largest image instead, see
- * estimate.c) and SCH_VISION_CACHE_BYTES go to projector_bytes, embd_bytes
+ * estimate.c; qwen2.5-vl's tower, sized per image: its largest, 16384
+ * patches, without the scores) and SCH_VISION_CACHE_BYTES go to
+ * projector_bytes, embd_bytes
  * and the CPU total. CR_E_CORRUPT for missing or out-of-range clip.vision
  * keys; CR_E_TOO_LARGE on overflow. */
 cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,

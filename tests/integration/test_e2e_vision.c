@@ -8,7 +8,10 @@
  * image's 64 tokens in the prompt count; a text-only model keeps Ollama's
  * 400 "does not support images"; bytes that are not an image and a remote
  * URL get a 400 that says so; `corral run` sends an image file named in the
- * prompt. */
+ * prompt. A qwen2.5-vl model (a qwen2vl M-RoPE text model and a projector
+ * of corral-qwen2vl-synth) answers /api/chat with an image, which takes
+ * the tokens of its size (48x32: 4 x 3 = 12) and its marker text, not a
+ * fixed count. */
 #include "lib/prelude.h"
 
 #include <unistd.h>
@@ -125,9 +128,20 @@ static bool setup(void)
         fprintf(stderr, "synth failed\n");
         return false;
     }
+    char qtext[1200], qproj[1200];
+    snprintf(qtext, sizeof qtext, "%s/qtext.gguf", T.tmp);
+    snprintf(qproj, sizeof qproj, "%s/qmmproj.gguf", T.tmp);
+    if (e2e_run_bin(&T, "corral-gguf-synth", "--out", qtext, "--seed", "5", "--arch",
+                    "qwen2vl", NULL) ||
+        e2e_run_bin(&T, "corral-qwen2vl-synth", "--out", qproj, "--seed", "6", NULL)) {
+        fprintf(stderr, "qwen2.5-vl synth failed\n");
+        return false;
+    }
     bool ok = e2e_create(&T, "seer", "FROM ./text.gguf\nFROM ./mmproj.gguf\n"
                                      "PARAMETER num_ctx 512\n") &&
-              e2e_create(&T, "blind", "FROM ./text.gguf\n");
+              e2e_create(&T, "blind", "FROM ./text.gguf\n") &&
+              e2e_create(&T, "qseer", "FROM ./qtext.gguf\nFROM ./qmmproj.gguf\n"
+                                      "PARAMETER num_ctx 512\n");
     CHECK(ok);
     return ok;
 }
@@ -218,6 +232,37 @@ static void test_errors(const char *img)
     json_decref(post("/api/generate", body, 200));
 }
 
+/* qwen2.5-vl through /api/chat: the image's tokens follow its size. The
+ * marker text (<|vision_start|>, <|vision_end|>) is plain text to the
+ * synthetic vocabulary: 23 tokens. */
+static void test_qwen(const char *img)
+{
+    json_t *j = post("/api/show", "{\"model\":\"qseer\"}", 200);
+    const char *type = json_string_value(
+        json_object_get(json_object_get(j, "projector_info"), "clip.projector_type"));
+    CHECK_EQ_STR(type ? type : "(absent)", "qwen2.5vl_merger");
+    json_decref(j);
+    char body[16384];
+    const char *greedy = "\"options\":{\"temperature\":0,\"num_predict\":3,\"seed\":1}";
+    snprintf(body, sizeof body,
+             "{\"model\":\"qseer\",\"messages\":[{\"role\":\"user\",\"content\":\"what "
+             "is this\",\"images\":[\"%s\"]}],\"stream\":false,%s}", img, greedy);
+    j = post("/api/chat", body, 200);
+    json_int_t n_img = json_integer_value(e2e_jget(j, "prompt_eval_count"));
+    CHECK_EQ_STR(e2e_jstr(j, "message.role"), "assistant");
+    CHECK(e2e_jstr(j, "message.content") != NULL);
+    json_decref(j);
+    snprintf(body, sizeof body,
+             "{\"model\":\"qseer\",\"messages\":[{\"role\":\"user\",\"content\":\"what "
+             "is this\"}],\"stream\":false,%s}", greedy);
+    j = post("/api/chat", body, 200);
+    json_int_t n_txt = json_integer_value(e2e_jget(j, "prompt_eval_count"));
+    json_decref(j);
+    /* 12 image tokens and 23 of markers; the image tag may add a space */
+    CHECK_MSG(n_img - n_txt >= 35 && n_img - n_txt <= 37, "%lld tokens with the image, "
+              "%lld without", (long long)n_img, (long long)n_txt);
+}
+
 /* `corral run` picks up an image file named in the prompt for a vision
  * model (as ollama run), and leaves it as text for a text-only one. */
 static void test_cli(void)
@@ -247,6 +292,7 @@ int main(void)
         test_show();
         test_requests(img, img2);
         test_errors(img);
+        test_qwen(img);
         test_cli();
     }
     free(img);

@@ -1,6 +1,6 @@
 /* test_arch_forward.c: the non-llama architectures (qwen2, qwen3, gemma2,
  * gemma3, phi3, granite, olmo2, mistral3, exaone, smollm3, command-r,
- * cohere2) against an independent reference.
+ * cohere2, qwen2vl) against an independent reference.
  *
  * For each architecture a small random F32 model is written by synth.c
  * (the code behind corral-gguf-synth --arch), loaded, and run. Checks:
@@ -81,6 +81,9 @@ typedef enum mutant {
     MUT_RMS_NORM,          /* command-r's LayerNorms taken as RMSNorms */
     MUT_SERIAL_FFN,        /* command-r's ffn fed after the attention's
                               residual add (llama's order) */
+    MUT_MROPE_ONE_PLANE,   /* qwen2vl: every pair at the t position */
+    MUT_MROPE_CACHE_POS,   /* qwen2vl: text after an image at its cache
+                              index, not one past the image's positions */
 } mutant_t;
 
 static const char *const mutant_names[] = {
@@ -89,7 +92,8 @@ static const char *const mutant_names[] = {
     "no-final-cap", "no-factors", "no-mscale", "wrong-factors", "no-linear",
     "rope-neox", "no-resid-scale", "no-logit-scale", "sqrt-attn-scale", "pre-norms",
     "qk-norm-per-head", "rope-every-layer", "no-yarn-ramp", "yarn-mscale",
-    "no-temp", "yarn-swa", "rms-norm", "serial-ffn",
+    "no-temp", "yarn-swa", "rms-norm", "serial-ffn", "mrope-one-plane",
+    "mrope-cache-pos",
 };
 
 typedef struct ref {
@@ -113,6 +117,10 @@ typedef struct ref {
     double yarn_fs, yarn_mscale, corr_lo, corr_hi;
     double temp;                  /* attention temperature, 0 none */
     int temp_len;
+    bool mrope;                   /* qwen2vl */
+    int sect[4];                  /* its rope.dimension_sections */
+    const int32_t *mpos;          /* [n][3] (t, h, w) positions, or NULL:
+                                     (t, t, t) */
 } ref_t;
 
 static const float *tensor(const ref_t *r, const char *fmt, ...)
@@ -240,7 +248,19 @@ static bool ref_init(ref_t *r, const cr_gguf_t *g, mutant_t mut, int n_ctx)
     r->g = g;
     r->mut = mut;
     snprintf(r->arch, sizeof r->arch, "%s", cr_gguf_arch(g));
-    r->qwen2 = !strcmp(r->arch, "qwen2");
+    r->mrope = !strcmp(r->arch, "qwen2vl");
+    r->qwen2 = !strcmp(r->arch, "qwen2") || r->mrope;
+    if (r->mrope) {
+        const cr_gguf_array_t *a = NULL;
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.dimension_sections", r->arch);
+        if (cr_gguf_get_arr(g, key, &a))
+            for (uint64_t i = 0; i < 4 && i < a->n; i++) {
+                int64_t v = 0;
+                cr_gguf_arr_get_i64(a, i, &v);
+                r->sect[i] = (int)v;
+            }
+    }
     r->qwen3 = !strcmp(r->arch, "qwen3");
     r->gemma2 = !strcmp(r->arch, "gemma2");
     r->gemma3 = !strcmp(r->arch, "gemma3");
@@ -336,6 +356,35 @@ static void rope_head(const ref_t *r, double *v, double pos, double base, bool f
         double x0 = v[a], x1 = v[b];
         v[a] = x0 * c - x1 * s;
         v[b] = x0 * s + x1 * c;
+    }
+}
+
+/* M-RoPE (qwen2vl, ggml_rope_multi's definition): NEOX pairs, pair i at
+ * the position of the plane whose section holds i % (sum of sections):
+ * t, h, w, then e (always 0 for text and images). pos3: (t, h, w). */
+static void mrope_head(const ref_t *r, double *v, const int32_t pos3[3])
+{
+    int half = r->hd / 2;
+    int sum = r->sect[0] + r->sect[1] + r->sect[2] + r->sect[3];
+    for (int i = 0; i < half; i++) {
+        int s = i % sum, plane = 3;
+        for (int p = 0, end = 0; p < 4; p++) {
+            end += r->sect[p];
+            if (s < end) {
+                plane = p;
+                break;
+            }
+        }
+        if (r->mut == MUT_MROPE_ONE_PLANE)
+            plane = 0;
+        double ang = (plane < 3 ? pos3[plane] : 0) * pow(r->base, -2.0 * i / r->hd);
+        double c = cos(ang), sn = sin(ang);
+        int a = i, b = i + half;
+        if (r->mut == MUT_ROPE_ADJACENT)
+            a = 2 * i, b = 2 * i + 1;
+        double x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * sn;
+        v[b] = x0 * sn + x1 * c;
     }
 }
 
@@ -482,6 +531,16 @@ static bool ref_forward(const ref_t *r, const int32_t *tok, int n, double *out)
             if ((r->cohere2 || (r->exaone4 && r->W > 0)) && !swa &&
                 r->mut != MUT_ROPE_EVERY_LAYER)
                 continue; /* cohere2's, exaone4's global layers */
+            if (r->mrope) {
+                int32_t p3[3] = {t, t, t};
+                if (r->mpos)
+                    memcpy(p3, r->mpos + 3 * (size_t)t, sizeof p3);
+                for (int h = 0; h < H; h++)
+                    mrope_head(r, qt + h * hd, p3);
+                for (int h = 0; h < Hkv; h++)
+                    mrope_head(r, kt + h * hd, p3);
+                continue;
+            }
             for (int h = 0; h < H; h++)
                 rope_head(r, qt + h * hd, t * ps, base, !swa);
             for (int h = 0; h < Hkv; h++)
@@ -824,6 +883,87 @@ out:
     free(bytes);
 }
 
+/* qwen2vl with an image's positions (mtmd's layout): tokens 0-2 text at
+ * 0, 1, 2; tokens 3-8 a 3-wide, 2-high grid at t = 3, h = 3 + row, w = 3
+ * + col; tokens 9-11 text from 3 + max(3, 2) = 6. The spans pass their
+ * positions (rn_ctx_span_t.rope_pos), except the last text, which must
+ * follow on from the grid by itself. The last logits of each span agree
+ * with the reference fed the same positions; a reference that ropes every
+ * pair at t, or that puts the trailing text at its cache index, does not. */
+static void check_mrope_grid(void)
+{
+    static const int32_t grid[N_TOK][3] = {
+        {0, 0, 0}, {1, 1, 1}, {2, 2, 2},
+        {3, 3, 3}, {3, 3, 4}, {3, 3, 5}, {3, 4, 3}, {3, 4, 4}, {3, 4, 5},
+        {6, 6, 6}, {7, 7, 7}, {8, 8, 8}};
+    static const int32_t cache_pos[N_TOK][3] = {
+        {0, 0, 0}, {1, 1, 1}, {2, 2, 2},
+        {3, 3, 3}, {3, 3, 4}, {3, 3, 5}, {3, 4, 3}, {3, 4, 4}, {3, 4, 5},
+        {9, 9, 9}, {10, 10, 10}, {11, 11, 11}};
+    rn_synth_opts_t o;
+    arch_opts("qwen2vl", &o);
+    o.rope_base = 100.0f;  /* pairs turn fast enough, and attention is */
+    o.weight_std = 0.25f;  /* sharp enough, for a wrong plane to show */
+    void *bytes = NULL;
+    size_t len = 0;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(rn_synth_write_memory(&o, &bytes, &len, &err), CR_OK);
+    cr_gguf_t *g = NULL, *gr = NULL;
+    rn_model_t *m = NULL;
+    CHECK_EQ_INT(cr_gguf_open_memory(bytes, len, &gr, &err), CR_OK);
+    CHECK_EQ_INT(cr_gguf_open_memory(bytes, len, &g, &err), CR_OK);
+    CHECK_EQ_INT(rn_model_load_gguf(&g, be_g, &m, &err), CR_OK);
+    size_t V = m ? (size_t)rn_model_hparams(m)->n_vocab : 0;
+    double *ref = calloc(V * N_TOK + 1, sizeof *ref);
+    float *got = calloc(3 * V + 1, sizeof *got), *one = calloc(V + 1, sizeof *one);
+    rn_ctx_t *c = m ? new_ctx(m, 32, 0) : NULL, *d = m ? new_ctx(m, 32, 0) : NULL;
+    if (!ref || !got || !one || !c || !d)
+        goto out;
+    /* spans 0-5 and 6-8 with positions, 9-11 without */
+    const int cut[4] = {0, 6, 9, N_TOK};
+    for (int s = 0; s < 3; s++) {
+        rn_ctx_span_t sp = {.seq = 0, .tokens = toks_g + cut[s], .n = cut[s + 1] - cut[s],
+                            .pos = cut[s], .rope_pos = s < 2 ? grid[cut[s]] : NULL};
+        CHECK_EQ_INT(rn_ctx_eval_batch(c, &sp, 1, &err), CR_OK);
+        memcpy(got + (size_t)s * V, rn_ctx_logits(c), V * sizeof(float));
+    }
+    /* the whole sequence in one span with every position given */
+    rn_ctx_span_t all = {.seq = 0, .tokens = toks_g, .n = N_TOK, .pos = 0,
+                         .rope_pos = grid[0]};
+    CHECK_EQ_INT(rn_ctx_eval_batch(d, &all, 1, &err), CR_OK);
+    memcpy(one, rn_ctx_logits(d), V * sizeof(float));
+    CHECK_MSG(same(one, got + 2 * V, V), "qwen2vl grid: one span != three");
+    ref_t r;
+    for (int k = 0; k < 3; k++) {
+        mutant_t mut = k == 1 ? MUT_MROPE_ONE_PLANE : k == 2 ? MUT_MROPE_CACHE_POS
+                                                            : MUT_NONE;
+        CHECK(ref_init(&r, gr, mut, 32));
+        r.mpos = k == 2 ? cache_pos[0] : grid[0];
+        CHECK(ref_forward(&r, toks_g, N_TOK, ref));
+        double worst = 1;
+        for (int s = 0; s < 3; s++)
+            worst = fmin(worst, cosine(got + (size_t)s * V,
+                                       ref + (size_t)(cut[s + 1] - 1) * V, V));
+        printf("  %-15s %-16s worst cosine of the spans' last logits %.7f\n",
+               "qwen2vl+grid", mutant_names[mut], worst);
+        if (k == 0)
+            CHECK_MSG(worst >= 0.9999, "qwen2vl grid: cosine %.7f < 0.9999", worst);
+        else
+            CHECK_MSG(worst < 0.999, "qwen2vl grid: mutant %s not detected (%.6f)",
+                      mutant_names[mut], worst);
+    }
+out:
+    rn_ctx_destroy(&c);
+    rn_ctx_destroy(&d);
+    free(ref);
+    free(got);
+    free(one);
+    rn_model_destroy(&m);
+    cr_gguf_close(&gr);
+    free(bytes);
+}
+
 static void test_archs(void)
 {
     static const mutant_t qwen2[] = {MUT_ROPE_ADJACENT, MUT_NO_BIAS};
@@ -895,6 +1035,9 @@ static void test_archs(void)
     check_arch("llama", "yarn-qwen", yarn_q, (int)CR_ARRAY_LEN(yarn_q));
     static const mutant_t yarn_o[] = {MUT_NO_YARN_RAMP, MUT_YARN_MSCALE, MUT_YARN_SWA};
     check_arch("olmo2", "yarn-qwen", yarn_o, (int)CR_ARRAY_LEN(yarn_o));
+    /* text alone: M-RoPE with equal planes is NEOX rope */
+    check_arch("qwen2vl", NULL, qwen2, (int)CR_ARRAY_LEN(qwen2));
+    check_mrope_grid();
 }
 
 /* Quantized weights load and run for every architecture (the reference
@@ -903,7 +1046,8 @@ static void test_quantized(void)
 {
     static const char *const archs[] = {"qwen2", "qwen3", "gemma", "gemma2", "gemma3",
                                         "phi3", "granite", "olmo2", "mistral3",
-                                        "exaone", "smollm3", "command-r", "cohere2"};
+                                        "exaone", "smollm3", "command-r", "cohere2",
+                                        "qwen2vl"};
     for (size_t i = 0; i < CR_ARRAY_LEN(archs); i++) {
         rn_synth_opts_t o;
         arch_opts(archs[i], &o);

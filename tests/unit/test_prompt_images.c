@@ -3,7 +3,8 @@
  * built-in vocabulary: each [img-N] tag becomes image N's ids between the
  * tokens of the text around it (BOS only before the first piece), the tags'
  * order is reported, malformed tags stay text, a tag past the images is an
- * error, and counting with no room gives the same length. */
+ * error, and counting with no room gives the same length. Images of
+ * varying sizes each take their own count. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "services/runner/prompt/prompt_images.h"
@@ -101,6 +102,26 @@ int main(void)
     CHECK(rn_prompt_tokenize_images(tok_g, &r, imgs, 1, three, got, 256, &n, order, 4, &n_order,
                                     &err) == CR_OK);
     CHECK(need == n && no == 2 && n_order == 2);
+
+    /* Per-image counts: image 0 takes 2 ids, image 1 four. */
+    static const int32_t c2[2] = {-4, -5}, c4[4] = {-6, 9, 9, -7};
+    const int32_t *var[2] = {c2, c4};
+    const int counts[2] = {2, 4};
+    const char *sv = "a [img-1] b [img-0]";
+    rn_prompt_span_t svs = {0, strlen(sv), false};
+    rn_prompt_result_t rv = {.text = (char *)sv, .len = strlen(sv), .spans = &svs,
+                             .n_spans = 1};
+    CHECK(rn_prompt_tokenize_images(tok_g, &rv, var, 2, counts, got, 256, &n, order, 4,
+                                    &n_order, &err) == CR_OK);
+    nw = 0;
+    plain("a ", true, want, &nw);
+    memcpy(want + nw, c4, sizeof c4);
+    nw += 4;
+    plain(" b ", false, want, &nw);
+    memcpy(want + nw, c2, sizeof c2);
+    nw += 2;
+    CHECK(n == nw && !memcmp(got, want, n * sizeof *got));
+    CHECK(n_order == 2 && order[0] == 1 && order[1] == 0);
 
     rn_tokenizer_destroy(&tok_g);
     cr_gguf_close(&g);

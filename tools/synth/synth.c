@@ -331,7 +331,7 @@ static cr_status_t check_opts(const rn_synth_opts_t *o, cr_err_t *err)
                                         "gemma3", "phi3", "bert", "nomic-bert",
                                         "qwen3moe", "gpt-oss", "granite", "olmo2",
                                         "mistral3", "exaone", "smollm3", "command-r",
-                                        "cohere2", "exaone4"};
+                                        "cohere2", "exaone4", "qwen2vl"};
     size_t ai = 0;
     while (ai < CR_ARRAY_LEN(archs) && !is_arch(o, archs[ai]))
         ai++;
@@ -479,7 +479,7 @@ static int layer_parts(const rn_synth_opts_t *o, layer_part_t *p)
         return layer_parts_cohere(o, p);
     int64_t D = o->dim, F = o->ffn, hd = head_dim_of(o);
     int64_t Q = hd * o->n_heads, KV = hd * o->n_kv_heads;
-    bool qwen2 = is_arch(o, "qwen2");
+    bool qwen2 = is_arch(o, "qwen2") || is_arch(o, "qwen2vl");
     bool qwen3 = is_arch(o, "qwen3") || is_arch(o, "qwen3moe");
     bool gemma = is_arch(o, "gemma2") || is_arch(o, "gemma3");
     bool qk_norm = qwen3 || is_arch(o, "gemma3");
@@ -781,6 +781,14 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
         st = st ? st : cr_gguf_writer_add_f32(w, KEY("rope.freq_base"), o->rope_base, err);
         st = st ? st : cr_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
                                               (uint32_t)head_dim, err);
+    }
+    if (!st && is_arch(o, "qwen2vl")) {
+        /* M-RoPE sections in Qwen2.5-VL's proportions (16, 24, 24, 0 of
+         * 64 pairs), scaled to this head size */
+        int32_t pairs = head_dim / 2, t = pairs / 4, h = (pairs - t) / 2;
+        int32_t sec[4] = {t, h, pairs - t - h, 0};
+        st = cr_gguf_writer_add_arr(w, KEY("rope.dimension_sections"), CR_GGUF_I32, sec, 4,
+                                    err);
     }
     if (!llama) {
         st = st ? st : cr_gguf_writer_add_u32(w, KEY("attention.key_length"),

@@ -33,7 +33,9 @@ typedef struct rn_synth_opts {
                            attention 0.5, logits / 8), "olmo2",
                            "mistral3", "exaone", "smollm3", "command-r",
                            "cohere2" (logit_scale 0.25, output always tied),
-                           "exaone4";
+                           "exaone4", "qwen2vl" (qwen2 with
+                           rope.dimension_sections in Qwen2.5-VL's
+                           proportions);
                            keys are <arch>.*, tensors
                            as llama.cpp names them. The bert family gets
                            token_types (2 rows), position_embd (bert, ctx
@@ -217,6 +219,36 @@ cr_status_t rn_synth_clip_write(const rn_synth_clip_opts_t *o, const char *path,
  * image_size is only written (the tower's resolution varies). Errors as
  * rn_synth_clip_write. */
 cr_status_t rn_synth_pixtral_write(const rn_synth_clip_opts_t *o, const char *path,
+                                   cr_err_t *err);
+
+/* ---- qwen2.5-vl projectors (synth_qwen2vl.c) ---------------------------- */
+
+/* A Qwen2.5-VL-shaped projector file (llama.cpp's mmproj layout for
+ * clip.projector_type "qwen2.5vl_merger"): the patch kernel's two temporal
+ * frames (v.patch_embd.weight and .weight.1), n_layers blocks with
+ * RMSNorm weights, q/k/v/out and a SiLU-gated MLP with biases,
+ * clip.vision.n_wa_pattern, the merger's norm (v.post_ln), mm.0
+ * [hidden][4 dim] -> GELU -> mm.2 [n_embd][hidden]. Matrices N(0, std);
+ * norm weights 1 + N(0, 0.1), biases N(0, 0.1). */
+typedef struct rn_synth_qwen2vl_opts {
+    uint64_t seed;
+    cr_type_t type;    /* matrices and the patch kernels: F32 or F16 */
+    int patch_size;
+    int dim, n_heads, ffn, n_layers; /* head size a multiple of 4 */
+    int n_wa_pattern;  /* every n-th block attends fully; 0: all */
+    int proj_hidden;   /* rows of mm.0 */
+    int n_embd;        /* rows of mm.2: the text model's dim */
+    double std;        /* matrices' std */
+} rn_synth_qwen2vl_opts_t;
+
+/* Defaults: seed 1, F32, patch 14, dim 64, 4 heads, ffn 96, 4 blocks
+ * (n_wa_pattern 2: blocks 1 and 3 attend fully), hidden 256, n_embd 64,
+ * std 0.1. */
+void rn_synth_qwen2vl_defaults(rn_synth_qwen2vl_opts_t *o);
+
+/* Writes the projector to path. CR_E_INVALID names a bad option; CR_E_IO,
+ * CR_E_NOMEM. */
+cr_status_t rn_synth_qwen2vl_write(const rn_synth_qwen2vl_opts_t *o, const char *path,
                                    cr_err_t *err);
 
 #endif

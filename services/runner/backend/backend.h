@@ -290,6 +290,22 @@ struct be_ops_ext {
     /* y = x * sigmoid(1.702 x) (CLIP's quick GELU, ggml_gelu_quick),
      * elementwise over n (may alias). */
     void (*gelu_quick)(be_backend_t *be, float *y, const float *x, size_t n);
+
+    /* Multi-section rotary embedding (qwen2-vl's M-RoPE; ggml_rope_multi),
+     * in place on x: [n][n_head][head_dim]. pos: host [4][n], four
+     * position planes (t, h, w, e); sections: pairs per plane. Pair i's
+     * plane is the one whose section holds i % (sum of sections).
+     * vision false (the text model): NEOX pairs (i, i + n_rot/2), i <
+     * n_rot/2, angle pos * base^(-2i/n_rot); dims past n_rot kept.
+     * vision true (a ViT; n_rot = head_dim/2): pairs (i, i + n_rot) for
+     * every i < n_rot, and the angle restarts at each section: pos *
+     * base^(-2(i - first pair of the section)/n_rot). Angles are built by
+     * repeated multiplication in float, as the reference engine does.
+     * head_dim <= 1024 (callers check). A backend without it leaves it NULL, and the loaders then refuse the
+     * models that need it. */
+    void (*rope_multi)(be_backend_t *be, float *x, int n, int n_head, int head_dim,
+                       int n_rot, const int32_t *pos, const int sections[4],
+                       float freq_base, bool vision);
 };
 
 /* Floats of scratch attention_ext needs for caches of ctx positions. */

@@ -98,6 +98,9 @@ struct rn_ctx {
     int32_t *tok;    /* [B] token ids of the chunk, spans in order */
     int32_t *tok_rows; /* [B] tok with embedding positions (< 0) as 0 */
     int32_t *pos;    /* [B] positions of the chunk */
+    int32_t *mpos;   /* [4][B] M-RoPE planes of the chunk (hp->mrope) */
+    int32_t *rnext;  /* [n_seq][C] M-RoPE: the position the token after
+                        cache row p takes (hp->mrope) */
     int32_t *zeros;  /* [B] token type 0 of every token (encoders) */
     float *logits;   /* [n_seq][V] each sequence's last token's logits */
     float *stage;    /* [LOGITS_ROWS][V] logits rows downloaded together */
@@ -166,6 +169,8 @@ void rn_ctx_destroy(rn_ctx_t **self_p)
     free(c->tok);
     free(c->tok_rows);
     free(c->pos);
+    free(c->mpos);
+    free(c->rnext);
     free(c->n_past);
     free(c->stage);
     free(c->zeros);
@@ -346,8 +351,13 @@ cr_status_t rn_ctx_new(const rn_model_t *m, const rn_ctx_opts_t *o, rn_ctx_t **o
     c->hrow = calloc(D, sizeof *c->hrow);
     c->pool = calloc(D, sizeof *c->pool);
     c->hand = c->n_parts > 1 ? calloc(B * D, sizeof *c->hand) : NULL;
+    if (hp->mrope) {
+        c->mpos = calloc(4 * B, sizeof *c->mpos);
+        c->rnext = calloc((size_t)c->n_seq * (size_t)c->n_ctx, sizeof *c->rnext);
+    }
     if (!c->tok || !c->tok_rows || !c->pos || !c->n_past || !c->zeros || !c->logits || !c->stage ||
-        !c->hrow || !c->pool || (c->n_parts > 1 && !c->hand)) {
+        !c->hrow || !c->pool || (c->n_parts > 1 && !c->hand) ||
+        (hp->mrope && (!c->mpos || !c->rnext))) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory for logits (%" PRIu64 ")", V);
         goto fail;
     }
@@ -367,6 +377,13 @@ static void rope_layer(rn_ctx_t *c, const part_t *P, const rn_layer_t *L, float 
     const rn_hparams_t *hp = c->hp;
     if (L->no_rope) /* 4a. smollm3 (every 4th layer), cohere2 (global ones) */
         return;
+    /* M-RoPE (qwen2vl): NEOX pairs, each section of pairs at its own
+     * position plane (c->mpos, set_mrope) */
+    if (hp->mrope) {
+        P->ext->rope_multi(P->be, x, n, heads, hp->head_dim, hp->n_rot, c->mpos,
+                           hp->rope_sections, hp->rope_base, false);
+        return;
+    }
     /* YaRN: gpt-oss (its sliding layers' base may differ, and with it the
      * correction dims), mistral3 (adjacent pairs), qwen2, qwen3, olmo2
      * (sliding layers: plain rope) */
@@ -914,6 +931,26 @@ static cr_status_t check_eval(const rn_ctx_t *c, int seq, const int32_t *tokens,
     return CR_OK;
 }
 
+/* M-RoPE: the planes of chunk rows off..off+n-1 (of total) for a span of
+ * sequence seq at cache positions pos.., from rope (host [n][3]) or
+ * following on from the previous token's (rn_ctx_span_t.rope_pos); and
+ * the position each row hands on to the next. */
+static void set_mrope(rn_ctx_t *c, int seq, int off, int n, int total, int pos,
+                      const int32_t *rope)
+{
+    int32_t *next = c->rnext + (size_t)seq * c->n_ctx;
+    for (int t = 0; t < n; t++) {
+        int32_t r = pos + t > 0 ? next[pos + t - 1] : 0;
+        int32_t p3[3] = {r, r, r};
+        if (rope)
+            memcpy(p3, rope + 3 * (size_t)t, sizeof p3);
+        for (int k = 0; k < 3; k++)
+            c->mpos[(size_t)k * total + off + t] = p3[k];
+        c->mpos[(size_t)3 * total + off + t] = 0;
+        next[pos + t] = CR_MAX(p3[0], CR_MAX(p3[1], p3[2])) + 1;
+    }
+}
+
 /* One span of n tokens of sequence seq at positions pos.. as a chunk. */
 static void forward_one(rn_ctx_t *c, int seq, const int32_t *tok, int n, int pos)
 {
@@ -922,6 +959,8 @@ static void forward_one(rn_ctx_t *c, int seq, const int32_t *tok, int n, int pos
         c->tok[t] = tok[t];
         c->pos[t] = pos + t;
     }
+    if (c->hp->mrope)
+        set_mrope(c, seq, 0, n, n, pos, NULL);
     forward_chunk(c, &S, 1, n);
 }
 
@@ -1000,6 +1039,8 @@ cr_status_t rn_ctx_eval_batch(rn_ctx_t *c, const rn_ctx_span_t *spans, int n_spa
         }
         total += in->n;
     }
+    for (int s = 0; s < n_spans && c->hp->mrope; s++)
+        set_mrope(c, sp[s].seq, sp[s].off, sp[s].n, total, sp[s].pos, spans[s].rope_pos);
     for (int s = 0; s < n_spans; s++)
         c->n_past[sp[s].seq] = sp[s].pos; /* drop each tail first */
     forward_chunk(c, sp, n_spans, total);

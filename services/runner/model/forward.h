@@ -62,6 +62,12 @@ typedef struct rn_ctx_span {
      * the residual stream as they are, without the model's embedding
      * scale). Without embd, negative ids are refused. */
     const float *embd;
+    /* NULL, or host [n][3]: M-RoPE positions (t, h, w) of the span's
+     * tokens (models with hparams.mrope; an image's tokens at their grid
+     * positions, as mtmd places them). Without it each token takes
+     * (r, r, r), r = the position after the previous token's: one past
+     * the largest of its three (0 at the start). The fourth plane is 0. */
+    const int32_t *rope_pos;
 } rn_ctx_span_t;
 
 typedef struct rn_ctx rn_ctx_t;

@@ -96,7 +96,7 @@ static const struct {
     {"granite", RN_ARCH_GRANITE}, {"olmo2", RN_ARCH_OLMO2}, {"mistral3", RN_ARCH_MISTRAL3},
     {"exaone", RN_ARCH_EXAONE}, {"smollm3", RN_ARCH_SMOLLM3},
     {"command-r", RN_ARCH_COMMAND_R}, {"cohere2", RN_ARCH_COHERE2},
-    {"exaone4", RN_ARCH_EXAONE4},
+    {"exaone4", RN_ARCH_EXAONE4}, {"qwen2vl", RN_ARCH_QWEN2VL},
 };
 
 bool rn_model_arch_supported(const char *arch)
@@ -332,6 +332,51 @@ static cr_status_t read_exaone4(rn_model_t *m, cr_err_t *err)
     return st ? st : read_swa_pattern(m, 4, err);
 }
 
+/* qwen2vl: qwen2 with M-RoPE. rope.dimension_sections (4 counts of pairs,
+ * llama.cpp requires the key) splits the rotated pairs between the t, h,
+ * w and e position planes. llama.cpp's graph passes no rope scaling to
+ * its M-RoPE beyond the context's defaults; a file that asks for any is
+ * refused rather than run wrong. */
+static cr_status_t read_qwen2vl(rn_model_t *m, cr_err_t *err)
+{
+    rn_hparams_t *hp = &m->hp;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", hp->arch);
+    const cr_gguf_array_t *a = NULL;
+    if (!cr_gguf_get_arr(m->g, key, &a) || a->n < 3 || a->n > 4)
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s' is missing or not 3 to 4 integers",
+                          key);
+    int sum = 0;
+    for (uint64_t i = 0; i < 4; i++) {
+        int64_t v = 0;
+        if (i < a->n && !cr_gguf_arr_get_i64(a, i, &v))
+            return cr_err_set(err, CR_E_CORRUPT, "key '%s' must hold integers", key);
+        if (v < 0 || v > hp->head_dim)
+            return cr_err_set(err, CR_E_CORRUPT, "key '%s': section %d of %" PRId64
+                              " pairs is out of range", key, (int)i, v);
+        hp->rope_sections[i] = (int)v;
+        sum += (int)v;
+    }
+    if (sum <= 0 || sum > hp->head_dim)
+        return cr_err_set(err, CR_E_CORRUPT, "key '%s': sections of %d pairs in all, "
+                          "expected 1..%d (the head size)", key, sum, hp->head_dim);
+    if (hp->head_dim > 1024) /* rope_multi's bound (backend.h) */
+        return cr_err_set(err, CR_E_UNSUPPORTED, "%s: head size %d is above 1024",
+                          hp->arch, hp->head_dim);
+    if (hp->n_rot != hp->head_dim)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "%s: rope.dimension_count %d differs "
+                          "from the head size %d (llama.cpp requires them equal)",
+                          hp->arch, hp->n_rot, hp->head_dim);
+    char type[32] = "";
+    snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
+    if (cr_gguf_kv_find(m->g, key) &&
+        (!cr_gguf_get_strz(m->g, key, type, sizeof type) || strcmp(type, "none")))
+        return cr_err_set(err, CR_E_UNSUPPORTED, "key '%s' = '%s': rope scaling is not "
+                          "supported with M-RoPE", key, type);
+    hp->mrope = true;
+    return CR_OK;
+}
+
 /* Features each architecture fixes (llama.cpp's graph for it), before the
  * metadata that may refine them. */
 static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
@@ -369,6 +414,8 @@ static cr_status_t read_arch_features(rn_model_t *m, cr_err_t *err)
         return read_cohere(m, err);
     if (hp->arch_id == RN_ARCH_EXAONE4)
         return read_exaone4(m, err);
+    if (hp->arch_id == RN_ARCH_QWEN2VL)
+        return read_qwen2vl(m, err);
     if (hp->arch_id == RN_ARCH_GEMMA) {
         /* Gemma 1: sqrt(dim) embeddings, GELU, (1 + w) norms stored folded */
         hp->embd_scale = sqrtf((float)hp->dim);
@@ -841,6 +888,7 @@ static cr_status_t place(rn_model_t *m, cr_err_t *err)
         if ((!rn_hparams_llama_graph(hp) && !ext) ||
             (hp->rope_yarn && (!ext || !ext->rope_yarn)) ||
             (hp->layer_norm && (!ext || !ext->layernorm)) ||
+            (hp->mrope && (!ext || !ext->rope_multi)) ||
             (rn_arch_is_encoder(hp->arch_id) && (!ext->layernorm || !ext->gelu)))
             return cr_err_set(err, CR_E_UNSUPPORTED, "architecture '%s' needs ops the "
                               "%s backend does not have", hp->arch, be->ops->name);
@@ -1212,7 +1260,7 @@ static cr_status_t bind_layer(rn_model_t *m, int l, cr_err_t *err)
         per[n++] = (layer_tensor_t){"attn_k", "weight", D, KV, &L->wk};
         per[n++] = (layer_tensor_t){"attn_v", "weight", D, KV, &L->wv};
     }
-    if (a == RN_ARCH_QWEN2) {
+    if (a == RN_ARCH_QWEN2 || a == RN_ARCH_QWEN2VL) {
         per[n++] = (layer_tensor_t){"attn_q", "bias", Q, 1, &L->bq};
         per[n++] = (layer_tensor_t){"attn_k", "bias", KV, 1, &L->bk};
         per[n++] = (layer_tensor_t){"attn_v", "bias", KV, 1, &L->bv};

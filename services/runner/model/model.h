@@ -1,6 +1,6 @@
 /* model.h: a decoder model (llama, qwen2, qwen3, gemma, gemma2, gemma3,
  * phi3, qwen3moe, gpt-oss; llama also with experts; granite, olmo2,
- * mistral3, exaone, exaone4, smollm3, command-r, cohere2) or an encoder
+ * mistral3, exaone, exaone4, smollm3, command-r, cohere2, qwen2vl) or an encoder
  * embedding model (bert, nomic-bert) loaded from a GGUF file.
  *
  * rn_model_load maps the file (lib/gguf.h validates every byte of the
@@ -69,6 +69,8 @@ typedef enum rn_arch {
     RN_ARCH_EXAONE4,  /* "exaone4" (EXAONE 4.0): olmo2's post-norms with
                          per-head q/k norms; the 32B (64 layers) slides 3
                          of 4 layers and ropes only those */
+    RN_ARCH_QWEN2VL,  /* "qwen2vl" (Qwen2-VL, Qwen2.5-VL text model): qwen2
+                         with M-RoPE (rope_sections) */
 } rn_arch_t;
 
 /* How router logits become expert weights (<arch>.expert_gating_func,
@@ -157,6 +159,11 @@ typedef struct rn_hparams {
                              position p times 1 + attn_temp *
                              ln(1 + floor(p / attn_temp_len)); 0 = none */
     int attn_temp_len;    /* rope.scaling.original_context_length */
+    bool mrope;           /* M-RoPE (qwen2vl): q and k rotate through the
+                             optional op rope_multi with four position
+                             planes (t, h, w, e; forward.h) */
+    int rope_sections[4]; /* <arch>.rope.dimension_sections: pairs per
+                             plane (qwen2.5-vl: 16, 24, 24, 0) */
 
     /* Encoders (bert family). */
     bool non_causal;      /* every position attends to every position

@@ -12,6 +12,10 @@
 
 #include "lib/gguf.h"
 #include "services/runner/vision/preprocess.h"
+#include "services/runner/vision/qwen2vl.h"
+
+/* Projector types with a tower of their own file. */
+#define PROJ_QWEN25VL "qwen2.5vl_merger"
 
 typedef struct clip_layer {
     be_weight_t ln1, ln1_b;       /* [D] */
@@ -28,6 +32,7 @@ struct rn_clip {
     be_backend_t *be;
     const be_ops_ext_t *ext;
     uint64_t weight_bytes;
+    rn_clip_qwen2vl_t *qwen; /* a qwen2.5-vl tower (the rest unused) */
 
     be_weight_t patch, patch_b;   /* [D][3*P*P] (c, ky, kx), [D] or none */
     be_weight_t cls;              /* [1][D] or none */
@@ -94,9 +99,12 @@ static cr_status_t read_hparams(rn_clip_t *c, cr_err_t *err)
         !cr_gguf_get_strz(g, "clip.vision.projector_type", hp->projector,
                           sizeof hp->projector))
         snprintf(hp->projector, sizeof hp->projector, "mlp"); /* old llava files */
+    if (!strcmp(hp->projector, PROJ_QWEN25VL))
+        return CR_OK; /* qwen2vl.c reads the rest */
     if (strcmp(hp->projector, "mlp"))
         return cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported "
-                          "yet (supported: mlp, the llava-style projector)", hp->projector);
+                          "yet (supported: mlp, the llava-style projector; "
+                          PROJ_QWEN25VL ")", hp->projector);
     const cr_gguf_array_t *fl = NULL, *pin = NULL;
     if (cr_gguf_get_arr(g, "clip.vision.feature_layer", &fl) && fl->n > 0)
         return cr_err_set(err, CR_E_UNSUPPORTED, "projector: clip.vision.feature_layer "
@@ -340,6 +348,14 @@ cr_status_t rn_clip_load(const char *path, be_backend_t *be, rn_clip_t **out, cr
     cr_status_t st = cr_gguf_open(path, &c->g, err);
     if (!st)
         st = read_hparams(c, err);
+    if (!st && !strcmp(c->hp.projector, PROJ_QWEN25VL)) {
+        if ((st = rn_clip_qwen2vl_load(c->g, be, &c->hp, &c->qwen, err))) {
+            rn_clip_destroy(&c);
+            return st;
+        }
+        *out = c;
+        return CR_OK;
+    }
     if (!st && (!c->ext || !c->ext->layernorm || !c->ext->add_rows || !c->ext->gelu ||
                 (c->hp.act == RN_CLIP_ACT_GELU_QUICK && !c->ext->gelu_quick)))
         st = cr_err_set(err, CR_E_UNSUPPORTED, "projector: the %s backend lacks the ops a "
@@ -362,6 +378,7 @@ void rn_clip_destroy(rn_clip_t **self_p)
         return;
     rn_clip_t *c = *self_p;
     be_backend_t *be = c->be;
+    rn_clip_qwen2vl_destroy(&c->qwen);
     for (int i = 0; i < c->n_prepared; i++)
         if (be->ops->weight_release)
             be->ops->weight_release(be, c->prepared[i]);
@@ -380,12 +397,27 @@ void rn_clip_destroy(rn_clip_t **self_p)
 
 const rn_clip_hparams_t *rn_clip_hparams(const rn_clip_t *c) { return &c->hp; }
 
-uint64_t rn_clip_weight_bytes(const rn_clip_t *c) { return c->weight_bytes; }
+uint64_t rn_clip_weight_bytes(const rn_clip_t *c)
+{
+    return c->qwen ? rn_clip_qwen2vl_weight_bytes(c->qwen) : c->weight_bytes;
+}
+
+cr_status_t rn_clip_layout(const rn_clip_t *c, int w, int h, rn_clip_layout_t *out,
+                           cr_err_t *err)
+{
+    if (c->qwen)
+        return rn_clip_qwen2vl_layout(c->qwen, w, h, out, err);
+    *out = (rn_clip_layout_t){.width = c->hp.image_size, .height = c->hp.image_size,
+                              .nx = c->hp.n_side, .ny = c->hp.n_side};
+    return CR_OK;
+}
 
 cr_status_t rn_clip_preprocess(const rn_clip_t *c, const rn_image_t *im, float *pixels,
                                cr_err_t *err)
 {
     const rn_clip_hparams_t *hp = &c->hp;
+    if (c->qwen)
+        return rn_clip_qwen2vl_preprocess(c->qwen, im, pixels, err);
     rn_image_t *sq = NULL;
     cr_status_t st = rn_preproc_fit_square(im, hp->image_size, hp->pad_color,
                                            RN_PREPROC_BICUBIC, &sq, err);
@@ -408,8 +440,26 @@ static void activation(rn_clip_t *c, float *y, size_t n)
         c->ext->gelu_quick(be, y, y, n);
 }
 
+cr_status_t rn_clip_encode_at(rn_clip_t *c, const rn_clip_layout_t *L, const float *pixels,
+                              float *out, cr_err_t *err)
+{
+    if (c->qwen)
+        return rn_clip_qwen2vl_encode(c->qwen, L, pixels, out, err);
+    if (L->width != c->hp.image_size || L->height != c->hp.image_size ||
+        L->nx != c->hp.n_side || L->ny != c->hp.n_side)
+        return cr_err_set(err, CR_E_INVALID, "projector: layout %dx%d is not this tower's "
+                          "%dx%d", L->width, L->height, c->hp.image_size, c->hp.image_size);
+    return rn_clip_encode(c, pixels, out, err);
+}
+
 cr_status_t rn_clip_encode(rn_clip_t *c, const float *pixels, float *out, cr_err_t *err)
 {
+    if (c->qwen) {
+        rn_clip_layout_t L = {.width = c->hp.image_size, .height = c->hp.image_size,
+                              .nx = c->hp.image_size / (2 * c->hp.patch_size),
+                              .ny = c->hp.image_size / (2 * c->hp.patch_size)};
+        return rn_clip_qwen2vl_encode(c->qwen, &L, pixels, out, err);
+    }
     const rn_clip_hparams_t *hp = &c->hp;
     be_backend_t *be = c->be;
     const be_ops_t *op = be->ops;

@@ -10,8 +10,10 @@
  * two-layer MLP projector mm.0 -> GELU -> mm.2. Its preprocessing is a
  * fixed square: the image is fitted inside image_size x image_size with
  * Pillow's bicubic filter, centred on llava's pad colour, then normalized
- * by image_mean / image_std (preprocess.h). Other projector types (gemma3,
- * qwen2.5-vl, pixtral, ...) are refused with CR_E_UNSUPPORTED.
+ * by image_mean / image_std (preprocess.h). Also qwen2.5-vl's tower
+ * ("qwen2.5vl_merger", qwen2vl.h), whose size depends on the image
+ * (rn_clip_layout, rn_clip_encode_at). Other projector types (gemma3,
+ * pixtral, ...) are refused with CR_E_UNSUPPORTED.
  *
  * The tower runs through the backend interface (backend.h); buffers are
  * allocated once at load, so encoding allocates nothing. It follows
@@ -59,7 +61,18 @@ typedef struct rn_clip_hparams {
     int proj_hidden;      /* rows of mm.0 */
     int n_embd;           /* rows of the last projector matrix: the text
                              model's embedding length */
+    bool dynamic;         /* size per image (rn_clip_layout; qwen2.5-vl):
+                             image_size x image_size and n_patches are then
+                             the largest image's pixels and tokens */
 } rn_clip_hparams_t;
+
+/* What one image becomes: the pixels the tower reads and its grid of
+ * tokens. Fixed-size towers: image_size x image_size and n_side x n_side;
+ * dynamic ones (qwen2.5-vl) depend on the image. */
+typedef struct rn_clip_layout {
+    int width, height; /* pixels after resizing */
+    int nx, ny;        /* tokens per row, rows: nx * ny tokens */
+} rn_clip_layout_t;
 
 typedef struct rn_clip rn_clip_t;
 
@@ -82,9 +95,16 @@ const rn_clip_hparams_t *rn_clip_hparams(const rn_clip_t *c);
 /* Bytes of weights the file maps (for memory reports). */
 uint64_t rn_clip_weight_bytes(const rn_clip_t *c);
 
+/* The layout of an image of w x h pixels (see rn_clip_layout_t).
+ * CR_E_INVALID when a dynamic tower cannot take it (a shape so elongated
+ * that it needs more tokens than the tower's limit). */
+cr_status_t rn_clip_layout(const rn_clip_t *c, int w, int h, rn_clip_layout_t *out,
+                           cr_err_t *err);
+
 /* Fills pixels [3][S][S] (S = image_size, planes R, G, B; caller-owned)
  * with im fitted, padded and normalized as the projector's preprocessing
- * says (preprocess.h). CR_E_NOMEM only. */
+ * says (preprocess.h); dynamic towers: [3][height][width] of im's layout.
+ * CR_E_NOMEM; CR_E_INVALID as rn_clip_layout. */
 cr_status_t rn_clip_preprocess(const rn_clip_t *c, const rn_image_t *im, float *pixels,
                                cr_err_t *err);
 
@@ -93,5 +113,12 @@ cr_status_t rn_clip_preprocess(const rn_clip_t *c, const rn_image_t *im, float *
  * the text model receives them, one row per image token. Errors only from
  * the backend (be_check): CR_E_NOMEM, CR_E_INTERNAL. */
 cr_status_t rn_clip_encode(rn_clip_t *c, const float *pixels, float *out, cr_err_t *err);
+
+/* rn_clip_encode of an image of layout L (from rn_clip_layout):
+ * pixels [3][L->height][L->width], out [L->nx * L->ny][n_embd]. Dynamic
+ * towers also CR_E_NOMEM when the activations for this size do not fit.
+ * For a fixed-size tower L must be its one layout. */
+cr_status_t rn_clip_encode_at(rn_clip_t *c, const rn_clip_layout_t *L, const float *pixels,
+                              float *out, cr_err_t *err);
 
 #endif

@@ -11,12 +11,13 @@
 #include "services/runner/vision/image.h"
 #include "services/runner/vision/pixtral.h"
 
-#define SUFFIX_MAX 16 /* text ids after an image ("[IMG_END]" in bytes, at worst) */
+#define AFFIX_MAX 16 /* text ids before or after an image (a marker's bytes, at worst) */
+#define PROJ_QWEN25VL "qwen2.5vl_merger"
 
 typedef struct entry {
     uint8_t digest[32];
     float *rows;   /* [n_rows][dim]; NULL: an empty entry */
-    int n_rows;
+    int n_rows, nx, ny;
     int64_t used;  /* clock at its last use (LRU) */
 } entry_t;
 
@@ -25,9 +26,11 @@ struct rn_vision {
     rn_pixtral_t *pix;
     int fixed_rows;      /* rows per image of a fixed-size tower, else 0 */
     int dim;
-    int32_t suffix[SUFFIX_MAX]; /* text ids after each image */
-    int n_suffix;
-    float *pixels;       /* the largest preprocessed image, reused */
+    char type[32];       /* clip.projector_type */
+    int32_t prefix[AFFIX_MAX], suffix[AFFIX_MAX]; /* text ids around each image */
+    int n_prefix, n_suffix;
+    float *pixels;       /* the largest preprocessed image so far, reused */
+    size_t pixels_cap;   /* floats */
     entry_t cache[RN_VISION_CACHE_MAX];
     size_t cache_bytes;  /* held by the cache's rows */
     int64_t clock, encoded, hits;
@@ -54,15 +57,15 @@ cr_status_t rn_vision_projector_type(const char *path, char *buf, size_t cap, cr
 static cr_status_t load_tower(rn_vision_t *v, const char *path, be_backend_t *be,
                               cr_err_t *err)
 {
-    char type[32] = "";
-    cr_status_t st = rn_vision_projector_type(path, type, sizeof type, err);
+    char *type = v->type;
+    cr_status_t st = rn_vision_projector_type(path, type, sizeof v->type, err);
     if (st)
         return st;
-    if (!strcmp(type, "mlp")) {
+    if (!strcmp(type, "mlp") || !strcmp(type, PROJ_QWEN25VL)) {
         if ((st = rn_clip_load(path, be, &v->clip, err)))
             return st;
         const rn_clip_hparams_t *hp = rn_clip_hparams(v->clip);
-        v->fixed_rows = hp->n_patches;
+        v->fixed_rows = hp->dynamic ? 0 : hp->n_patches;
         v->dim = hp->n_embd;
         return CR_OK;
     }
@@ -73,24 +76,48 @@ static cr_status_t load_tower(rn_vision_t *v, const char *path, be_backend_t *be
         return CR_OK;
     }
     return cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported yet "
-                      "(supported: mlp, the llava-style projector; pixtral)", type);
+                      "(supported: mlp, the llava-style projector; pixtral; " PROJ_QWEN25VL ")", type);
 }
 
-/* The text after each image: Pixtral's [IMG_END] (libmtmd tokenizes it
- * with special tokens parsed, without BOS). */
-static cr_status_t load_suffix(rn_vision_t *v, const rn_tokenizer_t *tok, cr_err_t *err)
+/* marker tokenized on its own into ids (AFFIX_MAX), as libmtmd does:
+ * special tokens parsed, without BOS. */
+static cr_status_t marker_ids(const rn_tokenizer_t *tok, const char *marker, int32_t *ids,
+                              int *n_out, cr_err_t *err)
 {
-    if (!v->pix)
-        return CR_OK;
-    static const char end[] = "[IMG_END]";
     size_t n = 0;
-    cr_status_t st = rn_tokenize(tok, end, strlen(end), false, true, v->suffix, SUFFIX_MAX,
-                                 &n, err);
+    cr_status_t st = rn_tokenize(tok, marker, strlen(marker), false, true, ids, AFFIX_MAX, &n,
+                                 err);
     if (st == CR_E_TOO_LARGE)
         return cr_err_set(err, CR_E_UNSUPPORTED, "the text model spells %s in %zu tokens "
-                          "(at most %d)", end, n, SUFFIX_MAX);
-    v->n_suffix = (int)n;
+                          "(at most %d)", marker, n, AFFIX_MAX);
+    *n_out = (int)n;
     return st;
+}
+
+/* The text around each image: Pixtral's [IMG_END] after it, qwen2.5-vl's
+ * <|vision_start|> before and <|vision_end|> after. */
+static cr_status_t load_affixes(rn_vision_t *v, const rn_tokenizer_t *tok, cr_err_t *err)
+{
+    if (v->pix)
+        return marker_ids(tok, "[IMG_END]", v->suffix, &v->n_suffix, err);
+    if (!strcmp(v->type, PROJ_QWEN25VL)) {
+        cr_status_t st = marker_ids(tok, "<|vision_start|>", v->prefix, &v->n_prefix, err);
+        return st ? st : marker_ids(tok, "<|vision_end|>", v->suffix, &v->n_suffix, err);
+    }
+    return CR_OK;
+}
+
+/* Room for floats pixels in v->pixels (kept: the largest image so far). */
+static cr_status_t reserve_pixels(rn_vision_t *v, size_t floats, cr_err_t *err)
+{
+    if (floats <= v->pixels_cap)
+        return CR_OK;
+    float *p = realloc(v->pixels, floats * sizeof *p);
+    if (!p)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory for the image buffer");
+    v->pixels = p;
+    v->pixels_cap = floats;
+    return CR_OK;
 }
 
 cr_status_t rn_vision_new(const char *path, be_backend_t *be, const rn_tokenizer_t *tok,
@@ -112,21 +139,21 @@ cr_status_t rn_vision_new(const char *path, be_backend_t *be, const rn_tokenizer
         rn_vision_destroy(&v);
         return st;
     }
-    if ((st = load_suffix(v, tok, err))) {
+    if ((st = load_affixes(v, tok, err))) {
         rn_vision_destroy(&v);
         return st;
     }
-    size_t n_px;
-    if (v->clip) {
+    size_t n_px = 0; /* a dynamic clip tower's: sized by its first image */
+    if (v->clip && !rn_clip_hparams(v->clip)->dynamic) {
         const rn_clip_hparams_t *hp = rn_clip_hparams(v->clip);
         n_px = 3 * (size_t)hp->image_size * hp->image_size;
-    } else {
+    } else if (v->pix) {
         const rn_pixtral_hparams_t *hp = rn_pixtral_hparams(v->pix);
         n_px = 3 * (size_t)hp->max_patches * hp->patch_size * hp->patch_size;
     }
-    if (!(v->pixels = malloc(n_px * sizeof(float)))) {
+    if ((st = reserve_pixels(v, n_px, err))) {
         rn_vision_destroy(&v);
-        return cr_err_set(err, CR_E_NOMEM, "out of memory for the image buffer");
+        return st;
     }
     *out = v;
     return CR_OK;
@@ -200,17 +227,27 @@ cr_status_t rn_vision_image_measure(rn_vision_t *v, rn_vision_image_t *img, size
                                     cr_err_t *err)
 {
     img->n_rows = v->fixed_rows;
-    if (!img->n_rows) {
+    img->nx = img->ny = 0;
+    if (img->n_rows) {
+        img->nx = img->ny = rn_clip_hparams(v->clip)->n_side;
+    } else {
         const entry_t *e = cached(v, img);
         if (e) {
-            img->n_rows = e->n_rows;
+            img->n_rows = e->n_rows, img->nx = e->nx, img->ny = e->ny;
         } else {
             rn_image_t *im = NULL;
-            int w, h;
             cr_status_t st = decode(img, index, &im, err); /* names the image */
             if (st)
                 return st;
-            st = rn_pixtral_fit(v->pix, im->width, im->height, &w, &h, &img->n_rows, err);
+            if (v->clip) {
+                rn_clip_layout_t L;
+                st = rn_clip_layout(v->clip, im->width, im->height, &L, err);
+                if (!st)
+                    img->nx = L.nx, img->ny = L.ny, img->n_rows = L.nx * L.ny;
+            } else {
+                int w, h;
+                st = rn_pixtral_fit(v->pix, im->width, im->height, &w, &h, &img->n_rows, err);
+            }
             rn_image_destroy(&im);
             if (st) {
                 cr_err_wrap(err, "image %zu", index);
@@ -218,7 +255,7 @@ cr_status_t rn_vision_image_measure(rn_vision_t *v, rn_vision_image_t *img, size
             }
         }
     }
-    img->n_ids = img->n_rows + v->n_suffix;
+    img->n_ids = v->n_prefix + img->n_rows + v->n_suffix;
     return CR_OK;
 }
 
@@ -226,6 +263,8 @@ void rn_vision_token_ids(const rn_vision_t *v, const rn_vision_image_t *img, int
 {
     uint32_t h = (uint32_t)img->digest[0] << 24 | (uint32_t)img->digest[1] << 16 |
                  (uint32_t)img->digest[2] << 8 | img->digest[3];
+    memcpy(ids, v->prefix, (size_t)v->n_prefix * sizeof *ids);
+    ids += v->n_prefix;
     for (int k = 0; k < img->n_rows; k++)
         ids[k] = -1 - (int32_t)((h + (uint32_t)k) & 0x3fffffffu);
     memcpy(ids + img->n_rows, v->suffix, (size_t)v->n_suffix * sizeof *ids);
@@ -248,16 +287,16 @@ static void evict(rn_vision_t *v, entry_t *e)
     v->cache_bytes -= (size_t)e->n_rows * v->dim * sizeof(float);
     free(e->rows);
     e->rows = NULL;
-    e->n_rows = 0;
+    e->n_rows = e->nx = e->ny = 0;
 }
 
 /* Keeps rows [n_rows][dim] under img's digest, evicting the least recently
  * used entries to stay within RN_VISION_CACHE_BYTES and
  * RN_VISION_CACHE_MAX entries (an image larger than the budget is simply
  * not cached; so is one that finds no memory). */
-static void remember(rn_vision_t *v, const rn_vision_image_t *img, const float *rows,
-                     int n_rows)
+static void remember(rn_vision_t *v, const rn_vision_image_t *img, const float *rows)
 {
+    int n_rows = img->n_rows;
     size_t bytes = (size_t)n_rows * v->dim * sizeof(float);
     if (bytes > RN_VISION_CACHE_BYTES)
         return;
@@ -276,7 +315,7 @@ static void remember(rn_vision_t *v, const rn_vision_image_t *img, const float *
         return;
     memcpy(e->rows, rows, bytes);
     memcpy(e->digest, img->digest, sizeof e->digest);
-    e->n_rows = n_rows;
+    e->n_rows = n_rows, e->nx = img->nx, e->ny = img->ny;
     e->used = ++v->clock;
     v->cache_bytes += bytes;
 }
@@ -294,19 +333,27 @@ cr_status_t rn_vision_embed(rn_vision_t *v, const rn_vision_image_t *img, size_t
     rn_image_t *im = NULL;
     cr_status_t st = decode(img, index, &im, err);
     int w = 0, h = 0;
-    if (!st && v->clip)
-        st = rn_clip_preprocess(v->clip, im, v->pixels, err);
-    else if (!st)
+    rn_clip_layout_t L;
+    if (!st && v->clip) {
+        if ((st = rn_clip_layout(v->clip, im->width, im->height, &L, err)))
+            cr_err_wrap(err, "image %zu", index);
+        else if (L.nx * L.ny != img->n_rows)
+            st = cr_err_set(err, CR_E_INTERNAL, "image %zu: measured %d rows, encodes %d",
+                            index, img->n_rows, L.nx * L.ny);
+        if (!st && !(st = reserve_pixels(v, 3 * (size_t)L.width * L.height, err)))
+            st = rn_clip_preprocess(v->clip, im, v->pixels, err);
+    } else if (!st) {
         st = rn_pixtral_preprocess(v->pix, im, v->pixels, &w, &h, err);
+    }
     rn_image_destroy(&im);
     if (!st && v->clip)
-        st = rn_clip_encode(v->clip, v->pixels, out, err);
+        st = rn_clip_encode_at(v->clip, &L, v->pixels, out, err);
     else if (!st)
         st = rn_pixtral_encode(v->pix, v->pixels, w, h, out, err);
     if (st)
         return st;
     v->encoded++;
-    remember(v, img, out, img->n_rows);
+    remember(v, img, out);
     return CR_OK;
 }
 

@@ -8,8 +8,9 @@
  * tells two images apart (two different images share ids only if 30 bits
  * of their digests collide) and the same image matches itself.
  *
- * Pixtral's images take as many tokens as their size gives (pixtral.h),
- * so a request's images are measured before its prompt is tokenized.
+ * Pixtral's and qwen2.5-vl's images take as many tokens as their size
+ * gives (pixtral.h, qwen2vl.h), so a request's images are measured before
+ * its prompt is tokenized.
  *
  * Owns the projector and the cache. Not thread-safe (the engine's thread). */
 #ifndef RN_VISION_H
@@ -32,15 +33,19 @@ typedef struct rn_vision_image {
     uint8_t *bytes;     /* owned (rn_vision_image_free) */
     size_t len;
     int n_rows;         /* embedding rows (negative ids); set by measure */
-    int n_ids;          /* n_rows plus the text ids after them */
+    int n_ids;          /* n_rows plus the family's text ids around them */
+    int nx, ny;         /* a clip tower's grid of rows (n_rows = nx * ny,
+                           rows of nx: M-RoPE positions); 0 for Pixtral */
 } rn_vision_image_t;
 
 /* Loads the projector at path on be (borrowed, must outlive the vision;
- * the runner's host instance): a llava-style one (clip.h) or a Pixtral
- * one (pixtral.h); other projector types are CR_E_UNSUPPORTED "projector
- * type 'X' is not supported yet". tok (borrowed for the call): the text
- * model's, for the text a family puts after each image (Pixtral:
- * "[IMG_END]", special tokens parsed, as libmtmd adds it). text_dim: the
+ * the runner's host instance): a llava-style or qwen2.5-vl one (clip.h,
+ * qwen2vl.h) or a Pixtral one (pixtral.h); other projector types are
+ * CR_E_UNSUPPORTED "projector type 'X' is not supported yet". tok
+ * (borrowed for the call): the text model's, for the text a family puts
+ * around each image (Pixtral: "[IMG_END]" after it; qwen2.5-vl:
+ * "<|vision_start|>" before, "<|vision_end|>" after; special tokens
+ * parsed, each marker on its own, as libmtmd adds them). text_dim: the
  * text model's embedding length, which the projector's output must match
  * (CR_E_INVALID otherwise). On success *out is owned by the caller: free
  * with rn_vision_destroy. Errors as rn_clip_load / rn_pixtral_load. */
@@ -55,7 +60,7 @@ void rn_vision_destroy(rn_vision_t **self_p);
 cr_status_t rn_vision_projector_type(const char *path, char *buf, size_t cap, cr_err_t *err);
 
 /* Tokens a fixed-size tower gives every image, or 0 when the count
- * follows the image's size (Pixtral): for log lines. */
+ * follows the image's size (Pixtral, qwen2.5-vl): for log lines. */
 int rn_vision_fixed_tokens(const rn_vision_t *v);
 
 /* Bytes the projector's weights take. */
@@ -68,15 +73,16 @@ cr_status_t rn_vision_image_load(const char *b64, rn_vision_image_t *out, cr_err
 
 void rn_vision_image_free(rn_vision_image_t *img);
 
-/* Sets img->n_rows and img->n_ids: fixed for a fixed-size tower; from the
+/* Sets img->n_rows, n_ids, nx, ny: fixed for a fixed-size tower; from the
  * cache or the decoded picture's size when it varies (the picture is
  * decoded to learn it, CORRAL_MAX_IMAGE_PIXELS applying). Errors are the
  * client's image, as rn_vision_embed's. */
 cr_status_t rn_vision_image_measure(rn_vision_t *v, rn_vision_image_t *img, size_t index,
                                     cr_err_t *err);
 
-/* The measured image's img->n_ids ids into ids: n_rows negative ids (one
- * per embedding row), then the family's text ids after the image. */
+/* The measured image's img->n_ids ids into ids: the family's text ids
+ * before the image, n_rows negative ids (one per embedding row), then
+ * its text ids after the image. */
 void rn_vision_token_ids(const rn_vision_t *v, const rn_vision_image_t *img, int32_t *ids);
 
 /* The measured image's embeddings [img->n_rows][text_dim] into out

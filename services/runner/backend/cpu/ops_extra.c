@@ -390,6 +390,45 @@ static void ext_add_row_of(be_backend_t *be, float *y, const be_weight_t *b, int
     }
 }
 
+/* ---- M-RoPE (qwen2-vl) --------------------------------------------------- */
+
+static void ext_rope_multi(be_backend_t *be, float *x, int n, int n_head, int head_dim,
+                           int n_rot, const int32_t *pos, const int sections[4],
+                           float freq_base, bool vision)
+{
+    CR_UNUSED(be);
+    int n_pairs = vision ? n_rot : n_rot / 2;
+    int sect = sections[0] + sections[1] + sections[2] + sections[3];
+    int b1 = sections[0], b2 = b1 + sections[1], b3 = b2 + sections[2];
+    float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    enum { ROPE_MAX = 512 };
+    float cs[ROPE_MAX], sn[ROPE_MAX];
+    const be_vec_ops_t *vec = be_vec_ops();
+    if (n_pairs > ROPE_MAX || sect <= 0)
+        return; /* the loaders bound head_dim and check the sections */
+    for (int t = 0; t < n; t++) {
+        float th[4];
+        for (int p = 0; p < 4; p++)
+            th[p] = (float)pos[(size_t)p * n + t];
+        for (int i = 0; i < n_pairs; i++) {
+            int s = i % sect;
+            /* the vision kind restarts a plane's angle at its section */
+            if (vision && (s == 0 || s == b1 || s == b2 || s == b3)) {
+                int p = s == 0 ? 0 : s == b1 ? 1 : s == b2 ? 2 : 3;
+                th[p] = (float)pos[(size_t)p * n + t];
+            }
+            int p = s < b1 ? 0 : s < b2 ? 1 : s < b3 ? 2 : 3;
+            cs[i] = cosf(th[p]), sn[i] = sinf(th[p]);
+            for (int q = 0; q < 4; q++)
+                th[q] *= theta_scale;
+        }
+        for (int h = 0; h < n_head; h++) {
+            float *v = x + ((size_t)t * n_head + h) * head_dim;
+            vec->rope_halves(n_pairs, v, v + (vision ? n_rot : n_pairs), cs, sn);
+        }
+    }
+}
+
 static const be_ops_ext_t cpu_ext_ops = {
     .rope_neox = ext_rope_neox,
     .add_rows = ext_add_rows,
@@ -405,6 +444,7 @@ static const be_ops_ext_t cpu_ext_ops = {
     .swiglu_oai = ext_swiglu_oai,
     .add_row_of = ext_add_row_of,
     .gelu_quick = ext_gelu_quick,
+    .rope_multi = ext_rope_multi,
 };
 
 const be_ops_ext_t *be_cpu_ext_ops(const be_backend_t *be)
