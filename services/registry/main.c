@@ -76,6 +76,11 @@ int main(int argc, char **argv)
         cr_log_error("cannot open the model store %s: %s", models, err.msg);
         goto out;
     }
+    size_t removed = 0;
+    if (reg_store_claim(reg_server_store(srv), &removed, &err))
+        cr_log_warn("%s; temp files younger than an hour stay", err.msg);
+    else if (removed)
+        cr_log_info("removed %zu temp files a stopped registry left", removed);
     if (!cr_env_bool("NOPRUNE", false))
         reg_prune_store(reg_server_store(srv), 3600); /* 1 h grace, as Ollama */
     router = zsock_new(ZMQ_ROUTER);
