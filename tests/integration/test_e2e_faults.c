@@ -683,8 +683,10 @@ static bool runners_accounted(char *why, size_t cap)
     return false;
 }
 
-/* `corral doctor`: sound, or the findings in *report (owned). */
-static bool doctor_clean(char **report)
+/* `corral doctor`: sound, or the findings in *report (owned); *writing
+ * says whether all of them are temp files of blob writes (an upload or
+ * job still open, which its timeout or end removes). */
+static bool doctor_once(char **report, bool *writing)
 {
     char store[1200];
     snprintf(store, sizeof store, "%s/models", T.tmp);
@@ -693,17 +695,38 @@ static bool doctor_clean(char **report)
     /* Unused blobs are garbage, not damage: a delete or create cut short
      * leaves them (pruned once an hour old, as Ollama does). */
     bool bad = rc != 0 && rc != 1;
+    *writing = !bad;
     for (const char *l = out; l && *l;) {
         const char *nl = strchr(l, '\n');
         size_t len = nl ? (size_t)(nl - l) : strlen(l);
         char line[512];
         snprintf(line, sizeof line, "%.*s", (int)CR_MIN(len, sizeof line - 1), l);
-        if (len && strncmp(line, "unused blob ", 12) && !strstr(line, " problems"))
+        if (len && strncmp(line, "unused blob ", 12) && !strstr(line, " problems")) {
             bad = true;
+            if (!strstr(line, "(an unfinished write)"))
+                *writing = false;
+        }
         l = nl ? nl + 1 : l + len;
     }
     *report = out;
     return !bad;
+}
+
+/* doctor_once until the store is sound, waiting out writes still open:
+ * an upload whose gateway was killed lasts until CORRAL_UPLOAD_TIMEOUT
+ * (1 s here). A temp file that outlives that is a leftover. */
+static bool doctor_clean(char **report)
+{
+    double t0 = now_s();
+    for (;;) {
+        bool writing = false;
+        if (doctor_once(report, &writing))
+            return true;
+        if (!writing || now_s() - t0 > 20)
+            return false;
+        free(*report);
+        sleep_ms(100);
+    }
 }
 
 /* Every listed model answers a one-token generate. */
@@ -1000,6 +1023,7 @@ int main(void)
     /* serve restarts a killed service after 0.1 s every time, not after
      * a wait that doubles up to 30 s. */
     setenv("CORRAL_RESTART_BACKOFF", "100ms", 1);
+    setenv("CORRAL_UPLOAD_TIMEOUT", "1s", 1);
     if (!e2e_start(&T)) {
         CHECK_MSG(false, "the services did not start");
         e2e_stop(&T);
