@@ -1075,6 +1075,10 @@ int main(void)
 
         /* The next start: nothing of the old one is left. */
         e2e_serve_stop(&T);
+        /* The scheduler stops its runners as it drains; they may still be
+         * exiting when serve is gone. */
+        for (double t1 = now_s(); stray_runners() && now_s() - t1 < 30;)
+            sleep_ms(50);
         CHECK_MSG(stray_runners() == 0, "%zu runners outlived serve", stray_runners());
         if (!e2e_serve_start(&T)) {
             CHECK_MSG(false, "serve did not start again");
