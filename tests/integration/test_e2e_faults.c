@@ -1071,7 +1071,10 @@ int main(void)
         fprintf(stderr, "\n");
         CHECK_MSG(check_failed_g || kills >= want, "only %d kills in %d rounds", kills, rounds);
         /* serve never waited more than the backoff it was given. */
-        CHECK_EQ_INT((long)e2e_log_count(&T, "restarting in 0.2s"), 0);
+        size_t restarts = e2e_log_count(&T, "restarting in ");
+        CHECK_MSG(restarts > 0 && restarts == e2e_log_count(&T, "restarting in 0.1s"),
+                  "%zu restarts, %zu of them after 0.1 s", restarts,
+                  e2e_log_count(&T, "restarting in 0.1s"));
 
         /* The next start: nothing of the old one is left. */
         e2e_serve_stop(&T);
