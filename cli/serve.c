@@ -28,7 +28,7 @@
 
 #define N_SERVICES 3
 #define BACKOFF_MIN_S 0.5
-#define BACKOFF_MAX_S 30.0
+#define BACKOFF_MAX_MS (30 * 1000) /* CORRAL_RESTART_BACKOFF's default */
 #define QUICK_S 5.0     /* a run shorter than this counts as a crash loop */
 #define STABLE_S 60.0   /* a run longer than this resets the backoff */
 #define MAX_QUICK 5
@@ -98,7 +98,7 @@ static void describe_exit(int wst, char *out, size_t cap)
 
 /* Reaps every exited child; returns how many of ours ended. With
  * `supervising`, schedules restarts; sets *give_up on a crash loop. */
-static int reap(svc_t *svcs, bool supervising, bool *give_up)
+static int reap(svc_t *svcs, bool supervising, double backoff_max_s, bool *give_up)
 {
     int n = 0;
     for (;;) {
@@ -120,7 +120,7 @@ static int reap(svc_t *svcs, bool supervising, bool *give_up)
             }
             double ran = now_s() - s->started_s;
             if (ran >= STABLE_S)
-                s->backoff_s = BACKOFF_MIN_S;
+                s->backoff_s = CR_MIN(BACKOFF_MIN_S, backoff_max_s);
             s->quick_deaths = ran < QUICK_S ? s->quick_deaths + 1 : 0;
             if (s->quick_deaths >= MAX_QUICK) {
                 cr_log_error("serve: %s exited (%s) %d times within %.0fs of starting; "
@@ -132,7 +132,7 @@ static int reap(svc_t *svcs, bool supervising, bool *give_up)
             s->restart_at = now_s() + s->backoff_s;
             cr_log_warn("serve: %s exited (%s) after %.1fs; restarting in %.1fs", s->name,
                         how, ran, s->backoff_s);
-            s->backoff_s = CR_MIN(s->backoff_s * 2, BACKOFF_MAX_S);
+            s->backoff_s = CR_MIN(s->backoff_s * 2, backoff_max_s);
             break;
         }
     }
@@ -166,7 +166,7 @@ static void stop_all(svc_t *svcs, int sig, const sigset_t *set)
         struct timespec ts = {0, 200 * 1000 * 1000};
         siginfo_t info;
         int got = sigtimedwait(set, &info, &ts);
-        reap(svcs, false, &(bool){false});
+        reap(svcs, false, 0, &(bool){false});
         if (!live(svcs))
             break;
         bool again = got == SIGINT || got == SIGTERM;
@@ -191,6 +191,8 @@ cr_status_t cli_cmd_serve(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
                "      CORRAL_MODELS / OLLAMA_MODELS    model store\n"
                "      CORRAL_RUNTIME_DIR               bus sockets\n"
                "      CORRAL_BIN_DIR                   where the service programs are\n"
+               "      CORRAL_RESTART_BACKOFF           longest wait before restarting a service "
+               "that died (default 30s)\n"
                "      OLLAMA_KEEP_ALIVE, OLLAMA_MAX_LOADED_MODELS, OLLAMA_NUM_PARALLEL,\n"
                "      OLLAMA_MAX_QUEUE, OLLAMA_LOAD_TIMEOUT, OLLAMA_DEBUG\n");
         return CR_OK;
@@ -231,6 +233,13 @@ cr_status_t cli_cmd_serve(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
             return st;
     }
 
+    /* The wait before a restart doubles from BACKOFF_MIN_S while a service
+     * keeps dying within STABLE_S, up to this. */
+    double backoff_max_s =
+        (double)cr_env_duration_ms("RESTART_BACKOFF", BACKOFF_MAX_MS) / 1000;
+    for (int i = 0; i < N_SERVICES; i++)
+        svcs[i].backoff_s = CR_MIN(svcs[i].backoff_s, backoff_max_s);
+
     sigset_t set, old;
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
@@ -264,7 +273,7 @@ cr_status_t cli_cmd_serve(cli_ctx_t *ctx, int argc, char **argv, cr_err_t *err)
             cr_log_info("serve: %s received; stopping", strsignal(got));
             break;
         }
-        reap(svcs, true, &give_up);
+        reap(svcs, true, backoff_max_s, &give_up);
         t = now_s();
         for (int i = 0; i < N_SERVICES && !give_up && !st; i++)
             if (!svcs[i].pid && svcs[i].restart_at > 0 && svcs[i].restart_at <= t)

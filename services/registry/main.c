@@ -11,6 +11,7 @@
 #include "services/registry/doctor.h"
 #include "services/registry/ops.h"
 #include "services/registry/server.h"
+#include "services/registry/uploads.h"
 
 #include <czmq.h>
 
@@ -76,6 +77,16 @@ int main(int argc, char **argv)
         cr_log_error("cannot open the model store %s: %s", models, err.msg);
         goto out;
     }
+    /* An upload whose gateway died (nothing cancels it) is dropped, with
+     * its temp file, after this much silence. */
+    int64_t upload_ms = cr_env_duration_ms("UPLOAD_TIMEOUT", REG_UPLOAD_TIMEOUT_MS);
+    if (upload_ms != REG_UPLOAD_TIMEOUT_MS && upload_ms > 0)
+        reg_server_set_upload_timeout(srv, upload_ms);
+    size_t removed = 0;
+    if (reg_store_claim(reg_server_store(srv), &removed, &err))
+        cr_log_warn("%s; temp files younger than an hour stay", err.msg);
+    else if (removed)
+        cr_log_info("removed %zu temp files a stopped registry left", removed);
     if (!cr_env_bool("NOPRUNE", false))
         reg_prune_store(reg_server_store(srv), 3600); /* 1 h grace, as Ollama */
     router = zsock_new(ZMQ_ROUTER);

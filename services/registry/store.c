@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@ struct reg_store {
     char blobs[REG_PATH_MAX];
     char manifests[REG_PATH_MAX];
     bool fail_next_rename; /* test hook */
+    int lock_fd;           /* the writer's lock (reg_store_claim), else -1 */
 };
 
 struct reg_blob_writer {
@@ -203,6 +205,7 @@ reg_store_t *reg_store_new(const char *root, cr_err_t *err)
         cr_err_set(err, CR_E_NOMEM, "out of memory");
         return NULL;
     }
+    s->lock_fd = -1;
     char real[PATH_MAX];
     if (!realpath(root, real)) {
         cr_err_set(err, CR_E_IO, "realpath %s: %s", root, strerror(errno));
@@ -229,6 +232,8 @@ void reg_store_destroy(reg_store_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
+    if ((*self_p)->lock_fd >= 0)
+        close((*self_p)->lock_fd);
     free(*self_p);
     *self_p = NULL;
 }
@@ -786,6 +791,33 @@ cr_status_t reg_store_blob_list(const reg_store_t *s, char (**hexes)[REG_HEX_LEN
         *n = 0;
     }
     return st;
+}
+
+cr_status_t reg_store_claim(reg_store_t *s, size_t *removed, cr_err_t *err)
+{
+    *removed = 0;
+    if (s->lock_fd >= 0)
+        return CR_OK;
+    char path[REG_PATH_MAX];
+    if (!join(path, sizeof path, s->root, REG_STORE_LOCK))
+        return cr_err_set(err, CR_E_INVALID, "models folder path is too long");
+    /* O_CLOEXEC: a child (quantize) must not hold the lock after us. */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return cr_err_set(err, CR_E_IO, "open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return cr_err_set(err, CR_E_BUSY, "another corral-registry writes to %s",
+                              s->root);
+        return cr_err_set(err, CR_E_IO, "lock %s: %s", path, strerror(e));
+    }
+    s->lock_fd = fd;
+    /* Every temp file now is a dead writer's: a registry killed while it
+     * wrote a blob or a manifest (or its quantize child). */
+    *removed = reg_store_clean_temp(s, 0);
+    return CR_OK;
 }
 
 size_t reg_store_clean_temp(reg_store_t *s, int64_t min_age_s)

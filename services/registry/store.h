@@ -158,6 +158,18 @@ cr_status_t reg_store_manifest_list(const reg_store_t *s,
  * leaves the temp file behind. One-shot. */
 void reg_store_fail_next_manifest_rename(reg_store_t *s);
 
+/* The lock file, in the store's root, that the serving registry holds. */
+#define REG_STORE_LOCK ".corral-registry.lock"
+
+/* Claims the store for this process's writes: takes an exclusive flock on
+ * REG_STORE_LOCK (held until destroy; not inherited by children) and then,
+ * since no other registry can be writing, removes every temp file (those a
+ * killed registry left), counted in *removed. reg_store_new alone removes
+ * only those an hour old: a doctor or a test may open a store a registry
+ * serves. CR_E_BUSY when another process holds the lock (its temp files
+ * are work in progress), CR_E_IO when the lock file cannot be made. */
+cr_status_t reg_store_claim(reg_store_t *s, size_t *removed, cr_err_t *err);
+
 /* Removes hidden temp files in blobs/ and manifests/ older than
  * min_age_s seconds (0: all). Returns how many were removed. */
 size_t reg_store_clean_temp(reg_store_t *s, int64_t min_age_s);

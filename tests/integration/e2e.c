@@ -66,14 +66,20 @@ bool e2e_start(e2e_t *t)
     unsetenv("OLLAMA_MODELS");
     curl_global_init(CURL_GLOBAL_DEFAULT);
 
+    return e2e_serve_start(t);
+}
+
+bool e2e_serve_start(e2e_t *t)
+{
     char serve_log[1200];
     snprintf(serve_log, sizeof serve_log, "%s/serve.log", t->tmp);
     pid_t pid = fork();
     if (pid < 0)
         return false;
     if (pid == 0) {
-        /* Logs go to a file the test prints on failure. */
-        int fd = open(serve_log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        /* Logs go to a file the test prints on failure (appended: a
+         * restarted serve adds to the same log). */
+        int fd = open(serve_log, O_WRONLY | O_CREAT | O_APPEND, 0600);
         if (fd >= 0) {
             dup2(fd, 1);
             dup2(fd, 2);
@@ -113,7 +119,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag,
     return 0;
 }
 
-void e2e_stop(e2e_t *t)
+void e2e_serve_stop(e2e_t *t)
 {
     if (t->serve_pid > 0) {
         kill(t->serve_pid, SIGTERM);
@@ -132,6 +138,11 @@ void e2e_stop(e2e_t *t)
         }
         t->serve_pid = 0;
     }
+}
+
+void e2e_stop(e2e_t *t)
+{
+    e2e_serve_stop(t);
     if (getenv("CORRAL_E2E_KEEP")) {
         fprintf(stderr, "kept %s\n", t->tmp);
         return;

@@ -32,6 +32,12 @@ bool e2e_start(e2e_t *t);
 /* SIGTERM to serve, wait (then SIGKILL), remove the temp dir. */
 void e2e_stop(e2e_t *t);
 
+/* Stops serve as e2e_stop does but keeps the temp dir; e2e_serve_start
+ * starts it again on the same store, runtime dir and port (its log is
+ * appended to serve.log) and waits for it to answer. */
+void e2e_serve_stop(e2e_t *t);
+bool e2e_serve_start(e2e_t *t);
+
 /* One HTTP request; body may be NULL. Called `on_data` (if set) for every
  * received piece: returning false aborts the transfer (a client that goes
  * away). */

@@ -1062,6 +1062,55 @@ static void test_crash_before_rename(void)
     reg_store_destroy(&s);
 }
 
+/* A registry killed while it wrote leaves temp files an hour-old rule
+ * keeps; the one that claims the store next removes them at once, while a
+ * second opener of a claimed store keeps its hands off. */
+static void test_claim_cleans_dead_writers(void)
+{
+    reg_store_t *s = fresh_store();
+    char blob_tmp[4300], manifest_dir[4200], manifest_tmp[4300];
+    snprintf(blob_tmp, sizeof blob_tmp, "%s/blobs/.corral-tmp-quantize-1-2.gguf.tmp-x",
+             reg_store_root(s));
+    snprintf(manifest_dir, sizeof manifest_dir, "%s/manifests/registry.ollama.ai/library/m",
+             reg_store_root(s));
+    snprintf(manifest_tmp, sizeof manifest_tmp, "%s/.latest.tmp-y", manifest_dir);
+    char mk[4400];
+    snprintf(mk, sizeof mk, "mkdir -p %s", manifest_dir);
+    CHECK(system(mk) == 0);
+    FILE *f = fopen(blob_tmp, "w");
+    CHECK(f && fputs("half", f) >= 0 && fclose(f) == 0);
+    f = fopen(manifest_tmp, "w");
+    CHECK(f && fputs("half", f) >= 0 && fclose(f) == 0);
+
+    /* Opening alone keeps fresh temp files (someone may be writing). */
+    cr_err_t err;
+    reg_store_t *other = reg_store_new(reg_store_root(s), &err);
+    CHECK(other != NULL);
+    CHECK(access(blob_tmp, F_OK) == 0 && access(manifest_tmp, F_OK) == 0);
+
+    size_t removed = 99;
+    CHECK_EQ_INT(reg_store_claim(s, &removed, &err), CR_OK);
+    CHECK_EQ_INT((long)removed, 2);
+    CHECK(access(blob_tmp, F_OK) != 0 && access(manifest_tmp, F_OK) != 0);
+    CHECK_EQ_INT(reg_store_claim(s, &removed, &err), CR_OK); /* again: a no-op */
+    CHECK_EQ_INT((long)removed, 0);
+
+    /* While s holds it, another claim is refused and removes nothing. */
+    f = fopen(blob_tmp, "w");
+    CHECK(f && fclose(f) == 0);
+    CHECK_EQ_INT(reg_store_claim(other, &removed, &err), CR_E_BUSY);
+    CHECK(strstr(err.msg, "another corral-registry") != NULL);
+    CHECK_EQ_INT((long)removed, 0);
+    CHECK(access(blob_tmp, F_OK) == 0);
+
+    /* The holder gone (as a killed registry's lock goes), it succeeds. */
+    reg_store_destroy(&s);
+    CHECK_EQ_INT(reg_store_claim(other, &removed, &err), CR_OK);
+    CHECK_EQ_INT((long)removed, 1);
+    CHECK(access(blob_tmp, F_OK) != 0);
+    reg_store_destroy(&other);
+}
+
 /* ---- listing skips strays, embedding capability ---- */
 
 static void test_listing_and_caps(void)
@@ -1527,6 +1576,7 @@ int main(void)
     test_renderer_parser();
     test_embedded_tower_no_vision();
     test_prune_store();
+    test_claim_cleans_dead_writers();
     test_autodetect();
     test_template_uses();
     test_jinja_template();
