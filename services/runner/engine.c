@@ -112,6 +112,11 @@ struct rn_engine {
     rn_model_t *model;
     rn_lora_t *lora;  /* the model's LoRA adapters, or NULL */
     rn_vision_t *vision; /* the projector (load.projector), or NULL */
+    /* With vision: the control tokens around each image's tokens (-1:
+     * none) and whether an image's tokens attend to each other both ways
+     * (then a prefill step never splits an image). */
+    int32_t img_beg, img_end;
+    bool img_full;
     rn_tokenizer_t *tok;
     rn_ctx_t *ctx;    /* one sequence per slot */
     rn_script_t *script; /* CORRAL_TEST_SCRIPT: forced answers, or NULL */
@@ -282,6 +287,33 @@ static cr_status_t load_jinja(rn_engine_t *e, const msg_load_body_t *load, cr_er
     return CR_OK;
 }
 
+/* The id of control token `text` in the model's vocabulary, or -1. */
+static int32_t control_id(const rn_tokenizer_t *tok, const char *text)
+{
+    int32_t ids[2];
+    size_t n = 0;
+    if (rn_tokenize(tok, text, strlen(text), false, true, ids, 2, &n, NULL) || n != 1 ||
+        !rn_tokenizer_is_control(tok, ids[0]))
+        return -1;
+    return ids[0];
+}
+
+/* e->img_beg, img_end and img_full from the projector; a vocabulary
+ * without the control tokens it wraps images in is CR_E_INVALID. */
+static cr_status_t image_wrap(rn_engine_t *e, cr_err_t *err)
+{
+    const char *text[2] = {rn_vision_image_begin(e->vision), rn_vision_image_end(e->vision)};
+    int32_t *id[2] = {&e->img_beg, &e->img_end};
+    for (int i = 0; i < 2; i++) {
+        *id[i] = -1;
+        if (*text[i] && (*id[i] = control_id(e->tok, text[i])) < 0)
+            return cr_err_set(err, CR_E_INVALID, "the projector wraps images in %s, which "
+                              "the model's vocabulary lacks", text[i]);
+    }
+    e->img_full = rn_vision_non_causal(e->vision);
+    return CR_OK;
+}
+
 /* The cache type the scheduler chose (load.kv_cache_type; absent: f16). */
 static cr_status_t kv_cache_type(const msg_load_body_t *load, cr_type_t *out,
                                  cr_err_t *err)
@@ -389,6 +421,8 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
             goto fail;
         cr_log_info("%s: vision projector loaded (%d tokens per image)", load->name,
                     rn_vision_image_tokens(e->vision));
+        if ((st = image_wrap(e, err)))
+            goto fail;
     }
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
     e->spans = calloc((size_t)e->n_slots, sizeof *e->spans);
@@ -613,13 +647,19 @@ static cr_status_t tokenize_images(rn_engine_t *e, const msg_t *r, const rn_prom
                                    img_plan_t *plan, int *n_out, cr_err_t *err)
 {
     size_t n_req = request_images(r, NULL, 0), tok = (size_t)rn_vision_image_tokens(e->vision);
+    /* an image in the prompt: [img_beg] its tok ids [img_end] */
+    size_t pre = e->img_beg >= 0, per = pre + tok + (e->img_end >= 0);
+    if (e->img_full && (int)tok + e->n_slots - 1 > rn_ctx_n_batch(e->ctx))
+        return cr_err_set(err, CR_E_INVALID, "num_batch %d cannot hold an image's %zu "
+                          "tokens in one step (the model reads them together)",
+                          rn_ctx_n_batch(e->ctx) - (e->n_slots - 1), tok);
     if (p->images_skipped + p->n_images > n_req)
         return cr_err_set(err, CR_E_INTERNAL, "the prompt refers to %zu images of %zu",
                           p->images_skipped + p->n_images, n_req);
     const char **b64 = calloc(n_req, sizeof *b64);
     const int32_t **ids = calloc(p->n_images, sizeof *ids);
     plan->img = calloc(p->n_images, sizeof *plan->img);
-    plan->ids = malloc(p->n_images * tok * sizeof *plan->ids);
+    plan->ids = malloc(p->n_images * per * sizeof *plan->ids);
     cr_status_t st = CR_OK;
     if (!b64 || !ids || !plan->img || !plan->ids) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory for the images");
@@ -632,11 +672,16 @@ static cr_status_t tokenize_images(rn_engine_t *e, const msg_t *r, const rn_prom
             cr_err_wrap(err, "image %zu", p->images_skipped + k);
             goto out;
         }
-        rn_vision_token_ids(e->vision, &plan->img[k], plan->ids + k * tok);
-        ids[k] = plan->ids + k * tok;
+        int32_t *img_ids = plan->ids + k * per;
+        if (pre)
+            img_ids[0] = e->img_beg;
+        rn_vision_token_ids(e->vision, &plan->img[k], img_ids + pre);
+        if (e->img_end >= 0)
+            img_ids[per - 1] = e->img_end;
+        ids[k] = img_ids;
     }
     size_t need = 0, n_order = 0, limit = (size_t)e->n_ctx - 1;
-    st = rn_prompt_tokenize_images(e->tok, p, ids, plan->n, (int)tok, NULL, 0, &need, NULL, 0,
+    st = rn_prompt_tokenize_images(e->tok, p, ids, plan->n, (int)per, NULL, 0, &need, NULL, 0,
                                    &n_order, err);
     if (st && st != CR_E_TOO_LARGE)
         goto out;
@@ -654,7 +699,7 @@ static cr_status_t tokenize_images(rn_engine_t *e, const msg_t *r, const rn_prom
         st = cr_err_set(err, CR_E_NOMEM, "out of memory for the images");
         goto out;
     }
-    st = rn_prompt_tokenize_images(e->tok, p, ids, plan->n, (int)tok, e->prompt, limit, &need,
+    st = rn_prompt_tokenize_images(e->tok, p, ids, plan->n, (int)per, e->prompt, limit, &need,
                                    plan->order, n_order, &plan->n_order, err);
     if (!st && need == 0)
         st = cr_err_set(err, CR_E_INVALID, "the prompt is empty");
@@ -1104,6 +1149,24 @@ static cr_status_t begin_output(rn_engine_t *e, rn_output_t *output,
                            tools ? tag : NULL, tools, err);
 }
 
+/* A prefill step of `step` tokens from sl->at that ends at no image's
+ * middle: an image it would cut is taken whole when budget allows (even
+ * past PREFILL_STEP), else left for the next step; 0 when the step would
+ * start with an image that does not fit. */
+static int whole_images(const slot_t *sl, int step, int budget)
+{
+    const int32_t *p = sl->prompt + sl->at;
+    int left = sl->n_prompt - sl->at;
+    if (step >= left || step == 0 || p[step] >= 0 || p[step - 1] >= 0)
+        return step;
+    int beg = step - 1, end = step;
+    while (beg > 0 && p[beg - 1] < 0)
+        beg--;
+    while (end < left && p[end] < 0)
+        end++;
+    return end <= budget ? end : beg;
+}
+
 /* ---- slots ---- */
 
 static int common_prefix(const slot_t *sl, const int32_t *prompt, int n)
@@ -1337,6 +1400,9 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     int common = common_prefix(sl, e->prompt, n_prompt);
     if (common == n_prompt)
         common = n_prompt - 1;
+    /* an image read both ways is evaluated whole: never from its middle */
+    while (e->img_full && common > 0 && e->prompt[common] < 0 && e->prompt[common - 1] < 0)
+        common--;
     if (with_images &&
         (st = embed_images(e, &plan, e->prompt, n_prompt, common, &img_rows, err)))
         goto out;
@@ -1486,7 +1552,7 @@ int rn_engine_step(rn_engine_t *e)
         slot_t *sl = &e->slots[i];
         if (sl->state != SLOT_DECODE || !sl->has_pending)
             continue;
-        e->spans[n_spans] = (rn_ctx_span_t){sl->id, &sl->pending, 1, sl->n_seq, NULL};
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, &sl->pending, 1, sl->n_seq, NULL, false};
         e->span_slot[n_spans++] = i;
         budget--;
     }
@@ -1495,7 +1561,10 @@ int rn_engine_step(rn_engine_t *e)
         if (sl->state != SLOT_PREFILL)
             continue;
         int step = CR_MIN(CR_MIN(PREFILL_STEP, sl->n_prompt - sl->at), budget);
-        e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at, NULL};
+        if (e->img_full && (step = whole_images(sl, step, budget)) == 0)
+            continue; /* its next image waits for a step with room */
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at, NULL,
+                                            e->img_full};
         if (sl->img_rows)
             e->spans[n_spans].embd =
                 sl->img_rows + (size_t)sl->img_at * rn_ctx_embd_dim(e->ctx);

@@ -74,21 +74,35 @@ static cr_status_t encode_timed(rn_clip_t *clip, const float *pixels, float *emb
     return st;
 }
 
+/* The id of control token `text` in tok's vocabulary into *id (nothing
+ * for ""); CR_E_INVALID when the vocabulary lacks it. */
+static cr_status_t control_id(const rn_tokenizer_t *tok, const char *text, int32_t *id,
+                              cr_err_t *err)
+{
+    size_t n = 0;
+    if (!*text)
+        return CR_OK;
+    if (rn_tokenize(tok, text, strlen(text), false, true, id, 1, &n, NULL) || n != 1 ||
+        !rn_tokenizer_is_control(tok, *id))
+        return cr_err_set(err, CR_E_INVALID, "the text model's vocabulary lacks %s", text);
+    return CR_OK;
+}
+
 /* The last position's logits of prompt (trusted text, BOS as the
- * vocabulary says, [img-0] where the image's n_tok rows emb go) into
+ * vocabulary says, [img-0] where the image's n_tok rows emb go, between
+ * the projector's wrapping tokens, read both ways if it says so) into
  * logits_path. */
 static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const char *prompt,
-                                 const float *emb, int n_tok, const char *logits_path,
-                                 cr_err_t *err)
+                                 const rn_clip_hparams_t *hp, const float *emb,
+                                 const char *logits_path, cr_err_t *err)
 {
     rn_model_t *m = NULL;
     rn_tokenizer_t *tok = NULL;
     rn_ctx_t *c = NULL;
+    int n_tok = hp->n_patches + 2, k0 = 0;
     int32_t *ids = NULL, *img = malloc((size_t)n_tok * sizeof *img);
     if (!img)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
-    for (int k = 0; k < n_tok; k++)
-        img[k] = -1 - k;
     const int32_t *imgs[1] = {img};
     rn_prompt_span_t sp = {0, strlen(prompt), true};
     rn_prompt_result_t r = {.text = (char *)prompt, .len = strlen(prompt), .spans = &sp,
@@ -97,6 +111,13 @@ static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const
     cr_status_t st = rn_model_load(model_path, be, &m, err);
     if (!st)
         st = rn_tokenizer_load(rn_model_gguf(m), &tok, err);
+    if (!st && *hp->img_beg)
+        st = control_id(tok, hp->img_beg, &img[k0++], err);
+    for (int k = 0; !st && k < hp->n_patches; k++)
+        img[k0++] = -1 - k;
+    if (!st && *hp->img_end)
+        st = control_id(tok, hp->img_end, &img[k0++], err);
+    n_tok = k0;
     if (!st) {
         st = rn_prompt_tokenize_images(tok, &r, imgs, 1, n_tok, NULL, 0, &n, &order, 1,
                                        &n_order, err);
@@ -117,7 +138,8 @@ static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const
     if (!st)
         st = rn_ctx_new(m, &co, &c, err);
     if (!st) {
-        rn_ctx_span_t span = {.seq = 0, .tokens = ids, .n = (int)n, .pos = 0, .embd = emb};
+        rn_ctx_span_t span = {.seq = 0, .tokens = ids, .n = (int)n, .pos = 0, .embd = emb,
+                              .embd_full = hp->non_causal};
         st = rn_ctx_eval_batch(c, &span, 1, err);
     }
     if (!st)
@@ -170,7 +192,7 @@ int rn_tool_image_embed(const char *model_path, const char *mmproj_path,
         (st = write_floats(out_path, emb, nemb, &err)))
         goto out;
     if (prompt && logits_path &&
-        (st = prompt_logits(model_path, be, prompt, emb, hp->n_patches, logits_path, &err)))
+        (st = prompt_logits(model_path, be, prompt, hp, emb, logits_path, &err)))
         goto out;
     printf("%d x %d\n", hp->n_patches, hp->n_embd);
     rc = 0;

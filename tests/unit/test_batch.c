@@ -98,7 +98,7 @@ static void check_batch_equals_alone(const char *label, const rn_model_t *m)
             int pos = p->pos >= 0 ? p->pos : rn_ctx_seq_n_past(batch, s);
             for (int i = 0; i < p->n; i++)
                 toks[s][i] = token_for(s, step, i, V);
-            spans[n_spans++] = (rn_ctx_span_t){s, toks[s], p->n, pos, NULL};
+            spans[n_spans++] = (rn_ctx_span_t){s, toks[s], p->n, pos, NULL, false};
         }
         CHECK_EQ_INT(rn_ctx_eval_batch(batch, spans, n_spans, &err), CR_OK);
         for (int k = 0; k < n_spans; k++) {

@@ -62,6 +62,12 @@ typedef struct rn_ctx_span {
      * the residual stream as they are, without the model's embedding
      * scale). Without embd, negative ids are refused. */
     const float *embd;
+    /* With embd: each run of consecutive negative ids (one image) attends
+     * to itself both ways: a query in the run sees the cache up to the
+     * run's last position (and, on a sliding layer, from its own window's
+     * start), as llama.cpp decodes a gemma3 image non-causally. The
+     * caller keeps every run whole within one span. */
+    bool embd_full;
 } rn_ctx_span_t;
 
 typedef struct rn_ctx rn_ctx_t;

@@ -12,6 +12,7 @@
 
 #include "lib/gguf.h"
 #include "services/runner/vision/preprocess.h"
+#include "services/runner/vision/proj_gemma3.h"
 
 typedef struct clip_layer {
     be_weight_t ln1, ln1_b;       /* [D] */
@@ -43,6 +44,7 @@ struct rn_clip {
     float *ph, *po;                       /* [N][H], [N][E] */
     float *patches;                       /* [N][3*P*P] */
     void *kc, *vc;                        /* F16 [T][D] */
+    rn_gemma3v_t *gemma3;                 /* gemma3's tower instead, or NULL */
     void *prepared[512];                  /* weights to release */
     int n_prepared;
     /* Host staging. */
@@ -338,6 +340,17 @@ cr_status_t rn_clip_load(const char *path, be_backend_t *be, rn_clip_t **out, cr
     c->be = be;
     c->ext = be_ext_ops(be);
     cr_status_t st = cr_gguf_open(path, &c->g, err);
+    rn_siglip_layout_t layout;
+    if (!st && rn_gemma3v_detect(c->g, &layout)) {
+        if (!(st = rn_gemma3v_load(c->g, be, &c->gemma3, err))) {
+            rn_gemma3v_describe(c->gemma3, &c->hp);
+            c->weight_bytes = rn_gemma3v_weight_bytes(c->gemma3);
+            *out = c;
+            return CR_OK;
+        }
+        rn_clip_destroy(&c);
+        return st;
+    }
     if (!st)
         st = read_hparams(c, err);
     if (!st && (!c->ext || !c->ext->layernorm || !c->ext->add_rows || !c->ext->gelu ||
@@ -362,6 +375,7 @@ void rn_clip_destroy(rn_clip_t **self_p)
         return;
     rn_clip_t *c = *self_p;
     be_backend_t *be = c->be;
+    rn_gemma3v_destroy(&c->gemma3);
     for (int i = 0; i < c->n_prepared; i++)
         if (be->ops->weight_release)
             be->ops->weight_release(be, c->prepared[i]);
@@ -385,6 +399,8 @@ uint64_t rn_clip_weight_bytes(const rn_clip_t *c) { return c->weight_bytes; }
 cr_status_t rn_clip_preprocess(const rn_clip_t *c, const rn_image_t *im, float *pixels,
                                cr_err_t *err)
 {
+    if (c->gemma3)
+        return rn_gemma3v_preprocess(c->gemma3, im, pixels, err);
     const rn_clip_hparams_t *hp = &c->hp;
     rn_image_t *sq = NULL;
     cr_status_t st = rn_preproc_fit_square(im, hp->image_size, hp->pad_color,
@@ -410,6 +426,8 @@ static void activation(rn_clip_t *c, float *y, size_t n)
 
 cr_status_t rn_clip_encode(rn_clip_t *c, const float *pixels, float *out, cr_err_t *err)
 {
+    if (c->gemma3)
+        return rn_gemma3v_encode(c->gemma3, pixels, out, err);
     const rn_clip_hparams_t *hp = &c->hp;
     be_backend_t *be = c->be;
     const be_ops_t *op = be->ops;

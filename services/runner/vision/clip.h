@@ -10,8 +10,11 @@
  * two-layer MLP projector mm.0 -> GELU -> mm.2. Its preprocessing is a
  * fixed square: the image is fitted inside image_size x image_size with
  * Pillow's bicubic filter, centred on llava's pad colour, then normalized
- * by image_mean / image_std (preprocess.h). Other projector types (gemma3,
- * qwen2.5-vl, pixtral, ...) are refused with CR_E_UNSUPPORTED.
+ * by image_mean / image_std (preprocess.h).
+ *
+ * gemma3 (clip.projector_type "gemma3", or Ollama's gemma3 model file with
+ * the tower inside) is dispatched to proj_gemma3.h. Other projector types
+ * (qwen2.5-vl, pixtral, ...) are refused with CR_E_UNSUPPORTED.
  *
  * The tower runs through the backend interface (backend.h); buffers are
  * allocated once at load, so encoding allocates nothing. It follows
@@ -43,8 +46,10 @@ typedef struct rn_clip_hparams {
     int image_size;       /* clip.vision.image_size: pixels per side */
     int patch_size;       /* clip.vision.patch_size: pixels per side */
     int n_side;           /* patches per side: image_size / patch_size */
-    int n_patches;        /* n_side^2: image tokens the text model gets */
-    int n_pos;            /* positions in the tower: n_patches (+1 class) */
+    int n_patches;        /* image tokens the text model gets: n_side^2
+                             (gemma3: the pooled grid's) */
+    int n_pos;            /* positions in the tower: n_patches (+1 class;
+                             gemma3: n_side^2 before pooling) */
     int dim;              /* clip.vision.embedding_length */
     int n_heads;          /* clip.vision.attention.head_count */
     int head_dim;         /* dim / n_heads */
@@ -59,6 +64,11 @@ typedef struct rn_clip_hparams {
     int proj_hidden;      /* rows of mm.0 */
     int n_embd;           /* rows of the last projector matrix: the text
                              model's embedding length */
+    /* How the text model reads an image (gemma3; false and "" for llava): */
+    bool non_causal;      /* an image's tokens attend to each other both
+                             ways (llama.cpp decodes them non-causally) */
+    char img_beg[32];     /* control token text before an image's tokens */
+    char img_end[32];     /* and after them */
 } rn_clip_hparams_t;
 
 typedef struct rn_clip rn_clip_t;

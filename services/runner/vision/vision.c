@@ -73,6 +73,15 @@ void rn_vision_destroy(rn_vision_t **self_p)
 
 int rn_vision_image_tokens(const rn_vision_t *v) { return v->n_tok; }
 
+bool rn_vision_non_causal(const rn_vision_t *v) { return rn_clip_hparams(v->clip)->non_causal; }
+
+const char *rn_vision_image_begin(const rn_vision_t *v)
+{
+    return rn_clip_hparams(v->clip)->img_beg;
+}
+
+const char *rn_vision_image_end(const rn_vision_t *v) { return rn_clip_hparams(v->clip)->img_end; }
+
 uint64_t rn_vision_weight_bytes(const rn_vision_t *v)
 {
     return rn_clip_weight_bytes(v->clip);

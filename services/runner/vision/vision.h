@@ -41,6 +41,13 @@ void rn_vision_destroy(rn_vision_t **self_p);
 /* Tokens one image takes in a prompt. */
 int rn_vision_image_tokens(const rn_vision_t *v);
 
+/* How the text model reads an image (clip.h): its tokens attend to each
+ * other both ways (gemma3), and the control token texts around them ("" for
+ * none). Borrowed strings, valid while v lives. */
+bool rn_vision_non_causal(const rn_vision_t *v);
+const char *rn_vision_image_begin(const rn_vision_t *v);
+const char *rn_vision_image_end(const rn_vision_t *v);
+
 /* Bytes the projector's weights take. */
 uint64_t rn_vision_weight_bytes(const rn_vision_t *v);
 
