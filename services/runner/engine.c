@@ -44,6 +44,7 @@
 #include "services/runner/text/tokenizer.h"
 #include "services/runner/prompt/prompt_images.h"
 #include "services/runner/vision/vision.h"
+#include "lib/vision_embedded.h"
 
 #include <jansson.h>
 
@@ -314,6 +315,34 @@ static cr_status_t image_wrap(rn_engine_t *e, cr_err_t *err)
     return CR_OK;
 }
 
+/* The projector layer (load.projector), else a tower inside the model
+ * file that is complete (lib/vision_embedded.h: what the registry reports
+ * as vision too); an incomplete one is logged and images are refused. */
+static cr_status_t load_vision(rn_engine_t *e, const msg_load_body_t *load, int text_dim,
+                               cr_err_t *err)
+{
+    const char *path = NULL;
+    cr_err_t why = {0};
+    if (load->has_projector && load->projector && *load->projector) {
+        path = load->projector;
+    } else {
+        cr_status_t vs = cr_vision_embedded(rn_model_gguf(e->model), NULL, &why);
+        if (vs == CR_OK)
+            path = load->model_path;
+        else if (vs != CR_E_NOT_FOUND)
+            cr_log_warn("%s: %s; images are refused", load->name, why.msg);
+    }
+    if (!path)
+        return CR_OK;
+    cr_status_t st = rn_vision_new(path, e->be[0], text_dim, &e->vision, err);
+    if (st)
+        return st;
+    cr_log_info("%s: vision %s loaded (%d tokens per image)", load->name,
+                path == load->model_path ? "tower in the model file" : "projector",
+                rn_vision_image_tokens(e->vision));
+    return image_wrap(e, err);
+}
+
 /* The cache type the scheduler chose (load.kv_cache_type; absent: f16). */
 static cr_status_t kv_cache_type(const msg_load_body_t *load, cr_type_t *out,
                                  cr_err_t *err)
@@ -416,14 +445,8 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     if (st)
         goto fail;
     log_parts(e);
-    if (load->has_projector && load->projector && *load->projector) {
-        if ((st = rn_vision_new(load->projector, e->be[0], hp->dim, &e->vision, err)))
-            goto fail;
-        cr_log_info("%s: vision projector loaded (%d tokens per image)", load->name,
-                    rn_vision_image_tokens(e->vision));
-        if ((st = image_wrap(e, err)))
-            goto fail;
-    }
+    if ((st = load_vision(e, load, hp->dim, err)))
+        goto fail;
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
     e->spans = calloc((size_t)e->n_slots, sizeof *e->spans);
     e->span_slot = calloc((size_t)e->n_slots, sizeof *e->span_slot);
