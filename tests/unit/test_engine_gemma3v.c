@@ -29,6 +29,8 @@
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
 #include "services/runner/tools.h"
+#include "services/runner/vision/clip.h"
+#include "services/scheduler/estimate.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"
@@ -377,6 +379,41 @@ static void test_refusals(void)
     }
 }
 
+/* The scheduler's estimate of a tower in the model file covers what the
+ * runner holds of it (weights with the transposed projection, the image
+ * cache), as for a projector layer; the mmproj's covers its copy too. */
+static void test_estimate(void)
+{
+    const char *paths[2] = {single_path, proj_path};
+    for (int i = 0; i < 2; i++) {
+        cr_err_t err = {0};
+        cr_gguf_t *g = NULL;
+        CHECK(cr_gguf_open(paths[i], &g, &err) == CR_OK);
+        sch_estimate_t est = {.cpu_total_bytes = 100};
+        cr_vision_embedded_t v;
+        if (i == 0) {
+            CHECK(g && cr_vision_embedded(g, &v, &err) == CR_OK);
+            CHECK_EQ_INT(v.n_tokens, 16);
+            CHECK_EQ_INT(v.n_embd, 64);
+            CHECK(sch_estimate_add_embedded_vision(&est, &v, &err) == CR_OK);
+        } else {
+            CHECK(g && sch_estimate_add_projector(&est, g, &err) == CR_OK);
+        }
+        cr_gguf_close(&g);
+        be_backend_t *be = NULL;
+        rn_clip_t *c = NULL;
+        CHECK(be_cpu_new(1, &be, &err) == CR_OK &&
+              rn_clip_load(paths[i], be, &c, &err) == CR_OK);
+        /* the mapped tensors, and the copy of the 64 x 64 F32 projection */
+        int64_t w = c ? (int64_t)rn_clip_weight_bytes(c) + 64 * 64 * 4 : 0;
+        CHECK_MSG(w > 0 && est.projector_bytes > w + SCH_VISION_CACHE_BYTES,
+                  "estimate %lld, weights %lld", (long long)est.projector_bytes, (long long)w);
+        CHECK(est.cpu_total_bytes == 100 + est.projector_bytes);
+        rn_clip_destroy(&c);
+        be_destroy(&be);
+    }
+}
+
 int main(void)
 {
     if (!mkdtemp(dir_g))
@@ -411,6 +448,7 @@ int main(void)
     test_requests();
     test_step_boundary();
     test_refusals();
+    test_estimate();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);
     CHECK(system(cmd) == 0);
