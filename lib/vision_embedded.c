@@ -5,7 +5,10 @@
 
 #include <math.h>
 
-#define VE_MAX_DIM 65536
+/* The runner's limits (vision/siglip.c) */
+#define VE_MAX_DIM 16384
+#define VE_MAX_FFN 65536
+#define VE_MAX_IMAGE 2048
 #define VE_MAX_LAYERS 256
 
 static cr_status_t key_u32(const cr_gguf_t *g, const char *key, int max, int *out,
@@ -20,7 +23,8 @@ static cr_status_t key_u32(const cr_gguf_t *g, const char *key, int max, int *ou
 }
 
 /* Tensor `name` holding rows x cols elements (more dims folded into cols);
- * its bytes added to *bytes. */
+ * its bytes added to *bytes. A vector (rows 1: norms, biases) must be F32,
+ * as the runner's ops read them in place. */
 static cr_status_t tensor(const cr_gguf_t *g, const char *name, uint64_t cols, uint64_t rows,
                           uint64_t *bytes, cr_err_t *err)
 {
@@ -31,6 +35,8 @@ static cr_status_t tensor(const cr_gguf_t *g, const char *name, uint64_t cols, u
     if (!last || t->n_elems / last != cols || last != rows)
         return cr_err_set(err, CR_E_INVALID, "vision tower: tensor '%s' is not %" PRIu64
                           " x %" PRIu64, name, rows, cols);
+    if (rows == 1 && t->type != CR_TYPE_F32)
+        return cr_err_set(err, CR_E_INVALID, "vision tower: tensor '%s' is not F32", name);
     *bytes += t->size_bytes;
     return CR_OK;
 }
@@ -44,10 +50,10 @@ cr_status_t cr_vision_embedded(const cr_gguf_t *g, cr_vision_embedded_t *out, cr
         return cr_err_set(err, CR_E_NOT_FOUND, "the model file holds no vision tower");
     cr_status_t st;
     if ((st = key_u32(g, "gemma3.vision.block_count", VE_MAX_LAYERS, &v.n_layers, err)) ||
-        (st = key_u32(g, "gemma3.vision.image_size", 4096, &v.image_size, err)) ||
+        (st = key_u32(g, "gemma3.vision.image_size", VE_MAX_IMAGE, &v.image_size, err)) ||
         (st = key_u32(g, "gemma3.vision.patch_size", 256, &v.patch_size, err)) ||
         (st = key_u32(g, "gemma3.vision.embedding_length", VE_MAX_DIM, &v.dim, err)) ||
-        (st = key_u32(g, "gemma3.vision.feed_forward_length", VE_MAX_DIM, &v.ffn, err)) ||
+        (st = key_u32(g, "gemma3.vision.feed_forward_length", VE_MAX_FFN, &v.ffn, err)) ||
         (st = key_u32(g, "gemma3.vision.attention.head_count", 256, &v.n_heads, err)))
         return st;
     float eps = 0;
@@ -76,8 +82,13 @@ cr_status_t cr_vision_embedded(const cr_gguf_t *g, cr_vision_embedded_t *out, cr
         (st = tensor(g, "v.post_layernorm.bias", D, 1, &b, err)) ||
         (st = tensor(g, "mm.mm_soft_emb_norm.weight", D, 1, &b, err)))
         return st;
+    const cr_gguf_tensor_t *pe = cr_gguf_tensor_find(g, "v.patch_embedding.weight");
+    if (pe->type != CR_TYPE_F32 && pe->type != CR_TYPE_F16)
+        return cr_err_set(err, CR_E_INVALID, "vision tower: tensor "
+                          "'v.patch_embedding.weight' is not F32 or F16");
     const cr_gguf_tensor_t *proj = cr_gguf_tensor_find(g, "mm.mm_input_projection.weight");
-    if (!proj || proj->n_dims != 2 || proj->ne[1] != D || !proj->ne[0])
+    if (!proj || proj->n_dims != 2 || proj->ne[1] != D || !proj->ne[0] ||
+        proj->ne[0] > VE_MAX_FFN)
         return cr_err_set(err, CR_E_INVALID, "vision tower: tensor "
                           "'mm.mm_input_projection.weight' is missing or not %" PRIu64
                           " rows", D);

@@ -10,6 +10,7 @@
 
 #include "services/runner/vision/vweights.h"
 
+/* lib/vision_embedded.c holds a model file's tower to the same limits */
 #define SIGLIP_MAX_LAYERS 256
 #define SIGLIP_MAX_IMAGE 2048 /* pixels per side */
 
