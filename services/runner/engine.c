@@ -288,13 +288,13 @@ static cr_status_t load_jinja(rn_engine_t *e, const msg_load_body_t *load, cr_er
     return CR_OK;
 }
 
-/* The id of control token `text` in the model's vocabulary, or -1. */
+/* The id of special token `text` (control or user-defined: one id when
+ * special texts are parsed) in the model's vocabulary, or -1. */
 static int32_t control_id(const rn_tokenizer_t *tok, const char *text)
 {
     int32_t ids[2];
     size_t n = 0;
-    if (rn_tokenize(tok, text, strlen(text), false, true, ids, 2, &n, NULL) || n != 1 ||
-        !rn_tokenizer_is_control(tok, ids[0]))
+    if (rn_tokenize(tok, text, strlen(text), false, true, ids, 2, &n, NULL) || n != 1)
         return -1;
     return ids[0];
 }

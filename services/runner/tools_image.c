@@ -82,8 +82,7 @@ static cr_status_t control_id(const rn_tokenizer_t *tok, const char *text, int32
     size_t n = 0;
     if (!*text)
         return CR_OK;
-    if (rn_tokenize(tok, text, strlen(text), false, true, id, 1, &n, NULL) || n != 1 ||
-        !rn_tokenizer_is_control(tok, *id))
+    if (rn_tokenize(tok, text, strlen(text), false, true, id, 1, &n, NULL) || n != 1)
         return cr_err_set(err, CR_E_INVALID, "the text model's vocabulary lacks %s", text);
     return CR_OK;
 }
