@@ -16,7 +16,7 @@
  *        (qwen3moe, gpt-oss, llama)
  *       [--rope-yarn F --yarn-orig-ctx N] (gpt-oss, mistral3, qwen2, qwen3,
  *        olmo2) [--yarn-beta-fast F] [--yarn-beta-slow F] [--yarn-log-mul F]
- *        [--attn-temp F] (mistral3) [--vision-stub]
+ *        [--attn-temp F] (mistral3) [--vision-stub] [--image-tokens]
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
  * writing itself lives in tools/synth/synth.c, shared with the tests. */
@@ -50,6 +50,7 @@ static void usage(FILE *f)
             "         [--yarn-beta-fast F] [--yarn-beta-slow F] [--yarn-log-mul F]\n"
             "         [--attn-temp F] (mistral3, with --rope-yarn)\n"
             "         [--vision-stub] (v.*/mm.* tensors as Ollama's mistral3)\n"
+            "         [--image-tokens] (<start_of_image>, <end_of_image>: gemma3's)\n"
             "defaults: f32, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 128, ctx "
             "256, built-in vocab\n");
 }
@@ -224,6 +225,10 @@ int main(int argc, char **argv)
                 o.vocab_only = true;
             } else if (!strcmp(a, "--vision-stub")) {
                 o.vision_stub = true;
+            } else if (!strcmp(a, "--image-tokens")) {
+                static const char *const gemma3_image[] = {"<start_of_image>",
+                                                           "<end_of_image>", NULL};
+                o.extra_tokens = gemma3_image;
             } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
                 usage(stdout);
                 return 0;

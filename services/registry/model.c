@@ -3,6 +3,7 @@
 #include "services/registry/model.h"
 
 #include "lib/chat_formats.h"
+#include "lib/vision_embedded.h"
 #include "services/registry/ggufinfo.h"
 
 #include <ctype.h>
@@ -280,10 +281,11 @@ size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
     size_t n = 0;
     if (g) {
         out[n++] = reg_gguf_is_embedding(g) ? "embedding" : "completion";
-    /* Vision only through a projector layer: the runner runs no tower
-     * inside the model file (Ollama's gemma3/mistral3 files carry one;
-     * it would answer their images "does not support images"). */
     }
+    /* Vision through a projector layer, or a complete tower inside the
+     * model file that the runner runs (lib/vision_embedded.h: Ollama's
+     * gemma3 files; their mistral3 ones carry a tower it does not run). */
+    bool embedded_vision = g && cr_vision_embedded(g, NULL, NULL) == CR_OK;
     /* A built-in parser that finds tool calls (thinking) gives the
      * capability as Ollama's parserCapabilities does. */
     const char *parser = reg_model_config_str(m, "parser");
@@ -294,7 +296,7 @@ size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
         out[n++] = "tools";
     if (m->template_text && reg_template_uses(m->template_text, "Suffix"))
         out[n++] = "insert";
-    if (reg_manifest_find(&m->manifest, REG_MT_PROJECTOR))
+    if (reg_manifest_find(&m->manifest, REG_MT_PROJECTOR) || embedded_vision)
         out[n++] = "vision";
     if (cr_parser_has_thinking(parser) ||
         (m->template_text ? reg_template_uses(m->template_text, "Thinking")

@@ -84,7 +84,8 @@ bool reg_model_jinja_template(const reg_model_t *m, const cr_gguf_t *g, cr_gguf_
 
 /* Capabilities in Ollama's order: completion or embedding (from the GGUF,
  * g may be NULL if it could not be opened: then neither), vision, tools
- * (template uses .Tools), insert (.Suffix), vision (projector layer),
+ * (template uses .Tools), insert (.Suffix), vision (projector layer, or a
+ * complete tower in the model file: lib/vision_embedded.h),
  * thinking (.Thinking). With a Jinja template instead: tools when it reads
  * `tools`, thinking when it writes both <think> and </think> (what the
  * runner's output stages split by, prompt_jinja.h). Pointers are static

@@ -45,6 +45,7 @@
 #include "services/runner/text/tokenizer.h"
 #include "services/runner/prompt/prompt_images.h"
 #include "services/runner/vision/vision.h"
+#include "lib/vision_embedded.h"
 
 #include <jansson.h>
 
@@ -116,8 +117,10 @@ struct rn_engine {
     rn_model_t *model;
     rn_lora_t *lora;  /* the model's LoRA adapters, or NULL */
     rn_vision_t *vision; /* the projector (load.projector), or NULL */
-    bool tower_in_file;  /* the model file carries a vision tower (v.*):
-                            Ollama's single-file layout, not run yet */
+    bool tower_in_file;  /* the model file carries a vision tower (v.*) */
+    bool img_full;       /* with vision: an image's tokens attend to each
+                            other both ways (then a prefill step never
+                            splits an image) */
     rn_tokenizer_t *tok;
     rn_ctx_t *ctx;    /* one sequence per slot */
     rn_script_t *script; /* CORRAL_TEST_SCRIPT: forced answers, or NULL */
@@ -288,6 +291,43 @@ static cr_status_t load_jinja(rn_engine_t *e, const msg_load_body_t *load, cr_er
     return CR_OK;
 }
 
+/* The projector layer (load.projector), else a tower inside the model
+ * file that is complete (lib/vision_embedded.h: what the registry reports
+ * as vision too); an incomplete one is logged and images are refused. */
+static cr_status_t load_vision(rn_engine_t *e, const msg_load_body_t *load, int text_dim,
+                               cr_err_t *err)
+{
+    const char *path = NULL;
+    cr_err_t why = {0};
+    if (load->has_projector && load->projector && *load->projector) {
+        path = load->projector;
+    } else {
+        cr_status_t vs = cr_vision_embedded(rn_model_gguf(e->model), NULL, &why);
+        if (vs == CR_OK)
+            path = load->model_path;
+        else if (vs != CR_E_NOT_FOUND) {
+            /* a gemma3 tower, incomplete: Ollama's plain "does not
+             * support images", not the unsupported-layout message */
+            cr_log_warn("%s: %s; images are refused", load->name, why.msg);
+            e->tower_in_file = false;
+        }
+    }
+    if (!path)
+        return CR_OK;
+    cr_status_t st = rn_vision_new(path, e->be[0], e->tok, text_dim, &e->vision, err);
+    if (st)
+        return st;
+    const char *what = path == load->model_path ? "tower in the model file" : "projector";
+    if (rn_vision_fixed_tokens(e->vision))
+        cr_log_info("%s: vision %s loaded (%d tokens per image)", load->name, what,
+                    rn_vision_fixed_tokens(e->vision));
+    else
+        cr_log_info("%s: vision %s loaded (tokens per image follow its size)", load->name,
+                    what);
+    e->img_full = rn_vision_non_causal(e->vision);
+    return CR_OK;
+}
+
 /* The cache type the scheduler chose (load.kv_cache_type; absent: f16). */
 static cr_status_t kv_cache_type(const msg_load_body_t *load, cr_type_t *out,
                                  cr_err_t *err)
@@ -392,17 +432,8 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     if (st)
         goto fail;
     log_parts(e);
-    if (load->has_projector && load->projector && *load->projector) {
-        if ((st = rn_vision_new(load->projector, e->be[0], e->tok, hp->dim, &e->vision,
-                                err)))
-            goto fail;
-        if (rn_vision_fixed_tokens(e->vision))
-            cr_log_info("%s: vision projector loaded (%d tokens per image)", load->name,
-                        rn_vision_fixed_tokens(e->vision));
-        else
-            cr_log_info("%s: vision projector loaded (tokens per image follow its size)",
-                        load->name);
-    }
+    if ((st = load_vision(e, load, hp->dim, err)))
+        goto fail;
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
     e->spans = calloc((size_t)e->n_slots, sizeof *e->spans);
     e->span_slot = calloc((size_t)e->n_slots, sizeof *e->span_slot);
@@ -655,6 +686,11 @@ static cr_status_t tokenize_images(rn_engine_t *e, const msg_t *r, const rn_prom
                                    img_plan_t *plan, int *n_out, cr_err_t *err)
 {
     size_t n_req = request_images(r, NULL, 0);
+    int tok = rn_vision_fixed_tokens(e->vision);
+    if (e->img_full && tok + e->n_slots - 1 > rn_ctx_n_batch(e->ctx))
+        return cr_err_set(err, CR_E_INVALID, "num_batch %d cannot hold an image's %d "
+                          "tokens in one step (the model reads them together)",
+                          rn_ctx_n_batch(e->ctx) - (e->n_slots - 1), tok);
     if (p->images_skipped + p->n_images > n_req)
         return cr_err_set(err, CR_E_INTERNAL, "the prompt refers to %zu images of %zu",
                           p->images_skipped + p->n_images, n_req);
@@ -1233,6 +1269,24 @@ static cr_status_t begin_output(rn_engine_t *e, rn_output_t *output,
                            tools ? tag : NULL, tools, err);
 }
 
+/* A prefill step of `step` tokens from sl->at that ends at no image's
+ * middle: an image it would cut is taken whole when budget allows (even
+ * past PREFILL_STEP), else left for the next step; 0 when the step would
+ * start with an image that does not fit. */
+static int whole_images(const slot_t *sl, int step, int budget)
+{
+    const int32_t *p = sl->prompt + sl->at;
+    int left = sl->n_prompt - sl->at;
+    if (step >= left || step == 0 || p[step] >= 0 || p[step - 1] >= 0)
+        return step;
+    int beg = step - 1, end = step;
+    while (beg > 0 && p[beg - 1] < 0)
+        beg--;
+    while (end < left && p[end] < 0)
+        end++;
+    return end <= budget ? end : beg;
+}
+
 /* ---- slots ---- */
 
 static int common_prefix(const slot_t *sl, const int32_t *prompt, int n)
@@ -1469,6 +1523,9 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     int common = common_prefix(sl, e->prompt, n_prompt);
     if (common == n_prompt)
         common = n_prompt - 1;
+    /* an image read both ways is evaluated whole: never from its middle */
+    while (e->img_full && common > 0 && e->prompt[common] < 0 && e->prompt[common - 1] < 0)
+        common--;
     if (with_images &&
         (st = embed_images(e, &plan, e->prompt, n_prompt, common, &img_rows, err)))
         goto out;
@@ -1624,7 +1681,8 @@ int rn_engine_step(rn_engine_t *e)
         slot_t *sl = &e->slots[i];
         if (sl->state != SLOT_DECODE || !sl->has_pending)
             continue;
-        e->spans[n_spans] = (rn_ctx_span_t){sl->id, &sl->pending, 1, sl->n_seq, NULL, NULL};
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, &sl->pending, 1, sl->n_seq, NULL, NULL,
+                                            false};
         e->span_slot[n_spans++] = i;
         budget--;
     }
@@ -1633,7 +1691,10 @@ int rn_engine_step(rn_engine_t *e)
         if (sl->state != SLOT_PREFILL)
             continue;
         int step = CR_MIN(CR_MIN(PREFILL_STEP, sl->n_prompt - sl->at), budget);
-        e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at, NULL, NULL};
+        if (e->img_full && (step = whole_images(sl, step, budget)) == 0)
+            continue; /* its next image waits for a step with room */
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at, NULL,
+                                            NULL, e->img_full};
         if (sl->img_rows)
             e->spans[n_spans].embd =
                 sl->img_rows + (size_t)sl->img_at * rn_ctx_embd_dim(e->ctx);

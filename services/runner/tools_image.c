@@ -16,6 +16,8 @@
 
 #include <time.h>
 
+#define AFFIX_MAX 16 /* ids of a marker text around an image, at most */
+
 #define IMAGE_FILE_MAX (256u << 20)
 
 static cr_status_t read_file(const char *path, cr_buf_t *b, cr_err_t *err)
@@ -75,12 +77,14 @@ static double ms_since(const struct timespec *a)
  * after the image (Pixtral's [IMG_END]) or NULL. Caller frees both. */
 static cr_status_t run_tower(const char *path, be_backend_t *be, const rn_image_t *im,
                              float **pixels, size_t *n_px, float **emb, int *n_rows,
-                             int *nx, int *n_embd, const char **suffix, cr_err_t *err)
+                             int *nx, int *n_embd, const char **prefix, const char **suffix,
+                             bool *both_ways, cr_err_t *err)
 {
     char type[32] = "";
     cr_status_t st = rn_vision_projector_type(path, type, sizeof type, err);
     struct timespec t0;
-    *suffix = NULL;
+    *prefix = *suffix = NULL;
+    *both_ways = false;
     if (!st && !strcmp(type, "pixtral")) {
         rn_pixtral_t *p = NULL;
         int w = 0, h = 0;
@@ -102,9 +106,11 @@ static cr_status_t run_tower(const char *path, be_backend_t *be, const rn_image_
         rn_pixtral_destroy(&p);
         return st;
     }
-    if (!st && strcmp(type, "mlp") && strcmp(type, "qwen2.5vl_merger"))
+    if (st == CR_E_INVALID) /* a model file with its tower inside (Ollama's gemma3) */
+        st = CR_OK, snprintf(type, sizeof type, "gemma3");
+    if (!st && strcmp(type, "mlp") && strcmp(type, "qwen2.5vl_merger") && strcmp(type, "gemma3"))
         st = cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported yet "
-                        "(supported: mlp, the llava-style projector; pixtral; "
+                        "(supported: mlp, the llava-style projector; gemma3; pixtral; "
                         "qwen2.5vl_merger)", type);
     rn_clip_t *clip = NULL;
     if (st || (st = rn_clip_load(path, be, &clip, err)))
@@ -118,6 +124,13 @@ static cr_status_t run_tower(const char *path, be_backend_t *be, const rn_image_
     *n_embd = hp->n_embd;
     *n_rows = L.nx * L.ny;
     *nx = L.nx;
+    /* gemma3's wrapping control tokens (copied: hp goes with the tower) */
+    static char beg[sizeof hp->img_beg], end[sizeof hp->img_end];
+    snprintf(beg, sizeof beg, "%s", hp->img_beg);
+    snprintf(end, sizeof end, "%s", hp->img_end);
+    *prefix = *beg ? beg : NULL;
+    *suffix = *end ? end : NULL;
+    *both_ways = hp->non_causal;
     *n_px = 3 * (size_t)L.width * L.height;
     if (!(*pixels = malloc(*n_px * sizeof **pixels)) ||
         !(*emb = malloc((size_t)*n_rows * hp->n_embd * sizeof **emb)))
@@ -155,26 +168,39 @@ static void mrope_positions(const int32_t *ids, size_t n, int nx, int32_t *pos)
     }
 }
 
-/* The last position's logits of prompt (trusted text, BOS as the
- * vocabulary says, [img-0] where the image's n_tok rows emb go, nx per
- * row of its grid, then suffix's tokens, special ones parsed, if not
- * NULL; M-RoPE models get mrope_positions) into logits_path. */
-static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const char *prompt,
-                                 const float *emb, int n_tok, int nx, const char *suffix,
-                                 const char *logits_path, cr_err_t *err)
+/* Appends text's ids (special ones parsed; NULL: none) to ids at *n (room
+ * for AFFIX_MAX more). */
+static cr_status_t append_marker(const rn_tokenizer_t *tok, const char *text, int32_t *ids,
+                                 int *n, cr_err_t *err)
 {
-    enum { SUFFIX_MAX = 16 };
+    size_t k = 0;
+    if (!text)
+        return CR_OK;
+    cr_status_t st = rn_tokenize(tok, text, strlen(text), false, true, ids + *n, AFFIX_MAX, &k,
+                                 err);
+    *n += (int)k;
+    return st;
+}
+
+/* The last position's logits of prompt (trusted text, BOS as the
+ * vocabulary says, [img-0] where prefix's tokens, the image's n_tok rows
+ * emb (nx per row of its grid) and suffix's tokens go, special ones
+ * parsed; M-RoPE models get mrope_positions; both_ways: the image's rows
+ * attend to each other both ways) into logits_path. */
+static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const char *prompt,
+                                 const float *emb, int n_tok, int nx, const char *prefix,
+                                 const char *suffix, bool both_ways, const char *logits_path,
+                                 cr_err_t *err)
+{
     int32_t *rope = NULL;
     rn_model_t *m = NULL;
     rn_tokenizer_t *tok = NULL;
     rn_ctx_t *c = NULL;
-    int32_t *ids = NULL, *img = malloc(((size_t)n_tok + SUFFIX_MAX) * sizeof *img);
+    int32_t *ids = NULL, *img = malloc(((size_t)n_tok + 2 * AFFIX_MAX) * sizeof *img);
     if (!img)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
-    for (int k = 0; k < n_tok; k++)
-        img[k] = -1 - k;
     const int32_t *imgs[1] = {img};
-    int n_img[1] = {n_tok};
+    int n_img[1] = {0};
     rn_prompt_span_t sp = {0, strlen(prompt), true};
     rn_prompt_result_t r = {.text = (char *)prompt, .len = strlen(prompt), .spans = &sp,
                             .n_spans = sp.len ? 1 : 0};
@@ -182,11 +208,10 @@ static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const
     cr_status_t st = rn_model_load(model_path, be, &m, err);
     if (!st)
         st = rn_tokenizer_load(rn_model_gguf(m), &tok, err);
-    if (!st && suffix) {
-        size_t ns = 0;
-        st = rn_tokenize(tok, suffix, strlen(suffix), false, true, img + n_tok, SUFFIX_MAX,
-                         &ns, err);
-        n_img[0] += (int)ns;
+    if (!st && !(st = append_marker(tok, prefix, img, &n_img[0], err))) {
+        for (int k = 0; k < n_tok; k++)
+            img[n_img[0]++] = -1 - k;
+        st = append_marker(tok, suffix, img, &n_img[0], err);
     }
     if (!st) {
         st = rn_prompt_tokenize_images(tok, &r, imgs, 1, n_img, NULL, 0, &n, &order, 1,
@@ -215,7 +240,7 @@ static cr_status_t prompt_logits(const char *model_path, be_backend_t *be, const
     }
     if (!st) {
         rn_ctx_span_t span = {.seq = 0, .tokens = ids, .n = (int)n, .pos = 0, .embd = emb,
-                              .rope_pos = rope};
+                              .rope_pos = rope, .embd_full = both_ways};
         st = rn_ctx_eval_batch(c, &span, 1, err);
     }
     if (!st)
@@ -243,13 +268,15 @@ int rn_tool_image_embed(const char *model_path, const char *mmproj_path,
     const char *suffix = NULL;
     size_t n_px = 0;
     int dim = 0, n_rows = 0, nx = 0, n_embd = 0, rc = 1;
+    const char *prefix = NULL;
+    bool both_ways = false;
     cr_status_t st;
     if ((st = text_dim(model_path, &dim, &err)) ||
         (st = read_file(image_path, &file, &err)) ||
         (st = rn_image_decode(file.data, file.len, rn_image_max_pixels(), &im, &err)) ||
         (st = be_cpu_new(n_threads, &be, &err)) ||
         (st = run_tower(mmproj_path, be, im, &pixels, &n_px, &emb, &n_rows, &nx, &n_embd,
-                        &suffix, &err)))
+                        &prefix, &suffix, &both_ways, &err)))
         goto out;
     if (n_embd != dim) {
         cr_err_set(&err, CR_E_INVALID, "projector output is %d wide but the text model's "
@@ -260,8 +287,8 @@ int rn_tool_image_embed(const char *model_path, const char *mmproj_path,
         (st = write_floats(out_path, emb, (size_t)n_rows * n_embd, &err)))
         goto out;
     if (prompt && logits_path &&
-        (st = prompt_logits(model_path, be, prompt, emb, n_rows, nx, suffix, logits_path,
-                            &err)))
+        (st = prompt_logits(model_path, be, prompt, emb, n_rows, nx, prefix, suffix,
+                            both_ways, logits_path, &err)))
         goto out;
     printf("%d x %d\n", n_rows, n_embd);
     rc = 0;

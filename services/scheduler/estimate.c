@@ -107,8 +107,8 @@ static int64_t block_of(const char *name)
 }
 
 /* A vision tower or projector tensor (v.*, mm.*) that Ollama ships in the
- * model file (mistral3, gemma3): the runner runs the text model only and
- * never reads them, so they take no memory. */
+ * model file (mistral3, gemma3): not the text model's; a tower the runner
+ * runs (gemma3's) is counted apart, by sch_estimate_add_embedded_vision. */
 static bool is_vision(const char *name)
 {
     return !strncmp(name, "v.", 2) || !strncmp(name, "mm.", 3);
@@ -334,6 +334,33 @@ static double pixtral_activations(const cr_gguf_t *pj, double D, double F, doubl
            N * 8 + Nm * (H + E) * 4 + scratch;
 }
 
+/* Adds a tower of `tensors` bytes and its activations for one image
+ * (T positions of D, F wide; the patches; the projector's n_out rows of
+ * hidden + embd floats; extra: what the runner derives at load) and the
+ * image cache to every total a projector counts in. */
+static cr_status_t add_vision(sch_estimate_t *est, double tensors, double T, double N,
+                              double D, double F, double heads, double patch, double hidden,
+                              double extra, cr_err_t *err)
+{
+    double act = T * D * 4 * 6 + T * F * 4 + T * D * 2 * 2 + T * T * 4 * heads +
+                 N * 3 * patch * patch * 4 * 2 + N * hidden * 4;
+    double bytes = tensors + act + extra + (double)SCH_VISION_CACHE_BYTES;
+    if (!add_ok(&est->projector_bytes, bytes) || !add_ok(&est->embd_bytes, bytes) ||
+        !add_ok(&est->cpu_total_bytes, bytes))
+        return cr_err_set(err, CR_E_TOO_LARGE, "projector sizes overflow");
+    return CR_OK;
+}
+
+cr_status_t sch_estimate_add_embedded_vision(sch_estimate_t *est,
+                                             const cr_vision_embedded_t *v, cr_err_t *err)
+{
+    double side = (double)(v->image_size / v->patch_size), N = side * side;
+    double D = (double)v->dim, E = (double)v->n_embd;
+    /* the runner keeps a transposed copy of the input projection */
+    return add_vision(est, (double)v->tensor_bytes, N, N, D, (double)v->ffn,
+                      (double)v->n_heads, (double)v->patch_size, D + E, E * D * 4, err);
+}
+
 cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
                                        cr_err_t *err)
 {
@@ -372,7 +399,10 @@ cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
               N * PP3 * 4 * 2 +
               N * (mm_rows(pj, "mm.0.weight", dim) + mm_rows(pj, "mm.2.weight", dim)) * 4;
     }
-    double bytes = tensors + act + (double)SCH_VISION_CACHE_BYTES;
+    /* gemma3's input projection ne {E, D}: a transposed copy at load */
+    const cr_gguf_tensor_t *ip = cr_gguf_tensor_find(pj, "mm.input_projection.weight");
+    double extra = ip && ip->n_dims == 2 ? (double)ip->ne[0] * (double)ip->ne[1] * 4 : 0;
+    double bytes = tensors + act + extra + (double)SCH_VISION_CACHE_BYTES;
     if (!add_ok(&est->projector_bytes, bytes) || !add_ok(&est->embd_bytes, bytes) ||
         !add_ok(&est->cpu_total_bytes, bytes))
         return cr_err_set(err, CR_E_TOO_LARGE, "projector sizes overflow");

@@ -54,6 +54,7 @@
 
 #include "lib/prelude.h"
 #include "lib/gguf.h"
+#include "lib/vision_embedded.h"
 #include "lib/status.h"
 
 #define SCH_EST_MAX_LAYERS 1024
@@ -134,6 +135,12 @@ cr_status_t sch_estimate_add_adapter(sch_estimate_t *est, const cr_gguf_t *ad, c
  * keys; CR_E_TOO_LARGE on overflow. */
 cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
                                        cr_err_t *err);
+
+/* Adds a vision tower inside the model file (lib/vision_embedded.h, which
+ * v describes) the same way: the runner runs it on the CPU when the model
+ * has no projector layer. CR_E_TOO_LARGE if sizes overflow. */
+cr_status_t sch_estimate_add_embedded_vision(sch_estimate_t *est,
+                                             const cr_vision_embedded_t *v, cr_err_t *err);
 
 /* Opens path (header only) and estimates it. Errors as cr_gguf_open and
  * sch_estimate_gguf, prefixed with the path. */

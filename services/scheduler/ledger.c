@@ -6,6 +6,7 @@
 #include "services/scheduler/sched_int.h"
 
 #include "lib/log.h"
+#include "lib/vision_embedded.h"
 #include "services/scheduler/options.h"
 
 /* What is left on GPU slot `slot` (or system memory, slot -1) after every
@@ -150,6 +151,14 @@ static const sch_estimate_t *request_estimate(sch_server_t *s, request_t *r)
         r->est_status = cr_gguf_open(res->projector, &g, &err);
         if (!r->est_status)
             r->est_status = sch_estimate_add_projector(r->est, g, &err);
+        cr_gguf_close(&g);
+    } else if (!r->est_status) {
+        /* or a tower inside the model file (Ollama's gemma3) */
+        cr_gguf_t *g = NULL;
+        cr_vision_embedded_t v;
+        r->est_status = cr_gguf_open(res->model_path, &g, &err);
+        if (!r->est_status && cr_vision_embedded(g, &v, NULL) == CR_OK)
+            r->est_status = sch_estimate_add_embedded_vision(r->est, &v, &err);
         cr_gguf_close(&g);
     }
     if (!r->est_status && r->est->kv_note[0] && s->cfg.flash_attention)

@@ -386,16 +386,17 @@ static void test_bad_files(void)
     CHECK(load_st(path, &err) == CR_E_INVALID);
     CHECK_MSG(strstr(err.msg, "not a vision projector") != NULL, "%s", err.msg);
 
-    /* Another projector type: refused as unsupported, naming it. */
-    snprintf(path, sizeof path, "%s/gemma3.gguf", dir_g);
+    /* Another projector type: refused as unsupported, naming it (gemma3's
+     * is test_gemma3v's). */
+    snprintf(path, sizeof path, "%s/idefics3.gguf", dir_g);
     cr_gguf_writer_t *w = cr_gguf_writer_new();
     cr_gguf_writer_add_str(w, "general.architecture", "clip", NULL);
     cr_gguf_writer_add_bool(w, "clip.has_vision_encoder", true, NULL);
-    cr_gguf_writer_add_str(w, "clip.projector_type", "gemma3", NULL);
+    cr_gguf_writer_add_str(w, "clip.projector_type", "idefics3", NULL);
     CHECK(cr_gguf_writer_write(w, path, &err) == CR_OK);
     cr_gguf_writer_destroy(&w);
     CHECK(load_st(path, &err) == CR_E_UNSUPPORTED);
-    CHECK_MSG(strstr(err.msg, "gemma3") != NULL, "%s", err.msg);
+    CHECK_MSG(strstr(err.msg, "idefics3") != NULL, "%s", err.msg);
 
     /* A llava projector missing a tensor, and one with a bad key. */
     snprintf(path, sizeof path, "%s/bad.gguf", dir_g);

@@ -82,9 +82,12 @@ static cr_status_t vocab_add(vocab_t *v, const char *s, float score, int32_t typ
 
 /* Token types as llama.cpp numbers them: 1 normal, 2 unknown, 3 control,
  * 6 byte. Scores rank merges: longer pieces score higher. */
-static cr_status_t vocab_builtin(vocab_t *v, cr_err_t *err)
+static cr_status_t vocab_builtin(vocab_t *v, const char *const *extra, cr_err_t *err)
 {
-    int cap = builtin_count();
+    int n_extra = 0;
+    while (extra && extra[n_extra])
+        n_extra++;
+    int cap = builtin_count() + n_extra;
     v->tokens = calloc((size_t)cap, sizeof *v->tokens);
     v->scores = calloc((size_t)cap, sizeof *v->scores);
     v->types = calloc((size_t)cap, sizeof *v->types);
@@ -118,6 +121,8 @@ static cr_status_t vocab_builtin(vocab_t *v, cr_err_t *err)
         snprintf(buf, sizeof buf, SPACE "%s", words[i]);
         st = vocab_add(v, buf, -100.0f - (float)i, 1, err);
     }
+    for (int i = 0; i < n_extra && !st; i++)
+        st = vocab_add(v, extra[i], 0, 3, err);
     return st;
 }
 
@@ -853,7 +858,7 @@ static cr_status_t build(const rn_synth_opts_t *o, synth_t *s, cr_err_t *err)
             return st;
     } else {
         vocab_t v = {0};
-        st = vocab_builtin(&v, err);
+        st = vocab_builtin(&v, o->extra_tokens, err);
         /* encoders read the same pieces as WordPiece: U+2581 word starts,
          * bare continuations; <unk> <s> </s> serve as [UNK] [CLS] [SEP] */
         st = st ? st : cr_gguf_writer_add_str(w, "tokenizer.ggml.model",

@@ -111,6 +111,10 @@ typedef struct rn_synth_opts {
     float yarn_beta_fast, yarn_beta_slow; /* > 0: rope.scaling.yarn_beta_* */
     float yarn_log_mul; /* > 0: rope.scaling.yarn_log_multiplier */
     float attn_temp;    /* > 0: attention.temperature_scale (mistral3) */
+    const char *const *extra_tokens; /* NULL, or a NULL-terminated list of
+                           control tokens appended to the built-in
+                           vocabulary (gemma3's "<start_of_image>",
+                           "<end_of_image>") */
     bool vision_stub;   /* as Ollama's mistral3 files: <arch>.vision.* keys
                            and two vision/projector tensors (v.*, mm.*) a
                            text model must ignore */
@@ -250,5 +254,42 @@ void rn_synth_qwen2vl_defaults(rn_synth_qwen2vl_opts_t *o);
  * CR_E_NOMEM. */
 cr_status_t rn_synth_qwen2vl_write(const rn_synth_qwen2vl_opts_t *o, const char *path,
                                    cr_err_t *err);
+
+/* ---- gemma3's vision side (synth_gemma3v.c) ---------------------------- */
+
+/* A gemma3-shaped SigLIP tower and projector (proj_gemma3.h): patch
+ * embedding with bias, learned positions, n_layers LayerNorm blocks with
+ * biases and a GELU MLP, post-LayerNorm, the soft embedding norm [dim]
+ * and the input projection ne {n_embd, dim}. Matrices N(0, std); norm
+ * weights 1 + N(0, 0.1); biases and positions N(0, 0.1)..N(0, 0.5). The
+ * same options give the same values in both layouts. */
+typedef struct rn_synth_gemma3v_opts {
+    uint64_t seed;
+    cr_type_t type;    /* matrices and the patch kernel: F32 or F16 */
+    int image_size;    /* pixels per side, a multiple of patch_size */
+    int patch_size;
+    int dim, n_heads, ffn, n_layers;
+    int merge;         /* pooling side in patches: divides the grid's side */
+    int n_embd;        /* the text model's dim */
+    double std;        /* matrices' std */
+} rn_synth_gemma3v_opts_t;
+
+/* Defaults: seed 1, F32, image 224, patch 14 (16x16 patches), dim 64,
+ * 4 heads, ffn 160, 3 layers, merge 4 (16 tokens per image), n_embd 64,
+ * std 0.1. */
+void rn_synth_gemma3v_defaults(rn_synth_gemma3v_opts_t *o);
+
+/* llama.cpp's mmproj layout (clip.projector_type "gemma3"; the key
+ * clip.vision.projector.scale_factor only when merge is not 4) to path.
+ * CR_E_INVALID names a bad option; CR_E_IO, CR_E_NOMEM. */
+cr_status_t rn_synth_gemma3v_write(const rn_synth_gemma3v_opts_t *o, const char *path,
+                                   cr_err_t *err);
+
+/* Ollama's single-file layout: the gemma3 text model at text_path with the
+ * tower and projector added (gemma3.vision.* keys, gemma3.mm.tokens_per_image,
+ * Ollama's tensor names), to path. o->n_embd must be the text model's
+ * gemma3.embedding_length. Errors as above and from reading text_path. */
+cr_status_t rn_synth_gemma3v_embed(const rn_synth_gemma3v_opts_t *o, const char *text_path,
+                                   const char *path, cr_err_t *err);
 
 #endif

@@ -452,7 +452,47 @@ static void attention_window(rn_ctx_t *c, const part_t *P, float *att, const flo
 typedef struct span {
     int seq, off, n, pos;
     const float *embd; /* rows for its negative ids (rn_ctx_span_t), or NULL */
+    bool embd_full;    /* its image runs attend both ways (rn_ctx_span_t) */
 } span_t;
+
+/* Step 6c: the queries of each run of negative ids (an image) in span S
+ * see the cache from their window's start (0, or qpos-W+1 on a sliding
+ * layer, W > 0) to the run's last row, all of it stored in step 5. One
+ * call per query over the rows from `first` (pointer offset), as if at
+ * position last - first; replaces the causal result step 6 wrote. */
+static void attention_image_runs(rn_ctx_t *c, const part_t *P, const span_t *S,
+                                 float *att, const float *q, const uint8_t *kc,
+                                 const uint8_t *vc, const be_attn_t *attn, int W)
+{
+    const be_ops_t *op = P->be->ops;
+    size_t row = c->kv_row_bytes, Q = (size_t)c->hp->q_dim;
+    const int32_t *tok = c->tok + S->off;
+    for (int t = 0; t < S->n;) {
+        if (tok[t] >= 0) {
+            t++;
+            continue;
+        }
+        int end = t; /* the run is t..end */
+        while (end + 1 < S->n && tok[end + 1] < 0)
+            end++;
+        int last = S->pos + end;
+        for (int i = t; i <= end; i++) {
+            int qpos = S->pos + i;
+            int first = W > 0 ? CR_MAX(0, qpos - W + 1) : 0;
+            be_attn_t a = *attn;
+            a.n_tok = 1;
+            a.pos0 = last - first;
+            if (c->hp->attn_softcap > 0)
+                P->ext->attention_ext(P->be, att + (size_t)i * Q, q + (size_t)i * Q,
+                                      kc + (size_t)first * row, vc + (size_t)first * row,
+                                      &a, c->hp->attn_softcap, 0, P->scratch);
+            else
+                op->attention(P->be, att + (size_t)i * Q, q + (size_t)i * Q,
+                              kc + (size_t)first * row, vc + (size_t)first * row, &a);
+        }
+        t = end + 1;
+    }
+}
 
 /* Layer l's cache of sequence seq in part P: C rows of kv_row_bytes. */
 static uint8_t *layer_cache(const rn_ctx_t *c, const part_t *P, uint8_t *cache,
@@ -601,6 +641,10 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
                 attention_window(c, P, att, q, kc, vc, &attn, window);
             else
                 op->attention(be, att, q, kc, vc, &attn);
+            /* 6c. gemma3: an image's queries again, each over the cache up
+             *    to the image's last row */
+            if (S->embd_full)
+                attention_image_runs(c, P, S, att, q, kc, vc, &attn, L->swa ? hp->n_swa : 0);
         }
 
         /* 7. output projection: xb2 = att Wo^T (+ bo per token, gpt-oss)
@@ -1032,7 +1076,7 @@ cr_status_t rn_ctx_eval_batch(rn_ctx_t *c, const rn_ctx_span_t *spans, int n_spa
             return cr_err_set(err, CR_E_TOO_LARGE, "the batch holds more than n_batch "
                               "(%d) tokens", c->n_batch);
         sp[s] = (span_t){.seq = in->seq, .off = total, .n = in->n, .pos = in->pos,
-                         .embd = in->embd};
+                         .embd = in->embd, .embd_full = in->embd && in->embd_full};
         for (int t = 0; t < in->n; t++) {
             c->tok[total + t] = in->tokens[t];
             c->pos[total + t] = in->pos + t;

@@ -68,6 +68,12 @@ typedef struct rn_ctx_span {
      * (r, r, r), r = the position after the previous token's: one past
      * the largest of its three (0 at the start). The fourth plane is 0. */
     const int32_t *rope_pos;
+    /* With embd: each run of consecutive negative ids (one image) attends
+     * to itself both ways: a query in the run sees the cache up to the
+     * run's last position (and, on a sliding layer, from its own window's
+     * start), as llama.cpp decodes a gemma3 image non-causally. The
+     * caller keeps every run whole within one span. */
+    bool embd_full;
 } rn_ctx_span_t;
 
 typedef struct rn_ctx rn_ctx_t;

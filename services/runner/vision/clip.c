@@ -12,6 +12,7 @@
 
 #include "lib/gguf.h"
 #include "services/runner/vision/preprocess.h"
+#include "services/runner/vision/proj_gemma3.h"
 #include "services/runner/vision/qwen2vl.h"
 
 /* Projector types with a tower of their own file. */
@@ -48,6 +49,7 @@ struct rn_clip {
     float *ph, *po;                       /* [N][H], [N][E] */
     float *patches;                       /* [N][3*P*P] */
     void *kc, *vc;                        /* F16 [T][D] */
+    rn_gemma3v_t *gemma3;                 /* gemma3's tower instead, or NULL */
     void *prepared[512];                  /* weights to release */
     int n_prepared;
     /* Host staging. */
@@ -346,6 +348,17 @@ cr_status_t rn_clip_load(const char *path, be_backend_t *be, rn_clip_t **out, cr
     c->be = be;
     c->ext = be_ext_ops(be);
     cr_status_t st = cr_gguf_open(path, &c->g, err);
+    rn_siglip_layout_t layout;
+    if (!st && rn_gemma3v_detect(c->g, &layout)) {
+        if (!(st = rn_gemma3v_load(c->g, be, &c->gemma3, err))) {
+            rn_gemma3v_describe(c->gemma3, &c->hp);
+            c->weight_bytes = rn_gemma3v_weight_bytes(c->gemma3);
+            *out = c;
+            return CR_OK;
+        }
+        rn_clip_destroy(&c);
+        return st;
+    }
     if (!st)
         st = read_hparams(c, err);
     if (!st && !strcmp(c->hp.projector, PROJ_QWEN25VL)) {
@@ -379,6 +392,7 @@ void rn_clip_destroy(rn_clip_t **self_p)
     rn_clip_t *c = *self_p;
     be_backend_t *be = c->be;
     rn_clip_qwen2vl_destroy(&c->qwen);
+    rn_gemma3v_destroy(&c->gemma3);
     for (int i = 0; i < c->n_prepared; i++)
         if (be->ops->weight_release)
             be->ops->weight_release(be, c->prepared[i]);
@@ -407,14 +421,18 @@ cr_status_t rn_clip_layout(const rn_clip_t *c, int w, int h, rn_clip_layout_t *o
 {
     if (c->qwen)
         return rn_clip_qwen2vl_layout(c->qwen, w, h, out, err);
+    /* gemma3 pools the n_side x n_side patches into n_patches tokens */
+    int side = c->gemma3 ? (int)lround(sqrt((double)c->hp.n_patches)) : c->hp.n_side;
     *out = (rn_clip_layout_t){.width = c->hp.image_size, .height = c->hp.image_size,
-                              .nx = c->hp.n_side, .ny = c->hp.n_side};
+                              .nx = side, .ny = side};
     return CR_OK;
 }
 
 cr_status_t rn_clip_preprocess(const rn_clip_t *c, const rn_image_t *im, float *pixels,
                                cr_err_t *err)
 {
+    if (c->gemma3)
+        return rn_gemma3v_preprocess(c->gemma3, im, pixels, err);
     const rn_clip_hparams_t *hp = &c->hp;
     if (c->qwen)
         return rn_clip_qwen2vl_preprocess(c->qwen, im, pixels, err);
@@ -445,8 +463,10 @@ cr_status_t rn_clip_encode_at(rn_clip_t *c, const rn_clip_layout_t *L, const flo
 {
     if (c->qwen)
         return rn_clip_qwen2vl_encode(c->qwen, L, pixels, out, err);
-    if (L->width != c->hp.image_size || L->height != c->hp.image_size ||
-        L->nx != c->hp.n_side || L->ny != c->hp.n_side)
+    rn_clip_layout_t fixed;
+    rn_clip_layout(c, 0, 0, &fixed, NULL);
+    if (L->width != fixed.width || L->height != fixed.height || L->nx != fixed.nx ||
+        L->ny != fixed.ny)
         return cr_err_set(err, CR_E_INVALID, "projector: layout %dx%d is not this tower's "
                           "%dx%d", L->width, L->height, c->hp.image_size, c->hp.image_size);
     return rn_clip_encode(c, pixels, out, err);
@@ -460,6 +480,8 @@ cr_status_t rn_clip_encode(rn_clip_t *c, const float *pixels, float *out, cr_err
                               .ny = c->hp.image_size / (2 * c->hp.patch_size)};
         return rn_clip_qwen2vl_encode(c->qwen, &L, pixels, out, err);
     }
+    if (c->gemma3)
+        return rn_gemma3v_encode(c->gemma3, pixels, out, err);
     const rn_clip_hparams_t *hp = &c->hp;
     be_backend_t *be = c->be;
     const be_ops_t *op = be->ops;

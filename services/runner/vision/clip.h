@@ -12,8 +12,12 @@
  * Pillow's bicubic filter, centred on llava's pad colour, then normalized
  * by image_mean / image_std (preprocess.h). Also qwen2.5-vl's tower
  * ("qwen2.5vl_merger", qwen2vl.h), whose size depends on the image
- * (rn_clip_layout, rn_clip_encode_at). Other projector types (gemma3,
- * pixtral, ...) are refused with CR_E_UNSUPPORTED.
+ * (rn_clip_layout, rn_clip_encode_at).
+ *
+ * gemma3 (clip.projector_type "gemma3", or Ollama's gemma3 model file with
+ * the tower inside) is dispatched to proj_gemma3.h. Other projector types
+ * (pixtral has a file of its own, pixtral.h) are refused with
+ * CR_E_UNSUPPORTED.
  *
  * The tower runs through the backend interface (backend.h); buffers are
  * allocated once at load, so encoding allocates nothing. It follows
@@ -45,8 +49,10 @@ typedef struct rn_clip_hparams {
     int image_size;       /* clip.vision.image_size: pixels per side */
     int patch_size;       /* clip.vision.patch_size: pixels per side */
     int n_side;           /* patches per side: image_size / patch_size */
-    int n_patches;        /* n_side^2: image tokens the text model gets */
-    int n_pos;            /* positions in the tower: n_patches (+1 class) */
+    int n_patches;        /* image tokens the text model gets: n_side^2
+                             (gemma3: the pooled grid's) */
+    int n_pos;            /* positions in the tower: n_patches (+1 class;
+                             gemma3: n_side^2 before pooling) */
     int dim;              /* clip.vision.embedding_length */
     int n_heads;          /* clip.vision.attention.head_count */
     int head_dim;         /* dim / n_heads */
@@ -64,6 +70,11 @@ typedef struct rn_clip_hparams {
     bool dynamic;         /* size per image (rn_clip_layout; qwen2.5-vl):
                              image_size x image_size and n_patches are then
                              the largest image's pixels and tokens */
+    /* How the text model reads an image (gemma3; false and "" for llava): */
+    bool non_causal;      /* an image's tokens attend to each other both
+                             ways (llama.cpp decodes them non-causally) */
+    char img_beg[32];     /* control token text before an image's tokens */
+    char img_end[32];     /* and after them */
 } rn_clip_hparams_t;
 
 /* What one image becomes: the pixels the tower reads and its grid of

@@ -59,9 +59,15 @@ static cr_status_t load_tower(rn_vision_t *v, const char *path, be_backend_t *be
 {
     char *type = v->type;
     cr_status_t st = rn_vision_projector_type(path, type, sizeof v->type, err);
+    if (st == CR_E_INVALID) {
+        /* not a clip file: a model file with its tower inside (Ollama's
+         * gemma3; the engine checked it with lib/vision_embedded.h) */
+        snprintf(type, sizeof v->type, "gemma3");
+        st = CR_OK;
+    }
     if (st)
         return st;
-    if (!strcmp(type, "mlp") || !strcmp(type, PROJ_QWEN25VL)) {
+    if (!strcmp(type, "mlp") || !strcmp(type, PROJ_QWEN25VL) || !strcmp(type, "gemma3")) {
         if ((st = rn_clip_load(path, be, &v->clip, err)))
             return st;
         const rn_clip_hparams_t *hp = rn_clip_hparams(v->clip);
@@ -76,7 +82,7 @@ static cr_status_t load_tower(rn_vision_t *v, const char *path, be_backend_t *be
         return CR_OK;
     }
     return cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported yet "
-                      "(supported: mlp, the llava-style projector; pixtral; " PROJ_QWEN25VL ")", type);
+                      "(supported: mlp, the llava-style projector; gemma3; pixtral; " PROJ_QWEN25VL ")", type);
 }
 
 /* marker tokenized on its own into ids (AFFIX_MAX), as libmtmd does:
@@ -94,6 +100,21 @@ static cr_status_t marker_ids(const rn_tokenizer_t *tok, const char *marker, int
     return st;
 }
 
+/* A control token the tower's family wraps images in (gemma3's
+ * <start_of_image>): one id of the vocabulary, else CR_E_INVALID. */
+static cr_status_t control_id(const rn_tokenizer_t *tok, const char *text, int32_t *id,
+                              int *n_out, cr_err_t *err)
+{
+    int32_t ids[AFFIX_MAX];
+    int n = 0;
+    if (marker_ids(tok, text, ids, &n, NULL) || n != 1)
+        return cr_err_set(err, CR_E_INVALID, "the projector wraps images in %s, which the "
+                          "model's vocabulary lacks", text);
+    *id = ids[0];
+    *n_out = 1;
+    return CR_OK;
+}
+
 /* The text around each image: Pixtral's [IMG_END] after it, qwen2.5-vl's
  * <|vision_start|> before and <|vision_end|> after. */
 static cr_status_t load_affixes(rn_vision_t *v, const rn_tokenizer_t *tok, cr_err_t *err)
@@ -104,7 +125,13 @@ static cr_status_t load_affixes(rn_vision_t *v, const rn_tokenizer_t *tok, cr_er
         cr_status_t st = marker_ids(tok, "<|vision_start|>", v->prefix, &v->n_prefix, err);
         return st ? st : marker_ids(tok, "<|vision_end|>", v->suffix, &v->n_suffix, err);
     }
-    return CR_OK;
+    const rn_clip_hparams_t *hp = rn_clip_hparams(v->clip);
+    cr_status_t st = CR_OK;
+    if (*hp->img_beg)
+        st = control_id(tok, hp->img_beg, v->prefix, &v->n_prefix, err);
+    if (!st && *hp->img_end)
+        st = control_id(tok, hp->img_end, v->suffix, &v->n_suffix, err);
+    return st;
 }
 
 /* Room for floats pixels in v->pixels (kept: the largest image so far). */
@@ -175,6 +202,11 @@ void rn_vision_destroy(rn_vision_t **self_p)
 
 int rn_vision_fixed_tokens(const rn_vision_t *v) { return v->fixed_rows; }
 
+bool rn_vision_non_causal(const rn_vision_t *v)
+{
+    return v->clip && rn_clip_hparams(v->clip)->non_causal;
+}
+
 uint64_t rn_vision_weight_bytes(const rn_vision_t *v)
 {
     return v->clip ? rn_clip_weight_bytes(v->clip) : rn_pixtral_weight_bytes(v->pix);
@@ -229,7 +261,9 @@ cr_status_t rn_vision_image_measure(rn_vision_t *v, rn_vision_image_t *img, size
     img->n_rows = v->fixed_rows;
     img->nx = img->ny = 0;
     if (img->n_rows) {
-        img->nx = img->ny = rn_clip_hparams(v->clip)->n_side;
+        rn_clip_layout_t L;
+        rn_clip_layout(v->clip, 0, 0, &L, NULL); /* fixed: never fails */
+        img->nx = L.nx, img->ny = L.ny;
     } else {
         const entry_t *e = cached(v, img);
         if (e) {

@@ -39,13 +39,16 @@ typedef struct rn_vision_image {
 } rn_vision_image_t;
 
 /* Loads the projector at path on be (borrowed, must outlive the vision;
- * the runner's host instance): a llava-style or qwen2.5-vl one (clip.h,
- * qwen2vl.h) or a Pixtral one (pixtral.h); other projector types are
+ * the runner's host instance): a llava-style, gemma3 or qwen2.5-vl one
+ * (clip.h, proj_gemma3.h, qwen2vl.h) or a Pixtral one (pixtral.h); other projector types are
  * CR_E_UNSUPPORTED "projector type 'X' is not supported yet". tok
  * (borrowed for the call): the text model's, for the text a family puts
  * around each image (Pixtral: "[IMG_END]" after it; qwen2.5-vl:
  * "<|vision_start|>" before, "<|vision_end|>" after; special tokens
- * parsed, each marker on its own, as libmtmd adds them). text_dim: the
+ * parsed, each marker on its own, as libmtmd adds them; gemma3:
+ * <start_of_image>, <end_of_image>, which must be one token each, else
+ * CR_E_INVALID). path may also be a model file with the tower inside
+ * (Ollama's gemma3: lib/vision_embedded.h). text_dim: the
  * text model's embedding length, which the projector's output must match
  * (CR_E_INVALID otherwise). On success *out is owned by the caller: free
  * with rn_vision_destroy. Errors as rn_clip_load / rn_pixtral_load. */
@@ -62,6 +65,10 @@ cr_status_t rn_vision_projector_type(const char *path, char *buf, size_t cap, cr
 /* Tokens a fixed-size tower gives every image, or 0 when the count
  * follows the image's size (Pixtral, qwen2.5-vl): for log lines. */
 int rn_vision_fixed_tokens(const rn_vision_t *v);
+
+/* An image's tokens attend to each other both ways in the text model
+ * (gemma3: clip.h's non_causal; llama.cpp decodes them non-causally). */
+bool rn_vision_non_causal(const rn_vision_t *v);
 
 /* Bytes the projector's weights take. */
 uint64_t rn_vision_weight_bytes(const rn_vision_t *v);
