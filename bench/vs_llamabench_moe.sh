@@ -33,9 +33,10 @@
 # so only the first round packs; loads are not timed here.
 #
 #   bench/vs_llamabench_moe.sh [--bin DIR] [--llama-bench PATH] [--work DIR]
-#                              [-r ROUNDS] [-t THREADS] [TYPE...]
+#                              [-r ROUNDS] [-t THREADS] [--layers N] [TYPE...]
 #
-# TYPE: q4_k_m, q8_0 (default: both). A type is skipped, saying so, when
+# TYPE: q4_k_m, q8_0 (default: both). --layers: fewer than 16 for a quick
+# run of the script itself (not issue 13's figures). A type is skipped, saying so, when
 # MemAvailable is below the file's size + 4 GB. Exit status 1 if a verdict
 # fails or a run fails. Not a ctest: it takes ~20 minutes and gigabytes.
 set -eu
@@ -45,6 +46,7 @@ lb=/work/ref/llama.cpp/build/bin/llama-bench
 work=${TMPDIR:-/tmp}/corral-vs-llamabench-moe
 rounds=5
 threads=2
+layers=16
 while [ $# -gt 0 ]; do
     case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -52,7 +54,8 @@ while [ $# -gt 0 ]; do
     --work) work=$2; shift 2 ;;
     -r) rounds=$2; shift 2 ;;
     -t) threads=$2; shift 2 ;;
-    -*) echo "usage: $0 [--bin DIR] [--llama-bench PATH] [--work DIR] [-r ROUNDS] [-t THREADS] [q4_k_m|q8_0...]" >&2; exit 2 ;;
+    --layers) layers=$2; shift 2 ;;
+    -*) echo "usage: $0 [--bin DIR] [--llama-bench PATH] [--work DIR] [-r ROUNDS] [-t THREADS] [--layers N] [q4_k_m|q8_0...]" >&2; exit 2 ;;
     *) break ;;
     esac
 done
@@ -100,10 +103,10 @@ EOF_PY
 fail=0
 for type in "$@"; do
     case $type in q4_k_m|q8_0) ;; *) echo "unknown type $type (q4_k_m, q8_0)" >&2; exit 2 ;; esac
-    model="$work/qwen3moe-16l-$type.gguf"
+    model="$work/qwen3moe-${layers}l-$type.gguf"
     if [ ! -f "$model" ]; then
         echo "== $type: writing $model (once; minutes)"
-        "$bin/bench-bench" --synth qwen3moe "$type" "$model.part" 16 512 || exit 1
+        "$bin/bench-bench" --synth qwen3moe "$type" "$model.part" "$layers" 512 || exit 1
         mv "$model.part" "$model"
     fi
     size=$(stat -c %s "$model")
