@@ -749,6 +749,48 @@ static void test_matmul_experts(void)
     free(yb);
 }
 
+/* synth's distinct_rows (how bench/vs_llamabench_moe.sh makes its
+ * multi-GB model): an expert stack's row r holds the bytes of row r % 5,
+ * the 5 drawn rows differ, and the file is as large as without it. */
+static void test_synth_distinct_rows(void)
+{
+    rn_synth_opts_t o;
+    moe_opts("qwen3moe", &o);
+    o.type = CR_TYPE_Q8_0;
+    o.head_dim = 32;
+    o.expert_ffn = 64;
+    void *plain = NULL, *bytes = NULL;
+    size_t plain_len = 0, len = 0;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(rn_synth_write_memory(&o, &plain, &plain_len, &err), CR_OK);
+    o.distinct_rows = 5;
+    CHECK_EQ_INT(rn_synth_write_memory(&o, &bytes, &len, &err), CR_OK);
+    CHECK(len == plain_len && len > 0);
+    cr_gguf_t *g = NULL;
+    if (bytes && cr_gguf_open_memory(bytes, len, &g, &err) == CR_OK) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_find(g, "blk.1.ffn_up_exps.weight");
+        CHECK(t != NULL);
+        if (t) {
+            uint64_t rows = t->ne[1] * t->ne[2], rb = t->size_bytes / rows;
+            const uint8_t *d = t->data;
+            bool repeats = rows > 5, drawn_differ = true;
+            for (uint64_t r = 5; r < rows; r++)
+                repeats = repeats && !memcmp(d + r * rb, d + (r % 5) * rb, rb);
+            for (uint64_t a = 0; a < 5; a++)
+                for (uint64_t b = a + 1; b < 5; b++)
+                    drawn_differ = drawn_differ && memcmp(d + a * rb, d + b * rb, rb);
+            CHECK_MSG(repeats, "distinct_rows 5: rows do not repeat the first 5");
+            CHECK_MSG(drawn_differ, "distinct_rows 5: the drawn rows are not distinct");
+        }
+        cr_gguf_close(&g);
+    } else {
+        CHECK_MSG(false, "distinct_rows: open: %s", err.msg);
+    }
+    free(plain);
+    free(bytes);
+}
+
 static void test_route(void)
 {
     rn_hparams_t hp = {0};
@@ -1086,6 +1128,7 @@ int main(void)
     test_route();
     test_matmul_rows();
     test_matmul_experts();
+    test_synth_distinct_rows();
     test_hparams();
     test_variants();
     test_quantized();
