@@ -148,16 +148,17 @@ for type in "$@"; do
         r=$((r + 1))
     done
     [ -s "$res" ] || { echo "== $type: no round completed"; fail=1; continue; }
-    m() { awk -v c="$1" '{print $c}' "$res" | median; }
+    m() { awk -v c="$1" '{print $c}' "$res" | median | awk '{printf "%.4g\n", $1}'; }
     bw=$(m 1) pp=$(m 2) tg=$(m 3) fr=$(m 4) lpp=$(m 5) ltg=$(m 6) lfr=$(m 7)
     echo "$type medians: corral pp512 $pp tg128 $tg t/s, $(awk "BEGIN {printf \"%.0f\", 100 * $fr}")% of" \
          "the bandwidth limit (bw $bw GB/s) | llama-bench pp512 $lpp tg128 $ltg t/s," \
          "$(awk "BEGIN {printf \"%.0f\", 100 * $lfr}")% | load now $(load_avg)"
     awk -v t="$type" -v pp="$pp" -v tg="$tg" -v lpp="$lpp" -v ltg="$ltg" -v fr="$fr" 'BEGIN {
-        rt = tg / ltg; rp = pp / lpp; bad = 0
+        rt = tg / ltg; rp = pp / lpp
+        ok_t = (rt >= 1.10); ok_p = (rp >= 1.0); ok_f = (fr >= 0.70)
         printf "%s verdict: tg128 %.2fx (>= 1.10) %s; pp512 %.2fx (>= 1.00) %s; decode %.0f%% of bandwidth (>= 70%%) %s\n",
-            t, rt, rt >= 1.10 ? "PASS" : "FAIL", rp, rp >= 1.0 ? "PASS" : "FAIL",
-            100 * fr, fr >= 0.70 ? "PASS" : "FAIL"
-        exit !(rt >= 1.10 && rp >= 1.0 && fr >= 0.70)}' || fail=1
+            t, rt, (ok_t ? "PASS" : "FAIL"), rp, (ok_p ? "PASS" : "FAIL"),
+            100 * fr, (ok_f ? "PASS" : "FAIL")
+        exit (ok_t && ok_p && ok_f) ? 0 : 1}' || fail=1
 done
 exit $fail
