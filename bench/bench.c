@@ -1,8 +1,8 @@
 /* bench.c: CPU speed of the engine beside llama.cpp, on one GGUF file.
  *
  *   bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] [--no-pp]
- *               [--load-only]
- *   bench-bench --synth SHAPE TYPE OUT.gguf [LAYERS]
+ *               [--load-only] [--no-load]
+ *   bench-bench --synth SHAPE TYPE OUT.gguf [LAYERS [DISTINCT_ROWS]]
  *
  * Each round measures, in this order and in this one process: the machine's
  * memory-read bandwidth (a streaming AVX2 read of a 1 GiB buffer on the same
@@ -28,7 +28,9 @@
  * runner makes them (the first load of the run builds the cache). The
  * counts of matrices mapped from / packed into the cache are printed.
  *
- * --load-only measures just the loads (for profiling the load path).
+ * --load-only measures just the loads (for profiling the load path);
+ * --no-load skips the rounds' load (a second instance of a model that may
+ * not fit twice; bench/vs_llamabench_moe.sh runs one round per process).
  *
  * --synth writes a model of realistic shape with random weights:
  * SHAPE tinyllama (dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632,
@@ -40,7 +42,9 @@
  * Vocabularies come from CORRAL_TESTDATA (ggml-vocab-llama-spm.gguf /
  * ggml-vocab-llama-bpe.gguf). LAYERS overrides the shape's block count
  * (writing 16 qwen3moe layers, 9.7 B parameters, takes long on a small
- * machine; fewer keep each layer's layout).
+ * machine; fewer keep each layer's layout). DISTINCT_ROWS draws only that
+ * many rows per tensor and repeats them (rn_synth_opts_t.distinct_rows): the
+ * same bytes to read, made in minutes; speed does not depend on the values.
  *
  * Never part of ctest: it takes minutes and needs gigabytes. */
 #include "lib/prelude.h"
@@ -411,7 +415,7 @@ static bool theirs_run(const char *bin, const char *model, int threads, bool no_
 /* ---- synth ------------------------------------------------------------ */
 
 static int synth_main(const char *shape, const char *type, const char *out,
-                      const char *layers)
+                      const char *layers, const char *distinct)
 {
     rn_synth_opts_t o;
     rn_synth_defaults(&o);
@@ -460,6 +464,12 @@ static int synth_main(const char *shape, const char *type, const char *out,
     }
     if (layers)
         o.n_layers = atoi(layers);
+    if (distinct && atoi(distinct) < 1) {
+        fprintf(stderr, "bench: distinct rows '%s' must be positive\n", distinct);
+        return 2;
+    }
+    if (distinct)
+        o.distinct_rows = atoi(distinct);
     if (!strcmp(type, "q4_0")) {
         o.type = CR_TYPE_Q4_0;
     } else if (!strcmp(type, "q8_0")) {
@@ -497,19 +507,20 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] "
-            "[--no-pp] [--load-only]\n"
+            "[--no-pp] [--load-only] [--no-load]\n"
             "       bench-bench --synth tinyllama|llama32|qwen3moe q4_0|q8_0|q4_k_m "
-            "OUT.gguf [LAYERS]\n");
+            "OUT.gguf [LAYERS [DISTINCT_ROWS]]\n");
 }
 
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 5 && !strcmp(argv[1], "--synth"))
-        return synth_main(argv[2], argv[3], argv[4], argc >= 6 ? argv[5] : NULL);
+        return synth_main(argv[2], argv[3], argv[4], argc >= 6 ? argv[5] : NULL,
+                          argc >= 7 ? argv[6] : NULL);
     const char *model = NULL, *lb = NULL;
     int threads = 2, rounds = 5;
-    bool no_pp = false, load_only = false;
+    bool no_pp = false, load_only = false, no_load = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-t") && v) {
@@ -525,6 +536,8 @@ int main(int argc, char **argv)
             no_pp = true; /* tg only (quick checks); pp columns read 0 */
         } else if (!strcmp(a, "--load-only")) {
             load_only = true;
+        } else if (!strcmp(a, "--no-load")) {
+            no_load = true;
         } else if (a[0] != '-' && !model) {
             model = a;
         } else {
@@ -590,7 +603,7 @@ int main(int argc, char **argv)
         tg[r] = ours_tg(&o);
         rss_tg = CR_MAX(rss_tg, peak_rss_bytes());
         frac[r] = bw[r] > 0 ? tg[r] * (double)o.bytes_per_token / (bw[r] * 1e9) : 0;
-        load[r] = ours_load(model, threads);
+        load[r] = no_load ? 0 : ours_load(model, threads);
         printf("%-5d %8.1f %9.1f %9.1f %9.2f %5.0f%% %6.2f", r, bw[r], pp128[r], pp512[r],
                tg[r], 100 * frac[r], load[r]);
         if (lb) {

@@ -641,6 +641,156 @@ static void test_matmul_rows(void)
     CHECK(y[6] == 0.5f - 7 && y[7] == 1 - 8 && y[8] == 1.5f - 9);
 }
 
+/* matmul_experts (several experts in one call, rows picked by x_rows,
+ * two stacks at once) == matmul_rows per expert over gathered rows,
+ * bitwise, on packed stacks (Q8_0, Q4_K; Q8_0 down with grouped input);
+ * it declines a row-major (F32) stack, leaving y untouched; and the
+ * threaded scatter_add of many rows == the sequential sum in order. */
+static void test_matmul_experts(void)
+{
+    const be_ops_ext_t *ext = be_ext_ops(be_g);
+    CHECK(ext && ext->matmul_experts);
+    if (!ext || !ext->matmul_experts)
+        return;
+    enum { E = 4, R = 32, C = 256, T = 7, G = 9 };
+    /* grouped rows: expert 3 takes tokens 0, 2, 6; expert 0 takes 1;
+     * expert 2 takes 0, 1, 3, 4, 5 (uneven, one expert unused, out of order) */
+    static const int32_t experts[3] = {3, 0, 2}, start[4] = {0, 3, 4, 9};
+    static const int32_t x_rows[G] = {0, 2, 6, 1, 0, 1, 3, 4, 5};
+    float *src = malloc(sizeof(float) * 2 * E * R * C), *x = malloc(sizeof(float) * T * C);
+    float *xg = malloc(sizeof(float) * G * C);
+    float *y1 = malloc(sizeof(float) * G * R), *y2 = malloc(sizeof(float) * G * R);
+    float *z1 = malloc(sizeof(float) * G * R), *z2 = malloc(sizeof(float) * G * R);
+    uint64_t s = 7;
+    for (int i = 0; i < 2 * E * R * C; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        src[i] = (float)((double)(s >> 40) / (1 << 24) - 0.5);
+    }
+    for (int i = 0; i < T * C; i++)
+        x[i] = cosf((float)i * 0.21f);
+    for (int g = 0; g < G; g++)
+        memcpy(xg + (size_t)g * C, x + (size_t)x_rows[g] * C, sizeof(float) * C);
+    static const cr_type_t types[] = {CR_TYPE_Q8_0, CR_TYPE_Q4_K, CR_TYPE_F32};
+    for (size_t ti = 0; ti < CR_ARRAY_LEN(types); ti++) {
+        const be_type_traits_t *tt = be_type_traits(types[ti]);
+        uint64_t rb = 0;
+        cr_type_row_bytes(types[ti], C, &rb);
+        uint8_t *q = malloc(rb * 2 * E * R);
+        for (int r = 0; r < 2 * E * R; r++)
+            tt->from_float(src + (size_t)r * C, q + (size_t)r * rb, C);
+        cr_err_t err;
+        cr_err_clear(&err);
+        be_weight_t a = {.name = "a", .type = types[ti], .n_cols = C, .n_rows = E * R,
+                         .row_bytes = rb, .data = q};
+        be_weight_t b = a;
+        b.name = "b";
+        b.data = q + (size_t)E * R * rb;
+        CHECK_EQ_INT(be_g->ops->weight_prepare(be_g, &a, &err), CR_OK);
+        CHECK_EQ_INT(be_g->ops->weight_prepare(be_g, &b, &err), CR_OK);
+        CHECK_EQ_INT(be_g->ops->reserve(be_g, G, C, 8, 4, &err), CR_OK);
+        for (int i = 0; i < G * R; i++)
+            y1[i] = y2[i] = -1;
+        bool took = ext->matmul_experts(be_g, &a, &b, R, experts, start, 3, x, x_rows, y1, y2);
+        if (types[ti] == CR_TYPE_F32) {
+            CHECK_MSG(!took && y1[0] == -1 && y2[G * R - 1] == -1,
+                      "F32: matmul_experts should decline a row-major stack");
+        } else {
+            CHECK_MSG(took, "%s: matmul_experts declined a packed stack", tt->name);
+            for (int i = 0; i < 3; i++) {
+                int at = start[i], ne = start[i + 1] - at;
+                ext->matmul_rows(be_g, &a, (int64_t)experts[i] * R, R, xg + (size_t)at * C, ne,
+                                 z1 + (size_t)at * R);
+                ext->matmul_rows(be_g, &b, (int64_t)experts[i] * R, R, xg + (size_t)at * C, ne,
+                                 z2 + (size_t)at * R);
+            }
+            CHECK_MSG(same(y1, z1, (size_t)G * R) && same(y2, z2, (size_t)G * R),
+                      "%s: matmul_experts != matmul_rows per expert", tt->name);
+            /* one stack, x already grouped (the down projection's call) */
+            CHECK(ext->matmul_experts(be_g, &a, NULL, R, experts, start, 3, xg, NULL, y1,
+                                      NULL));
+            CHECK_MSG(same(y1, z1, (size_t)G * R), "%s: grouped x differs", tt->name);
+            /* a later slice: start[] need not begin at 0 */
+            static const int32_t tail_start[2] = {4, 9};
+            CHECK(ext->matmul_experts(be_g, &a, NULL, R, experts + 2, tail_start, 1, x,
+                                      x_rows + 4, y1, NULL));
+            CHECK_MSG(same(y1, z1 + 4 * R, (size_t)5 * R), "%s: offset slice differs",
+                      tt->name);
+        }
+        be_g->ops->weight_release(be_g, &a);
+        be_g->ops->weight_release(be_g, &b);
+        free(q);
+    }
+    free(src);
+    free(x);
+    free(xg);
+    free(y1);
+    free(y2);
+    free(z1);
+    free(z2);
+
+    /* scatter_add over enough rows to use the threads (ids repeat) */
+    enum { N = 300, D = 400, OUT = 37 };
+    float *xs = malloc(sizeof(float) * N * D), *ya = calloc(OUT * D, sizeof(float));
+    float *yb = calloc(OUT * D, sizeof(float)), ws[N];
+    int32_t to[N];
+    for (int i = 0; i < N; i++) {
+        to[i] = (i * 13) % OUT;
+        ws[i] = 0.5f + (float)i / N;
+        for (int c = 0; c < D; c++)
+            xs[(size_t)i * D + c] = sinf((float)(i * D + c));
+    }
+    ext->scatter_add(be_g, ya, xs, to, ws, N, D);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < D; c++)
+            yb[(size_t)to[i] * D + c] += ws[i] * xs[(size_t)i * D + c];
+    CHECK_MSG(same(ya, yb, (size_t)OUT * D), "threaded scatter_add != sequential sum");
+    free(xs);
+    free(ya);
+    free(yb);
+}
+
+/* synth's distinct_rows (how bench/vs_llamabench_moe.sh makes its
+ * multi-GB model): an expert stack's row r holds the bytes of row r % 5,
+ * the 5 drawn rows differ, and the file is as large as without it. */
+static void test_synth_distinct_rows(void)
+{
+    rn_synth_opts_t o;
+    moe_opts("qwen3moe", &o);
+    o.type = CR_TYPE_Q8_0;
+    o.head_dim = 32;
+    o.expert_ffn = 64;
+    void *plain = NULL, *bytes = NULL;
+    size_t plain_len = 0, len = 0;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(rn_synth_write_memory(&o, &plain, &plain_len, &err), CR_OK);
+    o.distinct_rows = 5;
+    CHECK_EQ_INT(rn_synth_write_memory(&o, &bytes, &len, &err), CR_OK);
+    CHECK(len == plain_len && len > 0);
+    cr_gguf_t *g = NULL;
+    if (bytes && cr_gguf_open_memory(bytes, len, &g, &err) == CR_OK) {
+        const cr_gguf_tensor_t *t = cr_gguf_tensor_find(g, "blk.1.ffn_up_exps.weight");
+        CHECK(t != NULL);
+        if (t) {
+            uint64_t rows = t->ne[1] * t->ne[2], rb = t->size_bytes / rows;
+            const uint8_t *d = t->data;
+            bool repeats = rows > 5, drawn_differ = true;
+            for (uint64_t r = 5; r < rows; r++)
+                repeats = repeats && !memcmp(d + r * rb, d + (r % 5) * rb, rb);
+            for (uint64_t a = 0; a < 5; a++)
+                for (uint64_t b = a + 1; b < 5; b++)
+                    drawn_differ = drawn_differ && memcmp(d + a * rb, d + b * rb, rb);
+            CHECK_MSG(repeats, "distinct_rows 5: rows do not repeat the first 5");
+            CHECK_MSG(drawn_differ, "distinct_rows 5: the drawn rows are not distinct");
+        }
+        cr_gguf_close(&g);
+    } else {
+        CHECK_MSG(false, "distinct_rows: open: %s", err.msg);
+    }
+    free(plain);
+    free(bytes);
+}
+
 static void test_route(void)
 {
     rn_hparams_t hp = {0};
@@ -977,6 +1127,8 @@ int main(void)
     }
     test_route();
     test_matmul_rows();
+    test_matmul_experts();
+    test_synth_distinct_rows();
     test_hparams();
     test_variants();
     test_quantized();

@@ -167,6 +167,7 @@ typedef struct tensor_gen {
     cr_type_t type;
     int64_t ne0, rows;
     int64_t depth;      /* matrices in a stack (GGUF ne[2]); 1 for 2-D */
+    int64_t distinct;   /* rows drawn, then repeated (rn_synth_opts_t) */
     fill_t fill;
     double mean, std;   /* FILL_NORMAL */
 } tensor_gen_t;
@@ -182,16 +183,21 @@ static cr_status_t gen_tensor(void *ctx, const char *name, uint64_t size_bytes,
         row_bytes * (uint64_t)(g->rows * g->depth) != size_bytes)
         return cr_err_set(err, CR_E_INTERNAL, "synth: tensor '%s' size mismatch",
                           g->name);
+    int64_t n_rows = g->rows * g->depth;
+    int64_t drawn = g->distinct > 0 ? CR_MIN(g->distinct, n_rows) : n_rows;
+    /* repeated rows: all drawn rows kept, then written again in turn */
+    size_t keep = drawn < n_rows ? (size_t)drawn : 1;
     float *row = malloc((size_t)g->ne0 * sizeof *row);
-    void *q = malloc((size_t)row_bytes);
-    if (!row || !q) {
+    uint8_t *qs = malloc((size_t)row_bytes * keep);
+    if (!row || !qs) {
         free(row);
-        free(q);
+        free(qs);
         return cr_err_set(err, CR_E_NOMEM, "synth: out of memory");
     }
     rng_t r = {g->seed};
     cr_status_t st = CR_OK;
-    for (int64_t i = 0; i < g->rows * g->depth && !st; i++) {
+    for (int64_t i = 0; i < drawn && !st; i++) {
+        void *q = keep > 1 ? qs + (size_t)i * row_bytes : qs;
         for (int64_t j = 0; j < g->ne0; j++) {
             if (g->fill == FILL_ONES)
                 row[j] = 1.0f;
@@ -207,8 +213,11 @@ static cr_status_t gen_tensor(void *ctx, const char *name, uint64_t size_bytes,
         tt->from_float(row, q, g->ne0);
         st = cr_gguf_sink_write(sink, q, (size_t)row_bytes, err);
     }
+    for (int64_t i = drawn; i < n_rows && !st; i++)
+        st = cr_gguf_sink_write(sink, qs + (size_t)(i % drawn) * row_bytes,
+                                (size_t)row_bytes, err);
     free(row);
-    free(q);
+    free(qs);
     return st;
 }
 
@@ -396,6 +405,7 @@ static cr_status_t add_gen_3d(synth_t *s, const rn_synth_opts_t *o,
     g->ne0 = ne0;
     g->rows = rows;
     g->depth = depth;
+    g->distinct = o->distinct_rows;
     g->fill = fill;
     g->mean = mean;
     g->std = std;

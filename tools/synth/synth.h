@@ -58,6 +58,11 @@ typedef struct rn_synth_opts {
     float weight_std;   /* std of matrix weights; 0: 0.02. Non-llama models
                            also get norms 1 + N(0, 0.1) and biases N(0, 0.1)
                            so every weight matters */
+    int distinct_rows;  /* > 0: each tensor draws and quantizes only its
+                           first distinct_rows rows and repeats them (a
+                           speed benchmark's multi-GB model in minutes, not
+                           hours; every byte is still its own in the file);
+                           0: every row drawn */
     int dim;            /* embedding length */
     int n_layers;
     int n_heads;

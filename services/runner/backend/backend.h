@@ -264,6 +264,25 @@ struct be_ops_ext {
      * (an id may repeat); rows of `cols` floats. ids, s: host [n]. */
     void (*scatter_add)(be_backend_t *be, float *y, const float *x,
                         const int32_t *ids, const float *s, int n, int cols);
+    /* Optional even with the ops above (NULL: model/moe.c loops over
+     * matmul_rows). Several experts' products in one call, so a backend
+     * spreads its threads over experts x rows: for each i in 0..n_experts,
+     * expert e = experts[i] (e * rows_per_expert + rows_per_expert <=
+     * w->n_rows, caller checks) owns the grouped rows g in [start[i] -
+     * start[0], start[i + 1] - start[0]), and
+     *   y[g][r] = sum_c w[e * rows_per_expert + r][c] * x[src(g)][c]
+     * with src(g) = x_rows ? x_rows[g] : g (x_rows picks a token's row of x
+     * without a gather). w2, y2 (both or neither): a second stack of the
+     * same shape multiplied with the same rows (gate and up together).
+     * y, y2: [rows][rows_per_expert]. experts, start, x_rows: host. Same
+     * float steps per (row, token) as matmul_rows. Returns false, having
+     * done nothing, for weights or sizes it does not take (the caller then
+     * uses matmul_rows). */
+    bool (*matmul_experts)(be_backend_t *be, const be_weight_t *w,
+                           const be_weight_t *w2, int64_t rows_per_expert,
+                           const int32_t *experts, const int32_t *start,
+                           int n_experts, const float *x, const int32_t *x_rows,
+                           float *y, float *y2);
 
     /* gpt-oss. A backend without these leaves them NULL, and the model
      * loader then refuses gpt-oss on it. */
@@ -334,6 +353,16 @@ const char *be_cpu_simd(const be_backend_t *be);
 
 /* The CPU backend's optional ops (its ops->ext_ops; backend/cpu). */
 const be_ops_ext_t *be_cpu_ext_ops(const be_backend_t *be);
+
+/* The CPU backend's threaded mixture-of-experts ops (backend_cpu.c, which
+ * owns the thread pool; ops_extra.c puts them in the table): the
+ * be_ops_ext_t contracts of matmul_experts and scatter_add. */
+bool be_cpu_matmul_experts(be_backend_t *be, const be_weight_t *w, const be_weight_t *w2,
+                           int64_t rows_per_expert, const int32_t *experts,
+                           const int32_t *start, int n_experts, const float *x,
+                           const int32_t *x_rows, float *y, float *y2);
+void be_cpu_scatter_add(be_backend_t *be, float *y, const float *x, const int32_t *ids,
+                        const float *s, int n, int cols);
 
 /* Destroys any backend (NULL-safe); sets *be_p = NULL. */
 /* The optional ops of be (its ops->ext_ops), or NULL if its backend has

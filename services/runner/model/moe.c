@@ -25,6 +25,8 @@ struct rn_moe {
     int32_t *iota;   /* [B] 0, 1, .. B-1 (the shared expert's rows) */
     float *sh_w;     /* [B] the shared expert's weight per token */
     bool *taken;     /* [E] top-k scratch */
+    int32_t *sl_exp;   /* [E] the used experts of one slice */
+    int32_t *sl_start; /* [E + 1] their first grouped row, from 0 */
 };
 
 cr_status_t rn_moe_new(const rn_hparams_t *hp, int max_tok, rn_moe_t **out,
@@ -46,8 +48,10 @@ cr_status_t rn_moe_new(const rn_hparams_t *hp, int max_tok, rn_moe_t **out,
     m->iota = calloc(B, sizeof *m->iota);
     m->sh_w = calloc(B, sizeof *m->sh_w);
     m->taken = calloc(E, sizeof *m->taken);
+    m->sl_exp = calloc(E, sizeof *m->sl_exp);
+    m->sl_start = calloc(E + 1, sizeof *m->sl_start);
     if (!m->probs || !m->ids || !m->w || !m->count || !m->start || !m->tok || !m->tw ||
-        !m->iota || !m->sh_w || !m->taken) {
+        !m->iota || !m->sh_w || !m->taken || !m->sl_exp || !m->sl_start) {
         rn_moe_destroy(&m);
         return cr_err_set(err, CR_E_NOMEM, "out of memory for expert routing (%zu "
                           "tokens x %zu experts)", B, E);
@@ -73,6 +77,8 @@ void rn_moe_destroy(rn_moe_t **self_p)
     free(m->iota);
     free(m->sh_w);
     free(m->taken);
+    free(m->sl_exp);
+    free(m->sl_start);
     free(m);
     *self_p = NULL;
 }
@@ -168,6 +174,34 @@ static void group(rn_moe_t *m, int n, int E, int k)
 
 /* ---- the layer ---------------------------------------------------------- */
 
+/* y = the products of the slice's nu experts (m->sl_exp, m->sl_start)
+ * with their rows of x (x_rows picks them, or x is grouped already): the
+ * backend's grouped op when it takes the stacks, else matmul_rows per
+ * expert over rows gathered into xe ([max_tok][cols]). w2/y2: the same
+ * for a second stack of the same shape, or NULL. */
+static void experts_matmul(be_backend_t *be, const be_weight_t *w, const be_weight_t *w2,
+                           int64_t rpe, const rn_moe_t *m, int nu, const float *x,
+                           const int32_t *x_rows, float *y, float *y2, float *xe)
+{
+    const be_ops_ext_t *ext = be_ext_ops(be);
+    if (ext->matmul_experts &&
+        ext->matmul_experts(be, w, w2, rpe, m->sl_exp, m->sl_start, nu, x, x_rows, y, y2))
+        return;
+    int64_t cols = w->n_cols;
+    for (int i = 0; i < nu; i++) {
+        int at = m->sl_start[i], ne = m->sl_start[i + 1] - at;
+        const float *xr = x + (size_t)at * (size_t)cols;
+        if (x_rows) {
+            ext->gather_rows(be, xe, x, x_rows + at, ne, (int)cols);
+            xr = xe;
+        }
+        int64_t r0 = (int64_t)m->sl_exp[i] * rpe;
+        ext->matmul_rows(be, w, r0, rpe, xr, ne, y + (size_t)at * (size_t)rpe);
+        if (w2)
+            ext->matmul_rows(be, w2, r0, rpe, xr, ne, y2 + (size_t)at * (size_t)rpe);
+    }
+}
+
 void rn_moe_ffn(rn_moe_t *m, be_backend_t *be, const rn_hparams_t *hp,
                 const rn_layer_t *L, const float *xb, float *x, int n,
                 const rn_moe_bufs_t *b)
@@ -191,34 +225,49 @@ void rn_moe_ffn(rn_moe_t *m, be_backend_t *be, const rn_hparams_t *hp,
     /* 10m.3 tokens grouped by expert */
     group(m, n, E, k);
 
-    /* 10m.4 each used expert once over its tokens (n_e of them):
+    /* 10m.4 each used expert once over its tokens (n_e of them), in
+     *    slices of whole experts of at most max_tok grouped rows (the
+     *    buffers' rows; a decode is one slice):
      *    xe = xb[tok]                                    xe: [n_e][D]
      *    he = silu(xe Wgate_e^T) * (xe Wup_e^T)          he: [n_e][Fe]
      *    oe = he Wdown_e^T                               oe: [n_e][D]
-     *    x[tok] += w * oe (the residual add)
+     *    x[tok] += w * oe (the residual add, in grouped order)
      *    gpt-oss: each matmul plus expert e's bias row, and its clamped
      *    SwiGLU (be_ops_ext_t.swiglu_oai) for silu(gate) * up */
-    for (int e = 0; e < E; e++) {
-        int ne = m->start[e + 1] - m->start[e];
-        if (ne == 0)
+    for (int e0 = 0; e0 < E;) {
+        int nu = 0, rows = 0, e = e0;
+        m->sl_start[0] = 0;
+        for (; e < E && rows + m->start[e + 1] - m->start[e] <= m->max_tok; e++) {
+            int ne = m->start[e + 1] - m->start[e];
+            if (ne == 0)
+                continue;
+            m->sl_exp[nu++] = e;
+            rows += ne;
+            m->sl_start[nu] = rows;
+        }
+        int g0 = m->start[e0];
+        e0 = e;
+        if (nu == 0)
             continue;
-        const int32_t *tok = m->tok + m->start[e];
-        ext->gather_rows(be, b->xe, xb, tok, ne, D);
-        ext->matmul_rows(be, &L->exp_gate, e * Fe, Fe, b->xe, ne, b->he);
-        ext->matmul_rows(be, &L->exp_up, e * Fe, Fe, b->xe, ne, b->he2);
-        if (L->exp_gate_b.data) {
-            ext->add_row_of(be, b->he, &L->exp_gate_b, e, ne);
-            ext->add_row_of(be, b->he2, &L->exp_up_b, e, ne);
+        experts_matmul(be, &L->exp_gate, &L->exp_up, Fe, m, nu, xb, m->tok + g0, b->he,
+                       b->he2, b->xe);
+        for (int i = 0; L->exp_gate_b.data && i < nu; i++) {
+            int at = m->sl_start[i], ne = m->sl_start[i + 1] - at;
+            ext->add_row_of(be, b->he + (size_t)at * Fe, &L->exp_gate_b, m->sl_exp[i], ne);
+            ext->add_row_of(be, b->he2 + (size_t)at * Fe, &L->exp_up_b, m->sl_exp[i], ne);
         }
         if (hp->swiglu_oai)
-            ext->swiglu_oai(be, b->he, b->he, b->he2, (size_t)ne * (size_t)Fe,
+            ext->swiglu_oai(be, b->he, b->he, b->he2, (size_t)rows * (size_t)Fe,
                             RN_SWIGLU_OAI_ALPHA, RN_SWIGLU_OAI_LIMIT);
         else
-            op->swiglu(be, b->he, b->he, b->he2, (size_t)ne * (size_t)Fe);
-        ext->matmul_rows(be, &L->exp_down, (int64_t)e * D, D, b->he, ne, b->oe);
-        if (L->exp_down_b.data)
-            ext->add_row_of(be, b->oe, &L->exp_down_b, e, ne);
-        ext->scatter_add(be, x, b->oe, tok, m->tw + m->start[e], ne, D);
+            op->swiglu(be, b->he, b->he, b->he2, (size_t)rows * (size_t)Fe);
+        experts_matmul(be, &L->exp_down, NULL, D, m, nu, b->he, NULL, b->oe, NULL, NULL);
+        for (int i = 0; L->exp_down_b.data && i < nu; i++) {
+            int at = m->sl_start[i];
+            ext->add_row_of(be, b->oe + (size_t)at * D, &L->exp_down_b, m->sl_exp[i],
+                            m->sl_start[i + 1] - at);
+        }
+        ext->scatter_add(be, x, b->oe, m->tok + g0, m->tw + g0, rows, D);
     }
 
     /* 10m.5 shared expert over every token, weighted by

@@ -8,9 +8,11 @@
  * sigmoid(xb . ffn_gate_inp_shexp) when that gate exists).
  *
  * Only the chosen experts' rows are read: the chunk's tokens are grouped
- * by expert on the host, each expert's rows are gathered into one matrix,
- * multiplied once by that expert's slice of the stacked weights
- * (be_ops_ext_t.matmul_rows), and scattered back with their weights. So a
+ * by expert on the host, and each expert's rows are multiplied once by
+ * that expert's slice of the stacked weights and scattered back with their
+ * weights: several experts per backend call (be_ops_ext_t.matmul_experts,
+ * slices of up to max_tok grouped rows), or one expert at a time over
+ * gathered rows (matmul_rows) where the backend declines. So a
  * decoded token reads n_expert_used experts, and a prompt chunk reads each
  * expert it uses once. A token's experts are summed in expert order,
  * whatever the chunk, so a token gets the same bits alone or in a batch

@@ -493,6 +493,151 @@ static void cpu_matmul(be_backend_t *be, const be_weight_t *w, const float *x,
     rn_threadpool_run(c->pool, matmul_task, &j, tasks);
 }
 
+/* ---- mixture of experts ----------------------------------------------- */
+
+/* Grouped expert products (be_ops_ext_t.matmul_experts) on packed stacks:
+ * one pass converts every grouped row (picked from x through x_rows, so no
+ * gather copy), then threads claim units of (stack, expert, groups of 8
+ * rows) from one counter, so a decoded token's 8 experts x rows share the
+ * threads in one wake-up instead of one per expert and matrix. Each unit is
+ * the packed kernel over its expert's rows and tokens, as matmul_rows runs
+ * it: the same float steps per (row, token). */
+typedef struct experts_job {
+    const be_packed_t *p[2]; /* the stacks; p[1] NULL for one */
+    float *y[2];
+    be_pack_gemm_fn gemm[2];
+    const be_type_traits_t *vt; /* activation format */
+    size_t act_bytes;
+    int64_t n_blocks;  /* activation blocks per row */
+    int64_t n_cols;
+    int n_w;           /* 1 or 2 */
+    const float *x;
+    const int32_t *x_rows;
+    void *xq;
+    int32_t *xsum;     /* Q8_0 activations only */
+    const int32_t *experts, *start;
+    int n_experts, n_rows; /* grouped rows in all */
+    int64_t rpe;       /* rows per expert */
+    int64_t chunk;     /* groups of 8 rows per unit */
+    int64_t units;     /* per (stack, expert) */
+    atomic_int_fast64_t next;
+} experts_job_t;
+
+static void experts_convert_task(void *ctx, int ith, int nth)
+{
+    experts_job_t *j = ctx;
+    for (int g = ith; g < j->n_rows; g += nth) {
+        int src = j->x_rows ? j->x_rows[g] : g;
+        void *row = (uint8_t *)j->xq + (size_t)g * j->act_bytes;
+        j->vt->from_float(j->x + (size_t)src * (size_t)j->n_cols, row, j->n_cols);
+        if (j->xsum)
+            be_pack_block_sums(row, j->n_blocks, j->xsum + 2 * (size_t)g * (size_t)j->n_blocks);
+    }
+}
+
+static void experts_gemm_task(void *ctx, int ith, int nth)
+{
+    CR_UNUSED(ith), CR_UNUSED(nth);
+    experts_job_t *j = ctx;
+    int64_t groups = j->rpe / BE_PACK_ROWS, total = (int64_t)j->n_experts * j->n_w * j->units;
+    for (;;) {
+        int64_t u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (u >= total)
+            return;
+        /* expert-major, so the threads of a decode share one expert's
+         * rows before moving to the next */
+        int i = (int)(u / (j->n_w * j->units));
+        int s = (int)(u / j->units % j->n_w);
+        int64_t g0 = u % j->units * j->chunk;
+        int g = j->start[i] - j->start[0], ne = j->start[i + 1] - j->start[i];
+        if (ne == 0)
+            continue;
+        const be_packed_t *p = j->p[s];
+        be_packed_t view = *p;
+        view.n_rows = j->rpe;
+        view.data = (uint8_t *)p->data +
+                    (size_t)((int64_t)j->experts[i] * groups) * p->group_bytes;
+        j->gemm[s](&view, g0, CR_MIN(groups, g0 + j->chunk),
+                   (const uint8_t *)j->xq + (size_t)g * j->act_bytes,
+                   j->xsum ? j->xsum + 2 * (size_t)g * (size_t)j->n_blocks : NULL, ne,
+                   j->y[s] + (size_t)g * (size_t)j->rpe, (size_t)j->rpe);
+    }
+}
+
+bool be_cpu_matmul_experts(be_backend_t *be, const be_weight_t *w, const be_weight_t *w2,
+                           int64_t rows_per_expert, const int32_t *experts,
+                           const int32_t *start, int n_experts, const float *x,
+                           const int32_t *x_rows, float *y, float *y2)
+{
+    be_cpu_t *c = cpu_of(be);
+    const be_packed_t *p = w->dev, *p2 = w2 ? w2->dev : NULL;
+    if (!p || (w2 && (!p2 || be_pack_act_type(p2->type) != be_pack_act_type(p->type) ||
+                      p2->n_cols != p->n_cols || p2->n_rows != p->n_rows)) ||
+        rows_per_expert % BE_PACK_ROWS != 0 || n_experts < 1)
+        return false;
+    experts_job_t j = {.p = {p, p2}, .y = {y, y2}, .n_w = w2 ? 2 : 1, .x = x,
+                       .x_rows = x_rows, .experts = experts, .start = start,
+                       .n_experts = n_experts, .rpe = rows_per_expert};
+    j.n_rows = start[n_experts] - start[0];
+    j.vt = be_type_traits(be_pack_act_type(p->type));
+    j.n_cols = p->n_cols;
+    j.n_blocks = p->n_blocks;
+    j.act_bytes = (size_t)p->n_blocks * j.vt->block_bytes;
+    /* reserve() sized the scratch for max_tok rows; the caller's slices
+     * stay within that, anything larger goes the matmul_rows way */
+    bool sums = j.vt->type == CR_TYPE_Q8_0;
+    if ((size_t)j.n_rows * j.act_bytes > c->wdata_bytes ||
+        (sums && (size_t)j.n_rows * 2 * (size_t)p->n_blocks > c->xsum_len))
+        return false;
+    j.xq = c->wdata;
+    j.xsum = sums ? c->xsum : NULL;
+    j.gemm[0] = be_pack_gemm_at(p->type, c->simd);
+    j.gemm[1] = p2 ? be_pack_gemm_at(p2->type, c->simd) : NULL;
+    rn_threadpool_run(c->pool, experts_convert_task, &j, j.n_rows);
+    /* About 8 units per thread over everything, at least 4 groups each */
+    int64_t groups = rows_per_expert / BE_PACK_ROWS;
+    int64_t all = groups * n_experts * j.n_w;
+    j.chunk = CR_MIN(groups, CR_MAX(4, all / ((int64_t)c->n_threads * 8)));
+    j.units = (groups + j.chunk - 1) / j.chunk;
+    atomic_init(&j.next, 0);
+    rn_threadpool_run(c->pool, experts_gemm_task, &j, c->n_threads);
+    return true;
+}
+
+/* be_ops_ext_t.scatter_add, threads over column ranges: each element
+ * still takes its additions in the order of i. */
+typedef struct scatter_job {
+    float *y;
+    const float *x, *s;
+    const int32_t *ids;
+    int n, cols;
+} scatter_job_t;
+
+static void scatter_task(void *ctx, int ith, int nth)
+{
+    scatter_job_t *j = ctx;
+    int per = (j->cols + nth - 1) / nth;
+    per = (per + 15) / 16 * 16; /* whole cache lines of floats */
+    int c0 = CR_MIN(j->cols, ith * per), c1 = CR_MIN(j->cols, c0 + per);
+    for (int i = 0; i < j->n; i++) {
+        float *yr = j->y + (size_t)j->ids[i] * (size_t)j->cols;
+        const float *xr = j->x + (size_t)i * (size_t)j->cols;
+        float s = j->s[i];
+        for (int col = c0; col < c1; col++)
+            yr[col] += s * xr[col];
+    }
+}
+
+void be_cpu_scatter_add(be_backend_t *be, float *y, const float *x, const int32_t *ids,
+                        const float *s, int n, int cols)
+{
+    be_cpu_t *c = cpu_of(be);
+    scatter_job_t j = {y, x, s, ids, n, cols};
+    /* a decode's few rows are not worth waking the pool for */
+    int tasks = (int64_t)n * cols < (1 << 16) ? 1 : c->n_threads;
+    rn_threadpool_run(c->pool, scatter_task, &j, tasks);
+}
+
 /* ---- norms, rope, elementwise ----------------------------------------- */
 
 static void cpu_rmsnorm(be_backend_t *be, float *y, const float *x,

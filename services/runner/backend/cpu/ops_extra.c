@@ -7,11 +7,12 @@
  * phi3, bert, nomic-bert, gpt-oss and the dense families (granite, olmo2,
  * mistral3, command-r, ...) need beyond the llama ops; and the
  * mixture-of-experts ops (a matmul over one expert's rows of a stacked
- * weight, row gather, weighted scatter-add). CPU backend buffers are plain
- * host memory, so these run on them directly. They are single-threaded
- * (this file cannot reach the CPU backend's thread pool, backend_cpu.c
- * owns it) except matmul_rows, which calls the backend's threaded matmul;
- * attention_ext is the one op where that costs time on long contexts.
+ * weight, row gather; the grouped expert products and the weighted
+ * scatter-add are backend_cpu.c's, which owns the thread pool). CPU
+ * backend buffers are plain host memory, so these run on them directly.
+ * They are single-threaded (this file cannot reach the pool) except
+ * matmul_rows, which calls the backend's threaded matmul; attention_ext is
+ * the one op where that costs time on long contexts.
  *
  * Owns no state. Does not own the llama ops (backend_cpu.c) or any kernel
  * of a quant format (quant.c). */
@@ -289,18 +290,6 @@ static void ext_gather_rows(be_backend_t *be, float *dst, const float *src,
         memcpy(dst + (size_t)i * cols, src + (size_t)ids[i] * cols, row);
 }
 
-static void ext_scatter_add(be_backend_t *be, float *y, const float *x,
-                            const int32_t *ids, const float *s, int n, int cols)
-{
-    CR_UNUSED(be);
-    for (int i = 0; i < n; i++) {
-        float *yr = y + (size_t)ids[i] * cols;
-        const float *xr = x + (size_t)i * cols;
-        for (int c = 0; c < cols; c++)
-            yr[c] += s[i] * xr[c];
-    }
-}
-
 /* ---- gpt-oss ------------------------------------------------------------ */
 
 /* YaRN's blend of interpolated and extrapolated angle for pair i, and
@@ -439,7 +428,8 @@ static const be_ops_ext_t cpu_ext_ops = {
     .gelu = ext_gelu,
     .matmul_rows = ext_matmul_rows,
     .gather_rows = ext_gather_rows,
-    .scatter_add = ext_scatter_add,
+    .scatter_add = be_cpu_scatter_add,
+    .matmul_experts = be_cpu_matmul_experts,
     .rope_yarn = ext_rope_yarn,
     .swiglu_oai = ext_swiglu_oai,
     .add_row_of = ext_add_row_of,
