@@ -15,11 +15,14 @@
 
 #define MAX_PARTS 1024          /* parts of one blob (state files) */
 #define STATE_SAVE_MS 200       /* how often a running part's state is saved */
-/* ... and, from the write callback, after this many new bytes: one
- * curl_multi_perform on a fast link can move tens of MB per part (512 KB
- * buffers, many reads a call), so a kill within the first interval would
- * otherwise lose everything fetched. */
+/* ... and, from the write callback, after this many new bytes (or an
+ * eighth of the part, at least 256 KB, when that is less; or STATE_SAVE_MS
+ * since the last save): one curl_multi_perform on a fast link can move
+ * tens of MB per part (512 KB buffers, many reads a call), and sixteen
+ * parts advancing together each stay under 8 MB for a while, so a kill
+ * within the first interval would otherwise lose everything fetched. */
 #define STATE_SAVE_BYTES (8 << 20)
+#define STATE_SAVE_MIN_BYTES (256 << 10)
 #define POLL_MS 50              /* multi loop wake-up */
 #define RESOLVE_REDIRECTS 10    /* same-host redirects followed */
 #define STATE_MAX 4096          /* bytes of one part state file */
@@ -292,7 +295,10 @@ static size_t on_data(char *data, size_t sz, size_t nm, void *ud)
         atomic_fetch_add(p->f->completed, (long long)w);
     }
     p->last_byte_ms = now_ms();
-    if (p->completed - p->saved_completed >= STATE_SAVE_BYTES) {
+    int64_t every = CR_MIN((int64_t)STATE_SAVE_BYTES,
+                           CR_MAX(p->size / 8, (int64_t)STATE_SAVE_MIN_BYTES));
+    if (p->completed - p->saved_completed >= every ||
+        p->last_byte_ms - p->saved_ms >= STATE_SAVE_MS) {
         save_part(p);
         p->saved_ms = p->last_byte_ms;
         p->saved_completed = p->completed;
