@@ -8,6 +8,7 @@
  * ne[0]); biases and norm weights are F32 vectors. */
 #include "lib/prelude.h"
 #include "services/runner/vision/pixtral.h"
+#include "services/runner/vision/vweights.h"
 
 #include <math.h>
 
@@ -29,7 +30,7 @@ struct rn_pixtral {
     cr_gguf_t *g;
     be_backend_t *be;
     const be_ops_ext_t *ext;
-    uint64_t weight_bytes;
+    rn_vweights_t w;              /* the bound tensors (vweights.h) */
 
     be_weight_t patch, patch_b;   /* [D][3*P*P] (c, ky, kx), [D] or none */
     be_weight_t pre_ln, pre_ln_b; /* [D] or none */
@@ -39,7 +40,8 @@ struct rn_pixtral {
     be_weight_t merger;           /* [D][D*m*m] (c, ky, kx) or none */
     be_weight_t mm1, mm1_b;       /* [H][D], [H] or none */
     be_weight_t mm2, mm2_b;       /* [E][H], [E] or none */
-    const float *img_break;       /* [E] in the file's mapping, or NULL */
+    be_weight_t brk;              /* v.token_embd.img_break [E] */
+    const float *img_break;       /* brk's data, in the file's mapping, or NULL */
 
     /* Backend buffers, sized at load for max_patches. */
     float *x, *xb, *q, *k, *v, *att;  /* [N][D] each */
@@ -47,8 +49,6 @@ struct rn_pixtral {
     float *ph, *po;                   /* [Nm][H], [Nm][E] */
     float *patches;                   /* [N][3*P*P] */
     void *kc, *vc;                    /* F16 [N][D] */
-    be_weight_t *prepared[1024];      /* weights to release */
-    int n_prepared;
     /* Host staging. */
     float *host_patches;              /* [N][3*P*P] */
     float *host_merge;                /* [2][N][D]: tower out, blocks */
@@ -142,57 +142,11 @@ static cr_status_t read_hparams(rn_pixtral_t *p, cr_err_t *err)
     return CR_OK;
 }
 
-/* The tensor `name` (NULL if absent and optional), checked to hold
- * cols x rows elements (more dims folded into cols) and, for vectors, to
- * be F32 (the ops read them in place). */
-static cr_status_t find(rn_pixtral_t *p, const char *name, int64_t cols, int64_t rows,
-                        bool required, bool vec, const cr_gguf_tensor_t **out, cr_err_t *err)
-{
-    const cr_gguf_tensor_t *t = cr_gguf_tensor_find(p->g, name);
-    *out = NULL;
-    if (!t) {
-        if (required)
-            return cr_err_set(err, CR_E_INVALID, "projector: tensor '%s' is missing", name);
-        return CR_OK;
-    }
-    uint64_t last = t->n_dims > 1 ? t->ne[t->n_dims - 1] : 1;
-    uint64_t first = last ? t->n_elems / last : 0;
-    if (first != (uint64_t)cols || last != (uint64_t)rows)
-        return cr_err_set(err, CR_E_INVALID, "projector: tensor '%s' holds %" PRIu64 " x %"
-                          PRIu64 " elements, expected %" PRId64 " x %" PRId64, name, last,
-                          first, rows, cols);
-    if (vec && t->type != CR_TYPE_F32)
-        return cr_err_set(err, CR_E_UNSUPPORTED, "projector: tensor '%s' must be F32", name);
-    if ((uintptr_t)t->data % (t->type == CR_TYPE_F32 ? 4 : 2))
-        return cr_err_set(err, CR_E_UNSUPPORTED, "projector: tensor '%s' is misaligned",
-                          name);
-    *out = t;
-    return CR_OK;
-}
-
 /* Binds `name` ([rows][cols]) into *w and prepares it on the backend. */
 static cr_status_t bind(rn_pixtral_t *p, const char *name, int64_t cols, int64_t rows,
                         bool required, bool vec, be_weight_t *w, cr_err_t *err)
 {
-    const cr_gguf_tensor_t *t;
-    cr_status_t st = find(p, name, cols, rows, required, vec, &t, err);
-    if (st || !t)
-        return st;
-    if (p->n_prepared == (int)CR_ARRAY_LEN(p->prepared))
-        return cr_err_set(err, CR_E_UNSUPPORTED, "projector: too many tensors");
-    *w = (be_weight_t){
-        .name = t->name,
-        .type = t->type,
-        .n_cols = cols,
-        .n_rows = rows,
-        .row_bytes = (size_t)(t->size_bytes / (uint64_t)rows),
-        .data = t->data,
-    };
-    if ((st = p->be->ops->weight_prepare(p->be, w, err)))
-        return st;
-    p->prepared[p->n_prepared++] = w;
-    p->weight_bytes += t->size_bytes;
-    return CR_OK;
+    return rn_vweights_bind(&p->w, name, cols, rows, required, vec, w, err);
 }
 
 static cr_status_t bind_layer(rn_pixtral_t *p, int l, cr_err_t *err)
@@ -287,10 +241,9 @@ static cr_status_t bind_weights(rn_pixtral_t *p, cr_err_t *err)
         (st = bind(p, "mm.2.weight", H, E, true, false, &p->mm2, err)) ||
         (st = bind(p, "mm.2.bias", E, 1, false, true, &p->mm2_b, err)))
         return st;
-    const cr_gguf_tensor_t *brk;
-    if ((st = find(p, "v.token_embd.img_break", E, 1, true, true, &brk, err)))
+    if ((st = bind(p, "v.token_embd.img_break", E, 1, true, true, &p->brk, err)))
         return st;
-    p->img_break = brk->data;
+    p->img_break = p->brk.data;
     hp->has_break = true;
     return CR_OK;
 }
@@ -342,6 +295,8 @@ cr_status_t rn_pixtral_load(const char *path, be_backend_t *be, rn_pixtral_t **o
     p->ext = be_ext_ops(be);
     cr_status_t st = cr_gguf_open(path, &p->g, err);
     if (!st)
+        rn_vweights_init(&p->w, p->g, be, "projector");
+    if (!st)
         st = read_hparams(p, err);
     if (!st && (!p->ext || !p->ext->add_rows || !p->ext->gelu || !p->ext->rope_yarn ||
                 (p->hp.gelu && !p->ext->geglu)))
@@ -365,9 +320,7 @@ void rn_pixtral_destroy(rn_pixtral_t **self_p)
         return;
     rn_pixtral_t *p = *self_p;
     be_backend_t *be = p->be;
-    for (int i = 0; i < p->n_prepared; i++)
-        if (be->ops->weight_release)
-            be->ops->weight_release(be, p->prepared[i]);
+    rn_vweights_release(&p->w);
     void *bufs[] = {p->x,  p->xb, p->q,  p->k,       p->v,  p->att, p->hb,
                     p->hb2, p->ph, p->po, p->patches, p->kc, p->vc};
     for (size_t i = 0; i < CR_ARRAY_LEN(bufs); i++)
@@ -385,7 +338,7 @@ void rn_pixtral_destroy(rn_pixtral_t **self_p)
 
 const rn_pixtral_hparams_t *rn_pixtral_hparams(const rn_pixtral_t *p) { return &p->hp; }
 
-uint64_t rn_pixtral_weight_bytes(const rn_pixtral_t *p) { return p->weight_bytes; }
+uint64_t rn_pixtral_weight_bytes(const rn_pixtral_t *p) { return p->w.bytes; }
 
 /* ---- preprocessing ------------------------------------------------------ */
 

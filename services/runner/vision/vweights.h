@@ -3,8 +3,9 @@
  * A tower file's tensor, found by name, checked for its shape (and, for
  * vectors the ops read in place, to be F32) and prepared on the backend;
  * the binder remembers every weight it prepared so one call releases them
- * all. Used by the SigLIP tower (siglip.c) and gemma3's projector
- * (proj_gemma3.c); the llava tower (clip.c) keeps its own.
+ * all. Used by the SigLIP tower (siglip.c), gemma3's projector
+ * (proj_gemma3.c) and the Pixtral tower (pixtral.c); the llava tower
+ * (clip.c) and qwen2vl.c still keep their own copies.
  *
  * Borrows the GGUF (its tensors' data must outlive the weights) and the
  * backend; the be_weight_t structs live in the caller's objects and must
