@@ -6,6 +6,7 @@
  * [rows][cols] as model.h describes them (GGUF ne[1] x ne[0]). */
 #include "lib/prelude.h"
 #include "services/runner/vision/qwen2vl.h"
+#include "services/runner/vision/vweights.h"
 
 #include <math.h>
 
@@ -30,7 +31,7 @@ struct rn_clip_qwen2vl {
     const cr_gguf_t *g;
     be_backend_t *be;
     const be_ops_ext_t *ext;
-    uint64_t weight_bytes;
+    rn_vweights_t w;               /* the bound tensors (vweights.h) */
     int n_wa_pattern; /* every n-th layer attends fully; 0: all do */
 
     be_weight_t patch0, patch1;    /* [D][3*P*P] (c, ky, kx): the temporal
@@ -40,8 +41,6 @@ struct rn_clip_qwen2vl {
     layer_t *layers;
     be_weight_t mm0, mm0_b;        /* [H][4D], [H] */
     be_weight_t mm2, mm2_b;        /* [E][H], [E] */
-    be_weight_t **prepared;        /* weights to release */
-    int n_prepared, cap_prepared;
 
     /* Backend buffers for up to cap patches (grown by ensure). */
     int cap;
@@ -143,61 +142,17 @@ static cr_status_t read_hparams(rn_clip_qwen2vl_t *q, cr_err_t *err)
     return CR_OK;
 }
 
-/* The tensor `name` (NULL if absent and optional), checked to hold
- * cols x rows elements (more dims folded into cols) and, for vectors, to
- * be F32 (the ops read them in place). */
-static cr_status_t find(rn_clip_qwen2vl_t *q, const char *name, int64_t cols, int64_t rows,
-                        bool required, bool vec, const cr_gguf_tensor_t **out, cr_err_t *err)
-{
-    const cr_gguf_tensor_t *t = cr_gguf_tensor_find(q->g, name);
-    *out = NULL;
-    if (!t) {
-        if (required)
-            return cr_err_set(err, CR_E_INVALID, "projector: tensor '%s' is missing", name);
-        return CR_OK;
-    }
-    uint64_t last = t->n_dims > 1 ? t->ne[t->n_dims - 1] : 1;
-    uint64_t first = last ? t->n_elems / last : 0;
-    if (first != (uint64_t)cols || last != (uint64_t)rows)
-        return cr_err_set(err, CR_E_INVALID, "projector: tensor '%s' holds %" PRIu64 " x %"
-                          PRIu64 " elements, expected %" PRId64 " x %" PRId64, name, last,
-                          first, rows, cols);
-    if (vec && t->type != CR_TYPE_F32)
-        return cr_err_set(err, CR_E_UNSUPPORTED, "projector: tensor '%s' must be F32", name);
-    if (!vec && t->type != CR_TYPE_F32 && t->type != CR_TYPE_F16 &&
-        t->type != CR_TYPE_BF16 && t->type != CR_TYPE_Q8_0)
-        return cr_err_set(err, CR_E_UNSUPPORTED, "projector: tensor '%s' must be F32, F16, "
-                          "BF16 or Q8_0", name);
-    if ((uintptr_t)t->data % (t->type == CR_TYPE_F32 ? 4 : 2))
-        return cr_err_set(err, CR_E_UNSUPPORTED, "projector: tensor '%s' is misaligned",
-                          name);
-    *out = t;
-    return CR_OK;
-}
-
-/* Binds `name` ([rows][cols]) into *w and prepares it on the backend. */
+/* Binds `name` ([rows][cols]) into *w and prepares it on the backend
+ * (vweights.h); matrices only in the types this tower's ops take. */
 static cr_status_t bind(rn_clip_qwen2vl_t *q, const char *name, int64_t cols, int64_t rows,
                         bool required, bool vec, be_weight_t *w, cr_err_t *err)
 {
-    const cr_gguf_tensor_t *t;
-    cr_status_t st = find(q, name, cols, rows, required, vec, &t, err);
-    if (st || !t)
-        return st;
-    if (q->n_prepared == q->cap_prepared)
-        return cr_err_set(err, CR_E_INTERNAL, "projector: too many tensors");
-    *w = (be_weight_t){
-        .name = t->name,
-        .type = t->type,
-        .n_cols = cols,
-        .n_rows = rows,
-        .row_bytes = (size_t)(t->size_bytes / (uint64_t)rows),
-        .data = t->data,
-    };
-    if ((st = q->be->ops->weight_prepare(q->be, w, err)))
-        return st;
-    q->prepared[q->n_prepared++] = w;
-    q->weight_bytes += t->size_bytes;
-    return CR_OK;
+    const cr_gguf_tensor_t *t = cr_gguf_tensor_find(q->g, name);
+    if (t && !vec && t->type != CR_TYPE_F32 && t->type != CR_TYPE_F16 &&
+        t->type != CR_TYPE_BF16 && t->type != CR_TYPE_Q8_0)
+        return cr_err_set(err, CR_E_UNSUPPORTED, "projector: tensor '%s' must be F32, F16, "
+                          "BF16 or Q8_0", name);
+    return rn_vweights_bind(&q->w, name, cols, rows, required, vec, w, err);
 }
 
 static cr_status_t bind_layer(rn_clip_qwen2vl_t *q, int l, cr_err_t *err)
@@ -249,10 +204,8 @@ static cr_status_t bind_weights(rn_clip_qwen2vl_t *q, cr_err_t *err)
         cr_gguf_tensor_find(q->g, "v.class_embd"))
         return cr_err_set(err, CR_E_UNSUPPORTED, "projector: a qwen2.5-vl tower with a "
                           "patch bias or class embedding is not supported");
-    q->cap_prepared = 18 * hp->n_layers + 16;
-    q->prepared = calloc((size_t)q->cap_prepared, sizeof *q->prepared);
     q->layers = calloc((size_t)hp->n_layers, sizeof *q->layers);
-    if (!q->prepared || !q->layers)
+    if (!q->layers)
         return cr_err_set(err, CR_E_NOMEM, "projector: out of memory");
     if ((st = bind(q, "v.patch_embd.weight", 3 * P * P, D, true, false, &q->patch0, err)) ||
         (st = bind(q, "v.patch_embd.weight.1", 3 * P * P, D, true, false, &q->patch1, err)) ||
@@ -293,6 +246,7 @@ cr_status_t rn_clip_qwen2vl_load(const cr_gguf_t *g, be_backend_t *be, rn_clip_h
     q->be = be;
     q->ext = be_ext_ops(be);
     q->hp = *hp;
+    rn_vweights_init(&q->w, g, be, "projector");
     cr_status_t st = read_hparams(q, err);
     if (!st && (!q->ext || !q->ext->rope_multi || !q->ext->add_rows || !q->ext->gelu))
         st = cr_err_set(err, CR_E_UNSUPPORTED, "projector: the %s backend lacks the ops a "
@@ -333,17 +287,14 @@ void rn_clip_qwen2vl_destroy(rn_clip_qwen2vl_t **self_p)
     if (!self_p || !*self_p)
         return;
     rn_clip_qwen2vl_t *q = *self_p;
-    for (int i = 0; i < q->n_prepared; i++)
-        if (q->be->ops->weight_release)
-            q->be->ops->weight_release(q->be, q->prepared[i]);
+    rn_vweights_release(&q->w);
     free_buffers(q);
-    free(q->prepared);
     free(q->layers);
     free(q);
     *self_p = NULL;
 }
 
-uint64_t rn_clip_qwen2vl_weight_bytes(const rn_clip_qwen2vl_t *q) { return q->weight_bytes; }
+uint64_t rn_clip_qwen2vl_weight_bytes(const rn_clip_qwen2vl_t *q) { return q->w.bytes; }
 
 /* Activations for T patches (kept when already that large). Encoding an
  * image is not the token path: buffers follow the largest image seen,

@@ -4,8 +4,8 @@
  * vectors the ops read in place, to be F32) and prepared on the backend;
  * the binder remembers every weight it prepared so one call releases them
  * all. Used by the SigLIP tower (siglip.c), gemma3's projector
- * (proj_gemma3.c) and the Pixtral tower (pixtral.c); the llava tower
- * (clip.c) and qwen2vl.c still keep their own copies.
+ * (proj_gemma3.c), the Pixtral tower (pixtral.c) and qwen2.5-vl's
+ * (qwen2vl.c); the llava tower (clip.c) still keeps its own.
  *
  * Borrows the GGUF (its tensors' data must outlive the weights) and the
  * backend; the be_weight_t structs live in the caller's objects and must
