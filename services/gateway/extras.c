@@ -206,25 +206,27 @@ static enum MHD_Result h_detokenize(gw_req_t *r)
 
 /* ---- /metrics ---- */
 
+/* The scheduler's figures for a scrape, from the console's status message:
+ * its queue counts every waiting request, also those for models no runner
+ * holds yet (ps only knows loaded models' queues). */
 static void sched_stats(gw_req_t *r, gw_sched_stats_t *s)
 {
     memset(s, 0, sizeof *s);
     msg_t m, reply;
-    msg_init(&m, MSG_ps, NULL);
+    msg_init(&m, MSG_status, NULL);
     gw_wait_t w = gw_wait_control(r);
     cr_err_t err;
     if (gw_exchange(r, "scheduler", &m, &w, &reply, &err))
         return;
-    if (reply.type == MSG_ps_reply) {
+    if (reply.type == MSG_status_reply) {
         s->up = true;
-        const msg_ps_reply_body_t *p = &reply.u.ps_reply;
+        const msg_status_reply_body_t *p = &reply.u.status_reply;
         s->models = (int64_t)p->models.n;
-        for (size_t i = 0; i < p->models.n; i++) {
+        for (size_t i = 0; i < p->models.n; i++)
             if (p->models.v[i].has_active)
                 s->active += p->models.v[i].active;
-            if (p->models.v[i].has_queued)
-                s->queued += p->models.v[i].queued;
-        }
+        for (size_t i = 0; i < p->queue.n; i++)
+            s->queued += p->queue.v[i].waiting;
     }
     msg_clear(&reply);
 }

@@ -196,6 +196,27 @@ static void scheduler_fn(fake_t *f, zframe_t *who, const msg_t *m)
         fake_reply(f, who, &r);
         return;
     }
+    case MSG_status: { /* /metrics: b's queue and one for an unloaded c */
+        msg_loaded_model_t lm[2] = {
+            {.name = "a:latest", .has_name = true, .active = 2,
+             .has_active = true},
+            {.name = "b:latest", .has_name = true},
+        };
+        msg_queue_entry_t q[3] = {
+            {.model = "a:latest", .has_model = true, .waiting = 3, .has_waiting = true},
+            {.model = "b:latest", .has_model = true, .waiting = 1, .has_waiting = true},
+            {.model = "c:latest", .has_model = true, .waiting = 2, .has_waiting = true},
+        };
+        msg_init(&r, MSG_status_reply, id);
+        r.u.status_reply.models.v = lm;
+        r.u.status_reply.models.n = 2;
+        r.u.status_reply.has_models = true;
+        r.u.status_reply.queue.v = q;
+        r.u.status_reply.queue.n = 3;
+        r.u.status_reply.has_queue = true;
+        fake_reply(f, who, &r);
+        return;
+    }
     case MSG_embed: {
         if (!strcmp(m->u.embed.model, "missing")) {
             send_error(f, who, id, CR_E_NOT_FOUND,
@@ -1480,7 +1501,8 @@ static void test_metrics_http(void)
     CHECK_EQ_INT((long)metric(r.body.data, "corral_models_loaded"), 2);
     CHECK_EQ_INT(
         (long)metric(r.body.data, "corral_scheduler_requests_active"), 2);
-    CHECK_EQ_INT((long)metric(r.body.data, "corral_scheduler_queue_depth"), 4);
+    /* every waiting request, also c's (no runner holds c) */
+    CHECK_EQ_INT((long)metric(r.body.data, "corral_scheduler_queue_depth"), 6);
     /* the scrape itself is in flight */
     CHECK_EQ_INT((long)metric(r.body.data, "corral_http_requests_in_flight"),
                  1);
