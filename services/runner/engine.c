@@ -291,6 +291,19 @@ static cr_status_t load_jinja(rn_engine_t *e, const msg_load_body_t *load, cr_er
     return CR_OK;
 }
 
+/* The text model's unused tensors are the tower's when a tower in the
+ * model file was loaded (nothing to say then); else they are logged. */
+static void log_unused_tensors(const rn_engine_t *e, const msg_load_body_t *load)
+{
+    const char *unused = NULL;
+    int n_unused = rn_model_unused_tensors(e->model, &unused);
+    bool tower_used = e->vision && !(load->has_projector && load->projector &&
+                                     *load->projector);
+    if (n_unused > 0 && !tower_used)
+        cr_log_info("%s: ignoring %d tensors the model does not use (first '%s')",
+                    load->name, n_unused, unused);
+}
+
 /* The projector layer (load.projector), else a tower inside the model
  * file that is complete (lib/vision_embedded.h: what the registry reports
  * as vision too); an incomplete one is logged and images are refused. */
@@ -372,11 +385,6 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
         cr_log_info("%s: %zu LoRA adapter(s) applied at run time", load->name,
                     rn_lora_count(e->lora));
     }
-    const char *unused = NULL;
-    int n_unused = rn_model_unused_tensors(e->model, &unused);
-    if (n_unused > 0)
-        cr_log_info("%s: ignoring %d tensors the model does not use (first '%s')",
-                    load->name, n_unused, unused);
     e->tower_in_file =
         cr_gguf_tensor_find(rn_model_gguf(e->model), "v.blk.0.attn_q.weight") != NULL;
     if ((st = rn_tokenizer_load(rn_model_gguf(e->model), &e->tok, err))) {
@@ -434,6 +442,7 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     log_parts(e);
     if ((st = load_vision(e, load, hp->dim, err)))
         goto fail;
+    log_unused_tensors(e, load);
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
     e->spans = calloc((size_t)e->n_slots, sizeof *e->spans);
     e->span_slot = calloc((size_t)e->n_slots, sizeof *e->span_slot);
