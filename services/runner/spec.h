@@ -23,10 +23,12 @@
 
 /* Prompt lookup over hist[0..n) (the sequence so far, its last token the
  * one about to be evaluated): for tail lengths RN_SPEC_NGRAM_MAX down to
- * RN_SPEC_NGRAM_MIN, the newest earlier occurrence of the last m tokens,
- * then up to k_max of the tokens that followed it, written to out. Returns
- * how many (0: no match, k_max <= 0, or n too short). Negative ids (image
- * embeddings) never match and are never proposed. */
+ * RN_SPEC_NGRAM_MIN, the newest earlier occurrence of the last m tokens
+ * that k_max tokens follow, whose continuation is written to out; when
+ * none has k_max after it (near the end: a short loop), the occurrence
+ * with the longest continuation (ties: the longer tail, then the newer).
+ * Returns how many tokens (0: no match, k_max <= 0, or n too short).
+ * Negative ids (image embeddings) never match and are never proposed. */
 int rn_spec_ngram_draft(const int32_t *hist, int n, int k_max, int32_t *out);
 
 #endif
