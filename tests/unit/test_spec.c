@@ -19,6 +19,8 @@
 #include <math.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "lib/buf.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/engine.h"
@@ -261,6 +263,7 @@ static rn_engine_t *load_engine(const char *path, int64_t num_ctx, int n_par)
 
 typedef struct capture {
     cr_buf_t text;
+    json_t *logprobs; /* every chunk's entries, in order */
     bool finished;
     cr_status_t st;
     int64_t eval_count;
@@ -271,6 +274,15 @@ static bool cap_chunk(void *ctx, const msg_chunk_body_t *c)
     capture_t *cp = ctx;
     if (c->response)
         cr_buf_puts(&cp->text, c->response);
+    if (c->logprobs) {
+        /* a random model's byte tokens include NUL */
+        json_t *arr = json_loads(c->logprobs, JSON_ALLOW_NUL, NULL);
+        if (json_is_array(arr))
+            json_array_extend(cp->logprobs, arr);
+        else
+            json_array_append_new(cp->logprobs, json_string("not an array"));
+        json_decref(arr);
+    }
     return true;
 }
 
@@ -291,6 +303,14 @@ static void cap_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
         cp->eval_count = done->eval_count;
 }
 
+/* What a run asks besides its draft length. */
+typedef struct run_cfg {
+    double temperature;
+    int64_t top_k;         /* 0: the default */
+    double repeat_penalty; /* 0: the default */
+    bool logprobs;         /* with top_logprobs 3 */
+} run_cfg_t;
+
 static void request(msg_t *m, const char *prompt, msg_options_t *o)
 {
     msg_init(m, MSG_generate, "t");
@@ -307,15 +327,19 @@ static void request(msg_t *m, const char *prompt, msg_options_t *o)
 /* Runs the prompts at once (one slot each) with draft_ngram k; their
  * answers into out[i] (caller frees). */
 static void run_all(rn_engine_t *e, const char *const *prompts, int n, int k, int64_t n_pred,
-                    double temperature, cr_buf_t *out)
+                    const run_cfg_t *cfg, cr_buf_t *out, json_t **lp_out)
 {
     msg_t m[4];
     msg_options_t o[4];
     capture_t cp[4];
     for (int i = 0; i < n; i++) {
         memset(&o[i], 0, sizeof o[i]);
-        o[i].temperature = temperature;
+        o[i].temperature = cfg->temperature;
         o[i].has_temperature = true;
+        o[i].top_k = cfg->top_k;
+        o[i].has_top_k = cfg->top_k != 0;
+        o[i].repeat_penalty = cfg->repeat_penalty;
+        o[i].has_repeat_penalty = cfg->repeat_penalty != 0;
         o[i].seed = 5;
         o[i].has_seed = true;
         o[i].num_predict = n_pred;
@@ -323,8 +347,13 @@ static void run_all(rn_engine_t *e, const char *const *prompts, int n, int k, in
         o[i].draft_ngram = k;
         o[i].has_draft_ngram = k > 0;
         request(&m[i], prompts[i], &o[i]);
+        m[i].u.generate.logprobs = cfg->logprobs;
+        m[i].u.generate.has_logprobs = cfg->logprobs;
+        m[i].u.generate.top_logprobs = cfg->logprobs ? 3 : 0;
+        m[i].u.generate.has_top_logprobs = cfg->logprobs;
         memset(&cp[i], 0, sizeof cp[i]);
         cr_buf_init(&cp[i].text, 1 << 20);
+        cp[i].logprobs = json_array();
         rn_sink_t sink = {&cp[i], cap_chunk, cap_canceled};
         cr_err_t err;
         CHECK_MSG(rn_engine_start(e, &m[i], &sink, cap_finish, &err) == CR_OK, "start: %s",
@@ -335,38 +364,87 @@ static void run_all(rn_engine_t *e, const char *const *prompts, int n, int k, in
     for (int i = 0; i < n; i++) {
         CHECK(cp[i].finished && cp[i].st == CR_OK);
         out[i] = cp[i].text;
+        if (lp_out)
+            lp_out[i] = cp[i].logprobs;
+        else
+            json_decref(cp[i].logprobs);
     }
 }
 
-/* Greedy answers with each draft length equal those without, one slot at
- * a time and all slots together; returns drafted and accepted counts. */
-static void check_greedy_same(rn_engine_t *e, const char *const *prompts, int n, int64_t n_pred,
-                              const char *what)
+/* Logprobs of the same tokens computed in a verify pass of K+1 rows and
+ * in single-token passes: the same tokens, values within LP_TOL. The F32
+ * matmul sums a multi-row product in another order than one row (1.2e-7
+ * seen on stories260K alone), and slots batched together prefill in other
+ * chunks (1.3e-4 on stories260K with draft_ngram 0 too); 1e-3 is far
+ * below the gaps between a row and its neighbours' (a wrong row moves
+ * logprobs by whole units). */
+#define LP_TOL 1e-3
+
+static double entry_lp(const json_t *e)
+{
+    return json_number_value(json_object_get(e, "logprob"));
+}
+
+static bool same_logprobs(const json_t *a, const json_t *b)
+{
+    if (json_array_size(a) != json_array_size(b))
+        return false;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        const json_t *x = json_array_get(a, i), *y = json_array_get(b, i);
+        const char *tx = json_string_value(json_object_get(x, "token"));
+        const char *ty = json_string_value(json_object_get(y, "token"));
+        if (!tx || !ty || strcmp(tx, ty) || fabs(entry_lp(x) - entry_lp(y)) > LP_TOL)
+            return false;
+        const json_t *top_x = json_object_get(x, "top_logprobs");
+        const json_t *top_y = json_object_get(y, "top_logprobs");
+        if (json_array_size(top_x) != json_array_size(top_y))
+            return false;
+        for (size_t j = 0; j < json_array_size(top_x); j++)
+            if (fabs(entry_lp(json_array_get(top_x, j)) - entry_lp(json_array_get(top_y, j))) >
+                LP_TOL)
+                return false;
+    }
+    return true;
+}
+
+/* Compares run i's answer (and logprobs) with the base run's. */
+static void check_run(const cr_buf_t *base, const json_t *base_lp, cr_buf_t *got, json_t *got_lp,
+                      const char *what, int i, int k, bool batch)
+{
+    CHECK_MSG(!strcmp(base->data ? base->data : "", got->data ? got->data : ""),
+              "%s: prompt %d%s, draft_ngram %d: '%.200s' != '%.200s'", what, i,
+              batch ? " in a batch" : "", k, got->data, base->data);
+    CHECK_MSG(same_logprobs(base_lp, got_lp), "%s: prompt %d%s, draft_ngram %d: the logprobs "
+              "differ", what, i, batch ? " in a batch" : "", k);
+    cr_buf_free(got);
+    json_decref(got_lp);
+}
+
+/* Deterministic answers (greedy, or top_k 1) with each draft length equal
+ * those without, one slot at a time and all slots together. */
+static void check_same(rn_engine_t *e, const char *const *prompts, int n, int64_t n_pred,
+                       const run_cfg_t *cfg, const char *what)
 {
     cr_buf_t base[4], got[4];
+    json_t *base_lp[4], *got_lp[4];
     for (int i = 0; i < n; i++)
-        run_all(e, &prompts[i], 1, 0, n_pred, 0, &base[i]);
+        run_all(e, &prompts[i], 1, 0, n_pred, cfg, &base[i], &base_lp[i]);
     const int ks[] = {1, 4, 16};
     for (size_t j = 0; j < CR_ARRAY_LEN(ks); j++) {
         for (int i = 0; i < n; i++) {
-            run_all(e, &prompts[i], 1, ks[j], n_pred, 0, &got[i]);
-            CHECK_MSG(!strcmp(base[i].data ? base[i].data : "", got[i].data ? got[i].data : ""),
-                      "%s: prompt %d, draft_ngram %d: '%s' != '%s'", what, i, ks[j],
-                      got[i].data, base[i].data);
-            cr_buf_free(&got[i]);
+            run_all(e, &prompts[i], 1, ks[j], n_pred, cfg, &got[i], &got_lp[i]);
+            check_run(&base[i], base_lp[i], &got[i], got_lp[i], what, i, ks[j], false);
         }
         if (rn_engine_slots(e) >= n) {
-            run_all(e, prompts, n, ks[j], n_pred, 0, got);
-            for (int i = 0; i < n; i++) {
-                CHECK_MSG(!strcmp(base[i].data ? base[i].data : "",
-                                  got[i].data ? got[i].data : ""),
-                          "%s: prompt %d in a batch, draft_ngram %d differs", what, i, ks[j]);
-                cr_buf_free(&got[i]);
-            }
+            run_all(e, prompts, n, ks[j], n_pred, cfg, got, got_lp);
+            for (int i = 0; i < n; i++)
+                check_run(&base[i], base_lp[i], &got[i], got_lp[i], what, i, ks[j], true);
         }
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         cr_buf_free(&base[i]);
+        json_decref(base_lp[i]);
+    }
 }
 
 static void test_engine_greedy(const char *path, const char *what)
@@ -379,7 +457,8 @@ static void test_engine_greedy(const char *path, const char *what)
                              "hello world"};
     rn_engine_stats_t before, after;
     rn_engine_get_stats(e, &before);
-    check_greedy_same(e, prompts, 3, 48, what);
+    run_cfg_t greedy = {0};
+    check_same(e, prompts, 3, 48, &greedy, what);
     rn_engine_get_stats(e, &after);
     int64_t drafted = after.draft_tokens - before.draft_tokens;
     int64_t accepted = after.draft_accepted - before.draft_accepted;
@@ -387,6 +466,16 @@ static void test_engine_greedy(const char *path, const char *what)
     /* both paths ran: some drafts kept, some dropped */
     CHECK_MSG(accepted > 0 && accepted < drafted, "%s: %" PRId64 " of %" PRId64 " accepted",
               what, accepted, drafted);
+    /* the penalties see each accepted draft before judging the next */
+    run_cfg_t pen = {.repeat_penalty = 1.5};
+    check_same(e, prompts, 3, 48, &pen, what);
+    /* each token's logprobs come from its own row of the verify pass */
+    run_cfg_t lp = {.logprobs = true};
+    check_same(e, prompts, 2, 24, &lp, what);
+    /* the sampled path (rn_sampler_pick_draft) with top_k 1 is the argmax
+     * too: rejected drafts are replaced by the one token with mass */
+    run_cfg_t top1 = {.temperature = 0.9, .top_k = 1};
+    check_same(e, prompts, 3, 48, &top1, what);
     rn_engine_destroy(&e);
 }
 
@@ -423,7 +512,8 @@ static void test_engine_sampled(const char *path)
     const char *prompts[] = {"one two three four one two three four one two",
                              "the cat sat on the mat and the cat sat on the"};
     cr_buf_t got[2];
-    run_all(e, prompts, 2, 4, 40, 0.7, got);
+    run_cfg_t cfg = {.temperature = 0.7};
+    run_all(e, prompts, 2, 4, 40, &cfg, got, NULL);
     for (int i = 0; i < 2; i++)
         cr_buf_free(&got[i]);
     rn_engine_destroy(&e);
