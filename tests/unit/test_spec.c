@@ -450,12 +450,22 @@ static void check_same(rn_engine_t *e, const char *const *prompts, int n, int64_
 
 static void test_engine_greedy(const char *path, const char *what)
 {
-    rn_engine_t *e = load_engine(path, 256, 3);
+    rn_engine_t *e = load_engine(path, 512, 3);
     if (!e)
         return;
+    /* the third prompt takes several 64-token prefill steps: in a batch
+     * the others speculate beside its prompt chunks */
+    char long_prompt[1024] = "";
+    for (int i = 0; i < 24; i++)
+        strcat(long_prompt, i % 5 ? "hello world, " : "a story begins. ");
     const char *prompts[] = {"the cat sat on the mat and the cat sat on the",
-                             "one two three four one two three four one two",
-                             "hello world"};
+                             "one two three four one two three four one two", long_prompt};
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    cr_err_t terr;
+    CHECK(rn_engine_tokenize(e, long_prompt, &ids, &n_ids, &terr) == CR_OK);
+    CHECK_MSG(n_ids > 64 && n_ids < 400, "%s: the long prompt is %zu tokens", what, n_ids);
+    free(ids);
     rn_engine_stats_t before, after;
     rn_engine_get_stats(e, &before);
     run_cfg_t greedy = {0};
