@@ -51,7 +51,7 @@ static double decode_rate(rn_ctx_t *c, int B, int steps, int n_vocab)
     for (int step = 0; step < steps; step++) {
         for (int s = 0; s < B; s++) {
             tok[s] = (int32_t)((3 + 29 * s + 11 * step) % n_vocab);
-            sp[s] = (rn_ctx_span_t){s, &tok[s], 1, PROMPT + step, NULL, NULL, false};
+            sp[s] = (rn_ctx_span_t){s, &tok[s], 1, PROMPT + step, NULL, NULL, false, NULL};
         }
         if (rn_ctx_eval_batch(c, sp, B, &err)) {
             fprintf(stderr, "bench: decode: %s\n", err.msg);

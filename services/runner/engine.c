@@ -35,6 +35,7 @@
 #include "services/runner/prompt/renderer.h"
 #include "lib/chat_formats.h"
 #include "services/runner/sampler.h"
+#include "services/runner/spec.h"
 #include "services/runner/testhooks.h"
 #include "services/runner/output/stop.h"
 #include "services/runner/output/thinking.h"
@@ -58,6 +59,7 @@ typedef struct req_opts {
     rn_sampler_params_t sp;
     int64_t num_predict; /* >= 1 */
     int num_keep;
+    int draft_ngram;     /* tokens drafted per step by prompt lookup; 0 off */
     const msg_strs_t *stop; /* borrowed from the request, during start only */
 } req_opts_t;
 
@@ -103,6 +105,18 @@ typedef struct slot {
     /* M-RoPE models (qwen2vl) with images: the prompt's positions
      * [n_prompt][3] (forward.h's rope_pos), image tokens on their grid */
     int32_t *rope;
+    /* Speculative decoding (spec.h): the request drafts up to draft_k
+     * tokens per step (0: off); span_tok is the pending token and this
+     * step's n_draft drafts, evaluated together; after the pass n_verify
+     * drafts sit in the cache past n_seq, spec_logits row i holding the
+     * logits after span_tok[i] ([spec_rows][n_vocab], made on the slot's
+     * first speculating request). */
+    int draft_k;
+    int32_t span_tok[RN_SPEC_MAX_DRAFT + 1];
+    int n_draft, n_verify;
+    float *spec_logits;
+    int spec_rows;
+    int64_t n_drafted, n_accepted; /* this request's drafts and hits */
 } slot_t;
 
 struct rn_engine {
@@ -493,6 +507,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
         free(sl->seq);
         free(sl->prompt);
         free(sl->masked);
+        free(sl->spec_logits);
         free(sl->img_rows);
         free(sl->rope);
     }
@@ -584,6 +599,7 @@ static cr_status_t request_opts(const rn_engine_t *e, const msg_options_t *o,
     rn_sampler_params_default(&r->sp);
     r->num_predict = -1;
     r->num_keep = DEFAULT_NUM_KEEP;
+    r->draft_ngram = 0;
     r->stop = NULL;
     if (o) {
         if (o->has_temperature) r->sp.temperature = (float)o->temperature;
@@ -601,6 +617,12 @@ static cr_status_t request_opts(const rn_engine_t *e, const msg_options_t *o,
         if (o->has_num_predict) r->num_predict = o->num_predict;
         if (o->has_num_keep) r->num_keep = (int)o->num_keep;
         if (o->has_stop) r->stop = &o->stop;
+        if (o->has_draft_ngram) {
+            if (o->draft_ngram < 0 || o->draft_ngram > RN_SPEC_MAX_DRAFT)
+                return cr_err_set(err, CR_E_INVALID, "option \"draft_ngram\" must be "
+                                  "0..%d, got %" PRId64, RN_SPEC_MAX_DRAFT, o->draft_ngram);
+            r->draft_ngram = (int)o->draft_ngram;
+        }
     }
     /* Negative or huge num_predict is clamped to 10 x num_ctx (Ollama). */
     int64_t cap = 10LL * e->n_ctx;
@@ -1338,6 +1360,10 @@ static void end_slot(rn_engine_t *e, slot_t *sl, cr_status_t st,
     sl->rope = NULL;
     sl->state = SLOT_FREE;
     sl->has_pending = false;
+    if (sl->draft_k)
+        cr_log_debug("slot %d: %" PRId64 " of %" PRId64 " drafted tokens accepted", sl->id,
+                     sl->n_accepted, sl->n_drafted);
+    sl->n_draft = sl->n_verify = 0;
     sl->used = ++e->clock;
     rn_sink_t sink = sl->sink;
     rn_finish_fn finish = sl->finish;
@@ -1520,6 +1546,21 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
         goto out;
     if (e->script)
         rn_script_begin(e->script, &sl->script);
+    /* Speculation needs the sampler to judge each draft: a grammar's mask
+     * follows the text token by token and a test script forces tokens,
+     * so those requests decode one token per step. */
+    int draft_k = grammar || e->script ? 0 : ro.draft_ngram;
+    if (draft_k && sl->spec_rows < draft_k + 1) {
+        size_t bytes = (size_t)(draft_k + 1) * (size_t)rn_ctx_n_vocab(e->ctx) * sizeof(float);
+        float *rows = realloc(sl->spec_logits, bytes);
+        if (!rows) {
+            st = cr_err_set(err, CR_E_NOMEM, "out of memory for %zu bytes of draft logits",
+                            bytes);
+            goto out;
+        }
+        sl->spec_logits = rows;
+        sl->spec_rows = draft_k + 1;
+    }
     if (grammar && !sl->masked) {
         int n_vocab = rn_ctx_n_vocab(e->ctx);
         if (!(sl->masked = malloc((size_t)n_vocab * sizeof(float)))) {
@@ -1559,6 +1600,9 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
                                            : r->u.generate.top_logprobs;
     sl->n_gen = 0;
     sl->has_pending = false;
+    sl->draft_k = draft_k;
+    sl->n_draft = sl->n_verify = 0;
+    sl->n_drafted = sl->n_accepted = 0;
     sl->stopped = false;
     sl->shift = r->type == MSG_chat ? !r->u.chat.has_shift || r->u.chat.shift
                                     : !r->u.generate.has_shift || r->u.generate.shift;
@@ -1589,15 +1633,17 @@ out:
     return st;
 }
 
-/* Samples the next token of a decoding slot from its logits and sends its
- * text. Sets *finished when the answer ended (reason set); otherwise the
- * token is pending for the next forward pass. */
-static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, bool *finished,
-                              cr_err_t *err)
+/* Samples the next token of a decoding slot from raw (the logits after its
+ * last token) and sends its text. With a draft token (>= 0) the sampler
+ * judges it (rn_sampler_pick_draft) and *accepted says whether the token
+ * is the draft. Sets *finished when the answer ended (reason set);
+ * otherwise the token is pending for the next forward pass. */
+static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, const float *raw, int32_t draft,
+                              bool *accepted, bool *finished, cr_err_t *err)
 {
     *finished = false;
+    *accepted = false;
     int32_t token;
-    const float *raw = rn_ctx_seq_logits(e->ctx, sl->id);
     const float *logits = raw;
     cr_status_t st;
     if (sl->grammar) {
@@ -1611,7 +1657,10 @@ static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, bool *finished,
     }
     if (e->script)
         token = rn_script_next(e->script, &sl->script); /* a test forces it */
-    else if ((st = rn_sampler_pick(sl->sampler, logits, &token, err)))
+    else if (draft >= 0) {
+        if ((st = rn_sampler_pick_draft(sl->sampler, logits, draft, &token, accepted, err)))
+            return st;
+    } else if ((st = rn_sampler_pick(sl->sampler, logits, &token, err)))
         return st;
     if (sl->want_logprobs &&
         (st = add_logprobs(e, sl, raw, token, sl->top_logprobs, err)))
@@ -1659,6 +1708,50 @@ static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, bool *finished,
     return CR_OK;
 }
 
+/* The drafts evaluated last step, judged in order from their logits rows:
+ * each accepted one is already in the cache and joins the sequence; the
+ * first rejected one is replaced by the sampler's token, which becomes
+ * pending; after all K, row K gives the next token. The cache then drops
+ * every position past the sequence, as if the rejected drafts had never
+ * been evaluated. */
+static cr_status_t verify_drafts(rn_engine_t *e, slot_t *sl, bool *finished,
+                                 cr_err_t *err)
+{
+    int k = sl->n_verify;
+    size_t V = (size_t)rn_ctx_n_vocab(e->ctx);
+    cr_status_t st = CR_OK;
+    sl->n_verify = 0;
+    *finished = false;
+    for (int i = 0; i <= k; i++) {
+        int32_t draft = i < k ? sl->span_tok[1 + i] : -1;
+        bool accepted = false;
+        st = decode_one(e, sl, sl->spec_logits + (size_t)i * V, draft, &accepted, finished,
+                        err);
+        if (st || *finished || !accepted)
+            break;
+        sl->seq[sl->n_seq++] = draft;
+        sl->has_pending = false;
+        sl->n_accepted++;
+        e->stats.draft_accepted++;
+    }
+    rn_ctx_seq_truncate(e->ctx, sl->id, sl->n_seq);
+    return st;
+}
+
+/* Prompt lookup for a slot whose token is pending: up to `room` drafts
+ * after it into span_tok[1..]; returns how many. */
+static int draft_tokens(const rn_engine_t *e, slot_t *sl, int room)
+{
+    /* the pending token joins the sequence this step whatever the drafts */
+    int64_t left = sl->ro.num_predict - sl->n_gen; /* tokens it may still emit */
+    room = (int)CR_MIN((int64_t)CR_MIN(room, sl->draft_k), left - 1);
+    room = CR_MIN(room, e->n_ctx - sl->n_seq - 1);
+    if (room <= 0)
+        return 0;
+    sl->seq[sl->n_seq] = sl->pending; /* scratch: the lookup reads it last */
+    return rn_spec_ngram_draft(sl->seq, sl->n_seq + 1, room, sl->span_tok + 1);
+}
+
 int rn_engine_step(rn_engine_t *e)
 {
     cr_err_t err;
@@ -1675,25 +1768,35 @@ int rn_engine_step(rn_engine_t *e)
         }
         if (sl->state != SLOT_DECODE || sl->has_pending)
             continue;
-        bool finished = false;
+        bool finished = false, accepted;
         cr_err_clear(&err);
-        cr_status_t st = decode_one(e, sl, &finished, &err);
+        cr_status_t st = sl->n_verify > 0
+                             ? verify_drafts(e, sl, &finished, &err)
+                             : decode_one(e, sl, rn_ctx_seq_logits(e->ctx, sl->id), -1,
+                                          &accepted, &finished, &err);
         if (st)
             fail_slot(e, sl, st, &err);
         else if (finished)
             complete_slot(e, sl);
     }
-    /* 2. the batch: pending tokens first (one each), then prompt chunks
-     *    of prefilling slots, within n_batch tokens */
-    int budget = rn_ctx_n_batch(e->ctx), n_spans = 0;
+    /* 2. the batch: pending tokens first (one each, with a speculating
+     *    slot's drafts while every later pending token still fits), then
+     *    prompt chunks of prefilling slots, within n_batch tokens */
+    int budget = rn_ctx_n_batch(e->ctx), n_spans = 0, n_pending = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        n_pending += e->slots[i].state == SLOT_DECODE && e->slots[i].has_pending;
     for (int i = 0; i < e->n_slots && budget > 0; i++) {
         slot_t *sl = &e->slots[i];
         if (sl->state != SLOT_DECODE || !sl->has_pending)
             continue;
-        e->spans[n_spans] = (rn_ctx_span_t){sl->id, &sl->pending, 1, sl->n_seq, NULL, NULL,
-                                            false};
+        n_pending--;
+        sl->span_tok[0] = sl->pending;
+        sl->n_draft = sl->draft_k ? draft_tokens(e, sl, budget - 1 - n_pending) : 0;
+        e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->span_tok, 1 + sl->n_draft, sl->n_seq,
+                                            NULL, NULL, false,
+                                            sl->n_draft ? sl->spec_logits : NULL};
         e->span_slot[n_spans++] = i;
-        budget--;
+        budget -= 1 + sl->n_draft;
     }
     for (int i = 0; i < e->n_slots && budget > 0; i++) {
         slot_t *sl = &e->slots[i];
@@ -1703,7 +1806,7 @@ int rn_engine_step(rn_engine_t *e)
         if (e->img_full && (step = whole_images(sl, step, budget)) == 0)
             continue; /* its next image waits for a step with room */
         e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at, NULL,
-                                            NULL, e->img_full};
+                                            NULL, e->img_full, NULL};
         if (sl->img_rows)
             e->spans[n_spans].embd =
                 sl->img_rows + (size_t)sl->img_at * rn_ctx_embd_dim(e->ctx);
@@ -1732,12 +1835,18 @@ int rn_engine_step(rn_engine_t *e)
         if (st) {
             rn_ctx_seq_truncate(e->ctx, sl->id, 0);
             sl->n_seq = 0;
+            sl->n_draft = 0;
             fail_slot(e, sl, st, &err);
             continue;
         }
         if (sl->state == SLOT_DECODE) {
             sl->seq[sl->n_seq++] = sl->pending;
             sl->has_pending = false;
+            /* its drafts wait in the cache for the next step's verdict */
+            sl->n_verify = sl->n_draft;
+            sl->n_drafted += sl->n_draft;
+            e->stats.draft_tokens += sl->n_draft;
+            sl->n_draft = 0;
             continue;
         }
         memcpy(sl->seq + sl->at, sp->tokens, (size_t)sp->n * sizeof *sl->seq);

@@ -35,6 +35,8 @@ typedef struct rn_engine_stats {
     int max_seqs;        /* most sequences in one pass */
     int64_t images_encoded; /* images run through the vision tower */
     int64_t images_cached;  /* images whose embeddings came from the cache */
+    int64_t draft_tokens;   /* tokens drafted by speculation (draft_ngram) */
+    int64_t draft_accepted; /* of those, accepted by the sampler */
 } rn_engine_stats_t;
 
 /* Loads the model described by a `load` message. Errors name the file and

@@ -695,6 +695,63 @@ cr_status_t rn_sampler_pick(rn_sampler_t *s, const float *logits,
     return CR_OK;
 }
 
+/* Draws from the candidates without token `skip` (whose probability is
+ * p_skip < 1), the rest renormalised: u scaled to the mass left. */
+static int32_t draw_without(rn_sampler_t *s, int32_t skip, double p_skip)
+{
+    double u = rn_rng_uniform(&s->rng) * (1.0 - p_skip);
+    double cum = 0.0;
+    int32_t last = -1;
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->cands[i].id == skip || !(s->cands[i].p > 0.0f))
+            continue;
+        last = s->cands[i].id;
+        cum += (double)s->cands[i].p;
+        if (u < cum)
+            return last;
+    }
+    return last; /* rounding left cum a hair under the mass */
+}
+
+cr_status_t rn_sampler_pick_draft(rn_sampler_t *s, const float *logits, int32_t draft,
+                                  int32_t *token_out, bool *accepted, cr_err_t *err)
+{
+    *accepted = false;
+    if (s->params.temperature <= 0.0f) {
+        cr_status_t st = rn_sampler_pick(s, logits, token_out, err);
+        *accepted = !st && *token_out == draft;
+        return st;
+    }
+    stage_penalties_top_k(s, logits);
+    if (s->n == 0) {
+        s->picked = false;
+        return cr_err_set(err, CR_E_INVALID,
+                          "sampler: every logit is -inf or NaN (%" PRId32 " tokens)",
+                          s->n_vocab);
+    }
+    s->picked = true;
+    stage_typical(s);
+    stage_top_p(s);
+    stage_min_p(s);
+    stage_temperature(s);
+    softmax(s);
+    double p_draft = 0.0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->cands[i].id == draft)
+            p_draft = (double)s->cands[i].p;
+    /* accept with probability min(1, p/q) = p(draft) for q a point mass */
+    if (p_draft > 0.0 && rn_rng_uniform(&s->rng) < p_draft) {
+        *token_out = draft;
+        *accepted = true;
+        return CR_OK;
+    }
+    /* reject: norm(max(0, p - q)) is p without the draft, renormalised */
+    int32_t t = p_draft < 1.0 ? draw_without(s, draft, p_draft) : -1;
+    *token_out = t >= 0 ? t : draft; /* only the draft had mass */
+    *accepted = t < 0;
+    return CR_OK;
+}
+
 /* ---- final distribution and logprobs ---- */
 
 size_t rn_sampler_final_count(const rn_sampler_t *s)

@@ -85,6 +85,19 @@ bool rn_sampler_accept(rn_sampler_t *s, int32_t token);
 cr_status_t rn_sampler_pick(rn_sampler_t *s, const float *logits,
                             int32_t *token_out, cr_err_t *err);
 
+/* Speculative decoding's pick when a draft proposed token `draft` with
+ * certainty (a point-mass draft q: prompt lookup): with p the distribution
+ * rn_sampler_pick would draw from (the whole chain), `draft` is kept with
+ * probability p(draft), else the token is drawn from p with `draft`
+ * removed and the rest renormalised: the standard accept/reject rule
+ * (accept with min(1, p/q), else draw from norm(max(0, p - q))) for q a
+ * point mass, so the token's law is exactly p. Greedy (temperature <= 0)
+ * returns the argmax whatever the draft. *accepted says whether the
+ * token is the draft. A draft outside the vocabulary is simply rejected.
+ * Errors as rn_sampler_pick. */
+cr_status_t rn_sampler_pick_draft(rn_sampler_t *s, const float *logits, int32_t draft,
+                                  int32_t *token_out, bool *accepted, cr_err_t *err);
+
 /* Applies the current penalties (params and history) to logits[n_vocab] and
  * writes the result to out[n_vocab]: what the chain's first stage sees.
  * NaN becomes -inf. For tests and debugging. */

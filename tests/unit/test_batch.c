@@ -98,7 +98,7 @@ static void check_batch_equals_alone(const char *label, const rn_model_t *m)
             int pos = p->pos >= 0 ? p->pos : rn_ctx_seq_n_past(batch, s);
             for (int i = 0; i < p->n; i++)
                 toks[s][i] = token_for(s, step, i, V);
-            spans[n_spans++] = (rn_ctx_span_t){s, toks[s], p->n, pos, NULL, NULL, false};
+            spans[n_spans++] = (rn_ctx_span_t){s, toks[s], p->n, pos, NULL, NULL, false, NULL};
         }
         CHECK_EQ_INT(rn_ctx_eval_batch(batch, spans, n_spans, &err), CR_OK);
         for (int k = 0; k < n_spans; k++) {
@@ -127,24 +127,24 @@ static void check_bad_batches(const rn_model_t *m)
     if (!c)
         return;
     int32_t t[5] = {1, 2, 3, 4, 5};
-    rn_ctx_span_t ok = {0, t, 2, 0, NULL, NULL, false};
+    rn_ctx_span_t ok = {0, t, 2, 0, NULL, NULL, false, NULL};
     CHECK_EQ_INT(rn_ctx_eval_batch(c, &ok, 1, &err), CR_OK);
     float before[8];
     memcpy(before, rn_ctx_seq_logits(c, 0), sizeof before);
 
-    rn_ctx_span_t twice[2] = {{0, t, 1, 2, NULL, NULL, false}, {0, t, 1, 2, NULL, NULL, false}};
+    rn_ctx_span_t twice[2] = {{0, t, 1, 2, NULL, NULL, false, NULL}, {0, t, 1, 2, NULL, NULL, false, NULL}};
     CHECK_EQ_INT(rn_ctx_eval_batch(c, twice, 2, &err), CR_E_INVALID);
     CHECK(strstr(err.msg, "twice") != NULL);
-    rn_ctx_span_t range = {2, t, 1, 0, NULL, NULL, false};
+    rn_ctx_span_t range = {2, t, 1, 0, NULL, NULL, false, NULL};
     CHECK_EQ_INT(rn_ctx_eval_batch(c, &range, 1, &err), CR_E_INVALID);
     CHECK(strstr(err.msg, "sequence 2") != NULL);
-    rn_ctx_span_t past = {1, t, 1, 1, NULL, NULL, false}; /* sequence 1 is empty */
+    rn_ctx_span_t past = {1, t, 1, 1, NULL, NULL, false, NULL}; /* sequence 1 is empty */
     CHECK_EQ_INT(rn_ctx_eval_batch(c, &past, 1, &err), CR_E_INVALID);
     /* 5 > n_batch 4 */
-    rn_ctx_span_t big[2] = {{0, t, 2, 2, NULL, NULL, false}, {1, t, 3, 0, NULL, NULL, false}};
+    rn_ctx_span_t big[2] = {{0, t, 2, 2, NULL, NULL, false, NULL}, {1, t, 3, 0, NULL, NULL, false, NULL}};
     CHECK_EQ_INT(rn_ctx_eval_batch(c, big, 2, &err), CR_E_TOO_LARGE);
     int32_t bad = 1 << 30;
-    rn_ctx_span_t vocab[2] = {{1, t, 1, 0, NULL, NULL, false}, {0, &bad, 1, 2, NULL, NULL, false}};
+    rn_ctx_span_t vocab[2] = {{1, t, 1, 0, NULL, NULL, false, NULL}, {0, &bad, 1, 2, NULL, NULL, false, NULL}};
     CHECK_EQ_INT(rn_ctx_eval_batch(c, vocab, 2, &err), CR_E_INVALID);
     CHECK(strstr(err.msg, "span 1") != NULL);
     CHECK_EQ_INT(rn_ctx_eval_batch(c, &ok, 0, &err), CR_E_INVALID);

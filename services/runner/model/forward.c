@@ -1091,6 +1091,18 @@ cr_status_t rn_ctx_eval_batch(rn_ctx_t *c, const rn_ctx_span_t *spans, int n_spa
     for (int s = 0; s < n_spans; s++)
         c->n_past[sp[s].seq] = sp[s].pos + sp[s].n;
     logits_last(c, sp, n_spans);
+    /* spans that want every row (speculative verification) */
+    size_t V = (size_t)c->hp->n_vocab;
+    for (int s = 0; s < n_spans; s++) {
+        if (!spans[s].logits_all)
+            continue;
+        for (int r = 0; r < sp[s].n; r += LOGITS_ROWS) {
+            int nr = CR_MIN(LOGITS_ROWS, sp[s].n - r);
+            logits_rows(c, sp[s].off + r, nr, spans[s].logits_all + (size_t)r * V);
+        }
+        memcpy(c->logits + (size_t)sp[s].seq * V,
+               spans[s].logits_all + (size_t)(sp[s].n - 1) * V, V * sizeof(float));
+    }
     return CR_OK;
 }
 

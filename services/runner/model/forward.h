@@ -74,6 +74,10 @@ typedef struct rn_ctx_span {
      * start), as llama.cpp decodes a gemma3 image non-causally. The
      * caller keeps every run whole within one span. */
     bool embd_full;
+    /* NULL, or host [n][n_vocab] (borrowed for the call): every token's
+     * logits, row t after token t (speculative decoding verifies a span of
+     * drafted tokens with them). The sequence's last logits are row n-1. */
+    float *logits_all;
 } rn_ctx_span_t;
 
 typedef struct rn_ctx rn_ctx_t;
