@@ -207,6 +207,10 @@ typedef struct rn_synth_clip_opts {
     double std;        /* matrices' std */
     int merge;         /* pixtral: spatial_merge_size (2: Mistral Small's
                           patch merger; 1: none, as Pixtral 12B) */
+    const char *break_from; /* pixtral: NULL, v.token_embd.img_break drawn;
+                          else the path of the text model whose F32
+                          token_embd row of [IMG_BREAK] it copies, as
+                          llama.cpp's converter does */
 } rn_synth_clip_opts_t;
 
 /* Defaults: seed 1, F32, image 112, patch 14 (64 patches), dim 64,
@@ -229,6 +233,15 @@ cr_status_t rn_synth_clip_write(const rn_synth_clip_opts_t *o, const char *path,
  * rn_synth_clip_write. */
 cr_status_t rn_synth_pixtral_write(const rn_synth_clip_opts_t *o, const char *path,
                                    cr_err_t *err);
+
+/* Ollama's single-file layout of the same tower (the same options give
+ * the same numbers): the mistral3 text model at text_path (its vocabulary
+ * holding [IMG_BREAK], token_embd F32 and n_embd wide) with the tower
+ * added under Ollama's names and mistral3.vision.* keys, the q/k rows in
+ * Hugging Face's order, no img_break tensor (the runner reads the text
+ * model's row), to path. Errors as above and from reading text_path. */
+cr_status_t rn_synth_pixtral_embed(const rn_synth_clip_opts_t *o, const char *text_path,
+                                   const char *path, cr_err_t *err);
 
 /* ---- qwen2.5-vl projectors (synth_qwen2vl.c) ---------------------------- */
 
@@ -259,6 +272,16 @@ void rn_synth_qwen2vl_defaults(rn_synth_qwen2vl_opts_t *o);
  * CR_E_NOMEM. */
 cr_status_t rn_synth_qwen2vl_write(const rn_synth_qwen2vl_opts_t *o, const char *path,
                                    cr_err_t *err);
+
+/* Ollama's single-file layout of the same tower (same numbers): the
+ * qwen2vl text model at text_path (n_embd wide) as Ollama's converter
+ * writes it (general.architecture "qwen25vl", its keys renamed to
+ * qwen25vl.*, rope.dimension_sections' first three as
+ * rope.mrope_section) with the tower under Ollama's names and
+ * qwen25vl.vision.* keys (fullatt_block_indexes from n_wa_pattern), to
+ * path. Errors as above and from reading text_path. */
+cr_status_t rn_synth_qwen2vl_embed(const rn_synth_qwen2vl_opts_t *o, const char *text_path,
+                                   const char *path, cr_err_t *err);
 
 /* ---- gemma3's vision side (synth_gemma3v.c) ---------------------------- */
 

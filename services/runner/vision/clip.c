@@ -359,10 +359,13 @@ cr_status_t rn_clip_load(const char *path, be_backend_t *be, rn_clip_t **out, cr
         rn_clip_destroy(&c);
         return st;
     }
-    if (!st)
+    /* Ollama's qwen25vl model file with the tower inside */
+    bool ollama_qwen = !st && !strcmp(cr_gguf_arch(c->g), "qwen25vl");
+    if (!st && !ollama_qwen)
         st = read_hparams(c, err);
-    if (!st && !strcmp(c->hp.projector, PROJ_QWEN25VL)) {
-        if ((st = rn_clip_qwen2vl_load(c->g, be, &c->hp, &c->qwen, err))) {
+    if (!st && (ollama_qwen || !strcmp(c->hp.projector, PROJ_QWEN25VL))) {
+        if ((st = (ollama_qwen ? rn_clip_qwen2vl_load_ollama : rn_clip_qwen2vl_load)(
+                 c->g, be, &c->hp, &c->qwen, err))) {
             rn_clip_destroy(&c);
             return st;
         }

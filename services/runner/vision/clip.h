@@ -15,7 +15,8 @@
  * (rn_clip_layout, rn_clip_encode_at).
  *
  * gemma3 (clip.projector_type "gemma3", or Ollama's gemma3 model file with
- * the tower inside) is dispatched to proj_gemma3.h. Other projector types
+ * the tower inside) is dispatched to proj_gemma3.h; Ollama's qwen25vl
+ * model file with the tower inside to qwen2vl.h. Other projector types
  * (pixtral has a file of its own, pixtral.h) are refused with
  * CR_E_UNSUPPORTED.
  *

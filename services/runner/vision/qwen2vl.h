@@ -18,6 +18,15 @@
  * (tools/mtmd/models/qwen2vl.cpp, clip.cpp's set-inputs for QWEN25VL) at
  * the reference commit.
  *
+ * The same tower also loads from inside Ollama's qwen25vl model file
+ * (lib/vision_embedded.h: its names and keys). Confirmed from Ollama's
+ * convert_qwen25vl.go and model/models/qwen25vl (f63eea3d): no row is
+ * reordered (neither converter permutes this tower's q/k; both rope it in
+ * halves); the full-attention blocks come as a list (fullatt_block_indexes)
+ * rather than llama.cpp's period; the window's side and the rope base are
+ * keys. The preprocessing stays llama.cpp's, as for the mmproj (Ollama's
+ * own smart resize has other pixel limits), with Ollama's CLIP mean/std.
+ *
  * Owns its prepared weights and activation buffers; borrows the GGUF
  * mapping and the backend (both must outlive it). Not thread-safe. */
 #ifndef RN_QWEN2VL_H
@@ -48,6 +57,13 @@ typedef struct rn_clip_qwen2vl rn_clip_qwen2vl_t;
 cr_status_t rn_clip_qwen2vl_load(const cr_gguf_t *g, be_backend_t *be,
                                  rn_clip_hparams_t *hp, rn_clip_qwen2vl_t **out,
                                  cr_err_t *err);
+
+/* The tower inside Ollama's qwen25vl model file g (which
+ * lib/vision_embedded.h must have passed); otherwise as
+ * rn_clip_qwen2vl_load (hp->projector becomes "qwen2.5vl_merger"). */
+cr_status_t rn_clip_qwen2vl_load_ollama(const cr_gguf_t *g, be_backend_t *be,
+                                        rn_clip_hparams_t *hp, rn_clip_qwen2vl_t **out,
+                                        cr_err_t *err);
 
 void rn_clip_qwen2vl_destroy(rn_clip_qwen2vl_t **self_p);
 

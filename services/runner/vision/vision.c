@@ -7,6 +7,7 @@
 
 #include "lib/base64.h"
 #include "lib/gguf.h"
+#include "lib/vision_embedded.h"
 #include "services/runner/vision/clip.h"
 #include "services/runner/vision/image.h"
 #include "services/runner/vision/pixtral.h"
@@ -53,17 +54,41 @@ cr_status_t rn_vision_projector_type(const char *path, char *buf, size_t cap, cr
     return st;
 }
 
-/* The tower for the file's projector type. */
+static cr_status_t control_id(const rn_tokenizer_t *tok, const char *text, int32_t *id,
+                              int *n_out, cr_err_t *err);
+
+/* A model file with its tower inside (Ollama's single file; the engine
+ * checked it with lib/vision_embedded.h): the family's projector type
+ * into v->type. */
+static cr_status_t embedded_type(rn_vision_t *v, const char *path, cr_err_t *err)
+{
+    cr_gguf_t *g = NULL;
+    cr_status_t st = cr_gguf_open(path, &g, err);
+    cr_vision_embedded_t ve;
+    if (!st)
+        st = cr_vision_embedded(g, &ve, err);
+    cr_gguf_close(&g);
+    if (st)
+        return st;
+    const char *type = ve.family == CR_VISION_MISTRAL3   ? "pixtral"
+                       : ve.family == CR_VISION_QWEN25VL ? PROJ_QWEN25VL
+                                                         : "gemma3";
+    snprintf(v->type, sizeof v->type, "%s", type);
+    return CR_OK;
+}
+
+/* The tower for the file's projector type. tok: the text model's, for
+ * Ollama's mistral3 (its [IMG_BREAK] row). */
 static cr_status_t load_tower(rn_vision_t *v, const char *path, be_backend_t *be,
-                              cr_err_t *err)
+                              const rn_tokenizer_t *tok, cr_err_t *err)
 {
     char *type = v->type;
+    bool embedded = false;
     cr_status_t st = rn_vision_projector_type(path, type, sizeof v->type, err);
     if (st == CR_E_INVALID) {
-        /* not a clip file: a model file with its tower inside (Ollama's
-         * gemma3; the engine checked it with lib/vision_embedded.h) */
-        snprintf(type, sizeof v->type, "gemma3");
-        st = CR_OK;
+        /* not a clip file: a model file with its tower inside */
+        embedded = true;
+        st = embedded_type(v, path, err);
     }
     if (st)
         return st;
@@ -76,7 +101,12 @@ static cr_status_t load_tower(rn_vision_t *v, const char *path, be_backend_t *be
         return CR_OK;
     }
     if (!strcmp(type, "pixtral")) {
-        if ((st = rn_pixtral_load(path, be, &v->pix, err)))
+        int32_t brk = -1;
+        int n = 0;
+        if (embedded && (st = control_id(tok, "[IMG_BREAK]", &brk, &n, err)))
+            return st;
+        if ((st = embedded ? rn_pixtral_load_ollama(path, be, brk, &v->pix, err)
+                           : rn_pixtral_load(path, be, &v->pix, err)))
             return st;
         v->dim = rn_pixtral_hparams(v->pix)->n_embd;
         return CR_OK;
@@ -154,7 +184,7 @@ cr_status_t rn_vision_new(const char *path, be_backend_t *be, const rn_tokenizer
     rn_vision_t *v = calloc(1, sizeof *v);
     if (!v)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
-    cr_status_t st = load_tower(v, path, be, err);
+    cr_status_t st = load_tower(v, path, be, tok, err);
     if (st) {
         cr_err_wrap(err, "%s", path);
         rn_vision_destroy(&v);
