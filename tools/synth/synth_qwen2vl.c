@@ -210,7 +210,9 @@ cr_status_t rn_synth_qwen2vl_write(const rn_synth_qwen2vl_opts_t *o, const char 
 
 /* The text model's KVs as Ollama's converter names them: architecture
  * "qwen25vl", qwen2vl.* as qwen25vl.*, rope.dimension_sections' first
- * three counts as rope.mrope_section (Hugging Face's mrope_section). */
+ * three counts as rope.mrope_section (Hugging Face's mrope_section), and
+ * none of the keys its qwen2 KV never writes (the readers' defaults,
+ * head_dim and dim / heads, give the same values). */
 static cr_status_t ollama_text_keys(cr_gguf_writer_t *w, const cr_gguf_t *g, cr_err_t *err)
 {
     cr_status_t st = CR_OK;
@@ -218,6 +220,11 @@ static cr_status_t ollama_text_keys(cr_gguf_writer_t *w, const cr_gguf_t *g, cr_
         const cr_gguf_kv_t *kv = cr_gguf_kv_at(g, i);
         char key[160];
         snprintf(key, sizeof key, "%.*s", (int)CR_MIN(kv->key.len, 150), kv->key.ptr);
+        if (!strcmp(key, "qwen2vl.rope.dimension_count") ||
+            !strcmp(key, "qwen2vl.attention.key_length") ||
+            !strcmp(key, "qwen2vl.attention.value_length") ||
+            !strcmp(key, "qwen2vl.vocab_size"))
+            continue;
         if (!strcmp(key, "general.architecture")) {
             st = cr_gguf_writer_add_str(w, key, "qwen25vl", err);
         } else if (!strcmp(key, "qwen2vl.rope.dimension_sections")) {
