@@ -108,10 +108,11 @@ static cr_status_t run_tower(const char *path, be_backend_t *be, const rn_image_
     }
     if (st == CR_E_INVALID) /* a model file with its tower inside (Ollama's gemma3) */
         st = CR_OK, snprintf(type, sizeof type, "gemma3");
-    if (!st && strcmp(type, "mlp") && strcmp(type, "qwen2.5vl_merger") && strcmp(type, "gemma3"))
+    if (!st && strcmp(type, "mlp") && strcmp(type, "qwen2.5vl_merger") &&
+        strcmp(type, "qwen2vl_merger") && strcmp(type, "gemma3"))
         st = cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported yet "
                         "(supported: mlp, the llava-style projector; gemma3; pixtral; "
-                        "qwen2.5vl_merger)", type);
+                        "qwen2.5vl_merger; qwen2vl_merger)", type);
     rn_clip_t *clip = NULL;
     if (st || (st = rn_clip_load(path, be, &clip, err)))
         return st;

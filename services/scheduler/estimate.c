@@ -409,7 +409,9 @@ cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
             merge = 1;
         act = pixtral_activations(D, F, PP3, (double)merge, mm_rows(pj, "mm.1.weight", dim),
                                   mm_rows(pj, "mm.2.weight", dim));
-    } else if (!strcmp(type, "qwen2.5vl_merger")) {
+    } else if (!strcmp(type, "qwen2.5vl_merger") || !strcmp(type, "qwen2vl_merger")) {
+        /* Qwen2-VL's tower allocates the same buffers (its ungated MLP
+         * leaves one [T][ffn] unused) */
         act = qwen25vl_activations(D, F, PP3, mm_rows(pj, "mm.0.weight", dim),
                                    mm_rows(pj, "mm.2.weight", dim));
     } else {

@@ -21,7 +21,9 @@
  * - Ollama's single file of the same model (arch qwen25vl, the tower
  *   inside under its names) gives the same rows bit for bit and the same
  *   answer; a missing or misshapen tower tensor is named, text still
- *   works and an image gets Ollama's "does not support images". */
+ *   works and an image gets Ollama's "does not support images";
+ * - a Qwen2-VL projector ("qwen2vl_merger") takes the same tokens per
+ *   image as 2.5's and its image moves the answer. */
 #include "lib/prelude.h"
 
 #include <math.h>
@@ -487,6 +489,47 @@ static void test_single_broken(void)
     }
 }
 
+/* A Qwen2-VL projector (llama.cpp's "qwen2vl_merger") beside the same
+ * text model: an image takes the same tokens as with 2.5's (the same
+ * resize and merger grid, the same markers) and moves the answer. */
+static void test_qwen2_projector(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/qwen2.mmproj.gguf", dir_g);
+    rn_synth_qwen2vl_opts_t po;
+    rn_synth_qwen2vl_defaults(&po);
+    po.seed = 11;
+    po.qwen2 = true;
+    cr_err_t err = {0};
+    CHECK_MSG(rn_synth_qwen2vl_write(&po, path, &err) == CR_OK, "%s", err.msg);
+    msg_options_t o;
+    msg_load_body_t ld;
+    rn_engine_t *e2 = NULL, *e25 = NULL;
+    test_load_body(&ld, &o, text_path, NULL, 512, 1);
+    ld.projector = path;
+    ld.has_projector = true;
+    CHECK_MSG(rn_engine_load(&ld, &e2, &err) == CR_OK, "%s", err.msg);
+    ld.projector = proj_path;
+    CHECK_MSG(rn_engine_load(&ld, &e25, &err) == CR_OK, "%s", err.msg);
+    uint8_t *png = NULL;
+    size_t n = 0;
+    char *img = png_b64(300, 200, &png, &n);
+    capture_t a = {0}, b = {0}, t = {0};
+    msg_done_body_t da, db, dt;
+    if (e2 && e25) {
+        CHECK_MSG(gen(e2, "look: ", &img, 1, &a, &da, &err) == CR_OK, "%s", err.msg);
+        CHECK_MSG(gen(e25, "look: ", &img, 1, &b, &db, &err) == CR_OK, "%s", err.msg);
+        CHECK(gen(e2, "look: ", NULL, 0, &t, &dt, &err) == CR_OK);
+        CHECK_EQ_INT(da.prompt_eval_count, db.prompt_eval_count);
+        CHECK(da.prompt_eval_count >= dt.prompt_eval_count + 77);
+        CHECK(a.logprobs.data && t.logprobs.data && strcmp(a.logprobs.data, t.logprobs.data));
+    }
+    cap_free(&a), cap_free(&b), cap_free(&t);
+    free(img), free(png);
+    rn_engine_destroy(&e2);
+    rn_engine_destroy(&e25);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir_g))
@@ -512,6 +555,7 @@ int main(void)
     test_estimate();
     test_single_file();
     test_single_broken();
+    test_qwen2_projector();
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);
     CHECK(system(cmd) == 0);

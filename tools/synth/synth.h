@@ -258,6 +258,11 @@ typedef struct rn_synth_qwen2vl_opts {
     int patch_size;
     int dim, n_heads, ffn, n_layers; /* head size a multiple of 4 */
     int n_wa_pattern;  /* every n-th block attends fully; 0: all */
+    bool qwen2;        /* Qwen2-VL's layout instead (projector type
+                          "qwen2vl_merger"): LayerNorms with biases (ln1,
+                          ln2, v.post_ln), no ffn_gate (a quick-GELU MLP:
+                          no clip.use_* key), no n_wa_pattern key (every
+                          block full); mmproj only */
     int proj_hidden;   /* rows of mm.0 */
     int n_embd;        /* rows of mm.2: the text model's dim */
     double std;        /* matrices' std */

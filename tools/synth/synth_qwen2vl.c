@@ -64,7 +64,34 @@ static int specs(const rn_synth_qwen2vl_opts_t *o, bool ollama, spec_t *s)
         o->std, true);
     put(s, &n, ollama ? "v.patch_embd_1.weight" : "v.patch_embd.weight.1", 4, P, P, 3, D, 0,
         o->std, true);
-    for (int l = 0; l < o->n_layers; l++) {
+    for (int l = 0; l < o->n_layers && o->qwen2; l++) {
+        /* Qwen2-VL: LayerNorms with biases, fc1 / fc2 as ffn_up / ffn_down */
+        static const struct {
+            const char *what;
+            int rows, cols; /* 0: D, 1: F */
+            bool matrix;
+        } blk[] = {
+            {"ln1.weight", -1, 0, false},    {"ln1.bias", -1, 0, false},
+            {"attn_q.weight", 0, 0, true},   {"attn_q.bias", -1, 0, false},
+            {"attn_k.weight", 0, 0, true},   {"attn_k.bias", -1, 0, false},
+            {"attn_v.weight", 0, 0, true},   {"attn_v.bias", -1, 0, false},
+            {"attn_out.weight", 0, 0, true}, {"attn_out.bias", -1, 0, false},
+            {"ln2.weight", -1, 0, false},    {"ln2.bias", -1, 0, false},
+            {"ffn_up.weight", 1, 0, true},   {"ffn_up.bias", -1, 1, false},
+            {"ffn_down.weight", 0, 1, true}, {"ffn_down.bias", -1, 0, false},
+        };
+        for (size_t i = 0; i < CR_ARRAY_LEN(blk); i++) {
+            char name[64];
+            snprintf(name, sizeof name, "v.blk.%d.%s", l, blk[i].what);
+            uint64_t cols = blk[i].cols ? F : D;
+            bool norm = strstr(blk[i].what, ".weight") && strstr(blk[i].what, "ln") == blk[i].what;
+            if (blk[i].matrix)
+                put(s, &n, name, 2, cols, blk[i].rows ? F : D, 1, 1, 0, o->std, true);
+            else
+                put(s, &n, name, 1, cols, 1, 1, 1, norm ? 1 : 0, 0.1, false);
+        }
+    }
+    for (int l = 0; l < o->n_layers && !o->qwen2; l++) {
         static const struct {
             const char *what;
             int rows, cols; /* 0: D, 1: F */
@@ -92,6 +119,8 @@ static int specs(const rn_synth_qwen2vl_opts_t *o, bool ollama, spec_t *s)
     }
     put(s, &n, ollama ? "v.merger.ln_q.weight" : "v.post_ln.weight", 1, D, 1, 1, 1, 1, 0.1,
         false);
+    if (o->qwen2)
+        put(s, &n, "v.post_ln.bias", 1, D, 1, 1, 1, 0, 0.1, false);
     put(s, &n, ollama ? "v.merger.mlp.0.weight" : "mm.0.weight", 2, 4 * D, H, 1, 1, 0,
         o->std, true);
     put(s, &n, ollama ? "v.merger.mlp.0.bias" : "mm.0.bias", 1, H, 1, 1, 1, 0, 0.1, false);
@@ -129,8 +158,8 @@ static cr_status_t keys(cr_gguf_writer_t *w, const rn_synth_qwen2vl_opts_t *o, c
                                      o->type == CR_TYPE_F16 ? 1 : 0, err)) ||
         (st = cr_gguf_writer_add_bool(w, "clip.has_text_encoder", false, err)) ||
         (st = cr_gguf_writer_add_bool(w, "clip.has_vision_encoder", true, err)) ||
-        (st = cr_gguf_writer_add_str(w, "clip.projector_type", "qwen2.5vl_merger", err)) ||
-        (st = cr_gguf_writer_add_bool(w, "clip.use_silu", true, err)) ||
+        (st = cr_gguf_writer_add_str(w, "clip.projector_type",
+                                     o->qwen2 ? "qwen2vl_merger" : "qwen2.5vl_merger", err)) ||
         (st = cr_gguf_writer_add_u32(w, "clip.vision.image_size", 560, err)) ||
         (st = cr_gguf_writer_add_u32(w, "clip.vision.patch_size", (uint32_t)o->patch_size,
                                      err)) ||
@@ -146,9 +175,13 @@ static cr_status_t keys(cr_gguf_writer_t *w, const rn_synth_qwen2vl_opts_t *o, c
                                      err)) ||
         (st = cr_gguf_writer_add_u32(w, "clip.vision.block_count", (uint32_t)o->n_layers,
                                      err)) ||
-        (st = cr_gguf_writer_add_u32(w, "clip.vision.n_wa_pattern",
-                                     (uint32_t)o->n_wa_pattern, err)) ||
         (st = cr_gguf_writer_add_arr(w, "clip.vision.image_mean", CR_GGUF_F32, mean, 3, err)))
+        return st;
+    /* Qwen2-VL: quick GELU (no use_* key), no window pattern */
+    if (!o->qwen2 &&
+        ((st = cr_gguf_writer_add_bool(w, "clip.use_silu", true, err)) ||
+         (st = cr_gguf_writer_add_u32(w, "clip.vision.n_wa_pattern", (uint32_t)o->n_wa_pattern,
+                                      err))))
         return st;
     return cr_gguf_writer_add_arr(w, "clip.vision.image_std", CR_GGUF_F32, std, 3, err);
 }
@@ -291,6 +324,8 @@ cr_status_t rn_synth_qwen2vl_embed(const rn_synth_qwen2vl_opts_t *o, const char 
     cr_status_t st = check(o, err);
     if (st)
         return st;
+    if (o->qwen2)
+        return cr_err_set(err, CR_E_INVALID, "Ollama's single file is Qwen2.5-VL's only");
     cr_gguf_t *g = NULL;
     if ((st = cr_gguf_open(text_path, &g, err)))
         return st;

@@ -70,6 +70,9 @@ struct rn_clip_qwen2vl {
     float rope_base;
     bool full_list[MAX_FULL]; /* Ollama's fullatt_block_indexes */
     bool ollama;
+    bool qwen2;       /* Qwen2-VL ("qwen2vl_merger"): LayerNorms with biases,
+                         an ungated GELU / quick-GELU MLP; else 2.5's RMSNorm
+                         and SiLU-gated MLP */
 
     be_weight_t patch0, patch1;    /* [D][3*P*P] (c, ky, kx): the temporal
                                       kernel's two frames */
@@ -140,9 +143,11 @@ static cr_status_t read_hparams(rn_clip_qwen2vl_t *q, cr_err_t *err)
     if (hp->head_dim % 4 || hp->head_dim > 1024)
         return cr_err_set(err, CR_E_UNSUPPORTED, "projector: head size %d must be a "
                           "multiple of 4 up to 1024 (2D rotary sections)", hp->head_dim);
-    /* llama.cpp requires the pattern for qwen2.5-vl (0: no window layers) */
+    /* llama.cpp requires the pattern for qwen2.5-vl (0: no window layers);
+     * Qwen2-VL's files have none (every block attends fully) */
     uint32_t wa = 0;
-    if (!cr_gguf_get_u32(g, "clip.vision.n_wa_pattern", &wa) || wa > RN_CLIP_MAX_LAYERS)
+    bool has_wa = cr_gguf_get_u32(g, "clip.vision.n_wa_pattern", &wa);
+    if ((!has_wa && !q->qwen2) || wa > RN_CLIP_MAX_LAYERS)
         return cr_err_set(err, CR_E_INVALID, "projector: key 'clip.vision.n_wa_pattern' "
                           "is missing or out of range");
     q->n_wa_pattern = (int)wa;
@@ -163,11 +168,20 @@ static cr_status_t read_hparams(rn_clip_qwen2vl_t *q, cr_err_t *err)
     bool gelu = false, silu = false;
     cr_gguf_get_bool(g, "clip.use_gelu", &gelu);
     cr_gguf_get_bool(g, "clip.use_silu", &silu);
-    if (gelu || !silu)
+    if (q->qwen2) {
+        /* Qwen2-VL: an ungated MLP, quick GELU unless the file says
+         * otherwise (llama.cpp's ffn_op); no plain SiLU op yet */
+        if (silu)
+            return cr_err_set(err, CR_E_UNSUPPORTED, "projector: a qwen2-vl tower with a "
+                              "SiLU MLP is not supported yet");
+        hp->act = gelu ? RN_CLIP_ACT_GELU : RN_CLIP_ACT_GELU_QUICK;
+    } else if (gelu || !silu) {
         return cr_err_set(err, CR_E_UNSUPPORTED, "projector: a qwen2.5-vl tower with a "
                           "%s MLP is not supported yet (only SiLU, clip.use_silu)",
                           gelu ? "GELU" : "quick-GELU");
-    hp->act = RN_CLIP_ACT_SILU;
+    } else {
+        hp->act = RN_CLIP_ACT_SILU;
+    }
     hp->dynamic = true;
     int align = hp->patch_size * MERGE;
     /* the largest image: RN_QWEN2VL_MAX_TOKENS merged patches */
@@ -269,7 +283,7 @@ static cr_status_t bind_layer(rn_clip_qwen2vl_t *q, int l, cr_err_t *err)
         {nm->o, "bias", D, 1, false, true, &L->bo},
         {nm->ln2, "weight", D, 1, true, true, &L->ln2},
         {nm->ln2, "bias", D, 1, false, true, &L->ln2_b},
-        {nm->gate, "weight", D, F, true, false, &L->gate},
+        {nm->gate, "weight", D, F, !q->qwen2, false, &L->gate},
         {nm->gate, "bias", F, 1, false, true, &L->gate_b},
         {nm->up, "weight", D, F, true, false, &L->up},
         {nm->up, "bias", F, 1, false, true, &L->up_b},
@@ -343,13 +357,16 @@ static cr_status_t load(const cr_gguf_t *g, be_backend_t *be, bool ollama,
     q->ext = be_ext_ops(be);
     q->hp = *hp;
     q->nm = ollama ? &ollama_names : &mmproj_names;
+    q->qwen2 = !ollama && !strcmp(hp->projector, "qwen2vl_merger");
     q->window_pixels = WINDOW_PIXELS;
     q->rope_base = ROPE_BASE;
     rn_vweights_init(&q->w, g, be, ollama ? "vision tower" : "projector");
     cr_status_t st = ollama ? read_hparams_ollama(q, err) : read_hparams(q, err);
-    if (!st && (!q->ext || !q->ext->rope_multi || !q->ext->add_rows || !q->ext->gelu))
+    if (!st && (!q->ext || !q->ext->rope_multi || !q->ext->add_rows || !q->ext->gelu ||
+                (q->qwen2 && (!q->ext->layernorm ||
+                              (q->hp.act == RN_CLIP_ACT_GELU_QUICK && !q->ext->gelu_quick)))))
         st = cr_err_set(err, CR_E_UNSUPPORTED, "projector: the %s backend lacks the ops a "
-                        "qwen2.5-vl tower needs", be->ops->name);
+                        "qwen2%s-vl tower needs", be->ops->name, q->qwen2 ? "" : ".5");
     if (!st)
         st = bind_weights(q, err);
     if (st) {
@@ -536,10 +553,15 @@ static int window_order(const rn_clip_qwen2vl_t *q, int pw, int ph, int32_t *uni
     return n;
 }
 
-/* Normalizes x [T][D] into y with w (and bias b when present). */
+/* Normalizes x [T][D] into y with w (and bias b when present): RMSNorm
+ * (2.5), LayerNorm (Qwen2-VL, llama.cpp's NORM_TYPE_NORMAL). */
 static void rms(rn_clip_qwen2vl_t *q, float *y, const float *x, const be_weight_t *w,
                 const be_weight_t *b, int T)
 {
+    if (q->qwen2) {
+        q->ext->layernorm(q->be, y, x, w, b->data ? b : NULL, T, q->hp.dim, q->hp.eps);
+        return;
+    }
     q->be->ops->rmsnorm(q->be, y, x, w, T, q->hp.dim, q->hp.eps);
     if (b->data)
         q->ext->add_rows(q->be, y, b, T);
@@ -655,10 +677,19 @@ cr_status_t rn_clip_qwen2vl_encode(rn_clip_qwen2vl_t *q, const rn_clip_layout_t 
         op->add(be, q->x, q->xb, (size_t)T * D);
         /* 8. xb = rmsnorm(x) * ln2                                 [T][D] */
         rms(q, q->xb, q->x, &Ly->ln2, &Ly->ln2_b, T);
-        /* 9. hg = silu(xb Wg^T + bg) * (xb Wu^T + bu)              [T][F] */
-        linear(q, &Ly->gate, &Ly->gate_b, q->xb, T, q->hg);
-        linear(q, &Ly->up, &Ly->up_b, q->xb, T, q->hu);
-        op->swiglu(be, q->hg, q->hg, q->hu, (size_t)T * hp->ffn);
+        /* 9. hg = silu(xb Wg^T + bg) * (xb Wu^T + bu)              [T][F]
+         *    (Qwen2-VL, no gate: hg = act(xb Wu^T + bu)) */
+        if (Ly->gate.data) {
+            linear(q, &Ly->gate, &Ly->gate_b, q->xb, T, q->hg);
+            linear(q, &Ly->up, &Ly->up_b, q->xb, T, q->hu);
+            op->swiglu(be, q->hg, q->hg, q->hu, (size_t)T * hp->ffn);
+        } else {
+            linear(q, &Ly->up, &Ly->up_b, q->xb, T, q->hg);
+            if (hp->act == RN_CLIP_ACT_GELU)
+                q->ext->gelu(be, q->hg, q->hg, (size_t)T * hp->ffn);
+            else
+                q->ext->gelu_quick(be, q->hg, q->hg, (size_t)T * hp->ffn);
+        }
         /* 10. x += hg Wd^T + bd                                    [T][D] */
         linear(q, &Ly->down, &Ly->down_b, q->hg, T, q->xb);
         op->add(be, q->x, q->xb, (size_t)T * D);

@@ -1,6 +1,9 @@
 /* qwen2vl.h: the Qwen2.5-VL vision tower (llama.cpp's mmproj projector
  * type "qwen2.5vl_merger"), which clip.c hands a projector file of that
- * type to.
+ * type to; also Qwen2-VL's ("qwen2vl_merger"), the same graph in
+ * llama.cpp with LayerNorms (with biases) for the RMSNorms, an ungated
+ * MLP (ffn_up -> quick GELU, or GELU with clip.use_gelu -> ffn_down) and
+ * no window attention (no n_wa_pattern: every block full).
  *
  * Dynamic resolution: each image is resized (Pillow's bicubic, aspect
  * nearly kept, black padding) to sides that are multiples of 28 (patch

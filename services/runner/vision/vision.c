@@ -14,6 +14,7 @@
 
 #define AFFIX_MAX 16 /* text ids before or after an image (a marker's bytes, at worst) */
 #define PROJ_QWEN25VL "qwen2.5vl_merger"
+#define PROJ_QWEN2VL "qwen2vl_merger"
 
 typedef struct entry {
     uint8_t digest[32];
@@ -92,7 +93,8 @@ static cr_status_t load_tower(rn_vision_t *v, const char *path, be_backend_t *be
     }
     if (st)
         return st;
-    if (!strcmp(type, "mlp") || !strcmp(type, PROJ_QWEN25VL) || !strcmp(type, "gemma3")) {
+    if (!strcmp(type, "mlp") || !strcmp(type, PROJ_QWEN25VL) || !strcmp(type, PROJ_QWEN2VL) ||
+        !strcmp(type, "gemma3")) {
         if ((st = rn_clip_load(path, be, &v->clip, err)))
             return st;
         const rn_clip_hparams_t *hp = rn_clip_hparams(v->clip);
@@ -112,7 +114,8 @@ static cr_status_t load_tower(rn_vision_t *v, const char *path, be_backend_t *be
         return CR_OK;
     }
     return cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported yet "
-                      "(supported: mlp, the llava-style projector; gemma3; pixtral; " PROJ_QWEN25VL ")", type);
+                      "(supported: mlp, the llava-style projector; gemma3; pixtral; " PROJ_QWEN25VL "; "
+                      PROJ_QWEN2VL ")", type);
 }
 
 /* marker tokenized on its own into ids (AFFIX_MAX), as libmtmd does:
@@ -151,7 +154,7 @@ static cr_status_t load_affixes(rn_vision_t *v, const rn_tokenizer_t *tok, cr_er
 {
     if (v->pix)
         return marker_ids(tok, "[IMG_END]", v->suffix, &v->n_suffix, err);
-    if (!strcmp(v->type, PROJ_QWEN25VL)) {
+    if (!strcmp(v->type, PROJ_QWEN25VL) || !strcmp(v->type, PROJ_QWEN2VL)) {
         cr_status_t st = marker_ids(tok, "<|vision_start|>", v->prefix, &v->n_prefix, err);
         return st ? st : marker_ids(tok, "<|vision_end|>", v->suffix, &v->n_suffix, err);
     }
