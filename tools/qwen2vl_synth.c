@@ -4,12 +4,13 @@
  *
  *   corral-qwen2vl-synth --out FILE [--seed N] [--type f32|f16] [--patch N]
  *       [--dim N] [--heads N] [--ffn N] [--layers N] [--wa-pattern N]
- *       [--hidden N] [--n-embd N] [--std F] [--embed TEXT.gguf]
+ *       [--hidden N] [--n-embd N] [--std F] [--embed TEXT.gguf] [--qwen2]
  *
  * --n-embd must equal the text model's dim (corral-gguf-synth --arch
  * qwen2vl --dim; 64 by default on both). --embed writes Ollama's single
  * file instead: that qwen2vl text model as Ollama's qwen25vl with the
- * same tower inside. The writing lives in tools/synth/synth_qwen2vl.c. */
+ * same tower inside. --qwen2 writes Qwen2-VL's projector ("qwen2vl_merger")
+ * instead. The writing lives in tools/synth/synth_qwen2vl.c. */
 #include "lib/prelude.h"
 #include "tools/synth/synth.h"
 
@@ -18,7 +19,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: corral-qwen2vl-synth --out FILE [--seed N] [--type f32|f16]\n"
                "         [--patch N] [--dim N] [--heads N] [--ffn N] [--layers N]\n"
                "         [--wa-pattern N] [--hidden N] [--n-embd N] [--std F]\n"
-               "         [--embed TEXT.gguf]\n"
+               "         [--embed TEXT.gguf] [--qwen2]\n"
                "defaults: f32, patch 14, dim 64, 4 heads, ffn 96, 4 layers, wa-pattern 2,\n"
                "hidden 256, n-embd 64, std 0.1\n");
 }
@@ -81,6 +82,8 @@ int main(int argc, char **argv)
                 return 2;
             }
             i++;
+        } else if (!strcmp(a, "--qwen2")) {
+            o.qwen2 = true;
         } else if (!strcmp(a, "--embed") && v) {
             embed = v;
             i++;
