@@ -9,7 +9,10 @@
  * projector_info only for the pair; /api/chat with an image answers the
  * single file with the pair's prompt_eval_count and greedy answer; a
  * single file whose tower lacks a tensor ("m3broken", "q25broken")
- * reports no vision, answers text, and an image gets Ollama's 400. */
+ * reports no vision, answers text, and an image gets Ollama's 400. The
+ * mistral3 single file pulled as Ollama publishes it (a manifest whose
+ * model layer is the GGUF, from a fake OCI registry over http) shows
+ * vision and answers the image as the created one does. */
 #include "lib/prelude.h"
 
 #include <unistd.h>
@@ -18,9 +21,11 @@
 #include "lib/gguf_write.h"
 #include "tests/integration/e2e.h"
 #include "tests/unit/check.h"
+#include "tests/unit/fake_oci.h"
 #include "tests/unit/gguf_edit.h"
 
 static e2e_t T;
+static fake_t F;
 
 /* A 30x20 RGB PNG, base64 (stored deflate: the bytes need no encoder). */
 static char *png_b64(void)
@@ -227,6 +232,58 @@ static void test_refused(const char *img)
     }
 }
 
+static bool read_file(const char *path, unsigned char **data, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return false;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *data = malloc(n > 0 ? (size_t)n : 1);
+    *len = *data && n > 0 ? fread(*data, 1, (size_t)n, f) : 0;
+    fclose(f);
+    return *len == (size_t)n;
+}
+
+/* The fake registry serves library/m:t: Ollama's config and the single
+ * file as the model layer; pulled, it is a vision model. */
+static void test_pulled(const char *img)
+{
+    char single[1200], remote[96];
+    snprintf(single, sizeof single, "%s/m3single.gguf", T.tmp);
+    fake_start(&F);
+    const char *cfg = "{\"model_format\":\"gguf\",\"model_family\":\"mistral3\","
+                      "\"model_families\":[\"mistral3\"],\"model_type\":\"1M\","
+                      "\"file_type\":\"F32\",\"architecture\":\"amd64\",\"os\":\"linux\"}";
+    blob_t *b = &F.blobs[F.n_blobs++];
+    b->len = strlen(cfg);
+    b->data = malloc(b->len);
+    memcpy(b->data, cfg, b->len);
+    fake_sha256_hex(b->data, b->len, b->hex);
+    b = &F.blobs[F.n_blobs++];
+    bool ok = read_file(single, &b->data, &b->len);
+    CHECK(ok);
+    if (ok) {
+        fake_sha256_hex(b->data, b->len, b->hex);
+        fake_add_blob(&F, 300, 9); /* a license layer, as Ollama's library has */
+        fake_set_manifest(&F);
+        snprintf(remote, sizeof remote, "127.0.0.1:%d/library/m:t", F.port);
+        char *out = NULL, *err = NULL;
+        int rc = e2e_cli_err(&T, NULL, &out, &err, "pull", "--insecure", remote, NULL);
+        CHECK_MSG(rc == 0, "pull: %d %s", rc, err ? err : "");
+        free(out), free(err);
+        CHECK_MSG(has_vision(remote), "the pulled %s lacks vision", remote);
+        json_int_t n_pulled = 0, n_made = 0;
+        char *a = chat(remote, img, &n_pulled);
+        char *c = chat("m3", img, &n_made);
+        CHECK_EQ_INT(n_pulled, n_made);
+        CHECK_EQ_STR(a, c);
+        free(a), free(c);
+    }
+    fake_stop(&F);
+}
+
 int main(void)
 {
     if (!e2e_start(&T))
@@ -236,6 +293,7 @@ int main(void)
         test_show();
         test_chat(img);
         test_refused(img);
+        test_pulled(img);
     }
     free(img);
     e2e_stop(&T);
