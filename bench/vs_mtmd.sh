@@ -1,8 +1,9 @@
 #!/bin/sh
 # vs_mtmd.sh: corral's image embeddings and normalized pixel tensor against
 # llama.cpp's multimodal library (libmtmd) on the same synthetic
-# projectors (llava-shaped, gemma3, Pixtral, and qwen2.5-vl's with a
-# qwen2vl M-RoPE text model), text model and fixed test PNGs (issue 14's
+# projectors (llava-shaped, gemma3, Pixtral, and qwen2.5-vl's and
+# qwen2-vl's with a qwen2vl M-RoPE text model; Ollama's single files for
+# gemma3, mistral3 and qwen2.5-vl), text model and fixed test PNGs (issue 14's
 # fidelity rule): every embedding row's cosine >= 0.999 (gemma3:
 # >= 0.9999), every pixel
 # within 1e-5, and the logits after a prompt holding the image ("describe
@@ -72,8 +73,11 @@ done
 # the image's M-RoPE positions to matter (without them: logits cosine
 # 0.93). --wa-pattern 3: blocks 0, 1 windowed, 2 full, 3 windowed.
 # gemma3: the text model's sliding window (16) binds inside the image;
-# gemma3-single gives llama.cpp the mmproj and corral Ollama's single file
-# (the text model with the same tower inside); gemma3-896 (the speed
+# gemma3-single, pixtral-single and qwen25vl-single give llama.cpp the
+# mmproj and corral Ollama's single file (the text model with the same
+# tower inside, under Ollama's names: pixtral's q/k rows in Hugging Face's
+# order, its [IMG_BREAK] row the text model's); qwen2vl-* are Qwen2-VL's
+# projector ("qwen2vl_merger"); gemma3-896 (the speed
 # shape: 896 px, 27 layers, dim 1152) runs only when named.
 g3t='--arch gemma3 --image-tokens --window 16 --swa-pattern 2'
 cases="
@@ -88,9 +92,13 @@ pixtral-gelu;corral-clip-synth --pixtral --type f32 --gelu;;97x61;describe <__me
 pixtral-round;corral-clip-synth --pixtral --type f32 --patch 4;;97x61;describe <__media__> now;describe [img-0] now
 pixtral-max;corral-clip-synth --pixtral --type f32 --patch 1;;97x61;describe <__media__> now;describe [img-0] now
 pixtral-mistral3;corral-clip-synth --pixtral --type f16;--arch mistral3;97x61;describe <__media__> now;describe [img-0] now
+pixtral-single;corral-clip-synth --pixtral --type f16;--arch mistral3 --pixtral-tokens;97x61;describe <__media__> now;describe [img-0] now
 qwen25vl-f32;corral-qwen2vl-synth --type f32 --wa-pattern 3;--arch qwen2vl --std 0.1 --rope-base 100;300x200;<__media__>;<|vision_start|>[img-0]<|vision_end|>
 qwen25vl-f16;corral-qwen2vl-synth --type f16 --wa-pattern 3;--arch qwen2vl --std 0.1 --rope-base 100;300x200;<__media__>;<|vision_start|>[img-0]<|vision_end|>
 qwen25vl-small;corral-qwen2vl-synth --type f32 --dim 80 --heads 5 --ffn 128 --hidden 320;--arch qwen2vl --std 0.1 --rope-base 100;97x61;<__media__>;<|vision_start|>[img-0]<|vision_end|>
+qwen25vl-single;corral-qwen2vl-synth --type f16 --wa-pattern 3;--arch qwen2vl --std 0.1 --rope-base 100;300x200;<__media__>;<|vision_start|>[img-0]<|vision_end|>
+qwen2vl-f32;corral-qwen2vl-synth --type f32 --qwen2;--arch qwen2vl --std 0.1 --rope-base 100;300x200;<__media__>;<|vision_start|>[img-0]<|vision_end|>
+qwen2vl-f16;corral-qwen2vl-synth --type f16 --qwen2;--arch qwen2vl --std 0.1 --rope-base 100;97x61;<__media__>;<|vision_start|>[img-0]<|vision_end|>
 gemma3-f32;corral-gemma3v-synth --type f32;$g3t;97x61;describe <__media__> now;describe [img-0] now
 gemma3-f16;corral-gemma3v-synth --type f16;$g3t;97x61;describe <__media__> now;describe [img-0] now
 gemma3-merge2;corral-gemma3v-synth --type f16 --image-size 112 --merge 2 --dim 128 --heads 8 --ffn 320 --layers 4;$g3t;97x61;describe <__media__> now;describe [img-0] now
@@ -112,8 +120,12 @@ while IFS=';' read -r label writer targs size rprompt oprompt; do
     img="$work/test-$size.png"
     # shellcheck disable=SC2086 # word lists by design
     "$bin/corral-gguf-synth" --out "$text" --seed 7 $targs >/dev/null
+    # llama.cpp's converter copies [IMG_BREAK]'s row from the text model;
+    # Ollama's single file reads it there (pixtral-single)
+    extra=
+    case $label in pixtral*-single) extra="--break-from $text" ;; esac
     # shellcheck disable=SC2086
-    "$bin/"$writer --out "$proj" --seed 11
+    "$bin/"$writer --out "$proj" --seed 11 $extra
     ours_model=$text
     ours_proj=$proj
     case $label in

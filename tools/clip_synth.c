@@ -5,10 +5,14 @@
  *   corral-clip-synth --out FILE [--seed N] [--type f32|f16]
  *       [--image-size N] [--patch N] [--dim N] [--heads N] [--ffn N]
  *       [--layers N] [--hidden N] [--n-embd N] [--gelu] [--std F]
- *       [--pixtral [--merge N]]
+ *       [--pixtral [--merge N] [--break-from TEXT.gguf | --embed TEXT.gguf]]
  *
  * --n-embd must equal the text model's dim (corral-gguf-synth --dim; 64 by
- * default on both). The writing lives in tools/synth/synth_clip.c. */
+ * default on both). --break-from copies the mmproj's [IMG_BREAK] row from
+ * that text model (as llama.cpp's converter does); --embed writes Ollama's
+ * single file instead: that mistral3 text model with the same tower
+ * inside (corral-gguf-synth --arch mistral3 --pixtral-tokens). The
+ * writing lives in tools/synth/synth_clip.c and synth_pixtral.c. */
 #include "lib/prelude.h"
 #include "tools/synth/synth.h"
 
@@ -17,7 +21,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: corral-clip-synth --out FILE [--seed N] [--type f32|f16]\n"
                "         [--image-size N] [--patch N] [--dim N] [--heads N] [--ffn N]\n"
                "         [--layers N] [--hidden N] [--n-embd N] [--gelu] [--std F]\n"
-               "         [--pixtral [--merge N]]\n"
+               "         [--pixtral [--merge N] [--break-from TEXT.gguf | --embed "
+               "TEXT.gguf]]\n"
                "defaults: f32, image 112, patch 14, dim 64, 4 heads, ffn 160, 3 layers,\n"
                "hidden 96, n-embd 64, quick GELU (pixtral: SiLU, merge 2), std 0.1\n");
 }
@@ -39,6 +44,7 @@ int main(int argc, char **argv)
     rn_synth_clip_defaults(&o);
     const char *out = NULL;
     bool pixtral = false;
+    const char *embed = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         struct {
@@ -87,6 +93,12 @@ int main(int argc, char **argv)
             o.use_gelu = true;
         } else if (!strcmp(a, "--pixtral")) {
             pixtral = true;
+        } else if (!strcmp(a, "--break-from") && v) {
+            o.break_from = v;
+            i++;
+        } else if (!strcmp(a, "--embed") && v) {
+            embed = v;
+            i++;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -99,8 +111,13 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if ((embed || o.break_from) && !pixtral) {
+        fprintf(stderr, "corral-clip-synth: --embed and --break-from need --pixtral\n");
+        return 2;
+    }
     cr_err_t err = {0};
-    if ((pixtral ? rn_synth_pixtral_write : rn_synth_clip_write)(&o, out, &err)) {
+    if (embed ? rn_synth_pixtral_embed(&o, embed, out, &err)
+              : (pixtral ? rn_synth_pixtral_write : rn_synth_clip_write)(&o, out, &err)) {
         fprintf(stderr, "corral-clip-synth: %s\n", err.msg);
         return 1;
     }

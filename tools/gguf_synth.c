@@ -17,6 +17,7 @@
  *       [--rope-yarn F --yarn-orig-ctx N] (gpt-oss, mistral3, qwen2, qwen3,
  *        olmo2) [--yarn-beta-fast F] [--yarn-beta-slow F] [--yarn-log-mul F]
  *        [--attn-temp F] (mistral3) [--vision-stub] [--image-tokens]
+ *        [--pixtral-tokens]
  *
  * Weights are N(0, 0.02) from the seed (deterministic); norms are 1. The
  * writing itself lives in tools/synth/synth.c, shared with the tests. */
@@ -51,6 +52,7 @@ static void usage(FILE *f)
             "         [--attn-temp F] (mistral3, with --rope-yarn)\n"
             "         [--vision-stub] (v.*/mm.* tensors as Ollama's mistral3)\n"
             "         [--image-tokens] (<start_of_image>, <end_of_image>: gemma3's)\n"
+            "         [--pixtral-tokens] ([IMG_BREAK], [IMG_END] as control tokens)\n"
             "defaults: f32, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 128, ctx "
             "256, built-in vocab\n");
 }
@@ -229,6 +231,10 @@ int main(int argc, char **argv)
                 static const char *const gemma3_image[] = {"<start_of_image>",
                                                            "<end_of_image>", NULL};
                 o.extra_tokens = gemma3_image;
+            } else if (!strcmp(a, "--pixtral-tokens")) {
+                static const char *const pixtral_image[] = {"[IMG_BREAK]", "[IMG_END]",
+                                                            NULL};
+                o.extra_tokens = pixtral_image;
             } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
                 usage(stdout);
                 return 0;

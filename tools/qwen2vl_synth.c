@@ -4,11 +4,13 @@
  *
  *   corral-qwen2vl-synth --out FILE [--seed N] [--type f32|f16] [--patch N]
  *       [--dim N] [--heads N] [--ffn N] [--layers N] [--wa-pattern N]
- *       [--hidden N] [--n-embd N] [--std F]
+ *       [--hidden N] [--n-embd N] [--std F] [--embed TEXT.gguf] [--qwen2]
  *
  * --n-embd must equal the text model's dim (corral-gguf-synth --arch
- * qwen2vl --dim; 64 by default on both). The writing lives in
- * tools/synth/synth_qwen2vl.c. */
+ * qwen2vl --dim; 64 by default on both). --embed writes Ollama's single
+ * file instead: that qwen2vl text model as Ollama's qwen25vl with the
+ * same tower inside. --qwen2 writes Qwen2-VL's projector ("qwen2vl_merger")
+ * instead. The writing lives in tools/synth/synth_qwen2vl.c. */
 #include "lib/prelude.h"
 #include "tools/synth/synth.h"
 
@@ -17,6 +19,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: corral-qwen2vl-synth --out FILE [--seed N] [--type f32|f16]\n"
                "         [--patch N] [--dim N] [--heads N] [--ffn N] [--layers N]\n"
                "         [--wa-pattern N] [--hidden N] [--n-embd N] [--std F]\n"
+               "         [--embed TEXT.gguf] [--qwen2]\n"
                "defaults: f32, patch 14, dim 64, 4 heads, ffn 96, 4 layers, wa-pattern 2,\n"
                "hidden 256, n-embd 64, std 0.1\n");
 }
@@ -36,7 +39,7 @@ int main(int argc, char **argv)
 {
     rn_synth_qwen2vl_opts_t o;
     rn_synth_qwen2vl_defaults(&o);
-    const char *out = NULL;
+    const char *out = NULL, *embed = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         struct {
@@ -79,6 +82,11 @@ int main(int argc, char **argv)
                 return 2;
             }
             i++;
+        } else if (!strcmp(a, "--qwen2")) {
+            o.qwen2 = true;
+        } else if (!strcmp(a, "--embed") && v) {
+            embed = v;
+            i++;
         } else if (!strcmp(a, "--std") && v) {
             o.std = strtod(v, NULL);
             i++;
@@ -95,7 +103,8 @@ int main(int argc, char **argv)
         return 2;
     }
     cr_err_t err = {0};
-    if (rn_synth_qwen2vl_write(&o, out, &err)) {
+    if (embed ? rn_synth_qwen2vl_embed(&o, embed, out, &err)
+              : rn_synth_qwen2vl_write(&o, out, &err)) {
         fprintf(stderr, "corral-qwen2vl-synth: %s\n", err.msg);
         return 1;
     }

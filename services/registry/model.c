@@ -284,7 +284,7 @@ size_t reg_model_capabilities(const reg_model_t *m, const cr_gguf_t *g,
     }
     /* Vision through a projector layer, or a complete tower inside the
      * model file that the runner runs (lib/vision_embedded.h: Ollama's
-     * gemma3 files; their mistral3 ones carry a tower it does not run). */
+     * gemma3, mistral3 and qwen25vl files). */
     bool embedded_vision = g && cr_vision_embedded(g, NULL, NULL) == CR_OK;
     /* A built-in parser that finds tool calls (thinking) gives the
      * capability as Ollama's parserCapabilities does. */

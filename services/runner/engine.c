@@ -333,8 +333,9 @@ static cr_status_t load_vision(rn_engine_t *e, const msg_load_body_t *load, int 
         if (vs == CR_OK)
             path = load->model_path;
         else if (vs != CR_E_NOT_FOUND) {
-            /* a gemma3 tower, incomplete: Ollama's plain "does not
-             * support images", not the unsupported-layout message */
+            /* a tower of a family corral runs, incomplete or misshapen
+             * (the log names what): Ollama's plain "does not support
+             * images", not the unsupported-layout message */
             cr_log_warn("%s: %s; images are refused", load->name, why.msg);
             e->tower_in_file = false;
         }

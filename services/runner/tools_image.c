@@ -4,6 +4,7 @@
 
 #include "lib/buf.h"
 #include "lib/gguf.h"
+#include "lib/vision_embedded.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
@@ -85,10 +86,31 @@ static cr_status_t run_tower(const char *path, be_backend_t *be, const rn_image_
     struct timespec t0;
     *prefix = *suffix = NULL;
     *both_ways = false;
+    int32_t brk = -1; /* Ollama's mistral3: [IMG_BREAK]'s id, its row's */
+    if (st == CR_E_INVALID) {
+        /* a model file with its tower inside (Ollama's single file):
+         * lib/vision_embedded.h says which */
+        cr_gguf_t *g = NULL;
+        cr_vision_embedded_t ve;
+        if ((st = cr_gguf_open(path, &g, err)) || (st = cr_vision_embedded(g, &ve, err))) {
+            cr_gguf_close(&g);
+            return st;
+        }
+        snprintf(type, sizeof type, "%s", ve.family == CR_VISION_MISTRAL3 ? "pixtral"
+                                          : ve.family == CR_VISION_QWEN25VL ? "qwen2.5vl_merger"
+                                                                            : "gemma3");
+        const cr_gguf_array_t *a = NULL;
+        if (ve.family == CR_VISION_MISTRAL3 && cr_gguf_get_arr(g, "tokenizer.ggml.tokens", &a))
+            for (uint64_t i = 0; a->strs && i < a->n && brk < 0; i++)
+                if (cr_gguf_str_eq(a->strs[i], "[IMG_BREAK]"))
+                    brk = (int32_t)i;
+        cr_gguf_close(&g);
+    }
     if (!st && !strcmp(type, "pixtral")) {
         rn_pixtral_t *p = NULL;
         int w = 0, h = 0;
-        if ((st = rn_pixtral_load(path, be, &p, err)))
+        if ((st = brk >= 0 ? rn_pixtral_load_ollama(path, be, brk, &p, err)
+                           : rn_pixtral_load(path, be, &p, err)))
             return st;
         const rn_pixtral_hparams_t *hp = rn_pixtral_hparams(p);
         *n_embd = hp->n_embd;
@@ -106,12 +128,11 @@ static cr_status_t run_tower(const char *path, be_backend_t *be, const rn_image_
         rn_pixtral_destroy(&p);
         return st;
     }
-    if (st == CR_E_INVALID) /* a model file with its tower inside (Ollama's gemma3) */
-        st = CR_OK, snprintf(type, sizeof type, "gemma3");
-    if (!st && strcmp(type, "mlp") && strcmp(type, "qwen2.5vl_merger") && strcmp(type, "gemma3"))
+    if (!st && strcmp(type, "mlp") && strcmp(type, "qwen2.5vl_merger") &&
+        strcmp(type, "qwen2vl_merger") && strcmp(type, "gemma3"))
         st = cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported yet "
                         "(supported: mlp, the llava-style projector; gemma3; pixtral; "
-                        "qwen2.5vl_merger)", type);
+                        "qwen2.5vl_merger; qwen2vl_merger)", type);
     rn_clip_t *clip = NULL;
     if (st || (st = rn_clip_load(path, be, &clip, err)))
         return st;

@@ -107,8 +107,8 @@ static int64_t block_of(const char *name)
 }
 
 /* A vision tower or projector tensor (v.*, mm.*) that Ollama ships in the
- * model file (mistral3, gemma3): not the text model's; a tower the runner
- * runs (gemma3's) is counted apart, by sch_estimate_add_embedded_vision. */
+ * model file (gemma3, mistral3, qwen25vl): not the text model's; a tower
+ * the runner runs is counted apart, by sch_estimate_add_embedded_vision. */
 static bool is_vision(const char *name)
 {
     return !strncmp(name, "v.", 2) || !strncmp(name, "mm.", 3);
@@ -319,19 +319,29 @@ static double mm_rows(const cr_gguf_t *g, const char *name, uint64_t def)
  * [Nm][hidden] and [Nm][embd], the positions, the CPU backend's scratch
  * (matmul input [N][widest input], its block sums, attention rows) and
  * the preprocessed pixels. */
-static double pixtral_activations(const cr_gguf_t *pj, double D, double F, double PP3)
+static double pixtral_activations(double D, double F, double PP3, double merge, double H,
+                                  double E)
 {
-    uint32_t merge = 1;
-    if (!cr_gguf_get_u32(pj, "clip.vision.spatial_merge_size", &merge) || merge < 1 ||
-        merge > 8)
-        merge = 1;
-    double mm = (double)merge * merge, N = SCH_PIXTRAL_MAX_TOKENS * mm, Nm = N / mm;
-    double H = mm_rows(pj, "mm.1.weight", (uint64_t)D), E = mm_rows(pj, "mm.2.weight", (uint64_t)D);
+    double mm = merge * merge, N = SCH_PIXTRAL_MAX_TOKENS * mm, Nm = N / mm;
     double widest = CR_MAX(CR_MAX(PP3, F), CR_MAX(D * mm, CR_MAX(H, E)));
     double scratch = N * widest * 4 + N * (widest / 32 + 1) * 2 * 4 + /* block sums */
                      (N + widest) * 6 * 64; /* attention rows, for up to 64 threads */
     return N * D * 4 * 6 + N * F * 4 * 2 + N * D * 2 * 2 + N * PP3 * 4 * 3 + N * D * 4 * 2 +
            N * 8 + Nm * (H + E) * 4 + scratch;
+}
+
+/* What the Qwen2.5-VL tower allocates (vision/qwen2vl.c), sized per image:
+ * the largest, 4096 merged patches of 4 (its RN_QWEN2VL_MAX_TOKENS); no
+ * [T][T] scores (one query at a time); gate and up [T][ffn]; the image's
+ * normalized pixels (3 floats per pixel, 4 patches of patch^2 each); and
+ * the backend's scratch for one matmul's input (cpu_reserve: T x the
+ * widest row, 4 bytes each, plus block sums). */
+static double qwen25vl_activations(double D, double F, double PP3, double H, double E)
+{
+    double U = CR_VISION_QWEN25VL_MAX_TOKENS, T = 4 * U;
+    double widest = fmax(fmax(PP3, F), fmax(4 * D, fmax(H, E)));
+    return T * D * 4 * 6 + T * F * 4 * 2 + T * D * 2 * 2 + T * PP3 * 4 * 3 + T * 16 +
+           U * (H + E) * 4 + T * widest * 4 * 1.1;
 }
 
 /* Adds a tower of `tensors` bytes and its activations for one image
@@ -354,11 +364,25 @@ static cr_status_t add_vision(sch_estimate_t *est, double tensors, double T, dou
 cr_status_t sch_estimate_add_embedded_vision(sch_estimate_t *est,
                                              const cr_vision_embedded_t *v, cr_err_t *err)
 {
+    double D = (double)v->dim, E = (double)v->n_embd, F = (double)v->ffn;
+    double H = (double)v->proj_hidden, PP3 = 3 * (double)v->patch_size * v->patch_size;
+    if (v->family == CR_VISION_MISTRAL3 || v->family == CR_VISION_QWEN25VL) {
+        /* sized for the largest image, as the towers allocate; plus the
+         * copies the runner makes at load (mistral3's reordered q/k) */
+        double act = v->family == CR_VISION_MISTRAL3
+                         ? pixtral_activations(D, F, PP3, (double)v->n_merge, H, E)
+                         : qwen25vl_activations(D, F, PP3, H, E);
+        double bytes = (double)v->tensor_bytes + (double)v->copy_bytes + act +
+                       (double)SCH_VISION_CACHE_BYTES;
+        if (!add_ok(&est->projector_bytes, bytes) || !add_ok(&est->embd_bytes, bytes) ||
+            !add_ok(&est->cpu_total_bytes, bytes))
+            return cr_err_set(err, CR_E_TOO_LARGE, "projector sizes overflow");
+        return CR_OK;
+    }
     double side = (double)(v->image_size / v->patch_size), N = side * side;
-    double D = (double)v->dim, E = (double)v->n_embd;
-    /* the runner keeps a transposed copy of the input projection */
-    return add_vision(est, (double)v->tensor_bytes, N, N, D, (double)v->ffn,
-                      (double)v->n_heads, (double)v->patch_size, D + E, E * D * 4, err);
+    /* gemma3: the runner keeps a transposed copy of the input projection */
+    return add_vision(est, (double)v->tensor_bytes, N, N, D, F, (double)v->n_heads,
+                      (double)v->patch_size, D + E, (double)v->copy_bytes, err);
 }
 
 cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
@@ -379,20 +403,17 @@ cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
     char type[32] = "";
     cr_gguf_get_strz(pj, "clip.projector_type", type, sizeof type);
     if (!strcmp(type, "pixtral")) {
-        act = pixtral_activations(pj, D, F, PP3);
-    } else if (!strcmp(type, "qwen2.5vl_merger")) {
-        /* sized per image (vision/qwen2vl.c): the largest, 4096 merged
-         * patches of 4 (its RN_QWEN2VL_MAX_TOKENS); no [T][T] scores (one
-         * query at a time); gate and up [T][ffn]; the image's normalized
-         * pixels (3 floats per pixel, 4 patches of patch^2 each) */
-        double U = 4096, H = mm_rows(pj, "mm.0.weight", dim);
-        double E = mm_rows(pj, "mm.2.weight", dim);
-        double T = 4 * U;
-        /* and the backend's scratch for one matmul's input (cpu_reserve:
-         * T x the widest row, 4 bytes each, plus block sums) */
-        double widest = fmax(fmax(PP3, F), fmax(4 * D, fmax(H, E)));
-        act = T * D * 4 * 6 + T * F * 4 * 2 + T * D * 2 * 2 + T * PP3 * 4 * 3 + T * 16 +
-              U * (H + E) * 4 + T * widest * 4 * 1.1;
+        uint32_t merge = 1;
+        if (!cr_gguf_get_u32(pj, "clip.vision.spatial_merge_size", &merge) || merge < 1 ||
+            merge > 8)
+            merge = 1;
+        act = pixtral_activations(D, F, PP3, (double)merge, mm_rows(pj, "mm.1.weight", dim),
+                                  mm_rows(pj, "mm.2.weight", dim));
+    } else if (!strcmp(type, "qwen2.5vl_merger") || !strcmp(type, "qwen2vl_merger")) {
+        /* Qwen2-VL's tower allocates the same buffers (its ungated MLP
+         * leaves one [T][ffn] unused) */
+        act = qwen25vl_activations(D, F, PP3, mm_rows(pj, "mm.0.weight", dim),
+                                   mm_rows(pj, "mm.2.weight", dim));
     } else {
         double side = (double)(size / patch), N = side * side, T = N + 1;
         act = T * D * 4 * 6 + T * F * 4 + T * D * 2 * 2 + T * T * 4 * (double)heads +

@@ -11,9 +11,14 @@
  * moved on; the embeddings the engine's tool writes are the tower's,
  * bit for bit; an image too elongated for the tower, one whose tokens do
  * not fit num_ctx, and a projector type nobody runs yet are clear
- * errors; so is an image for Ollama's single-file mistral3 (its tower
- * inside the model file is not run). The scheduler's estimate covers
- * the tower. */
+ * errors. The scheduler's estimate covers the tower.
+ *
+ * Ollama's single file (the same tower inside the mistral3 model file,
+ * under Ollama's names, its q/k rows in Hugging Face's order, no break
+ * tensor) gives the same rows bit for bit and the same answers as
+ * llama.cpp's pair; an incomplete or misshapen tower, or a vocabulary
+ * without [IMG_BREAK], is named and the model answers text but refuses
+ * images as Ollama does. */
 #include "lib/prelude.h"
 
 #include <png.h>
@@ -22,6 +27,7 @@
 #include "lib/buf.h"
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
+#include "lib/vision_embedded.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/engine.h"
 #include "services/runner/model/model.h"
@@ -34,6 +40,7 @@
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"
+#include "tests/unit/gguf_edit.h"
 
 static char dir_g[] = "/tmp/corral-test-engine-pixtral-XXXXXX";
 static char text_path[256], proj_path[256];
@@ -405,36 +412,204 @@ static void test_estimate(void)
     be_destroy(&be);
 }
 
-/* Ollama's single-file mistral3 (the tower's tensors inside the model
- * file) loads as a text model; an image is refused saying why. */
-static void test_tower_in_file(void)
+/* The same synthetic tower in llama.cpp's layout (text model + mmproj,
+ * the mmproj's [IMG_BREAK] row copied from the text model as llama.cpp's
+ * converter does) and in Ollama's single file (names, keys, q/k rows in
+ * Hugging Face's order, no break tensor). */
+static char pt_text[300], pt_mmproj[300], pt_single[300];
+
+static void write_pair(void)
 {
-    char path[300];
-    snprintf(path, sizeof path, "%s/ollama.gguf", dir_g);
+    static const char *const tokens[] = {"[IMG_BREAK]", "[IMG_END]", NULL};
+    snprintf(pt_text, sizeof pt_text, "%s/pt-text.gguf", dir_g);
+    snprintf(pt_mmproj, sizeof pt_mmproj, "%s/pt-mmproj.gguf", dir_g);
+    snprintf(pt_single, sizeof pt_single, "%s/pt-single.gguf", dir_g);
     rn_synth_opts_t so;
     rn_synth_defaults(&so);
     so.arch = "mistral3";
-    so.vision_stub = true;
+    so.seed = 3;
+    so.weight_std = 0.1f; /* sharp enough for the image to move the answer */
+    so.extra_tokens = tokens;
+    rn_synth_clip_opts_t co;
+    rn_synth_clip_defaults(&co);
+    co.seed = 4;
+    co.break_from = pt_text;
     cr_err_t err = {0};
-    CHECK(rn_synth_write(&so, path, &err) == CR_OK);
+    CHECK_MSG(rn_synth_write(&so, pt_text, &err) == CR_OK, "%s", err.msg);
+    CHECK_MSG(rn_synth_pixtral_write(&co, pt_mmproj, &err) == CR_OK, "%s", err.msg);
+    CHECK_MSG(rn_synth_pixtral_embed(&co, pt_text, pt_single, &err) == CR_OK, "%s", err.msg);
+}
+
+/* Rows of the image `seed` (w x h) through the tower of path: the
+ * mmproj's, or the single file's (break row from the vocabulary's
+ * [IMG_BREAK]). *n_rows set; caller frees. */
+static float *tower_rows(const char *path, bool single, int w, int h, int seed, int *n_rows)
+{
+    be_backend_t *be = NULL;
+    rn_pixtral_t *p = NULL;
+    rn_image_t *im = NULL;
+    cr_err_t err = {0};
+    size_t n = 0;
+    uint8_t *bytes = png_bytes(w, h, seed, &n);
+    float *px = NULL, *out = NULL;
+    *n_rows = 0;
+    CHECK(be_cpu_new(1, &be, &err) == CR_OK);
+    int32_t brk = rn_synth_builtin_vocab_size(); /* the first extra token */
+    cr_status_t st = single ? rn_pixtral_load_ollama(path, be, brk, &p, &err)
+                            : rn_pixtral_load(path, be, &p, &err);
+    CHECK_MSG(st == CR_OK, "%s: %s", path, err.msg);
+    CHECK(rn_image_decode(bytes, n, rn_image_max_pixels(), &im, &err) == CR_OK);
+    int fw = 0, fh = 0;
+    if (p && im && rn_pixtral_fit(p, w, h, &fw, &fh, n_rows, &err) == CR_OK) {
+        px = malloc(3 * (size_t)fw * fh * sizeof *px);
+        out = malloc((size_t)*n_rows * 64 * sizeof *out);
+        CHECK(rn_pixtral_preprocess(p, im, px, &fw, &fh, &err) == CR_OK);
+        CHECK_MSG(rn_pixtral_encode(p, px, fw, fh, out, &err) == CR_OK, "%s", err.msg);
+    }
+    free(px), free(bytes);
+    rn_image_destroy(&im);
+    rn_pixtral_destroy(&p);
+    be_destroy(&be);
+    return out;
+}
+
+/* Ollama's single file and llama.cpp's pair give the same image rows and
+ * the same answers. Both run the same kernels over the same numbers (q/k
+ * rows moved whole, the break row the same F32 floats), so the rows must
+ * match bit for bit (tolerance 0); the answers' top-3 logprobs too. */
+static void test_single_file(void)
+{
+    write_pair();
+    cr_err_t err = {0};
+    cr_gguf_t *g = NULL;
+    cr_vision_embedded_t ve;
+    CHECK(cr_gguf_open(pt_single, &g, &err) == CR_OK);
+    CHECK_MSG(g && cr_vision_embedded(g, &ve, &err) == CR_OK, "%s", err.msg);
+    if (g) {
+        CHECK_EQ_INT(ve.family, CR_VISION_MISTRAL3);
+        CHECK_EQ_INT(ve.n_embd, 64);
+        CHECK_EQ_INT(ve.n_merge, 2);
+        CHECK_EQ_INT(ve.n_layers, 3);
+        CHECK(ve.copy_bytes == 3 * 2 * 64 * 64 * 4); /* q and k, F32, per block */
+        /* the file's q rows are Hugging Face's: row 1 of head 0 (pair 0's
+         * second half, llama.cpp's row 1) sits at hd/2 = 8 */
+        cr_gguf_t *m = NULL;
+        CHECK(cr_gguf_open(pt_mmproj, &m, &err) == CR_OK);
+        const cr_gguf_tensor_t *a = m ? cr_gguf_tensor_find(m, "v.blk.0.attn_q.weight") : NULL;
+        const cr_gguf_tensor_t *b = cr_gguf_tensor_find(g, "v.blk.0.attn_q.weight");
+        CHECK(a && b && memcmp(a->data, b->data, a->size_bytes));
+        CHECK(a && b && !memcmp((const float *)a->data + 64, (const float *)b->data + 8 * 64,
+                                64 * sizeof(float)));
+        cr_gguf_close(&m);
+    }
+    cr_gguf_close(&g);
+    /* the towers' rows, [IMG_BREAK] rows included: 97x61 -> 4x3 + 2 */
+    int n1 = 0, n2 = 0;
+    float *want = tower_rows(pt_mmproj, false, 97, 61, 1, &n1);
+    float *got = tower_rows(pt_single, true, 97, 61, 1, &n2);
+    CHECK_EQ_INT(n1, 14);
+    CHECK_EQ_INT(n2, 14);
+    CHECK(want && got && !memcmp(want, got, (size_t)14 * 64 * sizeof *got));
+    free(want), free(got);
+    /* the engine: the single file alone, the pair as text + projector */
     msg_options_t o;
     msg_load_body_t ld;
-    test_load_body(&ld, &o, path, NULL, 256, 1);
-    rn_engine_t *e = NULL;
-    CHECK_MSG(rn_engine_load(&ld, &e, &err) == CR_OK, "%s", err.msg);
-    if (!e)
-        return;
-    char *img = png_b64(28, 28, 1);
-    capture_t c = {0};
-    msg_done_body_t d;
-    CHECK(chat(e, &img, 1, &c, &d, &err) == CR_E_INVALID);
-    CHECK_MSG(strstr(err.msg, "inside the model file") && strstr(err.msg, "not supported yet"),
-              "%s", err.msg);
-    cap_free(&c);
-    CHECK(chat(e, NULL, 0, &c, &d, &err) == CR_OK); /* text still works */
-    cap_free(&c);
-    free(img);
-    rn_engine_destroy(&e);
+    rn_engine_t *one = NULL, *two = NULL;
+    test_load_body(&ld, &o, pt_single, NULL, 512, 1);
+    CHECK_MSG(rn_engine_load(&ld, &one, &err) == CR_OK, "%s", err.msg);
+    test_load_body(&ld, &o, pt_text, NULL, 512, 1);
+    ld.projector = pt_mmproj;
+    ld.has_projector = true;
+    CHECK_MSG(rn_engine_load(&ld, &two, &err) == CR_OK, "%s", err.msg);
+    char *img[2] = {png_b64(97, 61, 1), png_b64(150, 90, 2)};
+    capture_t a = {0}, b = {0}, t = {0};
+    msg_done_body_t da, db, dt;
+    if (one && two) {
+        CHECK_MSG(chat(one, img, 2, &a, &da, &err) == CR_OK, "%s", err.msg);
+        CHECK_MSG(chat(two, img, 2, &b, &db, &err) == CR_OK, "%s", err.msg);
+        CHECK(chat(one, NULL, 0, &t, &dt, &err) == CR_OK);
+        CHECK_EQ_INT(da.prompt_eval_count, db.prompt_eval_count);
+        /* 14 + 17 rows and [IMG_END] (one token now) after each image */
+        CHECK_EQ_INT(da.prompt_eval_count, dt.prompt_eval_count + 14 + 17 + 2);
+        CHECK(a.logprobs.data && b.logprobs.data);
+        CHECK_EQ_STR(a.logprobs.data ? a.logprobs.data : "", b.logprobs.data ? b.logprobs.data : "");
+        /* and the image matters to the answer */
+        CHECK(t.logprobs.data && a.logprobs.data && strcmp(t.logprobs.data, a.logprobs.data));
+    }
+    cap_free(&a), cap_free(&b), cap_free(&t);
+    free(img[0]), free(img[1]);
+    rn_engine_destroy(&one);
+    rn_engine_destroy(&two);
+    /* the scheduler counts the tower: weights, the q/k copies, the
+     * activations of the largest image, the image cache */
+    sch_estimate_t est = {0};
+    CHECK(cr_gguf_open(pt_single, &g, &err) == CR_OK);
+    CHECK(g && cr_vision_embedded(g, &ve, &err) == CR_OK &&
+          sch_estimate_add_embedded_vision(&est, &ve, &err) == CR_OK);
+    cr_gguf_close(&g);
+    sch_estimate_t est2 = {0};
+    CHECK(cr_gguf_open(pt_mmproj, &g, &err) == CR_OK);
+    CHECK(g && sch_estimate_add_projector(&est2, g, &err) == CR_OK);
+    cr_gguf_close(&g);
+    /* the mmproj's count plus the copies, less its break tensor (E floats) */
+    CHECK_MSG(est.projector_bytes == est2.projector_bytes + (int64_t)ve.copy_bytes - 64 * 4,
+              "single %" PRId64 ", mmproj %" PRId64, est.projector_bytes,
+              est2.projector_bytes);
+}
+
+/* A single file whose tower is incomplete or misshapen, or whose
+ * vocabulary lacks [IMG_BREAK], is named by the header check; it loads as
+ * a text model and an image gets Ollama's "does not support images". So
+ * does Ollama's file with only a stub of a tower. */
+static void test_single_broken(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/pt-broken.gguf", dir_g);
+    const struct {
+        test_edit_t how;
+        const char *name, *said;
+    } cases[] = {
+        {TEST_EDIT_DROP, "v.blk.1.attn_k.weight", "tensor 'v.blk.1.attn_k.weight' is missing"},
+        {TEST_EDIT_RESHAPE, "mm.patch_merger.merging_layer.weight",
+         "tensor 'mm.patch_merger.merging_layer.weight' is not 64 x 256"},
+        {TEST_EDIT_TOKEN, "[IMG_BREAK]", "the vocabulary lacks [IMG_BREAK]"},
+        {TEST_EDIT_DROP, "v.encoder_norm.weight", "tensor 'v.encoder_norm.weight' is missing"},
+    };
+    cr_err_t err = {0};
+    for (size_t i = 0; i <= CR_ARRAY_LEN(cases); i++) {
+        if (i < CR_ARRAY_LEN(cases)) {
+            CHECK(test_gguf_edit(pt_single, path, cases[i].how, cases[i].name));
+            cr_gguf_t *g = NULL;
+            CHECK(cr_gguf_open(path, &g, &err) == CR_OK);
+            CHECK(g && cr_vision_embedded(g, NULL, &err) == CR_E_INVALID);
+            CHECK_MSG(strstr(err.msg, cases[i].said), "%s", err.msg);
+            cr_gguf_close(&g);
+        } else {
+            /* Ollama's mistral3 with a stub of a tower */
+            rn_synth_opts_t so;
+            rn_synth_defaults(&so);
+            so.arch = "mistral3";
+            so.vision_stub = true;
+            CHECK(rn_synth_write(&so, path, &err) == CR_OK);
+        }
+        msg_options_t o;
+        msg_load_body_t ld;
+        test_load_body(&ld, &o, path, NULL, 256, 1);
+        rn_engine_t *e = NULL;
+        CHECK_MSG(rn_engine_load(&ld, &e, &err) == CR_OK, "%s", err.msg);
+        if (!e)
+            continue;
+        char *img = png_b64(28, 28, 1);
+        capture_t c = {0};
+        msg_done_body_t d;
+        CHECK(chat(e, &img, 1, &c, &d, &err) == CR_E_INVALID);
+        CHECK_MSG(strstr(err.msg, "does not support images"), "%s", err.msg);
+        cap_free(&c);
+        CHECK(chat(e, NULL, 0, &c, &d, &err) == CR_OK); /* text still works */
+        cap_free(&c);
+        free(img);
+        rn_engine_destroy(&e);
+    }
 }
 
 /* A projector type nobody runs yet is refused at load, naming it. */
@@ -479,7 +654,8 @@ int main(void)
     test_tool();
     test_estimate();
     test_cache();
-    test_tower_in_file();
+    test_single_file();
+    test_single_broken();
     test_unsupported();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);

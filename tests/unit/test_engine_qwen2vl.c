@@ -17,7 +17,13 @@
  * - the scheduler's estimate of the projector covers its weights, the
  *   image cache and the tower's buffers for the largest image (4096
  *   merged patches), extrapolated from those a 300x200 image takes (every
- *   buffer grows with the patches). */
+ *   buffer grows with the patches);
+ * - Ollama's single file of the same model (arch qwen25vl, the tower
+ *   inside under its names) gives the same rows bit for bit and the same
+ *   answer; a missing or misshapen tower tensor is named, text still
+ *   works and an image gets Ollama's "does not support images";
+ * - a Qwen2-VL projector ("qwen2vl_merger") takes the same tokens per
+ *   image as 2.5's and its image moves the answer. */
 #include "lib/prelude.h"
 
 #include <math.h>
@@ -25,6 +31,7 @@
 
 #include "lib/buf.h"
 #include "lib/gguf.h"
+#include "lib/vision_embedded.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/engine.h"
 #include "services/runner/model/forward.h"
@@ -37,9 +44,10 @@
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"
+#include "tests/unit/gguf_edit.h"
 
 static char dir_g[] = "/tmp/corral-test-engine-qwen2vl-XXXXXX";
-static char text_path[256], proj_path[256];
+static char text_path[256], proj_path[256], single_path[256];
 
 static char *b64(const uint8_t *p, size_t n)
 {
@@ -205,8 +213,10 @@ static double reference_logprob(const int32_t *ids, int n, int at, int nx, int n
     return lp;
 }
 
-/* The image's rows straight from the tower. */
-static float *tower_rows(const uint8_t *png, size_t len, int *nx, int *ny)
+/* The image's rows straight from the tower of path (an mmproj, or
+ * Ollama's single file). */
+static float *tower_rows_of(const char *path, const uint8_t *png, size_t len, int *nx,
+                            int *ny)
 {
     be_backend_t *be = NULL;
     rn_clip_t *clip = NULL;
@@ -214,7 +224,7 @@ static float *tower_rows(const uint8_t *png, size_t len, int *nx, int *ny)
     cr_err_t err = {0};
     float *px = NULL, *out = NULL;
     CHECK(be_cpu_new(1, &be, &err) == CR_OK);
-    CHECK(rn_clip_load(proj_path, be, &clip, &err) == CR_OK);
+    CHECK_MSG(rn_clip_load(path, be, &clip, &err) == CR_OK, "%s: %s", path, err.msg);
     CHECK(rn_image_decode(png, len, 1u << 30, &im, &err) == CR_OK);
     rn_clip_layout_t L = {0};
     if (clip && im && rn_clip_layout(clip, im->width, im->height, &L, &err) == CR_OK) {
@@ -229,6 +239,11 @@ static float *tower_rows(const uint8_t *png, size_t len, int *nx, int *ny)
     rn_clip_destroy(&clip);
     be_destroy(&be);
     return out;
+}
+
+static float *tower_rows(const uint8_t *png, size_t len, int *nx, int *ny)
+{
+    return tower_rows_of(proj_path, png, len, nx, ny);
 }
 
 static void test_generate(void)
@@ -364,12 +379,164 @@ static void test_estimate(void)
     be_destroy(&be);
 }
 
+/* Ollama's single file (the same tower inside the model file, arch
+ * qwen25vl, its names and keys, the full-attention blocks as a list, the
+ * M-RoPE sections as rope.mrope_section) against llama.cpp's pair: the
+ * same rows bit for bit (tolerance 0: the same kernels over the same
+ * numbers; neither converter reorders rows), the same answer with an
+ * image (which sees the M-RoPE sections), the same estimate. */
+static void test_single_file(void)
+{
+    cr_err_t err = {0};
+    cr_gguf_t *g = NULL;
+    cr_vision_embedded_t ve;
+    CHECK(cr_gguf_open(single_path, &g, &err) == CR_OK);
+    CHECK_MSG(g && cr_vision_embedded(g, &ve, &err) == CR_OK, "%s", err.msg);
+    if (g) {
+        CHECK_EQ_INT(ve.family, CR_VISION_QWEN25VL);
+        CHECK_EQ_INT(ve.ffn, 96); /* from the gate's rows: no key in Ollama's file */
+        CHECK_EQ_INT(ve.proj_hidden, 256);
+        CHECK_EQ_INT(ve.n_embd, 64);
+        CHECK(!cr_gguf_kv_find(g, "qwen25vl.rope.dimension_sections") &&
+              cr_gguf_kv_find(g, "qwen25vl.rope.mrope_section"));
+    }
+    cr_gguf_close(&g);
+    uint8_t *png = NULL;
+    size_t n = 0;
+    char *img = png_b64(300, 200, &png, &n);
+    int nx1 = 0, ny1 = 0, nx2 = 0, ny2 = 0;
+    float *want = tower_rows_of(proj_path, png, n, &nx1, &ny1);
+    float *got = tower_rows_of(single_path, png, n, &nx2, &ny2);
+    CHECK(nx1 == 11 && ny1 == 7 && nx2 == 11 && ny2 == 7);
+    CHECK(want && got && !memcmp(want, got, (size_t)77 * 64 * sizeof *got));
+    free(want), free(got);
+    msg_options_t o;
+    msg_load_body_t ld;
+    rn_engine_t *one = NULL, *two = NULL;
+    test_load_body(&ld, &o, single_path, NULL, 512, 1);
+    CHECK_MSG(rn_engine_load(&ld, &one, &err) == CR_OK, "%s", err.msg);
+    test_load_body(&ld, &o, text_path, NULL, 512, 1);
+    ld.projector = proj_path;
+    ld.has_projector = true;
+    CHECK_MSG(rn_engine_load(&ld, &two, &err) == CR_OK, "%s", err.msg);
+    capture_t a = {0}, b = {0};
+    msg_done_body_t da, db;
+    if (one && two) {
+        CHECK_MSG(gen(one, "look: ", &img, 1, &a, &da, &err) == CR_OK, "%s", err.msg);
+        CHECK_MSG(gen(two, "look: ", &img, 1, &b, &db, &err) == CR_OK, "%s", err.msg);
+        CHECK_EQ_INT(da.prompt_eval_count, db.prompt_eval_count);
+        CHECK(a.logprobs.data != NULL);
+        CHECK_EQ_STR(a.logprobs.data ? a.logprobs.data : "", b.logprobs.data ? b.logprobs.data : "");
+    }
+    cap_free(&a), cap_free(&b);
+    rn_engine_destroy(&one);
+    rn_engine_destroy(&two);
+    free(img), free(png);
+    sch_estimate_t e1 = {0}, e2 = {0};
+    CHECK(cr_gguf_open(single_path, &g, &err) == CR_OK);
+    CHECK(g && cr_vision_embedded(g, &ve, &err) == CR_OK &&
+          sch_estimate_add_embedded_vision(&e1, &ve, &err) == CR_OK);
+    cr_gguf_close(&g);
+    CHECK(cr_gguf_open(proj_path, &g, &err) == CR_OK);
+    CHECK(g && sch_estimate_add_projector(&e2, g, &err) == CR_OK);
+    cr_gguf_close(&g);
+    CHECK_MSG(e1.projector_bytes == e2.projector_bytes, "single %" PRId64 ", mmproj %" PRId64,
+              e1.projector_bytes, e2.projector_bytes);
+}
+
+/* A single file whose tower misses a tensor or has one misshapen is named
+ * by the header check; it answers text, and an image with Ollama's 400. */
+static void test_single_broken(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/broken.gguf", dir_g);
+    const struct {
+        test_edit_t how;
+        const char *name, *said;
+    } cases[] = {
+        {TEST_EDIT_DROP, "v.merger.mlp.0.bias", "tensor 'v.merger.mlp.0.bias' is missing"},
+        {TEST_EDIT_RESHAPE, "v.blk.2.attn_v.weight",
+         "tensor 'v.blk.2.attn_v.weight' is not 64 x 64"},
+        {TEST_EDIT_DROP, "v.patch_embd_1.weight", "tensor 'v.patch_embd_1.weight' is missing"},
+    };
+    cr_err_t err = {0};
+    for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
+        CHECK(test_gguf_edit(single_path, path, cases[i].how, cases[i].name));
+        cr_gguf_t *g = NULL;
+        CHECK(cr_gguf_open(path, &g, &err) == CR_OK);
+        CHECK(g && cr_vision_embedded(g, NULL, &err) == CR_E_INVALID);
+        CHECK_MSG(strstr(err.msg, cases[i].said), "%s", err.msg);
+        cr_gguf_close(&g);
+        msg_options_t o;
+        msg_load_body_t ld;
+        test_load_body(&ld, &o, path, NULL, 512, 1);
+        rn_engine_t *e = NULL;
+        CHECK_MSG(rn_engine_load(&ld, &e, &err) == CR_OK, "%s", err.msg);
+        if (!e)
+            continue;
+        uint8_t *png = NULL;
+        size_t n = 0;
+        char *img = png_b64(56, 56, &png, &n);
+        capture_t c = {0};
+        msg_done_body_t d;
+        CHECK(gen(e, "look: ", &img, 1, &c, &d, &err) == CR_E_INVALID);
+        CHECK_MSG(strstr(err.msg, "does not support images"), "%s", err.msg);
+        cap_free(&c);
+        CHECK(gen(e, "look: ", NULL, 0, &c, &d, &err) == CR_OK);
+        cap_free(&c);
+        free(img), free(png);
+        rn_engine_destroy(&e);
+    }
+}
+
+/* A Qwen2-VL projector (llama.cpp's "qwen2vl_merger") beside the same
+ * text model: an image takes the same tokens as with 2.5's (the same
+ * resize and merger grid, the same markers) and moves the answer. */
+static void test_qwen2_projector(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/qwen2.mmproj.gguf", dir_g);
+    rn_synth_qwen2vl_opts_t po;
+    rn_synth_qwen2vl_defaults(&po);
+    po.seed = 11;
+    po.qwen2 = true;
+    cr_err_t err = {0};
+    CHECK_MSG(rn_synth_qwen2vl_write(&po, path, &err) == CR_OK, "%s", err.msg);
+    msg_options_t o;
+    msg_load_body_t ld;
+    rn_engine_t *e2 = NULL, *e25 = NULL;
+    test_load_body(&ld, &o, text_path, NULL, 512, 1);
+    ld.projector = path;
+    ld.has_projector = true;
+    CHECK_MSG(rn_engine_load(&ld, &e2, &err) == CR_OK, "%s", err.msg);
+    ld.projector = proj_path;
+    CHECK_MSG(rn_engine_load(&ld, &e25, &err) == CR_OK, "%s", err.msg);
+    uint8_t *png = NULL;
+    size_t n = 0;
+    char *img = png_b64(300, 200, &png, &n);
+    capture_t a = {0}, b = {0}, t = {0};
+    msg_done_body_t da, db, dt;
+    if (e2 && e25) {
+        CHECK_MSG(gen(e2, "look: ", &img, 1, &a, &da, &err) == CR_OK, "%s", err.msg);
+        CHECK_MSG(gen(e25, "look: ", &img, 1, &b, &db, &err) == CR_OK, "%s", err.msg);
+        CHECK(gen(e2, "look: ", NULL, 0, &t, &dt, &err) == CR_OK);
+        CHECK_EQ_INT(da.prompt_eval_count, db.prompt_eval_count);
+        CHECK(da.prompt_eval_count >= dt.prompt_eval_count + 77);
+        CHECK(a.logprobs.data && t.logprobs.data && strcmp(a.logprobs.data, t.logprobs.data));
+    }
+    cap_free(&a), cap_free(&b), cap_free(&t);
+    free(img), free(png);
+    rn_engine_destroy(&e2);
+    rn_engine_destroy(&e25);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir_g))
         return 1;
     snprintf(text_path, sizeof text_path, "%s/text.gguf", dir_g);
     snprintf(proj_path, sizeof proj_path, "%s/mmproj.gguf", dir_g);
+    snprintf(single_path, sizeof single_path, "%s/single.gguf", dir_g);
     rn_synth_opts_t so;
     rn_synth_defaults(&so);
     so.arch = "qwen2vl";
@@ -382,8 +549,13 @@ int main(void)
     cr_err_t err = {0};
     CHECK_MSG(rn_synth_write(&so, text_path, &err) == CR_OK, "%s", err.msg);
     CHECK_MSG(rn_synth_qwen2vl_write(&po, proj_path, &err) == CR_OK, "%s", err.msg);
+    CHECK_MSG(rn_synth_qwen2vl_embed(&po, text_path, single_path, &err) == CR_OK, "%s",
+              err.msg);
     test_generate();
     test_estimate();
+    test_single_file();
+    test_single_broken();
+    test_qwen2_projector();
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);
     CHECK(system(cmd) == 0);

@@ -18,6 +18,9 @@
  *   only loose step (measured: 2e-5; 4e-4 against llama.cpp, bench/vs_mtmd.sh).
  *   A reference that attends fully in every block, or ropes rows and
  *   columns the other way round, must miss those bounds.
+ * - the same for Qwen2-VL's tower (projector "qwen2vl_merger": LayerNorms
+ *   with biases, an ungated quick-GELU MLP, every block full), with the
+ *   same bounds; a reference that norms as 2.5 does must miss them.
  * - bad files: missing second temporal kernel, q bias or window pattern,
  *   a GELU MLP: refused naming what is wrong.
  * The engine's side (token counts, M-RoPE positions, the cache) is
@@ -168,12 +171,15 @@ typedef enum mutant {
     MUT_NONE,
     MUT_ALL_FULL,  /* every block attends to the whole image */
     MUT_ROPE_SWAP, /* columns on the first quarter of pairs, rows on the second */
+    MUT_RMS,       /* Qwen2-VL normed as 2.5 (RMSNorm, no bias) */
 } mutant_t;
 
 typedef struct ref {
     cr_gguf_t *g;
     int D, Hn, hd, F, L, P, H, E, wa;
     double eps;
+    bool v2;  /* Qwen2-VL: LayerNorms with biases, ungated quick-GELU MLP */
+    bool rms; /* the norm: RMSNorm (2.5; MUT_RMS) */
 } ref_t;
 
 static const float *T_(const ref_t *r, const char *fmt, ...) CR_PRINTF(2, 3);
@@ -214,6 +220,29 @@ static void rmsn(double *y, const double *x, int n, int d, const float *w, doubl
     }
 }
 
+/* The tower's norm: RMSNorm (2.5), or LayerNorm with bias (Qwen2-VL);
+ * name: the weight's, "<name>.weight" / "<name>.bias". */
+static void norm(const ref_t *r, double *y, const double *x, int n, const char *name)
+{
+    const float *w = T_(r, "%s.weight", name);
+    if (r->rms) {
+        rmsn(y, x, n, r->D, w, r->eps);
+        return;
+    }
+    const float *b = T_(r, "%s.bias", name);
+    int d = r->D;
+    for (int t = 0; t < n; t++) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < d; i++)
+            mean += x[(size_t)t * d + i] / d;
+        for (int i = 0; i < d; i++)
+            var += (x[(size_t)t * d + i] - mean) * (x[(size_t)t * d + i] - mean) / d;
+        double s = 1 / sqrt(var + r->eps);
+        for (int i = 0; i < d; i++)
+            y[(size_t)t * d + i] = (x[(size_t)t * d + i] - mean) * s * w[i] + b[i];
+    }
+}
+
 /* The tower in raster order of patches (py, px), out [U][E] in raster
  * order of merged patches. */
 static void reference(const char *path, const float *px, int W, int Hpx, mutant_t mut,
@@ -227,10 +256,15 @@ static void reference(const char *path, const float *px, int W, int Hpx, mutant_
     cr_gguf_get_u32(r.g, "clip.vision.feed_forward_length", &u), r.F = (int)u;
     cr_gguf_get_u32(r.g, "clip.vision.block_count", &u), r.L = (int)u;
     cr_gguf_get_u32(r.g, "clip.vision.patch_size", &u), r.P = (int)u;
+    u = 0; /* absent in Qwen2-VL's files: every block full */
     cr_gguf_get_u32(r.g, "clip.vision.n_wa_pattern", &u), r.wa = (int)u;
     float e = 0;
     cr_gguf_get_f32(r.g, "clip.vision.attention.layer_norm_epsilon", &e), r.eps = e;
     r.hd = r.D / r.Hn;
+    char type[32] = "";
+    cr_gguf_get_strz(r.g, "clip.projector_type", type, sizeof type);
+    r.v2 = !strcmp(type, "qwen2vl_merger");
+    r.rms = !r.v2 || mut == MUT_RMS;
     r.H = (int)cr_gguf_tensor_find(r.g, "mm.0.weight")->ne[1];
     r.E = (int)cr_gguf_tensor_find(r.g, "mm.2.weight")->ne[1];
     int D = r.D, P = r.P, pw = W / P, ph = Hpx / P, T = pw * ph, hd = r.hd;
@@ -260,7 +294,9 @@ static void reference(const char *path, const float *px, int W, int Hpx, mutant_
     int gw = 112 / P / 2; /* window side in merged patches */
     for (int l = 0; l < r.L; l++) {
         bool full = mut == MUT_ALL_FULL || r.wa == 0 || (l + 1) % r.wa == 0;
-        rmsn(xb, x, T, D, T_(&r, "v.blk.%d.ln1.weight", l), r.eps);
+        char nm[64];
+        snprintf(nm, sizeof nm, "v.blk.%d.ln1", l);
+        norm(&r, xb, x, T, nm);
         lin(xb, T, D, T_(&r, "v.blk.%d.attn_q.weight", l), T_(&r, "v.blk.%d.attn_q.bias", l),
             D, q);
         lin(xb, T, D, T_(&r, "v.blk.%d.attn_k.weight", l), T_(&r, "v.blk.%d.attn_k.bias", l),
@@ -316,19 +352,28 @@ static void reference(const char *path, const float *px, int W, int Hpx, mutant_
             T_(&r, "v.blk.%d.attn_out.bias", l), D, xb);
         for (size_t i = 0; i < (size_t)T * D; i++)
             x[i] += xb[i];
-        rmsn(xb, x, T, D, T_(&r, "v.blk.%d.ln2.weight", l), r.eps);
-        lin(xb, T, D, T_(&r, "v.blk.%d.ffn_gate.weight", l),
-            T_(&r, "v.blk.%d.ffn_gate.bias", l), r.F, g);
-        lin(xb, T, D, T_(&r, "v.blk.%d.ffn_up.weight", l), T_(&r, "v.blk.%d.ffn_up.bias", l),
-            r.F, up);
-        for (size_t i = 0; i < (size_t)T * r.F; i++)
-            g[i] = g[i] / (1 + exp(-g[i])) * up[i];
+        snprintf(nm, sizeof nm, "v.blk.%d.ln2", l);
+        norm(&r, xb, x, T, nm);
+        if (r.v2) {
+            /* fc1 -> quick GELU (x sigmoid(1.702 x)) */
+            lin(xb, T, D, T_(&r, "v.blk.%d.ffn_up.weight", l),
+                T_(&r, "v.blk.%d.ffn_up.bias", l), r.F, g);
+            for (size_t i = 0; i < (size_t)T * r.F; i++)
+                g[i] = g[i] / (1 + exp(-1.702 * g[i]));
+        } else {
+            lin(xb, T, D, T_(&r, "v.blk.%d.ffn_gate.weight", l),
+                T_(&r, "v.blk.%d.ffn_gate.bias", l), r.F, g);
+            lin(xb, T, D, T_(&r, "v.blk.%d.ffn_up.weight", l),
+                T_(&r, "v.blk.%d.ffn_up.bias", l), r.F, up);
+            for (size_t i = 0; i < (size_t)T * r.F; i++)
+                g[i] = g[i] / (1 + exp(-g[i])) * up[i];
+        }
         lin(g, T, r.F, T_(&r, "v.blk.%d.ffn_down.weight", l),
             T_(&r, "v.blk.%d.ffn_down.bias", l), D, xb);
         for (size_t i = 0; i < (size_t)T * D; i++)
             x[i] += xb[i];
     }
-    rmsn(x, x, T, D, T_(&r, "v.post_ln.weight"), r.eps);
+    norm(&r, x, x, T, "v.post_ln");
     /* merge 2 x 2 neighbours (row-major inside), then mm.0 -> GELU -> mm.2 */
     int U = (pw / 2) * (ph / 2);
     double *m4 = calloc((size_t)U * 4 * D, sizeof *m4), *hid = calloc((size_t)U * r.H,
@@ -369,13 +414,15 @@ static void compare(const float *out, const double *ref, int n, int d, double *w
     *rel = den > 0 ? sqrt(num / den) : 1;
 }
 
-static void test_tower(void)
+/* qwen2: Qwen2-VL's tower (projector qwen2vl_merger) instead of 2.5's. */
+static void test_tower(bool qwen2)
 {
     char path[128];
-    snprintf(path, sizeof path, "%s/qwen.mmproj.gguf", dir_g);
+    snprintf(path, sizeof path, "%s/qwen%s.mmproj.gguf", dir_g, qwen2 ? "2" : "25");
     rn_synth_qwen2vl_opts_t o;
     rn_synth_qwen2vl_defaults(&o);
     o.seed = 5;
+    o.qwen2 = qwen2;
     cr_err_t err = {0};
     CHECK_MSG(rn_synth_qwen2vl_write(&o, path, &err) == CR_OK, "%s", err.msg);
     be_backend_t *be = NULL;
@@ -388,7 +435,7 @@ static void test_tower(void)
     }
     const rn_clip_hparams_t *hp = rn_clip_hparams(c);
     CHECK(hp->dynamic);
-    CHECK(!strcmp(hp->projector, "qwen2.5vl_merger"));
+    CHECK(!strcmp(hp->projector, qwen2 ? "qwen2vl_merger" : "qwen2.5vl_merger"));
     CHECK_EQ_INT(hp->n_embd, 64);
     CHECK_EQ_INT(hp->n_patches, 4096);
     test_layout(c);
@@ -407,11 +454,12 @@ static void test_tower(void)
     double worst, rel;
     reference(path, px, L.width, L.height, MUT_NONE, ref);
     compare(out, ref, (int)n, hp->n_embd, &worst, &rel);
-    fprintf(stderr, "tower vs scalar reference: worst row cosine %.7f, relative error "
-            "%.2e\n", worst, rel);
+    fprintf(stderr, "%s tower vs scalar reference: worst row cosine %.7f, relative error "
+            "%.2e\n", qwen2 ? "qwen2-vl" : "qwen2.5-vl", worst, rel);
     CHECK_MSG(worst >= 0.9999, "worst row cosine %.6f", worst);
     CHECK_MSG(rel < 1e-3, "relative error %.2e", rel);
-    static const mutant_t muts[] = {MUT_ALL_FULL, MUT_ROPE_SWAP};
+    /* Qwen2-VL attends fully everywhere: its mutant is the norm instead */
+    const mutant_t muts[] = {qwen2 ? MUT_RMS : MUT_ALL_FULL, MUT_ROPE_SWAP};
     for (size_t i = 0; i < CR_ARRAY_LEN(muts); i++) {
         reference(path, px, L.width, L.height, muts[i], ref);
         compare(out, ref, (int)n, hp->n_embd, &worst, &rel);
@@ -507,7 +555,8 @@ int main(void)
     if (!mkdtemp(dir_g))
         return 1;
     test_rope_multi();
-    test_tower();
+    test_tower(false);
+    test_tower(true);
     test_bad_files();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir_g);

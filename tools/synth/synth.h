@@ -207,6 +207,10 @@ typedef struct rn_synth_clip_opts {
     double std;        /* matrices' std */
     int merge;         /* pixtral: spatial_merge_size (2: Mistral Small's
                           patch merger; 1: none, as Pixtral 12B) */
+    const char *break_from; /* pixtral: NULL, v.token_embd.img_break drawn;
+                          else the path of the text model whose F32
+                          token_embd row of [IMG_BREAK] it copies, as
+                          llama.cpp's converter does */
 } rn_synth_clip_opts_t;
 
 /* Defaults: seed 1, F32, image 112, patch 14 (64 patches), dim 64,
@@ -230,6 +234,15 @@ cr_status_t rn_synth_clip_write(const rn_synth_clip_opts_t *o, const char *path,
 cr_status_t rn_synth_pixtral_write(const rn_synth_clip_opts_t *o, const char *path,
                                    cr_err_t *err);
 
+/* Ollama's single-file layout of the same tower (the same options give
+ * the same numbers): the mistral3 text model at text_path (its vocabulary
+ * holding [IMG_BREAK], token_embd F32 and n_embd wide) with the tower
+ * added under Ollama's names and mistral3.vision.* keys, the q/k rows in
+ * Hugging Face's order, no img_break tensor (the runner reads the text
+ * model's row), to path. Errors as above and from reading text_path. */
+cr_status_t rn_synth_pixtral_embed(const rn_synth_clip_opts_t *o, const char *text_path,
+                                   const char *path, cr_err_t *err);
+
 /* ---- qwen2.5-vl projectors (synth_qwen2vl.c) ---------------------------- */
 
 /* A Qwen2.5-VL-shaped projector file (llama.cpp's mmproj layout for
@@ -245,6 +258,11 @@ typedef struct rn_synth_qwen2vl_opts {
     int patch_size;
     int dim, n_heads, ffn, n_layers; /* head size a multiple of 4 */
     int n_wa_pattern;  /* every n-th block attends fully; 0: all */
+    bool qwen2;        /* Qwen2-VL's layout instead (projector type
+                          "qwen2vl_merger"): LayerNorms with biases (ln1,
+                          ln2, v.post_ln), no ffn_gate (a quick-GELU MLP:
+                          no clip.use_* key), no n_wa_pattern key (every
+                          block full); mmproj only */
     int proj_hidden;   /* rows of mm.0 */
     int n_embd;        /* rows of mm.2: the text model's dim */
     double std;        /* matrices' std */
@@ -259,6 +277,16 @@ void rn_synth_qwen2vl_defaults(rn_synth_qwen2vl_opts_t *o);
  * CR_E_NOMEM. */
 cr_status_t rn_synth_qwen2vl_write(const rn_synth_qwen2vl_opts_t *o, const char *path,
                                    cr_err_t *err);
+
+/* Ollama's single-file layout of the same tower (same numbers): the
+ * qwen2vl text model at text_path (n_embd wide) as Ollama's converter
+ * writes it (general.architecture "qwen25vl", its keys renamed to
+ * qwen25vl.*, rope.dimension_sections' first three as
+ * rope.mrope_section) with the tower under Ollama's names and
+ * qwen25vl.vision.* keys (fullatt_block_indexes from n_wa_pattern), to
+ * path. Errors as above and from reading text_path. */
+cr_status_t rn_synth_qwen2vl_embed(const rn_synth_qwen2vl_opts_t *o, const char *text_path,
+                                   const char *path, cr_err_t *err);
 
 /* ---- gemma3's vision side (synth_gemma3v.c) ---------------------------- */
 

@@ -97,6 +97,7 @@ static const struct {
     {"exaone", RN_ARCH_EXAONE}, {"smollm3", RN_ARCH_SMOLLM3},
     {"command-r", RN_ARCH_COMMAND_R}, {"cohere2", RN_ARCH_COHERE2},
     {"exaone4", RN_ARCH_EXAONE4}, {"qwen2vl", RN_ARCH_QWEN2VL},
+    {"qwen25vl", RN_ARCH_QWEN2VL}, /* Ollama's converter's Qwen2.5-VL */
 };
 
 bool rn_model_arch_supported(const char *arch)
@@ -343,6 +344,10 @@ static cr_status_t read_qwen2vl(rn_model_t *m, cr_err_t *err)
     char key[128];
     snprintf(key, sizeof key, "%s.rope.dimension_sections", hp->arch);
     const cr_gguf_array_t *a = NULL;
+    /* Ollama's qwen25vl writes Hugging Face's rope_scaling.mrope_section
+     * (3 counts) as rope.mrope_section instead */
+    if (!cr_gguf_kv_find(m->g, key))
+        snprintf(key, sizeof key, "%s.rope.mrope_section", hp->arch);
     if (!cr_gguf_get_arr(m->g, key, &a) || a->n < 3 || a->n > 4)
         return cr_err_set(err, CR_E_CORRUPT, "key '%s' is missing or not 3 to 4 integers",
                           key);

@@ -69,7 +69,8 @@ typedef enum rn_arch {
     RN_ARCH_EXAONE4,  /* "exaone4" (EXAONE 4.0): olmo2's post-norms with
                          per-head q/k norms; the 32B (64 layers) slides 3
                          of 4 layers and ropes only those */
-    RN_ARCH_QWEN2VL,  /* "qwen2vl" (Qwen2-VL, Qwen2.5-VL text model): qwen2
+    RN_ARCH_QWEN2VL,  /* "qwen2vl" (Qwen2-VL, Qwen2.5-VL text model; Ollama:
+                         "qwen25vl"): qwen2
                          with M-RoPE (rope_sections) */
 } rn_arch_t;
 

@@ -17,6 +17,7 @@
 
 /* Projector types with a tower of their own file. */
 #define PROJ_QWEN25VL "qwen2.5vl_merger"
+#define PROJ_QWEN2VL "qwen2vl_merger"
 
 typedef struct clip_layer {
     be_weight_t ln1, ln1_b;       /* [D] */
@@ -101,12 +102,12 @@ static cr_status_t read_hparams(rn_clip_t *c, cr_err_t *err)
         !cr_gguf_get_strz(g, "clip.vision.projector_type", hp->projector,
                           sizeof hp->projector))
         snprintf(hp->projector, sizeof hp->projector, "mlp"); /* old llava files */
-    if (!strcmp(hp->projector, PROJ_QWEN25VL))
+    if (!strcmp(hp->projector, PROJ_QWEN25VL) || !strcmp(hp->projector, PROJ_QWEN2VL))
         return CR_OK; /* qwen2vl.c reads the rest */
     if (strcmp(hp->projector, "mlp"))
         return cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported "
                           "yet (supported: mlp, the llava-style projector; "
-                          PROJ_QWEN25VL ")", hp->projector);
+                          PROJ_QWEN25VL "; " PROJ_QWEN2VL ")", hp->projector);
     const cr_gguf_array_t *fl = NULL, *pin = NULL;
     if (cr_gguf_get_arr(g, "clip.vision.feature_layer", &fl) && fl->n > 0)
         return cr_err_set(err, CR_E_UNSUPPORTED, "projector: clip.vision.feature_layer "
@@ -359,10 +360,14 @@ cr_status_t rn_clip_load(const char *path, be_backend_t *be, rn_clip_t **out, cr
         rn_clip_destroy(&c);
         return st;
     }
-    if (!st)
+    /* Ollama's qwen25vl model file with the tower inside */
+    bool ollama_qwen = !st && !strcmp(cr_gguf_arch(c->g), "qwen25vl");
+    if (!st && !ollama_qwen)
         st = read_hparams(c, err);
-    if (!st && !strcmp(c->hp.projector, PROJ_QWEN25VL)) {
-        if ((st = rn_clip_qwen2vl_load(c->g, be, &c->hp, &c->qwen, err))) {
+    if (!st && (ollama_qwen || !strcmp(c->hp.projector, PROJ_QWEN25VL) ||
+                !strcmp(c->hp.projector, PROJ_QWEN2VL))) {
+        if ((st = (ollama_qwen ? rn_clip_qwen2vl_load_ollama : rn_clip_qwen2vl_load)(
+                 c->g, be, &c->hp, &c->qwen, err))) {
             rn_clip_destroy(&c);
             return st;
         }

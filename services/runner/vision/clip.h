@@ -11,11 +11,13 @@
  * fixed square: the image is fitted inside image_size x image_size with
  * Pillow's bicubic filter, centred on llava's pad colour, then normalized
  * by image_mean / image_std (preprocess.h). Also qwen2.5-vl's tower
- * ("qwen2.5vl_merger", qwen2vl.h), whose size depends on the image
+ * ("qwen2.5vl_merger", and Qwen2-VL's "qwen2vl_merger", qwen2vl.h), whose
+ * size depends on the image
  * (rn_clip_layout, rn_clip_encode_at).
  *
  * gemma3 (clip.projector_type "gemma3", or Ollama's gemma3 model file with
- * the tower inside) is dispatched to proj_gemma3.h. Other projector types
+ * the tower inside) is dispatched to proj_gemma3.h; Ollama's qwen25vl
+ * model file with the tower inside to qwen2vl.h. Other projector types
  * (pixtral has a file of its own, pixtral.h) are refused with
  * CR_E_UNSUPPORTED.
  *

@@ -13,7 +13,33 @@
 #include <math.h>
 
 #include "lib/gguf.h"
+#include "lib/vision_embedded.h"
 #include "services/runner/vision/preprocess.h"
+
+_Static_assert(RN_PIXTRAL_MAX_TOKENS == CR_VISION_PIXTRAL_MAX_TOKENS,
+               "vision_embedded.h sizes the scheduler's estimate by the same limit");
+
+/* Tensor names of the two layouts, without ".weight" / ".bias" (per block:
+ * after "v.blk.N."). */
+typedef struct names {
+    const char *patch, *pre_ln;
+    const char *ln1, *q, *k, *v, *o, *ln2, *gate, *up, *down;
+    const char *in_norm, *merger, *mm1, *mm2;
+} names_t;
+
+static const names_t mmproj_names = {
+    "v.patch_embd", "v.pre_ln",
+    "ln1", "attn_q", "attn_k", "attn_v", "attn_out", "ln2", "ffn_gate", "ffn_up", "ffn_down",
+    "mm.input_norm", "mm.patch_merger", "mm.1", "mm.2",
+};
+
+/* convert_mistral.go's replacements of the Hugging Face names */
+static const names_t ollama_names = {
+    "v.patch_conv", "v.encoder_norm",
+    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
+    "ffn_up", "ffn_down",
+    "mm.norm", "mm.patch_merger.merging_layer", "mm.linear_1", "mm.linear_2",
+};
 
 typedef struct pix_layer {
     be_weight_t ln1, ln1_b;          /* [D], bias optional */
@@ -31,6 +57,10 @@ struct rn_pixtral {
     be_backend_t *be;
     const be_ops_ext_t *ext;
     rn_vweights_t w;              /* the bound tensors (vweights.h) */
+    const names_t *nm;            /* the file's layout */
+    void **copies;                /* Ollama's q/k with rows reordered [2 n_layers] */
+    int n_copies;
+    float *break_host;            /* Ollama's: token_embd's [IMG_BREAK] row [E] */
 
     be_weight_t patch, patch_b;   /* [D][3*P*P] (c, ky, kx), [D] or none */
     be_weight_t pre_ln, pre_ln_b; /* [D] or none */
@@ -134,12 +164,48 @@ static cr_status_t read_hparams(rn_pixtral_t *p, cr_err_t *err)
                           "quick GELU is not supported yet (expected clip.use_silu)");
     hp->gelu = gelu;
     hp->rope_theta = 10000.0f;
-    /* llama.cpp's set_limit_image_tokens(8, 1024) for this projector */
+    return CR_OK;
+}
+
+/* Ollama's mistral3 keys, checked with the rest of the file by
+ * lib/vision_embedded.h; what the file does not say is Ollama's
+ * hard-coded choice (SiLU, CLIP's mean and std). */
+static cr_status_t read_hparams_ollama(rn_pixtral_t *p, cr_err_t *err)
+{
+    rn_pixtral_hparams_t *hp = &p->hp;
+    cr_vision_embedded_t ve;
+    cr_status_t st = cr_vision_embedded(p->g, &ve, err);
+    if (st == CR_E_NOT_FOUND || (!st && ve.family != CR_VISION_MISTRAL3))
+        return cr_err_set(err, CR_E_INVALID, "not Ollama's mistral3 model file with a "
+                          "vision tower");
+    if (st)
+        return st;
+    static const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+    static const float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+    hp->patch_size = ve.patch_size;
+    hp->n_merge = ve.n_merge;
+    hp->dim = ve.dim;
+    hp->n_heads = ve.n_heads;
+    hp->head_dim = ve.dim / ve.n_heads;
+    hp->ffn = ve.ffn;
+    hp->n_layers = ve.n_layers;
+    hp->eps = ve.eps;
+    hp->rope_theta = ve.rope_theta;
+    memcpy(hp->mean, mean, sizeof mean);
+    memcpy(hp->std, std, sizeof std);
+    hp->gelu = false;
+    hp->ollama = true;
+    return CR_OK;
+}
+
+/* The limits every pixtral tower keeps (llama.cpp's set_limit_image_tokens
+ * (8, 1024) for this projector). */
+static void set_limits(rn_pixtral_hparams_t *hp)
+{
     int64_t area = (int64_t)hp->patch_size * hp->patch_size * hp->n_merge * hp->n_merge;
     hp->min_pixels = RN_PIXTRAL_MIN_TOKENS * area;
     hp->max_pixels = RN_PIXTRAL_MAX_TOKENS * area;
     hp->max_patches = RN_PIXTRAL_MAX_TOKENS * hp->n_merge * hp->n_merge;
-    return CR_OK;
 }
 
 /* Binds `name` ([rows][cols]) into *w and prepares it on the backend. */
@@ -149,44 +215,121 @@ static cr_status_t bind(rn_pixtral_t *p, const char *name, int64_t cols, int64_t
     return rn_vweights_bind(&p->w, name, cols, rows, required, vec, w, err);
 }
 
+/* Ollama's q or k [D][D] (Hugging Face's row order: in each head, the
+ * rotary pair (i, i + hd/2)) bound as a copy in llama.cpp's order (pair
+ * (2i, 2i + 1)): its row h*hd + 2i + j is the file's h*hd + j*hd/2 + i,
+ * the permutation llama.cpp's converter (LlamaModel.permute) applies.
+ * Whole rows move, so any type's blocks stay intact. */
+static cr_status_t bind_rope_rows(rn_pixtral_t *p, const char *name, be_weight_t *out,
+                                  cr_err_t *err)
+{
+    int64_t D = p->hp.dim, hd = p->hp.head_dim;
+    memset(out, 0, sizeof *out);
+    const cr_gguf_tensor_t *t = cr_gguf_tensor_find(p->g, name);
+    uint64_t last = t && t->n_dims > 1 ? t->ne[t->n_dims - 1] : 1;
+    if (!t || last != (uint64_t)D || t->n_elems / last != (uint64_t)D)
+        return cr_err_set(err, CR_E_INVALID, "vision tower: tensor '%s' is missing or not "
+                          "%" PRId64 " x %" PRId64, name, D, D);
+    size_t rb = (size_t)(t->size_bytes / (uint64_t)D);
+    uint8_t *copy = malloc(t->size_bytes);
+    if (!copy)
+        return cr_err_set(err, CR_E_NOMEM, "vision tower: out of memory for '%s'", name);
+    p->copies[p->n_copies++] = copy;
+    for (int64_t r = 0; r < D; r++) {
+        int64_t h = r / hd, i = r % hd / 2, j = r % 2;
+        memcpy(copy + (size_t)r * rb,
+               (const uint8_t *)t->data + (size_t)(h * hd + j * (hd / 2) + i) * rb, rb);
+    }
+    *out = (be_weight_t){.name = t->name, .type = t->type, .n_cols = D, .n_rows = D,
+                         .row_bytes = rb, .data = copy};
+    cr_status_t st = rn_vweights_add(&p->w, out, err);
+    if (!st)
+        p->w.bytes += t->size_bytes;
+    return st;
+}
+
 static cr_status_t bind_layer(rn_pixtral_t *p, int l, cr_err_t *err)
 {
     int64_t D = p->hp.dim, F = p->hp.ffn;
     pix_layer_t *L = &p->layers[l];
+    const names_t *nm = p->nm;
     struct {
-        const char *what;
+        const char *what, *suffix;
         int64_t cols, rows;
         bool required, vec;
         be_weight_t *w;
     } parts[] = {
-        {"ln1.weight", D, 1, true, true, &L->ln1},
-        {"ln1.bias", D, 1, false, true, &L->ln1_b},
-        {"attn_q.weight", D, D, true, false, &L->wq},
-        {"attn_q.bias", D, 1, false, true, &L->bq},
-        {"attn_k.weight", D, D, true, false, &L->wk},
-        {"attn_k.bias", D, 1, false, true, &L->bk},
-        {"attn_v.weight", D, D, true, false, &L->wv},
-        {"attn_v.bias", D, 1, false, true, &L->bv},
-        {"attn_out.weight", D, D, true, false, &L->wo},
-        {"attn_out.bias", D, 1, false, true, &L->bo},
-        {"ln2.weight", D, 1, true, true, &L->ln2},
-        {"ln2.bias", D, 1, false, true, &L->ln2_b},
-        {"ffn_gate.weight", D, F, true, false, &L->gate},
-        {"ffn_gate.bias", F, 1, false, true, &L->gate_b},
-        {"ffn_up.weight", D, F, true, false, &L->up},
-        {"ffn_up.bias", F, 1, false, true, &L->up_b},
-        {"ffn_down.weight", F, D, true, false, &L->down},
-        {"ffn_down.bias", D, 1, false, true, &L->down_b},
+        {nm->ln1, "weight", D, 1, true, true, &L->ln1},
+        {nm->ln1, "bias", D, 1, false, true, &L->ln1_b},
+        {nm->q, "weight", D, D, true, false, &L->wq},
+        {nm->q, "bias", D, 1, false, true, &L->bq},
+        {nm->k, "weight", D, D, true, false, &L->wk},
+        {nm->k, "bias", D, 1, false, true, &L->bk},
+        {nm->v, "weight", D, D, true, false, &L->wv},
+        {nm->v, "bias", D, 1, false, true, &L->bv},
+        {nm->o, "weight", D, D, true, false, &L->wo},
+        {nm->o, "bias", D, 1, false, true, &L->bo},
+        {nm->ln2, "weight", D, 1, true, true, &L->ln2},
+        {nm->ln2, "bias", D, 1, false, true, &L->ln2_b},
+        {nm->gate, "weight", D, F, true, false, &L->gate},
+        {nm->gate, "bias", F, 1, false, true, &L->gate_b},
+        {nm->up, "weight", D, F, true, false, &L->up},
+        {nm->up, "bias", F, 1, false, true, &L->up_b},
+        {nm->down, "weight", F, D, true, false, &L->down},
+        {nm->down, "bias", D, 1, false, true, &L->down_b},
     };
     for (size_t i = 0; i < CR_ARRAY_LEN(parts); i++) {
         char name[96];
-        snprintf(name, sizeof name, "v.blk.%d.%s", l, parts[i].what);
-        cr_status_t st = bind(p, name, parts[i].cols, parts[i].rows, parts[i].required,
-                              parts[i].vec, parts[i].w, err);
+        snprintf(name, sizeof name, "v.blk.%d.%s.%s", l, parts[i].what, parts[i].suffix);
+        cr_status_t st;
+        if (p->hp.ollama && (parts[i].w == &L->wq || parts[i].w == &L->wk))
+            st = bind_rope_rows(p, name, parts[i].w, err);
+        else if (p->hp.ollama && (parts[i].w == &L->bq || parts[i].w == &L->bk) &&
+                 cr_gguf_tensor_find(p->g, name))
+            /* Pixtral has none; a bias would need the same reordering */
+            st = cr_err_set(err, CR_E_UNSUPPORTED, "vision tower: '%s' is not supported",
+                            name);
+        else
+            st = bind(p, name, parts[i].cols, parts[i].rows, parts[i].required,
+                      parts[i].vec, parts[i].w, err);
         if (st)
             return st;
     }
     return CR_OK;
+}
+
+/* Ollama's [IMG_BREAK] embedding: row break_id of the text model's
+ * token_embd, dequantized by the backend's get_rows into host floats. */
+static cr_status_t bind_break_row(rn_pixtral_t *p, int32_t break_id, cr_err_t *err)
+{
+    be_backend_t *be = p->be;
+    int64_t E = p->hp.n_embd;
+    const cr_gguf_tensor_t *t = cr_gguf_tensor_find(p->g, "token_embd.weight");
+    if (!t || t->n_dims != 2 || t->ne[0] != (uint64_t)E || break_id < 0 ||
+        (uint64_t)break_id >= t->ne[1])
+        return cr_err_set(err, CR_E_INVALID, "vision tower: no row %d of a 'token_embd."
+                          "weight' %" PRId64 " wide for [IMG_BREAK]", break_id, E);
+    size_t rb = (size_t)(t->size_bytes / t->ne[1]);
+    p->brk = (be_weight_t){.name = t->name, .type = t->type, .n_cols = E, .n_rows = 1,
+                           .row_bytes = rb,
+                           .data = (const uint8_t *)t->data + rb * (size_t)break_id};
+    cr_status_t st = rn_vweights_add(&p->w, &p->brk, err);
+    if (st)
+        return st;
+    float *row = be->ops->alloc(be, (size_t)E * sizeof(float));
+    p->break_host = malloc((size_t)E * sizeof(float));
+    if (!row || !p->break_host) {
+        if (row)
+            be->ops->free(be, row);
+        return cr_err_set(err, CR_E_NOMEM, "vision tower: out of memory");
+    }
+    int32_t zero = 0;
+    be->ops->get_rows(be, &p->brk, &zero, 1, row);
+    be->ops->download(be, p->break_host, row, (size_t)E * sizeof(float));
+    be->ops->free(be, row);
+    p->img_break = p->break_host;
+    p->hp.has_break = true;
+    return be_check(be, err);
 }
 
 /* Rows of a 2-D tensor (its ne[1]), 0 when absent or not a matrix. */
@@ -196,51 +339,68 @@ static int64_t matrix_rows(const cr_gguf_t *g, const char *name)
     return t && t->n_dims == 2 && t->ne[1] <= 1u << 20 ? (int64_t)t->ne[1] : 0;
 }
 
-static cr_status_t bind_weights(rn_pixtral_t *p, cr_err_t *err)
+/* name "<base>.<suffix>" into buf */
+static const char *nm_of(char *buf, size_t cap, const char *base, const char *suffix)
+{
+    snprintf(buf, cap, "%s.%s", base, suffix);
+    return buf;
+}
+
+static cr_status_t bind_weights(rn_pixtral_t *p, int32_t break_id, cr_err_t *err)
 {
     rn_pixtral_hparams_t *hp = &p->hp;
+    const names_t *nm = p->nm;
     int64_t D = hp->dim, P = hp->patch_size, mm = (int64_t)hp->n_merge * hp->n_merge;
+    char a[96], b[96];
     cr_status_t st;
     if (cr_gguf_tensor_find(p->g, "v.class_embd") ||
         cr_gguf_tensor_find(p->g, "v.position_embd.weight"))
         return cr_err_set(err, CR_E_UNSUPPORTED, "projector: a pixtral tower with a class "
                           "token or learned positions is not supported");
-    if ((st = bind(p, "v.patch_embd.weight", 3 * P * P, D, true, false, &p->patch, err)) ||
-        (st = bind(p, "v.patch_embd.bias", D, 1, false, true, &p->patch_b, err)) ||
-        (st = bind(p, "v.pre_ln.weight", D, 1, false, true, &p->pre_ln, err)) ||
-        (st = bind(p, "v.pre_ln.bias", D, 1, false, true, &p->pre_ln_b, err)) ||
+    if ((st = bind(p, nm_of(a, sizeof a, nm->patch, "weight"), 3 * P * P, D, true, false,
+                   &p->patch, err)) ||
+        (st = bind(p, nm_of(a, sizeof a, nm->patch, "bias"), D, 1, false, true, &p->patch_b,
+                   err)) ||
+        (st = bind(p, nm_of(a, sizeof a, nm->pre_ln, "weight"), D, 1, false, true, &p->pre_ln,
+                   err)) ||
+        (st = bind(p, nm_of(a, sizeof a, nm->pre_ln, "bias"), D, 1, false, true, &p->pre_ln_b,
+                   err)) ||
         (st = bind(p, "v.post_ln.weight", D, 1, false, true, &p->post_ln, err)) ||
         (st = bind(p, "v.post_ln.bias", D, 1, false, true, &p->post_ln_b, err)))
         return st;
     if (p->patch.type != CR_TYPE_F32 && p->patch.type != CR_TYPE_F16)
-        return cr_err_set(err, CR_E_UNSUPPORTED, "projector: v.patch_embd.weight must be "
-                          "F32 or F16");
-    if (!(p->layers = calloc((size_t)hp->n_layers, sizeof *p->layers)))
+        return cr_err_set(err, CR_E_UNSUPPORTED, "projector: %s.weight must be F32 or F16",
+                          nm->patch);
+    if (!(p->layers = calloc((size_t)hp->n_layers, sizeof *p->layers)) ||
+        !(p->copies = calloc(2 * (size_t)hp->n_layers, sizeof *p->copies)))
         return cr_err_set(err, CR_E_NOMEM, "projector: out of memory");
     for (int l = 0; l < hp->n_layers; l++)
         if ((st = bind_layer(p, l, err)))
             return st;
     /* The merger exists in Mistral Small's files, not in Pixtral 12B's. */
-    hp->has_merger = cr_gguf_tensor_find(p->g, "mm.patch_merger.weight") != NULL;
+    hp->has_merger = cr_gguf_tensor_find(p->g, nm_of(a, sizeof a, nm->merger, "weight")) != NULL;
     if (hp->has_merger != (hp->n_merge > 1))
-        return cr_err_set(err, CR_E_INVALID, "projector: mm.patch_merger.weight %s, but "
-                          "spatial_merge_size is %d", hp->has_merger ? "present" : "missing",
-                          hp->n_merge);
+        return cr_err_set(err, CR_E_INVALID, "projector: %s %s, but spatial_merge_size is %d",
+                          a, hp->has_merger ? "present" : "missing", hp->n_merge);
     if (hp->has_merger &&
-        ((st = bind(p, "mm.input_norm.weight", D, 1, true, true, &p->in_norm, err)) ||
-         (st = bind(p, "mm.patch_merger.weight", D * mm, D, true, false, &p->merger, err))))
+        ((st = bind(p, nm_of(b, sizeof b, nm->in_norm, "weight"), D, 1, true, true,
+                    &p->in_norm, err)) ||
+         (st = bind(p, a, D * mm, D, true, false, &p->merger, err))))
         return st;
-    hp->proj_hidden = (int)matrix_rows(p->g, "mm.1.weight");
-    hp->n_embd = (int)matrix_rows(p->g, "mm.2.weight");
+    hp->proj_hidden = (int)matrix_rows(p->g, nm_of(a, sizeof a, nm->mm1, "weight"));
+    hp->n_embd = (int)matrix_rows(p->g, nm_of(b, sizeof b, nm->mm2, "weight"));
     if (!hp->proj_hidden || !hp->n_embd)
-        return cr_err_set(err, CR_E_INVALID, "projector: tensors 'mm.1.weight' and "
-                          "'mm.2.weight' must be matrices");
+        return cr_err_set(err, CR_E_INVALID, "projector: tensors '%s' and '%s' must be "
+                          "matrices", a, b);
     int64_t H = hp->proj_hidden, E = hp->n_embd;
-    if ((st = bind(p, "mm.1.weight", D, H, true, false, &p->mm1, err)) ||
-        (st = bind(p, "mm.1.bias", H, 1, false, true, &p->mm1_b, err)) ||
-        (st = bind(p, "mm.2.weight", H, E, true, false, &p->mm2, err)) ||
-        (st = bind(p, "mm.2.bias", E, 1, false, true, &p->mm2_b, err)))
+    if ((st = bind(p, a, D, H, true, false, &p->mm1, err)) ||
+        (st = bind(p, nm_of(a, sizeof a, nm->mm1, "bias"), H, 1, false, true, &p->mm1_b,
+                   err)) ||
+        (st = bind(p, b, H, E, true, false, &p->mm2, err)) ||
+        (st = bind(p, nm_of(b, sizeof b, nm->mm2, "bias"), E, 1, false, true, &p->mm2_b, err)))
         return st;
+    if (hp->ollama)
+        return bind_break_row(p, break_id, err);
     if ((st = bind(p, "v.token_embd.img_break", E, 1, true, true, &p->brk, err)))
         return st;
     p->img_break = p->brk.data;
@@ -284,8 +444,8 @@ static cr_status_t alloc_buffers(rn_pixtral_t *p, cr_err_t *err)
     return be->ops->reserve(be, (int)N, max_cols, (int)N, hp->n_heads, err);
 }
 
-cr_status_t rn_pixtral_load(const char *path, be_backend_t *be, rn_pixtral_t **out,
-                            cr_err_t *err)
+static cr_status_t load(const char *path, be_backend_t *be, bool ollama, int32_t break_id,
+                        rn_pixtral_t **out, cr_err_t *err)
 {
     *out = NULL;
     rn_pixtral_t *p = calloc(1, sizeof *p);
@@ -293,17 +453,20 @@ cr_status_t rn_pixtral_load(const char *path, be_backend_t *be, rn_pixtral_t **o
         return cr_err_set(err, CR_E_NOMEM, "projector: out of memory");
     p->be = be;
     p->ext = be_ext_ops(be);
+    p->nm = ollama ? &ollama_names : &mmproj_names;
     cr_status_t st = cr_gguf_open(path, &p->g, err);
     if (!st)
-        rn_vweights_init(&p->w, p->g, be, "projector");
+        rn_vweights_init(&p->w, p->g, be, ollama ? "vision tower" : "projector");
     if (!st)
-        st = read_hparams(p, err);
+        st = ollama ? read_hparams_ollama(p, err) : read_hparams(p, err);
+    if (!st)
+        set_limits(&p->hp);
     if (!st && (!p->ext || !p->ext->add_rows || !p->ext->gelu || !p->ext->rope_yarn ||
                 (p->hp.gelu && !p->ext->geglu)))
         st = cr_err_set(err, CR_E_UNSUPPORTED, "projector: the %s backend lacks the ops a "
                         "pixtral tower needs", be->ops->name);
     if (!st)
-        st = bind_weights(p, err);
+        st = bind_weights(p, break_id, err);
     if (!st)
         st = alloc_buffers(p, err);
     if (st) {
@@ -312,6 +475,18 @@ cr_status_t rn_pixtral_load(const char *path, be_backend_t *be, rn_pixtral_t **o
     }
     *out = p;
     return CR_OK;
+}
+
+cr_status_t rn_pixtral_load(const char *path, be_backend_t *be, rn_pixtral_t **out,
+                            cr_err_t *err)
+{
+    return load(path, be, false, -1, out, err);
+}
+
+cr_status_t rn_pixtral_load_ollama(const char *path, be_backend_t *be, int32_t break_id,
+                                   rn_pixtral_t **out, cr_err_t *err)
+{
+    return load(path, be, true, break_id, out, err);
 }
 
 void rn_pixtral_destroy(rn_pixtral_t **self_p)
@@ -331,6 +506,10 @@ void rn_pixtral_destroy(rn_pixtral_t **self_p)
     free(p->pos_row);
     free(p->pos_col);
     free(p->layers);
+    for (int i = 0; i < p->n_copies; i++)
+        free(p->copies[i]);
+    free(p->copies);
+    free(p->break_host);
     cr_gguf_close(&p->g);
     free(p);
     *self_p = NULL;

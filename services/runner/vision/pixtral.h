@@ -23,7 +23,24 @@
  * allocated once at load for the largest image, so encoding allocates
  * nothing. It follows llama.cpp's graph (tools/mtmd/models/pixtral.cpp at
  * the reference commit). Owns the mapping of the projector file and its
- * prepared weights; not the backend. Not thread-safe. */
+ * prepared weights; not the backend. Not thread-safe.
+ *
+ * The same tower also loads from inside Ollama's mistral3 model file
+ * (lib/vision_embedded.h: its key and tensor names). Two things differ
+ * there beyond names, both confirmed from Ollama's source
+ * (convert/convert_mistral.go, model/models/mistral3 at f63eea3d): its
+ * converter keeps the tower's q/k rows in Hugging Face's order (each
+ * head's rotary halves, i and i + hd/2, as rotate_half pairs them) where
+ * llama.cpp's permutes them into adjacent pairs (2i, 2i + 1), so the
+ * loader reorders those rows into llama.cpp's order once; and the file
+ * has no [IMG_BREAK] embedding of its own: Ollama feeds the text token,
+ * whose embedding is the text model's token_embd row (the row llama.cpp's
+ * converter copies into v.token_embd.img_break), so that row is read,
+ * dequantized, at load. Ollama hard-codes the break, end and image token
+ * ids (12, 13, 10); corral looks [IMG_BREAK] up in the vocabulary. The
+ * preprocessing stays llama.cpp's (inferred equivalent for the tower's
+ * numbers; Ollama's own resizes differently: longest edge 1540,
+ * bilinear), with Ollama's hard-coded CLIP mean and std. */
 #ifndef RN_PIXTRAL_H
 #define RN_PIXTRAL_H
 
@@ -45,7 +62,8 @@ typedef struct rn_pixtral_hparams {
     int ffn;            /* clip.vision.feed_forward_length */
     int n_layers;       /* clip.vision.block_count: all run */
     float eps;          /* clip.vision.attention.layer_norm_epsilon */
-    float rope_theta;   /* 10000, as llama.cpp fixes it */
+    float rope_theta;   /* 10000, as llama.cpp fixes it (Ollama's file:
+                           mistral3.vision.rope.freq_base) */
     float mean[3], std[3]; /* clip.vision.image_mean / image_std (RGB) */
     bool gelu;          /* gate activation: GELU (clip.use_gelu), else SiLU */
     int64_t min_pixels; /* RN_PIXTRAL_MIN_TOKENS tokens' pixels */
@@ -54,7 +72,9 @@ typedef struct rn_pixtral_hparams {
     int proj_hidden;    /* rows of mm.1 */
     int n_embd;         /* rows of mm.2: the text model's embedding length */
     bool has_merger;    /* mm.patch_merger present */
-    bool has_break;     /* v.token_embd.img_break present */
+    bool has_break;     /* v.token_embd.img_break present (Ollama's file:
+                           always, from token_embd) */
+    bool ollama;        /* loaded from Ollama's single file */
 } rn_pixtral_hparams_t;
 
 typedef struct rn_pixtral rn_pixtral_t;
@@ -70,6 +90,14 @@ typedef struct rn_pixtral rn_pixtral_t;
  * CR_E_NOMEM. */
 cr_status_t rn_pixtral_load(const char *path, be_backend_t *be, rn_pixtral_t **out,
                             cr_err_t *err);
+
+/* The tower inside Ollama's mistral3 model file at path (which
+ * lib/vision_embedded.h must have passed), its [IMG_BREAK] row the text
+ * model's token_embd row break_id (the vocabulary's [IMG_BREAK]).
+ * Otherwise as rn_pixtral_load: CR_E_INVALID names a missing or misshapen
+ * key or tensor or a break_id out of the vocabulary. */
+cr_status_t rn_pixtral_load_ollama(const char *path, be_backend_t *be, int32_t break_id,
+                                   rn_pixtral_t **out, cr_err_t *err);
 
 void rn_pixtral_destroy(rn_pixtral_t **self_p);
 

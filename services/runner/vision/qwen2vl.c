@@ -10,11 +10,40 @@
 
 #include <math.h>
 
+#include "lib/vision_embedded.h"
 #include "services/runner/vision/preprocess.h"
 
 #define MERGE 2           /* the graph hard-codes 2 x 2 merging */
 #define WINDOW_PIXELS 112 /* llama.cpp's default attn_window_size */
 #define ROPE_BASE 10000.0f
+#define MAX_FULL 256      /* full-attention blocks Ollama's list may name */
+
+_Static_assert(RN_QWEN2VL_MAX_TOKENS == CR_VISION_QWEN25VL_MAX_TOKENS,
+               "vision_embedded.h sizes the scheduler's estimate by the same limit");
+
+/* Tensor names of the two layouts (per block: after "v.blk.N."). */
+typedef struct names {
+    const char *patch0, *patch1;
+    const char *ln1, *q, *k, *v, *o, *ln2, *gate, *up, *down; /* no suffix */
+    const char *post_ln, *post_ln_b, *mm0, *mm0_b, *mm2, *mm2_b;
+} names_t;
+
+static const names_t mmproj_names = {
+    "v.patch_embd.weight", "v.patch_embd.weight.1",
+    "ln1", "attn_q", "attn_k", "attn_v", "attn_out", "ln2", "ffn_gate", "ffn_up", "ffn_down",
+    "v.post_ln.weight", "v.post_ln.bias", "mm.0.weight", "mm.0.bias", "mm.2.weight",
+    "mm.2.bias",
+};
+
+/* convert_qwen25vl.go: the kernel's frames split as patch_embd_0 / _1,
+ * the fused qkv split into attn_q / attn_k / attn_v, the merger kept under
+ * v.merger (its ln_q and mlp.0 / mlp.2) */
+static const names_t ollama_names = {
+    "v.patch_embd_0.weight", "v.patch_embd_1.weight",
+    "ln1", "attn_q", "attn_k", "attn_v", "attn_out", "ln2", "ffn_gate", "ffn_up", "ffn_down",
+    "v.merger.ln_q.weight", "v.merger.ln_q.bias", "v.merger.mlp.0.weight",
+    "v.merger.mlp.0.bias", "v.merger.mlp.2.weight", "v.merger.mlp.2.bias",
+};
 
 typedef struct layer {
     be_weight_t ln1, ln1_b;     /* [D], [D] or none */
@@ -24,6 +53,8 @@ typedef struct layer {
     be_weight_t gate, gate_b;   /* [F][D], [F] or none */
     be_weight_t up, up_b;       /* [F][D], [F] or none */
     be_weight_t down, down_b;   /* [D][F], [D] or none */
+    bool full;                  /* attends over the whole image, else
+                                   within its window */
 } layer_t;
 
 struct rn_clip_qwen2vl {
@@ -32,7 +63,16 @@ struct rn_clip_qwen2vl {
     be_backend_t *be;
     const be_ops_ext_t *ext;
     rn_vweights_t w;               /* the bound tensors (vweights.h) */
+    const names_t *nm;             /* the file's layout */
     int n_wa_pattern; /* every n-th layer attends fully; 0: all do */
+    bool windows;     /* some layer attends within windows */
+    int window_pixels; /* a window's side: 112 (Ollama: window_size) */
+    float rope_base;
+    bool full_list[MAX_FULL]; /* Ollama's fullatt_block_indexes */
+    bool ollama;
+    bool qwen2;       /* Qwen2-VL ("qwen2vl_merger"): LayerNorms with biases,
+                         an ungated GELU / quick-GELU MLP; else 2.5's RMSNorm
+                         and SiLU-gated MLP */
 
     be_weight_t patch0, patch1;    /* [D][3*P*P] (c, ky, kx): the temporal
                                       kernel's two frames */
@@ -103,9 +143,11 @@ static cr_status_t read_hparams(rn_clip_qwen2vl_t *q, cr_err_t *err)
     if (hp->head_dim % 4 || hp->head_dim > 1024)
         return cr_err_set(err, CR_E_UNSUPPORTED, "projector: head size %d must be a "
                           "multiple of 4 up to 1024 (2D rotary sections)", hp->head_dim);
-    /* llama.cpp requires the pattern for qwen2.5-vl (0: no window layers) */
+    /* llama.cpp requires the pattern for qwen2.5-vl (0: no window layers);
+     * Qwen2-VL's files have none (every block attends fully) */
     uint32_t wa = 0;
-    if (!cr_gguf_get_u32(g, "clip.vision.n_wa_pattern", &wa) || wa > RN_CLIP_MAX_LAYERS)
+    bool has_wa = cr_gguf_get_u32(g, "clip.vision.n_wa_pattern", &wa);
+    if ((!has_wa && !q->qwen2) || wa > RN_CLIP_MAX_LAYERS)
         return cr_err_set(err, CR_E_INVALID, "projector: key 'clip.vision.n_wa_pattern' "
                           "is missing or out of range");
     q->n_wa_pattern = (int)wa;
@@ -126,16 +168,79 @@ static cr_status_t read_hparams(rn_clip_qwen2vl_t *q, cr_err_t *err)
     bool gelu = false, silu = false;
     cr_gguf_get_bool(g, "clip.use_gelu", &gelu);
     cr_gguf_get_bool(g, "clip.use_silu", &silu);
-    if (gelu || !silu)
+    if (q->qwen2) {
+        /* Qwen2-VL: an ungated MLP, quick GELU unless the file says
+         * otherwise (llama.cpp's ffn_op); no plain SiLU op yet */
+        if (silu)
+            return cr_err_set(err, CR_E_UNSUPPORTED, "projector: a qwen2-vl tower with a "
+                              "SiLU MLP is not supported yet");
+        hp->act = gelu ? RN_CLIP_ACT_GELU : RN_CLIP_ACT_GELU_QUICK;
+    } else if (gelu || !silu) {
         return cr_err_set(err, CR_E_UNSUPPORTED, "projector: a qwen2.5-vl tower with a "
                           "%s MLP is not supported yet (only SiLU, clip.use_silu)",
                           gelu ? "GELU" : "quick-GELU");
-    hp->act = RN_CLIP_ACT_SILU;
+    } else {
+        hp->act = RN_CLIP_ACT_SILU;
+    }
     hp->dynamic = true;
     int align = hp->patch_size * MERGE;
     /* the largest image: RN_QWEN2VL_MAX_TOKENS merged patches */
     hp->n_patches = RN_QWEN2VL_MAX_TOKENS;
     hp->image_size = align * 64; /* 64 x 64 merged patches */
+    hp->n_side = hp->image_size / hp->patch_size;
+    hp->n_pos = RN_QWEN2VL_MAX_TOKENS * MERGE * MERGE;
+    hp->n_layers_run = hp->n_layers;
+    return CR_OK;
+}
+
+/* Ollama's qwen25vl keys, checked with the rest of the file by
+ * lib/vision_embedded.h; the full-attention blocks are a list there
+ * (fullatt_block_indexes, Ollama's reader's default {7, 15, 23, 31} when
+ * absent), the window's side a key (window_size), and the mean and std
+ * Ollama's hard-coded CLIP ones. */
+static cr_status_t read_hparams_ollama(rn_clip_qwen2vl_t *q, cr_err_t *err)
+{
+    rn_clip_hparams_t *hp = &q->hp;
+    cr_vision_embedded_t ve;
+    cr_status_t st = cr_vision_embedded(q->g, &ve, err);
+    if (st == CR_E_NOT_FOUND || (!st && ve.family != CR_VISION_QWEN25VL))
+        return cr_err_set(err, CR_E_INVALID, "not Ollama's qwen25vl model file with a "
+                          "vision tower");
+    if (st)
+        return st;
+    static const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+    static const float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+    snprintf(hp->projector, sizeof hp->projector, "qwen2.5vl_merger");
+    hp->patch_size = ve.patch_size;
+    hp->dim = ve.dim;
+    hp->n_heads = ve.n_heads;
+    hp->head_dim = ve.dim / ve.n_heads;
+    hp->ffn = ve.ffn;
+    hp->n_layers = ve.n_layers;
+    hp->eps = ve.eps;
+    memcpy(hp->mean, mean, sizeof mean);
+    memcpy(hp->std, std, sizeof std);
+    q->rope_base = ve.rope_theta;
+    uint32_t win = WINDOW_PIXELS;
+    cr_gguf_get_u32(q->g, "qwen25vl.vision.window_size", &win);
+    q->window_pixels = (int)win; /* 1..4096: vision_embedded checked it */
+    const cr_gguf_array_t *a = NULL;
+    if (cr_gguf_get_arr(q->g, "qwen25vl.vision.fullatt_block_indexes", &a)) {
+        for (uint64_t i = 0; i < a->n; i++) {
+            int64_t k = -1;
+            if (cr_gguf_arr_get_i64(a, i, &k) && k >= 0 && k < MAX_FULL)
+                q->full_list[k] = true;
+        }
+    } else {
+        static const int def[] = {7, 15, 23, 31};
+        for (size_t i = 0; i < CR_ARRAY_LEN(def); i++)
+            q->full_list[def[i]] = true;
+    }
+    q->ollama = true;
+    hp->act = RN_CLIP_ACT_SILU;
+    hp->dynamic = true;
+    hp->n_patches = RN_QWEN2VL_MAX_TOKENS;
+    hp->image_size = hp->patch_size * MERGE * 64;
     hp->n_side = hp->image_size / hp->patch_size;
     hp->n_pos = RN_QWEN2VL_MAX_TOKENS * MERGE * MERGE;
     hp->n_layers_run = hp->n_layers;
@@ -159,34 +264,38 @@ static cr_status_t bind_layer(rn_clip_qwen2vl_t *q, int l, cr_err_t *err)
 {
     layer_t *L = &q->layers[l];
     int64_t D = q->hp.dim, F = q->hp.ffn;
+    const names_t *nm = q->nm;
     struct {
-        const char *what;
+        const char *what, *suffix;
         int64_t cols, rows;
         bool required, vec;
         be_weight_t *w;
     } parts[] = {
-        {"ln1.weight", D, 1, true, true, &L->ln1},
-        {"ln1.bias", D, 1, false, true, &L->ln1_b},
-        {"attn_q.weight", D, D, true, false, &L->wq},
-        {"attn_q.bias", D, 1, true, true, &L->bq},
-        {"attn_k.weight", D, D, true, false, &L->wk},
-        {"attn_k.bias", D, 1, true, true, &L->bk},
-        {"attn_v.weight", D, D, true, false, &L->wv},
-        {"attn_v.bias", D, 1, true, true, &L->bv},
-        {"attn_out.weight", D, D, true, false, &L->wo},
-        {"attn_out.bias", D, 1, false, true, &L->bo},
-        {"ln2.weight", D, 1, true, true, &L->ln2},
-        {"ln2.bias", D, 1, false, true, &L->ln2_b},
-        {"ffn_gate.weight", D, F, true, false, &L->gate},
-        {"ffn_gate.bias", F, 1, false, true, &L->gate_b},
-        {"ffn_up.weight", D, F, true, false, &L->up},
-        {"ffn_up.bias", F, 1, false, true, &L->up_b},
-        {"ffn_down.weight", F, D, true, false, &L->down},
-        {"ffn_down.bias", D, 1, false, true, &L->down_b},
+        {nm->ln1, "weight", D, 1, true, true, &L->ln1},
+        {nm->ln1, "bias", D, 1, false, true, &L->ln1_b},
+        {nm->q, "weight", D, D, true, false, &L->wq},
+        {nm->q, "bias", D, 1, true, true, &L->bq},
+        {nm->k, "weight", D, D, true, false, &L->wk},
+        {nm->k, "bias", D, 1, true, true, &L->bk},
+        {nm->v, "weight", D, D, true, false, &L->wv},
+        {nm->v, "bias", D, 1, true, true, &L->bv},
+        {nm->o, "weight", D, D, true, false, &L->wo},
+        {nm->o, "bias", D, 1, false, true, &L->bo},
+        {nm->ln2, "weight", D, 1, true, true, &L->ln2},
+        {nm->ln2, "bias", D, 1, false, true, &L->ln2_b},
+        {nm->gate, "weight", D, F, !q->qwen2, false, &L->gate},
+        {nm->gate, "bias", F, 1, false, true, &L->gate_b},
+        {nm->up, "weight", D, F, true, false, &L->up},
+        {nm->up, "bias", F, 1, false, true, &L->up_b},
+        {nm->down, "weight", F, D, true, false, &L->down},
+        {nm->down, "bias", D, 1, false, true, &L->down_b},
     };
+    L->full = q->ollama ? l < MAX_FULL && q->full_list[l]
+                        : q->n_wa_pattern == 0 || (l + 1) % q->n_wa_pattern == 0;
+    q->windows |= !L->full;
     for (size_t i = 0; i < CR_ARRAY_LEN(parts); i++) {
         char name[96];
-        snprintf(name, sizeof name, "v.blk.%d.%s", l, parts[i].what);
+        snprintf(name, sizeof name, "v.blk.%d.%s.%s", l, parts[i].what, parts[i].suffix);
         cr_status_t st = bind(q, name, parts[i].cols, parts[i].rows, parts[i].required,
                               parts[i].vec, parts[i].w, err);
         if (st)
@@ -207,36 +316,37 @@ static cr_status_t bind_weights(rn_clip_qwen2vl_t *q, cr_err_t *err)
     q->layers = calloc((size_t)hp->n_layers, sizeof *q->layers);
     if (!q->layers)
         return cr_err_set(err, CR_E_NOMEM, "projector: out of memory");
-    if ((st = bind(q, "v.patch_embd.weight", 3 * P * P, D, true, false, &q->patch0, err)) ||
-        (st = bind(q, "v.patch_embd.weight.1", 3 * P * P, D, true, false, &q->patch1, err)) ||
+    const names_t *nm = q->nm;
+    if ((st = bind(q, nm->patch0, 3 * P * P, D, true, false, &q->patch0, err)) ||
+        (st = bind(q, nm->patch1, 3 * P * P, D, true, false, &q->patch1, err)) ||
         (st = bind(q, "v.pre_ln.weight", D, 1, false, true, &q->pre_ln, err)) ||
         (st = bind(q, "v.pre_ln.bias", D, 1, false, true, &q->pre_ln_b, err)) ||
-        (st = bind(q, "v.post_ln.weight", D, 1, false, true, &q->post_ln, err)) ||
-        (st = bind(q, "v.post_ln.bias", D, 1, false, true, &q->post_ln_b, err)))
+        (st = bind(q, nm->post_ln, D, 1, false, true, &q->post_ln, err)) ||
+        (st = bind(q, nm->post_ln_b, D, 1, false, true, &q->post_ln_b, err)))
         return st;
     for (int l = 0; l < hp->n_layers; l++)
         if ((st = bind_layer(q, l, err)))
             return st;
     /* the merger: mm.0 [H][4D] -> GELU -> mm.2 [E][H] */
-    const cr_gguf_tensor_t *t0 = cr_gguf_tensor_find(q->g, "mm.0.weight");
-    const cr_gguf_tensor_t *t2 = cr_gguf_tensor_find(q->g, "mm.2.weight");
+    const cr_gguf_tensor_t *t0 = cr_gguf_tensor_find(q->g, nm->mm0);
+    const cr_gguf_tensor_t *t2 = cr_gguf_tensor_find(q->g, nm->mm2);
     if (!t0 || t0->n_dims != 2 || !t2 || t2->n_dims != 2 || t0->ne[1] > 1u << 20 ||
         t2->ne[1] > 1u << 20)
-        return cr_err_set(err, CR_E_INVALID, "projector: tensors 'mm.0.weight' and "
-                          "'mm.2.weight' must be matrices");
+        return cr_err_set(err, CR_E_INVALID, "%s: tensors '%s' and '%s' must be matrices",
+                          q->w.what, nm->mm0, nm->mm2);
     hp->proj_hidden = (int)t0->ne[1];
     hp->n_embd = (int)t2->ne[1];
     int64_t H = hp->proj_hidden, E = hp->n_embd;
-    if ((st = bind(q, "mm.0.weight", 4 * D, H, true, false, &q->mm0, err)) ||
-        (st = bind(q, "mm.0.bias", H, 1, true, true, &q->mm0_b, err)) ||
-        (st = bind(q, "mm.2.weight", H, E, true, false, &q->mm2, err)) ||
-        (st = bind(q, "mm.2.bias", E, 1, true, true, &q->mm2_b, err)))
+    if ((st = bind(q, nm->mm0, 4 * D, H, true, false, &q->mm0, err)) ||
+        (st = bind(q, nm->mm0_b, H, 1, true, true, &q->mm0_b, err)) ||
+        (st = bind(q, nm->mm2, H, E, true, false, &q->mm2, err)) ||
+        (st = bind(q, nm->mm2_b, E, 1, true, true, &q->mm2_b, err)))
         return st;
     return CR_OK;
 }
 
-cr_status_t rn_clip_qwen2vl_load(const cr_gguf_t *g, be_backend_t *be, rn_clip_hparams_t *hp,
-                                 rn_clip_qwen2vl_t **out, cr_err_t *err)
+static cr_status_t load(const cr_gguf_t *g, be_backend_t *be, bool ollama,
+                        rn_clip_hparams_t *hp, rn_clip_qwen2vl_t **out, cr_err_t *err)
 {
     *out = NULL;
     rn_clip_qwen2vl_t *q = calloc(1, sizeof *q);
@@ -246,11 +356,17 @@ cr_status_t rn_clip_qwen2vl_load(const cr_gguf_t *g, be_backend_t *be, rn_clip_h
     q->be = be;
     q->ext = be_ext_ops(be);
     q->hp = *hp;
-    rn_vweights_init(&q->w, g, be, "projector");
-    cr_status_t st = read_hparams(q, err);
-    if (!st && (!q->ext || !q->ext->rope_multi || !q->ext->add_rows || !q->ext->gelu))
+    q->nm = ollama ? &ollama_names : &mmproj_names;
+    q->qwen2 = !ollama && !strcmp(hp->projector, "qwen2vl_merger");
+    q->window_pixels = WINDOW_PIXELS;
+    q->rope_base = ROPE_BASE;
+    rn_vweights_init(&q->w, g, be, ollama ? "vision tower" : "projector");
+    cr_status_t st = ollama ? read_hparams_ollama(q, err) : read_hparams(q, err);
+    if (!st && (!q->ext || !q->ext->rope_multi || !q->ext->add_rows || !q->ext->gelu ||
+                (q->qwen2 && (!q->ext->layernorm ||
+                              (q->hp.act == RN_CLIP_ACT_GELU_QUICK && !q->ext->gelu_quick)))))
         st = cr_err_set(err, CR_E_UNSUPPORTED, "projector: the %s backend lacks the ops a "
-                        "qwen2.5-vl tower needs", be->ops->name);
+                        "qwen2%s-vl tower needs", be->ops->name, q->qwen2 ? "" : ".5");
     if (!st)
         st = bind_weights(q, err);
     if (st) {
@@ -260,6 +376,19 @@ cr_status_t rn_clip_qwen2vl_load(const cr_gguf_t *g, be_backend_t *be, rn_clip_h
     *hp = q->hp;
     *out = q;
     return CR_OK;
+}
+
+cr_status_t rn_clip_qwen2vl_load(const cr_gguf_t *g, be_backend_t *be, rn_clip_hparams_t *hp,
+                                 rn_clip_qwen2vl_t **out, cr_err_t *err)
+{
+    return load(g, be, false, hp, out, err);
+}
+
+cr_status_t rn_clip_qwen2vl_load_ollama(const cr_gguf_t *g, be_backend_t *be,
+                                        rn_clip_hparams_t *hp, rn_clip_qwen2vl_t **out,
+                                        cr_err_t *err)
+{
+    return load(g, be, true, hp, out, err);
 }
 
 static void free_buffers(rn_clip_qwen2vl_t *q)
@@ -403,14 +532,14 @@ static int window_order(const rn_clip_qwen2vl_t *q, int pw, int ph, int32_t *uni
                         int32_t *win)
 {
     int U = pw * ph;
-    if (q->n_wa_pattern == 0) {
+    if (!q->windows) {
         for (int k = 0; k < U; k++)
             unit[k] = k;
         win[0] = 0;
         win[1] = U;
         return 1;
     }
-    int gw = WINDOW_PIXELS / q->hp.patch_size / MERGE;
+    int gw = q->window_pixels / q->hp.patch_size / MERGE;
     gw = CR_MAX(gw, 1);
     int k = 0, n = 0;
     for (int y = 0; y < ph; y += gw)
@@ -424,10 +553,15 @@ static int window_order(const rn_clip_qwen2vl_t *q, int pw, int ph, int32_t *uni
     return n;
 }
 
-/* Normalizes x [T][D] into y with w (and bias b when present). */
+/* Normalizes x [T][D] into y with w (and bias b when present): RMSNorm
+ * (2.5), LayerNorm (Qwen2-VL, llama.cpp's NORM_TYPE_NORMAL). */
 static void rms(rn_clip_qwen2vl_t *q, float *y, const float *x, const be_weight_t *w,
                 const be_weight_t *b, int T)
 {
+    if (q->qwen2) {
+        q->ext->layernorm(q->be, y, x, w, b->data ? b : NULL, T, q->hp.dim, q->hp.eps);
+        return;
+    }
     q->be->ops->rmsnorm(q->be, y, x, w, T, q->hp.dim, q->hp.eps);
     if (b->data)
         q->ext->add_rows(q->be, y, b, T);
@@ -519,7 +653,7 @@ cr_status_t rn_clip_qwen2vl_encode(rn_clip_qwen2vl_t *q, const rn_clip_layout_t 
     const int sections[4] = {hd / 4, hd / 4, hd / 4, hd / 4};
     for (int l = 0; l < hp->n_layers; l++) {
         const layer_t *Ly = &q->layers[l];
-        bool full = q->n_wa_pattern == 0 || (l + 1) % q->n_wa_pattern == 0;
+        bool full = Ly->full;
         /* 3. xb = rmsnorm(x) * ln1                                 [T][D] */
         rms(q, q->xb, q->x, &Ly->ln1, &Ly->ln1_b, T);
         /* 4. q, k, v = xb W^T + b                                  [T][D] */
@@ -528,10 +662,10 @@ cr_status_t rn_clip_qwen2vl_encode(rn_clip_qwen2vl_t *q, const rn_clip_layout_t 
         linear(q, &Ly->wv, &Ly->bv, q->xb, T, q->v);
         /* 5. 2D rope: pairs (i, i + hd/2); the first hd/4 turn with the
          *    patch's row, the next hd/4 with its column */
-        q->ext->rope_multi(be, q->q, T, hp->n_heads, hd, hd / 2, q->pos, sections, ROPE_BASE,
-                           true);
-        q->ext->rope_multi(be, q->k, T, hp->n_heads, hd, hd / 2, q->pos, sections, ROPE_BASE,
-                           true);
+        q->ext->rope_multi(be, q->q, T, hp->n_heads, hd, hd / 2, q->pos, sections,
+                           q->rope_base, true);
+        q->ext->rope_multi(be, q->k, T, hp->n_heads, hd, hd / 2, q->pos, sections,
+                           q->rope_base, true);
         /* 6. attention over the whole image, or within each window [T][D] */
         if (full)
             attend(q, 0, T);
@@ -543,10 +677,19 @@ cr_status_t rn_clip_qwen2vl_encode(rn_clip_qwen2vl_t *q, const rn_clip_layout_t 
         op->add(be, q->x, q->xb, (size_t)T * D);
         /* 8. xb = rmsnorm(x) * ln2                                 [T][D] */
         rms(q, q->xb, q->x, &Ly->ln2, &Ly->ln2_b, T);
-        /* 9. hg = silu(xb Wg^T + bg) * (xb Wu^T + bu)              [T][F] */
-        linear(q, &Ly->gate, &Ly->gate_b, q->xb, T, q->hg);
-        linear(q, &Ly->up, &Ly->up_b, q->xb, T, q->hu);
-        op->swiglu(be, q->hg, q->hg, q->hu, (size_t)T * hp->ffn);
+        /* 9. hg = silu(xb Wg^T + bg) * (xb Wu^T + bu)              [T][F]
+         *    (Qwen2-VL, no gate: hg = act(xb Wu^T + bu)) */
+        if (Ly->gate.data) {
+            linear(q, &Ly->gate, &Ly->gate_b, q->xb, T, q->hg);
+            linear(q, &Ly->up, &Ly->up_b, q->xb, T, q->hu);
+            op->swiglu(be, q->hg, q->hg, q->hu, (size_t)T * hp->ffn);
+        } else {
+            linear(q, &Ly->up, &Ly->up_b, q->xb, T, q->hg);
+            if (hp->act == RN_CLIP_ACT_GELU)
+                q->ext->gelu(be, q->hg, q->hg, (size_t)T * hp->ffn);
+            else
+                q->ext->gelu_quick(be, q->hg, q->hg, (size_t)T * hp->ffn);
+        }
         /* 10. x += hg Wd^T + bd                                    [T][D] */
         linear(q, &Ly->down, &Ly->down_b, q->hg, T, q->xb);
         op->add(be, q->x, q->xb, (size_t)T * D);

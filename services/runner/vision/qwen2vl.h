@@ -1,6 +1,9 @@
 /* qwen2vl.h: the Qwen2.5-VL vision tower (llama.cpp's mmproj projector
  * type "qwen2.5vl_merger"), which clip.c hands a projector file of that
- * type to.
+ * type to; also Qwen2-VL's ("qwen2vl_merger"), the same graph in
+ * llama.cpp with LayerNorms (with biases) for the RMSNorms, an ungated
+ * MLP (ffn_up -> quick GELU, or GELU with clip.use_gelu -> ffn_down) and
+ * no window attention (no n_wa_pattern: every block full).
  *
  * Dynamic resolution: each image is resized (Pillow's bicubic, aspect
  * nearly kept, black padding) to sides that are multiples of 28 (patch
@@ -17,6 +20,15 @@
  * grid in raster order. It follows llama.cpp's graph and inputs
  * (tools/mtmd/models/qwen2vl.cpp, clip.cpp's set-inputs for QWEN25VL) at
  * the reference commit.
+ *
+ * The same tower also loads from inside Ollama's qwen25vl model file
+ * (lib/vision_embedded.h: its names and keys). Confirmed from Ollama's
+ * convert_qwen25vl.go and model/models/qwen25vl (f63eea3d): no row is
+ * reordered (neither converter permutes this tower's q/k; both rope it in
+ * halves); the full-attention blocks come as a list (fullatt_block_indexes)
+ * rather than llama.cpp's period; the window's side and the rope base are
+ * keys. The preprocessing stays llama.cpp's, as for the mmproj (Ollama's
+ * own smart resize has other pixel limits), with Ollama's CLIP mean/std.
  *
  * Owns its prepared weights and activation buffers; borrows the GGUF
  * mapping and the backend (both must outlive it). Not thread-safe. */
@@ -48,6 +60,13 @@ typedef struct rn_clip_qwen2vl rn_clip_qwen2vl_t;
 cr_status_t rn_clip_qwen2vl_load(const cr_gguf_t *g, be_backend_t *be,
                                  rn_clip_hparams_t *hp, rn_clip_qwen2vl_t **out,
                                  cr_err_t *err);
+
+/* The tower inside Ollama's qwen25vl model file g (which
+ * lib/vision_embedded.h must have passed); otherwise as
+ * rn_clip_qwen2vl_load (hp->projector becomes "qwen2.5vl_merger"). */
+cr_status_t rn_clip_qwen2vl_load_ollama(const cr_gguf_t *g, be_backend_t *be,
+                                        rn_clip_hparams_t *hp, rn_clip_qwen2vl_t **out,
+                                        cr_err_t *err);
 
 void rn_clip_qwen2vl_destroy(rn_clip_qwen2vl_t **self_p);
 

@@ -7,12 +7,14 @@
 
 #include "lib/base64.h"
 #include "lib/gguf.h"
+#include "lib/vision_embedded.h"
 #include "services/runner/vision/clip.h"
 #include "services/runner/vision/image.h"
 #include "services/runner/vision/pixtral.h"
 
 #define AFFIX_MAX 16 /* text ids before or after an image (a marker's bytes, at worst) */
 #define PROJ_QWEN25VL "qwen2.5vl_merger"
+#define PROJ_QWEN2VL "qwen2vl_merger"
 
 typedef struct entry {
     uint8_t digest[32];
@@ -53,21 +55,46 @@ cr_status_t rn_vision_projector_type(const char *path, char *buf, size_t cap, cr
     return st;
 }
 
-/* The tower for the file's projector type. */
+static cr_status_t control_id(const rn_tokenizer_t *tok, const char *text, int32_t *id,
+                              int *n_out, cr_err_t *err);
+
+/* A model file with its tower inside (Ollama's single file; the engine
+ * checked it with lib/vision_embedded.h): the family's projector type
+ * into v->type. */
+static cr_status_t embedded_type(rn_vision_t *v, const char *path, cr_err_t *err)
+{
+    cr_gguf_t *g = NULL;
+    cr_status_t st = cr_gguf_open(path, &g, err);
+    cr_vision_embedded_t ve;
+    if (!st)
+        st = cr_vision_embedded(g, &ve, err);
+    cr_gguf_close(&g);
+    if (st)
+        return st;
+    const char *type = ve.family == CR_VISION_MISTRAL3   ? "pixtral"
+                       : ve.family == CR_VISION_QWEN25VL ? PROJ_QWEN25VL
+                                                         : "gemma3";
+    snprintf(v->type, sizeof v->type, "%s", type);
+    return CR_OK;
+}
+
+/* The tower for the file's projector type. tok: the text model's, for
+ * Ollama's mistral3 (its [IMG_BREAK] row). */
 static cr_status_t load_tower(rn_vision_t *v, const char *path, be_backend_t *be,
-                              cr_err_t *err)
+                              const rn_tokenizer_t *tok, cr_err_t *err)
 {
     char *type = v->type;
+    bool embedded = false;
     cr_status_t st = rn_vision_projector_type(path, type, sizeof v->type, err);
     if (st == CR_E_INVALID) {
-        /* not a clip file: a model file with its tower inside (Ollama's
-         * gemma3; the engine checked it with lib/vision_embedded.h) */
-        snprintf(type, sizeof v->type, "gemma3");
-        st = CR_OK;
+        /* not a clip file: a model file with its tower inside */
+        embedded = true;
+        st = embedded_type(v, path, err);
     }
     if (st)
         return st;
-    if (!strcmp(type, "mlp") || !strcmp(type, PROJ_QWEN25VL) || !strcmp(type, "gemma3")) {
+    if (!strcmp(type, "mlp") || !strcmp(type, PROJ_QWEN25VL) || !strcmp(type, PROJ_QWEN2VL) ||
+        !strcmp(type, "gemma3")) {
         if ((st = rn_clip_load(path, be, &v->clip, err)))
             return st;
         const rn_clip_hparams_t *hp = rn_clip_hparams(v->clip);
@@ -76,13 +103,19 @@ static cr_status_t load_tower(rn_vision_t *v, const char *path, be_backend_t *be
         return CR_OK;
     }
     if (!strcmp(type, "pixtral")) {
-        if ((st = rn_pixtral_load(path, be, &v->pix, err)))
+        int32_t brk = -1;
+        int n = 0;
+        if (embedded && (st = control_id(tok, "[IMG_BREAK]", &brk, &n, err)))
+            return st;
+        if ((st = embedded ? rn_pixtral_load_ollama(path, be, brk, &v->pix, err)
+                           : rn_pixtral_load(path, be, &v->pix, err)))
             return st;
         v->dim = rn_pixtral_hparams(v->pix)->n_embd;
         return CR_OK;
     }
     return cr_err_set(err, CR_E_UNSUPPORTED, "projector type '%s' is not supported yet "
-                      "(supported: mlp, the llava-style projector; gemma3; pixtral; " PROJ_QWEN25VL ")", type);
+                      "(supported: mlp, the llava-style projector; gemma3; pixtral; " PROJ_QWEN25VL "; "
+                      PROJ_QWEN2VL ")", type);
 }
 
 /* marker tokenized on its own into ids (AFFIX_MAX), as libmtmd does:
@@ -121,7 +154,7 @@ static cr_status_t load_affixes(rn_vision_t *v, const rn_tokenizer_t *tok, cr_er
 {
     if (v->pix)
         return marker_ids(tok, "[IMG_END]", v->suffix, &v->n_suffix, err);
-    if (!strcmp(v->type, PROJ_QWEN25VL)) {
+    if (!strcmp(v->type, PROJ_QWEN25VL) || !strcmp(v->type, PROJ_QWEN2VL)) {
         cr_status_t st = marker_ids(tok, "<|vision_start|>", v->prefix, &v->n_prefix, err);
         return st ? st : marker_ids(tok, "<|vision_end|>", v->suffix, &v->n_suffix, err);
     }
@@ -154,7 +187,7 @@ cr_status_t rn_vision_new(const char *path, be_backend_t *be, const rn_tokenizer
     rn_vision_t *v = calloc(1, sizeof *v);
     if (!v)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
-    cr_status_t st = load_tower(v, path, be, err);
+    cr_status_t st = load_tower(v, path, be, tok, err);
     if (st) {
         cr_err_wrap(err, "%s", path);
         rn_vision_destroy(&v);

@@ -48,7 +48,8 @@ typedef struct rn_vision_image {
  * parsed, each marker on its own, as libmtmd adds them; gemma3:
  * <start_of_image>, <end_of_image>, which must be one token each, else
  * CR_E_INVALID). path may also be a model file with the tower inside
- * (Ollama's gemma3: lib/vision_embedded.h). text_dim: the
+ * (Ollama's gemma3, mistral3 or qwen25vl: lib/vision_embedded.h; for
+ * mistral3 [IMG_BREAK] must be one token of tok). text_dim: the
  * text model's embedding length, which the projector's output must match
  * (CR_E_INVALID otherwise). On success *out is owned by the caller: free
  * with rn_vision_destroy. Errors as rn_clip_load / rn_pixtral_load. */
