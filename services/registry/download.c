@@ -2,6 +2,7 @@
 #include "lib/prelude.h"
 #include "services/registry/download.h"
 #include "lib/log.h"
+#include "services/registry/ramp.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -123,6 +124,7 @@ typedef struct part {
     int64_t retry_at_ms, last_byte_ms, saved_ms;
     int64_t saved_completed; /* completed at the last state save */
     bool active, done;
+    bool receiving;        /* data came since the part (re)started */
     CURL *h;
     struct curl_slist *hs; /* the running transfer's headers */
     struct fetch *f;
@@ -295,6 +297,7 @@ static size_t on_data(char *data, size_t sz, size_t nm, void *ud)
         atomic_fetch_add(p->f->completed, (long long)w);
     }
     p->last_byte_ms = now_ms();
+    p->receiving = true;
     int64_t every = CR_MIN((int64_t)STATE_SAVE_BYTES,
                            CR_MAX(p->size / 8, (int64_t)STATE_SAVE_MIN_BYTES));
     if (p->completed - p->saved_completed >= every ||
@@ -339,6 +342,7 @@ static cr_status_t start_part(fetch_t *f, CURLM *m, part_t *p, cr_err_t *err)
     p->h = h;
     p->hs = hs;
     p->active = true;
+    p->receiving = false;
     p->bad_status = false;
     p->write_errno = 0;
     p->last_byte_ms = p->saved_ms = now_ms();
@@ -414,7 +418,9 @@ static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
     if (!m)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     cr_status_t st = CR_OK;
-    int64_t last_start_ms = 0;
+    reg_ramp_t ramp;
+    reg_ramp_init(&ramp, o->max_active, o->ramp_ms);
+    const part_t *newest = NULL; /* the part started last */
     for (;;) {
         if (atomic_load(clients) <= 0) {
             st = cr_err_set(err, CR_E_CANCELED, "canceled");
@@ -429,16 +435,19 @@ static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
         }
         if (all_done)
             break;
-        for (size_t i = 0; i < f->n_parts && active < o->max_active; i++) {
+        bool was_growing = ramp.growing;
+        reg_ramp_update(&ramp, now, atomic_load(f->completed),
+                        newest && newest->receiving);
+        if (was_growing && !ramp.growing)
+            cr_log_info("sha256:%.12s: %d parts at once", f->hex, ramp.width);
+        for (size_t i = 0; i < f->n_parts && active < ramp.width; i++) {
             part_t *p = &f->parts[i];
             if (p->done || p->active || p->retry_at_ms > now)
                 continue;
-            if (active > 0 && now - last_start_ms < o->ramp_ms)
-                break;
             if ((st = start_part(f, m, p, err)))
                 goto out;
             active++;
-            last_start_ms = now;
+            newest = p;
         }
         int running = 0;
         curl_multi_perform(m, &running);
@@ -602,6 +611,7 @@ static bool hash_upto(hasher_t *h, int64_t upto)
     }
     return true;
 }
+
 
 static void *hasher_main(void *arg)
 {
