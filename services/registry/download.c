@@ -151,18 +151,28 @@ static void state_path(const fetch_t *f, int n, char *buf, size_t cap)
     snprintf(buf, cap, "%s-%d", f->partial, n);
 }
 
+/* A state file is always STATE_TEXT_BYTES long (the JSON, then spaces):
+ * it is rewritten in place, never truncated, as ext4 flushes a file that
+ * was truncated and rewritten at its close (auto_da_alloc), a small write
+ * and journal commit every few MB in the middle of the download's own. */
+#define STATE_TEXT_BYTES 128
+
 static void save_part(part_t *p)
 {
-    char path[REG_PATH_MAX + 16], text[256];
+    char path[REG_PATH_MAX + 16], text[STATE_TEXT_BYTES + 1];
     state_path(p->f, p->n, path, sizeof path);
     int len = snprintf(text, sizeof text,
                        "{\"N\":%d,\"Offset\":%lld,\"Size\":%lld,\"Completed\":%lld}",
                        p->n, (long long)p->offset, (long long)p->size,
                        (long long)p->completed);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (len < 0 || len >= STATE_TEXT_BYTES)
+        return; /* cannot happen with 64-bit numbers; never write half */
+    memset(text + len, ' ', (size_t)(STATE_TEXT_BYTES - 1 - len));
+    text[STATE_TEXT_BYTES - 1] = '\n';
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
-    ssize_t w = write(fd, text, (size_t)len);
+    ssize_t w = pwrite(fd, text, STATE_TEXT_BYTES, 0);
     CR_UNUSED(w);
     close(fd);
 }
