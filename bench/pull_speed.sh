@@ -58,6 +58,7 @@ work=$(mktemp -d "$work_root/corral-pull-speed.XXXXXX")
 reg_pid=
 serve_pid=
 cleanup() {
+    set +e # a service's exit status must not stop the cleanup
     # Only the processes this script started, by PID.
     [ -n "$serve_pid" ] && kill "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
     [ -n "$reg_pid" ] && kill "$reg_pid" 2>/dev/null && wait "$reg_pid" 2>/dev/null
