@@ -2,6 +2,7 @@
 #include "lib/prelude.h"
 #include "services/registry/download.h"
 #include "lib/log.h"
+#include "services/registry/ramp.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -123,6 +124,7 @@ typedef struct part {
     int64_t retry_at_ms, last_byte_ms, saved_ms;
     int64_t saved_completed; /* completed at the last state save */
     bool active, done;
+    bool receiving;        /* data came since the part (re)started */
     CURL *h;
     struct curl_slist *hs; /* the running transfer's headers */
     struct fetch *f;
@@ -149,18 +151,28 @@ static void state_path(const fetch_t *f, int n, char *buf, size_t cap)
     snprintf(buf, cap, "%s-%d", f->partial, n);
 }
 
+/* A state file is always STATE_TEXT_BYTES long (the JSON, then spaces):
+ * it is rewritten in place, never truncated, as ext4 flushes a file that
+ * was truncated and rewritten at its close (auto_da_alloc), a small write
+ * and journal commit every few MB in the middle of the download's own. */
+#define STATE_TEXT_BYTES 128
+
 static void save_part(part_t *p)
 {
-    char path[REG_PATH_MAX + 16], text[256];
+    char path[REG_PATH_MAX + 16], text[STATE_TEXT_BYTES + 1];
     state_path(p->f, p->n, path, sizeof path);
     int len = snprintf(text, sizeof text,
                        "{\"N\":%d,\"Offset\":%lld,\"Size\":%lld,\"Completed\":%lld}",
                        p->n, (long long)p->offset, (long long)p->size,
                        (long long)p->completed);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (len < 0 || len >= STATE_TEXT_BYTES)
+        return; /* cannot happen with 64-bit numbers; never write half */
+    memset(text + len, ' ', (size_t)(STATE_TEXT_BYTES - 1 - len));
+    text[STATE_TEXT_BYTES - 1] = '\n';
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
-    ssize_t w = write(fd, text, (size_t)len);
+    ssize_t w = pwrite(fd, text, STATE_TEXT_BYTES, 0);
     CR_UNUSED(w);
     close(fd);
 }
@@ -295,6 +307,7 @@ static size_t on_data(char *data, size_t sz, size_t nm, void *ud)
         atomic_fetch_add(p->f->completed, (long long)w);
     }
     p->last_byte_ms = now_ms();
+    p->receiving = true;
     int64_t every = CR_MIN((int64_t)STATE_SAVE_BYTES,
                            CR_MAX(p->size / 8, (int64_t)STATE_SAVE_MIN_BYTES));
     if (p->completed - p->saved_completed >= every ||
@@ -339,6 +352,7 @@ static cr_status_t start_part(fetch_t *f, CURLM *m, part_t *p, cr_err_t *err)
     p->h = h;
     p->hs = hs;
     p->active = true;
+    p->receiving = false;
     p->bad_status = false;
     p->write_errno = 0;
     p->last_byte_ms = p->saved_ms = now_ms();
@@ -414,7 +428,9 @@ static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
     if (!m)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     cr_status_t st = CR_OK;
-    int64_t last_start_ms = 0;
+    reg_ramp_t ramp;
+    reg_ramp_init(&ramp, o->max_active, o->ramp_ms);
+    const part_t *newest = NULL; /* the part started last */
     for (;;) {
         if (atomic_load(clients) <= 0) {
             st = cr_err_set(err, CR_E_CANCELED, "canceled");
@@ -429,16 +445,19 @@ static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
         }
         if (all_done)
             break;
-        for (size_t i = 0; i < f->n_parts && active < o->max_active; i++) {
+        bool was_growing = ramp.growing;
+        reg_ramp_update(&ramp, now, atomic_load(f->completed),
+                        newest && newest->receiving);
+        if (was_growing && !ramp.growing)
+            cr_log_info("sha256:%.12s: %d parts at once", f->hex, ramp.width);
+        for (size_t i = 0; i < f->n_parts && active < ramp.width; i++) {
             part_t *p = &f->parts[i];
             if (p->done || p->active || p->retry_at_ms > now)
                 continue;
-            if (active > 0 && now - last_start_ms < o->ramp_ms)
-                break;
             if ((st = start_part(f, m, p, err)))
                 goto out;
             active++;
-            last_start_ms = now;
+            newest = p;
         }
         int running = 0;
         curl_multi_perform(m, &running);
@@ -602,6 +621,7 @@ static bool hash_upto(hasher_t *h, int64_t upto)
     }
     return true;
 }
+
 
 static void *hasher_main(void *arg)
 {

@@ -8,8 +8,10 @@
  * pull killed at any point resumes from there. The blob URL is first
  * resolved: same-host redirects are followed, the first redirect to another
  * host becomes the direct URL and is fetched without the Authorization
- * header. Up to max_active parts run at once on one libcurl multi handle; a
- * part that receives nothing for stall_ms is restarted (not counted as a
+ * header. Up to max_active parts run at once on one libcurl multi handle,
+ * starting with one and adding another only while the last one added
+ * raised the throughput (ramp.h); a part that receives nothing for
+ * stall_ms is restarted (not counted as a
  * failure); a failing part is retried with exponential backoff up to
  * max_attempts; cancellation and a full disk stop everything at once.
  *
@@ -37,14 +39,15 @@ typedef struct reg_dl_opts {
     int max_attempts;       /* failures of one part before giving up */
     int64_t backoff_ms;     /* first retry delay; doubles each time */
     int64_t stall_ms;       /* silence after which a part is restarted */
-    int64_t ramp_ms;        /* a further part starts at most this often */
+    int64_t ramp_ms;        /* the ramp's measuring window (ramp.h); 0:
+                               max_active at once from the start */
 } reg_dl_opts_t;
 
 /* Ollama's values: parts of 100..1000 MB, 16 at once, 6 attempts from 1 s,
- * 30 s stall; parts ramp up one per 250 ms. The ramp keeps a fast link
- * (where one connection finishes a part before the next would start)
- * close to sequential, so hashing follows the download instead of
- * trailing it; a slow link reaches 16 parts within 4 s. */
+ * 30 s stall; the ramp measures over 250 ms. A fast link (one connection
+ * saturates it) so stays at one or two parts, nearly sequential, and
+ * hashing follows the download instead of trailing it; a slow one
+ * reaches 16 parts within a few seconds. */
 void reg_dl_opts_default(reg_dl_opts_t *o);
 
 /* Shared downloads, one per blob digest. Caller owns; free with

@@ -226,6 +226,33 @@ bool reg_jobs_cancel(reg_jobs_t *j, const char *id)
     return found;
 }
 
+bool reg_jobs_has(reg_jobs_t *j, const char *id)
+{
+    bool found = false;
+    pthread_mutex_lock(&j->mu);
+    for (job_t *x = j->head; x; x = x->next)
+        if (!strcmp(x->id, id) && !atomic_load(&x->finished))
+            found = true;
+    pthread_mutex_unlock(&j->mu);
+    return found;
+}
+
+size_t reg_jobs_cancel_peer(reg_jobs_t *j, const void *identity, size_t id_len)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&j->mu);
+    for (job_t *x = j->head; x; x = x->next)
+        if (id_len && x->id_len == id_len &&
+            !memcmp(x->identity, identity, id_len) &&
+            !atomic_load(&x->finished) && !atomic_exchange(&x->cancel, true)) {
+            cr_log_info("request %s: its gateway connection is gone; canceling",
+                        x->id);
+            n++;
+        }
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
 bool reg_jobs_recv(reg_jobs_t *j, int timeout_ms, zframe_t **identity,
                    zframe_t **frame)
 {

@@ -43,6 +43,13 @@ cr_status_t reg_jobs_start(reg_jobs_t *j, const msg_t *req,
 /* Sets the cancel flag of the job with request id; false if none. */
 bool reg_jobs_cancel(reg_jobs_t *j, const char *id);
 
+/* True while the job with request id runs (not yet finished). */
+bool reg_jobs_has(reg_jobs_t *j, const char *id);
+
+/* Sets the cancel flag of every job started for the peer identity (id_len
+ * bytes): its connection is gone. Returns how many. */
+size_t reg_jobs_cancel_peer(reg_jobs_t *j, const void *identity, size_t id_len);
+
 /* Takes one queued reply: the peer identity and the encoded message
  * (caller owns both). False if none came within timeout_ms. */
 bool reg_jobs_recv(reg_jobs_t *j, int timeout_ms, zframe_t **identity,

@@ -10,12 +10,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-extern char **environ;
 
 #define LINE_MAX_BYTES 256  /* one progress line */
 #define ERR_MAX_BYTES 1024  /* the tool's error text kept */
@@ -116,23 +114,40 @@ cr_status_t reg_quantize_run(const char *src_path, const char *out_path,
         st = cr_err_set(err, CR_E_IO, "pipe: %s", strerror(errno));
         goto fail_pipes;
     }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, out_p[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, err_p[1], 2);
     char *argv[] = {bin, "quantize", "--in", (char *)src_path, "--out",
                     (char *)out_path, "--type", (char *)type, "--progress",
                     NULL};
-    pid_t pid = -1;
-    int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* The child: only async-signal-safe calls until exec. It dies
+         * with the registry (a registry killed mid-quantize must not leave
+         * minutes of work running, orphaned). PDEATHSIG follows the thread
+         * that forked, this job thread, which waits for the child below;
+         * a parent already gone before prctl is caught by getppid. */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127);
+        int null_fd = open("/dev/null", O_RDONLY);
+        if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(out_p[1], 1) < 0 ||
+            dup2(err_p[1], 2) < 0)
+            _exit(127);
+        execv(bin, argv);
+        static const char msg[] = "quantize: cannot exec the runner\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        CR_UNUSED(w);
+        _exit(127);
+    }
+    int fork_errno = errno;
     close(out_p[1]);
     close(err_p[1]);
     out_p[1] = err_p[1] = -1;
-    if (rc) {
+    if (pid < 0) {
         st = cr_err_set(err, CR_E_IO, "cannot start %s: %s", bin,
-                        strerror(rc));
+                        strerror(fork_errno));
         goto fail_pipes;
     }
 

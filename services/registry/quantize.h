@@ -4,7 +4,9 @@
  * --in SRC --out DST --type T --progress` as a child process (the runner
  * binary beside the registry's own executable, or CORRAL_RUNNER_BIN), reads
  * its "DONE/TOTAL" progress lines from the child's stdout and its error
- * line from stderr, and waits for it. What the output means (file types,
+ * line from stderr, and waits for it. The child gets SIGKILL when the
+ * registry dies (PR_SET_PDEATHSIG), so a registry killed mid-quantize
+ * leaves no orphan at work. What the output means (file types,
  * verification, storing it as a blob) is create.c's business. */
 #ifndef REG_QUANTIZE_H
 #define REG_QUANTIZE_H

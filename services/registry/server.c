@@ -7,11 +7,16 @@
 #include "services/registry/create.h"
 #include "services/registry/jobs.h"
 #include "services/registry/ops.h"
+#include "services/registry/peers.h"
 #include "services/registry/uploads.h"
 
+#include <errno.h>
 #include <time.h>
 
 #define TICK_MS 1000 /* how often run() wakes with nothing to read */
+/* How often the owner of an upload or job is asked whether it is still
+ * there (peers.h): a killed gateway's work is dropped within about two. */
+#define PEER_PROBE_MS 1000
 
 struct reg_server {
     reg_store_t *store;
@@ -21,6 +26,8 @@ struct reg_server {
     reg_xfer_env_t env;         /* what jobs see (points into this) */
     reg_jobs_t *jobs;           /* pulls and pushes in flight */
     const zframe_t *peer;       /* identity of the request being handled */
+    reg_peers_t *peers;         /* owners of uploads and jobs */
+    zsock_t *router;            /* run()'s socket while it runs, else NULL */
 };
 
 static void send_reply(reg_reply_fn fn, void *ctx, const msg_t *m);
@@ -44,13 +51,14 @@ reg_server_t *reg_server_new(const char *models_dir, cr_err_t *err)
         goto fail;
     s->uploads = reg_uploads_new(s->store, REG_UPLOAD_TIMEOUT_MS);
     s->transfers = reg_transfers_new();
+    s->peers = reg_peers_new();
     reg_dl_opts_default(&s->dl_opts);
     s->env.transfers = s->transfers;
     s->env.opts = &s->dl_opts;
     s->env.noprune = cr_env_bool("NOPRUNE", false);
     if (s->uploads && s->transfers)
         s->jobs = reg_jobs_new(s->store, &s->env);
-    if (!s->uploads || !s->transfers || !s->jobs) {
+    if (!s->uploads || !s->transfers || !s->jobs || !s->peers) {
         cr_err_set(err, CR_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -68,6 +76,7 @@ void reg_server_destroy(reg_server_t **self_p)
     reg_jobs_destroy(&s->jobs); /* joins: before what the jobs borrow */
     reg_transfers_destroy(&s->transfers);
     reg_uploads_destroy(&s->uploads);
+    reg_peers_destroy(&s->peers);
     reg_store_destroy(&s->store);
     free(s);
     *self_p = NULL;
@@ -92,10 +101,64 @@ size_t reg_server_uploads(const reg_server_t *s)
     return reg_uploads_count(s->uploads);
 }
 
+/* Sends frame (len bytes) to the peer `who` on router without waiting:
+ * false only when the peer is gone (its connection closed); a full queue
+ * drops the frame, as a ROUTER without ROUTER_MANDATORY would. */
+static bool send_to_identity(zsock_t *router, const void *who, size_t who_len,
+                             const void *frame, size_t len)
+{
+    void *z = zsock_resolve(router);
+    if (zmq_send(z, who, who_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_send(z, frame, len, ZMQ_DONTWAIT) < 0)
+        return zmq_errno() != EHOSTUNREACH;
+    return true;
+}
+
+/* A probe of one owner (peers.h): false once its request is over or its
+ * connection is gone, the latter dropping its upload and canceling its
+ * job (a pull shared with a live client goes on for that one). */
+static bool probe_owner(void *ctx, const char *id, const void *who, size_t len)
+{
+    reg_server_t *s = ctx;
+    if (!reg_uploads_has(s->uploads, id) && !reg_jobs_has(s->jobs, id))
+        return false;
+    msg_t m;
+    msg_init(&m, MSG_pong, id);
+    zframe_t *f = NULL;
+    if (bus_encode_frame(&m, &f, NULL))
+        return true;
+    bool there = send_to_identity(s->router, who, len, zframe_data(f),
+                                  zframe_size(f));
+    zframe_destroy(&f);
+    if (there)
+        return true;
+    if (reg_uploads_has(s->uploads, id)) {
+        cr_log_info("request %s: its gateway connection is gone; dropping "
+                    "its upload", id);
+        reg_uploads_cancel(s->uploads, id);
+    }
+    reg_jobs_cancel_peer(s->jobs, who, len);
+    return false;
+}
+
 void reg_server_tick(reg_server_t *s, int64_t now_ms)
 {
     reg_uploads_expire(s->uploads, now_ms);
     reg_jobs_reap(s->jobs);
+    if (s->router)
+        reg_peers_probe(s->peers, now_ms, PEER_PROBE_MS, probe_owner, s);
+}
+
+/* Remembers the peer being served as the owner of request id. */
+static void note_owner(reg_server_t *s, const char *id)
+{
+    if (!s->peer)
+        return;
+    zframe_t *who = (zframe_t *)s->peer;
+    if (reg_peers_note(s->peers, id, zframe_data(who), zframe_size(who),
+                       reg_server_now_ms()))
+        cr_log_warn("request %s: its owner cannot be watched; it is dropped "
+                    "only by cancel or timeout", id);
 }
 
 void reg_server_set_dl_opts(reg_server_t *s, const reg_dl_opts_t *o)
@@ -184,7 +247,10 @@ static cr_status_t start_job(reg_server_t *s, const msg_t *req, cr_err_t *err)
 {
     const void *who = s->peer ? zframe_data((zframe_t *)s->peer) : NULL;
     size_t who_len = s->peer ? zframe_size((zframe_t *)s->peer) : 0;
-    return reg_jobs_start(s->jobs, req, who, who_len, err);
+    cr_status_t st = reg_jobs_start(s->jobs, req, who, who_len, err);
+    if (!st)
+        note_owner(s, req->id);
+    return st;
 }
 
 void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
@@ -247,6 +313,8 @@ void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
         st = reg_uploads_put(s->uploads, id, &req->u.blob_put,
                              reg_server_now_ms(), &done, &created, &err);
         if (!st) {
+            if (!done)
+                note_owner(s, id);
             reply_ok(fn, ctx, id, done, created);
             return;
         }
@@ -323,22 +391,26 @@ static void forward_job_replies(reg_server_t *s, zsock_t *router)
 {
     zframe_t *who, *frame;
     while (reg_jobs_recv(s->jobs, 0, &who, &frame)) {
-        zmsg_t *zm = zmsg_new();
-        zmsg_append(zm, &who);
-        zmsg_append(zm, &frame);
-        if (zmsg_send(&zm, router) != 0) {
-            cr_log_warn("forwarding a job reply failed");
-            zmsg_destroy(&zm);
-        }
+        /* A reply its peer is not there for: the job's gateway is gone. */
+        if (!send_to_identity(router, zframe_data(who), zframe_size(who),
+                              zframe_data(frame), zframe_size(frame)))
+            reg_jobs_cancel_peer(s->jobs, zframe_data(who), zframe_size(who));
+        zframe_destroy(&who);
+        zframe_destroy(&frame);
     }
 }
 
 cr_status_t reg_server_run(reg_server_t *s, zsock_t *router, cr_err_t *err)
 {
     int64_t last_tick = reg_server_now_ms();
+    /* A send to a gone peer fails (EHOSTUNREACH) instead of vanishing,
+     * which is how a dead gateway is noticed; a send never waits. */
+    zsock_set_router_mandatory(router, 1);
+    zsock_set_sndtimeo(router, 0);
     zpoller_t *poller = zpoller_new(router, reg_jobs_socket(s->jobs), NULL);
     if (!poller)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    s->router = router;
     while (!zsys_interrupted) {
         void *which = zpoller_wait(poller, TICK_MS);
         int64_t now = reg_server_now_ms();
@@ -391,5 +463,6 @@ cr_status_t reg_server_run(reg_server_t *s, zsock_t *router, cr_err_t *err)
         zframe_destroy(&identity);
     }
     zpoller_destroy(&poller);
+    s->router = NULL;
     return CR_OK;
 }

@@ -48,7 +48,9 @@ void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
 void reg_server_handle_frame(reg_server_t *s, const void *data, size_t len,
                              reg_reply_fn fn, void *ctx);
 
-/* Housekeeping at now_ms (monotonic): drops abandoned uploads. */
+/* Housekeeping at now_ms (monotonic): drops abandoned uploads; while
+ * run() serves, asks the owner of each upload and job whether its
+ * connection is still there (peers.h) and drops what a gone one owned. */
 void reg_server_tick(reg_server_t *s, int64_t now_ms);
 
 /* Pull, push and create with `quantize` run in job threads: reg_server_handle() starts them and

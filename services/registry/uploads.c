@@ -137,6 +137,14 @@ cr_status_t reg_uploads_put(reg_uploads_t *u, const char *id,
     return st;
 }
 
+bool reg_uploads_has(const reg_uploads_t *u, const char *id)
+{
+    for (size_t i = 0; i < REG_UPLOADS_MAX; i++)
+        if (u->slots[i].used && !strcmp(u->slots[i].id, id ? id : ""))
+            return true;
+    return false;
+}
+
 bool reg_uploads_cancel(reg_uploads_t *u, const char *id)
 {
     upload_t *up = find(u, id ? id : "");

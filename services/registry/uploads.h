@@ -37,6 +37,9 @@ cr_status_t reg_uploads_put(reg_uploads_t *u, const char *id,
                             const msg_blob_put_body_t *piece, int64_t now_ms,
                             bool *done, bool *created, cr_err_t *err);
 
+/* True while upload `id` is in progress. */
+bool reg_uploads_has(const reg_uploads_t *u, const char *id);
+
 /* Drops upload `id` (the client went away); true if there was one. */
 bool reg_uploads_cancel(reg_uploads_t *u, const char *id);
 

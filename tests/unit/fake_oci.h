@@ -59,6 +59,10 @@ typedef struct fake {
     bool ignore_range;       /* answer every blob GET 200 with all bytes */
     char redirect_to[128];   /* blob requests -> 307 <redirect_to>/cdn/... */
     int delay_ms;            /* before each blob body */
+    int64_t rate_bps;        /* blob bodies at most this fast (0: at once) */
+    bool threaded;           /* a thread per connection, so one slow body
+                                does not hold the others up */
+    atomic_int conns;        /* connection threads running */
     /* what it saw */
     atomic_int token_hits;
     atomic_int auth_seen;    /* requests that carried Authorization */
@@ -164,8 +168,21 @@ static void serve_blob(fake_t *f, int fd, const blob_t *b, const char *req,
                      "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
                      code, len, extra);
     send_all(fd, h, (size_t)n);
-    if (send_all(fd, copy, send_len) && !probe)
+    if (f->rate_bps > 0 && !probe) {
+        /* A slow link: a twentieth of the rate every 50 ms, until the
+         * client goes or the fake stops. */
+        size_t step = (size_t)CR_MAX(f->rate_bps / 20, (int64_t)1);
+        for (size_t off = 0; off < send_len && !atomic_load(&f->stop);) {
+            size_t k = CR_MIN(step, send_len - off);
+            if (!send_all(fd, copy + off, k))
+                break;
+            off += k;
+            atomic_fetch_add(&f->blob_bytes, (long long)k);
+            usleep(50 * 1000);
+        }
+    } else if (send_all(fd, copy, send_len) && !probe) {
         atomic_fetch_add(&f->blob_bytes, (long long)send_len);
+    }
     free(copy);
 }
 
@@ -347,6 +364,31 @@ static void handle_req(fake_t *f, int fd, const char *req, const char *method,
     respond(fd, 404, NULL, NULL, 0, head);
 }
 
+static void serve_conn(fake_t *f, int fd)
+{
+    handle(f, fd);
+    shutdown(fd, SHUT_WR);
+    char sink[256];
+    struct pollfd q = {fd, POLLIN, 0};
+    while (poll(&q, 1, 100) > 0 && recv(fd, sink, sizeof sink, 0) > 0) {
+    }
+    close(fd);
+}
+
+typedef struct fake_conn {
+    fake_t *f;
+    int fd;
+} fake_conn_t;
+
+static void *conn_main(void *arg)
+{
+    fake_conn_t *c = arg;
+    serve_conn(c->f, c->fd);
+    atomic_fetch_sub(&c->f->conns, 1);
+    free(c);
+    return NULL;
+}
+
 static void *fake_main(void *arg)
 {
     fake_t *f = arg;
@@ -357,13 +399,20 @@ static void *fake_main(void *arg)
         int fd = accept(f->lfd, NULL, NULL);
         if (fd < 0)
             continue;
-        handle(f, fd);
-        shutdown(fd, SHUT_WR);
-        char sink[256];
-        struct pollfd q = {fd, POLLIN, 0};
-        while (poll(&q, 1, 100) > 0 && recv(fd, sink, sizeof sink, 0) > 0) {
+        fake_conn_t *c = f->threaded ? malloc(sizeof *c) : NULL;
+        pthread_t th;
+        if (c) {
+            c->f = f;
+            c->fd = fd;
+            atomic_fetch_add(&f->conns, 1);
+            if (pthread_create(&th, NULL, conn_main, c) == 0) {
+                pthread_detach(th);
+                continue;
+            }
+            atomic_fetch_sub(&f->conns, 1);
+            free(c);
         }
-        close(fd);
+        serve_conn(f, fd);
     }
     return NULL;
 }
@@ -389,6 +438,8 @@ static void fake_stop(fake_t *f)
 {
     atomic_store(&f->stop, true);
     pthread_join(f->th, NULL);
+    while (atomic_load(&f->conns) > 0) /* each ends within a send step */
+        usleep(10 * 1000);
     close(f->lfd);
     for (int i = 0; i < f->n_blobs; i++)
         free(f->blobs[i].data);
