@@ -593,8 +593,10 @@ void gw_server_destroy(gw_server_t **self_p)
     /* Waiting requests see the flag within one poll slice and give up,
      * so the connection threads that MHD joins below do end. */
     atomic_store(&s->ctx.stopping, true);
-    if (s->daemon)
+    if (s->daemon) {
         MHD_stop_daemon(s->daemon);
+        gw_call_limit_fini(&s->ctx.calls); /* no request runs now */
+    }
     gw_cors_destroy(&s->ctx.cors);
     gw_metrics_destroy(&s->ctx.metrics);
     gw_tls_free(&s->tls);
