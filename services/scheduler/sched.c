@@ -784,6 +784,10 @@ static void on_front(sch_server_t *s)
         r->msg = m;
         memset(&m, 0, sizeof m); /* ownership moved */
         r->arrived_ns = mono_ns();
+        /* The first probe is due a probe interval after arrival; from 0
+         * every request got a pong at once: one more message and one more
+         * wake-up of its gateway thread per request. */
+        r->probe_ms = sch_now_ms(s);
         req_inspect(r);
         /* Append: the list is in arrival order (FIFO scheduling). */
         request_t **pp = &s->req_list;
