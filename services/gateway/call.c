@@ -32,6 +32,7 @@ struct gw_call {
     bool sent;         /* the request left */
     bool canceled;     /* gw_call_cancel ran: the socket lingers */
     bool clean;        /* the last wait ended with a reply */
+    int64_t idle_since_ms; /* when it went into the pool */
 };
 
 static int64_t mono_ms(void)
@@ -88,6 +89,27 @@ void gw_call_limit_fini(gw_call_limit_t *l)
     }
     pthread_mutex_unlock(&l->pool_lock);
     pthread_mutex_destroy(&l->pool_lock);
+}
+
+int gw_call_limit_sweep(gw_call_limit_t *l, int64_t idle_ms)
+{
+    gw_call_t *old[GW_CALL_POOL_MAX];
+    int n_old = 0;
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&l->pool_lock);
+    int kept = 0;
+    for (int i = 0; i < l->n_pool; i++) {
+        if (now - l->pool[i]->idle_since_ms >= idle_ms)
+            old[n_old++] = l->pool[i];
+        else
+            l->pool[kept++] = l->pool[i];
+    }
+    l->n_pool = kept;
+    pthread_mutex_unlock(&l->pool_lock);
+    /* Out of the lock: closing waits on libzmq's threads. */
+    for (int i = 0; i < n_old; i++)
+        call_close(old[i]);
+    return kept;
 }
 
 /* The newest idle call to endpoint, out of the pool; NULL if none. */
@@ -426,6 +448,7 @@ static bool pool_put(gw_call_t *c)
     bool kept = false;
     pthread_mutex_lock(&l->pool_lock);
     if (l->n_pool < GW_CALL_POOL_MAX) {
+        c->idle_since_ms = mono_ms();
         l->pool[l->n_pool++] = c;
         kept = true;
     }

@@ -41,8 +41,11 @@ typedef struct gw_call gw_call_t;
 
 typedef struct gw_call gw_call_t;
 
-/* Idle calls kept for reuse, at most. */
+/* Idle calls kept for reuse, at most, and for how long: a burst's calls
+ * are closed once it is over (each holds four descriptors here and a
+ * connection at the peer). */
 #define GW_CALL_POOL_MAX 128
+#define GW_CALL_IDLE_MS 10000
 
 /* How many calls may be open at once. libzmq's context allows 1,023
  * sockets unless told otherwise, and CZMQ aborts the process when a socket
@@ -74,6 +77,10 @@ void gw_call_limit_init(gw_call_limit_t *l, unsigned want_calls);
 /* Closes the idle calls (once no request runs: after the HTTP daemon
  * stopped). The limit may be initialized again. */
 void gw_call_limit_fini(gw_call_limit_t *l);
+
+/* Closes the calls idle for idle_ms or longer; returns how many are left
+ * in the pool. Any thread (the gateway's main thread, every second). */
+int gw_call_limit_sweep(gw_call_limit_t *l, int64_t idle_ms);
 
 /* True when the waiting request should give up (client gone, stopping). */
 typedef bool (*gw_abort_fn)(void *arg);

@@ -585,6 +585,11 @@ uint16_t gw_server_port(const gw_server_t *s)
     return s->port;
 }
 
+void gw_server_tick(gw_server_t *s)
+{
+    gw_call_limit_sweep(&s->ctx.calls, GW_CALL_IDLE_MS);
+}
+
 void gw_server_destroy(gw_server_t **self_p)
 {
     if (!self_p || !*self_p)

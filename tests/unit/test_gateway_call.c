@@ -9,7 +9,8 @@
  *
  * And the pool of idle calls (issue 18): a call that got its reply is
  * reused for the next request, with a new id and the old request's late
- * replies dropped; canceled, unanswered and dropped calls are not. */
+ * replies dropped; canceled, unanswered and dropped calls are not; idle
+ * calls are closed after a while. */
 #include "lib/prelude.h"
 #include "proto/bus.h"
 #include "services/gateway/call.h"
@@ -236,6 +237,22 @@ static void test_reuse(const char *ep)
     gw_call_destroy(&c);
     CHECK_EQ_INT(l.n_pool, reused ? 0 : 1);
     CHECK_EQ_INT(atomic_load(&l.open), l.n_pool);
+    zsock_destroy(&peer);
+
+    /* Idle calls are closed by the sweep once idle long enough: a call
+     * just put back stays for a minute's limit, goes for a zero one. */
+    peer = zsock_new_router(ep);
+    CHECK(peer != NULL);
+    c = open_at(&l, ep, &st);
+    round_trip(c, peer);
+    gw_call_destroy(&c);
+    int pooled = l.n_pool;
+    CHECK(pooled >= 1);
+    CHECK_EQ_INT(gw_call_limit_sweep(&l, 60000), pooled);
+    CHECK_EQ_INT(atomic_load(&l.open), pooled);
+    CHECK_EQ_INT(gw_call_limit_sweep(&l, 0), 0);
+    CHECK_EQ_INT(l.n_pool, 0);
+    CHECK_EQ_INT(atomic_load(&l.open), 0);
     zsock_destroy(&peer);
 
     gw_call_limit_fini(&l);
