@@ -24,11 +24,15 @@ struct gw_call {
     zpoller_t *poller; /* sock and mon */
     char id[MSG_ID_MAX + 1];
     char peer[32];
+    char endpoint[256]; /* what the pool matches on */
     int connect_timeout_ms;
     bool refused;      /* a connect attempt failed (CONNECT_RETRIED) */
     bool connected;    /* the connection came up at least once */
     bool dropped;      /* the connection went down after coming up */
     bool sent;         /* the request left */
+    bool canceled;     /* gw_call_cancel ran: the socket lingers */
+    bool clean;        /* the last wait ended with a reply */
+    int64_t idle_since_ms; /* when it went into the pool */
 };
 
 static int64_t mono_ms(void)
@@ -63,6 +67,9 @@ void gw_call_limit_init(gw_call_limit_t *l, unsigned want_calls)
     if (ctx)
         zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, (int)(calls * GW_CALL_SOCKETS + SPARE_SOCKETS));
     atomic_init(&l->open, 0);
+    atomic_init(&l->reused, 0);
+    pthread_mutex_init(&l->pool_lock, NULL);
+    l->n_pool = 0;
     l->max = (int)calls;
     if ((unsigned long)calls < want_calls)
         cr_log_warn("at most %ld bus calls at once (wanted %u): the open files limit "
@@ -70,11 +77,94 @@ void gw_call_limit_init(gw_call_limit_t *l, unsigned want_calls)
                     calls, want_calls);
 }
 
+static void call_close(gw_call_t *c);
+static void drain_monitor(gw_call_t *c);
+
+void gw_call_limit_fini(gw_call_limit_t *l)
+{
+    pthread_mutex_lock(&l->pool_lock);
+    while (l->n_pool > 0) {
+        gw_call_t *c = l->pool[--l->n_pool];
+        call_close(c);
+    }
+    pthread_mutex_unlock(&l->pool_lock);
+    pthread_mutex_destroy(&l->pool_lock);
+}
+
+int gw_call_limit_sweep(gw_call_limit_t *l, int64_t idle_ms)
+{
+    gw_call_t *old[GW_CALL_POOL_MAX];
+    int n_old = 0;
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&l->pool_lock);
+    int kept = 0;
+    for (int i = 0; i < l->n_pool; i++) {
+        if (now - l->pool[i]->idle_since_ms >= idle_ms)
+            old[n_old++] = l->pool[i];
+        else
+            l->pool[kept++] = l->pool[i];
+    }
+    l->n_pool = kept;
+    pthread_mutex_unlock(&l->pool_lock);
+    /* Out of the lock: closing waits on libzmq's threads. */
+    for (int i = 0; i < n_old; i++)
+        call_close(old[i]);
+    return kept;
+}
+
+/* The newest idle call to endpoint, out of the pool; NULL if none. */
+static gw_call_t *pool_take(gw_call_limit_t *l, const char *endpoint)
+{
+    gw_call_t *c = NULL;
+    pthread_mutex_lock(&l->pool_lock);
+    for (int i = l->n_pool - 1; i >= 0; i--)
+        if (!strcmp(l->pool[i]->endpoint, endpoint)) {
+            c = l->pool[i];
+            memmove(&l->pool[i], &l->pool[i + 1], (size_t)(l->n_pool - i - 1) * sizeof c);
+            l->n_pool--;
+            break;
+        }
+    pthread_mutex_unlock(&l->pool_lock);
+    return c;
+}
+
+/* An idle call made ready for a new request, or NULL (closed) when its
+ * connection went down while it waited. */
+static gw_call_t *reuse(gw_call_t *c, const char *peer, int connect_timeout_ms)
+{
+    drain_monitor(c);
+    if (c->dropped || !c->connected) {
+        call_close(c);
+        return NULL;
+    }
+    /* Replies to an earlier request (a pong, a late error) are strays. */
+    while (zsock_events(c->sock) & ZMQ_POLLIN) {
+        zmsg_t *stale = zmsg_recv(c->sock);
+        if (!stale)
+            break;
+        zmsg_destroy(&stale);
+    }
+    bus_new_id(c->id);
+    snprintf(c->peer, sizeof c->peer, "%s", peer ? peer : "peer");
+    c->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 1;
+    c->sent = c->clean = c->canceled = c->refused = false;
+    return c;
+}
+
 cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
                          int connect_timeout_ms, gw_call_t **out,
                          cr_err_t *err)
 {
     *out = NULL;
+    if (limit) {
+        gw_call_t *idle;
+        while ((idle = pool_take(limit, endpoint))) {
+            if ((*out = reuse(idle, peer, connect_timeout_ms))) {
+                atomic_fetch_add(&limit->reused, 1);
+                return CR_OK;
+            }
+        }
+    }
     if (limit && atomic_fetch_add(&limit->open, 1) >= limit->max) {
         atomic_fetch_sub(&limit->open, 1);
         return cr_err_set(err, CR_E_BUSY,
@@ -90,6 +180,7 @@ cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const cha
     c->limit = limit;
     bus_new_id(c->id);
     snprintf(c->peer, sizeof c->peer, "%s", peer ? peer : "peer");
+    snprintf(c->endpoint, sizeof c->endpoint, "%s", endpoint);
     c->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 1;
 
     c->sock = zsock_new(ZMQ_DEALER);
@@ -169,6 +260,7 @@ static cr_status_t unavailable(gw_call_t *c, cr_err_t *err)
 cr_status_t gw_call_send(gw_call_t *c, msg_t *m, cr_err_t *err)
 {
     memcpy(m->id, c->id, sizeof m->id);
+    c->clean = false;
     int64_t start = mono_ms();
     int64_t deadline = start + c->connect_timeout_ms;
     for (;;) {
@@ -202,6 +294,7 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
                          cr_err_t *err)
 {
     memset(out, 0, sizeof *out);
+    c->clean = false;
     int64_t last = mono_ms();
     bool pinged = false;
     for (;;) {
@@ -243,6 +336,7 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
                 continue;
             }
             *out = m;
+            c->clean = true;
             return CR_OK;
         }
         if (zpoller_terminated(c->poller))
@@ -306,8 +400,10 @@ cr_status_t gw_call_ping(gw_call_t *c, int timeout_ms, cr_err_t *err)
         msg_clear(&m);
         if (!mine)
             continue;
-        if (type == MSG_pong)
+        if (type == MSG_pong) {
+            c->clean = true;
             return CR_OK;
+        }
         return cr_err_set(err, CR_E_PROTO, "the %s answered ping with '%s'",
                           c->peer, msg_type_name(type));
     }
@@ -321,17 +417,15 @@ void gw_call_cancel(gw_call_t *c)
     msg_t m;
     msg_init(&m, MSG_cancel, c->id);
     cr_err_t e;
+    c->canceled = true;
     zsock_set_sndtimeo(c->sock, 0);
     if (bus_send(c->sock, &m, &e) != CR_OK)
         cr_log_debug("%s: cancel not sent: %s", c->id, e.msg);
     zsock_set_linger(c->sock, CANCEL_LINGER_MS);
 }
 
-void gw_call_destroy(gw_call_t **self_p)
+static void call_close(gw_call_t *c)
 {
-    if (!self_p || !*self_p)
-        return;
-    gw_call_t *c = *self_p;
     zpoller_destroy(&c->poller);
     if (c->sock && c->mon)
         zmq_socket_monitor(zsock_resolve(c->sock), NULL, 0);
@@ -340,5 +434,34 @@ void gw_call_destroy(gw_call_t **self_p)
     if (c->limit)
         atomic_fetch_sub(&c->limit->open, 1);
     free(c);
+}
+
+/* Into the pool when it may serve another request; false when not. */
+static bool pool_put(gw_call_t *c)
+{
+    gw_call_limit_t *l = c->limit;
+    if (!l || !c->clean || c->canceled || !c->sock || !c->poller)
+        return false;
+    drain_monitor(c);
+    if (c->dropped || !c->connected)
+        return false;
+    bool kept = false;
+    pthread_mutex_lock(&l->pool_lock);
+    if (l->n_pool < GW_CALL_POOL_MAX) {
+        c->idle_since_ms = mono_ms();
+        l->pool[l->n_pool++] = c;
+        kept = true;
+    }
+    pthread_mutex_unlock(&l->pool_lock);
+    return kept;
+}
+
+void gw_call_destroy(gw_call_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    gw_call_t *c = *self_p;
     *self_p = NULL;
+    if (!pool_put(c))
+        call_close(c);
 }

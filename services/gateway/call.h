@@ -26,6 +26,7 @@
 #include "lib/status.h"
 #include "proto/msg.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #define GW_CALL_SLICE_MS 100
@@ -38,14 +39,32 @@
 
 typedef struct gw_call gw_call_t;
 
+typedef struct gw_call gw_call_t;
+
+/* Idle calls kept for reuse, at most, and for how long: a burst's calls
+ * are closed once it is over (each holds four descriptors here and a
+ * connection at the peer). */
+#define GW_CALL_POOL_MAX 128
+#define GW_CALL_IDLE_MS 10000
+
 /* How many calls may be open at once. libzmq's context allows 1,023
  * sockets unless told otherwise, and CZMQ aborts the process when a socket
  * cannot be made, so 341 requests in flight used to crash the gateway:
  * the socket table is sized for the calls, and a call past the budget is
- * refused (503) instead. */
+ * refused (503) instead.
+ *
+ * It also keeps calls that ended cleanly, connected, for the next request
+ * to the same endpoint: a fresh call costs three sockets, a monitor and a
+ * connection handshake with the peer (on both sides), which made most of
+ * the gateway's CPU time when it answered hundreds of 503s a second, and
+ * a few hundred microseconds of every request. Idle calls count as open. */
 typedef struct gw_call_limit {
-    atomic_int open; /* calls open now */
+    atomic_int open; /* calls open now, the idle ones included */
     int max;         /* budget */
+    pthread_mutex_t pool_lock;
+    gw_call_t *pool[GW_CALL_POOL_MAX]; /* idle calls, newest last */
+    int n_pool;
+    atomic_long reused; /* calls taken from the pool (for tests, metrics) */
 } gw_call_limit_t;
 
 /* Sizes ZeroMQ's socket table for want_calls calls at once (within what
@@ -54,6 +73,14 @@ typedef struct gw_call_limit {
  * socket: CZMQ's lazy initialization is not thread-safe, and the table's
  * size is fixed by the first socket. */
 void gw_call_limit_init(gw_call_limit_t *l, unsigned want_calls);
+
+/* Closes the idle calls (once no request runs: after the HTTP daemon
+ * stopped). The limit may be initialized again. */
+void gw_call_limit_fini(gw_call_limit_t *l);
+
+/* Closes the calls idle for idle_ms or longer; returns how many are left
+ * in the pool. Any thread (the gateway's main thread, every second). */
+int gw_call_limit_sweep(gw_call_limit_t *l, int64_t idle_ms);
 
 /* True when the waiting request should give up (client gone, stopping). */
 typedef bool (*gw_abort_fn)(void *arg);
@@ -65,10 +92,13 @@ typedef struct gw_wait {
     void *abort_arg;
 } gw_wait_t;
 
-/* Opens a DEALER to endpoint (borrowed). peer names the service in error
- * messages ("scheduler", "registry"). A fresh request id is drawn. The
- * call counts against limit (borrowed, outlives the call; NULL: no limit)
- * until destroyed. Caller owns the call; free with gw_call_destroy.
+/* Opens a DEALER to endpoint (borrowed), or takes an idle one of limit's
+ * to the same endpoint whose connection did not drop (replies still
+ * queued on it for an earlier request are discarded). peer names the
+ * service in error messages ("scheduler", "registry"). A fresh request id
+ * is drawn. The call counts against limit (borrowed, outlives the call;
+ * NULL: no limit and no reuse) until destroyed. Caller owns the call;
+ * free with gw_call_destroy.
  * CR_E_BUSY "server busy ..." past the limit's budget; CR_E_NOMEM /
  * CR_E_IO on failure (err says why). */
 cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
@@ -100,7 +130,10 @@ cr_status_t gw_call_ping(gw_call_t *c, int timeout_ms, cr_err_t *err);
  * call's id) and lets the socket linger so the message leaves. */
 void gw_call_cancel(gw_call_t *c);
 
-/* Closes the socket and frees the call. Accepts NULL. */
+/* Ends the call. One whose last wait got a reply, that was not canceled
+ * and whose connection stands goes back to its limit's pool (when there
+ * is room): a later reply to its request id is dropped as a stray by the
+ * next user. Others close their sockets. Accepts NULL. */
 void gw_call_destroy(gw_call_t **self_p);
 
 #endif

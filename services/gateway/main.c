@@ -77,8 +77,11 @@ int main(int argc, char **argv)
     }
     if (cr_sd_notify_ready(&err))
         cr_log_warn("sd_notify: %s", err.msg);
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    /* A second at a time, for the server's housekeeping. */
+    int sig;
+    const struct timespec tick = {1, 0};
+    while ((sig = sigtimedwait(&sigs, NULL, &tick)) < 0)
+        gw_server_tick(srv);
     cr_sd_notify_stopping(NULL);
     int64_t drain_ms = cr_env_duration_ms("DRAIN_TIMEOUT", 30 * 1000);
     cr_log_info("signal %d: draining (up to %.1f s), then shutting down", sig,

@@ -585,6 +585,11 @@ uint16_t gw_server_port(const gw_server_t *s)
     return s->port;
 }
 
+void gw_server_tick(gw_server_t *s)
+{
+    gw_call_limit_sweep(&s->ctx.calls, GW_CALL_IDLE_MS);
+}
+
 void gw_server_destroy(gw_server_t **self_p)
 {
     if (!self_p || !*self_p)
@@ -593,8 +598,10 @@ void gw_server_destroy(gw_server_t **self_p)
     /* Waiting requests see the flag within one poll slice and give up,
      * so the connection threads that MHD joins below do end. */
     atomic_store(&s->ctx.stopping, true);
-    if (s->daemon)
+    if (s->daemon) {
         MHD_stop_daemon(s->daemon);
+        gw_call_limit_fini(&s->ctx.calls); /* no request runs now */
+    }
     gw_cors_destroy(&s->ctx.cors);
     gw_metrics_destroy(&s->ctx.metrics);
     gw_tls_free(&s->tls);

@@ -42,6 +42,10 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
 /* The TCP port actually bound (useful with port 0). */
 uint16_t gw_server_port(const gw_server_t *s);
 
+/* Housekeeping, from the main thread about every second: closes bus calls
+ * idle past GW_CALL_IDLE_MS (call.h). */
+void gw_server_tick(gw_server_t *s);
+
 /* Graceful stop (SIGTERM): closes the listen socket (new connections are
  * refused; a new request on a kept-alive connection is answered 503
  * "server is shutting down") and waits up to timeout_ms for the requests

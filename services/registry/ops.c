@@ -479,6 +479,13 @@ cr_status_t reg_op_resolve(reg_store_t *s, const char *id,
                            const msg_resolve_body_t *req, msg_t *reply,
                            cr_err_t *err)
 {
+    return reg_op_resolve_cached(s, NULL, id, req, reply, err);
+}
+
+cr_status_t reg_op_resolve_cached(reg_store_t *s, reg_resolve_cache_t *cache,
+                                  const char *id, const msg_resolve_body_t *req,
+                                  msg_t *reply, cr_err_t *err)
+{
     msg_init(reply, MSG_resolved, id);
     cr_model_name_t name;
     if (!req->model || cr_model_name_parse(req->model, &name, NULL))
@@ -489,6 +496,10 @@ cr_status_t reg_op_resolve(reg_store_t *s, const char *id,
         return cr_err_set(err, st, "model \"%s\" not found", req->model);
     if (st)
         return st;
+    if (reg_resolve_cache_get(cache, req->model, m->digest, id, reply)) {
+        reg_model_destroy(&m);
+        return CR_OK;
+    }
     cr_gguf_t *g = NULL;
     if (!m->model_layer) {
         st = cr_err_set(err, CR_E_INVALID, "model \"%s\" has no GGUF weights",
@@ -506,6 +517,8 @@ cr_status_t reg_op_resolve(reg_store_t *s, const char *id,
     if (st) {
         msg_clear(reply);
         cr_err_set(err, st, "out of memory resolving \"%s\"", req->model);
+    } else {
+        reg_resolve_cache_put(cache, req->model, m->digest, reply);
     }
 out:
     cr_gguf_close(&g);

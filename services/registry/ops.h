@@ -12,6 +12,7 @@
 #include "lib/status.h"
 #include "proto/msg.h"
 #include "services/registry/manifest.h"
+#include "services/registry/resolve_cache.h"
 #include "services/registry/store.h"
 
 /* tags: every stored model, newest first: name (display form), modified_at
@@ -40,6 +41,13 @@ cr_status_t reg_op_delete(reg_store_t *s, const msg_delete_body_t *req,
 cr_status_t reg_op_resolve(reg_store_t *s, const char *id,
                            const msg_resolve_body_t *req, msg_t *reply,
                            cr_err_t *err);
+
+/* resolve, answering from cache (may be NULL: none) when it holds the
+ * answer for this name and manifest (resolve_cache.h), and keeping a
+ * fresh answer there. */
+cr_status_t reg_op_resolve_cached(reg_store_t *s, reg_resolve_cache_t *cache,
+                                  const char *id, const msg_resolve_body_t *req,
+                                  msg_t *reply, cr_err_t *err);
 
 /* show: reply becomes a show_reply carrying the body JSON. CR_E_INVALID
  * `invalid model name`; CR_E_NOT_FOUND `model '<x>' not found`. */

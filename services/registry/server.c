@@ -25,6 +25,7 @@ struct reg_server {
     reg_dl_opts_t dl_opts;
     reg_xfer_env_t env;         /* what jobs see (points into this) */
     reg_jobs_t *jobs;           /* pulls and pushes in flight */
+    reg_resolve_cache_t *resolved; /* recent resolve answers */
     const zframe_t *peer;       /* identity of the request being handled */
     reg_peers_t *peers;         /* owners of uploads and jobs */
     zsock_t *router;            /* run()'s socket while it runs, else NULL */
@@ -58,7 +59,8 @@ reg_server_t *reg_server_new(const char *models_dir, cr_err_t *err)
     s->env.noprune = cr_env_bool("NOPRUNE", false);
     if (s->uploads && s->transfers)
         s->jobs = reg_jobs_new(s->store, &s->env);
-    if (!s->uploads || !s->transfers || !s->jobs || !s->peers) {
+    s->resolved = reg_resolve_cache_new();
+    if (!s->uploads || !s->transfers || !s->jobs || !s->peers || !s->resolved) {
         cr_err_set(err, CR_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -77,6 +79,7 @@ void reg_server_destroy(reg_server_t **self_p)
     reg_transfers_destroy(&s->transfers);
     reg_uploads_destroy(&s->uploads);
     reg_peers_destroy(&s->peers);
+    reg_resolve_cache_destroy(&s->resolved);
     reg_store_destroy(&s->store);
     free(s);
     *self_p = NULL;
@@ -271,7 +274,7 @@ void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
         st = reg_op_show(s->store, id, &req->u.show, &reply, &err);
         break;
     case MSG_resolve:
-        st = reg_op_resolve(s->store, id, &req->u.resolve, &reply, &err);
+        st = reg_op_resolve_cached(s->store, s->resolved, id, &req->u.resolve, &reply, &err);
         break;
     case MSG_copy:
         st = reg_op_copy(s->store, &req->u.copy, &err);

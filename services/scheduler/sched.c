@@ -18,6 +18,7 @@
 
 #include "lib/env.h"
 #include "lib/log.h"
+#include "lib/mem_trim.h"
 #include "lib/model_name.h"
 #include "services/scheduler/options.h"
 #include "services/scheduler/outbox.h"
@@ -784,6 +785,10 @@ static void on_front(sch_server_t *s)
         r->msg = m;
         memset(&m, 0, sizeof m); /* ownership moved */
         r->arrived_ns = mono_ns();
+        /* The first probe is due a probe interval after arrival; from 0
+         * every request got a pong at once: one more message and one more
+         * wake-up of its gateway thread per request. */
+        r->probe_ms = sch_now_ms(s);
         req_inspect(r);
         /* Append: the list is in arrival order (FIFO scheduling). */
         request_t **pp = &s->req_list;
@@ -1325,9 +1330,17 @@ static void notify_loading(sch_server_t *s, int64_t now)
     }
 }
 
+/* How often the scheduler hands freed memory back (lib/mem_trim.h): its
+ * libzmq I/O thread's arena otherwise stays at its busiest size. */
+#define TRIM_EVERY_MS 10000
+
 static void run_timers(sch_server_t *s)
 {
     int64_t now = sch_now_ms(s);
+    if (now - s->trimmed_ms >= TRIM_EVERY_MS) {
+        s->trimmed_ms = now;
+        cr_mem_trim();
+    }
     for (runner_t *rn = s->runner_list; rn; rn = rn->next) {
         heartbeat(s, rn, now);
         if (rn->state == RS_READY && rn->n_active == 0 && rn->expires_ms &&

@@ -126,6 +126,7 @@ struct sch_server {
     bus_keys_stamp_t keys_stamp; /* the keys dir when auth last loaded it */
     int64_t keys_checked_ms;     /* last look at the keys dir */
     bool keys_dir_bad;           /* unreadable at the last look (warned) */
+    int64_t trimmed_ms;          /* last cr_mem_trim */
     sch_node_t *node_list;
     zpoller_t *poller;
     runner_t *runner_list;

@@ -5,7 +5,12 @@
  * when a socket cannot be made, so about 341 requests at once crashed the
  * gateway (and its restarts, under the same load). gw_call_limit_init
  * sizes the socket table for the budget; a call past the budget is
- * CR_E_BUSY, not an abort. */
+ * CR_E_BUSY, not an abort.
+ *
+ * And the pool of idle calls (issue 18): a call that got its reply is
+ * reused for the next request, with a new id and the old request's late
+ * replies dropped; canceled, unanswered and dropped calls are not; idle
+ * calls are closed after a while. */
 #include "lib/prelude.h"
 #include "proto/bus.h"
 #include "services/gateway/call.h"
@@ -27,15 +32,20 @@ static void raise_nofile(void)
     setrlimit(RLIMIT_NOFILE, &rl);
 }
 
-static gw_call_t *open_call(gw_call_limit_t *l, cr_status_t *st)
+static gw_call_t *open_at(gw_call_limit_t *l, const char *ep, cr_status_t *st)
 {
     gw_call_t *c = NULL;
     cr_err_t err;
     cr_err_clear(&err);
-    *st = gw_call_open(l, ENDPOINT, "scheduler", 100, &c, &err);
+    *st = gw_call_open(l, ep, "scheduler", 2000, &c, &err);
     if (*st == CR_E_BUSY)
         CHECK_MSG(strstr(err.msg, "server busy") != NULL, "busy message: %s", err.msg);
     return c;
+}
+
+static gw_call_t *open_call(gw_call_limit_t *l, cr_status_t *st)
+{
+    return open_at(l, ENDPOINT, st);
 }
 
 /* No limit (NULL): nothing counted (needs the peer bound). */
@@ -85,6 +95,167 @@ static void test_many_calls(void)
     CHECK_EQ_INT(atomic_load(&l.open), 0);
     test_no_limit();
     zsock_destroy(&peer);
+    gw_call_limit_fini(&l);
+}
+
+/* ---- reuse (the pool) ---- */
+
+/* The peer answers the next request with `type` under its id; the
+ * request's id in *id. */
+static void peer_answer(zsock_t *peer, msg_type_t type, char *id)
+{
+    msg_t m;
+    zframe_t *who = NULL;
+    cr_err_t err;
+    CHECK_EQ_INT(bus_recv(peer, 2000, &m, &who, &err), CR_OK);
+    snprintf(id, MSG_ID_MAX + 1, "%s", m.id);
+    msg_t reply;
+    msg_init(&reply, type, m.id);
+    CHECK_EQ_INT(bus_send_to(peer, who, &reply, &err), CR_OK);
+    msg_clear(&m);
+    zframe_destroy(&who);
+}
+
+/* One request and its reply on c. */
+static void round_trip(gw_call_t *c, zsock_t *peer)
+{
+    msg_t m, got;
+    msg_init(&m, MSG_ping, NULL);
+    cr_err_t err;
+    CHECK_EQ_INT(gw_call_send(c, &m, &err), CR_OK);
+    char id[MSG_ID_MAX + 1];
+    peer_answer(peer, MSG_ok, id);
+    CHECK_EQ_STR(id, gw_call_id(c));
+    gw_wait_t w = {.idle_timeout_ms = 2000};
+    CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_OK);
+    CHECK_EQ_INT(got.type, MSG_ok);
+    msg_clear(&got);
+}
+
+/* A call that got its reply serves the next request on the same socket
+ * with a new id; a late reply to the old id is dropped, not taken for the
+ * new request's; a canceled call, one that never got a reply, and one
+ * whose peer went away are closed, not reused. */
+static void test_reuse(const char *ep)
+{
+    gw_call_limit_t l;
+    gw_call_limit_init(&l, 16);
+    zsock_t *peer = zsock_new_router(ep);
+    CHECK(peer != NULL);
+    cr_status_t st;
+    cr_err_t err;
+    gw_call_t *c = NULL;
+    CHECK_EQ_INT(gw_call_open(&l, ep, "scheduler", 2000, &c, &err), CR_OK);
+    (void)st;
+    round_trip(c, peer);
+    char old_id[MSG_ID_MAX + 1];
+    snprintf(old_id, sizeof old_id, "%s", gw_call_id(c));
+    gw_call_t *was = c;
+    gw_call_destroy(&c);
+    CHECK_EQ_INT(atomic_load(&l.open), 1); /* idle, still counted */
+    CHECK_EQ_INT(l.n_pool, 1);
+
+    /* Reused: the same call, a new id. */
+    c = open_at(&l, ep, &st);
+    CHECK(c == was);
+    CHECK_EQ_INT((int)atomic_load(&l.reused), 1);
+    CHECK(strcmp(gw_call_id(c), old_id) != 0);
+    /* The peer's late reply to the old request, then the new one's. */
+    msg_t m, late, got;
+    msg_init(&m, MSG_ping, NULL);
+    CHECK_EQ_INT(gw_call_send(c, &m, &err), CR_OK);
+    zframe_t *who = NULL;
+    CHECK_EQ_INT(bus_recv(peer, 2000, &m, &who, &err), CR_OK);
+    msg_init(&late, MSG_error, old_id);
+    late.u.error.status = CR_E_INTERNAL;
+    late.u.error.has_status = true;
+    late.u.error.message = "late";
+    late.u.error.has_message = true;
+    CHECK_EQ_INT(bus_send_to(peer, who, &late, &err), CR_OK);
+    msg_t reply;
+    msg_init(&reply, MSG_ok, m.id);
+    CHECK_EQ_INT(bus_send_to(peer, who, &reply, &err), CR_OK);
+    msg_clear(&m);
+    zframe_destroy(&who);
+    gw_wait_t w = {.idle_timeout_ms = 2000};
+    CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_OK);
+    CHECK_EQ_INT(got.type, MSG_ok);
+    msg_clear(&got);
+
+    /* Canceled: closed. */
+    gw_call_cancel(c);
+    gw_call_destroy(&c);
+    CHECK_EQ_INT(l.n_pool, 0);
+    CHECK_EQ_INT(atomic_load(&l.open), 0);
+    msg_t cancel;
+    CHECK_EQ_INT(bus_recv(peer, 2000, &cancel, NULL, &err), CR_OK);
+    CHECK_EQ_INT(cancel.type, MSG_cancel);
+    msg_clear(&cancel);
+
+    /* Sent but never answered: closed. */
+    c = open_at(&l, ep, &st);
+    CHECK(c != NULL);
+    msg_init(&m, MSG_ping, NULL);
+    CHECK_EQ_INT(gw_call_send(c, &m, &err), CR_OK);
+    gw_call_destroy(&c);
+    CHECK_EQ_INT(l.n_pool, 0);
+    CHECK_EQ_INT(atomic_load(&l.open), 0);
+    msg_t dropped;
+    CHECK_EQ_INT(bus_recv(peer, 2000, &dropped, NULL, &err), CR_OK);
+    msg_clear(&dropped);
+
+    /* The peer restarts while the call is idle. The monitor's word of the
+     * drop may come before the next open (the call is closed, a fresh one
+     * is made and reaches the new peer) or after it (the reused call's
+     * request is lost with the connection and its wait ends "unavailable",
+     * as a request in flight during a restart does); either way the call
+     * that saw the drop is not kept. */
+    c = open_at(&l, ep, &st);
+    round_trip(c, peer);
+    was = c;
+    gw_call_destroy(&c);
+    CHECK_EQ_INT(l.n_pool, 1);
+    zsock_destroy(&peer);
+    peer = zsock_new_router(ep);
+    CHECK(peer != NULL);
+    c = open_at(&l, ep, &st);
+    CHECK(c != NULL);
+    bool reused = c == was;
+    msg_init(&m, MSG_ping, NULL);
+    CHECK_EQ_INT(gw_call_send(c, &m, &err), CR_OK);
+    if (reused) {
+        /* Sent into the dropped connection: lost, and the wait says so
+         * (it must not hang). */
+        st = gw_call_recv(c, &w, &got, &err);
+        CHECK_EQ_INT(st, CR_E_UNAVAILABLE);
+    } else {
+        char id[MSG_ID_MAX + 1];
+        peer_answer(peer, MSG_ok, id);
+        CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_OK);
+        msg_clear(&got);
+    }
+    gw_call_destroy(&c);
+    CHECK_EQ_INT(l.n_pool, reused ? 0 : 1);
+    CHECK_EQ_INT(atomic_load(&l.open), l.n_pool);
+    zsock_destroy(&peer);
+
+    /* Idle calls are closed by the sweep once idle long enough: a call
+     * just put back stays for a minute's limit, goes for a zero one. */
+    peer = zsock_new_router(ep);
+    CHECK(peer != NULL);
+    c = open_at(&l, ep, &st);
+    round_trip(c, peer);
+    gw_call_destroy(&c);
+    int pooled = l.n_pool;
+    CHECK(pooled >= 1);
+    CHECK_EQ_INT(gw_call_limit_sweep(&l, 60000), pooled);
+    CHECK_EQ_INT(atomic_load(&l.open), pooled);
+    CHECK_EQ_INT(gw_call_limit_sweep(&l, 0), 0);
+    CHECK_EQ_INT(l.n_pool, 0);
+    CHECK_EQ_INT(atomic_load(&l.open), 0);
+    zsock_destroy(&peer);
+
+    gw_call_limit_fini(&l);
 }
 
 int main(void)
@@ -92,5 +263,14 @@ int main(void)
     raise_nofile();
     /* First: the table's size is fixed by the first socket. */
     test_many_calls();
+    char dir[] = "/tmp/test-gateway-call-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char ep[300];
+    snprintf(ep, sizeof ep, "ipc://%s/sched.sock", dir);
+    test_reuse(ep);
+    char path[300];
+    snprintf(path, sizeof path, "%s/sched.sock", dir);
+    unlink(path);
+    rmdir(dir);
     return check_finish("gateway_call");
 }

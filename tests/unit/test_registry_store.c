@@ -688,6 +688,20 @@ static void test_create_files(void)
     CHECK(msg_encode(&r, &frame, &err) == CR_OK);
     cr_buf_free(&frame);
     msg_clear(&r);
+    /* From the resolve cache: the same answer under the new id. */
+    reg_resolve_cache_t *rc = reg_resolve_cache_new();
+    CHECK(reg_op_resolve_cached(s, rc, "ra", &rreq, &r, &err) == CR_OK);
+    msg_clear(&r);
+    CHECK_EQ_INT(reg_resolve_cache_hits(rc), 0);
+    CHECK(reg_op_resolve_cached(s, rc, "rb", &rreq, &r, &err) == CR_OK);
+    CHECK_EQ_INT(reg_resolve_cache_hits(rc), 1);
+    CHECK_EQ_STR(r.id, "rb");
+    CHECK_EQ_STR(r.u.resolved.name, "tiny:latest");
+    CHECK_EQ_STR(r.u.resolved.model_path, blob_path);
+    CHECK_EQ_STR(r.u.resolved.system, "You are tiny.");
+    CHECK(r.u.resolved.capabilities.n == 2);
+    msg_clear(&r);
+    reg_resolve_cache_destroy(&rc);
     rreq.model = "missing";
     CHECK(reg_op_resolve(s, "rid", &rreq, &r, &err) == CR_E_NOT_FOUND);
     CHECK_EQ_STR(err.msg, "model \"missing\" not found");

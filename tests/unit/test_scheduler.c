@@ -384,6 +384,8 @@ static void pump(env_t *e, int rounds)
     }
 }
 
+static int pongs_seen_g; /* liveness probes client_recv_on skipped */
+
 /* Pumps until the client has a message (or ~5 s pass). */
 static bool client_recv_on(env_t *e, zsock_t *client, msg_t *out)
 {
@@ -391,6 +393,7 @@ static bool client_recv_on(env_t *e, zsock_t *client, msg_t *out)
         if (bus_recv(client, 0, out, NULL, NULL) == CR_OK) {
             if (out->type == MSG_pong) { /* a liveness probe: skipped, as
                                             gateways do */
+                pongs_seen_g++;
                 msg_clear(out);
                 continue;
             }
@@ -641,6 +644,23 @@ static void test_request_and_keep_alive(void)
     CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
     clock_ms_g += 2000;
     wait_runners(&e, 0);
+    env_stop(&e);
+}
+
+/* A request answered within a probe interval (the test clock stands
+ * still) gets no liveness probe: the first is due CLIENT_PROBE_MS after it
+ * arrived, not at once (issue 18: a pong per request was one more message
+ * and one more wake-up of the gateway's thread on every request). */
+static void test_no_early_probe(void)
+{
+    env_t e;
+    env_start(&e, 3, 16);
+    clock_ms_g += 60 * 1000; /* far from the clock's zero */
+    CHECK_EQ_INT(run_request(&e, "warm", "alpha", "hi", NULL, NULL), MSG_done);
+    pongs_seen_g = 0;
+    CHECK_EQ_INT(run_request(&e, "quick", "alpha", "hi", NULL, NULL), MSG_done);
+    CHECK_EQ_INT(pongs_seen_g, 0);
+    CHECK(client_quiet(&e));
     env_stop(&e);
 }
 
@@ -2009,6 +2029,7 @@ int main(int argc, char **argv)
     clock_ms_g = 1000000;
     test_config();
     test_request_and_keep_alive();
+    test_no_early_probe();
     test_keep_alive_zero_and_unload();
     test_recreated_model_reloads();
     test_errors();
