@@ -142,6 +142,9 @@ static bool run_load(const cfg_t *c, const lg_target_t *t, char prompts[][LG_TEX
     for (int i = 0; i < n && ok; i++) {
         lg_req_t *r = &reqs[i];
         ok = check_req(r, c->gen);
+        if (ok && r->prompt_count != c->prompt_tokens)
+            fprintf(stderr, "loadgen: %s counted a %ld-token prompt, not %d\n",
+                    t->label, r->prompt_count, c->prompt_tokens);
         tokens += r->eval_count > 0 ? r->eval_count : 0;
         t0 = CR_MIN(t0, r->t_send);
         t1 = CR_MAX(t1, r->t_end);
