@@ -856,6 +856,15 @@ static void usage(gw_jw_t *w, const msg_done_body_t *d)
     gw_jw_i64(w, c);
     gw_jw_key(w, "total_tokens");
     gw_jw_i64(w, p + c);
+    /* OpenAI's cached prompt tokens, as Ollama maps prompt_eval_cached_count;
+     * absent when nothing was cached */
+    if (d && d->has_prompt_eval_cached_count && d->prompt_eval_cached_count > 0) {
+        gw_jw_key(w, "prompt_tokens_details");
+        gw_jw_obj(w);
+        gw_jw_key(w, "cached_tokens");
+        gw_jw_i64(w, d->prompt_eval_cached_count);
+        gw_jw_end_obj(w);
+    }
     gw_jw_end_obj(w);
 }
 

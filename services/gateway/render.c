@@ -234,6 +234,9 @@ static void put_metrics(gw_jw_t *w, const msg_done_body_t *d)
     put_metric(w, "load_duration", d->has_load_duration, d->load_duration);
     put_metric(w, "prompt_eval_count", d->has_prompt_eval_count,
                d->prompt_eval_count);
+    /* newer Ollama: the part of prompt_eval_count read from the KV cache */
+    put_metric(w, "prompt_eval_cached_count", d->has_prompt_eval_cached_count,
+               d->prompt_eval_cached_count);
     put_metric(w, "prompt_eval_duration", d->has_prompt_eval_duration,
                d->prompt_eval_duration);
     put_metric(w, "eval_count", d->has_eval_count, d->eval_count);

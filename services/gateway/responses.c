@@ -88,11 +88,13 @@ static json_t *response_obj(const resp_t *x, const char *status,
     if (r && d) {
         int64_t p = d->has_prompt_eval_count ? d->prompt_eval_count : 0;
         int64_t c = d->has_eval_count ? d->eval_count : 0;
+        int64_t cached =
+            d->has_prompt_eval_cached_count ? d->prompt_eval_cached_count : 0;
         json_object_set_new(
             r, "usage",
-            json_pack("{s:I,s:{s:i},s:I,s:{s:i},s:I}", "input_tokens",
+            json_pack("{s:I,s:{s:I},s:I,s:{s:i},s:I}", "input_tokens",
                       (json_int_t)p, "input_tokens_details", "cached_tokens",
-                      0, "output_tokens", (json_int_t)c,
+                      (json_int_t)cached, "output_tokens", (json_int_t)c,
                       "output_tokens_details", "reasoning_tokens", 0,
                       "total_tokens", (json_int_t)(p + c)));
         if (d->done_reason && !strcmp(d->done_reason, "length") &&

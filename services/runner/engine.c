@@ -34,6 +34,7 @@
 #include "services/runner/prompt/prompt_tokens.h"
 #include "services/runner/prompt/renderer.h"
 #include "lib/chat_formats.h"
+#include "services/runner/pace.h"
 #include "services/runner/sampler.h"
 #include "services/runner/spec.h"
 #include "services/runner/testhooks.h"
@@ -60,6 +61,7 @@ typedef struct req_opts {
     int64_t num_predict; /* >= 1 */
     int num_keep;
     int draft_ngram;     /* tokens drafted per step by prompt lookup; 0 off */
+    bool ignore_eos;        /* end-of-generation ids are never sampled */
     const msg_strs_t *stop; /* borrowed from the request, during start only */
 } req_opts_t;
 
@@ -74,6 +76,7 @@ typedef struct slot {
     int n_seq;
     int32_t *prompt;     /* this request's prompt tokens [n_ctx] */
     int n_prompt, at;    /* prompt length; prefilled up to `at` */
+    int n_cached;        /* of the prompt, tokens its KV cache already held */
     rn_sampler_t *sampler;
     rn_script_cursor_t script; /* with a test script: where its answer is */
     rn_detok_t *detok;
@@ -136,7 +139,12 @@ struct rn_engine {
                             other both ways (then a prefill step never
                             splits an image) */
     rn_tokenizer_t *tok;
+    /* The vocabulary's end-of-generation ids, listed at the first request
+     * with ignore_eos (NULL before) [n_eog]. */
+    int32_t *eog_ids;
+    int n_eog;
     rn_ctx_t *ctx;    /* one sequence per slot */
+    rn_pace_t pace;   /* prompt tokens a step with decoders may take */
     rn_script_t *script; /* CORRAL_TEST_SCRIPT: forced answers, or NULL */
     msg_t load;       /* owned copy of the load message (template, ...) */
     rn_tmpl_t *tmpl;  /* the model's template, parsed once */
@@ -518,6 +526,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
     rn_script_destroy(&e->script);
     rn_ctx_destroy(&e->ctx);
     rn_tokenizer_destroy(&e->tok);
+    free(e->eog_ids);
     rn_tmpl_destroy(&e->tmpl);
     jj_template_destroy(&e->jinja);
     free(e->bos_text);
@@ -601,6 +610,7 @@ static cr_status_t request_opts(const rn_engine_t *e, const msg_options_t *o,
     r->num_predict = -1;
     r->num_keep = DEFAULT_NUM_KEEP;
     r->draft_ngram = 0;
+    r->ignore_eos = false;
     r->stop = NULL;
     if (o) {
         if (o->has_temperature) r->sp.temperature = (float)o->temperature;
@@ -617,6 +627,7 @@ static cr_status_t request_opts(const rn_engine_t *e, const msg_options_t *o,
         if (o->has_seed) r->sp.seed = o->seed;
         if (o->has_num_predict) r->num_predict = o->num_predict;
         if (o->has_num_keep) r->num_keep = (int)o->num_keep;
+        if (o->has_ignore_eos) r->ignore_eos = o->ignore_eos;
         if (o->has_stop) r->stop = &o->stop;
         if (o->has_draft_ngram) {
             if (o->draft_ngram < 0 || o->draft_ngram > RN_SPEC_MAX_DRAFT)
@@ -1321,6 +1332,20 @@ static int whole_images(const slot_t *sl, int step, int budget)
 
 /* ---- slots ---- */
 
+/* Lists the end-of-generation ids of the vocabulary (e->eog_ids), once. */
+static cr_status_t list_eog(rn_engine_t *e, cr_err_t *err)
+{
+    int n_vocab = rn_ctx_n_vocab(e->ctx), n = 0;
+    for (int32_t id = 0; id < n_vocab; id++)
+        n += rn_tokenizer_is_eog(e->tok, id);
+    if (!(e->eog_ids = malloc((size_t)(n ? n : 1) * sizeof *e->eog_ids)))
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    for (int32_t id = 0; id < n_vocab; id++)
+        if (rn_tokenizer_is_eog(e->tok, id))
+            e->eog_ids[e->n_eog++] = id;
+    return CR_OK;
+}
+
 static int common_prefix(const slot_t *sl, const int32_t *prompt, int n)
 {
     int k = 0;
@@ -1408,8 +1433,12 @@ static void complete_slot(rn_engine_t *e, slot_t *sl)
     msg_done_body_t done = {0};
     done.done_reason = (char *)sl->reason;
     done.has_done_reason = true;
+    /* Ollama counts the whole prompt, cached part included, and names the
+     * cached part apart (prompt_eval_cached_count, absent when none). */
     done.prompt_eval_count = sl->n_prompt;
     done.has_prompt_eval_count = true;
+    done.prompt_eval_cached_count = sl->n_cached;
+    done.has_prompt_eval_cached_count = sl->n_cached > 0;
     done.prompt_eval_duration = sl->t_decode - sl->t_prompt;
     done.has_prompt_eval_duration = true;
     done.eval_count = sl->n_gen;
@@ -1562,7 +1591,9 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
         sl->spec_logits = rows;
         sl->spec_rows = draft_k + 1;
     }
-    if (grammar && !sl->masked) {
+    if (ro.ignore_eos && !e->eog_ids && (st = list_eog(e, err)))
+        goto out;
+    if ((grammar || ro.ignore_eos) && !sl->masked) {
         int n_vocab = rn_ctx_n_vocab(e->ctx);
         if (!(sl->masked = malloc((size_t)n_vocab * sizeof(float)))) {
             st = cr_err_set(err, CR_E_NOMEM, "out of memory");
@@ -1623,6 +1654,7 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     rn_ctx_seq_truncate(e->ctx, sl->id, common);
     sl->n_seq = common;
     sl->at = common;
+    sl->n_cached = common;
     sl->state = SLOT_PREFILL;
 out:
     plan_free(&plan);
@@ -1655,6 +1687,16 @@ static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, const float *raw, int3
             return cr_err_set(err, CR_E_INTERNAL,
                               "no token can continue the formatted output");
         logits = sl->masked;
+    }
+    if (sl->ro.ignore_eos && !sl->grammar) {
+        /* llama-server's ignore_eos: the answer runs to num_predict (with a
+         * format the grammar decides where it ends) */
+        if (logits != sl->masked) {
+            memcpy(sl->masked, logits, (size_t)rn_ctx_n_vocab(e->ctx) * sizeof *logits);
+            logits = sl->masked;
+        }
+        for (int k = 0; k < e->n_eog; k++)
+            sl->masked[e->eog_ids[k]] = -INFINITY;
     }
     if (e->script)
         token = rn_script_next(e->script, &sl->script); /* a test forces it */
@@ -1753,6 +1795,11 @@ static int draft_tokens(const rn_engine_t *e, slot_t *sl, int room)
     return rn_spec_ngram_draft(sl->seq, sl->n_seq + 1, room, sl->span_tok + 1);
 }
 
+rn_pace_t *rn_engine_pace(rn_engine_t *e)
+{
+    return &e->pace;
+}
+
 int rn_engine_step(rn_engine_t *e)
 {
     cr_err_t err;
@@ -1782,7 +1829,9 @@ int rn_engine_step(rn_engine_t *e)
     }
     /* 2. the batch: pending tokens first (one each, with a speculating
      *    slot's drafts while every later pending token still fits), then
-     *    prompt chunks of prefilling slots, within n_batch tokens */
+     *    prompt chunks of prefilling slots, within n_batch tokens and,
+     *    while slots decode, within the pace's cap (so their next token is
+     *    not held up by a long chunk) */
     int budget = rn_ctx_n_batch(e->ctx), n_spans = 0, n_pending = 0;
     for (int i = 0; i < e->n_slots; i++)
         n_pending += e->slots[i].state == SLOT_DECODE && e->slots[i].has_pending;
@@ -1799,6 +1848,12 @@ int rn_engine_step(rn_engine_t *e)
         e->span_slot[n_spans++] = i;
         budget -= 1 + sl->n_draft;
     }
+    /* (an image read both ways goes whole into one step: never capped, or
+     * it could wait for room while other slots keep decoding) */
+    int n_decode = n_spans, n_prompt = 0;
+    int n_decode_tok = rn_ctx_n_batch(e->ctx) - budget; /* with drafts */
+    if (!e->img_full)
+        budget = CR_MIN(budget, rn_pace_prompt_cap(&e->pace, n_decode, CR_MAX(budget, 1)));
     for (int i = 0; i < e->n_slots && budget > 0; i++) {
         slot_t *sl = &e->slots[i];
         if (sl->state != SLOT_PREFILL)
@@ -1815,16 +1870,22 @@ int rn_engine_step(rn_engine_t *e)
             e->spans[n_spans].rope_pos = sl->rope + 3 * (size_t)sl->at;
         e->span_slot[n_spans++] = i;
         budget -= step;
+        n_prompt += step;
     }
     if (n_spans == 0)
         return rn_engine_busy(e);
     /* 3. one forward pass */
     cr_err_clear(&err);
+    int64_t t0 = mono_ns();
     cr_status_t st = rn_ctx_eval_batch(e->ctx, e->spans, n_spans, &err);
     if (!st)
         st = backend_check(e, &err);
+    if (!st)
+        rn_pace_observe(&e->pace, n_decode, n_prompt, mono_ns() - t0);
+    if (n_decode > 0 && n_prompt > e->stats.max_prompt_with_decode)
+        e->stats.max_prompt_with_decode = n_prompt;
     e->stats.steps++;
-    e->stats.tokens += rn_ctx_n_batch(e->ctx) - budget;
+    e->stats.tokens += n_decode_tok + n_prompt; /* drafts included */
     if (n_spans > 1)
         e->stats.steps_multi++;
     if (n_spans > e->stats.max_seqs)

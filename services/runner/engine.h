@@ -17,6 +17,7 @@
 #include "lib/status.h"
 #include "proto/msg.h"
 #include "services/runner/output/output.h" /* rn_sink_t */
+#include "services/runner/pace.h"
 
 typedef struct rn_engine rn_engine_t;
 
@@ -33,6 +34,8 @@ typedef struct rn_engine_stats {
     int64_t steps_multi; /* of those, passes over more than one sequence */
     int64_t tokens;      /* tokens evaluated by those passes */
     int max_seqs;        /* most sequences in one pass */
+    int max_prompt_with_decode; /* most prompt tokens in a pass that also
+                                   decoded (the pace's cap at work) */
     int64_t images_encoded; /* images run through the vision tower */
     int64_t images_cached;  /* images whose embeddings came from the cache */
     int64_t draft_tokens;   /* tokens drafted by speculation (draft_ngram) */
@@ -89,10 +92,15 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req, const rn_sink_t *s
 /* One step of every busy slot: a canceled request ends (CR_E_CANCELED);
  * each decoding slot samples a token and sends its text (its answer may
  * end here); then ONE forward pass evaluates those tokens and the next
- * prompt chunks of prefilling slots (at most num_batch tokens together).
+ * prompt chunks of prefilling slots (at most num_batch tokens together;
+ * while any slot decodes, at most the pace's cap of prompt tokens).
  * A slot whose request ends calls its finish. Returns the slots still
  * busy. Allocates nothing per token. */
 int rn_engine_step(rn_engine_t *e);
+
+/* The engine's pace (pace.h), borrowed for the engine's life: tests fix
+ * its cap. */
+rn_pace_t *rn_engine_pace(rn_engine_t *e);
 
 /* Runs a generate or chat request to completion (rn_engine_start, then
  * steps until it ends; meant for an engine with no other request). Text goes to sink as it is

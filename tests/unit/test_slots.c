@@ -6,8 +6,11 @@
  * most sequences in one pass); canceling one leaves the others' text
  * unchanged; a request beyond the slots is refused as busy; a request
  * whose prompt a slot already holds goes to that slot and evaluates no
- * prompt token again. A synthetic model, and stories260K with the shared
- * testdata. */
+ * prompt token again, and says so (prompt_eval_cached_count, absent on a
+ * fresh slot). While a slot decodes, a long prompt arriving in another is
+ * taken in chunks of at most the pace's cap and still gives the text it
+ * gives alone; ignore_eos answers run to num_predict. A synthetic model,
+ * and stories260K with the shared testdata. */
 #include "lib/prelude.h"
 
 #include <unistd.h>
@@ -225,8 +228,64 @@ static void check_cancel_busy_and_prefix(const char *const *prompts)
     CHECK_EQ_INT(again.st, CR_OK);
     CHECK_EQ_STR(txt(&again), txt(&alone[1]));
     CHECK_EQ_INT(after.tokens - before.tokens, again.done.eval_count);
+    /* all but that last token came from the cache; the first request of
+     * a fresh engine said none */
+    CHECK(again.done.has_prompt_eval_cached_count);
+    CHECK_EQ_INT(again.done.prompt_eval_cached_count, again.done.prompt_eval_count - 1);
+    CHECK(!alone[0].done.has_prompt_eval_cached_count);
     free_reqs(&again, 1);
     free_reqs(alone, 3);
+    rn_engine_destroy(&e);
+}
+
+/* Starts prompt as a greedy raw request of n_predict tokens (ignore_eos
+ * when asked) into r. */
+static void start_one(rn_engine_t *e, const char *prompt, msg_options_t *o, req_t *r)
+{
+    msg_t m;
+    make_req(&m, prompt, o);
+    cr_buf_init(&r->text, 1 << 20);
+    rn_sink_t sink = {r, on_chunk, on_canceled};
+    cr_err_t err;
+    CHECK_EQ_INT(rn_engine_start(e, &m, &sink, on_finish, &err), CR_OK);
+}
+
+static void check_paced_prefill(void)
+{
+    static const char *const longp[1] = {
+        "the quick brown fox jumps over the lazy dog and then the dog wakes up and "
+        "chases the fox around the old red barn until both of them are very tired"};
+    req_t alone = {0};
+    run_alone(longp, 1, 8, 256, &alone);
+    rn_engine_t *e = load(2, 256);
+    if (!e)
+        return;
+    rn_engine_pace(e)->fixed = 5;
+    /* A decodes (to num_predict: ignore_eos) while B's prompt comes in */
+    msg_options_t oa = greedy(120), ob = greedy(8);
+    oa.ignore_eos = true;
+    oa.has_ignore_eos = true;
+    req_t a = {0}, b = {0};
+    start_one(e, "abc", &oa, &a);
+    for (int i = 0; i < 4; i++)
+        rn_engine_step(e);
+    start_one(e, longp[0], &ob, &b);
+    int steps = 0;
+    while (rn_engine_step(e) > 0 && steps < 100000)
+        steps++;
+    CHECK_EQ_INT(a.st, CR_OK);
+    CHECK_EQ_INT(b.st, CR_OK);
+    CHECK_EQ_INT(a.done.eval_count, 120);
+    CHECK_EQ_STR(a.done.done_reason, "length");
+    CHECK_MSG(b.done.prompt_eval_count > 20, "the long prompt is %lld tokens",
+              (long long)b.done.prompt_eval_count);
+    rn_engine_stats_t st;
+    rn_engine_get_stats(e, &st);
+    CHECK_EQ_INT(st.max_prompt_with_decode, 5);
+    CHECK_EQ_STR(txt(&b), txt(&alone));
+    free_reqs(&a, 1);
+    free_reqs(&b, 1);
+    free_reqs(&alone, 1);
     rn_engine_destroy(&e);
 }
 
@@ -246,6 +305,7 @@ int main(void)
         "abc", "one two three four five six", "hello", "a b c d e f g h i j k l m"};
     check_parallel_equals_alone("synth", synth_prompts, 24, 256);
     check_cancel_busy_and_prefix(synth_prompts);
+    check_paced_prefill();
     unlink(model_path);
 
     const char *root = check_testdata("models/stories260K.gguf");

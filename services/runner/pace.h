@@ -1,0 +1,38 @@
+/* pace.h: how many prompt tokens a step may take while other slots decode.
+ *
+ * One forward pass carries a token of every decoding slot plus prompt
+ * chunks of prefilling ones, so a large chunk makes that step, and the
+ * inter-token latency of every running answer, as slow as the chunk. The
+ * pace keeps running averages of what steps cost (a decode-only step; one
+ * prompt token) and caps the prompt tokens of a step with decoders so the
+ * step costs at most RN_PACE_RATIO decode-only steps; a prompt alone is
+ * never capped. It only does arithmetic on the times it is given (the
+ * engine measures them), so it is tested with made-up times. */
+#ifndef RN_PACE_H
+#define RN_PACE_H
+
+#include "lib/prelude.h"
+
+/* Target cost of a step with a prompt chunk over a decode-only step:
+ * under issue 18's 2x bound on inter-token latency, with a margin. */
+#define RN_PACE_RATIO 1.75
+/* Prompt tokens of a step with decoders before any cost is known. */
+#define RN_PACE_PROBE 8
+
+typedef struct rn_pace {
+    double decode_ns;    /* average decode-only step; 0: none seen */
+    double token_ns;     /* average cost of one prompt token; 0: none seen */
+    int fixed;           /* > 0: the cap with decoders, whatever the times
+                            (tests set it through rn_engine_pace) */
+} rn_pace_t;
+
+/* Records one forward pass: n_decode decoding slots' tokens and
+ * n_prompt prompt tokens took ns nanoseconds. */
+void rn_pace_observe(rn_pace_t *p, int n_decode, int n_prompt, int64_t ns);
+
+/* The most prompt tokens the next step may take, at most max (>= 1): max
+ * when n_decode is 0; else what keeps the step within RN_PACE_RATIO
+ * decode-only steps (at least 1, so a prompt always advances). */
+int rn_pace_prompt_cap(const rn_pace_t *p, int n_decode, int max);
+
+#endif
