@@ -1,0 +1,83 @@
+/* quant_iq_avx512.c: AVX-512 (F/BW/VL/VNNI) dot products of the 2- and
+ * 3-bit I-quants with Q8_K activations (contracts in quant_iq.h).
+ *
+ * Two sub-blocks per 512-bit register: their 64 sign bits are one mask
+ * register, applied to the grid bytes together with the activations' own
+ * signs in one masked subtract; VPDPBUSD multiplies |a| (unsigned, -128
+ * reads 128) by the signed grid bytes and sums each four into an int32
+ * lane, exact; each four-lane group covers 16 elements and is multiplied
+ * by its scale. The super-block's sum is the scalar kernel's exact integer:
+ * same bits as quant_iq.c.
+ *
+ * Compiled with target attributes and reached only after be_simd_detect()
+ * reported BE_SIMD_AVX512_VNNI. */
+#include "lib/prelude.h"
+#include "services/runner/backend/cpu/quant.h"
+#include "services/runner/backend/cpu/quant_iq.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* Sub-blocks s0 and s1 (64 elements) against 64 activations, scaled, as
+ * 16 int32 lanes. */
+static inline AVX512 __m512i pair_dot(const be_iq_sub_t *s0, const be_iq_sub_t *s1,
+                                      const int8_t *q8)
+{
+    __m512i grid = _mm512_inserti64x4(_mm512_castsi256_si512(
+                                          _mm256_loadu_si256((const __m256i *)s0->grid)),
+                                      _mm256_loadu_si256((const __m256i *)s1->grid), 1);
+    __m512i a = _mm512_loadu_si512((const void *)q8);
+    __mmask64 neg = ((uint64_t)s0->signs | (uint64_t)s1->signs << 32) ^ _mm512_movepi8_mask(a);
+    __m512i w = _mm512_mask_sub_epi8(grid, neg, _mm512_setzero_si512(), grid);
+    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(a), w);
+    __m512i sc = _mm512_set_epi32(s1->mul[1], s1->mul[1], s1->mul[1], s1->mul[1], s1->mul[0],
+                                  s1->mul[0], s1->mul[0], s1->mul[0], s0->mul[1], s0->mul[1],
+                                  s0->mul[1], s0->mul[1], s0->mul[0], s0->mul[0], s0->mul[0],
+                                  s0->mul[0]);
+    return _mm512_mullo_epi32(p, sc);
+}
+
+#define IQ_AVX512_DOT(name, block_t, unit)                                              \
+    AVX512 void be_avx512_dot_##name(int64_t n, float *s, const void *w, const void *a) \
+    {                                                                                   \
+        const be_iq_grids_t *g = be_iq_grids();                                         \
+        const block_t *x = w;                                                           \
+        const be_block_q8_k_t *y = a;                                                   \
+        float sum = 0;                                                                  \
+        for (int64_t i = 0; i < n / BE_QK_K; i++) {                                     \
+            __m512i acc = _mm512_setzero_si512();                                       \
+            for (int ib = 0; ib < BE_QK_K / 32; ib += 2) {                              \
+                be_iq_sub_t s0, s1;                                                     \
+                be_##name##_sub(g, &x[i], ib, &s0);                                     \
+                be_##name##_sub(g, &x[i], ib + 1, &s1);                                 \
+                acc = _mm512_add_epi32(acc, pair_dot(&s0, &s1, y[i].qs + 32 * ib));     \
+            }                                                                           \
+            sum += (_cvtsh_ss(x[i].d) * y[i].d) * (float)_mm512_reduce_add_epi32(acc);  \
+        }                                                                               \
+        *s = sum * (unit);                                                              \
+    }
+
+IQ_AVX512_DOT(iq2_xxs, be_block_iq2_xxs_t, 0.125f)
+IQ_AVX512_DOT(iq2_xs, be_block_iq2_xs_t, 0.125f)
+IQ_AVX512_DOT(iq2_s, be_block_iq2_s_t, 0.125f)
+IQ_AVX512_DOT(iq3_xxs, be_block_iq3_xxs_t, 0.25f)
+IQ_AVX512_DOT(iq3_s, be_block_iq3_s_t, 1.0f)
+
+#else /* not x86: never selected (be_simd_detect says scalar) */
+
+#define STUB_DOT(name)                                                     \
+    void name(int64_t n, float *s, const void *w, const void *a)           \
+    {                                                                      \
+        CR_UNUSED(n), CR_UNUSED(w), CR_UNUSED(a);                          \
+        *s = 0;                                                            \
+    }
+STUB_DOT(be_avx512_dot_iq2_xxs)
+STUB_DOT(be_avx512_dot_iq2_xs)
+STUB_DOT(be_avx512_dot_iq2_s)
+STUB_DOT(be_avx512_dot_iq3_xxs)
+STUB_DOT(be_avx512_dot_iq3_s)
+
+#endif
