@@ -39,7 +39,10 @@ static inline AVX2 __m256i sub_dot(const be_iq_sub_t *sb, const int8_t *q8)
     const __m256i bits = _mm256_set1_epi64x((int64_t)0x8040201008040201);
     __m256i sv = _mm256_shuffle_epi8(_mm256_set1_epi32((int32_t)sb->signs), spread);
     __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(sv, bits), bits);
-    __m256i grid = _mm256_loadu_si256((const __m256i *)sb->grid);
+    /* from the values, not memory: the decoder's struct stays in registers
+     * (a 32-byte load of four 8-byte stores would stall forwarding) */
+    __m256i grid = _mm256_set_epi64x((int64_t)sb->grid[3], (int64_t)sb->grid[2],
+                                     (int64_t)sb->grid[1], (int64_t)sb->grid[0]);
     __m256i w = _mm256_sign_epi8(grid, _mm256_or_si256(neg, _mm256_set1_epi8(1)));
     __m256i a = _mm256_loadu_si256((const __m256i *)q8);
     /* |a| unsigned (-128 reads 128), w takes a's sign */

@@ -26,9 +26,12 @@
 static inline AVX512 __m512i pair_dot(const be_iq_sub_t *s0, const be_iq_sub_t *s1,
                                       const int8_t *q8)
 {
-    __m512i grid = _mm512_inserti64x4(_mm512_castsi256_si512(
-                                          _mm256_loadu_si256((const __m256i *)s0->grid)),
-                                      _mm256_loadu_si256((const __m256i *)s1->grid), 1);
+    /* from the values, not memory (the decoders' structs stay in
+     * registers) */
+    __m512i grid = _mm512_set_epi64((int64_t)s1->grid[3], (int64_t)s1->grid[2],
+                                    (int64_t)s1->grid[1], (int64_t)s1->grid[0],
+                                    (int64_t)s0->grid[3], (int64_t)s0->grid[2],
+                                    (int64_t)s0->grid[1], (int64_t)s0->grid[0]);
     __m512i a = _mm512_loadu_si512((const void *)q8);
     __mmask64 neg = ((uint64_t)s0->signs | (uint64_t)s1->signs << 32) ^ _mm512_movepi8_mask(a);
     __m512i w = _mm512_mask_sub_epi8(grid, neg, _mm512_setzero_si512(), grid);
