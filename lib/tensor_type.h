@@ -27,6 +27,7 @@ typedef enum cr_type {
     CR_TYPE_IQ2_XXS = 16,
     CR_TYPE_IQ2_XS = 17,
     CR_TYPE_IQ3_XXS = 18,
+    CR_TYPE_IQ1_S = 19,
     CR_TYPE_IQ4_NL = 20,
     CR_TYPE_IQ3_S = 21,
     CR_TYPE_IQ2_S = 22,

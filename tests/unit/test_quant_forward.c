@@ -176,7 +176,7 @@ static void test_each_type(const run_t *ref)
          * measured 0.7154, 0.7877, 0.8003, 0.9028, 0.9520, scalar, AVX2 and
          * AVX-512 alike (same bits); bounds 0.05 to 0.1 below, as Q2_K's */
         {CR_TYPE_IQ2_XXS, 0.62}, {CR_TYPE_IQ2_XS, 0.69}, {CR_TYPE_IQ2_S, 0.70},
-        {CR_TYPE_IQ3_XXS, 0.85}, {CR_TYPE_IQ3_S, 0.90},
+        {CR_TYPE_IQ3_XXS, 0.85}, {CR_TYPE_IQ3_S, 0.90}, {CR_TYPE_IQ1_S, 0.0},
     };
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
         rn_synth_opts_t o;

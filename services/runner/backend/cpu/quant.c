@@ -689,6 +689,8 @@ static const be_type_traits_t scalar_table[CR_TYPE__COUNT] = {
         be_iq3_xxs_from_float, be_iq3_xxs_dot, CR_TYPE_Q8_K),
     ROW(CR_TYPE_IQ3_S, "IQ3_S", BE_QK_K, sizeof(be_block_iq3_s_t), be_iq3_s_to_float,
         be_iq3_s_from_float, be_iq3_s_dot, CR_TYPE_Q8_K),
+    ROW(CR_TYPE_IQ1_S, "IQ1_S", BE_QK_K, sizeof(be_block_iq1_s_t), be_iq1_s_to_float,
+        be_iq1_s_from_float, be_iq1_s_dot, CR_TYPE_Q8_K),
 };
 
 static be_type_traits_t avx2_table[CR_TYPE__COUNT];
@@ -735,12 +737,14 @@ static void detect(void)
     avx2_table[CR_TYPE_IQ2_S].vec_dot = be_avx2_dot_iq2_s;
     avx2_table[CR_TYPE_IQ3_XXS].vec_dot = be_avx2_dot_iq3_xxs;
     avx2_table[CR_TYPE_IQ3_S].vec_dot = be_avx2_dot_iq3_s;
+    avx2_table[CR_TYPE_IQ1_S].vec_dot = be_avx2_dot_iq1_s;
     memcpy(avx512_table, avx2_table, sizeof avx512_table);
     avx512_table[CR_TYPE_IQ2_XXS].vec_dot = be_avx512_dot_iq2_xxs;
     avx512_table[CR_TYPE_IQ2_XS].vec_dot = be_avx512_dot_iq2_xs;
     avx512_table[CR_TYPE_IQ2_S].vec_dot = be_avx512_dot_iq2_s;
     avx512_table[CR_TYPE_IQ3_XXS].vec_dot = be_avx512_dot_iq3_xxs;
     avx512_table[CR_TYPE_IQ3_S].vec_dot = be_avx512_dot_iq3_s;
+    avx512_table[CR_TYPE_IQ1_S].vec_dot = be_avx512_dot_iq1_s;
     avx512_table[CR_TYPE_IQ4_NL].vec_dot = be_avx512_dot_iq4_nl;
     avx512_table[CR_TYPE_MXFP4].vec_dot = be_avx512_dot_mxfp4;
 

@@ -21,6 +21,7 @@
  *   IQ4_XS   Q8_K         IQ4_NL's table in super-blocks of 256
  *   IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S
  *            Q8_K         signed points of fixed grids (quant_iq.c)
+ *   IQ1_S    Q8_K         points of -1/0/1 plus a shift (quant_iq1.c)
  *
  * Every kernel exists as a scalar reference; where the CPU has AVX2+FMA+F16C
  * (checked at run time), faster versions of the same contract are chosen.
@@ -255,6 +256,17 @@ typedef struct be_block_iq3_s {
     uint8_t scales[BE_QK_K / 64];
 } be_block_iq3_s_t;
 _Static_assert(sizeof(be_block_iq3_s_t) == 110, "IQ3_S block is 110 bytes");
+
+/* IQ1_S: sub-block ib's group l indexes the 2048-point grid (coordinates
+ * -1, 0, 1) with qs[4 ib + l] | ((qh[ib] >> 3 l) & 7) << 8; qh[ib] bits
+ * 12..14 are ls, bit 15 the shift's sign. value = d * (2 ls + 1) *
+ * (grid + (bit 15 ? -1/8 : 1/8)). */
+typedef struct be_block_iq1_s {
+    uint16_t d;
+    uint8_t qs[BE_QK_K / 8];
+    uint16_t qh[BE_QK_K / 32];
+} be_block_iq1_s_t;
+_Static_assert(sizeof(be_block_iq1_s_t) == 50, "IQ1_S block is 50 bytes");
 
 /* Activation format for K-quant dot products (never stored in files). */
 typedef struct be_block_q8_k {

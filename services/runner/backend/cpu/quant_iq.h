@@ -28,6 +28,7 @@ typedef struct be_iq_grids {
     uint64_t iq2s[1024];
     uint32_t iq3xxs[256];  /* byte k: coordinate k (4, 12, ..., 52, 62) */
     uint32_t iq3s[512];    /* byte k: coordinate k (1, 3, ..., 15) */
+    uint64_t iq1s[2048];   /* byte k: coordinate k as int8 (-1, 0, 1) */
     uint8_t signs[128];    /* 7 stored sign bits -> 8 (even parity) */
 } be_iq_grids_t;
 
@@ -43,11 +44,11 @@ typedef struct be_iq_grid_def {
     int n_points;
     int dim;                /* coordinates per point: 8 or 4 */
     int bits;               /* bits per coordinate in a code: 2 or 3 */
-    const uint8_t *set;     /* the format's coordinate values, ascending */
+    const int8_t *set;      /* the format's coordinate values, ascending */
     int n_set;
 } be_iq_grid_def_t;
 
-/* The n_defs (5) compact grid definitions, static. */
+/* The n_defs (6: iq2xxs, iq2xs, iq2s, iq3xxs, iq3s, iq1s) compact grid definitions, static. */
 const be_iq_grid_def_t *be_iq_grid_defs(int *n_defs);
 
 /* One sub-block of 32 decoded from its bits. */
@@ -73,6 +74,26 @@ void be_iq3_xxs_dot(int64_t n, float *s, const void *w, const void *a);
 void be_iq3_s_to_float(const void *x, float *y, int64_t n);
 void be_iq3_s_from_float(const float *x, void *y, int64_t n);
 void be_iq3_s_dot(int64_t n, float *s, const void *w, const void *a);
+
+/* IQ1_S (quant_iq1.c): grid points of -1, 0, 1 plus a shift of +-1/8,
+ * no sign bits: value = d * (2 ls + 1) * (grid + delta). */
+void be_iq1_s_to_float(const void *x, float *y, int64_t n);
+void be_iq1_s_from_float(const float *x, void *y, int64_t n);
+void be_iq1_s_dot(int64_t n, float *s, const void *w, const void *a);
+void be_avx2_dot_iq1_s(int64_t n, float *s, const void *w, const void *a);
+void be_avx512_dot_iq1_s(int64_t n, float *s, const void *w, const void *a);
+
+/* Sub-block ib of an IQ1_S block: grid[] bytes are int8 coordinates;
+ * *mul = 2 ls + 1, *neg_delta: the shift is -1/8 (else +1/8). */
+static inline void be_iq1_s_sub(const be_iq_grids_t *g, const be_block_iq1_s_t *b, int ib,
+                                uint64_t grid[4], int32_t *mul, bool *neg_delta)
+{
+    unsigned h = b->qh[ib];
+    for (int l = 0; l < 4; l++)
+        grid[l] = g->iq1s[b->qs[4 * ib + l] | ((h >> (3 * l)) & 7) << 8];
+    *mul = 2 * (int32_t)((h >> 12) & 7) + 1;
+    *neg_delta = (h >> 15) & 1;
+}
 
 /* ---- SIMD dot products (same bits as the scalar ones: integer sums per
  * super-block, one float step each) ------------------------------------- */

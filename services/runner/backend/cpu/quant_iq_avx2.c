@@ -77,6 +77,36 @@ IQ_AVX2_DOT(iq2_s, be_block_iq2_s_t, 0.125f)
 IQ_AVX2_DOT(iq3_xxs, be_block_iq3_xxs_t, 0.25f)
 IQ_AVX2_DOT(iq3_s, be_block_iq3_s_t, 1.0f)
 
+/* IQ1_S: grid bytes are -1/0/1 (signed); products and the scale as
+ * above (pair sums <= 256, times mul <= 15); the shift's sum comes from
+ * bsums as in the scalar kernel. */
+AVX2 void be_avx2_dot_iq1_s(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_iq_grids_t *g = be_iq_grids();
+    const be_block_iq1_s_t *x = w;
+    const be_block_q8_k_t *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / BE_QK_K; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        int32_t isum1 = 0;
+        for (int ib = 0; ib < BE_QK_K / 32; ib++) {
+            uint64_t gr[4];
+            int32_t mul;
+            bool neg;
+            be_iq1_s_sub(g, &x[i], ib, gr, &mul, &neg);
+            __m256i wv = _mm256_set_epi64x((int64_t)gr[3], (int64_t)gr[2], (int64_t)gr[1],
+                                           (int64_t)gr[0]);
+            __m256i av = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * ib));
+            __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(av, av), _mm256_sign_epi8(wv, av));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((int16_t)mul)));
+            int32_t qsum = y[i].bsums[2 * ib] + y[i].bsums[2 * ib + 1];
+            isum1 += mul * (neg ? -qsum : qsum);
+        }
+        sum += (_cvtsh_ss(x[i].d) * y[i].d) * ((float)hsum_epi32(acc) + 0.125f * (float)isum1);
+    }
+    *s = sum;
+}
+
 #else /* not x86: never selected (be_simd_detect says scalar) */
 
 #define STUB_DOT(name)                                                     \
@@ -90,5 +120,6 @@ STUB_DOT(be_avx2_dot_iq2_xs)
 STUB_DOT(be_avx2_dot_iq2_s)
 STUB_DOT(be_avx2_dot_iq3_xxs)
 STUB_DOT(be_avx2_dot_iq3_s)
+STUB_DOT(be_avx2_dot_iq1_s)
 
 #endif

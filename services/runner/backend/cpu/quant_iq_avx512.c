@@ -69,6 +69,43 @@ IQ_AVX512_DOT(iq2_s, be_block_iq2_s_t, 0.125f)
 IQ_AVX512_DOT(iq3_xxs, be_block_iq3_xxs_t, 0.25f)
 IQ_AVX512_DOT(iq3_s, be_block_iq3_s_t, 1.0f)
 
+/* IQ1_S: two sub-blocks per register; grid bytes are -1/0/1, given the
+ * activations' signs by a masked subtract; the shift's sum from bsums as
+ * in the scalar kernel. */
+AVX512 void be_avx512_dot_iq1_s(int64_t n, float *s, const void *w, const void *a)
+{
+    const be_iq_grids_t *g = be_iq_grids();
+    const be_block_iq1_s_t *x = w;
+    const be_block_q8_k_t *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / BE_QK_K; i++) {
+        __m512i acc = _mm512_setzero_si512();
+        int32_t isum1 = 0;
+        for (int ib = 0; ib < BE_QK_K / 32; ib += 2) {
+            uint64_t g0[4], g1[4];
+            int32_t m0, m1;
+            bool n0, n1;
+            be_iq1_s_sub(g, &x[i], ib, g0, &m0, &n0);
+            be_iq1_s_sub(g, &x[i], ib + 1, g1, &m1, &n1);
+            __m512i wv = _mm512_set_epi64((int64_t)g1[3], (int64_t)g1[2], (int64_t)g1[1],
+                                          (int64_t)g1[0], (int64_t)g0[3], (int64_t)g0[2],
+                                          (int64_t)g0[1], (int64_t)g0[0]);
+            __m512i av = _mm512_loadu_si512((const void *)(y[i].qs + 32 * ib));
+            __m512i ws = _mm512_mask_sub_epi8(wv, _mm512_movepi8_mask(av), _mm512_setzero_si512(), wv);
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(av), ws);
+            __m512i sc = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(m0)),
+                                            _mm256_set1_epi32(m1), 1);
+            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(p, sc));
+            int32_t q0 = y[i].bsums[2 * ib] + y[i].bsums[2 * ib + 1];
+            int32_t q1 = y[i].bsums[2 * ib + 2] + y[i].bsums[2 * ib + 3];
+            isum1 += m0 * (n0 ? -q0 : q0) + m1 * (n1 ? -q1 : q1);
+        }
+        sum += (_cvtsh_ss(x[i].d) * y[i].d) *
+               ((float)_mm512_reduce_add_epi32(acc) + 0.125f * (float)isum1);
+    }
+    *s = sum;
+}
+
 #else /* not x86: never selected (be_simd_detect says scalar) */
 
 #define STUB_DOT(name)                                                     \
@@ -82,5 +119,6 @@ STUB_DOT(be_avx512_dot_iq2_xs)
 STUB_DOT(be_avx512_dot_iq2_s)
 STUB_DOT(be_avx512_dot_iq3_xxs)
 STUB_DOT(be_avx512_dot_iq3_s)
+STUB_DOT(be_avx512_dot_iq1_s)
 
 #endif
