@@ -89,8 +89,11 @@ static inline void be_iq1_s_sub(const be_iq_grids_t *g, const be_block_iq1_s_t *
                                 uint64_t grid[4], int32_t *mul, bool *neg_delta)
 {
     unsigned h = b->qh[ib];
-    for (int l = 0; l < 4; l++)
-        grid[l] = g->iq1s[b->qs[4 * ib + l] | ((h >> (3 * l)) & 7) << 8];
+    const uint8_t *q = b->qs + 4 * ib;
+    grid[0] = g->iq1s[q[0] | (h & 7) << 8];
+    grid[1] = g->iq1s[q[1] | ((h >> 3) & 7) << 8];
+    grid[2] = g->iq1s[q[2] | ((h >> 6) & 7) << 8];
+    grid[3] = g->iq1s[q[3] | ((h >> 9) & 7) << 8];
     *mul = 2 * (int32_t)((h >> 12) & 7) + 1;
     *neg_delta = (h >> 15) & 1;
 }
@@ -130,8 +133,13 @@ static inline void be_iq2_xxs_sub(const be_iq_grids_t *g, const be_block_iq2_xxs
 {
     const uint8_t *q = (const uint8_t *)b->qs + 8 * ib;
     uint32_t aux = be_iq_le32(q + 4);
-    for (int l = 0; l < 4; l++)
-        o->grid[l] = g->iq2xxs[q[l]];
+    /* unrolled by hand: the struct then stays in registers in the SIMD
+     * kernels (a loop left it on the stack, read back by a 32-byte load
+     * that stalled on four 8-byte stores) */
+    o->grid[0] = g->iq2xxs[q[0]];
+    o->grid[1] = g->iq2xxs[q[1]];
+    o->grid[2] = g->iq2xxs[q[2]];
+    o->grid[3] = g->iq2xxs[q[3]];
     o->signs = be_iq_signs4(g, aux & 127, (aux >> 7) & 127, (aux >> 14) & 127, (aux >> 21) & 127);
     o->mul[0] = o->mul[1] = 2 * (int32_t)(aux >> 28) + 1;
 }
@@ -140,8 +148,10 @@ static inline void be_iq2_xs_sub(const be_iq_grids_t *g, const be_block_iq2_xs_t
                                  be_iq_sub_t *o)
 {
     const uint16_t *q = b->qs + 4 * ib;
-    for (int l = 0; l < 4; l++)
-        o->grid[l] = g->iq2xs[q[l] & 511];
+    o->grid[0] = g->iq2xs[q[0] & 511];
+    o->grid[1] = g->iq2xs[q[1] & 511];
+    o->grid[2] = g->iq2xs[q[2] & 511];
+    o->grid[3] = g->iq2xs[q[3] & 511];
     o->signs = be_iq_signs4(g, q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9);
     o->mul[0] = 2 * (b->scales[ib] & 15) + 1;
     o->mul[1] = 2 * (b->scales[ib] >> 4) + 1;
@@ -151,8 +161,11 @@ static inline void be_iq2_s_sub(const be_iq_grids_t *g, const be_block_iq2_s_t *
                                 be_iq_sub_t *o)
 {
     const uint8_t *q = b->qs + 4 * ib;
-    for (int l = 0; l < 4; l++)
-        o->grid[l] = g->iq2s[q[l] | ((b->qh[ib] >> (2 * l)) & 3) << 8];
+    int h = b->qh[ib];
+    o->grid[0] = g->iq2s[q[0] | (h & 3) << 8];
+    o->grid[1] = g->iq2s[q[1] | ((h >> 2) & 3) << 8];
+    o->grid[2] = g->iq2s[q[2] | ((h >> 4) & 3) << 8];
+    o->grid[3] = g->iq2s[q[3] | ((h >> 6) & 3) << 8];
     o->signs = be_iq_le32(b->qs + BE_QK_K / 8 + 4 * ib);
     o->mul[0] = 2 * (b->scales[ib] & 15) + 1;
     o->mul[1] = 2 * (b->scales[ib] >> 4) + 1;
@@ -163,8 +176,12 @@ static inline void be_iq3_xxs_sub(const be_iq_grids_t *g, const be_block_iq3_xxs
 {
     const uint8_t *q = b->qs + 8 * ib;
     uint32_t aux = be_iq_le32(b->qs + BE_QK_K / 4 + 4 * ib);
-    for (int l = 0; l < 4; l++)
-        o->grid[l] = g->iq3xxs[q[2 * l]] | (uint64_t)g->iq3xxs[q[2 * l + 1]] << 32;
+#define BE_IQ3XXS_PAIR(l) (g->iq3xxs[q[2 * (l)]] | (uint64_t)g->iq3xxs[q[2 * (l) + 1]] << 32)
+    o->grid[0] = BE_IQ3XXS_PAIR(0);
+    o->grid[1] = BE_IQ3XXS_PAIR(1);
+    o->grid[2] = BE_IQ3XXS_PAIR(2);
+    o->grid[3] = BE_IQ3XXS_PAIR(3);
+#undef BE_IQ3XXS_PAIR
     o->signs = be_iq_signs4(g, aux & 127, (aux >> 7) & 127, (aux >> 14) & 127, (aux >> 21) & 127);
     o->mul[0] = o->mul[1] = 2 * (int32_t)(aux >> 28) + 1;
 }
@@ -174,9 +191,14 @@ static inline void be_iq3_s_sub(const be_iq_grids_t *g, const be_block_iq3_s_t *
 {
     const uint8_t *q = b->qs + 8 * ib;
     int h = b->qh[ib];
-    for (int l = 0; l < 4; l++)
-        o->grid[l] = g->iq3s[q[2 * l] | ((h >> (2 * l)) & 1) << 8] |
-                     (uint64_t)g->iq3s[q[2 * l + 1] | ((h >> (2 * l + 1)) & 1) << 8] << 32;
+#define BE_IQ3S_PAIR(l)                                                                            \
+    (g->iq3s[q[2 * (l)] | ((h >> (2 * (l))) & 1) << 8] |                                     \
+     (uint64_t)g->iq3s[q[2 * (l) + 1] | ((h >> (2 * (l) + 1)) & 1) << 8] << 32)
+    o->grid[0] = BE_IQ3S_PAIR(0);
+    o->grid[1] = BE_IQ3S_PAIR(1);
+    o->grid[2] = BE_IQ3S_PAIR(2);
+    o->grid[3] = BE_IQ3S_PAIR(3);
+#undef BE_IQ3S_PAIR
     o->signs = be_iq_le32(b->signs + 4 * ib);
     o->mul[0] = o->mul[1] = 2 * ((b->scales[ib / 2] >> (4 * (ib % 2))) & 15) + 1;
 }
