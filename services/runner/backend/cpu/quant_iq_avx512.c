@@ -3,11 +3,11 @@
  *
  * Two sub-blocks per 512-bit register: their 64 sign bits are one mask
  * register, applied to the grid bytes together with the activations' own
- * signs in one masked subtract; VPDPBUSD multiplies |a| (unsigned, -128
- * reads 128) by the signed grid bytes and sums each four into an int32
- * lane, exact; each four-lane group covers 16 elements and is multiplied
- * by its scale. The super-block's sum is the scalar kernel's exact integer:
- * same bits as quant_iq.c.
+ * signs in one masked subtract; maddubs multiplies |a| (unsigned, -128
+ * reads 128) by the signed grid bytes, and an int16 multiply-add applies
+ * each 16 elements' scale, exact. (VPDPBUSD plus a 32-bit multiply for the
+ * scales measured slower.) The super-block's sum is the scalar kernel's
+ * exact integer: same bits as quant_iq.c.
  *
  * Compiled with target attributes and reached only after be_simd_detect()
  * reported BE_SIMD_AVX512_VNNI. */
@@ -21,8 +21,20 @@
 
 #define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
+/* Four int16 multipliers, one per 128-bit lane (16 elements each), in
+ * every int16 of that lane. */
+static inline AVX512 __m512i lane_muls(int32_t m0, int32_t m1, int32_t m2, int32_t m3)
+{
+    const __m512i pick = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1,
+                                          1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m128i m = _mm_setr_epi16((int16_t)m0, (int16_t)m1, (int16_t)m2, (int16_t)m3, 0, 0, 0, 0);
+    return _mm512_permutexvar_epi16(pick, _mm512_castsi128_si512(m));
+}
+
 /* Sub-blocks s0 and s1 (64 elements) against 64 activations, scaled, as
- * 16 int32 lanes. */
+ * 16 int32 lanes: signed grid bytes (activation sign folded in by one
+ * masked subtract) times |a| in maddubs (pair sums <= 2 x 62 x 128), then
+ * an int16 multiply-add with each 16 elements' multiplier. */
 static inline AVX512 __m512i pair_dot(const be_iq_sub_t *s0, const be_iq_sub_t *s1,
                                       const int8_t *q8)
 {
@@ -35,12 +47,8 @@ static inline AVX512 __m512i pair_dot(const be_iq_sub_t *s0, const be_iq_sub_t *
     __m512i a = _mm512_loadu_si512((const void *)q8);
     __mmask64 neg = ((uint64_t)s0->signs | (uint64_t)s1->signs << 32) ^ _mm512_movepi8_mask(a);
     __m512i w = _mm512_mask_sub_epi8(grid, neg, _mm512_setzero_si512(), grid);
-    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(a), w);
-    __m512i sc = _mm512_set_epi32(s1->mul[1], s1->mul[1], s1->mul[1], s1->mul[1], s1->mul[0],
-                                  s1->mul[0], s1->mul[0], s1->mul[0], s0->mul[1], s0->mul[1],
-                                  s0->mul[1], s0->mul[1], s0->mul[0], s0->mul[0], s0->mul[0],
-                                  s0->mul[0]);
-    return _mm512_mullo_epi32(p, sc);
+    __m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(a), w);
+    return _mm512_madd_epi16(p, lane_muls(s0->mul[0], s0->mul[1], s1->mul[0], s1->mul[1]));
 }
 
 #define IQ_AVX512_DOT(name, block_t, unit)                                              \
@@ -92,10 +100,8 @@ AVX512 void be_avx512_dot_iq1_s(int64_t n, float *s, const void *w, const void *
                                           (int64_t)g0[1], (int64_t)g0[0]);
             __m512i av = _mm512_loadu_si512((const void *)(y[i].qs + 32 * ib));
             __m512i ws = _mm512_mask_sub_epi8(wv, _mm512_movepi8_mask(av), _mm512_setzero_si512(), wv);
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(av), ws);
-            __m512i sc = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(m0)),
-                                            _mm256_set1_epi32(m1), 1);
-            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(p, sc));
+            __m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(av), ws);
+            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p, lane_muls(m0, m0, m1, m1)));
             int32_t q0 = y[i].bsums[2 * ib] + y[i].bsums[2 * ib + 1];
             int32_t q1 = y[i].bsums[2 * ib + 2] + y[i].bsums[2 * ib + 3];
             isum1 += m0 * (n0 ? -q0 : q0) + m1 * (n1 ? -q1 : q1);
