@@ -1,6 +1,7 @@
 /* test_quant_iq.c: the 2- and 3-bit I-quants IQ2_XXS, IQ2_XS, IQ2_S,
  * IQ3_XXS, IQ3_S and the 1.5-bit IQ1_S (quant_iq.c, quant_iq1.c,
- * quant_iq_grid.c and their AVX2 and AVX-512 dot products).
+ * quant_iq_grid.c and their AVX2 dot products, which the AVX-512 level
+ * uses too).
  *
  * - the grids' structure: point count, coordinates from the format's
  *   value set, every value used, no point twice, a checksum of each table

@@ -739,12 +739,6 @@ static void detect(void)
     avx2_table[CR_TYPE_IQ3_S].vec_dot = be_avx2_dot_iq3_s;
     avx2_table[CR_TYPE_IQ1_S].vec_dot = be_avx2_dot_iq1_s;
     memcpy(avx512_table, avx2_table, sizeof avx512_table);
-    avx512_table[CR_TYPE_IQ2_XXS].vec_dot = be_avx512_dot_iq2_xxs;
-    avx512_table[CR_TYPE_IQ2_XS].vec_dot = be_avx512_dot_iq2_xs;
-    avx512_table[CR_TYPE_IQ2_S].vec_dot = be_avx512_dot_iq2_s;
-    avx512_table[CR_TYPE_IQ3_XXS].vec_dot = be_avx512_dot_iq3_xxs;
-    avx512_table[CR_TYPE_IQ3_S].vec_dot = be_avx512_dot_iq3_s;
-    avx512_table[CR_TYPE_IQ1_S].vec_dot = be_avx512_dot_iq1_s;
     avx512_table[CR_TYPE_IQ4_NL].vec_dot = be_avx512_dot_iq4_nl;
     avx512_table[CR_TYPE_MXFP4].vec_dot = be_avx512_dot_mxfp4;
 

@@ -12,8 +12,8 @@
  * with mul = 2 * ls + 1 for a stored 4-bit ls and unit 1/8 (IQ2_*), 1/4
  * (IQ3_XXS) or 1 (IQ3_S). IQ2_XXS, IQ2_XS and IQ3_XXS store 7 sign bits
  * per group; the eighth makes the count of minus signs even. Bit layouts
- * are in quant.h. Does not own the SIMD kernels (quant_iq_avx2.c,
- * quant_iq_avx512.c). */
+ * are in quant.h. Does not own the SIMD kernels (quant_iq_avx2.c; the
+ * AVX-512 level uses those, see there). */
 #ifndef BE_CPU_QUANT_IQ_H
 #define BE_CPU_QUANT_IQ_H
 
@@ -81,7 +81,6 @@ void be_iq1_s_to_float(const void *x, float *y, int64_t n);
 void be_iq1_s_from_float(const float *x, void *y, int64_t n);
 void be_iq1_s_dot(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_iq1_s(int64_t n, float *s, const void *w, const void *a);
-void be_avx512_dot_iq1_s(int64_t n, float *s, const void *w, const void *a);
 
 /* Sub-block ib of an IQ1_S block: grid[] bytes are int8 coordinates;
  * *mul = 2 ls + 1, *neg_delta: the shift is -1/8 (else +1/8). */
@@ -105,11 +104,6 @@ void be_avx2_dot_iq2_xs(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_iq2_s(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_iq3_xxs(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_iq3_s(int64_t n, float *s, const void *w, const void *a);
-void be_avx512_dot_iq2_xxs(int64_t n, float *s, const void *w, const void *a);
-void be_avx512_dot_iq2_xs(int64_t n, float *s, const void *w, const void *a);
-void be_avx512_dot_iq2_s(int64_t n, float *s, const void *w, const void *a);
-void be_avx512_dot_iq3_xxs(int64_t n, float *s, const void *w, const void *a);
-void be_avx512_dot_iq3_s(int64_t n, float *s, const void *w, const void *a);
 
 /* ---- sub-block decoders (layouts in quant.h) --------------------------- */
 

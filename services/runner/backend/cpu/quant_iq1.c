@@ -3,7 +3,7 @@
  * group of 8 is one point of a 2048-point grid of -1/0/1 coordinates
  * (quant_iq_grid.c), shifted by +-1/8 per sub-block of 32 and scaled by
  * d * (2 ls + 1), ls 3 bits (layout in quant.h). The SIMD dot products
- * are in quant_iq_avx2.c and quant_iq_avx512.c.
+ * are in quant_iq_avx2.c (the AVX-512 level uses them).
  *
  * The quantizer serves tests and synthetic models: per sub-block, both
  * shift signs and a few trial scales, each refitted by least squares, and
