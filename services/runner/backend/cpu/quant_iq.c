@@ -8,7 +8,7 @@
  * The quantizers serve tests and synthetic models. They are a plain search,
  * not ggml's importance-weighted one: per scale group a few trial scales,
  * each refitted by least squares, and per group of 8 the grid point
- * nearest the element magnitudes (all points tried), signs taken from the
+ * near the element magnitudes (quant_iq_search.c), signs taken from the
  * elements (for the even-parity types the smallest element of an odd group
  * gets the wrong sign). Every block they write is valid; the error is
  * what a 2- or 3-bit grid allows, not the best achievable. */
@@ -18,7 +18,6 @@
 #include "services/runner/backend/cpu/quant_iq.h"
 
 #include <math.h>
-#include <pthread.h>
 
 typedef void (*sub_fn)(const be_iq_grids_t *g, const void *block, int ib, be_iq_sub_t *o);
 
@@ -125,78 +124,25 @@ static void iq_dot(const iq_kind_t *k, int64_t n, float *s, const void *w, const
 
 /* ---- quantizer ---------------------------------------------------------- */
 
-/* A grid for the search: points as floats, and their squared norms. */
+/* A grid for the search. */
 typedef struct search_grid {
-    int n_points;
     int dim;
     bool parity;           /* 7 stored sign bits, even count */
     bool scale16;          /* a scale per 16 elements (else per 32) */
-    float *pts;            /* n_points x dim */
-    float *norm2;          /* n_points */
+    const be_iq_search_t *search;
 } search_grid_t;
 
 enum { SG_IQ2_XXS, SG_IQ2_XS, SG_IQ2_S, SG_IQ3_XXS, SG_IQ3_S, SG_COUNT };
 
-/* Built once; 60 KB in all. */
-static float sg_pts[(256 + 512 + 1024) * 8 + (256 + 512) * 4];
-static float sg_norm2[256 + 512 + 1024 + 256 + 512];
-static search_grid_t sgrids[SG_COUNT];
-static pthread_once_t sg_once = PTHREAD_ONCE_INIT;
-
-static void sg_build(void)
+static search_grid_t search_grid(int id)
 {
-    const be_iq_grids_t *g = be_iq_grids();
     static const struct {
-        int n, dim;
+        int dim;
         bool parity, scale16;
-    } shape[SG_COUNT] = {{256, 8, true, false}, {512, 8, true, true}, {1024, 8, false, true},
-                         {256, 4, true, false}, {512, 4, false, false}};
-    float *pts = sg_pts, *nrm = sg_norm2;
-    for (int t = 0; t < SG_COUNT; t++) {
-        search_grid_t *sg = &sgrids[t];
-        sg->n_points = shape[t].n;
-        sg->dim = shape[t].dim;
-        sg->parity = shape[t].parity;
-        sg->scale16 = shape[t].scale16;
-        sg->pts = pts;
-        sg->norm2 = nrm;
-        for (int p = 0; p < sg->n_points; p++) {
-            uint64_t v = t == SG_IQ2_XXS  ? g->iq2xxs[p]
-                         : t == SG_IQ2_XS ? g->iq2xs[p]
-                         : t == SG_IQ2_S  ? g->iq2s[p]
-                         : t == SG_IQ3_XXS ? g->iq3xxs[p]
-                                          : g->iq3s[p];
-            float n2 = 0;
-            for (int c = 0; c < sg->dim; c++) {
-                float f = (float)((v >> (8 * c)) & 255);
-                pts[p * sg->dim + c] = f;
-                n2 += f * f;
-            }
-            nrm[p] = n2;
-        }
-        pts += sg->n_points * sg->dim;
-        nrm += sg->n_points;
-    }
-}
-
-/* The point nearest t[0..dim) (t in grid steps): the largest
- * 2 t.g - |g|^2. A NaN target gives point 0. */
-static int nearest_point(const search_grid_t *sg, const float *t)
-{
-    int best = 0;
-    float best_v = -INFINITY;
-    for (int p = 0; p < sg->n_points; p++) {
-        const float *g = sg->pts + p * sg->dim;
-        float dot = 0;
-        for (int c = 0; c < sg->dim; c++)
-            dot += t[c] * g[c];
-        float v = 2 * dot - sg->norm2[p];
-        if (v > best_v) {
-            best_v = v;
-            best = p;
-        }
-    }
-    return best;
+    } shape[SG_COUNT] = {{8, true, false}, {8, true, true}, {8, false, true}, {4, true, false},
+                         {4, false, false}};
+    /* SG ids are be_iq_grid_defs' order */
+    return (search_grid_t){shape[id].dim, shape[id].parity, shape[id].scale16, be_iq_search(id)};
 }
 
 /* Signs of x[0..8): bit c set for a negative element; with parity, an odd
@@ -235,10 +181,11 @@ static void quant_run(const search_grid_t *sg, const float *x, int n, float s, i
             t[c] = ((sg8 >> c) & 1) == (xg[c] < 0) ? m : -m;
         }
         for (int k = 0; k < per; k++) {
-            int p = nearest_point(sg, t + k * sg->dim);
+            int p = be_iq_search_nearest(sg->search, t + k * sg->dim);
             idx[gi * per + k] = p;
+            const float *pt = be_iq_search_point(sg->search, p);
             for (int c = 0; c < sg->dim; c++) {
-                float f = sg->pts[p * sg->dim + c];
+                float f = pt[c];
                 v[8 * gi + k * sg->dim + c] = (sg8 >> (k * sg->dim + c)) & 1 ? -f : f;
             }
         }
@@ -308,8 +255,8 @@ static uint16_t f16_saturate(float s)
 static void iq_from_float(const iq_kind_t *k, int sg_id, float gmax, pack_fn pack, const float *x,
                           void *y, int64_t n)
 {
-    pthread_once(&sg_once, sg_build);
-    const search_grid_t *sg = &sgrids[sg_id];
+    search_grid_t sgv = search_grid(sg_id);
+    const search_grid_t *sg = &sgv;
     int span = sg->scale16 ? 16 : 32;
     for (int64_t i = 0; i < n / BE_QK_K; i++) {
         const float *xb = x + i * BE_QK_K;

@@ -51,6 +51,21 @@ typedef struct be_iq_grid_def {
 /* The n_defs (6: iq2xxs, iq2xs, iq2s, iq3xxs, iq3s, iq1s) compact grid definitions, static. */
 const be_iq_grid_def_t *be_iq_grid_defs(int *n_defs);
 
+/* Near-point search for the quantizers (quant_iq_search.c). */
+typedef struct be_iq_search be_iq_search_t;
+
+/* The search over grid def (be_iq_grid_defs' order), built on first use
+ * (thread-safe, static); NULL for an unknown def. */
+const be_iq_search_t *be_iq_search(int def);
+
+/* Index of a grid point near t[0..dim) (in grid units): the best of the
+ * points closest to t's per-coordinate rounding. NaN coordinates round to
+ * the smallest value. */
+int be_iq_search_nearest(const be_iq_search_t *s, const float *t);
+
+/* Point p's coordinates as floats (dim of them); borrowed, static. */
+const float *be_iq_search_point(const be_iq_search_t *s, int p);
+
 /* One sub-block of 32 decoded from its bits. */
 typedef struct be_iq_sub {
     uint64_t grid[4];   /* byte j of the 32: element j's magnitude step */

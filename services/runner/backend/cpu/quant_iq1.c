@@ -7,7 +7,7 @@
  *
  * The quantizer serves tests and synthetic models: per sub-block, both
  * shift signs and a few trial scales, each refitted by least squares, and
- * per group the nearest grid point (all 2048 tried). Not ggml's
+ * per group a near grid point (quant_iq_search.c). Not ggml's
  * importance-weighted search. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/quant.h"
@@ -15,10 +15,8 @@
 #include "services/runner/backend/cpu/quant_iq.h"
 
 #include <math.h>
-#include <pthread.h>
 
 #define IQ1_DELTA 0.125f
-#define IQ1_POINTS 2048
 
 static int8_t grid_coord(const uint64_t grid[4], int j)
 {
@@ -76,55 +74,23 @@ void be_iq1_s_dot(int64_t n, float *s, const void *w, const void *a)
 
 /* ---- quantizer ---------------------------------------------------------- */
 
-static float pts[IQ1_POINTS * 8];
-static float norm2[IQ1_POINTS];
-static pthread_once_t pts_once = PTHREAD_ONCE_INIT;
-
-static void pts_build(void)
-{
-    const be_iq_grids_t *g = be_iq_grids();
-    for (int p = 0; p < IQ1_POINTS; p++) {
-        float n2 = 0;
-        for (int c = 0; c < 8; c++) {
-            float f = (float)(int8_t)(uint8_t)(g->iq1s[p] >> (8 * c));
-            pts[8 * p + c] = f;
-            n2 += f * f;
-        }
-        norm2[p] = n2;
-    }
-}
-
-/* The point nearest t[0..8): the largest 2 t.g - |g|^2 (NaN: point 0). */
-static int nearest(const float *t)
-{
-    int best = 0;
-    float best_v = -INFINITY;
-    for (int p = 0; p < IQ1_POINTS; p++) {
-        const float *g = pts + 8 * p;
-        float dot = 0;
-        for (int c = 0; c < 8; c++)
-            dot += t[c] * g[c];
-        float v = 2 * dot - norm2[p];
-        if (v > best_v) {
-            best_v = v;
-            best = p;
-        }
-    }
-    return best;
-}
+/* The grid's search (be_iq_grid_defs' sixth). */
+enum { IQ1_DEF = 5 };
 
 /* Points for x[0..32) under step s and shift delta; the values in steps
  * (grid + delta) into v. */
 static void run32(const float *x, float s, float delta, int idx[4], float v[32])
 {
+    const be_iq_search_t *sr = be_iq_search(IQ1_DEF);
     float inv = s > 0 ? 1.0f / s : 0.0f;
     for (int l = 0; l < 4; l++) {
         float t[8];
         for (int c = 0; c < 8; c++)
             t[c] = x[8 * l + c] * inv - delta;
-        idx[l] = nearest(t);
+        idx[l] = be_iq_search_nearest(sr, t);
+        const float *pt = be_iq_search_point(sr, idx[l]);
         for (int c = 0; c < 8; c++)
-            v[8 * l + c] = pts[8 * idx[l] + c] + delta;
+            v[8 * l + c] = pt[c] + delta;
     }
 }
 
@@ -169,7 +135,6 @@ static float fit32(const float *x, bool *neg)
 
 void be_iq1_s_from_float(const float *x, void *y, int64_t n)
 {
-    pthread_once(&pts_once, pts_build);
     be_block_iq1_s_t *b = y;
     for (int64_t i = 0; i < n / BE_QK_K; i++) {
         const float *xb = x + i * BE_QK_K;
