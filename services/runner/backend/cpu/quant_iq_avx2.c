@@ -13,7 +13,7 @@
  * per register, the 64 sign bits as one mask, maddubs or VPDPBUSD) was
  * written and measured 0.57-1.23x these in bench-kernels (one thread,
  * 512 x 4096, loaded machine): the grid look-ups, scalar in both, bound
- * it. It is in this file's history (commit "cpu: I-quant AVX-512 dots").
+ * it (quant_iq_avx512.c at commit 32981a8 of branch iquants).
  *
  * Compiled for AVX2 alone and reached only after be_simd_detect(); scalar
  * stubs elsewhere, never selected. */
