@@ -72,6 +72,12 @@ phi3-f32|0.9999|--arch phi3 --type f32
 llama-iq4_nl|0.999|--arch llama --type iq4_nl
 llama-iq4_xs|0.999|--arch llama --type iq4_xs
 llama-mxfp4|0.999|--arch llama --type mxfp4
+llama-iq2_xxs|0.999|--arch llama --type iq2_xxs
+llama-iq2_xs|0.999|--arch llama --type iq2_xs
+llama-iq2_s|0.999|--arch llama --type iq2_s
+llama-iq3_xxs|0.999|--arch llama --type iq3_xxs
+llama-iq3_s|0.999|--arch llama --type iq3_s
+llama-iq1_s|0.999|--arch llama --type iq1_s
 qwen3moe-f32|0.9999|--arch qwen3moe --type f32 --head-dim 32 --experts 16 --experts-used 4 --expert-ffn 128
 qwen3moe-q8_0|0.999|--arch qwen3moe --type q8_0 --head-dim 32 --experts 16 --experts-used 4 --expert-ffn 128
 mixtral-f32|0.9999|--arch llama --type f32 --experts 8 --experts-used 2

@@ -7,7 +7,10 @@
  * K-quants are super-blocks of 256 values; IQ4_NL = f16 scale + 16 bytes of
  * table indices for 32, IQ4_XS = 256 values in f16 + 2 + 4 bytes of scales +
  * 128 bytes of indices, MXFP4 = one E8M0 exponent byte + 16 bytes of E2M1
- * codes for 32. */
+ * codes for 32; the 2- and 3-bit I-quants are 256 values in f16 + grid
+ * indices, signs and 4-bit scales: IQ2_XXS 2 + 64, IQ2_XS 2 + 64 + 8,
+ * IQ2_S 2 + 64 + 8 + 8, IQ3_XXS 2 + 96, IQ3_S 2 + 64 + 8 + 32 + 4,
+ * IQ1_S 2 + 32 + 16. */
 static const cr_type_info_t type_table[CR_TYPE__COUNT] = {
     [CR_TYPE_F32] = {"F32", 1, 4},
     [CR_TYPE_F16] = {"F16", 1, 2},
@@ -23,7 +26,13 @@ static const cr_type_info_t type_table[CR_TYPE__COUNT] = {
     [CR_TYPE_Q5_K] = {"Q5_K", 256, 176},
     [CR_TYPE_Q6_K] = {"Q6_K", 256, 210},
     [CR_TYPE_Q8_K] = {"Q8_K", 256, 292},
+    [CR_TYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66},
+    [CR_TYPE_IQ2_XS] = {"IQ2_XS", 256, 74},
+    [CR_TYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98},
+    [CR_TYPE_IQ1_S] = {"IQ1_S", 256, 50},
     [CR_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18},
+    [CR_TYPE_IQ3_S] = {"IQ3_S", 256, 110},
+    [CR_TYPE_IQ2_S] = {"IQ2_S", 256, 82},
     [CR_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136},
     [CR_TYPE_I8] = {"I8", 1, 1},
     [CR_TYPE_I16] = {"I16", 1, 2},
@@ -89,7 +98,10 @@ const char *cr_file_type_name(uint32_t ft)
         [7] = "Q8_0",    [8] = "Q5_0",    [9] = "Q5_1",    [10] = "Q2_K",
         [11] = "Q3_K_S", [12] = "Q3_K_M", [13] = "Q3_K_L", [14] = "Q4_K_S",
         [15] = "Q4_K_M", [16] = "Q5_K_S", [17] = "Q5_K_M", [18] = "Q6_K",
-        [25] = "IQ4_NL", [30] = "IQ4_XS", [32] = "BF16", [38] = "MXFP4_MOE",
+        [19] = "IQ2_XXS", [20] = "IQ2_XS", [21] = "Q2_K_S", [22] = "IQ3_XS",
+        [23] = "IQ3_XXS", [24] = "IQ1_S",  [25] = "IQ4_NL", [26] = "IQ3_S",  [27] = "IQ3_M",
+        [28] = "IQ2_S",   [29] = "IQ2_M",  [30] = "IQ4_XS", [32] = "BF16",
+        [38] = "MXFP4_MOE",
     };
     if (ft < CR_ARRAY_LEN(names) && names[ft])
         return names[ft];

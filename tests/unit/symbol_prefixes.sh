@@ -32,7 +32,7 @@ runner:grammar            rn_grammar_
 runner:prompt             rn_prompt_
 runner:output             rn_output_ rn_stop_ rn_thinking_ rn_toolcalls_ rn_logprob_ rn_parser_
 runner:vision             rn_image_ rn_clip_ rn_vision_ rn_preproc_ rn_pixtral_ rn_siglip_ rn_gemma3v_ rn_vweights_
-runner:backend/cpu        be_cpu_ be_pack_ be_kvq_ be_vec_ be_avx2_ be_avx512_ be_simd_ be_type_ be_f16_ be_f32_ be_bf16_ be_q2_k_ be_q3_k_ be_q4_k_ be_q5_k_ be_iq4_nl_ be_iq4_xs_ be_mxfp4_ rn_threadpool_ rn_cpu_
+runner:backend/cpu        be_cpu_ be_pack_ be_kvq_ be_vec_ be_avx2_ be_avx512_ be_simd_ be_type_ be_f16_ be_f32_ be_bf16_ be_q2_k_ be_q3_k_ be_q4_k_ be_q5_k_ be_iq4_nl_ be_iq4_xs_ be_mxfp4_ be_iq1_ be_iq2_ be_iq3_ be_iq_ rn_threadpool_ rn_cpu_
 runner:backend/cuda       be_cuda_
 '
 

@@ -7,8 +7,9 @@
  * (Q4_K matrices; output, attn_v and ffn_down in Q6_K) loads with those
  * types in place and its logits stay close to F32's at every position
  * (cosine similarity and top-1 agreement); every other new type too, with a
- * bound per type, the table formats (IQ4_NL, IQ4_XS, MXFP4) included. The
- * kernels themselves are tested in test_quant.c and test_quant_nl.c. */
+ * bound per type, the table formats (IQ4_NL, IQ4_XS, MXFP4) and the 2- and
+ * 3-bit I-quants included. The kernels themselves are tested in
+ * test_quant.c, test_quant_nl.c and test_quant_iq.c. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "services/runner/backend/backend.h"
@@ -170,6 +171,14 @@ static void test_each_type(const run_t *ref)
          * 0.9831, 0.9826, 0.9633, scalar and AVX2 alike; bounds as for
          * Q4_K (0.01 below), MXFP4's coarser top steps give it 0.94 */
         {CR_TYPE_IQ4_NL, 0.973}, {CR_TYPE_IQ4_XS, 0.972}, {CR_TYPE_MXFP4, 0.94},
+        /* the 2- and 3-bit I-quants (quant_iq.c; rms weight error on
+         * N(0, 1) rows 0.33, 0.29, 0.24, 0.18, 0.13, test_quant_iq):
+         * measured 0.7015, 0.7925, 0.8010, 0.9026, 0.9527, scalar, AVX2 and
+         * AVX-512 alike (same bits); bounds 0.05 to 0.1 below, as Q2_K's.
+         * IQ1_S (1.56 bits, rms weight error 0.46): 0.4981, bound 0.40 (a
+         * wrong sign, shift or scale drops it towards 0) */
+        {CR_TYPE_IQ2_XXS, 0.62}, {CR_TYPE_IQ2_XS, 0.69}, {CR_TYPE_IQ2_S, 0.70},
+        {CR_TYPE_IQ3_XXS, 0.85}, {CR_TYPE_IQ3_S, 0.90}, {CR_TYPE_IQ1_S, 0.40},
     };
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
         rn_synth_opts_t o;

@@ -242,6 +242,12 @@ static uint32_t file_type_of(cr_type_t t, bool mix)
     case CR_TYPE_BF16: return 32;
     case CR_TYPE_IQ4_NL: return 25;
     case CR_TYPE_IQ4_XS: return 30;
+    case CR_TYPE_IQ2_XXS: return 19;
+    case CR_TYPE_IQ2_XS: return 20;
+    case CR_TYPE_IQ3_XXS: return 23;
+    case CR_TYPE_IQ3_S: return 26;
+    case CR_TYPE_IQ2_S: return 28;
+    case CR_TYPE_IQ1_S: return 24;
     case CR_TYPE_MXFP4: return 38; /* MXFP4_MOE: llama.cpp's only MXFP4 file type */
     default: return 0;
     }

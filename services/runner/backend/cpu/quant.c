@@ -11,6 +11,7 @@
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/quant_impl.h"
+#include "services/runner/backend/cpu/quant_iq.h"
 #include "services/runner/backend/cpu/quant_simd.h"
 
 #include <math.h>
@@ -678,6 +679,18 @@ static const be_type_traits_t scalar_table[CR_TYPE__COUNT] = {
         be_iq4_xs_from_float, be_iq4_xs_dot, CR_TYPE_Q8_K),
     ROW(CR_TYPE_MXFP4, "MXFP4", BE_QK4_0, sizeof(be_block_mxfp4_t), be_mxfp4_to_float,
         be_mxfp4_from_float, be_mxfp4_dot, CR_TYPE_Q8_0),
+    ROW(CR_TYPE_IQ2_XXS, "IQ2_XXS", BE_QK_K, sizeof(be_block_iq2_xxs_t), be_iq2_xxs_to_float,
+        be_iq2_xxs_from_float, be_iq2_xxs_dot, CR_TYPE_Q8_K),
+    ROW(CR_TYPE_IQ2_XS, "IQ2_XS", BE_QK_K, sizeof(be_block_iq2_xs_t), be_iq2_xs_to_float,
+        be_iq2_xs_from_float, be_iq2_xs_dot, CR_TYPE_Q8_K),
+    ROW(CR_TYPE_IQ2_S, "IQ2_S", BE_QK_K, sizeof(be_block_iq2_s_t), be_iq2_s_to_float,
+        be_iq2_s_from_float, be_iq2_s_dot, CR_TYPE_Q8_K),
+    ROW(CR_TYPE_IQ3_XXS, "IQ3_XXS", BE_QK_K, sizeof(be_block_iq3_xxs_t), be_iq3_xxs_to_float,
+        be_iq3_xxs_from_float, be_iq3_xxs_dot, CR_TYPE_Q8_K),
+    ROW(CR_TYPE_IQ3_S, "IQ3_S", BE_QK_K, sizeof(be_block_iq3_s_t), be_iq3_s_to_float,
+        be_iq3_s_from_float, be_iq3_s_dot, CR_TYPE_Q8_K),
+    ROW(CR_TYPE_IQ1_S, "IQ1_S", BE_QK_K, sizeof(be_block_iq1_s_t), be_iq1_s_to_float,
+        be_iq1_s_from_float, be_iq1_s_dot, CR_TYPE_Q8_K),
 };
 
 static be_type_traits_t avx2_table[CR_TYPE__COUNT];
@@ -719,6 +732,12 @@ static void detect(void)
     avx2_table[CR_TYPE_Q4_0].vec_dot_r4 = be_avx2_dotr4_q4_0;
     avx2_table[CR_TYPE_Q8_0].vec_dot44 = be_avx2_dot44_q8_0;
     avx2_table[CR_TYPE_Q4_0].vec_dot44 = be_avx2_dot44_q4_0;
+    avx2_table[CR_TYPE_IQ2_XXS].vec_dot = be_avx2_dot_iq2_xxs;
+    avx2_table[CR_TYPE_IQ2_XS].vec_dot = be_avx2_dot_iq2_xs;
+    avx2_table[CR_TYPE_IQ2_S].vec_dot = be_avx2_dot_iq2_s;
+    avx2_table[CR_TYPE_IQ3_XXS].vec_dot = be_avx2_dot_iq3_xxs;
+    avx2_table[CR_TYPE_IQ3_S].vec_dot = be_avx2_dot_iq3_s;
+    avx2_table[CR_TYPE_IQ1_S].vec_dot = be_avx2_dot_iq1_s;
     memcpy(avx512_table, avx2_table, sizeof avx512_table);
     avx512_table[CR_TYPE_IQ4_NL].vec_dot = be_avx512_dot_iq4_nl;
     avx512_table[CR_TYPE_MXFP4].vec_dot = be_avx512_dot_mxfp4;

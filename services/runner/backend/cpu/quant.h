@@ -19,6 +19,9 @@
  *   IQ4_NL   Q8_0         weights index a fixed 16-value table (quant_nl.c)
  *   MXFP4    Q8_0         idem, table of E2M1 values, power-of-two scale
  *   IQ4_XS   Q8_K         IQ4_NL's table in super-blocks of 256
+ *   IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S
+ *            Q8_K         signed points of fixed grids (quant_iq.c)
+ *   IQ1_S    Q8_K         points of -1/0/1 plus a shift (quant_iq1.c)
  *
  * Every kernel exists as a scalar reference; where the CPU has AVX2+FMA+F16C
  * (checked at run time), faster versions of the same contract are chosen.
@@ -197,6 +200,73 @@ typedef struct be_block_mxfp4 {
     uint8_t qs[BE_QK4_0 / 2]; /* E2M1 codes */
 } be_block_mxfp4_t;
 _Static_assert(sizeof(be_block_mxfp4_t) == 17, "MXFP4 block is 17 bytes");
+
+/* The 2- and 3-bit I-quants (quant_iq.h has the value formula and the
+ * grids): super-blocks of 256 under one f16 scale d, 8 sub-blocks of 32,
+ * each of four 8-element groups with grid points and sign bits.
+ *
+ * IQ2_XXS: sub-block ib is bytes 8 ib .. 8 ib + 7 of qs: bytes 0..3 index
+ * the 256-point grid for groups 0..3; bytes 4..7, read as a little-endian
+ * uint32 u, hold group l's 7 sign bits at bit 7 l and the scale ls in bits
+ * 28..31. */
+typedef struct be_block_iq2_xxs {
+    uint16_t d;                 /* f16 super-scale */
+    uint16_t qs[BE_QK_K / 8];   /* indices, signs, scales as above */
+} be_block_iq2_xxs_t;
+_Static_assert(sizeof(be_block_iq2_xxs_t) == 66, "IQ2_XXS block is 66 bytes");
+
+/* IQ2_XS: group l of sub-block ib is qs[4 ib + l]: bits 0..8 index the
+ * 512-point grid, bits 9..15 are its 7 sign bits. scales[ib]: low nibble
+ * for elements 0..15, high nibble for 16..31. */
+typedef struct be_block_iq2_xs {
+    uint16_t d;
+    uint16_t qs[BE_QK_K / 8];
+    uint8_t scales[BE_QK_K / 32];
+} be_block_iq2_xs_t;
+_Static_assert(sizeof(be_block_iq2_xs_t) == 74, "IQ2_XS block is 74 bytes");
+
+/* IQ2_S: group l of sub-block ib indexes the 1024-point grid with
+ * qs[4 ib + l] | ((qh[ib] >> 2 l) & 3) << 8; its 8 sign bits are byte
+ * qs[32 + 4 ib + l]. scales as IQ2_XS. */
+typedef struct be_block_iq2_s {
+    uint16_t d;
+    uint8_t qs[BE_QK_K / 4];      /* 32 index bytes, then 32 sign bytes */
+    uint8_t qh[BE_QK_K / 32];     /* index bits 8..9, two per group */
+    uint8_t scales[BE_QK_K / 32];
+} be_block_iq2_s_t;
+_Static_assert(sizeof(be_block_iq2_s_t) == 82, "IQ2_S block is 82 bytes");
+
+/* IQ3_XXS: points of 4 elements; sub-block ib's 8 points index the
+ * 256-point grid with qs[8 ib .. 8 ib + 7]; qs[64 + 4 ib ..] as a
+ * little-endian uint32 holds the sign bits and scale as IQ2_XXS's u. */
+typedef struct be_block_iq3_xxs {
+    uint16_t d;
+    uint8_t qs[3 * BE_QK_K / 8];
+} be_block_iq3_xxs_t;
+_Static_assert(sizeof(be_block_iq3_xxs_t) == 98, "IQ3_XXS block is 98 bytes");
+
+/* IQ3_S: point k of sub-block ib indexes the 512-point grid with
+ * qs[8 ib + k] | ((qh[ib] >> k) & 1) << 8; group l's 8 sign bits are
+ * signs[4 ib + l]; ls is nibble ib % 2 of scales[ib / 2]. */
+typedef struct be_block_iq3_s {
+    uint16_t d;
+    uint8_t qs[BE_QK_K / 4];
+    uint8_t qh[BE_QK_K / 32];
+    uint8_t signs[BE_QK_K / 8];
+    uint8_t scales[BE_QK_K / 64];
+} be_block_iq3_s_t;
+_Static_assert(sizeof(be_block_iq3_s_t) == 110, "IQ3_S block is 110 bytes");
+
+/* IQ1_S: sub-block ib's group l indexes the 2048-point grid (coordinates
+ * -1, 0, 1) with qs[4 ib + l] | ((qh[ib] >> 3 l) & 7) << 8; qh[ib] bits
+ * 12..14 are ls, bit 15 the shift's sign. value = d * (2 ls + 1) *
+ * (grid + (bit 15 ? -1/8 : 1/8)). */
+typedef struct be_block_iq1_s {
+    uint16_t d;
+    uint8_t qs[BE_QK_K / 8];
+    uint16_t qh[BE_QK_K / 32];
+} be_block_iq1_s_t;
+_Static_assert(sizeof(be_block_iq1_s_t) == 50, "IQ1_S block is 50 bytes");
 
 /* Activation format for K-quant dot products (never stored in files). */
 typedef struct be_block_q8_k {
