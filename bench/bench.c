@@ -38,7 +38,8 @@
  * vocab 128256, tied output), qwen3moe (Qwen3-30B-A3B's layout cut to 16
  * layers: dim 2048, 32 query / 4 KV heads of 128, 128 experts of FFN 768,
  * 8 used; the llama-bpe vocabulary of 128256 stands in for Qwen's 151936),
- * TYPE q4_0, q8_0 or q4_k_m (Q4_K with Q6_K output/attn_v/ffn_down).
+ * TYPE q4_0, q8_0, q4_k_m (Q4_K with Q6_K output/attn_v/ffn_down) or q6_k
+ * (every matrix and token_embd Q6_K, as llama.cpp's Q6_K files).
  * Vocabularies come from CORRAL_TESTDATA (ggml-vocab-llama-spm.gguf /
  * ggml-vocab-llama-bpe.gguf). LAYERS overrides the shape's block count
  * (writing 16 qwen3moe layers, 9.7 B parameters, takes long on a small
@@ -478,8 +479,10 @@ static int synth_main(const char *shape, const char *type, const char *out,
         o.type = CR_TYPE_Q4_K;
         o.mix = true;
         o.mix_type = CR_TYPE_Q6_K;
+    } else if (!strcmp(type, "q6_k")) {
+        o.type = CR_TYPE_Q6_K;
     } else {
-        fprintf(stderr, "bench: unknown type '%s' (q4_0, q8_0, q4_k_m)\n", type);
+        fprintf(stderr, "bench: unknown type '%s' (q4_0, q8_0, q4_k_m, q6_k)\n", type);
         return 2;
     }
     cr_err_t err = {0};
@@ -508,7 +511,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] "
             "[--no-pp] [--load-only] [--no-load]\n"
-            "       bench-bench --synth tinyllama|llama32|qwen3moe q4_0|q8_0|q4_k_m "
+            "       bench-bench --synth tinyllama|llama32|qwen3moe q4_0|q8_0|q4_k_m|q6_k "
             "OUT.gguf [LAYERS [DISTINCT_ROWS]]\n");
 }
 
