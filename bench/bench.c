@@ -4,11 +4,13 @@
  *               [--load-only] [--no-load]
  *   bench-bench --synth SHAPE TYPE OUT.gguf [LAYERS [DISTINCT_ROWS]]
  *
- * Each round measures, in this order and in this one process: the machine's
- * memory-read bandwidth (a streaming AVX2 read of a 1 GiB buffer on the same
- * number of threads), our prompt processing of 128 and 512 random tokens
- * (pp128, pp512: tokens/s, cache cleared first) and text generation of 128
- * tokens one at a time (tg128), the time a fresh instance takes from nothing
+ * Each round measures, in this order and in this one process: our prompt
+ * processing of 128 and 512 random tokens (pp128, pp512: tokens/s, cache
+ * cleared first), text generation of 128 tokens one at a time (tg128)
+ * bracketed by the machine's memory-read bandwidth (a streaming AVX2 read
+ * of a 1 GiB buffer on the same number of threads, median of 5, taken just
+ * before and just after tg and averaged, so a change in the machine's load
+ * falls on both), the time a fresh instance takes from nothing
  * to its first token with the file in the page cache (load: backend, model,
  * packing, context, one eval), and then, with --llama-bench, one run of
  * llama.cpp's llama-bench (`-p 512 -n 128 -r 1 -o jsonl`) on the same file
@@ -599,12 +601,15 @@ int main(int argc, char **argv)
         printf(" | %9s %9s %6s %6s", "lb pp512", "lb tg128", "bw%", "load");
     printf("\n");
     for (int r = 0; r < rounds; r++) {
-        bw[r] = measure_bandwidth(bwpool);
         pp128[r] = no_pp ? 0 : ours_pp(&o, PP_SHORT);
         pp512[r] = no_pp ? 0 : ours_pp(&o, PP_LONG);
+        /* the bandwidth right before and right after tg, averaged: the
+         * limit tg is held to, under the machine's load of that moment */
+        double bw0 = measure_bandwidth(bwpool);
         reset_peak_rss();
         tg[r] = ours_tg(&o);
         rss_tg = CR_MAX(rss_tg, peak_rss_bytes());
+        bw[r] = 0.5 * (bw0 + measure_bandwidth(bwpool));
         frac[r] = bw[r] > 0 ? tg[r] * (double)o.bytes_per_token / (bw[r] * 1e9) : 0;
         load[r] = no_load ? 0 : ours_load(model, threads);
         printf("%-5d %8.1f %9.1f %9.1f %9.2f %5.0f%% %6.2f", r, bw[r], pp128[r], pp512[r],
