@@ -122,16 +122,11 @@ static void bw_task(void *ctx, int ith, int nth)
     j->sums[ith] = read_span(j->buf + per * (size_t)ith, per);
 }
 
-/* Median GB/s of 5 reads of a 1 GiB buffer (filled first, so the pages
- * are real), on pool's threads. 0 if the buffer cannot be had. */
-static double measure_bandwidth(rn_threadpool_t *pool)
+/* Median GB/s of 5 reads of buf (BW_BYTES, filled by the caller so the
+ * pages are real; kept for the whole run, as faulting 1 GiB in twice a
+ * round took longer than the reads), on pool's threads. */
+static double measure_bandwidth(rn_threadpool_t *pool, const uint8_t *buf)
 {
-    uint8_t *buf = mmap(NULL, BW_BYTES, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED)
-        return 0;
-    for (size_t i = 0; i < BW_BYTES; i += 4096)
-        memset(buf + i, (int)(i >> 12), 4096);
     static bw_job_t j;
     j.buf = buf;
     j.bytes = BW_BYTES;
@@ -145,7 +140,6 @@ static double measure_bandwidth(rn_threadpool_t *pool)
         size_t per = BW_BYTES / (size_t)nth / 4096 * 4096;
         gbs[r] = (double)(per * (size_t)nth) / dt / 1e9;
     }
-    munmap(buf, BW_BYTES);
     return bench_median(gbs, 5);
 }
 
@@ -575,11 +569,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: %s\n", err.msg);
         return 1;
     }
+    uint8_t *bwbuf = mmap(NULL, BW_BYTES, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (bwbuf == MAP_FAILED) {
+        fprintf(stderr, "bench: no 1 GiB buffer for the bandwidth read: bw reads 0\n");
+        bwbuf = NULL;
+    }
+    for (size_t i = 0; bwbuf && i < BW_BYTES; i += 4096)
+        memset(bwbuf + i, (int)(i >> 12), 4096);
     ours_t o = {0};
     if (ours_open(&o, model, threads, &err)) {
         fprintf(stderr, "bench: %s: %s\n", model, err.msg);
         ours_close(&o);
         rn_threadpool_destroy(&bwpool);
+        if (bwbuf)
+            munmap(bwbuf, BW_BYTES);
         return 1;
     }
     printf("model %s: %.2f GB file, %.2f GB read per token, %d threads, simd %s, "
@@ -605,11 +609,11 @@ int main(int argc, char **argv)
         pp512[r] = no_pp ? 0 : ours_pp(&o, PP_LONG);
         /* the bandwidth right before and right after tg, averaged: the
          * limit tg is held to, under the machine's load of that moment */
-        double bw0 = measure_bandwidth(bwpool);
+        double bw0 = bwbuf ? measure_bandwidth(bwpool, bwbuf) : 0;
         reset_peak_rss();
         tg[r] = ours_tg(&o);
         rss_tg = CR_MAX(rss_tg, peak_rss_bytes());
-        bw[r] = 0.5 * (bw0 + measure_bandwidth(bwpool));
+        bw[r] = bwbuf ? 0.5 * (bw0 + measure_bandwidth(bwpool, bwbuf)) : 0;
         frac[r] = bw[r] > 0 ? tg[r] * (double)o.bytes_per_token / (bw[r] * 1e9) : 0;
         load[r] = no_load ? 0 : ours_load(model, threads);
         printf("%-5d %8.1f %9.1f %9.1f %9.2f %5.0f%% %6.2f", r, bw[r], pp128[r], pp512[r],
@@ -652,5 +656,7 @@ int main(int argc, char **argv)
     print_cache_counts();
     ours_close(&o);
     rn_threadpool_destroy(&bwpool);
+    if (bwbuf)
+        munmap(bwbuf, BW_BYTES);
     return 0;
 }
