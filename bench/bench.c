@@ -4,11 +4,13 @@
  *               [--load-only] [--no-load]
  *   bench-bench --synth SHAPE TYPE OUT.gguf [LAYERS [DISTINCT_ROWS]]
  *
- * Each round measures, in this order and in this one process: the machine's
- * memory-read bandwidth (a streaming AVX2 read of a 1 GiB buffer on the same
- * number of threads), our prompt processing of 128 and 512 random tokens
- * (pp128, pp512: tokens/s, cache cleared first) and text generation of 128
- * tokens one at a time (tg128), the time a fresh instance takes from nothing
+ * Each round measures, in this order and in this one process: our prompt
+ * processing of 128 and 512 random tokens (pp128, pp512: tokens/s, cache
+ * cleared first), text generation of 128 tokens one at a time (tg128)
+ * bracketed by the machine's memory-read bandwidth (a streaming AVX2 read
+ * of a 1 GiB buffer on the same number of threads, median of 5, taken just
+ * before and just after tg and averaged, so a change in the machine's load
+ * falls on both), the time a fresh instance takes from nothing
  * to its first token with the file in the page cache (load: backend, model,
  * packing, context, one eval), and then, with --llama-bench, one run of
  * llama.cpp's llama-bench (`-p 512 -n 128 -r 1 -o jsonl`) on the same file
@@ -38,7 +40,8 @@
  * vocab 128256, tied output), qwen3moe (Qwen3-30B-A3B's layout cut to 16
  * layers: dim 2048, 32 query / 4 KV heads of 128, 128 experts of FFN 768,
  * 8 used; the llama-bpe vocabulary of 128256 stands in for Qwen's 151936),
- * TYPE q4_0, q8_0 or q4_k_m (Q4_K with Q6_K output/attn_v/ffn_down).
+ * TYPE q4_0, q8_0, q4_k_m (Q4_K with Q6_K output/attn_v/ffn_down) or q6_k
+ * (every matrix and token_embd Q6_K, as llama.cpp's Q6_K files).
  * Vocabularies come from CORRAL_TESTDATA (ggml-vocab-llama-spm.gguf /
  * ggml-vocab-llama-bpe.gguf). LAYERS overrides the shape's block count
  * (writing 16 qwen3moe layers, 9.7 B parameters, takes long on a small
@@ -119,16 +122,11 @@ static void bw_task(void *ctx, int ith, int nth)
     j->sums[ith] = read_span(j->buf + per * (size_t)ith, per);
 }
 
-/* Median GB/s of 5 reads of a 1 GiB buffer (filled first, so the pages
- * are real), on pool's threads. 0 if the buffer cannot be had. */
-static double measure_bandwidth(rn_threadpool_t *pool)
+/* Median GB/s of 5 reads of buf (BW_BYTES, filled by the caller so the
+ * pages are real; kept for the whole run, as faulting 1 GiB in twice a
+ * round took longer than the reads), on pool's threads. */
+static double measure_bandwidth(rn_threadpool_t *pool, const uint8_t *buf)
 {
-    uint8_t *buf = mmap(NULL, BW_BYTES, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED)
-        return 0;
-    for (size_t i = 0; i < BW_BYTES; i += 4096)
-        memset(buf + i, (int)(i >> 12), 4096);
     static bw_job_t j;
     j.buf = buf;
     j.bytes = BW_BYTES;
@@ -142,7 +140,6 @@ static double measure_bandwidth(rn_threadpool_t *pool)
         size_t per = BW_BYTES / (size_t)nth / 4096 * 4096;
         gbs[r] = (double)(per * (size_t)nth) / dt / 1e9;
     }
-    munmap(buf, BW_BYTES);
     return bench_median(gbs, 5);
 }
 
@@ -478,8 +475,10 @@ static int synth_main(const char *shape, const char *type, const char *out,
         o.type = CR_TYPE_Q4_K;
         o.mix = true;
         o.mix_type = CR_TYPE_Q6_K;
+    } else if (!strcmp(type, "q6_k")) {
+        o.type = CR_TYPE_Q6_K;
     } else {
-        fprintf(stderr, "bench: unknown type '%s' (q4_0, q8_0, q4_k_m)\n", type);
+        fprintf(stderr, "bench: unknown type '%s' (q4_0, q8_0, q4_k_m, q6_k)\n", type);
         return 2;
     }
     cr_err_t err = {0};
@@ -508,7 +507,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] "
             "[--no-pp] [--load-only] [--no-load]\n"
-            "       bench-bench --synth tinyllama|llama32|qwen3moe q4_0|q8_0|q4_k_m "
+            "       bench-bench --synth tinyllama|llama32|qwen3moe q4_0|q8_0|q4_k_m|q6_k "
             "OUT.gguf [LAYERS [DISTINCT_ROWS]]\n");
 }
 
@@ -570,11 +569,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: %s\n", err.msg);
         return 1;
     }
+    uint8_t *bwbuf = mmap(NULL, BW_BYTES, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (bwbuf == MAP_FAILED) {
+        fprintf(stderr, "bench: no 1 GiB buffer for the bandwidth read: bw reads 0\n");
+        bwbuf = NULL;
+    }
+    for (size_t i = 0; bwbuf && i < BW_BYTES; i += 4096)
+        memset(bwbuf + i, (int)(i >> 12), 4096);
     ours_t o = {0};
     if (ours_open(&o, model, threads, &err)) {
         fprintf(stderr, "bench: %s: %s\n", model, err.msg);
         ours_close(&o);
         rn_threadpool_destroy(&bwpool);
+        if (bwbuf)
+            munmap(bwbuf, BW_BYTES);
         return 1;
     }
     printf("model %s: %.2f GB file, %.2f GB read per token, %d threads, simd %s, "
@@ -596,12 +605,15 @@ int main(int argc, char **argv)
         printf(" | %9s %9s %6s %6s", "lb pp512", "lb tg128", "bw%", "load");
     printf("\n");
     for (int r = 0; r < rounds; r++) {
-        bw[r] = measure_bandwidth(bwpool);
         pp128[r] = no_pp ? 0 : ours_pp(&o, PP_SHORT);
         pp512[r] = no_pp ? 0 : ours_pp(&o, PP_LONG);
+        /* the bandwidth right before and right after tg, averaged: the
+         * limit tg is held to, under the machine's load of that moment */
+        double bw0 = bwbuf ? measure_bandwidth(bwpool, bwbuf) : 0;
         reset_peak_rss();
         tg[r] = ours_tg(&o);
         rss_tg = CR_MAX(rss_tg, peak_rss_bytes());
+        bw[r] = bwbuf ? 0.5 * (bw0 + measure_bandwidth(bwpool, bwbuf)) : 0;
         frac[r] = bw[r] > 0 ? tg[r] * (double)o.bytes_per_token / (bw[r] * 1e9) : 0;
         load[r] = no_load ? 0 : ours_load(model, threads);
         printf("%-5d %8.1f %9.1f %9.1f %9.2f %5.0f%% %6.2f", r, bw[r], pp128[r], pp512[r],
@@ -644,5 +656,7 @@ int main(int argc, char **argv)
     print_cache_counts();
     ours_close(&o);
     rn_threadpool_destroy(&bwpool);
+    if (bwbuf)
+        munmap(bwbuf, BW_BYTES);
     return 0;
 }

@@ -11,11 +11,22 @@
  * the CPU has (scalar, avx2, avx512vnni: the last uses whatever traits
  * that level has, the AVX2 ones where no AVX-512 kernel exists). One
  * thread. Prints the median GB/s of weights read and the ratio to the
- * AVX2 level. The row-major kernels only: packed GEMM (repack.c) is not
- * measured. Never part of ctest. */
+ * AVX2 level.
+ *
+ * --packed [--tokens N]: the packed products (repack.h) instead, for the
+ * types that pack (Q4_0, Q8_0, Q4_K, Q6_K): the matrix is packed once and
+ * each round times one product with N tokens (default 1: decode) at every
+ * level that has its own kernel (scalar only on a CPU without AVX2), the
+ * levels taking turns within a round
+ * (A/B in one process, so the machine's load falls on all alike), timed
+ * by the thread's CPU clock (time the thread was descheduled on a busy
+ * machine does not count) and reported as the median and the best round.
+ * Give a matrix larger than the caches (e.g. --rows 32768) to see decode
+ * as memory-bound. Never part of ctest. */
 #include "lib/prelude.h"
 #include "bench/stats.h"
 #include "services/runner/backend/cpu/quant.h"
+#include "services/runner/backend/cpu/repack.h"
 
 #include <math.h>
 
@@ -105,11 +116,110 @@ static int bench_type(cr_type_t t, int64_t cols, int rows, int rounds)
     return 0;
 }
 
+/* The calling thread's CPU time in seconds. */
+static double cpu_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double min_of(const double *v, int n)
+{
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+/* The packed products of a rows x cols matrix of type t with n_tok tokens,
+ * per level with its own kernel, levels interleaved within each round. */
+static int bench_packed(cr_type_t t, int64_t cols, int rows, int rounds, int n_tok)
+{
+    const be_type_traits_t *ts = be_type_traits_at(t, BE_SIMD_SCALAR);
+    if (!ts || !be_pack_supported(t, rows, cols)) {
+        fprintf(stderr, "bench-kernels: %s %d x %" PRId64 " is not packed\n",
+                ts ? ts->name : "?", rows, cols);
+        return 1;
+    }
+    const be_type_traits_t *at = be_type_traits_at(be_pack_act_type(t), BE_SIMD_SCALAR);
+    uint64_t rb = 0, ab = 0;
+    if (!cr_type_row_bytes(t, (uint64_t)cols, &rb) ||
+        !cr_type_row_bytes(at->type, (uint64_t)cols, &ab))
+        return 1;
+    int64_t nb32 = cols / 32;
+    uint8_t *w = malloc((size_t)rb * (size_t)rows), *a = malloc((size_t)ab * (size_t)n_tok);
+    float *f = malloc((size_t)cols * sizeof *f);
+    float *out = malloc((size_t)rows * (size_t)n_tok * sizeof *out);
+    int32_t *xs = malloc(2 * (size_t)nb32 * (size_t)n_tok * sizeof *xs);
+    be_packed_t *p = NULL;
+    cr_err_t err = {0};
+    int rc = 1;
+    if (!w || !a || !f || !out || !xs) {
+        fprintf(stderr, "bench-kernels: out of memory\n");
+        goto out;
+    }
+    for (int r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < cols; i++)
+            f[i] = rnd_normal() * 0.02f;
+        ts->from_float(f, w + (size_t)r * rb, cols);
+    }
+    for (int k = 0; k < n_tok; k++) {
+        for (int64_t i = 0; i < cols; i++)
+            f[i] = rnd_normal();
+        at->from_float(f, a + (size_t)k * ab, cols);
+        if (at->type == CR_TYPE_Q8_0)
+            be_pack_block_sums((const be_block_q8_0_t *)(a + (size_t)k * ab), nb32,
+                               xs + 2 * (size_t)k * (size_t)nb32);
+    }
+    if (be_pack_new(t, w, rows, cols, (size_t)rb, &p, &err)) {
+        fprintf(stderr, "bench-kernels: pack: %s\n", err.msg);
+        goto out;
+    }
+    be_simd_t have = be_simd_detect();
+    /* scalar only where nothing else runs: it takes 100x the time */
+    int lv0 = have >= BE_SIMD_AVX2 ? BE_SIMD_AVX2 : BE_SIMD_SCALAR;
+    double secs[BE_SIMD_AVX512_VNNI + 1][MAX_ROUNDS];
+    for (int k = -1; k < rounds; k++) { /* round -1 warms the caches */
+        for (int lv = lv0; lv <= (int)have; lv++) {
+            be_pack_gemm_fn fn = be_pack_gemm_compiled(t, (be_simd_t)lv);
+            if (!fn)
+                continue;
+            double t0 = cpu_now_s();
+            fn(p, 0, rows / BE_PACK_ROWS, a, xs, n_tok, out, (size_t)rows);
+            if (k >= 0)
+                secs[lv][k] = cpu_now_s() - t0;
+        }
+    }
+    printf("%-7s packed %5d x %-6" PRId64 " %7.2f MB, %d tokens", ts->name, rows, cols,
+           (double)rb * rows / 1e6, n_tok);
+    double avx2 = 0, avx2_best = 0, mb = (double)rb * rows / 1e9;
+    if (have >= BE_SIMD_AVX2 && be_pack_gemm_compiled(t, BE_SIMD_AVX2)) {
+        avx2 = mb / bench_median(secs[BE_SIMD_AVX2], rounds);
+        avx2_best = mb / min_of(secs[BE_SIMD_AVX2], rounds);
+    }
+    for (int lv = lv0; lv <= (int)have; lv++) {
+        if (!be_pack_gemm_compiled(t, (be_simd_t)lv))
+            continue;
+        double g = mb / bench_median(secs[lv], rounds), gb = mb / min_of(secs[lv], rounds);
+        printf("  %s %6.2f GB/s (best %6.2f)", be_simd_name((be_simd_t)lv), g, gb);
+        if (avx2 > 0 && lv != BE_SIMD_AVX2)
+            printf(" %.2fx avx2 (best %.2fx)", g / avx2, gb / avx2_best);
+    }
+    printf("\n");
+    rc = 0;
+out:
+    be_pack_destroy(&p);
+    free(w), free(a), free(f), free(out), free(xs);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     cr_type_t types[MAX_TYPES];
-    int n_types = 0, rows = 1024, rounds = 15;
+    int n_types = 0, rows = 1024, rounds = 15, n_tok = 1;
     int64_t cols = 4096;
+    bool packed = false;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--cols") && v) {
@@ -118,21 +228,30 @@ int main(int argc, char **argv)
             rows = atoi(v), i++;
         } else if (!strcmp(argv[i], "--rounds") && v) {
             rounds = atoi(v), i++;
+        } else if (!strcmp(argv[i], "--tokens") && v) {
+            n_tok = atoi(v), i++;
+        } else if (!strcmp(argv[i], "--packed")) {
+            packed = true;
         } else if (n_types < MAX_TYPES && parse_type(argv[i], &types[n_types])) {
             n_types++;
         } else {
             fprintf(stderr, "usage: bench-kernels [TYPE ...] [--cols N] [--rows N] "
-                            "[--rounds N]\n");
+                            "[--rounds N] [--packed [--tokens N]]\n");
             return 2;
         }
     }
     if (cols < 256 || cols > (1 << 20) || rows < 1 || rows > (1 << 16) || rounds < 1 ||
-        rounds > MAX_ROUNDS) {
-        fprintf(stderr, "bench-kernels: cols 256..2^20, rows 1..65536, rounds 1..%d\n",
-                MAX_ROUNDS);
+        rounds > MAX_ROUNDS || n_tok < 1 || n_tok > 512) {
+        fprintf(stderr, "bench-kernels: cols 256..2^20, rows 1..65536, rounds 1..%d, "
+                        "tokens 1..512\n", MAX_ROUNDS);
         return 2;
     }
-    if (!n_types) {
+    if (!n_types && packed) {
+        static const cr_type_t dflt[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K,
+                                         CR_TYPE_Q6_K};
+        memcpy(types, dflt, sizeof dflt);
+        n_types = (int)CR_ARRAY_LEN(dflt);
+    } else if (!n_types) {
         static const cr_type_t dflt[] = {CR_TYPE_IQ4_NL, CR_TYPE_IQ4_XS, CR_TYPE_MXFP4,
                                          CR_TYPE_Q4_0, CR_TYPE_Q4_K};
         memcpy(types, dflt, sizeof dflt);
@@ -142,6 +261,7 @@ int main(int argc, char **argv)
            be_simd_name(be_simd_detect()));
     int rc = 0;
     for (int k = 0; k < n_types; k++)
-        rc |= bench_type(types[k], cols, rows, rounds);
+        rc |= packed ? bench_packed(types[k], cols, rows, rounds, n_tok)
+                     : bench_type(types[k], cols, rows, rounds);
     return rc;
 }

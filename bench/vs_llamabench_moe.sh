@@ -15,8 +15,9 @@
 # the Q8_0 model is ~10 GB), with the order alternating between rounds:
 #   corral:    bench-bench MODEL -t T -r 1 --no-load: in that one process,
 #              the read bandwidth (a streaming read of a 1 GiB buffer on T
-#              threads, median of 5), pp512 (512 random tokens, empty cache)
-#              and tg128 (128 single-token evals), after a warm-up
+#              threads, median of 5, just before and after tg128, averaged),
+#              pp512 (512 random tokens, empty cache) and tg128 (128
+#              single-token evals), after a warm-up
 #   llama.cpp: llama-bench -m MODEL -t T -p 512 -n 128 -r 1 -o jsonl (its
 #              defaults otherwise: repacked CPU buffers, OpenMP)
 # and prints each figure with the machine's load average. Medians over

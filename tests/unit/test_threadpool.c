@@ -1,13 +1,18 @@
 /* test_threadpool.c: a request's num_thread is capped at the machine's
  * cores (issue 20, 7: num_thread 100000 gave a runner 256 threads on 2
  * cores, kept for every later request), while a pool made with an explicit
- * size keeps it (tests check partitioning over more threads than cores). */
+ * size keeps it (tests check partitioning over more threads than cores).
+ * Every share of a job runs exactly once, with the job's own context, also
+ * when the caller takes the shares of workers the scheduler has not run
+ * yet (a pool of more threads than cores makes that common). */
 #include "lib/prelude.h"
 
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/threadpool.h"
 #include "services/runner/backends.h"
 #include "tests/unit/check.h"
+
+#include <stdatomic.h>
 
 static int pool_size(int asked)
 {
@@ -30,6 +35,45 @@ static int host_threads(int asked)
     return n;
 }
 
+typedef struct share_job {
+    atomic_int runs[16]; /* times share ith ran */
+    int nth_seen;        /* nth every call got; -1 if they differed */
+    atomic_int bad;      /* calls with an ith out of range */
+} share_job_t;
+
+static void share_task(void *ctx, int ith, int nth)
+{
+    share_job_t *j = ctx;
+    if (ith < 0 || ith >= nth || nth > 16 || nth != j->nth_seen) {
+        atomic_fetch_add(&j->bad, 1);
+        return;
+    }
+    atomic_fetch_add(&j->runs[ith], 1);
+}
+
+/* 2000 jobs of 1..n_threads shares on a pool of n_threads, each job's
+ * context a fresh stack object: each share once, nothing else touched. */
+static void check_shares(int n_threads)
+{
+    rn_threadpool_t *p = NULL;
+    cr_err_t err;
+    CHECK_EQ_INT(rn_threadpool_new(n_threads, &p, &err), CR_OK);
+    int wrong = 0;
+    for (int r = 0; p && r < 2000; r++) {
+        int nt = 1 + r % n_threads;
+        share_job_t j;
+        memset(&j, 0, sizeof j);
+        j.nth_seen = nt;
+        rn_threadpool_run(p, share_task, &j, nt);
+        for (int i = 0; i < 16; i++)
+            wrong += atomic_load(&j.runs[i]) != (i < nt ? 1 : 0);
+        wrong += atomic_load(&j.bad);
+        memset(&j, 0xff, sizeof j); /* a late worker would now see garbage */
+    }
+    CHECK_MSG(wrong == 0, "%d threads: %d shares ran other than once", n_threads, wrong);
+    rn_threadpool_destroy(&p);
+}
+
 int main(void)
 {
     int cores = rn_cpu_count();
@@ -43,5 +87,8 @@ int main(void)
     CHECK_EQ_INT(pool_size(0), cores);
     CHECK_EQ_INT(pool_size(cores + 1), cores + 1); /* explicit: kept */
     CHECK_EQ_INT(pool_size(1), 1);
+    check_shares(2);
+    check_shares(4);
+    check_shares(16);
     return check_finish("threadpool");
 }

@@ -437,6 +437,7 @@ be_pack_gemm_fn be_pack_gemm_compiled(cr_type_t t, be_simd_t level)
         return t == CR_TYPE_Q4_0   ? be_pack_gemm_q4_0_vnni
                : t == CR_TYPE_Q8_0 ? be_pack_gemm_q8_0_vnni
                : t == CR_TYPE_Q4_K ? be_pack_gemm_q4_k_vnni
+               : t == CR_TYPE_Q6_K ? be_pack_gemm_q6_k_vnni
                                    : NULL;
     case BE_SIMD_AVX2:
         return t == CR_TYPE_Q4_0   ? be_pack_gemm_q4_0_avx2

@@ -188,6 +188,9 @@ void be_pack_gemm_q8_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
 void be_pack_gemm_q4_k_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
                             const void *x, const int32_t *xsum, int n, float *y,
                             size_t y_stride);
+void be_pack_gemm_q6_k_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
+                            const void *x, const int32_t *xsum, int n, float *y,
+                            size_t y_stride);
 void be_pack_gemm_q6_k_scalar(const be_packed_t *p, int64_t g0, int64_t g1,
                               const void *x, const int32_t *xsum, int n, float *y,
                               size_t y_stride);

@@ -1,9 +1,11 @@
 /* threadpool.h: a persistent pool of worker threads for the CPU kernels.
  *
  * Threads are created once (rn_threadpool_new) and sleep between jobs, so the
- * token path never creates a thread. A job is one function called on every
- * thread with its index: fn(ctx, ith, nth) for ith in [0, nth); the calling
- * thread runs ith = 0 itself, and rn_threadpool_run returns when all have
+ * token path never creates a thread. A job is one function called once
+ * per share index: fn(ctx, ith, nth) for each ith in [0, nth), each exactly
+ * once, on some thread of the pool; the calling thread runs ith = 0 and any
+ * share no worker had claimed when it finished (so a job's shares must not
+ * wait for each other), and rn_threadpool_run returns when all have
  * finished. Jobs must not call rn_threadpool_run on the same pool. Owns no
  * kernel logic: splitting work by ith is up to fn. */
 #ifndef RN_THREADPOOL_H
