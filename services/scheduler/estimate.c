@@ -39,6 +39,9 @@ static cr_status_t choose_kv_type(const cr_gguf_t *g, const sch_estimate_opts_t 
     if (!o->flash_attention)
         snprintf(out->kv_note, sizeof out->kv_note,
                  "OLLAMA_FLASH_ATTENTION must be enabled to use a quantized KV cache");
+    else if (o->kv_f16_only)
+        snprintf(out->kv_note, sizeof out->kv_note,
+                 "the CUDA backend stores the KV cache in f16 only (GPUs present)");
     else if (arch_u64(g, "pooling_type", -1, &pooling))
         snprintf(out->kv_note, sizeof out->kv_note,
                  "an embedding model has no flash attention");

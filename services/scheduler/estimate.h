@@ -66,6 +66,9 @@ typedef struct sch_estimate_opts {
     const char *kv_cache_type; /* OLLAMA_KV_CACHE_TYPE: NULL, "", "f16",
                                   "q8_0", "q4_0" */
     bool flash_attention;      /* OLLAMA_FLASH_ATTENTION */
+    bool kv_f16_only;          /* a GPU (here or on a node) may take layers,
+                                  and the CUDA backend's caches are f16 only
+                                  (a runner with any GPU layer stores f16) */
 } sch_estimate_opts_t;
 
 typedef struct sch_estimate {

@@ -134,6 +134,10 @@ static const sch_estimate_t *request_estimate(sch_server_t *s, request_t *r)
     };
     eo.kv_cache_type = s->cfg.kv_cache_type;
     eo.flash_attention = s->cfg.flash_attention;
+    /* planned as the runner will store it: with any GPU layer, f16 */
+    eo.kv_f16_only = s->inv.n_gpus > 0;
+    for (const sch_node_t *nd = s->node_list; nd && !eo.kv_f16_only; nd = nd->next)
+        eo.kv_f16_only = nd->inv.n_gpus > 0;
     cr_err_t err;
     const msg_resolved_body_t *res = &r->resolved.u.resolved;
     r->est_status = sch_estimate_file(res->model_path, &eo, r->est, &err);

@@ -1792,6 +1792,26 @@ static void test_kv_cache_type(void)
                   cases[i].want);
         env_stop(&e);
     }
+    /* a host with a GPU: the CUDA backend's caches are f16 only, so the
+     * plan (and the estimate) is f16 rather than a size the runner would
+     * not keep to */
+    env_t e;
+    inventory_g = "0:Fake GPU:100000000000";
+    kv_cache_type_g = "q8_0";
+    flash_attention_g = true;
+    env_start(&e, 3, 16);
+    char path[400];
+    snprintf(path, sizeof path, "%s/kvq.gguf", e.dir);
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.dim = 128;
+    cr_err_t err;
+    CHECK_EQ_INT(rn_synth_write(&so, path, &err), CR_OK);
+    char first[128] = "";
+    CHECK_EQ_INT(run_request(&e, "kv", "kvq", "plan", first, NULL), MSG_done);
+    CHECK_MSG(strstr(first, "gpu_layers=") && !strstr(first, "kv="),
+              "GPU host: load said '%s'", first);
+    env_stop(&e);
     inventory_g = NULL;
     kv_cache_type_g = "";
     flash_attention_g = false;
