@@ -401,3 +401,17 @@ cr_status_t cr_vision_embedded(const cr_gguf_t *g, cr_vision_embedded_t *out, cr
     }
     return cr_err_set(err, CR_E_NOT_FOUND, "the model file holds no vision tower");
 }
+
+cr_status_t cr_vision_embedded_of(const cr_gguf_t *g, cr_vision_family_t family,
+                                  const char *what, cr_vision_embedded_t *out,
+                                  cr_err_t *err)
+{
+    cr_status_t st = cr_vision_embedded(g, out, err);
+    if (st == CR_E_NOT_FOUND || (!st && out->family != family))
+        return cr_err_set(err, CR_E_INVALID, "not Ollama's %s model file with a vision tower",
+                          what);
+    return st;
+}
+
+const float cr_vision_clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+const float cr_vision_clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};

@@ -67,4 +67,16 @@ typedef struct cr_vision_embedded {
  * misshapen key or tensor otherwise. */
 cr_status_t cr_vision_embedded(const cr_gguf_t *g, cr_vision_embedded_t *out, cr_err_t *err);
 
+/* cr_vision_embedded for a loader that takes one family: CR_E_INVALID
+ * "not Ollama's <what> model file with a vision tower" when g holds none
+ * or another family's. */
+cr_status_t cr_vision_embedded_of(const cr_gguf_t *g, cr_vision_family_t family,
+                                  const char *what, cr_vision_embedded_t *out,
+                                  cr_err_t *err);
+
+/* CLIP's normalisation, which Ollama hard-codes for the single-file
+ * mistral3 and qwen25vl towers (their files do not carry it). */
+extern const float cr_vision_clip_mean[3];
+extern const float cr_vision_clip_std[3];
+
 #endif

@@ -174,14 +174,9 @@ static cr_status_t read_hparams_ollama(rn_pixtral_t *p, cr_err_t *err)
 {
     rn_pixtral_hparams_t *hp = &p->hp;
     cr_vision_embedded_t ve;
-    cr_status_t st = cr_vision_embedded(p->g, &ve, err);
-    if (st == CR_E_NOT_FOUND || (!st && ve.family != CR_VISION_MISTRAL3))
-        return cr_err_set(err, CR_E_INVALID, "not Ollama's mistral3 model file with a "
-                          "vision tower");
+    cr_status_t st = cr_vision_embedded_of(p->g, CR_VISION_MISTRAL3, "mistral3", &ve, err);
     if (st)
         return st;
-    static const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
-    static const float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
     hp->patch_size = ve.patch_size;
     hp->n_merge = ve.n_merge;
     hp->dim = ve.dim;
@@ -191,8 +186,8 @@ static cr_status_t read_hparams_ollama(rn_pixtral_t *p, cr_err_t *err)
     hp->n_layers = ve.n_layers;
     hp->eps = ve.eps;
     hp->rope_theta = ve.rope_theta;
-    memcpy(hp->mean, mean, sizeof mean);
-    memcpy(hp->std, std, sizeof std);
+    memcpy(hp->mean, cr_vision_clip_mean, sizeof hp->mean);
+    memcpy(hp->std, cr_vision_clip_std, sizeof hp->std);
     hp->gelu = false;
     hp->ollama = true;
     return CR_OK;

@@ -202,14 +202,9 @@ static cr_status_t read_hparams_ollama(rn_clip_qwen2vl_t *q, cr_err_t *err)
 {
     rn_clip_hparams_t *hp = &q->hp;
     cr_vision_embedded_t ve;
-    cr_status_t st = cr_vision_embedded(q->g, &ve, err);
-    if (st == CR_E_NOT_FOUND || (!st && ve.family != CR_VISION_QWEN25VL))
-        return cr_err_set(err, CR_E_INVALID, "not Ollama's qwen25vl model file with a "
-                          "vision tower");
+    cr_status_t st = cr_vision_embedded_of(q->g, CR_VISION_QWEN25VL, "qwen25vl", &ve, err);
     if (st)
         return st;
-    static const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
-    static const float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
     snprintf(hp->projector, sizeof hp->projector, "qwen2.5vl_merger");
     hp->patch_size = ve.patch_size;
     hp->dim = ve.dim;
@@ -218,8 +213,8 @@ static cr_status_t read_hparams_ollama(rn_clip_qwen2vl_t *q, cr_err_t *err)
     hp->ffn = ve.ffn;
     hp->n_layers = ve.n_layers;
     hp->eps = ve.eps;
-    memcpy(hp->mean, mean, sizeof mean);
-    memcpy(hp->std, std, sizeof std);
+    memcpy(hp->mean, cr_vision_clip_mean, sizeof hp->mean);
+    memcpy(hp->std, cr_vision_clip_std, sizeof hp->std);
     q->rope_base = ve.rope_theta;
     uint32_t win = WINDOW_PIXELS;
     cr_gguf_get_u32(q->g, "qwen25vl.vision.window_size", &win);
