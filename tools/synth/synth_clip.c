@@ -1,6 +1,7 @@
 /* synth_clip.c: synthetic llava-shaped vision projector files (see
  * synth.h, "vision projectors"). Small enough to build every tensor in
  * memory before writing. */
+#include "lib/vision_embedded.h"
 #include "lib/prelude.h"
 #include "tools/synth/synth.h"
 #include "tools/synth/synth_vision.h"
@@ -84,8 +85,6 @@ static cr_status_t check(const rn_synth_clip_opts_t *o, cr_err_t *err)
 
 static cr_status_t keys(cr_gguf_writer_t *w, const rn_synth_clip_opts_t *o, cr_err_t *err)
 {
-    static const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
-    static const float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
     cr_status_t st;
     if ((st = cr_gguf_writer_add_str(w, "general.architecture", "clip", err)) ||
         (st = cr_gguf_writer_add_str(w, "general.name", "synth-llava-projector", err)) ||
@@ -109,9 +108,9 @@ static cr_status_t keys(cr_gguf_writer_t *w, const rn_synth_clip_opts_t *o, cr_e
                                      err)) ||
         (st = cr_gguf_writer_add_u32(w, "clip.vision.block_count", (uint32_t)o->n_layers,
                                      err)) ||
-        (st = cr_gguf_writer_add_arr(w, "clip.vision.image_mean", CR_GGUF_F32, mean, 3, err)))
+        (st = cr_gguf_writer_add_arr(w, "clip.vision.image_mean", CR_GGUF_F32, cr_vision_clip_mean, 3, err)))
         return st;
-    return cr_gguf_writer_add_arr(w, "clip.vision.image_std", CR_GGUF_F32, std, 3, err);
+    return cr_gguf_writer_add_arr(w, "clip.vision.image_std", CR_GGUF_F32, cr_vision_clip_std, 3, err);
 }
 
 static cr_status_t tensors(clip_synth_t *s, const rn_synth_clip_opts_t *o, cr_err_t *err)

@@ -4,6 +4,7 @@
  * text model under Ollama's names and keys (convert_mistral.go: the q/k
  * rows in Hugging Face's order, no [IMG_BREAK] tensor). Every tensor's
  * values come from (seed, its place in one fixed list). */
+#include "lib/vision_embedded.h"
 #include "lib/prelude.h"
 #include "tools/synth/synth.h"
 #include "tools/synth/synth_vision.h"
@@ -32,8 +33,6 @@ static cr_status_t check(const rn_synth_clip_opts_t *o, cr_err_t *err)
 static cr_status_t keys(cr_gguf_writer_t *w, const rn_synth_clip_opts_t *o, cr_err_t *err)
 {
     /* Pixtral's preprocessor_config.json uses CLIP's statistics */
-    static const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
-    static const float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
     cr_status_t st;
     if ((st = cr_gguf_writer_add_str(w, "general.architecture", "clip", err)) ||
         (st = cr_gguf_writer_add_str(w, "general.name", "synth-pixtral-projector", err)) ||
@@ -57,8 +56,8 @@ static cr_status_t keys(cr_gguf_writer_t *w, const rn_synth_clip_opts_t *o, cr_e
                                      err)) ||
         (st = cr_gguf_writer_add_u32(w, "clip.vision.block_count", (uint32_t)o->n_layers,
                                      err)) ||
-        (st = cr_gguf_writer_add_arr(w, "clip.vision.image_mean", CR_GGUF_F32, mean, 3, err)) ||
-        (st = cr_gguf_writer_add_arr(w, "clip.vision.image_std", CR_GGUF_F32, std, 3, err)))
+        (st = cr_gguf_writer_add_arr(w, "clip.vision.image_mean", CR_GGUF_F32, cr_vision_clip_mean, 3, err)) ||
+        (st = cr_gguf_writer_add_arr(w, "clip.vision.image_std", CR_GGUF_F32, cr_vision_clip_std, 3, err)))
         return st;
     if (o->merge > 1)
         st = cr_gguf_writer_add_u32(w, "clip.vision.spatial_merge_size", (uint32_t)o->merge,

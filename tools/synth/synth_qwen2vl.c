@@ -4,6 +4,7 @@
  * qwen25vl text model under Ollama's names and keys. Every tensor is
  * listed in one table (name, shape, distribution) and built in memory
  * before writing. */
+#include "lib/vision_embedded.h"
 #include "lib/prelude.h"
 #include "tools/synth/synth.h"
 
@@ -148,9 +149,7 @@ static cr_status_t check(const rn_synth_qwen2vl_opts_t *o, cr_err_t *err)
 
 static cr_status_t keys(cr_gguf_writer_t *w, const rn_synth_qwen2vl_opts_t *o, cr_err_t *err)
 {
-    /* Qwen2.5-VL's preprocessor_config: OpenAI CLIP's mean and std */
-    static const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
-    static const float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+    /* Qwen2.5-VL's preprocessor_config has OpenAI CLIP's mean and std */
     cr_status_t st;
     if ((st = cr_gguf_writer_add_str(w, "general.architecture", "clip", err)) ||
         (st = cr_gguf_writer_add_str(w, "general.name", "synth-qwen2.5vl-projector", err)) ||
@@ -175,7 +174,7 @@ static cr_status_t keys(cr_gguf_writer_t *w, const rn_synth_qwen2vl_opts_t *o, c
                                      err)) ||
         (st = cr_gguf_writer_add_u32(w, "clip.vision.block_count", (uint32_t)o->n_layers,
                                      err)) ||
-        (st = cr_gguf_writer_add_arr(w, "clip.vision.image_mean", CR_GGUF_F32, mean, 3, err)))
+        (st = cr_gguf_writer_add_arr(w, "clip.vision.image_mean", CR_GGUF_F32, cr_vision_clip_mean, 3, err)))
         return st;
     /* Qwen2-VL: quick GELU (no use_* key), no window pattern */
     if (!o->qwen2 &&
@@ -183,7 +182,7 @@ static cr_status_t keys(cr_gguf_writer_t *w, const rn_synth_qwen2vl_opts_t *o, c
          (st = cr_gguf_writer_add_u32(w, "clip.vision.n_wa_pattern", (uint32_t)o->n_wa_pattern,
                                       err))))
         return st;
-    return cr_gguf_writer_add_arr(w, "clip.vision.image_std", CR_GGUF_F32, std, 3, err);
+    return cr_gguf_writer_add_arr(w, "clip.vision.image_std", CR_GGUF_F32, cr_vision_clip_std, 3, err);
 }
 
 /* The tower's tensors, drawn into data[MAX_SPECS] (freed by the caller,
