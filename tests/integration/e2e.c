@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int free_port(void)
+int e2e_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};
@@ -52,7 +52,7 @@ bool e2e_start(e2e_t *t)
         perror("mkdtemp");
         return false;
     }
-    int port = free_port();
+    int port = e2e_free_port();
     if (port <= 0)
         return false;
     snprintf(t->host, sizeof t->host, "127.0.0.1:%d", port);

@@ -24,6 +24,10 @@ typedef struct e2e_resp {
     size_t len;
 } e2e_resp_t;
 
+/* A loopback TCP port free at the time of the call (the kernel's pick);
+ * -1 when none could be had. */
+int e2e_free_port(void);
+
 /* Makes the temp dir, picks a free port, sets CORRAL_RUNTIME_DIR,
  * CORRAL_MODELS and CORRAL_HOST, starts `corral serve` and waits for HEAD /
  * to answer. False (with a message on stderr) on failure. */

@@ -360,24 +360,10 @@ static int ps_count(void)
 
 /* ---- the docker-registry ---- */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    int port = -1;
-    if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
-        !getsockname(fd, (struct sockaddr *)&a, &l))
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
 static bool registry_start(void)
 {
     char dir[1100], cfg_path[1200], log_path[1200], cfg[2048], url[128];
-    snprintf(remote_g, sizeof remote_g, "127.0.0.1:%d", free_port());
+    snprintf(remote_g, sizeof remote_g, "127.0.0.1:%d", e2e_free_port());
     snprintf(dir, sizeof dir, "%s/oci", T.tmp);
     mkdir(dir, 0755);
     snprintf(cfg_path, sizeof cfg_path, "%s/config.yml", dir);

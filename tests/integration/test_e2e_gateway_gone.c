@@ -50,18 +50,6 @@ static void nap(void)
     nanosleep(&ts, NULL);
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* ---- a gateway of our own ---- */
 
 typedef struct gateway {
@@ -72,7 +60,7 @@ typedef struct gateway {
 
 static bool gateway_start(gateway_t *g)
 {
-    g->port = free_port();
+    g->port = e2e_free_port();
     g->at = T;
     snprintf(g->at.host, sizeof g->at.host, "127.0.0.1:%d", g->port);
     char log[1200], exe[1200];

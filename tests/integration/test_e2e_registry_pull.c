@@ -45,18 +45,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static size_t discard(char *p, size_t s, size_t n, void *u)
 {
     CR_UNUSED(p);
@@ -143,7 +131,7 @@ static void registry_stop(void)
 
 static bool registry_setup(void)
 {
-    reg_port_g = free_port();
+    reg_port_g = e2e_free_port();
     snprintf(remote_g, sizeof remote_g, "127.0.0.1:%d", reg_port_g);
     snprintf(reg_dir_g, sizeof reg_dir_g, "%s/oci", T.tmp);
     mkdir(reg_dir_g, 0755);
