@@ -35,14 +35,19 @@ for i in $(seq 1 600); do # up to 60 s on a slow, loaded machine
     sleep 0.1
 done
 [ $up = 1 ] || { fail "corral serve did not come up on port $PORT"; exit 1; }
-"$BIN/corral-gguf-synth" --out "$T/m.gguf" --type q8_0 >/dev/null || fail "synth"
+# A 50 MB model: at ~400 tokens/s on a 2-core machine its answer (2560
+# tokens: num_predict is capped at 10 x num_ctx) streams for seconds. The
+# 1 MB default ran 10,000 tokens/s and once finished before a loaded CI
+# machine's gateway had closed its listener.
+"$BIN/corral-gguf-synth" --out "$T/m.gguf" --type q8_0 \
+    --dim 1024 --layers 4 --heads 16 --kv-heads 4 --ffn 2816 >/dev/null || fail "synth"
 printf 'FROM ./m.gguf\nPARAMETER temperature 0\n' >"$T/Modelfile"
 (cd "$T" && "$BIN/corral" create dm -f Modelfile >/dev/null) || fail "create"
 # Load it first, so the timed part is generation only.
 curl -s -m 30 -d '{"model":"dm","prompt":""}' "http://127.0.0.1:$PORT/api/generate" >/dev/null
 
-# 3000 greedy tokens (no end token before: the answer ends by its length):
-# seconds on any machine, so the stream is still running when the
+# 3000 greedy tokens asked, 2560 given (no end token before: the answer
+# ends by its length): seconds, so the stream is still running when the
 # listener closes; the drain timeout leaves room for a slow machine.
 curl -s -N -m 150 -d '{"model":"dm","prompt":"go","options":{"num_predict":3000}}' \
     "http://127.0.0.1:$PORT/api/generate" >"$T/stream.out" &
