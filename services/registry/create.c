@@ -37,6 +37,7 @@ typedef struct build {
     reg_store_t *s;
     reg_create_progress_fn fn;
     void *ctx;
+    const atomic_bool *cancel; /* the client left (may be NULL) */
     reg_manifest_t man;  /* the manifest being built */
     json_t *params;      /* inherited params object, or NULL */
     char format[16];     /* config fields: the first GGUF layer wins */
@@ -666,6 +667,15 @@ static void on_quant_progress(void *ctx, int64_t done, int64_t total)
     q->b->fn(q->b->ctx, &p);
 }
 
+/* CR_E_CANCELED once the client has left: a create it no longer waits
+ * for stops before its next long step and before its manifest. */
+static cr_status_t check_cancel(const build_t *b, cr_err_t *err)
+{
+    if (b->cancel && atomic_load(b->cancel))
+        return cr_err_set(err, CR_E_CANCELED, "canceled");
+    return CR_OK;
+}
+
 /* Streams the file at path into the store; *hex and *size describe the
  * blob. */
 static cr_status_t store_file(build_t *b, const char *path,
@@ -679,7 +689,7 @@ static cr_status_t store_file(build_t *b, const char *path,
     char *buf = malloc(COPY_CHUNK);
     cr_status_t st = buf ? reg_blob_writer_new(b->s, NULL, &w, err)
                          : cr_err_set(err, CR_E_NOMEM, "out of memory");
-    while (!st) {
+    while (!st && !(st = check_cancel(b, err))) {
         ssize_t n = read(fd, buf, COPY_CHUNK);
         if (n < 0 && errno == EINTR)
             continue;
@@ -726,9 +736,9 @@ static cr_status_t quantize_model(build_t *b, const char *type, uint32_t ftype,
     quant_progress_t qp = {.b = b};
     snprintf(qp.status, sizeof qp.status, "quantizing %s model to %s",
              b->file_type, type);
-    cr_status_t st = reg_quantize_run(src, out, type, on_quant_progress, &qp,
-                                      err);
-    if (st)
+    cr_status_t st = reg_quantize_run(src, out, type, b->cancel,
+                                      on_quant_progress, &qp, err);
+    if (st || (st = check_cancel(b, err)))
         goto out;
     progress(b, "verifying conversion");
     cr_gguf_t *g = NULL;
@@ -971,10 +981,11 @@ cr_status_t reg_create(reg_store_t *s, const msg_create_body_t *req,
                        reg_progress_fn fn, void *ctx, cr_err_t *err)
 {
     status_only_t so = {fn, ctx};
-    return reg_create_ex(s, req, fn ? forward_status : NULL, &so, err);
+    return reg_create_ex(s, req, NULL, fn ? forward_status : NULL, &so, err);
 }
 
 cr_status_t reg_create_ex(reg_store_t *s, const msg_create_body_t *req,
+                          const atomic_bool *cancel,
                           reg_create_progress_fn fn, void *ctx,
                           cr_err_t *err)
 {
@@ -995,7 +1006,7 @@ cr_status_t reg_create_ex(reg_store_t *s, const msg_create_body_t *req,
         free(bytes);
     }
 
-    build_t b = {.s = s, .fn = fn, .ctx = ctx};
+    build_t b = {.s = s, .fn = fn, .ctx = ctx, .cancel = cancel};
     cr_buf_t text;
     cr_buf_init(&text, REG_MANIFEST_MAX);
     cr_status_t st = reg_manifest_init(&b.man);
@@ -1026,6 +1037,8 @@ cr_status_t reg_create_ex(reg_store_t *s, const msg_create_body_t *req,
                      created ? "creating new layer" : "using existing layer",
                      hex);
     }
+    if ((st = check_cancel(&b, err)))
+        goto out;
     progress(&b, "writing manifest");
     st = reg_manifest_encode(&b.man, &text);
     if (st) {

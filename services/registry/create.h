@@ -22,6 +22,8 @@
 #include "proto/msg.h"
 #include "services/registry/store.h"
 
+#include <stdatomic.h>
+
 /* Called for each progress status, in order. status is borrowed for the
  * call. */
 typedef void (*reg_progress_fn)(void *ctx, const char *status);
@@ -49,8 +51,13 @@ cr_status_t reg_create(reg_store_t *s, const msg_create_body_t *req,
 bool reg_create_needs_pull(const reg_store_t *s, const msg_create_body_t *req);
 
 /* reg_create with whole progress messages: what the server should call so
- * that quantizing progress reaches the client with its counts. */
+ * that quantizing progress reaches the client with its counts. cancel (may
+ * be NULL) is the client's flag: once set, a running quantization is
+ * killed, and the create stops before its next long step, removes what it
+ * wrote (temp files, new blobs), writes no manifest and fails with
+ * CR_E_CANCELED `canceled`. */
 cr_status_t reg_create_ex(reg_store_t *s, const msg_create_body_t *req,
+                          const atomic_bool *cancel,
                           reg_create_progress_fn fn, void *ctx,
                           cr_err_t *err);
 

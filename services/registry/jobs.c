@@ -155,7 +155,8 @@ static void *job_main(void *arg)
             st = reg_pull(j->store, j->env, r->u.create.from, r->u.create.insecure,
                           &job->cancel, on_progress, &k, &err);
         if (!st)
-            st = reg_create_ex(j->store, &r->u.create, on_progress, &k, &err);
+            st = reg_create_ex(j->store, &r->u.create, &job->cancel, on_progress,
+                               &k, &err);
     }
     if (st && r->type == MSG_create)
         cr_log_info("create %s failed: %s",

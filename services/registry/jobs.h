@@ -7,8 +7,10 @@
  * the service's sockets: it encodes its replies (progress..., then ok or
  * error) and sends them with the requester's ROUTER identity to an inproc
  * PULL socket that the service loop polls and forwards (see
- * docs/architecture.md). Cancel sets the job's flag; its download goes on
- * while another pull still waits for the same blob. */
+ * docs/architecture.md). Cancel sets the job's flag: a quantization is
+ * killed; a pull stops at once unless it is the one downloading a blob
+ * another pull still waits for, in which case that download goes on until
+ * the last such pull has gone too (download.h). */
 #ifndef REG_JOBS_H
 #define REG_JOBS_H
 
@@ -35,8 +37,8 @@ zsock_t *reg_jobs_socket(reg_jobs_t *j);
 
 /* Starts req (a pull, push or create; deep-copied) for the peer identity
  * (id_len bytes; may be 0). CR_E_BUSY with REG_JOBS_MAX jobs running;
- * CR_E_NOMEM. A create's cancel flag is not read: a quantization runs to
- * its end (the result is a normal model the client can delete). */
+ * CR_E_NOMEM. Cancel stops a create too: its quantization is killed and
+ * no model is written (create.h). */
 cr_status_t reg_jobs_start(reg_jobs_t *j, const msg_t *req,
                            const void *identity, size_t id_len, cr_err_t *err);
 

@@ -7,6 +7,7 @@
 
 #include "lib/tensor_type.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -101,9 +102,35 @@ static void tidy(char *s)
             s[i] = ' ';
 }
 
+/* Removes what a killed or failed tool left of out_path: its
+ * `<name>.tmp-XXXXXX` staging files (lib/gguf_write.h) in the same folder. */
+static void remove_partials(const char *out_path)
+{
+    char dir[4096];
+    const char *slash = strrchr(out_path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - out_path), out_path);
+    const char *base = slash ? slash + 1 : out_path;
+    char prefix[512];
+    int n = snprintf(prefix, sizeof prefix, "%s.tmp-", base);
+    if (n < 0 || (size_t)n >= sizeof prefix)
+        return;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, prefix, (size_t)n))
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+}
+
 cr_status_t reg_quantize_run(const char *src_path, const char *out_path,
-                             const char *type, reg_quantize_progress_fn fn,
-                             void *ctx, cr_err_t *err)
+                             const char *type, const atomic_bool *cancel,
+                             reg_quantize_progress_fn fn, void *ctx,
+                             cr_err_t *err)
 {
     char bin[4096];
     cr_status_t st = reg_quantize_runner_bin(bin, sizeof bin, err);
@@ -157,8 +184,16 @@ cr_status_t reg_quantize_run(const char *src_path, const char *out_path,
     struct pollfd pf[2] = {{.fd = out_p[0], .events = POLLIN},
                            {.fd = err_p[0], .events = POLLIN}};
     int open_fds = 2;
+    bool canceled = false;
     while (open_fds > 0) {
-        int n = poll(pf, 2, -1);
+        /* The client left: the child goes now. Its output no longer
+         * matters (and a pipe a grandchild inherited might stay open). */
+        if (cancel && atomic_load(cancel)) {
+            canceled = true;
+            kill(pid, SIGKILL);
+            break;
+        }
+        int n = poll(pf, 2, cancel ? REG_QUANTIZE_POLL_MS : -1);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -187,13 +222,15 @@ cr_status_t reg_quantize_run(const char *src_path, const char *out_path,
             }
         }
     }
-    if (open_fds > 0)
+    if (open_fds > 0 && !canceled)
         kill(pid, SIGKILL); /* poll failed: do not leave it running */
     int wst = 0;
     while (waitpid(pid, &wst, 0) < 0 && errno == EINTR)
         ;
     tidy(errtext);
-    if (WIFEXITED(wst) && WEXITSTATUS(wst) == 0)
+    if (canceled)
+        st = cr_err_set(err, CR_E_CANCELED, "canceled");
+    else if (WIFEXITED(wst) && WEXITSTATUS(wst) == 0)
         st = CR_OK;
     else if (WIFSIGNALED(wst))
         st = cr_err_set(err, CR_E_RUNNER, "quantizing failed: runner killed "
@@ -202,6 +239,8 @@ cr_status_t reg_quantize_run(const char *src_path, const char *out_path,
     else
         st = cr_err_set(err, CR_E_RUNNER, "quantizing failed: %s",
                         errtext[0] ? errtext : "runner exited with an error");
+    if (st)
+        remove_partials(out_path);
 fail_pipes:
     for (int i = 0; i < 2; i++) {
         if (out_p[i] >= 0)

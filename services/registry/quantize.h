@@ -6,13 +6,16 @@
  * its "DONE/TOTAL" progress lines from the child's stdout and its error
  * line from stderr, and waits for it. The child gets SIGKILL when the
  * registry dies (PR_SET_PDEATHSIG), so a registry killed mid-quantize
- * leaves no orphan at work. What the output means (file types,
+ * leaves no orphan at work; a canceled run (its client left) kills the
+ * child and removes its partial output. What the output means (file types,
  * verification, storing it as a blob) is create.c's business. */
 #ifndef REG_QUANTIZE_H
 #define REG_QUANTIZE_H
 
 #include "lib/prelude.h"
 #include "lib/status.h"
+
+#include <stdatomic.h>
 
 /* The canonical name ("Q4_K_M") of a quantization type given in any case
  * ("q4_K_M"), and its GGUF general.file_type in *ftype (may be NULL); NULL
@@ -30,12 +33,17 @@ typedef void (*reg_quantize_progress_fn)(void *ctx, int64_t done,
                                          int64_t total);
 
 /* Runs the runner's quantize tool from src_path to out_path (which the tool
- * writes atomically) with type (a canonical name). fn (may be NULL) gets
- * each progress line. CR_E_NOT_FOUND without a runner; CR_E_IO if it
- * cannot be started; CR_E_RUNNER with the tool's error line if it fails or
- * dies. */
+ * writes atomically, through `<out_path>.tmp-XXXXXX`) with type (a
+ * canonical name). fn (may be NULL) gets each progress line. cancel (may
+ * be NULL) is read about every REG_QUANTIZE_POLL_MS: once set, the tool is
+ * killed. Whenever the run does not succeed, the tool's temp files beside
+ * out_path are removed. CR_E_NOT_FOUND without a runner; CR_E_IO if it
+ * cannot be started; CR_E_CANCELED `canceled`; CR_E_RUNNER with the tool's
+ * error line if it fails or dies. */
+#define REG_QUANTIZE_POLL_MS 100
 cr_status_t reg_quantize_run(const char *src_path, const char *out_path,
-                             const char *type, reg_quantize_progress_fn fn,
-                             void *ctx, cr_err_t *err);
+                             const char *type, const atomic_bool *cancel,
+                             reg_quantize_progress_fn fn, void *ctx,
+                             cr_err_t *err);
 
 #endif

@@ -302,7 +302,7 @@ void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
             break;
         }
         progress_ctx_t p = {fn, ctx, id};
-        st = reg_create_ex(s->store, &req->u.create, on_progress, &p, &err);
+        st = reg_create_ex(s->store, &req->u.create, NULL, on_progress, &p, &err);
         if (!st)
             msg_init(&reply, MSG_ok, id);
         else

@@ -10,7 +10,8 @@
  * model's layer is a Q4_K_M GGUF with the mix's tensor types and the same
  * metadata, its config says Q4_K_M, the source model is untouched; a
  * quantized source, an unknown type, a missing or failing runner all fail
- * with the right status and leave no manifest, temp file or new blob. */
+ * with the right status and leave no manifest, temp file or new blob; a
+ * canceled create kills its quantization and leaves none either. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "proto/msg.h"
@@ -22,6 +23,7 @@
 #include "tests/unit/check.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -333,8 +335,8 @@ static void test_counts_and_from(reg_server_t *s)
     create_msg(&m, "cx", "quant:q8", NULL, "src-f16", "Q8_0");
     cr_err_t err;
     cr_err_clear(&err);
-    cr_status_t st = reg_create_ex(reg_server_store(s), &m.u.create, prog_fn,
-                                   p, &err);
+    cr_status_t st = reg_create_ex(reg_server_store(s), &m.u.create, NULL,
+                                   prog_fn, p, &err);
     CHECK_MSG(st == CR_OK, "create: %s", err.msg);
     int n_counted = 0;
     int64_t last = -1, total = 0;
@@ -476,6 +478,85 @@ static void test_loop_not_blocked(reg_server_t *s)
     free(ct);
 }
 
+/* The pid a stand-in runner wrote to path, or 0 until it has. */
+static pid_t read_pid(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    long v = 0;
+    int n = fscanf(f, "%ld", &v);
+    fclose(f);
+    return n == 1 && v > 0 ? (pid_t)v : 0;
+}
+
+/* A canceled create (its client left) kills its quantization at once:
+ * a stand-in runner that starts its staging file as the real tool does
+ * (<out>.tmp-XXXXXX), says it has begun and then would work for five
+ * minutes. The create must fail `canceled` long before that, the stand-in
+ * be gone, and no manifest, temp file or new blob remain. */
+static void test_cancel(reg_server_t *s)
+{
+    char slow[300], pidfile[300];
+    snprintf(slow, sizeof slow, "%s/working-runner.sh", tmp_g);
+    snprintf(pidfile, sizeof pidfile, "%s/working-runner.pid", tmp_g);
+    unlink(pidfile);
+    FILE *f = fopen(slow, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    /* argv: quantize --in SRC --out DST --type T --progress */
+    fprintf(f, "#!/bin/sh\nprintf 'partial' > \"$5.tmp-abc123\"\n"
+               "echo 1/100\necho $$ > '%s'\nexec sleep 300\n", pidfile);
+    fclose(f);
+    chmod(slow, 0755);
+    setenv("CORRAL_RUNNER_BIN", slow, 1);
+    int temps0 = 0;
+    int blobs0 = count_blobs(s, &temps0);
+
+    capture_t *c = calloc(1, sizeof *c);
+    msg_t m;
+    create_msg(&m, "gone", "left-behind", NULL, "src-f16", "q4_K_M");
+    cr_buf_t b;
+    cr_buf_init(&b, MSG_FRAME_MAX);
+    cr_err_t err;
+    CHECK(msg_encode(&m, &b, &err) == CR_OK);
+    reg_server_handle_frame(s, b.data, b.len, capture_fn, c);
+    cr_buf_free(&b);
+    pid_t pid = 0;
+    for (int i = 0; i < 600 && !(pid = read_pid(pidfile)); i++) /* 60 s */
+        reg_server_pump(s, 100, capture_fn, c);
+    CHECK_MSG(pid > 0, "the stand-in runner did not start");
+    int temps = 0;
+    count_blobs(s, &temps);
+    CHECK_MSG(temps > temps0, "no staging file while quantizing");
+
+    msg_init(&m, MSG_cancel, "gone");
+    reg_server_handle(s, &m, capture_fn, c);
+    /* Its answer, well before the stand-in's five minutes. */
+    for (int i = 0; i < 600; i++) {
+        if (c->n && c->v[c->n - 1].type != MSG_progress)
+            break;
+        reg_server_pump(s, 100, capture_fn, c);
+    }
+    CHECK(c->n > 0 && c->v[c->n - 1].type == MSG_error);
+    if (c->n > 0 && c->v[c->n - 1].type == MSG_error) {
+        CHECK_EQ_INT(c->v[c->n - 1].u.error.status, CR_E_CANCELED);
+        CHECK_EQ_STR(c->v[c->n - 1].u.error.message, "canceled");
+    }
+    /* The registry reaped its child: no such process, not even a zombie. */
+    CHECK_MSG(pid > 0 && kill(pid, 0) != 0, "the quantization still runs");
+    if (pid > 0 && kill(pid, 0) == 0)
+        kill(pid, SIGKILL); /* do not leave it behind on failure */
+    CHECK(!model_exists(s, "left-behind"));
+    temps = 0;
+    CHECK_EQ_INT(count_blobs(s, &temps), blobs0);
+    CHECK_EQ_INT(temps, temps0);
+    setenv("CORRAL_RUNNER_BIN", runner_g, 1);
+    capture_clear(c);
+    free(c);
+}
+
 /* The runner must have the quantize tool: its usage names --in. */
 static bool runner_has_quantize(const char *bin)
 {
@@ -513,6 +594,7 @@ int main(void)
         test_counts_and_from(s);
         test_errors(s, q8);
         test_loop_not_blocked(s);
+        test_cancel(s);
     }
     reg_server_destroy(&s);
     nftw(tmp_g, rm_one, 16, FTW_DEPTH | FTW_PHYS);

@@ -68,7 +68,7 @@ static pid_t start_registry(void)
     pid_t pid = fork();
     if (pid == 0) {
         cr_err_t err;
-        reg_quantize_run("/dev/null", "/dev/null", "Q4_0", NULL, NULL, &err);
+        reg_quantize_run("/dev/null", "/dev/null", "Q4_0", NULL, NULL, NULL, &err);
         _exit(0);
     }
     return pid;
