@@ -61,7 +61,10 @@ static void sleep_ms(int64_t ms, const atomic_bool *cancel)
 typedef struct entry {
     char hex[REG_HEX_LEN + 1];
     int refs;             /* pulls holding the entry */
-    atomic_int clients;   /* pulls still waiting (not canceled) */
+    int clients;          /* pulls still waiting (not canceled); under mu */
+    /* Set (under mu) when clients reaches 0: the download ends, and a pull
+     * that comes now waits for the entry to go, then resumes the blob. */
+    atomic_bool stopping;
     atomic_llong completed;
     int64_t total;
     bool done;
@@ -112,6 +115,19 @@ bool reg_transfers_busy(reg_transfers_t *t, const char *hex)
             busy = true;
     pthread_mutex_unlock(&t->mu);
     return busy;
+}
+
+/* Waits on t's condition (its mutex held) for at most ms. */
+static void timed_wait(reg_transfers_t *t, long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    while (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&t->cv, &t->mu, &ts);
 }
 
 /* ---- part state ---- */
@@ -421,7 +437,7 @@ static cr_status_t part_ended(fetch_t *f, CURLM *m, part_t *p, CURLcode rc,
 }
 
 static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
-                             atomic_int *clients, reg_dl_progress_fn fn,
+                             const atomic_bool *stopping, reg_dl_progress_fn fn,
                              void *ctx, cr_err_t *err)
 {
     CURLM *m = curl_multi_init();
@@ -432,7 +448,7 @@ static cr_status_t run_parts(fetch_t *f, const reg_dl_opts_t *o,
     reg_ramp_init(&ramp, o->max_active, o->ramp_ms);
     const part_t *newest = NULL; /* the part started last */
     for (;;) {
-        if (atomic_load(clients) <= 0) {
+        if (atomic_load(stopping)) {
             st = cr_err_set(err, CR_E_CANCELED, "canceled");
             break;
         }
@@ -508,7 +524,7 @@ out:
 /* ---- resolve, verify ---- */
 
 static cr_status_t resolve_url(fetch_t *f, reg_oci_t *c, const reg_dl_opts_t *o,
-                               atomic_int *clients, cr_err_t *err)
+                               const atomic_bool *stopping, cr_err_t *err)
 {
     char url[REG_URL_MAX];
     snprintf(url, sizeof url, "%s/v2/%s/blobs/sha256:%s", reg_oci_base(c),
@@ -565,12 +581,10 @@ static cr_status_t resolve_url(fetch_t *f, reg_oci_t *c, const reg_dl_opts_t *o,
         if (hops > RESOLVE_REDIRECTS)
             return cr_err_set(err, CR_E_UNAVAILABLE, "too many redirects");
         if (st == CR_E_NOT_FOUND || st == CR_E_UNAUTHORIZED ||
-            attempt >= o->max_attempts || atomic_load(clients) <= 0)
+            attempt >= o->max_attempts || atomic_load(stopping))
             return st;
-        for (int64_t slept = 0; slept < delay && atomic_load(clients) > 0;
-             slept += 50)
-            sleep_ms(50, NULL);
-        if (atomic_load(clients) <= 0)
+        sleep_ms(delay, stopping);
+        if (atomic_load(stopping))
             return cr_err_set(err, CR_E_CANCELED, "canceled");
         delay *= 2;
     }
@@ -768,9 +782,9 @@ static cr_status_t fetch_blob(reg_store_t *s, reg_oci_t *c, const char *hex,
                     (long long)have, (long long)size);
     int64_t t0 = now_ms(), t_dl = t0, t_sync = t0;
     if (have < size) {
-        if ((st = resolve_url(&f, c, o, &e->clients, err)))
+        if ((st = resolve_url(&f, c, o, &e->stopping, err)))
             goto out;
-        if ((st = run_parts(&f, o, &e->clients, fn, ctx, err)))
+        if ((st = run_parts(&f, o, &e->stopping, fn, ctx, err)))
             goto out;
     } else if (fn) {
         fn(ctx, size, size);
@@ -818,10 +832,19 @@ out:
 
 /* ---- the shared entry point ---- */
 
+/* One waiting pull leaves e (t's mutex held when t is not NULL); the
+ * last one stops the download. */
+static void withdraw_locked(entry_t *e)
+{
+    if (--e->clients <= 0)
+        atomic_store(&e->stopping, true);
+}
+
 typedef struct owner_watch {
     const atomic_bool *cancel; /* the owner's own flag */
     bool withdrawn;
-    atomic_int *clients;
+    reg_transfers_t *t;        /* may be NULL */
+    entry_t *e;
     reg_dl_progress_fn fn;
     void *ctx;
 } owner_watch_t;
@@ -831,7 +854,11 @@ static void owner_progress(void *ud, int64_t done, int64_t total)
     owner_watch_t *w = ud;
     if (!w->withdrawn && w->cancel && atomic_load(w->cancel)) {
         w->withdrawn = true;
-        atomic_fetch_sub(w->clients, 1);
+        if (w->t)
+            pthread_mutex_lock(&w->t->mu);
+        withdraw_locked(w->e);
+        if (w->t)
+            pthread_mutex_unlock(&w->t->mu);
     }
     if (w->fn && !w->withdrawn)
         w->fn(w->ctx, done, total);
@@ -855,13 +882,25 @@ cr_status_t reg_blob_download(reg_store_t *s, reg_transfers_t *t, reg_oci_t *c,
     bool owner = true;
     if (t) {
         pthread_mutex_lock(&t->mu);
-        for (e = t->head; e; e = e->next)
-            if (!strcmp(e->hex, hex))
+        for (;;) {
+            for (e = t->head; e; e = e->next)
+                if (!strcmp(e->hex, hex))
+                    break;
+            if (!e || !atomic_load(&e->stopping))
                 break;
+            /* Every pull that wanted this download left and it is ending:
+             * joining it would only be told `canceled`. Wait for it to go,
+             * then run one of our own (resuming from its part state). */
+            if (cancel && atomic_load(cancel)) {
+                pthread_mutex_unlock(&t->mu);
+                return cr_err_set(err, CR_E_CANCELED, "canceled");
+            }
+            timed_wait(t, 60);
+        }
         if (e) {
             owner = false;
             e->refs++;
-            atomic_fetch_add(&e->clients, 1);
+            e->clients++;
         } else {
             e = calloc(1, sizeof *e);
             if (!e) {
@@ -870,7 +909,8 @@ cr_status_t reg_blob_download(reg_store_t *s, reg_transfers_t *t, reg_oci_t *c,
             }
             snprintf(e->hex, sizeof e->hex, "%s", hex);
             e->refs = 1;
-            atomic_store(&e->clients, 1);
+            e->clients = 1;
+            atomic_init(&e->stopping, false);
             e->total = size;
             e->next = t->head;
             t->head = e;
@@ -878,7 +918,8 @@ cr_status_t reg_blob_download(reg_store_t *s, reg_transfers_t *t, reg_oci_t *c,
         pthread_mutex_unlock(&t->mu);
     } else {
         snprintf(e->hex, sizeof e->hex, "%s", hex);
-        atomic_store(&e->clients, 1);
+        e->clients = 1;
+        atomic_init(&e->stopping, false);
         e->total = size;
     }
 
@@ -886,7 +927,7 @@ cr_status_t reg_blob_download(reg_store_t *s, reg_transfers_t *t, reg_oci_t *c,
     if (owner) {
         /* The owner's own cancellation only withdraws it as a client:
          * the download goes on while another pull waits for it. */
-        owner_watch_t w = {cancel, false, &e->clients, fn, ctx};
+        owner_watch_t w = {cancel, false, t, e, fn, ctx};
         st = CR_OK;
         if (!reg_store_blob_exists(s, hex, NULL))
             st = fetch_blob(s, c, hex, size, o, e, owner_progress, &w, err);
@@ -903,19 +944,15 @@ cr_status_t reg_blob_download(reg_store_t *s, reg_transfers_t *t, reg_oci_t *c,
         bool withdrawn = false;
         pthread_mutex_lock(&t->mu);
         while (!e->done) {
-            if (!withdrawn && cancel && atomic_load(cancel)) {
+            /* A waiter that is canceled leaves at once: the download goes
+             * on for the others, or stops if it was the last. */
+            if (cancel && atomic_load(cancel)) {
                 withdrawn = true;
-                atomic_fetch_sub(&e->clients, 1);
+                withdraw_locked(e);
+                break;
             }
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 60 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&t->cv, &t->mu, &ts);
-            if (fn && !withdrawn) {
+            timed_wait(t, 60);
+            if (fn) {
                 int64_t done = atomic_load(&e->completed);
                 pthread_mutex_unlock(&t->mu);
                 fn(ctx, done, e->total);
@@ -938,6 +975,7 @@ cr_status_t reg_blob_download(reg_store_t *s, reg_transfers_t *t, reg_oci_t *c,
                     break;
                 }
             free(e);
+            pthread_cond_broadcast(&t->cv); /* a pull waiting for it to go */
         }
         pthread_mutex_unlock(&t->mu);
     }

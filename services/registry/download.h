@@ -21,7 +21,12 @@
  *
  * Two pulls that need the same blob at once share one download through a
  * reg_transfers_t table: the first runs it, the others wait and see its
- * progress. The download stops when every pull waiting on it is canceled. */
+ * progress. A canceled pull withdraws: a waiting one returns at once; the
+ * one running the download goes on running it while any other pull still
+ * waits (it must get its model), and the download stops when the last
+ * waiting pull is canceled, its part state kept for a resume. A pull that
+ * comes while such a download is stopping waits for it to end, then
+ * resumes the blob itself. */
 #ifndef REG_DOWNLOAD_H
 #define REG_DOWNLOAD_H
 

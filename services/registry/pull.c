@@ -178,6 +178,12 @@ cr_status_t reg_pull(reg_store_t *s, const reg_xfer_env_t *env,
                         model);
         goto out;
     }
+    /* A canceled pull whose last blob was finished for another pull
+     * (download.h) writes no manifest either. */
+    if (cancel && atomic_load(cancel)) {
+        st = cr_err_set(err, CR_E_CANCELED, "canceled");
+        goto out;
+    }
     say(fn, ctx, "verifying sha256 digest");
 
     /* The replaced manifest, if any, for pruning; write under its spelling. */

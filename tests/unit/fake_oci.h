@@ -60,6 +60,7 @@ typedef struct fake {
     char redirect_to[128];   /* blob requests -> 307 <redirect_to>/cdn/... */
     int delay_ms;            /* before each blob body */
     int64_t rate_bps;        /* blob bodies at most this fast (0: at once) */
+    atomic_bool hold;        /* with rate_bps: bodies pause while set */
     bool threaded;           /* a thread per connection, so one slow body
                                 does not hold the others up */
     atomic_int conns;        /* connection threads running */
@@ -173,6 +174,10 @@ static void serve_blob(fake_t *f, int fd, const blob_t *b, const char *req,
          * client goes or the fake stops. */
         size_t step = (size_t)CR_MAX(f->rate_bps / 20, (int64_t)1);
         for (size_t off = 0; off < send_len && !atomic_load(&f->stop);) {
+            if (atomic_load(&f->hold)) {
+                usleep(10 * 1000);
+                continue;
+            }
             size_t k = CR_MIN(step, send_len - off);
             if (!send_all(fd, copy + off, k))
                 break;

@@ -6,7 +6,8 @@
  * truncated body, then a resume that fetches only the missing bytes
  * (counted on the server); the 401 Bearer flow through a token endpoint;
  * a redirect to another host that must not see the Authorization header; a
- * refused token; two concurrent pulls sharing one download; pruning after a
+ * refused token; two concurrent pulls sharing one download (and both
+ * canceled: the waiter returns at once, the last stops it); pruning after a
  * tag is replaced (and not with noprune); hostile names; the server's pull
  * running in a job while tags is answered; challenge and URL helpers. */
 #include "lib/prelude.h"
@@ -610,6 +611,108 @@ static void test_shared_download(void)
     fake_stop(&f);
 }
 
+/* A pull with its own cancel flag, in a thread; `ended` once it returns. */
+typedef struct leaver {
+    reg_store_t *s;
+    const reg_xfer_env_t *env;
+    atomic_bool cancel, ended;
+    cr_status_t st;
+    events_t ev;
+    pthread_t th;
+} leaver_t;
+
+static void *leaver_main(void *arg)
+{
+    leaver_t *p = arg;
+    cr_err_t err;
+    cr_err_clear(&err);
+    p->st = reg_pull(p->s, p->env, model_g, true, &p->cancel, on_event, &p->ev,
+                     &err);
+    atomic_store(&p->ended, true);
+    return NULL;
+}
+
+static void leaver_start(leaver_t *p, reg_store_t *s, const reg_xfer_env_t *env)
+{
+    p->s = s;
+    p->env = env;
+    atomic_init(&p->cancel, false);
+    atomic_init(&p->ended, false);
+    memset(&p->ev, 0, sizeof p->ev);
+    pthread_mutex_init(&p->ev.mu, NULL);
+    pthread_create(&p->th, NULL, leaver_main, p);
+}
+
+static bool wait_flag(atomic_bool *f)
+{
+    for (int i = 0; i < 2000 && !atomic_load(f); i++) /* 20 s */
+        usleep(10 * 1000);
+    return atomic_load(f);
+}
+
+/* Two pulls share a download held still by the registry: the waiting one,
+ * canceled, returns at once (it does not wait for the download); the one
+ * running it, canceled too, stops it and keeps the partial file. */
+static void test_shared_cancel(void)
+{
+    fake_t f;
+    fake_start(&f);
+    fake_add_blob(&f, 100, 21);
+    fake_add_blob(&f, 64000, 22);
+    fake_set_manifest(&f);
+    f.threaded = true;
+    f.rate_bps = 64000; /* one second for the layer */
+    snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", f.port);
+    reg_store_t *s = fresh_store();
+    reg_dl_opts_t o;
+    small_parts(&o);
+    o.part_min_bytes = o.part_max_bytes = 64000; /* one part */
+    o.stall_ms = 60000;
+    reg_transfers_t *t = reg_transfers_new();
+    reg_xfer_env_t env = {t, &o, false};
+    static leaver_t a, b;
+    leaver_start(&a, s, &env);
+    for (int i = 0; i < 2000 && atomic_load(&f.blob_bytes) <= 100; i++)
+        usleep(10 * 1000);
+    CHECK(atomic_load(&f.blob_bytes) > 100);
+    atomic_store(&f.hold, true);
+    leaver_start(&b, s, &env);
+    /* b waits on the shared download once it reports the bytes a has in
+     * place (a waiter's first progress; its own start says 0). */
+    bool waiting = false;
+    for (int i = 0; i < 2000 && !waiting; i++) {
+        pthread_mutex_lock(&b.ev.mu);
+        for (int k = 0; k < b.ev.n; k++)
+            waiting |= !strncmp(b.ev.status[k], "pulling ", 8) &&
+                       strcmp(b.ev.status[k], "pulling manifest") &&
+                       b.ev.completed[k] > 0;
+        pthread_mutex_unlock(&b.ev.mu);
+        if (!waiting)
+            usleep(10 * 1000);
+    }
+    CHECK_MSG(waiting, "the second pull did not join the download");
+    atomic_store(&b.cancel, true);
+    CHECK_MSG(wait_flag(&b.ended), "the canceled waiter waited for the download");
+    CHECK_EQ_INT(b.st, CR_E_CANCELED);
+    CHECK(!atomic_load(&a.ended));
+    atomic_store(&a.cancel, true);
+    CHECK_MSG(wait_flag(&a.ended), "the download did not stop");
+    CHECK_EQ_INT(a.st, CR_E_CANCELED);
+    pthread_join(a.th, NULL);
+    pthread_join(b.th, NULL);
+    CHECK(!reg_transfers_busy(t, f.blobs[1].hex));
+    CHECK(!has_manifest(s));
+    char path[REG_PATH_MAX], partial[REG_PATH_MAX + 16];
+    CHECK(reg_store_blob_path(s, f.blobs[1].hex, path, sizeof path));
+    snprintf(partial, sizeof partial, "%s-partial", path);
+    struct stat sb;
+    CHECK_MSG(stat(partial, &sb) == 0, "no partial file kept");
+    atomic_store(&f.hold, false);
+    reg_transfers_destroy(&t);
+    reg_store_destroy(&s);
+    fake_stop(&f);
+}
+
 static void test_prune_after_replace(void)
 {
     fake_t f;
@@ -941,6 +1044,7 @@ int main(void)
     test_truncated_then_resume();
     test_bearer_and_cdn_redirect();
     test_shared_download();
+    test_shared_cancel();
     test_basic_credentials();
     test_range_ignored();
     test_write_failure();
