@@ -130,12 +130,26 @@ static void stop_sequence(gw_jw_t *w, const anth_t *x,
         gw_jw_null(w);
 }
 
+/* Anthropic counts a prompt in two parts: input_tokens is what was
+ * evaluated, cache_read_input_tokens what the slot's cache already held
+ * (prompt_eval_cached_count; prompt_eval_count includes it), as Ollama's
+ * cache-metrics change maps them. Nothing is ever written to a cache on
+ * request, so cache_creation_input_tokens is 0. */
 static void usage(gw_jw_t *w, const msg_done_body_t *d)
 {
+    int64_t prompt = d && d->has_prompt_eval_count ? d->prompt_eval_count : 0;
+    int64_t cached = d && d->has_prompt_eval_cached_count
+                         ? d->prompt_eval_cached_count
+                         : 0;
+    cached = CR_MIN(CR_MAX(cached, (int64_t)0), prompt);
     gw_jw_key(w, "usage");
     gw_jw_obj(w);
     gw_jw_key(w, "input_tokens");
-    gw_jw_i64(w, d && d->has_prompt_eval_count ? d->prompt_eval_count : 0);
+    gw_jw_i64(w, prompt - cached);
+    gw_jw_key(w, "cache_creation_input_tokens");
+    gw_jw_i64(w, 0);
+    gw_jw_key(w, "cache_read_input_tokens");
+    gw_jw_i64(w, cached);
     gw_jw_key(w, "output_tokens");
     gw_jw_i64(w, d && d->has_eval_count ? d->eval_count : 0);
     gw_jw_end_obj(w);

@@ -7,8 +7,9 @@
  * up to the same blocks), tool_use blocks with parsed input and stop_reason
  * tool_use (both ways), the tool_result round trip, stop_sequences
  * (stop_reason stop_sequence naming it, both ways) and max_tokens (stop_reason max_tokens, output_tokens), count_tokens growing
- * with the system prompt and the tool turns, and bad input answered in
- * Anthropic's error shape with the right status. */
+ * with the system prompt and the tool turns, bad input answered in
+ * Anthropic's error shape with the right status, and a repeated prompt's
+ * cached part as usage.cache_read_input_tokens (input_tokens the rest). */
 #include "lib/prelude.h"
 
 #include <unistd.h>
@@ -317,6 +318,63 @@ static void test_bad_input(void)
     e2e_resp_free(&r);
 }
 
+static json_int_t usage_of(json_t *usage, const char *key)
+{
+    json_t *v = e2e_jget(usage, key);
+    CHECK_MSG(json_is_integer(v), "usage.%s is absent", key);
+    return json_integer_value(v);
+}
+
+/* The same request twice: the second finds its prompt in the slot but for
+ * the last token (evaluated again for its logits), as Ollama's
+ * prompt_eval_cached_count says; Anthropic's usage splits the prompt into
+ * input_tokens (evaluated) and cache_read_input_tokens (cached), both
+ * ways. */
+static void test_cached_tokens(void)
+{
+    static const char body[] =
+        "{\"model\":\"agent\",\"max_tokens\":32%s,\"messages\":[{\"role\":"
+        "\"user\",\"content\":\"how warm is it in Paris today?\"}]}";
+    char text[512];
+    snprintf(text, sizeof text, body, "");
+    long st;
+    json_t *first = post("/v1/messages", text, &st);
+    CHECK_EQ_INT(st, 200);
+    json_t *u1 = e2e_jget(first, "usage");
+    /* a prefix of an earlier test's prompt may be cached already */
+    json_int_t whole = usage_of(u1, "input_tokens") + usage_of(u1, "cache_read_input_tokens");
+    CHECK(whole > 2);
+    json_t *second = post("/v1/messages", text, &st);
+    CHECK_EQ_INT(st, 200);
+    json_t *u2 = e2e_jget(second, "usage");
+    CHECK_EQ_INT(usage_of(u2, "cache_read_input_tokens"), whole - 1);
+    CHECK_EQ_INT(usage_of(u2, "input_tokens"), 1);
+    CHECK_EQ_INT(usage_of(u2, "cache_creation_input_tokens"), 0);
+    CHECK(usage_of(u2, "output_tokens") > 0);
+    json_decref(first);
+    json_decref(second);
+
+    snprintf(text, sizeof text, body, ",\"stream\":true");
+    json_t *ev = stream(text, &st);
+    CHECK_EQ_INT(st, 200);
+    json_t *start = NULL, *delta = NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e) {
+        if (!strcmp(e2e_jstr(e, "event"), "message_start"))
+            start = e2e_jget(e, "data.message.usage");
+        if (!strcmp(e2e_jstr(e, "event"), "message_delta"))
+            delta = e2e_jget(e, "data.usage");
+    }
+    /* message_start comes before any count: zeros, the same keys */
+    CHECK_EQ_INT(usage_of(start, "cache_read_input_tokens"), 0);
+    CHECK_EQ_INT(usage_of(start, "cache_creation_input_tokens"), 0);
+    CHECK_EQ_INT(usage_of(delta, "cache_read_input_tokens"), whole - 1);
+    CHECK_EQ_INT(usage_of(delta, "input_tokens"), 1);
+    CHECK_EQ_INT(usage_of(delta, "cache_creation_input_tokens"), 0);
+    json_decref(ev);
+}
+
 int main(void)
 {
     char script[256];
@@ -325,6 +383,7 @@ int main(void)
     const char *const answers[] = {
         SURFACE_THOUGHT, SURFACE_THOUGHT, SURFACE_CALL, SURFACE_CALL,
         SURFACE_FINAL,   SURFACE_THOUGHT, SURFACE_THOUGHT, SURFACE_FINAL,
+        SURFACE_FINAL,   SURFACE_FINAL,   SURFACE_FINAL,
     };
     if (surface_start(&T, script, answers, CR_ARRAY_LEN(answers))) {
         test_thinking();
@@ -332,6 +391,7 @@ int main(void)
         test_limits();
         test_count_tokens();
         test_bad_input();
+        test_cached_tokens();
     } else {
         CHECK(!"serve and the agent model");
     }
