@@ -28,6 +28,10 @@ const char *reg_quantize_type(const char *name, uint32_t *ftype);
  * if there is none, CR_E_TOO_LARGE if the path does not fit. */
 cr_status_t reg_quantize_runner_bin(char *out, size_t cap, cr_err_t *err);
 
+/* How often a run reads its cancel flag (a client that left is noticed
+ * within this). */
+#define REG_QUANTIZE_POLL_MS 100
+
 /* Progress of a run: done of total source bytes. */
 typedef void (*reg_quantize_progress_fn)(void *ctx, int64_t done,
                                          int64_t total);
@@ -40,7 +44,6 @@ typedef void (*reg_quantize_progress_fn)(void *ctx, int64_t done,
  * out_path are removed. CR_E_NOT_FOUND without a runner; CR_E_IO if it
  * cannot be started; CR_E_CANCELED `canceled`; CR_E_RUNNER with the tool's
  * error line if it fails or dies. */
-#define REG_QUANTIZE_POLL_MS 100
 cr_status_t reg_quantize_run(const char *src_path, const char *out_path,
                              const char *type, const atomic_bool *cancel,
                              reg_quantize_progress_fn fn, void *ctx,
