@@ -38,6 +38,7 @@
 #include "services/runner/sampler.h"
 #include "services/runner/spec.h"
 #include "services/runner/testhooks.h"
+#include "services/runner/spec_draft.h"
 #include "services/runner/output/stop.h"
 #include "services/runner/output/thinking.h"
 #include "services/runner/template/template.h"
@@ -115,6 +116,7 @@ typedef struct slot {
      * logits after span_tok[i] ([spec_rows][n_vocab], made on the slot's
      * first speculating request). */
     int draft_k;
+    bool draft_by_model; /* drafts from the engine's draft model, not lookup */
     int32_t span_tok[RN_SPEC_MAX_DRAFT + 1];
     int n_draft, n_verify;
     float *spec_logits;
@@ -134,6 +136,8 @@ struct rn_engine {
     rn_model_t *model;
     rn_lora_t *lora;  /* the model's LoRA adapters, or NULL */
     rn_vision_t *vision; /* the projector (load.projector), or NULL */
+    rn_spec_draft_t *draft; /* the draft model (load.draft_path), or NULL */
+    int draft_k;            /* its tokens per step (draft_num_predict); 0 off */
     bool tower_in_file;  /* the model file carries a vision tower (v.*) */
     bool img_full;       /* with vision: an image's tokens attend to each
                             other both ways (then a prefill step never
@@ -375,6 +379,30 @@ static cr_status_t kv_cache_type(const msg_load_body_t *load, cr_type_t *out,
     return CR_OK;
 }
 
+/* Default tokens per step with a draft model (Ollama's draft_num_predict). */
+#define DEFAULT_DRAFT_K 4
+
+/* The draft model the load names, on the host backend beside the target
+ * (the scheduler counted it on the CPU), and its draft length. */
+static cr_status_t load_draft(rn_engine_t *e, const msg_load_body_t *load,
+                              const msg_options_t *o, int n_vocab, cr_err_t *err)
+{
+    if (!load->has_draft_path || !load->draft_path || !*load->draft_path)
+        return CR_OK;
+    int64_t k = o && o->has_draft_num_predict ? o->draft_num_predict : DEFAULT_DRAFT_K;
+    if (k < 0 || k > RN_SPEC_MAX_DRAFT)
+        return cr_err_set(err, CR_E_INVALID, "option \"draft_num_predict\" must be 0..%d, got "
+                          "%" PRId64, RN_SPEC_MAX_DRAFT, k);
+    e->draft_k = (int)k;
+    if (k == 0)
+        return CR_OK; /* off: the draft is not loaded at all */
+    cr_status_t st = rn_spec_draft_new(load->draft_path, e->be[0], e->n_ctx, e->n_slots,
+                                       n_vocab, &e->draft, err);
+    if (!st)
+        cr_log_info("%s: draft model loaded, %d tokens per step", load->name, e->draft_k);
+    return st;
+}
+
 cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
                            cr_err_t *err)
 {
@@ -465,6 +493,8 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     log_parts(e);
     if ((st = load_vision(e, load, hp->dim, err)))
         goto fail;
+    if ((st = load_draft(e, load, o, hp->n_vocab, err)))
+        goto fail;
     log_unused_tensors(e, load);
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
     e->spans = calloc((size_t)e->n_slots, sizeof *e->spans);
@@ -533,6 +563,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
     free(e->eos_text);
     rn_lora_destroy(&e->lora);
     rn_vision_destroy(&e->vision);
+    rn_spec_draft_destroy(&e->draft);
     rn_model_destroy(&e->model);
     for (int i = 0; i < e->n_be; i++)
         be_destroy(&e->be[i]);
@@ -549,7 +580,8 @@ int64_t rn_engine_size_bytes(const rn_engine_t *e)
 {
     return (int64_t)(rn_model_weight_bytes(e->model) + rn_lora_bytes(e->lora) +
                      rn_ctx_kv_bytes(e->ctx) + rn_ctx_buffer_bytes(e->ctx) +
-                     (e->vision ? rn_vision_weight_bytes(e->vision) : 0));
+                     (e->vision ? rn_vision_weight_bytes(e->vision) : 0) +
+                     (e->draft ? rn_spec_draft_bytes(e->draft) : 0));
 }
 
 const char *rn_engine_offload_error(const rn_engine_t *e) { return e->offload_error; }
@@ -1579,7 +1611,8 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     /* Speculation needs the sampler to judge each draft: a grammar's mask
      * follows the text token by token and a test script forces tokens,
      * so those requests decode one token per step. */
-    int draft_k = grammar || e->script ? 0 : ro.draft_ngram;
+    bool by_model = e->draft && e->draft_k > 0; /* a draft model wins over lookup */
+    int draft_k = grammar || e->script ? 0 : by_model ? e->draft_k : ro.draft_ngram;
     if (draft_k && sl->spec_rows < draft_k + 1) {
         size_t bytes = (size_t)(draft_k + 1) * (size_t)rn_ctx_n_vocab(e->ctx) * sizeof(float);
         float *rows = realloc(sl->spec_logits, bytes);
@@ -1633,6 +1666,7 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     sl->n_gen = 0;
     sl->has_pending = false;
     sl->draft_k = draft_k;
+    sl->draft_by_model = by_model;
     sl->n_draft = sl->n_verify = 0;
     sl->n_drafted = sl->n_accepted = 0;
     sl->stopped = false;
@@ -1781,9 +1815,11 @@ static cr_status_t verify_drafts(rn_engine_t *e, slot_t *sl, bool *finished,
     return st;
 }
 
-/* Prompt lookup for a slot whose token is pending: up to `room` drafts
- * after it into span_tok[1..]; returns how many. */
-static int draft_tokens(const rn_engine_t *e, slot_t *sl, int room)
+/* Drafts for a slot whose token is pending: up to `room` after it into
+ * span_tok[1..], from the draft model or by prompt lookup; returns how
+ * many. A draft model's failure (its forward pass) ends that slot's
+ * speculation, not its answer: the target decodes on without drafts. */
+static int draft_tokens(rn_engine_t *e, slot_t *sl, int room)
 {
     /* the pending token joins the sequence this step whatever the drafts */
     int64_t left = sl->ro.num_predict - sl->n_gen; /* tokens it may still emit */
@@ -1792,7 +1828,18 @@ static int draft_tokens(const rn_engine_t *e, slot_t *sl, int room)
     if (room <= 0)
         return 0;
     sl->seq[sl->n_seq] = sl->pending; /* scratch: the lookup reads it last */
-    return rn_spec_ngram_draft(sl->seq, sl->n_seq + 1, room, sl->span_tok + 1);
+    if (!sl->draft_by_model)
+        return rn_spec_ngram_draft(sl->seq, sl->n_seq + 1, room, sl->span_tok + 1);
+    int n = 0;
+    cr_err_t err;
+    cr_err_clear(&err);
+    if (rn_spec_draft_propose(e->draft, sl->id, sl->seq, sl->n_seq + 1, room, sl->span_tok + 1,
+                              &n, &err)) {
+        cr_log_warn("slot %d: %s; decoding on without drafts", sl->id, err.msg);
+        sl->draft_k = 0;
+        return 0;
+    }
+    return n;
 }
 
 rn_pace_t *rn_engine_pace(rn_engine_t *e)

@@ -1,0 +1,132 @@
+/* spec_draft.c: drafting with a draft model (spec_draft.h). */
+#include "lib/prelude.h"
+#include "services/runner/spec_draft.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+
+struct rn_spec_draft {
+    rn_model_t *model;
+    rn_ctx_t *ctx;
+    int n_ctx, n_seq;
+    int32_t *held; /* [n_seq][n_ctx]: the tokens each sequence's cache holds */
+    int *n_held;   /* [n_seq] */
+};
+
+cr_status_t rn_spec_draft_new(const char *path, be_backend_t *be, int n_ctx, int n_seq,
+                              int n_vocab, rn_spec_draft_t **out, cr_err_t *err)
+{
+    *out = NULL;
+    rn_spec_draft_t *d = calloc(1, sizeof *d);
+    if (!d)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    cr_status_t st = rn_model_load(path, be, &d->model, err);
+    if (st) {
+        cr_err_wrap(err, "draft model");
+        goto fail;
+    }
+    int dv = rn_model_hparams(d->model)->n_vocab;
+    if (dv != n_vocab) {
+        st = cr_err_set(err, CR_E_INVALID, "draft model has %d tokens; the model has %d", dv,
+                        n_vocab);
+        goto fail;
+    }
+    rn_ctx_opts_t co = {.n_ctx = n_ctx, .n_seq = n_seq}; /* f16 cache */
+    if ((st = rn_ctx_new(d->model, &co, &d->ctx, err))) {
+        cr_err_wrap(err, "draft model");
+        goto fail;
+    }
+    d->n_ctx = n_ctx;
+    d->n_seq = n_seq;
+    d->held = calloc((size_t)n_seq * (size_t)n_ctx, sizeof *d->held);
+    d->n_held = calloc((size_t)n_seq, sizeof *d->n_held);
+    if (!d->held || !d->n_held) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory for the draft's token lists");
+        goto fail;
+    }
+    *out = d;
+    return CR_OK;
+fail:
+    rn_spec_draft_destroy(&d);
+    return st;
+}
+
+void rn_spec_draft_destroy(rn_spec_draft_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rn_spec_draft_t *d = *self_p;
+    rn_ctx_destroy(&d->ctx);
+    rn_model_destroy(&d->model);
+    free(d->held);
+    free(d->n_held);
+    free(d);
+    *self_p = NULL;
+}
+
+/* The draft's pick: the argmax, lowest id on ties (the sampler's greedy
+ * rule, so a draft and target with equal logits agree). */
+static int32_t argmax(const float *logits, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    return best;
+}
+
+cr_status_t rn_spec_draft_propose(rn_spec_draft_t *d, int seq, const int32_t *hist, int n,
+                                  int k_max, int32_t *out, int *n_out, cr_err_t *err)
+{
+    *n_out = 0;
+    if (seq < 0 || seq >= d->n_seq || n < 1 || n > d->n_ctx)
+        return CR_OK;
+    k_max = CR_MIN(k_max, d->n_ctx - n + 1);
+    if (k_max < 1)
+        return CR_OK;
+    for (int i = 0; i < n; i++)
+        if (hist[i] < 0)
+            return CR_OK; /* the draft cannot read image embeddings */
+    int32_t *held = d->held + (size_t)seq * (size_t)d->n_ctx;
+    int keep = 0;
+    while (keep < d->n_held[seq] && keep < n && held[keep] == hist[keep])
+        keep++;
+    /* the last token is evaluated again even when held: its logits were
+     * overwritten by the drafts that followed it */
+    keep = CR_MIN(keep, n - 1);
+    rn_ctx_seq_truncate(d->ctx, seq, keep);
+    d->n_held[seq] = keep;
+    int batch = rn_ctx_n_batch(d->ctx);
+    cr_status_t st = CR_OK;
+    for (int at = keep; at < n && !st; at += batch)
+        st = rn_ctx_eval_seq(d->ctx, seq, hist + at, CR_MIN(batch, n - at), at, NULL, err);
+    int V = rn_ctx_n_vocab(d->ctx);
+    int k = 0;
+    while (!st) {
+        out[k] = argmax(rn_ctx_seq_logits(d->ctx, seq), V);
+        if (++k == k_max)
+            break;
+        st = rn_ctx_eval_seq(d->ctx, seq, &out[k - 1], 1, n + k - 1, NULL, err);
+    }
+    if (st) {
+        rn_ctx_seq_truncate(d->ctx, seq, 0);
+        d->n_held[seq] = 0;
+        cr_err_wrap(err, "draft model");
+        return st;
+    }
+    memcpy(held + keep, hist + keep, (size_t)(n - keep) * sizeof *held);
+    memcpy(held + n, out, (size_t)(k - 1) * sizeof *held);
+    d->n_held[seq] = n + k - 1;
+    *n_out = k;
+    return CR_OK;
+}
+
+int rn_spec_draft_n_past(const rn_spec_draft_t *d, int seq)
+{
+    return rn_ctx_seq_n_past(d->ctx, seq);
+}
+
+uint64_t rn_spec_draft_bytes(const rn_spec_draft_t *d)
+{
+    return rn_model_weight_bytes(d->model) + rn_ctx_kv_bytes(d->ctx) +
+           rn_ctx_buffer_bytes(d->ctx);
+}

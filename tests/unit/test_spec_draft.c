@@ -1,0 +1,405 @@
+/* test_spec_draft.c: speculative decoding with a draft model.
+ *
+ * - rn_spec_draft_new refuses a draft whose vocabulary size differs.
+ * - rn_spec_draft_propose: the drafts are the draft model's greedy
+ *   continuation (token-by-token argmax of a fresh context), and after a
+ *   rejection (the sequence diverges from what the draft cache holds) the
+ *   cache rolls back to the common prefix and proposes what a context that
+ *   never saw the rejected drafts proposes.
+ * - the engine: greedy answers with a draft model equal those without it
+ *   (a synthetic Q8_0 target with its own weights quantized to Q4_0 as the
+ *   draft, several prompts, one slot and three at once; the target as its
+ *   own draft, where every draft must be accepted; stories260K-Q8_0 with
+ *   stories260K-Q4_0 from the shared testdata when present), with drafts
+ *   both accepted and rejected; the draft model wins over draft_ngram;
+ *   sampled decoding runs; draft_num_predict 0 loads no draft and bad
+ *   values are refused at load. */
+#include "lib/prelude.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#include "lib/buf.h"
+#include "services/runner/backend/backend.h"
+#include "services/runner/engine.h"
+#include "services/runner/model/forward.h"
+#include "services/runner/model/model.h"
+#include "services/runner/spec_draft.h"
+#include "tools/synth/synth.h"
+#include "tests/unit/check.h"
+#include "tests/unit/engine_load.h"
+
+static be_backend_t *be_g;
+
+/* ---- the draft module ---- */
+
+static void test_vocab_size(const char *target, const char *wide_vocab)
+{
+    cr_err_t err;
+    rn_model_t *m = NULL;
+    CHECK(rn_model_load(target, be_g, &m, &err) == CR_OK);
+    if (!m)
+        return;
+    int V = rn_model_hparams(m)->n_vocab;
+    rn_model_destroy(&m);
+    rn_spec_draft_t *d = NULL;
+    CHECK_EQ_INT(rn_spec_draft_new(wide_vocab, be_g, 64, 1, V, &d, &err), CR_E_INVALID);
+    CHECK_MSG(strstr(err.msg, "tokens") != NULL, "message: %s", err.msg);
+    CHECK(d == NULL);
+    /* a missing file names the draft */
+    CHECK(rn_spec_draft_new("/nonexistent/draft.gguf", be_g, 64, 1, V, &d, &err) != CR_OK);
+    CHECK_MSG(strstr(err.msg, "draft model") != NULL, "message: %s", err.msg);
+}
+
+/* The greedy continuation of hist[0..n) by model path, k tokens, in a
+ * fresh context: the reference for what a draft proposes. */
+static void greedy_ref(const char *path, const int32_t *hist, int n, int k, int32_t *out)
+{
+    cr_err_t err;
+    rn_model_t *m = NULL;
+    rn_ctx_t *c = NULL;
+    rn_ctx_opts_t co = {.n_ctx = 64};
+    CHECK(rn_model_load(path, be_g, &m, &err) == CR_OK);
+    CHECK(m && rn_ctx_new(m, &co, &c, &err) == CR_OK);
+    if (!c) {
+        rn_model_destroy(&m);
+        return;
+    }
+    int V = rn_ctx_n_vocab(c);
+    CHECK(rn_ctx_eval(c, hist, n, 0, NULL, &err) == CR_OK);
+    for (int i = 0; i < k; i++) {
+        const float *l = rn_ctx_logits(c);
+        int32_t best = 0;
+        for (int t = 1; t < V; t++)
+            if (l[t] > l[best])
+                best = t;
+        out[i] = best;
+        CHECK(rn_ctx_eval(c, &best, 1, n + i, NULL, &err) == CR_OK);
+    }
+    rn_ctx_destroy(&c);
+    rn_model_destroy(&m);
+}
+
+static void test_propose(const char *draft_path)
+{
+    cr_err_t err;
+    rn_spec_draft_t *d = NULL;
+    rn_model_t *m = NULL;
+    CHECK(rn_model_load(draft_path, be_g, &m, &err) == CR_OK);
+    if (!m)
+        return;
+    int V = rn_model_hparams(m)->n_vocab;
+    rn_model_destroy(&m);
+    CHECK_MSG(rn_spec_draft_new(draft_path, be_g, 64, 2, V, &d, &err) == CR_OK, "%s", err.msg);
+    if (!d)
+        return;
+    int32_t hist[40] = {1, 20, 21, 22, 23, 24, 25};
+    int32_t got[8], want[8];
+    int n = 0;
+    CHECK(rn_spec_draft_propose(d, 0, hist, 7, 5, got, &n, &err) == CR_OK);
+    CHECK_EQ_INT(n, 5);
+    greedy_ref(draft_path, hist, 7, 5, want);
+    CHECK(!memcmp(got, want, 5 * sizeof *got));
+    /* the cache holds hist and the drafts but the last */
+    CHECK_EQ_INT(rn_spec_draft_n_past(d, 0), 7 + 4);
+    /* the target kept two drafts and put another token in place of the
+     * third; the sequence goes on with it pending */
+    hist[7] = got[0];
+    hist[8] = got[1];
+    hist[9] = (got[2] + 1) % V;
+    CHECK(rn_spec_draft_propose(d, 0, hist, 10, 4, got, &n, &err) == CR_OK);
+    CHECK_EQ_INT(n, 4);
+    greedy_ref(draft_path, hist, 10, 4, want);
+    CHECK_MSG(!memcmp(got, want, 4 * sizeof *got), "after a rejection the drafts differ from "
+              "a fresh context's");
+    CHECK_EQ_INT(rn_spec_draft_n_past(d, 0), 10 + 3);
+    /* every draft kept: the next proposal starts past the last draft */
+    memcpy(hist + 10, got, 4 * sizeof *got);
+    CHECK(rn_spec_draft_propose(d, 0, hist, 14, 3, got, &n, &err) == CR_OK);
+    greedy_ref(draft_path, hist, 14, 3, want);
+    CHECK(n == 3 && !memcmp(got, want, 3 * sizeof *got));
+    /* sequence 1 is its own: a different prompt, unaffected by 0's */
+    int32_t other[] = {1, 40, 41, 42};
+    CHECK(rn_spec_draft_propose(d, 1, other, 4, 2, got, &n, &err) == CR_OK);
+    greedy_ref(draft_path, other, 4, 2, want);
+    CHECK(n == 2 && !memcmp(got, want, 2 * sizeof *got));
+    CHECK_EQ_INT(rn_spec_draft_n_past(d, 0), 14 + 2);
+    /* a shorter, different sequence (a new prompt): rolled back to the
+     * common prefix of one token */
+    int32_t fresh[] = {1, 50, 51};
+    CHECK(rn_spec_draft_propose(d, 0, fresh, 3, 2, got, &n, &err) == CR_OK);
+    greedy_ref(draft_path, fresh, 3, 2, want);
+    CHECK(n == 2 && !memcmp(got, want, 2 * sizeof *got));
+    CHECK_EQ_INT(rn_spec_draft_n_past(d, 0), 3 + 1);
+    /* the context's end caps the drafts; image ids give none */
+    int32_t full[64];
+    for (int i = 0; i < 64; i++)
+        full[i] = 1 + i % 30;
+    CHECK(rn_spec_draft_propose(d, 0, full, 62, 8, got, &n, &err) == CR_OK);
+    CHECK_EQ_INT(n, 3);
+    int32_t img[] = {1, -1, -1, 5};
+    CHECK(rn_spec_draft_propose(d, 1, img, 4, 4, got, &n, &err) == CR_OK);
+    CHECK_EQ_INT(n, 0);
+    rn_spec_draft_destroy(&d);
+}
+
+/* ---- the engine ---- */
+
+#define NO_K INT64_MIN /* load_engine: draft_num_predict unset */
+
+static rn_engine_t *load_engine(const char *path, const char *draft, int64_t k, int n_par,
+                                cr_status_t *st_out, cr_err_t *err)
+{
+    msg_options_t o;
+    msg_load_body_t ld;
+    test_load_body(&ld, &o, path, NULL, 512, n_par);
+    o.num_thread = 1;
+    o.has_num_thread = true;
+    if (k != NO_K) {
+        o.draft_num_predict = k;
+        o.has_draft_num_predict = true;
+    }
+    ld.draft_path = (char *)draft;
+    ld.has_draft_path = draft != NULL;
+    rn_engine_t *e = NULL;
+    cr_status_t st = rn_engine_load(&ld, &e, err);
+    if (st_out)
+        *st_out = st;
+    else
+        CHECK_MSG(st == CR_OK, "load: %s", err->msg);
+    return e;
+}
+
+typedef struct capture {
+    cr_buf_t text;
+    bool finished;
+    cr_status_t st;
+} capture_t;
+
+static bool cap_chunk(void *ctx, const msg_chunk_body_t *c)
+{
+    capture_t *cp = ctx;
+    if (c->response)
+        cr_buf_puts(&cp->text, c->response);
+    return true;
+}
+
+static bool cap_canceled(void *ctx)
+{
+    (void)ctx;
+    return false;
+}
+
+static void cap_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
+                       const cr_err_t *err)
+{
+    capture_t *cp = ctx;
+    (void)done;
+    (void)err;
+    cp->finished = true;
+    cp->st = st;
+}
+
+/* Runs the prompts at once (one slot each) at `temperature` (top_k
+ * top_k when > 0) with draft_ngram ngram; answers into out[i] (caller
+ * frees). */
+static void run_all(rn_engine_t *e, const char *const *prompts, int n, double temperature,
+                    int64_t top_k, int ngram, int64_t n_pred, cr_buf_t *out)
+{
+    msg_t m[4];
+    msg_options_t o[4];
+    capture_t cp[4];
+    for (int i = 0; i < n; i++) {
+        memset(&o[i], 0, sizeof o[i]);
+        o[i].temperature = temperature;
+        o[i].has_temperature = true;
+        o[i].top_k = top_k;
+        o[i].has_top_k = top_k > 0;
+        o[i].seed = 5;
+        o[i].has_seed = true;
+        o[i].num_predict = n_pred;
+        o[i].has_num_predict = true;
+        o[i].draft_ngram = ngram;
+        o[i].has_draft_ngram = ngram > 0;
+        msg_init(&m[i], MSG_generate, "t");
+        m[i].u.generate.model = "synth";
+        m[i].u.generate.has_model = true;
+        m[i].u.generate.prompt = (char *)prompts[i];
+        m[i].u.generate.has_prompt = true;
+        m[i].u.generate.raw = true;
+        m[i].u.generate.has_raw = true;
+        m[i].u.generate.options = &o[i];
+        m[i].u.generate.has_options = true;
+        memset(&cp[i], 0, sizeof cp[i]);
+        cr_buf_init(&cp[i].text, 1 << 20);
+        rn_sink_t sink = {&cp[i], cap_chunk, cap_canceled};
+        cr_err_t err;
+        CHECK_MSG(rn_engine_start(e, &m[i], &sink, cap_finish, &err) == CR_OK, "start: %s",
+                  err.msg);
+    }
+    while (rn_engine_step(e) > 0)
+        ;
+    for (int i = 0; i < n; i++) {
+        CHECK(cp[i].finished && cp[i].st == CR_OK);
+        out[i] = cp[i].text;
+    }
+}
+
+#define N_PROMPTS 3
+#define N_PRED 40
+
+static const char *const prompts_g[N_PROMPTS] = {
+    "the cat sat on the mat and the cat sat on the",
+    "one two three four one two three four one two",
+    "once upon a time there was a little girl",
+};
+
+/* The answers of the target alone, greedy, one request at a time. */
+static void base_answers(const char *target, cr_buf_t *base)
+{
+    rn_engine_t *e = load_engine(target, NULL, NO_K, 1, NULL, &(cr_err_t){0});
+    if (!e)
+        return;
+    for (int i = 0; i < N_PROMPTS; i++)
+        run_all(e, &prompts_g[i], 1, 0, 0, 0, N_PRED, &base[i]);
+    rn_engine_destroy(&e);
+}
+
+static void check_same(const cr_buf_t *base, cr_buf_t *got, const char *what, int i)
+{
+    CHECK_MSG(!strcmp(base->data ? base->data : "", got->data ? got->data : ""),
+              "%s: prompt %d: '%.200s' != '%.200s'", what, i, got->data, base->data);
+    cr_buf_free(got);
+}
+
+/* Greedy with the draft model equals the target alone: one slot at a
+ * time and three together, K 4 and 16, and with draft_ngram asked too (the
+ * draft model wins). Returns the acceptance of the K 4 runs in *rate. */
+static void check_engine(const char *target, const char *draft, const char *what,
+                         bool all_accepted, double *rate)
+{
+    cr_buf_t base[N_PROMPTS], got[N_PROMPTS];
+    memset(base, 0, sizeof base);
+    base_answers(target, base);
+    const int64_t ks[] = {4, 16};
+    for (size_t j = 0; j < CR_ARRAY_LEN(ks); j++) {
+        cr_err_t err;
+        rn_engine_t *e = load_engine(target, draft, ks[j], N_PROMPTS, NULL, &err);
+        if (!e)
+            break;
+        rn_engine_stats_t before, after;
+        rn_engine_get_stats(e, &before);
+        for (int i = 0; i < N_PROMPTS; i++) {
+            run_all(e, &prompts_g[i], 1, 0, 0, 0, N_PRED, &got[i]);
+            check_same(&base[i], &got[i], what, i);
+        }
+        run_all(e, prompts_g, N_PROMPTS, 0, 0, 0, N_PRED, got);
+        for (int i = 0; i < N_PROMPTS; i++)
+            check_same(&base[i], &got[i], what, i);
+        rn_engine_get_stats(e, &after);
+        int64_t drafted = after.draft_tokens - before.draft_tokens;
+        int64_t accepted = after.draft_accepted - before.draft_accepted;
+        printf("%s, K %" PRId64 ": %" PRId64 " drafted, %" PRId64 " accepted\n", what, ks[j],
+               drafted, accepted);
+        if (all_accepted)
+            CHECK_MSG(drafted > 0 && accepted == drafted, "%s: the target as its own draft: "
+                      "%" PRId64 " of %" PRId64 " accepted", what, accepted, drafted);
+        else
+            CHECK_MSG(accepted > 0 && accepted < drafted, "%s: %" PRId64 " of %" PRId64
+                      " accepted (both paths must run)", what, accepted, drafted);
+        if (j == 0 && rate)
+            *rate = drafted ? (double)accepted / (double)drafted : 0;
+        if (j == 0) {
+            /* draft_ngram asked as well: the draft model drafts, same answers */
+            rn_engine_get_stats(e, &before);
+            run_all(e, &prompts_g[1], 1, 0, 0, 4, N_PRED, &got[0]);
+            check_same(&base[1], &got[0], what, 1);
+            rn_engine_get_stats(e, &after);
+            CHECK(after.draft_tokens > before.draft_tokens);
+            /* sampled: top_k 1 is the argmax too; temperature 0.8 runs */
+            run_all(e, &prompts_g[0], 1, 0.9, 1, 0, N_PRED, &got[0]);
+            check_same(&base[0], &got[0], what, 0);
+            run_all(e, prompts_g, 2, 0.8, 0, 0, N_PRED, got);
+            cr_buf_free(&got[0]);
+            cr_buf_free(&got[1]);
+        }
+        rn_engine_destroy(&e);
+    }
+    for (int i = 0; i < N_PROMPTS; i++)
+        cr_buf_free(&base[i]);
+}
+
+static void test_load_options(const char *target, const char *draft)
+{
+    cr_err_t err;
+    cr_status_t st;
+    const int64_t bad[] = {-1, 17};
+    for (size_t i = 0; i < CR_ARRAY_LEN(bad); i++) {
+        rn_engine_t *e = load_engine(target, draft, bad[i], 1, &st, &err);
+        CHECK_EQ_INT(st, CR_E_INVALID);
+        CHECK_MSG(strstr(err.msg, "draft_num_predict") != NULL, "message: %s", err.msg);
+        CHECK(e == NULL);
+    }
+    /* 0: the draft is not loaded (a missing file would fail otherwise) */
+    rn_engine_t *e = load_engine(target, "/nonexistent/draft.gguf", 0, 1, &st, &err);
+    CHECK_EQ_INT(st, CR_OK);
+    if (e) {
+        rn_engine_stats_t s;
+        cr_buf_t got;
+        run_all(e, &prompts_g[0], 1, 0, 0, 0, 8, &got);
+        cr_buf_free(&got);
+        rn_engine_get_stats(e, &s);
+        CHECK_EQ_INT(s.draft_tokens, 0);
+        rn_engine_destroy(&e);
+    }
+    /* a draft that cannot load fails the load, naming it */
+    e = load_engine(target, "/nonexistent/draft.gguf", NO_K, 1, &st, &err);
+    CHECK(st != CR_OK && e == NULL);
+    CHECK_MSG(strstr(err.msg, "draft model") != NULL, "message: %s", err.msg);
+}
+
+int main(void)
+{
+    cr_err_t berr;
+    if (be_cpu_new(1, &be_g, &berr)) {
+        fprintf(stderr, "backend: %s\n", berr.msg);
+        return 1;
+    }
+    char target[128], draft[128], wide[128];
+    snprintf(target, sizeof target, "/tmp/corral-spec-draft-t-%d.gguf", (int)getpid());
+    snprintf(draft, sizeof draft, "/tmp/corral-spec-draft-d-%d.gguf", (int)getpid());
+    snprintf(wide, sizeof wide, "/tmp/corral-spec-draft-w-%d.gguf", (int)getpid());
+    /* the same weights (one seed), quantized two ways: Q4_0 drafts Q8_0 */
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.seed = 11;
+    so.type = CR_TYPE_Q8_0;
+    cr_err_t err;
+    CHECK(rn_synth_write(&so, target, &err) == CR_OK);
+    so.type = CR_TYPE_Q4_0;
+    CHECK(rn_synth_write(&so, draft, &err) == CR_OK);
+    const char *const extra[] = {"<extra_a>", "<extra_b>", NULL};
+    so.extra_tokens = extra;
+    CHECK(rn_synth_write(&so, wide, &err) == CR_OK);
+    test_vocab_size(target, wide);
+    test_propose(draft);
+    test_load_options(target, draft);
+    double rate = 0;
+    check_engine(target, draft, "synth Q4_0 drafts Q8_0", false, &rate);
+    printf("synth: acceptance %.2f\n", rate);
+    check_engine(target, target, "synth Q8_0 drafts itself", true, NULL);
+    unlink(target);
+    unlink(draft);
+    unlink(wide);
+    const char *root = check_testdata("models/stories260K-Q8_0.gguf");
+    if (!root) {
+        printf("spec_draft: stories260K checks skipped: no shared testdata\n");
+    } else {
+        char t[2048], d[2048];
+        snprintf(t, sizeof t, "%s/models/stories260K-Q8_0.gguf", root);
+        snprintf(d, sizeof d, "%s/models/stories260K-Q4_0.gguf", root);
+        check_engine(t, d, "stories260K Q4_0 drafts Q8_0", false, NULL);
+    }
+    be_destroy(&be_g);
+    return check_finish("spec_draft");
+}
