@@ -1,5 +1,10 @@
 /* test_spec_draft.c: speculative decoding with a draft model.
  *
+ * - rn_sampler_pick_draft_q (the rule min(1, p/q) for a draft drawn from
+ *   a full q) on controlled logits: the tokens it returns are distributed
+ *   as p by a chi-square test, for q close to p, far from it, with mass
+ *   where p has none (top_k) and a point mass; its acceptance rate is
+ *   sum(min(p, q)).
  * - rn_spec_draft_new refuses a draft whose vocabulary size differs.
  * - rn_spec_draft_propose: the drafts are the draft model's greedy
  *   continuation (token-by-token argmax of a fresh context), and after a
@@ -24,12 +29,134 @@
 #include "services/runner/engine.h"
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
+#include "services/runner/sampler.h"
 #include "services/runner/spec_draft.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"
 
 static be_backend_t *be_g;
+
+/* ---- the accept/reject rule with a full q ---- */
+
+#define N_TOK 8
+#define N_DRAWS 200000
+/* chi-square with N_TOK - 1 = 7 degrees of freedom: P(X > 24.32) = 0.001.
+ * The draws are seeded, so the test is deterministic; a correct rule
+ * passes with 99.9% of seeds, while one that returned the draft's q
+ * instead of p, or skipped the residual, is off by whole percents of mass
+ * (thousands in X at 200000 draws). */
+#define CHI2_7_P001 24.32
+/* The acceptance rate's tolerance: its standard deviation at N_DRAWS is
+ * at most sqrt(0.25 / 200000) = 0.0011; five of them. */
+#define ACC_TOL 0.0056
+
+/* Draws N_DRAWS drafts from q (an RNG of the test's own) and judges each
+ * with rn_sampler_pick_draft_q; the returned tokens must follow p (the
+ * final distribution of a plain pick on the same logits). */
+static void check_rule_q(const rn_sampler_params_t *sp, const float *logits, const float *q,
+                         const char *what)
+{
+    cr_err_t err;
+    rn_sampler_t *s = rn_sampler_new(N_TOK, 64, sp, &err);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    double p[N_TOK] = {0};
+    int32_t tok;
+    CHECK(rn_sampler_pick(s, logits, &tok, &err) == CR_OK);
+    for (size_t i = 0; i < rn_sampler_final_count(s); i++) {
+        int32_t id;
+        float pr;
+        rn_sampler_final_get(s, i, &id, &pr);
+        p[id] = pr;
+    }
+    double want_acc = 0;
+    for (int t = 0; t < N_TOK; t++)
+        want_acc += fmin(p[t], (double)q[t]);
+    rn_rng_t rng;
+    rn_rng_seed(&rng, 1234);
+    long count[N_TOK] = {0}, acc = 0;
+    for (int i = 0; i < N_DRAWS; i++) {
+        double u = rn_rng_uniform(&rng), cum = 0;
+        int32_t x = N_TOK - 1;
+        for (int t = 0; t < N_TOK; t++) {
+            cum += q[t];
+            if (u < cum) {
+                x = t;
+                break;
+            }
+        }
+        bool accepted;
+        CHECK(rn_sampler_pick_draft_q(s, logits, x, q, &tok, &accepted, &err) == CR_OK);
+        CHECK(tok >= 0 && tok < N_TOK && (!accepted || tok == x));
+        count[tok]++;
+        acc += accepted;
+    }
+    double x2 = 0;
+    for (int t = 0; t < N_TOK; t++) {
+        if (p[t] == 0) {
+            CHECK_MSG(count[t] == 0, "%s: token %d has p 0 but was drawn %ld times", what, t,
+                      count[t]);
+            continue;
+        }
+        double ex = p[t] * N_DRAWS;
+        x2 += (count[t] - ex) * (count[t] - ex) / ex;
+    }
+    CHECK_MSG(x2 < CHI2_7_P001, "%s: chi-square %.2f >= %.2f", what, x2, CHI2_7_P001);
+    double rate = (double)acc / N_DRAWS;
+    CHECK_MSG(fabs(rate - want_acc) < ACC_TOL, "%s: acceptance %.4f, sum(min(p, q)) %.4f", what,
+              rate, want_acc);
+    rn_sampler_destroy(&s);
+}
+
+static void test_rule_q(void)
+{
+    const float logits[N_TOK] = {2.0f, 1.5f, 0.3f, -0.5f, 1.0f, 0.0f, -2.0f, 0.7f};
+    rn_sampler_params_t sp;
+    rn_sampler_params_default(&sp);
+    sp.seed = 42;
+    sp.temperature = 1.0f;
+    sp.top_k = 0;
+    sp.top_p = 1.0f;
+    /* q near p (a draft model of the same weights) */
+    float near[N_TOK], far[N_TOK], point[N_TOK] = {0};
+    double z = 0;
+    for (int t = 0; t < N_TOK; t++)
+        z += exp(logits[t] * 0.8);
+    for (int t = 0; t < N_TOK; t++)
+        near[t] = (float)(exp(logits[t] * 0.8) / z);
+    check_rule_q(&sp, logits, near, "q near p");
+    /* q far from p: the unlikely tokens likely */
+    const float rev[N_TOK] = {0.02f, 0.03f, 0.15f, 0.25f, 0.05f, 0.2f, 0.25f, 0.05f};
+    memcpy(far, rev, sizeof far);
+    check_rule_q(&sp, logits, far, "q far from p");
+    /* a point mass: the prompt-lookup rule */
+    point[6] = 1.0f;
+    check_rule_q(&sp, logits, point, "q a point mass");
+    /* the whole chain defines p: top_k 4 cuts tokens q still drafts */
+    sp.top_k = 4;
+    sp.temperature = 0.7f;
+    sp.seed = 7;
+    check_rule_q(&sp, logits, near, "top_k 4, q near p");
+    check_rule_q(&sp, logits, far, "top_k 4, q far from p");
+    /* greedy: the argmax whatever the draft */
+    sp.temperature = 0;
+    cr_err_t err;
+    rn_sampler_t *s = rn_sampler_new(N_TOK, 64, &sp, &err);
+    int32_t tok;
+    bool accepted;
+    CHECK(rn_sampler_pick_draft_q(s, logits, 3, far, &tok, &accepted, &err) == CR_OK);
+    CHECK(tok == 0 && !accepted);
+    CHECK(rn_sampler_pick_draft_q(s, logits, 0, far, &tok, &accepted, &err) == CR_OK);
+    CHECK(tok == 0 && accepted);
+    /* a draft outside the vocabulary is rejected, not an error */
+    sp.temperature = 1.0f;
+    CHECK(rn_sampler_reset(s, &sp, &err) == CR_OK);
+    CHECK(rn_sampler_pick_draft_q(s, logits, N_TOK + 5, far, &tok, &accepted, &err) == CR_OK);
+    CHECK(!accepted && tok >= 0 && tok < N_TOK);
+    rn_sampler_destroy(&s);
+}
 
 /* ---- the draft module ---- */
 
@@ -365,6 +492,7 @@ int main(void)
         fprintf(stderr, "backend: %s\n", berr.msg);
         return 1;
     }
+    test_rule_q();
     char target[128], draft[128], wide[128];
     snprintf(target, sizeof target, "/tmp/corral-spec-draft-t-%d.gguf", (int)getpid());
     snprintf(draft, sizeof draft, "/tmp/corral-spec-draft-d-%d.gguf", (int)getpid());
