@@ -117,6 +117,12 @@ typedef struct slot {
      * first speculating request). */
     int draft_k;
     bool draft_by_model; /* drafts from the engine's draft model, not lookup */
+    bool draft_sampled;  /* ... drawn from q (a sampling request), q rows in
+                            spec_q [draft_k][n_vocab] (made on the slot's
+                            first such request), drawn with draft_rng */
+    float *spec_q;
+    int spec_q_rows;
+    rn_rng_t draft_rng;
     int32_t span_tok[RN_SPEC_MAX_DRAFT + 1];
     int n_draft, n_verify;
     float *spec_logits;
@@ -547,6 +553,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
         free(sl->prompt);
         free(sl->masked);
         free(sl->spec_logits);
+        free(sl->spec_q);
         free(sl->img_rows);
         free(sl->rope);
     }
@@ -1624,6 +1631,18 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
         sl->spec_logits = rows;
         sl->spec_rows = draft_k + 1;
     }
+    bool draft_sampled = by_model && draft_k && ro.sp.temperature > 0.0f;
+    if (draft_sampled && sl->spec_q_rows < draft_k) {
+        size_t bytes = (size_t)draft_k * (size_t)rn_ctx_n_vocab(e->ctx) * sizeof(float);
+        float *rows = realloc(sl->spec_q, bytes);
+        if (!rows) {
+            st = cr_err_set(err, CR_E_NOMEM, "out of memory for %zu bytes of draft q rows",
+                            bytes);
+            goto out;
+        }
+        sl->spec_q = rows;
+        sl->spec_q_rows = draft_k;
+    }
     if (ro.ignore_eos && !e->eog_ids && (st = list_eog(e, err)))
         goto out;
     if ((grammar || ro.ignore_eos) && !sl->masked) {
@@ -1667,6 +1686,11 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     sl->has_pending = false;
     sl->draft_k = draft_k;
     sl->draft_by_model = by_model;
+    sl->draft_sampled = draft_sampled;
+    /* the draft's own draws: from the request's seed when it has one, so
+     * a seeded answer repeats */
+    rn_rng_seed(&sl->draft_rng, ro.sp.seed >= 0 ? (uint64_t)ro.sp.seed ^ 0x9e3779b97f4a7c15ULL
+                                                : (uint64_t)mono_ns() ^ (uint64_t)sl->id);
     sl->n_draft = sl->n_verify = 0;
     sl->n_drafted = sl->n_accepted = 0;
     sl->stopped = false;
@@ -1702,11 +1726,12 @@ out:
 
 /* Samples the next token of a decoding slot from raw (the logits after its
  * last token) and sends its text. With a draft token (>= 0) the sampler
- * judges it (rn_sampler_pick_draft) and *accepted says whether the token
- * is the draft. Sets *finished when the answer ended (reason set);
+ * judges it (rn_sampler_pick_draft, or rn_sampler_pick_draft_q against q,
+ * the distribution it was drawn from, when q is not NULL) and *accepted
+ * says whether the token is the draft. Sets *finished when the answer ended (reason set);
  * otherwise the token is pending for the next forward pass. */
 static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, const float *raw, int32_t draft,
-                              bool *accepted, bool *finished, cr_err_t *err)
+                              const float *q, bool *accepted, bool *finished, cr_err_t *err)
 {
     *finished = false;
     *accepted = false;
@@ -1734,7 +1759,10 @@ static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, const float *raw, int3
     }
     if (e->script)
         token = rn_script_next(e->script, &sl->script); /* a test forces it */
-    else if (draft >= 0) {
+    else if (draft >= 0 && q) {
+        if ((st = rn_sampler_pick_draft_q(sl->sampler, logits, draft, q, &token, accepted, err)))
+            return st;
+    } else if (draft >= 0) {
         if ((st = rn_sampler_pick_draft(sl->sampler, logits, draft, &token, accepted, err)))
             return st;
     } else if ((st = rn_sampler_pick(sl->sampler, logits, &token, err)))
@@ -1801,8 +1829,9 @@ static cr_status_t verify_drafts(rn_engine_t *e, slot_t *sl, bool *finished,
     *finished = false;
     for (int i = 0; i <= k; i++) {
         int32_t draft = i < k ? sl->span_tok[1 + i] : -1;
+        const float *q = i < k && sl->draft_sampled ? sl->spec_q + (size_t)i * V : NULL;
         bool accepted = false;
-        st = decode_one(e, sl, sl->spec_logits + (size_t)i * V, draft, &accepted, finished,
+        st = decode_one(e, sl, sl->spec_logits + (size_t)i * V, draft, q, &accepted, finished,
                         err);
         if (st || *finished || !accepted)
             break;
@@ -1833,8 +1862,9 @@ static int draft_tokens(rn_engine_t *e, slot_t *sl, int room)
     int n = 0;
     cr_err_t err;
     cr_err_clear(&err);
-    if (rn_spec_draft_propose(e->draft, sl->id, sl->seq, sl->n_seq + 1, room, sl->span_tok + 1,
-                              &n, &err)) {
+    rn_spec_draft_sampling_t samp = {sl->ro.sp.temperature, &sl->draft_rng, sl->spec_q};
+    if (rn_spec_draft_propose(e->draft, sl->id, sl->seq, sl->n_seq + 1, room,
+                              sl->draft_sampled ? &samp : NULL, sl->span_tok + 1, &n, &err)) {
         cr_log_warn("slot %d: %s; decoding on without drafts", sl->id, err.msg);
         sl->draft_k = 0;
         return 0;
@@ -1868,7 +1898,7 @@ int rn_engine_step(rn_engine_t *e)
         cr_status_t st = sl->n_verify > 0
                              ? verify_drafts(e, sl, &finished, &err)
                              : decode_one(e, sl, rn_ctx_seq_logits(e->ctx, sl->id), -1,
-                                          &accepted, &finished, &err);
+                                          NULL, &accepted, &finished, &err);
         if (st)
             fail_slot(e, sl, st, &err);
         else if (finished)

@@ -1,6 +1,8 @@
 /* spec_draft.c: drafting with a draft model (spec_draft.h). */
 #include "lib/prelude.h"
 #include "services/runner/spec_draft.h"
+
+#include <math.h>
 #include "services/runner/model/forward.h"
 #include "services/runner/model/model.h"
 
@@ -74,8 +76,39 @@ static int32_t argmax(const float *logits, int n)
     return best;
 }
 
+/* A sampling draft's pick: q = softmax(logits / t) into q[n], then a draw
+ * from it. NaN logits get no mass. */
+static int32_t draw_q(const float *logits, int n, float t, rn_rng_t *rng, float *q)
+{
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++)
+        max = logits[i] > max ? logits[i] : max;
+    double z = 0.0;
+    for (int i = 0; i < n; i++) {
+        double e = logits[i] > -INFINITY ? exp(((double)logits[i] - (double)max) / t) : 0.0;
+        q[i] = (float)e;
+        z += e;
+    }
+    if (!(z > 0.0))
+        return argmax(logits, n); /* every logit -inf or NaN: a point mass */
+    double u = rn_rng_uniform(rng), cum = 0.0;
+    int32_t pick = -1;
+    for (int i = 0; i < n; i++) {
+        q[i] = (float)(q[i] / z);
+        cum += q[i];
+        if (pick < 0 && u < cum && q[i] > 0.0f)
+            pick = i;
+    }
+    if (pick < 0) /* rounding left cum a hair under 1 */
+        for (int i = n; i-- > 0 && pick < 0;)
+            if (q[i] > 0.0f)
+                pick = i;
+    return pick;
+}
+
 cr_status_t rn_spec_draft_propose(rn_spec_draft_t *d, int seq, const int32_t *hist, int n,
-                                  int k_max, int32_t *out, int *n_out, cr_err_t *err)
+                                  int k_max, const rn_spec_draft_sampling_t *samp,
+                                  int32_t *out, int *n_out, cr_err_t *err)
 {
     *n_out = 0;
     if (seq < 0 || seq >= d->n_seq || n < 1 || n > d->n_ctx)
@@ -101,8 +134,11 @@ cr_status_t rn_spec_draft_propose(rn_spec_draft_t *d, int seq, const int32_t *hi
         st = rn_ctx_eval_seq(d->ctx, seq, hist + at, CR_MIN(batch, n - at), at, NULL, err);
     int V = rn_ctx_n_vocab(d->ctx);
     int k = 0;
+    bool sampled = samp && samp->temperature > 0.0f && samp->rng && samp->q;
     while (!st) {
-        out[k] = argmax(rn_ctx_seq_logits(d->ctx, seq), V);
+        const float *l = rn_ctx_seq_logits(d->ctx, seq);
+        out[k] = sampled ? draw_q(l, V, samp->temperature, samp->rng, samp->q + (size_t)k * V)
+                         : argmax(l, V);
         if (++k == k_max)
             break;
         st = rn_ctx_eval_seq(d->ctx, seq, &out[k - 1], 1, n + k - 1, NULL, err);

@@ -3,10 +3,13 @@
  * A small model with the target's vocabulary (registry: create's `draft`,
  * checked token for token) proposes the next tokens of each slot's
  * sequence: K one-token forward passes of the draft, each taking the
- * argmax of its logits (lowest id on ties). The engine then verifies the
- * proposal in the target's span exactly as prompt lookup's (spec.h):
- * greedy drafts are a point-mass q, so rn_sampler_pick_draft's rule keeps
- * the target's distribution. The draft has its own context: one sequence
+ * argmax of its logits (lowest id on ties), or, for a sampling request, a
+ * draw from q = softmax(logits / temperature) whose rows it hands back.
+ * The engine then verifies the proposal in the target's span as prompt
+ * lookup's (spec.h): greedy drafts are a point-mass q
+ * (rn_sampler_pick_draft), sampled ones are judged against their q
+ * (rn_sampler_pick_draft_q); either rule keeps the target's
+ * distribution. The draft has its own context: one sequence
  * per slot on the host backend (the scheduler charges it to the CPU), f16
  * cache, as long as the target's. It remembers which tokens each
  * sequence's cache holds, so a proposal first keeps the longest common
@@ -20,6 +23,7 @@
 #include "lib/prelude.h"
 #include "lib/status.h"
 #include "services/runner/backend/backend.h"
+#include "services/runner/sampler.h"
 
 typedef struct rn_spec_draft rn_spec_draft_t;
 
@@ -33,6 +37,14 @@ cr_status_t rn_spec_draft_new(const char *path, be_backend_t *be, int n_ctx, int
 
 void rn_spec_draft_destroy(rn_spec_draft_t **self_p);
 
+/* How a proposal samples (NULL: greedy). */
+typedef struct rn_spec_draft_sampling {
+    float temperature; /* > 0: q = softmax(draft logits / temperature) */
+    rn_rng_t *rng;     /* draws the drafts (borrowed) */
+    float *q;          /* out: [k_max][n_vocab], row i the q draft i was
+                          drawn from (caller-owned) */
+} rn_spec_draft_sampling_t;
+
 /* Proposes up to k_max tokens (capped at the draft's context: n + k_max - 1
  * <= n_ctx) to follow hist[0..n) (sequence seq's tokens, the last one the
  * token about to be evaluated) into out; *n_out gets how many. No drafts
@@ -40,7 +52,8 @@ void rn_spec_draft_destroy(rn_spec_draft_t **self_p);
  * the sequence's cache holds hist and the drafts but the last. Errors of
  * the draft's forward pass (its cache is then cleared). */
 cr_status_t rn_spec_draft_propose(rn_spec_draft_t *d, int seq, const int32_t *hist, int n,
-                                  int k_max, int32_t *out, int *n_out, cr_err_t *err);
+                                  int k_max, const rn_spec_draft_sampling_t *samp,
+                                  int32_t *out, int *n_out, cr_err_t *err);
 
 /* Positions sequence seq's draft cache holds (for tests). */
 int rn_spec_draft_n_past(const rn_spec_draft_t *d, int seq);

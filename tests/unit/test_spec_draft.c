@@ -223,7 +223,7 @@ static void test_propose(const char *draft_path)
     int32_t hist[40] = {1, 20, 21, 22, 23, 24, 25};
     int32_t got[8], want[8];
     int n = 0;
-    CHECK(rn_spec_draft_propose(d, 0, hist, 7, 5, got, &n, &err) == CR_OK);
+    CHECK(rn_spec_draft_propose(d, 0, hist, 7, 5, NULL, got, &n, &err) == CR_OK);
     CHECK_EQ_INT(n, 5);
     greedy_ref(draft_path, hist, 7, 5, want);
     CHECK(!memcmp(got, want, 5 * sizeof *got));
@@ -234,7 +234,7 @@ static void test_propose(const char *draft_path)
     hist[7] = got[0];
     hist[8] = got[1];
     hist[9] = (got[2] + 1) % V;
-    CHECK(rn_spec_draft_propose(d, 0, hist, 10, 4, got, &n, &err) == CR_OK);
+    CHECK(rn_spec_draft_propose(d, 0, hist, 10, 4, NULL, got, &n, &err) == CR_OK);
     CHECK_EQ_INT(n, 4);
     greedy_ref(draft_path, hist, 10, 4, want);
     CHECK_MSG(!memcmp(got, want, 4 * sizeof *got), "after a rejection the drafts differ from "
@@ -242,19 +242,19 @@ static void test_propose(const char *draft_path)
     CHECK_EQ_INT(rn_spec_draft_n_past(d, 0), 10 + 3);
     /* every draft kept: the next proposal starts past the last draft */
     memcpy(hist + 10, got, 4 * sizeof *got);
-    CHECK(rn_spec_draft_propose(d, 0, hist, 14, 3, got, &n, &err) == CR_OK);
+    CHECK(rn_spec_draft_propose(d, 0, hist, 14, 3, NULL, got, &n, &err) == CR_OK);
     greedy_ref(draft_path, hist, 14, 3, want);
     CHECK(n == 3 && !memcmp(got, want, 3 * sizeof *got));
     /* sequence 1 is its own: a different prompt, unaffected by 0's */
     int32_t other[] = {1, 40, 41, 42};
-    CHECK(rn_spec_draft_propose(d, 1, other, 4, 2, got, &n, &err) == CR_OK);
+    CHECK(rn_spec_draft_propose(d, 1, other, 4, 2, NULL, got, &n, &err) == CR_OK);
     greedy_ref(draft_path, other, 4, 2, want);
     CHECK(n == 2 && !memcmp(got, want, 2 * sizeof *got));
     CHECK_EQ_INT(rn_spec_draft_n_past(d, 0), 14 + 2);
     /* a shorter, different sequence (a new prompt): rolled back to the
      * common prefix of one token */
     int32_t fresh[] = {1, 50, 51};
-    CHECK(rn_spec_draft_propose(d, 0, fresh, 3, 2, got, &n, &err) == CR_OK);
+    CHECK(rn_spec_draft_propose(d, 0, fresh, 3, 2, NULL, got, &n, &err) == CR_OK);
     greedy_ref(draft_path, fresh, 3, 2, want);
     CHECK(n == 2 && !memcmp(got, want, 2 * sizeof *got));
     CHECK_EQ_INT(rn_spec_draft_n_past(d, 0), 3 + 1);
@@ -262,11 +262,36 @@ static void test_propose(const char *draft_path)
     int32_t full[64];
     for (int i = 0; i < 64; i++)
         full[i] = 1 + i % 30;
-    CHECK(rn_spec_draft_propose(d, 0, full, 62, 8, got, &n, &err) == CR_OK);
+    CHECK(rn_spec_draft_propose(d, 0, full, 62, 8, NULL, got, &n, &err) == CR_OK);
     CHECK_EQ_INT(n, 3);
     int32_t img[] = {1, -1, -1, 5};
-    CHECK(rn_spec_draft_propose(d, 1, img, 4, 4, got, &n, &err) == CR_OK);
+    CHECK(rn_spec_draft_propose(d, 1, img, 4, 4, NULL, got, &n, &err) == CR_OK);
     CHECK_EQ_INT(n, 0);
+    /* sampling: each q row is a distribution the draft had mass in; a
+     * temperature near 0 makes q the argmax's point mass (the greedy
+     * drafts); the same seed draws the same drafts */
+    float *q = malloc(4 * (size_t)V * sizeof *q);
+    rn_rng_t rng;
+    rn_rng_seed(&rng, 3);
+    rn_spec_draft_sampling_t samp = {1.0f, &rng, q};
+    int32_t again[8];
+    CHECK(rn_spec_draft_propose(d, 0, hist, 14, 4, &samp, got, &n, &err) == CR_OK);
+    CHECK_EQ_INT(n, 4);
+    for (int i = 0; i < n; i++) {
+        double sum = 0;
+        for (int t = 0; t < V; t++)
+            sum += q[(size_t)i * V + t];
+        CHECK_MSG(fabs(sum - 1.0) < 1e-4, "q row %d sums to %g", i, sum);
+        CHECK(q[(size_t)i * V + got[i]] > 0.0f);
+    }
+    rn_rng_seed(&rng, 3);
+    CHECK(rn_spec_draft_propose(d, 0, hist, 14, 4, &samp, again, &n, &err) == CR_OK);
+    CHECK(n == 4 && !memcmp(got, again, 4 * sizeof *got));
+    samp.temperature = 1e-4f;
+    CHECK(rn_spec_draft_propose(d, 0, hist, 14, 4, &samp, got, &n, &err) == CR_OK);
+    greedy_ref(draft_path, hist, 14, 4, want);
+    CHECK(n == 4 && !memcmp(got, want, 4 * sizeof *got));
+    free(q);
     rn_spec_draft_destroy(&d);
 }
 
@@ -328,10 +353,10 @@ static void cap_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
 }
 
 /* Runs the prompts at once (one slot each) at `temperature` (top_k
- * top_k when > 0) with draft_ngram ngram; answers into out[i] (caller
- * frees). */
-static void run_all(rn_engine_t *e, const char *const *prompts, int n, double temperature,
-                    int64_t top_k, int ngram, int64_t n_pred, cr_buf_t *out)
+ * top_k when > 0, or 0 (off) when < 0; top_p when >= 0) with draft_ngram
+ * ngram; answers into out[i] (caller frees). */
+static void run_all_p(rn_engine_t *e, const char *const *prompts, int n, double temperature,
+                      int64_t top_k, double top_p, int ngram, int64_t n_pred, cr_buf_t *out)
 {
     msg_t m[4];
     msg_options_t o[4];
@@ -340,8 +365,10 @@ static void run_all(rn_engine_t *e, const char *const *prompts, int n, double te
         memset(&o[i], 0, sizeof o[i]);
         o[i].temperature = temperature;
         o[i].has_temperature = true;
-        o[i].top_k = top_k;
-        o[i].has_top_k = top_k > 0;
+        o[i].top_k = top_k > 0 ? top_k : 0;
+        o[i].has_top_k = top_k != 0;
+        o[i].top_p = top_p;
+        o[i].has_top_p = top_p >= 0;
         o[i].seed = 5;
         o[i].has_seed = true;
         o[i].num_predict = n_pred;
@@ -370,6 +397,12 @@ static void run_all(rn_engine_t *e, const char *const *prompts, int n, double te
         CHECK(cp[i].finished && cp[i].st == CR_OK);
         out[i] = cp[i].text;
     }
+}
+
+static void run_all(rn_engine_t *e, const char *const *prompts, int n, double temperature,
+                    int64_t top_k, int ngram, int64_t n_pred, cr_buf_t *out)
+{
+    run_all_p(e, prompts, n, temperature, top_k, -1, ngram, n_pred, out);
 }
 
 #define N_PROMPTS 3
@@ -431,6 +464,22 @@ static void check_engine(const char *target, const char *draft, const char *what
         if (all_accepted)
             CHECK_MSG(drafted > 0 && accepted == drafted, "%s: the target as its own draft: "
                       "%" PRId64 " of %" PRId64 " accepted", what, accepted, drafted);
+        if (all_accepted) {
+            /* sampling with q = p (the same logits, temperature, no
+             * truncation): min(1, p/q) is 1 up to rounding, so every draft
+             * stays; a q row out of step with its draft would reject */
+            rn_engine_get_stats(e, &before);
+            run_all_p(e, prompts_g, 2, 0.8, -1, 1.0, 0, N_PRED, got);
+            cr_buf_free(&got[0]);
+            cr_buf_free(&got[1]);
+            rn_engine_get_stats(e, &after);
+            drafted = after.draft_tokens - before.draft_tokens;
+            accepted = after.draft_accepted - before.draft_accepted;
+            printf("%s, K %" PRId64 ", sampled: %" PRId64 " drafted, %" PRId64 " accepted\n",
+                   what, ks[j], drafted, accepted);
+            CHECK_MSG(drafted > 0 && accepted >= drafted * 99 / 100, "%s sampled: %" PRId64
+                      " of %" PRId64 " accepted", what, accepted, drafted);
+        }
         else
             CHECK_MSG(accepted > 0 && accepted < drafted, "%s: %" PRId64 " of %" PRId64
                       " accepted (both paths must run)", what, accepted, drafted);
