@@ -13,8 +13,9 @@
  *   never saw the rejected drafts proposes.
  * - the engine: greedy answers with a draft model equal those without it
  *   (a synthetic Q8_0 target with its own weights quantized to Q4_0 as the
- *   draft, several prompts, one slot and three at once; the target as its
- *   own draft, where every draft must be accepted; stories260K-Q8_0 with
+ *   draft, llama and qwen2, several prompts, one slot and three at once;
+ *   the target as its own draft, where every draft must be accepted,
+ *   greedy and sampled (q = p); stories260K-Q8_0 with
  *   stories260K-Q4_0 from the shared testdata when present), with drafts
  *   both accepted and rejected; the draft model wins over draft_ngram;
  *   sampled decoding runs; draft_num_predict 0 loads no draft and bad
@@ -565,6 +566,15 @@ int main(void)
     check_engine(target, draft, "synth Q4_0 drafts Q8_0", false, &rate);
     printf("synth: acceptance %.2f\n", rate);
     check_engine(target, target, "synth Q8_0 drafts itself", true, NULL);
+    /* another architecture (qwen2: q/k/v biases), the same pairing */
+    rn_synth_defaults(&so);
+    so.seed = 12;
+    so.arch = "qwen2";
+    so.type = CR_TYPE_Q8_0;
+    CHECK(rn_synth_write(&so, target, &err) == CR_OK);
+    so.type = CR_TYPE_Q4_0;
+    CHECK(rn_synth_write(&so, draft, &err) == CR_OK);
+    check_engine(target, draft, "synth qwen2 Q4_0 drafts Q8_0", false, NULL);
     unlink(target);
     unlink(draft);
     unlink(wide);
