@@ -123,6 +123,8 @@ typedef struct slot {
     float *spec_q;
     int spec_q_rows;
     rn_rng_t draft_rng;
+    int n_premade;       /* this step's drafts from the draft model, made
+                            for all slots at once (draft_all) */
     int32_t span_tok[RN_SPEC_MAX_DRAFT + 1];
     int n_draft, n_verify;
     float *spec_logits;
@@ -1857,19 +1859,52 @@ static int draft_tokens(rn_engine_t *e, slot_t *sl, int room)
     if (room <= 0)
         return 0;
     sl->seq[sl->n_seq] = sl->pending; /* scratch: the lookup reads it last */
-    if (!sl->draft_by_model)
-        return rn_spec_ngram_draft(sl->seq, sl->n_seq + 1, room, sl->span_tok + 1);
+    if (sl->draft_by_model)
+        return CR_MIN(room, sl->n_premade); /* the unused rest is dropped next step */
+    return rn_spec_ngram_draft(sl->seq, sl->n_seq + 1, room, sl->span_tok + 1);
+}
+
+/* The draft model's proposals for every slot it drafts for, in batched
+ * passes of the draft (spec_draft.h), before the step takes them: each up
+ * to its K, what it may still emit and the context allow (the batch
+ * budget cuts them later). A draft's failure ends those slots'
+ * speculation, not their answers: they decode on without drafts. */
+static void draft_all(rn_engine_t *e)
+{
+    rn_spec_draft_req_t reqs[RN_CTX_MAX_SEQ];
+    rn_spec_draft_sampling_t samp[RN_CTX_MAX_SEQ];
+    slot_t *who[RN_CTX_MAX_SEQ];
     int n = 0;
+    for (int i = 0; i < e->n_slots && n < RN_CTX_MAX_SEQ; i++) {
+        slot_t *sl = &e->slots[i];
+        sl->n_premade = 0;
+        if (sl->state != SLOT_DECODE || !sl->has_pending || !sl->draft_by_model ||
+            !sl->draft_k)
+            continue;
+        int64_t left = sl->ro.num_predict - sl->n_gen;
+        int room = (int)CR_MIN((int64_t)sl->draft_k, left - 1);
+        room = CR_MIN(room, e->n_ctx - sl->n_seq - 1);
+        if (room <= 0)
+            continue;
+        sl->seq[sl->n_seq] = sl->pending; /* scratch: the draft reads it last */
+        samp[n] = (rn_spec_draft_sampling_t){sl->ro.sp.temperature, &sl->draft_rng, sl->spec_q};
+        reqs[n] = (rn_spec_draft_req_t){sl->id, sl->seq, sl->n_seq + 1, room,
+                                        sl->draft_sampled ? &samp[n] : NULL, sl->span_tok + 1,
+                                        0};
+        who[n++] = sl;
+    }
+    if (n == 0)
+        return;
     cr_err_t err;
     cr_err_clear(&err);
-    rn_spec_draft_sampling_t samp = {sl->ro.sp.temperature, &sl->draft_rng, sl->spec_q};
-    if (rn_spec_draft_propose(e->draft, sl->id, sl->seq, sl->n_seq + 1, room,
-                              sl->draft_sampled ? &samp : NULL, sl->span_tok + 1, &n, &err)) {
-        cr_log_warn("slot %d: %s; decoding on without drafts", sl->id, err.msg);
-        sl->draft_k = 0;
-        return 0;
+    cr_status_t st = rn_spec_draft_propose_batch(e->draft, reqs, n, &err);
+    for (int i = 0; i < n; i++) {
+        who[i]->n_premade = reqs[i].n_out;
+        if (st) {
+            cr_log_warn("slot %d: %s; decoding on without drafts", who[i]->id, err.msg);
+            who[i]->draft_k = 0;
+        }
     }
-    return n;
 }
 
 rn_pace_t *rn_engine_pace(rn_engine_t *e)
@@ -1909,6 +1944,8 @@ int rn_engine_step(rn_engine_t *e)
      *    prompt chunks of prefilling slots, within n_batch tokens and,
      *    while slots decode, within the pace's cap (so their next token is
      *    not held up by a long chunk) */
+    if (e->draft)
+        draft_all(e);
     int budget = rn_ctx_n_batch(e->ctx), n_spans = 0, n_pending = 0;
     for (int i = 0; i < e->n_slots; i++)
         n_pending += e->slots[i].state == SLOT_DECODE && e->slots[i].has_pending;

@@ -106,54 +106,118 @@ static int32_t draw_q(const float *logits, int n, float t, rn_rng_t *rng, float 
     return pick;
 }
 
+/* Evaluates spans[0..n) in as few passes as fit the draft's batch; a span
+ * longer than the batch alone, in chunks. */
+static cr_status_t eval_spans(rn_spec_draft_t *d, rn_ctx_span_t *spans, int n, cr_err_t *err)
+{
+    int batch = rn_ctx_n_batch(d->ctx);
+    cr_status_t st = CR_OK;
+    for (int i = 0; i < n && !st;) {
+        if (spans[i].n > batch) {
+            const rn_ctx_span_t *sp = &spans[i++];
+            for (int at = 0; at < sp->n && !st; at += batch)
+                st = rn_ctx_eval_seq(d->ctx, sp->seq, sp->tokens + at,
+                                     CR_MIN(batch, sp->n - at), sp->pos + at, NULL, err);
+            continue;
+        }
+        int j = i, tokens = 0;
+        while (j < n && spans[j].n <= batch && tokens + spans[j].n <= batch)
+            tokens += spans[j++].n;
+        st = rn_ctx_eval_batch(d->ctx, spans + i, j - i, err);
+        i = j;
+    }
+    return st;
+}
+
+/* Whether req can be drafted for (and its k_max capped to the context). */
+static bool req_ok(const rn_spec_draft_t *d, rn_spec_draft_req_t *r)
+{
+    if (r->seq < 0 || r->seq >= d->n_seq || r->n < 1 || r->n > d->n_ctx)
+        return false;
+    r->k_max = CR_MIN(CR_MIN(r->k_max, d->n_ctx - r->n + 1), RN_SPEC_MAX_DRAFT);
+    if (r->k_max < 1)
+        return false;
+    for (int i = 0; i < r->n; i++)
+        if (r->hist[i] < 0)
+            return false; /* the draft cannot read image embeddings */
+    return true;
+}
+
+cr_status_t rn_spec_draft_propose_batch(rn_spec_draft_t *d, rn_spec_draft_req_t *reqs,
+                                        int n_reqs, cr_err_t *err)
+{
+    rn_ctx_span_t spans[RN_CTX_MAX_SEQ];
+    rn_spec_draft_req_t *act[RN_CTX_MAX_SEQ];
+    int n_act = 0, k_most = 0;
+    for (int i = 0; i < n_reqs; i++) {
+        rn_spec_draft_req_t *r = &reqs[i];
+        r->n_out = 0;
+        if (n_act == RN_CTX_MAX_SEQ || !req_ok(d, r))
+            continue;
+        const int32_t *held = d->held + (size_t)r->seq * (size_t)d->n_ctx;
+        int keep = 0;
+        while (keep < d->n_held[r->seq] && keep < r->n && held[keep] == r->hist[keep])
+            keep++;
+        /* the last token is evaluated again even when held: its logits
+         * were overwritten by the drafts that followed it */
+        keep = CR_MIN(keep, r->n - 1);
+        rn_ctx_seq_truncate(d->ctx, r->seq, keep);
+        d->n_held[r->seq] = keep;
+        spans[n_act] = (rn_ctx_span_t){r->seq, r->hist + keep, r->n - keep, keep,
+                                       NULL, NULL, false, NULL};
+        r->n_out = keep; /* scratch until the drafts are in: the kept prefix */
+        act[n_act++] = r;
+        k_most = CR_MAX(k_most, r->k_max);
+    }
+    /* what each cache has not seen, then one token per sequence per pass */
+    cr_status_t st = eval_spans(d, spans, n_act, err);
+    int V = rn_ctx_n_vocab(d->ctx);
+    for (int k = 0; k < k_most && !st; k++) {
+        int n_next = 0;
+        for (int a = 0; a < n_act; a++) {
+            rn_spec_draft_req_t *r = act[a];
+            if (k >= r->k_max)
+                continue;
+            const rn_spec_draft_sampling_t *sm = r->samp;
+            bool sampled = sm && sm->temperature > 0.0f && sm->rng && sm->q;
+            const float *l = rn_ctx_seq_logits(d->ctx, r->seq);
+            r->out[k] = sampled ? draw_q(l, V, sm->temperature, sm->rng, sm->q + (size_t)k * V)
+                                : argmax(l, V);
+            if (k + 1 < r->k_max)
+                spans[n_next++] = (rn_ctx_span_t){r->seq, &r->out[k], 1, r->n + k,
+                                                  NULL, NULL, false, NULL};
+        }
+        if (n_next)
+            st = eval_spans(d, spans, n_next, err);
+    }
+    for (int a = 0; a < n_act; a++) {
+        rn_spec_draft_req_t *r = act[a];
+        int keep = r->n_out;
+        if (st) {
+            rn_ctx_seq_truncate(d->ctx, r->seq, 0);
+            d->n_held[r->seq] = 0;
+            r->n_out = 0;
+            continue;
+        }
+        int32_t *held = d->held + (size_t)r->seq * (size_t)d->n_ctx;
+        memcpy(held + keep, r->hist + keep, (size_t)(r->n - keep) * sizeof *held);
+        memcpy(held + r->n, r->out, (size_t)(r->k_max - 1) * sizeof *held);
+        d->n_held[r->seq] = r->n + r->k_max - 1;
+        r->n_out = r->k_max;
+    }
+    if (st)
+        cr_err_wrap(err, "draft model");
+    return st;
+}
+
 cr_status_t rn_spec_draft_propose(rn_spec_draft_t *d, int seq, const int32_t *hist, int n,
                                   int k_max, const rn_spec_draft_sampling_t *samp,
                                   int32_t *out, int *n_out, cr_err_t *err)
 {
-    *n_out = 0;
-    if (seq < 0 || seq >= d->n_seq || n < 1 || n > d->n_ctx)
-        return CR_OK;
-    k_max = CR_MIN(k_max, d->n_ctx - n + 1);
-    if (k_max < 1)
-        return CR_OK;
-    for (int i = 0; i < n; i++)
-        if (hist[i] < 0)
-            return CR_OK; /* the draft cannot read image embeddings */
-    int32_t *held = d->held + (size_t)seq * (size_t)d->n_ctx;
-    int keep = 0;
-    while (keep < d->n_held[seq] && keep < n && held[keep] == hist[keep])
-        keep++;
-    /* the last token is evaluated again even when held: its logits were
-     * overwritten by the drafts that followed it */
-    keep = CR_MIN(keep, n - 1);
-    rn_ctx_seq_truncate(d->ctx, seq, keep);
-    d->n_held[seq] = keep;
-    int batch = rn_ctx_n_batch(d->ctx);
-    cr_status_t st = CR_OK;
-    for (int at = keep; at < n && !st; at += batch)
-        st = rn_ctx_eval_seq(d->ctx, seq, hist + at, CR_MIN(batch, n - at), at, NULL, err);
-    int V = rn_ctx_n_vocab(d->ctx);
-    int k = 0;
-    bool sampled = samp && samp->temperature > 0.0f && samp->rng && samp->q;
-    while (!st) {
-        const float *l = rn_ctx_seq_logits(d->ctx, seq);
-        out[k] = sampled ? draw_q(l, V, samp->temperature, samp->rng, samp->q + (size_t)k * V)
-                         : argmax(l, V);
-        if (++k == k_max)
-            break;
-        st = rn_ctx_eval_seq(d->ctx, seq, &out[k - 1], 1, n + k - 1, NULL, err);
-    }
-    if (st) {
-        rn_ctx_seq_truncate(d->ctx, seq, 0);
-        d->n_held[seq] = 0;
-        cr_err_wrap(err, "draft model");
-        return st;
-    }
-    memcpy(held + keep, hist + keep, (size_t)(n - keep) * sizeof *held);
-    memcpy(held + n, out, (size_t)(k - 1) * sizeof *held);
-    d->n_held[seq] = n + k - 1;
-    *n_out = k;
-    return CR_OK;
+    rn_spec_draft_req_t r = {seq, hist, n, k_max, samp, out, 0};
+    cr_status_t st = rn_spec_draft_propose_batch(d, &r, 1, err);
+    *n_out = r.n_out;
+    return st;
 }
 
 int rn_spec_draft_n_past(const rn_spec_draft_t *d, int seq)

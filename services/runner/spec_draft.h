@@ -24,6 +24,7 @@
 #include "lib/status.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/sampler.h"
+#include "services/runner/spec.h" /* RN_SPEC_MAX_DRAFT */
 
 typedef struct rn_spec_draft rn_spec_draft_t;
 
@@ -54,6 +55,27 @@ typedef struct rn_spec_draft_sampling {
 cr_status_t rn_spec_draft_propose(rn_spec_draft_t *d, int seq, const int32_t *hist, int n,
                                   int k_max, const rn_spec_draft_sampling_t *samp,
                                   int32_t *out, int *n_out, cr_err_t *err);
+
+/* One sequence's proposal in a batch (the arguments of
+ * rn_spec_draft_propose). */
+typedef struct rn_spec_draft_req {
+    int seq;
+    const int32_t *hist; /* [n], borrowed for the call */
+    int n;
+    int k_max;           /* capped as rn_spec_draft_propose does */
+    const rn_spec_draft_sampling_t *samp; /* NULL: greedy */
+    int32_t *out;        /* [k_max] */
+    int n_out;           /* out: drafts proposed */
+} rn_spec_draft_req_t;
+
+/* rn_spec_draft_propose for several sequences (each at most once) at once:
+ * the tokens each cache has not seen go in one pass of the draft (as many
+ * as fit its batch), then each draft round is one pass over every
+ * sequence still drafting, so K drafts for S slots cost K passes, not
+ * K x S. On a forward error every request gets no drafts and its cache is
+ * cleared. */
+cr_status_t rn_spec_draft_propose_batch(rn_spec_draft_t *d, rn_spec_draft_req_t *reqs,
+                                        int n_reqs, cr_err_t *err);
 
 /* Positions sequence seq's draft cache holds (for tests). */
 int rn_spec_draft_n_past(const rn_spec_draft_t *d, int seq);

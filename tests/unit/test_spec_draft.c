@@ -6,7 +6,7 @@
  *   where p has none (top_k) and a point mass; its acceptance rate is
  *   sum(min(p, q)).
  * - rn_spec_draft_new refuses a draft whose vocabulary size differs.
- * - rn_spec_draft_propose: the drafts are the draft model's greedy
+ * - rn_spec_draft_propose (alone and batched over sequences): the drafts are the draft model's greedy
  *   continuation (token-by-token argmax of a fresh context), and after a
  *   rejection (the sequence diverges from what the draft cache holds) the
  *   cache rolls back to the common prefix and proposes what a context that
@@ -186,7 +186,7 @@ static void greedy_ref(const char *path, const int32_t *hist, int n, int k, int3
     cr_err_t err;
     rn_model_t *m = NULL;
     rn_ctx_t *c = NULL;
-    rn_ctx_opts_t co = {.n_ctx = 64};
+    rn_ctx_opts_t co = {.n_ctx = 1024};
     CHECK(rn_model_load(path, be_g, &m, &err) == CR_OK);
     CHECK(m && rn_ctx_new(m, &co, &c, &err) == CR_OK);
     if (!c) {
@@ -293,6 +293,57 @@ static void test_propose(const char *draft_path)
     greedy_ref(draft_path, hist, 14, 4, want);
     CHECK(n == 4 && !memcmp(got, want, 4 * sizeof *got));
     free(q);
+    rn_spec_draft_destroy(&d);
+}
+
+/* Several sequences at once (rn_spec_draft_propose_batch): each gets what
+ * it would get alone, whether its unseen tokens fit one pass of the
+ * draft's batch (512 here) together with the others', alone, or only in
+ * chunks (a 600-token prompt). */
+static void test_propose_batch(const char *draft_path)
+{
+    cr_err_t err;
+    rn_model_t *m = NULL;
+    CHECK(rn_model_load(draft_path, be_g, &m, &err) == CR_OK);
+    if (!m)
+        return;
+    int V = rn_model_hparams(m)->n_vocab;
+    rn_model_destroy(&m);
+    rn_spec_draft_t *d = NULL;
+    CHECK_MSG(rn_spec_draft_new(draft_path, be_g, 1024, 3, V, &d, &err) == CR_OK, "%s", err.msg);
+    if (!d)
+        return;
+    static int32_t h[3][700];
+    const int lens[3] = {600, 300, 9};
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < 700; i++)
+            h[s][i] = i == 0 ? 1 : 3 + (i * (s + 2) + s) % 40;
+    int32_t out[3][8], want[8];
+    rn_spec_draft_req_t reqs[3];
+    for (int s = 0; s < 3; s++)
+        reqs[s] = (rn_spec_draft_req_t){s, h[s], lens[s], 2 + s, NULL, out[s], 0};
+    CHECK(rn_spec_draft_propose_batch(d, reqs, 3, &err) == CR_OK);
+    for (int s = 0; s < 3; s++) {
+        CHECK_EQ_INT(reqs[s].n_out, 2 + s);
+        greedy_ref(draft_path, h[s], lens[s], 2 + s, want);
+        CHECK_MSG(!memcmp(out[s], want, (size_t)(2 + s) * sizeof *want), "sequence %d's drafts "
+                  "differ from its greedy continuation", s);
+        CHECK_EQ_INT(rn_spec_draft_n_past(d, s), lens[s] + 2 + s - 1);
+    }
+    /* the next step: each kept its first draft and goes on from there */
+    int n2[3];
+    for (int s = 0; s < 3; s++) {
+        h[s][lens[s]] = out[s][0];
+        h[s][lens[s] + 1] = (out[s][1] + 1) % V;
+        n2[s] = lens[s] + 2;
+        reqs[s] = (rn_spec_draft_req_t){s, h[s], n2[s], 3, NULL, out[s], 0};
+    }
+    CHECK(rn_spec_draft_propose_batch(d, reqs, 3, &err) == CR_OK);
+    for (int s = 0; s < 3; s++) {
+        greedy_ref(draft_path, h[s], n2[s], 3, want);
+        CHECK_MSG(reqs[s].n_out == 3 && !memcmp(out[s], want, 3 * sizeof *want),
+                  "sequence %d after a rejection", s);
+    }
     rn_spec_draft_destroy(&d);
 }
 
@@ -561,6 +612,7 @@ int main(void)
     CHECK(rn_synth_write(&so, wide, &err) == CR_OK);
     test_vocab_size(target, wide);
     test_propose(draft);
+    test_propose_batch(draft);
     test_load_options(target, draft);
     double rate = 0;
     check_engine(target, draft, "synth Q4_0 drafts Q8_0", false, &rate);
