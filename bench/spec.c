@@ -1,6 +1,12 @@
-/* spec.c: speculative decoding's speed-up with prompt lookup (draft_ngram).
+/* spec.c: speculative decoding's speed-up with prompt lookup (draft_ngram)
+ * or a draft model (--draft).
  *
- *   bench-spec MODEL.gguf [-k K] [-n TOKENS] [-r ROUNDS] [-t THREADS] [-p PROMPT]
+ *   bench-spec MODEL.gguf [--draft DRAFT.gguf] [-k K] [-n TOKENS] [-r ROUNDS]
+ *              [-t THREADS] [-p PROMPT]
+ *
+ * With --draft, "with" is a second engine loaded with DRAFT.gguf as its
+ * draft model (draft_num_predict K) and draft_ngram 0; "without" is the
+ * model alone. Everything else is the same.
  *
  * One engine, one slot. Each round generates TOKENS greedy tokens (default
  * 128) for a prompt that repeats its own text (the default: two sentences
@@ -50,7 +56,8 @@ typedef struct run {
     int64_t drafted, accepted, steps, tokens;
 } run_t;
 
-/* One greedy answer with draft_ngram k; its text into text. */
+/* One greedy answer with draft_ngram k (0 for an engine with a draft
+ * model: it drafts by itself); its text into text. */
 static cr_status_t run_once(rn_engine_t *e, const char *prompt, int k, int64_t n,
                             cr_buf_t *text, run_t *r, cr_err_t *err)
 {
@@ -90,7 +97,7 @@ static cr_status_t run_once(rn_engine_t *e, const char *prompt, int k, int64_t n
 
 int main(int argc, char **argv)
 {
-    const char *path = NULL, *prompt = default_prompt;
+    const char *path = NULL, *prompt = default_prompt, *draft = NULL;
     int k = 4, rounds = 3, threads = 0;
     int64_t n = 128;
     for (int i = 1; i < argc; i++) {
@@ -104,6 +111,8 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-p") && i + 1 < argc)
             prompt = argv[++i];
+        else if (!strcmp(argv[i], "--draft") && i + 1 < argc)
+            draft = argv[++i];
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
@@ -112,8 +121,8 @@ int main(int argc, char **argv)
         }
     }
     if (!path || k < 1 || k > 16 || n < 1 || rounds < 1 || rounds > MAX_ROUNDS) {
-        fprintf(stderr, "usage: bench-spec MODEL.gguf [-k 1..16] [-n TOKENS] [-r 1..%d] "
-                        "[-t THREADS] [-p PROMPT]\n", MAX_ROUNDS);
+        fprintf(stderr, "usage: bench-spec MODEL.gguf [--draft DRAFT.gguf] [-k 1..16] "
+                        "[-n TOKENS] [-r 1..%d] [-t THREADS] [-p PROMPT]\n", MAX_ROUNDS);
         return 2;
     }
     msg_options_t lo = {0};
@@ -128,11 +137,22 @@ int main(int argc, char **argv)
     ld.has_model_path = true;
     ld.options = &lo;
     ld.has_options = true;
-    rn_engine_t *e = NULL;
+    rn_engine_t *e = NULL, *ed = NULL;
     cr_err_t err = {0};
     if (rn_engine_load(&ld, &e, &err)) {
         fprintf(stderr, "bench-spec: %s\n", err.msg);
         return 1;
+    }
+    if (draft) {
+        lo.draft_num_predict = k;
+        lo.has_draft_num_predict = true;
+        ld.draft_path = (char *)draft;
+        ld.has_draft_path = true;
+        if (rn_engine_load(&ld, &ed, &err)) {
+            fprintf(stderr, "bench-spec: %s\n", err.msg);
+            rn_engine_destroy(&e);
+            return 1;
+        }
     }
     double ratio[MAX_ROUNDS], base_s[MAX_ROUNDS], spec_s[MAX_ROUNDS];
     int64_t drafted = 0, accepted = 0, steps = 0, tokens = 0;
@@ -142,7 +162,8 @@ int main(int argc, char **argv)
         cr_buf_init(&a, 1 << 20);
         cr_buf_init(&b, 1 << 20);
         run_t ra, rb;
-        if (run_once(e, prompt, 0, n, &a, &ra, &err) || run_once(e, prompt, k, n, &b, &rb, &err)) {
+        if (run_once(e, prompt, 0, n, &a, &ra, &err) ||
+            run_once(ed ? ed : e, prompt, ed ? 0 : k, n, &b, &rb, &err)) {
             fprintf(stderr, "bench-spec: %s\n", err.msg);
             rc = 1;
         } else if (a.len != b.len || (a.len && memcmp(a.data, b.data, a.len))) {
@@ -166,7 +187,11 @@ int main(int argc, char **argv)
         cr_buf_free(&b);
     }
     if (!rc) {
-        printf("draft_ngram %d, %d rounds of %" PRId64 " tokens\n", k, rounds, n);
+        if (draft)
+            printf("draft model %s, draft_num_predict %d, %d rounds of %" PRId64 " tokens\n",
+                   draft, k, rounds, n);
+        else
+            printf("draft_ngram %d, %d rounds of %" PRId64 " tokens\n", k, rounds, n);
         printf("  tokens/s without: %.1f   with: %.1f   (medians)\n",
                bench_median(base_s, rounds), bench_median(spec_s, rounds));
         printf("  speed-up (median of per-round ratios): %.2fx\n", bench_median(ratio, rounds));
@@ -176,5 +201,6 @@ int main(int argc, char **argv)
                steps ? (double)tokens / (double)steps : 0.0);
     }
     rn_engine_destroy(&e);
+    rn_engine_destroy(&ed);
     return rc;
 }

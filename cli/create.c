@@ -198,15 +198,16 @@ static cr_status_t add_dir(cli_http_t *h, json_t *map, const char *dir, cli_prog
     return st;
 }
 
-/* FROM/ADAPTER/DRAFT: a local file or directory goes into `map`; for FROM a
- * missing path is a model name (*is_name set). */
+/* FROM/ADAPTER/DRAFT: a local file or directory goes into `map`; for FROM
+ * and DRAFT a missing path is a model name (*is_name set). */
 static cr_status_t local_source(cli_http_t *h, const cli_mf_command_t *c, const char *rel_dir,
                                 json_t *map, bool *is_name, cli_progress_t *p, cr_err_t *err)
 {
     char path[PATH_MAX];
     *is_name = false;
     cr_status_t st = cli_mf_expand_path(c->args, rel_dir, path, sizeof path, err);
-    if (st && c->kind == CLI_MF_FROM) {
+    bool may_be_name = c->kind == CLI_MF_FROM || c->kind == CLI_MF_DRAFT;
+    if (st && may_be_name) {
         *is_name = true; /* "~nobody" and the like: a name, let the server judge */
         return CR_OK;
     }
@@ -214,7 +215,7 @@ static cr_status_t local_source(cli_http_t *h, const cli_mf_command_t *c, const 
         return st;
     struct stat sb;
     if (stat(path, &sb)) {
-        if (errno == ENOENT && c->kind == CLI_MF_FROM) {
+        if (errno == ENOENT && may_be_name) {
             *is_name = true;
             return CR_OK;
         }
@@ -268,6 +269,8 @@ static cr_status_t create_from(cli_ctx_t *ctx, const char *model, const cli_mode
             break;
         case CLI_MF_DRAFT:
             st = local_source(h, c, rel_dir, drafts, &is_name, p, err);
+            if (!st && is_name)
+                rc = json_object_set_new(req, "draft", json_string(c->args));
             break;
         case CLI_MF_TEMPLATE:
             rc = json_object_set_new(req, "template", json_string(c->args));

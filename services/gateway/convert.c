@@ -912,9 +912,15 @@ static cr_status_t parse_create(ctx_t *c, const json_t *o, gw_request_t *r)
         (st = get_str(c, o, "renderer", "renderer", &k->renderer,
                       &k->has_renderer)) ||
         (st = get_str(c, o, "parser", "parser", &k->parser, &k->has_parser)) ||
+        (st = get_str(c, o, "draft", "draft", &k->draft, &k->has_draft)) ||
         (st = get_bool(c, o, "insecure", "insecure", &k->insecure, &k->has_insecure)) ||
         (st = get_bool(c, o, "stream", "stream", &r->stream, NULL)))
         return st;
+    /* Ollama's draft from uploaded files: corral names a created model */
+    if (gw_json_member(o, "draft_files"))
+        return cr_err_set(c->err, CR_E_INVALID,
+                          "draft_files is not supported: create the draft as a model and "
+                          "name it in \"draft\" (Modelfile: DRAFT NAME)");
     if ((!k->quantize || !*k->quantize) && quantization && *quantization) {
         k->quantize = quantization;
         k->has_quantize = true;

@@ -37,6 +37,8 @@ cr_status_t nd_load_blobs_of(const msg_t *load, nd_load_blobs_t *out,
     }
     if (!st && l->has_projector && l->projector && *l->projector)
         st = add(out, "projector", l->projector, err);
+    if (!st && l->has_draft_path && l->draft_path && *l->draft_path)
+        st = add(out, "draft", l->draft_path, err);
     return st;
 }
 
@@ -68,10 +70,14 @@ cr_status_t nd_load_blobs_rewrite(msg_t *load, const nd_load_blobs_t *lb,
             return cr_err_set(err, CR_E_NOMEM, "out of memory");
         l->adapters.v[i] = p;
     }
-    if (k < lb->n) {
+    /* then the projector and the draft, each when the load names one */
+    for (; k < lb->n; k++) {
         if (!(p = msg_strdup(load, lb->v[k].path)))
             return cr_err_set(err, CR_E_NOMEM, "out of memory");
-        l->projector = p;
+        if (!strcmp(lb->v[k].role, "draft"))
+            l->draft_path = p;
+        else
+            l->projector = p;
     }
     return CR_OK;
 }

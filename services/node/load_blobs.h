@@ -11,7 +11,7 @@
 #include "services/node/blobs.h"
 
 #define ND_LOAD_ADAPTERS_MAX 16
-#define ND_LOAD_BLOBS_MAX (ND_LOAD_ADAPTERS_MAX + 2) /* + model, projector */
+#define ND_LOAD_BLOBS_MAX (ND_LOAD_ADAPTERS_MAX + 3) /* + model, projector, draft */
 #define ND_BLOB_PATH_MAX 4200
 
 typedef struct nd_load_blob {

@@ -1,6 +1,7 @@
 /* create.c: /api/create (see create.h). */
 #include "lib/prelude.h"
 #include "services/registry/create.h"
+#include "services/registry/draft.h"
 #include "lib/chat_formats.h"
 #include "lib/env.h"
 #include "lib/gguf.h"
@@ -50,6 +51,7 @@ typedef struct build {
     const char *renderer;           /* config renderer/parser: the request's, */
     const char *parser;             /* else inherited from `from`; NULL: none */
     char *inherited_renderer, *inherited_parser; /* owned copies of the base's */
+    char *draft_name; /* config "draft": the draft model's name (owned), or NULL */
     char auto_hex[REG_HEX_LEN + 1]; /* autodetected template layer, or "" */
     const char *auto_name;          /* its name */
 } build_t;
@@ -570,8 +572,10 @@ static cr_status_t from_model(build_t *b, const char *from, cr_err_t *err)
      * create does the same) unless the request names its own. */
     const char *br = reg_model_config_str(base, "renderer");
     const char *bp = reg_model_config_str(base, "parser");
+    const char *bd = reg_model_config_str(base, "draft"); /* its draft layer came along */
     if (!st && ((*br && !(b->inherited_renderer = strdup(br))) ||
-                (*bp && !(b->inherited_parser = strdup(bp)))))
+                (*bp && !(b->inherited_parser = strdup(bp))) ||
+                (*bd && !(b->draft_name = strdup(bd)))))
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
     reg_model_destroy(&base);
     return st;
@@ -621,6 +625,8 @@ static cr_status_t write_config(build_t *b, cr_err_t *err)
         json_object_set_new(cfg, "renderer", json_string(b->renderer));
     if (b->parser && *b->parser)
         json_object_set_new(cfg, "parser", json_string(b->parser));
+    if (b->draft_name)
+        json_object_set_new(cfg, "draft", json_string(b->draft_name));
     json_object_set_new(cfg, "architecture", json_string(HOST_ARCH));
     json_object_set_new(cfg, "os", json_string("linux"));
     json_t *rootfs = json_object();
@@ -645,6 +651,42 @@ static cr_status_t write_config(build_t *b, cr_err_t *err)
     if (!st && reg_manifest_set_config(&b->man, hex, (int64_t)text.len))
         st = cr_err_set(err, CR_E_NOMEM, "out of memory");
     cr_buf_free(&text);
+    return st;
+}
+
+/* The request's `draft`: the named model's weights become the draft layer
+ * (the same blob, shared) once its vocabulary is the model's. */
+static cr_status_t add_draft(build_t *b, const char *name, cr_err_t *err)
+{
+    cr_model_name_t dn;
+    if (cr_model_name_parse(name, &dn, NULL))
+        return cr_err_set(err, CR_E_INVALID, "draft: " CR_NAME_INVALID_MSG);
+    const reg_layer_t *tl = reg_manifest_find(&b->man, REG_MT_MODEL);
+    if (!tl)
+        return cr_err_set(err, CR_E_INVALID, "draft: the model has no weights to speculate for");
+    reg_model_t *dm = NULL;
+    cr_status_t st = reg_model_load(b->s, &dn, &dm, err);
+    if (st == CR_E_NOT_FOUND)
+        return cr_err_set(err, CR_E_INVALID, "draft model \"%s\" not found", name);
+    if (st)
+        return st;
+    cr_gguf_t *tg = NULL, *dg = NULL;
+    if (!dm->model_layer)
+        st = cr_err_set(err, CR_E_INVALID, "draft model \"%s\" has no weights", name);
+    else if (!(st = open_blob_gguf(b, tl->hex, &tg, err)) &&
+             !(st = open_blob_gguf(b, dm->model_layer->hex, &dg, err)))
+        st = reg_draft_check_vocab(tg, dg, dm->display, err);
+    if (!st) {
+        free(b->draft_name);
+        reg_manifest_remove(&b->man, REG_MT_DRAFT);
+        if (!(b->draft_name = strdup(dm->display)) ||
+            reg_manifest_add(&b->man, REG_MT_DRAFT, dm->model_layer->hex, dm->model_layer->size,
+                             dm->display, NULL))
+            st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    }
+    cr_gguf_close(&tg);
+    cr_gguf_close(&dg);
+    reg_model_destroy(&dm);
     return st;
 }
 
@@ -842,6 +884,8 @@ static cr_status_t build_layers(build_t *b, const msg_create_body_t *req,
         if (st)
             return st;
     }
+    if (req->has_draft && req->draft && *req->draft && (st = add_draft(b, req->draft, err)))
+        return st;
 
     const char *qtype = NULL;
     uint32_t qftype = 0;
@@ -1073,6 +1117,7 @@ out:
     json_decref(b.families);
     free(b.inherited_renderer);
     free(b.inherited_parser);
+    free(b.draft_name);
     free(b.created);
     return st;
 }

@@ -24,6 +24,7 @@
 #define REG_MT_PARAMS "application/vnd.ollama.image.params"
 #define REG_MT_MESSAGES "application/vnd.ollama.image.messages"
 #define REG_MT_LICENSE "application/vnd.ollama.image.license"
+#define REG_MT_DRAFT "application/vnd.ollama.image.draft" /* draft model GGUF */
 #define REG_MT_EMBED "application/vnd.ollama.image.embed" /* obsolete */
 
 #define REG_MAX_LAYERS 65536        /* layers in one manifest */

@@ -445,6 +445,13 @@ static cr_status_t fill_resolved(reg_store_t *s, const reg_model_t *m,
             return CR_E_NOMEM;
         r->has_projector = true;
     }
+    const reg_layer_t *dl = reg_manifest_find(&m->manifest, REG_MT_DRAFT);
+    if (dl) {
+        reg_model_layer_path(s, dl, path, sizeof path);
+        if (!(r->draft_path = msg_strdup(reply, path)))
+            return CR_E_NOMEM;
+        r->has_draft_path = true;
+    }
     r->size = reg_manifest_total_size(&m->manifest);
     r->has_size = true;
     r->details = msg_alloc(reply, sizeof *r->details);

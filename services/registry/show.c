@@ -87,6 +87,10 @@ cr_status_t reg_modelfile_text(const reg_store_t *s, const reg_model_t *m,
         st = cmd(out, "RENDERER", renderer, true);
     if (!st && *parser)
         st = cmd(out, "PARSER", parser, true);
+    /* by name: `corral create` sends a DRAFT that is no local path as one */
+    const char *draft = reg_model_config_str(m, "draft");
+    if (!st && *draft)
+        st = cmd(out, "DRAFT", draft, false);
     if (!st && params && json_is_object(params)) {
         const char *k;
         json_t *v;
@@ -219,6 +223,7 @@ cr_status_t reg_show_body(const reg_store_t *s, const reg_model_t *m,
     set_str_nonempty(body, "system", sys);
     set_str_nonempty(body, "renderer", reg_model_config_str(m, "renderer"));
     set_str_nonempty(body, "parser", reg_model_config_str(m, "parser"));
+    set_str_nonempty(body, "draft", reg_model_config_str(m, "draft"));
     json_object_set_new(body, "details", reg_model_details_json(m, true));
 
     if (m->messages && json_array_size(m->messages) > 0) {

@@ -38,6 +38,7 @@
 #include "services/runner/sampler.h"
 #include "services/runner/spec.h"
 #include "services/runner/testhooks.h"
+#include "services/runner/spec_draft.h"
 #include "services/runner/output/stop.h"
 #include "services/runner/output/thinking.h"
 #include "services/runner/template/template.h"
@@ -115,6 +116,15 @@ typedef struct slot {
      * logits after span_tok[i] ([spec_rows][n_vocab], made on the slot's
      * first speculating request). */
     int draft_k;
+    bool draft_by_model; /* drafts from the engine's draft model, not lookup */
+    bool draft_sampled;  /* ... drawn from q (a sampling request), q rows in
+                            spec_q [draft_k][n_vocab] (made on the slot's
+                            first such request), drawn with draft_rng */
+    float *spec_q;
+    int spec_q_rows;
+    rn_rng_t draft_rng;
+    int n_premade;       /* this step's drafts from the draft model, made
+                            for all slots at once (draft_all) */
     int32_t span_tok[RN_SPEC_MAX_DRAFT + 1];
     int n_draft, n_verify;
     float *spec_logits;
@@ -134,6 +144,8 @@ struct rn_engine {
     rn_model_t *model;
     rn_lora_t *lora;  /* the model's LoRA adapters, or NULL */
     rn_vision_t *vision; /* the projector (load.projector), or NULL */
+    rn_spec_draft_t *draft; /* the draft model (load.draft_path), or NULL */
+    int draft_k;            /* its tokens per step (draft_num_predict); 0 off */
     bool tower_in_file;  /* the model file carries a vision tower (v.*) */
     bool img_full;       /* with vision: an image's tokens attend to each
                             other both ways (then a prefill step never
@@ -375,6 +387,30 @@ static cr_status_t kv_cache_type(const msg_load_body_t *load, cr_type_t *out,
     return CR_OK;
 }
 
+/* Default tokens per step with a draft model (Ollama's draft_num_predict). */
+#define DEFAULT_DRAFT_K 4
+
+/* The draft model the load names, on the host backend beside the target
+ * (the scheduler counted it on the CPU), and its draft length. */
+static cr_status_t load_draft(rn_engine_t *e, const msg_load_body_t *load,
+                              const msg_options_t *o, int n_vocab, cr_err_t *err)
+{
+    if (!load->has_draft_path || !load->draft_path || !*load->draft_path)
+        return CR_OK;
+    int64_t k = o && o->has_draft_num_predict ? o->draft_num_predict : DEFAULT_DRAFT_K;
+    if (k < 0 || k > RN_SPEC_MAX_DRAFT)
+        return cr_err_set(err, CR_E_INVALID, "option \"draft_num_predict\" must be 0..%d, got "
+                          "%" PRId64, RN_SPEC_MAX_DRAFT, k);
+    e->draft_k = (int)k;
+    if (k == 0)
+        return CR_OK; /* off: the draft is not loaded at all */
+    cr_status_t st = rn_spec_draft_new(load->draft_path, e->be[0], e->n_ctx, e->n_slots,
+                                       n_vocab, &e->draft, err);
+    if (!st)
+        cr_log_info("%s: draft model loaded, %d tokens per step", load->name, e->draft_k);
+    return st;
+}
+
 cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
                            cr_err_t *err)
 {
@@ -465,6 +501,8 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     log_parts(e);
     if ((st = load_vision(e, load, hp->dim, err)))
         goto fail;
+    if ((st = load_draft(e, load, o, hp->n_vocab, err)))
+        goto fail;
     log_unused_tensors(e, load);
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
     e->spans = calloc((size_t)e->n_slots, sizeof *e->spans);
@@ -517,6 +555,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
         free(sl->prompt);
         free(sl->masked);
         free(sl->spec_logits);
+        free(sl->spec_q);
         free(sl->img_rows);
         free(sl->rope);
     }
@@ -533,6 +572,7 @@ void rn_engine_destroy(rn_engine_t **self_p)
     free(e->eos_text);
     rn_lora_destroy(&e->lora);
     rn_vision_destroy(&e->vision);
+    rn_spec_draft_destroy(&e->draft);
     rn_model_destroy(&e->model);
     for (int i = 0; i < e->n_be; i++)
         be_destroy(&e->be[i]);
@@ -549,7 +589,8 @@ int64_t rn_engine_size_bytes(const rn_engine_t *e)
 {
     return (int64_t)(rn_model_weight_bytes(e->model) + rn_lora_bytes(e->lora) +
                      rn_ctx_kv_bytes(e->ctx) + rn_ctx_buffer_bytes(e->ctx) +
-                     (e->vision ? rn_vision_weight_bytes(e->vision) : 0));
+                     (e->vision ? rn_vision_weight_bytes(e->vision) : 0) +
+                     (e->draft ? rn_spec_draft_bytes(e->draft) : 0));
 }
 
 const char *rn_engine_offload_error(const rn_engine_t *e) { return e->offload_error; }
@@ -1579,7 +1620,8 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     /* Speculation needs the sampler to judge each draft: a grammar's mask
      * follows the text token by token and a test script forces tokens,
      * so those requests decode one token per step. */
-    int draft_k = grammar || e->script ? 0 : ro.draft_ngram;
+    bool by_model = e->draft && e->draft_k > 0; /* a draft model wins over lookup */
+    int draft_k = grammar || e->script ? 0 : by_model ? e->draft_k : ro.draft_ngram;
     if (draft_k && sl->spec_rows < draft_k + 1) {
         size_t bytes = (size_t)(draft_k + 1) * (size_t)rn_ctx_n_vocab(e->ctx) * sizeof(float);
         float *rows = realloc(sl->spec_logits, bytes);
@@ -1590,6 +1632,18 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
         }
         sl->spec_logits = rows;
         sl->spec_rows = draft_k + 1;
+    }
+    bool draft_sampled = by_model && draft_k && ro.sp.temperature > 0.0f;
+    if (draft_sampled && sl->spec_q_rows < draft_k) {
+        size_t bytes = (size_t)draft_k * (size_t)rn_ctx_n_vocab(e->ctx) * sizeof(float);
+        float *rows = realloc(sl->spec_q, bytes);
+        if (!rows) {
+            st = cr_err_set(err, CR_E_NOMEM, "out of memory for %zu bytes of draft q rows",
+                            bytes);
+            goto out;
+        }
+        sl->spec_q = rows;
+        sl->spec_q_rows = draft_k;
     }
     if (ro.ignore_eos && !e->eog_ids && (st = list_eog(e, err)))
         goto out;
@@ -1633,6 +1687,12 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     sl->n_gen = 0;
     sl->has_pending = false;
     sl->draft_k = draft_k;
+    sl->draft_by_model = by_model;
+    sl->draft_sampled = draft_sampled;
+    /* the draft's own draws: from the request's seed when it has one, so
+     * a seeded answer repeats */
+    rn_rng_seed(&sl->draft_rng, ro.sp.seed >= 0 ? (uint64_t)ro.sp.seed ^ 0x9e3779b97f4a7c15ULL
+                                                : (uint64_t)mono_ns() ^ (uint64_t)sl->id);
     sl->n_draft = sl->n_verify = 0;
     sl->n_drafted = sl->n_accepted = 0;
     sl->stopped = false;
@@ -1668,11 +1728,12 @@ out:
 
 /* Samples the next token of a decoding slot from raw (the logits after its
  * last token) and sends its text. With a draft token (>= 0) the sampler
- * judges it (rn_sampler_pick_draft) and *accepted says whether the token
- * is the draft. Sets *finished when the answer ended (reason set);
+ * judges it (rn_sampler_pick_draft, or rn_sampler_pick_draft_q against q,
+ * the distribution it was drawn from, when q is not NULL) and *accepted
+ * says whether the token is the draft. Sets *finished when the answer ended (reason set);
  * otherwise the token is pending for the next forward pass. */
 static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, const float *raw, int32_t draft,
-                              bool *accepted, bool *finished, cr_err_t *err)
+                              const float *q, bool *accepted, bool *finished, cr_err_t *err)
 {
     *finished = false;
     *accepted = false;
@@ -1700,7 +1761,10 @@ static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, const float *raw, int3
     }
     if (e->script)
         token = rn_script_next(e->script, &sl->script); /* a test forces it */
-    else if (draft >= 0) {
+    else if (draft >= 0 && q) {
+        if ((st = rn_sampler_pick_draft_q(sl->sampler, logits, draft, q, &token, accepted, err)))
+            return st;
+    } else if (draft >= 0) {
         if ((st = rn_sampler_pick_draft(sl->sampler, logits, draft, &token, accepted, err)))
             return st;
     } else if ((st = rn_sampler_pick(sl->sampler, logits, &token, err)))
@@ -1767,8 +1831,9 @@ static cr_status_t verify_drafts(rn_engine_t *e, slot_t *sl, bool *finished,
     *finished = false;
     for (int i = 0; i <= k; i++) {
         int32_t draft = i < k ? sl->span_tok[1 + i] : -1;
+        const float *q = i < k && sl->draft_sampled ? sl->spec_q + (size_t)i * V : NULL;
         bool accepted = false;
-        st = decode_one(e, sl, sl->spec_logits + (size_t)i * V, draft, &accepted, finished,
+        st = decode_one(e, sl, sl->spec_logits + (size_t)i * V, draft, q, &accepted, finished,
                         err);
         if (st || *finished || !accepted)
             break;
@@ -1781,9 +1846,11 @@ static cr_status_t verify_drafts(rn_engine_t *e, slot_t *sl, bool *finished,
     return st;
 }
 
-/* Prompt lookup for a slot whose token is pending: up to `room` drafts
- * after it into span_tok[1..]; returns how many. */
-static int draft_tokens(const rn_engine_t *e, slot_t *sl, int room)
+/* Drafts for a slot whose token is pending: up to `room` after it into
+ * span_tok[1..], from the draft model or by prompt lookup; returns how
+ * many. A draft model's failure (its forward pass) ends that slot's
+ * speculation, not its answer: the target decodes on without drafts. */
+static int draft_tokens(rn_engine_t *e, slot_t *sl, int room)
 {
     /* the pending token joins the sequence this step whatever the drafts */
     int64_t left = sl->ro.num_predict - sl->n_gen; /* tokens it may still emit */
@@ -1792,7 +1859,52 @@ static int draft_tokens(const rn_engine_t *e, slot_t *sl, int room)
     if (room <= 0)
         return 0;
     sl->seq[sl->n_seq] = sl->pending; /* scratch: the lookup reads it last */
+    if (sl->draft_by_model)
+        return CR_MIN(room, sl->n_premade); /* the unused rest is dropped next step */
     return rn_spec_ngram_draft(sl->seq, sl->n_seq + 1, room, sl->span_tok + 1);
+}
+
+/* The draft model's proposals for every slot it drafts for, in batched
+ * passes of the draft (spec_draft.h), before the step takes them: each up
+ * to its K, what it may still emit and the context allow (the batch
+ * budget cuts them later). A draft's failure ends those slots'
+ * speculation, not their answers: they decode on without drafts. */
+static void draft_all(rn_engine_t *e)
+{
+    rn_spec_draft_req_t reqs[RN_CTX_MAX_SEQ];
+    rn_spec_draft_sampling_t samp[RN_CTX_MAX_SEQ];
+    slot_t *who[RN_CTX_MAX_SEQ];
+    int n = 0;
+    for (int i = 0; i < e->n_slots && n < RN_CTX_MAX_SEQ; i++) {
+        slot_t *sl = &e->slots[i];
+        sl->n_premade = 0;
+        if (sl->state != SLOT_DECODE || !sl->has_pending || !sl->draft_by_model ||
+            !sl->draft_k)
+            continue;
+        int64_t left = sl->ro.num_predict - sl->n_gen;
+        int room = (int)CR_MIN((int64_t)sl->draft_k, left - 1);
+        room = CR_MIN(room, e->n_ctx - sl->n_seq - 1);
+        if (room <= 0)
+            continue;
+        sl->seq[sl->n_seq] = sl->pending; /* scratch: the draft reads it last */
+        samp[n] = (rn_spec_draft_sampling_t){sl->ro.sp.temperature, &sl->draft_rng, sl->spec_q};
+        reqs[n] = (rn_spec_draft_req_t){sl->id, sl->seq, sl->n_seq + 1, room,
+                                        sl->draft_sampled ? &samp[n] : NULL, sl->span_tok + 1,
+                                        0};
+        who[n++] = sl;
+    }
+    if (n == 0)
+        return;
+    cr_err_t err;
+    cr_err_clear(&err);
+    cr_status_t st = rn_spec_draft_propose_batch(e->draft, reqs, n, &err);
+    for (int i = 0; i < n; i++) {
+        who[i]->n_premade = reqs[i].n_out;
+        if (st) {
+            cr_log_warn("slot %d: %s; decoding on without drafts", who[i]->id, err.msg);
+            who[i]->draft_k = 0;
+        }
+    }
 }
 
 rn_pace_t *rn_engine_pace(rn_engine_t *e)
@@ -1821,7 +1933,7 @@ int rn_engine_step(rn_engine_t *e)
         cr_status_t st = sl->n_verify > 0
                              ? verify_drafts(e, sl, &finished, &err)
                              : decode_one(e, sl, rn_ctx_seq_logits(e->ctx, sl->id), -1,
-                                          &accepted, &finished, &err);
+                                          NULL, &accepted, &finished, &err);
         if (st)
             fail_slot(e, sl, st, &err);
         else if (finished)
@@ -1832,6 +1944,8 @@ int rn_engine_step(rn_engine_t *e)
      *    prompt chunks of prefilling slots, within n_batch tokens and,
      *    while slots decode, within the pace's cap (so their next token is
      *    not held up by a long chunk) */
+    if (e->draft)
+        draft_all(e);
     int budget = rn_ctx_n_batch(e->ctx), n_spans = 0, n_pending = 0;
     for (int i = 0; i < e->n_slots; i++)
         n_pending += e->slots[i].state == SLOT_DECODE && e->slots[i].has_pending;

@@ -752,6 +752,69 @@ cr_status_t rn_sampler_pick_draft(rn_sampler_t *s, const float *logits, int32_t 
     return CR_OK;
 }
 
+/* Draws from norm(max(0, p - q)) over the candidates (tokens outside them
+ * have p 0, so nothing there); -1 when that mass is 0. */
+static int32_t draw_residual(rn_sampler_t *s, const float *q)
+{
+    double z = 0.0;
+    for (size_t i = 0; i < s->n; i++)
+        z += fmax(0.0, (double)s->cands[i].p - (double)q[s->cands[i].id]);
+    if (!(z > 0.0))
+        return -1;
+    double u = rn_rng_uniform(&s->rng) * z, cum = 0.0;
+    int32_t last = -1;
+    for (size_t i = 0; i < s->n; i++) {
+        double r = (double)s->cands[i].p - (double)q[s->cands[i].id];
+        if (!(r > 0.0))
+            continue;
+        last = s->cands[i].id;
+        cum += r;
+        if (u < cum)
+            return last;
+    }
+    return last; /* rounding left cum a hair under z */
+}
+
+cr_status_t rn_sampler_pick_draft_q(rn_sampler_t *s, const float *logits, int32_t draft,
+                                    const float *q, int32_t *token_out, bool *accepted,
+                                    cr_err_t *err)
+{
+    *accepted = false;
+    if (s->params.temperature <= 0.0f) {
+        cr_status_t st = rn_sampler_pick(s, logits, token_out, err);
+        *accepted = !st && *token_out == draft;
+        return st;
+    }
+    stage_penalties_top_k(s, logits);
+    if (s->n == 0) {
+        s->picked = false;
+        return cr_err_set(err, CR_E_INVALID,
+                          "sampler: every logit is -inf or NaN (%" PRId32 " tokens)",
+                          s->n_vocab);
+    }
+    s->picked = true;
+    stage_typical(s);
+    stage_top_p(s);
+    stage_min_p(s);
+    stage_temperature(s);
+    softmax(s);
+    bool in_vocab = draft >= 0 && draft < s->n_vocab;
+    double p_draft = 0.0, q_draft = in_vocab ? (double)q[draft] : 0.0;
+    for (size_t i = 0; in_vocab && i < s->n; i++)
+        if (s->cands[i].id == draft)
+            p_draft = (double)s->cands[i].p;
+    if (q_draft > 0.0 && p_draft > 0.0 &&
+        (p_draft >= q_draft || rn_rng_uniform(&s->rng) < p_draft / q_draft)) {
+        *token_out = draft;
+        *accepted = true;
+        return CR_OK;
+    }
+    int32_t t = draw_residual(s, q);
+    *token_out = t >= 0 ? t : draw(s);
+    *accepted = *token_out == draft;
+    return CR_OK;
+}
+
 /* ---- final distribution and logprobs ---- */
 
 size_t rn_sampler_final_count(const rn_sampler_t *s)

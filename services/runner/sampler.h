@@ -98,6 +98,20 @@ cr_status_t rn_sampler_pick(rn_sampler_t *s, const float *logits,
 cr_status_t rn_sampler_pick_draft(rn_sampler_t *s, const float *logits, int32_t draft,
                                   int32_t *token_out, bool *accepted, cr_err_t *err);
 
+/* Speculative decoding's pick for a draft token `draft` drawn from a full
+ * distribution q (q[n_vocab], probabilities summing to 1: a sampling draft
+ * model's): with p the distribution rn_sampler_pick would draw from,
+ * `draft` is kept with probability min(1, p(draft) / q(draft)), else the
+ * token is drawn from norm(max(0, p - q)) (from p when rounding leaves
+ * that empty), so the token is distributed as p whatever q is. Greedy
+ * (temperature <= 0) returns the argmax whatever the draft. A draft
+ * outside the vocabulary or with q(draft) 0 (it could not have been
+ * drawn) is rejected. *accepted as rn_sampler_pick_draft; errors as
+ * rn_sampler_pick. Allocates nothing. */
+cr_status_t rn_sampler_pick_draft_q(rn_sampler_t *s, const float *logits, int32_t draft,
+                                    const float *q, int32_t *token_out, bool *accepted,
+                                    cr_err_t *err);
+
 /* Applies the current penalties (params and history) to logits[n_vocab] and
  * writes the result to out[n_vocab]: what the chain's first stage sees.
  * NaN becomes -inf. For tests and debugging. */

@@ -433,6 +433,25 @@ cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
     return CR_OK;
 }
 
+cr_status_t sch_estimate_add_draft(sch_estimate_t *est, const cr_gguf_t *dg,
+                                   const sch_estimate_opts_t *o, cr_err_t *err)
+{
+    sch_estimate_t *d = calloc(1, sizeof *d); /* 8 KiB of layers: not on the stack */
+    if (!d)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    sch_estimate_opts_t dopt = *o;
+    dopt.kv_f16_only = false; /* the draft stays on the CPU whatever the GPUs */
+    cr_status_t st = sch_estimate_gguf(dg, &dopt, d, err);
+    if (st)
+        cr_err_wrap(err, "draft model");
+    else if (!add_ok(&est->draft_bytes, (double)d->cpu_total_bytes) ||
+             !add_ok(&est->embd_bytes, (double)d->cpu_total_bytes) ||
+             !add_ok(&est->cpu_total_bytes, (double)d->cpu_total_bytes))
+        st = cr_err_set(err, CR_E_TOO_LARGE, "draft model sizes overflow");
+    free(d);
+    return st;
+}
+
 cr_status_t sch_estimate_file(const char *path, const sch_estimate_opts_t *o,
                               sch_estimate_t *out, cr_err_t *err)
 {

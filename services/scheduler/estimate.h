@@ -95,6 +95,10 @@ typedef struct sch_estimate {
     int64_t projector_bytes; /* the vision projector: tensors, activations
                                 and image cache (also in embd_bytes and
                                 cpu_total_bytes: it runs on the CPU) */
+    int64_t draft_bytes;     /* the speculative-decoding draft model:
+                                weights, its KV cache for every slot and
+                                activations (also in embd_bytes and
+                                cpu_total_bytes: it runs on the CPU) */
 } sch_estimate_t;
 
 /* What a runner keeps of image embeddings (RN_VISION_CACHE_BYTES in the
@@ -144,6 +148,15 @@ cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
  * has no projector layer. CR_E_TOO_LARGE if sizes overflow. */
 cr_status_t sch_estimate_add_embedded_vision(sch_estimate_t *est,
                                              const cr_vision_embedded_t *v, cr_err_t *err);
+
+/* Adds the draft model in dg (header only; borrowed), estimated with the
+ * target's options o (the same context and slots: the runner keeps a
+ * draft cache beside each slot's): its whole CPU total (weights + KV +
+ * activations) goes to draft_bytes, embd_bytes and cpu_total_bytes, since
+ * the draft runs on the CPU in the target's runner. Errors as
+ * sch_estimate_gguf, prefixed "draft model". */
+cr_status_t sch_estimate_add_draft(sch_estimate_t *est, const cr_gguf_t *dg,
+                                   const sch_estimate_opts_t *o, cr_err_t *err);
 
 /* Opens path (header only) and estimates it. Errors as cr_gguf_open and
  * sch_estimate_gguf, prefixed with the path. */

@@ -149,6 +149,14 @@ static const sch_estimate_t *request_estimate(sch_server_t *s, request_t *r)
             r->est_status = sch_estimate_add_adapter(r->est, g, &err);
         cr_gguf_close(&g);
     }
+    /* a draft model runs on the CPU in the same runner */
+    if (!r->est_status && res->has_draft_path && res->draft_path) {
+        cr_gguf_t *g = NULL;
+        r->est_status = cr_gguf_open(res->draft_path, &g, &err);
+        if (!r->est_status)
+            r->est_status = sch_estimate_add_draft(r->est, g, &eo, &err);
+        cr_gguf_close(&g);
+    }
     /* a vision projector runs on the CPU in the same runner */
     if (!r->est_status && res->has_projector && res->projector) {
         cr_gguf_t *g = NULL;

@@ -27,6 +27,8 @@ void sch_load_build(const sch_server_t *s, const runner_t *rn, msg_t *load,
     b->has_adapters = res->has_adapters;
     b->projector = res->projector;
     b->has_projector = res->has_projector;
+    b->draft_path = res->draft_path;
+    b->has_draft_path = res->has_draft_path;
     b->messages.v = res->messages.v;
     b->messages.n = res->messages.n;
     b->has_messages = res->has_messages;

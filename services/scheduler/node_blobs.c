@@ -21,5 +21,7 @@ const char *sch_node_blob_path(const msg_resolved_body_t *r,
         p = path_if(r->adapters.v[i], digest);
     if (!p && r->has_projector)
         p = path_if(r->projector, digest);
+    if (!p && r->has_draft_path)
+        p = path_if(r->draft_path, digest);
     return p;
 }

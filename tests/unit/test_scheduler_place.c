@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "lib/gguf.h"
+#include "lib/gguf_write.h"
 #include "services/runner/engine.h"
 #include "tools/synth/synth.h"
 #include "services/scheduler/estimate.h"
@@ -245,6 +246,7 @@ static char dir_g[256];
 static int par_g = 1; /* num_parallel of the estimate and the runner */
 static const char *kv_g; /* OLLAMA_KV_CACHE_TYPE of both (flash attention
                             on); NULL: f16 */
+static const char *draft_g; /* the runner's draft model; NULL: none */
 
 /* The runner's own figure for a synthetic model at num_ctx. */
 static int64_t runner_bytes(const char *path, int64_t num_ctx)
@@ -263,6 +265,8 @@ static int64_t runner_bytes(const char *path, int64_t num_ctx)
     ld.has_num_parallel = true;
     ld.kv_cache_type = (char *)kv_g;
     ld.has_kv_cache_type = kv_g != NULL;
+    ld.draft_path = (char *)draft_g;
+    ld.has_draft_path = draft_g != NULL;
     rn_engine_t *e = NULL;
     cr_err_t err;
     cr_status_t st = rn_engine_load(&ld, &e, &err);
@@ -366,6 +370,70 @@ static void kv_types_vs_runner(const char *label, rn_synth_opts_t *so, int64_t n
     kv_g = NULL;
     free(est);
     unlink(path);
+}
+
+/* A draft model (speculative decoding) is charged on the CPU with its
+ * weights, a KV cache per slot and its activations: the estimate with it
+ * is within the same 1% of the runner's figure with it, and the draft's
+ * share is exactly its own estimate's CPU total. A draft that is no model
+ * is an error naming the draft. */
+static void test_estimate_draft(void)
+{
+    char target[400], draft[400], empty[400];
+    snprintf(target, sizeof target, "%s/draft-target.gguf", dir_g);
+    snprintf(draft, sizeof draft, "%s/draft-draft.gguf", dir_g);
+    snprintf(empty, sizeof empty, "%s/draft-empty.gguf", dir_g);
+    rn_synth_opts_t so;
+    rn_synth_defaults(&so);
+    so.dim = 128;
+    so.ffn = 256;
+    so.ctx = 512;
+    so.type = CR_TYPE_Q8_0;
+    cr_err_t err;
+    CHECK_EQ_INT(rn_synth_write(&so, target, &err), CR_OK);
+    so.type = CR_TYPE_Q4_0;
+    CHECK_EQ_INT(rn_synth_write(&so, draft, &err), CR_OK);
+    cr_gguf_writer_t *w = cr_gguf_writer_new(); /* no hyperparameters */
+    CHECK(w && !cr_gguf_writer_add_str(w, "general.architecture", "llama", NULL));
+    CHECK(!cr_gguf_writer_write(w, empty, NULL));
+    cr_gguf_writer_destroy(&w);
+    par_g = 2;
+    sch_estimate_t *est = calloc(1, sizeof *est), *alone = calloc(1, sizeof *alone);
+    sch_estimate_opts_t eo = {.num_ctx = 512, .num_parallel = par_g};
+    CHECK_EQ_INT(sch_estimate_file(target, &eo, est, &err), CR_OK);
+    CHECK_EQ_INT(sch_estimate_file(draft, &eo, alone, &err), CR_OK);
+    int64_t before = est->cpu_total_bytes, embd = est->embd_bytes;
+    cr_gguf_t *g = NULL;
+    CHECK_EQ_INT(cr_gguf_open(draft, &g, &err), CR_OK);
+    CHECK_EQ_INT(sch_estimate_add_draft(est, g, &eo, &err), CR_OK);
+    cr_gguf_close(&g);
+    CHECK_EQ_INT(est->draft_bytes, alone->cpu_total_bytes);
+    CHECK_EQ_INT(est->cpu_total_bytes, before + alone->cpu_total_bytes);
+    CHECK_EQ_INT(est->embd_bytes, embd + alone->cpu_total_bytes);
+    draft_g = draft;
+    int64_t real = runner_bytes(target, 512);
+    draft_g = NULL;
+    int64_t real_alone = runner_bytes(target, 512);
+    if (real > 0 && real_alone > 0) {
+        double ratio = (double)est->cpu_total_bytes / (double)real;
+        fprintf(stderr, "estimate with a draft: %" PRId64 " vs runner %" PRId64
+                        " (%.4f); the draft adds %" PRId64 " to the runner\n",
+                est->cpu_total_bytes, real, ratio, real - real_alone);
+        CHECK_MSG(ratio >= 0.99 && ratio <= 1.01, "estimate %" PRId64 " vs runner %" PRId64,
+                  est->cpu_total_bytes, real);
+    }
+    CHECK_EQ_INT(cr_gguf_open(empty, &g, &err), CR_OK);
+    if (g) {
+        CHECK(sch_estimate_add_draft(est, g, &eo, &err) != CR_OK);
+        CHECK_MSG(strstr(err.msg, "draft model") != NULL, "message: %s", err.msg);
+    }
+    cr_gguf_close(&g);
+    par_g = 1;
+    free(est);
+    free(alone);
+    unlink(target);
+    unlink(draft);
+    unlink(empty);
 }
 
 static void test_estimate_vs_runner(void)
@@ -1005,6 +1073,7 @@ int main(void)
     test_nvml();
     test_kv_cache_types();
     test_estimate_vs_runner();
+    test_estimate_draft();
     test_estimate_experts();
     test_estimate_scaling_and_bad();
     test_place_one_gpu();
