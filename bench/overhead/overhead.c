@@ -22,7 +22,20 @@
  *            forward passes); the engine alone's whole call time for the
  *            same request is printed beside it.
  * The engine alone and the stack never run at once (the engine's threads
- * would share the cores). The stream line also gives the client's rate
+ * would share the cores); rounds alternate which goes first, so a machine
+ * that grows busier or quieter during a round favours neither. Both load
+ * the model alike: num_ctx 2048, one slot (the scheduler's default
+ * OLLAMA_NUM_PARALLEL), --threads threads, the same greedy sampler.
+ *
+ * Wall-clock rates on a shared machine move with its load, so each stream
+ * is also accounted in CPU time (cpu.h: every thread's schedstat, ns):
+ * per token, the time on a CPU of the engine alone (this process) against
+ * the runner's, the scheduler's and the gateway's, and the time the
+ * engine's and the runner's threads waited for a CPU. On a machine with as
+ * many cores as --threads, the stack's extra CPU per token (runner beyond
+ * the engine, plus scheduler and gateway) comes out of the compute's
+ * cores: over the engine's time per token it bounds what the stream can
+ * lose, whatever the load. The stream line also gives the client's rate
  * over the runner's own (eval_count / eval_duration of the same answer):
  * the delivery alone, whatever the two engines' runs differ by. Verdicts on the medians over rounds, each PASS
  * or FAIL:
@@ -36,6 +49,8 @@
  * folder). Never part of ctest: the targets are times, and a busy machine
  * misses them. */
 #include "lib/prelude.h"
+#include "bench/overhead/cpu.h"
+#include "bench/soak/soak.h"
 #include "bench/stats.h"
 #include "services/runner/engine.h"
 #include "tests/integration/e2e.h"
@@ -49,12 +64,18 @@
 #define STREAM_RATIO_MIN 0.97
 #define VERSION_P99_MAX_MS 1.0
 #define GEN1_P50_MAX_MS 2.0
+#define ENGINE_NUM_CTX 2048 /* both engines' context */
 #define PROMPT "Once upon a time, in a quiet village by the sea, there lived"
 
 typedef struct opts {
     const char *model;
     int rounds, tokens, requests, threads;
 } opts_t;
+
+/* The stack's services, found under serve once the runner is loaded. */
+typedef struct services {
+    pid_t runner, scheduler, gateway;
+} services_t;
 
 /* ---- percentiles ---- */
 
@@ -95,7 +116,7 @@ static bool never_canceled(void *ctx)
 static rn_engine_t *engine_load(const opts_t *o)
 {
     msg_options_t lo = {0};
-    lo.num_ctx = 2048;
+    lo.num_ctx = ENGINE_NUM_CTX;
     lo.has_num_ctx = true;
     lo.num_thread = o->threads;
     lo.has_num_thread = true;
@@ -233,8 +254,8 @@ static void gen_json(char *out, size_t cap, int n, bool stream, int threads)
     snprintf(out, cap,
              "{\"model\":\"overhead\",\"prompt\":\"" PROMPT "\",\"raw\":true,"
              "\"stream\":%s,\"options\":{\"temperature\":0,\"num_predict\":%d,"
-             "\"num_thread\":%d}}",
-             stream ? "true" : "false", n, threads);
+             "\"num_thread\":%d,\"num_ctx\":%d}}",
+             stream ? "true" : "false", n, threads, ENGINE_NUM_CTX);
 }
 
 /* The last NDJSON object of the body (the whole body when not a stream). */
@@ -268,6 +289,9 @@ typedef struct round {
     double version_p50_ms, version_p99_ms;
     double gen1_wall_p50_ms, gen1_over_p50_ms, gen1_over_p99_ms;
     double gen1_engine_p50_ms; /* the engine alone's whole call */
+    /* CPU per streamed token, us: on a CPU / waiting for one */
+    double engine_cpu_us, engine_wait_us, runner_cpu_us, runner_wait_us;
+    double sched_cpu_us, gw_cpu_us;
 } round_t;
 
 static double rate(const pieces_t *p)
@@ -275,17 +299,28 @@ static double rate(const pieces_t *p)
     return p->n > 1 && p->last_s > p->first_s ? (p->n - 1) / (p->last_s - p->first_s) : 0;
 }
 
-static bool run_round(const opts_t *o, http_t *h, rn_engine_t *e, round_t *r, double *scratch,
-                      double *scratch2)
+/* Per-token CPU (us) of pid between two reads; 0 when either failed. */
+static void per_token(const ovh_cpu_t *a, const ovh_cpu_t *b, bool ok, int tokens, double *run_us,
+                      double *wait_us)
+{
+    *run_us = ok && tokens > 0 ? (double)(b->run_ns - a->run_ns) / 1e3 / tokens : 0;
+    if (wait_us)
+        *wait_us = ok && tokens > 0 ? (double)(b->wait_ns - a->wait_ns) / 1e3 / tokens : 0;
+}
+
+static bool stream_http(const opts_t *o, http_t *h, const services_t *sv, round_t *r)
 {
     char json[1024];
     double s;
-    msg_done_body_t done;
-    pieces_t ep;
-
-    /* stream */
+    ovh_cpu_t c0[3], c1[3];
+    const pid_t pids[3] = {sv->runner, sv->scheduler, sv->gateway};
+    bool ok = true;
+    for (int i = 0; i < 3; i++)
+        ok &= pids[i] > 0 && ovh_cpu_read(pids[i], &c0[i]);
     gen_json(json, sizeof json, o->tokens, true, o->threads);
     long st = http_do(h, "/api/generate", json, true, &s);
+    for (int i = 0; i < 3; i++)
+        ok &= pids[i] > 0 && ovh_cpu_read(pids[i], &c1[i]);
     if (st != 200) {
         fprintf(stderr, "bench-overhead: stream: HTTP %ld: %.300s\n", st,
                 h->body.data ? h->body.data : "");
@@ -298,12 +333,42 @@ static bool run_round(const opts_t *o, http_t *h, rn_engine_t *e, round_t *r, do
     json_t *cnt = json_object_get(last, "eval_count");
     r->http_eval_tps = sev > 0 && json_is_integer(cnt) ? (double)json_integer_value(cnt) / sev : 0;
     json_decref(last);
+    per_token(&c0[0], &c1[0], ok, r->http_pieces, &r->runner_cpu_us, &r->runner_wait_us);
+    per_token(&c0[1], &c1[1], ok, r->http_pieces, &r->sched_cpu_us, NULL);
+    per_token(&c0[2], &c1[2], ok, r->http_pieces, &r->gw_cpu_us, NULL);
+    return true;
+}
+
+static bool stream_engine(const opts_t *o, rn_engine_t *e, round_t *r)
+{
+    msg_done_body_t done;
+    pieces_t ep;
+    ovh_cpu_t c0, c1;
+    bool ok = ovh_cpu_read(getpid(), &c0);
     if (!engine_gen(e, o->tokens, &ep, &done))
         return false;
+    ok &= ovh_cpu_read(getpid(), &c1);
     r->engine_tps = rate(&ep);
     r->engine_eval_tps =
         done.eval_duration > 0 ? (double)done.eval_count * 1e9 / (double)done.eval_duration : 0;
     r->engine_pieces = ep.n;
+    per_token(&c0, &c1, ok, ep.n, &r->engine_cpu_us, &r->engine_wait_us);
+    return true;
+}
+
+static bool run_round(const opts_t *o, http_t *h, rn_engine_t *e, const services_t *sv,
+                      bool engine_first, round_t *r, double *scratch, double *scratch2)
+{
+    char json[1024];
+    double s;
+    long st;
+    msg_done_body_t done;
+    pieces_t ep;
+
+    /* stream, the two in the round's order */
+    if (engine_first ? !stream_engine(o, e, r) || !stream_http(o, h, sv, r)
+                     : !stream_http(o, h, sv, r) || !stream_engine(o, e, r))
+        return false;
 
     /* version */
     for (int i = 0; i < o->requests; i++) {
@@ -345,6 +410,33 @@ static bool run_round(const opts_t *o, http_t *h, rn_engine_t *e, round_t *r, do
     }
     r->gen1_engine_p50_ms = pct(scratch, o->requests, 0.50);
     return true;
+}
+
+/* CPU the stack spends per token beyond the engine alone's: the runner's
+ * surplus, the scheduler's relay and the gateway's delivery. */
+static double stack_extra_us(const round_t *r)
+{
+    return r->runner_cpu_us - r->engine_cpu_us + r->sched_cpu_us + r->gw_cpu_us;
+}
+
+/* The runner, scheduler and gateway under serve (0 for any not found:
+ * its figures print as 0). */
+static void find_services(pid_t serve_pid, services_t *sv)
+{
+    soak_sample_t smp;
+    soak_procs_read(serve_pid, 0, &smp);
+    for (int i = 0; i < smp.n; i++) {
+        const soak_proc_t *p = &smp.p[i];
+        if (!strcmp(p->name, "runner"))
+            sv->runner = p->pid;
+        else if (!strcmp(p->name, "scheduler"))
+            sv->scheduler = p->pid;
+        else if (!strcmp(p->name, "gateway"))
+            sv->gateway = p->pid;
+    }
+    if (!sv->runner || !sv->scheduler || !sv->gateway)
+        fprintf(stderr, "bench-overhead: not every service found under serve (pid %d); "
+                        "their CPU figures print as 0\n", (int)serve_pid);
 }
 
 /* ---- main ---- */
@@ -454,13 +546,15 @@ int main(int argc, char **argv)
     opts_t wo = o;
     wo.tokens = 8;
     wo.requests = 3;
-    if (!run_round(&wo, &h, e, &warm, scratch, scratch2))
+    services_t sv = {0};
+    if (!run_round(&wo, &h, e, &sv, false, &warm, scratch, scratch2))
         goto out;
+    find_services(t.serve_pid, &sv);
     printf("bench-overhead: %s, %d threads, %d tokens, %d requests, %d rounds, server %s\n",
            o.model, o.threads, o.tokens, o.requests, o.rounds, t.host);
     round_t rs[BENCH_MEDIAN_MAX];
     for (int i = 0; i < o.rounds; i++) {
-        if (!run_round(&o, &h, e, &rs[i], scratch, scratch2))
+        if (!run_round(&o, &h, e, &sv, i % 2, &rs[i], scratch, scratch2))
             goto out;
         round_t *r = &rs[i];
         printf("round %d: stream %.1f tok/s (%d pieces; runner's own %.1f) vs engine %.1f "
@@ -472,6 +566,12 @@ int main(int argc, char **argv)
                r->engine_tps > 0 ? r->http_tps / r->engine_tps : 0, r->version_p50_ms,
                r->version_p99_ms, r->gen1_wall_p50_ms, r->gen1_over_p50_ms,
                r->gen1_over_p99_ms, r->gen1_engine_p50_ms);
+        printf("  CPU per token: engine alone %.1f us (waited %.1f); runner %.1f us (waited "
+               "%.1f), scheduler %.1f, gateway %.1f: the stack's extra %.1f us = %.1f%% of "
+               "the engine's\n",
+               r->engine_cpu_us, r->engine_wait_us, r->runner_cpu_us, r->runner_wait_us,
+               r->sched_cpu_us, r->gw_cpu_us, stack_extra_us(r),
+               r->engine_cpu_us > 0 ? 100 * stack_extra_us(r) / r->engine_cpu_us : 0);
         fflush(stdout);
     }
     int n = o.rounds;
@@ -493,6 +593,17 @@ int main(int argc, char **argv)
     snprintf(d, sizeof d, "/api/version p50 %.3f ms, p99 %.3f ms (< %.1f)", v50, v99,
              VERSION_P99_MAX_MS);
     pass &= verdict("version", v99 < VERSION_P99_MAX_MS, d);
+    /* Not a verdict: the CPU figures explain the stream's, whatever the load. */
+    double ecpu = MEDIAN_OF(rs, n, engine_cpu_us), extra[BENCH_MEDIAN_MAX];
+    for (int i = 0; i < n; i++)
+        extra[i] = stack_extra_us(&rs[i]);
+    printf("cpu      engine alone %.1f us/token; runner %.1f, scheduler %.1f, gateway %.1f: "
+           "the stack's extra %.1f us/token = %.1f%% of the engine's (waiting for a CPU: "
+           "engine %.1f, runner %.1f us/token)\n",
+           ecpu, MEDIAN_OF(rs, n, runner_cpu_us), MEDIAN_OF(rs, n, sched_cpu_us),
+           MEDIAN_OF(rs, n, gw_cpu_us), bench_median(extra, n),
+           ecpu > 0 ? 100 * bench_median(extra, n) / ecpu : 0, MEDIAN_OF(rs, n, engine_wait_us),
+           MEDIAN_OF(rs, n, runner_wait_us));
     snprintf(d, sizeof d,
              "1-token generate %.3f ms, minus the engine's durations: p50 %.3f ms (< %.1f); "
              "engine alone %.3f ms",

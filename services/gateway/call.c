@@ -33,6 +33,7 @@ struct gw_call {
     bool canceled;     /* gw_call_cancel ran: the socket lingers */
     bool clean;        /* the last wait ended with a reply */
     int64_t idle_since_ms; /* when it went into the pool */
+    int64_t abort_checked_ms; /* the wait's abort callback last ran then */
 };
 
 static int64_t mono_ms(void)
@@ -148,6 +149,7 @@ static gw_call_t *reuse(gw_call_t *c, const char *peer, int connect_timeout_ms)
     snprintf(c->peer, sizeof c->peer, "%s", peer ? peer : "peer");
     c->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 1;
     c->sent = c->clean = c->canceled = c->refused = false;
+    c->abort_checked_ms = 0;
     return c;
 }
 
@@ -290,6 +292,18 @@ cr_status_t gw_call_send(gw_call_t *c, msg_t *m, cr_err_t *err)
     }
 }
 
+/* The wait's abort callback, at most once a slice: it costs a system call
+ * (a poll of the client's socket), and a stream's replies (one a token)
+ * come far more often than that. */
+static bool should_abort(gw_call_t *c, const gw_wait_t *w, int64_t now)
+{
+    if (!w->abort_fn ||
+        (c->abort_checked_ms && now - c->abort_checked_ms < GW_CALL_SLICE_MS))
+        return false;
+    c->abort_checked_ms = now;
+    return w->abort_fn(w->abort_arg);
+}
+
 cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
                          cr_err_t *err)
 {
@@ -298,9 +312,13 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
     int64_t last = mono_ms();
     bool pinged = false;
     for (;;) {
-        if (w->abort_fn && w->abort_fn(w->abort_arg))
+        if (should_abort(c, w, mono_ms()))
             return cr_err_set(err, CR_E_CANCELED, "request canceled");
-        void *which = zpoller_wait(c->poller, GW_CALL_SLICE_MS);
+        /* A reply already waiting needs no poll (ZMQ_EVENTS is the state,
+         * read without a system call): a stream's next token often is. */
+        void *which = zsock_events(c->sock) & ZMQ_POLLIN
+                          ? c->sock
+                          : zpoller_wait(c->poller, GW_CALL_SLICE_MS);
         if (which == c->mon) {
             drain_monitor(c);
             if (c->dropped) {

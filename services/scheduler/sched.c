@@ -1038,7 +1038,9 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
     }
 }
 
-static void on_runners(sch_server_t *s)
+/* True when the message was a relayed chunk or progress (no state of the
+ * scheduler's changed but the runner's last-seen time). */
+static bool on_runners(sch_server_t *s)
 {
     msg_t m;
     zframe_t *ident = NULL, *body = NULL;
@@ -1054,15 +1056,16 @@ static void on_runners(sch_server_t *s)
     }
     zframe_destroy(&ident);
     if (!st && sch_runner_relay(s, NULL, id, &body))
-        return;
+        return true;
     if (!st)
         st = msg_decode(zframe_data(body), zframe_size(body), &m, &err);
     zframe_destroy(&body);
     if (st) {
         cr_log_warn("bad message from runner %s: %s", id, err.msg);
-        return;
+        return false;
     }
     sch_runner_msg(s, NULL, id, &m);
+    return false;
 }
 
 bool sch_runner_relay(sch_server_t *s, sch_node_t *node, const char *id,
@@ -1452,24 +1455,50 @@ fail_sockets:
     return err ? err->status : CR_E_IO;
 }
 
+/* A socket with a message waiting, or NULL, in the poller's order.
+ * ZMQ_EVENTS is read without a system call, where a poll with no timeout
+ * makes one: the loop asks once a message, a token of a stream. */
+static void *ready_socket(sch_server_t *s)
+{
+    zsock_t *socks[] = {s->front, s->runners, s->registry, s->nodes};
+    for (size_t i = 0; i < CR_ARRAY_LEN(socks); i++)
+        if (socks[i] && (zsock_events(socks[i]) & ZMQ_POLLIN))
+            return socks[i];
+    return NULL;
+}
+
 void sch_server_run_once(sch_server_t *s, int timeout_ms)
 {
     /* Replies waiting for slow gateways are retried often. */
     if (sch_outbox_flush(s->outbox, req_gone, s) && timeout_ms > OUTBOX_RETRY_MS)
         timeout_ms = OUTBOX_RETRY_MS;
-    void *which = zpoller_wait(s->poller, timeout_ms);
+    void *which = ready_socket(s);
+    if (!which)
+        which = zpoller_wait(s->poller, timeout_ms);
     /* Drain everything that is ready, not just one socket. */
+    bool only_relays = which != NULL;
     for (int spin = 0; which && spin < 256; spin++) {
-        if (which == s->front)
+        if (which == s->front) {
             on_front(s);
-        else if (which == s->runners)
-            on_runners(s);
-        else if (which == s->registry)
-            on_registry(s);
-        else if (s->nodes && which == s->nodes)
-            sch_nodes_on_readable(s);
-        which = zpoller_wait(s->poller, 0);
+            only_relays = false;
+        } else if (which == s->runners) {
+            only_relays &= on_runners(s);
+        } else {
+            if (which == s->registry)
+                on_registry(s);
+            else if (s->nodes && which == s->nodes)
+                sch_nodes_on_readable(s);
+            only_relays = false;
+        }
+        which = ready_socket(s);
     }
+    /* A stream's tokens change nothing that the rest looks at (children,
+     * nodes, timers, the queue): while only they come, it runs once every
+     * HOUSEKEEP_MS, not once a token (a waitpid and list walks each). */
+    int64_t now = mono_ms_default();
+    if (only_relays && now - s->housekept_ms < HOUSEKEEP_MS)
+        return;
+    s->housekept_ms = now;
     reap_children(s);
     if (s->nodes)
         sch_nodes_check(s);

@@ -25,6 +25,8 @@
 #define ORPHANS_MAX 256           /* runners of a previous scheduler tracked */
 #define FOREVER_MS INT64_MAX
 #define OUTBOX_RETRY_MS 5         /* poll timeout while replies wait */
+#define HOUSEKEEP_MS 5            /* most time between two housekeepings
+                                     while only relayed tokens come */
 
 typedef enum runner_state {
     RS_STARTING,
@@ -127,6 +129,7 @@ struct sch_server {
     int64_t keys_checked_ms;     /* last look at the keys dir */
     bool keys_dir_bad;           /* unreadable at the last look (warned) */
     int64_t trimmed_ms;          /* last cr_mem_trim */
+    int64_t housekept_ms;        /* last reap, timers and schedule */
     sch_node_t *node_list;
     zpoller_t *poller;
     runner_t *runner_list;

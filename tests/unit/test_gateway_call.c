@@ -10,7 +10,10 @@
  * And the pool of idle calls (issue 18): a call that got its reply is
  * reused for the next request, with a new id and the old request's late
  * replies dropped; canceled, unanswered and dropped calls are not; idle
- * calls are closed after a while. */
+ * calls are closed after a while.
+ *
+ * And the abort callback (the client's socket polled) runs at most once a
+ * slice while replies flow, yet still ends a wait whose client left. */
 #include "lib/prelude.h"
 #include "proto/bus.h"
 #include "services/gateway/call.h"
@@ -258,6 +261,98 @@ static void test_reuse(const char *ep)
     gw_call_limit_fini(&l);
 }
 
+/* ---- the abort callback (issue 18: one poll of the client's socket a
+ * token was the gateway's largest cost per streamed token) ---- */
+
+typedef struct aborts {
+    int calls;
+    bool gone; /* what the callback answers */
+} aborts_t;
+
+static bool count_abort(void *arg)
+{
+    aborts_t *a = arg;
+    a->calls++;
+    return a->gone;
+}
+
+static int64_t now_ms(void)
+{
+    return zclock_mono();
+}
+
+/* The peer sends n chunks for the request it receives. */
+static void peer_stream(zsock_t *peer, int n)
+{
+    msg_t m;
+    zframe_t *who = NULL;
+    cr_err_t err;
+    CHECK_EQ_INT(bus_recv(peer, 2000, &m, &who, &err), CR_OK);
+    for (int i = 0; i < n; i++) {
+        msg_t chunk;
+        msg_init(&chunk, MSG_chunk, m.id);
+        chunk.u.chunk.response = "x";
+        chunk.u.chunk.has_response = true;
+        CHECK_EQ_INT(bus_send_to(peer, who, &chunk, &err), CR_OK);
+    }
+    msg_clear(&m);
+    zframe_destroy(&who);
+}
+
+/* While replies flow, the callback runs on the first wait and then at
+ * most once a GW_CALL_SLICE_MS, not once a reply; a client that is gone
+ * is still seen, within a slice. */
+static void test_abort_checks(const char *ep)
+{
+    enum { N = 300 };
+    zsock_t *peer = zsock_new_router(ep);
+    CHECK(peer != NULL);
+    cr_status_t st;
+    gw_call_t *c = open_at(NULL, ep, &st);
+    CHECK_EQ_INT(st, CR_OK);
+    msg_t m, got;
+    msg_init(&m, MSG_ping, NULL);
+    cr_err_t err;
+    CHECK_EQ_INT(gw_call_send(c, &m, &err), CR_OK);
+    peer_stream(peer, N);
+    aborts_t a = {0, false};
+    gw_wait_t w = {.idle_timeout_ms = 5000, .abort_fn = count_abort, .abort_arg = &a};
+    int64_t t0 = now_ms();
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_OK);
+        CHECK_EQ_INT(got.type, MSG_chunk);
+        msg_clear(&got);
+    }
+    int64_t slices = (now_ms() - t0) / GW_CALL_SLICE_MS;
+    CHECK(a.calls >= 1); /* the first wait asks at once */
+    CHECK_MSG(a.calls <= 1 + slices + 1, "%d abort checks for %d replies in %lld slices",
+              a.calls, N, (long long)slices);
+
+    /* The client goes after a few replies: the wait ends canceled within
+     * a slice, whether replies keep coming or have run out. */
+    gw_call_destroy(&c);
+    c = open_at(NULL, ep, &st);
+    CHECK_EQ_INT(st, CR_OK);
+    msg_init(&m, MSG_ping, NULL);
+    CHECK_EQ_INT(gw_call_send(c, &m, &err), CR_OK);
+    peer_stream(peer, N);
+    a.gone = false;
+    int ok = 0;
+    for (int i = 0; i <= N; i++) {
+        if (i == 10)
+            a.gone = true;
+        st = gw_call_recv(c, &w, &got, &err);
+        msg_clear(&got);
+        if (st != CR_OK)
+            break;
+        ok++;
+    }
+    CHECK_MSG(ok >= 10, "only %d replies before the abort", ok);
+    CHECK_EQ_INT(st, CR_E_CANCELED);
+    gw_call_destroy(&c);
+    zsock_destroy(&peer);
+}
+
 int main(void)
 {
     raise_nofile();
@@ -268,6 +363,7 @@ int main(void)
     char ep[300];
     snprintf(ep, sizeof ep, "ipc://%s/sched.sock", dir);
     test_reuse(ep);
+    test_abort_checks(ep);
     char path[300];
     snprintf(path, sizeof path, "%s/sched.sock", dir);
     unlink(path);
