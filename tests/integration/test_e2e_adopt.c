@@ -21,6 +21,8 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -158,6 +160,27 @@ static void *late_main(void *arg)
     return NULL;
 }
 
+/* When the scheduler's socket for gateways accepts a connection (a killed
+ * scheduler leaves the file; connects to it are refused until the new one
+ * binds): now_ms() then, or 0 past deadline_ms. */
+static int64_t wait_listening(int64_t deadline_ms)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    int n = snprintf(a.sun_path, sizeof a.sun_path, "%.80s/run/scheduler.sock", T.tmp);
+    if (n < 0 || (size_t)n >= sizeof a.sun_path)
+        return 0;
+    while (now_ms() < deadline_ms) {
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        bool up = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (up)
+            return now_ms();
+        usleep(5000);
+    }
+    return 0;
+}
+
 /* A streamed request in flight when the scheduler dies. */
 typedef struct stream {
     pthread_t th;
@@ -220,8 +243,13 @@ static void restart_round(int k, bool streaming)
     }
     CHECK_MSG(fresh > 0 && fresh != old, "the scheduler was not restarted");
     int64_t restarted = now_ms();
-    /* The request at +100 ms: for a model no stream occupies. */
-    late_t late = {.model = k > 1 ? "m2" : "m1", .at_ms = restarted + 100};
+    /* The request at +100 ms: for a model no stream occupies. From when the
+     * new scheduler listens, not when its process appears: the gateway
+     * retries a refused connect for 2 s only, and a loaded machine can
+     * take longer than that to start a process (seen: a 502). */
+    int64_t listening = wait_listening(restarted + 60000);
+    CHECK_MSG(listening > 0, "the restarted scheduler never listened");
+    late_t late = {.model = k > 1 ? "m2" : "m1", .at_ms = listening + 100};
     pthread_create(&late.th, NULL, late_main, &late);
     bool all = false, twice = false;
     int64_t listed = -1;
@@ -232,9 +260,10 @@ static void restart_round(int k, bool streaming)
         else
             usleep(10000);
     }
-    printf("adopt: restarted %lld ms after the kill; every model in ps %lld "
-           "ms after the restart\n",
-           (long long)(restarted - killed), (long long)listed);
+    printf("adopt: restarted %lld ms after the kill, listening %lld ms later; "
+           "every model in ps %lld ms after the restart\n",
+           (long long)(restarted - killed), (long long)(listening - restarted),
+           (long long)listed);
     CHECK_MSG(all, "ps did not list the %d models again", k);
     CHECK_MSG(!twice, "ps listed a model twice");
     pthread_join(late.th, NULL);
