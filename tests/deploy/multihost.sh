@@ -104,7 +104,11 @@ printf 'FROM ./m.gguf\nPARAMETER temperature 0\n' >"$T/Modelfile"
     fail "create"
 
 # Host B: the node, one described 8 GB GPU, its own cache, no shared store.
-NODE_ENV="CORRAL_RUNTIME_DIR=$T/runB CORRAL_NODE_SCHEDULER=tcp://$IPA:$NPORT CORRAL_NODE_SERVER_CERT=$T/keys/scheduler CORRAL_NODE_TIMEOUT=2s CORRAL_GPU_INVENTORY=0:FakeGPU:8000000000,cpu:8000000000"
+# The node gives up on a silent scheduler after CORRAL_NODE_TIMEOUT and
+# stops its runners: 30 s, so a scheduler restart that a loaded machine
+# stretches past 2 s (seen: 12 s) does not lose the runner the adoption
+# check expects. (serve's own 2 s is how soon the killed node is lost.)
+NODE_ENV="CORRAL_RUNTIME_DIR=$T/runB CORRAL_NODE_SCHEDULER=tcp://$IPA:$NPORT CORRAL_NODE_SERVER_CERT=$T/keys/scheduler CORRAL_NODE_TIMEOUT=30s CORRAL_GPU_INVENTORY=0:FakeGPU:8000000000,cpu:8000000000"
 # Its cache is bounded (1 KB) and holds a stale blob nothing uses: after
 # the fetch the stale one goes, the fetched one (in use) stays.
 STALE=sha256-$(printf 'f%.0s' $(seq 1 64))
