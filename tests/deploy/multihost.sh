@@ -225,6 +225,15 @@ for i in $(seq 1 3000); do # up to 30 s
 done
 t1=$(now_ms)
 [ -n "$new" ] || fail "the scheduler was not restarted"
+# The chat at +100 ms counts from when the new scheduler listens (the
+# gateway retries a refused connect for 2 s only; a loaded machine can take
+# longer to start it): a connect to its socket is refused (curl: 7) until
+# then.
+for i in $(seq 1 600); do # up to 60 s
+    curl -s -m 2 --unix-socket "$T/runA/scheduler.sock" http://scheduler/ >/dev/null 2>&1
+    [ $? != 7 ] && break
+    sleep 0.05
+done
 (sleep 0.1; http -X POST -d "$CHAT" "http://127.0.0.1:$PORT/api/chat" >"$T/late.out") &
 LATE_PID=$!
 listed=$(await_ps "$t1")
