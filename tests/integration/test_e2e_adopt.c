@@ -5,7 +5,7 @@
  * With one, two and three models loaded (the third round with a request
  * streaming), the scheduler gets SIGKILL; `corral serve` restarts it. Each
  * round checks that ps lists every model again, that a request sent 100 ms
- * after the new scheduler process appears is served by the adopted runner
+ * after the new scheduler listens is served by the adopted runner
  * (no `loading` in the log, no new runner process), and that the runner
  * processes are the same ones afterwards.
  *
