@@ -658,6 +658,7 @@ static void test_hostile_formats(void)
     g = mk(b.data, NULL);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    printf("grammar: 64k schema nodes compiled in %.3f s\n", secs);
     CHECK_MSG(secs < 5, "64k nodes took %.1f s", secs);
     if (g) {
         ACCEPT(g, "{\"a\":[1]}", true);
