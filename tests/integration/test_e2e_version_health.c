@@ -41,10 +41,14 @@ static void test_version(void)
     free(out);
 }
 
-/* Polls /api/health until it answers want (a condition, not a delay). */
+/* Polls /api/health until it answers want (a condition, not a delay), for
+ * up to 60 s: 300 polls of 20 ms were ~6 s, tight for a registry's
+ * reply timeout plus a resumed process on a loaded machine. */
 static json_t *health_until(long want)
 {
-    for (int i = 0; i < 300; i++) {
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (now = t0; now.tv_sec - t0.tv_sec < 60; clock_gettime(CLOCK_MONOTONIC, &now)) {
         e2e_resp_t r = e2e_http(&T, "GET", "/api/health", NULL, NULL, NULL);
         long status = r.status;
         json_t *j = json_loads(r.body ? r.body : "", 0, NULL);

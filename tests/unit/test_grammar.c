@@ -658,7 +658,16 @@ static void test_hostile_formats(void)
     g = mk(b.data, NULL);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    CHECK_MSG(secs < 5, "64k nodes took %.1f s", secs);
+    /* The unhashed memo took 12 s here, the hashed one 0.4-0.6 s (1.3 s
+     * with both cores busy); AddressSanitizer runs it about 3 times slower,
+     * so its bound is 3 times wider (estimated ~4 s for ASan, loaded). */
+#if defined(__SANITIZE_ADDRESS__)
+    const double bound_s = 15;
+#else
+    const double bound_s = 5;
+#endif
+    printf("grammar: 64k schema nodes compiled in %.3f s (bound %.0f s)\n", secs, bound_s);
+    CHECK_MSG(secs < bound_s, "64k nodes took %.1f s", secs);
     if (g) {
         ACCEPT(g, "{\"a\":[1]}", true);
         ACCEPT(g, "\"s\"", true);
