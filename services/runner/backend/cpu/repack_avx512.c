@@ -129,8 +129,9 @@ static VNNI void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb, const be_bloc
  * its token count, kept the accumulator in memory (a store-to-load chain
  * per block) and held a whole block's loads before its arithmetic. Measured
  * with bench-kernels --packed (one thread, 65536 x 2048 from DRAM, A/B in
- * one process): 1.04-1.11x the AVX2 kernel and 93-94% of a plain streaming
- * read of the same bytes, where the tile ran 0.90-1.0x and 79-86%. A
+ * one process, nine runs on a busy machine): 0.94-1.11x the AVX2 kernel
+ * (most runs 1.04-1.08x) and 86-96% of a plain streaming read of the same
+ * bytes, where the tile ran 0.90-1.0x and 79-86%. A
  * prefetch 4 to 32 blocks ahead made it slower (0.87-0.98x) and none is
  * issued. */
 static VNNI void q8_0_decode(const be_block_q8_0x8_t *w, int64_t nb, const be_block_q8_0_t *x,
