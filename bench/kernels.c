@@ -22,7 +22,11 @@
  * by the thread's CPU clock (time the thread was descheduled on a busy
  * machine does not count) and reported as the median and the best round.
  * Give a matrix larger than the caches (e.g. --rows 32768) to see decode
- * as memory-bound. Never part of ctest. */
+ * as memory-bound. Each round also times a plain streaming read of the
+ * packed bytes (AVX2 loads, as bench-bench's bandwidth figure) and prints
+ * it ("read") and each kernel's share of it ("% read"): decode's fraction
+ * of the one-thread bandwidth limit, free of the machine's load of the
+ * moment. Never part of ctest. */
 #include "lib/prelude.h"
 #include "bench/stats.h"
 #include "services/runner/backend/cpu/quant.h"
@@ -132,6 +136,37 @@ static double min_of(const double *v, int n)
     return m;
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* A plain streaming read of n bytes (as bench-bench's bandwidth figure):
+ * the rate the packed kernels are held against. */
+__attribute__((target("avx2"))) static int64_t read_bytes(const uint8_t *p, size_t n)
+{
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *)(p + i + 96)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    int64_t out[4];
+    _mm256_storeu_si256((__m256i *)out, a0);
+    return out[0] + out[1] + out[2] + out[3];
+}
+#else
+static int64_t read_bytes(const uint8_t *p, size_t n)
+{
+    int64_t s = 0;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        int64_t v;
+        memcpy(&v, p + i, 8);
+        s += v;
+    }
+    return s;
+}
+#endif
+
 /* The packed products of a rows x cols matrix of type t with n_tok tokens,
  * per level with its own kernel, levels interleaved within each round. */
 static int bench_packed(cr_type_t t, int64_t cols, int rows, int rounds, int n_tok)
@@ -179,8 +214,14 @@ static int bench_packed(cr_type_t t, int64_t cols, int rows, int rounds, int n_t
     be_simd_t have = be_simd_detect();
     /* scalar only where nothing else runs: it takes 100x the time */
     int lv0 = have >= BE_SIMD_AVX2 ? BE_SIMD_AVX2 : BE_SIMD_SCALAR;
-    double secs[BE_SIMD_AVX512_VNNI + 1][MAX_ROUNDS];
+    double secs[BE_SIMD_AVX512_VNNI + 1][MAX_ROUNDS], rsecs[MAX_ROUNDS];
+    size_t pbytes = (size_t)(rows / BE_PACK_ROWS) * p->group_bytes;
+    volatile int64_t sink = 0;
     for (int k = -1; k < rounds; k++) { /* round -1 warms the caches */
+        double r0 = cpu_now_s();
+        sink += read_bytes(p->data, pbytes);
+        if (k >= 0)
+            rsecs[k] = cpu_now_s() - r0;
         for (int lv = lv0; lv <= (int)have; lv++) {
             be_pack_gemm_fn fn = be_pack_gemm_compiled(t, (be_simd_t)lv);
             if (!fn)
@@ -194,6 +235,10 @@ static int bench_packed(cr_type_t t, int64_t cols, int rows, int rounds, int n_t
     printf("%-7s packed %5d x %-6" PRId64 " %7.2f MB, %d tokens", ts->name, rows, cols,
            (double)rb * rows / 1e6, n_tok);
     double avx2 = 0, avx2_best = 0, mb = (double)rb * rows / 1e9;
+    /* the plain read of the packed bytes, as a rate of the source's bytes
+     * (the kernels' unit): "% read" is a kernel's share of that limit */
+    double rd = mb / bench_median(rsecs, rounds);
+    printf("  read %6.2f GB/s", rd);
     if (have >= BE_SIMD_AVX2 && be_pack_gemm_compiled(t, BE_SIMD_AVX2)) {
         avx2 = mb / bench_median(secs[BE_SIMD_AVX2], rounds);
         avx2_best = mb / min_of(secs[BE_SIMD_AVX2], rounds);
@@ -205,6 +250,7 @@ static int bench_packed(cr_type_t t, int64_t cols, int rows, int rounds, int n_t
         printf("  %s %6.2f GB/s (best %6.2f)", be_simd_name((be_simd_t)lv), g, gb);
         if (avx2 > 0 && lv != BE_SIMD_AVX2)
             printf(" %.2fx avx2 (best %.2fx)", g / avx2, gb / avx2_best);
+        printf(" %.0f%% read", 100 * g / rd);
     }
     printf("\n");
     rc = 0;

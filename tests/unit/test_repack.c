@@ -286,6 +286,51 @@ static void test_q6_k_extremes(void)
     be_pack_destroy(&p);
 }
 
+/* Q8_0 at the signed bounds: weights -128 (a file may hold it) and 127,
+ * activations -127 and 127, mixed so every sign pairing occurs (the SIMD
+ * kernels multiply |w| as unsigned by a with w's sign). d = da = 1, so
+ * the exact integer sum is the float result at every level, decode and
+ * a batch alike. */
+static void test_q8_0_extremes(void)
+{
+    enum { ROWS = 8, NB = 3, TOK = 3 };
+    be_block_q8_0_t w[ROWS * NB], x[TOK * NB];
+    for (int i = 0; i < ROWS * NB; i++) {
+        w[i].d = 0x3c00; /* f16 1.0 */
+        for (int e = 0; e < 32; e++)
+            w[i].qs[e] = (int8_t)((e + i) % 3 ? -128 : 127);
+    }
+    for (int i = 0; i < TOK * NB; i++) {
+        x[i].d = 0x3c00;
+        for (int e = 0; e < 32; e++)
+            x[i].qs[e] = (int8_t)((e / 2 + i) % 2 ? -127 : 127);
+    }
+    int32_t xs[TOK * NB * 2];
+    for (int t = 0; t < TOK; t++)
+        be_pack_block_sums(x + t * NB, NB, xs + 2 * t * NB);
+    be_packed_t *p = NULL;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(be_pack_new(CR_TYPE_Q8_0, w, ROWS, NB * 32, NB * sizeof *w, &p, &err), CR_OK);
+    for (int lv = BE_SIMD_SCALAR; p && lv <= (int)be_simd_detect(); lv++)
+        for (int n = 1; n <= TOK; n += TOK - 1) {
+            float y[TOK * ROWS];
+            be_pack_gemm_at(CR_TYPE_Q8_0, (be_simd_t)lv)(p, 0, 1, x, xs, n, y, ROWS);
+            int off = 0;
+            for (int t = 0; t < n; t++)
+                for (int r = 0; r < ROWS; r++) {
+                    int64_t want = 0;
+                    for (int b = 0; b < NB; b++)
+                        for (int e = 0; e < 32; e++)
+                            want += w[r * NB + b].qs[e] * x[t * NB + b].qs[e];
+                    off += y[t * ROWS + r] != (float)want;
+                }
+            CHECK_MSG(off == 0, "Q8_0 extremes level %s tokens %d: %d values off",
+                      be_simd_name((be_simd_t)lv), n, off);
+        }
+    be_pack_destroy(&p);
+}
+
 static void test_backend(void)
 {
     be_backend_t *be1 = NULL, *be3 = NULL;
@@ -438,6 +483,7 @@ int main(void)
     test_get_row();
     test_gemm();
     test_q6_k_extremes();
+    test_q8_0_extremes();
     test_backend();
     test_file_pages_dropped();
     return check_finish("test_repack");
