@@ -27,6 +27,8 @@ typedef struct relay {
     gw_call_t *call;
     gw_wait_t wait;    /* abort_fn/arg point at this relay */
     gw_ctx_t *ctx;     /* server context (outlives every request) */
+    struct MHD_Connection *conn; /* its connection (streams lift its idle
+                                    timeout while they run) */
     int fd;            /* client socket */
     cr_buf_t out;      /* bytes ready for the client */
     size_t out_off;    /* of them already handed to MHD */
@@ -83,6 +85,7 @@ static relay_t *relay_new(gw_req_t *r, gw_relay_kind_t kind, const char *model,
     x->wait.abort_fn = relay_should_abort;
     x->wait.abort_arg = x;
     x->ctx = r->ctx;
+    x->conn = r->conn;
     x->fd = r->fd;
     x->start_ns = r->start_ns;
     cr_buf_init(&x->out, LINE_CAP);
@@ -352,8 +355,15 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
         cr_buf_reset(&x->out);
         x->out_off = 0;
         if (x->finished) {
-            if (!x->err_status)
+            if (!x->err_status) {
+                /* The connection may carry another request: idle again
+                 * counts (a cut stream closes it anyway). */
+                if (x->ctx->cfg.idle_timeout_s)
+                    MHD_set_connection_option(x->conn,
+                                              MHD_CONNECTION_OPTION_TIMEOUT,
+                                              x->ctx->cfg.idle_timeout_s);
                 return MHD_CONTENT_READER_END_OF_STREAM;
+            }
             /* Bytes went out already: the error is the last line. */
             cr_status_t st;
             if (x->fmt) {
@@ -473,6 +483,12 @@ static enum MHD_Result run(gw_req_t *r, relay_t *x)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             x->fmt ? x->fmt->content_type
                                    : "application/x-ndjson");
+    /* A stream waits on the bus inside the reader, where libmicrohttpd
+     * sees no traffic: a model load or a pull silent past
+     * CORRAL_IDLE_TIMEOUT was cut as idle. Not idle while it runs (a
+     * client that stops reading is the relay's flow control's). */
+    if (x->ctx->cfg.idle_timeout_s)
+        MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     ret = gw_reply_response(r, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp); /* MHD holds it (and x) from here */
     return ret;

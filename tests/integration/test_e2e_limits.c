@@ -342,6 +342,23 @@ static void test_long_wait_not_idle(void)
     e2e_resp_free(&g);
 }
 
+/* The same wait in a stream: after its "loading model" line the stream is
+ * silent longer than the idle timeout while the model loads;
+ * libmicrohttpd counted that as idle and cut it (curl error 18) before
+ * the gateway lifted the timeout while a stream runs. */
+static void test_long_stream_not_idle(void)
+{
+    e2e_resp_t g = e2e_http(&T, "POST", "/api/generate",
+                            "{\"model\":\"slowload-stream\",\"prompt\":\"hi\","
+                            "\"options\":{\"num_predict\":2}}",
+                            NULL, NULL);
+    CHECK_EQ_INT(g.status, 200);
+    CHECK_MSG(g.body && strstr(g.body, "\"done\":true") != NULL,
+              "a stream silent past the idle timeout was cut: %.200s",
+              g.body ? g.body : "(no body)");
+    e2e_resp_free(&g);
+}
+
 int main(void)
 {
     unsetenv("CORRAL_TEST_SCRIPT");
@@ -358,7 +375,10 @@ int main(void)
         return 1;
     bool synth = e2e_synth_create(&T, "synth", "TEMPLATE \"{{ .Prompt }}\"\n", NULL);
     bool slow = e2e_synth_create(&T, "slowload", "TEMPLATE \"{{ .Prompt }}\"\n", NULL);
-    CHECK_MSG(synth && slow, "create synth %d, slowload %d", synth, slow);
+    bool slow_stream = e2e_synth_create(&T, "slowload-stream",
+                                        "TEMPLATE \"{{ .Prompt }}\"\n", NULL);
+    CHECK_MSG(synth && slow && slow_stream, "create synth %d, slowload %d, "
+              "slowload-stream %d", synth, slow, slow_stream);
     e2e_serve_stop(&T);
     setenv("CORRAL_IDLE_TIMEOUT", "2s", 1);
     if (!e2e_serve_start(&T)) {
@@ -374,6 +394,8 @@ int main(void)
     test_host_header();
     if (slow)
         test_long_wait_not_idle();
+    if (slow_stream)
+        test_long_stream_not_idle();
     e2e_stop(&T);
     return check_finish("e2e_limits");
 }
