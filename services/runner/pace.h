@@ -35,4 +35,30 @@ void rn_pace_observe(rn_pace_t *p, int n_decode, int n_prompt, int64_t ns);
  * decode-only steps (at least 1, so a prompt always advances). */
 int rn_pace_prompt_cap(const rn_pace_t *p, int n_decode, int max);
 
+/* A prefilling slot as the plan sees it. Ticks are the engine's step
+ * count: any clock that only goes forward and is read between steps. */
+typedef struct rn_pace_prompt {
+    int64_t arrived; /* tick at which its request started */
+    int left;        /* prompt tokens still to evaluate */
+} rn_pace_prompt_t;
+
+/* One step as the plan sees it. */
+typedef struct rn_pace_step {
+    int n_decode;            /* decoding slots with a token in the step */
+    int64_t streaming_since; /* earliest tick at which one of those sent its
+                                first token (INT64_MAX: none has) */
+    int budget;              /* batch tokens left after the decoders' */
+    int chunk;               /* most tokens of one prompt in one step */
+} rn_pace_step_t;
+
+/* Chooses the step's prompt tokens: take[i] for each of the n prompts
+ * (0: it waits), returns their sum (<= s->budget). A prompt that arrived
+ * at or before s->streaming_since (no decoder of the step was sending
+ * yet) is a peer of the decoders: it takes min(chunk, left). The others
+ * share rn_pace_prompt_cap's tokens, the earliest arrival first (one
+ * prompt finishes before the next starts: the same tokens, earlier first
+ * tokens). Peers go first, then the others, within the budget. */
+int rn_pace_plan(const rn_pace_t *p, const rn_pace_step_t *s, const rn_pace_prompt_t *pr,
+                 int n, int *take);
+
 #endif
