@@ -6,8 +6,18 @@
  * pace keeps running averages of what steps cost (a decode-only step; one
  * prompt token) and caps the prompt tokens of a step with decoders so the
  * step costs at most RN_PACE_RATIO decode-only steps; a prompt alone is
- * never capped. It only does arithmetic on the times it is given (the
- * engine measures them), so it is tested with made-up times. */
+ * never capped.
+ *
+ * The cap guards streams that were already sending when a prompt came:
+ * their users read at a pace the new prompt must not break. A prompt that
+ * came before every decoder of the step sent its first token arrived with
+ * them (a burst of users at once): it is prefilled in whole chunks, as
+ * llama-server prefills everything, since capping it prefills the members
+ * of a burst one after another at a few tokens a step (issue 18: 0.93x and
+ * 0.82x llama-server's aggregate tokens/s at 4 and 8 clients at once,
+ * first tokens up to 17.7 s late). It only does arithmetic on the times
+ * and ticks it is given (the engine measures them), so it is tested with
+ * made-up ones. */
 #ifndef RN_PACE_H
 #define RN_PACE_H
 
