@@ -130,6 +130,9 @@ typedef struct slot {
     float *spec_logits;
     int spec_rows;
     int64_t n_drafted, n_accepted; /* this request's drafts and hits */
+    /* For the pace (pace.h), in steps (stats.steps): when the request
+     * started, and when it sent its first token. */
+    int64_t arrived_tick, streaming_tick;
 } slot_t;
 
 struct rn_engine {
@@ -175,6 +178,8 @@ struct rn_engine {
     int32_t *prompt;  /* a prompt before it has a slot, embed inputs [n_ctx] */
     rn_ctx_span_t *spans; /* one step's batch [n_slots] */
     int *span_slot;   /* the slot of each span [n_slots] */
+    rn_pace_prompt_t *waiting; /* one step's prefilling slots [n_slots] */
+    int *take;        /* the pace's tokens for each of them [n_slots] */
     int64_t clock;    /* counts ended requests, for the LRU slot */
     rn_engine_stats_t stats;
     rn_grammar_vocab_t *gvocab; /* token bytes for structured output; made
@@ -507,8 +512,10 @@ cr_status_t rn_engine_load(const msg_load_body_t *load, rn_engine_t **out,
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
     e->spans = calloc((size_t)e->n_slots, sizeof *e->spans);
     e->span_slot = calloc((size_t)e->n_slots, sizeof *e->span_slot);
+    e->waiting = calloc((size_t)e->n_slots, sizeof *e->waiting);
+    e->take = calloc((size_t)e->n_slots, sizeof *e->take);
     e->prompt = calloc((size_t)e->n_ctx, sizeof *e->prompt);
-    if (!e->slots || !e->spans || !e->span_slot || !e->prompt) {
+    if (!e->slots || !e->spans || !e->span_slot || !e->waiting || !e->take || !e->prompt) {
         st = cr_err_set(err, CR_E_NOMEM, "out of memory for the slots");
         goto fail;
     }
@@ -562,6 +569,8 @@ void rn_engine_destroy(rn_engine_t **self_p)
     free(e->slots);
     free(e->spans);
     free(e->span_slot);
+    free(e->waiting);
+    free(e->take);
     rn_script_destroy(&e->script);
     rn_ctx_destroy(&e->ctx);
     rn_tokenizer_destroy(&e->tok);
@@ -1685,6 +1694,7 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
     sl->top_logprobs = r->type == MSG_chat ? r->u.chat.top_logprobs
                                            : r->u.generate.top_logprobs;
     sl->n_gen = 0;
+    sl->arrived_tick = e->stats.steps;
     sl->has_pending = false;
     sl->draft_k = draft_k;
     sl->draft_by_model = by_model;
@@ -1928,6 +1938,8 @@ int rn_engine_step(rn_engine_t *e)
         }
         if (sl->state != SLOT_DECODE || sl->has_pending)
             continue;
+        if (sl->n_gen == 0)
+            sl->streaming_tick = e->stats.steps;
         bool finished = false, accepted;
         cr_err_clear(&err);
         cr_status_t st = sl->n_verify > 0
@@ -1941,9 +1953,10 @@ int rn_engine_step(rn_engine_t *e)
     }
     /* 2. the batch: pending tokens first (one each, with a speculating
      *    slot's drafts while every later pending token still fits), then
-     *    prompt chunks of prefilling slots, within n_batch tokens and,
-     *    while slots decode, within the pace's cap (so their next token is
-     *    not held up by a long chunk) */
+     *    prompt chunks of prefilling slots, within n_batch tokens and as
+     *    the pace plans them (a prompt that came while slots were already
+     *    sending is capped, so their next token is not held up by a long
+     *    chunk) */
     if (e->draft)
         draft_all(e);
     int budget = rn_ctx_n_batch(e->ctx), n_spans = 0, n_pending = 0;
@@ -1964,17 +1977,30 @@ int rn_engine_step(rn_engine_t *e)
     }
     /* (an image read both ways goes whole into one step: never capped, or
      * it could wait for room while other slots keep decoding) */
-    int n_decode = n_spans, n_prompt = 0;
+    int n_decode = n_spans, n_prompt = 0, n_wait = 0;
     int n_decode_tok = rn_ctx_n_batch(e->ctx) - budget; /* with drafts */
-    if (!e->img_full)
-        budget = CR_MIN(budget, rn_pace_prompt_cap(&e->pace, n_decode, CR_MAX(budget, 1)));
-    for (int i = 0; i < e->n_slots && budget > 0; i++) {
+    if (!e->img_full) {
+        rn_pace_step_t ps = {n_decode, INT64_MAX, budget, PREFILL_STEP};
+        for (int s = 0; s < n_decode; s++)
+            ps.streaming_since = CR_MIN(ps.streaming_since,
+                                        e->slots[e->span_slot[s]].streaming_tick);
+        for (int i = 0; i < e->n_slots; i++)
+            if (e->slots[i].state == SLOT_PREFILL)
+                e->waiting[n_wait++] = (rn_pace_prompt_t){
+                    e->slots[i].arrived_tick, e->slots[i].n_prompt - e->slots[i].at};
+        rn_pace_plan(&e->pace, &ps, e->waiting, n_wait, e->take);
+    }
+    for (int i = 0, k = 0; i < e->n_slots && budget > 0; i++) {
         slot_t *sl = &e->slots[i];
         if (sl->state != SLOT_PREFILL)
             continue;
         int step = CR_MIN(CR_MIN(PREFILL_STEP, sl->n_prompt - sl->at), budget);
-        if (e->img_full && (step = whole_images(sl, step, budget)) == 0)
-            continue; /* its next image waits for a step with room */
+        if (!e->img_full)
+            step = e->take[k++]; /* the pace's plan, in the same slot order */
+        else
+            step = whole_images(sl, step, budget);
+        if (step == 0)
+            continue; /* it waits for a step with room */
         e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->prompt + sl->at, step, sl->at, NULL,
                                             NULL, e->img_full, NULL};
         if (sl->img_rows)

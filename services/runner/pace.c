@@ -48,3 +48,43 @@ int rn_pace_prompt_cap(const rn_pace_t *p, int n_decode, int max)
         return 1;
     return cap >= max ? max : (int)cap;
 }
+
+static bool is_peer(const rn_pace_step_t *s, const rn_pace_prompt_t *q)
+{
+    return s->n_decode <= 0 || q->arrived <= s->streaming_since;
+}
+
+/* The waiting prompt (take 0, left > 0) of the earliest arrival among
+ * peers (peer true) or the others; -1 when none is left. */
+static int earliest(const rn_pace_step_t *s, const rn_pace_prompt_t *pr, int n,
+                    const int *take, bool peer)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (take[i] == 0 && pr[i].left > 0 && is_peer(s, &pr[i]) == peer &&
+            (best < 0 || pr[i].arrived < pr[best].arrived))
+            best = i;
+    return best;
+}
+
+int rn_pace_plan(const rn_pace_t *p, const rn_pace_step_t *s, const rn_pace_prompt_t *pr,
+                 int n, int *take)
+{
+    int budget = s->budget, chunk = CR_MAX(s->chunk, 1), total = 0, i;
+    for (i = 0; i < n; i++)
+        take[i] = 0;
+    while (budget > 0 && (i = earliest(s, pr, n, take, true)) >= 0) {
+        take[i] = CR_MIN(CR_MIN(chunk, pr[i].left), budget);
+        budget -= take[i];
+        total += take[i];
+    }
+    if (budget <= 0)
+        return total;
+    int cap = CR_MIN(rn_pace_prompt_cap(p, s->n_decode, budget), budget);
+    while (cap > 0 && (i = earliest(s, pr, n, take, false)) >= 0) {
+        take[i] = CR_MIN(CR_MIN(chunk, pr[i].left), cap);
+        cap -= take[i];
+        total += take[i];
+    }
+    return total;
+}

@@ -9,7 +9,9 @@
  * prompt token again, and says so (prompt_eval_cached_count, absent on a
  * fresh slot). While a slot decodes, a long prompt arriving in another is
  * taken in chunks of at most the pace's cap and still gives the text it
- * gives alone; ignore_eos answers run to num_predict. A synthetic model,
+ * gives alone; one arriving before the decoder sent its first token (a
+ * burst) is not capped and gives the same text; ignore_eos answers run to
+ * num_predict. A synthetic model,
  * and stories260K with the shared testdata. */
 #include "lib/prelude.h"
 
@@ -289,6 +291,44 @@ static void check_paced_prefill(void)
     rn_engine_destroy(&e);
 }
 
+/* B comes while A is prefilled, before A sent a token (a burst of users):
+ * B's whole prompt goes into A's first decoding step, past the cap that
+ * holds a prompt coming later (check_paced_prefill). */
+static void check_burst_prefill(void)
+{
+    static const char *const longp[1] = {
+        "the quick brown fox jumps over the lazy dog and then the dog wakes up and "
+        "chases the fox around the old red barn until both of them are very tired"};
+    req_t alone = {0};
+    run_alone(longp, 1, 8, 256, &alone);
+    rn_engine_t *e = load(2, 256);
+    if (!e)
+        return;
+    rn_engine_pace(e)->fixed = 5;
+    msg_options_t oa = greedy(16), ob = greedy(8);
+    req_t a = {0}, b = {0};
+    start_one(e, "abc", &oa, &a);
+    rn_engine_step(e); /* A's prompt */
+    CHECK_EQ_INT(a.chunks, 0);
+    start_one(e, longp[0], &ob, &b);
+    while (rn_engine_step(e) > 0)
+        ;
+    CHECK_EQ_INT(a.st, CR_OK);
+    CHECK_EQ_INT(b.st, CR_OK);
+    rn_engine_stats_t st;
+    rn_engine_get_stats(e, &st);
+    CHECK_MSG(b.done.prompt_eval_count > 20, "the long prompt is %lld tokens",
+              (long long)b.done.prompt_eval_count);
+    /* a whole chunk of B beside A's token, not the cap of 5 */
+    CHECK_MSG(st.max_prompt_with_decode > 5, "B took %d tokens in a step with A",
+              st.max_prompt_with_decode);
+    CHECK_EQ_STR(txt(&b), txt(&alone));
+    free_reqs(&a, 1);
+    free_reqs(&b, 1);
+    free_reqs(&alone, 1);
+    rn_engine_destroy(&e);
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "/tmp/corral-slots-%d.gguf", (int)getpid());
@@ -306,6 +346,7 @@ int main(void)
     check_parallel_equals_alone("synth", synth_prompts, 24, 256);
     check_cancel_busy_and_prefix(synth_prompts);
     check_paced_prefill();
+    check_burst_prefill();
     unlink(model_path);
 
     const char *root = check_testdata("models/stories260K.gguf");
