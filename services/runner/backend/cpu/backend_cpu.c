@@ -14,7 +14,9 @@
 #include "lib/prelude.h"
 #include "lib/log.h"
 #include "services/runner/backend/backend.h"
+#include "services/runner/backend/cpu/attn_full.h"
 #include "services/runner/backend/cpu/attn_kvq.h"
+#include "services/runner/backend/cpu/gemm.h"
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/pack_cache.h"
 #include "services/runner/backend/cpu/repack.h"
@@ -491,6 +493,25 @@ static void cpu_matmul(be_backend_t *be, const be_weight_t *w, const float *x,
     j.chunk = chunk;
     atomic_init(&j.next, 0);
     rn_threadpool_run(c->pool, matmul_task, &j, tasks);
+}
+
+/* ---- vision towers: many tokens at once ------------------------------- */
+
+bool be_cpu_matmul_wide(be_backend_t *be, const be_weight_t *w, const float *x, int n,
+                        float *y)
+{
+    be_cpu_t *c = cpu_of(be);
+    if (w->dev)
+        return false; /* packed at weight_prepare: its file pages may be gone */
+    return be_cpu_gemm(c->pool, c->simd, w, x, n, y);
+}
+
+bool be_cpu_attention_full(be_backend_t *be, float *out, const float *q, const float *k,
+                           const float *v, int n, int n_head, int head_dim, float scale)
+{
+    be_cpu_t *c = cpu_of(be);
+    size_t ld = (size_t)n_head * (size_t)head_dim;
+    return be_cpu_attn_full(c->pool, c->simd, out, q, k, v, ld, n, n_head, head_dim, scale);
 }
 
 /* ---- mixture of experts ----------------------------------------------- */
