@@ -28,6 +28,7 @@
 #define U 0x1p-24
 
 static uint64_t rng_s = 0x9e11;
+static be_cpu_scratch_t scratch_g; /* reused: stale contents must not leak in */
 
 static float rnd(void)
 {
@@ -67,7 +68,7 @@ static void check_gemm(rn_threadpool_t *pool, be_simd_t lv, cr_type_t t, int n, 
         y[i] = NAN; /* every element must be written */
     be_weight_t w = {.name = "w", .type = t, .n_cols = K, .n_rows = M,
                      .row_bytes = (size_t)K * esz, .data = wd};
-    bool took = be_cpu_gemm(pool, lv, &w, x, n, y);
+    bool took = be_cpu_gemm(pool, lv, &scratch_g, &w, x, n, y);
     CHECK_MSG(took, "%s: gemm declined %d x %" PRId64 " x %" PRId64, be_simd_name(lv), n, M, K);
     double worst = 0;
     int bad = 0;
@@ -103,7 +104,7 @@ static void check_attn(rn_threadpool_t *pool, be_simd_t lv, int n, int n_head, i
     for (size_t i = 0; i < sz; i++)
         q[i] = rnd() * 2.0f, k[i] = rnd() * 2.0f, v[i] = rnd(), o[i] = NAN;
     float scale = 1.0f / sqrtf((float)hd);
-    CHECK(be_cpu_attn_full(pool, lv, o, q, k, v, ld, n, n_head, hd, scale));
+    CHECK(be_cpu_attn_full(pool, lv, &scratch_g, o, q, k, v, ld, n, n_head, hd, scale));
     double *s = malloc((size_t)n * sizeof(double));
     int bad = 0;
     double worst = 0;
@@ -187,7 +188,7 @@ static void check_backend(void)
     CHECK(rn_threadpool_new(1, &pool, &err) == CR_OK);
     static float o2[N * 16];
     be_simd_t lv = be_simd_detect();
-    CHECK(be_cpu_attn_full(pool, lv, o2, q, k, v, 16, N, 2, 8, 0.35f));
+    CHECK(be_cpu_attn_full(pool, lv, &scratch_g, o2, q, k, v, 16, N, 2, 8, 0.35f));
     CHECK(!memcmp(o, o2, sizeof o)); /* same bits whatever the thread count */
     rn_threadpool_destroy(&pool);
     be_destroy(&be);
@@ -223,5 +224,6 @@ int main(void)
     }
     check_backend();
     rn_threadpool_destroy(&pool);
+    be_cpu_scratch_free(&scratch_g);
     return check_finish("gemm");
 }

@@ -14,7 +14,6 @@
 #include "services/runner/backend/cpu/vec.h"
 
 #include <stdatomic.h>
-#include <stdlib.h>
 
 typedef struct attn_job {
     const be_cpu_gemm_kernel_t *kr;
@@ -72,19 +71,32 @@ static void tile(attn_job_t *j, float *buf, int h, int t0)
         kr->fn(hd, qp, kp + (size_t)p * hd * nr, s + (size_t)p * nr, (size_t)n, mt,
                CR_MIN(nr, n - p * nr), false);
     float inv[BE_CPU_GEMM_MAX_MR];
-    for (int t = 0; t < mr; t++) {
+    for (int t = 0; t < mt; t++) {
         float *row = s + (size_t)t * n;
-        if (t >= mt) {
-            for (int key = 0; key < n; key++)
-                pp[(size_t)key * mr + t] = 0.0f;
-            continue;
-        }
-        float max = row[0];
-        for (int key = 1; key < n; key++)
+        /* eight running maxima: independent chains the compiler can keep
+         * in flight */
+        float m8[8];
+        for (int i = 0; i < 8; i++)
+            m8[i] = row[0];
+        int key = 0;
+        for (; key + 8 <= n; key += 8)
+            for (int i = 0; i < 8; i++)
+                m8[i] = row[key + i] > m8[i] ? row[key + i] : m8[i];
+        float max = m8[0];
+        for (int i = 1; i < 8; i++)
+            max = m8[i] > max ? m8[i] : max;
+        for (; key < n; key++)
             max = row[key] > max ? row[key] : max;
         inv[t] = (float)(1.0 / j->vec->exp_sum(n, row, max));
-        for (int key = 0; key < n; key++)
-            pp[(size_t)key * mr + t] = row[key];
+    }
+    /* key outer: the panel is written in order */
+    for (int key = 0; key < n; key++) {
+        float *dst = pp + (size_t)key * mr;
+        int t = 0;
+        for (; t < mt; t++)
+            dst[t] = s[(size_t)t * n + key];
+        for (; t < mr; t++)
+            dst[t] = 0.0f;
     }
     const float *vp = j->vp + (size_t)h * j->vpanels * n * nr;
     float *o = j->out + (size_t)t0 * j->ld + (size_t)h * hd;
@@ -110,9 +122,9 @@ static void attn_task(void *ctx, int ith, int nth)
     }
 }
 
-bool be_cpu_attn_full(rn_threadpool_t *pool, be_simd_t level, float *out, const float *q,
-                      const float *k, const float *v, size_t ld, int n, int n_head,
-                      int head_dim, float scale)
+bool be_cpu_attn_full(rn_threadpool_t *pool, be_simd_t level, be_cpu_scratch_t *sc,
+                      float *out, const float *q, const float *k, const float *v, size_t ld,
+                      int n, int n_head, int head_dim, float scale)
 {
     attn_job_t j = {.kr = be_cpu_gemm_kernel_at(level), .vec = be_vec_ops_at(level),
                     .out = out, .q = q, .k = k, .v = v, .ld = ld, .n = n,
@@ -124,19 +136,18 @@ bool be_cpu_attn_full(rn_threadpool_t *pool, be_simd_t level, float *out, const 
     int shares = rn_threadpool_size(pool);
     size_t kp = (size_t)n_head * j.kpanels * head_dim * nr;
     size_t vp = (size_t)n_head * j.vpanels * n * nr;
+    kp = (kp + 15) / 16 * 16;
+    vp = (vp + 15) / 16 * 16;
     j.per_share = (size_t)head_dim * mr + 2 * (size_t)mr * n;
     j.per_share = (j.per_share + 15) / 16 * 16;
-    j.kp = aligned_alloc(64, (kp + 15) / 16 * 16 * sizeof(float));
-    j.vp = aligned_alloc(64, (vp + 15) / 16 * 16 * sizeof(float));
-    j.scratch = aligned_alloc(64, j.per_share * (size_t)shares * sizeof(float));
-    bool ok = j.kp && j.vp && j.scratch;
-    if (ok) {
-        atomic_init(&j.next, 0);
-        rn_threadpool_run(pool, pack_task, &j, shares);
-        rn_threadpool_run(pool, attn_task, &j, shares);
-    }
-    free(j.kp);
-    free(j.vp);
-    free(j.scratch);
-    return ok;
+    float *mem = be_cpu_scratch_get(sc, kp + vp + j.per_share * (size_t)shares);
+    if (!mem)
+        return false;
+    j.kp = mem;
+    j.vp = mem + kp;
+    j.scratch = mem + kp + vp;
+    atomic_init(&j.next, 0);
+    rn_threadpool_run(pool, pack_task, &j, shares);
+    rn_threadpool_run(pool, attn_task, &j, shares);
+    return true;
 }

@@ -58,15 +58,37 @@ const be_cpu_gemm_kernel_t *be_cpu_gemm_kernel_at(be_simd_t level)
 void be_cpu_gemm_pack_a(const float *x, size_t ldx, int mt, int64_t K, float s, int mr,
                         float *a)
 {
-    for (int t = 0; t < mr; t++) {
-        const float *row = x + (size_t)t * ldx;
-        if (t < mt)
-            for (int64_t k = 0; k < K; k++)
-                a[k * mr + t] = row[k] * s;
-        else
-            for (int64_t k = 0; k < K; k++)
-                a[k * mr + t] = 0.0f;
+    /* k outer: the panel is written in order while mt rows are read in
+     * order side by side */
+    for (int64_t k = 0; k < K; k++) {
+        float *dst = a + k * mr;
+        int t = 0;
+        for (; t < mt; t++)
+            dst[t] = x[(size_t)t * ldx + (size_t)k] * s;
+        for (; t < mr; t++)
+            dst[t] = 0.0f;
     }
+}
+
+float *be_cpu_scratch_get(be_cpu_scratch_t *sc, size_t floats)
+{
+    if (floats <= sc->floats)
+        return sc->p;
+    size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    float *p = aligned_alloc(64, bytes);
+    if (!p)
+        return NULL;
+    free(sc->p);
+    sc->p = p;
+    sc->floats = floats;
+    return p;
+}
+
+void be_cpu_scratch_free(be_cpu_scratch_t *sc)
+{
+    free(sc->p);
+    sc->p = NULL;
+    sc->floats = 0;
 }
 
 /* ---- the threaded product ------------------------------------------------ */
@@ -167,8 +189,8 @@ static void gemm_task(void *ctx, int ith, int nth)
     }
 }
 
-bool be_cpu_gemm(rn_threadpool_t *pool, be_simd_t level, const be_weight_t *w, const float *x,
-                 int n, float *y)
+bool be_cpu_gemm(rn_threadpool_t *pool, be_simd_t level, be_cpu_scratch_t *sc,
+                 const be_weight_t *w, const float *x, int n, float *y)
 {
     if (w->type != CR_TYPE_F16 && w->type != CR_TYPE_F32)
         return false;
@@ -183,13 +205,12 @@ bool be_cpu_gemm(rn_threadpool_t *pool, be_simd_t level, const be_weight_t *w, c
     j.per_share = (size_t)GROUP * KC * (size_t)nr + KC + ((size_t)K * (size_t)mr + 1) / 2;
     j.per_share = (j.per_share + 15) / 16 * 16; /* 64-byte aligned shares */
     size_t ap_floats = (size_t)j.n_tiles * (size_t)K * (size_t)mr;
-    j.ap = aligned_alloc(64, ap_floats * sizeof(float));
-    j.scratch = aligned_alloc(64, j.per_share * (size_t)shares * sizeof(float));
-    if (!j.ap || !j.scratch) {
-        free(j.ap);
-        free(j.scratch);
+    ap_floats = (ap_floats + 15) / 16 * 16;
+    float *mem = be_cpu_scratch_get(sc, ap_floats + j.per_share * (size_t)shares);
+    if (!mem)
         return false;
-    }
+    j.ap = mem;
+    j.scratch = mem + ap_floats;
     int64_t cols_per_unit = (int64_t)GROUP * nr;
     int64_t row_groups = (w->n_rows + cols_per_unit - 1) / cols_per_unit;
     /* About 8 units per share, so a share slowed by the machine takes
@@ -200,7 +221,5 @@ bool be_cpu_gemm(rn_threadpool_t *pool, be_simd_t level, const be_weight_t *w, c
     atomic_init(&j.next, 0);
     rn_threadpool_run(pool, pack_a_task, &j, shares);
     rn_threadpool_run(pool, gemm_task, &j, shares);
-    free(j.ap);
-    free(j.scratch);
     return true;
 }

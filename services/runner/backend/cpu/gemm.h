@@ -50,14 +50,28 @@ void be_avx512_gemm_ukernel(int64_t K, const float *a, const float *b, float *c,
 void be_cpu_gemm_pack_a(const float *x, size_t ldx, int mt, int64_t K, float s, int mr,
                         float *a);
 
+/* Scratch kept between calls (grow-only; the products need tens of MB,
+ * which a fresh allocation would fault in page by page each time). Owned
+ * by the backend; free with be_cpu_scratch_free. */
+typedef struct be_cpu_scratch {
+    float *p;      /* 64-byte aligned */
+    size_t floats; /* capacity */
+} be_cpu_scratch_t;
+
+/* At least `floats` floats of sc (contents undefined), or NULL when out
+ * of memory (sc unchanged). */
+float *be_cpu_scratch_get(be_cpu_scratch_t *sc, size_t floats);
+void be_cpu_scratch_free(be_cpu_scratch_t *sc);
+
 /* y[t][r] = sum_c w[r][c] * x[t][c] (the matmul op's contract) for an F16
  * or F32 weight, on the pool's threads: x rounded to F16 first for an F16
  * weight (as matmul converts activations to the weight's dot format); the
  * sums in k order per element (float steps differ from matmul's vec_dot,
- * which sums in lanes). Returns false, having done nothing, for other
+ * which sums in lanes). sc: the caller's scratch (one call at a time).
+ * Returns false, having done nothing, for other
  * weight types, fewer than 2 token tiles of work, or when its scratch
  * cannot be allocated: the caller then uses matmul. */
-bool be_cpu_gemm(rn_threadpool_t *pool, be_simd_t level, const be_weight_t *w, const float *x,
-                 int n, float *y);
+bool be_cpu_gemm(rn_threadpool_t *pool, be_simd_t level, be_cpu_scratch_t *sc,
+                 const be_weight_t *w, const float *x, int n, float *y);
 
 #endif
