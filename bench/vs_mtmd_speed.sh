@@ -8,17 +8,19 @@
 # and the ratio llama.cpp / corral (> 1: corral faster), and PASS when the
 # ratio is >= 1.0. The clocks cover the encode only (weights loaded, image
 # preprocessed). corral's first encode in its process also faults in the
-# mapped weights (llama.cpp reads them at load and runs a warm-up encode
-# there), so each corral process encodes twice and the second counts.
+# mapped weights (llama.cpp reads them into its buffers at load, and its
+# load-time warm-up sizes the compute graph), so each corral process
+# encodes twice and the second counts; llama.cpp's one encode counts.
 # llama.cpp runs with mtmd's defaults (flash attention AUTO: enabled on
 # the CPU backend; the log line is shown).
 #
 #   bench/vs_mtmd_speed.sh --llama DIR [--bin DIR] [--work DIR]
-#                          [--rounds N] [--type f16|f32]
+#                          [--rounds N] [--type f16|f32] [--layers N]
 #
 # --llama: a llama.cpp checkout with build-mtmd/ (as bench/vs_mtmd.sh);
 # --bin: corral's build/bin (needs bench-vision_encode, corral-gguf-synth,
-# corral-gemma3v-synth); --rounds: default 3. Not a ctest: it needs
+# corral-gemma3v-synth); --rounds: default 3; --layers: default 27 (fewer
+# only to try the script out: the criterion is 27). Not a ctest: it needs
 # llama.cpp and minutes of a quiet machine.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,6 +29,7 @@ work=${TMPDIR:-/tmp}/corral-vs-mtmd-speed
 llama=
 rounds=3
 type=f16
+layers=27
 while [ $# -gt 0 ]; do
     case $1 in
     --llama) llama=$2; shift 2 ;;
@@ -34,11 +37,12 @@ while [ $# -gt 0 ]; do
     --work) work=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --type) type=$2; shift 2 ;;
-    *) echo "usage: $0 --llama DIR [--bin DIR] [--work DIR] [--rounds N] [--type f16|f32]" >&2
+    --layers) layers=$2; shift 2 ;;
+    *) echo "usage: $0 --llama DIR [--bin DIR] [--work DIR] [--rounds N] [--type f16|f32] [--layers N]" >&2
        exit 2 ;;
     esac
 done
-[ -n "$llama" ] || { echo "usage: $0 --llama DIR [--bin DIR] [--work DIR] [--rounds N] [--type f16|f32]" >&2; exit 2; }
+[ -n "$llama" ] || { echo "usage: $0 --llama DIR [--bin DIR] [--work DIR] [--rounds N] [--type f16|f32] [--layers N]" >&2; exit 2; }
 mkdir -p "$work"
 lb="$llama/build-mtmd/bin"
 timer="$work/time_mtmd"
@@ -46,12 +50,12 @@ cc -O2 -o "$timer" "$here/mtmd/time_mtmd.c" -I"$llama/include" -I"$llama/ggml/in
     -I"$llama/tools/mtmd" -L"$lb" -lmtmd -lllama -lggml -lggml-base -Wl,-rpath,"$lb"
 
 text="$work/text.gguf"
-proj="$work/gemma3-896-$type.mmproj.gguf"
+proj="$work/gemma3-896-$type-$layers.mmproj.gguf"
 img="$work/test-896.png"
 "$bin/corral-gguf-synth" --out "$text" --seed 7 --arch gemma3 --image-tokens --window 16 \
     --swa-pattern 2 >/dev/null
 [ -s "$proj" ] || "$bin/corral-gemma3v-synth" --out "$proj" --seed 11 --type "$type" \
-    --image-size 896 --patch 14 --dim 1152 --heads 16 --ffn 4304 --layers 27 --merge 4 \
+    --image-size 896 --patch 14 --dim 1152 --heads 16 --ffn 4304 --layers "$layers" --merge 4 \
     --n-embd 64 >/dev/null
 # a deterministic 896x896 RGB gradient (the size the tower takes: no resize)
 python3 - "$img" <<'EOF_PY'
