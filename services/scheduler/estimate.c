@@ -315,22 +315,37 @@ static double mm_rows(const cr_gguf_t *g, const char *name, uint64_t def)
     return (double)(t && t->n_dims >= 2 && t->ne[1] <= MAX_DIM ? t->ne[1] : def);
 }
 
+/* The CPU backend's scratch for a tower's wide ops (backend/cpu/gemm.c
+ * and attn_full.c share one buffer, kept between calls, the larger need
+ * of the two) for T positions of D (heads heads) whose widest matmul
+ * input is K floats, for up to 64 threads: the packed activations
+ * [T + 12][K] and per thread the weight panels (4 x 512 x 32) and a
+ * rounding row; or the packed keys and values (head dims and keys padded
+ * to 32) and per thread the query tile and two [12][T] score strips. */
+static double wide_scratch(double T, double D, double heads, double K)
+{
+    double hd = D / heads, hd_pad = ceil(hd / 32) * 32, t_pad = ceil(T / 32) * 32;
+    double gemm = (T + 12) * K + 64 * (4 * 512 * 32 + 512 + 6 * K + 16);
+    double attn = heads * (t_pad * hd + hd_pad * T) + 64 * (12 * hd + 24 * T + 16);
+    return fmax(gemm, attn) * 4;
+}
+
 /* What a Pixtral tower allocates (vision/pixtral.c): buffers for its
  * largest image, SCH_PIXTRAL_MAX_TOKENS tokens of merge^2 patches: six
  * [N][dim] f32 rows, two [N][ffn], two f16 [N][dim] caches, the patches
  * twice (backend and host), the merger's two host copies, the projector's
  * [Nm][hidden] and [Nm][embd], the positions, the CPU backend's scratch
  * (matmul input [N][widest input], its block sums, attention rows) and
- * the preprocessed pixels. */
+ * the preprocessed pixels, and the wide ops' scratch. */
 static double pixtral_activations(double D, double F, double PP3, double merge, double H,
-                                  double E)
+                                  double E, double heads)
 {
     double mm = merge * merge, N = SCH_PIXTRAL_MAX_TOKENS * mm, Nm = N / mm;
     double widest = CR_MAX(CR_MAX(PP3, F), CR_MAX(D * mm, CR_MAX(H, E)));
     double scratch = N * widest * 4 + N * (widest / 32 + 1) * 2 * 4 + /* block sums */
                      (N + widest) * 6 * 64; /* attention rows, for up to 64 threads */
     return N * D * 4 * 6 + N * F * 4 * 2 + N * D * 2 * 2 + N * PP3 * 4 * 3 + N * D * 4 * 2 +
-           N * 8 + Nm * (H + E) * 4 + scratch;
+           N * 8 + Nm * (H + E) * 4 + scratch + wide_scratch(N, D, heads, widest);
 }
 
 /* What the Qwen2.5-VL tower allocates (vision/qwen2vl.c), sized per image:
@@ -338,13 +353,14 @@ static double pixtral_activations(double D, double F, double PP3, double merge, 
  * [T][T] scores (one query at a time); gate and up [T][ffn]; the image's
  * normalized pixels (3 floats per pixel, 4 patches of patch^2 each); and
  * the backend's scratch for one matmul's input (cpu_reserve: T x the
- * widest row, 4 bytes each, plus block sums). */
-static double qwen25vl_activations(double D, double F, double PP3, double H, double E)
+ * widest row, 4 bytes each, plus block sums) and for the wide ops. */
+static double qwen25vl_activations(double D, double F, double PP3, double H, double E,
+                                   double heads)
 {
     double U = CR_VISION_QWEN25VL_MAX_TOKENS, T = 4 * U;
     double widest = fmax(fmax(PP3, F), fmax(4 * D, fmax(H, E)));
     return T * D * 4 * 6 + T * F * 4 * 2 + T * D * 2 * 2 + T * PP3 * 4 * 3 + T * 16 +
-           U * (H + E) * 4 + T * widest * 4 * 1.1;
+           U * (H + E) * 4 + T * widest * 4 * 1.1 + wide_scratch(T, D, heads, widest);
 }
 
 /* Adds a tower of `tensors` bytes and its activations for one image
@@ -356,7 +372,8 @@ static cr_status_t add_vision(sch_estimate_t *est, double tensors, double T, dou
                               double extra, cr_err_t *err)
 {
     double act = T * D * 4 * 6 + T * F * 4 + T * D * 2 * 2 + T * T * 4 * heads +
-                 N * 3 * patch * patch * 4 * 2 + N * hidden * 4;
+                 N * 3 * patch * patch * 4 * 2 + N * hidden * 4 +
+                 wide_scratch(T, D, heads, fmax(F, 3 * patch * patch));
     double bytes = tensors + act + extra + (double)SCH_VISION_CACHE_BYTES;
     if (!add_ok(&est->projector_bytes, bytes) || !add_ok(&est->embd_bytes, bytes) ||
         !add_ok(&est->cpu_total_bytes, bytes))
@@ -373,8 +390,9 @@ cr_status_t sch_estimate_add_embedded_vision(sch_estimate_t *est,
         /* sized for the largest image, as the towers allocate; plus the
          * copies the runner makes at load (mistral3's reordered q/k) */
         double act = v->family == CR_VISION_MISTRAL3
-                         ? pixtral_activations(D, F, PP3, (double)v->n_merge, H, E)
-                         : qwen25vl_activations(D, F, PP3, H, E);
+                         ? pixtral_activations(D, F, PP3, (double)v->n_merge, H, E,
+                                               (double)v->n_heads)
+                         : qwen25vl_activations(D, F, PP3, H, E, (double)v->n_heads);
         double bytes = (double)v->tensor_bytes + (double)v->copy_bytes + act +
                        (double)SCH_VISION_CACHE_BYTES;
         if (!add_ok(&est->projector_bytes, bytes) || !add_ok(&est->embd_bytes, bytes) ||
@@ -411,17 +429,18 @@ cr_status_t sch_estimate_add_projector(sch_estimate_t *est, const cr_gguf_t *pj,
             merge > 8)
             merge = 1;
         act = pixtral_activations(D, F, PP3, (double)merge, mm_rows(pj, "mm.1.weight", dim),
-                                  mm_rows(pj, "mm.2.weight", dim));
+                                  mm_rows(pj, "mm.2.weight", dim), (double)heads);
     } else if (!strcmp(type, "qwen2.5vl_merger") || !strcmp(type, "qwen2vl_merger")) {
         /* Qwen2-VL's tower allocates the same buffers (its ungated MLP
          * leaves one [T][ffn] unused) */
         act = qwen25vl_activations(D, F, PP3, mm_rows(pj, "mm.0.weight", dim),
-                                   mm_rows(pj, "mm.2.weight", dim));
+                                   mm_rows(pj, "mm.2.weight", dim), (double)heads);
     } else {
         double side = (double)(size / patch), N = side * side, T = N + 1;
         act = T * D * 4 * 6 + T * F * 4 + T * D * 2 * 2 + T * T * 4 * (double)heads +
               N * PP3 * 4 * 2 +
-              N * (mm_rows(pj, "mm.0.weight", dim) + mm_rows(pj, "mm.2.weight", dim)) * 4;
+              N * (mm_rows(pj, "mm.0.weight", dim) + mm_rows(pj, "mm.2.weight", dim)) * 4 +
+              wide_scratch(T, D, (double)heads, fmax(F, PP3));
     }
     /* gemma3's input projection ne {E, D}: a transposed copy at load */
     const cr_gguf_tensor_t *ip = cr_gguf_tensor_find(pj, "mm.input_projection.weight");

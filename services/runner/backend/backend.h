@@ -325,6 +325,24 @@ struct be_ops_ext {
     void (*rope_multi)(be_backend_t *be, float *x, int n, int n_head, int head_dim,
                        int n_rot, const int32_t *pos, const int sections[4],
                        float freq_base, bool vision);
+
+    /* Vision towers' many-token ops (services/runner/vision/vops.h calls
+     * them and falls back when they are NULL or return false). */
+    /* The matmul op for thousands of tokens (blocked: F16 / F32 weights):
+     * same contract and activation rounding, but the sums run in another
+     * order than matmul's, so results differ from it in float rounding
+     * and a text model's batch and single-token steps would not agree:
+     * towers only. Returns false, having done nothing, for a weight type
+     * or size it does not take or when out of scratch memory. */
+    bool (*matmul_wide)(be_backend_t *be, const be_weight_t *w, const float *x, int n,
+                        float *y);
+    /* Bidirectional attention: out[t][h][:] = sum_j softmax_j(scale *
+     * q[t][h] . k[j][h]) v[j][h] over all j < n, for t < n. q, k, v, out:
+     * [n][n_head * head_dim] F32 (no F16 rounding; out overlaps none of
+     * them). Returns false, having done nothing, when out of scratch
+     * memory. */
+    bool (*attention_full)(be_backend_t *be, float *out, const float *q, const float *k,
+                           const float *v, int n, int n_head, int head_dim, float scale);
 };
 
 /* Floats of scratch attention_ext needs for caches of ctx positions. */
@@ -363,6 +381,13 @@ bool be_cpu_matmul_experts(be_backend_t *be, const be_weight_t *w, const be_weig
                            const int32_t *x_rows, float *y, float *y2);
 void be_cpu_scatter_add(be_backend_t *be, float *y, const float *x, const int32_t *ids,
                         const float *s, int n, int cols);
+/* The CPU backend's threaded vision-tower ops (backend_cpu.c binds them to
+ * its pool; gemm.c and attn_full.c hold the kernels): the be_ops_ext_t
+ * contracts of matmul_wide and attention_full. */
+bool be_cpu_matmul_wide(be_backend_t *be, const be_weight_t *w, const float *x, int n,
+                        float *y);
+bool be_cpu_attention_full(be_backend_t *be, float *out, const float *q, const float *k,
+                           const float *v, int n, int n_head, int head_dim, float scale);
 
 /* Destroys any backend (NULL-safe); sets *be_p = NULL. */
 /* The optional ops of be (its ops->ext_ops), or NULL if its backend has

@@ -7,6 +7,7 @@
  * describes them (GGUF ne[1] x ne[0]). */
 #include "lib/prelude.h"
 #include "services/runner/vision/clip.h"
+#include "services/runner/vision/vops.h"
 
 #include <math.h>
 
@@ -510,7 +511,7 @@ cr_status_t rn_clip_encode(rn_clip_t *c, const float *pixels, float *out, cr_err
     op->upload(be, c->patches, c->host_patches, (size_t)N * PP3 * sizeof(float));
 
     /* 2. patch embedding: x[0..N) = patches Wp^T + bp            x: [T][D] */
-    op->matmul(be, &c->patch, c->patches, N, c->x);
+    rn_vision_matmul(be, &c->patch, c->patches, N, c->x);
     if (c->patch_b.data)
         ext->add_rows(be, c->x, &c->patch_b, N);
     /* 2a. the class embedding goes after the patches (row N), as the
@@ -534,41 +535,27 @@ cr_status_t rn_clip_encode(rn_clip_t *c, const float *pixels, float *out, cr_err
         /* 4. xb = layernorm(x) * ln1 + ln1_b                      [T][D] */
         ext->layernorm(be, c->xb, c->x, &L->ln1, &L->ln1_b, T, D, hp->eps);
         /* 5. q, k, v = xb W^T + b                                 [T][D] */
-        op->matmul(be, &L->wq, c->xb, T, c->q);
-        op->matmul(be, &L->wk, c->xb, T, c->k);
-        op->matmul(be, &L->wv, c->xb, T, c->v);
+        rn_vision_matmul(be, &L->wq, c->xb, T, c->q);
+        rn_vision_matmul(be, &L->wk, c->xb, T, c->k);
+        rn_vision_matmul(be, &L->wv, c->xb, T, c->v);
         ext->add_rows(be, c->q, &L->bq, T);
         ext->add_rows(be, c->k, &L->bk, T);
         ext->add_rows(be, c->v, &L->bv, T);
-        /* 6. bidirectional attention: k, v into F16 rows 0..T-1; each
-         *    query sees all T keys (one call per query, as if it sat at
-         *    position T-1)                                        [T][D] */
-        op->kv_store(be, c->kc, CR_TYPE_F16, c->k, T, 0, D);
-        op->kv_store(be, c->vc, CR_TYPE_F16, c->v, T, 0, D);
-        for (int t = 0; t < T; t++) {
-            be_attn_t a = {
-                .n_tok = 1,
-                .pos0 = T - 1,
-                .n_head = hp->n_heads,
-                .n_head_kv = hp->n_heads,
-                .head_dim = hp->head_dim,
-                .scale = 1.0f / sqrtf((float)hp->head_dim),
-                .kv_type = CR_TYPE_F16,
-            };
-            op->attention(be, c->att + (size_t)t * D, c->q + (size_t)t * D, c->kc, c->vc, &a);
-        }
+        /* 6. bidirectional attention: each query sees all T keys [T][D] */
+        rn_vision_attend(be, c->att, c->q, c->k, c->v, T, hp->n_heads, hp->head_dim, c->kc,
+                         c->vc);
         /* 7. x += att Wo^T + bo                                   [T][D] */
-        op->matmul(be, &L->wo, c->att, T, c->xb);
+        rn_vision_matmul(be, &L->wo, c->att, T, c->xb);
         ext->add_rows(be, c->xb, &L->bo, T);
         op->add(be, c->x, c->xb, TD);
         /* 8. xb = layernorm(x) * ln2 + ln2_b                      [T][D] */
         ext->layernorm(be, c->xb, c->x, &L->ln2, &L->ln2_b, T, D, hp->eps);
         /* 9. hb = act(xb Wup^T + b_up)                            [T][F] */
-        op->matmul(be, &L->up, c->xb, T, c->hb);
+        rn_vision_matmul(be, &L->up, c->xb, T, c->hb);
         ext->add_rows(be, c->hb, &L->up_b, T);
         activation(c, c->hb, (size_t)T * F);
         /* 10. x += hb Wdown^T + b_down                            [T][D] */
-        op->matmul(be, &L->down, c->hb, T, c->xb);
+        rn_vision_matmul(be, &L->down, c->hb, T, c->xb);
         ext->add_rows(be, c->xb, &L->down_b, T);
         op->add(be, c->x, c->xb, TD);
     }
@@ -581,13 +568,13 @@ cr_status_t rn_clip_encode(rn_clip_t *c, const float *pixels, float *out, cr_err
      *     (the reference's patch indices), else from row 0       [N][D] */
     const float *feat = c->x + (c->cls.data ? (size_t)D : 0);
     /* 13. ph = gelu(feat Wmm0^T + b0)                             [N][H] */
-    op->matmul(be, &c->mm0, feat, N, c->ph);
+    rn_vision_matmul(be, &c->mm0, feat, N, c->ph);
     ext->add_rows(be, c->ph, &c->mm0_b, N);
     ext->gelu(be, c->ph, c->ph, (size_t)N * hp->proj_hidden);
     /* 14. po = ph Wmm2^T + b2                                     [N][E] */
     const float *res = c->ph;
     if (c->mm2.data) {
-        op->matmul(be, &c->mm2, c->ph, N, c->po);
+        rn_vision_matmul(be, &c->mm2, c->ph, N, c->po);
         ext->add_rows(be, c->po, &c->mm2_b, N);
         res = c->po;
     }

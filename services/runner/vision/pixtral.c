@@ -8,6 +8,7 @@
  * ne[0]); biases and norm weights are F32 vectors. */
 #include "lib/prelude.h"
 #include "services/runner/vision/pixtral.h"
+#include "services/runner/vision/vops.h"
 #include "services/runner/vision/vweights.h"
 
 #include <math.h>
@@ -641,7 +642,7 @@ cr_status_t rn_pixtral_encode(rn_pixtral_t *p, const float *pixels, int w, int h
     }
 
     /* 2. patch embedding (+ bias), pre-RMSNorm                     [N][D] */
-    op->matmul(be, &p->patch, p->patches, N, p->x);
+    rn_vision_matmul(be, &p->patch, p->patches, N, p->x);
     add_bias(p, p->x, &p->patch_b, N);
     if (p->pre_ln.data)
         rms(p, p->x, p->x, &p->pre_ln, &p->pre_ln_b, N, D);
@@ -651,40 +652,26 @@ cr_status_t rn_pixtral_encode(rn_pixtral_t *p, const float *pixels, int w, int h
         /* 3. xb = rmsnorm(x) * ln1                                [N][D] */
         rms(p, p->xb, p->x, &L->ln1, &L->ln1_b, N, D);
         /* 4. q, k, v = xb W^T (+ b); q, k rotated by 2D positions [N][D] */
-        op->matmul(be, &L->wq, p->xb, N, p->q);
-        op->matmul(be, &L->wk, p->xb, N, p->k);
-        op->matmul(be, &L->wv, p->xb, N, p->v);
+        rn_vision_matmul(be, &L->wq, p->xb, N, p->q);
+        rn_vision_matmul(be, &L->wk, p->xb, N, p->k);
+        rn_vision_matmul(be, &L->wv, p->xb, N, p->v);
         add_bias(p, p->q, &L->bq, N);
         add_bias(p, p->k, &L->bk, N);
         add_bias(p, p->v, &L->bv, N);
         rope_2d(p, p->q, N);
         rope_2d(p, p->k, N);
-        /* 5. bidirectional attention: each query sees all N keys (one
-         *    call per query, as if it sat at position N-1)        [N][D] */
-        op->kv_store(be, p->kc, CR_TYPE_F16, p->k, N, 0, D);
-        op->kv_store(be, p->vc, CR_TYPE_F16, p->v, N, 0, D);
-        for (int t = 0; t < N; t++) {
-            be_attn_t at = {
-                .n_tok = 1,
-                .pos0 = N - 1,
-                .n_head = hp->n_heads,
-                .n_head_kv = hp->n_heads,
-                .head_dim = hp->head_dim,
-                .scale = 1.0f / sqrtf((float)hp->head_dim),
-                .kv_type = CR_TYPE_F16,
-            };
-            op->attention(be, p->att + (size_t)t * D, p->q + (size_t)t * D, p->kc, p->vc,
-                          &at);
-        }
+        /* 5. bidirectional attention: each query sees all N keys [N][D] */
+        rn_vision_attend(be, p->att, p->q, p->k, p->v, N, hp->n_heads, hp->head_dim, p->kc,
+                         p->vc);
         /* 6. x += att Wo^T (+ bo)                                 [N][D] */
-        op->matmul(be, &L->wo, p->att, N, p->xb);
+        rn_vision_matmul(be, &L->wo, p->att, N, p->xb);
         add_bias(p, p->xb, &L->bo, N);
         op->add(be, p->x, p->xb, ND);
         /* 7. xb = rmsnorm(x) * ln2                                [N][D] */
         rms(p, p->xb, p->x, &L->ln2, &L->ln2_b, N, D);
         /* 8. hb = act(xb Wg^T) * (xb Wu^T)                        [N][F] */
-        op->matmul(be, &L->gate, p->xb, N, p->hb);
-        op->matmul(be, &L->up, p->xb, N, p->hb2);
+        rn_vision_matmul(be, &L->gate, p->xb, N, p->hb);
+        rn_vision_matmul(be, &L->up, p->xb, N, p->hb2);
         add_bias(p, p->hb, &L->gate_b, N);
         add_bias(p, p->hb2, &L->up_b, N);
         if (hp->gelu)
@@ -692,7 +679,7 @@ cr_status_t rn_pixtral_encode(rn_pixtral_t *p, const float *pixels, int w, int h
         else
             op->swiglu(be, p->hb, p->hb, p->hb2, (size_t)N * F);
         /* 9. x += hb Wd^T (+ bd)                                  [N][D] */
-        op->matmul(be, &L->down, p->hb, N, p->xb);
+        rn_vision_matmul(be, &L->down, p->hb, N, p->xb);
         add_bias(p, p->xb, &L->down_b, N);
         op->add(be, p->x, p->xb, ND);
     }
@@ -723,15 +710,15 @@ cr_status_t rn_pixtral_encode(rn_pixtral_t *p, const float *pixels, int w, int h
             }
         op->upload(be, p->q, dst, ND * sizeof(float));
         /* 12. merged = blocks Wmerge^T                            [Nm][D] */
-        op->matmul(be, &p->merger, p->q, Nm, p->xb);
+        rn_vision_matmul(be, &p->merger, p->q, Nm, p->xb);
         feat = p->xb;
     }
     /* 13. ph = gelu(feat Wmm1^T (+ b1))                           [Nm][H] */
-    op->matmul(be, &p->mm1, feat, Nm, p->ph);
+    rn_vision_matmul(be, &p->mm1, feat, Nm, p->ph);
     add_bias(p, p->ph, &p->mm1_b, Nm);
     ext->gelu(be, p->ph, p->ph, (size_t)Nm * hp->proj_hidden);
     /* 14. po = ph Wmm2^T (+ b2)                                   [Nm][E] */
-    op->matmul(be, &p->mm2, p->ph, Nm, p->po);
+    rn_vision_matmul(be, &p->mm2, p->ph, Nm, p->po);
     add_bias(p, p->po, &p->mm2_b, Nm);
     /* 15. out: each row of gx tokens, then [IMG_BREAK] but after the last
      *                                          [Nm + gy - 1][E] */

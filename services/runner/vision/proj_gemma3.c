@@ -4,6 +4,7 @@
  * merge, M = G^2 tokens, E = n_embd. */
 #include "lib/prelude.h"
 #include "services/runner/vision/proj_gemma3.h"
+#include "services/runner/vision/vops.h"
 
 #include <math.h>
 
@@ -296,7 +297,7 @@ cr_status_t rn_gemma3v_encode(rn_gemma3v_t *m, const float *pixels, float *out,
     /* 3. soft embedding norm: pb = pb / rms(pb) * norm          [M][D] */
     be->ops->rmsnorm(be, m->pb, m->pb, &m->norm, M, D, in->tower.eps);
     /* 4. input projection: po = pb W (W stored transposed)      [M][E] */
-    be->ops->matmul(be, &m->proj, m->pb, M, m->po);
+    rn_vision_matmul(be, &m->proj, m->pb, M, m->po);
     be->ops->download(be, out, m->po, (size_t)M * E * sizeof(float));
     return be_check(be, err);
 }

@@ -6,6 +6,7 @@
  * [rows][cols] as model.h describes them (GGUF ne[1] x ne[0]). */
 #include "lib/prelude.h"
 #include "services/runner/vision/qwen2vl.h"
+#include "services/runner/vision/vops.h"
 #include "services/runner/vision/vweights.h"
 
 #include <math.h>
@@ -566,32 +567,18 @@ static void rms(rn_clip_qwen2vl_t *q, float *y, const float *x, const be_weight_
 static void linear(rn_clip_qwen2vl_t *q, const be_weight_t *w, const be_weight_t *b,
                    const float *x, int T, float *y)
 {
-    q->be->ops->matmul(q->be, w, x, T, y);
+    rn_vision_matmul(q->be, w, x, T, y);
     if (b->data)
         q->ext->add_rows(q->be, y, b, T);
 }
 
-/* Bidirectional attention of rows a..b-1 among themselves: their keys and
- * values in F16 rows 0..n-1, each query as if at position n-1. */
+/* Bidirectional attention of rows a..b-1 among themselves. */
 static void attend(rn_clip_qwen2vl_t *q, int a, int b)
 {
     const rn_clip_hparams_t *hp = &q->hp;
-    be_backend_t *be = q->be;
-    int D = hp->dim, n = b - a;
-    be->ops->kv_store(be, q->kc, CR_TYPE_F16, q->k + (size_t)a * D, n, 0, D);
-    be->ops->kv_store(be, q->vc, CR_TYPE_F16, q->v + (size_t)a * D, n, 0, D);
-    be_attn_t at = {
-        .n_tok = 1,
-        .pos0 = n - 1,
-        .n_head = hp->n_heads,
-        .n_head_kv = hp->n_heads,
-        .head_dim = hp->head_dim,
-        .scale = 1.0f / sqrtf((float)hp->head_dim),
-        .kv_type = CR_TYPE_F16,
-    };
-    for (int t = a; t < b; t++)
-        be->ops->attention(be, q->att + (size_t)t * D, q->q + (size_t)t * D, q->kc, q->vc,
-                           &at);
+    size_t at = (size_t)a * hp->dim;
+    rn_vision_attend(q->be, q->att + at, q->q + at, q->k + at, q->v + at, b - a, hp->n_heads,
+                     hp->head_dim, q->kc, q->vc);
 }
 
 cr_status_t rn_clip_qwen2vl_encode(rn_clip_qwen2vl_t *q, const rn_clip_layout_t *L,
@@ -638,8 +625,8 @@ cr_status_t rn_clip_qwen2vl_encode(rn_clip_qwen2vl_t *q, const rn_clip_layout_t 
 
     /* 2. patch embedding: both temporal frames see the same image, so the
      *    two kernels' outputs add                              x: [T][D] */
-    op->matmul(be, &q->patch0, q->patches, T, q->x);
-    op->matmul(be, &q->patch1, q->patches, T, q->xb);
+    rn_vision_matmul(be, &q->patch0, q->patches, T, q->x);
+    rn_vision_matmul(be, &q->patch1, q->patches, T, q->xb);
     op->add(be, q->x, q->xb, (size_t)T * D);
     /* 2a. pre-norm (absent in Qwen2.5-VL) */
     if (q->pre_ln.data)

@@ -8,6 +8,7 @@
 
 #include <math.h>
 
+#include "services/runner/vision/vops.h"
 #include "services/runner/vision/vweights.h"
 
 /* lib/vision_embedded.c holds a model file's tower to the same limits */
@@ -281,7 +282,7 @@ cr_status_t rn_siglip_encode(rn_siglip_t *s, const float *pixels, float *out, cr
     op->upload(be, s->patches, s->host_patches, (size_t)N * PP3 * sizeof(float));
 
     /* 2. patch embedding: x = patches Wp^T + bp                x: [N][D] */
-    op->matmul(be, &s->patch, s->patches, N, s->x);
+    rn_vision_matmul(be, &s->patch, s->patches, N, s->x);
     ext->add_rows(be, s->x, &s->patch_b, N);
     /* 3. x += position_embd[0..N)                                [N][D] */
     for (int t = 0; t < N; t++)
@@ -294,43 +295,30 @@ cr_status_t rn_siglip_encode(rn_siglip_t *s, const float *pixels, float *out, cr
         /* 4. xb = layernorm(x) * ln1 + ln1_b                      [N][D] */
         ext->layernorm(be, s->xb, s->x, &L->ln1, &L->ln1_b, N, D, hp->eps);
         /* 5. q, k, v = xb W^T + b                                 [N][D] */
-        op->matmul(be, &L->wq, s->xb, N, s->q);
-        op->matmul(be, &L->wk, s->xb, N, s->k);
-        op->matmul(be, &L->wv, s->xb, N, s->v);
+        rn_vision_matmul(be, &L->wq, s->xb, N, s->q);
+        rn_vision_matmul(be, &L->wk, s->xb, N, s->k);
+        rn_vision_matmul(be, &L->wv, s->xb, N, s->v);
         ext->add_rows(be, s->q, &L->bq, N);
         ext->add_rows(be, s->k, &L->bk, N);
         ext->add_rows(be, s->v, &L->bv, N);
-        /* 6. bidirectional attention: k, v into F16 rows 0..N-1; each
-         *    query sees all N keys (one call per query, as if it sat at
-         *    position N-1)                                        [N][D] */
-        op->kv_store(be, s->kc, CR_TYPE_F16, s->k, N, 0, D);
-        op->kv_store(be, s->vc, CR_TYPE_F16, s->v, N, 0, D);
-        be_attn_t a = {
-            .n_tok = 1,
-            .pos0 = N - 1,
-            .n_head = hp->n_heads,
-            .n_head_kv = hp->n_heads,
-            .head_dim = hp->head_dim,
-            .scale = 1.0f / sqrtf((float)hp->head_dim),
-            .kv_type = CR_TYPE_F16,
-        };
-        for (int t = 0; t < N; t++)
-            op->attention(be, s->att + (size_t)t * D, s->q + (size_t)t * D, s->kc, s->vc, &a);
+        /* 6. bidirectional attention: each query sees all N keys [N][D] */
+        rn_vision_attend(be, s->att, s->q, s->k, s->v, N, hp->n_heads, hp->head_dim, s->kc,
+                         s->vc);
         /* 7. x += att Wo^T + bo                                   [N][D] */
-        op->matmul(be, &L->wo, s->att, N, s->xb);
+        rn_vision_matmul(be, &L->wo, s->att, N, s->xb);
         ext->add_rows(be, s->xb, &L->bo, N);
         op->add(be, s->x, s->xb, ND);
         /* 8. xb = layernorm(x) * ln2 + ln2_b                      [N][D] */
         ext->layernorm(be, s->xb, s->x, &L->ln2, &L->ln2_b, N, D, hp->eps);
         /* 9. hb = gelu(xb Wup^T + b_up) (tanh, or quick)          [N][F] */
-        op->matmul(be, &L->up, s->xb, N, s->hb);
+        rn_vision_matmul(be, &L->up, s->xb, N, s->hb);
         ext->add_rows(be, s->hb, &L->up_b, N);
         if (hp->gelu_quick)
             ext->gelu_quick(be, s->hb, s->hb, (size_t)N * F);
         else
             ext->gelu(be, s->hb, s->hb, (size_t)N * F);
         /* 10. x += hb Wdown^T + b_down                            [N][D] */
-        op->matmul(be, &L->down, s->hb, N, s->xb);
+        rn_vision_matmul(be, &L->down, s->hb, N, s->xb);
         ext->add_rows(be, s->xb, &L->down_b, N);
         op->add(be, s->x, s->xb, ND);
     }

@@ -14,7 +14,9 @@
 #include "lib/prelude.h"
 #include "lib/log.h"
 #include "services/runner/backend/backend.h"
+#include "services/runner/backend/cpu/attn_full.h"
 #include "services/runner/backend/cpu/attn_kvq.h"
+#include "services/runner/backend/cpu/gemm.h"
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/pack_cache.h"
 #include "services/runner/backend/cpu/repack.h"
@@ -50,6 +52,7 @@ typedef struct be_cpu {
     size_t att_hd;        /* head elements reserved per thread */
     uint64_t weight_bytes; /* packed copies of prepared weights */
     uint64_t buffer_bytes; /* buffers from alloc, not yet freed */
+    be_cpu_scratch_t wide; /* matmul_wide and attention_full (gemm.h) */
 } be_cpu_t;
 
 static be_cpu_t *cpu_of(be_backend_t *be)
@@ -126,7 +129,8 @@ static void cpu_memory_used(const be_backend_t *be, uint64_t *weight_bytes,
     size_t per = c->att_ctx + c->att_hd;
     *weight_bytes = c->weight_bytes;
     *buffer_bytes = c->buffer_bytes + c->wdata_bytes + c->xsum_len * sizeof(int32_t) +
-                    per * (sizeof(float) + sizeof(uint16_t)) * (size_t)c->n_threads;
+                    per * (sizeof(float) + sizeof(uint16_t)) * (size_t)c->n_threads +
+                    c->wide.floats * sizeof(float);
 }
 
 static void cpu_copy(be_backend_t *be, void *dst, const void *src, size_t bytes)
@@ -491,6 +495,26 @@ static void cpu_matmul(be_backend_t *be, const be_weight_t *w, const float *x,
     j.chunk = chunk;
     atomic_init(&j.next, 0);
     rn_threadpool_run(c->pool, matmul_task, &j, tasks);
+}
+
+/* ---- vision towers: many tokens at once ------------------------------- */
+
+bool be_cpu_matmul_wide(be_backend_t *be, const be_weight_t *w, const float *x, int n,
+                        float *y)
+{
+    be_cpu_t *c = cpu_of(be);
+    if (w->dev)
+        return false; /* packed at weight_prepare: its file pages may be gone */
+    return be_cpu_gemm(c->pool, c->simd, &c->wide, w, x, n, y);
+}
+
+bool be_cpu_attention_full(be_backend_t *be, float *out, const float *q, const float *k,
+                           const float *v, int n, int n_head, int head_dim, float scale)
+{
+    be_cpu_t *c = cpu_of(be);
+    size_t ld = (size_t)n_head * (size_t)head_dim;
+    return be_cpu_attn_full(c->pool, c->simd, &c->wide, out, q, k, v, ld, n, n_head, head_dim,
+                            scale);
 }
 
 /* ---- mixture of experts ----------------------------------------------- */
@@ -859,6 +883,7 @@ static void cpu_destroy(be_backend_t **self_p)
     free(c->xsum);
     free(c->att);
     free(c->att16);
+    be_cpu_scratch_free(&c->wide);
     free(c);
     *self_p = NULL;
 }

@@ -435,6 +435,8 @@ static const be_ops_ext_t cpu_ext_ops = {
     .add_row_of = ext_add_row_of,
     .gelu_quick = ext_gelu_quick,
     .rope_multi = ext_rope_multi,
+    .matmul_wide = be_cpu_matmul_wide,
+    .attention_full = be_cpu_attention_full,
 };
 
 const be_ops_ext_t *be_cpu_ext_ops(const be_backend_t *be)
