@@ -66,8 +66,10 @@ start_corral() {
     (
         unset OLLAMA_HOST OLLAMA_MODELS OLLAMA_NUM_PARALLEL
         [ -n "$3" ] && export OLLAMA_NUM_PARALLEL="$3"
+        # Kept loaded for the whole run: a llama-server round longer than
+        # the 5 m default keep-alive made corral's next round reload.
         export CORRAL_RUNTIME_DIR="$work/$1/run" CORRAL_MODELS="$work/$1/models" \
-               CORRAL_HOST="127.0.0.1:$2"
+               CORRAL_HOST="127.0.0.1:$2" OLLAMA_KEEP_ALIVE=-1
         exec "$bin/corral" serve
     ) >"$work/$1.log" 2>&1 &
     pids="$pids $!"
