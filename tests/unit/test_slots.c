@@ -70,19 +70,6 @@ static rn_engine_t *load(int n_par, int64_t num_ctx)
     return test_engine_load(model_path, NULL, num_ctx, n_par);
 }
 
-static void make_req(msg_t *m, const char *prompt, msg_options_t *o)
-{
-    msg_init(m, MSG_generate, "t");
-    m->u.generate.model = "synth";
-    m->u.generate.has_model = true;
-    m->u.generate.prompt = (char *)prompt;
-    m->u.generate.has_prompt = true;
-    m->u.generate.raw = true;
-    m->u.generate.has_raw = true;
-    m->u.generate.options = o;
-    m->u.generate.has_options = true;
-}
-
 static msg_options_t greedy(int64_t n)
 {
     msg_options_t o = {0};
@@ -106,7 +93,7 @@ static void run_alone(const char *const *prompts, int n, int64_t n_predict,
     for (int i = 0; e && i < n; i++) {
         msg_options_t o = greedy(n_predict);
         msg_t m;
-        make_req(&m, prompts[i], &o);
+        test_generate_msg(&m, prompts[i], &o);
         cr_buf_init(&out[i].text, 1 << 20);
         rn_sink_t sink = {&out[i], on_chunk, on_canceled};
         cr_err_t err;
@@ -126,7 +113,7 @@ static int run_together(rn_engine_t *e, const char *const *prompts, int n,
     for (int i = 0; i < n; i++) {
         o[i] = greedy(n_predict);
         msg_t m;
-        make_req(&m, prompts[i], &o[i]);
+        test_generate_msg(&m, prompts[i], &o[i]);
         if (!out[i].text.max_bytes)
             cr_buf_init(&out[i].text, 1 << 20);
         rn_sink_t sink = {&out[i], on_chunk, on_canceled};
@@ -205,7 +192,7 @@ static void check_cancel_busy_and_prefix(const char *const *prompts)
     req_t q[4] = {0};
     for (int i = 0; i < 4; i++) {
         msg_t m;
-        make_req(&m, prompts[i % 3], &o[i]);
+        test_generate_msg(&m, prompts[i % 3], &o[i]);
         cr_buf_init(&q[i].text, 1 << 20);
         rn_sink_t sink = {&q[i], on_chunk, on_canceled};
         cr_err_t err;
@@ -245,7 +232,7 @@ static void check_cancel_busy_and_prefix(const char *const *prompts)
 static void start_one(rn_engine_t *e, const char *prompt, msg_options_t *o, req_t *r)
 {
     msg_t m;
-    make_req(&m, prompt, o);
+    test_generate_msg(&m, prompt, o);
     cr_buf_init(&r->text, 1 << 20);
     rn_sink_t sink = {r, on_chunk, on_canceled};
     cr_err_t err;

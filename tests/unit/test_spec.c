@@ -31,6 +31,7 @@
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
 #include "tests/unit/engine_load.h"
+#include "tests/unit/sampler_dist.h"
 
 /* ---- prompt lookup ---- */
 
@@ -93,15 +94,10 @@ static void check_rule(const rn_sampler_params_t *sp, const float *logits, int32
     CHECK(s != NULL);
     if (!s)
         return;
-    double p[N_TOK] = {0};
+    double p[N_TOK];
     int32_t tok;
     CHECK(rn_sampler_pick(s, logits, &tok, &err) == CR_OK);
-    for (size_t i = 0; i < rn_sampler_final_count(s); i++) {
-        int32_t id;
-        float pr;
-        rn_sampler_final_get(s, i, &id, &pr);
-        p[id] = pr;
-    }
+    test_final_dist(s, p, N_TOK);
     long count[N_TOK] = {0}, acc = 0;
     for (int i = 0; i < N_DRAWS; i++) {
         bool accepted;
@@ -110,16 +106,10 @@ static void check_rule(const rn_sampler_params_t *sp, const float *logits, int32
         count[tok]++;
         acc += accepted;
     }
-    double x2 = 0;
-    for (int t = 0; t < N_TOK; t++) {
-        if (p[t] == 0) {
-            CHECK_MSG(count[t] == 0, "token %d has p 0 but was drawn %ld times", t, count[t]);
-            continue;
-        }
-        double ex = p[t] * N_DRAWS;
-        x2 += (count[t] - ex) * (count[t] - ex) / ex;
-    }
-    CHECK_MSG(x2 < CHI2_7_P001, "draft %d: chi-square %.2f >= %.2f", draft, x2, CHI2_7_P001);
+    char what[32];
+    snprintf(what, sizeof what, "draft %d", (int)draft);
+    double x2 = test_chi2(p, count, N_TOK, N_DRAWS, what);
+    CHECK_MSG(x2 < CHI2_7_P001, "%s: chi-square %.2f >= %.2f", what, x2, CHI2_7_P001);
     /* the draft is accepted exactly when drawn: its rate is p(draft) */
     CHECK_EQ_INT(acc, count[draft]);
     rn_sampler_destroy(&s);
@@ -311,19 +301,6 @@ typedef struct run_cfg {
     bool logprobs;         /* with top_logprobs 3 */
 } run_cfg_t;
 
-static void request(msg_t *m, const char *prompt, msg_options_t *o)
-{
-    msg_init(m, MSG_generate, "t");
-    m->u.generate.model = "synth";
-    m->u.generate.has_model = true;
-    m->u.generate.prompt = (char *)prompt;
-    m->u.generate.has_prompt = true;
-    m->u.generate.raw = true;
-    m->u.generate.has_raw = true;
-    m->u.generate.options = o;
-    m->u.generate.has_options = true;
-}
-
 /* Runs the prompts at once (one slot each) with draft_ngram k; their
  * answers into out[i] (caller frees). */
 static void run_all(rn_engine_t *e, const char *const *prompts, int n, int k, int64_t n_pred,
@@ -346,7 +323,7 @@ static void run_all(rn_engine_t *e, const char *const *prompts, int n, int k, in
         o[i].has_num_predict = true;
         o[i].draft_ngram = k;
         o[i].has_draft_ngram = k > 0;
-        request(&m[i], prompts[i], &o[i]);
+        test_generate_msg(&m[i], prompts[i], &o[i]);
         m[i].u.generate.logprobs = cfg->logprobs;
         m[i].u.generate.has_logprobs = cfg->logprobs;
         m[i].u.generate.top_logprobs = cfg->logprobs ? 3 : 0;
@@ -501,7 +478,7 @@ static void test_bad_option(const char *path)
         o.draft_ngram = bad[i];
         o.has_draft_ngram = true;
         msg_t m;
-        request(&m, "hi", &o);
+        test_generate_msg(&m, "hi", &o);
         capture_t cp = {0};
         rn_sink_t sink = {&cp, cap_chunk, cap_canceled};
         cr_err_t err;
