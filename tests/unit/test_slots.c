@@ -239,17 +239,28 @@ static void start_one(rn_engine_t *e, const char *prompt, msg_options_t *o, req_
     CHECK_EQ_INT(rn_engine_start(e, &m, &sink, on_finish, &err), CR_OK);
 }
 
+/* B's long prompt in the pacing checks. */
+static const char *const longp_g[1] = {
+    "the quick brown fox jumps over the lazy dog and then the dog wakes up and "
+    "chases the fox around the old red barn until both of them are very tired"};
+
+/* The pacing checks' set-up: longp_g's answer (8 tokens) alone into *alone,
+ * then a two-slot engine whose prompt cap is fixed at 5 tokens a step. */
+static rn_engine_t *load_paced(req_t *alone)
+{
+    run_alone(longp_g, 1, 8, 256, alone);
+    rn_engine_t *e = load(2, 256);
+    if (e)
+        rn_engine_pace(e)->fixed = 5;
+    return e;
+}
+
 static void check_paced_prefill(void)
 {
-    static const char *const longp[1] = {
-        "the quick brown fox jumps over the lazy dog and then the dog wakes up and "
-        "chases the fox around the old red barn until both of them are very tired"};
     req_t alone = {0};
-    run_alone(longp, 1, 8, 256, &alone);
-    rn_engine_t *e = load(2, 256);
+    rn_engine_t *e = load_paced(&alone);
     if (!e)
         return;
-    rn_engine_pace(e)->fixed = 5;
     /* A decodes (to num_predict: ignore_eos) while B's prompt comes in */
     msg_options_t oa = greedy(120), ob = greedy(8);
     oa.ignore_eos = true;
@@ -258,7 +269,7 @@ static void check_paced_prefill(void)
     start_one(e, "abc", &oa, &a);
     for (int i = 0; i < 4; i++)
         rn_engine_step(e);
-    start_one(e, longp[0], &ob, &b);
+    start_one(e, longp_g[0], &ob, &b);
     int steps = 0;
     while (rn_engine_step(e) > 0 && steps < 100000)
         steps++;
@@ -283,21 +294,16 @@ static void check_paced_prefill(void)
  * holds a prompt coming later (check_paced_prefill). */
 static void check_burst_prefill(void)
 {
-    static const char *const longp[1] = {
-        "the quick brown fox jumps over the lazy dog and then the dog wakes up and "
-        "chases the fox around the old red barn until both of them are very tired"};
     req_t alone = {0};
-    run_alone(longp, 1, 8, 256, &alone);
-    rn_engine_t *e = load(2, 256);
+    rn_engine_t *e = load_paced(&alone);
     if (!e)
         return;
-    rn_engine_pace(e)->fixed = 5;
     msg_options_t oa = greedy(16), ob = greedy(8);
     req_t a = {0}, b = {0};
     start_one(e, "abc", &oa, &a);
     rn_engine_step(e); /* A's prompt */
     CHECK_EQ_INT(a.chunks, 0);
-    start_one(e, longp[0], &ob, &b);
+    start_one(e, longp_g[0], &ob, &b);
     while (rn_engine_step(e) > 0)
         ;
     CHECK_EQ_INT(a.st, CR_OK);
