@@ -653,14 +653,7 @@ static void test_bearer_via_service(void)
 {
     fake_t f;
     fake_start(&f);
-    const char *cfg = "{\"model_format\":\"gguf\",\"model_family\":\"llama\","
-                      "\"model_families\":[\"llama\"],\"model_type\":\"1M\","
-                      "\"file_type\":\"F32\",\"architecture\":\"amd64\",\"os\":\"linux\"}";
-    blob_t *b = &f.blobs[f.n_blobs++];
-    b->len = strlen(cfg);
-    b->data = malloc(b->len);
-    memcpy(b->data, cfg, b->len);
-    fake_sha256_hex(b->data, b->len, b->hex);
+    fake_add_config(&f, "llama");
     fake_add_blob(&f, 50000, 77);
     fake_set_manifest(&f);
     f.require_token = true;
