@@ -30,6 +30,7 @@
 #include "services/runner/spec.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/engine_capture.h"
 #include "tests/unit/engine_load.h"
 #include "tests/unit/sampler_dist.h"
 
@@ -251,48 +252,6 @@ static rn_engine_t *load_engine(const char *path, int64_t num_ctx, int n_par)
     return e;
 }
 
-typedef struct capture {
-    cr_buf_t text;
-    json_t *logprobs; /* every chunk's entries, in order */
-    bool finished;
-    cr_status_t st;
-    int64_t eval_count;
-} capture_t;
-
-static bool cap_chunk(void *ctx, const msg_chunk_body_t *c)
-{
-    capture_t *cp = ctx;
-    if (c->response)
-        cr_buf_puts(&cp->text, c->response);
-    if (c->logprobs) {
-        /* a random model's byte tokens include NUL */
-        json_t *arr = json_loads(c->logprobs, JSON_ALLOW_NUL, NULL);
-        if (json_is_array(arr))
-            json_array_extend(cp->logprobs, arr);
-        else
-            json_array_append_new(cp->logprobs, json_string("not an array"));
-        json_decref(arr);
-    }
-    return true;
-}
-
-static bool cap_canceled(void *ctx)
-{
-    (void)ctx;
-    return false;
-}
-
-static void cap_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
-                       const cr_err_t *err)
-{
-    capture_t *cp = ctx;
-    (void)err;
-    cp->finished = true;
-    cp->st = st;
-    if (done)
-        cp->eval_count = done->eval_count;
-}
-
 /* What a run asks besides its draft length. */
 typedef struct run_cfg {
     double temperature;
@@ -308,7 +267,7 @@ static void run_all(rn_engine_t *e, const char *const *prompts, int n, int k, in
 {
     msg_t m[4];
     msg_options_t o[4];
-    capture_t cp[4];
+    test_capture_t cp[4];
     for (int i = 0; i < n; i++) {
         memset(&o[i], 0, sizeof o[i]);
         o[i].temperature = cfg->temperature;
@@ -331,9 +290,9 @@ static void run_all(rn_engine_t *e, const char *const *prompts, int n, int k, in
         memset(&cp[i], 0, sizeof cp[i]);
         cr_buf_init(&cp[i].text, 1 << 20);
         cp[i].logprobs = json_array();
-        rn_sink_t sink = {&cp[i], cap_chunk, cap_canceled};
+        rn_sink_t sink = test_capture_sink(&cp[i]);
         cr_err_t err;
-        CHECK_MSG(rn_engine_start(e, &m[i], &sink, cap_finish, &err) == CR_OK, "start: %s",
+        CHECK_MSG(rn_engine_start(e, &m[i], &sink, test_capture_finish, &err) == CR_OK, "start: %s",
                   err.msg);
     }
     while (rn_engine_step(e) > 0)
@@ -479,11 +438,11 @@ static void test_bad_option(const char *path)
         o.has_draft_ngram = true;
         msg_t m;
         test_generate_msg(&m, "hi", &o);
-        capture_t cp = {0};
-        rn_sink_t sink = {&cp, cap_chunk, cap_canceled};
+        test_capture_t cp = {0};
+        rn_sink_t sink = test_capture_sink(&cp);
         cr_err_t err;
         cr_err_clear(&err);
-        CHECK_EQ_INT(rn_engine_start(e, &m, &sink, cap_finish, &err), CR_E_INVALID);
+        CHECK_EQ_INT(rn_engine_start(e, &m, &sink, test_capture_finish, &err), CR_E_INVALID);
         CHECK_MSG(strstr(err.msg, "draft_ngram") != NULL, "message: %s", err.msg);
         CHECK(!cp.finished);
     }

@@ -34,6 +34,7 @@
 #include "services/runner/spec_draft.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/engine_capture.h"
 #include "tests/unit/engine_load.h"
 #include "tests/unit/sampler_dist.h"
 
@@ -366,36 +367,6 @@ static rn_engine_t *load_engine(const char *path, const char *draft, int64_t k, 
     return e;
 }
 
-typedef struct capture {
-    cr_buf_t text;
-    bool finished;
-    cr_status_t st;
-} capture_t;
-
-static bool cap_chunk(void *ctx, const msg_chunk_body_t *c)
-{
-    capture_t *cp = ctx;
-    if (c->response)
-        cr_buf_puts(&cp->text, c->response);
-    return true;
-}
-
-static bool cap_canceled(void *ctx)
-{
-    (void)ctx;
-    return false;
-}
-
-static void cap_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
-                       const cr_err_t *err)
-{
-    capture_t *cp = ctx;
-    (void)done;
-    (void)err;
-    cp->finished = true;
-    cp->st = st;
-}
-
 /* Runs the prompts at once (one slot each) at `temperature` (top_k
  * top_k when > 0, or 0 (off) when < 0; top_p when >= 0) with draft_ngram
  * ngram; answers into out[i] (caller frees). */
@@ -404,7 +375,7 @@ static void run_all_p(rn_engine_t *e, const char *const *prompts, int n, double 
 {
     msg_t m[4];
     msg_options_t o[4];
-    capture_t cp[4];
+    test_capture_t cp[4];
     for (int i = 0; i < n; i++) {
         memset(&o[i], 0, sizeof o[i]);
         o[i].temperature = temperature;
@@ -422,9 +393,9 @@ static void run_all_p(rn_engine_t *e, const char *const *prompts, int n, double 
         test_generate_msg(&m[i], prompts[i], &o[i]);
         memset(&cp[i], 0, sizeof cp[i]);
         cr_buf_init(&cp[i].text, 1 << 20);
-        rn_sink_t sink = {&cp[i], cap_chunk, cap_canceled};
+        rn_sink_t sink = test_capture_sink(&cp[i]);
         cr_err_t err;
-        CHECK_MSG(rn_engine_start(e, &m[i], &sink, cap_finish, &err) == CR_OK, "start: %s",
+        CHECK_MSG(rn_engine_start(e, &m[i], &sink, test_capture_finish, &err) == CR_OK, "start: %s",
                   err.msg);
     }
     while (rn_engine_step(e) > 0)
