@@ -1,9 +1,12 @@
 /* reg_tmp.h: test helpers for registry tests: a private folder under /tmp
- * with paths in it and its removal, and a file stored as a blob. */
+ * with paths in it and its removal, a file stored as a blob, and whether a
+ * model loads from the store. */
 #ifndef TESTS_UNIT_REG_TMP_H
 #define TESTS_UNIT_REG_TMP_H
 
 #include "lib/prelude.h"
+#include "lib/model_name.h"
+#include "services/registry/model.h"
 #include "services/registry/store.h"
 #include "tests/unit/check.h"
 
@@ -68,6 +71,19 @@ static inline void test_store_put_file(reg_store_t *s, const char *path, char *d
     CHECK(reg_store_blob_put(s, data, (size_t)n, hex, NULL, &err) == CR_OK);
     sprintf(digest, "sha256:%s", hex);
     free(data);
+}
+
+/* True if name parses and its model loads from s. */
+static inline bool test_store_has_model(reg_store_t *s, const char *name)
+{
+    cr_model_name_t n;
+    if (cr_model_name_parse(name, &n, NULL))
+        return false;
+    reg_model_t *m = NULL;
+    cr_err_t err;
+    bool ok = reg_model_load(s, &n, &m, &err) == CR_OK;
+    reg_model_destroy(&m);
+    return ok;
 }
 
 #endif

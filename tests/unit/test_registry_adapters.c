@@ -56,17 +56,6 @@ static cr_status_t create(reg_store_t *s, const char *name, const char *model_di
     return reg_create(s, &req, NULL, NULL, err);
 }
 
-static bool model_exists(reg_store_t *s, const char *name)
-{
-    cr_model_name_t n;
-    cr_model_name_parse(name, &n, NULL);
-    reg_model_t *m = NULL;
-    cr_err_t err;
-    bool ok = reg_model_load(s, &n, &m, &err) == CR_OK;
-    reg_model_destroy(&m);
-    return ok;
-}
-
 /* ---- PEFT folders ---- */
 
 /* Writes a safetensors file: n F32 tensors names[i] of shape [rows[i]][cols[i]]. */
@@ -239,7 +228,7 @@ static void test_peft(reg_store_t *s, const char *base, const char *d_base)
     CHECK(create(s, "badpeft", d_base, NULL, ds, names, 2, &err) == CR_E_INVALID);
     CHECK_MSG(strstr(err.msg, "'base_model.model.model.embed_tokens.lora_A.weight' is not"),
               "%s", err.msg);
-    CHECK(!model_exists(s, "badpeft"));
+    CHECK(!test_store_has_model(s, "badpeft"));
 }
 
 int main(void)
@@ -333,7 +322,7 @@ int main(void)
     bad_name[0] = "adapter_model.safetensors";
     CHECK(create(s, "bad", d_base, NULL, bad, bad_name, 1, &err) == CR_E_INVALID);
     CHECK_MSG(strstr(err.msg, "adapter") != NULL, "%s", err.msg);
-    CHECK(!model_exists(s, "bad"));
+    CHECK(!test_store_has_model(s, "bad"));
 
     test_peft(s, base, d_base);
 

@@ -51,17 +51,6 @@ static cr_status_t create(reg_store_t *s, const char *name, const char *digest,
     return reg_create(s, &req, NULL, NULL, err);
 }
 
-static bool model_exists(reg_store_t *s, const char *name)
-{
-    cr_model_name_t n;
-    cr_model_name_parse(name, &n, NULL);
-    reg_model_t *m = NULL;
-    cr_err_t err;
-    bool ok = reg_model_load(s, &n, &m, &err) == CR_OK;
-    reg_model_destroy(&m);
-    return ok;
-}
-
 /* The model's show body, parsed (caller frees). */
 static json_t *show_json(reg_store_t *s, const char *name)
 {
@@ -100,7 +89,7 @@ static void check_refused(reg_store_t *s, const char *draft, const char *want)
     CHECK_EQ_INT(create(s, "refused", NULL, "target", draft, &err), CR_E_INVALID);
     CHECK_MSG(strstr(err.msg, want) != NULL, "draft %s: message '%s' lacks '%s'", draft,
               err.msg, want);
-    CHECK(!model_exists(s, "refused"));
+    CHECK(!test_store_has_model(s, "refused"));
 }
 
 int main(void)
