@@ -656,6 +656,14 @@ const char *e2e_jstr(json_t *o, const char *path)
     return s ? s : "(absent)";
 }
 
+void e2e_log_tail(const e2e_t *t, int n)
+{
+    char cmd[1300];
+    snprintf(cmd, sizeof cmd, "tail -n %d '%s/serve.log' >&2", n, t->tmp);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(no log)\n");
+}
+
 size_t e2e_log_count(const e2e_t *t, const char *needle)
 {
     char path[1200];

@@ -114,6 +114,10 @@ size_t e2e_find_procs(e2e_t *t, const char *comm, pid_t *out, size_t cap);
 /* Lines of the services' log (<tmp>/serve.log) that contain needle. */
 size_t e2e_log_count(const e2e_t *t, const char *needle);
 
+/* Prints the last n lines of the services' log to stderr (for a failed
+ * test's report). */
+void e2e_log_tail(const e2e_t *t, int n);
+
 /* Writes text to path (replacing it); false on failure. */
 bool e2e_write_file(const char *path, const char *text);
 

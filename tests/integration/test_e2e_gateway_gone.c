@@ -253,12 +253,8 @@ int main(void)
     test_pull_shared();
     fake_stop(&F);
 
-    if (check_failed_g) {
-        char cmd[1300];
-        snprintf(cmd, sizeof cmd, "tail -n 60 %s/serve.log >&2", T.tmp);
-        if (system(cmd) != 0)
-            fprintf(stderr, "(no log)\n");
-    }
+    if (check_failed_g)
+        e2e_log_tail(&T, 60);
     e2e_stop(&T);
     return check_finish("e2e_gateway_gone");
 }
