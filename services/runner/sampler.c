@@ -625,6 +625,17 @@ static void stage_temperature(rn_sampler_t *s)
         s->cands[i].logit = (float)(((double)s->cands[i].logit - (double)max) / (double)t);
 }
 
+/* The stages after penalties and top_k, in order, ending with the
+ * candidates' final probabilities. */
+static void stage_rest(rn_sampler_t *s)
+{
+    stage_typical(s);
+    stage_top_p(s);
+    stage_min_p(s);
+    stage_temperature(s);
+    softmax(s);
+}
+
 /* Draws one candidate by its probability. */
 static int32_t draw(rn_sampler_t *s)
 {
@@ -686,11 +697,7 @@ cr_status_t rn_sampler_pick(rn_sampler_t *s, const float *logits,
         *token_out = s->cands[0].id;
         return CR_OK;
     }
-    stage_typical(s);
-    stage_top_p(s);
-    stage_min_p(s);
-    stage_temperature(s);
-    softmax(s);
+    stage_rest(s);
     *token_out = draw(s);
     return CR_OK;
 }
@@ -715,11 +722,7 @@ static cr_status_t draft_head(rn_sampler_t *s, const float *logits, int32_t draf
                           s->n_vocab);
     }
     s->picked = true;
-    stage_typical(s);
-    stage_top_p(s);
-    stage_min_p(s);
-    stage_temperature(s);
-    softmax(s);
+    stage_rest(s);
     return CR_OK;
 }
 
