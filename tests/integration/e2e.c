@@ -656,6 +656,21 @@ const char *e2e_jstr(json_t *o, const char *path)
     return s ? s : "(absent)";
 }
 
+long long e2e_blob_part_completed(const e2e_t *t, const char *hex)
+{
+    long long sum = 0;
+    for (int i = 0; i < 1024; i++) {
+        char path[1400];
+        snprintf(path, sizeof path, "%s/models/blobs/sha256-%s-partial-%d", t->tmp, hex, i);
+        json_t *j = json_load_file(path, 0, NULL);
+        if (!j)
+            break;
+        sum += json_integer_value(json_object_get(j, "Completed"));
+        json_decref(j);
+    }
+    return sum;
+}
+
 void e2e_log_tail(const e2e_t *t, int n)
 {
     char cmd[1300];

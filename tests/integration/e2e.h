@@ -118,6 +118,10 @@ size_t e2e_log_count(const e2e_t *t, const char *needle);
  * test's report). */
 void e2e_log_tail(const e2e_t *t, int n);
 
+/* Bytes the store's part state files of blob hex (a download under way or
+ * stopped) say are in place; 0 when there are none. */
+long long e2e_blob_part_completed(const e2e_t *t, const char *hex);
+
 /* Writes text to path (replacing it); false on failure. */
 bool e2e_write_file(const char *path, const char *text);
 

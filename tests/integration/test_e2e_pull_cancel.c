@@ -118,23 +118,6 @@ static bool layer_verified(void)
     return !strcmp(hex, F.blobs[1].hex);
 }
 
-/* Bytes the layer's part state says are in place. */
-static long long saved_completed(void)
-{
-    long long sum = 0;
-    for (int i = 0; i < 1024; i++) {
-        char path[1400], suffix[32];
-        snprintf(suffix, sizeof suffix, "-partial-%d", i);
-        blob_path(path, sizeof path, suffix);
-        json_t *j = json_load_file(path, 0, NULL);
-        if (!j)
-            break;
-        sum += json_integer_value(json_object_get(j, "Completed"));
-        json_decref(j);
-    }
-    return sum;
-}
-
 static void delete_model(void)
 {
     char body[300];
@@ -209,7 +192,7 @@ static void test_both_leave(void)
     struct stat sb;
     blob_path(partial, sizeof partial, "-partial");
     CHECK_MSG(stat(partial, &sb) == 0, "no partial file stayed");
-    long long saved = saved_completed();
+    long long saved = e2e_blob_part_completed(&T, F.blobs[1].hex);
     CHECK_MSG(saved > 0 && saved < (long long)LAYER_BYTES, "part state: %lld of %u bytes",
               saved, LAYER_BYTES);
     CHECK(!model_listed());
