@@ -40,27 +40,17 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$llama" ] || { echo "usage: $0 --llama DIR [--bin DIR] [--work DIR] [CASE...]" >&2; exit 2; }
 mkdir -p "$work"
-lb="$llama/build-mtmd/bin"
+# shellcheck source=bench/mtmd/common.sh
+. "$here/mtmd/common.sh"
+mtmd_tool dump_mtmd
 dump="$work/dump_mtmd"
-cc -O2 -o "$dump" "$here/mtmd/dump_mtmd.c" -I"$llama/include" -I"$llama/ggml/include" \
-    -I"$llama/tools/mtmd" -L"$lb" -lmtmd -lllama -lggml -lggml-base -Wl,-rpath,"$lb"
 
 # The fixed test images: 97x61 RGB, a deterministic gradient (not square,
 # so the letterbox and the resampling both run), and the same gradient at
 # 300x200 (qwen2.5-vl: 11 x 7 merged patches, six attention windows, the
 # last ones cut by the edges).
 for size in 97x61 300x200; do
-python3 - "$work/test-$size.png" "$size" <<'EOF_PY'
-import struct, sys, zlib
-w, h = (int(v) for v in sys.argv[2].split('x'))
-raw = b''.join(b'\0' + bytes(v for x in range(w) for v in
-                             ((x * 7 + y * 3) % 256, (x * y) % 256, (255 - x * 2 - y) % 256))
-               for y in range(h))
-def chunk(t, d):
-    return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
-open(sys.argv[1], 'wb').write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0))
-                              + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b''))
-EOF_PY
+    gradient_png "$work/test-$size.png" "$size"
 done
 
 # label ; projector writer and its arguments ; text model arguments ;

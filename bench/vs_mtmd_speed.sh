@@ -44,10 +44,10 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$llama" ] || { echo "usage: $0 --llama DIR [--bin DIR] [--work DIR] [--rounds N] [--type f16|f32] [--layers N]" >&2; exit 2; }
 mkdir -p "$work"
-lb="$llama/build-mtmd/bin"
+# shellcheck source=bench/mtmd/common.sh
+. "$here/mtmd/common.sh"
+mtmd_tool time_mtmd
 timer="$work/time_mtmd"
-cc -O2 -o "$timer" "$here/mtmd/time_mtmd.c" -I"$llama/include" -I"$llama/ggml/include" \
-    -I"$llama/tools/mtmd" -L"$lb" -lmtmd -lllama -lggml -lggml-base -Wl,-rpath,"$lb"
 
 text="$work/text.gguf"
 proj="$work/gemma3-896-$type-$layers.mmproj.gguf"
@@ -58,17 +58,7 @@ img="$work/test-896.png"
     --image-size 896 --patch 14 --dim 1152 --heads 16 --ffn 4304 --layers "$layers" --merge 4 \
     --n-embd 64 >/dev/null
 # a deterministic 896x896 RGB gradient (the size the tower takes: no resize)
-python3 - "$img" <<'EOF_PY'
-import struct, sys, zlib
-w = h = 896
-raw = b''.join(b'\0' + bytes(v for x in range(w) for v in
-                             ((x * 7 + y * 3) % 256, (x * y) % 256, (255 - x * 2 - y) % 256))
-               for y in range(h))
-def chunk(t, d):
-    return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
-open(sys.argv[1], 'wb').write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0))
-                              + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b''))
-EOF_PY
+gradient_png "$img" 896x896
 
 ours="$work/ours.ms"
 ref="$work/ref.ms"

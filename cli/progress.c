@@ -9,6 +9,7 @@
 #include "cli/progress.h"
 
 #include "cli/format.h"
+#include "lib/duration.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -280,13 +281,7 @@ static void *ticker(void *arg)
     cli_progress_t *p = arg;
     pthread_mutex_lock(&p->mu);
     while (!p->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += TICK_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = cr_duration_deadline(TICK_MS);
         pthread_cond_timedwait(&p->cv, &p->mu, &ts);
         if (p->stop)
             break;

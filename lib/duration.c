@@ -4,6 +4,19 @@
 
 #include <math.h>
 
+struct timespec cr_duration_deadline(int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 int64_t cr_duration_from_seconds(double seconds)
 {
     if (seconds < 0)

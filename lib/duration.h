@@ -8,6 +8,8 @@
 #include "lib/prelude.h"
 #include "lib/status.h"
 
+#include <time.h>
+
 
 
 /* Parses a Go duration string or a decimal number of seconds into
@@ -17,5 +19,9 @@ cr_status_t cr_duration_parse(const char *text, int64_t *ms_out, cr_err_t *err);
 
 /* Seconds (as in a JSON number) to milliseconds; negative -> -1. */
 int64_t cr_duration_from_seconds(double seconds);
+
+/* The CLOCK_REALTIME time ms (>= 0) milliseconds from now, normalized
+ * (tv_nsec < 1e9): the absolute deadline pthread_cond_timedwait takes. */
+struct timespec cr_duration_deadline(int64_t ms);
 
 #endif

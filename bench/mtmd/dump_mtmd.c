@@ -19,9 +19,7 @@
 
 #include "ggml.h"
 #include "ggml-backend.h"
-#include "llama.h"
-#include "mtmd.h"
-#include "mtmd-helper.h"
+#include "mtmd_image.h"
 
 static const char *pixels_path;
 static bool pixels_done;
@@ -102,12 +100,7 @@ int main(int argc, char **argv)
         return 2;
     }
     pixels_path = argv[5];
-    llama_backend_init();
-    struct llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = 0;
-    struct llama_model *model = llama_model_load_from_file(argv[1], mp);
-    if (!model)
-        return fprintf(stderr, "cannot load %s\n", argv[1]), 1;
+    struct llama_model *model = mtmd_bench_load_text(argv[1]);
     struct mtmd_context_params p = mtmd_context_params_default();
     p.use_gpu = false;
     p.print_timings = false;
@@ -118,37 +111,21 @@ int main(int argc, char **argv)
                                                : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     p.cb_eval = on_eval;
     p.cb_eval_user_data = NULL;
-    mtmd_context *ctx = mtmd_init_from_file(argv[2], model, p);
-    if (!ctx)
-        return fprintf(stderr, "cannot load %s\n", argv[2]), 1;
-    struct mtmd_helper_bitmap_wrapper bw =
-        mtmd_helper_bitmap_init_from_file(ctx, argv[3], false, mtmd_helper_init_opt_default());
-    if (!bw.bitmap)
-        return fprintf(stderr, "cannot read %s\n", argv[3]), 1;
-    mtmd_input_chunks *chunks = mtmd_input_chunks_init();
-    mtmd_input_text text = {mtmd_default_marker(), strlen(mtmd_default_marker()), false, true};
-    const mtmd_bitmap *bitmaps[1] = {bw.bitmap};
-    if (mtmd_tokenize(ctx, chunks, &text, bitmaps, 1))
-        return fprintf(stderr, "mtmd_tokenize failed\n"), 1;
-    for (size_t i = 0; i < mtmd_input_chunks_size(chunks); i++) {
-        const mtmd_input_chunk *c = mtmd_input_chunks_get(chunks, i);
-        if (mtmd_input_chunk_get_type(c) != MTMD_INPUT_CHUNK_TYPE_IMAGE)
-            continue;
-        if (mtmd_encode_chunk(ctx, c))
-            return fprintf(stderr, "mtmd_encode_chunk failed\n"), 1;
-        size_t n_tok = mtmd_input_chunk_get_n_tokens(c);
-        int n_embd = llama_model_n_embd(model);
-        FILE *f = fopen(argv[4], "wb");
-        if (!f || fwrite(mtmd_get_output_embd(ctx), sizeof(float) * n_embd, n_tok, f) != n_tok)
-            return fprintf(stderr, "cannot write %s\n", argv[4]), 1;
-        fclose(f);
-        printf("%zu x %d\n", n_tok, n_embd);
-        if (!pixels_done)
-            return fprintf(stderr, "no inp_raw seen\n"), 1;
-        if (argc == 8)
-            return dump_logits(ctx, model, argv[6], bw.bitmap, argv[7]);
-        return 0;
-    }
-    fprintf(stderr, "no image chunk\n");
-    return 1;
+    mtmd_context *ctx = mtmd_bench_init(argv[2], model, p);
+    const mtmd_bitmap *bitmap;
+    const mtmd_input_chunk *c = mtmd_bench_image_chunk(ctx, argv[3], &bitmap);
+    if (mtmd_encode_chunk(ctx, c))
+        return fprintf(stderr, "mtmd_encode_chunk failed\n"), 1;
+    size_t n_tok = mtmd_input_chunk_get_n_tokens(c);
+    int n_embd = llama_model_n_embd(model);
+    FILE *f = fopen(argv[4], "wb");
+    if (!f || fwrite(mtmd_get_output_embd(ctx), sizeof(float) * n_embd, n_tok, f) != n_tok)
+        return fprintf(stderr, "cannot write %s\n", argv[4]), 1;
+    fclose(f);
+    printf("%zu x %d\n", n_tok, n_embd);
+    if (!pixels_done)
+        return fprintf(stderr, "no inp_raw seen\n"), 1;
+    if (argc == 8)
+        return dump_logits(ctx, model, argv[6], bitmap, argv[7]);
+    return 0;
 }

@@ -1,6 +1,7 @@
 /* download.c: parallel, resumable, verified blob downloads (download.h). */
 #include "lib/prelude.h"
 #include "services/registry/download.h"
+#include "lib/duration.h"
 #include "lib/log.h"
 #include "services/registry/ramp.h"
 
@@ -120,13 +121,7 @@ bool reg_transfers_busy(reg_transfers_t *t, const char *hex)
 /* Waits on t's condition (its mutex held) for at most ms. */
 static void timed_wait(reg_transfers_t *t, long ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += ms * 1000000L;
-    while (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = cr_duration_deadline(ms);
     pthread_cond_timedwait(&t->cv, &t->mu, &ts);
 }
 

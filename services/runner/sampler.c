@@ -625,6 +625,17 @@ static void stage_temperature(rn_sampler_t *s)
         s->cands[i].logit = (float)(((double)s->cands[i].logit - (double)max) / (double)t);
 }
 
+/* The stages after penalties and top_k, in order, ending with the
+ * candidates' final probabilities. */
+static void stage_rest(rn_sampler_t *s)
+{
+    stage_typical(s);
+    stage_top_p(s);
+    stage_min_p(s);
+    stage_temperature(s);
+    softmax(s);
+}
+
 /* Draws one candidate by its probability. */
 static int32_t draw(rn_sampler_t *s)
 {
@@ -686,12 +697,32 @@ cr_status_t rn_sampler_pick(rn_sampler_t *s, const float *logits,
         *token_out = s->cands[0].id;
         return CR_OK;
     }
-    stage_typical(s);
-    stage_top_p(s);
-    stage_min_p(s);
-    stage_temperature(s);
-    softmax(s);
+    stage_rest(s);
     *token_out = draw(s);
+    return CR_OK;
+}
+
+/* The common head of both draft checks. Greedy (temperature 0) decides
+ * outright: the draft is kept iff it is the greedy pick. Otherwise it leaves
+ * s->cands as the final sampling distribution the draft is checked against. */
+static cr_status_t draft_head(rn_sampler_t *s, const float *logits, int32_t draft,
+                              int32_t *token_out, bool *accepted, cr_err_t *err)
+{
+    *accepted = false;
+    if (s->params.temperature <= 0.0f) {
+        cr_status_t st = rn_sampler_pick(s, logits, token_out, err);
+        *accepted = !st && *token_out == draft;
+        return st;
+    }
+    stage_penalties_top_k(s, logits);
+    if (s->n == 0) {
+        s->picked = false;
+        return cr_err_set(err, CR_E_INVALID,
+                          "sampler: every logit is -inf or NaN (%" PRId32 " tokens)",
+                          s->n_vocab);
+    }
+    s->picked = true;
+    stage_rest(s);
     return CR_OK;
 }
 
@@ -716,25 +747,9 @@ static int32_t draw_without(rn_sampler_t *s, int32_t skip, double p_skip)
 cr_status_t rn_sampler_pick_draft(rn_sampler_t *s, const float *logits, int32_t draft,
                                   int32_t *token_out, bool *accepted, cr_err_t *err)
 {
-    *accepted = false;
-    if (s->params.temperature <= 0.0f) {
-        cr_status_t st = rn_sampler_pick(s, logits, token_out, err);
-        *accepted = !st && *token_out == draft;
+    cr_status_t st = draft_head(s, logits, draft, token_out, accepted, err);
+    if (st || s->params.temperature <= 0.0f)
         return st;
-    }
-    stage_penalties_top_k(s, logits);
-    if (s->n == 0) {
-        s->picked = false;
-        return cr_err_set(err, CR_E_INVALID,
-                          "sampler: every logit is -inf or NaN (%" PRId32 " tokens)",
-                          s->n_vocab);
-    }
-    s->picked = true;
-    stage_typical(s);
-    stage_top_p(s);
-    stage_min_p(s);
-    stage_temperature(s);
-    softmax(s);
     double p_draft = 0.0;
     for (size_t i = 0; i < s->n; i++)
         if (s->cands[i].id == draft)
@@ -779,25 +794,9 @@ cr_status_t rn_sampler_pick_draft_q(rn_sampler_t *s, const float *logits, int32_
                                     const float *q, int32_t *token_out, bool *accepted,
                                     cr_err_t *err)
 {
-    *accepted = false;
-    if (s->params.temperature <= 0.0f) {
-        cr_status_t st = rn_sampler_pick(s, logits, token_out, err);
-        *accepted = !st && *token_out == draft;
+    cr_status_t st = draft_head(s, logits, draft, token_out, accepted, err);
+    if (st || s->params.temperature <= 0.0f)
         return st;
-    }
-    stage_penalties_top_k(s, logits);
-    if (s->n == 0) {
-        s->picked = false;
-        return cr_err_set(err, CR_E_INVALID,
-                          "sampler: every logit is -inf or NaN (%" PRId32 " tokens)",
-                          s->n_vocab);
-    }
-    s->picked = true;
-    stage_typical(s);
-    stage_top_p(s);
-    stage_min_p(s);
-    stage_temperature(s);
-    softmax(s);
     bool in_vocab = draft >= 0 && draft < s->n_vocab;
     double p_draft = 0.0, q_draft = in_vocab ? (double)q[draft] : 0.0;
     for (size_t i = 0; in_vocab && i < s->n; i++)

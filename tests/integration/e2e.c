@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pty.h>
 #include <sys/ioctl.h>
 #include <signal.h>
@@ -30,6 +31,64 @@ int e2e_free_port(void)
     if (fd >= 0)
         close(fd);
     return port;
+}
+
+int e2e_connect_port(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+int e2e_post_raw(e2e_t *t, const char *path, const char *body)
+{
+    const char *colon = strrchr(t->host, ':');
+    int fd = e2e_connect_port(colon ? atoi(colon + 1) : 0);
+    if (fd < 0)
+        return -1;
+    char head[512];
+    int n = snprintf(head, sizeof head,
+                     "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n",
+                     path, t->host, strlen(body));
+    if (send(fd, head, (size_t)n, MSG_NOSIGNAL) != n ||
+        send(fd, body, strlen(body), MSG_NOSIGNAL) != (ssize_t)strlen(body)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+bool e2e_read_until(int fd, char *buf, size_t cap, size_t *len, const char *needle,
+                    int wait_ms)
+{
+    for (int64_t t0 = now_ms(); now_ms() - t0 < wait_ms;) {
+        if (strstr(buf, needle))
+            return true;
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        if (*len + 1 >= cap)
+            *len = 0; /* only the tail matters */
+        ssize_t r = recv(fd, buf + *len, cap - 1 - *len, 0);
+        if (r <= 0)
+            break;
+        *len += (size_t)r;
+        buf[*len] = '\0';
+    }
+    return strstr(buf, needle) != NULL;
 }
 
 static void sleep_ms(int ms)
@@ -217,6 +276,62 @@ void e2e_resp_free(e2e_resp_t *r)
 {
     free(r->body);
     r->body = NULL;
+}
+
+/* ---- a request in a thread ---- */
+
+static bool bg_on_data(void *ctx, const char *data, size_t len)
+{
+    e2e_bg_t *b = ctx;
+    pthread_mutex_lock(&b->mu);
+    if (b->len + len >= sizeof b->seen)
+        b->len = 0;
+    if (len < sizeof b->seen) {
+        memcpy(b->seen + b->len, data, len);
+        b->len += len;
+        b->seen[b->len] = '\0';
+    }
+    pthread_mutex_unlock(&b->mu);
+    return true;
+}
+
+static void *bg_main(void *arg)
+{
+    e2e_bg_t *b = arg;
+    e2e_resp_t r = e2e_http(b->at, b->method, b->path, b->req_body, bg_on_data, b);
+    b->status = r.status;
+    b->body = r.body;
+    r.body = NULL;
+    e2e_resp_free(&r);
+    return NULL;
+}
+
+void e2e_bg_start(e2e_bg_t *b, e2e_t *at, const char *method, const char *path,
+                  const char *body)
+{
+    memset(b, 0, sizeof *b);
+    b->at = at;
+    b->method = method;
+    b->path = path;
+    b->req_body = body ? strdup(body) : NULL;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_create(&b->th, NULL, bg_main, b);
+}
+
+bool e2e_bg_saw(e2e_bg_t *b, const char *needle)
+{
+    pthread_mutex_lock(&b->mu);
+    bool yes = strstr(b->seen, needle) != NULL;
+    pthread_mutex_unlock(&b->mu);
+    return yes;
+}
+
+void e2e_bg_join(e2e_bg_t *b)
+{
+    pthread_join(b->th, NULL);
+    pthread_mutex_destroy(&b->mu);
+    free(b->req_body);
+    b->req_body = NULL;
 }
 
 #define MAX_ARGS 32
@@ -539,6 +654,29 @@ const char *e2e_jstr(json_t *o, const char *path)
 {
     const char *s = json_string_value(e2e_jget(o, path));
     return s ? s : "(absent)";
+}
+
+long long e2e_blob_part_completed(const e2e_t *t, const char *hex)
+{
+    long long sum = 0;
+    for (int i = 0; i < 1024; i++) {
+        char path[1400];
+        snprintf(path, sizeof path, "%s/models/blobs/sha256-%s-partial-%d", t->tmp, hex, i);
+        json_t *j = json_load_file(path, 0, NULL);
+        if (!j)
+            break;
+        sum += json_integer_value(json_object_get(j, "Completed"));
+        json_decref(j);
+    }
+    return sum;
+}
+
+void e2e_log_tail(const e2e_t *t, int n)
+{
+    char cmd[1300];
+    snprintf(cmd, sizeof cmd, "tail -n %d '%s/serve.log' >&2", n, t->tmp);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(no log)\n");
 }
 
 size_t e2e_log_count(const e2e_t *t, const char *needle)

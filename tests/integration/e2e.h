@@ -9,6 +9,7 @@
 #include "lib/prelude.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <sys/types.h>
 
 typedef struct e2e {
@@ -27,6 +28,20 @@ typedef struct e2e_resp {
 /* A loopback TCP port free at the time of the call (the kernel's pick);
  * -1 when none could be had. */
 int e2e_free_port(void);
+
+/* A TCP connection to 127.0.0.1:port; the socket, or -1. */
+int e2e_connect_port(int port);
+
+/* Connects to t's gateway and sends a POST of body (JSON) to path the raw
+ * way, a client the test drops at will by closing the socket. The socket,
+ * or -1. */
+int e2e_post_raw(e2e_t *t, const char *path, const char *body);
+
+/* Reads fd into buf (cap bytes, kept NUL-terminated; only the tail kept
+ * when long) until needle shows, the peer closes or wait_ms pass; true if
+ * it showed. */
+bool e2e_read_until(int fd, char *buf, size_t cap, size_t *len, const char *needle,
+                    int wait_ms);
 
 /* Makes the temp dir, picks a free port, sets CORRAL_RUNTIME_DIR,
  * CORRAL_MODELS and CORRAL_HOST, starts `corral serve` and waits for HEAD /
@@ -49,6 +64,31 @@ typedef bool (*e2e_on_data_fn)(void *ctx, const char *data, size_t len);
 e2e_resp_t e2e_http(e2e_t *t, const char *method, const char *path,
                     const char *body, e2e_on_data_fn on_data, void *ctx);
 void e2e_resp_free(e2e_resp_t *r);
+
+/* A request run by a thread of its own: a client that stays while the
+ * test does other things and can be asked what the stream brought so far. */
+typedef struct e2e_bg {
+    e2e_t *at;
+    char *req_body;     /* owned copy; NULL: none */
+    const char *method; /* borrowed: a literal */
+    const char *path;   /* borrowed: a literal */
+    pthread_t th;
+    pthread_mutex_t mu;
+    char seen[1 << 16]; /* the stream so far (its tail when long) */
+    size_t len;
+    long status;        /* set by e2e_bg_join */
+    char *body;         /* set by e2e_bg_join; owned: free() it */
+} e2e_bg_t;
+
+/* Starts `method path` with body (may be NULL; copied) to at in a thread. */
+void e2e_bg_start(e2e_bg_t *b, e2e_t *at, const char *method, const char *path,
+                  const char *body);
+
+/* True once needle has come in the stream. */
+bool e2e_bg_saw(e2e_bg_t *b, const char *needle);
+
+/* Waits for the request to end; b->status and b->body hold its answer. */
+void e2e_bg_join(e2e_bg_t *b);
 
 /* Runs the CLI with args (NULL-terminated); captures stdout into *out
  * (owned, may be NULL) and returns the exit status. stdin is /dev/null
@@ -73,6 +113,14 @@ size_t e2e_find_procs(e2e_t *t, const char *comm, pid_t *out, size_t cap);
 
 /* Lines of the services' log (<tmp>/serve.log) that contain needle. */
 size_t e2e_log_count(const e2e_t *t, const char *needle);
+
+/* Prints the last n lines of the services' log to stderr (for a failed
+ * test's report). */
+void e2e_log_tail(const e2e_t *t, int n);
+
+/* Bytes the store's part state files of blob hex (a download under way or
+ * stopped) say are in place; 0 when there are none. */
+long long e2e_blob_part_completed(const e2e_t *t, const char *hex);
 
 /* Writes text to path (replacing it); false on failure. */
 bool e2e_write_file(const char *path, const char *text);

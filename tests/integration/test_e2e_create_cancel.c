@@ -13,35 +13,19 @@
  * source model is intact. */
 #include "lib/prelude.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "tests/integration/e2e.h"
 #include "tests/unit/check.h"
+#include "tests/unit/poll_wait.h"
 
 #define WAIT_MS 60000 /* generous: a busy CI machine */
+#define NAP_MS 20 /* between two polls */
 
 static e2e_t T;
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void nap(void)
-{
-    struct timespec ts = {0, 20 * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* The `corral-runner quantize` child of serve's registry, or 0. */
 static pid_t quantize_child(void)
@@ -93,54 +77,6 @@ static bool manifest_exists(const char *name)
     return stat(path, &sb) == 0;
 }
 
-/* Connects to serve's gateway and sends a streaming POST of body to path;
- * the socket, or -1. */
-static int post_raw(const char *path, const char *body)
-{
-    const char *colon = strrchr(T.host, ':');
-    int port = colon ? atoi(colon + 1) : 0;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    char head[512];
-    int n = snprintf(head, sizeof head,
-                     "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n",
-                     path, T.host, strlen(body));
-    if (send(fd, head, (size_t)n, MSG_NOSIGNAL) != n ||
-        send(fd, body, strlen(body), MSG_NOSIGNAL) != (ssize_t)strlen(body)) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-/* Reads from fd into buf (cap bytes, kept NUL-terminated) until needle
- * shows or WAIT_MS pass; true if it showed. */
-static bool read_until(int fd, char *buf, size_t cap, size_t *len, const char *needle)
-{
-    for (int64_t t0 = mono_ms(); mono_ms() - t0 < WAIT_MS;) {
-        if (strstr(buf, needle))
-            return true;
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, 100) <= 0)
-            continue;
-        if (*len + 1 >= cap)
-            *len = 0; /* only the tail matters */
-        ssize_t r = recv(fd, buf + *len, cap - 1 - *len, 0);
-        if (r <= 0)
-            return strstr(buf, needle) != NULL;
-        *len += (size_t)r;
-        buf[*len] = '\0';
-    }
-    return strstr(buf, needle) != NULL;
-}
-
 static void test_quantize_canceled(void)
 {
     /* 2 layers of dim 1024 / ffn 4096 in F32: ~130 MB, seconds of
@@ -151,7 +87,7 @@ static void test_quantize_canceled(void)
     count_blobs(&blobs0, &temps0);
     size_t failed0 = e2e_log_count(&T, "create q failed: canceled");
 
-    int fd = post_raw("/api/create",
+    int fd = e2e_post_raw(&T, "/api/create",
                       "{\"model\":\"q\",\"from\":\"src\",\"quantize\":\"q4_K_M\"}");
     CHECK_MSG(fd >= 0, "cannot connect to the gateway");
     if (fd < 0)
@@ -159,31 +95,31 @@ static void test_quantize_canceled(void)
     static char buf[1 << 16];
     size_t len = 0;
     buf[0] = '\0';
-    bool started = read_until(fd, buf, sizeof buf, &len, "\"status\":\"quantizing");
+    bool started = e2e_read_until(fd, buf, sizeof buf, &len, "\"status\":\"quantizing", WAIT_MS);
     CHECK_MSG(started, "no quantizing status came: %.300s", buf);
     pid_t child = started ? quantize_child() : 0;
     if (child > 0)
         kill(child, SIGSTOP);
     CHECK_MSG(child > 0, "the quantization ended before it could be held "
                          "(a bigger model is needed): %.300s", buf);
-    int64_t t_close = mono_ms();
+    int64_t t_close = test_mono_ms();
     close(fd); /* the client leaves */
     if (child <= 0)
         return;
 
     bool gone = false;
-    while (!(gone = kill(child, 0) != 0) && mono_ms() - t_close < WAIT_MS)
-        nap();
+    while (!(gone = kill(child, 0) != 0) && test_mono_ms() - t_close < WAIT_MS)
+        test_nap_ms(NAP_MS);
     CHECK_MSG(gone, "the quantization outlived its client by %lld ms",
-              (long long)(mono_ms() - t_close));
+              (long long)(test_mono_ms() - t_close));
     if (!gone) {
         kill(child, SIGCONT); /* let it finish, so serve stops cleanly */
         return;
     }
     fprintf(stderr, "the quantize child ended %lld ms after its client left\n",
-            (long long)(mono_ms() - t_close));
+            (long long)(test_mono_ms() - t_close));
     bool logged = false;
-    for (int64_t t0 = mono_ms(); !logged && mono_ms() - t0 < WAIT_MS; nap())
+    for (int64_t t0 = test_mono_ms(); !logged && test_mono_ms() - t0 < WAIT_MS; test_nap_ms(NAP_MS))
         logged = e2e_log_count(&T, "create q failed: canceled") > failed0;
     CHECK_MSG(logged, "the registry did not log the create as canceled");
     CHECK_MSG(!manifest_exists("q"), "a canceled create wrote its manifest");

@@ -16,39 +16,24 @@
  * Conditions are waited for (polled), bounded by WAIT_MS. */
 #include "lib/prelude.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "tests/integration/e2e.h"
 #include "tests/unit/check.h"
+#include "tests/unit/poll_wait.h"
 #include "tests/unit/fake_oci.h"
 
 #define WAIT_MS 30000            /* generous: a busy CI machine */
+#define NAP_MS 50 /* between two polls */
 #define SLOW_BPS (256 * 1024)    /* the fake registry's link */
 #define LAYER_BYTES (4u << 20)   /* 16 s at SLOW_BPS */
 
 static e2e_t T;
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void nap(void)
-{
-    struct timespec ts = {0, 50 * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* ---- a gateway of our own ---- */
 
@@ -78,7 +63,7 @@ static bool gateway_start(gateway_t *g)
         execl(exe, "corral-gateway", (char *)NULL);
         _exit(127);
     }
-    for (int64_t t0 = mono_ms(); mono_ms() - t0 < WAIT_MS; nap()) {
+    for (int64_t t0 = test_mono_ms(); test_mono_ms() - t0 < WAIT_MS; test_nap_ms(NAP_MS)) {
         e2e_resp_t r = e2e_http(&g->at, "GET", "/", NULL, NULL, NULL);
         long st = r.status;
         e2e_resp_free(&r);
@@ -116,7 +101,7 @@ static size_t temp_files(void)
 
 static bool wait_log(const char *needle, size_t at_least)
 {
-    for (int64_t t0 = mono_ms(); mono_ms() - t0 < WAIT_MS; nap())
+    for (int64_t t0 = test_mono_ms(); test_mono_ms() - t0 < WAIT_MS; test_nap_ms(NAP_MS))
         if (e2e_log_count(&T, needle) >= at_least)
             return true;
     return false;
@@ -132,10 +117,8 @@ static void test_upload(void)
         gateway_kill(&g);
         return;
     }
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g.port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    int fd = e2e_connect_port(g.port);
+    CHECK(fd >= 0);
     char head[512];
     int n = snprintf(head, sizeof head,
                      "POST /api/blobs/sha256:%064d HTTP/1.1\r\nHost: %s\r\n"
@@ -146,18 +129,18 @@ static void test_upload(void)
     memset(chunk, 'x', sizeof chunk);
     for (int i = 0; i < 48; i++) /* 3 MiB: three pieces reach the registry */
         CHECK(send(fd, chunk, sizeof chunk, MSG_NOSIGNAL) == (ssize_t)sizeof chunk);
-    int64_t t0 = mono_ms();
-    while (temp_files() == 0 && mono_ms() - t0 < WAIT_MS)
-        nap();
+    int64_t t0 = test_mono_ms();
+    while (temp_files() == 0 && test_mono_ms() - t0 < WAIT_MS)
+        test_nap_ms(NAP_MS);
     CHECK_MSG(temp_files() == 1, "the registry holds %zu upload temp files",
               temp_files());
     size_t said = e2e_log_count(&T, "its gateway connection is gone; dropping its upload");
     gateway_kill(&g);
-    t0 = mono_ms();
-    while (temp_files() > 0 && mono_ms() - t0 < WAIT_MS)
-        nap();
+    t0 = test_mono_ms();
+    while (temp_files() > 0 && test_mono_ms() - t0 < WAIT_MS)
+        test_nap_ms(NAP_MS);
     CHECK_MSG(temp_files() == 0, "the upload's temp file outlived its gateway by %lld ms",
-              (long long)(mono_ms() - t0));
+              (long long)(test_mono_ms() - t0));
     CHECK(wait_log("its gateway connection is gone; dropping its upload", said + 1));
     close(fd);
 }
@@ -166,66 +149,7 @@ static void test_upload(void)
 
 static fake_t F;
 static char model_g[128];
-
-typedef struct puller {
-    e2e_t *at;
-    pthread_t th;
-    pthread_mutex_t mu;
-    char seen[1 << 16]; /* the stream so far (its tail when long) */
-    size_t len;
-    long status;
-    char *body;
-} puller_t;
-
-static bool on_pull(void *ctx, const char *data, size_t len)
-{
-    puller_t *p = ctx;
-    pthread_mutex_lock(&p->mu);
-    if (p->len + len >= sizeof p->seen)
-        p->len = 0;
-    if (len < sizeof p->seen) {
-        memcpy(p->seen + p->len, data, len);
-        p->len += len;
-        p->seen[p->len] = '\0';
-    }
-    pthread_mutex_unlock(&p->mu);
-    return true;
-}
-
-static void *pull_main(void *arg)
-{
-    puller_t *p = arg;
-    char body[300];
-    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true}", model_g);
-    e2e_resp_t r = e2e_http(p->at, "POST", "/api/pull", body, on_pull, p);
-    p->status = r.status;
-    p->body = r.body;
-    r.body = NULL;
-    e2e_resp_free(&r);
-    return NULL;
-}
-
-static void pull_start(puller_t *p, e2e_t *at)
-{
-    memset(p, 0, sizeof *p);
-    p->at = at;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_create(&p->th, NULL, pull_main, p);
-}
-
-static bool pull_saw(puller_t *p, const char *needle)
-{
-    pthread_mutex_lock(&p->mu);
-    bool yes = strstr(p->seen, needle) != NULL;
-    pthread_mutex_unlock(&p->mu);
-    return yes;
-}
-
-static void pull_join(puller_t *p)
-{
-    pthread_join(p->th, NULL);
-    pthread_mutex_destroy(&p->mu);
-}
+static char body_g[300]; /* a pull of model_g */
 
 static bool model_listed(void)
 {
@@ -238,7 +162,7 @@ static bool model_listed(void)
 /* Waits until the fake registry has sent more layer bytes than `than`. */
 static bool wait_bytes(long long than)
 {
-    for (int64_t t0 = mono_ms(); mono_ms() - t0 < WAIT_MS; nap())
+    for (int64_t t0 = test_mono_ms(); test_mono_ms() - t0 < WAIT_MS; test_nap_ms(NAP_MS))
         if (atomic_load(&F.blob_bytes) > than)
             return true;
     return false;
@@ -255,17 +179,17 @@ static void test_pull_alone(void)
     char failed[300];
     snprintf(failed, sizeof failed, "pull %s failed: canceled", model_g);
     size_t before = e2e_log_count(&T, failed);
-    puller_t a;
-    pull_start(&a, &g.at);
+    e2e_bg_t a;
+    e2e_bg_start(&a, &g.at, "POST", "/api/pull", body_g);
     CHECK_MSG(wait_bytes(0), "the pull did not start downloading");
-    int64_t t_kill = mono_ms();
+    int64_t t_kill = test_mono_ms();
     gateway_kill(&g);
-    pull_join(&a);
+    e2e_bg_join(&a);
     free(a.body);
     /* The layer needs LAYER_BYTES / SLOW_BPS = 16 s at full speed: a pull
      * that ran on would end far later than this, and with success. */
     CHECK_MSG(wait_log(failed, before + 1), "the pull of a killed gateway ran on");
-    int64_t took = mono_ms() - t_kill;
+    int64_t took = test_mono_ms() - t_kill;
     long long sent = atomic_load(&F.blob_bytes);
     CHECK_MSG(sent < (long long)LAYER_BYTES, "the whole layer was sent (%lld bytes)", sent);
     fprintf(stderr, "the pull ended %lld ms after its gateway was killed, "
@@ -283,21 +207,21 @@ static void test_pull_shared(void)
     }
     size_t canceled = e2e_log_count(&T, "its gateway connection is gone; canceling");
     long long sent0 = atomic_load(&F.blob_bytes);
-    puller_t a, b;
-    pull_start(&a, &g.at);
+    e2e_bg_t a, b;
+    e2e_bg_start(&a, &g.at, "POST", "/api/pull", body_g);
     CHECK_MSG(wait_bytes(sent0), "the first pull did not start downloading");
-    pull_start(&b, &T); /* serve's gateway: it stays */
+    e2e_bg_start(&b, &T, "POST", "/api/pull", body_g); /* serve's gateway: it stays */
     char pulling[64];
     snprintf(pulling, sizeof pulling, "pulling %.12s", F.blobs[1].hex);
-    for (int64_t t0 = mono_ms(); !pull_saw(&b, pulling) && mono_ms() - t0 < WAIT_MS;)
-        nap();
-    CHECK_MSG(pull_saw(&b, pulling), "the second pull did not reach the layer");
+    for (int64_t t0 = test_mono_ms(); !e2e_bg_saw(&b, pulling) && test_mono_ms() - t0 < WAIT_MS;)
+        test_nap_ms(NAP_MS);
+    CHECK_MSG(e2e_bg_saw(&b, pulling), "the second pull did not reach the layer");
     gateway_kill(&g);
     CHECK_MSG(wait_log("its gateway connection is gone; canceling", canceled + 1),
               "the registry did not notice the killed gateway");
-    pull_join(&a);
+    e2e_bg_join(&a);
     free(a.body);
-    pull_join(&b); /* the rest of the layer at SLOW_BPS */
+    e2e_bg_join(&b); /* the rest of the layer at SLOW_BPS */
     CHECK_EQ_INT(b.status, 200);
     CHECK_MSG(b.body && strstr(b.body, "\"success\""),
               "the surviving pull did not succeed: %.300s",
@@ -320,27 +244,17 @@ int main(void)
     fake_start(&F);
     F.threaded = true;
     F.rate_bps = SLOW_BPS;
-    const char *cfg = "{\"model_format\":\"gguf\",\"model_family\":\"llama\","
-                      "\"model_families\":[\"llama\"],\"model_type\":\"1M\","
-                      "\"file_type\":\"F32\",\"architecture\":\"amd64\",\"os\":\"linux\"}";
-    blob_t *c = &F.blobs[F.n_blobs++];
-    c->len = strlen(cfg);
-    c->data = malloc(c->len);
-    memcpy(c->data, cfg, c->len);
-    fake_sha256_hex(c->data, c->len, c->hex);
+    fake_add_config(&F, "llama");
     fake_add_blob(&F, LAYER_BYTES, 91);
     fake_set_manifest(&F);
     snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", F.port);
+    snprintf(body_g, sizeof body_g, "{\"model\":\"%s\",\"insecure\":true}", model_g);
     test_pull_alone();
     test_pull_shared();
     fake_stop(&F);
 
-    if (check_failed_g) {
-        char cmd[1300];
-        snprintf(cmd, sizeof cmd, "tail -n 60 %s/serve.log >&2", T.tmp);
-        if (system(cmd) != 0)
-            fprintf(stderr, "(no log)\n");
-    }
+    if (check_failed_g)
+        e2e_log_tail(&T, 60);
     e2e_stop(&T);
     return check_finish("e2e_gateway_gone");
 }

@@ -21,24 +21,17 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "proto/msg.h"
 #include "tests/integration/e2e.h"
 #include "tests/unit/check.h"
+#include "tests/unit/poll_wait.h"
 
 static e2e_t T;
 
 #define PER_IP 4
 #define NET_MS 60000 /* only the net under a hung test */
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- tokenize past a frame ---- */
 
@@ -175,8 +168,8 @@ static bool version_on(int fd)
         return false;
     char buf[2048];
     size_t got = 0;
-    int64_t t0 = mono_ms();
-    while (got < sizeof buf - 1 && mono_ms() - t0 < NET_MS) {
+    int64_t t0 = test_mono_ms();
+    while (got < sizeof buf - 1 && test_mono_ms() - t0 < NET_MS) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 1000) <= 0)
             continue;
@@ -194,9 +187,9 @@ static bool version_on(int fd)
 /* Waits until the server closes fd (true), at most NET_MS. */
 static bool closed_by_server(int fd)
 {
-    int64_t t0 = mono_ms();
+    int64_t t0 = test_mono_ms();
     char c;
-    while (mono_ms() - t0 < NET_MS) {
+    while (test_mono_ms() - t0 < NET_MS) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 1000) > 0 && recv(fd, &c, 1, 0) <= 0)
             return true;
@@ -218,8 +211,8 @@ static bool closed_now(int fd)
  * connection may take a moment to be usable again. */
 static int served_from(const char *src)
 {
-    int64_t t0 = mono_ms();
-    while (mono_ms() - t0 < NET_MS) {
+    int64_t t0 = test_mono_ms();
+    while (test_mono_ms() - t0 < NET_MS) {
         int fd = connect_from(src);
         if (fd >= 0 && version_on(fd))
             return fd;
@@ -299,8 +292,8 @@ static void raw_answer(const char *req, char *out, size_t cap)
         return;
     size_t n = strlen(req), got = 0;
     CHECK(send(fd, req, n, MSG_NOSIGNAL) == (ssize_t)n);
-    int64_t t0 = mono_ms();
-    while (got < cap - 1 && !strstr(out, "\r\n\r\n") && mono_ms() - t0 < NET_MS) {
+    int64_t t0 = test_mono_ms();
+    while (got < cap - 1 && !strstr(out, "\r\n\r\n") && test_mono_ms() - t0 < NET_MS) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 1000) <= 0)
             continue;

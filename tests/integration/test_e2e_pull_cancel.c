@@ -15,39 +15,22 @@
  * waited for (polled), bounded by WAIT_MS. */
 #include "lib/prelude.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "tests/integration/e2e.h"
 #include "tests/unit/check.h"
+#include "tests/unit/poll_wait.h"
 #include "tests/unit/fake_oci.h"
 
 #define WAIT_MS 60000             /* generous: a busy CI machine */
+#define NAP_MS 20 /* between two polls */
 #define SLOW_BPS (512 * 1024)     /* the fake registry's link */
 #define LAYER_BYTES (2u << 20)    /* 4 s at SLOW_BPS */
 
 static e2e_t T;
 static fake_t F;
 static char model_g[128], body_g[300], failed_g[300];
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void nap(void)
-{
-    struct timespec ts = {0, 20 * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* ---- clients ---- */
 
@@ -61,39 +44,14 @@ typedef struct raw {
 static bool raw_start(raw_t *c)
 {
     memset(c, 0, sizeof *c);
-    const char *colon = strrchr(T.host, ':');
-    int port = colon ? atoi(colon + 1) : 0;
-    c->fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof a) != 0)
-        return false;
-    char head[512];
-    int n = snprintf(head, sizeof head,
-                     "POST /api/pull HTTP/1.1\r\nHost: %s\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                     T.host, strlen(body_g), body_g);
-    return send(c->fd, head, (size_t)n, MSG_NOSIGNAL) == n;
+    c->fd = e2e_post_raw(&T, "/api/pull", body_g);
+    return c->fd >= 0;
 }
 
 /* Reads until needle has come (true) or WAIT_MS pass. */
 static bool raw_wait(raw_t *c, const char *needle)
 {
-    for (int64_t t0 = mono_ms(); mono_ms() - t0 < WAIT_MS;) {
-        if (strstr(c->buf, needle))
-            return true;
-        struct pollfd p = {c->fd, POLLIN, 0};
-        if (poll(&p, 1, 100) <= 0)
-            continue;
-        if (c->len + 1 >= sizeof c->buf)
-            c->len = 0;
-        ssize_t r = recv(c->fd, c->buf + c->len, sizeof c->buf - 1 - c->len, 0);
-        if (r <= 0)
-            break;
-        c->len += (size_t)r;
-        c->buf[c->len] = '\0';
-    }
-    return strstr(c->buf, needle) != NULL;
+    return e2e_read_until(c->fd, c->buf, sizeof c->buf, &c->len, needle, WAIT_MS);
 }
 
 static void raw_leave(raw_t *c)
@@ -103,68 +61,11 @@ static void raw_leave(raw_t *c)
     c->fd = -1;
 }
 
-/* A client that stays to the end, in a thread. */
-typedef struct stayer {
-    pthread_t th;
-    pthread_mutex_t mu;
-    char seen[1 << 16];
-    size_t len;
-    long status;
-    char *body;
-} stayer_t;
-
-static bool on_data(void *ctx, const char *data, size_t len)
-{
-    stayer_t *s = ctx;
-    pthread_mutex_lock(&s->mu);
-    if (s->len + len >= sizeof s->seen)
-        s->len = 0;
-    if (len < sizeof s->seen) {
-        memcpy(s->seen + s->len, data, len);
-        s->len += len;
-        s->seen[s->len] = '\0';
-    }
-    pthread_mutex_unlock(&s->mu);
-    return true;
-}
-
-static void *stay_main(void *arg)
-{
-    stayer_t *s = arg;
-    e2e_resp_t r = e2e_http(&T, "POST", "/api/pull", body_g, on_data, s);
-    s->status = r.status;
-    s->body = r.body;
-    r.body = NULL;
-    e2e_resp_free(&r);
-    return NULL;
-}
-
-static void stay_start(stayer_t *s)
-{
-    memset(s, 0, sizeof *s);
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_create(&s->th, NULL, stay_main, s);
-}
-
-static bool stay_saw(stayer_t *s, const char *needle)
-{
-    pthread_mutex_lock(&s->mu);
-    bool yes = strstr(s->seen, needle) != NULL;
-    pthread_mutex_unlock(&s->mu);
-    return yes;
-}
-
-static void stay_join(stayer_t *s)
-{
-    pthread_join(s->th, NULL);
-    pthread_mutex_destroy(&s->mu);
-}
-
 /* ---- conditions ---- */
 
 static bool wait_for(bool (*cond)(void *), void *arg)
 {
-    for (int64_t t0 = mono_ms(); mono_ms() - t0 < WAIT_MS; nap())
+    for (int64_t t0 = test_mono_ms(); test_mono_ms() - t0 < WAIT_MS; test_nap_ms(NAP_MS))
         if (cond(arg))
             return true;
     return cond(arg);
@@ -217,23 +118,6 @@ static bool layer_verified(void)
     return !strcmp(hex, F.blobs[1].hex);
 }
 
-/* Bytes the layer's part state says are in place. */
-static long long saved_completed(void)
-{
-    long long sum = 0;
-    for (int i = 0; i < 1024; i++) {
-        char path[1400], suffix[32];
-        snprintf(suffix, sizeof suffix, "-partial-%d", i);
-        blob_path(path, sizeof path, suffix);
-        json_t *j = json_load_file(path, 0, NULL);
-        if (!j)
-            break;
-        sum += json_integer_value(json_object_get(j, "Completed"));
-        json_decref(j);
-    }
-    return sum;
-}
-
 static void delete_model(void)
 {
     char body[300];
@@ -254,13 +138,13 @@ static void test_first_leaves(void)
     raw_t a;
     CHECK(raw_start(&a));
     CHECK_MSG(wait_for(bytes_above, &sent0), "the first pull did not start downloading");
-    stayer_t b;
-    stay_start(&b);
-    for (int64_t t0 = mono_ms(); !stay_saw(&b, pulling_g) && mono_ms() - t0 < WAIT_MS;)
-        nap();
-    CHECK_MSG(stay_saw(&b, pulling_g), "the second pull did not reach the layer");
+    e2e_bg_t b;
+    e2e_bg_start(&b, &T, "POST", "/api/pull", body_g);
+    for (int64_t t0 = test_mono_ms(); !e2e_bg_saw(&b, pulling_g) && test_mono_ms() - t0 < WAIT_MS;)
+        test_nap_ms(NAP_MS);
+    CHECK_MSG(e2e_bg_saw(&b, pulling_g), "the second pull did not reach the layer");
     raw_leave(&a);
-    stay_join(&b);
+    e2e_bg_join(&b);
     CHECK_EQ_INT(b.status, 200);
     CHECK_MSG(b.body && strstr(b.body, "\"success\""), "the second pull: %.300s",
               b.body ? b.body + (strlen(b.body) > 300 ? strlen(b.body) - 300 : 0) : "");
@@ -288,13 +172,13 @@ static void test_both_leave(void)
     CHECK(raw_start(&b));
     CHECK_MSG(raw_wait(&b, pulling_g), "the second pull did not reach the layer: %.300s",
               b.buf);
-    int64_t t_leave = mono_ms();
+    int64_t t_leave = test_mono_ms();
     raw_leave(&b);
     size_t want = canceled + 1;
     CHECK_MSG(wait_for(canceled_at_least, &want),
               "the second pull went on waiting after its client left");
     fprintf(stderr, "the second pull ended %lld ms after its client left\n",
-            (long long)(mono_ms() - t_leave));
+            (long long)(test_mono_ms() - t_leave));
     CHECK(!model_listed());
 
     /* Now nobody waits: the download stops and keeps what it has. */
@@ -308,16 +192,16 @@ static void test_both_leave(void)
     struct stat sb;
     blob_path(partial, sizeof partial, "-partial");
     CHECK_MSG(stat(partial, &sb) == 0, "no partial file stayed");
-    long long saved = saved_completed();
+    long long saved = e2e_blob_part_completed(&T, F.blobs[1].hex);
     CHECK_MSG(saved > 0 && saved < (long long)LAYER_BYTES, "part state: %lld of %u bytes",
               saved, LAYER_BYTES);
     CHECK(!model_listed());
 
     /* A new pull resumes: the rest of the layer, then the config. */
     long long mark = atomic_load(&F.blob_bytes);
-    stayer_t c;
-    stay_start(&c);
-    stay_join(&c);
+    e2e_bg_t c;
+    e2e_bg_start(&c, &T, "POST", "/api/pull", body_g);
+    e2e_bg_join(&c);
     CHECK_EQ_INT(c.status, 200);
     CHECK_MSG(c.body && strstr(c.body, "\"success\""), "the resumed pull: %.300s",
               c.body ? c.body + (strlen(c.body) > 300 ? strlen(c.body) - 300 : 0) : "");
@@ -342,14 +226,7 @@ int main(void)
     fake_start(&F);
     F.threaded = true;
     F.rate_bps = SLOW_BPS;
-    const char *cfg = "{\"model_format\":\"gguf\",\"model_family\":\"llama\","
-                      "\"model_families\":[\"llama\"],\"model_type\":\"1M\","
-                      "\"file_type\":\"F32\",\"architecture\":\"amd64\",\"os\":\"linux\"}";
-    blob_t *c = &F.blobs[F.n_blobs++];
-    c->len = strlen(cfg);
-    c->data = malloc(c->len);
-    memcpy(c->data, cfg, c->len);
-    fake_sha256_hex(c->data, c->len, c->hex);
+    fake_add_config(&F, "llama");
     fake_add_blob(&F, LAYER_BYTES, 93);
     fake_set_manifest(&F);
     snprintf(model_g, sizeof model_g, "127.0.0.1:%d/library/m:t", F.port);
@@ -362,12 +239,8 @@ int main(void)
     atomic_store(&F.hold, false);
     fake_stop(&F);
 
-    if (check_failed_g) {
-        char cmd[1300];
-        snprintf(cmd, sizeof cmd, "tail -n 60 %s/serve.log >&2", T.tmp);
-        if (system(cmd) != 0)
-            fprintf(stderr, "(no log)\n");
-    }
+    if (check_failed_g)
+        e2e_log_tail(&T, 60);
     e2e_stop(&T);
     return check_finish("e2e_pull_cancel");
 }

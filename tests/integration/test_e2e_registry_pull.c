@@ -406,23 +406,6 @@ static void test_shared_base(void)
               gets, bytes);
 }
 
-/* Bytes the part state files of blob hex say are in place. */
-static long long saved_completed(const char *hex)
-{
-    long long sum = 0;
-    for (int i = 0; i < 1024; i++) {
-        char path[1400];
-        snprintf(path, sizeof path, "%s/models/blobs/sha256-%s-partial-%d", T.tmp,
-                 hex, i);
-        json_t *j = json_load_file(path, 0, NULL);
-        if (!j)
-            break;
-        sum += json_integer_value(json_object_get(j, "Completed"));
-        json_decref(j);
-    }
-    return sum;
-}
-
 /* Aborts the pull's HTTP stream after killing corral-registry once the
  * big blob is partly in. */
 typedef struct killer {
@@ -464,7 +447,7 @@ static bool on_pull_data(void *ctx, const char *data, size_t len)
              * (every 2 MB of a part at most), so the pull is killed with
              * state on disk and most of the blob still to come. */
             kill(reg_pid_g, SIGSTOP);
-            for (int step = 0; step < 500 && !saved_completed(k->hex); step++) {
+            for (int step = 0; step < 500 && !e2e_blob_part_completed(&T, k->hex); step++) {
                 kill(reg_pid_g, SIGCONT);
                 usleep(20 * 1000);
                 kill(reg_pid_g, SIGSTOP);
@@ -575,7 +558,7 @@ static void test_big_resume_and_speed(void)
     int gets = 0;
     long long first = served_bytes(hex, mark, &gets);
     CHECK(wait_registry_back());
-    long long saved = saved_completed(hex);
+    long long saved = e2e_blob_part_completed(&T, hex);
     CHECK_MSG(saved > 0, "no part state survived the kill");
     CHECK_MSG(saved < total / 2, "the kill came late: %lld of %lld bytes in place", saved,
               total);
@@ -653,14 +636,7 @@ static void test_bearer_via_service(void)
 {
     fake_t f;
     fake_start(&f);
-    const char *cfg = "{\"model_format\":\"gguf\",\"model_family\":\"llama\","
-                      "\"model_families\":[\"llama\"],\"model_type\":\"1M\","
-                      "\"file_type\":\"F32\",\"architecture\":\"amd64\",\"os\":\"linux\"}";
-    blob_t *b = &f.blobs[f.n_blobs++];
-    b->len = strlen(cfg);
-    b->data = malloc(b->len);
-    memcpy(b->data, cfg, b->len);
-    fake_sha256_hex(b->data, b->len, b->hex);
+    fake_add_config(&f, "llama");
     fake_add_blob(&f, 50000, 77);
     fake_set_manifest(&f);
     f.require_token = true;

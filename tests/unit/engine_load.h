@@ -1,5 +1,5 @@
 /* engine_load.h: test helpers: the scheduler's load message for a model
- * file, and a runner engine loaded from it. */
+ * file, a runner engine loaded from it, and a raw generate request. */
 #ifndef TESTS_UNIT_ENGINE_LOAD_H
 #define TESTS_UNIT_ENGINE_LOAD_H
 
@@ -42,6 +42,21 @@ static inline rn_engine_t *test_engine_load(const char *path, const char *tmpl,
     cr_status_t st = rn_engine_load(&ld, &e, &err);
     CHECK_MSG(st == CR_OK, "load: %s", err.msg);
     return e;
+}
+
+/* A raw generate request of prompt for "synth" with options o (borrowed,
+ * as is prompt: both must outlive m). */
+static inline void test_generate_msg(msg_t *m, const char *prompt, msg_options_t *o)
+{
+    msg_init(m, MSG_generate, "t");
+    m->u.generate.model = "synth";
+    m->u.generate.has_model = true;
+    m->u.generate.prompt = (char *)prompt;
+    m->u.generate.has_prompt = true;
+    m->u.generate.raw = true;
+    m->u.generate.has_raw = true;
+    m->u.generate.options = o;
+    m->u.generate.has_options = true;
 }
 
 #endif

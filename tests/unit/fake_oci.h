@@ -465,6 +465,23 @@ static const char *fake_add_blob(fake_t *f, size_t len, unsigned seed)
     return b->hex;
 }
 
+/* Adds the config blob (blob 0 of a manifest) of a GGUF model of
+ * `family`, as Ollama's registry serves it. */
+static inline void fake_add_config(fake_t *f, const char *family)
+{
+    char cfg[512];
+    int n = snprintf(cfg, sizeof cfg,
+                     "{\"model_format\":\"gguf\",\"model_family\":\"%s\","
+                     "\"model_families\":[\"%s\"],\"model_type\":\"1M\","
+                     "\"file_type\":\"F32\",\"architecture\":\"amd64\",\"os\":\"linux\"}",
+                     family, family);
+    blob_t *b = &f->blobs[f->n_blobs++];
+    b->len = (size_t)n;
+    b->data = malloc(b->len);
+    memcpy(b->data, cfg, b->len);
+    fake_sha256_hex(b->data, b->len, b->hex);
+}
+
 /* A manifest of the config (blob 0) and layers (the rest). */
 static void fake_set_manifest(fake_t *f)
 {

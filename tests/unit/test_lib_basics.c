@@ -86,6 +86,21 @@ static void test_duration(void)
     CHECK_EQ_INT(cr_duration_parse("m", &ms, NULL), CR_E_INVALID);
     CHECK_EQ_INT(cr_duration_parse("", &ms, NULL), CR_E_INVALID);
     CHECK_EQ_INT(cr_duration_from_seconds(-3), -1);
+    /* a deadline lies ms after a clock read before it and no later than
+     * ms after one read after it (no wait: arithmetic on the clock) */
+    const int64_t waits[] = {0, 999, 1500, 3600000};
+    for (size_t i = 0; i < CR_ARRAY_LEN(waits); i++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_REALTIME, &t0);
+        struct timespec d = cr_duration_deadline(waits[i]);
+        clock_gettime(CLOCK_REALTIME, &t1);
+        int64_t d_ns = (int64_t)d.tv_sec * 1000000000 + d.tv_nsec;
+        int64_t lo = (int64_t)t0.tv_sec * 1000000000 + t0.tv_nsec + waits[i] * 1000000;
+        int64_t hi = (int64_t)t1.tv_sec * 1000000000 + t1.tv_nsec + waits[i] * 1000000;
+        CHECK(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+        CHECK_MSG(d_ns >= lo && d_ns <= hi, "deadline %lld ms from now is off",
+                  (long long)waits[i]);
+    }
 }
 
 static void test_size(void)

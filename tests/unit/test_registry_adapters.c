@@ -21,51 +21,11 @@
 #include "services/registry/show.h"
 #include "services/registry/store.h"
 #include "tests/unit/check.h"
+#include "tests/unit/reg_tmp.h"
 #include "tools/synth/synth.h"
 
-#include <ftw.h>
 #include <jansson.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-static char root_g[64];
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    CR_UNUSED(sb);
-    CR_UNUSED(flag);
-    CR_UNUSED(ftw);
-    return remove(p);
-}
-
-static const char *path_of(const char *name)
-{
-    static char buf[4][160];
-    static int k;
-    char *p = buf[k++ % 4];
-    snprintf(p, 160, "%s/%s", root_g, name);
-    return p;
-}
-
-/* Puts the file at path into the store; "sha256:<hex>" into digest. */
-static void put_file(reg_store_t *s, const char *path, char *digest)
-{
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL);
-    if (!f)
-        return;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *data = malloc((size_t)n);
-    CHECK(data && fread(data, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    char hex[REG_HEX_LEN + 1];
-    cr_err_t err;
-    CHECK(reg_store_blob_put(s, data, (size_t)n, hex, NULL, &err) == CR_OK);
-    sprintf(digest, "sha256:%s", hex);
-    free(data);
-}
 
 /* create name from the model blob (or from an existing model) with the
  * adapter blobs, in order. */
@@ -94,17 +54,6 @@ static cr_status_t create(reg_store_t *s, const char *name, const char *model_di
     req.has_adapters = n_ads > 0;
     cr_err_clear(err);
     return reg_create(s, &req, NULL, NULL, err);
-}
-
-static bool model_exists(reg_store_t *s, const char *name)
-{
-    cr_model_name_t n;
-    cr_model_name_parse(name, &n, NULL);
-    reg_model_t *m = NULL;
-    cr_err_t err;
-    bool ok = reg_model_load(s, &n, &m, &err) == CR_OK;
-    reg_model_destroy(&m);
-    return ok;
 }
 
 /* ---- PEFT folders ---- */
@@ -231,9 +180,9 @@ static void test_peft(reg_store_t *s, const char *base, const char *d_base)
                        "blk.1.attn_output.weight", "blk.0.ffn_gate.weight",
                        "blk.1.ffn_up.weight", "blk.0.ffn_down.weight", NULL};
     char ref[160], st_path[160], cfg_path[160];
-    snprintf(ref, sizeof ref, "%s", path_of("peft-ref.gguf"));
-    snprintf(st_path, sizeof st_path, "%s", path_of("adapter_model.safetensors"));
-    snprintf(cfg_path, sizeof cfg_path, "%s", path_of("adapter_config.json"));
+    snprintf(ref, sizeof ref, "%s", test_tmp_path("peft-ref.gguf"));
+    snprintf(st_path, sizeof st_path, "%s", test_tmp_path("adapter_model.safetensors"));
+    snprintf(cfg_path, sizeof cfg_path, "%s", test_tmp_path("adapter_config.json"));
     rn_synth_lora_opts_t lo = {.seed = 21, .rank = 4, .alpha = 16, .targets = t};
     CHECK(rn_synth_lora_write(&lo, base, ref, &err) == CR_OK);
     /* synth's llama: 4 heads, 2 KV heads */
@@ -241,8 +190,8 @@ static void test_peft(reg_store_t *s, const char *base, const char *d_base)
                "\"target_modules\": [\"q_proj\", \"k_proj\"], \"bias\": \"none\", "
                "\"use_dora\": false, \"modules_to_save\": null}", st_path, cfg_path);
     char d_st[80], d_cfg[80];
-    put_file(s, st_path, d_st);
-    put_file(s, cfg_path, d_cfg);
+    test_store_put_file(s, st_path, d_st);
+    test_store_put_file(s, cfg_path, d_cfg);
     const char *ds[] = {d_cfg, d_st};
     const char *names[] = {"adapter_config.json", "adapter_model.safetensors"};
     CHECK_MSG(create(s, "peft", d_base, NULL, ds, names, 2, &err) == CR_OK, "%s", err.msg);
@@ -258,12 +207,12 @@ static void test_peft(reg_store_t *s, const char *base, const char *d_base)
     /* refusals */
     write_peft(ref, 4, 2, "{\"r\": 4, \"lora_alpha\": 16, \"use_dora\": true}", st_path,
                cfg_path);
-    put_file(s, cfg_path, d_cfg);
+    test_store_put_file(s, cfg_path, d_cfg);
     CHECK(create(s, "badpeft", d_base, NULL, ds, names, 2, &err) == CR_E_INVALID);
     CHECK_MSG(strstr(err.msg, "adapter_config.json: use_dora is not supported"), "%s",
               err.msg);
     write_peft(ref, 4, 2, "{\"r\": 8, \"lora_alpha\": 16}", st_path, cfg_path);
-    put_file(s, cfg_path, d_cfg);
+    test_store_put_file(s, cfg_path, d_cfg);
     CHECK(create(s, "badpeft", d_base, NULL, ds, names, 2, &err) == CR_E_INVALID);
     CHECK_MSG(strstr(err.msg, "is not a rank-8"), "%s", err.msg);
     CHECK(create(s, "badpeft", d_base, NULL, ds + 1, names + 1, 1, &err) == CR_E_INVALID);
@@ -273,24 +222,21 @@ static void test_peft(reg_store_t *s, const char *base, const char *d_base)
     uint64_t rows = 4, cols = 64;
     write_safetensors(st_path, &emb, &z, &rows, &cols, 1);
     free(z);
-    put_file(s, st_path, d_st);
-    write_peft(ref, 4, 2, "{\"r\": 4, \"lora_alpha\": 16}", path_of("unused.st"), cfg_path);
-    put_file(s, cfg_path, d_cfg);
+    test_store_put_file(s, st_path, d_st);
+    write_peft(ref, 4, 2, "{\"r\": 4, \"lora_alpha\": 16}", test_tmp_path("unused.st"), cfg_path);
+    test_store_put_file(s, cfg_path, d_cfg);
     CHECK(create(s, "badpeft", d_base, NULL, ds, names, 2, &err) == CR_E_INVALID);
     CHECK_MSG(strstr(err.msg, "'base_model.model.model.embed_tokens.lora_A.weight' is not"),
               "%s", err.msg);
-    CHECK(!model_exists(s, "badpeft"));
+    CHECK(!test_store_has_model(s, "badpeft"));
 }
 
 int main(void)
 {
-    snprintf(root_g, sizeof root_g, "/tmp/corral-regadapt-XXXXXX");
-    if (!mkdtemp(root_g)) {
-        perror("mkdtemp");
+    if (!test_tmp_make("corral-regadapt"))
         return 1;
-    }
     cr_err_t err = {0};
-    reg_store_t *s = reg_store_new(path_of("models"), &err);
+    reg_store_t *s = reg_store_new(test_tmp_path("models"), &err);
     CHECK(s != NULL);
     if (!s)
         return check_finish("test_registry_adapters");
@@ -298,27 +244,27 @@ int main(void)
     rn_synth_opts_t so;
     rn_synth_defaults(&so);
     char base[160], wide[160];
-    snprintf(base, sizeof base, "%s", path_of("base.gguf"));
-    snprintf(wide, sizeof wide, "%s", path_of("wide.gguf"));
+    snprintf(base, sizeof base, "%s", test_tmp_path("base.gguf"));
+    snprintf(wide, sizeof wide, "%s", test_tmp_path("wide.gguf"));
     CHECK(rn_synth_write(&so, base, &err) == CR_OK);
     so.dim = 96;
     CHECK(rn_synth_write(&so, wide, &err) == CR_OK);
     const char *t1[] = {"blk.0.attn_q.weight", "blk.1.ffn_down.weight", NULL};
     const char *t2[] = {"blk.0.attn_v.weight", NULL};
     rn_synth_lora_opts_t lo = {.seed = 5, .rank = 4, .alpha = 8, .targets = t1};
-    CHECK(rn_synth_lora_write(&lo, base, path_of("a1.gguf"), &err) == CR_OK);
+    CHECK(rn_synth_lora_write(&lo, base, test_tmp_path("a1.gguf"), &err) == CR_OK);
     lo.targets = t2;
-    CHECK(rn_synth_lora_write(&lo, base, path_of("a2.gguf"), &err) == CR_OK);
-    CHECK(rn_synth_lora_write(&lo, wide, path_of("wide-a.gguf"), &err) == CR_OK);
+    CHECK(rn_synth_lora_write(&lo, base, test_tmp_path("a2.gguf"), &err) == CR_OK);
+    CHECK(rn_synth_lora_write(&lo, wide, test_tmp_path("wide-a.gguf"), &err) == CR_OK);
     lo.arch = "qwen2";
-    CHECK(rn_synth_lora_write(&lo, base, path_of("qwen-a.gguf"), &err) == CR_OK);
+    CHECK(rn_synth_lora_write(&lo, base, test_tmp_path("qwen-a.gguf"), &err) == CR_OK);
 
     char d_base[80], d_a1[80], d_a2[80], d_wide[80], d_qwen[80];
-    put_file(s, base, d_base);
-    put_file(s, path_of("a1.gguf"), d_a1);
-    put_file(s, path_of("a2.gguf"), d_a2);
-    put_file(s, path_of("wide-a.gguf"), d_wide);
-    put_file(s, path_of("qwen-a.gguf"), d_qwen);
+    test_store_put_file(s, base, d_base);
+    test_store_put_file(s, test_tmp_path("a1.gguf"), d_a1);
+    test_store_put_file(s, test_tmp_path("a2.gguf"), d_a2);
+    test_store_put_file(s, test_tmp_path("wide-a.gguf"), d_wide);
+    test_store_put_file(s, test_tmp_path("qwen-a.gguf"), d_qwen);
 
     /* two adapters: two adapter layers, in order, shown and resolved */
     const char *two[] = {d_a1, d_a2}, *two_names[] = {"a1.gguf", "a2.gguf"};
@@ -376,11 +322,11 @@ int main(void)
     bad_name[0] = "adapter_model.safetensors";
     CHECK(create(s, "bad", d_base, NULL, bad, bad_name, 1, &err) == CR_E_INVALID);
     CHECK_MSG(strstr(err.msg, "adapter") != NULL, "%s", err.msg);
-    CHECK(!model_exists(s, "bad"));
+    CHECK(!test_store_has_model(s, "bad"));
 
     test_peft(s, base, d_base);
 
     reg_store_destroy(&s);
-    nftw(root_g, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    test_tmp_remove();
     return check_finish("test_registry_adapters");
 }

@@ -19,52 +19,12 @@
 #include "services/registry/show.h"
 #include "services/registry/store.h"
 #include "tests/unit/check.h"
+#include "tests/unit/reg_tmp.h"
 #include "tests/unit/gguf_edit.h"
 #include "tools/synth/synth.h"
 
-#include <ftw.h>
 #include <jansson.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-static char root_g[64];
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    CR_UNUSED(sb);
-    CR_UNUSED(flag);
-    CR_UNUSED(ftw);
-    return remove(p);
-}
-
-static const char *path_of(const char *name)
-{
-    static char buf[4][160];
-    static int k;
-    char *p = buf[k++ % 4];
-    snprintf(p, 160, "%s/%s", root_g, name);
-    return p;
-}
-
-/* Puts the file at path into the store; "sha256:<hex>" into digest. */
-static void put_file(reg_store_t *s, const char *path, char *digest)
-{
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL);
-    if (!f)
-        return;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *data = malloc((size_t)n);
-    CHECK(data && fread(data, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    char hex[REG_HEX_LEN + 1];
-    cr_err_t err;
-    CHECK(reg_store_blob_put(s, data, (size_t)n, hex, NULL, &err) == CR_OK);
-    sprintf(digest, "sha256:%s", hex);
-    free(data);
-}
 
 /* create name from a model blob digest (or from an existing model) with
  * draft `draft` (NULL: none). */
@@ -89,17 +49,6 @@ static cr_status_t create(reg_store_t *s, const char *name, const char *digest,
     }
     cr_err_clear(err);
     return reg_create(s, &req, NULL, NULL, err);
-}
-
-static bool model_exists(reg_store_t *s, const char *name)
-{
-    cr_model_name_t n;
-    cr_model_name_parse(name, &n, NULL);
-    reg_model_t *m = NULL;
-    cr_err_t err;
-    bool ok = reg_model_load(s, &n, &m, &err) == CR_OK;
-    reg_model_destroy(&m);
-    return ok;
 }
 
 /* The model's show body, parsed (caller frees). */
@@ -140,18 +89,15 @@ static void check_refused(reg_store_t *s, const char *draft, const char *want)
     CHECK_EQ_INT(create(s, "refused", NULL, "target", draft, &err), CR_E_INVALID);
     CHECK_MSG(strstr(err.msg, want) != NULL, "draft %s: message '%s' lacks '%s'", draft,
               err.msg, want);
-    CHECK(!model_exists(s, "refused"));
+    CHECK(!test_store_has_model(s, "refused"));
 }
 
 int main(void)
 {
-    snprintf(root_g, sizeof root_g, "/tmp/corral-regdraft-XXXXXX");
-    if (!mkdtemp(root_g)) {
-        perror("mkdtemp");
+    if (!test_tmp_make("corral-regdraft"))
         return 1;
-    }
     cr_err_t err = {0};
-    reg_store_t *s = reg_store_new(path_of("models"), &err);
+    reg_store_t *s = reg_store_new(test_tmp_path("models"), &err);
     CHECK(s != NULL);
     if (!s)
         return check_finish("test_registry_draft");
@@ -161,18 +107,19 @@ int main(void)
     rn_synth_opts_t so;
     rn_synth_defaults(&so);
     so.type = CR_TYPE_Q8_0;
-    CHECK(rn_synth_write(&so, path_of("target.gguf"), &err) == CR_OK);
+    CHECK(rn_synth_write(&so, test_tmp_path("target.gguf"), &err) == CR_OK);
     so.type = CR_TYPE_Q4_0;
-    CHECK(rn_synth_write(&so, path_of("draft.gguf"), &err) == CR_OK);
-    CHECK(test_gguf_edit(path_of("draft.gguf"), path_of("renamed.gguf"), TEST_EDIT_TOKEN, "<s>"));
+    CHECK(rn_synth_write(&so, test_tmp_path("draft.gguf"), &err) == CR_OK);
+    CHECK(test_gguf_edit(test_tmp_path("draft.gguf"), test_tmp_path("renamed.gguf"),
+                         TEST_EDIT_TOKEN, "<s>"));
     const char *const extra[] = {"<extra>", NULL};
     so.extra_tokens = extra;
-    CHECK(rn_synth_write(&so, path_of("wide.gguf"), &err) == CR_OK);
+    CHECK(rn_synth_write(&so, test_tmp_path("wide.gguf"), &err) == CR_OK);
     char d_target[80], d_draft[80], d_wide[80], d_renamed[80];
-    put_file(s, path_of("target.gguf"), d_target);
-    put_file(s, path_of("draft.gguf"), d_draft);
-    put_file(s, path_of("wide.gguf"), d_wide);
-    put_file(s, path_of("renamed.gguf"), d_renamed);
+    test_store_put_file(s, test_tmp_path("target.gguf"), d_target);
+    test_store_put_file(s, test_tmp_path("draft.gguf"), d_draft);
+    test_store_put_file(s, test_tmp_path("wide.gguf"), d_wide);
+    test_store_put_file(s, test_tmp_path("renamed.gguf"), d_renamed);
     CHECK(create(s, "target", d_target, NULL, NULL, &err) == CR_OK);
     CHECK(create(s, "small", d_draft, NULL, NULL, &err) == CR_OK);
     CHECK(create(s, "wide", d_wide, NULL, NULL, &err) == CR_OK);
@@ -229,21 +176,21 @@ int main(void)
     cr_gguf_str_t toks[2] = {{"a", 1}, {"b", 1}};
     CHECK(w && !cr_gguf_writer_add_arr_gstr(w, "tokenizer.ggml.tokens", toks, 2, NULL));
     CHECK(!cr_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2", NULL));
-    CHECK(!cr_gguf_writer_write(w, path_of("bpe.gguf"), NULL));
+    CHECK(!cr_gguf_writer_write(w, test_tmp_path("bpe.gguf"), NULL));
     cr_gguf_writer_destroy(&w);
     w = cr_gguf_writer_new();
     CHECK(w && !cr_gguf_writer_add_arr_gstr(w, "tokenizer.ggml.tokens", toks, 2, NULL));
     CHECK(!cr_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama", NULL));
-    CHECK(!cr_gguf_writer_write(w, path_of("spm.gguf"), NULL));
+    CHECK(!cr_gguf_writer_write(w, test_tmp_path("spm.gguf"), NULL));
     cr_gguf_writer_destroy(&w);
     cr_gguf_t *bpe = NULL, *spm = NULL, *none = NULL;
-    CHECK(cr_gguf_open(path_of("bpe.gguf"), &bpe, &err) == CR_OK);
-    CHECK(cr_gguf_open(path_of("spm.gguf"), &spm, &err) == CR_OK);
+    CHECK(cr_gguf_open(test_tmp_path("bpe.gguf"), &bpe, &err) == CR_OK);
+    CHECK(cr_gguf_open(test_tmp_path("spm.gguf"), &spm, &err) == CR_OK);
     w = cr_gguf_writer_new();
     CHECK(w && !cr_gguf_writer_add_str(w, "general.architecture", "llama", NULL));
-    CHECK(!cr_gguf_writer_write(w, path_of("none.gguf"), NULL));
+    CHECK(!cr_gguf_writer_write(w, test_tmp_path("none.gguf"), NULL));
     cr_gguf_writer_destroy(&w);
-    CHECK(cr_gguf_open(path_of("none.gguf"), &none, &err) == CR_OK);
+    CHECK(cr_gguf_open(test_tmp_path("none.gguf"), &none, &err) == CR_OK);
     if (bpe && spm && none) {
         CHECK_EQ_INT(reg_draft_check_vocab(spm, spm, "d", &err), CR_OK);
         CHECK_EQ_INT(reg_draft_check_vocab(spm, bpe, "d", &err), CR_E_INVALID);
@@ -258,6 +205,6 @@ int main(void)
     cr_gguf_close(&none);
 
     reg_store_destroy(&s);
-    nftw(root_g, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    test_tmp_remove();
     return check_finish("test_registry_draft");
 }

@@ -21,6 +21,7 @@
 #include "services/registry/store.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/poll_wait.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -478,18 +479,6 @@ static void test_loop_not_blocked(reg_server_t *s)
     free(ct);
 }
 
-/* The pid a stand-in runner wrote to path, or 0 until it has. */
-static pid_t read_pid(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    long v = 0;
-    int n = fscanf(f, "%ld", &v);
-    fclose(f);
-    return n == 1 && v > 0 ? (pid_t)v : 0;
-}
-
 /* A canceled create (its client left) kills its quantization at once:
  * a stand-in runner that starts its staging file as the real tool does
  * (<out>.tmp-XXXXXX), says it has begun and then would work for five
@@ -524,7 +513,7 @@ static void test_cancel(reg_server_t *s)
     reg_server_handle_frame(s, b.data, b.len, capture_fn, c);
     cr_buf_free(&b);
     pid_t pid = 0;
-    for (int i = 0; i < 600 && !(pid = read_pid(pidfile)); i++) /* 60 s */
+    for (int i = 0; i < 600 && !(pid = test_read_pid(pidfile)); i++) /* 60 s */
         reg_server_pump(s, 100, capture_fn, c);
     CHECK_MSG(pid > 0, "the stand-in runner did not start");
     int temps = 0;

@@ -9,41 +9,17 @@
 #include "lib/prelude.h"
 #include "services/registry/quantize.h"
 #include "tests/unit/check.h"
+#include "tests/unit/poll_wait.h"
 
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define WAIT_MS 20000 /* generous bound: a busy CI machine */
+#define NAP_MS 20 /* between two polls */
 
 static char tmp_g[256], pidfile_g[300], runner_g[300];
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void nap(void)
-{
-    struct timespec ts = {0, 20 * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* The pid the stand-in runner wrote, or 0 until it has. */
-static pid_t read_pid(void)
-{
-    FILE *f = fopen(pidfile_g, "r");
-    if (!f)
-        return 0;
-    long v = 0;
-    int n = fscanf(f, "%ld", &v);
-    fclose(f);
-    return n == 1 && v > 0 ? (pid_t)v : 0;
-}
 
 /* True if pid is gone or a zombie (dead, not yet reaped by whoever
  * adopted it). */
@@ -77,14 +53,15 @@ static pid_t start_registry(void)
 static pid_t wait_stand_in(void)
 {
     pid_t r = 0;
-    for (int64_t t0 = mono_ms(); !(r = read_pid()) && mono_ms() - t0 < WAIT_MS;)
-        nap();
+    int64_t t0 = test_mono_ms();
+    while (!(r = test_read_pid(pidfile_g)) && test_mono_ms() - t0 < WAIT_MS)
+        test_nap_ms(NAP_MS);
     return r;
 }
 
 static bool wait_dead(pid_t pid)
 {
-    for (int64_t t0 = mono_ms(); mono_ms() - t0 < WAIT_MS; nap())
+    for (int64_t t0 = test_mono_ms(); test_mono_ms() - t0 < WAIT_MS; test_nap_ms(NAP_MS))
         if (is_dead(pid))
             return true;
     return false;

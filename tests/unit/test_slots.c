@@ -70,19 +70,6 @@ static rn_engine_t *load(int n_par, int64_t num_ctx)
     return test_engine_load(model_path, NULL, num_ctx, n_par);
 }
 
-static void make_req(msg_t *m, const char *prompt, msg_options_t *o)
-{
-    msg_init(m, MSG_generate, "t");
-    m->u.generate.model = "synth";
-    m->u.generate.has_model = true;
-    m->u.generate.prompt = (char *)prompt;
-    m->u.generate.has_prompt = true;
-    m->u.generate.raw = true;
-    m->u.generate.has_raw = true;
-    m->u.generate.options = o;
-    m->u.generate.has_options = true;
-}
-
 static msg_options_t greedy(int64_t n)
 {
     msg_options_t o = {0};
@@ -106,7 +93,7 @@ static void run_alone(const char *const *prompts, int n, int64_t n_predict,
     for (int i = 0; e && i < n; i++) {
         msg_options_t o = greedy(n_predict);
         msg_t m;
-        make_req(&m, prompts[i], &o);
+        test_generate_msg(&m, prompts[i], &o);
         cr_buf_init(&out[i].text, 1 << 20);
         rn_sink_t sink = {&out[i], on_chunk, on_canceled};
         cr_err_t err;
@@ -126,7 +113,7 @@ static int run_together(rn_engine_t *e, const char *const *prompts, int n,
     for (int i = 0; i < n; i++) {
         o[i] = greedy(n_predict);
         msg_t m;
-        make_req(&m, prompts[i], &o[i]);
+        test_generate_msg(&m, prompts[i], &o[i]);
         if (!out[i].text.max_bytes)
             cr_buf_init(&out[i].text, 1 << 20);
         rn_sink_t sink = {&out[i], on_chunk, on_canceled};
@@ -205,7 +192,7 @@ static void check_cancel_busy_and_prefix(const char *const *prompts)
     req_t q[4] = {0};
     for (int i = 0; i < 4; i++) {
         msg_t m;
-        make_req(&m, prompts[i % 3], &o[i]);
+        test_generate_msg(&m, prompts[i % 3], &o[i]);
         cr_buf_init(&q[i].text, 1 << 20);
         rn_sink_t sink = {&q[i], on_chunk, on_canceled};
         cr_err_t err;
@@ -245,24 +232,35 @@ static void check_cancel_busy_and_prefix(const char *const *prompts)
 static void start_one(rn_engine_t *e, const char *prompt, msg_options_t *o, req_t *r)
 {
     msg_t m;
-    make_req(&m, prompt, o);
+    test_generate_msg(&m, prompt, o);
     cr_buf_init(&r->text, 1 << 20);
     rn_sink_t sink = {r, on_chunk, on_canceled};
     cr_err_t err;
     CHECK_EQ_INT(rn_engine_start(e, &m, &sink, on_finish, &err), CR_OK);
 }
 
+/* B's long prompt in the pacing checks. */
+static const char *const longp_g[1] = {
+    "the quick brown fox jumps over the lazy dog and then the dog wakes up and "
+    "chases the fox around the old red barn until both of them are very tired"};
+
+/* The pacing checks' set-up: longp_g's answer (8 tokens) alone into *alone,
+ * then a two-slot engine whose prompt cap is fixed at 5 tokens a step. */
+static rn_engine_t *load_paced(req_t *alone)
+{
+    run_alone(longp_g, 1, 8, 256, alone);
+    rn_engine_t *e = load(2, 256);
+    if (e)
+        rn_engine_pace(e)->fixed = 5;
+    return e;
+}
+
 static void check_paced_prefill(void)
 {
-    static const char *const longp[1] = {
-        "the quick brown fox jumps over the lazy dog and then the dog wakes up and "
-        "chases the fox around the old red barn until both of them are very tired"};
     req_t alone = {0};
-    run_alone(longp, 1, 8, 256, &alone);
-    rn_engine_t *e = load(2, 256);
+    rn_engine_t *e = load_paced(&alone);
     if (!e)
         return;
-    rn_engine_pace(e)->fixed = 5;
     /* A decodes (to num_predict: ignore_eos) while B's prompt comes in */
     msg_options_t oa = greedy(120), ob = greedy(8);
     oa.ignore_eos = true;
@@ -271,7 +269,7 @@ static void check_paced_prefill(void)
     start_one(e, "abc", &oa, &a);
     for (int i = 0; i < 4; i++)
         rn_engine_step(e);
-    start_one(e, longp[0], &ob, &b);
+    start_one(e, longp_g[0], &ob, &b);
     int steps = 0;
     while (rn_engine_step(e) > 0 && steps < 100000)
         steps++;
@@ -296,21 +294,16 @@ static void check_paced_prefill(void)
  * holds a prompt coming later (check_paced_prefill). */
 static void check_burst_prefill(void)
 {
-    static const char *const longp[1] = {
-        "the quick brown fox jumps over the lazy dog and then the dog wakes up and "
-        "chases the fox around the old red barn until both of them are very tired"};
     req_t alone = {0};
-    run_alone(longp, 1, 8, 256, &alone);
-    rn_engine_t *e = load(2, 256);
+    rn_engine_t *e = load_paced(&alone);
     if (!e)
         return;
-    rn_engine_pace(e)->fixed = 5;
     msg_options_t oa = greedy(16), ob = greedy(8);
     req_t a = {0}, b = {0};
     start_one(e, "abc", &oa, &a);
     rn_engine_step(e); /* A's prompt */
     CHECK_EQ_INT(a.chunks, 0);
-    start_one(e, longp[0], &ob, &b);
+    start_one(e, longp_g[0], &ob, &b);
     while (rn_engine_step(e) > 0)
         ;
     CHECK_EQ_INT(a.st, CR_OK);

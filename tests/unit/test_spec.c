@@ -30,7 +30,9 @@
 #include "services/runner/spec.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/engine_capture.h"
 #include "tests/unit/engine_load.h"
+#include "tests/unit/sampler_dist.h"
 
 /* ---- prompt lookup ---- */
 
@@ -93,15 +95,10 @@ static void check_rule(const rn_sampler_params_t *sp, const float *logits, int32
     CHECK(s != NULL);
     if (!s)
         return;
-    double p[N_TOK] = {0};
+    double p[N_TOK];
     int32_t tok;
     CHECK(rn_sampler_pick(s, logits, &tok, &err) == CR_OK);
-    for (size_t i = 0; i < rn_sampler_final_count(s); i++) {
-        int32_t id;
-        float pr;
-        rn_sampler_final_get(s, i, &id, &pr);
-        p[id] = pr;
-    }
+    test_final_dist(s, p, N_TOK);
     long count[N_TOK] = {0}, acc = 0;
     for (int i = 0; i < N_DRAWS; i++) {
         bool accepted;
@@ -110,16 +107,10 @@ static void check_rule(const rn_sampler_params_t *sp, const float *logits, int32
         count[tok]++;
         acc += accepted;
     }
-    double x2 = 0;
-    for (int t = 0; t < N_TOK; t++) {
-        if (p[t] == 0) {
-            CHECK_MSG(count[t] == 0, "token %d has p 0 but was drawn %ld times", t, count[t]);
-            continue;
-        }
-        double ex = p[t] * N_DRAWS;
-        x2 += (count[t] - ex) * (count[t] - ex) / ex;
-    }
-    CHECK_MSG(x2 < CHI2_7_P001, "draft %d: chi-square %.2f >= %.2f", draft, x2, CHI2_7_P001);
+    char what[32];
+    snprintf(what, sizeof what, "draft %d", (int)draft);
+    double x2 = test_chi2(p, count, N_TOK, N_DRAWS, what);
+    CHECK_MSG(x2 < CHI2_7_P001, "%s: chi-square %.2f >= %.2f", what, x2, CHI2_7_P001);
     /* the draft is accepted exactly when drawn: its rate is p(draft) */
     CHECK_EQ_INT(acc, count[draft]);
     rn_sampler_destroy(&s);
@@ -261,48 +252,6 @@ static rn_engine_t *load_engine(const char *path, int64_t num_ctx, int n_par)
     return e;
 }
 
-typedef struct capture {
-    cr_buf_t text;
-    json_t *logprobs; /* every chunk's entries, in order */
-    bool finished;
-    cr_status_t st;
-    int64_t eval_count;
-} capture_t;
-
-static bool cap_chunk(void *ctx, const msg_chunk_body_t *c)
-{
-    capture_t *cp = ctx;
-    if (c->response)
-        cr_buf_puts(&cp->text, c->response);
-    if (c->logprobs) {
-        /* a random model's byte tokens include NUL */
-        json_t *arr = json_loads(c->logprobs, JSON_ALLOW_NUL, NULL);
-        if (json_is_array(arr))
-            json_array_extend(cp->logprobs, arr);
-        else
-            json_array_append_new(cp->logprobs, json_string("not an array"));
-        json_decref(arr);
-    }
-    return true;
-}
-
-static bool cap_canceled(void *ctx)
-{
-    (void)ctx;
-    return false;
-}
-
-static void cap_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
-                       const cr_err_t *err)
-{
-    capture_t *cp = ctx;
-    (void)err;
-    cp->finished = true;
-    cp->st = st;
-    if (done)
-        cp->eval_count = done->eval_count;
-}
-
 /* What a run asks besides its draft length. */
 typedef struct run_cfg {
     double temperature;
@@ -311,19 +260,6 @@ typedef struct run_cfg {
     bool logprobs;         /* with top_logprobs 3 */
 } run_cfg_t;
 
-static void request(msg_t *m, const char *prompt, msg_options_t *o)
-{
-    msg_init(m, MSG_generate, "t");
-    m->u.generate.model = "synth";
-    m->u.generate.has_model = true;
-    m->u.generate.prompt = (char *)prompt;
-    m->u.generate.has_prompt = true;
-    m->u.generate.raw = true;
-    m->u.generate.has_raw = true;
-    m->u.generate.options = o;
-    m->u.generate.has_options = true;
-}
-
 /* Runs the prompts at once (one slot each) with draft_ngram k; their
  * answers into out[i] (caller frees). */
 static void run_all(rn_engine_t *e, const char *const *prompts, int n, int k, int64_t n_pred,
@@ -331,7 +267,7 @@ static void run_all(rn_engine_t *e, const char *const *prompts, int n, int k, in
 {
     msg_t m[4];
     msg_options_t o[4];
-    capture_t cp[4];
+    test_capture_t cp[4];
     for (int i = 0; i < n; i++) {
         memset(&o[i], 0, sizeof o[i]);
         o[i].temperature = cfg->temperature;
@@ -346,7 +282,7 @@ static void run_all(rn_engine_t *e, const char *const *prompts, int n, int k, in
         o[i].has_num_predict = true;
         o[i].draft_ngram = k;
         o[i].has_draft_ngram = k > 0;
-        request(&m[i], prompts[i], &o[i]);
+        test_generate_msg(&m[i], prompts[i], &o[i]);
         m[i].u.generate.logprobs = cfg->logprobs;
         m[i].u.generate.has_logprobs = cfg->logprobs;
         m[i].u.generate.top_logprobs = cfg->logprobs ? 3 : 0;
@@ -354,9 +290,9 @@ static void run_all(rn_engine_t *e, const char *const *prompts, int n, int k, in
         memset(&cp[i], 0, sizeof cp[i]);
         cr_buf_init(&cp[i].text, 1 << 20);
         cp[i].logprobs = json_array();
-        rn_sink_t sink = {&cp[i], cap_chunk, cap_canceled};
+        rn_sink_t sink = test_capture_sink(&cp[i]);
         cr_err_t err;
-        CHECK_MSG(rn_engine_start(e, &m[i], &sink, cap_finish, &err) == CR_OK, "start: %s",
+        CHECK_MSG(rn_engine_start(e, &m[i], &sink, test_capture_finish, &err) == CR_OK, "start: %s",
                   err.msg);
     }
     while (rn_engine_step(e) > 0)
@@ -501,12 +437,12 @@ static void test_bad_option(const char *path)
         o.draft_ngram = bad[i];
         o.has_draft_ngram = true;
         msg_t m;
-        request(&m, "hi", &o);
-        capture_t cp = {0};
-        rn_sink_t sink = {&cp, cap_chunk, cap_canceled};
+        test_generate_msg(&m, "hi", &o);
+        test_capture_t cp = {0};
+        rn_sink_t sink = test_capture_sink(&cp);
         cr_err_t err;
         cr_err_clear(&err);
-        CHECK_EQ_INT(rn_engine_start(e, &m, &sink, cap_finish, &err), CR_E_INVALID);
+        CHECK_EQ_INT(rn_engine_start(e, &m, &sink, test_capture_finish, &err), CR_E_INVALID);
         CHECK_MSG(strstr(err.msg, "draft_ngram") != NULL, "message: %s", err.msg);
         CHECK(!cp.finished);
     }

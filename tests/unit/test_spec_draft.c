@@ -34,7 +34,9 @@
 #include "services/runner/spec_draft.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/engine_capture.h"
 #include "tests/unit/engine_load.h"
+#include "tests/unit/sampler_dist.h"
 
 static be_backend_t *be_g;
 
@@ -63,15 +65,10 @@ static void check_rule_q(const rn_sampler_params_t *sp, const float *logits, con
     CHECK(s != NULL);
     if (!s)
         return;
-    double p[N_TOK] = {0};
+    double p[N_TOK];
     int32_t tok;
     CHECK(rn_sampler_pick(s, logits, &tok, &err) == CR_OK);
-    for (size_t i = 0; i < rn_sampler_final_count(s); i++) {
-        int32_t id;
-        float pr;
-        rn_sampler_final_get(s, i, &id, &pr);
-        p[id] = pr;
-    }
+    test_final_dist(s, p, N_TOK);
     double want_acc = 0;
     for (int t = 0; t < N_TOK; t++)
         want_acc += fmin(p[t], (double)q[t]);
@@ -94,16 +91,7 @@ static void check_rule_q(const rn_sampler_params_t *sp, const float *logits, con
         count[tok]++;
         acc += accepted;
     }
-    double x2 = 0;
-    for (int t = 0; t < N_TOK; t++) {
-        if (p[t] == 0) {
-            CHECK_MSG(count[t] == 0, "%s: token %d has p 0 but was drawn %ld times", what, t,
-                      count[t]);
-            continue;
-        }
-        double ex = p[t] * N_DRAWS;
-        x2 += (count[t] - ex) * (count[t] - ex) / ex;
-    }
+    double x2 = test_chi2(p, count, N_TOK, N_DRAWS, what);
     CHECK_MSG(x2 < CHI2_7_P001, "%s: chi-square %.2f >= %.2f", what, x2, CHI2_7_P001);
     double rate = (double)acc / N_DRAWS;
     CHECK_MSG(fabs(rate - want_acc) < ACC_TOL, "%s: acceptance %.4f, sum(min(p, q)) %.4f", what,
@@ -161,15 +149,26 @@ static void test_rule_q(void)
 
 /* ---- the draft module ---- */
 
-static void test_vocab_size(const char *target, const char *wide_vocab)
+/* The vocabulary size of the model at path; 0 (and a failed check) when it
+ * does not load. */
+static int model_n_vocab(const char *path)
 {
     cr_err_t err;
     rn_model_t *m = NULL;
-    CHECK(rn_model_load(target, be_g, &m, &err) == CR_OK);
+    CHECK_MSG(rn_model_load(path, be_g, &m, &err) == CR_OK, "%s: %s", path, err.msg);
     if (!m)
-        return;
+        return 0;
     int V = rn_model_hparams(m)->n_vocab;
     rn_model_destroy(&m);
+    return V;
+}
+
+static void test_vocab_size(const char *target, const char *wide_vocab)
+{
+    cr_err_t err;
+    int V = model_n_vocab(target);
+    if (!V)
+        return;
     rn_spec_draft_t *d = NULL;
     CHECK_EQ_INT(rn_spec_draft_new(wide_vocab, be_g, 64, 1, V, &d, &err), CR_E_INVALID);
     CHECK_MSG(strstr(err.msg, "tokens") != NULL, "message: %s", err.msg);
@@ -212,12 +211,9 @@ static void test_propose(const char *draft_path)
 {
     cr_err_t err;
     rn_spec_draft_t *d = NULL;
-    rn_model_t *m = NULL;
-    CHECK(rn_model_load(draft_path, be_g, &m, &err) == CR_OK);
-    if (!m)
+    int V = model_n_vocab(draft_path);
+    if (!V)
         return;
-    int V = rn_model_hparams(m)->n_vocab;
-    rn_model_destroy(&m);
     CHECK_MSG(rn_spec_draft_new(draft_path, be_g, 64, 2, V, &d, &err) == CR_OK, "%s", err.msg);
     if (!d)
         return;
@@ -303,12 +299,9 @@ static void test_propose(const char *draft_path)
 static void test_propose_batch(const char *draft_path)
 {
     cr_err_t err;
-    rn_model_t *m = NULL;
-    CHECK(rn_model_load(draft_path, be_g, &m, &err) == CR_OK);
-    if (!m)
+    int V = model_n_vocab(draft_path);
+    if (!V)
         return;
-    int V = rn_model_hparams(m)->n_vocab;
-    rn_model_destroy(&m);
     rn_spec_draft_t *d = NULL;
     CHECK_MSG(rn_spec_draft_new(draft_path, be_g, 1024, 3, V, &d, &err) == CR_OK, "%s", err.msg);
     if (!d)
@@ -374,36 +367,6 @@ static rn_engine_t *load_engine(const char *path, const char *draft, int64_t k, 
     return e;
 }
 
-typedef struct capture {
-    cr_buf_t text;
-    bool finished;
-    cr_status_t st;
-} capture_t;
-
-static bool cap_chunk(void *ctx, const msg_chunk_body_t *c)
-{
-    capture_t *cp = ctx;
-    if (c->response)
-        cr_buf_puts(&cp->text, c->response);
-    return true;
-}
-
-static bool cap_canceled(void *ctx)
-{
-    (void)ctx;
-    return false;
-}
-
-static void cap_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
-                       const cr_err_t *err)
-{
-    capture_t *cp = ctx;
-    (void)done;
-    (void)err;
-    cp->finished = true;
-    cp->st = st;
-}
-
 /* Runs the prompts at once (one slot each) at `temperature` (top_k
  * top_k when > 0, or 0 (off) when < 0; top_p when >= 0) with draft_ngram
  * ngram; answers into out[i] (caller frees). */
@@ -412,7 +375,7 @@ static void run_all_p(rn_engine_t *e, const char *const *prompts, int n, double 
 {
     msg_t m[4];
     msg_options_t o[4];
-    capture_t cp[4];
+    test_capture_t cp[4];
     for (int i = 0; i < n; i++) {
         memset(&o[i], 0, sizeof o[i]);
         o[i].temperature = temperature;
@@ -427,20 +390,12 @@ static void run_all_p(rn_engine_t *e, const char *const *prompts, int n, double 
         o[i].has_num_predict = true;
         o[i].draft_ngram = ngram;
         o[i].has_draft_ngram = ngram > 0;
-        msg_init(&m[i], MSG_generate, "t");
-        m[i].u.generate.model = "synth";
-        m[i].u.generate.has_model = true;
-        m[i].u.generate.prompt = (char *)prompts[i];
-        m[i].u.generate.has_prompt = true;
-        m[i].u.generate.raw = true;
-        m[i].u.generate.has_raw = true;
-        m[i].u.generate.options = &o[i];
-        m[i].u.generate.has_options = true;
+        test_generate_msg(&m[i], prompts[i], &o[i]);
         memset(&cp[i], 0, sizeof cp[i]);
         cr_buf_init(&cp[i].text, 1 << 20);
-        rn_sink_t sink = {&cp[i], cap_chunk, cap_canceled};
+        rn_sink_t sink = test_capture_sink(&cp[i]);
         cr_err_t err;
-        CHECK_MSG(rn_engine_start(e, &m[i], &sink, cap_finish, &err) == CR_OK, "start: %s",
+        CHECK_MSG(rn_engine_start(e, &m[i], &sink, test_capture_finish, &err) == CR_OK, "start: %s",
                   err.msg);
     }
     while (rn_engine_step(e) > 0)
