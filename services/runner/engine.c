@@ -1860,12 +1860,19 @@ static cr_status_t verify_drafts(rn_engine_t *e, slot_t *sl, bool *finished,
  * span_tok[1..], from the draft model or by prompt lookup; returns how
  * many. A draft model's failure (its forward pass) ends that slot's
  * speculation, not its answer: the target decodes on without drafts. */
-static int draft_tokens(rn_engine_t *e, slot_t *sl, int room)
+/* How many drafts a slot whose token is pending may take, at most `room`:
+ * its K, what it may still emit after the pending token (which joins the
+ * sequence this step whatever the drafts) and the context allow. */
+static int draft_room(const rn_engine_t *e, const slot_t *sl, int room)
 {
-    /* the pending token joins the sequence this step whatever the drafts */
     int64_t left = sl->ro.num_predict - sl->n_gen; /* tokens it may still emit */
     room = (int)CR_MIN((int64_t)CR_MIN(room, sl->draft_k), left - 1);
-    room = CR_MIN(room, e->n_ctx - sl->n_seq - 1);
+    return CR_MIN(room, e->n_ctx - sl->n_seq - 1);
+}
+
+static int draft_tokens(rn_engine_t *e, slot_t *sl, int room)
+{
+    room = draft_room(e, sl, room);
     if (room <= 0)
         return 0;
     sl->seq[sl->n_seq] = sl->pending; /* scratch: the lookup reads it last */
@@ -1891,9 +1898,7 @@ static void draft_all(rn_engine_t *e)
         if (sl->state != SLOT_DECODE || !sl->has_pending || !sl->draft_by_model ||
             !sl->draft_k)
             continue;
-        int64_t left = sl->ro.num_predict - sl->n_gen;
-        int room = (int)CR_MIN((int64_t)sl->draft_k, left - 1);
-        room = CR_MIN(room, e->n_ctx - sl->n_seq - 1);
+        int room = draft_room(e, sl, sl->draft_k);
         if (room <= 0)
             continue;
         sl->seq[sl->n_seq] = sl->pending; /* scratch: the draft reads it last */
