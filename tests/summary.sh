@@ -2,7 +2,10 @@
 # summary.sh: what one ctest run did, from its JUnit file (ctest
 # --output-junit): how many tests ran, passed, failed and were skipped,
 # every skipped test with the reason it printed, and every passing test
-# that said it skipped a part (for example, no shared testdata).
+# that said it skipped a part (for example, no shared testdata). Under a
+# failed test come the lines where it said what failed (check.h's "FAIL
+# file:line", a sanitizer's "ERROR:"), so a CI log that keeps only its head
+# and tail still shows them.
 # Usage: tests/summary.sh JUNIT.xml TITLE
 set -euo pipefail
 xml=$1
@@ -33,7 +36,7 @@ function says_skip(l) {
 }
 /<testcase / {
     name = attr($0, "name"); status = attr($0, "status")
-    reason = ""; partial = ""; inout = 0
+    reason = ""; partial = ""; inout = 0; nsaid = 0; said = ""
     next
 }
 /<skipped / { if (reason == "") reason = attr($0, "message"); next }
@@ -49,6 +52,8 @@ inout {
         if (status == "notrun") reason = line
         else if (partial == "") partial = line
     }
+    if (status == "fail" && nsaid < 8 && line ~ /^FAIL |ERROR: |runtime error: /)
+        { said = said "\n      " line; nsaid++ }
     if (done) inout = 0
     next
 }
@@ -60,7 +65,7 @@ inout {
     } else if (status == "notrun") {
         skipped++; skips[++ns] = name ": " reason
     } else {
-        failed++; fails[++nf] = name
+        failed++; fails[++nf] = name said
     }
 }
 END {
