@@ -34,6 +34,15 @@ struct gw_call {
     bool clean;        /* the last wait ended with a reply */
     int64_t idle_since_ms; /* when it went into the pool */
     int64_t abort_checked_ms; /* the wait's abort callback last ran then */
+    unsigned monitors; /* monitor endpoints made: each needs its own name */
+    /* A call taken from the pool may send into a connection that is
+     * already down (the peer exited while the call sat idle, and the
+     * monitor had not said so yet); a fresh call would have waited for a
+     * restarting peer instead. So until the first message of this use
+     * comes back, the last request is kept, and a drop sends it again,
+     * once, on a new connection. */
+    bool resend_ok;      /* reused and nothing came back yet */
+    zframe_t *unanswered; /* the last request, while resend_ok */
 };
 
 static int64_t mono_ms(void)
@@ -150,7 +159,49 @@ static gw_call_t *reuse(gw_call_t *c, const char *peer, int connect_timeout_ms)
     c->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 1;
     c->sent = c->clean = c->canceled = c->refused = false;
     c->abort_checked_ms = 0;
+    c->resend_ok = true;
+    zframe_destroy(&c->unanswered);
     return c;
+}
+
+/* The DEALER, its monitor and the poller, connecting to c->endpoint. */
+static cr_status_t call_connect(gw_call_t *c, cr_err_t *err)
+{
+    c->refused = c->connected = c->dropped = false;
+    c->sock = zsock_new(ZMQ_DEALER);
+    if (!c->sock)
+        return cr_err_set(err, CR_E_IO, "cannot create a socket for the %s",
+                          c->peer);
+    zsock_set_linger(c->sock, 0);
+    zsock_set_immediate(c->sock, 1);
+    zsock_set_sndtimeo(c->sock, SEND_SLICE_MS);
+
+    char mon_ep[80 + MSG_ID_MAX];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://gw-call-%s-%u", c->id,
+             c->monitors++);
+    if (zmq_socket_monitor(zsock_resolve(c->sock), mon_ep,
+                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED |
+                               ZMQ_EVENT_DISCONNECTED) != 0 ||
+        !(c->mon = zsock_new(ZMQ_PAIR)))
+        return cr_err_set(err, CR_E_IO, "cannot monitor the %s socket", c->peer);
+    zsock_set_linger(c->mon, 0);
+    if (zsock_connect(c->mon, "%s", mon_ep) != 0 ||
+        !(c->poller = zpoller_new(c->sock, c->mon, NULL)))
+        return cr_err_set(err, CR_E_IO, "cannot monitor the %s socket", c->peer);
+    if (zsock_connect(c->sock, "%s", c->endpoint) != 0)
+        return cr_err_set(err, CR_E_IO, "cannot connect to %s at %s", c->peer,
+                          c->endpoint);
+    return CR_OK;
+}
+
+/* Closes what call_connect made (any part of it). */
+static void call_disconnect(gw_call_t *c)
+{
+    zpoller_destroy(&c->poller);
+    if (c->sock && c->mon)
+        zmq_socket_monitor(zsock_resolve(c->sock), NULL, 0);
+    zsock_destroy(&c->mon);
+    zsock_destroy(&c->sock);
 }
 
 cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
@@ -185,44 +236,13 @@ cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const cha
     snprintf(c->endpoint, sizeof c->endpoint, "%s", endpoint);
     c->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 1;
 
-    c->sock = zsock_new(ZMQ_DEALER);
-    if (!c->sock)
-        goto fail_sock;
-    zsock_set_linger(c->sock, 0);
-    zsock_set_immediate(c->sock, 1);
-    zsock_set_sndtimeo(c->sock, SEND_SLICE_MS);
-
-    char mon_ep[64 + MSG_ID_MAX];
-    snprintf(mon_ep, sizeof mon_ep, "inproc://gw-call-%s", c->id);
-    if (zmq_socket_monitor(zsock_resolve(c->sock), mon_ep,
-                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED |
-                               ZMQ_EVENT_DISCONNECTED) != 0)
-        goto fail_mon;
-    c->mon = zsock_new(ZMQ_PAIR);
-    if (!c->mon)
-        goto fail_mon;
-    zsock_set_linger(c->mon, 0);
-    if (zsock_connect(c->mon, "%s", mon_ep) != 0)
-        goto fail_mon;
-    c->poller = zpoller_new(c->sock, c->mon, NULL);
-    if (!c->poller)
-        goto fail_mon;
-    if (zsock_connect(c->sock, "%s", endpoint) != 0) {
-        cr_err_set(err, CR_E_IO, "cannot connect to %s at %s", c->peer,
-                   endpoint);
+    cr_status_t st = call_connect(c, err);
+    if (st) {
         gw_call_destroy(&c);
-        return CR_E_IO;
+        return st;
     }
     *out = c;
     return CR_OK;
-
-fail_mon:
-    gw_call_destroy(&c);
-    return cr_err_set(err, CR_E_IO, "cannot monitor the %s socket", peer);
-fail_sock:
-    gw_call_destroy(&c);
-    return cr_err_set(err, CR_E_IO, "cannot create a socket for the %s",
-                      peer);
 }
 
 const char *gw_call_id(const gw_call_t *c)
@@ -259,24 +279,17 @@ static cr_status_t unavailable(gw_call_t *c, cr_err_t *err)
     return cr_err_set(err, CR_E_UNAVAILABLE, "%s unavailable", c->peer);
 }
 
-cr_status_t gw_call_send(gw_call_t *c, msg_t *m, cr_err_t *err)
+/* Sends f (kept: ZFRAME_REUSE) once a peer is connected. */
+static cr_status_t send_frame(gw_call_t *c, zframe_t *f, cr_err_t *err)
 {
-    memcpy(m->id, c->id, sizeof m->id);
-    c->clean = false;
     int64_t start = mono_ms();
     int64_t deadline = start + c->connect_timeout_ms;
     for (;;) {
-        cr_err_t e;
-        cr_status_t st = bus_send(c->sock, m, &e);
-        if (st == CR_OK) {
+        if (zframe_send(&f, c->sock, ZFRAME_REUSE) == 0) {
             c->sent = true;
             return CR_OK;
         }
-        if (st != CR_E_IO) { /* the message itself is bad */
-            if (err)
-                *err = e;
-            return st;
-        }
+        int e = zmq_errno();
         /* No connected peer yet: the connect may still be on its way. A
          * refused connect means nobody listens yet: a service that is
          * starting or being restarted (by serve or systemd) gets a short
@@ -284,12 +297,59 @@ cr_status_t gw_call_send(gw_call_t *c, msg_t *m, cr_err_t *err)
         drain_monitor(c);
         int64_t now = mono_ms();
         if (now >= deadline || (c->refused && now - start >= REFUSED_GRACE_MS)) {
-            cr_log_debug("%s: %s %s: %s", c->id, msg_type_name(m->type),
+            cr_log_debug("%s: %s: %s", c->id,
                          c->refused ? "connect refused" : "send timed out",
-                         e.msg);
+                         zmq_strerror(e));
             return unavailable(c, err);
         }
     }
+}
+
+cr_status_t gw_call_send(gw_call_t *c, msg_t *m, cr_err_t *err)
+{
+    memcpy(m->id, c->id, sizeof m->id);
+    c->clean = false;
+    zframe_t *f = NULL;
+    cr_status_t st = bus_encode_frame(m, &f, err); /* the message itself is bad */
+    if (!st)
+        st = send_frame(c, f, err);
+    zframe_destroy(&c->unanswered);
+    if (!st && c->resend_ok)
+        c->unanswered = f;
+    else
+        zframe_destroy(&f);
+    return st;
+}
+
+/* A message of this use came back: the connection was alive after the
+ * request left, so a later drop means the peer went down with it. */
+static void answered(gw_call_t *c)
+{
+    c->resend_ok = false;
+    zframe_destroy(&c->unanswered);
+}
+
+/* The connection dropped: true when the request was sent again on a new
+ * one (see resend_ok), false when the wait must end. */
+static bool resent_after_drop(gw_call_t *c)
+{
+    if (!c->unanswered)
+        return false;
+    zframe_t *f = c->unanswered;
+    c->unanswered = NULL;
+    c->resend_ok = false;
+    cr_log_info("%s: the reused connection to the %s went down before an "
+                "answer; sending again on a new one",
+                c->id, c->peer);
+    call_disconnect(c);
+    cr_err_t e;
+    cr_status_t st = call_connect(c, &e);
+    if (!st)
+        st = send_frame(c, f, &e);
+    zframe_destroy(&f);
+    if (st)
+        cr_log_warn("%s: sending again to the %s: %s", c->id, c->peer, e.msg);
+    return st == CR_OK;
 }
 
 /* The wait's abort callback, at most once a slice: it costs a system call
@@ -322,6 +382,11 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
         if (which == c->mon) {
             drain_monitor(c);
             if (c->dropped) {
+                if (resent_after_drop(c)) {
+                    last = mono_ms();
+                    pinged = false;
+                    continue;
+                }
                 cr_log_warn("%s: connection to the %s dropped", c->id,
                             c->peer);
                 return unavailable(c, err);
@@ -349,6 +414,7 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
                 msg_clear(&m);
                 continue;
             }
+            answered(c);
             if (m.type == MSG_pong) {
                 msg_clear(&m);
                 continue;
@@ -396,7 +462,7 @@ cr_status_t gw_call_ping(gw_call_t *c, int timeout_ms, cr_err_t *err)
         void *which = zpoller_wait(c->poller, CR_MAX(1, CR_MIN(left, GW_CALL_SLICE_MS)));
         if (which == c->mon) {
             drain_monitor(c);
-            if (c->dropped)
+            if (c->dropped && !resent_after_drop(c))
                 return unavailable(c, err);
             continue;
         }
@@ -418,6 +484,7 @@ cr_status_t gw_call_ping(gw_call_t *c, int timeout_ms, cr_err_t *err)
         msg_clear(&m);
         if (!mine)
             continue;
+        answered(c);
         if (type == MSG_pong) {
             c->clean = true;
             return CR_OK;
@@ -444,11 +511,8 @@ void gw_call_cancel(gw_call_t *c)
 
 static void call_close(gw_call_t *c)
 {
-    zpoller_destroy(&c->poller);
-    if (c->sock && c->mon)
-        zmq_socket_monitor(zsock_resolve(c->sock), NULL, 0);
-    zsock_destroy(&c->mon);
-    zsock_destroy(&c->sock);
+    call_disconnect(c);
+    zframe_destroy(&c->unanswered);
     if (c->limit)
         atomic_fetch_sub(&c->limit->open, 1);
     free(c);

@@ -12,7 +12,10 @@
  *     with CR_E_UNAVAILABLE "<peer> unavailable";
  *   - a socket monitor reports a dropped connection once the request was
  *     sent: the peer died or restarted, the request is lost, and the wait
- *     ends with CR_E_UNAVAILABLE;
+ *     ends with CR_E_UNAVAILABLE. Except once: a call reused from the pool
+ *     whose connection drops before anything of this use came back may
+ *     have sent into a connection that was already gone, so the request
+ *     goes again on a new connection (with the refused-connect grace);
  *   - with ping_after_ms set, silence that long sends a `ping` under the
  *     request id; no reply at all within another ping_after_ms is
  *     CR_E_UNAVAILABLE (the scheduler answers `pong`, which is consumed);
@@ -36,8 +39,6 @@
  * PAIR we read it from (a mailbox each). */
 #define GW_CALL_SOCKETS 3
 #define GW_CALL_FDS 4
-
-typedef struct gw_call gw_call_t;
 
 typedef struct gw_call gw_call_t;
 

@@ -10,7 +10,10 @@
  * And the pool of idle calls (issue 18): a call that got its reply is
  * reused for the next request, with a new id and the old request's late
  * replies dropped; canceled, unanswered and dropped calls are not; idle
- * calls are closed after a while.
+ * calls are closed after a while. A reused call whose connection turns out
+ * to be gone before anything came back sends its request again on a new
+ * one (stop 29's CI failure: a restarting scheduler's first request got
+ * 502 where a fresh call waits for it).
  *
  * And the abort callback (the client's socket polled) runs at most once a
  * slice while replies flow, yet still ends a wait whose client left. */
@@ -19,6 +22,7 @@
 #include "services/gateway/call.h"
 #include "tests/unit/check.h"
 
+#include <pthread.h>
 #include <sys/resource.h>
 
 #define MANY 600 /* 1,800 sockets: past libzmq's default table */
@@ -110,13 +114,53 @@ static void peer_answer(zsock_t *peer, msg_type_t type, char *id)
     msg_t m;
     zframe_t *who = NULL;
     cr_err_t err;
-    CHECK_EQ_INT(bus_recv(peer, 2000, &m, &who, &err), CR_OK);
+    id[0] = '\0';
+    cr_status_t rst = bus_recv(peer, 2000, &m, &who, &err);
+    CHECK_EQ_INT(rst, CR_OK);
+    if (rst)
+        return;
     snprintf(id, MSG_ID_MAX + 1, "%s", m.id);
     msg_t reply;
     msg_init(&reply, type, m.id);
-    CHECK_EQ_INT(bus_send_to(peer, who, &reply, &err), CR_OK);
+    if (type == MSG_progress) {
+        reply.u.progress.status = "loading model";
+        reply.u.progress.has_status = true;
+    }
+    cr_status_t sst = bus_send_to(peer, who, &reply, &err);
+    CHECK_MSG(sst == CR_OK, "answering %s: %s", msg_type_name(m.type), err.msg);
     msg_clear(&m);
     zframe_destroy(&who);
+}
+
+/* peer_answer on a thread, while the test's thread waits in
+ * gw_call_recv (which is where a lost request is sent again). */
+typedef struct answerer {
+    pthread_t th;
+    zsock_t *peer;
+    msg_type_t type;
+    char id[MSG_ID_MAX + 1];
+} answerer_t;
+
+static void *answer_main(void *arg)
+{
+    answerer_t *a = arg;
+    peer_answer(a->peer, a->type, a->id);
+    return NULL;
+}
+
+static void answer_start(answerer_t *a, zsock_t *peer, msg_type_t type)
+{
+    memset(a, 0, sizeof *a);
+    a->peer = peer;
+    a->type = type;
+    pthread_create(&a->th, NULL, answer_main, a);
+}
+
+/* True once a message waits on peer (up to 2 s). */
+static bool peer_readable(zsock_t *peer)
+{
+    zmq_pollitem_t it = {zsock_resolve(peer), 0, ZMQ_POLLIN, 0};
+    return zmq_poll(&it, 1, 2000) == 1;
 }
 
 /* One request and its reply on c. */
@@ -208,11 +252,10 @@ static void test_reuse(const char *ep)
     msg_clear(&dropped);
 
     /* The peer restarts while the call is idle. The monitor's word of the
-     * drop may come before the next open (the call is closed, a fresh one
-     * is made and reaches the new peer) or after it (the reused call's
-     * request is lost with the connection and its wait ends "unavailable",
-     * as a request in flight during a restart does); either way the call
-     * that saw the drop is not kept. */
+     * drop may come before the next open (the call is closed and a fresh
+     * one reaches the new peer) or after it (the reused call sends into
+     * the dead connection, sees the drop, and sends again on a new
+     * connection): either way the request reaches the new peer. */
     c = open_at(&l, ep, &st);
     round_trip(c, peer);
     was = c;
@@ -223,23 +266,71 @@ static void test_reuse(const char *ep)
     CHECK(peer != NULL);
     c = open_at(&l, ep, &st);
     CHECK(c != NULL);
-    bool reused = c == was;
+    answerer_t a;
+    answer_start(&a, peer, MSG_ok);
     msg_init(&m, MSG_ping, NULL);
     CHECK_EQ_INT(gw_call_send(c, &m, &err), CR_OK);
-    if (reused) {
-        /* Sent into the dropped connection: lost, and the wait says so
-         * (it must not hang). */
-        st = gw_call_recv(c, &w, &got, &err);
-        CHECK_EQ_INT(st, CR_E_UNAVAILABLE);
-    } else {
-        char id[MSG_ID_MAX + 1];
-        peer_answer(peer, MSG_ok, id);
-        CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_OK);
-        msg_clear(&got);
-    }
+    CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_OK);
+    CHECK_EQ_INT(got.type, MSG_ok);
+    msg_clear(&got);
+    pthread_join(a.th, NULL);
+    CHECK_EQ_STR(a.id, gw_call_id(c));
     gw_call_destroy(&c);
-    CHECK_EQ_INT(l.n_pool, reused ? 0 : 1);
-    CHECK_EQ_INT(atomic_load(&l.open), l.n_pool);
+    CHECK_EQ_INT(l.n_pool, 1);
+    CHECK_EQ_INT(atomic_load(&l.open), 1);
+
+    /* The same, made certain: the reused call's request reaches the peer,
+     * which exits without reading it (as one that died at that moment);
+     * the drop sends it again, once, to the peer that takes its place. */
+    c = open_at(&l, ep, &st);
+    CHECK(c != NULL);
+    msg_init(&m, MSG_ping, NULL);
+    CHECK_EQ_INT(gw_call_send(c, &m, &err), CR_OK);
+    CHECK(peer_readable(peer));
+    zsock_destroy(&peer);
+    peer = zsock_new_router(ep);
+    CHECK(peer != NULL);
+    answer_start(&a, peer, MSG_ok);
+    CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_OK);
+    CHECK_EQ_INT(got.type, MSG_ok);
+    msg_clear(&got);
+    pthread_join(a.th, NULL);
+    CHECK_EQ_STR(a.id, gw_call_id(c));
+    gw_call_destroy(&c);
+
+    /* But once something of this use came back, the connection was alive
+     * after the request left: a drop then is the peer going down with the
+     * request, and the wait ends "unavailable" (nothing is sent twice). */
+    c = open_at(&l, ep, &st);
+    CHECK(c != NULL && atomic_load(&l.reused) >= 3);
+    msg_init(&m, MSG_ping, NULL);
+    CHECK_EQ_INT(gw_call_send(c, &m, &err), CR_OK);
+    char id[MSG_ID_MAX + 1];
+    peer_answer(peer, MSG_progress, id);
+    CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_OK);
+    CHECK_EQ_INT(got.type, MSG_progress);
+    msg_clear(&got);
+    zsock_destroy(&peer);
+    peer = zsock_new_router(ep);
+    CHECK(peer != NULL);
+    CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_E_UNAVAILABLE);
+    gw_call_destroy(&c);
+    CHECK_EQ_INT(l.n_pool, 0);
+    CHECK_EQ_INT(atomic_load(&l.open), 0);
+    msg_t stray;
+    CHECK_EQ_INT(bus_recv(peer, 200, &stray, NULL, &err), CR_E_TIMEOUT);
+
+    /* A fresh call (not reused) is not sent twice either. */
+    CHECK_EQ_INT(gw_call_open(&l, ep, "scheduler", 2000, &c, &err), CR_OK);
+    msg_init(&m, MSG_ping, NULL);
+    CHECK_EQ_INT(gw_call_send(c, &m, &err), CR_OK);
+    CHECK(peer_readable(peer));
+    zsock_destroy(&peer);
+    peer = zsock_new_router(ep);
+    CHECK(peer != NULL);
+    CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_E_UNAVAILABLE);
+    gw_call_destroy(&c);
+    CHECK_EQ_INT(bus_recv(peer, 200, &stray, NULL, &err), CR_E_TIMEOUT);
     zsock_destroy(&peer);
 
     /* Idle calls are closed by the sweep once idle long enough: a call
