@@ -171,6 +171,83 @@ static void test_swiglu(const be_vec_ops_t *s, const be_vec_ops_t *v, const char
     CHECK_MSG(bad == 0, "swiglu %s in place: %d differ", lv, bad);
 }
 
+/* GELU (tanh form) in double, as x / (1 + exp(-2t)): the same function
+ * as 0.5 x (1 + tanh(t)) without its cancellation for negative x. */
+static double gelu_ref(double x)
+{
+    double t = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    return x / (1.0 + exp(-2.0 * t));
+}
+
+/* Both the scalar and the vector gelu against gelu_ref. The float -2t
+ * takes up to five roundings (x^3 two, the coefficient, the add, the
+ * constant; x and x^3 share a sign, so nothing cancels): a relative error
+ * up to 5 u (u = 2^-24), which exp(-2t) turns into a relative error of
+ * 2|t| * 5 u; the exp itself adds 4 ulp, the add and the divide one each,
+ * the multiply by u one more. So (10|t| + 12) u, relative. Outputs below FLT_MIN are allowed to be 0: where exp(-2t)
+ * overflows float (x below about -10.1) the float result is -0 while the
+ * true value is a subnormal (times u); no model can tell. gelu(-inf) is
+ * NaN (-inf / inf), as 0.5 x (1 + tanhf(t)) gave. Before this form, the
+ * 1 + tanhf(t) of x = -5 was off by about 30%. */
+static bool close_gelu(float got, float x, float u)
+{
+    double want = gelu_ref((double)x) * (double)u;
+    if (isnan(want)) /* NaN in, or -inf (-inf / inf): a diverged model */
+        return isnan(got);
+    if (isinf((float)want)) /* past FLT_MAX: inf of the same sign */
+        return got == (float)want;
+    double t = 0.7978845608028654 * ((double)x + 0.044715 * (double)x * x * x);
+    double tol = (10 * fabs(t) + 12) * 0x1p-24 * fabs(want) +
+                 2.0 * FLT_MIN * (1 + fabs((double)u));
+    return fabs((double)got - want) <= tol;
+}
+
+static void test_gelu(const be_vec_ops_t *s, const be_vec_ops_t *v, const char *lv)
+{
+    enum { N = 1003 };
+    float x[N], u[N], got[N], gu[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)(rnd_unit() * 24 - 16);
+        u[i] = (float)(rnd_unit() * 4 - 2);
+    }
+    size_t ne = CR_ARRAY_LEN(edge_g);
+    for (size_t i = 0; i < ne; i++)
+        x[3 * i + 1] = edge_g[i];
+    const be_vec_ops_t *both[2] = {s, v};
+    for (int k = 0; k < 2; k++) {
+        const char *who = k ? lv : "scalar";
+        both[k]->gelu(N, got, x, NULL);
+        both[k]->gelu(N, gu, x, u);
+        int bad = 0;
+        for (int i = 0; i < N; i++)
+            if (!close_gelu(got[i], x[i], 1.0f) || !close_gelu(gu[i], x[i], u[i])) {
+                if (bad++ < 5)
+                    fprintf(stderr, "gelu %s x=%g u=%g: %.9g, %.9g; want %.9g\n", who, x[i],
+                            u[i], got[i], gu[i], gelu_ref(x[i]));
+            }
+        CHECK_MSG(bad == 0, "gelu %s: %d off", who, bad);
+    }
+    /* every length around the vector width, tails included; in place */
+    for (size_t n = 0; n <= 33; n++) {
+        float a[33], b[33];
+        memcpy(b, x + 100, n * sizeof *b);
+        v->gelu(n, a, x + 100, u + 100);
+        v->gelu(n, b, b, u + 100);
+        int bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += !close_gelu(a[i], x[100 + i], u[100 + i]) || !same_bits(a[i], b[i]);
+        CHECK_MSG(bad == 0, "gelu %s n=%zu: %d off", lv, n, bad);
+    }
+    /* the values that matter: gelu(1) = 0.8411920, gelu(-1) = -0.1588080,
+     * and a negative x where 1 + tanhf lost most of its bits */
+    float xs[3] = {1.0f, -1.0f, -5.0f}, ys[3];
+    v->gelu(3, ys, xs, NULL);
+    CHECK_NEAR(ys[0], 0.841192, 1e-6);
+    CHECK_NEAR(ys[1], -0.158808, 1e-6);
+    CHECK_MSG(fabs(ys[2] / gelu_ref(-5.0) - 1) < 1e-5, "gelu %s(-5) = %g, want %g", lv,
+              ys[2], gelu_ref(-5.0));
+}
+
 static void check_exp_sum(const be_vec_ops_t *s, const be_vec_ops_t *v, const char *lv,
                           const float *x, int n, float max)
 {
@@ -353,6 +430,7 @@ int main(void)
         test_exp_sum(s, v, name);
         test_rmsnorm(s, v, name);
         test_rope(s, v, name);
+        test_gelu(s, v, name);
     }
     return check_finish("test_vec");
 }

@@ -91,26 +91,14 @@ static void ext_geglu(be_backend_t *be, float *y, const float *gate, const float
 {
     CR_UNUSED(be);
     /* GELU, tanh approximation (what Gemma's gelu_pytorch_tanh and ggml's
-     * gelu compute). */
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        float gl = 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
-        y[i] = gl * up[i];
-    }
-}
-
-static float gelu_tanh(float g)
-{
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
+     * gelu compute), times up. */
+    be_vec_ops()->gelu(n, y, gate, up);
 }
 
 static void ext_gelu(be_backend_t *be, float *y, const float *x, size_t n)
 {
     CR_UNUSED(be);
-    for (size_t i = 0; i < n; i++)
-        y[i] = gelu_tanh(x[i]);
+    be_vec_ops()->gelu(n, y, x, NULL);
 }
 
 static void ext_gelu_quick(be_backend_t *be, float *y, const float *x, size_t n)

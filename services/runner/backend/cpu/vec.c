@@ -78,9 +78,22 @@ static void rope_halves_scalar(int n_pairs, float *v0, float *v1, const float *c
     }
 }
 
+/* -2 sqrt(2/pi) and GELU's cubic coefficient */
+#define GELU_K (-1.5957691216057308f)
+#define GELU_A 0.044715f
+
+static void gelu_scalar(size_t n, float *y, const float *x, const float *u)
+{
+    for (size_t i = 0; i < n; i++) {
+        float xi = x[i];
+        float g = xi / (1.0f + expf(GELU_K * (xi + GELU_A * xi * xi * xi)));
+        y[i] = u ? g * u[i] : g;
+    }
+}
+
 static const be_vec_ops_t scalar_ops = {
-    "scalar",       attn_v_scalar,     swiglu_scalar,     exp_sum_scalar,
-    rmsnorm_scalar, rope_pairs_scalar, rope_halves_scalar};
+    "scalar",       attn_v_scalar,     swiglu_scalar,      exp_sum_scalar,
+    rmsnorm_scalar, rope_pairs_scalar, rope_halves_scalar, gelu_scalar};
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -229,9 +242,24 @@ static AVX2 void rope_halves_avx2(int n_pairs, float *v0, float *v1, const float
         rope_halves_scalar(n_pairs - i, v0 + i, v1 + i, cs + i, sn + i);
 }
 
+static AVX2 void gelu_avx2(size_t n, float *y, const float *x, const float *u)
+{
+    size_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f), k = _mm256_set1_ps(GELU_K),
+                 a = _mm256_set1_ps(GELU_A);
+    for (; i + 8 <= n; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i);
+        __m256 t = _mm256_fmadd_ps(_mm256_mul_ps(a, _mm256_mul_ps(xv, xv)), xv, xv);
+        __m256 g = _mm256_div_ps(xv, _mm256_add_ps(one, exp_ps(_mm256_mul_ps(k, t))));
+        _mm256_storeu_ps(y + i, u ? _mm256_mul_ps(g, _mm256_loadu_ps(u + i)) : g);
+    }
+    if (i < n)
+        gelu_scalar(n - i, y + i, x + i, u ? u + i : NULL);
+}
+
 static const be_vec_ops_t avx2_ops = {"avx2",       attn_v_avx2,     swiglu_avx2,
                                       exp_sum_avx2, rmsnorm_avx2,    rope_pairs_avx2,
-                                      rope_halves_avx2};
+                                      rope_halves_avx2, gelu_avx2};
 
 #endif
 

@@ -38,6 +38,12 @@ typedef struct be_vec_ops {
      * rope_halves: pairs (v0[i], v1[i]), i < n_pairs (NEOX: v1 = v0 + half). */
     void (*rope_pairs)(int n_pairs, float *v, const float *cs, const float *sn);
     void (*rope_halves)(int n_pairs, float *v0, float *v1, const float *cs, const float *sn);
+    /* y[i] = gelu(x[i]) * u[i] (u NULL: * 1) over n, GELU's tanh form
+     * 0.5 x (1 + tanh(t)), t = sqrt(2/pi) (x + 0.044715 x^3), computed as
+     * the identical x / (1 + exp(-2t)): no 1 + tanh that cancels for
+     * negative x, and one exp instead of a tanhf (y may alias x or u).
+     * Vector exp: within 4 ulp of expf. */
+    void (*gelu)(size_t n, float *y, const float *x, const float *u);
 } be_vec_ops_t;
 
 /* The versions for `level` (scalar where the CPU lacks it). Static. */
