@@ -1489,8 +1489,8 @@ static void test_disconnect(void)
     CHECK(fake_saw_cancel(sched_g, before, 10000));
 
     /* a silent model that still answers pings is not an error: the
-     * request is still waiting after five ping rounds (2.5 s of silence,
-     * more than the 2 s reply timeout); the client leaves then */
+     * request is still waiting after five ping rounds (3.5 s of silence,
+     * more than the 3 s reply timeout); the client leaves then */
     held = fake_mark_now(sched_g, 1, 5);
     http_ex(&r, "POST", "/api/generate", "{\"model\":\"silent\"}", 18, &o);
     CHECK_MSG(r.rc == CURLE_ABORTED_BY_CALLBACK,
@@ -1509,8 +1509,8 @@ static void *start_scheduler_later(void *arg)
     return NULL;
 }
 
-/* The dead-peer cases below end in 1 to 4 s by the gateway's configured
- * waits (ping_after 500 ms, reply 2 s, connect 1 s, refused grace 2 s).
+/* The dead-peer cases below end in 1.4 to 4 s by the gateway's configured
+ * waits (ping_after 700 ms, reply 3 s, connect 2 s, refused grace 2 s).
  * Those waits are short to keep the test short, yet long enough that a
  * loaded machine's late scheduling is not taken for a dead peer: at 300
  * and 800 ms, a blob piece's reply and a pong came too late under load
@@ -1518,7 +1518,7 @@ static void *start_scheduler_later(void *arg)
  * They must end well before the client's own 15 s timeout: a gateway that
  * waited for the client to give up fails. The bound leaves room for a
  * slow, loaded machine (sanitizers, two jobs on two cores). */
-#define DEAD_PEER_MAX_MS 10000
+#define DEAD_PEER_MAX_MS 12000
 
 static void test_dead_peers(void)
 {
@@ -1638,10 +1638,10 @@ int main(void)
     snprintf(cfg.host, sizeof cfg.host, "127.0.0.1:0");
     cfg.origins[0] = '\0';
     cfg.max_body_bytes = 256 * 1024;
-    cfg.connect_timeout_ms = 1000;
-    cfg.reply_timeout_ms = 2000;
+    cfg.connect_timeout_ms = 2000;
+    cfg.reply_timeout_ms = 3000;
     cfg.create_timeout_ms = 2000;
-    cfg.ping_after_ms = 500;
+    cfg.ping_after_ms = 700;
     gw_server_t *srv = NULL;
     CHECK_EQ_INT(gw_server_new(&cfg, &srv, &err), CR_OK);
     if (!srv) {
