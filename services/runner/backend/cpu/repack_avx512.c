@@ -16,8 +16,8 @@
  * AVX2 tiles keep more independent work per block), so one token goes to
  * the AVX2 tiles, while 64-token prompts run 1.05-1.4x with VNNI. Q4_0
  * with two or more tokens runs q4_0_gemm_avx512.c's 16-row tiles. Q8_0
- * decode has its own one-token kernel (q8_0_decode). The Q4_0 and Q8_0
- * tiles issue no prefetch (as their AVX2 tiles): with it Q8_0 decode from
+ * decode has its own one-token kernel (q8_0_decode). The Q8_0 tiles
+ * issue no prefetch (as their AVX2 tiles): with it Q8_0 decode from
  * DRAM ran 0.8x the AVX2 kernel, without it 1.0x. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/repack.h"
