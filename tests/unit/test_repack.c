@@ -6,7 +6,9 @@
  *   exact (double) dot product of the dequantized operands, with the bound
  *   test_quant uses: (blocks + 2) * FLT_EPSILON * sum|terms|;
  * - every SIMD level the CPU has gives the scalar product's bits, for token
- *   counts around the kernel's token tile and for sub-ranges of groups;
+ *   counts around the kernels' token tiles, 4 and 5 groups (Q4_0's 512-bit
+ *   tiles take groups in pairs) and sub-ranges of groups;
+ * - Q4_0, Q6_K and Q8_0 at their integer bounds give the exact sums;
  * - through the backend: weight_prepare packs (and CORRAL_CPU_REPACK=0 does
  *   not), matmul on 1 and 3 threads and get_rows give the reference bits,
  *   each token alone gives the batch's bits, heap weights stay untouched and
@@ -171,12 +173,15 @@ static void test_gemm(void)
 {
     cr_type_t types[] = {CR_TYPE_Q4_0, CR_TYPE_Q8_0, CR_TYPE_Q4_K, CR_TYPE_Q6_K};
     int64_t cols[] = {32, 32 * 7, 2048}, kcols[] = {256, 256 * 3, 2048};
-    int toks[] = {1, 3, 16, 17, 35};
+    /* around the token tiles (8 in Q4_0's 512-bit tiles, 16 elsewhere) */
+    int toks[] = {1, 2, 3, 7, 8, 9, 16, 17, 35};
+    /* 5 groups: Q4_0's 512-bit tiles take groups in pairs, the last alone */
+    int64_t n_rows[] = {32, 40};
     be_simd_t have = be_simd_detect();
     for (size_t k = 0; k < CR_ARRAY_LEN(types); k++)
-        for (size_t c = 0; c < CR_ARRAY_LEN(cols); c++) {
+        for (size_t c = 0; c < CR_ARRAY_LEN(cols) * CR_ARRAY_LEN(n_rows); c++) {
             bool kq = types[k] == CR_TYPE_Q4_K || types[k] == CR_TYPE_Q6_K;
-            int64_t rows = 32, n = kq ? kcols[c] : cols[c], nb = n / 32;
+            int64_t rows = n_rows[c % 2], n = kq ? kcols[c / 2] : cols[c / 2], nb = n / 32;
             /* float steps per block: one (two with Q4_K's mins) */
             int64_t terms = types[k] == CR_TYPE_Q4_K ? 2 * (n / 256) : kq ? n / 256 : nb;
             size_t rb = 0;
@@ -212,25 +217,29 @@ static void test_gemm(void)
                     CHECK_MSG(!memcmp(got, ref, ys * (size_t)nt * sizeof *got),
                               "%s n=%" PRId64 " tokens=%d level %s: bits differ", tt->name, n,
                               nt, be_simd_name((be_simd_t)lv));
-                    /* groups 1..2 only: rows 8..23 written, the rest left */
-                    memset(got, 0, ys * (size_t)nt * sizeof *got);
-                    fn(p, 1, 3, xq, xs, nt, got, ys);
-                    int wrong = 0;
-                    for (int t = 0; t < nt; t++)
-                        for (int64_t r = 0; r < (int64_t)ys; r++) {
-                            float v = got[(size_t)t * ys + (size_t)r];
-                            wrong += (r >= 8 && r < 24) ? v != ref[(size_t)t * ys + (size_t)r]
-                                                        : v != 0;
-                        }
-                    CHECK_MSG(wrong == 0, "%s level %s: group range wrote %d wrong", tt->name,
-                              be_simd_name((be_simd_t)lv), wrong);
+                    /* groups 1..2 (a pair) and 1..3 (a pair and one alone)
+                     * only: their rows written, the rest left */
+                    for (int64_t g1 = 3; g1 <= 4; g1++) {
+                        memset(got, 0, ys * (size_t)nt * sizeof *got);
+                        fn(p, 1, g1, xq, xs, nt, got, ys);
+                        int wrong = 0;
+                        for (int t = 0; t < nt; t++)
+                            for (int64_t r = 0; r < (int64_t)ys; r++) {
+                                float v = got[(size_t)t * ys + (size_t)r];
+                                wrong += (r >= 8 && r < 8 * g1)
+                                             ? v != ref[(size_t)t * ys + (size_t)r]
+                                             : v != 0;
+                            }
+                        CHECK_MSG(wrong == 0, "%s level %s: groups 1..%" PRId64 " wrote %d wrong",
+                                  tt->name, be_simd_name((be_simd_t)lv), g1 - 1, wrong);
+                    }
                     /* each token alone: the batch's bits */
                     int diff = 0;
-                    float one[32];
+                    float one[40];
                     for (int t = 0; t < nt; t++) {
                         fn(p, 0, rows / 8, xq + (size_t)t * ab, xs + 2 * (size_t)t * (size_t)nb, 1,
-                           one, 32);
-                        diff += memcmp(one, ref + (size_t)t * ys, sizeof one) != 0;
+                           one, 40);
+                        diff += memcmp(one, ref + (size_t)t * ys, (size_t)rows * sizeof *one) != 0;
                     }
                     CHECK_MSG(diff == 0, "%s level %s: %d tokens alone differ", tt->name,
                               be_simd_name((be_simd_t)lv), diff);
@@ -326,6 +335,55 @@ static void test_q8_0_extremes(void)
                     off += y[t * ROWS + r] != (float)want;
                 }
             CHECK_MSG(off == 0, "Q8_0 extremes level %s tokens %d: %d values off",
+                      be_simd_name((be_simd_t)lv), n, off);
+        }
+    be_pack_destroy(&p);
+}
+
+/* Q4_0 at its bounds: nibbles 0 and 15 (weights -8 and 7) against
+ * activations -127 and 127, mixed so every sign pairing occurs, for 2 and
+ * 9 tokens (a full 8-token tile and one more) on 16 rows (one 512-bit
+ * pair of groups). d = da = 1, so the exact integer sum is the float
+ * result at every level. */
+static void test_q4_0_extremes(void)
+{
+    enum { ROWS = 16, NB = 3, TOK = 9 };
+    be_block_q4_0_t w[ROWS * NB];
+    be_block_q8_0_t x[TOK * NB];
+    for (int i = 0; i < ROWS * NB; i++) {
+        w[i].d = 0x3c00; /* f16 1.0 */
+        for (int e = 0; e < 16; e++)
+            w[i].qs[e] = (uint8_t)(((e + i) % 3 ? 0x0 : 0xf) | ((e + i) % 2 ? 0xf0 : 0x00));
+    }
+    for (int i = 0; i < TOK * NB; i++) {
+        x[i].d = 0x3c00;
+        for (int e = 0; e < 32; e++)
+            x[i].qs[e] = (int8_t)((e / 3 + i) % 2 ? -127 : 127);
+    }
+    int32_t xs[TOK * NB * 2];
+    for (int t = 0; t < TOK; t++)
+        be_pack_block_sums(x + t * NB, NB, xs + 2 * t * NB);
+    be_packed_t *p = NULL;
+    cr_err_t err;
+    cr_err_clear(&err);
+    CHECK_EQ_INT(be_pack_new(CR_TYPE_Q4_0, w, ROWS, NB * 32, NB * sizeof *w, &p, &err), CR_OK);
+    for (int lv = BE_SIMD_SCALAR; p && lv <= (int)be_simd_detect(); lv++)
+        for (int n = 2; n <= TOK; n += TOK - 2) {
+            float y[TOK * ROWS];
+            be_pack_gemm_at(CR_TYPE_Q4_0, (be_simd_t)lv)(p, 0, ROWS / 8, x, xs, n, y, ROWS);
+            int off = 0;
+            for (int t = 0; t < n; t++)
+                for (int r = 0; r < ROWS; r++) {
+                    int64_t want = 0;
+                    for (int b = 0; b < NB; b++)
+                        for (int e = 0; e < 16; e++) {
+                            uint8_t q = w[r * NB + b].qs[e];
+                            want += ((q & 15) - 8) * x[t * NB + b].qs[e];
+                            want += ((q >> 4) - 8) * x[t * NB + b].qs[16 + e];
+                        }
+                    off += y[t * ROWS + r] != (float)want;
+                }
+            CHECK_MSG(off == 0, "Q4_0 extremes level %s tokens %d: %d values off",
                       be_simd_name((be_simd_t)lv), n, off);
         }
     be_pack_destroy(&p);
@@ -484,6 +542,7 @@ int main(void)
     test_gemm();
     test_q6_k_extremes();
     test_q8_0_extremes();
+    test_q4_0_extremes();
     test_backend();
     test_file_pages_dropped();
     return check_finish("test_repack");

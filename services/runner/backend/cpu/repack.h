@@ -182,6 +182,11 @@ void be_pack_gemm_q4_k_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
 void be_pack_gemm_q4_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
                             const void *x, const int32_t *xsum, int n, float *y,
                             size_t y_stride);
+/* Q4_0, two or more tokens, 512-bit tiles of 16 rows (q4_0_gemm_avx512.c);
+ * be_pack_gemm_q4_0_vnni calls it for n >= 2. */
+void be_pack_gemm_q4_0_avx512(const be_packed_t *p, int64_t g0, int64_t g1,
+                              const void *x, const int32_t *xsum, int n, float *y,
+                              size_t y_stride);
 void be_pack_gemm_q8_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
                             const void *x, const int32_t *xsum, int n, float *y,
                             size_t y_stride);

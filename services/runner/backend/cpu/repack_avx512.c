@@ -14,9 +14,10 @@
  * CPU time, VNNI / AVX2 in one process, 2048 columns): Q6_K decode runs
  * 1.1-1.5x the AVX2 kernel; Q4_0 and Q4_K decode only 0.85-0.95x (their
  * AVX2 tiles keep more independent work per block), so one token goes to
- * the AVX2 tiles, while 64-token prompts run 1.05-1.4x with VNNI. Q8_0
- * decode has its own one-token kernel (q8_0_decode). The Q4_0 and Q8_0
- * tiles issue no prefetch (as their AVX2 tiles): with it Q8_0 decode from
+ * the AVX2 tiles, while 64-token prompts run 1.05-1.4x with VNNI. Q4_0
+ * with two or more tokens runs q4_0_gemm_avx512.c's 16-row tiles. Q8_0
+ * decode has its own one-token kernel (q8_0_decode). The Q8_0 tiles
+ * issue no prefetch (as their AVX2 tiles): with it Q8_0 decode from
  * DRAM ran 0.8x the AVX2 kernel, without it 1.0x. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/repack.h"
@@ -49,43 +50,6 @@ static inline VNNI __m256i bcast4(const int8_t *p)
     int32_t v;
     memcpy(&v, p, sizeof v);
     return _mm256_set1_epi32(v);
-}
-
-static VNNI void q4_0_tile(const be_block_q4_0x8_t *w, int64_t nb, const be_block_q8_0_t *x,
-                           const int32_t *xsum, int tn, float *y, size_t y_stride)
-{
-    __m256 acc[TILE_TOK];
-    for (int t = 0; t < tn; t++)
-        acc[t] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(15);
-    for (int64_t b = 0; b < nb; b++) {
-        const be_block_q4_0x8_t *blk = w + b;
-        __m256i q[8];
-        #pragma GCC unroll 16
-        for (int j = 0; j < 4; j++) {
-            __m256i pk = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * j));
-            q[j] = _mm256_and_si256(pk, m4);
-            q[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pk, 4), m4);
-        }
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
-        for (int t = 0; t < tn; t++) {
-            const be_block_q8_0_t *a = x + (size_t)t * (size_t)nb + b;
-            const int32_t *m = xsum + 2 * ((size_t)t * (size_t)nb + b);
-            /* two chains of four VPDPBUSD, so decode does not wait on one
-             * chain's latency; the scale as xsum's float (no f16 step) */
-            __m256i i0 = _mm256_set1_epi32(-8 * m[0]), i1 = _mm256_setzero_si256();
-            #pragma GCC unroll 16
-            for (int k = 0; k < 8; k += 2) {
-                i0 = _mm256_dpbusd_epi32(i0, q[k], bcast4(a->qs + 4 * k));
-                i1 = _mm256_dpbusd_epi32(i1, q[k + 1], bcast4(a->qs + 4 * k + 4));
-            }
-            __m256i i32 = _mm256_add_epi32(i0, i1);
-            __m256 sc = _mm256_mul_ps(dw, _mm256_broadcast_ss((const float *)(m + 1)));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sc, acc[t]);
-        }
-    }
-    for (int t = 0; t < tn; t++)
-        _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
 }
 
 static VNNI void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb, const be_block_q8_0_t *x,
@@ -322,15 +286,8 @@ VNNI void be_pack_gemm_q4_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1, c
         be_pack_gemm_q4_0_avx2(p, g0, g1, xv, xsum, n, y, y_stride);
         return;
     }
-    const be_block_q8_0_t *x = xv;
-    int64_t nb = p->n_blocks;
-    for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
-        int tn = CR_MIN(TILE_TOK, n - t0);
-        for (int64_t g = g0; g < g1; g++)
-            q4_0_tile(GROUP(be_block_q4_0x8_t, p, g), nb, x + (size_t)t0 * (size_t)nb,
-                      xsum + 2 * (size_t)t0 * (size_t)nb, tn,
-                      y + (size_t)t0 * y_stride + (size_t)g * BE_PACK_ROWS, y_stride);
-    }
+    /* two or more tokens: 16-row tiles in 512-bit registers */
+    be_pack_gemm_q4_0_avx512(p, g0, g1, xv, xsum, n, y, y_stride);
 }
 
 VNNI void be_pack_gemm_q8_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1, const void *xv,
