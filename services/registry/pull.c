@@ -180,8 +180,10 @@ cr_status_t reg_pull(reg_store_t *s, const reg_xfer_env_t *env,
         goto out;
     }
     say(fn, ctx, "verifying sha256 digest");
+    say(fn, ctx, "writing manifest");
     /* From the last check of the blobs to the prune of what the manifest
-     * replaced: no prune runs and no other manifest is written (store.h). */
+     * replaced: no prune runs and no other manifest is written (store.h).
+     * Nothing is said meanwhile: a send may wait for the request loop. */
     reg_store_lock(s);
     locked = true;
     if (!all_present(s, &m)) {
@@ -202,18 +204,17 @@ cr_status_t reg_pull(reg_store_t *s, const reg_xfer_env_t *env,
     } else {
         stored = name;
     }
-    say(fn, ctx, "writing manifest");
     if ((st = reg_store_manifest_write(s, &stored, raw, raw_len, err)))
         goto out;
-    if (have_old && !(env && env->noprune)) {
-        size_t removed = reg_prune_unreferenced(s, &old);
-        if (removed) {
-            cr_log_info("pull %s: removed %zu unused layers", model, removed);
-            say(fn, ctx, "removing unused layers");
-        }
-    }
+    size_t removed = 0;
+    if (have_old && !(env && env->noprune))
+        removed = reg_prune_unreferenced(s, &old);
     reg_store_unlock(s);
     locked = false;
+    if (removed) {
+        cr_log_info("pull %s: removed %zu unused layers", model, removed);
+        say(fn, ctx, "removing unused layers");
+    }
     say(fn, ctx, "success");
 out:
     if (locked)

@@ -8,7 +8,8 @@
  * (adapter_config.json + adapter_model.safetensors) written from a GGUF
  * adapter convert back to exactly that adapter (llama's q/k lora_B rows
  * permuted); DoRA, a wrong rank, a missing config and a tensor outside the
- * projections are refused. */
+ * projections are refused; a conversion whose client has gone (cancel set)
+ * stops before its first tensor, storing nothing. */
 #include "lib/prelude.h"
 
 #include "lib/gguf.h"

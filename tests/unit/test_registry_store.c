@@ -1,7 +1,8 @@
 /* test_registry_store.c: the registry's store and operations, driven
  * directly: blobs and digests, create (files and from), tags, show, copy,
- * delete with blob pruning, resolve, hostile names, bad GGUF input and
- * crash-before-rename atomicity. Each case uses its own temp store. */
+ * delete with blob pruning, resolve, hostile names, bad GGUF input,
+ * crash-before-rename atomicity and blob pins (kept by every prune until
+ * unpinned). Each case uses its own temp store. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
