@@ -17,7 +17,8 @@
  *  - two creates of one name at once: an inline one that writes while the
  *    conversion is held, then the conversion's: the later replaces the
  *    earlier and prunes its blobs (the replaced manifest is read when the
- *    later one is written), so doctor again finds only the inputs.
+ *    later one is written), so doctor again finds only the inputs; the
+ *    same with a pull (from a fake OCI registry) landing meanwhile.
  * Needs $CORRAL_BUILD_DIR/bin/corral-gguf-to-hf (skips without). */
 #include "lib/prelude.h"
 #include "proto/msg.h"
@@ -26,6 +27,7 @@
 #include "services/registry/store.h"
 #include "tools/synth/synth.h"
 #include "tests/unit/check.h"
+#include "tests/unit/fake_oci.h"
 #include "tests/unit/poll_wait.h"
 #include "tests/unit/reg_tmp.h"
 
@@ -145,6 +147,15 @@ static bool is_final(const capture_t *c)
     return c->n && (c->v[c->n - 1].type == MSG_ok || c->v[c->n - 1].type == MSG_error);
 }
 
+/* The final reply (ok or error) of request id in c, or NULL. */
+static const msg_t *final_of(const capture_t *c, const char *id)
+{
+    for (int i = 0; i < c->n; i++)
+        if ((c->v[i].type == MSG_ok || c->v[i].type == MSG_error) && !strcmp(c->v[i].id, id))
+            return &c->v[i];
+    return NULL;
+}
+
 /* Forwards job replies into c until the final one (within WAIT_MS). */
 static bool pump_final(reg_server_t *s, capture_t *c)
 {
@@ -152,6 +163,15 @@ static bool pump_final(reg_server_t *s, capture_t *c)
     while (!is_final(c) && test_mono_ms() - t0 < WAIT_MS)
         reg_server_pump(s, 200, capture_fn, c);
     return is_final(c);
+}
+
+/* Same, until request id's final reply; returns it, or NULL. */
+static const msg_t *pump_final_of(reg_server_t *s, capture_t *c, const char *id)
+{
+    int64_t t0 = test_mono_ms();
+    while (!final_of(c, id) && test_mono_ms() - t0 < WAIT_MS)
+        reg_server_pump(s, 200, capture_fn, c);
+    return final_of(c, id);
 }
 
 static bool has_status(const capture_t *c, const char *status)
@@ -382,6 +402,51 @@ static void test_same_name_at_once(reg_server_t *s, folder_t *hf, folder_t *gguf
     printf("  two creates of one name: the later replaced and pruned the earlier\n");
 }
 
+/* A pull of the name lands while the conversion for it is held; the
+ * create's manifest then replaces the pulled one and prunes its blobs. */
+static void test_create_and_pull(reg_server_t *s, folder_t *hf)
+{
+    fake_t f;
+    fake_start(&f);
+    fake_add_config(&f, "llama");
+    fake_add_blob(&f, 3000, 41);
+    fake_add_blob(&f, 40, 42);
+    fake_set_manifest(&f);
+    char name[96];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/m:t", f.port);
+    hold_arm();
+    capture_t c = {0};
+    msg_t m;
+    create_msg(&m, "cp1", name, hf);
+    reg_server_handle(s, &m, capture_fn, &c);
+    CHECK(hold_wait());
+    msg_init(&m, MSG_pull, "pl1");
+    m.u.pull.model = name;
+    m.u.pull.has_model = true;
+    m.u.pull.insecure = true;
+    m.u.pull.has_insecure = true;
+    reg_server_handle(s, &m, capture_fn, &c);
+    const msg_t *r = pump_final_of(s, &c, "pl1");
+    CHECK_MSG(r && r->type == MSG_ok, "the pull failed: %s",
+              r && r->type == MSG_error ? r->u.error.message : "no answer");
+    CHECK(test_store_has_model(reg_server_store(s), name));
+    hold_release();
+    r = pump_final_of(s, &c, "cp1");
+    CHECK_MSG(r && r->type == MSG_ok, "the create failed: %s",
+              r && r->type == MSG_error ? r->u.error.message : "no answer");
+    capture_clear(&c);
+    /* The create's model (qwen2), not the pulled one (llama). */
+    msg_init(&m, MSG_show, "s");
+    m.u.show.model = name;
+    m.u.show.has_model = true;
+    reg_server_handle(s, &m, capture_fn, &c);
+    CHECK(c.n == 1 && c.v[0].type == MSG_show_reply &&
+          strstr(c.v[0].u.show_reply.body, "qwen2"));
+    capture_clear(&c);
+    fake_stop(&f);
+    printf("  a create and a pull of one name: the later replaced and pruned the earlier\n");
+}
+
 int main(void)
 {
     const char *bd = getenv("CORRAL_BUILD_DIR");
@@ -436,6 +501,8 @@ int main(void)
     test_conversion_completes(s, &hf);
     test_same_name_at_once(s, &hf, &gguf);
     doctor_expect_unused(st, hf.n, "after two creates of one name");
+    test_create_and_pull(s, &hf);
+    doctor_expect_unused(st, hf.n, "after a create and a pull of one name");
 
     reg_server_destroy(&s);
     test_tmp_remove();
