@@ -48,6 +48,8 @@ typedef struct build {
     json_t *families;    /* array of unique architectures */
     char (*created)[REG_HEX_LEN + 1]; /* blobs this create wrote */
     size_t n_created;
+    char (*pinned)[REG_HEX_LEN + 1]; /* blobs it pinned (store.h), one pin each */
+    size_t n_pinned;
     const char *renderer;           /* config renderer/parser: the request's, */
     const char *parser;             /* else inherited from `from`; NULL: none */
     char *inherited_renderer, *inherited_parser; /* owned copies of the base's */
@@ -153,11 +155,37 @@ static cr_status_t note_created(build_t *b, const char *hex, cr_err_t *err)
     return CR_OK;
 }
 
+/* Pins blob hex for this create (store.h: no prune removes it until the
+ * manifest is written or the create fails); must_exist as reg_store_pin. */
+static cr_status_t pin(build_t *b, const char *hex, bool must_exist, cr_err_t *err)
+{
+    void *v = realloc(b->pinned, (b->n_pinned + 1) * sizeof *b->pinned);
+    if (!v)
+        return cr_err_set(err, CR_E_NOMEM, "out of memory");
+    b->pinned = v;
+    cr_status_t st = reg_store_pin(b->s, hex, must_exist, err);
+    if (!st)
+        memcpy(b->pinned[b->n_pinned++], hex, REG_HEX_LEN + 1);
+    return st;
+}
+
+static void unpin_all(build_t *b)
+{
+    for (size_t i = 0; i < b->n_pinned; i++)
+        reg_store_unpin(b->s, b->pinned[i]);
+    b->n_pinned = 0;
+}
+
 static cr_status_t put_blob(build_t *b, const void *data, size_t len,
                             char hex[REG_HEX_LEN + 1], cr_err_t *err)
 {
+    /* Pinned before it is looked for: an equal blob that exists now is not
+     * pruned before the manifest names it. */
+    reg_sha256_hex(data, len, hex);
     bool created = false;
-    cr_status_t st = reg_store_blob_put(b->s, data, len, hex, &created, err);
+    cr_status_t st = pin(b, hex, false, err);
+    if (!st)
+        st = reg_store_blob_put(b->s, data, len, hex, &created, err);
     if (st || !created)
         return st;
     return note_created(b, hex, err);
@@ -292,6 +320,16 @@ static cr_status_t add_auto_template(build_t *b, const auto_tmpl_t *at,
 static cr_status_t store_file(build_t *b, const char *path,
                               char hex[REG_HEX_LEN + 1], int64_t *size,
                               cr_err_t *err);
+static cr_status_t check_cancel(const build_t *b, cr_err_t *err);
+
+/* Between two tensors of a conversion (hf_import.h): the test hook's point,
+ * then the client's cancel. */
+static cr_status_t convert_step(void *ctx, cr_err_t *err)
+{
+    build_t *b = ctx;
+    reg_store_step(b->s, "convert tensor");
+    return check_cancel(b, err);
+}
 
 /* A Hugging Face folder (config.json, *.safetensors, tokenizer files):
  * converted to GGUF in a temp file beside the blobs, then stored as the
@@ -328,7 +366,7 @@ static cr_status_t from_hf_folder(build_t *b, const msg_file_ref_t *files,
     }
     if (!st) {
         progress(b, "converting model");
-        st = reg_hf_import(hf, n, out, NULL, 0, err);
+        st = reg_hf_import(hf, n, out, NULL, 0, convert_step, b, err);
     }
     char hex[REG_HEX_LEN + 1];
     int64_t size = 0;
@@ -426,7 +464,7 @@ static cr_status_t from_peft(build_t *b, const msg_file_ref_t *files, size_t n,
     }
     if (!st) {
         progress(b, "converting adapter");
-        st = reg_peft_import(hf, n, base, out, err);
+        st = reg_peft_import(hf, n, base, out, convert_step, b, err);
     }
     char hex[REG_HEX_LEN + 1];
     int64_t size = 0;
@@ -503,8 +541,7 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
             return st;
         progress(b, "parsing GGUF");
         cr_gguf_t *g = NULL;
-        st = open_blob_gguf(b, hex, &g, err);
-        if (st)
+        if ((st = pin(b, hex, false, err)) || (st = open_blob_gguf(b, hex, &g, err)))
             return st;
         const char *mt = adapters ? REG_MT_ADAPTER : reg_gguf_media_type(g);
         if (adapters && (st = check_adapter(b, g, fname, err))) {
@@ -531,6 +568,20 @@ static cr_status_t from_files(build_t *b, const msg_file_ref_t *files, size_t n,
     return CR_OK;
 }
 
+bool reg_create_runs_long(const reg_store_t *s, const msg_create_body_t *req)
+{
+    if ((req->has_quantize && req->quantize && *req->quantize) ||
+        reg_create_needs_pull(s, req))
+        return true;
+    for (size_t i = 0; req->has_files && i < req->files.n; i++)
+        if (req->files.v[i].name && reg_hf_is_folder_file(req->files.v[i].name))
+            return true;
+    for (size_t i = 0; req->has_adapters && i < req->adapters.n; i++)
+        if (req->adapters.v[i].name && reg_peft_is_folder_file(req->adapters.v[i].name))
+            return true;
+    return false;
+}
+
 bool reg_create_needs_pull(const reg_store_t *s, const msg_create_body_t *req)
 {
     cr_model_name_t name, stored;
@@ -552,6 +603,13 @@ static cr_status_t from_model(build_t *b, const char *from, cr_err_t *err)
         return st;
     for (size_t i = 0; !st && i < base->manifest.n_layers; i++) {
         const reg_layer_t *l = &base->manifest.layers[i];
+        /* Kept until the manifest is written, though `from` be deleted or
+         * replaced meanwhile. */
+        if (pin(b, l->hex, true, err)) {
+            st = cr_err_set(err, CR_E_NOT_FOUND, "model \"%s\": blob sha256:%s is "
+                            "missing", from, l->hex);
+            break;
+        }
         if (!strcmp(l->media_type, REG_MT_MODEL) ||
             !strcmp(l->media_type, REG_MT_PROJECTOR) ||
             !strcmp(l->media_type, REG_MT_ADAPTER)) {
@@ -673,7 +731,8 @@ static cr_status_t add_draft(build_t *b, const char *name, cr_err_t *err)
     cr_gguf_t *tg = NULL, *dg = NULL;
     if (!dm->model_layer)
         st = cr_err_set(err, CR_E_INVALID, "draft model \"%s\" has no weights", name);
-    else if (!(st = open_blob_gguf(b, tl->hex, &tg, err)) &&
+    else if (!(st = pin(b, dm->model_layer->hex, false, err)) &&
+             !(st = open_blob_gguf(b, tl->hex, &tg, err)) &&
              !(st = open_blob_gguf(b, dm->model_layer->hex, &dg, err)))
         st = reg_draft_check_vocab(tg, dg, dm->display, err);
     if (!st) {
@@ -746,6 +805,11 @@ static cr_status_t store_file(build_t *b, const char *path,
         *size = (int64_t)reg_blob_writer_size(w);
         st = reg_blob_writer_finish(w, hex, &created, err);
     }
+    /* An equal blob that was there (created false) may have been pruned
+     * since: then this create fails rather than name a missing blob. */
+    if (!st && (st = pin(b, hex, true, err)) == CR_E_NOT_FOUND)
+        st = cr_err_set(err, CR_E_IO, "blob sha256:%s was removed while it was "
+                        "stored; try again", hex);
     if (!st && created)
         st = note_created(b, hex, err);
     reg_blob_writer_destroy(&w);
@@ -1036,21 +1100,10 @@ cr_status_t reg_create_ex(reg_store_t *s, const msg_create_body_t *req,
     cr_model_name_t name;
     if (!req->model || cr_model_name_parse(req->model, &name, NULL))
         return cr_err_set(err, CR_E_INVALID, CR_NAME_INVALID_MSG);
-    /* An existing model of the same name (any case) is replaced in place. */
-    cr_model_name_t stored;
-    reg_manifest_t old = {0};
-    bool have_old = false;
-    if (reg_store_manifest_find(s, &name, &stored) == CR_OK) {
-        name = stored;
-        char *bytes = NULL;
-        size_t len = 0;
-        if (!reg_store_manifest_read(s, &name, &bytes, &len, NULL, NULL) &&
-            !reg_manifest_parse(bytes, len, &old, NULL))
-            have_old = true;
-        free(bytes);
-    }
 
     build_t b = {.s = s, .fn = fn, .ctx = ctx, .cancel = cancel};
+    reg_manifest_t old = {0};
+    bool locked = false;
     cr_buf_t text;
     cr_buf_init(&text, REG_MANIFEST_MAX);
     cr_status_t st = reg_manifest_init(&b.man);
@@ -1089,26 +1142,55 @@ cr_status_t reg_create_ex(reg_store_t *s, const msg_create_body_t *req,
         cr_err_set(err, st, "encoding manifest: %s", cr_status_str(st));
         goto out;
     }
+    /* The commit (store.h): the manifest this one replaces is read under
+     * the lock, so of two creates or a create and a pull of one name the
+     * later prunes what the earlier wrote. An existing model of the same
+     * name (any case) is replaced in place. */
+    reg_store_lock(s);
+    locked = true;
+    cr_model_name_t stored;
+    bool have_old = false;
+    if (reg_store_manifest_find(s, &name, &stored) == CR_OK) {
+        name = stored;
+        char *bytes = NULL;
+        size_t len = 0;
+        if (!reg_store_manifest_read(s, &name, &bytes, &len, NULL, NULL) &&
+            !reg_manifest_parse(bytes, len, &old, NULL))
+            have_old = true;
+        free(bytes);
+    }
     st = reg_store_manifest_write(s, &name, text.data, text.len, err);
     if (st)
         goto out;
+    unpin_all(&b); /* the manifest names them now */
     /* A blob this create wrote but then replaced (an autodetected template
-     * overridden by the request's) is referenced by nothing: it did not
-     * exist before, so no other manifest can use it. */
+     * overridden by the request's) is referenced by nothing, unless a
+     * create or pull running beside this one took it too. */
+    reg_manifest_t orphans = {0};
     for (size_t i = 0; i < b.n_created; i++)
         if (!reg_manifest_references(&b.man, b.created[i]))
-            reg_store_blob_remove(s, b.created[i], NULL);
+            reg_manifest_add(&orphans, REG_MT_MODEL, b.created[i], 0, NULL, NULL);
+    if (orphans.n_layers)
+        reg_prune_unreferenced(s, &orphans);
+    reg_manifest_free(&orphans);
     if (have_old && !cr_env_bool("NOPRUNE", false))
         reg_prune_unreferenced(s, &old);
+    reg_store_unlock(s);
+    locked = false;
     progress(&b, "success");
 out:
+    if (locked)
+        reg_store_unlock(s);
+    unpin_all(&b);
     if (st && b.n_created) {
-        /* Nothing will reference what this failed create wrote. */
-        reg_manifest_t orphans = {0};
+        /* Nothing will reference what this failed create wrote, unless a
+         * create or pull beside it took the same blob (pinned, or named by
+         * a manifest by now: the prune keeps it). */
+        reg_manifest_t wrote = {0};
         for (size_t i = 0; i < b.n_created; i++)
-            reg_manifest_add(&orphans, REG_MT_MODEL, b.created[i], 0, NULL, NULL);
-        reg_prune_unreferenced(s, &orphans);
-        reg_manifest_free(&orphans);
+            reg_manifest_add(&wrote, REG_MT_MODEL, b.created[i], 0, NULL, NULL);
+        reg_prune_unreferenced(s, &wrote);
+        reg_manifest_free(&wrote);
     }
     cr_buf_free(&text);
     reg_manifest_free(&b.man);
@@ -1119,5 +1201,6 @@ out:
     free(b.inherited_parser);
     free(b.draft_name);
     free(b.created);
+    free(b.pinned);
     return st;
 }

@@ -50,12 +50,23 @@ cr_status_t reg_create(reg_store_t *s, const msg_create_body_t *req,
  * creates. */
 bool reg_create_needs_pull(const reg_store_t *s, const msg_create_body_t *req);
 
+/* True when req may take long: it quantizes, pulls its `from`, or converts
+ * a safetensors folder (files) or a PEFT adapter folder (adapters), reading
+ * and writing model-sized data. The server runs such a create as a job
+ * (jobs.h), cancelable; any other create (a Modelfile over a stored model,
+ * uploaded GGUF files: headers only) is answered inline. */
+bool reg_create_runs_long(const reg_store_t *s, const msg_create_body_t *req);
+
 /* reg_create with whole progress messages: what the server should call so
  * that quantizing progress reaches the client with its counts. cancel (may
  * be NULL) is the client's flag: once set, a running quantization is
- * killed, and the create stops before its next long step, removes what it
- * wrote (temp files, new blobs), writes no manifest and fails with
- * CR_E_CANCELED `canceled`. */
+ * killed, a conversion stops before its next tensor, and the create stops
+ * before its next long step (each 1 MiB it stores, the manifest), removes
+ * what it wrote (temp files, new blobs), writes no manifest and fails with
+ * CR_E_CANCELED `canceled`. Creates may run at once (store.h): each pins
+ * the blobs it will name, and the manifest it replaces is the one stored
+ * when it writes its own, whose blobs no other manifest names are pruned
+ * (unless NOPRUNE). */
 cr_status_t reg_create_ex(reg_store_t *s, const msg_create_body_t *req,
                           const atomic_bool *cancel,
                           reg_create_progress_fn fn, void *ctx,

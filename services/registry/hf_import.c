@@ -35,6 +35,8 @@ typedef struct conv {
     size_t n_jobs, cap_jobs;
     uint8_t *buf; /* CHUNK_BYTES */
     reg_hf_rope_t rope; /* computed rope tensors (borrowed by the writer) */
+    reg_hf_step_fn step; /* asked before each tensor (may be NULL) */
+    void *step_ctx;
 } conv_t;
 
 static bool has_suffix(const char *s, const char *suf)
@@ -508,7 +510,8 @@ static cr_status_t write_job(void *ctx, const char *name, uint64_t size_bytes,
     CR_UNUSED(name);
     CR_UNUSED(size_bytes);
     job_ctx_t *jc = ctx;
-    cr_status_t st = CR_OK;
+    /* Between tensors: where a create whose client left stops. */
+    cr_status_t st = jc->c->step ? jc->c->step(jc->c->step_ctx, err) : CR_OK;
     for (size_t k = 0; !st && k < jc->j->n_src; k++)
         st = write_part(jc->c, jc->j, k, sink, err);
     return st;
@@ -553,9 +556,9 @@ static void conv_free(conv_t *c)
 
 cr_status_t reg_hf_import(const reg_hf_file_t *files, size_t n,
                           const char *out_path, char *arch_out, size_t cap,
-                          cr_err_t *err)
+                          reg_hf_step_fn step, void *step_ctx, cr_err_t *err)
 {
-    conv_t c = {.files = files, .n_files = n};
+    conv_t c = {.files = files, .n_files = n, .step = step, .step_ctx = step_ctx};
     json_t *cfg = NULL, *tok = NULL, *tok_cfg = NULL;
     cr_gguf_writer_t *w = NULL;
     job_ctx_t *ctxs = NULL;

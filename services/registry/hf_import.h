@@ -38,13 +38,20 @@ typedef struct reg_hf_file {
  * GGUF): config.json, *.safetensors, the index. */
 bool reg_hf_is_folder_file(const char *name);
 
+/* Asked before each tensor is converted (from the converting thread): a
+ * status other than CR_OK (a create's CR_E_CANCELED) stops the import with
+ * that status and error, leaving nothing at out_path. */
+typedef cr_status_t (*reg_hf_step_fn)(void *ctx, cr_err_t *err);
+
 /* Converts files[0..n-1] to a GGUF at out_path. *arch_out (may be NULL,
- * cap bytes) receives general.architecture. CR_E_INVALID (missing or bad
+ * cap bytes) receives general.architecture. step (may be NULL) is asked
+ * before each tensor, with step_ctx. CR_E_INVALID (missing or bad
  * config/tokenizer, wrong shapes, naming file and tensor), CR_E_CORRUPT /
  * CR_E_TRUNCATED (a safetensors file; lib/safetensors.h), CR_E_UNSUPPORTED
- * (architecture, dtype, rope scaling, tokenizer kind), CR_E_IO, CR_E_NOMEM. */
+ * (architecture, dtype, rope scaling, tokenizer kind), CR_E_IO, CR_E_NOMEM,
+ * or step's status. */
 cr_status_t reg_hf_import(const reg_hf_file_t *files, size_t n,
                           const char *out_path, char *arch_out, size_t cap,
-                          cr_err_t *err);
+                          reg_hf_step_fn step, void *step_ctx, cr_err_t *err);
 
 #endif

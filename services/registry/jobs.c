@@ -1,4 +1,4 @@
-/* jobs.c: pull, push and quantizing-create threads (see jobs.h). */
+/* jobs.c: pull, push and long-create threads (see jobs.h). */
 #include "lib/prelude.h"
 #include "services/registry/jobs.h"
 #include "lib/log.h"
@@ -180,7 +180,7 @@ cr_status_t reg_jobs_start(reg_jobs_t *j, const msg_t *req,
         return cr_err_set(err, CR_E_INTERNAL, "not a pull, push or create");
     if (reg_jobs_reap(j) >= REG_JOBS_MAX)
         return cr_err_set(err, CR_E_BUSY,
-                          "too many pulls, pushes and quantizations at once");
+                          "too many pulls, pushes and creates at once");
     job_t *job = calloc(1, sizeof *job);
     if (!job)
         return cr_err_set(err, CR_E_NOMEM, "out of memory");

@@ -1,14 +1,15 @@
-/* jobs.h: pulls, pushes and quantizing creates running beside the
- * registry's request loop.
+/* jobs.h: pulls, pushes and long creates running beside the registry's
+ * request loop.
  *
- * Each pull, push or create with `quantize` (minutes of work in a child
- * corral-runner) runs in a thread of its own, so the service keeps
+ * Each pull, push or long create (reg_create_runs_long: `quantize`, minutes
+ * of work in a child corral-runner; a `from` to pull; a safetensors or PEFT
+ * folder to convert) runs in a thread of its own, so the service keeps
  * answering tags, show and resolve meanwhile. A job never touches
  * the service's sockets: it encodes its replies (progress..., then ok or
  * error) and sends them with the requester's ROUTER identity to an inproc
  * PULL socket that the service loop polls and forwards (see
  * docs/architecture.md). Cancel sets the job's flag: a quantization is
- * killed; a pull stops at once unless it is the one downloading a blob
+ * killed, a conversion stops at its next tensor; a pull stops at once unless it is the one downloading a blob
  * another pull still waits for, in which case that download goes on until
  * the last such pull has gone too (download.h). */
 #ifndef REG_JOBS_H
@@ -22,7 +23,7 @@
 
 #include <czmq.h>
 
-#define REG_JOBS_MAX 32 /* pulls, pushes and quantizations at once */
+#define REG_JOBS_MAX 32 /* pulls, pushes and long creates at once */
 
 typedef struct reg_jobs reg_jobs_t;
 
@@ -37,8 +38,8 @@ zsock_t *reg_jobs_socket(reg_jobs_t *j);
 
 /* Starts req (a pull, push or create; deep-copied) for the peer identity
  * (id_len bytes; may be 0). CR_E_BUSY with REG_JOBS_MAX jobs running;
- * CR_E_NOMEM. Cancel stops a create too: its quantization is killed and
- * no model is written (create.h). */
+ * CR_E_NOMEM. Cancel stops a create too: its quantization is killed or its
+ * conversion stops, and no model is written (create.h). */
 cr_status_t reg_jobs_start(reg_jobs_t *j, const msg_t *req,
                            const void *identity, size_t id_len, cr_err_t *err);
 

@@ -90,8 +90,13 @@ size_t reg_prune_unreferenced(reg_store_t *s, const reg_manifest_t *old)
 {
     reg_manifest_t *all = NULL;
     size_t n = 0;
-    if (!load_all(s, &all, &n))
+    /* From listing to removing: no manifest is written meanwhile (store.h),
+     * and a pinned blob is not removed. */
+    reg_store_lock(s);
+    if (!load_all(s, &all, &n)) {
+        reg_store_unlock(s);
         return 0;
+    }
     size_t removed = 0;
     for (size_t i = 0; i <= old->n_layers; i++) {
         const char *hex = i < old->n_layers ? old->layers[i].hex : old->config.hex;
@@ -103,6 +108,7 @@ size_t reg_prune_unreferenced(reg_store_t *s, const reg_manifest_t *old)
             removed++;
         }
     }
+    reg_store_unlock(s);
     free_all(all, n);
     return removed;
 }
@@ -269,6 +275,9 @@ cr_status_t reg_op_copy(reg_store_t *s, const msg_copy_body_t *req,
         return CR_OK; /* copying onto itself */
     char *bytes = NULL;
     size_t len = 0;
+    /* No prune between the read and the write (store.h): the source's
+     * blobs are all there when the copy names them. */
+    reg_store_lock(s);
     cr_status_t st = reg_store_manifest_read(s, &src, &bytes, &len, NULL, err);
     if (st == CR_E_NOT_FOUND) {
         go_q(req->source, q, sizeof q);
@@ -276,6 +285,7 @@ cr_status_t reg_op_copy(reg_store_t *s, const msg_copy_body_t *req,
     }
     if (!st)
         st = reg_store_manifest_write(s, &dst, bytes, len, err);
+    reg_store_unlock(s);
     free(bytes);
     return st;
 }
@@ -298,6 +308,9 @@ cr_status_t reg_op_delete(reg_store_t *s, const msg_delete_body_t *req,
     size_t len = 0;
     reg_manifest_t old = {0};
     cr_err_t perr;
+    /* What is removed is what is pruned: no create or pull replaces the
+     * manifest in between. */
+    reg_store_lock(s);
     bool parsed = reg_store_manifest_read(s, &name, &bytes, &len, NULL, &perr) ==
                       CR_OK &&
                   reg_manifest_parse(bytes, len, &old, &perr) == CR_OK;
@@ -312,6 +325,7 @@ cr_status_t reg_op_delete(reg_store_t *s, const msg_delete_body_t *req,
             cr_log_warn("deleted %s without pruning its blobs: %s", req->model,
                         perr.msg);
     }
+    reg_store_unlock(s);
     reg_manifest_free(&old);
     return st;
 }

@@ -187,7 +187,8 @@ static cr_status_t read_tensor(const cr_st_file_t *f, const cr_st_tensor_t *t, i
 }
 
 cr_status_t reg_peft_import(const reg_hf_file_t *files, size_t n, const cr_gguf_t *base,
-                            const char *out_path, cr_err_t *err)
+                            const char *out_path, reg_hf_step_fn step, void *step_ctx,
+                            cr_err_t *err)
 {
     const reg_hf_file_t *fc = find(files, n, "adapter_config.json");
     const reg_hf_file_t *fm = find(files, n, "adapter_model.safetensors");
@@ -239,6 +240,9 @@ cr_status_t reg_peft_import(const reg_hf_file_t *files, size_t n, const cr_gguf_
         (st = cr_gguf_writer_add_f32(w, "adapter.lora.alpha", (float)alpha, err)))
         goto out;
     for (size_t i = 0; i < nt; i++) {
+        /* Between tensors: where a create whose client left stops. */
+        if (step && (st = step(step_ctx, err)))
+            goto out;
         const cr_st_tensor_t *t = cr_st_tensor_at(f, i);
         char gname[CR_GGUF_MAX_NAME_BYTES + 1];
         size_t module = 0;

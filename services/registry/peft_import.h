@@ -33,11 +33,14 @@ bool reg_peft_is_folder_file(const char *name);
 
 /* Converts files[0..n-1] (the folder's adapter_config.json and
  * adapter_model.safetensors; other files are ignored) for base (borrowed)
- * to a GGUF LoRA at out_path. CR_E_INVALID (missing or bad config, an
- * unsupported option, an unknown tensor, a missing partner, naming file and
- * key or tensor), CR_E_CORRUPT / CR_E_TRUNCATED / CR_E_UNSUPPORTED (the
- * safetensors file; lib/safetensors.h), CR_E_IO, CR_E_NOMEM. */
+ * to a GGUF LoRA at out_path. step (may be NULL) is asked with step_ctx
+ * before each tensor is read (hf_import.h). CR_E_INVALID (missing or bad
+ * config, an unsupported option, an unknown tensor, a missing partner,
+ * naming file and key or tensor), CR_E_CORRUPT / CR_E_TRUNCATED /
+ * CR_E_UNSUPPORTED (the safetensors file; lib/safetensors.h), CR_E_IO,
+ * CR_E_NOMEM, or step's status. */
 cr_status_t reg_peft_import(const reg_hf_file_t *files, size_t n, const cr_gguf_t *base,
-                            const char *out_path, cr_err_t *err);
+                            const char *out_path, reg_hf_step_fn step, void *step_ctx,
+                            cr_err_t *err);
 
 #endif

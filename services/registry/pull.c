@@ -126,7 +126,7 @@ cr_status_t reg_pull(reg_store_t *s, const reg_xfer_env_t *env,
     reg_manifest_t m, old;
     memset(&m, 0, sizeof m);
     memset(&old, 0, sizeof old);
-    bool have_old = false;
+    bool have_old = false, locked = false;
     cr_status_t st = reg_oci_new(&name, insecure, &c, err);
     if (st)
         return st;
@@ -173,11 +173,6 @@ cr_status_t reg_pull(reg_store_t *s, const reg_xfer_env_t *env,
         if (st)
             goto out;
     }
-    if (!all_present(s, &m)) {
-        st = cr_err_set(err, CR_E_IO, "blobs of %s were removed while pulling",
-                        model);
-        goto out;
-    }
     /* A canceled pull whose last blob was finished for another pull
      * (download.h) writes no manifest either. */
     if (cancel && atomic_load(cancel)) {
@@ -185,6 +180,17 @@ cr_status_t reg_pull(reg_store_t *s, const reg_xfer_env_t *env,
         goto out;
     }
     say(fn, ctx, "verifying sha256 digest");
+    say(fn, ctx, "writing manifest");
+    /* From the last check of the blobs to the prune of what the manifest
+     * replaced: no prune runs and no other manifest is written (store.h).
+     * Nothing is said meanwhile: a send may wait for the request loop. */
+    reg_store_lock(s);
+    locked = true;
+    if (!all_present(s, &m)) {
+        st = cr_err_set(err, CR_E_IO, "blobs of %s were removed while pulling",
+                        model);
+        goto out;
+    }
 
     /* The replaced manifest, if any, for pruning; write under its spelling. */
     cr_model_name_t stored = name;
@@ -198,18 +204,21 @@ cr_status_t reg_pull(reg_store_t *s, const reg_xfer_env_t *env,
     } else {
         stored = name;
     }
-    say(fn, ctx, "writing manifest");
     if ((st = reg_store_manifest_write(s, &stored, raw, raw_len, err)))
         goto out;
-    if (have_old && !(env && env->noprune)) {
-        size_t removed = reg_prune_unreferenced(s, &old);
-        if (removed) {
-            cr_log_info("pull %s: removed %zu unused layers", model, removed);
-            say(fn, ctx, "removing unused layers");
-        }
+    size_t removed = 0;
+    if (have_old && !(env && env->noprune))
+        removed = reg_prune_unreferenced(s, &old);
+    reg_store_unlock(s);
+    locked = false;
+    if (removed) {
+        cr_log_info("pull %s: removed %zu unused layers", model, removed);
+        say(fn, ctx, "removing unused layers");
     }
     say(fn, ctx, "success");
 out:
+    if (locked)
+        reg_store_unlock(s);
     if (st)
         cr_log_info("pull %s failed: %s", model, err->msg);
     if (have_old)

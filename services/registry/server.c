@@ -292,11 +292,10 @@ void reg_server_handle(reg_server_t *s, const msg_t *req, reg_reply_fn fn,
             msg_init(&reply, MSG_ok, id);
         break;
     case MSG_create: {
-        if ((req->u.create.has_quantize && req->u.create.quantize &&
-             *req->u.create.quantize) ||
-            reg_create_needs_pull(s->store, &req->u.create)) {
-            /* Minutes of work (quantizing, pulling the FROM model): a job
-             * thread, like a pull. */
+        if (reg_create_runs_long(s->store, &req->u.create)) {
+            /* Minutes of work (quantizing, pulling the FROM model,
+             * converting safetensors): a job thread, like a pull, that the
+             * client's cancel stops. */
             if (!(st = start_job(s, req, &err)))
                 return;
             break;

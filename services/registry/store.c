@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -19,6 +20,14 @@ struct reg_store {
     char manifests[REG_PATH_MAX];
     bool fail_next_rename; /* test hook */
     int lock_fd;           /* the writer's lock (reg_store_claim), else -1 */
+    reg_store_step_fn step; /* test hook (reg_store_set_step_hook), or NULL */
+    void *step_ctx;
+    pthread_mutex_t mu;    /* the commit lock (recursive): pins, commits, prunes */
+    struct pin {
+        char hex[REG_HEX_LEN + 1];
+        size_t count;      /* writers holding it */
+    } *pins;
+    size_t n_pins, cap_pins;
 };
 
 struct reg_blob_writer {
@@ -206,6 +215,11 @@ reg_store_t *reg_store_new(const char *root, cr_err_t *err)
         return NULL;
     }
     s->lock_fd = -1;
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&s->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     char real[PATH_MAX];
     if (!realpath(root, real)) {
         cr_err_set(err, CR_E_IO, "realpath %s: %s", root, strerror(errno));
@@ -234,6 +248,8 @@ void reg_store_destroy(reg_store_t **self_p)
         return;
     if ((*self_p)->lock_fd >= 0)
         close((*self_p)->lock_fd);
+    pthread_mutex_destroy(&(*self_p)->mu);
+    free((*self_p)->pins);
     free(*self_p);
     *self_p = NULL;
 }
@@ -344,14 +360,30 @@ void reg_store_blob_touch(const reg_store_t *s, const char *hex)
         (void)utimensat(AT_FDCWD, path, NULL, 0);
 }
 
+/* The pin of hex, or NULL; the caller holds s->mu. */
+static struct pin *find_pin(reg_store_t *s, const char *hex)
+{
+    for (size_t i = 0; i < s->n_pins; i++)
+        if (!strcmp(s->pins[i].hex, hex))
+            return &s->pins[i];
+    return NULL;
+}
+
 cr_status_t reg_store_blob_remove(reg_store_t *s, const char *hex,
                                   cr_err_t *err)
 {
     char path[REG_PATH_MAX];
     if (!reg_store_blob_path(s, hex, path, sizeof path))
         return cr_err_set(err, CR_E_INVALID, "invalid digest format");
-    if (unlink(path) != 0 && errno != ENOENT)
-        return cr_err_set(err, CR_E_IO, "remove %s: %s", path, strerror(errno));
+    pthread_mutex_lock(&s->mu);
+    bool pinned = find_pin(s, hex) != NULL;
+    int rc = pinned ? 0 : unlink(path);
+    int e = errno;
+    pthread_mutex_unlock(&s->mu);
+    if (pinned)
+        return cr_err_set(err, CR_E_BUSY, "blob sha256:%s is in use by a create", hex);
+    if (rc != 0 && e != ENOENT)
+        return cr_err_set(err, CR_E_IO, "remove %s: %s", path, strerror(e));
     /* the CPU runners' packed copy of it (runner/backend/cpu/pack_cache.h:
      * CORRAL_PACK_CACHE/ or <models>/packed/, sha256-<hex>.pack) goes with
      * the blob; best effort: a copy left behind is disk space, never read
@@ -824,4 +856,80 @@ size_t reg_store_clean_temp(reg_store_t *s, int64_t min_age_s)
 {
     return clean_dir(s->blobs, 0, min_age_s, true) +
            clean_dir(s->manifests, 0, min_age_s, false);
+}
+
+/* ---- writers at once ---- */
+
+void reg_store_lock(reg_store_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+}
+
+void reg_store_unlock(reg_store_t *s)
+{
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Room for one more pin; the caller holds s->mu. */
+static bool grow_pins(reg_store_t *s)
+{
+    if (s->n_pins < s->cap_pins)
+        return true;
+    size_t cap = s->cap_pins ? 2 * s->cap_pins : 16;
+    struct pin *v = realloc(s->pins, cap * sizeof *v);
+    if (!v)
+        return false;
+    s->pins = v;
+    s->cap_pins = cap;
+    return true;
+}
+
+cr_status_t reg_store_pin(reg_store_t *s, const char *hex, bool must_exist,
+                          cr_err_t *err)
+{
+    cr_status_t st = CR_OK;
+    pthread_mutex_lock(&s->mu);
+    struct pin *p = find_pin(s, hex);
+    if (must_exist && !reg_store_blob_exists(s, hex, NULL)) {
+        st = cr_err_set(err, CR_E_NOT_FOUND, "blob sha256:%s not found", hex);
+    } else if (p) {
+        p->count++;
+    } else if (!grow_pins(s)) {
+        st = cr_err_set(err, CR_E_NOMEM, "out of memory");
+    } else {
+        p = &s->pins[s->n_pins++];
+        snprintf(p->hex, sizeof p->hex, "%s", hex);
+        p->count = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+void reg_store_unpin(reg_store_t *s, const char *hex)
+{
+    pthread_mutex_lock(&s->mu);
+    struct pin *p = find_pin(s, hex);
+    if (p && --p->count == 0)
+        *p = s->pins[--s->n_pins];
+    pthread_mutex_unlock(&s->mu);
+}
+
+bool reg_store_is_pinned(reg_store_t *s, const char *hex)
+{
+    pthread_mutex_lock(&s->mu);
+    bool pinned = find_pin(s, hex) != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return pinned;
+}
+
+void reg_store_set_step_hook(reg_store_t *s, reg_store_step_fn fn, void *ctx)
+{
+    s->step = fn;
+    s->step_ctx = ctx;
+}
+
+void reg_store_step(const reg_store_t *s, const char *point)
+{
+    if (s->step)
+        s->step(s->step_ctx, point);
 }

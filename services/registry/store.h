@@ -77,7 +77,8 @@ cr_status_t reg_store_blob_put(reg_store_t *s, const void *data, size_t len,
 /* Sets a blob's mtime to now (create does this to blobs it reuses). */
 void reg_store_blob_touch(const reg_store_t *s, const char *hex);
 
-/* Removes a blob; absent is not an error. */
+/* Removes a blob; absent is not an error. A pinned blob (below) stays:
+ * CR_E_BUSY. */
 cr_status_t reg_store_blob_remove(reg_store_t *s, const char *hex,
                                   cr_err_t *err);
 
@@ -151,7 +152,41 @@ cr_status_t reg_store_manifest_list(const reg_store_t *s,
                                     cr_model_name_t **names, size_t *n,
                                     cr_err_t *err);
 
+/* ---- writers at once ----
+ *
+ * Pulls, creates (job threads) and deletes (the request loop) share the
+ * store. A writer building a manifest pins every blob it will name, so
+ * that no prune (a replaced or deleted model's blobs, a failed create's)
+ * removes one before that manifest is written; a writer writes its
+ * manifest and prunes what it replaced while holding the commit lock, and
+ * reg_prune_unreferenced (ops.h) holds it from listing the manifests to
+ * removing, so neither sees the other half done. */
+
+/* The commit lock: recursive, held only for a manifest write and a prune,
+ * never while data is converted or copied. */
+void reg_store_lock(reg_store_t *s);
+void reg_store_unlock(reg_store_t *s);
+
+/* Pins blob hex (counted: each pin needs its unpin). With must_exist, an
+ * absent blob is CR_E_NOT_FOUND "blob sha256:<hex> not found" and not
+ * pinned (checked under the lock, so a pinned blob that exists stays until
+ * unpinned). CR_E_NOMEM. */
+cr_status_t reg_store_pin(reg_store_t *s, const char *hex, bool must_exist,
+                          cr_err_t *err);
+void reg_store_unpin(reg_store_t *s, const char *hex);
+bool reg_store_is_pinned(reg_store_t *s, const char *hex);
+
 /* ---- test hooks ---- */
+
+/* Called at named points of long work (a create's conversion: "convert
+ * tensor" before each tensor), from the thread doing it, which goes on
+ * when fn returns: a test holds a create there to look at the service
+ * meanwhile. Set it before any job starts; NULL fn removes it. */
+typedef void (*reg_store_step_fn)(void *ctx, const char *point);
+void reg_store_set_step_hook(reg_store_t *s, reg_store_step_fn fn, void *ctx);
+
+/* Calls the step hook, if any, with point. */
+void reg_store_step(const reg_store_t *s, const char *point);
 
 /* Makes the next manifest write stop after writing and syncing its temp
  * file, as if the process died before the rename: returns CR_E_IO and

@@ -189,7 +189,7 @@ static void roundtrip(const char *label, const char *gguf, const char *extra)
     cr_err_t err;
     cr_err_clear(&err);
     char arch[32] = "";
-    cr_status_t st = reg_hf_import(f.files, f.n, out, arch, sizeof arch, &err);
+    cr_status_t st = reg_hf_import(f.files, f.n, out, arch, sizeof arch, NULL, NULL, &err);
     CHECK_MSG(st == CR_OK, "%s: import: %s", label, err.msg);
     if (st)
         return;
@@ -385,7 +385,7 @@ static void expect_fail(const char *label, const char *dir, const char *drop,
     unlink(out);
     cr_err_t err;
     cr_err_clear(&err);
-    cr_status_t st = reg_hf_import(g.files, g.n, out, NULL, 0, &err);
+    cr_status_t st = reg_hf_import(g.files, g.n, out, NULL, 0, NULL, NULL, &err);
     CHECK_MSG(st == want, "%s: status %d, want %d (%s)", label, st, want, err.msg);
     CHECK_MSG(strstr(err.msg, msg1) && (!msg2 || strstr(err.msg, msg2)), "%s: '%s'",
               label, err.msg);
@@ -456,7 +456,7 @@ static void bad_folders(void)
     folder_read(&cf, dir);
     char cout[1300];
     snprintf(cout, sizeof cout, "%s/consolidated.gguf", tmp_g);
-    CHECK_MSG(reg_hf_import(cf.files, cf.n, cout, NULL, 0, &err) == CR_OK,
+    CHECK_MSG(reg_hf_import(cf.files, cf.n, cout, NULL, 0, NULL, NULL, &err) == CR_OK,
               "consolidated.safetensors beside model.safetensors: %s", err.msg);
     snprintf(cmd, sizeof cmd, "rm '%s/consolidated.safetensors'", dir);
     CHECK(system(cmd) == 0);
@@ -579,7 +579,7 @@ static void position_ids(void)
         folder_t f;
         folder_read(&f, dir);
         cr_err_clear(&err);
-        cr_status_t st = reg_hf_import(f.files, f.n, out, NULL, 0, &err);
+        cr_status_t st = reg_hf_import(f.files, f.n, out, NULL, 0, NULL, NULL, &err);
         if (a == 0)
             CHECK_MSG(st == CR_OK, "bert with position_ids: %s", err.msg);
         else
@@ -630,7 +630,7 @@ static void gemma3_cut(void)
     folder_t f;
     folder_read(&f, dir);
     cr_err_clear(&err);
-    CHECK_MSG(reg_hf_import(f.files, f.n, out, NULL, 0, &err) == CR_OK, "%s", err.msg);
+    CHECK_MSG(reg_hf_import(f.files, f.n, out, NULL, 0, NULL, NULL, &err) == CR_OK, "%s", err.msg);
     cr_gguf_t *ga = NULL, *gb = NULL;
     if (cr_gguf_open(src, &ga, &err) || cr_gguf_open(out, &gb, &err)) {
         CHECK_MSG(false, "%s", err.msg);
@@ -671,7 +671,7 @@ static void phi3_rope(void)
     folder_t f;
     folder_read(&f, dir);
     cr_err_clear(&err);
-    CHECK_MSG(reg_hf_import(f.files, f.n, out, NULL, 0, &err) == CR_OK, "%s", err.msg);
+    CHECK_MSG(reg_hf_import(f.files, f.n, out, NULL, 0, NULL, NULL, &err) == CR_OK, "%s", err.msg);
     cr_gguf_t *ga = NULL, *gb = NULL;
     if (cr_gguf_open(src, &ga, &err) || cr_gguf_open(out, &gb, &err)) {
         CHECK_MSG(false, "%s", err.msg);
@@ -705,7 +705,7 @@ static void phi3_rope(void)
     json_dump_file(cj, path, 0);
     json_decref(cj);
     unlink(out);
-    CHECK_MSG(reg_hf_import(f.files, f.n, out, NULL, 0, &err) == CR_OK, "%s", err.msg);
+    CHECK_MSG(reg_hf_import(f.files, f.n, out, NULL, 0, NULL, NULL, &err) == CR_OK, "%s", err.msg);
     uint32_t rd = 0;
     if (!cr_gguf_open(out, &gb, &err))
         CHECK(cr_gguf_get_u32(gb, "phi3.rope.dimension_count", &rd) && rd == 8);
@@ -743,7 +743,7 @@ static void llama3_rope(void)
     json_decref(cj);
     folder_t f;
     folder_read(&f, dir);
-    CHECK_MSG(reg_hf_import(f.files, f.n, out, NULL, 0, &err) == CR_OK, "%s", err.msg);
+    CHECK_MSG(reg_hf_import(f.files, f.n, out, NULL, 0, NULL, NULL, &err) == CR_OK, "%s", err.msg);
     cr_gguf_t *g = NULL;
     if (cr_gguf_open(out, &g, &err)) {
         CHECK_MSG(false, "%s", err.msg);

@@ -8,7 +8,8 @@
  * (adapter_config.json + adapter_model.safetensors) written from a GGUF
  * adapter convert back to exactly that adapter (llama's q/k lora_B rows
  * permuted); DoRA, a wrong rank, a missing config and a tensor outside the
- * projections are refused. */
+ * projections are refused; a conversion whose client has gone (cancel set)
+ * stops before its first tensor, storing nothing. */
 #include "lib/prelude.h"
 
 #include "lib/gguf.h"
@@ -24,11 +25,16 @@
 #include "tests/unit/reg_tmp.h"
 #include "tools/synth/synth.h"
 
+#include <dirent.h>
 #include <jansson.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 /* create name from the model blob (or from an existing model) with the
  * adapter blobs, in order. */
+/* The creates' cancel flag (reg_create_ex), or NULL. */
+static const atomic_bool *cancel_g;
+
 static cr_status_t create(reg_store_t *s, const char *name, const char *model_digest,
                           const char *from, const char *const *ad_digests,
                           const char *const *ad_names, size_t n_ads, cr_err_t *err)
@@ -53,7 +59,28 @@ static cr_status_t create(reg_store_t *s, const char *name, const char *model_di
     req.adapters.n = n_ads;
     req.has_adapters = n_ads > 0;
     cr_err_clear(err);
-    return reg_create(s, &req, NULL, NULL, err);
+    return reg_create_ex(s, &req, cancel_g, NULL, NULL, err);
+}
+
+static void count_step(void *ctx, const char *point)
+{
+    CHECK_EQ_STR(point, "convert tensor");
+    (*(int *)ctx)++;
+}
+
+/* Hidden temp files in the store's blobs/. */
+static int count_temps(reg_store_t *s)
+{
+    char dir[REG_PATH_MAX + 8];
+    snprintf(dir, sizeof dir, "%s/blobs", reg_store_root(s));
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += !strncmp(e->d_name, ".corral-tmp-", 12);
+    if (d)
+        closedir(d);
+    return n;
 }
 
 /* ---- PEFT folders ---- */
@@ -203,6 +230,21 @@ static void test_peft(reg_store_t *s, const char *base, const char *d_base)
     if (r.u.resolved.adapters.n == 1)
         CHECK(same_adapter(ref, r.u.resolved.adapters.v[0]));
     msg_clear(&r);
+
+    /* a client gone before the conversion: it stops before its first
+     * tensor (not after converting them all), no model, no temp file */
+    int steps = 0;
+    atomic_bool gone;
+    atomic_init(&gone, true);
+    cancel_g = &gone;
+    reg_store_set_step_hook(s, count_step, &steps);
+    CHECK(create(s, "peftgone", d_base, NULL, ds, names, 2, &err) == CR_E_CANCELED);
+    CHECK_EQ_STR(err.msg, "canceled");
+    CHECK_EQ_INT(steps, 1);
+    CHECK(!test_store_has_model(s, "peftgone"));
+    CHECK_EQ_INT(count_temps(s), 0);
+    reg_store_set_step_hook(s, NULL, NULL);
+    cancel_g = NULL;
 
     /* refusals */
     write_peft(ref, 4, 2, "{\"r\": 4, \"lora_alpha\": 16, \"use_dora\": true}", st_path,

@@ -1,7 +1,8 @@
 /* test_registry_store.c: the registry's store and operations, driven
  * directly: blobs and digests, create (files and from), tags, show, copy,
- * delete with blob pruning, resolve, hostile names, bad GGUF input and
- * crash-before-rename atomicity. Each case uses its own temp store. */
+ * delete with blob pruning, resolve, hostile names, bad GGUF input,
+ * crash-before-rename atomicity and blob pins (kept by every prune until
+ * unpinned). Each case uses its own temp store. */
 #include "lib/prelude.h"
 #include "lib/gguf.h"
 #include "lib/gguf_write.h"
@@ -1323,6 +1324,36 @@ static void test_prune_store(void)
     }
 }
 
+/* A pinned blob (a create in flight will name it) outlives every prune
+ * until its last pin goes; a pin of a missing blob with must_exist fails. */
+static void test_pins(void)
+{
+    reg_store_t *s = fresh_store();
+    char digest[80];
+    upload(s, "pinned bytes", 12, digest);
+    const char *hex = digest + 7;
+    reg_manifest_t old = {0};
+    CHECK(reg_manifest_add(&old, REG_MT_SYSTEM, hex, 12, NULL, NULL) == CR_OK);
+    cr_err_t err;
+    CHECK(reg_store_pin(s, hex, true, &err) == CR_OK);
+    CHECK(reg_store_pin(s, hex, false, &err) == CR_OK);
+    CHECK(reg_store_is_pinned(s, hex));
+    CHECK_EQ_INT(reg_prune_unreferenced(s, &old), 0);
+    CHECK_EQ_INT(reg_prune_store(s, 0), 0);
+    CHECK(reg_store_blob_remove(s, hex, &err) == CR_E_BUSY);
+    CHECK(reg_store_blob_exists(s, hex, NULL));
+    reg_store_unpin(s, hex); /* one pin left */
+    CHECK_EQ_INT(reg_prune_unreferenced(s, &old), 0);
+    reg_store_unpin(s, hex);
+    CHECK(!reg_store_is_pinned(s, hex));
+    CHECK_EQ_INT(reg_prune_unreferenced(s, &old), 1);
+    CHECK(!reg_store_blob_exists(s, hex, NULL));
+    CHECK(reg_store_pin(s, hex, true, &err) == CR_E_NOT_FOUND);
+    CHECK(!reg_store_is_pinned(s, hex));
+    reg_manifest_free(&old);
+    reg_store_destroy(&s);
+}
+
 /* A GGUF without a TEMPLATE gets one from its Jinja chat template. */
 static void test_autodetect(void)
 {
@@ -1590,6 +1621,7 @@ int main(void)
     test_renderer_parser();
     test_embedded_tower_no_vision();
     test_prune_store();
+    test_pins();
     test_claim_cleans_dead_writers();
     test_autodetect();
     test_template_uses();
