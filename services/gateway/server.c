@@ -13,6 +13,7 @@
 #include "lib/version.h"
 #include "lib/env.h"
 #include "lib/log.h"
+#include "lib/mem_trim.h"
 #include "services/gateway/access.h"
 #include "services/gateway/auth.h"
 #include "services/gateway/metrics.h"
@@ -29,6 +30,7 @@ struct gw_server {
     uint16_t port;
     atomic_int in_flight;    /* requests begun and not yet completed */
     atomic_bool draining;    /* SIGTERM: new requests are refused */
+    unsigned ticks;          /* gw_server_tick calls (one a second) */
 };
 
 static int64_t mono_ns(void)
@@ -159,6 +161,22 @@ static void raise_fd_limit(unsigned max_connections)
                     (unsigned long long)rl.rlim_cur, (unsigned long long)was,
                     (unsigned long long)want, max_connections);
 }
+
+/* Each connection's memory pool (request line and headers, MHD's read and
+ * write buffers). libmicrohttpd 0.9.75 mmaps a pool over 32 KiB and munmaps
+ * it at close, and zeroes the whole pool between requests, so a 256 KiB
+ * pool cost each new connection 64 page faults, a 256 KiB memset and an
+ * munmap (2.3 ms of gateway CPU per connection here, against 0.6 ms at
+ * 32 KiB): under bench-soak that work was what a /api/version probe
+ * queued behind. At 32 KiB the pool comes from malloc; the price is the
+ * header limit: about 15 KiB of request headers (Node's default is 16 KiB),
+ * 431 past it. Bodies do not count: they stream through in pieces. */
+#define CONN_POOL_BYTES (32 * 1024)
+
+/* How often the gateway hands freed memory back (lib/mem_trim.h): the
+ * connection pools now come from malloc's arenas, which otherwise stay at
+ * their busiest size. */
+#define TRIM_EVERY_S 10
 
 /* ---- requests ---- */
 
@@ -525,7 +543,7 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
         /* first, or microhttpd logs a warning about it to the old logger */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_POOL_BYTES,
         MHD_OPTION_CONNECTION_LIMIT, limits.max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, limits.max_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, limits.idle_timeout_s, MHD_OPTION_ARRAY, tls_opts,
@@ -588,6 +606,8 @@ uint16_t gw_server_port(const gw_server_t *s)
 void gw_server_tick(gw_server_t *s)
 {
     gw_call_limit_sweep(&s->ctx.calls, GW_CALL_IDLE_MS);
+    if (++s->ticks % TRIM_EVERY_S == 0)
+        cr_mem_trim();
 }
 
 void gw_server_destroy(gw_server_t **self_p)

@@ -43,7 +43,8 @@ cr_status_t gw_server_new(const gw_config_t *cfg, gw_server_t **out,
 uint16_t gw_server_port(const gw_server_t *s);
 
 /* Housekeeping, from the main thread about every second: closes bus calls
- * idle past GW_CALL_IDLE_MS (call.h). */
+ * idle past GW_CALL_IDLE_MS (call.h) and, every tenth call, hands freed
+ * malloc memory back (lib/mem_trim.h). */
 void gw_server_tick(gw_server_t *s);
 
 /* Graceful stop (SIGTERM): closes the listen socket (new connections are
