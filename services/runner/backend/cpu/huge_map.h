@@ -2,13 +2,13 @@
  * on 2 MiB pages.
  *
  * Decode reads every weight once per token, 0.6-1.2 GB for a 1B model,
- * so by the time a matrix comes round again the page-table entries of
- * its 4 KiB pages have left the caches and each new page costs a walk
- * from memory before the hardware prefetcher may cross into it (in a VM a
- * two-level walk). On 2 MiB pages there are 512 times fewer. Measured
- * with one thread on an AMD EPYC VM (a 256 MB packed Q8_0 matrix read
- * right after 1.2 GB of other weights, medians of 15): a plain read ran
- * 8-12 GB/s on 4 KiB pages and 18-20 GB/s on 2 MiB pages.
+ * so each matrix comes round with its page-table entries long gone from
+ * the caches, and on 4 KiB pages the stream needs a walk (in a VM a
+ * two-level one) every 4 KiB. Measured on an AMD EPYC VM with one thread
+ * (in one process, 256 MB packed Q8_0 matrices each read after 1.3 GB of
+ * others, medians of 11 rounds): with the machine busy (load 15 on 2
+ * cores) a plain read and the decode kernels ran 4-13 GB/s on 4 KiB pages
+ * and 21-26 GB/s on 2 MiB pages; with it quiet both ran 26-28 GB/s.
  *
  * Anonymous memory gets them where transparent huge pages are "always"
  * or "madvise" (MADV_HUGEPAGE); a file mapping (the pack cache) where the

@@ -12,11 +12,15 @@
  * the same bytes at 2048 columns (a group is 17 KiB) but 70-78% at 5632 and
  * 8192 (48 and 70 KiB: a group no longer fits in L1 beside the 11 KiB
  * activation row, which is then fetched again from L2 for every group).
- * Measured on an AMD EPYC (Zen 5, 48 KiB L1D) with one thread, 72 MB
- * matrices from DRAM, all variants interleaved in one process, medians of
- * 15 rounds, two runs: at 5632/8192 columns the pair with prefetch ran
- * 1.15-1.35x the single group; at 2048 it ran 0.85-0.9x, hence the
- * threshold; without the prefetch the pair gained nothing. */
+ * (That reason is inferred from where the drop starts: this VM exposes no
+ * PMU counters.) Measured on an AMD EPYC VM (48 KiB L1D), one thread,
+ * 72-256 MB matrices from DRAM, old and new kernels interleaved in one
+ * process, medians of 11-15 rounds, several runs: at 5632/8192 columns
+ * the paired kernels reached 84-100% of the plain read where one group at
+ * a time reached 67-79% (1.2-1.4x); at 2048 columns pairs ran 0.8-0.9x
+ * one group, hence the threshold; without the prefetch pairs gained
+ * nothing.
+ */
 #ifndef BE_CPU_REPACK_Q8_DECODE_H
 #define BE_CPU_REPACK_Q8_DECODE_H
 
