@@ -12,7 +12,8 @@
 # Each round runs, one after the other, with the order alternating between
 # rounds (as bench/vs_llamabench_moe.sh):
 #   corral:    bench-bench MODEL -t T -r 1 --no-load: in that one process,
-#              the read bandwidth (a streaming read of a 1 GiB buffer on T
+#              the read bandwidth (a streaming read of a 1 GiB buffer, on
+#              2 MiB pages as the packed weights, on T
 #              threads, median of 5, just before and after tg128, averaged),
 #              pp512 (512 random tokens, empty cache) and tg128 (128
 #              single-token evals), after a warm-up

@@ -9,6 +9,8 @@
  *   counts around the kernels' token tiles, 4 and 5 groups (Q4_0's 512-bit
  *   tiles take groups in pairs) and sub-ranges of groups;
  * - Q4_0, Q6_K and Q8_0 at their integer bounds give the exact sums;
+ * - Q8_0 decode on rows long enough that groups go in pairs, for ranges
+ *   with a pair and an odd group, gives the scalar bits;
  * - through the backend: weight_prepare packs (and CORRAL_CPU_REPACK=0 does
  *   not), matmul on 1 and 3 threads and get_rows give the reference bits,
  *   each token alone gives the batch's bits, heap weights stay untouched and
@@ -18,6 +20,7 @@
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/quant_impl.h"
 #include "services/runner/backend/cpu/repack.h"
+#include "services/runner/backend/cpu/repack_q8_decode.h"
 #include "tests/unit/check.h"
 #include "tests/unit/smaps.h"
 
@@ -389,6 +392,50 @@ static void test_q4_0_extremes(void)
     be_pack_destroy(&p);
 }
 
+/* Q8_0 decode on rows long enough that groups go in pairs
+ * (repack_q8_decode.h: BE_Q8_DECODE_PAIR_BLOCKS) and one block shorter:
+ * every level gives the scalar bits for the whole matrix and for group
+ * ranges that start odd, end odd or hold one group (a pair and the odd
+ * group after it), and writes nothing outside its range. */
+static void test_q8_0_decode_pairs(void)
+{
+    enum { ROWS = 40 }; /* 5 groups */
+    int64_t nbs[] = {BE_Q8_DECODE_PAIR_BLOCKS - 1, BE_Q8_DECODE_PAIR_BLOCKS,
+                     BE_Q8_DECODE_PAIR_BLOCKS + 3};
+    int ranges[][2] = {{0, 5}, {1, 5}, {1, 4}, {0, 4}, {2, 3}, {3, 5}};
+    be_simd_t have = be_simd_detect();
+    for (size_t c = 0; c < CR_ARRAY_LEN(nbs); c++) {
+        int64_t n = 32 * nbs[c];
+        size_t rb = 0, ab = 0;
+        uint8_t *w = make_weights(CR_TYPE_Q8_0, ROWS, n, &rb), *xq = NULL;
+        int32_t *xs = NULL;
+        make_acts(CR_TYPE_Q8_0, n, 1, &xq, &xs, &ab);
+        be_packed_t *p = NULL;
+        cr_err_t err;
+        cr_err_clear(&err);
+        CHECK_EQ_INT(be_pack_new(CR_TYPE_Q8_0, w, ROWS, n, rb, &p, &err), CR_OK);
+        float ref[ROWS], got[ROWS];
+        if (p)
+            be_pack_gemm_q8_0_scalar(p, 0, ROWS / 8, xq, xs, 1, ref, ROWS);
+        for (int lv = BE_SIMD_AVX2; p && lv <= (int)have; lv++)
+            for (size_t k = 0; k < CR_ARRAY_LEN(ranges); k++) {
+                int g0 = ranges[k][0], g1 = ranges[k][1], wrong = 0;
+                for (int r = 0; r < ROWS; r++)
+                    got[r] = -1.0f;
+                be_pack_gemm_at(CR_TYPE_Q8_0, (be_simd_t)lv)(p, g0, g1, xq, xs, 1, got, ROWS);
+                for (int r = 0; r < ROWS; r++)
+                    wrong += r >= 8 * g0 && r < 8 * g1 ? memcmp(&got[r], &ref[r], sizeof *got) != 0
+                                                       : got[r] != -1.0f;
+                CHECK_MSG(wrong == 0, "Q8_0 decode %" PRId64 " blocks level %s groups %d..%d: "
+                          "%d values wrong", nbs[c], be_simd_name((be_simd_t)lv), g0, g1, wrong);
+            }
+        be_pack_destroy(&p);
+        free(w);
+        free(xq);
+        free(xs);
+    }
+}
+
 static void test_backend(void)
 {
     be_backend_t *be1 = NULL, *be3 = NULL;
@@ -543,6 +590,7 @@ int main(void)
     test_q6_k_extremes();
     test_q8_0_extremes();
     test_q4_0_extremes();
+    test_q8_0_decode_pairs();
     test_backend();
     test_file_pages_dropped();
     return check_finish("test_repack");

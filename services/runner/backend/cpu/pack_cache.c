@@ -2,6 +2,7 @@
  * pack_cache.h). */
 #include "lib/prelude.h"
 #include "lib/log.h"
+#include "services/runner/backend/cpu/huge_map.h"
 #include "services/runner/backend/cpu/pack_cache.h"
 #include "services/runner/backend/cpu/repack.h"
 
@@ -14,7 +15,7 @@
 #include <unistd.h>
 
 #define PAGE 4096
-#define HEADER_MAGIC "CRLPACK"
+#define HEADER_MAGIC "CRLPAK2" /* 2: tensors of 2 MiB+ at 2 MiB offsets */
 #define RECORD_MAGIC "CRLTENS"
 
 typedef struct header {
@@ -47,7 +48,7 @@ struct be_pack_cache {
     char path[PATH_MAX];     /* the published file */
     char tmp[PATH_MAX];      /* the file being built */
     header_t hdr;
-    uint64_t cursor;         /* file offset of the next record */
+    uint64_t cursor;         /* file offset from which the next record goes */
     uint64_t file_size;      /* MODE_READ: the file's size */
     uint64_t n_tensors;
 };
@@ -265,19 +266,26 @@ void *be_pack_cache_map(be_pack_cache_t *c, const char *name, int t, int64_t row
     record_t want = {.type = t, .rows = rows, .cols = cols, .bytes = bytes};
     memcpy(want.magic, RECORD_MAGIC, sizeof RECORD_MAGIC);
     snprintf(want.name, sizeof want.name, "%s", name ? name : "");
-    uint64_t data_off = c->cursor + PAGE, end = data_off + round_page(bytes);
+    /* a tensor of 2 MiB or more starts at a multiple of 2 MiB, its record
+     * in the page before: it can then be mapped on huge pages (huge_map.h);
+     * the gap is a hole in the file, no disk space */
+    uint64_t rec_off = c->cursor;
+    if (bytes >= BE_CPU_HUGE_BYTES)
+        rec_off = (c->cursor + PAGE + BE_CPU_HUGE_BYTES - 1) / BE_CPU_HUGE_BYTES *
+                  BE_CPU_HUGE_BYTES - PAGE;
+    uint64_t data_off = rec_off + PAGE, end = data_off + round_page(bytes);
     void *p = MAP_FAILED;
     if (c->mode == MODE_READ) {
         record_t have;
         if (c->n_tensors == 0 || end > c->file_size ||
-            !full_pread(c->fd, &have, sizeof have, c->cursor) ||
+            !full_pread(c->fd, &have, sizeof have, rec_off) ||
             memcmp(&have, &want, sizeof want)) {
             fail(c, "a record does not match the model");
             return NULL;
         }
         /* populated now: the pages are in the page cache, and faulting
          * them one by one during the first tokens was slower */
-        p = mmap(NULL, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, c->fd, (off_t)data_off);
+        p = be_cpu_map_file(c->fd, (off_t)data_off, bytes, false);
         if (p == MAP_FAILED) {
             fail(c, strerror(errno));
             return NULL;
@@ -288,13 +296,12 @@ void *be_pack_cache_map(be_pack_cache_t *c, const char *name, int t, int64_t row
     } else {
         char page[PAGE] = {0};
         memcpy(page, &want, sizeof want);
-        int e = posix_fallocate(c->fd, (off_t)c->cursor, (off_t)(end - c->cursor));
-        if (e || !full_pwrite(c->fd, page, PAGE, c->cursor)) {
+        int e = posix_fallocate(c->fd, (off_t)rec_off, (off_t)(end - rec_off));
+        if (e || !full_pwrite(c->fd, page, PAGE, rec_off)) {
             fail(c, e ? strerror(e) : "cannot write");
             return NULL;
         }
-        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, c->fd,
-                 (off_t)data_off);
+        p = be_cpu_map_file(c->fd, (off_t)data_off, bytes, true);
         if (p == MAP_FAILED) {
             fail(c, strerror(errno));
             return NULL;

@@ -13,7 +13,10 @@
  * The file: a 4096-byte header (magic, layout version, the source file's
  * size/mtime/inode/device, tensor count, and a complete flag written
  * last), then per packed tensor a 4096-byte record (name, type, shape,
- * bytes) followed by its bytes, page-aligned so each is mapped on its own.
+ * bytes) followed by its bytes, page-aligned so each is mapped on its own
+ * (a tensor of 2 MiB or more at a multiple of 2 MiB, its record in the
+ * page before and a hole in the file before that, so it can be mapped on
+ * huge pages: huge_map.h).
  * Tensors are recorded in the order the model binds them; a load checks
  * each record against the tensor it asks for. Anything that does not match
  * (another layout version, another source file, a truncated or foreign

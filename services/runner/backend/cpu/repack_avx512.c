@@ -16,11 +16,12 @@
  * AVX2 tiles keep more independent work per block), so one token goes to
  * the AVX2 tiles, while 64-token prompts run 1.05-1.4x with VNNI. Q4_0
  * with two or more tokens runs q4_0_gemm_avx512.c's 16-row tiles. Q8_0
- * decode has its own one-token kernel (q8_0_decode). The Q8_0 tiles
- * issue no prefetch (as their AVX2 tiles): with it Q8_0 decode from
+ * decode has its own one-token kernels (repack_q8_decode.c). The Q8_0
+ * tiles issue no prefetch (as their AVX2 tiles): with it Q8_0 decode from
  * DRAM ran 0.8x the AVX2 kernel, without it 1.0x. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/repack.h"
+#include "services/runner/backend/cpu/repack_q8_decode.h"
 
 #define TILE_TOK 16
 
@@ -85,43 +86,6 @@ static VNNI void q8_0_tile(const be_block_q8_0x8_t *w, int64_t nb, const be_bloc
     }
     for (int t = 0; t < tn; t++)
         _mm256_storeu_ps(y + (size_t)t * y_stride, acc[t]);
-}
-
-/* One Q8_0 group against one token (decode). Each chunk is loaded where
- * it is used, its |w| and sign applied on the spot, and the block's eight
- * VPDPBUSD run as two chains, all in registers: the tile above, generic in
- * its token count, kept the accumulator in memory (a store-to-load chain
- * per block) and held a whole block's loads before its arithmetic. Measured
- * with bench-kernels --packed (one thread, 65536 x 2048 from DRAM, A/B in
- * one process, nine runs on a busy machine): 0.94-1.11x the AVX2 kernel
- * (most runs 1.04-1.08x) and 86-96% of a plain streaming read of the same
- * bytes, where the tile ran 0.90-1.0x and 79-86%. A
- * prefetch 4 to 32 blocks ahead made it slower (0.87-0.98x) and none is
- * issued. */
-static VNNI void q8_0_decode(const be_block_q8_0x8_t *w, int64_t nb, const be_block_q8_0_t *x,
-                             const int32_t *xsum, float *y)
-{
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const be_block_q8_0x8_t *blk = w + b;
-        const be_block_q8_0_t *a = x + b;
-        __m256i i0 = _mm256_setzero_si256(), i1 = _mm256_setzero_si256();
-        #pragma GCC unroll 16
-        for (int k = 0; k < 8; k += 2) {
-            __m256i q0 = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * k));
-            __m256i q1 = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * k + 32));
-            /* |w| as u8 (-128 becomes 128) against a with w's sign */
-            i0 = _mm256_dpbusd_epi32(i0, _mm256_abs_epi8(q0),
-                                     _mm256_sign_epi8(bcast4(a->qs + 4 * k), q0));
-            i1 = _mm256_dpbusd_epi32(i1, _mm256_abs_epi8(q1),
-                                     _mm256_sign_epi8(bcast4(a->qs + 4 * k + 4), q1));
-        }
-        __m256i i32 = _mm256_add_epi32(i0, i1);
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
-        __m256 sc = _mm256_mul_ps(dw, _mm256_broadcast_ss((const float *)(xsum + 2 * b + 1)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sc, acc);
-    }
-    _mm256_storeu_ps(y, acc);
 }
 
 static VNNI void q4_k_tile(const be_block_q4_kx8_t *w, int64_t nb, const be_block_q8_k_t *x,
@@ -296,9 +260,7 @@ VNNI void be_pack_gemm_q8_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1, c
     const be_block_q8_0_t *x = xv;
     int64_t nb = p->n_blocks;
     if (n == 1) {
-        for (int64_t g = g0; g < g1; g++)
-            q8_0_decode(GROUP(be_block_q8_0x8_t, p, g), nb, x, xsum,
-                        y + (size_t)g * BE_PACK_ROWS);
+        be_pack_q8_0_decode_vnni(p, g0, g1, x, xsum, y);
         return;
     }
     for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
