@@ -1,4 +1,5 @@
-/* smaps.h: test helper: how much of one mapping is resident. */
+/* smaps.h: test helpers: how much of one mapping, or of the whole
+ * process, is resident. */
 #ifndef TESTS_UNIT_SMAPS_H
 #define TESTS_UNIT_SMAPS_H
 
@@ -29,6 +30,20 @@ static inline long mapping_rss_kb(const void *addr)
     }
     fclose(f);
     return rss;
+}
+
+/* This process's resident kB (VmRSS in /proc/self/status; -1 if absent). */
+static inline long self_rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
 }
 
 #endif

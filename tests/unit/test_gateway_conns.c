@@ -16,6 +16,7 @@
 #include "lib/prelude.h"
 #include "services/gateway/server.h"
 #include "tests/unit/check.h"
+#include "tests/unit/smaps.h"
 
 #include <arpa/inet.h>
 #include <czmq.h>
@@ -37,19 +38,6 @@
 #define IO_WAIT_MS 30000 /* a hang guard, not a pace */
 
 static uint16_t port_g;
-
-static long rss_kb(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb;
-}
 
 static int conn_open(void)
 {
@@ -161,7 +149,7 @@ static void test_per_connection_memory(void)
      * arenas and glibc's stack cache exist before the baseline. */
     for (int i = 0; i < 4; i++)
         CHECK_EQ_INT(version_fresh(0, &closed), 200);
-    long before = rss_kb();
+    long before = self_rss_kb();
     int fds[N_CONNS];
     int opened = 0;
     for (int i = 0; i < N_CONNS; i++) {
@@ -176,7 +164,7 @@ static void test_per_connection_memory(void)
         CHECK(!closed);
     }
     CHECK_EQ_INT(opened, N_CONNS);
-    long after = rss_kb();
+    long after = self_rss_kb();
     long per_conn = opened ? (after - before) / opened : 0;
     printf("RSS %ld kB -> %ld kB with %d connections open: %ld kB each\n", before,
            after, opened, per_conn);

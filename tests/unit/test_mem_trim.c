@@ -7,6 +7,7 @@
 #include "lib/prelude.h"
 #include "lib/mem_trim.h"
 #include "tests/unit/check.h"
+#include "tests/unit/smaps.h"
 
 #include <pthread.h>
 
@@ -15,19 +16,6 @@
 #define KEEP_EVERY 16
 
 static char *blocks[N_BLOCKS];
-
-static long rss_kb(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb;
-}
 
 /* In a thread of its own, as libzmq's I/O thread: its own arena. */
 static void *churn(void *arg)
@@ -64,12 +52,12 @@ int main(void)
     pthread_t th;
     CHECK(pthread_create(&th, NULL, churn, NULL) == 0);
     pthread_join(th, NULL);
-    long before = rss_kb();
+    long before = self_rss_kb();
     if (!cr_mem_trim()) {
         fprintf(stderr, "SKIP: no malloc_trim in this C library\n");
         return 77;
     }
-    long after = rss_kb();
+    long after = self_rss_kb();
     /* 60 MB were freed; at least half of it must leave. */
     CHECK_MSG(before - after >= 30 * 1024, "RSS %ld kB before the trim, %ld kB after",
               before, after);
