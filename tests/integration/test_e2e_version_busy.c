@@ -24,6 +24,7 @@
 
 #include "tests/integration/e2e.h"
 #include "tests/unit/check.h"
+#include "tests/unit/poll_wait.h"
 
 static e2e_t T;
 
@@ -32,19 +33,6 @@ static e2e_t T;
 #define FIRST_TOKEN_WAIT_MS 120000 /* a model load on a loaded machine */
 
 #define STUCK_BYTES (64 * 1024) /* unsent at the gateway: the reader's window is full */
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* Bytes the gateway has written to client socket fd that the client has
  * not taken (tx_queue of the gateway's end in /proc/net/tcp), or -1. */
@@ -107,11 +95,11 @@ static void test_version_beside_unread_streams(void)
      * each (its threads are then stuck on full sockets). */
     for (int i = 0; i < N_STREAMS; i++) {
         long queued = -1;
-        for (int64_t t0 = now_ms(); fds[i] >= 0 && now_ms() - t0 < FIRST_TOKEN_WAIT_MS;) {
+        for (int64_t t0 = test_mono_ms(); fds[i] >= 0 && test_mono_ms() - t0 < FIRST_TOKEN_WAIT_MS;) {
             queued = server_send_queue(fds[i]);
             if (queued >= STUCK_BYTES)
                 break;
-            sleep_ms(20);
+            test_nap_ms(20);
         }
         CHECK_MSG(queued >= STUCK_BYTES, "stream %d: %ld bytes queued at the gateway", i,
                   queued);

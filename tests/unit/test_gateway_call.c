@@ -156,6 +156,16 @@ static void answer_start(answerer_t *a, zsock_t *peer, msg_type_t type)
     pthread_create(&a->th, NULL, answer_main, a);
 }
 
+/* The peer exits (dropping whatever it had not read) and another binds
+ * the same endpoint: a restarted service. */
+static zsock_t *peer_restart(zsock_t **peer, const char *ep)
+{
+    zsock_destroy(peer);
+    zsock_t *p = zsock_new_router(ep);
+    CHECK(p != NULL);
+    return p;
+}
+
 /* True once a message waits on peer (up to 2 s). */
 static bool peer_readable(zsock_t *peer)
 {
@@ -261,9 +271,7 @@ static void test_reuse(const char *ep)
     was = c;
     gw_call_destroy(&c);
     CHECK_EQ_INT(l.n_pool, 1);
-    zsock_destroy(&peer);
-    peer = zsock_new_router(ep);
-    CHECK(peer != NULL);
+    peer = peer_restart(&peer, ep);
     c = open_at(&l, ep, &st);
     CHECK(c != NULL);
     answerer_t a;
@@ -287,9 +295,7 @@ static void test_reuse(const char *ep)
     msg_init(&m, MSG_ping, NULL);
     CHECK_EQ_INT(gw_call_send(c, &m, &err), CR_OK);
     CHECK(peer_readable(peer));
-    zsock_destroy(&peer);
-    peer = zsock_new_router(ep);
-    CHECK(peer != NULL);
+    peer = peer_restart(&peer, ep);
     answer_start(&a, peer, MSG_ok);
     CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_OK);
     CHECK_EQ_INT(got.type, MSG_ok);
@@ -310,9 +316,7 @@ static void test_reuse(const char *ep)
     CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_OK);
     CHECK_EQ_INT(got.type, MSG_progress);
     msg_clear(&got);
-    zsock_destroy(&peer);
-    peer = zsock_new_router(ep);
-    CHECK(peer != NULL);
+    peer = peer_restart(&peer, ep);
     CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_E_UNAVAILABLE);
     gw_call_destroy(&c);
     CHECK_EQ_INT(l.n_pool, 0);
@@ -325,9 +329,7 @@ static void test_reuse(const char *ep)
     msg_init(&m, MSG_ping, NULL);
     CHECK_EQ_INT(gw_call_send(c, &m, &err), CR_OK);
     CHECK(peer_readable(peer));
-    zsock_destroy(&peer);
-    peer = zsock_new_router(ep);
-    CHECK(peer != NULL);
+    peer = peer_restart(&peer, ep);
     CHECK_EQ_INT(gw_call_recv(c, &w, &got, &err), CR_E_UNAVAILABLE);
     gw_call_destroy(&c);
     CHECK_EQ_INT(bus_recv(peer, 200, &stray, NULL, &err), CR_E_TIMEOUT);
