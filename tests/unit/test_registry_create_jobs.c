@@ -121,26 +121,7 @@ static void hold_release(void)
 /* ---- replies ---- */
 
 #define MAX_REPLIES 256
-
-typedef struct capture {
-    msg_t v[MAX_REPLIES];
-    int n;
-} capture_t;
-
-static cr_status_t capture_fn(void *ctx, const msg_t *reply)
-{
-    capture_t *c = ctx;
-    if (c->n < MAX_REPLIES && msg_copy(reply, &c->v[c->n]) == CR_OK)
-        c->n++;
-    return CR_OK;
-}
-
-static void capture_clear(capture_t *c)
-{
-    for (int i = 0; i < c->n; i++)
-        msg_clear(&c->v[i]);
-    c->n = 0;
-}
+#include "tests/unit/reg_capture.h"
 
 static bool is_final(const capture_t *c)
 {

@@ -45,35 +45,7 @@ static int rm_one(const char *p, const struct stat *sb, int flag,
 /* ---- reply capture ---- */
 
 #define MAX_REPLIES 512
-
-typedef struct capture {
-    msg_t v[MAX_REPLIES];
-    int n;
-} capture_t;
-
-static cr_status_t capture_fn(void *ctx, const msg_t *reply)
-{
-    capture_t *c = ctx;
-    cr_buf_t b;
-    cr_buf_init(&b, MSG_FRAME_MAX);
-    cr_err_t err;
-    cr_status_t st = msg_encode(reply, &b, &err);
-    CHECK_MSG(st == CR_OK, "reply does not encode: %s", err.msg);
-    if (!st && c->n < MAX_REPLIES) {
-        st = msg_decode(b.data, b.len, &c->v[c->n], &err);
-        if (!st)
-            c->n++;
-    }
-    cr_buf_free(&b);
-    return st;
-}
-
-static void capture_clear(capture_t *c)
-{
-    for (int i = 0; i < c->n; i++)
-        msg_clear(&c->v[i]);
-    c->n = 0;
-}
+#include "tests/unit/reg_capture.h"
 
 static void send_msg(reg_server_t *s, const msg_t *m, capture_t *c)
 {

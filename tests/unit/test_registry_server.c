@@ -34,38 +34,7 @@ static int rm_one(const char *p, const struct stat *sb, int flag,
 /* ---- reply capture ---- */
 
 #define MAX_REPLIES 64
-
-typedef struct capture {
-    msg_t v[MAX_REPLIES];
-    int n;
-} capture_t;
-
-static cr_status_t capture_fn(void *ctx, const msg_t *reply)
-{
-    capture_t *c = ctx;
-    /* Round-trip through the codec: every reply must encode and decode. */
-    cr_buf_t b;
-    cr_buf_init(&b, MSG_FRAME_MAX);
-    cr_err_t err;
-    cr_status_t st = msg_encode(reply, &b, &err);
-    CHECK_MSG(st == CR_OK, "reply %s does not encode: %s",
-              msg_type_name(reply->type), err.msg);
-    if (!st && c->n < MAX_REPLIES) {
-        st = msg_decode(b.data, b.len, &c->v[c->n], &err);
-        CHECK_MSG(st == CR_OK, "reply does not decode: %s", err.msg);
-        if (!st)
-            c->n++;
-    }
-    cr_buf_free(&b);
-    return st;
-}
-
-static void capture_clear(capture_t *c)
-{
-    for (int i = 0; i < c->n; i++)
-        msg_clear(&c->v[i]);
-    c->n = 0;
-}
+#include "tests/unit/reg_capture.h"
 
 /* Encodes m and hands the frame to the server; replies land in c. */
 static void send_msg(reg_server_t *s, const msg_t *m, capture_t *c)
