@@ -11,6 +11,9 @@
  * - Q4_0, Q6_K and Q8_0 at their integer bounds give the exact sums;
  * - Q8_0 decode on rows long enough that groups go in pairs, for ranges
  *   with a pair and an odd group, gives the scalar bits;
+ * - Q4_0 decode (repack_q4_decode.c pairs group g with g + half the
+ *   range) gives the scalar bits on short and long rows for even and odd
+ *   group counts and sub-ranges, writing nothing outside its range;
  * - through the backend: weight_prepare packs (and CORRAL_CPU_REPACK=0 does
  *   not), matmul on 1 and 3 threads and get_rows give the reference bits,
  *   each token alone gives the batch's bits, heap weights stay untouched and
@@ -344,24 +347,30 @@ static void test_q8_0_extremes(void)
 }
 
 /* Q4_0 at its bounds: nibbles 0 and 15 (weights -8 and 7) against
- * activations -127 and 127, mixed so every sign pairing occurs, for 2 and
- * 9 tokens (a full 8-token tile and one more) on 16 rows (one 512-bit
- * pair of groups). d = da = 1, so the exact integer sum is the float
- * result at every level. */
+ * activations -127 and 127, mixed so every sign pairing occurs, for 1
+ * token (decode), 2 and 9 tokens (a full 8-token tile and one more) on
+ * 24 rows (a 512-bit pair of groups and a lone one). Row 0 is all 15s and
+ * row 1 all 0s, and token 0's block 0 is all 127: the largest sums one
+ * block's high-nibble chain can hold in decode (16 * 15 * 127 per element
+ * there). d = da = 1, so the exact integer sum is the float result at
+ * every level. */
 static void test_q4_0_extremes(void)
 {
-    enum { ROWS = 16, NB = 3, TOK = 9 };
+    enum { ROWS = 24, NB = 3, TOK = 9 };
     be_block_q4_0_t w[ROWS * NB];
     be_block_q8_0_t x[TOK * NB];
     for (int i = 0; i < ROWS * NB; i++) {
         w[i].d = 0x3c00; /* f16 1.0 */
         for (int e = 0; e < 16; e++)
-            w[i].qs[e] = (uint8_t)(((e + i) % 3 ? 0x0 : 0xf) | ((e + i) % 2 ? 0xf0 : 0x00));
+            w[i].qs[e] = (uint8_t)(i < NB       ? 0xff
+                                   : i < 2 * NB ? 0x00
+                                                : ((e + i) % 3 ? 0x0 : 0xf) |
+                                                      ((e + i) % 2 ? 0xf0 : 0x00));
     }
     for (int i = 0; i < TOK * NB; i++) {
         x[i].d = 0x3c00;
         for (int e = 0; e < 32; e++)
-            x[i].qs[e] = (int8_t)((e / 3 + i) % 2 ? -127 : 127);
+            x[i].qs[e] = (int8_t)(i == 0 ? 127 : (e / 3 + i) % 2 ? -127 : 127);
     }
     int32_t xs[TOK * NB * 2];
     for (int t = 0; t < TOK; t++)
@@ -371,7 +380,7 @@ static void test_q4_0_extremes(void)
     cr_err_clear(&err);
     CHECK_EQ_INT(be_pack_new(CR_TYPE_Q4_0, w, ROWS, NB * 32, NB * sizeof *w, &p, &err), CR_OK);
     for (int lv = BE_SIMD_SCALAR; p && lv <= (int)be_simd_detect(); lv++)
-        for (int n = 2; n <= TOK; n += TOK - 2) {
+        for (int n = 1; n <= TOK; n += n == 1 ? 1 : TOK - 2) {
             float y[TOK * ROWS];
             be_pack_gemm_at(CR_TYPE_Q4_0, (be_simd_t)lv)(p, 0, ROWS / 8, x, xs, n, y, ROWS);
             int off = 0;
@@ -434,6 +443,57 @@ static void test_q8_0_decode_pairs(void)
         free(xq);
         free(xs);
     }
+}
+
+/* Q4_0 decode (repack_q4_decode.c at VNNI, the tiles elsewhere) on short
+ * rows and on rows around 128 blocks (4096 columns), for 5 and 6 groups:
+ * every level gives the scalar bits for the whole matrix and for ranges
+ * that start odd, end odd, hold one group or two, and writes nothing
+ * outside its range. */
+static void test_q4_0_decode(void)
+{
+    int64_t nbs[] = {1, 4, 127, 128, 131};
+    int n_groups[] = {5, 6};
+    int ranges[][2] = {{0, 5}, {0, 6}, {1, 5}, {1, 4}, {0, 4}, {2, 3}, {3, 5}, {4, 6}, {1, 6}};
+    be_simd_t have = be_simd_detect();
+    for (size_t c = 0; c < CR_ARRAY_LEN(nbs); c++)
+        for (size_t k = 0; k < CR_ARRAY_LEN(n_groups); k++) {
+            int rows = 8 * n_groups[k];
+            int64_t n = 32 * nbs[c];
+            size_t rb = 0, ab = 0;
+            uint8_t *w = make_weights(CR_TYPE_Q4_0, rows, n, &rb), *xq = NULL;
+            int32_t *xs = NULL;
+            make_acts(CR_TYPE_Q4_0, n, 1, &xq, &xs, &ab);
+            be_packed_t *p = NULL;
+            cr_err_t err;
+            cr_err_clear(&err);
+            CHECK_EQ_INT(be_pack_new(CR_TYPE_Q4_0, w, rows, n, rb, &p, &err), CR_OK);
+            float ref[48], got[48];
+            if (p)
+                be_pack_gemm_q4_0_scalar(p, 0, rows / 8, xq, xs, 1, ref, (size_t)rows);
+            for (int lv = BE_SIMD_AVX2; p && lv <= (int)have; lv++)
+                for (size_t r = 0; r < CR_ARRAY_LEN(ranges); r++) {
+                    int g0 = ranges[r][0], g1 = ranges[r][1], wrong = 0;
+                    if (g1 > n_groups[k])
+                        continue;
+                    for (int i = 0; i < rows; i++)
+                        got[i] = -1.0f;
+                    be_pack_gemm_at(CR_TYPE_Q4_0, (be_simd_t)lv)(p, g0, g1, xq, xs, 1, got,
+                                                                 (size_t)rows);
+                    for (int i = 0; i < rows; i++)
+                        wrong += i >= 8 * g0 && i < 8 * g1
+                                     ? memcmp(&got[i], &ref[i], sizeof *got) != 0
+                                     : got[i] != -1.0f;
+                    CHECK_MSG(wrong == 0,
+                              "Q4_0 decode %" PRId64 " blocks %d groups level %s range %d..%d: "
+                              "%d values wrong",
+                              nbs[c], n_groups[k], be_simd_name((be_simd_t)lv), g0, g1, wrong);
+                }
+            be_pack_destroy(&p);
+            free(w);
+            free(xq);
+            free(xs);
+        }
 }
 
 static void test_backend(void)
@@ -591,6 +651,7 @@ int main(void)
     test_q8_0_extremes();
     test_q4_0_extremes();
     test_q8_0_decode_pairs();
+    test_q4_0_decode();
     test_backend();
     test_file_pages_dropped();
     return check_finish("test_repack");

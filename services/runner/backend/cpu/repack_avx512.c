@@ -12,15 +12,17 @@
  *
  * Measured with bench-kernels --packed on an AMD EPYC with AVX-512 (thread
  * CPU time, VNNI / AVX2 in one process, 2048 columns): Q6_K decode runs
- * 1.1-1.5x the AVX2 kernel; Q4_0 and Q4_K decode only 0.85-0.95x (their
- * AVX2 tiles keep more independent work per block), so one token goes to
- * the AVX2 tiles, while 64-token prompts run 1.05-1.4x with VNNI. Q4_0
- * with two or more tokens runs q4_0_gemm_avx512.c's 16-row tiles. Q8_0
- * decode has its own one-token kernels (repack_q8_decode.c). The Q8_0
+ * 1.1-1.5x the AVX2 kernel; Q4_K decode only 0.85-0.95x (its AVX2 tile
+ * keeps more independent work per block), so one token goes to the AVX2
+ * tile, while 64-token prompts run 1.05-1.4x with VNNI. Q4_0 with two or
+ * more tokens runs q4_0_gemm_avx512.c's 16-row tiles, with one token its
+ * own decode kernel (repack_q4_decode.c); Q8_0 decode has its own
+ * one-token kernels too (repack_q8_decode.c). The Q8_0
  * tiles issue no prefetch (as their AVX2 tiles): with it Q8_0 decode from
  * DRAM ran 0.8x the AVX2 kernel, without it 1.0x. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/repack.h"
+#include "services/runner/backend/cpu/repack_q4_decode.h"
 #include "services/runner/backend/cpu/repack_q8_decode.h"
 
 #define TILE_TOK 16
@@ -246,8 +248,8 @@ static VNNI void q6_k_tile(const be_block_q6_kx8_t *w, int64_t nb, const be_bloc
 VNNI void be_pack_gemm_q4_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1, const void *xv,
                                  const int32_t *xsum, int n, float *y, size_t y_stride)
 {
-    if (n == 1) { /* decode: the AVX2 tile is faster here (see the top) */
-        be_pack_gemm_q4_0_avx2(p, g0, g1, xv, xsum, n, y, y_stride);
+    if (n == 1) { /* decode: its own kernel (repack_q4_decode.c) */
+        be_pack_q4_0_decode_vnni(p, g0, g1, xv, xsum, y);
         return;
     }
     /* two or more tokens: 16-row tiles in 512-bit registers */

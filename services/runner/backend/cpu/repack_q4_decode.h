@@ -1,0 +1,37 @@
+/* repack_q4_decode.h: the one-token (decode) product of a packed Q4_0
+ * matrix (repack.h) with AVX-512 VNNI.
+ *
+ * Owns only the decode kernel; be_pack_gemm_q4_0_vnni (repack_avx512.c)
+ * calls it for n == 1 and keeps q4_0_gemm_avx512.c for two or more
+ * tokens. Same float steps as the scalar reference
+ * (be_pack_gemm_q4_0_scalar), so the results are its bits.
+ *
+ * Groups go two at a time in 512-bit registers (group g in the low half,
+ * g + h in the high, each activation word a broadcast from memory shared
+ * by 16 rows), where h is half the range g0..g1: the two streams then run
+ * through the range's first and second halves each without a break (with
+ * g beside g + 1 a new stream began at every pair), an odd last group
+ * alone. Each stream is prefetched 32 blocks (4.5 KiB) ahead, NTA.
+ * Measured on an AMD EPYC VM (Zen 5, 48 KiB L1D), one thread, 32768-row
+ * matrices (38-151 MB) from DRAM, in-process A/B of variants, medians of
+ * 9-15 rounds, as a share of a plain streaming read of the same bytes:
+ * the AVX2 tile that served decode before reached 60-93%; g beside g + 1
+ * without prefetch 45-82%, with a 16-block NTA prefetch 60-87%; g beside
+ * g + h without prefetch 70-86%, with 16-64 blocks NTA or T0 91-124%
+ * (T1 88-97%). In cache (1024 rows) 1.6x the AVX2 tile.
+ */
+#ifndef BE_CPU_REPACK_Q4_DECODE_H
+#define BE_CPU_REPACK_Q4_DECODE_H
+
+#include "lib/prelude.h"
+#include "services/runner/backend/cpu/quant.h"
+#include "services/runner/backend/cpu/repack.h"
+
+/* y[8 g + i] = row 8 g + i of p (type Q4_0) times the one activation row x
+ * (p->n_blocks Q8_0 blocks, xsum from be_pack_block_sums) for groups
+ * g0..g1-1; nothing else of y is written. Call only after be_simd_detect()
+ * reported BE_SIMD_AVX512_VNNI. */
+void be_pack_q4_0_decode_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
+                              const be_block_q8_0_t *x, const int32_t *xsum, float *y);
+
+#endif
