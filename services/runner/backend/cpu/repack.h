@@ -13,7 +13,9 @@
  * The same kernel serves decode (one token) and prompts (a tile of tokens
  * per pass over a group's blocks, so the unpacked weights are reused), and
  * every (row, token) takes the same float steps in either, so a batch gives
- * each token's single-step bits.
+ * each token's single-step bits. (Q4_0 and Q8_0 decode have kernels of
+ * their own, repack_q4_decode.h and repack_q8_decode.h, with those same
+ * float steps.)
  *
  * Owns the packed layouts, packing, unpacking a row (get_rows), the scalar
  * reference product and the dispatch to the SIMD versions. Does not own

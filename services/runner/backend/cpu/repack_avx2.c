@@ -16,6 +16,7 @@
  * scalar stubs that are never selected. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/repack.h"
+#include "services/runner/backend/cpu/repack_q4_decode.h"
 #include "services/runner/backend/cpu/repack_q8_decode.h"
 
 #define TILE_TOK 16
@@ -375,6 +376,10 @@ AVX2 void be_pack_gemm_q4_0_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
 {
     const be_block_q8_0_t *x = xv;
     int64_t nb = p->n_blocks;
+    if (n == 1) { /* decode: its own kernel (repack_q4_decode.c) */
+        be_pack_q4_0_decode_avx2(p, g0, g1, x, xsum, y);
+        return;
+    }
     for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
         int tn = CR_MIN(TILE_TOK, n - t0);
         for (int64_t g = g0; g < g1; g++)

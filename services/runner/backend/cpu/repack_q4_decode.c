@@ -1,8 +1,8 @@
-/* repack_q4_decode.c: the one-token packed Q4_0 product with AVX-512 VNNI
- * (why it is shaped so: repack_q4_decode.h).
+/* repack_q4_decode.c: the one-token packed Q4_0 products with AVX2 and
+ * AVX-512 VNNI (why they are shaped so: repack_q4_decode.h).
  *
- * A zmm holds chunk j of two groups (group g in the low half, g + 1 in
- * the high), so its 16 int32 lanes are 16 rows and every VPDPBUSD takes
+ * VNNI: a zmm holds chunk j of two groups (group g in the low half, g + h
+ * in the high), so its 16 int32 lanes are 16 rows and every VPDPBUSD takes
  * the activation word straight from memory as a broadcast. The low
  * nibbles are `pk & 0x0f`; the high ones are left in place, `pk & 0xf0`
  * (16 q), so a chunk costs two ANDs and no shift; their chain sums 16 times
@@ -103,7 +103,96 @@ VNNI void be_pack_q4_0_decode_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
         lone1(GROUP(p, g1 - 1), nb, x, xsum, y + (size_t)(g1 - 1) * BE_PACK_ROWS);
 }
 
+/* ---- AVX2: one group per ymm, groups g and g + h side by side, each
+ * block as the AVX2 tile (repack_avx2.c) computes it ---- */
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+static INLINE AVX2 __m256i bcast4_avx2(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+static INLINE AVX2 void prefetch_avx2(const be_block_q4_0x8_t *b)
+{
+    _mm_prefetch((const char *)b, _MM_HINT_NTA);
+    _mm_prefetch((const char *)b + 64, _MM_HINT_NTA);
+    _mm_prefetch((const char *)b + 128, _MM_HINT_NTA);
+}
+
+/* One block of one group: nibbles 0..15 (the unsigned side) times the
+ * activations; pair sums stay within 2 * 15 * 127, eight of them within
+ * 30480 (int16), then widened, less the offset of 8. */
+static INLINE AVX2 __m256 block_avx2(const be_block_q4_0x8_t *blk, const int8_t *aq,
+                                     __m256i off8, __m256 da, __m256 acc)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m256i pk = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * j));
+        s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(_mm256_and_si256(pk, m4),
+                                                       bcast4_avx2(aq + 4 * j)));
+        s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(
+                                      _mm256_and_si256(_mm256_srli_epi16(pk, 4), m4),
+                                      bcast4_avx2(aq + 16 + 4 * j)));
+    }
+    __m256i i32 = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones), off8);
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, da), acc);
+}
+
+static AVX2 void pair_avx2(const be_block_q4_0x8_t *w0, const be_block_q4_0x8_t *w1,
+                           int64_t nb, const be_block_q8_0_t *x, const int32_t *xsum,
+                           float *y0, float *y1)
+{
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        prefetch_avx2(w0 + b + PF_AHEAD);
+        prefetch_avx2(w1 + b + PF_AHEAD);
+        __m256i off8 = _mm256_set1_epi32(8 * xsum[2 * b]);
+        __m256 da = _mm256_broadcast_ss((const float *)(xsum + 2 * b + 1));
+        acc0 = block_avx2(w0 + b, x[b].qs, off8, da, acc0);
+        acc1 = block_avx2(w1 + b, x[b].qs, off8, da, acc1);
+    }
+    _mm256_storeu_ps(y0, acc0);
+    _mm256_storeu_ps(y1, acc1);
+}
+
+static AVX2 void one_avx2(const be_block_q4_0x8_t *w, int64_t nb, const be_block_q8_0_t *x,
+                          const int32_t *xsum, float *y)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        prefetch_avx2(w + b + PF_AHEAD);
+        __m256i off8 = _mm256_set1_epi32(8 * xsum[2 * b]);
+        __m256 da = _mm256_broadcast_ss((const float *)(xsum + 2 * b + 1));
+        acc = block_avx2(w + b, x[b].qs, off8, da, acc);
+    }
+    _mm256_storeu_ps(y, acc);
+}
+
+AVX2 void be_pack_q4_0_decode_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                                   const be_block_q8_0_t *x, const int32_t *xsum, float *y)
+{
+    int64_t nb = p->n_blocks;
+    int64_t half = (g1 - g0) / 2;
+    for (int64_t g = g0; g < g0 + half; g++)
+        pair_avx2(GROUP(p, g), GROUP(p, g + half), nb, x, xsum, y + (size_t)g * BE_PACK_ROWS,
+                  y + (size_t)(g + half) * BE_PACK_ROWS);
+    if ((g1 - g0) % 2)
+        one_avx2(GROUP(p, g1 - 1), nb, x, xsum, y + (size_t)(g1 - 1) * BE_PACK_ROWS);
+}
+
 #else
+
+void be_pack_q4_0_decode_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                              const be_block_q8_0_t *x, const int32_t *xsum, float *y)
+{
+    be_pack_gemm_q4_0_scalar(p, g0, g1, x, xsum, 1, y, (size_t)p->n_rows);
+}
 
 void be_pack_q4_0_decode_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
                               const be_block_q8_0_t *x, const int32_t *xsum, float *y)

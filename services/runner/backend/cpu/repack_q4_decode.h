@@ -1,9 +1,9 @@
 /* repack_q4_decode.h: the one-token (decode) product of a packed Q4_0
- * matrix (repack.h) with AVX-512 VNNI.
+ * matrix (repack.h) with AVX2 and with AVX-512 VNNI.
  *
- * Owns only the decode kernel; be_pack_gemm_q4_0_vnni (repack_avx512.c)
- * calls it for n == 1 and keeps q4_0_gemm_avx512.c for two or more
- * tokens. Same float steps as the scalar reference
+ * Owns only the decode kernels; be_pack_gemm_q4_0_avx2 (repack_avx2.c)
+ * and be_pack_gemm_q4_0_vnni (repack_avx512.c) call them for n == 1 and
+ * keep their tiles (q4_0_gemm_avx512.c at VNNI) for two or more tokens. Same float steps as the scalar reference
  * (be_pack_gemm_q4_0_scalar), so the results are its bits.
  *
  * Groups go two at a time in 512-bit registers (group g in the low half,
@@ -19,6 +19,11 @@
  * without prefetch 45-82%, with a 16-block NTA prefetch 60-87%; g beside
  * g + h without prefetch 70-86%, with 16-64 blocks NTA or T0 91-124%
  * (T1 88-97%). In cache (1024 rows) 1.6x the AVX2 tile.
+ *
+ * The AVX2 kernel walks the same two streams with one ymm per group (the
+ * AVX2 tile's arithmetic, one accumulator per group) and the same
+ * prefetch: 91-104% of the plain read where the tile read 62-90% (32
+ * blocks; 8 ahead 77-88%, 16 88-96%, 64 89-103%); in cache no faster.
  */
 #ifndef BE_CPU_REPACK_Q4_DECODE_H
 #define BE_CPU_REPACK_Q4_DECODE_H
@@ -29,8 +34,11 @@
 
 /* y[8 g + i] = row 8 g + i of p (type Q4_0) times the one activation row x
  * (p->n_blocks Q8_0 blocks, xsum from be_pack_block_sums) for groups
- * g0..g1-1; nothing else of y is written. Call only after be_simd_detect()
- * reported BE_SIMD_AVX512_VNNI. */
+ * g0..g1-1; nothing else of y is written. Call the VNNI one only after
+ * be_simd_detect() reported BE_SIMD_AVX512_VNNI, the AVX2 one after
+ * BE_SIMD_AVX2. */
+void be_pack_q4_0_decode_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                              const be_block_q8_0_t *x, const int32_t *xsum, float *y);
 void be_pack_q4_0_decode_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
                               const be_block_q8_0_t *x, const int32_t *xsum, float *y);
 
