@@ -178,6 +178,11 @@ AVX2 void be_pack_q4_0_decode_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
                                    const be_block_q8_0_t *x, const int32_t *xsum, float *y)
 {
     int64_t nb = p->n_blocks;
+    if (nb < BE_Q4_DECODE_PAIR_BLOCKS_AVX2) {
+        for (int64_t g = g0; g < g1; g++)
+            one_avx2(GROUP(p, g), nb, x, xsum, y + (size_t)g * BE_PACK_ROWS);
+        return;
+    }
     int64_t half = (g1 - g0) / 2;
     for (int64_t g = g0; g < g0 + half; g++)
         pair_avx2(GROUP(p, g), GROUP(p, g + half), nb, x, xsum, y + (size_t)g * BE_PACK_ROWS,

@@ -24,6 +24,12 @@
  * AVX2 tile's arithmetic, one accumulator per group) and the same
  * prefetch: 91-104% of the plain read where the tile read 62-90% (32
  * blocks; 8 ahead 77-88%, 16 88-96%, 64 89-103%); in cache no faster.
+ * But on the ranges the backend's threads claim (4 to 44 groups) with
+ * rows of 2048 columns it ran 0.7-1.0x the tile, so rows shorter than
+ * BE_Q4_DECODE_PAIR_BLOCKS_AVX2 go one group at a time (with the same
+ * prefetch: 0.9-1.1x the tile there, within the noise). The VNNI kernel
+ * on those ranges ran 0.85-1.3x the tile at 2048 columns, 1.05-1.8x at
+ * 5632 (one thread taking the ranges in turn, load 8-9 on 2 cores: noisy).
  */
 #ifndef BE_CPU_REPACK_Q4_DECODE_H
 #define BE_CPU_REPACK_Q4_DECODE_H
@@ -37,6 +43,10 @@
  * g0..g1-1; nothing else of y is written. Call the VNNI one only after
  * be_simd_detect() reported BE_SIMD_AVX512_VNNI, the AVX2 one after
  * BE_SIMD_AVX2. */
+/* Blocks per row (128: 4096 columns) from which the AVX2 kernel pairs
+ * groups. */
+#define BE_Q4_DECODE_PAIR_BLOCKS_AVX2 128
+
 void be_pack_q4_0_decode_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
                               const be_block_q8_0_t *x, const int32_t *xsum, float *y);
 void be_pack_q4_0_decode_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
