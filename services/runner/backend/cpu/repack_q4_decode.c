@@ -103,8 +103,9 @@ VNNI void be_pack_q4_0_decode_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
         lone1(GROUP(p, g1 - 1), nb, x, xsum, y + (size_t)(g1 - 1) * BE_PACK_ROWS);
 }
 
-/* ---- AVX2: one group per ymm, groups g and g + h side by side, each
- * block as the AVX2 tile (repack_avx2.c) computes it ---- */
+/* ---- AVX2: one group per ymm, groups g and g + h side by side on long
+ * rows (one at a time on short ones), each block as the AVX2 tile
+ * (repack_avx2.c) computes it ---- */
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
