@@ -349,56 +349,68 @@ static void test_q8_0_extremes(void)
 /* Q4_0 at its bounds: nibbles 0 and 15 (weights -8 and 7) against
  * activations -127 and 127, mixed so every sign pairing occurs, for 1
  * token (decode), 2 and 9 tokens (a full 8-token tile and one more) on
- * 24 rows (a 512-bit pair of groups and a lone one). Row 0 is all 15s and
+ * 24 rows of 3 blocks (a 512-bit pair of groups and a lone one; VNNI
+ * decode takes such short streams one group at a time) and 40 rows of
+ * 128 blocks (VNNI decode pairs groups 0-1 with 2-3, group 4 alone),
+ * so both decode paths meet the bounds. Row 0 is all 15s and
  * row 1 all 0s, and token 0's block 0 is all 127: the largest sums one
  * block's high-nibble chain can hold in decode (16 * 15 * 127 per element
  * there). d = da = 1, so the exact integer sum is the float result at
  * every level. */
-static void test_q4_0_extremes(void)
+static void q4_0_extremes(int rows, int nb)
 {
-    enum { ROWS = 24, NB = 3, TOK = 9 };
-    be_block_q4_0_t w[ROWS * NB];
-    be_block_q8_0_t x[TOK * NB];
-    for (int i = 0; i < ROWS * NB; i++) {
+    enum { TOK = 9, MAX_ROWS = 40 };
+    be_block_q4_0_t *w = malloc((size_t)(rows * nb) * sizeof *w);
+    be_block_q8_0_t *x = malloc((size_t)(TOK * nb) * sizeof *x);
+    int32_t *xs = malloc((size_t)(TOK * nb * 2) * sizeof *xs);
+    for (int i = 0; i < rows * nb; i++) {
         w[i].d = 0x3c00; /* f16 1.0 */
         for (int e = 0; e < 16; e++)
-            w[i].qs[e] = (uint8_t)(i < NB       ? 0xff
-                                   : i < 2 * NB ? 0x00
+            w[i].qs[e] = (uint8_t)(i < nb       ? 0xff
+                                   : i < 2 * nb ? 0x00
                                                 : ((e + i) % 3 ? 0x0 : 0xf) |
                                                       ((e + i) % 2 ? 0xf0 : 0x00));
     }
-    for (int i = 0; i < TOK * NB; i++) {
+    for (int i = 0; i < TOK * nb; i++) {
         x[i].d = 0x3c00;
         for (int e = 0; e < 32; e++)
             x[i].qs[e] = (int8_t)(i == 0 ? 127 : (e / 3 + i) % 2 ? -127 : 127);
     }
-    int32_t xs[TOK * NB * 2];
     for (int t = 0; t < TOK; t++)
-        be_pack_block_sums(x + t * NB, NB, xs + 2 * t * NB);
+        be_pack_block_sums(x + t * nb, nb, xs + 2 * t * nb);
     be_packed_t *p = NULL;
     cr_err_t err;
     cr_err_clear(&err);
-    CHECK_EQ_INT(be_pack_new(CR_TYPE_Q4_0, w, ROWS, NB * 32, NB * sizeof *w, &p, &err), CR_OK);
+    CHECK_EQ_INT(be_pack_new(CR_TYPE_Q4_0, w, rows, nb * 32, nb * sizeof *w, &p, &err), CR_OK);
     for (int lv = BE_SIMD_SCALAR; p && lv <= (int)be_simd_detect(); lv++)
         for (int n = 1; n <= TOK; n += n == 1 ? 1 : TOK - 2) {
-            float y[TOK * ROWS];
-            be_pack_gemm_at(CR_TYPE_Q4_0, (be_simd_t)lv)(p, 0, ROWS / 8, x, xs, n, y, ROWS);
+            float y[TOK * MAX_ROWS];
+            be_pack_gemm_at(CR_TYPE_Q4_0, (be_simd_t)lv)(p, 0, rows / 8, x, xs, n, y, rows);
             int off = 0;
             for (int t = 0; t < n; t++)
-                for (int r = 0; r < ROWS; r++) {
+                for (int r = 0; r < rows; r++) {
                     int64_t want = 0;
-                    for (int b = 0; b < NB; b++)
+                    for (int b = 0; b < nb; b++)
                         for (int e = 0; e < 16; e++) {
-                            uint8_t q = w[r * NB + b].qs[e];
-                            want += ((q & 15) - 8) * x[t * NB + b].qs[e];
-                            want += ((q >> 4) - 8) * x[t * NB + b].qs[16 + e];
+                            uint8_t q = w[r * nb + b].qs[e];
+                            want += ((q & 15) - 8) * x[t * nb + b].qs[e];
+                            want += ((q >> 4) - 8) * x[t * nb + b].qs[16 + e];
                         }
-                    off += y[t * ROWS + r] != (float)want;
+                    off += y[t * rows + r] != (float)want;
                 }
             CHECK_MSG(off == 0, "Q4_0 extremes level %s tokens %d: %d values off",
                       be_simd_name((be_simd_t)lv), n, off);
         }
     be_pack_destroy(&p);
+    free(w);
+    free(x);
+    free(xs);
+}
+
+static void test_q4_0_extremes(void)
+{
+    q4_0_extremes(24, 3);
+    q4_0_extremes(40, 128);
 }
 
 /* Q8_0 decode on rows long enough that groups go in pairs

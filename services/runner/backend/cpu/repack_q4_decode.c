@@ -91,18 +91,6 @@ static VNNI void lone1(const be_block_q4_0x8_t *w, int64_t nb, const be_block_q8
     pair(w, w, nb, x, xsum, y, y, true);
 }
 
-VNNI void be_pack_q4_0_decode_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
-                                   const be_block_q8_0_t *x, const int32_t *xsum, float *y)
-{
-    int64_t nb = p->n_blocks;
-    int64_t half = (g1 - g0) / 2;
-    for (int64_t g = g0; g < g0 + half; g++)
-        pair2(GROUP(p, g), GROUP(p, g + half), nb, x, xsum, y + (size_t)g * BE_PACK_ROWS,
-              y + (size_t)(g + half) * BE_PACK_ROWS);
-    if ((g1 - g0) % 2)
-        lone1(GROUP(p, g1 - 1), nb, x, xsum, y + (size_t)(g1 - 1) * BE_PACK_ROWS);
-}
-
 /* ---- AVX2: one group per ymm, groups g and g + h side by side on long
  * rows (one at a time on short ones), each block as the AVX2 tile
  * (repack_avx2.c) computes it ---- */
@@ -175,13 +163,19 @@ static AVX2 void one_avx2(const be_block_q4_0x8_t *w, int64_t nb, const be_block
     _mm256_storeu_ps(y, acc);
 }
 
+static AVX2 void one_by_one_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
+                                 const be_block_q8_0_t *x, const int32_t *xsum, float *y)
+{
+    for (int64_t g = g0; g < g1; g++)
+        one_avx2(GROUP(p, g), p->n_blocks, x, xsum, y + (size_t)g * BE_PACK_ROWS);
+}
+
 AVX2 void be_pack_q4_0_decode_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
                                    const be_block_q8_0_t *x, const int32_t *xsum, float *y)
 {
     int64_t nb = p->n_blocks;
     if (nb < BE_Q4_DECODE_PAIR_BLOCKS_AVX2) {
-        for (int64_t g = g0; g < g1; g++)
-            one_avx2(GROUP(p, g), nb, x, xsum, y + (size_t)g * BE_PACK_ROWS);
+        one_by_one_avx2(p, g0, g1, x, xsum, y);
         return;
     }
     int64_t half = (g1 - g0) / 2;
@@ -190,6 +184,24 @@ AVX2 void be_pack_q4_0_decode_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
                   y + (size_t)(g + half) * BE_PACK_ROWS);
     if ((g1 - g0) % 2)
         one_avx2(GROUP(p, g1 - 1), nb, x, xsum, y + (size_t)(g1 - 1) * BE_PACK_ROWS);
+}
+
+/* Short streams (few groups of short rows) go one group at a time: the
+ * unprefetched start of each stream would be a large share of it. */
+VNNI void be_pack_q4_0_decode_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
+                                   const be_block_q8_0_t *x, const int32_t *xsum, float *y)
+{
+    int64_t nb = p->n_blocks;
+    int64_t half = (g1 - g0) / 2;
+    if (half * nb < BE_Q4_DECODE_MIN_STREAM_BLOCKS) {
+        one_by_one_avx2(p, g0, g1, x, xsum, y);
+        return;
+    }
+    for (int64_t g = g0; g < g0 + half; g++)
+        pair2(GROUP(p, g), GROUP(p, g + half), nb, x, xsum, y + (size_t)g * BE_PACK_ROWS,
+              y + (size_t)(g + half) * BE_PACK_ROWS);
+    if ((g1 - g0) % 2)
+        lone1(GROUP(p, g1 - 1), nb, x, xsum, y + (size_t)(g1 - 1) * BE_PACK_ROWS);
 }
 
 #else

@@ -30,6 +30,11 @@
  * prefetch: 0.9-1.1x the tile there, within the noise). The VNNI kernel
  * on those ranges ran 0.85-1.3x the tile at 2048 columns, 1.05-1.8x at
  * 5632 (one thread taking the ranges in turn, load 8-9 on 2 cores: noisy).
+ * On 4-group ranges of 2048-column rows (a stream of 128 blocks, a
+ * quarter of it before the prefetch is ahead) VNNI pairs read 69-75%
+ * where the tile read 85-93%, so where each stream would be shorter than
+ * BE_Q4_DECODE_MIN_STREAM_BLOCKS the VNNI kernel takes the AVX2 kernel's
+ * one group at a time.
  */
 #ifndef BE_CPU_REPACK_Q4_DECODE_H
 #define BE_CPU_REPACK_Q4_DECODE_H
@@ -46,6 +51,10 @@
 /* Blocks per row (128: 4096 columns) from which the AVX2 kernel pairs
  * groups. */
 #define BE_Q4_DECODE_PAIR_BLOCKS_AVX2 128
+
+/* Blocks per stream (half the range's groups times the row's blocks)
+ * below which the VNNI kernel takes groups one at a time. */
+#define BE_Q4_DECODE_MIN_STREAM_BLOCKS 256
 
 void be_pack_q4_0_decode_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
                               const be_block_q8_0_t *x, const int32_t *xsum, float *y);
