@@ -413,17 +413,22 @@ static void test_q4_0_extremes(void)
     q4_0_extremes(40, 128);
 }
 
-/* Q8_0 decode on rows long enough that groups go in pairs
- * (repack_q8_decode.h: BE_Q8_DECODE_PAIR_BLOCKS) and one block shorter:
- * every level gives the scalar bits for the whole matrix and for group
- * ranges that start odd, end odd or hold one group (a pair and the odd
- * group after it), and writes nothing outside its range. */
+/* Q8_0 decode (repack_q8_decode.h) on rows and ranges on both sides of
+ * where groups go in pairs: every level gives the scalar bits for the
+ * whole matrix and for group ranges that start odd, end odd or hold one
+ * group (pairs and the odd group after them), and writes nothing outside
+ * its range. */
 static void test_q8_0_decode_pairs(void)
 {
-    enum { ROWS = 40 }; /* 5 groups */
-    int64_t nbs[] = {BE_Q8_DECODE_PAIR_BLOCKS - 1, BE_Q8_DECODE_PAIR_BLOCKS,
+    enum { ROWS = 88 }; /* 11 groups */
+    /* Pairs split a range in halves (g with g + half): 64 blocks pair at
+     * VNNI only, from 8 groups (two 256-block streams); the AVX2 kernel's
+     * row threshold at 127/128; at 127 and 128 blocks a range of 4 or 5
+     * groups sits just under / at the stream threshold. */
+    int64_t nbs[] = {1, 64, BE_Q8_DECODE_PAIR_BLOCKS - 1, BE_Q8_DECODE_PAIR_BLOCKS,
                      BE_Q8_DECODE_PAIR_BLOCKS + 3};
-    int ranges[][2] = {{0, 5}, {1, 5}, {1, 4}, {0, 4}, {2, 3}, {3, 5}};
+    int ranges[][2] = {{0, 11}, {1, 11}, {1, 10}, {0, 9}, {2, 3}, {3, 11}, {1, 5},
+                       {0, 4}, {6, 11}, {2, 10}};
     be_simd_t have = be_simd_detect();
     for (size_t c = 0; c < CR_ARRAY_LEN(nbs); c++) {
         int64_t n = 32 * nbs[c];

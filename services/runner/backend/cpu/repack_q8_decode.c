@@ -84,7 +84,8 @@ static AVX2 void one_avx2(const be_block_q8_0x8_t *w, int64_t nb, const be_block
 }
 
 static AVX2 void pair_avx2(const be_block_q8_0x8_t *w0, const be_block_q8_0x8_t *w1, int64_t nb,
-                           const be_block_q8_0_t *x, const int32_t *xsum, float *y)
+                           const be_block_q8_0_t *x, const int32_t *xsum, float *y0,
+                           float *y1)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -99,18 +100,20 @@ static AVX2 void pair_avx2(const be_block_q8_0x8_t *w0, const be_block_q8_0x8_t 
         acc0 = block_fma(w0 + b, block_avx2(w0 + b, a, ones), da, acc0);
         acc1 = block_fma(w1 + b, block_avx2(w1 + b, a, ones), da, acc1);
     }
-    _mm256_storeu_ps(y, acc0);
-    _mm256_storeu_ps(y + BE_PACK_ROWS, acc1);
+    _mm256_storeu_ps(y0, acc0);
+    _mm256_storeu_ps(y1, acc1);
 }
 
 AVX2 void be_pack_q8_0_decode_avx2(const be_packed_t *p, int64_t g0, int64_t g1,
                                    const be_block_q8_0_t *x, const int32_t *xsum, float *y)
 {
-    int64_t nb = p->n_blocks, g = g0;
-    if (nb >= BE_Q8_DECODE_PAIR_BLOCKS)
-        for (; g + 1 < g1; g += 2)
-            pair_avx2(GROUP(p, g), GROUP(p, g + 1), nb, x, xsum, y + (size_t)g * BE_PACK_ROWS);
-    for (; g < g1; g++)
+    int64_t nb = p->n_blocks, half = (g1 - g0) / 2;
+    if (nb < BE_Q8_DECODE_PAIR_BLOCKS || half * nb < BE_Q8_DECODE_MIN_STREAM_BLOCKS)
+        half = 0;
+    for (int64_t g = g0; g < g0 + half; g++)
+        pair_avx2(GROUP(p, g), GROUP(p, g + half), nb, x, xsum, y + (size_t)g * BE_PACK_ROWS,
+                  y + (size_t)(g + half) * BE_PACK_ROWS);
+    for (int64_t g = g0 + 2 * half; g < g1; g++)
         one_avx2(GROUP(p, g), nb, x, xsum, y + (size_t)g * BE_PACK_ROWS);
 }
 
@@ -148,7 +151,8 @@ static VNNI void one_vnni(const be_block_q8_0x8_t *w, int64_t nb, const be_block
 }
 
 static VNNI void pair_vnni(const be_block_q8_0x8_t *w0, const be_block_q8_0x8_t *w1, int64_t nb,
-                           const be_block_q8_0_t *x, const int32_t *xsum, float *y)
+                           const be_block_q8_0_t *x, const int32_t *xsum, float *y0,
+                           float *y1)
 {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -162,18 +166,20 @@ static VNNI void pair_vnni(const be_block_q8_0x8_t *w0, const be_block_q8_0x8_t 
         acc0 = block_fma(w0 + b, block_vnni(w0 + b, a), da, acc0);
         acc1 = block_fma(w1 + b, block_vnni(w1 + b, a), da, acc1);
     }
-    _mm256_storeu_ps(y, acc0);
-    _mm256_storeu_ps(y + BE_PACK_ROWS, acc1);
+    _mm256_storeu_ps(y0, acc0);
+    _mm256_storeu_ps(y1, acc1);
 }
 
 VNNI void be_pack_q8_0_decode_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
                                    const be_block_q8_0_t *x, const int32_t *xsum, float *y)
 {
-    int64_t nb = p->n_blocks, g = g0;
-    if (nb >= BE_Q8_DECODE_PAIR_BLOCKS)
-        for (; g + 1 < g1; g += 2)
-            pair_vnni(GROUP(p, g), GROUP(p, g + 1), nb, x, xsum, y + (size_t)g * BE_PACK_ROWS);
-    for (; g < g1; g++)
+    int64_t nb = p->n_blocks, half = (g1 - g0) / 2;
+    if (half * nb < BE_Q8_DECODE_MIN_STREAM_BLOCKS)
+        half = 0;
+    for (int64_t g = g0; g < g0 + half; g++)
+        pair_vnni(GROUP(p, g), GROUP(p, g + half), nb, x, xsum, y + (size_t)g * BE_PACK_ROWS,
+                  y + (size_t)(g + half) * BE_PACK_ROWS);
+    for (int64_t g = g0 + 2 * half; g < g1; g++)
         one_vnni(GROUP(p, g), nb, x, xsum, y + (size_t)g * BE_PACK_ROWS);
 }
 
