@@ -21,6 +21,7 @@
  * DRAM ran 0.8x the AVX2 kernel, without it 1.0x. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/repack.h"
+#include "services/runner/backend/cpu/repack_q4k_decode.h"
 #include "services/runner/backend/cpu/repack_q8_decode.h"
 
 #define TILE_TOK 16
@@ -275,13 +276,13 @@ VNNI void be_pack_gemm_q8_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1, c
 VNNI void be_pack_gemm_q4_k_vnni(const be_packed_t *p, int64_t g0, int64_t g1, const void *xv,
                                  const int32_t *xsum, int n, float *y, size_t y_stride)
 {
-    if (n == 1) { /* decode: the AVX2 tile is faster here (see the top) */
-        be_pack_gemm_q4_k_avx2(p, g0, g1, xv, xsum, n, y, y_stride);
-        return;
-    }
     CR_UNUSED(xsum);
     const be_block_q8_k_t *x = xv;
     int64_t nb = p->n_blocks;
+    if (n == 1) {
+        be_pack_q4_k_decode_vnni(p, g0, g1, x, y);
+        return;
+    }
     for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
         int tn = CR_MIN(TILE_TOK, n - t0);
         for (int64_t g = g0; g < g1; g++)
