@@ -12,13 +12,14 @@
  *
  * Measured with bench-kernels --packed on an AMD EPYC with AVX-512 (thread
  * CPU time, VNNI / AVX2 in one process, 2048 columns): Q6_K decode runs
- * 1.1-1.5x the AVX2 kernel; Q4_0 and Q4_K decode only 0.85-0.95x (their
- * AVX2 tiles keep more independent work per block), so one token goes to
- * the AVX2 tiles, while 64-token prompts run 1.05-1.4x with VNNI. Q4_0
- * with two or more tokens runs q4_0_gemm_avx512.c's 16-row tiles. Q8_0
- * decode has its own one-token kernels (repack_q8_decode.c). The Q8_0
- * tiles issue no prefetch (as their AVX2 tiles): with it Q8_0 decode from
- * DRAM ran 0.8x the AVX2 kernel, without it 1.0x. */
+ * 1.1-1.5x the AVX2 kernel; Q4_0 and Q4_K decode only 0.85-0.95x on these
+ * tiles (their AVX2 tiles keep more independent work per block), so one
+ * Q4_0 token goes to the AVX2 tile, while 64-token prompts run 1.05-1.4x
+ * with VNNI. Q4_0 with two or more tokens runs q4_0_gemm_avx512.c's
+ * 16-row tiles. Q8_0 and Q4_K decode have their own one-token kernels
+ * (repack_q8_decode.c, repack_q4k_decode.c). The Q8_0 tiles issue no
+ * prefetch (as their AVX2 tiles): with it Q8_0 decode from DRAM ran 0.8x
+ * the AVX2 kernel, without it 1.0x. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/repack.h"
 #include "services/runner/backend/cpu/repack_q4k_decode.h"
