@@ -21,7 +21,11 @@
  * thread, variants interleaved in one process, medians of 9-11 rounds,
  * share of a plain read: at 4096 columns pairs 85% vs one group 62%; at
  * 8192 pairs 81-85% vs 65-80%; at 2048 one group 94-107% vs pairs 56%;
- * without the prefetch 55-92%, 8 ahead no better than 4.
+ * without the prefetch 55-92%, 8 ahead no better than 4. Against the
+ * 256-bit tile (bench-kernels --packed Q4_K --rows 32768, load 15-25):
+ * 1.28-1.75x at 2048 columns (92-108% of the read), but 0.95-1.04x at
+ * 5632 and 1.00-1.08x at 8192 (72-81%, the tile 71-79%): on long rows
+ * both wait on the memory stream, not on their arithmetic.
  */
 #ifndef BE_CPU_REPACK_Q4K_DECODE_H
 #define BE_CPU_REPACK_Q4K_DECODE_H
