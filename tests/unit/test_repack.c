@@ -14,6 +14,9 @@
  * - Q4_0 decode (repack_q4_decode.c pairs group g with g + half the
  *   range) gives the scalar bits on short and long rows for even and odd
  *   group counts and sub-ranges, writing nothing outside its range;
+ * - Q4_K decode (repack_q4k_decode.c) on short rows and rows long enough
+ *   that groups go in pairs, for ranges with a pair and an odd group, and
+ *   at its integer bounds, gives the scalar bits and writes nothing else;
  * - through the backend: weight_prepare packs (and CORRAL_CPU_REPACK=0 does
  *   not), matmul on 1 and 3 threads and get_rows give the reference bits,
  *   each token alone gives the batch's bits, heap weights stay untouched and
@@ -23,6 +26,7 @@
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/quant_impl.h"
 #include "services/runner/backend/cpu/repack.h"
+#include "services/runner/backend/cpu/repack_q4k_decode.h"
 #include "services/runner/backend/cpu/repack_q8_decode.h"
 #include "tests/unit/check.h"
 #include "tests/unit/smaps.h"
@@ -513,6 +517,157 @@ static void test_q4_0_decode(void)
         }
 }
 
+/* One-token products of p (type t) at every level for each group range:
+ * the scalar bits inside the range and the sentinel -1 left outside.
+ * Returns the number of wrong values; what names the case in messages. */
+static int decode_ranges(cr_type_t t, const be_packed_t *p, const void *xq, const int32_t *xs,
+                         const char *what)
+{
+    enum { MAX_ROWS = 40 };
+    int ranges[][2] = {{0, 5}, {1, 5}, {1, 4}, {0, 4}, {2, 3}, {3, 5}, {0, 1}, {0, 2}};
+    int rows = (int)p->n_rows, bad = 0;
+    float ref[MAX_ROWS], got[MAX_ROWS];
+    be_pack_gemm_at(t, BE_SIMD_SCALAR)(p, 0, rows / 8, xq, xs, 1, ref, (size_t)rows);
+    for (int lv = BE_SIMD_AVX2; lv <= (int)be_simd_detect(); lv++)
+        for (size_t k = 0; k < CR_ARRAY_LEN(ranges); k++) {
+            int g0 = ranges[k][0], g1 = ranges[k][1], wrong = 0;
+            if (8 * g1 > rows)
+                continue;
+            for (int r = 0; r < MAX_ROWS; r++)
+                got[r] = -1.0f;
+            be_pack_gemm_at(t, (be_simd_t)lv)(p, g0, g1, xq, xs, 1, got, (size_t)rows);
+            for (int r = 0; r < MAX_ROWS; r++)
+                wrong += r >= 8 * g0 && r < 8 * g1 ? memcmp(&got[r], &ref[r], sizeof *got) != 0
+                                                   : got[r] != -1.0f;
+            CHECK_MSG(wrong == 0, "%s level %s groups %d..%d: %d values wrong", what,
+                      be_simd_name((be_simd_t)lv), g0, g1, wrong);
+            bad += wrong;
+        }
+    return bad;
+}
+
+/* Q4_K decode on random weights: rows of 1 to 3 super-blocks and around
+ * BE_Q4K_DECODE_PAIR_BLOCKS (one group at a time below it, pairs from it
+ * on), 5 groups (pairs and an odd one), 1 to 5 groups in a range. */
+static void test_q4_k_decode(void)
+{
+    enum { ROWS = 40 };
+    int64_t nbs[] = {1, 2, 3, BE_Q4K_DECODE_PAIR_BLOCKS - 1, BE_Q4K_DECODE_PAIR_BLOCKS,
+                     BE_Q4K_DECODE_PAIR_BLOCKS + 3};
+    for (size_t c = 0; c < CR_ARRAY_LEN(nbs); c++) {
+        int64_t n = 256 * nbs[c];
+        size_t rb = 0, ab = 0;
+        uint8_t *w = make_weights(CR_TYPE_Q4_K, ROWS, n, &rb), *xq = NULL;
+        int32_t *xs = NULL;
+        make_acts(CR_TYPE_Q4_K, n, 1, &xq, &xs, &ab);
+        be_packed_t *p = NULL;
+        cr_err_t err;
+        cr_err_clear(&err);
+        CHECK_EQ_INT(be_pack_new(CR_TYPE_Q4_K, w, ROWS, n, rb, &p, &err), CR_OK);
+        char what[64];
+        snprintf(what, sizeof what, "Q4_K decode %" PRId64 " blocks", nbs[c]);
+        if (p)
+            decode_ranges(CR_TYPE_Q4_K, p, xq, xs, what);
+        be_pack_destroy(&p);
+        free(w);
+        free(xq);
+        free(xs);
+    }
+}
+
+/* Sub-block sb's 6-bit scale and min into a Q4_K block's packed scales
+ * (quant.h: be_k4_scale_min reads them back). */
+static void set_k4_scale_min(be_block_q4_k_t *b, int sb, uint8_t sc, uint8_t m)
+{
+    uint8_t *s = b->scales;
+    if (sb < 4) {
+        s[sb] = (uint8_t)((s[sb] & 0xc0) | sc);
+        s[sb + 4] = (uint8_t)((s[sb + 4] & 0xc0) | m);
+    } else {
+        s[sb + 4] = (uint8_t)((sc & 15) | (m & 15) << 4);
+        s[sb - 4] = (uint8_t)((s[sb - 4] & 0x3f) | (sc >> 4) << 6);
+        s[sb] = (uint8_t)((s[sb] & 0x3f) | (m >> 4) << 6);
+    }
+}
+
+/* Q4_K decode at its integer bounds: nibbles 0 and 15, scales and mins 0
+ * and 63, activations -128 and 127, mixed so that most sub-blocks reach
+ * |sum of q * a| = 32 * 15 * 128 with scale 63, on rows one super-block
+ * short of pairs and on paired rows. d = dmin = da = 1, so the result is
+ * fma(-(float)msum, 1, (float)isum) of the exact integer sums, computed
+ * here from the source blocks (not the packed layout); every level gives
+ * it bit for bit. */
+static void test_q4_k_decode_extremes(void)
+{
+    enum { ROWS = 40 };
+    int64_t nbs[] = {1, BE_Q4K_DECODE_PAIR_BLOCKS - 1, BE_Q4K_DECODE_PAIR_BLOCKS};
+    for (size_t c = 0; c < CR_ARRAY_LEN(nbs); c++) {
+        int64_t nb = nbs[c];
+        be_block_q4_k_t *w = calloc((size_t)(ROWS * nb), sizeof *w);
+        be_block_q8_k_t *x = calloc((size_t)nb, sizeof *x);
+        for (int64_t i = 0; i < ROWS * nb; i++) {
+            w[i].d = w[i].dmin = 0x3c00; /* f16 1.0 */
+            int hi = (int)(i % 7 == 0); /* mostly high nibble 15, low 0 */
+            for (int e = 0; e < 128; e++)
+                w[i].qs[e] = (uint8_t)((e + i) % 5 == 0 ? 0xff : hi ? 0x0f : 0xf0);
+            for (int sb = 0; sb < 8; sb++) {
+                uint8_t sc = (sb + i) % 4 == 3 ? 0 : 63, m = (sb + i) % 3 == 1 ? 0 : 63;
+                set_k4_scale_min(&w[i], sb, sc, m);
+                uint8_t rs, rm;
+                be_k4_scale_min(sb, w[i].scales, &rs, &rm);
+                CHECK(rs == sc && rm == m);
+            }
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            x[b].d = 1.0f;
+            for (int e = 0; e < 256; e++)
+                x[b].qs[e] = (int8_t)((e / 32 + b) % 4 == 2 ? 127 : (e % 9 == 4 ? 127 : -128));
+            for (int k = 0; k < 16; k++) {
+                int s = 0;
+                for (int e = 16 * k; e < 16 * k + 16; e++)
+                    s += x[b].qs[e];
+                x[b].bsums[k] = (int16_t)s;
+            }
+        }
+        be_packed_t *p = NULL;
+        cr_err_t err;
+        cr_err_clear(&err);
+        CHECK_EQ_INT(be_pack_new(CR_TYPE_Q4_K, w, ROWS, 256 * nb, (size_t)nb * sizeof *w, &p,
+                                 &err),
+                     CR_OK);
+        if (!p)
+            goto next;
+        float ref[ROWS];
+        be_pack_gemm_q4_k_scalar(p, 0, ROWS / 8, x, NULL, 1, ref, ROWS);
+        int off = 0;
+        for (int r = 0; r < ROWS; r++) {
+            float f = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                const be_block_q4_k_t *blk = &w[r * nb + b];
+                int64_t isum = 0, msum = 0;
+                for (int e = 0; e < 256; e++) {
+                    uint8_t sc, m, byte = blk->qs[32 * (e / 64) + e % 32];
+                    be_k4_scale_min(e / 32, blk->scales, &sc, &m);
+                    int q = e % 64 < 32 ? byte & 15 : byte >> 4;
+                    isum += (int64_t)sc * q * x[b].qs[e];
+                    msum += (int64_t)m * x[b].qs[e];
+                }
+                f = fmaf((float)isum, 1.0f, f);
+                f = fmaf(-(float)msum, 1.0f, f);
+            }
+            off += memcmp(&f, &ref[r], sizeof f) != 0;
+        }
+        CHECK_MSG(off == 0, "Q4_K extremes %" PRId64 " blocks: scalar off %d times", nb, off);
+        char what[64];
+        snprintf(what, sizeof what, "Q4_K decode extremes %" PRId64 " blocks", nb);
+        decode_ranges(CR_TYPE_Q4_K, p, x, NULL, what);
+    next:
+        be_pack_destroy(&p);
+        free(w);
+        free(x);
+    }
+}
+
 static void test_backend(void)
 {
     be_backend_t *be1 = NULL, *be3 = NULL;
@@ -669,6 +824,8 @@ int main(void)
     test_q4_0_extremes();
     test_q8_0_decode_pairs();
     test_q4_0_decode();
+    test_q4_k_decode();
+    test_q4_k_decode_extremes();
     test_backend();
     test_file_pages_dropped();
     return check_finish("test_repack");

@@ -12,17 +12,18 @@
  *
  * Measured with bench-kernels --packed on an AMD EPYC with AVX-512 (thread
  * CPU time, VNNI / AVX2 in one process, 2048 columns): Q6_K decode runs
- * 1.1-1.5x the AVX2 kernel; Q4_K decode only 0.85-0.95x (its AVX2 tile
- * keeps more independent work per block), so one token goes to the AVX2
- * tile, while 64-token prompts run 1.05-1.4x with VNNI. Q4_0 with two or
- * more tokens runs q4_0_gemm_avx512.c's 16-row tiles, with one token its
- * own decode kernel (repack_q4_decode.c); Q8_0 decode has its own
- * one-token kernels too (repack_q8_decode.c). The Q8_0
+ * 1.1-1.5x the AVX2 kernel; Q4_K decode on these tiles only 0.85-0.95x
+ * (its AVX2 tile keeps more independent work per block), while 64-token
+ * prompts run 1.05-1.4x with VNNI. Q4_0 with two or more tokens runs
+ * q4_0_gemm_avx512.c's 16-row tiles. Q4_0, Q8_0 and Q4_K decode have
+ * their own one-token kernels (repack_q4_decode.c, repack_q8_decode.c,
+ * repack_q4k_decode.c). The Q8_0
  * tiles issue no prefetch (as their AVX2 tiles): with it Q8_0 decode from
  * DRAM ran 0.8x the AVX2 kernel, without it 1.0x. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/repack.h"
 #include "services/runner/backend/cpu/repack_q4_decode.h"
+#include "services/runner/backend/cpu/repack_q4k_decode.h"
 #include "services/runner/backend/cpu/repack_q8_decode.h"
 
 #define TILE_TOK 16
@@ -277,13 +278,13 @@ VNNI void be_pack_gemm_q8_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1, c
 VNNI void be_pack_gemm_q4_k_vnni(const be_packed_t *p, int64_t g0, int64_t g1, const void *xv,
                                  const int32_t *xsum, int n, float *y, size_t y_stride)
 {
-    if (n == 1) { /* decode: the AVX2 tile is faster here (see the top) */
-        be_pack_gemm_q4_k_avx2(p, g0, g1, xv, xsum, n, y, y_stride);
-        return;
-    }
     CR_UNUSED(xsum);
     const be_block_q8_k_t *x = xv;
     int64_t nb = p->n_blocks;
+    if (n == 1) {
+        be_pack_q4_k_decode_vnni(p, g0, g1, x, y);
+        return;
+    }
     for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
         int tn = CR_MIN(TILE_TOK, n - t0);
         for (int64_t g = g0; g < g1; g++)
