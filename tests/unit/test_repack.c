@@ -547,13 +547,13 @@ static int decode_ranges(cr_type_t t, const be_packed_t *p, const void *xq, cons
 }
 
 /* Q4_K decode on random weights: rows of 1 to 3 super-blocks and around
- * BE_Q4K_DECODE_PAIR_BLOCKS (one group at a time below it, pairs from it
- * on), 5 groups (pairs and an odd one), 1 to 5 groups in a range. */
+ * half of BE_Q4K_DECODE_MIN_STREAM_BLOCKS (a range of 4 or 5 groups pairs
+ * g with g + 2 from there on, one group at a time below), 5 groups (pairs
+ * and an odd one), 1 to 5 groups in a range. */
 static void test_q4_k_decode(void)
 {
-    enum { ROWS = 40 };
-    int64_t nbs[] = {1, 2, 3, BE_Q4K_DECODE_PAIR_BLOCKS - 1, BE_Q4K_DECODE_PAIR_BLOCKS,
-                     BE_Q4K_DECODE_PAIR_BLOCKS + 3};
+    enum { ROWS = 40, HALF = BE_Q4K_DECODE_MIN_STREAM_BLOCKS / 2 };
+    int64_t nbs[] = {1, 2, 3, HALF - 1, HALF, HALF + 3};
     for (size_t c = 0; c < CR_ARRAY_LEN(nbs); c++) {
         int64_t n = 256 * nbs[c];
         size_t rb = 0, ab = 0;
@@ -600,7 +600,8 @@ static void set_k4_scale_min(be_block_q4_k_t *b, int sb, uint8_t sc, uint8_t m)
 static void test_q4_k_decode_extremes(void)
 {
     enum { ROWS = 40 };
-    int64_t nbs[] = {1, BE_Q4K_DECODE_PAIR_BLOCKS - 1, BE_Q4K_DECODE_PAIR_BLOCKS};
+    int64_t nbs[] = {1, BE_Q4K_DECODE_MIN_STREAM_BLOCKS / 2 - 1,
+                     BE_Q4K_DECODE_MIN_STREAM_BLOCKS / 2};
     for (size_t c = 0; c < CR_ARRAY_LEN(nbs); c++) {
         int64_t nb = nbs[c];
         be_block_q4_k_t *w = calloc((size_t)(ROWS * nb), sizeof *w);

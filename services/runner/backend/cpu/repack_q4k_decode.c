@@ -121,7 +121,7 @@ static VNNI void one_vnni(const be_block_q4_kx8_t *w0, int64_t nb, const be_bloc
 }
 
 static VNNI void pair_vnni(const be_block_q4_kx8_t *w0, const be_block_q4_kx8_t *w1, int64_t nb,
-                           const be_block_q8_k_t *x, float *y)
+                           const be_block_q8_k_t *x, float *y0, float *y1)
 {
     const be_block_q4_kx8_t *w[2] = {w0, w1};
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -130,18 +130,20 @@ static VNNI void pair_vnni(const be_block_q4_kx8_t *w0, const be_block_q4_kx8_t 
         prefetch_nta(w1 + b + PF_AHEAD);
         block(w, 2, b, x + b, acc);
     }
-    _mm256_storeu_ps(y, acc[0]);
-    _mm256_storeu_ps(y + BE_PACK_ROWS, acc[1]);
+    _mm256_storeu_ps(y0, acc[0]);
+    _mm256_storeu_ps(y1, acc[1]);
 }
 
 VNNI void be_pack_q4_k_decode_vnni(const be_packed_t *p, int64_t g0, int64_t g1,
                                    const be_block_q8_k_t *x, float *y)
 {
-    int64_t nb = p->n_blocks, g = g0;
-    if (nb >= BE_Q4K_DECODE_PAIR_BLOCKS)
-        for (; g + 1 < g1; g += 2)
-            pair_vnni(GROUP(p, g), GROUP(p, g + 1), nb, x, y + (size_t)g * BE_PACK_ROWS);
-    for (; g < g1; g++)
+    int64_t nb = p->n_blocks, half = (g1 - g0) / 2;
+    if (half * nb < BE_Q4K_DECODE_MIN_STREAM_BLOCKS)
+        half = 0;
+    for (int64_t g = g0; g < g0 + half; g++)
+        pair_vnni(GROUP(p, g), GROUP(p, g + half), nb, x, y + (size_t)g * BE_PACK_ROWS,
+                  y + (size_t)(g + half) * BE_PACK_ROWS);
+    for (int64_t g = g0 + 2 * half; g < g1; g++)
         one_vnni(GROUP(p, g), nb, x, y + (size_t)g * BE_PACK_ROWS);
 }
 

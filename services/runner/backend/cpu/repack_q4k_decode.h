@@ -14,18 +14,24 @@
  * activation words are put in place once per sub-block pair for all the
  * groups of a pass, and one int32 multiply applies 16 scales.
  *
- * Rows of up to BE_Q4K_DECODE_PAIR_BLOCKS - 1 super-blocks go one group at
- * a time, longer rows two at a time (each activation block read once for
- * both), and each stream is prefetched (NTA) 4 super-blocks (4.6 KiB)
- * ahead. Measured on a busy 2-core AMD EPYC VM (Zen 5, AVX-512), one
- * thread, variants interleaved in one process, medians of 9-11 rounds,
- * share of a plain read: at 4096 columns pairs 85% vs one group 62%; at
- * 8192 pairs 81-85% vs 65-80%; at 2048 one group 94-107% vs pairs 56%;
- * without the prefetch 55-92%, 8 ahead no better than 4. Against the
- * 256-bit tile (bench-kernels --packed Q4_K --rows 32768, load 15-25):
- * 1.28-1.75x at 2048 columns (92-108% of the read), but 0.95-1.04x at
- * 5632 and 1.00-1.08x at 8192 (72-81%, the tile 71-79%): on long rows
- * both wait on the memory stream, not on their arithmetic.
+ * A range of groups g0..g1 goes two groups at a time, g with g + half
+ * (half = (g1 - g0) / 2: two weight streams that run unbroken through the
+ * two halves, each activation block read once for both), an odd last group
+ * alone, and each stream is prefetched (NTA) 4 super-blocks (4.6 KiB)
+ * ahead; ranges whose streams would be under
+ * BE_Q4K_DECODE_MIN_STREAM_BLOCKS go one group at a time. Measured on a
+ * busy 2-core AMD EPYC VM (Zen 5, AVX-512), one thread, medians of 9-11
+ * rounds, share of a plain read: pairing g with g + 1 (the first version)
+ * read at 4096 columns 85% vs one group 62%, at 8192 81-85% vs 65-80%, at
+ * 2048 56% vs one group's 94-107%; without the prefetch 55-92%, 8 ahead
+ * no better than 4. Against the 256-bit tile (bench-kernels --packed Q4_K,
+ * load 15-25) those g, g + 1 pairs gained 1.28-1.75x at 2048 columns but
+ * nothing at 5632 and 8192 (72-81%, the tile 71-79%). The split pairs
+ * (bench-kernels, 16384-65536 rows, load 11-12, old and new binaries
+ * alternated): 98-100% at 5632 columns (g, g + 1: 70-88%), 87-92% at 8192
+ * (81-91%), 98-101% at 2048 (93%): as for Q4_0 and Q8_0
+ * (repack_q4_decode.h), restarting both streams at every pair was what
+ * held long rows back.
  */
 #ifndef BE_CPU_REPACK_Q4K_DECODE_H
 #define BE_CPU_REPACK_Q4K_DECODE_H
@@ -34,8 +40,9 @@
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/repack.h"
 
-/* Super-blocks per row from which groups go in pairs. */
-#define BE_Q4K_DECODE_PAIR_BLOCKS 16
+/* Super-blocks each of a pair's two streams must run at least (64: 72 KiB);
+ * shorter ranges go one group at a time. */
+#define BE_Q4K_DECODE_MIN_STREAM_BLOCKS 64
 
 /* y[8 g + i] = row 8 g + i of p (type Q4_K) times the one activation row x
  * (p->n_blocks Q8_K blocks) for groups g0..g1-1. Call only after
