@@ -274,6 +274,19 @@ const be_vec_ops_t *be_vec_ops_at(be_simd_t level)
     return &scalar_ops;
 }
 
+void be_vec_softmax_row(const be_vec_ops_t *vec, float *x, int n, const float *sink)
+{
+    float max = sink ? *sink : -INFINITY;
+    for (int i = 0; i < n; i++)
+        max = fmaxf(max, x[i]);
+    double sum = vec->exp_sum(n, x, max);
+    if (sink)
+        sum += (double)expf(*sink - max);
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
 const be_vec_ops_t *be_vec_ops(void)
 {
     return be_vec_ops_at(be_simd_detect());
