@@ -44,6 +44,7 @@ static inline TGT void lane4(vec_t out[4], const float *const qr[4], const float
     part4(p1, qr, kt, ldk, l + 8, n32, n8);
     part4(p2, qr, kt, ldk, l + 16, n32, n8);
     part4(p3, qr, kt, ldk, l + 24, n32, n8);
+#pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
         out[r] = _mm512_add_ps(_mm512_add_ps(p0[r], p1[r]), _mm512_add_ps(p2[r], p3[r]));
 }
@@ -52,24 +53,29 @@ TGT void be_avx512_pf_qk(int nq, int hd, const float *q, const float *kt, size_t
                        float *s, size_t lds)
 {
     const float *qr[4];
+#pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
         qr[r] = q + (size_t)(r < nq ? r : 0) * hd; /* missing rows: row 0, not stored */
     int n32 = hd / 32, n8 = hd % 32 / 8;
     vec_t x[4], y[4], a[4], b[4];
     lane4(x, qr, kt, ldk, 0, n32, n8);
     lane4(y, qr, kt, ldk, 4, n32, n8);
+#pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
         a[r] = _mm512_add_ps(x[r], y[r]);
     lane4(x, qr, kt, ldk, 2, n32, n8);
     lane4(y, qr, kt, ldk, 6, n32, n8);
+#pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
         a[r] = _mm512_add_ps(a[r], _mm512_add_ps(x[r], y[r]));
     lane4(x, qr, kt, ldk, 1, n32, n8);
     lane4(y, qr, kt, ldk, 5, n32, n8);
+#pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
         b[r] = _mm512_add_ps(x[r], y[r]);
     lane4(x, qr, kt, ldk, 3, n32, n8);
     lane4(y, qr, kt, ldk, 7, n32, n8);
+#pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
         b[r] = _mm512_add_ps(b[r], _mm512_add_ps(x[r], y[r]));
     for (int r = 0; r < nq; r++)
@@ -80,21 +86,21 @@ TGT void be_avx512_pf_qk(int nq, int hd, const float *q, const float *kt, size_t
 #define PV_SLICE(NQ, W)                                                              \
     do {                                                                             \
         vec_t c[NQ][W];                                                              \
-        for (int r = 0; r < NQ; r++)                                                 \
-            for (int w = 0; w < W; w++)                                              \
+        _Pragma("GCC unroll 4") for (int r = 0; r < NQ; r++)                                                 \
+            _Pragma("GCC unroll 4") for (int w = 0; w < W; w++)                                              \
                 c[r][w] = _mm512_loadu_ps(acc + (size_t)r * hd + d0 + w * 16);              \
         for (int j = 0; j < n; j++) {                                                \
             vec_t vv[W];                                                             \
-            for (int w = 0; w < W; w++)                                              \
+            _Pragma("GCC unroll 4") for (int w = 0; w < W; w++)                                              \
                 vv[w] = _mm512_loadu_ps(v + (size_t)j * hd + d0 + w * 16);                  \
-            for (int r = 0; r < NQ; r++) {                                           \
+            _Pragma("GCC unroll 4") for (int r = 0; r < NQ; r++) {                                           \
                 vec_t pw = _mm512_set1_ps(p[(size_t)r * ldp + j]);                           \
-                for (int w = 0; w < W; w++)                                          \
+                _Pragma("GCC unroll 4") for (int w = 0; w < W; w++)                                          \
                     c[r][w] = _mm512_add_ps(c[r][w], _mm512_mul_ps(pw, vv[w]));                       \
             }                                                                        \
         }                                                                            \
-        for (int r = 0; r < NQ; r++)                                                 \
-            for (int w = 0; w < W; w++)                                              \
+        _Pragma("GCC unroll 4") for (int r = 0; r < NQ; r++)                                                 \
+            _Pragma("GCC unroll 4") for (int w = 0; w < W; w++)                                              \
                 _mm512_storeu_ps(acc + (size_t)r * hd + d0 + w * 16, c[r][w]);              \
     } while (0)
 
