@@ -285,6 +285,12 @@ static void check_backend(void)
         free(ref);
         case_free(&c);
     }
+    /* the tiled path's scratch is reserved only where it is on */
+    uint64_t w_on, b_on, w_off, b_off;
+    on->ops->memory_used(on, &w_on, &b_on);
+    off->ops->memory_used(off, &w_off, &b_off);
+    CHECK_MSG(b_on >= b_off + be_cpu_attn_prefill_floats(8, 128, 256) * sizeof(float) * 2,
+              "backend: %" PRIu64 " buffer bytes on, %" PRIu64 " off", b_on, b_off);
 out:
     if (on)
         on->ops->destroy(&on);

@@ -31,7 +31,10 @@
 
 #define ALIGN_BYTES 64
 #define ROW_TILE 16 /* weight rows per tile: reused across the batch */
-#define PREFILL_MIN_TOK 2 /* queries from which attention is tiled */
+/* attention is tiled (attn_prefill.h) from 2 queries whose last sees 32
+ * keys or more: below, bench-attn measured the per-query loop as fast */
+#define PREFILL_MIN_TOK 2
+#define PREFILL_MIN_KEYS 32
 
 typedef struct be_cpu {
     be_backend_t base;
@@ -327,9 +330,13 @@ static cr_status_t cpu_reserve(be_backend_t *be, int max_tok, int64_t max_cols,
         c->att_ctx = ctx;
         c->att_hd = hd;
     }
-    /* heads are at most max_cols wide; wider than BE_PF_MAX_HD never tile */
-    size_t pf = be_cpu_attn_prefill_floats(BE_PF_ROWS, (int)c->att_ctx,
-                                           (int)CR_MIN(max_cols, BE_PF_MAX_HD));
+    /* heads are at most max_cols wide; wider than BE_PF_MAX_HD never tile.
+     * Rows per unit: BE_PF_ROWS, fewer for long contexts (about 4 MiB a
+     * thread), never under 8 (GQA groups of 8 fit) */
+    int pf_hd = (int)CR_MIN(max_cols, BE_PF_MAX_HD);
+    size_t pf_rows = ((size_t)1 << 20) / (c->att_ctx + 2 * (size_t)pf_hd);
+    pf_rows = CR_MAX(8, CR_MIN(BE_PF_ROWS, pf_rows));
+    size_t pf = be_cpu_attn_prefill_floats((int)pf_rows, (int)c->att_ctx, pf_hd);
     if (c->prefill && pf > c->pf_floats) {
         float *p = alloc_aligned(pf * sizeof(float) * (size_t)c->n_threads);
         if (!p)
@@ -855,7 +862,7 @@ static void cpu_attention(be_backend_t *be, float *out, const float *q,
 {
     be_cpu_t *c = cpu_of(be);
     /* many queries: tiled, same bits (attn_prefill.h); decode: per query */
-    if (c->prefill && a->n_tok >= PREFILL_MIN_TOK &&
+    if (c->prefill && a->n_tok >= PREFILL_MIN_TOK && a->pos0 + a->n_tok >= PREFILL_MIN_KEYS &&
         be_cpu_attn_prefill(c->pool, c->simd, c->pf, c->pf_floats, out, q, k, v, a))
         return;
     attn_job_t j = {c, out, q, k, v, a, be_type_traits(CR_TYPE_F16)->vec_dot};
