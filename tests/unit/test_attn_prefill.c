@@ -218,8 +218,9 @@ static void check_level(rn_threadpool_t *pool, be_simd_t lv)
     CHECK_MSG(differ == 0, "%s: %d of %d cases differ from the per-query path",
               be_simd_name(lv), differ, cases);
     CHECK_MSG(outside == 0, "%s: %d outputs outside the bound", be_simd_name(lv), outside);
-    printf("%s (kernel %s): %d cases, per-query bits, worst error %.3f of the bound\n",
-           be_simd_name(lv), be_pf_kernel_at(lv)->name, cases, worst);
+    printf("%s (kernel %s): %d cases, %s, worst error %.3f of the bound\n",
+           be_simd_name(lv), be_cpu_pf_kernel_at(lv)->name, cases,
+           differ ? "NOT the per-query bits" : "per-query bits", worst);
 }
 
 /* A scratch too small for one token's rows, other cache types and a head

@@ -73,13 +73,13 @@ static void pv_scalar(int nq, int n, int hd, const float *p, size_t ldp, const f
         }
 }
 
-static const be_pf_kernel_t scalar_kernel = {"scalar", 8, qk_scalar, pv_scalar};
+static const be_cpu_pf_kernel_t scalar_kernel = {"scalar", 8, qk_scalar, pv_scalar};
 #if defined(__x86_64__) || defined(__i386__)
-static const be_pf_kernel_t avx2_kernel = {"avx2", 8, be_avx2_pf_qk, be_avx2_pf_pv};
-static const be_pf_kernel_t avx512_kernel = {"avx512", 16, be_avx512_pf_qk, be_avx512_pf_pv};
+static const be_cpu_pf_kernel_t avx2_kernel = {"avx2", 8, be_avx2_pf_qk, be_avx2_pf_pv};
+static const be_cpu_pf_kernel_t avx512_kernel = {"avx512", 16, be_avx512_pf_qk, be_avx512_pf_pv};
 #endif
 
-const be_pf_kernel_t *be_pf_kernel_at(be_simd_t level)
+const be_cpu_pf_kernel_t *be_cpu_pf_kernel_at(be_simd_t level)
 {
 #if defined(__x86_64__) || defined(__i386__)
     be_simd_t have = be_simd_detect();
@@ -96,7 +96,7 @@ const be_pf_kernel_t *be_pf_kernel_at(be_simd_t level)
 /* ---- the tiled op ----------------------------------------------------- */
 
 typedef struct pf_job {
-    const be_pf_kernel_t *kr;
+    const be_cpu_pf_kernel_t *kr;
     const be_vec_ops_t *vec;
     float *out;
     const float *q;
@@ -123,7 +123,7 @@ static void round_f16(float *x, int n)
 static void unit(pf_job_t *j, float *buf, int hk, int t0, int t1)
 {
     const be_attn_t *a = j->a;
-    const be_pf_kernel_t *kr = j->kr;
+    const be_cpu_pf_kernel_t *kr = j->kr;
     int hd = a->head_dim, G = j->group, R = (t1 - t0) * G;
     size_t kv_row = (size_t)a->n_head_kv * hd, lds = j->lds;
     float *kt = buf, *vt = kt + round16((size_t)PF_KEYS * hd);
@@ -212,7 +212,7 @@ bool be_cpu_attn_prefill(rn_threadpool_t *pool, be_simd_t level, float *scratch,
                          size_t per_thread, float *out, const float *q, const uint16_t *k,
                          const uint16_t *v, const be_attn_t *a)
 {
-    const be_pf_kernel_t *kr = be_pf_kernel_at(level);
+    const be_cpu_pf_kernel_t *kr = be_cpu_pf_kernel_at(level);
     int hd = a->head_dim;
     if (a->kv_type != CR_TYPE_F16 || hd < 1 || hd > BE_PF_MAX_HD || a->n_tok < 1 ||
         a->n_head_kv < 1 || a->n_head % a->n_head_kv)

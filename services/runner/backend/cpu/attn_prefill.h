@@ -50,16 +50,16 @@ bool be_cpu_attn_prefill(rn_threadpool_t *pool, be_simd_t level, float *scratch,
  * call). pv: acc[r * hd + d] = acc + p[r * ldp + j] * v[j * hd + d], a
  * rounded product then a rounded add, for j < n in order, r < nq <= 4,
  * d < hd (a multiple of 8 at vector levels). */
-typedef struct be_pf_kernel {
+typedef struct be_cpu_pf_kernel {
     const char *name;
     int kw;
     void (*qk)(int nq, int hd, const float *q, const float *kt, size_t ldk, float *s,
                size_t lds);
     void (*pv)(int nq, int n, int hd, const float *p, size_t ldp, const float *v, float *acc);
-} be_pf_kernel_t;
+} be_cpu_pf_kernel_t;
 
 /* The kernel for `level` (scalar where the CPU lacks it). Static. */
-const be_pf_kernel_t *be_pf_kernel_at(be_simd_t level);
+const be_cpu_pf_kernel_t *be_cpu_pf_kernel_at(be_simd_t level);
 
 void be_avx2_pf_qk(int nq, int hd, const float *q, const float *kt, size_t ldk, float *s,
                    size_t lds);

@@ -1,6 +1,6 @@
 /* attn_prefill_avx2.c: the AVX2 (BE_SIMD_AVX2) kernels of attn_prefill.h (8 keys per
  * vector). Compiled with target attributes and reached only through
- * be_pf_kernel_at, after be_simd_detect() reported the level.
+ * be_cpu_pf_kernel_at, after be_simd_detect() reported the level.
  *
  * qk repeats be_avx2_dot_f16 lane by lane with keys side by side: its
  * partial P_m (m < 32: accumulator m / 8, lane m % 8) is an FMA chain over
