@@ -25,7 +25,7 @@
 #include "services/runner/backend/cpu/threadpool.h"
 
 #define BE_PF_MAX_HD 256 /* larger heads take the per-query path */
-#define BE_PF_ROWS 32    /* query rows per unit the backend reserves for */
+#define BE_PF_ROWS 64    /* query rows per unit the backend reserves for */
 
 /* Floats of one thread's scratch for units of `rows` query rows over up
  * to ctx keys of head_dim hd (hd <= BE_PF_MAX_HD). */
