@@ -310,7 +310,8 @@ int main(void)
     be_simd_t have = be_simd_detect();
     for (int l = BE_SIMD_SCALAR; l <= BE_SIMD_AVX512_VNNI; l++) {
         if (l > (int)have) {
-            printf("%s: not tested (this CPU lacks it)\n", be_simd_name((be_simd_t)l));
+            printf("%s: not tested (above this CPU's level or CORRAL_CPU_SIMD)\n",
+                   be_simd_name((be_simd_t)l));
             continue;
         }
         check_level(pool, (be_simd_t)l);
