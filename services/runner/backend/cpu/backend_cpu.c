@@ -15,6 +15,7 @@
 #include "lib/log.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/attn_full.h"
+#include "services/runner/backend/cpu/attn_prefill.h"
 #include "services/runner/backend/cpu/attn_kvq.h"
 #include "services/runner/backend/cpu/gemm.h"
 #include "services/runner/backend/cpu/quant.h"
@@ -30,6 +31,10 @@
 
 #define ALIGN_BYTES 64
 #define ROW_TILE 16 /* weight rows per tile: reused across the batch */
+/* attention is tiled (attn_prefill.h) from 2 queries whose last sees 32
+ * keys or more: below, bench-attn measured the per-query loop as fast */
+#define PREFILL_MIN_TOK 2
+#define PREFILL_MIN_KEYS 32
 
 typedef struct be_cpu {
     be_backend_t base;
@@ -50,6 +55,9 @@ typedef struct be_cpu {
     uint16_t *att16;      /* per thread: probs [max_ctx] + q [max_hd] */
     size_t att_ctx;       /* positions reserved per thread */
     size_t att_hd;        /* head elements reserved per thread */
+    bool prefill;         /* tiled attention for many queries (attn_prefill.h) */
+    float *pf;            /* per thread: its scratch, pf_floats each */
+    size_t pf_floats;
     uint64_t weight_bytes; /* packed copies of prepared weights */
     uint64_t buffer_bytes; /* buffers from alloc, not yet freed */
     be_cpu_scratch_t wide; /* matmul_wide and attention_full (gemm.h) */
@@ -130,7 +138,8 @@ static void cpu_memory_used(const be_backend_t *be, uint64_t *weight_bytes,
     *weight_bytes = c->weight_bytes;
     *buffer_bytes = c->buffer_bytes + c->wdata_bytes + c->xsum_len * sizeof(int32_t) +
                     per * (sizeof(float) + sizeof(uint16_t)) * (size_t)c->n_threads +
-                    c->wide.floats * sizeof(float);
+                    c->wide.floats * sizeof(float) +
+                    c->pf_floats * sizeof(float) * (size_t)c->n_threads;
 }
 
 static void cpu_copy(be_backend_t *be, void *dst, const void *src, size_t bytes)
@@ -320,6 +329,22 @@ static cr_status_t cpu_reserve(be_backend_t *be, int max_tok, int64_t max_cols,
         c->att16 = a16;
         c->att_ctx = ctx;
         c->att_hd = hd;
+    }
+    /* heads are at most max_cols wide; wider than BE_PF_MAX_HD never tile.
+     * Rows per unit: BE_PF_ROWS, fewer for long contexts (about 4 MiB a
+     * thread), never under 8 (GQA groups of 8 fit) */
+    int pf_hd = (int)CR_MIN(max_cols, BE_PF_MAX_HD);
+    size_t pf_rows = ((size_t)1 << 20) / (c->att_ctx + 2 * (size_t)pf_hd);
+    pf_rows = CR_MAX(8, CR_MIN(BE_PF_ROWS, pf_rows));
+    size_t pf = be_cpu_attn_prefill_floats((int)pf_rows, (int)c->att_ctx, pf_hd);
+    if (c->prefill && pf > c->pf_floats) {
+        float *p = alloc_aligned(pf * sizeof(float) * (size_t)c->n_threads);
+        if (!p)
+            return cr_err_set(err, CR_E_NOMEM, "cpu backend: cannot allocate "
+                              "prompt attention scratch for %zu positions", c->att_ctx);
+        free(c->pf);
+        c->pf = p;
+        c->pf_floats = pf;
     }
     return CR_OK;
 }
@@ -747,35 +772,10 @@ static void cpu_add(be_backend_t *be, float *y, const float *x, size_t n)
         y[i] += x[i];
 }
 
-/* Softmax of one row in place; exp sums in double. */
-static void softmax_row(const be_vec_ops_t *vec, float *x, int n)
-{
-    float max = -INFINITY;
-    for (int i = 0; i < n; i++)
-        max = fmaxf(max, x[i]);
-    double sum = vec->exp_sum(n, x, max);
-    float inv = (float)(1.0 / sum);
-    for (int i = 0; i < n; i++)
-        x[i] *= inv;
-}
-
-/* softmax_row with an attention sink: one more logit in the max and the
- * denominator, whose probability is dropped (ggml's soft_max sinks). */
-static void softmax_row_sink(const be_vec_ops_t *vec, float *x, int n, float sink)
-{
-    float max = sink;
-    for (int i = 0; i < n; i++)
-        max = fmaxf(max, x[i]);
-    double sum = vec->exp_sum(n, x, max) + (double)expf(sink - max);
-    float inv = (float)(1.0 / sum);
-    for (int i = 0; i < n; i++)
-        x[i] *= inv;
-}
-
 static void cpu_softmax(be_backend_t *be, float *x, int n_rows, int n_cols)
 {
     for (int r = 0; r < n_rows; r++)
-        softmax_row(cpu_of(be)->vec, x + (size_t)r * n_cols, n_cols);
+        be_vec_softmax_row(cpu_of(be)->vec, x + (size_t)r * n_cols, n_cols, NULL);
 }
 
 /* ---- attention -------------------------------------------------------- */
@@ -849,10 +849,7 @@ static void attn_task(void *ctx, int ith, int nth)
             j->dot_f16(hd, &s, kc + (size_t)p * kv_row + (size_t)hk * hd, q16);
             scores[p] = s * a->scale;
         }
-        if (sinks)
-            softmax_row_sink(j->c->vec, scores, n_kv, sinks[h]);
-        else
-            softmax_row(j->c->vec, scores, n_kv);
+        be_vec_softmax_row(j->c->vec, scores, n_kv, sinks ? &sinks[h] : NULL);
         be_f32_to_f16_row(scores, p16, n_kv);
         float *o = j->out + ((size_t)t * a->n_head + h) * hd;
         j->c->vec->attn_v(n_kv, p16, vc + (size_t)hk * hd, kv_row, hd, acc);
@@ -864,6 +861,10 @@ static void cpu_attention(be_backend_t *be, float *out, const float *q,
                           const void *k, const void *v, const be_attn_t *a)
 {
     be_cpu_t *c = cpu_of(be);
+    /* many queries: tiled, same bits (attn_prefill.h); decode: per query */
+    if (c->prefill && a->n_tok >= PREFILL_MIN_TOK && a->pos0 + a->n_tok >= PREFILL_MIN_KEYS &&
+        be_cpu_attn_prefill(c->pool, c->simd, c->pf, c->pf_floats, out, q, k, v, a))
+        return;
     attn_job_t j = {c, out, q, k, v, a, be_type_traits(CR_TYPE_F16)->vec_dot};
     int tasks = a->n_tok * a->n_head;
     rn_threadpool_run(c->pool, attn_task, &j, tasks);
@@ -883,6 +884,7 @@ static void cpu_destroy(be_backend_t **self_p)
     free(c->xsum);
     free(c->att);
     free(c->att16);
+    free(c->pf);
     be_cpu_scratch_free(&c->wide);
     free(c);
     *self_p = NULL;
@@ -928,6 +930,8 @@ cr_status_t be_cpu_new(int n_threads, be_backend_t **out, cr_err_t *err)
     c->vec = be_vec_ops_at(c->simd);
     const char *rp = getenv("CORRAL_CPU_REPACK");
     c->repack = !(rp && !strcmp(rp, "0"));
+    const char *pa = getenv("CORRAL_CPU_PREFILL_ATTN");
+    c->prefill = !(pa && !strcmp(pa, "0"));
     cr_status_t st = rn_threadpool_new(n_threads, &c->pool, err);
     if (st) {
         free(c);

@@ -274,6 +274,31 @@ const be_vec_ops_t *be_vec_ops_at(be_simd_t level)
     return &scalar_ops;
 }
 
+void be_vec_softmax_row(const be_vec_ops_t *vec, float *x, int n, const float *sink)
+{
+    /* eight running maxima, not fmaxf (a libm call per score): the same
+     * max, as NaN scores are skipped by both and the sign of a zero max
+     * does not change exp(x - max) */
+    float m8[8];
+    for (int i = 0; i < 8; i++)
+        m8[i] = sink ? *sink : -INFINITY;
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            m8[l] = x[i + l] > m8[l] ? x[i + l] : m8[l];
+    for (; i < n; i++)
+        m8[0] = x[i] > m8[0] ? x[i] : m8[0];
+    float max = m8[0];
+    for (int l = 1; l < 8; l++)
+        max = m8[l] > max ? m8[l] : max;
+    double sum = vec->exp_sum(n, x, max);
+    if (sink)
+        sum += (double)expf(*sink - max);
+    float inv = (float)(1.0 / sum);
+    for (i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
 const be_vec_ops_t *be_vec_ops(void)
 {
     return be_vec_ops_at(be_simd_detect());

@@ -52,4 +52,10 @@ const be_vec_ops_t *be_vec_ops_at(be_simd_t level);
 /* The versions for the detected level. */
 const be_vec_ops_t *be_vec_ops(void);
 
+/* Softmax of one row of n scores in place through vec's exp_sum (sums in
+ * double); with sink (not NULL), one more logit *sink in the max and the
+ * denominator whose probability is dropped (ggml's soft_max sinks). The
+ * attention paths share it: their probabilities must be the same bits. */
+void be_vec_softmax_row(const be_vec_ops_t *vec, float *x, int n, const float *sink);
+
 #endif
