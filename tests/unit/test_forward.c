@@ -3,7 +3,8 @@
  * Models come from tools/synth/synth.c (the code behind
  * corral-gguf-synth), written in memory or to a temp file. Checks: every
  * weight type loads and gives finite, deterministic logits; a batch of n
- * tokens equals n single steps; truncating the cache and evaluating again
+ * tokens equals n single steps (12 tokens, and 48 for the tiled prompt
+ * attention); truncating the cache and evaluating again
  * reproduces the logits; thread count does not change results; the backend
  * ops match plain double-precision references; and broken models (missing
  * tensor, wrong shape, unsupported type or architecture, bad
@@ -125,6 +126,31 @@ static void check_model_runs(const char *label, const rn_model_t *m)
     CHECK(!same(rn_ctx_logits(b), all + V * (N_TOKS - 1), V));
     CHECK_EQ_INT(rn_ctx_eval(b, &toks_g[N_TOKS - 1], 1, N_TOKS - 1, NULL, &err), CR_OK);
     CHECK(same(rn_ctx_logits(b), all + V * (N_TOKS - 1), V));
+
+    /* a prompt long enough for the tiled prompt attention (attn_prefill.c:
+     * from 2 queries whose last sees 32 keys), in one batch and in b's
+     * chunks of 5, == single steps (the per-query attention), bitwise */
+    enum { N_LONG = 48 };
+    int32_t longt[N_LONG];
+    for (int i = 0; i < N_LONG; i++)
+        longt[i] = (int32_t)((i * 37 + 11) % hp->n_vocab);
+    float *lall = malloc(V * N_LONG * sizeof *lall);
+    float *lstep = malloc(V * N_LONG * sizeof *lstep);
+    rn_ctx_clear(a);
+    CHECK_EQ_INT(rn_ctx_eval(a, longt, N_LONG, 0, lall, &err), CR_OK);
+    rn_ctx_clear(b);
+    for (int t = 0; t < N_LONG; t++) {
+        CHECK_EQ_INT(rn_ctx_eval(b, &longt[t], 1, t, NULL, &err), CR_OK);
+        memcpy(lstep + V * t, rn_ctx_logits(b), V * sizeof(float));
+    }
+    CHECK_MSG(same(lall, lstep, V * N_LONG), "%s: %d-token batch != single steps", label,
+              N_LONG);
+    rn_ctx_clear(b);
+    CHECK_EQ_INT(rn_ctx_eval(b, longt, N_LONG, 0, lstep, &err), CR_OK);
+    CHECK_MSG(same(lall, lstep, V * N_LONG), "%s: %d-token chunked batch differs", label,
+              N_LONG);
+    free(lall);
+    free(lstep);
 
     free(all);
     free(step);
