@@ -57,6 +57,10 @@ done
 ((missing)) && echo "$name: $missing shared seed pattern(s) matched nothing (no shared test data?); committed seeds only"
 
 export CORRAL_FUZZ_VOCABS=$vocabs
+# CORRAL_FUZZ_TIMEOUT (default 10): wall seconds one input may take before
+# libFuzzer calls it a hang. bench/fuzz raises it: a long run at nice 19 on
+# a busy machine can wait longer than that for a CPU (session 11's long run
+# had six such false timeouts, every one of them an input that runs in ms).
 # A harness without seeds of its own just runs no input (-runs=0).
 CORRAL_FUZZ_SEED_DIR="$work/gen" "$bin" -runs=0 -artifact_prefix="$work/" \
     >"$work/seeds.log" 2>&1 || {
@@ -67,7 +71,7 @@ CORRAL_FUZZ_SEED_DIR="$work/gen" "$bin" -runs=0 -artifact_prefix="$work/" \
 
 # libFuzzer's own exit code for a finding is 77, which ctest reads as a
 # skip: every finding exits 1 here.
-"$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2560 -error_exitcode=1 \
+"$bin" -max_total_time="$secs" -timeout="${CORRAL_FUZZ_TIMEOUT:-10}" -rss_limit_mb=2560 -error_exitcode=1 \
     -timeout_exitcode=1 -print_final_stats=1 -artifact_prefix="$work/" "${max_len[@]}" \
     "$work/corpus" "$work/gen" "$work/shared" >"$work/fuzz.log" 2>&1
 rc=$?
