@@ -1,13 +1,7 @@
-/* attn_prefill_avx512.c: the AVX-512 (BE_SIMD_AVX512_VNNI) kernels of attn_prefill.h (16 keys per
- * vector). Compiled with target attributes and reached only through
- * be_cpu_pf_kernel_at, after be_simd_detect() reported the level.
- *
- * qk repeats be_avx2_dot_f16 lane by lane with keys side by side: its
- * partial P_m (m < 32: accumulator m / 8, lane m % 8) is an FMA chain over
- * d = 32 i + m, the 8-wide tail loop extends P_0..P_7, lane l of the
- * accumulators' sum is v_l = (P_l + P_l+8) + (P_l+16 + P_l+24), and
- * hsum_ps adds ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). pv
- * multiplies, then adds (no FMA), as attn_v does. */
+/* attn_prefill_avx512.c: the AVX-512 (BE_SIMD_AVX512_VNNI) kernels of
+ * attn_prefill.h, 16 keys per vector (the body, shared with AVX2:
+ * attn_prefill_simd.h). Compiled with target attributes and reached only
+ * through be_cpu_pf_kernel_at, after be_simd_detect() reported the level. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/attn_prefill.h"
 
@@ -15,136 +9,19 @@
 
 #include <immintrin.h>
 
-#define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+#define PF_TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+typedef __m512 pf_vec;
+#define PF_W 16
+#define PF_ZERO _mm512_setzero_ps
+#define PF_LOAD _mm512_loadu_ps
+#define PF_STORE _mm512_storeu_ps
+#define PF_SET1 _mm512_set1_ps
+#define PF_ADD _mm512_add_ps
+#define PF_MUL _mm512_mul_ps
+#define PF_FMA _mm512_fmadd_ps
+#define PF_QK be_avx512_pf_qk
+#define PF_PV be_avx512_pf_pv
 
-typedef __m512 vec_t;
-
-/* P_m for four rows */
-static inline TGT void part4(vec_t out[4], const float *const qr[4], const float *kt,
-                             size_t ldk, int m, int n32, int n8)
-{
-    vec_t a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int i = 0; i < n32 + (m < 8 ? n8 : 0); i++) {
-        int d = i < n32 ? 32 * i + m : 32 * n32 + 8 * (i - n32) + m;
-        vec_t kv = _mm512_loadu_ps(kt + (size_t)d * ldk);
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(qr[0][d]), kv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_set1_ps(qr[1][d]), kv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_set1_ps(qr[2][d]), kv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_set1_ps(qr[3][d]), kv, a3);
-    }
-    out[0] = a0, out[1] = a1, out[2] = a2, out[3] = a3;
-}
-
-/* v_l for four rows */
-static inline TGT void lane4(vec_t out[4], const float *const qr[4], const float *kt,
-                             size_t ldk, int l, int n32, int n8)
-{
-    vec_t p0[4], p1[4], p2[4], p3[4];
-    part4(p0, qr, kt, ldk, l, n32, n8);
-    part4(p1, qr, kt, ldk, l + 8, n32, n8);
-    part4(p2, qr, kt, ldk, l + 16, n32, n8);
-    part4(p3, qr, kt, ldk, l + 24, n32, n8);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        out[r] = _mm512_add_ps(_mm512_add_ps(p0[r], p1[r]), _mm512_add_ps(p2[r], p3[r]));
-}
-
-TGT void be_avx512_pf_qk(int nq, int hd, const float *q, const float *kt, size_t ldk,
-                       float *s, size_t lds)
-{
-    const float *qr[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        qr[r] = q + (size_t)(r < nq ? r : 0) * hd; /* missing rows: row 0, not stored */
-    int n32 = hd / 32, n8 = hd % 32 / 8;
-    vec_t x[4], y[4], a[4], b[4];
-    lane4(x, qr, kt, ldk, 0, n32, n8);
-    lane4(y, qr, kt, ldk, 4, n32, n8);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        a[r] = _mm512_add_ps(x[r], y[r]);
-    lane4(x, qr, kt, ldk, 2, n32, n8);
-    lane4(y, qr, kt, ldk, 6, n32, n8);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        a[r] = _mm512_add_ps(a[r], _mm512_add_ps(x[r], y[r]));
-    lane4(x, qr, kt, ldk, 1, n32, n8);
-    lane4(y, qr, kt, ldk, 5, n32, n8);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        b[r] = _mm512_add_ps(x[r], y[r]);
-    lane4(x, qr, kt, ldk, 3, n32, n8);
-    lane4(y, qr, kt, ldk, 7, n32, n8);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        b[r] = _mm512_add_ps(b[r], _mm512_add_ps(x[r], y[r]));
-    for (int r = 0; r < nq; r++)
-        _mm512_storeu_ps(s + (size_t)r * lds, _mm512_add_ps(a[r], b[r]));
-}
-
-/* acc rows += p . v over one slice of W vectors at d0, NQ rows */
-#define PV_SLICE(NQ, W)                                                              \
-    do {                                                                             \
-        vec_t c[NQ][W];                                                              \
-        _Pragma("GCC unroll 4") for (int r = 0; r < NQ; r++)                                                 \
-            _Pragma("GCC unroll 4") for (int w = 0; w < W; w++)                                              \
-                c[r][w] = _mm512_loadu_ps(acc + (size_t)r * hd + d0 + w * 16);              \
-        for (int j = 0; j < n; j++) {                                                \
-            vec_t vv[W];                                                             \
-            _Pragma("GCC unroll 4") for (int w = 0; w < W; w++)                                              \
-                vv[w] = _mm512_loadu_ps(v + (size_t)j * hd + d0 + w * 16);                  \
-            _Pragma("GCC unroll 4") for (int r = 0; r < NQ; r++) {                                           \
-                vec_t pw = _mm512_set1_ps(p[(size_t)r * ldp + j]);                           \
-                _Pragma("GCC unroll 4") for (int w = 0; w < W; w++)                                          \
-                    c[r][w] = _mm512_add_ps(c[r][w], _mm512_mul_ps(pw, vv[w]));                       \
-            }                                                                        \
-        }                                                                            \
-        _Pragma("GCC unroll 4") for (int r = 0; r < NQ; r++)                                                 \
-            _Pragma("GCC unroll 4") for (int w = 0; w < W; w++)                                              \
-                _mm512_storeu_ps(acc + (size_t)r * hd + d0 + w * 16, c[r][w]);              \
-    } while (0)
-
-/* the last hd % 16 dims, in C (ISO C: no contraction into an FMA) */
-static void pv_tail(int nq, int n, int hd, int d0, const float *p, size_t ldp, const float *v,
-                    float *acc)
-{
-    for (int j = 0; j < n; j++)
-        for (int r = 0; r < nq; r++)
-            for (int d = d0; d < hd; d++)
-                acc[(size_t)r * hd + d] += p[(size_t)r * ldp + j] * v[(size_t)j * hd + d];
-}
-
-static TGT void pv4(int n, int hd, const float *p, size_t ldp, const float *v, float *acc)
-{
-    int d0 = 0;
-    for (; d0 + 4 * 16 <= hd; d0 += 4 * 16)
-        PV_SLICE(4, 4);
-    for (; d0 + 16 <= hd; d0 += 16)
-        PV_SLICE(4, 1);
-    if (d0 < hd)
-        pv_tail(4, n, hd, d0, p, ldp, v, acc);
-}
-
-static TGT void pv1(int n, int hd, const float *p, size_t ldp, const float *v, float *acc)
-{
-    int d0 = 0;
-    for (; d0 + 4 * 16 <= hd; d0 += 4 * 16)
-        PV_SLICE(1, 4);
-    for (; d0 + 16 <= hd; d0 += 16)
-        PV_SLICE(1, 1);
-    if (d0 < hd)
-        pv_tail(1, n, hd, d0, p, ldp, v, acc);
-}
-
-TGT void be_avx512_pf_pv(int nq, int n, int hd, const float *p, size_t ldp, const float *v,
-                       float *acc)
-{
-    if (nq == 4) {
-        pv4(n, hd, p, ldp, v, acc);
-        return;
-    }
-    for (int r = 0; r < nq; r++)
-        pv1(n, hd, p + (size_t)r * ldp, ldp, v, acc + (size_t)r * hd);
-}
+#include "services/runner/backend/cpu/attn_prefill_simd.h"
 
 #endif
