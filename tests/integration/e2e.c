@@ -539,7 +539,7 @@ bool e2e_synth_create(e2e_t *t, const char *name, const char *modelfile_tail, ..
     return e2e_create(t, name, mf);
 }
 
-static pid_t parent_of(pid_t pid, char *comm, size_t cap)
+pid_t e2e_parent_of(pid_t pid, char *comm, size_t cap)
 {
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -578,7 +578,7 @@ size_t e2e_find_procs(e2e_t *t, const char *comm, pid_t *out, size_t cap)
         if (pid <= 0)
             continue;
         char name[64];
-        pid_t pp = parent_of(pid, name, sizeof name);
+        pid_t pp = e2e_parent_of(pid, name, sizeof name);
         if (pp < 0 || strcmp(name, comm))
             continue;
         /* Walk up to serve. */
@@ -587,7 +587,7 @@ size_t e2e_find_procs(e2e_t *t, const char *comm, pid_t *out, size_t cap)
                 out[n++] = pid;
                 break;
             }
-            pp = parent_of(pp, NULL, 0);
+            pp = e2e_parent_of(pp, NULL, 0);
         }
     }
     closedir(d);

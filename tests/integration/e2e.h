@@ -109,6 +109,9 @@ int e2e_cli_pty(e2e_t *t, const char *input, int cols, char **out, ...);
 int e2e_run_bin(e2e_t *t, const char *prog, ...);
 
 /* PIDs of running processes named `comm` that descend from serve. */
+/* The parent of pid from /proc/PID/stat, and its name in comm (cap bytes;
+ * NULL: not wanted); -1 when pid is gone. */
+pid_t e2e_parent_of(pid_t pid, char *comm, size_t cap);
 size_t e2e_find_procs(e2e_t *t, const char *comm, pid_t *out, size_t cap);
 
 /* Lines of the services' log (<tmp>/serve.log) that contain needle. */

@@ -111,26 +111,6 @@ static bool argv1_is(pid_t pid, const char *verb)
     return a0 + 1 < n && !strcmp(buf + a0 + 1, verb);
 }
 
-/* The parent of pid (from /proc/PID/stat; its comm may hold spaces and
- * parentheses, so parse after the last ')'), or -1. */
-static pid_t parent_pid(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *r = strrchr(buf, ')');
-    int ppid = -1;
-    char state;
-    if (!r || sscanf(r + 1, " %c %d", &state, &ppid) != 2)
-        return -1;
-    return (pid_t)ppid;
-}
-
 /* Processes under serve named comm (for corral-runner, whose argv[1] is
  * verb: "serve" for a model's runner, "quantize" for a create's). A
  * service (verb NULL) is serve's own child: a child a service has forked
@@ -143,7 +123,7 @@ static size_t procs(const char *comm, const char *verb, pid_t *out, size_t cap)
     pid_t all[64];
     size_t n = e2e_find_procs(&T, comm, all, 64), k = 0;
     for (size_t i = 0; i < n && k < cap; i++)
-        if (verb ? argv1_is(all[i], verb) : parent_pid(all[i]) == T.serve_pid)
+        if (verb ? argv1_is(all[i], verb) : e2e_parent_of(all[i], NULL, 0) == T.serve_pid)
             out[k++] = all[i];
     return k;
 }
