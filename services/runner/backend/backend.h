@@ -284,6 +284,16 @@ struct be_ops_ext {
                            int n_experts, const float *x, const int32_t *x_rows,
                            float *y, float *y2);
 
+    /* Optional (NULL, or false returned having done nothing: the caller
+     * runs matmul once per weight). Products of one input with 2 or 3
+     * weights of x's width, as the attention's q, k, v or the ffn's gate
+     * and up: y[i][t][r] = sum_c w[i][r][c] * x[t][c], x: [n][cols], y[i]:
+     * [n][w[i]->n_rows], so a backend converts x once and spreads its
+     * threads over all the weights' rows in one pass instead of one per
+     * weight. Same float steps per (row, token) as matmul. */
+    bool (*matmul_group)(be_backend_t *be, const be_weight_t *const *w, int n_w,
+                         const float *x, int n, float *const *y);
+
     /* gpt-oss. A backend without these leaves them NULL, and the model
      * loader then refuses gpt-oss on it. */
     /* In-place rotary embedding (NEOX pairs i, i + n_rot/2 of a head, or
@@ -381,6 +391,10 @@ bool be_cpu_matmul_experts(be_backend_t *be, const be_weight_t *w, const be_weig
                            const int32_t *x_rows, float *y, float *y2);
 void be_cpu_scatter_add(be_backend_t *be, float *y, const float *x, const int32_t *ids,
                         const float *s, int n, int cols);
+/* The CPU backend's matmul_group (backend_cpu.c): the be_ops_ext_t
+ * contract; it takes packed weights whose activations share one format. */
+bool be_cpu_matmul_group(be_backend_t *be, const be_weight_t *const *w, int n_w,
+                         const float *x, int n, float *const *y);
 /* The CPU backend's threaded vision-tower ops (backend_cpu.c binds them to
  * its pool; gemm.c and attn_full.c hold the kernels): the be_ops_ext_t
  * contracts of matmul_wide and attention_full. */
@@ -395,6 +409,19 @@ bool be_cpu_attention_full(be_backend_t *be, float *out, const float *q, const f
 static inline const be_ops_ext_t *be_ext_ops(const be_backend_t *be)
 {
     return be && be->ops->ext_ops ? be->ops->ext_ops(be) : NULL;
+}
+
+/* y[i] = x w[i]^T for n_w weights sharing the input x (be_ops_ext_t.
+ * matmul_group's shapes): in one pass where be's backend has
+ * matmul_group and takes these weights, else one matmul each. */
+static inline void be_matmul_group(be_backend_t *be, const be_weight_t *const *w, int n_w,
+                                   const float *x, int n, float *const *y)
+{
+    const be_ops_ext_t *ext = be_ext_ops(be);
+    if (ext && ext->matmul_group && ext->matmul_group(be, w, n_w, x, n, y))
+        return;
+    for (int i = 0; i < n_w; i++)
+        be->ops->matmul(be, w[i], x, n, y[i]);
 }
 
 /* Whether be's caches may hold KV type t (be_ops_t.kv_type_supported);

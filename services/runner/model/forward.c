@@ -564,9 +564,8 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
 
         /* 3. projections: q = xb Wq^T [B][Q], k = xb Wk^T [B][KV],
          *    v = xb Wv^T [B][KV] (phi3: row blocks of the fused attn_qkv) */
-        op->matmul(be, &L->wq, ain, n, P->q);
-        op->matmul(be, &L->wk, ain, n, P->k);
-        op->matmul(be, &L->wv, ain, n, P->v);
+        be_matmul_group(be, (const be_weight_t *[]){&L->wq, &L->wk, &L->wv}, 3, ain, n,
+                        (float *[]){P->q, P->k, P->v});
 
         /* 3L. LoRA adapters: q += s B_q (A_q xb), and so for k and v */
         if (c->lora) {
@@ -686,8 +685,8 @@ static void forward_layers(rn_ctx_t *c, part_t *P, const span_t *sp, int n_sp, i
         /* 10. gated ffn: hb = act(xb Wgate^T) * (xb Wup^T)     hb: [B][F]
          *    act = silu (swiglu), or gelu_tanh for gemma; phi3's gate and
          *    up are the two row halves of its ffn_up */
-        op->matmul(be, &L->w_gate, fin, n, P->hb);
-        op->matmul(be, &L->w_up, fin, n, P->hb2);
+        be_matmul_group(be, (const be_weight_t *[]){&L->w_gate, &L->w_up}, 2, fin, n,
+                        (float *[]){P->hb, P->hb2});
         if (c->lora) { /* 10L. the adapters of gate and up, before act */
             lora_add(c, P, l, CR_LORA_GATE, fin, n, P->hb);
             lora_add(c, P, l, CR_LORA_UP, fin, n, P->hb2);
@@ -783,9 +782,8 @@ static void forward_encoder_layers(rn_ctx_t *c, part_t *P, int seq, int n)
 
         /* 3. q = x Wq^T + bq [B][Q], k = x Wk^T + bk [B][KV],
          *    v = x Wv^T + bv [B][KV] (nomic-bert: row blocks of attn_qkv) */
-        op->matmul(be, &L->wq, P->x, n, P->q);
-        op->matmul(be, &L->wk, P->x, n, P->k);
-        op->matmul(be, &L->wv, P->x, n, P->v);
+        be_matmul_group(be, (const be_weight_t *[]){&L->wq, &L->wk, &L->wv}, 3, P->x, n,
+                        (float *[]){P->q, P->k, P->v});
         if (L->bq.data) {
             ext->add_rows(be, P->q, &L->bq, n);
             ext->add_rows(be, P->k, &L->bk, n);
@@ -822,11 +820,11 @@ static void forward_encoder_layers(rn_ctx_t *c, part_t *P, int seq, int n)
         /* 7. ffn                                              hb: [B][F]
          *    bert: hb = gelu(x Wup^T + b_up)
          *    nomic-bert: hb = silu(x Wgate^T) * (x Wup^T) */
-        op->matmul(be, &L->w_up, P->x, n, P->hb);
+        be_matmul_group(be, (const be_weight_t *[]){&L->w_up, &L->w_gate},
+                        L->w_gate.data ? 2 : 1, P->x, n, (float *[]){P->hb, P->hb2});
         if (L->b_up.data)
             ext->add_rows(be, P->hb, &L->b_up, n);
         if (L->w_gate.data) {
-            op->matmul(be, &L->w_gate, P->x, n, P->hb2);
             op->swiglu(be, P->hb, P->hb2, P->hb, (size_t)n * F);
         } else {
             ext->gelu(be, P->hb, P->hb, (size_t)n * F);

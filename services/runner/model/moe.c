@@ -276,8 +276,8 @@ void rn_moe_ffn(rn_moe_t *m, be_backend_t *be, const rn_hparams_t *hp,
     if (!L->sh_gate.data)
         return;
     size_t Fs = (size_t)hp->ffn_shared;
-    op->matmul(be, &L->sh_gate, xb, n, b->he);
-    op->matmul(be, &L->sh_up, xb, n, b->he2);
+    be_matmul_group(be, (const be_weight_t *[]){&L->sh_gate, &L->sh_up}, 2, xb, n,
+                    (float *[]){b->he, b->he2});
     op->swiglu(be, b->he, b->he, b->he2, (size_t)n * Fs);
     op->matmul(be, &L->sh_down, b->he, n, b->oe);
     if (L->sh_router.data) {

@@ -56,6 +56,7 @@ typedef struct be_cpu {
     size_t att_ctx;       /* positions reserved per thread */
     size_t att_hd;        /* head elements reserved per thread */
     bool prefill;         /* tiled attention for many queries (attn_prefill.h) */
+    bool group;           /* matmul_group: one pass over q, k, v (gate, up) */
     float *pf;            /* per thread: its scratch, pf_floats each */
     size_t pf_floats;
     uint64_t weight_bytes; /* packed copies of prepared weights */
@@ -431,6 +432,88 @@ static void cpu_matmul_packed(be_cpu_t *c, const be_weight_t *w, const float *x,
     j.chunk = CR_MAX(4, groups / ((int64_t)tasks * 8));
     atomic_init(&j.next, 0);
     rn_threadpool_run(c->pool, packed_task, &j, tasks);
+}
+
+/* ---- matmul_group: several weights, one input ------------------------ */
+
+#define GROUP_MAX 3 /* q, k and v */
+
+/* be_ops_ext_t.matmul_group on packed weights. x is converted once, then
+ * threads claim units of (weight, `chunk` groups of 8 rows) from one
+ * counter running over every weight's units in turn: one wake-up of the
+ * pool where separate matmuls take one each (decode runs ~7 matmuls a
+ * layer; each wake-up ends in a wait for the slower thread). A weight's
+ * units are the ones cpu_matmul_packed gives it alone, and its kernel's
+ * bits do not depend on the range anyway (repack.h): the same results. */
+typedef struct group_job {
+    const be_packed_t *p[GROUP_MAX];
+    be_pack_gemm_fn gemm[GROUP_MAX];
+    float *y[GROUP_MAX];
+    int64_t chunk[GROUP_MAX];     /* groups per unit of weight i */
+    int64_t first[GROUP_MAX + 1]; /* weight i's units: first[i]..first[i+1]-1 */
+    int n_w;
+    const void *xq;
+    const int32_t *xsum;
+    int n;
+    atomic_int_fast64_t next; /* the next unclaimed unit */
+} group_job_t;
+
+static void group_task(void *ctx, int ith, int nth)
+{
+    CR_UNUSED(ith), CR_UNUSED(nth);
+    group_job_t *j = ctx;
+    for (;;) {
+        int64_t u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (u >= j->first[j->n_w])
+            return;
+        int i = 0;
+        while (u >= j->first[i + 1])
+            i++;
+        const be_packed_t *p = j->p[i];
+        int64_t g0 = (u - j->first[i]) * j->chunk[i];
+        int64_t g1 = CR_MIN(p->n_rows / BE_PACK_ROWS, g0 + j->chunk[i]);
+        j->gemm[i](p, g0, g1, j->xq, j->xsum, j->n, j->y[i], (size_t)p->n_rows);
+    }
+}
+
+bool be_cpu_matmul_group(be_backend_t *be, const be_weight_t *const *w, int n_w,
+                         const float *x, int n, float *const *y)
+{
+    be_cpu_t *c = cpu_of(be);
+    if (!c->group || n_w < 1 || n_w > GROUP_MAX)
+        return false;
+    const be_packed_t *p0 = w[0]->dev;
+    for (int i = 0; i < n_w; i++) {
+        const be_packed_t *p = w[i]->dev;
+        if (!p || w[i]->n_cols != w[0]->n_cols ||
+            be_pack_act_type(p->type) != be_pack_act_type(p0->type))
+            return false;
+    }
+    matmul_job_t cj = {.w = w[0], .x = x, .n = n};
+    cj.vt = be_type_traits(be_pack_act_type(p0->type));
+    cj.act_bytes = (size_t)p0->n_blocks * cj.vt->block_bytes;
+    cj.xq = c->wdata;
+    cj.xsum = cj.vt->type == CR_TYPE_Q8_0 ? c->xsum : NULL;
+    rn_threadpool_run(c->pool, convert_task, &cj, n);
+
+    group_job_t j = {.n_w = n_w, .xq = cj.xq, .xsum = cj.xsum, .n = n};
+    int64_t work = 0;
+    for (int i = 0; i < n_w; i++)
+        work += w[i]->n_rows * w[i]->n_cols * (int64_t)n;
+    int tasks = work < 4096 ? 1 : c->n_threads;
+    for (int i = 0; i < n_w; i++) {
+        const be_packed_t *p = w[i]->dev;
+        int64_t groups = p->n_rows / BE_PACK_ROWS;
+        j.p[i] = p;
+        j.gemm[i] = be_pack_gemm_at(p->type, c->simd);
+        j.y[i] = y[i];
+        /* as cpu_matmul_packed: ~8 units per thread, at least 4 groups */
+        j.chunk[i] = CR_MAX(4, groups / ((int64_t)tasks * 8));
+        j.first[i + 1] = j.first[i] + (groups + j.chunk[i] - 1) / j.chunk[i];
+    }
+    atomic_init(&j.next, 0);
+    rn_threadpool_run(c->pool, group_task, &j, tasks);
+    return true;
 }
 
 /* Rows r0..r1 (r0 a multiple of ROW_TILE) against every token, a tile of
@@ -932,6 +1015,8 @@ cr_status_t be_cpu_new(int n_threads, be_backend_t **out, cr_err_t *err)
     c->repack = !(rp && !strcmp(rp, "0"));
     const char *pa = getenv("CORRAL_CPU_PREFILL_ATTN");
     c->prefill = !(pa && !strcmp(pa, "0"));
+    const char *mg = getenv("CORRAL_CPU_MATMUL_GROUP");
+    c->group = !(mg && !strcmp(mg, "0"));
     cr_status_t st = rn_threadpool_new(n_threads, &c->pool, err);
     if (st) {
         free(c);

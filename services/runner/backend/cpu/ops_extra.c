@@ -418,6 +418,7 @@ static const be_ops_ext_t cpu_ext_ops = {
     .gather_rows = ext_gather_rows,
     .scatter_add = be_cpu_scatter_add,
     .matmul_experts = be_cpu_matmul_experts,
+    .matmul_group = be_cpu_matmul_group,
     .rope_yarn = ext_rope_yarn,
     .swiglu_oai = ext_swiglu_oai,
     .add_row_of = ext_add_row_of,
