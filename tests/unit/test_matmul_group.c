@@ -9,11 +9,14 @@
  * It declines (returning false and writing nothing) what it cannot take:
  * unpacked weights, activation formats that differ, widths that differ,
  * no or too many weights, and everything when CORRAL_CPU_MATMUL_GROUP=0;
- * be_matmul_group then falls back to the separate matmuls. The types run
+ * be_matmul_group then falls back to the separate matmuls. The smallest
+ * unit threads split a matrix into (be_pack_min_groups) is checked on its
+ * own. The types run
  * at the detected SIMD level and at avx2 and scalar forced. */
 #include "lib/prelude.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
+#include "services/runner/backend/cpu/repack.h"
 #include "tests/unit/check.h"
 
 #include <math.h>
@@ -209,6 +212,32 @@ static void test_declines(be_backend_t *be)
     mat_free(be, &q[1]);
 }
 
+/* the smallest unit threads may split a packed matrix into: 4 groups, or
+ * for one token what its one-token kernel pairs at full speed (two
+ * streams of 256 blocks for Q4_0 and Q8_0, 64 super-blocks for Q4_K) */
+static void test_min_groups(void)
+{
+    static const struct {
+        cr_type_t type;
+        int64_t n_blocks;
+        int n;
+        int64_t want;
+    } cases[] = {
+        {CR_TYPE_Q4_0, 16, 1, 32},  {CR_TYPE_Q4_0, 64, 1, 8}, {CR_TYPE_Q4_0, 176, 1, 4},
+        {CR_TYPE_Q4_0, 16, 3, 4},   {CR_TYPE_Q8_0, 100, 1, 6}, {CR_TYPE_Q8_0, 512, 1, 4},
+        {CR_TYPE_Q4_K, 2, 1, 64},   {CR_TYPE_Q4_K, 8, 1, 16}, {CR_TYPE_Q4_K, 8, 2, 4},
+        {CR_TYPE_Q6_K, 2, 1, 4},
+    };
+    for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
+        be_packed_t p = {.type = cases[i].type, .n_blocks = cases[i].n_blocks};
+        CHECK_MSG(be_pack_min_groups(&p, cases[i].n) == cases[i].want,
+                  "%s, %lld blocks, %d tokens: %lld groups, want %lld",
+                  be_type_traits(cases[i].type)->name, (long long)cases[i].n_blocks,
+                  cases[i].n, (long long)be_pack_min_groups(&p, cases[i].n),
+                  (long long)cases[i].want);
+    }
+}
+
 /* CORRAL_CPU_MATMUL_GROUP=0 (read when a backend is made) turns it off */
 static void test_switch(void)
 {
@@ -265,6 +294,7 @@ int main(int argc, char **argv)
     if (getenv("CORRAL_CPU_SIMD"))
         return check_finish("matmul_group");
     test_switch();
+    test_min_groups();
     run_lower_levels(argv);
     return check_finish("matmul_group");
 }

@@ -378,10 +378,9 @@ typedef struct matmul_job {
     void *xq;         /* [n] rows of act_bytes, in vt's format */
     size_t act_bytes;
     int32_t *xsum;    /* packed weights: [n][2 * n_cols / 32] block sums */
-    be_pack_gemm_fn gemm; /* packed weights: the product kernel */
     int n;
     float *y;         /* [n][n_rows] */
-    int64_t chunk;    /* rows (packed: groups of 8 rows) per work unit */
+    int64_t chunk;    /* rows per work unit */
     atomic_int_fast64_t next; /* first row of the next unclaimed unit */
 } matmul_job_t;
 
@@ -397,83 +396,94 @@ static void convert_task(void *ctx, int ith, int nth)
     }
 }
 
-/* Packed weights: threads claim units of `chunk` groups of 8 rows, each
- * multiplied with every token (the kernel tiles the tokens). */
+/* ---- packed weights: one weight, or several with one input ----------- */
+
+#define GROUP_MAX 3 /* q, k and v */
+
+/* Products of packed weights with one input: one weight (matmul), or 2-3
+ * (matmul_group: q, k and v, gate and up). x is quantized once; then the
+ * weights' groups of 8 rows, one after the other, are one range that
+ * threads claim units of from a counter, so a group of weights takes one
+ * wake-up of the pool where separate matmuls take one each (a decoded
+ * layer ran 8, now 5), and every wake-up ends in a wait for the slower
+ * thread. Units are guided: a share of what is left (1 / (2 nth)), so the
+ * first are long (long streams for the kernels) and the last small (the
+ * threads finish together), never under the kernel's smallest efficient
+ * unit (be_pack_min_groups) and never across a weight's end. A kernel's
+ * bits do not depend on its range (repack.h): any split gives the same
+ * results. */
+typedef struct packed_job {
+    const be_packed_t *p[GROUP_MAX];
+    be_pack_gemm_fn gemm[GROUP_MAX];
+    float *y[GROUP_MAX];
+    int64_t end[GROUP_MAX];   /* weight i's groups end at end[i] of the range */
+    int64_t min[GROUP_MAX];   /* weight i's smallest unit */
+    int n_w;
+    int nth;
+    const void *xq;
+    const int32_t *xsum;
+    int n;
+    atomic_int_fast64_t next; /* first group of the range not yet claimed */
+} packed_job_t;
+
 static void packed_task(void *ctx, int ith, int nth)
 {
     CR_UNUSED(ith), CR_UNUSED(nth);
-    matmul_job_t *j = ctx;
-    const be_packed_t *p = j->w->dev;
-    int64_t groups = p->n_rows / BE_PACK_ROWS;
-    for (;;) {
-        int64_t g0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-        if (g0 >= groups)
-            return;
-        j->gemm(p, g0, CR_MIN(groups, g0 + j->chunk), j->xq, j->xsum, j->n, j->y,
-                (size_t)p->n_rows);
+    packed_job_t *j = ctx;
+    int64_t total = j->end[j->n_w - 1];
+    int64_t g = atomic_load_explicit(&j->next, memory_order_relaxed);
+    while (g < total) {
+        int i = 0;
+        while (g >= j->end[i])
+            i++;
+        int64_t g1 = CR_MIN(j->end[i], g + CR_MAX(j->min[i], (total - g) / (2 * j->nth)));
+        if (j->end[i] - g1 < j->min[i])
+            g1 = j->end[i]; /* no tail under the smallest unit */
+        if (!atomic_compare_exchange_weak_explicit(&j->next, &g, g1, memory_order_relaxed,
+                                                   memory_order_relaxed))
+            continue; /* g now holds the counter's value */
+        int64_t base = i ? j->end[i - 1] : 0;
+        j->gemm[i](j->p[i], g - base, g1 - base, j->xq, j->xsum, j->n, j->y[i],
+                   (size_t)j->p[i]->n_rows);
+        g = atomic_load_explicit(&j->next, memory_order_relaxed);
     }
+}
+
+/* w[0..n_w): packed, of x's width, with one activation format (callers
+ * check); y[i]: [n][w[i]->n_rows] */
+static void cpu_packed_run(be_cpu_t *c, const be_weight_t *const *w, int n_w, const float *x,
+                           int n, float *const *y)
+{
+    const be_packed_t *p0 = w[0]->dev;
+    matmul_job_t cj = {.w = w[0], .x = x, .n = n};
+    cj.vt = be_type_traits(be_pack_act_type(p0->type));
+    cj.act_bytes = (size_t)p0->n_blocks * cj.vt->block_bytes;
+    cj.xq = c->wdata;
+    cj.xsum = cj.vt->type == CR_TYPE_Q8_0 ? c->xsum : NULL; /* K-quants need none */
+    rn_threadpool_run(c->pool, convert_task, &cj, n);
+
+    packed_job_t j = {.n_w = n_w, .xq = cj.xq, .xsum = cj.xsum, .n = n};
+    int64_t work = 0, at = 0;
+    for (int i = 0; i < n_w; i++) {
+        const be_packed_t *p = w[i]->dev;
+        work += w[i]->n_rows * w[i]->n_cols * (int64_t)n;
+        j.p[i] = p;
+        j.gemm[i] = be_pack_gemm_at(p->type, c->simd);
+        j.y[i] = y[i];
+        j.min[i] = be_pack_min_groups(p, n);
+        at += p->n_rows / BE_PACK_ROWS;
+        j.end[i] = at;
+    }
+    int tasks = work < 4096 ? 1 : c->n_threads; /* small: not worth a wake-up */
+    j.nth = tasks;
+    atomic_init(&j.next, 0);
+    rn_threadpool_run(c->pool, packed_task, &j, tasks);
 }
 
 static void cpu_matmul_packed(be_cpu_t *c, const be_weight_t *w, const float *x, int n,
                               float *y)
 {
-    const be_packed_t *p = w->dev;
-    matmul_job_t j = {.w = w, .x = x, .n = n, .y = y};
-    j.vt = be_type_traits(be_pack_act_type(p->type));
-    j.act_bytes = (size_t)p->n_blocks * j.vt->block_bytes;
-    j.xq = c->wdata;
-    j.xsum = j.vt->type == CR_TYPE_Q8_0 ? c->xsum : NULL; /* K-quants need none */
-    j.gemm = be_pack_gemm_at(p->type, c->simd);
-    rn_threadpool_run(c->pool, convert_task, &j, n);
-    int64_t groups = p->n_rows / BE_PACK_ROWS;
-    int tasks = w->n_rows * w->n_cols * (int64_t)n < 4096 ? 1 : c->n_threads;
-    /* About 8 units per thread so a thread slowed by the machine takes
-     * fewer; at least 4 groups (32 rows) per unit. */
-    j.chunk = CR_MAX(4, groups / ((int64_t)tasks * 8));
-    atomic_init(&j.next, 0);
-    rn_threadpool_run(c->pool, packed_task, &j, tasks);
-}
-
-/* ---- matmul_group: several weights, one input ------------------------ */
-
-#define GROUP_MAX 3 /* q, k and v */
-
-/* be_ops_ext_t.matmul_group on packed weights. x is converted once, then
- * threads claim units of (weight, `chunk` groups of 8 rows) from one
- * counter running over every weight's units in turn: one wake-up of the
- * pool where separate matmuls take one each (decode runs ~7 matmuls a
- * layer; each wake-up ends in a wait for the slower thread). A weight's
- * units are the ones cpu_matmul_packed gives it alone, and its kernel's
- * bits do not depend on the range anyway (repack.h): the same results. */
-typedef struct group_job {
-    const be_packed_t *p[GROUP_MAX];
-    be_pack_gemm_fn gemm[GROUP_MAX];
-    float *y[GROUP_MAX];
-    int64_t chunk[GROUP_MAX];     /* groups per unit of weight i */
-    int64_t first[GROUP_MAX + 1]; /* weight i's units: first[i]..first[i+1]-1 */
-    int n_w;
-    const void *xq;
-    const int32_t *xsum;
-    int n;
-    atomic_int_fast64_t next; /* the next unclaimed unit */
-} group_job_t;
-
-static void group_task(void *ctx, int ith, int nth)
-{
-    CR_UNUSED(ith), CR_UNUSED(nth);
-    group_job_t *j = ctx;
-    for (;;) {
-        int64_t u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (u >= j->first[j->n_w])
-            return;
-        int i = 0;
-        while (u >= j->first[i + 1])
-            i++;
-        const be_packed_t *p = j->p[i];
-        int64_t g0 = (u - j->first[i]) * j->chunk[i];
-        int64_t g1 = CR_MIN(p->n_rows / BE_PACK_ROWS, g0 + j->chunk[i]);
-        j->gemm[i](p, g0, g1, j->xq, j->xsum, j->n, j->y[i], (size_t)p->n_rows);
-    }
+    cpu_packed_run(c, (const be_weight_t *[]){w}, 1, x, n, (float *[]){y});
 }
 
 bool be_cpu_matmul_group(be_backend_t *be, const be_weight_t *const *w, int n_w,
@@ -489,30 +499,7 @@ bool be_cpu_matmul_group(be_backend_t *be, const be_weight_t *const *w, int n_w,
             be_pack_act_type(p->type) != be_pack_act_type(p0->type))
             return false;
     }
-    matmul_job_t cj = {.w = w[0], .x = x, .n = n};
-    cj.vt = be_type_traits(be_pack_act_type(p0->type));
-    cj.act_bytes = (size_t)p0->n_blocks * cj.vt->block_bytes;
-    cj.xq = c->wdata;
-    cj.xsum = cj.vt->type == CR_TYPE_Q8_0 ? c->xsum : NULL;
-    rn_threadpool_run(c->pool, convert_task, &cj, n);
-
-    group_job_t j = {.n_w = n_w, .xq = cj.xq, .xsum = cj.xsum, .n = n};
-    int64_t work = 0;
-    for (int i = 0; i < n_w; i++)
-        work += w[i]->n_rows * w[i]->n_cols * (int64_t)n;
-    int tasks = work < 4096 ? 1 : c->n_threads;
-    for (int i = 0; i < n_w; i++) {
-        const be_packed_t *p = w[i]->dev;
-        int64_t groups = p->n_rows / BE_PACK_ROWS;
-        j.p[i] = p;
-        j.gemm[i] = be_pack_gemm_at(p->type, c->simd);
-        j.y[i] = y[i];
-        /* as cpu_matmul_packed: ~8 units per thread, at least 4 groups */
-        j.chunk[i] = CR_MAX(4, groups / ((int64_t)tasks * 8));
-        j.first[i + 1] = j.first[i] + (groups + j.chunk[i] - 1) / j.chunk[i];
-    }
-    atomic_init(&j.next, 0);
-    rn_threadpool_run(c->pool, group_task, &j, tasks);
+    cpu_packed_run(c, w, n_w, x, n, y);
     return true;
 }
 

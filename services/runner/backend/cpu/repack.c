@@ -5,6 +5,9 @@
 #include "services/runner/backend/cpu/huge_map.h"
 #include "services/runner/backend/cpu/quant_impl.h"
 #include "services/runner/backend/cpu/repack.h"
+#include "services/runner/backend/cpu/repack_q4_decode.h"
+#include "services/runner/backend/cpu/repack_q4k_decode.h"
+#include "services/runner/backend/cpu/repack_q8_decode.h"
 
 #include <math.h>
 
@@ -24,6 +27,19 @@ bool be_pack_supported(cr_type_t t, int64_t n_rows, int64_t n_cols)
 cr_type_t be_pack_act_type(cr_type_t t)
 {
     return t == CR_TYPE_Q4_K || t == CR_TYPE_Q6_K ? CR_TYPE_Q8_K : CR_TYPE_Q8_0;
+}
+
+int64_t be_pack_min_groups(const be_packed_t *p, int n)
+{
+    int64_t stream = 0; /* blocks each of a pair's two streams needs */
+    if (n == 1 && p->type == CR_TYPE_Q4_0)
+        stream = BE_Q4_DECODE_MIN_STREAM_BLOCKS;
+    else if (n == 1 && p->type == CR_TYPE_Q8_0)
+        stream = BE_Q8_DECODE_MIN_STREAM_BLOCKS;
+    else if (n == 1 && p->type == CR_TYPE_Q4_K)
+        stream = BE_Q4K_DECODE_MIN_STREAM_BLOCKS;
+    int64_t per_stream = (stream + p->n_blocks - 1) / p->n_blocks;
+    return CR_MAX(4, 2 * per_stream);
 }
 
 /* Source type's block: elements and bytes; packed group block bytes. */

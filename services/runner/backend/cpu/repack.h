@@ -116,6 +116,13 @@ typedef void (*be_pack_gemm_fn)(const be_packed_t *p, int64_t g0, int64_t g1,
  * xsum from be_pack_block_sums too). */
 cr_type_t be_pack_act_type(cr_type_t t);
 
+/* The fewest groups a unit of work of p with n activation rows should
+ * have: 4, or for one row as many as the type's one-token kernel needs to
+ * pair groups in streams of full speed (repack_q4_decode.h,
+ * repack_q8_decode.h, repack_q4k_decode.h), so threads splitting a
+ * matrix never cut it into ranges its kernel takes at a slower pace. */
+int64_t be_pack_min_groups(const be_packed_t *p, int n);
+
 /* True if a matrix of this type and shape is packed by be_pack_new. */
 bool be_pack_supported(cr_type_t t, int64_t n_rows, int64_t n_cols);
 
