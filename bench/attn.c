@@ -16,19 +16,11 @@
 #include "bench/stats.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
+#include "tests/unit/splitmix.h"
 
 #include <math.h>
 
 static uint64_t rng_s = 7;
-
-static float rnd(void)
-{
-    uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
 
 static double load1(void)
 {
@@ -74,12 +66,12 @@ int main(int argc, char **argv)
     float *tmp = malloc(nkv * sizeof(float));
     uint16_t *k = malloc(nkv * 2), *v = malloc(nkv * 2);
     for (size_t i = 0; i < nq; i++)
-        q[i] = rnd() * 3.0f;
+        q[i] = splitmix_sym(&rng_s) * 3.0f;
     for (size_t i = 0; i < nkv; i++)
-        tmp[i] = rnd() * 2.0f;
+        tmp[i] = splitmix_sym(&rng_s) * 2.0f;
     be_f32_to_f16_row(tmp, k, (int64_t)nkv);
     for (size_t i = 0; i < nkv; i++)
-        tmp[i] = rnd();
+        tmp[i] = splitmix_sym(&rng_s);
     be_f32_to_f16_row(tmp, v, (int64_t)nkv);
 
     cr_err_t err;

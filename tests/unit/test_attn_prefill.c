@@ -28,21 +28,13 @@
 #include "services/runner/backend/cpu/threadpool.h"
 #include "services/runner/backend/cpu/vec.h"
 #include "tests/unit/check.h"
+#include "tests/unit/splitmix.h"
 
 #include <math.h>
 
 #define U 0x1p-24
 
 static uint64_t rng_s = 0x5eed;
-
-static float rnd(void)
-{
-    uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
 
 typedef struct attn_case {
     be_attn_t a;
@@ -67,17 +59,17 @@ static void case_new(attn_case_t *c, int n_tok, int pos0, int n_head_kv, int gro
     float *tmp = malloc(nkv * sizeof(float));
     /* scores of a few units: peaked rows, some near-zero probabilities */
     for (size_t i = 0; i < nq; i++)
-        c->q[i] = rnd() * 3.0f;
+        c->q[i] = splitmix_sym(&rng_s) * 3.0f;
     for (size_t i = 0; i < nkv; i++)
-        tmp[i] = rnd() * 2.0f;
+        tmp[i] = splitmix_sym(&rng_s) * 2.0f;
     be_f32_to_f16_row(tmp, c->k, (int64_t)nkv);
     for (size_t i = 0; i < nkv; i++)
-        tmp[i] = rnd();
+        tmp[i] = splitmix_sym(&rng_s);
     be_f32_to_f16_row(tmp, c->v, (int64_t)nkv);
     free(tmp);
     if (sinks) {
         for (int h = 0; h < c->a.n_head; h++)
-            c->sink[h] = rnd() * 4.0f;
+            c->sink[h] = splitmix_sym(&rng_s) * 4.0f;
         c->sinks = (be_weight_t){.type = CR_TYPE_F32, .n_cols = c->a.n_head, .n_rows = 1,
                                  .row_bytes = (size_t)c->a.n_head * 4, .data = c->sink};
         c->a.sinks = &c->sinks;

@@ -21,6 +21,7 @@
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/threadpool.h"
 #include "tests/unit/check.h"
+#include "tests/unit/splitmix.h"
 
 #include <float.h>
 #include <math.h>
@@ -29,15 +30,6 @@
 
 static uint64_t rng_s = 0x9e11;
 static be_cpu_scratch_t scratch_g; /* reused: stale contents must not leak in */
-
-static float rnd(void)
-{
-    uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
 
 static double gamma_k(int64_t k)
 {
@@ -54,9 +46,9 @@ static void check_gemm(rn_threadpool_t *pool, be_simd_t lv, cr_type_t t, int n, 
     float *wf = malloc((size_t)M * (size_t)K * sizeof(float)); /* weight as F32 */
     float *y = malloc((size_t)n * (size_t)M * sizeof(float));
     for (int64_t i = 0; i < (int64_t)n * K; i++)
-        x[i] = rnd() * 4.0f;
+        x[i] = splitmix_sym(&rng_s) * 4.0f;
     for (int64_t i = 0; i < M * K; i++) {
-        float v = rnd();
+        float v = splitmix_sym(&rng_s);
         if (t == CR_TYPE_F16) {
             ((uint16_t *)wd)[i] = be_f32_to_f16(v);
             wf[i] = be_f16_to_f32(((uint16_t *)wd)[i]);
@@ -102,7 +94,7 @@ static void check_attn(rn_threadpool_t *pool, be_simd_t lv, int n, int n_head, i
     size_t sz = (size_t)n * ld;
     float *q = malloc(sz * 4), *k = malloc(sz * 4), *v = malloc(sz * 4), *o = malloc(sz * 4);
     for (size_t i = 0; i < sz; i++)
-        q[i] = rnd() * 2.0f, k[i] = rnd() * 2.0f, v[i] = rnd(), o[i] = NAN;
+        q[i] = splitmix_sym(&rng_s) * 2.0f, k[i] = splitmix_sym(&rng_s) * 2.0f, v[i] = splitmix_sym(&rng_s), o[i] = NAN;
     float scale = 1.0f / sqrtf((float)hd);
     CHECK(be_cpu_attn_full(pool, lv, &scratch_g, o, q, k, v, ld, n, n_head, hd, scale));
     double *s = malloc((size_t)n * sizeof(double));
@@ -158,9 +150,9 @@ static void check_backend(void)
     enum { N = 40, M = 24, K = 64 };
     static float x[N * K], wf[M * K], y[N * M], ref[N * M];
     for (int i = 0; i < N * K; i++)
-        x[i] = rnd();
+        x[i] = splitmix_sym(&rng_s);
     for (int i = 0; i < M * K; i++)
-        wf[i] = rnd();
+        wf[i] = splitmix_sym(&rng_s);
     be_weight_t w = {.name = "w", .type = CR_TYPE_F32, .n_cols = K, .n_rows = M,
                      .row_bytes = K * 4, .data = wf};
     CHECK(be->ops->weight_prepare(be, &w, &err) == CR_OK);
@@ -182,7 +174,7 @@ static void check_backend(void)
      * kernel called directly at the backend's level */
     static float q[N * 16], k[N * 16], v[N * 16], o[N * 16];
     for (int i = 0; i < N * 16; i++)
-        q[i] = rnd(), k[i] = rnd(), v[i] = rnd();
+        q[i] = splitmix_sym(&rng_s), k[i] = splitmix_sym(&rng_s), v[i] = splitmix_sym(&rng_s);
     CHECK(ext->attention_full(be, o, q, k, v, N, 2, 8, 0.35f));
     rn_threadpool_t *pool = NULL;
     CHECK(rn_threadpool_new(1, &pool, &err) == CR_OK);

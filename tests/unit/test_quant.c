@@ -12,25 +12,11 @@
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
 #include "tests/unit/check.h"
+#include "tests/unit/splitmix.h"
 
 #include <float.h>
 
 static uint64_t rng_s = 0x1234567;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rnd_normal(void)
-{
-    double u1 = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    double u2 = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
-}
 
 static float bits_f(uint32_t b)
 {
@@ -105,7 +91,7 @@ static void test_f16_known(void)
      * nearer one */
     bad = 0;
     for (int i = 0; i < 100000; i++) {
-        float f = ldexpf(rnd_normal(), (int)(rnd() % 40) - 28);
+        float f = ldexpf(splitmix_normal(&rng_s), (int)(splitmix_next(&rng_s) % 40) - 28);
         uint16_t h = be_f32_to_f16(f);
         double e = fabs((double)be_f16_to_f32(h) - f);
         uint16_t nb1 = (uint16_t)(h + 1), nb2 = (uint16_t)(h - 1);
@@ -466,7 +452,7 @@ static void test_roundtrip(void)
     static float x[N], y[N];
     static uint8_t q[N * 4];
     for (int i = 0; i < N; i++)
-        x[i] = rnd_normal() * (i % 97 == 0 ? 8.0f : 1.0f); /* some outliers */
+        x[i] = splitmix_normal(&rng_s) * (i % 97 == 0 ? 8.0f : 1.0f); /* some outliers */
 
     struct {
         cr_type_t t;
@@ -594,7 +580,7 @@ static void test_roundtrip_more(void)
     static float x[N], y[N];
     static uint8_t q[N * 4];
     for (int i = 0; i < N; i++)
-        x[i] = rnd_normal() * (i % 97 == 0 ? 8.0f : 1.0f) + (i / 512 == 3 ? 2.0f : 0.0f);
+        x[i] = splitmix_normal(&rng_s) * (i % 97 == 0 ? 8.0f : 1.0f) + (i / 512 == 3 ? 2.0f : 0.0f);
     /* a sub-block of one sign and one of a constant: the min/offset paths */
     for (int i = 0; i < 32; i++) {
         x[1024 + i] = -1.0f - 0.01f * (float)i;
@@ -783,12 +769,12 @@ static void test_dots(void)
         float *xf = malloc((size_t)n * sizeof *xf), *af = malloc((size_t)n * sizeof *af);
         uint8_t *w = malloc((size_t)wb * ROWS), *a = malloc((size_t)ab);
         for (int64_t i = 0; i < n; i++)
-            af[i] = rnd_normal();
+            af[i] = splitmix_normal(&rng_s);
         vs->from_float(af, a, n);
         int bad_exact = 0, bad_simd = 0, bad_same = 0;
         for (int r = 0; r < ROWS; r++) {
             for (int64_t i = 0; i < n; i++)
-                xf[i] = rnd_normal() * 0.05f * (float)(r + 1);
+                xf[i] = splitmix_normal(&rng_s) * 0.05f * (float)(r + 1);
             ts->from_float(xf, w + (size_t)r * wb, n);
             const void *wr = w + (size_t)r * wb;
             double mag = 0, ex = exact_dot(ts, vs, wr, a, n, &mag);
@@ -829,7 +815,7 @@ static void test_dots(void)
     static float f[M], g1[M], g2[M];
     static uint16_t h1[M], h2[M];
     for (int i = 0; i < M; i++)
-        f[i] = bits_f((uint32_t)rnd());
+        f[i] = bits_f((uint32_t)splitmix_next(&rng_s));
     f[0] = INFINITY, f[1] = -0.0f, f[2] = ldexpf(1, -25), f[3] = 65520.0f;
     be_type_traits_at(CR_TYPE_F16, BE_SIMD_SCALAR)->from_float(f, h1, M);
     be_type_traits_at(CR_TYPE_F16, BE_SIMD_AVX2)->from_float(f, h2, M);
@@ -838,7 +824,7 @@ static void test_dots(void)
         bad += h1[i] != h2[i];
     CHECK_EQ_INT(bad, 0);
     for (int i = 0; i < M; i++)
-        h1[i] = (uint16_t)rnd();
+        h1[i] = (uint16_t)splitmix_next(&rng_s);
     be_type_traits_at(CR_TYPE_F16, BE_SIMD_SCALAR)->to_float(h1, g1, M);
     be_type_traits_at(CR_TYPE_F16, BE_SIMD_AVX2)->to_float(h1, g2, M);
     bad = 0;
@@ -898,7 +884,7 @@ static void test_dot_random_blocks(void)
         int bad = 0;
         for (int trial = 0; trial < TRIALS; trial++) {
             for (size_t i = 0; i < sizeof w; i++)
-                w[i] = (uint8_t)rnd();
+                w[i] = (uint8_t)splitmix_next(&rng_s);
             /* f16 fields: d (and m/dmin) at the offsets of each layout */
             size_t offs[2] = {0, 2}, n_off = 1;
             if (types[k] == CR_TYPE_Q4_1 || types[k] == CR_TYPE_Q5_1 ||
@@ -912,17 +898,17 @@ static void test_dot_random_blocks(void)
                 offs[0] = 208;
             for (int b = 0; b < NB; b++)
                 for (size_t o = 0; o < n_off; o++) {
-                    uint16_t h = (uint16_t)(0x1c00 + rnd() % 0x0c00) | (rnd() & 1 ? 0x8000 : 0);
+                    uint16_t h = (uint16_t)(0x1c00 + splitmix_next(&rng_s) % 0x0c00) | (splitmix_next(&rng_s) & 1 ? 0x8000 : 0);
                     memcpy(w + (size_t)b * ts->block_bytes + offs[o], &h, 2);
                 }
             if (ts->vec_dot_type == CR_TYPE_Q8_K) {
                 be_block_q8_k_t *y = (be_block_q8_k_t *)act;
                 for (int b = 0; b < NB; b++) {
-                    y[b].d = 0.01f * (float)(1 + rnd() % 100);
+                    y[b].d = 0.01f * (float)(1 + splitmix_next(&rng_s) % 100);
                     for (int g = 0; g < 16; g++) {
                         int sum = 0;
                         for (int j = 0; j < 16; j++) {
-                            y[b].qs[16 * g + j] = (int8_t)(rnd() & 0xff);
+                            y[b].qs[16 * g + j] = (int8_t)(splitmix_next(&rng_s) & 0xff);
                             sum += y[b].qs[16 * g + j];
                         }
                         y[b].bsums[g] = (int16_t)sum;
@@ -937,11 +923,11 @@ static void test_dot_random_blocks(void)
                     for (int j = 0; j < 32; j++) {
                         /* -127..127: the Q8_0/Q8_1 contract (the sign trick
                          * in the SIMD kernels cannot negate -128) */
-                        int8_t v = (int8_t)(rnd() % 255 - 127);
+                        int8_t v = (int8_t)(splitmix_next(&rng_s) % 255 - 127);
                         memcpy(&blk[qoff + j], &v, 1);
                         sum += v;
                     }
-                    uint16_t d = (uint16_t)(0x2000 + rnd() % 0x0800);
+                    uint16_t d = (uint16_t)(0x2000 + splitmix_next(&rng_s) % 0x0800);
                     memcpy(blk, &d, 2);
                     if (vs->type == CR_TYPE_Q8_1) {
                         uint16_t sh = be_f32_to_f16(be_f16_to_f32(d) * (float)sum);
@@ -994,15 +980,15 @@ static void test_dot4(void)
         int bad = 0;
         for (int trial = 0; trial < 40; trial++) {
             for (int64_t i = 0; i < n; i++)
-                f[i] = rnd_normal() * 0.02f * (float)(1 + trial % 5);
+                f[i] = splitmix_normal(&rng_s) * 0.02f * (float)(1 + trial % 5);
             ts->from_float(f, w, n);
             if (trial >= 20) /* random bytes, finite f16 scales kept */
                 for (uint64_t i = 0; i < wb; i++)
-                    if (rnd() % 3 == 0)
-                        w[i] ^= (uint8_t)(rnd() & 0x77);
+                    if (splitmix_next(&rng_s) % 3 == 0)
+                        w[i] ^= (uint8_t)(splitmix_next(&rng_s) & 0x77);
             for (int c = 0; c < 4; c++) {
                 for (int64_t i = 0; i < n; i++)
-                    f[i] = rnd_normal() * (float)(1 + c);
+                    f[i] = splitmix_normal(&rng_s) * (float)(1 + c);
                 vs->from_float(f, a + (size_t)c * astride, n);
             }
             float out[4 * 3];
@@ -1056,11 +1042,11 @@ static void test_dot_r4(void)
             for (int trial = 0; trial < 6; trial++) {
                 for (int r = 0; r < 4; r++) {
                     for (int64_t i = 0; i < n; i++)
-                        f[i] = rnd_normal() * 0.02f * (float)(1 + r + trial);
+                        f[i] = splitmix_normal(&rng_s) * 0.02f * (float)(1 + r + trial);
                     ts->from_float(f, w + (size_t)r * wstride, n);
                 }
                 for (int64_t i = 0; i < n; i++)
-                    f[i] = rnd_normal();
+                    f[i] = splitmix_normal(&rng_s);
                 vs->from_float(f, a, n);
                 float out[5] = {-1, -1, -1, -1, -7};
                 tv->vec_dot_r4(n, out, w, wstride, a);
@@ -1131,11 +1117,11 @@ static void test_backend_matmul(void)
         uint8_t *xa = malloc((size_t)ab);
         for (int r = 0; r < ROWS; r++) {
             for (int64_t i = 0; i < n; i++)
-                row[i] = rnd_normal() * 0.02f;
+                row[i] = splitmix_normal(&rng_s) * 0.02f;
             tt->from_float(row, wq + (size_t)r * rb, n);
         }
         for (int64_t i = 0; i < n * NTOK; i++)
-            x[i] = rnd_normal();
+            x[i] = splitmix_normal(&rng_s);
         be_weight_t w = {"w", types[k], n, ROWS, (size_t)rb, wq, NULL};
         CHECK_EQ_INT(be1->ops->weight_prepare(be1, &w, &err), CR_OK);
         CHECK_EQ_INT(be1->ops->reserve(be1, NTOK, n, 16, 1, &err), CR_OK);
@@ -1224,27 +1210,27 @@ static void test_act_quant_simd(void)
         for (int round = 0; round < 20; round++) {
             float mag = powf(10.0f, (float)(round % 7) - 3.0f);
             for (int i = 0; i < N; i++)
-                x[i] = rnd_normal() * mag;
+                x[i] = splitmix_normal(&rng_s) * mag;
             if (round == 1)
                 for (int i = 0; i < 256; i++)
                     x[i] = 0; /* a zero block of either type */
             if (round == 2)
                 for (int i = 0; i < N; i++)
-                    x[i] = i % 32 == 0 ? 127.0f : (float)((int)(rnd() % 255) - 127) + 0.5f * (i % 2);
+                    x[i] = i % 32 == 0 ? 127.0f : (float)((int)(splitmix_next(&rng_s) % 255) - 127) + 0.5f * (i % 2);
             if (round == 3)
                 for (int i = 0; i < N; i++)
-                    x[i] = i % 256 == 7 ? -3.0f : i % 256 == 9 ? 3.0f : rnd_normal();
+                    x[i] = i % 256 == 7 ? -3.0f : i % 256 == 9 ? 3.0f : splitmix_normal(&rng_s);
             if (round == 4) /* +-0 and subnormal rows (their scales flush) */
                 for (int i = 0; i < N; i++)
-                    x[i] = i < 512 ? (i % 2 ? -0.0f : 0.0f) * rnd_normal()
-                                   : rnd_normal() * 1e-40f;
+                    x[i] = i < 512 ? (i % 2 ? -0.0f : 0.0f) * splitmix_normal(&rng_s)
+                                   : splitmix_normal(&rng_s) * 1e-40f;
             if (round == 5) /* one subnormal among zeros; normals beside subnormals */
                 for (int i = 0; i < N; i++)
-                    x[i] = i % 256 == 3 ? -0x1p-149f : i >= 512 && i % 2 ? rnd_normal() * 1e-40f
-                                                     : i >= 512 ? rnd_normal() : 0.0f;
+                    x[i] = i % 256 == 3 ? -0x1p-149f : i >= 512 && i % 2 ? splitmix_normal(&rng_s) * 1e-40f
+                                                     : i >= 512 ? splitmix_normal(&rng_s) : 0.0f;
             if (round == 6) /* magnitudes past f16's range (the scale is inf) */
                 for (int i = 0; i < N; i++)
-                    x[i] = rnd_normal() * (i % 3 ? 1e30f : 3e37f);
+                    x[i] = splitmix_normal(&rng_s) * (i % 3 ? 1e30f : 3e37f);
             memset(a, 0, bytes);
             memset(b, 0, bytes);
             ts->from_float(x, a, N);

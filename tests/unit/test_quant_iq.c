@@ -22,23 +22,9 @@
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/quant_iq.h"
 #include "tests/unit/check.h"
+#include "tests/unit/splitmix.h"
 
 static uint64_t rng_s = 0x1a2b3c4d5e6fULL;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rnd_normal(void)
-{
-    double u1 = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    double u2 = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
-}
 
 static const cr_type_t iq_types[] = {CR_TYPE_IQ2_XXS, CR_TYPE_IQ2_XS, CR_TYPE_IQ2_S,
                                      CR_TYPE_IQ3_XXS, CR_TYPE_IQ3_S, CR_TYPE_IQ1_S};
@@ -202,8 +188,8 @@ static float expect(cr_type_t t, const uint8_t *b, int e)
 static void random_block(uint8_t *b, size_t bytes)
 {
     for (size_t k = 0; k < bytes; k++)
-        b[k] = (uint8_t)rnd();
-    uint16_t d = be_f32_to_f16(0.5f + 1.5f * (float)(rnd() >> 40) / 16777216.0f);
+        b[k] = (uint8_t)splitmix_next(&rng_s);
+    uint16_t d = be_f32_to_f16(0.5f + 1.5f * (float)(splitmix_next(&rng_s) >> 40) / 16777216.0f);
     b[0] = (uint8_t)d;
     b[1] = (uint8_t)(d >> 8);
 }
@@ -256,9 +242,9 @@ static void fill_bsums(be_block_q8_k_t *y, int nb)
 static void random_q8_k(be_block_q8_k_t *y, int nb)
 {
     for (int i = 0; i < nb; i++) {
-        y[i].d = 0.001f + (float)(rnd() >> 40) / 16777216.0f * 0.01f;
+        y[i].d = 0.001f + (float)(splitmix_next(&rng_s) >> 40) / 16777216.0f * 0.01f;
         for (int k = 0; k < BE_QK_K; k++)
-            y[i].qs[k] = (int8_t)(uint8_t)rnd(); /* -128 included */
+            y[i].qs[k] = (int8_t)(uint8_t)splitmix_next(&rng_s); /* -128 included */
     }
     fill_bsums(y, nb);
 }
@@ -330,7 +316,7 @@ static void test_roundtrip(void)
     static const double bound[] = {0.37, 0.32, 0.27, 0.20, 0.145, 0.50};
     float *x = malloc(sizeof(float) * N), *back = malloc(sizeof(float) * N);
     for (int k = 0; k < N; k++)
-        x[k] = rnd_normal();
+        x[k] = splitmix_normal(&rng_s);
     for (size_t ti = 0; ti < CR_ARRAY_LEN(iq_types); ti++) {
         const be_type_traits_t *tt = be_type_traits_at(iq_types[ti], BE_SIMD_SCALAR);
         uint8_t *q = malloc((size_t)tt->block_bytes * (N / BE_QK_K));
@@ -379,7 +365,7 @@ static void test_edge_rows(void)
             finite += isfinite(back[k]);
         CHECK_MSG(finite == N, "%s: huge values gave %d non-finite", tt->name, N - finite);
         for (int k = 0; k < N; k++)
-            x[k] = rnd_normal();
+            x[k] = splitmix_normal(&rng_s);
         x[3] = NAN;
         x[100] = INFINITY;
         x[200] = -INFINITY;

@@ -17,25 +17,11 @@
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
 #include "tests/unit/check.h"
+#include "tests/unit/splitmix.h"
 
 #include <float.h>
 
 static uint64_t rng_s = 0x5eed1e55;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rnd_normal(void)
-{
-    double u1 = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    double u2 = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
-}
 
 static uint32_t f_bits(float f)
 {
@@ -284,7 +270,7 @@ static void test_roundtrip(void)
     static float x[N], y[N];
     static uint8_t q[N];
     for (int i = 0; i < N; i++)
-        x[i] = rnd_normal() * (i % 97 == 0 ? 8.0f : 1.0f) + (i / 512 == 3 ? 2.0f : 0.0f);
+        x[i] = splitmix_normal(&rng_s) * (i % 97 == 0 ? 8.0f : 1.0f) + (i / 512 == 3 ? 2.0f : 0.0f);
     for (int i = 0; i < 32; i++) { /* one sign only; a constant */
         x[1024 + i] = -1.0f - 0.01f * (float)i;
         x[2048 + i] = 0.75f;
@@ -365,7 +351,7 @@ static void test_edge_rows(void)
         const be_type_traits_t *tt = be_type_traits_at(nl_types[k], BE_SIMD_SCALAR);
         for (int round = 0; round < 6; round++) {
             for (int i = 0; i < N; i++) {
-                float r = rnd_normal();
+                float r = splitmix_normal(&rng_s);
                 switch (round) {
                 case 0: x[i] = i % 2 ? -0.0f : 0.0f; break;
                 case 1: x[i] = r * 1e-40f; break;                     /* subnormal */
@@ -435,24 +421,24 @@ static void random_blocks(const be_type_traits_t *tt, uint8_t *w, uint8_t *act, 
 {
     int64_t nb = n / tt->block_elems;
     for (int64_t i = 0; i < nb * tt->block_bytes; i++)
-        w[i] = (uint8_t)rnd();
+        w[i] = (uint8_t)splitmix_next(&rng_s);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *blk = w + b * tt->block_bytes;
         if (tt->type == CR_TYPE_MXFP4) {
-            blk[0] = (uint8_t)(110 + rnd() % 31);
+            blk[0] = (uint8_t)(110 + splitmix_next(&rng_s) % 31);
         } else {
-            uint16_t h = (uint16_t)(0x1c00 + rnd() % 0x0c00) | (rnd() & 1 ? 0x8000 : 0);
+            uint16_t h = (uint16_t)(0x1c00 + splitmix_next(&rng_s) % 0x0c00) | (splitmix_next(&rng_s) & 1 ? 0x8000 : 0);
             memcpy(blk, &h, 2);
         }
     }
     if (tt->vec_dot_type == CR_TYPE_Q8_K) {
         be_block_q8_k_t *y = (be_block_q8_k_t *)act;
         for (int64_t b = 0; b < n / 256; b++) {
-            y[b].d = 0.01f * (float)(1 + rnd() % 100);
+            y[b].d = 0.01f * (float)(1 + splitmix_next(&rng_s) % 100);
             for (int g = 0; g < 16; g++) {
                 int sum = 0;
                 for (int j = 0; j < 16; j++) {
-                    y[b].qs[16 * g + j] = (int8_t)(rnd() & 0xff);
+                    y[b].qs[16 * g + j] = (int8_t)(splitmix_next(&rng_s) & 0xff);
                     sum += y[b].qs[16 * g + j];
                 }
                 y[b].bsums[g] = (int16_t)sum;
@@ -461,9 +447,9 @@ static void random_blocks(const be_type_traits_t *tt, uint8_t *w, uint8_t *act, 
     } else {
         be_block_q8_0_t *y = (be_block_q8_0_t *)act;
         for (int64_t b = 0; b < n / 32; b++) {
-            y[b].d = (uint16_t)(0x2000 + rnd() % 0x0800);
+            y[b].d = (uint16_t)(0x2000 + splitmix_next(&rng_s) % 0x0800);
             for (int j = 0; j < 32; j++)
-                y[b].qs[j] = (int8_t)((int)(rnd() % 255) - 127);
+                y[b].qs[j] = (int8_t)((int)(splitmix_next(&rng_s) % 255) - 127);
         }
     }
 }
@@ -492,10 +478,10 @@ static void test_dots(void)
             for (int trial = 0; trial < 24; trial++) {
                 if (trial < 12) {
                     for (int64_t i = 0; i < n; i++)
-                        f[i] = rnd_normal() * 0.05f * (float)(1 + trial);
+                        f[i] = splitmix_normal(&rng_s) * 0.05f * (float)(1 + trial);
                     ts->from_float(f, w, n);
                     for (int64_t i = 0; i < n; i++)
-                        f[i] = rnd_normal();
+                        f[i] = splitmix_normal(&rng_s);
                     vs->from_float(f, a, n);
                 } else {
                     random_blocks(ts, w, a, n);
@@ -587,11 +573,11 @@ static void test_backend_matmul(void)
         float row[N];
         for (int r = 0; r < ROWS; r++) {
             for (int i = 0; i < N; i++)
-                row[i] = rnd_normal() * 0.02f;
+                row[i] = splitmix_normal(&rng_s) * 0.02f;
             tt->from_float(row, wq + (size_t)r * rb, N);
         }
         for (int i = 0; i < N * NTOK; i++)
-            x[i] = rnd_normal();
+            x[i] = splitmix_normal(&rng_s);
         be_weight_t w = {"blk.0.ffn_down.weight", nl_types[k], N, ROWS, (size_t)rb, wq, NULL};
         CHECK_EQ_INT(be->ops->weight_prepare(be, &w, &err), CR_OK);
         CHECK_EQ_INT(be->ops->reserve(be, NTOK, N, 16, 1, &err), CR_OK);

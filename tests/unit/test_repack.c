@@ -30,6 +30,7 @@
 #include "services/runner/backend/cpu/repack_q8_decode.h"
 #include "tests/unit/check.h"
 #include "tests/unit/smaps.h"
+#include "tests/unit/splitmix.h"
 
 #include <fcntl.h>
 #include <float.h>
@@ -38,21 +39,6 @@
 #include <unistd.h>
 
 static uint64_t rng_s = 0x7e57ab1e;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rnd_normal(void)
-{
-    double u1 = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    double u2 = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
-}
 
 /* rows x n random weights quantized to t (caller frees). */
 static uint8_t *make_weights(cr_type_t t, int64_t rows, int64_t n, size_t *row_bytes)
@@ -65,7 +51,7 @@ static uint8_t *make_weights(cr_type_t t, int64_t rows, int64_t n, size_t *row_b
     for (int64_t r = 0; r < rows; r++) {
         /* a few rows with a large outlier, as real weights have */
         for (int64_t i = 0; i < n; i++)
-            row[i] = rnd_normal() * 0.02f * (r % 5 == 0 && i % 97 == 3 ? 40.0f : 1.0f);
+            row[i] = splitmix_normal(&rng_s) * 0.02f * (r % 5 == 0 && i % 97 == 3 ? 40.0f : 1.0f);
         tt->from_float(row, w + (size_t)r * rb, n);
     }
     free(row);
@@ -86,7 +72,7 @@ static void make_acts(cr_type_t wt, int64_t n_cols, int n, uint8_t **xq, int32_t
     *xs = calloc(2 * (size_t)nb * (size_t)n, sizeof **xs);
     for (int t = 0; t < n; t++) {
         for (int64_t i = 0; i < n_cols; i++)
-            x[i] = rnd_normal();
+            x[i] = splitmix_normal(&rng_s);
         vt->from_float(x, *xq + (size_t)t * ab, n_cols);
         if (vt->type == CR_TYPE_Q8_0)
             be_pack_block_sums((const be_block_q8_0_t *)(*xq + (size_t)t * ab), nb,
@@ -694,7 +680,7 @@ static void test_backend(void)
         CHECK_EQ_INT(be3->ops->reserve(be3, NTOK, n, 16, 1, &err), CR_OK);
         float *x = malloc((size_t)n * NTOK * sizeof *x);
         for (int64_t i = 0; i < n * NTOK; i++)
-            x[i] = rnd_normal();
+            x[i] = splitmix_normal(&rng_s);
         /* the reference: activations quantized by the scalar traits, the
          * scalar packed product */
         const be_type_traits_t *vt = be_type_traits_at(be_pack_act_type(types[k]),

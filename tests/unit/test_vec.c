@@ -18,6 +18,7 @@
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/vec.h"
 #include "tests/unit/check.h"
+#include "tests/unit/splitmix.h"
 
 #include <float.h>
 #include <math.h>
@@ -34,15 +35,6 @@
 #define TOL_ABS (2 * 0x1p-149f)
 
 static uint64_t rng_s = 0x5eed;
-
-static double rnd_unit(void)
-{
-    uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0;
-}
 
 /* Inputs every elementwise op sees, wherever they land in a vector. */
 static const float edge_g[] = {
@@ -83,9 +75,9 @@ static void test_attn_v(const be_vec_ops_t *s, const be_vec_ops_t *v, const char
             uint16_t *vv = malloc(stride * (size_t)(n + 1) * sizeof *vv);
             uint16_t *pr = malloc((size_t)(n + 1) * sizeof *pr);
             for (size_t i = 0; i < stride * (size_t)(n + 1); i++)
-                vv[i] = be_f32_to_f16((float)(rnd_unit() * 8 - 4));
+                vv[i] = be_f32_to_f16((float)(splitmix_unit(&rng_s) * 8 - 4));
             for (int p = 0; p < n; p++) {
-                pr[p] = be_f32_to_f16(p % 5 == 2 ? 0.0f : (float)rnd_unit() / (float)n);
+                pr[p] = be_f32_to_f16(p % 5 == 2 ? 0.0f : (float)splitmix_unit(&rng_s) / (float)n);
                 if (p % 7 == 3)
                     pr[p] = 0x0003; /* a subnormal probability */
                 /* a row whose probability is zero may hold anything: skipped */
@@ -122,8 +114,8 @@ static void test_swiglu(const be_vec_ops_t *s, const be_vec_ops_t *v, const char
     enum { N = 1003 };
     float g[N], u[N], want[N], got[N];
     for (int i = 0; i < N; i++) {
-        g[i] = (float)(rnd_unit() * 40 - 20);
-        u[i] = (float)(rnd_unit() * 4 - 2);
+        g[i] = (float)(splitmix_unit(&rng_s) * 40 - 20);
+        u[i] = (float)(splitmix_unit(&rng_s) * 4 - 2);
     }
     /* the edges twice: in the vector body and with u = 1, 0, -0, 1e-40 */
     float u_edge[] = {1.0f, 0.0f, -0.0f, 1e-40f};
@@ -207,8 +199,8 @@ static void test_gelu(const be_vec_ops_t *s, const be_vec_ops_t *v, const char *
     enum { N = 1003 };
     float x[N], u[N], got[N], gu[N];
     for (int i = 0; i < N; i++) {
-        x[i] = (float)(rnd_unit() * 24 - 16);
-        u[i] = (float)(rnd_unit() * 4 - 2);
+        x[i] = (float)(splitmix_unit(&rng_s) * 24 - 16);
+        u[i] = (float)(splitmix_unit(&rng_s) * 4 - 2);
     }
     size_t ne = CR_ARRAY_LEN(edge_g);
     for (size_t i = 0; i < ne; i++)
@@ -279,7 +271,7 @@ static void test_exp_sum(const be_vec_ops_t *s, const be_vec_ops_t *v, const cha
         float *a = malloc(((size_t)n + 1) * sizeof *a);
         float max = -INFINITY;
         for (int i = 0; i < n; i++) {
-            a[i] = (float)(rnd_unit() * 60 - 50);
+            a[i] = (float)(splitmix_unit(&rng_s) * 60 - 50);
             if (i % 11 == 4)
                 a[i] = -INFINITY; /* a masked score */
             if (i % 13 == 6)
