@@ -274,7 +274,10 @@ cr_status_t reg_doctor_run(reg_store_t *s, bool fix, FILE *out, reg_doctor_repor
         blob_state_t *b = check_blob(&d, hexes[i]);
         if (!b || b->used || b->bad)
             continue;
-        finding(&d, "unused blob sha256-%s (no manifest names it)", hexes[i]);
+        /* not a problem: uploads a create converted stay until the
+         * registry's next start prunes them (as Ollama keeps them) */
+        fprintf(out, "unused blob sha256-%s (no manifest names it)\n", hexes[i]);
+        rep->unused++;
         char path[REG_PATH_MAX];
         if (fix && reg_store_blob_path(s, hexes[i], path, sizeof path))
             remove_path(&d, path, path + strlen(reg_store_root(s)) + 1);
@@ -330,10 +333,17 @@ int reg_doctor_main(int argc, char **argv)
         fprintf(stderr, "corral doctor: %s\n", err.msg);
         return 1;
     }
-    printf("%zu manifests, %zu blobs checked: %zu problems%s", rep.manifests, rep.blobs,
-           rep.problems, rep.problems ? "" : "\n");
-    if (rep.problems)
-        printf(fix ? ", %zu files removed\n" : " (corral doctor --fix removes them)\n",
-               rep.removed);
+    printf("%zu manifests, %zu blobs checked: %zu problems", rep.manifests, rep.blobs,
+           rep.problems);
+    if (rep.unused)
+        printf(", %zu unused blobs", rep.unused);
+    if (fix && (rep.problems || rep.unused))
+        printf(", %zu files removed\n", rep.removed);
+    else if (rep.problems || rep.unused)
+        printf(" (corral doctor --fix removes them%s)\n",
+               rep.unused && !cr_env_bool("NOPRUNE", false)
+                   ? "; unused blobs also go when the registry next starts" : "");
+    else
+        printf("\n");
     return rep.problems && !fix ? 1 : 0;
 }

@@ -23,6 +23,8 @@ typedef struct reg_doctor_report {
     size_t manifests;     /* manifests checked */
     size_t blobs;         /* blobs hashed */
     size_t problems;      /* findings (each printed as one line) */
+    size_t unused;        /* blobs no manifest names (printed, not problems:
+                             the registry prunes them when it starts) */
     size_t removed;       /* files removed (with fix) */
 } reg_doctor_report_t;
 
@@ -36,7 +38,9 @@ cr_status_t reg_doctor_run(reg_store_t *s, bool fix, FILE *out, reg_doctor_repor
 /* `corral-registry doctor [--fix] [--models DIR]` (what `corral doctor`
  * runs): prints the findings and a summary line; exits 0 when the store is
  * sound (or --fix removed what was wrong), 1 when problems remain or the
- * store cannot be read, 2 for bad arguments. */
+ * store cannot be read, 2 for bad arguments. Unused blobs alone are not
+ * problems (exit 0): a create that converted its uploads leaves them,
+ * and the registry's start prunes them unless OLLAMA_NOPRUNE is set. */
 int reg_doctor_main(int argc, char **argv);
 
 #endif

@@ -84,6 +84,16 @@ grep -qF "unused blob sha256-$only_gone" "$t/out" || fail "the dangling model's 
 "$bin/corral" doctor --models "$store" >"$t/out" 2>&1 || fail "the fixed store still has problems"
 grep -qF "1 manifests, 2 blobs checked: 0 problems" "$t/out" || fail "unexpected summary"
 
+# Unused blobs alone (a create's converted uploads) are no problem: exit 0,
+# named, and the summary says --fix or the registry's next start removes them.
+stray=$(blob 'an upload a create converted')
+env -u OLLAMA_NOPRUNE -u CORRAL_NOPRUNE "$bin/corral" doctor --models "$store" >"$t/out" 2>&1 ||
+    fail "doctor exited $? on a store with only an unused blob"
+grep -qF "unused blob sha256-$stray" "$t/out" || fail "the unused blob was not named"
+grep -qF "1 manifests, 3 blobs checked: 0 problems, 1 unused blobs (corral doctor --fix removes them; unused blobs also go when the registry next starts)" "$t/out" ||
+    fail "unexpected summary with an unused blob"
+[ -f "$store/blobs/sha256-$stray" ] || fail "the unused blob went without --fix"
+
 # No store: a clear error.
 "$bin/corral" doctor --models "$t/none" >"$t/out" 2>&1 && fail "doctor on a missing store succeeded"
 grep -q "no model store" "$t/out" || fail "a missing store was not named"

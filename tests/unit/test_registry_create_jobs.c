@@ -251,6 +251,9 @@ static void doctor_expect_unused(reg_store_t *st, size_t want, const char *when)
         line = nl ? nl + 1 : NULL;
     }
     CHECK_MSG(other == 0, "%s: doctor found %zu problems other than unused blobs", when, other);
+    CHECK_MSG(rep.problems == 0 && rep.unused == unused,
+              "%s: doctor counted %zu problems and %zu unused blobs for %zu unused lines", when,
+              rep.problems, rep.unused, unused);
     CHECK_MSG(unused == want, "%s: doctor found %zu unused blobs, want %zu (the inputs)",
               when, unused, want);
     free(text);
