@@ -2,6 +2,7 @@
  * level.
  *
  *   bench-kernels [TYPE ...] [--cols N] [--rows N] [--rounds N]
+ *                 [--packed [--tokens N] [--threads T]]
  *
  * For each weight type named (default: IQ4_NL IQ4_XS MXFP4, with Q4_0 and
  * Q4_K beside them for scale), a ROWS x COLS matrix (default 1024 x 4096:
@@ -26,25 +27,30 @@
  * packed bytes (AVX2 loads, as bench-bench's bandwidth figure) and prints
  * it ("read") and each kernel's share of it ("% read"): decode's fraction
  * of the one-thread bandwidth limit, free of the machine's load of the
- * moment. Never part of ctest. */
+ * moment.
+ *
+ * --packed --threads T (T > 1): what a decode gets from T threads, rather
+ * than the kernel alone: the CPU backend's matmul op (be_cpu_new(T): its
+ * activation quantization, its split of the rows into units and the
+ * detected level's kernel) over enough distinct copies of the matrix to
+ * fill 512 MB (so each comes from DRAM, as a model's do), one call per
+ * copy, against T threads reading each copy's packed bytes in turn (one
+ * pool job per copy: the same number of wake-ups), wall-clock, medians.
+ * Prints both rates and the op's share of the read ("% read"). Never part
+ * of ctest. */
 #include "lib/prelude.h"
 #include "bench/stats.h"
 #include "services/runner/backend/cpu/quant.h"
 #include "services/runner/backend/cpu/repack.h"
+#include "services/runner/backend/cpu/threadpool.h"
+#include "services/runner/backend/backend.h"
+#include "tests/unit/splitmix.h"
 
 #include <math.h>
 
 enum { MAX_TYPES = 16, MAX_ROUNDS = BENCH_MEDIAN_MAX };
 
 static uint64_t rng_s = 42;
-
-static float rnd_normal(void)
-{
-    uint64_t a = (rng_s = rng_s * 6364136223846793005ull + 1442695040888963407ull) >> 11;
-    uint64_t b = (rng_s = rng_s * 6364136223846793005ull + 1442695040888963407ull) >> 11;
-    double u1 = ((double)a + 0.5) / 9007199254740992.0, u2 = (double)b / 9007199254740992.0;
-    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
-}
 
 static bool parse_type(const char *s, cr_type_t *t)
 {
@@ -91,11 +97,11 @@ static int bench_type(cr_type_t t, int64_t cols, int rows, int rounds)
     }
     for (int r = 0; r < rows; r++) {
         for (int64_t i = 0; i < cols; i++)
-            f[i] = rnd_normal() * 0.02f;
+            f[i] = splitmix_normal(&rng_s) * 0.02f;
         ts->from_float(f, w + (size_t)r * rb, cols);
     }
     for (int64_t i = 0; i < cols; i++)
-        f[i] = rnd_normal();
+        f[i] = splitmix_normal(&rng_s);
     be_type_traits_at(ts->vec_dot_type, BE_SIMD_SCALAR)->from_float(f, a, cols);
 
     be_simd_t have = be_simd_detect();
@@ -196,12 +202,12 @@ static int bench_packed(cr_type_t t, int64_t cols, int rows, int rounds, int n_t
     }
     for (int r = 0; r < rows; r++) {
         for (int64_t i = 0; i < cols; i++)
-            f[i] = rnd_normal() * 0.02f;
+            f[i] = splitmix_normal(&rng_s) * 0.02f;
         ts->from_float(f, w + (size_t)r * rb, cols);
     }
     for (int k = 0; k < n_tok; k++) {
         for (int64_t i = 0; i < cols; i++)
-            f[i] = rnd_normal();
+            f[i] = splitmix_normal(&rng_s);
         at->from_float(f, a + (size_t)k * ab, cols);
         if (at->type == CR_TYPE_Q8_0)
             be_pack_block_sums((const be_block_q8_0_t *)(a + (size_t)k * ab), nb32,
@@ -260,10 +266,107 @@ out:
     return rc;
 }
 
+/* ---- --threads: the backend's op on T threads ------------------------ */
+
+#define SPAN_BYTES ((size_t)512 << 20) /* copies enough to leave the caches */
+
+typedef struct read_job {
+    const uint8_t *p;
+    size_t n;
+    int64_t sums[RN_THREADPOOL_MAX_THREADS];
+} read_job_t;
+
+static void read_task(void *ctx, int ith, int nth)
+{
+    read_job_t *j = ctx;
+    size_t per = j->n / (size_t)nth / 64 * 64;
+    size_t n = ith == nth - 1 ? j->n - per * (size_t)(nth - 1) : per;
+    j->sums[ith] = read_bytes(j->p + per * (size_t)ith, n);
+}
+
+static int bench_packed_threads(cr_type_t t, int64_t cols, int rows, int rounds, int n_tok,
+                                int threads)
+{
+    const be_type_traits_t *ts = be_type_traits_at(t, BE_SIMD_SCALAR);
+    uint64_t rb = 0;
+    if (!ts || !be_pack_supported(t, rows, cols) || !cr_type_row_bytes(t, (uint64_t)cols, &rb)) {
+        fprintf(stderr, "bench-kernels: %s %d x %" PRId64 " is not packed\n",
+                ts ? ts->name : "?", rows, cols);
+        return 1;
+    }
+    size_t bytes = (size_t)rb * (size_t)rows;
+    int copies = (int)CR_MAX(1, (SPAN_BYTES + bytes - 1) / bytes);
+    uint8_t *w = malloc(bytes);
+    float *f = malloc((size_t)cols * n_tok * sizeof *f);
+    float *out = malloc((size_t)rows * (size_t)n_tok * sizeof *out);
+    be_weight_t *ws = calloc((size_t)copies, sizeof *ws);
+    be_backend_t *be = NULL;
+    rn_threadpool_t *pool = NULL;
+    cr_err_t err = {0};
+    int rc = 1, prepared = 0;
+    if (!w || !f || !out || !ws) {
+        fprintf(stderr, "bench-kernels: out of memory\n");
+        goto out;
+    }
+    for (int r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < cols; i++)
+            f[i] = splitmix_normal(&rng_s) * 0.02f;
+        ts->from_float(f, w + (size_t)r * rb, cols);
+    }
+    for (int64_t i = 0; i < cols * n_tok; i++)
+        f[i] = splitmix_normal(&rng_s);
+    if (be_cpu_new(threads, &be, &err) || rn_threadpool_new(threads, &pool, &err) ||
+        be->ops->reserve(be, n_tok, cols, 8, 4, &err)) {
+        fprintf(stderr, "bench-kernels: %s\n", err.msg);
+        goto out;
+    }
+    for (; prepared < copies; prepared++) {
+        ws[prepared] = (be_weight_t){.name = "w", .type = t, .n_rows = rows, .n_cols = cols,
+                                     .row_bytes = rb, .data = w};
+        if (be->ops->weight_prepare(be, &ws[prepared], &err) || !ws[prepared].dev) {
+            fprintf(stderr, "bench-kernels: weight_prepare did not pack: %s\n", err.msg);
+            goto out;
+        }
+    }
+    double op[MAX_ROUNDS], rd[MAX_ROUNDS];
+    static read_job_t rj;
+    volatile int64_t sink = 0;
+    for (int k = -1; k < rounds; k++) { /* round -1 warms up */
+        double t0 = bench_now_s();
+        for (int c = 0; c < copies; c++) {
+            const be_packed_t *p = ws[c].dev;
+            rj.p = p->data;
+            rj.n = (size_t)(rows / BE_PACK_ROWS) * p->group_bytes;
+            rn_threadpool_run(pool, read_task, &rj, threads);
+            sink += rj.sums[0];
+        }
+        double t1 = bench_now_s();
+        for (int c = 0; c < copies; c++)
+            be->ops->matmul(be, &ws[c], f, n_tok, out);
+        double t2 = bench_now_s();
+        if (k >= 0)
+            rd[k] = t1 - t0, op[k] = t2 - t1;
+    }
+    double gb = (double)bytes * copies / 1e9;
+    double g_rd = gb / bench_median(rd, rounds), g_op = gb / bench_median(op, rounds);
+    printf("%-7s packed %5d x %-6" PRId64 " %7.2f MB x %d copies, %d tokens, %d threads "
+           "(%s)  read %6.2f GB/s  matmul %6.2f GB/s  %.0f%% read\n",
+           ts->name, rows, cols, (double)bytes / 1e6, copies, n_tok, threads, be_cpu_simd(be),
+           g_rd, g_op, 100 * g_op / g_rd);
+    rc = 0;
+out:
+    for (int c = 0; be && c < prepared; c++)
+        be->ops->weight_release(be, &ws[c]);
+    be_destroy(&be);
+    rn_threadpool_destroy(&pool);
+    free(w), free(f), free(out), free(ws);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     cr_type_t types[MAX_TYPES];
-    int n_types = 0, rows = 1024, rounds = 15, n_tok = 1;
+    int n_types = 0, rows = 1024, rounds = 15, n_tok = 1, threads = 1;
     int64_t cols = 4096;
     bool packed = false;
     for (int i = 1; i < argc; i++) {
@@ -276,20 +379,23 @@ int main(int argc, char **argv)
             rounds = atoi(v), i++;
         } else if (!strcmp(argv[i], "--tokens") && v) {
             n_tok = atoi(v), i++;
+        } else if (!strcmp(argv[i], "--threads") && v) {
+            threads = atoi(v), i++;
         } else if (!strcmp(argv[i], "--packed")) {
             packed = true;
         } else if (n_types < MAX_TYPES && parse_type(argv[i], &types[n_types])) {
             n_types++;
         } else {
             fprintf(stderr, "usage: bench-kernels [TYPE ...] [--cols N] [--rows N] "
-                            "[--rounds N] [--packed [--tokens N]]\n");
+                            "[--rounds N] [--packed [--tokens N] [--threads T]]\n");
             return 2;
         }
     }
     if (cols < 256 || cols > (1 << 20) || rows < 1 || rows > (1 << 16) || rounds < 1 ||
-        rounds > MAX_ROUNDS || n_tok < 1 || n_tok > 512) {
+        rounds > MAX_ROUNDS || n_tok < 1 || n_tok > 512 || threads < 1 ||
+        threads > RN_THREADPOOL_MAX_THREADS) {
         fprintf(stderr, "bench-kernels: cols 256..2^20, rows 1..65536, rounds 1..%d, "
-                        "tokens 1..512\n", MAX_ROUNDS);
+                        "tokens 1..512, threads 1..%d\n", MAX_ROUNDS, RN_THREADPOOL_MAX_THREADS);
         return 2;
     }
     if (!n_types && packed) {
@@ -303,11 +409,13 @@ int main(int argc, char **argv)
         memcpy(types, dflt, sizeof dflt);
         n_types = (int)CR_ARRAY_LEN(dflt);
     }
-    printf("bench-kernels: one thread, median of %d rounds, CPU level %s\n", rounds,
-           be_simd_name(be_simd_detect()));
+    printf("bench-kernels: %d thread%s, median of %d rounds, CPU level %s\n", threads,
+           threads > 1 ? "s" : "", rounds, be_simd_name(be_simd_detect()));
     int rc = 0;
     for (int k = 0; k < n_types; k++)
-        rc |= packed ? bench_packed(types[k], cols, rows, rounds, n_tok)
-                     : bench_type(types[k], cols, rows, rounds);
+        rc |= packed && threads > 1
+                  ? bench_packed_threads(types[k], cols, rows, rounds, n_tok, threads)
+              : packed ? bench_packed(types[k], cols, rows, rounds, n_tok)
+                       : bench_type(types[k], cols, rows, rounds);
     return rc;
 }
