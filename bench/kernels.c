@@ -64,6 +64,18 @@ static bool parse_type(const char *s, cr_type_t *t)
     return false;
 }
 
+/* rows x cols N(0, 0.02) weights quantized to ts's type, row_bytes each,
+ * into w (f: cols floats of scratch) */
+static void random_rows(const be_type_traits_t *ts, uint8_t *w, uint64_t row_bytes, int rows,
+                        int64_t cols, float *f)
+{
+    for (int r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < cols; i++)
+            f[i] = splitmix_normal(&rng_s) * 0.02f;
+        ts->from_float(f, w + (size_t)r * row_bytes, cols);
+    }
+}
+
 /* Seconds for one pass of vec_dot over every row. */
 static double one_pass(const be_type_traits_t *tt, const uint8_t *w, size_t row_bytes,
                        int rows, const void *a, int64_t cols, float *out)
@@ -95,11 +107,7 @@ static int bench_type(cr_type_t t, int64_t cols, int rows, int rounds)
         fprintf(stderr, "bench-kernels: out of memory\n");
         return 1;
     }
-    for (int r = 0; r < rows; r++) {
-        for (int64_t i = 0; i < cols; i++)
-            f[i] = splitmix_normal(&rng_s) * 0.02f;
-        ts->from_float(f, w + (size_t)r * rb, cols);
-    }
+    random_rows(ts, w, rb, rows, cols, f);
     for (int64_t i = 0; i < cols; i++)
         f[i] = splitmix_normal(&rng_s);
     be_type_traits_at(ts->vec_dot_type, BE_SIMD_SCALAR)->from_float(f, a, cols);
@@ -200,11 +208,7 @@ static int bench_packed(cr_type_t t, int64_t cols, int rows, int rounds, int n_t
         fprintf(stderr, "bench-kernels: out of memory\n");
         goto out;
     }
-    for (int r = 0; r < rows; r++) {
-        for (int64_t i = 0; i < cols; i++)
-            f[i] = splitmix_normal(&rng_s) * 0.02f;
-        ts->from_float(f, w + (size_t)r * rb, cols);
-    }
+    random_rows(ts, w, rb, rows, cols, f);
     for (int k = 0; k < n_tok; k++) {
         for (int64_t i = 0; i < cols; i++)
             f[i] = splitmix_normal(&rng_s);
@@ -308,11 +312,7 @@ static int bench_packed_threads(cr_type_t t, int64_t cols, int rows, int rounds,
         fprintf(stderr, "bench-kernels: out of memory\n");
         goto out;
     }
-    for (int r = 0; r < rows; r++) {
-        for (int64_t i = 0; i < cols; i++)
-            f[i] = splitmix_normal(&rng_s) * 0.02f;
-        ts->from_float(f, w + (size_t)r * rb, cols);
-    }
+    random_rows(ts, w, rb, rows, cols, f);
     for (int64_t i = 0; i < cols * n_tok; i++)
         f[i] = splitmix_normal(&rng_s);
     if (be_cpu_new(threads, &be, &err) || rn_threadpool_new(threads, &pool, &err) ||
