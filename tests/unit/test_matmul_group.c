@@ -214,7 +214,8 @@ static void test_declines(be_backend_t *be)
 
 /* the smallest unit threads may split a packed matrix into: 4 groups, or
  * for one token what its one-token kernel pairs at full speed (two
- * streams of 256 blocks for Q4_0 and Q8_0, 64 super-blocks for Q4_K) */
+ * streams of 256 blocks for Q4_0 and Q8_0, 64 super-blocks for Q4_K and
+ * Q6_K) */
 static void test_min_groups(void)
 {
     static const struct {
@@ -226,7 +227,7 @@ static void test_min_groups(void)
         {CR_TYPE_Q4_0, 16, 1, 32},  {CR_TYPE_Q4_0, 64, 1, 8}, {CR_TYPE_Q4_0, 176, 1, 4},
         {CR_TYPE_Q4_0, 16, 3, 4},   {CR_TYPE_Q8_0, 100, 1, 6}, {CR_TYPE_Q8_0, 512, 1, 4},
         {CR_TYPE_Q4_K, 2, 1, 64},   {CR_TYPE_Q4_K, 8, 1, 16}, {CR_TYPE_Q4_K, 8, 2, 4},
-        {CR_TYPE_Q6_K, 2, 1, 4},
+        {CR_TYPE_Q6_K, 2, 1, 64},   {CR_TYPE_Q6_K, 22, 1, 6}, {CR_TYPE_Q6_K, 8, 3, 4},
     };
     for (size_t i = 0; i < CR_ARRAY_LEN(cases); i++) {
         be_packed_t p = {.type = cases[i].type, .n_blocks = cases[i].n_blocks};

@@ -14,9 +14,10 @@
  * - Q4_0 decode (repack_q4_decode.c pairs group g with g + half the
  *   range) gives the scalar bits on short and long rows for even and odd
  *   group counts and sub-ranges, writing nothing outside its range;
- * - Q4_K decode (repack_q4k_decode.c) on short rows and rows long enough
- *   that groups go in pairs, for ranges with a pair and an odd group, and
- *   at its integer bounds, gives the scalar bits and writes nothing else;
+ * - Q4_K decode (repack_q4k_decode.c) and Q6_K decode (repack_avx512.c)
+ *   on short rows and rows long enough that groups go in pairs, for ranges
+ *   with a pair and an odd group, and at their integer bounds, give the
+ *   scalar bits and write nothing else;
  * - through the backend: weight_prepare packs (and CORRAL_CPU_REPACK=0 does
  *   not), matmul on 1 and 3 threads and get_rows give the reference bits,
  *   each token alone gives the batch's bits, heap weights stay untouched and
@@ -256,17 +257,17 @@ static void test_gemm(void)
  * pair sums reach 2 * 2*63*128 = 32256 in one int16 lane. The product is
  * exact in float: d = da = 1, 16 sub-blocks of 16 * (63 - 32) * -128 * 127
  * per super-block. Every level gives that value. */
-static void test_q6_k_extremes(void)
+static void q6_k_extremes(int rows, int nb)
 {
-    enum { ROWS = 8, NB = 2, TOK = 3 };
-    be_block_q6_k_t w[ROWS * NB];
-    memset(w, 0xff, sizeof w);
-    for (int i = 0; i < ROWS * NB; i++) {
+    enum { TOK = 3 };
+    be_block_q6_k_t *w = malloc(sizeof *w * (size_t)(rows * nb));
+    memset(w, 0xff, sizeof *w * (size_t)(rows * nb));
+    for (int i = 0; i < rows * nb; i++) {
         memset(w[i].scales, 127, sizeof w[i].scales);
         w[i].d = 0x3c00; /* f16 1.0 */
     }
-    be_block_q8_k_t x[TOK * NB];
-    for (int i = 0; i < TOK * NB; i++) {
+    be_block_q8_k_t *x = malloc(sizeof *x * (size_t)(TOK * nb));
+    for (int i = 0; i < TOK * nb; i++) {
         x[i].d = 1.0f;
         memset(x[i].qs, 0x80, sizeof x[i].qs); /* -128 */
         for (int k = 0; k < BE_QK_K / 16; k++)
@@ -275,20 +276,33 @@ static void test_q6_k_extremes(void)
     be_packed_t *p = NULL;
     cr_err_t err;
     cr_err_clear(&err);
-    CHECK_EQ_INT(be_pack_new(CR_TYPE_Q6_K, w, ROWS, NB * BE_QK_K, NB * sizeof *w, &p, &err),
+    CHECK_EQ_INT(be_pack_new(CR_TYPE_Q6_K, w, rows, (int64_t)nb * BE_QK_K,
+                             (size_t)nb * sizeof *w, &p, &err),
                  CR_OK);
-    float want = (float)NB * 16.0f * 16.0f * 31.0f * -128.0f * 127.0f;
+    float want = (float)nb * 16.0f * 16.0f * 31.0f * -128.0f * 127.0f;
+    float *y = malloc(sizeof *y * (size_t)(TOK * rows));
     for (int lv = BE_SIMD_SCALAR; p && lv <= (int)be_simd_detect(); lv++)
         for (int n = 1; n <= TOK; n += TOK - 1) {
-            float y[TOK * ROWS];
-            be_pack_gemm_at(CR_TYPE_Q6_K, (be_simd_t)lv)(p, 0, 1, x, NULL, n, y, ROWS);
+            be_pack_gemm_at(CR_TYPE_Q6_K, (be_simd_t)lv)(p, 0, rows / 8, x, NULL, n, y,
+                                                         (size_t)rows);
             int off = 0;
-            for (int i = 0; i < n * ROWS; i++)
+            for (int i = 0; i < n * rows; i++)
                 off += y[i] != want;
-            CHECK_MSG(off == 0, "Q6_K extremes level %s tokens %d: %d values off",
-                      be_simd_name((be_simd_t)lv), n, off);
+            CHECK_MSG(off == 0, "Q6_K extremes %d rows x %d blocks, level %s tokens %d: %d "
+                      "values off", rows, nb, be_simd_name((be_simd_t)lv), n, off);
         }
     be_pack_destroy(&p);
+    free(w);
+    free(x);
+    free(y);
+}
+
+/* one group, then two whose streams are long enough for the one-token
+ * kernel's pairs */
+static void test_q6_k_extremes(void)
+{
+    q6_k_extremes(8, 2);
+    q6_k_extremes(16, BE_Q6K_DECODE_MIN_STREAM_BLOCKS);
 }
 
 /* Q8_0 at the signed bounds: weights -128 (a file may hold it) and 127,
@@ -532,33 +546,45 @@ static int decode_ranges(cr_type_t t, const be_packed_t *p, const void *xq, cons
     return bad;
 }
 
-/* Q4_K decode on random weights: rows of 1 to 3 super-blocks and around
- * half of BE_Q4K_DECODE_MIN_STREAM_BLOCKS (a range of 4 or 5 groups pairs
- * g with g + 2 from there on, one group at a time below), 5 groups (pairs
- * and an odd one), 1 to 5 groups in a range. */
-static void test_q4_k_decode(void)
+/* K-quant decode on random weights (Q4_K, Q6_K: their one-token kernels
+ * pair groups from min_stream super-blocks per stream): rows of 1 to 3
+ * super-blocks and around half of min_stream (a range of 4 or 5 groups
+ * pairs g with g + 2 from there on, one group at a time below), 5 groups
+ * (pairs and an odd one), 1 to 5 groups in a range. */
+static void k_decode(cr_type_t t, int64_t min_stream)
 {
-    enum { ROWS = 40, HALF = BE_Q4K_DECODE_MIN_STREAM_BLOCKS / 2 };
-    int64_t nbs[] = {1, 2, 3, HALF - 1, HALF, HALF + 3};
+    enum { ROWS = 40 };
+    int64_t half = min_stream / 2, nbs[] = {1, 2, 3, half - 1, half, half + 3};
     for (size_t c = 0; c < CR_ARRAY_LEN(nbs); c++) {
         int64_t n = 256 * nbs[c];
         size_t rb = 0, ab = 0;
-        uint8_t *w = make_weights(CR_TYPE_Q4_K, ROWS, n, &rb), *xq = NULL;
+        uint8_t *w = make_weights(t, ROWS, n, &rb), *xq = NULL;
         int32_t *xs = NULL;
-        make_acts(CR_TYPE_Q4_K, n, 1, &xq, &xs, &ab);
+        make_acts(t, n, 1, &xq, &xs, &ab);
         be_packed_t *p = NULL;
         cr_err_t err;
         cr_err_clear(&err);
-        CHECK_EQ_INT(be_pack_new(CR_TYPE_Q4_K, w, ROWS, n, rb, &p, &err), CR_OK);
+        CHECK_EQ_INT(be_pack_new(t, w, ROWS, n, rb, &p, &err), CR_OK);
         char what[64];
-        snprintf(what, sizeof what, "Q4_K decode %" PRId64 " blocks", nbs[c]);
+        snprintf(what, sizeof what, "%s decode %" PRId64 " blocks",
+                 be_type_traits(t)->name, nbs[c]);
         if (p)
-            decode_ranges(CR_TYPE_Q4_K, p, xq, xs, what);
+            decode_ranges(t, p, xq, xs, what);
         be_pack_destroy(&p);
         free(w);
         free(xq);
         free(xs);
     }
+}
+
+static void test_q4_k_decode(void)
+{
+    k_decode(CR_TYPE_Q4_K, BE_Q4K_DECODE_MIN_STREAM_BLOCKS);
+}
+
+static void test_q6_k_decode(void)
+{
+    k_decode(CR_TYPE_Q6_K, BE_Q6K_DECODE_MIN_STREAM_BLOCKS);
 }
 
 /* Sub-block sb's 6-bit scale and min into a Q4_K block's packed scales
@@ -812,6 +838,7 @@ int main(void)
     test_q8_0_decode_pairs();
     test_q4_0_decode();
     test_q4_k_decode();
+    test_q6_k_decode();
     test_q4_k_decode_extremes();
     test_backend();
     test_file_pages_dropped();

@@ -38,6 +38,8 @@ int64_t be_pack_min_groups(const be_packed_t *p, int n)
         stream = BE_Q8_DECODE_MIN_STREAM_BLOCKS;
     else if (n == 1 && p->type == CR_TYPE_Q4_K)
         stream = BE_Q4K_DECODE_MIN_STREAM_BLOCKS;
+    else if (n == 1 && p->type == CR_TYPE_Q6_K)
+        stream = BE_Q6K_DECODE_MIN_STREAM_BLOCKS;
     int64_t per_stream = (stream + p->n_blocks - 1) / p->n_blocks;
     return CR_MAX(4, 2 * per_stream);
 }

@@ -116,10 +116,16 @@ typedef void (*be_pack_gemm_fn)(const be_packed_t *p, int64_t g0, int64_t g1,
  * xsum from be_pack_block_sums too). */
 cr_type_t be_pack_act_type(cr_type_t t);
 
+/* Super-blocks each of a pair's two streams must run for the one-token
+ * Q6_K kernel at VNNI (repack_avx512.c) to take groups in split pairs
+ * (as BE_Q4K_DECODE_MIN_STREAM_BLOCKS; 64: 105 KiB); shorter ranges go one
+ * group at a time. */
+#define BE_Q6K_DECODE_MIN_STREAM_BLOCKS 64
+
 /* The fewest groups a unit of work of p with n activation rows should
  * have: 4, or for one row as many as the type's one-token kernel needs to
  * pair groups in streams of full speed (repack_q4_decode.h,
- * repack_q8_decode.h, repack_q4k_decode.h), so threads splitting a
+ * repack_q8_decode.h, repack_q4k_decode.h, Q6_K above), so threads splitting a
  * matrix never cut it into ranges its kernel takes at a slower pace. */
 int64_t be_pack_min_groups(const be_packed_t *p, int n);
 

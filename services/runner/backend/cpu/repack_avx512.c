@@ -17,7 +17,9 @@
  * prompts run 1.05-1.4x with VNNI. Q4_0 with two or more tokens runs
  * q4_0_gemm_avx512.c's 16-row tiles. Q4_0, Q8_0 and Q4_K decode have
  * their own one-token kernels (repack_q4_decode.c, repack_q8_decode.c,
- * repack_q4k_decode.c). The Q8_0
+ * repack_q4k_decode.c); Q6_K decode takes its groups in split pairs here
+ * (q6_k_pair: at 5632 columns 97-101% of a plain read where one group at
+ * a time read 90-97%; at 2048 columns both ~101%). The Q8_0
  * tiles issue no prefetch (as their AVX2 tiles): with it Q8_0 decode from
  * DRAM ran 0.8x the AVX2 kernel, without it 1.0x. */
 #include "lib/prelude.h"
@@ -246,6 +248,109 @@ static VNNI void q6_k_tile(const be_block_q6_kx8_t *w, int64_t nb, const be_bloc
 
 #define GROUP(T, p, g) ((const T *)((const uint8_t *)(p)->data + (size_t)(g) * (p)->group_bytes))
 
+/* ---- Q6_K decode: split pairs ------------------------------------------ */
+
+/* 32 bytes of a and 32 of b as one zmm (a low, b high). */
+static inline __attribute__((always_inline)) VNNI __m512i join256(const void *a, const void *b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* 16 bytes of a and 16 of b as one ymm (a low, b high). */
+static inline __attribute__((always_inline)) VNNI __m256i join128(const void *a, const void *b)
+{
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+                                   _mm_loadu_si128((const __m128i *)b), 1);
+}
+
+/* q6_k_quad for two groups at once: lanes 0..7 rows of qa's quad, lanes
+ * 8..15 rows of qb's, the same operations on twice the width. */
+static inline __attribute__((always_inline)) VNNI void q6_k_quad2(const uint8_t *qa,
+                                                                  const uint8_t *qb,
+                                                                  __m512i q[4])
+{
+    const __m512i m3f = _mm512_set1_epi8(0x3f), m03 = _mm512_set1_epi8(0x03);
+    const __m512i m0c = _mm512_set1_epi8(0x0c), m30 = _mm512_set1_epi8(0x30);
+    __m512i r0 = join256(qa, qb), r1 = join256(qa + 32, qb + 32);
+    __m512i r2 = join256(qa + 64, qb + 64);
+    q[0] = _mm512_and_si512(r0, m3f);
+    q[1] = _mm512_and_si512(r1, m3f);
+    q[2] = _mm512_and_si512(r2, m3f);
+    __m512i t = _mm512_and_si512(_mm512_srli_epi16(r0, 6), m03);
+    t = _mm512_ternarylogic_epi32(_mm512_srli_epi16(r1, 4), m0c, t, 0xEA);
+    q[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(r2, 2), m30, t, 0xEA);
+}
+
+/* Groups a and b (16 rows: a's 8 in lanes 0..7, b's in 8..15) against one
+ * activation row, each activation word broadcast once for both: the
+ * one-token q6_k_tile_n on twice the width, so every row takes the same
+ * integer sums and float steps (its bits). Each stream is prefetched
+ * (NTA) PF_Q6K super-blocks ahead. */
+#define PF_Q6K 3 /* super-blocks (5 KiB) */
+
+static VNNI void q6_k_pair(const be_block_q6_kx8_t *a, const be_block_q6_kx8_t *b, int64_t nb,
+                           const be_block_q8_k_t *x, float *ya, float *yb)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < nb; k++) {
+        const be_block_q6_kx8_t *ba = a + k, *bb = b + k;
+        for (size_t off = 0; off < sizeof *ba; off += 64) {
+            _mm_prefetch((const char *)(ba + PF_Q6K) + off, _MM_HINT_NTA);
+            _mm_prefetch((const char *)(bb + PF_Q6K) + off, _MM_HINT_NTA);
+        }
+        __m512i isum = _mm512_setzero_si512(), msum = _mm512_setzero_si512();
+        #pragma GCC unroll 2
+        for (int pr = 0; pr < 8; pr++) {
+            __m512i sp = _mm512_cvtepi8_epi16(join128(ba->scales + 16 * pr,
+                                                      bb->scales + 16 * pr));
+            __m512i sc0 = _mm512_srai_epi32(_mm512_slli_epi32(sp, 16), 16);
+            __m512i sc1 = _mm512_srai_epi32(sp, 16);
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m512i q[4];
+                q6_k_quad2(ba->qs + 96 * (2 * pr + h), bb->qs + 96 * (2 * pr + h), q);
+                const int8_t *aq = x[k].qs + 16 * (2 * pr + h);
+                int32_t w4[4];
+                memcpy(w4, aq, sizeof w4);
+                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0],
+                                                _mm512_set1_epi32(w4[0]));
+                s = _mm512_dpbusd_epi32(s, q[1], _mm512_set1_epi32(w4[1]));
+                s = _mm512_dpbusd_epi32(s, q[2], _mm512_set1_epi32(w4[2]));
+                s = _mm512_dpbusd_epi32(s, q[3], _mm512_set1_epi32(w4[3]));
+                isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(s, h ? sc1 : sc0));
+            }
+            int32_t bp;
+            memcpy(&bp, x[k].bsums + 2 * pr, sizeof bp);
+            msum = _mm512_dpwssd_epi32(msum, sp, _mm512_set1_epi32(bp));
+        }
+        __m512 dw = _mm512_cvtph_ps(join128(ba->d, bb->d));
+        __m512i tot = _mm512_sub_epi32(isum, _mm512_slli_epi32(msum, 5));
+        __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(x[k].d));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), sc, acc);
+    }
+    _mm256_storeu_ps(ya, _mm512_castps512_ps256(acc));
+    _mm256_storeu_ps(yb, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+}
+
+/* One token over groups g0..g1: g with g + half (two weight streams
+ * unbroken through the range's halves, as the Q4_0, Q8_0 and Q4_K decode
+ * kernels), an odd last group alone; ranges whose streams would be under
+ * BE_Q6K_DECODE_MIN_STREAM_BLOCKS one group at a time. */
+static VNNI void q6_k_decode(const be_packed_t *p, int64_t g0, int64_t g1,
+                             const be_block_q8_k_t *x, float *y)
+{
+    int64_t nb = p->n_blocks, half = (g1 - g0) / 2;
+    if (half * nb < BE_Q6K_DECODE_MIN_STREAM_BLOCKS)
+        half = 0;
+    for (int64_t g = g0; g < g0 + half; g++)
+        q6_k_pair(GROUP(be_block_q6_kx8_t, p, g), GROUP(be_block_q6_kx8_t, p, g + half), nb, x,
+                  y + (size_t)g * BE_PACK_ROWS, y + (size_t)(g + half) * BE_PACK_ROWS);
+    for (int64_t g = g0 + 2 * half; g < g1; g++)
+        q6_k_tile(GROUP(be_block_q6_kx8_t, p, g), nb, x, 1, y + (size_t)g * BE_PACK_ROWS,
+                  (size_t)p->n_rows);
+}
+
 VNNI void be_pack_gemm_q4_0_vnni(const be_packed_t *p, int64_t g0, int64_t g1, const void *xv,
                                  const int32_t *xsum, int n, float *y, size_t y_stride)
 {
@@ -299,6 +404,10 @@ VNNI void be_pack_gemm_q6_k_vnni(const be_packed_t *p, int64_t g0, int64_t g1, c
     CR_UNUSED(xsum);
     const be_block_q8_k_t *x = xv;
     int64_t nb = p->n_blocks;
+    if (n == 1) {
+        q6_k_decode(p, g0, g1, x, y);
+        return;
+    }
     for (int t0 = 0; t0 < n; t0 += TILE_TOK) {
         int tn = CR_MIN(TILE_TOK, n - t0);
         for (int64_t g = g0; g < g1; g++)
