@@ -857,6 +857,8 @@ typedef struct attn_job {
     const void *k, *v;
     const be_attn_t *a;
     be_vec_dot_fn dot_f16;
+    atomic_int next; /* the next unclaimed (token, head) task: claimed, not
+                        dealt, so a thread the machine slows takes fewer */
 } attn_job_t;
 
 /* attn_task over a quantized cache: the same (token, head) tasks through
@@ -873,7 +875,9 @@ static void attn_task_kvq(attn_job_t *j, int ith, int nth)
     void *q8 = j->c->att16 + per * (size_t)ith + j->c->att_ctx;
     const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
 
-    for (int task = ith; task < a->n_tok * a->n_head; task += nth) {
+    CR_UNUSED(nth);
+    for (int task; (task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) <
+                   a->n_tok * a->n_head;) {
         int t = task / a->n_head, h = task % a->n_head, hk = h / group;
         be_kvq_head_t kh = {
             .type = a->kv_type,
@@ -909,7 +913,9 @@ static void attn_task(void *ctx, int ith, int nth)
     uint16_t *q16 = p16 + j->c->att_ctx;
     const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
 
-    for (int task = ith; task < a->n_tok * a->n_head; task += nth) {
+    CR_UNUSED(nth);
+    for (int task; (task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) <
+                   a->n_tok * a->n_head;) {
         int t = task / a->n_head, h = task % a->n_head, hk = h / group;
         int n_kv = a->pos0 + t + 1;
         const float *qh = j->q + ((size_t)t * a->n_head + h) * hd;
@@ -935,7 +941,8 @@ static void cpu_attention(be_backend_t *be, float *out, const float *q,
     if (c->prefill && a->n_tok >= PREFILL_MIN_TOK && a->pos0 + a->n_tok >= PREFILL_MIN_KEYS &&
         be_cpu_attn_prefill(c->pool, c->simd, c->pf, c->pf_floats, out, q, k, v, a))
         return;
-    attn_job_t j = {c, out, q, k, v, a, be_type_traits(CR_TYPE_F16)->vec_dot};
+    attn_job_t j = {c, out, q, k, v, a, be_type_traits(CR_TYPE_F16)->vec_dot, 0};
+    atomic_init(&j.next, 0);
     int tasks = a->n_tok * a->n_head;
     rn_threadpool_run(c->pool, attn_task, &j, tasks);
 }
