@@ -33,7 +33,7 @@ static size_t keys_stride(int ctx)
 /* floats of the parts that do not grow with the rows */
 static size_t fixed_floats(int hd)
 {
-    return 2 * round16((size_t)PF_KEYS * (size_t)hd) + round16((size_t)hd);
+    return 2 * round16((size_t)PF_KEYS * (size_t)hd);
 }
 
 static size_t row_floats(int ctx, int hd)
@@ -73,10 +73,21 @@ static void pv_scalar(int nq, int n, int hd, const float *p, size_t ldp, const f
         }
 }
 
-static const be_cpu_pf_kernel_t scalar_kernel = {"scalar", 8, qk_scalar, pv_scalar};
+static void keys_scalar(int nk, int hd, const uint16_t *k, size_t kv_row, float *kt,
+                        size_t ldk)
+{
+    for (int c = 0; c < nk; c++)
+        for (int d = 0; d < hd; d++)
+            kt[(size_t)d * ldk + c] = be_f16_to_f32(k[(size_t)c * kv_row + d]);
+}
+
+static const be_cpu_pf_kernel_t scalar_kernel = {"scalar", 8, qk_scalar, pv_scalar,
+                                                 keys_scalar};
 #if defined(__x86_64__) || defined(__i386__)
-static const be_cpu_pf_kernel_t avx2_kernel = {"avx2", 8, be_avx2_pf_qk, be_avx2_pf_pv};
-static const be_cpu_pf_kernel_t avx512_kernel = {"avx512", 16, be_avx512_pf_qk, be_avx512_pf_pv};
+static const be_cpu_pf_kernel_t avx2_kernel = {"avx2", 8, be_avx2_pf_qk, be_avx2_pf_pv,
+                                               be_avx2_pf_keys};
+static const be_cpu_pf_kernel_t avx512_kernel = {"avx512", 16, be_avx512_pf_qk,
+                                                 be_avx512_pf_pv, be_avx2_pf_keys};
 #endif
 
 const be_cpu_pf_kernel_t *be_cpu_pf_kernel_at(be_simd_t level)
@@ -103,6 +114,8 @@ typedef struct pf_job {
     const uint16_t *k, *v;
     const be_attn_t *a;
     int group, block, n_blocks;
+    int parts, part; /* a unit's heads: `part` of the group's (the last
+                        part may have fewer), parts per group */
     size_t lds;       /* floats between score rows */
     float *scratch;
     size_t per_thread;
@@ -120,33 +133,29 @@ static void round_f16(float *x, int n)
     }
 }
 
-static void unit(pf_job_t *j, float *buf, int hk, int t0, int t1)
+/* Query heads h0 .. h0 + G - 1 (of kv head hk) of tokens t0 .. t1 - 1. */
+static void unit(pf_job_t *j, float *buf, int hk, int h0, int G, int t0, int t1)
 {
     const be_attn_t *a = j->a;
     const be_cpu_pf_kernel_t *kr = j->kr;
-    int hd = a->head_dim, G = j->group, R = (t1 - t0) * G;
+    int hd = a->head_dim, R = (t1 - t0) * G;
     size_t kv_row = (size_t)a->n_head_kv * hd, lds = j->lds;
     float *kt = buf, *vt = kt + round16((size_t)PF_KEYS * hd);
-    float *tmp = vt + round16((size_t)PF_KEYS * hd);
-    float *qf = tmp + round16((size_t)hd);
+    float *qf = vt + round16((size_t)PF_KEYS * hd);
     float *acc = qf + (size_t)R * hd, *s = acc + (size_t)R * hd;
     const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
     int n_max = a->pos0 + t1; /* keys of the last row */
 
-    /* the group's query heads are adjacent in q and out: one copy per token */
+    /* the unit's query heads are adjacent in q and out: one copy per token */
     for (int t = t0; t < t1; t++) {
-        size_t off = ((size_t)t * a->n_head + (size_t)hk * G) * hd;
+        size_t off = ((size_t)t * a->n_head + (size_t)h0) * hd;
         memcpy(qf + (size_t)(t - t0) * G * hd, j->q + off, (size_t)G * hd * sizeof(float));
     }
     round_f16(qf, R * hd);
 
     for (int k0 = 0; k0 < n_max; k0 += PF_KEYS) {
         int nk = CR_MIN(PF_KEYS, n_max - k0);
-        for (int c = 0; c < nk; c++) {
-            be_f16_to_f32_row(j->k + (size_t)(k0 + c) * kv_row + (size_t)hk * hd, tmp, hd);
-            for (int d = 0; d < hd; d++)
-                kt[(size_t)d * PF_KEYS + c] = tmp[d];
-        }
+        kr->keys(nk, hd, j->k + (size_t)k0 * kv_row + (size_t)hk * hd, kv_row, kt, PF_KEYS);
         for (int c = nk; c < (nk + kr->kw - 1) / kr->kw * kr->kw; c++)
             for (int d = 0; d < hd; d++)
                 kt[(size_t)d * PF_KEYS + c] = 0.0f;
@@ -161,7 +170,7 @@ static void unit(pf_job_t *j, float *buf, int hk, int t0, int t1)
     }
 
     for (int r = 0; r < R; r++) {
-        int n = a->pos0 + t0 + r / G + 1, h = hk * G + r % G;
+        int n = a->pos0 + t0 + r / G + 1, h = h0 + r % G;
         float *row = s + (size_t)r * lds;
         for (int c = 0; c < n; c++)
             row[c] *= a->scale;
@@ -187,7 +196,7 @@ static void unit(pf_job_t *j, float *buf, int hk, int t0, int t1)
     }
 
     for (int t = t0; t < t1; t++) {
-        size_t off = ((size_t)t * a->n_head + (size_t)hk * G) * hd;
+        size_t off = ((size_t)t * a->n_head + (size_t)h0) * hd;
         memcpy(j->out + off, acc + (size_t)(t - t0) * G * hd, (size_t)G * hd * sizeof(float));
     }
 }
@@ -197,14 +206,16 @@ static void pf_task(void *ctx, int ith, int nth)
     CR_UNUSED(nth);
     pf_job_t *j = ctx;
     float *buf = j->scratch + (size_t)ith * j->per_thread;
-    int n_kv = j->a->n_head_kv, units = j->n_blocks * n_kv;
+    int per_block = j->a->n_head_kv * j->parts, units = j->n_blocks * per_block;
     for (;;) {
         int u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (u >= units)
             return;
-        int b = j->n_blocks - 1 - u / n_kv; /* last blocks see the most keys */
+        int b = j->n_blocks - 1 - u / per_block; /* last blocks see the most keys */
+        int hk = u % per_block / j->parts, g0 = u % j->parts * j->part;
         int t0 = b * j->block;
-        unit(j, buf, u % n_kv, t0, CR_MIN(j->a->n_tok, t0 + j->block));
+        unit(j, buf, hk, hk * j->group + g0, CR_MIN(j->part, j->group - g0), t0,
+             CR_MIN(j->a->n_tok, t0 + j->block));
     }
 }
 
@@ -232,11 +243,20 @@ bool be_cpu_attn_prefill(rn_threadpool_t *pool, be_simd_t level, float *scratch,
     int nth = rn_threadpool_size(pool);
     while (block > 1 && (int64_t)a->n_head_kv * ((a->n_tok + block - 1) / block) < 4 * nth)
         block = (block + 1) / 2;
+    int n_blocks = (a->n_tok + block - 1) / block;
+    /* a decode step (one block) with fewer kv heads than threads: each
+     * group's heads in parts, so every thread has a unit (each part
+     * converts its kv head's keys again) */
+    int parts = 1;
+    if (n_blocks == 1 && a->n_head_kv < nth)
+        parts = CR_MIN(G, (nth + a->n_head_kv - 1) / a->n_head_kv);
+    int part = (G + parts - 1) / parts;
+    parts = (G + part - 1) / part;
     pf_job_t j = {.kr = kr, .vec = be_vec_ops_at(level), .out = out, .q = q, .k = k,
-                  .v = v, .a = a, .group = G, .block = block,
-                  .n_blocks = (a->n_tok + block - 1) / block, .lds = keys_stride(n_ctx),
+                  .v = v, .a = a, .group = G, .block = block, .n_blocks = n_blocks,
+                  .parts = parts, .part = part, .lds = keys_stride(n_ctx),
                   .scratch = scratch, .per_thread = per_thread};
     atomic_init(&j.next, 0);
-    rn_threadpool_run(pool, pf_task, &j, j.n_blocks * a->n_head_kv);
+    rn_threadpool_run(pool, pf_task, &j, n_blocks * a->n_head_kv * parts);
     return true;
 }

@@ -1,9 +1,11 @@
 /* attn_prefill.h: the attention op over an F16 cache for many queries at
- * once (prompt processing), in tiles that share each K/V row among the
- * query heads of one GQA group and a block of queries.
+ * once (prompt processing) and for a decode step, in tiles that share each
+ * K/V row among the query heads of one GQA group and a block of queries.
  *
  * Units of work are (kv head, block of query tokens): rows = the group's
- * heads times the block's tokens. Keys are converted from F16 once per
+ * heads times the block's tokens. A decode step (one block) on more
+ * threads than kv heads splits each group's heads into parts, a unit
+ * each. Keys are converted from F16 once per
  * tile of PF_KEYS into a transposed F32 tile, and a register-blocked
  * kernel computes each score with the exact operations of the level's F16
  * dot product (the AVX2 dot's four 8-lane accumulators and its horizontal
@@ -49,13 +51,17 @@ bool be_cpu_attn_prefill(rn_threadpool_t *pool, be_simd_t level, float *scratch,
  * at kt[d * ldk + j]), for r < nq <= 4 and j < kw (the kernel's keys per
  * call). pv: acc[r * hd + d] = acc + p[r * ldp + j] * v[j * hd + d], a
  * rounded product then a rounded add, for j < n in order, r < nq <= 4,
- * d < hd (a multiple of 8 at vector levels). */
+ * d < hd (a multiple of 8 at vector levels). keys: kt[d * ldk + c] = key c
+ * (F16 at k + c * kv_row) converted to F32, for c < nk, d < hd: the tile
+ * qk reads, transposed in registers (a conversion is exact, so every
+ * level gives the same floats). */
 typedef struct be_cpu_pf_kernel {
     const char *name;
     int kw;
     void (*qk)(int nq, int hd, const float *q, const float *kt, size_t ldk, float *s,
                size_t lds);
     void (*pv)(int nq, int n, int hd, const float *p, size_t ldp, const float *v, float *acc);
+    void (*keys)(int nk, int hd, const uint16_t *k, size_t kv_row, float *kt, size_t ldk);
 } be_cpu_pf_kernel_t;
 
 /* The kernel for `level` (scalar where the CPU lacks it). Static. */
@@ -65,6 +71,8 @@ void be_avx2_pf_qk(int nq, int hd, const float *q, const float *kt, size_t ldk, 
                    size_t lds);
 void be_avx2_pf_pv(int nq, int n, int hd, const float *p, size_t ldp, const float *v,
                    float *acc);
+void be_avx2_pf_keys(int nk, int hd, const uint16_t *k, size_t kv_row, float *kt,
+                     size_t ldk);
 void be_avx512_pf_qk(int nq, int hd, const float *q, const float *kt, size_t ldk, float *s,
                      size_t lds);
 void be_avx512_pf_pv(int nq, int n, int hd, const float *p, size_t ldp, const float *v,

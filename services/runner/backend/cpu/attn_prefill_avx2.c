@@ -24,4 +24,48 @@ typedef __m256 pf_vec;
 
 #include "services/runner/backend/cpu/attn_prefill_simd.h"
 
+/* keys (attn_prefill.h) in blocks of 8 keys x 8 dims: 8 rows converted,
+ * an 8 x 8 transpose in registers, 8 rows stored (the AVX-512 level uses
+ * it too: its tiles are as wide as the kt rows, not the blocks). */
+PF_TGT void be_avx2_pf_keys(int nk, int hd, const uint16_t *k, size_t kv_row, float *kt,
+                            size_t ldk)
+{
+    int c0 = 0;
+    for (; c0 + 8 <= nk; c0 += 8)
+        for (int d0 = 0; d0 + 8 <= hd; d0 += 8) {
+            __m256 r[8], t[8], u[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm256_cvtph_ps(
+                    _mm_loadu_si128((const __m128i *)(k + (size_t)(c0 + i) * kv_row + d0)));
+#pragma GCC unroll 4
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+            }
+#pragma GCC unroll 2
+            for (int i = 0; i < 8; i += 4) {
+                u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+                u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+                u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+                u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+            }
+            /* u[j] holds dims j (low half) and j + 4 (high) of keys 0-3,
+             * u[j + 4] the same of keys 4-7 */
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                _mm256_storeu_ps(kt + (size_t)(d0 + j) * ldk + c0,
+                                 _mm256_permute2f128_ps(u[j], u[j + 4], 0x20));
+                _mm256_storeu_ps(kt + (size_t)(d0 + j + 4) * ldk + c0,
+                                 _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
+            }
+        }
+    for (int c = 0; c < c0; c++) /* dims past the last block of 8 */
+        for (int d = hd / 8 * 8; d < hd; d++)
+            kt[(size_t)d * ldk + c] = _cvtsh_ss(k[(size_t)c * kv_row + d]);
+    for (int c = c0; c < nk; c++)
+        for (int d = 0; d < hd; d++)
+            kt[(size_t)d * ldk + c] = _cvtsh_ss(k[(size_t)c * kv_row + d]);
+}
+
 #endif
