@@ -1,7 +1,7 @@
 /* bench.c: CPU speed of the engine beside llama.cpp, on one GGUF file.
  *
  *   bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] [--no-pp]
- *               [--load-only] [--no-load]
+ *               [--load-only] [--no-load] [--depth N]
  *   bench-bench --synth SHAPE TYPE OUT.gguf [LAYERS [DISTINCT_ROWS]]
  *
  * Each round measures, in this order and in this one process: our prompt
@@ -34,6 +34,11 @@
  * --load-only measures just the loads (for profiling the load path);
  * --no-load skips the rounds' load (a second instance of a model that may
  * not fit twice; bench/vs_llamabench_moe.sh runs one round per process).
+ *
+ * --depth N: tg128 after N cached tokens (a prompt of N random tokens,
+ * not timed, before each tg; llama-bench gets -d N), where each token's
+ * attention reads N more keys: a long chat's decode. The bandwidth
+ * fraction still counts the weights only.
  *
  * --synth writes a model of realistic shape with random weights:
  * SHAPE tinyllama (dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632,
@@ -182,6 +187,7 @@ typedef struct ours {
     int n_vocab;
     uint64_t bytes_per_token;
     double load_s;
+    int depth; /* cached tokens before tg (--depth) */
 } ours_t;
 
 static uint64_t rng_next(uint64_t *s)
@@ -192,15 +198,17 @@ static uint64_t rng_next(uint64_t *s)
     return *s;
 }
 
-static cr_status_t ours_open(ours_t *o, const char *path, int threads, cr_err_t *err)
+static cr_status_t ours_open(ours_t *o, const char *path, int threads, int depth,
+                             cr_err_t *err)
 {
+    o->depth = depth;
     double t0 = bench_now_s();
     cr_status_t st = be_cpu_new(threads, &o->be, err);
     if (st)
         return st;
     if ((st = rn_model_load(path, o->be, &o->model, err)))
         return st;
-    rn_ctx_opts_t co = {.n_ctx = PP_LONG + TG_TOKENS, .n_batch = PP_LONG};
+    rn_ctx_opts_t co = {.n_ctx = CR_MAX(PP_LONG, depth) + TG_TOKENS, .n_batch = PP_LONG};
     if ((st = rn_ctx_new(o->model, &co, &o->ctx, err)))
         return st;
     o->n_vocab = rn_ctx_n_vocab(o->ctx);
@@ -264,7 +272,7 @@ static double ours_load(const char *path, int threads)
         ours_t o = {0};
         cr_err_t err = {0};
         double s = -1;
-        if (!ours_open(&o, path, threads, &err))
+        if (!ours_open(&o, path, threads, 0, &err))
             s = o.load_s;
         else
             fprintf(stderr, "bench: load: %s\n", err.msg);
@@ -304,14 +312,21 @@ static double ours_pp(ours_t *o, int n)
     return n / (bench_now_s() - t0);
 }
 
-/* tokens/s of TG_TOKENS single-token evals from an empty cache. */
+/* tokens/s of TG_TOKENS single-token evals after o->depth cached tokens
+ * (the random tokens again, PP_LONG at a time; not timed). */
 static double ours_tg(ours_t *o)
 {
     cr_err_t err = {0};
     rn_ctx_clear(o->ctx);
+    for (int p = 0; p < o->depth; p += PP_LONG) {
+        if (rn_ctx_eval(o->ctx, o->toks, CR_MIN(PP_LONG, o->depth - p), p, NULL, &err)) {
+            fprintf(stderr, "bench: depth %d: %s\n", o->depth, err.msg);
+            return -1;
+        }
+    }
     double t0 = bench_now_s();
     for (int i = 0; i < TG_TOKENS; i++) {
-        if (rn_ctx_eval(o->ctx, &o->toks[i], 1, i, NULL, &err)) {
+        if (rn_ctx_eval(o->ctx, &o->toks[i], 1, o->depth + i, NULL, &err)) {
             fprintf(stderr, "bench: tg: %s\n", err.msg);
             return -1;
         }
@@ -361,7 +376,7 @@ static int json_int(const char *line, const char *key)
 }
 
 static bool theirs_run(const char *bin, const char *model, int threads, bool no_pp,
-                       theirs_t *out)
+                       int depth, theirs_t *out)
 {
     memset(out, 0, sizeof *out);
     out->pp = out->tg = out->load_s = -1;
@@ -372,8 +387,9 @@ static bool theirs_run(const char *bin, const char *model, int threads, bool no_
     if (pid < 0)
         return false;
     if (pid == 0) {
-        char tbuf[16];
+        char tbuf[16], dbuf[16];
         snprintf(tbuf, sizeof tbuf, "%d", threads);
+        snprintf(dbuf, sizeof dbuf, "%d", depth);
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
@@ -381,7 +397,7 @@ static bool theirs_run(const char *bin, const char *model, int threads, bool no_
         if (dn >= 0)
             dup2(dn, 2);
         execl(bin, bin, "-m", model, "-t", tbuf, "-p", no_pp ? "0" : "512", "-n", "128", "-r", "1",
-              "-o", "jsonl", (char *)NULL);
+              "-d", dbuf, "-o", "jsonl", (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -508,7 +524,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] "
-            "[--no-pp] [--load-only] [--no-load]\n"
+            "[--no-pp] [--load-only] [--no-load] [--depth N]\n"
             "       bench-bench --synth tinyllama|llama32|qwen3moe q4_0|q8_0|q4_k_m|q6_k "
             "OUT.gguf [LAYERS [DISTINCT_ROWS]]\n");
 }
@@ -520,7 +536,7 @@ int main(int argc, char **argv)
         return synth_main(argv[2], argv[3], argv[4], argc >= 6 ? argv[5] : NULL,
                           argc >= 7 ? argv[6] : NULL);
     const char *model = NULL, *lb = NULL;
-    int threads = 2, rounds = 5;
+    int threads = 2, rounds = 5, depth = 0;
     bool no_pp = false, load_only = false, no_load = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -532,6 +548,9 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--llama-bench") && v) {
             lb = v;
+            i++;
+        } else if (!strcmp(a, "--depth") && v) {
+            depth = atoi(v);
             i++;
         } else if (!strcmp(a, "--no-pp")) {
             no_pp = true; /* tg only (quick checks); pp columns read 0 */
@@ -546,7 +565,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!model || threads < 1 || rounds < 1 || rounds > MAX_ROUNDS) {
+    if (!model || threads < 1 || rounds < 1 || rounds > MAX_ROUNDS || depth < 0 ||
+        depth > 131072) {
         usage();
         return 2;
     }
@@ -581,7 +601,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; bwbuf && i < BW_BYTES; i += 4096)
         memset(bwbuf + i, (int)(i >> 12), 4096);
     ours_t o = {0};
-    if (ours_open(&o, model, threads, &err)) {
+    if (ours_open(&o, model, threads, depth, &err)) {
         fprintf(stderr, "bench: %s: %s\n", model, err.msg);
         ours_close(&o);
         rn_threadpool_destroy(&bwpool);
@@ -590,9 +610,9 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("model %s: %.2f GB file, %.2f GB read per token, %d threads, simd %s, "
-           "first load+first token %.2f s\n",
+           "first load+first token %.2f s, tg after %d cached tokens\n",
            model, (double)sb.st_size / 1e9, (double)o.bytes_per_token / 1e9, threads,
-           be_cpu_simd(o.be), o.load_s);
+           be_cpu_simd(o.be), o.load_s, depth);
     if (!no_pp)
         ours_pp(&o, PP_SHORT); /* warm */
     ours_tg(&o);
@@ -623,7 +643,7 @@ int main(int argc, char **argv)
                tg[r], 100 * frac[r], load[r]);
         if (lb) {
             theirs_t t;
-            if (theirs_run(lb, model, threads, no_pp, &t)) {
+            if (theirs_run(lb, model, threads, no_pp, depth, &t)) {
                 tpp[nt] = t.pp;
                 ttg[nt] = t.tg;
                 tload[nt] = t.load_s;
