@@ -4,7 +4,10 @@
  * size keeps it (tests check partitioning over more threads than cores).
  * Every share of a job runs exactly once, with the job's own context, also
  * when the caller takes the shares of workers the scheduler has not run
- * yet (a pool of more threads than cores makes that common). */
+ * yet (a pool of more threads than cores makes that common). A worker
+ * asleep on its condition variable (idle past its spin) is woken by the
+ * next job: no wake-up is lost between a job's opening and a worker going
+ * to sleep, also when several threads sleep and wake at once. */
 #include "lib/prelude.h"
 
 #include "services/runner/backend/backend.h"
@@ -12,7 +15,11 @@
 #include "services/runner/backends.h"
 #include "tests/unit/check.h"
 
+#include <dirent.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
 
 static int pool_size(int asked)
 {
@@ -74,6 +81,84 @@ static void check_shares(int n_threads)
     rn_threadpool_destroy(&p);
 }
 
+/* True once every thread of this process but the caller is asleep
+ * ('S' in /proc/self/task/TID/stat: the pool's workers on cv_work). */
+static bool workers_asleep(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return false;
+    bool all = true;
+    pid_t self = (pid_t)gettid();
+    struct dirent *e;
+    while (all && (e = readdir(d))) {
+        if (e->d_name[0] == '.' || atoi(e->d_name) == self)
+            continue;
+        char path[320], buf[256];
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = 0;
+        const char *st = strrchr(buf, ')'); /* the state follows "(comm) " */
+        all = st && st[1] == ' ' && st[2] == 'S';
+    }
+    closedir(d);
+    return all;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct wake_job {
+    atomic_int started; /* shares ith >= 1 begun */
+    int want;
+    atomic_int late;    /* share 0 gave up waiting for them */
+} wake_job_t;
+
+/* share 0 (the caller's) waits for every other share to begin on a worker:
+ * a worker that slept through the job's opening never would */
+static void wake_task(void *ctx, int ith, int nth)
+{
+    CR_UNUSED(nth);
+    wake_job_t *j = ctx;
+    if (ith) {
+        atomic_fetch_add(&j->started, 1);
+        return;
+    }
+    double end = now_s() + 10;
+    while (atomic_load(&j->started) < j->want)
+        if (now_s() > end) {
+            atomic_store(&j->late, 1);
+            return;
+        }
+}
+
+static void check_wakes(int n_threads)
+{
+    rn_threadpool_t *p = NULL;
+    cr_err_t err;
+    CHECK_EQ_INT(rn_threadpool_new(n_threads, &p, &err), CR_OK);
+    int lost = 0, asleep = 0;
+    for (int r = 0; p && r < 5; r++) {
+        double end = now_s() + 30;
+        while (!workers_asleep() && now_s() < end)
+            sched_yield();
+        asleep += workers_asleep();
+        wake_job_t j = {.want = n_threads - 1};
+        rn_threadpool_run(p, wake_task, &j, n_threads);
+        lost += atomic_load(&j.late);
+    }
+    CHECK_MSG(asleep == 5, "%d threads: workers asleep before %d of 5 jobs", n_threads, asleep);
+    CHECK_MSG(lost == 0, "%d threads: a sleeping worker missed %d of 5 jobs", n_threads, lost);
+    rn_threadpool_destroy(&p);
+}
+
 int main(void)
 {
     int cores = rn_cpu_count();
@@ -90,5 +175,7 @@ int main(void)
     check_shares(2);
     check_shares(4);
     check_shares(16);
+    check_wakes(2);
+    check_wakes(4);
     return check_finish("threadpool");
 }

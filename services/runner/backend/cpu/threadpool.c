@@ -13,7 +13,15 @@
  * the scheduler has not run yet thus costs nothing, where before the caller
  * sat until it woke (17% of decode samples under load were such waits); a
  * worker that wakes after the close finds no share and never touches the
- * finished job's context. */
+ * finished job's context.
+ *
+ * The mutex is only for sleeping: a job is opened and a worker checks for
+ * stop without it, and the condition variables are signalled only when a
+ * thread sleeps on them (counted in `sleepers` / `caller_sleeps`, seq_cst
+ * against gen / done as in Dekker's handshake: a sleeper announces itself
+ * and then rechecks; the waker changes the value and then checks for
+ * sleepers). Taking the mutex per job made a worker that arrived during
+ * the broadcast block on it in the kernel and start the job late. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/threadpool.h"
 
@@ -44,7 +52,9 @@ struct rn_threadpool {
                             that takes slots from k runs share ith = k */
     atomic_int done;     /* joined workers that finished the current job */
     atomic_int want;     /* joined workers the closed job waits for; -1 open */
-    bool stop;
+    atomic_int sleepers; /* workers on cv_work (or about to be) */
+    atomic_bool caller_sleeps; /* the caller on cv_done (or about to be) */
+    atomic_bool stop;
 
     rn_task_fn fn; /* current job; written before gen is bumped */
     void *ctx;
@@ -81,15 +91,14 @@ static void *worker_main(void *arg)
         }
         if (g == seen) {
             pthread_mutex_lock(&p->mu);
-            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen)
+            atomic_fetch_add(&p->sleepers, 1);
+            while ((g = atomic_load(&p->gen)) == seen)
                 pthread_cond_wait(&p->cv_work, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
         }
         seen = g;
-        pthread_mutex_lock(&p->mu);
-        bool stop = p->stop;
-        pthread_mutex_unlock(&p->mu);
-        if (stop)
+        if (atomic_load(&p->stop))
             return NULL;
         /* claim a share of whichever job is open (none: it was closed,
          * or others took them all) */
@@ -101,7 +110,8 @@ static void *worker_main(void *arg)
         /* fn, ctx and nth were written before the slots were opened, and
          * stay until this share is done */
         p->fn(p->ctx, k, p->nth);
-        if (atomic_fetch_add(&p->done, 1) + 1 == atomic_load(&p->want)) {
+        if (atomic_fetch_add(&p->done, 1) + 1 == atomic_load(&p->want) &&
+            atomic_load(&p->caller_sleeps)) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->cv_done);
             pthread_mutex_unlock(&p->mu);
@@ -127,6 +137,9 @@ cr_status_t rn_threadpool_new(int n_threads, rn_threadpool_t **out, cr_err_t *er
     atomic_init(&p->slots, 0);
     atomic_init(&p->done, 0);
     atomic_init(&p->want, -1);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->caller_sleeps, false);
+    atomic_init(&p->stop, false);
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
@@ -155,9 +168,9 @@ void rn_threadpool_destroy(rn_threadpool_t **self_p)
     if (!self_p || !*self_p)
         return;
     rn_threadpool_t *p = *self_p;
+    atomic_store(&p->stop, true);
     pthread_mutex_lock(&p->mu);
-    p->stop = true;
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    atomic_fetch_add(&p->gen, 1);
     pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->n_started; i++)
@@ -189,10 +202,12 @@ void rn_threadpool_run(rn_threadpool_t *p, rn_task_fn fn, void *ctx, int n_tasks
     atomic_store(&p->done, 0);
     atomic_store(&p->want, -1);
     atomic_store(&p->slots, p->nth - 1); /* opens the job */
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&p->cv_work);
-    pthread_mutex_unlock(&p->mu);
+    atomic_fetch_add(&p->gen, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv_work);
+        pthread_mutex_unlock(&p->mu);
+    }
 
     fn(ctx, 0, p->nth);
 
@@ -211,7 +226,9 @@ void rn_threadpool_run(rn_threadpool_t *p, rn_task_fn fn, void *ctx, int n_tasks
             sched_yield();
     }
     pthread_mutex_lock(&p->mu);
+    atomic_store(&p->caller_sleeps, true);
     while (atomic_load(&p->done) != joined)
         pthread_cond_wait(&p->cv_done, &p->mu);
+    atomic_store(&p->caller_sleeps, false);
     pthread_mutex_unlock(&p->mu);
 }
