@@ -14,11 +14,11 @@
 #include "services/runner/backend/cpu/threadpool.h"
 #include "services/runner/backends.h"
 #include "tests/unit/check.h"
+#include "tests/unit/poll_wait.h"
 
 #include <dirent.h>
 #include <sched.h>
 #include <stdatomic.h>
-#include <time.h>
 #include <unistd.h>
 
 static int pool_size(int asked)
@@ -108,13 +108,6 @@ static bool workers_asleep(void)
     return all;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 typedef struct wake_job {
     atomic_int started; /* shares ith >= 1 begun */
     int want;
@@ -131,9 +124,9 @@ static void wake_task(void *ctx, int ith, int nth)
         atomic_fetch_add(&j->started, 1);
         return;
     }
-    double end = now_s() + 10;
+    int64_t end = test_mono_ms() + 10000;
     while (atomic_load(&j->started) < j->want)
-        if (now_s() > end) {
+        if (test_mono_ms() > end) {
             atomic_store(&j->late, 1);
             return;
         }
@@ -146,8 +139,8 @@ static void check_wakes(int n_threads)
     CHECK_EQ_INT(rn_threadpool_new(n_threads, &p, &err), CR_OK);
     int lost = 0, asleep = 0;
     for (int r = 0; p && r < 5; r++) {
-        double end = now_s() + 30;
-        while (!workers_asleep() && now_s() < end)
+        int64_t end = test_mono_ms() + 30000;
+        while (!workers_asleep() && test_mono_ms() < end)
             sched_yield();
         asleep += workers_asleep();
         wake_job_t j = {.want = n_threads - 1};

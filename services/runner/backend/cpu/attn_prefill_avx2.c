@@ -24,7 +24,8 @@ typedef __m256 pf_vec;
 
 #include "services/runner/backend/cpu/attn_prefill_simd.h"
 
-/* keys (attn_prefill.h) in blocks of 8 keys x 8 dims: 8 rows converted,
+/* keys (attn_prefill.h; hd a multiple of 8, as the vector levels take) in
+ * blocks of 8 keys x 8 dims: 8 rows converted,
  * an 8 x 8 transpose in registers, 8 rows stored (the AVX-512 level uses
  * it too: its tiles are as wide as the kt rows, not the blocks). */
 PF_TGT void be_avx2_pf_keys(int nk, int hd, const uint16_t *k, size_t kv_row, float *kt,
@@ -60,9 +61,6 @@ PF_TGT void be_avx2_pf_keys(int nk, int hd, const uint16_t *k, size_t kv_row, fl
                                  _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
             }
         }
-    for (int c = 0; c < c0; c++) /* dims past the last block of 8 */
-        for (int d = hd / 8 * 8; d < hd; d++)
-            kt[(size_t)d * ldk + c] = _cvtsh_ss(k[(size_t)c * kv_row + d]);
     for (int c = c0; c < nk; c++)
         for (int d = 0; d < hd; d++)
             kt[(size_t)d * ldk + c] = _cvtsh_ss(k[(size_t)c * kv_row + d]);
