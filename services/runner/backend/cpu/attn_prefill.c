@@ -74,20 +74,31 @@ static void pv_scalar(int nq, int n, int hd, const float *p, size_t ldp, const f
 }
 
 static void keys_scalar(int nk, int hd, const uint16_t *k, size_t kv_row, float *kt,
-                        size_t ldk)
+                        size_t ldk, int ahead)
 {
+    CR_UNUSED(ahead);
     for (int c = 0; c < nk; c++)
         for (int d = 0; d < hd; d++)
             kt[(size_t)d * ldk + c] = be_f16_to_f32(k[(size_t)c * kv_row + d]);
 }
 
+static void vals_scalar(int nk, int hd, const uint16_t *v, size_t kv_row, float *vt,
+                        int ahead)
+{
+    CR_UNUSED(ahead);
+    for (int c = 0; c < nk; c++)
+        for (int d = 0; d < hd; d++)
+            vt[(size_t)c * hd + d] = be_f16_to_f32(v[(size_t)c * kv_row + d]);
+}
+
 static const be_cpu_pf_kernel_t scalar_kernel = {"scalar", 8, qk_scalar, pv_scalar,
-                                                 keys_scalar};
+                                                 keys_scalar, vals_scalar};
 #if defined(__x86_64__) || defined(__i386__)
 static const be_cpu_pf_kernel_t avx2_kernel = {"avx2", 8, be_avx2_pf_qk, be_avx2_pf_pv,
-                                               be_avx2_pf_keys};
+                                               be_avx2_pf_keys, be_avx2_pf_vals};
 static const be_cpu_pf_kernel_t avx512_kernel = {"avx512", 16, be_avx512_pf_qk,
-                                                 be_avx512_pf_pv, be_avx2_pf_keys};
+                                                 be_avx512_pf_pv, be_avx2_pf_keys,
+                                                 be_avx2_pf_vals};
 #endif
 
 const be_cpu_pf_kernel_t *be_cpu_pf_kernel_at(be_simd_t level)
@@ -155,7 +166,8 @@ static void unit(pf_job_t *j, float *buf, int hk, int h0, int G, int t0, int t1)
 
     for (int k0 = 0; k0 < n_max; k0 += PF_KEYS) {
         int nk = CR_MIN(PF_KEYS, n_max - k0);
-        kr->keys(nk, hd, j->k + (size_t)k0 * kv_row + (size_t)hk * hd, kv_row, kt, PF_KEYS);
+        kr->keys(nk, hd, j->k + (size_t)k0 * kv_row + (size_t)hk * hd, kv_row, kt, PF_KEYS,
+                 n_max - k0 - nk);
         for (int c = nk; c < (nk + kr->kw - 1) / kr->kw * kr->kw; c++)
             for (int d = 0; d < hd; d++)
                 kt[(size_t)d * PF_KEYS + c] = 0.0f;
@@ -183,9 +195,8 @@ static void unit(pf_job_t *j, float *buf, int hk, int h0, int G, int t0, int t1)
     memset(acc, 0, (size_t)R * hd * sizeof(float));
     for (int k0 = 0; k0 < n_max; k0 += PF_KEYS) {
         int nk = CR_MIN(PF_KEYS, n_max - k0);
-        for (int c = 0; c < nk; c++)
-            be_f16_to_f32_row(j->v + (size_t)(k0 + c) * kv_row + (size_t)hk * hd,
-                              vt + (size_t)c * hd, hd);
+        kr->vals(nk, hd, j->v + (size_t)k0 * kv_row + (size_t)hk * hd, kv_row, vt,
+                 n_max - k0 - nk);
         for (int r0 = 0; r0 < R; r0 += PF_GROUP) {
             int nq = CR_MIN(PF_GROUP, R - r0);
             int lim = a->pos0 + t0 + (r0 + nq - 1) / G + 1;

@@ -54,14 +54,19 @@ bool be_cpu_attn_prefill(rn_threadpool_t *pool, be_simd_t level, float *scratch,
  * d < hd (a multiple of 8 at vector levels). keys: kt[d * ldk + c] = key c
  * (F16 at k + c * kv_row) converted to F32, for c < nk, d < hd: the tile
  * qk reads, transposed in registers (a conversion is exact, so every
- * level gives the same floats). */
+ * level gives the same floats). vals: vt[c * hd + d] = value c (F16 at
+ * v + c * kv_row) converted, for c < nk, d < hd. `ahead`: rows past nk that
+ * lie in the cache, which keys and vals may prefetch (BE_PF_AHEAD on). */
+#define BE_PF_AHEAD 32
 typedef struct be_cpu_pf_kernel {
     const char *name;
     int kw;
     void (*qk)(int nq, int hd, const float *q, const float *kt, size_t ldk, float *s,
                size_t lds);
     void (*pv)(int nq, int n, int hd, const float *p, size_t ldp, const float *v, float *acc);
-    void (*keys)(int nk, int hd, const uint16_t *k, size_t kv_row, float *kt, size_t ldk);
+    void (*keys)(int nk, int hd, const uint16_t *k, size_t kv_row, float *kt, size_t ldk,
+                 int ahead);
+    void (*vals)(int nk, int hd, const uint16_t *v, size_t kv_row, float *vt, int ahead);
 } be_cpu_pf_kernel_t;
 
 /* The kernel for `level` (scalar where the CPU lacks it). Static. */
@@ -72,7 +77,8 @@ void be_avx2_pf_qk(int nq, int hd, const float *q, const float *kt, size_t ldk, 
 void be_avx2_pf_pv(int nq, int n, int hd, const float *p, size_t ldp, const float *v,
                    float *acc);
 void be_avx2_pf_keys(int nk, int hd, const uint16_t *k, size_t kv_row, float *kt,
-                     size_t ldk);
+                     size_t ldk, int ahead);
+void be_avx2_pf_vals(int nk, int hd, const uint16_t *v, size_t kv_row, float *vt, int ahead);
 void be_avx512_pf_qk(int nq, int hd, const float *q, const float *kt, size_t ldk, float *s,
                      size_t lds);
 void be_avx512_pf_pv(int nq, int n, int hd, const float *p, size_t ldp, const float *v,

@@ -24,15 +24,32 @@ typedef __m256 pf_vec;
 
 #include "services/runner/backend/cpu/attn_prefill_simd.h"
 
+/* Prefetches rows [c, c + n) of a cache (row = hd F16 at r + c * kv_row),
+ * each line once: the keys and values of one kv head are 2 * hd bytes every
+ * kv_row elements, a stride the hardware prefetchers do not follow far
+ * enough (bench-bench --depth: the conversions' first loads waited on
+ * DRAM). */
+static inline PF_TGT void prefetch_rows(const uint16_t *r, size_t kv_row, int c, int n,
+                                        int hd)
+{
+    for (int i = c; i < c + n; i++)
+        for (int d = 0; d < hd; d += 32)
+            _mm_prefetch((const char *)(r + (size_t)i * kv_row + d), _MM_HINT_T0);
+}
+
 /* keys (attn_prefill.h; hd a multiple of 8, as the vector levels take) in
  * blocks of 8 keys x 8 dims: 8 rows converted,
  * an 8 x 8 transpose in registers, 8 rows stored (the AVX-512 level uses
- * it too: its tiles are as wide as the kt rows, not the blocks). */
+ * it too: its tiles are as wide as the kt rows, not the blocks). Each block
+ * first prefetches the block PF_AHEAD keys on. */
 PF_TGT void be_avx2_pf_keys(int nk, int hd, const uint16_t *k, size_t kv_row, float *kt,
-                            size_t ldk)
+                            size_t ldk, int ahead)
 {
     int c0 = 0;
-    for (; c0 + 8 <= nk; c0 += 8)
+    for (; c0 + 8 <= nk; c0 += 8) {
+        int pc = c0 + BE_PF_AHEAD;
+        if (pc < nk + ahead)
+            prefetch_rows(k, kv_row, pc, CR_MIN(8, nk + ahead - pc), hd);
         for (int d0 = 0; d0 + 8 <= hd; d0 += 8) {
             __m256 r[8], t[8], u[8];
 #pragma GCC unroll 8
@@ -61,9 +78,25 @@ PF_TGT void be_avx2_pf_keys(int nk, int hd, const uint16_t *k, size_t kv_row, fl
                                  _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
             }
         }
+    }
     for (int c = c0; c < nk; c++)
         for (int d = 0; d < hd; d++)
             kt[(size_t)d * ldk + c] = _cvtsh_ss(k[(size_t)c * kv_row + d]);
+}
+
+/* vals (attn_prefill.h), 8 dims per conversion, each row first prefetching
+ * the row PF_AHEAD keys on */
+PF_TGT void be_avx2_pf_vals(int nk, int hd, const uint16_t *v, size_t kv_row, float *vt,
+                            int ahead)
+{
+    for (int c = 0; c < nk; c++) {
+        if (c + BE_PF_AHEAD < nk + ahead)
+            prefetch_rows(v, kv_row, c + BE_PF_AHEAD, 1, hd);
+        const uint16_t *src = v + (size_t)c * kv_row;
+        for (int d = 0; d < hd; d += 8)
+            _mm256_storeu_ps(vt + (size_t)c * hd + d,
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + d))));
+    }
 }
 
 #endif
