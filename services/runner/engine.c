@@ -55,6 +55,12 @@
 #define PROMPT_TEXT_MAX (64u << 20) /* rendered prompt bytes */
 #define PREFILL_STEP 64             /* tokens between cancel checks */
 #define DEFAULT_NUM_KEEP 4
+/* llama.cpp's default --draft-p-min: a draft model less sure than this
+ * stops drafting for the step (spec_draft.h) */
+#define DEFAULT_DRAFT_P_MIN 0.75f
+#define SPEC_BACKOFF_MAX 16 /* most steps a missing speculation pauses */
+#define SPEC_GIVE_UP 6      /* drafting steps in a row that all missed, after
+                               which a draft model is dropped */
 
 /* The effective knobs of one request. */
 typedef struct req_opts {
@@ -62,6 +68,7 @@ typedef struct req_opts {
     int64_t num_predict; /* >= 1 */
     int num_keep;
     int draft_ngram;     /* tokens drafted per step by prompt lookup; 0 off */
+    float draft_p_min;   /* a draft model stops drafting below this (spec_draft.h) */
     bool ignore_eos;        /* end-of-generation ids are never sampled */
     const msg_strs_t *stop; /* borrowed from the request, during start only */
 } req_opts_t;
@@ -130,6 +137,14 @@ typedef struct slot {
     float *spec_logits;
     int spec_rows;
     int64_t n_drafted, n_accepted; /* this request's drafts and hits */
+    /* After the spec_misses-th step in a row whose drafts were all
+     * rejected, the slot decodes spec_skip = 1, 2, 4 .. SPEC_BACKOFF_MAX
+     * steps without drafting (the first accepted draft resets both):
+     * drafts that keep missing (an answer that repeats nothing, a draft
+     * that disagrees) cost a pass every so often instead of every step.
+     * A draft model missing SPEC_GIVE_UP steps in a row is dropped for
+     * the request. */
+    int spec_skip, spec_misses;
     /* For the pace (pace.h), in steps (stats.steps): when the request
      * started, and when it sent its first token. */
     int64_t arrived_tick, streaming_tick;
@@ -660,6 +675,7 @@ static cr_status_t request_opts(const rn_engine_t *e, const msg_options_t *o,
     r->num_predict = -1;
     r->num_keep = DEFAULT_NUM_KEEP;
     r->draft_ngram = 0;
+    r->draft_p_min = DEFAULT_DRAFT_P_MIN;
     r->ignore_eos = false;
     r->stop = NULL;
     if (o) {
@@ -684,6 +700,12 @@ static cr_status_t request_opts(const rn_engine_t *e, const msg_options_t *o,
                 return cr_err_set(err, CR_E_INVALID, "option \"draft_ngram\" must be "
                                   "0..%d, got %" PRId64, RN_SPEC_MAX_DRAFT, o->draft_ngram);
             r->draft_ngram = (int)o->draft_ngram;
+        }
+        if (o->has_draft_p_min) {
+            if (!(o->draft_p_min >= 0.0 && o->draft_p_min <= 1.0))
+                return cr_err_set(err, CR_E_INVALID,
+                                  "option \"draft_p_min\" must be 0..1, got %g", o->draft_p_min);
+            r->draft_p_min = (float)o->draft_p_min;
         }
     }
     /* Negative or huge num_predict is clamped to 10 x num_ctx (Ollama). */
@@ -1705,6 +1727,7 @@ cr_status_t rn_engine_start(rn_engine_t *e, const msg_t *req,
                                                 : (uint64_t)mono_ns() ^ (uint64_t)sl->id);
     sl->n_draft = sl->n_verify = 0;
     sl->n_drafted = sl->n_accepted = 0;
+    sl->spec_skip = sl->spec_misses = 0;
     sl->stopped = false;
     sl->shift = r->type == MSG_chat ? !r->u.chat.has_shift || r->u.chat.shift
                                     : !r->u.generate.has_shift || r->u.generate.shift;
@@ -1839,6 +1862,7 @@ static cr_status_t verify_drafts(rn_engine_t *e, slot_t *sl, bool *finished,
     cr_status_t st = CR_OK;
     sl->n_verify = 0;
     *finished = false;
+    int kept = 0;
     for (int i = 0; i <= k; i++) {
         int32_t draft = i < k ? sl->span_tok[1 + i] : -1;
         const float *q = i < k && sl->draft_sampled ? sl->spec_q + (size_t)i * V : NULL;
@@ -1850,7 +1874,21 @@ static cr_status_t verify_drafts(rn_engine_t *e, slot_t *sl, bool *finished,
         sl->seq[sl->n_seq++] = draft;
         sl->has_pending = false;
         sl->n_accepted++;
+        kept++;
         e->stats.draft_accepted++;
+    }
+    if (k > 0 && !st) {
+        sl->spec_misses = kept ? 0 : sl->spec_misses + 1;
+        sl->spec_skip = sl->spec_misses ? CR_MIN(1 << CR_MIN(sl->spec_misses - 1, 16),
+                                                 SPEC_BACKOFF_MAX)
+                                        : 0;
+        if (sl->draft_by_model && sl->spec_misses >= SPEC_GIVE_UP) {
+            /* a draft model costs even while paused (it reads every token
+             * it skipped): one that keeps missing is dropped */
+            cr_log_debug("slot %d: drafts missed %d steps in a row; decoding on without them",
+                         sl->id, sl->spec_misses);
+            sl->draft_k = 0;
+        }
     }
     rn_ctx_seq_truncate(e->ctx, sl->id, sl->n_seq);
     return st;
@@ -1896,7 +1934,7 @@ static void draft_all(rn_engine_t *e)
         slot_t *sl = &e->slots[i];
         sl->n_premade = 0;
         if (sl->state != SLOT_DECODE || !sl->has_pending || !sl->draft_by_model ||
-            !sl->draft_k)
+            !sl->draft_k || sl->spec_skip > 0)
             continue;
         int room = draft_room(e, sl, sl->draft_k);
         if (room <= 0)
@@ -1905,7 +1943,7 @@ static void draft_all(rn_engine_t *e)
         samp[n] = (rn_spec_draft_sampling_t){sl->ro.sp.temperature, &sl->draft_rng, sl->spec_q};
         reqs[n] = (rn_spec_draft_req_t){sl->id, sl->seq, sl->n_seq + 1, room,
                                         sl->draft_sampled ? &samp[n] : NULL, sl->span_tok + 1,
-                                        0};
+                                        0, sl->ro.draft_p_min};
         who[n++] = sl;
     }
     if (n == 0)
@@ -1973,7 +2011,11 @@ int rn_engine_step(rn_engine_t *e)
             continue;
         n_pending--;
         sl->span_tok[0] = sl->pending;
-        sl->n_draft = sl->draft_k ? draft_tokens(e, sl, budget - 1 - n_pending) : 0;
+        sl->n_draft = 0;
+        if (sl->spec_skip > 0)
+            sl->spec_skip--; /* a step of the backoff (slot_t) */
+        else if (sl->draft_k)
+            sl->n_draft = draft_tokens(e, sl, budget - 1 - n_pending);
         e->spans[n_spans] = (rn_ctx_span_t){sl->id, sl->span_tok, 1 + sl->n_draft, sl->n_seq,
                                             NULL, NULL, false,
                                             sl->n_draft ? sl->spec_logits : NULL};

@@ -76,6 +76,18 @@ static int32_t argmax(const float *logits, int n)
     return best;
 }
 
+/* The probability softmax(logits) gives token x (temperature 1): a greedy
+ * draft's confidence in its argmax. 0 where no logit is finite. */
+static float prob_of(const float *logits, int n, int32_t x)
+{
+    float max = logits[x];
+    double z = 0.0;
+    for (int i = 0; i < n; i++)
+        if (logits[i] > -INFINITY)
+            z += exp((double)logits[i] - (double)max);
+    return z > 0.0 && max > -INFINITY ? (float)(1.0 / z) : 0.0f;
+}
+
 /* A sampling draft's pick: q = softmax(logits / t) into q[n], then a draw
  * from it. NaN logits get no mass. */
 static int32_t draw_q(const float *logits, int n, float t, rn_rng_t *rng, float *q)
@@ -181,8 +193,14 @@ cr_status_t rn_spec_draft_propose_batch(rn_spec_draft_t *d, rn_spec_draft_req_t 
             const rn_spec_draft_sampling_t *sm = r->samp;
             bool sampled = sm && sm->temperature > 0.0f && sm->rng && sm->q;
             const float *l = rn_ctx_seq_logits(d->ctx, r->seq);
-            r->out[k] = sampled ? draw_q(l, V, sm->temperature, sm->rng, sm->q + (size_t)k * V)
-                                : argmax(l, V);
+            float *q = sampled ? sm->q + (size_t)k * V : NULL;
+            r->out[k] = sampled ? draw_q(l, V, sm->temperature, sm->rng, q) : argmax(l, V);
+            /* an unsure draft is proposed, but the last: no pass for more */
+            if (r->p_min > 0.0f && k + 1 < r->k_max) {
+                float p = sampled ? q[r->out[k]] : prob_of(l, V, r->out[k]);
+                if (!(p >= r->p_min))
+                    r->k_max = k + 1;
+            }
             if (k + 1 < r->k_max)
                 spans[n_next++] = (rn_ctx_span_t){r->seq, &r->out[k], 1, r->n + k,
                                                   NULL, NULL, false, NULL};
@@ -214,7 +232,7 @@ cr_status_t rn_spec_draft_propose(rn_spec_draft_t *d, int seq, const int32_t *hi
                                   int k_max, const rn_spec_draft_sampling_t *samp,
                                   int32_t *out, int *n_out, cr_err_t *err)
 {
-    rn_spec_draft_req_t r = {seq, hist, n, k_max, samp, out, 0};
+    rn_spec_draft_req_t r = {seq, hist, n, k_max, samp, out, 0, 0.0f};
     cr_status_t st = rn_spec_draft_propose_batch(d, &r, 1, err);
     *n_out = r.n_out;
     return st;

@@ -66,6 +66,10 @@ typedef struct rn_spec_draft_req {
     const rn_spec_draft_sampling_t *samp; /* NULL: greedy */
     int32_t *out;        /* [k_max] */
     int n_out;           /* out: drafts proposed */
+    float p_min;         /* > 0: drafting stops after a draft the draft model
+                            gave less probability (the greedy pick's under
+                            softmax(logits), a drawn one's under q); that
+                            draft is still proposed. 0: always k_max */
 } rn_spec_draft_req_t;
 
 /* rn_spec_draft_propose for several sequences (each at most once) at once:

@@ -180,7 +180,11 @@ static void test_vocab_size(const char *target, const char *wide_vocab)
 
 /* The greedy continuation of hist[0..n) by model path, k tokens, in a
  * fresh context: the reference for what a draft proposes. */
-static void greedy_ref(const char *path, const int32_t *hist, int n, int k, int32_t *out)
+/* The draft's greedy continuation of hist in a fresh context: k tokens
+ * into out and, where prob is not NULL, the probability softmax(logits)
+ * gave each (in double). */
+static void greedy_ref_p(const char *path, const int32_t *hist, int n, int k, int32_t *out,
+                         double *prob)
 {
     cr_err_t err;
     rn_model_t *m = NULL;
@@ -201,10 +205,21 @@ static void greedy_ref(const char *path, const int32_t *hist, int n, int k, int3
             if (l[t] > l[best])
                 best = t;
         out[i] = best;
+        if (prob) {
+            double z = 0;
+            for (int t = 0; t < V; t++)
+                z += exp((double)l[t] - (double)l[best]);
+            prob[i] = 1.0 / z;
+        }
         CHECK(rn_ctx_eval(c, &best, 1, n + i, NULL, &err) == CR_OK);
     }
     rn_ctx_destroy(&c);
     rn_model_destroy(&m);
+}
+
+static void greedy_ref(const char *path, const int32_t *hist, int n, int k, int32_t *out)
+{
+    greedy_ref_p(path, hist, n, k, out, NULL);
 }
 
 static void test_propose(const char *draft_path)
@@ -314,7 +329,7 @@ static void test_propose_batch(const char *draft_path)
     int32_t out[3][8], want[8];
     rn_spec_draft_req_t reqs[3];
     for (int s = 0; s < 3; s++)
-        reqs[s] = (rn_spec_draft_req_t){s, h[s], lens[s], 2 + s, NULL, out[s], 0};
+        reqs[s] = (rn_spec_draft_req_t){s, h[s], lens[s], 2 + s, NULL, out[s], 0, 0.0f};
     CHECK(rn_spec_draft_propose_batch(d, reqs, 3, &err) == CR_OK);
     for (int s = 0; s < 3; s++) {
         CHECK_EQ_INT(reqs[s].n_out, 2 + s);
@@ -329,7 +344,7 @@ static void test_propose_batch(const char *draft_path)
         h[s][lens[s]] = out[s][0];
         h[s][lens[s] + 1] = (out[s][1] + 1) % V;
         n2[s] = lens[s] + 2;
-        reqs[s] = (rn_spec_draft_req_t){s, h[s], n2[s], 3, NULL, out[s], 0};
+        reqs[s] = (rn_spec_draft_req_t){s, h[s], n2[s], 3, NULL, out[s], 0, 0.0f};
     }
     CHECK(rn_spec_draft_propose_batch(d, reqs, 3, &err) == CR_OK);
     for (int s = 0; s < 3; s++) {
@@ -337,6 +352,86 @@ static void test_propose_batch(const char *draft_path)
         CHECK_MSG(reqs[s].n_out == 3 && !memcmp(out[s], want, 3 * sizeof *want),
                   "sequence %d after a rejection", s);
     }
+    rn_spec_draft_destroy(&d);
+}
+
+/* p_min: drafting stops after the first draft the draft model gave less
+ * probability than p_min (that draft still proposed). Greedy: for
+ * thresholds between the continuation's probabilities (computed apart in
+ * a fresh context, so only thresholds clear of every probability by 1e-3
+ * of it are used), the drafts are the continuation up to and with its
+ * first token under the threshold; sampled: each proposal's q rows say
+ * where it had to stop. */
+static void test_p_min(const char *draft_path)
+{
+    enum { K = 6 };
+    cr_err_t err;
+    int V = model_n_vocab(draft_path);
+    rn_spec_draft_t *d = NULL;
+    if (!V || rn_spec_draft_new(draft_path, be_g, 128, 1, V, &d, &err) != CR_OK) {
+        CHECK_MSG(0, "draft: %s", err.msg);
+        return;
+    }
+    const int32_t hist[] = {1, 30, 31, 32, 33, 34};
+    int n = (int)CR_ARRAY_LEN(hist);
+    int32_t want[K], got[K];
+    double prob[K], thr[2 * K + 2];
+    greedy_ref_p(draft_path, hist, n, K, want, prob);
+    int n_thr = 0;
+    thr[n_thr++] = 0.0;  /* off: all K */
+    thr[n_thr++] = 1.5;  /* nothing is that sure: one draft */
+    for (int i = 0; i < K; i++)
+        for (int sign = -1; sign <= 1; sign += 2) {
+            double t = prob[i] * (1.0 + sign * 0.01);
+            bool clear = t < 1.0;
+            for (int j = 0; j < K; j++)
+                clear = clear && fabs(t - prob[j]) > 1e-3 * prob[j];
+            if (clear)
+                thr[n_thr++] = t;
+        }
+    int short_stops = 0;
+    for (int i = 0; i < n_thr; i++) {
+        int expect = K;
+        for (int j = 0; j < K; j++)
+            if (prob[j] < thr[i]) {
+                expect = j + 1;
+                break;
+            }
+        short_stops += expect > 1 && expect < K;
+        rn_spec_draft_req_t r = {0, hist, n, K, NULL, got, 0, (float)thr[i]};
+        CHECK(rn_spec_draft_propose_batch(d, &r, 1, &err) == CR_OK);
+        CHECK_MSG(r.n_out == expect && !memcmp(got, want, (size_t)expect * sizeof *got),
+                  "p_min %g: %d drafts, want the continuation's first %d", thr[i], r.n_out,
+                  expect);
+        CHECK_EQ_INT(rn_spec_draft_n_past(d, 0), n + r.n_out - 1);
+    }
+    CHECK_MSG(short_stops > 0, "no threshold stopped between the first and the last draft "
+              "(probabilities %g %g %g ...)", prob[0], prob[1], prob[2]);
+    /* sampled at temperature 1: q rows decide */
+    float *q = malloc((size_t)K * (size_t)V * sizeof *q);
+    rn_rng_t rng;
+    rn_rng_seed(&rng, 7);
+    rn_spec_draft_sampling_t samp = {1.0f, &rng, q};
+    int stopped = 0, full = 0;
+    for (int round = 0; round < 40 && q; round++) {
+        float t = powf(10.0f, -(float)(round % 8)); /* 1 .. 1e-7: a random model's q is flat */
+        rn_spec_draft_req_t r = {0, hist, n, K, &samp, got, 0, t};
+        CHECK(rn_spec_draft_propose_batch(d, &r, 1, &err) == CR_OK);
+        CHECK(r.n_out >= 1 && r.n_out <= K);
+        for (int i = 0; i + 1 < r.n_out; i++)
+            CHECK_MSG(q[(size_t)i * V + got[i]] >= t, "sampled draft %d (q %g) under p_min %g "
+                      "but drafting went on", i, q[(size_t)i * V + got[i]], t);
+        if (r.n_out < K) {
+            float last = q[(size_t)(r.n_out - 1) * V + got[r.n_out - 1]];
+            CHECK_MSG(last < t, "drafting stopped after draft %d (q %g >= p_min %g)",
+                      r.n_out - 1, last, t);
+        }
+        stopped += r.n_out < K;
+        full += r.n_out == K;
+    }
+    CHECK_MSG(stopped > 0 && full > 0, "sampled: %d stopped early, %d drafted all", stopped,
+              full);
+    free(q);
     rn_spec_draft_destroy(&d);
 }
 
@@ -367,9 +462,14 @@ static rn_engine_t *load_engine(const char *path, const char *draft, int64_t k, 
     return e;
 }
 
+/* draft_p_min of the requests run_all_p makes: 0, so the checks below
+ * see every step draft K (the default 0.75 cuts a random synthetic
+ * model's drafts to one); test_engine_p_min sets others. */
+static double p_min_g = 0.0;
+
 /* Runs the prompts at once (one slot each) at `temperature` (top_k
  * top_k when > 0, or 0 (off) when < 0; top_p when >= 0) with draft_ngram
- * ngram; answers into out[i] (caller frees). */
+ * ngram and draft_p_min p_min_g; answers into out[i] (caller frees). */
 static void run_all_p(rn_engine_t *e, const char *const *prompts, int n, double temperature,
                       int64_t top_k, double top_p, int ngram, int64_t n_pred, cr_buf_t *out)
 {
@@ -390,6 +490,8 @@ static void run_all_p(rn_engine_t *e, const char *const *prompts, int n, double 
         o[i].has_num_predict = true;
         o[i].draft_ngram = ngram;
         o[i].has_draft_ngram = ngram > 0;
+        o[i].draft_p_min = p_min_g;
+        o[i].has_draft_p_min = true;
         test_generate_msg(&m[i], prompts[i], &o[i]);
         memset(&cp[i], 0, sizeof cp[i]);
         cr_buf_init(&cp[i].text, 1 << 20);
@@ -512,6 +614,93 @@ static void check_engine(const char *target, const char *draft, const char *what
         cr_buf_free(&base[i]);
 }
 
+/* The engine's draft_p_min: bad values are refused at start; the default
+ * (0.75) and 1 leave greedy answers as they were, and 1 drafts one token a
+ * step. */
+static void test_engine_p_min(const char *target, const char *draft)
+{
+    cr_err_t err;
+    rn_engine_t *e = load_engine(target, draft, 4, 1, NULL, &err);
+    if (!e)
+        return;
+    const double bad[] = {-0.1, 1.5, NAN};
+    for (size_t i = 0; i < CR_ARRAY_LEN(bad); i++) {
+        msg_options_t o;
+        memset(&o, 0, sizeof o);
+        o.draft_p_min = bad[i];
+        o.has_draft_p_min = true;
+        msg_t m;
+        test_generate_msg(&m, "hi", &o);
+        test_capture_t cp;
+        memset(&cp, 0, sizeof cp);
+        cr_buf_init(&cp.text, 1 << 10);
+        rn_sink_t sink = test_capture_sink(&cp);
+        cr_status_t st = rn_engine_start(e, &m, &sink, test_capture_finish, &err);
+        CHECK_EQ_INT(st, CR_E_INVALID);
+        CHECK_MSG(st && strstr(err.msg, "option \"draft_p_min\" must be 0..1") != NULL,
+                  "message: %s", err.msg);
+        cr_buf_free(&cp.text);
+    }
+    cr_buf_t base[N_PROMPTS], got;
+    memset(base, 0, sizeof base);
+    base_answers(target, base);
+    const double ok[] = {0.75, 1.0};
+    for (size_t j = 0; j < CR_ARRAY_LEN(ok); j++) {
+        p_min_g = ok[j];
+        rn_engine_stats_t before, after;
+        rn_engine_get_stats(e, &before);
+        int64_t steps = before.steps;
+        for (int i = 0; i < N_PROMPTS; i++) {
+            run_all(e, &prompts_g[i], 1, 0, 0, 0, N_PRED, &got);
+            check_same(&base[i], &got, "draft_p_min", i);
+        }
+        rn_engine_get_stats(e, &after);
+        int64_t drafted = after.draft_tokens - before.draft_tokens;
+        printf("draft_p_min %g: %" PRId64 " drafted, %" PRId64 " accepted in %" PRId64
+               " steps\n", ok[j], drafted, after.draft_accepted - before.draft_accepted,
+               after.steps - steps);
+        CHECK(drafted > 0);
+        if (ok[j] == 1.0) /* each drafting step proposed exactly one token */
+            CHECK_MSG(drafted <= after.steps - steps, "%" PRId64 " drafts in %" PRId64
+                      " steps", drafted, after.steps - steps);
+    }
+    p_min_g = 0.0;
+    for (int i = 0; i < N_PROMPTS; i++)
+        cr_buf_free(&base[i]);
+    rn_engine_destroy(&e);
+}
+
+/* A draft that keeps missing (other weights than the target's): each
+ * step whose drafts all miss pauses drafting 1, 2, 4 .. steps, and the
+ * sixth such step in a row drops the draft for the request; answers are
+ * the target's own. Without the backoff every step would draft K. */
+static void test_backoff(const char *target, const char *stranger)
+{
+    enum { K = 4, GIVE_UP = 6 };
+    cr_err_t err;
+    cr_buf_t base[N_PROMPTS], got;
+    memset(base, 0, sizeof base);
+    base_answers(target, base);
+    rn_engine_t *e = load_engine(target, stranger, K, 1, NULL, &err);
+    for (int i = 0; e && i < N_PROMPTS; i++) {
+        rn_engine_stats_t before, after;
+        rn_engine_get_stats(e, &before);
+        run_all(e, &prompts_g[i], 1, 0, 0, 0, N_PRED, &got);
+        check_same(&base[i], &got, "a stranger drafts", i);
+        rn_engine_get_stats(e, &after);
+        int64_t drafted = after.draft_tokens - before.draft_tokens;
+        int64_t accepted = after.draft_accepted - before.draft_accepted;
+        printf("a stranger drafts, prompt %d: %" PRId64 " drafted, %" PRId64 " accepted\n", i,
+               drafted, accepted);
+        /* every accepted draft may restart the count of misses */
+        CHECK_MSG(drafted > 0 && drafted <= K * GIVE_UP * (1 + accepted),
+                  "prompt %d: %" PRId64 " drafted, %" PRId64 " accepted", i, drafted, accepted);
+    }
+    for (int i = 0; i < N_PROMPTS; i++)
+        cr_buf_free(&base[i]);
+    rn_engine_destroy(&e);
+}
+
 static void test_load_options(const char *target, const char *draft)
 {
     cr_err_t err;
@@ -549,10 +738,11 @@ int main(void)
         return 1;
     }
     test_rule_q();
-    char target[128], draft[128], wide[128];
+    char target[128], draft[128], wide[128], stranger[128];
     snprintf(target, sizeof target, "/tmp/corral-spec-draft-t-%d.gguf", (int)getpid());
     snprintf(draft, sizeof draft, "/tmp/corral-spec-draft-d-%d.gguf", (int)getpid());
     snprintf(wide, sizeof wide, "/tmp/corral-spec-draft-w-%d.gguf", (int)getpid());
+    snprintf(stranger, sizeof stranger, "/tmp/corral-spec-draft-s-%d.gguf", (int)getpid());
     /* the same weights (one seed), quantized two ways: Q4_0 drafts Q8_0 */
     rn_synth_opts_t so;
     rn_synth_defaults(&so);
@@ -562,12 +752,18 @@ int main(void)
     CHECK(rn_synth_write(&so, target, &err) == CR_OK);
     so.type = CR_TYPE_Q4_0;
     CHECK(rn_synth_write(&so, draft, &err) == CR_OK);
+    so.seed = 13; /* other weights, the same vocabulary */
+    CHECK(rn_synth_write(&so, stranger, &err) == CR_OK);
+    so.seed = 11;
     const char *const extra[] = {"<extra_a>", "<extra_b>", NULL};
     so.extra_tokens = extra;
     CHECK(rn_synth_write(&so, wide, &err) == CR_OK);
     test_vocab_size(target, wide);
     test_propose(draft);
     test_propose_batch(draft);
+    test_p_min(draft);
+    test_engine_p_min(target, draft);
+    test_backoff(target, stranger);
     test_load_options(target, draft);
     double rate = 0;
     check_engine(target, draft, "synth Q4_0 drafts Q8_0", false, &rate);
@@ -585,6 +781,7 @@ int main(void)
     unlink(target);
     unlink(draft);
     unlink(wide);
+    unlink(stranger);
     const char *root = check_testdata("models/stories260K-Q8_0.gguf");
     if (!root) {
         printf("spec_draft: stories260K checks skipped: no shared testdata\n");
