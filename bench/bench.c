@@ -1,7 +1,7 @@
 /* bench.c: CPU speed of the engine beside llama.cpp, on one GGUF file.
  *
  *   bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] [--no-pp]
- *               [--load-only] [--no-load] [--depth N]
+ *               [--load-only] [--no-load] [--depth N] [--kv f16|q8_0|q4_0]
  *   bench-bench --synth SHAPE TYPE OUT.gguf [LAYERS [DISTINCT_ROWS]]
  *
  * Each round measures, in this order and in this one process: our prompt
@@ -39,6 +39,10 @@
  * not timed, before each tg; llama-bench gets -d N), where each token's
  * attention reads N more keys: a long chat's decode. The bandwidth
  * fraction still counts the weights only.
+ *
+ * --kv TYPE: the KV cache in TYPE (default f16; q8_0 and q4_0 as
+ * OLLAMA_KV_CACHE_TYPE makes them); llama-bench gets -ctk/-ctv TYPE -fa 1
+ * (its quantized V cache needs flash attention).
  *
  * --synth writes a model of realistic shape with random weights:
  * SHAPE tinyllama (dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632,
@@ -188,6 +192,7 @@ typedef struct ours {
     uint64_t bytes_per_token;
     double load_s;
     int depth; /* cached tokens before tg (--depth) */
+    cr_type_t kv; /* the KV cache's type (--kv) */
 } ours_t;
 
 static uint64_t rng_next(uint64_t *s)
@@ -208,7 +213,8 @@ static cr_status_t ours_open(ours_t *o, const char *path, int threads, int depth
         return st;
     if ((st = rn_model_load(path, o->be, &o->model, err)))
         return st;
-    rn_ctx_opts_t co = {.n_ctx = CR_MAX(PP_LONG, depth) + TG_TOKENS, .n_batch = PP_LONG};
+    rn_ctx_opts_t co = {.n_ctx = CR_MAX(PP_LONG, depth) + TG_TOKENS, .n_batch = PP_LONG,
+                        .kv_type = o->kv};
     if ((st = rn_ctx_new(o->model, &co, &o->ctx, err)))
         return st;
     o->n_vocab = rn_ctx_n_vocab(o->ctx);
@@ -376,7 +382,7 @@ static int json_int(const char *line, const char *key)
 }
 
 static bool theirs_run(const char *bin, const char *model, int threads, bool no_pp,
-                       int depth, theirs_t *out)
+                       int depth, const char *kv, theirs_t *out)
 {
     memset(out, 0, sizeof *out);
     out->pp = out->tg = out->load_s = -1;
@@ -396,8 +402,13 @@ static bool theirs_run(const char *bin, const char *model, int threads, bool no_
         int dn = open("/dev/null", O_WRONLY);
         if (dn >= 0)
             dup2(dn, 2);
-        execl(bin, bin, "-m", model, "-t", tbuf, "-p", no_pp ? "0" : "512", "-n", "128", "-r", "1",
-              "-d", dbuf, "-o", "jsonl", (char *)NULL);
+        if (strcmp(kv, "f16"))
+            execl(bin, bin, "-m", model, "-t", tbuf, "-p", no_pp ? "0" : "512", "-n", "128",
+                  "-r", "1", "-d", dbuf, "-ctk", kv, "-ctv", kv, "-fa", "1", "-o", "jsonl",
+                  (char *)NULL);
+        else
+            execl(bin, bin, "-m", model, "-t", tbuf, "-p", no_pp ? "0" : "512", "-n", "128",
+                  "-r", "1", "-d", dbuf, "-o", "jsonl", (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -524,7 +535,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: bench-bench MODEL.gguf [-t THREADS] [-r ROUNDS] [--llama-bench PATH] "
-            "[--no-pp] [--load-only] [--no-load] [--depth N]\n"
+            "[--no-pp] [--load-only] [--no-load] [--depth N] [--kv f16|q8_0|q4_0]\n"
             "       bench-bench --synth tinyllama|llama32|qwen3moe q4_0|q8_0|q4_k_m|q6_k "
             "OUT.gguf [LAYERS [DISTINCT_ROWS]]\n");
 }
@@ -537,6 +548,7 @@ int main(int argc, char **argv)
                           argc >= 7 ? argv[6] : NULL);
     const char *model = NULL, *lb = NULL;
     int threads = 2, rounds = 5, depth = 0;
+    const char *kv = "f16";
     bool no_pp = false, load_only = false, no_load = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -552,6 +564,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--depth") && v) {
             depth = atoi(v);
             i++;
+        } else if (!strcmp(a, "--kv") && v) {
+            kv = v;
+            i++;
         } else if (!strcmp(a, "--no-pp")) {
             no_pp = true; /* tg only (quick checks); pp columns read 0 */
         } else if (!strcmp(a, "--load-only")) {
@@ -565,8 +580,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    cr_type_t kv_type = CR_TYPE_F16;
     if (!model || threads < 1 || rounds < 1 || rounds > MAX_ROUNDS || depth < 0 ||
-        depth > 131072) {
+        depth > 131072 || !cr_kv_cache_type_parse(kv, &kv_type)) {
         usage();
         return 2;
     }
@@ -600,7 +616,7 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; bwbuf && i < BW_BYTES; i += 4096)
         memset(bwbuf + i, (int)(i >> 12), 4096);
-    ours_t o = {0};
+    ours_t o = {.kv = kv_type};
     if (ours_open(&o, model, threads, depth, &err)) {
         fprintf(stderr, "bench: %s: %s\n", model, err.msg);
         ours_close(&o);
@@ -643,7 +659,7 @@ int main(int argc, char **argv)
                tg[r], 100 * frac[r], load[r]);
         if (lb) {
             theirs_t t;
-            if (theirs_run(lb, model, threads, no_pp, depth, &t)) {
+            if (theirs_run(lb, model, threads, no_pp, depth, kv, &t)) {
                 tpp[nt] = t.pp;
                 ttg[nt] = t.tg;
                 tload[nt] = t.load_s;

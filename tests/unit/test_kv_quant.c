@@ -451,6 +451,81 @@ static void test_models(void)
     test_model("gpt-oss", &so);
 }
 
+/* Query heads of one GQA group share each K/V row: be_kvq_attend_heads
+ * over 1..16 heads is each head's be_kvq_attend, bit for bit (scalar and
+ * detected levels, sinks per head), and so is the backend's attention op,
+ * which hands whole groups (or, for a decode step on more threads than kv
+ * heads, parts of them) to it: G of 3, 8 and 16 on 3 threads, one and
+ * five queries after 37 cached rows. */
+static void test_grouped(cr_type_t t)
+{
+    enum { HK = 2, GMAX = 16, HDIM = 64, ROWS = 42 };
+    static float kf[ROWS * HK * HDIM], vf[ROWS * HK * HDIM];
+    static float q[5 * HK * GMAX * HDIM], got[5 * HK * GMAX * HDIM], want[5 * HK * GMAX * HDIM];
+    float sinks_v[HK * GMAX];
+    for (size_t i = 0; i < CR_ARRAY_LEN(kf); i++) {
+        kf[i] = 2 * frand();
+        vf[i] = frand();
+    }
+    for (size_t i = 0; i < CR_ARRAY_LEN(q); i++)
+        q[i] = frand();
+    for (size_t i = 0; i < CR_ARRAY_LEN(sinks_v); i++)
+        sinks_v[i] = 1.0f + frand();
+    cr_err_t err;
+    be_backend_t *be3 = NULL;
+    CHECK_EQ_INT(be_cpu_new(3, &be3, &err), CR_OK);
+    if (!be3)
+        return;
+    size_t rb = be_kv_row_bytes(t, HK * HDIM);
+    uint8_t *kc = be3->ops->alloc(be3, ROWS * rb), *vc = be3->ops->alloc(be3, ROWS * rb);
+    be3->ops->kv_store(be3, kc, t, kf, ROWS, 0, HK * HDIM);
+    be3->ops->kv_store(be3, vc, t, vf, ROWS, 0, HK * HDIM);
+    static float scores[GMAX * ROWS];
+    static be_block_q8_0_t q8[GMAX * HDIM / 32];
+    be_simd_t levels[] = {BE_SIMD_SCALAR, be_simd_detect()};
+    for (size_t l = 0; l < CR_ARRAY_LEN(levels); l++)
+        for (int n = 1; n <= GMAX; n += n < 4 ? 1 : 4) {
+            be_kvq_head_t kh = {.type = t, .level = levels[l], .head_dim = HDIM, .k = kc,
+                                .v = vc, .row_bytes = rb, .n_kv = ROWS, .scale = 0.125f,
+                                .sink = sinks_v};
+            be_kvq_attend_heads(&kh, n, q, scores, ROWS, q8, got);
+            for (int g = 0; g < n; g++) {
+                kh.sink = &sinks_v[g];
+                be_kvq_attend(&kh, q + g * HDIM, scores, q8, want + g * HDIM);
+            }
+            CHECK_MSG(!memcmp(got, want, (size_t)n * HDIM * sizeof *got),
+                      "%s: %d heads at %s differ from one at a time", tname(t), n,
+                      be_simd_name(levels[l]));
+        }
+    static const int groups[] = {3, 8, 16}, toks[] = {1, 5};
+    for (size_t gi = 0; gi < CR_ARRAY_LEN(groups); gi++)
+        for (size_t ti = 0; ti < CR_ARRAY_LEN(toks); ti++) {
+            int G = groups[gi], nq = toks[ti], nh = HK * G;
+            be_weight_t sinks = {.name = "sinks", .type = CR_TYPE_F32, .n_cols = nh,
+                                 .n_rows = 1, .row_bytes = (size_t)nh * 4, .data = sinks_v};
+            CHECK_EQ_INT(be3->ops->reserve(be3, nq, nh * HDIM, ROWS, nh, &err), CR_OK);
+            be_attn_t a = {.n_tok = nq, .pos0 = ROWS - nq, .n_head = nh, .n_head_kv = HK,
+                           .head_dim = HDIM, .scale = 0.125f, .sinks = &sinks, .kv_type = t};
+            be3->ops->attention(be3, got, q, kc, vc, &a);
+            for (int i = 0; i < nq; i++)
+                for (int h = 0; h < nh; h++) {
+                    be_kvq_head_t kh = {.type = t, .level = be_simd_detect(), .head_dim = HDIM,
+                                        .k = kc + (size_t)(h / G) * (rb / HK),
+                                        .v = vc + (size_t)(h / G) * (rb / HK),
+                                        .row_bytes = rb, .n_kv = a.pos0 + i + 1,
+                                        .scale = 0.125f, .sink = &sinks_v[h]};
+                    size_t off = ((size_t)i * nh + h) * HDIM;
+                    be_kvq_attend(&kh, q + off, scores, q8, want + off);
+                }
+            CHECK_MSG(!memcmp(got, want, (size_t)nq * nh * HDIM * sizeof *got),
+                      "%s: attention op, groups of %d, %d queries: not the per-head bits",
+                      tname(t), G, nq);
+        }
+    be3->ops->free(be3, kc);
+    be3->ops->free(be3, vc);
+    be_destroy(&be3);
+}
+
 /* A head_dim that is not a multiple of 32 cannot hold whole blocks per
  * head: refused, naming it (the engine then falls back to f16). */
 static void test_refused(void)
@@ -488,6 +563,8 @@ int main(void)
     test_ops(CR_TYPE_Q8_0);
     test_ops(CR_TYPE_Q4_0);
     test_axpy_levels();
+    test_grouped(CR_TYPE_Q8_0);
+    test_grouped(CR_TYPE_Q4_0);
     test_models();
     test_refused();
     be_destroy(&be_g);

@@ -45,8 +45,19 @@ void be_kvq_axpy_q4_0(int hd, float p, const void *vr, float *acc)
 
 typedef void (*axpy_fn)(int hd, float p, const void *vr, float *acc);
 
-void be_kvq_attend(const be_kvq_head_t *h, const float *q, float *scores, void *q8,
-                   float *out)
+/* Rows ahead of the one read that the loops prefetch: one head's slice
+ * of a row is a few dozen bytes every row_bytes, a stride the hardware
+ * prefetchers leave to DRAM latency (as the F16 path's, attn_prefill.h). */
+#define KVQ_AHEAD 16
+
+static void prefetch_slice(const uint8_t *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o);
+}
+
+void be_kvq_attend_heads(const be_kvq_head_t *h, int n_heads, const float *q, float *scores,
+                         size_t lds, void *q8, float *out)
 {
     const be_type_traits_t *kt = be_type_traits_at(h->type, h->level);
     const be_type_traits_t *qt = be_type_traits_at(kt->vec_dot_type, h->level);
@@ -55,33 +66,57 @@ void be_kvq_attend(const be_kvq_head_t *h, const float *q, float *scores, void *
     axpy_fn axpy = h->type == CR_TYPE_Q8_0
                        ? (avx2 ? be_kvq_axpy_q8_0_avx2 : be_kvq_axpy_q8_0)
                        : (avx2 ? be_kvq_axpy_q4_0_avx2 : be_kvq_axpy_q4_0);
-    int hd = h->head_dim, n = h->n_kv;
+    int hd = h->head_dim, n = h->n_kv, G = CR_MIN(n_heads, BE_KVQ_MAX_HEADS);
+    size_t q8_bytes = (size_t)hd / qt->block_elems * qt->block_bytes;
+    size_t slice = (size_t)hd / kt->block_elems * kt->block_bytes;
+    float mx[BE_KVQ_MAX_HEADS], inv[BE_KVQ_MAX_HEADS];
 
-    /* scores: q (as Q8_0) . K row j, scaled (and soft-capped) */
-    qt->from_float(q, q8, hd);
-    float mx = h->sink ? *h->sink : -INFINITY;
+    /* scores: q (as Q8_0) . K row j, scaled (and soft-capped); each K row
+     * read once for all the heads */
+    for (int g = 0; g < G; g++) {
+        qt->from_float(q + (size_t)g * hd, (uint8_t *)q8 + (size_t)g * q8_bytes, hd);
+        mx[g] = h->sink ? h->sink[g] : -INFINITY;
+    }
     for (int j = 0; j < n; j++) {
-        float s;
-        kt->vec_dot(hd, &s, h->k + (size_t)j * h->row_bytes, q8);
-        s *= h->scale;
-        if (h->softcap > 0)
-            s = h->softcap * tanhf(s / h->softcap);
-        scores[j] = s;
-        mx = s > mx ? s : mx; /* not fmaxf: a libm call on baseline x86-64 */
+        const uint8_t *kr = h->k + (size_t)j * h->row_bytes;
+        if (j + KVQ_AHEAD < n)
+            prefetch_slice(kr + (size_t)KVQ_AHEAD * h->row_bytes, slice);
+        for (int g = 0; g < G; g++) {
+            float s;
+            kt->vec_dot(hd, &s, kr, (const uint8_t *)q8 + (size_t)g * q8_bytes);
+            s *= h->scale;
+            if (h->softcap > 0)
+                s = h->softcap * tanhf(s / h->softcap);
+            scores[(size_t)g * lds + (size_t)j] = s;
+            mx[g] = s > mx[g] ? s : mx[g]; /* not fmaxf: a libm call on baseline x86-64 */
+        }
     }
     /* softmax, sums in double; a sink adds its term to the denominator */
-    double sum = vec->exp_sum(n, scores, mx);
-    if (h->sink)
-        sum += (double)expf(*h->sink - mx);
-    float inv = (float)(1.0 / sum);
+    for (int g = 0; g < G; g++) {
+        double sum = vec->exp_sum(n, scores + (size_t)g * lds, mx[g]);
+        if (h->sink)
+            sum += (double)expf(h->sink[g] - mx[g]);
+        inv[g] = (float)(1.0 / sum);
+    }
 
     /* out = sum_j p_j V[j], dequantized, in f32 */
-    for (int d = 0; d < hd; d++)
+    for (size_t d = 0; d < (size_t)G * (size_t)hd; d++)
         out[d] = 0;
     for (int j = 0; j < n; j++) {
-        float p = scores[j] * inv;
-        if (p == 0)
-            continue;
-        axpy(hd, p, h->v + (size_t)j * h->row_bytes, out);
+        const uint8_t *vr = h->v + (size_t)j * h->row_bytes;
+        if (j + KVQ_AHEAD < n)
+            prefetch_slice(vr + (size_t)KVQ_AHEAD * h->row_bytes, slice);
+        for (int g = 0; g < G; g++) {
+            float p = scores[(size_t)g * lds + (size_t)j] * inv[g];
+            if (p == 0)
+                continue;
+            axpy(hd, p, vr, out + (size_t)g * hd);
+        }
     }
+}
+
+void be_kvq_attend(const be_kvq_head_t *h, const float *q, float *scores, void *q8,
+                   float *out)
+{
+    be_kvq_attend_heads(h, 1, q, scores, 0, q8, out);
 }

@@ -28,7 +28,8 @@ typedef struct be_kvq_head {
     int n_kv;              /* rows read: 0..n_kv-1 from k and v */
     float scale;           /* applied to q.k */
     float softcap;         /* > 0: s = softcap * tanh(s / softcap) */
-    const float *sink;     /* NULL, or this head's sink logit */
+    const float *sink;     /* NULL, or this head's sink logit (the first
+                              head's, be_kvq_attend_heads) */
 } be_kvq_head_t;
 
 /* True for the KV types this module stores (Q8_0, Q4_0). */
@@ -40,6 +41,19 @@ bool be_kvq_type_ok(cr_type_t t);
  * floats, q8 at least head_dim / 32 * 34 bytes. */
 void be_kvq_attend(const be_kvq_head_t *h, const float *q, float *scores, void *q8,
                    float *out);
+
+/* Most heads one be_kvq_attend_heads call takes. */
+#define BE_KVQ_MAX_HEADS 16
+
+/* be_kvq_attend for n_heads <= BE_KVQ_MAX_HEADS query heads that read the
+ * same K/V slices (one GQA group, or part of it), each K and V row read
+ * once for all of them: q and out [n_heads][head_dim] (adjacent heads),
+ * scores [n_heads] rows lds floats apart (>= n_kv; any with one head), q8
+ * n_heads times be_kvq_attend's bytes; h->sink, if any, points at the
+ * first head's sink, head g's at sink[g]. Each head's result is
+ * be_kvq_attend's bits: the same operations in the same order. */
+void be_kvq_attend_heads(const be_kvq_head_t *h, int n_heads, const float *q, float *scores,
+                         size_t lds, void *q8, float *out);
 
 /* acc[0..hd) += p * (dequantized row vr: hd / 32 blocks), each element
  * dequantized to f32 (d * q, as the format's to_float) and then weighted.

@@ -858,28 +858,40 @@ typedef struct attn_job {
     const void *k, *v;
     const be_attn_t *a;
     be_vec_dot_fn dot_f16;
+    int kvq_heads;   /* quantized cache: query heads per task (a group or
+                        part of one), scores in the pf scratch when > 1 */
     atomic_int next; /* the next unclaimed (token, head) task: claimed, not
                         dealt, so a thread the machine slows takes fewer */
 } attn_job_t;
 
-/* attn_task over a quantized cache: the same (token, head) tasks through
- * attn_kvq.c, scores in the thread's score row, q's Q8_0 blocks where the
- * F16 path keeps q16 (2 x head_dim bytes >= 34/32 x head_dim). */
+/* attn_task over a quantized cache: tasks of (token, kv head, part of its
+ * group: kvq_heads query heads) through attn_kvq.c, each K/V row read once
+ * per task. One head a task: scores in the thread's score row, q's Q8_0
+ * blocks where the F16 path keeps q16 (2 x head_dim bytes >= 34/32 x
+ * head_dim); more: score rows and Q8_0 blocks (head_dim floats a head,
+ * more than its 34/32 x head_dim bytes) in the thread's pf scratch. */
 static void attn_task_kvq(attn_job_t *j, int ith, int nth)
 {
     const be_attn_t *a = j->a;
-    int hd = a->head_dim, group = a->n_head / a->n_head_kv;
+    int hd = a->head_dim, group = a->n_head / a->n_head_kv, gh = j->kvq_heads;
+    int parts = (group + gh - 1) / gh;
     size_t row_bytes = be_kv_row_bytes(a->kv_type, a->n_head_kv * hd);
     size_t head_bytes = row_bytes / (size_t)a->n_head_kv;
-    size_t per = j->c->att_ctx + j->c->att_hd;
+    size_t per = j->c->att_ctx + j->c->att_hd, lds = (size_t)(a->pos0 + a->n_tok);
     float *scores = j->c->att + per * (size_t)ith;
     void *q8 = j->c->att16 + per * (size_t)ith + j->c->att_ctx;
+    if (gh > 1) {
+        scores = j->c->pf + j->c->pf_floats * (size_t)ith;
+        q8 = scores + (size_t)gh * lds;
+    }
     const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
 
     CR_UNUSED(nth);
     for (int task; (task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) <
-                   a->n_tok * a->n_head;) {
-        int t = task / a->n_head, h = task % a->n_head, hk = h / group;
+                   a->n_tok * a->n_head_kv * parts;) {
+        int per_tok = a->n_head_kv * parts;
+        int t = task / per_tok, hk = task % per_tok / parts, g0 = task % parts * gh;
+        int h = hk * group + g0;
         be_kvq_head_t kh = {
             .type = a->kv_type,
             .level = j->c->simd,
@@ -892,7 +904,8 @@ static void attn_task_kvq(attn_job_t *j, int ith, int nth)
             .sink = sinks ? &sinks[h] : NULL,
         };
         size_t off = ((size_t)t * a->n_head + h) * hd;
-        be_kvq_attend(&kh, j->q + off, scores, q8, j->out + off);
+        be_kvq_attend_heads(&kh, CR_MIN(gh, group - g0), j->q + off, scores, lds, q8,
+                            j->out + off);
     }
 }
 
@@ -934,6 +947,25 @@ static void attn_task(void *ctx, int ith, int nth)
     }
 }
 
+/* Query heads per task over a quantized cache: a whole GQA group (each
+ * K/V row then read once for it) as far as the pf scratch holds their
+ * score rows and Q8_0 blocks, split into parts when one token's groups
+ * would leave threads idle (a decode step with fewer kv heads than
+ * threads); 1 without the scratch (CORRAL_CPU_PREFILL_ATTN=0). */
+static int kvq_heads(const be_cpu_t *c, const be_attn_t *a)
+{
+    int G = a->n_head / a->n_head_kv;
+    if (!c->pf || G < 2)
+        return 1;
+    size_t fit = c->pf_floats / ((size_t)(a->pos0 + a->n_tok) + (size_t)a->head_dim);
+    int gh = (int)CR_MIN((size_t)CR_MIN(G, BE_KVQ_MAX_HEADS), fit);
+    if (a->n_tok * a->n_head_kv < c->n_threads) {
+        int parts = (c->n_threads + a->n_head_kv - 1) / a->n_head_kv;
+        gh = CR_MIN(gh, (G + parts - 1) / parts);
+    }
+    return CR_MAX(gh, 1);
+}
+
 static void cpu_attention(be_backend_t *be, float *out, const float *q,
                           const void *k, const void *v, const be_attn_t *a)
 {
@@ -943,9 +975,14 @@ static void cpu_attention(be_backend_t *be, float *out, const float *q,
     if (c->prefill && a->pos0 + a->n_tok >= TILED_MIN_KEYS &&
         be_cpu_attn_prefill(c->pool, c->simd, c->pf, c->pf_floats, out, q, k, v, a))
         return;
-    attn_job_t j = {c, out, q, k, v, a, be_type_traits(CR_TYPE_F16)->vec_dot, 0};
+    attn_job_t j = {c, out, q, k, v, a, be_type_traits(CR_TYPE_F16)->vec_dot, 1, 0};
     atomic_init(&j.next, 0);
     int tasks = a->n_tok * a->n_head;
+    if (a->kv_type != CR_TYPE_F16) {
+        j.kvq_heads = kvq_heads(c, a);
+        int G = a->n_head / a->n_head_kv;
+        tasks = a->n_tok * a->n_head_kv * ((G + j.kvq_heads - 1) / j.kvq_heads);
+    }
     rn_threadpool_run(c->pool, attn_task, &j, tasks);
 }
 
