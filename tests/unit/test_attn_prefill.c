@@ -2,7 +2,8 @@
  * at every SIMD level this CPU runs (levels it lacks are printed as not
  * tested), for 1..70 queries after 0 or 37 cached tokens, GQA ratios 1, 3,
  * 4 and 8 (a decode step on the test's 3 threads splits the groups of 2 kv
- * heads into parts, 3 into 2 + 1), head_dim 64, 128 and 40, with and without attention sinks:
+ * heads into parts, 3 into 2 + 1), head_dim 64, 128 and 40, with and without attention sinks,
+ * sliding windows (5 and 40 keys) and a soft-cap (attention_ext's):
  *
  * 1. bit for bit against the per-query path at the same level (the level's
  *    F16 dot per key, be_vec_softmax_row, probabilities rounded to F16,
@@ -11,7 +12,8 @@
  *    inputs (q rounded to F16 as both paths do; k, v are F16 already),
  *    within the bound below;
  * 3. through the backend's attention op with CORRAL_CPU_PREFILL_ATTN unset
- *    and =0 (same bits), for a prompt chunk and a decode step (tiled too).
+ *    and =0 (same bits), for a prompt chunk and a decode step (tiled too),
+ *    and through attention_ext with a window and a soft-cap.
  *
  * The bound per output element, V = max |v|, u = 2^-24: each score scale *
  * q.k is an F32 sum of hd products, within gamma_hd * S (S = scale * sum_d
@@ -20,7 +22,9 @@
  * The probabilities rounded to F16 are within 2^-11 relative (normal F16)
  * or 2^-25 absolute (subnormal) each: 2^-11 V plus n 2^-25 V. The vector
  * exp (4 ulp), the row sum, 1/sum and the weighted sum of n values add
- * (n + 16) u V. A dropped key, a tile edge or a wrong row misses this by
+ * (n + 16) u V. A soft-cap c tanh(s / c) passes a score's error on
+ * (its slope is at most 1) and adds its division, tanhf (a few ulp) and
+ * product: 8 u |s| more is ample. A dropped key, a tile edge or a wrong row misses this by
  * orders of magnitude (the probabilities are about 1/n). */
 #include "lib/prelude.h"
 #include "services/runner/backend/backend.h"
@@ -98,16 +102,21 @@ static void per_query(be_simd_t lv, const attn_case_t *c, float *out)
     for (int t = 0; t < a->n_tok; t++)
         for (int h = 0; h < a->n_head; h++) {
             int n = a->pos0 + t + 1, hk = h / g;
-            size_t off = ((size_t)t * a->n_head + h) * hd;
+            int first = a->window > 0 ? CR_MAX(0, n - a->window) : 0;
+            size_t off = ((size_t)t * a->n_head + h) * hd, at = (size_t)first * kv_row;
             be_f32_to_f16_row(c->q + off, q16, hd);
+            n -= first;
             for (int p = 0; p < n; p++) {
                 float s;
-                dot(hd, &s, c->k + (size_t)p * kv_row + (size_t)hk * hd, q16);
-                scores[p] = s * a->scale;
+                dot(hd, &s, c->k + at + (size_t)p * kv_row + (size_t)hk * hd, q16);
+                s *= a->scale;
+                if (a->softcap > 0)
+                    s = a->softcap * tanhf(s / a->softcap);
+                scores[p] = s;
             }
             be_vec_softmax_row(vec, scores, n, a->sinks ? &c->sink[h] : NULL);
             be_f32_to_f16_row(scores, p16, n);
-            vec->attn_v(n, p16, c->v + (size_t)hk * hd, kv_row, hd, out + off);
+            vec->attn_v(n, p16, c->v + at + (size_t)hk * hd, kv_row, hd, out + off);
         }
     free(scores);
     free(p16);
@@ -128,10 +137,11 @@ static int check_double(const attn_case_t *c, const float *got, double *worst)
     for (int t = 0; t < a->n_tok; t++)
         for (int h = 0; h < a->n_head; h++) {
             int n = a->pos0 + t + 1, hk = h / g;
+            int lo = a->window > 0 ? CR_MAX(0, n - a->window) : 0;
             size_t off = ((size_t)t * a->n_head + h) * hd;
             be_f32_to_f16_row(c->q + off, q16, hd);
             double max = a->sinks ? c->sink[h] : -INFINITY, big = 0, smax = 0;
-            for (int p = 0; p < n; p++) {
+            for (int p = lo; p < n; p++) {
                 const uint16_t *kr = c->k + (size_t)p * kv_row + (size_t)hk * hd;
                 double dot = 0, abs = 0;
                 for (int d = 0; d < hd; d++) {
@@ -140,19 +150,21 @@ static int check_double(const attn_case_t *c, const float *got, double *worst)
                     abs += fabs(x);
                 }
                 s[p] = dot * a->scale;
+                if (a->softcap > 0)
+                    s[p] = a->softcap * tanh(s[p] / a->softcap);
                 max = fmax(max, s[p]);
                 big = fmax(big, abs * a->scale);
                 smax = fmax(smax, fabs(s[p]));
             }
             double sum = a->sinks ? exp(c->sink[h] - max) : 0;
-            for (int p = 0; p < n; p++)
+            for (int p = lo; p < n; p++)
                 sum += s[p] = exp(s[p] - max);
             double gamma = hd * U / (1 - hd * U);
-            double e = gamma * big + U * smax;
+            double e = gamma * big + U * smax + (a->softcap > 0 ? 8 * U * smax : 0);
             double tol = vmax * (2 * e + 0x1p-11 + n * 0x1p-25 + (n + 16) * U);
             for (int d = 0; d < hd; d++) {
                 double ref = 0;
-                for (int p = 0; p < n; p++)
+                for (int p = lo; p < n; p++)
                     ref += s[p] / sum *
                            be_f16_to_f32(c->v[(size_t)p * kv_row + (size_t)hk * hd + d]);
                 double err = fabs(got[off + d] - ref);
@@ -182,6 +194,8 @@ static void check_level(rn_threadpool_t *pool, be_simd_t lv)
                     bool sinks = (ni + gi) % 3 == 0;
                     attn_case_t c;
                     case_new(&c, n_tok, pos0, 2, groups[gi], hd, sinks);
+                    c.a.window = ni % 3 == 1 ? 5 : ni % 3 == 2 ? 40 : 0;
+                    c.a.softcap = (ni + hi + gi) % 2 ? 2.5f : 0.0f;
                     size_t per = be_cpu_attn_prefill_floats(BE_PF_ROWS, pos0 + n_tok, hd);
                     float *scratch = malloc(per * (size_t)nth * sizeof(float));
                     float *ref = malloc((size_t)n_tok * c.a.n_head * hd * sizeof(float));
@@ -194,9 +208,10 @@ static void check_level(rn_threadpool_t *pool, be_simd_t lv)
                         bool same = !memcmp(ref, c.out, n * sizeof(float));
                         if (!same && differ++ < 3)
                             fprintf(stderr,
-                                    "%s: n_tok %d pos0 %d group %d hd %d sinks %d: not the "
-                                    "per-query bits\n",
-                                    be_simd_name(lv), n_tok, pos0, groups[gi], hd, sinks);
+                                    "%s: n_tok %d pos0 %d group %d hd %d sinks %d window %d "
+                                    "softcap %g: not the per-query bits\n",
+                                    be_simd_name(lv), n_tok, pos0, groups[gi], hd, sinks,
+                                    c.a.window, c.a.softcap);
                         int bad = check_double(&c, c.out, &worst);
                         if (bad)
                             fprintf(stderr, "%s: n_tok %d pos0 %d group %d hd %d: %d outside\n",
@@ -276,6 +291,32 @@ static void check_backend(void)
         CHECK_MSG(!memcmp(ref, c.out, n * sizeof(float)),
                   "backend: n_tok %d pos0 %d differs with CORRAL_CPU_PREFILL_ATTN=0", n_tok,
                   pos0);
+        free(ref);
+        case_free(&c);
+    }
+    /* attention_ext: the window and soft-cap on both paths, same bits */
+    const be_ops_ext_t *xon = be_ext_ops(on), *xoff = be_ext_ops(off);
+    for (int i = 0; i < 4; i++) {
+        int n_tok = i % 2 ? 1 : 48, pos0 = i < 2 ? 21 : 70, window = i < 2 ? 16 : 40;
+        float softcap = i % 2 ? 0.0f : 3.0f;
+        attn_case_t c;
+        case_new(&c, n_tok, pos0, 8, 4, 64, i == 3);
+        size_t n = (size_t)n_tok * c.a.n_head * 64;
+        float *ref = malloc(n * sizeof(float));
+        float *scratch = malloc(be_attention_ext_scratch(128, 64) * sizeof(float));
+        CHECK_EQ_INT(on->ops->reserve(on, 64, 2048, 128, c.a.n_head, &err), CR_OK);
+        CHECK_EQ_INT(off->ops->reserve(off, 64, 2048, 128, c.a.n_head, &err), CR_OK);
+        xon->attention_ext(on, c.out, c.q, c.k, c.v, &c.a, softcap, window, scratch);
+        xoff->attention_ext(off, ref, c.q, c.k, c.v, &c.a, softcap, window, scratch);
+        CHECK_MSG(!memcmp(ref, c.out, n * sizeof(float)),
+                  "backend ext: n_tok %d pos0 %d window %d differs with "
+                  "CORRAL_CPU_PREFILL_ATTN=0", n_tok, pos0, window);
+        c.a.window = window;
+        c.a.softcap = softcap;
+        double worst = 0;
+        CHECK_MSG(check_double(&c, c.out, &worst) == 0 && check_double(&c, ref, &worst) == 0,
+                  "backend ext: n_tok %d pos0 %d outside the bound", n_tok, pos0);
+        free(scratch);
         free(ref);
         case_free(&c);
     }

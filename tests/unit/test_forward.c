@@ -688,7 +688,7 @@ static void test_ops(void)
     op->kv_store(be, kc, CR_TYPE_F16, kf, pos0 + NT, 0, KV);
     op->kv_store(be, vc, CR_TYPE_F16, vf, pos0 + NT, 0, KV);
     CHECK(kc[5] == be_f32_to_f16(kf[5]));
-    be_attn_t a = {NT, pos0, NH, NKV, HD, 1.0f / sqrtf(HD), NULL, CR_TYPE_F16};
+    be_attn_t a = {NT, pos0, NH, NKV, HD, 1.0f / sqrtf(HD), NULL, CR_TYPE_F16, 0, 0};
     op->attention(be, out, q, kc, vc, &a);
     maxe = 0;
     for (int t = 0; t < NT; t++) {

@@ -59,6 +59,11 @@ typedef struct be_attn {
                                  that carries no value */
     cr_type_t kv_type; /* element type of both caches: CR_TYPE_F16, or
                           (kv_type_supported) CR_TYPE_Q8_0 / CR_TYPE_Q4_0 */
+    /* attention_ext's two parameters, for a backend whose attention_ext
+     * shares its attention path (the CPU's): callers of `attention` leave
+     * both 0, which no backend's `attention` reads otherwise */
+    float softcap;  /* > 0: s = softcap * tanh(s / softcap) after scale */
+    int window;     /* > 0: query at position p sees keys p - window + 1 .. p */
 } be_attn_t;
 
 /* Bytes of one cache row of `row` elements of KV type t (be_attn_t.kv_type);
@@ -391,6 +396,11 @@ bool be_cpu_matmul_experts(be_backend_t *be, const be_weight_t *w, const be_weig
                            const int32_t *x_rows, float *y, float *y2);
 void be_cpu_scatter_add(be_backend_t *be, float *y, const float *x, const int32_t *ids,
                         const float *s, int n, int cols);
+/* The CPU backend's attention_ext (backend_cpu.c): the attention op's
+ * threaded paths (tiled over F16 caches) with the window and soft-cap. */
+void be_cpu_attention_ext(be_backend_t *be, float *out, const float *q, const void *kv_k,
+                          const void *kv_v, const be_attn_t *a, float softcap, int window,
+                          float *scratch);
 /* The CPU backend's matmul_group (backend_cpu.c): the be_ops_ext_t
  * contract; it takes packed weights whose activations share one format. */
 bool be_cpu_matmul_group(be_backend_t *be, const be_weight_t *const *w, int n_w,

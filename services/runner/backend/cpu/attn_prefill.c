@@ -2,11 +2,14 @@
  *
  * Per unit (kv head hk, tokens t0..t1-1), rows r = (t - t0) * group + g
  * (query head hk * group + g), so rows grow in token order and a row's
- * keys are 0 .. pos0 + t:
+ * keys are 0 .. pos0 + t (with a sliding window, the last `window` of
+ * them: tiles start at the first row's first key's tile, and a row's
+ * probabilities are zeros before its own first key):
  * 1. q rows rounded to F16 (as the per-query path rounds q) into qf;
  * 2. per tile of PF_KEYS keys: the keys converted to F32 and transposed,
  *    then scores for each group of 4 rows up to the last one's keys;
- * 3. per row: scale, be_vec_softmax_row, probabilities rounded to F16,
+ * 3. per row: scale (and soft-cap), be_vec_softmax_row, probabilities
+ *    rounded to F16,
  *    zeros past the row's keys (so a group's shorter rows add nothing);
  * 4. per tile: the values converted to F32, acc += p . v for each group;
  * 5. acc copied to out.
@@ -15,6 +18,7 @@
 #include "services/runner/backend/cpu/attn_prefill.h"
 #include "services/runner/backend/cpu/vec.h"
 
+#include <math.h>
 #include <stdatomic.h>
 
 #define PF_KEYS 64 /* keys per tile: a multiple of every kernel's kw */
@@ -156,6 +160,9 @@ static void unit(pf_job_t *j, float *buf, int hk, int h0, int G, int t0, int t1)
     float *acc = qf + (size_t)R * hd, *s = acc + (size_t)R * hd;
     const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
     int n_max = a->pos0 + t1; /* keys of the last row */
+    /* a sliding window: the first row's first key, tiles from its tile */
+    int k_start = a->window > 0 ? CR_MAX(0, a->pos0 + t0 - a->window + 1) / PF_KEYS * PF_KEYS
+                                : 0;
 
     /* the unit's query heads are adjacent in q and out: one copy per token */
     for (int t = t0; t < t1; t++) {
@@ -164,7 +171,7 @@ static void unit(pf_job_t *j, float *buf, int hk, int h0, int G, int t0, int t1)
     }
     round_f16(qf, R * hd);
 
-    for (int k0 = 0; k0 < n_max; k0 += PF_KEYS) {
+    for (int k0 = k_start; k0 < n_max; k0 += PF_KEYS) {
         int nk = CR_MIN(PF_KEYS, n_max - k0);
         kr->keys(nk, hd, j->k + (size_t)k0 * kv_row + (size_t)hk * hd, kv_row, kt, PF_KEYS,
                  n_max - k0 - nk);
@@ -183,17 +190,24 @@ static void unit(pf_job_t *j, float *buf, int hk, int h0, int G, int t0, int t1)
 
     for (int r = 0; r < R; r++) {
         int n = a->pos0 + t0 + r / G + 1, h = h0 + r % G;
+        int lo = a->window > 0 ? CR_MAX(0, n - a->window) : 0; /* the row's first key */
         float *row = s + (size_t)r * lds;
-        for (int c = 0; c < n; c++)
+        for (int c = lo; c < n; c++) {
             row[c] *= a->scale;
-        be_vec_softmax_row(j->vec, row, n, sinks ? &sinks[h] : NULL);
-        round_f16(row, n);
+            if (a->softcap > 0)
+                row[c] = a->softcap * tanhf(row[c] / a->softcap);
+        }
+        be_vec_softmax_row(j->vec, row + lo, n - lo, sinks ? &sinks[h] : NULL);
+        round_f16(row + lo, n - lo);
+        /* zeros where the row sees no key: they add nothing (+0) to acc */
+        for (int c = k_start; c < lo; c++)
+            row[c] = 0.0f;
         for (int c = n; c < n_max; c++)
             row[c] = 0.0f;
     }
 
     memset(acc, 0, (size_t)R * hd * sizeof(float));
-    for (int k0 = 0; k0 < n_max; k0 += PF_KEYS) {
+    for (int k0 = k_start; k0 < n_max; k0 += PF_KEYS) {
         int nk = CR_MIN(PF_KEYS, n_max - k0);
         kr->vals(nk, hd, j->v + (size_t)k0 * kv_row + (size_t)hk * hd, kv_row, vt,
                  n_max - k0 - nk);

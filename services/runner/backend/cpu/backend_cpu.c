@@ -34,8 +34,10 @@
 /* attention is tiled (attn_prefill.h), a decode step too, where the last
  * query sees 16 keys or more: below, bench-attn measured the per-query
  * loop as fast (a decode step after 15 keys: tiled 1.25-1.6x; after 3:
- * 0.5-0.9x) */
+ * 0.5-0.9x) and a unit has 4 query rows or more (the kernel's rows per
+ * call: Gemma-3's groups of 2 decode at 0.76-0.92x tiled) */
 #define TILED_MIN_KEYS 16
+#define TILED_MIN_ROWS 4
 
 typedef struct be_cpu {
     be_backend_t base;
@@ -891,16 +893,19 @@ static void attn_task_kvq(attn_job_t *j, int ith, int nth)
                    a->n_tok * a->n_head_kv * parts;) {
         int per_tok = a->n_head_kv * parts;
         int t = task / per_tok, hk = task % per_tok / parts, g0 = task % parts * gh;
-        int h = hk * group + g0;
+        int h = hk * group + g0, n_kv = a->pos0 + t + 1;
+        int first = a->window > 0 ? CR_MAX(0, n_kv - a->window) : 0;
+        size_t at = (size_t)first * row_bytes + (size_t)hk * head_bytes;
         be_kvq_head_t kh = {
             .type = a->kv_type,
             .level = j->c->simd,
             .head_dim = hd,
-            .k = (const uint8_t *)j->k + (size_t)hk * head_bytes,
-            .v = (const uint8_t *)j->v + (size_t)hk * head_bytes,
+            .k = (const uint8_t *)j->k + at,
+            .v = (const uint8_t *)j->v + at,
             .row_bytes = row_bytes,
-            .n_kv = a->pos0 + t + 1,
+            .n_kv = n_kv - first,
             .scale = a->scale,
+            .softcap = a->softcap,
             .sink = sinks ? &sinks[h] : NULL,
         };
         size_t off = ((size_t)t * a->n_head + h) * hd;
@@ -932,17 +937,23 @@ static void attn_task(void *ctx, int ith, int nth)
                    a->n_tok * a->n_head;) {
         int t = task / a->n_head, h = task % a->n_head, hk = h / group;
         int n_kv = a->pos0 + t + 1;
+        int first = a->window > 0 ? CR_MAX(0, n_kv - a->window) : 0;
+        size_t at = (size_t)first * kv_row + (size_t)hk * hd;
+        n_kv -= first;
         const float *qh = j->q + ((size_t)t * a->n_head + h) * hd;
         be_f32_to_f16_row(qh, q16, hd);
         for (int p = 0; p < n_kv; p++) {
             float s;
-            j->dot_f16(hd, &s, kc + (size_t)p * kv_row + (size_t)hk * hd, q16);
-            scores[p] = s * a->scale;
+            j->dot_f16(hd, &s, kc + at + (size_t)p * kv_row, q16);
+            s *= a->scale;
+            if (a->softcap > 0)
+                s = a->softcap * tanhf(s / a->softcap);
+            scores[p] = s;
         }
         be_vec_softmax_row(j->c->vec, scores, n_kv, sinks ? &sinks[h] : NULL);
         be_f32_to_f16_row(scores, p16, n_kv);
         float *o = j->out + ((size_t)t * a->n_head + h) * hd;
-        j->c->vec->attn_v(n_kv, p16, vc + (size_t)hk * hd, kv_row, hd, acc);
+        j->c->vec->attn_v(n_kv, p16, vc + at, kv_row, hd, acc);
         memcpy(o, acc, (size_t)hd * sizeof(float));
     }
 }
@@ -973,6 +984,7 @@ static void cpu_attention(be_backend_t *be, float *out, const float *q,
     /* tiled (same bits, attn_prefill.h) from TILED_MIN_KEYS keys, decode
      * steps too; per query below that and over a quantized cache */
     if (c->prefill && a->pos0 + a->n_tok >= TILED_MIN_KEYS &&
+        a->n_tok * (a->n_head / CR_MAX(a->n_head_kv, 1)) >= TILED_MIN_ROWS &&
         be_cpu_attn_prefill(c->pool, c->simd, c->pf, c->pf_floats, out, q, k, v, a))
         return;
     attn_job_t j = {c, out, q, k, v, a, be_type_traits(CR_TYPE_F16)->vec_dot, 1, 0};
@@ -984,6 +996,19 @@ static void cpu_attention(be_backend_t *be, float *out, const float *q,
         tasks = a->n_tok * a->n_head_kv * ((G + j.kvq_heads - 1) / j.kvq_heads);
     }
     rn_threadpool_run(c->pool, attn_task, &j, tasks);
+}
+
+/* attention_ext (backend.h) on the attention op's threaded paths: the
+ * window and soft-cap ride in be_attn_t. The scratch is not needed. */
+void be_cpu_attention_ext(be_backend_t *be, float *out, const float *q, const void *kv_k,
+                          const void *kv_v, const be_attn_t *a, float softcap, int window,
+                          float *scratch)
+{
+    CR_UNUSED(scratch);
+    be_attn_t b = *a;
+    b.softcap = softcap;
+    b.window = window;
+    cpu_attention(be, out, q, kv_k, kv_v, &b);
 }
 
 /* ---- lifecycle -------------------------------------------------------- */

@@ -11,13 +11,13 @@
  * scatter-add are backend_cpu.c's, which owns the thread pool). CPU
  * backend buffers are plain host memory, so these run on them directly.
  * They are single-threaded (this file cannot reach the pool) except
- * matmul_rows, which calls the backend's threaded matmul; attention_ext is
- * the one op where that costs time on long contexts.
+ * matmul_rows, which calls the backend's threaded matmul, and the ops
+ * backend_cpu.c provides (matmul_group, attention_ext: the attention op's
+ * threaded and tiled paths with a window and soft-cap).
  *
  * Owns no state. Does not own the llama ops (backend_cpu.c) or any kernel
  * of a quant format (quant.c). */
 #include "lib/prelude.h"
-#include "services/runner/backend/cpu/attn_kvq.h"
 #include "services/runner/backend/cpu/vec.h"
 #include "services/runner/backend/backend.h"
 #include "services/runner/backend/cpu/quant.h"
@@ -132,115 +132,6 @@ static void ext_layernorm(be_backend_t *be, float *y, const float *x, const be_w
         float scale = 1.0f / sqrtf((float)(ss / dim) + eps);
         for (int i = 0; i < dim; i++)
             yr[i] = yr[i] * scale * wv[i] + (bv ? bv[i] : 0.0f);
-    }
-}
-
-/* Softmax of x[0..n) in place; a sink (sinks != NULL) joins the max and
- * the denominator as one more logit whose probability is dropped. */
-static void softmax_span(float *x, int n, const float *sink)
-{
-    float mx = x[0];
-    for (int i = 1; i < n; i++)
-        mx = x[i] > mx ? x[i] : mx;
-    if (sink && *sink > mx)
-        mx = *sink;
-    double sum = sink ? (double)expf(*sink - mx) : 0.0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int i = 0; i < n; i++)
-        x[i] *= inv;
-}
-
-/* ext_attention over a quantized cache (attn_kvq.c): scores in the
- * scratch's score row, q's Q8_0 blocks where the F16 path keeps q16. */
-static void ext_attention_kvq(float *out, const float *q, const void *k, const void *v,
-                              const be_attn_t *a, float softcap, int window,
-                              float *scratch)
-{
-    int hd = a->head_dim, group = a->n_head / a->n_head_kv;
-    int ctx = a->pos0 + a->n_tok;
-    size_t row_bytes = be_kv_row_bytes(a->kv_type, a->n_head_kv * hd);
-    size_t head_bytes = row_bytes / (size_t)a->n_head_kv;
-    void *q8 = scratch + 2 * (size_t)ctx;
-    const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
-    for (int t = 0; t < a->n_tok; t++) {
-        int qpos = a->pos0 + t;
-        int first = window > 0 && qpos - window + 1 > 0 ? qpos - window + 1 : 0;
-        for (int h = 0; h < a->n_head; h++) {
-            size_t at = (size_t)first * row_bytes + (size_t)(h / group) * head_bytes;
-            be_kvq_head_t kh = {
-                .type = a->kv_type,
-                .level = be_simd_detect(),
-                .head_dim = hd,
-                .k = (const uint8_t *)k + at,
-                .v = (const uint8_t *)v + at,
-                .row_bytes = row_bytes,
-                .n_kv = qpos - first + 1,
-                .scale = a->scale,
-                .softcap = softcap,
-                .sink = sinks ? &sinks[h] : NULL,
-            };
-            size_t off = ((size_t)t * a->n_head + h) * hd;
-            be_kvq_attend(&kh, q + off, scratch, q8, out + off);
-        }
-    }
-}
-
-static void ext_attention(be_backend_t *be, float *out, const float *q, const void *kv_k,
-                          const void *kv_v, const be_attn_t *a, float softcap,
-                          int window, float *scratch)
-{
-    CR_UNUSED(be);
-    if (a->kv_type != CR_TYPE_F16) {
-        ext_attention_kvq(out, q, kv_k, kv_v, a, softcap, window, scratch);
-        return;
-    }
-    const uint16_t *k = kv_k, *v = kv_v;
-    be_vec_dot_fn dot_f16 = be_type_traits(CR_TYPE_F16)->vec_dot;
-    int hd = a->head_dim, group = a->n_head / a->n_head_kv;
-    int ctx = a->pos0 + a->n_tok;
-    size_t kv_row = (size_t)a->n_head_kv * hd;
-    /* scratch: scores [ctx] f32 | probs [ctx] f16 (ctx floats reserved) |
-     * q [hd] f16 (hd floats reserved) | acc [hd] f32 */
-    float *scores = scratch;
-    uint16_t *p16 = (uint16_t *)(scratch + ctx);
-    uint16_t *q16 = (uint16_t *)(scratch + 2 * (size_t)ctx);
-    float *acc = scratch + 2 * (size_t)ctx + hd;
-    const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
-
-    for (int t = 0; t < a->n_tok; t++) {
-        int qpos = a->pos0 + t;
-        int first = window > 0 && qpos - window + 1 > 0 ? qpos - window + 1 : 0;
-        int n_kv = qpos - first + 1;
-        for (int h = 0; h < a->n_head; h++) {
-            int hk = h / group;
-            const float *qh = q + ((size_t)t * a->n_head + h) * hd;
-            be_f32_to_f16_row(qh, q16, hd);
-            for (int j = 0; j < n_kv; j++) {
-                float s;
-                dot_f16(hd, &s, k + (size_t)(first + j) * kv_row + (size_t)hk * hd, q16);
-                s *= a->scale;
-                if (softcap > 0)
-                    s = softcap * tanhf(s / softcap);
-                scores[j] = s;
-            }
-            softmax_span(scores, n_kv, sinks ? &sinks[h] : NULL);
-            be_f32_to_f16_row(scores, p16, n_kv);
-            for (int d = 0; d < hd; d++)
-                acc[d] = 0;
-            for (int j = 0; j < n_kv; j++) {
-                float pw = be_f16_to_f32(p16[j]);
-                if (pw == 0)
-                    continue;
-                const uint16_t *vr = v + (size_t)(first + j) * kv_row + (size_t)hk * hd;
-                for (int d = 0; d < hd; d++)
-                    acc[d] += pw * be_f16_to_f32(vr[d]);
-            }
-            memcpy(out + ((size_t)t * a->n_head + h) * hd, acc, (size_t)hd * sizeof(float));
-        }
     }
 }
 
@@ -411,7 +302,7 @@ static const be_ops_ext_t cpu_ext_ops = {
     .add_rows = ext_add_rows,
     .scale = ext_scale,
     .geglu = ext_geglu,
-    .attention_ext = ext_attention,
+    .attention_ext = be_cpu_attention_ext,
     .layernorm = ext_layernorm,
     .gelu = ext_gelu,
     .matmul_rows = ext_matmul_rows,
