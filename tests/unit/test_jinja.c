@@ -211,6 +211,12 @@ static void test_filters(void)
     RENDERS("{{ 'x%sy' % 1 }} {{ '%s-%s' % (1, 'b') }}", NULL, "x1y 1-b");
     FAILS("{{ '%s %s' % (1,) }}", NULL, "TypeError: not enough arguments for format string");
     FAILS("{{ '%s' % (1, 2) }}", NULL, "TypeError: not all arguments converted");
+    /* a float past int64 for %d (a fuzzer's find: the cast was undefined) */
+    RENDERS("{{ '%d|%i|%5d' % (2e21, -1e19, 7.9) }}", NULL,
+            "2000000000000000000000|-10000000000000000000|    7");
+    FAILS("{{ '%x' % 2.5 }}", NULL, "TypeError: %x format: an integer is required, not float");
+    FAILS("{{ '%d' % (1e308 * 10) }}", NULL,
+          "OverflowError: cannot convert float infinity to integer");
     RENDERS("{{ '<a & \\'b\\'>' | e }} {{ namespace(k=3) | attr('k') }}[{{ {'k': 3} | attr('k') }}]",
             NULL, "&lt;a &amp; &#39;b&#39;&gt; 3[]");
     RENDERS("{% for x in 'abc' %}{{ loop.cycle('o', 'e') }}{% endfor %}", NULL, "oeo");

@@ -241,7 +241,17 @@ jj_value_t jj_str_format(jj_rt_t *rt, jj_str_t *fmt, const jj_value_t *args, siz
                 jj_fail(rt, "TypeError: %%%c format: a real number is required, not %s", conv,
                         jj_type_name(v));
             char spec[16], num[512];
-            if (strchr("dixXou", conv)) {
+            if (v.kind == JJ_FLOAT && strchr("xXo", conv))
+                jj_fail(rt, "TypeError: %%%c format: an integer is required, not float", conv);
+            if (v.kind == JJ_FLOAT && strchr("diu", conv) && !isfinite(v.u.f))
+                jj_fail(rt, isnan(v.u.f) ? "ValueError: cannot convert float NaN to integer"
+                                         : "OverflowError: cannot convert float infinity to "
+                                           "integer");
+            if (v.kind == JJ_FLOAT && strchr("diu", conv) && fabs(v.u.f) >= 0x1p63) {
+                /* past int64: Python prints the float's exact integer */
+                snprintf(num, sizeof num, "%.0f", v.u.f);
+                jj_sb_puts(&piece, num);
+            } else if (strchr("dixXou", conv)) {
                 int64_t iv = v.kind == JJ_FLOAT ? (int64_t)v.u.f : v.kind == JJ_INT ? v.u.i : v.u.b;
                 snprintf(spec, sizeof spec, "%%%s%s", "ll", conv == 'i' || conv == 'u' ? "d"
                                                            : (char[]){conv, 0});
