@@ -217,6 +217,10 @@ static void test_filters(void)
     FAILS("{{ '%x' % 2.5 }}", NULL, "TypeError: %x format: an integer is required, not float");
     FAILS("{{ '%d' % (1e308 * 10) }}", NULL,
           "OverflowError: cannot convert float infinity to integer");
+    /* a NUL conversion character (another find: strchr matched the NUL
+     * and handed snprintf "%ll") */
+    FAILS("{{ 'a %\\x00 b' % 2 }}", NULL, "ValueError: unsupported format character '?' (0x0)");
+    FAILS("{{ '%y' % 2 }}", NULL, "ValueError: unsupported format character 'y' (0x79)");
     RENDERS("{{ '<a & \\'b\\'>' | e }} {{ namespace(k=3) | attr('k') }}[{{ {'k': 3} | attr('k') }}]",
             NULL, "&lt;a &amp; &#39;b&#39;&gt; 3[]");
     RENDERS("{% for x in 'abc' %}{{ loop.cycle('o', 'e') }}{% endfor %}", NULL, "oeo");

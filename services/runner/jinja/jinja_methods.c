@@ -236,7 +236,7 @@ jj_value_t jj_str_format(jj_rt_t *rt, jj_str_t *fmt, const jj_value_t *args, siz
                 jj_write_repr(&piece, v);
             if (prec >= 0 && (size_t)prec < piece.len)
                 piece.len = (size_t)prec; /* bytes: precision on ASCII text */
-        } else if (strchr("diouxXeEfFgG", conv)) {
+        } else if (conv && strchr("diouxXeEfFgG", conv)) { /* strchr finds a NUL too */
             if (!jj_is_number(v))
                 jj_fail(rt, "TypeError: %%%c format: a real number is required, not %s", conv,
                         jj_type_name(v));
@@ -266,7 +266,8 @@ jj_value_t jj_str_format(jj_rt_t *rt, jj_str_t *fmt, const jj_value_t *args, siz
                 jj_sb_puts(&piece, num);
             }
         } else {
-            jj_fail(rt, "ValueError: unsupported format character '%c'", conv);
+            jj_fail(rt, "ValueError: unsupported format character '%c' (0x%x)",
+                    conv >= 32 && conv < 127 ? conv : '?', (unsigned char)conv);
         }
         jj_str_t *p = jj_sb_finish(&piece);
         size_t chars = jj_utf8_count(p->s, p->len);
