@@ -1848,6 +1848,16 @@ static cr_status_t decode_one(rn_engine_t *e, slot_t *sl, const float *raw, int3
     return CR_OK;
 }
 
+/* Steps a slot decodes without drafting after `misses` drafting steps in
+ * a row that all missed (slot_t): 0, 1, 2, 4 .. SPEC_BACKOFF_MAX. */
+static int backoff_steps(int misses)
+{
+    int steps = 0;
+    for (int i = 0; i < misses && steps < SPEC_BACKOFF_MAX; i++)
+        steps = steps ? 2 * steps : 1;
+    return CR_MIN(steps, SPEC_BACKOFF_MAX);
+}
+
 /* The drafts evaluated last step, judged in order from their logits rows:
  * each accepted one is already in the cache and joins the sequence; the
  * first rejected one is replaced by the sampler's token, which becomes
@@ -1879,9 +1889,7 @@ static cr_status_t verify_drafts(rn_engine_t *e, slot_t *sl, bool *finished,
     }
     if (k > 0 && !st) {
         sl->spec_misses = kept ? 0 : sl->spec_misses + 1;
-        sl->spec_skip = sl->spec_misses ? CR_MIN(1 << CR_MIN(sl->spec_misses - 1, 16),
-                                                 SPEC_BACKOFF_MAX)
-                                        : 0;
+        sl->spec_skip = backoff_steps(sl->spec_misses);
         if (sl->draft_by_model && sl->spec_misses >= SPEC_GIVE_UP) {
             /* a draft model costs even while paused (it reads every token
              * it skipped): one that keeps missing is dropped */

@@ -66,6 +66,13 @@ typedef struct be_attn {
     int window;     /* > 0: query at position p sees keys p - window + 1 .. p */
 } be_attn_t;
 
+/* The first key a query that sees keys 0 .. n - 1 reads: n - window
+ * under a sliding window, else 0. */
+static inline int be_attn_first_key(const be_attn_t *a, int n)
+{
+    return a->window > 0 && n > a->window ? n - a->window : 0;
+}
+
 /* Bytes of one cache row of `row` elements of KV type t (be_attn_t.kv_type);
  * row is a multiple of t's block (32 for Q8_0 / Q4_0: rn_ctx_new checks
  * head_dim), so each head's slice of a row is whole blocks. */

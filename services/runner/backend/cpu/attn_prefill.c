@@ -160,9 +160,8 @@ static void unit(pf_job_t *j, float *buf, int hk, int h0, int G, int t0, int t1)
     float *acc = qf + (size_t)R * hd, *s = acc + (size_t)R * hd;
     const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
     int n_max = a->pos0 + t1; /* keys of the last row */
-    /* a sliding window: the first row's first key, tiles from its tile */
-    int k_start = a->window > 0 ? CR_MAX(0, a->pos0 + t0 - a->window + 1) / PF_KEYS * PF_KEYS
-                                : 0;
+    /* a sliding window: tiles from the first row's first key's tile */
+    int k_start = be_attn_first_key(a, a->pos0 + t0 + 1) / PF_KEYS * PF_KEYS;
 
     /* the unit's query heads are adjacent in q and out: one copy per token */
     for (int t = t0; t < t1; t++) {
@@ -190,7 +189,7 @@ static void unit(pf_job_t *j, float *buf, int hk, int h0, int G, int t0, int t1)
 
     for (int r = 0; r < R; r++) {
         int n = a->pos0 + t0 + r / G + 1, h = h0 + r % G;
-        int lo = a->window > 0 ? CR_MAX(0, n - a->window) : 0; /* the row's first key */
+        int lo = be_attn_first_key(a, n);
         float *row = s + (size_t)r * lds;
         for (int c = lo; c < n; c++) {
             row[c] *= a->scale;

@@ -894,7 +894,7 @@ static void attn_task_kvq(attn_job_t *j, int ith, int nth)
         int per_tok = a->n_head_kv * parts;
         int t = task / per_tok, hk = task % per_tok / parts, g0 = task % parts * gh;
         int h = hk * group + g0, n_kv = a->pos0 + t + 1;
-        int first = a->window > 0 ? CR_MAX(0, n_kv - a->window) : 0;
+        int first = be_attn_first_key(a, n_kv);
         size_t at = (size_t)first * row_bytes + (size_t)hk * head_bytes;
         be_kvq_head_t kh = {
             .type = a->kv_type,
@@ -937,7 +937,7 @@ static void attn_task(void *ctx, int ith, int nth)
                    a->n_tok * a->n_head;) {
         int t = task / a->n_head, h = task % a->n_head, hk = h / group;
         int n_kv = a->pos0 + t + 1;
-        int first = a->window > 0 ? CR_MAX(0, n_kv - a->window) : 0;
+        int first = be_attn_first_key(a, n_kv);
         size_t at = (size_t)first * kv_row + (size_t)hk * hd;
         n_kv -= first;
         const float *qh = j->q + ((size_t)t * a->n_head + h) * hd;
