@@ -150,6 +150,15 @@ static void test_json(void)
         ACCEPT(g, "{\"x\":[]}", true);
     rn_grammar_destroy(&g);
     rn_grammar_destroy(&g); /* NULL is fine */
+    /* Only JSON whitespace is trimmed: "json" with a NUL ("json\u0000" in a
+     * request) is no format, not json mode. */
+    cr_err_t err;
+    CHECK_EQ_INT(rn_grammar_new("json\0", 5, NULL, &g, &err), CR_E_INVALID);
+    CHECK(g == NULL);
+    rn_grammar_destroy(&g);
+    CHECK_EQ_INT(rn_grammar_new("\0\"json\"", 7, NULL, &g, &err), CR_E_INVALID);
+    CHECK(g == NULL);
+    rn_grammar_destroy(&g);
 }
 
 static void test_json_limits(void)

@@ -312,6 +312,20 @@ static void test_json_func(void)
     CHECK_EQ_INT(st, CR_OK);
     CHECK_EQ_STR(out, "{\"a\":\"\\u003c\\u0026\\u003e\\u2028\",\"b\":[1,2.5,\"s\",null,true]}");
     free(out);
+    /* Tool arguments print as JSON for the string verbs only; a NUL verb
+     * (a "%\x00" literal) is a bad verb like any other, not one of them. */
+    st = render_opts("{{ printf \"%v|%s|%d|%\\x00\" . . . . }}", "{\"a\":1}",
+                     RN_JSON_KEEP_INTS | RN_JSON_TOP_PRINTS_JSON, NULL, OUT_MAX, &out, &err);
+    CHECK_EQ_INT(st, CR_OK);
+    /* Go: map[%!\x00(string=a):%!\x00(int=1)]; the NULs split the output. */
+    static const char *const want_parts[] = {
+        "{\"a\":1}|{\"a\":1}|map[%!d(string=a):1]|map[%!", "(string=a):%!", "(int=1)]"};
+    const char *at = out;
+    for (size_t i = 0; at && i < sizeof want_parts / sizeof *want_parts; i++) {
+        CHECK_EQ_STR(at, want_parts[i]);
+        at += strlen(at) + 1;
+    }
+    free(out);
     /* Ordered maps keep their key order. */
     CHECK_RENDER("{{ json .m }}", DATA, "{\"b\":1,\"a\":2}");
     CHECK_RENDER("{{ json .nested }} {{ json .s }} {{ json .missing }} {{ json 1.0 }}", DATA,

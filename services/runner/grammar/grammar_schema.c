@@ -794,9 +794,9 @@ void rn_grammar_destroy(rn_grammar_t **self_p)
 
 static bool is_json_word(const char *s, size_t len)
 {
-    while (len && strchr(" \t\r\n", s[0]))
+    while (len && s[0] && strchr(" \t\r\n", s[0]))
         s++, len--;
-    while (len && strchr(" \t\r\n", s[len - 1]))
+    while (len && s[len - 1] && strchr(" \t\r\n", s[len - 1]))
         len--;
     return (len == 4 && !memcmp(s, "json", 4)) || (len == 6 && !memcmp(s, "\"json\"", 6));
 }

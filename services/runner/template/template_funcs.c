@@ -738,7 +738,7 @@ static cr_status_t fmt_value(exec_t *x, const rn_val_t *v, char verb, const spec
 {
     if (depth > RN_VAL_MAX_DEPTH)
         return CR_E_INVALID;
-    if ((v->flags & RN_VAL_F_JSON_PRINT) && strchr("vsqxX", verb)) {
+    if ((v->flags & RN_VAL_F_JSON_PRINT) && verb && strchr("vsqxX", verb)) {
         cr_buf_t b;
         cr_buf_init(&b, out->max_bytes);
         cr_status_t st = rn_val_print_depth(v, &b, depth + 1);

@@ -129,7 +129,8 @@ static bool underscores_ok(const char *s, size_t n)
         i++;
     bool hex = false;
     char prev = '^'; /* start */
-    if (i + 1 < n && s[i] == '0' && strchr("xXbBoO", s[i + 1])) {
+    if (i + 1 < n && s[i] == '0' && s[i + 1] &&
+        strchr("xXbBoO", s[i + 1])) {
         hex = s[i + 1] == 'x' || s[i + 1] == 'X';
         i += 2;
         prev = '0'; /* a prefix counts as a digit */
