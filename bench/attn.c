@@ -1,5 +1,7 @@
 /* attn.c: bench-attn, the CPU backend's attention op for one prompt chunk,
- * per query (CORRAL_CPU_PREFILL_ATTN=0) against tiled (attn_prefill.h).
+ * per query (CORRAL_CPU_PREFILL_ATTN=0) against tiled (attn_prefill.h;
+ * decode steps of groups under 4 rows: the per-query loop, two heads a
+ * task).
  *
  *   bench-attn [--shape llama32|tinyllama|gemma3] [--tokens N] [--pos0 P]
  *              [--window W] [--softcap S] [-t THREADS] [-r ROUNDS]

@@ -13,7 +13,9 @@
  *    within the bound below;
  * 3. through the backend's attention op with CORRAL_CPU_PREFILL_ATTN unset
  *    and =0 (same bits), for a prompt chunk and a decode step (tiled too),
- *    and through attention_ext with a window and a soft-cap.
+ *    and through attention_ext with a window and a soft-cap; and decode
+ *    steps of groups of 2 and 3 (two heads a task where the scratch is
+ *    on, one where it is off), within the bound too.
  *
  * The bound per output element, V = max |v|, u = 2^-24: each score scale *
  * q.k is an F32 sum of hd products, within gamma_hd * S (S = scale * sum_d
@@ -316,6 +318,36 @@ static void check_backend(void)
         double worst = 0;
         CHECK_MSG(check_double(&c, c.out, &worst) == 0 && check_double(&c, ref, &worst) == 0,
                   "backend ext: n_tok %d pos0 %d outside the bound", n_tok, pos0);
+        free(scratch);
+        free(ref);
+        case_free(&c);
+    }
+    /* Groups under TILED_MIN_ROWS (Gemma's 2, and 3) decode per query: two
+     * heads a task where the scratch is on (each K/V row read once for
+     * both), one where it is off; the same bits, within the bound. hd 40
+     * runs the dots' 8-wide steps; 2 kv heads on 2 threads leave groups of
+     * 2 one head a task. */
+    for (int i = 0; i < 8; i++) {
+        int group = i % 2 ? 3 : 2, hd = i % 4 < 2 ? 256 : 40, n_kv = i == 6 ? 1 : 4;
+        int pos0 = i < 2 ? 5 : i < 4 ? 21 : 70, window = i >= 4 ? 16 : 0;
+        float softcap = i == 5 || i == 7 ? 2.5f : 0.0f;
+        attn_case_t c;
+        case_new(&c, 1, pos0, n_kv, group, hd, i % 3 == 1);
+        size_t n = (size_t)c.a.n_head * hd;
+        float *ref = malloc(n * sizeof(float));
+        float *scratch = malloc(be_attention_ext_scratch(128, hd) * sizeof(float));
+        CHECK_EQ_INT(on->ops->reserve(on, 64, 2048, 128, c.a.n_head, &err), CR_OK);
+        CHECK_EQ_INT(off->ops->reserve(off, 64, 2048, 128, c.a.n_head, &err), CR_OK);
+        xon->attention_ext(on, c.out, c.q, c.k, c.v, &c.a, softcap, window, scratch);
+        xoff->attention_ext(off, ref, c.q, c.k, c.v, &c.a, softcap, window, scratch);
+        CHECK_MSG(!memcmp(ref, c.out, n * sizeof(float)),
+                  "backend: group %d hd %d pos0 %d window %d differs with "
+                  "CORRAL_CPU_PREFILL_ATTN=0", group, hd, pos0, window);
+        c.a.window = window;
+        c.a.softcap = softcap;
+        double worst = 0;
+        CHECK_MSG(check_double(&c, c.out, &worst) == 0 && check_double(&c, ref, &worst) == 0,
+                  "backend: group %d hd %d pos0 %d outside the bound", group, hd, pos0);
         free(scratch);
         free(ref);
         case_free(&c);

@@ -4,7 +4,9 @@
  *
  * One rule for every level, every op:
  * - ops whose contract is "the same bits" (attn_v, rope_pairs, rope_halves)
- *   must give the same bits; a NaN must stay a NaN (any payload);
+ *   must give the same bits; a NaN must stay a NaN (any payload); attn_v2
+ *   must give attn_v's bits per row, dot_f16 and dot2_f16 the level's F16
+ *   vec_dot's;
  * - ops with the vector exp (swiglu, exp_sum) must be within TOL_REL of the
  *   scalar result, plus TOL_ABS, and agree exactly on NaN, +-inf and on
  *   the zeros of masked (-inf) scores;
@@ -107,6 +109,88 @@ static void test_attn_v(const be_vec_ops_t *s, const be_vec_ops_t *v, const char
             free(vv);
             free(pr);
         }
+}
+
+/* attn_v2 is attn_v for each of its rows: the same bits, a zero
+ * probability skipping a row (whose V may hold NaN) for one query only. */
+static void test_attn_v2(const be_vec_ops_t *v, const char *lv)
+{
+    int hds[] = {256, 64, 40, 7, 9, 1};
+    int nkvs[] = {0, 1, 5, 33, 300};
+    for (size_t h = 0; h < CR_ARRAY_LEN(hds); h++)
+        for (size_t k = 0; k < CR_ARRAY_LEN(nkvs); k++) {
+            int hd = hds[h], n = nkvs[k];
+            size_t stride = (size_t)hd * 2 + 3;
+            uint16_t *vv = malloc(stride * (size_t)(n + 1) * sizeof *vv);
+            uint16_t *p0 = malloc((size_t)(n + 1) * sizeof *p0);
+            uint16_t *p1 = malloc((size_t)(n + 1) * sizeof *p1);
+            float *want = malloc(4 * (size_t)hd * sizeof(float)), *got = want + 2 * hd;
+            for (size_t i = 0; i < stride * (size_t)(n + 1); i++)
+                vv[i] = be_f32_to_f16((float)(splitmix_unit(&rng_s) * 8 - 4));
+            for (int p = 0; p < n; p++) {
+                p0[p] = be_f32_to_f16((float)splitmix_unit(&rng_s) / (float)n);
+                p1[p] = be_f32_to_f16((float)splitmix_unit(&rng_s) / (float)n);
+                if (p % 4 == 1)
+                    p0[p] = 0; /* skipped for query 0 only */
+                if (p % 6 == 2)
+                    p1[p] = 0; /* query 1 only (p % 4 == 1 and p % 6 == 2 never meet) */
+                if (p % 4 == 1 || p % 6 == 2)
+                    vv[(size_t)p * stride] = 0x7e00; /* NaN where one query skips */
+                if (p % 9 == 4)
+                    p0[p] = p1[p] = 0, vv[(size_t)p * stride + hd - 1] = 0x7c00;
+            }
+            v->attn_v(n, p0, vv, stride, hd, want);
+            v->attn_v(n, p1, vv, stride, hd, want + hd);
+            v->attn_v2(n, p0, p1, vv, stride, hd, got, got + hd);
+            int bad = 0;
+            for (int d = 0; d < 2 * hd; d++)
+                bad += !same_bits(got[d], want[d]);
+            CHECK_MSG(bad == 0, "attn_v2 %s hd=%d n_kv=%d: %d values' bits differ from attn_v",
+                      lv, hd, n, bad);
+            free(vv);
+            free(p0);
+            free(p1);
+            free(want);
+        }
+}
+
+static float spread(void)
+{
+    return ldexpf((float)(splitmix_unit(&rng_s) * 2 - 1), (int)(splitmix_unit(&rng_s) * 17) - 8);
+}
+
+/* dot_f16 and dot2_f16 give the level's F16 vec_dot bits for queries held
+ * as the floats of their F16 values. */
+static void test_dot_f16(be_simd_t level, const be_vec_ops_t *v, const char *lv)
+{
+    be_vec_dot_fn dot = be_type_traits_at(CR_TYPE_F16, level)->vec_dot;
+    int ns[] = {256, 64, 40, 33, 8, 7, 1};
+    for (size_t i = 0; i < CR_ARRAY_LEN(ns); i++) {
+        int n = ns[i];
+        uint16_t k[256], q16[2][256];
+        float q[2][256];
+        /* magnitudes 2^-8..2^8: sums round, so a chain summed in another
+         * order shows in the bits */
+        for (int d = 0; d < n; d++) {
+            k[d] = be_f32_to_f16(spread());
+            for (int r = 0; r < 2; r++) {
+                q16[r][d] = be_f32_to_f16(spread());
+                q[r][d] = be_f16_to_f32(q16[r][d]);
+            }
+        }
+        float want[2], one, two[2];
+        for (int r = 0; r < 2; r++)
+            dot(n, &want[r], k, q16[r]);
+        int bad = 0;
+        for (int r = 0; r < 2; r++) {
+            v->dot_f16(n, &one, k, q[r]);
+            bad += !same_bits(one, want[r]);
+        }
+        v->dot2_f16(n, two, k, q[0], q[1]);
+        bad += !same_bits(two[0], want[0]) + !same_bits(two[1], want[1]);
+        CHECK_MSG(bad == 0, "dot_f16 %s n=%d: %d of 4 results differ from the F16 vec_dot", lv,
+                  n, bad);
+    }
 }
 
 static void test_swiglu(const be_vec_ops_t *s, const be_vec_ops_t *v, const char *lv)
@@ -418,6 +502,8 @@ int main(void)
         const be_vec_ops_t *v = be_vec_ops_at((be_simd_t)lv);
         printf("test_vec: level %s runs the %s kernels\n", name, v->name);
         test_attn_v(s, v, name);
+        test_attn_v2(v, name);
+        test_dot_f16((be_simd_t)lv, v, name);
         test_swiglu(s, v, name);
         test_exp_sum(s, v, name);
         test_rmsnorm(s, v, name);

@@ -859,9 +859,10 @@ typedef struct attn_job {
     const float *q;
     const void *k, *v;
     const be_attn_t *a;
-    be_vec_dot_fn dot_f16;
     int kvq_heads;   /* quantized cache: query heads per task (a group or
                         part of one), scores in the pf scratch when > 1 */
+    int f16_heads;   /* F16 cache: query heads per task, 1 or 2 (a pair,
+                        scratch in the pf scratch) */
     atomic_int next; /* the next unclaimed (token, head) task: claimed, not
                         dealt, so a thread the machine slows takes fewer */
 } attn_job_t;
@@ -914,6 +915,90 @@ static void attn_task_kvq(attn_job_t *j, int ith, int nth)
     }
 }
 
+/* A key's score from its dot product: scaled, then soft-capped. */
+static inline float attn_score(const be_attn_t *a, float dot)
+{
+    float s = dot * a->scale;
+    return a->softcap > 0 ? a->softcap * tanhf(s / a->softcap) : s;
+}
+
+/* q rounded to F16 (the cache's precision, as every path rounds it), into
+ * floats: the dots then need not convert it per key. */
+static void query_f16(const float *q, int hd, uint16_t *q16, float *q32)
+{
+    be_f32_to_f16_row(q, q16, hd);
+    be_f16_to_f32_row(q16, q32, hd);
+}
+
+/* One query head of a task over the F16 cache: scores, softmax,
+ * probabilities rounded to F16, the weighted sum of values. The query's
+ * floats sit in acc until attn_v fills it. */
+static void attn_head_f16(const attn_job_t *j, int t, int h, float *scores, float *acc,
+                          uint16_t *p16, uint16_t *q16)
+{
+    const be_attn_t *a = j->a;
+    const be_vec_ops_t *vec = j->c->vec;
+    int hd = a->head_dim, hk = h / (a->n_head / a->n_head_kv), n_kv = a->pos0 + t + 1;
+    int first = be_attn_first_key(a, n_kv);
+    size_t kv_row = (size_t)a->n_head_kv * hd, at = (size_t)first * kv_row + (size_t)hk * hd;
+    const uint16_t *kc = j->k, *vc = j->v;
+    n_kv -= first;
+    size_t off = ((size_t)t * a->n_head + h) * hd;
+    query_f16(j->q + off, hd, q16, acc);
+    for (int p = 0; p < n_kv; p++) {
+        float s;
+        vec->dot_f16(hd, &s, kc + at + (size_t)p * kv_row, acc);
+        scores[p] = attn_score(a, s);
+    }
+    const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
+    be_vec_softmax_row(vec, scores, n_kv, sinks ? &sinks[h] : NULL);
+    be_f32_to_f16_row(scores, p16, n_kv);
+    vec->attn_v(n_kv, p16, vc + at, kv_row, hd, acc);
+    memcpy(j->out + off, acc, (size_t)hd * sizeof(float));
+}
+
+/* Heads h and h + 1 (one GQA group) of a task over the F16 cache, each K
+ * and V row read once for both: the same steps per head as
+ * attn_head_f16, so the same bits. sc: the thread's pf scratch. */
+static void attn_pair_f16(const attn_job_t *j, int t, int h, float *sc)
+{
+    const be_attn_t *a = j->a;
+    const be_vec_ops_t *vec = j->c->vec;
+    int hd = a->head_dim, hk = h / (a->n_head / a->n_head_kv), n_kv = a->pos0 + t + 1;
+    int first = be_attn_first_key(a, n_kv);
+    size_t kv_row = (size_t)a->n_head_kv * hd, at = (size_t)first * kv_row + (size_t)hk * hd;
+    size_t lds = (size_t)(a->pos0 + a->n_tok);
+    const uint16_t *kc = j->k, *vc = j->v;
+    float *s0 = sc, *s1 = s0 + lds, *acc0 = s1 + lds, *acc1 = acc0 + hd;
+    uint16_t *p0 = (uint16_t *)(acc1 + hd), *p1 = p0 + lds, *q16 = p1 + lds;
+    n_kv -= first;
+    size_t off = ((size_t)t * a->n_head + h) * hd;
+    query_f16(j->q + off, hd, q16, acc0);
+    query_f16(j->q + off + hd, hd, q16, acc1);
+    for (int p = 0; p < n_kv; p++) {
+        float s[2];
+        vec->dot2_f16(hd, s, kc + at + (size_t)p * kv_row, acc0, acc1);
+        s0[p] = attn_score(a, s[0]);
+        s1[p] = attn_score(a, s[1]);
+    }
+    const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
+    be_vec_softmax_row(vec, s0, n_kv, sinks ? &sinks[h] : NULL);
+    be_vec_softmax_row(vec, s1, n_kv, sinks ? &sinks[h + 1] : NULL);
+    be_f32_to_f16_row(s0, p0, n_kv);
+    be_f32_to_f16_row(s1, p1, n_kv);
+    vec->attn_v2(n_kv, p0, p1, vc + at, kv_row, hd, acc0, acc1);
+    memcpy(j->out + off, acc0, (size_t)hd * sizeof(float));
+    memcpy(j->out + off + hd, acc1, (size_t)hd * sizeof(float));
+}
+
+/* Floats of pf scratch attn_pair_f16 takes: two score rows and two
+ * accumulators, then two rows of F16 probabilities and one F16 query. */
+static size_t pair_floats(const be_attn_t *a)
+{
+    size_t lds = (size_t)(a->pos0 + a->n_tok), hd = (size_t)a->head_dim;
+    return 2 * (lds + hd) + lds + (hd + 1) / 2;
+}
+
 static void attn_task(void *ctx, int ith, int nth)
 {
     attn_job_t *j = ctx;
@@ -922,40 +1007,37 @@ static void attn_task(void *ctx, int ith, int nth)
         attn_task_kvq(j, ith, nth);
         return;
     }
-    const uint16_t *kc = j->k, *vc = j->v;
-    int hd = a->head_dim, group = a->n_head / a->n_head_kv;
-    size_t kv_row = (size_t)a->n_head_kv * hd;
+    int group = a->n_head / a->n_head_kv, gh = j->f16_heads, parts = (group + gh - 1) / gh;
     size_t per = j->c->att_ctx + j->c->att_hd;
     float *scores = j->c->att + per * (size_t)ith;
-    float *acc = scores + j->c->att_ctx;
     uint16_t *p16 = j->c->att16 + per * (size_t)ith;
-    uint16_t *q16 = p16 + j->c->att_ctx;
-    const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
+    float *pair = gh > 1 ? j->c->pf + j->c->pf_floats * (size_t)ith : NULL;
 
     CR_UNUSED(nth);
     for (int task; (task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) <
-                   a->n_tok * a->n_head;) {
-        int t = task / a->n_head, h = task % a->n_head, hk = h / group;
-        int n_kv = a->pos0 + t + 1;
-        int first = be_attn_first_key(a, n_kv);
-        size_t at = (size_t)first * kv_row + (size_t)hk * hd;
-        n_kv -= first;
-        const float *qh = j->q + ((size_t)t * a->n_head + h) * hd;
-        be_f32_to_f16_row(qh, q16, hd);
-        for (int p = 0; p < n_kv; p++) {
-            float s;
-            j->dot_f16(hd, &s, kc + at + (size_t)p * kv_row, q16);
-            s *= a->scale;
-            if (a->softcap > 0)
-                s = a->softcap * tanhf(s / a->softcap);
-            scores[p] = s;
-        }
-        be_vec_softmax_row(j->c->vec, scores, n_kv, sinks ? &sinks[h] : NULL);
-        be_f32_to_f16_row(scores, p16, n_kv);
-        float *o = j->out + ((size_t)t * a->n_head + h) * hd;
-        j->c->vec->attn_v(n_kv, p16, vc + at, kv_row, hd, acc);
-        memcpy(o, acc, (size_t)hd * sizeof(float));
+                   a->n_tok * a->n_head_kv * parts;) {
+        int per_tok = a->n_head_kv * parts;
+        int t = task / per_tok, hk = task % per_tok / parts, g0 = task % parts * gh;
+        int h = hk * group + g0;
+        if (gh > 1 && group - g0 > 1)
+            attn_pair_f16(j, t, h, pair);
+        else
+            attn_head_f16(j, t, h, scores, scores + j->c->att_ctx, p16, p16 + j->c->att_ctx);
     }
+}
+
+/* Query heads per task over the F16 cache where the tiled path does not
+ * run (a decode step of groups under TILED_MIN_ROWS, Gemma's 2): two, read
+ * from each K/V row once, where the pf scratch holds them and there are
+ * tasks enough for every thread; else one. */
+static int f16_heads(const be_cpu_t *c, const be_attn_t *a)
+{
+    int G = a->n_head / a->n_head_kv;
+    if (!c->pf || G < 2 || pair_floats(a) > c->pf_floats)
+        return 1;
+    if (a->n_tok * a->n_head_kv * (G / 2) < c->n_threads)
+        return 1;
+    return 2;
 }
 
 /* Query heads per task over a quantized cache: a whole GQA group (each
@@ -987,10 +1069,14 @@ static void cpu_attention(be_backend_t *be, float *out, const float *q,
         a->n_tok * (a->n_head / CR_MAX(a->n_head_kv, 1)) >= TILED_MIN_ROWS &&
         be_cpu_attn_prefill(c->pool, c->simd, c->pf, c->pf_floats, out, q, k, v, a))
         return;
-    attn_job_t j = {c, out, q, k, v, a, be_type_traits(CR_TYPE_F16)->vec_dot, 1, 0};
+    attn_job_t j = {c, out, q, k, v, a, 1, 1, 0};
     atomic_init(&j.next, 0);
     int tasks = a->n_tok * a->n_head;
-    if (a->kv_type != CR_TYPE_F16) {
+    if (a->kv_type == CR_TYPE_F16) {
+        j.f16_heads = f16_heads(c, a);
+        int G = a->n_head / a->n_head_kv;
+        tasks = a->n_tok * a->n_head_kv * ((G + j.f16_heads - 1) / j.f16_heads);
+    } else {
         j.kvq_heads = kvq_heads(c, a);
         int G = a->n_head / a->n_head_kv;
         tasks = a->n_tok * a->n_head_kv * ((G + j.kvq_heads - 1) / j.kvq_heads);

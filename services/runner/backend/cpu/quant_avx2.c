@@ -92,6 +92,61 @@ AVX2 void be_avx2_dot_f16(int64_t n, float *s, const void *w, const void *a)
     *s = sum;
 }
 
+AVX2 void be_avx2_dot_f16_q32(int64_t n, float *s, const uint16_t *k, const float *q)
+{
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(load_f16x8(k + i), _mm256_loadu_ps(q + i), acc0);
+        acc1 = _mm256_fmadd_ps(load_f16x8(k + i + 8), _mm256_loadu_ps(q + i + 8), acc1);
+        acc2 = _mm256_fmadd_ps(load_f16x8(k + i + 16), _mm256_loadu_ps(q + i + 16), acc2);
+        acc3 = _mm256_fmadd_ps(load_f16x8(k + i + 24), _mm256_loadu_ps(q + i + 24), acc3);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(load_f16x8(k + i), _mm256_loadu_ps(q + i), acc0);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1),
+                                      _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++)
+        sum += be_f16_to_f32(k[i]) * q[i];
+    *s = sum;
+}
+
+AVX2 void be_avx2_dot2_f16_q32(int64_t n, float *s, const uint16_t *k, const float *q0,
+                               const float *q1)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+    __m256 b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 k0 = load_f16x8(k + i), k1 = load_f16x8(k + i + 8);
+        __m256 k2 = load_f16x8(k + i + 16), k3 = load_f16x8(k + i + 24);
+        a0 = _mm256_fmadd_ps(k0, _mm256_loadu_ps(q0 + i), a0);
+        b0 = _mm256_fmadd_ps(k0, _mm256_loadu_ps(q1 + i), b0);
+        a1 = _mm256_fmadd_ps(k1, _mm256_loadu_ps(q0 + i + 8), a1);
+        b1 = _mm256_fmadd_ps(k1, _mm256_loadu_ps(q1 + i + 8), b1);
+        a2 = _mm256_fmadd_ps(k2, _mm256_loadu_ps(q0 + i + 16), a2);
+        b2 = _mm256_fmadd_ps(k2, _mm256_loadu_ps(q1 + i + 16), b2);
+        a3 = _mm256_fmadd_ps(k3, _mm256_loadu_ps(q0 + i + 24), a3);
+        b3 = _mm256_fmadd_ps(k3, _mm256_loadu_ps(q1 + i + 24), b3);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 k0 = load_f16x8(k + i);
+        a0 = _mm256_fmadd_ps(k0, _mm256_loadu_ps(q0 + i), a0);
+        b0 = _mm256_fmadd_ps(k0, _mm256_loadu_ps(q1 + i), b0);
+    }
+    float sa = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    float sb = hsum_ps(_mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3)));
+    for (; i < n; i++) {
+        float x = be_f16_to_f32(k[i]);
+        sa += x * q0[i];
+        sb += x * q1[i];
+    }
+    s[0] = sa, s[1] = sb;
+}
+
 static inline AVX2 __m256 load_bf16x8(const uint16_t *p)
 {
     __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));

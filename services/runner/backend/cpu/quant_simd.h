@@ -12,6 +12,13 @@
 
 void be_avx2_dot_f32(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_f16(int64_t n, float *s, const void *w, const void *a);
+/* The F16 dot of row k with a query held as floats (F16 values, so
+ * exact): be_avx2_dot_f16's bits for that query in F16 (the same lanes,
+ * chains and sums) without converting it again per key. dot2: two
+ * queries, each block of k converted once for both. */
+void be_avx2_dot_f16_q32(int64_t n, float *s, const uint16_t *k, const float *q);
+void be_avx2_dot2_f16_q32(int64_t n, float *s, const uint16_t *k, const float *q0,
+                          const float *q1);
 void be_avx2_dot_bf16(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_q8_0(int64_t n, float *s, const void *w, const void *a);
 void be_avx2_dot_q4_0(int64_t n, float *s, const void *w, const void *a);

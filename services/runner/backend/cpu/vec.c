@@ -11,6 +11,7 @@
  * NaN, -inf gives 0, +inf gives inf. */
 #include "lib/prelude.h"
 #include "services/runner/backend/cpu/vec.h"
+#include "services/runner/backend/cpu/quant_simd.h"
 
 #include <math.h>
 
@@ -91,9 +92,35 @@ static void gelu_scalar(size_t n, float *y, const float *x, const float *u)
     }
 }
 
+/* quant.c's scalar F16 dot (products and sum in double) on a query whose
+ * floats are its F16 values */
+static void dot_f16_scalar(int n, float *s, const uint16_t *k, const float *q)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += (double)be_f16_to_f32(k[i]) * (double)q[i];
+    *s = (float)sum;
+}
+
+static void dot2_f16_scalar(int n, float *s, const uint16_t *k, const float *q0,
+                            const float *q1)
+{
+    dot_f16_scalar(n, &s[0], k, q0);
+    dot_f16_scalar(n, &s[1], k, q1);
+}
+
+static void attn_v2_scalar(int n_kv, const uint16_t *probs0, const uint16_t *probs1,
+                           const uint16_t *v, size_t v_stride, int hd, float *acc0,
+                           float *acc1)
+{
+    attn_v_scalar(n_kv, probs0, v, v_stride, hd, acc0);
+    attn_v_scalar(n_kv, probs1, v, v_stride, hd, acc1);
+}
+
 static const be_vec_ops_t scalar_ops = {
     "scalar",       attn_v_scalar,     swiglu_scalar,      exp_sum_scalar,
-    rmsnorm_scalar, rope_pairs_scalar, rope_halves_scalar, gelu_scalar};
+    rmsnorm_scalar, rope_pairs_scalar, rope_halves_scalar, gelu_scalar,
+    dot_f16_scalar, dot2_f16_scalar, attn_v2_scalar};
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -128,24 +155,72 @@ static inline AVX2 __m256 exp_ps(__m256 x)
     return _mm256_blendv_ps(y, x, nan);
 }
 
+/* acc += pw * vr over hd: a product and an add per element (no FMA) */
+static inline AVX2 void attn_v_row_avx2(float pw, const uint16_t *vr, int hd, float *acc)
+{
+    int d8 = hd / 8 * 8;
+    __m256 w = _mm256_set1_ps(pw);
+    for (int d = 0; d < d8; d += 8) {
+        __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + d)));
+        _mm256_storeu_ps(acc + d, _mm256_add_ps(_mm256_loadu_ps(acc + d), _mm256_mul_ps(w, vv)));
+    }
+    for (int d = d8; d < hd; d++)
+        acc[d] += pw * _cvtsh_ss(vr[d]);
+}
+
 static AVX2 void attn_v_avx2(int n_kv, const uint16_t *probs, const uint16_t *v,
                              size_t v_stride, int hd, float *acc)
 {
-    int d8 = hd / 8 * 8;
     for (int d = 0; d < hd; d++)
         acc[d] = 0;
     for (int p = 0; p < n_kv; p++) {
         float pw = _cvtsh_ss(probs[p]);
-        if (pw == 0)
-            continue;
+        if (pw != 0)
+            attn_v_row_avx2(pw, v + (size_t)p * v_stride, hd, acc);
+    }
+}
+
+static AVX2 void dot_f16_avx2(int n, float *s, const uint16_t *k, const float *q)
+{
+    be_avx2_dot_f16_q32(n, s, k, q);
+}
+
+static AVX2 void dot2_f16_avx2(int n, float *s, const uint16_t *k, const float *q0,
+                               const float *q1)
+{
+    be_avx2_dot2_f16_q32(n, s, k, q0, q1);
+}
+
+/* attn_v_avx2's steps for both rows; a row whose probability is zero for
+ * one query adds nothing to that query (its V may hold inf or NaN). */
+static AVX2 void attn_v2_avx2(int n_kv, const uint16_t *probs0, const uint16_t *probs1,
+                              const uint16_t *v, size_t v_stride, int hd, float *acc0,
+                              float *acc1)
+{
+    int d8 = hd / 8 * 8;
+    for (int d = 0; d < hd; d++)
+        acc0[d] = acc1[d] = 0;
+    for (int p = 0; p < n_kv; p++) {
+        float p0 = _cvtsh_ss(probs0[p]), p1 = _cvtsh_ss(probs1[p]);
         const uint16_t *vr = v + (size_t)p * v_stride;
-        __m256 w = _mm256_set1_ps(pw);
+        if (p0 == 0 || p1 == 0) {
+            if (p0 != 0 || p1 != 0)
+                attn_v_row_avx2(p0 != 0 ? p0 : p1, vr, hd, p0 != 0 ? acc0 : acc1);
+            continue;
+        }
+        __m256 w0 = _mm256_set1_ps(p0), w1 = _mm256_set1_ps(p1);
         for (int d = 0; d < d8; d += 8) {
             __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + d)));
-            _mm256_storeu_ps(acc + d, _mm256_add_ps(_mm256_loadu_ps(acc + d), _mm256_mul_ps(w, vv)));
+            _mm256_storeu_ps(acc0 + d,
+                             _mm256_add_ps(_mm256_loadu_ps(acc0 + d), _mm256_mul_ps(w0, vv)));
+            _mm256_storeu_ps(acc1 + d,
+                             _mm256_add_ps(_mm256_loadu_ps(acc1 + d), _mm256_mul_ps(w1, vv)));
         }
-        for (int d = d8; d < hd; d++)
-            acc[d] += pw * _cvtsh_ss(vr[d]);
+        for (int d = d8; d < hd; d++) {
+            float x = _cvtsh_ss(vr[d]);
+            acc0[d] += p0 * x;
+            acc1[d] += p1 * x;
+        }
     }
 }
 
@@ -259,7 +334,8 @@ static AVX2 void gelu_avx2(size_t n, float *y, const float *x, const float *u)
 
 static const be_vec_ops_t avx2_ops = {"avx2",       attn_v_avx2,     swiglu_avx2,
                                       exp_sum_avx2, rmsnorm_avx2,    rope_pairs_avx2,
-                                      rope_halves_avx2, gelu_avx2};
+                                      rope_halves_avx2, gelu_avx2,   dot_f16_avx2,
+                                      dot2_f16_avx2, attn_v2_avx2};
 
 #endif
 

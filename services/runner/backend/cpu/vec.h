@@ -44,6 +44,18 @@ typedef struct be_vec_ops {
      * negative x, and one exp instead of a tanhf (y may alias x or u).
      * Vector exp: within 4 ulp of expf. */
     void (*gelu)(size_t n, float *y, const float *x, const float *u);
+    /* Attention scores: the F16 dot product of a cache row k with a query
+     * rounded to F16 and held as floats (q[d] = f16(q[d]) exactly), over
+     * n: the bits of this level's F16 vec_dot (quant.h) of k and the query
+     * in F16, without converting the query again per key. dot2_f16: two
+     * queries of one GQA group, k read once for both, s[i] for qi. */
+    void (*dot_f16)(int n, float *s, const uint16_t *k, const float *q);
+    void (*dot2_f16)(int n, float *s, const uint16_t *k, const float *q0, const float *q1);
+    /* attn_v of two probability rows over the same values: acc0 from
+     * probs0, acc1 from probs1, each with attn_v's bits (a row is skipped
+     * for the query whose probability is zero, not for the other). */
+    void (*attn_v2)(int n_kv, const uint16_t *probs0, const uint16_t *probs1,
+                    const uint16_t *v, size_t v_stride, int hd, float *acc0, float *acc1);
 } be_vec_ops_t;
 
 /* The versions for `level` (scalar where the CPU lacks it). Static. */
