@@ -25,8 +25,9 @@
  * or 2^-25 absolute (subnormal) each: 2^-11 V plus n 2^-25 V. The vector
  * exp (4 ulp), the row sum, 1/sum and the weighted sum of n values add
  * (n + 16) u V. A soft-cap c tanh(s / c) passes a score's error on
- * (its slope is at most 1) and adds its division, tanhf (a few ulp) and
- * product: 8 u |s| more is ample. A dropped key, a tile edge or a wrong row misses this by
+ * (its slope is at most 1) and adds its division, the level's tanh
+ * (tanhf, or vec.c's vector form: test_vec holds both, with the product,
+ * within 8 ulp) and product: 8 u |s| more is ample. A dropped key, a tile edge or a wrong row misses this by
  * orders of magnitude (the probabilities are about 1/n). */
 #include "lib/prelude.h"
 #include "services/runner/backend/backend.h"
@@ -108,14 +109,9 @@ static void per_query(be_simd_t lv, const attn_case_t *c, float *out)
             size_t off = ((size_t)t * a->n_head + h) * hd, at = (size_t)first * kv_row;
             be_f32_to_f16_row(c->q + off, q16, hd);
             n -= first;
-            for (int p = 0; p < n; p++) {
-                float s;
-                dot(hd, &s, c->k + at + (size_t)p * kv_row + (size_t)hk * hd, q16);
-                s *= a->scale;
-                if (a->softcap > 0)
-                    s = a->softcap * tanhf(s / a->softcap);
-                scores[p] = s;
-            }
+            for (int p = 0; p < n; p++)
+                dot(hd, &scores[p], c->k + at + (size_t)p * kv_row + (size_t)hk * hd, q16);
+            vec->scores(n, scores, a->scale, a->softcap);
             be_vec_softmax_row(vec, scores, n, a->sinks ? &c->sink[h] : NULL);
             be_f32_to_f16_row(scores, p16, n);
             vec->attn_v(n, p16, c->v + at + (size_t)hk * hd, kv_row, hd, out + off);

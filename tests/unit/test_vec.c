@@ -193,6 +193,84 @@ static void test_dot_f16(be_simd_t level, const be_vec_ops_t *v, const char *lv)
     }
 }
 
+/* scores: without a cap, one product (the same bits at every level); with
+ * one, cap * tanh(t) for t = (x * scale) / cap (both roundings as the
+ * scalar makes them) within TOL_TANH relative of that value in double:
+ * tanh's own error (Cephes' form: about 1 ulp below |t| = 0.625; above,
+ * exp_ps's 4 ulp enter 2 / (e + 1), at most 0.45 of a result >= 0.55,
+ * and the divide, add and subtract round once each: 6 ulp) and the
+ * product's rounding, plus two units of 2^-149 where results are
+ * subnormal. glibc's tanhf (the scalar) is within 2 ulp. */
+#define TOL_TANH (8 * FLT_EPSILON)
+
+static void test_scores(const be_vec_ops_t *s, const be_vec_ops_t *v, const char *lv)
+{
+    static const float caps[] = {50.0f, 30.0f, 2.5f, 1.0f};
+    enum { N = 4000 };
+    float *x = malloc(N * sizeof(float)), *a = malloc(N * sizeof(float)),
+          *b = malloc(N * sizeof(float));
+    for (size_t c = 0; c < CR_ARRAY_LEN(caps); c++) {
+        float cap = caps[c], scale = c % 2 ? 0.125f : 1.0f;
+        int n = 0;
+        for (size_t i = 0; i < CR_ARRAY_LEN(edge_g); i++)
+            x[n++] = edge_g[i];
+        /* both sides of the branch point |t| = 0.625, and a sweep of
+         * magnitudes 2^-30..2^10 of both signs */
+        for (int k = -3; k <= 3; k++) {
+            float t = nextafterf(0.625f, k < 0 ? 0.0f : 1.0f);
+            for (int m = 0; m < (k < 0 ? -k : k); m++)
+                t = nextafterf(t, k < 0 ? 0.0f : 1.0f);
+            x[n++] = t * cap / scale, x[n++] = -t * cap / scale;
+        }
+        while (n < N - 1) /* odd count: the vector tail runs too */
+            x[n++] = ldexpf((float)(splitmix_unit(&rng_s) * 2 - 1),
+                            (int)(splitmix_unit(&rng_s) * 41) - 30) * cap;
+        memcpy(a, x, (size_t)n * sizeof(float));
+        memcpy(b, x, (size_t)n * sizeof(float));
+        s->scores(n, a, scale, cap);
+        v->scores(n, b, scale, cap);
+        double worst[2] = {0, 0};
+        int bad = 0;
+        for (int i = 0; i < n; i++) {
+            float t = (x[i] * scale) / cap;
+            double want = (double)cap * tanh((double)t);
+            for (int w = 0; w < 2; w++) {
+                float got = w ? b[i] : a[i];
+                bool ok;
+                if (isnan(want))
+                    ok = isnan(got);
+                else {
+                    double err = fabs(got - want);
+                    ok = err <= TOL_TANH * fabs(want) + TOL_ABS;
+                    if (want != 0 && fabs(want) >= FLT_MIN)
+                        worst[w] = fmax(worst[w], err / fabs(want) / FLT_EPSILON);
+                }
+                if (!ok && bad++ < 3)
+                    fprintf(stderr, "  scores %s cap %g: %.9g gave %.9g (%s), want %.9g\n", lv,
+                            (double)cap, (double)x[i], (double)got, w ? "vector" : "scalar",
+                            want);
+            }
+        }
+        CHECK_MSG(bad == 0, "scores %s cap %g: %d results outside the bound", lv, (double)cap,
+                  bad);
+        if (c == 0)
+            printf("test_vec: scores %s: worst soft-cap error %.2f ulp (scalar %.2f; bound %d)\n",
+                   lv, worst[1], worst[0], (int)(TOL_TANH / FLT_EPSILON));
+        /* no cap: the product alone, the same bits */
+        memcpy(a, x, (size_t)n * sizeof(float));
+        memcpy(b, x, (size_t)n * sizeof(float));
+        s->scores(n, a, scale, 0);
+        v->scores(n, b, scale, 0);
+        bad = 0;
+        for (int i = 0; i < n; i++)
+            bad += !same_bits(a[i], b[i]) || !same_bits(a[i], x[i] * scale);
+        CHECK_MSG(bad == 0, "scores %s scale %g: %d products differ", lv, (double)scale, bad);
+    }
+    free(x);
+    free(a);
+    free(b);
+}
+
 static void test_swiglu(const be_vec_ops_t *s, const be_vec_ops_t *v, const char *lv)
 {
     enum { N = 1003 };
@@ -504,6 +582,7 @@ int main(void)
         test_attn_v(s, v, name);
         test_attn_v2(v, name);
         test_dot_f16((be_simd_t)lv, v, name);
+        test_scores(s, v, name);
         test_swiglu(s, v, name);
         test_exp_sum(s, v, name);
         test_rmsnorm(s, v, name);

@@ -81,15 +81,15 @@ void be_kvq_attend_heads(const be_kvq_head_t *h, int n_heads, const float *q, fl
         const uint8_t *kr = h->k + (size_t)j * h->row_bytes;
         if (j + KVQ_AHEAD < n)
             prefetch_slice(kr + (size_t)KVQ_AHEAD * h->row_bytes, slice);
-        for (int g = 0; g < G; g++) {
-            float s;
-            kt->vec_dot(hd, &s, kr, (const uint8_t *)q8 + (size_t)g * q8_bytes);
-            s *= h->scale;
-            if (h->softcap > 0)
-                s = h->softcap * tanhf(s / h->softcap);
-            scores[(size_t)g * lds + (size_t)j] = s;
-            mx[g] = s > mx[g] ? s : mx[g]; /* not fmaxf: a libm call on baseline x86-64 */
-        }
+        for (int g = 0; g < G; g++)
+            kt->vec_dot(hd, &scores[(size_t)g * lds + (size_t)j], kr,
+                        (const uint8_t *)q8 + (size_t)g * q8_bytes);
+    }
+    for (int g = 0; g < G; g++) {
+        float *row = scores + (size_t)g * lds;
+        vec->scores(n, row, h->scale, h->softcap);
+        for (int j = 0; j < n; j++)
+            mx[g] = row[j] > mx[g] ? row[j] : mx[g]; /* not fmaxf: a libm call */
     }
     /* softmax, sums in double; a sink adds its term to the denominator */
     for (int g = 0; g < G; g++) {

@@ -191,11 +191,7 @@ static void unit(pf_job_t *j, float *buf, int hk, int h0, int G, int t0, int t1)
         int n = a->pos0 + t0 + r / G + 1, h = h0 + r % G;
         int lo = be_attn_first_key(a, n);
         float *row = s + (size_t)r * lds;
-        for (int c = lo; c < n; c++) {
-            row[c] *= a->scale;
-            if (a->softcap > 0)
-                row[c] = a->softcap * tanhf(row[c] / a->softcap);
-        }
+        j->vec->scores(n - lo, row + lo, a->scale, a->softcap);
         be_vec_softmax_row(j->vec, row + lo, n - lo, sinks ? &sinks[h] : NULL);
         round_f16(row + lo, n - lo);
         /* zeros where the row sees no key: they add nothing (+0) to acc */

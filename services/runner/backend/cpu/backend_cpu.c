@@ -915,13 +915,6 @@ static void attn_task_kvq(attn_job_t *j, int ith, int nth)
     }
 }
 
-/* A key's score from its dot product: scaled, then soft-capped. */
-static inline float attn_score(const be_attn_t *a, float dot)
-{
-    float s = dot * a->scale;
-    return a->softcap > 0 ? a->softcap * tanhf(s / a->softcap) : s;
-}
-
 /* q rounded to F16 (the cache's precision, as every path rounds it), into
  * floats: the dots then need not convert it per key. */
 static void query_f16(const float *q, int hd, uint16_t *q16, float *q32)
@@ -945,11 +938,9 @@ static void attn_head_f16(const attn_job_t *j, int t, int h, float *scores, floa
     n_kv -= first;
     size_t off = ((size_t)t * a->n_head + h) * hd;
     query_f16(j->q + off, hd, q16, acc);
-    for (int p = 0; p < n_kv; p++) {
-        float s;
-        vec->dot_f16(hd, &s, kc + at + (size_t)p * kv_row, acc);
-        scores[p] = attn_score(a, s);
-    }
+    for (int p = 0; p < n_kv; p++)
+        vec->dot_f16(hd, &scores[p], kc + at + (size_t)p * kv_row, acc);
+    vec->scores(n_kv, scores, a->scale, a->softcap);
     const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
     be_vec_softmax_row(vec, scores, n_kv, sinks ? &sinks[h] : NULL);
     be_f32_to_f16_row(scores, p16, n_kv);
@@ -978,9 +969,10 @@ static void attn_pair_f16(const attn_job_t *j, int t, int h, float *sc)
     for (int p = 0; p < n_kv; p++) {
         float s[2];
         vec->dot2_f16(hd, s, kc + at + (size_t)p * kv_row, acc0, acc1);
-        s0[p] = attn_score(a, s[0]);
-        s1[p] = attn_score(a, s[1]);
+        s0[p] = s[0], s1[p] = s[1];
     }
+    vec->scores(n_kv, s0, a->scale, a->softcap);
+    vec->scores(n_kv, s1, a->scale, a->softcap);
     const float *sinks = a->sinks ? a->sinks->data : NULL; /* [n_head] */
     be_vec_softmax_row(vec, s0, n_kv, sinks ? &sinks[h] : NULL);
     be_vec_softmax_row(vec, s1, n_kv, sinks ? &sinks[h + 1] : NULL);

@@ -117,10 +117,18 @@ static void attn_v2_scalar(int n_kv, const uint16_t *probs0, const uint16_t *pro
     attn_v_scalar(n_kv, probs1, v, v_stride, hd, acc1);
 }
 
+static void scores_scalar(int n, float *x, float scale, float cap)
+{
+    for (int i = 0; i < n; i++) {
+        float v = x[i] * scale;
+        x[i] = cap > 0 ? cap * tanhf(v / cap) : v;
+    }
+}
+
 static const be_vec_ops_t scalar_ops = {
     "scalar",       attn_v_scalar,     swiglu_scalar,      exp_sum_scalar,
     rmsnorm_scalar, rope_pairs_scalar, rope_halves_scalar, gelu_scalar,
-    dot_f16_scalar, dot2_f16_scalar, attn_v2_scalar};
+    dot_f16_scalar, dot2_f16_scalar, attn_v2_scalar, scores_scalar};
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -177,6 +185,44 @@ static AVX2 void attn_v_avx2(int n_kv, const uint16_t *probs, const uint16_t *v,
         float pw = _cvtsh_ss(probs[p]);
         if (pw != 0)
             attn_v_row_avx2(pw, v + (size_t)p * v_stride, hd, acc);
+    }
+}
+
+/* tanh as Cephes' tanhf computes it: x + x^3 P(x^2) below 0.625 in
+ * magnitude (P its degree-4 fit), else 1 - 2 / (e^{2|x|} + 1) with the
+ * sign put back (e^{2|x|} from exp_ps, within 4 ulp; past |x| = 44 it is
+ * inf and the result 1). NaN stays NaN (exp_ps keeps it), -0 stays -0. */
+static inline AVX2 __m256 tanh_ps(__m256 x)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    __m256 ax = _mm256_andnot_ps(sign, x), z = _mm256_mul_ps(x, x);
+    __m256 p = _mm256_set1_ps(-5.70498872745e-3f);
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954e-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531e-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036e-1f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422e-1f));
+    __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
+    __m256 e = exp_ps(_mm256_add_ps(ax, ax));
+    __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+    big = _mm256_or_ps(big, _mm256_and_ps(sign, x));
+    return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
+}
+
+static AVX2 void scores_avx2(int n, float *x, float scale, float cap)
+{
+    int i = 0;
+    __m256 sc = _mm256_set1_ps(scale), c = _mm256_set1_ps(cap);
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), sc);
+        if (cap > 0)
+            v = _mm256_mul_ps(c, tanh_ps(_mm256_div_ps(v, c)));
+        _mm256_storeu_ps(x + i, v);
+    }
+    if (i < n) { /* the tail through the same vector steps */
+        float t[8] = {0};
+        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
+        scores_avx2(8, t, scale, cap);
+        memcpy(x + i, t, (size_t)(n - i) * sizeof(float));
     }
 }
 
@@ -335,7 +381,7 @@ static AVX2 void gelu_avx2(size_t n, float *y, const float *x, const float *u)
 static const be_vec_ops_t avx2_ops = {"avx2",       attn_v_avx2,     swiglu_avx2,
                                       exp_sum_avx2, rmsnorm_avx2,    rope_pairs_avx2,
                                       rope_halves_avx2, gelu_avx2,   dot_f16_avx2,
-                                      dot2_f16_avx2, attn_v2_avx2};
+                                      dot2_f16_avx2, attn_v2_avx2,   scores_avx2};
 
 #endif
 

@@ -56,6 +56,14 @@ typedef struct be_vec_ops {
      * for the query whose probability is zero, not for the other). */
     void (*attn_v2)(int n_kv, const uint16_t *probs0, const uint16_t *probs1,
                     const uint16_t *v, size_t v_stride, int hd, float *acc0, float *acc1);
+    /* Attention scores from raw dot products, in place over n: x[i] *=
+     * scale, then where cap > 0, x[i] = cap * tanh(x[i] / cap) (Gemma-2's
+     * soft-cap), each step one rounding. Scalar: tanhf. Vector: Cephes'
+     * tanhf steps on exp_ps (vec.c), the capped score within 8 float ulp
+     * of cap * tanh(t) in double (test_vec; measured under 1). Every
+     * attention path of a level scores through this op, so they agree bit
+     * for bit. */
+    void (*scores)(int n, float *x, float scale, float cap);
 } be_vec_ops_t;
 
 /* The versions for `level` (scalar where the CPU lacks it). Static. */
