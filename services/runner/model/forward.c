@@ -27,6 +27,7 @@
  * V = n_vocab, C = n_ctx. Weights are [rows][cols] (see model.h). */
 #include "lib/prelude.h"
 #include "services/runner/model/forward.h"
+#include "services/runner/backend/cpu/vec.h"
 #include "services/runner/model/moe.h"
 
 #include <assert.h>
@@ -885,6 +886,17 @@ static void scale_logits(const rn_hparams_t *hp, float *logits, size_t n)
         logits[i] *= hp->logit_mult;
 }
 
+/* Step 14, gemma2: logits [n] = cap * tanh(logits / cap) on the host copy,
+ * through the CPU's vector scores op (a tanhf per logit of a 256K
+ * vocabulary was milliseconds a token). */
+static void final_softcap(const rn_hparams_t *hp, float *logits, size_t n)
+{
+    const be_vec_ops_t *vec = be_vec_ops();
+    for (size_t i = 0; i < n; i += INT_MAX / 2)
+        vec->scores((int)CR_MIN(n - i, (size_t)INT_MAX / 2), logits + i, 1.0f,
+                    hp->final_softcap);
+}
+
 /* Step 12, the final norm of n rows x [n][D] into y on P's instance:
  * rmsnorm * output_norm, or (command-r) a LayerNorm without bias. */
 static void final_norm(rn_ctx_t *c, const part_t *P, float *y, const float *x, int n)
@@ -910,12 +922,8 @@ static void logits_rows(rn_ctx_t *c, int r0, int nr, float *dst)
     be->ops->matmul(be, &c->w->output, P->xb, nr, P->out);
     be->ops->download(be, dst, P->out, (size_t)nr * (size_t)hp->n_vocab * sizeof(float));
     /* 14. gemma2: logits = cap * tanh(logits / cap), on the host copy */
-    if (hp->final_softcap > 0) {
-        float cap = hp->final_softcap;
-        size_t total = (size_t)nr * (size_t)hp->n_vocab;
-        for (size_t i = 0; i < total; i++)
-            dst[i] = cap * tanhf(dst[i] / cap);
-    }
+    if (hp->final_softcap > 0)
+        final_softcap(hp, dst, (size_t)nr * (size_t)hp->n_vocab);
     scale_logits(hp, dst, (size_t)nr * (size_t)hp->n_vocab);
 }
 
@@ -939,11 +947,8 @@ static void logits_last(rn_ctx_t *c, const span_t *sp, int n_sp)
         be->ops->matmul(be, &c->w->output, P->xb, nr, P->out);
         be->ops->download(be, c->stage, P->out, (size_t)nr * V * sizeof(float));
         /* 14. gemma2: logits = cap * tanh(logits / cap), on the host copy */
-        if (hp->final_softcap > 0) {
-            float cap = hp->final_softcap;
-            for (size_t k = 0; k < (size_t)nr * V; k++)
-                c->stage[k] = cap * tanhf(c->stage[k] / cap);
-        }
+        if (hp->final_softcap > 0)
+            final_softcap(hp, c->stage, (size_t)nr * V);
         scale_logits(hp, c->stage, (size_t)nr * V);
         for (int i = 0; i < nr; i++)
             memcpy(c->logits + (size_t)sp[s0 + i].seq * V, c->stage + (size_t)i * V,
