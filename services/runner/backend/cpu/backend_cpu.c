@@ -923,6 +923,17 @@ static void query_f16(const float *q, int hd, uint16_t *q16, float *q32)
     be_f16_to_f32_row(q16, q32, hd);
 }
 
+/* Where query head h of token t finds its first key in the F16 cache
+ * (elements: the window's first key, its kv head's slice), and in *n_kv
+ * how many keys it sees. */
+static size_t head_keys(const be_attn_t *a, int t, int h, int *n_kv)
+{
+    int n = a->pos0 + t + 1, first = be_attn_first_key(a, n);
+    size_t hd = (size_t)a->head_dim, hk = (size_t)(h / (a->n_head / a->n_head_kv));
+    *n_kv = n - first;
+    return (size_t)first * (size_t)a->n_head_kv * hd + hk * hd;
+}
+
 /* One query head of a task over the F16 cache: scores, softmax,
  * probabilities rounded to F16, the weighted sum of values. The query's
  * floats sit in acc until attn_v fills it. */
@@ -931,11 +942,9 @@ static void attn_head_f16(const attn_job_t *j, int t, int h, float *scores, floa
 {
     const be_attn_t *a = j->a;
     const be_vec_ops_t *vec = j->c->vec;
-    int hd = a->head_dim, hk = h / (a->n_head / a->n_head_kv), n_kv = a->pos0 + t + 1;
-    int first = be_attn_first_key(a, n_kv);
-    size_t kv_row = (size_t)a->n_head_kv * hd, at = (size_t)first * kv_row + (size_t)hk * hd;
+    int hd = a->head_dim, n_kv;
+    size_t kv_row = (size_t)a->n_head_kv * hd, at = head_keys(a, t, h, &n_kv);
     const uint16_t *kc = j->k, *vc = j->v;
-    n_kv -= first;
     size_t off = ((size_t)t * a->n_head + h) * hd;
     query_f16(j->q + off, hd, q16, acc);
     for (int p = 0; p < n_kv; p++)
@@ -955,14 +964,12 @@ static void attn_pair_f16(const attn_job_t *j, int t, int h, float *sc)
 {
     const be_attn_t *a = j->a;
     const be_vec_ops_t *vec = j->c->vec;
-    int hd = a->head_dim, hk = h / (a->n_head / a->n_head_kv), n_kv = a->pos0 + t + 1;
-    int first = be_attn_first_key(a, n_kv);
-    size_t kv_row = (size_t)a->n_head_kv * hd, at = (size_t)first * kv_row + (size_t)hk * hd;
+    int hd = a->head_dim, n_kv;
+    size_t kv_row = (size_t)a->n_head_kv * hd, at = head_keys(a, t, h, &n_kv);
     size_t lds = (size_t)(a->pos0 + a->n_tok);
     const uint16_t *kc = j->k, *vc = j->v;
     float *s0 = sc, *s1 = s0 + lds, *acc0 = s1 + lds, *acc1 = acc0 + hd;
     uint16_t *p0 = (uint16_t *)(acc1 + hd), *p1 = p0 + lds, *q16 = p1 + lds;
-    n_kv -= first;
     size_t off = ((size_t)t * a->n_head + h) * hd;
     query_f16(j->q + off, hd, q16, acc0);
     query_f16(j->q + off + hd, hd, q16, acc1);

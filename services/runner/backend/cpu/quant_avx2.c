@@ -45,71 +45,63 @@ static inline AVX2 __m256i dot_i8_epi32(__m256i x, __m256i y)
     return _mm256_madd_epi16(d16, _mm256_set1_epi16(1));
 }
 
-AVX2 void be_avx2_dot_f32(int64_t n, float *s, const void *w, const void *a)
-{
-    const float *x = w, *y = a;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
-        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
-        acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
-    }
-    for (; i + 8 <= n; i += 8)
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1),
-                                      _mm256_add_ps(acc2, acc3)));
-    for (; i < n; i++)
-        sum += x[i] * y[i];
-    *s = sum;
-}
-
 static inline AVX2 __m256 load_f16x8(const uint16_t *p)
 {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-AVX2 void be_avx2_dot_f16(int64_t n, float *s, const void *w, const void *a)
+/* Eight values at element i of a row of F16 (f16) or F32 values, as
+ * floats; one value. */
+static inline AVX2 __m256 load8(const void *p, int64_t i, bool f16)
 {
-    const uint16_t *x = w, *y = a;
+    return f16 ? load_f16x8((const uint16_t *)p + i) : _mm256_loadu_ps((const float *)p + i);
+}
+
+static inline float elem(const void *p, int64_t i, bool f16)
+{
+    return f16 ? be_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* The F32 and F16 dots' one body: four 8-lane FMA chains over blocks of
+ * 32, 8-element steps into the first, the horizontal sum, the tail in
+ * order. x16 / y16 say which row is F16; inlined with constant flags, each
+ * dot is its own straight loop, and the same values give the same bits
+ * whichever form a row is held in (an F16 query as floats, say). */
+static inline AVX2 __attribute__((always_inline)) float dot_body(int64_t n, const void *x,
+                                                                 bool x16, const void *y,
+                                                                 bool y16)
+{
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        acc0 = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), acc0);
-        acc1 = _mm256_fmadd_ps(load_f16x8(x + i + 8), load_f16x8(y + i + 8), acc1);
-        acc2 = _mm256_fmadd_ps(load_f16x8(x + i + 16), load_f16x8(y + i + 16), acc2);
-        acc3 = _mm256_fmadd_ps(load_f16x8(x + i + 24), load_f16x8(y + i + 24), acc3);
+        acc0 = _mm256_fmadd_ps(load8(x, i, x16), load8(y, i, y16), acc0);
+        acc1 = _mm256_fmadd_ps(load8(x, i + 8, x16), load8(y, i + 8, y16), acc1);
+        acc2 = _mm256_fmadd_ps(load8(x, i + 16, x16), load8(y, i + 16, y16), acc2);
+        acc3 = _mm256_fmadd_ps(load8(x, i + 24, x16), load8(y, i + 24, y16), acc3);
     }
     for (; i + 8 <= n; i += 8)
-        acc0 = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), acc0);
+        acc0 = _mm256_fmadd_ps(load8(x, i, x16), load8(y, i, y16), acc0);
     float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1),
                                       _mm256_add_ps(acc2, acc3)));
     for (; i < n; i++)
-        sum += be_f16_to_f32(x[i]) * be_f16_to_f32(y[i]);
-    *s = sum;
+        sum += elem(x, i, x16) * elem(y, i, y16);
+    return sum;
+}
+
+AVX2 void be_avx2_dot_f32(int64_t n, float *s, const void *w, const void *a)
+{
+    *s = dot_body(n, w, false, a, false);
+}
+
+AVX2 void be_avx2_dot_f16(int64_t n, float *s, const void *w, const void *a)
+{
+    *s = dot_body(n, w, true, a, true);
 }
 
 AVX2 void be_avx2_dot_f16_q32(int64_t n, float *s, const uint16_t *k, const float *q)
 {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm256_fmadd_ps(load_f16x8(k + i), _mm256_loadu_ps(q + i), acc0);
-        acc1 = _mm256_fmadd_ps(load_f16x8(k + i + 8), _mm256_loadu_ps(q + i + 8), acc1);
-        acc2 = _mm256_fmadd_ps(load_f16x8(k + i + 16), _mm256_loadu_ps(q + i + 16), acc2);
-        acc3 = _mm256_fmadd_ps(load_f16x8(k + i + 24), _mm256_loadu_ps(q + i + 24), acc3);
-    }
-    for (; i + 8 <= n; i += 8)
-        acc0 = _mm256_fmadd_ps(load_f16x8(k + i), _mm256_loadu_ps(q + i), acc0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1),
-                                      _mm256_add_ps(acc2, acc3)));
-    for (; i < n; i++)
-        sum += be_f16_to_f32(k[i]) * q[i];
-    *s = sum;
+    *s = dot_body(n, k, true, q, false);
 }
 
 AVX2 void be_avx2_dot2_f16_q32(int64_t n, float *s, const uint16_t *k, const float *q0,
