@@ -261,6 +261,35 @@ static void check_declines(rn_threadpool_t *pool)
     case_free(&c);
 }
 
+/* attention_ext with softcap and window on case c through the backend
+ * with the tiled path and pairs on and with them off
+ * (CORRAL_CPU_PREFILL_ATTN=0): the same bits, both within the bound. */
+static void ext_on_off(be_backend_t *on, be_backend_t *off, attn_case_t *c, float softcap,
+                       int window)
+{
+    cr_err_t err;
+    const be_attn_t *a = &c->a;
+    int hd = a->head_dim, group = a->n_head / a->n_head_kv;
+    size_t n = (size_t)a->n_tok * a->n_head * hd;
+    float *ref = malloc(n * sizeof(float));
+    float *scratch = malloc(be_attention_ext_scratch(128, hd) * sizeof(float));
+    CHECK_EQ_INT(on->ops->reserve(on, 64, 2048, 128, a->n_head, &err), CR_OK);
+    CHECK_EQ_INT(off->ops->reserve(off, 64, 2048, 128, a->n_head, &err), CR_OK);
+    be_ext_ops(on)->attention_ext(on, c->out, c->q, c->k, c->v, a, softcap, window, scratch);
+    be_ext_ops(off)->attention_ext(off, ref, c->q, c->k, c->v, a, softcap, window, scratch);
+    CHECK_MSG(!memcmp(ref, c->out, n * sizeof(float)),
+              "backend ext: n_tok %d group %d hd %d pos0 %d window %d differs with "
+              "CORRAL_CPU_PREFILL_ATTN=0", a->n_tok, group, hd, a->pos0, window);
+    c->a.window = window;
+    c->a.softcap = softcap;
+    double worst = 0;
+    CHECK_MSG(check_double(c, c->out, &worst) == 0 && check_double(c, ref, &worst) == 0,
+              "backend ext: n_tok %d group %d hd %d pos0 %d outside the bound", a->n_tok,
+              group, hd, a->pos0);
+    free(scratch);
+    free(ref);
+}
+
 /* The backend's attention op: the same bits with the tiled path switched
  * off (CORRAL_CPU_PREFILL_ATTN=0), for a prompt chunk after cached tokens
  * and a decode step. */
@@ -293,29 +322,10 @@ static void check_backend(void)
         case_free(&c);
     }
     /* attention_ext: the window and soft-cap on both paths, same bits */
-    const be_ops_ext_t *xon = be_ext_ops(on), *xoff = be_ext_ops(off);
     for (int i = 0; i < 4; i++) {
-        int n_tok = i % 2 ? 1 : 48, pos0 = i < 2 ? 21 : 70, window = i < 2 ? 16 : 40;
-        float softcap = i % 2 ? 0.0f : 3.0f;
         attn_case_t c;
-        case_new(&c, n_tok, pos0, 8, 4, 64, i == 3);
-        size_t n = (size_t)n_tok * c.a.n_head * 64;
-        float *ref = malloc(n * sizeof(float));
-        float *scratch = malloc(be_attention_ext_scratch(128, 64) * sizeof(float));
-        CHECK_EQ_INT(on->ops->reserve(on, 64, 2048, 128, c.a.n_head, &err), CR_OK);
-        CHECK_EQ_INT(off->ops->reserve(off, 64, 2048, 128, c.a.n_head, &err), CR_OK);
-        xon->attention_ext(on, c.out, c.q, c.k, c.v, &c.a, softcap, window, scratch);
-        xoff->attention_ext(off, ref, c.q, c.k, c.v, &c.a, softcap, window, scratch);
-        CHECK_MSG(!memcmp(ref, c.out, n * sizeof(float)),
-                  "backend ext: n_tok %d pos0 %d window %d differs with "
-                  "CORRAL_CPU_PREFILL_ATTN=0", n_tok, pos0, window);
-        c.a.window = window;
-        c.a.softcap = softcap;
-        double worst = 0;
-        CHECK_MSG(check_double(&c, c.out, &worst) == 0 && check_double(&c, ref, &worst) == 0,
-                  "backend ext: n_tok %d pos0 %d outside the bound", n_tok, pos0);
-        free(scratch);
-        free(ref);
+        case_new(&c, i % 2 ? 1 : 48, i < 2 ? 21 : 70, 8, 4, 64, i == 3);
+        ext_on_off(on, off, &c, i % 2 ? 0.0f : 3.0f, i < 2 ? 16 : 40);
         case_free(&c);
     }
     /* Groups under TILED_MIN_ROWS (Gemma's 2, and 3) decode per query: two
@@ -325,27 +335,9 @@ static void check_backend(void)
      * 2 one head a task. */
     for (int i = 0; i < 8; i++) {
         int group = i % 2 ? 3 : 2, hd = i % 4 < 2 ? 256 : 40, n_kv = i == 6 ? 1 : 4;
-        int pos0 = i < 2 ? 5 : i < 4 ? 21 : 70, window = i >= 4 ? 16 : 0;
-        float softcap = i == 5 || i == 7 ? 2.5f : 0.0f;
         attn_case_t c;
-        case_new(&c, 1, pos0, n_kv, group, hd, i % 3 == 1);
-        size_t n = (size_t)c.a.n_head * hd;
-        float *ref = malloc(n * sizeof(float));
-        float *scratch = malloc(be_attention_ext_scratch(128, hd) * sizeof(float));
-        CHECK_EQ_INT(on->ops->reserve(on, 64, 2048, 128, c.a.n_head, &err), CR_OK);
-        CHECK_EQ_INT(off->ops->reserve(off, 64, 2048, 128, c.a.n_head, &err), CR_OK);
-        xon->attention_ext(on, c.out, c.q, c.k, c.v, &c.a, softcap, window, scratch);
-        xoff->attention_ext(off, ref, c.q, c.k, c.v, &c.a, softcap, window, scratch);
-        CHECK_MSG(!memcmp(ref, c.out, n * sizeof(float)),
-                  "backend: group %d hd %d pos0 %d window %d differs with "
-                  "CORRAL_CPU_PREFILL_ATTN=0", group, hd, pos0, window);
-        c.a.window = window;
-        c.a.softcap = softcap;
-        double worst = 0;
-        CHECK_MSG(check_double(&c, c.out, &worst) == 0 && check_double(&c, ref, &worst) == 0,
-                  "backend: group %d hd %d pos0 %d outside the bound", group, hd, pos0);
-        free(scratch);
-        free(ref);
+        case_new(&c, 1, i < 2 ? 5 : i < 4 ? 21 : 70, n_kv, group, hd, i % 3 == 1);
+        ext_on_off(on, off, &c, i == 5 || i == 7 ? 2.5f : 0.0f, i >= 4 ? 16 : 0);
         case_free(&c);
     }
     /* the tiled path's scratch is reserved only where it is on */
