@@ -129,8 +129,10 @@ static void test_supervise(void)
     snprintf(log, sizeof log, "%s/serve.log", dir);
     for (size_t i = 0; i < CR_ARRAY_LEN(names); i++) {
         char body[13000];
+        /* the env file before the pid: a pid counted means the env
+         * file is written (the other order raced the check below) */
         snprintf(body, sizeof body,
-                 "echo $$ >> %s/%s.pids\necho \"$CORRAL_TEST_MARK\" > %s/%s.env\n"
+                 "echo \"$CORRAL_TEST_MARK\" > %s/%s.env\necho $$ >> %s/%s.pids\n"
                  "exec sleep 1000",
                  dir, names[i], dir, names[i]);
         write_script(dir, names[i], body);
