@@ -1,0 +1,92 @@
+/* bus_poll.c: see bus_poll.h. */
+#include "lib/prelude.h"
+#include "proto/bus_poll.h"
+
+#include <errno.h>
+
+void bus_poll_init(bus_poll_t *p)
+{
+    memset(p, 0, sizeof *p);
+}
+
+int bus_poll_add(bus_poll_t *p, zsock_t *sock)
+{
+    if (!sock)
+        return 0;
+    if (p->n >= BUS_POLL_MAX)
+        return -1;
+    int fd = zsock_fd(sock);
+    if (fd < 0)
+        return -1;
+    p->socks[p->n] = sock;
+    p->fds[p->n] = (struct pollfd){.fd = fd, .events = POLLIN};
+    p->maybe[p->n] = true; /* whatever came before it was added */
+    p->n++;
+    return 0;
+}
+
+void bus_poll_mark(bus_poll_t *p, zsock_t *sock)
+{
+    for (int i = 0; i < p->n; i++)
+        if (!sock || p->socks[i] == sock)
+            p->maybe[i] = true;
+}
+
+/* The first socket marked maybe that has a message; the others asked are
+ * unmarked. */
+static zsock_t *first_ready(bus_poll_t *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        if (!p->maybe[i])
+            continue;
+        if (zsock_events(p->socks[i]) & ZMQ_POLLIN)
+            return p->socks[i];
+        p->maybe[i] = false;
+    }
+    return NULL;
+}
+
+static bool interrupted(bus_poll_t *p)
+{
+    p->terminated = zsys_interrupted && !p->nonstop;
+    return p->terminated;
+}
+
+zsock_t *bus_poll_wait(bus_poll_t *p, int timeout_ms)
+{
+    if (interrupted(p))
+        return NULL;
+    zsock_t *ready = first_ready(p);
+    if (ready)
+        return ready;
+    int64_t deadline = timeout_ms > 0 ? zclock_mono() + timeout_ms : 0;
+    for (;;) {
+        int wait_ms = timeout_ms < 0 ? -1 : 0;
+        if (timeout_ms > 0) {
+            int64_t left = deadline - zclock_mono();
+            wait_ms = left > 0 ? (int)left : 0;
+        }
+        int rc = poll(p->fds, (nfds_t)p->n, wait_ms);
+        if (rc < 0) {
+            if (errno != EINTR)
+                return NULL; /* cannot happen with valid descriptors */
+            p->terminated = true;
+            return NULL;
+        }
+        if (rc == 0) {
+            if (timeout_ms == 0)
+                return NULL;
+            bus_poll_mark(p, NULL); /* timed out: the sweep (header) */
+            return first_ready(p);
+        }
+        for (int i = 0; i < p->n; i++)
+            if (p->fds[i].revents)
+                p->maybe[i] = true;
+        /* A command that was not a message (a peer connected, a pipe
+         * ended) wakes the descriptor too: then sleep on. */
+        if ((ready = first_ready(p)) || interrupted(p))
+            return ready;
+        if (timeout_ms == 0 || (timeout_ms > 0 && zclock_mono() >= deadline))
+            return NULL;
+    }
+}
