@@ -65,7 +65,9 @@ bool sch_node_send(sch_server_t *s, sch_node_t *nd, const char *to,
                    const msg_t *m)
 {
     cr_err_t err;
-    if (bus_relay_send_msg(s->nodes, nd->ident, to, m, &err)) {
+    cr_status_t st = bus_relay_send_msg(s->nodes, nd->ident, to, m, &err);
+    bus_poll_mark(&s->poll, s->nodes); /* a send may take its commands */
+    if (st) {
         cr_log_warn("node '%s': send %s failed: %s", nd->name,
                     msg_type_name(m->type), err.msg);
         return false;
@@ -241,6 +243,7 @@ static void on_node_control(sch_server_t *s, zframe_t *ident, sch_node_t *nd,
                                                     "node_hello");
         cr_err_t err;
         bus_relay_send_msg(s->nodes, ident, "", &e, &err);
+        bus_poll_mark(&s->poll, s->nodes);
         msg_clear(&e);
         return;
     }

@@ -187,6 +187,7 @@ static void send_runner(sch_server_t *s, runner_t *rn, const msg_t *m)
     if (bus_send_to(s->runners, ident, m, &err))
         cr_log_warn("runner %s: send %s failed: %s", rn->id,
                  msg_type_name(m->type), err.msg);
+    bus_poll_mark(&s->poll, s->runners); /* a send may take its commands */
     zframe_destroy(&ident);
 }
 
@@ -801,7 +802,9 @@ static void on_front(sch_server_t *s)
         q.u.resolve.has_model = true;
         r->state = RQ_RESOLVING;
         r->resolve_sent_ms = sch_now_ms(s);
-        if (bus_send(s->registry, &q, &err))
+        cr_status_t sent = bus_send(s->registry, &q, &err);
+        bus_poll_mark(&s->poll, s->registry);
+        if (sent)
             req_fail(s, r, CR_E_UNAVAILABLE, "registry unavailable");
         break;
     }
@@ -1135,6 +1138,7 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
             msg_init(&bye, MSG_shutdown, id);
             zframe_t *to = zframe_new(id, strlen(id));
             bus_send_to(s->runners, to, &bye, NULL);
+            bus_poll_mark(&s->poll, s->runners);
             zframe_destroy(&to);
         }
         msg_clear(&m);
@@ -1431,13 +1435,22 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
     s->outbox = sch_outbox_new(s->front, s->cfg.stream_buffer_bytes > 0
                                              ? s->cfg.stream_buffer_bytes
                                              : SCH_STREAM_BUFFER_DEFAULT);
-    s->poller = zpoller_new(s->front, s->runners, s->registry, NULL);
-    if (!s->poller || !s->outbox) {
-        cr_err_set(err, CR_E_NOMEM, "cannot create a poller");
+    if (!s->outbox) {
+        cr_err_set(err, CR_E_NOMEM, "cannot create the outbox");
         goto fail_sockets;
     }
-    if (sch_nodes_open(s, err) || (s->nodes && zpoller_add(s->poller, s->nodes)))
+    bus_poll_init(&s->poll);
+    if (bus_poll_add(&s->poll, s->front) || bus_poll_add(&s->poll, s->runners) ||
+        bus_poll_add(&s->poll, s->registry)) {
+        cr_err_set(err, CR_E_IO, "cannot poll the scheduler's sockets");
         goto fail_sockets;
+    }
+    if (sch_nodes_open(s, err))
+        goto fail_sockets;
+    if (bus_poll_add(&s->poll, s->nodes)) {
+        cr_err_set(err, CR_E_IO, "cannot poll the nodes socket");
+        goto fail_sockets;
+    }
     sch_adopt_grace_begin(s);
     *out = s;
     return CR_OK;
@@ -1445,7 +1458,6 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
 fail_sockets:
     if (err && err->status == CR_OK)
         cr_err_set(err, CR_E_IO, "cannot create sockets");
-    zpoller_destroy(&s->poller);
     sch_outbox_destroy(&s->outbox);
     sch_nodes_close(s);
     zsock_destroy(&s->front);
@@ -1455,26 +1467,17 @@ fail_sockets:
     return err ? err->status : CR_E_IO;
 }
 
-/* A socket with a message waiting, or NULL, in the poller's order.
- * ZMQ_EVENTS is read without a system call, where a poll with no timeout
- * makes one: the loop asks once a message, a token of a stream. */
-static void *ready_socket(sch_server_t *s)
-{
-    zsock_t *socks[] = {s->front, s->runners, s->registry, s->nodes};
-    for (size_t i = 0; i < CR_ARRAY_LEN(socks); i++)
-        if (socks[i] && (zsock_events(socks[i]) & ZMQ_POLLIN))
-            return socks[i];
-    return NULL;
-}
-
 void sch_server_run_once(sch_server_t *s, int timeout_ms)
 {
     /* Replies waiting for slow gateways are retried often. */
     if (sch_outbox_flush(s->outbox, req_gone, s) && timeout_ms > OUTBOX_RETRY_MS)
         timeout_ms = OUTBOX_RETRY_MS;
-    void *which = ready_socket(s);
-    if (!which)
-        which = zpoller_wait(s->poller, timeout_ms);
+    /* Every send marks its socket for the next wait (bus_poll.h). The
+     * front's are the outbox's (replies, relays), so it is marked here. */
+    bus_poll_mark(&s->poll, s->front);
+    /* bus_poll asks only the sockets that may hold a message: a relayed
+     * token costs a few system calls, not one pair per socket */
+    zsock_t *which = bus_poll_wait(&s->poll, timeout_ms);
     /* Drain everything that is ready, not just one socket. */
     bool only_relays = which != NULL;
     for (int spin = 0; which && spin < 256; spin++) {
@@ -1490,7 +1493,7 @@ void sch_server_run_once(sch_server_t *s, int timeout_ms)
                 sch_nodes_on_readable(s);
             only_relays = false;
         }
-        which = ready_socket(s);
+        which = bus_poll_wait(&s->poll, 0);
     }
     /* A stream's tokens change nothing that the rest looks at (children,
      * nodes, timers, the queue): while only they come, it runs once every
@@ -1515,7 +1518,7 @@ void sch_server_run(sch_server_t *s)
 int sch_server_drain(sch_server_t *s, int64_t timeout_ms)
 {
     s->draining = true;
-    zpoller_set_nonstop(s->poller, true); /* past the SIGTERM */
+    s->poll.nonstop = true; /* past the SIGTERM */
     int64_t start = mono_ms_default();
     while (s->req_list && mono_ms_default() - start < timeout_ms)
         sch_server_run_once(s, TICK_MS);
@@ -1583,7 +1586,6 @@ void sch_server_destroy(sch_server_t **self_p)
         req_unlink_free(s, r);
     }
     sch_outbox_flush(s->outbox, NULL, NULL); /* what can still go */
-    zpoller_destroy(&s->poller);
     sch_outbox_destroy(&s->outbox);
     zsock_destroy(&s->front);
     zsock_destroy(&s->runners);

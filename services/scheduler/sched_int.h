@@ -7,6 +7,7 @@
 #define SCH_SCHED_INT_H
 
 #include "lib/prelude.h"
+#include "proto/bus_poll.h"
 #include "proto/msg.h"
 #include "proto/relay.h"
 #include "services/scheduler/estimate.h"
@@ -131,7 +132,7 @@ struct sch_server {
     int64_t trimmed_ms;          /* last cr_mem_trim */
     int64_t housekept_ms;        /* last reap, timers and schedule */
     sch_node_t *node_list;
-    zpoller_t *poller;
+    bus_poll_t poll; /* front, runners, registry, nodes */
     runner_t *runner_list;
     request_t *req_list; /* arrival order */
     unsigned runner_seq;
