@@ -9,6 +9,7 @@
 
 #include "lib/log.h"
 #include "proto/bus.h"
+#include "proto/bus_poll.h"
 
 #include <sys/resource.h>
 #include <time.h>
@@ -21,7 +22,7 @@ struct gw_call {
     gw_call_limit_t *limit; /* counted against; may be NULL */
     zsock_t *sock;     /* DEALER to the peer */
     zsock_t *mon;      /* PAIR receiving the DEALER's monitor events */
-    zpoller_t *poller; /* sock and mon */
+    bus_poll_t poll;   /* sock and mon; empty while not connected */
     char id[MSG_ID_MAX + 1];
     char peer[32];
     char endpoint[256]; /* what the pool matches on */
@@ -154,6 +155,7 @@ static gw_call_t *reuse(gw_call_t *c, const char *peer, int connect_timeout_ms)
             break;
         zmsg_destroy(&stale);
     }
+    bus_poll_mark(&c->poll, NULL); /* another thread's now: ask afresh */
     bus_new_id(c->id);
     snprintf(c->peer, sizeof c->peer, "%s", peer ? peer : "peer");
     c->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 1;
@@ -185,8 +187,9 @@ static cr_status_t call_connect(gw_call_t *c, cr_err_t *err)
         !(c->mon = zsock_new(ZMQ_PAIR)))
         return cr_err_set(err, CR_E_IO, "cannot monitor the %s socket", c->peer);
     zsock_set_linger(c->mon, 0);
-    if (zsock_connect(c->mon, "%s", mon_ep) != 0 ||
-        !(c->poller = zpoller_new(c->sock, c->mon, NULL)))
+    bus_poll_init(&c->poll);
+    if (zsock_connect(c->mon, "%s", mon_ep) != 0 || bus_poll_add(&c->poll, c->sock) ||
+        bus_poll_add(&c->poll, c->mon))
         return cr_err_set(err, CR_E_IO, "cannot monitor the %s socket", c->peer);
     if (zsock_connect(c->sock, "%s", c->endpoint) != 0)
         return cr_err_set(err, CR_E_IO, "cannot connect to %s at %s", c->peer,
@@ -197,7 +200,7 @@ static cr_status_t call_connect(gw_call_t *c, cr_err_t *err)
 /* Closes what call_connect made (any part of it). */
 static void call_disconnect(gw_call_t *c)
 {
-    zpoller_destroy(&c->poller);
+    bus_poll_init(&c->poll);
     if (c->sock && c->mon)
         zmq_socket_monitor(zsock_resolve(c->sock), NULL, 0);
     zsock_destroy(&c->mon);
@@ -285,7 +288,9 @@ static cr_status_t send_frame(gw_call_t *c, zframe_t *f, cr_err_t *err)
     int64_t start = mono_ms();
     int64_t deadline = start + c->connect_timeout_ms;
     for (;;) {
-        if (zframe_send(&f, c->sock, ZFRAME_REUSE) == 0) {
+        int rc = zframe_send(&f, c->sock, ZFRAME_REUSE);
+        bus_poll_mark(&c->poll, c->sock); /* a send may take its commands */
+        if (rc == 0) {
             c->sent = true;
             return CR_OK;
         }
@@ -374,11 +379,9 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
     for (;;) {
         if (should_abort(c, w, mono_ms()))
             return cr_err_set(err, CR_E_CANCELED, "request canceled");
-        /* A reply already waiting needs no poll (ZMQ_EVENTS is the state,
-         * read without a system call): a stream's next token often is. */
-        void *which = zsock_events(c->sock) & ZMQ_POLLIN
-                          ? c->sock
-                          : zpoller_wait(c->poller, GW_CALL_SLICE_MS);
+        /* bus_poll asks the DEALER first (it stays marked after a reply)
+         * and the monitor only when its descriptor fires */
+        zsock_t *which = bus_poll_wait(&c->poll, GW_CALL_SLICE_MS);
         if (which == c->mon) {
             drain_monitor(c);
             if (c->dropped) {
@@ -423,7 +426,7 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
             c->clean = true;
             return CR_OK;
         }
-        if (zpoller_terminated(c->poller))
+        if (c->poll.terminated)
             return cr_err_set(err, CR_E_CANCELED, "interrupted");
         int64_t quiet = now - last;
         if (w->idle_timeout_ms > 0 && quiet >= w->idle_timeout_ms) {
@@ -440,7 +443,9 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
             msg_t ping;
             msg_init(&ping, MSG_ping, c->id);
             cr_err_t e;
-            if (bus_send(c->sock, &ping, &e) != CR_OK)
+            cr_status_t sent = bus_send(c->sock, &ping, &e);
+            bus_poll_mark(&c->poll, c->sock);
+            if (sent != CR_OK)
                 return unavailable(c, err);
             pinged = true;
             /* The pong has ping_after_ms to come back. */
@@ -459,7 +464,7 @@ cr_status_t gw_call_ping(gw_call_t *c, int timeout_ms, cr_err_t *err)
     int64_t deadline = mono_ms() + timeout_ms;
     while (mono_ms() < deadline) {
         int left = (int)(deadline - mono_ms());
-        void *which = zpoller_wait(c->poller, CR_MAX(1, CR_MIN(left, GW_CALL_SLICE_MS)));
+        zsock_t *which = bus_poll_wait(&c->poll, CR_MAX(1, CR_MIN(left, GW_CALL_SLICE_MS)));
         if (which == c->mon) {
             drain_monitor(c);
             if (c->dropped && !resent_after_drop(c))
@@ -467,7 +472,7 @@ cr_status_t gw_call_ping(gw_call_t *c, int timeout_ms, cr_err_t *err)
             continue;
         }
         if (which != c->sock) {
-            if (zpoller_terminated(c->poller))
+            if (c->poll.terminated)
                 return cr_err_set(err, CR_E_CANCELED, "interrupted");
             continue;
         }
@@ -506,6 +511,7 @@ void gw_call_cancel(gw_call_t *c)
     zsock_set_sndtimeo(c->sock, 0);
     if (bus_send(c->sock, &m, &e) != CR_OK)
         cr_log_debug("%s: cancel not sent: %s", c->id, e.msg);
+    bus_poll_mark(&c->poll, c->sock);
     zsock_set_linger(c->sock, CANCEL_LINGER_MS);
 }
 
@@ -522,7 +528,7 @@ static void call_close(gw_call_t *c)
 static bool pool_put(gw_call_t *c)
 {
     gw_call_limit_t *l = c->limit;
-    if (!l || !c->clean || c->canceled || !c->sock || !c->poller)
+    if (!l || !c->clean || c->canceled || !c->sock || !c->poll.n)
         return false;
     drain_monitor(c);
     if (c->dropped || !c->connected)
