@@ -14,6 +14,7 @@
 #include "lib/self_path.h"
 #include "lib/size.h"
 #include "lib/spawn_runner.h"
+#include "proto/bus_poll.h"
 #include "proto/relay.h"
 #include "services/node/blobs.h"
 #include "services/node/load_blobs.h"
@@ -48,7 +49,7 @@ struct nd_agent {
                                 ask every runner to say hello */
     char instance[MSG_ID_MAX + 1]; /* this process, in node_hello */
     zsock_t *runners;        /* ROUTER for this node's runners */
-    zpoller_t *poller;
+    bus_poll_t poll;         /* up, runners, the monitor's pipe */
     nd_runner_t *runner_list;
     nd_wait_t *waits;        /* arrival order */
     nd_fetch_t *fetch;       /* the one blob being fetched, or NULL */
@@ -138,7 +139,9 @@ cr_status_t nd_config_from_env(nd_config_t *cfg, cr_err_t *err)
 static void send_up(nd_agent_t *a, const char *to, const msg_t *m)
 {
     cr_err_t err;
-    if (bus_relay_send_msg(a->up, NULL, to, m, &err)) {
+    cr_status_t st = bus_relay_send_msg(a->up, NULL, to, m, &err);
+    bus_poll_mark(&a->poll, a->up); /* a send may take its commands */
+    if (st) {
         /* Until the CURVE handshake succeeds there is no connection to
          * queue on; the heartbeat says hello again. */
         if (a->joined)
@@ -312,6 +315,7 @@ static void forward_load(nd_agent_t *a, const char *runner_id, msg_t *load,
     zframe_t *to = zframe_new(runner_id, strlen(runner_id));
     if (bus_send_to(a->runners, to, load, &err))
         cr_log_warn("runner %s: load not delivered: %s", runner_id, err.msg);
+    bus_poll_mark(&a->poll, a->runners);
     zframe_destroy(&to);
 }
 
@@ -546,6 +550,7 @@ static void ask_runners(nd_agent_t *a)
         cr_err_t err;
         if (bus_send_to(a->runners, to, &m, &err))
             cr_log_debug("runner %s: hello not delivered: %s", r->id, err.msg);
+        bus_poll_mark(&a->poll, a->runners);
         zframe_destroy(&to);
     }
 }
@@ -587,6 +592,7 @@ static void on_up(nd_agent_t *a)
             if (zmsg_send(&zm, a->runners))
                 cr_log_debug("to runner %s: %s dropped (%s)", to,
                              msg_type_name(m.type), zmq_strerror(zmq_errno()));
+            bus_poll_mark(&a->poll, a->runners);
             zmsg_destroy(&zm);
             CR_UNUSED(serr);
         }
@@ -644,6 +650,7 @@ static void on_runners(nd_agent_t *a)
                             zframe_size(body), &err))
         cr_log_warn("runner %s: frame to the scheduler dropped: %s", rid,
                     err.msg);
+    bus_poll_mark(&a->poll, a->up);
     zframe_destroy(&id);
     zframe_destroy(&body);
     zmsg_destroy(&zm);
@@ -687,6 +694,7 @@ static void timers(nd_agent_t *a)
         if (zsock_connect(a->up, "%s", a->cfg.scheduler_endpoint) < 0)
             cr_log_warn("cannot connect to %s again: %s",
                         a->cfg.scheduler_endpoint, zmq_strerror(zmq_errno()));
+        bus_poll_mark(&a->poll, a->up);
         a->reconnect_ms = now;
     }
 }
@@ -735,9 +743,10 @@ cr_status_t nd_agent_new(const nd_config_t *cfg, nd_agent_t **out,
                         cfg->scheduler_endpoint);
         goto fail;
     }
-    a->poller = zpoller_new(a->up, a->runners, NULL);
-    if (!a->poller || (a->monitor && zpoller_add(a->poller, a->monitor))) {
-        st = cr_err_set(err, CR_E_NOMEM, "cannot create a poller");
+    bus_poll_init(&a->poll);
+    if (bus_poll_add(&a->poll, a->up) || bus_poll_add(&a->poll, a->runners) ||
+        (a->monitor && bus_poll_add(&a->poll, zactor_sock(a->monitor)))) {
+        st = cr_err_set(err, CR_E_IO, "cannot poll the node's sockets");
         goto fail;
     }
     *out = a;
@@ -751,15 +760,17 @@ void nd_agent_run(nd_agent_t *a)
 {
     send_hello(a);
     while (!zsys_interrupted) {
-        void *which = zpoller_wait(a->poller, TICK_MS);
+        /* bus_poll: ZMQ_EVENTS only of sockets that may hold a message
+         * (a relayed token costs a few system calls, not two a socket) */
+        zsock_t *which = bus_poll_wait(&a->poll, TICK_MS);
         for (int spin = 0; which && spin < 256; spin++) {
             if (which == a->up)
                 on_up(a);
             else if (which == a->runners)
                 on_runners(a);
-            else if (a->monitor && which == a->monitor)
+            else if (a->monitor && which == zactor_sock(a->monitor))
                 on_monitor(a);
-            which = zpoller_wait(a->poller, 0);
+            which = bus_poll_wait(&a->poll, 0);
         }
         reap(a);
         timers(a);
@@ -793,7 +804,6 @@ void nd_agent_destroy(nd_agent_t **self_p)
         free(w);
     }
     nd_fetch_destroy(&a->fetch);
-    zpoller_destroy(&a->poller);
     zactor_destroy(&a->monitor);
     zsock_destroy(&a->up);
     zsock_destroy(&a->runners);
