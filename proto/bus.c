@@ -163,7 +163,7 @@ cr_status_t bus_recv_frame(zsock_t *sock, int timeout_ms, zframe_t **body_out,
         *identity_out = NULL;
     if (!sock)
         return cr_err_set(err, CR_E_INTERNAL, "bus_recv: no socket");
-    cr_status_t st;
+    cr_status_t st = CR_OK;
     zmsg_t *zm;
     if (timeout_ms == 0) {
         /* A receive that finds a message makes no system call, where

@@ -213,6 +213,23 @@ static void test_router_dealer(void)
     CHECK_EQ_INT(in.u.done.eval_count, 3);
     msg_clear(&in);
 
+    /* A zero timeout takes a message that is waiting (it receives without
+     * asking ZMQ_EVENTS first), with its identity, and times out on none. */
+    zframe_t *from = NULL;
+    msg_init(&m, MSG_ping, "zero-wait");
+    CHECK_EQ_INT(bus_send(dealer, &m, &err), CR_OK);
+    zpoller_t *pl = zpoller_new(router, NULL);
+    CHECK(pl && zpoller_wait(pl, 2000) == router);
+    zpoller_destroy(&pl);
+    CHECK_EQ_INT(bus_recv(router, 0, &in, &from, &err), CR_OK);
+    CHECK_EQ_INT(in.type, MSG_ping);
+    CHECK_EQ_STR(in.id, "zero-wait");
+    CHECK(from != NULL);
+    msg_clear(&in);
+    zframe_destroy(&from);
+    CHECK_EQ_INT(bus_recv(router, 0, &in, &from, &err), CR_E_TIMEOUT);
+    CHECK(from == NULL);
+
     /* Wrong socket kinds for the send calls. */
     CHECK_EQ_INT(bus_send(router, &r, &err), CR_E_INTERNAL);
     CHECK_EQ_INT(bus_send_to(dealer, ident, &r, &err), CR_E_INTERNAL);
