@@ -6,6 +6,7 @@
  * Only CZMQ's stable API is used (zsock, zmsg, zframe, zpoller). */
 #include "lib/prelude.h"
 #include "proto/bus.h"
+#include "proto/bus_poll.h"
 #include "lib/runtime_dir.h"
 
 #include <fcntl.h>
@@ -135,21 +136,16 @@ cr_status_t bus_send_to(zsock_t *router, zframe_t *identity, const msg_t *m,
                              err);
 }
 
-/* Waits until sock is readable. */
+/* Waits until sock is readable (timeout_ms > 0). */
 static cr_status_t wait_readable(zsock_t *sock, int timeout_ms, cr_err_t *err)
 {
-    /* ZMQ_EVENTS reports the current state, not an edge */
-    if (zsock_events(sock) & ZMQ_POLLIN)
+    bus_poll_t p;
+    bus_poll_init(&p);
+    if (bus_poll_add(&p, sock))
+        return cr_err_set(err, CR_E_INTERNAL, "a socket without a descriptor");
+    if (bus_poll_wait(&p, timeout_ms))
         return CR_OK;
-    zpoller_t *poller = zpoller_new(sock, NULL);
-    if (!poller)
-        return cr_err_set(err, CR_E_NOMEM, "cannot create a poller");
-    void *which = zpoller_wait(poller, timeout_ms);
-    bool terminated = zpoller_terminated(poller);
-    zpoller_destroy(&poller);
-    if (which)
-        return CR_OK;
-    if (terminated)
+    if (p.terminated)
         return cr_err_set(err, CR_E_CANCELED, "interrupted");
     return cr_err_set(err, CR_E_TIMEOUT, "no message within %d ms",
                       timeout_ms);

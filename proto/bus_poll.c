@@ -54,39 +54,36 @@ static bool interrupted(bus_poll_t *p)
 
 zsock_t *bus_poll_wait(bus_poll_t *p, int timeout_ms)
 {
-    if (interrupted(p))
-        return NULL;
-    zsock_t *ready = first_ready(p);
-    if (ready)
-        return ready;
-    int64_t deadline = timeout_ms > 0 ? zclock_mono() + timeout_ms : 0;
+    int64_t now = zclock_mono(), deadline = now + (timeout_ms > 0 ? timeout_ms : 0);
+    bool polled = false;
     for (;;) {
-        int wait_ms = timeout_ms < 0 ? -1 : 0;
-        if (timeout_ms > 0) {
-            int64_t left = deadline - zclock_mono();
-            wait_ms = left > 0 ? (int)left : 0;
+        if (now - p->swept_ms >= BUS_POLL_SWEEP_MS) {
+            bus_poll_mark(p, NULL); /* the sweep (header) */
+            p->swept_ms = now;
         }
-        int rc = poll(p->fds, (nfds_t)p->n, wait_ms);
-        if (rc < 0) {
-            if (errno != EINTR)
-                return NULL; /* cannot happen with valid descriptors */
-            p->terminated = true;
+        if (interrupted(p))
+            return NULL;
+        zsock_t *ready = first_ready(p);
+        if (ready)
+            return ready;
+        if (polled && (timeout_ms == 0 || (timeout_ms > 0 && now >= deadline)))
+            return NULL;
+        /* sleep until the deadline or the next sweep, whichever is first */
+        int64_t until = p->swept_ms + BUS_POLL_SWEEP_MS;
+        if (timeout_ms > 0)
+            until = CR_MIN(until, deadline);
+        int wait_ms = timeout_ms == 0 ? 0 : (int)CR_MAX(until - now, 0);
+        if (poll(p->fds, (nfds_t)p->n, wait_ms) < 0) {
+            p->terminated = errno == EINTR; /* else: bad descriptors */
             return NULL;
         }
-        if (rc == 0) {
-            if (timeout_ms == 0)
-                return NULL;
-            bus_poll_mark(p, NULL); /* timed out: the sweep (header) */
-            return first_ready(p);
-        }
+        polled = true;
+        /* A command that was not a message (a peer connected, a pipe
+         * ended) fires a descriptor too: first_ready then finds nothing,
+         * and the loop sleeps on. */
         for (int i = 0; i < p->n; i++)
             if (p->fds[i].revents)
                 p->maybe[i] = true;
-        /* A command that was not a message (a peer connected, a pipe
-         * ended) wakes the descriptor too: then sleep on. */
-        if ((ready = first_ready(p)) || interrupted(p))
-            return ready;
-        if (timeout_ms == 0 || (timeout_ms > 0 && zclock_mono() >= deadline))
-            return NULL;
+        now = zclock_mono();
     }
 }

@@ -20,9 +20,10 @@
  * ZMQ_FD stays quiet about that message. A caller marks a socket it sent
  * on (bus_poll_mark) before it waits again.
  *
- * As a safety net every socket is asked again whenever a wait with a
- * timeout times out (a stream keeps the poller busy; an idle one times
- * out every tick). */
+ * As a safety net every socket is asked again every BUS_POLL_SWEEP_MS,
+ * busy or idle (a wait sleeps no longer than until the next sweep): a
+ * send site that forgot its mark delays a message by that much at most,
+ * and costs two system calls a socket a sweep. */
 #ifndef CR_BUS_POLL_H
 #define CR_BUS_POLL_H
 
@@ -32,12 +33,14 @@
 #include <poll.h>
 
 #define BUS_POLL_MAX 8
+#define BUS_POLL_SWEEP_MS 100
 
 typedef struct bus_poll {
     zsock_t *socks[BUS_POLL_MAX]; /* borrowed; outlive the poller */
     struct pollfd fds[BUS_POLL_MAX];
     bool maybe[BUS_POLL_MAX]; /* may hold a message: ask before sleeping */
     int n;
+    int64_t swept_ms; /* zclock_mono() of the last sweep */
     bool nonstop;    /* keep waiting past zsys_interrupted (a drain) */
     bool terminated; /* the last wait ended on a signal or interruption */
 } bus_poll_t;
