@@ -1439,16 +1439,12 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
         cr_err_set(err, CR_E_NOMEM, "cannot create the outbox");
         goto fail_sockets;
     }
-    bus_poll_init(&s->poll);
-    if (bus_poll_add(&s->poll, s->front) || bus_poll_add(&s->poll, s->runners) ||
-        bus_poll_add(&s->poll, s->registry)) {
-        cr_err_set(err, CR_E_IO, "cannot poll the scheduler's sockets");
-        goto fail_sockets;
-    }
     if (sch_nodes_open(s, err))
         goto fail_sockets;
-    if (bus_poll_add(&s->poll, s->nodes)) {
-        cr_err_set(err, CR_E_IO, "cannot poll the nodes socket");
+    bus_poll_init(&s->poll); /* nodes is NULL when off: skipped */
+    if (bus_poll_add(&s->poll, s->front) || bus_poll_add(&s->poll, s->runners) ||
+        bus_poll_add(&s->poll, s->registry) || bus_poll_add(&s->poll, s->nodes)) {
+        cr_err_set(err, CR_E_IO, "cannot poll the scheduler's sockets");
         goto fail_sockets;
     }
     sch_adopt_grace_begin(s);
