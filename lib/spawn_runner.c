@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 cr_status_t cr_spawn_runner(const char *bin, const char *endpoint,
-                            const char *runner_id, bool die_with_parent,
-                            pid_t *pid_out, cr_err_t *err)
+                            const char *runner_id, const char *direct,
+                            bool die_with_parent, pid_t *pid_out, cr_err_t *err)
 {
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -33,8 +33,12 @@ cr_status_t cr_spawn_runner(const char *bin, const char *endpoint,
             if (getppid() != parent) /* it died before prctl took effect */
                 _exit(1);
         }
-        execl(bin, "corral-runner", "serve", "--endpoint", endpoint, "--id",
-              runner_id, (char *)NULL);
+        if (direct && *direct)
+            execl(bin, "corral-runner", "serve", "--endpoint", endpoint, "--id", runner_id,
+                  "--direct", direct, (char *)NULL);
+        else
+            execl(bin, "corral-runner", "serve", "--endpoint", endpoint, "--id", runner_id,
+                  (char *)NULL);
         fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
         _exit(127);
     }

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #define SEND_SLICE_MS 50
+#define SIDE_CONNECT_MS 200 /* a runner's direct socket is local: ipc */
 #define REFUSED_GRACE_MS 2000 /* how long a refused connect is retried */
 #define CANCEL_LINGER_MS 1000
 
@@ -44,6 +45,15 @@ struct gw_call {
      * once, on a new connection. */
     bool resend_ok;      /* reused and nothing came back yet */
     zframe_t *unanswered; /* the last request, while resend_ok */
+    /* Direct replies (`route`): a call of our own id to the request's
+     * runner, whose chunks come on it; the last reply still comes from
+     * the scheduler, with how many chunks went direct, and is held here
+     * until they all came. */
+    gw_call_t *side;
+    int64_t side_chunks;  /* chunks that came on side */
+    msg_t held;           /* the last reply, waiting for side's chunks */
+    bool holding;
+    int64_t want_chunks;  /* held's direct_chunks */
 };
 
 static int64_t mono_ms(void)
@@ -357,6 +367,103 @@ static bool resent_after_drop(gw_call_t *c)
     return st == CR_OK;
 }
 
+/* The poller watches the call's own socket and monitor, and side's. */
+static void poll_rebuild(gw_call_t *c)
+{
+    bus_poll_init(&c->poll);
+    if (!c->sock || !c->mon)
+        return;
+    bus_poll_add(&c->poll, c->sock);
+    bus_poll_add(&c->poll, c->mon);
+    if (c->side) {
+        bus_poll_add(&c->poll, c->side->sock);
+        bus_poll_add(&c->poll, c->side->mon);
+    }
+}
+
+/* Ends the direct side; one that delivered all it was asked for may serve
+ * another request (its pool keeps it connected). */
+static void side_close(gw_call_t *c, bool clean)
+{
+    if (!c->side)
+        return;
+    c->side->clean = clean;
+    gw_call_destroy(&c->side);
+    poll_rebuild(c);
+}
+
+/* `route`: connects (or takes from the pool) a call to the runner's
+ * direct endpoint under this call's id and attaches. A runner that cannot
+ * be reached sends through the scheduler after a while (runner/direct.h),
+ * so a failure here only costs that wait. */
+static void side_open(gw_call_t *c, const char *endpoint)
+{
+    side_close(c, false); /* a request run again on another runner */
+    c->side_chunks = 0;
+    cr_err_t err;
+    gw_call_t *side = NULL;
+    if (gw_call_open(c->limit, endpoint, "model runner", SIDE_CONNECT_MS, &side, &err)) {
+        cr_log_warn("%s: direct replies from %s: %s", c->id, endpoint, err.msg);
+        return;
+    }
+    memcpy(side->id, c->id, sizeof side->id);
+    msg_t m;
+    msg_init(&m, MSG_attach, c->id);
+    if (gw_call_send(side, &m, &err)) {
+        cr_log_warn("%s: attach at %s: %s", c->id, endpoint, err.msg);
+        gw_call_destroy(&side);
+        return;
+    }
+    c->side = side;
+    poll_rebuild(c);
+}
+
+/* The direct chunk count a last reply carries; -1 when none. */
+static int64_t direct_chunks(const msg_t *m)
+{
+    if (m->type == MSG_done && m->u.done.has_direct_chunks)
+        return m->u.done.direct_chunks;
+    if (m->type == MSG_error && m->u.error.has_direct_chunks)
+        return m->u.error.direct_chunks;
+    return -1;
+}
+
+/* A message on side: a chunk of ours is counted and returned (true). */
+static bool side_take(gw_call_t *c, msg_t *out)
+{
+    msg_t m;
+    cr_err_t e;
+    cr_status_t st = bus_recv(c->side->sock, 0, &m, NULL, &e);
+    if (st == CR_E_TIMEOUT)
+        return false;
+    if (st) {
+        cr_log_warn("%s: bad direct reply: %s", c->id, e.msg);
+        return false;
+    }
+    if (strcmp(m.id, c->id) || m.type != MSG_chunk) {
+        cr_log_debug("%s: dropped a direct %s for %s", c->id, msg_type_name(m.type), m.id);
+        msg_clear(&m);
+        return false;
+    }
+    answered(c->side);
+    c->side_chunks++;
+    *out = m;
+    return true;
+}
+
+/* The held last reply once every direct chunk it counts came. */
+static bool release_held(gw_call_t *c, msg_t *out)
+{
+    if (!c->holding || c->side_chunks < c->want_chunks)
+        return false;
+    *out = c->held;
+    memset(&c->held, 0, sizeof c->held);
+    c->holding = false;
+    side_close(c, c->side_chunks == c->want_chunks);
+    c->clean = true;
+    return true;
+}
+
 /* The wait's abort callback, at most once a slice: it costs a system call
  * (a poll of the client's socket), and a stream's replies (one a token)
  * come far more often than that. */
@@ -377,11 +484,40 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
     int64_t last = mono_ms();
     bool pinged = false;
     for (;;) {
+        if (release_held(c, out))
+            return CR_OK;
         if (should_abort(c, w, mono_ms()))
             return cr_err_set(err, CR_E_CANCELED, "request canceled");
         /* bus_poll asks the DEALER first (it stays marked after a reply)
          * and the monitor only when its descriptor fires */
         zsock_t *which = bus_poll_wait(&c->poll, GW_CALL_SLICE_MS);
+        if (c->side && which == c->side->sock) {
+            if (side_take(c, out)) {
+                last = mono_ms();
+                pinged = false;
+                c->clean = !c->holding;
+                return CR_OK;
+            }
+            continue;
+        }
+        if (c->side && which == c->side->mon) {
+            drain_monitor(c->side);
+            if (c->side->dropped) {
+                /* The runner went away. Its last reply, if held, counts
+                 * chunks that will never come; without one the scheduler
+                 * says what happened to it. */
+                cr_log_info("%s: the direct connection to the model runner dropped", c->id);
+                side_close(c, false);
+                if (c->holding) {
+                    msg_clear(&c->held);
+                    c->holding = false;
+                    return cr_err_set(err, CR_E_UNAVAILABLE,
+                                      "the model runner went away before the whole "
+                                      "answer came");
+                }
+            }
+            continue;
+        }
         if (which == c->mon) {
             drain_monitor(c);
             if (c->dropped) {
@@ -422,6 +558,26 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
                 msg_clear(&m);
                 continue;
             }
+            if (m.type == MSG_route) {
+                side_open(c, m.u.route.endpoint);
+                msg_clear(&m);
+                continue;
+            }
+            int64_t want = direct_chunks(&m);
+            if (want > c->side_chunks && c->side) {
+                /* its direct chunks are still on their way */
+                c->held = m;
+                c->holding = true;
+                c->want_chunks = want;
+                continue;
+            }
+            if (want >= 0 && want > c->side_chunks) {
+                msg_clear(&m);
+                return cr_err_set(err, CR_E_UNAVAILABLE,
+                                  "the model runner's direct replies were lost");
+            }
+            if (want >= 0)
+                side_close(c, want == c->side_chunks);
             *out = m;
             c->clean = true;
             return CR_OK;
@@ -517,6 +673,9 @@ void gw_call_cancel(gw_call_t *c)
 
 static void call_close(gw_call_t *c)
 {
+    side_close(c, false);
+    msg_clear(&c->held);
+    c->holding = false;
     call_disconnect(c);
     zframe_destroy(&c->unanswered);
     if (c->limit)
@@ -550,6 +709,12 @@ void gw_call_destroy(gw_call_t **self_p)
         return;
     gw_call_t *c = *self_p;
     *self_p = NULL;
+    /* A side still open here was not finished with: not reused. */
+    if (c->side || c->holding)
+        c->clean = false;
+    side_close(c, false);
+    msg_clear(&c->held);
+    c->holding = false;
     if (!pool_put(c))
         call_close(c);
 }

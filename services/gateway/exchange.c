@@ -26,6 +26,11 @@ cr_status_t gw_call_start(gw_req_t *r, const char *peer, msg_t *m,
     *call = NULL;
     const char *ep = !strcmp(peer, "scheduler") ? r->ctx->scheduler_ep
                                                 : r->ctx->registry_ep;
+    /* A stream's chunks may come straight from its runner (call.h). */
+    if (m->type == MSG_generate || m->type == MSG_chat) {
+        m->u.request.direct = true;
+        m->u.request.has_direct = true;
+    }
     cr_status_t st =
         gw_call_open(&r->ctx->calls, ep, peer, r->ctx->cfg.connect_timeout_ms, call, err);
     if (!st)

@@ -234,7 +234,7 @@ static void runner_spawn(nd_agent_t *a, const char *id)
     pid_t pid = 0;
     cr_err_t err;
     /* A runner never outlives its node agent (kill -9 included). */
-    if (cr_spawn_runner(a->cfg.runner_bin, a->cfg.runners_endpoint, id, true,
+    if (cr_spawn_runner(a->cfg.runner_bin, a->cfg.runners_endpoint, id, NULL, true,
                         &pid, &err)) {
         cr_log_error("runner %s: %s", id, err.msg);
         free(r);

@@ -51,7 +51,7 @@ static bool has(int argc, char **argv, const char *name)
 static int usage(void)
 {
     fprintf(stderr,
-            "usage: corral-runner serve --endpoint EP --id ID\n"
+            "usage: corral-runner serve --endpoint EP --id ID [--direct IPC_EP]\n"
             "       corral-runner tokenize --model FILE [--no-bos] [--special]\n"
             "       corral-runner logits --model FILE --tokens \"ID ...\" "
             "--out FILE.f32 [--kv-cache-type f16|q8_0|q4_0]\n"
@@ -78,7 +78,7 @@ static int serve(int argc, char **argv)
     zsys_set_logstream(NULL);
     rn_server_t *s = NULL;
     cr_err_t err;
-    if (rn_server_new(ep, id, &s, &err)) {
+    if (rn_server_new(ep, id, flag(argc, argv, "--direct"), &s, &err)) {
         cr_log_error("%s", err.msg);
         return 1;
     }

@@ -17,6 +17,7 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "proto/bus.h"
+#include "services/runner/direct.h"
 #include "services/runner/engine.h"
 
 #define DEFERRED_MAX 1024 /* requests waiting for a free slot */
@@ -38,7 +39,8 @@
 struct rn_server {
     zsock_t *sock;
     zactor_t *monitor;    /* CONNECTED events of sock; NULL if unavailable */
-    zpoller_t *poller;    /* sock and monitor */
+    zpoller_t *poller;    /* sock, monitor and direct */
+    rn_direct_t *direct;  /* direct replies to gateways; NULL: none */
     int connects;         /* CONNECTED events seen */
     char id[MSG_ID_MAX + 1];
     rn_engine_t *engine;
@@ -54,6 +56,7 @@ struct rn_server {
     bool running_canceled;
     /* One record per slot: the request a slot runs, for its sink. */
     struct req_rec *recs; /* [n_recs] */
+    rn_direct_req_t **dqs; /* [n_recs]: each record's direct side */
     int n_recs;
 };
 
@@ -64,6 +67,7 @@ typedef struct req_rec {
     bool canceled;
     bool send_failed; /* a chunk could not be sent: the request ends */
     char id[MSG_ID_MAX + 1];
+    rn_direct_req_t dq; /* its direct replies (direct.h) */
 } req_rec_t;
 
 static cr_status_t send_msg(rn_server_t *s, const msg_t *m)
@@ -77,6 +81,8 @@ static cr_status_t send_msg(rn_server_t *s, const msg_t *m)
 
 static void send_error(rn_server_t *s, const char *id, cr_status_t st,
                        const char *text);
+static void send_error_n(rn_server_t *s, const char *id, cr_status_t st,
+                         const char *text, int64_t direct_chunks);
 
 /* Sends a request's last reply. One that cannot go (over the bus's frame
  * or array limits) becomes an error, so the request still ends: a reply
@@ -90,7 +96,10 @@ static void send_final(rn_server_t *s, const msg_t *m)
              "the %s reply is too large to send (over %u bytes or %u "
              "elements in one array)",
              msg_type_name(m->type), MSG_FRAME_MAX, MSG_MAX_ARRAY);
-    send_error(s, m->id, CR_E_TOO_LARGE, text);
+    send_error_n(s, m->id, CR_E_TOO_LARGE, text,
+                 m->type == MSG_done && m->u.done.has_direct_chunks
+                     ? m->u.done.direct_chunks
+                     : -1);
 }
 
 static int64_t mono_ms(void)
@@ -108,6 +117,10 @@ static void send_hello(rn_server_t *s)
     h->has_runner_id = true;
     h->pid = getpid();
     h->has_pid = true;
+    if (s->direct) {
+        h->direct = (char *)rn_direct_endpoint(s->direct); /* only encoded */
+        h->has_direct = true;
+    }
     if (s->engine && s->load_msg.type == MSG_load) {
         const msg_load_body_t *ld = &s->load_msg.u.load;
         h->name = ld->name;
@@ -151,13 +164,25 @@ static void on_monitor(rn_server_t *s)
     }
 }
 
-static void send_error(rn_server_t *s, const char *id, cr_status_t st,
-                       const char *text)
+/* direct_chunks >= 0: the request's chunks that went direct (the gateway
+ * waits for them before it passes the error on). */
+static void send_error_n(rn_server_t *s, const char *id, cr_status_t st,
+                         const char *text, int64_t direct_chunks)
 {
     msg_t m;
     msg_make_error(&m, id, st, "%s", text);
+    if (direct_chunks >= 0) {
+        m.u.error.direct_chunks = direct_chunks;
+        m.u.error.has_direct_chunks = true;
+    }
     send_msg(s, &m);
     msg_clear(&m);
+}
+
+static void send_error(rn_server_t *s, const char *id, cr_status_t st,
+                       const char *text)
+{
+    send_error_n(s, id, st, text, -1);
 }
 
 /* A cancel: flags the running request with that id (its slot ends at the
@@ -185,6 +210,10 @@ static void cancel_request(rn_server_t *s, const char *id)
 static void drain_inbox(rn_server_t *s)
 {
     on_monitor(s);
+    if (s->direct) {
+        rn_direct_read(s->direct, s->dqs, s->n_recs);
+        rn_direct_tick(s->direct, s->dqs, s->n_recs);
+    }
     for (;;) {
         msg_t m;
         cr_err_t err;
@@ -230,21 +259,30 @@ static void drain_inbox(rn_server_t *s)
     }
 }
 
+static bool slot_canceled(void *ctx);
+
 static bool slot_chunk(void *ctx, const msg_chunk_body_t *chunk)
 {
     req_rec_t *rec = ctx;
     msg_t m;
     msg_init(&m, MSG_chunk, rec->id);
     m.u.chunk = *chunk;
-    if (send_msg(rec->s, &m))
+    if (rec->s->direct) {
+        /* gone or over the bound: direct.h says which, finish tells */
+        if (!rn_direct_chunk(rec->s->direct, &rec->dq, &m) && !rec->dq.gone &&
+            !rec->dq.over)
+            rec->send_failed = true;
+    } else if (send_msg(rec->s, &m)) {
         rec->send_failed = true; /* its text would be lost: end it */
-    return !rec->canceled && !rec->send_failed && !rec->s->shutdown;
+    }
+    return !slot_canceled(rec);
 }
 
 static bool slot_canceled(void *ctx)
 {
     req_rec_t *rec = ctx;
-    return rec->canceled || rec->send_failed || rec->s->shutdown;
+    return rec->canceled || rec->send_failed || rec->dq.gone || rec->dq.over ||
+           rec->s->shutdown;
 }
 
 static void slot_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
@@ -252,22 +290,39 @@ static void slot_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
 {
     req_rec_t *rec = ctx;
     rn_server_t *s = rec->s;
+    bool over = rec->dq.over;
+    /* Chunks still waiting for an attach go through the scheduler now,
+     * ahead of this last reply; n: how many went direct, -1 none. */
+    int64_t n = s->direct ? rn_direct_end(s->direct, &rec->dq) : -1;
     if (st == CR_OK) {
         msg_t m;
         msg_init(&m, MSG_done, rec->id);
         m.u.done = *done;
+        if (n >= 0) {
+            m.u.done.direct_chunks = n;
+            m.u.done.has_direct_chunks = true;
+        }
         send_final(s, &m);
     } else if (rec->send_failed) {
         cr_log_warn("request %s: a chunk could not be sent; ended", rec->id);
-        send_error(s, rec->id, CR_E_TOO_LARGE,
-                   "a reply chunk is too large to send");
+        send_error_n(s, rec->id, CR_E_TOO_LARGE,
+                     "a reply chunk is too large to send", n);
+    } else if (over) {
+        /* The scheduler's words for the same case (sched.c req_forward). */
+        char text[200];
+        snprintf(text, sizeof text,
+                 "the client reads too slowly: more than %" PRId64
+                 " bytes of output were waiting for it; request canceled",
+                 rn_direct_max_bytes(s->direct));
+        cr_log_warn("request %s: %s", rec->id, text);
+        send_error_n(s, rec->id, CR_E_BUSY, text, n);
     } else if (st == CR_E_CANCELED) {
         cr_log_info("request %s canceled", rec->id);
-        send_error(s, rec->id, CR_E_CANCELED, "request canceled");
+        send_error_n(s, rec->id, CR_E_CANCELED, "request canceled", n);
     } else {
         const char *text = err && err->msg[0] ? err->msg : cr_status_str(st);
         cr_log_warn("request %s failed: %s", rec->id, text);
-        send_error(s, rec->id, st, text);
+        send_error_n(s, rec->id, st, text, n);
     }
     rec->busy = false;
 }
@@ -305,14 +360,21 @@ static void handle_load(rn_server_t *s, const msg_t *m)
     }
     s->n_recs = rn_engine_slots(s->engine);
     s->recs = calloc((size_t)s->n_recs, sizeof *s->recs);
-    if (!s->recs) {
+    s->dqs = calloc((size_t)s->n_recs, sizeof *s->dqs);
+    if (!s->recs || !s->dqs) {
+        free(s->recs);
+        free(s->dqs);
+        s->recs = NULL;
+        s->dqs = NULL;
         rn_engine_destroy(&s->engine);
         s->n_recs = 0;
         send_error(s, s->id, CR_E_NOMEM, "out of memory for the slots");
         return;
     }
-    for (int i = 0; i < s->n_recs; i++)
+    for (int i = 0; i < s->n_recs; i++) {
         s->recs[i].s = s;
+        s->dqs[i] = &s->recs[i].dq;
+    }
     msg_t wrap;
     msg_init(&wrap, MSG_load, s->id);
     wrap.u.load = m->u.load;
@@ -458,11 +520,17 @@ static void handle_request(rn_server_t *s, const msg_t *m)
     snprintf(rec->id, sizeof rec->id, "%s", m->id);
     rec->canceled = false;
     rec->send_failed = false;
+    /* The scheduler sets `direct` only when it told the gateway to attach. */
+    rn_direct_begin(s->direct, &rec->dq, m->id,
+                    (m->type == MSG_generate || m->type == MSG_chat) &&
+                        m->u.request.has_direct && m->u.request.direct);
     rn_sink_t slot_sink = {rec, slot_chunk, slot_canceled};
     rec->busy = true; /* before: a render-only request finishes inside */
     cr_status_t st = rn_engine_start(s->engine, m, &slot_sink, slot_finish, &err);
     if (st) {
         rec->busy = false;
+        if (s->direct)
+            rn_direct_end(s->direct, &rec->dq); /* nothing was sent */
         cr_log_warn("request %s failed: %s", m->id, err.msg);
         send_error(s, m->id, st, err.msg[0] ? err.msg : cr_status_str(st));
         return;
@@ -529,7 +597,7 @@ static void handle(rn_server_t *s, msg_t *m)
     }
 }
 
-cr_status_t rn_server_new(const char *endpoint, const char *runner_id,
+cr_status_t rn_server_new(const char *endpoint, const char *runner_id, const char *direct,
                           rn_server_t **out, cr_err_t *err)
 {
     if (!runner_id || !*runner_id || strlen(runner_id) > MSG_ID_MAX)
@@ -569,8 +637,16 @@ cr_status_t rn_server_new(const char *endpoint, const char *runner_id,
         rn_server_destroy(&s);
         return cr_err_set(err, CR_E_IO, "cannot connect to %s", endpoint);
     }
+    if (direct && *direct) {
+        /* Without it every reply goes through the scheduler: slower, not
+         * wrong (the hello tells the scheduler which). */
+        cr_err_t derr;
+        if (rn_direct_new(direct, s->sock, &s->direct, &derr))
+            cr_log_warn("no direct replies: %s", derr.msg);
+    }
     s->poller = zpoller_new(s->sock, NULL);
-    if (!s->poller || (s->monitor && zpoller_add(s->poller, s->monitor))) {
+    if (!s->poller || (s->monitor && zpoller_add(s->poller, s->monitor)) ||
+        (s->direct && zpoller_add(s->poller, rn_direct_sock(s->direct)))) {
         rn_server_destroy(&s);
         return cr_err_set(err, CR_E_NOMEM, "cannot create a poller");
     }
@@ -609,9 +685,15 @@ int rn_server_run(rn_server_t *s)
         }
         msg_t m;
         cr_err_t err;
-        void *which = zpoller_wait(s->poller, 1000);
+        /* Direct replies waiting behind a full gateway are retried soon. */
+        bool waiting = s->direct && rn_direct_tick(s->direct, s->dqs, s->n_recs);
+        void *which = zpoller_wait(s->poller, waiting ? RN_DIRECT_FLUSH_MS : 1000);
         if (s->monitor && which == s->monitor) {
             on_monitor(s);
+            continue;
+        }
+        if (s->direct && which == rn_direct_sock(s->direct)) {
+            rn_direct_read(s->direct, s->dqs, s->n_recs);
             continue;
         }
         cr_status_t st = which ? bus_recv(s->sock, 0, &m, NULL, &err)
@@ -674,7 +756,11 @@ void rn_server_destroy(rn_server_t **self_p)
         zlist_destroy(&s->deferred);
     }
     rn_engine_destroy(&s->engine);
+    /* Before the scheduler's socket: chunks of a finished stream may
+     * still be on their way to a reader. */
+    rn_direct_destroy(&s->direct, 1000);
     free(s->recs);
+    free(s->dqs);
     msg_clear(&s->load_msg);
     zpoller_destroy(&s->poller);
     zactor_destroy(&s->monitor);

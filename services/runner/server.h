@@ -14,7 +14,9 @@
 
 typedef struct rn_server rn_server_t;
 
-cr_status_t rn_server_new(const char *endpoint, const char *runner_id,
+/* direct (NULL or ""): none) is the ipc endpoint to bind for direct
+ * replies to gateways (direct.h). */
+cr_status_t rn_server_new(const char *endpoint, const char *runner_id, const char *direct,
                           rn_server_t **out, cr_err_t *err);
 
 /* Runs until shutdown. Returns 0 for a clean exit. */

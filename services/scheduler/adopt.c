@@ -19,6 +19,15 @@
 #include "services/scheduler/options.h"
 #include "services/scheduler/spawn.h"
 
+void sch_runner_set_direct(const sch_server_t *s, runner_t *rn, const msg_hello_body_t *h)
+{
+    rn->direct[0] = '\0';
+    /* Only a local runner: a gateway cannot reach a node's ipc socket. */
+    if (!rn->node && s->cfg.direct_replies && h->has_direct && h->direct &&
+        !strncmp(h->direct, "ipc://", 6) && strlen(h->direct) < sizeof rn->direct)
+        snprintf(rn->direct, sizeof rn->direct, "%s", h->direct);
+}
+
 runner_t *sch_runner_adopt(sch_server_t *s, sch_node_t *node, const char *id,
                            const msg_hello_body_t *h)
 {
@@ -52,6 +61,7 @@ runner_t *sch_runner_adopt(sch_server_t *s, sch_node_t *node, const char *id,
         pid = 0; /* its node reports its exit */
     rn->pid = sch_pid_is_runner(pid, s->cfg.runner_bin) ? pid : 0;
     rn->adopted = !node;
+    sch_runner_set_direct(s, rn, h);
     rn->n_slots = h->has_num_parallel && h->num_parallel > 0 &&
                           h->num_parallel < 1024
                       ? (int)h->num_parallel

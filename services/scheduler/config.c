@@ -91,6 +91,7 @@ cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
                           "CORRAL_STREAM_BUFFER '%s' is not a size in bytes "
                           "(e.g. 16MiB)",
                           sz);
+    cfg->direct_replies = cr_env_bool("DIRECT_REPLIES", true);
     if (cr_env_get("NODES_ENDPOINT", cfg->nodes_endpoint,
                    sizeof cfg->nodes_endpoint)) {
         /* Nodes speak over the network: never without CURVE. */

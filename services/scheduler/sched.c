@@ -21,7 +21,7 @@
 #include "lib/mem_trim.h"
 #include "lib/model_name.h"
 #include "services/scheduler/options.h"
-#include "services/scheduler/outbox.h"
+#include "proto/outbox.h"
 #include "services/scheduler/sched_int.h"
 #include "services/scheduler/spawn.h"
 
@@ -51,7 +51,7 @@ static int64_t mono_ns(void)
 /* Sends m to the gateway `client` through the outbox (never blocking).
  * `last`: m is its request's last reply, queued even past the bound.
  * A reply that cannot be encoded becomes an error saying so. */
-static sch_out_t send_client(sch_server_t *s, zframe_t *client,
+static bus_out_t send_client(sch_server_t *s, zframe_t *client,
                              const msg_t *m, bool last)
 {
     cr_err_t err;
@@ -66,11 +66,11 @@ static sch_out_t send_client(sch_server_t *s, zframe_t *client,
         cr_status_t st = bus_encode_frame(&e, &f, NULL);
         msg_clear(&e);
         if (st)
-            return SCH_OUT_GONE;
+            return BUS_OUT_GONE;
         last = true;
     }
-    return last ? sch_outbox_close(s->outbox, client, m->id, &f)
-                : sch_outbox_send(s->outbox, client, m->id, &f);
+    return last ? bus_outbox_close(s->outbox, client, m->id, &f)
+                : bus_outbox_send(s->outbox, client, m->id, &f);
 }
 
 static void reply_error(sch_server_t *s, zframe_t *client, const char *id,
@@ -323,10 +323,10 @@ static void req_gone(void *arg, const char *id)
  * with an error that follows what it was sent; a gone one is canceled. */
 static void req_forward(sch_server_t *s, request_t *r, zframe_t **f)
 {
-    sch_out_t o = sch_outbox_send(s->outbox, r->client, r->id, f);
-    if (o == SCH_OUT_GONE) {
+    bus_out_t o = bus_outbox_send(s->outbox, r->client, r->id, f);
+    if (o == BUS_OUT_GONE) {
         req_gone(s, r->id);
-    } else if (o == SCH_OUT_OVER) {
+    } else if (o == BUS_OUT_OVER) {
         char text[200];
         snprintf(text, sizeof text,
                  "the client reads too slowly: more than %" PRId64
@@ -349,7 +349,7 @@ static void probe_clients(sch_server_t *s, int64_t now)
     for (request_t *r = s->req_list; r; r = next) {
         next = r->next;
         if (now - r->probe_ms < CLIENT_PROBE_MS ||
-            sch_outbox_has(s->outbox, r->client, r->id))
+            bus_outbox_has(s->outbox, r->client, r->id))
             continue;
         r->probe_ms = now;
         msg_t m;
@@ -357,7 +357,7 @@ static void probe_clients(sch_server_t *s, int64_t now)
         zframe_t *f = NULL;
         if (bus_encode_frame(&m, &f, NULL))
             continue;
-        if (sch_outbox_send(s->outbox, r->client, r->id, &f) == SCH_OUT_GONE)
+        if (bus_outbox_send(s->outbox, r->client, r->id, &f) == BUS_OUT_GONE)
             req_gone(s, r->id);
     }
 }
@@ -382,6 +382,27 @@ static void end_stale_cancels(sch_server_t *s, int64_t now)
     }
 }
 
+/* The endpoint a local runner binds for direct replies: beside the
+ * front's ipc socket, so any gateway that reaches this scheduler reaches
+ * it. "" when off, when the front is not ipc, or when the path would not
+ * fit a socket address. */
+static void direct_endpoint(const sch_server_t *s, const char *runner_id, char *out,
+                            size_t cap)
+{
+    out[0] = '\0';
+    const char *front = s->cfg.front_endpoint;
+    const char *slash = strrchr(front, '/');
+    if (!s->cfg.direct_replies || strncmp(front, "ipc://", 6) || !slash || slash < front + 6)
+        return;
+    char ep[BUS_ENDPOINT_MAX];
+    int n = snprintf(ep, sizeof ep, "%.*srunner-%s.sock", (int)(slash + 1 - front), front,
+                     runner_id);
+    /* sun_path holds 107 bytes and a NUL; the endpoint adds "ipc://" */
+    if (n < 0 || (size_t)n >= cap || (size_t)n >= sizeof ep || n - 6 > 107)
+        return;
+    memcpy(out, ep, (size_t)n + 1);
+}
+
 static runner_t *runner_start(sch_server_t *s, request_t *r,
                               const sch_plan_t *plan, sch_node_t *host)
 {
@@ -403,6 +424,7 @@ static runner_t *runner_start(sch_server_t *s, request_t *r,
     rn->keep_alive_ms = r->has_keep_alive ? r->keep_alive_ms
                                           : s->cfg.keep_alive_ms;
     cr_err_t err;
+    char direct[BUS_ENDPOINT_MAX]; /* what its hello says it bound counts */
     if (host) {
         /* The node forks it; its frames come back through the node. */
         msg_t sp;
@@ -415,8 +437,9 @@ static runner_t *runner_start(sch_server_t *s, request_t *r,
             return NULL;
         }
         rn->node = host;
-    } else if (sch_spawn_runner(s->cfg.runner_bin, s->cfg.runners_endpoint,
-                                rn->id, &rn->pid, &err)) {
+    } else if (direct_endpoint(s, rn->id, direct, sizeof direct),
+               sch_spawn_runner(s->cfg.runner_bin, s->cfg.runners_endpoint, rn->id,
+                                direct[0] ? direct : NULL, &rn->pid, &err)) {
         cr_log_error("cannot start a runner: %s", err.msg);
         msg_clear(&rn->resolved);
         free(rn);
@@ -491,6 +514,20 @@ static void dispatch(sch_server_t *s, request_t *r, runner_t *rn)
     r->state = RQ_RUNNING;
     r->runner = rn;
     rn->n_active++;
+    /* Direct replies: the gateway hears where to attach before the runner
+     * has the request, so the route is there when the first chunk is. */
+    bool stream_kind = r->msg.type == MSG_generate || r->msg.type == MSG_chat;
+    msg_request_head_t *head = &r->msg.u.request;
+    if (stream_kind && head->has_direct && head->direct && rn->direct[0] && !rn->node) {
+        msg_t route;
+        msg_init(&route, MSG_route, r->id);
+        route.u.route.endpoint = rn->direct;
+        route.u.route.has_endpoint = true;
+        send_client(s, r->client, &route, false);
+    } else {
+        head->direct = false;
+        head->has_direct = false;
+    }
     send_runner(s, rn, &r->msg);
 }
 
@@ -956,6 +993,7 @@ static void on_runner_control(sch_server_t *s, runner_t *rn, msg_t *m)
         }
         if (rn->state != RS_STARTING)
             break;
+        sch_runner_set_direct(s, rn, &m->u.hello);
         msg_t load;
         sch_load_scratch_t scratch;
         sch_load_build(s, rn, &load, &scratch);
@@ -1161,11 +1199,13 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
     request_t *r = NULL;
     if (m.type == MSG_chunk || m.type == MSG_done || m.type == MSG_error ||
         m.type == MSG_embeddings || m.type == MSG_ranked ||
-        m.type == MSG_progress ||
+        m.type == MSG_progress || m.type == MSG_started ||
         m.type == MSG_tokens || m.type == MSG_text)
         r = req_find(s, m.id);
     if (r && r->runner == rn) {
-        if (m.type == MSG_chunk || m.type == MSG_progress) {
+        if (m.type == MSG_started) {
+            r->got_output = true; /* its chunks go direct from here */
+        } else if (m.type == MSG_chunk || m.type == MSG_progress) {
             r->got_output |= m.type == MSG_chunk;
             zframe_t *f = NULL;
             cr_err_t err;
@@ -1432,7 +1472,7 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
         cr_err_set(err, CR_E_IO, "cannot connect %s", cfg->registry_endpoint);
         goto fail_sockets;
     }
-    s->outbox = sch_outbox_new(s->front, s->cfg.stream_buffer_bytes > 0
+    s->outbox = bus_outbox_new(s->front, s->cfg.stream_buffer_bytes > 0
                                              ? s->cfg.stream_buffer_bytes
                                              : SCH_STREAM_BUFFER_DEFAULT);
     if (!s->outbox) {
@@ -1454,7 +1494,7 @@ cr_status_t sch_server_new(const sch_config_t *cfg, sch_server_t **out,
 fail_sockets:
     if (err && err->status == CR_OK)
         cr_err_set(err, CR_E_IO, "cannot create sockets");
-    sch_outbox_destroy(&s->outbox);
+    bus_outbox_destroy(&s->outbox);
     sch_nodes_close(s);
     zsock_destroy(&s->front);
     zsock_destroy(&s->runners);
@@ -1466,7 +1506,7 @@ fail_sockets:
 void sch_server_run_once(sch_server_t *s, int timeout_ms)
 {
     /* Replies waiting for slow gateways are retried often. */
-    if (sch_outbox_flush(s->outbox, req_gone, s) && timeout_ms > OUTBOX_RETRY_MS)
+    if (bus_outbox_flush(s->outbox, req_gone, s) && timeout_ms > OUTBOX_RETRY_MS)
         timeout_ms = OUTBOX_RETRY_MS;
     /* Every send marks its socket for the next wait (bus_poll.h). The
      * front's are the outbox's (replies, relays), so it is marked here. */
@@ -1581,8 +1621,8 @@ void sch_server_destroy(sch_server_t **self_p)
                     "scheduler shutting down");
         req_unlink_free(s, r);
     }
-    sch_outbox_flush(s->outbox, NULL, NULL); /* what can still go */
-    sch_outbox_destroy(&s->outbox);
+    bus_outbox_flush(s->outbox, NULL, NULL); /* what can still go */
+    bus_outbox_destroy(&s->outbox);
     zsock_destroy(&s->front);
     zsock_destroy(&s->runners);
     zsock_destroy(&s->registry);

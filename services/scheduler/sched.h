@@ -72,6 +72,11 @@ typedef struct sch_config {
                                     taken yet, beyond zmq's queues; over it
                                     the request ends with an error; 0 =
                                     SCH_STREAM_BUFFER_DEFAULT */
+    /* CORRAL_DIRECT_REPLIES (default on): local runners bind an ipc
+     * endpoint beside the front's, and a stream's chunks go from the
+     * runner to the gateway without this process (`route`). Only when the
+     * front is ipc: a gateway on another host could not reach it. */
+    bool direct_replies;
     /* Monotonic clock in ms; NULL = CLOCK_MONOTONIC. Tests set their own. */
     int64_t (*now_ms)(void);
 } sch_config_t;

@@ -91,6 +91,9 @@ typedef struct runner {
      * until it stops is dropped without a cancel each. */
     char canceled[4][MSG_ID_MAX + 1];
     unsigned n_canceled;
+    /* The endpoint it binds for direct replies to gateways (`route`);
+     * "" when none (a runner on a node, direct replies off). */
+    char direct[BUS_ENDPOINT_MAX];
     struct runner *next;
 } runner_t;
 
@@ -109,7 +112,8 @@ typedef struct request {
     sch_estimate_t *est;     /* owned; estimated once, when it must load */
     cr_status_t est_status;  /* CR_OK, or why the GGUF could not be read */
     bool est_done;
-    bool got_output;         /* a chunk was relayed to the client */
+    bool got_output;         /* a chunk was relayed to the client, or its
+                                runner said `started` (direct replies) */
     bool retried;            /* already re-queued once after a runner died */
     int64_t load_notice_ms;  /* last `loading model` progress sent; 0 none */
     int64_t pending_ms;      /* when it became PENDING */
@@ -121,7 +125,7 @@ typedef struct request {
 struct sch_server {
     sch_config_t cfg;
     zsock_t *front;    /* ROUTER: gateways */
-    struct sch_outbox *outbox; /* replies gateways could not take yet */
+    struct bus_outbox *outbox; /* replies gateways could not take yet */
     zsock_t *runners;  /* ROUTER: runners */
     zsock_t *registry; /* DEALER: registry */
     zsock_t *nodes;    /* ROUTER: node agents (CURVE); NULL when off */
@@ -247,6 +251,10 @@ void sch_nodes_close(sch_server_t *s);
  * model, the id is unusable, or memory runs out. */
 runner_t *sch_runner_adopt(sch_server_t *s, sch_node_t *node, const char *id,
                            const msg_hello_body_t *hello);
+
+/* rn->direct from its hello: the endpoint it bound for direct replies,
+ * kept only for a local runner while CORRAL_DIRECT_REPLIES is on. */
+void sch_runner_set_direct(const sch_server_t *s, runner_t *rn, const msg_hello_body_t *h);
 
 /* The adoption grace for a node that joined holding runners (see
  * sch_node_t); one heartbeat-bounded window, like the local one. */

@@ -16,11 +16,11 @@ cr_status_t sch_runner_bin(char *out, size_t cap, cr_err_t *err)
 }
 
 cr_status_t sch_spawn_runner(const char *bin, const char *endpoint,
-                             const char *runner_id, pid_t *pid_out,
-                             cr_err_t *err)
+                             const char *runner_id, const char *direct,
+                             pid_t *pid_out, cr_err_t *err)
 {
     /* Not tied to the scheduler: a restarted scheduler adopts it. */
-    return cr_spawn_runner(bin, endpoint, runner_id, false, pid_out, err);
+    return cr_spawn_runner(bin, endpoint, runner_id, direct, false, pid_out, err);
 }
 
 bool sch_pid_is_runner(pid_t pid, const char *bin)

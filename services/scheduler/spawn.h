@@ -15,10 +15,11 @@
  * this executable. CR_E_NOT_FOUND if neither is executable. */
 cr_status_t sch_runner_bin(char *out, size_t cap, cr_err_t *err);
 
-/* Starts a runner; its stdout/stderr are inherited (one log stream). */
+/* Starts a runner; its stdout/stderr are inherited (one log stream).
+ * direct (may be NULL): the endpoint it binds for direct replies. */
 cr_status_t sch_spawn_runner(const char *bin, const char *endpoint,
-                             const char *runner_id, pid_t *pid_out,
-                             cr_err_t *err);
+                             const char *runner_id, const char *direct,
+                             pid_t *pid_out, cr_err_t *err);
 
 /* True if process pid runs the executable at bin (by /proc/<pid>/exe). */
 bool sch_pid_is_runner(pid_t pid, const char *bin);

@@ -231,7 +231,7 @@ static pid_t spawned_pgid(bool die_with_parent)
 {
     pid_t pid = -1;
     cr_err_t err;
-    CHECK_EQ_INT(cr_spawn_runner("/bin/sh", "ipc:///nonexistent", "t1",
+    CHECK_EQ_INT(cr_spawn_runner("/bin/sh", "ipc:///nonexistent", "t1", NULL,
                                  die_with_parent, &pid, &err),
                  CR_OK);
     siginfo_t info;

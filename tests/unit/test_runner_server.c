@@ -30,7 +30,7 @@ static void *serve(void *arg)
     CR_UNUSED(arg);
     rn_server_t *s = NULL;
     cr_err_t err;
-    if (rn_server_new(endpoint_g, "rn1", &s, &err)) {
+    if (rn_server_new(endpoint_g, "rn1", NULL, &s, &err)) {
         fprintf(stderr, "server: %s\n", err.msg);
         return NULL;
     }

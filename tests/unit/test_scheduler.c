@@ -86,7 +86,9 @@ static bool slow_hello_wait(const char *endpoint)
     return true;
 }
 
-static int fake_runner(const char *endpoint, const char *id)
+/* direct: the --direct endpoint it was given (NULL: none); its hello
+ * names it, as a runner that bound it does. */
+static int fake_runner(const char *endpoint, const char *id, const char *direct)
 {
     bool orphan = !strncmp(id, "adopt-", 6);
     if (orphan && !orphan_wait(endpoint, id))
@@ -103,6 +105,10 @@ static int fake_runner(const char *endpoint, const char *id)
     msg_init(&m, MSG_hello, id);
     m.u.hello.runner_id = (char *)id;
     m.u.hello.has_runner_id = true;
+    if (direct) {
+        m.u.hello.direct = (char *)direct;
+        m.u.hello.has_direct = true;
+    }
     msg_options_t lo = {0};
     if (orphan) {
         m.u.hello.pid = getpid();
@@ -177,6 +183,31 @@ static int fake_runner(const char *endpoint, const char *id)
             msg_clear(&r);
         } else if (m.type == MSG_generate) {
             const char *p = m.u.generate.prompt ? m.u.generate.prompt : "";
+            if (!strcmp(p, "direct?")) {
+                /* Whether the request came marked for direct replies. */
+                fake_chunk(d, m.id, m.u.generate.has_direct && m.u.generate.direct
+                                        ? "direct=yes"
+                                        : "direct=no");
+                msg_t done;
+                msg_init(&done, MSG_done, m.id);
+                done.u.done.done_reason = "stop";
+                done.u.done.has_done_reason = true;
+                fake_send(d, &done);
+                msg_clear(&m);
+                continue;
+            }
+            /* Says `started` (its chunks went direct) and dies, the first
+             * time only. */
+            if (!strncmp(p, "started-crash:", 14) && access(p + 14, F_OK)) {
+                FILE *mk = fopen(p + 14, "w");
+                if (mk)
+                    fclose(mk);
+                msg_t note;
+                msg_init(&note, MSG_started, m.id);
+                fake_send(d, &note);
+                zclock_sleep(50);
+                _exit(3);
+            }
             if (!strcmp(p, "plan")) {
                 fake_chunk(d, m.id, plan);
                 msg_t done;
@@ -422,6 +453,11 @@ static bool client_recv(env_t *e, msg_t *out)
     return client_recv_on(e, e->client, out);
 }
 
+/* Set: the next env_start turns direct replies on (CORRAL_DIRECT_REPLIES). */
+static bool direct_g;
+/* Set: the next send_generate asks for direct replies. */
+static bool next_direct_g;
+
 static double next_temp_g = -1; /* >= 0: the next request sets temperature */
 
 static void send_generate(env_t *e, const char *id, const char *model,
@@ -440,6 +476,8 @@ static void send_generate(env_t *e, const char *id, const char *model,
         m.u.generate.keep_alive_ms = keep_alive_ms;
         m.u.generate.has_keep_alive_ms = true;
     }
+    m.u.generate.direct = m.u.generate.has_direct = next_direct_g;
+    next_direct_g = false;
     msg_options_t o = {0};
     o.num_ctx = 512;
     o.has_num_ctx = true;
@@ -549,6 +587,8 @@ static void env_start(env_t *e, int max_loaded, int max_queue)
     cfg.now_ms = test_clock;
     cfg.stream_buffer_bytes = stream_buffer_g;
     stream_buffer_g = 0;
+    cfg.direct_replies = direct_g;
+    direct_g = false;
     snprintf(cfg.kv_cache_type, sizeof cfg.kv_cache_type, "%s", kv_cache_type_g);
     cfg.flash_attention = flash_attention_g;
     if (nodes_ep_g[0]) {
@@ -1643,6 +1683,11 @@ static void test_config(void)
     CHECK_EQ_INT(cfg->heartbeat_timeout_ms, 120000);
     CHECK_EQ_INT(cfg->heartbeat_interval_ms, 5000);
     CHECK_EQ_INT(cfg->adopt_grace_ms, 0); /* unset: one heartbeat interval */
+    CHECK(cfg->direct_replies); /* on unless told */
+    setenv("CORRAL_DIRECT_REPLIES", "0", 1);
+    CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_OK);
+    CHECK(!cfg->direct_replies);
+    unsetenv("CORRAL_DIRECT_REPLIES");
     setenv("CORRAL_ADOPT_GRACE", "2s", 1);
     CHECK_EQ_INT(sch_config_from_env(cfg, &err), CR_OK);
     CHECK_EQ_INT(cfg->adopt_grace_ms, 2000);
@@ -2040,10 +2085,83 @@ static void test_drain_no_rerun(void)
     env_stop(&e);
 }
 
+/* Direct replies (issue 18): a local runner is started with --direct, an
+ * endpoint beside the front's; a generate that asks for direct replies
+ * gets `route` with that endpoint before anything else, and its runner
+ * gets it marked direct; one that does not ask is relayed as ever. A
+ * runner that said `started` and then died does not get the request
+ * again (its chunks reached the client without the scheduler). */
+static void test_direct_route(void)
+{
+    env_t e;
+    direct_g = true;
+    env_start(&e, 3, 16);
+    msg_t m;
+    next_direct_g = true;
+    send_generate(&e, "d1", "gamma", "direct?", NULL, 0);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_route);
+    char want[400];
+    snprintf(want, sizeof want, "ipc://%s/runner-", e.dir);
+    CHECK_MSG(m.type == MSG_route && !strncmp(m.u.route.endpoint, want, strlen(want)) &&
+                  strstr(m.u.route.endpoint, ".sock"),
+              "route: %s", m.type == MSG_route ? m.u.route.endpoint : "none");
+    msg_clear(&m);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_chunk);
+    CHECK_EQ_STR(m.type == MSG_chunk ? m.u.chunk.response : "", "direct=yes");
+    msg_clear(&m);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    msg_clear(&m);
+
+    /* Not asked: no route, and the runner sees it unmarked. */
+    send_generate(&e, "d2", "gamma", "direct?", NULL, 0);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_chunk);
+    CHECK_EQ_STR(m.type == MSG_chunk ? m.u.chunk.response : "", "direct=no");
+    msg_clear(&m);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    msg_clear(&m);
+
+    /* `started`, then a crash: the client gets the error, not a rerun
+     * (which would answer done, the marker being there). */
+    char marker[300], prompt[400];
+    snprintf(marker, sizeof marker, "%s/started-once", e.dir);
+    snprintf(prompt, sizeof prompt, "started-crash:%s", marker);
+    next_direct_g = true;
+    send_generate(&e, "d3", "gamma", prompt, NULL, 0);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_route);
+    msg_clear(&m);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_error);
+    CHECK_EQ_INT(m.type == MSG_error ? m.u.error.status : 0, CR_E_RUNNER);
+    msg_clear(&m);
+    CHECK(access(marker, F_OK) == 0);
+    env_stop(&e);
+
+    /* Off (the default of a config not from the environment): no route. */
+    env_start(&e, 3, 16);
+    next_direct_g = true;
+    send_generate(&e, "d4", "gamma", "direct?", NULL, 0);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_chunk);
+    CHECK_EQ_STR(m.type == MSG_chunk ? m.u.chunk.response : "", "direct=no");
+    msg_clear(&m);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    msg_clear(&m);
+    env_stop(&e);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "serve"))
-        return fake_runner(argv[3], argv[5]);
+        return fake_runner(argv[3], argv[5], NULL);
+    if (argc == 8 && !strcmp(argv[1], "serve") && !strcmp(argv[6], "--direct"))
+        return fake_runner(argv[3], argv[5], argv[7]);
     zsys_init();
     zsys_set_logstream(NULL);
     clock_ms_g = 1000000;
@@ -2070,5 +2188,6 @@ int main(int argc, char **argv)
     test_cancel_grace();
     test_drain_no_rerun();
     test_stop_before_hello();
+    test_direct_route();
     return check_finish("scheduler");
 }

@@ -1,7 +1,7 @@
 /* outbox.c: per-request queues of replies a gateway could not take yet
  * (see outbox.h). */
 #include "lib/prelude.h"
-#include "services/scheduler/outbox.h"
+#include "proto/outbox.h"
 
 #include "proto/msg.h"
 
@@ -19,15 +19,15 @@ typedef struct queue {
     struct queue *next;
 } queue_t;
 
-struct sch_outbox {
+struct bus_outbox {
     zsock_t *front;
     int64_t max_bytes;
     queue_t *list;
 };
 
-sch_outbox_t *sch_outbox_new(zsock_t *front, int64_t max_bytes)
+bus_outbox_t *bus_outbox_new(zsock_t *front, int64_t max_bytes)
 {
-    sch_outbox_t *o = calloc(1, sizeof *o);
+    bus_outbox_t *o = calloc(1, sizeof *o);
     if (!o)
         return NULL;
     o->front = front;
@@ -47,11 +47,11 @@ static void queue_free(queue_t *q)
     free(q);
 }
 
-void sch_outbox_destroy(sch_outbox_t **self_p)
+void bus_outbox_destroy(bus_outbox_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    sch_outbox_t *o = *self_p;
+    bus_outbox_t *o = *self_p;
     queue_t *next;
     for (queue_t *q = o->list; q; q = next) {
         next = q->next;
@@ -63,7 +63,7 @@ void sch_outbox_destroy(sch_outbox_t **self_p)
 
 /* The queue of request `id` from gateway `client` (both: ids are the
  * gateway's, and an error to an unreadable frame has none). */
-static queue_t *find(const sch_outbox_t *o, zframe_t *client, const char *id)
+static queue_t *find(const bus_outbox_t *o, zframe_t *client, const char *id)
 {
     for (queue_t *q = o->list; q; q = q->next)
         if (!strcmp(q->id, id) && zframe_eq(q->client, client))
@@ -73,16 +73,16 @@ static queue_t *find(const sch_outbox_t *o, zframe_t *client, const char *id)
 
 /* One attempt, never blocking: SENT, QUEUED (the gateway's queue is full:
  * try again later) or GONE. The frame is kept unless SENT. */
-static sch_out_t try_send(sch_outbox_t *o, zframe_t *client, zframe_t *frame)
+static bus_out_t try_send(bus_outbox_t *o, zframe_t *client, zframe_t *frame)
 {
     void *z = zsock_resolve(o->front);
     if (zmq_send(z, zframe_data(client), zframe_size(client),
                  ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
-        return zmq_errno() == EAGAIN ? SCH_OUT_QUEUED : SCH_OUT_GONE;
+        return zmq_errno() == EAGAIN ? BUS_OUT_QUEUED : BUS_OUT_GONE;
     /* The identity part passed the peer's queue check: the body goes. */
     if (zmq_send(z, zframe_data(frame), zframe_size(frame), ZMQ_DONTWAIT) < 0)
-        return SCH_OUT_GONE;
-    return SCH_OUT_SENT;
+        return BUS_OUT_GONE;
+    return BUS_OUT_SENT;
 }
 
 static bool push(queue_t *q, zframe_t **frame_p)
@@ -101,7 +101,7 @@ static bool push(queue_t *q, zframe_t **frame_p)
     return true;
 }
 
-static queue_t *queue_new(sch_outbox_t *o, zframe_t *client, const char *id)
+static queue_t *queue_new(bus_outbox_t *o, zframe_t *client, const char *id)
 {
     queue_t *q = calloc(1, sizeof *q);
     if (!q)
@@ -117,7 +117,7 @@ static queue_t *queue_new(sch_outbox_t *o, zframe_t *client, const char *id)
     return q;
 }
 
-static void unlink_queue(sch_outbox_t *o, queue_t *q)
+static void unlink_queue(bus_outbox_t *o, queue_t *q)
 {
     for (queue_t **pp = &o->list; *pp; pp = &(*pp)->next)
         if (*pp == q) {
@@ -127,58 +127,58 @@ static void unlink_queue(sch_outbox_t *o, queue_t *q)
     queue_free(q);
 }
 
-static sch_out_t send_or_queue(sch_outbox_t *o, zframe_t *client,
+static bus_out_t send_or_queue(bus_outbox_t *o, zframe_t *client,
                                const char *id, zframe_t **frame_p, bool last)
 {
     queue_t *q = find(o, client, id);
     if (q && q->closed) {
         zframe_destroy(frame_p); /* after its last reply: nothing to say */
-        return SCH_OUT_SENT;
+        return BUS_OUT_SENT;
     }
     if (!q) {
-        sch_out_t r = try_send(o, client, *frame_p);
-        if (r != SCH_OUT_QUEUED) {
+        bus_out_t r = try_send(o, client, *frame_p);
+        if (r != BUS_OUT_QUEUED) {
             zframe_destroy(frame_p); /* sent (a copy) or nobody to take it */
             return r;
         }
         if (!(q = queue_new(o, client, id))) {
             zframe_destroy(frame_p);
-            return SCH_OUT_OVER;
+            return BUS_OUT_OVER;
         }
     }
     if (!last && q->bytes + (int64_t)zframe_size(*frame_p) > o->max_bytes) {
         zframe_destroy(frame_p);
-        return SCH_OUT_OVER;
+        return BUS_OUT_OVER;
     }
     if (!push(q, frame_p)) {
         zframe_destroy(frame_p);
-        return SCH_OUT_OVER;
+        return BUS_OUT_OVER;
     }
     q->closed |= last;
-    return SCH_OUT_QUEUED;
+    return BUS_OUT_QUEUED;
 }
 
-sch_out_t sch_outbox_send(sch_outbox_t *o, zframe_t *client, const char *id,
+bus_out_t bus_outbox_send(bus_outbox_t *o, zframe_t *client, const char *id,
                           zframe_t **frame_p)
 {
     return send_or_queue(o, client, id, frame_p, false);
 }
 
-sch_out_t sch_outbox_close(sch_outbox_t *o, zframe_t *client, const char *id,
+bus_out_t bus_outbox_close(bus_outbox_t *o, zframe_t *client, const char *id,
                            zframe_t **frame_p)
 {
     return send_or_queue(o, client, id, frame_p, true);
 }
 
-bool sch_outbox_flush(sch_outbox_t *o, void (*gone)(void *arg, const char *id),
+bool bus_outbox_flush(bus_outbox_t *o, void (*gone)(void *arg, const char *id),
                       void *arg)
 {
     queue_t *next;
     for (queue_t *q = o->list; q; q = next) {
         next = q->next;
-        sch_out_t r = SCH_OUT_SENT;
+        bus_out_t r = BUS_OUT_SENT;
         while (q->head && (r = try_send(o, q->client, q->head->frame)) ==
-                              SCH_OUT_SENT) {
+                              BUS_OUT_SENT) {
             item_t *it = q->head;
             q->head = it->next;
             if (!q->head)
@@ -187,7 +187,7 @@ bool sch_outbox_flush(sch_outbox_t *o, void (*gone)(void *arg, const char *id),
             zframe_destroy(&it->frame);
             free(it);
         }
-        if (r == SCH_OUT_GONE) {
+        if (r == BUS_OUT_GONE) {
             char id[MSG_ID_MAX + 1];
             snprintf(id, sizeof id, "%s", q->id);
             unlink_queue(o, q);
@@ -200,7 +200,7 @@ bool sch_outbox_flush(sch_outbox_t *o, void (*gone)(void *arg, const char *id),
     return o->list != NULL;
 }
 
-bool sch_outbox_has(const sch_outbox_t *o, zframe_t *client, const char *id)
+bool bus_outbox_has(const bus_outbox_t *o, zframe_t *client, const char *id)
 {
     return find(o, client, id) != NULL;
 }

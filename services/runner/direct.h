@@ -1,0 +1,87 @@
+/* direct.h: a runner's direct replies to gateways (see `route` in
+ * proto/messages.def).
+ *
+ * The runner binds a ROUTER (--direct EP). A gateway whose request the
+ * scheduler routed here connects a DEALER and says `attach` with the
+ * request id; from then on that request's chunks go to that connection
+ * through an outbox (never blocking the runner: a slow reader's chunks
+ * wait in a per-request queue of at most CORRAL_STREAM_BUFFER bytes), and
+ * not through the scheduler. Its done or error still goes through the
+ * scheduler, carrying how many chunks went direct.
+ *
+ * A request that may go direct is pending until its attach comes (it may
+ * come before the request itself: kept for a while). Its chunks wait
+ * meanwhile; an attach that has not come within RN_ATTACH_WAIT_MS, or a
+ * request that ends first, sends them through the scheduler instead, as
+ * if it had never been routed. */
+#ifndef RN_DIRECT_H
+#define RN_DIRECT_H
+
+#include "lib/prelude.h"
+#include "lib/status.h"
+#include "proto/msg.h"
+
+#include <czmq.h>
+
+#define RN_ATTACH_WAIT_MS 1000 /* a pending request's chunks wait this long */
+#define RN_ATTACH_KEEP_MS 10000 /* an attach for a request not seen yet */
+#define RN_DIRECT_FLUSH_MS 5   /* retry of queues behind a full gateway */
+
+typedef struct rn_direct rn_direct_t;
+
+typedef enum rn_route {
+    RN_ROUTE_NONE,     /* replies through the scheduler */
+    RN_ROUTE_PENDING,  /* routed; its attach has not come: chunks wait */
+    RN_ROUTE_ATTACHED, /* chunks go to the gateway's connection */
+} rn_route_t;
+
+/* One request's side of it (lives in the runner's slot record). */
+typedef struct rn_direct_req {
+    char id[MSG_ID_MAX + 1];
+    rn_route_t route;
+    zframe_t *client;   /* the gateway connection's identity (owned) */
+    zlist_t *held;      /* encoded chunks waiting for the attach (owned) */
+    int64_t since_ms;   /* when it became pending */
+    int64_t chunks;     /* chunks given to the direct connection */
+    bool started;       /* `started` went to the scheduler */
+    bool gone;          /* the gateway's connection is gone */
+    bool over;          /* its queue passed the bound (a slow reader) */
+} rn_direct_req_t;
+
+/* Binds endpoint (a ROUTER with ROUTER_MANDATORY). to_sched (borrowed) is
+ * the runner's DEALER to the scheduler, for `started` and for chunks that
+ * fall back. */
+cr_status_t rn_direct_new(const char *endpoint, zsock_t *to_sched, rn_direct_t **out,
+                          cr_err_t *err);
+/* Gives what waits up to linger_ms to leave, then closes. */
+void rn_direct_destroy(rn_direct_t **self_p, int linger_ms);
+
+zsock_t *rn_direct_sock(const rn_direct_t *d);
+const char *rn_direct_endpoint(const rn_direct_t *d);
+/* The per-request bound (CORRAL_STREAM_BUFFER, default 16 MiB). */
+int64_t rn_direct_max_bytes(const rn_direct_t *d);
+
+/* A request starts: pending when routed (the scheduler set `direct`),
+ * attached at once when its attach already came. */
+void rn_direct_begin(rn_direct_t *d, rn_direct_req_t *q, const char *id, bool routed);
+
+/* Sends one of q's chunks by its route. False when it cannot go (too large
+ * to encode, the gateway gone, over the bound: q->gone / q->over say) and
+ * the request must end. */
+bool rn_direct_chunk(rn_direct_t *d, rn_direct_req_t *q, const msg_t *m);
+
+/* q ends: chunks still held go through the scheduler (its attach never
+ * came). Returns the direct_chunks figure for the last reply, -1 when
+ * nothing went direct (the reply carries none). */
+int64_t rn_direct_end(rn_direct_t *d, rn_direct_req_t *q);
+
+/* Reads every waiting attach; finds each one's request among reqs[0..n)
+ * (busy or not: the caller's records, pending ones only attach). */
+void rn_direct_read(rn_direct_t *d, rn_direct_req_t *const *reqs, int n);
+
+/* Pending requests past RN_ATTACH_WAIT_MS fall back; queues behind a full
+ * gateway are retried (one whose gateway is gone marks its request gone).
+ * True while anything waits (the caller polls every RN_DIRECT_FLUSH_MS). */
+bool rn_direct_tick(rn_direct_t *d, rn_direct_req_t *const *reqs, int n);
+
+#endif
