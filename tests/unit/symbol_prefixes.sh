@@ -23,7 +23,7 @@ lib:corral_registry_core  reg_
 lib:corral_node_core      nd_
 lib:corral_cli_core       cli_
 lib:corral_synth          rn_synth_
-runner:.                  rn_backend_ rn_backends rn_engine_ rn_server_ rn_sampler_ rn_logprobs_ rn_rng_ rn_tool_ rn_script_ rn_testhook_ rn_spec_ rn_pace_
+runner:.                  rn_backend_ rn_backends rn_engine_ rn_server_ rn_sampler_ rn_logprobs_ rn_rng_ rn_tool_ rn_script_ rn_testhook_ rn_spec_ rn_pace_ rn_direct_
 runner:model              rn_model_ rn_ctx_ rn_quant_ rn_quantize_ rn_moe_ rn_lora_
 runner:text               rn_tok_ rn_token_ rn_tokenizer_ rn_tokenize rn_detok_ rn_detokenize rn_bpe_ rn_spm_ rn_wpm_ rn_ugm_ rn_pretok_ rn_unicode_ rn_utf8_
 runner:template           rn_tmpl_ rn_val_
