@@ -47,6 +47,7 @@ struct gw_metrics {
     size_t n_dur;
     hist_t ttft, token, load;
     uint64_t prompt_tokens, completion_tokens, generations;
+    uint64_t direct_generations; /* their chunks came straight from the runner */
     int64_t in_flight;
 };
 
@@ -169,6 +170,8 @@ void gw_metrics_done(gw_metrics_t *m, const msg_done_body_t *d)
         return;
     pthread_mutex_lock(&m->mu);
     m->generations++;
+    if (d->has_direct_chunks)
+        m->direct_generations++;
     if (d->has_prompt_eval_count && d->prompt_eval_count > 0)
         m->prompt_tokens += (uint64_t)d->prompt_eval_count;
     if (d->has_eval_count && d->eval_count > 0) {
@@ -280,6 +283,11 @@ cr_status_t gw_metrics_render(gw_metrics_t *m, cr_buf_t *b,
          "Generations that finished (done messages relayed).");
     cr_buf_printf(b, "corral_generations_total %" PRIu64 "\n",
                   m->generations);
+    head(b, "corral_direct_generations_total", "counter",
+         "Of those, generations whose chunks came straight from their runner "
+         "(direct replies), not through the scheduler.");
+    cr_buf_printf(b, "corral_direct_generations_total %" PRIu64 "\n",
+                  m->direct_generations);
     head(b, "corral_time_to_first_token_seconds", "histogram",
          "Time from a request's arrival to its first generated token.");
     hist_render(b, "corral_time_to_first_token_seconds", NULL, &m->ttft);

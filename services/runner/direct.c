@@ -11,6 +11,14 @@
 #define EARLY_MAX 64 /* attaches for requests not started yet */
 #define STREAM_BUFFER_DEFAULT (16LL << 20) /* as the scheduler's */
 
+/* An ended request whose attach has not come: its held chunks and its
+ * last reply wait for it (direct.h). */
+typedef struct held_end {
+    rn_direct_req_t q;
+    msg_t last; /* owned copy */
+    struct held_end *next;
+} linger_t;
+
 typedef struct early {
     char id[MSG_ID_MAX + 1];
     zframe_t *client; /* NULL: free */
@@ -24,7 +32,40 @@ struct rn_direct {
     int64_t max_bytes;
     char endpoint[256];
     early_t early[EARLY_MAX];
+    linger_t *lingers;
 };
+
+static void fall_back(rn_direct_t *d, rn_direct_req_t *q, const char *why);
+static void set_direct_chunks(msg_t *m, int64_t n);
+
+/* The lingering request's end: its chunks went (direct or not); now its
+ * last reply, with their count when they went direct. */
+static void linger_finish(rn_direct_t *d, linger_t *l, bool direct)
+{
+    for (linger_t **pp = &d->lingers; *pp; pp = &(*pp)->next)
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
+    if (direct)
+        set_direct_chunks(&l->last, l->q.chunks);
+    cr_err_t err;
+    if (bus_send(d->to_sched, &l->last, &err)) {
+        /* As the server's send_final: the request must still end. */
+        cr_log_warn("request %s: its last reply cannot be sent: %s", l->q.id, err.msg);
+        msg_t e;
+        msg_make_error(&e, l->q.id, CR_E_TOO_LARGE, "the %s reply is too large to send",
+                       msg_type_name(l->last.type));
+        if (direct)
+            set_direct_chunks(&e, l->q.chunks);
+        bus_send(d->to_sched, &e, NULL);
+        msg_clear(&e);
+    }
+    msg_clear(&l->last);
+    zframe_destroy(&l->q.client);
+    zlist_destroy(&l->q.held);
+    free(l);
+}
 
 static int64_t now_ms(void)
 {
@@ -84,6 +125,10 @@ void rn_direct_destroy(rn_direct_t **self_p, int linger_ms)
         zclock_sleep(RN_DIRECT_FLUSH_MS);
     if (bus_outbox_flush(d->outbox, NULL, NULL))
         cr_log_warn("direct replies still waiting for a slow reader dropped at exit");
+    while (d->lingers) { /* ended, never attached: through the scheduler */
+        fall_back(d, &d->lingers->q, "the runner is stopping");
+        linger_finish(d, d->lingers, false);
+    }
     bus_outbox_destroy(&d->outbox);
     zsock_set_linger(d->sock, linger_ms);
     zsock_destroy(&d->sock);
@@ -222,16 +267,40 @@ bool rn_direct_chunk(rn_direct_t *d, rn_direct_req_t *q, const msg_t *m)
     return to_gateway(d, q, &f);
 }
 
-int64_t rn_direct_end(rn_direct_t *d, rn_direct_req_t *q)
+static void set_direct_chunks(msg_t *m, int64_t n)
 {
-    if (q->route == RN_ROUTE_PENDING)
-        fall_back(d, q, "it ended before its gateway attached");
-    int64_t n = q->route == RN_ROUTE_ATTACHED ? q->chunks : -1;
+    if (m->type == MSG_done) {
+        m->u.done.direct_chunks = n;
+        m->u.done.has_direct_chunks = true;
+    } else if (m->type == MSG_error) {
+        m->u.error.direct_chunks = n;
+        m->u.error.has_direct_chunks = true;
+    }
+}
+
+bool rn_direct_end(rn_direct_t *d, rn_direct_req_t *q, msg_t *last)
+{
+    bool taken = false;
+    if (q->route == RN_ROUTE_PENDING) {
+        linger_t *l = calloc(1, sizeof *l);
+        if (l && msg_copy(last, &l->last) == CR_OK) {
+            l->q = *q; /* the held chunks move with it */
+            q->held = NULL;
+            l->next = d->lingers;
+            d->lingers = l;
+            taken = true;
+        } else {
+            free(l);
+            fall_back(d, q, "out of memory to wait for its attach");
+        }
+    } else if (q->route == RN_ROUTE_ATTACHED) {
+        set_direct_chunks(last, q->chunks);
+    }
     char id[MSG_ID_MAX + 1];
     snprintf(id, sizeof id, "%s", q->id);
     req_reset(q);
     snprintf(q->id, sizeof q->id, "%s", id); /* a late attach finds it ended */
-    return n;
+    return taken;
 }
 
 static rn_direct_req_t *find(rn_direct_req_t *const *reqs, int n, const char *id)
@@ -279,8 +348,14 @@ void rn_direct_read(rn_direct_t *d, rn_direct_req_t *const *reqs, int n)
             cr_log_warn("direct socket: %s ignored (only attach is read here)",
                         msg_type_name(h.type));
         } else {
-            rn_direct_req_t *q = find(reqs, n, h.id);
-            if (q && q->route == RN_ROUTE_PENDING)
+            linger_t *l = d->lingers;
+            while (l && strcmp(l->q.id, h.id))
+                l = l->next;
+            rn_direct_req_t *q = l ? NULL : find(reqs, n, h.id);
+            if (l) {
+                attach(d, &l->q, ident);
+                linger_finish(d, l, l->q.route == RN_ROUTE_ATTACHED);
+            } else if (q && q->route == RN_ROUTE_PENDING)
                 attach(d, q, ident);
             else if (!q)
                 keep_early(d, h.id, ident); /* its request comes next */
@@ -321,6 +396,17 @@ bool rn_direct_tick(rn_direct_t *d, rn_direct_req_t *const *reqs, int n)
             }
             else
                 pending = true;
+        }
+    }
+    for (linger_t *l = d->lingers, *next; l; l = next) {
+        next = l->next;
+        if (now - l->q.since_ms >= RN_ATTACH_WAIT_MS) {
+            cr_log_warn("request %s: no gateway attached within %d ms", l->q.id,
+                        RN_ATTACH_WAIT_MS);
+            fall_back(d, &l->q, "no attach");
+            linger_finish(d, l, false);
+        } else {
+            pending = true;
         }
     }
     for (int i = 0; i < EARLY_MAX; i++)

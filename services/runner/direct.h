@@ -11,9 +11,11 @@
  *
  * A request that may go direct is pending until its attach comes (it may
  * come before the request itself: kept for a while). Its chunks wait
- * meanwhile; an attach that has not come within RN_ATTACH_WAIT_MS, or a
- * request that ends first, sends them through the scheduler instead, as
- * if it had never been routed. */
+ * meanwhile, and so does its last reply if it ends first (the gateway was
+ * told to attach before the runner had the request: it comes in well
+ * under a millisecond, a prompt takes longer). An attach that has not
+ * come within RN_ATTACH_WAIT_MS sends them through the scheduler instead,
+ * as if the request had never been routed. */
 #ifndef RN_DIRECT_H
 #define RN_DIRECT_H
 
@@ -70,18 +72,23 @@ void rn_direct_begin(rn_direct_t *d, rn_direct_req_t *q, const char *id, bool ro
  * the request must end. */
 bool rn_direct_chunk(rn_direct_t *d, rn_direct_req_t *q, const msg_t *m);
 
-/* q ends: chunks still held go through the scheduler (its attach never
- * came). Returns the direct_chunks figure for the last reply, -1 when
- * nothing went direct (the reply carries none). */
-int64_t rn_direct_end(rn_direct_t *d, rn_direct_req_t *q);
+/* q ends with *last (its done or error, for the scheduler). Attached: sets
+ * last's direct_chunks, and the caller sends it. Never routed: the caller
+ * sends it as it is. Pending: a copy waits with the held chunks for the
+ * attach (then it gets its direct_chunks) or RN_ATTACH_WAIT_MS (then it
+ * follows the chunks through the scheduler), and true says the caller
+ * must not send it. q is free for another request after. */
+bool rn_direct_end(rn_direct_t *d, rn_direct_req_t *q, msg_t *last);
 
 /* Reads every waiting attach; finds each one's request among reqs[0..n)
- * (busy or not: the caller's records, pending ones only attach). */
+ * (busy or not: the caller's records, pending ones only attach) and the
+ * ended ones that wait for theirs. */
 void rn_direct_read(rn_direct_t *d, rn_direct_req_t *const *reqs, int n);
 
-/* Pending requests past RN_ATTACH_WAIT_MS fall back; queues behind a full
- * gateway are retried (one whose gateway is gone marks its request gone).
- * True while anything waits (the caller polls every RN_DIRECT_FLUSH_MS). */
+/* Pending requests (running or ended) past RN_ATTACH_WAIT_MS fall back;
+ * queues behind a full gateway are retried (one whose gateway is gone
+ * marks its request gone). True while anything waits (the caller polls
+ * every RN_DIRECT_FLUSH_MS). */
 bool rn_direct_tick(rn_direct_t *d, rn_direct_req_t *const *reqs, int n);
 
 #endif

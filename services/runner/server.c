@@ -81,8 +81,6 @@ static cr_status_t send_msg(rn_server_t *s, const msg_t *m)
 
 static void send_error(rn_server_t *s, const char *id, cr_status_t st,
                        const char *text);
-static void send_error_n(rn_server_t *s, const char *id, cr_status_t st,
-                         const char *text, int64_t direct_chunks);
 
 /* Sends a request's last reply. One that cannot go (over the bus's frame
  * or array limits) becomes an error, so the request still ends: a reply
@@ -96,10 +94,14 @@ static void send_final(rn_server_t *s, const msg_t *m)
              "the %s reply is too large to send (over %u bytes or %u "
              "elements in one array)",
              msg_type_name(m->type), MSG_FRAME_MAX, MSG_MAX_ARRAY);
-    send_error_n(s, m->id, CR_E_TOO_LARGE, text,
-                 m->type == MSG_done && m->u.done.has_direct_chunks
-                     ? m->u.done.direct_chunks
-                     : -1);
+    msg_t e;
+    msg_make_error(&e, m->id, CR_E_TOO_LARGE, "%s", text);
+    if (m->type == MSG_done && m->u.done.has_direct_chunks) {
+        e.u.error.direct_chunks = m->u.done.direct_chunks;
+        e.u.error.has_direct_chunks = true;
+    }
+    send_msg(s, &e);
+    msg_clear(&e);
 }
 
 static int64_t mono_ms(void)
@@ -164,25 +166,13 @@ static void on_monitor(rn_server_t *s)
     }
 }
 
-/* direct_chunks >= 0: the request's chunks that went direct (the gateway
- * waits for them before it passes the error on). */
-static void send_error_n(rn_server_t *s, const char *id, cr_status_t st,
-                         const char *text, int64_t direct_chunks)
-{
-    msg_t m;
-    msg_make_error(&m, id, st, "%s", text);
-    if (direct_chunks >= 0) {
-        m.u.error.direct_chunks = direct_chunks;
-        m.u.error.has_direct_chunks = true;
-    }
-    send_msg(s, &m);
-    msg_clear(&m);
-}
-
 static void send_error(rn_server_t *s, const char *id, cr_status_t st,
                        const char *text)
 {
-    send_error_n(s, id, st, text, -1);
+    msg_t m;
+    msg_make_error(&m, id, st, "%s", text);
+    send_msg(s, &m);
+    msg_clear(&m);
 }
 
 /* A cancel: flags the running request with that id (its slot ends at the
@@ -290,40 +280,39 @@ static void slot_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
 {
     req_rec_t *rec = ctx;
     rn_server_t *s = rec->s;
-    bool over = rec->dq.over;
-    /* Chunks still waiting for an attach go through the scheduler now,
-     * ahead of this last reply; n: how many went direct, -1 none. */
-    int64_t n = s->direct ? rn_direct_end(s->direct, &rec->dq) : -1;
+    msg_t m;
+    char text[200];
     if (st == CR_OK) {
-        msg_t m;
         msg_init(&m, MSG_done, rec->id);
         m.u.done = *done;
-        if (n >= 0) {
-            m.u.done.direct_chunks = n;
-            m.u.done.has_direct_chunks = true;
-        }
-        send_final(s, &m);
     } else if (rec->send_failed) {
         cr_log_warn("request %s: a chunk could not be sent; ended", rec->id);
-        send_error_n(s, rec->id, CR_E_TOO_LARGE,
-                     "a reply chunk is too large to send", n);
-    } else if (over) {
+        msg_make_error(&m, rec->id, CR_E_TOO_LARGE, "a reply chunk is too large to send");
+    } else if (rec->dq.over) {
         /* The scheduler's words for the same case (sched.c req_forward). */
-        char text[200];
         snprintf(text, sizeof text,
                  "the client reads too slowly: more than %" PRId64
                  " bytes of output were waiting for it; request canceled",
                  rn_direct_max_bytes(s->direct));
         cr_log_warn("request %s: %s", rec->id, text);
-        send_error_n(s, rec->id, CR_E_BUSY, text, n);
+        msg_make_error(&m, rec->id, CR_E_BUSY, "%s", text);
     } else if (st == CR_E_CANCELED) {
         cr_log_info("request %s canceled", rec->id);
-        send_error_n(s, rec->id, CR_E_CANCELED, "request canceled", n);
+        msg_make_error(&m, rec->id, CR_E_CANCELED, "request canceled");
     } else {
-        const char *text = err && err->msg[0] ? err->msg : cr_status_str(st);
-        cr_log_warn("request %s failed: %s", rec->id, text);
-        send_error_n(s, rec->id, st, text, n);
+        const char *why = err && err->msg[0] ? err->msg : cr_status_str(st);
+        cr_log_warn("request %s failed: %s", rec->id, why);
+        msg_make_error(&m, rec->id, st, "%s", why);
     }
+    /* Direct replies: the count of chunks that went direct goes on it, or
+     * it waits with held chunks for their attach (direct.h). */
+    bool taken = s->direct && rn_direct_end(s->direct, &rec->dq, &m);
+    if (!taken && m.type == MSG_done)
+        send_final(s, &m);
+    else if (!taken)
+        send_msg(s, &m);
+    if (m.type == MSG_error)
+        msg_clear(&m);
     rec->busy = false;
 }
 
@@ -529,10 +518,13 @@ static void handle_request(rn_server_t *s, const msg_t *m)
     cr_status_t st = rn_engine_start(s->engine, m, &slot_sink, slot_finish, &err);
     if (st) {
         rec->busy = false;
-        if (s->direct)
-            rn_direct_end(s->direct, &rec->dq); /* nothing was sent */
         cr_log_warn("request %s failed: %s", m->id, err.msg);
-        send_error(s, m->id, st, err.msg[0] ? err.msg : cr_status_str(st));
+        msg_t e;
+        msg_make_error(&e, m->id, st, "%s", err.msg[0] ? err.msg : cr_status_str(st));
+        /* routed: it waits for the attach like any last reply */
+        if (!s->direct || !rn_direct_end(s->direct, &rec->dq, &e))
+            send_msg(s, &e);
+        msg_clear(&e);
         return;
     }
 }

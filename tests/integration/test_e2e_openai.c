@@ -227,7 +227,8 @@ static bool metrics_caught_up(const char *text)
     return metric(text, "corral_http_requests_total{route=\"/v1/chat/"
                         "completions\",code=\"200\"}") >= 2 &&
            metric(text, "corral_completion_tokens_total") >= 12 &&
-           metric(text, "corral_time_to_first_token_seconds_count") >= 2;
+           metric(text, "corral_time_to_first_token_seconds_count") >= 2 &&
+           metric(text, "corral_direct_generations_total") >= 2;
 }
 
 static void test_metrics(void)
@@ -248,6 +249,9 @@ static void test_metrics(void)
                          "completions\",code=\"200\"}") >= 2);
     CHECK(metric(r.body, "corral_completion_tokens_total") >= 12);
     CHECK(metric(r.body, "corral_time_to_first_token_seconds_count") >= 2);
+    /* The chats' chunks came from their runner, not through the scheduler
+     * (direct replies: the test's runtime dir is ipc, its runner local). */
+    CHECK(metric(r.body, "corral_direct_generations_total") >= 2);
     CHECK(metric(r.body, "corral_scheduler_up") == 1);
     CHECK(metric(r.body, "corral_models_loaded") >= 1);
     CHECK(metric(r.body, "corral_scheduler_queue_depth") >= 0);

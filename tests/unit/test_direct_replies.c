@@ -161,6 +161,29 @@ static msg_type_t sched_heard(world_t *w, int ms, char *text, size_t cap)
     return t;
 }
 
+/* The runner's next message to the scheduler, whole (false: none in ms). */
+static bool sched_heard_msg(world_t *w, int ms, msg_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!readable(w->runners, ms))
+        return false;
+    zframe_t *who = NULL;
+    cr_err_t err;
+    cr_status_t st = bus_recv(w->runners, 0, out, &who, &err);
+    zframe_destroy(&who);
+    CHECK_EQ_INT(st, CR_OK);
+    return st == CR_OK;
+}
+
+static msg_t done_msg(const char *id)
+{
+    msg_t m;
+    msg_init(&m, MSG_done, id);
+    m.u.done.done_reason = "stop";
+    m.u.done.has_done_reason = true;
+    return m;
+}
+
 /* The runner reads its direct socket once an attach is there. */
 static void runner_read_attach(world_t *w, rn_direct_req_t *q)
 {
@@ -244,7 +267,9 @@ static void test_pending_then_attach(world_t *w)
         msg_clear(&got);
     }
     CHECK_MSG(rest.calls >= 2, "the rest was never sent (%d checks)", rest.calls);
-    CHECK_EQ_INT(rn_direct_end(w->direct, &q), 3);
+    msg_t last = done_msg(id);
+    CHECK(!rn_direct_end(w->direct, &q, &last));
+    CHECK_EQ_INT(last.u.done.direct_chunks, 3);
     CHECK_EQ_INT(sched_heard(w, 50, NULL, 0), MSG_ping); /* nothing more */
     gw_call_destroy(&r.call);
     zframe_destroy(&client);
@@ -268,7 +293,9 @@ static void test_early_attach(world_t *w)
     chunk_msg(&c, id, "x");
     CHECK(rn_direct_chunk(w->direct, &q, &c));
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
-    CHECK_EQ_INT(rn_direct_end(w->direct, &q), 1);
+    msg_t last = done_msg(id);
+    CHECK(!rn_direct_end(w->direct, &q, &last));
+    CHECK_EQ_INT(last.u.done.direct_chunks, 1);
     sched_done(w, client, id, 1);
     pthread_join(r.th, NULL);
     CHECK_MSG(r.st == CR_OK, "wait: %s", r.err);
@@ -309,7 +336,9 @@ static void test_no_attach_falls_back(world_t *w)
               (long long)(zclock_mono() - t0));
     chunk_msg(&c, id, "r");
     CHECK(rn_direct_chunk(w->direct, &q, &c));
-    CHECK_EQ_INT(rn_direct_end(w->direct, &q), -1);
+    msg_t last = done_msg(id);
+    CHECK(!rn_direct_end(w->direct, &q, &last)); /* the caller sends it */
+    CHECK(!last.u.done.has_direct_chunks);
     /* The scheduler relays what it heard, in order. */
     const char *want[] = {"p", "q", "r"};
     for (int i = 0; i < 3; i++) {
@@ -328,30 +357,73 @@ static void test_no_attach_falls_back(world_t *w)
     zframe_destroy(&client);
 }
 
-/* A request that ends before its attach: its held chunks go through the
- * scheduler ahead of its last reply, and nothing counts as direct. */
+/* A request that ends before its attach: its held chunks and its last
+ * reply wait for the attach, then go as if it had come in time; with no
+ * attach they go through the scheduler after RN_ATTACH_WAIT_MS. A late
+ * attach for a request that fell back is dropped, not kept. */
 static void test_end_while_pending(world_t *w)
 {
     rn_direct_req_t q = {0};
+    rn_direct_req_t *reqs[] = {&q};
     rn_direct_begin(w->direct, &q, "quick", true);
-    msg_t c;
+    msg_t c, last, heard;
     chunk_msg(&c, "quick", "z");
     CHECK(rn_direct_chunk(w->direct, &q, &c));
-    CHECK_EQ_INT(rn_direct_end(w->direct, &q), -1);
+    last = done_msg("quick");
+    CHECK(rn_direct_end(w->direct, &q, &last)); /* taken: it waits */
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
-    char text[16];
-    CHECK_EQ_INT(sched_heard(w, 2000, text, sizeof text), MSG_chunk);
-    CHECK_EQ_STR(text, "z");
-    /* A late attach for it is dropped, not kept for a later request. */
-    zsock_t *late = zsock_new_dealer(direct_ep);
+    CHECK_EQ_INT(sched_heard(w, 50, NULL, 0), MSG_ping); /* nothing yet */
+    zsock_t *gw = zsock_new_dealer(direct_ep);
     msg_t a;
     msg_init(&a, MSG_attach, "quick");
-    CHECK_EQ_INT(bus_send(late, &a, NULL), CR_OK);
+    CHECK_EQ_INT(bus_send(gw, &a, NULL), CR_OK);
     runner_read_attach(w, &q);
-    rn_direct_begin(w->direct, &q, "quick", true);
+    /* the chunk on the attached connection, the done (1 direct) after */
+    msg_t got;
+    CHECK_EQ_INT(bus_recv(gw, 2000, &got, NULL, NULL), CR_OK);
+    CHECK_EQ_STR(got.type == MSG_chunk ? got.u.chunk.response : "", "z");
+    msg_clear(&got);
+    CHECK(sched_heard_msg(w, 2000, &heard));
+    CHECK_EQ_INT(heard.type, MSG_done);
+    CHECK(heard.u.done.has_direct_chunks && heard.u.done.direct_chunks == 1);
+    msg_clear(&heard);
+    CHECK(!rn_direct_tick(w->direct, reqs, 1)); /* nothing waits */
+
+    /* No attach: after the wait, chunk then done through the scheduler. */
+    rn_direct_begin(w->direct, &q, "lone", true);
+    chunk_msg(&c, "lone", "y");
+    CHECK(rn_direct_chunk(w->direct, &q, &c));
+    last = done_msg("lone");
+    CHECK(rn_direct_end(w->direct, &q, &last));
+    CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
+    int64_t t0 = zclock_mono();
+    while (rn_direct_tick(w->direct, reqs, 1) && zclock_mono() - t0 < 5000)
+        zclock_sleep(RN_DIRECT_FLUSH_MS);
+    CHECK_MSG(zclock_mono() - t0 >= RN_ATTACH_WAIT_MS - 50, "fell back after %lld ms",
+              (long long)(zclock_mono() - t0));
+    char text[16];
+    CHECK_EQ_INT(sched_heard(w, 2000, text, sizeof text), MSG_chunk);
+    CHECK_EQ_STR(text, "y");
+    CHECK(sched_heard_msg(w, 2000, &heard));
+    CHECK_EQ_INT(heard.type, MSG_done);
+    CHECK(!heard.u.done.has_direct_chunks);
+    msg_clear(&heard);
+
+    /* Its late attach is dropped, not kept for a later request. */
+    msg_init(&a, MSG_attach, "lone");
+    CHECK_EQ_INT(bus_send(gw, &a, NULL), CR_OK);
+    runner_read_attach(w, &q);
+    rn_direct_begin(w->direct, &q, "lone", true);
     CHECK_EQ_INT(q.route, RN_ROUTE_PENDING);
-    rn_direct_end(w->direct, &q);
-    zsock_destroy(&late);
+    last = done_msg("lone");
+    CHECK(rn_direct_end(w->direct, &q, &last));
+    rn_direct_destroy(&w->direct, 0); /* a lingering one at exit: through the scheduler */
+    CHECK(sched_heard_msg(w, 2000, &heard));
+    CHECK_EQ_INT(heard.type, MSG_done);
+    msg_clear(&heard);
+    cr_err_t err;
+    CHECK_EQ_INT(rn_direct_new(direct_ep, w->to_sched, &w->direct, &err), CR_OK);
+    zsock_destroy(&gw);
 }
 
 /* A reader that attached and stopped reading: its queue passes a small
@@ -393,7 +465,9 @@ static void test_slow_and_gone(world_t *w)
     CHECK(!q.gone);
     CHECK_MSG(sent > 64 / 4, "over after %d chunks of 4 KiB", sent);
     CHECK_MSG(sent < 5000, "never over the bound");
-    CHECK_EQ_INT(rn_direct_end(small, &q), sent);
+    msg_t last = done_msg("slow");
+    CHECK(!rn_direct_end(small, &q, &last));
+    CHECK_EQ_INT(last.u.done.direct_chunks, sent);
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
 
     /* Gone: the reader's connection closes; sends and retries see it. */
@@ -414,7 +488,8 @@ static void test_slow_and_gone(world_t *w)
     }
     CHECK(q.gone);
     CHECK(!rn_direct_chunk(small, &q, &c));
-    rn_direct_end(small, &q);
+    last = done_msg("gone");
+    rn_direct_end(small, &q, &last);
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
     zsock_destroy(&gw);
     rn_direct_destroy(&small, 0);
@@ -437,7 +512,8 @@ static void test_lost_chunks(world_t *w)
     CHECK(rn_direct_chunk(w->direct, &q, &c));
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
     sched_done(w, client, id, 2);
-    rn_direct_end(w->direct, &q);
+    msg_t last = done_msg(id);
+    rn_direct_end(w->direct, &q, &last);
     rn_direct_destroy(&w->direct, 1000);
     pthread_join(r.th, NULL);
     CHECK_EQ_INT(r.st, CR_E_UNAVAILABLE);
