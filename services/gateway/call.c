@@ -486,6 +486,26 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
     for (;;) {
         if (release_held(c, out))
             return CR_OK;
+        if (c->side && c->side->dropped) {
+            /* What the runner sent before it went is still readable
+             * (libzmq delivers a pipe's messages before its end): take it
+             * all, then give the side up. Its last reply, if held, counts
+             * chunks that will never come; without one the scheduler says
+             * what happened to the runner. */
+            if (side_take(c, out)) {
+                c->clean = !c->holding;
+                return CR_OK;
+            }
+            side_close(c, false);
+            if (c->holding && c->side_chunks < c->want_chunks) {
+                msg_clear(&c->held);
+                c->holding = false;
+                return cr_err_set(err, CR_E_UNAVAILABLE,
+                                  "the model runner went away before the whole "
+                                  "answer came");
+            }
+            continue;
+        }
         if (should_abort(c, w, mono_ms()))
             return cr_err_set(err, CR_E_CANCELED, "request canceled");
         /* bus_poll asks the DEALER first (it stays marked after a reply)
@@ -501,21 +521,9 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
             continue;
         }
         if (c->side && which == c->side->mon) {
-            drain_monitor(c->side);
-            if (c->side->dropped) {
-                /* The runner went away. Its last reply, if held, counts
-                 * chunks that will never come; without one the scheduler
-                 * says what happened to it. */
+            drain_monitor(c->side); /* a drop is handled at the top */
+            if (c->side->dropped)
                 cr_log_info("%s: the direct connection to the model runner dropped", c->id);
-                side_close(c, false);
-                if (c->holding) {
-                    msg_clear(&c->held);
-                    c->holding = false;
-                    return cr_err_set(err, CR_E_UNAVAILABLE,
-                                      "the model runner went away before the whole "
-                                      "answer came");
-                }
-            }
             continue;
         }
         if (which == c->mon) {
