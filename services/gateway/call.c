@@ -43,6 +43,7 @@ struct gw_call {
      * restarting peer instead. So until the first message of this use
      * comes back, the last request is kept, and a drop sends it again,
      * once, on a new connection. */
+    bool side_of;        /* a direct side (not ZMQ_IMMEDIATE: see side_open) */
     bool resend_ok;      /* reused and nothing came back yet */
     zframe_t *unanswered; /* the last request, while resend_ok */
     /* Direct replies (`route`): a call of our own id to the request's
@@ -133,13 +134,14 @@ int gw_call_limit_sweep(gw_call_limit_t *l, int64_t idle_ms)
     return kept;
 }
 
-/* The newest idle call to endpoint, out of the pool; NULL if none. */
-static gw_call_t *pool_take(gw_call_limit_t *l, const char *endpoint)
+/* The newest idle call to endpoint (a side or not), out of the pool;
+ * NULL if none. */
+static gw_call_t *pool_take(gw_call_limit_t *l, const char *endpoint, bool side_of)
 {
     gw_call_t *c = NULL;
     pthread_mutex_lock(&l->pool_lock);
     for (int i = l->n_pool - 1; i >= 0; i--)
-        if (!strcmp(l->pool[i]->endpoint, endpoint)) {
+        if (!strcmp(l->pool[i]->endpoint, endpoint) && l->pool[i]->side_of == side_of) {
             c = l->pool[i];
             memmove(&l->pool[i], &l->pool[i + 1], (size_t)(l->n_pool - i - 1) * sizeof c);
             l->n_pool--;
@@ -185,7 +187,7 @@ static cr_status_t call_connect(gw_call_t *c, cr_err_t *err)
         return cr_err_set(err, CR_E_IO, "cannot create a socket for the %s",
                           c->peer);
     zsock_set_linger(c->sock, 0);
-    zsock_set_immediate(c->sock, 1);
+    zsock_set_immediate(c->sock, c->side_of ? 0 : 1);
     zsock_set_sndtimeo(c->sock, SEND_SLICE_MS);
 
     char mon_ep[80 + MSG_ID_MAX];
@@ -217,14 +219,25 @@ static void call_disconnect(gw_call_t *c)
     zsock_destroy(&c->sock);
 }
 
+static cr_status_t call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
+                             int connect_timeout_ms, bool side_of, gw_call_t **out,
+                             cr_err_t *err);
+
 cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
                          int connect_timeout_ms, gw_call_t **out,
                          cr_err_t *err)
 {
+    return call_open(limit, endpoint, peer, connect_timeout_ms, false, out, err);
+}
+
+static cr_status_t call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
+                             int connect_timeout_ms, bool side_of, gw_call_t **out,
+                             cr_err_t *err)
+{
     *out = NULL;
     if (limit) {
         gw_call_t *idle;
-        while ((idle = pool_take(limit, endpoint))) {
+        while ((idle = pool_take(limit, endpoint, side_of))) {
             if ((*out = reuse(idle, peer, connect_timeout_ms))) {
                 atomic_fetch_add(&limit->reused, 1);
                 return CR_OK;
@@ -244,6 +257,7 @@ cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const cha
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     }
     c->limit = limit;
+    c->side_of = side_of;
     bus_new_id(c->id);
     snprintf(c->peer, sizeof c->peer, "%s", peer ? peer : "peer");
     snprintf(c->endpoint, sizeof c->endpoint, "%s", endpoint);
@@ -402,7 +416,13 @@ static void side_open(gw_call_t *c, const char *endpoint)
     c->side_chunks = 0;
     cr_err_t err;
     gw_call_t *side = NULL;
-    if (gw_call_open(c->limit, endpoint, "model runner", SIDE_CONNECT_MS, &side, &err)) {
+    /* Not ZMQ_IMMEDIATE: with it libzmq drops what came in but was not
+     * read yet when the connection ends (it ends the pipe at once), and a
+     * runner that stops right after a stream (keep_alive 0) would take
+     * the stream's last chunks with it. Without it the attach is queued
+     * until the connection is up; a runner that cannot be reached sends
+     * through the scheduler after RN_ATTACH_WAIT_MS. */
+    if (call_open(c->limit, endpoint, "model runner", SIDE_CONNECT_MS, true, &side, &err)) {
         cr_log_warn("%s: direct replies from %s: %s", c->id, endpoint, err.msg);
         return;
     }
