@@ -380,34 +380,31 @@ static void on_gone(void *arg, const char *id)
         q->gone = true;
 }
 
+/* A pending request whose attach is overdue falls back (true). */
+static bool gave_up(rn_direct_t *d, rn_direct_req_t *q, int64_t now)
+{
+    if (now - q->since_ms < RN_ATTACH_WAIT_MS)
+        return false;
+    cr_log_warn("request %s: no gateway attached within %d ms", q->id, RN_ATTACH_WAIT_MS);
+    fall_back(d, q, "no attach");
+    return true;
+}
+
 bool rn_direct_tick(rn_direct_t *d, rn_direct_req_t *const *reqs, int n)
 {
     if (!d)
         return false;
     int64_t now = now_ms();
     bool pending = false;
-    for (int i = 0; i < n; i++) {
-        rn_direct_req_t *q = reqs[i];
-        if (q && q->route == RN_ROUTE_PENDING) {
-            if (now - q->since_ms >= RN_ATTACH_WAIT_MS) {
-                cr_log_warn("request %s: no gateway attached within %d ms", q->id,
-                            RN_ATTACH_WAIT_MS);
-                fall_back(d, q, "no attach");
-            }
-            else
-                pending = true;
-        }
-    }
+    for (int i = 0; i < n; i++)
+        if (reqs[i] && reqs[i]->route == RN_ROUTE_PENDING)
+            pending |= !gave_up(d, reqs[i], now);
     for (linger_t *l = d->lingers, *next; l; l = next) {
         next = l->next;
-        if (now - l->q.since_ms >= RN_ATTACH_WAIT_MS) {
-            cr_log_warn("request %s: no gateway attached within %d ms", l->q.id,
-                        RN_ATTACH_WAIT_MS);
-            fall_back(d, &l->q, "no attach");
+        if (gave_up(d, &l->q, now))
             linger_finish(d, l, false);
-        } else {
+        else
             pending = true;
-        }
     }
     for (int i = 0; i < EARLY_MAX; i++)
         if (d->early[i].client && now - d->early[i].at_ms > RN_ATTACH_KEEP_MS)

@@ -249,6 +249,19 @@ static void drain_inbox(rn_server_t *s)
     }
 }
 
+/* A slot's last reply (done or error). With direct replies the count of
+ * chunks that went direct goes on it, or it waits with the held chunks
+ * for their attach (direct.h). */
+static void send_last(rn_server_t *s, rn_direct_req_t *dq, msg_t *m)
+{
+    if (s->direct && rn_direct_end(s->direct, dq, m))
+        return;
+    if (m->type == MSG_done)
+        send_final(s, m);
+    else
+        send_msg(s, m);
+}
+
 static bool slot_canceled(void *ctx);
 
 static bool slot_chunk(void *ctx, const msg_chunk_body_t *chunk)
@@ -304,13 +317,7 @@ static void slot_finish(void *ctx, cr_status_t st, const msg_done_body_t *done,
         cr_log_warn("request %s failed: %s", rec->id, why);
         msg_make_error(&m, rec->id, st, "%s", why);
     }
-    /* Direct replies: the count of chunks that went direct goes on it, or
-     * it waits with held chunks for their attach (direct.h). */
-    bool taken = s->direct && rn_direct_end(s->direct, &rec->dq, &m);
-    if (!taken && m.type == MSG_done)
-        send_final(s, &m);
-    else if (!taken)
-        send_msg(s, &m);
+    send_last(s, &rec->dq, &m);
     if (m.type == MSG_error)
         msg_clear(&m);
     rec->busy = false;
@@ -521,9 +528,7 @@ static void handle_request(rn_server_t *s, const msg_t *m)
         cr_log_warn("request %s failed: %s", m->id, err.msg);
         msg_t e;
         msg_make_error(&e, m->id, st, "%s", err.msg[0] ? err.msg : cr_status_str(st));
-        /* routed: it waits for the attach like any last reply */
-        if (!s->direct || !rn_direct_end(s->direct, &rec->dq, &e))
-            send_msg(s, &e);
+        send_last(s, &rec->dq, &e);
         msg_clear(&e);
         return;
     }

@@ -50,6 +50,14 @@ static void chunk_msg(msg_t *m, const char *id, const char *text)
     m->u.chunk.has_response = true;
 }
 
+/* The runner sends a chunk of text for q by its route; true when it went. */
+static bool runner_says(rn_direct_t *d, rn_direct_req_t *q, const char *text)
+{
+    msg_t c;
+    chunk_msg(&c, q->id, text);
+    return rn_direct_chunk(d, q, &c);
+}
+
 /* ---- the gateway's side: a thread reading replies until the last ---- */
 
 #define MAX_GOT 16
@@ -216,11 +224,8 @@ static bool send_rest(void *arg)
 {
     rest_t *r = arg;
     if (++r->calls == 2) { /* the second check: a slice into the wait */
-        msg_t c;
-        chunk_msg(&c, r->q->id, "b");
-        CHECK(rn_direct_chunk(r->w->direct, r->q, &c));
-        chunk_msg(&c, r->q->id, "c");
-        CHECK(rn_direct_chunk(r->w->direct, r->q, &c));
+        CHECK(runner_says(r->w->direct, r->q, "b"));
+        CHECK(runner_says(r->w->direct, r->q, "c"));
     }
     return false;
 }
@@ -237,9 +242,7 @@ static void test_pending_then_attach(world_t *w)
     rn_direct_req_t q = {0};
     rn_direct_begin(w->direct, &q, id, true);
     CHECK_EQ_INT(q.route, RN_ROUTE_PENDING);
-    msg_t c;
-    chunk_msg(&c, id, "a");
-    CHECK(rn_direct_chunk(w->direct, &q, &c));
+    CHECK(runner_says(w->direct, &q, "a"));
     /* The scheduler hears `started`, and not the chunk. */
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
     CHECK_EQ_INT(sched_heard(w, 50, NULL, 0), MSG_ping);
@@ -289,9 +292,7 @@ static void test_early_attach(world_t *w)
     runner_read_attach(w, &q); /* q has not begun: kept for it */
     rn_direct_begin(w->direct, &q, id, true);
     CHECK_EQ_INT(q.route, RN_ROUTE_ATTACHED);
-    msg_t c;
-    chunk_msg(&c, id, "x");
-    CHECK(rn_direct_chunk(w->direct, &q, &c));
+    CHECK(runner_says(w->direct, &q, "x"));
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
     msg_t last = done_msg(id);
     CHECK(!rn_direct_end(w->direct, &q, &last));
@@ -320,11 +321,8 @@ static void test_no_attach_falls_back(world_t *w)
     rn_direct_req_t q = {0};
     rn_direct_req_t *reqs[] = {&q};
     rn_direct_begin(w->direct, &q, id, true);
-    msg_t c;
-    chunk_msg(&c, id, "p");
-    CHECK(rn_direct_chunk(w->direct, &q, &c));
-    chunk_msg(&c, id, "q");
-    CHECK(rn_direct_chunk(w->direct, &q, &c));
+    CHECK(runner_says(w->direct, &q, "p"));
+    CHECK(runner_says(w->direct, &q, "q"));
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
     int64_t t0 = zclock_mono();
     while (q.route == RN_ROUTE_PENDING && zclock_mono() - t0 < 5000) {
@@ -334,8 +332,7 @@ static void test_no_attach_falls_back(world_t *w)
     CHECK_EQ_INT(q.route, RN_ROUTE_NONE);
     CHECK_MSG(zclock_mono() - t0 >= RN_ATTACH_WAIT_MS - 50, "fell back after %lld ms",
               (long long)(zclock_mono() - t0));
-    chunk_msg(&c, id, "r");
-    CHECK(rn_direct_chunk(w->direct, &q, &c));
+    CHECK(runner_says(w->direct, &q, "r"));
     msg_t last = done_msg(id);
     CHECK(!rn_direct_end(w->direct, &q, &last)); /* the caller sends it */
     CHECK(!last.u.done.has_direct_chunks);
@@ -366,9 +363,8 @@ static void test_end_while_pending(world_t *w)
     rn_direct_req_t q = {0};
     rn_direct_req_t *reqs[] = {&q};
     rn_direct_begin(w->direct, &q, "quick", true);
-    msg_t c, last, heard;
-    chunk_msg(&c, "quick", "z");
-    CHECK(rn_direct_chunk(w->direct, &q, &c));
+    msg_t last, heard;
+    CHECK(runner_says(w->direct, &q, "z"));
     last = done_msg("quick");
     CHECK(rn_direct_end(w->direct, &q, &last)); /* taken: it waits */
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
@@ -391,8 +387,7 @@ static void test_end_while_pending(world_t *w)
 
     /* No attach: after the wait, chunk then done through the scheduler. */
     rn_direct_begin(w->direct, &q, "lone", true);
-    chunk_msg(&c, "lone", "y");
-    CHECK(rn_direct_chunk(w->direct, &q, &c));
+    CHECK(runner_says(w->direct, &q, "y"));
     last = done_msg("lone");
     CHECK(rn_direct_end(w->direct, &q, &last));
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
@@ -519,9 +514,7 @@ static void test_lost_chunks(world_t *w)
     rn_direct_req_t q = {0};
     runner_read_attach(w, &q);
     rn_direct_begin(w->direct, &q, id, true);
-    msg_t c;
-    chunk_msg(&c, id, "only");
-    CHECK(rn_direct_chunk(w->direct, &q, &c));
+    CHECK(runner_says(w->direct, &q, "only"));
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
     sched_done(w, client, id, 2);
     msg_t last = done_msg(id);

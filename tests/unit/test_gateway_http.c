@@ -1289,6 +1289,17 @@ static void test_blobs(void)
     free(data);
 }
 
+/* A POST of body to path is refused for its size: 413 and the message. */
+static void expect_too_large(const char *path, const char *body, size_t len,
+                             const req_opts_t *o)
+{
+    resp_t r;
+    http_ex(&r, "POST", path, body, len, o);
+    CHECK_EQ_INT(r.status, 413);
+    CHECK_EQ_STR(error_of(r.body.data), "request body is larger than the 262144-byte limit");
+    resp_free(&r);
+}
+
 static void test_limits(void)
 {
     /* JSON bodies over the cap: 413, by Content-Length and chunked */
@@ -1299,19 +1310,10 @@ static void test_limits(void)
     body[big - 2] = '"';
     body[big - 1] = '}';
     body[big] = '\0';
-    resp_t r;
-    http_ex(&r, "POST", "/api/generate", body, big, NULL);
-    CHECK_EQ_INT(r.status, 413);
-    CHECK_EQ_STR(error_of(r.body.data),
-                 "request body is larger than the 262144-byte limit");
-    resp_free(&r);
+    expect_too_large("/api/generate", body, big, NULL);
     static const char *const chunked[] = {"Transfer-Encoding: chunked", NULL};
     req_opts_t o = {.headers = chunked};
-    http_ex(&r, "POST", "/api/chat", body, big, &o);
-    CHECK_EQ_INT(r.status, 413);
-    CHECK_EQ_STR(error_of(r.body.data),
-                 "request body is larger than the 262144-byte limit");
-    resp_free(&r);
+    expect_too_large("/api/chat", body, big, &o);
     free(body);
     /* Past the drain bound (4x the cap) the answer comes before the body
      * is read: a client that asks first (curl does past 1 MiB) gets it. */
@@ -1320,12 +1322,9 @@ static void test_limits(void)
     memset(body, ' ', big);
     static const char *const ask[] = {"Expect: 100-continue", NULL};
     req_opts_t oa = {.headers = ask};
-    http_ex(&r, "POST", "/api/generate", body, big, &oa);
-    CHECK_EQ_INT(r.status, 413);
-    CHECK_EQ_STR(error_of(r.body.data),
-                 "request body is larger than the 262144-byte limit");
-    resp_free(&r);
+    expect_too_large("/api/generate", body, big, &oa);
     free(body);
+    resp_t r;
     CHECK_EQ_INT(http(&r, "GET", "/", NULL), 200);
     resp_free(&r);
 }

@@ -36,6 +36,15 @@ static void fake_send(zsock_t *d, msg_t *m)
     bus_send(d, m, NULL);
 }
 
+static void fake_done(zsock_t *d, const char *id)
+{
+    msg_t m;
+    msg_init(&m, MSG_done, id);
+    m.u.done.done_reason = "stop";
+    m.u.done.has_done_reason = true;
+    fake_send(d, &m);
+}
+
 static void fake_chunk(zsock_t *d, const char *id, const char *text)
 {
     msg_t m;
@@ -188,11 +197,7 @@ static int fake_runner(const char *endpoint, const char *id, const char *direct)
                 fake_chunk(d, m.id, m.u.generate.has_direct && m.u.generate.direct
                                         ? "direct=yes"
                                         : "direct=no");
-                msg_t done;
-                msg_init(&done, MSG_done, m.id);
-                done.u.done.done_reason = "stop";
-                done.u.done.has_done_reason = true;
-                fake_send(d, &done);
+                fake_done(d, m.id);
                 msg_clear(&m);
                 continue;
             }
@@ -210,11 +215,7 @@ static int fake_runner(const char *endpoint, const char *id, const char *direct)
             }
             if (!strcmp(p, "plan")) {
                 fake_chunk(d, m.id, plan);
-                msg_t done;
-                msg_init(&done, MSG_done, m.id);
-                done.u.done.done_reason = "stop";
-                done.u.done.has_done_reason = true;
-                fake_send(d, &done);
+                fake_done(d, m.id);
                 msg_clear(&m);
                 continue;
             }
@@ -278,11 +279,7 @@ static int fake_runner(const char *endpoint, const char *id, const char *direct)
                     text[w] = 'x';
                     fake_chunk(d, m.id, text);
                 }
-                msg_t done;
-                msg_init(&done, MSG_done, m.id);
-                done.u.done.done_reason = "stop";
-                done.u.done.has_done_reason = true;
-                fake_send(d, &done);
+                fake_done(d, m.id);
                 msg_clear(&m);
                 continue;
             }
@@ -2085,6 +2082,19 @@ static void test_drain_no_rerun(void)
     env_stop(&e);
 }
 
+/* The client's next replies: one chunk of `text`, then done. */
+static void expect_answer(env_t *e, const char *text)
+{
+    msg_t m;
+    CHECK(client_recv(e, &m));
+    CHECK_EQ_INT(m.type, MSG_chunk);
+    CHECK_EQ_STR(m.type == MSG_chunk ? m.u.chunk.response : "", text);
+    msg_clear(&m);
+    CHECK(client_recv(e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    msg_clear(&m);
+}
+
 /* Direct replies (issue 18): a local runner is started with --direct, an
  * endpoint beside the front's; a generate that asks for direct replies
  * gets `route` with that endpoint before anything else, and its runner
@@ -2107,23 +2117,11 @@ static void test_direct_route(void)
                   strstr(m.u.route.endpoint, ".sock"),
               "route: %s", m.type == MSG_route ? m.u.route.endpoint : "none");
     msg_clear(&m);
-    CHECK(client_recv(&e, &m));
-    CHECK_EQ_INT(m.type, MSG_chunk);
-    CHECK_EQ_STR(m.type == MSG_chunk ? m.u.chunk.response : "", "direct=yes");
-    msg_clear(&m);
-    CHECK(client_recv(&e, &m));
-    CHECK_EQ_INT(m.type, MSG_done);
-    msg_clear(&m);
+    expect_answer(&e, "direct=yes");
 
     /* Not asked: no route, and the runner sees it unmarked. */
     send_generate(&e, "d2", "gamma", "direct?", NULL, 0);
-    CHECK(client_recv(&e, &m));
-    CHECK_EQ_INT(m.type, MSG_chunk);
-    CHECK_EQ_STR(m.type == MSG_chunk ? m.u.chunk.response : "", "direct=no");
-    msg_clear(&m);
-    CHECK(client_recv(&e, &m));
-    CHECK_EQ_INT(m.type, MSG_done);
-    msg_clear(&m);
+    expect_answer(&e, "direct=no");
 
     /* `started`, then a crash: the client gets the error, not a rerun
      * (which would answer done, the marker being there). */
@@ -2146,13 +2144,7 @@ static void test_direct_route(void)
     env_start(&e, 3, 16);
     next_direct_g = true;
     send_generate(&e, "d4", "gamma", "direct?", NULL, 0);
-    CHECK(client_recv(&e, &m));
-    CHECK_EQ_INT(m.type, MSG_chunk);
-    CHECK_EQ_STR(m.type == MSG_chunk ? m.u.chunk.response : "", "direct=no");
-    msg_clear(&m);
-    CHECK(client_recv(&e, &m));
-    CHECK_EQ_INT(m.type, MSG_done);
-    msg_clear(&m);
+    expect_answer(&e, "direct=no");
     env_stop(&e);
 }
 
