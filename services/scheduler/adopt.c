@@ -143,13 +143,22 @@ void sch_adopt_grace_begin(sch_server_t *s)
             s->orphans[s->n_orphans++] = (pid_t)pid;
     }
     closedir(d);
-    if (!s->n_orphans)
+    int nodes = sch_node_memo_read(s);
+    if (!s->n_orphans && !nodes)
         return;
     s->grace_start_ms = sch_now_ms(s);
     s->grace_until_ms = s->grace_start_ms + grace_ms(s);
-    cr_log_info("%d runners of a previous scheduler are alive; no model is "
-                "loaded for up to %.1f s while they say hello",
-                s->n_orphans, (double)grace_ms(s) / 1000);
+    if (s->n_orphans)
+        cr_log_info("%d runners of a previous scheduler are alive; no model "
+                    "is loaded for up to %.1f s while they say hello",
+                    s->n_orphans, (double)grace_ms(s) / 1000);
+    if (nodes) {
+        char names[512];
+        sch_node_memo_missing(s, names, sizeof names);
+        cr_log_info("nodes %s held runners before this scheduler started; no "
+                    "model is loaded for up to %.1f s while they join",
+                    names, (double)grace_ms(s) / 1000);
+    }
 }
 
 void sch_adopt_grace_node(sch_server_t *s, sch_node_t *nd, int64_t runners)
@@ -207,9 +216,12 @@ static bool node_grace(sch_server_t *s, int64_t now)
 bool sch_adopt_grace(sch_server_t *s)
 {
     int64_t now = sch_now_ms(s);
-    bool nodes = s->node_list && node_grace(s, now);
     if (!s->grace_until_ms)
-        return nodes;
+        return s->node_list && node_grace(s, now);
+    /* A node of the memo that joined is waited for by node_grace. */
+    char absent[512];
+    int nodes_absent = sch_node_memo_missing(s, absent, sizeof absent);
+    bool nodes = s->node_list && node_grace(s, now);
     int waiting = 0;
     for (int i = 0; i < s->n_orphans; i++) {
         bool adopted = false;
@@ -218,17 +230,23 @@ bool sch_adopt_grace(sch_server_t *s)
         if (!adopted && sch_pid_is_runner(s->orphans[i], s->cfg.runner_bin))
             waiting++;
     }
-    if (waiting && now < s->grace_until_ms)
+    if ((waiting || nodes_absent) && now < s->grace_until_ms)
         return true;
     if (waiting)
         cr_log_warn("adoption grace over after %.1f s: %d of %d runners of "
                     "the previous scheduler did not say hello",
                     (double)(now - s->grace_start_ms) / 1000, waiting,
                     s->n_orphans);
-    else
+    if (nodes_absent)
+        cr_log_warn("adoption grace over after %.1f s: nodes %s, which held "
+                    "runners before, did not join",
+                    (double)(now - s->grace_start_ms) / 1000, absent);
+    if (!waiting && !nodes_absent)
         cr_log_info("every runner of the previous scheduler is adopted or "
-                    "gone (%" PRId64 " ms)",
+                    "gone%s (%" PRId64 " ms)",
+                    s->n_memo_nodes ? ", every node of it joined" : "",
                     now - s->grace_start_ms);
     s->grace_until_ms = 0;
+    sch_node_memo_forget(s);
     return nodes;
 }

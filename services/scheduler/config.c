@@ -6,6 +6,7 @@
 #include "lib/env.h"
 #include "lib/size.h"
 #include "lib/log.h"
+#include "lib/runtime_dir.h"
 #include "services/scheduler/spawn.h"
 
 static int64_t env_duration_ms(const char *name, int64_t def, cr_err_t *err,
@@ -109,6 +110,12 @@ cr_status_t sch_config_from_env(sch_config_t *cfg, cr_err_t *err)
             return cr_err_set(err, CR_E_INVALID,
                               "CORRAL_NODES_ENDPOINT '%s' must be tcp://ADDR:PORT",
                               cfg->nodes_endpoint);
+        /* Beside the sockets: private to this user, kept across a
+         * restart of the scheduler (node_memo.c). */
+        char dir[4000];
+        if ((st = cr_runtime_dir(dir, sizeof dir, err)))
+            return st;
+        snprintf(cfg->node_memo, sizeof cfg->node_memo, "%s/scheduler-nodes", dir);
     }
     if ((st = cr_inventory_discover(&cfg->inventory, err)))
         return st;

@@ -1409,6 +1409,7 @@ static void run_timers(sch_server_t *s)
             rn->state_since_ms = now; /* once per grace period */
         }
     }
+    sch_node_memo_write(s);
     notify_loading(s, now);
     probe_clients(s, now);
     end_stale_cancels(s, now);
@@ -1593,6 +1594,7 @@ void sch_server_destroy(sch_server_t **self_p)
     sch_server_t *s = *self_p;
     for (runner_t *rn = s->runner_list; rn; rn = rn->next)
         runner_stop(s, rn, "scheduler shutting down");
+    sch_node_memo_remove(s); /* none of them is left to wait for */
     /* A node's runners got their shutdown through it; the node reaps them
      * (and kills what is left once it loses this scheduler). */
     runner_t *rnext;

@@ -67,6 +67,10 @@ typedef struct sch_config {
     char node_keys_dir[4096];  /* CORRAL_NODE_KEYS_DIR: admitted node keys */
     int64_t node_timeout_ms;   /* CORRAL_NODE_TIMEOUT: a silent node is lost
                                   after this; 0 = 10 s */
+    char node_memo[4096];      /* file naming the nodes that hold runners, so
+                                  a restart waits for them ("" = none;
+                                  <runtime dir>/scheduler-nodes when nodes
+                                  are on) */
     int64_t stream_buffer_bytes; /* CORRAL_STREAM_BUFFER: a request's
                                     replies a slow gateway client has not
                                     taken yet, beyond zmq's queues; over it

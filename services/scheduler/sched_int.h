@@ -24,6 +24,7 @@
 #define NODE_KEYS_CHECK_MS 1000 /* CORRAL_NODE_KEYS_DIR is looked at this often */
 #define TICK_MS 100               /* timer resolution of the loop */
 #define ORPHANS_MAX 256           /* runners of a previous scheduler tracked */
+#define NODE_MEMO_MAX 64          /* nodes a restarted scheduler waits for */
 #define FOREVER_MS INT64_MAX
 #define OUTBOX_RETRY_MS 5         /* poll timeout while replies wait */
 #define HOUSEKEEP_MS 5            /* most time between two housekeepings
@@ -155,6 +156,14 @@ struct sch_server {
      * lost): a late hello from one is told to exit, not adopted. */
     char gone_ids[ORPHANS_MAX][48];
     unsigned n_gone;
+    /* node_memo.c: the nodes that held runners when the previous scheduler
+     * last wrote cfg.node_memo (waited for during the grace), and what
+     * this one wrote there last. */
+    char memo_nodes[NODE_MEMO_MAX][64];
+    int n_memo_nodes;
+    char memo_written[NODE_MEMO_MAX * 65];
+    bool memo_known;  /* memo_written is what the file holds */
+    bool memo_failed; /* the last write failed (warned once) */
 };
 
 /* The options slot of a generate, chat, embed or tokenize request (their
@@ -275,6 +284,28 @@ void sch_adopt_grace_begin(sch_server_t *s);
  * request waits; the runner for its model may be about to say hello).
  * Logs its end. */
 bool sch_adopt_grace(sch_server_t *s);
+
+/* ---- node_memo.c ---- */
+
+/* At start: reads cfg.node_memo (no file, or no memo configured: none) into
+ * s->memo_nodes; lines that are not node names are skipped with a warning.
+ * Returns how many nodes it names. */
+int sch_node_memo_read(sch_server_t *s);
+
+/* How many nodes of the memo have not joined yet; their names, quoted and
+ * comma-separated, into names (cap bytes; cap 0: none). */
+int sch_node_memo_missing(const sch_server_t *s, char *names, size_t cap);
+
+/* The grace is over: the memo's nodes are no longer waited for. */
+void sch_node_memo_forget(sch_server_t *s);
+
+/* Writes the nodes that hold runners now to cfg.node_memo when that set
+ * changed since the last write (none: the file is removed). Not while the
+ * adoption grace lasts. A failure is warned once and retried next time. */
+void sch_node_memo_write(sch_server_t *s);
+
+/* A clean stop (every runner told to stop): the file goes. */
+void sch_node_memo_remove(sch_server_t *s);
 
 /* ---- load.c ---- */
 

@@ -40,7 +40,10 @@ cleanup() {
         ip netns del "$ns" 2>/dev/null
     done
     if [ "$FAILS" -ne 0 ]; then
-        for f in "$T"/serve.log "$T"/node.log "$T"/evil.log; do echo "---- $f"; tail -40 "$f"; done
+        # Not the access lines of the polling loops: what the services said.
+        for f in "$T"/serve.log "$T"/node.log "$T"/evil.log; do
+            echo "---- $f"; grep -v ' | GET /api/ps$' "$f" | tail -80
+        done
     fi
     rm -rf "$T"
 }
@@ -80,12 +83,14 @@ mode=$(stat -c %a "$T/keys/nodeb_secret")
 [ "$mode" = 600 ] && ok "secret key mode 0600" || fail "secret key mode $mode"
 mkdir -p "$T/admitted" && cp "$T/keys/nodeb" "$T/admitted/"
 
-# Host A: corral serve, no GPUs, nodes endpoint.
+# Host A: corral serve, no GPUs, nodes endpoint. After its scheduler's
+# restart it waits for nodeb's runner however slow the machine (the grace
+# ends when the runner is adopted; it bounds only a node that never comes).
 SERVE_PID=$(spawn "$NSA" "$T/serve.log" CORRAL_RUNTIME_DIR="$T/runA" CORRAL_MODELS="$T/models" \
     CORRAL_HOST="127.0.0.1:$PORT" CORRAL_GPU_INVENTORY=none \
     CORRAL_NODES_ENDPOINT="tcp://$IPA:$NPORT" \
     CORRAL_NODES_CERT="$T/keys/scheduler" CORRAL_NODE_KEYS_DIR="$T/admitted" \
-    CORRAL_NODE_TIMEOUT=2s CORRAL_DEBUG= \
+    CORRAL_NODE_TIMEOUT=2s CORRAL_ADOPT_GRACE=60s CORRAL_DEBUG= \
     "$BIN/corral" serve)
 up=0
 for i in $(seq 1 600); do # up to 60 s on a slow, loaded machine
@@ -216,6 +221,11 @@ await_ps() {
 before=$(brunners)
 loads=$(grep -c " loading mh" "$T/serve.log")
 old=$(sched_pid)
+# The node agent is frozen through the restart, so the chat below surely
+# comes before the node is back (before the memo, that race was lost now
+# and then in CI: the chat loaded mh on A and nodeb's runner was stopped
+# as a duplicate). Its runner lives on; it speaks through the agent.
+kill -STOP "$NODE_PID"
 kill -9 "$old"
 new=""
 for i in $(seq 1 3000); do # up to 30 s
@@ -236,11 +246,23 @@ for i in $(seq 1 600); do # up to 60 s
 done
 (sleep 0.1; http -X POST -d "$CHAT" "http://127.0.0.1:$PORT/api/chat" >"$T/late.out") &
 LATE_PID=$!
+# The node thaws once the chat waits in the scheduler's queue.
+for i in $(seq 1 600); do # up to 60 s
+    http "http://127.0.0.1:$PORT/metrics" | grep -q '^corral_scheduler_queue_depth [1-9]' && break
+    sleep 0.1
+done
+kill -CONT "$NODE_PID"
 listed=$(await_ps "$t1")
 [ -n "$listed" ] &&
     ok "node runner adopted: ps lists it ${listed} ms after the scheduler restart" ||
     fail "node runner not in ps within 60 s of the restart"
 wait "$LATE_PID"
+# The chat may have come before the node is back (a reconnect and a CURVE
+# handshake): the new scheduler read from the runtime dir that nodeb holds
+# runners, and waits for it instead of loading a second copy on A.
+grep -q "nodes 'nodeb' held runners before this scheduler started" "$T/serve.log" &&
+    ok "the new scheduler waits for nodeb (the runtime dir's memo)" ||
+    fail "the new scheduler did not know nodeb held runners"
 # Served by the adopted runner, not a second load: the next check.
 ld=$(grep -o '"load_duration":[0-9]*' "$T/late.out" | cut -d: -f2)
 grep -q '"done":true' "$T/late.out" && [ -n "$ld" ] &&

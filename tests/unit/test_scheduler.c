@@ -594,6 +594,7 @@ static void env_start(env_t *e, int max_loaded, int max_queue)
         snprintf(cfg.nodes_cert, sizeof cfg.nodes_cert, "%s", nodes_cert_g);
         snprintf(cfg.node_keys_dir, sizeof cfg.node_keys_dir, "%s",
                  node_keys_g);
+        snprintf(cfg.node_memo, sizeof cfg.node_memo, "%s/scheduler-nodes", e->dir);
         nodes_ep_g[0] = '\0';
     }
     if (hb_interval_g >= 0) {
@@ -1542,20 +1543,15 @@ static bool node_await(env_t *e, zsock_t *d, msg_type_t type, const char *to)
     return false;
 }
 
-/* A node's runners after a scheduler restart: the node joins saying it has
- * one runner; loads wait (grace) until that runner's hello, relayed by the
- * node, is adopted; the request goes to it. The same agent reconnecting
- * (new connection, same instance) keeps its runner; a restarted agent
- * (another instance) loses it, and that runner's later hello is answered
- * shutdown, not adopted. */
-static void test_node_adopt(void)
+/* The next env_start (in env_dir_g, made here when empty) gets a nodes
+ * endpoint on a free port, with keys: the scheduler's ("srv") and one
+ * admitted node's ("nd"). ep: the endpoint, for node_connect. */
+static void nodes_prepare(char *ep, size_t cap)
 {
-    if (!bus_curve_available()) {
-        printf("scheduler: node adoption skipped: no CURVE\n");
-        return;
+    if (!env_dir_g[0]) {
+        snprintf(env_dir_g, sizeof env_dir_g, "/tmp/corral-sched-XXXXXX");
+        CHECK(mkdtemp(env_dir_g) != NULL);
     }
-    snprintf(env_dir_g, sizeof env_dir_g, "/tmp/corral-sched-XXXXXX");
-    CHECK(mkdtemp(env_dir_g) != NULL);
     char keys[300], pub[500], dst[500];
     snprintf(keys, sizeof keys, "%s/keys", env_dir_g);
     snprintf(node_keys_g, sizeof node_keys_g, "%s/admitted", env_dir_g);
@@ -1579,9 +1575,12 @@ static void test_node_adopt(void)
      * running beside this one land). The probe is a plain socket: a ZMQ
      * socket's close finishes later in its I/O thread, so the scheduler's
      * bind right after it sometimes met "Address already in use". */
+    static int calls; /* each call its own first try: the last one's port
+                         may still be closing */
+    calls++;
     int port = -1;
     for (int i = 0; i < 50 && port < 0; i++) {
-        int p = 20000 + (int)((getpid() * 7919 + i * 131) % 12000);
+        int p = 20000 + (int)((getpid() * 7919 + (i + 50 * calls) * 131) % 12000);
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p),
                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -1592,8 +1591,23 @@ static void test_node_adopt(void)
     }
     CHECK(port > 0);
     snprintf(nodes_ep_g, sizeof nodes_ep_g, "tcp://127.0.0.1:%d", port);
+    snprintf(ep, cap, "%s", nodes_ep_g);
+}
+
+/* A node's runners after a scheduler restart: the node joins saying it has
+ * one runner; loads wait (grace) until that runner's hello, relayed by the
+ * node, is adopted; the request goes to it. The same agent reconnecting
+ * (new connection, same instance) keeps its runner; a restarted agent
+ * (another instance) loses it, and that runner's later hello is answered
+ * shutdown, not adopted. */
+static void test_node_adopt(void)
+{
+    if (!bus_curve_available()) {
+        printf("scheduler: node adoption skipped: no CURVE\n");
+        return;
+    }
     char ep[64];
-    snprintf(ep, sizeof ep, "%s", nodes_ep_g);
+    nodes_prepare(ep, sizeof ep);
     env_t e;
     env_start(&e, 3, 16);
     if (!e.sched) {
@@ -1639,6 +1653,113 @@ static void test_node_adopt(void)
     CHECK_EQ_INT(sch_server_runner_count(e.sched), 0);
     zsock_destroy(&d2);
     zsock_destroy(&d3);
+    env_stop(&e);
+}
+
+/* The file (up to 255 bytes) or "" when there is none. */
+static void file_text(const char *path, char *out, size_t cap)
+{
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}
+
+static void file_put(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        CHECK(fputs(text, f) >= 0);
+        fclose(f);
+    }
+}
+
+/* The memo of nodes holding runners (node_memo.c): written when a node's
+ * runner is adopted, removed by a clean stop. A scheduler that starts with
+ * one left by a crash holds loads back until the node it names joined and
+ * its runner said hello (a request sent before the node came back is
+ * served by that runner, no load), or until the grace is over, after
+ * which the file says what is true now (no node runner: no file). */
+static void test_node_memo(void)
+{
+    if (!bus_curve_available()) {
+        printf("scheduler: node memo skipped: no CURVE\n");
+        return;
+    }
+    char ep[64], dir[256], memo[400], text[256] = "";
+    nodes_prepare(ep, sizeof ep);
+    snprintf(dir, sizeof dir, "%s", env_dir_g);
+    snprintf(memo, sizeof memo, "%s/scheduler-nodes", dir);
+    env_t e;
+    env_start(&e, 3, 16);
+    zsock_t *d = node_connect(&e, ep);
+    node_hello(d, "inst-1", 1);
+    CHECK(node_await(&e, d, MSG_pong, ""));
+    node_runner_hello(d);
+    for (int i = 0; i < 200 && !text[0]; i++) {
+        pump(&e, 1);
+        file_text(memo, text, sizeof text);
+    }
+    CHECK_EQ_STR(text, "gpu1\n");
+    zsock_destroy(&d);
+    env_stop(&e);
+    CHECK_MSG(access(memo, F_OK) != 0, "a clean stop left %s", memo);
+
+    /* A crash left the memo (and a line that is no node's name). The
+     * request comes before the node is back: it waits for it. */
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(env_dir_g, sizeof env_dir_g, "%s", dir);
+    nodes_prepare(ep, sizeof ep);
+    file_put(memo, "gpu1\nnot a name\n");
+    env_start(&e, 3, 16);
+    send_generate(&e, "nm1", "alpha", "hi", NULL, 0);
+    pump(&e, 40);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0); /* no load */
+    CHECK_EQ_INT(sch_server_pending_count(e.sched), 1);
+    file_text(memo, text, sizeof text);
+    CHECK_EQ_STR(text, "gpu1\nnot a name\n"); /* kept while waiting */
+    d = node_connect(&e, ep);
+    node_hello(d, "inst-1", 1);
+    CHECK(node_await(&e, d, MSG_pong, ""));
+    pump(&e, 20);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0); /* its runner next */
+    node_runner_hello(d);
+    CHECK(node_await(&e, d, MSG_generate, "nr-1")); /* adopted, served */
+    msg_t m;
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_done);
+    msg_clear(&m);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
+    pump(&e, 20);
+    file_text(memo, text, sizeof text);
+    CHECK_EQ_STR(text, "gpu1\n"); /* what is true now */
+    zsock_destroy(&d);
+    env_stop(&e);
+
+    /* The node never comes back: loads wait one grace, then go on. */
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(env_dir_g, sizeof env_dir_g, "%s", dir);
+    nodes_prepare(ep, sizeof ep);
+    file_put(memo, "gpu1\n");
+    env_start(&e, 3, 16);
+    send_generate(&e, "nm2", "beta", "hi", NULL, 0);
+    pump(&e, 40);
+    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0);
+    clock_ms_g += 5000; /* the default grace: one heartbeat interval */
+    wait_runners(&e, 1);
+    bool done = false;
+    for (int i = 0; i < 8 && !done && client_recv(&e, &m); i++) {
+        done = m.type == MSG_done;
+        msg_clear(&m);
+    }
+    CHECK(done);
+    pump(&e, 20);
+    CHECK_MSG(access(memo, F_OK) != 0, "no node holds a runner, yet %s is there",
+              memo);
     env_stop(&e);
 }
 
@@ -2173,6 +2294,7 @@ int main(int argc, char **argv)
     test_adopt_after_restart();
     test_adopt_grace();
     test_node_adopt();
+    test_node_memo();
     test_real_gpu_cpu_runner();
     test_kv_cache_type();
     test_slow_reader();
