@@ -55,6 +55,7 @@ struct gw_call {
     msg_t held;           /* the last reply, waiting for side's chunks */
     bool holding;
     int64_t want_chunks;  /* held's direct_chunks */
+    bool direct_shown;    /* a direct chunk went to the caller in this use */
 };
 
 static int64_t mono_ms(void)
@@ -172,6 +173,7 @@ static gw_call_t *reuse(gw_call_t *c, const char *peer, int connect_timeout_ms)
     snprintf(c->peer, sizeof c->peer, "%s", peer ? peer : "peer");
     c->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 1;
     c->sent = c->clean = c->canceled = c->refused = false;
+    c->direct_shown = false;
     c->abort_checked_ms = 0;
     c->resend_ok = true;
     zframe_destroy(&c->unanswered);
@@ -467,6 +469,7 @@ static bool side_take(gw_call_t *c, msg_t *out)
     }
     answered(c->side);
     c->side_chunks++;
+    c->direct_shown = true;
     *out = m;
     return true;
 }
@@ -585,6 +588,18 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
             if (m.type == MSG_pong) {
                 msg_clear(&m);
                 continue;
+            }
+            /* Run again after its runner's text reached the client (the
+             * runner went away before the scheduler heard its `started`):
+             * the new run's text would repeat it. */
+            if (c->direct_shown && (m.type == MSG_route || m.type == MSG_chunk)) {
+                cr_log_warn("%s: the request was run again after its answer had begun; "
+                            "ended instead",
+                            c->id);
+                msg_clear(&m);
+                return cr_err_set(err, CR_E_UNAVAILABLE,
+                                  "model runner has unexpectedly stopped after it "
+                                  "began to answer");
             }
             if (m.type == MSG_route) {
                 side_open(c, m.u.route.endpoint);

@@ -502,6 +502,46 @@ static void test_slow_and_gone(world_t *w)
     rn_direct_destroy(&small, 0);
 }
 
+/* The scheduler runs a request again after its runner began to answer
+ * (the runner went away before the scheduler heard its `started`): the
+ * client already has direct text, so a new route, or a chunk through the
+ * scheduler, would repeat it. The gateway ends the request with an error
+ * instead, keeping what was shown. */
+static void test_rerun_after_output(world_t *w)
+{
+    for (int through_scheduler = 0; through_scheduler < 2; through_scheduler++) {
+        reader_t r;
+        char id[MSG_ID_MAX + 1];
+        zframe_t *client = NULL;
+        request(w, &r, id, &client, 1);
+        sched_route(w, client, id, direct_ep);
+        rn_direct_req_t q = {0};
+        runner_read_attach(w, &q);
+        rn_direct_begin(w->direct, &q, id, true);
+        CHECK(runner_says(w->direct, &q, "a"));
+        CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
+        pthread_join(r.th, NULL); /* "a" is shown */
+        expect_got(&r, "a");
+        r.max = 0;
+        pthread_create(&r.th, NULL, reader_main, &r);
+        if (through_scheduler) {
+            msg_t c;
+            chunk_msg(&c, id, "a");
+            sched_send(w, client, &c);
+        } else {
+            sched_route(w, client, id, direct_ep);
+        }
+        pthread_join(r.th, NULL);
+        CHECK_EQ_INT(r.st, CR_E_UNAVAILABLE);
+        CHECK_MSG(strstr(r.err, "after it began to answer") != NULL, "error: %s", r.err);
+        expect_got(&r, "a");
+        msg_t last = done_msg(id);
+        rn_direct_end(w->direct, &q, &last);
+        gw_call_destroy(&r.call);
+        zframe_destroy(&client);
+    }
+}
+
 /* The last reply counts chunks the runner's socket never delivers (the
  * runner went away with them): an error, not a short answer. */
 static void test_lost_chunks(world_t *w)
@@ -550,6 +590,7 @@ int main(void)
         test_no_attach_falls_back(&w);
         test_end_while_pending(&w);
         test_slow_and_gone(&w);
+        test_rerun_after_output(&w);
         test_lost_chunks(&w); /* last: closes the runner's socket */
     }
     rn_direct_destroy(&w.direct, 0);
