@@ -44,3 +44,26 @@ bool ovh_cpu_read(pid_t pid, ovh_cpu_t *out)
     closedir(d);
     return any;
 }
+
+bool ovh_huge_read(pid_t pid, ovh_huge_t *out)
+{
+    *out = (ovh_huge_t){0, 0, 0};
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/smaps_rollup", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[256];
+    int got = 0;
+    while (fgets(line, sizeof line, f)) {
+        long long v;
+        if (sscanf(line, "Rss: %lld kB", &v) == 1)
+            out->rss_kb = v, got++;
+        else if (sscanf(line, "AnonHugePages: %lld kB", &v) == 1)
+            out->anon_huge_kb = v, got++;
+        else if (sscanf(line, "FilePmdMapped: %lld kB", &v) == 1)
+            out->file_pmd_kb = v, got++;
+    }
+    fclose(f);
+    return got == 3;
+}

@@ -554,6 +554,14 @@ int main(int argc, char **argv)
     find_services(t.serve_pid, &sv);
     printf("bench-overhead: %s, %d threads, %d tokens, %d requests, %d rounds, server %s\n",
            o.model, o.threads, o.tokens, o.requests, o.rounds, t.host);
+    ovh_huge_t hr, he;
+    if (ovh_huge_read(sv.runner, &hr) && ovh_huge_read(getpid(), &he))
+        printf("huge pages: runner %.0f of %.0f MiB resident (anon %.0f, file %.0f); engine "
+               "alone (this process) %.0f of %.0f MiB (anon %.0f, file %.0f)\n",
+               (hr.anon_huge_kb + hr.file_pmd_kb) / 1024.0, hr.rss_kb / 1024.0,
+               hr.anon_huge_kb / 1024.0, hr.file_pmd_kb / 1024.0,
+               (he.anon_huge_kb + he.file_pmd_kb) / 1024.0, he.rss_kb / 1024.0,
+               he.anon_huge_kb / 1024.0, he.file_pmd_kb / 1024.0);
     round_t rs[BENCH_MEDIAN_MAX];
     for (int i = 0; i < o.rounds; i++) {
         if (!run_round(&o, &h, e, &sv, i % 2, &rs[i], scratch, scratch2))
