@@ -78,6 +78,7 @@ runner_t *sch_runner_adopt(sch_server_t *s, sch_node_t *node, const char *id,
     rn->state_since_ms = rn->last_used_ms = rn->last_seen_ms = sch_now_ms(s);
     rn->next = s->runner_list;
     s->runner_list = rn;
+    s->memo_stale = true;
     if (pid > 0 && rn->pid == 0)
         cr_log_warn("runner %s claims pid %d, which is not %s; it will not "
                     "be signalled",
@@ -124,6 +125,7 @@ static int64_t grace_ms(const sch_server_t *s)
 
 void sch_adopt_grace_begin(sch_server_t *s)
 {
+    s->memo_stale = true; /* what a crash left is rewritten after the grace */
     s->n_orphans = 0;
     s->grace_until_ms = 0;
     if (grace_ms(s) <= 0)
@@ -219,8 +221,7 @@ bool sch_adopt_grace(sch_server_t *s)
     if (!s->grace_until_ms)
         return s->node_list && node_grace(s, now);
     /* A node of the memo that joined is waited for by node_grace. */
-    char absent[512];
-    int nodes_absent = sch_node_memo_missing(s, absent, sizeof absent);
+    int nodes_absent = sch_node_memo_missing(s, NULL, 0);
     bool nodes = s->node_list && node_grace(s, now);
     int waiting = 0;
     for (int i = 0; i < s->n_orphans; i++) {
@@ -237,7 +238,8 @@ bool sch_adopt_grace(sch_server_t *s)
                     "the previous scheduler did not say hello",
                     (double)(now - s->grace_start_ms) / 1000, waiting,
                     s->n_orphans);
-    if (nodes_absent)
+    char absent[512];
+    if (nodes_absent && sch_node_memo_missing(s, absent, sizeof absent))
         cr_log_warn("adoption grace over after %.1f s: nodes %s, which held "
                     "runners before, did not join",
                     (double)(now - s->grace_start_ms) / 1000, absent);

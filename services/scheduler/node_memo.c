@@ -10,8 +10,9 @@
  * loaded on the scheduler's host, and the node's adopted runner was then
  * stopped as the duplicate). With the memo, the adoption grace also waits
  * for every node it names to join (whose node_hello then counts its
- * runners, adopt.c), at most the grace. The file is written when the set
- * changes, never while the grace still waits (a second crash then must
+ * runners, adopt.c), at most the grace. The file is written after the
+ * runner list changed (not per housekeeping: a node's relayed tokens run
+ * it once each), never while the grace still waits (a second crash then must
  * not forget the nodes), and removed by a clean stop, which stops every
  * runner. It does not decide anything on its own: a node it names that
  * never comes back costs one grace, once. */
@@ -92,6 +93,7 @@ int sch_node_memo_missing(const sch_server_t *s, char *names, size_t cap)
 void sch_node_memo_forget(sch_server_t *s)
 {
     s->n_memo_nodes = 0;
+    s->memo_stale = true; /* the file says what was: write what is */
 }
 
 /* "name\n" for each node with a runner, in node_list order. */
@@ -114,12 +116,11 @@ static void memo_text(const sch_server_t *s, char *out, size_t cap)
 
 void sch_node_memo_write(sch_server_t *s)
 {
-    if (!s->cfg.node_memo[0] || s->grace_until_ms)
+    if (!s->memo_stale || !s->cfg.node_memo[0] || s->grace_until_ms)
         return;
-    char text[sizeof s->memo_written];
+    s->memo_stale = false;
+    char text[NODE_MEMO_MAX * 65];
     memo_text(s, text, sizeof text);
-    if (s->memo_known && !strcmp(text, s->memo_written))
-        return;
     bool ok;
     if (!text[0]) {
         ok = unlink(s->cfg.node_memo) == 0 || errno == ENOENT;
@@ -134,17 +135,10 @@ void sch_node_memo_write(sch_server_t *s)
         if (!ok)
             unlink(tmp);
     }
-    if (!ok) {
-        if (!s->memo_failed)
-            cr_log_warn("cannot write %s: %s (a restart of this scheduler "
-                        "will not wait for its nodes)",
-                        s->cfg.node_memo, strerror(errno));
-        s->memo_failed = true;
-        return;
-    }
-    s->memo_failed = false;
-    s->memo_known = true;
-    snprintf(s->memo_written, sizeof s->memo_written, "%s", text);
+    if (!ok)
+        cr_log_warn("cannot write %s: %s (a restart of this scheduler may "
+                    "not wait for its nodes)",
+                    s->cfg.node_memo, strerror(errno));
 }
 
 void sch_node_memo_remove(sch_server_t *s)

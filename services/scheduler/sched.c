@@ -226,6 +226,7 @@ static void runner_free(sch_server_t *s, runner_t *rn)
             break;
         }
     }
+    s->memo_stale = true;
     msg_clear(&rn->resolved);
     free(rn);
 }
@@ -458,6 +459,7 @@ static runner_t *runner_start(sch_server_t *s, request_t *r,
     }
     rn->next = s->runner_list;
     s->runner_list = rn;
+    s->memo_stale = true;
     if (host)
         cr_log_info("loading %s in runner %s on node '%s': %s",
                     r->resolved.u.resolved.name, rn->id, host->name, where);

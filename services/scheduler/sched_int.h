@@ -157,13 +157,11 @@ struct sch_server {
     char gone_ids[ORPHANS_MAX][48];
     unsigned n_gone;
     /* node_memo.c: the nodes that held runners when the previous scheduler
-     * last wrote cfg.node_memo (waited for during the grace), and what
-     * this one wrote there last. */
+     * last wrote cfg.node_memo (waited for during the grace); and whether
+     * the runner list changed since this one last wrote it. */
     char memo_nodes[NODE_MEMO_MAX][64];
     int n_memo_nodes;
-    char memo_written[NODE_MEMO_MAX * 65];
-    bool memo_known;  /* memo_written is what the file holds */
-    bool memo_failed; /* the last write failed (warned once) */
+    bool memo_stale;
 };
 
 /* The options slot of a generate, chat, embed or tokenize request (their
@@ -299,9 +297,10 @@ int sch_node_memo_missing(const sch_server_t *s, char *names, size_t cap);
 /* The grace is over: the memo's nodes are no longer waited for. */
 void sch_node_memo_forget(sch_server_t *s);
 
-/* Writes the nodes that hold runners now to cfg.node_memo when that set
- * changed since the last write (none: the file is removed). Not while the
- * adoption grace lasts. A failure is warned once and retried next time. */
+/* Writes the nodes that hold runners now to cfg.node_memo (none: the file
+ * is removed) when s->memo_stale says the runner list changed: its
+ * callers set it where a runner is added or freed. Not while the adoption
+ * grace lasts. A failure is warned and waits for the next change. */
 void sch_node_memo_write(sch_server_t *s);
 
 /* A clean stop (every runner told to stop): the file goes. */

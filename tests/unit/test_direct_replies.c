@@ -200,6 +200,18 @@ static void runner_read_attach(world_t *w, rn_direct_req_t *q)
     rn_direct_read(w->direct, reqs, 1);
 }
 
+/* The scheduler routes request id to the runner, which reads the attach,
+ * begins q and says text directly (`started` to the scheduler first). */
+static void routed_says(world_t *w, zframe_t *client, const char *id, rn_direct_req_t *q,
+                        const char *text)
+{
+    sched_route(w, client, id, direct_ep);
+    runner_read_attach(w, q);
+    rn_direct_begin(w->direct, q, id, true);
+    CHECK(runner_says(w->direct, q, text));
+    CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
+}
+
 static void expect_got(const reader_t *r, const char *want)
 {
     /* want: the chunks' texts in order, then the last reply */
@@ -514,12 +526,8 @@ static void test_rerun_after_output(world_t *w)
         char id[MSG_ID_MAX + 1];
         zframe_t *client = NULL;
         request(w, &r, id, &client, 1);
-        sched_route(w, client, id, direct_ep);
         rn_direct_req_t q = {0};
-        runner_read_attach(w, &q);
-        rn_direct_begin(w->direct, &q, id, true);
-        CHECK(runner_says(w->direct, &q, "a"));
-        CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
+        routed_says(w, client, id, &q, "a");
         pthread_join(r.th, NULL); /* "a" is shown */
         expect_got(&r, "a");
         r.max = 0;
@@ -550,12 +558,8 @@ static void test_lost_chunks(world_t *w)
     char id[MSG_ID_MAX + 1];
     zframe_t *client = NULL;
     request(w, &r, id, &client, 0);
-    sched_route(w, client, id, direct_ep);
     rn_direct_req_t q = {0};
-    runner_read_attach(w, &q);
-    rn_direct_begin(w->direct, &q, id, true);
-    CHECK(runner_says(w->direct, &q, "only"));
-    CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
+    routed_says(w, client, id, &q, "only");
     sched_done(w, client, id, 2);
     msg_t last = done_msg(id);
     rn_direct_end(w->direct, &q, &last);

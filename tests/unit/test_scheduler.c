@@ -1394,6 +1394,25 @@ static int ps_count(env_t *e)
  * model saying hello later is drained and stopped; ps lists the model
  * once. A runner that never says hello holds loads back for one heartbeat
  * interval (the default grace), not longer. */
+/* A request for model that the adoption grace holds back: no runner is
+ * started until the grace (the default, one heartbeat interval) is over;
+ * then it loads and is answered. */
+static void expect_load_after_grace(env_t *e, const char *id, const char *model)
+{
+    send_generate(e, id, model, "hi", NULL, 0);
+    pump(e, 40);
+    CHECK_EQ_INT(sch_server_runner_count(e->sched), 0);
+    clock_ms_g += 5000; /* the default grace: one heartbeat interval */
+    wait_runners(e, 1);
+    bool done = false;
+    msg_t m;
+    for (int i = 0; i < 8 && !done && client_recv(e, &m); i++) {
+        done = m.type == MSG_done;
+        msg_clear(&m);
+    }
+    CHECK(done);
+}
+
 static void test_adopt_grace(void)
 {
     snprintf(env_dir_g, sizeof env_dir_g, "/tmp/corral-sched-XXXXXX");
@@ -1443,17 +1462,7 @@ static void test_adopt_grace(void)
     CHECK(mkdtemp(env_dir_g) != NULL);
     pid_t silent = spawn_orphan(env_dir_g, "adopt-3");
     env_start(&e, 3, 16);
-    send_generate(&e, "gr3", "beta", "hi", NULL, 0);
-    pump(&e, 40);
-    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0);
-    clock_ms_g += 5000; /* the default grace: one heartbeat interval */
-    wait_runners(&e, 1);
-    bool done = false;
-    for (int i = 0; i < 8 && !done && client_recv(&e, &m); i++) {
-        done = m.type == MSG_done;
-        msg_clear(&m);
-    }
-    CHECK(done);
+    expect_load_after_grace(&e, "gr3", "beta");
     kill(silent, SIGKILL);
     env_stop(&e);
 }
@@ -1668,14 +1677,34 @@ static void file_text(const char *path, char *out, size_t cap)
     fclose(f);
 }
 
-static void file_put(const char *path, const char *text)
+/* Pumps until the memo says want ("": there is none); false after ~2 s.
+ * got: what it said last. */
+static bool memo_await(env_t *e, const char *memo, const char *want, char *got, size_t cap)
 {
-    FILE *f = fopen(path, "w");
+    for (int i = 0; i < 400; i++) {
+        file_text(memo, got, cap);
+        if (!strcmp(got, want))
+            return true;
+        pump(e, 1);
+    }
+    return false;
+}
+
+/* A scheduler that restarts in dir after a crash that left `text` in its
+ * memo (the dir was removed with the last one's env: keys made again). */
+static void restart_after_crash(env_t *e, const char *dir, const char *memo, const char *text,
+                                char *ep, size_t cap)
+{
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(env_dir_g, sizeof env_dir_g, "%s", dir);
+    nodes_prepare(ep, cap);
+    FILE *f = fopen(memo, "w");
     CHECK(f != NULL);
     if (f) {
         CHECK(fputs(text, f) >= 0);
         fclose(f);
     }
+    env_start(e, 3, 16);
 }
 
 /* The memo of nodes holding runners (node_memo.c): written when a node's
@@ -1690,7 +1719,7 @@ static void test_node_memo(void)
         printf("scheduler: node memo skipped: no CURVE\n");
         return;
     }
-    char ep[64], dir[256], memo[400], text[256] = "";
+    char ep[64], dir[256], memo[400], text[256];
     nodes_prepare(ep, sizeof ep);
     snprintf(dir, sizeof dir, "%s", env_dir_g);
     snprintf(memo, sizeof memo, "%s/scheduler-nodes", dir);
@@ -1700,22 +1729,14 @@ static void test_node_memo(void)
     node_hello(d, "inst-1", 1);
     CHECK(node_await(&e, d, MSG_pong, ""));
     node_runner_hello(d);
-    for (int i = 0; i < 200 && !text[0]; i++) {
-        pump(&e, 1);
-        file_text(memo, text, sizeof text);
-    }
-    CHECK_EQ_STR(text, "gpu1\n");
+    CHECK_MSG(memo_await(&e, memo, "gpu1\n", text, sizeof text), "memo: '%s'", text);
     zsock_destroy(&d);
     env_stop(&e);
     CHECK_MSG(access(memo, F_OK) != 0, "a clean stop left %s", memo);
 
     /* A crash left the memo (and a line that is no node's name). The
      * request comes before the node is back: it waits for it. */
-    CHECK(mkdir(dir, 0700) == 0);
-    snprintf(env_dir_g, sizeof env_dir_g, "%s", dir);
-    nodes_prepare(ep, sizeof ep);
-    file_put(memo, "gpu1\nnot a name\n");
-    env_start(&e, 3, 16);
+    restart_after_crash(&e, dir, memo, "gpu1\nnot a name\n", ep, sizeof ep);
     send_generate(&e, "nm1", "alpha", "hi", NULL, 0);
     pump(&e, 40);
     CHECK_EQ_INT(sch_server_runner_count(e.sched), 0); /* no load */
@@ -1734,32 +1755,23 @@ static void test_node_memo(void)
     CHECK_EQ_INT(m.type, MSG_done);
     msg_clear(&m);
     CHECK_EQ_INT(sch_server_runner_count(e.sched), 1);
-    pump(&e, 20);
-    file_text(memo, text, sizeof text);
-    CHECK_EQ_STR(text, "gpu1\n"); /* what is true now */
+    /* what is true now */
+    CHECK_MSG(memo_await(&e, memo, "gpu1\n", text, sizeof text), "memo: '%s'", text);
+    /* Its runner exits: no node holds one, the file goes. */
+    msg_t gone;
+    msg_init(&gone, MSG_node_runner_exit, "");
+    gone.u.node_runner_exit.runner_id = "nr-1";
+    gone.u.node_runner_exit.has_runner_id = true;
+    CHECK_EQ_INT(bus_relay_send_msg(d, NULL, "", &gone, NULL), CR_OK);
+    CHECK_MSG(memo_await(&e, memo, "", text, sizeof text), "memo: '%s'", text);
     zsock_destroy(&d);
     env_stop(&e);
 
-    /* The node never comes back: loads wait one grace, then go on. */
-    CHECK(mkdir(dir, 0700) == 0);
-    snprintf(env_dir_g, sizeof env_dir_g, "%s", dir);
-    nodes_prepare(ep, sizeof ep);
-    file_put(memo, "gpu1\n");
-    env_start(&e, 3, 16);
-    send_generate(&e, "nm2", "beta", "hi", NULL, 0);
-    pump(&e, 40);
-    CHECK_EQ_INT(sch_server_runner_count(e.sched), 0);
-    clock_ms_g += 5000; /* the default grace: one heartbeat interval */
-    wait_runners(&e, 1);
-    bool done = false;
-    for (int i = 0; i < 8 && !done && client_recv(&e, &m); i++) {
-        done = m.type == MSG_done;
-        msg_clear(&m);
-    }
-    CHECK(done);
-    pump(&e, 20);
-    CHECK_MSG(access(memo, F_OK) != 0, "no node holds a runner, yet %s is there",
-              memo);
+    /* The node never comes back: loads wait one grace, then go on, and no
+     * node holds a runner: the file goes. */
+    restart_after_crash(&e, dir, memo, "gpu1\n", ep, sizeof ep);
+    expect_load_after_grace(&e, "nm2", "beta");
+    CHECK_MSG(memo_await(&e, memo, "", text, sizeof text), "memo: '%s'", text);
     env_stop(&e);
 }
 
