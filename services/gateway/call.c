@@ -223,17 +223,6 @@ static void call_disconnect(gw_call_t *c)
 
 static cr_status_t call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
                              int connect_timeout_ms, bool side_of, gw_call_t **out,
-                             cr_err_t *err);
-
-cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
-                         int connect_timeout_ms, gw_call_t **out,
-                         cr_err_t *err)
-{
-    return call_open(limit, endpoint, peer, connect_timeout_ms, false, out, err);
-}
-
-static cr_status_t call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
-                             int connect_timeout_ms, bool side_of, gw_call_t **out,
                              cr_err_t *err)
 {
     *out = NULL;
@@ -272,6 +261,13 @@ static cr_status_t call_open(gw_call_limit_t *limit, const char *endpoint, const
     }
     *out = c;
     return CR_OK;
+}
+
+cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
+                         int connect_timeout_ms, gw_call_t **out,
+                         cr_err_t *err)
+{
+    return call_open(limit, endpoint, peer, connect_timeout_ms, false, out, err);
 }
 
 const char *gw_call_id(const gw_call_t *c)
