@@ -4,6 +4,8 @@
 
 #include <errno.h>
 
+const char bus_poll_fd_token = 0;
+
 void bus_poll_init(bus_poll_t *p)
 {
     memset(p, 0, sizeof *p);
@@ -25,10 +27,21 @@ int bus_poll_add(bus_poll_t *p, zsock_t *sock)
     return 0;
 }
 
+int bus_poll_add_fd(bus_poll_t *p, int fd)
+{
+    if (p->n >= BUS_POLL_MAX || fd < 0)
+        return -1;
+    p->socks[p->n] = NULL;
+    p->fds[p->n] = (struct pollfd){.fd = fd, .events = POLLIN};
+    p->maybe[p->n] = false; /* poll() tells */
+    p->n++;
+    return 0;
+}
+
 void bus_poll_mark(bus_poll_t *p, zsock_t *sock)
 {
     for (int i = 0; i < p->n; i++)
-        if (!sock || p->socks[i] == sock)
+        if (p->socks[i] && (!sock || p->socks[i] == sock))
             p->maybe[i] = true;
 }
 
@@ -39,6 +52,11 @@ static zsock_t *first_ready(bus_poll_t *p)
     for (int i = 0; i < p->n; i++) {
         if (!p->maybe[i])
             continue;
+        if (!p->socks[i]) { /* a plain descriptor poll() found ready */
+            p->maybe[i] = false;
+            p->ready_fd = p->fds[i].fd;
+            return BUS_POLL_FD;
+        }
         if (zsock_events(p->socks[i]) & ZMQ_POLLIN)
             return p->socks[i];
         p->maybe[i] = false;

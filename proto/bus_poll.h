@@ -35,14 +35,21 @@
 #define BUS_POLL_MAX 8
 #define BUS_POLL_SWEEP_MS 100
 
+/* What bus_poll_wait returns for a plain descriptor (bus_poll_add_fd)
+ * that is readable or closed; p->ready_fd says which. Never a socket. */
+#define BUS_POLL_FD ((zsock_t *)&bus_poll_fd_token)
+extern const char bus_poll_fd_token;
+
 typedef struct bus_poll {
-    zsock_t *socks[BUS_POLL_MAX]; /* borrowed; outlive the poller */
+    zsock_t *socks[BUS_POLL_MAX]; /* borrowed; outlive the poller; NULL:
+                                      a plain descriptor */
     struct pollfd fds[BUS_POLL_MAX];
     bool maybe[BUS_POLL_MAX]; /* may hold a message: ask before sleeping */
     int n;
     int64_t swept_ms; /* zclock_mono() of the last sweep */
     bool nonstop;    /* keep waiting past zsys_interrupted (a drain) */
     bool terminated; /* the last wait ended on a signal or interruption */
+    int ready_fd;    /* the descriptor behind the last BUS_POLL_FD */
 } bus_poll_t;
 
 /* An empty poller. */
@@ -51,6 +58,12 @@ void bus_poll_init(bus_poll_t *p);
 /* Adds sock (borrowed; NULL is skipped). 0, or -1 when the poller is full
  * or the socket has no descriptor. */
 int bus_poll_add(bus_poll_t *p, zsock_t *sock);
+
+/* Adds a plain descriptor (borrowed; a socket of our own, proto/wire.h):
+ * a wait returns BUS_POLL_FD when poll() finds it readable or closed. Its
+ * owner reads it until it would block; nothing is asked before sleeping.
+ * 0, or -1 when the poller is full or fd < 0. */
+int bus_poll_add_fd(bus_poll_t *p, int fd);
 
 /* Marks sock (NULL: every socket) as one that may hold a message: the
  * next wait asks it first. After a send on it, or a read elsewhere that

@@ -10,12 +10,13 @@
 #include "lib/log.h"
 #include "proto/bus.h"
 #include "proto/bus_poll.h"
+#include "proto/wire.h"
 
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SEND_SLICE_MS 50
-#define SIDE_CONNECT_MS 200 /* a runner's direct socket is local: ipc */
 #define REFUSED_GRACE_MS 2000 /* how long a refused connect is retried */
 #define CANCEL_LINGER_MS 1000
 
@@ -43,14 +44,15 @@ struct gw_call {
      * restarting peer instead. So until the first message of this use
      * comes back, the last request is kept, and a drop sends it again,
      * once, on a new connection. */
-    bool side_of;        /* a direct side (not ZMQ_IMMEDIATE: see side_open) */
     bool resend_ok;      /* reused and nothing came back yet */
     zframe_t *unanswered; /* the last request, while resend_ok */
-    /* Direct replies (`route`): a call of our own id to the request's
-     * runner, whose chunks come on it; the last reply still comes from
-     * the scheduler, with how many chunks went direct, and is held here
-     * until they all came. */
-    gw_call_t *side;
+    /* Direct replies (`route`): a connection of the request's own to its
+     * runner's socket (proto/wire.h), whose chunks come on it; the last
+     * reply still comes from the scheduler, with how many chunks went
+     * direct, and is held here until they all came. */
+    int side_fd;          /* -1: none */
+    bus_wire_reader_t side_in;
+    bool side_ended;      /* the runner closed it: what came is still read */
     int64_t side_chunks;  /* chunks that came on side */
     msg_t held;           /* the last reply, waiting for side's chunks */
     bool holding;
@@ -135,14 +137,13 @@ int gw_call_limit_sweep(gw_call_limit_t *l, int64_t idle_ms)
     return kept;
 }
 
-/* The newest idle call to endpoint (a side or not), out of the pool;
- * NULL if none. */
-static gw_call_t *pool_take(gw_call_limit_t *l, const char *endpoint, bool side_of)
+/* The newest idle call to endpoint, out of the pool; NULL if none. */
+static gw_call_t *pool_take(gw_call_limit_t *l, const char *endpoint)
 {
     gw_call_t *c = NULL;
     pthread_mutex_lock(&l->pool_lock);
     for (int i = l->n_pool - 1; i >= 0; i--)
-        if (!strcmp(l->pool[i]->endpoint, endpoint) && l->pool[i]->side_of == side_of) {
+        if (!strcmp(l->pool[i]->endpoint, endpoint)) {
             c = l->pool[i];
             memmove(&l->pool[i], &l->pool[i + 1], (size_t)(l->n_pool - i - 1) * sizeof c);
             l->n_pool--;
@@ -189,7 +190,7 @@ static cr_status_t call_connect(gw_call_t *c, cr_err_t *err)
         return cr_err_set(err, CR_E_IO, "cannot create a socket for the %s",
                           c->peer);
     zsock_set_linger(c->sock, 0);
-    zsock_set_immediate(c->sock, c->side_of ? 0 : 1);
+    zsock_set_immediate(c->sock, 1);
     zsock_set_sndtimeo(c->sock, SEND_SLICE_MS);
 
     char mon_ep[80 + MSG_ID_MAX];
@@ -221,14 +222,14 @@ static void call_disconnect(gw_call_t *c)
     zsock_destroy(&c->sock);
 }
 
-static cr_status_t call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
-                             int connect_timeout_ms, bool side_of, gw_call_t **out,
-                             cr_err_t *err)
+cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
+                         int connect_timeout_ms, gw_call_t **out,
+                         cr_err_t *err)
 {
     *out = NULL;
     if (limit) {
         gw_call_t *idle;
-        while ((idle = pool_take(limit, endpoint, side_of))) {
+        while ((idle = pool_take(limit, endpoint))) {
             if ((*out = reuse(idle, peer, connect_timeout_ms))) {
                 atomic_fetch_add(&limit->reused, 1);
                 return CR_OK;
@@ -248,7 +249,8 @@ static cr_status_t call_open(gw_call_limit_t *limit, const char *endpoint, const
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     }
     c->limit = limit;
-    c->side_of = side_of;
+    c->side_fd = -1;
+    bus_wire_reader_init(&c->side_in);
     bus_new_id(c->id);
     snprintf(c->peer, sizeof c->peer, "%s", peer ? peer : "peer");
     snprintf(c->endpoint, sizeof c->endpoint, "%s", endpoint);
@@ -261,13 +263,6 @@ static cr_status_t call_open(gw_call_limit_t *limit, const char *endpoint, const
     }
     *out = c;
     return CR_OK;
-}
-
-cr_status_t gw_call_open(gw_call_limit_t *limit, const char *endpoint, const char *peer,
-                         int connect_timeout_ms, gw_call_t **out,
-                         cr_err_t *err)
-{
-    return call_open(limit, endpoint, peer, connect_timeout_ms, false, out, err);
 }
 
 const char *gw_call_id(const gw_call_t *c)
@@ -387,52 +382,51 @@ static void poll_rebuild(gw_call_t *c)
         return;
     bus_poll_add(&c->poll, c->sock);
     bus_poll_add(&c->poll, c->mon);
-    if (c->side) {
-        bus_poll_add(&c->poll, c->side->sock);
-        bus_poll_add(&c->poll, c->side->mon);
-    }
+    bus_poll_add_fd(&c->poll, c->side_fd);
 }
 
-/* Ends the direct side; one that delivered all it was asked for may serve
- * another request (its pool keeps it connected). */
-static void side_close(gw_call_t *c, bool clean)
+/* Ends the direct side. */
+static void side_close(gw_call_t *c)
 {
-    if (!c->side)
+    if (c->side_fd < 0)
         return;
-    c->side->clean = clean;
-    gw_call_destroy(&c->side);
+    close(c->side_fd);
+    c->side_fd = -1;
+    bus_wire_reader_free(&c->side_in);
     poll_rebuild(c);
 }
 
-/* `route`: connects (or takes from the pool) a call to the runner's
- * direct endpoint under this call's id and attaches. A runner that cannot
- * be reached sends through the scheduler after a while (runner/direct.h),
- * so a failure here only costs that wait. */
+/* `route`: connects to the runner's direct socket and attaches. A runner
+ * that cannot be reached sends through the scheduler after a while
+ * (runner/direct.h), so a failure here only costs that wait. */
 static void side_open(gw_call_t *c, const char *endpoint)
 {
-    side_close(c, false); /* a request run again on another runner */
+    side_close(c); /* a request run again on another runner */
     c->side_chunks = 0;
+    c->side_ended = false;
     cr_err_t err;
-    gw_call_t *side = NULL;
-    /* Not ZMQ_IMMEDIATE: with it libzmq drops what came in but was not
-     * read yet when the connection ends (it ends the pipe at once), and a
-     * runner that stops right after a stream (keep_alive 0) would take
-     * the stream's last chunks with it. Without it the attach is queued
-     * until the connection is up; a runner that cannot be reached sends
-     * through the scheduler after RN_ATTACH_WAIT_MS. */
-    if (call_open(c->limit, endpoint, "model runner", SIDE_CONNECT_MS, true, &side, &err)) {
-        cr_log_warn("%s: direct replies from %s: %s", c->id, endpoint, err.msg);
+    int fd;
+    if (bus_wire_connect(endpoint, &fd, &err)) {
+        cr_log_warn("%s: direct replies: %s", c->id, err.msg);
         return;
     }
-    memcpy(side->id, c->id, sizeof side->id);
+    /* A fresh socket takes a message this small whole. */
     msg_t m;
     msg_init(&m, MSG_attach, c->id);
-    if (gw_call_send(side, &m, &err)) {
+    cr_buf_t b;
+    cr_buf_init(&b, 4096);
+    cr_status_t st = bus_wire_encode(&m, &b, &err);
+    ssize_t n = st ? 0 : bus_wire_write(fd, b.data, b.len, NULL, 0);
+    if (!st && n != (ssize_t)b.len)
+        st = cr_err_set(&err, CR_E_IO, "the attach was not taken (%zd of %zu bytes: %s)", n,
+                        b.len, n < 0 ? strerror(errno) : "the socket is full");
+    cr_buf_free(&b);
+    if (st) {
         cr_log_warn("%s: attach at %s: %s", c->id, endpoint, err.msg);
-        gw_call_destroy(&side);
+        close(fd);
         return;
     }
-    c->side = side;
+    c->side_fd = fd;
     poll_rebuild(c);
 }
 
@@ -446,28 +440,41 @@ static int64_t direct_chunks(const msg_t *m)
     return -1;
 }
 
-/* A message on side: a chunk of ours is counted and returned (true). */
-static bool side_take(gw_call_t *c, msg_t *out)
+/* The next chunk of ours on side, counted (true); reads the socket when
+ * none is buffered and may_read. The runner closing it sets side_ended. */
+static bool side_take(gw_call_t *c, msg_t *out, bool may_read)
 {
-    msg_t m;
-    cr_err_t e;
-    cr_status_t st = bus_recv(c->side->sock, 0, &m, NULL, &e);
-    if (st == CR_E_TIMEOUT)
-        return false;
-    if (st) {
-        cr_log_warn("%s: bad direct reply: %s", c->id, e.msg);
-        return false;
+    for (;;) {
+        msg_t m;
+        cr_err_t e;
+        cr_status_t st = bus_wire_reader_next(&c->side_in, &m, &e);
+        if (st == CR_OK) {
+            if (strcmp(m.id, c->id) || m.type != MSG_chunk) {
+                cr_log_debug("%s: dropped a direct %s for %s", c->id, msg_type_name(m.type),
+                             m.id);
+                msg_clear(&m);
+                continue;
+            }
+            c->side_chunks++;
+            c->direct_shown = true;
+            *out = m;
+            return true;
+        }
+        if (st != CR_E_TIMEOUT) {
+            cr_log_warn("%s: bad direct reply: %s", c->id, e.msg);
+            if (st == CR_E_PROTO)
+                continue; /* that frame is skipped; the next may do */
+            c->side_ended = true; /* cannot be read on */
+            return false;
+        }
+        if (!may_read || c->side_ended)
+            return false;
+        bus_wire_fill_t r = bus_wire_reader_fill(&c->side_in, c->side_fd);
+        if (r == BUS_WIRE_EMPTY)
+            return false;
+        if (r == BUS_WIRE_EOF)
+            c->side_ended = true; /* what it holds is read first */
     }
-    if (strcmp(m.id, c->id) || m.type != MSG_chunk) {
-        cr_log_debug("%s: dropped a direct %s for %s", c->id, msg_type_name(m.type), m.id);
-        msg_clear(&m);
-        return false;
-    }
-    answered(c->side);
-    c->side_chunks++;
-    c->direct_shown = true;
-    *out = m;
-    return true;
 }
 
 /* The held last reply once every direct chunk it counts came. */
@@ -478,7 +485,7 @@ static bool release_held(gw_call_t *c, msg_t *out)
     *out = c->held;
     memset(&c->held, 0, sizeof c->held);
     c->holding = false;
-    side_close(c, c->side_chunks == c->want_chunks);
+    side_close(c);
     c->clean = true;
     return true;
 }
@@ -495,6 +502,14 @@ static bool should_abort(gw_call_t *c, const gw_wait_t *w, int64_t now)
     return w->abort_fn(w->abort_arg);
 }
 
+/* The last reply counts more direct chunks than came before the runner's
+ * connection ended. */
+static cr_status_t cut_short(cr_err_t *err)
+{
+    return cr_err_set(err, CR_E_UNAVAILABLE,
+                      "the model runner went away before the whole answer came");
+}
+
 cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
                          cr_err_t *err)
 {
@@ -505,44 +520,36 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
     for (;;) {
         if (release_held(c, out))
             return CR_OK;
-        if (c->side && c->side->dropped) {
-            /* What the runner sent before it went is still readable
-             * (libzmq delivers a pipe's messages before its end): take it
-             * all, then give the side up. Its last reply, if held, counts
-             * chunks that will never come; without one the scheduler says
-             * what happened to the runner. */
-            if (side_take(c, out)) {
+        if (c->side_fd >= 0) {
+            /* Chunks a read took beyond the one it returned go first,
+             * without sleeping. Once the runner closed the connection
+             * (its request ended, or it went away) and what came is
+             * taken, the side is done; a held last reply that counts more
+             * chunks than came is an answer cut short. */
+            if (side_take(c, out, false)) {
                 c->clean = !c->holding;
                 return CR_OK;
             }
-            side_close(c, false);
-            if (c->holding && c->side_chunks < c->want_chunks) {
-                msg_clear(&c->held);
-                c->holding = false;
-                return cr_err_set(err, CR_E_UNAVAILABLE,
-                                  "the model runner went away before the whole "
-                                  "answer came");
+            if (c->side_ended) {
+                side_close(c);
+                if (c->holding && c->side_chunks < c->want_chunks) {
+                    msg_clear(&c->held);
+                    c->holding = false;
+                    return cut_short(err);
+                }
+                continue;
             }
-            continue;
         }
         if (should_abort(c, w, mono_ms()))
             return cr_err_set(err, CR_E_CANCELED, "request canceled");
         /* bus_poll asks the DEALER first (it stays marked after a reply)
          * and the monitor only when its descriptor fires */
         zsock_t *which = bus_poll_wait(&c->poll, GW_CALL_SLICE_MS);
-        if (c->side && which == c->side->sock) {
-            if (side_take(c, out)) {
-                last = mono_ms();
-                pinged = false;
+        if (which == BUS_POLL_FD) {
+            if (side_take(c, out, true)) {
                 c->clean = !c->holding;
                 return CR_OK;
             }
-            continue;
-        }
-        if (c->side && which == c->side->mon) {
-            drain_monitor(c->side); /* a drop is handled at the top */
-            if (c->side->dropped)
-                cr_log_info("%s: the direct connection to the model runner dropped", c->id);
             continue;
         }
         if (which == c->mon) {
@@ -603,7 +610,7 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
                 continue;
             }
             int64_t want = direct_chunks(&m);
-            if (want > c->side_chunks && c->side) {
+            if (want > c->side_chunks && c->side_fd >= 0) {
                 /* its direct chunks are still on their way */
                 c->held = m;
                 c->holding = true;
@@ -611,12 +618,12 @@ cr_status_t gw_call_recv(gw_call_t *c, const gw_wait_t *w, msg_t *out,
                 continue;
             }
             if (want >= 0 && want > c->side_chunks) {
+                /* its connection ended (or never was) short of them */
                 msg_clear(&m);
-                return cr_err_set(err, CR_E_UNAVAILABLE,
-                                  "the model runner's direct replies were lost");
+                return cut_short(err);
             }
             if (want >= 0)
-                side_close(c, want == c->side_chunks);
+                side_close(c);
             *out = m;
             c->clean = true;
             return CR_OK;
@@ -712,7 +719,7 @@ void gw_call_cancel(gw_call_t *c)
 
 static void call_close(gw_call_t *c)
 {
-    side_close(c, false);
+    side_close(c);
     msg_clear(&c->held);
     c->holding = false;
     call_disconnect(c);
@@ -749,9 +756,9 @@ void gw_call_destroy(gw_call_t **self_p)
     gw_call_t *c = *self_p;
     *self_p = NULL;
     /* A side still open here was not finished with: not reused. */
-    if (c->side || c->holding)
+    if (c->side_fd >= 0 || c->holding)
         c->clean = false;
-    side_close(c, false);
+    side_close(c);
     msg_clear(&c->held);
     c->holding = false;
     if (!pool_put(c))

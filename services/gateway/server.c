@@ -135,11 +135,11 @@ cr_status_t gw_config_from_env(gw_config_t *cfg, cr_err_t *err)
 }
 
 /* Each connection holds its socket and, while it waits on the bus, its
- * calls' descriptors (call.h; room for two calls): the soft RLIMIT_NOFILE
- * (often 1024) is raised toward the hard one so max_connections can be
- * reached. */
+ * calls' descriptors (call.h; room for two calls) and a stream's direct
+ * connection to its runner: the soft RLIMIT_NOFILE (often 1024) is raised
+ * toward the hard one so max_connections can be reached. */
 #define CALLS_PER_CONNECTION 2
-#define FDS_PER_CONNECTION (1 + CALLS_PER_CONNECTION * GW_CALL_FDS)
+#define FDS_PER_CONNECTION (1 + CALLS_PER_CONNECTION * GW_CALL_FDS + 1)
 #define FDS_SPARE 64
 
 static void raise_fd_limit(unsigned max_connections)

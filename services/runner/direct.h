@@ -1,13 +1,19 @@
 /* direct.h: a runner's direct replies to gateways (see `route` in
  * proto/messages.def).
  *
- * The runner binds a ROUTER (--direct EP). A gateway whose request the
- * scheduler routed here connects a DEALER and says `attach` with the
- * request id; from then on that request's chunks go to that connection
- * through an outbox (never blocking the runner: a slow reader's chunks
- * wait in a per-request queue of at most CORRAL_STREAM_BUFFER bytes), and
- * not through the scheduler. Its done or error still goes through the
- * scheduler, carrying how many chunks went direct.
+ * The runner listens on a Unix socket of its own (--direct unix://PATH,
+ * proto/wire.h: no ZeroMQ, so no I/O thread wakes on either side for a
+ * token). A gateway whose request the scheduler routed here connects,
+ * one connection per request, and says `attach` with the request id; from
+ * then on that request's chunks are written to that connection by the
+ * runner's loop itself, not sent through the scheduler. A socket that
+ * cannot take a chunk (its HTTP client reads slower than the model
+ * writes) keeps it, and the ones after it, in the connection's queue of
+ * at most CORRAL_STREAM_BUFFER bytes, retried every RN_DIRECT_FLUSH_MS;
+ * past that the request ends. The request's done or error still goes
+ * through the scheduler, carrying how many chunks went direct. Once its
+ * request ended and its queue is written, the runner closes the
+ * connection: the gateway reads what came, then the end.
  *
  * A request that may go direct is pending until its attach comes (it may
  * come before the request itself: kept for a while). Its chunks wait
@@ -37,11 +43,14 @@ typedef enum rn_route {
     RN_ROUTE_ATTACHED, /* chunks go to the gateway's connection */
 } rn_route_t;
 
+typedef struct rn_conn rn_conn_t;
+
 /* One request's side of it (lives in the runner's slot record). */
 typedef struct rn_direct_req {
     char id[MSG_ID_MAX + 1];
     rn_route_t route;
-    zframe_t *client;   /* the gateway connection's identity (owned) */
+    rn_conn_t *conn;    /* the gateway's connection (the rn_direct_t's;
+                           kept open while a request holds it) */
     zlist_t *held;      /* encoded chunks waiting for the attach (owned) */
     int64_t since_ms;   /* when it became pending */
     int64_t chunks;     /* chunks given to the direct connection */
@@ -50,7 +59,7 @@ typedef struct rn_direct_req {
     bool over;          /* its queue passed the bound (a slow reader) */
 } rn_direct_req_t;
 
-/* Binds endpoint (a ROUTER with ROUTER_MANDATORY). to_sched (borrowed) is
+/* Listens on endpoint (unix://PATH). to_sched (borrowed) is
  * the runner's DEALER to the scheduler, for `started` and for chunks that
  * fall back. */
 cr_status_t rn_direct_new(const char *endpoint, zsock_t *to_sched, rn_direct_t **out,
@@ -58,7 +67,9 @@ cr_status_t rn_direct_new(const char *endpoint, zsock_t *to_sched, rn_direct_t *
 /* Gives what waits up to linger_ms to leave, then closes. */
 void rn_direct_destroy(rn_direct_t **self_p, int linger_ms);
 
-zsock_t *rn_direct_sock(const rn_direct_t *d);
+/* A descriptor that is readable when a connection or an attach came, or
+ * a gateway went away (the caller then calls rn_direct_read). */
+int rn_direct_fd(const rn_direct_t *d);
 const char *rn_direct_endpoint(const rn_direct_t *d);
 /* The per-request bound (CORRAL_STREAM_BUFFER, default 16 MiB). */
 int64_t rn_direct_max_bytes(const rn_direct_t *d);
@@ -80,15 +91,16 @@ bool rn_direct_chunk(rn_direct_t *d, rn_direct_req_t *q, const msg_t *m);
  * must not send it. q is free for another request after. */
 bool rn_direct_end(rn_direct_t *d, rn_direct_req_t *q, msg_t *last);
 
-/* Reads every waiting attach; finds each one's request among reqs[0..n)
- * (busy or not: the caller's records, pending ones only attach) and the
- * ended ones that wait for theirs. */
-void rn_direct_read(rn_direct_t *d, rn_direct_req_t *const *reqs, int n);
+/* Takes new connections and reads every waiting attach; finds each one's
+ * request among reqs[0..n) (busy or not: the caller's records, pending
+ * ones only attach) and the ended ones that wait for theirs. A closed
+ * connection marks its request gone. How many attaches were read. */
+int rn_direct_read(rn_direct_t *d, rn_direct_req_t *const *reqs, int n);
 
 /* Pending requests (running or ended) past RN_ATTACH_WAIT_MS fall back;
- * queues behind a full gateway are retried (one whose gateway is gone
- * marks its request gone). True while anything waits (the caller polls
- * every RN_DIRECT_FLUSH_MS). */
+ * queues behind a full socket are retried (one whose gateway is gone
+ * marks its request gone); connections done with are closed. True while
+ * anything waits (the caller polls every RN_DIRECT_FLUSH_MS). */
 bool rn_direct_tick(rn_direct_t *d, rn_direct_req_t *const *reqs, int n);
 
 #endif

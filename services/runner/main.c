@@ -51,7 +51,7 @@ static bool has(int argc, char **argv, const char *name)
 static int usage(void)
 {
     fprintf(stderr,
-            "usage: corral-runner serve --endpoint EP --id ID [--direct IPC_EP]\n"
+            "usage: corral-runner serve --endpoint EP --id ID [--direct unix://PATH]\n"
             "       corral-runner tokenize --model FILE [--no-bos] [--special]\n"
             "       corral-runner logits --model FILE --tokens \"ID ...\" "
             "--out FILE.f32 [--kv-cache-type f16|q8_0|q4_0]\n"

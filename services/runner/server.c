@@ -17,6 +17,7 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "proto/bus.h"
+#include "proto/bus_poll.h"
 #include "services/runner/direct.h"
 #include "services/runner/engine.h"
 
@@ -39,7 +40,7 @@
 struct rn_server {
     zsock_t *sock;
     zactor_t *monitor;    /* CONNECTED events of sock; NULL if unavailable */
-    zpoller_t *poller;    /* sock, monitor and direct */
+    bus_poll_t poll;      /* sock, monitor and direct's descriptor */
     rn_direct_t *direct;  /* direct replies to gateways; NULL: none */
     int connects;         /* CONNECTED events seen */
     char id[MSG_ID_MAX + 1];
@@ -641,9 +642,10 @@ cr_status_t rn_server_new(const char *endpoint, const char *runner_id, const cha
         if (rn_direct_new(direct, s->sock, &s->direct, &derr))
             cr_log_warn("no direct replies: %s", derr.msg);
     }
-    s->poller = zpoller_new(s->sock, NULL);
-    if (!s->poller || (s->monitor && zpoller_add(s->poller, s->monitor)) ||
-        (s->direct && zpoller_add(s->poller, rn_direct_sock(s->direct)))) {
+    bus_poll_init(&s->poll);
+    if (bus_poll_add(&s->poll, s->sock) ||
+        (s->monitor && bus_poll_add(&s->poll, zactor_sock(s->monitor))) ||
+        (s->direct && bus_poll_add_fd(&s->poll, rn_direct_fd(s->direct)))) {
         rn_server_destroy(&s);
         return cr_err_set(err, CR_E_NOMEM, "cannot create a poller");
     }
@@ -684,18 +686,21 @@ int rn_server_run(rn_server_t *s)
         cr_err_t err;
         /* Direct replies waiting behind a full gateway are retried soon. */
         bool waiting = s->direct && rn_direct_tick(s->direct, s->dqs, s->n_recs);
-        void *which = zpoller_wait(s->poller, waiting ? RN_DIRECT_FLUSH_MS : 1000);
-        if (s->monitor && which == s->monitor) {
+        /* Sends on sock (every reply) may have taken the command that
+         * would wake the poller for a message that came (bus_poll.h). */
+        bus_poll_mark(&s->poll, NULL);
+        zsock_t *which = bus_poll_wait(&s->poll, waiting ? RN_DIRECT_FLUSH_MS : 1000);
+        if (s->monitor && which == zactor_sock(s->monitor)) {
             on_monitor(s);
             continue;
         }
-        if (s->direct && which == rn_direct_sock(s->direct)) {
+        if (which == BUS_POLL_FD) {
             rn_direct_read(s->direct, s->dqs, s->n_recs);
             continue;
         }
         cr_status_t st = which ? bus_recv(s->sock, 0, &m, NULL, &err)
-                         : zpoller_terminated(s->poller) ? CR_E_CANCELED
-                                                          : CR_E_TIMEOUT;
+                         : s->poll.terminated ? CR_E_CANCELED
+                                              : CR_E_TIMEOUT;
         if (st == CR_E_TIMEOUT) {
             int64_t silent = mono_ms() - s->heard_ms;
             if (silent > s->orphan_ms) {
@@ -759,7 +764,6 @@ void rn_server_destroy(rn_server_t **self_p)
     free(s->recs);
     free(s->dqs);
     msg_clear(&s->load_msg);
-    zpoller_destroy(&s->poller);
     zactor_destroy(&s->monitor);
     zsock_destroy(&s->sock);
     free(s);

@@ -16,15 +16,16 @@
 #include <unistd.h>
 
 #include "lib/log.h"
+#include "proto/wire.h"
 #include "services/scheduler/options.h"
 #include "services/scheduler/spawn.h"
 
 void sch_runner_set_direct(const sch_server_t *s, runner_t *rn, const msg_hello_body_t *h)
 {
     rn->direct[0] = '\0';
-    /* Only a local runner: a gateway cannot reach a node's ipc socket. */
+    /* Only a local runner: a gateway cannot reach a node's socket. */
     if (!rn->node && s->cfg.direct_replies && h->has_direct && h->direct &&
-        !strncmp(h->direct, "ipc://", 6) && strlen(h->direct) < sizeof rn->direct)
+        bus_wire_path(h->direct) && strlen(h->direct) < sizeof rn->direct)
         snprintf(rn->direct, sizeof rn->direct, "%s", h->direct);
 }
 

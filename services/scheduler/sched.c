@@ -22,6 +22,7 @@
 #include "lib/model_name.h"
 #include "services/scheduler/options.h"
 #include "proto/outbox.h"
+#include "proto/wire.h"
 #include "services/scheduler/sched_int.h"
 #include "services/scheduler/spawn.h"
 
@@ -395,11 +396,11 @@ static void direct_endpoint(const sch_server_t *s, const char *runner_id, char *
     const char *slash = strrchr(front, '/');
     if (!s->cfg.direct_replies || strncmp(front, "ipc://", 6) || !slash || slash < front + 6)
         return;
+    /* proto/wire.h: a Unix socket of the runner's own, not ZeroMQ's */
     char ep[BUS_ENDPOINT_MAX];
-    int n = snprintf(ep, sizeof ep, "%.*srunner-%s.sock", (int)(slash + 1 - front), front,
-                     runner_id);
-    /* sun_path holds 107 bytes and a NUL; the endpoint adds "ipc://" */
-    if (n < 0 || (size_t)n >= cap || (size_t)n >= sizeof ep || n - 6 > 107)
+    int n = snprintf(ep, sizeof ep, "unix://%.*srunner-%s.sock", (int)(slash + 1 - front - 6),
+                     front + 6, runner_id);
+    if (n < 0 || (size_t)n >= cap || (size_t)n >= sizeof ep || !bus_wire_path(ep))
         return;
     memcpy(out, ep, (size_t)n + 1);
 }

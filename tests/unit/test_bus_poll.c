@@ -1,11 +1,13 @@
 /* test_bus_poll.c: bus_poll over inproc ROUTER/DEALER pairs: which socket
  * comes back and in what order, waking on a message sent from another
- * thread, the timeout's sweep, the mark a send needs, and interruption. */
+ * thread, the timeout's sweep, the mark a send needs, and interruption;
+ * and a plain descriptor beside them. */
 #include "lib/prelude.h"
 #include "proto/bus_poll.h"
 #include "tests/unit/check.h"
 
 #include <pthread.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* a ROUTER bound at ep and a DEALER connected to it, identity "d" */
@@ -225,6 +227,44 @@ static void test_interrupted(void)
     pair_close(&a);
 }
 
+/* A plain descriptor (a socketpair's end) comes back as BUS_POLL_FD when
+ * it has bytes or its peer closed, after the sockets added before it;
+ * never by the sweep or a mark alone. */
+static void test_plain_fd(void)
+{
+    pair_t a = {0};
+    CHECK(pair_open(&a, "inproc://fd-a"));
+    CHECK(introduce(&a));
+    int sv[2];
+    CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    bus_poll_t p;
+    bus_poll_init(&p);
+    CHECK_EQ_INT(bus_poll_add(&p, a.dealer), 0);
+    CHECK_EQ_INT(bus_poll_add_fd(&p, sv[0]), 0);
+    CHECK_EQ_INT(bus_poll_add_fd(&p, -1), -1);
+
+    /* quiet, through a sweep and a mark of every socket */
+    bus_poll_mark(&p, NULL);
+    CHECK(bus_poll_wait(&p, BUS_POLL_SWEEP_MS + 20) == NULL);
+
+    /* bytes on it and a message on the dealer: the dealer first */
+    CHECK_EQ_INT((int)write(sv[1], "x", 1), 1);
+    CHECK(to_dealer(&a, "m"));
+    CHECK(bus_poll_wait(&p, 1000) == a.dealer);
+    CHECK(dealer_got(&a, "m"));
+    CHECK(bus_poll_wait(&p, 1000) == BUS_POLL_FD);
+    CHECK_EQ_INT(p.ready_fd, sv[0]);
+    char c;
+    CHECK_EQ_INT((int)read(sv[0], &c, 1), 1);
+    CHECK(bus_poll_wait(&p, 20) == NULL); /* read: quiet again */
+
+    /* its peer closes: readable (the end) */
+    close(sv[1]);
+    CHECK(bus_poll_wait(&p, 1000) == BUS_POLL_FD);
+    close(sv[0]);
+    pair_close(&a);
+}
+
 int main(void)
 {
     zsys_handler_set(NULL); /* keep the default signal behaviour */
@@ -232,5 +272,6 @@ int main(void)
     test_wakes();
     test_send_needs_mark();
     test_interrupted();
+    test_plain_fd();
     return check_finish("test_bus_poll");
 }

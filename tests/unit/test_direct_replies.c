@@ -2,29 +2,37 @@
  * gateway (issue 18; `route` in proto/messages.def).
  *
  * The gateway's real call (services/gateway/call.c) and the runner's real
- * direct socket (services/runner/direct.c); the test plays the scheduler
- * on both sides: a ROUTER the call sends its request to, and a ROUTER the
- * runner's DEALER speaks to. What must hold:
+ * direct socket (services/runner/direct.c, a Unix socket: proto/wire.h);
+ * the test plays the scheduler on both sides: a ROUTER the call sends its
+ * request to, and a ROUTER the runner's DEALER speaks to. Where a check
+ * needs a gateway that misbehaves, it speaks to the runner's socket
+ * itself. What must hold:
  *   - a request's chunks held while its attach has not come go to the
  *     gateway, in order, once it comes; later ones go at once; the
  *     scheduler hears `started` before the first and no chunk;
  *   - an attach that comes before the request attaches it at its start;
  *   - the last reply, sent by the scheduler with direct_chunks before the
  *     chunks have come, reaches the caller after them;
- *   - the call and its side connection are reused by the next request;
+ *   - the call is reused by the next request; the runner closes a direct
+ *     connection once its request ended and what it wrote was taken;
  *   - no attach within RN_ATTACH_WAIT_MS, or a request that ends first:
  *     the held chunks go through the scheduler, in order;
  *   - a reader that stops reading ends its request past the bound; a
  *     gateway that goes away is noticed;
  *   - a last reply counting chunks the runner's socket never delivered
- *     ends the wait with an error, not with a short answer. */
+ *     ends the wait with an error, not with a short answer;
+ *   - bytes that are not an attach (a frame that does not decode, a length
+ *     past the limit) are answered by closing that connection only. */
 #include "lib/prelude.h"
 #include "proto/bus.h"
+#include "proto/wire.h"
 #include "services/gateway/call.h"
 #include "services/runner/direct.h"
 #include "tests/unit/check.h"
 
+#include <poll.h>
 #include <pthread.h>
+#include <unistd.h>
 
 static char dir_g[] = "/tmp/test-direct-XXXXXX";
 static char front_ep[300], runners_ep[300], direct_ep[300];
@@ -41,6 +49,79 @@ static bool readable(zsock_t *s, int ms)
 {
     zmq_pollitem_t it = {zsock_resolve(s), 0, ZMQ_POLLIN, 0};
     return zmq_poll(&it, 1, ms) == 1;
+}
+
+static bool fd_readable(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, ms) == 1;
+}
+
+/* ---- a gateway of the test's own on a runner's socket ---- */
+
+typedef struct fake_gw {
+    int fd;
+    bus_wire_reader_t in;
+} fake_gw_t;
+
+static void gw_dial(fake_gw_t *g, const char *ep)
+{
+    CHECK_EQ_INT(bus_wire_connect(ep, &g->fd, NULL), CR_OK);
+    bus_wire_reader_init(&g->in);
+}
+
+static void gw_write(fake_gw_t *g, const void *p, size_t n)
+{
+    CHECK_EQ_INT((int)bus_wire_write(g->fd, p, n, NULL, 0), (int)n);
+}
+
+static void gw_attach(fake_gw_t *g, const char *id)
+{
+    msg_t a;
+    msg_init(&a, MSG_attach, id);
+    cr_buf_t b;
+    cr_buf_init(&b, 4096);
+    CHECK_EQ_INT(bus_wire_encode(&a, &b, NULL), CR_OK);
+    gw_write(g, b.data, b.len);
+    cr_buf_free(&b);
+}
+
+/* The next message the runner wrote: 1, with *out; 0 when none came
+ * within ms; -1 when the runner closed the connection. */
+static int gw_next(fake_gw_t *g, int ms, msg_t *out)
+{
+    int64_t until = zclock_mono() + ms;
+    for (;;) {
+        cr_status_t st = bus_wire_reader_next(&g->in, out, NULL);
+        if (st == CR_OK)
+            return 1;
+        CHECK_EQ_INT(st, CR_E_TIMEOUT);
+        int left = (int)(until - zclock_mono());
+        if (left < 0 || !fd_readable(g->fd, left))
+            return 0;
+        if (bus_wire_reader_fill(&g->in, g->fd) == BUS_WIRE_EOF)
+            return bus_wire_reader_next(&g->in, out, NULL) == CR_OK ? 1 : -1;
+    }
+}
+
+static void gw_hangup(fake_gw_t *g)
+{
+    close(g->fd);
+    bus_wire_reader_free(&g->in);
+}
+
+/* The runner reads its socket until n attaches came (a connection may be
+ * taken before its attach is written). */
+static void runner_read_attaches(rn_direct_t *d, rn_direct_req_t *const *reqs, int n_reqs,
+                                 int n)
+{
+    int64_t until = zclock_mono() + 2000;
+    int got = 0;
+    while (got < n && zclock_mono() < until) {
+        fd_readable(rn_direct_fd(d), 100);
+        got += rn_direct_read(d, reqs, n_reqs);
+    }
+    CHECK_MSG(got == n, "%d of %d attaches came", got, n);
 }
 
 static void chunk_msg(msg_t *m, const char *id, const char *text)
@@ -192,12 +273,11 @@ static msg_t done_msg(const char *id)
     return m;
 }
 
-/* The runner reads its direct socket once an attach is there. */
+/* The runner reads its direct socket until an attach came. */
 static void runner_read_attach(world_t *w, rn_direct_req_t *q)
 {
-    CHECK_MSG(readable(rn_direct_sock(w->direct), 2000), "no attach came");
     rn_direct_req_t *reqs[] = {q};
-    rn_direct_read(w->direct, reqs, 1);
+    runner_read_attaches(w->direct, reqs, 1, 1);
 }
 
 /* The scheduler routes request id to the runner, which reads the attach,
@@ -291,7 +371,7 @@ static void test_pending_then_attach(world_t *w)
 }
 
 /* The attach comes before the request: kept, and the request attached at
- * its start. The call and its side connection come from the pool. */
+ * its start. The call comes from the pool. */
 static void test_early_attach(world_t *w)
 {
     long reused = atomic_load(&w->limit.reused);
@@ -313,7 +393,7 @@ static void test_early_attach(world_t *w)
     pthread_join(r.th, NULL);
     CHECK_MSG(r.st == CR_OK, "wait: %s", r.err);
     expect_got(&r, "x done");
-    CHECK_EQ_INT(atomic_load(&w->limit.reused) - reused, 2); /* the call and its side */
+    CHECK_EQ_INT(atomic_load(&w->limit.reused) - reused, 1);
     gw_call_destroy(&r.call);
     zframe_destroy(&client);
 }
@@ -328,7 +408,7 @@ static void test_no_attach_falls_back(world_t *w)
     zframe_t *client = NULL;
     request(w, &r, id, &client, 0);
     char nowhere[400];
-    snprintf(nowhere, sizeof nowhere, "ipc://%s/nobody.sock", dir_g);
+    snprintf(nowhere, sizeof nowhere, "unix://%s/nobody.sock", dir_g);
     sched_route(w, client, id, nowhere);
     rn_direct_req_t q = {0};
     rn_direct_req_t *reqs[] = {&q};
@@ -381,16 +461,18 @@ static void test_end_while_pending(world_t *w)
     CHECK(rn_direct_end(w->direct, &q, &last)); /* taken: it waits */
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
     CHECK_EQ_INT(sched_heard(w, 50, NULL, 0), MSG_ping); /* nothing yet */
-    zsock_t *gw = zsock_new_dealer(direct_ep);
-    msg_t a;
-    msg_init(&a, MSG_attach, "quick");
-    CHECK_EQ_INT(bus_send(gw, &a, NULL), CR_OK);
+    fake_gw_t gw;
+    gw_dial(&gw, direct_ep);
+    gw_attach(&gw, "quick");
     runner_read_attach(w, &q);
-    /* the chunk on the attached connection, the done (1 direct) after */
+    /* the chunk on the attached connection, then its end; the done (1
+     * direct) to the scheduler */
     msg_t got;
-    CHECK_EQ_INT(bus_recv(gw, 2000, &got, NULL, NULL), CR_OK);
+    CHECK_EQ_INT(gw_next(&gw, 2000, &got), 1);
     CHECK_EQ_STR(got.type == MSG_chunk ? got.u.chunk.response : "", "z");
     msg_clear(&got);
+    CHECK_EQ_INT(gw_next(&gw, 2000, &got), -1);
+    gw_hangup(&gw);
     CHECK(sched_heard_msg(w, 2000, &heard));
     CHECK_EQ_INT(heard.type, MSG_done);
     CHECK(heard.u.done.has_direct_chunks && heard.u.done.direct_chunks == 1);
@@ -416,10 +498,13 @@ static void test_end_while_pending(world_t *w)
     CHECK(!heard.u.done.has_direct_chunks);
     msg_clear(&heard);
 
-    /* Its late attach is dropped, not kept for a later request. */
-    msg_init(&a, MSG_attach, "lone");
-    CHECK_EQ_INT(bus_send(gw, &a, NULL), CR_OK);
+    /* Its late attach is dropped, not kept for a later request: the
+     * runner closes that connection. */
+    gw_dial(&gw, direct_ep);
+    gw_attach(&gw, "lone");
     runner_read_attach(w, &q);
+    CHECK_EQ_INT(gw_next(&gw, 2000, &got), -1);
+    gw_hangup(&gw);
     rn_direct_begin(w->direct, &q, "lone", true);
     CHECK_EQ_INT(q.route, RN_ROUTE_PENDING);
     rn_direct_begin(w->direct, &q, "none", false); /* q, for the next check */
@@ -428,7 +513,7 @@ static void test_end_while_pending(world_t *w)
      * runner of its own: the shared one's pooled gateway connections
      * would see it go, and no endpoint is ever bound twice.) */
     char ep[400];
-    snprintf(ep, sizeof ep, "ipc://%s/runner-exit.sock", dir_g);
+    snprintf(ep, sizeof ep, "unix://%s/runner-exit.sock", dir_g);
     rn_direct_t *exiting = NULL;
     cr_err_t err;
     CHECK_EQ_INT(rn_direct_new(ep, w->to_sched, &exiting, &err), CR_OK);
@@ -442,16 +527,17 @@ static void test_end_while_pending(world_t *w)
         CHECK_EQ_STR(heard.id, "at-exit");
         msg_clear(&heard);
     }
-    zsock_destroy(&gw);
 }
 
 /* A reader that attached and stopped reading: its queue passes a small
- * bound and the request must end (q.over). One that went away: q.gone. */
+ * bound and the request must end (q.over); what was counted still reaches
+ * it, whole and in order, once it reads, and then the connection closes.
+ * One that went away: q.gone, seen by a send or by the read alone. */
 static void test_slow_and_gone(world_t *w)
 {
     setenv("CORRAL_STREAM_BUFFER", "64KiB", 1);
     char ep[400];
-    snprintf(ep, sizeof ep, "ipc://%s/runner-small.sock", dir_g);
+    snprintf(ep, sizeof ep, "unix://%s/runner-small.sock", dir_g);
     rn_direct_t *small = NULL;
     cr_err_t err;
     CHECK_EQ_INT(rn_direct_new(ep, w->to_sched, &small, &err), CR_OK);
@@ -459,19 +545,15 @@ static void test_slow_and_gone(world_t *w)
     if (!small)
         return;
     CHECK_EQ_INT(rn_direct_max_bytes(small), 64 << 10);
-    /* The reader's queue is small; the runner's is zmq's 1,000 messages
-     * (its socket was bound before), then the outbox's 16 chunks. */
-    zsock_t *gw = zsock_new(ZMQ_DEALER);
-    zsock_set_rcvhwm(gw, 4);
-    CHECK_EQ_INT(zsock_connect(gw, "%s", ep), 0);
-    msg_t a;
-    msg_init(&a, MSG_attach, "slow");
-    CHECK_EQ_INT(bus_send(gw, &a, NULL), CR_OK);
+    /* The socket takes what its buffer holds (about 200 KiB), then the
+     * runner's queue its 64 KiB. */
+    fake_gw_t gw;
+    gw_dial(&gw, ep);
+    gw_attach(&gw, "slow");
     rn_direct_req_t q = {0};
     rn_direct_req_t *reqs[] = {&q};
     rn_direct_begin(small, &q, "slow", true);
-    CHECK_MSG(readable(rn_direct_sock(small), 2000), "no attach came");
-    rn_direct_read(small, reqs, 1);
+    runner_read_attaches(small, reqs, 1, 1);
     CHECK_EQ_INT(q.route, RN_ROUTE_ATTACHED);
     static char big[4096];
     memset(big, 'w', sizeof big - 1);
@@ -488,30 +570,128 @@ static void test_slow_and_gone(world_t *w)
     CHECK(!rn_direct_end(small, &q, &last));
     CHECK_EQ_INT(last.u.done.direct_chunks, sent);
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
-
-    /* Gone: the reader's connection closes; sends and retries see it. */
-    rn_direct_begin(small, &q, "gone", true);
-    msg_init(&a, MSG_attach, "gone");
-    zsock_t *gw2 = zsock_new_dealer(ep);
-    CHECK_EQ_INT(bus_send(gw2, &a, NULL), CR_OK);
-    CHECK_MSG(readable(rn_direct_sock(small), 2000), "no attach came");
-    rn_direct_read(small, reqs, 1);
-    CHECK_EQ_INT(q.route, RN_ROUTE_ATTACHED);
-    zsock_destroy(&gw2);
-    chunk_msg(&c, "gone", "g");
+    /* It reads now: every counted chunk, whole, then the end. */
+    int got = 0, r;
+    bool whole = true;
+    msg_t m;
     int64_t t0 = zclock_mono();
-    while (!q.gone && zclock_mono() - t0 < 5000) {
-        rn_direct_chunk(small, &q, &c);
+    do {
         rn_direct_tick(small, reqs, 1);
-        zclock_sleep(RN_DIRECT_FLUSH_MS);
-    }
-    CHECK(q.gone);
+        r = gw_next(&gw, 50, &m);
+        if (r == 1) {
+            got++;
+            whole &= m.type == MSG_chunk && !strcmp(m.id, "slow") && m.u.chunk.response &&
+                     strlen(m.u.chunk.response) == sizeof big - 1;
+            msg_clear(&m);
+        }
+    } while (r >= 0 && zclock_mono() - t0 < 10000);
+    CHECK_EQ_INT(r, -1);
+    CHECK_EQ_INT(got, sent);
+    CHECK(whole);
+    gw_hangup(&gw);
+
+    /* Gone: the reader's connection closes; a send sees it. */
+    rn_direct_begin(small, &q, "gone", true);
+    gw_dial(&gw, ep);
+    gw_attach(&gw, "gone");
+    runner_read_attaches(small, reqs, 1, 1);
+    CHECK_EQ_INT(q.route, RN_ROUTE_ATTACHED);
+    gw_hangup(&gw);
+    chunk_msg(&c, "gone", "g");
     CHECK(!rn_direct_chunk(small, &q, &c));
+    CHECK(q.gone);
     last = done_msg("gone");
     rn_direct_end(small, &q, &last);
     CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
-    zsock_destroy(&gw);
+
+    /* Gone while it says nothing (a long prompt): the read sees it. */
+    rn_direct_begin(small, &q, "quiet", true);
+    gw_dial(&gw, ep);
+    gw_attach(&gw, "quiet");
+    runner_read_attaches(small, reqs, 1, 1);
+    gw_hangup(&gw);
+    t0 = zclock_mono();
+    while (!q.gone && zclock_mono() - t0 < 5000) {
+        fd_readable(rn_direct_fd(small), 100);
+        rn_direct_read(small, reqs, 1);
+    }
+    CHECK(q.gone);
+    last = done_msg("quiet");
+    rn_direct_end(small, &q, &last);
     rn_direct_destroy(&small, 0);
+}
+
+/* The runner takes a connection before its attach is written (a gateway
+ * connects, then writes): it keeps it for the attach, and the chunks go
+ * on it. */
+static void test_accept_before_attach(world_t *w)
+{
+    rn_direct_req_t q = {0};
+    rn_direct_req_t *reqs[] = {&q};
+    rn_direct_begin(w->direct, &q, "slow-writer", true);
+    fake_gw_t gw;
+    gw_dial(&gw, direct_ep);
+    CHECK(fd_readable(rn_direct_fd(w->direct), 2000));
+    CHECK_EQ_INT(rn_direct_read(w->direct, reqs, 1), 0); /* taken; nothing said yet */
+    rn_direct_tick(w->direct, reqs, 1);
+    gw_attach(&gw, "slow-writer");
+    runner_read_attaches(w->direct, reqs, 1, 1);
+    CHECK_EQ_INT(q.route, RN_ROUTE_ATTACHED);
+    CHECK(runner_says(w->direct, &q, "s"));
+    CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
+    msg_t m;
+    CHECK_EQ_INT(gw_next(&gw, 2000, &m), 1);
+    CHECK_EQ_STR(m.type == MSG_chunk ? m.u.chunk.response : "", "s");
+    msg_clear(&m);
+    msg_t last = done_msg("slow-writer");
+    CHECK(!rn_direct_end(w->direct, &q, &last));
+    CHECK_EQ_INT(last.u.done.direct_chunks, 1);
+    CHECK_EQ_INT(gw_next(&gw, 2000, &m), -1);
+    gw_hangup(&gw);
+}
+
+/* Bytes that are not an attach: a frame that does not decode is skipped
+ * (the attach after it still counts); a length past the limit closes that
+ * connection, and the socket serves the next one. */
+static void test_hostile_bytes(world_t *w)
+{
+    rn_direct_req_t q = {0};
+    rn_direct_req_t *reqs[] = {&q};
+    rn_direct_begin(w->direct, &q, "after-junk", true);
+    fake_gw_t gw;
+    gw_dial(&gw, direct_ep);
+    static const uint8_t junk[] = {5, 0, 0, 0, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1};
+    gw_write(&gw, junk, sizeof junk);
+    gw_attach(&gw, "after-junk");
+    runner_read_attaches(w->direct, reqs, 1, 1);
+    CHECK_EQ_INT(q.route, RN_ROUTE_ATTACHED);
+    msg_t last = done_msg("after-junk");
+    rn_direct_end(w->direct, &q, &last);
+    msg_t m;
+    CHECK_EQ_INT(gw_next(&gw, 2000, &m), -1); /* ended: closed */
+    gw_hangup(&gw);
+
+    rn_direct_begin(w->direct, &q, "huge", true);
+    gw_dial(&gw, direct_ep);
+    static const uint8_t huge[] = {0xff, 0xff, 0xff, 0x7f, 1, 2, 3};
+    gw_write(&gw, huge, sizeof huge);
+    int64_t t0 = zclock_mono();
+    int r = 0;
+    while (r == 0 && zclock_mono() - t0 < 5000) {
+        fd_readable(rn_direct_fd(w->direct), 100);
+        rn_direct_read(w->direct, reqs, 1);
+        r = gw_next(&gw, 10, &m);
+    }
+    CHECK_EQ_INT(r, -1);
+    gw_hangup(&gw);
+    CHECK_EQ_INT(q.route, RN_ROUTE_PENDING);
+    gw_dial(&gw, direct_ep);
+    gw_attach(&gw, "huge");
+    runner_read_attaches(w->direct, reqs, 1, 1);
+    CHECK_EQ_INT(q.route, RN_ROUTE_ATTACHED);
+    last = done_msg("huge");
+    rn_direct_end(w->direct, &q, &last);
+    gw_hangup(&gw);
 }
 
 /* The scheduler runs a request again after its runner began to answer
@@ -577,7 +757,7 @@ int main(void)
     CHECK(mkdtemp(dir_g) != NULL);
     snprintf(front_ep, sizeof front_ep, "ipc://%s/scheduler.sock", dir_g);
     snprintf(runners_ep, sizeof runners_ep, "ipc://%s/runners.sock", dir_g);
-    snprintf(direct_ep, sizeof direct_ep, "ipc://%s/runner-rn1.sock", dir_g);
+    snprintf(direct_ep, sizeof direct_ep, "unix://%s/runner-rn1.sock", dir_g);
     world_t w = {0};
     gw_call_limit_init(&w.limit, 64);
     w.front = zsock_new_router(front_ep);
@@ -594,6 +774,8 @@ int main(void)
         test_no_attach_falls_back(&w);
         test_end_while_pending(&w);
         test_slow_and_gone(&w);
+        test_accept_before_attach(&w);
+        test_hostile_bytes(&w);
         test_rerun_after_output(&w);
         test_lost_chunks(&w); /* last: closes the runner's socket */
     }

@@ -2245,7 +2245,7 @@ static void test_direct_route(void)
     CHECK(client_recv(&e, &m));
     CHECK_EQ_INT(m.type, MSG_route);
     char want[400];
-    snprintf(want, sizeof want, "ipc://%s/runner-", e.dir);
+    snprintf(want, sizeof want, "unix://%s/runner-", e.dir);
     CHECK_MSG(m.type == MSG_route && !strncmp(m.u.route.endpoint, want, strlen(want)) &&
                   strstr(m.u.route.endpoint, ".sock"),
               "route: %s", m.type == MSG_route ? m.u.route.endpoint : "none");
