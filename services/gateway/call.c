@@ -396,9 +396,22 @@ static void side_close(gw_call_t *c)
     poll_rebuild(c);
 }
 
+/* The runner's socket cannot be reached (why): the runner would wait a
+ * second for the attach before it sends through the scheduler; `no_route`
+ * tells it now. */
+static void no_route(gw_call_t *c, const char *why)
+{
+    cr_log_warn("%s: direct replies: %s; through the scheduler instead", c->id, why);
+    msg_t m;
+    msg_init(&m, MSG_no_route, c->id);
+    cr_err_t err;
+    if (bus_send(c->sock, &m, &err))
+        cr_log_warn("%s: no_route not sent: %s", c->id, err.msg);
+    bus_poll_mark(&c->poll, c->sock);
+}
+
 /* `route`: connects to the runner's direct socket and attaches. A runner
- * that cannot be reached sends through the scheduler after a while
- * (runner/direct.h), so a failure here only costs that wait. */
+ * that cannot be reached is told so (no_route). */
 static void side_open(gw_call_t *c, const char *endpoint)
 {
     side_close(c); /* a request run again on another runner */
@@ -407,7 +420,7 @@ static void side_open(gw_call_t *c, const char *endpoint)
     cr_err_t err;
     int fd;
     if (bus_wire_connect(endpoint, &fd, &err)) {
-        cr_log_warn("%s: direct replies: %s", c->id, err.msg);
+        no_route(c, err.msg);
         return;
     }
     /* A fresh socket takes a message this small whole. */
@@ -422,8 +435,8 @@ static void side_open(gw_call_t *c, const char *endpoint)
                         b.len, n < 0 ? strerror(errno) : "the socket is full");
     cr_buf_free(&b);
     if (st) {
-        cr_log_warn("%s: attach at %s: %s", c->id, endpoint, err.msg);
         close(fd);
+        no_route(c, err.msg);
         return;
     }
     c->side_fd = fd;

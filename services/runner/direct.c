@@ -625,6 +625,21 @@ int rn_direct_read(rn_direct_t *d, rn_direct_req_t *const *reqs, int n)
     return attaches;
 }
 
+void rn_direct_unroute(rn_direct_t *d, rn_direct_req_t *const *reqs, int n, const char *id)
+{
+    if (!d)
+        return;
+    for (linger_t *l = d->lingers; l; l = l->next)
+        if (!strcmp(l->q.id, id)) {
+            fall_back(d, &l->q, "the gateway cannot reach this runner");
+            linger_finish(d, l, false);
+            return;
+        }
+    rn_direct_req_t *q = find(reqs, n, id);
+    if (q && q->route == RN_ROUTE_PENDING)
+        fall_back(d, q, "the gateway cannot reach this runner");
+}
+
 /* A pending request whose attach is overdue falls back (true). */
 static bool gave_up(rn_direct_t *d, rn_direct_req_t *q, int64_t now)
 {

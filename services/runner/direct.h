@@ -97,6 +97,11 @@ bool rn_direct_end(rn_direct_t *d, rn_direct_req_t *q, msg_t *last);
  * connection marks its request gone. How many attaches were read. */
 int rn_direct_read(rn_direct_t *d, rn_direct_req_t *const *reqs, int n);
 
+/* The gateway cannot reach this socket for request id (`no_route`): if
+ * it waits for its attach among reqs[0..n) or has ended waiting, its
+ * replies go through the scheduler now. */
+void rn_direct_unroute(rn_direct_t *d, rn_direct_req_t *const *reqs, int n, const char *id);
+
 /* Pending requests (running or ended) past RN_ATTACH_WAIT_MS fall back;
  * queues behind a full socket are retried (one whose gateway is gone
  * marks its request gone); connections done with are closed. True while

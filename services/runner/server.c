@@ -196,6 +196,19 @@ static void cancel_request(rn_server_t *s, const char *id)
     }
 }
 
+/* The gateway cannot reach our direct socket for request id: a request
+ * still queued starts unrouted; one waiting for its attach falls back now
+ * (direct.h). */
+static void no_route(rn_server_t *s, const char *id)
+{
+    for (msg_t *q = zlist_first(s->deferred); q; q = zlist_next(s->deferred))
+        if (!strcmp(q->id, id) && (q->type == MSG_generate || q->type == MSG_chat)) {
+            q->u.request.direct = false;
+            return;
+        }
+    rn_direct_unroute(s->direct, s->dqs, s->n_recs, id);
+}
+
 /* Reads whatever is waiting without blocking: cancels and shutdown take
  * effect, pings are answered, requests are queued. */
 static void drain_inbox(rn_server_t *s)
@@ -222,6 +235,9 @@ static void drain_inbox(rn_server_t *s)
         s->heard_ms = mono_ms();
         if (m.type == MSG_cancel) {
             cancel_request(s, m.id);
+            msg_clear(&m);
+        } else if (m.type == MSG_no_route) {
+            no_route(s, m.id);
             msg_clear(&m);
         } else if (m.type == MSG_shutdown) {
             s->shutdown = true;
@@ -576,6 +592,9 @@ static void handle(rn_server_t *s, msg_t *m)
         break;
     case MSG_cancel:
         cancel_request(s, m->id);
+        break;
+    case MSG_no_route:
+        no_route(s, m->id);
         break;
     case MSG_shutdown:
         s->shutdown = true;

@@ -781,6 +781,18 @@ static void handle_cancel(sch_server_t *s, const char *id)
     req_fail(s, r, CR_E_CANCELED, "request canceled");
 }
 
+/* The gateway could not connect to the runner's direct socket: the
+ * runner sends through us at once instead of after its attach wait. */
+static void handle_no_route(sch_server_t *s, const char *id)
+{
+    request_t *r = req_find(s, id);
+    if (!r || r->state != RQ_RUNNING || !r->runner || r->runner->node)
+        return;
+    msg_t m;
+    msg_init(&m, MSG_no_route, id);
+    send_runner(s, r->runner, &m);
+}
+
 static void on_front(sch_server_t *s)
 {
     msg_t m;
@@ -850,6 +862,9 @@ static void on_front(sch_server_t *s)
     }
     case MSG_cancel:
         handle_cancel(s, m.id);
+        break;
+    case MSG_no_route:
+        handle_no_route(s, m.id);
         break;
     case MSG_ps:
         handle_report(s, client, m.id, false);

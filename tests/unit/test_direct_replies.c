@@ -398,52 +398,68 @@ static void test_early_attach(world_t *w)
     zframe_destroy(&client);
 }
 
-/* No attach within RN_ATTACH_WAIT_MS (the gateway could not reach the
- * endpoint it was given): held chunks go through the scheduler, in order,
- * and so do later ones; the gateway takes them from there. */
+/* The gateway cannot reach the endpoint it was given: it says no_route
+ * to the scheduler, which tells the runner, whose held chunks then go
+ * through the scheduler at once, in order, and so do later ones; the
+ * gateway takes them from there. A scheduler that does not pass it on
+ * (an older one) leaves the runner to give up after RN_ATTACH_WAIT_MS. */
 static void test_no_attach_falls_back(world_t *w)
 {
-    reader_t r;
-    char id[MSG_ID_MAX + 1];
-    zframe_t *client = NULL;
-    request(w, &r, id, &client, 0);
-    char nowhere[400];
-    snprintf(nowhere, sizeof nowhere, "unix://%s/nobody.sock", dir_g);
-    sched_route(w, client, id, nowhere);
-    rn_direct_req_t q = {0};
-    rn_direct_req_t *reqs[] = {&q};
-    rn_direct_begin(w->direct, &q, id, true);
-    CHECK(runner_says(w->direct, &q, "p"));
-    CHECK(runner_says(w->direct, &q, "q"));
-    CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
-    int64_t t0 = zclock_mono();
-    while (q.route == RN_ROUTE_PENDING && zclock_mono() - t0 < 5000) {
-        rn_direct_tick(w->direct, reqs, 1);
-        zclock_sleep(RN_DIRECT_FLUSH_MS);
+    for (int told = 0; told < 2; told++) {
+        reader_t r;
+        char id[MSG_ID_MAX + 1];
+        zframe_t *client = NULL;
+        request(w, &r, id, &client, 0);
+        char nowhere[400];
+        snprintf(nowhere, sizeof nowhere, "unix://%s/nobody.sock", dir_g);
+        sched_route(w, client, id, nowhere);
+        rn_direct_req_t q = {0};
+        rn_direct_req_t *reqs[] = {&q};
+        rn_direct_begin(w->direct, &q, id, true);
+        CHECK(runner_says(w->direct, &q, "p"));
+        CHECK(runner_says(w->direct, &q, "q"));
+        CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
+        msg_t no;
+        zframe_t *who = NULL;
+        CHECK_EQ_INT(bus_recv(w->front, 2000, &no, &who, NULL), CR_OK);
+        CHECK_EQ_INT(no.type, MSG_no_route);
+        CHECK_EQ_STR(no.id, id);
+        msg_clear(&no);
+        zframe_destroy(&who);
+        int64_t t0 = zclock_mono();
+        if (told)
+            rn_direct_unroute(w->direct, reqs, 1, id);
+        while (q.route == RN_ROUTE_PENDING && zclock_mono() - t0 < 5000) {
+            rn_direct_tick(w->direct, reqs, 1);
+            zclock_sleep(RN_DIRECT_FLUSH_MS);
+        }
+        CHECK_EQ_INT(q.route, RN_ROUTE_NONE);
+        int64_t took = zclock_mono() - t0;
+        if (told)
+            CHECK_MSG(took < RN_ATTACH_WAIT_MS / 2, "fell back after %lld ms", (long long)took);
+        else
+            CHECK_MSG(took >= RN_ATTACH_WAIT_MS - 50, "fell back after %lld ms", (long long)took);
+        CHECK(runner_says(w->direct, &q, "r"));
+        msg_t last = done_msg(id);
+        CHECK(!rn_direct_end(w->direct, &q, &last)); /* the caller sends it */
+        CHECK(!last.u.done.has_direct_chunks);
+        /* The scheduler relays what it heard, in order. */
+        const char *want[] = {"p", "q", "r"};
+        for (int i = 0; i < 3; i++) {
+            char text[16];
+            CHECK_EQ_INT(sched_heard(w, 2000, text, sizeof text), MSG_chunk);
+            CHECK_EQ_STR(text, want[i]);
+            msg_t relay;
+            chunk_msg(&relay, id, want[i]);
+            sched_send(w, client, &relay);
+        }
+        sched_done(w, client, id, -1);
+        pthread_join(r.th, NULL);
+        CHECK_MSG(r.st == CR_OK, "wait: %s", r.err);
+        expect_got(&r, "p q r done");
+        gw_call_destroy(&r.call);
+        zframe_destroy(&client);
     }
-    CHECK_EQ_INT(q.route, RN_ROUTE_NONE);
-    CHECK_MSG(zclock_mono() - t0 >= RN_ATTACH_WAIT_MS - 50, "fell back after %lld ms",
-              (long long)(zclock_mono() - t0));
-    CHECK(runner_says(w->direct, &q, "r"));
-    msg_t last = done_msg(id);
-    CHECK(!rn_direct_end(w->direct, &q, &last)); /* the caller sends it */
-    CHECK(!last.u.done.has_direct_chunks);
-    /* The scheduler relays what it heard, in order. */
-    const char *want[] = {"p", "q", "r"};
-    for (int i = 0; i < 3; i++) {
-        char text[16];
-        CHECK_EQ_INT(sched_heard(w, 2000, text, sizeof text), MSG_chunk);
-        CHECK_EQ_STR(text, want[i]);
-        msg_t relay;
-        chunk_msg(&relay, id, want[i]);
-        sched_send(w, client, &relay);
-    }
-    sched_done(w, client, id, -1);
-    pthread_join(r.th, NULL);
-    CHECK_MSG(r.st == CR_OK, "wait: %s", r.err);
-    expect_got(&r, "p q r done");
-    gw_call_destroy(&r.call);
-    zframe_destroy(&client);
 }
 
 /* A request that ends before its attach: its held chunks and its last
@@ -508,6 +524,21 @@ static void test_end_while_pending(world_t *w)
     rn_direct_begin(w->direct, &q, "lone", true);
     CHECK_EQ_INT(q.route, RN_ROUTE_PENDING);
     rn_direct_begin(w->direct, &q, "none", false); /* q, for the next check */
+
+    /* Told no_route while it waits ended: chunk then done at once. */
+    rn_direct_begin(w->direct, &q, "told", true);
+    CHECK(runner_says(w->direct, &q, "t"));
+    last = done_msg("told");
+    CHECK(rn_direct_end(w->direct, &q, &last));
+    CHECK_EQ_INT(sched_heard(w, 2000, NULL, 0), MSG_started);
+    rn_direct_unroute(w->direct, reqs, 1, "told"); /* no tick: it went at once */
+    CHECK_EQ_INT(sched_heard(w, 2000, text, sizeof text), MSG_chunk);
+    CHECK_EQ_STR(text, "t");
+    CHECK(sched_heard_msg(w, 2000, &heard));
+    CHECK_EQ_INT(heard.type, MSG_done);
+    CHECK(!heard.u.done.has_direct_chunks);
+    msg_clear(&heard);
+    CHECK(!rn_direct_tick(w->direct, reqs, 1)); /* nothing waits */
 
     /* One still waiting when its runner stops: through the scheduler. (A
      * runner of its own: the shared one's pooled gateway connections

@@ -192,6 +192,18 @@ static int fake_runner(const char *endpoint, const char *id, const char *direct)
             msg_clear(&r);
         } else if (m.type == MSG_generate) {
             const char *p = m.u.generate.prompt ? m.u.generate.prompt : "";
+            if (!strcmp(p, "no-route?")) {
+                /* Whether the gateway's no_route reached us. */
+                msg_t nr;
+                bool heard = bus_recv(d, 5000, &nr, NULL, NULL) == CR_OK;
+                bool said = heard && nr.type == MSG_no_route && !strcmp(nr.id, m.id);
+                if (heard)
+                    msg_clear(&nr);
+                fake_chunk(d, m.id, said ? "no_route=yes" : "no_route=no");
+                fake_done(d, m.id);
+                msg_clear(&m);
+                continue;
+            }
             if (!strcmp(p, "direct?")) {
                 /* Whether the request came marked for direct replies. */
                 fake_chunk(d, m.id, m.u.generate.has_direct && m.u.generate.direct
@@ -2251,6 +2263,20 @@ static void test_direct_route(void)
               "route: %s", m.type == MSG_route ? m.u.route.endpoint : "none");
     msg_clear(&m);
     expect_answer(&e, "direct=yes");
+
+    /* A gateway that cannot reach the runner says no_route: forwarded. */
+    next_direct_g = true;
+    send_generate(&e, "d5", "gamma", "no-route?", NULL, 0);
+    CHECK(client_recv(&e, &m));
+    CHECK_EQ_INT(m.type, MSG_route);
+    msg_clear(&m);
+    msg_t nr;
+    msg_init(&nr, MSG_no_route, "d5");
+    CHECK_EQ_INT(bus_send(e.client, &nr, NULL), CR_OK);
+    expect_answer(&e, "no_route=yes");
+    /* One for a request that is not running is dropped. */
+    msg_init(&nr, MSG_no_route, "nobody");
+    CHECK_EQ_INT(bus_send(e.client, &nr, NULL), CR_OK);
 
     /* Not asked: no route, and the runner sees it unmarked. */
     send_generate(&e, "d2", "gamma", "direct?", NULL, 0);
