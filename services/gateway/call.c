@@ -419,6 +419,12 @@ static void side_open(gw_call_t *c, const char *endpoint)
     c->side_ended = false;
     cr_err_t err;
     int fd;
+    if (!bus_wire_path(endpoint)) {
+        /* An older scheduler's (ZeroMQ) endpoint: that scheduler would
+         * answer no_route with an error, so the runner's wait it is. */
+        cr_log_warn("%s: direct replies: '%s' is not a unix:// endpoint", c->id, endpoint);
+        return;
+    }
     if (bus_wire_connect(endpoint, &fd, &err)) {
         no_route(c, err.msg);
         return;
