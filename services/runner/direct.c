@@ -51,6 +51,8 @@ struct rn_direct {
     int listen_fd;
     int epoll_fd; /* the listener and every open connection */
     zsock_t *to_sched; /* borrowed */
+    int64_t sched_sends; /* messages sent on to_sched (rn_direct_sched_sends) */
+    cr_buf_t scratch;    /* an attached request's chunk, encoded */
     int64_t max_bytes;
     char endpoint[256];
     early_t early[EARLY_MAX];
@@ -236,6 +238,7 @@ static void linger_finish(rn_direct_t *d, linger_t *l, bool direct)
     if (direct)
         set_direct_chunks(&l->last, l->q.chunks);
     cr_err_t err;
+    d->sched_sends++;
     if (bus_send(d->to_sched, &l->last, &err)) {
         /* As the server's send_final: the request must still end. */
         cr_log_warn("request %s: its last reply cannot be sent: %s", l->q.id, err.msg);
@@ -264,6 +267,7 @@ cr_status_t rn_direct_new(const char *endpoint, zsock_t *to_sched, rn_direct_t *
         return cr_err_set(err, CR_E_NOMEM, "out of memory");
     snprintf(d->endpoint, sizeof d->endpoint, "%s", endpoint);
     d->to_sched = to_sched;
+    cr_buf_init(&d->scratch, MSG_FRAME_MAX);
     d->max_bytes = STREAM_BUFFER_DEFAULT;
     char sz[64];
     int64_t v;
@@ -324,8 +328,14 @@ void rn_direct_destroy(rn_direct_t **self_p, int linger_ms)
     close(d->listen_fd);
     close(d->epoll_fd);
     unlink(bus_wire_path(d->endpoint));
+    cr_buf_free(&d->scratch);
     free(d);
     *self_p = NULL;
+}
+
+int64_t rn_direct_sched_sends(const rn_direct_t *d)
+{
+    return d ? d->sched_sends : 0;
 }
 
 int rn_direct_fd(const rn_direct_t *d)
@@ -355,15 +365,12 @@ static void req_reset(rn_direct_req_t *q)
     memset(q, 0, sizeof *q);
 }
 
-/* To the attached gateway; false when it cannot go. */
-static bool to_gateway(rn_direct_t *d, rn_direct_req_t *q, zframe_t **f)
+/* One encoded chunk to the attached gateway; false when it cannot go. */
+static bool to_gateway(rn_direct_t *d, rn_direct_req_t *q, const void *body, size_t n)
 {
-    if (q->gone || q->over) {
-        zframe_destroy(f);
+    if (q->gone || q->over)
         return false;
-    }
-    conn_out_t r = conn_send(d, q->conn, zframe_data(*f), zframe_size(*f));
-    zframe_destroy(f);
+    conn_out_t r = conn_send(d, q->conn, body, n);
     if (r == CONN_GONE) {
         cr_log_info("request %s: its gateway connection is gone", q->id);
         q->gone = true;
@@ -384,6 +391,7 @@ static void fall_back(rn_direct_t *d, rn_direct_req_t *q, const char *why)
         cr_log_info("request %s: %s; its replies go through the scheduler", q->id, why);
     zframe_t *f;
     while (q->held && (f = zlist_pop(q->held))) {
+        d->sched_sends++;
         if (zframe_send(&f, d->to_sched, 0) != 0)
             zframe_destroy(&f);
     }
@@ -397,8 +405,10 @@ static void attach(rn_direct_t *d, rn_direct_req_t *q, rn_conn_t *c)
     c->held = true;
     q->route = RN_ROUTE_ATTACHED;
     zframe_t *f;
-    while (q->held && (f = zlist_pop(q->held)))
-        to_gateway(d, q, &f);
+    while (q->held && (f = zlist_pop(q->held))) {
+        to_gateway(d, q, zframe_data(f), zframe_size(f));
+        zframe_destroy(&f);
+    }
     zlist_destroy(&q->held);
 }
 
@@ -425,39 +435,53 @@ void rn_direct_begin(rn_direct_t *d, rn_direct_req_t *q, const char *id, bool ro
     }
 }
 
+/* Sends `started` before q's first output leaves: a request the
+ * scheduler knows had output is not run again if this runner dies. */
+static void note_started(rn_direct_t *d, rn_direct_req_t *q)
+{
+    if (q->started)
+        return;
+    msg_t note;
+    msg_init(&note, MSG_started, q->id);
+    d->sched_sends++;
+    bus_send(d->to_sched, &note, NULL);
+    q->started = true;
+}
+
 bool rn_direct_chunk(rn_direct_t *d, rn_direct_req_t *q, const msg_t *m)
 {
+    cr_err_t err;
     if (q->route == RN_ROUTE_NONE) {
-        cr_err_t err;
+        d->sched_sends++;
         cr_status_t st = bus_send(d->to_sched, m, &err);
         if (st)
             cr_log_warn("send %s failed: %s", msg_type_name(m->type), err.msg);
         return st == CR_OK;
     }
-    zframe_t *f = NULL;
-    cr_err_t err;
+    if (q->route == RN_ROUTE_ATTACHED) {
+        /* The hot path, once a token: encoded into the one buffer, no
+         * frame allocated. */
+        cr_buf_reset(&d->scratch);
+        if (msg_encode(m, &d->scratch, &err)) {
+            cr_log_warn("request %s: %s", q->id, err.msg);
+            return false;
+        }
+        note_started(d, q);
+        return to_gateway(d, q, d->scratch.data, d->scratch.len);
+    }
+    zframe_t *f = NULL; /* pending: held until the attach comes */
     if (bus_encode_frame(m, &f, &err)) {
         cr_log_warn("request %s: %s", q->id, err.msg);
         return false;
     }
-    if (!q->started) {
-        /* Before its first output leaves: a request the scheduler knows
-         * had output is not run again if this runner dies. */
-        msg_t note;
-        msg_init(&note, MSG_started, q->id);
-        bus_send(d->to_sched, &note, NULL);
-        q->started = true;
+    note_started(d, q);
+    if (!q->held)
+        q->held = zlist_new();
+    if (!q->held || zlist_append(q->held, f)) {
+        zframe_destroy(&f);
+        return false;
     }
-    if (q->route == RN_ROUTE_PENDING) {
-        if (!q->held)
-            q->held = zlist_new();
-        if (!q->held || zlist_append(q->held, f)) {
-            zframe_destroy(&f);
-            return false;
-        }
-        return true;
-    }
-    return to_gateway(d, q, &f);
+    return true;
 }
 
 static void set_direct_chunks(msg_t *m, int64_t n)

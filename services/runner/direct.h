@@ -71,6 +71,10 @@ void rn_direct_destroy(rn_direct_t **self_p, int linger_ms);
  * a gateway went away (the caller then calls rn_direct_read). */
 int rn_direct_fd(const rn_direct_t *d);
 const char *rn_direct_endpoint(const rn_direct_t *d);
+/* How many messages this side has sent on to_sched so far: a caller that
+ * polls to_sched marks it after a change (proto/bus_poll.h: a send may
+ * take the command that would wake the poller). 0 for NULL. */
+int64_t rn_direct_sched_sends(const rn_direct_t *d);
 /* The per-request bound (CORRAL_STREAM_BUFFER, default 16 MiB). */
 int64_t rn_direct_max_bytes(const rn_direct_t *d);
 

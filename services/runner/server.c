@@ -22,6 +22,7 @@
 #include "services/runner/engine.h"
 
 #define DEFERRED_MAX 1024 /* requests waiting for a free slot */
+#define DRAIN_MAX 256     /* messages read between two steps, at most */
 /* A runner says hello again, with the model it holds, as soon as its
  * connection to the scheduler's endpoint is made again (a zmonitor on its
  * DEALER reports CONNECTED: a restarted scheduler bound the endpoint), and
@@ -52,6 +53,8 @@ struct rn_server {
     int64_t heartbeat_ms; /* the scheduler's ping interval */
     msg_t load_msg;       /* the load it answered, for hellos after it */
     bool shutdown;
+    int64_t sends;        /* messages sent on sock (send_msg) */
+    int64_t sends_marked; /* sends, with direct's, when sock was last marked */
     /* The embed request running now (synchronously), for its sink. */
     const char *running_id;
     bool running_canceled;
@@ -74,6 +77,7 @@ typedef struct req_rec {
 static cr_status_t send_msg(rn_server_t *s, const msg_t *m)
 {
     cr_err_t err;
+    s->sends++;
     cr_status_t st = bus_send(s->sock, m, &err);
     if (st)
         cr_log_warn("send %s failed: %s", msg_type_name(m->type), err.msg);
@@ -209,61 +213,81 @@ static void no_route(rn_server_t *s, const char *id)
     rn_direct_unroute(s->direct, s->dqs, s->n_recs, id);
 }
 
-/* Reads whatever is waiting without blocking: cancels and shutdown take
- * effect, pings are answered, requests are queued. */
+/* One message from the scheduler while slots run: cancels and shutdown
+ * take effect, pings are answered, requests are queued. Takes m. */
+static void take_busy(rn_server_t *s, msg_t *m)
+{
+    s->heard_ms = mono_ms();
+    if (m->type == MSG_cancel) {
+        cancel_request(s, m->id);
+    } else if (m->type == MSG_no_route) {
+        no_route(s, m->id);
+    } else if (m->type == MSG_shutdown) {
+        s->shutdown = true;
+    } else if (m->type == MSG_ping) {
+        msg_t pong;
+        msg_init(&pong, MSG_pong, m->id);
+        send_msg(s, &pong);
+    } else if (m->type == MSG_hello) {
+        send_hello(s); /* who is there? */
+    } else if (zlist_size(s->deferred) < DEFERRED_MAX) {
+        msg_t *copy = malloc(sizeof *copy);
+        if (copy) {
+            *copy = *m; /* ownership moves into the queue */
+            zlist_append(s->deferred, copy);
+            return;
+        }
+        send_error(s, m->id, CR_E_NOMEM, "out of memory");
+    } else {
+        send_error(s, m->id, CR_E_BUSY, "runner queue is full");
+    }
+    msg_clear(m);
+}
+
+/* Reads whatever is waiting, without blocking, between two steps. One
+ * poll() of the DEALER's, the monitor's and the direct socket's
+ * descriptors says which have anything (proto/bus_poll.h); libzmq is
+ * asked only about a socket whose descriptor fired, or that was sent on
+ * since the last look (a send may take the command that would have fired
+ * it). So a step with nothing new costs that one system call, where
+ * asking each socket and the direct socket cost five: at a GPU's pace a
+ * token is a few hundred microseconds, and each call about one. */
 static void drain_inbox(rn_server_t *s)
 {
-    on_monitor(s);
-    if (s->direct) {
-        rn_direct_read(s->direct, s->dqs, s->n_recs);
-        rn_direct_tick(s->direct, s->dqs, s->n_recs);
+    int64_t sends = s->sends + rn_direct_sched_sends(s->direct);
+    if (sends != s->sends_marked) {
+        bus_poll_mark(&s->poll, s->sock);
+        s->sends_marked = sends;
     }
-    for (;;) {
+    for (int i = 0; i < DRAIN_MAX; i++) {
+        zsock_t *which = bus_poll_wait(&s->poll, 0);
+        if (!which) {
+            if (zsys_interrupted) /* SIGTERM: not a stray EINTR */
+                s->shutdown = true;
+            break;
+        }
+        if (which == BUS_POLL_FD) {
+            rn_direct_read(s->direct, s->dqs, s->n_recs);
+            continue;
+        }
+        if (s->monitor && which == zactor_sock(s->monitor)) {
+            on_monitor(s);
+            continue;
+        }
         msg_t m;
         cr_err_t err;
         cr_status_t st = bus_recv(s->sock, 0, &m, NULL, &err);
-        if (st == CR_E_TIMEOUT)
-            return;
-        if (st) {
-            if (st == CR_E_CANCELED) {
-                s->shutdown = true;
-                return;
-            }
-            cr_log_warn("bad message from the scheduler: %s", err.msg);
-            continue;
-        }
-        s->heard_ms = mono_ms();
-        if (m.type == MSG_cancel) {
-            cancel_request(s, m.id);
-            msg_clear(&m);
-        } else if (m.type == MSG_no_route) {
-            no_route(s, m.id);
-            msg_clear(&m);
-        } else if (m.type == MSG_shutdown) {
+        if (st == CR_E_CANCELED) {
             s->shutdown = true;
-            msg_clear(&m);
-        } else if (m.type == MSG_ping) {
-            msg_t pong;
-            msg_init(&pong, MSG_pong, m.id);
-            send_msg(s, &pong);
-            msg_clear(&m);
-        } else if (m.type == MSG_hello) {
-            send_hello(s); /* who is there? */
-            msg_clear(&m);
-        } else if (zlist_size(s->deferred) < DEFERRED_MAX) {
-            msg_t *copy = malloc(sizeof *copy);
-            if (copy) {
-                *copy = m; /* ownership moves into the queue */
-                zlist_append(s->deferred, copy);
-            } else {
-                send_error(s, m.id, CR_E_NOMEM, "out of memory");
-                msg_clear(&m);
-            }
-        } else {
-            send_error(s, m.id, CR_E_BUSY, "runner queue is full");
-            msg_clear(&m);
+            break;
         }
+        if (st == CR_OK)
+            take_busy(s, &m);
+        else if (st != CR_E_TIMEOUT)
+            cr_log_warn("bad message from the scheduler: %s", err.msg);
     }
+    if (s->direct)
+        rn_direct_tick(s->direct, s->dqs, s->n_recs);
 }
 
 /* A slot's last reply (done or error). With direct replies the count of
@@ -708,6 +732,7 @@ int rn_server_run(rn_server_t *s)
         /* Sends on sock (every reply) may have taken the command that
          * would wake the poller for a message that came (bus_poll.h). */
         bus_poll_mark(&s->poll, NULL);
+        s->sends_marked = s->sends + rn_direct_sched_sends(s->direct);
         zsock_t *which = bus_poll_wait(&s->poll, waiting ? RN_DIRECT_FLUSH_MS : 1000);
         if (s->monitor && which == zactor_sock(s->monitor)) {
             on_monitor(s);
