@@ -1246,6 +1246,21 @@ void sch_runner_msg(sch_server_t *s, sch_node_t *node, const char *id,
 
 /* ---- timers and child exits ---- */
 
+/* A local runner that exits removes its direct socket's file itself; one
+ * killed (SIGKILL, a crash) leaves it in the runtime dir. Removed here,
+ * once its process is gone, and only the name this scheduler gives its
+ * runners (a hello names the endpoint; it is not trusted with a path). */
+static void remove_direct_socket(const sch_server_t *s, const runner_t *rn)
+{
+    char mine[BUS_ENDPOINT_MAX];
+    direct_endpoint(s, rn->id, mine, sizeof mine);
+    if (!rn->direct[0] || strcmp(rn->direct, mine))
+        return;
+    const char *path = bus_wire_path(mine);
+    if (path && unlink(path) == 0)
+        cr_log_info("runner %s: removed its socket %s", rn->id, path);
+}
+
 /* A runner's process is gone: its requests fail (unless it was being
  * stopped) and it leaves the list, returning its memory to the ledger. */
 void sch_runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,
@@ -1289,6 +1304,8 @@ void sch_runner_gone(sch_server_t *s, runner_t *rn, pid_t pid,
     }
     if (rn->node)
         sch_gone_note(s, rn->id);
+    else
+        remove_direct_socket(s, rn);
     runner_free(s, rn);
 }
 

@@ -8,6 +8,7 @@
  * against llama.cpp's through the running service. */
 #include "lib/prelude.h"
 
+#include <glob.h>
 #include <signal.h>
 #include <time.h>
 #include <sys/stat.h>
@@ -323,7 +324,28 @@ static void test_ps_and_unload(void)
 typedef struct kill_ctx {
     int chunks;
     bool killed;
+    glob_t socks; /* the runners' direct sockets before the kill */
 } kill_ctx_t;
+
+/* The runners' direct reply sockets in the runtime dir. */
+static void runner_socks(glob_t *g)
+{
+    char pat[1200];
+    snprintf(pat, sizeof pat, "%s/run/runner-*.sock", T.tmp);
+    if (glob(pat, 0, NULL, g)) {
+        globfree(g);
+        *g = (glob_t){0};
+    }
+}
+
+/* Whether any of the files in g is still there. */
+static bool any_left(const glob_t *g)
+{
+    for (size_t i = 0; i < g->gl_pathc; i++)
+        if (access(g->gl_pathv[i], F_OK) == 0)
+            return true;
+    return false;
+}
 
 static bool kill_on_first(void *ud, const char *data, size_t len)
 {
@@ -331,6 +353,7 @@ static bool kill_on_first(void *ud, const char *data, size_t len)
     CR_UNUSED(len);
     kill_ctx_t *k = ud;
     if (k->chunks++ == 0) {
+        runner_socks(&k->socks);
         pid_t pids[8];
         size_t n = e2e_find_procs(&T, "corral-runner", pids, 8);
         for (size_t i = 0; i < n; i++)
@@ -390,6 +413,18 @@ static void test_runner_crash(void)
               k.chunks, r.body);
     json_decref(lines);
     e2e_resp_free(&r);
+
+    /* A killed runner cannot remove its socket file: the scheduler does,
+     * once it has reaped it (each killed runner is reaped, the one that
+     * streamed before its error went out). */
+    CHECK(k.socks.gl_pathc >= 1);
+    bool left = any_left(&k.socks);
+    for (int i = 0; i < 300 && left; i++) {
+        usleep(100000);
+        left = any_left(&k.socks);
+    }
+    CHECK_MSG(!left, "a killed runner's socket file is still in the runtime dir");
+    globfree(&k.socks);
 
     /* The next request loads the model again and works. */
     long st;
