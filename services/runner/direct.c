@@ -226,6 +226,21 @@ static void conns_reap(rn_direct_t *d)
 
 /* ---- requests ---- */
 
+/* Every send on to_sched goes through these two, so the count the
+ * server's poller needs (rn_direct_sched_sends) misses none. */
+static cr_status_t sched_send(rn_direct_t *d, const msg_t *m, cr_err_t *err)
+{
+    d->sched_sends++;
+    return bus_send(d->to_sched, m, err);
+}
+
+static void sched_send_frame(rn_direct_t *d, zframe_t **f)
+{
+    d->sched_sends++;
+    if (zframe_send(f, d->to_sched, 0) != 0)
+        zframe_destroy(f);
+}
+
 /* The lingering request's end: its chunks went (direct or not); now its
  * last reply, with their count when they went direct. */
 static void linger_finish(rn_direct_t *d, linger_t *l, bool direct)
@@ -238,8 +253,7 @@ static void linger_finish(rn_direct_t *d, linger_t *l, bool direct)
     if (direct)
         set_direct_chunks(&l->last, l->q.chunks);
     cr_err_t err;
-    d->sched_sends++;
-    if (bus_send(d->to_sched, &l->last, &err)) {
+    if (sched_send(d, &l->last, &err)) {
         /* As the server's send_final: the request must still end. */
         cr_log_warn("request %s: its last reply cannot be sent: %s", l->q.id, err.msg);
         msg_t e;
@@ -247,7 +261,7 @@ static void linger_finish(rn_direct_t *d, linger_t *l, bool direct)
                        msg_type_name(l->last.type));
         if (direct)
             set_direct_chunks(&e, l->q.chunks);
-        bus_send(d->to_sched, &e, NULL);
+        sched_send(d, &e, NULL);
         msg_clear(&e);
     }
     msg_clear(&l->last);
@@ -390,11 +404,8 @@ static void fall_back(rn_direct_t *d, rn_direct_req_t *q, const char *why)
     if (q->held && zlist_size(q->held))
         cr_log_info("request %s: %s; its replies go through the scheduler", q->id, why);
     zframe_t *f;
-    while (q->held && (f = zlist_pop(q->held))) {
-        d->sched_sends++;
-        if (zframe_send(&f, d->to_sched, 0) != 0)
-            zframe_destroy(&f);
-    }
+    while (q->held && (f = zlist_pop(q->held)))
+        sched_send_frame(d, &f);
     zlist_destroy(&q->held);
     q->route = RN_ROUTE_NONE;
 }
@@ -443,8 +454,7 @@ static void note_started(rn_direct_t *d, rn_direct_req_t *q)
         return;
     msg_t note;
     msg_init(&note, MSG_started, q->id);
-    d->sched_sends++;
-    bus_send(d->to_sched, &note, NULL);
+    sched_send(d, &note, NULL);
     q->started = true;
 }
 
@@ -452,32 +462,25 @@ bool rn_direct_chunk(rn_direct_t *d, rn_direct_req_t *q, const msg_t *m)
 {
     cr_err_t err;
     if (q->route == RN_ROUTE_NONE) {
-        d->sched_sends++;
-        cr_status_t st = bus_send(d->to_sched, m, &err);
+        cr_status_t st = sched_send(d, m, &err);
         if (st)
             cr_log_warn("send %s failed: %s", msg_type_name(m->type), err.msg);
         return st == CR_OK;
     }
-    if (q->route == RN_ROUTE_ATTACHED) {
-        /* The hot path, once a token: encoded into the one buffer, no
-         * frame allocated. */
-        cr_buf_reset(&d->scratch);
-        if (msg_encode(m, &d->scratch, &err)) {
-            cr_log_warn("request %s: %s", q->id, err.msg);
-            return false;
-        }
-        note_started(d, q);
-        return to_gateway(d, q, d->scratch.data, d->scratch.len);
-    }
-    zframe_t *f = NULL; /* pending: held until the attach comes */
-    if (bus_encode_frame(m, &f, &err)) {
+    /* Encoded into the one buffer: an attached request's chunk (once a
+     * token) allocates nothing; a pending one's is copied to be held. */
+    cr_buf_reset(&d->scratch);
+    if (msg_encode(m, &d->scratch, &err)) {
         cr_log_warn("request %s: %s", q->id, err.msg);
         return false;
     }
     note_started(d, q);
+    if (q->route == RN_ROUTE_ATTACHED)
+        return to_gateway(d, q, d->scratch.data, d->scratch.len);
+    zframe_t *f = zframe_new(d->scratch.data, d->scratch.len);
     if (!q->held)
         q->held = zlist_new();
-    if (!q->held || zlist_append(q->held, f)) {
+    if (!f || !q->held || zlist_append(q->held, f)) {
         zframe_destroy(&f);
         return false;
     }
